@@ -1,0 +1,15 @@
+//! The interface between the kernel-mode driver (`agx-kmd`) and the GPU
+//! firmware (played by `agx-firmware-sim`).
+//!
+//! On Apple AGX GPUs the kernel never programs the GPU directly: it writes
+//! structures into memory the firmware can see (an init structure, rings with
+//! read/write pointers, per-queue work queues of command objects, event
+//! stamps) and rings a mailbox doorbell. The firmware answers through an
+//! event ring. Both halves of that contract live here, once, with fixed
+//! layouts and compile-time size checks, so the kmd and the simulator cannot
+//! drift apart.
+//!
+//! Status: the crate exists so the dependency graph is in place
+//! (`agx-uapi`, `agx-hw` -> `agx-fwif` -> `agx-kmd`); the structures arrive
+//! with the "kmd part 2" work (`Documentation/firmware-interface.md`).
+#![forbid(unsafe_code)]
