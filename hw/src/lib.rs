@@ -1,1 +1,55 @@
-//! placeholder
+//! Apple AGX hardware formats, described once.
+//!
+//! The GPU reads many small binary structures that the driver writes into
+//! memory: texture, PBE (render-target store) and sampler descriptors, the
+//! USC control words that tell a shader core what to load before running a
+//! program, the VDM (vertex), PPP (primitive setup) and CDM (compute) control
+//! streams, and the depth/stencil load/store control. Every one of them is
+//! described exactly once, in `hw/spec/formats.spec`; the build script turns
+//! that description into the types in [`formats`], each with:
+//!
+//! - a struct with typed fields (enums, bools, counts in the units a driver
+//!   thinks in) and a `Default` holding the hardware defaults;
+//! - `pack`, which checks every field's range and encoding (an out-of-range
+//!   value is a [`PackError`], never silently truncated);
+//! - `unpack`, which never fails and reports every set bit that no field
+//!   explains ([`UnpackIssue`]);
+//! - `Display`, which names enum values and prints unknown ones as such;
+//! - a static [`FormatInfo`] table, from which `Documentation/formats.md` is
+//!   generated and checked.
+//!
+//! The umd packs with these types, the firmware-sim unpacks with them and
+//! the tools print with them, so the three cannot disagree about a bit.
+//!
+//! Field layouts come from the public reverse-engineering work on AGX (Mesa's
+//! `cmdbuf.xml` and Asahi Linux documentation); unknown fields are named by
+//! their bit offset (`unk_52`) rather than by a guess.
+#![forbid(unsafe_code)]
+
+mod lod;
+pub mod spec;
+
+pub use lod::Lod;
+pub use spec::{
+    EnumInfo, FieldInfo, FieldKind, Format, FormatInfo, PackError, ShortInput, UnpackIssue,
+    Unpacked,
+};
+
+/// The generated formats and enums (see the crate documentation).
+pub mod formats {
+    use std::fmt;
+
+    use crate::spec::{
+        decode, encode, mark_covered, read_stored, unknown_bits, write_stored, Condition, EnumInfo,
+        FieldInfo, FieldKind, Format, FormatInfo, Modifier, PackError, ShortInput, UnpackIssue,
+        Unpacked,
+    };
+    use crate::Lod;
+
+    include!(concat!(env!("OUT_DIR"), "/formats.rs"));
+}
+
+pub use formats::{ALL_ENUMS, ALL_FORMATS};
+
+#[cfg(test)]
+mod tests;
