@@ -437,11 +437,10 @@ fn validate(spec: &mut Spec) {
             (f.min, f.max) = (lo as u64, hi as u64);
             if let Some(d) = &f.default {
                 match &f.kind {
-                    Kind::Enum(e) => {
-                        if !enums[e].variants.iter().any(|v| &v.ident == d) {
-                            fail(line, format!("default {d} is not a {e}"));
-                        }
+                    Kind::Enum(e) if !enums[e].variants.iter().any(|v| &v.ident == d) => {
+                        fail(line, format!("default {d} is not a {e}"));
                     }
+                    Kind::Enum(_) => {}
                     Kind::Bool if d != "true" && d != "false" => fail(line, "bool default"),
                     Kind::Float | Kind::Lod => {
                         parse_float(d, line);
@@ -696,7 +695,7 @@ fn emit_format(out: &mut String, fm: &FormatDef, enums: &BTreeMap<String, EnumDe
     let _ = writeln!(out, "}}\n");
     let _ = writeln!(
         out,
-        "impl Default for {name} {{\n    fn default() -> Self {{\n        {name} {{"
+        "#[allow(clippy::derivable_impls)] // generated uniformly from the spec defaults\nimpl Default for {name} {{\n    fn default() -> Self {{\n        {name} {{"
     );
     for f in fm
         .fields
@@ -718,7 +717,7 @@ fn emit_format(out: &mut String, fm: &FormatDef, enums: &BTreeMap<String, EnumDe
         "impl {name} {{\n    /// Size in bytes.\n    pub const SIZE_BYTES: usize = {n};\n\n    /// Packs into a new array.\n    ///\n    /// # Errors\n    /// [`PackError`] names the field and the broken limit.\n    pub fn pack(&self) -> Result<[u8; {n}], PackError> {{\n        let mut out = [0u8; {n}];\n        self.pack_into(&mut out)?;\n        Ok(out)\n    }}\n\n    /// Decodes, reporting bits no field explains.\n    pub fn unpack(bytes: &[u8; {n}]) -> Unpacked<Self> {{\n        Self::decode_bytes(bytes)\n    }}\n"
     );
     // decode_bytes
-    let _ = writeln!(out, "    fn decode_bytes(bytes: &[u8]) -> Unpacked<Self> {{\n        let fields = {upper}_FIELDS;\n        let mut covered = [0u8; {n}];\n        let mut issues = Vec::new();\n        let {}value = Self::default();", if has_fields { "mut " } else { "" });
+    let _ = writeln!(out, "    // Decoded field by field: conditional fields depend on earlier ones.\n    #[allow(clippy::field_reassign_with_default)]\n    fn decode_bytes(bytes: &[u8]) -> Unpacked<Self> {{\n        let fields = {upper}_FIELDS;\n        let mut covered = [0u8; {n}];\n        let mut issues = Vec::new();\n        let {}value = Self::default();", if has_fields { "mut " } else { "" });
     let ordered: Vec<(usize, &Field)> = fm
         .fields
         .iter()
@@ -776,6 +775,9 @@ fn emit_format(out: &mut String, fm: &FormatDef, enums: &BTreeMap<String, EnumDe
                 "encode(\"{name}\", &fields[{i}], u64::from(value.{}.to_raw()))?",
                 f.name
             ),
+            _ if rust_type(f) == "u64" => {
+                format!("encode(\"{name}\", &fields[{i}], value.{})?", f.name)
+            }
             _ => format!(
                 "encode(\"{name}\", &fields[{i}], u64::from(value.{}))?",
                 f.name

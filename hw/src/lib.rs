@@ -26,6 +26,7 @@
 //! their bit offset (`unk_52`) rather than by a guess.
 #![forbid(unsafe_code)]
 
+pub mod doc;
 mod lod;
 pub mod spec;
 

@@ -200,7 +200,7 @@ fn texture_known_encoding() {
     assert_eq!(lo >> 6 & 0x7f, 0x28);
     assert_eq!(
         lo >> 16 & 0xfff,
-        0 | 1 << 3 | 2 << 6 | 3 << 9,
+        1 << 3 | 2 << 6 | 3 << 9,
         "identity swizzle"
     );
     assert_eq!(lo >> 28 & 0x3fff, 255);

@@ -6,3 +6,5 @@
 //! (`agx-format`), which decodes hardware descriptors and control words given
 //! as hex through the one format description in `agx-hw`.
 #![forbid(unsafe_code)]
+
+pub mod format_cli;
