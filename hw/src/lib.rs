@@ -21,6 +21,23 @@
 //! The umd packs with these types, the firmware-sim unpacks with them and
 //! the tools print with them, so the three cannot disagree about a bit.
 //!
+//! ```
+//! use agx_hw::formats::{Filter, Sampler, Wrap};
+//! use agx_hw::PackError;
+//!
+//! let sampler = Sampler { magnify: Filter::Linear, wrap_s: Wrap::Repeat, ..Sampler::default() };
+//! let bytes = sampler.pack()?;
+//! let decoded = Sampler::unpack(&bytes);
+//! assert!(decoded.is_clean());
+//! assert_eq!(decoded.value, sampler);
+//! assert!(decoded.value.to_string().contains("wrap_s: Repeat"));
+//!
+//! // Out-of-range values are errors, not truncations.
+//! let bad = Sampler { max_anisotropy: 3, ..Sampler::default() };
+//! assert!(matches!(bad.pack(), Err(PackError::NotPowerOfTwo { .. })));
+//! # Ok::<(), PackError>(())
+//! ```
+//!
 //! Field layouts come from the public reverse-engineering work on AGX (Mesa's
 //! `cmdbuf.xml` and Asahi Linux documentation); unknown fields are named by
 //! their bit offset (`unk_52`) rather than by a guess.

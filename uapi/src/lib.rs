@@ -8,6 +8,24 @@
 //! bytes work against a real Asahi Linux kernel and against our simulated
 //! device.
 //!
+//! ```
+//! use agx_uapi::asahi::{GetParams, ParamsGlobal, DRM_IOCTL_ASAHI_GET_PARAMS};
+//! use agx_uapi::ioctl::{ioc_nr, ioc_size_bytes};
+//! use zerocopy::IntoBytes;
+//!
+//! let mut params = ParamsGlobal::default();
+//! let args = GetParams {
+//!     param_group: 0,
+//!     pad: 0,
+//!     pointer: params.as_mut_bytes().as_mut_ptr() as u64,
+//!     size: core::mem::size_of::<ParamsGlobal>() as u64,
+//! };
+//! // The request number encodes the argument size, as _IOW() does in C.
+//! assert_eq!(DRM_IOCTL_ASAHI_GET_PARAMS, 0x4018_6440);
+//! assert_eq!(ioc_size_bytes(DRM_IOCTL_ASAHI_GET_PARAMS), args.as_bytes().len());
+//! assert_eq!(ioc_nr(DRM_IOCTL_ASAHI_GET_PARAMS), 0x40);
+//! ```
+//!
 //! # Rules the UAPI follows (as upstream states them)
 //!
 //! - Every struct is 8-byte aligned where it contains 64-bit fields, with
