@@ -417,7 +417,7 @@ pub fn encode(format: &'static str, info: &FieldInfo, logical: u64) -> Result<u6
                 u64::from(value.trailing_zeros())
             }
             Modifier::Groups(n) => {
-                if value % n != 0 {
+                if !value.is_multiple_of(n) {
                     return Err(PackError::NotMultiple {
                         format,
                         field: info.name,
