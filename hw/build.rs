@@ -41,6 +41,10 @@ struct EnumDef {
     variants: Vec<Variant>,
 }
 
+// `Kind`, `Modifier` and `Condition` mirror `FieldKind`, `Modifier` and
+// `Condition` in src/spec.rs, names and fields alike: their `Debug` output is
+// emitted as the runtime constructors.
+
 #[derive(Debug, Clone, PartialEq)]
 enum Kind {
     Uint,
@@ -62,7 +66,7 @@ enum Modifier {
 }
 
 #[derive(Debug, Clone)]
-struct Cond {
+struct Condition {
     field: String,
     equal: bool,
     variant: String,
@@ -75,7 +79,7 @@ struct Field {
     kind: Kind,
     modifiers: Vec<Modifier>,
     default: Option<String>,
-    cond: Option<Cond>,
+    cond: Option<Condition>,
     doc: String,
     min: u64,
     max: u64,
@@ -278,7 +282,7 @@ fn parse(text: &str) -> Spec {
                     } else {
                         fail(line, format!("bad condition `{c}`"))
                     };
-                    field.cond = Some(Cond {
+                    field.cond = Some(Condition {
                         field: f.to_owned(),
                         equal,
                         variant: v.to_owned(),
@@ -330,7 +334,8 @@ fn parse_float(s: &str, line: usize) -> f64 {
 }
 
 /// Resolves enum constants, checks the spec, computes logical ranges.
-fn validate(spec: &mut Spec) {
+/// Returns the enums by name.
+fn validate(spec: &mut Spec) -> BTreeMap<String, EnumDef> {
     let enums: BTreeMap<String, EnumDef> = spec
         .enums
         .iter()
@@ -497,10 +502,11 @@ fn validate(spec: &mut Spec) {
             }
         }
     }
+    enums
 }
 
 /// Whether two conditions can never both hold.
-fn exclusive(a: Option<&Cond>, b: Option<&Cond>) -> bool {
+fn exclusive(a: Option<&Condition>, b: Option<&Condition>) -> bool {
     match (a, b) {
         (Some(a), Some(b)) if a.field == b.field => match (a.equal, b.equal) {
             (true, true) => a.variant != b.variant,
@@ -617,49 +623,29 @@ fn emit_enum(out: &mut String, e: &EnumDef) {
     let _ = writeln!(out, "impl fmt::Display for {name} {{\n    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {{\n        match self.name() {{\n            Some(n) => f.write_str(n),\n            None => write!(f, \"unknown {{:#x}}\", self.to_raw()),\n        }}\n    }}\n}}\n");
 }
 
+/// The `FieldInfo` literal for a field. The build-time model mirrors the
+/// runtime types' names, so `Debug` prints valid constructors.
 fn field_info(f: &Field) -> String {
-    let parts: Vec<String> = f.parts.iter().map(|(l, w)| format!("({l}, {w})")).collect();
-    let kind = match &f.kind {
-        Kind::Uint => "FieldKind::Uint".to_owned(),
-        Kind::Hex => "FieldKind::Hex".to_owned(),
-        Kind::Address => "FieldKind::Address".to_owned(),
-        Kind::Bool => "FieldKind::Bool".to_owned(),
-        Kind::Float => "FieldKind::Float".to_owned(),
-        Kind::Lod => "FieldKind::Lod".to_owned(),
-        Kind::Enum(e) => format!("FieldKind::Enum(\"{e}\")"),
-        Kind::Const { value, display } => {
-            format!("FieldKind::Const {{ value: {value:#x}, display: \"{display}\" }}")
-        }
-    };
     let mods: Vec<String> = f
         .modifiers
         .iter()
-        .map(|m| match m {
-            Modifier::Minus(n) => format!("Modifier::Minus({n})"),
-            Modifier::Shr(n) => format!("Modifier::Shr({n})"),
-            Modifier::Log2 => "Modifier::Log2".to_owned(),
-            Modifier::Groups(n) => format!("Modifier::Groups({n})"),
-        })
+        .map(|m| format!("Modifier::{m:?}"))
         .collect();
-    let cond = f.cond.as_ref().map_or("None".to_owned(), |c| {
-        format!(
-            "Some(Condition {{ field: \"{}\", equal: {}, variant: \"{}\" }})",
-            c.field, c.equal, c.variant
-        )
-    });
     format!(
-        "FieldInfo {{ name: \"{}\", parts: &[{}], kind: {kind}, modifiers: &[{}], min: {:#x}, max: {:#x}, condition: {cond}, default: \"{}\", doc: \"{}\" }}",
+        "FieldInfo {{ name: \"{}\", parts: &{:?}, kind: FieldKind::{:?}, modifiers: &[{}], min: {:#x}, max: {:#x}, condition: {:?}, default: \"{}\", doc: \"{}\" }}",
         f.name,
-        parts.join(", "),
+        f.parts,
+        f.kind,
         mods.join(", "),
         f.min,
         f.max,
+        f.cond,
         esc(f.default.as_deref().unwrap_or("")),
         esc(&f.doc)
     )
 }
 
-fn cond_expr(c: &Cond, fields: &[Field]) -> String {
+fn cond_expr(c: &Condition, fields: &[Field]) -> String {
     let d = fields.iter().find(|f| f.name == c.field).map(|f| &f.kind);
     let Some(Kind::Enum(e)) = d else {
         unreachable!("validated")
@@ -785,7 +771,7 @@ fn emit_format(out: &mut String, fm: &FormatDef, enums: &BTreeMap<String, EnumDe
         };
         match &f.cond {
             Some(c) => {
-                let _ = writeln!(out, "        if {} {{\n            write_stored(out, &fields[{i}], {stored});\n        }} else if value.{} != defaults.{} {{\n            return Err(PackError::InactiveField {{ format: \"{name}\", field: \"{}\", condition: Condition {{ field: \"{}\", equal: {}, variant: \"{}\" }} }});\n        }}", cond_expr(c, &fm.fields), f.name, f.name, f.name, c.field, c.equal, c.variant);
+                let _ = writeln!(out, "        if {} {{\n            write_stored(out, &fields[{i}], {stored});\n        }} else if value.{} != defaults.{} {{\n            return Err(PackError::InactiveField {{ format: \"{name}\", field: \"{}\", condition: {c:?} }});\n        }}", cond_expr(c, &fm.fields), f.name, f.name, f.name);
             }
             None => {
                 let _ = writeln!(out, "        write_stored(out, &fields[{i}], {stored});");
@@ -850,12 +836,7 @@ fn main() {
     let text = std::fs::read_to_string(&spec_path)
         .unwrap_or_else(|e| panic!("cannot read {}: {e}", spec_path.display()));
     let mut spec = parse(&text);
-    validate(&mut spec);
-    let enums: BTreeMap<String, EnumDef> = spec
-        .enums
-        .iter()
-        .map(|e| (e.name.clone(), e.clone()))
-        .collect();
+    let enums = validate(&mut spec);
 
     let mut out =
         String::from("// Generated by hw/build.rs from hw/spec/formats.spec. Do not edit.\n\n");

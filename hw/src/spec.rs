@@ -318,33 +318,44 @@ pub trait Format: Sized + Default + Clone + fmt::Debug + fmt::Display + PartialE
 /// Reads `width` (1..=64) bits starting at bit `lo` (little-endian).
 pub fn extract_bits(bytes: &[u8], lo: u32, width: u32) -> u64 {
     debug_assert!((1..=64).contains(&width));
-    let mut value = 0u64;
-    for i in 0..width {
-        let bit = lo + i;
-        // CAST: bit indices are bounded by the format size (< 2^32 bytes).
-        let byte = bytes[(bit / 8) as usize];
-        if byte >> (bit % 8) & 1 != 0 {
-            value |= 1 << i;
-        }
+    let (first, last) = byte_span(lo, width);
+    // A field of at most 64 bits spans at most 9 bytes: gather them into a
+    // u128 and shift once, instead of moving bit by bit.
+    let mut window = 0u128;
+    for (i, &b) in bytes[first..=last].iter().enumerate() {
+        window |= u128::from(b) << (8 * i);
     }
-    value
+    // CAST: the mask keeps at most 64 bits.
+    ((window >> (lo % 8)) & field_mask(width)) as u64
 }
 
 /// Writes the low `width` (1..=64) bits of `value` starting at bit `lo`,
 /// leaving other bits alone.
 pub fn insert_bits(bytes: &mut [u8], lo: u32, width: u32, value: u64) {
     debug_assert!((1..=64).contains(&width));
-    for i in 0..width {
-        let bit = lo + i;
-        // CAST: as above.
-        let byte = &mut bytes[(bit / 8) as usize];
-        let mask = 1u8 << (bit % 8);
-        if value >> i & 1 != 0 {
-            *byte |= mask;
-        } else {
-            *byte &= !mask;
-        }
+    let (first, last) = byte_span(lo, width);
+    let span = &mut bytes[first..=last];
+    let mut window = 0u128;
+    for (i, &b) in span.iter().enumerate() {
+        window |= u128::from(b) << (8 * i);
     }
+    let shift = lo % 8;
+    window &= !(field_mask(width) << shift);
+    window |= (u128::from(value) & field_mask(width)) << shift;
+    for (i, b) in span.iter_mut().enumerate() {
+        // CAST: keeps the byte at position i.
+        *b = (window >> (8 * i)) as u8;
+    }
+}
+
+/// Indices of the first and last byte a bit range touches.
+fn byte_span(lo: u32, width: u32) -> (usize, usize) {
+    // CAST: bit indices are bounded by the format size (a few dozen bytes).
+    ((lo / 8) as usize, ((lo + width - 1) / 8) as usize)
+}
+
+fn field_mask(width: u32) -> u128 {
+    (1u128 << width) - 1
 }
 
 /// Reads a field's stored value from its parts.
@@ -540,6 +551,37 @@ mod tests {
         insert_bits(&mut bytes, 0, 64, u64::MAX);
         assert_eq!(extract_bits(&bytes, 0, 64), u64::MAX);
         assert_eq!(extract_bits(&bytes, 66, 36), 0x9_8765_4321);
+    }
+
+    fn reference_extract(bytes: &[u8], lo: u32, width: u32) -> u64 {
+        (0..width).fold(0, |acc, i| {
+            let bit = lo + i;
+            let set = bytes[(bit / 8) as usize] >> (bit % 8) & 1;
+            acc | u64::from(set) << i
+        })
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn bit_access_matches_a_bit_by_bit_reference(
+            bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 24),
+            lo in 0u32..128,
+            width in 1u32..=64,
+            value in proptest::prelude::any::<u64>(),
+        ) {
+            proptest::prop_assert_eq!(extract_bits(&bytes, lo, width), reference_extract(&bytes, lo, width));
+            let mut written = bytes.clone();
+            insert_bits(&mut written, lo, width, value);
+            let mask = if width == 64 { u64::MAX } else { (1 << width) - 1 };
+            proptest::prop_assert_eq!(reference_extract(&written, lo, width), value & mask);
+            // Bits outside the range are untouched.
+            for bit in (0..192).filter(|b| *b < lo || *b >= lo + width) {
+                proptest::prop_assert_eq!(
+                    reference_extract(&written, bit, 1),
+                    reference_extract(&bytes, bit, 1)
+                );
+            }
+        }
     }
 
     #[test]
