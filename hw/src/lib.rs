@@ -44,6 +44,7 @@
 #![forbid(unsafe_code)]
 
 pub mod doc;
+pub mod isa;
 mod lod;
 pub mod spec;
 

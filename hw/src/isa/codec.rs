@@ -1,0 +1,917 @@
+//! Encoding and decoding, driven by the form table.
+//!
+//! Decoding walks the table in order and takes the first form whose
+//! identifying bits match (the order is decided, and explained, in
+//! `table.rs`); each operand is then read by its [`Kind`]. A bit pattern
+//! that an operand cannot mean (a 32-bit register at an odd half, an
+//! unused type code) is an error rather than a guess, and set bits that
+//! no field covers are reported as unknown bits.
+
+use super::bits::{length_mask, load_word, Bits};
+use super::form::{Count, DstSizes, Form, Kind, Length, SrcClass, Wide};
+use super::operand::{Dst, Float8, Hint, Operand, Reg, RegRun, Size, Src, Uniform, Value};
+use super::table::{Op, FORMS};
+use super::{DecodeError, Decoded, EncodeError, Instr, MAX_LENGTH_BYTES};
+
+fn bit(word: u128, at: u8) -> bool {
+    (word >> at) & 1 != 0
+}
+
+fn set_bit(word: &mut u128, at: u8, on: bool) {
+    if on {
+        *word |= 1u128 << at;
+    } else {
+        *word &= !(1u128 << at);
+    }
+}
+
+fn field(word: u128, lo: u8, width: u8) -> u64 {
+    ((word >> lo) & ((1u128 << width) - 1)) as u64
+}
+
+fn set_field(word: &mut u128, lo: u8, width: u8, value: u64) {
+    let mask = (1u128 << width) - 1;
+    *word = (*word & !(mask << lo)) | ((u128::from(value) & mask) << lo);
+}
+
+fn mask_of(lo: u8, width: u8) -> u128 {
+    ((1u128 << width) - 1) << lo
+}
+
+/// The length an instruction starting with `word` has under `form`.
+fn form_length(form: &Form, word: u128) -> usize {
+    match form.length {
+        Length::Fixed(n) => usize::from(n),
+        Length::Toggle {
+            short,
+            long,
+            bit: at,
+        } => usize::from(if bit(word, at) { long } else { short }),
+    }
+}
+
+/// Number of 32-bit coordinate registers for a texture dimension.
+pub(crate) fn coord_count(dim: u64) -> Option<u8> {
+    Some(match dim {
+        0 => 1,
+        1 | 2 => 2,
+        3..=6 | 8 => 3,
+        7 => 4,
+        _ => return None,
+    })
+}
+
+/// Number of gradient axes for a texture dimension.
+pub(crate) fn gradient_axes(dim: u64) -> u8 {
+    match dim {
+        0 | 1 => 1,
+        5..=7 => 3,
+        _ => 2,
+    }
+}
+
+fn run_count(count: &Count, word: u128) -> Result<u8, &'static str> {
+    Ok(match count {
+        Count::Fixed(n) => *n,
+        Count::Mask(bits) => bits.get(word).count_ones() as u8,
+        Count::Channels(bits) => match bits.get(word) {
+            0 => 4,
+            n => n as u8,
+        },
+        Count::Coefficients(bits) => {
+            3 * match bits.get(word) {
+                0 => 4,
+                n => n as u8,
+            }
+        }
+        Count::Coords(bits) => coord_count(bits.get(word)).ok_or("undefined texture dimension")?,
+        Count::DepthStencil { z, s } => 2 * u8::from(bit(word, *z)) + u8::from(bit(word, *s)),
+    })
+}
+
+fn run_size(wide: &Wide, word: u128) -> Size {
+    match wide {
+        Wide::Fixed(size) => *size,
+        Wide::Bit(at) => {
+            if bit(word, *at) {
+                Size::S32
+            } else {
+                Size::S16
+            }
+        }
+    }
+}
+
+fn check_run(run: &RegRun) -> Result<(), &'static str> {
+    let halves = u16::from(run.count.max(1)) * run.first.size.halves();
+    if run.first.size != Size::S16 && !run.first.half.is_multiple_of(2) {
+        return Err("32-bit register at an odd half");
+    }
+    if run.first.half + halves > 256 {
+        return Err("registers past r127");
+    }
+    Ok(())
+}
+
+fn sign_extend(value: u64, width: u32) -> i64 {
+    let shift = 64 - width;
+    ((value << shift) as i64) >> shift
+}
+
+fn gpr(half: u64, size: Size) -> Result<Reg, &'static str> {
+    let reg = Reg {
+        half: half as u16,
+        size,
+    };
+    if half > 255 || !reg.is_valid() {
+        return Err("register out of range or misaligned");
+    }
+    Ok(reg)
+}
+
+fn uniform(half: u64, size: Size) -> Result<Uniform, &'static str> {
+    if half > 511 || (size != Size::S16 && !half.is_multiple_of(2)) || size == Size::S64 && half > 508 {
+        return Err("uniform out of range or misaligned");
+    }
+    Ok(Uniform {
+        half: half as u16,
+        size,
+    })
+}
+
+fn hint_from(code: u64) -> Hint {
+    match code {
+        2 => Hint::Cache,
+        3 => Hint::Discard,
+        _ => Hint::None,
+    }
+}
+
+fn hint_code(hint: Hint) -> u64 {
+    match hint {
+        Hint::None => 1,
+        Hint::Cache => 2,
+        Hint::Discard => 3,
+    }
+}
+
+/// The bits an operand covers in `word` (some depend on other fields).
+pub(crate) fn covered(kind: &Kind) -> u128 {
+    match kind {
+        Kind::Dst { ext, sizes } => {
+            let size_bit = if *sizes == DstSizes::Only16 {
+                0
+            } else {
+                1 << 8
+            };
+            mask_of(7, 1) | size_bit | mask_of(9, 6) | mask_of(*ext, 2)
+        }
+        Kind::Src { at, ext, class } => {
+            let modifiers = match class {
+                SrcClass::Plain => 0,
+                SrcClass::Float => mask_of(at + 10, 2),
+                SrcClass::Half => mask_of(at + 9, 2),
+                SrcClass::Int => mask_of(at + 10, 1),
+            };
+            let ty = if *class == SrcClass::Half { 3 } else { 4 };
+            mask_of(*at, 6 + ty) | modifiers | mask_of(*ext, 2)
+        }
+        Kind::CmpSel { at, ext } => mask_of(*at, 9) | mask_of(*ext, 2),
+        Kind::Uint(bits)
+        | Kind::Enum(bits, _)
+        | Kind::Binary(bits)
+        | Kind::TruthTable(bits)
+        | Kind::Mask(bits)
+        | Kind::Sr(bits)
+        | Kind::Target(bits)
+        | Kind::Shift(bits)
+        | Kind::FieldMask(bits)
+        | Kind::Cf(bits) => bits.mask(),
+        Kind::R0l { cache } => mask_of(*cache, 1),
+        Kind::Regs {
+            value,
+            discard,
+            wide,
+            count,
+            ..
+        } => {
+            let mut mask = value.mask();
+            if let Count::Channels(bits) | Count::Coefficients(bits) = count {
+                mask |= bits.mask();
+            }
+            if let Some(at) = discard {
+                mask |= mask_of(*at, 1);
+            }
+            if let Wide::Bit(at) = wide {
+                mask |= mask_of(*at, 1);
+            }
+            mask
+        }
+        Kind::Pair { value, uniform } => value.mask() | mask_of(*uniform, 1),
+        Kind::ImmOrReg { value, flag, .. } => value.mask() | mask_of(*flag, 1),
+        Kind::TgBase { value, ty } | Kind::Texture { value, ty } => value.mask() | ty.mask(),
+        Kind::Sampler { value, ty } => value.mask() | mask_of(*ty, 1),
+        Kind::TexBase { value, .. } | Kind::Lod { value, .. } => value.mask(),
+    }
+}
+
+fn decode_src(word: u128, at: u8, ext: u8, class: SrcClass) -> Result<Src, &'static str> {
+    let index = field(word, at, 6) | field(word, ext, 2) << 6;
+    let mut src = Src::new(Value::Imm(0));
+    if class == SrcClass::Half {
+        let ty = field(word, at + 6, 3);
+        src.value = if ty == 0 {
+            Value::Float(Float8(index as u8))
+        } else if ty & 4 != 0 {
+            let size = if ty & 2 != 0 { Size::S32 } else { Size::S16 };
+            Value::Uniform(uniform(index | (ty & 1) << 8, size)?)
+        } else {
+            Value::Reg(gpr(index, Size::S16)?, hint_from(ty))
+        };
+        src.abs = bit(word, at + 9);
+        src.neg = bit(word, at + 10);
+        return Ok(src);
+    }
+    let ty = field(word, at + 6, 4);
+    src.value = if ty == 0 {
+        if class == SrcClass::Float {
+            Value::Float(Float8(index as u8))
+        } else {
+            Value::Imm(index as i64)
+        }
+    } else if ty & 0b1100 == 0b0100 {
+        let size = if ty & 2 != 0 { Size::S32 } else { Size::S16 };
+        Value::Uniform(uniform(index | (ty & 1) << 8, size)?)
+    } else {
+        let size = match ty >> 2 {
+            0 => Size::S16,
+            2 => Size::S32,
+            3 if class == SrcClass::Int => Size::S64,
+            _ => return Err("undefined source type"),
+        };
+        if ty & 3 == 0 {
+            return Err("undefined source type");
+        }
+        Value::Reg(gpr(index, size)?, hint_from(ty & 3))
+    };
+    match class {
+        SrcClass::Float => {
+            src.abs = bit(word, at + 10);
+            src.neg = bit(word, at + 11);
+        }
+        SrcClass::Int => src.sx = bit(word, at + 10),
+        SrcClass::Plain | SrcClass::Half => {}
+    }
+    Ok(src)
+}
+
+fn encode_src(
+    word: &mut u128,
+    at: u8,
+    ext: u8,
+    class: SrcClass,
+    src: &Src,
+) -> Result<(), &'static str> {
+    let (index, ty): (u64, u64) = match (src.value, class) {
+        (Value::Float(f), SrcClass::Float | SrcClass::Half) => (u64::from(f.0), 0),
+        (Value::Float(_), _) => return Err("float immediate in an integer source"),
+        (Value::Imm(_), SrcClass::Float | SrcClass::Half) => {
+            return Err("integer immediate in a float source")
+        }
+        (Value::Imm(imm), _) => {
+            if !(0..=255).contains(&imm) {
+                return Err("immediate out of range 0..=255");
+            }
+            (imm as u64, 0)
+        }
+        (Value::Uniform(u), _) => {
+            let u = uniform(u64::from(u.half), u.size)?;
+            if u.size == Size::S64 {
+                return Err("64-bit uniform source");
+            }
+            let is32 = u64::from(u.size == Size::S32);
+            let high = u64::from(u.half >> 8);
+            (u64::from(u.half & 0xFF), 4 | is32 << 1 | high)
+        }
+        (Value::Reg(reg, hint), _) => {
+            let reg = gpr(u64::from(reg.half), reg.size)?;
+            let size_code = match (reg.size, class) {
+                (Size::S16, _) => 0,
+                (Size::S32, SrcClass::Half) => return Err("32-bit register in a 16-bit source"),
+                (Size::S32, _) => 2,
+                (Size::S64, SrcClass::Int) => 3,
+                (Size::S64, _) => return Err("64-bit register in a 32-bit source"),
+            };
+            (u64::from(reg.half), size_code << 2 | hint_code(hint))
+        }
+    };
+    if class == SrcClass::Half && ty > 7 {
+        return Err("source type not encodable in a 16-bit source");
+    }
+    set_field(word, at, 6, index & 63);
+    set_field(word, ext, 2, index >> 6);
+    let ty_width = if class == SrcClass::Half { 3 } else { 4 };
+    set_field(word, at + 6, ty_width, ty);
+    match class {
+        SrcClass::Float => {
+            set_bit(word, at + 10, src.abs);
+            set_bit(word, at + 11, src.neg);
+        }
+        SrcClass::Half => {
+            set_bit(word, at + 9, src.abs);
+            set_bit(word, at + 10, src.neg);
+        }
+        SrcClass::Int => set_bit(word, at + 10, src.sx),
+        SrcClass::Plain => {}
+    }
+    let wants_mods = match class {
+        SrcClass::Float | SrcClass::Half => src.sx,
+        SrcClass::Int => src.abs || src.neg,
+        SrcClass::Plain => src.sx || src.abs || src.neg,
+    };
+    if wants_mods {
+        return Err("modifier not available on this source");
+    }
+    Ok(())
+}
+
+fn decode_operand(kind: &Kind, word: u128) -> Result<Operand, &'static str> {
+    Ok(match kind {
+        Kind::Dst { ext, sizes } => {
+            let index = field(word, 9, 6) | field(word, *ext, 2) << 6;
+            let wide = bit(word, 8);
+            let reg = match sizes {
+                DstSizes::Only16 => gpr(index, Size::S16)?,
+                DstSizes::Only32 => gpr(index, Size::S32)?,
+                DstSizes::Sized => gpr(index, if wide { Size::S32 } else { Size::S16 })?,
+                DstSizes::Sized64 if wide && index % 2 == 1 => gpr(index - 1, Size::S64)?,
+                DstSizes::Sized64 => gpr(index, if wide { Size::S32 } else { Size::S16 })?,
+            };
+            Operand::Dst(Dst {
+                reg,
+                cache: bit(word, 7),
+            })
+        }
+        Kind::Src { at, ext, class } => Operand::Src(decode_src(word, *at, *ext, *class)?),
+        Kind::CmpSel { at, ext } => {
+            let index = field(word, *at, 6) | field(word, *ext, 2) << 6;
+            let size = if bit(word, 8) { Size::S32 } else { Size::S16 };
+            let value = match field(word, at + 6, 3) {
+                0b100 => Value::Imm(index as i64),
+                ty @ (0b110 | 0b111) => Value::Uniform(uniform(index | (ty & 1) << 8, size)?),
+                ty @ 1..=3 => Value::Reg(gpr(index, size)?, hint_from(ty)),
+                _ => return Err("undefined compare-select source type"),
+            };
+            Operand::Src(Src::new(value))
+        }
+        Kind::Uint(bits)
+        | Kind::Enum(bits, _)
+        | Kind::Binary(bits)
+        | Kind::TruthTable(bits)
+        | Kind::Mask(bits)
+        | Kind::Sr(bits)
+        | Kind::Shift(bits)
+        | Kind::FieldMask(bits)
+        | Kind::Cf(bits) => Operand::Int(bits.get(word) as i64),
+        Kind::Target(bits) => Operand::Int(sign_extend(bits.get(word), bits.width())),
+        Kind::R0l { cache } => Operand::Dst(Dst {
+            reg: Reg::l(0),
+            cache: bit(word, *cache),
+        }),
+        Kind::Regs {
+            value,
+            whole,
+            wide,
+            count,
+            discard,
+        } => {
+            let size = run_size(wide, word);
+            let index = value.get(word);
+            let half = if *whole { index * 2 } else { index };
+            let run = RegRun {
+                first: Reg {
+                    half: half as u16,
+                    size,
+                },
+                count: run_count(count, word)?,
+                discard: discard.is_some_and(|at| bit(word, at)),
+            };
+            check_run(&run)?;
+            Operand::Regs(run)
+        }
+        Kind::Pair {
+            value,
+            uniform: flag,
+        } => {
+            let half = value.get(word);
+            if !half.is_multiple_of(2) {
+                return Err("64-bit base at an odd half");
+            }
+            if bit(word, *flag) {
+                Operand::Value(Value::Uniform(uniform(half, Size::S64)?))
+            } else {
+                Operand::Value(Value::Reg(gpr(half, Size::S64)?, Hint::None))
+            }
+        }
+        Kind::ImmOrReg {
+            value,
+            flag,
+            set_means_imm,
+            signed,
+            reg,
+        } => {
+            let raw = value.get(word);
+            if bit(word, *flag) == *set_means_imm {
+                let imm = if *signed {
+                    sign_extend(raw, value.width())
+                } else {
+                    raw as i64
+                };
+                Operand::Value(Value::Imm(imm))
+            } else {
+                Operand::Value(Value::Reg(gpr(raw, *reg)?, Hint::None))
+            }
+        }
+        Kind::TgBase { value, ty } => {
+            let raw = value.get(word);
+            Operand::Value(match ty.get(word) {
+                0 => Value::Reg(gpr(raw, Size::S16)?, Hint::None),
+                2 if raw == 0 => Value::Imm(0),
+                2 => return Err("threadgroup base index without a base"),
+                t => Value::Uniform(uniform(raw | (t >> 1) << 8, Size::S16)?),
+            })
+        }
+        Kind::Texture { value, ty } => {
+            let raw = value.get(word);
+            Operand::Value(match ty.get(word) {
+                0 => Value::Imm(raw as i64),
+                1 => Value::Reg(gpr(raw, Size::S16)?, Hint::None),
+                3 => Value::Reg(gpr(raw, Size::S32)?, Hint::None),
+                _ => return Err("undefined texture handle type"),
+            })
+        }
+        Kind::Sampler { value, ty } => {
+            let raw = value.get(word);
+            Operand::Value(if bit(word, *ty) {
+                Value::Reg(gpr(raw, Size::S16)?, Hint::None)
+            } else {
+                Value::Imm(raw as i64)
+            })
+        }
+        Kind::TexBase { value, texture_ty } => {
+            let raw = value.get(word);
+            Operand::Value(if texture_ty.get(word) == 3 {
+                Value::Uniform(uniform(raw * 4, Size::S64)?)
+            } else if raw == 0 {
+                Value::Imm(0)
+            } else {
+                return Err("bindless base without a bindless texture");
+            })
+        }
+        Kind::Lod { value, mode, dim } => {
+            let raw = value.get(word);
+            match mode.get(word) {
+                1 | 2 => Operand::Value(Value::Uniform(uniform(raw, Size::S16)?)),
+                5 | 6 => Operand::Value(Value::Reg(gpr(raw, Size::S16)?, Hint::None)),
+                m @ (4 | 12) => {
+                    let count = 2 * gradient_axes(dim.get(word)) + u8::from(m == 12);
+                    let run = RegRun::new(
+                        Reg {
+                            half: raw as u16,
+                            size: Size::S32,
+                        },
+                        count,
+                    );
+                    check_run(&run)?;
+                    Operand::Regs(run)
+                }
+                _ => Operand::Value(Value::Imm(raw as i64)),
+            }
+        }
+    })
+}
+
+fn expect_int(operand: &Operand) -> Result<i64, &'static str> {
+    operand.int().ok_or("expected a number")
+}
+
+fn put_uint(word: &mut u128, bits: &Bits, value: i64) -> Result<(), &'static str> {
+    if value < 0 || value as u64 > bits.max() {
+        return Err("value out of range for its field");
+    }
+    bits.set(word, value as u64);
+    Ok(())
+}
+
+/// Whether an operand's encoding reads fields that other operands set
+/// (register counts, sizes), so it must be encoded after them.
+fn depends_on_others(kind: &Kind) -> bool {
+    matches!(
+        kind,
+        Kind::CmpSel { .. } | Kind::Regs { .. } | Kind::TexBase { .. } | Kind::Lod { .. }
+    )
+}
+
+fn encode_operand(kind: &Kind, operand: &Operand, word: &mut u128) -> Result<(), &'static str> {
+    match kind {
+        Kind::Dst { ext, sizes } => {
+            let Operand::Dst(dst) = operand else {
+                return Err("expected a destination register");
+            };
+            let reg = gpr(u64::from(dst.reg.half), dst.reg.size)?;
+            let (index, wide) = match (sizes, reg.size) {
+                (DstSizes::Only16 | DstSizes::Sized | DstSizes::Sized64, Size::S16) => {
+                    (u64::from(reg.half), false)
+                }
+                (DstSizes::Only32 | DstSizes::Sized | DstSizes::Sized64, Size::S32) => {
+                    (u64::from(reg.half), true)
+                }
+                (DstSizes::Sized64, Size::S64) => (u64::from(reg.half) | 1, true),
+                _ => return Err("destination size not allowed here"),
+            };
+            set_bit(word, 7, dst.cache);
+            if *sizes != DstSizes::Only16 {
+                set_bit(word, 8, wide);
+            }
+            set_field(word, 9, 6, index & 63);
+            set_field(word, *ext, 2, index >> 6);
+        }
+        Kind::Src { at, ext, class } => {
+            let Operand::Src(src) = operand else {
+                return Err("expected a source operand");
+            };
+            encode_src(word, *at, *ext, *class, src)?;
+        }
+        Kind::CmpSel { at, ext } => {
+            let Operand::Src(src) = operand else {
+                return Err("expected a source operand");
+            };
+            if src.abs || src.neg || src.sx {
+                return Err("compare-select results take no modifiers");
+            }
+            let size = if bit(*word, 8) { Size::S32 } else { Size::S16 };
+            let (index, ty) = match src.value {
+                Value::Imm(imm) if (0..=255).contains(&imm) => (imm as u64, 0b100),
+                Value::Imm(_) => return Err("immediate out of range 0..=255"),
+                Value::Float(_) => return Err("compare-select results are raw integers"),
+                Value::Uniform(u) if u.size == size => {
+                    let u = uniform(u64::from(u.half), u.size)?;
+                    (u64::from(u.half & 0xFF), 0b110 | u64::from(u.half >> 8))
+                }
+                Value::Reg(reg, hint) if reg.size == size => {
+                    let reg = gpr(u64::from(reg.half), reg.size)?;
+                    (u64::from(reg.half), hint_code(hint))
+                }
+                _ => return Err("compare-select results must match the destination size"),
+            };
+            set_field(word, *at, 6, index & 63);
+            set_field(word, at + 6, 3, ty);
+            set_field(word, *ext, 2, index >> 6);
+        }
+        Kind::Uint(bits)
+        | Kind::Enum(bits, _)
+        | Kind::Binary(bits)
+        | Kind::TruthTable(bits)
+        | Kind::Mask(bits)
+        | Kind::Sr(bits)
+        | Kind::Shift(bits)
+        | Kind::FieldMask(bits)
+        | Kind::Cf(bits) => put_uint(word, bits, expect_int(operand)?)?,
+        Kind::Target(bits) => {
+            let offset = expect_int(operand)?;
+            let width = bits.width();
+            if offset < -(1 << (width - 1)) || offset >= 1 << (width - 1) {
+                return Err("branch offset out of range");
+            }
+            bits.set(word, (offset as u64) & bits.max());
+        }
+        Kind::R0l { cache } => {
+            let Operand::Dst(dst) = operand else {
+                return Err("expected r0l");
+            };
+            if dst.reg != Reg::l(0) {
+                return Err("this operand is always r0l");
+            }
+            set_bit(word, *cache, dst.cache);
+        }
+        Kind::Regs {
+            value,
+            whole,
+            wide,
+            count,
+            discard,
+        } => {
+            let Operand::Regs(run) = operand else {
+                return Err("expected registers");
+            };
+            check_run(run)?;
+            match wide {
+                Wide::Fixed(size) if *size != run.first.size => {
+                    return Err("register size not allowed here")
+                }
+                Wide::Bit(at) => match run.first.size {
+                    Size::S16 => set_bit(word, *at, false),
+                    Size::S32 => set_bit(word, *at, true),
+                    Size::S64 => return Err("64-bit registers not allowed here"),
+                },
+                Wide::Fixed(_) => {}
+            }
+            let index = if *whole {
+                u64::from(run.first.half / 2)
+            } else {
+                u64::from(run.first.half)
+            };
+            put_uint(word, value, index as i64)?;
+            // Channel counts are not operands of their own: the run's
+            // length is the count.
+            match count {
+                Count::Channels(bits) if (1..=4).contains(&run.count) => {
+                    bits.set(word, u64::from(run.count % 4));
+                }
+                Count::Coefficients(bits)
+                    if run.count.is_multiple_of(3) && (3..=12).contains(&run.count) =>
+                {
+                    bits.set(word, u64::from(run.count / 3 % 4));
+                }
+                Count::Channels(_) | Count::Coefficients(_) => {
+                    return Err("register count must be 1-4 channels");
+                }
+                _ => {}
+            }
+            let expected = run_count(count, *word)?;
+            if run.count != expected && !(expected == 0 && run.count <= 1) {
+                return Err("register count does not match the mask or dimension");
+            }
+            match discard {
+                Some(at) => set_bit(word, *at, run.discard),
+                None if run.discard => return Err("no discard hint here"),
+                None => {}
+            }
+        }
+        Kind::Pair {
+            value,
+            uniform: flag,
+        } => {
+            let (half, is_uniform) = match operand {
+                Operand::Value(Value::Uniform(u)) if u.size == Size::S64 => (u.half, true),
+                Operand::Value(Value::Reg(r, Hint::None)) if r.size == Size::S64 => (r.half, false),
+                _ => return Err("expected a 64-bit register or uniform pair"),
+            };
+            if !half.is_multiple_of(2) {
+                return Err("pair at an odd half");
+            }
+            put_uint(word, value, i64::from(half))?;
+            set_bit(word, *flag, is_uniform);
+        }
+        Kind::ImmOrReg {
+            value,
+            flag,
+            set_means_imm,
+            signed,
+            reg,
+        } => match operand {
+            Operand::Value(Value::Imm(imm)) => {
+                let width = value.width();
+                let ok = if *signed {
+                    *imm >= -(1 << (width - 1)) && *imm < 1 << (width - 1)
+                } else {
+                    *imm >= 0 && (*imm as u64) <= value.max()
+                };
+                if !ok {
+                    return Err("immediate out of range for its field");
+                }
+                value.set(word, (*imm as u64) & value.max());
+                set_bit(word, *flag, *set_means_imm);
+            }
+            Operand::Value(Value::Reg(r, Hint::None)) if r.size == *reg => {
+                let r = gpr(u64::from(r.half), r.size)?;
+                put_uint(word, value, i64::from(r.half))?;
+                set_bit(word, *flag, !*set_means_imm);
+            }
+            _ => return Err("expected an immediate or a register of the right size"),
+        },
+        Kind::TgBase { value, ty } => match operand {
+            Operand::Value(Value::Reg(r, Hint::None)) if r.size == Size::S16 => {
+                put_uint(word, value, i64::from(r.half))?;
+                ty.set(word, 0);
+            }
+            Operand::Value(Value::Imm(0)) => {
+                value.set(word, 0);
+                ty.set(word, 2);
+            }
+            Operand::Value(Value::Uniform(u)) if u.size == Size::S16 => {
+                let u = uniform(u64::from(u.half), u.size)?;
+                put_uint(word, value, i64::from(u.half & 0xFF))?;
+                ty.set(word, 1 | u64::from(u.half >> 8) << 1);
+            }
+            _ => return Err("expected 0, a 16-bit register or a 16-bit uniform"),
+        },
+        Kind::Texture { value, ty } => match operand {
+            Operand::Value(Value::Imm(imm)) => {
+                put_uint(word, value, *imm)?;
+                ty.set(word, 0);
+            }
+            Operand::Value(Value::Reg(r, Hint::None)) if r.size != Size::S64 => {
+                put_uint(word, value, i64::from(r.half))?;
+                ty.set(word, if r.size == Size::S16 { 1 } else { 3 });
+            }
+            _ => return Err("expected a texture state index or a register"),
+        },
+        Kind::Sampler { value, ty } => match operand {
+            Operand::Value(Value::Imm(imm)) => {
+                put_uint(word, value, *imm)?;
+                set_bit(word, *ty, false);
+            }
+            Operand::Value(Value::Reg(r, Hint::None)) if r.size == Size::S16 => {
+                put_uint(word, value, i64::from(r.half))?;
+                set_bit(word, *ty, true);
+            }
+            _ => return Err("expected a sampler state index or a 16-bit register"),
+        },
+        Kind::TexBase { value, texture_ty } => {
+            let bindless = texture_ty.get(*word) == 3;
+            match operand {
+                Operand::Value(Value::Uniform(u)) if bindless && u.size == Size::S64 => {
+                    if !u.half.is_multiple_of(4) {
+                        return Err("bindless base must start at an even uniform");
+                    }
+                    put_uint(word, value, i64::from(u.half / 4))?;
+                }
+                Operand::Value(Value::Imm(0)) if !bindless => value.set(word, 0),
+                _ => return Err("bindless texture needs a uniform pair base, others None"),
+            }
+        }
+        Kind::Lod { value, mode, dim } => {
+            let (half, ok) = match (mode.get(*word), operand) {
+                (1 | 2, Operand::Value(Value::Uniform(u))) => {
+                    (i64::from(u.half), u.size == Size::S16)
+                }
+                (5 | 6, Operand::Value(Value::Reg(r, Hint::None))) => {
+                    (i64::from(r.half), r.size == Size::S16)
+                }
+                (m @ (4 | 12), Operand::Regs(run)) => {
+                    let count = 2 * gradient_axes(dim.get(*word)) + u8::from(m == 12);
+                    check_run(run)?;
+                    let ok = run.first.size == Size::S32 && run.count == count && !run.discard;
+                    (i64::from(run.first.half), ok)
+                }
+                (0 | 3 | 7..=11 | 13.., Operand::Value(Value::Imm(imm))) => (*imm, true),
+                _ => (0, false),
+            };
+            if !ok {
+                return Err("LOD operand does not match the LOD mode");
+            }
+            put_uint(word, value, half)?;
+        }
+    }
+    Ok(())
+}
+
+/// Decodes the instruction at the start of `bytes`.
+pub fn decode(bytes: &[u8]) -> Result<Decoded, DecodeError> {
+    if bytes.len() < 2 {
+        return Err(DecodeError::Truncated {
+            needed_bytes: 2,
+            available_bytes: bytes.len(),
+        });
+    }
+    let head = load_word(&bytes[..bytes.len().min(MAX_LENGTH_BYTES)]);
+    for (index, form) in FORMS.iter().enumerate() {
+        let len = form_length(form, head);
+        let word = head & length_mask(len);
+        if word & form.mask != form.value {
+            continue;
+        }
+        if bytes.len() < len {
+            return Err(DecodeError::Truncated {
+                needed_bytes: len,
+                available_bytes: bytes.len(),
+            });
+        }
+        let op = Op::ALL[index];
+        let mut covered_bits = form.mask;
+        let mut operands = Vec::with_capacity(form.operands.len());
+        for (position, kind) in form.operands.iter().enumerate() {
+            let operand =
+                decode_operand(kind, word).map_err(|reason| DecodeError::InvalidOperand {
+                    mnemonic: form.mnemonic,
+                    position,
+                    reason,
+                })?;
+            covered_bits |= covered(kind);
+            operands.push(operand);
+        }
+        let mut modifiers = 0u8;
+        for (i, (at, _)) in form.modifiers.iter().enumerate() {
+            covered_bits |= mask_of(*at, 1);
+            if bit(word, *at) {
+                modifiers |= 1 << i;
+            }
+        }
+        let mut long = false;
+        if let Length::Toggle {
+            short,
+            long: long_len,
+            bit: at,
+        } = form.length
+        {
+            covered_bits |= mask_of(at, 1);
+            if len == usize::from(long_len) {
+                let tail = word & !length_mask(usize::from(short)) & !mask_of(at, 1);
+                long = tail == 0;
+            }
+        }
+        let unknown_bits = word & !covered_bits;
+        return Ok(Decoded {
+            instr: Instr {
+                op,
+                modifiers,
+                long,
+                operands,
+            },
+            length_bytes: len,
+            unknown_bits,
+        });
+    }
+    Err(DecodeError::NoMatch {
+        word: head & length_mask(bytes.len().min(8)),
+    })
+}
+
+/// Encodes an instruction; returns the bytes and their number.
+pub fn encode(instr: &Instr) -> Result<([u8; MAX_LENGTH_BYTES], usize), EncodeError> {
+    let form = instr.op.form();
+    if instr.operands.len() != form.operands.len() {
+        return Err(EncodeError {
+            mnemonic: form.mnemonic,
+            position: None,
+            reason: "wrong number of operands",
+        });
+    }
+    let mut word = form.value;
+    for (i, (at, _)) in form.modifiers.iter().enumerate() {
+        set_bit(&mut word, *at, instr.modifiers & (1 << i) != 0);
+    }
+    if instr.modifiers >> form.modifiers.len() != 0 {
+        return Err(EncodeError {
+            mnemonic: form.mnemonic,
+            position: None,
+            reason: "unknown modifier",
+        });
+    }
+    for pass in [false, true] {
+        for (position, (kind, operand)) in form.operands.iter().zip(&instr.operands).enumerate() {
+            if depends_on_others(kind) != pass {
+                continue;
+            }
+            encode_operand(kind, operand, &mut word).map_err(|reason| EncodeError {
+                mnemonic: form.mnemonic,
+                position: Some(position),
+                reason,
+            })?;
+        }
+    }
+    let len = match form.length {
+        Length::Fixed(n) => {
+            if instr.long {
+                return Err(EncodeError {
+                    mnemonic: form.mnemonic,
+                    position: None,
+                    reason: "this instruction has one length",
+                });
+            }
+            usize::from(n)
+        }
+        Length::Toggle {
+            short,
+            long,
+            bit: at,
+        } => {
+            if instr.long || word & !length_mask(usize::from(short)) != 0 {
+                set_bit(&mut word, at, true);
+                usize::from(long)
+            } else {
+                usize::from(short)
+            }
+        }
+    };
+    if word & !length_mask(len) != 0 {
+        return Err(EncodeError {
+            mnemonic: form.mnemonic,
+            position: None,
+            reason: "operands need bits past the instruction's length",
+        });
+    }
+    // The identifying bits must still hold (an operand may not overwrite
+    // an opcode bit), or decoding would find another form.
+    if word & form.mask != form.value {
+        return Err(EncodeError {
+            mnemonic: form.mnemonic,
+            position: None,
+            reason: "operands clash with the opcode bits",
+        });
+    }
+    let mut bytes = [0u8; MAX_LENGTH_BYTES];
+    bytes.copy_from_slice(&word.to_le_bytes()[..MAX_LENGTH_BYTES]);
+    Ok((bytes, len))
+}

@@ -1,0 +1,158 @@
+//! The AGX (G13) shader instruction set.
+//!
+//! Every programmable stage of the GPU, and the fixed-function tile
+//! load/store programs the driver writes, run as machine code on the USC
+//! (unified shader core). Instructions are 2 to 12 bytes long, little
+//! endian, and many have a short and a long form (see [`bits`]). This
+//! module describes each instruction form once, as a row of
+//! [`table::FORMS`], and derives everything else from that description:
+//!
+//! - [`decode`] turns bytes into an [`Instr`] (typed operands, not raw
+//!   bits), reporting bits no field explains and refusing bytes no form
+//!   matches;
+//! - [`encode`] turns an [`Instr`] back into bytes, choosing the short
+//!   form when the operands fit;
+//! - [`text::print`] and [`text::parse`] / [`text::assemble`] convert to
+//!   and from applegpu's assembly notation.
+//!
+//! ```
+//! use agx_hw::isa::{self, text};
+//!
+//! let code = text::assemble("fadd32 r0, r1, 0.5\nstop", 0).unwrap();
+//! let first = isa::decode(&code).unwrap();
+//! assert_eq!(first.length_bytes, 4); // the 4-byte form: 0.5 fits
+//! assert_eq!(text::print(&first.instr, 0), "fadd32 r0, r1, 0.5");
+//! ```
+//!
+//! Layouts come from the public reverse-engineering of the G13 ISA
+//! (Dougall Johnson's applegpu, Mesa's agx_pack.c); `Documentation/isa.md`
+//! lists the forms and where the two sources disagree.
+
+pub mod bits;
+mod codec;
+pub mod form;
+pub mod operand;
+pub mod table;
+pub mod text;
+
+use std::fmt;
+
+pub use codec::{decode, encode};
+pub use operand::{Dst, Float8, Hint, Operand, Reg, RegRun, Size, Src, Uniform, Value};
+pub use table::Op;
+
+/// The longest instruction, in bytes.
+pub const MAX_LENGTH_BYTES: usize = 12;
+
+/// A decoded instruction: its form and typed operands.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Instr {
+    /// Which form.
+    pub op: Op,
+    /// Mnemonic flags (`.sat`): bit i is the form's i-th modifier.
+    pub modifiers: u8,
+    /// Use the long encoding even though the short one would hold the
+    /// operands (printed `.long`).
+    pub long: bool,
+    /// One operand per entry of the form's operand list.
+    pub operands: Vec<Operand>,
+}
+
+impl Instr {
+    /// An instruction without modifiers.
+    pub fn new(op: Op, operands: Vec<Operand>) -> Instr {
+        Instr {
+            op,
+            modifiers: 0,
+            long: false,
+            operands,
+        }
+    }
+
+    /// Whether the named modifier (`"sat"`) is set.
+    pub fn has_modifier(&self, name: &str) -> bool {
+        self.op
+            .form()
+            .modifiers
+            .iter()
+            .position(|(_, n)| *n == name)
+            .is_some_and(|i| self.modifiers & (1 << i) != 0)
+    }
+
+    /// The `i`th operand as a number (immediates, enums, counts).
+    pub fn int(&self, i: usize) -> Option<i64> {
+        self.operands.get(i).and_then(Operand::int)
+    }
+}
+
+impl fmt::Display for Instr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&text::print(self, 0))
+    }
+}
+
+/// The result of decoding one instruction.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decoded {
+    /// The instruction.
+    pub instr: Instr,
+    /// Its length in bytes.
+    pub length_bytes: usize,
+    /// Set bits that no field of the form explains (zero for everything
+    /// the encoder produces).
+    pub unknown_bits: u128,
+}
+
+/// Why bytes did not decode.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DecodeError {
+    /// No form's opcode bits match.
+    #[error("no instruction form matches {word:#x}")]
+    NoMatch {
+        /// The bytes (up to 8) as a little-endian number.
+        word: u128,
+    },
+    /// The matching form is longer than the bytes available.
+    #[error("instruction needs {needed_bytes} bytes, only {available_bytes} available")]
+    Truncated {
+        /// The instruction's length.
+        needed_bytes: usize,
+        /// Bytes available.
+        available_bytes: usize,
+    },
+    /// A form matched but an operand's bits mean nothing.
+    #[error("{mnemonic}: operand {position}: {reason}")]
+    InvalidOperand {
+        /// The form's mnemonic.
+        mnemonic: &'static str,
+        /// Which operand (0-based, in printed order).
+        position: usize,
+        /// What is wrong.
+        reason: &'static str,
+    },
+}
+
+/// Why an instruction did not encode.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{mnemonic}{}: {reason}", position.map(|p| format!(": operand {p}")).unwrap_or_default())]
+pub struct EncodeError {
+    /// The form's mnemonic.
+    pub mnemonic: &'static str,
+    /// Which operand, if one is at fault.
+    pub position: Option<usize>,
+    /// What is wrong.
+    pub reason: &'static str,
+}
+
+/// An assembly error, with its 1-based line.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("line {line}: {message}")]
+pub struct AsmError {
+    /// The source line.
+    pub line: usize,
+    /// What is wrong.
+    pub message: String,
+}
+
+#[cfg(test)]
+mod tests;

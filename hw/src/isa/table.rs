@@ -1,0 +1,774 @@
+//! The instruction table: every form the stack knows, in decode order.
+//!
+//! Decoding takes the first row whose identifying bits match, so order
+//! matters only where rows share opcode bits. The order is decided here:
+//!
+//! - `bitop` (0x7E) has aliases keyed on its truth table: `mov` and `not`
+//!   (which also need the second source to be the immediate 0) come before
+//!   `and`/`or`/`xor`/`nand`/`nor`, and those before the generic
+//!   `bitop TT, ...`, which takes every other table.
+//! - `iadd`/`isub` and `imadd`/`imsub` differ only in bit 27; each row
+//!   pins it, so their order is free.
+//! - The conditional exec-mask family (0x52 integer, 0x42 float) is split by
+//!   the operation in bits 9-10 (`if`, `else`, `while`, and `pop_exec` for
+//!   the integer opcode); each row pins those bits.
+//! - The float unary family (0x0A) is split by the operation in bits
+//!   28-33; an operation with no row does not decode.
+//! - `uniform_store` shares 0x45 with `device_store`; the two rows pin bits
+//!   27-29 to different values.
+//! - `no_var` is the exact word 0x80000051 (as Mesa emits it); `st_var`
+//!   and `st_var_final` pin bits 0-9.
+//!
+//! A row's operands are listed in the order applegpu prints them. Where
+//! applegpu prints two different values with one name (the LOD modes
+//! `auto_lod_bias` from a uniform or a register, the interpolation modes
+//! `sample` by immediate or register), this table gives them distinct
+//! names so that text means one encoding.
+
+use super::bits::{Bits, Range};
+use super::form::{Count, DstSizes, Form, Kind, Length, SrcClass, Wide};
+use super::operand::Size;
+
+macro_rules! b {
+    ($($lo:literal : $width:literal),+) => {
+        Bits(&[$(Range { lo: $lo, width: $width }),+])
+    };
+}
+
+macro_rules! table {
+    ($($(#[doc = $doc:literal])* $op:ident => $form:expr,)*) => {
+        /// An instruction form; the discriminant is the row in [`FORMS`].
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum Op {
+            $($(#[doc = $doc])* $op,)*
+        }
+
+        impl Op {
+            /// Every form, in decode order.
+            pub const ALL: &'static [Op] = &[$(Op::$op,)*];
+
+            /// The form's table row.
+            pub fn form(self) -> &'static Form {
+                &FORMS[self as usize]
+            }
+
+            /// The mnemonic.
+            pub fn mnemonic(self) -> &'static str {
+                self.form().mnemonic
+            }
+        }
+
+        /// The instruction table, in decode order.
+        pub static FORMS: &[Form] = &[$($form,)*];
+    };
+}
+
+const fn form(
+    mnemonic: &'static str,
+    mask: u128,
+    value: u128,
+    length: Length,
+    modifiers: &'static [(u8, &'static str)],
+    operands: &'static [Kind],
+) -> Form {
+    Form {
+        mnemonic,
+        mask,
+        value,
+        length,
+        modifiers,
+        operands,
+    }
+}
+
+const fn fixed(bytes: u8) -> Length {
+    Length::Fixed(bytes)
+}
+
+const fn toggle(short: u8, long: u8, bit: u8) -> Length {
+    Length::Toggle { short, long, bit }
+}
+
+const SAT: &[(u8, &str)] = &[(6, "sat")];
+const NONE: &[(u8, &str)] = &[];
+
+/// Integer compare conditions (compare-select).
+pub const INT_CONDITIONS: &[(u32, &str)] = &[
+    (0, "ueq"),
+    (1, "ult"),
+    (2, "ugt"),
+    (4, "seq"),
+    (5, "slt"),
+    (6, "sgt"),
+];
+/// Float compare conditions (compare-select). `ltn`/`gtn` return the
+/// non-NaN operand when one is NaN (Mesa's fmin/fmax).
+pub const FLOAT_CONDITIONS: &[(u32, &str)] = &[
+    (0, "eq"),
+    (1, "lt"),
+    (2, "gt"),
+    (3, "ltn"),
+    (5, "gte"),
+    (6, "lte"),
+    (7, "gtn"),
+];
+/// Integer exec-mask conditions: condition | invert << 3.
+pub const INT_EXEC_CONDITIONS: &[(u32, &str)] = &[
+    (0, "ueq"),
+    (1, "ult"),
+    (2, "ugt"),
+    (4, "seq"),
+    (5, "slt"),
+    (6, "sgt"),
+    (8, "nueq"),
+    (9, "ugte"),
+    (10, "ulte"),
+    (12, "nseq"),
+    (13, "sgte"),
+    (14, "slte"),
+];
+/// Float exec-mask conditions: condition | invert << 3.
+pub const FLOAT_EXEC_CONDITIONS: &[(u32, &str)] = &[
+    (0, "eq"),
+    (1, "lt"),
+    (2, "gt"),
+    (3, "ltn"),
+    (5, "gte"),
+    (6, "lte"),
+    (7, "gtn"),
+    (8, "neq"),
+    (9, "nlt"),
+    (10, "ngt"),
+    (11, "nltn"),
+    (13, "ngte"),
+    (14, "nlte"),
+    (15, "ngtn"),
+];
+/// `convert` modes.
+pub const CONVERT_MODES: &[(u32, &str)] = &[
+    (0, "u8_to_f"),
+    (1, "s8_to_f"),
+    (4, "f_to_u16"),
+    (5, "f_to_s16"),
+    (6, "u16_to_f"),
+    (7, "s16_to_f"),
+    (8, "f_to_u32"),
+    (9, "f_to_s32"),
+    (10, "u32_to_f"),
+    (11, "s32_to_f"),
+];
+/// `convert` rounding modes.
+pub const ROUNDING: &[(u32, &str)] = &[(0, "rtz"), (1, "rte")];
+/// Image-store rounding modes.
+pub const STORE_ROUNDING: &[(u32, &str)] = &[(0, "rte"), (1, "rtz")];
+/// Memory and tilebuffer element formats.
+pub const FORMATS: &[(u32, &str)] = &[
+    (0, "i8"),
+    (1, "i16"),
+    (2, "i32"),
+    (3, "f16"),
+    (4, "u8norm"),
+    (5, "s8norm"),
+    (6, "u16norm"),
+    (7, "s16norm"),
+    (8, "rgb10a2"),
+    (10, "srgba8"),
+    (12, "rg11b10f"),
+    (13, "rgb9e5"),
+];
+/// How a register offset is extended to 64 bits.
+pub const OFFSET_SIGNEDNESS: &[(u32, &str)] = &[(0, "signed"), (1, "unsigned")];
+/// Texture dimensions.
+pub const DIMENSIONS: &[(u32, &str)] = &[
+    (0, "tex_1d"),
+    (1, "tex_1d_array"),
+    (2, "tex_2d"),
+    (3, "tex_2d_array"),
+    (4, "tex_2d_ms"),
+    (5, "tex_3d"),
+    (6, "tex_cube"),
+    (7, "tex_cube_array"),
+    (8, "tex_2d_ms_array"),
+];
+/// Texture level-of-detail modes.
+pub const LOD_MODES: &[(u32, &str)] = &[
+    (0, "auto_lod"),
+    (1, "auto_lod_bias_uniform"),
+    (2, "lod_min_uniform"),
+    (4, "lod_grad"),
+    (5, "auto_lod_bias"),
+    (6, "lod_min"),
+    (12, "lod_grad_min"),
+];
+/// Texture gather modes.
+pub const GATHER: &[(u32, &str)] = &[
+    (0, "none"),
+    (2, "gather_r"),
+    (6, "gather_g"),
+    (10, "gather_b"),
+    (14, "gather_a"),
+    (3, "gather_depth"),
+];
+/// Varying interpolation modes.
+pub const INTERPOLATION: &[(u32, &str)] = &[
+    (0, "center"),
+    (1, "sample"),
+    (2, "centroid"),
+    (3, "sample_reg"),
+];
+/// What `zs_emit` writes.
+pub const DEPTH_STENCIL: &[(u32, &str)] = &[(0, "none"), (1, "z"), (2, "s"), (3, "zs")];
+
+const fn dst(ext: u8, sizes: DstSizes) -> Kind {
+    Kind::Dst { ext, sizes }
+}
+
+const fn src(at: u8, ext: u8, class: SrcClass) -> Kind {
+    Kind::Src { at, ext, class }
+}
+
+const FADD_OPERANDS: &[Kind] = &[
+    dst(44, DstSizes::Sized),
+    src(16, 42, SrcClass::Float),
+    src(28, 40, SrcClass::Float),
+];
+const HADD_OPERANDS: &[Kind] = &[
+    dst(44, DstSizes::Only16),
+    src(16, 42, SrcClass::Half),
+    src(28, 40, SrcClass::Half),
+];
+const UNARY_FLOAT: &[Kind] = &[dst(44, DstSizes::Sized), src(16, 42, SrcClass::Float)];
+const BITOP_BINARY: &[Kind] = &[
+    dst(44, DstSizes::Sized),
+    src(16, 42, SrcClass::Plain),
+    src(28, 40, SrcClass::Plain),
+];
+const BITOP_UNARY: &[Kind] = &[dst(44, DstSizes::Sized), src(16, 42, SrcClass::Plain)];
+const BITFIELD: &[Kind] = &[
+    dst(60, DstSizes::Sized),
+    src(16, 58, SrcClass::Plain),
+    src(28, 56, SrcClass::Plain),
+    src(40, 54, SrcClass::Plain),
+    Kind::FieldMask(b!(38:2, 50:2, 63:1)),
+];
+const IADD: &[Kind] = &[
+    dst(44, DstSizes::Sized64),
+    src(16, 42, SrcClass::Int),
+    src(28, 40, SrcClass::Int),
+    Kind::Shift(b!(39:1, 52:2)),
+];
+const IMADD: &[Kind] = &[
+    dst(60, DstSizes::Sized64),
+    src(16, 58, SrcClass::Int),
+    src(28, 56, SrcClass::Int),
+    src(40, 54, SrcClass::Int),
+    Kind::Shift(b!(39:1, 52:2)),
+];
+const ICMP_EXEC: &[Kind] = &[
+    Kind::R0l { cache: 7 },
+    Kind::Enum(b!(13:3, 8:1), INT_EXEC_CONDITIONS),
+    src(16, 42, SrcClass::Plain),
+    src(28, 40, SrcClass::Plain),
+    Kind::Uint(b!(11:2)),
+];
+const FCMP_EXEC: &[Kind] = &[
+    Kind::R0l { cache: 7 },
+    Kind::Enum(b!(13:3, 8:1), FLOAT_EXEC_CONDITIONS),
+    src(16, 42, SrcClass::Float),
+    src(28, 40, SrcClass::Float),
+    Kind::Uint(b!(11:2)),
+];
+const DEVICE_MEMORY: &[Kind] = &[
+    Kind::Uint(b!(30:1)),
+    Kind::Enum(b!(7:3, 48:1), FORMATS),
+    Kind::Mask(b!(52:4)),
+    Kind::Regs {
+        value: b!(10:6, 40:2),
+        whole: false,
+        wide: Wide::Bit(49),
+        count: Count::Mask(b!(52:4)),
+        discard: None,
+    },
+    Kind::Pair {
+        value: b!(16:4, 36:4),
+        uniform: 27,
+    },
+    Kind::ImmOrReg {
+        value: b!(20:4, 32:4, 56:8),
+        flag: 24,
+        set_means_imm: true,
+        signed: true,
+        reg: Size::S32,
+    },
+    Kind::Enum(b!(25:1), OFFSET_SIGNEDNESS),
+    Kind::Shift(b!(42:2)),
+];
+const DEVICE_STORE: &[Kind] = &[
+    DEVICE_MEMORY[0],
+    DEVICE_MEMORY[1],
+    DEVICE_MEMORY[2],
+    DEVICE_MEMORY[3],
+    DEVICE_MEMORY[4],
+    DEVICE_MEMORY[5],
+    DEVICE_MEMORY[6],
+    DEVICE_MEMORY[7],
+    Kind::Uint(b!(44:1)),
+];
+const UNIFORM_STORE: &[Kind] = &[
+    Kind::Uint(b!(25:2)),
+    Kind::Enum(b!(7:2), FORMATS),
+    Kind::Mask(b!(52:4)),
+    Kind::Uint(b!(44:3)),
+    DEVICE_MEMORY[3],
+    Kind::ImmOrReg {
+        value: b!(20:4, 32:4, 56:8),
+        flag: 24,
+        set_means_imm: true,
+        signed: false,
+        reg: Size::S32,
+    },
+    Kind::Shift(b!(42:2)),
+];
+const THREADGROUP_MEMORY: &[Kind] = &[
+    Kind::Enum(b!(24:4), FORMATS),
+    Kind::Mask(b!(36:4)),
+    Kind::Regs {
+        value: b!(9:6, 60:2),
+        whole: false,
+        wide: Wide::Bit(8),
+        count: Count::Mask(b!(36:4)),
+        discard: None,
+    },
+    Kind::TgBase {
+        value: b!(16:6, 58:2),
+        ty: b!(22:2),
+    },
+    Kind::ImmOrReg {
+        value: b!(28:6, 48:10),
+        flag: 34,
+        set_means_imm: true,
+        signed: true,
+        reg: Size::S16,
+    },
+];
+const TEXTURE: &[Kind] = &[
+    Kind::Uint(b!(23:1)),
+    Kind::Binary(b!(43:4)),
+    Kind::Uint(b!(63:1)),
+    Kind::Enum(b!(86:5), GATHER),
+    Kind::Mask(b!(48:4)),
+    Kind::Binary(b!(69:2)),
+    Kind::Regs {
+        value: b!(9:6, 72:2),
+        whole: false,
+        wide: Wide::Bit(8),
+        count: Count::Mask(b!(48:4)),
+        discard: None,
+    },
+    Kind::TexBase {
+        value: b!(64:5),
+        texture_ty: b!(38:2),
+    },
+    Kind::Texture {
+        value: b!(32:6, 78:2),
+        ty: b!(38:2),
+    },
+    Kind::Sampler {
+        value: b!(56:6, 92:2),
+        ty: 62,
+    },
+    Kind::Enum(b!(40:3, 71:1), DIMENSIONS),
+    Kind::Regs {
+        value: b!(16:6, 74:2),
+        whole: false,
+        wide: Wide::Fixed(Size::S32),
+        count: Count::Coords(b!(40:3, 71:1)),
+        discard: Some(22),
+    },
+    Kind::Enum(b!(52:4), LOD_MODES),
+    Kind::Lod {
+        value: b!(24:6, 76:2),
+        mode: b!(52:4),
+        dim: b!(40:3, 71:1),
+    },
+    Kind::Uint(b!(91:1)),
+    Kind::Regs {
+        value: b!(80:6, 94:2),
+        whole: false,
+        wide: Wide::Fixed(Size::S32),
+        count: Count::Fixed(1),
+        discard: None,
+    },
+];
+const TILE: &[Kind] = &[
+    Kind::Regs {
+        value: b!(9:6, 60:2),
+        whole: false,
+        wide: Wide::Bit(8),
+        count: Count::Mask(b!(36:4)),
+        discard: None,
+    },
+    Kind::Enum(b!(24:4), FORMATS),
+    Kind::Uint(b!(35:1)),
+    Kind::Mask(b!(36:4)),
+    Kind::Uint(b!(28:7, 40:2)),
+    Kind::ImmOrReg {
+        value: b!(42:6, 56:2),
+        flag: 22,
+        set_means_imm: false,
+        signed: false,
+        reg: Size::S16,
+    },
+    Kind::Regs {
+        value: b!(16:6, 58:2),
+        whole: false,
+        wide: Wide::Fixed(Size::S32),
+        count: Count::Fixed(1),
+        discard: None,
+    },
+    Kind::Uint(b!(55:1)),
+];
+const ITER_TAIL: [Kind; 5] = [
+    Kind::Enum(b!(48:2), INTERPOLATION),
+    Kind::Uint(b!(32:8)),
+    Kind::Uint(b!(22:1)),
+    Kind::Uint(b!(46:1)),
+    Kind::Uint(b!(52:1)),
+];
+const ITER_DST: Kind = Kind::Regs {
+    value: b!(9:6, 56:2),
+    whole: false,
+    wide: Wide::Bit(8),
+    count: Count::Channels(b!(30:2)),
+    discard: None,
+};
+const ST_VAR: &[Kind] = &[
+    Kind::Uint(b!(31:1)),
+    Kind::Regs {
+        value: b!(10:5, 24:2),
+        whole: true,
+        wide: Wide::Fixed(Size::S32),
+        count: Count::Fixed(1),
+        discard: None,
+    },
+    Kind::ImmOrReg {
+        value: b!(16:6, 26:2),
+        flag: 23,
+        set_means_imm: true,
+        signed: false,
+        reg: Size::S16,
+    },
+];
+const CALL_REG: &[Kind] = &[Kind::Regs {
+    value: b!(9:7),
+    whole: true,
+    wide: Wide::Fixed(Size::S32),
+    count: Count::Fixed(1),
+    discard: None,
+}];
+const FUNOP_MASK: u128 = 0x3F | 0x3FFF << 28;
+const BITOP_MASK: u128 = 0x807F | 3 << 26 | 3 << 38;
+const BITOP_B_ZERO: u128 = 0x3FF << 28 | 3 << 40;
+const SHIFT_MASK: u128 = 0x0C00_807F;
+const IEXEC_MASK: u128 = 0x7F | 3 << 9 | 3 << 26 | 3 << 38 | 3 << 44;
+const FEXEC_MASK: u128 = 0x7F | 3 << 9 | 3 << 44;
+
+/// Bit pattern of a 4-entry truth table: entry i at bits 26, 27, 38, 39.
+const fn truth_table(table: u128) -> u128 {
+    (table & 1) << 26 | (table >> 1 & 1) << 27 | (table >> 2 & 1) << 38 | (table >> 3 & 1) << 39
+}
+
+const fn funop(mnemonic: &'static str, op: u128) -> Form {
+    form(
+        mnemonic,
+        FUNOP_MASK,
+        0x0A | op << 28,
+        toggle(4, 6, 15),
+        SAT,
+        UNARY_FLOAT,
+    )
+}
+
+table! {
+    /// End of the program.
+    Stop => form("stop", 0xFFFF, 0x0088, fixed(2), NONE, &[]),
+    /// Trap (Mesa pads programs with it after the final `stop`).
+    Trap => form("trap", 0xFFFF, 0x0008, fixed(2), NONE, &[]),
+    /// Jump if any lane is active.
+    JmpExecAny => form("jmp_exec_any", 0xFFFF, 0xC000, fixed(6), NONE, &[Kind::Target(b!(16:32))]),
+    /// Jump if no lane is active.
+    JmpExecNone => form("jmp_exec_none", 0xFFFF, 0xC020, fixed(6), NONE, &[Kind::Target(b!(16:32))]),
+    /// Call a subroutine; r1 receives the return address.
+    Call => form("call", 0xFFFF, 0xC010, fixed(6), NONE, &[Kind::Target(b!(16:32))]),
+    /// Call the address in a register.
+    CallReg => form("call", 0x7F, 0x04, fixed(2), NONE, CALL_REG),
+    /// Return to the address in a register.
+    Ret => form("ret", 0x7F, 0x14, fixed(2), NONE, CALL_REG),
+    /// Wait for a scoreboard slot (outstanding loads).
+    Wait => form("wait", 0xFF, 0x38, fixed(2), NONE, &[Kind::Uint(b!(8:1))]),
+    /// Wait for every SIMD-group of the threadgroup.
+    ThreadgroupBarrier => form("threadgroup_barrier", 0xFF, 0x68, fixed(2), NONE, &[]),
+    /// Order memory accesses.
+    MemoryBarrier => form("memory_barrier", 0xFF, 0xF5, fixed(2), NONE,
+        &[Kind::Uint(b!(10:2)), Kind::Uint(b!(8:2)), Kind::Uint(b!(12:4))]),
+    /// Wait until earlier fragments at this pixel have signalled.
+    WaitPix => form("wait_pix", 0xFF, 0x48, fixed(4), NONE,
+        &[Kind::Uint(b!(8:10)), Kind::Uint(b!(22:2))]),
+    /// Signal later fragments at this pixel.
+    SignalPix => form("signal_pix", 0xFF, 0x58, fixed(4), NONE,
+        &[Kind::Uint(b!(8:10)), Kind::Uint(b!(22:2))]),
+    /// Read a special register.
+    GetSr => form("get_sr", 0x807F, 0x72, fixed(4), NONE,
+        &[dst(28, DstSizes::Sized), Kind::Sr(b!(16:6, 26:2))]),
+    /// Load a 16-bit immediate.
+    MovImm16 => form("mov_imm", 0x17F, 0x62, toggle(4, 6, 15), NONE,
+        &[dst(44, DstSizes::Only16), Kind::Uint(b!(16:16))]),
+    /// Load a 32-bit immediate.
+    MovImm32 => form("mov_imm", 0x17F, 0x162, toggle(6, 8, 15), NONE,
+        &[dst(60, DstSizes::Only32), Kind::Uint(b!(16:32))]),
+    /// 32-bit float add.
+    Fadd32 => form("fadd32", 0x3F, 0x2A, toggle(4, 6, 15), SAT, FADD_OPERANDS),
+    /// 32-bit float multiply.
+    Fmul32 => form("fmul32", 0x3F, 0x1A, toggle(4, 6, 15), SAT, FADD_OPERANDS),
+    /// 16-bit float add.
+    Fadd16 => form("fadd16", 0x3F, 0x26, toggle(4, 6, 15), SAT, HADD_OPERANDS),
+    /// 16-bit float multiply.
+    Fmul16 => form("fmul16", 0x3F, 0x16, toggle(4, 6, 15), SAT, HADD_OPERANDS),
+    /// 32-bit fused multiply-add.
+    Fmadd32 => form("fmadd32", 0x3F, 0x3A, toggle(6, 8, 15), SAT, &[
+        dst(60, DstSizes::Sized),
+        src(16, 58, SrcClass::Float),
+        src(28, 56, SrcClass::Float),
+        src(40, 54, SrcClass::Float),
+    ]),
+    /// 16-bit fused multiply-add.
+    Fmadd16 => form("fmadd16", 0x3F, 0x36, toggle(6, 8, 15), SAT, &[
+        dst(60, DstSizes::Only16),
+        src(16, 58, SrcClass::Half),
+        src(28, 56, SrcClass::Half),
+        src(40, 54, SrcClass::Half),
+    ]),
+    /// Round toward negative infinity.
+    Floor => funop("floor", 0),
+    /// Round toward positive infinity.
+    Ceil => funop("ceil", 16),
+    /// Round toward zero.
+    Trunc => funop("trunc", 32),
+    /// Round to nearest, ties to even.
+    Rint => funop("rint", 48),
+    /// Reciprocal.
+    Rcp => funop("rcp", 8),
+    /// Reciprocal square root.
+    Rsqrt => funop("rsqrt", 9),
+    /// Base-2 logarithm.
+    Log2 => funop("log2", 12),
+    /// Base-2 exponential.
+    Exp2 => funop("exp2", 13),
+    /// Horizontal derivative (within a 2x2 quad).
+    Dfdx => funop("dfdx", 4),
+    /// Vertical derivative (within a 2x2 quad).
+    Dfdy => funop("dfdy", 6),
+    /// Integer add.
+    Iadd => form("iadd", 0x803F | 1 << 27, 0x0E, fixed(8), SAT, IADD),
+    /// Integer subtract.
+    Isub => form("isub", 0x803F | 1 << 27, 0x0E | 1 << 27, fixed(8), SAT, IADD),
+    /// Integer multiply-add.
+    Imadd => form("imadd", 0x803F | 1 << 27, 0x1E, fixed(8), SAT, IMADD),
+    /// Integer multiply-subtract.
+    Imsub => form("imsub", 0x803F | 1 << 27, 0x1E | 1 << 27, fixed(8), SAT, IMADD),
+    /// Integer/float conversion.
+    Convert => form("convert", 0x7F | 1 << 15 | 0xF << 22 | 3 << 38 | 3 << 42, 0x803E, fixed(6), NONE, &[
+        Kind::Enum(b!(16:6), CONVERT_MODES),
+        dst(44, DstSizes::Sized),
+        src(28, 40, SrcClass::Plain),
+        Kind::Enum(b!(26:2), ROUNDING),
+    ]),
+    /// Register move (`bitop` with table 0101 and second source 0).
+    Mov => form("mov", BITOP_MASK | BITOP_B_ZERO, 0x7E | truth_table(0b1010), fixed(6), NONE, BITOP_UNARY),
+    /// Bitwise not (`bitop` with table 1010 and second source 0).
+    Not => form("not", BITOP_MASK | BITOP_B_ZERO, 0x7E | truth_table(0b0101), fixed(6), NONE, BITOP_UNARY),
+    /// Bitwise and.
+    And => form("and", BITOP_MASK, 0x7E | truth_table(0b1000), fixed(6), NONE, BITOP_BINARY),
+    /// Bitwise or.
+    Or => form("or", BITOP_MASK, 0x7E | truth_table(0b1110), fixed(6), NONE, BITOP_BINARY),
+    /// Bitwise exclusive or.
+    Xor => form("xor", BITOP_MASK, 0x7E | truth_table(0b0110), fixed(6), NONE, BITOP_BINARY),
+    /// Bitwise not-and.
+    Nand => form("nand", BITOP_MASK, 0x7E | truth_table(0b0111), fixed(6), NONE, BITOP_BINARY),
+    /// Bitwise not-or.
+    Nor => form("nor", BITOP_MASK, 0x7E | truth_table(0b0001), fixed(6), NONE, BITOP_BINARY),
+    /// Any other two-input bitwise function, given as a truth table.
+    Bitop => form("bitop", 0x807F, 0x7E, fixed(6), NONE, &[
+        Kind::TruthTable(b!(26:2, 38:2)),
+        dst(44, DstSizes::Sized),
+        src(16, 42, SrcClass::Plain),
+        src(28, 40, SrcClass::Plain),
+    ]),
+    /// Bit-field insert (also the left shift).
+    Bfi => form("bfi", SHIFT_MASK, 0x2E, fixed(8), NONE, BITFIELD),
+    /// Bit-field extract and insert low (also the logical right shift).
+    Bfeil => form("bfeil", SHIFT_MASK, 0x802E, fixed(8), NONE, BITFIELD),
+    /// Extract from a 64-bit concatenation.
+    Extr => form("extr", SHIFT_MASK, 0x0400_002E, fixed(8), NONE, BITFIELD),
+    /// Shift left into the high word.
+    Shlhi => form("shlhi", SHIFT_MASK, 0x0800_002E, fixed(8), NONE, BITFIELD),
+    /// Shift right from the high word.
+    Shrhi => form("shrhi", SHIFT_MASK, 0x0800_802E, fixed(8), NONE, BITFIELD),
+    /// Arithmetic shift right.
+    Asr => form("asr", SHIFT_MASK, 0x0400_802E, fixed(8), NONE,
+        &[dst(60, DstSizes::Sized), src(16, 58, SrcClass::Plain), src(28, 56, SrcClass::Plain)]),
+    /// Integer compare and select.
+    Icmpsel => form("icmpsel", 0x7F, 0x12, toggle(8, 10, 15), NONE, &[
+        Kind::Enum(b!(61:3), INT_CONDITIONS),
+        dst(76, DstSizes::Sized),
+        src(16, 74, SrcClass::Plain),
+        src(28, 72, SrcClass::Plain),
+        Kind::CmpSel { at: 40, ext: 70 },
+        Kind::CmpSel { at: 52, ext: 68 },
+    ]),
+    /// Float compare and select.
+    Fcmpsel => form("fcmpsel", 0x7F, 0x02, toggle(8, 10, 15), NONE, &[
+        Kind::Enum(b!(61:3), FLOAT_CONDITIONS),
+        dst(76, DstSizes::Sized),
+        src(16, 74, SrcClass::Float),
+        src(28, 72, SrcClass::Float),
+        Kind::CmpSel { at: 40, ext: 70 },
+        Kind::CmpSel { at: 52, ext: 68 },
+    ]),
+    /// Push an exec-mask level and disable lanes failing an integer compare.
+    IfIcmp => form("if_icmp", IEXEC_MASK, 0x52, fixed(6), NONE, ICMP_EXEC),
+    /// Flip to the else branch of an integer `if`.
+    ElseIcmp => form("else_icmp", IEXEC_MASK, 0x52 | 1 << 9, fixed(6), NONE, ICMP_EXEC),
+    /// Loop condition on an integer compare.
+    WhileIcmp => form("while_icmp", IEXEC_MASK, 0x52 | 2 << 9, fixed(6), NONE, ICMP_EXEC),
+    /// Pop exec-mask levels.
+    PopExec => form("pop_exec", 0x7F | 3 << 9 | ((1 << 35) - 1) << 13, 0x52 | 3 << 9, fixed(6), NONE,
+        &[Kind::R0l { cache: 7 }, Kind::Uint(b!(11:2))]),
+    /// Push an exec-mask level and disable lanes failing a float compare.
+    IfFcmp => form("if_fcmp", FEXEC_MASK, 0x42, fixed(6), NONE, FCMP_EXEC),
+    /// Flip to the else branch of a float `if`.
+    ElseFcmp => form("else_fcmp", FEXEC_MASK, 0x42 | 1 << 9, fixed(6), NONE, FCMP_EXEC),
+    /// Loop condition on a float compare.
+    WhileFcmp => form("while_fcmp", FEXEC_MASK, 0x42 | 2 << 9, fixed(6), NONE, FCMP_EXEC),
+    /// Load from device memory.
+    DeviceLoad => form("device_load", 0x000C_7000_3400_007F, 0x0000_4000_0400_0005, toggle(6, 8, 47), NONE, DEVICE_MEMORY),
+    /// Store uniform registers (from the preamble).
+    UniformStore => form("uniform_store", 0x000C_00F0_380F_027F, 0x3800_0045, toggle(6, 8, 47), NONE, UNIFORM_STORE),
+    /// Store to device memory.
+    DeviceStore => form("device_store", 0x000C_6000_3400_007F, 0x0000_4000_0400_0045, toggle(6, 8, 47), NONE, DEVICE_STORE),
+    /// Load from threadgroup memory.
+    ThreadgroupLoad => form("threadgroup_load", 0x7F, 0x69, toggle(6, 8, 15), NONE, THREADGROUP_MEMORY),
+    /// Store to threadgroup memory.
+    ThreadgroupStore => form("threadgroup_store", 0x7F, 0x29, toggle(6, 8, 15), NONE, THREADGROUP_MEMORY),
+    /// Sample a texture.
+    TextureSample => form("texture_sample", 0xFF, 0x31, toggle(8, 12, 15), NONE, TEXTURE),
+    /// Load texels without filtering.
+    TextureLoad => form("texture_load", 0xFF, 0x71, toggle(8, 12, 15), NONE, TEXTURE),
+    /// Store registers to an image.
+    ImageWrite => form("image_write", 0xFF | 1 << 23, 0xF1 | 1 << 23, toggle(6, 8, 15), NONE, &[
+        Kind::Regs { value: b!(9:6, 56:2), whole: false, wide: Wide::Bit(8), count: Count::Fixed(4), discard: None },
+        Kind::Regs {
+            value: b!(16:6, 58:2),
+            whole: false,
+            wide: Wide::Fixed(Size::S32),
+            count: Count::Coords(b!(40:3, 55:1)),
+            discard: Some(22),
+        },
+        Kind::ImmOrReg { value: b!(24:6, 60:2), flag: 31, set_means_imm: true, signed: false, reg: Size::S16 },
+        Kind::TexBase { value: b!(48:5), texture_ty: b!(38:2) },
+        Kind::Texture { value: b!(32:6, 62:2), ty: b!(38:2) },
+        Kind::Enum(b!(40:3, 55:1), DIMENSIONS),
+        Kind::Enum(b!(53:1), STORE_ROUNDING),
+        Kind::Uint(b!(43:4)),
+    ]),
+    /// Store a tile of the tilebuffer to an image through a PBE descriptor.
+    ImageWriteBlock => form("image_write_block", 0xFF, 0xB1, toggle(6, 10, 15), NONE, &[
+        Kind::Regs { value: b!(9:6, 56:2), whole: false, wide: Wide::Fixed(Size::S32), count: Count::Fixed(1), discard: None },
+        Kind::Regs { value: b!(16:6, 58:2), whole: false, wide: Wide::Fixed(Size::S32), count: Count::Fixed(1), discard: Some(22) },
+        Kind::ImmOrReg { value: b!(24:6), flag: 31, set_means_imm: true, signed: false, reg: Size::S16 },
+        Kind::TexBase { value: b!(48:5), texture_ty: b!(38:2) },
+        Kind::Texture { value: b!(32:6, 78:2), ty: b!(38:2) },
+        Kind::Enum(b!(40:3, 55:1), DIMENSIONS),
+        Kind::Enum(b!(53:1), STORE_ROUNDING),
+        Kind::Enum(b!(8:1, 64:3), FORMATS),
+        Kind::Uint(b!(23:1)),
+        Kind::Uint(b!(43:4)),
+        Kind::Uint(b!(67:1)),
+    ]),
+    /// Load from the tilebuffer.
+    LdTile => form("ld_tile", 0x7F, 0x49, toggle(8, 10, 15), NONE, TILE),
+    /// Store to the tilebuffer.
+    StTile => form("st_tile", 0x7F, 0x09, toggle(8, 10, 15), NONE, TILE),
+    /// Interpolate a varying.
+    Iter => form("iter", 0xFF, 0x21, toggle(4, 8, 15), NONE, &[
+        ITER_DST, Kind::Cf(b!(16:6, 58:2)),
+        ITER_TAIL[0], ITER_TAIL[1], ITER_TAIL[2], ITER_TAIL[3], ITER_TAIL[4], Kind::Uint(b!(23:1)),
+    ]),
+    /// Interpolate a varying with a perspective divide.
+    Iterproj => form("iterproj", 0xFF, 0x61, toggle(4, 8, 15), NONE, &[
+        ITER_DST, Kind::Cf(b!(16:6, 58:2)), Kind::Cf(b!(24:6, 60:2)),
+        ITER_TAIL[0], ITER_TAIL[1], ITER_TAIL[2], ITER_TAIL[3], ITER_TAIL[4], Kind::Uint(b!(23:1)),
+    ]),
+    /// Load the plane coefficients of a varying.
+    Ldcf => form("ldcf", 0xFF, 0xA1, toggle(4, 8, 15), NONE, &[
+        Kind::Regs { value: b!(9:6, 56:2), whole: false, wide: Wide::Bit(8), count: Count::Coefficients(b!(30:2)), discard: None },
+        Kind::Cf(b!(16:6, 58:2)),
+        Kind::Uint(b!(23:1)),
+    ]),
+    /// Store a vertex output.
+    StVar => form("st_var", 0x3FF | 1 << 22, 0x011, fixed(4), NONE, ST_VAR),
+    /// Store the last vertex output.
+    StVarFinal => form("st_var_final", 0x3FF | 1 << 22, 0x091, fixed(4), NONE, ST_VAR),
+    /// The vertex shader writes no outputs.
+    NoVar => form("no_var", 0xFFFF_FFFF, 0x8000_0051, fixed(4), NONE, &[]),
+    /// Update the coverage of some samples (discard is coverage 0).
+    SampleMask => form("sample_mask", 0xFF | 1 << 15, 0xC1, fixed(4), NONE, &[
+        Kind::ImmOrReg { value: b!(9:6, 24:2), flag: 8, set_means_imm: true, signed: false, reg: Size::S16 },
+        Kind::ImmOrReg { value: b!(16:6, 26:2), flag: 23, set_means_imm: true, signed: false, reg: Size::S16 },
+    ]),
+    /// Output depth and/or stencil.
+    ZsEmit => form("zs_emit", 0xFF | 1 << 15 | 3 << 22, 0x41, fixed(4), NONE, &[
+        Kind::ImmOrReg { value: b!(9:6, 24:2), flag: 8, set_means_imm: true, signed: false, reg: Size::S16 },
+        Kind::Enum(b!(29:2), DEPTH_STENCIL),
+        Kind::Regs {
+            value: b!(16:6, 26:2),
+            whole: false,
+            wide: Wide::Fixed(Size::S16),
+            count: Count::DepthStencil { z: 29, s: 30 },
+            discard: None,
+        },
+    ]),
+}
+
+/// Names of the special registers, for printing.
+pub const SPECIAL_REGISTERS: &[(u32, &str)] = &[
+    (0, "threadgroup_position_in_grid.x"),
+    (1, "threadgroup_position_in_grid.y"),
+    (2, "threadgroup_position_in_grid.z"),
+    (4, "threads_per_threadgroup.x"),
+    (5, "threads_per_threadgroup.y"),
+    (6, "threads_per_threadgroup.z"),
+    (8, "dispatch_threads_per_threadgroup.x"),
+    (9, "dispatch_threads_per_threadgroup.y"),
+    (10, "dispatch_threads_per_threadgroup.z"),
+    (20, "core_index"),
+    (21, "vm_slot"),
+    (48, "thread_position_in_threadgroup.x"),
+    (49, "thread_position_in_threadgroup.y"),
+    (50, "thread_position_in_threadgroup.z"),
+    (51, "thread_index_in_threadgroup"),
+    (52, "thread_index_in_simdgroup"),
+    (53, "simdgroup_index_in_threadgroup"),
+    (56, "active_thread_index_in_quadgroup"),
+    (58, "active_thread_index_in_simdgroup"),
+    (60, "internal_coverage_mask"),
+    (62, "backfacing"),
+    (63, "is_active_thread"),
+    (80, "thread_position_in_grid.x"),
+    (81, "thread_position_in_grid.y"),
+    (82, "thread_position_in_grid.z"),
+    (124, "input_sample_mask"),
+    (144, "opfifo_cmd"),
+    (146, "opfifo_data_l"),
+    (147, "opfifo_data_h"),
+];
