@@ -18,10 +18,10 @@
 //! ```
 //! use agx_hw::isa::{self, text};
 //!
-//! let code = text::assemble("fadd32 r0, r1, 0.5\nstop", 0).unwrap();
+//! let code = text::assemble("fadd32 r0, r1, 0.125\nstop", 0).unwrap();
 //! let first = isa::decode(&code).unwrap();
-//! assert_eq!(first.length_bytes, 4); // the 4-byte form: 0.5 fits
-//! assert_eq!(text::print(&first.instr, 0), "fadd32 r0, r1, 0.5");
+//! assert_eq!(first.length_bytes, 4); // the 4-byte form: 0.125 fits
+//! assert_eq!(text::print(&first.instr, 0), "fadd32 r0, r1, 0.125");
 //! ```
 //!
 //! Layouts come from the public reverse-engineering of the G13 ISA
