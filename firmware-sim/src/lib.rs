@@ -6,6 +6,9 @@
 //! overflow and partial renders, fragment shading, texturing and compute.
 //! It never depends on the kmd: like real firmware, it only sees memory.
 //!
-//! Status: only the crate exists; the firmware loop and execution engine
-//! arrive with the "kmd part 2" and "GPU execution" work.
+//! Status: the shader core ([`usc`]) runs AGX machine code; the firmware
+//! loop and the render pipeline around it arrive with the "kmd part 2" and
+//! "GPU execution" work.
 #![forbid(unsafe_code)]
+
+pub mod usc;

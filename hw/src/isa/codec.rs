@@ -130,7 +130,10 @@ fn gpr(half: u64, size: Size) -> Result<Reg, &'static str> {
 }
 
 fn uniform(half: u64, size: Size) -> Result<Uniform, &'static str> {
-    if half > 511 || (size != Size::S16 && !half.is_multiple_of(2)) || size == Size::S64 && half > 508 {
+    if half > 511
+        || (size != Size::S16 && !half.is_multiple_of(2))
+        || size == Size::S64 && half > 508
+    {
         return Err("uniform out of range or misaligned");
     }
     Ok(Uniform {

@@ -124,7 +124,11 @@ impl fmt::Display for Uniform {
 fn write_register(f: &mut fmt::Formatter<'_>, prefix: char, half: u16, size: Size) -> fmt::Result {
     let n = half / 2;
     match size {
-        Size::S16 => write!(f, "{prefix}{n}{}", if half.is_multiple_of(2) { 'l' } else { 'h' }),
+        Size::S16 => write!(
+            f,
+            "{prefix}{n}{}",
+            if half.is_multiple_of(2) { 'l' } else { 'h' }
+        ),
         Size::S32 => write!(f, "{prefix}{n}"),
         Size::S64 => write!(f, "{prefix}{n}_{prefix}{}", n + 1),
     }

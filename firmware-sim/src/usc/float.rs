@@ -1,0 +1,114 @@
+//! Floating-point behaviour of the shader core.
+//!
+//! fp32 arithmetic flushes denormals to zero on input and output (keeping
+//! the sign), as the G13 ALUs do; fp16 keeps its denormals. A 16-bit
+//! register read by a 32-bit float instruction is an fp16 value widened
+//! exactly, and a 16-bit destination of a 32-bit instruction receives the
+//! result rounded to fp16 (round to nearest even). Fused multiply-add
+//! rounds once.
+
+use half::f16;
+
+/// Flushes an fp32 denormal to a zero of the same sign.
+pub(crate) fn ftz(value: f32) -> f32 {
+    if value.is_subnormal() {
+        f32::from_bits(value.to_bits() & 0x8000_0000)
+    } else {
+        value
+    }
+}
+
+/// The fp16 value in the low 16 bits, widened.
+pub(crate) fn half_to_f32(bits: u64) -> f32 {
+    f16::from_bits(bits as u16).to_f32()
+}
+
+/// Rounds to fp16 (nearest even) and returns the bits.
+pub(crate) fn f32_to_half(value: f32) -> u16 {
+    f16::from_f32(value).to_bits()
+}
+
+/// Rounds an exact (f64) result to fp16 (nearest even).
+pub(crate) fn f64_to_half(value: f64) -> u16 {
+    f16::from_f64(value).to_bits()
+}
+
+/// Clamps to [0, 1]; NaN becomes 0.
+pub(crate) fn saturate(value: f32) -> f32 {
+    if value.is_nan() {
+        0.0
+    } else {
+        value.clamp(0.0, 1.0)
+    }
+}
+
+/// Converts an integer to fp32 rounding toward zero or to nearest even.
+pub(crate) fn int_to_f32(value: i64, round_to_zero: bool) -> f32 {
+    let nearest = value as f32;
+    if round_to_zero && (nearest as f64).abs() > (value as f64).abs() {
+        f32::from_bits(nearest.to_bits() - 1)
+    } else {
+        nearest
+    }
+}
+
+/// Converts an integer to fp16 bits rounding toward zero or to nearest even.
+pub(crate) fn int_to_half(value: i64, round_to_zero: bool) -> u16 {
+    let nearest = f16::from_f64(value as f64);
+    if round_to_zero && !nearest.is_infinite() && (nearest.to_f64()).abs() > (value as f64).abs()
+        || round_to_zero && nearest.is_infinite()
+    {
+        nearest.to_bits() - 1
+    } else {
+        nearest.to_bits()
+    }
+}
+
+/// Converts a float to an integer in `[min, max]`: rounded toward zero or
+/// to nearest even, saturating, NaN to zero.
+pub(crate) fn float_to_int(value: f64, round_to_zero: bool, min: i64, max: i64) -> i64 {
+    if value.is_nan() {
+        return 0;
+    }
+    let rounded = if round_to_zero {
+        value.trunc()
+    } else {
+        value.round_ties_even()
+    };
+    if rounded <= min as f64 {
+        min
+    } else if rounded >= max as f64 {
+        max
+    } else {
+        rounded as i64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ftz_keeps_the_sign_and_normal_values() {
+        assert_eq!(ftz(f32::from_bits(1)).to_bits(), 0);
+        assert_eq!(ftz(-f32::from_bits(1)).to_bits(), 0x8000_0000);
+        assert_eq!(ftz(f32::MIN_POSITIVE), f32::MIN_POSITIVE);
+    }
+
+    #[test]
+    fn conversions_round_as_asked() {
+        // 2^24 + 1 is not representable: nearest-even gives 2^24, and so
+        // does truncation; 2^24 + 3 rounds up to 2^24 + 4 at nearest.
+        assert_eq!(int_to_f32(16_777_219, false), 16_777_220.0);
+        assert_eq!(int_to_f32(16_777_219, true), 16_777_218.0);
+        assert_eq!(int_to_f32(-16_777_219, true), -16_777_218.0);
+        assert_eq!(f16::from_bits(int_to_half(2049, false)).to_f32(), 2048.0);
+        assert_eq!(f16::from_bits(int_to_half(2051, true)).to_f32(), 2050.0);
+        assert_eq!(f16::from_bits(int_to_half(70_000, true)).to_f32(), 65504.0);
+        assert_eq!(float_to_int(2.5, false, 0, 255), 2);
+        assert_eq!(float_to_int(3.5, false, 0, 255), 4);
+        assert_eq!(float_to_int(-1.7, true, -128, 127), -1);
+        assert_eq!(float_to_int(1e10, true, 0, 65535), 65535);
+        assert_eq!(float_to_int(f64::NAN, true, 0, 65535), 0);
+    }
+}

@@ -1,0 +1,262 @@
+//! The fixed-function units a shader talks to.
+//!
+//! Some instructions leave the shader core: texture sampling goes to the
+//! texture unit, `ld_tile`/`st_tile` to the tilebuffer that holds the tile
+//! being rendered, `iter` to the varying interpolator that holds the
+//! triangle's plane equations, `st_var` to the vertex output buffer, and
+//! `sample_mask`/`zs_emit` to the fragment back end. The render pipeline
+//! implements [`ShaderIo`] for each stage; a stage that has no such unit
+//! (a compute kernel has no tilebuffer) keeps the default method, which
+//! reports the instruction as invalid for the stage.
+
+use std::fmt;
+
+/// A failure reported by a fixed-function unit (a texture index past the
+/// heap, a tilebuffer offset past the pixel's record, ...).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum IoError {
+    /// The stage has no such unit.
+    #[error("{0} is not available in this stage")]
+    Unavailable(&'static str),
+    /// The unit rejected the request.
+    #[error("{0}")]
+    Invalid(String),
+    /// The unit's memory access faulted.
+    #[error(transparent)]
+    Memory(#[from] super::MemoryFault),
+}
+
+/// Which texture a texture instruction names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TextureHandle {
+    /// An index into the bound texture state.
+    Index(u32),
+    /// A bindless descriptor at `base + offset` (bytes).
+    Bindless {
+        /// The heap base (a uniform pair).
+        base: u64,
+        /// The byte offset (a register).
+        offset: u32,
+    },
+}
+
+/// Which sampler a texture instruction names.
+pub type SamplerIndex = u32;
+
+/// How a texture instruction chooses its level of detail.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum LodArgument {
+    /// From the quad's coordinate derivatives (`ddx`, `ddy` per axis).
+    Auto {
+        /// d(coords)/dx.
+        ddx: [f32; 3],
+        /// d(coords)/dy.
+        ddy: [f32; 3],
+        /// A bias added to the computed LOD.
+        bias: f32,
+    },
+    /// An explicit LOD (`lod_min`), which for `texture_load` is an
+    /// integer mip level.
+    Explicit(f32),
+    /// Explicit gradients.
+    Gradient {
+        /// d(coords)/dx.
+        ddx: [f32; 3],
+        /// d(coords)/dy.
+        ddy: [f32; 3],
+    },
+}
+
+/// A texture sample or load for one lane.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TextureRequest {
+    /// `texture_load` (integer texel coordinates, no filtering) rather
+    /// than `texture_sample`.
+    pub load: bool,
+    /// The texture.
+    pub texture: TextureHandle,
+    /// The sampler (ignored by loads).
+    pub sampler: SamplerIndex,
+    /// Dimension code (0 `tex_1d` .. 8 `tex_2d_ms_array`).
+    pub dim: u32,
+    /// Coordinate register contents: f32 bits for samples, integers for
+    /// loads; array layer / sample index in the last used register.
+    pub coords: [u32; 4],
+    /// Level of detail.
+    pub lod: LodArgument,
+    /// Depth-compare reference, when the instruction compares.
+    pub compare: Option<f32>,
+    /// Which components are wanted.
+    pub mask: u8,
+    /// The destination registers are 16-bit: return fp16 bits for float
+    /// formats.
+    pub half: bool,
+}
+
+/// A store of one lane's texel to an image.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ImageWrite {
+    /// The image (through its PBE descriptor).
+    pub texture: TextureHandle,
+    /// Dimension code.
+    pub dim: u32,
+    /// Integer coordinates (layer last).
+    pub coords: [u32; 4],
+    /// Mip level.
+    pub lod: u32,
+    /// The four values, as register contents.
+    pub values: [u32; 4],
+    /// The values are 16-bit registers.
+    pub half: bool,
+}
+
+/// A block store of the whole tile (end-of-tile program).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BlockStore {
+    /// The image (through its PBE descriptor).
+    pub texture: TextureHandle,
+    /// Dimension code.
+    pub dim: u32,
+    /// Tilebuffer format code of the render target.
+    pub format: u32,
+    /// Byte offset of the render target in each pixel's tilebuffer record.
+    pub tilebuffer_offset_bytes: u32,
+    /// Layer (or explicit coordinates, per `explicit_coords`).
+    pub coords: u32,
+    /// Whether `coords` holds explicit coordinates.
+    pub explicit_coords: bool,
+}
+
+/// A tilebuffer access for one lane.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TileAccess {
+    /// Tilebuffer format code.
+    pub format: u32,
+    /// Byte offset of the render target in the pixel's record.
+    pub offset_bytes: u32,
+    /// Which components.
+    pub mask: u8,
+    /// Which samples (bit n = sample n).
+    pub sample_mask: u32,
+    /// Explicit pixel coordinates within the tile, if given.
+    pub explicit: Option<(u16, u16)>,
+    /// The registers are 16-bit.
+    pub half: bool,
+}
+
+/// How a varying is interpolated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Interpolation {
+    /// At the pixel centre.
+    Center,
+    /// At a given sample.
+    Sample(u32),
+    /// At the centroid of the covered samples.
+    Centroid,
+}
+
+impl fmt::Display for TextureHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TextureHandle::Index(i) => write!(f, "ts{i}"),
+            TextureHandle::Bindless { base, offset } => write!(f, "{base:#x}+{offset:#x}"),
+        }
+    }
+}
+
+/// The fixed-function units around the shader core, per lane.
+///
+/// `lane` is the lane (0-31) of the SIMD-group being run; the implementer
+/// knows which pixel, vertex or thread each lane stands for.
+pub trait ShaderIo {
+    /// Samples or loads a texture; returns up to four register values.
+    fn texture(&mut self, lane: usize, request: &TextureRequest) -> Result<[u32; 4], IoError> {
+        let _ = (lane, request);
+        Err(IoError::Unavailable("the texture unit"))
+    }
+
+    /// Writes a texel to an image.
+    fn image_write(&mut self, lane: usize, request: &ImageWrite) -> Result<(), IoError> {
+        let _ = (lane, request);
+        Err(IoError::Unavailable("image stores"))
+    }
+
+    /// Stores the tile to an image (once per instruction, not per lane).
+    fn block_store(&mut self, request: &BlockStore) -> Result<(), IoError> {
+        let _ = request;
+        Err(IoError::Unavailable("block image stores"))
+    }
+
+    /// Reads the lane's pixel from the tilebuffer.
+    fn tile_load(&mut self, lane: usize, access: &TileAccess) -> Result<[u32; 4], IoError> {
+        let _ = (lane, access);
+        Err(IoError::Unavailable("the tilebuffer"))
+    }
+
+    /// Writes the lane's pixel to the tilebuffer.
+    fn tile_store(
+        &mut self,
+        lane: usize,
+        access: &TileAccess,
+        values: [u32; 4],
+    ) -> Result<(), IoError> {
+        let _ = (lane, access, values);
+        Err(IoError::Unavailable("the tilebuffer"))
+    }
+
+    /// Interpolates `count` channels of the varying whose coefficients
+    /// start at `cf`; `perspective_w` names the coefficient holding 1/W for
+    /// `iterproj`. Returns f32 values.
+    fn interpolate(
+        &mut self,
+        lane: usize,
+        cf: u32,
+        count: usize,
+        interpolation: Interpolation,
+        perspective_w: Option<u32>,
+    ) -> Result<[f32; 4], IoError> {
+        let _ = (lane, cf, count, interpolation, perspective_w);
+        Err(IoError::Unavailable("the varying interpolator"))
+    }
+
+    /// Reads the plane coefficients (A, B, C per channel) of a varying.
+    fn coefficients(
+        &mut self,
+        lane: usize,
+        cf: u32,
+        count: usize,
+    ) -> Result<[[f32; 3]; 4], IoError> {
+        let _ = (lane, cf, count);
+        Err(IoError::Unavailable("the varying interpolator"))
+    }
+
+    /// Stores one 32-bit vertex output word at `slot`.
+    fn store_varying(&mut self, lane: usize, slot: u32, value: u32) -> Result<(), IoError> {
+        let _ = (lane, slot, value);
+        Err(IoError::Unavailable("vertex outputs"))
+    }
+
+    /// Sets the coverage of the samples in `which` to `coverage`.
+    fn sample_mask(&mut self, lane: usize, which: u32, coverage: u32) -> Result<(), IoError> {
+        let _ = (lane, which, coverage);
+        Err(IoError::Unavailable("the fragment back end"))
+    }
+
+    /// Outputs depth and/or stencil for the samples in `which`.
+    fn depth_stencil(
+        &mut self,
+        lane: usize,
+        which: u32,
+        depth: Option<f32>,
+        stencil: Option<u16>,
+    ) -> Result<(), IoError> {
+        let _ = (lane, which, depth, stencil);
+        Err(IoError::Unavailable("the fragment back end"))
+    }
+}
+
+/// A stage with no fixed-function units (plain compute).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NoIo;
+
+impl ShaderIo for NoIo {}

@@ -1,0 +1,495 @@
+//! Per-instruction semantics of the shader core: every lane of a
+//! SIMD-group computes a hand-derived value, and lanes disabled through the
+//! exec mask (r0l != 0) keep their registers untouched.
+
+mod common;
+
+use agx_firmware_sim::usc::{ExecError, Exit, FetchError, SimdGroup};
+use agx_hw::isa::Reg;
+use common::Machine;
+use half::f16;
+
+/// Lanes 2, 5, 8, ... start disabled.
+fn disabled(lane: usize) -> bool {
+    lane % 3 == 2
+}
+
+const SENTINEL: u32 = 0xDEAD_BEEF;
+
+/// Runs `body` + `stop` with r10-r20 preset to a sentinel, `init` applied
+/// per lane, and every third lane disabled.
+fn run_lanes(body: &str, init: impl Fn(&mut SimdGroup, usize)) -> SimdGroup {
+    let mut machine = Machine::new(&format!("{body}\nstop"));
+    let mut group = machine.group();
+    for lane in 0..32 {
+        for r in 10..=20 {
+            group.write(Reg::r(r), lane, u64::from(SENTINEL));
+        }
+        init(&mut group, lane);
+        group.write(Reg::l(0), lane, u64::from(disabled(lane)));
+    }
+    assert_eq!(machine.run(&mut group), Ok(Exit::Stopped));
+    group
+}
+
+/// Checks `reg` in every lane: `expected(lane)` where enabled, the
+/// sentinel (or its half) where disabled.
+fn check(group: &SimdGroup, reg: Reg, expected: impl Fn(usize) -> u64) {
+    for lane in 0..32 {
+        let got = group.read(reg, lane);
+        if disabled(lane) {
+            let sentinel = group_sentinel(reg);
+            assert_eq!(
+                got, sentinel,
+                "{reg} lane {lane} is disabled and must keep its value"
+            );
+        } else {
+            assert_eq!(got, expected(lane), "{reg} lane {lane}: got {got:#x}");
+        }
+    }
+}
+
+fn group_sentinel(reg: Reg) -> u64 {
+    let mut g = SimdGroup::new(0, 1);
+    g.write(Reg::r(reg.half / 2), 0, u64::from(SENTINEL));
+    if reg.size == agx_hw::isa::Size::S64 {
+        g.write(Reg::r(reg.half / 2 + 1), 0, u64::from(SENTINEL));
+    }
+    g.read(reg, 0)
+}
+
+fn f(v: f32) -> u64 {
+    u64::from(v.to_bits())
+}
+
+fn h(v: f32) -> u64 {
+    u64::from(f16::from_f32(v).to_bits())
+}
+
+#[test_log::test]
+fn float32_arithmetic_with_modifiers_and_saturation() {
+    let g = run_lanes(
+        "fadd32 r10, r1, r2\nfmul32 r11, r1.neg, 0.5\nfadd32.sat r12, r1.abs.neg, 1.0\nfmadd32 r13, r1, r2, r1",
+        |g, lane| {
+            g.write(Reg::r(1), lane, f(lane as f32 * 1.5));
+            g.write(Reg::r(2), lane, f(0.25));
+        },
+    );
+    check(&g, Reg::r(10), |l| f(l as f32 * 1.5 + 0.25));
+    check(&g, Reg::r(11), |l| f(-(l as f32 * 1.5) * 0.5));
+    check(
+        &g,
+        Reg::r(12),
+        |l| f((1.0 - l as f32 * 1.5).clamp(0.0, 1.0)),
+    );
+    check(&g, Reg::r(13), |l| {
+        f((l as f32 * 1.5).mul_add(0.25, l as f32 * 1.5))
+    });
+}
+
+#[test_log::test]
+fn fp32_flushes_denormals_and_fma_rounds_once() {
+    let g = run_lanes(
+        "fmul32 r10, r1, 0.5\nfadd32 r11, r2, 0.0\nfadd32 r12, r2.neg, 0.0\nfmadd32 r13, r3, r4, r5",
+        |g, lane| {
+            g.write(Reg::r(1), lane, f(f32::MIN_POSITIVE)); // result would be denormal
+            g.write(Reg::r(2), lane, 1); // denormal input
+            g.write(Reg::r(3), lane, f(1.0 + f32::EPSILON));
+            g.write(Reg::r(4), lane, f(1.0 - f32::EPSILON));
+            g.write(Reg::r(5), lane, f(-1.0));
+        },
+    );
+    check(&g, Reg::r(10), |_| 0);
+    check(&g, Reg::r(11), |_| 0);
+    // -0 + 0 is +0 under round-to-nearest.
+    check(&g, Reg::r(12), |_| 0);
+    // (1 + e)(1 - e) - 1 = -e^2 exactly when fused; 0 if rounded twice.
+    check(&g, Reg::r(13), |_| f(-(f32::EPSILON * f32::EPSILON)));
+}
+
+#[test_log::test]
+fn fp16_arithmetic_keeps_denormals_and_mixes_with_fp32() {
+    let g = run_lanes(
+        "fadd16 r10l, r1l, r1h\nfmul16 r11l, r2l, 0.5\nfmadd16 r12l, r1l, r1l, r1h\nfadd32 r13l, r1l, 1.0\nfmul32 r14, r1l, 2.0",
+        |g, lane| {
+            g.write(Reg::l(1), lane, h(lane as f32));
+            g.write(Reg::h(1), lane, h(0.5));
+            g.write(Reg::l(2), lane, 0x0400); // smallest normal fp16
+        },
+    );
+    let keep_high = |low: u64| (u64::from(SENTINEL) & 0xFFFF_0000) | low;
+    check(&g, Reg::r(10), |l| keep_high(h(l as f32 + 0.5)));
+    check(&g, Reg::r(11), |_| keep_high(0x0200));
+    check(&g, Reg::r(12), |l| keep_high(h((l * l) as f32 + 0.5)));
+    check(&g, Reg::r(13), |l| keep_high(h(l as f32 + 1.0)));
+    check(&g, Reg::r(14), |l| f(l as f32 * 2.0));
+}
+
+#[test_log::test]
+fn float_unary_operations() {
+    let g = run_lanes(
+        "floor r10, r1\nceil r11, r1\ntrunc r12, r1\nrint r13, r1\nrcp r14, r2\nrsqrt r15, r2\nlog2 r16, r2\nexp2 r17, r3\nfloor.sat r18, r4",
+        |g, lane| {
+            g.write(Reg::r(1), lane, f(lane as f32 * 0.5 - 4.25));
+            g.write(Reg::r(2), lane, f(4.0 * (1 << (lane % 4)) as f32));
+            g.write(Reg::r(3), lane, f(lane as f32 - 3.0));
+            g.write(Reg::r(4), lane, f(lane as f32 * 0.25));
+        },
+    );
+    let x = |l: usize| l as f32 * 0.5 - 4.25;
+    let y = |l: usize| 4.0 * (1 << (l % 4)) as f32;
+    check(&g, Reg::r(10), |l| f(x(l).floor()));
+    check(&g, Reg::r(11), |l| f(x(l).ceil()));
+    check(&g, Reg::r(12), |l| f(x(l).trunc()));
+    check(&g, Reg::r(13), |l| f(x(l).round_ties_even()));
+    check(&g, Reg::r(14), |l| f(1.0 / y(l)));
+    check(&g, Reg::r(15), |l| f(1.0 / y(l).sqrt()));
+    check(&g, Reg::r(16), |l| f(2.0 + (l % 4) as f32));
+    check(&g, Reg::r(17), |l| f(2f32.powi(l as i32 - 3)));
+    check(&g, Reg::r(18), |l| f((l as f32 * 0.25).floor().min(1.0)));
+}
+
+#[test_log::test]
+fn quad_derivatives() {
+    // Lanes form 2x2 quads: bit 0 of the lane is x, bit 1 is y.
+    let g = run_lanes("dfdx r10, r1\ndfdy r11, r1", |g, lane| {
+        let x = (lane & 1) as f32;
+        let y = ((lane >> 1) & 1) as f32;
+        g.write(Reg::r(1), lane, f(3.0 * x + 5.0 * y + lane as f32));
+    });
+    // Within a quad, lane + 1 adds 1 and lane + 2 adds 2 to `lane`.
+    check(&g, Reg::r(10), |_| f(4.0));
+    check(&g, Reg::r(11), |_| f(7.0));
+}
+
+#[test_log::test]
+fn integer_add_subtract_multiply() {
+    let g = run_lanes(
+        "iadd r10, r1, r2, lsl 2\nisub r11, r1, r2\niadd.sat r12, r3, r3\nisub.sat r13, r4.sx, 1\niadd r14l, r5l, 1\nimadd r15, r1, r1, 7\nimsub r16, r1, 3, r2",
+        |g, lane| {
+            g.write(Reg::r(1), lane, lane as u64);
+            g.write(Reg::r(2), lane, 100);
+            g.write(Reg::r(3), lane, 0x8000_0000 + lane as u64);
+            g.write(Reg::r(4), lane, 0x8000_0000 + (lane as u64 % 2));
+            g.write(Reg::l(5), lane, 0xFFFF - lane as u64 % 2);
+        },
+    );
+    check(&g, Reg::r(10), |l| l as u64 + 400);
+    check(&g, Reg::r(11), |l| (l as u32).wrapping_sub(100) as u64);
+    check(&g, Reg::r(12), |_| 0xFFFF_FFFF);
+    // MIN - 1 saturates to MIN; (MIN + 1) - 1 is MIN.
+    check(&g, Reg::r(13), |_| 0x8000_0000);
+    check(&g, Reg::r(14), |l| {
+        (u64::from(SENTINEL) & 0xFFFF_0000) | ((0xFFFF - l as u64 % 2 + 1) & 0xFFFF)
+    });
+    check(&g, Reg::r(15), |l| (l * l + 7) as u64);
+    check(&g, Reg::r(16), |l| (3 * l as u32).wrapping_sub(100) as u64);
+}
+
+#[test_log::test]
+fn sixty_four_bit_add_carries_and_sign_extends() {
+    let g = run_lanes(
+        "iadd r10_r11, r12_r13, 1\niadd r14_r15, r16_r17, r1.sx",
+        |g, lane| {
+            g.write(Reg::pair(12), lane, 0xFFFF_FFFF);
+            g.write(Reg::pair(16), lane, 1000);
+            g.write(Reg::r(1), lane, (-(lane as i64)) as u32 as u64);
+        },
+    );
+    check(&g, Reg::pair(10), |_| 0x1_0000_0000);
+    check(&g, Reg::pair(14), |l| 1000 - l as u64);
+}
+
+#[test_log::test]
+fn bit_operations_and_shifts() {
+    let g = run_lanes(
+        "and r10, r1, r2\nor r11, r1, r2\nxor r12, r1, r2\nnot r13, r1\nmov r14, r1\nbitop 1001, r15, r1, r2\nbfi r16, r3, r1, 8, mask 0xFF\nbfeil r17, 0, r1, 4\nextr r18, r1, r2, 8\nasr r19, r4, 4\nbfi r20, 0, r1, 3",
+        |g, lane| {
+            g.write(Reg::r(1), lane, lane as u64 * 0x0101_0101);
+            g.write(Reg::r(2), lane, 0x0F0F_00FF);
+            g.write(Reg::r(3), lane, 0xAAAA_AAAA);
+            g.write(Reg::r(4), lane, (-(lane as i32) * 256) as u32 as u64);
+        },
+    );
+    let a = |l: usize| l as u32 * 0x0101_0101;
+    let b = 0x0F0F_00FFu32;
+    check(&g, Reg::r(10), |l| u64::from(a(l) & b));
+    check(&g, Reg::r(11), |l| u64::from(a(l) | b));
+    check(&g, Reg::r(12), |l| u64::from(a(l) ^ b));
+    check(&g, Reg::r(13), |l| u64::from(!a(l)));
+    check(&g, Reg::r(14), |l| u64::from(a(l)));
+    check(&g, Reg::r(15), |l| u64::from(!(a(l) ^ b)));
+    check(&g, Reg::r(16), |l| {
+        u64::from((0xAAAA_AAAA & !0xFF00) | ((a(l) & 0xFF) << 8))
+    });
+    check(&g, Reg::r(17), |l| u64::from(a(l) >> 4));
+    check(&g, Reg::r(18), |l| {
+        u64::from((((u64::from(b) << 32) | u64::from(a(l))) >> 8) as u32)
+    });
+    check(&g, Reg::r(19), |l| {
+        u64::from(((-(l as i32) * 256) >> 4) as u32)
+    });
+    check(&g, Reg::r(20), |l| u64::from(a(l) << 3));
+}
+
+#[test_log::test]
+fn compare_and_select() {
+    let g = run_lanes(
+        "icmpsel slt, r10, r5, r6, r1, r2\nicmpsel ult, r11, r5, r6, r1, r2\nfcmpsel gtn, r12, r7, r8, r7, r8\nfcmpsel ltn, r13, r8, r7, r8, r7\nicmpsel ueq, r14l, r3l, 3, 200, 100",
+        |g, lane| {
+            g.write(Reg::r(1), lane, 111);
+            g.write(Reg::r(2), lane, 222);
+            g.write(Reg::r(5), lane, (lane as i32 - 16) as u32 as u64);
+            g.write(Reg::r(6), lane, 0);
+            g.write(Reg::r(7), lane, f(lane as f32 - 10.0));
+            let other = if lane % 4 == 0 { f32::NAN } else { 0.0 };
+            g.write(Reg::r(8), lane, f(other));
+            g.write(Reg::l(3), lane, lane as u64 % 5);
+        },
+    );
+    check(&g, Reg::r(10), |l| if l < 16 { 111 } else { 222 });
+    check(&g, Reg::r(11), |_| 222); // unsigned: negative values are huge
+                                    // fmax/fmin that return the non-NaN operand.
+    check(&g, Reg::r(12), |l| {
+        if l % 4 == 0 {
+            f(l as f32 - 10.0)
+        } else {
+            f((l as f32 - 10.0).max(0.0))
+        }
+    });
+    check(&g, Reg::r(13), |l| {
+        if l % 4 == 0 {
+            f(l as f32 - 10.0)
+        } else {
+            f((l as f32 - 10.0).min(0.0))
+        }
+    });
+    check(&g, Reg::r(14), |l| {
+        (u64::from(SENTINEL) & 0xFFFF_0000) | if l % 5 == 3 { 200 } else { 100 }
+    });
+}
+
+#[test_log::test]
+fn conversions() {
+    let g = run_lanes(
+        "convert u32_to_f, r10, r1, rte\nconvert u32_to_f, r11, r1, rtz\nconvert s32_to_f, r12, r2, rte\nconvert f_to_s32, r13, r3, rtz\nconvert f_to_s32, r14, r3, rte\nconvert f_to_u16, r15l, r4, rtz\nconvert u8_to_f, r16, r5, rte\nconvert s16_to_f, r17l, r6l, rte",
+        |g, lane| {
+            g.write(Reg::r(1), lane, 16_777_216 + 2 * lane as u64 + 1);
+            g.write(Reg::r(2), lane, (-(lane as i32) - 1) as u32 as u64);
+            g.write(Reg::r(3), lane, f(lane as f32 * 0.5 - 4.0));
+            g.write(Reg::r(4), lane, f(lane as f32 * 4096.0 - 1000.0));
+            g.write(Reg::r(5), lane, 0x1234_5600 + lane as u64);
+            g.write(Reg::l(6), lane, (-(lane as i16)) as u16 as u64);
+        },
+    );
+    // Odd integers above 2^24 are halfway: nearest-even vs toward zero.
+    check(
+        &g,
+        Reg::r(10),
+        |l| f((16_777_216 + 2 * l as u64 + 1) as f32),
+    );
+    check(&g, Reg::r(11), |l| f((16_777_216 + 2 * l as u64) as f32));
+    check(&g, Reg::r(12), |l| f(-(l as f32) - 1.0));
+    check(&g, Reg::r(13), |l| {
+        ((l as f32 * 0.5 - 4.0).trunc() as i32) as u32 as u64
+    });
+    check(&g, Reg::r(14), |l| {
+        ((l as f32 * 0.5 - 4.0).round_ties_even() as i32) as u32 as u64
+    });
+    let high = u64::from(SENTINEL) & 0xFFFF_0000;
+    check(&g, Reg::r(15), |l| {
+        high | ((l as f32 * 4096.0 - 1000.0).clamp(0.0, 65535.0) as u64)
+    });
+    check(&g, Reg::r(16), |l| f(l as f32));
+    check(&g, Reg::r(17), |l| high | h(-(l as i32) as f32));
+}
+
+#[test_log::test]
+fn immediates_and_special_registers() {
+    let mut machine = Machine::new("mov_imm r10, 3735928559\nmov_imm r11l, 4660\nget_sr r12, sr52\nget_sr r13, sr80\nget_sr r14, sr58\nstop");
+    let mut group = machine.group();
+    group
+        .special
+        .set_lanes(80, std::array::from_fn(|lane| 100 + lane as u32));
+    for lane in 0..32 {
+        group.write(Reg::l(0), lane, u64::from(disabled(lane)));
+    }
+    assert_eq!(machine.run(&mut group), Ok(Exit::Stopped));
+    let mut active_before = 0;
+    for lane in 0..32 {
+        if disabled(lane) {
+            assert_eq!(group.read(Reg::r(12), lane), 0);
+            continue;
+        }
+        assert_eq!(group.read(Reg::r(10), lane), 0xDEAD_BEEF);
+        assert_eq!(group.read(Reg::l(11), lane), 4660);
+        assert_eq!(group.read(Reg::r(12), lane), lane as u64);
+        assert_eq!(group.read(Reg::r(13), lane), 100 + lane as u64);
+        assert_eq!(group.read(Reg::r(14), lane), active_before);
+        active_before += 1;
+    }
+    // A special register the dispatch did not provide is an error.
+    let mut machine = Machine::new("get_sr r1, sr0\nstop");
+    let mut group = machine.group();
+    let err = machine.run(&mut group).unwrap_err();
+    assert!(
+        matches!(err, ExecError::SpecialRegister { sr: 0, .. }),
+        "{err}"
+    );
+}
+
+#[test_log::test]
+fn nested_if_else() {
+    let source = "
+        mov_imm r10, 0
+        if_icmp r0l, ult, r1, 16, 1
+            and r2, r1, 1
+            if_icmp r0l, ueq, r2, 1, 1
+                mov_imm r10, 1
+            else_icmp r0l, ueq, 0, 0, 1
+                mov_imm r10, 2
+            pop_exec r0l, 1
+        else_icmp r0l, ueq, 0, 0, 1
+            mov_imm r10, 3
+        pop_exec r0l, 1
+        stop";
+    let mut machine = Machine::new(source);
+    let mut group = machine.group();
+    for lane in 0..32 {
+        group.write(Reg::r(1), lane, lane as u64);
+    }
+    assert_eq!(machine.run(&mut group), Ok(Exit::Stopped));
+    for lane in 0..32 {
+        let expected = if lane >= 16 {
+            3
+        } else if lane % 2 == 1 {
+            1
+        } else {
+            2
+        };
+        assert_eq!(group.read(Reg::r(10), lane), expected, "lane {lane}");
+        assert_eq!(
+            group.read(Reg::l(0), lane),
+            0,
+            "exec stack balanced in lane {lane}"
+        );
+    }
+}
+
+#[test_log::test]
+fn jmp_exec_none_skips_a_body_no_lane_takes() {
+    let source = "
+        if_icmp r0l, ugt, r1, 100, 1
+        jmp_exec_none skip
+        trap
+    skip:
+        pop_exec r0l, 1
+        mov_imm r10, 7
+        stop";
+    let mut machine = Machine::new(source);
+    let mut group = machine.group();
+    assert_eq!(machine.run(&mut group), Ok(Exit::Stopped));
+    assert_eq!(group.read(Reg::r(10), 31), 7);
+}
+
+#[test_log::test]
+fn while_loop_with_jmp_exec_any() {
+    let source = "
+        mov_imm r10, 0
+        mov_imm r11, 0
+        if_icmp r0l, ult, r11, r1, 1
+        jmp_exec_none done
+    loop:
+        iadd r10, r10, r11
+        iadd r11, r11, 1
+        while_icmp r0l, ult, r11, r1, 1
+        jmp_exec_any loop
+    done:
+        pop_exec r0l, 1
+        stop";
+    let mut machine = Machine::new(source);
+    let mut group = machine.group();
+    for lane in 0..32 {
+        group.write(Reg::r(1), lane, lane as u64);
+    }
+    assert_eq!(machine.run(&mut group), Ok(Exit::Stopped));
+    for lane in 0..32u64 {
+        assert_eq!(
+            group.read(Reg::r(10), lane as usize),
+            lane * lane.saturating_sub(1) / 2
+        );
+        assert_eq!(group.read(Reg::r(11), lane as usize), lane);
+    }
+}
+
+#[test_log::test]
+fn call_and_return() {
+    let source = "
+        mov_imm r10, 5
+        call double
+        call double
+        stop
+    double:
+        iadd r10, r10, r10
+        ret r1";
+    let mut machine = Machine::new(source);
+    let mut group = machine.group();
+    assert_eq!(machine.run(&mut group), Ok(Exit::Stopped));
+    assert_eq!(group.read(Reg::r(10), 0), 20);
+}
+
+#[test_log::test]
+fn bad_programs_fault_instead_of_panicking() {
+    // Falls off the end into zero bytes, which decode as nothing.
+    let mut machine = Machine::new("mov_imm r1, 1");
+    let mut group = machine.group();
+    let err = machine.run(&mut group).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ExecError::Fetch {
+                source: FetchError::Decode { .. },
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert_eq!(err.pc(), common::CODE_BASE + 6);
+
+    // Never stops.
+    let mut machine = Machine::new("loop: jmp_exec_any loop");
+    let mut group = machine.group();
+    let err = machine.run(&mut group).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ExecError::Timeout {
+                executed_instructions: common::BUDGET,
+                ..
+            }
+        ),
+        "{err}"
+    );
+
+    // Jumps to an unmapped address.
+    let mut machine = Machine::new("jmp_exec_any pc+0x100000\nstop");
+    let mut group = machine.group();
+    let err = machine.run(&mut group).unwrap_err();
+    assert_eq!(err.fault_address(), Some(common::CODE_BASE + 0x100000));
+
+    // Trap.
+    let mut machine = Machine::new("trap");
+    let mut group = machine.group();
+    assert!(matches!(
+        machine.run(&mut group),
+        Err(ExecError::Trap { .. })
+    ));
+
+    // An undefined condition code.
+    let mut machine = Machine::new("icmpsel 3, r1, r2, r3, r4, r5\nstop");
+    let mut group = machine.group();
+    assert!(matches!(
+        machine.run(&mut group),
+        Err(ExecError::Unsupported { .. })
+    ));
+}
