@@ -1,0 +1,604 @@
+//! Whole programs assembled from text and run on the shader core, checked
+//! against plain Rust; memory formats and faults; threadgroup memory with
+//! barriers; the fixed-function interfaces, driven by small in-test units.
+
+mod common;
+
+use std::collections::HashMap;
+
+use agx_firmware_sim::usc::io::{
+    BlockStore, Interpolation, LodArgument, TextureHandle, TextureRequest, TileAccess,
+};
+use agx_firmware_sim::usc::{
+    AccessKind, Env, ExecError, Exit, FaultReason, IoError, ProgramCache, ShaderIo, SimdGroup,
+};
+use agx_hw::isa::Reg;
+use common::{Machine, BUDGET, CODE_BASE};
+
+const DATA: u64 = 0x2_0000_0000;
+
+fn set_pair(uniforms: &mut [u32; 256], n: usize, address: u64) {
+    uniforms[n] = address as u32;
+    uniforms[n + 1] = (address >> 32) as u32;
+}
+
+#[test_log::test]
+fn saxpy_loop_over_device_memory() {
+    // y[i] = a * x[i] + y[i]; each lane strides by 32 until n.
+    let source = "
+        get_sr r1, sr52
+        if_icmp r0l, ult, r1, u5, 1
+        jmp_exec_none done
+    loop:
+        device_load 0, i32, x, r2, u0_u1, r1, unsigned
+        device_load 0, i32, x, r3, u2_u3, r1, unsigned
+        wait 0
+        fmadd32 r3, u4, r2, r3
+        device_store 0, i32, x, r3, u2_u3, r1, unsigned, 0
+        iadd r1, r1, 32
+        while_icmp r0l, ult, r1, u5, 1
+        jmp_exec_any loop
+    done:
+        pop_exec r0l, 1
+        stop";
+    let n = 100usize;
+    let a = 1.75f32;
+    let x: Vec<f32> = (0..n).map(|i| i as f32 * 0.37 - 9.0).collect();
+    let y: Vec<f32> = (0..n).map(|i| (i * i) as f32 / 7.0).collect();
+    let mut m = Machine::new(source);
+    let (x_base, y_base) = (DATA, DATA + 0x1000);
+    m.memory.map(DATA, 0x2000, true);
+    m.memory
+        .poke_u32s(x_base, &x.iter().map(|v| v.to_bits()).collect::<Vec<_>>());
+    m.memory
+        .poke_u32s(y_base, &y.iter().map(|v| v.to_bits()).collect::<Vec<_>>());
+    set_pair(&mut m.uniforms, 0, x_base);
+    set_pair(&mut m.uniforms, 2, y_base);
+    m.uniforms[4] = a.to_bits();
+    m.uniforms[5] = n as u32;
+    let mut group = m.group();
+    assert_eq!(m.run(&mut group), Ok(Exit::Stopped));
+    let expected: Vec<u32> = x
+        .iter()
+        .zip(&y)
+        .map(|(x, y)| a.mul_add(*x, *y).to_bits())
+        .collect();
+    assert_eq!(m.memory.peek_u32s(y_base, n), expected);
+    // Past n nothing was written.
+    assert_eq!(m.memory.peek_u32s(y_base + 4 * n as u64, 1), [0]);
+}
+
+#[test_log::test]
+fn four_by_four_matrix_transform() {
+    // out[v] = M * in[v], M column-major in u8..u23, one vertex per lane.
+    let source = "
+        get_sr r1, sr52
+        device_load 0, i32, xyzw, r4_r5_r6_r7, u0_u1, r1, unsigned, lsl 2
+        wait 0
+        fmul32 r8, u8, r4
+        fmul32 r9, u9, r4
+        fmul32 r10, u10, r4
+        fmul32 r11, u11, r4
+        fmadd32 r8, u12, r5, r8
+        fmadd32 r9, u13, r5, r9
+        fmadd32 r10, u14, r5, r10
+        fmadd32 r11, u15, r5, r11
+        fmadd32 r8, u16, r6, r8
+        fmadd32 r9, u17, r6, r9
+        fmadd32 r10, u18, r6, r10
+        fmadd32 r11, u19, r6, r11
+        fmadd32 r8, u20, r7, r8
+        fmadd32 r9, u21, r7, r9
+        fmadd32 r10, u22, r7, r10
+        fmadd32 r11, u23, r7, r11
+        device_store 0, i32, xyzw, r8_r9_r10_r11, u2_u3, r1, unsigned, lsl 2, 0
+        stop";
+    let matrix: [[f32; 4]; 4] = [
+        [0.5, 1.0, -2.0, 0.0],
+        [3.0, 0.25, 1.5, 0.0],
+        [-1.0, 2.0, 0.75, 0.0],
+        [10.0, -20.0, 30.0, 1.0],
+    ]; // columns
+    let vertices: Vec<[f32; 4]> = (0..32)
+        .map(|i| [i as f32 * 0.1, 1.0 - i as f32, (i * i) as f32 * 0.01, 1.0])
+        .collect();
+    let mut m = Machine::new(source);
+    m.memory.map(DATA, 0x2000, true);
+    let flat: Vec<u32> = vertices.iter().flatten().map(|v| v.to_bits()).collect();
+    m.memory.poke_u32s(DATA, &flat);
+    set_pair(&mut m.uniforms, 0, DATA);
+    set_pair(&mut m.uniforms, 2, DATA + 0x1000);
+    for (c, column) in matrix.iter().enumerate() {
+        for (r, v) in column.iter().enumerate() {
+            m.uniforms[8 + 4 * c + r] = v.to_bits();
+        }
+    }
+    let mut group = m.group();
+    assert_eq!(m.run(&mut group), Ok(Exit::Stopped));
+    let got = m.memory.peek_u32s(DATA + 0x1000, 128);
+    for (i, v) in vertices.iter().enumerate() {
+        for r in 0..4 {
+            let mut acc = matrix[0][r] * v[0];
+            for c in 1..4 {
+                acc = matrix[c][r].mul_add(v[c], acc);
+            }
+            assert_eq!(got[4 * i + r], acc.to_bits(), "vertex {i} row {r}");
+        }
+    }
+}
+
+fn collatz_steps(mut n: u32) -> u32 {
+    let mut steps = 0;
+    while n != 1 {
+        n = if n % 2 == 1 { 3 * n + 1 } else { n / 2 };
+        steps += 1;
+    }
+    steps
+}
+
+#[test_log::test]
+fn branchy_integer_routine() {
+    // Collatz step counts for n = lane + 1 + u0: divergent nested
+    // branches inside a loop whose trip count differs per lane.
+    let source = "
+        get_sr r1, sr52
+        iadd r1, r1, u0
+        iadd r1, r1, 1
+        mov_imm r2, 0
+        if_icmp r0l, nueq, r1, 1, 1
+        jmp_exec_none done
+    loop:
+        and r3, r1, 1
+        if_icmp r0l, ueq, r3, 1, 1
+            imadd r1, r1, 3, 1
+        else_icmp r0l, ueq, 0, 0, 1
+            bfeil r1, 0, r1, 1
+        pop_exec r0l, 1
+        iadd r2, r2, 1
+        while_icmp r0l, nueq, r1, 1, 1
+        jmp_exec_any loop
+    done:
+        pop_exec r0l, 1
+        stop";
+    for start in [0u32, 1000] {
+        let mut m = Machine::new(source);
+        m.uniforms[0] = start;
+        let mut group = m.group();
+        assert_eq!(m.run(&mut group), Ok(Exit::Stopped));
+        for lane in 0..32 {
+            let n = start + lane as u32 + 1;
+            assert_eq!(
+                group.read(Reg::r(2), lane),
+                u64::from(collatz_steps(n)),
+                "n = {n}"
+            );
+        }
+    }
+}
+
+#[test_log::test]
+fn memory_formats_convert_on_load_and_store() {
+    let source = "
+        device_load 0, u8norm, xyzw, r4_r5_r6_r7, u0_u1, 0, signed
+        device_load 0, i16, xy, r8l_r8h, u0_u1, 4, signed
+        device_load 0, s8norm, xy, r9l_r9h, u0_u1, 0, signed
+        device_load 0, srgba8, xyzw, r10_r11_r12_r13, u0_u1, 0, signed
+        wait 0
+        device_store 0, u16norm, xz, r14_r15, u2_u3, 0, signed, 0
+        device_store 0, rgb10a2, xyzw, r16_r17_r18_r19, u2_u3, 4, signed, 0
+        stop";
+    let mut m = Machine::new(source);
+    m.memory.map(DATA, 0x1000, true);
+    m.memory
+        .poke(DATA, &[0, 51, 255, 128, 0x34, 0x12, 0xFE, 0xFF]);
+    set_pair(&mut m.uniforms, 0, DATA);
+    set_pair(&mut m.uniforms, 2, DATA + 0x100);
+    let mut group = SimdGroup::new(CODE_BASE, 1);
+    for (r, v) in [
+        (14, 0.5f32),
+        (15, 2.0),
+        (16, 1.0),
+        (17, 0.0),
+        (18, 1.0),
+        (19, 1.0 / 3.0),
+    ] {
+        group.write(Reg::r(r), 0, u64::from(v.to_bits()));
+    }
+    assert_eq!(m.run(&mut group), Ok(Exit::Stopped));
+    let r = |n: u16| f32::from_bits(group.read(Reg::r(n), 0) as u32);
+    assert_eq!([r(4), r(5), r(6), r(7)], [0.0, 0.2, 1.0, 128.0 / 255.0]);
+    // u16norm stores x and z (mask skips y in memory, not in registers).
+    let stored = m.memory.peek(DATA + 0x100, 6);
+    assert_eq!(stored, [0x00, 0x80, 0, 0, 0xFF, 0xFF]);
+    // rgb10a2 packs into one word at byte 16 (offset 4 scaled by 4).
+    let word = m.memory.peek_u32s(DATA + 0x110, 1)[0];
+    assert_eq!(word, 0x3FF | 0x3FF << 20 | 1 << 30);
+
+    // i16 elements at offset 4 (scaled by the element size: byte 8).
+    assert_eq!(group.read(Reg::l(8), 0), 0);
+    m.memory.poke(DATA + 8, &[0xCD, 0xAB, 0x01, 0x00]);
+    let mut group2 = SimdGroup::new(CODE_BASE, 1);
+    assert_eq!(m.run(&mut group2), Ok(Exit::Stopped));
+    assert_eq!(group2.read(Reg::l(8), 0), 0xABCD);
+    assert_eq!(group2.read(Reg::h(8), 0), 1);
+    // s8norm 0 and 51/127 as fp16 in 16-bit registers.
+    assert_eq!(
+        group2.read(Reg::h(9), 0),
+        u64::from(half::f16::from_f32(51.0 / 127.0).to_bits())
+    );
+    // sRGB decodes rgb, alpha stays linear.
+    let srgb = |n: u16| f32::from_bits(group2.read(Reg::r(n), 0) as u32);
+    assert_eq!(srgb(12), 1.0);
+    assert!((srgb(11) - 0.033_104_766).abs() < 1e-6, "{}", srgb(11));
+    assert_eq!(srgb(13), 128.0 / 255.0);
+}
+
+#[test_log::test]
+fn memory_faults_name_the_address_and_access() {
+    let mut m = Machine::new("device_load 0, i32, x, r2, u0_u1, r1, unsigned\nstop");
+    set_pair(&mut m.uniforms, 0, 0xDEAD_0000);
+    let mut group = m.group();
+    for lane in 0..32 {
+        group.write(Reg::r(1), lane, lane as u64);
+    }
+    let err = m.run(&mut group).unwrap_err();
+    assert_eq!(err.fault_address(), Some(0xDEAD_0000));
+    assert!(matches!(
+        err,
+        ExecError::Memory { pc: CODE_BASE, fault } if fault.access == AccessKind::Read && fault.reason == FaultReason::Unmapped
+    ));
+    // Stores into the (read-only) code.
+    let mut m = Machine::new("device_store 0, i32, x, r2, u0_u1, 0, signed, 0\nstop");
+    set_pair(&mut m.uniforms, 0, CODE_BASE);
+    let mut group = m.group();
+    let err = m.run(&mut group).unwrap_err();
+    assert!(matches!(
+        err,
+        ExecError::Memory { fault, .. } if fault.reason == FaultReason::Permission && fault.address == CODE_BASE
+    ));
+    // A lane-dependent address: the first lane whose address is unmapped.
+    let mut m = Machine::new("device_load 0, i32, x, r2, u0_u1, r1, unsigned\nstop");
+    m.memory.map(DATA, 0x4000, true);
+    set_pair(&mut m.uniforms, 0, DATA);
+    let mut group = m.group();
+    for lane in 0..32 {
+        group.write(Reg::r(1), lane, lane as u64 * 0x400);
+    }
+    let err = m.run(&mut group).unwrap_err();
+    assert_eq!(err.fault_address(), Some(DATA + 0x4000));
+}
+
+#[test_log::test]
+fn threadgroup_memory_with_barrier_across_groups() {
+    // Each lane of two groups stores its thread index; after the barrier
+    // each reads its mirror's value (index 63 - i).
+    let source = "
+        get_sr r1l, sr51
+        threadgroup_store i32, x, r2, 0, r1l
+        threadgroup_barrier
+        mov_imm r3l, 63
+        iadd r3l, r3l, r1l.neg_is_not_allowed
+        stop";
+    assert!(agx_hw::isa::text::assemble(source, 0).is_err());
+    let source = "
+        get_sr r1l, sr51
+        get_sr r2, sr51
+        threadgroup_store i32, x, r2, 0, r1l
+        threadgroup_barrier
+        isub r3, 63, r2
+        threadgroup_load i32, x, r4, 0, r3l
+        stop";
+    let mut m = Machine::new(source);
+    m.threadgroup = vec![0; 64 * 4];
+    let mut groups: Vec<SimdGroup> = (0..2)
+        .map(|g| {
+            let mut group = m.group();
+            group
+                .special
+                .set_lanes(51, std::array::from_fn(|lane| (32 * g + lane) as u32));
+            group
+        })
+        .collect();
+    for group in &mut groups {
+        assert_eq!(m.run(group), Ok(Exit::Barrier));
+    }
+    for group in &mut groups {
+        assert_eq!(m.run(group), Ok(Exit::Stopped));
+    }
+    for (g, group) in groups.iter().enumerate() {
+        for lane in 0..32 {
+            assert_eq!(group.read(Reg::r(4), lane), (63 - (32 * g + lane)) as u64);
+        }
+    }
+    // Out of bounds is a fault, not a panic.
+    let mut m = Machine::new("mov_imm r1l, 64\nthreadgroup_load i32, x, r4, 0, r1l\nstop");
+    m.threadgroup = vec![0; 64 * 4];
+    let mut group = m.group();
+    assert!(matches!(
+        m.run(&mut group),
+        Err(ExecError::ThreadgroupBounds {
+            offset_bytes: 256,
+            ..
+        })
+    ));
+}
+
+#[test_log::test]
+fn uniform_store_writes_halves() {
+    let mut m =
+        Machine::new("mov_imm r2, 305419896\nuniform_store 2, i16, xy, 0, r2l_r2h, 12\nstop");
+    let mut group = m.group();
+    assert_eq!(m.run(&mut group), Ok(Exit::Stopped));
+    assert_eq!(m.uniforms[6], 0x1234_5678);
+    let mut m = Machine::new("uniform_store 2, i16, xy, 0, r2l_r2h, 511\nstop");
+    let mut group = m.group();
+    assert!(matches!(
+        m.run(&mut group),
+        Err(ExecError::UniformBounds { half: 512, .. })
+    ));
+}
+
+#[test_log::test]
+fn each_instruction_is_decoded_once() {
+    let source = "
+        mov_imm r10, 0
+    loop:
+        iadd r10, r10, 1
+        while_icmp r0l, ult, r10, 50, 1
+        jmp_exec_any loop
+        pop_exec r0l, 1
+        stop";
+    let mut m = Machine::new(source);
+    for _ in 0..10 {
+        let mut group = m.group();
+        assert_eq!(m.run(&mut group), Ok(Exit::Stopped));
+        assert_eq!(group.read(Reg::r(10), 0), 50);
+    }
+    assert_eq!(m.cache.decode_count(), 6);
+}
+
+/// A fragment-stage stand-in: a 32-pixel tilebuffer row, varyings that
+/// are functions of the lane, a texture unit that echoes its inputs.
+#[derive(Default)]
+struct FragmentUnits {
+    tile: HashMap<(usize, u32), [u32; 4]>,
+    varyings: Vec<(usize, u32, u32)>,
+    textures: Vec<TextureRequest>,
+    coverage: Vec<(usize, u32, u32)>,
+    depth: Vec<(usize, u32, Option<f32>, Option<u16>)>,
+    blocks: Vec<BlockStore>,
+}
+
+impl ShaderIo for FragmentUnits {
+    fn texture(&mut self, lane: usize, request: &TextureRequest) -> Result<[u32; 4], IoError> {
+        self.textures.push(*request);
+        match request.texture {
+            TextureHandle::Index(i) if i < 4 => {
+                Ok([lane as u32, i, request.sampler, request.coords[0]])
+            }
+            _ => Err(IoError::Invalid(
+                "texture index past the bound textures".into(),
+            )),
+        }
+    }
+
+    fn tile_load(&mut self, lane: usize, access: &TileAccess) -> Result<[u32; 4], IoError> {
+        Ok(self
+            .tile
+            .get(&(lane, access.offset_bytes))
+            .copied()
+            .unwrap_or_default())
+    }
+
+    fn tile_store(
+        &mut self,
+        lane: usize,
+        access: &TileAccess,
+        values: [u32; 4],
+    ) -> Result<(), IoError> {
+        self.tile.insert((lane, access.offset_bytes), values);
+        Ok(())
+    }
+
+    fn interpolate(
+        &mut self,
+        lane: usize,
+        cf: u32,
+        count: usize,
+        interpolation: Interpolation,
+        perspective_w: Option<u32>,
+    ) -> Result<[f32; 4], IoError> {
+        assert_eq!(interpolation, Interpolation::Center);
+        let w = perspective_w.map_or(1.0, |w| w as f32);
+        let mut out = [0.0; 4];
+        for (i, v) in out.iter_mut().enumerate().take(count) {
+            *v = (lane as f32 + cf as f32 * 100.0 + i as f32) / w;
+        }
+        Ok(out)
+    }
+
+    fn store_varying(&mut self, lane: usize, slot: u32, value: u32) -> Result<(), IoError> {
+        self.varyings.push((lane, slot, value));
+        Ok(())
+    }
+
+    fn sample_mask(&mut self, lane: usize, which: u32, coverage: u32) -> Result<(), IoError> {
+        self.coverage.push((lane, which, coverage));
+        Ok(())
+    }
+
+    fn depth_stencil(
+        &mut self,
+        lane: usize,
+        which: u32,
+        depth: Option<f32>,
+        stencil: Option<u16>,
+    ) -> Result<(), IoError> {
+        self.depth.push((lane, which, depth, stencil));
+        Ok(())
+    }
+
+    fn block_store(&mut self, request: &BlockStore) -> Result<(), IoError> {
+        self.blocks.push(*request);
+        Ok(())
+    }
+}
+
+#[test_log::test]
+fn fragment_io_iterates_samples_and_writes_the_tilebuffer() {
+    let source = "
+        iter r0_r1, cf1, center, 0, 0, 0, 0, 0
+        iterproj r2_r3_r4, cf2, cf4, center, 0, 0, 0, 0, 0
+        texture_sample 0, 0b1100, 0, none, xyw, 0b00, r8_r9_r10, None, ts2, ss1, tex_2d, r0_r1, auto_lod, 0, 0, r0
+        wait 0
+        st_tile r8_r9_r10, i32, 0, xyz, 16, 255, r0, 0
+        ld_tile r12_r13_r14, i32, 0, xyz, 16, 255, r0, 0
+        wait_pix 1, 0
+        sample_mask 255, 1
+        zs_emit 255, zs, r20l_r20h_r21l
+        signal_pix 1, 0
+        stop";
+    let mut m = Machine::new(source);
+    let mut group = m.group();
+    for lane in 0..32 {
+        group.write(Reg::r(20), lane, u64::from(0.25f32.to_bits()));
+        group.write(Reg::l(21), lane, 7);
+    }
+    let mut io = FragmentUnits::default();
+    // iter overwrites r0/r1 (r0l is the exec counter): keep lanes alive by
+    // interpolating values whose low halves are 0 (whole floats < 2^16
+    // have zero low mantissa halves).
+    assert_eq!(m.run_with(&mut group, &mut io), Ok(Exit::Stopped));
+    for lane in 0..32usize {
+        let lane_f = lane as f32;
+        assert_eq!(
+            group.read(Reg::r(1), lane),
+            u64::from((lane_f + 101.0).to_bits())
+        );
+        assert_eq!(
+            group.read(Reg::r(3), lane),
+            u64::from(((lane_f + 201.0) / 4.0).to_bits())
+        );
+        // xyw of [lane, texture, sampler, coord x] packs into three registers.
+        assert_eq!(group.read(Reg::r(8), lane), lane as u64);
+        assert_eq!(group.read(Reg::r(9), lane), 2);
+        assert_eq!(
+            group.read(Reg::r(10), lane),
+            u64::from((lane_f + 100.0).to_bits())
+        );
+        assert_eq!(
+            io.tile[&(lane, 16)][..3],
+            [lane as u32, 2, (lane_f + 100.0).to_bits()]
+        );
+        assert_eq!(
+            group.read(Reg::r(14), lane),
+            u64::from((lane_f + 100.0).to_bits())
+        );
+    }
+    // Auto LOD gets quad derivatives of the coordinates: d(x)/dx = 1
+    // (neighbouring lanes differ by one), d(x)/dy = 2.
+    let LodArgument::Auto { ddx, ddy, bias } = io.textures[0].lod else {
+        panic!("auto lod")
+    };
+    assert_eq!((ddx[0], ddy[0], bias), (1.0, 2.0, 0.0));
+    assert_eq!(io.coverage.len(), 32);
+    assert_eq!(io.depth[5], (5, 255, Some(0.25), Some(7)));
+}
+
+#[test_log::test]
+fn vertex_outputs_and_block_stores_reach_their_units() {
+    let source = "
+        get_sr r2, sr52
+        st_var 1, r2, 4
+        st_var_final 1, r2, 7
+        mov_imm r4, 64
+        mov_imm r5, 3
+        image_write_block r4, r5, 0, None, ts1, tex_2d, rte, u8norm, 0, 9, 1
+        stop";
+    let mut m = Machine::new(source);
+    let mut group = SimdGroup::new(CODE_BASE, 0b111);
+    let mut io = FragmentUnits::default();
+    assert_eq!(m.run_with(&mut group, &mut io), Ok(Exit::Stopped));
+    assert_eq!(
+        io.varyings,
+        [
+            (0, 4, 0),
+            (1, 4, 1),
+            (2, 4, 2),
+            (0, 7, 0),
+            (1, 7, 1),
+            (2, 7, 2)
+        ]
+    );
+    assert_eq!(
+        io.blocks.len(),
+        1,
+        "one block store per instruction, not per lane"
+    );
+    assert_eq!(io.blocks[0].tilebuffer_offset_bytes, 64);
+    assert_eq!(io.blocks[0].coords, 3);
+    assert_eq!(io.blocks[0].texture, TextureHandle::Index(1));
+}
+
+#[test_log::test]
+fn units_report_errors_as_faults() {
+    // A texture the unit refuses.
+    let mut m = Machine::new(
+        "texture_sample 0, 0b1100, 0, none, x, 0b00, r8, None, ts9, ss0, tex_2d, r4_r5, auto_lod, 0, 0, r0\nstop",
+    );
+    let mut group = m.group();
+    let err = m
+        .run_with(&mut group, &mut FragmentUnits::default())
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ExecError::Io {
+                pc: CODE_BASE,
+                error: IoError::Invalid(_)
+            }
+        ),
+        "{err}"
+    );
+    // A compute dispatch has no tilebuffer.
+    let mut m = Machine::new("st_tile r0, i32, 0, x, 0, 255, r0, 0\nstop");
+    let mut group = m.group();
+    let err = m.run(&mut group).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ExecError::Io {
+                error: IoError::Unavailable(_),
+                ..
+            }
+        ),
+        "{err}"
+    );
+}
+
+#[test_log::test]
+fn budget_is_shared_across_resumes() {
+    let mut m = Machine::new("threadgroup_barrier\nthreadgroup_barrier\nstop");
+    let mut group = m.group();
+    let mut cache = ProgramCache::new();
+    let mut budget = 2u64;
+    let mut env = Env {
+        memory: &mut m.memory,
+        io: &mut agx_firmware_sim::usc::NoIo,
+        uniforms: &mut m.uniforms,
+        threadgroup: &mut [],
+    };
+    assert_eq!(
+        group.run(&mut cache, &mut env, &mut budget),
+        Ok(Exit::Barrier)
+    );
+    assert_eq!(
+        group.run(&mut cache, &mut env, &mut budget),
+        Ok(Exit::Barrier)
+    );
+    assert!(matches!(
+        group.run(&mut cache, &mut env, &mut budget),
+        Err(ExecError::Timeout { .. })
+    ));
+    let _ = BUDGET;
+}
