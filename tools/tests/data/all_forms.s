@@ -1,0 +1,84 @@
+mov_imm r0l, 0
+get_sr r1, sr80 (thread_position_in_grid.x)
+mov_imm r2h, 4660
+mov_imm r3, 3735928559
+fadd32 r4, r1, r2
+fadd32.sat r5, r1.abs, 0.5
+fmul32 r6, r1.neg, u7
+fadd16 r7l, r7h, r8l
+fmul16 r7h, r8h.abs, 0.25
+fmadd32 r9, r1, r2, r3
+fmadd16 r10l, r1l, r2h, r3l.neg
+floor r11, r1
+ceil r11, r1
+trunc r11, r1
+rint r11, r1
+rcp r12, r1
+rsqrt r12, r1
+log2 r12, r1
+exp2.sat r12, r1
+dfdx r13, r1
+dfdy r13, r1
+iadd r14, r1, 4, lsl 2
+isub.sat r14, r1.sx, r2
+iadd r20_r21, r22_r23, r1.sx
+imadd r15, r1, r2, r3
+imsub r15, r1, 3, r2, lsl 1
+convert u32_to_f, r16, r1, rte
+convert f_to_s32, r16, r1, rtz
+mov r17, r1
+not r17, r1
+and r17, r1, r2
+or r17, r1, 255
+xor r17, r1, u3
+nand r17, r1, r2
+nor r17, r1, r2
+bitop 1001, r17, r1, r2
+bfi r18, 0, r1, 4, mask 0xFF
+bfeil r18, 0, r1, 3
+extr r18, r1, r2, 8
+shlhi r18, r1, r2, 40
+shrhi r18, r1, r2, 40
+asr r18, r1, 3
+icmpsel ult, r19, r1, r2, r3, r4
+fcmpsel gtn, r19, r1, 0.0, r1, 0
+if_icmp r0l, ult, r1, r2, 1
+else_icmp r0l, ueq, 0, 0, 1
+while_icmp r0l, nueq, r1, 1, 1
+pop_exec r0l, 1
+if_fcmp r0l, lt, r1, 1.0, 1
+else_fcmp r0l, eq, 0.0, 0.0, 1
+while_fcmp r0l, ngte, r1, r2, 1
+pop_exec r0l, 1
+jmp_exec_any 0x0
+jmp_exec_none 0x0
+call 0x0
+call r15
+ret r1
+device_load 0, i32, xyzw, r4_r5_r6_r7, u2_u3, r1, unsigned
+device_load 1, i16, x, r3l, r0_r1, 8, signed, lsl 1
+wait 0
+device_store 0, i32, xy, r2_r3, u4_u5, r6, unsigned, 0
+uniform_store 2, i16, xy, 0, r0l_r0h, 12
+threadgroup_load i32, xyzw, r0_r1_r2_r3, 0, r2l
+threadgroup_store i16, x, r5l, r1l, 4
+threadgroup_barrier
+memory_barrier 1, 2, 9
+texture_sample 0, 0b1100, 0, none, xyzw, 0b00, r0_r1_r2_r3, None, ts0, ss0, tex_2d, r4_r5, auto_lod, 0, 0, r0
+texture_load 0, 0b1100, 1, none, xy, 0b00, r8l_r8h, None, ts3, ss0, tex_2d_array, r4_r5_r6, lod_min, r6l, 0, r0
+image_write r0_r1_r2_r3, r4_r5, 0, None, ts1, tex_2d, rte, 9
+image_write_block r2, r4, 0, None, ts0, tex_2d, rte, u8norm, 0, 9, 1
+ld_tile r0l_r0h_r1l_r1h, u8norm, 1, xyzw, 8, 255, r0, 0
+st_tile r0_r1_r2_r3, u8norm, 0, xyzw, 0, 255, r0, 0
+iter r0_r1_r2_r3, cf1, center, 0, 0, 0, 0, 0
+iterproj r4_r5, cf2, cf0, center, 0, 0, 0, 0, 0
+ldcf r0_r1_r2, cf4, 0
+st_var 1, r3, 4
+st_var_final 1, r2, 7
+no_var
+wait_pix 1, 0
+sample_mask 255, 0
+zs_emit 255, z, r2l_r2h
+signal_pix 1, 0
+trap
+stop
