@@ -30,6 +30,7 @@
 
 pub mod bits;
 mod codec;
+mod doc;
 pub mod form;
 pub mod operand;
 pub mod table;
@@ -38,6 +39,7 @@ pub mod text;
 use std::fmt;
 
 pub use codec::{decode, encode};
+pub use doc::forms_markdown;
 pub use operand::{Dst, Float8, Hint, Operand, Reg, RegRun, Size, Src, Uniform, Value};
 pub use table::Op;
 
