@@ -5,7 +5,7 @@
 //! for each render pass. This module executes the real G13 encodings
 //! (decoded by `agx_hw::isa`) one SIMD-group of 32 lanes at a time, with
 //! the hardware's register model ([`exec`]), fp32 flush-to-zero and fp16
-//! behaviour ([`float`]), memory through an MMU interface ([`memory`]),
+//! behaviour (see `float.rs`), memory through an MMU interface ([`memory`]),
 //! and the fixed-function units behind interfaces the render pipeline
 //! implements ([`io`]). Nothing a program does can panic the simulator:
 //! bad programs end in an [`ExecError`] that names the instruction and,
