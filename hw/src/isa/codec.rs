@@ -180,16 +180,7 @@ pub(crate) fn covered(kind: &Kind) -> u128 {
             mask_of(*at, 6 + ty) | modifiers | mask_of(*ext, 2)
         }
         Kind::CmpSel { at, ext } => mask_of(*at, 9) | mask_of(*ext, 2),
-        Kind::Uint(bits)
-        | Kind::Enum(bits, _)
-        | Kind::Binary(bits)
-        | Kind::TruthTable(bits)
-        | Kind::Mask(bits)
-        | Kind::Sr(bits)
-        | Kind::Target(bits)
-        | Kind::Shift(bits)
-        | Kind::FieldMask(bits)
-        | Kind::Cf(bits) => bits.mask(),
+        Kind::Target(bits) => bits.mask(),
         Kind::R0l { cache } => mask_of(*cache, 1),
         Kind::Regs {
             value,
@@ -215,6 +206,8 @@ pub(crate) fn covered(kind: &Kind) -> u128 {
         Kind::TgBase { value, ty } | Kind::Texture { value, ty } => value.mask() | ty.mask(),
         Kind::Sampler { value, ty } => value.mask() | mask_of(*ty, 1),
         Kind::TexBase { value, .. } | Kind::Lod { value, .. } => value.mask(),
+        // Plain numbers: every bit of the field.
+        number => number.number_bits().map_or(0, Bits::mask),
     }
 }
 
@@ -367,15 +360,6 @@ fn decode_operand(kind: &Kind, word: u128) -> Result<Operand, &'static str> {
             };
             Operand::Src(Src::new(value))
         }
-        Kind::Uint(bits)
-        | Kind::Enum(bits, _)
-        | Kind::Binary(bits)
-        | Kind::TruthTable(bits)
-        | Kind::Mask(bits)
-        | Kind::Sr(bits)
-        | Kind::Shift(bits)
-        | Kind::FieldMask(bits)
-        | Kind::Cf(bits) => Operand::Int(bits.get(word) as i64),
         Kind::Target(bits) => Operand::Int(sign_extend(bits.get(word), bits.width())),
         Kind::R0l { cache } => Operand::Dst(Dst {
             reg: Reg::l(0),
@@ -491,6 +475,10 @@ fn decode_operand(kind: &Kind, word: u128) -> Result<Operand, &'static str> {
                 _ => Operand::Value(Value::Imm(raw as i64)),
             }
         }
+        number => match number.number_bits() {
+            Some(bits) => Operand::Int(bits.get(word) as i64),
+            None => return Err("operand kind without a decoder"),
+        },
     })
 }
 

@@ -236,6 +236,23 @@ pub enum Kind {
 }
 
 impl Kind {
+    /// The field of a kind that is just a number in a bit field (its
+    /// meaning only changes how it prints).
+    pub const fn number_bits(&self) -> Option<&Bits> {
+        match self {
+            Kind::Uint(bits)
+            | Kind::Enum(bits, _)
+            | Kind::Binary(bits)
+            | Kind::TruthTable(bits)
+            | Kind::Mask(bits)
+            | Kind::Sr(bits)
+            | Kind::Shift(bits)
+            | Kind::FieldMask(bits)
+            | Kind::Cf(bits) => Some(bits),
+            _ => None,
+        }
+    }
+
     /// Whether the operand may be left out of the text when zero.
     pub const fn optional(&self) -> bool {
         matches!(self, Kind::Shift(_) | Kind::FieldMask(_))
