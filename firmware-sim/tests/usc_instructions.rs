@@ -150,6 +150,34 @@ fn float_unary_operations() {
 }
 
 #[test_log::test]
+fn special_square_root_and_high_word_shift() {
+    let g = run_lanes(
+        "rsqrt_special r10, r1\nfmul32 r11, r1, r10\nasrh r12, r2, 40",
+        |g, lane| {
+            g.write(Reg::r(1), lane, f((lane * lane) as f32));
+            g.write(Reg::r(2), lane, (-(lane as i32) * 1024) as u32 as u64);
+        },
+    );
+    check(
+        &g,
+        Reg::r(10),
+        |l| if l == 0 { 0 } else { f(1.0 / l as f32) },
+    );
+    // Mesa's sqrt(x) = x * srsqrt(x), which is 0 at 0 (not 0 * inf).
+    check(&g, Reg::r(11), |l| {
+        if l == 0 {
+            0
+        } else {
+            f((l * l) as f32 * (1.0 / l as f32))
+        }
+    });
+    // (x << 32) >> 40 = x >> 8, arithmetically.
+    check(&g, Reg::r(12), |l| {
+        u64::from(((-(l as i32) * 1024) >> 8) as u32)
+    });
+}
+
+#[test_log::test]
 fn quad_derivatives() {
     // Lanes form 2x2 quads: bit 0 of the lane is x, bit 1 is y.
     let g = run_lanes("dfdx r10, r1\ndfdy r11, r1", |g, lane| {
@@ -184,6 +212,20 @@ fn integer_add_subtract_multiply() {
     });
     check(&g, Reg::r(15), |l| (l * l + 7) as u64);
     check(&g, Reg::r(16), |l| (3 * l as u32).wrapping_sub(100) as u64);
+}
+
+#[test_log::test]
+fn saturation_needs_narrow_operands() {
+    // A 64-bit source makes .sat a plain (wrapping) add.
+    let g = run_lanes(
+        "iadd.sat r10, r12_r13, r12_r13\niadd.sat r11, r14, r14",
+        |g, lane| {
+            g.write(Reg::pair(12), lane, 0xFFFF_FFFF);
+            g.write(Reg::r(14), lane, 0xFFFF_FFFF);
+        },
+    );
+    check(&g, Reg::r(10), |_| 0xFFFF_FFFE);
+    check(&g, Reg::r(11), |_| 0xFFFF_FFFF);
 }
 
 #[test_log::test]
@@ -483,6 +525,26 @@ fn bad_programs_fault_instead_of_panicking() {
     assert!(matches!(
         machine.run(&mut group),
         Err(ExecError::Trap { .. })
+    ));
+
+    // Bits no field explains (bit 46 of convert): refused, not guessed.
+    let mut code = agx_hw::isa::text::assemble("convert u32_to_f, r0, r1, rte\nstop", 0).unwrap();
+    code[5] |= 0x40;
+    let mut machine = Machine::new("stop");
+    machine
+        .memory
+        .map(common::CODE_BASE, code.len() as u64, true);
+    machine.memory.poke(common::CODE_BASE, &code);
+    let mut group = machine.group();
+    let err = machine.run(&mut group).unwrap_err();
+    assert!(err.to_string().contains("bits 0x400000000000"), "{err}");
+
+    // sin_pt_1's polynomial is not modelled: an error, not a wrong value.
+    let mut machine = Machine::new("sin_pt_1 r1, r2\nstop");
+    let mut group = machine.group();
+    assert!(matches!(
+        machine.run(&mut group),
+        Err(ExecError::Unsupported { .. })
     ));
 
     // An undefined condition code.

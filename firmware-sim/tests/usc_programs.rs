@@ -234,6 +234,30 @@ fn memory_formats_convert_on_load_and_store() {
 }
 
 #[test_log::test]
+fn unaligned_addresses_round_down_to_the_element() {
+    let mut m = Machine::new("device_load 0, i32, x, r2, u0_u1, 0, signed\nstop");
+    m.memory.map(DATA, 0x1000, true);
+    m.memory.poke_u32s(DATA, &[0x1111_1111, 0x2222_2222]);
+    set_pair(&mut m.uniforms, 0, DATA + 6);
+    let mut group = m.group();
+    assert_eq!(m.run(&mut group), Ok(Exit::Stopped));
+    assert_eq!(group.read(Reg::r(2), 0), 0x2222_2222);
+    // i32 elements cannot go to 16-bit registers, in either memory.
+    for source in [
+        "device_load 0, i32, x, r2l, u0_u1, 0, signed\nstop",
+        "threadgroup_load i32, x, r2l, 0, 0\nstop",
+    ] {
+        let mut m = Machine::new(source);
+        m.threadgroup = vec![0; 16];
+        let mut group = m.group();
+        assert!(
+            matches!(m.run(&mut group), Err(ExecError::Unsupported { .. })),
+            "{source}"
+        );
+    }
+}
+
+#[test_log::test]
 fn memory_faults_name_the_address_and_access() {
     let mut m = Machine::new("device_load 0, i32, x, r2, u0_u1, r1, unsigned\nstop");
     set_pair(&mut m.uniforms, 0, 0xDEAD_0000);

@@ -328,14 +328,24 @@ impl SimdGroup {
             let cached = cache.get(index);
             let (pc, len) = (cached.address, u64::from(cached.length_bytes));
             self.pc = pc;
+            if cached.unknown_bits != 0 {
+                return Err(unsupported(
+                    pc,
+                    format!(
+                        "{} with bits {:#x} the simulator does not model",
+                        cached.instr.op.mnemonic(),
+                        cached.unknown_bits
+                    ),
+                ));
+            }
             let flow = self.execute(&cached.instr, pc, env)?;
             let (next, next_slot_is_target) = match flow {
                 Flow::Stop => return Ok(Exit::Stopped),
                 Flow::Barrier => {
-                    self.pc = pc + len;
+                    self.pc = pc.wrapping_add(len);
                     return Ok(Exit::Barrier);
                 }
-                Flow::Next => (pc + len, false),
+                Flow::Next => (pc.wrapping_add(len), false),
                 Flow::Jump(target) => (target, true),
             };
             let known = if next_slot_is_target {
@@ -514,6 +524,12 @@ impl SimdGroup {
         let op = ins.op;
         match op {
             Op::Stop => return Ok(Flow::Stop),
+            Op::SinPt1 | Op::SinPt2 => {
+                return Err(unsupported(
+                    pc,
+                    format!("{} (its polynomial is not modelled)", op.mnemonic()),
+                ))
+            }
             Op::Trap => return Err(ExecError::Trap { pc }),
             Op::Wait | Op::MemoryBarrier | Op::WaitPix | Op::SignalPix | Op::NoVar => {}
             Op::ThreadgroupBarrier => return Ok(Flow::Barrier),
@@ -529,7 +545,7 @@ impl SimdGroup {
             }
             Op::Call => {
                 for lane in lanes(exec) {
-                    self.write(Reg::r(1), lane, (pc + 6) & 0xFFFF_FFFF);
+                    self.write(Reg::r(1), lane, pc.wrapping_add(6) & 0xFFFF_FFFF);
                 }
                 return Ok(Flow::Jump(pc.wrapping_add(int(0)? as u64)));
             }
@@ -543,7 +559,7 @@ impl SimdGroup {
                 let target = self.read(target_reg, source_lane);
                 if op == Op::CallReg {
                     for lane in lanes(exec) {
-                        self.write(Reg::r(1), lane, (pc + 2) & 0xFFFF_FFFF);
+                        self.write(Reg::r(1), lane, pc.wrapping_add(2) & 0xFFFF_FFFF);
                     }
                 }
                 return Ok(Flow::Jump((pc & !0xFFFF_FFFF) | target));
@@ -601,10 +617,12 @@ impl SimdGroup {
                         (_, Some(c)) => x.mul_add(y, self.half_src(c, lane, env.uniforms)),
                         _ => unreachable_flow(),
                     };
-                    let r = if sat {
-                        f64::from(saturate(r as f32))
-                    } else {
+                    let r = if !sat {
                         r
+                    } else if r.is_nan() {
+                        0.0
+                    } else {
+                        r.clamp(0.0, 1.0)
                     };
                     self.write(d, lane, u64::from(f64_to_half(r)));
                 }
@@ -616,7 +634,8 @@ impl SimdGroup {
             | Op::Rcp
             | Op::Rsqrt
             | Op::Log2
-            | Op::Exp2 => {
+            | Op::Exp2
+            | Op::RsqrtSpecial => {
                 let d = dst(0)?.reg;
                 let a = src(1)?;
                 for lane in lanes(exec) {
@@ -629,6 +648,10 @@ impl SimdGroup {
                         Op::Rcp => 1.0 / x,
                         Op::Rsqrt => 1.0 / x.sqrt(),
                         Op::Log2 => x.log2(),
+                        // Modelled so that Mesa's sqrt(x) = x * srsqrt(x)
+                        // gives 0 at 0 rather than 0 * inf.
+                        Op::RsqrtSpecial if x == 0.0 => 0.0,
+                        Op::RsqrtSpecial => 1.0 / x.sqrt(),
                         _ => x.exp2(),
                     };
                     let r = ftz(r);
@@ -659,6 +682,9 @@ impl SimdGroup {
                 };
                 let shift = int(if c.is_some() { 4 } else { 3 })? as u32;
                 let signed = a.sx || b.sx || c.is_some_and(|c| c.sx);
+                // Saturation needs every operand at most 32 bits wide.
+                let wide = |s: &Src| matches!(s.value, Value::Reg(r, _) if r.size == Size::S64);
+                let narrow = !wide(&a) && !wide(&b) && !c.as_ref().is_some_and(wide);
                 for lane in lanes(exec) {
                     let x = self.int_src(&a, lane, env.uniforms);
                     let y = self.int_src(&b, lane, env.uniforms);
@@ -672,7 +698,7 @@ impl SimdGroup {
                     } else {
                         product.wrapping_add(addend)
                     };
-                    let r = if sat && shift == 0 && width <= 32 {
+                    let r = if sat && shift == 0 && width <= 32 && narrow {
                         if signed {
                             r.clamp(-(1i128 << (width - 1)), (1i128 << (width - 1)) - 1)
                         } else {
@@ -721,10 +747,10 @@ impl SimdGroup {
                     self.write(d, lane, r);
                 }
             }
-            Op::Bfi | Op::Bfeil | Op::Extr | Op::Shlhi | Op::Shrhi | Op::Asr => {
+            Op::Bfi | Op::Bfeil | Op::Extr | Op::Shlhi | Op::Shrhi | Op::Asr | Op::Asrh => {
                 let d = dst(0)?.reg;
                 let (a, b) = (src(1)?, src(2)?);
-                let (c, m) = if op == Op::Asr {
+                let (c, m) = if matches!(op, Op::Asr | Op::Asrh) {
                     (None, 0)
                 } else {
                     (Some(src(3)?), int(4)? as u32)
@@ -738,6 +764,11 @@ impl SimdGroup {
                         (Op::Asr, _) => {
                             let sh = (y & 0x7F).min(63) as u32;
                             (i128::from(sign_extend(x as u64, x_width.min(32))) >> sh) as u128
+                        }
+                        (Op::Asrh, _) => {
+                            let sh = (y & 0x7F).min(95) as u32;
+                            ((i128::from(sign_extend(x as u64, x_width.min(32))) << 32) >> sh)
+                                as u128
                         }
                         (_, Some(c)) => {
                             let sh = (self.raw_src(c, lane, env.uniforms).0 & 0x7F) as u32;
@@ -1167,7 +1198,8 @@ impl SimdGroup {
                 let element = if format.packed() {
                     address & !3
                 } else {
-                    address.wrapping_add((component * size) as u64)
+                    // Unaligned addresses round down to the element size.
+                    (address & !(size as u64 - 1)).wrapping_add((component * size) as u64)
                 };
                 if store {
                     let value = self.read(reg, lane) as u32;
@@ -1264,6 +1296,9 @@ impl SimdGroup {
             return Err(unsupported(pc, "packed formats in threadgroup memory"));
         }
         let half = data.first.size == Size::S16;
+        if half && format == ElementFormat::I32 {
+            return Err(unsupported(pc, "i32 elements in 16-bit registers"));
+        }
         let size = 1usize << format.shift();
         let store = ins.op == Op::ThreadgroupStore;
         for lane in lanes(exec) {

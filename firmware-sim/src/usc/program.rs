@@ -39,6 +39,9 @@ pub struct CachedInstr {
     pub length_bytes: u8,
     /// The decoded instruction.
     pub instr: Instr,
+    /// Set bits no field of the form explains: the simulator refuses to
+    /// run such an instruction rather than guess what the bits do.
+    pub unknown_bits: u128,
     /// Index of the instruction at `address + length_bytes`, once known.
     pub(crate) next: Option<u32>,
     /// Index of the branch target, once known.
@@ -92,6 +95,7 @@ impl ProgramCache {
             address,
             length_bytes: decoded.length_bytes as u8,
             instr: decoded.instr,
+            unknown_bits: decoded.unknown_bits,
             next: None,
             target: None,
         });

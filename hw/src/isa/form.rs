@@ -83,8 +83,9 @@ pub enum Count {
     /// Texture coordinates: as many 32-bit registers as the dimension
     /// field needs.
     Coords(Bits),
-    /// Depth (two halves) and/or stencil (one half, padded to a register
-    /// after depth), chosen by the z and s bits.
+    /// Depth (two halves) and/or stencil (one half, right after the
+    /// depth), chosen by the z and s bits; applegpu prints z+s as three
+    /// halves (Mesa reserves a fourth to keep the run aligned).
     DepthStencil {
         /// The depth-present bit.
         z: u8,

@@ -205,13 +205,15 @@ pub struct Float8(pub u8);
 
 impl Float8 {
     /// The value as an `f32` (exact).
+    #[inline]
     pub fn to_f32(self) -> f32 {
-        let exponent = i32::from((self.0 >> 4) & 7);
-        let mantissa = f32::from(self.0 & 15);
+        let exponent = u32::from((self.0 >> 4) & 7);
+        let mantissa = u32::from(self.0 & 15);
         let magnitude = if exponent == 0 {
-            mantissa / 64.0
+            mantissa as f32 / 64.0
         } else {
-            (16.0 + mantissa) * 2f32.powi(exponent - 7)
+            // (16 + m) * 2^(e - 7) = 1.m * 2^(e - 3): build the fp32 bits.
+            f32::from_bits((exponent + 124) << 23 | mantissa << 19)
         };
         if self.0 & 0x80 != 0 {
             -magnitude

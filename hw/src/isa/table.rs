@@ -568,6 +568,13 @@ table! {
     Dfdx => funop("dfdx", 4),
     /// Vertical derivative (within a 2x2 quad).
     Dfdy => funop("dfdy", 6),
+    /// Reciprocal square root for `sqrt(x) = x * rsqrt_special(x)` (Mesa's
+    /// `srsqrt`).
+    RsqrtSpecial => funop("rsqrt_special", 1),
+    /// First step of Mesa's sine/cosine lowering.
+    SinPt1 => funop("sin_pt_1", 10),
+    /// Second step of Mesa's sine/cosine lowering.
+    SinPt2 => funop("sin_pt_2", 14),
     /// Integer add.
     Iadd => form("iadd", 0x803F | 1 << 27, 0x0E, fixed(8), SAT, IADD),
     /// Integer subtract.
@@ -616,6 +623,9 @@ table! {
     Shrhi => form("shrhi", SHIFT_MASK, 0x0800_802E, fixed(8), NONE, BITFIELD),
     /// Arithmetic shift right.
     Asr => form("asr", SHIFT_MASK, 0x0400_802E, fixed(8), NONE,
+        &[dst(60, DstSizes::Sized), src(16, 58, SrcClass::Plain), src(28, 56, SrcClass::Plain)]),
+    /// Arithmetic shift right of a value placed in the high word.
+    Asrh => form("asrh", SHIFT_MASK, 0x0C00_802E, fixed(8), NONE,
         &[dst(60, DstSizes::Sized), src(16, 58, SrcClass::Plain), src(28, 56, SrcClass::Plain)]),
     /// Integer compare and select.
     Icmpsel => form("icmpsel", 0x7F, 0x12, toggle(8, 10, 15), NONE, &[

@@ -235,6 +235,25 @@ fn assembler_resolves_labels_and_reads_listings() {
     );
     let listing: String = lines.iter().map(|l| text::listing_line(l) + "\n").collect();
     assert_eq!(assemble(&listing, 0x1000).unwrap(), code);
+    // `call r15` is the 2-byte register form in both passes, so the label
+    // after it is where it should be.
+    let code = assemble("call r15\nat_2: jmp_exec_any at_2", 0).unwrap();
+    assert_eq!(
+        print(&decode(&code[2..]).unwrap().instr, 2),
+        "jmp_exec_any 0x2"
+    );
+    // Bad text never panics.
+    for bad in [
+        "mov_imm r0, -0x8000000000000000",
+        "device_load 0, i32, xy, r65535_r0, u2_u3, r1, unsigned",
+        "st_tile r32767h_r0l, i16, 0, xy, 0, 255, r0, 0",
+        "bfi r0, 0, r1, 4, mask 0x7fffffffffffffff",
+    ] {
+        assert!(parse(bad, 0).is_err(), "{bad}");
+    }
+    let mut instr = parse("bfi r0, 0, r1, 4", 0).unwrap();
+    instr.operands[4] = Operand::Int(70);
+    let _ = print(&instr, 0);
     let err = assemble("jmp_exec_any nowhere", 0).unwrap_err();
     assert_eq!(err.line, 1);
     assert!(err.message.contains("nowhere"));

@@ -55,7 +55,12 @@ fn operand_text(kind: &Kind, operand: &Operand, pc: u64) -> String {
         },
         (Kind::Target(_), Operand::Int(v)) => format!("0x{:x}", pc.wrapping_add(*v as u64)),
         (Kind::Shift(_), Operand::Int(v)) => format!("lsl {v}"),
-        (Kind::FieldMask(_), Operand::Int(v)) => format!("mask 0x{:X}", (1u64 << v) - 1),
+        (Kind::FieldMask(_), Operand::Int(v)) => {
+            format!(
+                "mask 0x{:X}",
+                1u64.checked_shl(*v as u32).unwrap_or(0).wrapping_sub(1)
+            )
+        }
         (Kind::Cf(_), Operand::Int(v)) => format!("cf{v}"),
         (Kind::Texture { .. }, Operand::Value(Value::Imm(v))) => format!("ts{v}"),
         (Kind::Sampler { .. }, Operand::Value(Value::Imm(v))) => format!("ss{v}"),
@@ -112,7 +117,11 @@ fn parse_int(text: &str) -> Option<i64> {
         }
         digits.parse().ok()?
     };
-    Some(if negative { -magnitude } else { magnitude })
+    if negative {
+        magnitude.checked_neg()
+    } else {
+        Some(magnitude)
+    }
 }
 
 /// Parses `r5l`, `r5h`, `r5`, `r4_r5` (prefix `r` or `u`) into a half
@@ -122,7 +131,7 @@ fn parse_register(text: &str, prefix: char) -> Option<(u16, Size)> {
     if let Some((first, second)) = rest.split_once('_') {
         let n: u16 = first.parse().ok()?;
         let m: u16 = second.strip_prefix(prefix)?.parse().ok()?;
-        if m != n + 1 || first.starts_with('+') {
+        if Some(m) != n.checked_add(1) || first.starts_with('+') {
             return None;
         }
         return Some((n.checked_mul(2)?, Size::S64));
@@ -158,8 +167,10 @@ fn parse_run(text: &str) -> Option<RegRun> {
     let regs: Vec<Reg> = parts.iter().map(|p| parse_reg(p)).collect::<Option<_>>()?;
     let first = *regs.first()?;
     for (i, reg) in regs.iter().enumerate() {
-        let expected = first.half + i as u16 * first.size.halves();
-        if reg.size != first.size || reg.half != expected {
+        let expected = (i as u16)
+            .checked_mul(first.size.halves())
+            .and_then(|o| first.half.checked_add(o));
+        if reg.size != first.size || Some(reg.half) != expected {
             return None;
         }
     }
@@ -315,7 +326,7 @@ fn parse_operand(kind: &Kind, text: &str, targets: &Targets<'_>) -> Result<Opera
                     .wrapping_add(parse_int(rel).ok_or_else(|| bad("a branch target"))? as u64)
             } else if let Some(abs) = parse_int(text) {
                 abs as u64
-            } else if targets.labels.is_none() {
+            } else if targets.labels.is_none() && is_label_name(text) {
                 targets.pc // first pass: labels not yet known
             } else {
                 return Err(format!("unknown label `{text}`"));
@@ -332,10 +343,10 @@ fn parse_operand(kind: &Kind, text: &str, targets: &Targets<'_>) -> Result<Opera
                 .strip_prefix("mask")
                 .and_then(|n| parse_int(n.trim()))
                 .ok_or_else(|| bad("`mask 0x...`"))?;
-            let m = (mask + 1).trailing_zeros();
-            if mask <= 0 || (mask + 1) != 1 << m || m >= 32 {
+            if !(1..=0x7FFF_FFFF).contains(&mask) || (mask + 1) & mask != 0 {
                 return Err(bad("a mask of 1 to 31 low bits"));
             }
+            let m = (mask + 1).trailing_zeros();
             Operand::Int(i64::from(m))
         }
         Kind::Cf(_) => Operand::Int(
@@ -501,6 +512,21 @@ fn strip_listing(line: &str) -> &str {
     }
 }
 
+/// Whether `text` can name a label: an identifier that is not also a
+/// register or uniform name.
+fn is_label_name(text: &str) -> bool {
+    let mut bytes = text.bytes();
+    let first_ok = bytes
+        .next()
+        .is_some_and(|b| b.is_ascii_alphabetic() || b == b'_' || b == b'.');
+    first_ok
+        && text
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'.')
+        && parse_register(text, 'r').is_none()
+        && parse_register(text, 'u').is_none()
+}
+
 /// Splits leading `label:` definitions off a line.
 fn split_labels(line: &str) -> (Vec<&str>, &str) {
     let mut labels = Vec::new();
@@ -536,6 +562,7 @@ pub fn assemble(source: &str, base: u64) -> Result<Vec<u8>, AsmError> {
         .collect();
     // Pass 1: sizes and label addresses (targets are placeholders).
     let mut labels = HashMap::new();
+    let mut lengths = Vec::new();
     let mut pc = base;
     for (line, names, text) in &lines {
         for name in names {
@@ -556,11 +583,14 @@ pub fn assemble(source: &str, base: u64) -> Result<Vec<u8>, AsmError> {
                 message: e.to_string(),
             })?;
             pc += len as u64;
+            lengths.push(len);
         }
     }
-    // Pass 2: encode with resolved targets. Branches are fixed-length, so
-    // the addresses from pass 1 hold.
+    // Pass 2: encode with resolved targets. Branch forms are fixed-length
+    // and pass 1 only takes label-shaped text as a (placeholder) target, so
+    // the addresses from pass 1 hold; a change would be an error.
     let mut code = Vec::new();
+    let mut pass_one_lengths = lengths.into_iter();
     for (line, _, text) in &lines {
         if text.is_empty() {
             continue;
@@ -574,6 +604,12 @@ pub fn assemble(source: &str, base: u64) -> Result<Vec<u8>, AsmError> {
             line: *line,
             message: e.to_string(),
         })?;
+        if pass_one_lengths.next() != Some(len) {
+            return Err(AsmError {
+                line: *line,
+                message: "instruction length changed once labels were known".into(),
+            });
+        }
         code.extend_from_slice(&bytes[..len]);
     }
     Ok(code)

@@ -19,6 +19,9 @@ log2 r12, r1
 exp2.sat r12, r1
 dfdx r13, r1
 dfdy r13, r1
+rsqrt_special r13, r1
+sin_pt_1 r13, r1
+sin_pt_2 r13, r1
 iadd r14, r1, 4, lsl 2
 isub.sat r14, r1.sx, r2
 iadd r20_r21, r22_r23, r1.sx
@@ -40,6 +43,7 @@ extr r18, r1, r2, 8
 shlhi r18, r1, r2, 40
 shrhi r18, r1, r2, 40
 asr r18, r1, 3
+asrh r18, r1, 40
 icmpsel ult, r19, r1, r2, r3, r4
 fcmpsel gtn, r19, r1, 0.0, r1, 0
 if_icmp r0l, ult, r1, r2, 1
