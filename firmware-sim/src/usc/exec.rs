@@ -394,25 +394,75 @@ impl SimdGroup {
         }
     }
 
-    /// A float source of a 32-bit operation: fp16 registers widen, fp32
-    /// denormals flush, then abs and neg apply.
-    fn float_src(&self, src: &Src, lane: usize, uniforms: &[u32; UNIFORMS]) -> f32 {
-        let value = match &src.value {
-            Value::Float(f) => f.to_f32(),
+    /// A value in every lane (raw bits, zero-extended) and its width.
+    /// Reading all lanes at once costs less than a lookup per lane.
+    fn gather_raw(&self, value: &Value, uniforms: &[u32; UNIFORMS]) -> ([u64; LANES], u32) {
+        let mut out = [0u64; LANES];
+        let width = match value {
+            Value::Reg(reg, _) => {
+                let r = usize::from(reg.half / 2);
+                match reg.size {
+                    Size::S16 => {
+                        let shift = 16 * u32::from(reg.half % 2);
+                        for (o, v) in out.iter_mut().zip(&self.regs[r]) {
+                            *o = u64::from(v >> shift) & 0xFFFF;
+                        }
+                    }
+                    Size::S32 => {
+                        for (o, v) in out.iter_mut().zip(&self.regs[r]) {
+                            *o = u64::from(*v);
+                        }
+                    }
+                    Size::S64 => {
+                        for ((o, lo), hi) in
+                            out.iter_mut().zip(&self.regs[r]).zip(&self.regs[r + 1])
+                        {
+                            *o = u64::from(*lo) | u64::from(*hi) << 32;
+                        }
+                    }
+                }
+                bits_of(reg.size)
+            }
+            other => {
+                let (bits, width) = self.value_bits(other, 0, uniforms);
+                out = [bits; LANES];
+                width
+            }
+        };
+        (out, width)
+    }
+
+    /// A float source of a 32-bit operation in every lane: fp16 registers
+    /// widen, fp32 denormals flush, then abs and neg apply.
+    fn gather_f32(&self, src: &Src, uniforms: &[u32; UNIFORMS]) -> [f32; LANES] {
+        let mut out = match &src.value {
+            Value::Float(f) => [f.to_f32(); LANES],
             value => {
-                let (bits, width) = self.value_bits(value, lane, uniforms);
+                let (raw, width) = self.gather_raw(value, uniforms);
                 if width == 16 {
-                    half_to_f32(bits)
+                    raw.map(half_to_f32)
                 } else {
-                    ftz(f32::from_bits(bits as u32))
+                    raw.map(|bits| ftz(f32::from_bits(bits as u32)))
                 }
             }
         };
-        let value = if src.abs { value.abs() } else { value };
+        if src.abs {
+            out = out.map(f32::abs);
+        }
         if src.neg {
-            -value
+            out = out.map(|v| -v);
+        }
+        out
+    }
+
+    /// An integer source in every lane, extended to 64 bits: sign-extended
+    /// from its width with `.sx`, else zero-extended.
+    fn gather_int(&self, src: &Src, uniforms: &[u32; UNIFORMS]) -> [i128; LANES] {
+        let (raw, width) = self.gather_raw(&src.value, uniforms);
+        if src.sx && width < 64 {
+            raw.map(|bits| i128::from(sign_extend(bits, width)))
         } else {
-            value
+            raw.map(|bits| i128::from(truncate(bits, width)))
         }
     }
 
@@ -434,17 +484,6 @@ impl SimdGroup {
             -value
         } else {
             value
-        }
-    }
-
-    /// An integer source extended to 64 bits: sign-extended from its width
-    /// with `.sx`, else zero-extended.
-    fn int_src(&self, src: &Src, lane: usize, uniforms: &[u32; UNIFORMS]) -> i128 {
-        let (bits, width) = self.value_bits(&src.value, lane, uniforms);
-        if src.sx && width < 64 {
-            i128::from(sign_extend(bits, width))
-        } else {
-            i128::from(truncate(bits, width))
         }
     }
 
@@ -587,13 +626,15 @@ impl SimdGroup {
                 } else {
                     None
                 };
+                let xs = self.gather_f32(&a, env.uniforms);
+                let ys = self.gather_f32(&b, env.uniforms);
+                let zs = c.map(|c| self.gather_f32(&c, env.uniforms));
                 for lane in lanes(exec) {
-                    let x = self.float_src(&a, lane, env.uniforms);
-                    let y = self.float_src(&b, lane, env.uniforms);
-                    let r = match (op, &c) {
+                    let (x, y) = (xs[lane], ys[lane]);
+                    let r = match (op, &zs) {
                         (Op::Fadd32, _) => x + y,
                         (Op::Fmul32, _) => x * y,
-                        (_, Some(c)) => x.mul_add(y, self.float_src(c, lane, env.uniforms)),
+                        (_, Some(z)) => x.mul_add(y, z[lane]),
                         _ => unreachable_flow(),
                     };
                     let r = ftz(r);
@@ -638,8 +679,9 @@ impl SimdGroup {
             | Op::RsqrtSpecial => {
                 let d = dst(0)?.reg;
                 let a = src(1)?;
+                let xs = self.gather_f32(&a, env.uniforms);
                 for lane in lanes(exec) {
-                    let x = self.float_src(&a, lane, env.uniforms);
+                    let x = xs[lane];
                     let r = match op {
                         Op::Floor => x.floor(),
                         Op::Ceil => x.ceil(),
@@ -661,10 +703,7 @@ impl SimdGroup {
             Op::Dfdx | Op::Dfdy => {
                 let d = dst(0)?.reg;
                 let a = src(1)?;
-                let mut values = [0f32; LANES];
-                for lane in lanes(self.present) {
-                    values[lane] = self.float_src(&a, lane, env.uniforms);
-                }
+                let values = self.gather_f32(&a, env.uniforms);
                 let neighbour = if op == Op::Dfdx { 1 } else { 2 };
                 for lane in lanes(exec) {
                     let r = ftz(values[lane | neighbour] - values[lane & !neighbour]);
@@ -685,11 +724,13 @@ impl SimdGroup {
                 // Saturation needs every operand at most 32 bits wide.
                 let wide = |s: &Src| matches!(s.value, Value::Reg(r, _) if r.size == Size::S64);
                 let narrow = !wide(&a) && !wide(&b) && !c.as_ref().is_some_and(wide);
+                let xs = self.gather_int(&a, env.uniforms);
+                let ys = self.gather_int(&b, env.uniforms);
+                let zs = c.map(|c| self.gather_int(&c, env.uniforms));
                 for lane in lanes(exec) {
-                    let x = self.int_src(&a, lane, env.uniforms);
-                    let y = self.int_src(&b, lane, env.uniforms);
-                    let (product, addend) = match &c {
-                        Some(c) => (x.wrapping_mul(y), self.int_src(c, lane, env.uniforms)),
+                    let (x, y) = (xs[lane], ys[lane]);
+                    let (product, addend) = match &zs {
+                        Some(z) => (x.wrapping_mul(y), z[lane]),
                         None => (x, y),
                     };
                     let addend = if shift >= 5 { 0 } else { addend << shift };
@@ -728,9 +769,10 @@ impl SimdGroup {
                 } else {
                     Some(src(first + 2)?)
                 };
+                let xs = self.gather_raw(&a.value, env.uniforms).0;
+                let ys = b.map_or([0; LANES], |b| self.gather_raw(&b.value, env.uniforms).0);
                 for lane in lanes(exec) {
-                    let x = self.raw_src(&a, lane, env.uniforms).0;
-                    let y = b.map_or(0, |b| self.raw_src(&b, lane, env.uniforms).0);
+                    let (x, y) = (xs[lane], ys[lane]);
                     let mut r = 0u64;
                     if table & 1 != 0 {
                         r |= !x & !y;
@@ -756,10 +798,12 @@ impl SimdGroup {
                     (Some(src(3)?), int(4)? as u32)
                 };
                 let mask: u128 = if m == 0 { 0xFFFF_FFFF } else { (1 << m) - 1 };
+                let (xs, x_width) = self.gather_raw(&a.value, env.uniforms);
+                let ys = self.gather_raw(&b.value, env.uniforms).0;
+                let shifts = c.map(|c| self.gather_raw(&c.value, env.uniforms).0);
                 for lane in lanes(exec) {
-                    let (x, x_width) = self.raw_src(&a, lane, env.uniforms);
-                    let x = u128::from(truncate(x, x_width.min(32)));
-                    let y = u128::from(truncate(self.raw_src(&b, lane, env.uniforms).0, 32));
+                    let x = u128::from(truncate(xs[lane], x_width.min(32)));
+                    let y = u128::from(truncate(ys[lane], 32));
                     let r: u128 = match (op, &c) {
                         (Op::Asr, _) => {
                             let sh = (y & 0x7F).min(63) as u32;
@@ -770,8 +814,8 @@ impl SimdGroup {
                             ((i128::from(sign_extend(x as u64, x_width.min(32))) << 32) >> sh)
                                 as u128
                         }
-                        (_, Some(c)) => {
-                            let sh = (self.raw_src(c, lane, env.uniforms).0 & 0x7F) as u32;
+                        (_, Some(_)) => {
+                            let sh = (shifts.map_or(0, |s| s[lane]) & 0x7F) as u32;
                             match op {
                                 Op::Bfi => (x & !(mask << sh)) | ((y & mask) << sh),
                                 Op::Bfeil => (x & !mask) | ((y >> sh) & mask),
@@ -795,19 +839,16 @@ impl SimdGroup {
                 let cc = int(0)? as u32;
                 let d = dst(1)?.reg;
                 let (a, b, x, y) = (src(2)?, src(3)?, src(4)?, src(5)?);
+                let taken =
+                    self.condition_mask(op == Op::Fcmpsel, cc, &a, &b, exec, env.uniforms, pc)?;
+                let xs = self.gather_raw(&x.value, env.uniforms).0;
+                let ys = self.gather_raw(&y.value, env.uniforms).0;
                 for lane in lanes(exec) {
-                    let take = if op == Op::Icmpsel {
-                        self.int_compare(cc, &a, &b, lane, env.uniforms, pc)?
+                    let bits = if taken & (1 << lane) != 0 {
+                        xs[lane]
                     } else {
-                        float_compare(
-                            cc,
-                            self.float_src(&a, lane, env.uniforms),
-                            self.float_src(&b, lane, env.uniforms),
-                            pc,
-                        )?
+                        ys[lane]
                     };
-                    let chosen = if take { &x } else { &y };
-                    let bits = self.raw_src(chosen, lane, env.uniforms).0;
                     self.write(d, lane, bits);
                 }
             }
@@ -822,20 +863,13 @@ impl SimdGroup {
                 let (a, b) = (src(2)?, src(3)?);
                 let n = int(4)? as u64;
                 let float = matches!(op, Op::IfFcmp | Op::ElseFcmp | Op::WhileFcmp);
-                let mut conditions = 0u32;
-                for lane in lanes(self.present) {
-                    let base = code & 7;
-                    let holds = if float {
-                        let x = self.float_src(&a, lane, env.uniforms);
-                        let y = self.float_src(&b, lane, env.uniforms);
-                        float_compare(base, x, y, pc)?
-                    } else {
-                        self.int_compare(base, &a, &b, lane, env.uniforms, pc)?
-                    };
-                    if holds != (code & 8 != 0) {
-                        conditions |= 1 << lane;
-                    }
-                }
+                let holds =
+                    self.condition_mask(float, code & 7, &a, &b, self.present, env.uniforms, pc)?;
+                let conditions = if code & 8 != 0 {
+                    !holds & self.present
+                } else {
+                    holds
+                };
                 for lane in lanes(self.present) {
                     let v = self.read(Reg::l(0), lane);
                     let cond = conditions & (1 << lane) != 0;
@@ -1065,28 +1099,49 @@ impl SimdGroup {
         })
     }
 
-    fn int_compare(
+    /// The lanes of `lanes` where `a cc b` holds (integer or float
+    /// compare-select conditions: 0 eq, 1 lt, 2 gt, ...).
+    #[allow(clippy::too_many_arguments)]
+    fn condition_mask(
         &self,
+        float: bool,
         cc: u32,
         a: &Src,
         b: &Src,
-        lane: usize,
+        lanes_mask: u32,
         uniforms: &[u32; UNIFORMS],
         pc: u64,
-    ) -> Result<bool, ExecError> {
-        let (x, xw) = self.raw_src(a, lane, uniforms);
-        let (y, yw) = self.raw_src(b, lane, uniforms);
-        let (xu, yu) = (truncate(x, xw), truncate(y, yw));
-        let (xs, ys) = (sign_extend(xu, xw), sign_extend(yu, yw));
-        Ok(match cc {
-            0 => xu == yu,
-            1 => xu < yu,
-            2 => xu > yu,
-            4 => xs == ys,
-            5 => xs < ys,
-            6 => xs > ys,
-            _ => return Err(unsupported(pc, format!("integer condition {cc}"))),
-        })
+    ) -> Result<u32, ExecError> {
+        let mut holds = 0u32;
+        if float {
+            let xs = self.gather_f32(a, uniforms);
+            let ys = self.gather_f32(b, uniforms);
+            for lane in lanes(lanes_mask) {
+                if float_compare(cc, xs[lane], ys[lane], pc)? {
+                    holds |= 1 << lane;
+                }
+            }
+            return Ok(holds);
+        }
+        let (xs, xw) = self.gather_raw(&a.value, uniforms);
+        let (ys, yw) = self.gather_raw(&b.value, uniforms);
+        for lane in lanes(lanes_mask) {
+            let (xu, yu) = (truncate(xs[lane], xw), truncate(ys[lane], yw));
+            let (xi, yi) = (sign_extend(xu, xw), sign_extend(yu, yw));
+            let result = match cc {
+                0 => xu == yu,
+                1 => xu < yu,
+                2 => xu > yu,
+                4 => xi == yi,
+                5 => xi < yi,
+                6 => xi > yi,
+                _ => return Err(unsupported(pc, format!("integer condition {cc}"))),
+            };
+            if result {
+                holds |= 1 << lane;
+            }
+        }
+        Ok(holds)
     }
 
     #[allow(clippy::too_many_arguments)]
