@@ -47,6 +47,7 @@ pub mod doc;
 pub mod isa;
 mod lod;
 pub mod spec;
+pub mod uat;
 
 pub use lod::Lod;
 pub use spec::{
