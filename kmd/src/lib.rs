@@ -4,9 +4,29 @@
 //! driver: it owns GEM objects, GPU virtual address spaces and their page
 //! tables, syncobjs, queues, the firmware interface, fault recovery and the
 //! parameter buffer (the tiled vertex buffer). Clients reach it only through
-//! the ioctl UAPI defined in `agx-uapi`, with the same validation and errno
-//! values as the real kernel, so a client that works here works on hardware.
+//! the ioctl UAPI defined in `agx-uapi` ([`File::ioctl`]), with the same
+//! validation and errno values as the real kernel, so a client that works
+//! here works on hardware.
 //!
-//! Status: only the crate exists; the device, memory and ioctl handling
-//! arrive with the "kmd part 1" work.
-#![forbid(unsafe_code)]
+//! Status: the device ([`System`]), simulated RAM, GEM objects, VMs with
+//! UAT page tables and VM_BIND, GET_PARAMS/GET_TIME and the DRM core
+//! VERSION/GET_CAP/GEM_CLOSE are in place; syncobjs, PRIME, GEM_BIND_OBJECT
+//! and the LD_PRELOAD shim come next, queues and submission with "kmd
+//! part 2".
+//!
+//! `unsafe` code is confined to two modules: `mem::backing` (mapping
+//! memfds) and `uaccess` (copying from and to user pointers).
+#![deny(unsafe_code)]
+
+pub mod device;
+pub mod errno;
+pub mod file;
+pub mod gem;
+pub mod mem;
+pub mod params;
+pub mod uaccess;
+pub mod vm;
+
+pub use device::{Device, Stats, System, SystemConfig};
+pub use errno::Errno;
+pub use file::File;

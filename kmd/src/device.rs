@@ -1,0 +1,166 @@
+//! The simulated GPU system and its DRM device.
+//!
+//! [`System::new`] assembles what a machine with an AGX GPU has: RAM (the
+//! SoC's unified memory), the kernel driver's device state, and (once the
+//! firmware interface exists) the firmware and GPU. It hands out DRM files
+//! ([`File`]), each the equivalent of an open `/dev/dri/renderD128`.
+//! Everything that needs a GPU (the umd's in-process backend, the shim,
+//! tools and tests) builds one of these.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Instant;
+
+use agx_uapi::asahi::GemFlags;
+
+use crate::file::File;
+use crate::gem::{GemObject, VmKey, MMAP_OFFSET_SHIFT};
+use crate::mem::{AllocError, PagePool, PhysRange, Ram};
+
+/// Live-object counters, for leak checks.
+#[derive(Debug, Default)]
+pub struct Counters {
+    pub(crate) files: AtomicU64,
+    pub(crate) gem_objects: AtomicU64,
+    pub(crate) vms: AtomicU64,
+    pub(crate) syncobjs: AtomicU64,
+}
+
+/// A snapshot of what the device holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Stats {
+    /// Open DRM files.
+    pub files: u64,
+    /// Live GEM objects (in any file, mapped or exported).
+    pub gem_objects: u64,
+    /// Live VMs.
+    pub vms: u64,
+    /// Live syncobjs.
+    pub syncobjs: u64,
+    /// RAM pages allocated (objects, kernel pages, the dummy page).
+    pub ram_pages: u64,
+    /// Kernel pages in use (page tables).
+    pub kernel_pages: u64,
+}
+
+/// How to build a system.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SystemConfig {
+    /// Simulated RAM.
+    pub ram_bytes: u64,
+}
+
+impl Default for SystemConfig {
+    fn default() -> SystemConfig {
+        SystemConfig { ram_bytes: 8 << 30 }
+    }
+}
+
+/// The device state shared by all files.
+#[derive(Debug)]
+pub struct Device {
+    pub(crate) ram: Ram,
+    pub(crate) pool: Arc<PagePool>,
+    pub(crate) counters: Arc<Counters>,
+    pub(crate) dummy_page: Arc<PhysRange>,
+    pub(crate) start: Instant,
+    next_object_id: AtomicU64,
+    next_file_id: AtomicU64,
+    /// Objects by mmap offset, for mmap on the DRM file.
+    objects: Mutex<HashMap<u64, Weak<GemObject>>>,
+}
+
+impl Device {
+    pub(crate) fn create_object(
+        &self,
+        size_bytes: u64,
+        flags: GemFlags,
+        private_vm: Option<VmKey>,
+    ) -> Result<Arc<GemObject>, AllocError> {
+        let memory = self.ram.allocate(size_bytes, "agx-gem")?;
+        let id = self.next_object_id.fetch_add(1, Ordering::Relaxed);
+        let object = Arc::new(GemObject::new(
+            id,
+            flags,
+            private_vm,
+            memory,
+            Arc::clone(&self.counters),
+        ));
+        let mut objects = self.objects.lock().unwrap_or_else(|e| e.into_inner());
+        objects.retain(|_, weak| weak.strong_count() > 0);
+        objects.insert(object.mmap_offset(), Arc::downgrade(&object));
+        Ok(object)
+    }
+
+    /// The live object at mmap offset `offset` (exactly its start).
+    pub fn object_at_mmap_offset(&self, offset: u64) -> Option<Arc<GemObject>> {
+        let objects = self.objects.lock().unwrap_or_else(|e| e.into_inner());
+        objects
+            .get(&(offset >> MMAP_OFFSET_SHIFT << MMAP_OFFSET_SHIFT))
+            .and_then(Weak::upgrade)
+    }
+
+    pub(crate) fn next_file_id(&self) -> u64 {
+        self.next_file_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// What the device holds now.
+    pub fn stats(&self) -> Stats {
+        Stats {
+            files: self.counters.files.load(Ordering::Relaxed),
+            gem_objects: self.counters.gem_objects.load(Ordering::Relaxed),
+            vms: self.counters.vms.load(Ordering::Relaxed),
+            syncobjs: self.counters.syncobjs.load(Ordering::Relaxed),
+            ram_pages: self.ram.allocated_pages(),
+            kernel_pages: self.pool.pages_in_use(),
+        }
+    }
+
+    /// The RAM.
+    pub fn ram(&self) -> &Ram {
+        &self.ram
+    }
+}
+
+/// A simulated machine with an AGX GPU.
+#[derive(Debug, Clone)]
+pub struct System {
+    device: Arc<Device>,
+}
+
+impl System {
+    /// Builds a system.
+    pub fn new(config: SystemConfig) -> Result<System, AllocError> {
+        let ram = Ram::new(config.ram_bytes);
+        let pool = Arc::new(PagePool::new(ram.clone()));
+        let dummy_page = ram.allocate(agx_hw::uat::PAGE_BYTES, "agx-dummy-page")?;
+        Ok(System {
+            device: Arc::new(Device {
+                ram,
+                pool,
+                counters: Arc::new(Counters::default()),
+                dummy_page,
+                start: Instant::now(),
+                next_object_id: AtomicU64::new(1),
+                next_file_id: AtomicU64::new(1),
+                objects: Mutex::new(HashMap::new()),
+            }),
+        })
+    }
+
+    /// Opens a DRM file (a render node).
+    pub fn open(&self) -> File {
+        File::new(Arc::clone(&self.device))
+    }
+
+    /// The device.
+    pub fn device(&self) -> &Arc<Device> {
+        &self.device
+    }
+
+    /// What the device holds now.
+    pub fn stats(&self) -> Stats {
+        self.device.stats()
+    }
+}

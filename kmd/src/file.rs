@@ -1,0 +1,454 @@
+//! A DRM file: one open of the render node, and its ioctls.
+//!
+//! A file owns handles to GEM objects, VMs and (later) syncobjs and
+//! queues; closing it (dropping the [`File`]) releases all of them. The
+//! [`File::ioctl`] entry point follows the DRM core's contract exactly: the
+//! request number selects the handler, the size encoded in it bounds the
+//! copy in and out (shorter structs from older userspace are zero-extended,
+//! longer ones truncated), the copy directions are those both the caller's
+//! and the kernel's definitions allow, and the argument is copied back even
+//! when the handler fails.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use agx_uapi::asahi::{
+    self, GemBindOp, GemCreate, GemFlags, GemMmapOffset, GetParams, GetTime, ParamsGlobal, VmBind,
+    VmCreate, VmDestroy,
+};
+use agx_uapi::drm::{self, GemClose, GetCap, Version};
+use agx_uapi::ioctl::{ioc_dir, ioc_size_bytes, DRM_COMMAND_BASE, IOC_READ, IOC_WRITE};
+use zerocopy::{FromBytes, Immutable, IntoBytes};
+
+use crate::device::Device;
+use crate::errno::Errno;
+use crate::gem::{GemError, GemObject, VmKey};
+use crate::params::{self, ParamsError};
+use crate::uaccess::{copy_from_user, copy_to_user};
+use crate::vm::{BindError, BindOp, Vm, VmError};
+
+/// Driver name VERSION reports (clients check it).
+pub const DRIVER_NAME: &str = "asahi";
+/// Driver date VERSION reports.
+pub const DRIVER_DATE: &str = "20250101";
+/// Driver description VERSION reports.
+pub const DRIVER_DESC: &str = "Apple AGX GPU (simulated by agx-stack)";
+
+#[derive(Debug, Default)]
+struct FileState {
+    handles: BTreeMap<u32, Arc<GemObject>>,
+    next_handle: u32,
+    vms: BTreeMap<u32, Vm>,
+    next_vm: u32,
+}
+
+/// An open DRM file.
+#[derive(Debug)]
+pub struct File {
+    device: Arc<Device>,
+    id: u64,
+    state: Mutex<FileState>,
+}
+
+type Handler = fn(&File, &mut [u8]) -> Result<i32, Errno>;
+
+/// One ioctl: its number, the kernel's request (direction and size) and
+/// the handler.
+struct IoctlDef {
+    request: u32,
+    handler: Handler,
+}
+
+fn with<T: FromBytes + IntoBytes + Immutable>(
+    data: &mut [u8],
+    f: impl FnOnce(&mut T) -> Result<i32, Errno>,
+) -> Result<i32, Errno> {
+    let mut value = T::read_from_prefix(data)
+        .map(|(v, _)| v)
+        .map_err(|_| Errno::EINVAL)?;
+    let result = f(&mut value);
+    data[..size_of::<T>()].copy_from_slice(value.as_bytes());
+    result
+}
+
+const fn def(request: u32, handler: Handler) -> Option<IoctlDef> {
+    Some(IoctlDef { request, handler })
+}
+
+/// The DRM core ioctls this device implements, by number.
+fn core_ioctl(nr: u32) -> Option<IoctlDef> {
+    match nr {
+        drm::nr::VERSION => def(drm::DRM_IOCTL_VERSION, |f, d| with(d, |v| f.version(v))),
+        drm::nr::GEM_CLOSE => def(drm::DRM_IOCTL_GEM_CLOSE, |f, d| with(d, |v| f.gem_close(v))),
+        drm::nr::GET_CAP => def(drm::DRM_IOCTL_GET_CAP, |f, d| with(d, |v| f.get_cap(v))),
+        _ => None,
+    }
+}
+
+/// The asahi ioctls, by number relative to `DRM_COMMAND_BASE`.
+fn driver_ioctl(nr: u32) -> Option<IoctlDef> {
+    match nr {
+        asahi::nr::GET_PARAMS => def(asahi::DRM_IOCTL_ASAHI_GET_PARAMS, |f, d| {
+            with(d, |v| f.get_params(v))
+        }),
+        asahi::nr::GET_TIME => def(asahi::DRM_IOCTL_ASAHI_GET_TIME, |f, d| {
+            with(d, |v| f.get_time(v))
+        }),
+        asahi::nr::VM_CREATE => def(asahi::DRM_IOCTL_ASAHI_VM_CREATE, |f, d| {
+            with(d, |v| f.vm_create(v))
+        }),
+        asahi::nr::VM_DESTROY => def(asahi::DRM_IOCTL_ASAHI_VM_DESTROY, |f, d| {
+            with(d, |v| f.vm_destroy(v))
+        }),
+        asahi::nr::VM_BIND => def(asahi::DRM_IOCTL_ASAHI_VM_BIND, |f, d| {
+            with(d, |v| f.vm_bind(v))
+        }),
+        asahi::nr::GEM_CREATE => def(asahi::DRM_IOCTL_ASAHI_GEM_CREATE, |f, d| {
+            with(d, |v| f.gem_create(v))
+        }),
+        asahi::nr::GEM_MMAP_OFFSET => def(asahi::DRM_IOCTL_ASAHI_GEM_MMAP_OFFSET, |f, d| {
+            with(d, |v| f.gem_mmap_offset(v))
+        }),
+        _ => None,
+    }
+}
+
+impl File {
+    pub(crate) fn new(device: Arc<Device>) -> File {
+        device.counters.files.fetch_add(1, Ordering::Relaxed);
+        let id = device.next_file_id();
+        File {
+            device,
+            id,
+            state: Mutex::new(FileState {
+                next_handle: 1,
+                next_vm: 1,
+                ..FileState::default()
+            }),
+        }
+    }
+
+    fn state(&self) -> MutexGuard<'_, FileState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The device this file is open on.
+    pub fn device(&self) -> &Arc<Device> {
+        &self.device
+    }
+
+    /// The object with `handle`, if this file has one.
+    pub fn object(&self, handle: u32) -> Option<Arc<GemObject>> {
+        self.state().handles.get(&handle).cloned()
+    }
+
+    /// The root page table of VM `vm_id`, for walking it in tests and
+    /// tools.
+    pub fn vm_root_pa(&self, vm_id: u32) -> Option<u64> {
+        self.state().vms.get(&vm_id).map(Vm::root_pa)
+    }
+
+    /// The object a CPU mapping of the DRM file at `offset` (as returned by
+    /// GEM_MMAP_OFFSET) of `len_bytes` bytes refers to, checked as Linux's
+    /// `drm_gem_mmap` does: no object there or a range past its end is
+    /// `EINVAL`, an object this file has no handle to is `EACCES`. The
+    /// caller maps `object.memory().backing().fd()` at the returned offset
+    /// within it.
+    pub fn mmap_object(&self, offset: u64, len_bytes: u64) -> Result<(Arc<GemObject>, u64), Errno> {
+        let object = self
+            .device
+            .object_at_mmap_offset(offset)
+            .ok_or(Errno::EINVAL)?;
+        let within = offset - object.mmap_offset();
+        if within
+            .checked_add(len_bytes)
+            .is_none_or(|end| end > object.size_bytes())
+            || len_bytes == 0
+        {
+            return Err(Errno::EINVAL);
+        }
+        if !self
+            .state()
+            .handles
+            .values()
+            .any(|o| Arc::ptr_eq(o, &object))
+        {
+            return Err(Errno::EACCES);
+        }
+        Ok((object, within))
+    }
+
+    /// The user mappings of VM `vm_id`, in address order.
+    pub fn vm_mappings(&self, vm_id: u32) -> Option<Vec<crate::vm::Mapping>> {
+        self.state().vms.get(&vm_id).map(Vm::mappings)
+    }
+
+    /// The ioctl entry point: `request` as passed to `ioctl(2)`, `arg` the
+    /// user pointer to the argument struct. Returns the ioctl's
+    /// non-negative result or the errno.
+    pub fn ioctl(&self, request: u64, arg: u64) -> Result<i32, Errno> {
+        let request = u32::try_from(request).map_err(|_| Errno::ENOTTY)?;
+        if (request >> 8) & 0xFF != u32::from(agx_uapi::ioctl::DRM_IOCTL_BASE) {
+            return Err(Errno::ENOTTY);
+        }
+        let nr = request & 0xFF;
+        let def = if (DRM_COMMAND_BASE..0xA0).contains(&nr) {
+            driver_ioctl(nr - DRM_COMMAND_BASE)
+        } else {
+            core_ioctl(nr)
+        }
+        .ok_or(Errno::EINVAL)?;
+        let user_size = ioc_size_bytes(request);
+        let both = ioc_dir(request) & ioc_dir(def.request);
+        let in_size = if both & IOC_WRITE != 0 { user_size } else { 0 };
+        let out_size = if both & IOC_READ != 0 { user_size } else { 0 };
+        let kernel_size = ioc_size_bytes(def.request);
+        let mut data = vec![0u8; kernel_size.max(in_size).max(out_size)];
+        copy_from_user(&mut data[..in_size], arg)?;
+        let result = (def.handler)(self, &mut data);
+        copy_to_user(arg, &data[..out_size])?;
+        result
+    }
+
+    // ---- DRM core ------------------------------------------------------
+
+    fn version(&self, v: &mut Version) -> Result<i32, Errno> {
+        v.version_major = 1;
+        v.version_minor = 0;
+        v.version_patchlevel = 0;
+        for (len, ptr, text) in [
+            (&mut v.name_len, v.name, DRIVER_NAME),
+            (&mut v.date_len, v.date, DRIVER_DATE),
+            (&mut v.desc_len, v.desc, DRIVER_DESC),
+        ] {
+            let copy = (*len as usize).min(text.len());
+            *len = text.len() as u64;
+            if copy > 0 && ptr != 0 {
+                copy_to_user(ptr, &text.as_bytes()[..copy])?;
+            }
+        }
+        Ok(0)
+    }
+
+    fn get_cap(&self, cap: &mut GetCap) -> Result<i32, Errno> {
+        cap.value = match cap.capability {
+            drm::DRM_CAP_TIMESTAMP_MONOTONIC
+            | drm::DRM_CAP_SYNCOBJ
+            | drm::DRM_CAP_SYNCOBJ_TIMELINE => 1,
+            drm::DRM_CAP_PRIME => drm::DRM_PRIME_CAP_IMPORT | drm::DRM_PRIME_CAP_EXPORT,
+            // A render-only device: the KMS capabilities do not apply.
+            _ => return Err(Errno::EOPNOTSUPP),
+        };
+        Ok(0)
+    }
+
+    fn gem_close(&self, close: &mut GemClose) -> Result<i32, Errno> {
+        if close.pad != 0 {
+            return Err(GemError::MustBeZero { field: "pad" }.into());
+        }
+        let removed = self.state().handles.remove(&close.handle);
+        removed.map(|_| 0).ok_or_else(|| {
+            GemError::CloseUnknownHandle {
+                handle: close.handle,
+            }
+            .into()
+        })
+    }
+
+    // ---- asahi ---------------------------------------------------------
+
+    fn get_params(&self, p: &mut GetParams) -> Result<i32, Errno> {
+        params::check_get_params(p.param_group, p.pad)?;
+        let params = params::params_global();
+        let len = (p.size as usize).min(size_of::<ParamsGlobal>());
+        copy_to_user(p.pointer, &params.as_bytes()[..len]).map_err(ParamsError::from)?;
+        Ok(0)
+    }
+
+    fn get_time(&self, t: &mut GetTime) -> Result<i32, Errno> {
+        if t.flags != 0 {
+            return Err(ParamsError::MustBeZero { field: "flags" }.into());
+        }
+        t.gpu_timestamp = params::gpu_timestamp(self.device.start);
+        Ok(0)
+    }
+
+    fn vm_create(&self, c: &mut VmCreate) -> Result<i32, Errno> {
+        if c.pad != 0 {
+            return Err(VmError::MustBeZero { field: "pad" }.into());
+        }
+        Vm::check_kernel_range(c.kernel_start, c.kernel_end)?;
+        let mut state = self.state();
+        let id = state.next_vm;
+        let vm = Vm::new(
+            id,
+            c.kernel_start..c.kernel_end,
+            Arc::clone(&self.device.pool),
+            Arc::clone(&self.device.dummy_page),
+            Arc::clone(&self.device.counters),
+        )?;
+        state.next_vm += 1;
+        state.vms.insert(id, vm);
+        c.vm_id = id;
+        Ok(0)
+    }
+
+    fn vm_destroy(&self, d: &mut VmDestroy) -> Result<i32, Errno> {
+        if d.pad != 0 {
+            return Err(VmError::MustBeZero { field: "pad" }.into());
+        }
+        let removed = self.state().vms.remove(&d.vm_id);
+        removed
+            .map(|_| 0)
+            .ok_or_else(|| VmError::NoSuchVm { vm_id: d.vm_id }.into())
+    }
+
+    fn vm_bind(&self, b: &mut VmBind) -> Result<i32, Errno> {
+        if b.pad != 0 {
+            return Err(BindError::MustBeZero { field: "pad" }.into());
+        }
+        if b.stride == 0 {
+            return Err(BindError::ZeroStride.into());
+        }
+        // Read every operation first (copy_from_user), then validate them
+        // all, then apply: a refused VM_BIND changes nothing.
+        let stride = b.stride as usize;
+        let mut raw_ops = Vec::with_capacity(b.num_binds.min(4096) as usize);
+        for i in 0..u64::from(b.num_binds) {
+            let mut buf = vec![0u8; size_of::<GemBindOp>().max(stride)];
+            let read = stride.min(size_of::<GemBindOp>());
+            let address = b
+                .userptr
+                .checked_add(i * stride as u64)
+                .ok_or(Errno::EFAULT)?;
+            copy_from_user(&mut buf[..read], address).map_err(BindError::from)?;
+            let op = GemBindOp::read_from_prefix(&buf)
+                .map(|(op, _)| op)
+                .map_err(|_| Errno::EINVAL)?;
+            raw_ops.push(op);
+        }
+        let mut state = self.state();
+        let state = &mut *state;
+        let vm = state
+            .vms
+            .get(&b.vm_id)
+            .ok_or(BindError::NoSuchVm { vm_id: b.vm_id })?;
+        let mut ops = Vec::with_capacity(raw_ops.len());
+        for (index, op) in raw_ops.iter().enumerate() {
+            match vm.check_op(index, op)? {
+                None => ops.push(BindOp::Unmap {
+                    addr: op.addr,
+                    range: op.range,
+                }),
+                Some((permissions, single_page)) => {
+                    let object =
+                        state
+                            .handles
+                            .get(&op.handle)
+                            .cloned()
+                            .ok_or(BindError::NoSuchHandle {
+                                index,
+                                handle: op.handle,
+                            })?;
+                    if object.private_vm().is_some_and(|key| {
+                        key != VmKey {
+                            file_id: self.id,
+                            vm_id: b.vm_id,
+                        }
+                    }) {
+                        return Err(BindError::PrivateToOtherVm {
+                            index,
+                            handle: op.handle,
+                        }
+                        .into());
+                    }
+                    let len = if single_page {
+                        agx_hw::uat::PAGE_BYTES
+                    } else {
+                        op.range
+                    };
+                    if op
+                        .offset
+                        .checked_add(len)
+                        .is_none_or(|end| end > object.size_bytes())
+                    {
+                        return Err(BindError::OutsideObject {
+                            index,
+                            offset: op.offset,
+                            len,
+                            size: object.size_bytes(),
+                        }
+                        .into());
+                    }
+                    ops.push(BindOp::Map {
+                        addr: op.addr,
+                        range: op.range,
+                        offset: op.offset,
+                        object,
+                        permissions,
+                        single_page,
+                    });
+                }
+            }
+        }
+        let vm = state
+            .vms
+            .get_mut(&b.vm_id)
+            .ok_or(BindError::NoSuchVm { vm_id: b.vm_id })?;
+        vm.apply(ops)?;
+        Ok(0)
+    }
+
+    fn gem_create(&self, c: &mut GemCreate) -> Result<i32, Errno> {
+        if c.pad != 0 {
+            return Err(GemError::MustBeZero { field: "pad" }.into());
+        }
+        let flags =
+            GemFlags::from_bits(c.flags).ok_or(GemError::UnknownFlags { flags: c.flags })?;
+        if c.size == 0 {
+            return Err(GemError::ZeroSize.into());
+        }
+        let private_vm = if flags.contains(GemFlags::VM_PRIVATE) {
+            if !self.state().vms.contains_key(&c.vm_id) {
+                return Err(GemError::NoSuchVm { vm_id: c.vm_id }.into());
+            }
+            Some(VmKey {
+                file_id: self.id,
+                vm_id: c.vm_id,
+            })
+        } else {
+            if c.vm_id != 0 {
+                return Err(GemError::VmWithoutPrivate { vm_id: c.vm_id }.into());
+            }
+            None
+        };
+        let object = self
+            .device
+            .create_object(c.size, flags, private_vm)
+            .map_err(GemError::from)?;
+        let mut state = self.state();
+        let handle = state.next_handle;
+        state.next_handle += 1;
+        state.handles.insert(handle, object);
+        c.handle = handle;
+        Ok(0)
+    }
+
+    fn gem_mmap_offset(&self, m: &mut GemMmapOffset) -> Result<i32, Errno> {
+        if m.flags != 0 {
+            return Err(GemError::MustBeZero { field: "flags" }.into());
+        }
+        let object = self
+            .object(m.handle)
+            .ok_or(GemError::NoSuchHandle { handle: m.handle })?;
+        m.offset = object.mmap_offset();
+        Ok(0)
+    }
+}
+
+impl Drop for File {
+    fn drop(&mut self) {
+        self.device.counters.files.fetch_sub(1, Ordering::Relaxed);
+    }
+}

@@ -1,0 +1,143 @@
+//! GEM buffer objects.
+//!
+//! A GEM object is a range of RAM a client allocated: it is mapped into
+//! GPU VMs, mapped by the CPU through the DRM file (at a fake mmap
+//! offset), and exported to other files and processes as a PRIME fd. It
+//! lives while anything refers to it (a handle in any file, a VM mapping,
+//! an export, in-flight work); its pages are freed exactly once, when the
+//! last reference goes.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use agx_uapi::asahi::GemFlags;
+
+use crate::device::Counters;
+use crate::mem::{AllocError, PhysRange};
+
+/// Mmap offsets are `id << MMAP_OFFSET_SHIFT`, so every object (up to
+/// 1 TiB) has its own window in the DRM file.
+pub const MMAP_OFFSET_SHIFT: u32 = 40;
+
+/// Identifies the VM a `VM_PRIVATE` object belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct VmKey {
+    /// The file that created the VM.
+    pub file_id: u64,
+    /// The VM's id in that file.
+    pub vm_id: u32,
+}
+
+/// A buffer object.
+#[derive(Debug)]
+pub struct GemObject {
+    id: u64,
+    size_bytes: u64,
+    flags: GemFlags,
+    private_vm: Option<VmKey>,
+    memory: Arc<PhysRange>,
+    counters: Arc<Counters>,
+}
+
+impl GemObject {
+    pub(crate) fn new(
+        id: u64,
+        flags: GemFlags,
+        private_vm: Option<VmKey>,
+        memory: Arc<PhysRange>,
+        counters: Arc<Counters>,
+    ) -> GemObject {
+        counters.gem_objects.fetch_add(1, Ordering::Relaxed);
+        GemObject {
+            id,
+            size_bytes: memory.len_bytes(),
+            flags,
+            private_vm,
+            memory,
+            counters,
+        }
+    }
+
+    /// The device-wide id.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// The size in bytes (whole pages).
+    pub fn size_bytes(&self) -> u64 {
+        self.size_bytes
+    }
+
+    /// The creation flags.
+    pub fn flags(&self) -> GemFlags {
+        self.flags
+    }
+
+    /// The VM a `VM_PRIVATE` object is private to.
+    pub fn private_vm(&self) -> Option<VmKey> {
+        self.private_vm
+    }
+
+    /// The fake offset to mmap the object at through the DRM file.
+    pub fn mmap_offset(&self) -> u64 {
+        self.id << MMAP_OFFSET_SHIFT
+    }
+
+    /// The physical memory.
+    pub fn memory(&self) -> &Arc<PhysRange> {
+        &self.memory
+    }
+}
+
+impl Drop for GemObject {
+    fn drop(&mut self) {
+        self.counters.gem_objects.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Why a GEM ioctl failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum GemError {
+    /// A pad or MBZ field is not zero.
+    #[error("{field} must be zero")]
+    MustBeZero {
+        /// The field.
+        field: &'static str,
+    },
+    /// Flags outside the defined set.
+    #[error("unknown flags {flags:#x}")]
+    UnknownFlags {
+        /// The flags given.
+        flags: u32,
+    },
+    /// A zero-sized object.
+    #[error("size is zero")]
+    ZeroSize,
+    /// `vm_id` given without `VM_PRIVATE`.
+    #[error("vm_id {vm_id} without VM_PRIVATE")]
+    VmWithoutPrivate {
+        /// The vm_id given.
+        vm_id: u32,
+    },
+    /// No object has this handle in the file.
+    #[error("no object with handle {handle}")]
+    NoSuchHandle {
+        /// The handle.
+        handle: u32,
+    },
+    /// GEM_CLOSE of a handle that does not exist (Linux: EINVAL).
+    #[error("GEM_CLOSE of unknown handle {handle}")]
+    CloseUnknownHandle {
+        /// The handle.
+        handle: u32,
+    },
+    /// No VM with this id.
+    #[error("no VM {vm_id}")]
+    NoSuchVm {
+        /// The id.
+        vm_id: u32,
+    },
+    /// RAM is exhausted.
+    #[error(transparent)]
+    OutOfMemory(#[from] AllocError),
+}

@@ -1,0 +1,516 @@
+//! One row per validation rule: raw argument bytes through the ioctl entry
+//! point, and the errno Linux gives for them.
+
+mod common;
+
+use agx_kmd::Errno;
+use agx_uapi::asahi::{
+    self, BindFlags, GemBindOp, GemCreate, GemFlags, GemMmapOffset, GetParams, GetTime, VmBind,
+    VmCreate, VmDestroy,
+};
+use agx_uapi::drm::{self, GemClose, GetCap, Version};
+use common::*;
+use zerocopy::IntoBytes;
+
+const RW: u32 = BindFlags::READ.bits() | BindFlags::WRITE.bits();
+
+struct Row {
+    name: &'static str,
+    request: u32,
+    bytes: Vec<u8>,
+    expected: Errno,
+}
+
+fn row(
+    name: &'static str,
+    request: u32,
+    arg: impl IntoBytes + zerocopy::Immutable,
+    expected: Errno,
+) -> Row {
+    Row {
+        name,
+        request,
+        bytes: arg.as_bytes().to_vec(),
+        expected,
+    }
+}
+
+#[test_log::test]
+fn every_validation_rule_gives_its_errno() {
+    let system = system();
+    let file = system.open();
+    let vm = vm_create(&file);
+    let other_vm = vm_create(&file);
+    let object = gem_create(&file, 4 * PAGE, 0, 0).unwrap();
+    let private = gem_create(&file, PAGE, GemFlags::VM_PRIVATE.bits(), other_vm).unwrap();
+    let mut params_out = [0u8; 592];
+
+    let bind_with = |ops: Vec<GemBindOp>| {
+        let ops = Box::leak(ops.into_boxed_slice());
+        VmBind {
+            vm_id: vm,
+            num_binds: ops.len() as u32,
+            stride: 32,
+            pad: 0,
+            userptr: ops.as_ptr() as u64,
+        }
+    };
+    let good = |addr| map_op(object, addr, PAGE, 0, RW);
+    let user = 0x1_0000_0000;
+
+    let rows = vec![
+        // GET_PARAMS
+        row(
+            "params pad",
+            asahi::DRM_IOCTL_ASAHI_GET_PARAMS,
+            GetParams {
+                pad: 1,
+                pointer: params_out.as_mut_ptr() as u64,
+                size: 592,
+                ..GetParams::default()
+            },
+            Errno::EINVAL,
+        ),
+        row(
+            "params group",
+            asahi::DRM_IOCTL_ASAHI_GET_PARAMS,
+            GetParams {
+                param_group: 1,
+                pointer: params_out.as_mut_ptr() as u64,
+                size: 592,
+                ..GetParams::default()
+            },
+            Errno::EINVAL,
+        ),
+        row(
+            "params bad pointer",
+            asahi::DRM_IOCTL_ASAHI_GET_PARAMS,
+            GetParams {
+                pointer: 16,
+                size: 592,
+                ..GetParams::default()
+            },
+            Errno::EFAULT,
+        ),
+        // GET_TIME
+        row(
+            "time flags",
+            asahi::DRM_IOCTL_ASAHI_GET_TIME,
+            GetTime {
+                flags: 1,
+                gpu_timestamp: 0,
+            },
+            Errno::EINVAL,
+        ),
+        // VM_CREATE / VM_DESTROY
+        row(
+            "vm pad",
+            asahi::DRM_IOCTL_ASAHI_VM_CREATE,
+            VmCreate {
+                kernel_start: KERNEL_START,
+                kernel_end: KERNEL_END,
+                pad: 1,
+                ..VmCreate::default()
+            },
+            Errno::EINVAL,
+        ),
+        row(
+            "vm unaligned",
+            asahi::DRM_IOCTL_ASAHI_VM_CREATE,
+            VmCreate {
+                kernel_start: KERNEL_START + 1,
+                kernel_end: KERNEL_END,
+                ..VmCreate::default()
+            },
+            Errno::EINVAL,
+        ),
+        row(
+            "vm empty",
+            asahi::DRM_IOCTL_ASAHI_VM_CREATE,
+            VmCreate {
+                kernel_start: KERNEL_END,
+                kernel_end: KERNEL_START,
+                ..VmCreate::default()
+            },
+            Errno::EINVAL,
+        ),
+        row(
+            "vm outside",
+            asahi::DRM_IOCTL_ASAHI_VM_CREATE,
+            VmCreate {
+                kernel_start: KERNEL_START,
+                kernel_end: 0x80_0000_0000,
+                ..VmCreate::default()
+            },
+            Errno::EINVAL,
+        ),
+        row(
+            "vm below start",
+            asahi::DRM_IOCTL_ASAHI_VM_CREATE,
+            VmCreate {
+                kernel_start: 0,
+                kernel_end: 0x2000_0000,
+                ..VmCreate::default()
+            },
+            Errno::EINVAL,
+        ),
+        row(
+            "vm too small",
+            asahi::DRM_IOCTL_ASAHI_VM_CREATE,
+            VmCreate {
+                kernel_start: KERNEL_START,
+                kernel_end: KERNEL_START + 0x1000_0000,
+                ..VmCreate::default()
+            },
+            Errno::EINVAL,
+        ),
+        row(
+            "vm destroy pad",
+            asahi::DRM_IOCTL_ASAHI_VM_DESTROY,
+            VmDestroy { vm_id: vm, pad: 1 },
+            Errno::EINVAL,
+        ),
+        row(
+            "vm destroy unknown",
+            asahi::DRM_IOCTL_ASAHI_VM_DESTROY,
+            VmDestroy { vm_id: 99, pad: 0 },
+            Errno::ENOENT,
+        ),
+        // GEM_CREATE / GEM_MMAP_OFFSET / GEM_CLOSE
+        row(
+            "gem pad",
+            asahi::DRM_IOCTL_ASAHI_GEM_CREATE,
+            GemCreate {
+                size: PAGE,
+                pad: 1,
+                ..GemCreate::default()
+            },
+            Errno::EINVAL,
+        ),
+        row(
+            "gem flags",
+            asahi::DRM_IOCTL_ASAHI_GEM_CREATE,
+            GemCreate {
+                size: PAGE,
+                flags: 4,
+                ..GemCreate::default()
+            },
+            Errno::EINVAL,
+        ),
+        row(
+            "gem size 0",
+            asahi::DRM_IOCTL_ASAHI_GEM_CREATE,
+            GemCreate::default(),
+            Errno::EINVAL,
+        ),
+        row(
+            "gem vm without private",
+            asahi::DRM_IOCTL_ASAHI_GEM_CREATE,
+            GemCreate {
+                size: PAGE,
+                vm_id: vm,
+                ..GemCreate::default()
+            },
+            Errno::EINVAL,
+        ),
+        row(
+            "gem private unknown vm",
+            asahi::DRM_IOCTL_ASAHI_GEM_CREATE,
+            GemCreate {
+                size: PAGE,
+                flags: GemFlags::VM_PRIVATE.bits(),
+                vm_id: 99,
+                ..GemCreate::default()
+            },
+            Errno::ENOENT,
+        ),
+        row(
+            "gem too big",
+            asahi::DRM_IOCTL_ASAHI_GEM_CREATE,
+            GemCreate {
+                size: 4 << 30,
+                ..GemCreate::default()
+            },
+            Errno::ENOMEM,
+        ),
+        row(
+            "mmap flags",
+            asahi::DRM_IOCTL_ASAHI_GEM_MMAP_OFFSET,
+            GemMmapOffset {
+                handle: object,
+                flags: 1,
+                offset: 0,
+            },
+            Errno::EINVAL,
+        ),
+        row(
+            "mmap unknown",
+            asahi::DRM_IOCTL_ASAHI_GEM_MMAP_OFFSET,
+            GemMmapOffset {
+                handle: 99,
+                flags: 0,
+                offset: 0,
+            },
+            Errno::ENOENT,
+        ),
+        row(
+            "close pad",
+            drm::DRM_IOCTL_GEM_CLOSE,
+            GemClose {
+                handle: object,
+                pad: 1,
+            },
+            Errno::EINVAL,
+        ),
+        row(
+            "close unknown",
+            drm::DRM_IOCTL_GEM_CLOSE,
+            GemClose { handle: 99, pad: 0 },
+            Errno::EINVAL,
+        ),
+        // VM_BIND
+        row(
+            "bind stride 0",
+            asahi::DRM_IOCTL_ASAHI_VM_BIND,
+            VmBind {
+                stride: 0,
+                ..bind_with(vec![good(user)])
+            },
+            Errno::EINVAL,
+        ),
+        row(
+            "bind pad",
+            asahi::DRM_IOCTL_ASAHI_VM_BIND,
+            VmBind {
+                pad: 1,
+                ..bind_with(vec![good(user)])
+            },
+            Errno::EINVAL,
+        ),
+        row(
+            "bind unknown vm",
+            asahi::DRM_IOCTL_ASAHI_VM_BIND,
+            VmBind {
+                vm_id: 99,
+                ..bind_with(vec![good(user)])
+            },
+            Errno::ENOENT,
+        ),
+        row(
+            "bind bad userptr",
+            asahi::DRM_IOCTL_ASAHI_VM_BIND,
+            VmBind {
+                userptr: 16,
+                ..bind_with(vec![good(user)])
+            },
+            Errno::EFAULT,
+        ),
+        row(
+            "bind unknown flags",
+            asahi::DRM_IOCTL_ASAHI_VM_BIND,
+            bind_with(vec![map_op(object, user, PAGE, 0, RW | 0x100)]),
+            Errno::EINVAL,
+        ),
+        row(
+            "bind no access",
+            asahi::DRM_IOCTL_ASAHI_VM_BIND,
+            bind_with(vec![map_op(
+                object,
+                user,
+                PAGE,
+                0,
+                BindFlags::SINGLE_PAGE.bits(),
+            )]),
+            Errno::EINVAL,
+        ),
+        row(
+            "bind addr unaligned",
+            asahi::DRM_IOCTL_ASAHI_VM_BIND,
+            bind_with(vec![good(user + 4096)]),
+            Errno::EINVAL,
+        ),
+        row(
+            "bind range unaligned",
+            asahi::DRM_IOCTL_ASAHI_VM_BIND,
+            bind_with(vec![map_op(object, user, 4096, 0, RW)]),
+            Errno::EINVAL,
+        ),
+        row(
+            "bind range 0",
+            asahi::DRM_IOCTL_ASAHI_VM_BIND,
+            bind_with(vec![map_op(object, user, 0, 0, RW)]),
+            Errno::EINVAL,
+        ),
+        row(
+            "bind offset unaligned",
+            asahi::DRM_IOCTL_ASAHI_VM_BIND,
+            bind_with(vec![map_op(object, user, PAGE, 8, RW)]),
+            Errno::EINVAL,
+        ),
+        row(
+            "bind past object",
+            asahi::DRM_IOCTL_ASAHI_VM_BIND,
+            bind_with(vec![map_op(object, user, 4 * PAGE, PAGE, RW)]),
+            Errno::EINVAL,
+        ),
+        row(
+            "bind single page past object",
+            asahi::DRM_IOCTL_ASAHI_VM_BIND,
+            bind_with(vec![map_op(
+                object,
+                user,
+                8 * PAGE,
+                4 * PAGE,
+                RW | BindFlags::SINGLE_PAGE.bits(),
+            )]),
+            Errno::EINVAL,
+        ),
+        row(
+            "bind page 0",
+            asahi::DRM_IOCTL_ASAHI_VM_BIND,
+            bind_with(vec![good(0)]),
+            Errno::EINVAL,
+        ),
+        row(
+            "bind dummy page",
+            asahi::DRM_IOCTL_ASAHI_VM_BIND,
+            bind_with(vec![good(0x7F_FFFF_8000)]),
+            Errno::EINVAL,
+        ),
+        row(
+            "bind wraps",
+            asahi::DRM_IOCTL_ASAHI_VM_BIND,
+            bind_with(vec![map_op(object, u64::MAX - PAGE + 1, PAGE, 0, RW)]),
+            Errno::EINVAL,
+        ),
+        row(
+            "bind kernel range",
+            asahi::DRM_IOCTL_ASAHI_VM_BIND,
+            bind_with(vec![good(KERNEL_START + PAGE)]),
+            Errno::EINVAL,
+        ),
+        row(
+            "bind straddles kernel range",
+            asahi::DRM_IOCTL_ASAHI_VM_BIND,
+            bind_with(vec![map_op(object, KERNEL_START - PAGE, 2 * PAGE, 0, RW)]),
+            Errno::EINVAL,
+        ),
+        row(
+            "bind unknown handle",
+            asahi::DRM_IOCTL_ASAHI_VM_BIND,
+            bind_with(vec![map_op(99, user, PAGE, 0, RW)]),
+            Errno::ENOENT,
+        ),
+        row(
+            "bind other vm's private object",
+            asahi::DRM_IOCTL_ASAHI_VM_BIND,
+            bind_with(vec![map_op(private, user, PAGE, 0, RW)]),
+            Errno::EINVAL,
+        ),
+        row(
+            "unbind with handle",
+            asahi::DRM_IOCTL_ASAHI_VM_BIND,
+            bind_with(vec![GemBindOp {
+                handle: object,
+                ..unmap_op(user, PAGE)
+            }]),
+            Errno::EINVAL,
+        ),
+        row(
+            "unbind with offset",
+            asahi::DRM_IOCTL_ASAHI_VM_BIND,
+            bind_with(vec![GemBindOp {
+                offset: PAGE,
+                ..unmap_op(user, PAGE)
+            }]),
+            Errno::EINVAL,
+        ),
+        row(
+            "unbind with read",
+            asahi::DRM_IOCTL_ASAHI_VM_BIND,
+            bind_with(vec![GemBindOp {
+                flags: BindFlags::UNBIND.bits() | BindFlags::READ.bits(),
+                ..unmap_op(user, PAGE)
+            }]),
+            Errno::EINVAL,
+        ),
+        row(
+            "bind: a later bad op refuses the whole call",
+            asahi::DRM_IOCTL_ASAHI_VM_BIND,
+            bind_with(vec![good(user), good(user + 1)]),
+            Errno::EINVAL,
+        ),
+        // DRM core
+        row(
+            "cap kms only",
+            drm::DRM_IOCTL_GET_CAP,
+            GetCap {
+                capability: drm::DRM_CAP_DUMB_BUFFER,
+                value: 0,
+            },
+            Errno::EOPNOTSUPP,
+        ),
+        row(
+            "version bad name pointer",
+            drm::DRM_IOCTL_VERSION,
+            Version {
+                name_len: 16,
+                name: 16,
+                ..Version::default()
+            },
+            Errno::EFAULT,
+        ),
+        // Dispatch
+        row(
+            "unknown driver ioctl",
+            agx_uapi::ioctl::drm_iowr::<GetCap>(0x40 + 0x20),
+            GetCap::default(),
+            Errno::EINVAL,
+        ),
+        row(
+            "not a DRM ioctl",
+            0xC010_7A00,
+            GetCap::default(),
+            Errno::ENOTTY,
+        ),
+    ];
+
+    let mut failures = Vec::new();
+    for mut r in rows {
+        let got = call_raw(&file, r.request, &mut r.bytes);
+        if got != Err(r.expected) {
+            failures.push(format!(
+                "{}: expected {:?}, got {got:?}",
+                r.name, r.expected
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    // Nothing the refused calls did is visible.
+    assert_eq!(file.vm_mappings(vm).unwrap(), []);
+    assert_eq!(system.stats().vms, 2);
+}
+
+#[test_log::test]
+fn a_bad_argument_pointer_is_efault() {
+    let system = system();
+    let file = system.open();
+    assert_eq!(
+        file.ioctl(u64::from(asahi::DRM_IOCTL_ASAHI_GET_TIME), 16),
+        Err(Errno::EFAULT)
+    );
+    assert_eq!(
+        file.ioctl(u64::from(asahi::DRM_IOCTL_ASAHI_GET_TIME), 0),
+        Err(Errno::EFAULT)
+    );
+    // Writable input but unwritable output: the handler ran, the copy-out
+    // failed.
+    let read_only = b"0123456789abcdef";
+    assert_eq!(
+        file.ioctl(
+            u64::from(asahi::DRM_IOCTL_ASAHI_GET_TIME),
+            read_only.as_ptr() as u64
+        ),
+        Err(Errno::EFAULT)
+    );
+}
