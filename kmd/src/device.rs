@@ -17,6 +17,7 @@ use agx_uapi::asahi::GemFlags;
 use crate::file::File;
 use crate::gem::{GemObject, VmKey, MMAP_OFFSET_SHIFT};
 use crate::mem::{AllocError, PagePool, PhysRange, Ram};
+use crate::sync::SyncEvents;
 
 /// Live-object counters, for leak checks.
 #[derive(Debug, Default)]
@@ -65,6 +66,7 @@ pub struct Device {
     pub(crate) counters: Arc<Counters>,
     pub(crate) dummy_page: Arc<PhysRange>,
     pub(crate) start: Instant,
+    pub(crate) events: Arc<SyncEvents>,
     next_object_id: AtomicU64,
     next_file_id: AtomicU64,
     /// Objects by mmap offset, for mmap on the DRM file.
@@ -121,6 +123,11 @@ impl Device {
     pub fn ram(&self) -> &Ram {
         &self.ram
     }
+
+    /// The device-wide change notifier fences and syncobjs use.
+    pub fn sync_events(&self) -> &Arc<SyncEvents> {
+        &self.events
+    }
 }
 
 /// A simulated machine with an AGX GPU.
@@ -142,6 +149,7 @@ impl System {
                 counters: Arc::new(Counters::default()),
                 dummy_page,
                 start: Instant::now(),
+                events: Arc::new(SyncEvents::default()),
                 next_object_id: AtomicU64::new(1),
                 next_file_id: AtomicU64::new(1),
                 objects: Mutex::new(HashMap::new()),

@@ -17,7 +17,11 @@ use agx_uapi::asahi::{
     self, GemBindOp, GemCreate, GemFlags, GemMmapOffset, GetParams, GetTime, ParamsGlobal, VmBind,
     VmCreate, VmDestroy,
 };
-use agx_uapi::drm::{self, GemClose, GetCap, Version};
+use agx_uapi::drm::{
+    self, GemClose, GetCap, SyncobjArray, SyncobjCreate, SyncobjCreateFlags, SyncobjDestroy,
+    SyncobjQueryFlags, SyncobjTimelineArray, SyncobjTimelineWait, SyncobjTransfer, SyncobjWait,
+    SyncobjWaitFlags, Version,
+};
 use agx_uapi::ioctl::{ioc_dir, ioc_size_bytes, DRM_COMMAND_BASE, IOC_READ, IOC_WRITE};
 use zerocopy::{FromBytes, Immutable, IntoBytes};
 
@@ -25,6 +29,7 @@ use crate::device::Device;
 use crate::errno::Errno;
 use crate::gem::{GemError, GemObject, VmKey};
 use crate::params::{self, ParamsError};
+use crate::sync::{self, Fence, Syncobj, WaitError, WaitSpec};
 use crate::uaccess::{copy_from_user, copy_to_user};
 use crate::vm::{BindError, BindOp, Vm, VmError};
 
@@ -41,6 +46,8 @@ struct FileState {
     next_handle: u32,
     vms: BTreeMap<u32, Vm>,
     next_vm: u32,
+    syncobjs: BTreeMap<u32, Arc<Syncobj>>,
+    next_syncobj: u32,
 }
 
 /// An open DRM file.
@@ -82,6 +89,33 @@ fn core_ioctl(nr: u32) -> Option<IoctlDef> {
         drm::nr::VERSION => def(drm::DRM_IOCTL_VERSION, |f, d| with(d, |v| f.version(v))),
         drm::nr::GEM_CLOSE => def(drm::DRM_IOCTL_GEM_CLOSE, |f, d| with(d, |v| f.gem_close(v))),
         drm::nr::GET_CAP => def(drm::DRM_IOCTL_GET_CAP, |f, d| with(d, |v| f.get_cap(v))),
+        drm::nr::SYNCOBJ_CREATE => def(drm::DRM_IOCTL_SYNCOBJ_CREATE, |f, d| {
+            with(d, |v| f.syncobj_create(v))
+        }),
+        drm::nr::SYNCOBJ_DESTROY => def(drm::DRM_IOCTL_SYNCOBJ_DESTROY, |f, d| {
+            with(d, |v| f.syncobj_destroy(v))
+        }),
+        drm::nr::SYNCOBJ_WAIT => def(drm::DRM_IOCTL_SYNCOBJ_WAIT, |f, d| {
+            with(d, |v| f.syncobj_wait(v))
+        }),
+        drm::nr::SYNCOBJ_TIMELINE_WAIT => def(drm::DRM_IOCTL_SYNCOBJ_TIMELINE_WAIT, |f, d| {
+            with(d, |v| f.syncobj_timeline_wait(v))
+        }),
+        drm::nr::SYNCOBJ_RESET => def(drm::DRM_IOCTL_SYNCOBJ_RESET, |f, d| {
+            with(d, |v| f.syncobj_reset(v, false))
+        }),
+        drm::nr::SYNCOBJ_SIGNAL => def(drm::DRM_IOCTL_SYNCOBJ_SIGNAL, |f, d| {
+            with(d, |v| f.syncobj_reset(v, true))
+        }),
+        drm::nr::SYNCOBJ_QUERY => def(drm::DRM_IOCTL_SYNCOBJ_QUERY, |f, d| {
+            with(d, |v| f.syncobj_query(v))
+        }),
+        drm::nr::SYNCOBJ_TIMELINE_SIGNAL => def(drm::DRM_IOCTL_SYNCOBJ_TIMELINE_SIGNAL, |f, d| {
+            with(d, |v| f.syncobj_timeline_signal(v))
+        }),
+        drm::nr::SYNCOBJ_TRANSFER => def(drm::DRM_IOCTL_SYNCOBJ_TRANSFER, |f, d| {
+            with(d, |v| f.syncobj_transfer(v))
+        }),
         _ => None,
     }
 }
@@ -124,6 +158,7 @@ impl File {
             state: Mutex::new(FileState {
                 next_handle: 1,
                 next_vm: 1,
+                next_syncobj: 1,
                 ..FileState::default()
             }),
         }
@@ -443,6 +478,199 @@ impl File {
             .object(m.handle)
             .ok_or(GemError::NoSuchHandle { handle: m.handle })?;
         m.offset = object.mmap_offset();
+        Ok(0)
+    }
+}
+
+/// How long TRANSFER with WAIT_FOR_SUBMIT waits for a fence to appear
+/// (Linux waits a bounded time too).
+const TRANSFER_SUBMIT_WAIT_NS: i64 = 5_000_000_000;
+
+fn read_u32s(address: u64, count: u32) -> Result<Vec<u32>, Errno> {
+    let mut bytes = vec![0u8; count as usize * 4];
+    copy_from_user(&mut bytes, address)?;
+    Ok(bytes
+        .chunks_exact(4)
+        .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect())
+}
+
+fn read_u64s(address: u64, count: u32) -> Result<Vec<u64>, Errno> {
+    let mut bytes = vec![0u8; count as usize * 8];
+    copy_from_user(&mut bytes, address)?;
+    Ok(bytes
+        .chunks_exact(8)
+        .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
+        .collect())
+}
+
+impl File {
+    // ---- syncobjs --------------------------------------------------------
+
+    /// The syncobj with `handle`.
+    pub fn syncobj(&self, handle: u32) -> Option<Arc<Syncobj>> {
+        self.state().syncobjs.get(&handle).cloned()
+    }
+
+    fn syncobjs(&self, handles: &[u32]) -> Result<Vec<Arc<Syncobj>>, Errno> {
+        let state = self.state();
+        handles
+            .iter()
+            .map(|h| state.syncobjs.get(h).cloned().ok_or(Errno::ENOENT))
+            .collect()
+    }
+
+    fn syncobj_create(&self, c: &mut SyncobjCreate) -> Result<i32, Errno> {
+        let flags = SyncobjCreateFlags::from_bits(c.flags).ok_or(Errno::EINVAL)?;
+        let syncobj = Syncobj::new(
+            flags.contains(SyncobjCreateFlags::SIGNALED),
+            Arc::clone(&self.device.events),
+            Arc::clone(&self.device.counters),
+        );
+        let mut state = self.state();
+        let handle = state.next_syncobj;
+        state.next_syncobj += 1;
+        state.syncobjs.insert(handle, syncobj);
+        c.handle = handle;
+        Ok(0)
+    }
+
+    fn syncobj_destroy(&self, d: &mut SyncobjDestroy) -> Result<i32, Errno> {
+        if d.pad != 0 {
+            return Err(Errno::EINVAL);
+        }
+        self.state()
+            .syncobjs
+            .remove(&d.handle)
+            .map(|_| 0)
+            .ok_or(Errno::EINVAL)
+    }
+
+    fn wait_common(
+        &self,
+        handles: u64,
+        points: Option<u64>,
+        count: u32,
+        flags: SyncobjWaitFlags,
+        timeout_ns: i64,
+    ) -> Result<u32, Errno> {
+        let handles = read_u32s(handles, count)?;
+        let points = match points {
+            Some(address) => read_u64s(address, count)?,
+            None => vec![0; count as usize],
+        };
+        let syncobjs = self.syncobjs(&handles)?;
+        let entries: Vec<(Arc<Syncobj>, WaitSpec)> = syncobjs
+            .into_iter()
+            .zip(points)
+            .map(|(s, point)| (s, WaitSpec { point }))
+            .collect();
+        match sync::wait(
+            &self.device.events,
+            &entries,
+            flags.contains(SyncobjWaitFlags::WAIT_ALL),
+            flags.contains(SyncobjWaitFlags::WAIT_FOR_SUBMIT),
+            flags.contains(SyncobjWaitFlags::WAIT_AVAILABLE),
+            timeout_ns,
+        ) {
+            Ok(first) => Ok(first as u32),
+            Err(WaitError::NoFence { .. }) => Err(Errno::EINVAL),
+            Err(WaitError::TimedOut) => Err(Errno::ETIME),
+        }
+    }
+
+    fn syncobj_wait(&self, w: &mut SyncobjWait) -> Result<i32, Errno> {
+        let allowed = SyncobjWaitFlags::WAIT_ALL
+            | SyncobjWaitFlags::WAIT_FOR_SUBMIT
+            | SyncobjWaitFlags::WAIT_DEADLINE;
+        let flags = SyncobjWaitFlags::from_bits(w.flags)
+            .filter(|f| allowed.contains(*f))
+            .ok_or(Errno::EINVAL)?;
+        if w.count_handles == 0 {
+            return Ok(0);
+        }
+        w.first_signaled =
+            self.wait_common(w.handles, None, w.count_handles, flags, w.timeout_nsec)?;
+        Ok(0)
+    }
+
+    fn syncobj_timeline_wait(&self, w: &mut SyncobjTimelineWait) -> Result<i32, Errno> {
+        let flags = SyncobjWaitFlags::from_bits(w.flags).ok_or(Errno::EINVAL)?;
+        if w.count_handles == 0 {
+            return Ok(0);
+        }
+        w.first_signaled = self.wait_common(
+            w.handles,
+            Some(w.points),
+            w.count_handles,
+            flags,
+            w.timeout_nsec,
+        )?;
+        Ok(0)
+    }
+
+    fn syncobj_reset(&self, a: &mut SyncobjArray, signal: bool) -> Result<i32, Errno> {
+        if a.pad != 0 || a.count_handles == 0 {
+            return Err(Errno::EINVAL);
+        }
+        let syncobjs = self.syncobjs(&read_u32s(a.handles, a.count_handles)?)?;
+        for syncobj in syncobjs {
+            let fence = signal.then(|| Fence::signalled(Arc::clone(&self.device.events)));
+            syncobj.replace(fence);
+        }
+        Ok(0)
+    }
+
+    fn syncobj_query(&self, q: &mut SyncobjTimelineArray) -> Result<i32, Errno> {
+        let flags = SyncobjQueryFlags::from_bits(q.flags).ok_or(Errno::EINVAL)?;
+        if q.count_handles == 0 {
+            return Err(Errno::EINVAL);
+        }
+        let syncobjs = self.syncobjs(&read_u32s(q.handles, q.count_handles)?)?;
+        let points: Vec<u8> = syncobjs
+            .iter()
+            .map(|s| {
+                if flags.contains(SyncobjQueryFlags::LAST_SUBMITTED) {
+                    s.last_submitted_point()
+                } else {
+                    s.last_signalled_point()
+                }
+            })
+            .flat_map(u64::to_le_bytes)
+            .collect();
+        copy_to_user(q.points, &points)?;
+        Ok(0)
+    }
+
+    fn syncobj_timeline_signal(&self, a: &mut SyncobjTimelineArray) -> Result<i32, Errno> {
+        if a.flags != 0 || a.count_handles == 0 {
+            return Err(Errno::EINVAL);
+        }
+        let syncobjs = self.syncobjs(&read_u32s(a.handles, a.count_handles)?)?;
+        let points = read_u64s(a.points, a.count_handles)?;
+        for (syncobj, point) in syncobjs.iter().zip(points) {
+            syncobj.add_point(point, Fence::signalled(Arc::clone(&self.device.events)));
+        }
+        Ok(0)
+    }
+
+    fn syncobj_transfer(&self, t: &mut SyncobjTransfer) -> Result<i32, Errno> {
+        if t.pad != 0 {
+            return Err(Errno::EINVAL);
+        }
+        let flags = SyncobjWaitFlags::from_bits(t.flags).ok_or(Errno::EINVAL)?;
+        let src = self.syncobj(t.src_handle).ok_or(Errno::ENOENT)?;
+        let dst = self.syncobj(t.dst_handle).ok_or(Errno::ENOENT)?;
+        if src.fence_for(t.src_point).is_none() && flags.contains(SyncobjWaitFlags::WAIT_FOR_SUBMIT)
+        {
+            let entry = [(Arc::clone(&src), WaitSpec { point: t.src_point })];
+            let deadline = sync::monotonic_now_ns().saturating_add(TRANSFER_SUBMIT_WAIT_NS);
+            sync::wait(&self.device.events, &entry, true, true, true, deadline)
+                .map_err(|_| Errno::ETIME)?;
+        }
+        let point = src.fence_for(t.src_point).ok_or(Errno::EINVAL)?;
+        let fence = Fence::all_of(&point, Arc::clone(&self.device.events));
+        dst.add_point(t.dst_point, fence);
         Ok(0)
     }
 }

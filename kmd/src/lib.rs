@@ -9,10 +9,10 @@
 //! here works on hardware.
 //!
 //! Status: the device ([`System`]), simulated RAM, GEM objects, VMs with
-//! UAT page tables and VM_BIND, GET_PARAMS/GET_TIME and the DRM core
-//! VERSION/GET_CAP/GEM_CLOSE are in place; syncobjs, PRIME, GEM_BIND_OBJECT
-//! and the LD_PRELOAD shim come next, queues and submission with "kmd
-//! part 2".
+//! UAT page tables and VM_BIND, GET_PARAMS/GET_TIME, binary and timeline
+//! syncobjs, and the DRM core VERSION/GET_CAP/GEM_CLOSE are in place; PRIME,
+//! syncobj fd conversion, GEM_BIND_OBJECT and the LD_PRELOAD shim come next,
+//! queues and submission with "kmd part 2".
 //!
 //! `unsafe` code is confined to two modules: `mem::backing` (mapping
 //! memfds) and `uaccess` (copying from and to user pointers).
@@ -24,6 +24,7 @@ pub mod file;
 pub mod gem;
 pub mod mem;
 pub mod params;
+pub mod sync;
 pub mod uaccess;
 pub mod vm;
 

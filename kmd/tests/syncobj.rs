@@ -1,0 +1,436 @@
+//! Syncobj semantics, as Linux's drm_syncobj gives them: binary and
+//! timeline, wait-any and wait-all, absolute timeouts, wait-for-submit,
+//! queries, transfers, and error propagation along timelines.
+
+mod common;
+
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use agx_kmd::sync::{monotonic_now_ns, Fence};
+use agx_kmd::{Errno, File};
+use agx_uapi::drm::{
+    self, SyncobjArray, SyncobjCreate, SyncobjDestroy, SyncobjTimelineArray, SyncobjTimelineWait,
+    SyncobjTransfer, SyncobjWait, SyncobjWaitFlags,
+};
+use common::*;
+
+fn create(file: &File, signalled: bool) -> u32 {
+    let mut c = SyncobjCreate {
+        handle: 0,
+        flags: u32::from(signalled),
+    };
+    call(file, drm::DRM_IOCTL_SYNCOBJ_CREATE, &mut c).unwrap();
+    c.handle
+}
+
+fn wait(
+    file: &File,
+    handles: &[u32],
+    flags: SyncobjWaitFlags,
+    timeout_nsec: i64,
+) -> Result<u32, Errno> {
+    let mut w = SyncobjWait {
+        handles: handles.as_ptr() as u64,
+        timeout_nsec,
+        count_handles: handles.len() as u32,
+        flags: flags.bits(),
+        ..SyncobjWait::default()
+    };
+    call(file, drm::DRM_IOCTL_SYNCOBJ_WAIT, &mut w).map(|_| w.first_signaled)
+}
+
+fn timeline_wait(
+    file: &File,
+    handles: &[u32],
+    points: &[u64],
+    flags: SyncobjWaitFlags,
+    timeout_nsec: i64,
+) -> Result<u32, Errno> {
+    let mut w = SyncobjTimelineWait {
+        handles: handles.as_ptr() as u64,
+        points: points.as_ptr() as u64,
+        timeout_nsec,
+        count_handles: handles.len() as u32,
+        flags: flags.bits(),
+        ..SyncobjTimelineWait::default()
+    };
+    call(file, drm::DRM_IOCTL_SYNCOBJ_TIMELINE_WAIT, &mut w).map(|_| w.first_signaled)
+}
+
+fn array(file: &File, request: u32, handles: &[u32]) -> Result<i32, Errno> {
+    let mut a = SyncobjArray {
+        handles: handles.as_ptr() as u64,
+        count_handles: handles.len() as u32,
+        pad: 0,
+    };
+    call(file, request, &mut a)
+}
+
+fn timeline_array(
+    file: &File,
+    request: u32,
+    handles: &[u32],
+    points: &mut [u64],
+    flags: u32,
+) -> Result<i32, Errno> {
+    let mut a = SyncobjTimelineArray {
+        handles: handles.as_ptr() as u64,
+        points: points.as_mut_ptr() as u64,
+        count_handles: handles.len() as u32,
+        flags,
+    };
+    call(file, request, &mut a)
+}
+
+fn in_ms(ms: i64) -> i64 {
+    monotonic_now_ns() + ms * 1_000_000
+}
+
+#[test_log::test]
+fn binary_wait_any_all_and_timeouts() {
+    let system = system();
+    let file = system.open();
+    let (unsignalled, signalled) = (create(&file, false), create(&file, true));
+    assert_eq!(
+        wait(&file, &[signalled], SyncobjWaitFlags::empty(), 0),
+        Ok(0)
+    );
+    // No fence and no WAIT_FOR_SUBMIT: EINVAL, even with a signalled one.
+    assert_eq!(
+        wait(
+            &file,
+            &[signalled, unsignalled],
+            SyncobjWaitFlags::empty(),
+            0
+        ),
+        Err(Errno::EINVAL)
+    );
+    let submit = SyncobjWaitFlags::WAIT_FOR_SUBMIT;
+    assert_eq!(
+        wait(&file, &[unsignalled, signalled], submit, 0),
+        Ok(1),
+        "any: index of the signalled one"
+    );
+    assert_eq!(
+        wait(
+            &file,
+            &[unsignalled, signalled],
+            submit | SyncobjWaitFlags::WAIT_ALL,
+            0
+        ),
+        Err(Errno::ETIME)
+    );
+    let started = Instant::now();
+    assert_eq!(
+        wait(&file, &[unsignalled], submit, in_ms(30)),
+        Err(Errno::ETIME)
+    );
+    assert!(
+        started.elapsed() >= Duration::from_millis(29),
+        "waited until the absolute deadline"
+    );
+    // A deadline in the past polls.
+    assert_eq!(wait(&file, &[unsignalled], submit, 1), Err(Errno::ETIME));
+    // count 0 is a successful no-op (Linux 6.5+: a probe).
+    assert_eq!(wait(&file, &[], SyncobjWaitFlags::empty(), 0), Ok(0));
+    // SIGNAL, then RESET.
+    array(&file, drm::DRM_IOCTL_SYNCOBJ_SIGNAL, &[unsignalled]).unwrap();
+    assert_eq!(
+        wait(
+            &file,
+            &[unsignalled, signalled],
+            SyncobjWaitFlags::WAIT_ALL,
+            0
+        ),
+        Ok(0)
+    );
+    array(
+        &file,
+        drm::DRM_IOCTL_SYNCOBJ_RESET,
+        &[unsignalled, signalled],
+    )
+    .unwrap();
+    assert_eq!(
+        wait(&file, &[signalled], SyncobjWaitFlags::empty(), 0),
+        Err(Errno::EINVAL)
+    );
+}
+
+#[test_log::test]
+fn wait_for_submit_wakes_when_another_thread_signals() {
+    let system = system();
+    let file = Arc::new(system.open());
+    let handle = create(&file, false);
+    let signaller = {
+        let file = Arc::clone(&file);
+        thread::spawn(move || {
+            thread::sleep(Duration::from_millis(20));
+            array(&file, drm::DRM_IOCTL_SYNCOBJ_SIGNAL, &[handle]).unwrap();
+        })
+    };
+    let started = Instant::now();
+    assert_eq!(
+        wait(
+            &file,
+            &[handle],
+            SyncobjWaitFlags::WAIT_FOR_SUBMIT,
+            in_ms(5000)
+        ),
+        Ok(0)
+    );
+    assert!(started.elapsed() < Duration::from_secs(4));
+    signaller.join().unwrap();
+    // A pending fence attached later (as a submission does) also wakes.
+    let syncobj = file.syncobj(handle).unwrap();
+    let fence = Fence::pending(Arc::clone(system.device().sync_events()));
+    syncobj.replace(Some(Arc::clone(&fence)));
+    assert_eq!(
+        wait(&file, &[handle], SyncobjWaitFlags::empty(), 0),
+        Err(Errno::ETIME)
+    );
+    let f2 = Arc::clone(&fence);
+    let t = thread::spawn(move || {
+        thread::sleep(Duration::from_millis(10));
+        f2.signal(None);
+    });
+    assert_eq!(
+        wait(&file, &[handle], SyncobjWaitFlags::empty(), in_ms(5000)),
+        Ok(0)
+    );
+    t.join().unwrap();
+}
+
+#[test_log::test]
+fn timeline_points_queries_and_errors() {
+    let system = system();
+    let file = system.open();
+    let tl = create(&file, false);
+    let events = Arc::clone(system.device().sync_events());
+    let syncobj = file.syncobj(tl).unwrap();
+    let p2 = Fence::pending(Arc::clone(&events));
+    timeline_array(
+        &file,
+        drm::DRM_IOCTL_SYNCOBJ_TIMELINE_SIGNAL,
+        &[tl],
+        &mut [1],
+        0,
+    )
+    .unwrap();
+    syncobj.add_point(2, Arc::clone(&p2));
+    timeline_array(
+        &file,
+        drm::DRM_IOCTL_SYNCOBJ_TIMELINE_SIGNAL,
+        &[tl],
+        &mut [3],
+        0,
+    )
+    .unwrap();
+
+    let mut points = [0u64];
+    timeline_array(&file, drm::DRM_IOCTL_SYNCOBJ_QUERY, &[tl], &mut points, 0).unwrap();
+    assert_eq!(points, [1], "point 2 is pending, so 3 does not count yet");
+    timeline_array(&file, drm::DRM_IOCTL_SYNCOBJ_QUERY, &[tl], &mut points, 1).unwrap();
+    assert_eq!(points, [3], "LAST_SUBMITTED");
+
+    let none = SyncobjWaitFlags::empty();
+    assert_eq!(timeline_wait(&file, &[tl], &[1], none, 0), Ok(0));
+    assert_eq!(
+        timeline_wait(&file, &[tl], &[3], none, 0),
+        Err(Errno::ETIME),
+        "3 waits for 2"
+    );
+    assert_eq!(
+        timeline_wait(&file, &[tl], &[3], SyncobjWaitFlags::WAIT_AVAILABLE, 0),
+        Ok(0)
+    );
+    assert_eq!(
+        timeline_wait(&file, &[tl], &[9], none, 0),
+        Err(Errno::EINVAL),
+        "no such point"
+    );
+    assert_eq!(
+        timeline_wait(&file, &[tl], &[9], SyncobjWaitFlags::WAIT_FOR_SUBMIT, 0),
+        Err(Errno::ETIME)
+    );
+
+    // Transfer point 3 into a binary syncobj: it depends on point 2 too.
+    let binary = create(&file, false);
+    let mut t = SyncobjTransfer {
+        src_handle: tl,
+        dst_handle: binary,
+        src_point: 3,
+        dst_point: 0,
+        flags: 0,
+        pad: 0,
+    };
+    call(&file, drm::DRM_IOCTL_SYNCOBJ_TRANSFER, &mut t).unwrap();
+    assert_eq!(wait(&file, &[binary], none, 0), Err(Errno::ETIME));
+    // A GPU fault on point 2 reaches everything that depends on it.
+    p2.signal(Some(Errno(libc::EIO)));
+    assert_eq!(wait(&file, &[binary], none, 0), Ok(0));
+    let status = file.syncobj(binary).unwrap().fence_for(0).unwrap().status();
+    assert_eq!(status, Some(Some(Errno(libc::EIO))));
+    assert_eq!(
+        syncobj.fence_for(3).unwrap().status(),
+        Some(Some(Errno(libc::EIO)))
+    );
+    assert_eq!(syncobj.fence_for(1).unwrap().status(), Some(None));
+    timeline_array(&file, drm::DRM_IOCTL_SYNCOBJ_QUERY, &[tl], &mut points, 0).unwrap();
+    assert_eq!(points, [3]);
+    // Transfer into a timeline point.
+    let mut t = SyncobjTransfer {
+        src_handle: tl,
+        dst_handle: binary,
+        src_point: 1,
+        dst_point: 7,
+        flags: 0,
+        pad: 0,
+    };
+    call(&file, drm::DRM_IOCTL_SYNCOBJ_TRANSFER, &mut t).unwrap();
+    timeline_array(
+        &file,
+        drm::DRM_IOCTL_SYNCOBJ_QUERY,
+        &[binary],
+        &mut points,
+        1,
+    )
+    .unwrap();
+    assert_eq!(points, [7]);
+}
+
+#[test_log::test]
+fn bad_syncobj_arguments() {
+    let system = system();
+    let file = system.open();
+    let h = create(&file, true);
+    let mut c = SyncobjCreate {
+        handle: 0,
+        flags: 2,
+    };
+    assert_eq!(
+        call(&file, drm::DRM_IOCTL_SYNCOBJ_CREATE, &mut c),
+        Err(Errno::EINVAL)
+    );
+    assert_eq!(
+        call(
+            &file,
+            drm::DRM_IOCTL_SYNCOBJ_DESTROY,
+            &mut SyncobjDestroy { handle: h, pad: 1 }
+        ),
+        Err(Errno::EINVAL)
+    );
+    assert_eq!(
+        call(
+            &file,
+            drm::DRM_IOCTL_SYNCOBJ_DESTROY,
+            &mut SyncobjDestroy { handle: 99, pad: 0 }
+        ),
+        Err(Errno::EINVAL)
+    );
+    assert_eq!(
+        wait(&file, &[h], SyncobjWaitFlags::WAIT_AVAILABLE, 0),
+        Err(Errno::EINVAL),
+        "binary wait has no WAIT_AVAILABLE"
+    );
+    assert_eq!(
+        wait(&file, &[h], SyncobjWaitFlags::from_bits_retain(1 << 7), 0),
+        Err(Errno::EINVAL)
+    );
+    assert_eq!(
+        wait(&file, &[99], SyncobjWaitFlags::empty(), 0),
+        Err(Errno::ENOENT)
+    );
+    let mut bad = SyncobjWait {
+        handles: 16,
+        count_handles: 1,
+        ..SyncobjWait::default()
+    };
+    assert_eq!(
+        call(&file, drm::DRM_IOCTL_SYNCOBJ_WAIT, &mut bad),
+        Err(Errno::EFAULT)
+    );
+    assert_eq!(
+        array(&file, drm::DRM_IOCTL_SYNCOBJ_RESET, &[]),
+        Err(Errno::EINVAL)
+    );
+    assert_eq!(
+        array(&file, drm::DRM_IOCTL_SYNCOBJ_SIGNAL, &[h, 99]),
+        Err(Errno::ENOENT)
+    );
+    let mut a = SyncobjArray {
+        handles: [h].as_ptr() as u64,
+        count_handles: 1,
+        pad: 1,
+    };
+    assert_eq!(
+        call(&file, drm::DRM_IOCTL_SYNCOBJ_RESET, &mut a),
+        Err(Errno::EINVAL)
+    );
+    assert_eq!(
+        timeline_array(&file, drm::DRM_IOCTL_SYNCOBJ_QUERY, &[h], &mut [0], 2),
+        Err(Errno::EINVAL)
+    );
+    assert_eq!(
+        timeline_array(
+            &file,
+            drm::DRM_IOCTL_SYNCOBJ_TIMELINE_SIGNAL,
+            &[h],
+            &mut [1],
+            1
+        ),
+        Err(Errno::EINVAL)
+    );
+    let mut t = SyncobjTransfer {
+        src_handle: h,
+        dst_handle: h,
+        pad: 1,
+        ..SyncobjTransfer::default()
+    };
+    assert_eq!(
+        call(&file, drm::DRM_IOCTL_SYNCOBJ_TRANSFER, &mut t),
+        Err(Errno::EINVAL)
+    );
+    let mut t = SyncobjTransfer {
+        src_handle: 99,
+        dst_handle: h,
+        ..SyncobjTransfer::default()
+    };
+    assert_eq!(
+        call(&file, drm::DRM_IOCTL_SYNCOBJ_TRANSFER, &mut t),
+        Err(Errno::ENOENT)
+    );
+    let empty = create(&file, false);
+    let mut t = SyncobjTransfer {
+        src_handle: empty,
+        dst_handle: h,
+        ..SyncobjTransfer::default()
+    };
+    assert_eq!(
+        call(&file, drm::DRM_IOCTL_SYNCOBJ_TRANSFER, &mut t),
+        Err(Errno::EINVAL),
+        "no fence to move"
+    );
+}
+
+#[test_log::test]
+fn syncobjs_are_freed_with_their_file() {
+    let system = system();
+    {
+        let file = system.open();
+        for _ in 0..10 {
+            create(&file, true);
+        }
+        let h = create(&file, false);
+        call(
+            &file,
+            drm::DRM_IOCTL_SYNCOBJ_DESTROY,
+            &mut SyncobjDestroy { handle: h, pad: 0 },
+        )
+        .unwrap();
+        assert_eq!(system.stats().syncobjs, 10);
+    }
+    assert_eq!(system.stats().syncobjs, 0);
+    assert_eq!(system.stats().files, 0);
+}
