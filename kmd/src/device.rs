@@ -14,10 +14,16 @@ use std::time::Instant;
 
 use agx_uapi::asahi::GemFlags;
 
+use crate::export::Exports;
 use crate::file::File;
 use crate::gem::{GemObject, VmKey, MMAP_OFFSET_SHIFT};
 use crate::mem::{AllocError, PagePool, PhysRange, Ram};
 use crate::sync::SyncEvents;
+
+/// The name of the memfds backing GEM objects (and so of PRIME fds): a
+/// descriptor with this name is a buffer another simulated device can
+/// import.
+pub const GEM_MEMFD_NAME: &str = "agx-gem";
 
 /// Live-object counters, for leak checks.
 #[derive(Debug, Default)]
@@ -67,6 +73,7 @@ pub struct Device {
     pub(crate) dummy_page: Arc<PhysRange>,
     pub(crate) start: Instant,
     pub(crate) events: Arc<SyncEvents>,
+    pub(crate) exports: Exports,
     next_object_id: AtomicU64,
     next_file_id: AtomicU64,
     /// Objects by mmap offset, for mmap on the DRM file.
@@ -80,7 +87,25 @@ impl Device {
         flags: GemFlags,
         private_vm: Option<VmKey>,
     ) -> Result<Arc<GemObject>, AllocError> {
-        let memory = self.ram.allocate(size_bytes, "agx-gem")?;
+        let memory = self.ram.allocate(size_bytes, GEM_MEMFD_NAME)?;
+        Ok(self.register(memory, flags, private_vm))
+    }
+
+    /// Makes a GEM object of memory another device exported.
+    pub(crate) fn adopt_object(
+        &self,
+        fd: std::os::fd::OwnedFd,
+    ) -> Result<Arc<GemObject>, AllocError> {
+        let memory = self.ram.adopt(fd)?;
+        Ok(self.register(memory, GemFlags::empty(), None))
+    }
+
+    fn register(
+        &self,
+        memory: Arc<PhysRange>,
+        flags: GemFlags,
+        private_vm: Option<VmKey>,
+    ) -> Arc<GemObject> {
         let id = self.next_object_id.fetch_add(1, Ordering::Relaxed);
         let object = Arc::new(GemObject::new(
             id,
@@ -92,7 +117,13 @@ impl Device {
         let mut objects = self.objects.lock().unwrap_or_else(|e| e.into_inner());
         objects.retain(|_, weak| weak.strong_count() > 0);
         objects.insert(object.mmap_offset(), Arc::downgrade(&object));
-        Ok(object)
+        drop(objects);
+        if private_vm.is_none() {
+            // Failing to stat our own memfd cannot happen; an object that
+            // could not be registered only cannot be re-imported.
+            let _ = self.exports.register_object(&object);
+        }
+        object
     }
 
     /// The live object at mmap offset `offset` (exactly its start).
@@ -124,6 +155,11 @@ impl Device {
         &self.ram
     }
 
+    /// The export registry.
+    pub fn exports(&self) -> &Exports {
+        &self.exports
+    }
+
     /// The device-wide change notifier fences and syncobjs use.
     pub fn sync_events(&self) -> &Arc<SyncEvents> {
         &self.events
@@ -150,6 +186,7 @@ impl System {
                 dummy_page,
                 start: Instant::now(),
                 events: Arc::new(SyncEvents::default()),
+                exports: Exports::default(),
                 next_object_id: AtomicU64::new(1),
                 next_file_id: AtomicU64::new(1),
                 objects: Mutex::new(HashMap::new()),

@@ -10,6 +10,7 @@
 //! when the handler fails.
 
 use std::collections::BTreeMap;
+use std::os::fd::{AsFd, IntoRawFd, OwnedFd};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -18,19 +19,21 @@ use agx_uapi::asahi::{
     VmCreate, VmDestroy,
 };
 use agx_uapi::drm::{
-    self, GemClose, GetCap, SyncobjArray, SyncobjCreate, SyncobjCreateFlags, SyncobjDestroy,
-    SyncobjQueryFlags, SyncobjTimelineArray, SyncobjTimelineWait, SyncobjTransfer, SyncobjWait,
-    SyncobjWaitFlags, Version,
+    self, GemClose, GetCap, PrimeFlags, PrimeHandle, SyncobjArray, SyncobjCreate,
+    SyncobjCreateFlags, SyncobjDestroy, SyncobjFdToHandleFlags, SyncobjHandle,
+    SyncobjHandleToFdFlags, SyncobjQueryFlags, SyncobjTimelineArray, SyncobjTimelineWait,
+    SyncobjTransfer, SyncobjWait, SyncobjWaitFlags, Version,
 };
 use agx_uapi::ioctl::{ioc_dir, ioc_size_bytes, DRM_COMMAND_BASE, IOC_READ, IOC_WRITE};
 use zerocopy::{FromBytes, Immutable, IntoBytes};
 
 use crate::device::Device;
+use crate::device::GEM_MEMFD_NAME;
 use crate::errno::Errno;
 use crate::gem::{GemError, GemObject, VmKey};
 use crate::params::{self, ParamsError};
 use crate::sync::{self, Fence, Syncobj, WaitError, WaitSpec};
-use crate::uaccess::{copy_from_user, copy_to_user};
+use crate::uaccess::{copy_from_user, copy_to_user, dup_user_fd};
 use crate::vm::{BindError, BindOp, Vm, VmError};
 
 /// Driver name VERSION reports (clients check it).
@@ -89,6 +92,18 @@ fn core_ioctl(nr: u32) -> Option<IoctlDef> {
         drm::nr::VERSION => def(drm::DRM_IOCTL_VERSION, |f, d| with(d, |v| f.version(v))),
         drm::nr::GEM_CLOSE => def(drm::DRM_IOCTL_GEM_CLOSE, |f, d| with(d, |v| f.gem_close(v))),
         drm::nr::GET_CAP => def(drm::DRM_IOCTL_GET_CAP, |f, d| with(d, |v| f.get_cap(v))),
+        drm::nr::PRIME_HANDLE_TO_FD => def(drm::DRM_IOCTL_PRIME_HANDLE_TO_FD, |f, d| {
+            with(d, |v| f.prime_handle_to_fd(v))
+        }),
+        drm::nr::PRIME_FD_TO_HANDLE => def(drm::DRM_IOCTL_PRIME_FD_TO_HANDLE, |f, d| {
+            with(d, |v| f.prime_fd_to_handle(v))
+        }),
+        drm::nr::SYNCOBJ_HANDLE_TO_FD => def(drm::DRM_IOCTL_SYNCOBJ_HANDLE_TO_FD, |f, d| {
+            with(d, |v| f.syncobj_handle_to_fd(v))
+        }),
+        drm::nr::SYNCOBJ_FD_TO_HANDLE => def(drm::DRM_IOCTL_SYNCOBJ_FD_TO_HANDLE, |f, d| {
+            with(d, |v| f.syncobj_fd_to_handle(v))
+        }),
         drm::nr::SYNCOBJ_CREATE => def(drm::DRM_IOCTL_SYNCOBJ_CREATE, |f, d| {
             with(d, |v| f.syncobj_create(v))
         }),
@@ -671,6 +686,98 @@ impl File {
         let point = src.fence_for(t.src_point).ok_or(Errno::EINVAL)?;
         let fence = Fence::all_of(&point, Arc::clone(&self.device.events));
         dst.add_point(t.dst_point, fence);
+        Ok(0)
+    }
+}
+
+/// Whether a descriptor is a memfd backing a GEM object of some simulated
+/// device (the only kind of dma-buf this simulation has).
+fn is_gem_memfd(fd: &OwnedFd) -> bool {
+    use std::os::fd::AsRawFd;
+    std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())).is_ok_and(|path| {
+        path.to_string_lossy()
+            .starts_with(&format!("/memfd:{GEM_MEMFD_NAME} "))
+    })
+}
+
+impl File {
+    // ---- PRIME and syncobj fds -----------------------------------------
+
+    fn handle_for(&self, object: Arc<GemObject>) -> u32 {
+        let mut state = self.state();
+        if let Some((&handle, _)) = state.handles.iter().find(|(_, o)| Arc::ptr_eq(o, &object)) {
+            return handle;
+        }
+        let handle = state.next_handle;
+        state.next_handle += 1;
+        state.handles.insert(handle, object);
+        handle
+    }
+
+    fn prime_handle_to_fd(&self, p: &mut PrimeHandle) -> Result<i32, Errno> {
+        let flags = PrimeFlags::from_bits(p.flags).ok_or(Errno::EINVAL)?;
+        let object = self.object(p.handle).ok_or(Errno::ENOENT)?;
+        if object.private_vm().is_some() {
+            return Err(Errno::EINVAL);
+        }
+        let fd = self
+            .device
+            .exports
+            .export_object(&object, flags.contains(PrimeFlags::CLOEXEC))?;
+        p.fd = fd.into_raw_fd();
+        Ok(0)
+    }
+
+    fn prime_fd_to_handle(&self, p: &mut PrimeHandle) -> Result<i32, Errno> {
+        let fd = dup_user_fd(p.fd).ok_or(Errno::EBADF)?;
+        let object = match self.device.exports.find_object(fd.as_fd())? {
+            Some(object) => object,
+            None if is_gem_memfd(&fd) => self.device.adopt_object(fd).map_err(|_| Errno::ENOMEM)?,
+            None => return Err(Errno::EINVAL),
+        };
+        p.handle = self.handle_for(object);
+        Ok(0)
+    }
+
+    fn syncobj_handle_to_fd(&self, h: &mut SyncobjHandle) -> Result<i32, Errno> {
+        if h.pad != 0 {
+            return Err(Errno::EINVAL);
+        }
+        let flags = SyncobjHandleToFdFlags::from_bits(h.flags).ok_or(Errno::EINVAL)?;
+        let fd = if flags.contains(SyncobjHandleToFdFlags::EXPORT_SYNC_FILE) {
+            let syncobj = self.syncobj(h.handle).ok_or(Errno::ENOENT)?;
+            let point = syncobj.fence_for(0).ok_or(Errno::EINVAL)?;
+            let fence = Fence::all_of(&point, Arc::clone(&self.device.events));
+            self.device.exports.export_sync_file(fence)?
+        } else {
+            let syncobj = self.syncobj(h.handle).ok_or(Errno::EINVAL)?;
+            self.device.exports.export_syncobj(&syncobj)?
+        };
+        h.fd = fd.into_raw_fd();
+        Ok(0)
+    }
+
+    fn syncobj_fd_to_handle(&self, h: &mut SyncobjHandle) -> Result<i32, Errno> {
+        if h.pad != 0 {
+            return Err(Errno::EINVAL);
+        }
+        let flags = SyncobjFdToHandleFlags::from_bits(h.flags).ok_or(Errno::EINVAL)?;
+        let fd = dup_user_fd(h.fd).ok_or(Errno::EINVAL)?;
+        if flags.contains(SyncobjFdToHandleFlags::IMPORT_SYNC_FILE) {
+            let fence = self
+                .device
+                .exports
+                .import_sync_file(fd.as_fd(), &self.device.events)?;
+            let syncobj = self.syncobj(h.handle).ok_or(Errno::ENOENT)?;
+            syncobj.replace(Some(fence));
+            return Ok(0);
+        }
+        let syncobj = self.device.exports.import_syncobj(fd.as_fd())?;
+        let mut state = self.state();
+        let handle = state.next_syncobj;
+        state.next_syncobj += 1;
+        state.syncobjs.insert(handle, syncobj);
+        h.handle = handle;
         Ok(0)
     }
 }

@@ -20,6 +20,7 @@
 
 pub mod device;
 pub mod errno;
+pub mod export;
 pub mod file;
 pub mod gem;
 pub mod mem;

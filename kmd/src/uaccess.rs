@@ -139,6 +139,24 @@ fn copy(src: u64, dst: u64, len: usize, user_is_dst: bool) -> Result<(), Fault> 
     result.map_err(|_| fault)
 }
 
+/// Takes a reference to a file descriptor the caller passed in an ioctl
+/// (as the kernel's `fget` does): a duplicate that stays valid whatever
+/// the caller does with its own. `None` if `fd` is not an open
+/// descriptor.
+pub fn dup_user_fd(fd: i32) -> Option<OwnedFd> {
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: F_DUPFD_CLOEXEC on an arbitrary integer is safe: the host
+    // kernel checks it and fails with EBADF if it is not open.
+    let new = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
+    if new < 0 {
+        return None;
+    }
+    // SAFETY: `new` is a descriptor fcntl just created for us.
+    Some(unsafe { OwnedFd::from_raw_fd(new) })
+}
+
 /// Reads `buf.len()` bytes from user address `address`.
 pub fn copy_from_user(buf: &mut [u8], address: u64) -> Result<(), Fault> {
     copy(address, buf.as_mut_ptr() as u64, buf.len(), false)

@@ -39,7 +39,9 @@ impl Backing {
         let name = CString::new(name).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
         // SAFETY: `name` is a valid NUL-terminated string; memfd_create has
         // no other preconditions.
-        let raw = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
+        let raw = unsafe {
+            libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING)
+        };
         if raw < 0 {
             return Err(io::Error::last_os_error());
         }
@@ -51,6 +53,32 @@ impl Backing {
         if unsafe { libc::ftruncate(fd.as_raw_fd(), len) } != 0 {
             return Err(io::Error::last_os_error());
         }
+        Backing::map(fd, len_bytes)
+    }
+
+    /// Maps an existing memfd (for instance one another process or system
+    /// exported), all of it. Its size must be a whole number of pages the
+    /// caller accepts; it cannot shrink afterwards (the seals say so), so
+    /// accesses cannot run past its end.
+    pub fn from_fd(fd: OwnedFd) -> io::Result<Backing> {
+        let stat = rustix::fs::fstat(&fd)?;
+        let len_bytes = usize::try_from(stat.st_size)
+            .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+        if len_bytes == 0 {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        // Forbid shrinking, so the mapping never extends past the file.
+        // SAFETY: fcntl on a valid fd with F_ADD_SEALS and an int argument.
+        let sealed = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, libc::F_SEAL_SHRINK) };
+        // SAFETY: fcntl on a valid fd with F_GET_SEALS.
+        let seals = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS) };
+        if sealed != 0 || seals < 0 || seals & libc::F_SEAL_SHRINK == 0 {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        Backing::map(fd, len_bytes)
+    }
+
+    fn map(fd: OwnedFd, len_bytes: usize) -> io::Result<Backing> {
         // SAFETY: mapping a valid fd of at least `len_bytes` bytes at a
         // kernel-chosen address; the result is checked for MAP_FAILED.
         let ptr = unsafe {

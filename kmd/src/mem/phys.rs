@@ -144,41 +144,63 @@ impl Ram {
         let len = size_bytes
             .checked_next_multiple_of(PAGE_BYTES)
             .unwrap_or(u64::MAX);
-        let pa = {
-            let mut free = self.inner.free.lock().unwrap_or_else(|e| e.into_inner());
-            let total_free: u64 = free.values().sum();
-            let found = (len != 0)
-                .then(|| free.iter().find(|(_, &l)| l >= len).map(|(&s, &l)| (s, l)))
-                .flatten();
-            let Some((start, available)) = found else {
-                return Err(AllocError::OutOfMemory {
-                    requested_bytes: len,
-                    free_bytes: total_free,
-                });
-            };
-            free.remove(&start);
-            if available > len {
-                free.insert(start + len, available - len);
-            }
-            start
-        };
-        let backing = match usize::try_from(len)
+        let pa = self.reserve(len)?;
+        let backing = usize::try_from(len)
             .map_err(|e| e.to_string())
-            .and_then(|l| Backing::new(name, l).map_err(|e| e.to_string()))
-        {
+            .and_then(|l| Backing::new(name, l).map_err(|e| e.to_string()));
+        self.place(pa, len, backing)
+    }
+
+    /// Places memory that already exists (a memfd another process or
+    /// system exported) in the physical address space.
+    pub fn adopt(&self, fd: std::os::fd::OwnedFd) -> Result<Arc<PhysRange>, AllocError> {
+        let backing = Backing::from_fd(fd).map_err(|e| AllocError::Host(e.to_string()))?;
+        let len = backing.len_bytes() as u64;
+        if !len.is_multiple_of(PAGE_BYTES) {
+            return Err(AllocError::Host(
+                "imported memory is not whole pages".into(),
+            ));
+        }
+        let pa = self.reserve(len)?;
+        self.place(pa, len, Ok(backing))
+    }
+
+    fn reserve(&self, len: u64) -> Result<u64, AllocError> {
+        let mut free = self.inner.free.lock().unwrap_or_else(|e| e.into_inner());
+        let total_free: u64 = free.values().sum();
+        let found = (len != 0)
+            .then(|| free.iter().find(|(_, &l)| l >= len).map(|(&s, &l)| (s, l)))
+            .flatten();
+        let Some((start, available)) = found else {
+            return Err(AllocError::OutOfMemory {
+                requested_bytes: len,
+                free_bytes: total_free,
+            });
+        };
+        free.remove(&start);
+        if available > len {
+            free.insert(start + len, available - len);
+        }
+        Ok(start)
+    }
+
+    fn place(
+        &self,
+        pa: u64,
+        len: u64,
+        backing: Result<Backing, String>,
+    ) -> Result<Arc<PhysRange>, AllocError> {
+        // Count the pages first so that releasing on failure balances.
+        self.inner
+            .allocated_pages
+            .fetch_add(len / PAGE_BYTES, Ordering::Relaxed);
+        let backing = match backing {
             Ok(backing) => backing,
             Err(e) => {
-                // Give the range back before reporting.
-                self.inner
-                    .allocated_pages
-                    .fetch_add(len / PAGE_BYTES, Ordering::Relaxed);
                 self.inner.release(pa, len);
                 return Err(AllocError::Host(e));
             }
         };
-        self.inner
-            .allocated_pages
-            .fetch_add(len / PAGE_BYTES, Ordering::Relaxed);
         let range = Arc::new(PhysRange {
             pa,
             backing,

@@ -1,0 +1,224 @@
+//! Sharing objects through file descriptors: PRIME buffers, syncobj fds
+//! and sync files.
+//!
+//! A PRIME fd is the object's own memfd (duplicated), so any process can
+//! `mmap` it at offset 0 and see the object's pages; importing it in this
+//! device finds the object by the memfd's inode, and importing a buffer
+//! exported by another simulated device adopts its pages. A syncobj fd
+//! and a sync file are small memfds carrying a magic word and a token the
+//! device maps back to the syncobj (weakly) or the fence. A sync file's
+//! fence is held only while it is pending: once it signals, its status is
+//! written into the memfd itself and the device forgets it, so exported
+//! sync files cost nothing after completion.
+
+use std::collections::hash_map::RandomState;
+use std::collections::HashMap;
+use std::hash::{BuildHasher, Hasher};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+
+use crate::errno::Errno;
+use crate::gem::GemObject;
+use crate::sync::{Fence, SyncEvents, Syncobj};
+
+const SYNCOBJ_MAGIC: [u8; 8] = *b"AGXSOBJ\0";
+const SYNC_FILE_MAGIC: [u8; 8] = *b"AGXSYNC\0";
+/// Layout of the token memfds: magic, token, status (0 pending, 1
+/// signalled, 2 + errno signalled with an error).
+const RECORD_BYTES: usize = 8 + 16 + 8;
+
+/// Identifies a file across descriptors.
+type Inode = (u64, u64);
+
+fn inode_of(fd: BorrowedFd<'_>) -> Result<Inode, Errno> {
+    let stat = rustix::fs::fstat(fd).map_err(|e| Errno(e.raw_os_error()))?;
+    Ok((stat.st_dev, stat.st_ino))
+}
+
+fn status_word(status: Option<Option<Errno>>) -> u64 {
+    match status {
+        None => 0,
+        Some(None) => 1,
+        Some(Some(errno)) => 2 + errno.0.unsigned_abs() as u64,
+    }
+}
+
+/// The device's registry of exported things.
+#[derive(Debug)]
+pub struct Exports {
+    device_token: u64,
+    next_token: AtomicU64,
+    objects: Mutex<HashMap<Inode, Weak<GemObject>>>,
+    syncobjs: Mutex<HashMap<u128, Weak<Syncobj>>>,
+    /// Pending sync files: the fence and our descriptor of the memfd (to
+    /// write the final status into).
+    sync_files: Mutex<HashMap<u128, (Arc<Fence>, OwnedFd)>>,
+}
+
+impl Default for Exports {
+    fn default() -> Exports {
+        let mut hasher = RandomState::new().build_hasher();
+        hasher.write_u64(std::process::id().into());
+        Exports {
+            device_token: hasher.finish(),
+            next_token: AtomicU64::new(1),
+            objects: Mutex::default(),
+            syncobjs: Mutex::default(),
+            sync_files: Mutex::default(),
+        }
+    }
+}
+
+fn dup(fd: BorrowedFd<'_>, cloexec: bool) -> Result<OwnedFd, Errno> {
+    let new = rustix::io::fcntl_dupfd_cloexec(fd, 0).map_err(|e| Errno(e.raw_os_error()))?;
+    if !cloexec {
+        rustix::io::fcntl_setfd(&new, rustix::io::FdFlags::empty())
+            .map_err(|e| Errno(e.raw_os_error()))?;
+    }
+    Ok(new)
+}
+
+fn token_memfd(name: &str, magic: [u8; 8], token: u128) -> Result<OwnedFd, Errno> {
+    let fd = rustix::fs::memfd_create(name, rustix::fs::MemfdFlags::CLOEXEC)
+        .map_err(|e| Errno(e.raw_os_error()))?;
+    let mut record = [0u8; RECORD_BYTES];
+    record[..8].copy_from_slice(&magic);
+    record[8..24].copy_from_slice(&token.to_le_bytes());
+    rustix::io::pwrite(&fd, &record, 0).map_err(|e| Errno(e.raw_os_error()))?;
+    Ok(fd)
+}
+
+fn read_record(fd: BorrowedFd<'_>) -> Option<([u8; 8], u128, u64)> {
+    let mut record = [0u8; RECORD_BYTES];
+    let n = rustix::io::pread(fd, &mut record, 0).ok()?;
+    if n != RECORD_BYTES {
+        return None;
+    }
+    let magic = record[..8].try_into().ok()?;
+    let token = u128::from_le_bytes(record[8..24].try_into().ok()?);
+    let status = u64::from_le_bytes(record[24..].try_into().ok()?);
+    Some((magic, token, status))
+}
+
+impl Exports {
+    fn token(&self) -> u128 {
+        u128::from(self.device_token) << 64
+            | u128::from(self.next_token.fetch_add(1, Ordering::Relaxed))
+    }
+
+    /// Registers a GEM object so its PRIME fds can be imported back.
+    pub(crate) fn register_object(&self, object: &Arc<GemObject>) -> Result<(), Errno> {
+        let inode = inode_of(object.memory().backing().fd())?;
+        let mut objects = self.objects.lock().unwrap_or_else(|e| e.into_inner());
+        objects.retain(|_, weak| weak.strong_count() > 0);
+        objects.insert(inode, Arc::downgrade(object));
+        Ok(())
+    }
+
+    /// A PRIME fd for `object`.
+    pub(crate) fn export_object(
+        &self,
+        object: &Arc<GemObject>,
+        cloexec: bool,
+    ) -> Result<OwnedFd, Errno> {
+        self.register_object(object)?;
+        dup(object.memory().backing().fd(), cloexec)
+    }
+
+    /// The object of this device a PRIME fd refers to, if any.
+    pub(crate) fn find_object(&self, fd: BorrowedFd<'_>) -> Result<Option<Arc<GemObject>>, Errno> {
+        let inode = inode_of(fd)?;
+        Ok(self
+            .objects
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&inode)
+            .and_then(Weak::upgrade))
+    }
+
+    /// A syncobj fd.
+    pub(crate) fn export_syncobj(&self, syncobj: &Arc<Syncobj>) -> Result<OwnedFd, Errno> {
+        let token = self.token();
+        let fd = token_memfd("agx-syncobj", SYNCOBJ_MAGIC, token)?;
+        let mut syncobjs = self.syncobjs.lock().unwrap_or_else(|e| e.into_inner());
+        syncobjs.retain(|_, weak| weak.strong_count() > 0);
+        syncobjs.insert(token, Arc::downgrade(syncobj));
+        Ok(fd)
+    }
+
+    /// The syncobj a syncobj fd refers to.
+    pub(crate) fn import_syncobj(&self, fd: BorrowedFd<'_>) -> Result<Arc<Syncobj>, Errno> {
+        let (magic, token, _) = read_record(fd).ok_or(Errno::EINVAL)?;
+        if magic != SYNCOBJ_MAGIC {
+            return Err(Errno::EINVAL);
+        }
+        let syncobjs = self.syncobjs.lock().unwrap_or_else(|e| e.into_inner());
+        syncobjs
+            .get(&token)
+            .and_then(Weak::upgrade)
+            .ok_or(Errno::EINVAL)
+    }
+
+    /// Writes the status of signalled sync files into their memfds and
+    /// forgets them.
+    fn settle_sync_files(&self, files: &mut HashMap<u128, (Arc<Fence>, OwnedFd)>) {
+        files.retain(|_, (fence, fd)| match fence.status() {
+            None => true,
+            status => {
+                let _ = rustix::io::pwrite(&*fd, &status_word(status).to_le_bytes(), 24);
+                false
+            }
+        });
+    }
+
+    /// A sync file for `fence`.
+    pub(crate) fn export_sync_file(&self, fence: Arc<Fence>) -> Result<OwnedFd, Errno> {
+        let token = self.token();
+        let fd = token_memfd("agx-sync-file", SYNC_FILE_MAGIC, token)?;
+        let mut files = self.sync_files.lock().unwrap_or_else(|e| e.into_inner());
+        self.settle_sync_files(&mut files);
+        match fence.status() {
+            None => {
+                files.insert(token, (fence, dup(fd.as_fd(), true)?));
+            }
+            status => {
+                rustix::io::pwrite(&fd, &status_word(status).to_le_bytes(), 24)
+                    .map_err(|e| Errno(e.raw_os_error()))?;
+            }
+        }
+        Ok(fd)
+    }
+
+    /// The fence a sync file carries.
+    pub(crate) fn import_sync_file(
+        &self,
+        fd: BorrowedFd<'_>,
+        events: &Arc<SyncEvents>,
+    ) -> Result<Arc<Fence>, Errno> {
+        let mut files = self.sync_files.lock().unwrap_or_else(|e| e.into_inner());
+        self.settle_sync_files(&mut files);
+        let (magic, token, status) = read_record(fd).ok_or(Errno::EINVAL)?;
+        if magic != SYNC_FILE_MAGIC {
+            return Err(Errno::EINVAL);
+        }
+        if let Some((fence, _)) = files.get(&token) {
+            return Ok(Arc::clone(fence));
+        }
+        let fence = Fence::pending(Arc::clone(events));
+        match status {
+            1 => fence.signal(None),
+            s if s >= 2 => fence.signal(Some(Errno(i32::try_from(s - 2).unwrap_or(libc::EIO)))),
+            // Pending, and not one of ours: a sync file of another system.
+            _ => return Err(Errno::EINVAL),
+        }
+        Ok(fence)
+    }
+
+    /// Pending sync files the device tracks (for leak checks).
+    pub fn pending_sync_files(&self) -> usize {
+        let mut files = self.sync_files.lock().unwrap_or_else(|e| e.into_inner());
+        self.settle_sync_files(&mut files);
+        files.len()
+    }
+}

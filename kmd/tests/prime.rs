@@ -1,0 +1,256 @@
+//! PRIME buffer sharing and syncobj / sync-file descriptors.
+
+mod common;
+
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::Arc;
+
+use agx_hw::uat::PhysicalMemory;
+use agx_kmd::sync::Fence;
+use agx_kmd::{Errno, File};
+use agx_uapi::asahi::GemFlags;
+use agx_uapi::drm::{self, GemClose, PrimeHandle, SyncobjCreate, SyncobjHandle, SyncobjWait};
+use common::*;
+
+fn own(fd: i32) -> OwnedFd {
+    assert!(fd >= 0);
+    // SAFETY: the kmd handed this descriptor to us (the caller owns it, as
+    // with a real ioctl), and nothing else closes it.
+    unsafe { OwnedFd::from_raw_fd(fd) }
+}
+
+fn export(file: &File, handle: u32, flags: u32) -> Result<OwnedFd, Errno> {
+    let mut p = PrimeHandle {
+        handle,
+        flags,
+        fd: -1,
+    };
+    call(file, drm::DRM_IOCTL_PRIME_HANDLE_TO_FD, &mut p).map(|_| own(p.fd))
+}
+
+fn import(file: &File, fd: i32) -> Result<u32, Errno> {
+    let mut p = PrimeHandle {
+        handle: 0,
+        flags: 0,
+        fd,
+    };
+    call(file, drm::DRM_IOCTL_PRIME_FD_TO_HANDLE, &mut p).map(|_| p.handle)
+}
+
+fn pread(fd: &OwnedFd, len: usize, offset: u64) -> Vec<u8> {
+    let mut buf = vec![0u8; len];
+    let n = rustix::io::pread(fd, &mut buf, offset).unwrap();
+    buf.truncate(n);
+    buf
+}
+
+#[test_log::test]
+fn prime_fds_share_pages_and_import_to_the_same_object() {
+    let system = system();
+    let file = system.open();
+    let handle = gem_create(&file, 2 * PAGE, 0, 0).unwrap();
+    let object = file.object(handle).unwrap();
+    system
+        .device()
+        .ram()
+        .write(object.memory().pa() + PAGE, b"shared")
+        .unwrap();
+    let fd = export(&file, handle, drm::DRM_CLOEXEC | drm::DRM_RDWR).unwrap();
+    assert_eq!(pread(&fd, 6, PAGE), b"shared", "the fd maps the same pages");
+    rustix::io::pwrite(&fd, b"back", 0).unwrap();
+    let mut buf = [0u8; 4];
+    system
+        .device()
+        .ram()
+        .read(object.memory().pa(), &mut buf)
+        .unwrap();
+    assert_eq!(&buf, b"back");
+
+    assert_eq!(
+        import(&file, fd.as_raw_fd()),
+        Ok(handle),
+        "re-importing gives the same handle"
+    );
+    let other = system.open();
+    let imported = import(&other, fd.as_raw_fd()).unwrap();
+    assert!(Arc::ptr_eq(&other.object(imported).unwrap(), &object));
+    assert_eq!(system.stats().gem_objects, 1);
+
+    // Another simulated system adopts the pages.
+    let second = common::system();
+    let remote = second.open();
+    let adopted = import(&remote, fd.as_raw_fd()).unwrap();
+    let adopted = remote.object(adopted).unwrap();
+    assert_eq!(adopted.size_bytes(), 2 * PAGE);
+    second
+        .device()
+        .ram()
+        .write(adopted.memory().pa() + 8, b"remote")
+        .unwrap();
+    let mut buf = [0u8; 6];
+    system
+        .device()
+        .ram()
+        .read(object.memory().pa() + 8, &mut buf)
+        .unwrap();
+    assert_eq!(&buf, b"remote");
+}
+
+#[test_log::test]
+fn prime_errors() {
+    let system = system();
+    let file = system.open();
+    let vm = vm_create(&file);
+    let handle = gem_create(&file, PAGE, 0, 0).unwrap();
+    let private = gem_create(&file, PAGE, GemFlags::VM_PRIVATE.bits(), vm).unwrap();
+    assert_eq!(
+        export(&file, handle, 1).unwrap_err(),
+        Errno::EINVAL,
+        "unknown flag"
+    );
+    assert_eq!(export(&file, 99, 0).unwrap_err(), Errno::ENOENT);
+    assert_eq!(export(&file, private, 0).unwrap_err(), Errno::EINVAL);
+    assert_eq!(import(&file, -1), Err(Errno::EBADF));
+    assert_eq!(import(&file, 1_000_000), Err(Errno::EBADF));
+    let not_a_buffer = std::fs::File::open("/dev/null").unwrap();
+    assert_eq!(import(&file, not_a_buffer.as_raw_fd()), Err(Errno::EINVAL));
+    // Closing the handle ends the object; the fd still holds the pages.
+    let fd = export(&file, handle, 0).unwrap();
+    rustix::io::pwrite(&fd, b"kept", 0).unwrap();
+    call(
+        &file,
+        drm::DRM_IOCTL_GEM_CLOSE,
+        &mut GemClose { handle, pad: 0 },
+    )
+    .unwrap();
+    let again = import(&file, fd.as_raw_fd()).unwrap();
+    let object = file.object(again).unwrap();
+    let mut buf = [0u8; 4];
+    system
+        .device()
+        .ram()
+        .read(object.memory().pa(), &mut buf)
+        .unwrap();
+    assert_eq!(&buf, b"kept");
+}
+
+fn syncobj_create(file: &File, flags: u32) -> u32 {
+    let mut c = SyncobjCreate { handle: 0, flags };
+    call(file, drm::DRM_IOCTL_SYNCOBJ_CREATE, &mut c).unwrap();
+    c.handle
+}
+
+fn syncobj_to_fd(file: &File, handle: u32, flags: u32) -> Result<OwnedFd, Errno> {
+    let mut h = SyncobjHandle {
+        handle,
+        flags,
+        fd: -1,
+        pad: 0,
+    };
+    call(file, drm::DRM_IOCTL_SYNCOBJ_HANDLE_TO_FD, &mut h).map(|_| own(h.fd))
+}
+
+fn fd_to_syncobj(file: &File, fd: i32, flags: u32, handle: u32) -> Result<u32, Errno> {
+    let mut h = SyncobjHandle {
+        handle,
+        flags,
+        fd,
+        pad: 0,
+    };
+    call(file, drm::DRM_IOCTL_SYNCOBJ_FD_TO_HANDLE, &mut h).map(|_| h.handle)
+}
+
+fn poll(file: &File, handle: u32) -> Result<i32, Errno> {
+    let handles = [handle];
+    let mut w = SyncobjWait {
+        handles: handles.as_ptr() as u64,
+        count_handles: 1,
+        ..SyncobjWait::default()
+    };
+    call(file, drm::DRM_IOCTL_SYNCOBJ_WAIT, &mut w)
+}
+
+#[test_log::test]
+fn syncobj_fds_and_sync_files() {
+    let system = system();
+    let (a, b) = (system.open(), system.open());
+    let events = Arc::clone(system.device().sync_events());
+
+    // A syncobj fd names the syncobj itself.
+    let shared = syncobj_create(&a, 0);
+    let fd = syncobj_to_fd(&a, shared, 0).unwrap();
+    let in_b = fd_to_syncobj(&b, fd.as_raw_fd(), 0, 0).unwrap();
+    assert!(Arc::ptr_eq(
+        &a.syncobj(shared).unwrap(),
+        &b.syncobj(in_b).unwrap()
+    ));
+    let fence = Fence::pending(Arc::clone(&events));
+    a.syncobj(shared).unwrap().replace(Some(Arc::clone(&fence)));
+    assert_eq!(poll(&b, in_b), Err(Errno::ETIME));
+
+    // A sync file carries the current fence, pending or not.
+    let sync_file = syncobj_to_fd(&a, shared, 1).unwrap();
+    let target = syncobj_create(&b, 0);
+    fd_to_syncobj(&b, sync_file.as_raw_fd(), 1, target).unwrap();
+    assert_eq!(poll(&b, target), Err(Errno::ETIME));
+    assert_eq!(system.device().exports().pending_sync_files(), 1);
+    fence.signal(Some(Errno(libc::EIO)));
+    assert_eq!(poll(&b, target), Ok(0));
+    assert_eq!(
+        system.device().exports().pending_sync_files(),
+        0,
+        "settled sync files are forgotten"
+    );
+    // Imported after signalling, the status comes from the file itself.
+    let late = syncobj_create(&a, 0);
+    fd_to_syncobj(&a, sync_file.as_raw_fd(), 1, late).unwrap();
+    assert_eq!(
+        a.syncobj(late).unwrap().fence_for(0).unwrap().status(),
+        Some(Some(Errno(libc::EIO)))
+    );
+
+    // Errors.
+    assert_eq!(syncobj_to_fd(&a, 99, 0).unwrap_err(), Errno::EINVAL);
+    assert_eq!(syncobj_to_fd(&a, 99, 1).unwrap_err(), Errno::ENOENT);
+    let empty = syncobj_create(&a, 0);
+    assert_eq!(
+        syncobj_to_fd(&a, empty, 1).unwrap_err(),
+        Errno::EINVAL,
+        "no fence to export"
+    );
+    assert_eq!(syncobj_to_fd(&a, empty, 2).unwrap_err(), Errno::EINVAL);
+    let mut h = SyncobjHandle {
+        handle: empty,
+        flags: 0,
+        fd: -1,
+        pad: 1,
+    };
+    assert_eq!(
+        call(&a, drm::DRM_IOCTL_SYNCOBJ_HANDLE_TO_FD, &mut h),
+        Err(Errno::EINVAL)
+    );
+    let null = std::fs::File::open("/dev/null").unwrap();
+    assert_eq!(
+        fd_to_syncobj(&a, null.as_raw_fd(), 0, 0),
+        Err(Errno::EINVAL)
+    );
+    assert_eq!(
+        fd_to_syncobj(&a, null.as_raw_fd(), 1, empty),
+        Err(Errno::EINVAL)
+    );
+    assert_eq!(
+        fd_to_syncobj(&a, sync_file.as_raw_fd(), 0, 0),
+        Err(Errno::EINVAL),
+        "a sync file is not a syncobj"
+    );
+    assert_eq!(
+        fd_to_syncobj(&a, fd.as_raw_fd(), 1, empty),
+        Err(Errno::EINVAL),
+        "a syncobj is not a sync file"
+    );
+    assert_eq!(
+        fd_to_syncobj(&a, sync_file.as_raw_fd(), 1, 99),
+        Err(Errno::ENOENT)
+    );
+    assert_eq!(fd_to_syncobj(&a, -5, 0, 0), Err(Errno::EINVAL));
+}
