@@ -15,8 +15,8 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use agx_uapi::asahi::{
-    self, GemBindOp, GemCreate, GemFlags, GemMmapOffset, GetParams, GetTime, ParamsGlobal, VmBind,
-    VmCreate, VmDestroy,
+    self, BindObjectFlags, BindObjectOp, GemBindObject, GemBindOp, GemCreate, GemFlags,
+    GemMmapOffset, GetParams, GetTime, ParamsGlobal, VmBind, VmCreate, VmDestroy,
 };
 use agx_uapi::drm::{
     self, GemClose, GetCap, PrimeFlags, PrimeHandle, SyncobjArray, SyncobjCreate,
@@ -51,6 +51,8 @@ struct FileState {
     next_vm: u32,
     syncobjs: BTreeMap<u32, Arc<Syncobj>>,
     next_syncobj: u32,
+    bound: BTreeMap<u32, BoundObject>,
+    next_bound: u32,
 }
 
 /// An open DRM file.
@@ -156,6 +158,9 @@ fn driver_ioctl(nr: u32) -> Option<IoctlDef> {
         asahi::nr::GEM_CREATE => def(asahi::DRM_IOCTL_ASAHI_GEM_CREATE, |f, d| {
             with(d, |v| f.gem_create(v))
         }),
+        asahi::nr::GEM_BIND_OBJECT => def(asahi::DRM_IOCTL_ASAHI_GEM_BIND_OBJECT, |f, d| {
+            with(d, |v| f.gem_bind_object(v))
+        }),
         asahi::nr::GEM_MMAP_OFFSET => def(asahi::DRM_IOCTL_ASAHI_GEM_MMAP_OFFSET, |f, d| {
             with(d, |v| f.gem_mmap_offset(v))
         }),
@@ -174,6 +179,7 @@ impl File {
                 next_handle: 1,
                 next_vm: 1,
                 next_syncobj: 1,
+                next_bound: 1,
                 ..FileState::default()
             }),
         }
@@ -779,6 +785,76 @@ impl File {
         state.syncobjs.insert(handle, syncobj);
         h.handle = handle;
         Ok(0)
+    }
+}
+
+/// An object range bound for the firmware's use (GEM_BIND_OBJECT).
+#[derive(Debug, Clone)]
+pub struct BoundObject {
+    /// The object.
+    pub object: Arc<GemObject>,
+    /// Offset of the range in the object.
+    pub offset: u64,
+    /// Length of the range.
+    pub range: u64,
+}
+
+impl File {
+    /// The object range bound as `object_handle`, for the firmware.
+    pub fn bound_object(&self, object_handle: u32) -> Option<BoundObject> {
+        self.state().bound.get(&object_handle).cloned()
+    }
+
+    fn gem_bind_object(&self, b: &mut GemBindObject) -> Result<i32, Errno> {
+        if b.vm_id != 0 || b.pad != 0 {
+            return Err(GemError::MustBeZero {
+                field: if b.pad != 0 { "pad" } else { "vm_id" },
+            }
+            .into());
+        }
+        match BindObjectOp::try_from(b.op).map_err(|_| Errno::EINVAL)? {
+            BindObjectOp::Bind => {
+                if b.flags != BindObjectFlags::USAGE_TIMESTAMPS.bits() {
+                    return Err(GemError::UnknownFlags { flags: b.flags }.into());
+                }
+                let page = agx_hw::uat::PAGE_BYTES;
+                if !b.offset.is_multiple_of(page) || !b.range.is_multiple_of(page) || b.range == 0 {
+                    return Err(Errno::EINVAL);
+                }
+                let object = self
+                    .object(b.handle)
+                    .ok_or(GemError::NoSuchHandle { handle: b.handle })?;
+                if b.offset
+                    .checked_add(b.range)
+                    .is_none_or(|end| end > object.size_bytes())
+                {
+                    return Err(Errno::EINVAL);
+                }
+                let mut state = self.state();
+                let handle = state.next_bound;
+                state.next_bound += 1;
+                state.bound.insert(
+                    handle,
+                    BoundObject {
+                        object,
+                        offset: b.offset,
+                        range: b.range,
+                    },
+                );
+                b.object_handle = handle;
+                Ok(0)
+            }
+            BindObjectOp::Unbind => {
+                if b.flags != 0 || b.handle != 0 || b.offset != 0 || b.range != 0 {
+                    return Err(Errno::EINVAL);
+                }
+                self.state()
+                    .bound
+                    .remove(&b.object_handle)
+                    .map(|_| 0)
+                    .ok_or(Errno::ENOENT)
+            }
+        }
     }
 }
 

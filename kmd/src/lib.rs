@@ -9,10 +9,10 @@
 //! here works on hardware.
 //!
 //! Status: the device ([`System`]), simulated RAM, GEM objects, VMs with
-//! UAT page tables and VM_BIND, GET_PARAMS/GET_TIME, binary and timeline
-//! syncobjs, and the DRM core VERSION/GET_CAP/GEM_CLOSE are in place; PRIME,
-//! syncobj fd conversion, GEM_BIND_OBJECT and the LD_PRELOAD shim come next,
-//! queues and submission with "kmd part 2".
+//! UAT page tables and VM_BIND, GEM_BIND_OBJECT, GET_PARAMS/GET_TIME, binary
+//! and timeline syncobjs with their fds and sync files, PRIME, and the DRM
+//! core VERSION/GET_CAP/GEM_CLOSE are in place; the LD_PRELOAD shim comes
+//! next, queues and submission with "kmd part 2".
 //!
 //! `unsafe` code is confined to two modules: `mem::backing` (mapping
 //! memfds) and `uaccess` (copying from and to user pointers).

@@ -5,14 +5,25 @@ mod common;
 
 use agx_kmd::Errno;
 use agx_uapi::asahi::{
-    self, BindFlags, GemBindOp, GemCreate, GemFlags, GemMmapOffset, GetParams, GetTime, VmBind,
-    VmCreate, VmDestroy,
+    self, BindFlags, GemBindObject, GemBindOp, GemCreate, GemFlags, GemMmapOffset, GetParams,
+    GetTime, VmBind, VmCreate, VmDestroy,
 };
 use agx_uapi::drm::{self, GemClose, GetCap, Version};
 use common::*;
 use zerocopy::IntoBytes;
 
 const RW: u32 = BindFlags::READ.bits() | BindFlags::WRITE.bits();
+
+fn ts_bind(handle: u32) -> GemBindObject {
+    GemBindObject {
+        op: 0,
+        flags: 1,
+        handle,
+        offset: 0,
+        range: PAGE,
+        ..GemBindObject::default()
+    }
+}
 
 struct Row {
     name: &'static str,
@@ -439,6 +450,100 @@ fn every_validation_rule_gives_its_errno() {
             asahi::DRM_IOCTL_ASAHI_VM_BIND,
             bind_with(vec![good(user), good(user + 1)]),
             Errno::EINVAL,
+        ),
+        // GEM_BIND_OBJECT
+        row(
+            "bind object vm_id",
+            asahi::DRM_IOCTL_ASAHI_GEM_BIND_OBJECT,
+            GemBindObject {
+                vm_id: vm,
+                ..ts_bind(object)
+            },
+            Errno::EINVAL,
+        ),
+        row(
+            "bind object pad",
+            asahi::DRM_IOCTL_ASAHI_GEM_BIND_OBJECT,
+            GemBindObject {
+                pad: 1,
+                ..ts_bind(object)
+            },
+            Errno::EINVAL,
+        ),
+        row(
+            "bind object op",
+            asahi::DRM_IOCTL_ASAHI_GEM_BIND_OBJECT,
+            GemBindObject {
+                op: 2,
+                ..ts_bind(object)
+            },
+            Errno::EINVAL,
+        ),
+        row(
+            "bind object flags",
+            asahi::DRM_IOCTL_ASAHI_GEM_BIND_OBJECT,
+            GemBindObject {
+                flags: 0,
+                ..ts_bind(object)
+            },
+            Errno::EINVAL,
+        ),
+        row(
+            "bind object unaligned",
+            asahi::DRM_IOCTL_ASAHI_GEM_BIND_OBJECT,
+            GemBindObject {
+                offset: 64,
+                ..ts_bind(object)
+            },
+            Errno::EINVAL,
+        ),
+        row(
+            "bind object range 0",
+            asahi::DRM_IOCTL_ASAHI_GEM_BIND_OBJECT,
+            GemBindObject {
+                range: 0,
+                ..ts_bind(object)
+            },
+            Errno::EINVAL,
+        ),
+        row(
+            "bind object past end",
+            asahi::DRM_IOCTL_ASAHI_GEM_BIND_OBJECT,
+            GemBindObject {
+                range: 8 * PAGE,
+                ..ts_bind(object)
+            },
+            Errno::EINVAL,
+        ),
+        row(
+            "bind object unknown handle",
+            asahi::DRM_IOCTL_ASAHI_GEM_BIND_OBJECT,
+            GemBindObject {
+                handle: 99,
+                ..ts_bind(object)
+            },
+            Errno::ENOENT,
+        ),
+        row(
+            "unbind object fields",
+            asahi::DRM_IOCTL_ASAHI_GEM_BIND_OBJECT,
+            GemBindObject {
+                op: 1,
+                range: PAGE,
+                object_handle: 1,
+                ..GemBindObject::default()
+            },
+            Errno::EINVAL,
+        ),
+        row(
+            "unbind object unknown",
+            asahi::DRM_IOCTL_ASAHI_GEM_BIND_OBJECT,
+            GemBindObject {
+                op: 1,
+                object_handle: 99,
+                ..GemBindObject::default()
+            },
+            Errno::ENOENT,
         ),
         // DRM core
         row(

@@ -162,6 +162,44 @@ fn cpu_mappings_reach_the_object_through_its_mmap_offset() {
 }
 
 #[test_log::test]
+fn timestamp_buffers_bind_and_unbind() {
+    let system = system();
+    let file = system.open();
+    let bo = gem_create(&file, 4 * PAGE, 0, 0).unwrap();
+    let mut b = asahi::GemBindObject {
+        op: 0,
+        flags: 1,
+        handle: bo,
+        offset: PAGE,
+        range: 2 * PAGE,
+        ..Default::default()
+    };
+    call(&file, asahi::DRM_IOCTL_ASAHI_GEM_BIND_OBJECT, &mut b).unwrap();
+    assert_eq!(b.object_handle, 1);
+    let bound = file.bound_object(1).unwrap();
+    assert_eq!((bound.offset, bound.range), (PAGE, 2 * PAGE));
+    drop(bound);
+    call(
+        &file,
+        drm::DRM_IOCTL_GEM_CLOSE,
+        &mut GemClose { handle: bo, pad: 0 },
+    )
+    .unwrap();
+    assert_eq!(
+        system.stats().gem_objects,
+        1,
+        "the binding keeps the object"
+    );
+    let mut u = asahi::GemBindObject {
+        op: 1,
+        object_handle: 1,
+        ..Default::default()
+    };
+    call(&file, asahi::DRM_IOCTL_ASAHI_GEM_BIND_OBJECT, &mut u).unwrap();
+    assert_eq!(system.stats().gem_objects, 0);
+}
+
+#[test_log::test]
 fn vms_are_isolated() {
     let system = system();
     let file = system.open();
