@@ -1,0 +1,131 @@
+//! `libagx_shim.so`: the simulated GPU as `/dev/dri/renderD128`.
+//!
+//! Preloaded into an unmodified client (`LD_PRELOAD=libagx_shim.so`), this
+//! library hosts a simulated AGX system inside the client process and
+//! interposes the libc calls through which a DRM client reaches a device,
+//! in the manner of Mesa's drm-shim:
+//!
+//! - `open`/`openat` (and their 64-bit and fortified variants) of
+//!   `/dev/dri/renderD128` open a DRM file on the simulated device; the
+//!   descriptor is a private memfd, so the file is recognised by the
+//!   memfd's inode however the client duplicates the descriptor (`dup`,
+//!   `fcntl(F_DUPFD)`), and it closes when its last descriptor does;
+//! - `ioctl` on such a descriptor goes to the kmd's ioctl entry point, with
+//!   errors returned through `errno`;
+//! - `mmap` at a GEM mmap offset maps the object's pages;
+//! - `stat`/`fstat`/`statx`/`access` report the node as the character
+//!   device 226:128, and `/sys/dev/char/226:128/device/drm` as present,
+//!   which is what libdrm and the drm crate check.
+//!
+//! Everything else passes through to the real libc (found with
+//! `dlsym(RTLD_NEXT)`). Rust clients must route their syscalls through libc
+//! for the interposition to see them (rustix's `use-libc` feature).
+#![allow(unsafe_code)]
+
+pub mod interpose;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use agx_kmd::{File, System, SystemConfig};
+
+/// The render node the shim presents.
+pub const RENDER_NODE: &str = "/dev/dri/renderD128";
+/// Major and minor of the render node.
+pub const RENDER_NODE_DEV: (u32, u32) = (226, 128);
+/// The sysfs paths libdrm and the drm crate probe.
+pub const SYSFS_PATHS: &[&str] = &[
+    "/sys/dev/char/226:128",
+    "/sys/dev/char/226:128/device",
+    "/sys/dev/char/226:128/device/drm",
+    "/sys/dev/char/226:128/device/drm/renderD128",
+];
+
+type Inode = (u64, u64);
+
+struct Shim {
+    system: System,
+    /// DRM files by the inode of their memfd, with how many descriptors
+    /// refer to them.
+    files: Mutex<HashMap<Inode, (Arc<File>, usize)>>,
+    /// Which descriptors are DRM files.
+    fds: Mutex<HashMap<i32, Inode>>,
+}
+
+static SHIM: OnceLock<Shim> = OnceLock::new();
+
+/// The shim state, if a DRM file was ever opened. Interposed calls other
+/// than `open` use this, so they never build the system themselves (which
+/// would re-enter them while it is being built).
+fn shim_if_ready() -> Option<&'static Shim> {
+    SHIM.get()
+}
+
+/// The shim state, building the simulated system on first use.
+fn shim() -> &'static Shim {
+    SHIM.get_or_init(|| Shim {
+        system: System::new(SystemConfig::default()).unwrap_or_else(|e| {
+            interpose::log(&format!(
+                "agx-shim: cannot build the simulated system: {e}\n"
+            ));
+            std::process::abort()
+        }),
+        files: Mutex::new(HashMap::new()),
+        fds: Mutex::new(HashMap::new()),
+    })
+}
+
+impl Shim {
+    fn file_of(&self, fd: i32) -> Option<Arc<File>> {
+        let inode = *self
+            .fds
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&fd)?;
+        self.files
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&inode)
+            .map(|(f, _)| Arc::clone(f))
+    }
+
+    fn add_fd(&self, fd: i32, inode: Inode) {
+        self.fds
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(fd, inode);
+        if let Some(entry) = self
+            .files
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get_mut(&inode)
+        {
+            entry.1 += 1;
+        }
+    }
+
+    fn remove_fd(&self, fd: i32) {
+        let Some(inode) = self
+            .fds
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&fd)
+        else {
+            return;
+        };
+        let mut files = self.files.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(entry) = files.get_mut(&inode) {
+            entry.1 -= 1;
+            if entry.1 == 0 {
+                files.remove(&inode);
+            }
+        }
+    }
+
+    fn is_ours(&self, fd: i32) -> bool {
+        self.fds
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains_key(&fd)
+    }
+}

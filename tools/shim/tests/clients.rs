@@ -1,0 +1,78 @@
+//! Unmodified clients run against the simulated GPU through the shim: a C
+//! program using libdrm, and a Rust program using the drm crate.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+/// `target/<profile>`, from this test's own path (`deps/` is below it).
+fn target_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    exe.parent()
+        .and_then(|deps| deps.parent())
+        .expect("target directory")
+        .to_path_buf()
+}
+
+fn shim_library() -> PathBuf {
+    let path = target_dir().join("libagx_shim.so");
+    assert!(path.exists(), "{} is built with the tests", path.display());
+    path
+}
+
+fn run_under_shim(program: &PathBuf) {
+    let out = Command::new(program)
+        .env("LD_PRELOAD", shim_library())
+        .output()
+        .expect("client runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "{} failed: {stdout}{stderr}",
+        program.display()
+    );
+    assert_eq!(stdout.trim(), "ok", "{stderr}");
+}
+
+#[test]
+fn libdrm_c_client_runs_against_the_simulated_gpu() {
+    let source = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/c/libdrm_client.c");
+    let binary = target_dir().join("agx-shim-libdrm-client");
+    let cc = Command::new("gcc")
+        .args([
+            "-O1",
+            "-Wall",
+            "-Werror",
+            "-D_FILE_OFFSET_BITS=64",
+            "-I/usr/include/libdrm",
+            "-o",
+        ])
+        .arg(&binary)
+        .arg(&source)
+        .arg("-ldrm")
+        .output()
+        .expect("gcc runs (install gcc and libdrm-dev)");
+    assert!(
+        cc.status.success(),
+        "{}",
+        String::from_utf8_lossy(&cc.stderr)
+    );
+    run_under_shim(&binary);
+}
+
+#[test]
+fn drm_crate_client_runs_against_the_simulated_gpu() {
+    let binary = target_dir().join("examples/drm_client");
+    assert!(binary.exists(), "cargo test builds the examples");
+    run_under_shim(&binary);
+}
+
+#[test]
+fn without_the_shim_there_is_no_device() {
+    let binary = target_dir().join("examples/drm_client");
+    let out = Command::new(&binary)
+        .env_remove("LD_PRELOAD")
+        .output()
+        .expect("client runs");
+    assert!(!out.status.success());
+}
