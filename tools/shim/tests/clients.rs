@@ -13,10 +13,17 @@ fn target_dir() -> PathBuf {
         .to_path_buf()
 }
 
+/// The shim, as `cargo test` leaves it (in `deps/`; `cargo build` also
+/// copies it up to the profile directory).
 fn shim_library() -> PathBuf {
-    let path = target_dir().join("libagx_shim.so");
-    assert!(path.exists(), "{} is built with the tests", path.display());
-    path
+    let candidates = [
+        target_dir().join("deps/libagx_shim.so"),
+        target_dir().join("libagx_shim.so"),
+    ];
+    let found = candidates.iter().find(|p| p.exists());
+    found
+        .cloned()
+        .unwrap_or_else(|| panic!("libagx_shim.so is built with the tests: {candidates:?}"))
 }
 
 fn run_under_shim(program: &PathBuf) {
