@@ -594,6 +594,18 @@ fn every_validation_rule_gives_its_errno() {
     // Nothing the refused calls did is visible.
     assert_eq!(file.vm_mappings(vm).unwrap(), []);
     assert_eq!(system.stats().vms, 2);
+    drop(file);
+    let stats = system.stats();
+    assert_eq!(
+        (
+            stats.files,
+            stats.gem_objects,
+            stats.vms,
+            stats.kernel_pages
+        ),
+        (0, 0, 0, 0)
+    );
+    assert_eq!(stats.ram_pages, 1, "only the dummy page");
 }
 
 #[test_log::test]
@@ -618,4 +630,73 @@ fn a_bad_argument_pointer_is_efault() {
         ),
         Err(Errno::EFAULT)
     );
+}
+
+#[test_log::test]
+fn struct_sizes_from_older_and_newer_userspace() {
+    let system = system();
+    let file = system.open();
+    // GET_PARAMS honours a smaller buffer: only `size` bytes are written.
+    let mut out = [0xAAu8; 600];
+    let mut p = GetParams {
+        pointer: out.as_mut_ptr() as u64,
+        size: 16,
+        ..GetParams::default()
+    };
+    call(&file, asahi::DRM_IOCTL_ASAHI_GET_PARAMS, &mut p).unwrap();
+    assert_eq!(
+        u32::from_le_bytes(out[8..12].try_into().unwrap()),
+        13,
+        "gpu_generation"
+    );
+    assert!(
+        out[16..].iter().all(|&b| b == 0xAA),
+        "nothing past the requested size"
+    );
+    let mut p = GetParams {
+        pointer: out.as_mut_ptr() as u64,
+        size: 4096,
+        ..GetParams::default()
+    };
+    call(&file, asahi::DRM_IOCTL_ASAHI_GET_PARAMS, &mut p).unwrap();
+    assert!(
+        out[592..].iter().all(|&b| b == 0xAA),
+        "at most sizeof(params_global)"
+    );
+
+    // SYNCOBJ_WAIT before Linux 6.5 was 32 bytes (no deadline_nsec): the
+    // shorter request is zero-extended and works.
+    let mut c = agx_uapi::drm::SyncobjCreate {
+        handle: 0,
+        flags: 1,
+    };
+    call(&file, drm::DRM_IOCTL_SYNCOBJ_CREATE, &mut c).unwrap();
+    let handles = [c.handle];
+    let wait = agx_uapi::drm::SyncobjWait {
+        handles: handles.as_ptr() as u64,
+        count_handles: 1,
+        first_signaled: 77,
+        ..Default::default()
+    };
+    let old_request = agx_uapi::ioctl::drm_iowr::<[u8; 32]>(agx_uapi::drm::nr::SYNCOBJ_WAIT);
+    let mut bytes = wait.as_bytes()[..32].to_vec();
+    assert_eq!(call_raw(&file, old_request, &mut bytes), Ok(0));
+    assert_eq!(
+        u32::from_le_bytes(bytes[24..28].try_into().unwrap()),
+        0,
+        "first_signaled written back"
+    );
+    // A request that claims a size of 0 copies nothing in: VM_CREATE then
+    // sees an all-zero (invalid) range.
+    let zero_size = agx_uapi::ioctl::drm_iowr::<[u8; 0]>(
+        agx_uapi::ioctl::DRM_COMMAND_BASE + asahi::nr::VM_CREATE,
+    );
+    let mut c = VmCreate {
+        kernel_start: KERNEL_START,
+        kernel_end: KERNEL_END,
+        ..VmCreate::default()
+    };
+    assert_eq!(call(&file, zero_size, &mut c), Err(Errno::EINVAL));
+    drop(file);
+    assert_eq!(system.stats().syncobjs, 0);
 }
