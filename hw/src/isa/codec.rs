@@ -559,15 +559,6 @@ fn encode_operand(kind: &Kind, operand: &Operand, word: &mut u128) -> Result<(),
             set_field(word, at + 6, 3, ty);
             set_field(word, *ext, 2, index >> 6);
         }
-        Kind::Uint(bits)
-        | Kind::Enum(bits, _)
-        | Kind::Binary(bits)
-        | Kind::TruthTable(bits)
-        | Kind::Mask(bits)
-        | Kind::Sr(bits)
-        | Kind::Shift(bits)
-        | Kind::FieldMask(bits)
-        | Kind::Cf(bits) => put_uint(word, bits, expect_int(operand)?)?,
         Kind::Target(bits) => {
             let offset = expect_int(operand)?;
             let width = bits.width();
@@ -754,6 +745,10 @@ fn encode_operand(kind: &Kind, operand: &Operand, word: &mut u128) -> Result<(),
             }
             put_uint(word, value, half)?;
         }
+        number => match number.number_bits() {
+            Some(bits) => put_uint(word, bits, expect_int(operand)?)?,
+            None => return Err("operand kind without an encoder"),
+        },
     }
     Ok(())
 }

@@ -116,109 +116,31 @@ fn open_node(flags: c_int) -> c_int {
     raw
 }
 
-type OpenFn = unsafe extern "C" fn(*const c_char, c_int, libc::mode_t) -> c_int;
-type OpenAtFn = unsafe extern "C" fn(c_int, *const c_char, c_int, libc::mode_t) -> c_int;
-type Open2Fn = unsafe extern "C" fn(*const c_char, c_int) -> c_int;
-
-/// # Safety
-/// As `open(2)`.
-#[no_mangle]
-pub unsafe extern "C" fn open(path: *const c_char, flags: c_int, mode: libc::mode_t) -> c_int {
-    // SAFETY: the caller passes a C string, as open(2) requires.
-    if is_node(unsafe { path_of(path) }) {
-        return open_node(flags);
-    }
-    match real!(c"open", OpenFn) {
-        // SAFETY: forwarding the caller's arguments.
-        Some(f) => unsafe { f(path, flags, mode) },
-        None => fail(libc::ENOSYS, -1),
-    }
+macro_rules! open_fn {
+    ($name:ident, $symbol:literal, ($($arg:ident: $ty:ty),*), $path:ident, $flags:ident) => {
+        /// # Safety
+        /// As the libc function of the same name.
+        #[no_mangle]
+        pub unsafe extern "C" fn $name($($arg: $ty),*) -> c_int {
+            // SAFETY: the caller passes a C string, as the function requires.
+            if is_node(unsafe { path_of($path) }) {
+                return open_node($flags);
+            }
+            match real!($symbol, unsafe extern "C" fn($($ty),*) -> c_int) {
+                // SAFETY: forwarding the caller's arguments.
+                Some(f) => unsafe { f($($arg),*) },
+                None => fail(libc::ENOSYS, -1),
+            }
+        }
+    };
 }
 
-/// # Safety
-/// As `open64(2)`.
-#[no_mangle]
-pub unsafe extern "C" fn open64(path: *const c_char, flags: c_int, mode: libc::mode_t) -> c_int {
-    // SAFETY: the caller passes a C string.
-    if is_node(unsafe { path_of(path) }) {
-        return open_node(flags);
-    }
-    match real!(c"open64", OpenFn) {
-        // SAFETY: forwarding the caller's arguments.
-        Some(f) => unsafe { f(path, flags, mode) },
-        None => fail(libc::ENOSYS, -1),
-    }
-}
-
-/// # Safety
-/// As glibc's fortified `__open_2`.
-#[no_mangle]
-pub unsafe extern "C" fn __open_2(path: *const c_char, flags: c_int) -> c_int {
-    // SAFETY: the caller passes a C string.
-    if is_node(unsafe { path_of(path) }) {
-        return open_node(flags);
-    }
-    match real!(c"__open_2", Open2Fn) {
-        // SAFETY: forwarding the caller's arguments.
-        Some(f) => unsafe { f(path, flags) },
-        None => fail(libc::ENOSYS, -1),
-    }
-}
-
-/// # Safety
-/// As glibc's fortified `__open64_2`.
-#[no_mangle]
-pub unsafe extern "C" fn __open64_2(path: *const c_char, flags: c_int) -> c_int {
-    // SAFETY: the caller passes a C string.
-    if is_node(unsafe { path_of(path) }) {
-        return open_node(flags);
-    }
-    match real!(c"__open64_2", Open2Fn) {
-        // SAFETY: forwarding the caller's arguments.
-        Some(f) => unsafe { f(path, flags) },
-        None => fail(libc::ENOSYS, -1),
-    }
-}
-
-/// # Safety
-/// As `openat(2)`.
-#[no_mangle]
-pub unsafe extern "C" fn openat(
-    dirfd: c_int,
-    path: *const c_char,
-    flags: c_int,
-    mode: libc::mode_t,
-) -> c_int {
-    // SAFETY: the caller passes a C string.
-    if is_node(unsafe { path_of(path) }) {
-        return open_node(flags);
-    }
-    match real!(c"openat", OpenAtFn) {
-        // SAFETY: forwarding the caller's arguments.
-        Some(f) => unsafe { f(dirfd, path, flags, mode) },
-        None => fail(libc::ENOSYS, -1),
-    }
-}
-
-/// # Safety
-/// As `openat64(2)`.
-#[no_mangle]
-pub unsafe extern "C" fn openat64(
-    dirfd: c_int,
-    path: *const c_char,
-    flags: c_int,
-    mode: libc::mode_t,
-) -> c_int {
-    // SAFETY: the caller passes a C string.
-    if is_node(unsafe { path_of(path) }) {
-        return open_node(flags);
-    }
-    match real!(c"openat64", OpenAtFn) {
-        // SAFETY: forwarding the caller's arguments.
-        Some(f) => unsafe { f(dirfd, path, flags, mode) },
-        None => fail(libc::ENOSYS, -1),
-    }
-}
+open_fn!(open, c"open", (path: *const c_char, flags: c_int, mode: libc::mode_t), path, flags);
+open_fn!(open64, c"open64", (path: *const c_char, flags: c_int, mode: libc::mode_t), path, flags);
+open_fn!(__open_2, c"__open_2", (path: *const c_char, flags: c_int), path, flags);
+open_fn!(__open64_2, c"__open64_2", (path: *const c_char, flags: c_int), path, flags);
+open_fn!(openat, c"openat", (dirfd: c_int, path: *const c_char, flags: c_int, mode: libc::mode_t), path, flags);
+open_fn!(openat64, c"openat64", (dirfd: c_int, path: *const c_char, flags: c_int, mode: libc::mode_t), path, flags);
 
 /// # Safety
 /// As `close(2)`.
