@@ -42,7 +42,11 @@ fn bind(file: &File, vm_id: u32, op: GemBindOp) {
 }
 
 fn setup() -> (System, File, u32) {
-    let system = System::new(SystemConfig { ram_bytes: 4 << 30 }).expect("system");
+    let system = System::new(SystemConfig {
+        ram_bytes: 4 << 30,
+        ..SystemConfig::default()
+    })
+    .expect("system");
     let file = system.open();
     let mut c = VmCreate {
         kernel_start: 0x7F_0000_0000,

@@ -19,6 +19,7 @@ use crate::file::File;
 use crate::gem::{GemObject, VmKey, MMAP_OFFSET_SHIFT};
 use crate::mem::{AllocError, PagePool, PhysRange, Ram};
 use crate::sync::SyncEvents;
+use crate::tvb::GrowthPolicy;
 
 /// The name of the memfds backing GEM objects (and so of PRIME fds): a
 /// descriptor with this name is a buffer another simulated device can
@@ -56,11 +57,16 @@ pub struct Stats {
 pub struct SystemConfig {
     /// Simulated RAM.
     pub ram_bytes: u64,
+    /// How queues grow their parameter buffers.
+    pub tvb_policy: GrowthPolicy,
 }
 
 impl Default for SystemConfig {
     fn default() -> SystemConfig {
-        SystemConfig { ram_bytes: 8 << 30 }
+        SystemConfig {
+            ram_bytes: 8 << 30,
+            tvb_policy: GrowthPolicy::default(),
+        }
     }
 }
 
@@ -74,6 +80,7 @@ pub struct Device {
     pub(crate) start: Instant,
     pub(crate) events: Arc<SyncEvents>,
     pub(crate) exports: Exports,
+    pub(crate) tvb_policy: GrowthPolicy,
     next_object_id: AtomicU64,
     next_file_id: AtomicU64,
     /// Objects by mmap offset, for mmap on the DRM file.
@@ -187,6 +194,7 @@ impl System {
                 start: Instant::now(),
                 events: Arc::new(SyncEvents::default()),
                 exports: Exports::default(),
+                tvb_policy: config.tvb_policy,
                 next_object_id: AtomicU64::new(1),
                 next_file_id: AtomicU64::new(1),
                 objects: Mutex::new(HashMap::new()),

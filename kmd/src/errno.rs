@@ -8,6 +8,7 @@ use std::fmt;
 
 use crate::gem::GemError;
 use crate::params::ParamsError;
+use crate::queue::QueueError;
 use crate::uaccess::Fault;
 use crate::vm::{BindError, VmError};
 
@@ -119,6 +120,15 @@ impl From<BindError> for Errno {
             BindError::Fault(_) => Errno::EFAULT,
             BindError::OutOfMemory(_) => Errno::ENOMEM,
             _ => Errno::EINVAL,
+        }
+    }
+}
+
+impl From<QueueError> for Errno {
+    fn from(e: QueueError) -> Errno {
+        match e {
+            QueueError::MustBeZero { .. } | QueueError::BadPriority { .. } => Errno::EINVAL,
+            QueueError::NoSuchVm { .. } | QueueError::NoSuchQueue { .. } => Errno::ENOENT,
         }
     }
 }

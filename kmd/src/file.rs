@@ -16,7 +16,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use agx_uapi::asahi::{
     self, BindObjectFlags, BindObjectOp, GemBindObject, GemBindOp, GemCreate, GemFlags,
-    GemMmapOffset, GetParams, GetTime, ParamsGlobal, VmBind, VmCreate, VmDestroy,
+    GemMmapOffset, GetParams, GetTime, ParamsGlobal, QueueCreate, QueueDestroy, VmBind, VmCreate,
+    VmDestroy,
 };
 use agx_uapi::drm::{
     self, GemClose, GetCap, PrimeFlags, PrimeHandle, SyncobjArray, SyncobjCreate,
@@ -32,6 +33,7 @@ use crate::device::GEM_MEMFD_NAME;
 use crate::errno::Errno;
 use crate::gem::{GemError, GemObject, VmKey};
 use crate::params::{self, ParamsError};
+use crate::queue::{self, Queue, QueueError};
 use crate::sync::{self, Fence, Syncobj, WaitError, WaitSpec};
 use crate::uaccess::{copy_from_user, copy_to_user, dup_user_fd};
 use crate::vm::{BindError, BindOp, Vm, VmError};
@@ -47,12 +49,14 @@ pub const DRIVER_DESC: &str = "Apple AGX GPU (simulated by agx-stack)";
 struct FileState {
     handles: BTreeMap<u32, Arc<GemObject>>,
     next_handle: u32,
-    vms: BTreeMap<u32, Vm>,
+    vms: BTreeMap<u32, Arc<Mutex<Vm>>>,
     next_vm: u32,
     syncobjs: BTreeMap<u32, Arc<Syncobj>>,
     next_syncobj: u32,
     bound: BTreeMap<u32, BoundObject>,
     next_bound: u32,
+    queues: BTreeMap<u32, Arc<Queue>>,
+    next_queue: u32,
 }
 
 /// An open DRM file.
@@ -158,6 +162,12 @@ fn driver_ioctl(nr: u32) -> Option<IoctlDef> {
         asahi::nr::GEM_CREATE => def(asahi::DRM_IOCTL_ASAHI_GEM_CREATE, |f, d| {
             with(d, |v| f.gem_create(v))
         }),
+        asahi::nr::QUEUE_CREATE => def(asahi::DRM_IOCTL_ASAHI_QUEUE_CREATE, |f, d| {
+            with(d, |v| f.queue_create(v))
+        }),
+        asahi::nr::QUEUE_DESTROY => def(asahi::DRM_IOCTL_ASAHI_QUEUE_DESTROY, |f, d| {
+            with(d, |v| f.queue_destroy(v))
+        }),
         asahi::nr::GEM_BIND_OBJECT => def(asahi::DRM_IOCTL_ASAHI_GEM_BIND_OBJECT, |f, d| {
             with(d, |v| f.gem_bind_object(v))
         }),
@@ -166,6 +176,12 @@ fn driver_ioctl(nr: u32) -> Option<IoctlDef> {
         }),
         _ => None,
     }
+}
+
+/// Locks a VM, tolerating a poisoned lock (a panic elsewhere must not
+/// wedge the device).
+pub(crate) fn lock_vm(vm: &Mutex<Vm>) -> MutexGuard<'_, Vm> {
+    vm.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl File {
@@ -180,6 +196,7 @@ impl File {
                 next_vm: 1,
                 next_syncobj: 1,
                 next_bound: 1,
+                next_queue: 1,
                 ..FileState::default()
             }),
         }
@@ -202,7 +219,7 @@ impl File {
     /// The root page table of VM `vm_id`, for walking it in tests and
     /// tools.
     pub fn vm_root_pa(&self, vm_id: u32) -> Option<u64> {
-        self.state().vms.get(&vm_id).map(Vm::root_pa)
+        self.state().vms.get(&vm_id).map(|vm| lock_vm(vm).root_pa())
     }
 
     /// The object a CPU mapping of the DRM file at `offset` (as returned by
@@ -237,7 +254,10 @@ impl File {
 
     /// The user mappings of VM `vm_id`, in address order.
     pub fn vm_mappings(&self, vm_id: u32) -> Option<Vec<crate::vm::Mapping>> {
-        self.state().vms.get(&vm_id).map(Vm::mappings)
+        self.state()
+            .vms
+            .get(&vm_id)
+            .map(|vm| lock_vm(vm).mappings())
     }
 
     /// The ioctl entry point: `request` as passed to `ioctl(2)`, `arg` the
@@ -345,7 +365,7 @@ impl File {
             Arc::clone(&self.device.counters),
         )?;
         state.next_vm += 1;
-        state.vms.insert(id, vm);
+        state.vms.insert(id, Arc::new(Mutex::new(vm)));
         c.vm_id = id;
         Ok(0)
     }
@@ -389,7 +409,9 @@ impl File {
         let vm = state
             .vms
             .get(&b.vm_id)
+            .cloned()
             .ok_or(BindError::NoSuchVm { vm_id: b.vm_id })?;
+        let mut vm = lock_vm(&vm);
         let mut ops = Vec::with_capacity(raw_ops.len());
         for (index, op) in raw_ops.iter().enumerate() {
             match vm.check_op(index, op)? {
@@ -448,10 +470,6 @@ impl File {
                 }
             }
         }
-        let vm = state
-            .vms
-            .get_mut(&b.vm_id)
-            .ok_or(BindError::NoSuchVm { vm_id: b.vm_id })?;
         vm.apply(ops)?;
         Ok(0)
     }
@@ -855,6 +873,47 @@ impl File {
                     .ok_or(Errno::ENOENT)
             }
         }
+    }
+}
+
+impl File {
+    // ---- queues ----------------------------------------------------------
+
+    /// The queue with `queue_id`.
+    pub fn queue(&self, queue_id: u32) -> Option<Arc<Queue>> {
+        self.state().queues.get(&queue_id).cloned()
+    }
+
+    fn queue_create(&self, c: &mut QueueCreate) -> Result<i32, Errno> {
+        if c.flags != 0 {
+            return Err(QueueError::MustBeZero { field: "flags" }.into());
+        }
+        let priority = queue::check_priority(c.priority)?;
+        let mut state = self.state();
+        let vm = state
+            .vms
+            .get(&c.vm_id)
+            .cloned()
+            .ok_or(QueueError::NoSuchVm { vm_id: c.vm_id })?;
+        let id = state.next_queue;
+        state.next_queue += 1;
+        let queue = Queue::new(id, vm, priority, c.usc_exec_base, self.device.tvb_policy);
+        state.queues.insert(id, Arc::new(queue));
+        c.queue_id = id;
+        Ok(0)
+    }
+
+    fn queue_destroy(&self, d: &mut QueueDestroy) -> Result<i32, Errno> {
+        if d.pad != 0 {
+            return Err(QueueError::MustBeZero { field: "pad" }.into());
+        }
+        let removed = self.state().queues.remove(&d.queue_id);
+        removed.map(|_| 0).ok_or_else(|| {
+            QueueError::NoSuchQueue {
+                queue_id: d.queue_id,
+            }
+            .into()
+        })
     }
 }
 

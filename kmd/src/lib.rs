@@ -25,6 +25,7 @@ pub mod file;
 pub mod gem;
 pub mod mem;
 pub mod params;
+pub mod queue;
 pub mod sync;
 pub mod tvb;
 pub mod uaccess;

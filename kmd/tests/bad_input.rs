@@ -6,7 +6,7 @@ mod common;
 use agx_kmd::Errno;
 use agx_uapi::asahi::{
     self, BindFlags, GemBindObject, GemBindOp, GemCreate, GemFlags, GemMmapOffset, GetParams,
-    GetTime, VmBind, VmCreate, VmDestroy,
+    GetTime, QueueCreate, QueueDestroy, VmBind, VmCreate, VmDestroy,
 };
 use agx_uapi::drm::{self, GemClose, GetCap, Version};
 use common::*;
@@ -542,6 +542,74 @@ fn every_validation_rule_gives_its_errno() {
                 op: 1,
                 object_handle: 99,
                 ..GemBindObject::default()
+            },
+            Errno::ENOENT,
+        ),
+        // QUEUE_CREATE / QUEUE_DESTROY
+        row(
+            "queue flags",
+            asahi::DRM_IOCTL_ASAHI_QUEUE_CREATE,
+            QueueCreate {
+                flags: 1,
+                vm_id: vm,
+                ..QueueCreate::default()
+            },
+            Errno::EINVAL,
+        ),
+        row(
+            "queue high priority",
+            asahi::DRM_IOCTL_ASAHI_QUEUE_CREATE,
+            QueueCreate {
+                priority: 2,
+                vm_id: vm,
+                ..QueueCreate::default()
+            },
+            Errno::EINVAL,
+        ),
+        row(
+            "queue realtime priority",
+            asahi::DRM_IOCTL_ASAHI_QUEUE_CREATE,
+            QueueCreate {
+                priority: 3,
+                vm_id: vm,
+                ..QueueCreate::default()
+            },
+            Errno::EINVAL,
+        ),
+        row(
+            "queue unknown priority",
+            asahi::DRM_IOCTL_ASAHI_QUEUE_CREATE,
+            QueueCreate {
+                priority: 7,
+                vm_id: vm,
+                ..QueueCreate::default()
+            },
+            Errno::EINVAL,
+        ),
+        row(
+            "queue unknown vm",
+            asahi::DRM_IOCTL_ASAHI_QUEUE_CREATE,
+            QueueCreate {
+                vm_id: 99,
+                ..QueueCreate::default()
+            },
+            Errno::ENOENT,
+        ),
+        row(
+            "queue destroy pad",
+            asahi::DRM_IOCTL_ASAHI_QUEUE_DESTROY,
+            QueueDestroy {
+                queue_id: 1,
+                pad: 1,
+            },
+            Errno::EINVAL,
+        ),
+        row(
+            "queue destroy unknown",
+            asahi::DRM_IOCTL_ASAHI_QUEUE_DESTROY,
+            QueueDestroy {
+                queue_id: 99,
+                pad: 0,
             },
             Errno::ENOENT,
         ),

@@ -200,6 +200,42 @@ fn timestamp_buffers_bind_and_unbind() {
 }
 
 #[test_log::test]
+fn queues_keep_their_vm_alive() {
+    let system = system();
+    let file = system.open();
+    let vm = vm_create(&file);
+    let mut q = asahi::QueueCreate {
+        vm_id: vm,
+        priority: 1,
+        usc_exec_base: 0x10_0000_0000,
+        ..Default::default()
+    };
+    call(&file, asahi::DRM_IOCTL_ASAHI_QUEUE_CREATE, &mut q).unwrap();
+    assert_eq!(q.queue_id, 1);
+    let queue = file.queue(1).unwrap();
+    assert_eq!(queue.usc_exec_base(), 0x10_0000_0000);
+    assert_eq!(queue.tvb_stats().blocks, agx_kmd::tvb::INITIAL_BLOCKS);
+    drop(queue);
+    call(
+        &file,
+        asahi::DRM_IOCTL_ASAHI_VM_DESTROY,
+        &mut VmDestroy { vm_id: vm, pad: 0 },
+    )
+    .unwrap();
+    assert_eq!(system.stats().vms, 1, "the queue keeps the VM");
+    call(
+        &file,
+        asahi::DRM_IOCTL_ASAHI_QUEUE_DESTROY,
+        &mut asahi::QueueDestroy {
+            queue_id: 1,
+            pad: 0,
+        },
+    )
+    .unwrap();
+    assert_eq!(system.stats().vms, 0);
+}
+
+#[test_log::test]
 fn vms_are_isolated() {
     let system = system();
     let file = system.open();

@@ -14,7 +14,11 @@ pub const KERNEL_END: u64 = 0x7F_2000_0000;
 pub const PAGE: u64 = 16384;
 
 pub fn system() -> System {
-    System::new(SystemConfig { ram_bytes: 2 << 30 }).expect("system")
+    System::new(SystemConfig {
+        ram_bytes: 2 << 30,
+        ..SystemConfig::default()
+    })
+    .expect("system")
 }
 
 /// Calls an ioctl with a typed argument (the kernel copies in and out).
