@@ -9,6 +9,7 @@ use std::fmt;
 use crate::gem::GemError;
 use crate::params::ParamsError;
 use crate::queue::QueueError;
+use crate::submit::SubmitError;
 use crate::uaccess::Fault;
 use crate::vm::{BindError, VmError};
 
@@ -25,6 +26,9 @@ impl Errno {
     pub const EBADF: Errno = Errno(libc::EBADF);
     /// Out of memory.
     pub const ENOMEM: Errno = Errno(libc::ENOMEM);
+    /// Argument too big (an extensible struct with unknown non-zero
+    /// fields).
+    pub const E2BIG: Errno = Errno(libc::E2BIG);
     /// Permission denied.
     pub const EACCES: Errno = Errno(libc::EACCES);
     /// Bad address (an unreadable or unwritable user pointer).
@@ -51,6 +55,7 @@ impl Errno {
             libc::ENOMEM => "ENOMEM",
             libc::EFAULT => "EFAULT",
             libc::EACCES => "EACCES",
+            libc::E2BIG => "E2BIG",
             libc::EBUSY => "EBUSY",
             libc::EINVAL => "EINVAL",
             libc::ENOTTY => "ENOTTY",
@@ -129,6 +134,23 @@ impl From<QueueError> for Errno {
         match e {
             QueueError::MustBeZero { .. } | QueueError::BadPriority { .. } => Errno::EINVAL,
             QueueError::NoSuchVm { .. } | QueueError::NoSuchQueue { .. } => Errno::ENOENT,
+        }
+    }
+}
+
+impl From<SubmitError> for Errno {
+    fn from(e: SubmitError) -> Errno {
+        match e {
+            SubmitError::UnknownFields { .. } => Errno::E2BIG,
+            SubmitError::Truncated { .. }
+            | SubmitError::UnknownType { .. }
+            | SubmitError::CommandCount { .. }
+            | SubmitError::BadBarrier { .. }
+            | SubmitError::AttachmentBarrier { .. }
+            | SubmitError::BadAttachments { .. }
+            | SubmitError::BadRender { .. }
+            | SubmitError::BadCompute { .. }
+            | SubmitError::BadSync { .. } => Errno::EINVAL,
         }
     }
 }

@@ -26,6 +26,7 @@ pub mod gem;
 pub mod mem;
 pub mod params;
 pub mod queue;
+pub mod submit;
 pub mod sync;
 pub mod tvb;
 pub mod uaccess;
