@@ -9,7 +9,9 @@
 //! layouts and compile-time size checks, so the kmd and the simulator cannot
 //! drift apart.
 //!
-//! Status: the crate exists so the dependency graph is in place
-//! (`agx-uapi`, `agx-hw` -> `agx-fwif` -> `agx-kmd`); the structures arrive
-//! with the "kmd part 2" work (`Documentation/firmware-interface.md`).
+//! Status: the rings ([`ring`]) exist; the init structure, the messages and
+//! the work-queue commands arrive with the rest of "kmd part 2"
+//! (`Documentation/firmware-interface.md`).
 #![forbid(unsafe_code)]
+
+pub mod ring;
