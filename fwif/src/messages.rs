@@ -1,0 +1,374 @@
+//! The structures the kmd and the firmware exchange.
+//!
+//! The kmd boots the firmware by writing an [`InitData`] block and
+//! handing its address over the mailbox. From then on everything goes
+//! through shared memory: the kmd asks the firmware to run a queue's work
+//! by pushing a [`RunWorkQueueMsg`] onto one of the twelve submission
+//! rings (three stages x four priorities) and ringing the doorbell; sends
+//! control requests on the device-control ring ([`DeviceControlMsg`]); and
+//! learns of completions, faults, timeouts and grow requests from the
+//! event ring ([`EventMsg`]). A queue's work is a per-stage
+//! [`WorkQueueInfo`] ring of addresses of command objects, each starting
+//! with a [`CommandHeader`]. Completion is reported through *stamps*: 128
+//! event slots, each a 32-bit counter the firmware advances by
+//! [`STAMP_STEP`] per completed command. Every layout here is fixed and
+//! size-checked at compile time; `Documentation/firmware-interface.md`
+//! describes them.
+
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
+
+use crate::ring::RingDesc;
+
+/// Pipe (stage) types of the submission rings.
+pub const PIPE_TYPES: usize = 3;
+/// Priorities per pipe type.
+pub const PRIORITIES: usize = 4;
+/// Event (stamp) slots.
+pub const EVENT_SLOTS: usize = 128;
+/// How much a stamp advances per completed command.
+pub const STAMP_STEP: u32 = 0x100;
+/// Entries of a queue's per-stage work ring.
+pub const WORK_QUEUE_ENTRIES: u32 = 0x500;
+
+/// A stage of the GPU, as the submission rings and work queues are split.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u32)]
+pub enum PipeType {
+    /// Vertex work (VDM): the vertex half of render passes.
+    Vertex = 0,
+    /// Fragment work: the fragment half of render passes.
+    Fragment = 1,
+    /// Compute work (CDM).
+    Compute = 2,
+}
+
+/// Commands in a work queue, by their tag.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u32)]
+pub enum CommandTag {
+    /// The vertex half of a render pass.
+    RunVertex = 0,
+    /// The fragment half of a render pass.
+    RunFragment = 1,
+    /// A compute dispatch.
+    RunCompute = 3,
+    /// Wait until an event slot's stamp reaches a value.
+    Barrier = 4,
+    /// (Re)initialise the parameter buffer's block list.
+    InitBuffer = 6,
+}
+
+impl CommandTag {
+    /// The tag for a raw value.
+    pub fn from_raw(raw: u32) -> Option<CommandTag> {
+        Some(match raw {
+            0 => CommandTag::RunVertex,
+            1 => CommandTag::RunFragment,
+            3 => CommandTag::RunCompute,
+            4 => CommandTag::Barrier,
+            6 => CommandTag::InitBuffer,
+            _ => return None,
+        })
+    }
+}
+
+/// The firmware's boot block: where everything else is.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+#[repr(C)]
+pub struct InitData {
+    /// [`INIT_MAGIC`].
+    pub magic: u64,
+    /// Interface version ([`INTERFACE_VERSION`]).
+    pub version: u32,
+    /// Firmware watchdog: a command running longer is stopped and
+    /// reported as a timeout (milliseconds).
+    pub command_timeout_ms: u32,
+    /// Device-control requests, kmd -> firmware ([`DeviceControlMsg`]).
+    pub device_control: RingDesc,
+    /// Events, firmware -> kmd ([`EventMsg`]).
+    pub events: RingDesc,
+    /// Firmware log lines, firmware -> kmd ([`LogMsg`]).
+    pub log: RingDesc,
+    /// Submission rings, kmd -> firmware ([`RunWorkQueueMsg`]), indexed
+    /// `pipe_type * PRIORITIES + priority`.
+    pub pipes: [RingDesc; PIPE_TYPES * PRIORITIES],
+    /// Address of the [`EVENT_SLOTS`] stamps (u32 each).
+    pub stamps: u64,
+    /// Address of the [`FirmwareStatus`] block.
+    pub status: u64,
+}
+
+/// Identifies an [`InitData`] block.
+pub const INIT_MAGIC: u64 = u64::from_le_bytes(*b"AGXFWIF\0");
+/// The interface version these layouts describe.
+pub const INTERFACE_VERSION: u32 = 1;
+
+const _: () = assert!(size_of::<InitData>() == 16 + 24 * 3 + 24 * 12 + 16);
+
+/// Firmware health, written by the firmware.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+#[repr(C)]
+pub struct FirmwareStatus {
+    /// Non-zero once the firmware has booted.
+    pub booted: u32,
+    /// Non-zero while the firmware is halted for recovery.
+    pub halted: u32,
+    /// Set by the kmd to resume after recovery.
+    pub resume: u32,
+    /// Non-zero after a firmware crash (everything fails ENODEV).
+    pub crashed: u32,
+}
+
+const _: () = assert!(size_of::<FirmwareStatus>() == 16);
+
+/// Run (more of) a queue's work queue for one stage.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+#[repr(C)]
+pub struct RunWorkQueueMsg {
+    /// [`PipeType`] as u32.
+    pub pipe_type: u32,
+    /// The event slot the queue's commands stamp.
+    pub event_slot: u32,
+    /// Address of the queue's [`WorkQueueInfo`] for this stage.
+    pub work_queue: u64,
+    /// The queue's write index after the new commands.
+    pub write_index: u32,
+    /// Non-zero the first time this work queue is run.
+    pub is_new: u32,
+    /// The queue's VM context slot.
+    pub vm_slot: u32,
+    /// MBZ.
+    pub pad: u32,
+}
+
+const _: () = assert!(size_of::<RunWorkQueueMsg>() == 32);
+
+/// One stage of a queue: a ring of command addresses.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+#[repr(C)]
+pub struct WorkQueueInfo {
+    /// Address of the ring of u64 command addresses.
+    pub ring: u64,
+    /// Entries in the ring ([`WORK_QUEUE_ENTRIES`]).
+    pub entries: u32,
+    /// Next entry the firmware reads (firmware-written).
+    pub gpu_read_index: u32,
+    /// Next entry the kmd writes (kmd-written).
+    pub cpu_write_index: u32,
+    /// Entries the firmware has completed (firmware-written).
+    pub gpu_done_index: u32,
+    /// Address of the parameter buffer's control block (vertex queues).
+    pub buffer: u64,
+}
+
+const _: () = assert!(size_of::<WorkQueueInfo>() == 32);
+
+/// The start of every command object.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+#[repr(C)]
+pub struct CommandHeader {
+    /// [`CommandTag`] as u32.
+    pub tag: u32,
+    /// Bytes of the command, header included.
+    pub size: u32,
+    /// Event slot to stamp on completion.
+    pub stamp_slot: u32,
+    /// Value to write to the stamp on completion.
+    pub stamp_value: u32,
+    /// Address of the start timestamp to write (0: none).
+    pub timestamp_start: u64,
+    /// Address of the end timestamp to write (0: none).
+    pub timestamp_end: u64,
+}
+
+const _: () = assert!(size_of::<CommandHeader>() == 32);
+
+/// A barrier command's body: wait until a stamp reaches a value.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+#[repr(C)]
+pub struct BarrierBody {
+    /// The event slot to watch.
+    pub wait_slot: u32,
+    /// The value to wait for (stamps compare with wrap-around).
+    pub wait_value: u32,
+}
+
+const _: () = assert!(size_of::<BarrierBody>() == 8);
+
+/// An InitBuffer command's body: the parameter buffer's new size.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+#[repr(C)]
+pub struct InitBufferBody {
+    /// Address of the block list (u32 block page numbers).
+    pub block_list: u64,
+    /// Blocks in the buffer.
+    pub block_count: u32,
+    /// MBZ.
+    pub pad: u32,
+}
+
+const _: () = assert!(size_of::<InitBufferBody>() == 16);
+
+/// Kinds of device-control requests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u32)]
+pub enum DeviceControlKind {
+    /// Forget a VM context slot (its VM was destroyed).
+    DestroyContext = 1,
+    /// The answer to a GrowTVB event: `args[0]` buffer slot, `args[1]`
+    /// the new block count (0: refused, partially render).
+    GrowTvbAck = 2,
+    /// Stop a queue's work: `args[0]` the work queue's address.
+    CancelWorkQueue = 3,
+}
+
+/// A device-control request.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+#[repr(C)]
+pub struct DeviceControlMsg {
+    /// [`DeviceControlKind`] as u32.
+    pub kind: u32,
+    /// MBZ.
+    pub pad: u32,
+    /// Kind-specific arguments.
+    pub args: [u64; 7],
+}
+
+const _: () = assert!(size_of::<DeviceControlMsg>() == 64);
+
+/// Kinds of events.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u32)]
+pub enum EventKind {
+    /// Stamps advanced: `slot` is the event slot, `value` its new stamp.
+    Completion = 0,
+    /// A GPU fault: `slot`/`value` the culprit's stamp, `address` the GPU
+    /// address, `unit` the unit code, `vm_slot`, `access` (0 read, 1
+    /// write, 2 fetch), `reason` ([`agx_hw::formats::UatFaultReason`] or
+    /// [`FAULT_UNSUPPORTED_WORK`]).
+    Fault = 1,
+    /// A command exceeded its time budget and was stopped: `slot`/`value`.
+    Timeout = 2,
+    /// The parameter buffer ran dry: `unit` is the buffer slot, `address`
+    /// the blocks wanted.
+    GrowTvb = 3,
+    /// The firmware hit an internal error and stopped.
+    Crash = 4,
+}
+
+/// A fault reason meaning "the execution engine cannot run this command".
+pub const FAULT_UNSUPPORTED_WORK: u32 = 0x100;
+
+/// An event, firmware -> kmd.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+#[repr(C)]
+pub struct EventMsg {
+    /// [`EventKind`] as u32.
+    pub kind: u32,
+    /// Event slot.
+    pub slot: u32,
+    /// Stamp value.
+    pub value: u32,
+    /// Unit code (faults) or buffer slot (GrowTVB).
+    pub unit: u32,
+    /// GPU address (faults) or blocks wanted (GrowTVB).
+    pub address: u64,
+    /// VM context slot.
+    pub vm_slot: u32,
+    /// Access kind.
+    pub access: u32,
+    /// Reason code.
+    pub reason: u32,
+    /// MBZ.
+    pub pad: [u32; 7],
+}
+
+const _: () = assert!(size_of::<EventMsg>() == 64);
+
+/// A firmware log line (NUL-padded UTF-8).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
+#[repr(C)]
+pub struct LogMsg {
+    /// Severity: 0 error, 1 warning, 2 info, 3 debug.
+    pub level: u32,
+    /// Bytes of `text` used.
+    pub len: u32,
+    /// The text.
+    pub text: [u8; 120],
+}
+
+const _: () = assert!(size_of::<LogMsg>() == 128);
+
+impl LogMsg {
+    /// A log line, truncated to 120 bytes at a character boundary.
+    pub fn new(level: u32, text: &str) -> LogMsg {
+        let mut end = text.len().min(120);
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        let mut msg = LogMsg {
+            level,
+            len: end as u32,
+            text: [0; 120],
+        };
+        msg.text[..end].copy_from_slice(&text.as_bytes()[..end]);
+        msg
+    }
+
+    /// The text.
+    pub fn text(&self) -> &str {
+        let len = (self.len as usize).min(120);
+        std::str::from_utf8(&self.text[..len]).unwrap_or("<invalid utf-8>")
+    }
+}
+
+/// Whether stamp `value` has reached `target`, with wrap-around (as the
+/// firmware compares them).
+pub fn stamp_reached(value: u32, target: u32) -> bool {
+    value.wrapping_sub(target) as i32 >= 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stamps_compare_across_wrap_around() {
+        assert!(stamp_reached(0x200, 0x100));
+        assert!(stamp_reached(0x100, 0x100));
+        assert!(!stamp_reached(0x100, 0x200));
+        assert!(
+            stamp_reached(0x0000_0100, 0xFFFF_FF00),
+            "wrapped past the target"
+        );
+        assert!(!stamp_reached(0xFFFF_FF00, 0x0000_0100));
+    }
+
+    #[test]
+    fn log_lines_truncate_on_character_boundaries() {
+        let msg = LogMsg::new(2, &"é".repeat(100));
+        assert_eq!(msg.len, 120);
+        assert_eq!(msg.text().chars().count(), 60);
+        assert_eq!(LogMsg::new(0, "boot").text(), "boot");
+        assert_eq!(CommandTag::from_raw(4), Some(CommandTag::Barrier));
+        assert_eq!(CommandTag::from_raw(2), None);
+    }
+}
