@@ -6,9 +6,11 @@
 //! overflow and partial renders, fragment shading, texturing and compute.
 //! It never depends on the kmd: like real firmware, it only sees memory.
 //!
-//! Status: the shader core ([`usc`]) runs AGX machine code; the firmware
-//! loop and the render pipeline around it arrive with the "kmd part 2" and
-//! "GPU execution" work.
+//! Status: the shader core ([`usc`]) runs AGX machine code, and the
+//! firmware thread ([`firmware`]) serves the kmd's rings and work queues;
+//! the kmd side of submission and the render pipeline arrive with the rest
+//! of "kmd part 2" and the "GPU execution" work.
 #![forbid(unsafe_code)]
 
+pub mod firmware;
 pub mod usc;

@@ -1,0 +1,458 @@
+//! The firmware: boots from the kmd's init block and serves its rings.
+//!
+//! A thread that plays the GPU's firmware. It reads the [`InitData`] the
+//! kmd wrote, marks itself booted, then sleeps until the doorbell rings
+//! (or its watchdog tick passes). Each wake-up it drains the
+//! device-control ring, takes new work from the twelve submission rings
+//! (higher priority first), and runs each known work queue's commands in
+//! order: a barrier waits (without blocking other queues) until its stamp
+//! is reached; InitBuffer records the parameter buffer's size; the Run
+//! commands go to the execution engine ([`Engine`]). After every command
+//! it writes the command's stamp and posts a completion event; faults,
+//! timeouts and crashes are events too. Everything it reads comes from
+//! shared memory through [`SharedMemory`]; anything malformed there is a
+//! firmware crash reported as an event, never a panic.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use agx_fwif::messages::{
+    BarrierBody, CommandHeader, CommandTag, DeviceControlKind, DeviceControlMsg, EventKind,
+    EventMsg, FirmwareStatus, InitBufferBody, InitData, LogMsg, RunWorkQueueMsg, WorkQueueInfo,
+    EVENT_SLOTS, FAULT_UNSUPPORTED_WORK, INIT_MAGIC, INTERFACE_VERSION, PRIORITIES,
+};
+use agx_fwif::ring::{RingError, SharedMemory};
+use zerocopy::{FromBytes, IntoBytes};
+
+/// The kmd -> firmware doorbell (the mailbox).
+#[derive(Debug, Default)]
+pub struct Doorbell {
+    rung: Mutex<bool>,
+    cond: Condvar,
+}
+
+impl Doorbell {
+    /// Rings it.
+    pub fn ring(&self) {
+        *self.rung.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        self.cond.notify_all();
+    }
+
+    fn wait(&self, timeout: Duration) {
+        let guard = self.rung.lock().unwrap_or_else(|e| e.into_inner());
+        let (mut guard, _) = self
+            .cond
+            .wait_timeout_while(guard, timeout, |rung| !*rung)
+            .unwrap_or_else(|e| e.into_inner());
+        *guard = false;
+    }
+}
+
+/// The firmware -> kmd interrupt ("poll the event ring").
+pub trait Interrupt: Send + Sync {
+    /// Raises it.
+    fn raise(&self);
+}
+
+/// What the execution engine did with a Run command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EngineResult {
+    /// It completed.
+    Done,
+    /// It faulted.
+    Fault {
+        /// The GPU address.
+        address: u64,
+        /// The unit code.
+        unit: u32,
+        /// 0 read, 1 write, 2 fetch.
+        access: u32,
+        /// The reason code.
+        reason: u32,
+    },
+    /// It ran out of time and was stopped.
+    Timeout,
+}
+
+/// Runs RunVertex/RunFragment/RunCompute commands. The GPU execution work
+/// provides the real one; [`NoEngine`] answers every command with an
+/// "unsupported work" fault.
+pub trait Engine: Send {
+    /// Runs the command at `command` (its header already read) in VM
+    /// context `vm_slot`.
+    fn run(&mut self, tag: CommandTag, command: u64, vm_slot: u32) -> EngineResult;
+}
+
+/// An engine that cannot run anything yet.
+#[derive(Debug, Default)]
+pub struct NoEngine;
+
+impl Engine for NoEngine {
+    fn run(&mut self, _: CommandTag, command: u64, _: u32) -> EngineResult {
+        EngineResult::Fault {
+            address: command,
+            unit: 0,
+            access: 0,
+            reason: FAULT_UNSUPPORTED_WORK,
+        }
+    }
+}
+
+/// A work queue the firmware knows of.
+#[derive(Debug, Clone, Copy)]
+struct ActiveQueue {
+    info: u64,
+    vm_slot: u32,
+    priority: usize,
+}
+
+/// A running firmware.
+pub struct Firmware {
+    doorbell: Arc<Doorbell>,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Firmware {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Firmware").finish_non_exhaustive()
+    }
+}
+
+/// The firmware's view of shared memory, shared with its thread.
+pub type FirmwareMemory = Arc<dyn SharedMemory + Send + Sync>;
+
+impl Firmware {
+    /// Boots the firmware from the init block at `init`.
+    pub fn boot(
+        init: u64,
+        memory: FirmwareMemory,
+        interrupt: Arc<dyn Interrupt>,
+        engine: Box<dyn Engine>,
+    ) -> Firmware {
+        let doorbell = Arc::new(Doorbell::default());
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = {
+            let (doorbell, stop) = (Arc::clone(&doorbell), Arc::clone(&stop));
+            std::thread::Builder::new()
+                .name("agx-firmware".into())
+                .spawn(move || {
+                    let mut state = State {
+                        memory,
+                        interrupt,
+                        engine,
+                        queues: BTreeMap::new(),
+                    };
+                    if let Err(error) = state.serve(init, &doorbell, &stop) {
+                        state.crash(init, &error);
+                    }
+                })
+                .ok()
+        };
+        Firmware {
+            doorbell,
+            stop,
+            thread,
+        }
+    }
+
+    /// The doorbell the kmd rings.
+    pub fn doorbell(&self) -> &Arc<Doorbell> {
+        &self.doorbell
+    }
+
+    /// Stops the firmware thread.
+    pub fn shutdown(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        self.doorbell.ring();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Drop for Firmware {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+/// Why the firmware stopped serving.
+#[derive(Debug, thiserror::Error)]
+enum FirmwareError {
+    #[error("bad init block: {0}")]
+    BadInit(&'static str),
+    #[error("shared memory: {0}")]
+    Ring(#[from] RingError),
+    #[error("malformed structure at {address:#x}: {what}")]
+    Malformed { address: u64, what: &'static str },
+}
+
+impl From<agx_fwif::ring::MemoryError> for FirmwareError {
+    fn from(e: agx_fwif::ring::MemoryError) -> FirmwareError {
+        FirmwareError::Ring(RingError::Memory(e))
+    }
+}
+
+struct State {
+    memory: FirmwareMemory,
+    interrupt: Arc<dyn Interrupt>,
+    engine: Box<dyn Engine>,
+    /// Known work queues by their info address.
+    queues: BTreeMap<u64, ActiveQueue>,
+}
+
+/// Offsets of the index fields of [`WorkQueueInfo`].
+const WQ_GPU_READ_INDEX: u64 = 12;
+const WQ_CPU_WRITE_INDEX: u64 = 16;
+const WQ_GPU_DONE_INDEX: u64 = 20;
+const _: () = assert!(std::mem::offset_of!(WorkQueueInfo, gpu_read_index) == 12);
+const _: () = assert!(std::mem::offset_of!(WorkQueueInfo, cpu_write_index) == 16);
+const _: () = assert!(std::mem::offset_of!(WorkQueueInfo, gpu_done_index) == 20);
+
+/// How often the firmware wakes without a doorbell (to re-check barriers).
+const TICK: Duration = Duration::from_millis(5);
+
+impl State {
+    fn read<T: FromBytes + IntoBytes>(&self, address: u64) -> Result<T, FirmwareError> {
+        let mut buf = vec![0u8; size_of::<T>()];
+        self.memory.read(address, &mut buf)?;
+        T::read_from_bytes(&buf).map_err(|_| FirmwareError::Malformed {
+            address,
+            what: "size",
+        })
+    }
+
+    fn write<T: IntoBytes + zerocopy::Immutable>(
+        &self,
+        address: u64,
+        value: &T,
+    ) -> Result<(), FirmwareError> {
+        Ok(self.memory.write(address, value.as_bytes())?)
+    }
+
+    fn event(&self, init: &InitData, event: EventMsg) -> Result<(), FirmwareError> {
+        // A full event ring means the kmd is behind: wait for it.
+        loop {
+            match init.events.push(&*self.memory, event.as_bytes()) {
+                Err(RingError::Full) => {
+                    self.interrupt.raise();
+                    std::thread::sleep(Duration::from_micros(200));
+                }
+                other => {
+                    other?;
+                    self.interrupt.raise();
+                    return Ok(());
+                }
+            }
+        }
+    }
+
+    fn log(&self, init: &InitData, level: u32, text: &str) {
+        // The log is best effort: a full log ring drops the line.
+        let _ = init
+            .log
+            .push(&*self.memory, LogMsg::new(level, text).as_bytes());
+    }
+
+    fn crash(&self, init_address: u64, error: &FirmwareError) {
+        tracing::error!(%error, "firmware crashed");
+        if let Ok(init) = self.read::<InitData>(init_address) {
+            let _ = self.memory.write(init.status + 12, &1u32.to_le_bytes());
+            self.log(&init, 0, &format!("crash: {error}"));
+            let _ = init.events.push(
+                &*self.memory,
+                EventMsg {
+                    kind: EventKind::Crash as u32,
+                    ..EventMsg::default()
+                }
+                .as_bytes(),
+            );
+        }
+        self.interrupt.raise();
+    }
+
+    fn serve(
+        &mut self,
+        init_address: u64,
+        doorbell: &Doorbell,
+        stop: &AtomicBool,
+    ) -> Result<(), FirmwareError> {
+        let init: InitData = self.read(init_address)?;
+        if init.magic != INIT_MAGIC {
+            return Err(FirmwareError::BadInit("magic"));
+        }
+        if init.version != INTERFACE_VERSION {
+            return Err(FirmwareError::BadInit("version"));
+        }
+        let status = FirmwareStatus {
+            booted: 1,
+            ..FirmwareStatus::default()
+        };
+        self.write(init.status, &status)?;
+        self.log(&init, 2, "firmware booted");
+        self.interrupt.raise();
+        while !stop.load(Ordering::Acquire) {
+            doorbell.wait(TICK);
+            self.device_control(&init)?;
+            self.take_submissions(&init)?;
+            self.run_queues(&init)?;
+        }
+        Ok(())
+    }
+
+    fn device_control(&mut self, init: &InitData) -> Result<(), FirmwareError> {
+        while let Some(bytes) = init.device_control.pop(&*self.memory)? {
+            let msg = DeviceControlMsg::read_from_bytes(&bytes).map_err(|_| {
+                FirmwareError::Malformed {
+                    address: init.device_control.entries,
+                    what: "control",
+                }
+            })?;
+            match msg.kind {
+                k if k == DeviceControlKind::CancelWorkQueue as u32 => {
+                    self.queues.remove(&msg.args[0]);
+                }
+                k if k == DeviceControlKind::DestroyContext as u32 => {
+                    let slot = msg.args[0] as u32;
+                    self.queues.retain(|_, q| q.vm_slot != slot);
+                }
+                k if k == DeviceControlKind::GrowTvbAck as u32 => {}
+                _ => self.log(init, 1, &format!("unknown device control {}", msg.kind)),
+            }
+        }
+        Ok(())
+    }
+
+    fn take_submissions(&mut self, init: &InitData) -> Result<(), FirmwareError> {
+        for (index, ring) in init.pipes.iter().enumerate() {
+            while let Some(bytes) = ring.pop(&*self.memory)? {
+                let msg = RunWorkQueueMsg::read_from_bytes(&bytes).map_err(|_| {
+                    FirmwareError::Malformed {
+                        address: ring.entries,
+                        what: "run message",
+                    }
+                })?;
+                if msg.event_slot as usize >= EVENT_SLOTS {
+                    return Err(FirmwareError::Malformed {
+                        address: ring.entries,
+                        what: "event slot",
+                    });
+                }
+                self.queues.insert(
+                    msg.work_queue,
+                    ActiveQueue {
+                        info: msg.work_queue,
+                        vm_slot: msg.vm_slot,
+                        priority: PRIORITIES - 1 - index % PRIORITIES,
+                    },
+                );
+            }
+        }
+        Ok(())
+    }
+
+    fn stamp(&self, init: &InitData, slot: u32) -> Result<u32, FirmwareError> {
+        if slot as usize >= EVENT_SLOTS {
+            return Err(FirmwareError::Malformed {
+                address: init.stamps,
+                what: "stamp slot",
+            });
+        }
+        self.read(init.stamps + 4 * u64::from(slot))
+    }
+
+    /// Runs every queue as far as it can go, highest priority first.
+    fn run_queues(&mut self, init: &InitData) -> Result<(), FirmwareError> {
+        let mut order: Vec<ActiveQueue> = self.queues.values().copied().collect();
+        order.sort_by_key(|q| q.priority);
+        for queue in order {
+            self.run_queue(init, &queue)?;
+        }
+        Ok(())
+    }
+
+    fn run_queue(&mut self, init: &InitData, queue: &ActiveQueue) -> Result<(), FirmwareError> {
+        let mut info: WorkQueueInfo = self.read(queue.info)?;
+        if info.entries == 0 {
+            return Err(FirmwareError::Malformed {
+                address: queue.info,
+                what: "empty work queue",
+            });
+        }
+        while info.gpu_read_index != info.cpu_write_index {
+            if info.gpu_read_index >= info.entries || info.cpu_write_index >= info.entries {
+                return Err(FirmwareError::Malformed {
+                    address: queue.info,
+                    what: "work queue index",
+                });
+            }
+            let command: u64 = self.read(info.ring + 8 * u64::from(info.gpu_read_index))?;
+            let header: CommandHeader = self.read(command)?;
+            let tag = CommandTag::from_raw(header.tag).ok_or(FirmwareError::Malformed {
+                address: command,
+                what: "command tag",
+            })?;
+            let outcome = match tag {
+                CommandTag::Barrier => {
+                    let body: BarrierBody =
+                        self.read(command + size_of::<CommandHeader>() as u64)?;
+                    if !agx_fwif::messages::stamp_reached(
+                        self.stamp(init, body.wait_slot)?,
+                        body.wait_value,
+                    ) {
+                        return Ok(()); // Not yet: the rest of this queue waits.
+                    }
+                    EngineResult::Done
+                }
+                CommandTag::InitBuffer => {
+                    let body: InitBufferBody =
+                        self.read(command + size_of::<CommandHeader>() as u64)?;
+                    tracing::debug!(blocks = body.block_count, "InitBuffer");
+                    EngineResult::Done
+                }
+                CommandTag::RunVertex | CommandTag::RunFragment | CommandTag::RunCompute => {
+                    self.engine.run(tag, command, queue.vm_slot)
+                }
+            };
+            let slot = header.stamp_slot;
+            self.stamp(init, slot)?;
+            self.write(init.stamps + 4 * u64::from(slot), &header.stamp_value)?;
+            info.gpu_read_index = (info.gpu_read_index + 1) % info.entries;
+            info.gpu_done_index = info.gpu_read_index;
+            // Only the firmware's own fields: the kmd may be advancing
+            // cpu_write_index concurrently.
+            self.write(queue.info + WQ_GPU_READ_INDEX, &info.gpu_read_index)?;
+            self.write(queue.info + WQ_GPU_DONE_INDEX, &info.gpu_done_index)?;
+            // Pick up commands the kmd appended meanwhile.
+            info.cpu_write_index = self.read(queue.info + WQ_CPU_WRITE_INDEX)?;
+            let mut event = EventMsg {
+                slot,
+                value: header.stamp_value,
+                ..EventMsg::default()
+            };
+            match outcome {
+                EngineResult::Done => event.kind = EventKind::Completion as u32,
+                EngineResult::Timeout => event.kind = EventKind::Timeout as u32,
+                EngineResult::Fault {
+                    address,
+                    unit,
+                    access,
+                    reason,
+                } => {
+                    event.kind = EventKind::Fault as u32;
+                    event.address = address;
+                    event.unit = unit;
+                    event.access = access;
+                    event.reason = reason;
+                    event.vm_slot = queue.vm_slot;
+                }
+            }
+            self.event(init, event)?;
+        }
+        Ok(())
+    }
+}

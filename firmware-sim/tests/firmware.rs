@@ -1,0 +1,369 @@
+//! The firmware thread against hand-built kmd structures in shared
+//! memory: boot, barriers across queues, stamps and events, unsupported
+//! work as faults, crashes on corrupt structures, and rings under load.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use agx_firmware_sim::firmware::{Firmware, Interrupt, NoEngine};
+use agx_fwif::messages::{
+    BarrierBody, CommandHeader, CommandTag, EventKind, EventMsg, FirmwareStatus, InitBufferBody,
+    InitData, LogMsg, RunWorkQueueMsg, WorkQueueInfo, FAULT_UNSUPPORTED_WORK, INIT_MAGIC,
+    INTERFACE_VERSION,
+};
+use agx_fwif::ring::{MemoryError, RingDesc, RingState, SharedMemory};
+use zerocopy::{FromBytes, Immutable, IntoBytes};
+
+const BASE: u64 = 0xFFFF_FFA0_0000_0000;
+
+struct Flat(Mutex<Vec<u8>>);
+
+impl SharedMemory for Flat {
+    fn read(&self, address: u64, buf: &mut [u8]) -> Result<(), MemoryError> {
+        let mem = self.0.lock().unwrap();
+        let start = address.checked_sub(BASE).ok_or(MemoryError { address })? as usize;
+        buf.copy_from_slice(
+            mem.get(start..start + buf.len())
+                .ok_or(MemoryError { address })?,
+        );
+        Ok(())
+    }
+    fn write(&self, address: u64, data: &[u8]) -> Result<(), MemoryError> {
+        let mut mem = self.0.lock().unwrap();
+        let start = address.checked_sub(BASE).ok_or(MemoryError { address })? as usize;
+        mem.get_mut(start..start + data.len())
+            .ok_or(MemoryError { address })?
+            .copy_from_slice(data);
+        Ok(())
+    }
+}
+
+#[derive(Default)]
+struct Irq(AtomicUsize);
+
+impl Interrupt for Irq {
+    fn raise(&self) {
+        self.0.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// The kmd's half, minimal: lays out the structures and talks through
+/// the rings.
+struct Kmd {
+    memory: Arc<Flat>,
+    next: u64,
+    init: u64,
+    init_data: InitData,
+}
+
+impl Kmd {
+    fn alloc(&mut self, bytes: u64) -> u64 {
+        let address = self.next;
+        self.next += bytes.next_multiple_of(64);
+        address
+    }
+
+    fn put<T: IntoBytes + Immutable>(&self, address: u64, value: &T) {
+        self.memory.write(address, value.as_bytes()).unwrap();
+    }
+
+    fn get<T: FromBytes>(&self, address: u64) -> T {
+        let mut buf = vec![0u8; size_of::<T>()];
+        self.memory.read(address, &mut buf).unwrap();
+        T::read_from_bytes(&buf).unwrap()
+    }
+
+    fn ring(&mut self, entries: u32, entry_bytes: u32) -> RingDesc {
+        let state = self.alloc(size_of::<RingState>() as u64);
+        let base = self.alloc(u64::from(entries) * u64::from(entry_bytes));
+        RingDesc {
+            state,
+            entries: base,
+            entry_count: entries,
+            entry_bytes,
+        }
+    }
+
+    fn new(pipe_entries: u32, event_entries: u32) -> Kmd {
+        let memory = Arc::new(Flat(Mutex::new(vec![0; 4 << 20])));
+        let mut kmd = Kmd {
+            memory,
+            next: BASE,
+            init: 0,
+            init_data: InitData::default(),
+        };
+        let init = kmd.alloc(size_of::<InitData>() as u64);
+        let mut data = InitData {
+            magic: INIT_MAGIC,
+            version: INTERFACE_VERSION,
+            command_timeout_ms: 1000,
+            device_control: kmd.ring(16, 64),
+            events: kmd.ring(event_entries, 64),
+            log: kmd.ring(16, 128),
+            stamps: 0,
+            status: 0,
+            ..InitData::default()
+        };
+        for pipe in data.pipes.iter_mut() {
+            *pipe = kmd.ring(pipe_entries, 32);
+        }
+        data.stamps = kmd.alloc(128 * 4);
+        data.status = kmd.alloc(16);
+        kmd.put(init, &data);
+        kmd.init = init;
+        kmd.init_data = data;
+        kmd
+    }
+
+    fn work_queue(&mut self, entries: u32) -> u64 {
+        let ring = self.alloc(u64::from(entries) * 8);
+        let info = self.alloc(size_of::<WorkQueueInfo>() as u64);
+        self.put(
+            info,
+            &WorkQueueInfo {
+                ring,
+                entries,
+                ..WorkQueueInfo::default()
+            },
+        );
+        info
+    }
+
+    fn command(&mut self, tag: CommandTag, slot: u32, value: u32, body: &[u8]) -> u64 {
+        let address = self.alloc(32 + body.len() as u64);
+        let header = CommandHeader {
+            tag: tag as u32,
+            size: 32 + body.len() as u32,
+            stamp_slot: slot,
+            stamp_value: value,
+            ..CommandHeader::default()
+        };
+        self.put(address, &header);
+        self.memory.write(address + 32, body).unwrap();
+        address
+    }
+
+    /// Appends a command to a work queue and tells the firmware; false if
+    /// the submission ring is full.
+    fn submit(
+        &self,
+        firmware: &Firmware,
+        queue: u64,
+        command: u64,
+        pipe: usize,
+        vm_slot: u32,
+    ) -> bool {
+        let mut info: WorkQueueInfo = self.get(queue);
+        let msg_write = (info.cpu_write_index + 1) % info.entries;
+        let msg = RunWorkQueueMsg {
+            pipe_type: 0,
+            event_slot: 0,
+            work_queue: queue,
+            write_index: msg_write,
+            is_new: 0,
+            vm_slot,
+            pad: 0,
+        };
+        // Reserve the submission slot first, then publish the command.
+        let ring = &self.init_data.pipes[pipe];
+        let state: RingState = self.get(ring.state);
+        if (state.write_index + 1) % ring.entry_count == state.read_index {
+            return false;
+        }
+        self.memory
+            .write(
+                info.ring + 8 * u64::from(info.cpu_write_index),
+                &command.to_le_bytes(),
+            )
+            .unwrap();
+        info.cpu_write_index = msg_write;
+        self.memory
+            .write(queue + 16, &info.cpu_write_index.to_le_bytes())
+            .unwrap();
+        ring.push(&*self.memory, msg.as_bytes()).unwrap();
+        firmware.doorbell().ring();
+        true
+    }
+
+    fn events(&self) -> Vec<EventMsg> {
+        let mut out = Vec::new();
+        while let Some(bytes) = self.init_data.events.pop(&*self.memory).unwrap() {
+            out.push(EventMsg::read_from_bytes(&bytes).unwrap());
+        }
+        out
+    }
+
+    fn stamp(&self, slot: u32) -> u32 {
+        self.get(self.init_data.stamps + 4 * u64::from(slot))
+    }
+
+    fn boot(&self) -> (Firmware, Arc<Irq>) {
+        let irq = Arc::new(Irq::default());
+        let fw = Firmware::boot(
+            self.init,
+            self.memory.clone(),
+            irq.clone(),
+            Box::new(NoEngine),
+        );
+        (fw, irq)
+    }
+}
+
+fn until(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+#[test_log::test]
+fn boots_and_runs_barriers_across_queues() {
+    let mut kmd = Kmd::new(8, 64);
+    let (firmware, irq) = kmd.boot();
+    until("boot", || {
+        kmd.get::<FirmwareStatus>(kmd.init_data.status).booted == 1
+    });
+    let line =
+        LogMsg::read_from_bytes(&kmd.init_data.log.pop(&*kmd.memory).unwrap().unwrap()).unwrap();
+    assert_eq!(line.text(), "firmware booted");
+
+    // Queue A waits for slot 1 to reach 0x100, then stamps slot 0.
+    let (a, b) = (kmd.work_queue(16), kmd.work_queue(16));
+    let wait = kmd.command(
+        CommandTag::Barrier,
+        0,
+        0x100,
+        BarrierBody {
+            wait_slot: 1,
+            wait_value: 0x100,
+        }
+        .as_bytes(),
+    );
+    assert!(kmd.submit(&firmware, a, wait, 0, 3));
+    std::thread::sleep(Duration::from_millis(30));
+    assert_eq!(kmd.stamp(0), 0, "the barrier holds");
+    assert!(kmd.events().is_empty());
+    // Queue B's InitBuffer stamps slot 1, which releases A.
+    let init_buffer = kmd.command(
+        CommandTag::InitBuffer,
+        1,
+        0x100,
+        InitBufferBody {
+            block_list: 0,
+            block_count: 8,
+            pad: 0,
+        }
+        .as_bytes(),
+    );
+    assert!(kmd.submit(&firmware, b, init_buffer, 4, 3));
+    until("both stamps", || {
+        kmd.stamp(0) == 0x100 && kmd.stamp(1) == 0x100
+    });
+    let events = kmd.events();
+    assert_eq!(events.len(), 2);
+    assert!(events
+        .iter()
+        .all(|e| e.kind == EventKind::Completion as u32));
+    assert_eq!(
+        (events[0].slot, events[1].slot),
+        (1, 0),
+        "B completes before A"
+    );
+    assert!(irq.0.load(Ordering::Relaxed) >= 3);
+
+    // Work the engine cannot run is a fault event carrying the VM slot.
+    let run = kmd.command(CommandTag::RunVertex, 2, 0x100, &[0; 16]);
+    assert!(kmd.submit(&firmware, a, run, 0, 3));
+    until("fault", || kmd.stamp(2) == 0x100);
+    let events = kmd.events();
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0].kind, EventKind::Fault as u32);
+    assert_eq!(
+        (events[0].reason, events[0].vm_slot, events[0].address),
+        (FAULT_UNSUPPORTED_WORK, 3, run)
+    );
+    drop(firmware);
+}
+
+#[test_log::test]
+fn corrupt_structures_crash_the_firmware_not_the_process() {
+    let mut kmd = Kmd::new(8, 64);
+    let (firmware, _irq) = kmd.boot();
+    until("boot", || {
+        kmd.get::<FirmwareStatus>(kmd.init_data.status).booted == 1
+    });
+    let queue = kmd.work_queue(16);
+    let bogus = kmd.command(CommandTag::Barrier, 0, 0x100, &[0; 8]);
+    kmd.memory.write(bogus, &77u32.to_le_bytes()).unwrap(); // unknown tag
+    assert!(kmd.submit(&firmware, queue, bogus, 0, 1));
+    until("crash", || {
+        kmd.get::<FirmwareStatus>(kmd.init_data.status).crashed == 1
+    });
+    let events = kmd.events();
+    assert_eq!(events.last().map(|e| e.kind), Some(EventKind::Crash as u32));
+    // A firmware with a bad init block crashes at boot.
+    let mut broken = Kmd::new(8, 8);
+    broken
+        .memory
+        .write(broken.init, &0u64.to_le_bytes())
+        .unwrap();
+    let (_fw, _irq) = broken.boot();
+    until("boot crash", || {
+        broken
+            .get::<FirmwareStatus>(broken.init_data.status)
+            .crashed
+            == 1
+    });
+    let _ = &mut broken;
+    drop(firmware);
+}
+
+#[test_log::test]
+fn many_queues_under_load_wrap_every_ring() {
+    // Tiny rings: 4 submission slots, 8 event slots, 16-entry work queues.
+    let mut kmd = Kmd::new(4, 8);
+    let (firmware, _irq) = kmd.boot();
+    until("boot", || {
+        kmd.get::<FirmwareStatus>(kmd.init_data.status).booted == 1
+    });
+    let queues: Vec<u64> = (0..3).map(|_| kmd.work_queue(16)).collect();
+    let per_queue = 300u32;
+    let mut commands = Vec::new();
+    for (q, _) in queues.iter().enumerate() {
+        for n in 1..=per_queue {
+            commands.push((
+                q,
+                kmd.command(CommandTag::InitBuffer, q as u32, n * 0x100, &[0; 16]),
+            ));
+        }
+    }
+    let mut completions = 0usize;
+    let mut pending = commands.into_iter().peekable();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while pending.peek().is_some() || completions < 3 * per_queue as usize {
+        assert!(
+            Instant::now() < deadline,
+            "load test stalled at {completions} completions"
+        );
+        if let Some(&(q, command)) = pending.peek() {
+            // Keep each work queue from overrunning the firmware.
+            let info: WorkQueueInfo = kmd.get(queues[q]);
+            let in_flight =
+                (info.cpu_write_index + info.entries - info.gpu_read_index) % info.entries;
+            if in_flight < info.entries - 1 && kmd.submit(&firmware, queues[q], command, q * 4, 0) {
+                pending.next();
+            }
+        }
+        completions += kmd
+            .events()
+            .iter()
+            .filter(|e| e.kind == EventKind::Completion as u32)
+            .count();
+    }
+    for q in 0..3 {
+        assert_eq!(kmd.stamp(q), per_queue * 0x100);
+    }
+    drop(firmware);
+}
