@@ -197,6 +197,30 @@ pub struct UatFault {
     pub read: bool,
 }
 
+/// The first address of the firmware's half of a context (ttb1): its
+/// addresses have every bit above bit 38 set.
+pub const UPPER_HALF_START: u64 = !(USER_VA_END - 1);
+
+/// Translates an address of the upper (firmware) half through the tables
+/// rooted at `ttb1_root`: the walk uses the low 39 bits, as for the user
+/// half.
+pub fn translate_upper(
+    memory: &dyn PhysicalMemory,
+    ttb1_root: u64,
+    va: u64,
+    access: Access,
+) -> Result<Translation, UatFault> {
+    if va < UPPER_HALF_START {
+        return Err(UatFault {
+            va,
+            reason: UatFaultReason::Unmapped,
+            level: LEVELS - 1,
+            read: !access.is_write(),
+        });
+    }
+    translate(memory, ttb1_root, va & (USER_VA_END - 1), access).map_err(|f| UatFault { va, ..f })
+}
+
 /// A leaf entry mapping the page at `pa` with `permissions`, or `None`
 /// when the UAT cannot express them.
 pub fn page_pte(pa: u64, permissions: Permissions, mem_attr: UatMemAttr) -> Option<u64> {

@@ -16,6 +16,7 @@ use agx_uapi::asahi::GemFlags;
 
 use crate::export::Exports;
 use crate::file::File;
+use crate::firmware::FirmwareLink;
 use crate::gem::{GemObject, VmKey, MMAP_OFFSET_SHIFT};
 use crate::mem::{AllocError, PagePool, PhysRange, Ram};
 use crate::sync::SyncEvents;
@@ -81,6 +82,7 @@ pub struct Device {
     pub(crate) events: Arc<SyncEvents>,
     pub(crate) exports: Exports,
     pub(crate) tvb_policy: GrowthPolicy,
+    firmware: FirmwareLink,
     next_object_id: AtomicU64,
     next_file_id: AtomicU64,
     /// Objects by mmap offset, for mmap on the DRM file.
@@ -162,6 +164,11 @@ impl Device {
         &self.ram
     }
 
+    /// The firmware and the structures shared with it.
+    pub fn firmware(&self) -> &FirmwareLink {
+        &self.firmware
+    }
+
     /// The export registry.
     pub fn exports(&self) -> &Exports {
         &self.exports
@@ -185,6 +192,7 @@ impl System {
         let ram = Ram::new(config.ram_bytes);
         let pool = Arc::new(PagePool::new(ram.clone()));
         let dummy_page = ram.allocate(agx_hw::uat::PAGE_BYTES, "agx-dummy-page")?;
+        let firmware = FirmwareLink::boot(Arc::clone(&pool))?;
         Ok(System {
             device: Arc::new(Device {
                 ram,
@@ -195,6 +203,7 @@ impl System {
                 events: Arc::new(SyncEvents::default()),
                 exports: Exports::default(),
                 tvb_policy: config.tvb_policy,
+                firmware,
                 next_object_id: AtomicU64::new(1),
                 next_file_id: AtomicU64::new(1),
                 objects: Mutex::new(HashMap::new()),

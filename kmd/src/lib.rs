@@ -22,6 +22,7 @@ pub mod device;
 pub mod errno;
 pub mod export;
 pub mod file;
+pub mod firmware;
 pub mod gem;
 pub mod mem;
 pub mod params;
