@@ -14,9 +14,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use agx_firmware_sim::firmware::{Firmware, Interrupt, NoEngine};
-use agx_fwif::messages::{
-    FirmwareStatus, InitData, EVENT_SLOTS, INIT_MAGIC, INTERFACE_VERSION, PIPE_TYPES, PRIORITIES,
-};
+use agx_fwif::messages::{FirmwareStatus, InitData, EVENT_SLOTS, INIT_MAGIC, INTERFACE_VERSION};
 use agx_fwif::ring::{MemoryError, RingDesc, RingState, SharedMemory};
 use agx_hw::formats::UatMemAttr;
 use agx_hw::uat::{self, Access, Permissions, PhysicalMemory, PAGE_BYTES};
@@ -240,8 +238,7 @@ impl FirmwareLink {
             status: vm.alloc(size_of::<FirmwareStatus>() as u64, "agx-fw-status")?,
             ..InitData::default()
         };
-        for (index, pipe) in init_data.pipes.iter_mut().enumerate() {
-            debug_assert!(index < PIPE_TYPES * PRIORITIES);
+        for pipe in init_data.pipes.iter_mut() {
             *pipe = ring(&vm, PIPE_ENTRIES, 32, "agx-fw-pipe")?;
         }
         let view = FirmwareView::new(&vm);

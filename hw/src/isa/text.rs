@@ -14,7 +14,7 @@ use std::fmt::Write as _;
 use super::form::{Kind, SrcClass};
 use super::operand::{Dst, Float8, Hint, Operand, Reg, RegRun, Size, Src, Uniform, Value};
 use super::table::{Op, SPECIAL_REGISTERS};
-use super::{decode, encode, AsmError, Instr};
+use super::{decode, encode, AsmError, Instr, MAX_LENGTH_BYTES};
 
 fn name_of(names: &[(u32, &'static str)], value: i64) -> Option<&'static str> {
     names
@@ -393,7 +393,7 @@ fn parse_instr(
     text: &str,
     pc: u64,
     labels: Option<&HashMap<String, u64>>,
-) -> Result<Instr, String> {
+) -> Result<(Instr, [u8; MAX_LENGTH_BYTES], usize), String> {
     let text = text.trim();
     let (head, rest) = match text.find(char::is_whitespace) {
         Some(i) => (&text[..i], text[i..].trim()),
@@ -412,7 +412,7 @@ fn parse_instr(
     for &op in Op::ALL.iter().filter(|op| op.mnemonic() == mnemonic) {
         match parse_with_form(op, &suffixes, &texts, &targets) {
             Ok(instr) => match encode(&instr) {
-                Ok(_) => return Ok(instr),
+                Ok((bytes, len)) => return Ok((instr, bytes, len)),
                 Err(e) => {
                     first_error.get_or_insert(e.to_string());
                 }
@@ -477,7 +477,7 @@ fn parse_with_form(
 /// (`0x40`) or `pc+N`, resolved against `pc`.
 pub fn parse(text: &str, pc: u64) -> Result<Instr, String> {
     let empty = HashMap::new();
-    parse_instr(text, pc, Some(&empty))
+    parse_instr(text, pc, Some(&empty)).map(|(instr, _, _)| instr)
 }
 
 /// Strips a comment (`;`, `//` or `#` to the end of the line).
@@ -574,13 +574,9 @@ pub fn assemble(source: &str, base: u64) -> Result<Vec<u8>, AsmError> {
             }
         }
         if !text.is_empty() {
-            let instr = parse_instr(text, pc, None).map_err(|message| AsmError {
+            let (_, _, len) = parse_instr(text, pc, None).map_err(|message| AsmError {
                 line: *line,
                 message,
-            })?;
-            let (_, len) = encode(&instr).map_err(|e| AsmError {
-                line: *line,
-                message: e.to_string(),
             })?;
             pc += len as u64;
             lengths.push(len);
@@ -596,13 +592,9 @@ pub fn assemble(source: &str, base: u64) -> Result<Vec<u8>, AsmError> {
             continue;
         }
         let pc = base + code.len() as u64;
-        let instr = parse_instr(text, pc, Some(&labels)).map_err(|message| AsmError {
+        let (_, bytes, len) = parse_instr(text, pc, Some(&labels)).map_err(|message| AsmError {
             line: *line,
             message,
-        })?;
-        let (bytes, len) = encode(&instr).map_err(|e| AsmError {
-            line: *line,
-            message: e.to_string(),
         })?;
         if pass_one_lengths.next() != Some(len) {
             return Err(AsmError {
