@@ -17,15 +17,19 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use agx_fwif::messages::{
     BarrierBody, CommandHeader, CommandTag, DeviceControlKind, DeviceControlMsg, EventKind,
     EventMsg, FirmwareStatus, InitBufferBody, InitData, LogMsg, RunWorkQueueMsg, WorkQueueInfo,
-    EVENT_SLOTS, FAULT_UNSUPPORTED_WORK, INIT_MAGIC, INTERFACE_VERSION, PRIORITIES,
+    EVENT_SLOTS, INIT_MAGIC, INTERFACE_VERSION, MAX_COMMAND_BYTES, PRIORITIES, VM_SLOTS,
 };
 use agx_fwif::ring::{RingError, SharedMemory};
+use agx_hw::formats::UatTtb;
+use agx_hw::uat::PhysicalMemory;
 use zerocopy::{FromBytes, IntoBytes};
+
+pub use crate::engine::{Engine, EngineResult, NoEngine, RunContext};
 
 /// The kmd -> firmware doorbell (the mailbox).
 #[derive(Debug, Default)]
@@ -57,55 +61,12 @@ pub trait Interrupt: Send + Sync {
     fn raise(&self);
 }
 
-/// What the execution engine did with a Run command.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum EngineResult {
-    /// It completed.
-    Done,
-    /// It faulted.
-    Fault {
-        /// The GPU address.
-        address: u64,
-        /// The unit code.
-        unit: u32,
-        /// 0 read, 1 write, 2 fetch.
-        access: u32,
-        /// The reason code.
-        reason: u32,
-    },
-    /// It ran out of time and was stopped.
-    Timeout,
-}
-
-/// Runs RunVertex/RunFragment/RunCompute commands. The GPU execution work
-/// provides the real one; [`NoEngine`] answers every command with an
-/// "unsupported work" fault.
-pub trait Engine: Send {
-    /// Runs the command at `command` (its header already read) in VM
-    /// context `vm_slot`.
-    fn run(&mut self, tag: CommandTag, command: u64, vm_slot: u32) -> EngineResult;
-}
-
-/// An engine that cannot run anything yet.
-#[derive(Debug, Default)]
-pub struct NoEngine;
-
-impl Engine for NoEngine {
-    fn run(&mut self, _: CommandTag, command: u64, _: u32) -> EngineResult {
-        EngineResult::Fault {
-            address: command,
-            unit: 0,
-            access: 0,
-            reason: FAULT_UNSUPPORTED_WORK,
-        }
-    }
-}
-
 /// A work queue the firmware knows of.
 #[derive(Debug, Clone, Copy)]
 struct ActiveQueue {
     info: u64,
     vm_slot: u32,
+    /// 0 is the highest; the kmd maps UAPI priority p to 3 - p.
     priority: usize,
 }
 
@@ -125,11 +86,15 @@ impl std::fmt::Debug for Firmware {
 /// The firmware's view of shared memory, shared with its thread.
 pub type FirmwareMemory = Arc<dyn SharedMemory + Send + Sync>;
 
+/// Physical memory, as the GPU reads it through its MMU.
+pub type GpuPhysicalMemory = Arc<dyn PhysicalMemory + Send + Sync>;
+
 impl Firmware {
     /// Boots the firmware from the init block at `init`.
     pub fn boot(
         init: u64,
         memory: FirmwareMemory,
+        gpu_memory: GpuPhysicalMemory,
         interrupt: Arc<dyn Interrupt>,
         engine: Box<dyn Engine>,
     ) -> Firmware {
@@ -142,9 +107,11 @@ impl Firmware {
                 .spawn(move || {
                     let mut state = State {
                         memory,
+                        gpu_memory,
                         interrupt,
                         engine,
                         queues: BTreeMap::new(),
+                        barrier_waits: BTreeMap::new(),
                     };
                     if let Err(error) = state.serve(init, &doorbell, &stop) {
                         state.crash(init, &error);
@@ -199,10 +166,14 @@ impl From<agx_fwif::ring::MemoryError> for FirmwareError {
 
 struct State {
     memory: FirmwareMemory,
+    gpu_memory: GpuPhysicalMemory,
     interrupt: Arc<dyn Interrupt>,
     engine: Box<dyn Engine>,
     /// Known work queues by their info address.
     queues: BTreeMap<u64, ActiveQueue>,
+    /// Barriers waiting at the head of a work queue: (work queue, read
+    /// index) -> when the wait began, for the watchdog.
+    barrier_waits: BTreeMap<(u64, u32), Instant>,
 }
 
 /// Offsets of the index fields of [`WorkQueueInfo`].
@@ -215,6 +186,15 @@ const _: () = assert!(std::mem::offset_of!(WorkQueueInfo, gpu_done_index) == 20)
 
 /// How often the firmware wakes without a doorbell (to re-check barriers).
 const TICK: Duration = Duration::from_millis(5);
+
+/// `CLOCK_MONOTONIC` in nanoseconds: the GPU's timestamp clock (the
+/// kmd's GET_TIME reads the same clock).
+pub fn monotonic_ns() -> u64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+    (t.tv_sec as u64)
+        .saturating_mul(1_000_000_000)
+        .saturating_add(t.tv_nsec as u64)
+}
 
 impl State {
     fn read<T: FromBytes + IntoBytes>(&self, address: u64) -> Result<T, FirmwareError> {
@@ -347,7 +327,7 @@ impl State {
                     ActiveQueue {
                         info: msg.work_queue,
                         vm_slot: msg.vm_slot,
-                        priority: PRIORITIES - 1 - index % PRIORITIES,
+                        priority: index % PRIORITIES,
                     },
                 );
             }
@@ -375,6 +355,29 @@ impl State {
         Ok(())
     }
 
+    /// The root of VM slot `slot`'s user page tables, if it has one.
+    fn context_root(&self, init: &InitData, slot: u32) -> Option<u64> {
+        if slot as usize >= VM_SLOTS || init.contexts == 0 {
+            return None;
+        }
+        let raw: u64 = self.read(init.contexts + 8 * u64::from(slot)).ok()?;
+        let ttb = UatTtb::unpack(&raw.to_le_bytes()).value;
+        ttb.valid.then_some(ttb.root)
+    }
+
+    /// Writes a command's timestamp (GPU time: `CLOCK_MONOTONIC` in ns).
+    /// A timestamp buffer that is not mapped is the kmd's bug; it is
+    /// logged, not fatal.
+    fn timestamp(&self, init: &InitData, address: u64) {
+        if address == 0 {
+            return;
+        }
+        let now_ns = monotonic_ns();
+        if self.write(address, &now_ns).is_err() {
+            self.log(init, 1, &format!("timestamp at {address:#x} not mapped"));
+        }
+    }
+
     fn run_queue(&mut self, init: &InitData, queue: &ActiveQueue) -> Result<(), FirmwareError> {
         let mut info: WorkQueueInfo = self.read(queue.info)?;
         if info.entries == 0 {
@@ -383,6 +386,7 @@ impl State {
                 what: "empty work queue",
             });
         }
+        let timeout = Duration::from_millis(u64::from(init.command_timeout_ms));
         while info.gpu_read_index != info.cpu_write_index {
             if info.gpu_read_index >= info.entries || info.cpu_write_index >= info.entries {
                 return Err(FirmwareError::Malformed {
@@ -396,39 +400,70 @@ impl State {
                 address: command,
                 what: "command tag",
             })?;
+            let header_bytes = size_of::<CommandHeader>();
+            let size = header.size as usize;
+            if !(header_bytes..=MAX_COMMAND_BYTES).contains(&size) {
+                return Err(FirmwareError::Malformed {
+                    address: command,
+                    what: "command size",
+                });
+            }
+            let mut body = vec![0u8; size - header_bytes];
+            self.memory.read(command + header_bytes as u64, &mut body)?;
             let outcome = match tag {
                 CommandTag::Barrier => {
-                    let body: BarrierBody =
-                        self.read(command + size_of::<CommandHeader>() as u64)?;
-                    if !agx_fwif::messages::stamp_reached(
+                    let body = BarrierBody::read_from_prefix(&body)
+                        .map_err(|_| FirmwareError::Malformed {
+                            address: command,
+                            what: "barrier body",
+                        })?
+                        .0;
+                    let key = (queue.info, info.gpu_read_index);
+                    if agx_fwif::messages::stamp_reached(
                         self.stamp(init, body.wait_slot)?,
                         body.wait_value,
                     ) {
-                        return Ok(()); // Not yet: the rest of this queue waits.
+                        self.barrier_waits.remove(&key);
+                        EngineResult::Done
+                    } else {
+                        let since = *self.barrier_waits.entry(key).or_insert_with(Instant::now);
+                        if since.elapsed() < timeout {
+                            return Ok(()); // Not yet: the rest of this queue waits.
+                        }
+                        // The watchdog: a wait that never ends is stopped.
+                        self.barrier_waits.remove(&key);
+                        self.log(init, 1, &format!("barrier at {command:#x} timed out"));
+                        EngineResult::Timeout
                     }
-                    EngineResult::Done
                 }
                 CommandTag::InitBuffer => {
-                    let body: InitBufferBody =
-                        self.read(command + size_of::<CommandHeader>() as u64)?;
+                    let body = InitBufferBody::read_from_prefix(&body)
+                        .map_err(|_| FirmwareError::Malformed {
+                            address: command,
+                            what: "InitBuffer body",
+                        })?
+                        .0;
                     tracing::debug!(blocks = body.block_count, "InitBuffer");
                     EngineResult::Done
                 }
                 CommandTag::RunVertex | CommandTag::RunFragment | CommandTag::RunCompute => {
-                    self.engine.run(tag, command, queue.vm_slot)
+                    self.timestamp(init, header.timestamp_start);
+                    let ctx = RunContext {
+                        command,
+                        body: &body,
+                        vm_slot: queue.vm_slot,
+                        ttb0: self.context_root(init, queue.vm_slot),
+                        memory: &*self.gpu_memory,
+                        firmware: &*self.memory,
+                        deadline: Instant::now() + timeout,
+                    };
+                    let result = self.engine.run(tag, &ctx);
+                    self.timestamp(init, header.timestamp_end);
+                    result
                 }
             };
             let slot = header.stamp_slot;
             self.stamp(init, slot)?;
-            self.write(init.stamps + 4 * u64::from(slot), &header.stamp_value)?;
-            info.gpu_read_index = (info.gpu_read_index + 1) % info.entries;
-            info.gpu_done_index = info.gpu_read_index;
-            // Only the firmware's own fields: the kmd may be advancing
-            // cpu_write_index concurrently.
-            self.write(queue.info + WQ_GPU_READ_INDEX, &info.gpu_read_index)?;
-            self.write(queue.info + WQ_GPU_DONE_INDEX, &info.gpu_done_index)?;
-            // Pick up commands the kmd appended meanwhile.
-            info.cpu_write_index = self.read(queue.info + WQ_CPU_WRITE_INDEX)?;
             let mut event = EventMsg {
                 slot,
                 value: header.stamp_value,
@@ -451,7 +486,26 @@ impl State {
                     event.vm_slot = queue.vm_slot;
                 }
             }
-            self.event(init, event)?;
+            // A failure is reported before its stamp moves, so the kmd
+            // never sees the command done without knowing it failed.
+            let failed = event.kind != EventKind::Completion as u32;
+            if failed {
+                self.event(init, event)?;
+            }
+            self.write(init.stamps + 4 * u64::from(slot), &header.stamp_value)?;
+            info.gpu_read_index = (info.gpu_read_index + 1) % info.entries;
+            info.gpu_done_index = info.gpu_read_index;
+            // Only the firmware's own fields: the kmd may be advancing
+            // cpu_write_index concurrently.
+            self.write(queue.info + WQ_GPU_READ_INDEX, &info.gpu_read_index)?;
+            self.write(queue.info + WQ_GPU_DONE_INDEX, &info.gpu_done_index)?;
+            // Pick up commands the kmd appended meanwhile.
+            info.cpu_write_index = self.read(queue.info + WQ_CPU_WRITE_INDEX)?;
+            if failed {
+                self.interrupt.raise();
+            } else {
+                self.event(init, event)?;
+            }
         }
         Ok(())
     }

@@ -6,11 +6,13 @@
 //! overflow and partial renders, fragment shading, texturing and compute.
 //! It never depends on the kmd: like real firmware, it only sees memory.
 //!
-//! Status: the shader core ([`usc`]) runs AGX machine code, and the
-//! firmware thread ([`firmware`]) serves the kmd's rings and work queues;
-//! the kmd side of submission and the render pipeline arrive with the rest
-//! of "kmd part 2" and the "GPU execution" work.
+//! Status: the shader core ([`usc`]) runs AGX machine code; the firmware
+//! thread ([`firmware`]) serves the kmd's rings and work queues; the data
+//! masters ([`engine`]) walk compute control streams through the GPU MMU.
+//! Kernel launches and the render pipeline arrive with the "GPU
+//! execution" work.
 #![forbid(unsafe_code)]
 
+pub mod engine;
 pub mod firmware;
 pub mod usc;

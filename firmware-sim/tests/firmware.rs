@@ -13,6 +13,7 @@ use agx_fwif::messages::{
     INTERFACE_VERSION,
 };
 use agx_fwif::ring::{MemoryError, RingDesc, RingState, SharedMemory};
+use agx_hw::uat::{PhysFault, PhysicalMemory};
 use zerocopy::{FromBytes, Immutable, IntoBytes};
 
 const BASE: u64 = 0xFFFF_FFA0_0000_0000;
@@ -36,6 +37,18 @@ impl SharedMemory for Flat {
             .ok_or(MemoryError { address })?
             .copy_from_slice(data);
         Ok(())
+    }
+}
+
+/// A GPU with no RAM: these tests run no GPU work that reads memory.
+struct NoRam;
+
+impl PhysicalMemory for NoRam {
+    fn read(&self, pa: u64, _: &mut [u8]) -> Result<(), PhysFault> {
+        Err(PhysFault { pa })
+    }
+    fn write(&self, pa: u64, _: &[u8]) -> Result<(), PhysFault> {
+        Err(PhysFault { pa })
     }
 }
 
@@ -203,6 +216,7 @@ impl Kmd {
         let fw = Firmware::boot(
             self.init,
             self.memory.clone(),
+            Arc::new(NoRam),
             irq.clone(),
             Box::new(NoEngine),
         );
@@ -251,6 +265,7 @@ fn boots_and_runs_barriers_across_queues() {
         1,
         0x100,
         InitBufferBody {
+            buffer: 0,
             block_list: 0,
             block_count: 8,
             pad: 0,
@@ -335,7 +350,7 @@ fn many_queues_under_load_wrap_every_ring() {
         for n in 1..=per_queue {
             commands.push((
                 q,
-                kmd.command(CommandTag::InitBuffer, q as u32, n * 0x100, &[0; 16]),
+                kmd.command(CommandTag::InitBuffer, q as u32, n * 0x100, &[0; 24]),
             ));
         }
     }
@@ -366,4 +381,54 @@ fn many_queues_under_load_wrap_every_ring() {
         assert_eq!(kmd.stamp(q), per_queue * 0x100);
     }
     drop(firmware);
+}
+
+#[test_log::test]
+fn the_watchdog_stops_a_barrier_that_never_releases_and_stamps_are_timed() {
+    let mut kmd = Kmd::new(8, 64);
+    // 1000 ms watchdog (Kmd::new).
+    let (firmware, _irq) = kmd.boot();
+    until("boot", || {
+        kmd.get::<FirmwareStatus>(kmd.init_data.status).booted == 1
+    });
+    let queue = kmd.work_queue(16);
+    let stuck = kmd.command(
+        CommandTag::Barrier,
+        5,
+        0x100,
+        BarrierBody {
+            wait_slot: 6,
+            wait_value: 0x100,
+        }
+        .as_bytes(),
+    );
+    // A Run command with both timestamps, queued behind the barrier.
+    let timestamps = kmd.alloc(16);
+    let run = kmd.command(CommandTag::RunCompute, 5, 0x200, &[0; 16]);
+    kmd.put(run + 16, &timestamps);
+    kmd.put(run + 24, &(timestamps + 8));
+    let started = Instant::now();
+    assert!(kmd.submit(&firmware, queue, stuck, 8, 1));
+    assert!(kmd.submit(&firmware, queue, run, 8, 1));
+    until("the watchdog", || kmd.stamp(5) == 0x200);
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_millis(1000) && waited < Duration::from_secs(5),
+        "stopped after {waited:?}"
+    );
+    let events = kmd.events();
+    assert_eq!(events[0].kind, EventKind::Timeout as u32);
+    assert_eq!((events[0].slot, events[0].value), (5, 0x100));
+    assert_eq!(
+        events[1].kind,
+        EventKind::Fault as u32,
+        "the next command still runs"
+    );
+    let start_ns: u64 = kmd.get(timestamps);
+    let end_ns: u64 = kmd.get(timestamps + 8);
+    let now_ns = agx_firmware_sim::firmware::monotonic_ns();
+    assert!(
+        start_ns > 0 && start_ns <= end_ns && end_ns <= now_ns,
+        "{start_ns} {end_ns} {now_ns}"
+    );
 }

@@ -15,6 +15,7 @@
 //! size-checked at compile time; `Documentation/firmware-interface.md`
 //! describes them.
 
+use agx_uapi::asahi::{Attachment, CmdCompute, CmdRender};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 use crate::ring::RingDesc;
@@ -29,6 +30,10 @@ pub const EVENT_SLOTS: usize = 128;
 pub const STAMP_STEP: u32 = 0x100;
 /// Entries of a queue's per-stage work ring.
 pub const WORK_QUEUE_ENTRIES: u32 = 0x500;
+/// GPU MMU contexts (VM slots); slot 0 is the kernel's.
+pub const VM_SLOTS: usize = 64;
+/// Attachments a Run command carries at most.
+pub const MAX_ATTACHMENTS: usize = 16;
 
 /// A stage of the GPU, as the submission rings and work queues are split.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -98,6 +103,10 @@ pub struct InitData {
     pub stamps: u64,
     /// Address of the [`FirmwareStatus`] block.
     pub status: u64,
+    /// Address of the context table: [`VM_SLOTS`] `UatTtb` values (u64
+    /// each), the user-half page-table base of each VM slot. The GPU
+    /// translates a command's addresses through its slot's entry.
+    pub contexts: u64,
 }
 
 /// Identifies an [`InitData`] block.
@@ -105,7 +114,7 @@ pub const INIT_MAGIC: u64 = u64::from_le_bytes(*b"AGXFWIF\0");
 /// The interface version these layouts describe.
 pub const INTERFACE_VERSION: u32 = 1;
 
-const _: () = assert!(size_of::<InitData>() == 16 + 24 * 3 + 24 * 12 + 16);
+const _: () = assert!(size_of::<InitData>() == 16 + 24 * 3 + 24 * 12 + 24);
 
 /// Firmware health, written by the firmware.
 #[derive(
@@ -207,13 +216,17 @@ pub struct BarrierBody {
 
 const _: () = assert!(size_of::<BarrierBody>() == 8);
 
-/// An InitBuffer command's body: the parameter buffer's new size.
+/// An InitBuffer command's body: the parameter buffer changed size; the
+/// firmware resets its page allocator from the new block list.
 #[derive(
     Debug, Clone, Copy, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
 )]
 #[repr(C)]
 pub struct InitBufferBody {
-    /// Address of the block list (u32 block page numbers).
+    /// Address of the buffer's [`TvbInfo`].
+    pub buffer: u64,
+    /// Address of the block list (u32 each: the GPU virtual address of the
+    /// block's first page, shifted right by 15).
     pub block_list: u64,
     /// Blocks in the buffer.
     pub block_count: u32,
@@ -221,7 +234,109 @@ pub struct InitBufferBody {
     pub pad: u32,
 }
 
-const _: () = assert!(size_of::<InitBufferBody>() == 16);
+const _: () = assert!(size_of::<InitBufferBody>() == 24);
+
+/// Bytes of a parameter-buffer page.
+pub const TVB_PAGE_BYTES: u64 = 32 * 1024;
+/// Pages per parameter-buffer block.
+pub const TVB_BLOCK_PAGES: u64 = 4;
+
+/// A queue's parameter buffer (tiled vertex buffer) as the firmware sees
+/// it: where its blocks are, and the statistics the firmware keeps about
+/// the renders that used it. The kmd writes the first four fields; the
+/// firmware writes the statistics after every render.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+#[repr(C)]
+pub struct TvbInfo {
+    /// Address of the block list (see [`InitBufferBody::block_list`]).
+    pub block_list: u64,
+    /// Blocks in the buffer.
+    pub block_count: u32,
+    /// The GPU MMU context (VM slot) the blocks are mapped in.
+    pub vm_slot: u32,
+    /// Renders completed with this buffer (firmware-written).
+    pub renders: u32,
+    /// Most pages in use at once during the last render.
+    pub last_peak_pages: u32,
+    /// Pages the last render wanted in total over its partial-render
+    /// segments.
+    pub last_wanted_pages: u32,
+    /// Times the buffer ran dry, over all renders.
+    pub overflows: u32,
+    /// Partial renders done, over all renders.
+    pub partial_renders: u32,
+    /// The buffer's id: what a GrowTVB event names it by.
+    pub buffer_id: u32,
+}
+
+const _: () = assert!(size_of::<TvbInfo>() == 40);
+
+/// The body of RunVertex and RunFragment: one render pass, its two halves
+/// sharing it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
+#[repr(C)]
+pub struct RunRenderBody {
+    /// Base of the 4 GiB region the command's USC addresses are offsets
+    /// into.
+    pub usc_exec_base: u64,
+    /// Address of the queue's [`TvbInfo`].
+    pub buffer: u64,
+    /// Attachments used of `attachments`.
+    pub attachment_count: u32,
+    /// MBZ.
+    pub pad: u32,
+    /// Memory the stage writes (a cache-maintenance hint).
+    pub attachments: [Attachment; MAX_ATTACHMENTS],
+    /// The render pass as userspace described it (timestamp handles are
+    /// resolved into the [`CommandHeader`]).
+    pub render: CmdRender,
+}
+
+const _: () = assert!(size_of::<RunRenderBody>() == 24 + 24 * MAX_ATTACHMENTS + 240);
+
+/// The body of RunCompute.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
+#[repr(C)]
+pub struct RunComputeBody {
+    /// Base of the 4 GiB region the command's USC addresses are offsets
+    /// into.
+    pub usc_exec_base: u64,
+    /// Attachments used of `attachments`.
+    pub attachment_count: u32,
+    /// MBZ.
+    pub pad: u32,
+    /// Memory the dispatch writes (a cache-maintenance hint).
+    pub attachments: [Attachment; MAX_ATTACHMENTS],
+    /// The dispatch as userspace described it.
+    pub compute: CmdCompute,
+}
+
+const _: () = assert!(size_of::<RunComputeBody>() == 16 + 24 * MAX_ATTACHMENTS + 64);
+
+/// The largest command object: a header and a render body.
+pub const MAX_COMMAND_BYTES: usize = size_of::<CommandHeader>() + size_of::<RunRenderBody>();
+
+/// Units a GPU fault is attributed to ([`EventMsg::unit`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u32)]
+pub enum FaultUnit {
+    /// The firmware itself (a command it could not run).
+    Firmware = 0,
+    /// The vertex data master: the render control stream.
+    Vdm = 1,
+    /// The compute data master: the compute control stream.
+    Cdm = 2,
+    /// The shader cores.
+    Usc = 3,
+    /// The tiler, writing the parameter buffer.
+    Tiler = 4,
+    /// The pixel back end (tile stores).
+    Pbe = 5,
+    /// Depth/stencil load and store.
+    Zls = 6,
+}
 
 /// Kinds of device-control requests.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -265,7 +380,7 @@ pub enum EventKind {
     Fault = 1,
     /// A command exceeded its time budget and was stopped: `slot`/`value`.
     Timeout = 2,
-    /// The parameter buffer ran dry: `unit` is the buffer slot, `address`
+    /// The parameter buffer ran dry: `unit` is the buffer's [`TvbInfo::buffer_id`], `address`
     /// the blocks wanted.
     GrowTvb = 3,
     /// The firmware hit an internal error and stopped.

@@ -10,7 +10,6 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
-use std::time::Instant;
 
 use agx_uapi::asahi::GemFlags;
 
@@ -19,6 +18,7 @@ use crate::file::File;
 use crate::firmware::FirmwareLink;
 use crate::gem::{GemObject, VmKey, MMAP_OFFSET_SHIFT};
 use crate::mem::{AllocError, PagePool, PhysRange, Ram};
+use crate::sched::Scheduler;
 use crate::sync::SyncEvents;
 use crate::tvb::GrowthPolicy;
 
@@ -60,6 +60,9 @@ pub struct SystemConfig {
     pub ram_bytes: u64,
     /// How queues grow their parameter buffers.
     pub tvb_policy: GrowthPolicy,
+    /// The firmware's watchdog: a GPU command running longer is stopped
+    /// and its submission fails with `ETIMEDOUT`.
+    pub command_timeout_ms: u32,
 }
 
 impl Default for SystemConfig {
@@ -67,6 +70,7 @@ impl Default for SystemConfig {
         SystemConfig {
             ram_bytes: 8 << 30,
             tvb_policy: GrowthPolicy::default(),
+            command_timeout_ms: crate::firmware::COMMAND_TIMEOUT_MS,
         }
     }
 }
@@ -78,11 +82,10 @@ pub struct Device {
     pub(crate) pool: Arc<PagePool>,
     pub(crate) counters: Arc<Counters>,
     pub(crate) dummy_page: Arc<PhysRange>,
-    pub(crate) start: Instant,
     pub(crate) events: Arc<SyncEvents>,
     pub(crate) exports: Exports,
-    pub(crate) tvb_policy: GrowthPolicy,
-    firmware: FirmwareLink,
+    firmware: Arc<FirmwareLink>,
+    pub(crate) scheduler: Arc<Scheduler>,
     next_object_id: AtomicU64,
     next_file_id: AtomicU64,
     /// Objects by mmap offset, for mmap on the DRM file.
@@ -165,8 +168,13 @@ impl Device {
     }
 
     /// The firmware and the structures shared with it.
-    pub fn firmware(&self) -> &FirmwareLink {
+    pub fn firmware(&self) -> &Arc<FirmwareLink> {
         &self.firmware
+    }
+
+    /// The GPU scheduler.
+    pub fn scheduler(&self) -> &Arc<Scheduler> {
+        &self.scheduler
     }
 
     /// The export registry.
@@ -177,6 +185,12 @@ impl Device {
     /// The device-wide change notifier fences and syncobjs use.
     pub fn sync_events(&self) -> &Arc<SyncEvents> {
         &self.events
+    }
+}
+
+impl Drop for Device {
+    fn drop(&mut self) {
+        self.scheduler.shutdown();
     }
 }
 
@@ -192,18 +206,28 @@ impl System {
         let ram = Ram::new(config.ram_bytes);
         let pool = Arc::new(PagePool::new(ram.clone()));
         let dummy_page = ram.allocate(agx_hw::uat::PAGE_BYTES, "agx-dummy-page")?;
-        let firmware = FirmwareLink::boot(Arc::clone(&pool))?;
+        let events = Arc::new(SyncEvents::default());
+        let firmware = Arc::new(FirmwareLink::boot(
+            Arc::clone(&pool),
+            Some(Arc::clone(&events)),
+            config.command_timeout_ms,
+        )?);
+        let scheduler = Scheduler::start(
+            Arc::clone(&firmware),
+            ram.clone(),
+            Arc::clone(&events),
+            config.tvb_policy,
+        );
         Ok(System {
             device: Arc::new(Device {
                 ram,
                 pool,
                 counters: Arc::new(Counters::default()),
                 dummy_page,
-                start: Instant::now(),
-                events: Arc::new(SyncEvents::default()),
+                events,
                 exports: Exports::default(),
-                tvb_policy: config.tvb_policy,
                 firmware,
+                scheduler,
                 next_object_id: AtomicU64::new(1),
                 next_file_id: AtomicU64::new(1),
                 objects: Mutex::new(HashMap::new()),

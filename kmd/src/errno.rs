@@ -9,7 +9,7 @@ use std::fmt;
 use crate::gem::GemError;
 use crate::params::ParamsError;
 use crate::queue::QueueError;
-use crate::submit::SubmitError;
+use crate::submit::{SubmitArgError, SubmitError};
 use crate::uaccess::Fault;
 use crate::vm::{BindError, VmError};
 
@@ -43,6 +43,12 @@ impl Errno {
     pub const ETIME: Errno = Errno(libc::ETIME);
     /// No such device (the firmware crashed).
     pub const ENODEV: Errno = Errno(libc::ENODEV);
+    /// I/O error: a GPU fault.
+    pub const EIO: Errno = Errno(libc::EIO);
+    /// Timed out: a GPU job exceeded its time budget.
+    pub const ETIMEDOUT: Errno = Errno(libc::ETIMEDOUT);
+    /// Cancelled: the work was dropped before it ran.
+    pub const ECANCELED: Errno = Errno(libc::ECANCELED);
     /// Operation not supported (GET_CAP of a KMS-only capability).
     pub const EOPNOTSUPP: Errno = Errno(libc::EOPNOTSUPP);
 
@@ -61,6 +67,9 @@ impl Errno {
             libc::ENOTTY => "ENOTTY",
             libc::ETIME => "ETIME",
             libc::ENODEV => "ENODEV",
+            libc::EIO => "EIO",
+            libc::ETIMEDOUT => "ETIMEDOUT",
+            libc::ECANCELED => "ECANCELED",
             libc::EOPNOTSUPP => "EOPNOTSUPP",
             _ => "E?",
         }
@@ -151,6 +160,30 @@ impl From<SubmitError> for Errno {
             | SubmitError::BadRender { .. }
             | SubmitError::BadCompute { .. }
             | SubmitError::BadSync { .. } => Errno::EINVAL,
+        }
+    }
+}
+
+impl From<SubmitArgError> for Errno {
+    fn from(e: SubmitArgError) -> Errno {
+        match e {
+            SubmitArgError::MustBeZero { .. }
+            | SubmitArgError::TooLarge { .. }
+            | SubmitArgError::NoFence { .. }
+            | SubmitArgError::BadTimestamp { .. } => Errno::EINVAL,
+            SubmitArgError::NoSuchQueue { .. }
+            | SubmitArgError::NoSuchSyncobj { .. }
+            | SubmitArgError::NoSuchTimestampBuffer { .. } => Errno::ENOENT,
+            SubmitArgError::Fault(_) => Errno::EFAULT,
+        }
+    }
+}
+
+impl From<crate::sched::SchedError> for Errno {
+    fn from(e: crate::sched::SchedError) -> Errno {
+        match e {
+            crate::sched::SchedError::OutOfMemory(_) => Errno::ENOMEM,
+            crate::sched::SchedError::Crashed => Errno::ENODEV,
         }
     }
 }

@@ -16,8 +16,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use agx_uapi::asahi::{
     self, BindObjectFlags, BindObjectOp, GemBindObject, GemBindOp, GemCreate, GemFlags,
-    GemMmapOffset, GetParams, GetTime, ParamsGlobal, QueueCreate, QueueDestroy, VmBind, VmCreate,
-    VmDestroy,
+    GemMmapOffset, GetParams, GetTime, ParamsGlobal, QueueCreate, QueueDestroy, Submit, Sync,
+    SyncType, Timestamp, VmBind, VmCreate, VmDestroy,
 };
 use agx_uapi::drm::{
     self, GemClose, GetCap, PrimeFlags, PrimeHandle, SyncobjArray, SyncobjCreate,
@@ -34,6 +34,7 @@ use crate::errno::Errno;
 use crate::gem::{GemError, GemObject, VmKey};
 use crate::params::{self, ParamsError};
 use crate::queue::{self, Queue, QueueError};
+use crate::submit::{Command, SubmitArgError};
 use crate::sync::{self, Fence, Syncobj, WaitError, WaitSpec};
 use crate::uaccess::{copy_from_user, copy_to_user, dup_user_fd};
 use crate::vm::{BindError, BindOp, Vm, VmError};
@@ -174,6 +175,9 @@ fn driver_ioctl(nr: u32) -> Option<IoctlDef> {
         asahi::nr::GEM_MMAP_OFFSET => def(asahi::DRM_IOCTL_ASAHI_GEM_MMAP_OFFSET, |f, d| {
             with(d, |v| f.gem_mmap_offset(v))
         }),
+        asahi::nr::SUBMIT => def(asahi::DRM_IOCTL_ASAHI_SUBMIT, |f, d| {
+            with(d, |v| f.submit(v))
+        }),
         _ => None,
     }
 }
@@ -270,6 +274,11 @@ impl File {
         }
         let nr = request & 0xFF;
         let def = if (DRM_COMMAND_BASE..0xA0).contains(&nr) {
+            // After a firmware crash the GPU is gone: every driver ioctl
+            // fails (the core ones still work, so clients can see fences).
+            if self.device.scheduler.crashed() {
+                return Err(Errno::ENODEV);
+            }
             driver_ioctl(nr - DRM_COMMAND_BASE)
         } else {
             core_ioctl(nr)
@@ -346,7 +355,7 @@ impl File {
         if t.flags != 0 {
             return Err(ParamsError::MustBeZero { field: "flags" }.into());
         }
-        t.gpu_timestamp = params::gpu_timestamp(self.device.start);
+        t.gpu_timestamp = params::gpu_timestamp();
         Ok(0)
     }
 
@@ -815,6 +824,24 @@ pub struct BoundObject {
     pub offset: u64,
     /// Length of the range.
     pub range: u64,
+    /// The range mapped for the firmware (which writes the timestamps).
+    pub firmware: Arc<FirmwareMapping>,
+}
+
+/// A range mapped into the firmware's address space; unmapped when the
+/// last holder (the binding, or in-flight work using it) lets go.
+#[derive(Debug)]
+pub struct FirmwareMapping {
+    link: Arc<crate::firmware::FirmwareLink>,
+    /// Its firmware address.
+    pub va: u64,
+    _object: Arc<GemObject>,
+}
+
+impl Drop for FirmwareMapping {
+    fn drop(&mut self) {
+        self.link.vm.free(self.va);
+    }
 }
 
 impl File {
@@ -848,6 +875,16 @@ impl File {
                 {
                     return Err(Errno::EINVAL);
                 }
+                let link = Arc::clone(self.device.firmware());
+                let va = link
+                    .vm
+                    .map(Arc::clone(object.memory()), b.offset, b.range)
+                    .map_err(|_| Errno::ENOMEM)?;
+                let firmware = Arc::new(FirmwareMapping {
+                    link,
+                    va,
+                    _object: Arc::clone(&object),
+                });
                 let mut state = self.state();
                 let handle = state.next_bound;
                 state.next_bound += 1;
@@ -857,6 +894,7 @@ impl File {
                         object,
                         offset: b.offset,
                         range: b.range,
+                        firmware,
                     },
                 );
                 b.object_handle = handle;
@@ -897,7 +935,13 @@ impl File {
             .ok_or(QueueError::NoSuchVm { vm_id: c.vm_id })?;
         let id = state.next_queue;
         state.next_queue += 1;
-        let queue = Queue::new(id, vm, priority, c.usc_exec_base, self.device.tvb_policy);
+        let queue = Queue::new(
+            id,
+            vm,
+            priority,
+            c.usc_exec_base,
+            Arc::clone(&self.device.scheduler),
+        )?;
         state.queues.insert(id, Arc::new(queue));
         c.queue_id = id;
         Ok(0)
@@ -914,6 +958,133 @@ impl File {
             }
             .into()
         })
+    }
+}
+
+/// The most syncs one SUBMIT takes.
+pub const MAX_SUBMIT_SYNCS: u64 = 1024;
+/// The largest SUBMIT command buffer: 64 of the largest commands with a
+/// full attachment list before each of them, with room to spare.
+pub const MAX_CMDBUF_BYTES: u64 = 64 * 1024;
+
+impl File {
+    // ---- submission -------------------------------------------------------
+
+    fn submit(&self, s: &mut Submit) -> Result<i32, Errno> {
+        if s.flags != 0 || s.pad != 0 {
+            let field = if s.flags != 0 { "flags" } else { "pad" };
+            return Err(SubmitArgError::MustBeZero { field }.into());
+        }
+        let queue = self.queue(s.queue_id).ok_or(SubmitArgError::NoSuchQueue {
+            queue_id: s.queue_id,
+        })?;
+        let sync_count = u64::from(s.in_sync_count) + u64::from(s.out_sync_count);
+        if sync_count > MAX_SUBMIT_SYNCS {
+            return Err(SubmitArgError::TooLarge {
+                what: "syncs",
+                value: sync_count,
+                limit: MAX_SUBMIT_SYNCS,
+            }
+            .into());
+        }
+        if u64::from(s.cmdbuf_size) > MAX_CMDBUF_BYTES {
+            return Err(SubmitArgError::TooLarge {
+                what: "cmdbuf_size",
+                value: u64::from(s.cmdbuf_size),
+                limit: MAX_CMDBUF_BYTES,
+            }
+            .into());
+        }
+        let mut sync_bytes = vec![0u8; sync_count as usize * size_of::<Sync>()];
+        if !sync_bytes.is_empty() {
+            copy_from_user(&mut sync_bytes, s.syncs).map_err(SubmitArgError::from)?;
+        }
+        let syncs: Vec<Sync> = sync_bytes
+            .chunks_exact(size_of::<Sync>())
+            .filter_map(|c| Sync::read_from_bytes(c).ok())
+            .collect();
+        let mut waits = Vec::new();
+        let mut signals = Vec::new();
+        for (index, sync) in syncs.iter().enumerate() {
+            let ty = crate::submit::check_sync(sync, index)?;
+            let syncobj = self
+                .syncobj(sync.handle)
+                .ok_or(SubmitArgError::NoSuchSyncobj {
+                    index,
+                    handle: sync.handle,
+                })?;
+            if index < s.in_sync_count as usize {
+                let fence = syncobj
+                    .fence_for(sync.timeline_value)
+                    .ok_or(SubmitArgError::NoFence { index })?;
+                waits.push(fence);
+            } else {
+                signals.push((syncobj, ty, sync.timeline_value));
+            }
+        }
+        let mut cmdbuf = vec![0u8; s.cmdbuf_size as usize];
+        copy_from_user(&mut cmdbuf, s.cmdbuf).map_err(SubmitArgError::from)?;
+        let commands = crate::submit::parse_commands(&cmdbuf)?;
+        let mut keep_alive: Vec<crate::sched::KeepAlive> = Vec::new();
+        let mut timestamps = Vec::with_capacity(commands.len());
+        for (index, command) in commands.iter().enumerate() {
+            let stamps: [Timestamp; 4] = match command {
+                Command::Render { cmd, .. } => [
+                    cmd.ts_vtx.start,
+                    cmd.ts_vtx.end,
+                    cmd.ts_frag.start,
+                    cmd.ts_frag.end,
+                ],
+                Command::Compute { cmd, .. } => [
+                    cmd.ts.start,
+                    cmd.ts.end,
+                    Timestamp::default(),
+                    Timestamp::default(),
+                ],
+            };
+            let mut resolved = [0u64; 4];
+            for (out, ts) in resolved.iter_mut().zip(stamps) {
+                if ts.handle == 0 {
+                    continue;
+                }
+                let bound =
+                    self.bound_object(ts.handle)
+                        .ok_or(SubmitArgError::NoSuchTimestampBuffer {
+                            index,
+                            handle: ts.handle,
+                        })?;
+                if u64::from(ts.offset) + 8 > bound.range || !ts.offset.is_multiple_of(8) {
+                    return Err(SubmitArgError::BadTimestamp {
+                        index,
+                        offset: ts.offset,
+                    }
+                    .into());
+                }
+                *out = bound.firmware.va + u64::from(ts.offset);
+                keep_alive.push(bound.firmware.clone());
+            }
+            timestamps.push(resolved);
+        }
+        for object in lock_vm(queue.vm()).objects() {
+            keep_alive.push(object);
+        }
+        keep_alive.push(Arc::clone(queue.vm()) as crate::sched::KeepAlive);
+        let fence = Fence::pending(Arc::clone(&self.device.events));
+        let job = crate::sched::Job {
+            waits,
+            commands,
+            timestamps,
+            fence: Arc::clone(&fence),
+            keep_alive,
+        };
+        self.device.scheduler.submit(queue.sched_id(), job)?;
+        for (syncobj, ty, point) in signals {
+            match ty {
+                SyncType::TimelineSyncobj => syncobj.add_point(point, Arc::clone(&fence)),
+                _ => syncobj.replace(Some(Arc::clone(&fence))),
+            }
+        }
+        Ok(0)
     }
 }
 

@@ -9,18 +9,22 @@
 //! the [`InitData`] block, the rings, the stamps and the status block
 //! there, and starts the firmware on it.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::collections::BTreeMap;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
-use agx_firmware_sim::firmware::{Firmware, Interrupt, NoEngine};
-use agx_fwif::messages::{FirmwareStatus, InitData, EVENT_SLOTS, INIT_MAGIC, INTERFACE_VERSION};
+use agx_firmware_sim::engine::Gpu;
+use agx_firmware_sim::firmware::{Firmware, Interrupt};
+use agx_fwif::messages::{
+    FirmwareStatus, InitData, EVENT_SLOTS, INIT_MAGIC, INTERFACE_VERSION, VM_SLOTS,
+};
 use agx_fwif::ring::{MemoryError, RingDesc, RingState, SharedMemory};
-use agx_hw::formats::UatMemAttr;
+use agx_hw::formats::{UatMemAttr, UatTtb};
 use agx_hw::uat::{self, Access, Permissions, PhysicalMemory, PAGE_BYTES};
 use zerocopy::{FromBytes, IntoBytes};
 
-use crate::mem::{AllocError, PagePool, PageTables, PhysRange, Ram};
+use crate::mem::{AllocError, PagePool, PageTables, PhysRange, Ram, VaAllocator};
+use crate::sync::SyncEvents;
 
 /// Start of the firmware's range.
 pub const FW_VA_START: u64 = 0xFFFF_FFA0_0000_0000;
@@ -35,16 +39,22 @@ const EVENT_ENTRIES: u32 = 256;
 const LOG_ENTRIES: u32 = 64;
 /// Entries of each submission ring.
 const PIPE_ENTRIES: u32 = 256;
-/// The firmware's per-command watchdog.
+/// The firmware's per-command watchdog by default.
 pub const COMMAND_TIMEOUT_MS: u32 = 5000;
 
 /// The firmware's address space (context 0's upper half).
 #[derive(Debug)]
 pub struct KernelVm {
     ram: Ram,
-    tables: Mutex<PageTables>,
-    next_va: AtomicU64,
-    objects: Mutex<Vec<Arc<PhysRange>>>,
+    inner: Mutex<KernelVmInner>,
+}
+
+#[derive(Debug)]
+struct KernelVmInner {
+    tables: PageTables,
+    va: VaAllocator,
+    /// What is mapped where: start -> (memory, mapped bytes).
+    objects: BTreeMap<u64, (Arc<PhysRange>, u64)>,
 }
 
 impl KernelVm {
@@ -53,52 +63,82 @@ impl KernelVm {
         let ram = pool.ram().clone();
         Ok(KernelVm {
             ram,
-            tables: Mutex::new(PageTables::new(pool)?),
-            next_va: AtomicU64::new(FW_VA_START),
-            objects: Mutex::new(Vec::new()),
+            inner: Mutex::new(KernelVmInner {
+                tables: PageTables::new(pool)?,
+                va: VaAllocator::new(FW_VA_START..FW_VA_END, PAGE_BYTES),
+                objects: BTreeMap::new(),
+            }),
         })
+    }
+
+    fn inner(&self) -> std::sync::MutexGuard<'_, KernelVmInner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The root table (ttb1).
     pub fn root_pa(&self) -> u64 {
-        self.tables
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .root_pa()
+        self.inner().tables.root_pa()
     }
 
     /// Allocates zeroed memory mapped for the firmware and the GPU
     /// (read-write, uncached: shared with the CPU); returns its address.
     pub fn alloc(&self, size_bytes: u64, name: &str) -> Result<u64, AllocError> {
         let memory = self.ram.allocate(size_bytes, name)?;
-        let pages = memory.len_bytes() / PAGE_BYTES;
+        let len = memory.len_bytes();
+        self.map(memory, 0, len)
+    }
+
+    /// Maps `len_bytes` of `memory` from `offset` (both page-aligned) for
+    /// the firmware; returns the address of its first byte.
+    pub fn map(
+        &self,
+        memory: Arc<PhysRange>,
+        offset: u64,
+        len_bytes: u64,
+    ) -> Result<u64, AllocError> {
+        let pages = len_bytes.div_ceil(PAGE_BYTES);
+        let mut inner = self.inner();
         // One unmapped guard page after every allocation.
-        let va = self
-            .next_va
-            .fetch_add((pages + 1) * PAGE_BYTES, Ordering::Relaxed);
-        if va + pages * PAGE_BYTES > FW_VA_END {
-            return Err(AllocError::OutOfMemory {
-                requested_bytes: size_bytes,
-                free_bytes: 0,
-            });
-        }
+        let va = inner.va.alloc((pages + 1) * PAGE_BYTES, PAGE_BYTES).ok_or(
+            AllocError::OutOfMemory {
+                requested_bytes: len_bytes,
+                free_bytes: inner.va.free_bytes(),
+            },
+        )?;
         let rw = Permissions {
             gpu_read: true,
             gpu_write: true,
             fw_read: true,
             fw_write: true,
         };
-        let base = memory.pa();
-        self.tables.lock().unwrap_or_else(|e| e.into_inner()).set(
-            va & (uat::USER_VA_END - 1),
-            pages,
-            |i| uat::page_pte(base + i * PAGE_BYTES, rw, UatMemAttr::Uncached).unwrap_or(0),
-        )?;
-        self.objects
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(memory);
+        let base = memory.pa() + offset;
+        let mapped = inner.tables.set(va & (uat::USER_VA_END - 1), pages, |i| {
+            uat::page_pte(base + i * PAGE_BYTES, rw, UatMemAttr::Uncached).unwrap_or(0)
+        });
+        if let Err(e) = mapped {
+            inner.va.free(va, (pages + 1) * PAGE_BYTES);
+            return Err(e);
+        }
+        inner.objects.insert(va, (memory, pages * PAGE_BYTES));
         Ok(va)
+    }
+
+    /// Unmaps (and, if nothing else holds it, frees) what [`KernelVm::alloc`]
+    /// or [`KernelVm::map`] put at `va`.
+    pub fn free(&self, va: u64) {
+        let mut inner = self.inner();
+        let Some((_memory, len)) = inner.objects.remove(&va) else {
+            return;
+        };
+        let _ = inner
+            .tables
+            .set(va & (uat::USER_VA_END - 1), len / PAGE_BYTES, |_| 0);
+        inner.va.free(va, len + PAGE_BYTES);
+    }
+
+    /// Bytes mapped for the firmware.
+    pub fn mapped_bytes(&self) -> u64 {
+        self.inner().objects.values().map(|(_, len)| len).sum()
     }
 }
 
@@ -164,11 +204,13 @@ impl SharedMemory for FirmwareView {
     }
 }
 
-/// The firmware -> kmd interrupt: counts raises and wakes whoever waits.
+/// The firmware -> kmd interrupt: counts raises and wakes whoever waits
+/// (the scheduler sleeps on the device's sync events, which it notifies).
 #[derive(Debug, Default)]
 pub struct Irq {
     count: Mutex<u64>,
     cond: Condvar,
+    events: Option<Arc<SyncEvents>>,
 }
 
 impl Irq {
@@ -192,6 +234,9 @@ impl Interrupt for Irq {
     fn raise(&self) {
         *self.count.lock().unwrap_or_else(|e| e.into_inner()) += 1;
         self.cond.notify_all();
+        if let Some(events) = &self.events {
+            events.notify();
+        }
     }
 }
 
@@ -223,19 +268,27 @@ fn ring(vm: &KernelVm, entries: u32, entry_bytes: u32, name: &str) -> Result<Rin
 }
 
 impl FirmwareLink {
-    /// Lays out the shared structures and boots the firmware on them.
-    pub fn boot(pool: Arc<PagePool>) -> Result<FirmwareLink, AllocError> {
+    /// Lays out the shared structures and boots the firmware on them,
+    /// with a per-command watchdog of `command_timeout_ms`; the interrupt
+    /// also notifies `events`.
+    pub fn boot(
+        pool: Arc<PagePool>,
+        events: Option<Arc<SyncEvents>>,
+        command_timeout_ms: u32,
+    ) -> Result<FirmwareLink, AllocError> {
+        let ram = pool.ram().clone();
         let vm = KernelVm::new(pool)?;
         let init = vm.alloc(size_of::<InitData>() as u64, "agx-fw-init")?;
         let mut init_data = InitData {
             magic: INIT_MAGIC,
             version: INTERFACE_VERSION,
-            command_timeout_ms: COMMAND_TIMEOUT_MS,
+            command_timeout_ms,
             device_control: ring(&vm, CONTROL_ENTRIES, 64, "agx-fw-control")?,
             events: ring(&vm, EVENT_ENTRIES, 64, "agx-fw-events")?,
             log: ring(&vm, LOG_ENTRIES, 128, "agx-fw-log")?,
             stamps: vm.alloc(EVENT_SLOTS as u64 * 4, "agx-fw-stamps")?,
             status: vm.alloc(size_of::<FirmwareStatus>() as u64, "agx-fw-status")?,
+            contexts: vm.alloc(VM_SLOTS as u64 * 8, "agx-fw-contexts")?,
             ..InitData::default()
         };
         for pipe in init_data.pipes.iter_mut() {
@@ -244,12 +297,16 @@ impl FirmwareLink {
         let view = FirmwareView::new(&vm);
         view.write(init, init_data.as_bytes())
             .map_err(|e| AllocError::Host(e.to_string()))?;
-        let irq = Arc::new(Irq::default());
+        let irq = Arc::new(Irq {
+            events,
+            ..Irq::default()
+        });
         let firmware = Firmware::boot(
             init,
             Arc::new(view.clone()),
+            Arc::new(ram),
             irq.clone(),
-            Box::new(NoEngine),
+            Box::new(Gpu::default()),
         );
         Ok(FirmwareLink {
             vm,
@@ -259,6 +316,35 @@ impl FirmwareLink {
             irq,
             firmware: Mutex::new(firmware),
         })
+    }
+
+    /// Points VM slot `slot` at the user page tables rooted at `root_pa`
+    /// (`None`: clears it).
+    pub fn set_context(&self, slot: u32, root_pa: Option<u64>) {
+        let raw = root_pa.map_or(0, |root| {
+            UatTtb {
+                valid: true,
+                root,
+                asid: slot,
+            }
+            .pack()
+            .map_or(0, u64::from_le_bytes)
+        });
+        let _ = self.view.write(
+            self.init_data.contexts + 8 * u64::from(slot),
+            &raw.to_le_bytes(),
+        );
+    }
+
+    /// Every event slot's stamp.
+    pub fn stamps(&self) -> [u32; EVENT_SLOTS] {
+        let mut bytes = [0u8; EVENT_SLOTS * 4];
+        let _ = self.view.read(self.init_data.stamps, &mut bytes);
+        let mut out = [0u32; EVENT_SLOTS];
+        for (value, chunk) in out.iter_mut().zip(bytes.chunks_exact(4)) {
+            *value = u32::from_le_bytes([chunk[0], chunk[1], chunk[2], chunk[3]]);
+        }
+        out
     }
 
     /// The firmware's status block.
@@ -299,7 +385,7 @@ mod tests {
     fn the_firmware_boots_through_its_page_tables() {
         let ram = Ram::new(256 << 20);
         let pool = Arc::new(PagePool::new(ram.clone()));
-        let link = FirmwareLink::boot(Arc::clone(&pool)).unwrap();
+        let link = FirmwareLink::boot(Arc::clone(&pool), None, COMMAND_TIMEOUT_MS).unwrap();
         let deadline = Instant::now() + Duration::from_secs(10);
         while link.status().map(|s| s.booted) != Some(1) {
             assert!(Instant::now() < deadline, "firmware did not boot");

@@ -10,9 +10,9 @@
 //!
 //! Status: the device ([`System`]), simulated RAM, GEM objects, VMs with
 //! UAT page tables and VM_BIND, GEM_BIND_OBJECT, GET_PARAMS/GET_TIME, binary
-//! and timeline syncobjs with their fds and sync files, PRIME, and the DRM
-//! core VERSION/GET_CAP/GEM_CLOSE are in place; the LD_PRELOAD shim comes
-//! next, queues and submission with "kmd part 2".
+//! and timeline syncobjs with their fds and sync files, PRIME, the DRM core
+//! VERSION/GET_CAP/GEM_CLOSE, queues and SUBMIT through the firmware
+//! interface ([`sched`]), and the parameter buffer are in place.
 //!
 //! `unsafe` code is confined to two modules: `mem::backing` (mapping
 //! memfds) and `uaccess` (copying from and to user pointers).
@@ -27,6 +27,7 @@ pub mod gem;
 pub mod mem;
 pub mod params;
 pub mod queue;
+pub mod sched;
 pub mod submit;
 pub mod sync;
 pub mod tvb;

@@ -5,8 +5,6 @@
 //! reports (user VA range, kernel range minimum, 64 commands per
 //! submission, 16 attachments, nanosecond timestamps).
 
-use std::time::Instant;
-
 use agx_uapi::asahi::{ParamsGlobal, DRM_ASAHI_PARAM_GROUP_GLOBAL};
 
 use crate::uaccess::Fault;
@@ -74,7 +72,8 @@ pub(crate) fn check_get_params(group: u32, pad: u32) -> Result<(), ParamsError> 
     Ok(())
 }
 
-/// The GPU timestamp: nanoseconds since the device started.
-pub(crate) fn gpu_timestamp(start: Instant) -> u64 {
-    u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX)
+/// The GPU timestamp: `CLOCK_MONOTONIC` in nanoseconds, the clock the
+/// firmware writes command timestamps with.
+pub(crate) fn gpu_timestamp() -> u64 {
+    u64::try_from(crate::sync::monotonic_now_ns()).unwrap_or(0)
 }

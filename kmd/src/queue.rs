@@ -5,13 +5,13 @@
 //! region its commands' 32-bit shader addresses are offsets into, and its
 //! own parameter buffer ([`crate::tvb`]). On hardware a queue is three
 //! firmware work queues, one per stage (vertex, fragment, compute); the
-//! firmware interface that feeds them arrives with SUBMIT.
+//! scheduler ([`crate::sched`]) owns them.
 
 use std::sync::{Arc, Mutex};
 
 use agx_uapi::asahi::Priority;
 
-use crate::tvb::{GrowthPolicy, Tvb};
+use crate::sched::Scheduler;
 use crate::vm::Vm;
 
 /// Why QUEUE_CREATE or QUEUE_DESTROY failed.
@@ -58,7 +58,9 @@ pub struct Queue {
     vm: Arc<Mutex<Vm>>,
     priority: Priority,
     usc_exec_base: u64,
-    tvb: Mutex<Tvb>,
+    scheduler: Arc<Scheduler>,
+    /// The scheduler's id of it.
+    sched_id: u64,
 }
 
 impl Queue {
@@ -67,15 +69,22 @@ impl Queue {
         vm: Arc<Mutex<Vm>>,
         priority: Priority,
         usc_exec_base: u64,
-        policy: GrowthPolicy,
-    ) -> Queue {
-        Queue {
+        scheduler: Arc<Scheduler>,
+    ) -> Result<Queue, crate::sched::SchedError> {
+        let sched_id = scheduler.create_queue(Arc::clone(&vm), priority as u32, usc_exec_base)?;
+        Ok(Queue {
             id,
             vm,
             priority,
             usc_exec_base,
-            tvb: Mutex::new(Tvb::new(policy)),
-        }
+            scheduler,
+            sched_id,
+        })
+    }
+
+    /// The scheduler's id of this queue.
+    pub fn sched_id(&self) -> u64 {
+        self.sched_id
     }
 
     /// The queue's id in its file.
@@ -100,6 +109,12 @@ impl Queue {
 
     /// Its parameter-buffer statistics.
     pub fn tvb_stats(&self) -> crate::tvb::TvbStats {
-        self.tvb.lock().unwrap_or_else(|e| e.into_inner()).stats()
+        self.scheduler.tvb_stats(self.sched_id).unwrap_or_default()
+    }
+}
+
+impl Drop for Queue {
+    fn drop(&mut self) {
+        self.scheduler.destroy_queue(self.sched_id);
     }
 }

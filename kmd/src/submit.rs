@@ -98,6 +98,67 @@ pub enum SubmitError {
     },
 }
 
+/// Why a SUBMIT is refused before its commands are parsed, or after.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SubmitArgError {
+    /// `flags` or `pad` is not zero.
+    #[error("{field} must be zero")]
+    MustBeZero {
+        /// The field.
+        field: &'static str,
+    },
+    /// More syncs or a larger command buffer than the kernel accepts.
+    #[error("{what}: {value} exceeds the limit of {limit}")]
+    TooLarge {
+        /// Which count.
+        what: &'static str,
+        /// The value given.
+        value: u64,
+        /// The limit.
+        limit: u64,
+    },
+    /// No queue with this id: `ENOENT`.
+    #[error("no queue {queue_id}")]
+    NoSuchQueue {
+        /// The id.
+        queue_id: u32,
+    },
+    /// A sync names no syncobj: `ENOENT`.
+    #[error("sync {index}: no syncobj {handle}")]
+    NoSuchSyncobj {
+        /// Which entry.
+        index: usize,
+        /// The handle.
+        handle: u32,
+    },
+    /// A wait on a syncobj (point) that has no fence: `EINVAL`, as
+    /// `drm_syncobj_find_fence` without WAIT_FOR_SUBMIT.
+    #[error("sync {index}: nothing to wait for")]
+    NoFence {
+        /// Which entry.
+        index: usize,
+    },
+    /// A timestamp names no GEM_BIND_OBJECT binding: `ENOENT`.
+    #[error("command {index}: no timestamp buffer {handle}")]
+    NoSuchTimestampBuffer {
+        /// Which command.
+        index: usize,
+        /// The handle.
+        handle: u32,
+    },
+    /// A timestamp offset past its buffer (or not 8-byte aligned).
+    #[error("command {index}: timestamp offset {offset} outside its buffer")]
+    BadTimestamp {
+        /// Which command.
+        index: usize,
+        /// The offset.
+        offset: u32,
+    },
+    /// The syncs or the command buffer could not be read: `EFAULT`.
+    #[error(transparent)]
+    Fault(#[from] crate::uaccess::Fault),
+}
+
 /// What a command waits for on one subqueue (render or compute).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Barrier {

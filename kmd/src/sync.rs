@@ -37,6 +37,19 @@ impl SyncEvents {
     fn generation(&self) -> MutexGuard<'_, u64> {
         self.generation.lock().unwrap_or_else(|e| e.into_inner())
     }
+
+    /// The current generation (it changes on every notification).
+    pub fn current(&self) -> u64 {
+        *self.generation()
+    }
+
+    /// Sleeps until the generation moves past `since`, or `timeout`.
+    pub fn wait_change(&self, since: u64, timeout: Duration) {
+        let guard = self.generation();
+        if *guard == since {
+            let _ = self.cond.wait_timeout(guard, timeout);
+        }
+    }
 }
 
 /// Nanoseconds of `CLOCK_MONOTONIC` now.

@@ -21,7 +21,7 @@ use agx_uapi::asahi::{BindFlags, GemBindOp};
 
 use crate::device::Counters;
 use crate::gem::GemObject;
-use crate::mem::{AllocError, PagePool, PageTables, PhysRange};
+use crate::mem::{AllocError, PagePool, PageTables, PhysRange, VaAllocator};
 use crate::uaccess::Fault;
 
 /// The first user address (GET_PARAMS `vm_start`).
@@ -225,6 +225,10 @@ pub struct Vm {
     kernel_range: Range<u64>,
     tables: PageTables,
     extents: BTreeMap<u64, Extent>,
+    /// The lower half of the kernel range: GPU-shared kernel objects.
+    kernel_va: VaAllocator,
+    /// Kernel mappings: start -> (memory, bytes).
+    kernel_objects: BTreeMap<u64, (Arc<PhysRange>, u64)>,
     _dummy: Arc<PhysRange>,
     counters: Arc<Counters>,
 }
@@ -268,8 +272,11 @@ impl Vm {
         let pte = uat::page_pte(dummy.pa(), rw, UatMemAttr::Cached).unwrap_or(0);
         tables.set(uat::DUMMY_PAGE_VA, 1, |_| pte)?;
         counters.vms.fetch_add(1, Ordering::Relaxed);
+        let shared_end = kernel_range.start + (kernel_range.end - kernel_range.start) / 2;
         Ok(Vm {
             id,
+            kernel_va: VaAllocator::new(kernel_range.start..shared_end, PAGE_BYTES),
+            kernel_objects: BTreeMap::new(),
             kernel_range,
             tables,
             extents: BTreeMap::new(),
@@ -311,6 +318,62 @@ impl Vm {
                 single_page: e.single_page,
             })
             .collect()
+    }
+
+    /// Every object the user mappings hold (each once): what in-flight
+    /// work must keep alive.
+    pub fn objects(&self) -> Vec<Arc<GemObject>> {
+        let mut seen = std::collections::BTreeSet::new();
+        self.extents
+            .values()
+            .filter(|e| seen.insert(e.object.id()))
+            .map(|e| Arc::clone(&e.object))
+            .collect()
+    }
+
+    /// Maps `memory` into the shared half of the kernel range, GPU
+    /// read-write, at an address aligned to `align_bytes`; returns it.
+    pub fn map_kernel(
+        &mut self,
+        memory: Arc<PhysRange>,
+        align_bytes: u64,
+    ) -> Result<u64, AllocError> {
+        let len = memory.len_bytes();
+        let va = self
+            .kernel_va
+            .alloc(len, align_bytes)
+            .ok_or(AllocError::OutOfMemory {
+                requested_bytes: len,
+                free_bytes: self.kernel_va.free_bytes(),
+            })?;
+        let rw = Permissions {
+            gpu_read: true,
+            gpu_write: true,
+            ..Permissions::default()
+        };
+        let base = memory.pa();
+        let mapped = self.tables.set(va, len / PAGE_BYTES, |i| {
+            uat::page_pte(base + i * PAGE_BYTES, rw, UatMemAttr::Cached).unwrap_or(0)
+        });
+        if let Err(e) = mapped {
+            self.kernel_va.free(va, len);
+            return Err(e);
+        }
+        self.kernel_objects.insert(va, (memory, len));
+        Ok(va)
+    }
+
+    /// Unmaps what [`Vm::map_kernel`] put at `va`.
+    pub fn unmap_kernel(&mut self, va: u64) {
+        if let Some((_, len)) = self.kernel_objects.remove(&va) {
+            let _ = self.tables.set(va, len / PAGE_BYTES, |_| 0);
+            self.kernel_va.free(va, len);
+        }
+    }
+
+    /// Bytes mapped in the kernel range.
+    pub fn kernel_mapped_bytes(&self) -> u64 {
+        self.kernel_objects.values().map(|(_, len)| len).sum()
     }
 
     /// Checks one bind op's arguments (not the handle) and returns the

@@ -3,7 +3,9 @@
 pub mod backing;
 pub mod pagetable;
 pub mod phys;
+pub mod va;
 
 pub use backing::Backing;
 pub use pagetable::{PagePool, PageTables};
 pub use phys::{AllocError, PhysRange, Ram, RAM_BASE};
+pub use va::VaAllocator;

@@ -1,0 +1,201 @@
+//! The GPU's data masters: what runs a RunVertex, RunFragment or
+//! RunCompute command once the firmware has dequeued it.
+//!
+//! On AGX the firmware does not execute work itself: it programs the
+//! command's registers and kicks a *data master*, the front end that walks
+//! a control stream in GPU memory. The compute data master (CDM) reads a
+//! stream of blocks, each tagged in bits 29..31 of its first word: a
+//! launch (a kernel dispatch), a barrier, a link to another stream
+//! segment, or a terminate. Every read goes through the GPU MMU with the
+//! command's VM context, so an unmapped stream faults at the exact address
+//! the hardware would report.
+//!
+//! [`Gpu`] walks CDM streams: barriers and links are followed, a
+//! terminate completes the command, and a stream that never terminates
+//! (a link loop) runs into the firmware's watchdog as it would on
+//! hardware. Kernel launches and the render pipeline (VDM, tiling,
+//! fragment) are the GPU execution work; until then they end in a fault
+//! of reason [`FAULT_UNSUPPORTED_WORK`] at the block's address.
+
+use std::time::Instant;
+
+use agx_fwif::messages::{CommandTag, FaultUnit, RunComputeBody, FAULT_UNSUPPORTED_WORK};
+use agx_fwif::ring::SharedMemory;
+use agx_hw::formats::{CdmBlockType, CdmStreamLink, UatFaultReason};
+use agx_hw::uat::{self, Access, PhysicalMemory, UatFault, PAGE_BYTES};
+use zerocopy::FromBytes;
+
+/// What the execution engine did with a Run command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EngineResult {
+    /// It completed.
+    Done,
+    /// It faulted.
+    Fault {
+        /// The GPU address.
+        address: u64,
+        /// The unit ([`FaultUnit`] as u32).
+        unit: u32,
+        /// 0 read, 1 write, 2 fetch.
+        access: u32,
+        /// The reason code (a `UatFaultReason`, or
+        /// [`FAULT_UNSUPPORTED_WORK`]).
+        reason: u32,
+    },
+    /// It ran out of time and was stopped.
+    Timeout,
+}
+
+impl EngineResult {
+    /// The fault a failed translation raises for `unit`.
+    pub fn from_uat(fault: &UatFault, unit: FaultUnit) -> EngineResult {
+        EngineResult::Fault {
+            address: fault.va,
+            unit: unit as u32,
+            access: u32::from(!fault.read),
+            reason: fault.reason.to_raw(),
+        }
+    }
+
+    fn unsupported(address: u64, unit: FaultUnit) -> EngineResult {
+        EngineResult::Fault {
+            address,
+            unit: unit as u32,
+            access: 0,
+            reason: FAULT_UNSUPPORTED_WORK,
+        }
+    }
+}
+
+/// Everything a command runs with.
+pub struct RunContext<'a> {
+    /// The command object's (firmware) address.
+    pub command: u64,
+    /// The command's body (the bytes after its header).
+    pub body: &'a [u8],
+    /// The command's VM context slot.
+    pub vm_slot: u32,
+    /// The root of that context's user page tables (`None`: the slot has
+    /// no valid table).
+    pub ttb0: Option<u64>,
+    /// Physical memory, as the GPU's fabric sees it.
+    pub memory: &'a dyn PhysicalMemory,
+    /// Memory as the firmware sees it.
+    pub firmware: &'a dyn SharedMemory,
+    /// When the firmware's watchdog stops the command.
+    pub deadline: Instant,
+}
+
+/// Runs RunVertex/RunFragment/RunCompute commands.
+pub trait Engine: Send {
+    /// Runs one command.
+    fn run(&mut self, tag: CommandTag, ctx: &RunContext<'_>) -> EngineResult;
+}
+
+/// An engine that runs nothing: every command is unsupported work.
+#[derive(Debug, Default)]
+pub struct NoEngine;
+
+impl Engine for NoEngine {
+    fn run(&mut self, _: CommandTag, ctx: &RunContext<'_>) -> EngineResult {
+        EngineResult::unsupported(ctx.command, FaultUnit::Firmware)
+    }
+}
+
+/// The user half of a VM context, as the GPU reads it.
+pub struct GpuVm<'a> {
+    memory: &'a dyn PhysicalMemory,
+    root: u64,
+}
+
+impl<'a> GpuVm<'a> {
+    /// The context rooted at `root`.
+    pub fn new(memory: &'a dyn PhysicalMemory, root: u64) -> GpuVm<'a> {
+        GpuVm { memory, root }
+    }
+
+    /// Reads `buf.len()` bytes at GPU address `va`.
+    pub fn read(&self, va: u64, buf: &mut [u8]) -> Result<(), UatFault> {
+        let mut done = 0;
+        while done < buf.len() {
+            let at = va.wrapping_add(done as u64);
+            let t = uat::translate(self.memory, self.root, at, Access::GpuRead)?;
+            let chunk = ((PAGE_BYTES - at % PAGE_BYTES) as usize).min(buf.len() - done);
+            self.memory
+                .read(t.pa, &mut buf[done..done + chunk])
+                .map_err(|_| UatFault {
+                    va: at,
+                    reason: UatFaultReason::Unmapped,
+                    level: 0,
+                    read: true,
+                })?;
+            done += chunk;
+        }
+        Ok(())
+    }
+
+    /// Reads a little-endian u32.
+    pub fn read_u32(&self, va: u64) -> Result<u32, UatFault> {
+        let mut word = [0u8; 4];
+        self.read(va, &mut word)?;
+        Ok(u32::from_le_bytes(word))
+    }
+}
+
+/// The GPU's data masters.
+#[derive(Debug, Default)]
+pub struct Gpu {
+    /// CDM blocks walked, over all commands.
+    pub cdm_blocks: u64,
+}
+
+/// Blocks walked between watchdog checks.
+const WATCHDOG_STRIDE: u64 = 4096;
+
+impl Gpu {
+    fn run_compute(&mut self, ctx: &RunContext<'_>) -> EngineResult {
+        let Ok(body) = RunComputeBody::read_from_prefix(ctx.body).map(|(b, _)| b) else {
+            return EngineResult::unsupported(ctx.command, FaultUnit::Firmware);
+        };
+        let Some(root) = ctx.ttb0 else {
+            return EngineResult::unsupported(body.compute.cdm_ctrl_stream_base, FaultUnit::Cdm);
+        };
+        let vm = GpuVm::new(ctx.memory, root);
+        let mut pc = body.compute.cdm_ctrl_stream_base;
+        let mut walked = 0u64;
+        loop {
+            walked += 1;
+            if walked.is_multiple_of(WATCHDOG_STRIDE) && Instant::now() >= ctx.deadline {
+                return EngineResult::Timeout;
+            }
+            let word = match vm.read_u32(pc) {
+                Ok(word) => word,
+                Err(fault) => return EngineResult::from_uat(&fault, FaultUnit::Cdm),
+            };
+            self.cdm_blocks += 1;
+            match CdmBlockType::from_raw(word >> 29) {
+                CdmBlockType::StreamTerminate => return EngineResult::Done,
+                CdmBlockType::Barrier => pc = pc.wrapping_add(4),
+                CdmBlockType::StreamLink => {
+                    let mut block = [0u8; 8];
+                    if let Err(fault) = vm.read(pc, &mut block) {
+                        return EngineResult::from_uat(&fault, FaultUnit::Cdm);
+                    }
+                    pc = CdmStreamLink::unpack(&block).value.target;
+                }
+                CdmBlockType::Launch | CdmBlockType::Unknown(_) => {
+                    return EngineResult::unsupported(pc, FaultUnit::Cdm)
+                }
+            }
+        }
+    }
+}
+
+impl Engine for Gpu {
+    fn run(&mut self, tag: CommandTag, ctx: &RunContext<'_>) -> EngineResult {
+        match tag {
+            CommandTag::RunCompute => self.run_compute(ctx),
+            _ => EngineResult::unsupported(ctx.command, FaultUnit::Firmware),
+        }
+    }
+}

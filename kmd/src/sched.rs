@@ -1,0 +1,1091 @@
+//! The GPU scheduler: from SUBMIT to signalled fences.
+//!
+//! Each user queue is three firmware work queues, one per stage (vertex,
+//! fragment, compute): rings of addresses of command objects the firmware
+//! runs in order. A submission becomes commands on those rings: a render
+//! pass is a RunVertex on the vertex queue and a Barrier (on that vertex
+//! command's stamp) plus RunFragment on the fragment queue; a dispatch is
+//! a RunCompute; SUBMIT's vdm/cdm barriers become Barrier commands on
+//! the waiting stage; a parameter buffer that grew gets an InitBuffer.
+//! Every command advances its stage's *event slot* stamp by 0x100 when it
+//! completes, so a submission is done when each stage it used reached its
+//! last command's stamp.
+//!
+//! One scheduler thread per device does what drm_sched and the kernel's
+//! event handler do: it holds submissions until their in-fences have
+//! signalled (the ioctl never blocks), hands them to the firmware when
+//! the event slots, VM context slot and ring space they need are free,
+//! reads the firmware's event ring (faults, timeouts, crashes) and its
+//! log, and retires finished submissions by signalling their fences:
+//! `EIO` for a fault, `ETIMEDOUT` for a timeout, `ECANCELED` for work
+//! dropped before it ran, `ENODEV` after a firmware crash. A fault fails
+//! only the submission whose command faulted; the queue, and every other
+//! queue, keep running.
+//!
+//! Event slots and VM slots are scarce (128 and 63) and held only while a
+//! stage or VM has work on the GPU, so any number of queues can exist.
+
+use std::any::Any;
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use agx_fwif::messages::{
+    stamp_reached, BarrierBody, CommandHeader, CommandTag, DeviceControlKind, DeviceControlMsg,
+    EventKind, EventMsg, InitBufferBody, LogMsg, RunComputeBody, RunRenderBody, RunWorkQueueMsg,
+    TvbInfo, WorkQueueInfo, EVENT_SLOTS, MAX_ATTACHMENTS, MAX_COMMAND_BYTES, PRIORITIES,
+    STAMP_STEP, TVB_PAGE_BYTES, VM_SLOTS, WORK_QUEUE_ENTRIES,
+};
+use agx_fwif::ring::{RingDesc, RingState, SharedMemory};
+use agx_uapi::asahi::{Attachment, CmdRender};
+use zerocopy::{FromBytes, FromZeros, Immutable, IntoBytes};
+
+use crate::errno::Errno;
+use crate::file::lock_vm;
+use crate::firmware::FirmwareLink;
+use crate::mem::{AllocError, Ram};
+use crate::submit::{Barrier, Command};
+use crate::sync::{Fence, PointFence, SyncEvents};
+use crate::tvb::{self, GrowthPolicy, RenderReport, Tvb, TvbStats};
+use crate::vm::Vm;
+
+/// Commands a stage may have on the GPU at once (its command slab).
+pub const STAGE_COMMAND_SLOTS: u32 = 256;
+/// Bytes of one command slot.
+const COMMAND_SLOT_BYTES: u64 = 1024;
+const _: () = assert!(MAX_COMMAND_BYTES as u64 <= COMMAND_SLOT_BYTES);
+const _: () = assert!(WORK_QUEUE_ENTRIES.is_multiple_of(STAGE_COMMAND_SLOTS));
+/// Offset of `cpu_write_index` in [`WorkQueueInfo`] (the kmd writes only it).
+const WQ_CPU_WRITE_INDEX: u64 = 16;
+const _: () = assert!(std::mem::offset_of!(WorkQueueInfo, cpu_write_index) == 16);
+/// How long the scheduler sleeps when nothing happens.
+const IDLE_POLL: Duration = Duration::from_millis(50);
+
+/// A stage of a queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+enum Stage {
+    Vertex = 0,
+    Fragment = 1,
+    Compute = 2,
+}
+
+const STAGES: [Stage; 3] = [Stage::Vertex, Stage::Fragment, Stage::Compute];
+
+/// Firmware-side state of one stage of a queue.
+#[derive(Debug, Clone)]
+struct StageState {
+    /// Its [`WorkQueueInfo`].
+    info: u64,
+    /// Its ring of command addresses.
+    ring: u64,
+    /// [`STAGE_COMMAND_SLOTS`] command objects.
+    slab: u64,
+    /// The next ring entry the kmd writes.
+    write_index: u32,
+    /// Commands handed to the firmware and not yet retired.
+    in_flight: u32,
+    /// The event slot its commands stamp, while it has work.
+    slot: Option<u32>,
+    /// The stamp of its last command (valid while `slot` is held).
+    last_value: u32,
+    /// Not yet run by the firmware.
+    is_new: bool,
+}
+
+/// A queue's parameter buffer: blocks mapped in its VM's kernel range,
+/// and the block list and control block the firmware reads.
+#[derive(Debug)]
+struct TvbHeap {
+    policy: Tvb,
+    /// [`TvbInfo`] address (firmware).
+    info: u64,
+    /// Block list address (firmware).
+    block_list: u64,
+    /// VM addresses of the mapped chunks of blocks.
+    chunks: Vec<u64>,
+    /// Blocks mapped.
+    mapped_blocks: u64,
+    /// Firmware render reports consumed.
+    renders_seen: u32,
+    overflows_seen: u32,
+    partials_seen: u32,
+}
+
+/// Everything the scheduler keeps about a queue.
+#[derive(Debug)]
+struct QueueHw {
+    vm: Arc<Mutex<Vm>>,
+    /// Firmware priority: 0 highest.
+    priority: usize,
+    usc_exec_base: u64,
+    stages: [StageState; 3],
+    tvb: TvbHeap,
+    /// Submissions not yet on the GPU, in order.
+    pending: VecDeque<Job>,
+    /// Destroyed by userspace: freed once its work has retired.
+    destroyed: bool,
+    /// Firmware allocations to free with it.
+    firmware_allocations: Vec<u64>,
+    /// An InitBuffer must precede the next render.
+    tvb_dirty: bool,
+}
+
+/// Something in-flight work keeps alive.
+pub type KeepAlive = Arc<dyn Any + Send + Sync>;
+
+/// Firmware addresses of a command's timestamps (0: none): vertex or
+/// compute start/end, then fragment start/end.
+pub type CommandTimestamps = [u64; 4];
+
+/// A submission waiting to run.
+#[derive(Debug)]
+pub struct Job {
+    /// Fences to wait for.
+    pub waits: Vec<PointFence>,
+    /// Its commands.
+    pub commands: Vec<Command>,
+    /// Timestamps per command.
+    pub timestamps: Vec<CommandTimestamps>,
+    /// Signalled when it completes.
+    pub fence: Arc<Fence>,
+    /// What must live until it completes (the VM's objects, timestamp
+    /// buffers).
+    pub keep_alive: Vec<KeepAlive>,
+}
+
+/// A part of a running job: its commands on one stage.
+#[derive(Debug, Clone, Copy)]
+struct Segment {
+    stage: Stage,
+    slot: u32,
+    first: u32,
+    last: u32,
+    commands: u32,
+}
+
+#[derive(Debug)]
+struct RunningJob {
+    queue: u64,
+    segments: Vec<Segment>,
+    fence: Arc<Fence>,
+    error: Option<Errno>,
+    vm_key: usize,
+    _keep_alive: Vec<KeepAlive>,
+}
+
+/// Counters, for tests and tools.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SchedStats {
+    /// Submissions accepted.
+    pub submitted: u64,
+    /// Submissions handed to the firmware.
+    pub dispatched: u64,
+    /// Submissions retired without error.
+    pub completed: u64,
+    /// Submissions failed by a GPU fault.
+    pub faulted: u64,
+    /// Submissions failed by a timeout.
+    pub timed_out: u64,
+    /// Submissions dropped before they ran.
+    pub cancelled: u64,
+    /// Commands written to work queues.
+    pub commands: u64,
+    /// Event slots held now.
+    pub event_slots_in_use: u64,
+    /// VM slots held now.
+    pub vm_slots_in_use: u64,
+    /// Queues alive (including destroyed ones with work in flight).
+    pub queues: u64,
+    /// The last GPU fault: (GPU address, unit, reason).
+    pub last_fault: Option<(u64, u32, u32)>,
+}
+
+#[derive(Debug)]
+struct State {
+    queues: BTreeMap<u64, QueueHw>,
+    running: Vec<RunningJob>,
+    free_event_slots: Vec<u32>,
+    /// Last stamp value handed out per event slot (values only grow).
+    slot_values: [u32; EVENT_SLOTS],
+    free_vm_slots: Vec<u32>,
+    /// VM (by its Arc's address) -> (slot, running jobs).
+    vm_slots: HashMap<usize, (u32, usize)>,
+    next_queue: u64,
+    stats: SchedStats,
+}
+
+/// Why a queue could not be created.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SchedError {
+    /// Memory for the work queues or the parameter buffer ran out.
+    #[error(transparent)]
+    OutOfMemory(#[from] AllocError),
+    /// The firmware crashed: the device is gone.
+    #[error("the GPU firmware crashed")]
+    Crashed,
+}
+
+/// The device's scheduler.
+#[derive(Debug)]
+pub struct Scheduler {
+    link: Arc<FirmwareLink>,
+    ram: Ram,
+    events: Arc<SyncEvents>,
+    policy: GrowthPolicy,
+    state: Mutex<State>,
+    crashed: AtomicBool,
+    stop: AtomicBool,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+fn write<T: IntoBytes + Immutable>(memory: &dyn SharedMemory, address: u64, value: &T) {
+    // The kmd's own allocations are always mapped; a failure here is a
+    // bug the firmware will report as a crash.
+    if let Err(e) = memory.write(address, value.as_bytes()) {
+        tracing::error!(%e, "kmd write to firmware memory failed");
+    }
+}
+
+fn read<T: FromBytes>(memory: &dyn SharedMemory, address: u64) -> Option<T> {
+    let mut buf = vec![0u8; size_of::<T>()];
+    memory.read(address, &mut buf).ok()?;
+    T::read_from_bytes(&buf).ok()
+}
+
+fn ring_room(memory: &dyn SharedMemory, ring: &RingDesc) -> u32 {
+    let Some(state) = read::<RingState>(memory, ring.state) else {
+        return 0;
+    };
+    let used = (state.write_index + ring.entry_count - state.read_index) % ring.entry_count;
+    ring.entry_count - 1 - used
+}
+
+impl Scheduler {
+    /// Starts the scheduler of a device.
+    pub fn start(
+        link: Arc<FirmwareLink>,
+        ram: Ram,
+        events: Arc<SyncEvents>,
+        policy: GrowthPolicy,
+    ) -> Arc<Scheduler> {
+        let scheduler = Arc::new(Scheduler {
+            link,
+            ram,
+            events,
+            policy,
+            state: Mutex::new(State {
+                queues: BTreeMap::new(),
+                running: Vec::new(),
+                free_event_slots: (0..EVENT_SLOTS as u32).rev().collect(),
+                slot_values: [0; EVENT_SLOTS],
+                free_vm_slots: (1..VM_SLOTS as u32).rev().collect(),
+                vm_slots: HashMap::new(),
+                next_queue: 1,
+                stats: SchedStats::default(),
+            }),
+            crashed: AtomicBool::new(false),
+            stop: AtomicBool::new(false),
+            thread: Mutex::new(None),
+        });
+        let worker = Arc::clone(&scheduler);
+        let thread = std::thread::Builder::new()
+            .name("agx-sched".into())
+            .spawn(move || worker.run())
+            .ok();
+        *scheduler.thread.lock().unwrap_or_else(|e| e.into_inner()) = thread;
+        scheduler
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether the firmware has crashed (every later ioctl is `ENODEV`).
+    pub fn crashed(&self) -> bool {
+        self.crashed.load(Ordering::Acquire)
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> SchedStats {
+        let state = self.state();
+        SchedStats {
+            event_slots_in_use: (EVENT_SLOTS - state.free_event_slots.len()) as u64,
+            vm_slots_in_use: state.vm_slots.len() as u64,
+            queues: state.queues.len() as u64,
+            ..state.stats
+        }
+    }
+
+    /// Stops the thread (the device is going away).
+    pub fn shutdown(&self) {
+        self.stop.store(true, Ordering::Release);
+        self.events.notify();
+        let thread = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(thread) = thread {
+            let _ = thread.join();
+        }
+        // Whatever never ran or never finished is cancelled.
+        let mut state = self.state();
+        let running: Vec<RunningJob> = state.running.drain(..).collect();
+        for job in running {
+            job.fence.signal(Some(Errno::ECANCELED));
+        }
+        for queue in state.queues.values_mut() {
+            for job in queue.pending.drain(..) {
+                job.fence.signal(Some(Errno::ECANCELED));
+            }
+        }
+    }
+
+    // ---- queues ----------------------------------------------------------
+
+    /// Creates the firmware half of a queue: its three work queues and its
+    /// parameter buffer. Returns the queue's scheduler id.
+    pub fn create_queue(
+        &self,
+        vm: Arc<Mutex<Vm>>,
+        uapi_priority: u32,
+        usc_exec_base: u64,
+    ) -> Result<u64, SchedError> {
+        if self.crashed() {
+            return Err(SchedError::Crashed);
+        }
+        let id = {
+            let mut state = self.state();
+            state.next_queue += 1;
+            state.next_queue - 1
+        };
+        let fw = &self.link.vm;
+        let mut allocations = Vec::new();
+        let result = (|| -> Result<QueueHw, AllocError> {
+            let mut alloc = |bytes: u64, name: &str| -> Result<u64, AllocError> {
+                let va = fw.alloc(bytes, name)?;
+                allocations.push(va);
+                Ok(va)
+            };
+            let mut stages = Vec::new();
+            for _ in STAGES {
+                let info = alloc(size_of::<WorkQueueInfo>() as u64, "agx-wq-info")?;
+                let ring = alloc(u64::from(WORK_QUEUE_ENTRIES) * 8, "agx-wq-ring")?;
+                let slab = alloc(
+                    u64::from(STAGE_COMMAND_SLOTS) * COMMAND_SLOT_BYTES,
+                    "agx-wq-commands",
+                )?;
+                stages.push(StageState {
+                    info,
+                    ring,
+                    slab,
+                    write_index: 0,
+                    in_flight: 0,
+                    slot: None,
+                    last_value: 0,
+                    is_new: true,
+                });
+            }
+            let info = alloc(size_of::<TvbInfo>() as u64, "agx-tvb-info")?;
+            let block_list = alloc(tvb::MAX_BLOCKS * 4, "agx-tvb-blocks")?;
+            let mut queue = QueueHw {
+                vm,
+                priority: (PRIORITIES as u32 - 1).saturating_sub(uapi_priority) as usize,
+                usc_exec_base,
+                stages: [stages[0].clone(), stages[1].clone(), stages[2].clone()],
+                tvb: TvbHeap {
+                    policy: Tvb::new(self.policy),
+                    info,
+                    block_list,
+                    chunks: Vec::new(),
+                    mapped_blocks: 0,
+                    renders_seen: 0,
+                    overflows_seen: 0,
+                    partials_seen: 0,
+                },
+                pending: VecDeque::new(),
+                destroyed: false,
+                firmware_allocations: Vec::new(),
+                tvb_dirty: true,
+            };
+            for stage in &queue.stages {
+                let mut wq = WorkQueueInfo {
+                    ring: stage.ring,
+                    entries: WORK_QUEUE_ENTRIES,
+                    ..WorkQueueInfo::default()
+                };
+                if stage.info == queue.stages[0].info {
+                    wq.buffer = info;
+                }
+                write(&self.link.view, stage.info, &wq);
+            }
+            write(
+                &self.link.view,
+                info,
+                &TvbInfo {
+                    buffer_id: id as u32,
+                    ..TvbInfo::default()
+                },
+            );
+            self.grow_tvb(&mut queue, tvb::INITIAL_BLOCKS)?;
+            Ok(queue)
+        })();
+        match result {
+            Ok(mut queue) => {
+                queue.firmware_allocations = allocations;
+                self.state().queues.insert(id, queue);
+                Ok(id)
+            }
+            Err(e) => {
+                for va in allocations {
+                    fw.free(va);
+                }
+                Err(e.into())
+            }
+        }
+    }
+
+    /// Maps more parameter-buffer blocks so the heap has `blocks`.
+    fn grow_tvb(&self, queue: &mut QueueHw, blocks: u64) -> Result<(), AllocError> {
+        let heap = &mut queue.tvb;
+        if blocks <= heap.mapped_blocks {
+            return Ok(());
+        }
+        let new_blocks = blocks - heap.mapped_blocks;
+        let memory = self
+            .ram
+            .allocate(new_blocks * tvb::BLOCK_BYTES, "agx-tvb")?;
+        let va = lock_vm(&queue.vm).map_kernel(memory, tvb::BLOCK_BYTES)?;
+        heap.chunks.push(va);
+        let entries: Vec<u32> = (0..new_blocks)
+            .map(|i| ((va + i * tvb::BLOCK_BYTES) / TVB_PAGE_BYTES) as u32)
+            .collect();
+        let _ = self
+            .link
+            .view
+            .write(heap.block_list + 4 * heap.mapped_blocks, entries.as_bytes());
+        heap.mapped_blocks = blocks;
+        let mut info: TvbInfo = read(&self.link.view, heap.info).unwrap_or_default();
+        info.block_list = heap.block_list;
+        info.block_count = blocks as u32;
+        write(&self.link.view, heap.info, &info);
+        queue.tvb_dirty = true;
+        tracing::debug!(blocks, "TVB mapped");
+        Ok(())
+    }
+
+    /// Destroys a queue: work not yet on the GPU is cancelled; work on it
+    /// finishes (bounded by the firmware's watchdog), then the queue's
+    /// memory is freed.
+    pub fn destroy_queue(&self, id: u64) {
+        let mut state = self.state();
+        let Some(queue) = state.queues.get_mut(&id) else {
+            return;
+        };
+        queue.destroyed = true;
+        let cancelled: Vec<Job> = queue.pending.drain(..).collect();
+        state.stats.cancelled += cancelled.len() as u64;
+        for job in cancelled {
+            job.fence.signal(Some(Errno::ECANCELED));
+        }
+        self.reap(&mut state);
+        drop(state);
+        self.events.notify();
+    }
+
+    /// Frees destroyed queues with nothing left on the GPU.
+    fn reap(&self, state: &mut State) {
+        let idle: Vec<u64> = state
+            .queues
+            .iter()
+            .filter(|(_, q)| q.destroyed && q.stages.iter().all(|s| s.in_flight == 0))
+            .map(|(&id, _)| id)
+            .collect();
+        for id in idle {
+            if let Some(queue) = state.queues.remove(&id) {
+                let mut vm = lock_vm(&queue.vm);
+                for va in &queue.tvb.chunks {
+                    vm.unmap_kernel(*va);
+                }
+                drop(vm);
+                for va in queue.firmware_allocations {
+                    self.link.vm.free(va);
+                }
+            }
+        }
+    }
+
+    /// A queue's parameter-buffer statistics.
+    pub fn tvb_stats(&self, id: u64) -> Option<TvbStats> {
+        self.state().queues.get(&id).map(|q| q.tvb.policy.stats())
+    }
+
+    /// Queues a submission on queue `id`.
+    pub fn submit(&self, id: u64, job: Job) -> Result<(), Errno> {
+        if self.crashed() {
+            return Err(Errno::ENODEV);
+        }
+        let mut state = self.state();
+        let queue = state
+            .queues
+            .get_mut(&id)
+            .filter(|q| !q.destroyed)
+            .ok_or(Errno::ENOENT)?;
+        queue.pending.push_back(job);
+        state.stats.submitted += 1;
+        drop(state);
+        self.events.notify();
+        Ok(())
+    }
+
+    // ---- the thread ------------------------------------------------------
+
+    fn run(&self) {
+        while !self.stop.load(Ordering::Acquire) {
+            let generation = self.events.current();
+            self.step();
+            self.events.wait_change(generation, IDLE_POLL);
+        }
+    }
+
+    /// One round: events, retirement, dispatch.
+    fn step(&self) {
+        let mut state = self.state();
+        self.drain_log();
+        let crashed =
+            self.drain_events(&mut state) || self.link.status().is_some_and(|s| s.crashed != 0);
+        if crashed && !self.crashed.swap(true, Ordering::AcqRel) {
+            tracing::error!("GPU firmware crashed: failing all work with ENODEV");
+            let running: Vec<RunningJob> = state.running.drain(..).collect();
+            for job in running {
+                job.fence.signal(Some(Errno::ENODEV));
+            }
+            for queue in state.queues.values_mut() {
+                for job in queue.pending.drain(..) {
+                    job.fence.signal(Some(Errno::ENODEV));
+                }
+            }
+        }
+        if self.crashed() {
+            return;
+        }
+        self.retire(&mut state);
+        self.reap(&mut state);
+        self.dispatch(&mut state);
+    }
+
+    fn drain_log(&self) {
+        let view = &self.link.view;
+        while let Ok(Some(bytes)) = self.link.init_data.log.pop(view) {
+            if let Ok(line) = LogMsg::read_from_bytes(&bytes) {
+                match line.level {
+                    0 => tracing::error!(target: "agx_firmware", "{}", line.text()),
+                    1 => tracing::warn!(target: "agx_firmware", "{}", line.text()),
+                    2 => tracing::info!(target: "agx_firmware", "{}", line.text()),
+                    _ => tracing::debug!(target: "agx_firmware", "{}", line.text()),
+                }
+            }
+        }
+    }
+
+    /// Handles every pending event; true if the firmware crashed.
+    fn drain_events(&self, state: &mut State) -> bool {
+        let view = &self.link.view;
+        let mut crashed = false;
+        loop {
+            let bytes = match self.link.init_data.events.pop(view) {
+                Ok(Some(bytes)) => bytes,
+                Ok(None) => break,
+                Err(_) => {
+                    crashed = true;
+                    break;
+                }
+            };
+            let Ok(event) = EventMsg::read_from_bytes(&bytes) else {
+                continue;
+            };
+            match event.kind {
+                k if k == EventKind::Fault as u32 || k == EventKind::Timeout as u32 => {
+                    let timeout = k == EventKind::Timeout as u32;
+                    if timeout {
+                        tracing::warn!(slot = event.slot, value = event.value, "GPU timeout");
+                    } else {
+                        state.stats.last_fault = Some((event.address, event.unit, event.reason));
+                        tracing::warn!(
+                            slot = event.slot,
+                            address = format_args!("{:#x}", event.address),
+                            unit = event.unit,
+                            reason = event.reason,
+                            vm_slot = event.vm_slot,
+                            "GPU fault"
+                        );
+                    }
+                    let culprit = state.running.iter_mut().find(|job| {
+                        job.segments.iter().any(|s| {
+                            s.slot == event.slot
+                                && stamp_reached(event.value, s.first)
+                                && stamp_reached(s.last, event.value)
+                        })
+                    });
+                    if let Some(job) = culprit {
+                        job.error.get_or_insert(if timeout {
+                            Errno::ETIMEDOUT
+                        } else {
+                            Errno::EIO
+                        });
+                    }
+                }
+                k if k == EventKind::Crash as u32 => crashed = true,
+                k if k == EventKind::GrowTvb as u32 => self.grow_request(state, &event),
+                _ => {}
+            }
+        }
+        crashed
+    }
+
+    /// A mid-render request for more parameter buffer (the sync policy):
+    /// grow if the policy allows, and answer.
+    fn grow_request(&self, state: &mut State, event: &EventMsg) {
+        let wanted = event.address;
+        let mut granted = 0u64;
+        if let Some(queue) = state.queues.get_mut(&u64::from(event.unit)) {
+            if let Ok(blocks) = queue.tvb.policy.grow_request(wanted) {
+                if self.grow_tvb(queue, blocks).is_ok() {
+                    granted = blocks;
+                }
+            }
+        }
+        let msg = DeviceControlMsg {
+            kind: DeviceControlKind::GrowTvbAck as u32,
+            pad: 0,
+            args: [u64::from(event.unit), granted, 0, 0, 0, 0, 0],
+        };
+        let _ = self
+            .link
+            .init_data
+            .device_control
+            .push(&self.link.view, msg.as_bytes());
+        self.link.ring_doorbell();
+    }
+
+    /// Signals the fences of submissions whose every stage is done.
+    fn retire(&self, state: &mut State) {
+        if state.running.is_empty() {
+            return;
+        }
+        let stamps = self.link.stamps();
+        // The firmware reports a failure before it moves the stamp: events
+        // posted before these stamps were read are all in the ring now.
+        if self.drain_events(state) {
+            return;
+        }
+        let mut index = 0;
+        while index < state.running.len() {
+            let done = state.running[index]
+                .segments
+                .iter()
+                .all(|s| stamp_reached(stamps[s.slot as usize], s.last));
+            if !done {
+                index += 1;
+                continue;
+            }
+            let job = state.running.swap_remove(index);
+            for segment in &job.segments {
+                if let Some(queue) = state.queues.get_mut(&job.queue) {
+                    let stage = &mut queue.stages[segment.stage as usize];
+                    stage.in_flight -= segment.commands;
+                    if stage.in_flight == 0 {
+                        if let Some(slot) = stage.slot.take() {
+                            state.free_event_slots.push(slot);
+                        }
+                    }
+                }
+            }
+            if let Some(entry) = state.vm_slots.get_mut(&job.vm_key) {
+                entry.1 -= 1;
+                if entry.1 == 0 {
+                    let slot = entry.0;
+                    state.vm_slots.remove(&job.vm_key);
+                    self.link.set_context(slot, None);
+                    state.free_vm_slots.push(slot);
+                }
+            }
+            match job.error {
+                None => state.stats.completed += 1,
+                Some(Errno::ETIMEDOUT) => state.stats.timed_out += 1,
+                Some(_) => state.stats.faulted += 1,
+            }
+            job.fence.signal(job.error);
+        }
+    }
+
+    /// Hands every ready submission to the firmware, highest priority
+    /// first, each queue in order.
+    fn dispatch(&self, state: &mut State) {
+        let mut order: Vec<(usize, u64)> = state
+            .queues
+            .iter()
+            .map(|(&id, q)| (q.priority, id))
+            .collect();
+        order.sort_unstable();
+        for (_, id) in order {
+            while let Some(queue) = state.queues.get(&id) {
+                let Some(job) = queue.pending.front() else {
+                    break;
+                };
+                if job.waits.iter().any(|w| w.status().is_none()) {
+                    break;
+                }
+                if !self.try_dispatch(state, id) {
+                    break;
+                }
+            }
+        }
+    }
+
+    /// Dispatches the head submission of queue `id` if the resources it
+    /// needs are free.
+    fn try_dispatch(&self, state: &mut State, id: u64) -> bool {
+        let Some(queue) = state.queues.get(&id) else {
+            return false;
+        };
+        let Some(job) = queue.pending.front() else {
+            return false;
+        };
+        let (vm, priority) = (Arc::clone(&queue.vm), queue.priority);
+        let renders = job
+            .commands
+            .iter()
+            .filter(|c| matches!(c, Command::Render { .. }))
+            .count() as u32;
+        let computes = job.commands.len() as u32 - renders;
+        // Upper bounds on the commands per stage.
+        let needs = [
+            (Stage::Vertex, 4 * renders),
+            (Stage::Fragment, 2 * renders),
+            (Stage::Compute, 3 * computes),
+        ];
+        let mut new_slots = 0;
+        for (stage, count) in needs {
+            let s = &queue.stages[stage as usize];
+            if count == 0 {
+                continue;
+            }
+            if s.in_flight + count > STAGE_COMMAND_SLOTS {
+                return false;
+            }
+            let pipe = &self.link.init_data.pipes[stage as usize * PRIORITIES + priority];
+            if ring_room(&self.link.view, pipe) == 0 {
+                return false;
+            }
+            if s.slot.is_none() {
+                new_slots += 1;
+            }
+        }
+        if state.free_event_slots.len() < new_slots {
+            return false;
+        }
+        let vm_key = Arc::as_ptr(&vm) as usize;
+        if !state.vm_slots.contains_key(&vm_key) && state.free_vm_slots.is_empty() {
+            return false;
+        }
+        // Resources are there: commit.
+        let vm_slot = match state.vm_slots.get_mut(&vm_key) {
+            Some(entry) => {
+                entry.1 += 1;
+                entry.0
+            }
+            None => {
+                let slot = state.free_vm_slots.pop().unwrap_or(1);
+                let root = lock_vm(&vm).root_pa();
+                self.link.set_context(slot, Some(root));
+                state.vm_slots.insert(vm_key, (slot, 1));
+                slot
+            }
+        };
+        let State {
+            queues,
+            free_event_slots,
+            slot_values,
+            running,
+            stats,
+            ..
+        } = state;
+        let Some(queue) = queues.get_mut(&id) else {
+            return false;
+        };
+        let Some(job) = queue.pending.pop_front() else {
+            return false;
+        };
+        for (stage, count) in needs {
+            let s = &mut queue.stages[stage as usize];
+            if count > 0 && s.slot.is_none() {
+                let slot = free_event_slots.pop().unwrap_or(0);
+                s.slot = Some(slot);
+                s.last_value = slot_values[slot as usize];
+            }
+        }
+        let mut builder = Builder {
+            link: &self.link,
+            segments: BTreeMap::new(),
+            commands: 0,
+        };
+        self.build(queue, &job, vm_slot, &mut builder);
+        for segment in builder.segments.values() {
+            let s = &queue.stages[segment.stage as usize];
+            slot_values[segment.slot as usize] = s.last_value;
+        }
+        // Publish: each stage's write index, then one run message per stage.
+        for segment in builder.segments.values() {
+            let s = &mut queue.stages[segment.stage as usize];
+            write(&self.link.view, s.info + WQ_CPU_WRITE_INDEX, &s.write_index);
+            let msg = RunWorkQueueMsg {
+                pipe_type: segment.stage as u32,
+                event_slot: segment.slot,
+                work_queue: s.info,
+                write_index: s.write_index,
+                is_new: u32::from(s.is_new),
+                vm_slot,
+                pad: 0,
+            };
+            s.is_new = false;
+            let pipe = &self.link.init_data.pipes[segment.stage as usize * PRIORITIES + priority];
+            if pipe.push(&self.link.view, msg.as_bytes()).is_err() {
+                tracing::error!("submission ring full after the room check");
+            }
+        }
+        stats.dispatched += 1;
+        stats.commands += u64::from(builder.commands);
+        running.push(RunningJob {
+            queue: id,
+            segments: builder.segments.into_values().collect(),
+            fence: job.fence,
+            error: None,
+            vm_key,
+            _keep_alive: job.keep_alive,
+        });
+        self.link.ring_doorbell();
+        true
+    }
+
+    /// Writes a submission's commands.
+    fn build(&self, queue: &mut QueueHw, job: &Job, vm_slot: u32, b: &mut Builder<'_>) {
+        // Where this submission's render and compute commands complete, for
+        // barriers naming them: (slot, value) of the fragment half or the
+        // dispatch.
+        let mut render_done: Vec<(u32, u32)> = Vec::new();
+        let mut compute_done: Vec<(u32, u32)> = Vec::new();
+        // The last command on a stage before this submission, if in flight.
+        let prior = |queue: &QueueHw, stage: Stage| {
+            let s = &queue.stages[stage as usize];
+            (s.in_flight > 0).then(|| (s.slot.unwrap_or(0), s.last_value))
+        };
+        let prior_render = prior(queue, Stage::Fragment);
+        let prior_compute = prior(queue, Stage::Compute);
+        let resolve =
+            |barrier: &Barrier, prior: Option<(u32, u32)>, done: &[(u32, u32)]| match barrier {
+                Barrier::None => None,
+                Barrier::AllPrior => done.last().copied().or(prior),
+                Barrier::Command(n) => done.get(*n).copied(),
+            };
+        for (command, timestamps) in job.commands.iter().zip(&job.timestamps) {
+            match command {
+                Command::Render {
+                    cmd,
+                    vdm_barrier,
+                    cdm_barrier,
+                    vertex_attachments,
+                    fragment_attachments,
+                } => {
+                    for wait in [
+                        resolve(vdm_barrier, prior_render, &render_done),
+                        resolve(cdm_barrier, prior_compute, &compute_done),
+                    ]
+                    .into_iter()
+                    .flatten()
+                    {
+                        b.barrier(queue, Stage::Vertex, wait);
+                    }
+                    self.size_tvb(queue, cmd, vm_slot, b);
+                    let vertex = b.push(
+                        queue,
+                        Stage::Vertex,
+                        CommandTag::RunVertex,
+                        [timestamps[0], timestamps[1]],
+                        render_body(queue, cmd, vertex_attachments).as_bytes(),
+                    );
+                    b.barrier(queue, Stage::Fragment, vertex);
+                    let fragment = b.push(
+                        queue,
+                        Stage::Fragment,
+                        CommandTag::RunFragment,
+                        [timestamps[2], timestamps[3]],
+                        render_body(queue, cmd, fragment_attachments).as_bytes(),
+                    );
+                    render_done.push(fragment);
+                }
+                Command::Compute {
+                    cmd,
+                    vdm_barrier,
+                    cdm_barrier,
+                    attachments,
+                } => {
+                    for wait in [
+                        resolve(vdm_barrier, prior_render, &render_done),
+                        resolve(cdm_barrier, prior_compute, &compute_done),
+                    ]
+                    .into_iter()
+                    .flatten()
+                    {
+                        b.barrier(queue, Stage::Compute, wait);
+                    }
+                    let mut body = RunComputeBody {
+                        usc_exec_base: queue.usc_exec_base,
+                        attachment_count: 0,
+                        pad: 0,
+                        attachments: [Attachment::default(); MAX_ATTACHMENTS],
+                        compute: **cmd,
+                    };
+                    body.attachment_count = copy_attachments(&mut body.attachments, attachments);
+                    let done = b.push(
+                        queue,
+                        Stage::Compute,
+                        CommandTag::RunCompute,
+                        [timestamps[0], timestamps[1]],
+                        body.as_bytes(),
+                    );
+                    compute_done.push(done);
+                }
+            }
+        }
+    }
+
+    /// Sizes the parameter buffer before a render (the growth policy) and
+    /// queues an InitBuffer when it changed.
+    fn size_tvb(&self, queue: &mut QueueHw, cmd: &CmdRender, vm_slot: u32, b: &mut Builder<'_>) {
+        let view = &self.link.view;
+        let mut info: TvbInfo = read(view, queue.tvb.info).unwrap_or_default();
+        let heap = &mut queue.tvb;
+        let report = (info.renders != heap.renders_seen).then(|| RenderReport {
+            peak_pages: u64::from(info.last_peak_pages),
+            wanted_pages: u64::from(info.last_wanted_pages),
+            overflows: u64::from(info.overflows.wrapping_sub(heap.overflows_seen)),
+            partial_renders: u64::from(info.partial_renders.wrapping_sub(heap.partials_seen)),
+        });
+        if let Some(report) = &report {
+            heap.policy.record(report);
+            heap.renders_seen = info.renders;
+            heap.overflows_seen = info.overflows;
+            heap.partials_seen = info.partial_renders;
+        }
+        let min = tvb::min_blocks_for_render(
+            u32::from(cmd.width_px),
+            u32::from(cmd.height_px),
+            u32::from(cmd.layers),
+            1,
+        );
+        let blocks = heap.policy.before_render(report.as_ref(), min);
+        if let Err(e) = self.grow_tvb(queue, blocks) {
+            tracing::warn!(%e, blocks, "TVB growth failed; the render will overflow");
+        }
+        info = read(view, queue.tvb.info).unwrap_or_default();
+        if info.vm_slot != vm_slot {
+            info.vm_slot = vm_slot;
+            write(view, queue.tvb.info, &info);
+        }
+        if queue.tvb_dirty {
+            queue.tvb_dirty = false;
+            let body = InitBufferBody {
+                buffer: queue.tvb.info,
+                block_list: queue.tvb.block_list,
+                block_count: queue.tvb.mapped_blocks as u32,
+                pad: 0,
+            };
+            b.push(
+                queue,
+                Stage::Vertex,
+                CommandTag::InitBuffer,
+                [0, 0],
+                body.as_bytes(),
+            );
+        }
+    }
+}
+
+fn copy_attachments(out: &mut [Attachment; MAX_ATTACHMENTS], from: &[Attachment]) -> u32 {
+    let n = from.len().min(MAX_ATTACHMENTS);
+    out[..n].copy_from_slice(&from[..n]);
+    n as u32
+}
+
+fn render_body(queue: &QueueHw, cmd: &CmdRender, attachments: &[Attachment]) -> RunRenderBody {
+    let mut body = RunRenderBody {
+        usc_exec_base: queue.usc_exec_base,
+        buffer: queue.tvb.info,
+        attachment_count: 0,
+        pad: 0,
+        attachments: [Attachment::default(); MAX_ATTACHMENTS],
+        render: CmdRender::new_zeroed(),
+    };
+    body.render = *cmd;
+    body.attachment_count = copy_attachments(&mut body.attachments, attachments);
+    body
+}
+
+/// Writes commands into a queue's stages.
+struct Builder<'a> {
+    link: &'a FirmwareLink,
+    segments: BTreeMap<Stage, Segment>,
+    commands: u32,
+}
+
+impl Builder<'_> {
+    /// Appends a command to `stage`; returns its (slot, stamp value).
+    fn push(
+        &mut self,
+        queue: &mut QueueHw,
+        stage: Stage,
+        tag: CommandTag,
+        timestamps: [u64; 2],
+        body: &[u8],
+    ) -> (u32, u32) {
+        let s = &mut queue.stages[stage as usize];
+        let slot = s.slot.unwrap_or(0);
+        s.last_value = s.last_value.wrapping_add(STAMP_STEP);
+        let value = s.last_value;
+        let header = CommandHeader {
+            tag: tag as u32,
+            size: (size_of::<CommandHeader>() + body.len()) as u32,
+            stamp_slot: slot,
+            stamp_value: value,
+            timestamp_start: timestamps[0],
+            timestamp_end: timestamps[1],
+        };
+        let object = s.slab + u64::from(s.write_index % STAGE_COMMAND_SLOTS) * COMMAND_SLOT_BYTES;
+        let mut bytes = header.as_bytes().to_vec();
+        bytes.extend_from_slice(body);
+        let view = &self.link.view;
+        let _ = view.write(object, &bytes);
+        let _ = view.write(s.ring + 8 * u64::from(s.write_index), &object.to_le_bytes());
+        s.write_index = (s.write_index + 1) % WORK_QUEUE_ENTRIES;
+        s.in_flight += 1;
+        self.commands += 1;
+        let segment = self.segments.entry(stage).or_insert(Segment {
+            stage,
+            slot,
+            first: value,
+            last: value,
+            commands: 0,
+        });
+        segment.last = value;
+        segment.commands += 1;
+        (slot, value)
+    }
+
+    /// Appends a barrier on `stage` waiting for `(slot, value)`.
+    fn barrier(&mut self, queue: &mut QueueHw, stage: Stage, (slot, value): (u32, u32)) {
+        let body = BarrierBody {
+            wait_slot: slot,
+            wait_value: value,
+        };
+        self.push(queue, stage, CommandTag::Barrier, [0, 0], body.as_bytes());
+    }
+}
