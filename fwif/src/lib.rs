@@ -9,9 +9,9 @@
 //! layouts and compile-time size checks, so the kmd and the simulator cannot
 //! drift apart.
 //!
-//! Status: the rings ([`ring`]) and the structures ([`messages`]) exist;
-//! the firmware thread and the kmd's submission path that use them arrive
-//! with the rest of "kmd part 2" (`Documentation/firmware-interface.md`).
+//! The rings are in [`ring`], the structures in [`messages`]; the kmd's
+//! scheduler writes them and the simulated firmware serves them
+//! (`Documentation/firmware-interface.md`).
 #![forbid(unsafe_code)]
 
 pub mod messages;

@@ -1,5 +1,7 @@
-//! kmd benchmarks: object creation, VM_BIND of one page and of 1 GiB, and
-//! syncobj signal-to-wakeup latency, all through the ioctl entry point.
+//! kmd benchmarks: object creation, VM_BIND of one page and of 1 GiB,
+//! syncobj signal-to-wakeup latency, and SUBMIT: the latency from submit
+//! to signalled fence of empty work, and submissions per second, all
+//! through the ioctl entry point.
 //! Results are recorded in Documentation/performance.md.
 
 use std::hint::black_box;
@@ -179,5 +181,102 @@ fn syncobj(c: &mut Criterion) {
     echo.join().expect("echo thread");
 }
 
-criterion_group!(benches, gem, vm_bind, syncobj);
+/// An empty compute submission (its control stream terminates at once)
+/// signalling `out`.
+fn submit_empty(file: &File, queue: u32, cmdbuf: &[u8], out: Option<u32>) {
+    let syncs: Vec<asahi::Sync> = out
+        .map(|handle| asahi::Sync {
+            sync_type: 0,
+            handle,
+            timeline_value: 0,
+        })
+        .into_iter()
+        .collect();
+    let mut s = asahi::Submit {
+        syncs: syncs.as_ptr() as u64,
+        cmdbuf: cmdbuf.as_ptr() as u64,
+        queue_id: queue,
+        out_sync_count: syncs.len() as u32,
+        cmdbuf_size: cmdbuf.len() as u32,
+        ..asahi::Submit::default()
+    };
+    call(file, asahi::DRM_IOCTL_ASAHI_SUBMIT, &mut s);
+}
+
+fn wait_one(file: &File, handle: u32) {
+    let handles = [handle];
+    let mut w = SyncobjWait {
+        handles: handles.as_ptr() as u64,
+        timeout_nsec: i64::MAX,
+        count_handles: 1,
+        ..SyncobjWait::default()
+    };
+    call(file, drm::DRM_IOCTL_SYNCOBJ_WAIT, &mut w);
+}
+
+fn submit(c: &mut Criterion) {
+    use agx_hw::uat::PhysicalMemory;
+    let (system, file, vm) = setup();
+    let streams = gem_create(&file, PAGE);
+    bind(
+        &file,
+        vm,
+        GemBindOp {
+            flags: (BindFlags::READ | BindFlags::WRITE).bits(),
+            handle: streams,
+            offset: 0,
+            range: PAGE,
+            addr: 0x1_0000_0000,
+        },
+    );
+    let pa = file.object(streams).expect("object").memory().pa();
+    let terminate = agx_hw::formats::CdmStreamTerminate::default()
+        .pack()
+        .expect("pack");
+    system.device().ram().write(pa, &terminate).expect("write");
+    let mut q = asahi::QueueCreate {
+        vm_id: vm,
+        ..asahi::QueueCreate::default()
+    };
+    call(&file, asahi::DRM_IOCTL_ASAHI_QUEUE_CREATE, &mut q);
+    let cmd = asahi::CmdCompute {
+        cdm_ctrl_stream_base: 0x1_0000_0000,
+        cdm_ctrl_stream_end: 0x1_0000_0008,
+        ..zerocopy::FromZeros::new_zeroed()
+    };
+    let mut cmdbuf = asahi::CmdHeader {
+        cmd_type: asahi::CmdType::Compute as u16,
+        size: size_of::<asahi::CmdCompute>() as u16,
+        vdm_barrier: asahi::DRM_ASAHI_BARRIER_NONE,
+        cdm_barrier: asahi::DRM_ASAHI_BARRIER_NONE,
+    }
+    .as_bytes()
+    .to_vec();
+    cmdbuf.extend_from_slice(cmd.as_bytes());
+    let mut create = SyncobjCreate::default();
+    call(&file, drm::DRM_IOCTL_SYNCOBJ_CREATE, &mut create);
+    let out = create.handle;
+
+    let mut group = c.benchmark_group("submit");
+    group.bench_function("empty submit to signalled fence", |b| {
+        b.iter(|| {
+            submit_empty(&file, q.queue_id, &cmdbuf, Some(out));
+            wait_one(&file, out);
+        })
+    });
+    const BATCH: u64 = 100;
+    group.throughput(Throughput::Elements(BATCH));
+    group.bench_function("100 pipelined empty submissions", |b| {
+        b.iter(|| {
+            for _ in 1..BATCH {
+                submit_empty(&file, q.queue_id, &cmdbuf, None);
+            }
+            submit_empty(&file, q.queue_id, &cmdbuf, Some(out));
+            wait_one(&file, out);
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, gem, vm_bind, syncobj, submit);
 criterion_main!(benches);
