@@ -67,6 +67,16 @@ impl EngineResult {
     }
 }
 
+/// What the firmware offers the GPU while a command runs.
+pub trait FirmwareServices {
+    /// The parameter buffer `buffer_id` ran dry mid-render: asks the kmd
+    /// for `blocks_wanted` more blocks (a GrowTVB event) and waits for its
+    /// answer. Returns the buffer's new block count, or `None` when the
+    /// kmd refused or did not answer in time (the caller then does a
+    /// partial render).
+    fn grow_tvb(&self, buffer_id: u32, blocks_wanted: u64) -> Option<u64>;
+}
+
 /// Everything a command runs with.
 pub struct RunContext<'a> {
     /// The command object's (firmware) address.
@@ -84,6 +94,8 @@ pub struct RunContext<'a> {
     pub firmware: &'a dyn SharedMemory,
     /// When the firmware's watchdog stops the command.
     pub deadline: Instant,
+    /// The firmware's services.
+    pub services: &'a dyn FirmwareServices,
 }
 
 /// Runs RunVertex/RunFragment/RunCompute commands.

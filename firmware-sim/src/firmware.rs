@@ -13,6 +13,7 @@
 //! shared memory through [`SharedMemory`]; anything malformed there is a
 //! firmware crash reported as an event, never a panic.
 
+use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -29,7 +30,7 @@ use agx_hw::formats::UatTtb;
 use agx_hw::uat::PhysicalMemory;
 use zerocopy::{FromBytes, IntoBytes};
 
-pub use crate::engine::{Engine, EngineResult, NoEngine, RunContext};
+pub use crate::engine::{Engine, EngineResult, FirmwareServices, NoEngine, RunContext};
 
 /// The kmd -> firmware doorbell (the mailbox).
 #[derive(Debug, Default)]
@@ -187,6 +188,59 @@ const _: () = assert!(std::mem::offset_of!(WorkQueueInfo, gpu_done_index) == 20)
 /// How often the firmware wakes without a doorbell (to re-check barriers).
 const TICK: Duration = Duration::from_millis(5);
 
+/// How long the firmware waits for the kmd to answer a GrowTVB request.
+const GROW_TVB_ACK_TIMEOUT: Duration = Duration::from_millis(1000);
+
+/// The firmware's services to a running command.
+struct Services<'a> {
+    memory: &'a (dyn SharedMemory + Send + Sync),
+    interrupt: &'a dyn Interrupt,
+    init: &'a InitData,
+    /// Control requests read while waiting, applied after the command.
+    deferred: RefCell<Vec<DeviceControlMsg>>,
+}
+
+impl FirmwareServices for Services<'_> {
+    fn grow_tvb(&self, buffer_id: u32, blocks_wanted: u64) -> Option<u64> {
+        let event = EventMsg {
+            kind: EventKind::GrowTvb as u32,
+            unit: buffer_id,
+            address: blocks_wanted,
+            ..EventMsg::default()
+        };
+        let deadline = Instant::now() + GROW_TVB_ACK_TIMEOUT;
+        loop {
+            match self.init.events.push(self.memory, event.as_bytes()) {
+                Ok(()) => break,
+                Err(RingError::Full) if Instant::now() < deadline => {
+                    self.interrupt.raise();
+                    std::thread::sleep(Duration::from_micros(200));
+                }
+                Err(_) => return None,
+            }
+        }
+        self.interrupt.raise();
+        while Instant::now() < deadline {
+            match self.init.device_control.pop(self.memory) {
+                Ok(Some(bytes)) => {
+                    let Ok(msg) = DeviceControlMsg::read_from_bytes(&bytes) else {
+                        continue;
+                    };
+                    if msg.kind == DeviceControlKind::GrowTvbAck as u32
+                        && msg.args[0] == u64::from(buffer_id)
+                    {
+                        return (msg.args[1] != 0).then_some(msg.args[1]);
+                    }
+                    self.deferred.borrow_mut().push(msg);
+                }
+                Ok(None) => std::thread::sleep(Duration::from_micros(100)),
+                Err(_) => return None,
+            }
+        }
+        None
+    }
+}
+
 /// `CLOCK_MONOTONIC` in nanoseconds: the GPU's timestamp clock (the
 /// kmd's GET_TIME reads the same clock).
 pub fn monotonic_ns() -> u64 {
@@ -292,6 +346,13 @@ impl State {
                     what: "control",
                 }
             })?;
+            self.apply_control(init, &msg);
+        }
+        Ok(())
+    }
+
+    fn apply_control(&mut self, init: &InitData, msg: &DeviceControlMsg) {
+        {
             match msg.kind {
                 k if k == DeviceControlKind::CancelWorkQueue as u32 => {
                     self.queues.remove(&msg.args[0]);
@@ -300,11 +361,11 @@ impl State {
                     let slot = msg.args[0] as u32;
                     self.queues.retain(|_, q| q.vm_slot != slot);
                 }
+                // An ack nobody waits for any more (it came too late).
                 k if k == DeviceControlKind::GrowTvbAck as u32 => {}
                 _ => self.log(init, 1, &format!("unknown device control {}", msg.kind)),
             }
         }
-        Ok(())
     }
 
     fn take_submissions(&mut self, init: &InitData) -> Result<(), FirmwareError> {
@@ -448,6 +509,12 @@ impl State {
                 }
                 CommandTag::RunVertex | CommandTag::RunFragment | CommandTag::RunCompute => {
                     self.timestamp(init, header.timestamp_start);
+                    let services = Services {
+                        memory: &*self.memory,
+                        interrupt: &*self.interrupt,
+                        init,
+                        deferred: RefCell::new(Vec::new()),
+                    };
                     let ctx = RunContext {
                         command,
                         body: &body,
@@ -456,8 +523,13 @@ impl State {
                         memory: &*self.gpu_memory,
                         firmware: &*self.memory,
                         deadline: Instant::now() + timeout,
+                        services: &services,
                     };
                     let result = self.engine.run(tag, &ctx);
+                    // Control requests that arrived while the command ran.
+                    for msg in services.deferred.into_inner() {
+                        self.apply_control(init, &msg);
+                    }
                     self.timestamp(init, header.timestamp_end);
                     result
                 }

@@ -6,11 +6,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use agx_firmware_sim::firmware::{Firmware, Interrupt, NoEngine};
+use agx_firmware_sim::firmware::{Engine, EngineResult, Firmware, Interrupt, NoEngine, RunContext};
 use agx_fwif::messages::{
-    BarrierBody, CommandHeader, CommandTag, EventKind, EventMsg, FirmwareStatus, InitBufferBody,
-    InitData, LogMsg, RunWorkQueueMsg, WorkQueueInfo, FAULT_UNSUPPORTED_WORK, INIT_MAGIC,
-    INTERFACE_VERSION,
+    BarrierBody, CommandHeader, CommandTag, DeviceControlKind, DeviceControlMsg, EventKind,
+    EventMsg, FirmwareStatus, InitBufferBody, InitData, LogMsg, RunWorkQueueMsg, WorkQueueInfo,
+    FAULT_UNSUPPORTED_WORK, INIT_MAGIC, INTERFACE_VERSION,
 };
 use agx_fwif::ring::{MemoryError, RingDesc, RingState, SharedMemory};
 use agx_hw::uat::{PhysFault, PhysicalMemory};
@@ -431,4 +431,104 @@ fn the_watchdog_stops_a_barrier_that_never_releases_and_stamps_are_timed() {
         start_ns > 0 && start_ns <= end_ns && end_ns <= now_ns,
         "{start_ns} {end_ns} {now_ns}"
     );
+}
+
+/// An engine that, like the tiler with an exhausted parameter buffer,
+/// asks for more blocks mid-command and records the answer.
+struct GrowingEngine(Arc<Mutex<Vec<Option<u64>>>>);
+
+impl Engine for GrowingEngine {
+    fn run(&mut self, _: CommandTag, ctx: &RunContext<'_>) -> EngineResult {
+        let answer = ctx.services.grow_tvb(7, 10);
+        self.0.lock().unwrap().push(answer);
+        EngineResult::Done
+    }
+}
+
+#[test_log::test]
+fn a_mid_render_grow_request_waits_for_the_kmds_answer() {
+    let mut kmd = Kmd::new(8, 64);
+    let answers = Arc::new(Mutex::new(Vec::new()));
+    let irq = Arc::new(Irq::default());
+    let firmware = Firmware::boot(
+        kmd.init,
+        kmd.memory.clone(),
+        Arc::new(NoRam),
+        irq,
+        Box::new(GrowingEngine(Arc::clone(&answers))),
+    );
+    until("boot", || {
+        kmd.get::<FirmwareStatus>(kmd.init_data.status).booted == 1
+    });
+    let queue = kmd.work_queue(16);
+    let ack = |blocks: u64| DeviceControlMsg {
+        kind: DeviceControlKind::GrowTvbAck as u32,
+        pad: 0,
+        args: [7, blocks, 0, 0, 0, 0, 0],
+    };
+    for (n, answer) in [Some(18u64), Some(0), None].into_iter().enumerate() {
+        let run = kmd.command(CommandTag::RunVertex, 4, (n as u32 + 1) * 0x100, &[0; 16]);
+        assert!(kmd.submit(&firmware, queue, run, 0, 1));
+        let mut request = None;
+        until("the GrowTVB event", || {
+            request = kmd
+                .events()
+                .into_iter()
+                .find(|e| e.kind == EventKind::GrowTvb as u32);
+            request.is_some()
+        });
+        let request = request.unwrap();
+        assert_eq!((request.unit, request.address), (7, 10));
+        assert_eq!(kmd.stamp(4), n as u32 * 0x100, "the command waits");
+        if let Some(blocks) = answer {
+            // An unrelated request first: it is applied after the command.
+            let other = DeviceControlMsg {
+                kind: DeviceControlKind::DestroyContext as u32,
+                pad: 0,
+                args: [9, 0, 0, 0, 0, 0, 0],
+            };
+            let control = &kmd.init_data.device_control;
+            control.push(&*kmd.memory, other.as_bytes()).unwrap();
+            control.push(&*kmd.memory, ack(blocks).as_bytes()).unwrap();
+        }
+        until("the command", || kmd.stamp(4) == (n as u32 + 1) * 0x100);
+    }
+    assert_eq!(
+        *answers.lock().unwrap(),
+        [Some(18), None, None],
+        "granted, refused, unanswered (after the 1 s timeout)"
+    );
+    drop(firmware);
+}
+
+#[test_log::test]
+fn higher_priority_queues_run_first() {
+    let mut kmd = Kmd::new(8, 64);
+    let (firmware, _irq) = kmd.boot();
+    until("boot", || {
+        kmd.get::<FirmwareStatus>(kmd.init_data.status).booted == 1
+    });
+    // Both queues wait on slot 9, then do one InitBuffer each: low
+    // priority (pipe 3) submitted first, high priority (pipe 0) second.
+    let gate = BarrierBody {
+        wait_slot: 9,
+        wait_value: 0x100,
+    };
+    let init_buffer = [0u8; 24];
+    let (low, high) = (kmd.work_queue(16), kmd.work_queue(16));
+    for (queue, slot, pipe) in [(low, 1u32, 3usize), (high, 2, 0)] {
+        let wait = kmd.command(CommandTag::Barrier, slot, 0x100, gate.as_bytes());
+        let work = kmd.command(CommandTag::InitBuffer, slot, 0x200, &init_buffer);
+        assert!(kmd.submit(&firmware, queue, wait, pipe, 0));
+        assert!(kmd.submit(&firmware, queue, work, pipe, 0));
+    }
+    std::thread::sleep(Duration::from_millis(20));
+    assert!(kmd.events().is_empty(), "both held by the gate");
+    kmd.put(kmd.init_data.stamps + 4 * 9, &0x100u32);
+    firmware.doorbell().ring();
+    until("both queues", || {
+        kmd.stamp(1) == 0x200 && kmd.stamp(2) == 0x200
+    });
+    let order: Vec<u32> = kmd.events().iter().map(|e| e.slot).collect();
+    assert_eq!(order, [2, 2, 1, 1], "the high-priority queue ran first");
 }

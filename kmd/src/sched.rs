@@ -518,6 +518,12 @@ impl Scheduler {
         self.state().queues.get(&id).map(|q| q.tvb.policy.stats())
     }
 
+    /// The firmware address of queue `id`'s parameter-buffer control block
+    /// ([`TvbInfo`]), for tools and tests.
+    pub fn tvb_info_address(&self, id: u64) -> Option<u64> {
+        self.state().queues.get(&id).map(|q| q.tvb.info)
+    }
+
     /// Queues a submission on queue `id`.
     pub fn submit(&self, id: u64, job: Job) -> Result<(), Errno> {
         if self.crashed() {

@@ -831,3 +831,57 @@ fn work_queue_rings_and_command_slots_wrap_around() {
     assert_eq!(stats.completed, 40);
     assert!(stats.commands >= 2560);
 }
+
+#[test_log::test]
+fn a_grow_request_grows_the_buffer_under_the_sync_policy_only() {
+    use agx_fwif::messages::{EventKind, EventMsg, TvbInfo};
+    use agx_fwif::ring::SharedMemory;
+    for (policy, blocks) in [
+        (agx_kmd::tvb::GrowthPolicy::Sync, 8 + 10),
+        (agx_kmd::tvb::GrowthPolicy::Asahi, 8),
+    ] {
+        let gpu = Gpu::with(SystemConfig {
+            ram_bytes: 1 << 30,
+            tvb_policy: policy,
+            ..SystemConfig::default()
+        });
+        let queue = gpu.file.queue(gpu.queue).unwrap();
+        // The event the firmware raises when the tiler runs out of pages
+        // (its tiler arrives with the GPU execution work; here the test
+        // posts it on the firmware's behalf, and the firmware, which is
+        // not waiting, drops the late ack).
+        let link = gpu.system.device().firmware();
+        let event = EventMsg {
+            kind: EventKind::GrowTvb as u32,
+            unit: queue.sched_id() as u32,
+            address: 3,
+            ..EventMsg::default()
+        };
+        link.init_data
+            .events
+            .push(&link.view, event.as_bytes())
+            .unwrap();
+        gpu.system.device().sync_events().notify();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while policy == agx_kmd::tvb::GrowthPolicy::Sync && queue.tvb_stats().blocks != blocks {
+            assert!(Instant::now() < deadline, "{policy}: no growth");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+        let stats = queue.tvb_stats();
+        assert_eq!(stats.blocks, blocks, "{policy}");
+        // The firmware-visible control block agrees.
+        let address = gpu
+            .system
+            .device()
+            .scheduler()
+            .tvb_info_address(queue.sched_id())
+            .unwrap();
+        let mut bytes = [0u8; size_of::<TvbInfo>()];
+        link.view.read(address, &mut bytes).unwrap();
+        let info = <TvbInfo as zerocopy::FromBytes>::read_from_bytes(&bytes).unwrap();
+        assert_eq!(info.block_count as u64, blocks);
+        assert_eq!(info.buffer_id as u64, queue.sched_id());
+        assert_ne!(info.block_list, 0);
+    }
+}
