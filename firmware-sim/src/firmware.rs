@@ -114,8 +114,23 @@ impl Firmware {
                         queues: BTreeMap::new(),
                         barrier_waits: BTreeMap::new(),
                     };
-                    if let Err(error) = state.serve(init, &doorbell, &stop) {
-                        state.crash(init, &error);
+                    // A bug in the firmware or the GPU model (a panic) is a
+                    // firmware crash, as on hardware: reported, never a
+                    // dead thread the kmd waits on forever.
+                    let served = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        state.serve(init, &doorbell, &stop)
+                    }));
+                    match served {
+                        Ok(Ok(())) => {}
+                        Ok(Err(error)) => state.crash(init, &error),
+                        Err(panic) => {
+                            let what = panic
+                                .downcast_ref::<&str>()
+                                .map(|s| (*s).to_owned())
+                                .or_else(|| panic.downcast_ref::<String>().cloned())
+                                .unwrap_or_else(|| "panic".into());
+                            state.crash(init, &FirmwareError::Internal(what));
+                        }
                     }
                 })
                 .ok()
@@ -157,6 +172,8 @@ enum FirmwareError {
     Ring(#[from] RingError),
     #[error("malformed structure at {address:#x}: {what}")]
     Malformed { address: u64, what: &'static str },
+    #[error("internal error: {0}")]
+    Internal(String),
 }
 
 impl From<agx_fwif::ring::MemoryError> for FirmwareError {

@@ -532,3 +532,37 @@ fn higher_priority_queues_run_first() {
     let order: Vec<u32> = kmd.events().iter().map(|e| e.slot).collect();
     assert_eq!(order, [2, 2, 1, 1], "the high-priority queue ran first");
 }
+
+/// A GPU model with a bug.
+struct PanickingEngine;
+
+impl Engine for PanickingEngine {
+    fn run(&mut self, _: CommandTag, _: &RunContext<'_>) -> EngineResult {
+        panic!("model bug");
+    }
+}
+
+#[test_log::test]
+fn a_panic_in_the_gpu_model_is_a_reported_firmware_crash() {
+    let mut kmd = Kmd::new(8, 64);
+    let irq = Arc::new(Irq::default());
+    let firmware = Firmware::boot(
+        kmd.init,
+        kmd.memory.clone(),
+        Arc::new(NoRam),
+        irq,
+        Box::new(PanickingEngine),
+    );
+    until("boot", || {
+        kmd.get::<FirmwareStatus>(kmd.init_data.status).booted == 1
+    });
+    let queue = kmd.work_queue(16);
+    let run = kmd.command(CommandTag::RunCompute, 0, 0x100, &[0; 16]);
+    assert!(kmd.submit(&firmware, queue, run, 8, 1));
+    until("the crash", || {
+        kmd.get::<FirmwareStatus>(kmd.init_data.status).crashed == 1
+    });
+    let events = kmd.events();
+    assert_eq!(events.last().map(|e| e.kind), Some(EventKind::Crash as u32));
+    drop(firmware);
+}
