@@ -17,6 +17,7 @@
 //! fragment) are the GPU execution work; until then they end in a fault
 //! of reason [`FAULT_UNSUPPORTED_WORK`] at the block's address.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use agx_fwif::messages::{CommandTag, FaultUnit, RunComputeBody, FAULT_UNSUPPORTED_WORK};
@@ -96,6 +97,8 @@ pub struct RunContext<'a> {
     pub deadline: Instant,
     /// The firmware's services.
     pub services: &'a dyn FirmwareServices,
+    /// Set when the firmware shuts down: long work stops early.
+    pub stop: &'a AtomicBool,
 }
 
 /// Runs RunVertex/RunFragment/RunCompute commands.
@@ -177,7 +180,9 @@ impl Gpu {
         let mut walked = 0u64;
         loop {
             walked += 1;
-            if walked.is_multiple_of(WATCHDOG_STRIDE) && Instant::now() >= ctx.deadline {
+            if walked.is_multiple_of(WATCHDOG_STRIDE)
+                && (Instant::now() >= ctx.deadline || ctx.stop.load(Ordering::Relaxed))
+            {
                 return EngineResult::Timeout;
             }
             let word = match vm.read_u32(pc) {

@@ -67,6 +67,8 @@ pub trait Interrupt: Send + Sync {
 struct ActiveQueue {
     info: u64,
     vm_slot: u32,
+    /// Run up to this write index (from the latest message).
+    limit: u32,
     /// 0 is the highest; the kmd maps UAPI priority p to 3 - p.
     priority: usize,
 }
@@ -113,6 +115,9 @@ impl Firmware {
                         engine,
                         queues: BTreeMap::new(),
                         barrier_waits: BTreeMap::new(),
+                        controls_done: 0,
+                        controls_published: 0,
+                        stop: Arc::clone(&stop),
                     };
                     // A bug in the firmware or the GPU model (a panic) is a
                     // firmware crash, as on hardware: reported, never a
@@ -192,14 +197,17 @@ struct State {
     /// Barriers waiting at the head of a work queue: (work queue, read
     /// index) -> when the wait began, for the watchdog.
     barrier_waits: BTreeMap<(u64, u32), Instant>,
+    /// Device-control requests applied, and the count last published.
+    controls_done: u32,
+    controls_published: u32,
+    /// Set when the firmware is shutting down.
+    stop: Arc<AtomicBool>,
 }
 
 /// Offsets of the index fields of [`WorkQueueInfo`].
 const WQ_GPU_READ_INDEX: u64 = 12;
-const WQ_CPU_WRITE_INDEX: u64 = 16;
 const WQ_GPU_DONE_INDEX: u64 = 20;
 const _: () = assert!(std::mem::offset_of!(WorkQueueInfo, gpu_read_index) == 12);
-const _: () = assert!(std::mem::offset_of!(WorkQueueInfo, cpu_write_index) == 16);
 const _: () = assert!(std::mem::offset_of!(WorkQueueInfo, gpu_done_index) == 20);
 
 /// How often the firmware wakes without a doorbell (to re-check barriers).
@@ -290,6 +298,9 @@ impl State {
         loop {
             match init.events.push(&*self.memory, event.as_bytes()) {
                 Err(RingError::Full) => {
+                    if self.stop.load(Ordering::Acquire) {
+                        return Ok(()); // Shutting down: nobody will read it.
+                    }
                     self.interrupt.raise();
                     std::thread::sleep(Duration::from_micros(200));
                 }
@@ -350,7 +361,7 @@ impl State {
             doorbell.wait(TICK);
             self.device_control(&init)?;
             self.take_submissions(&init)?;
-            self.run_queues(&init)?;
+            self.run_queues(&init, stop)?;
         }
         Ok(())
     }
@@ -365,10 +376,17 @@ impl State {
             })?;
             self.apply_control(init, &msg);
         }
+        // Published only here, between passes over the queues: nothing
+        // cancelled before this point is read again.
+        if self.controls_done != self.controls_published {
+            self.write(init.status + 16, &self.controls_done)?;
+            self.controls_published = self.controls_done;
+        }
         Ok(())
     }
 
     fn apply_control(&mut self, init: &InitData, msg: &DeviceControlMsg) {
+        self.controls_done = self.controls_done.wrapping_add(1);
         {
             match msg.kind {
                 k if k == DeviceControlKind::CancelWorkQueue as u32 => {
@@ -405,6 +423,7 @@ impl State {
                     ActiveQueue {
                         info: msg.work_queue,
                         vm_slot: msg.vm_slot,
+                        limit: msg.write_index,
                         priority: index % PRIORITIES,
                     },
                 );
@@ -424,10 +443,18 @@ impl State {
     }
 
     /// Runs every queue as far as it can go, highest priority first.
-    fn run_queues(&mut self, init: &InitData) -> Result<(), FirmwareError> {
+    fn run_queues(&mut self, init: &InitData, stop: &AtomicBool) -> Result<(), FirmwareError> {
         let mut order: Vec<ActiveQueue> = self.queues.values().copied().collect();
         order.sort_by_key(|q| q.priority);
         for queue in order {
+            if stop.load(Ordering::Acquire) {
+                break;
+            }
+            // The latest state: a control request applied while an
+            // earlier queue ran may have cancelled or updated it.
+            let Some(queue) = self.queues.get(&queue.info).copied() else {
+                continue;
+            };
             self.run_queue(init, &queue)?;
         }
         Ok(())
@@ -465,8 +492,8 @@ impl State {
             });
         }
         let timeout = Duration::from_millis(u64::from(init.command_timeout_ms));
-        while info.gpu_read_index != info.cpu_write_index {
-            if info.gpu_read_index >= info.entries || info.cpu_write_index >= info.entries {
+        while info.gpu_read_index != queue.limit && !self.stop.load(Ordering::Acquire) {
+            if info.gpu_read_index >= info.entries || queue.limit >= info.entries {
                 return Err(FirmwareError::Malformed {
                     address: queue.info,
                     what: "work queue index",
@@ -541,6 +568,7 @@ impl State {
                         firmware: &*self.memory,
                         deadline: Instant::now() + timeout,
                         services: &services,
+                        stop: &self.stop,
                     };
                     let result = self.engine.run(tag, &ctx);
                     // Control requests that arrived while the command ran.
@@ -588,8 +616,6 @@ impl State {
             // cpu_write_index concurrently.
             self.write(queue.info + WQ_GPU_READ_INDEX, &info.gpu_read_index)?;
             self.write(queue.info + WQ_GPU_DONE_INDEX, &info.gpu_done_index)?;
-            // Pick up commands the kmd appended meanwhile.
-            info.cpu_write_index = self.read(queue.info + WQ_CPU_WRITE_INDEX)?;
             if failed {
                 self.interrupt.raise();
             } else {

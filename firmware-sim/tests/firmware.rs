@@ -566,3 +566,69 @@ fn a_panic_in_the_gpu_model_is_a_reported_firmware_crash() {
     assert_eq!(events.last().map(|e| e.kind), Some(EventKind::Crash as u32));
     drop(firmware);
 }
+
+#[test_log::test]
+fn a_queue_runs_only_as_far_as_its_latest_message_says() {
+    let mut kmd = Kmd::new(8, 64);
+    let (firmware, _irq) = kmd.boot();
+    until("boot", || {
+        kmd.get::<FirmwareStatus>(kmd.init_data.status).booted == 1
+    });
+    let queue = kmd.work_queue(16);
+    let first = kmd.command(CommandTag::InitBuffer, 3, 0x100, &[0; 24]);
+    let second = kmd.command(CommandTag::InitBuffer, 3, 0x200, &[0; 24]);
+    assert!(kmd.submit(&firmware, queue, first, 0, 1));
+    until("the first command", || kmd.stamp(3) == 0x100);
+    // The second command is in the ring and cpu_write_index covers it,
+    // but no message announced it (the kmd has not picked its VM slot).
+    let info: WorkQueueInfo = kmd.get(queue);
+    kmd.put(info.ring + 8, &second);
+    kmd.put(queue + 16, &2u32);
+    firmware.doorbell().ring();
+    std::thread::sleep(Duration::from_millis(30));
+    assert_eq!(kmd.stamp(3), 0x100, "not run without its message");
+    let msg = RunWorkQueueMsg {
+        work_queue: queue,
+        write_index: 2,
+        vm_slot: 2,
+        ..RunWorkQueueMsg::default()
+    };
+    kmd.init_data.pipes[0]
+        .push(&*kmd.memory, msg.as_bytes())
+        .unwrap();
+    firmware.doorbell().ring();
+    until("the second command", || kmd.stamp(3) == 0x200);
+}
+
+#[test_log::test]
+fn a_cancelled_queue_is_never_read_again_once_acknowledged() {
+    let mut kmd = Kmd::new(8, 64);
+    let (firmware, _irq) = kmd.boot();
+    until("boot", || {
+        kmd.get::<FirmwareStatus>(kmd.init_data.status).booted == 1
+    });
+    let queue = kmd.work_queue(16);
+    let first = kmd.command(CommandTag::InitBuffer, 3, 0x100, &[0; 24]);
+    assert!(kmd.submit(&firmware, queue, first, 0, 1));
+    until("the command", || kmd.stamp(3) == 0x100);
+    let cancel = DeviceControlMsg {
+        kind: DeviceControlKind::CancelWorkQueue as u32,
+        pad: 0,
+        args: [queue, 0, 0, 0, 0, 0, 0],
+    };
+    kmd.init_data
+        .device_control
+        .push(&*kmd.memory, cancel.as_bytes())
+        .unwrap();
+    firmware.doorbell().ring();
+    until("the acknowledgement", || {
+        kmd.get::<FirmwareStatus>(kmd.init_data.status)
+            .controls_done
+            == 1
+    });
+    // The queue's memory is garbage now: the firmware must not notice.
+    kmd.put(queue, &[0xFFu8; 32]);
+    firmware.doorbell().ring();
+    std::thread::sleep(Duration::from_millis(30));
+    assert_eq!(kmd.get::<FirmwareStatus>(kmd.init_data.status).crashed, 0);
+}

@@ -130,9 +130,16 @@ pub struct FirmwareStatus {
     pub resume: u32,
     /// Non-zero after a firmware crash (everything fails ENODEV).
     pub crashed: u32,
+    /// Device-control requests the firmware has applied (wrapping). It is
+    /// published between passes over the work queues, so once it covers a
+    /// CancelWorkQueue the firmware will never touch that queue again and
+    /// the kmd may free its memory.
+    pub controls_done: u32,
+    /// MBZ.
+    pub pad: u32,
 }
 
-const _: () = assert!(size_of::<FirmwareStatus>() == 16);
+const _: () = assert!(size_of::<FirmwareStatus>() == 24);
 
 /// Run (more of) a queue's work queue for one stage.
 #[derive(
@@ -146,7 +153,9 @@ pub struct RunWorkQueueMsg {
     pub event_slot: u32,
     /// Address of the queue's [`WorkQueueInfo`] for this stage.
     pub work_queue: u64,
-    /// The queue's write index after the new commands.
+    /// The queue's write index after the new commands: the firmware runs
+    /// the queue up to here (not further, even if `cpu_write_index` has
+    /// moved on: later commands come with their own message and VM slot).
     pub write_index: u32,
     /// Non-zero the first time this work queue is run.
     pub is_new: u32,
@@ -347,7 +356,9 @@ pub enum DeviceControlKind {
     /// The answer to a GrowTVB event: `args[0]` buffer slot, `args[1]`
     /// the new block count (0: refused, partially render).
     GrowTvbAck = 2,
-    /// Stop a queue's work: `args[0]` the work queue's address.
+    /// Forget a work queue (`args[0]`: its [`WorkQueueInfo`] address): the
+    /// firmware stops running it and never reads it again once
+    /// [`FirmwareStatus::controls_done`] covers this request.
     CancelWorkQueue = 3,
 }
 

@@ -116,6 +116,9 @@ impl KernelVm {
             uat::page_pte(base + i * PAGE_BYTES, rw, UatMemAttr::Uncached).unwrap_or(0)
         });
         if let Err(e) = mapped {
+            // Entries written before the failure must not outlive the
+            // memory they point at.
+            let _ = inner.tables.set(va & (uat::USER_VA_END - 1), pages, |_| 0);
             inner.va.free(va, (pages + 1) * PAGE_BYTES);
             return Err(e);
         }
@@ -364,12 +367,20 @@ impl FirmwareLink {
     }
 }
 
-impl Drop for FirmwareLink {
-    fn drop(&mut self) {
+impl FirmwareLink {
+    /// Stops the firmware thread (the device is going away); it touches no
+    /// memory afterwards.
+    pub fn stop(&self) {
         self.firmware
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .shutdown();
+    }
+}
+
+impl Drop for FirmwareLink {
+    fn drop(&mut self) {
+        self.stop();
     }
 }
 

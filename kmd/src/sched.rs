@@ -60,6 +60,10 @@ const _: () = assert!(WORK_QUEUE_ENTRIES.is_multiple_of(STAGE_COMMAND_SLOTS));
 /// Offset of `cpu_write_index` in [`WorkQueueInfo`] (the kmd writes only it).
 const WQ_CPU_WRITE_INDEX: u64 = 16;
 const _: () = assert!(std::mem::offset_of!(WorkQueueInfo, cpu_write_index) == 16);
+/// Offsets of the kmd-written fields of [`TvbInfo`].
+const TVB_BLOCK_LIST: u64 = std::mem::offset_of!(TvbInfo, block_list) as u64;
+const TVB_BLOCK_COUNT: u64 = std::mem::offset_of!(TvbInfo, block_count) as u64;
+const TVB_VM_SLOT: u64 = std::mem::offset_of!(TvbInfo, vm_slot) as u64;
 /// How long the scheduler sleeps when nothing happens.
 const IDLE_POLL: Duration = Duration::from_millis(50);
 
@@ -124,8 +128,12 @@ struct QueueHw {
     tvb: TvbHeap,
     /// Submissions not yet on the GPU, in order.
     pending: VecDeque<Job>,
-    /// Destroyed by userspace: freed once its work has retired.
+    /// Destroyed by userspace: freed once its work has retired and the
+    /// firmware has forgotten its work queues.
     destroyed: bool,
+    /// The `controls_done` value after which the firmware has forgotten
+    /// this (destroyed) queue's work queues.
+    cancelled_at: Option<u32>,
     /// Firmware allocations to free with it.
     firmware_allocations: Vec<u64>,
     /// An InitBuffer must precede the next render.
@@ -214,6 +222,9 @@ struct State {
     vm_slots: HashMap<usize, (u32, usize)>,
     next_queue: u64,
     stats: SchedStats,
+    /// Device-control requests sent (wrapping), to match the firmware's
+    /// `controls_done`.
+    controls_sent: u32,
 }
 
 /// Why a queue could not be created.
@@ -284,6 +295,7 @@ impl Scheduler {
                 vm_slots: HashMap::new(),
                 next_queue: 1,
                 stats: SchedStats::default(),
+                controls_sent: 0,
             }),
             crashed: AtomicBool::new(false),
             stop: AtomicBool::new(false),
@@ -326,6 +338,8 @@ impl Scheduler {
         if let Some(thread) = thread {
             let _ = thread.join();
         }
+        // The firmware stops before anything in-flight work holds is let go.
+        self.link.stop();
         // Whatever never ran or never finished is cancelled.
         let mut state = self.state();
         let running: Vec<RunningJob> = state.running.drain(..).collect();
@@ -403,6 +417,7 @@ impl Scheduler {
                 },
                 pending: VecDeque::new(),
                 destroyed: false,
+                cancelled_at: None,
                 firmware_allocations: Vec::new(),
                 tvb_dirty: true,
             };
@@ -431,7 +446,14 @@ impl Scheduler {
         match result {
             Ok(mut queue) => {
                 queue.firmware_allocations = allocations;
-                self.state().queues.insert(id, queue);
+                let mut state = self.state();
+                if self.crashed() {
+                    queue.destroyed = true;
+                    state.queues.insert(id, queue);
+                    self.reap(&mut state);
+                    return Err(SchedError::Crashed);
+                }
+                state.queues.insert(id, queue);
                 Ok(id)
             }
             Err(e) => {
@@ -463,10 +485,17 @@ impl Scheduler {
             .view
             .write(heap.block_list + 4 * heap.mapped_blocks, entries.as_bytes());
         heap.mapped_blocks = blocks;
-        let mut info: TvbInfo = read(&self.link.view, heap.info).unwrap_or_default();
-        info.block_list = heap.block_list;
-        info.block_count = blocks as u32;
-        write(&self.link.view, heap.info, &info);
+        // Only the kmd's fields: the firmware updates the statistics.
+        write(
+            &self.link.view,
+            heap.info + TVB_BLOCK_LIST,
+            &heap.block_list,
+        );
+        write(
+            &self.link.view,
+            heap.info + TVB_BLOCK_COUNT,
+            &(blocks as u32),
+        );
         queue.tvb_dirty = true;
         tracing::debug!(blocks, "TVB mapped");
         Ok(())
@@ -491,8 +520,16 @@ impl Scheduler {
         self.events.notify();
     }
 
-    /// Frees destroyed queues with nothing left on the GPU.
+    /// Frees destroyed queues with nothing left on the GPU: first the
+    /// firmware is told to forget their work queues, then, once it says it
+    /// has, their memory goes (or at once if the firmware is dead).
     fn reap(&self, state: &mut State) {
+        let crashed = self.crashed();
+        let controls_done = if crashed {
+            None
+        } else {
+            self.link.status().map(|s| s.controls_done)
+        };
         let idle: Vec<u64> = state
             .queues
             .iter()
@@ -500,6 +537,36 @@ impl Scheduler {
             .map(|(&id, _)| id)
             .collect();
         for id in idle {
+            let Some(queue) = state.queues.get_mut(&id) else {
+                continue;
+            };
+            if !crashed {
+                match queue.cancelled_at {
+                    None => {
+                        let control = &self.link.init_data.device_control;
+                        if ring_room(&self.link.view, control) < STAGES.len() as u32 {
+                            continue; // Next round.
+                        }
+                        for stage in &queue.stages {
+                            let msg = DeviceControlMsg {
+                                kind: DeviceControlKind::CancelWorkQueue as u32,
+                                pad: 0,
+                                args: [stage.info, 0, 0, 0, 0, 0, 0],
+                            };
+                            let _ = control.push(&self.link.view, msg.as_bytes());
+                        }
+                        state.controls_sent = state.controls_sent.wrapping_add(STAGES.len() as u32);
+                        queue.cancelled_at = Some(state.controls_sent);
+                        self.link.ring_doorbell();
+                        continue;
+                    }
+                    Some(target) => {
+                        if !controls_done.is_some_and(|done| stamp_reached(done, target)) {
+                            continue;
+                        }
+                    }
+                }
+            }
             if let Some(queue) = state.queues.remove(&id) {
                 let mut vm = lock_vm(&queue.vm);
                 for va in &queue.tvb.chunks {
@@ -526,10 +593,12 @@ impl Scheduler {
 
     /// Queues a submission on queue `id`.
     pub fn submit(&self, id: u64, job: Job) -> Result<(), Errno> {
+        let mut state = self.state();
+        // Checked under the lock the crash handler holds while it fails
+        // everything pending, so no submission slips in after it.
         if self.crashed() {
             return Err(Errno::ENODEV);
         }
-        let mut state = self.state();
         let queue = state
             .queues
             .get_mut(&id)
@@ -568,9 +637,17 @@ impl Scheduler {
                 for job in queue.pending.drain(..) {
                     job.fence.signal(Some(Errno::ENODEV));
                 }
+                // Nothing runs any more: the queue's memory can go once
+                // userspace destroys it.
+                for stage in queue.stages.iter_mut() {
+                    stage.in_flight = 0;
+                    stage.slot = None;
+                }
             }
+            self.link.stop();
         }
         if self.crashed() {
+            self.reap(&mut state);
             return;
         }
         self.retire(&mut state);
@@ -656,6 +733,8 @@ impl Scheduler {
             if let Ok(blocks) = queue.tvb.policy.grow_request(wanted) {
                 if self.grow_tvb(queue, blocks).is_ok() {
                     granted = blocks;
+                } else {
+                    queue.tvb.policy.growth_failed(queue.tvb.mapped_blocks);
                 }
             }
         }
@@ -968,7 +1047,7 @@ impl Scheduler {
     /// queues an InitBuffer when it changed.
     fn size_tvb(&self, queue: &mut QueueHw, cmd: &CmdRender, vm_slot: u32, b: &mut Builder<'_>) {
         let view = &self.link.view;
-        let mut info: TvbInfo = read(view, queue.tvb.info).unwrap_or_default();
+        let info: TvbInfo = read(view, queue.tvb.info).unwrap_or_default();
         let heap = &mut queue.tvb;
         let report = (info.renders != heap.renders_seen).then(|| RenderReport {
             peak_pages: u64::from(info.last_peak_pages),
@@ -991,11 +1070,10 @@ impl Scheduler {
         let blocks = heap.policy.before_render(report.as_ref(), min);
         if let Err(e) = self.grow_tvb(queue, blocks) {
             tracing::warn!(%e, blocks, "TVB growth failed; the render will overflow");
+            queue.tvb.policy.growth_failed(queue.tvb.mapped_blocks);
         }
-        info = read(view, queue.tvb.info).unwrap_or_default();
         if info.vm_slot != vm_slot {
-            info.vm_slot = vm_slot;
-            write(view, queue.tvb.info, &info);
+            write(view, queue.tvb.info + TVB_VM_SLOT, &vm_slot);
         }
         if queue.tvb_dirty {
             queue.tvb_dirty = false;

@@ -172,6 +172,15 @@ impl Tvb {
         }
     }
 
+    /// Undoes the last growth to `blocks` when the memory for it could not
+    /// be mapped (the heap really is still `blocks` large).
+    pub fn growth_failed(&mut self, blocks: u64) {
+        if blocks < self.stats.blocks {
+            self.stats.blocks = blocks;
+            self.stats.grows = self.stats.grows.saturating_sub(1);
+        }
+    }
+
     /// Records what the firmware reported about the last render.
     pub fn record(&mut self, report: &RenderReport) {
         self.stats.peak_pages = self.stats.peak_pages.max(report.peak_pages);
@@ -220,7 +229,11 @@ impl Tvb {
                 max_blocks: MAX_BLOCKS,
             });
         }
-        self.grow_to(self.stats.blocks + wanted_blocks.max(SYNC_GROW_BLOCKS));
+        self.grow_to(
+            self.stats
+                .blocks
+                .saturating_add(wanted_blocks.max(SYNC_GROW_BLOCKS)),
+        );
         Ok(self.stats.blocks)
     }
 }

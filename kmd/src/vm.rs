@@ -356,6 +356,9 @@ impl Vm {
             uat::page_pte(base + i * PAGE_BYTES, rw, UatMemAttr::Cached).unwrap_or(0)
         });
         if let Err(e) = mapped {
+            // Entries written before the failure must not outlive the
+            // memory they point at.
+            let _ = self.tables.set(va, len / PAGE_BYTES, |_| 0);
             self.kernel_va.free(va, len);
             return Err(e);
         }

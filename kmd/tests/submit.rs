@@ -606,7 +606,11 @@ fn destroying_a_queue_cancels_what_has_not_run() {
         Err(Errno::ENOENT),
         "the queue is gone"
     );
-    assert_eq!(gpu.system.device().scheduler().stats().queues, before - 1);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while gpu.system.device().scheduler().stats().queues != before - 1 {
+        assert!(Instant::now() < deadline, "the idle queue is freed");
+        std::thread::sleep(Duration::from_millis(1));
+    }
     assert_eq!(gpu.wait(slow), Some(Errno::ETIMEDOUT));
 }
 
@@ -884,4 +888,55 @@ fn a_grow_request_grows_the_buffer_under_the_sync_policy_only() {
         assert_eq!(info.buffer_id as u64, queue.sched_id());
         assert_ne!(info.block_list, 0);
     }
+}
+
+#[test_log::test]
+fn queues_that_ran_work_can_be_destroyed_again_and_again() {
+    let gpu = Gpu::new();
+    let link = gpu.system.device().firmware();
+    let scheduler = gpu.system.device().scheduler();
+    let baseline = link.vm.mapped_bytes();
+    for round in 0..30 {
+        let queue = gpu.queue_create(round % 2);
+        let out = gpu.submit(queue, &[], &empty_compute().repeat(3));
+        assert_eq!(gpu.wait(out), None);
+        let mut d = QueueDestroy {
+            queue_id: queue,
+            pad: 0,
+        };
+        call(&gpu.file, asahi::DRM_IOCTL_ASAHI_QUEUE_DESTROY, &mut d).unwrap();
+        // The main queue keeps working while destroyed ones are reaped.
+        let out = gpu.submit(gpu.queue, &[], &empty_compute());
+        assert_eq!(gpu.wait(out), None, "round {round}");
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while link.vm.mapped_bytes() != baseline || scheduler.stats().queues != 1 {
+        assert!(
+            Instant::now() < deadline,
+            "firmware memory of destroyed queues is freed: {} != {baseline}",
+            link.vm.mapped_bytes()
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(link.status().unwrap().crashed, 0);
+}
+
+#[test_log::test]
+fn closing_the_device_with_work_on_the_gpu_does_not_wait_for_it() {
+    let gpu = Gpu::new(); // 5 s watchdog
+    let never = gpu.submit(
+        gpu.queue,
+        &[],
+        &compute_at(STREAMS_VA + 0x1000, NONE, NONE, Timestamps::default()),
+    );
+    let fence = gpu.file.syncobj(never).unwrap().fence_for(0).unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+    let started = Instant::now();
+    drop(gpu);
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "shutdown took {:?}",
+        started.elapsed()
+    );
+    assert!(fence.status().is_some(), "the fence was signalled");
 }
