@@ -22,8 +22,9 @@ use std::time::{Duration, Instant};
 
 use agx_fwif::messages::{
     BarrierBody, CommandHeader, CommandTag, DeviceControlKind, DeviceControlMsg, EventKind,
-    EventMsg, FirmwareStatus, InitBufferBody, InitData, LogMsg, RunWorkQueueMsg, WorkQueueInfo,
-    EVENT_SLOTS, INIT_MAGIC, INTERFACE_VERSION, MAX_COMMAND_BYTES, PRIORITIES, VM_SLOTS,
+    EventMsg, FirmwareStatus, InitBufferBody, InitData, LogMsg, PipeType, RunWorkQueueMsg,
+    StatsMsg, WorkQueueInfo, EVENT_SLOTS, INIT_MAGIC, INTERFACE_VERSION, MAX_COMMAND_BYTES,
+    PRIORITIES, VM_SLOTS,
 };
 use agx_fwif::ring::{RingError, SharedMemory};
 use agx_hw::formats::UatTtb;
@@ -473,11 +474,10 @@ impl State {
     /// Writes a command's timestamp (GPU time: `CLOCK_MONOTONIC` in ns).
     /// A timestamp buffer that is not mapped is the kmd's bug; it is
     /// logged, not fatal.
-    fn timestamp(&self, init: &InitData, address: u64) {
+    fn timestamp_at(&self, init: &InitData, address: u64, now_ns: u64) {
         if address == 0 {
             return;
         }
-        let now_ns = monotonic_ns();
         if self.write(address, &now_ns).is_err() {
             self.log(init, 1, &format!("timestamp at {address:#x} not mapped"));
         }
@@ -552,7 +552,8 @@ impl State {
                     EngineResult::Done
                 }
                 CommandTag::RunVertex | CommandTag::RunFragment | CommandTag::RunCompute => {
-                    self.timestamp(init, header.timestamp_start);
+                    let start_ns = monotonic_ns();
+                    self.timestamp_at(init, header.timestamp_start, start_ns);
                     let services = Services {
                         memory: &*self.memory,
                         interrupt: &*self.interrupt,
@@ -575,7 +576,25 @@ impl State {
                     for msg in services.deferred.into_inner() {
                         self.apply_control(init, &msg);
                     }
-                    self.timestamp(init, header.timestamp_end);
+                    let end_ns = monotonic_ns();
+                    self.timestamp_at(init, header.timestamp_end, end_ns);
+                    let pipe_type = match tag {
+                        CommandTag::RunVertex => PipeType::Vertex,
+                        CommandTag::RunFragment => PipeType::Fragment,
+                        _ => PipeType::Compute,
+                    };
+                    let stats = StatsMsg {
+                        pipe_type: pipe_type as u32,
+                        vm_slot: queue.vm_slot,
+                        slot: header.stamp_slot,
+                        value: header.stamp_value,
+                        start_ns,
+                        end_ns,
+                    };
+                    // Best effort, like the log.
+                    if init.stats.entry_count != 0 {
+                        let _ = init.stats.push(&*self.memory, stats.as_bytes());
+                    }
                     result
                 }
             };

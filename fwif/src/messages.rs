@@ -107,6 +107,9 @@ pub struct InitData {
     /// each), the user-half page-table base of each VM slot. The GPU
     /// translates a command's addresses through its slot's entry.
     pub contexts: u64,
+    /// Statistics, firmware -> kmd ([`StatsMsg`], best effort: dropped
+    /// when full).
+    pub stats: RingDesc,
 }
 
 /// Identifies an [`InitData`] block.
@@ -114,7 +117,7 @@ pub const INIT_MAGIC: u64 = u64::from_le_bytes(*b"AGXFWIF\0");
 /// The interface version these layouts describe.
 pub const INTERFACE_VERSION: u32 = 1;
 
-const _: () = assert!(size_of::<InitData>() == 16 + 24 * 3 + 24 * 12 + 24);
+const _: () = assert!(size_of::<InitData>() == 16 + 24 * 3 + 24 * 12 + 24 + 24);
 
 /// Firmware health, written by the firmware.
 #[derive(
@@ -261,6 +264,10 @@ pub const TVB_BLOCK_PAGES: u64 = 4;
 pub struct TvbInfo {
     /// Address of the block list (see [`InitBufferBody::block_list`]).
     pub block_list: u64,
+    /// Address of the page list: u32 per 32 KiB page (its GPU address
+    /// >> 15), four per block, in block order: what the tiler allocates
+    /// pages from.
+    pub page_list: u64,
     /// Blocks in the buffer.
     pub block_count: u32,
     /// The GPU MMU context (VM slot) the blocks are mapped in.
@@ -280,7 +287,7 @@ pub struct TvbInfo {
     pub buffer_id: u32,
 }
 
-const _: () = assert!(size_of::<TvbInfo>() == 40);
+const _: () = assert!(size_of::<TvbInfo>() == 48);
 
 /// The body of RunVertex and RunFragment: one render pass, its two halves
 /// sharing it.
@@ -428,6 +435,28 @@ pub struct EventMsg {
 }
 
 const _: () = assert!(size_of::<EventMsg>() == 64);
+
+/// What the GPU spent on one Run command (the statistics ring).
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+#[repr(C)]
+pub struct StatsMsg {
+    /// [`PipeType`] as u32.
+    pub pipe_type: u32,
+    /// The command's VM slot.
+    pub vm_slot: u32,
+    /// The command's event slot.
+    pub slot: u32,
+    /// Its stamp value.
+    pub value: u32,
+    /// When it started (GPU time, ns).
+    pub start_ns: u64,
+    /// When it ended (GPU time, ns).
+    pub end_ns: u64,
+}
+
+const _: () = assert!(size_of::<StatsMsg>() == 32);
 
 /// A firmware log line (NUL-padded UTF-8).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]

@@ -37,6 +37,8 @@ const CONTROL_ENTRIES: u32 = 64;
 const EVENT_ENTRIES: u32 = 256;
 /// Entries of the log ring.
 const LOG_ENTRIES: u32 = 64;
+/// Entries of the statistics ring.
+const STATS_ENTRIES: u32 = 256;
 /// Entries of each submission ring.
 const PIPE_ENTRIES: u32 = 256;
 /// The firmware's per-command watchdog by default.
@@ -292,6 +294,7 @@ impl FirmwareLink {
             stamps: vm.alloc(EVENT_SLOTS as u64 * 4, "agx-fw-stamps")?,
             status: vm.alloc(size_of::<FirmwareStatus>() as u64, "agx-fw-status")?,
             contexts: vm.alloc(VM_SLOTS as u64 * 8, "agx-fw-contexts")?,
+            stats: ring(&vm, STATS_ENTRIES, 32, "agx-fw-stats")?,
             ..InitData::default()
         };
         for pipe in init_data.pipes.iter_mut() {

@@ -35,7 +35,7 @@ use std::time::Duration;
 use agx_fwif::messages::{
     stamp_reached, BarrierBody, CommandHeader, CommandTag, DeviceControlKind, DeviceControlMsg,
     EventKind, EventMsg, InitBufferBody, LogMsg, RunComputeBody, RunRenderBody, RunWorkQueueMsg,
-    TvbInfo, WorkQueueInfo, EVENT_SLOTS, MAX_ATTACHMENTS, MAX_COMMAND_BYTES, PRIORITIES,
+    StatsMsg, TvbInfo, WorkQueueInfo, EVENT_SLOTS, MAX_ATTACHMENTS, MAX_COMMAND_BYTES, PRIORITIES,
     STAMP_STEP, TVB_PAGE_BYTES, VM_SLOTS, WORK_QUEUE_ENTRIES,
 };
 use agx_fwif::ring::{RingDesc, RingState, SharedMemory};
@@ -107,6 +107,8 @@ struct TvbHeap {
     info: u64,
     /// Block list address (firmware).
     block_list: u64,
+    /// Page list address (firmware).
+    page_list: u64,
     /// VM addresses of the mapped chunks of blocks.
     chunks: Vec<u64>,
     /// Blocks mapped.
@@ -208,6 +210,11 @@ pub struct SchedStats {
     pub queues: u64,
     /// The last GPU fault: (GPU address, unit, reason).
     pub last_fault: Option<(u64, u32, u32)>,
+    /// Run commands the GPU executed, per stage (vertex, fragment,
+    /// compute), from the firmware's statistics ring.
+    pub gpu_runs: [u64; 3],
+    /// GPU time they took, per stage, in ns.
+    pub gpu_busy_ns: [u64; 3],
 }
 
 #[derive(Debug)]
@@ -400,6 +407,7 @@ impl Scheduler {
             }
             let info = alloc(size_of::<TvbInfo>() as u64, "agx-tvb-info")?;
             let block_list = alloc(tvb::MAX_BLOCKS * 4, "agx-tvb-blocks")?;
+            let page_list = alloc(tvb::MAX_BLOCKS * tvb::BLOCK_PAGES * 4, "agx-tvb-pages")?;
             let mut queue = QueueHw {
                 vm,
                 priority: (PRIORITIES as u32 - 1).saturating_sub(uapi_priority) as usize,
@@ -409,6 +417,7 @@ impl Scheduler {
                     policy: Tvb::new(self.policy),
                     info,
                     block_list,
+                    page_list,
                     chunks: Vec::new(),
                     mapped_blocks: 0,
                     renders_seen: 0,
@@ -436,6 +445,7 @@ impl Scheduler {
                 &self.link.view,
                 info,
                 &TvbInfo {
+                    page_list,
                     buffer_id: id as u32,
                     ..TvbInfo::default()
                 },
@@ -484,6 +494,13 @@ impl Scheduler {
             .link
             .view
             .write(heap.block_list + 4 * heap.mapped_blocks, entries.as_bytes());
+        let pages: Vec<u32> = (0..new_blocks * tvb::BLOCK_PAGES)
+            .map(|i| ((va + i * tvb::PAGE_BYTES) / TVB_PAGE_BYTES) as u32)
+            .collect();
+        let _ = self.link.view.write(
+            heap.page_list + 4 * heap.mapped_blocks * tvb::BLOCK_PAGES,
+            pages.as_bytes(),
+        );
         heap.mapped_blocks = blocks;
         // Only the kmd's fields: the firmware updates the statistics.
         write(
@@ -625,6 +642,7 @@ impl Scheduler {
     fn step(&self) {
         let mut state = self.state();
         self.drain_log();
+        self.drain_stats(&mut state);
         let crashed =
             self.drain_events(&mut state) || self.link.status().is_some_and(|s| s.crashed != 0);
         if crashed && !self.crashed.swap(true, Ordering::AcqRel) {
@@ -653,6 +671,19 @@ impl Scheduler {
         self.retire(&mut state);
         self.reap(&mut state);
         self.dispatch(&mut state);
+    }
+
+    fn drain_stats(&self, state: &mut State) {
+        let view = &self.link.view;
+        while let Ok(Some(bytes)) = self.link.init_data.stats.pop(view) {
+            if let Ok(msg) = StatsMsg::read_from_bytes(&bytes) {
+                if let Some(stage) = state.stats.gpu_runs.get_mut(msg.pipe_type as usize) {
+                    *stage += 1;
+                    state.stats.gpu_busy_ns[msg.pipe_type as usize] +=
+                        msg.end_ns.saturating_sub(msg.start_ns);
+                }
+            }
+        }
     }
 
     fn drain_log(&self) {

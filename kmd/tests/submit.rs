@@ -229,6 +229,13 @@ fn empty_work_completes_and_signals_its_syncobj() {
     assert_eq!(gpu.wait(out), None);
     let stats = gpu.system.device().scheduler().stats();
     assert!(stats.commands >= 11, "{stats:?}");
+    // The firmware's statistics ring saw every dispatch run.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while gpu.system.device().scheduler().stats().gpu_runs[2] < 11 {
+        assert!(Instant::now() < deadline, "statistics for 11 runs");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(gpu.system.device().scheduler().stats().gpu_runs, [0, 0, 11]);
     // Nothing stays held once idle.
     let deadline = Instant::now() + Duration::from_secs(5);
     while gpu.system.device().scheduler().stats().event_slots_in_use != 0 {
@@ -804,6 +811,40 @@ fn each_queue_has_a_parameter_buffer_in_its_vm_kernel_range_that_grows() {
         agx_hw::uat::Access::GpuRead
     )
     .is_ok());
+    // The firmware's block and page lists name those pages.
+    {
+        use agx_fwif::messages::TvbInfo;
+        use agx_fwif::ring::SharedMemory;
+        let link = gpu.system.device().firmware();
+        let address = gpu
+            .system
+            .device()
+            .scheduler()
+            .tvb_info_address(queue.sched_id())
+            .unwrap();
+        let mut bytes = [0u8; size_of::<TvbInfo>()];
+        link.view.read(address, &mut bytes).unwrap();
+        let info = <TvbInfo as zerocopy::FromBytes>::read_from_bytes(&bytes).unwrap();
+        assert_eq!(info.block_count, 2048);
+        let read_u32 = |at: u64| {
+            let mut word = [0u8; 4];
+            link.view.read(at, &mut word).unwrap();
+            u32::from_le_bytes(word)
+        };
+        let first_page = (KERNEL_START >> 15) as u32;
+        for block in [0u64, 7, 8, 2047] {
+            assert_eq!(
+                read_u32(info.block_list + 4 * block),
+                first_page + 4 * block as u32
+            );
+            for page in 0..4 {
+                assert_eq!(
+                    read_u32(info.page_list + 4 * (4 * block + page)),
+                    first_page + (4 * block + page) as u32
+                );
+            }
+        }
+    }
     // Destroying the queue unmaps it.
     drop(queue);
     let mut d = QueueDestroy {
