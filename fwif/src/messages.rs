@@ -265,8 +265,8 @@ pub struct TvbInfo {
     /// Address of the block list (see [`InitBufferBody::block_list`]).
     pub block_list: u64,
     /// Address of the page list: u32 per 32 KiB page (its GPU address
-    /// >> 15), four per block, in block order: what the tiler allocates
-    /// pages from.
+    /// shifted right by 15), four per block, in block order: what the
+    /// tiler allocates pages from.
     pub page_list: u64,
     /// Blocks in the buffer.
     pub block_count: u32,
