@@ -211,6 +211,15 @@ impl Kmd {
         self.get(self.init_data.stamps + 4 * u64::from(slot))
     }
 
+    /// Boots and waits until the firmware says it has.
+    fn boot_and_wait(&self) -> (Firmware, Arc<Irq>) {
+        let booted = self.boot();
+        until("boot", || {
+            self.get::<FirmwareStatus>(self.init_data.status).booted == 1
+        });
+        booted
+    }
+
     fn boot(&self) -> (Firmware, Arc<Irq>) {
         let irq = Arc::new(Irq::default());
         let fw = Firmware::boot(
@@ -305,10 +314,7 @@ fn boots_and_runs_barriers_across_queues() {
 #[test_log::test]
 fn corrupt_structures_crash_the_firmware_not_the_process() {
     let mut kmd = Kmd::new(8, 64);
-    let (firmware, _irq) = kmd.boot();
-    until("boot", || {
-        kmd.get::<FirmwareStatus>(kmd.init_data.status).booted == 1
-    });
+    let (firmware, _irq) = kmd.boot_and_wait();
     let queue = kmd.work_queue(16);
     let bogus = kmd.command(CommandTag::Barrier, 0, 0x100, &[0; 8]);
     kmd.memory.write(bogus, &77u32.to_le_bytes()).unwrap(); // unknown tag
@@ -339,10 +345,7 @@ fn corrupt_structures_crash_the_firmware_not_the_process() {
 fn many_queues_under_load_wrap_every_ring() {
     // Tiny rings: 4 submission slots, 8 event slots, 16-entry work queues.
     let mut kmd = Kmd::new(4, 8);
-    let (firmware, _irq) = kmd.boot();
-    until("boot", || {
-        kmd.get::<FirmwareStatus>(kmd.init_data.status).booted == 1
-    });
+    let (firmware, _irq) = kmd.boot_and_wait();
     let queues: Vec<u64> = (0..3).map(|_| kmd.work_queue(16)).collect();
     let per_queue = 300u32;
     let mut commands = Vec::new();
@@ -387,10 +390,7 @@ fn many_queues_under_load_wrap_every_ring() {
 fn the_watchdog_stops_a_barrier_that_never_releases_and_stamps_are_timed() {
     let mut kmd = Kmd::new(8, 64);
     // 1000 ms watchdog (Kmd::new).
-    let (firmware, _irq) = kmd.boot();
-    until("boot", || {
-        kmd.get::<FirmwareStatus>(kmd.init_data.status).booted == 1
-    });
+    let (firmware, _irq) = kmd.boot_and_wait();
     let queue = kmd.work_queue(16);
     let stuck = kmd.command(
         CommandTag::Barrier,
@@ -504,10 +504,7 @@ fn a_mid_render_grow_request_waits_for_the_kmds_answer() {
 #[test_log::test]
 fn higher_priority_queues_run_first() {
     let mut kmd = Kmd::new(8, 64);
-    let (firmware, _irq) = kmd.boot();
-    until("boot", || {
-        kmd.get::<FirmwareStatus>(kmd.init_data.status).booted == 1
-    });
+    let (firmware, _irq) = kmd.boot_and_wait();
     // Both queues wait on slot 9, then do one InitBuffer each: low
     // priority (pipe 3) submitted first, high priority (pipe 0) second.
     let gate = BarrierBody {
@@ -570,10 +567,7 @@ fn a_panic_in_the_gpu_model_is_a_reported_firmware_crash() {
 #[test_log::test]
 fn a_queue_runs_only_as_far_as_its_latest_message_says() {
     let mut kmd = Kmd::new(8, 64);
-    let (firmware, _irq) = kmd.boot();
-    until("boot", || {
-        kmd.get::<FirmwareStatus>(kmd.init_data.status).booted == 1
-    });
+    let (firmware, _irq) = kmd.boot_and_wait();
     let queue = kmd.work_queue(16);
     let first = kmd.command(CommandTag::InitBuffer, 3, 0x100, &[0; 24]);
     let second = kmd.command(CommandTag::InitBuffer, 3, 0x200, &[0; 24]);
@@ -603,10 +597,7 @@ fn a_queue_runs_only_as_far_as_its_latest_message_says() {
 #[test_log::test]
 fn a_cancelled_queue_is_never_read_again_once_acknowledged() {
     let mut kmd = Kmd::new(8, 64);
-    let (firmware, _irq) = kmd.boot();
-    until("boot", || {
-        kmd.get::<FirmwareStatus>(kmd.init_data.status).booted == 1
-    });
+    let (firmware, _irq) = kmd.boot_and_wait();
     let queue = kmd.work_queue(16);
     let first = kmd.command(CommandTag::InitBuffer, 3, 0x100, &[0; 24]);
     assert!(kmd.submit(&firmware, queue, first, 0, 1));

@@ -1011,15 +1011,11 @@ impl Scheduler {
                     vertex_attachments,
                     fragment_attachments,
                 } => {
-                    for wait in [
+                    let waits = [
                         resolve(vdm_barrier, prior_render, &render_done),
                         resolve(cdm_barrier, prior_compute, &compute_done),
-                    ]
-                    .into_iter()
-                    .flatten()
-                    {
-                        b.barrier(queue, Stage::Vertex, wait);
-                    }
+                    ];
+                    b.barriers(queue, Stage::Vertex, waits);
                     self.size_tvb(queue, cmd, vm_slot, b);
                     let vertex = b.push(
                         queue,
@@ -1044,15 +1040,11 @@ impl Scheduler {
                     cdm_barrier,
                     attachments,
                 } => {
-                    for wait in [
+                    let waits = [
                         resolve(vdm_barrier, prior_render, &render_done),
                         resolve(cdm_barrier, prior_compute, &compute_done),
-                    ]
-                    .into_iter()
-                    .flatten()
-                    {
-                        b.barrier(queue, Stage::Compute, wait);
-                    }
+                    ];
+                    b.barriers(queue, Stage::Compute, waits);
                     let mut body = RunComputeBody {
                         usc_exec_base: queue.usc_exec_base,
                         attachment_count: 0,
@@ -1193,6 +1185,13 @@ impl Builder<'_> {
         segment.last = value;
         segment.commands += 1;
         (slot, value)
+    }
+
+    /// Appends a barrier on `stage` for each wait there is.
+    fn barriers(&mut self, queue: &mut QueueHw, stage: Stage, waits: [Option<(u32, u32)>; 2]) {
+        for wait in waits.into_iter().flatten() {
+            self.barrier(queue, stage, wait);
+        }
     }
 
     /// Appends a barrier on `stage` waiting for `(slot, value)`.

@@ -105,6 +105,21 @@ impl Gpu {
             .unwrap();
     }
 
+    /// A queue's parameter-buffer control block, as the firmware sees it.
+    fn tvb_info(&self, queue: &agx_kmd::queue::Queue) -> agx_fwif::messages::TvbInfo {
+        use agx_fwif::ring::SharedMemory;
+        let address = self
+            .system
+            .device()
+            .scheduler()
+            .tvb_info_address(queue.sched_id())
+            .unwrap();
+        let mut bytes = [0u8; size_of::<agx_fwif::messages::TvbInfo>()];
+        let link = self.system.device().firmware();
+        link.view.read(address, &mut bytes).unwrap();
+        zerocopy::FromBytes::read_from_bytes(&bytes).unwrap()
+    }
+
     fn syncobj(&self) -> u32 {
         let mut c = SyncobjCreate::default();
         call(&self.file, drm::DRM_IOCTL_SYNCOBJ_CREATE, &mut c).unwrap();
@@ -813,18 +828,9 @@ fn each_queue_has_a_parameter_buffer_in_its_vm_kernel_range_that_grows() {
     .is_ok());
     // The firmware's block and page lists name those pages.
     {
-        use agx_fwif::messages::TvbInfo;
         use agx_fwif::ring::SharedMemory;
         let link = gpu.system.device().firmware();
-        let address = gpu
-            .system
-            .device()
-            .scheduler()
-            .tvb_info_address(queue.sched_id())
-            .unwrap();
-        let mut bytes = [0u8; size_of::<TvbInfo>()];
-        link.view.read(address, &mut bytes).unwrap();
-        let info = <TvbInfo as zerocopy::FromBytes>::read_from_bytes(&bytes).unwrap();
+        let info = gpu.tvb_info(&queue);
         assert_eq!(info.block_count, 2048);
         let read_u32 = |at: u64| {
             let mut word = [0u8; 4];
@@ -879,8 +885,7 @@ fn work_queue_rings_and_command_slots_wrap_around() {
 
 #[test_log::test]
 fn a_grow_request_grows_the_buffer_under_the_sync_policy_only() {
-    use agx_fwif::messages::{EventKind, EventMsg, TvbInfo};
-    use agx_fwif::ring::SharedMemory;
+    use agx_fwif::messages::{EventKind, EventMsg};
     for (policy, blocks) in [
         (agx_kmd::tvb::GrowthPolicy::Sync, 8 + 10),
         (agx_kmd::tvb::GrowthPolicy::Asahi, 8),
@@ -916,15 +921,7 @@ fn a_grow_request_grows_the_buffer_under_the_sync_policy_only() {
         let stats = queue.tvb_stats();
         assert_eq!(stats.blocks, blocks, "{policy}");
         // The firmware-visible control block agrees.
-        let address = gpu
-            .system
-            .device()
-            .scheduler()
-            .tvb_info_address(queue.sched_id())
-            .unwrap();
-        let mut bytes = [0u8; size_of::<TvbInfo>()];
-        link.view.read(address, &mut bytes).unwrap();
-        let info = <TvbInfo as zerocopy::FromBytes>::read_from_bytes(&bytes).unwrap();
+        let info = gpu.tvb_info(&queue);
         assert_eq!(info.block_count as u64, blocks);
         assert_eq!(info.buffer_id as u64, queue.sched_id());
         assert_ne!(info.block_list, 0);
