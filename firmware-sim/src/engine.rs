@@ -10,12 +10,13 @@
 //! command's VM context, so an unmapped stream faults at the exact address
 //! the hardware would report.
 //!
-//! [`Gpu`] walks CDM streams: barriers and links are followed, a
-//! terminate completes the command, and a stream that never terminates
-//! (a link loop) runs into the firmware's watchdog as it would on
-//! hardware. Kernel launches and the render pipeline (VDM, tiling,
-//! fragment) are the GPU execution work; until then they end in a fault
-//! of reason [`FAULT_UNSUPPORTED_WORK`] at the block's address.
+//! [`Gpu`] walks CDM streams: barriers and links are followed, a launch
+//! binds its pipeline and runs the kernel over its grid on the shader
+//! core ([`crate::compute`]), a terminate completes the command, and a
+//! stream that never terminates (a link loop) runs into the firmware's
+//! watchdog as it would on hardware. The render pipeline (VDM, tiling,
+//! fragment) is still to come; until then RunVertex and RunFragment end
+//! in a fault of reason [`FAULT_UNSUPPORTED_WORK`].
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
@@ -24,6 +25,9 @@ use agx_fwif::messages::{CommandTag, FaultUnit, RunComputeBody, FAULT_UNSUPPORTE
 use agx_fwif::ring::SharedMemory;
 use agx_hw::formats::{CdmBlockType, CdmStreamLink, UatFaultReason};
 use agx_hw::uat::{self, Access, PhysicalMemory, UatFault, PAGE_BYTES};
+
+use crate::compute;
+use crate::usc::ProgramCache;
 use zerocopy::FromBytes;
 
 /// What the execution engine did with a Run command.
@@ -149,6 +153,16 @@ impl<'a> GpuVm<'a> {
         Ok(())
     }
 
+    /// Physical memory.
+    pub fn memory(&self) -> &'a dyn PhysicalMemory {
+        self.memory
+    }
+
+    /// The root of the context's user page tables.
+    pub fn root(&self) -> u64 {
+        self.root
+    }
+
     /// Reads a little-endian u32.
     pub fn read_u32(&self, va: u64) -> Result<u32, UatFault> {
         let mut word = [0u8; 4];
@@ -162,6 +176,10 @@ impl<'a> GpuVm<'a> {
 pub struct Gpu {
     /// CDM blocks walked, over all commands.
     pub cdm_blocks: u64,
+    /// Kernels launched.
+    pub launches: u64,
+    /// SIMD-group instructions executed by kernels.
+    pub usc_instructions: u64,
 }
 
 /// Blocks walked between watchdog checks.
@@ -175,7 +193,7 @@ impl Gpu {
         let Some(root) = ctx.ttb0 else {
             return EngineResult::unsupported(body.compute.cdm_ctrl_stream_base, FaultUnit::Cdm);
         };
-        let vm = GpuVm::new(ctx.memory, root);
+        let mut vm = GpuVm::new(ctx.memory, root);
         let mut pc = body.compute.cdm_ctrl_stream_base;
         let mut walked = 0u64;
         loop {
@@ -200,9 +218,24 @@ impl Gpu {
                     }
                     pc = CdmStreamLink::unpack(&block).value.target;
                 }
-                CdmBlockType::Launch | CdmBlockType::Unknown(_) => {
-                    return EngineResult::unsupported(pc, FaultUnit::Cdm)
+                CdmBlockType::Launch => {
+                    let launch = match compute::parse_launch(&vm, pc, body.usc_exec_base) {
+                        Ok(launch) => launch,
+                        Err(result) => return result,
+                    };
+                    let binding = match compute::bind(&vm, launch.pipeline, body.usc_exec_base) {
+                        Ok(binding) => binding,
+                        Err(result) => return result,
+                    };
+                    let mut cache = ProgramCache::new();
+                    match compute::run(ctx, &mut vm, &mut cache, &launch, &binding, pc) {
+                        Ok(instructions) => self.usc_instructions += instructions,
+                        Err(result) => return result,
+                    }
+                    self.launches += 1;
+                    pc = pc.wrapping_add(launch.length_bytes);
                 }
+                CdmBlockType::Unknown(_) => return EngineResult::unsupported(pc, FaultUnit::Cdm),
             }
         }
     }

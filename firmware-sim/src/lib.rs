@@ -13,6 +13,7 @@
 //! execution" work.
 #![forbid(unsafe_code)]
 
+pub mod compute;
 pub mod engine;
 pub mod firmware;
 pub mod usc;

@@ -750,33 +750,92 @@ table! {
     ]),
 }
 
+/// Special-register numbers the simulator provides (see [`SPECIAL_REGISTERS`]).
+pub mod sr {
+    /// `threadgroup_position_in_grid` (x; y and z follow).
+    pub const THREADGROUP_POSITION_IN_GRID: u32 = 0;
+    /// `threads_per_threadgroup` (x; y and z follow).
+    pub const THREADS_PER_THREADGROUP: u32 = 4;
+    /// `dispatch_threads_per_threadgroup` (x; y and z follow).
+    pub const DISPATCH_THREADS_PER_THREADGROUP: u32 = 8;
+    /// `core_index`.
+    pub const CORE_INDEX: u32 = 20;
+    /// `vm_slot`.
+    pub const VM_SLOT: u32 = 21;
+    /// `thread_position_in_threadgroup` (x; y and z follow).
+    pub const THREAD_POSITION_IN_THREADGROUP: u32 = 48;
+    /// `thread_index_in_threadgroup`.
+    pub const THREAD_INDEX_IN_THREADGROUP: u32 = 51;
+    /// `thread_index_in_simdgroup`.
+    pub const THREAD_INDEX_IN_SIMDGROUP: u32 = 52;
+    /// `simdgroup_index_in_threadgroup`.
+    pub const SIMDGROUP_INDEX_IN_THREADGROUP: u32 = 53;
+    /// `is_active_thread`.
+    pub const IS_ACTIVE_THREAD: u32 = 63;
+    /// `thread_position_in_grid` (x; y and z follow (the pixel x/y in fragment shaders)).
+    pub const THREAD_POSITION_IN_GRID: u32 = 80;
+}
+
 /// Names of the special registers, for printing.
 pub const SPECIAL_REGISTERS: &[(u32, &str)] = &[
-    (0, "threadgroup_position_in_grid.x"),
-    (1, "threadgroup_position_in_grid.y"),
-    (2, "threadgroup_position_in_grid.z"),
-    (4, "threads_per_threadgroup.x"),
-    (5, "threads_per_threadgroup.y"),
-    (6, "threads_per_threadgroup.z"),
-    (8, "dispatch_threads_per_threadgroup.x"),
-    (9, "dispatch_threads_per_threadgroup.y"),
-    (10, "dispatch_threads_per_threadgroup.z"),
-    (20, "core_index"),
-    (21, "vm_slot"),
-    (48, "thread_position_in_threadgroup.x"),
-    (49, "thread_position_in_threadgroup.y"),
-    (50, "thread_position_in_threadgroup.z"),
-    (51, "thread_index_in_threadgroup"),
-    (52, "thread_index_in_simdgroup"),
-    (53, "simdgroup_index_in_threadgroup"),
+    (
+        sr::THREADGROUP_POSITION_IN_GRID,
+        "threadgroup_position_in_grid.x",
+    ),
+    (
+        sr::THREADGROUP_POSITION_IN_GRID + 1,
+        "threadgroup_position_in_grid.y",
+    ),
+    (
+        sr::THREADGROUP_POSITION_IN_GRID + 2,
+        "threadgroup_position_in_grid.z",
+    ),
+    (sr::THREADS_PER_THREADGROUP, "threads_per_threadgroup.x"),
+    (sr::THREADS_PER_THREADGROUP + 1, "threads_per_threadgroup.y"),
+    (sr::THREADS_PER_THREADGROUP + 2, "threads_per_threadgroup.z"),
+    (
+        sr::DISPATCH_THREADS_PER_THREADGROUP,
+        "dispatch_threads_per_threadgroup.x",
+    ),
+    (
+        sr::DISPATCH_THREADS_PER_THREADGROUP + 1,
+        "dispatch_threads_per_threadgroup.y",
+    ),
+    (
+        sr::DISPATCH_THREADS_PER_THREADGROUP + 2,
+        "dispatch_threads_per_threadgroup.z",
+    ),
+    (sr::CORE_INDEX, "core_index"),
+    (sr::VM_SLOT, "vm_slot"),
+    (
+        sr::THREAD_POSITION_IN_THREADGROUP,
+        "thread_position_in_threadgroup.x",
+    ),
+    (
+        sr::THREAD_POSITION_IN_THREADGROUP + 1,
+        "thread_position_in_threadgroup.y",
+    ),
+    (
+        sr::THREAD_POSITION_IN_THREADGROUP + 2,
+        "thread_position_in_threadgroup.z",
+    ),
+    (
+        sr::THREAD_INDEX_IN_THREADGROUP,
+        "thread_index_in_threadgroup",
+    ),
+    (sr::THREAD_INDEX_IN_SIMDGROUP, "thread_index_in_simdgroup"),
+    (
+        sr::SIMDGROUP_INDEX_IN_THREADGROUP,
+        "simdgroup_index_in_threadgroup",
+    ),
     (56, "active_thread_index_in_quadgroup"),
     (58, "active_thread_index_in_simdgroup"),
     (60, "internal_coverage_mask"),
     (62, "backfacing"),
-    (63, "is_active_thread"),
-    (80, "thread_position_in_grid.x"),
-    (81, "thread_position_in_grid.y"),
-    (82, "thread_position_in_grid.z"),
+    (sr::IS_ACTIVE_THREAD, "is_active_thread"),
+    (sr::THREAD_POSITION_IN_GRID, "thread_position_in_grid.x"),
+    (sr::THREAD_POSITION_IN_GRID + 1, "thread_position_in_grid.y"),
+    (sr::THREAD_POSITION_IN_GRID + 2, "thread_position_in_grid.z"),
     (124, "input_sample_mask"),
     (144, "opfifo_cmd"),
     (146, "opfifo_data_l"),

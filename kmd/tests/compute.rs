@@ -1,0 +1,405 @@
+//! Compute kernels end to end: SUBMIT, the scheduler, the firmware, the
+//! CDM walking a control stream of launches, the pipeline's USC control
+//! words, and the shader core running assembled AGX code over the grid,
+//! all through the GPU MMU. Results are checked against Rust.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use agx_hw::formats::{
+    CdmBarrier, CdmGlobalSize, CdmLaunchWord0, CdmLaunchWord1, CdmLocalSize, CdmMode,
+    CdmStreamTerminate, UscNoPreshader, UscRegisters, UscShader, UscShared, UscUniform,
+};
+use agx_hw::uat::PhysicalMemory;
+use agx_kmd::{Errno, File, System, SystemConfig};
+use agx_uapi::asahi::{
+    self, BindFlags, CmdCompute, CmdHeader, CmdType, QueueCreate, Submit, Sync,
+    DRM_ASAHI_BARRIER_NONE,
+};
+use agx_uapi::drm::{self, SyncobjCreate};
+use common::*;
+use zerocopy::{FromZeros, IntoBytes};
+
+/// Data buffers (inputs, outputs, uniforms, control streams).
+const DATA_VA: u64 = 0x1_0000_0000;
+const DATA_BYTES: u64 = 1 << 20;
+/// The USC region: `usc_exec_base`, with code and pipelines in it.
+const USC_BASE: u64 = 0x2_0000_0000;
+const USC_BYTES: u64 = 256 << 10;
+
+struct Machine {
+    system: System,
+    file: File,
+    queue: u32,
+    data: u32,
+    usc: u32,
+}
+
+impl Machine {
+    fn new(command_timeout_ms: u32) -> Machine {
+        let system = System::new(SystemConfig {
+            ram_bytes: 1 << 30,
+            command_timeout_ms,
+            ..SystemConfig::default()
+        })
+        .unwrap();
+        let file = system.open();
+        let vm = vm_create(&file);
+        let rw = (BindFlags::READ | BindFlags::WRITE).bits();
+        let data = gem_create(&file, DATA_BYTES, 0, 0).unwrap();
+        let usc = gem_create(&file, USC_BYTES, 0, 0).unwrap();
+        bind(
+            &file,
+            vm,
+            &[
+                map_op(data, DATA_VA, DATA_BYTES, 0, rw),
+                map_op(usc, USC_BASE, USC_BYTES, 0, BindFlags::READ.bits()),
+            ],
+        )
+        .unwrap();
+        let mut c = QueueCreate {
+            vm_id: vm,
+            priority: 0,
+            usc_exec_base: USC_BASE,
+            ..QueueCreate::default()
+        };
+        call(&file, asahi::DRM_IOCTL_ASAHI_QUEUE_CREATE, &mut c).unwrap();
+        Machine {
+            system,
+            file,
+            queue: c.queue_id,
+            data,
+            usc,
+        }
+    }
+
+    fn poke(&self, handle: u32, offset: u64, bytes: &[u8]) {
+        let pa = self.file.object(handle).unwrap().memory().pa();
+        self.system
+            .device()
+            .ram()
+            .write(pa + offset, bytes)
+            .unwrap();
+    }
+
+    fn peek(&self, handle: u32, offset: u64, len: usize) -> Vec<u8> {
+        let pa = self.file.object(handle).unwrap().memory().pa();
+        let mut out = vec![0u8; len];
+        self.system
+            .device()
+            .ram()
+            .read(pa + offset, &mut out)
+            .unwrap();
+        out
+    }
+
+    fn poke_u32s(&self, offset: u64, values: &[u32]) {
+        self.poke(self.data, offset, values.as_bytes());
+    }
+
+    fn peek_u32s(&self, offset: u64, count: usize) -> Vec<u32> {
+        self.peek(self.data, offset, 4 * count)
+            .chunks_exact(4)
+            .map(|c| u32::from_le_bytes(c.try_into().unwrap()))
+            .collect()
+    }
+
+    /// Places a kernel: its code at `code_offset` and a pipeline at
+    /// `pipeline_offset` (both in the USC region) binding `uniforms` (at
+    /// `uniform_offset` in the data buffer) and `shared_bytes` of
+    /// threadgroup memory. Returns the pipeline's offset.
+    fn kernel(
+        &self,
+        source: &str,
+        code_offset: u64,
+        pipeline_offset: u64,
+        uniforms: &[u32],
+        uniform_offset: u64,
+        shared_bytes: u32,
+    ) -> u64 {
+        let code = agx_hw::isa::text::assemble(source, USC_BASE + code_offset).unwrap();
+        self.poke(self.usc, code_offset, &code);
+        self.poke_u32s(uniform_offset, uniforms);
+        let mut words = Vec::new();
+        words.extend(
+            UscUniform {
+                start_halfs: 0,
+                size_halfs: 2 * uniforms.len() as u32,
+                buffer: DATA_VA + uniform_offset,
+            }
+            .pack()
+            .unwrap(),
+        );
+        words.extend(
+            UscShared {
+                uses_shared_memory: shared_bytes > 0,
+                bytes_per_threadgroup: shared_bytes.max(256),
+                ..UscShared::default()
+            }
+            .pack()
+            .unwrap(),
+        );
+        words.extend(
+            UscShader {
+                code: code_offset,
+                ..UscShader::default()
+            }
+            .pack()
+            .unwrap(),
+        );
+        words.extend(
+            UscRegisters {
+                register_count: 16,
+                ..UscRegisters::default()
+            }
+            .pack()
+            .unwrap(),
+        );
+        words.extend(UscNoPreshader::default().pack().unwrap());
+        self.poke(self.usc, pipeline_offset, &words);
+        pipeline_offset
+    }
+
+    /// Runs a CDM stream (at `stream_offset` in the data buffer); returns
+    /// the submission's fence error.
+    fn run(&self, stream_offset: u64) -> Option<Errno> {
+        let cmd = CmdCompute {
+            cdm_ctrl_stream_base: DATA_VA + stream_offset,
+            cdm_ctrl_stream_end: DATA_VA + stream_offset + 0x1000,
+            ..CmdCompute::new_zeroed()
+        };
+        let mut cmdbuf = CmdHeader {
+            cmd_type: CmdType::Compute as u16,
+            size: size_of::<CmdCompute>() as u16,
+            vdm_barrier: DRM_ASAHI_BARRIER_NONE,
+            cdm_barrier: DRM_ASAHI_BARRIER_NONE,
+        }
+        .as_bytes()
+        .to_vec();
+        cmdbuf.extend_from_slice(cmd.as_bytes());
+        let mut create = SyncobjCreate::default();
+        call(&self.file, drm::DRM_IOCTL_SYNCOBJ_CREATE, &mut create).unwrap();
+        let syncs = [Sync {
+            sync_type: 0,
+            handle: create.handle,
+            timeline_value: 0,
+        }];
+        let mut s = Submit {
+            syncs: syncs.as_ptr() as u64,
+            cmdbuf: cmdbuf.as_ptr() as u64,
+            queue_id: self.queue,
+            out_sync_count: 1,
+            cmdbuf_size: cmdbuf.len() as u32,
+            ..Submit::default()
+        };
+        call(&self.file, asahi::DRM_IOCTL_ASAHI_SUBMIT, &mut s).unwrap();
+        let syncobj = self.file.syncobj(create.handle).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(status) = syncobj.fence_for(0).and_then(|f| f.status()) {
+                return status;
+            }
+            assert!(Instant::now() < deadline, "the kernel never finished");
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+}
+
+/// A Launch block (direct mode) of `pipeline` over `grid` threads in
+/// threadgroups of `local`.
+fn launch(pipeline: u64, grid: [u32; 3], local: [u32; 3]) -> Vec<u8> {
+    let mut block = CdmLaunchWord0 {
+        mode: CdmMode::Direct,
+        ..CdmLaunchWord0::default()
+    }
+    .pack()
+    .unwrap()
+    .to_vec();
+    block.extend(CdmLaunchWord1 { pipeline }.pack().unwrap());
+    block.extend(
+        CdmGlobalSize {
+            x: grid[0],
+            y: grid[1],
+            z: grid[2],
+        }
+        .pack()
+        .unwrap(),
+    );
+    block.extend(
+        CdmLocalSize {
+            x: local[0],
+            y: local[1],
+            z: local[2],
+        }
+        .pack()
+        .unwrap(),
+    );
+    block
+}
+
+fn terminate() -> Vec<u8> {
+    CdmStreamTerminate::default().pack().unwrap().to_vec()
+}
+
+fn pair(address: u64) -> [u32; 2] {
+    [address as u32, (address >> 32) as u32]
+}
+
+const IN: u64 = 0x1_0000;
+const OUT: u64 = 0x4_0000;
+const UNIFORMS: u64 = 0x8_0000;
+const STREAM: u64 = 0x9_0000;
+
+/// out[i] = a * in[i] + b for i < n (u0_u1 in, u2_u3 out, u4 a, u5 b, u6 n).
+const AXPB: &str = "
+    get_sr r1, sr80
+    if_icmp r0l, ult, r1, u6, 1
+    jmp_exec_none done
+    device_load 0, i32, x, r2, u0_u1, r1, unsigned
+    wait 0
+    fmadd32 r3, u4, r2, u5
+    device_store 0, i32, x, r3, u2_u3, r1, unsigned, 0
+done:
+    pop_exec r0l, 1
+    stop";
+
+#[test_log::test]
+fn a_kernel_runs_over_a_grid_with_a_partial_last_threadgroup() {
+    let m = Machine::new(5000);
+    let n = 1000u32;
+    let input: Vec<f32> = (0..n).map(|i| i as f32 * 0.25 - 40.0).collect();
+    m.poke_u32s(IN, &input.iter().map(|v| v.to_bits()).collect::<Vec<_>>());
+    let (a, b) = (3.5f32, -1.25f32);
+    let mut uniforms = Vec::new();
+    uniforms.extend(pair(DATA_VA + IN));
+    uniforms.extend(pair(DATA_VA + OUT));
+    uniforms.extend([a.to_bits(), b.to_bits(), n]);
+    let pipeline = m.kernel(AXPB, 0x1000, 0x40, &uniforms, UNIFORMS, 0);
+    // 1000 threads in groups of 64: 16 groups, the last one partial; the
+    // grid is rounded up to 1024 so the kernel's own bounds check matters.
+    let mut stream = launch(pipeline, [1024, 1, 1], [64, 1, 1]);
+    stream.extend(terminate());
+    m.poke(m.data, STREAM, &stream);
+    assert_eq!(m.run(STREAM), None);
+    let expected: Vec<u32> = input.iter().map(|x| a.mul_add(*x, b).to_bits()).collect();
+    assert_eq!(m.peek_u32s(OUT, n as usize), expected);
+    assert_eq!(
+        m.peek_u32s(OUT + 4 * u64::from(n), 1),
+        [0],
+        "nothing past n"
+    );
+}
+
+#[test_log::test]
+fn threadgroup_memory_is_shared_across_simd_groups_at_a_barrier() {
+    let m = Machine::new(5000);
+    // out[i] = in[i] + in[mirror of i within its threadgroup of 64].
+    let source = "
+        get_sr r1, sr80
+        get_sr r5l, sr51
+        get_sr r6, sr51
+        device_load 0, i32, x, r2, u0_u1, r1, unsigned
+        wait 0
+        threadgroup_store i32, x, r2, 0, r5l
+        threadgroup_barrier
+        isub r3, 63, r6
+        threadgroup_load i32, x, r4, 0, r3l
+        iadd r4, r4, r2
+        device_store 0, i32, x, r4, u2_u3, r1, unsigned, 0
+        stop";
+    let input: Vec<u32> = (0..256u32).map(|i| i * i + 7).collect();
+    m.poke_u32s(IN, &input);
+    let mut uniforms = Vec::new();
+    uniforms.extend(pair(DATA_VA + IN));
+    uniforms.extend(pair(DATA_VA + OUT));
+    let pipeline = m.kernel(source, 0x1000, 0x80, &uniforms, UNIFORMS, 256);
+    let mut stream = launch(pipeline, [256, 1, 1], [64, 1, 1]);
+    stream.extend(terminate());
+    m.poke(m.data, STREAM, &stream);
+    assert_eq!(m.run(STREAM), None);
+    let expected: Vec<u32> = (0..256usize)
+        .map(|i| {
+            let (group, t) = (i / 64, i % 64);
+            input[i].wrapping_add(input[group * 64 + 63 - t])
+        })
+        .collect();
+    assert_eq!(m.peek_u32s(OUT, 256), expected);
+}
+
+#[test_log::test]
+fn launches_in_one_stream_run_in_order() {
+    let m = Machine::new(5000);
+    let n = 300u32;
+    let input: Vec<f32> = (0..n).map(|i| i as f32).collect();
+    m.poke_u32s(IN, &input.iter().map(|v| v.to_bits()).collect::<Vec<_>>());
+    // First: tmp = 2x + 1; second reads tmp: out = 0.5 * tmp - 3.
+    let tmp = 0x2_0000u64;
+    let mut first = Vec::new();
+    first.extend(pair(DATA_VA + IN));
+    first.extend(pair(DATA_VA + tmp));
+    first.extend([2.0f32.to_bits(), 1.0f32.to_bits(), n]);
+    let mut second = Vec::new();
+    second.extend(pair(DATA_VA + tmp));
+    second.extend(pair(DATA_VA + OUT));
+    second.extend([0.5f32.to_bits(), (-3.0f32).to_bits(), n]);
+    let p1 = m.kernel(AXPB, 0x1000, 0x40, &first, UNIFORMS, 0);
+    let p2 = m.kernel(AXPB, 0x1000, 0x80, &second, UNIFORMS + 0x100, 0);
+    let mut stream = launch(p1, [n, 1, 1], [32, 1, 1]);
+    stream.extend(CdmBarrier::default().pack().unwrap());
+    stream.extend(launch(p2, [n, 1, 1], [128, 1, 1]));
+    stream.extend(terminate());
+    m.poke(m.data, STREAM, &stream);
+    assert_eq!(m.run(STREAM), None);
+    let expected: Vec<u32> = input
+        .iter()
+        .map(|x| 0.5f32.mul_add(2.0f32.mul_add(*x, 1.0), -3.0).to_bits())
+        .collect();
+    assert_eq!(m.peek_u32s(OUT, n as usize), expected);
+}
+
+#[test_log::test]
+fn a_kernel_store_to_an_unmapped_address_faults_there() {
+    let m = Machine::new(5000);
+    let bad = 0x7_0000_0000u64;
+    let mut uniforms = Vec::new();
+    uniforms.extend(pair(DATA_VA + IN));
+    uniforms.extend(pair(bad));
+    uniforms.extend([1.0f32.to_bits(), 0, 64]);
+    let pipeline = m.kernel(AXPB, 0x1000, 0x40, &uniforms, UNIFORMS, 0);
+    let mut stream = launch(pipeline, [64, 1, 1], [64, 1, 1]);
+    stream.extend(terminate());
+    m.poke(m.data, STREAM, &stream);
+    assert_eq!(m.run(STREAM), Some(Errno::EIO));
+    let (address, unit, _) = m.system.device().scheduler().stats().last_fault.unwrap();
+    assert_eq!(address, bad, "the first faulting lane's address");
+    assert_eq!(unit, agx_fwif::messages::FaultUnit::Usc as u32);
+    // A pipeline of zero words (no valid control word) is refused at its
+    // address.
+    let mut stream = launch(0x3_0000, [32, 1, 1], [32, 1, 1]);
+    stream.extend(terminate());
+    m.poke(m.data, STREAM, &stream);
+    assert_eq!(m.run(STREAM), Some(Errno::EIO));
+    let (address, _, _) = m.system.device().scheduler().stats().last_fault.unwrap();
+    assert_eq!(
+        address,
+        USC_BASE + 0x3_0000,
+        "the pipeline is outside the mapping"
+    );
+}
+
+#[test_log::test]
+fn a_kernel_that_never_stops_meets_the_watchdog() {
+    let m = Machine::new(300);
+    let source = "
+    top:
+        jmp_exec_any top
+        stop";
+    let pipeline = m.kernel(source, 0x1000, 0x40, &[0], UNIFORMS, 0);
+    let mut stream = launch(pipeline, [32, 1, 1], [32, 1, 1]);
+    stream.extend(terminate());
+    m.poke(m.data, STREAM, &stream);
+    let started = Instant::now();
+    assert_eq!(m.run(STREAM), Some(Errno::ETIMEDOUT));
+    assert!(started.elapsed() < Duration::from_secs(10));
+}
