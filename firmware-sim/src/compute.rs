@@ -17,7 +17,8 @@
 //! runs past the watchdog ends the command with the event the hardware
 //! would raise.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 use std::time::Instant;
 
 use agx_fwif::messages::{FaultUnit, FAULT_UNSUPPORTED_WORK};
@@ -278,11 +279,15 @@ fn exec_fault(error: &ExecError) -> EngineResult {
     }
 }
 
-/// Runs a bound kernel over a launch's grid.
+/// Runs a bound kernel over a launch's grid on `workers` host threads;
+/// returns the SIMD-group instructions executed. Threadgroups are
+/// independent, so which thread runs which does not change the results
+/// of a race-free kernel; when several fault, the lowest-numbered
+/// threadgroup's fault is reported, whatever the thread count.
 pub fn run(
     ctx: &RunContext<'_>,
-    vm: &mut GpuVm<'_>,
-    cache: &mut ProgramCache,
+    vm: GpuVm<'_>,
+    workers: usize,
     launch: &Launch,
     binding: &Binding,
     launch_pc: u64,
@@ -296,77 +301,142 @@ pub fn run(
         return Ok(0);
     }
     let groups: [u32; 3] = std::array::from_fn(|d| launch.grid[d].div_ceil(local[d]));
-    let simdgroups = threads_per_group.div_ceil(LANES as u64) as usize;
-    let mut instructions = 0u64;
-    let mut uniforms = binding.uniforms.clone();
-    let mut threadgroup = vec![0u8; binding.shared_bytes];
-    for gz in 0..groups[2] {
-        for gy in 0..groups[1] {
-            for gx in 0..groups[0] {
-                let origin = [gx * local[0], gy * local[1], gz * local[2]];
-                threadgroup.fill(0);
-                let mut lanes: Vec<SimdGroup> = (0..simdgroups)
-                    .map(|s| {
-                        let mut present = 0u32;
-                        let mut pos = [[0u32; LANES]; 3];
-                        let mut in_group = [[0u32; LANES]; 3];
-                        let mut index = [0u32; LANES];
-                        for lane in 0..LANES {
-                            let i = (s * LANES + lane) as u64;
-                            if i >= threads_per_group {
-                                continue;
-                            }
-                            let t = [
-                                (i % u64::from(local[0])) as u32,
-                                (i / u64::from(local[0]) % u64::from(local[1])) as u32,
-                                (i / (u64::from(local[0]) * u64::from(local[1]))) as u32,
-                            ];
-                            let g = [origin[0] + t[0], origin[1] + t[1], origin[2] + t[2]];
-                            if (0..3).any(|d| g[d] >= launch.grid[d]) {
-                                continue;
-                            }
-                            present |= 1 << lane;
-                            index[lane] = i as u32;
-                            for d in 0..3 {
-                                pos[d][lane] = g[d];
-                                in_group[d][lane] = t[d];
-                            }
-                        }
-                        let mut group = SimdGroup::new(binding.code, present);
-                        let special = &mut group.special;
-                        for d in 0..3u32 {
-                            let du = d as usize;
-                            special.set_all(sr::THREADGROUP_POSITION_IN_GRID + d, [gx, gy, gz][du]);
-                            special.set_all(sr::THREADS_PER_THREADGROUP + d, local[du]);
-                            special.set_all(sr::DISPATCH_THREADS_PER_THREADGROUP + d, local[du]);
-                            special.set_lanes(sr::THREAD_POSITION_IN_THREADGROUP + d, in_group[du]);
-                            special.set_lanes(sr::THREAD_POSITION_IN_GRID + d, pos[du]);
-                        }
-                        special.set_lanes(sr::THREAD_INDEX_IN_THREADGROUP, index);
-                        special.set_lanes(
-                            sr::THREAD_INDEX_IN_SIMDGROUP,
-                            std::array::from_fn(|lane| lane as u32),
-                        );
-                        special.set_all(sr::SIMDGROUP_INDEX_IN_THREADGROUP, s as u32);
-                        special.set_all(sr::CORE_INDEX, 0);
-                        special.set_all(sr::VM_SLOT, ctx.vm_slot);
-                        special.set_all(sr::IS_ACTIVE_THREAD, 1);
-                        group
-                    })
-                    .filter(|g| g.present != 0)
-                    .collect();
-                run_threadgroup(ctx, vm, cache, &mut lanes, &mut uniforms, &mut threadgroup)?;
-                instructions += lanes.iter().map(|g| g.executed_instructions).sum::<u64>();
+    let total = groups.iter().map(|&n| u64::from(n)).product::<u64>();
+    let next = AtomicU64::new(0);
+    let first_failure = AtomicU64::new(u64::MAX);
+    let failures = Mutex::new(Vec::<(u64, EngineResult)>::new());
+    let instructions = AtomicU64::new(0);
+    let watch = Watch {
+        deadline: ctx.deadline,
+        stop: ctx.stop,
+        vm_slot: ctx.vm_slot,
+    };
+    let work = || {
+        let mut vm = vm;
+        let mut cache = ProgramCache::new();
+        let mut uniforms = binding.uniforms.clone();
+        let mut threadgroup = vec![0u8; binding.shared_bytes];
+        loop {
+            let index = next.fetch_add(1, Ordering::Relaxed);
+            if index >= total || index > first_failure.load(Ordering::Relaxed) {
+                break;
+            }
+            let g = [
+                (index % u64::from(groups[0])) as u32,
+                (index / u64::from(groups[0]) % u64::from(groups[1])) as u32,
+                (index / (u64::from(groups[0]) * u64::from(groups[1]))) as u32,
+            ];
+            threadgroup.fill(0);
+            let mut simd = simd_groups(&watch, launch, binding, g, threads_per_group);
+            let result = run_threadgroup(
+                &watch,
+                &mut vm,
+                &mut cache,
+                &mut simd,
+                &mut uniforms,
+                &mut threadgroup,
+            );
+            let executed: u64 = simd.iter().map(|s| s.executed_instructions).sum();
+            instructions.fetch_add(executed, Ordering::Relaxed);
+            if let Err(failure) = result {
+                first_failure.fetch_min(index, Ordering::Relaxed);
+                failures
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push((index, failure));
             }
         }
+    };
+    if workers <= 1 || total == 1 {
+        work();
+    } else {
+        std::thread::scope(|scope| {
+            for _ in 0..workers.min(total as usize) {
+                scope.spawn(work);
+            }
+        });
     }
-    Ok(instructions)
+    let failures = failures.into_inner().unwrap_or_else(|e| e.into_inner());
+    match failures.into_iter().min_by_key(|(index, _)| *index) {
+        Some((_, failure)) => Err(failure),
+        None => Ok(instructions.into_inner()),
+    }
+}
+
+/// What a worker needs of the command: when to give up, and its VM slot.
+struct Watch<'a> {
+    deadline: Instant,
+    stop: &'a std::sync::atomic::AtomicBool,
+    vm_slot: u32,
+}
+
+/// The SIMD-groups of threadgroup `g`, with their special registers.
+fn simd_groups(
+    ctx: &Watch<'_>,
+    launch: &Launch,
+    binding: &Binding,
+    g: [u32; 3],
+    threads_per_group: u64,
+) -> Vec<SimdGroup> {
+    let local = launch.local;
+    let origin = [g[0] * local[0], g[1] * local[1], g[2] * local[2]];
+    let count = threads_per_group.div_ceil(LANES as u64) as usize;
+    (0..count)
+        .map(|s| {
+            let mut present = 0u32;
+            let mut pos = [[0u32; LANES]; 3];
+            let mut in_group = [[0u32; LANES]; 3];
+            let mut index = [0u32; LANES];
+            for lane in 0..LANES {
+                let i = (s * LANES + lane) as u64;
+                if i >= threads_per_group {
+                    continue;
+                }
+                let t = [
+                    (i % u64::from(local[0])) as u32,
+                    (i / u64::from(local[0]) % u64::from(local[1])) as u32,
+                    (i / (u64::from(local[0]) * u64::from(local[1]))) as u32,
+                ];
+                let p = [origin[0] + t[0], origin[1] + t[1], origin[2] + t[2]];
+                if (0..3).any(|d| p[d] >= launch.grid[d]) {
+                    continue;
+                }
+                present |= 1 << lane;
+                index[lane] = i as u32;
+                for d in 0..3 {
+                    pos[d][lane] = p[d];
+                    in_group[d][lane] = t[d];
+                }
+            }
+            let mut group = SimdGroup::new(binding.code, present);
+            let special = &mut group.special;
+            for d in 0..3u32 {
+                let du = d as usize;
+                special.set_all(sr::THREADGROUP_POSITION_IN_GRID + d, g[du]);
+                special.set_all(sr::THREADS_PER_THREADGROUP + d, local[du]);
+                special.set_all(sr::DISPATCH_THREADS_PER_THREADGROUP + d, local[du]);
+                special.set_lanes(sr::THREAD_POSITION_IN_THREADGROUP + d, in_group[du]);
+                special.set_lanes(sr::THREAD_POSITION_IN_GRID + d, pos[du]);
+            }
+            special.set_lanes(sr::THREAD_INDEX_IN_THREADGROUP, index);
+            special.set_lanes(
+                sr::THREAD_INDEX_IN_SIMDGROUP,
+                std::array::from_fn(|lane| lane as u32),
+            );
+            special.set_all(sr::SIMDGROUP_INDEX_IN_THREADGROUP, s as u32);
+            special.set_all(sr::CORE_INDEX, 0);
+            special.set_all(sr::VM_SLOT, ctx.vm_slot);
+            special.set_all(sr::IS_ACTIVE_THREAD, 1);
+            group
+        })
+        .filter(|g| g.present != 0)
+        .collect()
 }
 
 /// Runs a threadgroup's SIMD-groups until all have stopped, releasing
 /// them together at each threadgroup barrier.
 fn run_threadgroup(
-    ctx: &RunContext<'_>,
+    ctx: &Watch<'_>,
     vm: &mut GpuVm<'_>,
     cache: &mut ProgramCache,
     groups: &mut [SimdGroup],

@@ -27,7 +27,6 @@ use agx_hw::formats::{CdmBlockType, CdmStreamLink, UatFaultReason};
 use agx_hw::uat::{self, Access, PhysicalMemory, UatFault, PAGE_BYTES};
 
 use crate::compute;
-use crate::usc::ProgramCache;
 use zerocopy::FromBytes;
 
 /// What the execution engine did with a Run command.
@@ -94,7 +93,7 @@ pub struct RunContext<'a> {
     /// no valid table).
     pub ttb0: Option<u64>,
     /// Physical memory, as the GPU's fabric sees it.
-    pub memory: &'a dyn PhysicalMemory,
+    pub memory: &'a (dyn PhysicalMemory + Sync),
     /// Memory as the firmware sees it.
     pub firmware: &'a dyn SharedMemory,
     /// When the firmware's watchdog stops the command.
@@ -122,14 +121,15 @@ impl Engine for NoEngine {
 }
 
 /// The user half of a VM context, as the GPU reads it.
+#[derive(Clone, Copy)]
 pub struct GpuVm<'a> {
-    memory: &'a dyn PhysicalMemory,
+    memory: &'a (dyn PhysicalMemory + Sync),
     root: u64,
 }
 
 impl<'a> GpuVm<'a> {
     /// The context rooted at `root`.
-    pub fn new(memory: &'a dyn PhysicalMemory, root: u64) -> GpuVm<'a> {
+    pub fn new(memory: &'a (dyn PhysicalMemory + Sync), root: u64) -> GpuVm<'a> {
         GpuVm { memory, root }
     }
 
@@ -154,7 +154,7 @@ impl<'a> GpuVm<'a> {
     }
 
     /// Physical memory.
-    pub fn memory(&self) -> &'a dyn PhysicalMemory {
+    pub fn memory(&self) -> &'a (dyn PhysicalMemory + Sync) {
         self.memory
     }
 
@@ -172,14 +172,34 @@ impl<'a> GpuVm<'a> {
 }
 
 /// The GPU's data masters.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Gpu {
+    /// Host threads that run threadgroups (at least 1).
+    pub workers: usize,
     /// CDM blocks walked, over all commands.
     pub cdm_blocks: u64,
     /// Kernels launched.
     pub launches: u64,
     /// SIMD-group instructions executed by kernels.
     pub usc_instructions: u64,
+}
+
+impl Gpu {
+    /// A GPU running threadgroups on `workers` host threads.
+    pub fn new(workers: usize) -> Gpu {
+        Gpu {
+            workers: workers.max(1),
+            cdm_blocks: 0,
+            launches: 0,
+            usc_instructions: 0,
+        }
+    }
+}
+
+impl Default for Gpu {
+    fn default() -> Gpu {
+        Gpu::new(1)
+    }
 }
 
 /// Blocks walked between watchdog checks.
@@ -193,7 +213,7 @@ impl Gpu {
         let Some(root) = ctx.ttb0 else {
             return EngineResult::unsupported(body.compute.cdm_ctrl_stream_base, FaultUnit::Cdm);
         };
-        let mut vm = GpuVm::new(ctx.memory, root);
+        let vm = GpuVm::new(ctx.memory, root);
         let mut pc = body.compute.cdm_ctrl_stream_base;
         let mut walked = 0u64;
         loop {
@@ -227,8 +247,7 @@ impl Gpu {
                         Ok(binding) => binding,
                         Err(result) => return result,
                     };
-                    let mut cache = ProgramCache::new();
-                    match compute::run(ctx, &mut vm, &mut cache, &launch, &binding, pc) {
+                    match compute::run(ctx, vm, self.workers, &launch, &binding, pc) {
                         Ok(instructions) => self.usc_instructions += instructions,
                         Err(result) => return result,
                     }

@@ -63,6 +63,9 @@ pub struct SystemConfig {
     /// The firmware's watchdog: a GPU command running longer is stopped
     /// and its submission fails with `ETIMEDOUT`.
     pub command_timeout_ms: u32,
+    /// Host threads the simulated GPU runs threadgroups on (results do
+    /// not depend on it).
+    pub gpu_threads: usize,
 }
 
 impl Default for SystemConfig {
@@ -71,6 +74,9 @@ impl Default for SystemConfig {
             ram_bytes: 8 << 30,
             tvb_policy: GrowthPolicy::default(),
             command_timeout_ms: crate::firmware::COMMAND_TIMEOUT_MS,
+            gpu_threads: std::thread::available_parallelism()
+                .map_or(1, usize::from)
+                .min(4),
         }
     }
 }
@@ -211,6 +217,7 @@ impl System {
             Arc::clone(&pool),
             Some(Arc::clone(&events)),
             config.command_timeout_ms,
+            config.gpu_threads,
         )?);
         let scheduler = Scheduler::start(
             Arc::clone(&firmware),

@@ -274,12 +274,14 @@ fn ring(vm: &KernelVm, entries: u32, entry_bytes: u32, name: &str) -> Result<Rin
 
 impl FirmwareLink {
     /// Lays out the shared structures and boots the firmware on them,
-    /// with a per-command watchdog of `command_timeout_ms`; the interrupt
-    /// also notifies `events`.
+    /// with a per-command watchdog of `command_timeout_ms` and a GPU that
+    /// runs threadgroups on `gpu_threads` host threads; the interrupt also
+    /// notifies `events`.
     pub fn boot(
         pool: Arc<PagePool>,
         events: Option<Arc<SyncEvents>>,
         command_timeout_ms: u32,
+        gpu_threads: usize,
     ) -> Result<FirmwareLink, AllocError> {
         let ram = pool.ram().clone();
         let vm = KernelVm::new(pool)?;
@@ -312,7 +314,7 @@ impl FirmwareLink {
             Arc::new(view.clone()),
             Arc::new(ram),
             irq.clone(),
-            Box::new(Gpu::default()),
+            Box::new(Gpu::new(gpu_threads)),
         );
         Ok(FirmwareLink {
             vm,
@@ -399,7 +401,7 @@ mod tests {
     fn the_firmware_boots_through_its_page_tables() {
         let ram = Ram::new(256 << 20);
         let pool = Arc::new(PagePool::new(ram.clone()));
-        let link = FirmwareLink::boot(Arc::clone(&pool), None, COMMAND_TIMEOUT_MS).unwrap();
+        let link = FirmwareLink::boot(Arc::clone(&pool), None, COMMAND_TIMEOUT_MS, 1).unwrap();
         let deadline = Instant::now() + Duration::from_secs(10);
         while link.status().map(|s| s.booted) != Some(1) {
             assert!(Instant::now() < deadline, "firmware did not boot");

@@ -38,9 +38,14 @@ struct Machine {
 
 impl Machine {
     fn new(command_timeout_ms: u32) -> Machine {
+        Machine::with_threads(command_timeout_ms, 2)
+    }
+
+    fn with_threads(command_timeout_ms: u32, gpu_threads: usize) -> Machine {
         let system = System::new(SystemConfig {
             ram_bytes: 1 << 30,
             command_timeout_ms,
+            gpu_threads,
             ..SystemConfig::default()
         })
         .unwrap();
@@ -402,4 +407,214 @@ fn a_kernel_that_never_stops_meets_the_watchdog() {
     let started = Instant::now();
     assert_eq!(m.run(STREAM), Some(Errno::ETIMEDOUT));
     assert!(started.elapsed() < Duration::from_secs(10));
+}
+
+/// One tree-reduction step: threads below `stride` (in `u`) add the value
+/// `stride` above them.
+fn reduce_step(u: &str) -> String {
+    format!(
+        "
+    if_icmp r0l, ult, r6, {u}, 1
+    iadd r8, r6, {u}
+    threadgroup_load i32, x, r7, 0, r8l
+    threadgroup_load i32, x, r9, 0, r6l
+    wait 0
+    iadd r9, r9, r7
+    threadgroup_store i32, x, r9, 0, r6l
+    pop_exec r0l, 1
+    threadgroup_barrier"
+    )
+}
+
+/// Sums each threadgroup's 64 values: out[group] = sum(in[64 group ..]).
+fn reduction_source() -> String {
+    let mut source = String::from(
+        "
+    get_sr r1, sr80
+    get_sr r6, sr51
+    get_sr r10, sr0
+    device_load 0, i32, x, r2, u0_u1, r1, unsigned
+    wait 0
+    threadgroup_store i32, x, r2, 0, r6l
+    threadgroup_barrier",
+    );
+    for u in ["u4", "u5", "u6", "u7", "u8", "u9"] {
+        source.push_str(&reduce_step(u));
+    }
+    source.push_str(
+        "
+    if_icmp r0l, ueq, r6, u10, 1
+    threadgroup_load i32, x, r11, 0, r6l
+    wait 0
+    device_store 0, i32, x, r11, u2_u3, r10, unsigned, 0
+    pop_exec r0l, 1
+    stop",
+    );
+    source
+}
+
+fn reduction(m: &Machine, input: &[u32]) -> Option<Errno> {
+    m.poke_u32s(IN, input);
+    let mut uniforms = Vec::new();
+    uniforms.extend(pair(DATA_VA + IN));
+    uniforms.extend(pair(DATA_VA + OUT));
+    uniforms.extend([32, 16, 8, 4, 2, 1, 0]);
+    let pipeline = m.kernel(&reduction_source(), 0x1000, 0x40, &uniforms, UNIFORMS, 256);
+    let mut stream = launch(pipeline, [input.len() as u32, 1, 1], [64, 1, 1]);
+    stream.extend(terminate());
+    m.poke(m.data, STREAM, &stream);
+    m.run(STREAM)
+}
+
+#[test_log::test]
+fn a_tree_reduction_in_threadgroup_memory_matches_rust() {
+    let m = Machine::new(5000);
+    let input: Vec<u32> = (0..64 * 40u32)
+        .map(|i| i.wrapping_mul(2_654_435_761) >> 7)
+        .collect();
+    assert_eq!(reduction(&m, &input), None);
+    let expected: Vec<u32> = input
+        .chunks(64)
+        .map(|c| c.iter().fold(0u32, |a, b| a.wrapping_add(*b)))
+        .collect();
+    assert_eq!(m.peek_u32s(OUT, 40), expected);
+}
+
+#[test_log::test]
+fn an_inclusive_prefix_sum_per_threadgroup_matches_rust() {
+    let m = Machine::new(5000);
+    // Hillis-Steele: for each offset, v = tg[t] (+ tg[t - offset] if
+    // t >= offset); barrier; tg[t] = v; barrier.
+    let mut source = String::from(
+        "
+    get_sr r1, sr80
+    get_sr r6, sr51
+    device_load 0, i32, x, r2, u0_u1, r1, unsigned
+    wait 0
+    threadgroup_store i32, x, r2, 0, r6l
+    threadgroup_barrier",
+    );
+    for u in ["u4", "u5", "u6", "u7", "u8", "u9"] {
+        source.push_str(&format!(
+            "
+    threadgroup_load i32, x, r9, 0, r6l
+    wait 0
+    if_icmp r0l, ugte, r6, {u}, 1
+    isub r8, r6, {u}
+    threadgroup_load i32, x, r7, 0, r8l
+    wait 0
+    iadd r9, r9, r7
+    pop_exec r0l, 1
+    threadgroup_barrier
+    threadgroup_store i32, x, r9, 0, r6l
+    threadgroup_barrier"
+        ));
+    }
+    source.push_str(
+        "
+    device_store 0, i32, x, r9, u2_u3, r1, unsigned, 0
+    stop",
+    );
+    let input: Vec<u32> = (0..64 * 8u32).map(|i| (i * 7919) % 1000).collect();
+    m.poke_u32s(IN, &input);
+    let mut uniforms = Vec::new();
+    uniforms.extend(pair(DATA_VA + IN));
+    uniforms.extend(pair(DATA_VA + OUT));
+    uniforms.extend([1, 2, 4, 8, 16, 32]);
+    let pipeline = m.kernel(&source, 0x1000, 0x40, &uniforms, UNIFORMS, 256);
+    let mut stream = launch(pipeline, [input.len() as u32, 1, 1], [64, 1, 1]);
+    stream.extend(terminate());
+    m.poke(m.data, STREAM, &stream);
+    assert_eq!(m.run(STREAM), None);
+    let expected: Vec<u32> = input
+        .chunks(64)
+        .flat_map(|c| {
+            c.iter()
+                .scan(0u32, |sum, v| {
+                    *sum = sum.wrapping_add(*v);
+                    Some(*sum)
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert_eq!(m.peek_u32s(OUT, input.len()), expected);
+}
+
+#[test_log::test]
+fn a_matrix_multiply_staging_rows_in_threadgroup_memory_matches_rust() {
+    let m = Machine::new(5000);
+    const N: usize = 48;
+    // One threadgroup per row i of C, one thread per column t: stage row
+    // i of A in threadgroup memory, then C[i][t] = sum_k A[i][k] B[k][t]
+    // (fused multiply-adds in k order).
+    let source = "
+    get_sr r6, sr51
+    get_sr r5, sr0
+    imadd r1, r5, u6, r6
+    device_load 0, i32, x, r2, u0_u1, r1, unsigned
+    wait 0
+    threadgroup_store i32, x, r2, 0, r6l
+    threadgroup_barrier
+    mov_imm r10, 0
+    mov_imm r11, 0
+    mov r13, r6
+    if_icmp r0l, ult, r10, u6, 1
+    jmp_exec_none done
+loop:
+    threadgroup_load i32, x, r12, 0, r10l
+    device_load 0, i32, x, r14, u2_u3, r13, unsigned
+    wait 0
+    fmadd32 r11, r12, r14, r11
+    iadd r10, r10, 1
+    iadd r13, r13, u6
+    while_icmp r0l, ult, r10, u6, 1
+    jmp_exec_any loop
+done:
+    pop_exec r0l, 1
+    device_store 0, i32, x, r11, u4_u5, r1, unsigned, 0
+    stop";
+    let a: Vec<f32> = (0..N * N)
+        .map(|i| ((i * 37) % 101) as f32 / 13.0 - 3.0)
+        .collect();
+    let b: Vec<f32> = (0..N * N)
+        .map(|i| ((i * 53) % 89) as f32 / 7.0 - 6.0)
+        .collect();
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    let (a_at, b_at, c_at) = (0x1_0000u64, 0x2_0000u64, 0x4_0000u64);
+    m.poke_u32s(a_at, &bits(&a));
+    m.poke_u32s(b_at, &bits(&b));
+    let mut uniforms = Vec::new();
+    uniforms.extend(pair(DATA_VA + a_at));
+    uniforms.extend(pair(DATA_VA + b_at));
+    uniforms.extend(pair(DATA_VA + c_at));
+    uniforms.push(N as u32);
+    let pipeline = m.kernel(source, 0x1000, 0x40, &uniforms, UNIFORMS, 256);
+    let mut stream = launch(pipeline, [(N * N) as u32, 1, 1], [N as u32, 1, 1]);
+    stream.extend(terminate());
+    m.poke(m.data, STREAM, &stream);
+    assert_eq!(m.run(STREAM), None);
+    let mut expected = vec![0f32; N * N];
+    for i in 0..N {
+        for t in 0..N {
+            let mut acc = 0f32;
+            for k in 0..N {
+                acc = a[i * N + k].mul_add(b[k * N + t], acc);
+            }
+            expected[i * N + t] = acc;
+        }
+    }
+    assert_eq!(m.peek_u32s(c_at, N * N), bits(&expected));
+}
+
+#[test_log::test]
+fn results_do_not_depend_on_how_many_host_threads_run_threadgroups() {
+    let input: Vec<u32> = (0..64 * 64u32).map(|i| i ^ (i >> 3)).collect();
+    let mut outputs = Vec::new();
+    for threads in [1, 2, 3] {
+        let m = Machine::with_threads(5000, threads);
+        assert_eq!(reduction(&m, &input), None);
+        outputs.push(m.peek_u32s(OUT, 64));
+    }
+    assert_eq!(outputs[0], outputs[1]);
+    assert_eq!(outputs[0], outputs[2]);
 }
