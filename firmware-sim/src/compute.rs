@@ -24,7 +24,8 @@ use std::time::Instant;
 use agx_fwif::messages::{FaultUnit, FAULT_UNSUPPORTED_WORK};
 use agx_hw::formats::{
     CdmGlobalSize, CdmIndirect, CdmLaunchWord0, CdmLaunchWord1, CdmLocalSize, CdmMode,
-    UatFaultReason, UscControl, UscRegisters, UscShader, UscShared, UscUniform, UscUniformHigh,
+    UatFaultReason, UscControl, UscFragmentProperties, UscRegisters, UscSampler, UscShader,
+    UscShared, UscTexture, UscUniform, UscUniformHigh,
 };
 use agx_hw::isa::table::sr;
 use agx_hw::uat::{self, Access, PAGE_BYTES};
@@ -60,15 +61,44 @@ pub struct Launch {
     pub length_bytes: u64,
 }
 
+/// Descriptors a Texture or Sampler word binds to state registers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StateBinding {
+    /// The first state register.
+    pub start: u32,
+    /// How many.
+    pub count: u32,
+    /// GPU address of the descriptor array.
+    pub buffer: u64,
+    /// Where the control word is (for faults).
+    pub word_address: u64,
+}
+
 /// What a pipeline's control words set up.
 #[derive(Debug, Clone)]
 pub struct Binding {
-    /// Address of the kernel's first instruction.
+    /// Address of the program's first instruction.
     pub code: u64,
     /// Uniform registers.
     pub uniforms: Box<[u32; UNIFORMS]>,
     /// Threadgroup memory per threadgroup.
     pub shared_bytes: usize,
+    /// Texture (or PBE) descriptors bound to texture state registers.
+    pub textures: Vec<StateBinding>,
+    /// Sampler descriptors bound to sampler state registers.
+    pub samplers: Vec<StateBinding>,
+}
+
+impl Binding {
+    /// The address of the descriptor bound to texture state register
+    /// `index` (24 bytes each).
+    pub fn texture_descriptor(&self, index: u32) -> Option<u64> {
+        self.textures
+            .iter()
+            .rev()
+            .find(|b| (b.start..b.start + b.count).contains(&index))
+            .map(|b| b.buffer + 24 * u64::from(index - b.start))
+    }
 }
 
 fn fault(address: u64, unit: FaultUnit, access: u32, reason: u32) -> EngineResult {
@@ -80,11 +110,14 @@ fn fault(address: u64, unit: FaultUnit, access: u32, reason: u32) -> EngineResul
     }
 }
 
-fn unsupported(address: u64, unit: FaultUnit) -> EngineResult {
+pub(crate) fn unsupported(address: u64, unit: FaultUnit) -> EngineResult {
     fault(address, unit, 0, FAULT_UNSUPPORTED_WORK)
 }
 
-fn read_words<const N: usize>(vm: &GpuVm<'_>, address: u64) -> Result<[u8; N], EngineResult> {
+pub(crate) fn read_words<const N: usize>(
+    vm: &GpuVm<'_>,
+    address: u64,
+) -> Result<[u8; N], EngineResult> {
     let mut bytes = [0u8; N];
     vm.read(address, &mut bytes)
         .map_err(|f| EngineResult::from_uat(&f, FaultUnit::Cdm))?;
@@ -131,6 +164,8 @@ pub fn bind(vm: &GpuVm<'_>, pipeline: u64, usc_exec_base: u64) -> Result<Binding
         code: 0,
         uniforms: Box::new([0; UNIFORMS]),
         shared_bytes: 0,
+        textures: Vec::new(),
+        samplers: Vec::new(),
     };
     let mut have_code = false;
     let mut at = pipeline;
@@ -185,9 +220,27 @@ pub fn bind(vm: &GpuVm<'_>, pipeline: u64, usc_exec_base: u64) -> Result<Binding
                 let _ = UscRegisters::unpack(&bytes).value;
                 at += 4;
             }
-            // Texture and sampler state for kernels arrive with texturing.
             UscControl::Texture | UscControl::Sampler => {
-                return Err(unsupported(at, FaultUnit::Usc))
+                let bytes: [u8; 8] = read_words(vm, at)?;
+                let state = if UscControl::from_raw(u32::from(tag[0])) == UscControl::Texture {
+                    let w = UscTexture::unpack(&bytes).value;
+                    (w.start, w.count, w.buffer, &mut binding.textures)
+                } else {
+                    let w = UscSampler::unpack(&bytes).value;
+                    (w.start, w.count, w.buffer, &mut binding.samplers)
+                };
+                state.3.push(StateBinding {
+                    start: state.0,
+                    count: state.1,
+                    buffer: state.2,
+                    word_address: at,
+                });
+                at += 8;
+            }
+            UscControl::FragmentProperties => {
+                let bytes: [u8; 4] = read_words(vm, at)?;
+                let _ = UscFragmentProperties::unpack(&bytes).value;
+                at += 4;
             }
             UscControl::NoPreshader => {
                 return if have_code {
@@ -197,7 +250,7 @@ pub fn bind(vm: &GpuVm<'_>, pipeline: u64, usc_exec_base: u64) -> Result<Binding
                 };
             }
             // A preshader runs once per launch before the kernel: not yet.
-            UscControl::Preshader | UscControl::FragmentProperties | UscControl::Unknown(_) => {
+            UscControl::Preshader | UscControl::Unknown(_) => {
                 return Err(unsupported(at, FaultUnit::Usc))
             }
         }
@@ -245,7 +298,7 @@ impl GpuMemory for GpuVm<'_> {
 }
 
 /// The fault event an execution error raises.
-fn exec_fault(error: &ExecError) -> EngineResult {
+pub(crate) fn exec_fault(error: &ExecError) -> EngineResult {
     let memory_fault = match error {
         ExecError::Memory { fault, .. } => Some(*fault),
         ExecError::Fetch {

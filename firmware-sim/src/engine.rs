@@ -247,6 +247,11 @@ impl Gpu {
                         Ok(binding) => binding,
                         Err(result) => return result,
                     };
+                    // Texture and sampler state for kernels arrives with
+                    // texturing.
+                    if let Some(b) = binding.textures.first().or(binding.samplers.first()) {
+                        return EngineResult::unsupported(b.word_address, FaultUnit::Usc);
+                    }
                     match compute::run(ctx, vm, self.workers, &launch, &binding, pc) {
                         Ok(instructions) => self.usc_instructions += instructions,
                         Err(result) => return result,
@@ -264,6 +269,8 @@ impl Engine for Gpu {
     fn run(&mut self, tag: CommandTag, ctx: &RunContext<'_>) -> EngineResult {
         match tag {
             CommandTag::RunCompute => self.run_compute(ctx),
+            CommandTag::RunVertex => crate::render::run_vertex(ctx),
+            CommandTag::RunFragment => crate::render::run_fragment(ctx),
             _ => EngineResult::unsupported(ctx.command, FaultUnit::Firmware),
         }
     }

@@ -16,4 +16,5 @@
 pub mod compute;
 pub mod engine;
 pub mod firmware;
+pub mod render;
 pub mod usc;

@@ -10,23 +10,36 @@ use super::float::{f32_to_half, half_to_f32};
 
 /// A memory element format (`agx_hw::isa::table::FORMATS`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum ElementFormat {
+pub enum ElementFormat {
+    /// 8-bit integer.
     I8,
+    /// 16-bit integer.
     I16,
+    /// 32-bit integer (or raw f32 bits).
     I32,
+    /// Half float.
     F16,
+    /// 8-bit unsigned normalised.
     Unorm8,
+    /// 8-bit signed normalised.
     Snorm8,
+    /// 16-bit unsigned normalised.
     Unorm16,
+    /// 16-bit signed normalised.
     Snorm16,
+    /// 10-10-10-2 unsigned normalised, packed in one word.
     Rgb10a2,
+    /// 8-bit sRGB-encoded (alpha linear).
     Srgba8,
+    /// 11-11-10 small floats, packed in one word.
     Rg11b10f,
+    /// Shared-exponent 9-9-9-5, packed in one word.
     Rgb9e5,
 }
 
 impl ElementFormat {
-    pub(crate) fn from_code(code: i64) -> Option<ElementFormat> {
+    /// The format for a format code of `device_load`, `st_tile`...
+    pub fn from_code(code: i64) -> Option<ElementFormat> {
         Some(match code {
             0 => ElementFormat::I8,
             1 => ElementFormat::I16,
@@ -45,7 +58,7 @@ impl ElementFormat {
     }
 
     /// log2 of the element size: the scale applied to offsets.
-    pub(crate) fn shift(self) -> u32 {
+    pub fn shift(self) -> u32 {
         match self {
             ElementFormat::I8
             | ElementFormat::Unorm8
@@ -60,7 +73,7 @@ impl ElementFormat {
     }
 
     /// Whether all components share one 32-bit word.
-    pub(crate) fn packed(self) -> bool {
+    pub fn packed(self) -> bool {
         matches!(
             self,
             ElementFormat::Rgb10a2 | ElementFormat::Rg11b10f | ElementFormat::Rgb9e5
@@ -134,7 +147,7 @@ fn small_float_to_f32(bits: u32, mantissa_bits: u32) -> f32 {
 
 /// Loads component `component` of an element into a register value.
 /// `bytes` starts at the component's element (or at the packed word).
-pub(crate) fn load(format: ElementFormat, bytes: &[u8], component: usize, half: bool) -> u32 {
+pub fn load(format: ElementFormat, bytes: &[u8], component: usize, half: bool) -> u32 {
     let u8_at = |i: usize| u32::from(bytes[i]);
     let u16_at = |i: usize| u32::from(u16::from_le_bytes([bytes[i], bytes[i + 1]]));
     let word = || u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
@@ -194,7 +207,7 @@ pub(crate) fn load(format: ElementFormat, bytes: &[u8], component: usize, half: 
 /// Stores a register value as component `component` into `bytes` (the
 /// component's element, or the packed word, which the caller read first).
 /// Returns `false` for formats stores cannot write.
-pub(crate) fn store(
+pub fn store(
     format: ElementFormat,
     bytes: &mut [u8],
     component: usize,

@@ -13,7 +13,7 @@
 
 pub mod exec;
 mod float;
-mod formats;
+pub mod formats;
 pub mod io;
 pub mod memory;
 pub mod program;

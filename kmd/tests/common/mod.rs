@@ -86,3 +86,4 @@ pub fn unmap_op(addr: u64, range: u64) -> GemBindOp {
         addr,
     }
 }
+pub mod machine;
