@@ -271,6 +271,13 @@ impl GpuMemory for GpuVm<'_> {
     }
 
     fn write(&mut self, address: u64, data: &[u8]) -> Result<(), MemoryFault> {
+        if let Some(kernel) = self.kernel(address) {
+            return kernel.write(address, data).map_err(|e| MemoryFault {
+                address: e.address,
+                access: AccessKind::Write,
+                reason: FaultReason::Unmapped,
+            });
+        }
         let mut done = 0;
         while done < data.len() {
             let at = address.wrapping_add(done as u64);

@@ -95,7 +95,7 @@ pub struct RunContext<'a> {
     /// Physical memory, as the GPU's fabric sees it.
     pub memory: &'a (dyn PhysicalMemory + Sync),
     /// Memory as the firmware sees it.
-    pub firmware: &'a dyn SharedMemory,
+    pub firmware: &'a (dyn SharedMemory + Sync),
     /// When the firmware's watchdog stops the command.
     pub deadline: Instant,
     /// The firmware's services.
@@ -125,16 +125,46 @@ impl Engine for NoEngine {
 pub struct GpuVm<'a> {
     memory: &'a (dyn PhysicalMemory + Sync),
     root: u64,
+    /// The kernel's half (ttb1), shared by every context: the firmware's
+    /// view of it.
+    kernel: Option<&'a (dyn SharedMemory + Sync)>,
 }
 
 impl<'a> GpuVm<'a> {
     /// The context rooted at `root`.
     pub fn new(memory: &'a (dyn PhysicalMemory + Sync), root: u64) -> GpuVm<'a> {
-        GpuVm { memory, root }
+        GpuVm {
+            memory,
+            root,
+            kernel: None,
+        }
+    }
+
+    /// The context of a command: its user half rooted at `root`, and the
+    /// kernel half every context shares.
+    pub fn of(ctx: &RunContext<'a>, root: u64) -> GpuVm<'a> {
+        GpuVm {
+            memory: ctx.memory,
+            root,
+            kernel: Some(ctx.firmware),
+        }
+    }
+
+    /// The kernel half, for addresses in it.
+    pub fn kernel(&self, va: u64) -> Option<&'a (dyn SharedMemory + Sync)> {
+        self.kernel.filter(|_| va >= uat::UPPER_HALF_START)
     }
 
     /// Reads `buf.len()` bytes at GPU address `va`.
     pub fn read(&self, va: u64, buf: &mut [u8]) -> Result<(), UatFault> {
+        if let Some(kernel) = self.kernel(va) {
+            return kernel.read(va, buf).map_err(|e| UatFault {
+                va: e.address,
+                reason: UatFaultReason::Unmapped,
+                level: 0,
+                read: true,
+            });
+        }
         let mut done = 0;
         while done < buf.len() {
             let at = va.wrapping_add(done as u64);
@@ -213,7 +243,7 @@ impl Gpu {
         let Some(root) = ctx.ttb0 else {
             return EngineResult::unsupported(body.compute.cdm_ctrl_stream_base, FaultUnit::Cdm);
         };
-        let vm = GpuVm::new(ctx.memory, root);
+        let vm = GpuVm::of(ctx, root);
         let mut pc = body.compute.cdm_ctrl_stream_base;
         let mut walked = 0u64;
         loop {

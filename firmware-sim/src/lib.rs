@@ -17,4 +17,5 @@ pub mod compute;
 pub mod engine;
 pub mod firmware;
 pub mod render;
+pub mod tiler;
 pub mod usc;

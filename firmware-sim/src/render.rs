@@ -20,13 +20,17 @@
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use agx_fwif::messages::{FaultUnit, RunRenderBody};
-use agx_hw::formats::{Channels, Layout, Pbe, TextureType, VdmBlockType, VdmState, VdmStreamLink};
+use agx_fwif::messages::{FaultUnit, RunRenderBody, TvbInfo};
+use agx_hw::formats::{
+    Channels, Layout, Pbe, PppState as PppStateBlock, TextureType, VdmBlockType, VdmState,
+    VdmStreamLink,
+};
 use agx_uapi::asahi::{BgEot, RenderFlags};
 use zerocopy::FromBytes;
 
 use crate::compute::{self, exec_fault, read_words, unsupported, Binding};
 use crate::engine::{EngineResult, GpuVm, RunContext};
+use crate::tiler;
 use crate::usc::formats::{self, ElementFormat};
 use crate::usc::io::{BlockStore, IoError, TextureHandle, TileAccess};
 use crate::usc::{
@@ -44,16 +48,46 @@ fn render_body(ctx: &RunContext<'_>) -> Result<RunRenderBody, EngineResult> {
         .map_err(|_| unsupported(ctx.command, FaultUnit::Firmware))
 }
 
-/// RunVertex: walks the VDM control stream.
+/// The queue's parameter-buffer control block.
+fn tvb_info(ctx: &RunContext<'_>, body: &RunRenderBody) -> Result<TvbInfo, EngineResult> {
+    let mut bytes = [0u8; size_of::<TvbInfo>()];
+    ctx.firmware
+        .read(body.buffer, &mut bytes)
+        .map_err(|_| unsupported(body.buffer, FaultUnit::Firmware))?;
+    TvbInfo::read_from_bytes(&bytes).map_err(|_| unsupported(body.buffer, FaultUnit::Firmware))
+}
+
+/// An overflow of the parameter buffer: partial renders are still to
+/// come, so it ends the command at the buffer.
+fn overflow(body: &RunRenderBody) -> EngineResult {
+    unsupported(body.buffer, FaultUnit::Tiler)
+}
+
+/// RunVertex: walks the VDM control stream, shading and binning draws.
 pub fn run_vertex(ctx: &RunContext<'_>) -> EngineResult {
-    let body = match render_body(ctx) {
-        Ok(body) => body,
-        Err(result) => return result,
-    };
+    match vertex(ctx) {
+        Ok(()) => EngineResult::Done,
+        Err(result) => result,
+    }
+}
+
+fn vertex(ctx: &RunContext<'_>) -> Result<(), EngineResult> {
+    let body = render_body(ctx)?;
     let Some(root) = ctx.ttb0 else {
-        return unsupported(body.render.vdm_ctrl_stream_base, FaultUnit::Vdm);
+        return Err(unsupported(
+            body.render.vdm_ctrl_stream_base,
+            FaultUnit::Vdm,
+        ));
     };
-    let vm = GpuVm::new(ctx.memory, root);
+    let vm = GpuVm::of(ctx, root);
+    let info = tvb_info(ctx, &body)?;
+    let area = (
+        u32::from(body.render.width_px),
+        u32::from(body.render.height_px),
+    );
+    let mut binner = tiler::Binner::new(vm, &info, area.0, area.1)?.map_err(|_| overflow(&body))?;
+    let mut state = tiler::VertexState::default();
+    let mut cache = ProgramCache::new();
     let mut pc = body.render.vdm_ctrl_stream_base;
     let mut walked = 0u64;
     loop {
@@ -61,20 +95,23 @@ pub fn run_vertex(ctx: &RunContext<'_>) -> EngineResult {
         if walked.is_multiple_of(WATCHDOG_STRIDE)
             && (Instant::now() >= ctx.deadline || ctx.stop.load(Ordering::Relaxed))
         {
-            return EngineResult::Timeout;
+            return Err(EngineResult::Timeout);
         }
-        let word = match vm.read_u32(pc) {
-            Ok(word) => word,
-            Err(fault) => return EngineResult::from_uat(&fault, FaultUnit::Vdm),
-        };
+        let word = vm
+            .read_u32(pc)
+            .map_err(|fault| EngineResult::from_uat(&fault, FaultUnit::Vdm))?;
         match VdmBlockType::from_raw(word >> 29) {
-            VdmBlockType::StreamTerminate => return EngineResult::Done,
+            VdmBlockType::StreamTerminate => break,
             VdmBlockType::Barrier => pc = pc.wrapping_add(4),
-            // The PPP state is read when a draw needs it.
-            VdmBlockType::PppStateUpdate => pc = pc.wrapping_add(8),
+            VdmBlockType::PppStateUpdate => {
+                let block: [u8; 8] = read_words(&vm, pc)?;
+                let ppp = PppStateBlock::unpack(&block).value;
+                state.ppp = Some((ppp.pointer, 4 * ppp.size_words));
+                pc = pc.wrapping_add(8);
+            }
             VdmBlockType::VdmStateUpdate => {
                 let header = VdmState::unpack(&word.to_le_bytes()).value;
-                let words = [
+                let present = [
                     header.restart_index_present,
                     header.vertex_shader_word_0_present,
                     header.vertex_shader_word_1_present,
@@ -82,26 +119,52 @@ pub fn run_vertex(ctx: &RunContext<'_>) -> EngineResult {
                     header.tessellation_present,
                     header.vertex_unknown_present,
                     header.tessellation_scale_present,
-                ]
-                .into_iter()
-                .filter(|&present| present)
-                .count() as u64;
-                pc = pc.wrapping_add(4 + 4 * words);
+                ];
+                pc = tiler::apply_vdm_state(&vm, pc, present, &mut state)?;
             }
             VdmBlockType::StreamLink => {
-                let block: [u8; 8] = match read_words(&vm, pc) {
-                    Ok(block) => block,
-                    Err(result) => return result,
-                };
+                let block: [u8; 8] = read_words(&vm, pc)?;
                 pc = VdmStreamLink::unpack(&block).value.target;
             }
-            // Draws need vertex shading and tiling: the rest of the GPU
-            // execution work.
-            VdmBlockType::IndexList | VdmBlockType::Tessellate | VdmBlockType::Unknown(_) => {
-                return unsupported(pc, FaultUnit::Vdm)
+            VdmBlockType::IndexList => {
+                let draw = tiler::parse_draw(&vm, pc, word)?;
+                tiler::draw(
+                    vm,
+                    &mut cache,
+                    body.usc_exec_base,
+                    &state,
+                    &draw,
+                    &mut binner,
+                    pc,
+                )?
+                .map_err(|_| overflow(&body))?;
+                pc = pc.wrapping_add(draw.length_bytes);
+            }
+            VdmBlockType::Tessellate | VdmBlockType::Unknown(_) => {
+                return Err(unsupported(pc, FaultUnit::Vdm))
             }
         }
     }
+    let pages = binner.pages_used();
+    binner.finish()?.map_err(|_| overflow(&body))?;
+    // The statistics the kmd's growth policy reads.
+    let report = [
+        (
+            std::mem::offset_of!(TvbInfo, renders),
+            info.renders.wrapping_add(1),
+        ),
+        (std::mem::offset_of!(TvbInfo, last_peak_pages), pages as u32),
+        (
+            std::mem::offset_of!(TvbInfo, last_wanted_pages),
+            pages as u32,
+        ),
+    ];
+    for (offset, value) in report {
+        let _ = ctx
+            .firmware
+            .write(body.buffer + offset as u64, &value.to_le_bytes());
+    }
+    Ok(())
 }
 
 /// The USC control words of a bg/eot program, or a fault at the null
@@ -357,8 +420,8 @@ fn pbe_element(pbe: &Pbe) -> Option<(ElementFormat, usize)> {
     Some((element, count))
 }
 
-/// Runs a per-tile program: `pixels` lanes, one per pixel of the tile
-/// (or one SIMD-group for the end-of-tile program).
+/// Runs a per-tile program with one lane per entry of `pixels`
+/// (tile-local coordinates), 32 lanes per SIMD-group.
 #[allow(clippy::too_many_arguments)]
 fn run_tile_program(
     ctx: &RunContext<'_>,
@@ -369,16 +432,8 @@ fn run_tile_program(
     origin: (u32, u32),
     area: (u32, u32),
     layer: u32,
-    per_pixel: bool,
+    pixels: &[(u32, u32)],
 ) -> Result<(), EngineResult> {
-    let pixels: Vec<(u32, u32)> = if per_pixel {
-        (0..tile.height_px)
-            .flat_map(|y| (0..tile.width_px).map(move |x| (x, y)))
-            .filter(|&(x, y)| origin.0 + x < area.0 && origin.1 + y < area.1)
-            .collect()
-    } else {
-        vec![(0, 0); LANES]
-    };
     let mut uniforms = binding.uniforms.clone();
     let mut memory = vm;
     for chunk in pixels.chunks(LANES) {
@@ -458,38 +513,158 @@ fn block_store_fault(error: &ExecError) -> EngineResult {
     }
 }
 
-/// RunFragment: every tile of every layer, bg then eot.
-pub fn run_fragment(ctx: &RunContext<'_>) -> EngineResult {
-    let body = match render_body(ctx) {
-        Ok(body) => body,
-        Err(result) => return result,
+/// The scene the vertex stage binned: its header and list-head pages.
+struct Scene {
+    header: tiler::SceneHeader,
+    head_pages: Vec<u64>,
+}
+
+/// The scene of this pass, or `None` if its vertex half did not finish
+/// one (it faulted or timed out: the submission has failed already, and
+/// the fragment half renders nothing).
+fn read_scene(
+    vm: &GpuVm<'_>,
+    info: &TvbInfo,
+    area: (u32, u32),
+) -> Result<Option<Scene>, EngineResult> {
+    let alloc = tiler::PageAllocator::new(*vm, info);
+    let page = alloc.page(0)?;
+    let bytes: [u8; size_of::<tiler::SceneHeader>()] = read_words(vm, page)?;
+    let header = tiler::SceneHeader::read_from_bytes(&bytes)
+        .map_err(|_| unsupported(page, FaultUnit::Tiler))?;
+    if (header.tiles_x, header.tiles_y)
+        != (
+            area.0.div_ceil(tiler::TILE_PX),
+            area.1.div_ceil(tiler::TILE_PX),
+        )
+    {
+        return Ok(None);
+    }
+    let tiles = u64::from(header.tiles_x) * u64::from(header.tiles_y);
+    let pages = tiles.div_ceil(tiler::TVB_HEADS_PER_PAGE);
+    let mut head_pages = Vec::new();
+    for i in 0..pages {
+        let at = page + size_of::<tiler::SceneHeader>() as u64 + 8 * i;
+        head_pages.push(u64::from_le_bytes(read_words(vm, at)?));
+    }
+    Ok(Some(Scene { header, head_pages }))
+}
+
+/// The primitives binned to a tile, in draw order.
+fn tile_primitives(vm: &GpuVm<'_>, scene: &Scene, tile: u64) -> Result<Vec<u64>, EngineResult> {
+    let page = scene.head_pages[(tile / tiler::TVB_HEADS_PER_PAGE) as usize];
+    let mut chunk = u64::from_le_bytes(read_words(
+        vm,
+        page + 8 * (tile % tiler::TVB_HEADS_PER_PAGE),
+    )?);
+    let mut out = Vec::new();
+    let mut guard = 0u64;
+    while chunk != 0 {
+        let bytes: [u8; tiler::CHUNK_BYTES as usize] = read_words(vm, chunk)?;
+        let next = u64::from_le_bytes(bytes[0..8].try_into().unwrap_or_default());
+        let count = u32::from_le_bytes(bytes[8..12].try_into().unwrap_or_default()) as usize;
+        for i in 0..count.min(tiler::CHUNK_PRIMITIVES) {
+            let at = 16 + 8 * i;
+            out.push(u64::from_le_bytes(
+                bytes[at..at + 8].try_into().unwrap_or_default(),
+            ));
+        }
+        chunk = next;
+        guard += 1;
+        if guard > 1 << 24 {
+            return Err(unsupported(chunk, FaultUnit::Tiler));
+        }
+    }
+    Ok(out)
+}
+
+/// Pixels of a tile a triangle covers: pixel centres inside its edges,
+/// with the top-left rule for centres exactly on an edge. Positions are
+/// snapped to 1/256 pixel, as the rasteriser's fixed-point grid.
+pub fn rasterize(
+    vertices: [[f32; 2]; 3],
+    origin: (u32, u32),
+    tile: (u32, u32),
+    area: (u32, u32),
+) -> Vec<(u32, u32)> {
+    let fixed = |v: f32| (f64::from(v) * 256.0).round() as i64;
+    let mut p: [(i64, i64); 3] =
+        std::array::from_fn(|i| (fixed(vertices[i][0]), fixed(vertices[i][1])));
+    let edge = |a: (i64, i64), b: (i64, i64), x: i64, y: i64| {
+        (b.0 - a.0) * (y - a.1) - (b.1 - a.1) * (x - a.0)
     };
+    let area2 = edge(p[0], p[1], p[2].0, p[2].1);
+    if area2 == 0 {
+        return Vec::new();
+    }
+    if area2 < 0 {
+        p.swap(1, 2);
+    }
+    let top_left = |a: (i64, i64), b: (i64, i64)| (a.1 == b.1 && b.0 > a.0) || b.1 < a.1;
+    let edges = [(p[0], p[1]), (p[1], p[2]), (p[2], p[0])];
+    let mut out = Vec::new();
+    for ty in 0..tile.1 {
+        let y = origin.1 + ty;
+        if y >= area.1 {
+            break;
+        }
+        let cy = i64::from(y) * 256 + 128;
+        for tx in 0..tile.0 {
+            let x = origin.0 + tx;
+            if x >= area.0 {
+                break;
+            }
+            let cx = i64::from(x) * 256 + 128;
+            let inside = edges.iter().all(|&(a, b)| {
+                let e = edge(a, b, cx, cy);
+                e > 0 || (e == 0 && top_left(a, b))
+            });
+            if inside {
+                out.push((tx, ty));
+            }
+        }
+    }
+    out
+}
+
+/// RunFragment: every tile of every layer: bg, the tile's primitives
+/// through the fragment shader, eot.
+pub fn run_fragment(ctx: &RunContext<'_>) -> EngineResult {
+    match fragment(ctx) {
+        Ok(()) => EngineResult::Done,
+        Err(result) => result,
+    }
+}
+
+fn fragment(ctx: &RunContext<'_>) -> Result<(), EngineResult> {
+    let body = render_body(ctx)?;
     let render = body.render;
     let Some(root) = ctx.ttb0 else {
-        return unsupported(ctx.command, FaultUnit::Firmware);
+        return Err(unsupported(ctx.command, FaultUnit::Firmware));
+    };
+    let vm = GpuVm::of(ctx, root);
+    let info = tvb_info(ctx, &body)?;
+    let area = (u32::from(render.width_px), u32::from(render.height_px));
+    let Some(scene) = read_scene(&vm, &info, area)? else {
+        tracing::debug!("no scene: the vertex half did not finish");
+        return Ok(());
     };
     let flags = RenderFlags::from_bits_truncate(render.flags);
-    // No draws are binned yet (the vertex stage refuses them), so every
-    // tile is empty: it is rendered only when the pass asks for empty
-    // tiles.
-    if !flags.contains(RenderFlags::PROCESS_EMPTY_TILES) {
-        return EngineResult::Done;
+    let process_empty = flags.contains(RenderFlags::PROCESS_EMPTY_TILES);
+    if render.samples != 1 && scene.header.primitives > 0 {
+        return Err(unsupported(ctx.command, FaultUnit::Firmware));
     }
-    let vm = GpuVm::new(ctx.memory, root);
-    let bg = match program(&vm, body.usc_exec_base, render.bg) {
-        Ok(binding) => binding,
-        Err(result) => return result,
-    };
-    let eot = match program(&vm, body.usc_exec_base, render.eot) {
-        Ok(binding) => binding,
-        Err(result) => return result,
-    };
+    let bg = program(&vm, body.usc_exec_base, render.bg)?;
+    let eot = program(&vm, body.usc_exec_base, render.eot)?;
     let (tile_w, tile_h) = (
         u32::from(render.utile_width_px),
         u32::from(render.utile_height_px),
     );
-    let area = (u32::from(render.width_px), u32::from(render.height_px));
+    if (tile_w, tile_h) != (tiler::TILE_PX, tiler::TILE_PX) && scene.header.primitives > 0 {
+        return Err(unsupported(ctx.command, FaultUnit::Firmware));
+    }
     let mut cache = ProgramCache::new();
+    let mut shaders: std::collections::HashMap<u32, Binding> = std::collections::HashMap::new();
     let mut tile = Tilebuffer {
         bytes: vec![
             0;
@@ -501,23 +676,88 @@ pub fn run_fragment(ctx: &RunContext<'_>) -> EngineResult {
         samples: u32::from(render.samples),
         sample_bytes: u32::from(render.sample_size_B),
     };
+    let record_floats = 4 + scene.header.varyings as usize;
     for layer in 0..u32::from(render.layers) {
         for ty in 0..area.1.div_ceil(tile_h) {
             for tx in 0..area.0.div_ceil(tile_w) {
                 if Instant::now() >= ctx.deadline || ctx.stop.load(Ordering::Relaxed) {
-                    return EngineResult::Timeout;
+                    return Err(EngineResult::Timeout);
+                }
+                let primitives = if layer == 0 {
+                    let index = u64::from(ty) * u64::from(scene.header.tiles_x) + u64::from(tx);
+                    tile_primitives(&vm, &scene, index)?
+                } else {
+                    Vec::new()
+                };
+                if primitives.is_empty() && !process_empty {
+                    continue;
                 }
                 let origin = (tx * tile_w, ty * tile_h);
                 tile.bytes.fill(0);
-                for (binding, per_pixel) in [(&bg, true), (&eot, false)] {
-                    if let Err(result) = run_tile_program(
-                        ctx, vm, &mut cache, binding, &mut tile, origin, area, layer, per_pixel,
-                    ) {
-                        return result;
+                let all: Vec<(u32, u32)> = (0..tile_h)
+                    .flat_map(|y| (0..tile_w).map(move |x| (x, y)))
+                    .filter(|&(x, y)| origin.0 + x < area.0 && origin.1 + y < area.1)
+                    .collect();
+                run_tile_program(
+                    ctx, vm, &mut cache, &bg, &mut tile, origin, area, layer, &all,
+                )?;
+                for primitive in primitives {
+                    let mut bytes = vec![0u8; 8 + 12 * record_floats];
+                    vm.read(primitive, &mut bytes)
+                        .map_err(|f| EngineResult::from_uat(&f, FaultUnit::Tiler))?;
+                    let state = u32::from_le_bytes(bytes[0..4].try_into().unwrap_or_default());
+                    let float = |i: usize| {
+                        let at = 8 + 4 * i;
+                        f32::from_le_bytes(bytes[at..at + 4].try_into().unwrap_or_default())
+                    };
+                    let positions: [[f32; 2]; 3] = std::array::from_fn(|v| {
+                        [float(v * record_floats), float(v * record_floats + 1)]
+                    });
+                    let covered = rasterize(positions, origin, (tile_w, tile_h), area);
+                    if covered.is_empty() {
+                        continue;
                     }
+                    let shader = match shaders.entry(state) {
+                        std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+                        std::collections::hash_map::Entry::Vacant(e) => {
+                            e.insert(fragment_shader(&vm, &body, &scene, state)?)
+                        }
+                    };
+                    run_tile_program(
+                        ctx, vm, &mut cache, shader, &mut tile, origin, area, layer, &covered,
+                    )?;
                 }
+                let lanes = [(0u32, 0u32); LANES];
+                run_tile_program(
+                    ctx, vm, &mut cache, &eot, &mut tile, origin, area, layer, &lanes,
+                )?;
             }
         }
     }
-    EngineResult::Done
+    Ok(())
+}
+
+/// The fragment shader a primitive's state names.
+fn fragment_shader(
+    vm: &GpuVm<'_>,
+    body: &RunRenderBody,
+    scene: &Scene,
+    state: u32,
+) -> Result<Binding, EngineResult> {
+    if state >= scene.header.state_count {
+        return Err(unsupported(scene.header.states, FaultUnit::Tiler));
+    }
+    let at = scene.header.states + u64::from(state) * size_of::<tiler::FragmentState>() as u64;
+    let bytes: [u8; size_of::<tiler::FragmentState>()] = read_words(vm, at)?;
+    let fragment_state = tiler::FragmentState::read_from_bytes(&bytes)
+        .map_err(|_| unsupported(at, FaultUnit::Tiler))?;
+    let ppp = tiler::parse_ppp(vm, fragment_state.ppp)?;
+    let Some(pipeline) = ppp.fragment_pipeline else {
+        return Err(unsupported(fragment_state.ppp, FaultUnit::Vdm));
+    };
+    compute::bind(
+        vm,
+        body.usc_exec_base.wrapping_add(pipeline),
+        body.usc_exec_base,
+    )
 }

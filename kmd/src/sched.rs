@@ -1011,8 +1011,13 @@ impl Scheduler {
                     vertex_attachments,
                     fragment_attachments,
                 } => {
+                    // The parameter buffer holds one scene at a time: a
+                    // render's vertex half waits for the previous render's
+                    // fragment half, which also satisfies any vdm barrier
+                    // (fragment halves complete in order).
+                    let _ = vdm_barrier;
                     let waits = [
-                        resolve(vdm_barrier, prior_render, &render_done),
+                        render_done.last().copied().or(prior_render),
                         resolve(cdm_barrier, prior_compute, &compute_done),
                     ];
                     b.barriers(queue, Stage::Vertex, waits);

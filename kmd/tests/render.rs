@@ -4,7 +4,12 @@
 
 mod common;
 
-use agx_hw::formats::{Channels, Layout, Pbe, TextureDimension, TextureType, VdmStreamTerminate};
+use agx_hw::formats::{
+    Channels, Cull, FragmentShaderWord0, FragmentShaderWord1, FragmentShaderWord2,
+    FragmentShaderWord3, IndexList, Layout, Pbe, PppHeader, PppState, Primitive, TextureDimension,
+    TextureType, VdmState, VdmStateVertexOutputs, VdmStateVertexShaderWord1, VdmStreamTerminate,
+    Viewport,
+};
 use agx_kmd::Errno;
 use agx_uapi::asahi::{BgEot, CmdRender, CmdType, RenderFlags};
 use common::machine::*;
@@ -165,10 +170,11 @@ fn a_render_target_that_is_not_mapped_faults_in_the_pixel_back_end() {
 }
 
 #[test_log::test]
-fn draws_are_refused_until_vertex_shading_exists() {
+fn a_draw_without_vertex_shader_state_faults_at_the_draw() {
     let m = Machine::new(5000);
     let render = clear_pass(&m, [1.0, 1.0, 1.0, 1.0], 32, 32);
-    // An index-list block (block type 3) where the terminate was.
+    // An index-list block (block type 3) where the terminate was, with no
+    // vertex shader set up before it.
     m.poke(m.data, STREAM, &(3u32 << 29).to_le_bytes());
     assert_eq!(
         m.submit(CmdType::Render, render.as_bytes()),
@@ -178,4 +184,266 @@ fn draws_are_refused_until_vertex_shading_exists() {
     assert_eq!(address, DATA_VA + STREAM);
     assert_eq!(unit, agx_fwif::messages::FaultUnit::Vdm as u32);
     assert_eq!(reason, agx_fwif::messages::FAULT_UNSUPPORTED_WORK);
+}
+
+/// Vertex shader: position (four floats) from the vertex buffer at u0_u1,
+/// indexed by the vertex id in r5, to output slots 0-3.
+const POSITION_VS: &str = "
+    device_load 0, i32, xyzw, r8_r9_r10_r11, u0_u1, r5, unsigned, lsl 2
+    wait 0
+    st_var 1, r8, 0
+    st_var 1, r9, 1
+    st_var 1, r10, 2
+    st_var 1, r11, 3
+    stop";
+
+/// Fragment shader: adds 1/255 to the red channel of the pixel (so a
+/// pixel's red value counts the triangles that covered it).
+const COUNT_FS: &str = "
+    ld_tile r2_r3_r4_r5, u8norm, 0, xyzw, 0, 255, r0, 0
+    wait 0
+    fadd32 r2, r2, u0
+    st_tile r2_r3_r4_r5, u8norm, 0, xyzw, 0, 255, r0, 0
+    stop";
+
+const VERTICES: u64 = 0x6_0000;
+const PPP: u64 = 0x7_0000;
+const SIZE: u16 = 64;
+
+/// Window-space vertices to clip space (w = 1) for a SIZE x SIZE viewport
+/// whose y axis points down the image.
+fn clip(window: &[[f32; 2]]) -> Vec<u32> {
+    let half = f32::from(SIZE) / 2.0;
+    window
+        .iter()
+        .flat_map(|[x, y]| [(x - half) / half, (half - y) / half, 0.5, 1.0])
+        .map(f32::to_bits)
+        .collect()
+}
+
+/// A pass drawing `window` (triangles, three vertices each) with COUNT_FS
+/// over a cleared (zero) target.
+fn triangles_pass(m: &Machine, window: &[[f32; 2]]) -> CmdRender {
+    let mut render = clear_pass(m, [0.0, 0.0, 0.0, 0.0], SIZE, SIZE);
+    m.poke_u32s(VERTICES, &clip(window));
+    let mut vs_uniforms = Vec::new();
+    vs_uniforms.extend([
+        (DATA_VA + VERTICES) as u32,
+        ((DATA_VA + VERTICES) >> 32) as u32,
+    ]);
+    let vs = m.program(
+        POSITION_VS,
+        0x3000,
+        0xC0,
+        &vs_uniforms,
+        UNIFORMS + 0x200,
+        0,
+        None,
+    );
+    let fs = m.program(
+        COUNT_FS,
+        0x4000,
+        0x100,
+        &[(1.0f32 / 255.0).to_bits()],
+        UNIFORMS + 0x300,
+        0,
+        None,
+    );
+    // PPP state: viewport, cull (nothing culled), fragment shader.
+    let half = f32::from(SIZE) / 2.0;
+    let mut ppp = PppHeader {
+        viewport: true,
+        viewport_count: 1,
+        cull: true,
+        fragment_shader: true,
+        ..PppHeader::default()
+    }
+    .pack()
+    .unwrap()
+    .to_vec();
+    ppp.extend([0u8; 4]);
+    ppp.extend(
+        Viewport {
+            translate_x: half,
+            scale_x: half,
+            translate_y: half,
+            scale_y: -half,
+            translate_z: 0.0,
+            scale_z: 1.0,
+        }
+        .pack()
+        .unwrap(),
+    );
+    ppp.extend(Cull::default().pack().unwrap());
+    ppp.extend(FragmentShaderWord0::default().pack().unwrap());
+    ppp.extend(
+        FragmentShaderWord1 {
+            pipeline: fs,
+            ..FragmentShaderWord1::default()
+        }
+        .pack()
+        .unwrap(),
+    );
+    ppp.extend(FragmentShaderWord2 { cf_bindings: 0 }.pack().unwrap());
+    ppp.extend(FragmentShaderWord3::default().pack().unwrap());
+    m.poke(m.data, PPP, &ppp);
+    // VDM: vertex shader state, PPP state, one draw, terminate.
+    let mut vdm = VdmState {
+        vertex_shader_word_1_present: true,
+        vertex_outputs_present: true,
+        ..VdmState::default()
+    }
+    .pack()
+    .unwrap()
+    .to_vec();
+    vdm.extend(
+        VdmStateVertexShaderWord1 {
+            pipeline: vs,
+            ..VdmStateVertexShaderWord1::default()
+        }
+        .pack()
+        .unwrap(),
+    );
+    vdm.extend(
+        VdmStateVertexOutputs {
+            output_count_1: 4,
+            output_count_2: 0,
+        }
+        .pack()
+        .unwrap(),
+    );
+    vdm.extend(
+        PppState {
+            pointer: DATA_VA + PPP,
+            size_words: (ppp.len() / 4) as u32,
+        }
+        .pack()
+        .unwrap(),
+    );
+    vdm.extend(
+        IndexList {
+            primitive: Primitive::Triangles,
+            index_count_present: true,
+            instance_count_present: true,
+            start_present: true,
+            ..IndexList::default()
+        }
+        .pack()
+        .unwrap(),
+    );
+    vdm.extend((window.len() as u32).to_le_bytes());
+    vdm.extend(1u32.to_le_bytes());
+    vdm.extend(0u32.to_le_bytes());
+    vdm.extend(VdmStreamTerminate::default().pack().unwrap());
+    m.poke(m.data, STREAM, &vdm);
+    render.flags = RenderFlags::PROCESS_EMPTY_TILES.bits();
+    render
+}
+
+/// An independent rasteriser: pixel centres strictly inside, or on a top
+/// or left edge (D3D's rule), of a triangle in window space (y down).
+fn covers(t: [[f64; 2]; 3], x: f64, y: f64) -> bool {
+    let area =
+        (t[1][0] - t[0][0]) * (t[2][1] - t[0][1]) - (t[2][0] - t[0][0]) * (t[1][1] - t[0][1]);
+    if area == 0.0 {
+        return false;
+    }
+    // Order the vertices so that the area is positive.
+    let t = if area > 0.0 { t } else { [t[0], t[2], t[1]] };
+    (0..3).all(|i| {
+        let (a, b) = (t[i], t[(i + 1) % 3]);
+        let e = (b[0] - a[0]) * (y - a[1]) - (b[1] - a[1]) * (x - a[0]);
+        let top = a[1] == b[1] && b[0] > a[0];
+        let left = b[1] < a[1];
+        e > 0.0 || (e == 0.0 && (top || left))
+    })
+}
+
+fn counts(m: &Machine) -> Vec<u8> {
+    let pixels = image(m, SIZE as usize);
+    (0..SIZE as usize * SIZE as usize)
+        .map(|i| {
+            let (x, y) = (i % SIZE as usize, i / SIZE as usize);
+            pixels[y * STRIDE as usize + 4 * x]
+        })
+        .collect()
+}
+
+#[test_log::test]
+fn one_triangle_covers_exactly_the_pixels_an_independent_rasteriser_finds() {
+    let m = Machine::new(5000);
+    let window = [[10.25f32, 5.5], [50.75, 20.0], [20.0, 60.125]];
+    let render = triangles_pass(&m, &window);
+    assert_eq!(m.submit(CmdType::Render, render.as_bytes()), None);
+    let got = counts(&m);
+    let t = window.map(|[x, y]| [f64::from(x), f64::from(y)]);
+    let mut covered = 0;
+    for y in 0..SIZE as usize {
+        for x in 0..SIZE as usize {
+            let want = u8::from(covers(t, x as f64 + 0.5, y as f64 + 0.5));
+            covered += usize::from(want);
+            assert_eq!(got[y * SIZE as usize + x], want, "pixel ({x}, {y})");
+        }
+    }
+    assert!(covered > 500, "a real triangle: {covered} pixels");
+    // The firmware reports the pages each scene used; the kmd's growth
+    // policy reads the report before the next render.
+    assert_eq!(m.submit(CmdType::Render, render.as_bytes()), None);
+    let queue = m.file.queue(m.queue).unwrap();
+    let peak = queue.tvb_stats().peak_pages;
+    assert!(
+        (3..=8).contains(&peak),
+        "header, list heads and data pages: {peak}"
+    );
+}
+
+#[test_log::test]
+fn shared_edges_are_hit_exactly_once() {
+    let m = Machine::new(5000);
+    // A fan of triangles around a centre on pixel corners and centres,
+    // with edges through pixel centres and tile boundaries, closing the
+    // full circle: every pixel of the covered area is hit once.
+    let c = [32.0f32, 32.5];
+    let ring = [
+        [4.5f32, 4.0],
+        [32.0, 2.5],
+        [60.5, 4.0],
+        [61.0, 32.5],
+        [60.5, 61.0],
+        [32.0, 62.5],
+        [3.5, 60.0],
+        [2.0, 32.5],
+    ];
+    let mut window = Vec::new();
+    for i in 0..ring.len() {
+        window.extend([c, ring[i], ring[(i + 1) % ring.len()]]);
+    }
+    let render = triangles_pass(&m, &window);
+    assert_eq!(m.submit(CmdType::Render, render.as_bytes()), None);
+    let got = counts(&m);
+    assert!(got.iter().all(|&n| n <= 1), "no pixel is hit twice");
+    let polygon: Vec<[f64; 2]> = ring
+        .iter()
+        .map(|[x, y]| [f64::from(*x), f64::from(*y)])
+        .collect();
+    let mut inside_total = 0;
+    for y in 0..SIZE as usize {
+        for x in 0..SIZE as usize {
+            let (px, py) = (x as f64 + 0.5, y as f64 + 0.5);
+            let hit = (0..polygon.len()).any(|i| {
+                covers(
+                    [[32.0, 32.5], polygon[i], polygon[(i + 1) % polygon.len()]],
+                    px,
+                    py,
+                )
+            });
+            inside_total += usize::from(hit);
+            assert_eq!(
+                got[y * SIZE as usize + x],
+                u8::from(hit),
+                "pixel ({x}, {y})"
+            );
+        }
+    }
+    assert!(inside_total > 2500, "{inside_total}");
 }

@@ -1,0 +1,808 @@
+//! Vertex shading and tiling: what RunVertex does with a draw.
+//!
+//! The VDM carries state (the vertex shader's pipeline and output count,
+//! and a pointer to the PPP state: viewport, culling, fragment shader and
+//! depth/stencil state) and draws. For a draw, the vertex shader runs once
+//! per vertex, 32 vertices per SIMD-group, with the vertex index in `r5`
+//! and the instance index in `r6`; its `st_var` outputs are the vertex's
+//! 32-bit output slots, the first four being the clip-space position
+//! (x, y, z, w). Vertices are assembled into triangles (lists, strips,
+//! fans), clipped against the near plane (z >= 0, w > 0), projected,
+//! mapped through the viewport, culled by facing, and *binned*: each
+//! primitive's screen-space vertices go into the parameter buffer and its
+//! index into the list of every 32x32-pixel tile its bounding box touches.
+//! The fragment stage reads those lists back tile by tile.
+//!
+//! The parameter buffer layout is this model's own (real hardware's is
+//! undocumented); it lives entirely in the TVB pages the kmd provides,
+//! written and read through the MMU:
+//!
+//! - page 0 of the page list holds the scene header ([`SceneHeader`]),
+//!   then the addresses of the pages holding the per-tile list heads;
+//! - a list head is the address of the tile's first chunk (0: empty);
+//! - a chunk ([`CHUNK_BYTES`]) holds the next chunk's address, a count and
+//!   up to [`CHUNK_PRIMITIVES`] primitive addresses;
+//! - a primitive record holds the primitive's state index, then per vertex
+//!   x, y (pixels), z, 1/w and the varying slots.
+//!
+//! Pages are taken in page-list order; running out is an overflow (the
+//! partial-render path is the rest of the GPU execution work).
+
+use agx_fwif::messages::{FaultUnit, TvbInfo, TVB_PAGE_BYTES};
+use agx_hw::formats::{
+    Cull, FragmentControl, FragmentFace, FragmentShaderWord1, FragmentShaderWord2, IndexList,
+    IndexSize, PppHeader, Primitive, VdmStateVertexOutputs, VdmStateVertexShaderWord1, Viewport,
+};
+use agx_hw::isa::Reg;
+use zerocopy::{FromBytes, IntoBytes};
+
+use crate::compute::{self, exec_fault, read_words, unsupported, Binding};
+use crate::engine::{EngineResult, GpuVm};
+use crate::usc::io::IoError;
+use crate::usc::{Env, ExecError, Exit, GpuMemory, ProgramCache, ShaderIo, SimdGroup, LANES};
+
+/// Pixels per tile side.
+pub const TILE_PX: u32 = 32;
+/// Bytes of a list chunk.
+pub const CHUNK_BYTES: u64 = 64;
+/// Primitive addresses per chunk.
+pub const CHUNK_PRIMITIVES: usize = 6;
+/// List heads per head page.
+pub const TVB_HEADS_PER_PAGE: u64 = TVB_PAGE_BYTES / 8;
+const HEADS_PER_PAGE: u64 = TVB_HEADS_PER_PAGE;
+/// The most vertex output slots.
+pub const MAX_OUTPUTS: usize = 64;
+/// Instructions a vertex SIMD-group may run (a vertex shader that does not
+/// stop within this is stopped by the watchdog check between groups).
+const VERTEX_BUDGET: u64 = 1 << 24;
+
+/// The scene header at the start of the parameter buffer's first page.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, FromBytes, IntoBytes, zerocopy::Immutable)]
+#[repr(C)]
+pub struct SceneHeader {
+    /// Tiles across.
+    pub tiles_x: u32,
+    /// Tiles down.
+    pub tiles_y: u32,
+    /// Primitives binned.
+    pub primitives: u32,
+    /// 32-bit varying slots per vertex (after the position).
+    pub varyings: u32,
+    /// Pages used.
+    pub pages_used: u32,
+    /// Number of fragment states in `states`.
+    pub state_count: u32,
+    /// Address of the fragment states: [`FragmentState`] records.
+    pub states: u64,
+}
+
+/// The fragment-side state a primitive was drawn with (from the PPP
+/// state at the time of its draw).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, FromBytes, IntoBytes, zerocopy::Immutable)]
+#[repr(C)]
+pub struct FragmentState {
+    /// Address of the PPP state record.
+    pub ppp: u64,
+    /// Its size in bytes.
+    pub ppp_bytes: u32,
+    /// MBZ.
+    pub pad: u32,
+}
+
+/// Allocates parameter-buffer space, page by page.
+pub struct PageAllocator<'a> {
+    vm: GpuVm<'a>,
+    page_list: u64,
+    page_count: u64,
+    next_page: u64,
+    /// The current page and the bytes used in it.
+    current: Option<(u64, u64)>,
+}
+
+/// The parameter buffer ran out of pages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Overflow;
+
+impl<'a> PageAllocator<'a> {
+    /// The allocator over the pages of `info`.
+    pub fn new(vm: GpuVm<'a>, info: &TvbInfo) -> PageAllocator<'a> {
+        PageAllocator {
+            vm,
+            page_list: info.page_list,
+            page_count: u64::from(info.block_count) * agx_fwif::messages::TVB_BLOCK_PAGES,
+            next_page: 0,
+            current: None,
+        }
+    }
+
+    /// The address of page `index` of the page list.
+    pub fn page(&self, index: u64) -> Result<u64, EngineResult> {
+        if index >= self.page_count {
+            return Err(unsupported(self.page_list, FaultUnit::Tiler));
+        }
+        let entry: [u8; 4] = read_words(&self.vm, self.page_list + 4 * index)
+            .map_err(|_| unsupported(self.page_list + 4 * index, FaultUnit::Tiler))?;
+        Ok(u64::from(u32::from_le_bytes(entry)) * TVB_PAGE_BYTES)
+    }
+
+    /// A whole fresh page.
+    pub fn take_page(&mut self) -> Result<Result<u64, Overflow>, EngineResult> {
+        if self.next_page >= self.page_count {
+            return Ok(Err(Overflow));
+        }
+        let page = self.page(self.next_page)?;
+        self.next_page += 1;
+        Ok(Ok(page))
+    }
+
+    /// `bytes` (at most a page), 8-byte aligned, within one page.
+    pub fn alloc(&mut self, bytes: u64) -> Result<Result<u64, Overflow>, EngineResult> {
+        let bytes = bytes.next_multiple_of(8);
+        if let Some((page, used)) = self.current {
+            if used + bytes <= TVB_PAGE_BYTES {
+                self.current = Some((page, used + bytes));
+                return Ok(Ok(page + used));
+            }
+        }
+        match self.take_page()? {
+            Ok(page) => {
+                self.current = Some((page, bytes));
+                Ok(Ok(page))
+            }
+            Err(overflow) => Ok(Err(overflow)),
+        }
+    }
+
+    /// Pages handed out.
+    pub fn pages_used(&self) -> u64 {
+        self.next_page
+    }
+}
+
+/// The vertex shader's outputs, per lane.
+struct VertexIo {
+    outputs: Vec<[u32; MAX_OUTPUTS]>,
+}
+
+impl ShaderIo for VertexIo {
+    fn store_varying(&mut self, lane: usize, slot: u32, value: u32) -> Result<(), IoError> {
+        let out = self
+            .outputs
+            .get_mut(lane)
+            .and_then(|o| o.get_mut(slot as usize))
+            .ok_or_else(|| IoError::Invalid(format!("output slot {slot}")))?;
+        *out = value;
+        Ok(())
+    }
+}
+
+/// What the VDM state says about the vertex stage.
+#[derive(Debug, Clone, Default)]
+pub struct VertexState {
+    /// The vertex shader's pipeline.
+    pub pipeline: Option<u64>,
+    /// 32-bit outputs per vertex.
+    pub outputs: u32,
+    /// The PPP state (address, bytes).
+    pub ppp: Option<(u64, u32)>,
+}
+
+/// The records of a PPP state this model uses.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PppState {
+    /// Fragment pipeline control.
+    pub fragment_control: Option<FragmentControl>,
+    /// Front-face depth/stencil state.
+    pub front_face: Option<FragmentFace>,
+    /// Back-face depth/stencil state.
+    pub back_face: Option<FragmentFace>,
+    /// Viewport 0.
+    pub viewport: Viewport,
+    /// Culling and rasteriser state.
+    pub cull: Cull,
+    /// The fragment shader's pipeline (offset from `usc_exec_base`).
+    pub fragment_pipeline: Option<u64>,
+    /// The fragment shader's coefficient bindings (offset from
+    /// `usc_exec_base`).
+    pub cf_bindings: Option<u64>,
+}
+
+/// Parses a PPP state: a header whose present bits say which records
+/// follow, in bit order.
+pub fn parse_ppp(vm: &GpuVm<'_>, address: u64) -> Result<PppState, EngineResult> {
+    let header_bytes: [u8; 4] = read_words(vm, address)?;
+    let h = PppHeader::unpack(&header_bytes).value;
+    let mut at = address + 4;
+    let mut state = PppState::default();
+    let word = |at: &mut u64| -> Result<[u8; 4], EngineResult> {
+        let bytes: [u8; 4] = read_words(vm, *at)?;
+        *at += 4;
+        Ok(bytes)
+    };
+    if h.fragment_control {
+        state.fragment_control = Some(FragmentControl::unpack(&word(&mut at)?).value);
+    }
+    if h.fragment_control_2 {
+        word(&mut at)?;
+    }
+    if h.fragment_front_face {
+        state.front_face = Some(FragmentFace::unpack(&word(&mut at)?).value);
+    }
+    for present in [h.fragment_front_face_2, h.fragment_front_stencil] {
+        if present {
+            word(&mut at)?;
+        }
+    }
+    if h.fragment_back_face {
+        state.back_face = Some(FragmentFace::unpack(&word(&mut at)?).value);
+    }
+    for present in [
+        h.fragment_back_face_2,
+        h.fragment_back_stencil,
+        h.depth_bias_scissor,
+    ] {
+        if present {
+            word(&mut at)?;
+        }
+    }
+    let viewports = u64::from(h.viewport_count);
+    if h.region_clip {
+        at += 8 * viewports;
+    }
+    if h.viewport {
+        at += 4; // The viewport control word.
+        let bytes: [u8; 24] = read_words(vm, at)?;
+        state.viewport = Viewport::unpack(&bytes).value;
+        at += 24 * viewports;
+    }
+    for present in [
+        h.w_clamp,
+        h.output_select,
+        h.varying_counts_32,
+        h.varying_counts_16,
+    ] {
+        if present {
+            word(&mut at)?;
+        }
+    }
+    if h.cull {
+        state.cull = Cull::unpack(&word(&mut at)?).value;
+    }
+    if h.cull_2 {
+        word(&mut at)?;
+    }
+    if h.fragment_shader {
+        let _word0 = word(&mut at)?;
+        let word1 = FragmentShaderWord1::unpack(&word(&mut at)?).value;
+        let word2 = FragmentShaderWord2::unpack(&word(&mut at)?).value;
+        let _word3 = word(&mut at)?;
+        state.fragment_pipeline = Some(word1.pipeline);
+        state.cf_bindings = Some(word2.cf_bindings);
+    }
+    Ok(state)
+}
+
+/// A draw's parameters.
+#[derive(Debug, Clone, Copy)]
+pub struct Draw {
+    /// Topology.
+    pub primitive: Primitive,
+    /// Index buffer and index size, for indexed draws.
+    pub indices: Option<(u64, IndexSize)>,
+    /// Indices (or vertices).
+    pub count: u32,
+    /// Instances.
+    pub instances: u32,
+    /// First vertex (base vertex for indexed draws).
+    pub start: u32,
+    /// Bytes of the IndexList block.
+    pub length_bytes: u64,
+}
+
+/// Parses an IndexList block at `pc`. The optional words follow in this
+/// order: index buffer low bits, count, instances, start, two unknown
+/// words, the indirect buffer (two words), one unknown word, and the
+/// index buffer size.
+pub fn parse_draw(vm: &GpuVm<'_>, pc: u64, word: u32) -> Result<Draw, EngineResult> {
+    let h = IndexList::unpack(&word.to_le_bytes()).value;
+    let mut at = pc + 4;
+    let mut next = |present: bool| -> Result<Option<u32>, EngineResult> {
+        if !present {
+            return Ok(None);
+        }
+        let bytes: [u8; 4] = read_words(vm, at)?;
+        at += 4;
+        Ok(Some(u32::from_le_bytes(bytes)))
+    };
+    let buffer_lo = next(h.index_buffer_present)?;
+    let count = next(h.index_count_present)?.unwrap_or(0);
+    let instances = next(h.instance_count_present)?.unwrap_or(1);
+    let start = next(h.start_present)?.unwrap_or(0);
+    if h.indirect_buffer_present || h.unk_1_present {
+        return Err(unsupported(pc, FaultUnit::Vdm));
+    }
+    let _ = next(h.unk_2_present)?;
+    let _ = next(h.index_buffer_size_present)?;
+    let indices = buffer_lo.map(|lo| {
+        (
+            (u64::from(h.index_buffer_hi) << 32) | u64::from(lo),
+            h.index_size,
+        )
+    });
+    Ok(Draw {
+        primitive: h.primitive,
+        indices,
+        count,
+        instances,
+        start,
+        length_bytes: at - pc,
+    })
+}
+
+/// Reads the VDM state words after a VdmState header (vertex shader and
+/// outputs) into `state`.
+pub fn apply_vdm_state(
+    vm: &GpuVm<'_>,
+    pc: u64,
+    present: [bool; 7],
+    state: &mut VertexState,
+) -> Result<u64, EngineResult> {
+    let mut at = pc + 4;
+    for (index, present) in present.into_iter().enumerate() {
+        if !present {
+            continue;
+        }
+        let bytes: [u8; 4] = read_words(vm, at)?;
+        match index {
+            2 => state.pipeline = Some(VdmStateVertexShaderWord1::unpack(&bytes).value.pipeline),
+            3 => {
+                state.outputs = VdmStateVertexOutputs::unpack(&bytes)
+                    .value
+                    .output_count_1
+                    .min(64);
+            }
+            _ => {}
+        }
+        at += 4;
+    }
+    Ok(at)
+}
+
+/// A vertex after the vertex shader: its output slots.
+type Outputs = [u32; MAX_OUTPUTS];
+
+/// Runs the vertex shader for `vertex_ids` (one instance).
+fn shade_vertices(
+    vm: GpuVm<'_>,
+    cache: &mut ProgramCache,
+    binding: &Binding,
+    vertex_ids: &[u32],
+    instance: u32,
+) -> Result<Vec<Outputs>, EngineResult> {
+    let mut out = Vec::with_capacity(vertex_ids.len());
+    let mut uniforms = binding.uniforms.clone();
+    let mut memory = vm;
+    for chunk in vertex_ids.chunks(LANES) {
+        let present = if chunk.len() == LANES {
+            u32::MAX
+        } else {
+            (1u32 << chunk.len()) - 1
+        };
+        let mut group = SimdGroup::new(binding.code, present);
+        for (lane, &id) in chunk.iter().enumerate() {
+            group.write(Reg::r(5), lane, u64::from(id));
+            group.write(Reg::r(6), lane, u64::from(instance));
+        }
+        let mut io = VertexIo {
+            outputs: vec![[0; MAX_OUTPUTS]; LANES],
+        };
+        let mut budget = VERTEX_BUDGET;
+        let mut env = Env {
+            memory: &mut memory,
+            io: &mut io,
+            uniforms: &mut uniforms,
+            threadgroup: &mut [],
+        };
+        match group.run(cache, &mut env, &mut budget) {
+            Ok(Exit::Stopped) => {}
+            Ok(Exit::Barrier) => return Err(unsupported(group.pc, FaultUnit::Usc)),
+            Err(ExecError::Timeout { .. }) => return Err(EngineResult::Timeout),
+            Err(error) => return Err(exec_fault(&error)),
+        }
+        out.extend(io.outputs.into_iter().take(chunk.len()));
+    }
+    Ok(out)
+}
+
+/// A vertex in clip space with its varyings.
+#[derive(Debug, Clone)]
+struct ClipVertex {
+    position: [f32; 4],
+    varyings: Vec<f32>,
+}
+
+/// A vertex in window space, as binned.
+#[derive(Debug, Clone)]
+pub struct ScreenVertex {
+    /// x, y in pixels; z; 1/w.
+    pub position: [f32; 4],
+    /// Varying slots (raw f32 bits reinterpreted).
+    pub varyings: Vec<f32>,
+}
+
+fn lerp(a: &ClipVertex, b: &ClipVertex, t: f32) -> ClipVertex {
+    ClipVertex {
+        position: std::array::from_fn(|i| a.position[i] + (b.position[i] - a.position[i]) * t),
+        varyings: a
+            .varyings
+            .iter()
+            .zip(&b.varyings)
+            .map(|(x, y)| x + (y - x) * t)
+            .collect(),
+    }
+}
+
+/// Clips a triangle against the near plane z >= 0 (and w > 0); returns a
+/// convex polygon (possibly empty).
+fn clip_near(triangle: [ClipVertex; 3]) -> Vec<ClipVertex> {
+    let distance = |v: &ClipVertex| v.position[2].min(v.position[3]);
+    if triangle
+        .iter()
+        .all(|v| distance(v) >= 0.0 && v.position[3] > 0.0)
+    {
+        return triangle.to_vec();
+    }
+    let mut out = Vec::new();
+    for i in 0..3 {
+        let (a, b) = (&triangle[i], &triangle[(i + 1) % 3]);
+        let (da, db) = (a.position[2], b.position[2]);
+        if da >= 0.0 && a.position[3] > 0.0 {
+            out.push(a.clone());
+        }
+        if (da >= 0.0) != (db >= 0.0) {
+            out.push(lerp(a, b, da / (da - db)));
+        }
+    }
+    out.retain(|v| v.position[3] > 0.0);
+    out
+}
+
+/// Projects and maps a clip-space vertex to window space.
+fn to_screen(v: &ClipVertex, viewport: &Viewport) -> ScreenVertex {
+    let inv_w = 1.0 / v.position[3];
+    let ndc = [
+        v.position[0] * inv_w,
+        v.position[1] * inv_w,
+        v.position[2] * inv_w,
+    ];
+    ScreenVertex {
+        position: [
+            ndc[0] * viewport.scale_x + viewport.translate_x,
+            ndc[1] * viewport.scale_y + viewport.translate_y,
+            ndc[2] * viewport.scale_z + viewport.translate_z,
+            inv_w,
+        ],
+        varyings: v.varyings.clone(),
+    }
+}
+
+/// Twice the signed area (positive: counter-clockwise in a y-down window).
+pub fn signed_area(v: &[ScreenVertex; 3]) -> f32 {
+    let [a, b, c] = v;
+    (b.position[0] - a.position[0]) * (c.position[1] - a.position[1])
+        - (c.position[0] - a.position[0]) * (b.position[1] - a.position[1])
+}
+
+/// The scene being binned.
+pub struct Binner<'a> {
+    alloc: PageAllocator<'a>,
+    vm: GpuVm<'a>,
+    header_page: u64,
+    header: SceneHeader,
+    /// Head-page addresses.
+    head_pages: Vec<u64>,
+    /// Per tile: (first chunk, last chunk, entries in the last chunk).
+    lists: Vec<Option<(u64, u64, u32)>>,
+    states: Vec<FragmentState>,
+    area: (u32, u32),
+}
+
+impl<'a> Binner<'a> {
+    /// Starts a scene for a `width` x `height` pass.
+    pub fn new(
+        vm: GpuVm<'a>,
+        info: &TvbInfo,
+        width: u32,
+        height: u32,
+    ) -> Result<Result<Binner<'a>, Overflow>, EngineResult> {
+        let mut alloc = PageAllocator::new(vm, info);
+        let header_page = match alloc.take_page()? {
+            Ok(page) => page,
+            Err(overflow) => return Ok(Err(overflow)),
+        };
+        // Until the scene is finished, the header names no tiles.
+        let mut writer = vm;
+        writer
+            .write(header_page, SceneHeader::default().as_bytes())
+            .map_err(|f| unsupported(f.address, FaultUnit::Tiler))?;
+        let (tiles_x, tiles_y) = (width.div_ceil(TILE_PX), height.div_ceil(TILE_PX));
+        let tiles = u64::from(tiles_x) * u64::from(tiles_y);
+        let mut head_pages = Vec::new();
+        for _ in 0..tiles.div_ceil(HEADS_PER_PAGE) {
+            match alloc.take_page()? {
+                Ok(page) => head_pages.push(page),
+                Err(overflow) => return Ok(Err(overflow)),
+            }
+        }
+        Ok(Ok(Binner {
+            alloc,
+            vm,
+            header_page,
+            header: SceneHeader {
+                tiles_x,
+                tiles_y,
+                ..SceneHeader::default()
+            },
+            head_pages,
+            lists: vec![None; tiles as usize],
+            states: Vec::new(),
+            area: (width, height),
+        }))
+    }
+
+    fn write(&mut self, address: u64, bytes: &[u8]) -> Result<(), EngineResult> {
+        self.vm
+            .write(address, bytes)
+            .map_err(|f| compute::exec_fault(&ExecError::Memory { pc: 0, fault: f }))
+            .map_err(|r| match r {
+                EngineResult::Fault {
+                    address,
+                    access,
+                    reason,
+                    ..
+                } => EngineResult::Fault {
+                    address,
+                    unit: FaultUnit::Tiler as u32,
+                    access,
+                    reason,
+                },
+                other => other,
+            })
+    }
+
+    /// Notes the fragment state of the draws that follow; returns its index.
+    pub fn state(&mut self, ppp: Option<(u64, u32)>) -> u32 {
+        let state = FragmentState {
+            ppp: ppp.map_or(0, |(a, _)| a),
+            ppp_bytes: ppp.map_or(0, |(_, b)| b),
+            pad: 0,
+        };
+        if self.states.last() != Some(&state) {
+            self.states.push(state);
+        }
+        (self.states.len() - 1) as u32
+    }
+
+    /// Bins one triangle.
+    pub fn triangle(
+        &mut self,
+        state: u32,
+        vertices: &[ScreenVertex; 3],
+    ) -> Result<Result<(), Overflow>, EngineResult> {
+        let xs = vertices.iter().map(|v| v.position[0]);
+        let ys = vertices.iter().map(|v| v.position[1]);
+        let (min_x, max_x) = xs.fold((f32::MAX, f32::MIN), |(lo, hi), x| (lo.min(x), hi.max(x)));
+        let (min_y, max_y) = ys.fold((f32::MAX, f32::MIN), |(lo, hi), y| (lo.min(y), hi.max(y)));
+        if !(min_x.is_finite() && max_x.is_finite() && min_y.is_finite() && max_y.is_finite())
+            || max_x < 0.0
+            || max_y < 0.0
+            || min_x >= self.area.0 as f32
+            || min_y >= self.area.1 as f32
+        {
+            return Ok(Ok(()));
+        }
+        let varyings = vertices[0].varyings.len();
+        self.header.varyings = varyings as u32;
+        let mut record: Vec<u8> = Vec::new();
+        record.extend(state.to_le_bytes());
+        record.extend(0u32.to_le_bytes());
+        for v in vertices {
+            for value in v.position.iter().chain(&v.varyings) {
+                record.extend(value.to_le_bytes());
+            }
+        }
+        let address = match self.alloc.alloc(record.len() as u64)? {
+            Ok(address) => address,
+            Err(overflow) => return Ok(Err(overflow)),
+        };
+        self.write(address, &record)?;
+        let tile_range = |lo: f32, hi: f32, tiles: u32| {
+            let first = (lo.max(0.0) as u32) / TILE_PX;
+            let last = ((hi.max(0.0) as u32) / TILE_PX).min(tiles - 1);
+            first..=last
+        };
+        for ty in tile_range(min_y, max_y, self.header.tiles_y) {
+            for tx in tile_range(min_x, max_x, self.header.tiles_x) {
+                let tile = (ty * self.header.tiles_x + tx) as usize;
+                if let Err(overflow) = self.append(tile, address)? {
+                    return Ok(Err(overflow));
+                }
+            }
+        }
+        self.header.primitives += 1;
+        Ok(Ok(()))
+    }
+
+    fn append(
+        &mut self,
+        tile: usize,
+        primitive: u64,
+    ) -> Result<Result<(), Overflow>, EngineResult> {
+        let (first, chunk, used) = match self.lists[tile] {
+            Some((first, last, used)) if (used as usize) < CHUNK_PRIMITIVES => (first, last, used),
+            previous => {
+                let chunk = match self.alloc.alloc(CHUNK_BYTES)? {
+                    Ok(chunk) => chunk,
+                    Err(overflow) => return Ok(Err(overflow)),
+                };
+                self.write(chunk, &[0u8; CHUNK_BYTES as usize])?;
+                match previous {
+                    Some((first, last, _)) => {
+                        self.write(last, &chunk.to_le_bytes())?;
+                        (first, chunk, 0)
+                    }
+                    None => {
+                        let page = self.head_pages[tile / HEADS_PER_PAGE as usize];
+                        let at = page + 8 * (tile as u64 % HEADS_PER_PAGE);
+                        self.write(at, &chunk.to_le_bytes())?;
+                        (chunk, chunk, 0)
+                    }
+                }
+            }
+        };
+        self.write(chunk + 16 + 8 * u64::from(used), &primitive.to_le_bytes())?;
+        self.write(chunk + 8, &(used + 1).to_le_bytes())?;
+        self.lists[tile] = Some((first, chunk, used + 1));
+        Ok(Ok(()))
+    }
+
+    /// Pages used so far.
+    pub fn pages_used(&self) -> u64 {
+        self.alloc.pages_used()
+    }
+
+    /// Writes the scene header (states, head pages); the scene is ready
+    /// for the fragment stage.
+    pub fn finish(mut self) -> Result<Result<(), Overflow>, EngineResult> {
+        let states = self.states.as_bytes().to_vec();
+        let states_at = if states.is_empty() {
+            0
+        } else {
+            match self.alloc.alloc(states.len() as u64)? {
+                Ok(at) => at,
+                Err(overflow) => return Ok(Err(overflow)),
+            }
+        };
+        if states_at != 0 {
+            self.write(states_at, &states)?;
+        }
+        self.header.states = states_at;
+        self.header.state_count = self.states.len() as u32;
+        self.header.pages_used = self.alloc.pages_used() as u32;
+        let mut bytes = self.header.as_bytes().to_vec();
+        for page in &self.head_pages {
+            bytes.extend(page.to_le_bytes());
+        }
+        let header_page = self.header_page;
+        self.write(header_page, &bytes)?;
+        // Empty heads for tiles no primitive touched.
+        for (tile, list) in self.lists.iter().enumerate() {
+            if list.is_none() {
+                let page = self.head_pages[tile / HEADS_PER_PAGE as usize];
+                let at = page + 8 * (tile as u64 % HEADS_PER_PAGE);
+                let mut vm = self.vm;
+                vm.write(at, &0u64.to_le_bytes())
+                    .map_err(|f| unsupported(f.address, FaultUnit::Tiler))?;
+            }
+        }
+        Ok(Ok(()))
+    }
+}
+
+/// Shades, assembles, clips, culls and bins one draw.
+#[allow(clippy::too_many_arguments)]
+pub fn draw(
+    vm: GpuVm<'_>,
+    cache: &mut ProgramCache,
+    usc_exec_base: u64,
+    state: &VertexState,
+    draw: &Draw,
+    binner: &mut Binner<'_>,
+    pc: u64,
+) -> Result<Result<(), Overflow>, EngineResult> {
+    let Some(pipeline) = state.pipeline else {
+        return Err(unsupported(pc, FaultUnit::Vdm));
+    };
+    let Some((ppp_address, _)) = state.ppp else {
+        return Err(unsupported(pc, FaultUnit::Vdm));
+    };
+    let binding = compute::bind(&vm, usc_exec_base.wrapping_add(pipeline), usc_exec_base)?;
+    let ppp = parse_ppp(&vm, ppp_address)?;
+    let fragment_state = binner.state(state.ppp);
+    // The vertex (or index-buffer) ids of the draw.
+    let mut ids = Vec::with_capacity(draw.count as usize);
+    for i in 0..draw.count {
+        let id = match draw.indices {
+            None => draw.start.wrapping_add(i),
+            Some((buffer, size)) => {
+                let bytes = match size {
+                    IndexSize::U8 => 1u64,
+                    IndexSize::U16 => 2,
+                    _ => 4,
+                };
+                let mut raw = [0u8; 4];
+                vm.read(buffer + u64::from(i) * bytes, &mut raw[..bytes as usize])
+                    .map_err(|f| EngineResult::from_uat(&f, FaultUnit::Vdm))?;
+                u32::from_le_bytes(raw).wrapping_add(draw.start)
+            }
+        };
+        ids.push(id);
+    }
+    let triangles: Vec<[usize; 3]> = match draw.primitive {
+        Primitive::Triangles => (0..ids.len() / 3)
+            .map(|t| [3 * t, 3 * t + 1, 3 * t + 2])
+            .collect(),
+        Primitive::TriangleStrip => (0..ids.len().saturating_sub(2))
+            .map(|t| {
+                if t % 2 == 0 {
+                    [t, t + 1, t + 2]
+                } else {
+                    [t + 1, t, t + 2]
+                }
+            })
+            .collect(),
+        Primitive::TriangleFan => (1..ids.len().saturating_sub(1))
+            .map(|t| [0, t, t + 1])
+            .collect(),
+        _ => return Err(unsupported(pc, FaultUnit::Vdm)),
+    };
+    let outputs = state.outputs.max(4) as usize;
+    for instance in 0..draw.instances {
+        let shaded = shade_vertices(vm, cache, &binding, &ids, instance)?;
+        let clip = |i: usize| ClipVertex {
+            position: std::array::from_fn(|c| f32::from_bits(shaded[i][c])),
+            varyings: shaded[i][4..outputs]
+                .iter()
+                .map(|v| f32::from_bits(*v))
+                .collect(),
+        };
+        for t in &triangles {
+            let polygon = clip_near([clip(t[0]), clip(t[1]), clip(t[2])]);
+            if polygon.len() < 3 {
+                continue;
+            }
+            let screen: Vec<ScreenVertex> = polygon
+                .iter()
+                .map(|v| to_screen(v, &ppp.viewport))
+                .collect();
+            for k in 1..screen.len() - 1 {
+                let tri = [screen[0].clone(), screen[k].clone(), screen[k + 1].clone()];
+                let area = signed_area(&tri);
+                if area == 0.0 || !area.is_finite() {
+                    continue;
+                }
+                // Counter-clockwise on screen (y down) is clockwise in
+                // the usual y-up sense.
+                let ccw = area < 0.0;
+                let front = ccw == ppp.cull.front_face_ccw;
+                if (front && ppp.cull.cull_front) || (!front && ppp.cull.cull_back) {
+                    continue;
+                }
+                if let Err(overflow) = binner.triangle(fragment_state, &tri)? {
+                    return Ok(Err(overflow));
+                }
+            }
+        }
+    }
+    Ok(Ok(()))
+}
