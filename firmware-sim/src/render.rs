@@ -22,8 +22,8 @@ use std::time::Instant;
 
 use agx_fwif::messages::{FaultUnit, RunRenderBody, TvbInfo};
 use agx_hw::formats::{
-    Channels, Layout, Pbe, PppState as PppStateBlock, TextureType, VdmBlockType, VdmState,
-    VdmStreamLink,
+    CfBinding, CfBindingHeader, Channels, CoefficientSource, Layout, Pbe,
+    PppState as PppStateBlock, ShadeModel, TextureType, VdmBlockType, VdmState, VdmStreamLink,
 };
 use agx_uapi::asahi::{BgEot, RenderFlags};
 use zerocopy::FromBytes;
@@ -210,6 +210,9 @@ struct TileIo<'a, 'b> {
     /// The render area.
     area: (u32, u32),
     layer: u32,
+    /// The primitive's coefficient registers: planes (A, B, C) with
+    /// value = A x + B y + C at window position (x, y).
+    coefficients: &'a [[f32; 3]],
 }
 
 fn invalid(what: String) -> IoError {
@@ -260,7 +263,62 @@ fn channel_offset(format: ElementFormat, offset: usize, component: usize) -> usi
     }
 }
 
+impl TileIo<'_, '_> {
+    fn plane(&self, cf: u32) -> Result<[f32; 3], IoError> {
+        self.coefficients
+            .get(cf as usize)
+            .copied()
+            .ok_or_else(|| invalid(format!("coefficient register cf{cf} is not bound")))
+    }
+
+    /// The lane's pixel centre in window coordinates.
+    fn centre(&self, lane: usize) -> (f32, f32) {
+        let (x, y) = self.lanes[lane];
+        (
+            (self.origin.0 + x) as f32 + 0.5,
+            (self.origin.1 + y) as f32 + 0.5,
+        )
+    }
+}
+
 impl ShaderIo for TileIo<'_, '_> {
+    fn interpolate(
+        &mut self,
+        lane: usize,
+        cf: u32,
+        count: usize,
+        interpolation: crate::usc::io::Interpolation,
+        perspective_w: Option<u32>,
+    ) -> Result<[f32; 4], IoError> {
+        if interpolation != crate::usc::io::Interpolation::Center {
+            return Err(invalid("sample and centroid interpolation".into()));
+        }
+        let (x, y) = self.centre(lane);
+        let eval = |p: [f32; 3]| p[0].mul_add(x, p[1].mul_add(y, p[2]));
+        let w = match perspective_w {
+            Some(w_cf) => eval(self.plane(w_cf)?),
+            None => 1.0,
+        };
+        let mut out = [0f32; 4];
+        for (i, value) in out.iter_mut().enumerate().take(count.min(4)) {
+            *value = eval(self.plane(cf + i as u32)?) / w;
+        }
+        Ok(out)
+    }
+
+    fn coefficients(
+        &mut self,
+        _lane: usize,
+        cf: u32,
+        count: usize,
+    ) -> Result<[[f32; 3]; 4], IoError> {
+        let mut out = [[0f32; 3]; 4];
+        for (i, plane) in out.iter_mut().enumerate().take(count.min(4)) {
+            *plane = self.plane(cf + i as u32)?;
+        }
+        Ok(out)
+    }
+
     fn tile_load(&mut self, lane: usize, access: &TileAccess) -> Result<[u32; 4], IoError> {
         let (x, y) = self.pixel(lane, access)?;
         let (format, offset) = self.element(access)?;
@@ -433,6 +491,7 @@ fn run_tile_program(
     area: (u32, u32),
     layer: u32,
     pixels: &[(u32, u32)],
+    coefficients: &[[f32; 3]],
 ) -> Result<(), EngineResult> {
     let mut uniforms = binding.uniforms.clone();
     let mut memory = vm;
@@ -468,6 +527,7 @@ fn run_tile_program(
             binding,
             area,
             layer,
+            coefficients,
         };
         loop {
             let mut budget = BUDGET_SLICE;
@@ -664,7 +724,8 @@ fn fragment(ctx: &RunContext<'_>) -> Result<(), EngineResult> {
         return Err(unsupported(ctx.command, FaultUnit::Firmware));
     }
     let mut cache = ProgramCache::new();
-    let mut shaders: std::collections::HashMap<u32, Binding> = std::collections::HashMap::new();
+    let mut shaders: std::collections::HashMap<u32, (Binding, tiler::PppState)> =
+        std::collections::HashMap::new();
     let mut tile = Tilebuffer {
         bytes: vec![
             0;
@@ -699,7 +760,16 @@ fn fragment(ctx: &RunContext<'_>) -> Result<(), EngineResult> {
                     .filter(|&(x, y)| origin.0 + x < area.0 && origin.1 + y < area.1)
                     .collect();
                 run_tile_program(
-                    ctx, vm, &mut cache, &bg, &mut tile, origin, area, layer, &all,
+                    ctx,
+                    vm,
+                    &mut cache,
+                    &bg,
+                    &mut tile,
+                    origin,
+                    area,
+                    layer,
+                    &all,
+                    &[],
                 )?;
                 for primitive in primitives {
                     let mut bytes = vec![0u8; 8 + 12 * record_floats];
@@ -723,13 +793,37 @@ fn fragment(ctx: &RunContext<'_>) -> Result<(), EngineResult> {
                             e.insert(fragment_shader(&vm, &body, &scene, state)?)
                         }
                     };
+                    let vertices: [Vec<f32>; 3] = std::array::from_fn(|v| {
+                        (0..record_floats)
+                            .map(|i| float(v * record_floats + i))
+                            .collect()
+                    });
+                    let coefficients = setup_coefficients(&vm, &body, &shader.1, &vertices)?;
                     run_tile_program(
-                        ctx, vm, &mut cache, shader, &mut tile, origin, area, layer, &covered,
+                        ctx,
+                        vm,
+                        &mut cache,
+                        &shader.0,
+                        &mut tile,
+                        origin,
+                        area,
+                        layer,
+                        &covered,
+                        &coefficients,
                     )?;
                 }
                 let lanes = [(0u32, 0u32); LANES];
                 run_tile_program(
-                    ctx, vm, &mut cache, &eot, &mut tile, origin, area, layer, &lanes,
+                    ctx,
+                    vm,
+                    &mut cache,
+                    &eot,
+                    &mut tile,
+                    origin,
+                    area,
+                    layer,
+                    &lanes,
+                    &[],
                 )?;
             }
         }
@@ -737,13 +831,13 @@ fn fragment(ctx: &RunContext<'_>) -> Result<(), EngineResult> {
     Ok(())
 }
 
-/// The fragment shader a primitive's state names.
+/// The fragment shader a primitive's state names, and that state.
 fn fragment_shader(
     vm: &GpuVm<'_>,
     body: &RunRenderBody,
     scene: &Scene,
     state: u32,
-) -> Result<Binding, EngineResult> {
+) -> Result<(Binding, tiler::PppState), EngineResult> {
     if state >= scene.header.state_count {
         return Err(unsupported(scene.header.states, FaultUnit::Tiler));
     }
@@ -755,9 +849,78 @@ fn fragment_shader(
     let Some(pipeline) = ppp.fragment_pipeline else {
         return Err(unsupported(fragment_state.ppp, FaultUnit::Vdm));
     };
-    compute::bind(
+    let binding = compute::bind(
         vm,
         body.usc_exec_base.wrapping_add(pipeline),
         body.usc_exec_base,
-    )
+    )?;
+    Ok((binding, ppp))
+}
+
+/// The plane (A, B, C) through three (x, y, value) points.
+fn plane(points: [(f64, f64, f64); 3]) -> [f32; 3] {
+    let [(x0, y0, v0), (x1, y1, v1), (x2, y2, v2)] = points;
+    let det = (x1 - x0) * (y2 - y0) - (x2 - x0) * (y1 - y0);
+    if det == 0.0 {
+        return [0.0, 0.0, v0 as f32];
+    }
+    let a = ((v1 - v0) * (y2 - y0) - (v2 - v0) * (y1 - y0)) / det;
+    let b = ((x1 - x0) * (v2 - v0) - (x2 - x0) * (v1 - v0)) / det;
+    let c = v0 - a * x0 - b * y0;
+    [a as f32, b as f32, c as f32]
+}
+
+/// The coefficient registers of a primitive, from the fragment shader's
+/// coefficient bindings: each binding turns `components` vertex output
+/// slots from `base_slot` (slots 0-3 are the projected position: window
+/// x, y, z and 1/w) into planes at `base_coefficient_register`. Linear
+/// planes interpolate the value in window space; perspective ones
+/// interpolate value/w (divided by the 1/w plane with `iterproj`); flat
+/// ones are the provoking vertex's value.
+fn setup_coefficients(
+    vm: &GpuVm<'_>,
+    body: &RunRenderBody,
+    ppp: &tiler::PppState,
+    vertices: &[Vec<f32>; 3],
+) -> Result<Vec<[f32; 3]>, EngineResult> {
+    let Some(table) = ppp.cf_bindings else {
+        return Ok(Vec::new());
+    };
+    let table = body.usc_exec_base.wrapping_add(table);
+    let header = CfBindingHeader::unpack(&read_words::<4>(vm, table)?).value;
+    let mut planes = vec![[0f32; 3]; header.coefficient_register_count as usize];
+    for i in 0..u64::from(ppp.cf_binding_count) {
+        let at = table + 4 + 4 * i;
+        let b = CfBinding::unpack(&read_words::<4>(vm, at)?).value;
+        for c in 0..b.components {
+            let register = (b.base_coefficient_register + c) as usize;
+            let Some(out) = planes.get_mut(register) else {
+                return Err(unsupported(at, FaultUnit::Usc));
+            };
+            let value = |v: usize| -> f64 {
+                let slot = (b.base_slot + c) as usize;
+                match b.source {
+                    CoefficientSource::FragcoordZ => f64::from(vertices[v][2]),
+                    _ => f64::from(vertices[v].get(slot).copied().unwrap_or(0.0)),
+                }
+            };
+            let xy = |v: usize| (f64::from(vertices[v][0]), f64::from(vertices[v][1]));
+            *out = match b.shade_model {
+                ShadeModel::FlatVertex0 => [0.0, 0.0, value(0) as f32],
+                ShadeModel::FlatVertex1 => [0.0, 0.0, value(1) as f32],
+                ShadeModel::FlatVertex2 => [0.0, 0.0, value(2) as f32],
+                ShadeModel::Perspective if b.source == CoefficientSource::Varying => {
+                    plane(std::array::from_fn(|v| {
+                        let (x, y) = xy(v);
+                        (x, y, value(v) * f64::from(vertices[v][3]))
+                    }))
+                }
+                _ => plane(std::array::from_fn(|v| {
+                    let (x, y) = xy(v);
+                    (x, y, value(v))
+                })),
+            };
+        }
+    }
+    Ok(planes)
 }

@@ -30,8 +30,9 @@
 
 use agx_fwif::messages::{FaultUnit, TvbInfo, TVB_PAGE_BYTES};
 use agx_hw::formats::{
-    Cull, FragmentControl, FragmentFace, FragmentShaderWord1, FragmentShaderWord2, IndexList,
-    IndexSize, PppHeader, Primitive, VdmStateVertexOutputs, VdmStateVertexShaderWord1, Viewport,
+    Cull, FragmentControl, FragmentFace, FragmentShaderWord0, FragmentShaderWord1,
+    FragmentShaderWord2, IndexList, IndexSize, PppHeader, Primitive, VdmStateVertexOutputs,
+    VdmStateVertexShaderWord1, Viewport,
 };
 use agx_hw::isa::Reg;
 use zerocopy::{FromBytes, IntoBytes};
@@ -205,6 +206,8 @@ pub struct PppState {
     /// The fragment shader's coefficient bindings (offset from
     /// `usc_exec_base`).
     pub cf_bindings: Option<u64>,
+    /// How many coefficient bindings there are.
+    pub cf_binding_count: u32,
 }
 
 /// Parses a PPP state: a header whose present bits say which records
@@ -272,7 +275,8 @@ pub fn parse_ppp(vm: &GpuVm<'_>, address: u64) -> Result<PppState, EngineResult>
         word(&mut at)?;
     }
     if h.fragment_shader {
-        let _word0 = word(&mut at)?;
+        let word0 = FragmentShaderWord0::unpack(&word(&mut at)?).value;
+        state.cf_binding_count = word0.cf_binding_count;
         let word1 = FragmentShaderWord1::unpack(&word(&mut at)?).value;
         let word2 = FragmentShaderWord2::unpack(&word(&mut at)?).value;
         let _word3 = word(&mut at)?;

@@ -224,13 +224,8 @@ fn clip(window: &[[f32; 2]]) -> Vec<u32> {
 /// A pass drawing `window` (triangles, three vertices each) with COUNT_FS
 /// over a cleared (zero) target.
 fn triangles_pass(m: &Machine, window: &[[f32; 2]]) -> CmdRender {
-    let mut render = clear_pass(m, [0.0, 0.0, 0.0, 0.0], SIZE, SIZE);
     m.poke_u32s(VERTICES, &clip(window));
-    let mut vs_uniforms = Vec::new();
-    vs_uniforms.extend([
-        (DATA_VA + VERTICES) as u32,
-        ((DATA_VA + VERTICES) >> 32) as u32,
-    ]);
+    let vs_uniforms = pair(DATA_VA + VERTICES);
     let vs = m.program(
         POSITION_VS,
         0x3000,
@@ -249,6 +244,26 @@ fn triangles_pass(m: &Machine, window: &[[f32; 2]]) -> CmdRender {
         0,
         None,
     );
+    draw_pass(m, window.len() as u32, vs, 4, fs, None)
+}
+
+fn pair(address: u64) -> Vec<u32> {
+    vec![address as u32, (address >> 32) as u32]
+}
+
+/// A pass over a cleared (zero) target drawing `vertex_count` vertices as
+/// triangles with the vertex shader pipeline `vs` (writing `outputs`
+/// slots) and the fragment shader pipeline `fs`, with the coefficient
+/// binding table at `cf` (USC offset, binding count).
+fn draw_pass(
+    m: &Machine,
+    vertex_count: u32,
+    vs: u64,
+    outputs: u32,
+    fs: u64,
+    cf: Option<(u64, u32)>,
+) -> CmdRender {
+    let mut render = clear_pass(m, [0.0, 0.0, 0.0, 0.0], SIZE, SIZE);
     // PPP state: viewport, cull (nothing culled), fragment shader.
     let half = f32::from(SIZE) / 2.0;
     let mut ppp = PppHeader {
@@ -275,7 +290,14 @@ fn triangles_pass(m: &Machine, window: &[[f32; 2]]) -> CmdRender {
         .unwrap(),
     );
     ppp.extend(Cull::default().pack().unwrap());
-    ppp.extend(FragmentShaderWord0::default().pack().unwrap());
+    ppp.extend(
+        FragmentShaderWord0 {
+            cf_binding_count: cf.map_or(0, |(_, n)| n),
+            ..FragmentShaderWord0::default()
+        }
+        .pack()
+        .unwrap(),
+    );
     ppp.extend(
         FragmentShaderWord1 {
             pipeline: fs,
@@ -284,7 +306,13 @@ fn triangles_pass(m: &Machine, window: &[[f32; 2]]) -> CmdRender {
         .pack()
         .unwrap(),
     );
-    ppp.extend(FragmentShaderWord2 { cf_bindings: 0 }.pack().unwrap());
+    ppp.extend(
+        FragmentShaderWord2 {
+            cf_bindings: cf.map_or(0, |(at, _)| at),
+        }
+        .pack()
+        .unwrap(),
+    );
     ppp.extend(FragmentShaderWord3::default().pack().unwrap());
     m.poke(m.data, PPP, &ppp);
     // VDM: vertex shader state, PPP state, one draw, terminate.
@@ -306,7 +334,7 @@ fn triangles_pass(m: &Machine, window: &[[f32; 2]]) -> CmdRender {
     );
     vdm.extend(
         VdmStateVertexOutputs {
-            output_count_1: 4,
+            output_count_1: outputs,
             output_count_2: 0,
         }
         .pack()
@@ -331,7 +359,7 @@ fn triangles_pass(m: &Machine, window: &[[f32; 2]]) -> CmdRender {
         .pack()
         .unwrap(),
     );
-    vdm.extend((window.len() as u32).to_le_bytes());
+    vdm.extend(vertex_count.to_le_bytes());
     vdm.extend(1u32.to_le_bytes());
     vdm.extend(0u32.to_le_bytes());
     vdm.extend(VdmStreamTerminate::default().pack().unwrap());
@@ -446,4 +474,119 @@ fn shared_edges_are_hit_exactly_once() {
         }
     }
     assert!(inside_total > 2500, "{inside_total}");
+}
+
+/// Vertex shader: position and an RGB colour per vertex, 32 bytes apart
+/// (u0_u1: positions, u2_u3: colours), to slots 0-3 and 4-6.
+const COLOUR_VS: &str = "
+    device_load 0, i32, xyzw, r8_r9_r10_r11, u0_u1, r5, unsigned, lsl 3
+    device_load 0, i32, xyz, r12_r13_r14, u2_u3, r5, unsigned, lsl 3
+    wait 0
+    st_var 1, r8, 0
+    st_var 1, r9, 1
+    st_var 1, r10, 2
+    st_var 1, r11, 3
+    st_var 1, r12, 4
+    st_var 1, r13, 5
+    st_var 1, r14, 6
+    stop";
+
+/// Fragment shader: the interpolated colour (cf0-cf2), alpha 1 (u0).
+const COLOUR_FS: &str = "
+    iter r2_r3_r4, cf0, center, 0, 0, 0, 0, 0
+    mov r5, u0
+    st_tile r2_r3_r4_r5, u8norm, 0, xyzw, 0, 255, r0, 0
+    stop";
+
+#[test_log::test]
+fn varyings_are_interpolated_across_the_triangle() {
+    use agx_hw::formats::{CfBinding, CfBindingHeader, CoefficientSource, ShadeModel};
+    let m = Machine::new(5000);
+    let window = [[4.0f32, 6.0], [60.0, 12.0], [24.0, 58.0]];
+    let colours = [[1.0f32, 0.0, 0.25], [0.0, 1.0, 0.5], [0.0, 0.0, 1.0]];
+    let positions = clip(&window);
+    let mut vertices = Vec::new();
+    for v in 0..3 {
+        vertices.extend_from_slice(&positions[4 * v..4 * v + 4]);
+        vertices.extend(colours[v].map(f32::to_bits));
+        vertices.push(0);
+    }
+    m.poke_u32s(VERTICES, &vertices);
+    let mut vs_uniforms = pair(DATA_VA + VERTICES);
+    vs_uniforms.extend(pair(DATA_VA + VERTICES + 16));
+    let vs = m.program(
+        COLOUR_VS,
+        0x3000,
+        0xC0,
+        &vs_uniforms,
+        UNIFORMS + 0x200,
+        0,
+        None,
+    );
+    let fs = m.program(
+        COLOUR_FS,
+        0x4000,
+        0x100,
+        &[1.0f32.to_bits()],
+        UNIFORMS + 0x300,
+        0,
+        None,
+    );
+    // The coefficient binding table: slots 4-6, linear, to cf0-cf2.
+    let mut table = CfBindingHeader {
+        slot_count: 3,
+        coefficient_register_count: 3,
+    }
+    .pack()
+    .unwrap()
+    .to_vec();
+    table.extend(
+        CfBinding {
+            components: 3,
+            shade_model: ShadeModel::Linear,
+            source: CoefficientSource::Varying,
+            base_slot: 4,
+            base_coefficient_register: 0,
+        }
+        .pack()
+        .unwrap(),
+    );
+    m.poke(m.usc, 0x5000, &table);
+    let render = draw_pass(&m, 3, vs, 7, fs, Some((0x5000, 1)));
+    assert_eq!(m.submit(CmdType::Render, render.as_bytes()), None);
+    let pixels = image(&m, SIZE as usize);
+    let t = window.map(|[x, y]| [f64::from(x), f64::from(y)]);
+    let area =
+        (t[1][0] - t[0][0]) * (t[2][1] - t[0][1]) - (t[2][0] - t[0][0]) * (t[1][1] - t[0][1]);
+    let mut checked = 0;
+    for y in 0..SIZE as usize {
+        for x in 0..SIZE as usize {
+            let (px, py) = (x as f64 + 0.5, y as f64 + 0.5);
+            let at = y * STRIDE as usize + 4 * x;
+            if !covers(t, px, py) {
+                assert_eq!(&pixels[at..at + 4], [0; 4], "pixel ({x}, {y})");
+                continue;
+            }
+            // Barycentric weights of the pixel centre.
+            let w1 = ((px - t[0][0]) * (t[2][1] - t[0][1]) - (t[2][0] - t[0][0]) * (py - t[0][1]))
+                / area;
+            let w2 = ((t[1][0] - t[0][0]) * (py - t[0][1]) - (px - t[0][0]) * (t[1][1] - t[0][1]))
+                / area;
+            let w0 = 1.0 - w1 - w2;
+            for c in 0..3 {
+                let v = w0 * f64::from(colours[0][c])
+                    + w1 * f64::from(colours[1][c])
+                    + w2 * f64::from(colours[2][c]);
+                let want = (v.clamp(0.0, 1.0) * 255.0).round() as i32;
+                let got = i32::from(pixels[at + c]);
+                assert!(
+                    (got - want).abs() <= 1,
+                    "pixel ({x}, {y}) channel {c}: {got} vs {want}"
+                );
+            }
+            assert_eq!(pixels[at + 3], 255);
+            checked += 1;
+        }
+    }
+    assert!(checked > 1000, "{checked}");
 }
