@@ -22,10 +22,11 @@ use std::time::Instant;
 
 use agx_fwif::messages::{FaultUnit, RunRenderBody, TvbInfo};
 use agx_hw::formats::{
-    CfBinding, CfBindingHeader, Channels, CoefficientSource, Layout, Pbe,
+    CfBinding, CfBindingHeader, Channels, CoefficientSource, FragmentFace, Layout, Pbe,
     PppState as PppStateBlock, ShadeModel, TextureType, VdmBlockType, VdmState, VdmStreamLink,
+    ZlsControl, ZsFunc,
 };
-use agx_uapi::asahi::{BgEot, RenderFlags};
+use agx_uapi::asahi::{BgEot, CmdRender, RenderFlags, ZlsBuffer};
 use zerocopy::FromBytes;
 
 use crate::compute::{self, exec_fault, read_words, unsupported, Binding};
@@ -182,9 +183,12 @@ fn program(vm: &GpuVm<'_>, usc_exec_base: u64, program: BgEot) -> Result<Binding
     compute::bind(vm, usc_exec_base + offset, usc_exec_base)
 }
 
-/// One tile's on-chip memory.
+/// One tile's on-chip memory: the colour records, and depth and stencil
+/// per sample.
 struct Tilebuffer {
     bytes: Vec<u8>,
+    depth: Vec<f32>,
+    stencil: Vec<u8>,
     width_px: u32,
     height_px: u32,
     samples: u32,
@@ -732,11 +736,14 @@ fn fragment(ctx: &RunContext<'_>) -> Result<(), EngineResult> {
             (tile_w * tile_h * u32::from(render.samples) * u32::from(render.sample_size_B))
                 as usize
         ],
+        depth: vec![0.0; (tile_w * tile_h * u32::from(render.samples)) as usize],
+        stencil: vec![0; (tile_w * tile_h * u32::from(render.samples)) as usize],
         width_px: tile_w,
         height_px: tile_h,
         samples: u32::from(render.samples),
         sample_bytes: u32::from(render.sample_size_B),
     };
+    let zls = ZlsControl::unpack(&render.zls_ctrl.to_le_bytes()).value;
     let record_floats = 4 + scene.header.varyings as usize;
     for layer in 0..u32::from(render.layers) {
         for ty in 0..area.1.div_ceil(tile_h) {
@@ -755,6 +762,7 @@ fn fragment(ctx: &RunContext<'_>) -> Result<(), EngineResult> {
                 }
                 let origin = (tx * tile_w, ty * tile_h);
                 tile.bytes.fill(0);
+                load_depth_stencil(&vm, &render, &zls, &mut tile, (tx, ty), layer)?;
                 let all: Vec<(u32, u32)> = (0..tile_h)
                     .flat_map(|y| (0..tile_w).map(move |x| (x, y)))
                     .filter(|&(x, y)| origin.0 + x < area.0 && origin.1 + y < area.1)
@@ -776,6 +784,7 @@ fn fragment(ctx: &RunContext<'_>) -> Result<(), EngineResult> {
                     vm.read(primitive, &mut bytes)
                         .map_err(|f| EngineResult::from_uat(&f, FaultUnit::Tiler))?;
                     let state = u32::from_le_bytes(bytes[0..4].try_into().unwrap_or_default());
+                    let back_facing = bytes[4] & 1 != 0;
                     let float = |i: usize| {
                         let at = 8 + 4 * i;
                         f32::from_le_bytes(bytes[at..at + 4].try_into().unwrap_or_default())
@@ -783,7 +792,7 @@ fn fragment(ctx: &RunContext<'_>) -> Result<(), EngineResult> {
                     let positions: [[f32; 2]; 3] = std::array::from_fn(|v| {
                         [float(v * record_floats), float(v * record_floats + 1)]
                     });
-                    let covered = rasterize(positions, origin, (tile_w, tile_h), area);
+                    let mut covered = rasterize(positions, origin, (tile_w, tile_h), area);
                     if covered.is_empty() {
                         continue;
                     }
@@ -798,6 +807,15 @@ fn fragment(ctx: &RunContext<'_>) -> Result<(), EngineResult> {
                             .map(|i| float(v * record_floats + i))
                             .collect()
                     });
+                    let face = if back_facing {
+                        shader.1.back_face.or(shader.1.front_face)
+                    } else {
+                        shader.1.front_face
+                    };
+                    depth_test(&mut tile, &mut covered, origin, &vertices, face);
+                    if covered.is_empty() {
+                        continue;
+                    }
                     let coefficients = setup_coefficients(&vm, &body, &shader.1, &vertices)?;
                     run_tile_program(
                         ctx,
@@ -812,6 +830,7 @@ fn fragment(ctx: &RunContext<'_>) -> Result<(), EngineResult> {
                         &coefficients,
                     )?;
                 }
+                store_depth_stencil(&vm, &render, &zls, &tile, (tx, ty), layer, area)?;
                 let lanes = [(0u32, 0u32); LANES];
                 run_tile_program(
                     ctx,
@@ -855,6 +874,145 @@ fn fragment_shader(
         body.usc_exec_base,
     )?;
     Ok((binding, ppp))
+}
+
+/// Bytes of one tile's depth in a depth buffer (32-bit depth).
+fn depth_tile_bytes(tile: &Tilebuffer) -> u64 {
+    u64::from(tile.width_px * tile.height_px * tile.samples) * 4
+}
+
+/// Where tile (tx, ty) of `layer` starts in the depth buffer. The
+/// depth/stencil buffer layout is this model's (the hardware's twiddled
+/// and compressed layouts are not modelled): whole tiles of 32-bit depth
+/// (or 8-bit stencil), tiles in row-major order, pixels row-major within
+/// a tile, samples interleaved; layers `stride` bytes apart.
+fn zls_tile(
+    buffer: &ZlsBuffer,
+    render: &CmdRender,
+    tile: (u32, u32),
+    layer: u32,
+    bytes: u64,
+) -> u64 {
+    let tiles_x = u64::from(u32::from(render.width_px).div_ceil(u32::from(render.utile_width_px)));
+    buffer.base
+        + u64::from(layer) * u64::from(buffer.stride)
+        + (u64::from(tile.1) * tiles_x + u64::from(tile.0)) * bytes
+}
+
+/// Starts a tile's depth and stencil: loaded from the buffers when the
+/// ZLS control says so, else the pass's clear values.
+fn load_depth_stencil(
+    vm: &GpuVm<'_>,
+    render: &CmdRender,
+    zls: &ZlsControl,
+    tile: &mut Tilebuffer,
+    at: (u32, u32),
+    layer: u32,
+) -> Result<(), EngineResult> {
+    if zls.z_load_enable {
+        let bytes = depth_tile_bytes(tile);
+        let mut raw = vec![0u8; bytes as usize];
+        vm.read(zls_tile(&render.depth, render, at, layer, bytes), &mut raw)
+            .map_err(|f| EngineResult::from_uat(&f, FaultUnit::Zls))?;
+        for (d, b) in tile.depth.iter_mut().zip(raw.chunks_exact(4)) {
+            *d = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+        }
+    } else {
+        tile.depth.fill(f32::from_bits(render.isp_bgobjdepth));
+    }
+    if zls.s_load_enable {
+        let bytes = depth_tile_bytes(tile) / 4;
+        let mut raw = vec![0u8; bytes as usize];
+        vm.read(
+            zls_tile(&render.stencil, render, at, layer, bytes),
+            &mut raw,
+        )
+        .map_err(|f| EngineResult::from_uat(&f, FaultUnit::Zls))?;
+        tile.stencil.copy_from_slice(&raw);
+    } else {
+        tile.stencil.fill(render.isp_bgobjvals as u8);
+    }
+    Ok(())
+}
+
+/// Ends a tile's depth and stencil: stored when the ZLS control says so.
+fn store_depth_stencil(
+    vm: &GpuVm<'_>,
+    render: &CmdRender,
+    zls: &ZlsControl,
+    tile: &Tilebuffer,
+    at: (u32, u32),
+    layer: u32,
+    _area: (u32, u32),
+) -> Result<(), EngineResult> {
+    let mut writer = *vm;
+    let fault = |f: MemoryFault| EngineResult::Fault {
+        address: f.address,
+        unit: FaultUnit::Zls as u32,
+        access: 1,
+        reason: agx_hw::formats::UatFaultReason::Unmapped.to_raw(),
+    };
+    if zls.z_store_enable {
+        let bytes: Vec<u8> = tile.depth.iter().flat_map(|d| d.to_le_bytes()).collect();
+        let address = zls_tile(&render.depth, render, at, layer, bytes.len() as u64);
+        writer.write(address, &bytes).map_err(fault)?;
+    }
+    if zls.s_store_enable {
+        let address = zls_tile(
+            &render.stencil,
+            render,
+            at,
+            layer,
+            tile.stencil.len() as u64,
+        );
+        writer.write(address, &tile.stencil).map_err(fault)?;
+    }
+    Ok(())
+}
+
+/// The depth test: keeps the covered pixels whose interpolated depth
+/// passes the face's depth function against the tile's depth, and writes
+/// their depth unless the face disables depth writes. Without depth state
+/// every pixel passes and nothing is written.
+fn depth_test(
+    tile: &mut Tilebuffer,
+    covered: &mut Vec<(u32, u32)>,
+    origin: (u32, u32),
+    vertices: &[Vec<f32>; 3],
+    face: Option<FragmentFace>,
+) {
+    let Some(face) = face else {
+        return;
+    };
+    let z = plane(std::array::from_fn(|v| {
+        (
+            f64::from(vertices[v][0]),
+            f64::from(vertices[v][1]),
+            f64::from(vertices[v][2]),
+        )
+    }));
+    covered.retain(|&(x, y)| {
+        let (cx, cy) = ((origin.0 + x) as f32 + 0.5, (origin.1 + y) as f32 + 0.5);
+        let depth = z[0].mul_add(cx, z[1].mul_add(cy, z[2])).clamp(0.0, 1.0);
+        let index = ((y * tile.width_px + x) * tile.samples) as usize;
+        let stored = tile.depth[index];
+        let pass = match face.depth_function {
+            ZsFunc::Never => false,
+            ZsFunc::Less => depth < stored,
+            ZsFunc::Equal => depth == stored,
+            ZsFunc::Lequal => depth <= stored,
+            ZsFunc::Greater => depth > stored,
+            ZsFunc::NotEqual => depth != stored,
+            ZsFunc::Gequal => depth >= stored,
+            ZsFunc::Always | ZsFunc::Unknown(_) => true,
+        };
+        if pass && !face.disable_depth_write {
+            for s in 0..tile.samples as usize {
+                tile.depth[index + s] = depth;
+            }
+        }
+        pass
+    });
 }
 
 /// The plane (A, B, C) through three (x, y, value) points.

@@ -22,8 +22,9 @@
 //! - a list head is the address of the tile's first chunk (0: empty);
 //! - a chunk ([`CHUNK_BYTES`]) holds the next chunk's address, a count and
 //!   up to [`CHUNK_PRIMITIVES`] primitive addresses;
-//! - a primitive record holds the primitive's state index, then per vertex
-//!   x, y (pixels), z, 1/w and the varying slots.
+//! - a primitive record holds the primitive's state index and flags (bit
+//!   0: back-facing), then per vertex x, y (pixels), z, 1/w and the
+//!   varying slots.
 //!
 //! Pages are taken in page-list order; running out is an overflow (the
 //! partial-render path is the rest of the GPU execution work).
@@ -587,10 +588,11 @@ impl<'a> Binner<'a> {
         (self.states.len() - 1) as u32
     }
 
-    /// Bins one triangle.
+    /// Bins one triangle (`back_facing`: it faces away from the viewer).
     pub fn triangle(
         &mut self,
         state: u32,
+        back_facing: bool,
         vertices: &[ScreenVertex; 3],
     ) -> Result<Result<(), Overflow>, EngineResult> {
         let xs = vertices.iter().map(|v| v.position[0]);
@@ -609,7 +611,7 @@ impl<'a> Binner<'a> {
         self.header.varyings = varyings as u32;
         let mut record: Vec<u8> = Vec::new();
         record.extend(state.to_le_bytes());
-        record.extend(0u32.to_le_bytes());
+        record.extend(u32::from(back_facing).to_le_bytes());
         for v in vertices {
             for value in v.position.iter().chain(&v.varyings) {
                 record.extend(value.to_le_bytes());
@@ -802,7 +804,7 @@ pub fn draw(
                 if (front && ppp.cull.cull_front) || (!front && ppp.cull.cull_back) {
                     continue;
                 }
-                if let Err(overflow) = binner.triangle(fragment_state, &tri)? {
+                if let Err(overflow) = binner.triangle(fragment_state, !front, &tri)? {
                     return Ok(Err(overflow));
                 }
             }

@@ -5,10 +5,10 @@
 mod common;
 
 use agx_hw::formats::{
-    Channels, Cull, FragmentShaderWord0, FragmentShaderWord1, FragmentShaderWord2,
-    FragmentShaderWord3, IndexList, Layout, Pbe, PppHeader, PppState, Primitive, TextureDimension,
-    TextureType, VdmState, VdmStateVertexOutputs, VdmStateVertexShaderWord1, VdmStreamTerminate,
-    Viewport,
+    Channels, Cull, FragmentControl, FragmentFace, FragmentShaderWord0, FragmentShaderWord1,
+    FragmentShaderWord2, FragmentShaderWord3, IndexList, Layout, Pbe, PppHeader, PppState,
+    Primitive, TextureDimension, TextureType, VdmState, VdmStateVertexOutputs,
+    VdmStateVertexShaderWord1, VdmStreamTerminate, Viewport, ZlsControl, ZsFunc,
 };
 use agx_kmd::Errno;
 use agx_uapi::asahi::{BgEot, CmdRender, CmdType, RenderFlags};
@@ -263,10 +263,26 @@ fn draw_pass(
     fs: u64,
     cf: Option<(u64, u32)>,
 ) -> CmdRender {
+    draw_pass_with_depth(m, vertex_count, vs, outputs, fs, cf, None)
+}
+
+/// [`draw_pass`] with a depth test (`depth_function`, depth writes on).
+fn draw_pass_with_depth(
+    m: &Machine,
+    vertex_count: u32,
+    vs: u64,
+    outputs: u32,
+    fs: u64,
+    cf: Option<(u64, u32)>,
+    depth_function: Option<ZsFunc>,
+) -> CmdRender {
     let mut render = clear_pass(m, [0.0, 0.0, 0.0, 0.0], SIZE, SIZE);
-    // PPP state: viewport, cull (nothing culled), fragment shader.
+    // PPP state: depth state, viewport, cull (nothing culled), fragment
+    // shader.
     let half = f32::from(SIZE) / 2.0;
     let mut ppp = PppHeader {
+        fragment_control: depth_function.is_some(),
+        fragment_front_face: depth_function.is_some(),
         viewport: true,
         viewport_count: 1,
         cull: true,
@@ -276,6 +292,18 @@ fn draw_pass(
     .pack()
     .unwrap()
     .to_vec();
+    if let Some(depth_function) = depth_function {
+        ppp.extend(FragmentControl::default().pack().unwrap());
+        ppp.extend(
+            FragmentFace {
+                depth_function,
+                disable_depth_write: false,
+                ..FragmentFace::default()
+            }
+            .pack()
+            .unwrap(),
+        );
+    }
     ppp.extend([0u8; 4]);
     ppp.extend(
         Viewport {
@@ -589,4 +617,145 @@ fn varyings_are_interpolated_across_the_triangle() {
         }
     }
     assert!(checked > 1000, "{checked}");
+}
+
+const DEPTH: u64 = 0xA_0000;
+
+/// Triangles (window-space corners, depth, colour) for COLOUR_VS.
+fn coloured(m: &Machine, triangles: &[([[f32; 2]; 3], f32, [f32; 3])]) {
+    let mut vertices = Vec::new();
+    for (corners, z, colour) in triangles {
+        let positions = clip(corners);
+        for v in 0..3 {
+            vertices.extend_from_slice(&positions[4 * v..4 * v + 2]);
+            vertices.extend([z.to_bits(), 1.0f32.to_bits()]);
+            vertices.extend(colour.map(f32::to_bits));
+            vertices.push(0);
+        }
+    }
+    m.poke_u32s(VERTICES, &vertices);
+}
+
+/// A depth-tested pass of coloured triangles over the whole target,
+/// storing depth (and loading it if `load`).
+fn depth_pass(m: &Machine, triangles: u32, load: bool) -> CmdRender {
+    use agx_hw::formats::{CfBinding, CfBindingHeader, CoefficientSource, ShadeModel};
+    let mut vs_uniforms = pair(DATA_VA + VERTICES);
+    vs_uniforms.extend(pair(DATA_VA + VERTICES + 16));
+    let vs = m.program(
+        COLOUR_VS,
+        0x3000,
+        0xC0,
+        &vs_uniforms,
+        UNIFORMS + 0x200,
+        0,
+        None,
+    );
+    let fs = m.program(
+        COLOUR_FS,
+        0x4000,
+        0x100,
+        &[1.0f32.to_bits()],
+        UNIFORMS + 0x300,
+        0,
+        None,
+    );
+    let mut table = CfBindingHeader {
+        slot_count: 3,
+        coefficient_register_count: 3,
+    }
+    .pack()
+    .unwrap()
+    .to_vec();
+    table.extend(
+        CfBinding {
+            components: 3,
+            shade_model: ShadeModel::FlatVertex0,
+            source: CoefficientSource::Varying,
+            base_slot: 4,
+            base_coefficient_register: 0,
+        }
+        .pack()
+        .unwrap(),
+    );
+    m.poke(m.usc, 0x5000, &table);
+    let mut render = draw_pass_with_depth(
+        m,
+        3 * triangles,
+        vs,
+        7,
+        fs,
+        Some((0x5000, 1)),
+        Some(ZsFunc::Less),
+    );
+    render.zls_ctrl = u64::from_le_bytes(
+        ZlsControl {
+            z_load_enable: load,
+            z_store_enable: true,
+            ..ZlsControl::default()
+        }
+        .pack()
+        .unwrap(),
+    );
+    render.depth.base = DATA_VA + DEPTH;
+    render.depth.stride = 4 * 64 * 64;
+    render.isp_bgobjdepth = 1.0f32.to_bits();
+    render
+}
+
+/// The stored depth of pixel (x, y) in this model's tiled depth layout.
+fn stored_depth(m: &Machine, x: usize, y: usize) -> f32 {
+    let (tile, within) = ((y / 32) * 2 + x / 32, (y % 32) * 32 + x % 32);
+    let bytes = m.peek(m.data, DEPTH + 4 * (tile * 1024 + within) as u64, 4);
+    f32::from_le_bytes(bytes.try_into().unwrap())
+}
+
+fn rgb(m: &Machine, x: usize, y: usize) -> [u8; 3] {
+    let at = y * STRIDE as usize + 4 * x;
+    let p = image(m, SIZE as usize);
+    [p[at], p[at + 1], p[at + 2]]
+}
+
+#[test_log::test]
+fn the_nearer_triangle_wins_in_either_draw_order_and_depth_is_stored() {
+    let m = Machine::new(5000);
+    let near = (
+        [[4.0f32, 4.0], [44.0, 8.0], [12.0, 44.0]],
+        0.25,
+        [1.0, 0.0, 0.0],
+    );
+    let far = (
+        [[20.0f32, 20.0], [60.0, 24.0], [28.0, 60.0]],
+        0.75,
+        [0.0, 1.0, 0.0],
+    );
+    // (both) at (26, 26); near only at (8, 8); far only at (40, 40);
+    // neither at (60, 4).
+    for order in [[near, far], [far, near]] {
+        coloured(&m, &order);
+        let render = depth_pass(&m, 2, false);
+        assert_eq!(m.submit(CmdType::Render, render.as_bytes()), None);
+        assert_eq!(rgb(&m, 26, 26), [255, 0, 0], "the nearer triangle wins");
+        assert_eq!(rgb(&m, 8, 8), [255, 0, 0]);
+        assert_eq!(rgb(&m, 40, 40), [0, 255, 0]);
+        assert_eq!(rgb(&m, 60, 4), [0, 0, 0]);
+        assert_eq!(stored_depth(&m, 26, 26), 0.25);
+        assert_eq!(stored_depth(&m, 40, 40), 0.75);
+        assert_eq!(stored_depth(&m, 60, 4), 1.0, "the clear value");
+    }
+    // A later pass loads that depth: a triangle at 0.5 over everything
+    // shows only where the stored depth is farther.
+    let cover = (
+        [[-64.0f32, -64.0], [192.0, 0.0], [0.0, 192.0]],
+        0.5,
+        [0.0, 0.0, 1.0],
+    );
+    coloured(&m, &[cover]);
+    let render = depth_pass(&m, 1, true);
+    assert_eq!(m.submit(CmdType::Render, render.as_bytes()), None);
+    assert_eq!(rgb(&m, 26, 26), [0, 0, 0], "hidden behind the stored 0.25");
+    assert_eq!(rgb(&m, 40, 40), [0, 0, 255], "in front of the stored 0.75");
+    assert_eq!(rgb(&m, 60, 4), [0, 0, 255], "in front of the clear value");
+    assert_eq!(stored_depth(&m, 26, 26), 0.25);
+    assert_eq!(stored_depth(&m, 40, 40), 0.5);
 }
