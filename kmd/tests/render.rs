@@ -621,8 +621,11 @@ fn varyings_are_interpolated_across_the_triangle() {
 
 const DEPTH: u64 = 0xA_0000;
 
-/// Triangles (window-space corners, depth, colour) for COLOUR_VS.
-fn coloured(m: &Machine, triangles: &[([[f32; 2]; 3], f32, [f32; 3])]) {
+/// A triangle: window-space corners, depth, colour.
+type Coloured = ([[f32; 2]; 3], f32, [f32; 3]);
+
+/// Triangles for COLOUR_VS.
+fn coloured(m: &Machine, triangles: &[Coloured]) {
     let mut vertices = Vec::new();
     for (corners, z, colour) in triangles {
         let positions = clip(corners);
