@@ -865,6 +865,13 @@ fn fragment_shader(
     let fragment_state = tiler::FragmentState::read_from_bytes(&bytes)
         .map_err(|_| unsupported(at, FaultUnit::Tiler))?;
     let ppp = tiler::parse_ppp(vm, fragment_state.ppp)?;
+    // State this model does not apply is refused, not ignored.
+    if ppp
+        .fragment_control
+        .is_some_and(|c| c.stencil_test_enable || c.scissor_enable || c.depth_bias_enable)
+    {
+        return Err(unsupported(fragment_state.ppp, FaultUnit::Vdm));
+    }
     let Some(pipeline) = ppp.fragment_pipeline else {
         return Err(unsupported(fragment_state.ppp, FaultUnit::Vdm));
     };
