@@ -58,10 +58,35 @@ fn tvb_info(ctx: &RunContext<'_>, body: &RunRenderBody) -> Result<TvbInfo, Engin
     TvbInfo::read_from_bytes(&bytes).map_err(|_| unsupported(body.buffer, FaultUnit::Firmware))
 }
 
-/// An overflow of the parameter buffer: partial renders are still to
-/// come, so it ends the command at the buffer.
+/// An overflow of the parameter buffer: the buffer cannot even hold a
+/// segment's header and list heads.
 fn overflow(body: &RunRenderBody) -> EngineResult {
     unsupported(body.buffer, FaultUnit::Tiler)
+}
+
+/// The parameter buffer ran dry mid-pass: ask the kmd for more (it grows
+/// only under its `sync` policy), and if it will not, render what is
+/// binned so far (a partial render: the segment ends with `partial_eot`,
+/// the next starts with `partial_bg`, depth and stencil go through the
+/// ZLS control) and start binning again from an empty buffer.
+fn overflowed(
+    ctx: &RunContext<'_>,
+    vm: GpuVm<'_>,
+    body: &RunRenderBody,
+    binner: &mut tiler::Binner<'_>,
+) -> Result<(), EngineResult> {
+    let wanted = u64::from(binner.blocks()).max(1);
+    if let Some(blocks) = ctx.services.grow_tvb(binner.buffer_id(), wanted) {
+        let info = tvb_info(ctx, body)?;
+        if u64::from(info.block_count) >= blocks && info.block_count > binner.blocks() {
+            binner.grown(&info);
+            return Ok(());
+        }
+    }
+    binner.publish()?;
+    let info = tvb_info(ctx, body)?;
+    render_scene(ctx, vm, body, &info, false)?;
+    binner.next_segment()?.map_err(|_| overflow(body))
 }
 
 /// RunVertex: walks the VDM control stream, shading and binning draws.
@@ -129,6 +154,8 @@ fn vertex(ctx: &RunContext<'_>) -> Result<(), EngineResult> {
             }
             VdmBlockType::IndexList => {
                 let draw = tiler::parse_draw(&vm, pc, word)?;
+                let mut on_overflow =
+                    |binner: &mut tiler::Binner<'_>| overflowed(ctx, vm, &body, binner);
                 tiler::draw(
                     vm,
                     &mut cache,
@@ -137,8 +164,8 @@ fn vertex(ctx: &RunContext<'_>) -> Result<(), EngineResult> {
                     &draw,
                     &mut binner,
                     pc,
-                )?
-                .map_err(|_| overflow(&body))?;
+                    &mut on_overflow,
+                )?;
                 pc = pc.wrapping_add(draw.length_bytes);
             }
             VdmBlockType::Tessellate | VdmBlockType::Unknown(_) => {
@@ -146,18 +173,30 @@ fn vertex(ctx: &RunContext<'_>) -> Result<(), EngineResult> {
             }
         }
     }
-    let pages = binner.pages_used();
-    binner.finish()?.map_err(|_| overflow(&body))?;
-    // The statistics the kmd's growth policy reads.
+    let stats = binner.finish()?;
+    // The statistics the kmd's growth policy reads (the counters are
+    // running totals; the kmd keeps their last values).
+    let info = tvb_info(ctx, &body)?;
     let report = [
         (
             std::mem::offset_of!(TvbInfo, renders),
             info.renders.wrapping_add(1),
         ),
-        (std::mem::offset_of!(TvbInfo, last_peak_pages), pages as u32),
+        (
+            std::mem::offset_of!(TvbInfo, last_peak_pages),
+            stats.peak_pages as u32,
+        ),
         (
             std::mem::offset_of!(TvbInfo, last_wanted_pages),
-            pages as u32,
+            stats.wanted_pages as u32,
+        ),
+        (
+            std::mem::offset_of!(TvbInfo, overflows),
+            info.overflows.wrapping_add(stats.overflows),
+        ),
+        (
+            std::mem::offset_of!(TvbInfo, partial_renders),
+            info.partial_renders.wrapping_add(stats.partial_renders),
         ),
     ];
     for (offset, value) in report {
@@ -666,25 +705,29 @@ pub fn rasterize(
     }
     let top_left = |a: (i64, i64), b: (i64, i64)| (a.1 == b.1 && b.0 > a.0) || b.1 < a.1;
     let edges = [(p[0], p[1]), (p[1], p[2]), (p[2], p[0])];
+    // Only the pixels of the tile inside the triangle's bounding box.
+    let lo = |axis: fn(&(i64, i64)) -> i64| p.iter().map(axis).min().unwrap_or(0);
+    let hi = |axis: fn(&(i64, i64)) -> i64| p.iter().map(axis).max().unwrap_or(0);
+    let span = |lo: i64, hi: i64, origin: u32, size: u32, limit: u32| {
+        let first = (-(128 - lo).div_euclid(256) - i64::from(origin)).max(0);
+        let last = ((hi - 128).div_euclid(256) - i64::from(origin))
+            .min(i64::from(size) - 1)
+            .min(i64::from(limit) - 1 - i64::from(origin));
+        (first, last)
+    };
+    let (x0, x1) = span(lo(|q| q.0), hi(|q| q.0), origin.0, tile.0, area.0);
+    let (y0, y1) = span(lo(|q| q.1), hi(|q| q.1), origin.1, tile.1, area.1);
     let mut out = Vec::new();
-    for ty in 0..tile.1 {
-        let y = origin.1 + ty;
-        if y >= area.1 {
-            break;
-        }
-        let cy = i64::from(y) * 256 + 128;
-        for tx in 0..tile.0 {
-            let x = origin.0 + tx;
-            if x >= area.0 {
-                break;
-            }
-            let cx = i64::from(x) * 256 + 128;
+    for ty in y0.max(0)..=y1 {
+        let cy = (i64::from(origin.1) + ty) * 256 + 128;
+        for tx in x0.max(0)..=x1 {
+            let cx = (i64::from(origin.0) + tx) * 256 + 128;
             let inside = edges.iter().all(|&(a, b)| {
                 let e = edge(a, b, cx, cy);
                 e > 0 || (e == 0 && top_left(a, b))
             });
             if inside {
-                out.push((tx, ty));
+                out.push((tx as u32, ty as u32));
             }
         }
     }
@@ -702,14 +745,28 @@ pub fn run_fragment(ctx: &RunContext<'_>) -> EngineResult {
 
 fn fragment(ctx: &RunContext<'_>) -> Result<(), EngineResult> {
     let body = render_body(ctx)?;
-    let render = body.render;
     let Some(root) = ctx.ttb0 else {
         return Err(unsupported(ctx.command, FaultUnit::Firmware));
     };
     let vm = GpuVm::of(ctx, root);
     let info = tvb_info(ctx, &body)?;
+    render_scene(ctx, vm, &body, &info, true)
+}
+
+/// Renders the scene binned so far: every tile, through the programs of
+/// the segment: `bg` for the first segment of the pass and `partial_bg`
+/// for one resumed after a partial render, `eot` for the last segment and
+/// `partial_eot` for one ended by a partial render.
+fn render_scene(
+    ctx: &RunContext<'_>,
+    vm: GpuVm<'_>,
+    body: &RunRenderBody,
+    info: &TvbInfo,
+    last: bool,
+) -> Result<(), EngineResult> {
+    let render = body.render;
     let area = (u32::from(render.width_px), u32::from(render.height_px));
-    let Some(scene) = read_scene(&vm, &info, area)? else {
+    let Some(scene) = read_scene(&vm, info, area)? else {
         tracing::debug!("no scene: the vertex half did not finish");
         return Ok(());
     };
@@ -718,8 +775,21 @@ fn fragment(ctx: &RunContext<'_>) -> Result<(), EngineResult> {
     if render.samples != 1 && scene.header.primitives > 0 {
         return Err(unsupported(ctx.command, FaultUnit::Firmware));
     }
-    let bg = program(&vm, body.usc_exec_base, render.bg)?;
-    let eot = program(&vm, body.usc_exec_base, render.eot)?;
+    let resumed = scene.header.segment > 0;
+    let bg = program(
+        &vm,
+        body.usc_exec_base,
+        if resumed {
+            render.partial_bg
+        } else {
+            render.bg
+        },
+    )?;
+    let eot = program(
+        &vm,
+        body.usc_exec_base,
+        if last { render.eot } else { render.partial_eot },
+    )?;
     let (tile_w, tile_h) = (
         u32::from(render.utile_width_px),
         u32::from(render.utile_height_px),
@@ -799,7 +869,7 @@ fn fragment(ctx: &RunContext<'_>) -> Result<(), EngineResult> {
                     let shader = match shaders.entry(state) {
                         std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
                         std::collections::hash_map::Entry::Vacant(e) => {
-                            e.insert(fragment_shader(&vm, &body, &scene, state)?)
+                            e.insert(fragment_shader(&vm, body, &scene, state)?)
                         }
                     };
                     let vertices: [Vec<f32>; 3] = std::array::from_fn(|v| {
@@ -816,7 +886,7 @@ fn fragment(ctx: &RunContext<'_>) -> Result<(), EngineResult> {
                     if covered.is_empty() {
                         continue;
                     }
-                    let coefficients = setup_coefficients(&vm, &body, &shader.1, &vertices)?;
+                    let coefficients = setup_coefficients(&vm, body, &shader.1, &vertices)?;
                     run_tile_program(
                         ctx,
                         vm,

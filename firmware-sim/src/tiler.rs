@@ -76,6 +76,10 @@ pub struct SceneHeader {
     pub state_count: u32,
     /// Address of the fragment states: [`FragmentState`] records.
     pub states: u64,
+    /// Segments of this pass rendered before this one (partial renders).
+    pub segment: u32,
+    /// MBZ.
+    pub pad: u32,
 }
 
 /// The fragment-side state a primitive was drawn with (from the PPP
@@ -498,10 +502,29 @@ pub fn signed_area(v: &[ScreenVertex; 3]) -> f32 {
         - (c.position[0] - a.position[0]) * (b.position[1] - a.position[1])
 }
 
+/// Where the fragment-state table starts in the header page.
+const STATES_OFFSET: u64 = 1024;
+/// The most distinct fragment states one pass may use.
+pub const MAX_STATES: usize = ((TVB_PAGE_BYTES - STATES_OFFSET) / 16) as usize;
+
+/// What a pass did with the parameter buffer.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BinningStats {
+    /// The most pages one segment used.
+    pub peak_pages: u64,
+    /// Pages all segments used together (what the pass wanted).
+    pub wanted_pages: u64,
+    /// Times the buffer ran dry.
+    pub overflows: u32,
+    /// Partial renders done.
+    pub partial_renders: u32,
+}
+
 /// The scene being binned.
 pub struct Binner<'a> {
     alloc: PageAllocator<'a>,
     vm: GpuVm<'a>,
+    info: TvbInfo,
     header_page: u64,
     header: SceneHeader,
     /// Head-page addresses.
@@ -510,6 +533,8 @@ pub struct Binner<'a> {
     lists: Vec<Option<(u64, u64, u32)>>,
     states: Vec<FragmentState>,
     area: (u32, u32),
+    /// What the pass did so far.
+    pub stats: BinningStats,
 }
 
 impl<'a> Binner<'a> {
@@ -520,72 +545,94 @@ impl<'a> Binner<'a> {
         width: u32,
         height: u32,
     ) -> Result<Result<Binner<'a>, Overflow>, EngineResult> {
-        let mut alloc = PageAllocator::new(vm, info);
-        let header_page = match alloc.take_page()? {
-            Ok(page) => page,
-            Err(overflow) => return Ok(Err(overflow)),
-        };
-        // Until the scene is finished, the header names no tiles.
-        let mut writer = vm;
-        writer
-            .write(header_page, SceneHeader::default().as_bytes())
-            .map_err(|f| unsupported(f.address, FaultUnit::Tiler))?;
         let (tiles_x, tiles_y) = (width.div_ceil(TILE_PX), height.div_ceil(TILE_PX));
-        let tiles = u64::from(tiles_x) * u64::from(tiles_y);
-        let mut head_pages = Vec::new();
-        for _ in 0..tiles.div_ceil(HEADS_PER_PAGE) {
-            match alloc.take_page()? {
-                Ok(page) => head_pages.push(page),
-                Err(overflow) => return Ok(Err(overflow)),
-            }
-        }
-        Ok(Ok(Binner {
-            alloc,
+        let mut binner = Binner {
+            alloc: PageAllocator::new(vm, info),
             vm,
-            header_page,
+            info: *info,
+            header_page: 0,
             header: SceneHeader {
                 tiles_x,
                 tiles_y,
                 ..SceneHeader::default()
             },
-            head_pages,
-            lists: vec![None; tiles as usize],
+            head_pages: Vec::new(),
+            lists: vec![None; (u64::from(tiles_x) * u64::from(tiles_y)) as usize],
             states: Vec::new(),
             area: (width, height),
-        }))
+            stats: BinningStats::default(),
+        };
+        Ok(binner.start_segment()?.map(|()| binner))
+    }
+
+    /// Takes the header and list-head pages of a new segment, from the
+    /// start of the buffer.
+    fn start_segment(&mut self) -> Result<Result<(), Overflow>, EngineResult> {
+        self.alloc = PageAllocator::new(self.vm, &self.info);
+        self.header_page = match self.alloc.take_page()? {
+            Ok(page) => page,
+            Err(overflow) => return Ok(Err(overflow)),
+        };
+        // Until the scene is finished, the header names no tiles.
+        let mut writer = self.vm;
+        writer
+            .write(self.header_page, SceneHeader::default().as_bytes())
+            .map_err(|f| unsupported(f.address, FaultUnit::Tiler))?;
+        let tiles = self.lists.len() as u64;
+        self.head_pages.clear();
+        for _ in 0..tiles.div_ceil(HEADS_PER_PAGE) {
+            match self.alloc.take_page()? {
+                Ok(page) => self.head_pages.push(page),
+                Err(overflow) => return Ok(Err(overflow)),
+            }
+        }
+        self.lists.iter_mut().for_each(|l| *l = None);
+        self.header.primitives = 0;
+        Ok(Ok(()))
+    }
+
+    /// The buffer grew (a GrowTVB request was granted): more pages to
+    /// allocate from.
+    pub fn grown(&mut self, info: &TvbInfo) {
+        self.info = *info;
+        self.alloc.page_count = u64::from(info.block_count) * agx_fwif::messages::TVB_BLOCK_PAGES;
+    }
+
+    /// The buffer's id, for GrowTVB.
+    pub fn buffer_id(&self) -> u32 {
+        self.info.buffer_id
+    }
+
+    /// Blocks in the buffer.
+    pub fn blocks(&self) -> u32 {
+        self.info.block_count
     }
 
     fn write(&mut self, address: u64, bytes: &[u8]) -> Result<(), EngineResult> {
         self.vm
             .write(address, bytes)
-            .map_err(|f| compute::exec_fault(&ExecError::Memory { pc: 0, fault: f }))
-            .map_err(|r| match r {
-                EngineResult::Fault {
-                    address,
-                    access,
-                    reason,
-                    ..
-                } => EngineResult::Fault {
-                    address,
-                    unit: FaultUnit::Tiler as u32,
-                    access,
-                    reason,
-                },
-                other => other,
+            .map_err(|f| EngineResult::Fault {
+                address: f.address,
+                unit: FaultUnit::Tiler as u32,
+                access: 1,
+                reason: agx_hw::formats::UatFaultReason::Unmapped.to_raw(),
             })
     }
 
     /// Notes the fragment state of the draws that follow; returns its index.
-    pub fn state(&mut self, ppp: Option<(u64, u32)>) -> u32 {
+    pub fn state(&mut self, ppp: Option<(u64, u32)>) -> Result<u32, EngineResult> {
         let state = FragmentState {
             ppp: ppp.map_or(0, |(a, _)| a),
             ppp_bytes: ppp.map_or(0, |(_, b)| b),
             pad: 0,
         };
         if self.states.last() != Some(&state) {
+            if self.states.len() >= MAX_STATES {
+                return Err(unsupported(state.ppp, FaultUnit::Vdm));
+            }
             self.states.push(state);
         }
-        (self.states.len() - 1) as u32
+        Ok((self.states.len() - 1) as u32)
     }
 
     /// Bins one triangle (`back_facing`: it faces away from the viewer).
@@ -617,23 +664,40 @@ impl<'a> Binner<'a> {
                 record.extend(value.to_le_bytes());
             }
         }
-        let address = match self.alloc.alloc(record.len() as u64)? {
-            Ok(address) => address,
-            Err(overflow) => return Ok(Err(overflow)),
-        };
-        self.write(address, &record)?;
         let tile_range = |lo: f32, hi: f32, tiles: u32| {
             let first = (lo.max(0.0) as u32) / TILE_PX;
             let last = ((hi.max(0.0) as u32) / TILE_PX).min(tiles - 1);
             first..=last
         };
-        for ty in tile_range(min_y, max_y, self.header.tiles_y) {
-            for tx in tile_range(min_x, max_x, self.header.tiles_x) {
-                let tile = (ty * self.header.tiles_x + tx) as usize;
-                if let Err(overflow) = self.append(tile, address)? {
+        let tiles: Vec<usize> = tile_range(min_y, max_y, self.header.tiles_y)
+            .flat_map(|ty| tile_range(min_x, max_x, self.header.tiles_x).map(move |tx| (ty, tx)))
+            .map(|(ty, tx)| (ty * self.header.tiles_x + tx) as usize)
+            .collect();
+        // Reserve everything first, so that an overflow leaves the scene
+        // as it was: the record, and a chunk for each list that needs one.
+        let new_chunks = tiles
+            .iter()
+            .filter(|&&t| !matches!(self.lists[t], Some((_, _, used)) if (used as usize) < CHUNK_PRIMITIVES))
+            .count();
+        let mut chunks = Vec::with_capacity(new_chunks);
+        let saved = (self.alloc.next_page, self.alloc.current);
+        let address = match self.alloc.alloc(record.len() as u64)? {
+            Ok(address) => address,
+            Err(overflow) => return Ok(Err(overflow)),
+        };
+        for _ in 0..new_chunks {
+            match self.alloc.alloc(CHUNK_BYTES)? {
+                Ok(chunk) => chunks.push(chunk),
+                Err(overflow) => {
+                    (self.alloc.next_page, self.alloc.current) = saved;
                     return Ok(Err(overflow));
                 }
             }
+        }
+        self.write(address, &record)?;
+        let mut chunks = chunks.into_iter();
+        for tile in tiles {
+            self.append(tile, address, &mut chunks)?;
         }
         self.header.primitives += 1;
         Ok(Ok(()))
@@ -643,13 +707,13 @@ impl<'a> Binner<'a> {
         &mut self,
         tile: usize,
         primitive: u64,
-    ) -> Result<Result<(), Overflow>, EngineResult> {
+        chunks: &mut impl Iterator<Item = u64>,
+    ) -> Result<(), EngineResult> {
         let (first, chunk, used) = match self.lists[tile] {
             Some((first, last, used)) if (used as usize) < CHUNK_PRIMITIVES => (first, last, used),
             previous => {
-                let chunk = match self.alloc.alloc(CHUNK_BYTES)? {
-                    Ok(chunk) => chunk,
-                    Err(overflow) => return Ok(Err(overflow)),
+                let Some(chunk) = chunks.next() else {
+                    return Err(unsupported(primitive, FaultUnit::Tiler));
                 };
                 self.write(chunk, &[0u8; CHUNK_BYTES as usize])?;
                 match previous {
@@ -669,32 +733,26 @@ impl<'a> Binner<'a> {
         self.write(chunk + 16 + 8 * u64::from(used), &primitive.to_le_bytes())?;
         self.write(chunk + 8, &(used + 1).to_le_bytes())?;
         self.lists[tile] = Some((first, chunk, used + 1));
-        Ok(Ok(()))
+        Ok(())
     }
 
-    /// Pages used so far.
+    /// Pages used so far by this segment.
     pub fn pages_used(&self) -> u64 {
         self.alloc.pages_used()
     }
 
-    /// Writes the scene header (states, head pages); the scene is ready
-    /// for the fragment stage.
-    pub fn finish(mut self) -> Result<Result<(), Overflow>, EngineResult> {
+    /// Writes the scene header (states, list heads): the segment binned
+    /// so far is ready for the fragment stage.
+    pub fn publish(&mut self) -> Result<(), EngineResult> {
+        let pages = self.alloc.pages_used();
+        self.stats.peak_pages = self.stats.peak_pages.max(pages);
         let states = self.states.as_bytes().to_vec();
-        let states_at = if states.is_empty() {
-            0
-        } else {
-            match self.alloc.alloc(states.len() as u64)? {
-                Ok(at) => at,
-                Err(overflow) => return Ok(Err(overflow)),
-            }
-        };
-        if states_at != 0 {
-            self.write(states_at, &states)?;
-        }
+        let states_at = self.header_page + STATES_OFFSET;
+        self.write(states_at, &states)?;
         self.header.states = states_at;
         self.header.state_count = self.states.len() as u32;
-        self.header.pages_used = self.alloc.pages_used() as u32;
+        self.header.pages_used = pages as u32;
+        self.header.segment = self.stats.partial_renders;
         let mut bytes = self.header.as_bytes().to_vec();
         for page in &self.head_pages {
             bytes.extend(page.to_le_bytes());
@@ -702,30 +760,44 @@ impl<'a> Binner<'a> {
         let header_page = self.header_page;
         self.write(header_page, &bytes)?;
         // Empty heads for tiles no primitive touched.
-        for (tile, list) in self.lists.iter().enumerate() {
-            if list.is_none() {
+        for tile in 0..self.lists.len() {
+            if self.lists[tile].is_none() {
                 let page = self.head_pages[tile / HEADS_PER_PAGE as usize];
                 let at = page + 8 * (tile as u64 % HEADS_PER_PAGE);
-                let mut vm = self.vm;
-                vm.write(at, &0u64.to_le_bytes())
-                    .map_err(|f| unsupported(f.address, FaultUnit::Tiler))?;
+                self.write(at, &0u64.to_le_bytes())?;
             }
         }
-        Ok(Ok(()))
+        Ok(())
+    }
+
+    /// After a partial render of the published segment: counts it, frees
+    /// its pages and starts the next segment.
+    pub fn next_segment(&mut self) -> Result<Result<(), Overflow>, EngineResult> {
+        self.stats.wanted_pages += self.alloc.pages_used();
+        self.stats.partial_renders += 1;
+        self.start_segment()
+    }
+
+    /// Publishes the last segment; returns the pass's statistics.
+    pub fn finish(mut self) -> Result<BinningStats, EngineResult> {
+        self.publish()?;
+        self.stats.wanted_pages += self.alloc.pages_used();
+        Ok(self.stats)
     }
 }
 
 /// Shades, assembles, clips, culls and bins one draw.
 #[allow(clippy::too_many_arguments)]
-pub fn draw(
+pub fn draw<'a>(
     vm: GpuVm<'_>,
     cache: &mut ProgramCache,
     usc_exec_base: u64,
     state: &VertexState,
     draw: &Draw,
-    binner: &mut Binner<'_>,
+    binner: &mut Binner<'a>,
     pc: u64,
-) -> Result<Result<(), Overflow>, EngineResult> {
+    on_overflow: &mut dyn FnMut(&mut Binner<'a>) -> Result<(), EngineResult>,
+) -> Result<(), EngineResult> {
     let Some(pipeline) = state.pipeline else {
         return Err(unsupported(pc, FaultUnit::Vdm));
     };
@@ -734,7 +806,7 @@ pub fn draw(
     };
     let binding = compute::bind(&vm, usc_exec_base.wrapping_add(pipeline), usc_exec_base)?;
     let ppp = parse_ppp(&vm, ppp_address)?;
-    let fragment_state = binner.state(state.ppp);
+    let fragment_state = binner.state(state.ppp)?;
     // The vertex (or index-buffer) ids of the draw.
     let mut ids = Vec::with_capacity(draw.count as usize);
     for i in 0..draw.count {
@@ -804,11 +876,17 @@ pub fn draw(
                 if (front && ppp.cull.cull_front) || (!front && ppp.cull.cull_back) {
                     continue;
                 }
-                if let Err(overflow) = binner.triangle(fragment_state, !front, &tri)? {
-                    return Ok(Err(overflow));
+                if binner.triangle(fragment_state, !front, &tri)?.is_err() {
+                    // The buffer ran dry: grow it or render what is binned
+                    // (a partial render), then bin the triangle again.
+                    binner.stats.overflows += 1;
+                    on_overflow(binner)?;
+                    if binner.triangle(fragment_state, !front, &tri)?.is_err() {
+                        return Err(unsupported(pc, FaultUnit::Tiler));
+                    }
                 }
             }
         }
     }
-    Ok(Ok(()))
+    Ok(())
 }

@@ -10,7 +10,7 @@ use agx_hw::formats::{
     Primitive, TextureDimension, TextureType, VdmState, VdmStateVertexOutputs,
     VdmStateVertexShaderWord1, VdmStreamTerminate, Viewport, ZlsControl, ZsFunc,
 };
-use agx_kmd::Errno;
+use agx_kmd::{Errno, SystemConfig};
 use agx_uapi::asahi::{BgEot, CmdRender, CmdType, RenderFlags};
 use common::machine::*;
 use zerocopy::{FromZeros, IntoBytes};
@@ -761,4 +761,195 @@ fn the_nearer_triangle_wins_in_either_draw_order_and_depth_is_stored() {
     assert_eq!(rgb(&m, 60, 4), [0, 0, 255], "in front of the clear value");
     assert_eq!(stored_depth(&m, 26, 26), 0.25);
     assert_eq!(stored_depth(&m, 40, 40), 0.5);
+}
+
+/// Reloads the render target into the tilebuffer after a partial render:
+/// pixel (x, y) from the linear RGBA8 image at u0_u1 (u2: pixels per
+/// row).
+const RELOAD: &str = "
+    get_sr r10, sr80
+    get_sr r11, sr81
+    imadd r12, r11, u2, r10
+    device_load 0, u8norm, xyzw, r2_r3_r4_r5, u0_u1, r12, unsigned, lsl 2
+    wait 0
+    st_tile r2_r3_r4_r5, u8norm, 0, xyzw, 0, 255, r0, 0
+    stop";
+
+const BIG_VERTICES: u64 = 0x20_0000;
+const BIG_INDICES: u64 = 0x30_0000;
+
+/// Three layers of 8192 one-pixel triangles over the 64x64 target, at
+/// depths 0.5 (red), 0.25 (green) and 0.75 (blue), as one indexed draw:
+/// more than the queue's initial parameter buffer holds.
+fn layered_scene(m: &Machine) -> u32 {
+    let mut vertices = Vec::new();
+    let mut indices: Vec<u16> = Vec::new();
+    let layers = [
+        (0.5f32, [1.0f32, 0.0, 0.0]),
+        (0.25, [0.0, 1.0, 0.0]),
+        (0.75, [0.0, 0.0, 1.0]),
+    ];
+    for (layer, (z, colour)) in layers.iter().enumerate() {
+        let base = (layer * 65 * 65) as u16;
+        for y in 0..65 {
+            for x in 0..65 {
+                let p = clip(&[[x as f32, y as f32]]);
+                vertices.extend([p[0], p[1], z.to_bits(), 1.0f32.to_bits()]);
+                vertices.extend(colour.map(f32::to_bits));
+                vertices.push(0);
+            }
+        }
+        for y in 0..64u16 {
+            for x in 0..64u16 {
+                let v = |dx: u16, dy: u16| base + (y + dy) * 65 + x + dx;
+                indices.extend([v(0, 0), v(1, 0), v(0, 1), v(1, 0), v(1, 1), v(0, 1)]);
+            }
+        }
+    }
+    m.poke_u32s(BIG_VERTICES, &vertices);
+    m.poke(m.data, BIG_INDICES, indices.as_bytes());
+    indices.len() as u32
+}
+
+/// The layered scene as a depth-tested pass with partial-render programs;
+/// `zls` loads and stores depth when set.
+fn layered_pass(m: &Machine, zls: bool, partial_bg: bool) -> CmdRender {
+    let count = layered_scene(m);
+    let mut render = depth_pass(m, 0, zls);
+    // Depth starts from the buffer (1.0 everywhere) when it is loaded.
+    m.poke(m.data, DEPTH, &1.0f32.to_le_bytes().repeat(4 * 32 * 32));
+    if !zls {
+        render.zls_ctrl = 0;
+    }
+    // Vertex shader uniforms: the big vertex buffer.
+    let mut vs_uniforms = pair(DATA_VA + BIG_VERTICES);
+    vs_uniforms.extend(pair(DATA_VA + BIG_VERTICES + 16));
+    m.program(
+        COLOUR_VS,
+        0x3000,
+        0xC0,
+        &vs_uniforms,
+        UNIFORMS + 0x200,
+        0,
+        None,
+    );
+    // The draw: indexed, 16-bit indices.
+    let stream = m.peek(m.data, STREAM, 64);
+    let draw_at = stream
+        .chunks_exact(4)
+        .position(|w| u32::from_le_bytes(w.try_into().unwrap()) >> 29 == 3)
+        .unwrap()
+        * 4;
+    let mut vdm = stream[..draw_at].to_vec();
+    vdm.extend(
+        IndexList {
+            primitive: Primitive::Triangles,
+            index_size: agx_hw::formats::IndexSize::U16,
+            index_buffer_present: true,
+            index_count_present: true,
+            instance_count_present: true,
+            start_present: true,
+            index_buffer_hi: ((DATA_VA + BIG_INDICES) >> 32) as u32,
+            ..IndexList::default()
+        }
+        .pack()
+        .unwrap(),
+    );
+    vdm.extend(((DATA_VA + BIG_INDICES) as u32).to_le_bytes());
+    vdm.extend(count.to_le_bytes());
+    vdm.extend(1u32.to_le_bytes());
+    vdm.extend(0u32.to_le_bytes());
+    vdm.extend(VdmStreamTerminate::default().pack().unwrap());
+    m.poke(m.data, STREAM, &vdm);
+    let mut reload = pair(DATA_VA + IMAGE);
+    reload.push(STRIDE / 4);
+    let reload = m.program(RELOAD, 0x6000, 0x140, &reload, UNIFORMS + 0x400, 0, None);
+    render.partial_bg = BgEot {
+        usc: if partial_bg { reload as u32 | 4 } else { 0 },
+        rsrc_spec: 0,
+    };
+    render.partial_eot = render.eot;
+    render
+}
+
+fn depth_buffer(m: &Machine) -> Vec<u8> {
+    m.peek(m.data, DEPTH, 4 * 64 * 64)
+}
+
+#[test_log::test]
+fn a_tiny_and_a_grown_parameter_buffer_render_the_same_image_and_depth() {
+    let m = Machine::with_config(SystemConfig {
+        tvb_policy: agx_kmd::tvb::GrowthPolicy::Demand,
+        ..machine_config(5000)
+    });
+    let queue = m.file.queue(m.queue).unwrap();
+    assert_eq!(queue.tvb_stats().blocks, 8);
+    let render = layered_pass(&m, true, true);
+    assert_eq!(m.submit(CmdType::Render, render.as_bytes()), None);
+    let (tiny_image, tiny_depth) = (image(&m, SIZE as usize), depth_buffer(&m));
+    // The same pass again: the kmd grew the buffer to what the first one
+    // wanted, so it renders in one segment.
+    let render = layered_pass(&m, true, true);
+    assert_eq!(m.submit(CmdType::Render, render.as_bytes()), None);
+    let (grown_image, grown_depth) = (image(&m, SIZE as usize), depth_buffer(&m));
+    let stats = queue.tvb_stats();
+    assert!(
+        stats.partial_renders > 0,
+        "the tiny buffer overflowed: {stats:?}"
+    );
+    assert!(stats.blocks > 8, "and grew: {stats:?}");
+    let partials_after_first = stats.partial_renders;
+    // A third pass brings in the second's report: no new partial render.
+    assert_eq!(m.submit(CmdType::Render, render.as_bytes()), None);
+    assert_eq!(queue.tvb_stats().partial_renders, partials_after_first);
+    assert!(grown_image == tiny_image, "bit-identical colour");
+    let green = (0..SIZE as usize * SIZE as usize)
+        .filter(|i| {
+            let at = (i / SIZE as usize) * STRIDE as usize + 4 * (i % SIZE as usize);
+            tiny_image[at..at + 3] == [0, 255, 0]
+        })
+        .count();
+    assert_eq!(green, 4096, "the nearest layer everywhere");
+    assert!(grown_depth == tiny_depth, "bit-identical depth");
+    m.poke(m.data, IMAGE, &grown_image);
+    // And it is the right picture: the nearest layer (green) everywhere.
+    for (x, y) in [(0, 0), (31, 31), (32, 5), (63, 63)] {
+        assert_eq!(rgb(&m, x, y), [0, 255, 0], "pixel ({x}, {y})");
+    }
+    assert_eq!(stored_depth(&m, 10, 50), 0.25);
+}
+
+#[test_log::test]
+fn partial_renders_without_depth_store_and_reload_lose_depth() {
+    let m = Machine::with_config(machine_config(5000));
+    let render = layered_pass(&m, false, true);
+    assert_eq!(m.submit(CmdType::Render, render.as_bytes()), None);
+    let queue = m.file.queue(m.queue).unwrap();
+    let pixels = image(&m, SIZE as usize);
+    let blue = (0..SIZE as usize * SIZE as usize)
+        .filter(|i| {
+            let at = (i / SIZE as usize) * STRIDE as usize + 4 * (i % SIZE as usize);
+            pixels[at..at + 3] == [0, 0, 255]
+        })
+        .count();
+    // The far layer shows wherever it was binned after a partial render
+    // reset depth to the clear value.
+    assert!(blue > 0, "artefacts: {blue} far pixels in front");
+    assert!(m.submit(CmdType::Render, render.as_bytes()).is_none());
+    assert!(queue.tvb_stats().partial_renders > 0);
+}
+
+#[test_log::test]
+fn a_partial_render_without_partial_bg_faults_at_the_null_address() {
+    let m = Machine::with_config(machine_config(5000));
+    let render = layered_pass(&m, true, false);
+    assert_eq!(
+        m.submit(CmdType::Render, render.as_bytes()),
+        Some(Errno::EIO)
+    );
+    let (address, unit, _) = m.system.device().scheduler().stats().last_fault.unwrap();
+    assert_eq!(
+        (address, unit),
+        (0, agx_fwif::messages::FaultUnit::Usc as u32)
+    );
 }

@@ -17,10 +17,19 @@ use super::*;
 
 /// Data buffers (inputs, outputs, uniforms, control streams).
 pub const DATA_VA: u64 = 0x1_0000_0000;
-pub const DATA_BYTES: u64 = 1 << 20;
+pub const DATA_BYTES: u64 = 4 << 20;
 /// The USC region: `usc_exec_base`, with code and pipelines in it.
 pub const USC_BASE: u64 = 0x2_0000_0000;
 pub const USC_BYTES: u64 = 256 << 10;
+
+/// The configuration machines use: 1 GiB of RAM and the given watchdog.
+pub fn machine_config(command_timeout_ms: u32) -> SystemConfig {
+    SystemConfig {
+        ram_bytes: 1 << 30,
+        command_timeout_ms,
+        ..SystemConfig::default()
+    }
+}
 
 pub struct Machine {
     pub system: System,
@@ -36,13 +45,14 @@ impl Machine {
     }
 
     pub fn with_threads(command_timeout_ms: u32, gpu_threads: usize) -> Machine {
-        let system = System::new(SystemConfig {
-            ram_bytes: 1 << 30,
-            command_timeout_ms,
+        Machine::with_config(SystemConfig {
             gpu_threads,
-            ..SystemConfig::default()
+            ..machine_config(command_timeout_ms)
         })
-        .unwrap();
+    }
+
+    pub fn with_config(config: SystemConfig) -> Machine {
+        let system = System::new(config).unwrap();
         let file = system.open();
         let vm = vm_create(&file);
         let rw = (BindFlags::READ | BindFlags::WRITE).bits();
