@@ -240,6 +240,13 @@ impl Gpu {
         let Ok(body) = RunComputeBody::read_from_prefix(ctx.body).map(|(b, _)| b) else {
             return EngineResult::unsupported(ctx.command, FaultUnit::Firmware);
         };
+        // Helper programs are not modelled: refused, not skipped.
+        if body.compute.helper.binary != 0 {
+            return EngineResult::unsupported(
+                body.usc_exec_base + u64::from(body.compute.helper.binary & !3),
+                FaultUnit::Firmware,
+            );
+        }
         let Some(root) = ctx.ttb0 else {
             return EngineResult::unsupported(body.compute.cdm_ctrl_stream_base, FaultUnit::Cdm);
         };

@@ -44,9 +44,20 @@ const BUDGET_SLICE: u64 = 1 << 20;
 const WATCHDOG_STRIDE: u64 = 4096;
 
 fn render_body(ctx: &RunContext<'_>) -> Result<RunRenderBody, EngineResult> {
-    RunRenderBody::read_from_prefix(ctx.body)
+    let body = RunRenderBody::read_from_prefix(ctx.body)
         .map(|(b, _)| b)
-        .map_err(|_| unsupported(ctx.command, FaultUnit::Firmware))
+        .map_err(|_| unsupported(ctx.command, FaultUnit::Firmware))?;
+    // Helper programs (scratch memory set-up) are not modelled: a pass
+    // that names one is refused rather than run without it.
+    for helper in [body.render.vertex_helper, body.render.fragment_helper] {
+        if helper.binary != 0 {
+            return Err(unsupported(
+                body.usc_exec_base + u64::from(helper.binary & !3),
+                FaultUnit::Firmware,
+            ));
+        }
+    }
+    Ok(body)
 }
 
 /// The queue's parameter-buffer control block.
