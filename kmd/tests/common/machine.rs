@@ -34,6 +34,7 @@ pub fn machine_config(command_timeout_ms: u32) -> SystemConfig {
 pub struct Machine {
     pub system: System,
     pub file: File,
+    pub vm: u32,
     pub queue: u32,
     pub data: u32,
     pub usc: u32,
@@ -77,6 +78,7 @@ impl Machine {
         Machine {
             system,
             file,
+            vm,
             queue: c.queue_id,
             data,
             usc,
