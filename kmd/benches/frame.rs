@@ -5,7 +5,6 @@
 //! Results are recorded in Documentation/performance.md.
 
 #[path = "../tests/common/mod.rs"]
-#[allow(dead_code)]
 mod common;
 
 use agx_hw::formats::{
