@@ -31,7 +31,9 @@ use agx_hw::isa::table::sr;
 use agx_hw::uat::{self, Access, PAGE_BYTES};
 
 use crate::engine::{EngineResult, GpuVm, RunContext};
-use crate::usc::io::NoIo;
+use crate::texture::TextureUnit;
+use crate::usc::io::{IoError, TextureRequest};
+use crate::usc::ShaderIo;
 use crate::usc::{
     AccessKind, Env, ExecError, Exit, FaultReason, GpuMemory, MemoryFault, ProgramCache, SimdGroup,
     LANES, UNIFORMS,
@@ -351,6 +353,7 @@ pub fn run(
     launch: &Launch,
     binding: &Binding,
     launch_pc: u64,
+    sampler_heap: Option<(u64, u32)>,
 ) -> Result<u64, EngineResult> {
     let local = launch.local;
     let threads_per_group = local.iter().map(|&n| u64::from(n)).product::<u64>();
@@ -388,8 +391,17 @@ pub fn run(
             ];
             threadgroup.fill(0);
             let mut simd = simd_groups(&watch, launch, binding, g, threads_per_group);
+            let mut io = KernelIo {
+                unit: TextureUnit {
+                    vm,
+                    textures: &binding.textures,
+                    samplers: &binding.samplers,
+                    sampler_heap,
+                },
+            };
             let result = run_threadgroup(
                 &watch,
+                &mut io,
                 &mut vm,
                 &mut cache,
                 &mut simd,
@@ -420,6 +432,17 @@ pub fn run(
     match failures.into_iter().min_by_key(|(index, _)| *index) {
         Some((_, failure)) => Err(failure),
         None => Ok(instructions.into_inner()),
+    }
+}
+
+/// A kernel's fixed-function units: the texture unit.
+struct KernelIo<'a> {
+    unit: TextureUnit<'a>,
+}
+
+impl ShaderIo for KernelIo<'_> {
+    fn texture(&mut self, _lane: usize, request: &TextureRequest) -> Result<[u32; 4], IoError> {
+        self.unit.request(request)
     }
 }
 
@@ -497,6 +520,7 @@ fn simd_groups(
 /// them together at each threadgroup barrier.
 fn run_threadgroup(
     ctx: &Watch<'_>,
+    io: &mut KernelIo<'_>,
     vm: &mut GpuVm<'_>,
     cache: &mut ProgramCache,
     groups: &mut [SimdGroup],
@@ -504,7 +528,6 @@ fn run_threadgroup(
     threadgroup: &mut [u8],
 ) -> Result<(), EngineResult> {
     let mut stopped = vec![false; groups.len()];
-    let mut io = NoIo;
     while stopped.iter().any(|s| !s) {
         for (group, stopped) in groups.iter_mut().zip(stopped.iter_mut()) {
             if *stopped {
@@ -514,7 +537,7 @@ fn run_threadgroup(
                 let mut budget = BUDGET_SLICE;
                 let mut env = Env {
                     memory: vm,
-                    io: &mut io,
+                    io,
                     uniforms,
                     threadgroup,
                 };

@@ -284,12 +284,9 @@ impl Gpu {
                         Ok(binding) => binding,
                         Err(result) => return result,
                     };
-                    // Texture and sampler state for kernels arrives with
-                    // texturing.
-                    if let Some(b) = binding.textures.first().or(binding.samplers.first()) {
-                        return EngineResult::unsupported(b.word_address, FaultUnit::Usc);
-                    }
-                    match compute::run(ctx, vm, self.workers, &launch, &binding, pc) {
+                    let heap = (body.compute.sampler_heap != 0)
+                        .then_some((body.compute.sampler_heap, body.compute.sampler_count));
+                    match compute::run(ctx, vm, self.workers, &launch, &binding, pc, heap) {
                         Ok(instructions) => self.usc_instructions += instructions,
                         Err(result) => return result,
                     }

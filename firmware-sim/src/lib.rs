@@ -17,5 +17,6 @@ pub mod compute;
 pub mod engine;
 pub mod firmware;
 pub mod render;
+pub mod texture;
 pub mod tiler;
 pub mod usc;

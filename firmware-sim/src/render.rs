@@ -22,21 +22,23 @@ use std::time::Instant;
 
 use agx_fwif::messages::{FaultUnit, RunRenderBody, TvbInfo};
 use agx_hw::formats::{
-    CfBinding, CfBindingHeader, Channels, CoefficientSource, FragmentFace, Layout, Pbe,
-    PppState as PppStateBlock, ShadeModel, TextureType, VdmBlockType, VdmState, VdmStreamLink,
-    ZlsControl, ZsFunc,
+    CfBinding, CfBindingHeader, CoefficientSource, FragmentFace, Layout, Pbe,
+    PppState as PppStateBlock, ShadeModel, VdmBlockType, VdmState, VdmStreamLink, ZlsControl,
+    ZsFunc,
 };
 use agx_uapi::asahi::{BgEot, CmdRender, RenderFlags, ZlsBuffer};
 use zerocopy::FromBytes;
 
 use crate::compute::{self, exec_fault, read_words, unsupported, Binding};
 use crate::engine::{EngineResult, GpuVm, RunContext};
+use crate::texture::{channel_format, TextureUnit};
 use crate::tiler;
 use crate::usc::formats::{self, ElementFormat};
-use crate::usc::io::{BlockStore, IoError, TextureHandle, TileAccess};
+use crate::usc::io::{BlockStore, IoError, TextureHandle, TextureRequest, TileAccess};
 use crate::usc::{
     Env, ExecError, Exit, GpuMemory, MemoryFault, ProgramCache, ShaderIo, SimdGroup, LANES,
 };
+use agx_hw::layout::ImageLayout;
 
 /// Instructions a SIMD-group runs between watchdog checks.
 const BUDGET_SLICE: u64 = 1 << 20;
@@ -267,6 +269,10 @@ struct TileIo<'a, 'b> {
     /// The primitive's coefficient registers: planes (A, B, C) with
     /// value = A x + B y + C at window position (x, y).
     coefficients: &'a [[f32; 3]],
+    /// Helper lanes: they run for derivatives, their outputs are dropped.
+    helpers: u32,
+    /// The texture unit.
+    unit: TextureUnit<'b>,
 }
 
 fn invalid(what: String) -> IoError {
@@ -336,6 +342,10 @@ impl TileIo<'_, '_> {
 }
 
 impl ShaderIo for TileIo<'_, '_> {
+    fn texture(&mut self, _lane: usize, request: &TextureRequest) -> Result<[u32; 4], IoError> {
+        self.unit.request(request)
+    }
+
     fn interpolate(
         &mut self,
         lane: usize,
@@ -374,6 +384,12 @@ impl ShaderIo for TileIo<'_, '_> {
     }
 
     fn tile_load(&mut self, lane: usize, access: &TileAccess) -> Result<[u32; 4], IoError> {
+        if self.helpers & (1 << lane) != 0 && access.explicit.is_none() {
+            // A helper outside the tile reads nothing useful.
+            if self.pixel(lane, access).is_err() {
+                return Ok([0; 4]);
+            }
+        }
         let (x, y) = self.pixel(lane, access)?;
         let (format, offset) = self.element(access)?;
         // The first sample of the mask (a load reads one sample).
@@ -393,6 +409,9 @@ impl ShaderIo for TileIo<'_, '_> {
         access: &TileAccess,
         values: [u32; 4],
     ) -> Result<(), IoError> {
+        if self.helpers & (1 << lane) != 0 {
+            return Ok(());
+        }
         let (x, y) = self.pixel(lane, access)?;
         let (format, offset) = self.element(access)?;
         let samples: Vec<u32> = self.samples(access.sample_mask).collect();
@@ -426,9 +445,11 @@ impl ShaderIo for TileIo<'_, '_> {
         let mut bytes = [0u8; 24];
         GpuMemory::read(&self.vm, address, &mut bytes, crate::usc::AccessKind::Read)?;
         let pbe = Pbe::unpack(&bytes).value;
-        let (element, channels) = pbe_element(&pbe)
+        // Block stores write the tilebuffer's encoding: the sRGB bit is
+        // for image_write only.
+        let (element, channels) = channel_format(pbe.channels, pbe.data_type, false)
             .ok_or_else(|| invalid(format!("PBE format {:?} {:?}", pbe.channels, pbe.data_type)))?;
-        if pbe.layout != Layout::Linear {
+        if !matches!(pbe.layout, Layout::Linear | Layout::Twiddled) {
             return Err(invalid(format!("{:?} image layout", pbe.layout)));
         }
         if self.tile.samples != 1 {
@@ -441,20 +462,45 @@ impl ShaderIo for TileIo<'_, '_> {
         } else {
             channels << element.shift()
         };
-        // Layered passes store layer n of the tile to layer n of a linear
-        // 2D array.
-        let layer_offset = if self.layer == 0 {
-            0
-        } else if self.layer < pbe.depth_linear {
-            u64::from(self.layer) * pbe.layer_stride_linear
+        // Layered passes store layer n of the tile to layer n of the
+        // image.
+        let layers = if pbe.layout == Layout::Linear {
+            pbe.depth_linear
         } else {
+            pbe.layers
+        };
+        if self.layer >= layers {
             return Err(invalid(format!(
-                "layer {} past the image's {}",
-                self.layer, pbe.depth_linear
+                "layer {} past the image's {layers}",
+                self.layer
             )));
+        }
+        let layout = if pbe.layout == Layout::Linear {
+            ImageLayout::Linear {
+                stride_bytes: u64::from(pbe.stride),
+                element_bytes: texel_bytes as u32,
+                layer_stride_bytes: pbe.layer_stride_linear,
+            }
+        } else {
+            ImageLayout::twiddled(
+                pbe.width,
+                pbe.height,
+                pbe.levels,
+                layers,
+                texel_bytes as u32,
+            )
+            .ok_or_else(|| invalid(format!("{texel_bytes}-byte twiddled texels")))?
+        };
+        let level = if pbe.layout == Layout::Linear {
+            0
+        } else {
+            pbe.level
         };
         let offset = request.tilebuffer_offset_bytes as usize;
-        let (width, height) = (self.area.0.min(pbe.width), self.area.1.min(pbe.height));
+        let (width, height) = (
+            self.area.0.min((pbe.width >> level).max(1)),
+            self.area.1.min((pbe.height >> level).max(1)),
+        );
         for ty in 0..self.tile.height_px {
             let y = self.origin.1 + ty;
             if y >= height {
@@ -477,59 +523,29 @@ impl ShaderIo for TileIo<'_, '_> {
                         return Err(invalid(format!("cannot store {element:?}")));
                     }
                 }
-                row.extend_from_slice(&texel);
-                count += 1;
+                if pbe.layout == Layout::Linear {
+                    row.extend_from_slice(&texel);
+                    count += 1;
+                } else {
+                    let at = layout
+                        .offset(level, x, y, self.layer)
+                        .ok_or_else(|| invalid(format!("pixel ({x}, {y}) past the image")))?;
+                    let mut vm = self.vm;
+                    vm.write(pbe.buffer + at, &texel).map_err(IoError::Memory)?;
+                }
             }
             if count == 0 {
                 continue;
             }
             let address = pbe.buffer
-                + layer_offset
-                + u64::from(y) * u64::from(pbe.stride)
-                + u64::from(self.origin.0) * texel_bytes as u64;
+                + layout
+                    .offset(0, self.origin.0, y, self.layer)
+                    .ok_or_else(|| invalid(format!("row {y} past the image")))?;
             let mut vm = self.vm;
             vm.write(address, &row).map_err(IoError::Memory)?;
         }
         Ok(())
     }
-}
-
-/// How a PBE's channels and type map onto an element format and a
-/// channel count (the formats block stores write).
-fn pbe_element(pbe: &Pbe) -> Option<(ElementFormat, usize)> {
-    use ElementFormat as E;
-    let count = match pbe.channels {
-        Channels::R8 | Channels::R16 | Channels::R32 => 1,
-        Channels::R8G8 | Channels::R16G16 | Channels::R32G32 => 2,
-        Channels::R8G8B8A8
-        | Channels::R16G16B16A16
-        | Channels::R32G32B32A32
-        | Channels::R10G10B10A2 => 4,
-        _ => return None,
-    };
-    let element = match (pbe.channels, pbe.data_type) {
-        (Channels::R10G10B10A2, TextureType::Unorm) => E::Rgb10a2,
-        (Channels::R8 | Channels::R8G8 | Channels::R8G8B8A8, TextureType::Unorm) => E::Unorm8,
-        (Channels::R8 | Channels::R8G8 | Channels::R8G8B8A8, TextureType::Snorm) => E::Snorm8,
-        (
-            Channels::R8 | Channels::R8G8 | Channels::R8G8B8A8,
-            TextureType::Uint | TextureType::Sint,
-        ) => E::I8,
-        (Channels::R16 | Channels::R16G16 | Channels::R16G16B16A16, TextureType::Float) => E::F16,
-        (Channels::R16 | Channels::R16G16 | Channels::R16G16B16A16, TextureType::Unorm) => {
-            E::Unorm16
-        }
-        (Channels::R16 | Channels::R16G16 | Channels::R16G16B16A16, TextureType::Snorm) => {
-            E::Snorm16
-        }
-        (
-            Channels::R16 | Channels::R16G16 | Channels::R16G16B16A16,
-            TextureType::Uint | TextureType::Sint,
-        ) => E::I16,
-        (Channels::R32 | Channels::R32G32 | Channels::R32G32B32A32, _) => E::I32,
-        _ => return None,
-    };
-    Some((element, count))
 }
 
 /// Runs a per-tile program with one lane per entry of `pixels`
@@ -546,10 +562,42 @@ fn run_tile_program(
     layer: u32,
     pixels: &[(u32, u32)],
     coefficients: &[[f32; 3]],
+    quads: bool,
+    sampler_heap: Option<(u64, u32)>,
 ) -> Result<(), EngineResult> {
     let mut uniforms = binding.uniforms.clone();
     let mut memory = vm;
-    for chunk in pixels.chunks(LANES) {
+    // Lanes come in 2x2 quads (lane bit 0: x, bit 1: y), as the hardware
+    // runs fragments, so that texture instructions can take derivatives;
+    // quad members that are not covered run as helpers whose outputs are
+    // dropped. The end-of-tile program runs once, on `pixels` as given.
+    let (order, helpers): (Vec<(u32, u32)>, Vec<bool>) = if quads {
+        let mut seen = std::collections::BTreeSet::new();
+        let covered: std::collections::HashSet<(u32, u32)> = pixels.iter().copied().collect();
+        let mut order = Vec::new();
+        let mut helpers = Vec::new();
+        for &(x, y) in pixels {
+            let quad = (x / 2, y / 2);
+            if !seen.insert(quad) {
+                continue;
+            }
+            for (dx, dy) in [(0, 0), (1, 0), (0, 1), (1, 1)] {
+                let p = (quad.0 * 2 + dx, quad.1 * 2 + dy);
+                order.push(p);
+                helpers.push(!covered.contains(&p));
+            }
+        }
+        (order, helpers)
+    } else {
+        (pixels.to_vec(), vec![false; pixels.len()])
+    };
+    let unit = TextureUnit {
+        vm,
+        textures: &binding.textures,
+        samplers: &binding.samplers,
+        sampler_heap,
+    };
+    for (chunk, helper) in order.chunks(LANES).zip(helpers.chunks(LANES)) {
         let mut lanes = [(0u32, 0u32); LANES];
         lanes[..chunk.len()].copy_from_slice(chunk);
         let present = if chunk.len() == LANES {
@@ -557,6 +605,10 @@ fn run_tile_program(
         } else {
             (1u32 << chunk.len()) - 1
         };
+        let helper_lanes = helper
+            .iter()
+            .enumerate()
+            .fold(0u32, |m, (lane, &h)| if h { m | 1 << lane } else { m });
         let mut group = SimdGroup::new(binding.code, present);
         let sr = agx_hw::isa::table::sr::THREAD_POSITION_IN_GRID;
         group
@@ -582,6 +634,8 @@ fn run_tile_program(
             area,
             layer,
             coefficients,
+            helpers: helper_lanes,
+            unit,
         };
         loop {
             let mut budget = BUDGET_SLICE;
@@ -825,6 +879,8 @@ fn render_scene(
         sample_bytes: u32::from(render.sample_size_B),
     };
     let zls = ZlsControl::unpack(&render.zls_ctrl.to_le_bytes()).value;
+    let heap = (render.sampler_heap != 0)
+        .then_some((render.sampler_heap, u32::from(render.sampler_count)));
     let record_floats = 4 + scene.header.varyings as usize;
     for layer in 0..u32::from(render.layers) {
         for ty in 0..area.1.div_ceil(tile_h) {
@@ -859,6 +915,8 @@ fn render_scene(
                     layer,
                     &all,
                     &[],
+                    true,
+                    heap,
                 )?;
                 for primitive in primitives {
                     let mut bytes = vec![0u8; 8 + 12 * record_floats];
@@ -909,6 +967,8 @@ fn render_scene(
                         layer,
                         &covered,
                         &coefficients,
+                        true,
+                        heap,
                     )?;
                 }
                 store_depth_stencil(&vm, &render, &zls, &tile, (tx, ty), layer, area)?;
@@ -924,6 +984,8 @@ fn render_scene(
                     layer,
                     &lanes,
                     &[],
+                    false,
+                    heap,
                 )?;
             }
         }

@@ -45,6 +45,7 @@
 
 pub mod doc;
 pub mod isa;
+pub mod layout;
 mod lod;
 pub mod spec;
 pub mod uat;

@@ -953,3 +953,141 @@ fn a_partial_render_without_partial_bg_faults_at_the_null_address() {
         (0, agx_fwif::messages::FaultUnit::Usc as u32)
     );
 }
+
+/// Fragment shader: sample the texture in ts0 with ss0 at the
+/// interpolated coordinates cf0-cf1.
+const TEXTURED_FS: &str = "
+    iter r2_r3, cf0, center, 0, 0, 0, 0, 0
+    texture_sample 0, 0b1100, 0, none, xyzw, 0b00, r4_r5_r6_r7, None, ts0, ss0, tex_2d, r2_r3, auto_lod, 0, 0, r0
+    wait 0
+    st_tile r4_r5_r6_r7, u8norm, 0, xyzw, 0, 255, r0, 0
+    stop";
+
+#[test_log::test]
+fn a_textured_quad_shows_every_texel_once() {
+    use agx_hw::formats::{
+        CfBinding, CfBindingHeader, CoefficientSource, Filter, MipFilter, Sampler, ShadeModel,
+        Texture, Wrap,
+    };
+    let m = Machine::new(5000);
+    // A 64 x 64 RGBA8 texture, twiddled.
+    let texel = |x: u32, y: u32| [(x * 4) as u8, (y * 4) as u8, ((x + y) * 2) as u8, 255];
+    let layout = agx_hw::layout::ImageLayout::twiddled(64, 64, 1, 1, 4).unwrap();
+    let mut texels = vec![0u8; layout.layer_bytes() as usize];
+    for y in 0..64 {
+        for x in 0..64 {
+            let at = layout.offset(0, x, y, 0).unwrap() as usize;
+            texels[at..at + 4].copy_from_slice(&texel(x, y));
+        }
+    }
+    m.poke(m.data, 0x10_0000, &texels);
+    let descriptor = Texture {
+        layout: Layout::Twiddled,
+        channels: Channels::R8G8B8A8,
+        data_type: TextureType::Unorm,
+        width: 64,
+        height: 64,
+        address: DATA_VA + 0x10_0000,
+        ..Texture::default()
+    };
+    m.poke(m.data, 0x8_2000, &descriptor.pack().unwrap());
+    let sampler = Sampler {
+        magnify: Filter::Nearest,
+        minify: Filter::Nearest,
+        mip_filter: MipFilter::None,
+        wrap_s: Wrap::ClampToEdge,
+        wrap_t: Wrap::ClampToEdge,
+        ..Sampler::default()
+    };
+    m.poke(m.data, 0x8_2100, &sampler.pack().unwrap());
+    // The quad covers the 64 x 64 target; texture coordinates in slots
+    // 4-5 go from (0, 0) at the top left to (1, 1) at the bottom right.
+    let corners = [[0.0f32, 0.0], [64.0, 0.0], [0.0, 64.0], [64.0, 64.0]];
+    let uv = [[0.0f32, 0.0], [1.0, 0.0], [0.0, 1.0], [1.0, 1.0]];
+    let order = [0, 1, 2, 1, 3, 2];
+    let mut vertices = Vec::new();
+    for &v in &order {
+        let p = clip(&[corners[v]]);
+        vertices.extend_from_slice(&p);
+        vertices.extend([uv[v][0].to_bits(), uv[v][1].to_bits(), 0, 0]);
+    }
+    m.poke_u32s(VERTICES, &vertices);
+    let mut vs_uniforms = pair(DATA_VA + VERTICES);
+    vs_uniforms.extend(pair(DATA_VA + VERTICES + 16));
+    let vs = m.program(
+        COLOUR_VS,
+        0x3000,
+        0xC0,
+        &vs_uniforms,
+        UNIFORMS + 0x200,
+        0,
+        None,
+    );
+    let fs = m.program_with_samplers(
+        TEXTURED_FS,
+        0x4000,
+        0x100,
+        &[0],
+        UNIFORMS + 0x300,
+        0,
+        Some((1, DATA_VA + 0x8_2000)),
+        Some((1, DATA_VA + 0x8_2100)),
+    );
+    let mut table = CfBindingHeader {
+        slot_count: 2,
+        coefficient_register_count: 2,
+    }
+    .pack()
+    .unwrap()
+    .to_vec();
+    table.extend(
+        CfBinding {
+            components: 2,
+            shade_model: ShadeModel::Linear,
+            source: CoefficientSource::Varying,
+            base_slot: 4,
+            base_coefficient_register: 0,
+        }
+        .pack()
+        .unwrap(),
+    );
+    m.poke(m.usc, 0x5000, &table);
+    let render = draw_pass(&m, 6, vs, 7, fs, Some((0x5000, 1)));
+    assert_eq!(m.submit(CmdType::Render, render.as_bytes()), None);
+    let pixels = image(&m, SIZE as usize);
+    for y in 0..64u32 {
+        for x in 0..64u32 {
+            let at = y as usize * STRIDE as usize + 4 * x as usize;
+            assert_eq!(pixels[at..at + 4], texel(x, y), "pixel ({x}, {y})");
+        }
+    }
+}
+
+#[test_log::test]
+fn a_clear_into_a_twiddled_target_lands_where_the_layout_says() {
+    let m = Machine::new(5000);
+    let render = clear_pass(&m, [0.25, 0.5, 0.75, 1.0], 100, 70);
+    let twiddled = Pbe {
+        layout: Layout::Twiddled,
+        ..Pbe::default()
+    };
+    let twiddled = Pbe {
+        dimension: TextureDimension::D2,
+        channels: Channels::R8G8B8A8,
+        data_type: TextureType::Unorm,
+        width: 100,
+        height: 70,
+        buffer: DATA_VA + IMAGE,
+        ..twiddled
+    };
+    m.poke(m.data, PBE, &twiddled.pack().unwrap());
+    assert_eq!(m.submit(CmdType::Render, render.as_bytes()), None);
+    let layout = agx_hw::layout::ImageLayout::twiddled(100, 70, 1, 1, 4).unwrap();
+    let bytes = m.peek(m.data, IMAGE, layout.layer_bytes() as usize);
+    for y in 0..70 {
+        for x in 0..100 {
+            let at = layout.offset(0, x, y, 0).unwrap() as usize;
+            assert_eq!(bytes[at..at + 4], [64, 128, 191, 255], "pixel ({x}, {y})");
+        }
+    }
+}

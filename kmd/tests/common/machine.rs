@@ -3,7 +3,9 @@
 
 use std::time::{Duration, Instant};
 
-use agx_hw::formats::{UscNoPreshader, UscRegisters, UscShader, UscShared, UscTexture, UscUniform};
+use agx_hw::formats::{
+    UscNoPreshader, UscRegisters, UscSampler, UscShader, UscShared, UscTexture, UscUniform,
+};
 use agx_hw::uat::PhysicalMemory;
 use agx_kmd::{Errno, File, System, SystemConfig};
 use agx_uapi::asahi::{
@@ -132,6 +134,32 @@ impl Machine {
         shared_bytes: u32,
         textures: Option<(u32, u64)>,
     ) -> u64 {
+        self.program_with_samplers(
+            source,
+            code_offset,
+            pipeline_offset,
+            uniforms,
+            uniform_offset,
+            shared_bytes,
+            textures,
+            None,
+        )
+    }
+
+    /// [`Machine::program`] that also binds `samplers` (count, GPU
+    /// address) to sampler state registers from 0.
+    #[allow(clippy::too_many_arguments)]
+    pub fn program_with_samplers(
+        &self,
+        source: &str,
+        code_offset: u64,
+        pipeline_offset: u64,
+        uniforms: &[u32],
+        uniform_offset: u64,
+        shared_bytes: u32,
+        textures: Option<(u32, u64)>,
+        samplers: Option<(u32, u64)>,
+    ) -> u64 {
         let code = agx_hw::isa::text::assemble(source, USC_BASE + code_offset).unwrap();
         self.poke(self.usc, code_offset, &code);
         self.poke_u32s(uniform_offset, uniforms);
@@ -148,6 +176,17 @@ impl Machine {
         if let Some((count, buffer)) = textures {
             words.extend(
                 UscTexture {
+                    start: 0,
+                    count,
+                    buffer,
+                }
+                .pack()
+                .unwrap(),
+            );
+        }
+        if let Some((count, buffer)) = samplers {
+            words.extend(
+                UscSampler {
                     start: 0,
                     count,
                     buffer,

@@ -1,0 +1,425 @@
+//! The texture unit: `texture_load` and `texture_sample`.
+//!
+//! A texture instruction names a texture descriptor (24 bytes: format,
+//! size, mip levels, layout, address; bound to a texture state register
+//! by a USC Texture word, or *bindless*: a heap base in a uniform pair
+//! plus a byte offset in a register) and a sampler (8 bytes: filters,
+//! wrap modes, LOD clamps, depth comparison; bound by a USC Sampler word
+//! or taken from the pass's global sampler heap). Loads read one texel at
+//! integer coordinates of an explicit level; samples map normalised (or
+//! pixel) coordinates through the wrap modes, pick a level from the
+//! coordinate derivatives or an explicit LOD, filter (nearest or
+//! bilinear, and between levels), compare for shadow samplers, and
+//! swizzle. Texels are read through the MMU from linear or twiddled
+//! images (`agx_hw::layout`).
+
+use agx_hw::formats::{
+    BorderColour, Channel, Channels, CompareFunc, Filter, Layout, MipFilter, Sampler, Texture,
+    TextureDimension, TextureType, Wrap,
+};
+use agx_hw::layout::ImageLayout;
+
+use crate::compute::StateBinding;
+use crate::engine::GpuVm;
+use crate::usc::formats::{self, ElementFormat};
+use crate::usc::io::{IoError, LodArgument, TextureHandle, TextureRequest};
+
+/// How a descriptor's channels and type map onto an element format and a
+/// channel count (`None`: a format this model does not read or write).
+pub fn channel_format(
+    channels: Channels,
+    data_type: TextureType,
+    srgb: bool,
+) -> Option<(ElementFormat, usize)> {
+    use ElementFormat as E;
+    let count = match channels {
+        Channels::R8 | Channels::R16 | Channels::R32 => 1,
+        Channels::R8G8 | Channels::R16G16 | Channels::R32G32 => 2,
+        Channels::R8G8B8A8
+        | Channels::R16G16B16A16
+        | Channels::R32G32B32A32
+        | Channels::R10G10B10A2 => 4,
+        _ => return None,
+    };
+    let eight = matches!(channels, Channels::R8 | Channels::R8G8 | Channels::R8G8B8A8);
+    let sixteen = matches!(
+        channels,
+        Channels::R16 | Channels::R16G16 | Channels::R16G16B16A16
+    );
+    let element = match data_type {
+        TextureType::Unorm if channels == Channels::R10G10B10A2 => E::Rgb10a2,
+        TextureType::Unorm if eight && srgb => E::Srgba8,
+        TextureType::Unorm if eight => E::Unorm8,
+        TextureType::Snorm if eight => E::Snorm8,
+        TextureType::Uint | TextureType::Sint if eight => E::I8,
+        TextureType::Float if sixteen => E::F16,
+        TextureType::Unorm if sixteen => E::Unorm16,
+        TextureType::Snorm if sixteen => E::Snorm16,
+        TextureType::Uint | TextureType::Sint if sixteen => E::I16,
+        _ if !eight && !sixteen && channels != Channels::R10G10B10A2 => E::I32,
+        _ => return None,
+    };
+    Some((element, count))
+}
+
+fn invalid(what: String) -> IoError {
+    IoError::Invalid(what)
+}
+
+/// A decoded texture.
+struct Image {
+    texture: Texture,
+    layout: ImageLayout,
+    element: ElementFormat,
+    channels: usize,
+    element_bytes: u32,
+    /// Integer texels (no conversion to float).
+    integer: bool,
+}
+
+/// The texture unit of one stage: where its descriptors come from.
+#[derive(Clone, Copy)]
+pub struct TextureUnit<'a> {
+    /// Memory, through the MMU.
+    pub vm: GpuVm<'a>,
+    /// Texture state registers.
+    pub textures: &'a [StateBinding],
+    /// Sampler state registers.
+    pub samplers: &'a [StateBinding],
+    /// The pass's sampler heap (address, samplers).
+    pub sampler_heap: Option<(u64, u32)>,
+}
+
+fn bound(states: &[StateBinding], index: u32, size: u64) -> Option<u64> {
+    states
+        .iter()
+        .rev()
+        .find(|b| (b.start..b.start + b.count).contains(&index))
+        .map(|b| b.buffer + size * u64::from(index - b.start))
+}
+
+impl TextureUnit<'_> {
+    fn read<const N: usize>(&self, address: u64) -> Result<[u8; N], IoError> {
+        let mut bytes = [0u8; N];
+        crate::usc::GpuMemory::read(&self.vm, address, &mut bytes, crate::usc::AccessKind::Read)?;
+        Ok(bytes)
+    }
+
+    fn image(&self, handle: TextureHandle) -> Result<Image, IoError> {
+        let address = match handle {
+            TextureHandle::Index(i) => bound(self.textures, i, 24)
+                .ok_or_else(|| invalid(format!("no texture bound at ts{i}")))?,
+            TextureHandle::Bindless { base, offset } => base.wrapping_add(u64::from(offset)),
+        };
+        let texture = Texture::unpack(&self.read::<24>(address)?).value;
+        if !matches!(
+            texture.dimension,
+            TextureDimension::D2 | TextureDimension::D2Array
+        ) {
+            return Err(invalid(format!("{:?} textures", texture.dimension)));
+        }
+        let (element, channels) = channel_format(texture.channels, texture.data_type, texture.srgb)
+            .ok_or_else(|| {
+                invalid(format!(
+                    "texture format {:?} {:?}",
+                    texture.channels, texture.data_type
+                ))
+            })?;
+        let element_bytes = if element.packed() {
+            4
+        } else {
+            (channels as u32) << element.shift()
+        };
+        let layers = if texture.dimension == TextureDimension::D2Array {
+            if texture.layout == Layout::Linear {
+                texture.depth_linear
+            } else {
+                texture.depth
+            }
+        } else {
+            1
+        };
+        let layout = match texture.layout {
+            Layout::Linear => ImageLayout::Linear {
+                stride_bytes: u64::from(texture.stride),
+                element_bytes,
+                layer_stride_bytes: texture.layer_stride_linear,
+            },
+            Layout::Twiddled => ImageLayout::twiddled(
+                texture.width,
+                texture.height,
+                texture.last_level + 1,
+                layers,
+                element_bytes,
+            )
+            .ok_or_else(|| invalid(format!("{element_bytes}-byte twiddled texels")))?,
+            other => return Err(invalid(format!("{other:?} texture layout"))),
+        };
+        Ok(Image {
+            integer: matches!(texture.data_type, TextureType::Uint | TextureType::Sint),
+            texture,
+            layout,
+            element,
+            channels,
+            element_bytes,
+        })
+    }
+
+    fn sampler(&self, index: u32) -> Result<Sampler, IoError> {
+        let address = match bound(self.samplers, index, 8) {
+            Some(address) => address,
+            None => match self.sampler_heap {
+                Some((heap, count)) if index < count => heap + 8 * u64::from(index),
+                _ => return Err(invalid(format!("no sampler {index}"))),
+            },
+        };
+        Ok(Sampler::unpack(&self.read::<8>(address)?).value)
+    }
+
+    /// The four components of texel (x, y) of `level` and `layer`, as
+    /// register bits (f32, or integers for integer formats), before the
+    /// swizzle.
+    fn texel(
+        &self,
+        image: &Image,
+        level: u32,
+        x: u32,
+        y: u32,
+        layer: u32,
+    ) -> Result<[u32; 4], IoError> {
+        let offset = image
+            .layout
+            .offset(level, x, y, layer)
+            .ok_or_else(|| invalid(format!("texel ({x}, {y}) of level {level}")))?;
+        let mut bytes = vec![0u8; image.element_bytes as usize];
+        crate::usc::GpuMemory::read(
+            &self.vm,
+            image.texture.address + offset,
+            &mut bytes,
+            crate::usc::AccessKind::Read,
+        )?;
+        let one = if image.integer { 1 } else { 1.0f32.to_bits() };
+        let mut out = [0, 0, 0, one];
+        for (c, value) in out.iter_mut().enumerate().take(image.channels) {
+            let at = if image.element.packed() {
+                0
+            } else {
+                c << image.element.shift()
+            };
+            *value = formats::load(image.element, &bytes[at..], c, false);
+        }
+        Ok(out)
+    }
+
+    /// Serves a texture instruction for one lane.
+    pub fn request(&self, request: &TextureRequest) -> Result<[u32; 4], IoError> {
+        let image = self.image(request.texture)?;
+        let t = &image.texture;
+        let layer = if t.dimension == TextureDimension::D2Array {
+            request.coords[2]
+        } else {
+            0
+        };
+        let raw = if request.load {
+            let level = match request.lod {
+                LodArgument::Explicit(l) => l as u32,
+                _ => 0,
+            } + t.first_level;
+            // Out-of-bounds loads return zero (robust access).
+            let (x, y) = (request.coords[0], request.coords[1]);
+            match self.texel(&image, level, x, y, layer) {
+                Ok(texel) => texel,
+                Err(IoError::Invalid(_)) => [0; 4],
+                Err(e) => return Err(e),
+            }
+        } else {
+            if image.integer {
+                return Err(invalid("sampling an integer texture".into()));
+            }
+            let sampler = self.sampler(request.sampler)?;
+            self.sample(&image, &sampler, request, layer)?
+        };
+        let swizzled = [t.swizzle_r, t.swizzle_g, t.swizzle_b, t.swizzle_a].map(|s| {
+            let one = if image.integer { 1 } else { 1.0f32.to_bits() };
+            match s {
+                Channel::R => raw[0],
+                Channel::G => raw[1],
+                Channel::B => raw[2],
+                Channel::A => raw[3],
+                Channel::One => one,
+                _ => 0,
+            }
+        });
+        Ok(if request.half && !image.integer {
+            swizzled.map(|bits| u32::from(half::f16::from_f32(f32::from_bits(bits)).to_bits()))
+        } else {
+            swizzled
+        })
+    }
+
+    fn sample(
+        &self,
+        image: &Image,
+        sampler: &Sampler,
+        request: &TextureRequest,
+        layer: u32,
+    ) -> Result<[u32; 4], IoError> {
+        let t = &image.texture;
+        let (w, h) = (t.width as f32, t.height as f32);
+        let mut s = f32::from_bits(request.coords[0]);
+        let mut u = f32::from_bits(request.coords[1]);
+        if sampler.pixel_coordinates {
+            s /= w;
+            u /= h;
+        }
+        let lod = match request.lod {
+            LodArgument::Explicit(l) => l,
+            LodArgument::Auto { ddx, ddy, bias } => rho_lod(ddx, ddy, w, h) + bias,
+            LodArgument::Gradient { ddx, ddy } => rho_lod(ddx, ddy, w, h),
+        };
+        let lod = lod.clamp(sampler.min_lod.to_f32(), sampler.max_lod.to_f32());
+        let max_level = t.last_level.saturating_sub(t.first_level) as f32;
+        let filter = if lod <= 0.0 {
+            sampler.magnify
+        } else {
+            sampler.minify
+        };
+        let reference = if sampler.compare_enable {
+            Some(request.compare.unwrap_or(0.0))
+        } else {
+            None
+        };
+        let at_level = |level: f32| -> Result<[f32; 4], IoError> {
+            let level = level.clamp(0.0, max_level) as u32 + t.first_level;
+            self.filter_level(image, sampler, filter, level, s, u, layer, reference)
+        };
+        let texel = match sampler.mip_filter {
+            MipFilter::Linear if lod > 0.0 && max_level > 0.0 => {
+                let lod = lod.min(max_level);
+                let (lo, frac) = (lod.floor(), lod - lod.floor());
+                let a = at_level(lo)?;
+                if frac == 0.0 {
+                    a
+                } else {
+                    let b = at_level(lo + 1.0)?;
+                    std::array::from_fn(|c| a[c] + (b[c] - a[c]) * frac)
+                }
+            }
+            MipFilter::Nearest if lod > 0.0 => at_level((lod + 0.5).floor())?,
+            _ => at_level(0.0)?,
+        };
+        Ok(texel.map(f32::to_bits))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn filter_level(
+        &self,
+        image: &Image,
+        sampler: &Sampler,
+        filter: Filter,
+        level: u32,
+        s: f32,
+        t: f32,
+        layer: u32,
+        reference: Option<f32>,
+    ) -> Result<[f32; 4], IoError> {
+        let width = (image.texture.width >> level).max(1) as i64;
+        let height = (image.texture.height >> level).max(1) as i64;
+        let fetch = |x: i64, y: i64| -> Result<[f32; 4], IoError> {
+            let (Some(x), Some(y)) = (
+                wrap(sampler.wrap_s, x, width),
+                wrap(sampler.wrap_t, y, height),
+            ) else {
+                return border(sampler.border_colour)
+                    .ok_or_else(|| invalid("custom border colours".into()));
+            };
+            let raw = self.texel(image, level, x as u32, y as u32, layer)?;
+            let texel = raw.map(f32::from_bits);
+            Ok(match reference {
+                Some(r) => {
+                    let pass = compare(sampler.compare_func, r, texel[0]);
+                    let v = if pass { 1.0 } else { 0.0 };
+                    [v, v, v, 1.0]
+                }
+                None => texel,
+            })
+        };
+        let (u, v) = (s * width as f32, t * height as f32);
+        match filter {
+            Filter::Linear => {
+                let (u, v) = (u - 0.5, v - 0.5);
+                let (x0, y0) = (u.floor() as i64, v.floor() as i64);
+                let (fx, fy) = (u - u.floor(), v - v.floor());
+                let t00 = fetch(x0, y0)?;
+                let t10 = fetch(x0 + 1, y0)?;
+                let t01 = fetch(x0, y0 + 1)?;
+                let t11 = fetch(x0 + 1, y0 + 1)?;
+                Ok(std::array::from_fn(|c| {
+                    let top = t00[c] + (t10[c] - t00[c]) * fx;
+                    let bottom = t01[c] + (t11[c] - t01[c]) * fx;
+                    top + (bottom - top) * fy
+                }))
+            }
+            Filter::Nearest => fetch(u.floor() as i64, v.floor() as i64),
+            other => Err(invalid(format!("{other:?} filtering"))),
+        }
+    }
+}
+
+/// The level of detail from coordinate derivatives (normalised units).
+fn rho_lod(ddx: [f32; 3], ddy: [f32; 3], w: f32, h: f32) -> f32 {
+    let x = ((ddx[0] * w).powi(2) + (ddx[1] * h).powi(2)).sqrt();
+    let y = ((ddy[0] * w).powi(2) + (ddy[1] * h).powi(2)).sqrt();
+    x.max(y).max(f32::MIN_POSITIVE).log2()
+}
+
+/// A texel coordinate through a wrap mode; `None` for the border.
+pub fn wrap(mode: Wrap, i: i64, size: i64) -> Option<i64> {
+    Some(match mode {
+        Wrap::Repeat => i.rem_euclid(size),
+        Wrap::MirroredRepeat => {
+            let period = i.rem_euclid(2 * size);
+            if period < size {
+                period
+            } else {
+                2 * size - 1 - period
+            }
+        }
+        Wrap::ClampToBorder => {
+            if (0..size).contains(&i) {
+                i
+            } else {
+                return None;
+            }
+        }
+        Wrap::MirroredClampToEdge => {
+            let m = if i < 0 { -1 - i } else { i };
+            m.min(size - 1)
+        }
+        _ => i.clamp(0, size - 1),
+    })
+}
+
+/// A border colour (`None`: custom, which this model does not read).
+fn border(colour: BorderColour) -> Option<[f32; 4]> {
+    match colour {
+        BorderColour::TransparentBlack => Some([0.0; 4]),
+        BorderColour::OpaqueBlack => Some([0.0, 0.0, 0.0, 1.0]),
+        BorderColour::OpaqueWhite => Some([1.0; 4]),
+        _ => None,
+    }
+}
+
+/// A shadow comparison of the reference against a texel.
+fn compare(func: CompareFunc, reference: f32, texel: f32) -> bool {
+    match func {
+        CompareFunc::Lequal => reference <= texel,
+        CompareFunc::Gequal => reference >= texel,
+        CompareFunc::Less => reference < texel,
+        CompareFunc::Greater => reference > texel,
+        CompareFunc::Equal => reference == texel,
+        CompareFunc::NotEqual => reference != texel,
+        CompareFunc::Always => true,
+        _ => false,
+    }
+}
