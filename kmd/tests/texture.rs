@@ -264,3 +264,338 @@ fn samples_filter_and_wrap_as_the_sampler_says() {
         }
     }
 }
+
+/// A small linear texture of `channels`/`data_type` whose element at
+/// (x, y) is `bytes(x, y)`; returns nothing (descriptor at DESCRIPTOR).
+fn small_texture(
+    m: &Machine,
+    channels: Channels,
+    data_type: TextureType,
+    srgb: bool,
+    element_bytes: u32,
+    bytes: impl Fn(u32, u32) -> Vec<u8>,
+) {
+    let stride = (4 * element_bytes).next_multiple_of(16);
+    let mut data = vec![0u8; (stride * 4) as usize];
+    for y in 0..4 {
+        for x in 0..4 {
+            let at = (y * stride + x * element_bytes) as usize;
+            data[at..at + element_bytes as usize].copy_from_slice(&bytes(x, y));
+        }
+    }
+    m.poke(m.data, TEXELS, &data);
+    let descriptor = Texture {
+        dimension: TextureDimension::D2,
+        layout: Layout::Linear,
+        channels,
+        data_type,
+        width: 4,
+        height: 4,
+        address: DATA_VA + TEXELS,
+        srgb,
+        stride,
+        ..Texture::default()
+    };
+    m.poke(m.data, DESCRIPTOR, &descriptor.pack().unwrap());
+}
+
+fn load_4x4(m: &Machine) -> Vec<[f32; 4]> {
+    let mut uniforms = pair(DATA_VA + OUT);
+    uniforms.push(TEX_W);
+    let pipeline = m.program(
+        LOAD,
+        0x1000,
+        0x40,
+        &uniforms,
+        UNIFORMS,
+        0,
+        Some((1, DATA_VA + DESCRIPTOR)),
+    );
+    assert_eq!(run_grid(m, pipeline), None);
+    let all = out_floats(m);
+    (0..16)
+        .map(|i| all[((i / 4) * TEX_W + i % 4) as usize])
+        .collect()
+}
+
+fn srgb_to_linear(c: f64) -> f64 {
+    if c <= 0.04045 {
+        c / 12.92
+    } else {
+        ((c + 0.055) / 1.055).powf(2.4)
+    }
+}
+
+#[test_log::test]
+fn every_listed_format_decodes_to_the_right_values() {
+    let v = |x: u32, y: u32| (x + 4 * y) as f32; // 0..15
+    type Case = (
+        Channels,
+        TextureType,
+        bool,
+        u32,
+        fn(f32) -> Vec<u8>,
+        fn(f32) -> [f64; 4],
+    );
+    let cases: Vec<Case> = vec![
+        (
+            Channels::R8,
+            TextureType::Unorm,
+            false,
+            1,
+            |v| vec![(v * 16.0) as u8],
+            |v| [f64::from(v * 16.0) / 255.0, 0.0, 0.0, 1.0],
+        ),
+        (
+            Channels::R8G8,
+            TextureType::Unorm,
+            false,
+            2,
+            |v| vec![(v * 16.0) as u8, 255 - v as u8],
+            |v| {
+                [
+                    f64::from(v * 16.0) / 255.0,
+                    f64::from(255.0 - v) / 255.0,
+                    0.0,
+                    1.0,
+                ]
+            },
+        ),
+        (
+            Channels::R8G8B8A8,
+            TextureType::Unorm,
+            true,
+            4,
+            |v| vec![(v * 16.0) as u8, 128, 0, 77],
+            |v| {
+                [
+                    srgb_to_linear(f64::from(v * 16.0) / 255.0),
+                    srgb_to_linear(128.0 / 255.0),
+                    0.0,
+                    77.0 / 255.0,
+                ]
+            },
+        ),
+        (
+            Channels::R16,
+            TextureType::Float,
+            false,
+            2,
+            |v| half::f16::from_f32(v * 0.5 - 2.0).to_le_bytes().to_vec(),
+            |v| [f64::from(v * 0.5 - 2.0), 0.0, 0.0, 1.0],
+        ),
+        (
+            Channels::R16G16B16A16,
+            TextureType::Float,
+            false,
+            8,
+            |v| {
+                [v, -v, v * 0.25, 1.5]
+                    .iter()
+                    .flat_map(|c| half::f16::from_f32(*c).to_le_bytes())
+                    .collect()
+            },
+            |v| [f64::from(v), f64::from(-v), f64::from(v * 0.25), 1.5],
+        ),
+        (
+            Channels::R32,
+            TextureType::Float,
+            false,
+            4,
+            |v| (v * 1.1).to_le_bytes().to_vec(),
+            |v| [f64::from(v * 1.1), 0.0, 0.0, 1.0],
+        ),
+        (
+            Channels::R32G32B32A32,
+            TextureType::Float,
+            false,
+            16,
+            |v| {
+                [v, v + 0.5, -v, 1e6]
+                    .iter()
+                    .flat_map(|c| c.to_le_bytes())
+                    .collect()
+            },
+            |v| [f64::from(v), f64::from(v + 0.5), f64::from(-v), 1e6],
+        ),
+    ];
+    for (channels, data_type, srgb, bytes, encode, expect) in cases {
+        let m = Machine::new(5000);
+        small_texture(&m, channels, data_type, srgb, bytes, |x, y| encode(v(x, y)));
+        let got = load_4x4(&m);
+        for y in 0..4 {
+            for x in 0..4 {
+                let want = expect(v(x, y));
+                let have = got[(y * 4 + x) as usize];
+                for c in 0..4 {
+                    let tolerance = 1e-6 * want[c].abs().max(1.0);
+                    assert!(
+                        (f64::from(have[c]) - want[c]).abs() <= tolerance,
+                        "{channels:?} {data_type:?} srgb={srgb} ({x}, {y}) channel {c}: {} vs {}",
+                        have[c],
+                        want[c]
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// SAMPLE with an explicit LOD (fp16 in the low half of u6) and, when
+/// `shadow`, a depth-compare reference in u7.
+fn explicit_lod_kernel(shadow: bool) -> String {
+    SAMPLE
+        .replace(
+            "    get_sr r4, sr80",
+            "    mov r20, u6\n    mov r13, u7\n    get_sr r4, sr80",
+        )
+        .replace(
+            "texture_sample 0, 0b1100",
+            if shadow {
+                "texture_sample 1, 0b1100"
+            } else {
+                "texture_sample 0, 0b1100"
+            },
+        )
+        .replace("lod_min, r20l, 0, r0", "lod_min, r20l, 0, r13")
+}
+
+fn sample_grid(
+    m: &Machine,
+    sampler: &Sampler,
+    lod: f32,
+    reference: f32,
+    shadow: bool,
+    scale: f32,
+) -> Vec<[f32; 4]> {
+    m.poke(m.data, SAMPLERS, &sampler.pack().unwrap());
+    let mut uniforms = pair(DATA_VA + OUT);
+    uniforms.extend([
+        TEX_W,
+        0.5f32.to_bits(),
+        (scale / TEX_W as f32).to_bits(),
+        (scale / TEX_H as f32).to_bits(),
+        u32::from(half::f16::from_f32(lod).to_bits()),
+        reference.to_bits(),
+    ]);
+    let pipeline = m.program_with_samplers(
+        &explicit_lod_kernel(shadow),
+        0x1000,
+        0x40,
+        &uniforms,
+        UNIFORMS,
+        0,
+        Some((1, DATA_VA + DESCRIPTOR)),
+        Some((1, DATA_VA + SAMPLERS)),
+    );
+    assert_eq!(run_grid(m, pipeline), None);
+    out_floats(m)
+}
+
+#[test_log::test]
+fn mip_levels_are_chosen_and_blended_by_lod() {
+    use agx_hw::Lod;
+    let m = Machine::new(5000);
+    // 16 x 16, five levels, twiddled; level L is a flat colour.
+    let layout = ImageLayout::twiddled(16, 16, 5, 1, 4).unwrap();
+    let colour = |level: u32| [(level * 60) as u8, 255 - (level * 50) as u8, 100, 255];
+    let mut bytes = vec![0u8; layout.layer_bytes() as usize];
+    for level in 0..5 {
+        let size = 16 >> level;
+        for y in 0..size {
+            for x in 0..size {
+                let at = layout.offset(level, x, y, 0).unwrap() as usize;
+                bytes[at..at + 4].copy_from_slice(&colour(level));
+            }
+        }
+    }
+    m.poke(m.data, TEXELS, &bytes);
+    let descriptor = Texture {
+        dimension: TextureDimension::D2,
+        layout: Layout::Twiddled,
+        channels: Channels::R8G8B8A8,
+        data_type: TextureType::Unorm,
+        width: 16,
+        height: 16,
+        first_level: 0,
+        last_level: 4,
+        address: DATA_VA + TEXELS,
+        ..Texture::default()
+    };
+    m.poke(m.data, DESCRIPTOR, &descriptor.pack().unwrap());
+    let sampler = |mip_filter| Sampler {
+        magnify: Filter::Linear,
+        minify: Filter::Linear,
+        mip_filter,
+        min_lod: Lod::from_f32(0.0),
+        max_lod: Lod::from_f32(15.0),
+        ..Sampler::default()
+    };
+    let unorm = |level: u32| colour(level).map(|c| f32::from(c) / 255.0);
+    for (mip, lod, want) in [
+        (MipFilter::Nearest, 0.6, unorm(1)),
+        (MipFilter::Nearest, 3.2, unorm(3)),
+        (MipFilter::Nearest, 9.0, unorm(4)),
+        (MipFilter::None, 3.0, unorm(0)),
+    ] {
+        let got = sample_grid(&m, &sampler(mip), lod, 0.0, false, 1.0);
+        assert_eq!(got[5], want, "{mip:?} at LOD {lod}");
+    }
+    // Trilinear: halfway between levels 1 and 2.
+    let got = sample_grid(&m, &sampler(MipFilter::Linear), 1.5, 0.0, false, 1.0);
+    let (a, b) = (unorm(1), unorm(2));
+    for c in 0..4 {
+        assert!(
+            (got[7][c] - (a[c] + b[c]) / 2.0).abs() < 1e-6,
+            "channel {c}"
+        );
+    }
+}
+
+#[test_log::test]
+fn depth_compare_and_border_colours() {
+    let m = Machine::new(5000);
+    // A depth texture: texel (x, y) holds x / 64.
+    small_texture(&m, Channels::R32, TextureType::Float, false, 4, |x, _| {
+        (x as f32 / 64.0).to_le_bytes().to_vec()
+    });
+    let shadow = Sampler {
+        magnify: Filter::Nearest,
+        minify: Filter::Nearest,
+        compare_enable: true,
+        compare_func: agx_hw::formats::CompareFunc::Less,
+        ..Sampler::default()
+    };
+    // Thread x samples texel floor((x + 0.5) / 16) of the 4-wide texture;
+    // the reference 1/64 is less than texels 2 and 3 (2/64, 3/64).
+    let got = sample_grid(&m, &shadow, 0.0, 1.0 / 64.0, true, 1.0);
+    let mut passes = 0;
+    for x in 0..TEX_W {
+        let texel_x = (2 * x + 1) / 32;
+        let want = if texel_x >= 2 { 1.0 } else { 0.0 };
+        assert_eq!(got[x as usize][0], want, "thread {x}");
+        passes += u32::from(want == 1.0);
+    }
+    assert_eq!(passes, 32);
+    // Clamp to an opaque-white border: coordinates past 1 see (1, 1, 1, 1).
+    small_texture(
+        &m,
+        Channels::R8G8B8A8,
+        TextureType::Unorm,
+        false,
+        4,
+        |_, _| vec![0, 0, 0, 0],
+    );
+    let border = Sampler {
+        magnify: Filter::Nearest,
+        minify: Filter::Nearest,
+        wrap_s: Wrap::ClampToBorder,
+        wrap_t: Wrap::ClampToBorder,
+        border_colour: agx_hw::formats::BorderColour::OpaqueWhite,
+        ..Sampler::default()
+    };
+    let got = sample_grid(&m, &border, 0.0, 0.0, false, 2.0);
+    // s = (x + 0.5) * 2 / 64: inside for x < 32, past the edge after.
+    assert_eq!(got[0], [0.0; 4]);
+    assert_eq!(got[40], [1.0; 4]);
+}
