@@ -1091,3 +1091,150 @@ fn a_clear_into_a_twiddled_target_lands_where_the_layout_says() {
         }
     }
 }
+
+/// Vertex shader: POSITION_VS with each instance moved right by u4 (clip
+/// units) per instance index (r6).
+const INSTANCED_VS: &str = "
+    device_load 0, i32, xyzw, r8_r9_r10_r11, u0_u1, r5, unsigned, lsl 2
+    wait 0
+    convert u32_to_f, r15, r6, rte
+    fmadd32 r8, r15, u4, r8
+    st_var 1, r8, 0
+    st_var 1, r9, 1
+    st_var 1, r10, 2
+    st_var 1, r11, 3
+    stop";
+
+#[test_log::test]
+fn instances_links_culling_and_near_clipping() {
+    use agx_hw::formats::{IndexList, VdmStreamLink};
+    let m = Machine::new(5000);
+    // Two triangles: A counter-clockwise on screen (front), B clockwise
+    // (back), both 8 px wide; drawn as 3 instances 16 px apart.
+    let a = [[2.0f32, 2.0], [2.0, 12.0], [10.0, 2.0]];
+    let b = [[2.0f32, 20.0], [10.0, 20.0], [2.0, 30.0]];
+    let mut window = a.to_vec();
+    window.extend_from_slice(&b);
+    m.poke_u32s(VERTICES, &clip(&window));
+    let mut vs_uniforms = pair(DATA_VA + VERTICES);
+    vs_uniforms.extend([0, 0, (16.0f32 / 32.0).to_bits()]);
+    let vs = m.program(
+        INSTANCED_VS,
+        0x3000,
+        0xC0,
+        &vs_uniforms,
+        UNIFORMS + 0x200,
+        0,
+        None,
+    );
+    let fs = m.program(
+        COUNT_FS,
+        0x4000,
+        0x100,
+        &[(1.0f32 / 255.0).to_bits()],
+        UNIFORMS + 0x300,
+        0,
+        None,
+    );
+    let render = draw_pass(&m, 6, vs, 4, fs, None);
+    // Counter-clockwise (as seen in the image) is front; cull back faces.
+    // (The PPP's Cull record follows the header, the viewport control
+    // word and the viewport.)
+    let cull = agx_hw::formats::Cull {
+        cull_back: true,
+        front_face_ccw: true,
+        ..agx_hw::formats::Cull::default()
+    };
+    m.poke(m.data, PPP + 4 + 4 + 24, &cull.pack().unwrap());
+    // Rewrite the VDM stream: the state, then a link to a second segment
+    // holding an instanced draw and the terminate.
+    let stream = m.peek(m.data, STREAM, 20);
+    let second = STREAM + 0x800;
+    let mut vdm = stream.clone();
+    vdm.extend(
+        VdmStreamLink {
+            target: DATA_VA + second,
+            with_return: false,
+        }
+        .pack()
+        .unwrap(),
+    );
+    m.poke(m.data, STREAM, &vdm);
+    let mut draw = IndexList {
+        primitive: Primitive::Triangles,
+        index_count_present: true,
+        instance_count_present: true,
+        start_present: true,
+        ..IndexList::default()
+    }
+    .pack()
+    .unwrap()
+    .to_vec();
+    for word in [6u32, 3, 0] {
+        draw.extend(word.to_le_bytes());
+    }
+    draw.extend(VdmStreamTerminate::default().pack().unwrap());
+    m.poke(m.data, second, &draw);
+    assert_eq!(m.submit(CmdType::Render, render.as_bytes()), None);
+    let got = counts(&m);
+    let t = |tri: [[f32; 2]; 3], dx: f32| tri.map(|[x, y]| [f64::from(x + dx), f64::from(y)]);
+    for y in 0..SIZE as usize {
+        for x in 0..SIZE as usize {
+            let (px, py) = (x as f64 + 0.5, y as f64 + 0.5);
+            let front = (0..3).any(|i| covers(t(a, 16.0 * i as f32), px, py));
+            assert_eq!(
+                got[y * SIZE as usize + x],
+                u8::from(front),
+                "pixel ({x}, {y})"
+            );
+        }
+    }
+    // Near clipping: a triangle whose bottom vertex is behind the near
+    // plane (z < 0) shows only its part with z >= 0.
+    let m = Machine::new(5000);
+    let corners = [[8.0f32, 4.0], [56.0, 4.0], [32.0, 60.0]];
+    let z = [0.75f32, 0.75, -0.75];
+    let mut vertices = clip(&corners);
+    for v in 0..3 {
+        vertices[4 * v + 2] = z[v].to_bits();
+    }
+    m.poke_u32s(VERTICES, &vertices);
+    let vs = m.program(
+        POSITION_VS,
+        0x3000,
+        0xC0,
+        &pair(DATA_VA + VERTICES),
+        UNIFORMS + 0x200,
+        0,
+        None,
+    );
+    let fs = m.program(
+        COUNT_FS,
+        0x4000,
+        0x100,
+        &[(1.0f32 / 255.0).to_bits()],
+        UNIFORMS + 0x300,
+        0,
+        None,
+    );
+    let render = draw_pass(&m, 3, vs, 4, fs, None);
+    assert_eq!(m.submit(CmdType::Render, render.as_bytes()), None);
+    let got = counts(&m);
+    let tri = corners.map(|[x, y]| [f64::from(x), f64::from(y)]);
+    let mut shown = 0;
+    for y in 0..SIZE as usize {
+        for x in 0..SIZE as usize {
+            let (px, py) = (x as f64 + 0.5, y as f64 + 0.5);
+            // z falls linearly from 0.75 at y = 4 to -0.75 at y = 60: the
+            // near plane crosses at y = 32 (between pixel centres).
+            let want = covers(tri, px, py) && py < 32.0;
+            shown += usize::from(want);
+            assert_eq!(
+                got[y * SIZE as usize + x],
+                u8::from(want),
+                "pixel ({x}, {y})"
+            );
+        }
+    }
+    assert!(shown > 500, "{shown}");
+}

@@ -169,8 +169,22 @@ const SAMPLE: &str = "
 
 /// The reference: the texel at integer (x, y) through a wrap mode, as
 /// floats (None: the border).
+/// The wrap modes as the graphics APIs define them.
+fn wrapped(mode: Wrap, i: i64, n: i64) -> Option<i64> {
+    match mode {
+        Wrap::Repeat => Some(((i % n) + n) % n),
+        Wrap::MirroredRepeat => {
+            let m = ((i % (2 * n)) + 2 * n) % (2 * n);
+            Some(if m < n { m } else { 2 * n - 1 - m })
+        }
+        Wrap::ClampToBorder => (0 <= i && i < n).then_some(i),
+        Wrap::MirroredClampToEdge => Some(if i < 0 { -i - 1 } else { i }.min(n - 1)),
+        _ => Some(i.max(0).min(n - 1)),
+    }
+}
+
 fn reference_texel(wrap: Wrap, x: i64, y: i64) -> [f64; 4] {
-    let w = agx_firmware_sim::texture::wrap;
+    let w = wrapped;
     match (w(wrap, x, i64::from(TEX_W)), w(wrap, y, i64::from(TEX_H))) {
         (Some(x), Some(y)) => texel(x as u32, y as u32).map(|c| f64::from(c) / 255.0),
         _ => [0.0; 4],
@@ -205,6 +219,8 @@ fn samples_filter_and_wrap_as_the_sampler_says() {
         (Filter::Linear, Wrap::Repeat, 0.3, 1.0),
         (Filter::Linear, Wrap::ClampToEdge, 0.5, 1.25),
         (Filter::Linear, Wrap::ClampToBorder, 0.5, 1.5),
+        (Filter::Nearest, Wrap::MirroredClampToEdge, -32.0, 1.5),
+        (Filter::Linear, Wrap::ClampGl, 0.5, 1.25),
     ];
     for layout in [Layout::Twiddled, Layout::Linear] {
         for (filter, wrap, offset, scale) in cases {
@@ -598,4 +614,25 @@ fn depth_compare_and_border_colours() {
     // s = (x + 0.5) * 2 / 64: inside for x < 32, past the edge after.
     assert_eq!(got[0], [0.0; 4]);
     assert_eq!(got[40], [1.0; 4]);
+}
+
+#[test_log::test]
+fn an_unmapped_texture_descriptor_faults_at_its_address_on_first_use() {
+    let m = Machine::new(5000);
+    let mut uniforms = pair(DATA_VA + OUT);
+    uniforms.push(TEX_W);
+    let missing = 0x6_0000_0000u64;
+    let pipeline = m.program(
+        LOAD,
+        0x1000,
+        0x40,
+        &uniforms,
+        UNIFORMS,
+        0,
+        Some((1, missing)),
+    );
+    assert_eq!(run_grid(&m, pipeline), Some(agx_kmd::Errno::EIO));
+    let (address, unit, _) = m.system.device().scheduler().stats().last_fault.unwrap();
+    assert_eq!(address, missing);
+    assert_eq!(unit, agx_fwif::messages::FaultUnit::Usc as u32);
 }
