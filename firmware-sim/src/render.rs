@@ -17,7 +17,7 @@
 //! tile through their USC control words, and block stores to linear
 //! images. Every memory access goes through the VM's page tables.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use agx_fwif::messages::{FaultUnit, RunRenderBody, TvbInfo};
@@ -87,6 +87,7 @@ fn overflowed(
     vm: GpuVm<'_>,
     body: &RunRenderBody,
     binner: &mut tiler::Binner<'_>,
+    workers: usize,
 ) -> Result<(), EngineResult> {
     let wanted = u64::from(binner.blocks()).max(1);
     if let Some(blocks) = ctx.services.grow_tvb(binner.buffer_id(), wanted) {
@@ -98,19 +99,19 @@ fn overflowed(
     }
     binner.publish()?;
     let info = tvb_info(ctx, body)?;
-    render_scene(ctx, vm, body, &info, false)?;
+    render_scene(ctx, vm, body, &info, false, workers)?;
     binner.next_segment()?.map_err(|_| overflow(body))
 }
 
 /// RunVertex: walks the VDM control stream, shading and binning draws.
-pub fn run_vertex(ctx: &RunContext<'_>) -> EngineResult {
-    match vertex(ctx) {
+pub fn run_vertex(ctx: &RunContext<'_>, workers: usize) -> EngineResult {
+    match vertex(ctx, workers) {
         Ok(()) => EngineResult::Done,
         Err(result) => result,
     }
 }
 
-fn vertex(ctx: &RunContext<'_>) -> Result<(), EngineResult> {
+fn vertex(ctx: &RunContext<'_>, workers: usize) -> Result<(), EngineResult> {
     let body = render_body(ctx)?;
     let Some(root) = ctx.ttb0 else {
         return Err(unsupported(
@@ -168,7 +169,7 @@ fn vertex(ctx: &RunContext<'_>) -> Result<(), EngineResult> {
             VdmBlockType::IndexList => {
                 let draw = tiler::parse_draw(&vm, pc, word)?;
                 let mut on_overflow =
-                    |binner: &mut tiler::Binner<'_>| overflowed(ctx, vm, &body, binner);
+                    |binner: &mut tiler::Binner<'_>| overflowed(ctx, vm, &body, binner, workers);
                 tiler::draw(
                     vm,
                     &mut cache,
@@ -552,7 +553,7 @@ impl ShaderIo for TileIo<'_, '_> {
 /// (tile-local coordinates), 32 lanes per SIMD-group.
 #[allow(clippy::too_many_arguments)]
 fn run_tile_program(
-    ctx: &RunContext<'_>,
+    limits: &Limits<'_>,
     vm: GpuVm<'_>,
     cache: &mut ProgramCache,
     binding: &Binding,
@@ -572,19 +573,33 @@ fn run_tile_program(
     // quad members that are not covered run as helpers whose outputs are
     // dropped. The end-of-tile program runs once, on `pixels` as given.
     let (order, helpers): (Vec<(u32, u32)>, Vec<bool>) = if quads {
-        let mut seen = std::collections::BTreeSet::new();
-        let covered: std::collections::HashSet<(u32, u32)> = pixels.iter().copied().collect();
-        let mut order = Vec::new();
-        let mut helpers = Vec::new();
+        // Tiles are at most 32 pixels wide: one bit per pixel of a row,
+        // and one per quad of a quad row.
+        let mut covered = [0u64; 64];
         for &(x, y) in pixels {
-            let quad = (x / 2, y / 2);
-            if !seen.insert(quad) {
+            if let Some(row) = covered.get_mut(y as usize) {
+                *row |= 1 << (x & 63);
+            }
+        }
+        let mut seen = [0u64; 32];
+        let mut order = Vec::with_capacity(pixels.len() + 8);
+        let mut helpers = Vec::with_capacity(pixels.len() + 8);
+        for &(x, y) in pixels {
+            let (qx, qy) = (x / 2, y / 2);
+            let Some(quads_row) = seen.get_mut(qy as usize) else {
+                continue;
+            };
+            if *quads_row & (1 << (qx & 63)) != 0 {
                 continue;
             }
+            *quads_row |= 1 << (qx & 63);
             for (dx, dy) in [(0, 0), (1, 0), (0, 1), (1, 1)] {
-                let p = (quad.0 * 2 + dx, quad.1 * 2 + dy);
-                order.push(p);
-                helpers.push(!covered.contains(&p));
+                let (px, py) = (qx * 2 + dx, qy * 2 + dy);
+                order.push((px, py));
+                let hit = covered
+                    .get(py as usize)
+                    .is_some_and(|row| px < 64 && row & (1 << px) != 0);
+                helpers.push(!hit);
             }
         }
         (order, helpers)
@@ -651,7 +666,7 @@ fn run_tile_program(
                     return Err(unsupported(group.pc, FaultUnit::Usc));
                 }
                 Err(ExecError::Timeout { .. }) => {
-                    if Instant::now() >= ctx.deadline || ctx.stop.load(Ordering::Relaxed) {
+                    if limits.expired() {
                         return Err(EngineResult::Timeout);
                     }
                 }
@@ -801,33 +816,36 @@ pub fn rasterize(
 
 /// RunFragment: every tile of every layer: bg, the tile's primitives
 /// through the fragment shader, eot.
-pub fn run_fragment(ctx: &RunContext<'_>) -> EngineResult {
-    match fragment(ctx) {
+pub fn run_fragment(ctx: &RunContext<'_>, workers: usize) -> EngineResult {
+    match fragment(ctx, workers) {
         Ok(()) => EngineResult::Done,
         Err(result) => result,
     }
 }
 
-fn fragment(ctx: &RunContext<'_>) -> Result<(), EngineResult> {
+fn fragment(ctx: &RunContext<'_>, workers: usize) -> Result<(), EngineResult> {
     let body = render_body(ctx)?;
     let Some(root) = ctx.ttb0 else {
         return Err(unsupported(ctx.command, FaultUnit::Firmware));
     };
     let vm = GpuVm::of(ctx, root);
     let info = tvb_info(ctx, &body)?;
-    render_scene(ctx, vm, &body, &info, true)
+    render_scene(ctx, vm, &body, &info, true, workers)
 }
 
 /// Renders the scene binned so far: every tile, through the programs of
 /// the segment: `bg` for the first segment of the pass and `partial_bg`
 /// for one resumed after a partial render, `eot` for the last segment and
-/// `partial_eot` for one ended by a partial render.
+/// `partial_eot` for one ended by a partial render. Tiles are independent
+/// and run on `workers` host threads; when several fail, the
+/// lowest-numbered tile's failure is reported, whatever the thread count.
 fn render_scene(
     ctx: &RunContext<'_>,
     vm: GpuVm<'_>,
     body: &RunRenderBody,
     info: &TvbInfo,
     last: bool,
+    workers: usize,
 ) -> Result<(), EngineResult> {
     let render = body.render;
     let area = (u32::from(render.width_px), u32::from(render.height_px));
@@ -835,162 +853,239 @@ fn render_scene(
         tracing::debug!("no scene: the vertex half did not finish");
         return Ok(());
     };
-    let flags = RenderFlags::from_bits_truncate(render.flags);
-    let process_empty = flags.contains(RenderFlags::PROCESS_EMPTY_TILES);
     if render.samples != 1 && scene.header.primitives > 0 {
         return Err(unsupported(ctx.command, FaultUnit::Firmware));
     }
     let resumed = scene.header.segment > 0;
-    let bg = program(
-        &vm,
-        body.usc_exec_base,
-        if resumed {
-            render.partial_bg
-        } else {
-            render.bg
+    let pass = Pass {
+        body,
+        scene,
+        bg: program(
+            &vm,
+            body.usc_exec_base,
+            if resumed {
+                render.partial_bg
+            } else {
+                render.bg
+            },
+        )?,
+        eot: program(
+            &vm,
+            body.usc_exec_base,
+            if last { render.eot } else { render.partial_eot },
+        )?,
+        tile: (
+            u32::from(render.utile_width_px),
+            u32::from(render.utile_height_px),
+        ),
+        area,
+        zls: ZlsControl::unpack(&render.zls_ctrl.to_le_bytes()).value,
+        heap: (render.sampler_heap != 0)
+            .then_some((render.sampler_heap, u32::from(render.sampler_count))),
+        process_empty: RenderFlags::from_bits_truncate(render.flags)
+            .contains(RenderFlags::PROCESS_EMPTY_TILES),
+        limits: Limits {
+            deadline: ctx.deadline,
+            stop: ctx.stop,
         },
-    )?;
-    let eot = program(
-        &vm,
-        body.usc_exec_base,
-        if last { render.eot } else { render.partial_eot },
-    )?;
-    let (tile_w, tile_h) = (
-        u32::from(render.utile_width_px),
-        u32::from(render.utile_height_px),
-    );
-    if (tile_w, tile_h) != (tiler::TILE_PX, tiler::TILE_PX) && scene.header.primitives > 0 {
+    };
+    if pass.tile != (tiler::TILE_PX, tiler::TILE_PX) && pass.scene.header.primitives > 0 {
         return Err(unsupported(ctx.command, FaultUnit::Firmware));
     }
-    let mut cache = ProgramCache::new();
-    let mut shaders: std::collections::HashMap<u32, (Binding, tiler::PppState)> =
-        std::collections::HashMap::new();
-    let mut tile = Tilebuffer {
-        bytes: vec![
-            0;
-            (tile_w * tile_h * u32::from(render.samples) * u32::from(render.sample_size_B))
-                as usize
-        ],
-        depth: vec![0.0; (tile_w * tile_h * u32::from(render.samples)) as usize],
-        stencil: vec![0; (tile_w * tile_h * u32::from(render.samples)) as usize],
-        width_px: tile_w,
-        height_px: tile_h,
-        samples: u32::from(render.samples),
-        sample_bytes: u32::from(render.sample_size_B),
-    };
-    let zls = ZlsControl::unpack(&render.zls_ctrl.to_le_bytes()).value;
-    let heap = (render.sampler_heap != 0)
-        .then_some((render.sampler_heap, u32::from(render.sampler_count)));
-    let record_floats = 4 + scene.header.varyings as usize;
-    for layer in 0..u32::from(render.layers) {
-        for ty in 0..area.1.div_ceil(tile_h) {
-            for tx in 0..area.0.div_ceil(tile_w) {
-                if Instant::now() >= ctx.deadline || ctx.stop.load(Ordering::Relaxed) {
-                    return Err(EngineResult::Timeout);
-                }
-                let primitives = if layer == 0 {
-                    let index = u64::from(ty) * u64::from(scene.header.tiles_x) + u64::from(tx);
-                    tile_primitives(&vm, &scene, index)?
-                } else {
-                    Vec::new()
-                };
-                if primitives.is_empty() && !process_empty {
-                    continue;
-                }
-                let origin = (tx * tile_w, ty * tile_h);
-                tile.bytes.fill(0);
-                load_depth_stencil(&vm, &render, &zls, &mut tile, (tx, ty), layer)?;
-                let all: Vec<(u32, u32)> = (0..tile_h)
-                    .flat_map(|y| (0..tile_w).map(move |x| (x, y)))
-                    .filter(|&(x, y)| origin.0 + x < area.0 && origin.1 + y < area.1)
-                    .collect();
-                run_tile_program(
-                    ctx,
-                    vm,
-                    &mut cache,
-                    &bg,
-                    &mut tile,
-                    origin,
-                    area,
-                    layer,
-                    &all,
-                    &[],
-                    true,
-                    heap,
-                )?;
-                for primitive in primitives {
-                    let mut bytes = vec![0u8; 8 + 12 * record_floats];
-                    vm.read(primitive, &mut bytes)
-                        .map_err(|f| EngineResult::from_uat(&f, FaultUnit::Tiler))?;
-                    let state = u32::from_le_bytes(bytes[0..4].try_into().unwrap_or_default());
-                    let back_facing = bytes[4] & 1 != 0;
-                    let float = |i: usize| {
-                        let at = 8 + 4 * i;
-                        f32::from_le_bytes(bytes[at..at + 4].try_into().unwrap_or_default())
-                    };
-                    let positions: [[f32; 2]; 3] = std::array::from_fn(|v| {
-                        [float(v * record_floats), float(v * record_floats + 1)]
-                    });
-                    let mut covered = rasterize(positions, origin, (tile_w, tile_h), area);
-                    if covered.is_empty() {
-                        continue;
-                    }
-                    let shader = match shaders.entry(state) {
-                        std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
-                        std::collections::hash_map::Entry::Vacant(e) => {
-                            e.insert(fragment_shader(&vm, body, &scene, state)?)
-                        }
-                    };
-                    let vertices: [Vec<f32>; 3] = std::array::from_fn(|v| {
-                        (0..record_floats)
-                            .map(|i| float(v * record_floats + i))
-                            .collect()
-                    });
-                    let face = if back_facing {
-                        shader.1.back_face.or(shader.1.front_face)
-                    } else {
-                        shader.1.front_face
-                    };
-                    depth_test(&mut tile, &mut covered, origin, &vertices, face);
-                    if covered.is_empty() {
-                        continue;
-                    }
-                    let coefficients = setup_coefficients(&vm, body, &shader.1, &vertices)?;
-                    run_tile_program(
-                        ctx,
-                        vm,
-                        &mut cache,
-                        &shader.0,
-                        &mut tile,
-                        origin,
-                        area,
-                        layer,
-                        &covered,
-                        &coefficients,
-                        true,
-                        heap,
-                    )?;
-                }
-                store_depth_stencil(&vm, &render, &zls, &tile, (tx, ty), layer, area)?;
-                let lanes = [(0u32, 0u32); LANES];
-                run_tile_program(
-                    ctx,
-                    vm,
-                    &mut cache,
-                    &eot,
-                    &mut tile,
-                    origin,
-                    area,
-                    layer,
-                    &lanes,
-                    &[],
-                    false,
-                    heap,
-                )?;
+    let tiles: Vec<(u32, u32, u32)> = (0..u32::from(render.layers))
+        .flat_map(|layer| {
+            (0..area.1.div_ceil(pass.tile.1)).flat_map(move |ty| {
+                (0..area.0.div_ceil(pass.tile.0)).map(move |tx| (layer, tx, ty))
+            })
+        })
+        .collect();
+    let next = AtomicUsize::new(0);
+    let first_failure = AtomicUsize::new(usize::MAX);
+    let failures = std::sync::Mutex::new(Vec::<(usize, EngineResult)>::new());
+    let work = || {
+        let mut worker = Worker {
+            cache: ProgramCache::new(),
+            shaders: std::collections::HashMap::new(),
+            tile: Tilebuffer::new(pass.tile, render.samples, render.sample_size_B),
+        };
+        loop {
+            let index = next.fetch_add(1, Ordering::Relaxed);
+            if index >= tiles.len() || index > first_failure.load(Ordering::Relaxed) {
+                break;
+            }
+            if let Err(failure) = pass.render_tile(vm, &mut worker, tiles[index]) {
+                first_failure.fetch_min(index, Ordering::Relaxed);
+                failures
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push((index, failure));
             }
         }
+    };
+    if workers <= 1 || tiles.len() <= 1 {
+        work();
+    } else {
+        std::thread::scope(|scope| {
+            for _ in 0..workers.min(tiles.len()) {
+                scope.spawn(work);
+            }
+        });
     }
-    Ok(())
+    let failures = failures.into_inner().unwrap_or_else(|e| e.into_inner());
+    match failures.into_iter().min_by_key(|(index, _)| *index) {
+        Some((_, failure)) => Err(failure),
+        None => Ok(()),
+    }
+}
+
+/// When per-tile work must give up.
+struct Limits<'a> {
+    deadline: Instant,
+    stop: &'a std::sync::atomic::AtomicBool,
+}
+
+impl Limits<'_> {
+    fn expired(&self) -> bool {
+        Instant::now() >= self.deadline || self.stop.load(Ordering::Relaxed)
+    }
+}
+
+/// What every tile of a segment shares.
+struct Pass<'a> {
+    body: &'a RunRenderBody,
+    scene: Scene,
+    bg: Binding,
+    eot: Binding,
+    tile: (u32, u32),
+    area: (u32, u32),
+    zls: ZlsControl,
+    heap: Option<(u64, u32)>,
+    process_empty: bool,
+    limits: Limits<'a>,
+}
+
+/// One worker's tile memory and caches.
+struct Worker {
+    cache: ProgramCache,
+    shaders: std::collections::HashMap<u32, std::sync::Arc<(Binding, tiler::PppState)>>,
+    tile: Tilebuffer,
+}
+
+impl Tilebuffer {
+    fn new(tile: (u32, u32), samples: u8, sample_bytes: u8) -> Tilebuffer {
+        let pixels = tile.0 * tile.1 * u32::from(samples);
+        Tilebuffer {
+            bytes: vec![0; (pixels * u32::from(sample_bytes)) as usize],
+            depth: vec![0.0; pixels as usize],
+            stencil: vec![0; pixels as usize],
+            width_px: tile.0,
+            height_px: tile.1,
+            samples: u32::from(samples),
+            sample_bytes: u32::from(sample_bytes),
+        }
+    }
+}
+
+impl Pass<'_> {
+    /// One tile: depth/stencil in, bg, the tile's primitives, depth/stencil
+    /// out, eot.
+    fn render_tile(
+        &self,
+        vm: GpuVm<'_>,
+        w: &mut Worker,
+        (layer, tx, ty): (u32, u32, u32),
+    ) -> Result<(), EngineResult> {
+        if self.limits.expired() {
+            return Err(EngineResult::Timeout);
+        }
+        let render = &self.body.render;
+        let scene = &self.scene;
+        let (tile_w, tile_h) = self.tile;
+        let area = self.area;
+        let primitives = if layer == 0 {
+            let index = u64::from(ty) * u64::from(scene.header.tiles_x) + u64::from(tx);
+            tile_primitives(&vm, scene, index)?
+        } else {
+            Vec::new()
+        };
+        if primitives.is_empty() && !self.process_empty {
+            return Ok(());
+        }
+        let origin = (tx * tile_w, ty * tile_h);
+        let tile = &mut w.tile;
+        tile.bytes.fill(0);
+        load_depth_stencil(&vm, render, &self.zls, tile, (tx, ty), layer)?;
+        let all: Vec<(u32, u32)> = (0..tile_h)
+            .flat_map(|y| (0..tile_w).map(move |x| (x, y)))
+            .filter(|&(x, y)| origin.0 + x < area.0 && origin.1 + y < area.1)
+            .collect();
+        let run = |w: &mut Worker,
+                   binding: &Binding,
+                   pixels: &[(u32, u32)],
+                   coefficients: &[[f32; 3]],
+                   quads: bool| {
+            run_tile_program(
+                &self.limits,
+                vm,
+                &mut w.cache,
+                binding,
+                &mut w.tile,
+                origin,
+                area,
+                layer,
+                pixels,
+                coefficients,
+                quads,
+                self.heap,
+            )
+        };
+        run(w, &self.bg, &all, &[], true)?;
+        let record_floats = 4 + scene.header.varyings as usize;
+        for primitive in primitives {
+            let mut bytes = vec![0u8; 8 + 12 * record_floats];
+            vm.read(primitive, &mut bytes)
+                .map_err(|f| EngineResult::from_uat(&f, FaultUnit::Tiler))?;
+            let state = u32::from_le_bytes(bytes[0..4].try_into().unwrap_or_default());
+            let back_facing = bytes[4] & 1 != 0;
+            let float = |i: usize| {
+                let at = 8 + 4 * i;
+                f32::from_le_bytes(bytes[at..at + 4].try_into().unwrap_or_default())
+            };
+            let positions: [[f32; 2]; 3] =
+                std::array::from_fn(|v| [float(v * record_floats), float(v * record_floats + 1)]);
+            let mut covered = rasterize(positions, origin, (tile_w, tile_h), area);
+            if covered.is_empty() {
+                continue;
+            }
+            if let std::collections::hash_map::Entry::Vacant(e) = w.shaders.entry(state) {
+                e.insert(std::sync::Arc::new(fragment_shader(
+                    &vm, self.body, scene, state,
+                )?));
+            }
+            let Some(entry) = w.shaders.get(&state).cloned() else {
+                continue;
+            };
+            let (shader, ppp) = &*entry;
+            let vertices: [Vec<f32>; 3] = std::array::from_fn(|v| {
+                (0..record_floats)
+                    .map(|i| float(v * record_floats + i))
+                    .collect()
+            });
+            let face = if back_facing {
+                ppp.back_face.or(ppp.front_face)
+            } else {
+                ppp.front_face
+            };
+            depth_test(&mut w.tile, &mut covered, origin, &vertices, face);
+            if covered.is_empty() {
+                continue;
+            }
+            let coefficients = setup_coefficients(&vm, self.body, ppp, &vertices)?;
+            run(w, shader, &covered, &coefficients, true)?;
+        }
+        store_depth_stencil(&vm, render, &self.zls, &w.tile, (tx, ty), layer, area)?;
+        run(w, &self.eot, &[(0, 0); LANES], &[], false)
+    }
 }
 
 /// The fragment shader a primitive's state names, and that state.

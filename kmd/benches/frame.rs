@@ -326,8 +326,15 @@ fn frame(m: &Machine) -> CmdRender {
 }
 
 fn render_frame(c: &mut Criterion) {
+    for gpu_threads in [1, 2] {
+        frame_on(c, gpu_threads);
+    }
+}
+
+fn frame_on(c: &mut Criterion, gpu_threads: usize) {
     let m = Machine::with_config(SystemConfig {
         tvb_policy: agx_kmd::tvb::GrowthPolicy::Sync,
+        gpu_threads,
         ..machine_config(600_000)
     });
     let render = frame(&m);
@@ -360,7 +367,9 @@ fn render_frame(c: &mut Criterion) {
     let mut group = c.benchmark_group("frame");
     group.sample_size(10);
     group.throughput(Throughput::Elements(u64::from(2 * SEGMENTS * SEGMENTS)));
-    group.bench_function("1024x1024, 100k-triangle sphere, Phong-like shading", |b| {
+    let name =
+        format!("1024x1024, 100k-triangle sphere, Phong-like shading, {gpu_threads} GPU threads");
+    group.bench_function(name, |b| {
         b.iter(|| assert_eq!(m.submit(CmdType::Render, render.as_bytes()), None))
     });
     group.finish();

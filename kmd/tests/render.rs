@@ -1238,3 +1238,21 @@ fn instances_links_culling_and_near_clipping() {
     }
     assert!(shown > 500, "{shown}");
 }
+
+#[test_log::test]
+fn results_do_not_depend_on_how_many_host_threads_render_tiles() {
+    let mut outputs = Vec::new();
+    for gpu_threads in [1, 2, 3] {
+        let m = Machine::with_config(SystemConfig {
+            gpu_threads,
+            ..machine_config(5000)
+        });
+        // With partial renders (the initial buffer) and without ZLS, so
+        // that the result depends on the order of everything.
+        let render = layered_pass(&m, false, true);
+        assert_eq!(m.submit(CmdType::Render, render.as_bytes()), None);
+        outputs.push((image(&m, SIZE as usize), depth_buffer(&m)));
+    }
+    assert!(outputs[0] == outputs[1], "1 and 2 threads");
+    assert!(outputs[0] == outputs[2], "1 and 3 threads");
+}
