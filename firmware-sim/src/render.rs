@@ -274,6 +274,13 @@ struct TileIo<'a, 'b> {
     helpers: u32,
     /// The texture unit.
     unit: TextureUnit<'b>,
+    /// Per pixel of the tile: discarded by the shader (sample_mask with
+    /// no coverage, or a failed zs_emit depth test).
+    discarded: &'a mut [bool],
+    /// Per pixel of the tile: the depth to write once the shader is done.
+    pending_depth: &'a mut [Option<f32>],
+    /// The primitive's depth state (for zs_emit).
+    face: Option<FragmentFace>,
 }
 
 fn invalid(what: String) -> IoError {
@@ -342,7 +349,56 @@ impl TileIo<'_, '_> {
     }
 }
 
+impl TileIo<'_, '_> {
+    fn pixel_index(&self, lane: usize) -> Option<usize> {
+        let (x, y) = self.lanes[lane];
+        (self.helpers & (1 << lane) == 0 && x < self.tile.width_px && y < self.tile.height_px)
+            .then(|| (y * self.tile.width_px + x) as usize)
+    }
+}
+
 impl ShaderIo for TileIo<'_, '_> {
+    fn sample_mask(&mut self, lane: usize, which: u32, coverage: u32) -> Result<(), IoError> {
+        if self.tile.samples != 1 {
+            return Err(invalid("sample masks with multisampling".into()));
+        }
+        if let Some(pixel) = self.pixel_index(lane) {
+            if which & 1 != 0 && coverage & 1 == 0 {
+                self.discarded[pixel] = true;
+            }
+        }
+        Ok(())
+    }
+
+    fn depth_stencil(
+        &mut self,
+        lane: usize,
+        which: u32,
+        depth: Option<f32>,
+        stencil: Option<u16>,
+    ) -> Result<(), IoError> {
+        if stencil.is_some() {
+            return Err(invalid("stencil output".into()));
+        }
+        let Some(pixel) = self.pixel_index(lane) else {
+            return Ok(());
+        };
+        let (Some(depth), true) = (depth, which & 1 != 0) else {
+            return Ok(());
+        };
+        // The depth test happens here, with the shader's depth.
+        let depth = depth.clamp(0.0, 1.0);
+        let stored = self.tile.depth[pixel * self.tile.samples as usize];
+        match self.face {
+            Some(face) if !depth_passes(face.depth_function, depth, stored) => {
+                self.discarded[pixel] = true;
+            }
+            Some(face) if !face.disable_depth_write => self.pending_depth[pixel] = Some(depth),
+            _ => {}
+        }
+        Ok(())
+    }
+
     fn texture(&mut self, _lane: usize, request: &TextureRequest) -> Result<[u32; 4], IoError> {
         self.unit.request(request)
     }
@@ -411,6 +467,9 @@ impl ShaderIo for TileIo<'_, '_> {
         values: [u32; 4],
     ) -> Result<(), IoError> {
         if self.helpers & (1 << lane) != 0 {
+            return Ok(());
+        }
+        if access.explicit.is_none() && self.pixel_index(lane).is_some_and(|p| self.discarded[p]) {
             return Ok(());
         }
         let (x, y) = self.pixel(lane, access)?;
@@ -557,7 +616,7 @@ fn run_tile_program(
     vm: GpuVm<'_>,
     cache: &mut ProgramCache,
     binding: &Binding,
-    tile: &mut Tilebuffer,
+    state: TileState<'_>,
     origin: (u32, u32),
     area: (u32, u32),
     layer: u32,
@@ -566,6 +625,12 @@ fn run_tile_program(
     quads: bool,
     sampler_heap: Option<(u64, u32)>,
 ) -> Result<(), EngineResult> {
+    let TileState {
+        tile,
+        discarded,
+        pending_depth,
+        face,
+    } = state;
     let mut uniforms = binding.uniforms.clone();
     let mut memory = vm;
     // Lanes come in 2x2 quads (lane bit 0: x, bit 1: y), as the hardware
@@ -651,6 +716,9 @@ fn run_tile_program(
             coefficients,
             helpers: helper_lanes,
             unit,
+            discarded: &mut *discarded,
+            pending_depth: &mut *pending_depth,
+            face,
         };
         loop {
             let mut budget = BUDGET_SLICE;
@@ -907,6 +975,8 @@ fn render_scene(
             cache: ProgramCache::new(),
             shaders: std::collections::HashMap::new(),
             tile: Tilebuffer::new(pass.tile, render.samples, render.sample_size_B),
+            discarded: Vec::new(),
+            pending: Vec::new(),
         };
         loop {
             let index = next.fetch_add(1, Ordering::Relaxed);
@@ -967,8 +1037,20 @@ struct Pass<'a> {
 /// One worker's tile memory and caches.
 struct Worker {
     cache: ProgramCache,
-    shaders: std::collections::HashMap<u32, std::sync::Arc<(Binding, tiler::PppState)>>,
+    /// Fragment shaders by state: binding, PPP state, writes depth.
+    shaders: std::collections::HashMap<u32, std::sync::Arc<(Binding, tiler::PppState, bool)>>,
     tile: Tilebuffer,
+    /// Per pixel of the tile, for the primitive being shaded.
+    discarded: Vec<bool>,
+    pending: Vec<Option<f32>>,
+}
+
+/// The tile state a per-tile program works on.
+struct TileState<'a> {
+    tile: &'a mut Tilebuffer,
+    discarded: &'a mut [bool],
+    pending_depth: &'a mut [Option<f32>],
+    face: Option<FragmentFace>,
 }
 
 impl Tilebuffer {
@@ -1023,13 +1105,19 @@ impl Pass<'_> {
                    binding: &Binding,
                    pixels: &[(u32, u32)],
                    coefficients: &[[f32; 3]],
-                   quads: bool| {
+                   quads: bool,
+                   face: Option<FragmentFace>| {
             run_tile_program(
                 &self.limits,
                 vm,
                 &mut w.cache,
                 binding,
-                &mut w.tile,
+                TileState {
+                    tile: &mut w.tile,
+                    discarded: &mut w.discarded,
+                    pending_depth: &mut w.pending,
+                    face,
+                },
                 origin,
                 area,
                 layer,
@@ -1039,7 +1127,14 @@ impl Pass<'_> {
                 self.heap,
             )
         };
-        run(w, &self.bg, &all, &[], true)?;
+        let pixel_count = (tile_w * tile_h) as usize;
+        w.discarded.clear();
+        w.discarded.resize(pixel_count, false);
+        w.pending.clear();
+        w.pending.resize(pixel_count, None);
+        run(w, &self.bg, &all, &[], true, None)?;
+        // The background program does not discard.
+        w.discarded.fill(false);
         let record_floats = 4 + scene.header.varyings as usize;
         for primitive in primitives {
             let mut bytes = vec![0u8; 8 + 12 * record_floats];
@@ -1058,14 +1153,14 @@ impl Pass<'_> {
                 continue;
             }
             if let std::collections::hash_map::Entry::Vacant(e) = w.shaders.entry(state) {
-                e.insert(std::sync::Arc::new(fragment_shader(
-                    &vm, self.body, scene, state,
-                )?));
+                let (binding, ppp) = fragment_shader(&vm, self.body, scene, state)?;
+                let depth = writes_depth(&vm, binding.code);
+                e.insert(std::sync::Arc::new((binding, ppp, depth)));
             }
             let Some(entry) = w.shaders.get(&state).cloned() else {
                 continue;
             };
-            let (shader, ppp) = &*entry;
+            let (shader, ppp, shader_writes_depth) = &*entry;
             let vertices: [Vec<f32>; 3] = std::array::from_fn(|v| {
                 (0..record_floats)
                     .map(|i| float(v * record_floats + i))
@@ -1076,15 +1171,30 @@ impl Pass<'_> {
             } else {
                 ppp.front_face
             };
-            depth_test(&mut w.tile, &mut covered, origin, &vertices, face);
-            if covered.is_empty() {
-                continue;
+            if !shader_writes_depth {
+                let mut pending = std::mem::take(&mut w.pending);
+                depth_test(&w.tile, &mut covered, &mut pending, origin, &vertices, face);
+                w.pending = pending;
+                if covered.is_empty() {
+                    continue;
+                }
             }
             let coefficients = setup_coefficients(&vm, self.body, ppp, &vertices)?;
-            run(w, shader, &covered, &coefficients, true)?;
+            run(w, shader, &covered, &coefficients, true, face)?;
+            // Depth of the pixels the shader kept; then the per-pixel
+            // state is clean again for the next primitive.
+            for &(x, y) in &covered {
+                let pixel = (y * tile_w + x) as usize;
+                if let (Some(depth), false) = (w.pending[pixel], w.discarded[pixel]) {
+                    let at = pixel * w.tile.samples as usize;
+                    w.tile.depth[at..at + w.tile.samples as usize].fill(depth);
+                }
+                w.pending[pixel] = None;
+                w.discarded[pixel] = false;
+            }
         }
         store_depth_stencil(&vm, render, &self.zls, &w.tile, (tx, ty), layer, area)?;
-        run(w, &self.eot, &[(0, 0); LANES], &[], false)
+        run(w, &self.eot, &[(0, 0); LANES], &[], false, None)
     }
 }
 
@@ -1215,13 +1325,29 @@ fn store_depth_stencil(
     Ok(())
 }
 
-/// The depth test: keeps the covered pixels whose interpolated depth
-/// passes the face's depth function against the tile's depth, and writes
-/// their depth unless the face disables depth writes. Without depth state
-/// every pixel passes and nothing is written.
+/// Whether `depth` passes `function` against the stored depth.
+fn depth_passes(function: ZsFunc, depth: f32, stored: f32) -> bool {
+    match function {
+        ZsFunc::Never => false,
+        ZsFunc::Less => depth < stored,
+        ZsFunc::Equal => depth == stored,
+        ZsFunc::Lequal => depth <= stored,
+        ZsFunc::Greater => depth > stored,
+        ZsFunc::NotEqual => depth != stored,
+        ZsFunc::Gequal => depth >= stored,
+        ZsFunc::Always | ZsFunc::Unknown(_) => true,
+    }
+}
+
+/// The early depth test: keeps the covered pixels whose interpolated
+/// depth passes the face's depth function against the tile's depth, and
+/// notes the depth each will write (unless the face disables depth
+/// writes) once the shader has run and not discarded it. Without depth
+/// state every pixel passes and nothing is written.
 fn depth_test(
-    tile: &mut Tilebuffer,
+    tile: &Tilebuffer,
     covered: &mut Vec<(u32, u32)>,
+    pending: &mut [Option<f32>],
     origin: (u32, u32),
     vertices: &[Vec<f32>; 3],
     face: Option<FragmentFace>,
@@ -1239,25 +1365,38 @@ fn depth_test(
     covered.retain(|&(x, y)| {
         let (cx, cy) = ((origin.0 + x) as f32 + 0.5, (origin.1 + y) as f32 + 0.5);
         let depth = z[0].mul_add(cx, z[1].mul_add(cy, z[2])).clamp(0.0, 1.0);
-        let index = ((y * tile.width_px + x) * tile.samples) as usize;
-        let stored = tile.depth[index];
-        let pass = match face.depth_function {
-            ZsFunc::Never => false,
-            ZsFunc::Less => depth < stored,
-            ZsFunc::Equal => depth == stored,
-            ZsFunc::Lequal => depth <= stored,
-            ZsFunc::Greater => depth > stored,
-            ZsFunc::NotEqual => depth != stored,
-            ZsFunc::Gequal => depth >= stored,
-            ZsFunc::Always | ZsFunc::Unknown(_) => true,
-        };
+        let pixel = (y * tile.width_px + x) as usize;
+        let pass = depth_passes(
+            face.depth_function,
+            depth,
+            tile.depth[pixel * tile.samples as usize],
+        );
         if pass && !face.disable_depth_write {
-            for s in 0..tile.samples as usize {
-                tile.depth[index + s] = depth;
-            }
+            pending[pixel] = Some(depth);
         }
         pass
     });
+}
+
+/// Whether a program writes depth (`zs_emit`): its depth test then runs
+/// when the shader emits depth, not before the shader.
+fn writes_depth(vm: &GpuVm<'_>, code: u64) -> bool {
+    let mut pc = code;
+    for _ in 0..4096 {
+        let mut bytes = [0u8; 16];
+        if vm.read(pc, &mut bytes).is_err() {
+            return false;
+        }
+        let Ok(decoded) = agx_hw::isa::decode(&bytes) else {
+            return false;
+        };
+        match decoded.instr.op {
+            agx_hw::isa::Op::ZsEmit => return true,
+            agx_hw::isa::Op::Stop => return false,
+            _ => pc += decoded.length_bytes as u64,
+        }
+    }
+    false
 }
 
 /// The plane (A, B, C) through three (x, y, value) points.

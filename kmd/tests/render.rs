@@ -642,6 +642,17 @@ fn coloured(m: &Machine, triangles: &[Coloured]) {
 /// A depth-tested pass of coloured triangles over the whole target,
 /// storing depth (and loading it if `load`).
 fn depth_pass(m: &Machine, triangles: u32, load: bool) -> CmdRender {
+    depth_pass_with_fs(m, triangles, load, COLOUR_FS, &[1.0f32.to_bits()])
+}
+
+/// [`depth_pass`] with another fragment shader (cf0-cf2: the colour).
+fn depth_pass_with_fs(
+    m: &Machine,
+    triangles: u32,
+    load: bool,
+    fs: &str,
+    fs_uniforms: &[u32],
+) -> CmdRender {
     use agx_hw::formats::{CfBinding, CfBindingHeader, CoefficientSource, ShadeModel};
     let mut vs_uniforms = pair(DATA_VA + VERTICES);
     vs_uniforms.extend(pair(DATA_VA + VERTICES + 16));
@@ -654,15 +665,7 @@ fn depth_pass(m: &Machine, triangles: u32, load: bool) -> CmdRender {
         0,
         None,
     );
-    let fs = m.program(
-        COLOUR_FS,
-        0x4000,
-        0x100,
-        &[1.0f32.to_bits()],
-        UNIFORMS + 0x300,
-        0,
-        None,
-    );
+    let fs = m.program(fs, 0x4000, 0x100, fs_uniforms, UNIFORMS + 0x300, 0, None);
     let mut table = CfBindingHeader {
         slot_count: 3,
         coefficient_register_count: 3,
@@ -1255,4 +1258,75 @@ fn results_do_not_depend_on_how_many_host_threads_render_tiles() {
     }
     assert!(outputs[0] == outputs[1], "1 and 2 threads");
     assert!(outputs[0] == outputs[2], "1 and 3 threads");
+}
+
+/// COLOUR_FS that discards pixels left of x = u1.
+const DISCARD_FS: &str = "
+    get_sr r10, sr80
+    if_icmp r0l, ult, r10, u1, 1
+    sample_mask 255, 0
+    pop_exec r0l, 1
+    iter r2_r3_r4, cf0, center, 0, 0, 0, 0, 0
+    mov r5, u0
+    st_tile r2_r3_r4_r5, u8norm, 0, xyzw, 0, 255, r0, 0
+    stop";
+
+/// COLOUR_FS that outputs depth u1 instead of the interpolated one.
+const DEPTH_OUT_FS: &str = "
+    mov r12, u1
+    zs_emit 255, z, r12l_r12h
+    iter r2_r3_r4, cf0, center, 0, 0, 0, 0, 0
+    mov r5, u0
+    st_tile r2_r3_r4_r5, u8norm, 0, xyzw, 0, 255, r0, 0
+    stop";
+
+/// A triangle covering the whole 64x64 target at depth `z`.
+fn covering(z: f32, colour: [f32; 3]) -> Coloured {
+    ([[-64.0, -64.0], [192.0, 0.0], [0.0, 192.0]], z, colour)
+}
+
+#[test_log::test]
+fn discarded_pixels_write_neither_colour_nor_depth() {
+    let m = Machine::new(5000);
+    coloured(&m, &[covering(0.5, [1.0, 0.0, 0.0])]);
+    let render = depth_pass_with_fs(&m, 1, false, DISCARD_FS, &[1.0f32.to_bits(), 32]);
+    assert_eq!(m.submit(CmdType::Render, render.as_bytes()), None);
+    for (x, kept) in [(0, false), (31, false), (32, true), (63, true)] {
+        let want = if kept { [255, 0, 0] } else { [0, 0, 0] };
+        assert_eq!(rgb(&m, x, 10), want, "pixel ({x}, 10)");
+        assert_eq!(stored_depth(&m, x, 10), if kept { 0.5 } else { 1.0 });
+    }
+}
+
+#[test_log::test]
+fn shader_depth_output_is_what_the_depth_test_uses() {
+    let m = Machine::new(5000);
+    // Depth 0.5 everywhere first.
+    coloured(&m, &[covering(0.5, [1.0, 0.0, 0.0])]);
+    let render = depth_pass(&m, 1, false);
+    assert_eq!(m.submit(CmdType::Render, render.as_bytes()), None);
+    // A farther triangle (0.9) whose shader outputs 0.25: it passes.
+    coloured(&m, &[covering(0.9, [0.0, 1.0, 0.0])]);
+    let render = depth_pass_with_fs(
+        &m,
+        1,
+        true,
+        DEPTH_OUT_FS,
+        &[1.0f32.to_bits(), 0.25f32.to_bits()],
+    );
+    assert_eq!(m.submit(CmdType::Render, render.as_bytes()), None);
+    assert_eq!(rgb(&m, 20, 20), [0, 255, 0]);
+    assert_eq!(stored_depth(&m, 20, 20), 0.25);
+    // And one whose shader outputs 0.75 against the stored 0.25 fails.
+    coloured(&m, &[covering(0.1, [0.0, 0.0, 1.0])]);
+    let render = depth_pass_with_fs(
+        &m,
+        1,
+        true,
+        DEPTH_OUT_FS,
+        &[1.0f32.to_bits(), 0.75f32.to_bits()],
+    );
+    assert_eq!(m.submit(CmdType::Render, render.as_bytes()), None);
+    assert_eq!(rgb(&m, 20, 20), [0, 0, 0], "hidden (bg cleared the colour)");
+    assert_eq!(stored_depth(&m, 20, 20), 0.25);
 }
