@@ -966,21 +966,26 @@ const TEXTURED_FS: &str = "
     st_tile r4_r5_r6_r7, u8norm, 0, xyzw, 0, 255, r0, 0
     stop";
 
-#[test_log::test]
-fn a_textured_quad_shows_every_texel_once() {
+/// The texel of the quad tests' texture at (x, y).
+fn quad_texel(x: u32, y: u32) -> [u8; 4] {
+    [(x * 4) as u8, (y * 4) as u8, ((x + y) * 2) as u8, 255]
+}
+
+/// Draws a quad over the whole 64x64 target textured with a `size` x
+/// `size` twiddled texture (texels `quad_texel`) through `filter`, with
+/// texture coordinates from (0, 0) to (1, 1); returns the image.
+fn textured_quad(size: u32, filter: agx_hw::formats::Filter) -> Vec<u8> {
     use agx_hw::formats::{
-        CfBinding, CfBindingHeader, CoefficientSource, Filter, MipFilter, Sampler, ShadeModel,
-        Texture, Wrap,
+        CfBinding, CfBindingHeader, CoefficientSource, MipFilter, Sampler, ShadeModel, Texture,
+        Wrap,
     };
     let m = Machine::new(5000);
-    // A 64 x 64 RGBA8 texture, twiddled.
-    let texel = |x: u32, y: u32| [(x * 4) as u8, (y * 4) as u8, ((x + y) * 2) as u8, 255];
-    let layout = agx_hw::layout::ImageLayout::twiddled(64, 64, 1, 1, 4).unwrap();
+    let layout = agx_hw::layout::ImageLayout::twiddled(size, size, 1, 1, 4).unwrap();
     let mut texels = vec![0u8; layout.layer_bytes() as usize];
-    for y in 0..64 {
-        for x in 0..64 {
+    for y in 0..size {
+        for x in 0..size {
             let at = layout.offset(0, x, y, 0).unwrap() as usize;
-            texels[at..at + 4].copy_from_slice(&texel(x, y));
+            texels[at..at + 4].copy_from_slice(&quad_texel(x, y));
         }
     }
     m.poke(m.data, 0x10_0000, &texels);
@@ -988,30 +993,26 @@ fn a_textured_quad_shows_every_texel_once() {
         layout: Layout::Twiddled,
         channels: Channels::R8G8B8A8,
         data_type: TextureType::Unorm,
-        width: 64,
-        height: 64,
+        width: size,
+        height: size,
         address: DATA_VA + 0x10_0000,
         ..Texture::default()
     };
     m.poke(m.data, 0x8_2000, &descriptor.pack().unwrap());
     let sampler = Sampler {
-        magnify: Filter::Nearest,
-        minify: Filter::Nearest,
+        magnify: filter,
+        minify: filter,
         mip_filter: MipFilter::None,
         wrap_s: Wrap::ClampToEdge,
         wrap_t: Wrap::ClampToEdge,
         ..Sampler::default()
     };
     m.poke(m.data, 0x8_2100, &sampler.pack().unwrap());
-    // The quad covers the 64 x 64 target; texture coordinates in slots
-    // 4-5 go from (0, 0) at the top left to (1, 1) at the bottom right.
     let corners = [[0.0f32, 0.0], [64.0, 0.0], [0.0, 64.0], [64.0, 64.0]];
     let uv = [[0.0f32, 0.0], [1.0, 0.0], [0.0, 1.0], [1.0, 1.0]];
-    let order = [0, 1, 2, 1, 3, 2];
     let mut vertices = Vec::new();
-    for &v in &order {
-        let p = clip(&[corners[v]]);
-        vertices.extend_from_slice(&p);
+    for v in [0, 1, 2, 1, 3, 2] {
+        vertices.extend_from_slice(&clip(&[corners[v]]));
         vertices.extend([uv[v][0].to_bits(), uv[v][1].to_bits(), 0, 0]);
     }
     m.poke_u32s(VERTICES, &vertices);
@@ -1057,11 +1058,43 @@ fn a_textured_quad_shows_every_texel_once() {
     m.poke(m.usc, 0x5000, &table);
     let render = draw_pass(&m, 6, vs, 7, fs, Some((0x5000, 1)));
     assert_eq!(m.submit(CmdType::Render, render.as_bytes()), None);
-    let pixels = image(&m, SIZE as usize);
+    image(&m, SIZE as usize)
+}
+
+#[test_log::test]
+fn a_textured_quad_shows_every_texel_once() {
+    let pixels = textured_quad(64, agx_hw::formats::Filter::Nearest);
     for y in 0..64u32 {
         for x in 0..64u32 {
             let at = y as usize * STRIDE as usize + 4 * x as usize;
-            assert_eq!(pixels[at..at + 4], texel(x, y), "pixel ({x}, {y})");
+            assert_eq!(pixels[at..at + 4], quad_texel(x, y), "pixel ({x}, {y})");
+        }
+    }
+}
+
+#[test_log::test]
+fn a_magnified_quad_blends_neighbouring_texels_bilinearly() {
+    // A 32 x 32 texture over 64 x 64 pixels: pixel centres fall a quarter
+    // and three quarters between texel centres.
+    let pixels = textured_quad(32, agx_hw::formats::Filter::Linear);
+    let texel = |x: i64, y: i64| quad_texel(x.clamp(0, 31) as u32, y.clamp(0, 31) as u32);
+    for y in 0..64 {
+        for x in 0..64 {
+            let (u, v) = ((x as f64 + 0.5) / 2.0 - 0.5, (y as f64 + 0.5) / 2.0 - 0.5);
+            let (x0, y0) = (u.floor() as i64, v.floor() as i64);
+            let (fx, fy) = (u - u.floor(), v - v.floor());
+            let at = y * STRIDE as usize + 4 * x;
+            for c in 0..4 {
+                let t = |dx, dy| f64::from(texel(x0 + dx, y0 + dy)[c]);
+                let top = t(0, 0) + (t(1, 0) - t(0, 0)) * fx;
+                let bottom = t(0, 1) + (t(1, 1) - t(0, 1)) * fx;
+                let want = (top + (bottom - top) * fy).round() as i32;
+                let got = i32::from(pixels[at + c]);
+                assert!(
+                    (got - want).abs() <= 1,
+                    "pixel ({x}, {y}) channel {c}: {got} vs {want}"
+                );
+            }
         }
     }
 }

@@ -636,3 +636,28 @@ fn an_unmapped_texture_descriptor_faults_at_its_address_on_first_use() {
     assert_eq!(address, missing);
     assert_eq!(unit, agx_fwif::messages::FaultUnit::Usc as u32);
 }
+
+#[test_log::test]
+fn bindless_descriptors_come_from_a_heap_base_and_a_byte_offset() {
+    let m = Machine::new(5000);
+    texture(&m, Layout::Twiddled);
+    // The descriptor sits 48 bytes into a "heap" (two descriptors before
+    // it); the kernel names it by heap base (u4_u5) + offset (u6).
+    let source = LOAD
+        .replace(
+            "    get_sr r4, sr80",
+            "    mov r13, u6\n    get_sr r4, sr80",
+        )
+        .replace("r8_r9_r10_r11, None, ts0,", "r8_r9_r10_r11, u4_u5, r13,");
+    let mut uniforms = pair(DATA_VA + OUT);
+    uniforms.extend([TEX_W, 0]);
+    uniforms.extend(pair(DATA_VA + DESCRIPTOR - 48));
+    uniforms.push(48);
+    let pipeline = m.program(&source, 0x1000, 0x40, &uniforms, UNIFORMS, 0, None);
+    assert_eq!(run_grid(&m, pipeline), None);
+    let got = out_floats(&m);
+    for (x, y) in [(0u32, 0u32), (5, 3), (63, 31)] {
+        let want = texel(x, y).map(|c| f32::from(c) / 255.0);
+        assert_eq!(got[(y * TEX_W + x) as usize], want, "texel ({x}, {y})");
+    }
+}
