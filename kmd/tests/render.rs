@@ -225,16 +225,18 @@ fn clip(window: &[[f32; 2]]) -> Vec<u32> {
 /// over a cleared (zero) target.
 fn triangles_pass(m: &Machine, window: &[[f32; 2]]) -> CmdRender {
     m.poke_u32s(VERTICES, &clip(window));
-    let vs_uniforms = pair(DATA_VA + VERTICES);
-    let vs = m.program(
+    count_pass(
+        m,
         POSITION_VS,
-        0x3000,
-        0xC0,
-        &vs_uniforms,
-        UNIFORMS + 0x200,
-        0,
-        None,
-    );
+        &pair(DATA_VA + VERTICES),
+        window.len() as u32,
+    )
+}
+
+/// A pass drawing `vertex_count` vertices as triangles with the vertex
+/// shader `vs` (uniforms `vs_uniforms`, four outputs) and COUNT_FS.
+fn count_pass(m: &Machine, vs: &str, vs_uniforms: &[u32], vertex_count: u32) -> CmdRender {
+    let vs = m.program(vs, 0x3000, 0xC0, vs_uniforms, UNIFORMS + 0x200, 0, None);
     let fs = m.program(
         COUNT_FS,
         0x4000,
@@ -244,7 +246,7 @@ fn triangles_pass(m: &Machine, window: &[[f32; 2]]) -> CmdRender {
         0,
         None,
     );
-    draw_pass(m, window.len() as u32, vs, 4, fs, None)
+    draw_pass(m, vertex_count, vs, 4, fs, None)
 }
 
 fn pair(address: u64) -> Vec<u32> {
@@ -1154,25 +1156,7 @@ fn instances_links_culling_and_near_clipping() {
     m.poke_u32s(VERTICES, &clip(&window));
     let mut vs_uniforms = pair(DATA_VA + VERTICES);
     vs_uniforms.extend([0, 0, (16.0f32 / 32.0).to_bits()]);
-    let vs = m.program(
-        INSTANCED_VS,
-        0x3000,
-        0xC0,
-        &vs_uniforms,
-        UNIFORMS + 0x200,
-        0,
-        None,
-    );
-    let fs = m.program(
-        COUNT_FS,
-        0x4000,
-        0x100,
-        &[(1.0f32 / 255.0).to_bits()],
-        UNIFORMS + 0x300,
-        0,
-        None,
-    );
-    let render = draw_pass(&m, 6, vs, 4, fs, None);
+    let render = count_pass(&m, INSTANCED_VS, &vs_uniforms, 6);
     // Counter-clockwise (as seen in the image) is front; cull back faces.
     // (The PPP's Cull record follows the header, the viewport control
     // word and the viewport.)
@@ -1235,25 +1219,7 @@ fn instances_links_culling_and_near_clipping() {
         vertices[4 * v + 2] = z[v].to_bits();
     }
     m.poke_u32s(VERTICES, &vertices);
-    let vs = m.program(
-        POSITION_VS,
-        0x3000,
-        0xC0,
-        &pair(DATA_VA + VERTICES),
-        UNIFORMS + 0x200,
-        0,
-        None,
-    );
-    let fs = m.program(
-        COUNT_FS,
-        0x4000,
-        0x100,
-        &[(1.0f32 / 255.0).to_bits()],
-        UNIFORMS + 0x300,
-        0,
-        None,
-    );
-    let render = draw_pass(&m, 3, vs, 4, fs, None);
+    let render = count_pass(&m, POSITION_VS, &pair(DATA_VA + VERTICES), 3);
     assert_eq!(m.submit(CmdType::Render, render.as_bytes()), None);
     let got = counts(&m);
     let tri = corners.map(|[x, y]| [f64::from(x), f64::from(y)]);
