@@ -530,7 +530,6 @@ const COLOUR_FS: &str = "
 
 #[test_log::test]
 fn varyings_are_interpolated_across_the_triangle() {
-    use agx_hw::formats::{CfBinding, CfBindingHeader, CoefficientSource, ShadeModel};
     let m = Machine::new(5000);
     let window = [[4.0f32, 6.0], [60.0, 12.0], [24.0, 58.0]];
     let colours = [[1.0f32, 0.0, 0.25], [0.0, 1.0, 0.5], [0.0, 0.0, 1.0]];
@@ -563,25 +562,7 @@ fn varyings_are_interpolated_across_the_triangle() {
         None,
     );
     // The coefficient binding table: slots 4-6, linear, to cf0-cf2.
-    let mut table = CfBindingHeader {
-        slot_count: 3,
-        coefficient_register_count: 3,
-    }
-    .pack()
-    .unwrap()
-    .to_vec();
-    table.extend(
-        CfBinding {
-            components: 3,
-            shade_model: ShadeModel::Linear,
-            source: CoefficientSource::Varying,
-            base_slot: 4,
-            base_coefficient_register: 0,
-        }
-        .pack()
-        .unwrap(),
-    );
-    m.poke(m.usc, 0x5000, &table);
+    cf_table(&m, 3, agx_hw::formats::ShadeModel::Linear);
     let render = draw_pass(&m, 3, vs, 7, fs, Some((0x5000, 1)));
     assert_eq!(m.submit(CmdType::Render, render.as_bytes()), None);
     let pixels = image(&m, SIZE as usize);
@@ -655,7 +636,6 @@ fn depth_pass_with_fs(
     fs: &str,
     fs_uniforms: &[u32],
 ) -> CmdRender {
-    use agx_hw::formats::{CfBinding, CfBindingHeader, CoefficientSource, ShadeModel};
     let mut vs_uniforms = pair(DATA_VA + VERTICES);
     vs_uniforms.extend(pair(DATA_VA + VERTICES + 16));
     let vs = m.program(
@@ -668,25 +648,7 @@ fn depth_pass_with_fs(
         None,
     );
     let fs = m.program(fs, 0x4000, 0x100, fs_uniforms, UNIFORMS + 0x300, 0, None);
-    let mut table = CfBindingHeader {
-        slot_count: 3,
-        coefficient_register_count: 3,
-    }
-    .pack()
-    .unwrap()
-    .to_vec();
-    table.extend(
-        CfBinding {
-            components: 3,
-            shade_model: ShadeModel::FlatVertex0,
-            source: CoefficientSource::Varying,
-            base_slot: 4,
-            base_coefficient_register: 0,
-        }
-        .pack()
-        .unwrap(),
-    );
-    m.poke(m.usc, 0x5000, &table);
+    cf_table(m, 3, agx_hw::formats::ShadeModel::FlatVertex0);
     let mut render = draw_pass_with_depth(
         m,
         3 * triangles,
@@ -977,10 +939,7 @@ fn quad_texel(x: u32, y: u32) -> [u8; 4] {
 /// `size` twiddled texture (texels `quad_texel`) through `filter`, with
 /// texture coordinates from (0, 0) to (1, 1); returns the image.
 fn textured_quad(size: u32, filter: agx_hw::formats::Filter) -> Vec<u8> {
-    use agx_hw::formats::{
-        CfBinding, CfBindingHeader, CoefficientSource, MipFilter, Sampler, ShadeModel, Texture,
-        Wrap,
-    };
+    use agx_hw::formats::{MipFilter, Sampler, Texture, Wrap};
     let m = Machine::new(5000);
     let layout = agx_hw::layout::ImageLayout::twiddled(size, size, 1, 1, 4).unwrap();
     let mut texels = vec![0u8; layout.layer_bytes() as usize];
@@ -1039,25 +998,7 @@ fn textured_quad(size: u32, filter: agx_hw::formats::Filter) -> Vec<u8> {
         Some((1, DATA_VA + 0x8_2000)),
         Some((1, DATA_VA + 0x8_2100)),
     );
-    let mut table = CfBindingHeader {
-        slot_count: 2,
-        coefficient_register_count: 2,
-    }
-    .pack()
-    .unwrap()
-    .to_vec();
-    table.extend(
-        CfBinding {
-            components: 2,
-            shade_model: ShadeModel::Linear,
-            source: CoefficientSource::Varying,
-            base_slot: 4,
-            base_coefficient_register: 0,
-        }
-        .pack()
-        .unwrap(),
-    );
-    m.poke(m.usc, 0x5000, &table);
+    cf_table(&m, 2, agx_hw::formats::ShadeModel::Linear);
     let render = draw_pass(&m, 6, vs, 7, fs, Some((0x5000, 1)));
     assert_eq!(m.submit(CmdType::Render, render.as_bytes()), None);
     image(&m, SIZE as usize)
@@ -1328,4 +1269,29 @@ fn shader_depth_output_is_what_the_depth_test_uses() {
     assert_eq!(m.submit(CmdType::Render, render.as_bytes()), None);
     assert_eq!(rgb(&m, 20, 20), [0, 0, 0], "hidden (bg cleared the colour)");
     assert_eq!(stored_depth(&m, 20, 20), 0.25);
+}
+
+/// Writes a coefficient binding table at USC offset 0x5000: `components`
+/// varying slots from slot 4 to cf0.., with `shade_model`.
+fn cf_table(m: &Machine, components: u32, shade_model: agx_hw::formats::ShadeModel) {
+    use agx_hw::formats::{CfBinding, CfBindingHeader, CoefficientSource};
+    let mut table = CfBindingHeader {
+        slot_count: components,
+        coefficient_register_count: components,
+    }
+    .pack()
+    .unwrap()
+    .to_vec();
+    table.extend(
+        CfBinding {
+            components,
+            shade_model,
+            source: CoefficientSource::Varying,
+            base_slot: 4,
+            base_coefficient_register: 0,
+        }
+        .pack()
+        .unwrap(),
+    );
+    m.poke(m.usc, 0x5000, &table);
 }
