@@ -22,9 +22,9 @@ use std::time::Instant;
 
 use agx_fwif::messages::{FaultUnit, RunRenderBody, TvbInfo};
 use agx_hw::formats::{
-    CfBinding, CfBindingHeader, CoefficientSource, FragmentFace, Layout, Pbe,
-    PppState as PppStateBlock, ShadeModel, VdmBlockType, VdmState, VdmStreamLink, ZlsControl,
-    ZsFunc,
+    CfBinding, CfBindingHeader, CoefficientSource, FragmentFace, FragmentStencil, Layout, Pbe,
+    PppState as PppStateBlock, ShadeModel, StencilOp, VdmBlockType, VdmState, VdmStreamLink,
+    ZlsControl, ZsFunc,
 };
 use agx_uapi::asahi::{BgEot, CmdRender, RenderFlags, ZlsBuffer};
 use zerocopy::FromBytes;
@@ -977,6 +977,7 @@ fn render_scene(
             tile: Tilebuffer::new(pass.tile, render.samples, render.sample_size_B),
             discarded: Vec::new(),
             pending: Vec::new(),
+            pending_stencil: Vec::new(),
         };
         loop {
             let index = next.fetch_add(1, Ordering::Relaxed);
@@ -1043,6 +1044,7 @@ struct Worker {
     /// Per pixel of the tile, for the primitive being shaded.
     discarded: Vec<bool>,
     pending: Vec<Option<f32>>,
+    pending_stencil: Vec<Option<u8>>,
 }
 
 /// The tile state a per-tile program works on.
@@ -1132,6 +1134,8 @@ impl Pass<'_> {
         w.discarded.resize(pixel_count, false);
         w.pending.clear();
         w.pending.resize(pixel_count, None);
+        w.pending_stencil.clear();
+        w.pending_stencil.resize(pixel_count, None);
         run(w, &self.bg, &all, &[], true, None)?;
         // The background program does not discard.
         w.discarded.fill(false);
@@ -1171,10 +1175,35 @@ impl Pass<'_> {
             } else {
                 ppp.front_face
             };
+            let stencil = ppp
+                .fragment_control
+                .is_some_and(|c| c.stencil_test_enable)
+                .then(|| {
+                    if back_facing && ppp.fragment_control.is_some_and(|c| c.two_sided_stencil) {
+                        ppp.back_stencil.or(ppp.front_stencil)
+                    } else {
+                        ppp.front_stencil
+                    }
+                })
+                .flatten();
+            if *shader_writes_depth && stencil.is_some() {
+                return Err(unsupported(scene.header.states, FaultUnit::Usc));
+            }
             if !shader_writes_depth {
                 let mut pending = std::mem::take(&mut w.pending);
-                depth_test(&w.tile, &mut covered, &mut pending, origin, &vertices, face);
+                let mut pending_stencil = std::mem::take(&mut w.pending_stencil);
+                depth_test(
+                    &mut w.tile,
+                    &mut covered,
+                    &mut pending,
+                    &mut pending_stencil,
+                    origin,
+                    &vertices,
+                    face,
+                    stencil,
+                );
                 w.pending = pending;
+                w.pending_stencil = pending_stencil;
                 if covered.is_empty() {
                     continue;
                 }
@@ -1185,11 +1214,16 @@ impl Pass<'_> {
             // state is clean again for the next primitive.
             for &(x, y) in &covered {
                 let pixel = (y * tile_w + x) as usize;
+                let at = pixel * w.tile.samples as usize;
+                let samples = w.tile.samples as usize;
                 if let (Some(depth), false) = (w.pending[pixel], w.discarded[pixel]) {
-                    let at = pixel * w.tile.samples as usize;
-                    w.tile.depth[at..at + w.tile.samples as usize].fill(depth);
+                    w.tile.depth[at..at + samples].fill(depth);
+                }
+                if let (Some(value), false) = (w.pending_stencil[pixel], w.discarded[pixel]) {
+                    w.tile.stencil[at..at + samples].fill(value);
                 }
                 w.pending[pixel] = None;
+                w.pending_stencil[pixel] = None;
                 w.discarded[pixel] = false;
             }
         }
@@ -1216,7 +1250,7 @@ fn fragment_shader(
     // State this model does not apply is refused, not ignored.
     if ppp
         .fragment_control
-        .is_some_and(|c| c.stencil_test_enable || c.scissor_enable || c.depth_bias_enable)
+        .is_some_and(|c| c.scissor_enable || c.depth_bias_enable)
     {
         return Err(unsupported(fragment_state.ppp, FaultUnit::Vdm));
     }
@@ -1325,6 +1359,21 @@ fn store_depth_stencil(
     Ok(())
 }
 
+/// A stencil operation on `value`, writing only the bits of `write_mask`.
+fn stencil_op(op: StencilOp, value: u8, reference: u8, write_mask: u8) -> u8 {
+    let new = match op {
+        StencilOp::Zero => 0,
+        StencilOp::Replace => reference,
+        StencilOp::IncrSat => value.saturating_add(1),
+        StencilOp::DecrSat => value.saturating_sub(1),
+        StencilOp::Invert => !value,
+        StencilOp::IncrWrap => value.wrapping_add(1),
+        StencilOp::DecrWrap => value.wrapping_sub(1),
+        StencilOp::Keep | StencilOp::Unknown(_) => value,
+    };
+    (value & !write_mask) | (new & write_mask)
+}
+
 /// Whether `depth` passes `function` against the stored depth.
 fn depth_passes(function: ZsFunc, depth: f32, stored: f32) -> bool {
     match function {
@@ -1344,13 +1393,16 @@ fn depth_passes(function: ZsFunc, depth: f32, stored: f32) -> bool {
 /// notes the depth each will write (unless the face disables depth
 /// writes) once the shader has run and not discarded it. Without depth
 /// state every pixel passes and nothing is written.
+#[allow(clippy::too_many_arguments)]
 fn depth_test(
-    tile: &Tilebuffer,
+    tile: &mut Tilebuffer,
     covered: &mut Vec<(u32, u32)>,
     pending: &mut [Option<f32>],
+    pending_stencil: &mut [Option<u8>],
     origin: (u32, u32),
     vertices: &[Vec<f32>; 3],
     face: Option<FragmentFace>,
+    stencil: Option<FragmentStencil>,
 ) {
     let Some(face) = face else {
         return;
@@ -1362,15 +1414,36 @@ fn depth_test(
             f64::from(vertices[v][2]),
         )
     }));
+    let reference = face.stencil_reference as u8;
     covered.retain(|&(x, y)| {
         let (cx, cy) = ((origin.0 + x) as f32 + 0.5, (origin.1 + y) as f32 + 0.5);
         let depth = z[0].mul_add(cx, z[1].mul_add(cy, z[2])).clamp(0.0, 1.0);
         let pixel = (y * tile.width_px + x) as usize;
-        let pass = depth_passes(
-            face.depth_function,
-            depth,
-            tile.depth[pixel * tile.samples as usize],
-        );
+        let sample = pixel * tile.samples as usize;
+        let stored = tile.stencil[sample];
+        if let Some(s) = stencil {
+            let mask = s.read_mask as u8;
+            if !depth_passes(
+                s.compare,
+                f32::from(reference & mask),
+                f32::from(stored & mask),
+            ) {
+                // Rejected: the stencil-fail operation applies now.
+                let value = stencil_op(s.stencil_fail, stored, reference, s.write_mask as u8);
+                tile.stencil[sample..sample + tile.samples as usize].fill(value);
+                return false;
+            }
+        }
+        let pass = depth_passes(face.depth_function, depth, tile.depth[sample]);
+        if let Some(s) = stencil {
+            let op = if pass { s.depth_pass } else { s.depth_fail };
+            let value = stencil_op(op, stored, reference, s.write_mask as u8);
+            if pass {
+                pending_stencil[pixel] = Some(value);
+            } else {
+                tile.stencil[sample..sample + tile.samples as usize].fill(value);
+            }
+        }
         if pass && !face.disable_depth_write {
             pending[pixel] = Some(depth);
         }

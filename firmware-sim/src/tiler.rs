@@ -32,8 +32,8 @@
 use agx_fwif::messages::{FaultUnit, TvbInfo, TVB_PAGE_BYTES};
 use agx_hw::formats::{
     Cull, FragmentControl, FragmentFace, FragmentShaderWord0, FragmentShaderWord1,
-    FragmentShaderWord2, IndexList, IndexSize, PppHeader, Primitive, VdmStateVertexOutputs,
-    VdmStateVertexShaderWord1, Viewport,
+    FragmentShaderWord2, FragmentStencil, IndexList, IndexSize, PppHeader, Primitive,
+    VdmStateVertexOutputs, VdmStateVertexShaderWord1, Viewport,
 };
 use agx_hw::isa::Reg;
 use zerocopy::{FromBytes, IntoBytes};
@@ -202,6 +202,10 @@ pub struct PppState {
     pub front_face: Option<FragmentFace>,
     /// Back-face depth/stencil state.
     pub back_face: Option<FragmentFace>,
+    /// Front-face stencil state.
+    pub front_stencil: Option<FragmentStencil>,
+    /// Back-face stencil state.
+    pub back_stencil: Option<FragmentStencil>,
     /// Viewport 0.
     pub viewport: Viewport,
     /// Culling and rasteriser state.
@@ -236,22 +240,23 @@ pub fn parse_ppp(vm: &GpuVm<'_>, address: u64) -> Result<PppState, EngineResult>
     if h.fragment_front_face {
         state.front_face = Some(FragmentFace::unpack(&word(&mut at)?).value);
     }
-    for present in [h.fragment_front_face_2, h.fragment_front_stencil] {
-        if present {
-            word(&mut at)?;
-        }
+    if h.fragment_front_face_2 {
+        word(&mut at)?;
+    }
+    if h.fragment_front_stencil {
+        state.front_stencil = Some(FragmentStencil::unpack(&word(&mut at)?).value);
     }
     if h.fragment_back_face {
         state.back_face = Some(FragmentFace::unpack(&word(&mut at)?).value);
     }
-    for present in [
-        h.fragment_back_face_2,
-        h.fragment_back_stencil,
-        h.depth_bias_scissor,
-    ] {
-        if present {
-            word(&mut at)?;
-        }
+    if h.fragment_back_face_2 {
+        word(&mut at)?;
+    }
+    if h.fragment_back_stencil {
+        state.back_stencil = Some(FragmentStencil::unpack(&word(&mut at)?).value);
+    }
+    if h.depth_bias_scissor {
+        word(&mut at)?;
     }
     let viewports = u64::from(h.viewport_count);
     if h.region_clip {

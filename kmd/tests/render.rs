@@ -278,6 +278,21 @@ fn draw_pass_with_depth(
     cf: Option<(u64, u32)>,
     depth_function: Option<ZsFunc>,
 ) -> CmdRender {
+    draw_pass_with_depth_stencil(m, vertex_count, vs, outputs, fs, cf, depth_function, None)
+}
+
+/// [`draw_pass_with_depth`] with a stencil test (state, reference).
+#[allow(clippy::too_many_arguments)]
+fn draw_pass_with_depth_stencil(
+    m: &Machine,
+    vertex_count: u32,
+    vs: u64,
+    outputs: u32,
+    fs: u64,
+    cf: Option<(u64, u32)>,
+    depth_function: Option<ZsFunc>,
+    stencil: Option<(agx_hw::formats::FragmentStencil, u8)>,
+) -> CmdRender {
     let mut render = clear_pass(m, [0.0, 0.0, 0.0, 0.0], SIZE, SIZE);
     // PPP state: depth state, viewport, cull (nothing culled), fragment
     // shader.
@@ -285,6 +300,7 @@ fn draw_pass_with_depth(
     let mut ppp = PppHeader {
         fragment_control: depth_function.is_some(),
         fragment_front_face: depth_function.is_some(),
+        fragment_front_stencil: stencil.is_some(),
         viewport: true,
         viewport_count: 1,
         cull: true,
@@ -295,16 +311,27 @@ fn draw_pass_with_depth(
     .unwrap()
     .to_vec();
     if let Some(depth_function) = depth_function {
-        ppp.extend(FragmentControl::default().pack().unwrap());
+        ppp.extend(
+            FragmentControl {
+                stencil_test_enable: stencil.is_some(),
+                ..FragmentControl::default()
+            }
+            .pack()
+            .unwrap(),
+        );
         ppp.extend(
             FragmentFace {
                 depth_function,
                 disable_depth_write: false,
+                stencil_reference: u32::from(stencil.map_or(0, |(_, r)| r)),
                 ..FragmentFace::default()
             }
             .pack()
             .unwrap(),
         );
+    }
+    if let Some((state, _)) = stencil {
+        ppp.extend(state.pack().unwrap());
     }
     ppp.extend([0u8; 4]);
     ppp.extend(
@@ -1294,4 +1321,115 @@ fn cf_table(m: &Machine, components: u32, shade_model: agx_hw::formats::ShadeMod
         .unwrap(),
     );
     m.poke(m.usc, 0x5000, &table);
+}
+
+/// COLOUR_VS + COLOUR_FS over `triangles`, depth test Always, with a
+/// stencil test; ZLS loads stencil if `load` and stores it.
+fn stencil_pass(
+    m: &Machine,
+    triangles: u32,
+    stencil: agx_hw::formats::FragmentStencil,
+    reference: u8,
+    load: bool,
+) -> CmdRender {
+    let mut vs_uniforms = pair(DATA_VA + VERTICES);
+    vs_uniforms.extend(pair(DATA_VA + VERTICES + 16));
+    let vs = m.program(
+        COLOUR_VS,
+        0x3000,
+        0xC0,
+        &vs_uniforms,
+        UNIFORMS + 0x200,
+        0,
+        None,
+    );
+    let fs = m.program(
+        COLOUR_FS,
+        0x4000,
+        0x100,
+        &[1.0f32.to_bits()],
+        UNIFORMS + 0x300,
+        0,
+        None,
+    );
+    cf_table(m, 3, agx_hw::formats::ShadeModel::FlatVertex0);
+    let mut render = draw_pass_with_depth_stencil(
+        m,
+        3 * triangles,
+        vs,
+        7,
+        fs,
+        Some((0x5000, 1)),
+        Some(ZsFunc::Always),
+        Some((stencil, reference)),
+    );
+    render.zls_ctrl = u64::from_le_bytes(
+        ZlsControl {
+            s_load_enable: load,
+            s_store_enable: true,
+            ..ZlsControl::default()
+        }
+        .pack()
+        .unwrap(),
+    );
+    render.stencil.base = DATA_VA + DEPTH;
+    render.stencil.stride = 64 * 64;
+    render
+}
+
+/// The stored stencil of pixel (x, y) (tiles of 32 x 32 bytes).
+fn stored_stencil(m: &Machine, x: usize, y: usize) -> u8 {
+    let (tile, within) = ((y / 32) * 2 + x / 32, (y % 32) * 32 + x % 32);
+    m.peek(m.data, DEPTH + (tile * 1024 + within) as u64, 1)[0]
+}
+
+#[test_log::test]
+fn stencil_operations_count_overlaps_and_the_stencil_test_masks() {
+    use agx_hw::formats::{FragmentStencil, StencilOp};
+    let m = Machine::new(5000);
+    let count = FragmentStencil {
+        write_mask: 0xFF,
+        read_mask: 0xFF,
+        depth_pass: StencilOp::IncrSat,
+        depth_fail: StencilOp::Keep,
+        stencil_fail: StencilOp::Keep,
+        compare: ZsFunc::Always,
+    };
+    let first = (
+        [[4.0f32, 4.0], [44.0, 8.0], [12.0, 44.0]],
+        0.5,
+        [1.0, 0.0, 0.0],
+    );
+    let second = (
+        [[20.0f32, 20.0], [60.0, 24.0], [28.0, 60.0]],
+        0.5,
+        [0.0, 1.0, 0.0],
+    );
+    coloured(&m, &[first, second]);
+    let render = stencil_pass(&m, 2, count, 0, false);
+    assert_eq!(
+        m.submit(CmdType::Render, render.as_bytes()),
+        None,
+        "{:?}",
+        m.system.device().scheduler().stats().last_fault
+    );
+    assert_eq!(stored_stencil(&m, 26, 26), 2, "both");
+    assert_eq!(stored_stencil(&m, 8, 8), 1, "the first");
+    assert_eq!(stored_stencil(&m, 40, 40), 1, "the second");
+    assert_eq!(stored_stencil(&m, 60, 4), 0, "neither (the clear value)");
+    // Now draw over everything where the stencil equals 1: the overlap
+    // (2) and the untouched corner (0) keep the clear colour.
+    let equal_one = FragmentStencil {
+        depth_pass: StencilOp::Keep,
+        compare: ZsFunc::Equal,
+        ..count
+    };
+    coloured(&m, &[covering(0.5, [0.0, 0.0, 1.0])]);
+    let render = stencil_pass(&m, 1, equal_one, 1, true);
+    assert_eq!(m.submit(CmdType::Render, render.as_bytes()), None);
+    assert_eq!(rgb(&m, 8, 8), [0, 0, 255]);
+    assert_eq!(rgb(&m, 40, 40), [0, 0, 255]);
+    assert_eq!(rgb(&m, 26, 26), [0, 0, 0]);
+    assert_eq!(rgb(&m, 60, 4), [0, 0, 0]);
+    assert_eq!(stored_stencil(&m, 26, 26), 2, "kept");
 }
