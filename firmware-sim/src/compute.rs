@@ -260,8 +260,29 @@ pub fn bind(vm: &GpuVm<'_>, pipeline: u64, usc_exec_base: u64) -> Result<Binding
     Err(unsupported(at, FaultUnit::Usc))
 }
 
+/// What shaders and fixed-function units reach: the user half only. The
+/// kernel half (ttb1) holds the firmware's rings and command structures; a
+/// user context that names an address there gets a permission fault, as the
+/// hardware's per-context TTB split gives.
+fn refuse_kernel_half(address: u64, len: usize, access: AccessKind) -> Result<(), MemoryFault> {
+    let end = address.checked_add(len as u64);
+    let first_refused = if address >= uat::UPPER_HALF_START {
+        address
+    } else if end.is_none_or(|end| end > uat::UPPER_HALF_START) {
+        uat::UPPER_HALF_START
+    } else {
+        return Ok(());
+    };
+    Err(MemoryFault {
+        address: first_refused,
+        access,
+        reason: FaultReason::Permission,
+    })
+}
+
 impl GpuMemory for GpuVm<'_> {
     fn read(&self, address: u64, buf: &mut [u8], access: AccessKind) -> Result<(), MemoryFault> {
+        refuse_kernel_half(address, buf.len(), access)?;
         GpuVm::read(self, address, buf).map_err(|f| MemoryFault {
             address: f.va,
             access,
@@ -273,13 +294,7 @@ impl GpuMemory for GpuVm<'_> {
     }
 
     fn write(&mut self, address: u64, data: &[u8]) -> Result<(), MemoryFault> {
-        if let Some(kernel) = self.kernel(address) {
-            return kernel.write(address, data).map_err(|e| MemoryFault {
-                address: e.address,
-                access: AccessKind::Write,
-                reason: FaultReason::Unmapped,
-            });
-        }
+        refuse_kernel_half(address, data.len(), AccessKind::Write)?;
         let mut done = 0;
         while done < data.len() {
             let at = address.wrapping_add(done as u64);
@@ -382,6 +397,17 @@ pub fn run(
         loop {
             let index = next.fetch_add(1, Ordering::Relaxed);
             if index >= total || index > first_failure.load(Ordering::Relaxed) {
+                break;
+            }
+            // A grid of many short threadgroups meets the watchdog too.
+            if index.is_multiple_of(64)
+                && (Instant::now() >= watch.deadline || watch.stop.load(Ordering::Relaxed))
+            {
+                first_failure.fetch_min(index, Ordering::Relaxed);
+                failures
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push((index, EngineResult::Timeout));
                 break;
             }
             let g = [

@@ -20,7 +20,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
-use agx_fwif::messages::{FaultUnit, RunRenderBody, TvbInfo};
+use agx_fwif::messages::{FaultUnit, RunRenderBody, TvbInfo, TVB_PAGE_BYTES};
 use agx_hw::formats::{
     CfBinding, CfBindingHeader, CoefficientSource, FragmentFace, FragmentStencil, Layout, Pbe,
     PppState as PppStateBlock, ShadeModel, StencilOp, VdmBlockType, VdmState, VdmStreamLink,
@@ -791,6 +791,13 @@ fn read_scene(
     {
         return Ok(None);
     }
+    // The scene lives in GPU-writable memory: a shader can corrupt it, so
+    // nothing read from it is trusted.
+    if header.varyings as usize > tiler::MAX_OUTPUTS
+        || header.state_count as usize > tiler::MAX_STATES
+    {
+        return Err(unsupported(page, FaultUnit::Tiler));
+    }
     let tiles = u64::from(header.tiles_x) * u64::from(header.tiles_y);
     let pages = tiles.div_ceil(tiler::TVB_HEADS_PER_PAGE);
     let mut head_pages = Vec::new();
@@ -822,7 +829,9 @@ fn tile_primitives(vm: &GpuVm<'_>, scene: &Scene, tile: u64) -> Result<Vec<u64>,
         }
         chunk = next;
         guard += 1;
-        if guard > 1 << 24 {
+        // More chunks than the scene's pages hold is a corrupt (cyclic)
+        // list: the GPU's own data was overwritten.
+        if guard > u64::from(scene.header.pages_used) * (TVB_PAGE_BYTES / tiler::CHUNK_BYTES) {
             return Err(unsupported(chunk, FaultUnit::Tiler));
         }
     }

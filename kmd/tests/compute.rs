@@ -198,6 +198,36 @@ fn a_kernel_store_to_an_unmapped_address_faults_there() {
 }
 
 #[test_log::test]
+fn a_kernel_cannot_reach_the_firmware_half_of_the_address_space() {
+    let m = Machine::new(5000);
+    // The firmware's init structure sits at the start of its range, in
+    // the kernel half (ttb1) every context shares.
+    let firmware = agx_kmd::firmware::FW_VA_START;
+    let mut uniforms = Vec::new();
+    uniforms.extend(pair(firmware));
+    uniforms.extend(pair(firmware));
+    uniforms.extend([1.0f32.to_bits(), 0, 64]);
+    let pipeline = m.kernel(AXPB, 0x1000, 0x40, &uniforms, UNIFORMS, 0);
+    let mut stream = launch(pipeline, [64, 1, 1], [64, 1, 1]);
+    stream.extend(terminate());
+    m.poke(m.data, STREAM, &stream);
+    assert_eq!(m.run(STREAM), Some(Errno::EIO));
+    let (address, unit, _) = m.system.device().scheduler().stats().last_fault.unwrap();
+    assert_eq!(address, firmware, "refused at the first kernel-half read");
+    assert_eq!(unit, agx_fwif::messages::FaultUnit::Usc as u32);
+    // The firmware is intact: the next submission runs.
+    let mut uniforms = Vec::new();
+    uniforms.extend(pair(DATA_VA + IN));
+    uniforms.extend(pair(DATA_VA + OUT));
+    uniforms.extend([1.0f32.to_bits(), 0, 64]);
+    let pipeline = m.kernel(AXPB, 0x1000, 0x40, &uniforms, UNIFORMS, 0);
+    let mut stream = launch(pipeline, [64, 1, 1], [64, 1, 1]);
+    stream.extend(terminate());
+    m.poke(m.data, STREAM, &stream);
+    assert_eq!(m.run(STREAM), None);
+}
+
+#[test_log::test]
 fn a_kernel_that_never_stops_meets_the_watchdog() {
     let m = Machine::new(300);
     let source = "
