@@ -44,7 +44,7 @@ use zerocopy::{FromBytes, FromZeros, Immutable, IntoBytes};
 
 use crate::errno::Errno;
 use crate::file::lock_vm;
-use crate::firmware::FirmwareLink;
+use crate::firmware::{FirmwareLink, FirmwareView};
 use crate::mem::{AllocError, Ram};
 use crate::submit::{Barrier, Command};
 use crate::sync::{Fence, PointFence, SyncEvents};
@@ -117,6 +117,41 @@ struct TvbHeap {
     renders_seen: u32,
     overflows_seen: u32,
     partials_seen: u32,
+    /// Reports recorded in the statistics that the growth policy has not
+    /// sized a render for yet, merged.
+    unsized_report: Option<RenderReport>,
+}
+
+impl TvbHeap {
+    /// Takes in what the firmware reported about renders finished since
+    /// the last look: the statistics at once, the sizing at the next
+    /// render.
+    fn absorb_report(&mut self, view: &FirmwareView) {
+        let info: TvbInfo = read(view, self.info).unwrap_or_default();
+        if info.renders == self.renders_seen {
+            return;
+        }
+        let report = RenderReport {
+            peak_pages: u64::from(info.last_peak_pages),
+            wanted_pages: u64::from(info.last_wanted_pages),
+            overflows: u64::from(info.overflows.wrapping_sub(self.overflows_seen)),
+            partial_renders: u64::from(info.partial_renders.wrapping_sub(self.partials_seen)),
+        };
+        self.policy.record(&report);
+        self.renders_seen = info.renders;
+        self.overflows_seen = info.overflows;
+        self.partials_seen = info.partial_renders;
+        let merged = match self.unsized_report.take() {
+            None => report,
+            Some(earlier) => RenderReport {
+                peak_pages: earlier.peak_pages.max(report.peak_pages),
+                wanted_pages: earlier.wanted_pages.max(report.wanted_pages),
+                overflows: earlier.overflows + report.overflows,
+                partial_renders: earlier.partial_renders + report.partial_renders,
+            },
+        };
+        self.unsized_report = Some(merged);
+    }
 }
 
 /// Everything the scheduler keeps about a queue.
@@ -423,6 +458,7 @@ impl Scheduler {
                     renders_seen: 0,
                     overflows_seen: 0,
                     partials_seen: 0,
+                    unsized_report: None,
                 },
                 pending: VecDeque::new(),
                 destroyed: false,
@@ -804,6 +840,9 @@ impl Scheduler {
                 continue;
             }
             let job = state.running.swap_remove(index);
+            if let Some(queue) = state.queues.get_mut(&job.queue) {
+                queue.tvb.absorb_report(&self.link.view);
+            }
             for segment in &job.segments {
                 if let Some(queue) = state.queues.get_mut(&job.queue) {
                     let stage = &mut queue.stages[segment.stage as usize];
@@ -1075,20 +1114,10 @@ impl Scheduler {
     /// queues an InitBuffer when it changed.
     fn size_tvb(&self, queue: &mut QueueHw, cmd: &CmdRender, vm_slot: u32, b: &mut Builder<'_>) {
         let view = &self.link.view;
-        let info: TvbInfo = read(view, queue.tvb.info).unwrap_or_default();
         let heap = &mut queue.tvb;
-        let report = (info.renders != heap.renders_seen).then(|| RenderReport {
-            peak_pages: u64::from(info.last_peak_pages),
-            wanted_pages: u64::from(info.last_wanted_pages),
-            overflows: u64::from(info.overflows.wrapping_sub(heap.overflows_seen)),
-            partial_renders: u64::from(info.partial_renders.wrapping_sub(heap.partials_seen)),
-        });
-        if let Some(report) = &report {
-            heap.policy.record(report);
-            heap.renders_seen = info.renders;
-            heap.overflows_seen = info.overflows;
-            heap.partials_seen = info.partial_renders;
-        }
+        heap.absorb_report(view);
+        let report = heap.unsized_report.take();
+        let info: TvbInfo = read(view, heap.info).unwrap_or_default();
         let min = tvb::min_blocks_for_render(
             u32::from(cmd.width_px),
             u32::from(cmd.height_px),

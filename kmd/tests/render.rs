@@ -893,7 +893,7 @@ fn a_tiny_and_a_grown_parameter_buffer_render_the_same_image_and_depth() {
     );
     assert!(stats.blocks > 8, "and grew: {stats:?}");
     let partials_after_first = stats.partial_renders;
-    // A third pass brings in the second's report: no new partial render.
+    // Another pass at the grown size: no new partial render.
     assert_eq!(m.submit(CmdType::Render, render.as_bytes()), None);
     assert_eq!(queue.tvb_stats().partial_renders, partials_after_first);
     assert!(grown_image == tiny_image, "bit-identical colour");
@@ -1432,4 +1432,56 @@ fn stencil_operations_count_overlaps_and_the_stencil_test_masks() {
     assert_eq!(rgb(&m, 26, 26), [0, 0, 0]);
     assert_eq!(rgb(&m, 60, 4), [0, 0, 0]);
     assert_eq!(stored_stencil(&m, 26, 26), 2, "kept");
+}
+
+/// Pages the parameter buffer needed for `triangles` copies of one small
+/// triangle whose vertices carry `outputs` 32-bit slots (position
+/// included), measured on a fresh queue.
+fn pages_for(triangles: u32, outputs: u32) -> u64 {
+    let m = Machine::new(5000);
+    let window: Vec<[f32; 2]> = (0..triangles)
+        .flat_map(|_| [[2.0, 2.0], [9.0, 2.0], [2.0, 9.0]])
+        .collect();
+    m.poke_u32s(BIG_VERTICES, &clip(&window));
+    let vs = m.program(
+        POSITION_VS,
+        0x3000,
+        0xC0,
+        &pair(DATA_VA + BIG_VERTICES),
+        UNIFORMS + 0x200,
+        0,
+        None,
+    );
+    let fs = m.program(COUNT_FS, 0x4000, 0x100, &[0], UNIFORMS + 0x300, 0, None);
+    let render = draw_pass(&m, window.len() as u32, vs, outputs, fs, None);
+    assert_eq!(m.submit(CmdType::Render, render.as_bytes()), None);
+    let stats = m.file.queue(m.queue).unwrap().tvb_stats();
+    assert_eq!(stats.partial_renders, 0, "{stats:?}");
+    stats.peak_pages
+}
+
+/// The "bunny bug": what the tiler stores is per-vertex data, so the
+/// parameter buffer a scene needs grows with its vertex count times its
+/// varyings, not with its pixel coverage. All of these triangles fall in
+/// one tile, covering the same 28 pixels.
+#[test_log::test]
+fn parameter_buffer_demand_grows_with_vertices_times_varyings() {
+    let page = agx_fwif::messages::TVB_PAGE_BYTES as f64;
+    // A primitive costs its record (state and flags, 8 bytes, and three
+    // vertices of `outputs` words) and a sixth of a 64-byte list chunk.
+    let per_triangle = |outputs: u32| 8.0 + 12.0 * f64::from(outputs) + 64.0 / 6.0;
+    let (narrow, wide, wide_twice) = (pages_for(1200, 4), pages_for(1200, 32), pages_for(2400, 32));
+    tracing::info!(narrow, wide, wide_twice, "parameter buffer pages");
+    let more_varyings = (wide - narrow) as f64;
+    let expected = 1200.0 * (per_triangle(32) - per_triangle(4)) / page;
+    assert!(
+        (more_varyings - expected).abs() <= 1.5,
+        "28 more slots per vertex: {more_varyings} pages, expected {expected:.1}"
+    );
+    let more_vertices = (wide_twice - wide) as f64;
+    let expected = 1200.0 * per_triangle(32) / page;
+    assert!(
+        (more_vertices - expected).abs() <= 1.5,
+        "twice the vertices: {more_vertices} more pages, expected {expected:.1}"
+    );
 }
