@@ -215,6 +215,60 @@ impl Exports {
         Ok(fence)
     }
 
+    /// The status of a sync file exported by this device: `None` while
+    /// pending, else the fence's error if it had one.
+    pub fn sync_file_status(&self, fd: BorrowedFd<'_>) -> Result<Option<Option<Errno>>, Errno> {
+        let mut files = self.sync_files.lock().unwrap_or_else(|e| e.into_inner());
+        self.settle_sync_files(&mut files);
+        let (magic, token, status) = read_record(fd).ok_or(Errno::EINVAL)?;
+        if magic != SYNC_FILE_MAGIC {
+            return Err(Errno::EINVAL);
+        }
+        if let Some((fence, _)) = files.get(&token) {
+            return Ok(fence.status());
+        }
+        Ok(match status {
+            0 => None,
+            1 => Some(None),
+            s => Some(Some(Errno(i32::try_from(s - 2).unwrap_or(libc::EIO)))),
+        })
+    }
+
+    /// `SYNC_IOC_FILE_INFO` on a sync file of this device: its status,
+    /// and its one fence's record if the caller asked for records.
+    /// `flags` or `pad` set: `EINVAL`; an fd that is not one of this
+    /// device's sync files: `EINVAL` (Linux: `ENOTTY` from a file without
+    /// the ioctl); an unwritable record array: `EFAULT`.
+    pub fn sync_file_info(
+        &self,
+        fd: BorrowedFd<'_>,
+        info: &mut agx_uapi::drm::SyncFileInfo,
+    ) -> Result<(), Errno> {
+        if info.flags != 0 || info.pad != 0 {
+            return Err(Errno::EINVAL);
+        }
+        let status = match self.sync_file_status(fd)? {
+            None => 0,
+            Some(None) => 1,
+            Some(Some(errno)) => -errno.0,
+        };
+        info.name = [0; 32];
+        info.name[..9].copy_from_slice(b"agx-fence");
+        info.status = status;
+        if info.num_fences > 0 && info.sync_fence_info != 0 {
+            // struct sync_fence_info: obj_name[32], driver_name[32],
+            // status, flags, timestamp_ns.
+            let mut record = [0u8; 80];
+            record[..9].copy_from_slice(b"agx-queue");
+            record[32..37].copy_from_slice(b"asahi");
+            record[64..68].copy_from_slice(&status.to_le_bytes());
+            crate::uaccess::copy_to_user(info.sync_fence_info, &record)
+                .map_err(|_| Errno::EFAULT)?;
+        }
+        info.num_fences = 1;
+        Ok(())
+    }
+
     /// Pending sync files the device tracks (for leak checks).
     pub fn pending_sync_files(&self) -> usize {
         let mut files = self.sync_files.lock().unwrap_or_else(|e| e.into_inner());

@@ -14,7 +14,7 @@
 //! so does our kmd.
 
 use bitflags::bitflags;
-use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
+use zerocopy::{FromBytes, FromZeros, Immutable, IntoBytes, KnownLayout};
 
 use crate::assert_layout;
 use crate::ioctl::{drm_iow, drm_iowr};
@@ -337,6 +337,37 @@ pub struct SyncobjTransfer {
     pub pad: u32,
 }
 
+/// `sync_file_info` (`linux/sync_file.h`): argument of
+/// [`SYNC_IOC_FILE_INFO`], an ioctl on a sync file (as exported by
+/// `SYNCOBJ_HANDLE_TO_FD` with `EXPORT_SYNC_FILE`), not on the DRM file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
+#[repr(C)]
+pub struct SyncFileInfo {
+    /// Returned: the sync file's name.
+    pub name: [u8; 32],
+    /// Returned: 1 signalled, 0 active, a negative errno if a fence
+    /// signalled with an error.
+    pub status: i32,
+    /// MBZ.
+    pub flags: u32,
+    /// In: capacity of the array at `sync_fence_info` (0: only count);
+    /// returned: the number of fences.
+    pub num_fences: u32,
+    /// MBZ.
+    pub pad: u32,
+    /// User pointer to `num_fences` `sync_fence_info` records, or 0.
+    pub sync_fence_info: u64,
+}
+
+impl Default for SyncFileInfo {
+    fn default() -> Self {
+        Self::new_zeroed()
+    }
+}
+
+/// `SYNC_IOC_FILE_INFO`: `_IOWR('>', 4, struct sync_file_info)`.
+pub const SYNC_IOC_FILE_INFO: u32 = crate::ioctl::iowr::<SyncFileInfo>(b'>', 4);
+
 /// DRM core ioctl numbers (the `nr` field of the request).
 pub mod nr {
     /// `DRM_IOCTL_VERSION`.
@@ -452,6 +483,10 @@ assert_layout!(Version, size = 64, align = 8, {
     desc @ 56, 8;
 });
 assert_layout!(GetCap, size = 16, align = 8, { capability @ 0, 8; value @ 8, 8; });
+assert_layout!(SyncFileInfo, size = 56, align = 8, {
+    name @ 0, 32; status @ 32, 4; flags @ 36, 4; num_fences @ 40, 4; pad @ 44, 4;
+    sync_fence_info @ 48, 8;
+});
 assert_layout!(GemClose, size = 8, align = 4, { handle @ 0, 4; pad @ 4, 4; });
 assert_layout!(PrimeHandle, size = 12, align = 4, { handle @ 0, 4; flags @ 4, 4; fd @ 8, 4; });
 assert_layout!(SyncobjCreate, size = 8, align = 4, { handle @ 0, 4; flags @ 4, 4; });

@@ -66,6 +66,11 @@ fn structs() -> Vec<StructSpec> {
             ]
         ),
         struct_spec!(GetCap, "drm_get_cap", [capability, value]),
+        struct_spec!(
+            SyncFileInfo,
+            "sync_file_info",
+            [name, status, flags, num_fences, pad, sync_fence_info]
+        ),
         struct_spec!(GemClose, "drm_gem_close", [handle, pad]),
         struct_spec!(PrimeHandle, "drm_prime_handle", [handle, flags, fd]),
         struct_spec!(SyncobjCreate, "drm_syncobj_create", [handle, flags]),
@@ -131,6 +136,7 @@ const IOCTL_ARGS: &[(&str, &str)] = &[
 fn constants() -> Vec<(&'static str, u64, Option<&'static str>)> {
     let flag = |f: u32| u64::from(f);
     vec![
+        ("SYNC_IOC_FILE_INFO", u64::from(SYNC_IOC_FILE_INFO), None),
         ("DRM_CAP_DUMB_BUFFER", DRM_CAP_DUMB_BUFFER, None),
         ("DRM_CAP_VBLANK_HIGH_CRTC", DRM_CAP_VBLANK_HIGH_CRTC, None),
         (
@@ -210,7 +216,7 @@ fn constants() -> Vec<(&'static str, u64, Option<&'static str>)> {
 
 fn c_program(structs: &[StructSpec]) -> String {
     let mut c = String::from(
-        "#include <stdio.h>\n#include <stddef.h>\n#include <fcntl.h>\n#include <drm.h>\n\
+        "#include <stdio.h>\n#include <stddef.h>\n#include <fcntl.h>\n#include <drm.h>\n#include <linux/sync_file.h>\n\
          #define FIELD(s, f) printf(\"F %s %s %zu %zu\\n\", #s, #f, \
          offsetof(struct s, f), sizeof(((struct s *)0)->f))\n\
          int main(void) {\n",

@@ -2,11 +2,40 @@
 //!
 //! `agx-umd` builds command buffers for AGX GPUs: render passes with their
 //! tilebuffer load/store programs (`bg`, `eot`, `partial_bg`,
-//! `partial_eot`), the depth/stencil load/store (ZLS) configuration that
-//! keeps partial renders correct, and descriptor heaps (24-byte texture and
-//! PBE descriptors, 8-byte samplers). It talks to the kernel only through the
-//! asahi UAPI (`agx-uapi`), so the same code drives a real Asahi Linux kernel
-//! and the simulated device.
+//! `partial_eot`) generated in AGX machine code, the depth/stencil
+//! load/store (ZLS) configuration that keeps partial renders correct, and
+//! compute dispatches. It talks to the kernel only through the asahi UAPI
+//! ([`kernel::Kernel`]: ioctl bytes, mmap, sync-file status), so the same
+//! code drives a real Asahi Linux kernel ([`Device::open`]) and the
+//! simulated device ([`Device::open_simulated`]).
 //!
-//! Status: only the crate exists; the driver arrives with the "umd" work.
-#![forbid(unsafe_code)]
+//! The pieces, in the manner of a graphics HAL: [`Device`] (with its GPU
+//! VM and address-space layout), [`Buffer`] and [`alloc::Arena`]
+//! (allocator), [`Image`], [`Shader`] (executable), [`GraphicsPipeline`],
+//! [`CommandBuffer`] with [`RenderPass`], [`Queue`] and [`Semaphore`].
+#![deny(unsafe_code)]
+
+pub mod alloc;
+pub mod cmd;
+pub mod device;
+pub mod error;
+pub mod image;
+pub mod kernel;
+pub mod pass;
+pub mod program;
+pub mod queue;
+#[cfg(feature = "sim")]
+pub mod sim;
+mod sys;
+
+pub use cmd::{
+    Command, CommandBuffer, CullMode, DepthState, GraphicsPipeline, GraphicsPipelineDesc,
+    Interpolation, RecordStats, RenderPass, Topology, Varying,
+};
+pub use device::{Buffer, BufferDesc, Device, MemoryType, Region};
+pub use error::Error;
+pub use image::{DepthImage, Format, Image};
+pub use kernel::Errno;
+pub use pass::{ColourAttachment, DepthAttachment, LoadOp, RenderPassDesc, StoreOp};
+pub use program::{Bindings, ProgramCache, Shader};
+pub use queue::{Queue, Semaphore, Submission};

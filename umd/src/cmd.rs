@@ -1,0 +1,809 @@
+//! Command buffers: render passes with their draws, and compute
+//! dispatches, encoded as the control streams the GPU walks.
+//!
+//! A render pass becomes one `cmd_render`: a VDM control stream of state
+//! updates (the vertex shader's USC words and output count), PPP state
+//! pointers (viewport, culling, depth test, the fragment shader and its
+//! coefficient bindings) and index lists, ending in a terminate block.
+//! State is tracked with dirty bits, so a draw that changes nothing emits
+//! only its index list. Compute dispatches become CDM launch blocks in one
+//! stream per run of dispatches.
+
+use std::sync::Arc;
+
+use agx_hw::formats::{
+    CdmGlobalSize, CdmLaunchWord0, CdmLaunchWord1, CdmLocalSize, CdmMode, CdmStreamTerminate,
+    CfBinding, CfBindingHeader, CoefficientSource, Cull, FragmentControl, FragmentFace,
+    FragmentShaderWord0, FragmentShaderWord1, FragmentShaderWord2, FragmentShaderWord3, IndexList,
+    IndexSize, PppHeader, PppState, Primitive, Sampler, ShadeModel, VdmState,
+    VdmStateVertexOutputs, VdmStateVertexShaderWord1, VdmStreamTerminate, Viewport, ZsFunc,
+};
+use agx_uapi::asahi::{BgEot, CmdCompute, CmdRender, RenderFlags};
+use zerocopy::FromZeros;
+
+use crate::alloc::Arena;
+use crate::device::{Buffer, BufferDesc, Device, MemoryType, Region};
+use crate::error::Error;
+use crate::image::{pack_pbe, pack_texture, Image};
+use crate::pass::{
+    bg_source, eot_source, tile_layout, zls_controls, BgAction, LoadOp, RenderPassDesc, StoreOp,
+};
+use crate::program::{place_pipeline, Bindings, ProgramCache, Shader};
+
+fn pack_err(e: agx_hw::spec::PackError) -> Error {
+    Error::Unsupported(format!("hardware word: {e}"))
+}
+
+/// How a varying is interpolated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Interpolation {
+    /// Linearly in screen space.
+    Linear,
+    /// Perspective-correct.
+    Perspective,
+    /// The first vertex's value.
+    Flat,
+}
+
+/// A varying: vertex output slots read by the fragment shader through
+/// coefficient registers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Varying {
+    /// First vertex output slot (4 and up: slots 0-3 are the position).
+    pub slot: u32,
+    /// Components (1-4).
+    pub components: u32,
+    /// Interpolation.
+    pub interpolation: Interpolation,
+}
+
+/// Which faces are culled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CullMode {
+    /// None.
+    None,
+    /// Front faces.
+    Front,
+    /// Back faces.
+    Back,
+}
+
+/// Primitive topology.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Topology {
+    /// Independent triangles.
+    Triangles,
+    /// A strip.
+    TriangleStrip,
+    /// A fan.
+    TriangleFan,
+}
+
+/// Depth test state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DepthState {
+    /// Comparison against the stored depth.
+    pub function: ZsFunc,
+    /// Whether passing fragments write depth.
+    pub write: bool,
+}
+
+/// A graphics pipeline's description: shaders in AGX assembly and the
+/// fixed-function state.
+#[derive(Debug, Clone)]
+pub struct GraphicsPipelineDesc<'a> {
+    /// Vertex shader: vertex id in r5, instance id in r6; writes
+    /// `vertex_outputs` slots with `st_var` (0-3: clip-space position).
+    pub vertex: &'a str,
+    /// Fragment shader: reads varyings from coefficient registers (cf0
+    /// and up, in `varyings` order), writes the tilebuffer with `st_tile`.
+    pub fragment: &'a str,
+    /// Vertex output slots, position included.
+    pub vertex_outputs: u32,
+    /// Varyings, bound to consecutive coefficient registers from cf0.
+    pub varyings: Vec<Varying>,
+    /// Depth test, if any.
+    pub depth: Option<DepthState>,
+    /// Culling.
+    pub cull: CullMode,
+    /// Whether counter-clockwise triangles (as seen in the image) face
+    /// front.
+    pub front_ccw: bool,
+    /// Topology of draws.
+    pub topology: Topology,
+}
+
+/// A compiled graphics pipeline.
+#[derive(Debug)]
+pub struct GraphicsPipeline {
+    vertex: Shader,
+    fragment: Shader,
+    outputs: u32,
+    cf_table: Buffer,
+    cf_bindings: u32,
+    depth: Option<DepthState>,
+    cull: CullMode,
+    front_ccw: bool,
+    topology: Topology,
+}
+
+impl GraphicsPipeline {
+    /// Assembles the shaders and writes the coefficient binding table.
+    pub fn new(
+        device: &Device,
+        desc: &GraphicsPipelineDesc<'_>,
+    ) -> Result<GraphicsPipeline, Error> {
+        if desc.vertex_outputs < 4 || desc.vertex_outputs > 64 {
+            return Err(Error::Unsupported(format!(
+                "{} vertex outputs (4..=64)",
+                desc.vertex_outputs
+            )));
+        }
+        let mut table = CfBindingHeader {
+            slot_count: desc.vertex_outputs - 4,
+            coefficient_register_count: desc.varyings.iter().map(|v| v.components).sum(),
+        }
+        .pack()
+        .map_err(pack_err)?
+        .to_vec();
+        let mut register = 0;
+        for varying in &desc.varyings {
+            if varying.slot < 4 || varying.slot + varying.components > desc.vertex_outputs {
+                return Err(Error::Unsupported(format!(
+                    "varying at slots {}..{} of {} outputs",
+                    varying.slot,
+                    varying.slot + varying.components,
+                    desc.vertex_outputs
+                )));
+            }
+            table.extend(
+                CfBinding {
+                    components: varying.components,
+                    shade_model: match varying.interpolation {
+                        Interpolation::Linear => ShadeModel::Linear,
+                        Interpolation::Perspective => ShadeModel::Perspective,
+                        Interpolation::Flat => ShadeModel::FlatVertex0,
+                    },
+                    source: CoefficientSource::Varying,
+                    base_slot: varying.slot,
+                    base_coefficient_register: register,
+                }
+                .pack()
+                .map_err(pack_err)?,
+            );
+            register += varying.components;
+        }
+        let cf_table = device.create_buffer(&BufferDesc {
+            size_bytes: table.len() as u64,
+            memory: MemoryType::HostVisible,
+            region: Region::Usc,
+            gpu_write: false,
+        })?;
+        cf_table.write(0, &table)?;
+        Ok(GraphicsPipeline {
+            vertex: Shader::new(device, desc.vertex)?,
+            fragment: Shader::new(device, desc.fragment)?,
+            outputs: desc.vertex_outputs,
+            cf_table,
+            cf_bindings: desc.varyings.len() as u32,
+            depth: desc.depth,
+            cull: desc.cull,
+            front_ccw: desc.front_ccw,
+            topology: desc.topology,
+        })
+    }
+}
+
+/// One command of a command buffer.
+#[derive(Debug, Clone)]
+pub enum Command {
+    /// A render pass.
+    Render(Box<CmdRender>),
+    /// A run of compute dispatches.
+    Compute(Box<CmdCompute>),
+}
+
+/// Counters of what recording emitted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RecordStats {
+    /// Draws recorded.
+    pub draws: u64,
+    /// Vertex-shader state updates emitted.
+    pub vertex_states: u64,
+    /// PPP (fragment) state records emitted.
+    pub ppp_states: u64,
+    /// Compute dispatches recorded.
+    pub dispatches: u64,
+}
+
+/// Recorded work and the memory it uses.
+#[derive(Debug)]
+pub struct CommandBuffer {
+    device: Device,
+    programs: Arc<ProgramCache>,
+    data: Arena,
+    usc: Arena,
+    commands: Vec<Command>,
+    /// The open CDM stream of consecutive dispatches.
+    cdm: Vec<u8>,
+    stats: RecordStats,
+    /// Pipelines and images the recorded work refers to.
+    keep: Vec<Arc<GraphicsPipeline>>,
+}
+
+/// An arena chunk: 256 KiB.
+const ARENA_CHUNK_BYTES: u64 = 256 << 10;
+
+impl CommandBuffer {
+    /// An empty command buffer using `programs` for generated programs.
+    pub fn new(device: &Device, programs: &Arc<ProgramCache>) -> CommandBuffer {
+        CommandBuffer {
+            device: device.clone(),
+            programs: Arc::clone(programs),
+            data: Arena::new(device, Region::General, ARENA_CHUNK_BYTES),
+            usc: Arena::new(device, Region::Usc, ARENA_CHUNK_BYTES),
+            commands: Vec::new(),
+            cdm: Vec::new(),
+            stats: RecordStats::default(),
+            keep: Vec::new(),
+        }
+    }
+
+    /// The recorded commands (after [`CommandBuffer::finish`]).
+    pub fn commands(&self) -> &[Command] {
+        &self.commands
+    }
+
+    /// What recording emitted.
+    pub fn stats(&self) -> RecordStats {
+        self.stats
+    }
+
+    /// Memory for uniforms and other per-command-buffer data.
+    pub fn arena(&mut self) -> &mut Arena {
+        &mut self.data
+    }
+
+    /// Closes the open compute stream, if any.
+    fn close_compute(&mut self) -> Result<(), Error> {
+        if self.cdm.is_empty() {
+            return Ok(());
+        }
+        let mut stream = std::mem::take(&mut self.cdm);
+        stream.extend(CdmStreamTerminate::default().pack().map_err(pack_err)?);
+        let slice = self.data.upload(&stream, 64)?;
+        self.commands.push(Command::Compute(Box::new(CmdCompute {
+            cdm_ctrl_stream_base: slice.va,
+            cdm_ctrl_stream_end: slice.va + slice.len_bytes,
+            ..CmdCompute::new_zeroed()
+        })));
+        Ok(())
+    }
+
+    /// Ends recording.
+    pub fn finish(&mut self) -> Result<(), Error> {
+        self.close_compute()
+    }
+
+    /// Records a compute dispatch of `shader` with `bindings` over `grid`
+    /// threads in threadgroups of `local`.
+    pub fn dispatch(
+        &mut self,
+        shader: &Shader,
+        bindings: &Bindings,
+        grid: [u32; 3],
+        local: [u32; 3],
+    ) -> Result<(), Error> {
+        if local.contains(&0) || local.iter().product::<u32>() > 1024 {
+            return Err(Error::Unsupported(format!("threadgroup size {local:?}")));
+        }
+        let pipeline = place_pipeline(&self.device, &mut self.usc, shader, bindings)?;
+        let mut block = CdmLaunchWord0 {
+            mode: CdmMode::Direct,
+            ..CdmLaunchWord0::default()
+        }
+        .pack()
+        .map_err(pack_err)?
+        .to_vec();
+        block.extend(
+            CdmLaunchWord1 {
+                pipeline: u64::from(pipeline),
+            }
+            .pack()
+            .map_err(pack_err)?,
+        );
+        block.extend(
+            CdmGlobalSize {
+                x: grid[0],
+                y: grid[1],
+                z: grid[2],
+            }
+            .pack()
+            .map_err(pack_err)?,
+        );
+        block.extend(
+            CdmLocalSize {
+                x: local[0],
+                y: local[1],
+                z: local[2],
+            }
+            .pack()
+            .map_err(pack_err)?,
+        );
+        self.cdm.extend(block);
+        self.stats.dispatches += 1;
+        Ok(())
+    }
+
+    /// Begins a render pass.
+    pub fn begin_render_pass(
+        &mut self,
+        desc: &RenderPassDesc<'_>,
+    ) -> Result<RenderPass<'_>, Error> {
+        self.close_compute()?;
+        let (width, height) = match (desc.colour.first(), &desc.depth) {
+            (Some(c), _) => (c.image.width(), c.image.height()),
+            (None, Some(d)) => (d.image.width(), d.image.height()),
+            (None, None) => return Err(Error::Unsupported("a pass without attachments".into())),
+        };
+        if desc
+            .colour
+            .iter()
+            .any(|c| (c.image.width(), c.image.height()) != (width, height))
+            || desc
+                .depth
+                .is_some_and(|d| (d.image.width(), d.image.height()) != (width, height))
+        {
+            return Err(Error::Unsupported("attachments of different sizes".into()));
+        }
+        if desc.colour.len() > 8 {
+            return Err(Error::Unsupported(format!(
+                "{} colour attachments",
+                desc.colour.len()
+            )));
+        }
+        let formats: Vec<_> = desc.colour.iter().map(|c| c.image.format()).collect();
+        let (slots, sample_bytes) = tile_layout(&formats)?;
+        // Descriptors: texture descriptors for loads, PBE descriptors for
+        // stores, one per render target.
+        let mut textures = Vec::new();
+        let mut pbes = Vec::new();
+        for c in &desc.colour {
+            textures.extend(pack_texture(&c.image.texture_descriptor())?);
+            pbes.extend(pack_pbe(&c.image.pbe_descriptor())?);
+        }
+        let count = desc.colour.len() as u32;
+        let textures = (count > 0)
+            .then(|| self.data.upload(&textures, 64))
+            .transpose()?;
+        let pbes = (count > 0)
+            .then(|| self.data.upload(&pbes, 64))
+            .transpose()?;
+        let mut clear_words = Vec::new();
+        let actions: Vec<BgAction> = desc
+            .colour
+            .iter()
+            .map(|c| {
+                let value = match c.load {
+                    LoadOp::Clear(v) => Some(v),
+                    LoadOp::DontCare => Some([0.0; 4]),
+                    LoadOp::Load => None,
+                };
+                clear_words.extend(value.unwrap_or([0.0; 4]).map(f32::to_bits));
+                if value.is_some() {
+                    BgAction::Clear
+                } else {
+                    BgAction::Load
+                }
+            })
+            .collect();
+        let loads = vec![BgAction::Load; slots.len()];
+        let stores: Vec<bool> = desc
+            .colour
+            .iter()
+            .map(|c| c.store == StoreOp::Store)
+            .collect();
+        let store_all = vec![true; slots.len()];
+        let bg = self.programs.get(&bg_source(&slots, &actions))?;
+        let partial_bg = self.programs.get(&bg_source(&slots, &loads))?;
+        let eot = self.programs.get(&eot_source(&slots, &stores))?;
+        let partial_eot = self.programs.get(&eot_source(&slots, &store_all))?;
+        let tile_bindings = |textures: Option<u64>| Bindings {
+            textures: textures.map(|va| (count, va)),
+            tilebuffer_sample_bytes: Some(sample_bytes),
+            ..Bindings::default()
+        };
+        let bg_bindings = tile_bindings(textures.map(|s| s.va))
+            .with_uniform_words(&mut self.data, &clear_words)?;
+        let partial_bg_bindings = tile_bindings(textures.map(|s| s.va));
+        let eot_bindings = tile_bindings(pbes.map(|s| s.va));
+        let usc = |pipeline: u32| BgEot {
+            usc: pipeline | 4,
+            rsrc_spec: 0,
+        };
+        let mut render = CmdRender {
+            flags: RenderFlags::PROCESS_EMPTY_TILES.bits(),
+            width_px: width as u16,
+            height_px: height as u16,
+            layers: 1,
+            samples: 1,
+            utile_width_px: 32,
+            utile_height_px: 32,
+            sample_size_B: sample_bytes as u8,
+            isp_bgobjdepth: 1.0f32.to_bits(),
+            bg: usc(place_pipeline(
+                &self.device,
+                &mut self.usc,
+                &bg,
+                &bg_bindings,
+            )?),
+            partial_bg: usc(place_pipeline(
+                &self.device,
+                &mut self.usc,
+                &partial_bg,
+                &partial_bg_bindings,
+            )?),
+            eot: usc(place_pipeline(
+                &self.device,
+                &mut self.usc,
+                &eot,
+                &eot_bindings,
+            )?),
+            partial_eot: usc(place_pipeline(
+                &self.device,
+                &mut self.usc,
+                &partial_eot,
+                &eot_bindings,
+            )?),
+            ..CmdRender::new_zeroed()
+        };
+        if let Some(depth) = &desc.depth {
+            let (_, partial) = zls_controls(Some(depth));
+            // One zls_ctrl serves the first pass over a tile and the
+            // reload after a partial render: submit the partial variant
+            // and make the buffer hold the starting depth.
+            match depth.load {
+                LoadOp::Clear(value) => depth.image.fill(value)?,
+                LoadOp::DontCare => depth.image.fill(1.0)?,
+                LoadOp::Load => {}
+            }
+            render.zls_ctrl = u64::from_le_bytes(partial.pack().map_err(pack_err)?);
+            render.depth.base = depth.image.buffer().va();
+            render.depth.stride = depth.image.layer_bytes();
+            if let LoadOp::Clear(value) = depth.load {
+                render.isp_bgobjdepth = value.to_bits();
+            }
+        }
+        Ok(RenderPass {
+            cb: self,
+            render,
+            vdm: Vec::new(),
+            width,
+            height,
+            sample_bytes,
+            pipeline: None,
+            vs_uniforms: Vec::new(),
+            fs_uniforms: Vec::new(),
+            fs_textures: Vec::new(),
+            fs_samplers: Vec::new(),
+            dirty_vertex: true,
+            dirty_fragment: true,
+        })
+    }
+}
+
+/// A render pass being recorded.
+#[derive(Debug)]
+pub struct RenderPass<'a> {
+    cb: &'a mut CommandBuffer,
+    render: CmdRender,
+    vdm: Vec<u8>,
+    width: u32,
+    height: u32,
+    sample_bytes: u32,
+    pipeline: Option<Arc<GraphicsPipeline>>,
+    vs_uniforms: Vec<u32>,
+    fs_uniforms: Vec<u32>,
+    fs_textures: Vec<[u8; 24]>,
+    fs_samplers: Vec<[u8; 8]>,
+    dirty_vertex: bool,
+    dirty_fragment: bool,
+}
+
+impl RenderPass<'_> {
+    /// Binds a pipeline (nothing is emitted if it is already bound).
+    pub fn set_pipeline(&mut self, pipeline: &Arc<GraphicsPipeline>) {
+        if self
+            .pipeline
+            .as_ref()
+            .is_some_and(|p| Arc::ptr_eq(p, pipeline))
+        {
+            return;
+        }
+        self.pipeline = Some(Arc::clone(pipeline));
+        self.cb.keep.push(Arc::clone(pipeline));
+        self.dirty_vertex = true;
+        self.dirty_fragment = true;
+    }
+
+    /// Sets the vertex shader's uniforms (32-bit words from u0).
+    pub fn set_vertex_uniforms(&mut self, words: &[u32]) {
+        if self.vs_uniforms != words {
+            self.vs_uniforms = words.to_vec();
+            self.dirty_vertex = true;
+        }
+    }
+
+    /// Sets the fragment shader's uniforms (32-bit words from u0).
+    pub fn set_fragment_uniforms(&mut self, words: &[u32]) {
+        if self.fs_uniforms != words {
+            self.fs_uniforms = words.to_vec();
+            self.dirty_fragment = true;
+        }
+    }
+
+    /// Binds images to the fragment shader's texture state registers
+    /// (ts0, ts1, ...) and samplers to its sampler state registers.
+    pub fn set_fragment_textures(
+        &mut self,
+        images: &[&Image],
+        samplers: &[Sampler],
+    ) -> Result<(), Error> {
+        let textures = images
+            .iter()
+            .map(|i| pack_texture(&i.texture_descriptor()))
+            .collect::<Result<Vec<_>, _>>()?;
+        let samplers = samplers
+            .iter()
+            .map(|s| s.pack().map_err(pack_err))
+            .collect::<Result<Vec<_>, _>>()?;
+        if textures != self.fs_textures || samplers != self.fs_samplers {
+            self.fs_textures = textures;
+            self.fs_samplers = samplers;
+            self.dirty_fragment = true;
+        }
+        Ok(())
+    }
+
+    fn emit_state(&mut self) -> Result<(), Error> {
+        let pipeline = self
+            .pipeline
+            .clone()
+            .ok_or_else(|| Error::Unsupported("a draw without a pipeline".into()))?;
+        let cb = &mut *self.cb;
+        if self.dirty_vertex {
+            let bindings =
+                Bindings::default().with_uniform_words(&mut cb.data, &self.vs_uniforms)?;
+            let vs = place_pipeline(&cb.device, &mut cb.usc, &pipeline.vertex, &bindings)?;
+            self.vdm.extend(
+                VdmState {
+                    vertex_shader_word_1_present: true,
+                    vertex_outputs_present: true,
+                    ..VdmState::default()
+                }
+                .pack()
+                .map_err(pack_err)?,
+            );
+            self.vdm.extend(
+                VdmStateVertexShaderWord1 {
+                    pipeline: u64::from(vs),
+                    ..VdmStateVertexShaderWord1::default()
+                }
+                .pack()
+                .map_err(pack_err)?,
+            );
+            self.vdm.extend(
+                VdmStateVertexOutputs {
+                    output_count_1: pipeline.outputs,
+                    output_count_2: 0,
+                }
+                .pack()
+                .map_err(pack_err)?,
+            );
+            cb.stats.vertex_states += 1;
+            self.dirty_vertex = false;
+        }
+        if self.dirty_fragment {
+            let mut bindings = Bindings {
+                tilebuffer_sample_bytes: Some(self.sample_bytes),
+                loads_varyings: pipeline.cf_bindings > 0,
+                ..Bindings::default()
+            }
+            .with_uniform_words(&mut cb.data, &self.fs_uniforms)?;
+            if !self.fs_textures.is_empty() {
+                let bytes: Vec<u8> = self.fs_textures.concat();
+                let slice = cb.data.upload(&bytes, 64)?;
+                bindings.textures = Some((self.fs_textures.len() as u32, slice.va));
+            }
+            if !self.fs_samplers.is_empty() {
+                let bytes: Vec<u8> = self.fs_samplers.concat();
+                let slice = cb.data.upload(&bytes, 64)?;
+                bindings.samplers = Some((self.fs_samplers.len() as u32, slice.va));
+            }
+            let fs = place_pipeline(&cb.device, &mut cb.usc, &pipeline.fragment, &bindings)?;
+            let (half_w, half_h) = (self.width as f32 / 2.0, self.height as f32 / 2.0);
+            let mut ppp = PppHeader {
+                fragment_control: true,
+                fragment_front_face: true,
+                fragment_back_face: true,
+                viewport: true,
+                viewport_count: 1,
+                cull: true,
+                fragment_shader: true,
+                ..PppHeader::default()
+            }
+            .pack()
+            .map_err(pack_err)?
+            .to_vec();
+            ppp.extend(FragmentControl::default().pack().map_err(pack_err)?);
+            let face = FragmentFace {
+                depth_function: pipeline.depth.map_or(ZsFunc::Always, |d| d.function),
+                disable_depth_write: !pipeline.depth.is_some_and(|d| d.write),
+                ..FragmentFace::default()
+            }
+            .pack()
+            .map_err(pack_err)?;
+            ppp.extend(face);
+            ppp.extend(face);
+            // Viewport control word, then the viewport: NDC to window
+            // coordinates with y pointing down the image.
+            ppp.extend([0u8; 4]);
+            ppp.extend(
+                Viewport {
+                    translate_x: half_w,
+                    scale_x: half_w,
+                    translate_y: half_h,
+                    scale_y: -half_h,
+                    translate_z: 0.0,
+                    scale_z: 1.0,
+                }
+                .pack()
+                .map_err(pack_err)?,
+            );
+            ppp.extend(
+                Cull {
+                    cull_front: pipeline.cull == CullMode::Front,
+                    cull_back: pipeline.cull == CullMode::Back,
+                    front_face_ccw: pipeline.front_ccw,
+                    ..Cull::default()
+                }
+                .pack()
+                .map_err(pack_err)?,
+            );
+            ppp.extend(
+                FragmentShaderWord0 {
+                    cf_binding_count: pipeline.cf_bindings,
+                    ..FragmentShaderWord0::default()
+                }
+                .pack()
+                .map_err(pack_err)?,
+            );
+            ppp.extend(
+                FragmentShaderWord1 {
+                    pipeline: u64::from(fs),
+                    ..FragmentShaderWord1::default()
+                }
+                .pack()
+                .map_err(pack_err)?,
+            );
+            ppp.extend(
+                FragmentShaderWord2 {
+                    cf_bindings: u64::from(pipeline.cf_table.usc_offset().unwrap_or(0)),
+                }
+                .pack()
+                .map_err(pack_err)?,
+            );
+            ppp.extend(FragmentShaderWord3::default().pack().map_err(pack_err)?);
+            let slice = cb.data.upload(&ppp, 64)?;
+            self.vdm.extend(
+                PppState {
+                    pointer: slice.va,
+                    size_words: (ppp.len() / 4) as u32,
+                }
+                .pack()
+                .map_err(pack_err)?,
+            );
+            cb.stats.ppp_states += 1;
+            self.dirty_fragment = false;
+        }
+        Ok(())
+    }
+
+    fn primitive(&self) -> Primitive {
+        match self.pipeline.as_ref().map(|p| p.topology) {
+            Some(Topology::TriangleStrip) => Primitive::TriangleStrip,
+            Some(Topology::TriangleFan) => Primitive::TriangleFan,
+            _ => Primitive::Triangles,
+        }
+    }
+
+    /// Draws `vertex_count` vertices (ids from `first_vertex`) of
+    /// `instance_count` instances.
+    pub fn draw(
+        &mut self,
+        vertex_count: u32,
+        instance_count: u32,
+        first_vertex: u32,
+    ) -> Result<(), Error> {
+        self.emit_state()?;
+        self.vdm.extend(
+            IndexList {
+                primitive: self.primitive(),
+                index_count_present: true,
+                instance_count_present: true,
+                start_present: true,
+                ..IndexList::default()
+            }
+            .pack()
+            .map_err(pack_err)?,
+        );
+        for word in [vertex_count, instance_count.max(1), first_vertex] {
+            self.vdm.extend(word.to_le_bytes());
+        }
+        self.cb.stats.draws += 1;
+        Ok(())
+    }
+
+    /// Draws `index_count` 32-bit indices from `indices` at
+    /// `offset_bytes`, `instance_count` instances, adding `base_vertex`.
+    pub fn draw_indexed(
+        &mut self,
+        indices: &Buffer,
+        offset_bytes: u64,
+        index_count: u32,
+        instance_count: u32,
+        base_vertex: u32,
+    ) -> Result<(), Error> {
+        if offset_bytes + 4 * u64::from(index_count) > indices.size_bytes() {
+            return Err(Error::OutOfBounds {
+                offset_bytes,
+                len_bytes: 4 * u64::from(index_count),
+                size_bytes: indices.size_bytes(),
+            });
+        }
+        self.emit_state()?;
+        let address = indices.va() + offset_bytes;
+        self.vdm.extend(
+            IndexList {
+                primitive: self.primitive(),
+                index_size: IndexSize::U32,
+                index_buffer_present: true,
+                index_count_present: true,
+                instance_count_present: true,
+                start_present: true,
+                index_buffer_hi: (address >> 32) as u32,
+                ..IndexList::default()
+            }
+            .pack()
+            .map_err(pack_err)?,
+        );
+        for word in [
+            address as u32,
+            index_count,
+            instance_count.max(1),
+            base_vertex,
+        ] {
+            self.vdm.extend(word.to_le_bytes());
+        }
+        self.cb.stats.draws += 1;
+        Ok(())
+    }
+
+    /// The render command as it stands (for inspection).
+    pub fn command(&self) -> &CmdRender {
+        &self.render
+    }
+
+    /// Ends the pass: terminates the control stream and records the
+    /// command.
+    pub fn end(mut self) -> Result<(), Error> {
+        self.vdm
+            .extend(VdmStreamTerminate::default().pack().map_err(pack_err)?);
+        let slice = self.cb.data.upload(&self.vdm, 64)?;
+        self.render.vdm_ctrl_stream_base = slice.va;
+        self.cb
+            .commands
+            .push(Command::Render(Box::new(self.render)));
+        Ok(())
+    }
+}

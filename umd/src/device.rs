@@ -1,0 +1,448 @@
+//! The device: an open asahi DRM file, its parameters, one GPU VM and the
+//! layout of that VM's address space, and buffer objects in it.
+//!
+//! The address space follows Mesa's asahi driver: a 4 GiB region whose
+//! base is the queue's `usc_exec_base` (shader code and USC control words
+//! are 32-bit offsets into it), a general heap above it for everything
+//! else, and the kernel's range (where the kmd maps the parameter buffer)
+//! at the top of the user range.
+
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use agx_uapi::asahi::{
+    self, BindFlags, GemBindOp, GemCreate, GemFlags, GemMmapOffset, GetParams, ParamsGlobal,
+    VmBind, VmCreate, DRM_ASAHI_PARAM_GROUP_GLOBAL,
+};
+use agx_uapi::drm::{self, GemClose, Version};
+use zerocopy::IntoBytes;
+
+use crate::alloc::VaRange;
+use crate::error::{kernel, Error};
+use crate::kernel::{call, CpuMapping, Kernel};
+
+/// GPU page size.
+pub const PAGE_BYTES: u64 = 16 * 1024;
+/// Size of the USC region.
+pub const USC_REGION_BYTES: u64 = 4 << 30;
+
+/// Where a buffer lives in the address space.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Region {
+    /// The general heap.
+    General,
+    /// The 4 GiB USC region (shader code, USC control words, coefficient
+    /// binding tables).
+    Usc,
+}
+
+/// How the CPU sees a buffer's memory, in the manner of a graphics HAL's
+/// memory types, mapped onto the GEM flags.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MemoryType {
+    /// GPU memory the CPU rarely touches; private to this device's VM
+    /// (`VM_PRIVATE`, never exported).
+    DeviceLocal,
+    /// CPU-visible, write-combined: for uploads the CPU writes once.
+    HostVisible,
+    /// CPU-visible, write-back cached (`WRITEBACK`): for read-back.
+    HostCached,
+}
+
+/// What to create.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BufferDesc {
+    /// Size in bytes (rounded up to whole pages).
+    pub size_bytes: u64,
+    /// Memory type.
+    pub memory: MemoryType,
+    /// Address-space region.
+    pub region: Region,
+    /// Whether the GPU may write it (it may always read).
+    pub gpu_write: bool,
+}
+
+#[cfg(feature = "sim")]
+type SimHandle = Option<Arc<crate::sim::SimKernel>>;
+#[cfg(not(feature = "sim"))]
+type SimHandle = ();
+
+pub(crate) struct DeviceInner {
+    kernel: Arc<dyn Kernel>,
+    #[cfg(feature = "sim")]
+    sim: Option<Arc<crate::sim::SimKernel>>,
+    params: ParamsGlobal,
+    vm_id: u32,
+    usc_base: u64,
+    general: Mutex<VaRange>,
+    usc: Mutex<VaRange>,
+}
+
+impl std::fmt::Debug for DeviceInner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Device")
+            .field("vm_id", &self.vm_id)
+            .field("usc_base", &format_args!("{:#x}", self.usc_base))
+            .finish_non_exhaustive()
+    }
+}
+
+/// An open device with its GPU VM. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Device {
+    inner: Arc<DeviceInner>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Device {
+    /// Opens a real asahi DRM node (for example `/dev/dri/renderD128`).
+    pub fn open(path: impl AsRef<std::path::Path>) -> Result<Device, Error> {
+        let node = crate::sys::DrmNode::open(path.as_ref()).map_err(kernel("open"))?;
+        Device::with_kernel(Arc::new(node), SimHandle::default())
+    }
+
+    /// Boots a simulated device (kmd model, firmware and GPU simulator, in
+    /// this process) and opens it; every request still goes through the
+    /// ioctl bytes a real node gets.
+    #[cfg(feature = "sim")]
+    pub fn open_simulated(config: agx_kmd::SystemConfig) -> Result<Device, Error> {
+        let sim = Arc::new(crate::sim::SimKernel::boot(config).map_err(kernel("boot"))?);
+        Device::with_kernel(sim.clone(), Some(sim))
+    }
+
+    fn with_kernel(kernel_file: Arc<dyn Kernel>, sim: SimHandle) -> Result<Device, Error> {
+        #[cfg(not(feature = "sim"))]
+        let () = sim;
+        let k = &*kernel_file;
+        // The driver name: asahi, or we are talking to the wrong device.
+        let mut name = [0u8; 64];
+        let mut version = Version {
+            name_len: name.len() as u64,
+            name: name.as_mut_ptr() as u64,
+            ..Version::default()
+        };
+        call(k, drm::DRM_IOCTL_VERSION, &mut version).map_err(kernel("VERSION"))?;
+        let driver_len = (version.name_len as usize).min(name.len());
+        let driver = String::from_utf8_lossy(&name[..driver_len]).into_owned();
+        if driver != "asahi" {
+            return Err(Error::WrongDriver { driver });
+        }
+        let mut params = ParamsGlobal::default();
+        let mut get = GetParams {
+            param_group: DRM_ASAHI_PARAM_GROUP_GLOBAL,
+            pad: 0,
+            pointer: params.as_mut_bytes().as_mut_ptr() as u64,
+            size: size_of::<ParamsGlobal>() as u64,
+        };
+        call(k, asahi::DRM_IOCTL_ASAHI_GET_PARAMS, &mut get).map_err(kernel("GET_PARAMS"))?;
+        // The layout: the USC region at the first 4 GiB boundary, the
+        // kernel's range at the top, the general heap between.
+        let usc_base = params.vm_start.next_multiple_of(USC_REGION_BYTES);
+        let kernel_end = params.vm_end / PAGE_BYTES * PAGE_BYTES;
+        let kernel_start = (kernel_end - params.vm_kernel_min_size) / PAGE_BYTES * PAGE_BYTES;
+        let general_start = usc_base + USC_REGION_BYTES;
+        if kernel_start <= general_start {
+            return Err(Error::Unsupported(format!(
+                "a VM range of {:#x}..{:#x} is too small",
+                params.vm_start, params.vm_end
+            )));
+        }
+        let mut create = VmCreate {
+            kernel_start,
+            kernel_end,
+            ..VmCreate::default()
+        };
+        call(k, asahi::DRM_IOCTL_ASAHI_VM_CREATE, &mut create).map_err(kernel("VM_CREATE"))?;
+        tracing::debug!(
+            vm_id = create.vm_id,
+            usc_base = format_args!("{usc_base:#x}"),
+            kernel = format_args!("{kernel_start:#x}..{kernel_end:#x}"),
+            "device opened"
+        );
+        Ok(Device {
+            inner: Arc::new(DeviceInner {
+                kernel: kernel_file,
+                #[cfg(feature = "sim")]
+                sim,
+                params,
+                vm_id: create.vm_id,
+                usc_base,
+                general: Mutex::new(VaRange::new(general_start, kernel_start, PAGE_BYTES)),
+                usc: Mutex::new(VaRange::new(
+                    usc_base + PAGE_BYTES,
+                    usc_base + USC_REGION_BYTES,
+                    PAGE_BYTES,
+                )),
+            }),
+        })
+    }
+
+    /// The kernel file.
+    pub fn kernel(&self) -> &dyn Kernel {
+        &*self.inner.kernel
+    }
+
+    /// The simulated system behind this device, if it is simulated.
+    #[cfg(feature = "sim")]
+    pub fn simulated(&self) -> Option<&crate::sim::SimKernel> {
+        self.inner.sim.as_deref()
+    }
+
+    /// The device's parameters (GET_PARAMS).
+    pub fn params(&self) -> &ParamsGlobal {
+        &self.inner.params
+    }
+
+    /// The VM every buffer and queue of this device uses.
+    pub fn vm_id(&self) -> u32 {
+        self.inner.vm_id
+    }
+
+    /// The base of the USC region (queues' `usc_exec_base`).
+    pub fn usc_base(&self) -> u64 {
+        self.inner.usc_base
+    }
+
+    /// Reserves `len_bytes` of general address space without backing it
+    /// (for heaps that bind pages as they grow).
+    pub fn reserve_va(&self, len_bytes: u64, align_bytes: u64) -> Result<u64, Error> {
+        let mut va = lock(&self.inner.general);
+        va.alloc(len_bytes, align_bytes)
+            .ok_or(Error::OutOfAddressSpace {
+                region: "general",
+                requested_bytes: len_bytes,
+                free_bytes: va.free_bytes(),
+            })
+    }
+
+    /// Returns a range [`Device::reserve_va`] gave.
+    pub fn release_va(&self, va: u64, len_bytes: u64) {
+        lock(&self.inner.general).free(va, len_bytes);
+    }
+
+    /// Binds `len_bytes` of `handle` from `offset_bytes` at `va` (or
+    /// unbinds the range when `handle` is `None`).
+    pub fn bind(
+        &self,
+        handle: Option<u32>,
+        va: u64,
+        len_bytes: u64,
+        offset_bytes: u64,
+        gpu_write: bool,
+    ) -> Result<(), Error> {
+        let op = match handle {
+            Some(handle) => GemBindOp {
+                flags: (if gpu_write {
+                    BindFlags::READ | BindFlags::WRITE
+                } else {
+                    BindFlags::READ
+                })
+                .bits(),
+                handle,
+                offset: offset_bytes,
+                range: len_bytes,
+                addr: va,
+            },
+            None => GemBindOp {
+                flags: BindFlags::UNBIND.bits(),
+                range: len_bytes,
+                addr: va,
+                ..GemBindOp::default()
+            },
+        };
+        let mut bind = VmBind {
+            vm_id: self.inner.vm_id,
+            num_binds: 1,
+            stride: size_of::<GemBindOp>() as u32,
+            pad: 0,
+            userptr: &op as *const GemBindOp as u64,
+        };
+        call(self.kernel(), asahi::DRM_IOCTL_ASAHI_VM_BIND, &mut bind).map_err(kernel("VM_BIND"))
+    }
+
+    /// Creates a GEM object of `size_bytes` with `memory`'s flags; returns
+    /// its handle and rounded size.
+    pub fn create_object(&self, size_bytes: u64, memory: MemoryType) -> Result<(u32, u64), Error> {
+        let size = size_bytes.max(1).next_multiple_of(PAGE_BYTES);
+        let (flags, vm_id) = match memory {
+            MemoryType::DeviceLocal => (GemFlags::VM_PRIVATE, self.inner.vm_id),
+            MemoryType::HostVisible => (GemFlags::empty(), 0),
+            MemoryType::HostCached => (GemFlags::WRITEBACK, 0),
+        };
+        let mut create = GemCreate {
+            size,
+            flags: flags.bits(),
+            vm_id,
+            ..GemCreate::default()
+        };
+        call(
+            self.kernel(),
+            asahi::DRM_IOCTL_ASAHI_GEM_CREATE,
+            &mut create,
+        )
+        .map_err(kernel("GEM_CREATE"))?;
+        Ok((create.handle, size))
+    }
+
+    /// Closes a GEM handle.
+    pub fn close_object(&self, handle: u32) {
+        let mut close = GemClose { handle, pad: 0 };
+        if let Err(e) = call(self.kernel(), drm::DRM_IOCTL_GEM_CLOSE, &mut close) {
+            tracing::warn!(handle, %e, "GEM_CLOSE failed");
+        }
+    }
+
+    /// Maps GEM object `handle` (`size_bytes`) for the CPU.
+    pub fn map_object(&self, handle: u32, size_bytes: u64) -> Result<Box<dyn CpuMapping>, Error> {
+        let mut offset = GemMmapOffset {
+            handle,
+            ..GemMmapOffset::default()
+        };
+        call(
+            self.kernel(),
+            asahi::DRM_IOCTL_ASAHI_GEM_MMAP_OFFSET,
+            &mut offset,
+        )
+        .map_err(kernel("GEM_MMAP_OFFSET"))?;
+        self.kernel()
+            .map(offset.offset, size_bytes)
+            .map_err(kernel("mmap"))
+    }
+
+    /// Creates a buffer: a GEM object, mapped for the CPU and bound in the
+    /// device's VM.
+    pub fn create_buffer(&self, desc: &BufferDesc) -> Result<Buffer, Error> {
+        let (handle, size) = self.create_object(desc.size_bytes, desc.memory)?;
+        let result = (|| {
+            let map = self.map_object(handle, size)?;
+            let (range, name) = match desc.region {
+                Region::General => (&self.inner.general, "general"),
+                Region::Usc => (&self.inner.usc, "USC"),
+            };
+            let va = {
+                let mut range = lock(range);
+                range
+                    .alloc(size, PAGE_BYTES)
+                    .ok_or(Error::OutOfAddressSpace {
+                        region: name,
+                        requested_bytes: size,
+                        free_bytes: range.free_bytes(),
+                    })?
+            };
+            if let Err(e) = self.bind(Some(handle), va, size, 0, desc.gpu_write) {
+                lock(range).free(va, size);
+                return Err(e);
+            }
+            Ok((map, va))
+        })();
+        match result {
+            Ok((map, va)) => Ok(Buffer {
+                device: self.clone(),
+                handle,
+                va,
+                size_bytes: size,
+                region: desc.region,
+                map,
+            }),
+            Err(e) => {
+                self.close_object(handle);
+                Err(e)
+            }
+        }
+    }
+
+    /// Creates a CPU-visible buffer in the general heap holding `data`.
+    pub fn upload(&self, data: &[u8], gpu_write: bool) -> Result<Buffer, Error> {
+        let buffer = self.create_buffer(&BufferDesc {
+            size_bytes: data.len() as u64,
+            memory: MemoryType::HostVisible,
+            region: Region::General,
+            gpu_write,
+        })?;
+        buffer.write(0, data)?;
+        Ok(buffer)
+    }
+}
+
+/// A buffer object: GEM memory bound at a GPU address and mapped for the
+/// CPU. Unbound and closed on drop (the kernel keeps the pages alive for
+/// work still using them).
+#[derive(Debug)]
+pub struct Buffer {
+    device: Device,
+    handle: u32,
+    va: u64,
+    size_bytes: u64,
+    region: Region,
+    map: Box<dyn CpuMapping>,
+}
+
+impl Buffer {
+    /// GPU virtual address.
+    pub fn va(&self) -> u64 {
+        self.va
+    }
+
+    /// Size in bytes.
+    pub fn size_bytes(&self) -> u64 {
+        self.size_bytes
+    }
+
+    /// GEM handle.
+    pub fn handle(&self) -> u32 {
+        self.handle
+    }
+
+    /// For buffers in the USC region: the offset from `usc_exec_base`.
+    pub fn usc_offset(&self) -> Option<u32> {
+        (self.region == Region::Usc)
+            .then(|| u32::try_from(self.va - self.device.usc_base()).ok())
+            .flatten()
+    }
+
+    fn check(&self, offset_bytes: u64, len: usize) -> Result<(), Error> {
+        match offset_bytes.checked_add(len as u64) {
+            Some(end) if end <= self.size_bytes => Ok(()),
+            _ => Err(Error::OutOfBounds {
+                offset_bytes,
+                len_bytes: len as u64,
+                size_bytes: self.size_bytes,
+            }),
+        }
+    }
+
+    /// Writes `data` at `offset_bytes`.
+    pub fn write(&self, offset_bytes: u64, data: &[u8]) -> Result<(), Error> {
+        self.check(offset_bytes, data.len())?;
+        self.map.write(offset_bytes, data).map_err(kernel("write"))
+    }
+
+    /// Reads `buf.len()` bytes at `offset_bytes`.
+    pub fn read(&self, offset_bytes: u64, buf: &mut [u8]) -> Result<(), Error> {
+        self.check(offset_bytes, buf.len())?;
+        self.map.read(offset_bytes, buf).map_err(kernel("read"))
+    }
+
+    /// Reads the whole buffer.
+    pub fn read_all(&self) -> Result<Vec<u8>, Error> {
+        let mut out = vec![0u8; self.size_bytes as usize];
+        self.read(0, &mut out)?;
+        Ok(out)
+    }
+}
+
+impl Drop for Buffer {
+    fn drop(&mut self) {
+        if let Err(e) = self.device.bind(None, self.va, self.size_bytes, 0, false) {
+            tracing::warn!(va = format_args!("{:#x}", self.va), %e, "unbind failed");
+        }
+        let range = match self.region {
+            Region::General => &self.device.inner.general,
+            Region::Usc => &self.device.inner.usc,
+        };
+        lock(range).free(self.va, self.size_bytes);
+        self.device.close_object(self.handle);
+    }
+}

@@ -1,0 +1,248 @@
+//! Images: render targets, textures and depth buffers, and the 24-byte
+//! texture and PBE descriptors that describe them to the texture unit and
+//! the pixel back end.
+
+use agx_hw::formats::{Channels, Layout, Pbe, Texture, TextureDimension, TextureType};
+
+use crate::device::{Buffer, BufferDesc, Device, MemoryType, Region};
+use crate::error::Error;
+
+/// Pixels per side of a depth tile (the ZLS layout of this stack's GPU
+/// model: whole 32x32 tiles, row-major, pixels row-major within a tile).
+pub const ZLS_TILE_PX: u32 = 32;
+
+/// A colour format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Format {
+    /// 8-bit RGBA, unsigned normalised.
+    Rgba8Unorm,
+    /// 8-bit RGBA, sRGB-encoded (sampling decodes; not renderable here).
+    Rgba8Srgb,
+    /// 16-bit float RGBA.
+    Rgba16Float,
+    /// 32-bit float R.
+    R32Float,
+}
+
+impl Format {
+    /// Bytes per pixel.
+    pub fn bytes_per_pixel(self) -> u32 {
+        match self {
+            Format::Rgba8Unorm | Format::Rgba8Srgb | Format::R32Float => 4,
+            Format::Rgba16Float => 8,
+        }
+    }
+
+    /// Channels and type in descriptors.
+    pub fn channels(self) -> (Channels, TextureType) {
+        match self {
+            Format::Rgba8Unorm | Format::Rgba8Srgb => (Channels::R8G8B8A8, TextureType::Unorm),
+            Format::Rgba16Float => (Channels::R16G16B16A16, TextureType::Float),
+            Format::R32Float => (Channels::R32, TextureType::Float),
+        }
+    }
+
+    /// The tilebuffer element format `st_tile`/`ld_tile`/block stores use
+    /// for a render target of this format (assembler notation), if it can
+    /// be rendered to.
+    pub fn tile_format(self) -> Option<&'static str> {
+        match self {
+            Format::Rgba8Unorm => Some("u8norm"),
+            Format::Rgba16Float => Some("f16"),
+            Format::R32Float | Format::Rgba8Srgb => None,
+        }
+    }
+}
+
+/// A linear 2D image.
+#[derive(Debug)]
+pub struct Image {
+    buffer: Buffer,
+    width: u32,
+    height: u32,
+    format: Format,
+    stride_bytes: u32,
+}
+
+impl Image {
+    /// A `width` x `height` linear image of `format`, rows 16-byte
+    /// aligned.
+    pub fn new(device: &Device, width: u32, height: u32, format: Format) -> Result<Image, Error> {
+        if !(1..=16384).contains(&width) || !(1..=16384).contains(&height) {
+            return Err(Error::Unsupported(format!("a {width}x{height} image")));
+        }
+        let stride_bytes = (width * format.bytes_per_pixel()).next_multiple_of(16);
+        let buffer = device.create_buffer(&BufferDesc {
+            size_bytes: u64::from(stride_bytes) * u64::from(height),
+            memory: MemoryType::HostCached,
+            region: Region::General,
+            gpu_write: true,
+        })?;
+        Ok(Image {
+            buffer,
+            width,
+            height,
+            format,
+            stride_bytes,
+        })
+    }
+
+    /// Width in pixels.
+    pub fn width(&self) -> u32 {
+        self.width
+    }
+
+    /// Height in pixels.
+    pub fn height(&self) -> u32 {
+        self.height
+    }
+
+    /// Format.
+    pub fn format(&self) -> Format {
+        self.format
+    }
+
+    /// Bytes per row.
+    pub fn stride_bytes(&self) -> u32 {
+        self.stride_bytes
+    }
+
+    /// The memory.
+    pub fn buffer(&self) -> &Buffer {
+        &self.buffer
+    }
+
+    /// Writes tightly packed rows of pixels.
+    pub fn write_pixels(&self, pixels: &[u8]) -> Result<(), Error> {
+        let row = (self.width * self.format.bytes_per_pixel()) as usize;
+        for (y, line) in pixels.chunks(row).take(self.height as usize).enumerate() {
+            self.buffer
+                .write(u64::from(self.stride_bytes) * y as u64, line)?;
+        }
+        Ok(())
+    }
+
+    /// Reads the pixels as tightly packed rows.
+    pub fn read_pixels(&self) -> Result<Vec<u8>, Error> {
+        let row = (self.width * self.format.bytes_per_pixel()) as usize;
+        let mut out = vec![0u8; row * self.height as usize];
+        for (y, line) in out.chunks_mut(row).enumerate() {
+            self.buffer
+                .read(u64::from(self.stride_bytes) * y as u64, line)?;
+        }
+        Ok(out)
+    }
+
+    /// The texture descriptor for sampling or loading this image.
+    pub fn texture_descriptor(&self) -> Texture {
+        let (channels, data_type) = self.format.channels();
+        Texture {
+            dimension: TextureDimension::D2,
+            layout: Layout::Linear,
+            channels,
+            data_type,
+            width: self.width,
+            height: self.height,
+            address: self.buffer.va(),
+            srgb: self.format == Format::Rgba8Srgb,
+            stride: self.stride_bytes,
+            ..Texture::default()
+        }
+    }
+
+    /// The PBE descriptor for storing to this image.
+    pub fn pbe_descriptor(&self) -> Pbe {
+        let (channels, data_type) = self.format.channels();
+        Pbe {
+            dimension: TextureDimension::D2,
+            layout: Layout::Linear,
+            channels,
+            data_type,
+            width: self.width,
+            height: self.height,
+            buffer: self.buffer.va(),
+            stride: self.stride_bytes,
+            ..Pbe::default()
+        }
+    }
+}
+
+/// A 32-bit float depth buffer in the GPU's depth/stencil (ZLS) layout.
+#[derive(Debug)]
+pub struct DepthImage {
+    buffer: Buffer,
+    width: u32,
+    height: u32,
+}
+
+impl DepthImage {
+    /// A depth buffer for a `width` x `height` render area.
+    pub fn new(device: &Device, width: u32, height: u32) -> Result<DepthImage, Error> {
+        let tiles =
+            u64::from(width.div_ceil(ZLS_TILE_PX)) * u64::from(height.div_ceil(ZLS_TILE_PX));
+        let buffer = device.create_buffer(&BufferDesc {
+            size_bytes: tiles * u64::from(ZLS_TILE_PX * ZLS_TILE_PX) * 4,
+            memory: MemoryType::DeviceLocal,
+            region: Region::General,
+            gpu_write: true,
+        })?;
+        Ok(DepthImage {
+            buffer,
+            width,
+            height,
+        })
+    }
+
+    /// Width in pixels.
+    pub fn width(&self) -> u32 {
+        self.width
+    }
+
+    /// Height in pixels.
+    pub fn height(&self) -> u32 {
+        self.height
+    }
+
+    /// The memory.
+    pub fn buffer(&self) -> &Buffer {
+        &self.buffer
+    }
+
+    /// Bytes of one layer.
+    pub fn layer_bytes(&self) -> u32 {
+        self.buffer.size_bytes() as u32
+    }
+
+    /// Sets every depth value (the CPU side of a clear).
+    pub fn fill(&self, depth: f32) -> Result<(), Error> {
+        let bytes = depth
+            .to_le_bytes()
+            .repeat(self.buffer.size_bytes() as usize / 4);
+        self.buffer.write(0, &bytes)
+    }
+
+    /// The depth of pixel (x, y).
+    pub fn depth_at(&self, x: u32, y: u32) -> Result<f32, Error> {
+        let tiles_x = self.width.div_ceil(ZLS_TILE_PX);
+        let tile = (y / ZLS_TILE_PX) * tiles_x + x / ZLS_TILE_PX;
+        let within = (y % ZLS_TILE_PX) * ZLS_TILE_PX + x % ZLS_TILE_PX;
+        let mut raw = [0u8; 4];
+        self.buffer.read(
+            4 * (u64::from(tile) * u64::from(ZLS_TILE_PX * ZLS_TILE_PX) + u64::from(within)),
+            &mut raw,
+        )?;
+        Ok(f32::from_le_bytes(raw))
+    }
+}
+
+/// Packs a descriptor.
+pub(crate) fn pack_texture(t: &Texture) -> Result<[u8; 24], Error> {
+    t.pack()
+        .map_err(|e| Error::Unsupported(format!("texture descriptor: {e}")))
+}
+
+/// Packs a PBE descriptor.
+pub(crate) fn pack_pbe(p: &Pbe) -> Result<[u8; 24], Error> {
+    p.pack()
+        .map_err(|e| Error::Unsupported(format!("PBE descriptor: {e}")))
+}
