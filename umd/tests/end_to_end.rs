@@ -47,3 +47,609 @@ fn a_cleared_pass_stores_the_clear_colour_everywhere() {
     assert_eq!(pixels.len(), 70 * 40 * 4);
     assert!(pixels.chunks_exact(4).all(|p| p == [255, 128, 0, 255]));
 }
+
+/// Vertex shader: vertices of 8 words (clip-space position, three
+/// attribute words, one pad) from the buffer at u0_u1; outputs the
+/// position and the attributes (slots 4-6).
+const VS: &str = "
+    device_load 0, i32, xyzw, r8_r9_r10_r11, u0_u1, r5, unsigned, lsl 3
+    device_load 0, i32, xyz, r12_r13_r14, u2_u3, r5, unsigned, lsl 3
+    wait 0
+    st_var 1, r8, 0
+    st_var 1, r9, 1
+    st_var 1, r10, 2
+    st_var 1, r11, 3
+    st_var 1, r12, 4
+    st_var 1, r13, 5
+    st_var 1, r14, 6
+    stop";
+
+/// Fragment shader: the colour in u0..u3.
+const FLAT_FS: &str = "
+    mov r4, u0
+    mov r5, u1
+    mov r6, u2
+    mov r7, u3
+    st_tile r4_r5_r6_r7, u8norm, 0, xyzw, 0, 255, r0, 0
+    stop";
+
+/// Fragment shader: the interpolated attributes (cf0-cf2) as colour.
+const VARYING_FS: &str = "
+    iter r4_r5_r6, cf0, center, 0, 0, 0, 0, 0
+    mov_imm r7, 0x3f800000
+    st_tile r4_r5_r6_r7, u8norm, 0, xyzw, 0, 255, r0, 0
+    stop";
+
+/// Fragment shader: samples ts0 with ss0 at the interpolated (cf0, cf1).
+const TEXTURED_FS: &str = "
+    iter r2_r3, cf0, center, 0, 0, 0, 0, 0
+    texture_sample 0, 0b1100, 0, none, xyzw, 0b00, r4_r5_r6_r7, None, ts0, ss0, tex_2d, r2_r3, auto_lod, 0, 0, r0
+    wait 0
+    st_tile r4_r5_r6_r7, u8norm, 0, xyzw, 0, 255, r0, 0
+    stop";
+
+fn pipeline(device: &Device, fs: &str, depth: Option<DepthState>) -> Arc<GraphicsPipeline> {
+    Arc::new(
+        GraphicsPipeline::new(
+            device,
+            &GraphicsPipelineDesc {
+                vertex: VS,
+                fragment: fs,
+                vertex_outputs: 7,
+                varyings: vec![Varying {
+                    slot: 4,
+                    components: 3,
+                    interpolation: Interpolation::Linear,
+                }],
+                depth,
+                cull: CullMode::None,
+                front_ccw: false,
+                topology: Topology::Triangles,
+            },
+        )
+        .unwrap(),
+    )
+}
+
+/// Vertex data for window-space corners on a `w` x `h` target at depth
+/// `z`, with attributes.
+fn vertices(w: u32, h: u32, corners: &[[f32; 2]], z: f32, attrs: &[[f32; 3]]) -> Vec<u8> {
+    let (hw, hh) = (w as f32 / 2.0, h as f32 / 2.0);
+    let mut out = Vec::new();
+    for (i, [x, y]) in corners.iter().enumerate() {
+        let a = attrs[i % attrs.len()];
+        for v in [(x - hw) / hw, (hh - y) / hh, z, 1.0, a[0], a[1], a[2], 0.0] {
+            out.extend(v.to_le_bytes());
+        }
+    }
+    out
+}
+
+fn pair(va: u64) -> [u32; 2] {
+    [va as u32, (va >> 32) as u32]
+}
+
+fn vs_uniforms(buffer: &Buffer) -> Vec<u32> {
+    let mut u = pair(buffer.va()).to_vec();
+    u.extend(pair(buffer.va() + 16));
+    u
+}
+
+/// An independent rasteriser: whether pixel centre (x, y) is inside the
+/// triangle by the top-left rule (y down).
+fn covers(t: [[f64; 2]; 3], x: f64, y: f64) -> bool {
+    let area =
+        (t[1][0] - t[0][0]) * (t[2][1] - t[0][1]) - (t[2][0] - t[0][0]) * (t[1][1] - t[0][1]);
+    if area == 0.0 {
+        return false;
+    }
+    let t = if area > 0.0 { t } else { [t[0], t[2], t[1]] };
+    (0..3).all(|i| {
+        let (a, b) = (t[i], t[(i + 1) % 3]);
+        let e = (b[0] - a[0]) * (y - a[1]) - (b[1] - a[1]) * (x - a[0]);
+        let top = a[1] == b[1] && b[0] > a[0];
+        let left = b[1] < a[1];
+        e > 0.0 || (e == 0.0 && (top || left))
+    })
+}
+
+fn colour_pass<'a>(image: &'a Image, clear: [f32; 4]) -> RenderPassDesc<'a> {
+    RenderPassDesc {
+        colour: vec![ColourAttachment {
+            image,
+            load: LoadOp::Clear(clear),
+            store: StoreOp::Store,
+        }],
+        depth: None,
+    }
+}
+
+#[test_log::test]
+fn a_triangle_covers_exactly_what_an_independent_rasteriser_finds() {
+    let device = device();
+    let queue = Queue::new(&device).unwrap();
+    let programs = Arc::new(ProgramCache::new(&device));
+    let (w, h) = (96, 64);
+    let image = Image::new(&device, w, h, Format::Rgba8Unorm).unwrap();
+    let corners = [[3.5f32, 2.25], [90.0, 20.5], [30.25, 61.0]];
+    let vb = device
+        .upload(&vertices(w, h, &corners, 0.5, &[[0.0; 3]]), false)
+        .unwrap();
+    let pipe = pipeline(&device, FLAT_FS, None);
+    let mut cb = CommandBuffer::new(&device, &programs);
+    let mut pass = cb
+        .begin_render_pass(&colour_pass(&image, [0.0; 4]))
+        .unwrap();
+    pass.set_pipeline(&pipe);
+    pass.set_vertex_uniforms(&vs_uniforms(&vb));
+    pass.set_fragment_uniforms(&[1.0f32.to_bits(), 0, 0, 1.0f32.to_bits()]);
+    pass.draw(3, 1, 0).unwrap();
+    pass.end().unwrap();
+    run(&device, &queue, cb).unwrap();
+    let pixels = image.read_pixels().unwrap();
+    let t = corners.map(|[x, y]| [f64::from(x), f64::from(y)]);
+    let mut inside = 0;
+    for y in 0..h {
+        for x in 0..w {
+            let expected = covers(t, f64::from(x) + 0.5, f64::from(y) + 0.5);
+            let at = 4 * (y * w + x) as usize;
+            let want: [u8; 4] = if expected { [255, 0, 0, 255] } else { [0; 4] };
+            assert_eq!(pixels[at..at + 4], want, "pixel ({x}, {y})");
+            inside += usize::from(expected);
+        }
+    }
+    assert!(inside > 1000, "{inside} pixels covered");
+}
+
+#[test_log::test]
+fn the_nearer_triangle_wins_and_depth_is_stored() {
+    let device = device();
+    let queue = Queue::new(&device).unwrap();
+    let programs = Arc::new(ProgramCache::new(&device));
+    let (w, h) = (64, 64);
+    let image = Image::new(&device, w, h, Format::Rgba8Unorm).unwrap();
+    let depth = DepthImage::new(&device, w, h).unwrap();
+    // Two overlapping full-screen-ish triangles: far red drawn last.
+    let tri = [[0.0f32, 0.0], [64.0, 0.0], [0.0, 64.0]];
+    let mut data = vertices(w, h, &tri, 0.25, &[[0.0, 1.0, 0.0]]);
+    data.extend(vertices(w, h, &tri, 0.75, &[[1.0, 0.0, 0.0]]));
+    let vb = device.upload(&data, false).unwrap();
+    let pipe = pipeline(
+        &device,
+        VARYING_FS,
+        Some(DepthState {
+            function: agx_hw::formats::ZsFunc::Less,
+            write: true,
+        }),
+    );
+    let mut cb = CommandBuffer::new(&device, &programs);
+    let mut pass = cb
+        .begin_render_pass(&RenderPassDesc {
+            colour: vec![ColourAttachment {
+                image: &image,
+                load: LoadOp::Clear([0.0, 0.0, 1.0, 1.0]),
+                store: StoreOp::Store,
+            }],
+            depth: Some(DepthAttachment {
+                image: &depth,
+                load: LoadOp::Clear(1.0),
+                store: StoreOp::Store,
+            }),
+        })
+        .unwrap();
+    pass.set_pipeline(&pipe);
+    pass.set_vertex_uniforms(&vs_uniforms(&vb));
+    pass.draw(6, 1, 0).unwrap();
+    pass.end().unwrap();
+    run(&device, &queue, cb).unwrap();
+    let pixels = image.read_pixels().unwrap();
+    let at = |x: u32, y: u32| {
+        let i = 4 * (y * w + x) as usize;
+        [pixels[i], pixels[i + 1], pixels[i + 2]]
+    };
+    assert_eq!(at(5, 5), [0, 255, 0], "near green in front of far red");
+    assert_eq!(at(60, 60), [0, 0, 255], "the clear outside");
+    assert_eq!(depth.depth_at(5, 5).unwrap(), 0.25);
+    assert_eq!(depth.depth_at(60, 60).unwrap(), 1.0);
+}
+
+/// The texel of the test texture at (x, y).
+fn texel(x: u32, y: u32) -> [u8; 4] {
+    [(x * 16) as u8, (y * 16) as u8, ((x + y) * 8) as u8, 255]
+}
+
+#[test_log::test]
+fn a_textured_quad_shows_every_texel_once() {
+    let device = device();
+    let queue = Queue::new(&device).unwrap();
+    let programs = Arc::new(ProgramCache::new(&device));
+    let texture = Image::new(&device, 16, 16, Format::Rgba8Unorm).unwrap();
+    let texels: Vec<u8> = (0..16)
+        .flat_map(|y| (0..16).flat_map(move |x| texel(x, y)))
+        .collect();
+    texture.write_pixels(&texels).unwrap();
+    let (w, h) = (16, 16);
+    let image = Image::new(&device, w, h, Format::Rgba8Unorm).unwrap();
+    let corners = [
+        [0.0f32, 0.0],
+        [16.0, 0.0],
+        [0.0, 16.0],
+        [16.0, 0.0],
+        [16.0, 16.0],
+        [0.0, 16.0],
+    ];
+    let uvs: Vec<[f32; 3]> = corners
+        .iter()
+        .map(|[x, y]| [x / 16.0, y / 16.0, 0.0])
+        .collect();
+    let mut data = Vec::new();
+    for (c, uv) in corners.iter().zip(&uvs) {
+        data.extend(vertices(w, h, &[*c], 0.5, &[*uv]));
+    }
+    let vb = device.upload(&data, false).unwrap();
+    let pipe = pipeline(&device, TEXTURED_FS, None);
+    let sampler = agx_hw::formats::Sampler {
+        max_lod: agx_hw::Lod::from_f32(0.0),
+        ..agx_hw::formats::Sampler::default()
+    };
+    let mut cb = CommandBuffer::new(&device, &programs);
+    let mut pass = cb
+        .begin_render_pass(&colour_pass(&image, [0.0; 4]))
+        .unwrap();
+    pass.set_pipeline(&pipe);
+    pass.set_vertex_uniforms(&vs_uniforms(&vb));
+    pass.set_fragment_textures(&[&texture], &[sampler]).unwrap();
+    pass.draw(6, 1, 0).unwrap();
+    pass.end().unwrap();
+    run(&device, &queue, cb).unwrap();
+    assert_eq!(image.read_pixels().unwrap(), texels);
+}
+
+#[test_log::test]
+fn loading_keeps_what_an_earlier_pass_stored_and_unchanged_state_is_not_re_emitted() {
+    let device = device();
+    let queue = Queue::new(&device).unwrap();
+    let programs = Arc::new(ProgramCache::new(&device));
+    let (w, h) = (64, 64);
+    let image = Image::new(&device, w, h, Format::Rgba8Unorm).unwrap();
+    let mut cb = CommandBuffer::new(&device, &programs);
+    cb.begin_render_pass(&colour_pass(&image, [0.0, 0.0, 1.0, 1.0]))
+        .unwrap()
+        .end()
+        .unwrap();
+    // 64 little squares (two triangles each), one draw per square; the
+    // first 32 in one colour (no state change between them), the rest
+    // each in its own colour.
+    let mut data = Vec::new();
+    for i in 0..64u32 {
+        let (x, y) = ((i % 8 * 8) as f32, (i / 8 * 8) as f32);
+        let c = [
+            [x, y],
+            [x + 4.0, y],
+            [x, y + 4.0],
+            [x + 4.0, y],
+            [x + 4.0, y + 4.0],
+            [x, y + 4.0],
+        ];
+        data.extend(vertices(w, h, &c, 0.5, &[[0.0; 3]]));
+    }
+    let vb = device.upload(&data, false).unwrap();
+    let pipe = pipeline(&device, FLAT_FS, None);
+    let mut pass = cb
+        .begin_render_pass(&RenderPassDesc {
+            colour: vec![ColourAttachment {
+                image: &image,
+                load: LoadOp::Load,
+                store: StoreOp::Store,
+            }],
+            depth: None,
+        })
+        .unwrap();
+    pass.set_pipeline(&pipe);
+    pass.set_vertex_uniforms(&vs_uniforms(&vb));
+    let colour = |i: u32| -> [u32; 4] {
+        if i < 32 {
+            [1.0f32, 1.0, 0.0, 1.0].map(f32::to_bits)
+        } else {
+            [(i as f32) / 64.0, 0.0, 0.0, 1.0].map(f32::to_bits)
+        }
+    };
+    for i in 0..64 {
+        pass.set_fragment_uniforms(&colour(i));
+        pass.draw(6, 1, 6 * i).unwrap();
+    }
+    pass.end().unwrap();
+    let stats = cb.stats();
+    assert_eq!(stats.draws, 64);
+    assert_eq!(stats.vertex_states, 1, "one vertex state for every draw");
+    assert_eq!(
+        stats.ppp_states, 33,
+        "one for the first 32, one per later colour"
+    );
+    run(&device, &queue, cb).unwrap();
+    let pixels = image.read_pixels().unwrap();
+    for i in 0..64u32 {
+        let (x, y) = (i % 8 * 8, i / 8 * 8);
+        let inside = 4 * ((y + 1) * w + x + 1) as usize;
+        let expected: Vec<u8> = colour(i)
+            .iter()
+            .map(|b| (f32::from_bits(*b) * 255.0).round() as u8)
+            .collect();
+        assert_eq!(pixels[inside..inside + 4], expected[..], "square {i}");
+        let outside = 4 * ((y + 6) * w + x + 6) as usize;
+        assert_eq!(
+            pixels[outside..outside + 4],
+            [0, 0, 255, 255],
+            "loaded clear"
+        );
+    }
+}
+
+/// y[i] = a * x[i] + b for i < n (x at u0_u1, y at u2_u3, a, b, n in
+/// u4..u6).
+const AXPB: &str = "
+    get_sr r1, sr80
+    if_icmp r0l, ult, r1, u6, 1
+    jmp_exec_none done
+    device_load 0, i32, x, r2, u0_u1, r1, unsigned
+    wait 0
+    fmadd32 r3, u4, r2, u5
+    device_store 0, i32, x, r3, u2_u3, r1, unsigned, 0
+done:
+    pop_exec r0l, 1
+    stop";
+
+fn axpb(device: &Device, cb: &mut CommandBuffer, x: &Buffer, y_va: u64, n: u32) -> Shader {
+    let shader = Shader::new(device, AXPB).unwrap();
+    let mut words = pair(x.va()).to_vec();
+    words.extend(pair(y_va));
+    words.extend([3.0f32.to_bits(), 0.5f32.to_bits(), n]);
+    let bindings = Bindings::default()
+        .with_uniform_words(cb.arena(), &words)
+        .unwrap();
+    cb.dispatch(
+        &shader,
+        &bindings,
+        [n.next_multiple_of(64), 1, 1],
+        [64, 1, 1],
+    )
+    .unwrap();
+    shader
+}
+
+#[test_log::test]
+fn a_compute_dispatch_matches_rust() {
+    let device = device();
+    let queue = Queue::new(&device).unwrap();
+    let programs = Arc::new(ProgramCache::new(&device));
+    let n = 1000u32;
+    let input: Vec<f32> = (0..n).map(|i| i as f32 * 0.75 - 100.0).collect();
+    let x = device
+        .upload(
+            &input
+                .iter()
+                .flat_map(|v| v.to_le_bytes())
+                .collect::<Vec<_>>(),
+            false,
+        )
+        .unwrap();
+    let y = device.upload(&vec![0u8; 4 * n as usize], true).unwrap();
+    let mut cb = CommandBuffer::new(&device, &programs);
+    let _shader = axpb(&device, &mut cb, &x, y.va(), n);
+    run(&device, &queue, cb).unwrap();
+    let out = y.read_all().unwrap();
+    for (i, v) in input.iter().enumerate() {
+        let got = f32::from_le_bytes(out[4 * i..4 * i + 4].try_into().unwrap());
+        assert_eq!(
+            got.to_bits(),
+            3.0f32.mul_add(*v, 0.5).to_bits(),
+            "element {i}"
+        );
+    }
+}
+
+#[test_log::test]
+fn a_gpu_fault_surfaces_as_eio_and_the_queue_keeps_working() {
+    let device = device();
+    let queue = Queue::new(&device).unwrap();
+    let programs = Arc::new(ProgramCache::new(&device));
+    let x = device.upload(&[0u8; 256], false).unwrap();
+    let mut cb = CommandBuffer::new(&device, &programs);
+    // y points at an address nothing is bound at.
+    let _shader = axpb(&device, &mut cb, &x, 0x30_0000_0000, 64);
+    let err = run(&device, &queue, cb).unwrap_err();
+    assert!(
+        matches!(err, Error::GpuFault { errno } if errno == Errno::EIO),
+        "{err}"
+    );
+    let y = device.upload(&[0u8; 256], true).unwrap();
+    let mut cb = CommandBuffer::new(&device, &programs);
+    let _shader = axpb(&device, &mut cb, &x, y.va(), 64);
+    run(&device, &queue, cb).unwrap();
+    assert_eq!(&y.read_all().unwrap()[..4], &0.5f32.to_le_bytes());
+}
+
+#[test_log::test]
+fn timeline_semaphores_order_work_across_two_queues() {
+    let device = device();
+    let producer = Queue::new(&device).unwrap();
+    let consumer = Queue::new(&device).unwrap();
+    let programs = Arc::new(ProgramCache::new(&device));
+    let timeline = Semaphore::new(&device).unwrap();
+    let n = 4096u32;
+    let input: Vec<f32> = (0..n).map(|i| i as f32).collect();
+    let x = device
+        .upload(
+            &input
+                .iter()
+                .flat_map(|v| v.to_le_bytes())
+                .collect::<Vec<_>>(),
+            false,
+        )
+        .unwrap();
+    let y = device.upload(&vec![0u8; 4 * n as usize], true).unwrap();
+    let z = device.upload(&vec![0u8; 4 * n as usize], true).unwrap();
+    // Producer: y = 3x + 0.5, signals point 1. Consumer waits for 1:
+    // z = 3y + 0.5, signals point 2.
+    let mut first = CommandBuffer::new(&device, &programs);
+    let _a = axpb(&device, &mut first, &x, y.va(), n);
+    first.finish().unwrap();
+    let mut second = CommandBuffer::new(&device, &programs);
+    let _b = axpb(&device, &mut second, &y, z.va(), n);
+    second.finish().unwrap();
+    let mut a = producer
+        .submit(vec![first], &[], &[(&timeline, 1)])
+        .unwrap();
+    let mut b = consumer
+        .submit(vec![second], &[(&timeline, 1)], &[(&timeline, 2)])
+        .unwrap();
+    timeline.wait(2, WAIT).unwrap();
+    assert!(timeline.value().unwrap() >= 2);
+    a.wait(WAIT).unwrap();
+    b.wait(WAIT).unwrap();
+    let out = z.read_all().unwrap();
+    for (i, v) in input.iter().enumerate() {
+        let got = f32::from_le_bytes(out[4 * i..4 * i + 4].try_into().unwrap());
+        let want = 3.0f32.mul_add(3.0f32.mul_add(*v, 0.5), 0.5);
+        assert_eq!(got, want, "element {i}");
+    }
+    // A host signal moves the timeline too.
+    timeline.signal(5).unwrap();
+    assert_eq!(timeline.value().unwrap(), 5);
+}
+
+/// A `n` x `n` grid of quads over the whole target in three depth layers
+/// (near green in the middle of the draw order).
+fn layered_grid(w: u32, h: u32, n: u32) -> Vec<u8> {
+    let mut data = Vec::new();
+    for (z, colour) in [
+        (0.5f32, [1.0f32, 0.0, 0.0]),
+        (0.25, [0.0, 1.0, 0.0]),
+        (0.75, [0.0, 0.0, 1.0]),
+    ] {
+        for j in 0..n {
+            for i in 0..n {
+                let (cw, ch) = (w as f32 / n as f32, h as f32 / n as f32);
+                let (x, y) = (i as f32 * cw, j as f32 * ch);
+                let c = [
+                    [x, y],
+                    [x + cw, y],
+                    [x, y + ch],
+                    [x + cw, y],
+                    [x + cw, y + ch],
+                    [x, y + ch],
+                ];
+                data.extend(vertices(w, h, &c, z, &[colour]));
+            }
+        }
+    }
+    data
+}
+
+#[test_log::test]
+fn partial_renders_through_the_generated_programs_change_nothing() {
+    let device = device();
+    let queue = Queue::new(&device).unwrap();
+    let programs = Arc::new(ProgramCache::new(&device));
+    let (w, h) = (96, 96);
+    let n = 48;
+    let vb = device.upload(&layered_grid(w, h, n), false).unwrap();
+    let pipe = pipeline(
+        &device,
+        VARYING_FS,
+        Some(DepthState {
+            function: agx_hw::formats::ZsFunc::Less,
+            write: true,
+        }),
+    );
+    let frame = || {
+        let image = Image::new(&device, w, h, Format::Rgba8Unorm).unwrap();
+        let depth = DepthImage::new(&device, w, h).unwrap();
+        let mut cb = CommandBuffer::new(&device, &programs);
+        let mut pass = cb
+            .begin_render_pass(&RenderPassDesc {
+                colour: vec![ColourAttachment {
+                    image: &image,
+                    load: LoadOp::Clear([0.0, 0.0, 0.0, 1.0]),
+                    store: StoreOp::Store,
+                }],
+                depth: Some(DepthAttachment {
+                    image: &depth,
+                    load: LoadOp::Clear(1.0),
+                    store: StoreOp::Store,
+                }),
+            })
+            .unwrap();
+        pass.set_pipeline(&pipe);
+        pass.set_vertex_uniforms(&vs_uniforms(&vb));
+        pass.draw(3 * 6 * n * n, 1, 0).unwrap();
+        pass.end().unwrap();
+        run(&device, &queue, cb).unwrap();
+        let depths: Vec<f32> = (0..h)
+            .flat_map(|y| (0..w).map(move |x| (x, y)))
+            .map(|(x, y)| depth.depth_at(x, y).unwrap())
+            .collect();
+        (image.read_pixels().unwrap(), depths)
+    };
+    let stats = || {
+        device
+            .simulated()
+            .unwrap()
+            .file()
+            .queue(queue.id())
+            .unwrap()
+            .tvb_stats()
+    };
+    let (first_image, first_depth) = frame();
+    let after_first = stats();
+    assert!(
+        after_first.partial_renders > 0,
+        "the initial parameter buffer overflowed: {after_first:?}"
+    );
+    let (second_image, second_depth) = frame();
+    let after_second = stats();
+    assert_eq!(
+        after_second.partial_renders, after_first.partial_renders,
+        "the grown buffer held the frame: {after_second:?}"
+    );
+    assert!(first_image == second_image, "bit-identical colour");
+    assert!(first_depth == second_depth, "bit-identical depth");
+    assert!(first_image.chunks_exact(4).all(|p| p == [0, 255, 0, 255]));
+    assert!(first_depth.iter().all(|&d| d == 0.25));
+}
+
+#[test_log::test]
+fn generated_tile_programs_disassemble_to_the_documented_listings() {
+    use agx_umd::pass::{bg_source, eot_source, tile_layout, BgAction};
+    let device = device();
+    let programs = ProgramCache::new(&device);
+    let (slots, bytes) = tile_layout(&[Format::Rgba8Unorm]).unwrap();
+    assert_eq!(bytes, 4);
+    let listing = |source: String| programs.get(&source).unwrap().disassemble().unwrap();
+    let clear = listing(bg_source(&slots, &[BgAction::Clear]));
+    let load = listing(bg_source(&slots, &[BgAction::Load]));
+    let store = listing(eot_source(&slots, &[true]));
+    // The listings Documentation/umd.md shows.
+    assert_eq!(
+        clear,
+        "mov r4, u0\nmov r5, u1\nmov r6, u2\nmov r7, u3\n\
+         st_tile r4_r5_r6_r7, u8norm, 0, xyzw, 0, 255, r0, 0\nstop\n"
+    );
+    assert_eq!(
+        load,
+        "get_sr r8, sr80 (thread_position_in_grid.x)\n\
+         get_sr r9, sr81 (thread_position_in_grid.y)\n\
+         mov_imm r10l, 0\n\
+         texture_load 0, 0b1100, 0, none, xyzw, 0b00, r4_r5_r6_r7, None, ts0, ss0, tex_2d, r8_r9, lod_min, r10l, 0, r0\n\
+         wait 0\n\
+         st_tile r4_r5_r6_r7, u8norm, 0, xyzw, 0, 255, r0, 0\nstop\n"
+    );
+    assert_eq!(
+        store,
+        "mov_imm r4, 0\nmov_imm r2, 0\n\
+         image_write_block r2, r4, 0, None, ts0, tex_2d, rte, u8norm, 0, 9, 1\nstop\n"
+    );
+    // Each configuration is assembled once.
+    let _ = listing(bg_source(&slots, &[BgAction::Clear]));
+    assert_eq!(programs.len(), 3);
+}
