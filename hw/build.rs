@@ -716,6 +716,9 @@ fn emit_format(out: &mut String, fm: &FormatDef, enums: &BTreeMap<String, EnumDe
                 .filter(|(_, f)| f.cond.is_some()),
         )
         .collect();
+    // The same field reads without the coverage bookkeeping, for hot
+    // paths (the MMU walk) that do not report unknown bits.
+    let mut fast = String::new();
     for (i, f) in &ordered {
         let read = format!("read_stored(bytes, &fields[{i}])");
         let assign = match &f.kind {
@@ -734,13 +737,21 @@ fn emit_format(out: &mut String, fm: &FormatDef, enums: &BTreeMap<String, EnumDe
         match &f.cond {
             Some(c) => {
                 let _ = writeln!(out, "        if {} {{\n            value.{} = {assign};\n            mark_covered(&mut covered, &fields[{i}]);\n        }}", cond_expr(c, &fm.fields), f.name);
+                let _ = writeln!(
+                    fast,
+                    "        if {} {{\n            value.{} = {assign};\n        }}",
+                    cond_expr(c, &fm.fields),
+                    f.name
+                );
             }
             None => {
                 let _ = writeln!(out, "        value.{} = {assign};\n        mark_covered(&mut covered, &fields[{i}]);", f.name);
+                let _ = writeln!(fast, "        value.{} = {assign};", f.name);
             }
         }
     }
-    let _ = writeln!(out, "        unknown_bits(bytes, &covered, &mut issues);\n        Unpacked {{ value, issues }}\n    }}\n}}\n");
+    let _ = writeln!(out, "        unknown_bits(bytes, &covered, &mut issues);\n        Unpacked {{ value, issues }}\n    }}\n");
+    let _ = writeln!(out, "    /// Decodes the fields without reporting unknown bits or constant\n    /// mismatches: for hot paths (the MMU's walk) over encodings the\n    /// stack itself wrote.\n    #[allow(clippy::field_reassign_with_default, clippy::let_and_return)]\n    pub fn decode_fields(bytes: &[u8; {n}]) -> Self {{\n        let fields = {upper}_FIELDS;\n        let _ = (fields, bytes);\n        let {}value = Self::default();\n{fast}        value\n    }}\n}}\n", if has_fields { "mut " } else { "" });
 
     // Format impl
     let _ = writeln!(out, "impl Format for {name} {{\n    const SIZE_BYTES: usize = {n};\n    const INFO: &'static FormatInfo = &FormatInfo {{ name: \"{name}\", size_bytes: {n}, group: \"{}\", doc: \"{}\", fields: {upper}_FIELDS }};\n", esc(&fm.group), esc(&fm.doc));

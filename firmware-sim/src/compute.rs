@@ -303,17 +303,16 @@ impl GpuMemory for GpuVm<'_> {
                 access: AccessKind::Write,
                 reason,
             };
-            let t =
-                uat::translate(self.memory(), self.root(), at, Access::GpuWrite).map_err(|f| {
-                    fail(if f.reason == UatFaultReason::Unmapped {
-                        FaultReason::Unmapped
-                    } else {
-                        FaultReason::Permission
-                    })
-                })?;
+            let pa = self.translate(at, Access::GpuWrite).map_err(|f| {
+                fail(if f.reason == UatFaultReason::Unmapped {
+                    FaultReason::Unmapped
+                } else {
+                    FaultReason::Permission
+                })
+            })?;
             let chunk = ((PAGE_BYTES - at % PAGE_BYTES) as usize).min(data.len() - done);
             self.memory()
-                .write(t.pa, &data[done..done + chunk])
+                .write(pa, &data[done..done + chunk])
                 .map_err(|_| fail(FaultReason::Unmapped))?;
             done += chunk;
         }
@@ -390,7 +389,7 @@ pub fn run(
         vm_slot: ctx.vm_slot,
     };
     let work = || {
-        let mut vm = vm;
+        let mut vm = vm.clone();
         let mut cache = ProgramCache::new();
         let mut uniforms = binding.uniforms.clone();
         let mut threadgroup = vec![0u8; binding.shared_bytes];
@@ -419,7 +418,7 @@ pub fn run(
             let mut simd = simd_groups(&watch, launch, binding, g, threads_per_group);
             let mut io = KernelIo {
                 unit: TextureUnit {
-                    vm,
+                    vm: vm.clone(),
                     textures: &binding.textures,
                     samplers: &binding.samplers,
                     sampler_heap,

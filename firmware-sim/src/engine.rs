@@ -120,14 +120,43 @@ impl Engine for NoEngine {
     }
 }
 
+/// Entries of a [`GpuVm`]'s translation cache.
+const TLB_ENTRIES: usize = 16;
+
+/// Bits of a TLB entry: bit 0 readable, bit 1 writable, bits 2-29 the
+/// physical page, bits 30-63 the virtual page + 1 (0: empty). One word,
+/// so entries update atomically and a `GpuVm` can be shared by threads.
+const TLB_PA_PAGE_BITS: u32 = 28;
+
 /// The user half of a VM context, as the GPU reads it.
-#[derive(Clone, Copy)]
+///
+/// It carries a small translation cache (a TLB) of the pages it walked,
+/// direct-mapped by page number; clones start with the original's
+/// entries. A `GpuVm` is made per command ([`GpuVm::of`]), so mappings
+/// changed by VM_BIND between commands are always seen (as the kernel
+/// flushes the TLB when it unmaps).
 pub struct GpuVm<'a> {
     memory: &'a (dyn PhysicalMemory + Sync),
     root: u64,
     /// The kernel's half (ttb1), shared by every context: the firmware's
     /// view of it.
     kernel: Option<&'a (dyn SharedMemory + Sync)>,
+    tlb: [std::sync::atomic::AtomicU64; TLB_ENTRIES],
+}
+
+impl Clone for GpuVm<'_> {
+    /// A copy with a copy of the translation cache (its entries are valid
+    /// for the command the original serves).
+    fn clone(&self) -> Self {
+        GpuVm {
+            memory: self.memory,
+            root: self.root,
+            kernel: self.kernel,
+            tlb: std::array::from_fn(|i| {
+                std::sync::atomic::AtomicU64::new(self.tlb[i].load(Ordering::Relaxed))
+            }),
+        }
+    }
 }
 
 impl<'a> GpuVm<'a> {
@@ -137,6 +166,7 @@ impl<'a> GpuVm<'a> {
             memory,
             root,
             kernel: None,
+            tlb: Default::default(),
         }
     }
 
@@ -147,6 +177,7 @@ impl<'a> GpuVm<'a> {
             memory: ctx.memory,
             root,
             kernel: Some(ctx.firmware),
+            tlb: Default::default(),
         }
     }
 
@@ -168,10 +199,10 @@ impl<'a> GpuVm<'a> {
         let mut done = 0;
         while done < buf.len() {
             let at = va.wrapping_add(done as u64);
-            let t = uat::translate(self.memory, self.root, at, Access::GpuRead)?;
+            let pa = self.translate(at, Access::GpuRead)?;
             let chunk = ((PAGE_BYTES - at % PAGE_BYTES) as usize).min(buf.len() - done);
             self.memory
-                .read(t.pa, &mut buf[done..done + chunk])
+                .read(pa, &mut buf[done..done + chunk])
                 .map_err(|_| UatFault {
                     va: at,
                     reason: UatFaultReason::Unmapped,
@@ -181,6 +212,31 @@ impl<'a> GpuVm<'a> {
             done += chunk;
         }
         Ok(())
+    }
+
+    /// Translates user-half address `va` for `access` (a GPU read or
+    /// write), through the translation cache.
+    pub fn translate(&self, va: u64, access: Access) -> Result<u64, UatFault> {
+        let page = va / PAGE_BYTES;
+        let slot = &self.tlb[(page % TLB_ENTRIES as u64) as usize];
+        let entry = slot.load(Ordering::Relaxed);
+        let allowed = if access.is_write() { 2 } else { 1 };
+        if entry >> (2 + TLB_PA_PAGE_BITS) == page + 1 && entry & allowed != 0 {
+            let pa_page = (entry >> 2) & ((1 << TLB_PA_PAGE_BITS) - 1);
+            return Ok(pa_page * PAGE_BYTES + va % PAGE_BYTES);
+        }
+        let t = uat::translate(self.memory, self.root, va, access)?;
+        let pa_page = t.pa / PAGE_BYTES;
+        if pa_page < 1 << TLB_PA_PAGE_BITS && page + 1 < 1 << (62 - TLB_PA_PAGE_BITS) {
+            slot.store(
+                (page + 1) << (2 + TLB_PA_PAGE_BITS)
+                    | pa_page << 2
+                    | u64::from(t.permissions.gpu_write) << 1
+                    | u64::from(t.permissions.gpu_read),
+                Ordering::Relaxed,
+            );
+        }
+        Ok(t.pa)
     }
 
     /// Physical memory.
@@ -286,7 +342,7 @@ impl Gpu {
                     };
                     let heap = (body.compute.sampler_heap != 0)
                         .then_some((body.compute.sampler_heap, body.compute.sampler_count));
-                    match compute::run(ctx, vm, self.workers, &launch, &binding, pc, heap) {
+                    match compute::run(ctx, vm.clone(), self.workers, &launch, &binding, pc, heap) {
                         Ok(instructions) => self.usc_instructions += instructions,
                         Err(result) => return result,
                     }

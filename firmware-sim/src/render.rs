@@ -125,7 +125,8 @@ fn vertex(ctx: &RunContext<'_>, workers: usize) -> Result<(), EngineResult> {
         u32::from(body.render.width_px),
         u32::from(body.render.height_px),
     );
-    let mut binner = tiler::Binner::new(vm, &info, area.0, area.1)?.map_err(|_| overflow(&body))?;
+    let mut binner =
+        tiler::Binner::new(vm.clone(), &info, area.0, area.1)?.map_err(|_| overflow(&body))?;
     let mut state = tiler::VertexState::default();
     let mut cache = ProgramCache::new();
     let mut pc = body.render.vdm_ctrl_stream_base;
@@ -168,10 +169,11 @@ fn vertex(ctx: &RunContext<'_>, workers: usize) -> Result<(), EngineResult> {
             }
             VdmBlockType::IndexList => {
                 let draw = tiler::parse_draw(&vm, pc, word)?;
-                let mut on_overflow =
-                    |binner: &mut tiler::Binner<'_>| overflowed(ctx, vm, &body, binner, workers);
+                let mut on_overflow = |binner: &mut tiler::Binner<'_>| {
+                    overflowed(ctx, vm.clone(), &body, binner, workers)
+                };
                 tiler::draw(
-                    vm,
+                    vm.clone(),
                     &mut cache,
                     body.usc_exec_base,
                     &state,
@@ -504,7 +506,7 @@ impl ShaderIo for TileIo<'_, '_> {
             .ok_or_else(|| invalid(format!("no PBE descriptor bound at ts{index}")))?;
         let mut bytes = [0u8; 24];
         GpuMemory::read(&self.vm, address, &mut bytes, crate::usc::AccessKind::Read)?;
-        let pbe = Pbe::unpack(&bytes).value;
+        let pbe = Pbe::decode_fields(&bytes);
         // Block stores write the tilebuffer's encoding: the sRGB bit is
         // for image_write only.
         let (element, channels) = channel_format(pbe.channels, pbe.data_type, false)
@@ -590,8 +592,9 @@ impl ShaderIo for TileIo<'_, '_> {
                     let at = layout
                         .offset(level, x, y, self.layer)
                         .ok_or_else(|| invalid(format!("pixel ({x}, {y}) past the image")))?;
-                    let mut vm = self.vm;
-                    vm.write(pbe.buffer + at, &texel).map_err(IoError::Memory)?;
+                    self.vm
+                        .write(pbe.buffer + at, &texel)
+                        .map_err(IoError::Memory)?;
                 }
             }
             if count == 0 {
@@ -601,8 +604,7 @@ impl ShaderIo for TileIo<'_, '_> {
                 + layout
                     .offset(0, self.origin.0, y, self.layer)
                     .ok_or_else(|| invalid(format!("row {y} past the image")))?;
-            let mut vm = self.vm;
-            vm.write(address, &row).map_err(IoError::Memory)?;
+            self.vm.write(address, &row).map_err(IoError::Memory)?;
         }
         Ok(())
     }
@@ -613,7 +615,7 @@ impl ShaderIo for TileIo<'_, '_> {
 #[allow(clippy::too_many_arguments)]
 fn run_tile_program(
     limits: &Limits<'_>,
-    vm: GpuVm<'_>,
+    vm: &GpuVm<'_>,
     cache: &mut ProgramCache,
     binding: &Binding,
     state: TileState<'_>,
@@ -632,7 +634,7 @@ fn run_tile_program(
         face,
     } = state;
     let mut uniforms = binding.uniforms.clone();
-    let mut memory = vm;
+    let mut memory = vm.clone();
     // Lanes come in 2x2 quads (lane bit 0: x, bit 1: y), as the hardware
     // runs fragments, so that texture instructions can take derivatives;
     // quad members that are not covered run as helpers whose outputs are
@@ -672,7 +674,7 @@ fn run_tile_program(
         (pixels.to_vec(), vec![false; pixels.len()])
     };
     let unit = TextureUnit {
-        vm,
+        vm: vm.clone(),
         textures: &binding.textures,
         samplers: &binding.samplers,
         sampler_heap,
@@ -709,13 +711,13 @@ fn run_tile_program(
             tile,
             origin,
             lanes,
-            vm,
+            vm: vm.clone(),
             binding,
             area,
             layer,
             coefficients,
             helpers: helper_lanes,
-            unit,
+            unit: unit.clone(),
             discarded: &mut *discarded,
             pending_depth: &mut *pending_depth,
             face,
@@ -778,7 +780,7 @@ fn read_scene(
     info: &TvbInfo,
     area: (u32, u32),
 ) -> Result<Option<Scene>, EngineResult> {
-    let alloc = tiler::PageAllocator::new(*vm, info);
+    let alloc = tiler::PageAllocator::new(vm.clone(), info);
     let page = alloc.page(0)?;
     let bytes: [u8; size_of::<tiler::SceneHeader>()] = read_words(vm, page)?;
     let header = tiler::SceneHeader::read_from_bytes(&bytes)
@@ -993,7 +995,7 @@ fn render_scene(
             if index >= tiles.len() || index > first_failure.load(Ordering::Relaxed) {
                 break;
             }
-            if let Err(failure) = pass.render_tile(vm, &mut worker, tiles[index]) {
+            if let Err(failure) = pass.render_tile(vm.clone(), &mut worker, tiles[index]) {
                 first_failure.fetch_min(index, Ordering::Relaxed);
                 failures
                     .lock()
@@ -1120,7 +1122,7 @@ impl Pass<'_> {
                    face: Option<FragmentFace>| {
             run_tile_program(
                 &self.limits,
-                vm,
+                &vm,
                 &mut w.cache,
                 binding,
                 TileState {
@@ -1343,7 +1345,7 @@ fn store_depth_stencil(
     layer: u32,
     _area: (u32, u32),
 ) -> Result<(), EngineResult> {
-    let mut writer = *vm;
+    let mut writer = vm.clone();
     let fault = |f: MemoryFault| EngineResult::Fault {
         address: f.address,
         unit: FaultUnit::Zls as u32,

@@ -78,7 +78,7 @@ struct Image {
 }
 
 /// The texture unit of one stage: where its descriptors come from.
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 pub struct TextureUnit<'a> {
     /// Memory, through the MMU.
     pub vm: GpuVm<'a>,
@@ -111,7 +111,7 @@ impl TextureUnit<'_> {
                 .ok_or_else(|| invalid(format!("no texture bound at ts{i}")))?,
             TextureHandle::Bindless { base, offset } => base.wrapping_add(u64::from(offset)),
         };
-        let texture = Texture::unpack(&self.read::<24>(address)?).value;
+        let texture = Texture::decode_fields(&self.read::<24>(address)?);
         if !matches!(
             texture.dimension,
             TextureDimension::D2 | TextureDimension::D2Array
@@ -173,7 +173,7 @@ impl TextureUnit<'_> {
                 _ => return Err(invalid(format!("no sampler {index}"))),
             },
         };
-        Ok(Sampler::unpack(&self.read::<8>(address)?).value)
+        Ok(Sampler::decode_fields(&self.read::<8>(address)?))
     }
 
     /// The four components of texel (x, y) of `level` and `layer`, as

@@ -552,7 +552,7 @@ impl<'a> Binner<'a> {
     ) -> Result<Result<Binner<'a>, Overflow>, EngineResult> {
         let (tiles_x, tiles_y) = (width.div_ceil(TILE_PX), height.div_ceil(TILE_PX));
         let mut binner = Binner {
-            alloc: PageAllocator::new(vm, info),
+            alloc: PageAllocator::new(vm.clone(), info),
             vm,
             info: *info,
             header_page: 0,
@@ -573,13 +573,13 @@ impl<'a> Binner<'a> {
     /// Takes the header and list-head pages of a new segment, from the
     /// start of the buffer.
     fn start_segment(&mut self) -> Result<Result<(), Overflow>, EngineResult> {
-        self.alloc = PageAllocator::new(self.vm, &self.info);
+        self.alloc = PageAllocator::new(self.vm.clone(), &self.info);
         self.header_page = match self.alloc.take_page()? {
             Ok(page) => page,
             Err(overflow) => return Ok(Err(overflow)),
         };
         // Until the scene is finished, the header names no tiles.
-        let mut writer = self.vm;
+        let mut writer = self.vm.clone();
         writer
             .write(self.header_page, SceneHeader::default().as_bytes())
             .map_err(|f| unsupported(f.address, FaultUnit::Tiler))?;
@@ -850,11 +850,24 @@ pub fn draw<'a>(
         _ => return Err(unsupported(pc, FaultUnit::Vdm)),
     };
     let outputs = state.outputs.max(4) as usize;
+    // Like the hardware's post-transform cache, shade each distinct
+    // vertex once per instance (a vertex shader is a function of its ids).
+    let mut slot_of_id = std::collections::HashMap::with_capacity(ids.len());
+    let mut unique = Vec::with_capacity(ids.len());
+    let slots: Vec<usize> = ids
+        .iter()
+        .map(|&id| {
+            *slot_of_id.entry(id).or_insert_with(|| {
+                unique.push(id);
+                unique.len() - 1
+            })
+        })
+        .collect();
     for instance in 0..draw.instances {
-        let shaded = shade_vertices(vm, cache, &binding, &ids, instance)?;
+        let shaded = shade_vertices(vm.clone(), cache, &binding, &unique, instance)?;
         let clip = |i: usize| ClipVertex {
-            position: std::array::from_fn(|c| f32::from_bits(shaded[i][c])),
-            varyings: shaded[i][4..outputs]
+            position: std::array::from_fn(|c| f32::from_bits(shaded[slots[i]][c])),
+            varyings: shaded[slots[i]][4..outputs]
                 .iter()
                 .map(|v| f32::from_bits(*v))
                 .collect(),

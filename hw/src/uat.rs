@@ -252,7 +252,7 @@ pub fn table_pte(pa: u64) -> Option<u64> {
 }
 
 fn decode_pte(raw: u64) -> UatPte {
-    UatPte::unpack(&raw.to_le_bytes()).value
+    UatPte::decode_fields(&raw.to_le_bytes())
 }
 
 /// Translates `va` through the tables rooted at `root_pa`, checking
