@@ -324,7 +324,7 @@ impl State {
     fn crash(&self, init_address: u64, error: &FirmwareError) {
         tracing::error!(%error, "firmware crashed");
         if let Ok(init) = self.read::<InitData>(init_address) {
-            let _ = self.memory.write(init.status + 12, &1u32.to_le_bytes());
+            // Log and event first: a host that sees `crashed` may read them.
             self.log(&init, 0, &format!("crash: {error}"));
             let _ = init.events.push(
                 &*self.memory,
@@ -333,6 +333,10 @@ impl State {
                     ..EventMsg::default()
                 }
                 .as_bytes(),
+            );
+            let _ = self.memory.write(
+                init.status + std::mem::offset_of!(FirmwareStatus, crashed) as u64,
+                &1u32.to_le_bytes(),
             );
         }
         self.interrupt.raise();
@@ -351,12 +355,13 @@ impl State {
         if init.version != INTERFACE_VERSION {
             return Err(FirmwareError::BadInit("version"));
         }
+        // The log line goes first: a host that sees `booted` may read it.
+        self.log(&init, 2, "firmware booted");
         let status = FirmwareStatus {
             booted: 1,
             ..FirmwareStatus::default()
         };
         self.write(init.status, &status)?;
-        self.log(&init, 2, "firmware booted");
         self.interrupt.raise();
         while !stop.load(Ordering::Acquire) {
             doorbell.wait(TICK);
