@@ -1,9 +1,7 @@
 //! Tools people run against the AGX stack.
 //!
-//! Planned here: the renderer that draws the built-in scene to a PNG, the
-//! capture decoder and linter, and the drm-shim style `LD_PRELOAD` library.
-//! What exists today:
-//!
+//! - `agx-render` draws a mesh (built in, or an OBJ/PLY file) through the
+//!   whole stack to a PNG and reports what the parameter buffer did;
 //! - `agx-format` decodes hardware descriptors and control words given as
 //!   hex through the one format description in `agx-hw`;
 //! - `agx-asm` and `agx-disasm` assemble and disassemble AGX shader
@@ -12,3 +10,5 @@
 
 pub mod format_cli;
 pub mod isa_cli;
+pub mod mesh;
+pub mod render;

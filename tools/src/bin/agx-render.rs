@@ -1,0 +1,151 @@
+//! `agx-render`: draws a mesh through the whole stack to a PNG.
+//!
+//! With no arguments it renders the built-in scene, a textured,
+//! Phong-shaded torus of 60 000 triangles (enough to overflow the
+//! parameter buffer's first size), on the simulated device to
+//! `frame.png`, and prints the frame time and what the parameter buffer
+//! did.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use agx_kmd::tvb::GrowthPolicy;
+use agx_tools::mesh::Mesh;
+use agx_tools::render::{encode_png, Renderer};
+use agx_umd::Device;
+use clap::Parser;
+
+#[derive(Debug, Parser)]
+#[command(version, about = "Render a mesh through the AGX stack to a PNG")]
+struct Args {
+    /// A Wavefront OBJ or PLY mesh instead of the built-in torus.
+    #[arg(long)]
+    mesh: Option<PathBuf>,
+    /// Frame size, WxH.
+    #[arg(long, default_value = "800x600", value_parser = parse_size)]
+    size: (u32, u32),
+    /// Frames to draw (the mesh turns; the parameter buffer converges).
+    #[arg(long, default_value_t = 1)]
+    frames: u32,
+    /// Parameter-buffer growth policy of the simulated kmd: asahi, demand
+    /// or sync.
+    #[arg(long, default_value = "asahi", value_parser = parse_policy)]
+    tvb_policy: GrowthPolicy,
+    /// Where to write the last frame.
+    #[arg(long, default_value = "frame.png")]
+    out: PathBuf,
+    /// A real asahi DRM node (for example /dev/dri/renderD128) instead of
+    /// the simulated device.
+    #[arg(long)]
+    device: Option<PathBuf>,
+    /// Host threads the simulated GPU shades tiles on (default: all).
+    #[arg(long)]
+    gpu_threads: Option<usize>,
+}
+
+fn parse_size(s: &str) -> Result<(u32, u32), String> {
+    let (w, h) = s.split_once(['x', 'X']).ok_or("expected WxH")?;
+    let w: u32 = w.parse().map_err(|_| format!("bad width {w:?}"))?;
+    let h: u32 = h.parse().map_err(|_| format!("bad height {h:?}"))?;
+    if !(1..=16384).contains(&w) || !(1..=16384).contains(&h) {
+        return Err("width and height must be 1..=16384".into());
+    }
+    Ok((w, h))
+}
+
+fn parse_policy(s: &str) -> Result<GrowthPolicy, String> {
+    match s {
+        "asahi" => Ok(GrowthPolicy::Asahi),
+        "demand" => Ok(GrowthPolicy::Demand),
+        "sync" => Ok(GrowthPolicy::Sync),
+        _ => Err(format!("unknown policy {s:?} (asahi, demand, sync)")),
+    }
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    match run(&args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("agx-render: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
+    let mesh = match &args.mesh {
+        Some(path) => Mesh::load(path)?,
+        None => Mesh::torus(300, 100),
+    };
+    let device = match &args.device {
+        Some(path) => Device::open(path)?,
+        None => Device::open_simulated(agx_kmd::SystemConfig {
+            tvb_policy: args.tvb_policy,
+            gpu_threads: args
+                .gpu_threads
+                .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
+            command_timeout_ms: 600_000,
+            ..agx_kmd::SystemConfig::default()
+        })?,
+    };
+    let (width, height) = args.size;
+    println!(
+        "mesh: {} triangles, {} vertices; {width}x{height}; device: {}",
+        mesh.triangle_count(),
+        mesh.vertices.len(),
+        args.device
+            .as_ref()
+            .map_or("simulated".to_owned(), |p| p.display().to_string()),
+    );
+    let renderer = Renderer::new(&device, &mesh, width, height)?;
+    let progress = (args.frames > 1).then(|| {
+        let bar = indicatif::ProgressBar::new(u64::from(args.frames));
+        bar.set_style(
+            indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} frames {msg}")
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        bar
+    });
+    let mut last_blocks = None;
+    for frame in 0..args.frames.max(1) {
+        let report = renderer.frame(frame)?;
+        let line = match report.tvb {
+            Some(tvb) => {
+                let grew = last_blocks.is_some_and(|b| b != tvb.blocks);
+                last_blocks = Some(tvb.blocks);
+                format!(
+                    "frame {frame}: {:.1} ms; parameter buffer {} blocks ({:.1} MiB){}, peak {} pages, \
+                     {} overflows and {} partial renders so far, {} grows; {} faults",
+                    report.gpu_time.as_secs_f64() * 1e3,
+                    tvb.blocks,
+                    tvb.allocated_bytes() as f64 / (1 << 20) as f64,
+                    if grew { " (grew)" } else { "" },
+                    tvb.peak_pages,
+                    tvb.overflows,
+                    tvb.partial_renders,
+                    tvb.grows,
+                    report.faults,
+                )
+            }
+            None => format!(
+                "frame {frame}: {:.1} ms",
+                report.gpu_time.as_secs_f64() * 1e3
+            ),
+        };
+        match &progress {
+            Some(bar) if !bar.is_hidden() => {
+                bar.println(line);
+                bar.inc(1);
+            }
+            _ => println!("{line}"),
+        }
+    }
+    if let Some(bar) = progress {
+        bar.finish_and_clear();
+    }
+    let png = encode_png(width, height, &renderer.pixels()?)?;
+    std::fs::write(&args.out, png)?;
+    println!("wrote {}", args.out.display());
+    Ok(())
+}
