@@ -39,10 +39,17 @@ fn the_built_in_scene_renders_to_a_png_of_the_asked_size() {
     // The clear colour in the corner, the lit torus in front of it.
     assert_eq!(at(1, 1), [15, 18, 26, 255]);
     let distinct: std::collections::HashSet<&[u8]> = pixels.chunks_exact(4).collect();
-    assert!(distinct.len() > 100, "{} colours: blank or flat", distinct.len());
+    assert!(
+        distinct.len() > 100,
+        "{} colours: blank or flat",
+        distinct.len()
+    );
     // The default scene overflows the first parameter buffer: the report
     // says so, and the second frame saw the grown buffer.
-    assert!(stdout.contains("frame 0:") && stdout.contains("frame 1:"), "{stdout}");
+    assert!(
+        stdout.contains("frame 0:") && stdout.contains("frame 1:"),
+        "{stdout}"
+    );
     assert!(stdout.contains("partial renders"), "{stdout}");
     assert!(stdout.contains("(grew)"), "{stdout}");
 }
