@@ -165,6 +165,18 @@ impl TextureUnit<'_> {
         })
     }
 
+    /// Whether the descriptor `handle` names has the Null layout.
+    fn is_null(&self, handle: TextureHandle) -> Result<bool, IoError> {
+        let address = match handle {
+            TextureHandle::Index(i) => match bound(self.textures, i, 24) {
+                Some(address) => address,
+                None => return Ok(false),
+            },
+            TextureHandle::Bindless { base, offset } => base.wrapping_add(u64::from(offset)),
+        };
+        Ok(Texture::decode_fields(&self.read::<24>(address)?).layout == Layout::Null)
+    }
+
     fn sampler(&self, index: u32) -> Result<Sampler, IoError> {
         let address = match bound(self.samplers, index, 8) {
             Some(address) => address,
@@ -213,7 +225,12 @@ impl TextureUnit<'_> {
 
     /// Serves a texture instruction for one lane.
     pub fn request(&self, request: &TextureRequest) -> Result<[u32; 4], IoError> {
-        let image = self.image(request.texture)?;
+        let image = match self.image(request.texture) {
+            Ok(image) => image,
+            // A null descriptor (nothing bound) reads as zero.
+            Err(IoError::Invalid(_)) if self.is_null(request.texture)? => return Ok([0; 4]),
+            Err(e) => return Err(e),
+        };
         let t = &image.texture;
         let layer = if t.dimension == TextureDimension::D2Array {
             request.coords[2]

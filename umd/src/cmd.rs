@@ -229,6 +229,16 @@ pub struct CommandBuffer {
     stats: RecordStats,
     /// Pipelines and images the recorded work refers to.
     keep: Vec<Arc<GraphicsPipeline>>,
+    /// Bound heaps: the image heap's base (where the uniform word loads it
+    /// from) and the sampler heap (address, count).
+    heaps: Option<BoundHeaps>,
+}
+
+/// Heaps bound to a command buffer.
+#[derive(Debug, Clone, Copy)]
+struct BoundHeaps {
+    image_base_at: u64,
+    samplers: (u64, u16),
 }
 
 /// An arena chunk: 256 KiB.
@@ -246,7 +256,35 @@ impl CommandBuffer {
             cdm: Vec::new(),
             stats: RecordStats::default(),
             keep: Vec::new(),
+            heaps: None,
         }
+    }
+
+    /// Binds descriptor heaps for the work recorded after this: fragment
+    /// shaders and kernels find the image heap's base in
+    /// [`crate::heap::HEAP_BASE_UNIFORM`] (`u60_u61`), and render and
+    /// compute commands carry the sampler heap.
+    pub fn bind_heaps(
+        &mut self,
+        images: &crate::heap::ImageHeap,
+        samplers: &crate::heap::SamplerHeap,
+    ) -> Result<(), Error> {
+        let slice = self.data.upload(&images.base().to_le_bytes(), 16)?;
+        self.heaps = Some(BoundHeaps {
+            image_base_at: slice.va,
+            samplers: (samplers.va(), samplers.count()),
+        });
+        Ok(())
+    }
+
+    /// `bindings` with the image heap's base loaded, if heaps are bound.
+    fn with_heap(&self, mut bindings: Bindings) -> Bindings {
+        if let Some(heaps) = self.heaps {
+            bindings
+                .uniforms
+                .push((2 * crate::heap::HEAP_BASE_UNIFORM, heaps.image_base_at, 4));
+        }
+        bindings
     }
 
     /// The recorded commands (after [`CommandBuffer::finish`]).
@@ -272,9 +310,12 @@ impl CommandBuffer {
         let mut stream = std::mem::take(&mut self.cdm);
         stream.extend(CdmStreamTerminate::default().pack().map_err(pack_err)?);
         let slice = self.data.upload(&stream, 64)?;
+        let (sampler_heap, sampler_count) = self.heaps.map_or((0, 0), |h| h.samplers);
         self.commands.push(Command::Compute(Box::new(CmdCompute {
             cdm_ctrl_stream_base: slice.va,
             cdm_ctrl_stream_end: slice.va + slice.len_bytes,
+            sampler_heap,
+            sampler_count: u32::from(sampler_count),
             ..CmdCompute::new_zeroed()
         })));
         Ok(())
@@ -297,7 +338,8 @@ impl CommandBuffer {
         if local.contains(&0) || local.iter().product::<u32>() > 1024 {
             return Err(Error::Unsupported(format!("threadgroup size {local:?}")));
         }
-        let pipeline = place_pipeline(&self.device, &mut self.usc, shader, bindings)?;
+        let bindings = self.with_heap(bindings.clone());
+        let pipeline = place_pipeline(&self.device, &mut self.usc, shader, &bindings)?;
         let mut block = CdmLaunchWord0 {
             mode: CdmMode::Direct,
             ..CdmLaunchWord0::default()
@@ -457,6 +499,10 @@ impl CommandBuffer {
             )?),
             ..CmdRender::new_zeroed()
         };
+        if let Some(heaps) = self.heaps {
+            render.sampler_heap = heaps.samplers.0;
+            render.sampler_count = heaps.samplers.1;
+        }
         if let Some(depth) = &desc.depth {
             let (_, partial) = zls_controls(Some(depth));
             // One zls_ctrl serves the first pass over a tile and the
@@ -620,6 +666,7 @@ impl RenderPass<'_> {
                 let slice = cb.data.upload(&bytes, 64)?;
                 bindings.samplers = Some((self.fs_samplers.len() as u32, slice.va));
             }
+            let bindings = cb.with_heap(bindings);
             let fs = place_pipeline(&cb.device, &mut cb.usc, &pipeline.fragment, &bindings)?;
             let (half_w, half_h) = (self.width as f32 / 2.0, self.height as f32 / 2.0);
             let mut ppp = PppHeader {

@@ -19,6 +19,7 @@ pub mod alloc;
 pub mod cmd;
 pub mod device;
 pub mod error;
+pub mod heap;
 pub mod image;
 pub mod kernel;
 pub mod pass;
@@ -34,6 +35,7 @@ pub use cmd::{
 };
 pub use device::{Buffer, BufferDesc, Device, MemoryType, Region};
 pub use error::Error;
+pub use heap::{DescriptorIndex, ImageHeap, SamplerHeap, SamplerIndex};
 pub use image::{DepthImage, Format, Image};
 pub use kernel::Errno;
 pub use pass::{ColourAttachment, DepthAttachment, LoadOp, RenderPassDesc, StoreOp};

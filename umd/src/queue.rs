@@ -137,11 +137,16 @@ impl Drop for Semaphore {
     }
 }
 
-/// A kernel queue.
+/// A kernel queue, with a timeline every submission advances: the retire
+/// points of descriptor-heap frees.
 #[derive(Debug)]
 pub struct Queue {
     device: Device,
     id: u32,
+    timeline: Semaphore,
+    /// The latest point submitted; held across SUBMIT so that points reach
+    /// the kernel in order.
+    submitted: std::sync::Mutex<u64>,
 }
 
 impl Queue {
@@ -160,9 +165,22 @@ impl Queue {
         )
         .map_err(kernel("QUEUE_CREATE"))?;
         Ok(Queue {
+            timeline: Semaphore::new(device)?,
             device: device.clone(),
             id: create.queue_id,
+            submitted: std::sync::Mutex::new(0),
         })
+    }
+
+    /// The timeline point of the latest submission: what a resource used
+    /// by it must wait for before it is recycled.
+    pub fn submitted_point(&self) -> u64 {
+        *self.submitted.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The timeline point the GPU has completed.
+    pub fn completed_point(&self) -> Result<u64, Error> {
+        self.timeline.value()
     }
 
     /// The queue ID.
@@ -222,6 +240,14 @@ impl Queue {
             handle: s.handle,
             timeline_value: *v,
         }));
+        // The queue's timeline.
+        let mut submitted = self.submitted.lock().unwrap_or_else(|e| e.into_inner());
+        let point = *submitted + 1;
+        syncs.push(Sync {
+            sync_type: SyncType::TimelineSyncobj as u32,
+            handle: self.timeline.handle,
+            timeline_value: point,
+        });
         // The submission's own completion: a binary syncobj whose fence
         // is exactly this submission's.
         syncs.push(Sync {
@@ -238,7 +264,7 @@ impl Queue {
             flags: 0,
             queue_id: self.id,
             in_sync_count: waits.len() as u32,
-            out_sync_count: (signals.len() + 1) as u32,
+            out_sync_count: (signals.len() + 2) as u32,
             cmdbuf_size: cmdbuf.len() as u32,
             pad: 0,
         };
@@ -248,6 +274,8 @@ impl Queue {
             &mut submit,
         )
         .map_err(kernel("SUBMIT"))?;
+        *submitted = point;
+        drop(submitted);
         Ok(Submission {
             done,
             buffers,

@@ -653,3 +653,29 @@ fn generated_tile_programs_disassemble_to_the_documented_listings() {
     let _ = listing(bg_source(&slots, &[BgAction::Clear]));
     assert_eq!(programs.len(), 3);
 }
+
+#[test_log::test]
+fn the_queue_timeline_gives_retire_points_for_heap_frees() {
+    let device = device();
+    let queue = Queue::new(&device).unwrap();
+    let programs = Arc::new(ProgramCache::new(&device));
+    let mut heap = ImageHeap::new(&device, 64).unwrap();
+    let slot = heap.alloc().unwrap();
+    assert_eq!(queue.submitted_point(), 0);
+    let x = device.upload(&[0u8; 256], false).unwrap();
+    let y = device.upload(&[0u8; 256], true).unwrap();
+    let mut cb = CommandBuffer::new(&device, &programs);
+    let _shader = axpb(&device, &mut cb, &x, y.va(), 64);
+    cb.finish().unwrap();
+    let mut submission = queue.submit(vec![cb], &[], &[]).unwrap();
+    assert_eq!(queue.submitted_point(), 1);
+    heap.free(slot, queue.submitted_point()).unwrap();
+    submission.wait(WAIT).unwrap();
+    assert_eq!(queue.completed_point().unwrap(), 1);
+    assert_eq!(heap.reclaim(queue.completed_point().unwrap()).unwrap(), 1);
+    assert_eq!(
+        heap.alloc().unwrap(),
+        slot,
+        "recycled once the GPU was done"
+    );
+}

@@ -1,0 +1,467 @@
+//! Descriptor heaps.
+//!
+//! The **image heap** holds 24-byte texture and PBE descriptors in one
+//! bindless array. Shaders name a descriptor by (heap base, byte offset):
+//! the base is preloaded into a uniform pair ([`HEAP_BASE_UNIFORM`]) by a
+//! USC Uniform word, the offset sits in a register. Because the base is
+//! baked into shaders' uniforms and command streams it must never move,
+//! so the heap reserves the address range for its whole capacity once
+//! (16 M descriptors by default: 384 MiB of address space) and binds
+//! memory behind it chunk by chunk as it fills (VM_BIND at the reserved
+//! address). Allocation and free are O(1): a bump index and a LIFO free
+//! list. A freed slot is recycled only after the GPU work that could
+//! read it has completed (the ARB_bindless_texture model): frees carry a
+//! retire point on a queue's timeline and [`ImageHeap::reclaim`] takes
+//! back the ones the GPU has passed. Unbound slots hold null descriptors,
+//! which read as zero.
+//!
+//! The **sampler heap** holds 8-byte samplers, passed to the kernel as
+//! `sampler_heap`/`sampler_count`; shaders index it with a sampler index
+//! (immediate or register). Samplers are deduplicated by content with
+//! reference counts, so identical samplers share a slot; a sampler with a
+//! custom border colour takes three consecutive slots (the sampler, then
+//! its 16-byte border).
+
+use std::collections::{HashMap, VecDeque};
+
+use agx_hw::formats::{BorderColour, CustomBorder, Layout, Pbe, Sampler, Texture};
+
+use crate::device::{Buffer, BufferDesc, Device, MemoryType, Region, PAGE_BYTES};
+use crate::error::Error;
+use crate::kernel::CpuMapping;
+
+/// Bytes of a texture or PBE descriptor.
+pub const IMAGE_DESCRIPTOR_BYTES: u64 = 24;
+/// Descriptors per chunk of backing: 1.5 MiB, a whole number of both
+/// descriptors and 16 KiB pages.
+pub const DESCRIPTORS_PER_CHUNK: u32 = 65536;
+/// Bytes of a chunk.
+pub const CHUNK_BYTES: u64 = DESCRIPTORS_PER_CHUNK as u64 * IMAGE_DESCRIPTOR_BYTES;
+/// The image heap's default capacity: 16 M descriptors.
+pub const DEFAULT_IMAGE_CAPACITY: u32 = 16 << 20;
+/// The uniform pair (in 32-bit uniform registers: `u60_u61`) that bindless
+/// shaders read the image heap's base from.
+pub const HEAP_BASE_UNIFORM: u32 = 60;
+/// Slot 0: a null texture descriptor.
+pub const NULL_TEXTURE: u32 = 0;
+/// Slot 1: a null PBE descriptor.
+pub const NULL_PBE: u32 = 1;
+
+/// A point on a queue's timeline after which a freed slot may be reused.
+pub type RetirePoint = u64;
+
+/// A slot of the image heap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct DescriptorIndex(pub u32);
+
+impl DescriptorIndex {
+    /// The byte offset shaders use.
+    pub fn byte_offset(self) -> u32 {
+        self.0 * IMAGE_DESCRIPTOR_BYTES as u32
+    }
+}
+
+fn null_texture() -> [u8; 24] {
+    Texture {
+        layout: Layout::Null,
+        null: true,
+        ..Texture::default()
+    }
+    .pack()
+    .unwrap_or([0; 24])
+}
+
+fn null_pbe() -> [u8; 24] {
+    Pbe {
+        layout: Layout::Null,
+        ..Pbe::default()
+    }
+    .pack()
+    .unwrap_or([0; 24])
+}
+
+/// The bindless image heap.
+#[derive(Debug)]
+pub struct ImageHeap {
+    device: Device,
+    base_va: u64,
+    reserved_bytes: u64,
+    capacity: u32,
+    /// Backing chunks: (GEM handle, CPU mapping), bound one after another
+    /// from the base.
+    chunks: Vec<(u32, Box<dyn CpuMapping>)>,
+    next_unused: u32,
+    free: Vec<u32>,
+    pending: VecDeque<(u32, RetirePoint)>,
+    live: u32,
+    /// One bit per slot below `next_unused`: allocated (so a double free
+    /// is refused instead of corrupting the free list).
+    allocated: Vec<u64>,
+}
+
+impl ImageHeap {
+    /// A heap of up to `capacity` descriptors: the address range is
+    /// reserved now, memory is bound as it fills. Slots 0 and 1 hold a
+    /// null texture and a null PBE descriptor.
+    pub fn new(device: &Device, capacity: u32) -> Result<ImageHeap, Error> {
+        if capacity < 2 {
+            return Err(Error::Unsupported(format!(
+                "an image heap of {capacity} descriptors"
+            )));
+        }
+        let reserved_bytes =
+            (u64::from(capacity) * IMAGE_DESCRIPTOR_BYTES).next_multiple_of(PAGE_BYTES);
+        let base_va = device.reserve_va(reserved_bytes, PAGE_BYTES)?;
+        let mut heap = ImageHeap {
+            device: device.clone(),
+            base_va,
+            reserved_bytes,
+            capacity,
+            chunks: Vec::new(),
+            next_unused: 0,
+            free: Vec::new(),
+            pending: VecDeque::new(),
+            live: 0,
+            allocated: Vec::new(),
+        };
+        let texture = heap.alloc()?;
+        let pbe = heap.alloc()?;
+        debug_assert_eq!((texture.0, pbe.0), (NULL_TEXTURE, NULL_PBE));
+        heap.write(pbe, &null_pbe())?;
+        Ok(heap)
+    }
+
+    /// The heap's base address (never changes).
+    pub fn base(&self) -> u64 {
+        self.base_va
+    }
+
+    /// Capacity in descriptors.
+    pub fn capacity(&self) -> u32 {
+        self.capacity
+    }
+
+    /// Slots allocated (including the two null slots).
+    pub fn live(&self) -> u32 {
+        self.live
+    }
+
+    /// Bytes of memory bound behind the heap.
+    pub fn committed_bytes(&self) -> u64 {
+        self.chunks.len() as u64 * CHUNK_BYTES
+    }
+
+    /// Slots freed but not yet reusable.
+    pub fn pending(&self) -> usize {
+        self.pending.len()
+    }
+
+    fn commit_chunk(&mut self) -> Result<(), Error> {
+        let (handle, size) = self
+            .device
+            .create_object(CHUNK_BYTES, MemoryType::HostVisible)?;
+        let at = self.base_va + self.chunks.len() as u64 * CHUNK_BYTES;
+        let len = size.min(self.reserved_bytes - (at - self.base_va));
+        let mapped = self.device.map_object(handle, size).and_then(|map| {
+            self.device
+                .bind(Some(handle), at, len, 0, false)
+                .map(|()| map)
+        });
+        match mapped {
+            Ok(map) => {
+                self.chunks.push((handle, map));
+                Ok(())
+            }
+            Err(e) => {
+                self.device.close_object(handle);
+                Err(e)
+            }
+        }
+    }
+
+    /// Writes the 24 bytes of slot `index`.
+    fn write(&mut self, index: DescriptorIndex, bytes: &[u8; 24]) -> Result<(), Error> {
+        let chunk = (index.0 / DESCRIPTORS_PER_CHUNK) as usize;
+        let within = u64::from(index.0 % DESCRIPTORS_PER_CHUNK) * IMAGE_DESCRIPTOR_BYTES;
+        let (_, map) = self.chunks.get(chunk).ok_or(Error::OutOfBounds {
+            offset_bytes: u64::from(index.byte_offset()),
+            len_bytes: IMAGE_DESCRIPTOR_BYTES,
+            size_bytes: self.committed_bytes(),
+        })?;
+        map.write(within, bytes).map_err(|errno| Error::Kernel {
+            ioctl: "write",
+            errno,
+        })
+    }
+
+    /// Reads slot `index`.
+    pub fn read(&self, index: DescriptorIndex) -> Result<[u8; 24], Error> {
+        let chunk = (index.0 / DESCRIPTORS_PER_CHUNK) as usize;
+        let within = u64::from(index.0 % DESCRIPTORS_PER_CHUNK) * IMAGE_DESCRIPTOR_BYTES;
+        let mut out = [0u8; 24];
+        if let Some((_, map)) = self.chunks.get(chunk) {
+            map.read(within, &mut out).map_err(|errno| Error::Kernel {
+                ioctl: "read",
+                errno,
+            })?;
+        }
+        Ok(out)
+    }
+
+    /// Takes a slot holding a null texture descriptor. O(1); binds a new
+    /// 1.5 MiB chunk every 65 536 slots.
+    pub fn alloc(&mut self) -> Result<DescriptorIndex, Error> {
+        let index = match self.free.pop() {
+            Some(index) => index,
+            None => {
+                if self.next_unused >= self.capacity {
+                    return Err(Error::HeapFull {
+                        heap: "image",
+                        capacity: u64::from(self.capacity),
+                    });
+                }
+                if self.next_unused / DESCRIPTORS_PER_CHUNK >= self.chunks.len() as u32 {
+                    self.commit_chunk()?;
+                }
+                self.next_unused += 1;
+                self.next_unused - 1
+            }
+        };
+        let word = (index / 64) as usize;
+        if word >= self.allocated.len() {
+            self.allocated.resize(word + 1, 0);
+        }
+        self.allocated[word] |= 1 << (index % 64);
+        self.live += 1;
+        let index = DescriptorIndex(index);
+        self.write(index, &null_texture())?;
+        Ok(index)
+    }
+
+    /// Makes slot `index` resident with a texture descriptor.
+    pub fn set_texture(&mut self, index: DescriptorIndex, texture: &Texture) -> Result<(), Error> {
+        let bytes = texture
+            .pack()
+            .map_err(|e| Error::Unsupported(format!("texture descriptor: {e}")))?;
+        self.write(index, &bytes)
+    }
+
+    /// Makes slot `index` resident with a PBE descriptor.
+    pub fn set_pbe(&mut self, index: DescriptorIndex, pbe: &Pbe) -> Result<(), Error> {
+        let bytes = pbe
+            .pack()
+            .map_err(|e| Error::Unsupported(format!("PBE descriptor: {e}")))?;
+        self.write(index, &bytes)
+    }
+
+    /// Makes slot `index` non-resident: shaders that still name it read
+    /// zero instead of the image.
+    pub fn make_non_resident(&mut self, index: DescriptorIndex) -> Result<(), Error> {
+        self.write(index, &null_texture())
+    }
+
+    /// Frees slot `index` once the GPU has passed `retire` (a point on
+    /// the timeline of the queue that last used it). The null slots are
+    /// never freed.
+    pub fn free(&mut self, index: DescriptorIndex, retire: RetirePoint) -> Result<(), Error> {
+        let (word, bit) = ((index.0 / 64) as usize, 1u64 << (index.0 % 64));
+        if index.0 <= NULL_PBE
+            || index.0 >= self.next_unused
+            || self.allocated.get(word).is_none_or(|w| w & bit == 0)
+        {
+            return Err(Error::Unsupported(format!(
+                "freeing image heap slot {}, which is not allocated",
+                index.0
+            )));
+        }
+        self.allocated[word] &= !bit;
+        self.live -= 1;
+        self.pending.push_back((index.0, retire));
+        Ok(())
+    }
+
+    /// Takes back the slots whose retire point is at or before
+    /// `completed` (the timeline value the GPU has reached); returns how
+    /// many. Their descriptors become null.
+    pub fn reclaim(&mut self, completed: RetirePoint) -> Result<usize, Error> {
+        let mut n = 0;
+        while let Some(&(index, retire)) = self.pending.front() {
+            if retire > completed {
+                break;
+            }
+            self.pending.pop_front();
+            self.write(DescriptorIndex(index), &null_texture())?;
+            self.free.push(index);
+            n += 1;
+        }
+        Ok(n)
+    }
+}
+
+impl Drop for ImageHeap {
+    fn drop(&mut self) {
+        for (i, (handle, _)) in self.chunks.iter().enumerate() {
+            let at = self.base_va + i as u64 * CHUNK_BYTES;
+            let len = CHUNK_BYTES.min(self.reserved_bytes - (at - self.base_va));
+            let _ = self.device.bind(None, at, len, 0, false);
+            self.device.close_object(*handle);
+        }
+        self.device.release_va(self.base_va, self.reserved_bytes);
+    }
+}
+
+/// A slot of the sampler heap: the index shaders use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SamplerIndex(pub u16);
+
+/// What identifies a sampler: its packed bytes and, for a custom border
+/// colour, the packed border.
+type SamplerContent = ([u8; 8], Option<[u8; 16]>);
+
+/// The deduplicating sampler heap.
+#[derive(Debug)]
+pub struct SamplerHeap {
+    buffer: Buffer,
+    capacity: u16,
+    /// Content (sampler, border) -> (first slot, references).
+    by_content: HashMap<SamplerContent, (u16, u32)>,
+    /// First slot -> content, for release.
+    by_slot: HashMap<u16, SamplerContent>,
+    free_single: Vec<u16>,
+    free_triple: Vec<u16>,
+    next_unused: u16,
+    pending: VecDeque<(u16, bool, RetirePoint)>,
+}
+
+/// The sampler heap's default capacity in 8-byte slots.
+pub const DEFAULT_SAMPLER_CAPACITY: u16 = 8192;
+
+impl SamplerHeap {
+    /// A heap of `capacity` 8-byte slots (at most 65 535: `sampler_count`
+    /// is 16 bits).
+    pub fn new(device: &Device, capacity: u16) -> Result<SamplerHeap, Error> {
+        let buffer = device.create_buffer(&BufferDesc {
+            size_bytes: u64::from(capacity.max(1)) * 8,
+            memory: MemoryType::HostVisible,
+            region: Region::General,
+            gpu_write: false,
+        })?;
+        Ok(SamplerHeap {
+            buffer,
+            capacity,
+            by_content: HashMap::new(),
+            by_slot: HashMap::new(),
+            free_single: Vec::new(),
+            free_triple: Vec::new(),
+            next_unused: 0,
+            pending: VecDeque::new(),
+        })
+    }
+
+    /// The heap's address (`sampler_heap`).
+    pub fn va(&self) -> u64 {
+        self.buffer.va()
+    }
+
+    /// The slots in use up to the highest (`sampler_count`).
+    pub fn count(&self) -> u16 {
+        self.next_unused
+    }
+
+    /// Distinct samplers held.
+    pub fn unique(&self) -> usize {
+        self.by_content.len()
+    }
+
+    /// The index of a sampler with this content, taking a reference:
+    /// identical samplers share a slot. A `Custom` border colour needs
+    /// `border`.
+    pub fn acquire(
+        &mut self,
+        sampler: &Sampler,
+        border: Option<&CustomBorder>,
+    ) -> Result<SamplerIndex, Error> {
+        if (sampler.border_colour == BorderColour::Custom) != border.is_some() {
+            return Err(Error::Unsupported(
+                "a custom border colour needs its border, and only it".into(),
+            ));
+        }
+        let bytes = sampler
+            .pack()
+            .map_err(|e| Error::Unsupported(format!("sampler: {e}")))?;
+        let border = border
+            .map(|b| {
+                b.pack()
+                    .map_err(|e| Error::Unsupported(format!("border: {e}")))
+            })
+            .transpose()?;
+        let key = (bytes, border);
+        if let Some((slot, refs)) = self.by_content.get_mut(&key) {
+            *refs += 1;
+            return Ok(SamplerIndex(*slot));
+        }
+        let slots: u16 = if border.is_some() { 3 } else { 1 };
+        let recycled = if border.is_some() {
+            self.free_triple.pop()
+        } else {
+            self.free_single.pop()
+        };
+        let slot = match recycled {
+            Some(slot) => slot,
+            None => {
+                if u32::from(self.next_unused) + u32::from(slots) > u32::from(self.capacity) {
+                    return Err(Error::HeapFull {
+                        heap: "sampler",
+                        capacity: u64::from(self.capacity),
+                    });
+                }
+                self.next_unused += slots;
+                self.next_unused - slots
+            }
+        };
+        self.buffer.write(8 * u64::from(slot), &bytes)?;
+        if let Some(border) = &border {
+            self.buffer.write(8 * u64::from(slot) + 8, border)?;
+        }
+        self.by_content.insert(key, (slot, 1));
+        self.by_slot.insert(slot, key);
+        Ok(SamplerIndex(slot))
+    }
+
+    /// Drops a reference; the last one frees the slot once the GPU has
+    /// passed `retire`.
+    pub fn release(&mut self, index: SamplerIndex, retire: RetirePoint) -> Result<(), Error> {
+        let key = *self
+            .by_slot
+            .get(&index.0)
+            .ok_or_else(|| Error::Unsupported(format!("releasing sampler slot {}", index.0)))?;
+        let Some((_, refs)) = self.by_content.get_mut(&key) else {
+            return Ok(());
+        };
+        *refs -= 1;
+        if *refs == 0 {
+            self.by_content.remove(&key);
+            self.by_slot.remove(&index.0);
+            self.pending.push_back((index.0, key.1.is_some(), retire));
+        }
+        Ok(())
+    }
+
+    /// Takes back slots whose retire point is at or before `completed`.
+    pub fn reclaim(&mut self, completed: RetirePoint) -> usize {
+        let mut n = 0;
+        while let Some(&(slot, triple, retire)) = self.pending.front() {
+            if retire > completed {
+                break;
+            }
+            self.pending.pop_front();
+            if triple {
+                self.free_triple.push(slot);
+            } else {
+                self.free_single.push(slot);
+            }
+            n += 1;
+        }
+        n
+    }
+}
