@@ -49,7 +49,7 @@ fn set_errno(errno: i32) {
     unsafe { *libc::__errno_location() = errno };
 }
 
-fn fail<T>(errno: i32, value: T) -> T {
+pub(crate) fn fail<T>(errno: i32, value: T) -> T {
     set_errno(errno);
     value
 }
@@ -260,11 +260,20 @@ pub unsafe extern "C" fn fcntl64(fd: c_int, cmd: c_int, arg: c_ulong) -> c_int {
 /// As `ioctl(2)`.
 #[no_mangle]
 pub unsafe extern "C" fn ioctl(fd: c_int, request: c_ulong, arg: *mut c_void) -> c_int {
-    if let Some(file) = shim_if_ready().and_then(|s| s.file_of(fd)) {
-        return match file.ioctl(request, arg as u64) {
-            Ok(result) => result,
-            Err(errno) => fail(errno.0, -1),
-        };
+    if let Some(shim) = shim_if_ready() {
+        if let Some(file) = shim.file_of(fd) {
+            return match file.ioctl(request, arg as u64) {
+                Ok(result) => result,
+                Err(errno) => fail(errno.0, -1),
+            };
+        }
+        // A sync file this device exported: its status (how fence errors
+        // reach userspace).
+        if request == c_ulong::from(agx_uapi::drm::SYNC_IOC_FILE_INFO) {
+            if let Some(result) = shim.sync_file_info(fd, arg) {
+                return result;
+            }
+        }
     }
     match real!(
         c"ioctl",

@@ -122,6 +122,33 @@ impl Shim {
         }
     }
 
+    /// `SYNC_IOC_FILE_INFO` on `fd` if it is a sync file of this device
+    /// (`None` otherwise, so the real ioctl answers): the result the
+    /// caller gets.
+    fn sync_file_info(&self, fd: i32, arg: *mut std::ffi::c_void) -> Option<i32> {
+        use zerocopy::{FromZeros, IntoBytes};
+        let file = agx_kmd::uaccess::dup_user_fd(fd)?;
+        let exports = self.system.device().exports();
+        // Not one of ours: let the real kernel answer.
+        exports
+            .sync_file_status(std::os::fd::AsFd::as_fd(&file))
+            .ok()?;
+        let mut info = agx_uapi::drm::SyncFileInfo::new_zeroed();
+        if agx_kmd::uaccess::copy_from_user(info.as_mut_bytes(), arg as u64).is_err() {
+            return Some(interpose::fail(libc::EFAULT, -1));
+        }
+        let result = exports
+            .sync_file_info(std::os::fd::AsFd::as_fd(&file), &mut info)
+            .and_then(|()| {
+                agx_kmd::uaccess::copy_to_user(arg as u64, info.as_bytes())
+                    .map_err(|_| agx_kmd::Errno::EFAULT)
+            });
+        Some(match result {
+            Ok(()) => 0,
+            Err(errno) => interpose::fail(errno.0, -1),
+        })
+    }
+
     fn is_ours(&self, fd: i32) -> bool {
         self.fds
             .lock()

@@ -83,3 +83,10 @@ fn without_the_shim_there_is_no_device() {
         .expect("client runs");
     assert!(!out.status.success());
 }
+
+#[test]
+fn the_umd_real_device_path_runs_against_the_simulated_gpu() {
+    let binary = target_dir().join("examples/umd_client");
+    assert!(binary.exists(), "cargo test builds the examples");
+    run_under_shim(&binary);
+}
