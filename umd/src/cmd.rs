@@ -30,6 +30,17 @@ use crate::pass::{
 };
 use crate::program::{place_pipeline, Bindings, ProgramCache, Shader};
 
+/// Kernel: `words` (u3) 32-bit words at u0_u1 get the value u2.
+const FILL_KERNEL: &str = "
+    get_sr r1, sr80
+    if_icmp r0l, ult, r1, u3, 1
+    jmp_exec_none done
+    mov r2, u2
+    device_store 0, i32, x, r2, u0_u1, r1, unsigned, 0
+done:
+    pop_exec r0l, 1
+    stop";
+
 fn pack_err(e: agx_hw::spec::PackError) -> Error {
     Error::Unsupported(format!("hardware word: {e}"))
 }
@@ -377,11 +388,39 @@ impl CommandBuffer {
         Ok(())
     }
 
+    /// Records a GPU fill of `words` 32-bit words at `va` with `value`
+    /// (a compute dispatch, ordered before what is recorded after it).
+    pub fn fill(&mut self, va: u64, words: u32, value: u32) -> Result<(), Error> {
+        let shader = self.programs.get(FILL_KERNEL)?;
+        let uniforms = [va as u32, (va >> 32) as u32, value, words];
+        let bindings = Bindings::default().with_uniform_words(&mut self.data, &uniforms)?;
+        self.dispatch(
+            &shader,
+            &bindings,
+            [words.next_multiple_of(64), 1, 1],
+            [64, 1, 1],
+        )
+    }
+
     /// Begins a render pass.
     pub fn begin_render_pass(
         &mut self,
         desc: &RenderPassDesc<'_>,
     ) -> Result<RenderPass<'_>, Error> {
+        // A depth clear is a GPU fill before the pass (see the ZLS note in
+        // `pass`): ordered after earlier work that may still use the
+        // buffer, unlike a CPU write at recording time.
+        if let Some(depth) = &desc.depth {
+            let value = match depth.load {
+                LoadOp::Clear(value) => Some(value),
+                LoadOp::DontCare => Some(1.0),
+                LoadOp::Load => None,
+            };
+            if let Some(value) = value {
+                let words = (depth.image.buffer().size_bytes() / 4) as u32;
+                self.fill(depth.image.buffer().va(), words, value.to_bits())?;
+            }
+        }
         self.close_compute()?;
         let (width, height) = match (desc.colour.first(), &desc.depth) {
             (Some(c), _) => (c.image.width(), c.image.height()),
@@ -506,13 +545,9 @@ impl CommandBuffer {
         if let Some(depth) = &desc.depth {
             let (_, partial) = zls_controls(Some(depth));
             // One zls_ctrl serves the first pass over a tile and the
-            // reload after a partial render: submit the partial variant
-            // and make the buffer hold the starting depth.
-            match depth.load {
-                LoadOp::Clear(value) => depth.image.fill(value)?,
-                LoadOp::DontCare => depth.image.fill(1.0)?,
-                LoadOp::Load => {}
-            }
+            // reload after a partial render: submit the partial variant;
+            // the fill recorded above makes the buffer hold the starting
+            // depth.
             render.zls_ctrl = u64::from_le_bytes(partial.pack().map_err(pack_err)?);
             render.depth.base = depth.image.buffer().va();
             render.depth.stride = depth.image.layer_bytes();

@@ -465,3 +465,43 @@ impl SamplerHeap {
         n
     }
 }
+
+/// A descriptor set: an array of heap references (image byte offsets and
+/// sampler indices, one 32-bit word each) that shaders read from
+/// uniforms or memory and use with the heap base.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DescriptorSet {
+    words: Vec<u32>,
+}
+
+impl DescriptorSet {
+    /// An empty set.
+    pub fn new() -> DescriptorSet {
+        DescriptorSet::default()
+    }
+
+    /// Appends an image descriptor (its byte offset in the image heap);
+    /// returns its position.
+    pub fn push_image(&mut self, index: DescriptorIndex) -> usize {
+        self.words.push(index.byte_offset());
+        self.words.len() - 1
+    }
+
+    /// Appends a sampler (its sampler-heap index); returns its position.
+    pub fn push_sampler(&mut self, index: SamplerIndex) -> usize {
+        self.words.push(u32::from(index.0));
+        self.words.len() - 1
+    }
+
+    /// Replaces entry `at` with an image descriptor.
+    pub fn set_image(&mut self, at: usize, index: DescriptorIndex) {
+        if let Some(word) = self.words.get_mut(at) {
+            *word = index.byte_offset();
+        }
+    }
+
+    /// The words, in order (for uniforms or an upload).
+    pub fn words(&self) -> &[u32] {
+        &self.words
+    }
+}

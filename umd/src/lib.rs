@@ -35,7 +35,7 @@ pub use cmd::{
 };
 pub use device::{Buffer, BufferDesc, Device, MemoryType, Region};
 pub use error::Error;
-pub use heap::{DescriptorIndex, ImageHeap, SamplerHeap, SamplerIndex};
+pub use heap::{DescriptorIndex, DescriptorSet, ImageHeap, SamplerHeap, SamplerIndex};
 pub use image::{DepthImage, Format, Image};
 pub use kernel::Errno;
 pub use pass::{ColourAttachment, DepthAttachment, LoadOp, RenderPassDesc, StoreOp};

@@ -16,8 +16,8 @@
 //! The asahi UAPI has one `zls_ctrl` for the first pass over a tile and
 //! for the reload after a partial render, so the driver submits the
 //! partial-render variant (load and store forced on) and realises a depth
-//! clear by filling the depth buffer before the pass: then depth is right
-//! however many partial renders happen.
+//! clear by a GPU fill of the depth buffer recorded just before the pass:
+//! then depth is right however many partial renders happen.
 
 use agx_hw::formats::ZlsControl;
 

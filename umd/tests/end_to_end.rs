@@ -679,3 +679,70 @@ fn the_queue_timeline_gives_retire_points_for_heap_frees() {
         "recycled once the GPU was done"
     );
 }
+
+#[test_log::test]
+fn depth_clears_happen_in_submission_order_not_at_recording() {
+    let device = device();
+    let queue = Queue::new(&device).unwrap();
+    let programs = Arc::new(ProgramCache::new(&device));
+    let (w, h) = (64, 64);
+    let depth = DepthImage::new(&device, w, h).unwrap();
+    let tri = [[0.0f32, 0.0], [64.0, 0.0], [0.0, 64.0]];
+    let vb = device
+        .upload(&vertices(w, h, &tri, 0.5, &[[0.0, 1.0, 0.0]]), false)
+        .unwrap();
+    let pipe = pipeline(
+        &device,
+        VARYING_FS,
+        Some(DepthState {
+            function: agx_hw::formats::ZsFunc::Less,
+            write: true,
+        }),
+    );
+    let record = |image: &Image, clear: f32| {
+        let mut cb = CommandBuffer::new(&device, &programs);
+        let mut pass = cb
+            .begin_render_pass(&RenderPassDesc {
+                colour: vec![ColourAttachment {
+                    image,
+                    load: LoadOp::Clear([0.0, 0.0, 0.0, 1.0]),
+                    store: StoreOp::Store,
+                }],
+                depth: Some(DepthAttachment {
+                    image: &depth,
+                    load: LoadOp::Clear(clear),
+                    store: StoreOp::Store,
+                }),
+            })
+            .unwrap();
+        pass.set_pipeline(&pipe);
+        pass.set_vertex_uniforms(&vs_uniforms(&vb));
+        pass.draw(3, 1, 0).unwrap();
+        pass.end().unwrap();
+        cb.finish().unwrap();
+        cb
+    };
+    // Both recorded before either runs: the first clears depth to 1.0 (the
+    // triangle at 0.5 passes), the second to 0.25 (it fails).
+    let (a, b) = (
+        Image::new(&device, w, h, Format::Rgba8Unorm).unwrap(),
+        Image::new(&device, w, h, Format::Rgba8Unorm).unwrap(),
+    );
+    let first = record(&a, 1.0);
+    let second = record(&b, 0.25);
+    queue
+        .submit(vec![first], &[], &[])
+        .unwrap()
+        .wait(WAIT)
+        .unwrap();
+    let pa = a.read_pixels().unwrap();
+    assert_eq!(pa[4 * (5 * 64 + 5)..4 * (5 * 64 + 5) + 4], [0, 255, 0, 255]);
+    queue
+        .submit(vec![second], &[], &[])
+        .unwrap()
+        .wait(WAIT)
+        .unwrap();
+    let pb = b.read_pixels().unwrap();
+    assert_eq!(pb[4 * (5 * 64 + 5)..4 * (5 * 64 + 5) + 4], [0, 0, 0, 255]);
+    assert_eq!(depth.depth_at(5, 5).unwrap(), 0.25);
+}

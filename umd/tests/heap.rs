@@ -322,7 +322,10 @@ fn a_quad_samples_through_both_heaps_and_a_non_resident_handle_reads_zero() {
             (va + 16) as u32,
             ((va + 16) >> 32) as u32,
         ]);
-        pass.set_fragment_uniforms(&[slot.byte_offset(), u32::from(nearest.0)]);
+        let mut set = DescriptorSet::new();
+        assert_eq!(set.push_image(slot), 0);
+        assert_eq!(set.push_sampler(nearest), 1);
+        pass.set_fragment_uniforms(set.words());
         pass.draw(6, 1, 0).unwrap();
         pass.end().unwrap();
         cb.finish().unwrap();
