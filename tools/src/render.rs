@@ -7,9 +7,9 @@ use std::time::{Duration, Instant};
 
 use agx_hw::formats::{Filter, Sampler, Wrap, ZsFunc};
 use agx_umd::{
-    Buffer, ColourAttachment, CommandBuffer, CullMode, DepthAttachment, DepthImage, DepthState,
-    Device, Error, Format, GraphicsPipeline, GraphicsPipelineDesc, Image, Interpolation, LoadOp,
-    ProgramCache, Queue, RenderPassDesc, StoreOp, Topology, Varying,
+    Buffer, ColourAttachment, ColourOutput, CommandBuffer, CullMode, DepthAttachment, DepthImage,
+    DepthState, Device, Error, Format, GraphicsPipeline, GraphicsPipelineDesc, Image,
+    Interpolation, LoadOp, ProgramCache, Queue, RenderPassDesc, StoreOp, Topology, Varying,
 };
 
 use crate::mesh::Mesh;
@@ -227,6 +227,7 @@ impl Renderer {
                 cull: CullMode::None,
                 front_ccw: true,
                 topology: Topology::Triangles,
+                colour_output: ColourOutput::ShaderStores,
             },
         )?);
         Ok(Renderer {

@@ -120,6 +120,7 @@ fn draw_recording(c: &mut Criterion) {
                 cull: CullMode::None,
                 front_ccw: false,
                 topology: Topology::Triangles,
+                colour_output: ColourOutput::ShaderStores,
             },
         )
         .unwrap(),

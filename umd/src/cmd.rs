@@ -99,6 +99,68 @@ pub struct DepthState {
     pub write: bool,
 }
 
+/// How blending combines a fragment's colour with the tilebuffer's. AGX
+/// has no fixed-function blender: the driver appends the blend to the
+/// fragment shader (load the tilebuffer, combine, store).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Blend {
+    /// The fragment's colour replaces the pixel's.
+    #[default]
+    Replace,
+    /// `src * src.a + dst * (1 - src.a)`, on every channel.
+    Alpha,
+    /// `src + dst`.
+    Additive,
+}
+
+/// Who writes a fragment's colour to the tilebuffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ColourOutput {
+    /// The shader stores it itself (`st_tile`) and ends with `stop`.
+    #[default]
+    ShaderStores,
+    /// The shader leaves render target 0's RGBA in `r4`-`r7` (32-bit
+    /// floats) and falls through at its end (no final `stop`); the driver
+    /// appends the store, blended as `blend` says, for a target of
+    /// `format`. `r8`-`r12` are the epilogue's scratch registers.
+    Registers {
+        /// The render target's format.
+        format: crate::image::Format,
+        /// Blending.
+        blend: Blend,
+    },
+}
+
+/// The code the driver appends to a fragment shader for `output`.
+pub fn fragment_epilogue(output: ColourOutput) -> Result<String, Error> {
+    let ColourOutput::Registers { format, blend } = output else {
+        return Ok(String::new());
+    };
+    let tile = format
+        .tile_format()
+        .ok_or_else(|| Error::Unsupported(format!("rendering to {format:?}")))?;
+    let mut s = String::from("; driver epilogue: render target 0 from r4-r7\n");
+    if blend != Blend::Replace {
+        s.push_str(&format!(
+            "    ld_tile r8_r9_r10_r11, {tile}, 0, xyzw, 0, 255, r0, 0\n    wait 0\n"
+        ));
+        // Alpha: dst + a * (src - dst) per channel, alpha (r7) last since
+        // the others read it: for alpha that is a * a + dst.a * (1 - a).
+        for (src, dst) in [("r4", "r8"), ("r5", "r9"), ("r6", "r10"), ("r7", "r11")] {
+            s.push_str(&match blend {
+                Blend::Alpha => {
+                    format!("    fadd32 r12, {src}, {dst}.neg\n    fmadd32 {src}, r12, r7, {dst}\n")
+                }
+                _ => format!("    fadd32 {src}, {src}, {dst}\n"),
+            });
+        }
+    }
+    s.push_str(&format!(
+        "    st_tile r4_r5_r6_r7, {tile}, 0, xyzw, 0, 255, r0, 0\n    stop\n"
+    ));
+    Ok(s)
+}
+
 /// A graphics pipeline's description: shaders in AGX assembly and the
 /// fixed-function state.
 #[derive(Debug, Clone)]
@@ -122,6 +184,8 @@ pub struct GraphicsPipelineDesc<'a> {
     pub front_ccw: bool,
     /// Topology of draws.
     pub topology: Topology,
+    /// Who writes the colour, and the blending.
+    pub colour_output: ColourOutput,
 }
 
 /// A compiled graphics pipeline.
@@ -193,7 +257,7 @@ impl GraphicsPipeline {
         cf_table.write(0, &table)?;
         Ok(GraphicsPipeline {
             vertex: Shader::new(device, desc.vertex)?,
-            fragment: Shader::new(device, desc.fragment)?,
+            fragment: Shader::new(device, &fragment_source(desc)?)?,
             outputs: desc.vertex_outputs,
             cf_table,
             cf_bindings: desc.varyings.len() as u32,
@@ -203,6 +267,30 @@ impl GraphicsPipeline {
             topology: desc.topology,
         })
     }
+}
+
+/// The fragment shader with the driver's epilogue.
+fn fragment_source(desc: &GraphicsPipelineDesc<'_>) -> Result<String, Error> {
+    if desc.colour_output == ColourOutput::ShaderStores {
+        return Ok(desc.fragment.to_owned());
+    }
+    let last = desc
+        .fragment
+        .lines()
+        .map(|l| l.split(';').next().unwrap_or("").trim())
+        .rfind(|l| !l.is_empty());
+    if last == Some("stop") {
+        return Err(Error::Unsupported(
+            "a fragment shader whose colour the driver stores must fall through to the \
+             epilogue, not stop"
+                .into(),
+        ));
+    }
+    Ok(format!(
+        "{}\n{}",
+        desc.fragment,
+        fragment_epilogue(desc.colour_output)?
+    ))
 }
 
 /// One command of a command buffer.
@@ -559,8 +647,6 @@ impl CommandBuffer {
             cb: self,
             render,
             vdm: Vec::new(),
-            width,
-            height,
             sample_bytes,
             pipeline: None,
             vs_uniforms: Vec::new(),
@@ -569,6 +655,7 @@ impl CommandBuffer {
             fs_samplers: Vec::new(),
             dirty_vertex: true,
             dirty_fragment: true,
+            viewport: [0.0, 0.0, width as f32, height as f32, 0.0, 1.0],
         })
     }
 }
@@ -579,8 +666,6 @@ pub struct RenderPass<'a> {
     cb: &'a mut CommandBuffer,
     render: CmdRender,
     vdm: Vec<u8>,
-    width: u32,
-    height: u32,
     sample_bytes: u32,
     pipeline: Option<Arc<GraphicsPipeline>>,
     vs_uniforms: Vec<u32>,
@@ -589,9 +674,32 @@ pub struct RenderPass<'a> {
     fs_samplers: Vec<[u8; 8]>,
     dirty_vertex: bool,
     dirty_fragment: bool,
+    /// x, y, width, height (pixels), min and max depth.
+    viewport: [f32; 6],
 }
 
 impl RenderPass<'_> {
+    /// Sets the viewport: normalised device coordinates map to the
+    /// rectangle at (`x`, `y`) of `width` x `height` pixels (y down) and
+    /// depth to `min_depth..max_depth`. The default is the whole render
+    /// area and 0..1. (It does not clip: the rasteriser draws what lands
+    /// in the render area.)
+    pub fn set_viewport(
+        &mut self,
+        x: f32,
+        y: f32,
+        width: f32,
+        height: f32,
+        min_depth: f32,
+        max_depth: f32,
+    ) {
+        let viewport = [x, y, width, height, min_depth, max_depth];
+        if viewport != self.viewport {
+            self.viewport = viewport;
+            self.dirty_fragment = true;
+        }
+    }
+
     /// Binds a pipeline (nothing is emitted if it is already bound).
     pub fn set_pipeline(&mut self, pipeline: &Arc<GraphicsPipeline>) {
         if self
@@ -703,7 +811,7 @@ impl RenderPass<'_> {
             }
             let bindings = cb.with_heap(bindings);
             let fs = place_pipeline(&cb.device, &mut cb.usc, &pipeline.fragment, &bindings)?;
-            let (half_w, half_h) = (self.width as f32 / 2.0, self.height as f32 / 2.0);
+            let [vx, vy, vw, vh, near, far] = self.viewport;
             let mut ppp = PppHeader {
                 fragment_control: true,
                 fragment_front_face: true,
@@ -732,12 +840,12 @@ impl RenderPass<'_> {
             ppp.extend([0u8; 4]);
             ppp.extend(
                 Viewport {
-                    translate_x: half_w,
-                    scale_x: half_w,
-                    translate_y: half_h,
-                    scale_y: -half_h,
-                    translate_z: 0.0,
-                    scale_z: 1.0,
+                    translate_x: vx + vw / 2.0,
+                    scale_x: vw / 2.0,
+                    translate_y: vy + vh / 2.0,
+                    scale_y: -vh / 2.0,
+                    translate_z: near,
+                    scale_z: far - near,
                 }
                 .pack()
                 .map_err(pack_err)?,

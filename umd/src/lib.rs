@@ -30,8 +30,8 @@ pub mod sim;
 mod sys;
 
 pub use cmd::{
-    Command, CommandBuffer, CullMode, DepthState, GraphicsPipeline, GraphicsPipelineDesc,
-    Interpolation, RecordStats, RenderPass, Topology, Varying,
+    Blend, ColourOutput, Command, CommandBuffer, CullMode, DepthState, GraphicsPipeline,
+    GraphicsPipelineDesc, Interpolation, RecordStats, RenderPass, Topology, Varying,
 };
 pub use device::{Buffer, BufferDesc, Device, MemoryType, Region};
 pub use error::Error;

@@ -105,6 +105,7 @@ fn pipeline(device: &Device, fs: &str, depth: Option<DepthState>) -> Arc<Graphic
                 cull: CullMode::None,
                 front_ccw: false,
                 topology: Topology::Triangles,
+                colour_output: ColourOutput::ShaderStores,
             },
         )
         .unwrap(),
@@ -745,4 +746,100 @@ fn depth_clears_happen_in_submission_order_not_at_recording() {
     let pb = b.read_pixels().unwrap();
     assert_eq!(pb[4 * (5 * 64 + 5)..4 * (5 * 64 + 5) + 4], [0, 0, 0, 255]);
     assert_eq!(depth.depth_at(5, 5).unwrap(), 0.25);
+}
+
+#[test_log::test]
+fn driver_blending_and_the_viewport() {
+    let device = device();
+    let queue = Queue::new(&device).unwrap();
+    let programs = Arc::new(ProgramCache::new(&device));
+    let (w, h) = (64, 64);
+    // A full-screen quad in NDC.
+    let mut data = Vec::new();
+    for [x, y] in [
+        [-1.0f32, 1.0],
+        [1.0, 1.0],
+        [-1.0, -1.0],
+        [1.0, 1.0],
+        [1.0, -1.0],
+        [-1.0, -1.0],
+    ] {
+        for v in [x, y, 0.5, 1.0, 0.0, 0.0, 0.0, 0.0] {
+            data.extend(v.to_le_bytes());
+        }
+    }
+    let vb = device.upload(&data, false).unwrap();
+    // The colour in u0-u3, left in r4-r7 for the driver's epilogue.
+    let fs = "
+    mov r4, u0
+    mov r5, u1
+    mov r6, u2
+    mov r7, u3";
+    let colour = [1.0f32, 0.0, 0.0, 0.5].map(f32::to_bits);
+    for (blend, expected) in [
+        (Blend::Replace, [255u8, 0, 0, 128]),
+        // 1 * 0.5 + 0 = 0.5; 0; 0 * 0.5 + 1 * 0.5; 0.5 * 0.5 + 1 * 0.5.
+        (Blend::Alpha, [128, 0, 128, 191]),
+        (Blend::Additive, [255, 0, 255, 255]),
+    ] {
+        let pipe = Arc::new(
+            GraphicsPipeline::new(
+                &device,
+                &GraphicsPipelineDesc {
+                    vertex: VS,
+                    fragment: fs,
+                    vertex_outputs: 7,
+                    varyings: Vec::new(),
+                    depth: None,
+                    cull: CullMode::None,
+                    front_ccw: false,
+                    topology: Topology::Triangles,
+                    colour_output: ColourOutput::Registers {
+                        format: Format::Rgba8Unorm,
+                        blend,
+                    },
+                },
+            )
+            .unwrap(),
+        );
+        let image = Image::new(&device, w, h, Format::Rgba8Unorm).unwrap();
+        let mut cb = CommandBuffer::new(&device, &programs);
+        let mut pass = cb
+            .begin_render_pass(&colour_pass(&image, [0.0, 0.0, 1.0, 1.0]))
+            .unwrap();
+        pass.set_pipeline(&pipe);
+        pass.set_vertex_uniforms(&vs_uniforms(&vb));
+        pass.set_fragment_uniforms(&colour);
+        // Only the 32x32 square at (16, 8).
+        pass.set_viewport(16.0, 8.0, 32.0, 32.0, 0.0, 1.0);
+        pass.draw(6, 1, 0).unwrap();
+        pass.end().unwrap();
+        run(&device, &queue, cb).unwrap();
+        let pixels = image.read_pixels().unwrap();
+        let at = |x: u32, y: u32| &pixels[4 * (y * w + x) as usize..4 * (y * w + x) as usize + 4];
+        assert_eq!(at(16, 8), expected, "{blend:?}: inside, top left");
+        assert_eq!(at(47, 39), expected, "{blend:?}: inside, bottom right");
+        for (x, y) in [(15, 8), (16, 7), (48, 39), (47, 40)] {
+            assert_eq!(at(x, y), [0, 0, 255, 255], "{blend:?}: ({x}, {y}) outside");
+        }
+    }
+    // A shader that stops before the epilogue is refused.
+    let refused = GraphicsPipeline::new(
+        &device,
+        &GraphicsPipelineDesc {
+            vertex: VS,
+            fragment: FLAT_FS,
+            vertex_outputs: 7,
+            varyings: Vec::new(),
+            depth: None,
+            cull: CullMode::None,
+            front_ccw: false,
+            topology: Topology::Triangles,
+            colour_output: ColourOutput::Registers {
+                format: Format::Rgba8Unorm,
+                blend: Blend::Alpha,
+            },
+        },
+    );
+    assert!(matches!(refused, Err(Error::Unsupported(_))));
 }

@@ -281,6 +281,7 @@ fn a_quad_samples_through_both_heaps_and_a_non_resident_handle_reads_zero() {
                 cull: CullMode::None,
                 front_ccw: false,
                 topology: Topology::Triangles,
+                colour_output: ColourOutput::ShaderStores,
             },
         )
         .unwrap(),
