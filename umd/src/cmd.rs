@@ -16,7 +16,8 @@ use agx_hw::formats::{
     CfBinding, CfBindingHeader, CoefficientSource, Cull, FragmentControl, FragmentFace,
     FragmentShaderWord0, FragmentShaderWord1, FragmentShaderWord2, FragmentShaderWord3, IndexList,
     IndexSize, PppHeader, PppState, Primitive, Sampler, ShadeModel, VdmState,
-    VdmStateVertexOutputs, VdmStateVertexShaderWord1, VdmStreamTerminate, Viewport, ZsFunc,
+    VdmStateVertexOutputs, VdmStateVertexShaderWord1, VdmStreamLink, VdmStreamTerminate, Viewport,
+    ZsFunc,
 };
 use agx_uapi::asahi::{BgEot, CmdCompute, CmdRender, RenderFlags};
 use zerocopy::FromZeros;
@@ -313,7 +314,12 @@ pub struct RecordStats {
     pub ppp_states: u64,
     /// Compute dispatches recorded.
     pub dispatches: u64,
+    /// VDM stream chunks written (linked to each other).
+    pub vdm_chunks: u64,
 }
+
+/// Largest chunk of a VDM control stream (the next chunk is linked).
+pub const VDM_CHUNK_BYTES: usize = 16 * 1024;
 
 /// Recorded work and the memory it uses.
 #[derive(Debug)]
@@ -647,6 +653,7 @@ impl CommandBuffer {
             cb: self,
             render,
             vdm: Vec::new(),
+            blocks: Vec::new(),
             sample_bytes,
             pipeline: None,
             vs_uniforms: Vec::new(),
@@ -666,6 +673,8 @@ pub struct RenderPass<'a> {
     cb: &'a mut CommandBuffer,
     render: CmdRender,
     vdm: Vec<u8>,
+    /// Where each block of `vdm` starts (streams are cut only there).
+    blocks: Vec<usize>,
     sample_bytes: u32,
     pipeline: Option<Arc<GraphicsPipeline>>,
     vs_uniforms: Vec<u32>,
@@ -764,6 +773,7 @@ impl RenderPass<'_> {
             let bindings =
                 Bindings::default().with_uniform_words(&mut cb.data, &self.vs_uniforms)?;
             let vs = place_pipeline(&cb.device, &mut cb.usc, &pipeline.vertex, &bindings)?;
+            self.blocks.push(self.vdm.len());
             self.vdm.extend(
                 VdmState {
                     vertex_shader_word_1_present: true,
@@ -885,6 +895,7 @@ impl RenderPass<'_> {
             );
             ppp.extend(FragmentShaderWord3::default().pack().map_err(pack_err)?);
             let slice = cb.data.upload(&ppp, 64)?;
+            self.blocks.push(self.vdm.len());
             self.vdm.extend(
                 PppState {
                     pointer: slice.va,
@@ -916,6 +927,7 @@ impl RenderPass<'_> {
         first_vertex: u32,
     ) -> Result<(), Error> {
         self.emit_state()?;
+        self.blocks.push(self.vdm.len());
         self.vdm.extend(
             IndexList {
                 primitive: self.primitive(),
@@ -953,6 +965,7 @@ impl RenderPass<'_> {
         }
         self.emit_state()?;
         let address = indices.va() + offset_bytes;
+        self.blocks.push(self.vdm.len());
         self.vdm.extend(
             IndexList {
                 primitive: self.primitive(),
@@ -985,12 +998,51 @@ impl RenderPass<'_> {
     }
 
     /// Ends the pass: terminates the control stream and records the
-    /// command.
+    /// command. The stream is laid out in chunks of at most
+    /// [`VDM_CHUNK_BYTES`], each ending in a link to the next, as the
+    /// hardware walks them.
     pub fn end(mut self) -> Result<(), Error> {
+        self.blocks.push(self.vdm.len());
         self.vdm
             .extend(VdmStreamTerminate::default().pack().map_err(pack_err)?);
-        let slice = self.cb.data.upload(&self.vdm, 64)?;
-        self.render.vdm_ctrl_stream_base = slice.va;
+        let link_bytes = 8;
+        // Cut at block starts so that every chunk, with its link, fits.
+        let mut cuts = vec![0usize];
+        for (i, &start) in self.blocks.iter().enumerate() {
+            let chunk_start = *cuts.last().unwrap_or(&0);
+            let next_end = self.blocks.get(i + 1).copied().unwrap_or(self.vdm.len());
+            if next_end - chunk_start + link_bytes > VDM_CHUNK_BYTES && start > chunk_start {
+                cuts.push(start);
+            }
+        }
+        cuts.push(self.vdm.len());
+        let slices = cuts
+            .windows(2)
+            .map(|w| {
+                let link = if w[1] == self.vdm.len() {
+                    0
+                } else {
+                    link_bytes
+                };
+                self.cb.data.alloc((w[1] - w[0] + link) as u64, 64)
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        for (i, w) in cuts.windows(2).enumerate() {
+            let mut chunk = self.vdm[w[0]..w[1]].to_vec();
+            if let Some(next) = slices.get(i + 1) {
+                chunk.extend(
+                    VdmStreamLink {
+                        target: next.va,
+                        with_return: false,
+                    }
+                    .pack()
+                    .map_err(pack_err)?,
+                );
+            }
+            self.cb.data.write(&slices[i], 0, &chunk)?;
+        }
+        self.cb.stats.vdm_chunks += slices.len() as u64;
+        self.render.vdm_ctrl_stream_base = slices[0].va;
         self.cb
             .commands
             .push(Command::Render(Box::new(self.render)));

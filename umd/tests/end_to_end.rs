@@ -843,3 +843,47 @@ fn driver_blending_and_the_viewport() {
     );
     assert!(matches!(refused, Err(Error::Unsupported(_))));
 }
+
+#[test_log::test]
+fn a_long_control_stream_is_chunked_and_linked() {
+    let device = device();
+    let queue = Queue::new(&device).unwrap();
+    let programs = Arc::new(ProgramCache::new(&device));
+    let (w, h) = (64, 64);
+    let image = Image::new(&device, w, h, Format::Rgba8Unorm).unwrap();
+    // 4096 one-pixel squares, one draw each: 64 KiB of index lists.
+    let mut data = Vec::new();
+    for i in 0..4096u32 {
+        let (x, y) = ((i % 64) as f32, (i / 64) as f32);
+        let c = [
+            [x, y],
+            [x + 1.0, y],
+            [x, y + 1.0],
+            [x + 1.0, y],
+            [x + 1.0, y + 1.0],
+            [x, y + 1.0],
+        ];
+        data.extend(vertices(w, h, &c, 0.5, &[[0.0; 3]]));
+    }
+    let vb = device.upload(&data, false).unwrap();
+    let pipe = pipeline(&device, FLAT_FS, None);
+    let mut cb = CommandBuffer::new(&device, &programs);
+    let mut pass = cb
+        .begin_render_pass(&colour_pass(&image, [0.0; 4]))
+        .unwrap();
+    pass.set_pipeline(&pipe);
+    pass.set_vertex_uniforms(&vs_uniforms(&vb));
+    pass.set_fragment_uniforms(&[0, 1.0f32.to_bits(), 0, 1.0f32.to_bits()]);
+    for i in 0..4096 {
+        pass.draw(6, 1, 6 * i).unwrap();
+    }
+    pass.end().unwrap();
+    let stats = cb.stats();
+    assert!(stats.vdm_chunks >= 4, "{stats:?}");
+    run(&device, &queue, cb).unwrap();
+    let pixels = image.read_pixels().unwrap();
+    assert!(
+        pixels.chunks_exact(4).all(|p| p == [0, 255, 0, 255]),
+        "every square drawn, across the links"
+    );
+}
