@@ -279,8 +279,10 @@ struct TileIo<'a, 'b> {
     /// Per pixel of the tile: discarded by the shader (sample_mask with
     /// no coverage, or a failed zs_emit depth test).
     discarded: &'a mut [bool],
-    /// Per pixel of the tile: the depth to write once the shader is done.
+    /// Per sample of the tile: the depth to write once the shader is done.
     pending_depth: &'a mut [Option<f32>],
+    /// Per pixel of the tile: the samples this program covers.
+    coverage: &'a [u32],
     /// The primitive's depth state (for zs_emit).
     face: Option<FragmentFace>,
 }
@@ -352,6 +354,15 @@ impl TileIo<'_, '_> {
 }
 
 impl TileIo<'_, '_> {
+    /// The samples lane `lane`'s pixel covers (all for explicit
+    /// coordinates).
+    fn lane_coverage(&self, lane: usize, access: &TileAccess) -> u32 {
+        match (access.explicit, self.pixel_index(lane)) {
+            (None, Some(pixel)) => self.coverage.get(pixel).copied().unwrap_or(u32::MAX),
+            _ => u32::MAX,
+        }
+    }
+
     fn pixel_index(&self, lane: usize) -> Option<usize> {
         let (x, y) = self.lanes[lane];
         (self.helpers & (1 << lane) == 0 && x < self.tile.width_px && y < self.tile.height_px)
@@ -395,7 +406,9 @@ impl ShaderIo for TileIo<'_, '_> {
             Some(face) if !depth_passes(face.depth_function, depth, stored) => {
                 self.discarded[pixel] = true;
             }
-            Some(face) if !face.disable_depth_write => self.pending_depth[pixel] = Some(depth),
+            Some(face) if !face.disable_depth_write => {
+                self.pending_depth[pixel * self.tile.samples as usize] = Some(depth);
+            }
             _ => {}
         }
         Ok(())
@@ -451,8 +464,15 @@ impl ShaderIo for TileIo<'_, '_> {
         }
         let (x, y) = self.pixel(lane, access)?;
         let (format, offset) = self.element(access)?;
-        // The first sample of the mask (a load reads one sample).
-        let sample = self.samples(access.sample_mask).next().unwrap_or(0);
+        // The first sample of the mask (a load reads one sample), among
+        // the covered ones if there are any.
+        let covered = access.sample_mask & self.lane_coverage(lane, access);
+        let mask = if covered != 0 {
+            covered
+        } else {
+            access.sample_mask
+        };
+        let sample = self.samples(mask).next().unwrap_or(0);
         let record = self.tile.record(x, y, sample);
         let mut out = [0u32; 4];
         for (register, component) in (0..4).filter(|c| access.mask & (1 << c) != 0).enumerate() {
@@ -476,7 +496,9 @@ impl ShaderIo for TileIo<'_, '_> {
         }
         let (x, y) = self.pixel(lane, access)?;
         let (format, offset) = self.element(access)?;
-        let samples: Vec<u32> = self.samples(access.sample_mask).collect();
+        let samples: Vec<u32> = self
+            .samples(access.sample_mask & self.lane_coverage(lane, access))
+            .collect();
         for sample in samples {
             let record = self.tile.record(x, y, sample);
             for (register, component) in (0..4).filter(|c| access.mask & (1 << c) != 0).enumerate()
@@ -514,8 +536,25 @@ impl ShaderIo for TileIo<'_, '_> {
         if !matches!(pbe.layout, Layout::Linear | Layout::Twiddled) {
             return Err(invalid(format!("{:?} image layout", pbe.layout)));
         }
-        if self.tile.samples != 1 {
-            return Err(invalid("multisampled block stores".into()));
+        // A multisampled tile stores to a multisampled image of the same
+        // count, every sample (linear: a pixel's samples side by side).
+        // Resolving to a single-sampled image is the shader's job.
+        let image_samples = match (pbe.dimension, pbe.samples) {
+            (
+                agx_hw::formats::TextureDimension::D2Multisampled,
+                agx_hw::formats::SampleCount::Two,
+            ) => 2,
+            (agx_hw::formats::TextureDimension::D2Multisampled, _) => 4,
+            _ => 1,
+        };
+        if image_samples != self.tile.samples {
+            return Err(invalid(format!(
+                "a {}-sample tile stored to a {image_samples}-sample image",
+                self.tile.samples
+            )));
+        }
+        if image_samples > 1 && pbe.layout != Layout::Linear {
+            return Err(invalid("twiddled multisampled images".into()));
         }
         let source = ElementFormat::from_code(i64::from(request.format))
             .ok_or_else(|| invalid(format!("tilebuffer format {}", request.format)))?;
@@ -540,7 +579,7 @@ impl ShaderIo for TileIo<'_, '_> {
         let layout = if pbe.layout == Layout::Linear {
             ImageLayout::Linear {
                 stride_bytes: u64::from(pbe.stride),
-                element_bytes: texel_bytes as u32,
+                element_bytes: texel_bytes as u32 * image_samples,
                 layer_stride_bytes: pbe.layer_stride_linear,
             }
         } else {
@@ -568,21 +607,27 @@ impl ShaderIo for TileIo<'_, '_> {
             if y >= height {
                 break;
             }
-            let mut row = Vec::with_capacity(self.tile.width_px as usize * texel_bytes);
+            let mut row = Vec::with_capacity(
+                self.tile.width_px as usize * texel_bytes * image_samples as usize,
+            );
             let mut count = 0u64;
             for tx in 0..self.tile.width_px {
                 let x = self.origin.0 + tx;
                 if x >= width {
                     break;
                 }
-                let record = self.tile.record(tx, ty, 0);
-                let mut texel = vec![0u8; texel_bytes];
-                for component in 0..channels {
-                    let from = record + channel_offset(source, offset, component);
-                    let value = formats::load(source, &self.tile.bytes[from..], component, false);
-                    let to = channel_offset(element, 0, component);
-                    if !formats::store(element, &mut texel[to..], component, value, false) {
-                        return Err(invalid(format!("cannot store {element:?}")));
+                let mut texel = vec![0u8; texel_bytes * image_samples as usize];
+                for sample in 0..image_samples {
+                    let record = self.tile.record(tx, ty, sample);
+                    let base = sample as usize * texel_bytes;
+                    for component in 0..channels {
+                        let from = record + channel_offset(source, offset, component);
+                        let value =
+                            formats::load(source, &self.tile.bytes[from..], component, false);
+                        let to = base + channel_offset(element, 0, component);
+                        if !formats::store(element, &mut texel[to..], component, value, false) {
+                            return Err(invalid(format!("cannot store {element:?}")));
+                        }
                     }
                 }
                 if pbe.layout == Layout::Linear {
@@ -631,6 +676,7 @@ fn run_tile_program(
         tile,
         discarded,
         pending_depth,
+        coverage,
         face,
     } = state;
     let mut uniforms = binding.uniforms.clone();
@@ -720,6 +766,7 @@ fn run_tile_program(
             unit: unit.clone(),
             discarded: &mut *discarded,
             pending_depth: &mut *pending_depth,
+            coverage,
             face,
         };
         loop {
@@ -848,7 +895,8 @@ pub fn rasterize(
     origin: (u32, u32),
     tile: (u32, u32),
     area: (u32, u32),
-) -> Vec<(u32, u32)> {
+    samples: &[(i64, i64)],
+) -> Vec<((u32, u32), u32)> {
     let fixed = |v: f32| (f64::from(v) * 256.0).round() as i64;
     let mut p: [(i64, i64); 3] =
         std::array::from_fn(|i| (fixed(vertices[i][0]), fixed(vertices[i][1])));
@@ -864,12 +912,12 @@ pub fn rasterize(
     }
     let top_left = |a: (i64, i64), b: (i64, i64)| (a.1 == b.1 && b.0 > a.0) || b.1 < a.1;
     let edges = [(p[0], p[1]), (p[1], p[2]), (p[2], p[0])];
-    // Only the pixels of the tile inside the triangle's bounding box.
+    // Only the pixels of the tile the triangle's bounding box touches.
     let lo = |axis: fn(&(i64, i64)) -> i64| p.iter().map(axis).min().unwrap_or(0);
     let hi = |axis: fn(&(i64, i64)) -> i64| p.iter().map(axis).max().unwrap_or(0);
     let span = |lo: i64, hi: i64, origin: u32, size: u32, limit: u32| {
-        let first = (-(128 - lo).div_euclid(256) - i64::from(origin)).max(0);
-        let last = ((hi - 128).div_euclid(256) - i64::from(origin))
+        let first = (lo.div_euclid(256) - i64::from(origin)).max(0);
+        let last = (hi.div_euclid(256) - i64::from(origin))
             .min(i64::from(size) - 1)
             .min(i64::from(limit) - 1 - i64::from(origin));
         (first, last)
@@ -877,20 +925,56 @@ pub fn rasterize(
     let (x0, x1) = span(lo(|q| q.0), hi(|q| q.0), origin.0, tile.0, area.0);
     let (y0, y1) = span(lo(|q| q.1), hi(|q| q.1), origin.1, tile.1, area.1);
     let mut out = Vec::new();
-    for ty in y0.max(0)..=y1 {
-        let cy = (i64::from(origin.1) + ty) * 256 + 128;
-        for tx in x0.max(0)..=x1 {
-            let cx = (i64::from(origin.0) + tx) * 256 + 128;
-            let inside = edges.iter().all(|&(a, b)| {
-                let e = edge(a, b, cx, cy);
-                e > 0 || (e == 0 && top_left(a, b))
-            });
-            if inside {
-                out.push((tx as u32, ty as u32));
+    for ty in y0..=y1 {
+        let py = (i64::from(origin.1) + ty) * 256;
+        for tx in x0..=x1 {
+            let px = (i64::from(origin.0) + tx) * 256;
+            let mut mask = 0u32;
+            for (s, &(sx, sy)) in samples.iter().enumerate() {
+                let inside = edges.iter().all(|&(a, b)| {
+                    let e = edge(a, b, px + sx, py + sy);
+                    e > 0 || (e == 0 && top_left(a, b))
+                });
+                if inside {
+                    mask |= 1 << s;
+                }
+            }
+            if mask != 0 {
+                out.push(((tx as u32, ty as u32), mask));
             }
         }
     }
     out
+}
+
+/// The sample positions of a pass, in 1/256 pixel from a pixel's
+/// top-left corner: from `ppp_multisamplectl`, or the standard pattern
+/// when it is 0.
+fn sample_positions(samples: u8, control: u64) -> Vec<(i64, i64)> {
+    let control = if control == 0 {
+        match samples {
+            2 => 0x44cc,
+            4 => 0xeaa2_6e26,
+            _ => 0x88,
+        }
+    } else {
+        control
+    };
+    let l = agx_hw::formats::SampleLocations::decode_fields(&control.to_le_bytes());
+    let all = [
+        (l.sample_0_x, l.sample_0_y),
+        (l.sample_1_x, l.sample_1_y),
+        (l.sample_2_x, l.sample_2_y),
+        (l.sample_3_x, l.sample_3_y),
+        (l.sample_4_x, l.sample_4_y),
+        (l.sample_5_x, l.sample_5_y),
+        (l.sample_6_x, l.sample_6_y),
+        (l.sample_7_x, l.sample_7_y),
+    ];
+    all.iter()
+        .take(usize::from(samples.max(1)))
+        .map(|&(x, y)| (i64::from(x) * 16, i64::from(y) * 16))
+        .collect()
 }
 
 /// RunFragment: every tile of every layer: bg, the tile's primitives
@@ -932,9 +1016,6 @@ fn render_scene(
         tracing::debug!("no scene: the vertex half did not finish");
         return Ok(());
     };
-    if render.samples != 1 && scene.header.primitives > 0 {
-        return Err(unsupported(ctx.command, FaultUnit::Firmware));
-    }
     let resumed = scene.header.segment > 0;
     let pass = Pass {
         body,
@@ -967,6 +1048,7 @@ fn render_scene(
             deadline: ctx.deadline,
             stop: ctx.stop,
         },
+        sample_positions: sample_positions(render.samples, render.ppp_multisamplectl),
     };
     if pass.tile != (tiler::TILE_PX, tiler::TILE_PX) && pass.scene.header.primitives > 0 {
         return Err(unsupported(ctx.command, FaultUnit::Firmware));
@@ -989,6 +1071,7 @@ fn render_scene(
             discarded: Vec::new(),
             pending: Vec::new(),
             pending_stencil: Vec::new(),
+            coverage: Vec::new(),
         };
         loop {
             let index = next.fetch_add(1, Ordering::Relaxed);
@@ -1044,6 +1127,8 @@ struct Pass<'a> {
     heap: Option<(u64, u32)>,
     process_empty: bool,
     limits: Limits<'a>,
+    /// Sample positions in 1/256 pixel from the pixel's corner.
+    sample_positions: Vec<(i64, i64)>,
 }
 
 /// One worker's tile memory and caches.
@@ -1054,8 +1139,11 @@ struct Worker {
     tile: Tilebuffer,
     /// Per pixel of the tile, for the primitive being shaded.
     discarded: Vec<bool>,
+    /// Per sample of the tile: the depth to write once the shader is done.
     pending: Vec<Option<f32>>,
     pending_stencil: Vec<Option<u8>>,
+    /// Per pixel of the tile: the samples the program being run covers.
+    coverage: Vec<u32>,
 }
 
 /// The tile state a per-tile program works on.
@@ -1063,6 +1151,7 @@ struct TileState<'a> {
     tile: &'a mut Tilebuffer,
     discarded: &'a mut [bool],
     pending_depth: &'a mut [Option<f32>],
+    coverage: &'a [u32],
     face: Option<FragmentFace>,
 }
 
@@ -1129,6 +1218,7 @@ impl Pass<'_> {
                     tile: &mut w.tile,
                     discarded: &mut w.discarded,
                     pending_depth: &mut w.pending,
+                    coverage: &w.coverage,
                     face,
                 },
                 origin,
@@ -1141,12 +1231,16 @@ impl Pass<'_> {
             )
         };
         let pixel_count = (tile_w * tile_h) as usize;
+        let samples = w.tile.samples as usize;
+        let full = (1u32 << samples) - 1;
         w.discarded.clear();
         w.discarded.resize(pixel_count, false);
         w.pending.clear();
-        w.pending.resize(pixel_count, None);
+        w.pending.resize(pixel_count * samples, None);
         w.pending_stencil.clear();
         w.pending_stencil.resize(pixel_count, None);
+        w.coverage.clear();
+        w.coverage.resize(pixel_count, full);
         run(w, &self.bg, &all, &[], true, None)?;
         // The background program does not discard.
         w.discarded.fill(false);
@@ -1163,10 +1257,20 @@ impl Pass<'_> {
             };
             let positions: [[f32; 2]; 3] =
                 std::array::from_fn(|v| [float(v * record_floats), float(v * record_floats + 1)]);
-            let mut covered = rasterize(positions, origin, (tile_w, tile_h), area);
-            if covered.is_empty() {
+            let rasterized = rasterize(
+                positions,
+                origin,
+                (tile_w, tile_h),
+                area,
+                &self.sample_positions,
+            );
+            if rasterized.is_empty() {
                 continue;
             }
+            for &((x, y), mask) in &rasterized {
+                w.coverage[(y * tile_w + x) as usize] = mask;
+            }
+            let mut covered: Vec<(u32, u32)> = rasterized.iter().map(|&(p, _)| p).collect();
             if let std::collections::hash_map::Entry::Vacant(e) = w.shaders.entry(state) {
                 let (binding, ppp) = fragment_shader(&vm, self.body, scene, state)?;
                 let depth = writes_depth(&vm, binding.code);
@@ -1197,7 +1301,11 @@ impl Pass<'_> {
                     }
                 })
                 .flatten();
-            if *shader_writes_depth && stencil.is_some() {
+            // Not modelled: stencil with a shader depth output, and
+            // shader depth output or stencil with multisampling.
+            if (*shader_writes_depth && stencil.is_some())
+                || (samples > 1 && (*shader_writes_depth || stencil.is_some()))
+            {
                 return Err(unsupported(scene.header.states, FaultUnit::Usc));
             }
             if !shader_writes_depth {
@@ -1206,9 +1314,11 @@ impl Pass<'_> {
                 depth_test(
                     &mut w.tile,
                     &mut covered,
+                    &mut w.coverage,
                     &mut pending,
                     &mut pending_stencil,
                     origin,
+                    &self.sample_positions,
                     &vertices,
                     face,
                     stencil,
@@ -1225,20 +1335,23 @@ impl Pass<'_> {
             // state is clean again for the next primitive.
             for &(x, y) in &covered {
                 let pixel = (y * tile_w + x) as usize;
-                let at = pixel * w.tile.samples as usize;
-                let samples = w.tile.samples as usize;
-                if let (Some(depth), false) = (w.pending[pixel], w.discarded[pixel]) {
-                    w.tile.depth[at..at + samples].fill(depth);
+                let at = pixel * samples;
+                let mask = w.coverage[pixel];
+                for s in (0..samples).filter(|s| mask & (1 << s) != 0) {
+                    if let (Some(depth), false) = (w.pending[at + s], w.discarded[pixel]) {
+                        w.tile.depth[at + s] = depth;
+                    }
                 }
                 if let (Some(value), false) = (w.pending_stencil[pixel], w.discarded[pixel]) {
                     w.tile.stencil[at..at + samples].fill(value);
                 }
-                w.pending[pixel] = None;
+                w.pending[at..at + samples].fill(None);
                 w.pending_stencil[pixel] = None;
                 w.discarded[pixel] = false;
             }
         }
         store_depth_stencil(&vm, render, &self.zls, &w.tile, (tx, ty), layer, area)?;
+        w.coverage.fill(full);
         run(w, &self.eot, &[(0, 0); LANES], &[], false, None)
     }
 }
@@ -1408,9 +1521,11 @@ fn depth_passes(function: ZsFunc, depth: f32, stored: f32) -> bool {
 fn depth_test(
     tile: &mut Tilebuffer,
     covered: &mut Vec<(u32, u32)>,
+    coverage: &mut [u32],
     pending: &mut [Option<f32>],
     pending_stencil: &mut [Option<u8>],
     origin: (u32, u32),
+    sample_positions: &[(i64, i64)],
     vertices: &[Vec<f32>; 3],
     face: Option<FragmentFace>,
     stencil: Option<FragmentStencil>,
@@ -1426,13 +1541,13 @@ fn depth_test(
         )
     }));
     let reference = face.stencil_reference as u8;
+    let samples = tile.samples as usize;
     covered.retain(|&(x, y)| {
-        let (cx, cy) = ((origin.0 + x) as f32 + 0.5, (origin.1 + y) as f32 + 0.5);
-        let depth = z[0].mul_add(cx, z[1].mul_add(cy, z[2])).clamp(0.0, 1.0);
         let pixel = (y * tile.width_px + x) as usize;
-        let sample = pixel * tile.samples as usize;
-        let stored = tile.stencil[sample];
+        let first = pixel * samples;
         if let Some(s) = stencil {
+            // Stencil is per pixel (single-sampled passes only).
+            let stored = tile.stencil[first];
             let mask = s.read_mask as u8;
             if !depth_passes(
                 s.compare,
@@ -1441,24 +1556,39 @@ fn depth_test(
             ) {
                 // Rejected: the stencil-fail operation applies now.
                 let value = stencil_op(s.stencil_fail, stored, reference, s.write_mask as u8);
-                tile.stencil[sample..sample + tile.samples as usize].fill(value);
+                tile.stencil[first..first + samples].fill(value);
                 return false;
             }
         }
-        let pass = depth_passes(face.depth_function, depth, tile.depth[sample]);
+        // Depth per covered sample, at the sample's position.
+        let mut passed = 0u32;
+        for (s, &(sx, sy)) in sample_positions.iter().enumerate().take(samples) {
+            if coverage[pixel] & (1 << s) == 0 {
+                continue;
+            }
+            let cx = (origin.0 + x) as f32 + sx as f32 / 256.0;
+            let cy = (origin.1 + y) as f32 + sy as f32 / 256.0;
+            let depth = z[0].mul_add(cx, z[1].mul_add(cy, z[2])).clamp(0.0, 1.0);
+            if depth_passes(face.depth_function, depth, tile.depth[first + s]) {
+                passed |= 1 << s;
+                if !face.disable_depth_write {
+                    pending[first + s] = Some(depth);
+                }
+            }
+        }
         if let Some(s) = stencil {
+            let stored = tile.stencil[first];
+            let pass = passed != 0;
             let op = if pass { s.depth_pass } else { s.depth_fail };
             let value = stencil_op(op, stored, reference, s.write_mask as u8);
             if pass {
                 pending_stencil[pixel] = Some(value);
             } else {
-                tile.stencil[sample..sample + tile.samples as usize].fill(value);
+                tile.stencil[first..first + samples].fill(value);
             }
         }
-        if pass && !face.disable_depth_write {
-            pending[pixel] = Some(depth);
-        }
-        pass
+        coverage[pixel] = passed;
+        passed != 0
     });
 }
 

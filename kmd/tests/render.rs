@@ -1485,3 +1485,123 @@ fn parameter_buffer_demand_grows_with_vertices_times_varyings() {
         "twice the vertices: {more_vertices} more pages, expected {expected:.1}"
     );
 }
+
+/// Where the multisampled test image lives: 64 x 64 pixels of four
+/// RGBA8 samples.
+const MSAA_IMAGE: u64 = 0x30_0000;
+
+#[test_log::test]
+fn four_samples_are_covered_at_the_standard_positions_and_stored_side_by_side() {
+    let m = Machine::new(5000);
+    let window = [[10.25f32, 5.5], [50.75, 20.0], [20.0, 60.125]];
+    let mut render = triangles_pass(&m, &window);
+    render.samples = 4;
+    // The standard 4x pattern, spelt out (0 would select it too).
+    render.ppp_multisamplectl = 0xeaa2_6e26;
+    let stride = 64 * 4 * 4;
+    m.poke(m.data, MSAA_IMAGE, &vec![0xEE; 64 * stride as usize]);
+    let msaa = Pbe {
+        dimension: TextureDimension::D2Multisampled,
+        samples: agx_hw::formats::SampleCount::Four,
+        buffer: DATA_VA + MSAA_IMAGE,
+        stride,
+        ..pbe(64, 64)
+    };
+    m.poke(m.data, PBE, &msaa.pack().unwrap());
+    assert_eq!(m.submit(CmdType::Render, render.as_bytes()), None);
+    let image = m.peek(m.data, MSAA_IMAGE, 64 * stride as usize);
+    let t = window.map(|[x, y]| [f64::from(x), f64::from(y)]);
+    let positions = [
+        (0.375, 0.125),
+        (0.875, 0.375),
+        (0.125, 0.625),
+        (0.625, 0.875),
+    ];
+    let mut partial = 0;
+    for y in 0..64usize {
+        for x in 0..64usize {
+            let mut covered = 0;
+            for (s, (sx, sy)) in positions.iter().enumerate() {
+                let want = u8::from(covers(t, x as f64 + sx, y as f64 + sy));
+                covered += want;
+                let at = y * stride as usize + (x * 4 + s) * 4;
+                assert_eq!(
+                    image[at..at + 4],
+                    [want, 0, 0, 0],
+                    "pixel ({x}, {y}) sample {s}"
+                );
+            }
+            partial += usize::from(covered > 0 && covered < 4);
+        }
+    }
+    assert!(partial > 50, "edge pixels are partly covered: {partial}");
+    // A single-sampled image cannot take a multisampled tile: the store
+    // is refused (resolving is the end-of-tile shader's job).
+    m.poke(m.data, PBE, &pbe(64, 64).pack().unwrap());
+    assert_eq!(
+        m.submit(CmdType::Render, render.as_bytes()),
+        Some(Errno::EIO)
+    );
+}
+
+#[test_log::test]
+fn depth_is_tested_and_stored_per_sample() {
+    let m = Machine::new(5000);
+    let near = [[8.25f32, 3.5], [57.5, 30.75], [12.0, 58.25]];
+    coloured(
+        &m,
+        &[
+            (
+                [[0.0, 0.0], [64.0, 0.0], [0.0, 64.0]],
+                0.75,
+                [0.0, 0.0, 1.0],
+            ),
+            (
+                [[64.0, 0.0], [64.0, 64.0], [0.0, 64.0]],
+                0.75,
+                [0.0, 0.0, 1.0],
+            ),
+            (near, 0.25, [1.0, 0.0, 0.0]),
+        ],
+    );
+    let mut render = depth_pass(&m, 3, false);
+    render.samples = 4;
+    let stride = 64 * 4 * 4;
+    let msaa = Pbe {
+        dimension: TextureDimension::D2Multisampled,
+        samples: agx_hw::formats::SampleCount::Four,
+        buffer: DATA_VA + MSAA_IMAGE,
+        stride,
+        ..pbe(64, 64)
+    };
+    m.poke(m.data, PBE, &msaa.pack().unwrap());
+    render.depth.stride = 4 * 64 * 64 * 4;
+    assert_eq!(m.submit(CmdType::Render, render.as_bytes()), None);
+    let depth = m.peek(m.data, DEPTH, 4 * 64 * 64 * 4);
+    let image = m.peek(m.data, MSAA_IMAGE, 64 * stride as usize);
+    let t = near.map(|[x, y]| [f64::from(x), f64::from(y)]);
+    let positions = [
+        (0.375, 0.125),
+        (0.875, 0.375),
+        (0.125, 0.625),
+        (0.625, 0.875),
+    ];
+    for y in 0..64usize {
+        for x in 0..64usize {
+            let (tile, within) = ((y / 32) * 2 + x / 32, (y % 32) * 32 + x % 32);
+            for (s, (sx, sy)) in positions.iter().enumerate() {
+                let in_near = covers(t, x as f64 + sx, y as f64 + sy);
+                let at = 4 * ((tile * 1024 + within) * 4 + s);
+                let stored = f32::from_le_bytes(depth[at..at + 4].try_into().unwrap());
+                assert_eq!(
+                    stored,
+                    if in_near { 0.25 } else { 0.75 },
+                    "depth of pixel ({x}, {y}) sample {s}"
+                );
+                let colour = &image[y * stride as usize + (x * 4 + s) * 4..][..3];
+                let want: [u8; 3] = if in_near { [255, 0, 0] } else { [0, 0, 255] };
+                assert_eq!(colour, want, "colour of pixel ({x}, {y}) sample {s}");
+            }
+        }
+    }
+}
