@@ -763,13 +763,11 @@ fn many_queues_and_threads_submit_concurrently_and_every_fence_signals() {
 #[test_log::test]
 fn a_firmware_crash_fails_everything_with_enodev_and_the_process_lives() {
     let gpu = Gpu::new();
-    let slow = gpu.submit(
-        gpu.queue,
-        &[],
-        &compute_at(STREAMS_VA + 0x1000, NONE, NONE, Timestamps::default()),
-    );
-    // Corrupt a submission ring's state as a buggy kernel would: the
-    // firmware finds an index out of range and stops.
+    // Corrupt the state of the submission ring the next compute goes
+    // through, as a buggy kernel would: the firmware finds an index out
+    // of range when it next reads the ring and stops. (Corrupting it
+    // after the submission would race with the firmware taking the
+    // command first and running it to the watchdog.)
     let link = gpu.system.device().firmware();
     let ring = link.init_data.pipes[2 * 4 + 3];
     use agx_fwif::ring::SharedMemory;
@@ -777,7 +775,18 @@ fn a_firmware_crash_fails_everything_with_enodev_and_the_process_lives() {
         .write(ring.state + 64, &9999u32.to_le_bytes())
         .unwrap();
     link.ring_doorbell();
-    assert_eq!(gpu.wait(slow), Some(Errno::ENODEV));
+    // The firmware may notice at its next tick, before the submission:
+    // then SUBMIT itself answers ENODEV.
+    let slow = gpu.syncobj();
+    match gpu.submit_raw(
+        gpu.queue,
+        &[],
+        &[binary(slow)],
+        &compute_at(STREAMS_VA + 0x1000, NONE, NONE, Timestamps::default()),
+    ) {
+        Ok(_) => assert_eq!(gpu.wait(slow), Some(Errno::ENODEV)),
+        Err(errno) => assert_eq!(errno, Errno::ENODEV),
+    }
     assert_eq!(
         gpu.submit_raw(gpu.queue, &[], &[], &empty_compute()),
         Err(Errno::ENODEV)
