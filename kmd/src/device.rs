@@ -60,6 +60,8 @@ pub struct SystemConfig {
     pub ram_bytes: u64,
     /// How queues grow their parameter buffers.
     pub tvb_policy: GrowthPolicy,
+    /// Blocks (128 KiB each) a queue's parameter buffer starts with.
+    pub tvb_initial_blocks: u64,
     /// The firmware's watchdog: a GPU command running longer is stopped
     /// and its submission fails with `ETIMEDOUT`.
     pub command_timeout_ms: u32,
@@ -73,6 +75,7 @@ impl Default for SystemConfig {
         SystemConfig {
             ram_bytes: 8 << 30,
             tvb_policy: GrowthPolicy::default(),
+            tvb_initial_blocks: crate::tvb::INITIAL_BLOCKS,
             command_timeout_ms: crate::firmware::COMMAND_TIMEOUT_MS,
             gpu_threads: std::thread::available_parallelism()
                 .map_or(1, usize::from)
@@ -224,6 +227,7 @@ impl System {
             ram.clone(),
             Arc::clone(&events),
             config.tvb_policy,
+            config.tvb_initial_blocks,
         );
         Ok(System {
             device: Arc::new(Device {

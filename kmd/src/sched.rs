@@ -287,6 +287,8 @@ pub struct Scheduler {
     ram: Ram,
     events: Arc<SyncEvents>,
     policy: GrowthPolicy,
+    /// Blocks a new queue's parameter buffer starts with.
+    initial_blocks: u64,
     state: Mutex<State>,
     crashed: AtomicBool,
     stop: AtomicBool,
@@ -322,12 +324,14 @@ impl Scheduler {
         ram: Ram,
         events: Arc<SyncEvents>,
         policy: GrowthPolicy,
+        initial_blocks: u64,
     ) -> Arc<Scheduler> {
         let scheduler = Arc::new(Scheduler {
             link,
             ram,
             events,
             policy,
+            initial_blocks: initial_blocks.clamp(1, tvb::MAX_BLOCKS),
             state: Mutex::new(State {
                 queues: BTreeMap::new(),
                 running: Vec::new(),
@@ -449,7 +453,7 @@ impl Scheduler {
                 usc_exec_base,
                 stages: [stages[0].clone(), stages[1].clone(), stages[2].clone()],
                 tvb: TvbHeap {
-                    policy: Tvb::new(self.policy),
+                    policy: Tvb::new(self.policy, self.initial_blocks),
                     info,
                     block_list,
                     page_list,
@@ -486,7 +490,7 @@ impl Scheduler {
                     ..TvbInfo::default()
                 },
             );
-            self.grow_tvb(&mut queue, tvb::INITIAL_BLOCKS)?;
+            self.grow_tvb(&mut queue, self.initial_blocks)?;
             Ok(queue)
         })();
         match result {

@@ -139,12 +139,13 @@ pub struct Tvb {
 }
 
 impl Tvb {
-    /// A new heap of [`INITIAL_BLOCKS`].
-    pub fn new(policy: GrowthPolicy) -> Tvb {
+    /// A new heap of `initial_blocks` (at least 1, at most
+    /// [`MAX_BLOCKS`]).
+    pub fn new(policy: GrowthPolicy, initial_blocks: u64) -> Tvb {
         Tvb {
             policy,
             stats: TvbStats {
-                blocks: INITIAL_BLOCKS,
+                blocks: initial_blocks.clamp(1, MAX_BLOCKS),
                 ..TvbStats::default()
             },
         }
@@ -265,7 +266,7 @@ mod tests {
 
     #[test]
     fn asahi_grows_to_three_times_the_peak_when_twice_it_does_not_fit() {
-        let mut tvb = Tvb::new(GrowthPolicy::Asahi);
+        let mut tvb = Tvb::new(GrowthPolicy::Asahi, INITIAL_BLOCKS);
         assert_eq!(tvb.before_render(None, 8), 8);
         // Peak 16 pages = 4 blocks: 2x = 8 blocks fits, no growth.
         assert_eq!(tvb.before_render(Some(&peak(16)), 8), 8);
@@ -284,7 +285,7 @@ mod tests {
 
     #[test]
     fn demand_grows_to_the_total_wanted_plus_headroom() {
-        let mut tvb = Tvb::new(GrowthPolicy::Demand);
+        let mut tvb = Tvb::new(GrowthPolicy::Demand, INITIAL_BLOCKS);
         let report = RenderReport {
             peak_pages: 32,
             wanted_pages: 160,
@@ -305,7 +306,7 @@ mod tests {
 
     #[test]
     fn sync_grows_on_request_until_the_maximum() {
-        let mut tvb = Tvb::new(GrowthPolicy::Sync);
+        let mut tvb = Tvb::new(GrowthPolicy::Sync, INITIAL_BLOCKS);
         assert_eq!(
             tvb.before_render(Some(&peak(1000)), 8),
             8,
@@ -335,7 +336,7 @@ mod tests {
             GrowthPolicy::Demand,
             GrowthPolicy::Sync,
         ] {
-            let mut tvb = Tvb::new(policy);
+            let mut tvb = Tvb::new(policy, INITIAL_BLOCKS);
             let mut last = tvb.stats().blocks;
             for _ in 0..2000 {
                 state ^= state << 13;

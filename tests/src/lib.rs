@@ -1,7 +1,11 @@
-//! Cross-crate integration tests for the AGX stack.
+//! Cross-crate integration tests for the AGX stack, and the scenes they
+//! share with the parameter-buffer policy benchmark.
 //!
-//! The library part is empty on purpose: the tests live in `tests/tests/`
-//! and exercise several crates together (UAPI layouts against the formats
-//! the hardware sees, and, as the stack grows, umd -> kmd -> firmware-sim
-//! end to end).
+//! The tests live in `tests/tests/` and exercise several crates together
+//! (UAPI layouts against the formats the hardware sees; umd -> kmd ->
+//! firmware-sim end to end). [`scene`] builds the parameter-buffer
+//! scenes: dense geometry with a chosen number of varyings, drawn through
+//! the userspace driver.
 #![forbid(unsafe_code)]
+
+pub mod scene;

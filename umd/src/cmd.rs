@@ -337,6 +337,7 @@ pub struct CommandBuffer {
     /// Bound heaps: the image heap's base (where the uniform word loads it
     /// from) and the sampler heap (address, count).
     heaps: Option<BoundHeaps>,
+    debug: crate::pass::PassDebug,
 }
 
 /// Heaps bound to a command buffer.
@@ -362,7 +363,14 @@ impl CommandBuffer {
             stats: RecordStats::default(),
             keep: Vec::new(),
             heaps: None,
+            debug: crate::pass::PassDebug::from_env(),
         }
+    }
+
+    /// Sets the deliberate mistakes render passes recorded after this
+    /// make (see [`crate::pass::PassDebug`]).
+    pub fn set_debug(&mut self, debug: crate::pass::PassDebug) {
+        self.debug = debug;
     }
 
     /// Binds descriptor heaps for the work recorded after this: fragment
@@ -580,7 +588,12 @@ impl CommandBuffer {
             .collect();
         let store_all = vec![true; slots.len()];
         let bg = self.programs.get(&bg_source(&slots, &actions))?;
-        let partial_bg = self.programs.get(&bg_source(&slots, &loads))?;
+        let partial_actions = if self.debug.clearing_partial_bg {
+            &actions
+        } else {
+            &loads
+        };
+        let partial_bg = self.programs.get(&bg_source(&slots, partial_actions))?;
         let eot = self.programs.get(&eot_source(&slots, &stores))?;
         let partial_eot = self.programs.get(&eot_source(&slots, &store_all))?;
         let tile_bindings = |textures: Option<u64>| Bindings {
@@ -590,7 +603,11 @@ impl CommandBuffer {
         };
         let bg_bindings = tile_bindings(textures.map(|s| s.va))
             .with_uniform_words(&mut self.data, &clear_words)?;
-        let partial_bg_bindings = tile_bindings(textures.map(|s| s.va));
+        let partial_bg_bindings = if self.debug.clearing_partial_bg {
+            bg_bindings.clone()
+        } else {
+            tile_bindings(textures.map(|s| s.va))
+        };
         let eot_bindings = tile_bindings(pbes.map(|s| s.va));
         let usc = |pipeline: u32| BgEot {
             usc: pipeline | 4,
@@ -632,12 +649,20 @@ impl CommandBuffer {
             )?),
             ..CmdRender::new_zeroed()
         };
+        if self.debug.no_partial_bg {
+            render.partial_bg = BgEot::default();
+        }
         if let Some(heaps) = self.heaps {
             render.sampler_heap = heaps.samplers.0;
             render.sampler_count = heaps.samplers.1;
         }
         if let Some(depth) = &desc.depth {
-            let (_, partial) = zls_controls(Some(depth));
+            let (normal, partial) = zls_controls(Some(depth));
+            let partial = if self.debug.no_partial_zls {
+                normal
+            } else {
+                partial
+            };
             // One zls_ctrl serves the first pass over a tile and the
             // reload after a partial render: submit the partial variant;
             // the fill recorded above makes the buffer hold the starting

@@ -38,6 +38,6 @@ pub use error::Error;
 pub use heap::{DescriptorIndex, DescriptorSet, ImageHeap, SamplerHeap, SamplerIndex};
 pub use image::{DepthImage, Format, Image};
 pub use kernel::Errno;
-pub use pass::{ColourAttachment, DepthAttachment, LoadOp, RenderPassDesc, StoreOp};
+pub use pass::{ColourAttachment, DepthAttachment, LoadOp, PassDebug, RenderPassDesc, StoreOp};
 pub use program::{Bindings, ProgramCache, Shader};
 pub use queue::{Queue, Semaphore, Submission};

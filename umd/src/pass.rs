@@ -24,6 +24,42 @@ use agx_hw::formats::ZlsControl;
 use crate::error::Error;
 use crate::image::{DepthImage, Format, Image};
 
+/// Deliberate mistakes in the generated render-pass configuration, for
+/// reproducing what goes wrong on hardware when a driver gets partial
+/// renders wrong (the regression suite uses them). Also read from the
+/// environment: `AGX_UMD_DEBUG=no_partial_bg,clearing_partial_bg,no_partial_zls`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PassDebug {
+    /// Leave `partial_bg` at address 0: a partial render then faults there.
+    pub no_partial_bg: bool,
+    /// Make `partial_bg` the pass's own `bg` (a clear, when the pass
+    /// clears) instead of a load: what was drawn before the partial render
+    /// is lost.
+    pub clearing_partial_bg: bool,
+    /// Submit the pass's own ZLS control, without depth store and reload
+    /// forced on for partial renders: depth is lost at each one.
+    pub no_partial_zls: bool,
+}
+
+impl PassDebug {
+    /// The options named in `AGX_UMD_DEBUG` (comma-separated); unknown
+    /// names are reported and ignored.
+    pub fn from_env() -> PassDebug {
+        let mut debug = PassDebug::default();
+        if let Ok(value) = std::env::var("AGX_UMD_DEBUG") {
+            for name in value.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+                match name {
+                    "no_partial_bg" => debug.no_partial_bg = true,
+                    "clearing_partial_bg" => debug.clearing_partial_bg = true,
+                    "no_partial_zls" => debug.no_partial_zls = true,
+                    other => tracing::warn!(option = other, "unknown AGX_UMD_DEBUG option"),
+                }
+            }
+        }
+        debug
+    }
+}
+
 /// How an attachment starts.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum LoadOp<T> {

@@ -31,6 +31,9 @@ struct Args {
     /// or sync.
     #[arg(long, default_value = "asahi", value_parser = parse_policy)]
     tvb_policy: GrowthPolicy,
+    /// Blocks (128 KiB each) the parameter buffer starts with.
+    #[arg(long, default_value_t = agx_kmd::tvb::INITIAL_BLOCKS)]
+    tvb_initial_blocks: u64,
     /// Where to write the last frame.
     #[arg(long, default_value = "frame.png")]
     out: PathBuf,
@@ -82,6 +85,7 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
         Some(path) => Device::open(path)?,
         None => Device::open_simulated(agx_kmd::SystemConfig {
             tvb_policy: args.tvb_policy,
+            tvb_initial_blocks: args.tvb_initial_blocks,
             gpu_threads: args
                 .gpu_threads
                 .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
