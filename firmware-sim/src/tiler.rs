@@ -517,7 +517,8 @@ pub const MAX_STATES: usize = ((TVB_PAGE_BYTES - STATES_OFFSET) / 16) as usize;
 pub struct BinningStats {
     /// The most pages one segment used.
     pub peak_pages: u64,
-    /// Pages all segments used together (what the pass wanted).
+    /// Pages the pass would have used in one segment: every segment's
+    /// pages, the header and list-head pages counted once.
     pub wanted_pages: u64,
     /// Times the buffer ran dry.
     pub overflows: u32,
@@ -778,7 +779,14 @@ impl<'a> Binner<'a> {
     /// After a partial render of the published segment: counts it, frees
     /// its pages and starts the next segment.
     pub fn next_segment(&mut self) -> Result<Result<(), Overflow>, EngineResult> {
-        self.stats.wanted_pages += self.alloc.pages_used();
+        // What a single segment would have needed: every segment's
+        // geometry, but the header and list-head pages once.
+        let fixed = if self.stats.partial_renders == 0 {
+            0
+        } else {
+            1 + self.head_pages.len() as u64
+        };
+        self.stats.wanted_pages += self.alloc.pages_used().saturating_sub(fixed);
         self.stats.partial_renders += 1;
         self.start_segment()
     }
@@ -786,7 +794,12 @@ impl<'a> Binner<'a> {
     /// Publishes the last segment; returns the pass's statistics.
     pub fn finish(mut self) -> Result<BinningStats, EngineResult> {
         self.publish()?;
-        self.stats.wanted_pages += self.alloc.pages_used();
+        let fixed = if self.stats.partial_renders == 0 {
+            0
+        } else {
+            1 + self.head_pages.len() as u64
+        };
+        self.stats.wanted_pages += self.alloc.pages_used().saturating_sub(fixed);
         Ok(self.stats)
     }
 }

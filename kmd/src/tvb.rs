@@ -16,8 +16,10 @@
 //!   exceeds the heap, grow to three times the peak (capped at the
 //!   upstream limit without memoryless render targets, 2193 blocks).
 //! - [`GrowthPolicy::Demand`]: the firmware reports the pages the last
-//!   render wanted in total, counting every partial-render segment; grow
-//!   to that plus a quarter of headroom.
+//!   render would have used in one segment (every segment's geometry, the
+//!   header and list heads once); grow to that plus an eighth of headroom.
+//!   One frame of partial renders per jump in geometry, within 1.25x of
+//!   the demand (Documentation/parameter-buffer.md has the measurements).
 //! - [`GrowthPolicy::Sync`]: the firmware asks (GrowTVB) when the heap runs
 //!   dry mid-render and waits for the answer; each request adds at least
 //!   the upstream 10 blocks. A partial render happens only at the maximum.
@@ -47,10 +49,12 @@ pub const SYNC_GROW_BLOCKS: u64 = 10;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum GrowthPolicy {
     /// Upstream's: grow to 3x the last peak when 2x the peak exceeds the
-    /// heap. The default, until the parameter-buffer measurements pick one.
-    #[default]
+    /// heap.
     Asahi,
-    /// Grow to what the last render wanted in total plus 25%.
+    /// Grow to what the last render wanted plus an eighth. The default:
+    /// one frame of partial renders per jump, within 1.25x of the demand
+    /// (Documentation/parameter-buffer.md).
+    #[default]
     Demand,
     /// Grow when the firmware asks, mid-render.
     Sync,
@@ -93,6 +97,11 @@ pub struct TvbStats {
     pub partial_renders: u64,
     /// Times the heap grew.
     pub grows: u64,
+    /// The pages the last reported render wanted in all (the sum over its
+    /// segments: its true demand).
+    pub last_wanted_pages: u64,
+    /// Renders reported.
+    pub renders: u64,
 }
 
 impl TvbStats {
@@ -185,6 +194,8 @@ impl Tvb {
     /// Records what the firmware reported about the last render.
     pub fn record(&mut self, report: &RenderReport) {
         self.stats.peak_pages = self.stats.peak_pages.max(report.peak_pages);
+        self.stats.last_wanted_pages = report.wanted_pages;
+        self.stats.renders += 1;
         self.stats.overflows += report.overflows;
         self.stats.partial_renders += report.partial_renders;
     }
@@ -207,8 +218,10 @@ impl Tvb {
                     }
                 }
                 GrowthPolicy::Demand => {
+                    // What the last render wanted in one segment, plus an
+                    // eighth for frames that grow a little.
                     let wanted_blocks = report.wanted_pages.div_ceil(BLOCK_PAGES);
-                    self.grow_to(wanted_blocks + wanted_blocks.div_ceil(4));
+                    self.grow_to(wanted_blocks + wanted_blocks.div_ceil(8));
                 }
                 GrowthPolicy::Sync => {}
             }
@@ -293,9 +306,9 @@ mod tests {
             partial_renders: 3,
         };
         tvb.record(&report);
-        // 160 pages = 40 blocks, + 25% = 50.
-        assert_eq!(tvb.before_render(Some(&report), 8), 50);
-        assert_eq!(tvb.before_render(Some(&peak(8)), 8), 50, "never shrinks");
+        // 160 pages = 40 blocks, + 1/8 = 45.
+        assert_eq!(tvb.before_render(Some(&report), 8), 45);
+        assert_eq!(tvb.before_render(Some(&peak(8)), 8), 45, "never shrinks");
         assert_eq!(tvb.before_render(Some(&peak(u64::MAX / 8)), 8), MAX_BLOCKS);
         let stats = tvb.stats();
         assert_eq!(

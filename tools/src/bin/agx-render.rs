@@ -29,7 +29,7 @@ struct Args {
     frames: u32,
     /// Parameter-buffer growth policy of the simulated kmd: asahi, demand
     /// or sync.
-    #[arg(long, default_value = "asahi", value_parser = parse_policy)]
+    #[arg(long, default_value = "demand", value_parser = parse_policy)]
     tvb_policy: GrowthPolicy,
     /// Blocks (128 KiB each) the parameter buffer starts with.
     #[arg(long, default_value_t = agx_kmd::tvb::INITIAL_BLOCKS)]
