@@ -112,22 +112,24 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
         bar
     });
     let mut last_blocks = None;
+    let mut last_partials = 0;
     for frame in 0..args.frames.max(1) {
         let report = renderer.frame(frame)?;
         let line = match report.tvb {
             Some(tvb) => {
                 let grew = last_blocks.is_some_and(|b| b != tvb.blocks);
                 last_blocks = Some(tvb.blocks);
+                let partials = tvb.partial_renders - last_partials;
+                last_partials = tvb.partial_renders;
                 format!(
-                    "frame {frame}: {:.1} ms; parameter buffer {} blocks ({:.1} MiB){}, peak {} pages, \
-                     {} overflows and {} partial renders so far, {} grows; {} faults",
+                    "frame {frame}: {:.1} ms; parameter buffer {} blocks ({:.1} MiB){}, \
+                     {partials} partial renders ({} in all), wanted {} pages, {} grows; {} faults",
                     report.gpu_time.as_secs_f64() * 1e3,
                     tvb.blocks,
                     tvb.allocated_bytes() as f64 / (1 << 20) as f64,
                     if grew { " (grew)" } else { "" },
-                    tvb.peak_pages,
-                    tvb.overflows,
                     tvb.partial_renders,
+                    tvb.last_wanted_pages,
                     tvb.grows,
                     report.faults,
                 )
