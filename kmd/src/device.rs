@@ -99,6 +99,11 @@ pub struct Device {
     next_file_id: AtomicU64,
     /// Objects by mmap offset, for mmap on the DRM file.
     objects: Mutex<HashMap<u64, Weak<GemObject>>>,
+    /// Where every submission is recorded, if capturing
+    /// ([`System::capture_to`], or the `AGX_KMD_CAPTURE` environment
+    /// variable naming a file).
+    pub(crate) capture:
+        Mutex<Option<agx_uapi::capture::CaptureWriter<std::io::BufWriter<std::fs::File>>>>,
 }
 
 impl Device {
@@ -242,8 +247,43 @@ impl System {
                 next_object_id: AtomicU64::new(1),
                 next_file_id: AtomicU64::new(1),
                 objects: Mutex::new(HashMap::new()),
+                capture: Mutex::new(None),
             }),
-        })
+        }
+        .with_capture_from_env())
+    }
+
+    fn with_capture_from_env(self) -> System {
+        if let Some(path) = std::env::var_os("AGX_KMD_CAPTURE") {
+            if let Err(e) = self.capture_to(std::path::Path::new(&path)) {
+                tracing::error!(%e, path = ?path, "cannot start the capture");
+            }
+        }
+        self
+    }
+
+    /// Records every submission from now on (with the device parameters
+    /// and the memory each can reach) into a capture file at `path`
+    /// (`Documentation/capture-format.md`).
+    pub fn capture_to(&self, path: &std::path::Path) -> std::io::Result<()> {
+        let file = std::fs::File::create(path)?;
+        let mut writer = agx_uapi::capture::CaptureWriter::new(std::io::BufWriter::new(file))?;
+        writer.params(&crate::params::params_global())?;
+        *self
+            .device
+            .capture
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(writer);
+        Ok(())
+    }
+
+    /// Stops capturing (and closes the file).
+    pub fn stop_capture(&self) {
+        *self
+            .device
+            .capture
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = None;
     }
 
     /// Opens a DRM file (a render node).

@@ -970,6 +970,74 @@ pub const MAX_CMDBUF_BYTES: u64 = 64 * 1024;
 impl File {
     // ---- submission -------------------------------------------------------
 
+    /// Records a submission in the device's capture, if one is running:
+    /// the argument, syncs and command buffer, and every mapped range of
+    /// the queue's VM with its bytes now.
+    fn capture(&self, queue: &Queue, s: &Submit, syncs: &[Sync], cmdbuf: &[u8]) {
+        let mut capture = self
+            .device
+            .capture
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let Some(writer) = capture.as_mut() else {
+            return;
+        };
+        // Repeated single pages (sparse scratch) are recorded up to this
+        // size only.
+        const SINGLE_PAGE_LIMIT: u64 = 1 << 20;
+        let memory = {
+            let vm = lock_vm(queue.vm());
+            let objects: std::collections::HashMap<u64, Arc<GemObject>> =
+                vm.objects().into_iter().map(|o| (o.id(), o)).collect();
+            vm.mappings()
+                .iter()
+                .filter_map(|m| {
+                    let object = objects.get(&m.object_id)?;
+                    let len = if m.single_page {
+                        m.len_bytes.min(SINGLE_PAGE_LIMIT)
+                    } else {
+                        m.len_bytes
+                    };
+                    let mut bytes = vec![0u8; len as usize];
+                    let backing = object.memory().backing();
+                    if m.single_page {
+                        let mut page = vec![0u8; agx_hw::uat::PAGE_BYTES as usize];
+                        backing.read(m.offset as usize, &mut page)?;
+                        for chunk in bytes.chunks_mut(page.len()) {
+                            chunk.copy_from_slice(&page[..chunk.len()]);
+                        }
+                    } else {
+                        backing.read(m.offset as usize, &mut bytes)?;
+                    }
+                    Some(agx_uapi::capture::MemoryRange {
+                        va: m.va,
+                        read: m.permissions.gpu_read,
+                        write: m.permissions.gpu_write,
+                        bytes,
+                    })
+                })
+                .collect()
+        };
+        let record = agx_uapi::capture::Submission {
+            usc_exec_base: queue.usc_exec_base(),
+            vm_id: self
+                .state()
+                .vms
+                .iter()
+                .find(|(_, vm)| Arc::ptr_eq(vm, queue.vm()))
+                .map_or(0, |(&id, _)| id),
+            queue_id: s.queue_id,
+            submit: *s,
+            syncs: syncs.to_vec(),
+            cmdbuf: cmdbuf.to_vec(),
+            memory,
+        };
+        if let Err(e) = writer.submission(&record) {
+            tracing::error!(%e, "capture write failed; capture stopped");
+            *capture = None;
+        }
+    }
+
     fn submit(&self, s: &mut Submit) -> Result<i32, Errno> {
         if s.flags != 0 || s.pad != 0 {
             let field = if s.flags != 0 { "flags" } else { "pad" };
@@ -1025,6 +1093,7 @@ impl File {
         let mut cmdbuf = vec![0u8; s.cmdbuf_size as usize];
         copy_from_user(&mut cmdbuf, s.cmdbuf).map_err(SubmitArgError::from)?;
         let commands = crate::submit::parse_commands(&cmdbuf)?;
+        self.capture(&queue, s, &syncs, &cmdbuf);
         let mut keep_alive: Vec<crate::sched::KeepAlive> = Vec::new();
         let mut timestamps = Vec::with_capacity(commands.len());
         for (index, command) in commands.iter().enumerate() {

@@ -8,6 +8,7 @@
 //!   machine code through the instruction table in `agx_hw::isa`.
 #![forbid(unsafe_code)]
 
+pub mod decode;
 pub mod format_cli;
 pub mod isa_cli;
 pub mod mesh;

@@ -109,6 +109,13 @@ impl Device {
     #[cfg(feature = "sim")]
     pub fn open_simulated(config: agx_kmd::SystemConfig) -> Result<Device, Error> {
         let sim = Arc::new(crate::sim::SimKernel::boot(config).map_err(kernel("boot"))?);
+        // AGX_UMD_CAPTURE=FILE: record every submission (the simulated
+        // kernel writes the capture: it sees every mapping).
+        if let Some(path) = std::env::var_os("AGX_UMD_CAPTURE") {
+            sim.system()
+                .capture_to(std::path::Path::new(&path))
+                .map_err(|e| Error::Unsupported(format!("capture to {path:?}: {e}")))?;
+        }
         Device::with_kernel(sim.clone(), Some(sim))
     }
 

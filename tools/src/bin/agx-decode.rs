@@ -1,0 +1,83 @@
+//! `agx-decode CAPTURE`: every submission of a capture decoded as text
+//! (`--json` for machine-readable output, `--submit N` for one); with
+//! `--lint`, only the findings of the linter, exiting 1 when there are
+//! any. Captures come from `AGX_KMD_CAPTURE=FILE` (every submission the
+//! simulated kernel sees) or `AGX_UMD_CAPTURE=FILE`
+//! (`Documentation/capture-format.md`).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Parser;
+
+#[derive(Debug, Parser)]
+#[command(version, about = "Decode and lint an AGX submission capture")]
+struct Args {
+    /// The capture file.
+    capture: PathBuf,
+    /// Machine-readable output.
+    #[arg(long)]
+    json: bool,
+    /// Only submission N (from 0).
+    #[arg(long)]
+    submit: Option<usize>,
+    /// Only the linter's findings; exit 1 if there are any.
+    #[arg(long)]
+    lint: bool,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let capture = match std::fs::File::open(&args.capture)
+        .map_err(agx_uapi::capture::CaptureError::from)
+        .and_then(agx_uapi::capture::read)
+    {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("agx-decode: {}: {e}", args.capture.display());
+            return ExitCode::from(2);
+        }
+    };
+    if args.submit.is_some_and(|n| n >= capture.submissions.len()) {
+        eprintln!(
+            "agx-decode: the capture has {} submissions",
+            capture.submissions.len()
+        );
+        return ExitCode::from(2);
+    }
+    let decoded = agx_tools::decode::decode_capture(&capture, args.submit);
+    let lints: usize = decoded.iter().map(|(_, _, l)| l.len()).sum();
+    if args.json {
+        print!("{}", agx_tools::decode::to_json(&decoded));
+    } else if args.lint {
+        for (index, _, found) in &decoded {
+            for l in found {
+                println!(
+                    "submission {index}: {} at {:#x}: {}",
+                    l.rule, l.address, l.message
+                );
+            }
+        }
+        if lints == 0 {
+            println!("no findings in {} submissions", decoded.len());
+        }
+    } else {
+        if let Some(p) = &capture.params {
+            println!(
+                "device: G{}{} revision {:#x}, {} clusters",
+                p.gpu_generation,
+                char::from_u32(p.gpu_variant).unwrap_or('?'),
+                p.gpu_revision,
+                p.num_clusters_total
+            );
+        }
+        for (_, text, _) in &decoded {
+            print!("{text}");
+        }
+    }
+    if args.lint && lints > 0 {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    }
+}

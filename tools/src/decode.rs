@@ -1,0 +1,828 @@
+//! `agx-decode`: a capture, decoded layer by layer, and linted.
+//!
+//! For each submission: the SUBMIT argument and syncs, then each command
+//! with every field named; for render commands the four tile programs
+//! (USC words, descriptors, disassembly), the ZLS control, the sampler
+//! heap, and the VDM control stream followed through links (PPP state,
+//! vertex and fragment programs, draws); for compute commands the CDM
+//! stream. Bits no field explains are printed (`XXX`), data that does not
+//! decode is hex-dumped and decoding goes on. The linter reports what
+//! would break on hardware, each finding with an address and a sentence.
+
+use std::collections::HashSet;
+use std::fmt::Write as _;
+
+use agx_hw::formats::{
+    CdmBlockType, CdmLaunchWord0, CdmLaunchWord1, CdmMode, FragmentShaderWord0,
+    FragmentShaderWord1, FragmentShaderWord2, IndexList, PppHeader, PppState, UscControl,
+    UscSampler, UscShader, UscTexture, VdmBlockType, VdmState, VdmStateVertexShaderWord1,
+    VdmStreamLink, ZlsControl,
+};
+use agx_uapi::asahi::{CmdCompute, CmdHeader, CmdRender, CmdType, DRM_ASAHI_BARRIER_NONE};
+use agx_uapi::capture::Submission;
+use zerocopy::FromBytes;
+
+/// A finding of the linter.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lint {
+    /// Short name of the rule.
+    pub rule: &'static str,
+    /// The GPU address it concerns (0 when it is about a field).
+    pub address: u64,
+    /// What is wrong, in a sentence.
+    pub message: String,
+}
+
+/// Blocks a control stream may have before the decoder calls it runaway.
+const MAX_BLOCKS: usize = 1 << 20;
+/// Instructions disassembled per program at most.
+const MAX_INSTRUCTIONS: usize = 4096;
+
+/// What a program's USC words bind, as far as the linter cares.
+#[derive(Debug, Default, Clone)]
+struct ProgramInfo {
+    code: Option<u64>,
+    samplers_bound: bool,
+    loads: bool,
+    max_sampler_immediate: Option<u32>,
+}
+
+/// Decodes one submission into text, collecting lints.
+pub struct Decoder<'a> {
+    s: &'a Submission,
+    out: String,
+    depth: usize,
+    /// Programs (pipeline addresses) already decoded.
+    seen: HashSet<u64>,
+    /// Lints found.
+    pub lints: Vec<Lint>,
+}
+
+fn hexdump(bytes: &[u8]) -> String {
+    bytes
+        .chunks(16)
+        .map(|c| {
+            c.iter()
+                .map(|b| format!("{b:02x}"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+impl<'a> Decoder<'a> {
+    /// A decoder of `s`.
+    pub fn new(s: &'a Submission) -> Decoder<'a> {
+        Decoder {
+            s,
+            out: String::new(),
+            depth: 0,
+            seen: HashSet::new(),
+            lints: Vec::new(),
+        }
+    }
+
+    fn line(&mut self, text: &str) {
+        for l in text.lines() {
+            let _ = writeln!(self.out, "{:width$}{l}", "", width = 2 * self.depth);
+        }
+    }
+
+    fn lint(&mut self, rule: &'static str, address: u64, message: String) {
+        self.line(&format!("LINT {rule} at {address:#x}: {message}"));
+        self.lints.push(Lint {
+            rule,
+            address,
+            message,
+        });
+    }
+
+    fn read(&self, va: u64, len: usize) -> Option<&'a [u8]> {
+        self.s.read(va, len)
+    }
+
+    /// Prints format `name` decoded from the bytes at `va`; `None` if
+    /// unmapped.
+    fn format_at(&mut self, name: &str, va: u64, len: usize) -> Option<&'a [u8]> {
+        match self.read(va, len) {
+            Some(bytes) => {
+                match agx_hw::formats::print_by_name(name, bytes) {
+                    Some(Ok(text)) => self.line(&format!("{va:#x}: {}", text.trim_end())),
+                    _ => self.line(&format!("{va:#x}: {name}?\n{}", hexdump(bytes))),
+                }
+                Some(bytes)
+            }
+            None => {
+                self.lint(
+                    "unmapped",
+                    va,
+                    format!("{name} at {va:#x} is not in mapped memory"),
+                );
+                None
+            }
+        }
+    }
+
+    /// Decodes the whole submission.
+    pub fn decode(mut self, index: usize) -> (String, Vec<Lint>) {
+        let s = self.s;
+        self.line(&format!(
+            "submission {index}: queue {} (VM {}), usc_exec_base {:#x}, {} waits, {} signals, {} bytes of commands, {} mapped ranges",
+            s.queue_id,
+            s.vm_id,
+            s.usc_exec_base,
+            s.submit.in_sync_count,
+            s.submit.out_sync_count,
+            s.cmdbuf.len(),
+            s.memory.len()
+        ));
+        self.depth += 1;
+        for (i, sync) in s.syncs.iter().enumerate() {
+            let role = if i < s.submit.in_sync_count as usize {
+                "wait"
+            } else {
+                "signal"
+            };
+            self.line(&format!(
+                "sync {i} ({role}): type {} handle {} point {}",
+                sync.sync_type, sync.handle, sync.timeline_value
+            ));
+        }
+        let mut at = 0usize;
+        let (mut renders, mut computes) = (0u16, 0u16);
+        let mut command = 0;
+        while at + size_of::<CmdHeader>() <= s.cmdbuf.len() {
+            let Ok(header) = CmdHeader::read_from_bytes(&s.cmdbuf[at..at + 8]) else {
+                break;
+            };
+            let payload_at = at + 8;
+            let end = (payload_at + usize::from(header.size)).min(s.cmdbuf.len());
+            let payload = &s.cmdbuf[payload_at..end];
+            self.line(&format!(
+                "command {command} ({}): vdm_barrier {}, cdm_barrier {}",
+                match header.cmd_type {
+                    t if t == CmdType::Render as u16 => "render",
+                    t if t == CmdType::Compute as u16 => "compute",
+                    _ => "other",
+                },
+                header.vdm_barrier,
+                header.cdm_barrier
+            ));
+            self.depth += 1;
+            for (name, barrier, earlier) in [
+                ("vdm_barrier", header.vdm_barrier, renders),
+                ("cdm_barrier", header.cdm_barrier, computes),
+            ] {
+                if barrier != DRM_ASAHI_BARRIER_NONE && barrier > earlier {
+                    self.lint(
+                        "barrier",
+                        0,
+                        format!(
+                            "command {command}'s {name} {barrier} names a command this submission does not have before it ({earlier})"
+                        ),
+                    );
+                }
+            }
+            if header.cmd_type == CmdType::Render as u16 {
+                let mut bytes = [0u8; size_of::<CmdRender>()];
+                let n = payload.len().min(bytes.len());
+                bytes[..n].copy_from_slice(&payload[..n]);
+                if let Ok(render) = CmdRender::read_from_bytes(&bytes) {
+                    self.render(&render);
+                }
+                renders += 1;
+            } else if header.cmd_type == CmdType::Compute as u16 {
+                let mut bytes = [0u8; size_of::<CmdCompute>()];
+                let n = payload.len().min(bytes.len());
+                bytes[..n].copy_from_slice(&payload[..n]);
+                if let Ok(compute) = CmdCompute::read_from_bytes(&bytes) {
+                    self.compute(&compute);
+                }
+                computes += 1;
+            } else {
+                self.line(&format!("payload:\n{}", hexdump(payload)));
+            }
+            self.depth -= 1;
+            at = end;
+            command += 1;
+        }
+        self.depth -= 1;
+        (self.out, self.lints)
+    }
+
+    fn render(&mut self, r: &CmdRender) {
+        self.line(&format!("{r:#x?}"));
+        let base = self.s.usc_exec_base;
+        let mut programs = Vec::new();
+        for (name, program) in [
+            ("bg", r.bg),
+            ("eot", r.eot),
+            ("partial_bg", r.partial_bg),
+            ("partial_eot", r.partial_eot),
+        ] {
+            self.line(&format!("{name}:"));
+            self.depth += 1;
+            let info = if program.usc == 0 {
+                self.line("none (address 0)");
+                None
+            } else {
+                Some(self.pipeline(base + u64::from(program.usc & !0x3f), name.ends_with("eot")))
+            };
+            self.depth -= 1;
+            programs.push(info);
+        }
+        let zls = ZlsControl::unpack(&r.zls_ctrl.to_le_bytes()).value;
+        self.line("zls_ctrl:");
+        self.depth += 1;
+        if let Some(Ok(text)) =
+            agx_hw::formats::print_by_name("ZlsControl", &r.zls_ctrl.to_le_bytes())
+        {
+            self.line(text.trim_end());
+        }
+        self.depth -= 1;
+        if r.sampler_heap != 0 {
+            self.line(&format!(
+                "sampler heap at {:#x}, {} samplers:",
+                r.sampler_heap, r.sampler_count
+            ));
+            self.depth += 1;
+            for i in 0..u64::from(r.sampler_count) {
+                self.format_at("Sampler", r.sampler_heap + 8 * i, 8);
+            }
+            self.depth -= 1;
+        }
+        self.line(&format!("VDM stream at {:#x}:", r.vdm_ctrl_stream_base));
+        self.depth += 1;
+        let (draws, fragment_programs) = self.vdm(r.vdm_ctrl_stream_base);
+        self.depth -= 1;
+        // Lints about partial renders: any pass with draws can overflow.
+        if draws > 0 {
+            for (name, info) in [("partial_bg", &programs[2]), ("partial_eot", &programs[3])] {
+                if info.is_none() {
+                    self.lint(
+                        "partial-missing",
+                        0,
+                        format!("the pass draws but has no {name}: a partial render faults at address 0"),
+                    );
+                }
+            }
+            if let Some(Some(partial_bg)) = programs.get(2) {
+                if !partial_bg.loads {
+                    self.lint(
+                        "partial-bg-no-load",
+                        partial_bg.code.unwrap_or(0),
+                        "partial_bg does not load the render targets: a partial render loses what was drawn before it".into(),
+                    );
+                }
+            }
+            if r.depth.base != 0 && !(zls.z_load_enable && zls.z_store_enable) {
+                self.lint(
+                    "zls-partial",
+                    r.depth.base,
+                    "depth is in use but zls_ctrl does not both store and reload it: partial renders lose depth".into(),
+                );
+            }
+        }
+        for info in fragment_programs.iter().chain(programs.iter().flatten()) {
+            if let (false, Some(index)) = (info.samplers_bound, info.max_sampler_immediate) {
+                if index >= u32::from(r.sampler_count) {
+                    self.lint(
+                        "sampler-index",
+                        info.code.unwrap_or(0),
+                        format!(
+                            "the program samples with sampler {index} but the heap has {}",
+                            r.sampler_count
+                        ),
+                    );
+                }
+            }
+        }
+    }
+
+    fn compute(&mut self, c: &CmdCompute) {
+        self.line(&format!("{c:#x?}"));
+        let mut pc = c.cdm_ctrl_stream_base;
+        self.line(&format!("CDM stream at {pc:#x}:"));
+        self.depth += 1;
+        let mut visited = HashSet::new();
+        for _ in 0..MAX_BLOCKS {
+            if !visited.insert(pc) {
+                self.lint(
+                    "unterminated",
+                    pc,
+                    "the CDM stream loops back to a block it already walked".into(),
+                );
+                break;
+            }
+            let Some(word) = self.read(pc, 4) else {
+                self.lint(
+                    "unterminated",
+                    pc,
+                    "the CDM stream runs into unmapped memory without a terminate".into(),
+                );
+                break;
+            };
+            let word = u32::from_le_bytes(word.try_into().unwrap_or_default());
+            match CdmBlockType::from_raw(word >> 29) {
+                CdmBlockType::Launch => {
+                    self.format_at("CdmLaunchWord0", pc, 4);
+                    let w0 = CdmLaunchWord0::unpack(&word.to_le_bytes()).value;
+                    let Some(w1) = self.format_at("CdmLaunchWord1", pc + 4, 4) else {
+                        break;
+                    };
+                    let w1 = CdmLaunchWord1::unpack(&w1.try_into().unwrap_or_default()).value;
+                    let mut at = pc + 8;
+                    match w0.mode {
+                        CdmMode::Direct => {
+                            self.format_at("CdmGlobalSize", at, 12);
+                            at += 12;
+                        }
+                        _ => {
+                            self.format_at("CdmIndirect", at, 8);
+                            at += 8;
+                        }
+                    }
+                    if w0.mode != CdmMode::IndirectLocal {
+                        self.format_at("CdmLocalSize", at, 12);
+                        at += 12;
+                    }
+                    self.depth += 1;
+                    let info = self.pipeline(self.s.usc_exec_base + w1.pipeline, false);
+                    self.depth -= 1;
+                    if let (false, Some(index)) = (info.samplers_bound, info.max_sampler_immediate)
+                    {
+                        if index >= c.sampler_count {
+                            self.lint(
+                                "sampler-index",
+                                info.code.unwrap_or(0),
+                                format!(
+                                    "the kernel samples with sampler {index} but the heap has {}",
+                                    c.sampler_count
+                                ),
+                            );
+                        }
+                    }
+                    pc = at;
+                }
+                CdmBlockType::StreamLink => {
+                    self.format_at("CdmStreamLink", pc, 8);
+                    let Some(b) = self.read(pc, 8) else { break };
+                    pc = agx_hw::formats::CdmStreamLink::unpack(&b.try_into().unwrap_or_default())
+                        .value
+                        .target;
+                }
+                CdmBlockType::StreamTerminate => {
+                    self.format_at("CdmStreamTerminate", pc, 8);
+                    break;
+                }
+                CdmBlockType::Barrier => {
+                    self.format_at("CdmBarrier", pc, 4);
+                    pc += 4;
+                }
+                _ => {
+                    self.line(&format!("{pc:#x}: unknown CDM block {word:#010x}"));
+                    self.lint(
+                        "unterminated",
+                        pc,
+                        "an unknown CDM block: the stream cannot be followed".into(),
+                    );
+                    break;
+                }
+            }
+        }
+        self.depth -= 1;
+    }
+
+    /// Walks a VDM stream; returns the number of draws and what the
+    /// fragment programs it names bind.
+    fn vdm(&mut self, start: u64) -> (usize, Vec<ProgramInfo>) {
+        let mut pc = start;
+        let mut draws = 0;
+        let mut fragment = Vec::new();
+        let mut visited = HashSet::new();
+        for _ in 0..MAX_BLOCKS {
+            if !visited.insert(pc) {
+                self.lint(
+                    "unterminated",
+                    pc,
+                    "the VDM stream loops back to a block it already walked".into(),
+                );
+                break;
+            }
+            let Some(word) = self.read(pc, 4) else {
+                self.lint(
+                    "unterminated",
+                    pc,
+                    "the VDM stream runs into unmapped memory without a terminate".into(),
+                );
+                break;
+            };
+            let word = u32::from_le_bytes(word.try_into().unwrap_or_default());
+            match VdmBlockType::from_raw(word >> 29) {
+                VdmBlockType::StreamTerminate => {
+                    self.format_at("VdmStreamTerminate", pc, 8);
+                    break;
+                }
+                VdmBlockType::Barrier => {
+                    self.format_at("VdmBarrier", pc, 4);
+                    pc += 4;
+                }
+                VdmBlockType::PppStateUpdate => {
+                    let Some(b) = self.format_at("PppState", pc, 8) else {
+                        break;
+                    };
+                    let ppp = PppState::unpack(&b.try_into().unwrap_or_default()).value;
+                    self.depth += 1;
+                    if let Some(info) = self.ppp(ppp.pointer) {
+                        fragment.push(info);
+                    }
+                    self.depth -= 1;
+                    pc += 8;
+                }
+                VdmBlockType::VdmStateUpdate => {
+                    self.format_at("VdmState", pc, 4);
+                    let h = VdmState::unpack(&word.to_le_bytes()).value;
+                    let words = [
+                        (h.restart_index_present, "VdmStateRestartIndex"),
+                        (h.vertex_shader_word_0_present, "VdmStateVertexShaderWord0"),
+                        (h.vertex_shader_word_1_present, "VdmStateVertexShaderWord1"),
+                        (h.vertex_outputs_present, "VdmStateVertexOutputs"),
+                        (h.tessellation_present, ""),
+                        (h.vertex_unknown_present, "VdmStateVertexUnknown"),
+                        (h.tessellation_scale_present, ""),
+                    ];
+                    let mut at = pc + 4;
+                    for (present, name) in words {
+                        if !present {
+                            continue;
+                        }
+                        if name.is_empty() {
+                            if let Some(b) = self.read(at, 4) {
+                                self.line(&format!("{at:#x}: tessellation word\n{}", hexdump(b)));
+                            }
+                        } else if let Some(b) = self.format_at(name, at, 4) {
+                            if name == "VdmStateVertexShaderWord1" {
+                                let w = VdmStateVertexShaderWord1::unpack(
+                                    &b.try_into().unwrap_or_default(),
+                                )
+                                .value;
+                                self.depth += 1;
+                                self.pipeline(self.s.usc_exec_base + w.pipeline, false);
+                                self.depth -= 1;
+                            }
+                        }
+                        at += 4;
+                    }
+                    pc = at;
+                }
+                VdmBlockType::IndexList => {
+                    self.format_at("IndexList", pc, 4);
+                    let h = IndexList::unpack(&word.to_le_bytes()).value;
+                    let mut at = pc + 4;
+                    for (present, name, words) in [
+                        (h.index_buffer_present, "IndexListBufferLo", 1),
+                        (h.index_count_present, "IndexListCount", 1),
+                        (h.instance_count_present, "IndexListInstances", 1),
+                        (h.start_present, "IndexListStart", 1),
+                        (h.unk_1_present, "", 2),
+                        (h.indirect_buffer_present, "", 2),
+                        (h.unk_2_present, "", 1),
+                        (h.index_buffer_size_present, "IndexListBufferSize", 1),
+                    ] {
+                        if !present {
+                            continue;
+                        }
+                        if name.is_empty() {
+                            if let Some(b) = self.read(at, 4 * words) {
+                                self.line(&format!("{at:#x}: words\n{}", hexdump(b)));
+                            }
+                        } else {
+                            self.format_at(name, at, 4);
+                        }
+                        at += 4 * words as u64;
+                    }
+                    draws += 1;
+                    pc = at;
+                }
+                VdmBlockType::StreamLink => {
+                    let Some(b) = self.format_at("VdmStreamLink", pc, 8) else {
+                        break;
+                    };
+                    pc = VdmStreamLink::unpack(&b.try_into().unwrap_or_default())
+                        .value
+                        .target;
+                }
+                _ => {
+                    self.line(&format!("{pc:#x}: unknown VDM block {word:#010x}"));
+                    self.lint(
+                        "unterminated",
+                        pc,
+                        "an unknown VDM block: the stream cannot be followed".into(),
+                    );
+                    break;
+                }
+            }
+        }
+        (draws, fragment)
+    }
+
+    /// A PPP state record; returns what its fragment program binds.
+    fn ppp(&mut self, va: u64) -> Option<ProgramInfo> {
+        let h = self.format_at("PppHeader", va, 4)?;
+        let h = PppHeader::unpack(&h.try_into().unwrap_or_default()).value;
+        let mut at = va + 4;
+        let mut info = None;
+        let viewports = u64::from(h.viewport_count);
+        let records: [(bool, &str, u64); 12] = [
+            (h.fragment_control, "FragmentControl", 1),
+            (h.fragment_control_2, "FragmentControl", 1),
+            (h.fragment_front_face, "FragmentFace", 1),
+            (h.fragment_front_face_2, "FragmentFace2", 1),
+            (h.fragment_front_stencil, "FragmentStencil", 1),
+            (h.fragment_back_face, "FragmentFace", 1),
+            (h.fragment_back_face_2, "FragmentFace2", 1),
+            (h.fragment_back_stencil, "FragmentStencil", 1),
+            (h.depth_bias_scissor, "DepthBiasScissor", 1),
+            (h.region_clip, "RegionClip", viewports),
+            (false, "", 0),
+            (false, "", 0),
+        ];
+        for (present, name, count) in records {
+            if !present {
+                continue;
+            }
+            for _ in 0..count {
+                let size = agx_hw::ALL_FORMATS
+                    .iter()
+                    .find(|f| f.name == name)
+                    .map_or(4, |f| f.size_bytes);
+                self.format_at(name, at, size);
+                at += size as u64;
+            }
+        }
+        if h.viewport {
+            if let Some(b) = self.read(at, 4) {
+                self.line(&format!("{at:#x}: viewport control word {:02x?}", b));
+            }
+            at += 4;
+            for _ in 0..viewports {
+                self.format_at("Viewport", at, 24);
+                at += 24;
+            }
+        }
+        for (present, name) in [
+            (h.w_clamp, "WClamp"),
+            (h.output_select, "OutputSelect"),
+            (h.varying_counts_32, "VaryingCounts"),
+            (h.varying_counts_16, "VaryingCounts"),
+            (h.cull, "Cull"),
+            (h.cull_2, "Cull2"),
+        ] {
+            if present {
+                self.format_at(name, at, 4);
+                at += 4;
+            }
+        }
+        if h.fragment_shader {
+            let w0 = self.format_at("FragmentShaderWord0", at, 4)?;
+            let w0 = FragmentShaderWord0::unpack(&w0.try_into().unwrap_or_default()).value;
+            let w1 = self.format_at("FragmentShaderWord1", at + 4, 4)?;
+            let w1 = FragmentShaderWord1::unpack(&w1.try_into().unwrap_or_default()).value;
+            let w2 = self.format_at("FragmentShaderWord2", at + 8, 4)?;
+            let w2 = FragmentShaderWord2::unpack(&w2.try_into().unwrap_or_default()).value;
+            self.format_at("FragmentShaderWord3", at + 12, 4);
+            self.depth += 1;
+            let table = self.s.usc_exec_base + w2.cf_bindings;
+            self.line(&format!("coefficient bindings at {table:#x}:"));
+            self.depth += 1;
+            self.format_at("CfBindingHeader", table, 4);
+            for i in 0..u64::from(w0.cf_binding_count) {
+                self.format_at("CfBinding", table + 4 + 4 * i, 4);
+            }
+            self.depth -= 1;
+            info = Some(self.pipeline(self.s.usc_exec_base + w1.pipeline, false));
+            self.depth -= 1;
+        }
+        for (present, what) in [
+            (h.occlusion_query, "occlusion query"),
+            (h.occlusion_query_2, "occlusion query 2"),
+            (h.output_unknown, "unknown output word"),
+            (h.output_size, "OutputSize"),
+            (h.varying_word_2, "second varying word"),
+        ] {
+            if present {
+                if let Some(b) = self.read(at, 4) {
+                    self.line(&format!("{at:#x}: {what} {:02x?}", b));
+                }
+                at += 4;
+            }
+        }
+        info
+    }
+
+    /// USC control words at `va` and what they bind; `pbe` when the
+    /// texture words bind PBE descriptors (end-of-tile programs).
+    fn pipeline(&mut self, va: u64, pbe: bool) -> ProgramInfo {
+        let mut info = ProgramInfo::default();
+        self.line(&format!("USC words at {va:#x}:"));
+        if !self.seen.insert(va) {
+            self.line("  (decoded above)");
+            // Still learn what it binds, quietly.
+            let saved = std::mem::take(&mut self.out);
+            let lints = self.lints.len();
+            self.seen.remove(&va);
+            let info = self.pipeline(va, pbe);
+            self.seen.insert(va);
+            self.out = saved;
+            self.lints.truncate(lints);
+            return info;
+        }
+        self.depth += 1;
+        let mut at = va;
+        for _ in 0..64 {
+            let Some(tag) = self.read(at, 1) else {
+                self.lint(
+                    "unmapped",
+                    at,
+                    "USC control words in unmapped memory".into(),
+                );
+                break;
+            };
+            let (name, size) = match UscControl::from_raw(u32::from(tag[0])) {
+                UscControl::Uniform => ("UscUniform", 8),
+                UscControl::UniformHigh => ("UscUniformHigh", 8),
+                UscControl::Texture => ("UscTexture", 8),
+                UscControl::Sampler => ("UscSampler", 8),
+                UscControl::Shared => ("UscShared", 4),
+                UscControl::Shader => ("UscShader", 6),
+                UscControl::Registers => ("UscRegisters", 4),
+                UscControl::NoPreshader => ("UscNoPreshader", 2),
+                UscControl::Preshader => ("UscPreshader", 8),
+                UscControl::FragmentProperties => ("UscFragmentProperties", 4),
+                _ => {
+                    if let Some(b) = self.read(at, 8) {
+                        self.line(&format!("{at:#x}: unknown USC word\n{}", hexdump(b)));
+                    }
+                    break;
+                }
+            };
+            let Some(bytes) = self.format_at(name, at, size) else {
+                break;
+            };
+            at += size as u64;
+            match name {
+                "UscTexture" => {
+                    let w = UscTexture::unpack(&bytes.try_into().unwrap_or_default()).value;
+                    self.depth += 1;
+                    for i in 0..u64::from(w.count) {
+                        self.format_at(if pbe { "Pbe" } else { "Texture" }, w.buffer + 24 * i, 24);
+                    }
+                    self.depth -= 1;
+                }
+                "UscSampler" => {
+                    info.samplers_bound = true;
+                    let w = UscSampler::unpack(&bytes.try_into().unwrap_or_default()).value;
+                    self.depth += 1;
+                    for i in 0..u64::from(w.count) {
+                        self.format_at("Sampler", w.buffer + 8 * i, 8);
+                    }
+                    self.depth -= 1;
+                }
+                "UscShader" => {
+                    let mut b = [0u8; 6];
+                    b.copy_from_slice(bytes);
+                    let w = UscShader::unpack(&b).value;
+                    let code = self.s.usc_exec_base + w.code;
+                    info.code = Some(code);
+                    self.depth += 1;
+                    self.disassemble(code, &mut info);
+                    self.depth -= 1;
+                }
+                "UscNoPreshader" | "UscPreshader" => break,
+                _ => {}
+            }
+        }
+        self.depth -= 1;
+        info
+    }
+
+    fn disassemble(&mut self, code: u64, info: &mut ProgramInfo) {
+        self.line(&format!("code at {code:#x}:"));
+        let Some(bytes) = self.s.tail(code) else {
+            self.lint("unmapped", code, "program code in unmapped memory".into());
+            return;
+        };
+        let mut at = 0usize;
+        for _ in 0..MAX_INSTRUCTIONS {
+            if at >= bytes.len() {
+                break;
+            }
+            match agx_hw::isa::decode(&bytes[at..]) {
+                Ok(d) => {
+                    let text = agx_hw::isa::text::print(&d.instr, code + at as u64);
+                    let unknown = if d.unknown_bits != 0 {
+                        format!("    XXX: unknown bits {:#x}", d.unknown_bits)
+                    } else {
+                        String::new()
+                    };
+                    self.line(&format!("{:#x}: {text}{unknown}", code + at as u64));
+                    let mnemonic = text.split_whitespace().next().unwrap_or("");
+                    if matches!(mnemonic, "texture_load" | "device_load" | "ld_tile") {
+                        info.loads = true;
+                    }
+                    if matches!(mnemonic, "texture_sample" | "texture_load") {
+                        // The sampler operand: `ssN` for an immediate.
+                        if let Some(n) = text.split(", ").find_map(|op| {
+                            op.strip_prefix("ss").and_then(|n| n.parse::<u32>().ok())
+                        }) {
+                            if mnemonic == "texture_sample" {
+                                info.max_sampler_immediate =
+                                    Some(info.max_sampler_immediate.unwrap_or(0).max(n));
+                            }
+                        }
+                    }
+                    at += d.length_bytes;
+                    if d.instr.op == agx_hw::isa::Op::Stop {
+                        break;
+                    }
+                }
+                Err(e) => {
+                    let end = (at + 16).min(bytes.len());
+                    self.line(&format!(
+                        "{:#x}: undecodable ({e})\n{}",
+                        code + at as u64,
+                        hexdump(&bytes[at..end])
+                    ));
+                    break;
+                }
+            }
+        }
+    }
+}
+
+/// Decodes every submission of `capture` (or only `only`).
+pub fn decode_capture(
+    capture: &agx_uapi::capture::Capture,
+    only: Option<usize>,
+) -> Vec<(usize, String, Vec<Lint>)> {
+    capture
+        .submissions
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| only.is_none_or(|o| o == *i))
+        .map(|(i, s)| {
+            let (text, lints) = Decoder::new(s).decode(i);
+            (i, text, lints)
+        })
+        .collect()
+}
+
+/// JSON string escaping.
+fn json_string(s: &str) -> String {
+    let mut out = String::from("\"");
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            c if (c as u32) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// The decoded submissions as JSON: an array of {submission, text (one
+/// string per line), lints: [{rule, address, message}]}.
+pub fn to_json(decoded: &[(usize, String, Vec<Lint>)]) -> String {
+    let mut out = String::from("[");
+    for (n, (index, text, lints)) in decoded.iter().enumerate() {
+        if n > 0 {
+            out.push(',');
+        }
+        let lines: Vec<String> = text.lines().map(json_string).collect();
+        let lints: Vec<String> = lints
+            .iter()
+            .map(|l| {
+                format!(
+                    "{{\"rule\":{},\"address\":{},\"message\":{}}}",
+                    json_string(l.rule),
+                    l.address,
+                    json_string(&l.message)
+                )
+            })
+            .collect();
+        let _ = write!(
+            out,
+            "\n{{\"submission\":{index},\"text\":[{}],\"lints\":[{}]}}",
+            lines.join(","),
+            lints.join(",")
+        );
+    }
+    out.push_str("\n]\n");
+    out
+}
