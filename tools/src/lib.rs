@@ -13,3 +13,4 @@ pub mod format_cli;
 pub mod isa_cli;
 pub mod mesh;
 pub mod render;
+pub mod replay;

@@ -1,0 +1,78 @@
+//! `agx-replay CAPTURE [--out DIR]`: re-submits every submission of a
+//! capture to a fresh simulated device and writes the render targets its
+//! end-of-tile programs store to `DIR/submitS-cmdC-rtR.png`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Parser;
+
+#[derive(Debug, Parser)]
+#[command(
+    version,
+    about = "Replay an AGX submission capture on the simulated device"
+)]
+struct Args {
+    /// The capture file.
+    capture: PathBuf,
+    /// Where to write the PNGs.
+    #[arg(long, default_value = ".")]
+    out: PathBuf,
+    /// Only submission N (from 0).
+    #[arg(long)]
+    submit: Option<usize>,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let capture = match std::fs::File::open(&args.capture)
+        .map_err(agx_uapi::capture::CaptureError::from)
+        .and_then(agx_uapi::capture::read)
+    {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("agx-replay: {}: {e}", args.capture.display());
+            return ExitCode::from(2);
+        }
+    };
+    let mut failed = false;
+    for index in 0..capture.submissions.len() {
+        if args.submit.is_some_and(|n| n != index) {
+            continue;
+        }
+        match agx_tools::replay::replay_one(&capture, index) {
+            Ok(r) => {
+                println!(
+                    "submission {index}: {}",
+                    r.error
+                        .map_or("completed".to_owned(), |e| format!("failed: {e:?}"))
+                );
+                failed |= r.error.is_some();
+                for t in &r.targets {
+                    let path = args
+                        .out
+                        .join(format!("submit{index}-cmd{}-rt{}.png", t.command, t.index));
+                    match agx_tools::render::encode_png(t.width, t.height, &t.rgba)
+                        .map_err(|e| e.to_string())
+                        .and_then(|png| std::fs::write(&path, png).map_err(|e| e.to_string()))
+                    {
+                        Ok(()) => println!("  wrote {} ({}x{})", path.display(), t.width, t.height),
+                        Err(e) => {
+                            eprintln!("agx-replay: {}: {e}", path.display());
+                            failed = true;
+                        }
+                    }
+                }
+            }
+            Err(e) => {
+                eprintln!("agx-replay: submission {index}: {e}");
+                failed = true;
+            }
+        }
+    }
+    if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
+}

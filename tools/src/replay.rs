@@ -1,0 +1,329 @@
+//! `agx-replay`: a capture re-submitted to a fresh simulated device.
+//!
+//! Each submission gets a device of its own with the capture's memory
+//! mapped at the same addresses (the snapshot taken when it was
+//! submitted), a queue with the same `usc_exec_base`, and its command
+//! buffer as captured (timestamps dropped: their buffers belonged to the
+//! capturing process; syncs replaced by one completion syncobj). The
+//! render targets its end-of-tile programs store (linear RGBA8 through
+//! PBE descriptors) are read back, so a misrender reproduces from the
+//! file alone, and the simulator's determinism makes that a regression
+//! test.
+
+use std::time::{Duration, Instant};
+
+use agx_hw::formats::{Channels, Layout, Pbe, TextureType, UscControl, UscTexture};
+use agx_kmd::{Errno, File, System, SystemConfig};
+use agx_uapi::asahi::{
+    self, BindFlags, CmdCompute, CmdHeader, CmdRender, CmdType, GemBindOp, GemCreate, QueueCreate,
+    Submit, Sync, VmBind, VmCreate,
+};
+use agx_uapi::capture::{Capture, Submission};
+use agx_uapi::drm::{self, SyncobjCreate};
+use zerocopy::{FromBytes, IntoBytes};
+
+/// A render target read back after a replay.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    /// Which command of the submission stored it.
+    pub command: usize,
+    /// Its index among that command's end-of-tile stores.
+    pub index: usize,
+    /// Width in pixels.
+    pub width: u32,
+    /// Height in pixels.
+    pub height: u32,
+    /// RGBA8 rows.
+    pub rgba: Vec<u8>,
+}
+
+/// What replaying one submission gave.
+#[derive(Debug, Clone)]
+pub struct Replayed {
+    /// The submission's index in the capture.
+    pub submission: usize,
+    /// The fence's error, if it failed on the GPU.
+    pub error: Option<Errno>,
+    /// The render targets.
+    pub targets: Vec<Target>,
+}
+
+/// Why a replay could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum ReplayError {
+    /// An ioctl of the replaying device failed.
+    #[error("{what} failed: {errno:?}")]
+    Kernel {
+        /// What was being done.
+        what: &'static str,
+        /// The errno.
+        errno: Errno,
+    },
+    /// The simulated device could not be built.
+    #[error("cannot build the simulated device")]
+    Device,
+    /// The capture maps memory where the kernel range has to be.
+    #[error("the capture maps {va:#x}, inside the kernel range")]
+    KernelRange {
+        /// The mapping.
+        va: u64,
+    },
+    /// The submission did not finish.
+    #[error("submission {0} did not finish within the timeout")]
+    Timeout(usize),
+}
+
+fn call<T: IntoBytes + FromBytes + zerocopy::Immutable>(
+    file: &File,
+    request: u32,
+    arg: &mut T,
+    what: &'static str,
+) -> Result<(), ReplayError> {
+    file.ioctl(u64::from(request), arg as *mut T as u64)
+        .map(|_| ())
+        .map_err(|errno| ReplayError::Kernel { what, errno })
+}
+
+const PAGE: u64 = 16 * 1024;
+
+/// Drops timestamp requests from a command buffer (their buffers were the
+/// capturing process's).
+fn without_timestamps(cmdbuf: &[u8]) -> Vec<u8> {
+    let mut out = cmdbuf.to_vec();
+    let mut at = 0;
+    while at + 8 <= out.len() {
+        let Ok(h) = CmdHeader::read_from_bytes(&out[at..at + 8]) else {
+            break;
+        };
+        let start = at + 8;
+        let end = (start + usize::from(h.size)).min(out.len());
+        if h.cmd_type == CmdType::Render as u16 {
+            let mut bytes = [0u8; size_of::<CmdRender>()];
+            let n = (end - start).min(bytes.len());
+            bytes[..n].copy_from_slice(&out[start..start + n]);
+            if let Ok(mut r) = CmdRender::read_from_bytes(&bytes) {
+                r.ts_vtx = Default::default();
+                r.ts_frag = Default::default();
+                out[start..start + n].copy_from_slice(&r.as_bytes()[..n]);
+            }
+        } else if h.cmd_type == CmdType::Compute as u16 {
+            let mut bytes = [0u8; size_of::<CmdCompute>()];
+            let n = (end - start).min(bytes.len());
+            bytes[..n].copy_from_slice(&out[start..start + n]);
+            if let Ok(mut c) = CmdCompute::read_from_bytes(&bytes) {
+                c.ts = Default::default();
+                out[start..start + n].copy_from_slice(&c.as_bytes()[..n]);
+            }
+        }
+        at = end;
+    }
+    out
+}
+
+/// The PBE descriptors a render command's end-of-tile program stores
+/// through, from the captured memory.
+fn eot_targets(s: &Submission, render: &CmdRender) -> Vec<Pbe> {
+    let mut at = s.usc_exec_base + u64::from(render.eot.usc & !0x3f);
+    let mut out = Vec::new();
+    for _ in 0..64 {
+        let Some(tag) = s.read(at, 1) else { break };
+        let size = match UscControl::from_raw(u32::from(tag[0])) {
+            UscControl::Texture => {
+                if let Some(b) = s.read(at, 8) {
+                    let w = UscTexture::unpack(&b.try_into().unwrap_or_default()).value;
+                    for i in 0..u64::from(w.count) {
+                        if let Some(d) = s.read(w.buffer + 24 * i, 24) {
+                            out.push(Pbe::unpack(&d.try_into().unwrap_or_default()).value);
+                        }
+                    }
+                }
+                8
+            }
+            UscControl::Uniform | UscControl::UniformHigh | UscControl::Sampler => 8,
+            UscControl::Preshader | UscControl::NoPreshader => break,
+            UscControl::Shader => 6,
+            UscControl::Shared | UscControl::Registers | UscControl::FragmentProperties => 4,
+            _ => break,
+        };
+        at += size;
+    }
+    out
+}
+
+/// Replays submission `index` of `capture`.
+pub fn replay_one(capture: &Capture, index: usize) -> Result<Replayed, ReplayError> {
+    let s = &capture.submissions[index];
+    let system = System::new(SystemConfig {
+        ram_bytes: 4 << 30,
+        command_timeout_ms: 60_000,
+        ..SystemConfig::default()
+    })
+    .map_err(|_| ReplayError::Device)?;
+    let file = system.open();
+    let params = agx_kmd::params::params_global();
+    let kernel_end = params.vm_end / PAGE * PAGE;
+    let kernel_start = (kernel_end - params.vm_kernel_min_size) / PAGE * PAGE;
+    if let Some(r) = s
+        .memory
+        .iter()
+        .find(|r| r.va < kernel_end && r.va + r.bytes.len() as u64 > kernel_start)
+    {
+        return Err(ReplayError::KernelRange { va: r.va });
+    }
+    let mut vm = VmCreate {
+        kernel_start,
+        kernel_end,
+        ..VmCreate::default()
+    };
+    call(
+        &file,
+        asahi::DRM_IOCTL_ASAHI_VM_CREATE,
+        &mut vm,
+        "VM_CREATE",
+    )?;
+    // The objects the memory lives in, by address, for reading back.
+    let mut objects = Vec::new();
+    for range in &s.memory {
+        let size = (range.bytes.len() as u64).max(1).next_multiple_of(PAGE);
+        let mut create = GemCreate {
+            size,
+            ..GemCreate::default()
+        };
+        call(
+            &file,
+            asahi::DRM_IOCTL_ASAHI_GEM_CREATE,
+            &mut create,
+            "GEM_CREATE",
+        )?;
+        let object = file.object(create.handle).ok_or(ReplayError::Device)?;
+        object
+            .memory()
+            .backing()
+            .write(0, &range.bytes)
+            .ok_or(ReplayError::Device)?;
+        let mut flags = BindFlags::READ;
+        if range.write {
+            flags |= BindFlags::WRITE;
+        }
+        let op = GemBindOp {
+            flags: flags.bits(),
+            handle: create.handle,
+            offset: 0,
+            range: range.bytes.len() as u64,
+            addr: range.va,
+        };
+        let mut bind = VmBind {
+            vm_id: vm.vm_id,
+            num_binds: 1,
+            stride: size_of::<GemBindOp>() as u32,
+            pad: 0,
+            userptr: &op as *const GemBindOp as u64,
+        };
+        call(&file, asahi::DRM_IOCTL_ASAHI_VM_BIND, &mut bind, "VM_BIND")?;
+        objects.push((range.va, range.bytes.len() as u64, object));
+    }
+    let mut queue = QueueCreate {
+        vm_id: vm.vm_id,
+        priority: 1,
+        usc_exec_base: s.usc_exec_base,
+        ..QueueCreate::default()
+    };
+    call(
+        &file,
+        asahi::DRM_IOCTL_ASAHI_QUEUE_CREATE,
+        &mut queue,
+        "QUEUE_CREATE",
+    )?;
+    let mut done = SyncobjCreate::default();
+    call(
+        &file,
+        drm::DRM_IOCTL_SYNCOBJ_CREATE,
+        &mut done,
+        "SYNCOBJ_CREATE",
+    )?;
+    let syncs = [Sync {
+        sync_type: 0,
+        handle: done.handle,
+        timeline_value: 0,
+    }];
+    let cmdbuf = without_timestamps(&s.cmdbuf);
+    let mut submit = Submit {
+        syncs: syncs.as_ptr() as u64,
+        cmdbuf: cmdbuf.as_ptr() as u64,
+        queue_id: queue.queue_id,
+        out_sync_count: 1,
+        cmdbuf_size: cmdbuf.len() as u32,
+        ..Submit::default()
+    };
+    call(&file, asahi::DRM_IOCTL_ASAHI_SUBMIT, &mut submit, "SUBMIT")?;
+    let syncobj = file.syncobj(done.handle).ok_or(ReplayError::Device)?;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let error = loop {
+        if let Some(status) = syncobj.fence_for(0).and_then(|f| f.status()) {
+            break status;
+        }
+        if Instant::now() > deadline {
+            return Err(ReplayError::Timeout(index));
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    };
+    // Read the render targets back.
+    let read = |va: u64, buf: &mut [u8]| -> bool {
+        objects.iter().any(|(base, len, object)| {
+            va >= *base
+                && va + buf.len() as u64 <= base + len
+                && object
+                    .memory()
+                    .backing()
+                    .read((va - base) as usize, buf)
+                    .is_some()
+        })
+    };
+    let mut targets = Vec::new();
+    let mut at = 0;
+    let mut command = 0;
+    while at + 8 <= s.cmdbuf.len() {
+        let Ok(h) = CmdHeader::read_from_bytes(&s.cmdbuf[at..at + 8]) else {
+            break;
+        };
+        let start = at + 8;
+        let end = (start + usize::from(h.size)).min(s.cmdbuf.len());
+        if h.cmd_type == CmdType::Render as u16 {
+            let mut bytes = [0u8; size_of::<CmdRender>()];
+            let n = (end - start).min(bytes.len());
+            bytes[..n].copy_from_slice(&s.cmdbuf[start..start + n]);
+            if let Ok(render) = CmdRender::read_from_bytes(&bytes) {
+                for (i, pbe) in eot_targets(s, &render).iter().enumerate() {
+                    let rgba8 = pbe.channels == Channels::R8G8B8A8
+                        && pbe.data_type == TextureType::Unorm
+                        && pbe.layout == Layout::Linear;
+                    if !rgba8 {
+                        continue;
+                    }
+                    let (w, h) = (pbe.width, pbe.height);
+                    let mut rgba = vec![0u8; (w * h * 4) as usize];
+                    let ok = rgba
+                        .chunks_mut((w * 4) as usize)
+                        .enumerate()
+                        .all(|(y, row)| read(pbe.buffer + y as u64 * u64::from(pbe.stride), row));
+                    if ok {
+                        targets.push(Target {
+                            command,
+                            index: i,
+                            width: w,
+                            height: h,
+                            rgba,
+                        });
+                    }
+                }
+            }
+        }
+        at = end;
+        command += 1;
+    }
+    Ok(Replayed {
+        submission: index,
+        error,
+        targets,
+    })
+}

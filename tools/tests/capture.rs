@@ -1,0 +1,263 @@
+//! Capture, decode, lint and replay, on scenes the umd renders.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use agx_tools::decode::{decode_capture, Lint};
+use agx_tools::mesh::Mesh;
+use agx_tools::render::Renderer;
+use agx_uapi::capture::{self, Capture};
+use agx_umd::*;
+
+fn device() -> Device {
+    Device::open_simulated(agx_kmd::SystemConfig {
+        ram_bytes: 1 << 30,
+        ..agx_kmd::SystemConfig::default()
+    })
+    .unwrap()
+}
+
+fn capture_path(name: &str) -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(name)
+}
+
+/// Starts capturing on `device`, runs `work`, and reads the capture back.
+fn captured(device: &Device, name: &str, work: impl FnOnce()) -> Capture {
+    let path = capture_path(name);
+    let system = device.simulated().unwrap().system();
+    system.capture_to(&path).unwrap();
+    work();
+    system.stop_capture();
+    capture::read(std::fs::File::open(&path).unwrap()).unwrap()
+}
+
+fn lints(capture: &Capture) -> Vec<Lint> {
+    decode_capture(capture, None)
+        .into_iter()
+        .flat_map(|(_, _, l)| l)
+        .collect()
+}
+
+#[test]
+fn a_rendered_frame_decodes_cleanly_and_replays_bit_for_bit() {
+    let d = device();
+    let renderer = Renderer::new(&d, &Mesh::torus(40, 16), 96, 64).unwrap();
+    let capture = captured(&d, "torus.cap", || {
+        renderer.frame(0).unwrap();
+    });
+    assert_eq!(capture.submissions.len(), 1);
+    let decoded = decode_capture(&capture, None);
+    let (_, text, lints) = &decoded[0];
+    assert!(lints.is_empty(), "{lints:?}");
+    assert!(!text.contains("XXX"), "no unknown bits:\n{text}");
+    assert!(!text.contains("undecodable") && !text.contains("unknown VDM"));
+    for needle in [
+        "CmdRender {",
+        "UscShader",
+        "texture_sample",
+        "image_write_block",
+        "PppHeader",
+        "IndexList",
+        "VdmStreamTerminate",
+        "CdmLaunchWord0",
+        "ZlsControl",
+    ] {
+        assert!(text.contains(needle), "the decode shows {needle}");
+    }
+    let replayed = agx_tools::replay::replay_one(&capture, 0).unwrap();
+    assert_eq!(replayed.error, None);
+    assert_eq!(replayed.targets.len(), 1);
+    assert_eq!(
+        replayed.targets[0].rgba,
+        renderer.pixels().unwrap(),
+        "the replay draws the same frame"
+    );
+}
+
+const VS: &str = "
+    device_load 0, i32, xyzw, r8_r9_r10_r11, u0_u1, r5, unsigned, lsl 2
+    wait 0
+    st_var 1, r8, 0
+    st_var 1, r9, 1
+    st_var 1, r10, 2
+    st_var 1, r11, 3
+    stop";
+
+/// A quad pass with `fs` (colour left in r4-r7), its texture bound
+/// without samplers, and `debug`'s mistakes.
+fn quad_pass(d: &Device, fs: &str, debug: PassDebug) -> Result<(), Error> {
+    let programs = Arc::new(ProgramCache::new(d));
+    let image = Image::new(d, 32, 32, Format::Rgba8Unorm)?;
+    let texture = Image::new(d, 4, 4, Format::Rgba8Unorm)?;
+    let depth = DepthImage::new(d, 32, 32)?;
+    let mut vertices = Vec::new();
+    for [x, y] in [[-1.0f32, 1.0], [1.0, 1.0], [-1.0, -1.0]] {
+        for v in [x, y, 0.5, 1.0] {
+            vertices.extend(v.to_le_bytes());
+        }
+    }
+    let vb = d.upload(&vertices, false)?;
+    let pipeline = Arc::new(GraphicsPipeline::new(
+        d,
+        &GraphicsPipelineDesc {
+            vertex: VS,
+            fragment: fs,
+            vertex_outputs: 4,
+            varyings: Vec::new(),
+            depth: None,
+            cull: CullMode::None,
+            front_ccw: false,
+            topology: Topology::Triangles,
+            colour_output: ColourOutput::Registers {
+                format: Format::Rgba8Unorm,
+                blend: Blend::Replace,
+            },
+        },
+    )?);
+    let mut cb = CommandBuffer::new(d, &programs);
+    cb.set_debug(debug);
+    let mut pass = cb.begin_render_pass(&RenderPassDesc {
+        colour: vec![ColourAttachment {
+            image: &image,
+            load: LoadOp::Clear([0.0; 4]),
+            store: StoreOp::Store,
+        }],
+        depth: Some(DepthAttachment {
+            image: &depth,
+            load: LoadOp::Clear(1.0),
+            store: StoreOp::DontCare,
+        }),
+    })?;
+    pass.set_pipeline(&pipeline);
+    let va = vb.va();
+    pass.set_vertex_uniforms(&[va as u32, (va >> 32) as u32]);
+    pass.set_fragment_textures(&[&texture], &[])?;
+    pass.draw(3, 1, 0)?;
+    pass.end()?;
+    cb.finish()?;
+    let queue = Queue::new(d)?;
+    queue
+        .submit(vec![cb], &[], &[])?
+        .wait(Duration::from_secs(30))
+}
+
+const PLAIN_FS: &str = "
+    mov_imm r4, 0x3f800000
+    mov_imm r5, 0
+    mov_imm r6, 0
+    mov_imm r7, 0x3f800000";
+
+fn rules(capture: &Capture) -> Vec<&'static str> {
+    let mut r: Vec<_> = lints(capture).iter().map(|l| l.rule).collect();
+    r.sort_unstable();
+    r.dedup();
+    r
+}
+
+#[test]
+fn each_lint_fires_on_its_mistake_and_not_on_good_work() {
+    let d = device();
+    let good = captured(&d, "good.cap", || {
+        quad_pass(&d, PLAIN_FS, PassDebug::default()).unwrap()
+    });
+    assert!(rules(&good).is_empty(), "{:?}", lints(&good));
+    let cases = [
+        (
+            PassDebug {
+                no_partial_bg: true,
+                ..PassDebug::default()
+            },
+            "partial-missing",
+        ),
+        (
+            PassDebug {
+                clearing_partial_bg: true,
+                ..PassDebug::default()
+            },
+            "partial-bg-no-load",
+        ),
+        (
+            PassDebug {
+                no_partial_zls: true,
+                ..PassDebug::default()
+            },
+            "zls-partial",
+        ),
+    ];
+    for (debug, rule) in cases {
+        let c = captured(&d, "debug.cap", || {
+            let _ = quad_pass(&d, PLAIN_FS, debug);
+        });
+        assert_eq!(rules(&c), [rule], "{debug:?}");
+    }
+    // A shader sampling sampler 5 from a heap that has none.
+    let sampling = "
+    mov_imm r2, 0
+    mov_imm r3, 0
+    texture_sample 0, 0b1100, 0, none, xyzw, 0b00, r4_r5_r6_r7, None, ts0, ss5, tex_2d, r2_r3, lod_min, r2l, 0, r0
+    wait 0";
+    let c = captured(&d, "sampler.cap", || {
+        let _ = quad_pass(&d, sampling, PassDebug::default());
+    });
+    assert_eq!(rules(&c), ["sampler-index"]);
+    // Edits of the good capture: a barrier naming a later command...
+    let mut bad = good.clone();
+    bad.submissions[0].cmdbuf[4..6].copy_from_slice(&5u16.to_le_bytes());
+    assert!(rules(&bad).contains(&"barrier"));
+    // ...the descriptors' memory missing...
+    let mut bad = good.clone();
+    let text = decode_capture(&good, None).remove(0).1;
+    let descriptor = text
+        .lines()
+        .find_map(|l| l.trim().strip_suffix(": Texture"))
+        .and_then(|a| u64::from_str_radix(a.trim_start_matches("0x"), 16).ok())
+        .expect("a texture descriptor in the decode");
+    bad.submissions[0]
+        .memory
+        .retain(|r| !r.contains(descriptor, 24));
+    assert!(rules(&bad).contains(&"unmapped"));
+    // ...and a VDM stream whose terminate became a link to itself.
+    let mut bad = good.clone();
+    let terminate = text
+        .lines()
+        .find_map(|l| l.trim().strip_suffix(": VdmStreamTerminate"))
+        .and_then(|a| u64::from_str_radix(a.trim_start_matches("0x"), 16).ok())
+        .expect("a terminate in the decode");
+    let link = agx_hw::formats::VdmStreamLink {
+        target: terminate,
+        with_return: false,
+    }
+    .pack()
+    .unwrap();
+    let s = &mut bad.submissions[0];
+    let range = s
+        .memory
+        .iter_mut()
+        .find(|r| r.contains(terminate, 8))
+        .unwrap();
+    let at = (terminate - range.va) as usize;
+    range.bytes[at..at + 8].copy_from_slice(&link);
+    assert_eq!(rules(&bad), ["unterminated"]);
+}
+
+#[test]
+fn a_small_capture_decodes_to_the_golden_text() {
+    let d = device();
+    let c = captured(&d, "golden.cap", || {
+        quad_pass(&d, PLAIN_FS, PassDebug::default()).unwrap()
+    });
+    let text: String = decode_capture(&c, None)
+        .into_iter()
+        .map(|(_, t, _)| t)
+        .collect();
+    let golden = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/quad.decode");
+    if std::env::var_os("AGX_BLESS").is_some() {
+        std::fs::write(&golden, &text).unwrap();
+    }
+    let expected =
+        std::fs::read_to_string(&golden).expect("tests/data/quad.decode (AGX_BLESS=1 writes it)");
+    assert!(
+        text == expected,
+        "the decode changed; if that is intended, rerun with AGX_BLESS=1\n{text}"
+    );
+}
