@@ -300,6 +300,29 @@ impl<'a> Decoder<'a> {
         }
     }
 
+    /// The first word of the block at `pc` of a control stream, unless
+    /// the stream loops back there or runs into unmapped memory (which
+    /// are linted).
+    fn next_block(&mut self, stream: &str, pc: u64, visited: &mut HashSet<u64>) -> Option<u32> {
+        if !visited.insert(pc) {
+            self.lint(
+                "unterminated",
+                pc,
+                format!("the {stream} stream loops back to a block it already walked"),
+            );
+            return None;
+        }
+        let Some(word) = self.read(pc, 4) else {
+            self.lint(
+                "unterminated",
+                pc,
+                format!("the {stream} stream runs into unmapped memory without a terminate"),
+            );
+            return None;
+        };
+        Some(u32::from_le_bytes(word.try_into().unwrap_or_default()))
+    }
+
     fn compute(&mut self, c: &CmdCompute) {
         self.line(&format!("{c:#x?}"));
         let mut pc = c.cdm_ctrl_stream_base;
@@ -307,23 +330,9 @@ impl<'a> Decoder<'a> {
         self.depth += 1;
         let mut visited = HashSet::new();
         for _ in 0..MAX_BLOCKS {
-            if !visited.insert(pc) {
-                self.lint(
-                    "unterminated",
-                    pc,
-                    "the CDM stream loops back to a block it already walked".into(),
-                );
-                break;
-            }
-            let Some(word) = self.read(pc, 4) else {
-                self.lint(
-                    "unterminated",
-                    pc,
-                    "the CDM stream runs into unmapped memory without a terminate".into(),
-                );
+            let Some(word) = self.next_block("CDM", pc, &mut visited) else {
                 break;
             };
-            let word = u32::from_le_bytes(word.try_into().unwrap_or_default());
             match CdmBlockType::from_raw(word >> 29) {
                 CdmBlockType::Launch => {
                     self.format_at("CdmLaunchWord0", pc, 4);
@@ -402,23 +411,9 @@ impl<'a> Decoder<'a> {
         let mut fragment = Vec::new();
         let mut visited = HashSet::new();
         for _ in 0..MAX_BLOCKS {
-            if !visited.insert(pc) {
-                self.lint(
-                    "unterminated",
-                    pc,
-                    "the VDM stream loops back to a block it already walked".into(),
-                );
-                break;
-            }
-            let Some(word) = self.read(pc, 4) else {
-                self.lint(
-                    "unterminated",
-                    pc,
-                    "the VDM stream runs into unmapped memory without a terminate".into(),
-                );
+            let Some(word) = self.next_block("VDM", pc, &mut visited) else {
                 break;
             };
-            let word = u32::from_le_bytes(word.try_into().unwrap_or_default());
             match VdmBlockType::from_raw(word >> 29) {
                 VdmBlockType::StreamTerminate => {
                     self.format_at("VdmStreamTerminate", pc, 8);
@@ -759,6 +754,13 @@ impl<'a> Decoder<'a> {
             }
         }
     }
+}
+
+/// Reads the capture at `path` (for the command-line tools).
+pub fn open_capture(
+    path: &std::path::Path,
+) -> Result<agx_uapi::capture::Capture, agx_uapi::capture::CaptureError> {
+    agx_uapi::capture::read(std::fs::File::open(path)?)
 }
 
 /// Decodes every submission of `capture` (or only `only`).

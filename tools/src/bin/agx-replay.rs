@@ -25,10 +25,7 @@ struct Args {
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    let capture = match std::fs::File::open(&args.capture)
-        .map_err(agx_uapi::capture::CaptureError::from)
-        .and_then(agx_uapi::capture::read)
-    {
+    let capture = match agx_tools::decode::open_capture(&args.capture) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("agx-replay: {}: {e}", args.capture.display());
