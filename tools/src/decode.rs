@@ -35,6 +35,9 @@ pub struct Lint {
 
 /// Blocks a control stream may have before the decoder calls it runaway.
 const MAX_BLOCKS: usize = 1 << 20;
+/// Resident descriptors printed per image heap at most.
+const MAX_HEAP_DESCRIPTORS: usize = 256;
+use agx_umd::heap::HEAP_BASE_UNIFORM;
 /// Instructions disassembled per program at most.
 const MAX_INSTRUCTIONS: usize = 4096;
 
@@ -54,6 +57,11 @@ pub struct Decoder<'a> {
     depth: usize,
     /// Programs (pipeline addresses) already decoded.
     seen: HashSet<u64>,
+    /// Bindless image heaps the programs load the base of, not yet
+    /// printed.
+    heaps: std::collections::BTreeSet<u64>,
+    /// Heaps printed.
+    heaps_printed: HashSet<u64>,
     /// Lints found.
     pub lints: Vec<Lint>,
 }
@@ -79,6 +87,8 @@ impl<'a> Decoder<'a> {
             out: String::new(),
             depth: 0,
             seen: HashSet::new(),
+            heaps: std::collections::BTreeSet::new(),
+            heaps_printed: HashSet::new(),
             lints: Vec::new(),
         }
     }
@@ -203,6 +213,7 @@ impl<'a> Decoder<'a> {
             } else {
                 self.line(&format!("payload:\n{}", hexdump(payload)));
             }
+            self.print_heaps();
             self.depth -= 1;
             at = end;
             command += 1;
@@ -297,6 +308,43 @@ impl<'a> Decoder<'a> {
                     );
                 }
             }
+        }
+    }
+
+    /// The resident (non-null) descriptors of the image heaps the
+    /// command's programs use, each heap once per submission.
+    fn print_heaps(&mut self) {
+        let heaps: Vec<u64> = std::mem::take(&mut self.heaps).into_iter().collect();
+        for base in heaps {
+            if !self.heaps_printed.insert(base) {
+                continue;
+            }
+            let Some(bytes) = self.s.tail(base) else {
+                self.lint(
+                    "unmapped",
+                    base,
+                    "the image heap's base is not in mapped memory".into(),
+                );
+                continue;
+            };
+            self.line(&format!("image heap at {base:#x} (resident descriptors):"));
+            self.depth += 1;
+            let mut shown = 0;
+            for (index, d) in bytes.chunks_exact(24).enumerate() {
+                let d: [u8; 24] = d.try_into().unwrap_or_default();
+                let texture = agx_hw::formats::Texture::decode_fields(&d);
+                if texture.layout == agx_hw::formats::Layout::Null || d == [0; 24] {
+                    continue;
+                }
+                if shown == MAX_HEAP_DESCRIPTORS {
+                    self.line("(more not shown)");
+                    break;
+                }
+                self.line(&format!("slot {index} (byte offset {:#x}):", 24 * index));
+                self.format_at("Texture", base + 24 * index as u64, 24);
+                shown += 1;
+            }
+            self.depth -= 1;
         }
     }
 
@@ -667,6 +715,22 @@ impl<'a> Decoder<'a> {
             };
             at += size as u64;
             match name {
+                "UscUniform" => {
+                    let w =
+                        agx_hw::formats::UscUniform::unpack(&bytes.try_into().unwrap_or_default())
+                            .value;
+                    // The bindless image heap's base lives in u60_u61
+                    // (halves 120-123) by the umd's convention.
+                    let first = 2 * HEAP_BASE_UNIFORM;
+                    if w.start_halfs <= first && first + 4 <= w.start_halfs + w.size_halfs {
+                        let at = w.buffer + 2 * u64::from(first - w.start_halfs);
+                        if let Some(base) = self.read(at, 8) {
+                            let base = u64::from_le_bytes(base.try_into().unwrap_or_default());
+                            self.line(&format!("  image heap base (u60_u61): {base:#x}"));
+                            self.heaps.insert(base);
+                        }
+                    }
+                }
                 "UscTexture" => {
                     let w = UscTexture::unpack(&bytes.try_into().unwrap_or_default()).value;
                     self.depth += 1;

@@ -261,3 +261,79 @@ fn a_small_capture_decodes_to_the_golden_text() {
         "the decode changed; if that is intended, rerun with AGX_BLESS=1\n{text}"
     );
 }
+
+#[test]
+fn descriptors_are_found_through_the_heaps_programs_use() {
+    let d = device();
+    let programs = Arc::new(ProgramCache::new(&d));
+    let mut images = ImageHeap::new(&d, 1024).unwrap();
+    let samplers = SamplerHeap::new(&d, 16).unwrap();
+    let texture = Image::new(&d, 8, 8, Format::Rgba8Unorm).unwrap();
+    let slot = images.alloc().unwrap();
+    images
+        .set_texture(slot, &texture.texture_descriptor())
+        .unwrap();
+    let image = Image::new(&d, 32, 32, Format::Rgba8Unorm).unwrap();
+    let vb = d.upload(&[0u8; 48], false).unwrap();
+    let pipeline = Arc::new(
+        GraphicsPipeline::new(
+            &d,
+            &GraphicsPipelineDesc {
+                vertex: VS,
+                fragment: PLAIN_FS,
+                vertex_outputs: 4,
+                varyings: Vec::new(),
+                depth: None,
+                cull: CullMode::None,
+                front_ccw: false,
+                topology: Topology::Triangles,
+                colour_output: ColourOutput::Registers {
+                    format: Format::Rgba8Unorm,
+                    blend: Blend::Replace,
+                },
+            },
+        )
+        .unwrap(),
+    );
+    let c = captured(&d, "heaps.cap", || {
+        let mut cb = CommandBuffer::new(&d, &programs);
+        cb.bind_heaps(&images, &samplers).unwrap();
+        let mut pass = cb
+            .begin_render_pass(&RenderPassDesc {
+                colour: vec![ColourAttachment {
+                    image: &image,
+                    load: LoadOp::Clear([0.0; 4]),
+                    store: StoreOp::Store,
+                }],
+                depth: None,
+            })
+            .unwrap();
+        pass.set_pipeline(&pipeline);
+        let va = vb.va();
+        pass.set_vertex_uniforms(&[va as u32, (va >> 32) as u32]);
+        pass.draw(3, 1, 0).unwrap();
+        pass.end().unwrap();
+        cb.finish().unwrap();
+        Queue::new(&d)
+            .unwrap()
+            .submit(vec![cb], &[], &[])
+            .unwrap()
+            .wait(Duration::from_secs(30))
+            .unwrap();
+    });
+    let text = decode_capture(&c, None).remove(0).1;
+    assert!(
+        text.contains(&format!("image heap base (u60_u61): {:#x}", images.base())),
+        "{text}"
+    );
+    assert!(text.contains(&format!(
+        "slot {} (byte offset {:#x}):",
+        slot.0,
+        slot.byte_offset()
+    )));
+    assert_eq!(
+        text.matches("(resident descriptors)").count(),
+        1,
+        "each heap once"
+    );
+}
