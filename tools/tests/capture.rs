@@ -337,3 +337,22 @@ fn descriptors_are_found_through_the_heaps_programs_use() {
         "each heap once"
     );
 }
+
+#[test]
+fn the_umd_captures_what_it_submits_as_the_kernel_would() {
+    let d = device();
+    let renderer = Renderer::new(&d, &Mesh::torus(30, 12), 64, 48).unwrap();
+    let path = capture_path("umd.cap");
+    d.capture_to(&path).unwrap();
+    renderer.frame(0).unwrap();
+    d.stop_capture();
+    let c = capture::read(std::fs::File::open(&path).unwrap()).unwrap();
+    assert_eq!(c.submissions.len(), 1);
+    assert_eq!(c.params.map(|p| p.gpu_generation), Some(13));
+    let (_, text, lints) = decode_capture(&c, None).remove(0);
+    assert!(lints.is_empty(), "{lints:?}");
+    assert!(!text.contains("XXX"));
+    let replayed = agx_tools::replay::replay_one(&c, 0).unwrap();
+    assert_eq!(replayed.error, None);
+    assert_eq!(replayed.targets[0].rgba, renderer.pixels().unwrap());
+}

@@ -75,6 +75,18 @@ pub(crate) struct DeviceInner {
     usc_base: u64,
     general: Mutex<VaRange>,
     usc: Mutex<VaRange>,
+    /// Everything mapped in the VM with a CPU view of it: va -> (length,
+    /// GPU-writable, the mapping). For captures.
+    live: Mutex<std::collections::BTreeMap<u64, LiveMapping>>,
+    /// The capture being written, if any.
+    capture: Mutex<Option<agx_uapi::capture::CaptureWriter<std::io::BufWriter<std::fs::File>>>>,
+}
+
+/// A mapped range the capture can read.
+struct LiveMapping {
+    len_bytes: u64,
+    gpu_write: bool,
+    map: std::sync::Weak<dyn CpuMapping>,
 }
 
 impl std::fmt::Debug for DeviceInner {
@@ -109,13 +121,6 @@ impl Device {
     #[cfg(feature = "sim")]
     pub fn open_simulated(config: agx_kmd::SystemConfig) -> Result<Device, Error> {
         let sim = Arc::new(crate::sim::SimKernel::boot(config).map_err(kernel("boot"))?);
-        // AGX_UMD_CAPTURE=FILE: record every submission (the simulated
-        // kernel writes the capture: it sees every mapping).
-        if let Some(path) = std::env::var_os("AGX_UMD_CAPTURE") {
-            sim.system()
-                .capture_to(std::path::Path::new(&path))
-                .map_err(|e| Error::Unsupported(format!("capture to {path:?}: {e}")))?;
-        }
         Device::with_kernel(sim.clone(), Some(sim))
     }
 
@@ -168,7 +173,7 @@ impl Device {
             kernel = format_args!("{kernel_start:#x}..{kernel_end:#x}"),
             "device opened"
         );
-        Ok(Device {
+        Device {
             inner: Arc::new(DeviceInner {
                 kernel: kernel_file,
                 #[cfg(feature = "sim")]
@@ -182,8 +187,89 @@ impl Device {
                     usc_base + USC_REGION_BYTES,
                     PAGE_BYTES,
                 )),
+                live: Mutex::new(std::collections::BTreeMap::new()),
+                capture: Mutex::new(None),
             }),
-        })
+        }
+        .with_capture_from_env()
+    }
+
+    fn with_capture_from_env(self) -> Result<Device, Error> {
+        if let Some(path) = std::env::var_os("AGX_UMD_CAPTURE") {
+            self.capture_to(std::path::Path::new(&path))
+                .map_err(|e| Error::Unsupported(format!("capture to {path:?}: {e}")))?;
+        }
+        Ok(self)
+    }
+
+    /// Records every submission from now on, with the device parameters
+    /// and every range this device has mapped, into a capture file
+    /// (`Documentation/capture-format.md`). Works on a real node as on the
+    /// simulated device. `AGX_UMD_CAPTURE=FILE` starts one when the device
+    /// is opened.
+    pub fn capture_to(&self, path: &std::path::Path) -> std::io::Result<()> {
+        let file = std::fs::File::create(path)?;
+        let mut writer = agx_uapi::capture::CaptureWriter::new(std::io::BufWriter::new(file))?;
+        writer.params(self.params())?;
+        *lock(&self.inner.capture) = Some(writer);
+        Ok(())
+    }
+
+    /// Stops capturing.
+    pub fn stop_capture(&self) {
+        *lock(&self.inner.capture) = None;
+    }
+
+    /// Notes a CPU-visible mapping of the VM (for captures).
+    pub(crate) fn register_mapping(
+        &self,
+        va: u64,
+        len_bytes: u64,
+        gpu_write: bool,
+        map: &std::sync::Arc<dyn CpuMapping>,
+    ) {
+        lock(&self.inner.live).insert(
+            va,
+            LiveMapping {
+                len_bytes,
+                gpu_write,
+                map: std::sync::Arc::downgrade(map),
+            },
+        );
+    }
+
+    /// Forgets a mapping noted with [`Device::register_mapping`].
+    pub(crate) fn unregister_mapping(&self, va: u64) {
+        lock(&self.inner.live).remove(&va);
+    }
+
+    /// Records a submission in the capture, if one is running.
+    pub(crate) fn capture_submission(
+        &self,
+        submission: impl FnOnce(Vec<agx_uapi::capture::MemoryRange>) -> agx_uapi::capture::Submission,
+    ) {
+        let mut capture = lock(&self.inner.capture);
+        let Some(writer) = capture.as_mut() else {
+            return;
+        };
+        let memory = lock(&self.inner.live)
+            .iter()
+            .filter_map(|(&va, m)| {
+                let map = m.map.upgrade()?;
+                let mut bytes = vec![0u8; m.len_bytes as usize];
+                map.read(0, &mut bytes).ok()?;
+                Some(agx_uapi::capture::MemoryRange {
+                    va,
+                    read: true,
+                    write: m.gpu_write,
+                    bytes,
+                })
+            })
+            .collect();
+        if let Err(e) = writer.submission(&submission(memory)) {
+            tracing::error!(%e, "capture write failed; capture stopped");
+            *capture = None;
+        }
     }
 
     /// The kernel file.
@@ -323,7 +409,7 @@ impl Device {
     pub fn create_buffer(&self, desc: &BufferDesc) -> Result<Buffer, Error> {
         let (handle, size) = self.create_object(desc.size_bytes, desc.memory)?;
         let result = (|| {
-            let map = self.map_object(handle, size)?;
+            let map: Arc<dyn CpuMapping> = Arc::from(self.map_object(handle, size)?);
             let (range, name) = match desc.region {
                 Region::General => (&self.inner.general, "general"),
                 Region::Usc => (&self.inner.usc, "USC"),
@@ -345,13 +431,16 @@ impl Device {
             Ok((map, va))
         })();
         match result {
-            Ok((map, va)) => Ok(Buffer {
-                device: self.clone(),
-                handle,
-                va,
-                size_bytes: size,
-                region: desc.region,
-                map,
+            Ok((map, va)) => Ok({
+                self.register_mapping(va, size, desc.gpu_write, &map);
+                Buffer {
+                    device: self.clone(),
+                    handle,
+                    va,
+                    size_bytes: size,
+                    region: desc.region,
+                    map,
+                }
             }),
             Err(e) => {
                 self.close_object(handle);
@@ -383,7 +472,7 @@ pub struct Buffer {
     va: u64,
     size_bytes: u64,
     region: Region,
-    map: Box<dyn CpuMapping>,
+    map: Arc<dyn CpuMapping>,
 }
 
 impl Buffer {
@@ -442,6 +531,7 @@ impl Buffer {
 
 impl Drop for Buffer {
     fn drop(&mut self) {
+        self.device.unregister_mapping(self.va);
         if let Err(e) = self.device.bind(None, self.va, self.size_bytes, 0, false) {
             tracing::warn!(va = format_args!("{:#x}", self.va), %e, "unbind failed");
         }

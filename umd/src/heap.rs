@@ -89,7 +89,7 @@ pub struct ImageHeap {
     capacity: u32,
     /// Backing chunks: (GEM handle, CPU mapping), bound one after another
     /// from the base.
-    chunks: Vec<(u32, Box<dyn CpuMapping>)>,
+    chunks: Vec<(u32, std::sync::Arc<dyn CpuMapping>)>,
     next_unused: u32,
     free: Vec<u32>,
     pending: VecDeque<(u32, RetirePoint)>,
@@ -169,6 +169,8 @@ impl ImageHeap {
         });
         match mapped {
             Ok(map) => {
+                let map: std::sync::Arc<dyn CpuMapping> = std::sync::Arc::from(map);
+                self.device.register_mapping(at, len, false, &map);
                 self.chunks.push((handle, map));
                 Ok(())
             }
@@ -303,6 +305,7 @@ impl Drop for ImageHeap {
         for (i, (handle, _)) in self.chunks.iter().enumerate() {
             let at = self.base_va + i as u64 * CHUNK_BYTES;
             let len = CHUNK_BYTES.min(self.reserved_bytes - (at - self.base_va));
+            self.device.unregister_mapping(at);
             let _ = self.device.bind(None, at, len, 0, false);
             self.device.close_object(*handle);
         }

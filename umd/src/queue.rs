@@ -268,6 +268,18 @@ impl Queue {
             cmdbuf_size: cmdbuf.len() as u32,
             pad: 0,
         };
+        // The capture sees the memory as the GPU will start from it (and
+        // records a submission the kernel then refuses, too).
+        self.device
+            .capture_submission(|memory| agx_uapi::capture::Submission {
+                usc_exec_base: self.device.usc_base(),
+                vm_id: self.device.vm_id(),
+                queue_id: self.id,
+                submit,
+                syncs: syncs.clone(),
+                cmdbuf: cmdbuf.clone(),
+                memory,
+            });
         call(
             self.device.kernel(),
             asahi::DRM_IOCTL_ASAHI_SUBMIT,
