@@ -356,3 +356,39 @@ fn the_umd_captures_what_it_submits_as_the_kernel_would() {
     assert_eq!(replayed.error, None);
     assert_eq!(replayed.targets[0].rgba, renderer.pixels().unwrap());
 }
+
+#[test]
+fn decoding_corrupted_memory_never_panics() {
+    let d = device();
+    let good = captured(&d, "fuzz.cap", || {
+        quad_pass(&d, PLAIN_FS, PassDebug::default()).unwrap()
+    });
+    let mut state = 0x9E37_79B9_7F4A_7C15u64;
+    let mut next = || {
+        state ^= state >> 12;
+        state ^= state << 25;
+        state ^= state >> 27;
+        state.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    };
+    for round in 0..300 {
+        let mut bad = good.clone();
+        let s = &mut bad.submissions[0];
+        // Corrupt some bytes of the small ranges (streams, words,
+        // descriptors, code) and sometimes the command buffer.
+        for _ in 0..1 + round % 8 {
+            let r = (next() % s.memory.len() as u64) as usize;
+            let range = &mut s.memory[r];
+            if range.bytes.is_empty() {
+                continue;
+            }
+            let at = (next() % range.bytes.len().min(4096) as u64) as usize;
+            range.bytes[at] ^= 1 << (next() % 8);
+        }
+        if round % 5 == 0 {
+            let at = (next() % s.cmdbuf.len() as u64) as usize;
+            s.cmdbuf[at] = next() as u8;
+        }
+        let decoded = decode_capture(&bad, None);
+        assert_eq!(decoded.len(), 1);
+    }
+}
