@@ -109,8 +109,9 @@ struct TvbHeap {
     block_list: u64,
     /// Page list address (firmware).
     page_list: u64,
-    /// VM addresses of the mapped chunks of blocks.
-    chunks: Vec<u64>,
+    /// The mapped chunks of blocks: (VM address, blocks), in block-list
+    /// order.
+    chunks: Vec<(u64, u64)>,
     /// Blocks mapped.
     mapped_blocks: u64,
     /// Firmware render reports consumed.
@@ -515,6 +516,45 @@ impl Scheduler {
         }
     }
 
+    /// Shrinks the heap to `blocks` (whole chunks of blocks from the end
+    /// go, and a chunk of the difference comes back if that took too
+    /// much), if no render of the queue is queued or running: the firmware
+    /// must not be using the pages. Every render's fragment half is pushed
+    /// right after its vertex half, so an idle fragment stage means no
+    /// render in flight (barriers on the vertex stage do not count).
+    fn shrink_tvb(&self, queue: &mut QueueHw, blocks: u64) {
+        let busy = queue.stages[Stage::Fragment as usize].in_flight > 0;
+        if busy {
+            return;
+        }
+        let heap = &mut queue.tvb;
+        let mut vm = lock_vm(&queue.vm);
+        // Whole chunks go; if the last one taken leaves too little, a
+        // chunk of the difference is mapped again below.
+        while let Some(&(va, chunk_blocks)) = heap.chunks.last() {
+            if heap.mapped_blocks <= blocks || heap.chunks.len() == 1 {
+                break;
+            }
+            vm.unmap_kernel(va);
+            heap.chunks.pop();
+            heap.mapped_blocks -= chunk_blocks;
+        }
+        drop(vm);
+        if heap.mapped_blocks < blocks {
+            if let Err(e) = self.grow_tvb(queue, blocks) {
+                tracing::warn!(%e, blocks, "TVB regrowth after a shrink failed");
+            }
+        }
+        let heap = &mut queue.tvb;
+        heap.policy.shrunk(heap.mapped_blocks);
+        write(
+            &self.link.view,
+            heap.info + TVB_BLOCK_COUNT,
+            &(heap.mapped_blocks as u32),
+        );
+        queue.tvb_dirty = true;
+    }
+
     /// Maps more parameter-buffer blocks so the heap has `blocks`.
     fn grow_tvb(&self, queue: &mut QueueHw, blocks: u64) -> Result<(), AllocError> {
         let heap = &mut queue.tvb;
@@ -526,7 +566,7 @@ impl Scheduler {
             .ram
             .allocate(new_blocks * tvb::BLOCK_BYTES, "agx-tvb")?;
         let va = lock_vm(&queue.vm).map_kernel(memory, tvb::BLOCK_BYTES)?;
-        heap.chunks.push(va);
+        heap.chunks.push((va, new_blocks));
         let entries: Vec<u32> = (0..new_blocks)
             .map(|i| ((va + i * tvb::BLOCK_BYTES) / TVB_PAGE_BYTES) as u32)
             .collect();
@@ -626,7 +666,7 @@ impl Scheduler {
             }
             if let Some(queue) = state.queues.remove(&id) {
                 let mut vm = lock_vm(&queue.vm);
-                for va in &queue.tvb.chunks {
+                for (va, _) in &queue.tvb.chunks {
                     vm.unmap_kernel(*va);
                 }
                 drop(vm);
@@ -1129,7 +1169,9 @@ impl Scheduler {
             1,
         );
         let blocks = heap.policy.before_render(report.as_ref(), min);
-        if let Err(e) = self.grow_tvb(queue, blocks) {
+        if blocks < queue.tvb.mapped_blocks {
+            self.shrink_tvb(queue, blocks);
+        } else if let Err(e) = self.grow_tvb(queue, blocks) {
             tracing::warn!(%e, blocks, "TVB growth failed; the render will overflow");
             queue.tvb.policy.growth_failed(queue.tvb.mapped_blocks);
         }

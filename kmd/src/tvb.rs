@@ -24,7 +24,8 @@
 //!   dry mid-render and waits for the answer; each request adds at least
 //!   the upstream 10 blocks. A partial render happens only at the maximum.
 //!
-//! The heap never shrinks, starts at 8 blocks, and is never larger than
+//! The heap shrinks only under `Demand` (after [`SHRINK_AFTER_RENDERS`]
+//! renders that needed at most half of it), starts at 8 blocks, and is never larger than
 //! 6579 blocks (upstream's maximum, 862 322 688 bytes). Before every render
 //! it is at least the render's minimum, derived from its tile count.
 
@@ -42,6 +43,9 @@ pub const INITIAL_BLOCKS: u64 = 8;
 pub const MAX_BLOCKS: u64 = 6579;
 /// Upstream's automatic-growth cap without memoryless render targets.
 pub const ASAHI_CAP_BLOCKS: u64 = 2193;
+/// Consecutive renders needing at most half the heap after which the
+/// demand policy gives the rest back.
+pub const SHRINK_AFTER_RENDERS: u32 = 8;
 /// Blocks upstream adds for a synchronous grow request.
 pub const SYNC_GROW_BLOCKS: u64 = 10;
 
@@ -102,6 +106,8 @@ pub struct TvbStats {
     pub last_wanted_pages: u64,
     /// Renders reported.
     pub renders: u64,
+    /// Times the heap shrank.
+    pub shrinks: u64,
 }
 
 impl TvbStats {
@@ -145,6 +151,8 @@ pub fn min_blocks_for_render(width_px: u32, height_px: u32, layers: u32, cluster
 pub struct Tvb {
     policy: GrowthPolicy,
     stats: TvbStats,
+    /// Consecutive reported renders that needed at most half the heap.
+    small_renders: u32,
 }
 
 impl Tvb {
@@ -157,6 +165,7 @@ impl Tvb {
                 blocks: initial_blocks.clamp(1, MAX_BLOCKS),
                 ..TvbStats::default()
             },
+            small_renders: 0,
         }
     }
 
@@ -201,8 +210,10 @@ impl Tvb {
     }
 
     /// Sizes the heap before a render: applies the policy to the previous
-    /// render's report (if any) and the render's minimum. Returns the new
-    /// size in blocks.
+    /// render's report (if any) and the render's minimum. Returns the size
+    /// in blocks the heap should have: more than now is a growth (already
+    /// counted); less is a request to shrink, which the caller carries out
+    /// when it can and reports with [`Tvb::shrunk`].
     pub fn before_render(&mut self, last: Option<&RenderReport>, min_blocks: u64) -> u64 {
         if let Some(report) = last {
             match self.policy {
@@ -221,13 +232,35 @@ impl Tvb {
                     // What the last render wanted in one segment, plus an
                     // eighth for frames that grow a little.
                     let wanted_blocks = report.wanted_pages.div_ceil(BLOCK_PAGES);
-                    self.grow_to(wanted_blocks + wanted_blocks.div_ceil(8));
+                    let target = (wanted_blocks + wanted_blocks.div_ceil(8)).max(min_blocks);
+                    self.grow_to(target);
+                    // A run of renders that need at most half of it: the
+                    // rest goes back (the scheduler shrinks when the queue
+                    // is idle, and reports what it managed).
+                    if 2 * target <= self.stats.blocks {
+                        self.small_renders += 1;
+                    } else {
+                        self.small_renders = 0;
+                    }
+                    if self.small_renders >= SHRINK_AFTER_RENDERS {
+                        return target.max(min_blocks);
+                    }
                 }
                 GrowthPolicy::Sync => {}
             }
         }
         self.grow_to(min_blocks);
         self.stats.blocks
+    }
+
+    /// The heap was shrunk to `blocks` (at the demand policy's request).
+    pub fn shrunk(&mut self, blocks: u64) {
+        if blocks < self.stats.blocks {
+            tracing::debug!(from = self.stats.blocks, to = blocks, "TVB shrinks");
+            self.stats.blocks = blocks;
+            self.stats.shrinks += 1;
+            self.small_renders = 0;
+        }
     }
 
     /// A mid-render request (GrowTVB) for `wanted_blocks` more blocks.
@@ -294,6 +327,27 @@ mod tests {
         assert_eq!(tvb.stats().grows, 3);
         assert_eq!(tvb.stats().allocated_bytes(), 3000 * 128 * 1024);
         assert!(tvb.grow_request(5).is_err(), "not a synchronous policy");
+    }
+
+    #[test]
+    fn demand_gives_memory_back_after_a_run_of_small_renders() {
+        let mut tvb = Tvb::new(GrowthPolicy::Demand, INITIAL_BLOCKS);
+        assert_eq!(tvb.before_render(Some(&peak(640)), 8), 180);
+        // Seven small renders: still 180.
+        for _ in 0..SHRINK_AFTER_RENDERS - 1 {
+            assert_eq!(tvb.before_render(Some(&peak(16)), 8), 180);
+        }
+        // The eighth asks for 8 (4 blocks + an eighth, at least the
+        // render minimum).
+        assert_eq!(tvb.before_render(Some(&peak(16)), 8), 8);
+        tvb.shrunk(8);
+        let stats = tvb.stats();
+        assert_eq!((stats.blocks, stats.shrinks), (8, 1));
+        // One large render in a run starts the count again.
+        for _ in 0..SHRINK_AFTER_RENDERS - 1 {
+            tvb.before_render(Some(&peak(16)), 8);
+        }
+        assert_eq!(tvb.before_render(Some(&peak(640)), 8), 180);
     }
 
     #[test]

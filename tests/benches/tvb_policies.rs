@@ -48,7 +48,7 @@ fn workloads() -> Vec<Workload> {
         },
         Workload {
             name: "one spike",
-            frames: [vec![light; 3], vec![100 * light], vec![light; 4]].concat(),
+            frames: [vec![light; 3], vec![100 * light], vec![light; 12]].concat(),
             queues: 1,
         },
         Workload {
@@ -67,6 +67,7 @@ struct Outcome {
     /// Buffer blocks after each frame (summed over queues).
     blocks: Vec<u64>,
     grows: u64,
+    shrinks: u64,
     time: Duration,
 }
 
@@ -79,6 +80,7 @@ fn run(policy: GrowthPolicy, workload: &Workload) -> Outcome {
     let mut outcome = Outcome::default();
     let mut seen = vec![0u64; queues.len()];
     let mut grows = vec![0u64; queues.len()];
+    let mut shrinks = vec![0u64; queues.len()];
     for &triangles in &workload.frames {
         let mut any_partial = false;
         let mut blocks = 0;
@@ -93,11 +95,13 @@ fn run(policy: GrowthPolicy, workload: &Workload) -> Outcome {
             outcome.time += frame.time;
             blocks += frame.tvb.blocks;
             grows[q] = frame.tvb.grows;
+            shrinks[q] = frame.tvb.shrinks;
         }
         outcome.frames_with_partials += usize::from(any_partial);
         outcome.blocks.push(blocks);
     }
     outcome.grows = grows.iter().sum();
+    outcome.shrinks = shrinks.iter().sum();
     outcome
 }
 
@@ -134,7 +138,7 @@ fn main() {
         return;
     }
     let mut table = String::from(
-        "| workload | policy | frames with partial renders | partial renders | peak / demand | final / demand | grows | GPU time |\n|---|---|---|---|---|---|---|---|\n",
+        "| workload | policy | frames with partial renders | partial renders | peak / peak demand | final / last demand | grows | shrinks | GPU time |\n|---|---|---|---|---|---|---|---|---|\n",
     );
     let mut plots = Vec::new();
     for workload in workloads() {
@@ -145,6 +149,12 @@ fn main() {
             .copied()
             .unwrap_or(1)
             .div_ceil(BLOCK_PAGES);
+        let last_demand_blocks = demand
+            .last()
+            .copied()
+            .unwrap_or(1)
+            .div_ceil(BLOCK_PAGES)
+            .max(1);
         let mut series = Vec::new();
         for (policy, name, colour) in POLICIES {
             let o = run(policy, &workload);
@@ -152,15 +162,17 @@ fn main() {
             let last = o.blocks.last().copied().unwrap_or(0);
             let _ = writeln!(
                 table,
-                "| {} | {name} | {} of {} | {} | {:.2}x ({:.1} MiB) | {:.2}x | {} | {:.2} s |",
+                "| {} | {name} | {} of {} | {} | {:.2}x ({:.1} MiB) | {:.2}x ({:.1} MiB) | {} | {} | {:.2} s |",
                 workload.name,
                 o.frames_with_partials,
                 workload.frames.len(),
                 o.partial_renders,
                 peak as f64 / peak_demand_blocks as f64,
                 mib(peak),
-                last as f64 / peak_demand_blocks as f64,
+                last as f64 / last_demand_blocks as f64,
+                mib(last),
                 o.grows,
+                o.shrinks,
                 o.time.as_secs_f64(),
             );
             series.push((name, colour, o.blocks.clone()));

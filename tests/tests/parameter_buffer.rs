@@ -204,3 +204,34 @@ fn the_buffer_grows_until_partial_renders_stop_under_each_policy() {
     let sync = partials_per_frame(GrowthPolicy::Sync, 2);
     assert_eq!(sync, [0, 0], "sync: none");
 }
+
+#[test]
+fn after_a_spike_the_demand_policy_gives_the_memory_back() {
+    let d = device(GrowthPolicy::Demand, INITIAL_BLOCKS);
+    let scene = LayeredScene::new(&d, 120, 12, SIZE).unwrap();
+    let queue = Queue::new(&d).unwrap();
+    let light = 1_000;
+    // The spike renders with partial renders, then the buffer grows.
+    let spike = scene.render(&queue, PassDebug::default()).unwrap();
+    assert!(spike.tvb.partial_renders > 0);
+    let grown = scene
+        .render_part(&queue, PassDebug::default(), light)
+        .unwrap();
+    assert!(grown.tvb.blocks > 4 * INITIAL_BLOCKS, "{:?}", grown.tvb);
+    // A run of light frames: the memory goes back, and the frames after
+    // the shrink still render right, without partial renders.
+    let mut frame = grown.clone();
+    for _ in 0..agx_kmd::tvb::SHRINK_AFTER_RENDERS + 1 {
+        frame = scene
+            .render_part(&queue, PassDebug::default(), light)
+            .unwrap();
+    }
+    assert_eq!(frame.tvb.shrinks, 1, "{:?}", frame.tvb);
+    assert!(frame.tvb.blocks <= 2 * INITIAL_BLOCKS, "{:?}", frame.tvb);
+    assert_eq!(frame.tvb.partial_renders, spike.tvb.partial_renders);
+    assert!(frame.colour == grown.colour && frame.depth == grown.depth);
+    // The spike again: it has to grow again (one frame of partial renders).
+    let again = scene.render(&queue, PassDebug::default()).unwrap();
+    assert!(again.tvb.partial_renders > spike.tvb.partial_renders);
+    assert!(again.colour == spike.colour && again.depth == spike.depth);
+}
