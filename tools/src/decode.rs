@@ -160,7 +160,7 @@ impl<'a> Decoder<'a> {
             ));
         }
         let mut at = 0usize;
-        let (mut renders, mut computes) = (0u16, 0u16);
+        let (mut renders, mut computes) = (0u32, 0u32);
         let mut command = 0;
         while at + size_of::<CmdHeader>() <= s.cmdbuf.len() {
             let Ok(header) = CmdHeader::read_from_bytes(&s.cmdbuf[at..at + 8]) else {
@@ -184,7 +184,7 @@ impl<'a> Decoder<'a> {
                 ("vdm_barrier", header.vdm_barrier, renders),
                 ("cdm_barrier", header.cdm_barrier, computes),
             ] {
-                if barrier != DRM_ASAHI_BARRIER_NONE && barrier > earlier {
+                if barrier != DRM_ASAHI_BARRIER_NONE && u32::from(barrier) > earlier {
                     self.lint(
                         "barrier",
                         0,
@@ -222,8 +222,33 @@ impl<'a> Decoder<'a> {
         (self.out, self.lints)
     }
 
+    /// Whether the command's addresses can be followed: above 2^56
+    /// nothing is mapped (and arithmetic on them could overflow), so the
+    /// decode stops there with a lint.
+    fn addresses_plausible(&mut self, addresses: &[(&str, u64)]) -> bool {
+        let mut ok = true;
+        for &(name, address) in addresses {
+            if address >= 1 << 56 {
+                self.lint(
+                    "unmapped",
+                    address,
+                    format!("{name} {address:#x} is outside any GPU address space"),
+                );
+                ok = false;
+            }
+        }
+        ok
+    }
+
     fn render(&mut self, r: &CmdRender) {
         self.line(&format!("{r:#x?}"));
+        if !self.addresses_plausible(&[
+            ("usc_exec_base", self.s.usc_exec_base),
+            ("vdm_ctrl_stream_base", r.vdm_ctrl_stream_base),
+            ("sampler_heap", r.sampler_heap),
+        ]) {
+            return;
+        }
         let base = self.s.usc_exec_base;
         let mut programs = Vec::new();
         for (name, program) in [
@@ -319,14 +344,20 @@ impl<'a> Decoder<'a> {
             if !self.heaps_printed.insert(base) {
                 continue;
             }
-            let Some(bytes) = self.s.tail(base) else {
+            if self.s.tail(base).is_none() {
                 self.lint(
                     "unmapped",
                     base,
                     "the image heap's base is not in mapped memory".into(),
                 );
                 continue;
-            };
+            }
+            // The heap's memory: the ranges mapped back to back from its
+            // base (the umd binds it chunk by chunk).
+            let mut bytes = Vec::new();
+            while let Some(tail) = self.s.tail(base.wrapping_add(bytes.len() as u64)) {
+                bytes.extend_from_slice(tail);
+            }
             self.line(&format!("image heap at {base:#x} (resident descriptors):"));
             self.depth += 1;
             let mut shown = 0;
@@ -373,6 +404,12 @@ impl<'a> Decoder<'a> {
 
     fn compute(&mut self, c: &CmdCompute) {
         self.line(&format!("{c:#x?}"));
+        if !self.addresses_plausible(&[
+            ("usc_exec_base", self.s.usc_exec_base),
+            ("cdm_ctrl_stream_base", c.cdm_ctrl_stream_base),
+        ]) {
+            return;
+        }
         let mut pc = c.cdm_ctrl_stream_base;
         self.line(&format!("CDM stream at {pc:#x}:"));
         self.depth += 1;

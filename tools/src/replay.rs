@@ -68,6 +68,9 @@ pub enum ReplayError {
         /// The mapping.
         va: u64,
     },
+    /// The capture has no such submission.
+    #[error("the capture has no submission {0}")]
+    NoSuchSubmission(usize),
     /// The submission did not finish.
     #[error("submission {0} did not finish within the timeout")]
     Timeout(usize),
@@ -123,7 +126,9 @@ fn without_timestamps(cmdbuf: &[u8]) -> Vec<u8> {
 /// The PBE descriptors a render command's end-of-tile program stores
 /// through, from the captured memory.
 fn eot_targets(s: &Submission, render: &CmdRender) -> Vec<Pbe> {
-    let mut at = s.usc_exec_base + u64::from(render.eot.usc & !0x3f);
+    let mut at = s
+        .usc_exec_base
+        .wrapping_add(u64::from(render.eot.usc & !0x3f));
     let mut out = Vec::new();
     for _ in 0..64 {
         let Some(tag) = s.read(at, 1) else { break };
@@ -132,7 +137,7 @@ fn eot_targets(s: &Submission, render: &CmdRender) -> Vec<Pbe> {
                 if let Some(b) = s.read(at, 8) {
                     let w = UscTexture::unpack(&b.try_into().unwrap_or_default()).value;
                     for i in 0..u64::from(w.count) {
-                        if let Some(d) = s.read(w.buffer + 24 * i, 24) {
+                        if let Some(d) = s.read(w.buffer.wrapping_add(24 * i), 24) {
                             out.push(Pbe::unpack(&d.try_into().unwrap_or_default()).value);
                         }
                     }
@@ -145,14 +150,17 @@ fn eot_targets(s: &Submission, render: &CmdRender) -> Vec<Pbe> {
             UscControl::Shared | UscControl::Registers | UscControl::FragmentProperties => 4,
             _ => break,
         };
-        at += size;
+        at = at.wrapping_add(size);
     }
     out
 }
 
 /// Replays submission `index` of `capture`.
 pub fn replay_one(capture: &Capture, index: usize) -> Result<Replayed, ReplayError> {
-    let s = &capture.submissions[index];
+    let s = capture
+        .submissions
+        .get(index)
+        .ok_or(ReplayError::NoSuchSubmission(index))?;
     let system = System::new(SystemConfig {
         ram_bytes: 4 << 30,
         command_timeout_ms: 60_000,
@@ -166,7 +174,7 @@ pub fn replay_one(capture: &Capture, index: usize) -> Result<Replayed, ReplayErr
     if let Some(r) = s
         .memory
         .iter()
-        .find(|r| r.va < kernel_end && r.va + r.bytes.len() as u64 > kernel_start)
+        .find(|r| r.va < kernel_end && r.va.saturating_add(r.bytes.len() as u64) > kernel_start)
     {
         return Err(ReplayError::KernelRange { va: r.va });
     }
@@ -271,7 +279,7 @@ pub fn replay_one(capture: &Capture, index: usize) -> Result<Replayed, ReplayErr
     let read = |va: u64, buf: &mut [u8]| -> bool {
         objects.iter().any(|(base, len, object)| {
             va >= *base
-                && va + buf.len() as u64 <= base + len
+                && va.saturating_add(buf.len() as u64) <= base.saturating_add(*len)
                 && object
                     .memory()
                     .backing()
@@ -305,7 +313,12 @@ pub fn replay_one(capture: &Capture, index: usize) -> Result<Replayed, ReplayErr
                     let ok = rgba
                         .chunks_mut((w * 4) as usize)
                         .enumerate()
-                        .all(|(y, row)| read(pbe.buffer + y as u64 * u64::from(pbe.stride), row));
+                        .all(|(y, row)| {
+                            read(
+                                pbe.buffer.wrapping_add(y as u64 * u64::from(pbe.stride)),
+                                row,
+                            )
+                        });
                     if ok {
                         targets.push(Target {
                             command,

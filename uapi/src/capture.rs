@@ -59,7 +59,13 @@ pub struct MemoryRange {
 impl MemoryRange {
     /// Whether `va..va + len` lies inside.
     pub fn contains(&self, va: u64, len: u64) -> bool {
-        va >= self.va && va.saturating_add(len) <= self.va + self.bytes.len() as u64
+        let (Some(end), Some(last)) = (
+            self.va.checked_add(self.bytes.len() as u64),
+            va.checked_add(len),
+        ) else {
+            return false;
+        };
+        va >= self.va && last <= end
     }
 }
 
@@ -222,6 +228,13 @@ pub fn parse(bytes: &[u8]) -> Result<Capture, CaptureError> {
     if version != VERSION {
         return Err(CaptureError::Version { found: version });
     }
+    if u32_at(bytes, 12) != 0 {
+        return Err(CaptureError::Malformed {
+            index: 0,
+            offset: 12,
+            what: "header flags are not zero",
+        });
+    }
     let mut capture = Capture::default();
     let mut at = 16usize;
     let mut index = 0;
@@ -255,6 +268,11 @@ pub fn parse(bytes: &[u8]) -> Result<Capture, CaptureError> {
         }
         match kind {
             record::PARAMS => {
+                // A shorter struct is an older kernel's; a longer one is not
+                // this version's.
+                if payload.len() > size_of::<ParamsGlobal>() {
+                    return Err(malformed("parameters longer than drm_asahi_params_global"));
+                }
                 let mut params = ParamsGlobal::default();
                 let n = payload.len().min(size_of::<ParamsGlobal>());
                 params.as_mut_bytes()[..n].copy_from_slice(&payload[..n]);
@@ -293,6 +311,12 @@ pub fn parse(bytes: &[u8]) -> Result<Capture, CaptureError> {
                     .ok_or_else(|| malformed("memory outside a submission"))?;
                 if payload.len() < 24 || payload.len() as u64 - 24 != u64_at(payload, 8) {
                     return Err(malformed("memory length does not match"));
+                }
+                if u32_at(payload, 20) != 0 {
+                    return Err(malformed("a memory record's reserved word is not zero"));
+                }
+                if u64_at(payload, 0).checked_add(u64_at(payload, 8)).is_none() {
+                    return Err(malformed("a memory range wraps around the address space"));
                 }
                 let flags = u32_at(payload, 16);
                 s.memory.push(MemoryRange {

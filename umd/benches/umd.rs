@@ -32,8 +32,9 @@ fn image_heap(c: &mut Criterion) {
             b.iter(|| {
                 let index: DescriptorIndex = heap.alloc().unwrap();
                 point += 1;
-                heap.free(black_box(index), point).unwrap();
-                heap.reclaim(point).unwrap();
+                heap.free(black_box(index), heap::RetirePoint { queue: 1, point })
+                    .unwrap();
+                heap.reclaim(1, point).unwrap();
             })
         });
         eprintln!(
@@ -72,14 +73,16 @@ fn sampler_heap(c: &mut Criterion) {
     group.bench_function("create, dedup hit", |b| {
         b.iter(|| {
             let index = heap.acquire(black_box(&sampler(1234)), None).unwrap();
-            heap.release(index, 0).unwrap();
+            heap.release(index, heap::RetirePoint { queue: 1, point: 0 })
+                .unwrap();
         })
     });
     group.bench_function("create, miss (new slot)", |b| {
         b.iter(|| {
             let index = heap.acquire(black_box(&sampler(3000)), None).unwrap();
-            heap.release(index, 0).unwrap();
-            heap.reclaim(0);
+            heap.release(index, heap::RetirePoint { queue: 1, point: 0 })
+                .unwrap();
+            heap.reclaim(1, 0);
         })
     });
     group.finish();

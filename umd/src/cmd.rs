@@ -217,14 +217,18 @@ impl GraphicsPipeline {
         }
         let mut table = CfBindingHeader {
             slot_count: desc.vertex_outputs - 4,
-            coefficient_register_count: desc.varyings.iter().map(|v| v.components).sum(),
+            coefficient_register_count: desc.varyings.iter().map(|v| v.components.min(4)).sum(),
         }
         .pack()
         .map_err(pack_err)?
         .to_vec();
         let mut register = 0;
         for varying in &desc.varyings {
-            if varying.slot < 4 || varying.slot + varying.components > desc.vertex_outputs {
+            let end = varying.slot.checked_add(varying.components);
+            if !(1..=4).contains(&varying.components)
+                || varying.slot < 4
+                || end.is_none_or(|end| end > desc.vertex_outputs)
+            {
                 return Err(Error::Unsupported(format!(
                     "varying at slots {}..{} of {} outputs",
                     varying.slot,
@@ -493,15 +497,13 @@ impl CommandBuffer {
     /// Records a GPU fill of `words` 32-bit words at `va` with `value`
     /// (a compute dispatch, ordered before what is recorded after it).
     pub fn fill(&mut self, va: u64, words: u32, value: u32) -> Result<(), Error> {
+        let grid = words
+            .checked_next_multiple_of(64)
+            .ok_or_else(|| Error::Unsupported(format!("a fill of {words} words")))?;
         let shader = self.programs.get(FILL_KERNEL)?;
         let uniforms = [va as u32, (va >> 32) as u32, value, words];
         let bindings = Bindings::default().with_uniform_words(&mut self.data, &uniforms)?;
-        self.dispatch(
-            &shader,
-            &bindings,
-            [words.next_multiple_of(64), 1, 1],
-            [64, 1, 1],
-        )
+        self.dispatch(&shader, &bindings, [grid, 1, 1], [64, 1, 1])
     }
 
     /// Begins a render pass.
@@ -509,21 +511,6 @@ impl CommandBuffer {
         &mut self,
         desc: &RenderPassDesc<'_>,
     ) -> Result<RenderPass<'_>, Error> {
-        // A depth clear is a GPU fill before the pass (see the ZLS note in
-        // `pass`): ordered after earlier work that may still use the
-        // buffer, unlike a CPU write at recording time.
-        if let Some(depth) = &desc.depth {
-            let value = match depth.load {
-                LoadOp::Clear(value) => Some(value),
-                LoadOp::DontCare => Some(1.0),
-                LoadOp::Load => None,
-            };
-            if let Some(value) = value {
-                let words = (depth.image.buffer().size_bytes() / 4) as u32;
-                self.fill(depth.image.buffer().va(), words, value.to_bits())?;
-            }
-        }
-        self.close_compute()?;
         let (width, height) = match (desc.colour.first(), &desc.depth) {
             (Some(c), _) => (c.image.width(), c.image.height()),
             (None, Some(d)) => (d.image.width(), d.image.height()),
@@ -547,6 +534,21 @@ impl CommandBuffer {
         }
         let formats: Vec<_> = desc.colour.iter().map(|c| c.image.format()).collect();
         let (slots, sample_bytes) = tile_layout(&formats)?;
+        // Valid: a depth clear is a GPU fill before the pass (see the ZLS note in
+        // `pass`): ordered after earlier work that may still use the
+        // buffer, unlike a CPU write at recording time.
+        if let Some(depth) = &desc.depth {
+            let value = match depth.load {
+                LoadOp::Clear(value) => Some(value),
+                LoadOp::DontCare => Some(1.0),
+                LoadOp::Load => None,
+            };
+            if let Some(value) = value {
+                let words = (depth.image.buffer().size_bytes() / 4) as u32;
+                self.fill(depth.image.buffer().va(), words, value.to_bits())?;
+            }
+        }
+        self.close_compute()?;
         // Descriptors: texture descriptors for loads, PBE descriptors for
         // stores, one per render target.
         let mut textures = Vec::new();

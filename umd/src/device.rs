@@ -153,7 +153,15 @@ impl Device {
         // kernel's range at the top, the general heap between.
         let usc_base = params.vm_start.next_multiple_of(USC_REGION_BYTES);
         let kernel_end = params.vm_end / PAGE_BYTES * PAGE_BYTES;
-        let kernel_start = (kernel_end - params.vm_kernel_min_size) / PAGE_BYTES * PAGE_BYTES;
+        let kernel_start = kernel_end
+            .checked_sub(params.vm_kernel_min_size)
+            .map(|s| s / PAGE_BYTES * PAGE_BYTES)
+            .ok_or_else(|| {
+                Error::Unsupported(format!(
+                    "a kernel range of {:#x} bytes below {:#x}",
+                    params.vm_kernel_min_size, params.vm_end
+                ))
+            })?;
         let general_start = usc_base + USC_REGION_BYTES;
         if kernel_start <= general_start {
             return Err(Error::Unsupported(format!(
@@ -257,7 +265,10 @@ impl Device {
             .filter_map(|(&va, m)| {
                 let map = m.map.upgrade()?;
                 let mut bytes = vec![0u8; m.len_bytes as usize];
-                map.read(0, &mut bytes).ok()?;
+                if let Err(errno) = map.read(0, &mut bytes) {
+                    tracing::warn!(va = format_args!("{va:#x}"), %errno, "a mapping could not be read; the capture lacks it");
+                    return None;
+                }
                 Some(agx_uapi::capture::MemoryRange {
                     va,
                     read: true,
@@ -273,7 +284,7 @@ impl Device {
     }
 
     /// The kernel file.
-    pub fn kernel(&self) -> &dyn Kernel {
+    pub(crate) fn kernel(&self) -> &dyn Kernel {
         &*self.inner.kernel
     }
 
@@ -533,7 +544,10 @@ impl Drop for Buffer {
     fn drop(&mut self) {
         self.device.unregister_mapping(self.va);
         if let Err(e) = self.device.bind(None, self.va, self.size_bytes, 0, false) {
-            tracing::warn!(va = format_args!("{:#x}", self.va), %e, "unbind failed");
+            // Still mapped: the addresses must not go to another buffer.
+            tracing::warn!(va = format_args!("{:#x}", self.va), %e, "unbind failed; addresses leaked");
+            self.device.close_object(self.handle);
+            return;
         }
         let range = match self.region {
             Region::General => &self.device.inner.general,

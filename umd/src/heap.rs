@@ -37,6 +37,9 @@ pub const IMAGE_DESCRIPTOR_BYTES: u64 = 24;
 pub const DESCRIPTORS_PER_CHUNK: u32 = 65536;
 /// Bytes of a chunk.
 pub const CHUNK_BYTES: u64 = DESCRIPTORS_PER_CHUNK as u64 * IMAGE_DESCRIPTOR_BYTES;
+/// The largest image heap: byte offsets must fit the 32-bit registers
+/// shaders hold them in.
+pub const MAX_IMAGE_CAPACITY: u32 = u32::MAX / IMAGE_DESCRIPTOR_BYTES as u32;
 /// The image heap's default capacity: 16 M descriptors.
 pub const DEFAULT_IMAGE_CAPACITY: u32 = 16 << 20;
 /// The uniform pair (in 32-bit uniform registers: `u60_u61`) that bindless
@@ -47,8 +50,17 @@ pub const NULL_TEXTURE: u32 = 0;
 /// Slot 1: a null PBE descriptor.
 pub const NULL_PBE: u32 = 1;
 
-/// A point on a queue's timeline after which a freed slot may be reused.
-pub type RetirePoint = u64;
+/// When a freed slot may be reused: once queue `queue`'s timeline has
+/// passed `point` ([`crate::Queue::retire_point`]). Points of one queue
+/// are reclaimed in the order they were freed, so they should not
+/// decrease (a queue's own points never do).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct RetirePoint {
+    /// The queue (its id) whose work may still read the slot.
+    pub queue: u32,
+    /// The point on that queue's timeline.
+    pub point: u64,
+}
 
 /// A slot of the image heap.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -92,7 +104,8 @@ pub struct ImageHeap {
     chunks: Vec<(u32, std::sync::Arc<dyn CpuMapping>)>,
     next_unused: u32,
     free: Vec<u32>,
-    pending: VecDeque<(u32, RetirePoint)>,
+    /// Freed slots waiting for their queue: queue -> (slot, point).
+    pending: HashMap<u32, VecDeque<(u32, u64)>>,
     live: u32,
     /// One bit per slot below `next_unused`: allocated (so a double free
     /// is refused instead of corrupting the free list).
@@ -104,9 +117,9 @@ impl ImageHeap {
     /// reserved now, memory is bound as it fills. Slots 0 and 1 hold a
     /// null texture and a null PBE descriptor.
     pub fn new(device: &Device, capacity: u32) -> Result<ImageHeap, Error> {
-        if capacity < 2 {
+        if !(2..=MAX_IMAGE_CAPACITY).contains(&capacity) {
             return Err(Error::Unsupported(format!(
-                "an image heap of {capacity} descriptors"
+                "an image heap of {capacity} descriptors (2..={MAX_IMAGE_CAPACITY})"
             )));
         }
         let reserved_bytes =
@@ -120,7 +133,7 @@ impl ImageHeap {
             chunks: Vec::new(),
             next_unused: 0,
             free: Vec::new(),
-            pending: VecDeque::new(),
+            pending: HashMap::new(),
             live: 0,
             allocated: Vec::new(),
         };
@@ -153,7 +166,7 @@ impl ImageHeap {
 
     /// Slots freed but not yet reusable.
     pub fn pending(&self) -> usize {
-        self.pending.len()
+        self.pending.values().map(VecDeque::len).sum()
     }
 
     fn commit_chunk(&mut self) -> Result<(), Error> {
@@ -185,8 +198,8 @@ impl ImageHeap {
     fn write(&mut self, index: DescriptorIndex, bytes: &[u8; 24]) -> Result<(), Error> {
         let chunk = (index.0 / DESCRIPTORS_PER_CHUNK) as usize;
         let within = u64::from(index.0 % DESCRIPTORS_PER_CHUNK) * IMAGE_DESCRIPTOR_BYTES;
-        let (_, map) = self.chunks.get(chunk).ok_or(Error::OutOfBounds {
-            offset_bytes: u64::from(index.byte_offset()),
+        let (_, map) = self.chunks.get(chunk).ok_or_else(|| Error::OutOfBounds {
+            offset_bytes: u64::from(index.0) * IMAGE_DESCRIPTOR_BYTES,
             len_bytes: IMAGE_DESCRIPTOR_BYTES,
             size_bytes: self.committed_bytes(),
         })?;
@@ -229,15 +242,18 @@ impl ImageHeap {
                 self.next_unused - 1
             }
         };
+        if let Err(e) = self.write(DescriptorIndex(index), &null_texture()) {
+            // Not handed out: back to the free list.
+            self.free.push(index);
+            return Err(e);
+        }
         let word = (index / 64) as usize;
         if word >= self.allocated.len() {
             self.allocated.resize(word + 1, 0);
         }
         self.allocated[word] |= 1 << (index % 64);
         self.live += 1;
-        let index = DescriptorIndex(index);
-        self.write(index, &null_texture())?;
-        Ok(index)
+        Ok(DescriptorIndex(index))
     }
 
     /// Makes slot `index` resident with a texture descriptor.
@@ -278,21 +294,27 @@ impl ImageHeap {
         }
         self.allocated[word] &= !bit;
         self.live -= 1;
-        self.pending.push_back((index.0, retire));
+        self.pending
+            .entry(retire.queue)
+            .or_default()
+            .push_back((index.0, retire.point));
         Ok(())
     }
 
-    /// Takes back the slots whose retire point is at or before
-    /// `completed` (the timeline value the GPU has reached); returns how
-    /// many. Their descriptors become null.
-    pub fn reclaim(&mut self, completed: RetirePoint) -> Result<usize, Error> {
+    /// Takes back the slots freed for `queue` whose retire point is at or
+    /// before `completed` (the point its timeline has reached,
+    /// [`crate::Queue::completed_point`]); returns how many. Their
+    /// descriptors become null.
+    pub fn reclaim(&mut self, queue: u32, completed: u64) -> Result<usize, Error> {
         let mut n = 0;
-        while let Some(&(index, retire)) = self.pending.front() {
-            if retire > completed {
+        while let Some(&(index, point)) = self.pending.get(&queue).and_then(VecDeque::front) {
+            if point > completed {
                 break;
             }
-            self.pending.pop_front();
             self.write(DescriptorIndex(index), &null_texture())?;
+            if let Some(q) = self.pending.get_mut(&queue) {
+                q.pop_front();
+            }
             self.free.push(index);
             n += 1;
         }
@@ -333,7 +355,9 @@ pub struct SamplerHeap {
     free_single: Vec<u16>,
     free_triple: Vec<u16>,
     next_unused: u16,
-    pending: VecDeque<(u16, bool, RetirePoint)>,
+    /// Freed slots waiting for their queue: queue -> (slot, three slots,
+    /// point).
+    pending: HashMap<u32, VecDeque<(u16, bool, u64)>>,
 }
 
 /// The sampler heap's default capacity in 8-byte slots.
@@ -357,7 +381,7 @@ impl SamplerHeap {
             free_single: Vec::new(),
             free_triple: Vec::new(),
             next_unused: 0,
-            pending: VecDeque::new(),
+            pending: HashMap::new(),
         })
     }
 
@@ -445,19 +469,27 @@ impl SamplerHeap {
         if *refs == 0 {
             self.by_content.remove(&key);
             self.by_slot.remove(&index.0);
-            self.pending.push_back((index.0, key.1.is_some(), retire));
+            self.pending.entry(retire.queue).or_default().push_back((
+                index.0,
+                key.1.is_some(),
+                retire.point,
+            ));
         }
         Ok(())
     }
 
-    /// Takes back slots whose retire point is at or before `completed`.
-    pub fn reclaim(&mut self, completed: RetirePoint) -> usize {
+    /// Takes back the slots freed for `queue` whose retire point is at or
+    /// before `completed`.
+    pub fn reclaim(&mut self, queue: u32, completed: u64) -> usize {
         let mut n = 0;
-        while let Some(&(slot, triple, retire)) = self.pending.front() {
-            if retire > completed {
+        while let Some(q) = self.pending.get_mut(&queue) {
+            let Some(&(slot, triple, point)) = q.front() else {
+                break;
+            };
+            if point > completed {
                 break;
             }
-            self.pending.pop_front();
+            q.pop_front();
             if triple {
                 self.free_triple.push(slot);
             } else {

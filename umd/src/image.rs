@@ -178,6 +178,11 @@ pub struct DepthImage {
 impl DepthImage {
     /// A depth buffer for a `width` x `height` render area.
     pub fn new(device: &Device, width: u32, height: u32) -> Result<DepthImage, Error> {
+        if !(1..=16384).contains(&width) || !(1..=16384).contains(&height) {
+            return Err(Error::Unsupported(format!(
+                "a {width}x{height} depth buffer"
+            )));
+        }
         let tiles =
             u64::from(width.div_ceil(ZLS_TILE_PX)) * u64::from(height.div_ceil(ZLS_TILE_PX));
         let buffer = device.create_buffer(&BufferDesc {
@@ -223,6 +228,13 @@ impl DepthImage {
 
     /// The depth of pixel (x, y).
     pub fn depth_at(&self, x: u32, y: u32) -> Result<f32, Error> {
+        if x >= self.width || y >= self.height {
+            return Err(Error::OutOfBounds {
+                offset_bytes: u64::from(y) * u64::from(self.width) + u64::from(x),
+                len_bytes: 1,
+                size_bytes: u64::from(self.width) * u64::from(self.height),
+            });
+        }
         let tiles_x = self.width.div_ceil(ZLS_TILE_PX);
         let tile = (y / ZLS_TILE_PX) * tiles_x + x / ZLS_TILE_PX;
         let within = (y % ZLS_TILE_PX) * ZLS_TILE_PX + x % ZLS_TILE_PX;

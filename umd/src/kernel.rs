@@ -89,7 +89,12 @@ pub enum FenceStatus {
 }
 
 /// An open DRM file of the asahi driver.
-pub trait Kernel: Send + Sync + fmt::Debug {
+///
+/// Crate-private on purpose: an ioctl's argument bytes can hold pointers
+/// the kernel writes through (VERSION's name buffer, GET_PARAMS' pointer,
+/// SYNCOBJ_QUERY's points), so issuing arbitrary ones is not a safe
+/// operation. The driver builds every argument itself.
+pub(crate) trait Kernel: Send + Sync + fmt::Debug {
     /// Issues `request` with `arg` as its argument bytes (exactly the size
     /// the request encodes). The kernel copies in and out as the request's
     /// direction says.
@@ -105,7 +110,7 @@ pub trait Kernel: Send + Sync + fmt::Debug {
 }
 
 /// Issues a typed ioctl.
-pub fn call<T: IntoBytes + FromBytes + Immutable>(
+pub(crate) fn call<T: IntoBytes + FromBytes + Immutable>(
     kernel: &dyn Kernel,
     request: u32,
     arg: &mut T,

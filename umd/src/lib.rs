@@ -5,7 +5,7 @@
 //! `partial_eot`) generated in AGX machine code, the depth/stencil
 //! load/store (ZLS) configuration that keeps partial renders correct, and
 //! compute dispatches. It talks to the kernel only through the asahi UAPI
-//! ([`kernel::Kernel`]: ioctl bytes, mmap, sync-file status), so the same
+//! (the crate-private `kernel::Kernel`: ioctl bytes, mmap, sync-file status), so the same
 //! code drives a real Asahi Linux kernel ([`Device::open`]) and the
 //! simulated device ([`Device::open_simulated`]).
 //!

@@ -23,6 +23,9 @@ use crate::device::Device;
 use crate::error::{kernel, Error};
 use crate::kernel::{call, Errno, FenceStatus};
 
+/// Render and compute commands one SUBMIT takes at most.
+pub const MAX_COMMANDS: usize = 64;
+
 /// A timeline semaphore: a syncobj whose points are 64-bit values.
 #[derive(Debug)]
 pub struct Semaphore {
@@ -152,6 +155,7 @@ pub struct Queue {
 impl Queue {
     /// A queue of medium priority in the device's VM.
     pub fn new(device: &Device) -> Result<Queue, Error> {
+        let timeline = Semaphore::new(device)?;
         let mut create = QueueCreate {
             vm_id: device.vm_id(),
             priority: Priority::Medium as u32,
@@ -165,7 +169,7 @@ impl Queue {
         )
         .map_err(kernel("QUEUE_CREATE"))?;
         Ok(Queue {
-            timeline: Semaphore::new(device)?,
+            timeline,
             device: device.clone(),
             id: create.queue_id,
             submitted: std::sync::Mutex::new(0),
@@ -176,6 +180,16 @@ impl Queue {
     /// by it must wait for before it is recycled.
     pub fn submitted_point(&self) -> u64 {
         *self.submitted.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The retire point of resources the latest submission may use: a
+    /// descriptor freed with it is reused once [`Queue::completed_point`]
+    /// reaches it.
+    pub fn retire_point(&self) -> crate::heap::RetirePoint {
+        crate::heap::RetirePoint {
+            queue: self.id,
+            point: self.submitted_point(),
+        }
     }
 
     /// The timeline point the GPU has completed.
@@ -193,10 +207,20 @@ impl Queue {
     /// done.
     pub fn submit(
         &self,
-        buffers: Vec<CommandBuffer>,
+        mut buffers: Vec<CommandBuffer>,
         waits: &[(&Semaphore, u64)],
         signals: &[(&Semaphore, u64)],
     ) -> Result<Submission, Error> {
+        // Dispatches still in an open compute stream are part of it.
+        for buffer in &mut buffers {
+            buffer.finish()?;
+        }
+        let count: usize = buffers.iter().map(|b| b.commands().len()).sum();
+        if count > MAX_COMMANDS {
+            return Err(Error::Unsupported(format!(
+                "{count} commands in one submission (at most {MAX_COMMANDS})"
+            )));
+        }
         let mut cmdbuf: Vec<u8> = Vec::new();
         let (mut renders, mut computes) = (0u16, 0u16);
         for buffer in &buffers {
@@ -343,8 +367,12 @@ impl Submission {
 
 impl Drop for Submission {
     fn drop(&mut self) {
-        if !self.finished {
-            let _ = self.done.wait(0, Duration::from_secs(60));
+        if !self.finished && self.done.wait(0, Duration::from_secs(60)).is_err() {
+            // The GPU may still be using the command buffers' memory:
+            // freeing it would hand its addresses to new buffers under the
+            // running work. Leak it instead.
+            tracing::error!("a submission did not finish in 60 s; its memory is leaked");
+            std::mem::forget(std::mem::take(&mut self.buffers));
         }
     }
 }

@@ -670,10 +670,14 @@ fn the_queue_timeline_gives_retire_points_for_heap_frees() {
     cb.finish().unwrap();
     let mut submission = queue.submit(vec![cb], &[], &[]).unwrap();
     assert_eq!(queue.submitted_point(), 1);
-    heap.free(slot, queue.submitted_point()).unwrap();
+    heap.free(slot, queue.retire_point()).unwrap();
     submission.wait(WAIT).unwrap();
     assert_eq!(queue.completed_point().unwrap(), 1);
-    assert_eq!(heap.reclaim(queue.completed_point().unwrap()).unwrap(), 1);
+    assert_eq!(
+        heap.reclaim(queue.id(), queue.completed_point().unwrap())
+            .unwrap(),
+        1
+    );
     assert_eq!(
         heap.alloc().unwrap(),
         slot,

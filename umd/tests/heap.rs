@@ -63,24 +63,31 @@ fn image_heap_allocation_follows_a_model_and_recycles_only_after_retirement() {
                 if let Some(&index) = live.iter().next() {
                     live.remove(&index);
                     last_retire = last_retire.max(completed + 1 + next(&mut state) % 5);
-                    heap.free(DescriptorIndex(index), last_retire).unwrap();
+                    let retire = heap::RetirePoint {
+                        queue: 1,
+                        point: last_retire,
+                    };
+                    heap.free(DescriptorIndex(index), retire).unwrap();
                     retiring.insert(index, last_retire);
                     // A double free is refused.
-                    assert!(heap.free(DescriptorIndex(index), last_retire).is_err());
+                    assert!(heap.free(DescriptorIndex(index), retire).is_err());
+                    // Another queue's progress does not free it.
+                    assert_eq!(heap.reclaim(2, u64::MAX).unwrap(), 0);
                 }
             }
             _ => {
                 completed += 1;
                 let expected = retiring.values().filter(|&&r| r <= completed).count();
-                assert_eq!(heap.reclaim(completed).unwrap(), expected, "step {step}");
+                assert_eq!(heap.reclaim(1, completed).unwrap(), expected, "step {step}");
                 retiring.retain(|_, r| *r > completed);
                 assert_eq!(heap.pending(), retiring.len());
             }
         }
         assert_eq!(heap.live() as usize, live.len() + 2);
     }
-    assert!(heap.free(DescriptorIndex(NULL_PBE), 0).is_err());
-    assert!(heap.free(DescriptorIndex(capacity + 5), 0).is_err());
+    let now = heap::RetirePoint { queue: 1, point: 0 };
+    assert!(heap.free(DescriptorIndex(NULL_PBE), now).is_err());
+    assert!(heap.free(DescriptorIndex(capacity + 5), now).is_err());
 }
 
 #[test_log::test]
@@ -186,18 +193,20 @@ fn identical_samplers_share_a_slot_and_four_thousand_distinct_ones_fit() {
         "a custom border needs its colour"
     );
     // Releasing every reference frees the slot after retirement only.
+    let retire = heap::RetirePoint { queue: 1, point: 9 };
     for _ in 0..101 {
-        heap.release(first, 9).unwrap();
+        heap.release(first, retire).unwrap();
     }
-    assert!(heap.release(first, 9).is_err(), "no references left");
+    assert!(heap.release(first, retire).is_err(), "no references left");
     let fresh = Sampler {
         max_lod: agx_hw::Lod::from_f32(3.0),
         ..Sampler::default()
     };
     let taken = heap.acquire(&fresh, None).unwrap();
     assert_ne!(taken, first, "not reused before retirement");
-    assert_eq!(heap.reclaim(8), 0);
-    assert_eq!(heap.reclaim(9), 1);
+    assert_eq!(heap.reclaim(1, 8), 0);
+    assert_eq!(heap.reclaim(2, 9), 0, "another queue's point");
+    assert_eq!(heap.reclaim(1, 9), 1);
     let other = Sampler {
         max_lod: agx_hw::Lod::from_f32(4.0),
         ..Sampler::default()

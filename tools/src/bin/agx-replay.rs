@@ -32,6 +32,13 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if args.submit.is_some_and(|n| n >= capture.submissions.len()) {
+        eprintln!(
+            "agx-replay: the capture has {} submissions",
+            capture.submissions.len()
+        );
+        return ExitCode::from(2);
+    }
     let mut failed = false;
     for index in 0..capture.submissions.len() {
         if args.submit.is_some_and(|n| n != index) {
