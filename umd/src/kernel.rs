@@ -1,5 +1,5 @@
 //! The kernel boundary: every request the driver makes goes through
-//! [`Kernel::ioctl`] as the bytes of the asahi UAPI struct, whether the
+//! `Kernel::ioctl` as the bytes of the asahi UAPI struct, whether the
 //! kernel is a real asahi DRM node or the simulated device.
 //!
 //! Besides ioctls a driver needs two things from the file: CPU mappings
