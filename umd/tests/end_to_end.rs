@@ -154,6 +154,40 @@ fn covers(t: [[f64; 2]; 3], x: f64, y: f64) -> bool {
     })
 }
 
+/// A pass over `image` and `depth`, clearing both and storing both.
+fn colour_depth_pass<'a>(
+    image: &'a Image,
+    depth: &'a DepthImage,
+    clear: [f32; 4],
+    clear_depth: f32,
+) -> RenderPassDesc<'a> {
+    RenderPassDesc {
+        colour: vec![ColourAttachment {
+            image,
+            load: LoadOp::Clear(clear),
+            store: StoreOp::Store,
+        }],
+        depth: Some(DepthAttachment {
+            image: depth,
+            load: LoadOp::Clear(clear_depth),
+            store: StoreOp::Store,
+        }),
+    }
+}
+
+/// The varyings-as-colour pipeline with a less-than depth test that
+/// writes depth.
+fn depth_tested(device: &Device) -> Arc<GraphicsPipeline> {
+    pipeline(
+        device,
+        VARYING_FS,
+        Some(DepthState {
+            function: agx_hw::formats::ZsFunc::Less,
+            write: true,
+        }),
+    )
+}
+
 fn colour_pass<'a>(image: &'a Image, clear: [f32; 4]) -> RenderPassDesc<'a> {
     RenderPassDesc {
         colour: vec![ColourAttachment {
@@ -215,28 +249,15 @@ fn the_nearer_triangle_wins_and_depth_is_stored() {
     let mut data = vertices(w, h, &tri, 0.25, &[[0.0, 1.0, 0.0]]);
     data.extend(vertices(w, h, &tri, 0.75, &[[1.0, 0.0, 0.0]]));
     let vb = device.upload(&data, false).unwrap();
-    let pipe = pipeline(
-        &device,
-        VARYING_FS,
-        Some(DepthState {
-            function: agx_hw::formats::ZsFunc::Less,
-            write: true,
-        }),
-    );
+    let pipe = depth_tested(&device);
     let mut cb = CommandBuffer::new(&device, &programs);
     let mut pass = cb
-        .begin_render_pass(&RenderPassDesc {
-            colour: vec![ColourAttachment {
-                image: &image,
-                load: LoadOp::Clear([0.0, 0.0, 1.0, 1.0]),
-                store: StoreOp::Store,
-            }],
-            depth: Some(DepthAttachment {
-                image: &depth,
-                load: LoadOp::Clear(1.0),
-                store: StoreOp::Store,
-            }),
-        })
+        .begin_render_pass(&colour_depth_pass(
+            &image,
+            &depth,
+            [0.0, 0.0, 1.0, 1.0],
+            1.0,
+        ))
         .unwrap();
     pass.set_pipeline(&pipe);
     pass.set_vertex_uniforms(&vs_uniforms(&vb));
@@ -555,31 +576,18 @@ fn partial_renders_through_the_generated_programs_change_nothing() {
     let (w, h) = (96, 96);
     let n = 48;
     let vb = device.upload(&layered_grid(w, h, n), false).unwrap();
-    let pipe = pipeline(
-        &device,
-        VARYING_FS,
-        Some(DepthState {
-            function: agx_hw::formats::ZsFunc::Less,
-            write: true,
-        }),
-    );
+    let pipe = depth_tested(&device);
     let frame = || {
         let image = Image::new(&device, w, h, Format::Rgba8Unorm).unwrap();
         let depth = DepthImage::new(&device, w, h).unwrap();
         let mut cb = CommandBuffer::new(&device, &programs);
         let mut pass = cb
-            .begin_render_pass(&RenderPassDesc {
-                colour: vec![ColourAttachment {
-                    image: &image,
-                    load: LoadOp::Clear([0.0, 0.0, 0.0, 1.0]),
-                    store: StoreOp::Store,
-                }],
-                depth: Some(DepthAttachment {
-                    image: &depth,
-                    load: LoadOp::Clear(1.0),
-                    store: StoreOp::Store,
-                }),
-            })
+            .begin_render_pass(&colour_depth_pass(
+                &image,
+                &depth,
+                [0.0, 0.0, 0.0, 1.0],
+                1.0,
+            ))
             .unwrap();
         pass.set_pipeline(&pipe);
         pass.set_vertex_uniforms(&vs_uniforms(&vb));
@@ -696,29 +704,16 @@ fn depth_clears_happen_in_submission_order_not_at_recording() {
     let vb = device
         .upload(&vertices(w, h, &tri, 0.5, &[[0.0, 1.0, 0.0]]), false)
         .unwrap();
-    let pipe = pipeline(
-        &device,
-        VARYING_FS,
-        Some(DepthState {
-            function: agx_hw::formats::ZsFunc::Less,
-            write: true,
-        }),
-    );
+    let pipe = depth_tested(&device);
     let record = |image: &Image, clear: f32| {
         let mut cb = CommandBuffer::new(&device, &programs);
         let mut pass = cb
-            .begin_render_pass(&RenderPassDesc {
-                colour: vec![ColourAttachment {
-                    image,
-                    load: LoadOp::Clear([0.0, 0.0, 0.0, 1.0]),
-                    store: StoreOp::Store,
-                }],
-                depth: Some(DepthAttachment {
-                    image: &depth,
-                    load: LoadOp::Clear(clear),
-                    store: StoreOp::Store,
-                }),
-            })
+            .begin_render_pass(&colour_depth_pass(
+                image,
+                &depth,
+                [0.0, 0.0, 0.0, 1.0],
+                clear,
+            ))
             .unwrap();
         pass.set_pipeline(&pipe);
         pass.set_vertex_uniforms(&vs_uniforms(&vb));
