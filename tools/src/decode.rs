@@ -41,6 +41,34 @@ use agx_umd::heap::HEAP_BASE_UNIFORM;
 /// Instructions disassembled per program at most.
 const MAX_INSTRUCTIONS: usize = 4096;
 
+/// One decoded thing, for the machine-readable output: a format at an
+/// address with its fields, or an instruction.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Item {
+    /// The command it was found from (`None`: the submission itself).
+    pub command: Option<usize>,
+    /// GPU address.
+    pub address: u64,
+    /// The format's name, or `instruction`.
+    pub kind: String,
+    /// Field name and printed value, in order (an instruction has
+    /// `text`); bits no field explains appear as `XXX`.
+    pub fields: Vec<(String, String)>,
+}
+
+/// A decoded submission.
+#[derive(Debug, Clone)]
+pub struct Decoded {
+    /// Its index in the capture.
+    pub index: usize,
+    /// The text.
+    pub text: String,
+    /// The linter's findings.
+    pub lints: Vec<Lint>,
+    /// Everything decoded, in order.
+    pub items: Vec<Item>,
+}
+
 /// What a program's USC words bind, as far as the linter cares.
 #[derive(Debug, Default, Clone)]
 struct ProgramInfo {
@@ -64,6 +92,22 @@ pub struct Decoder<'a> {
     heaps_printed: HashSet<u64>,
     /// Lints found.
     pub lints: Vec<Lint>,
+    /// What was decoded, for `--json`.
+    items: Vec<Item>,
+    /// The command being decoded.
+    command: Option<usize>,
+}
+
+/// The fields of a format as `print_by_name` prints it (a name line,
+/// then `  field: value` lines).
+fn fields_of(text: &str) -> Vec<(String, String)> {
+    text.lines()
+        .skip(1)
+        .filter_map(|l| {
+            let (k, v) = l.trim().split_once(": ")?;
+            Some((k.to_owned(), v.to_owned()))
+        })
+        .collect()
 }
 
 fn hexdump(bytes: &[u8]) -> String {
@@ -90,6 +134,8 @@ impl<'a> Decoder<'a> {
             heaps: std::collections::BTreeSet::new(),
             heaps_printed: HashSet::new(),
             lints: Vec::new(),
+            items: Vec::new(),
+            command: None,
         }
     }
 
@@ -117,10 +163,22 @@ impl<'a> Decoder<'a> {
     fn format_at(&mut self, name: &str, va: u64, len: usize) -> Option<&'a [u8]> {
         match self.read(va, len) {
             Some(bytes) => {
-                match agx_hw::formats::print_by_name(name, bytes) {
-                    Some(Ok(text)) => self.line(&format!("{va:#x}: {}", text.trim_end())),
-                    _ => self.line(&format!("{va:#x}: {name}?\n{}", hexdump(bytes))),
-                }
+                let fields = match agx_hw::formats::print_by_name(name, bytes) {
+                    Some(Ok(text)) => {
+                        self.line(&format!("{va:#x}: {}", text.trim_end()));
+                        fields_of(&text)
+                    }
+                    _ => {
+                        self.line(&format!("{va:#x}: {name}?\n{}", hexdump(bytes)));
+                        vec![("hex".to_owned(), hexdump(bytes).replace('\n', " "))]
+                    }
+                };
+                self.items.push(Item {
+                    command: self.command,
+                    address: va,
+                    kind: name.to_owned(),
+                    fields,
+                });
                 Some(bytes)
             }
             None => {
@@ -135,7 +193,7 @@ impl<'a> Decoder<'a> {
     }
 
     /// Decodes the whole submission.
-    pub fn decode(mut self, index: usize) -> (String, Vec<Lint>) {
+    pub fn decode(mut self, index: usize) -> Decoded {
         let s = self.s;
         self.line(&format!(
             "submission {index}: queue {} (VM {}), usc_exec_base {:#x}, {} waits, {} signals, {} bytes of commands, {} mapped ranges",
@@ -169,6 +227,7 @@ impl<'a> Decoder<'a> {
             let payload_at = at + 8;
             let end = (payload_at + usize::from(header.size)).min(s.cmdbuf.len());
             let payload = &s.cmdbuf[payload_at..end];
+            self.command = Some(command);
             self.line(&format!(
                 "command {command} ({}): vdm_barrier {}, cdm_barrier {}",
                 match header.cmd_type {
@@ -219,7 +278,12 @@ impl<'a> Decoder<'a> {
             command += 1;
         }
         self.depth -= 1;
-        (self.out, self.lints)
+        Decoded {
+            index,
+            text: self.out,
+            lints: self.lints,
+            items: self.items,
+        }
     }
 
     /// Whether the command's addresses can be followed: above 2^56
@@ -275,6 +339,13 @@ impl<'a> Decoder<'a> {
             agx_hw::formats::print_by_name("ZlsControl", &r.zls_ctrl.to_le_bytes())
         {
             self.line(text.trim_end());
+            // A command field, not memory: address 0.
+            self.items.push(Item {
+                command: self.command,
+                address: 0,
+                kind: "ZlsControl".into(),
+                fields: fields_of(&text),
+            });
         }
         self.depth -= 1;
         if r.sampler_heap != 0 {
@@ -823,6 +894,16 @@ impl<'a> Decoder<'a> {
                         String::new()
                     };
                     self.line(&format!("{:#x}: {text}{unknown}", code + at as u64));
+                    let mut fields = vec![("text".to_owned(), text.clone())];
+                    if d.unknown_bits != 0 {
+                        fields.push(("XXX".to_owned(), format!("{:#x}", d.unknown_bits)));
+                    }
+                    self.items.push(Item {
+                        command: self.command,
+                        address: code + at as u64,
+                        kind: "instruction".to_owned(),
+                        fields,
+                    });
                     let mnemonic = text.split_whitespace().next().unwrap_or("");
                     if matches!(mnemonic, "texture_load" | "device_load" | "ld_tile") {
                         info.loads = true;
@@ -865,19 +946,24 @@ pub fn open_capture(
 }
 
 /// Decodes every submission of `capture` (or only `only`).
-pub fn decode_capture(
-    capture: &agx_uapi::capture::Capture,
-    only: Option<usize>,
-) -> Vec<(usize, String, Vec<Lint>)> {
+pub fn decode_all(capture: &agx_uapi::capture::Capture, only: Option<usize>) -> Vec<Decoded> {
     capture
         .submissions
         .iter()
         .enumerate()
         .filter(|(i, _)| only.is_none_or(|o| o == *i))
-        .map(|(i, s)| {
-            let (text, lints) = Decoder::new(s).decode(i);
-            (i, text, lints)
-        })
+        .map(|(i, s)| Decoder::new(s).decode(i))
+        .collect()
+}
+
+/// [`decode_all`] as (index, text, lints).
+pub fn decode_capture(
+    capture: &agx_uapi::capture::Capture,
+    only: Option<usize>,
+) -> Vec<(usize, String, Vec<Lint>)> {
+    decode_all(capture, only)
+        .into_iter()
+        .map(|d| (d.index, d.text, d.lints))
         .collect()
 }
 
@@ -899,16 +985,47 @@ fn json_string(s: &str) -> String {
     out
 }
 
-/// The decoded submissions as JSON: an array of {submission, text (one
-/// string per line), lints: [{rule, address, message}]}.
-pub fn to_json(decoded: &[(usize, String, Vec<Lint>)]) -> String {
+/// The decoded submissions as JSON: an array of
+/// `{submission, queue_id, vm_id, usc_exec_base, commands: [{command, items}],
+/// items (the submission's own), lints: [{rule, address, message}], text: [lines]}`,
+/// each item `{address, kind, fields: {name: value}}`.
+pub fn to_json(capture: &agx_uapi::capture::Capture, decoded: &[Decoded]) -> String {
+    let item_json = |item: &Item| {
+        let fields: Vec<String> = item
+            .fields
+            .iter()
+            .map(|(k, v)| format!("{}:{}", json_string(k), json_string(v)))
+            .collect();
+        format!(
+            "{{\"address\":{},\"kind\":{},\"fields\":{{{}}}}}",
+            item.address,
+            json_string(&item.kind),
+            fields.join(",")
+        )
+    };
     let mut out = String::from("[");
-    for (n, (index, text, lints)) in decoded.iter().enumerate() {
+    for (n, d) in decoded.iter().enumerate() {
         if n > 0 {
             out.push(',');
         }
-        let lines: Vec<String> = text.lines().map(json_string).collect();
-        let lints: Vec<String> = lints
+        let s = &capture.submissions[d.index];
+        let mut commands: Vec<(usize, Vec<String>)> = Vec::new();
+        let mut own = Vec::new();
+        for item in &d.items {
+            match item.command {
+                Some(c) => match commands.last_mut() {
+                    Some((last, items)) if *last == c => items.push(item_json(item)),
+                    _ => commands.push((c, vec![item_json(item)])),
+                },
+                None => own.push(item_json(item)),
+            }
+        }
+        let commands: Vec<String> = commands
+            .into_iter()
+            .map(|(c, items)| format!("{{\"command\":{c},\"items\":[{}]}}", items.join(",")))
+            .collect();
+        let lints: Vec<String> = d
+            .lints
             .iter()
             .map(|l| {
                 format!(
@@ -919,11 +1036,18 @@ pub fn to_json(decoded: &[(usize, String, Vec<Lint>)]) -> String {
                 )
             })
             .collect();
+        let lines: Vec<String> = d.text.lines().map(json_string).collect();
         let _ = write!(
             out,
-            "\n{{\"submission\":{index},\"text\":[{}],\"lints\":[{}]}}",
-            lines.join(","),
-            lints.join(",")
+            "\n{{\"submission\":{},\"queue_id\":{},\"vm_id\":{},\"usc_exec_base\":{},\"commands\":[{}],\"items\":[{}],\"lints\":[{}],\"text\":[{}]}}",
+            d.index,
+            s.queue_id,
+            s.vm_id,
+            s.usc_exec_base,
+            commands.join(","),
+            own.join(","),
+            lints.join(","),
+            lines.join(",")
         );
     }
     out.push_str("\n]\n");

@@ -392,3 +392,28 @@ fn decoding_corrupted_memory_never_panics() {
         assert_eq!(decoded.len(), 1);
     }
 }
+
+#[test]
+fn the_json_output_is_a_tree_of_decoded_items() {
+    let d = device();
+    let c = captured(&d, "json.cap", || {
+        quad_pass(&d, PLAIN_FS, PassDebug::default()).unwrap()
+    });
+    let decoded = agx_tools::decode::decode_all(&c, None);
+    let json: serde_json::Value =
+        serde_json::from_str(&agx_tools::decode::to_json(&c, &decoded)).expect("valid JSON");
+    let submission = &json[0];
+    assert_eq!(submission["usc_exec_base"], d.usc_base());
+    let commands = submission["commands"].as_array().unwrap();
+    assert_eq!(commands.len(), 2, "the depth fill and the pass");
+    let items = commands[1]["items"].as_array().unwrap();
+    let zls = items
+        .iter()
+        .find(|i| i["kind"] == "ZlsControl")
+        .expect("the ZLS control");
+    assert_eq!(zls["fields"]["z_store_enable"], "true");
+    assert!(items
+        .iter()
+        .any(|i| i["kind"] == "instruction" && i["fields"]["text"] == "stop"));
+    assert!(submission["lints"].as_array().unwrap().is_empty());
+}

@@ -42,16 +42,16 @@ fn main() -> ExitCode {
         );
         return ExitCode::from(2);
     }
-    let decoded = agx_tools::decode::decode_capture(&capture, args.submit);
-    let lints: usize = decoded.iter().map(|(_, _, l)| l.len()).sum();
+    let decoded = agx_tools::decode::decode_all(&capture, args.submit);
+    let lints: usize = decoded.iter().map(|d| d.lints.len()).sum();
     if args.json {
-        print!("{}", agx_tools::decode::to_json(&decoded));
+        print!("{}", agx_tools::decode::to_json(&capture, &decoded));
     } else if args.lint {
-        for (index, _, found) in &decoded {
-            for l in found {
+        for d in &decoded {
+            for l in &d.lints {
                 println!(
-                    "submission {index}: {} at {:#x}: {}",
-                    l.rule, l.address, l.message
+                    "submission {}: {} at {:#x}: {}",
+                    d.index, l.rule, l.address, l.message
                 );
             }
         }
@@ -68,8 +68,8 @@ fn main() -> ExitCode {
                 p.num_clusters_total
             );
         }
-        for (_, text, _) in &decoded {
-            print!("{text}");
+        for d in &decoded {
+            print!("{}", d.text);
         }
     }
     if args.lint && lints > 0 {
