@@ -149,6 +149,7 @@ impl LayeredScene {
             &GraphicsPipelineDesc {
                 vertex: &vertex_source,
                 fragment: FRAGMENT_SHADER,
+                vertex_layout: None,
                 vertex_outputs: 4 + varyings,
                 varyings: vec![Varying {
                     slot: 4,

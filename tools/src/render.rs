@@ -207,6 +207,7 @@ impl Renderer {
             &GraphicsPipelineDesc {
                 vertex: VERTEX_SHADER,
                 fragment: FRAGMENT_SHADER,
+                vertex_layout: None,
                 vertex_outputs: 9,
                 varyings: vec![
                     Varying {

@@ -102,6 +102,7 @@ fn quad_pass(d: &Device, fs: &str, debug: PassDebug) -> Result<(), Error> {
         &GraphicsPipelineDesc {
             vertex: VS,
             fragment: fs,
+            vertex_layout: None,
             vertex_outputs: 4,
             varyings: Vec::new(),
             depth: None,
@@ -281,6 +282,7 @@ fn descriptors_are_found_through_the_heaps_programs_use() {
             &GraphicsPipelineDesc {
                 vertex: VS,
                 fragment: PLAIN_FS,
+                vertex_layout: None,
                 vertex_outputs: 4,
                 varyings: Vec::new(),
                 depth: None,

@@ -117,6 +117,7 @@ fn draw_recording(c: &mut Criterion) {
             &GraphicsPipelineDesc {
                 vertex: VS,
                 fragment: FS,
+                vertex_layout: None,
                 vertex_outputs: 4,
                 varyings: Vec::new(),
                 depth: None,

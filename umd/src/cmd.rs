@@ -162,6 +162,100 @@ pub fn fragment_epilogue(output: ColourOutput) -> Result<String, Error> {
     Ok(s)
 }
 
+/// The format of a vertex attribute: 32-bit components.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VertexFormat {
+    /// One 32-bit word.
+    X32,
+    /// Two.
+    Xy32,
+    /// Three.
+    Xyz32,
+    /// Four.
+    Xyzw32,
+}
+
+impl VertexFormat {
+    fn components(self) -> u32 {
+        match self {
+            VertexFormat::X32 => 1,
+            VertexFormat::Xy32 => 2,
+            VertexFormat::Xyz32 => 3,
+            VertexFormat::Xyzw32 => 4,
+        }
+    }
+}
+
+/// One attribute of a vertex layout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct VertexAttribute {
+    /// Byte offset in the vertex (a multiple of 4).
+    pub offset_bytes: u32,
+    /// Its format.
+    pub format: VertexFormat,
+    /// The first general register the vertex shader finds it in (r3 and
+    /// up: the prologue uses r1 and r2, r5 and r6 hold the ids).
+    pub register: u32,
+}
+
+/// How vertices lie in the vertex buffer. AGX has no fixed-function
+/// vertex fetch: the driver prepends the loads to the vertex shader, which
+/// then finds each attribute in its registers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VertexLayout {
+    /// Bytes from one vertex to the next (a multiple of 4).
+    pub stride_bytes: u32,
+    /// The attributes (at most [`MAX_VERTEX_ATTRIBUTES`]).
+    pub attributes: Vec<VertexAttribute>,
+}
+
+/// Attributes a layout may have.
+pub const MAX_VERTEX_ATTRIBUTES: usize = 8;
+/// The 32-bit uniform where the driver puts attribute 0's address (a
+/// pair; attribute `a` at `u(40 + 2a)`): vertex shaders with a layout keep
+/// their own uniforms below it.
+pub const VERTEX_ATTRIBUTE_UNIFORM: u32 = 40;
+
+/// The loads the driver prepends for `layout`: the vertex index times the
+/// stride in words into `r1` (`r2` scratch), then each attribute from its
+/// address pair.
+pub fn vertex_prologue(layout: &VertexLayout) -> Result<String, Error> {
+    if !layout.stride_bytes.is_multiple_of(4) || layout.attributes.len() > MAX_VERTEX_ATTRIBUTES {
+        return Err(Error::Unsupported(format!(
+            "a vertex layout of stride {} with {} attributes",
+            layout.stride_bytes,
+            layout.attributes.len()
+        )));
+    }
+    let mut s = format!(
+        "; driver prologue: vertex fetch\n    mov_imm r2, {}\n    imadd r1, r5, r2, 0\n",
+        layout.stride_bytes / 4
+    );
+    let masks = ["x", "xy", "xyz", "xyzw"];
+    for (a, attribute) in layout.attributes.iter().enumerate() {
+        let n = attribute.format.components();
+        let overlaps_ids = (attribute.register..attribute.register + n).any(|r| r == 5 || r == 6);
+        if !attribute.offset_bytes.is_multiple_of(4) || attribute.register < 3 || overlaps_ids {
+            return Err(Error::Unsupported(format!(
+                "attribute {a} at offset {} into r{}",
+                attribute.offset_bytes, attribute.register
+            )));
+        }
+        let registers: Vec<String> = (0..n)
+            .map(|i| format!("r{}", attribute.register + i))
+            .collect();
+        let u = VERTEX_ATTRIBUTE_UNIFORM + 2 * a as u32;
+        s.push_str(&format!(
+            "    device_load 0, i32, {}, {}, u{u}_u{}, r1, unsigned\n",
+            masks[n as usize - 1],
+            registers.join("_"),
+            u + 1
+        ));
+    }
+    s.push_str("    wait 0\n");
+    Ok(s)
+}
+
 /// A graphics pipeline's description: shaders in AGX assembly and the
 /// fixed-function state.
 #[derive(Debug, Clone)]
@@ -172,6 +266,9 @@ pub struct GraphicsPipelineDesc<'a> {
     /// Fragment shader: reads varyings from coefficient registers (cf0
     /// and up, in `varyings` order), writes the tilebuffer with `st_tile`.
     pub fragment: &'a str,
+    /// How the driver fetches vertices for the vertex shader, if it
+    /// does (else the shader loads them itself).
+    pub vertex_layout: Option<VertexLayout>,
     /// Vertex output slots, position included.
     pub vertex_outputs: u32,
     /// Varyings, bound to consecutive coefficient registers from cf0.
@@ -193,6 +290,8 @@ pub struct GraphicsPipelineDesc<'a> {
 #[derive(Debug)]
 pub struct GraphicsPipeline {
     vertex: Shader,
+    /// With a vertex layout: each attribute's byte offset.
+    attribute_offsets: Option<Vec<u32>>,
     fragment: Shader,
     outputs: u32,
     cf_table: Buffer,
@@ -261,7 +360,17 @@ impl GraphicsPipeline {
         })?;
         cf_table.write(0, &table)?;
         Ok(GraphicsPipeline {
-            vertex: Shader::new(device, desc.vertex)?,
+            vertex: match &desc.vertex_layout {
+                Some(layout) => Shader::new(
+                    device,
+                    &format!("{}{}", vertex_prologue(layout)?, desc.vertex),
+                )?,
+                None => Shader::new(device, desc.vertex)?,
+            },
+            attribute_offsets: desc
+                .vertex_layout
+                .as_ref()
+                .map(|l| l.attributes.iter().map(|a| a.offset_bytes).collect()),
             fragment: Shader::new(device, &fragment_source(desc)?)?,
             outputs: desc.vertex_outputs,
             cf_table,
@@ -690,6 +799,7 @@ impl CommandBuffer {
             dirty_vertex: true,
             dirty_fragment: true,
             viewport: [0.0, 0.0, width as f32, height as f32, 0.0, 1.0],
+            vertex_buffer: None,
         })
     }
 }
@@ -712,6 +822,8 @@ pub struct RenderPass<'a> {
     dirty_fragment: bool,
     /// x, y, width, height (pixels), min and max depth.
     viewport: [f32; 6],
+    /// The vertex buffer for pipelines with a vertex layout.
+    vertex_buffer: Option<u64>,
 }
 
 impl RenderPass<'_> {
@@ -749,6 +861,15 @@ impl RenderPass<'_> {
         self.cb.keep.push(Arc::clone(pipeline));
         self.dirty_vertex = true;
         self.dirty_fragment = true;
+    }
+
+    /// Sets the vertex buffer pipelines with a vertex layout fetch from
+    /// (its GPU address).
+    pub fn set_vertex_buffer(&mut self, va: u64) {
+        if self.vertex_buffer != Some(va) {
+            self.vertex_buffer = Some(va);
+            self.dirty_vertex = true;
+        }
     }
 
     /// Sets the vertex shader's uniforms (32-bit words from u0).
@@ -797,8 +918,27 @@ impl RenderPass<'_> {
             .ok_or_else(|| Error::Unsupported("a draw without a pipeline".into()))?;
         let cb = &mut *self.cb;
         if self.dirty_vertex {
-            let bindings =
+            let mut bindings =
                 Bindings::default().with_uniform_words(&mut cb.data, &self.vs_uniforms)?;
+            if let Some(offsets) = &pipeline.attribute_offsets {
+                let base = self.vertex_buffer.ok_or_else(|| {
+                    Error::Unsupported(
+                        "a pipeline with a vertex layout and no vertex buffer".into(),
+                    )
+                })?;
+                let words: Vec<u8> = offsets
+                    .iter()
+                    .flat_map(|&o| (base + u64::from(o)).to_le_bytes())
+                    .collect();
+                if !words.is_empty() {
+                    let slice = cb.data.upload(&words, 16)?;
+                    bindings.uniforms.push((
+                        2 * VERTEX_ATTRIBUTE_UNIFORM,
+                        slice.va,
+                        (words.len() / 2) as u32,
+                    ));
+                }
+            }
             let vs = place_pipeline(&cb.device, &mut cb.usc, &pipeline.vertex, &bindings)?;
             self.blocks.push(self.vdm.len());
             self.vdm.extend(

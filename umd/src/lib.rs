@@ -32,6 +32,7 @@ mod sys;
 pub use cmd::{
     Blend, ColourOutput, Command, CommandBuffer, CullMode, DepthState, GraphicsPipeline,
     GraphicsPipelineDesc, Interpolation, RecordStats, RenderPass, Topology, Varying,
+    VertexAttribute, VertexFormat, VertexLayout,
 };
 pub use device::{Buffer, BufferDesc, Device, MemoryType, Region};
 pub use error::Error;

@@ -95,6 +95,7 @@ fn pipeline(device: &Device, fs: &str, depth: Option<DepthState>) -> Arc<Graphic
             &GraphicsPipelineDesc {
                 vertex: VS,
                 fragment: fs,
+                vertex_layout: None,
                 vertex_outputs: 7,
                 varyings: vec![Varying {
                     slot: 4,
@@ -787,6 +788,7 @@ fn driver_blending_and_the_viewport() {
                 &GraphicsPipelineDesc {
                     vertex: VS,
                     fragment: fs,
+                    vertex_layout: None,
                     vertex_outputs: 7,
                     varyings: Vec::new(),
                     depth: None,
@@ -828,6 +830,7 @@ fn driver_blending_and_the_viewport() {
         &GraphicsPipelineDesc {
             vertex: VS,
             fragment: FLAT_FS,
+            vertex_layout: None,
             vertex_outputs: 7,
             varyings: Vec::new(),
             depth: None,
@@ -885,4 +888,93 @@ fn a_long_control_stream_is_chunked_and_linked() {
         pixels.chunks_exact(4).all(|p| p == [0, 255, 0, 255]),
         "every square drawn, across the links"
     );
+}
+
+#[test_log::test]
+fn a_vertex_layout_fetches_attributes_for_the_shader() {
+    let device = device();
+    let queue = Queue::new(&device).unwrap();
+    let programs = Arc::new(ProgramCache::new(&device));
+    let (w, h) = (64, 64);
+    let corners = [[4.0f32, 6.0], [60.0, 12.0], [24.0, 58.0]];
+    let colours = [[1.0f32, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]];
+    let mut vb_bytes = Vec::new();
+    for (corner, colour) in corners.iter().zip(colours) {
+        vb_bytes.extend(vertices(w, h, &[*corner], 0.5, &[colour]));
+    }
+    let vb = device.upload(&vb_bytes, false).unwrap();
+    let render = |pipe: &Arc<GraphicsPipeline>, with_layout: bool| {
+        let image = Image::new(&device, w, h, Format::Rgba8Unorm).unwrap();
+        let mut cb = CommandBuffer::new(&device, &programs);
+        let mut pass = cb.begin_render_pass(&colour_pass(&image, [0.0; 4])).unwrap();
+        pass.set_pipeline(pipe);
+        if with_layout {
+            pass.set_vertex_buffer(vb.va());
+        } else {
+            pass.set_vertex_uniforms(&vs_uniforms(&vb));
+        }
+        pass.draw(3, 1, 0).unwrap();
+        pass.end().unwrap();
+        run(&device, &queue, cb).unwrap();
+        image.read_pixels().unwrap()
+    };
+    // The same picture as the shader that loads its own vertices.
+    let reference = render(&pipeline(&device, VARYING_FS, None), false);
+    let fetched = Arc::new(
+        GraphicsPipeline::new(
+            &device,
+            &GraphicsPipelineDesc {
+                vertex: "
+    st_var 1, r8, 0
+    st_var 1, r9, 1
+    st_var 1, r10, 2
+    st_var 1, r11, 3
+    st_var 1, r12, 4
+    st_var 1, r13, 5
+    st_var 1, r14, 6
+    stop",
+                fragment: VARYING_FS,
+                vertex_layout: Some(VertexLayout {
+                    stride_bytes: 32,
+                    attributes: vec![
+                        VertexAttribute {
+                            offset_bytes: 0,
+                            format: VertexFormat::Xyzw32,
+                            register: 8,
+                        },
+                        VertexAttribute {
+                            offset_bytes: 16,
+                            format: VertexFormat::Xyz32,
+                            register: 12,
+                        },
+                    ],
+                }),
+                vertex_outputs: 7,
+                varyings: vec![Varying {
+                    slot: 4,
+                    components: 3,
+                    interpolation: Interpolation::Linear,
+                }],
+                depth: None,
+                cull: CullMode::None,
+                front_ccw: false,
+                topology: Topology::Triangles,
+                colour_output: ColourOutput::ShaderStores,
+            },
+        )
+        .unwrap(),
+    );
+    let got = render(&fetched, true);
+    assert!(got.chunks_exact(4).any(|p| p != [0, 0, 0, 0]), "something drawn");
+    assert_eq!(got, reference);
+    // Attributes over the vertex ids are refused.
+    let bad = VertexLayout {
+        stride_bytes: 32,
+        attributes: vec![VertexAttribute {
+            offset_bytes: 0,
+            format: VertexFormat::Xyzw32,
+            register: 4,
+        }],
+    };
+    assert!(agx_umd::cmd::vertex_prologue(&bad).is_err());
 }
