@@ -150,6 +150,7 @@ impl LayeredScene {
                 vertex: &vertex_source,
                 fragment: FRAGMENT_SHADER,
                 vertex_layout: None,
+                stencil: None,
                 vertex_outputs: 4 + varyings,
                 varyings: vec![Varying {
                     slot: 4,
@@ -209,6 +210,7 @@ impl LayeredScene {
                 image: &depth,
                 load: LoadOp::Clear(1.0),
                 store: StoreOp::Store,
+                stencil: None,
             }),
         })?;
         pass.set_pipeline(&self.pipeline);

@@ -208,6 +208,7 @@ impl Renderer {
                 vertex: VERTEX_SHADER,
                 fragment: FRAGMENT_SHADER,
                 vertex_layout: None,
+                stencil: None,
                 vertex_outputs: 9,
                 varyings: vec![
                     Varying {
@@ -292,6 +293,7 @@ impl Renderer {
                 image: &self.depth,
                 load: LoadOp::Clear(1.0),
                 store: StoreOp::DontCare,
+                stencil: None,
             }),
         })?;
         pass.set_pipeline(&self.pipeline);

@@ -103,6 +103,7 @@ fn quad_pass(d: &Device, fs: &str, debug: PassDebug) -> Result<(), Error> {
             vertex: VS,
             fragment: fs,
             vertex_layout: None,
+            stencil: None,
             vertex_outputs: 4,
             varyings: Vec::new(),
             depth: None,
@@ -127,6 +128,7 @@ fn quad_pass(d: &Device, fs: &str, debug: PassDebug) -> Result<(), Error> {
             image: &depth,
             load: LoadOp::Clear(1.0),
             store: StoreOp::DontCare,
+            stencil: None,
         }),
     })?;
     pass.set_pipeline(&pipeline);
@@ -283,6 +285,7 @@ fn descriptors_are_found_through_the_heaps_programs_use() {
                 vertex: VS,
                 fragment: PLAIN_FS,
                 vertex_layout: None,
+                stencil: None,
                 vertex_outputs: 4,
                 varyings: Vec::new(),
                 depth: None,

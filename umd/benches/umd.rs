@@ -118,6 +118,7 @@ fn draw_recording(c: &mut Criterion) {
                 vertex: VS,
                 fragment: FS,
                 vertex_layout: None,
+                stencil: None,
                 vertex_outputs: 4,
                 varyings: Vec::new(),
                 depth: None,

@@ -14,10 +14,10 @@ use std::sync::Arc;
 use agx_hw::formats::{
     CdmGlobalSize, CdmLaunchWord0, CdmLaunchWord1, CdmLocalSize, CdmMode, CdmStreamTerminate,
     CfBinding, CfBindingHeader, CoefficientSource, Cull, FragmentControl, FragmentFace,
-    FragmentShaderWord0, FragmentShaderWord1, FragmentShaderWord2, FragmentShaderWord3, IndexList,
-    IndexSize, PppHeader, PppState, Primitive, Sampler, ShadeModel, VdmState,
-    VdmStateVertexOutputs, VdmStateVertexShaderWord1, VdmStreamLink, VdmStreamTerminate, Viewport,
-    ZsFunc,
+    FragmentShaderWord0, FragmentShaderWord1, FragmentShaderWord2, FragmentShaderWord3,
+    FragmentStencil, IndexList, IndexSize, PppHeader, PppState, Primitive, Sampler, ShadeModel,
+    StencilOp, VdmState, VdmStateVertexOutputs, VdmStateVertexShaderWord1, VdmStreamLink,
+    VdmStreamTerminate, Viewport, ZsFunc,
 };
 use agx_uapi::asahi::{BgEot, CmdCompute, CmdRender, RenderFlags};
 use zerocopy::FromZeros;
@@ -89,6 +89,25 @@ pub enum Topology {
     TriangleStrip,
     /// A fan.
     TriangleFan,
+}
+
+/// Stencil test state (both faces).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StencilState {
+    /// Comparison of the reference against the stored value.
+    pub compare: ZsFunc,
+    /// The reference value.
+    pub reference: u8,
+    /// Bits compared.
+    pub read_mask: u8,
+    /// Bits written.
+    pub write_mask: u8,
+    /// Operation when the stencil test fails.
+    pub fail: StencilOp,
+    /// Operation when it passes and the depth test fails.
+    pub depth_fail: StencilOp,
+    /// Operation when both pass.
+    pub pass: StencilOp,
 }
 
 /// Depth test state.
@@ -275,6 +294,9 @@ pub struct GraphicsPipelineDesc<'a> {
     pub varyings: Vec<Varying>,
     /// Depth test, if any.
     pub depth: Option<DepthState>,
+    /// Stencil test, if any (needs a depth test: `Always` if only the
+    /// stencil matters).
+    pub stencil: Option<StencilState>,
     /// Culling.
     pub cull: CullMode,
     /// Whether counter-clockwise triangles (as seen in the image) face
@@ -297,6 +319,7 @@ pub struct GraphicsPipeline {
     cf_table: Buffer,
     cf_bindings: u32,
     depth: Option<DepthState>,
+    stencil: Option<StencilState>,
     cull: CullMode,
     front_ccw: bool,
     topology: Topology,
@@ -376,6 +399,7 @@ impl GraphicsPipeline {
             cf_table,
             cf_bindings: desc.varyings.len() as u32,
             depth: desc.depth,
+            stencil: desc.stencil,
             cull: desc.cull,
             front_ccw: desc.front_ccw,
             topology: desc.topology,
@@ -656,6 +680,19 @@ impl CommandBuffer {
                 let words = (depth.image.buffer().size_bytes() / 4) as u32;
                 self.fill(depth.image.buffer().va(), words, value.to_bits())?;
             }
+            // The stencil plane likewise, a byte per pixel.
+            if let Some(stencil) = &depth.stencil {
+                let value = match stencil.load {
+                    LoadOp::Clear(value) => Some(value),
+                    LoadOp::DontCare => Some(0),
+                    LoadOp::Load => None,
+                };
+                if let Some(value) = value {
+                    let words = (stencil.image.buffer().size_bytes() / 4) as u32;
+                    let word = u32::from_le_bytes([value; 4]);
+                    self.fill(stencil.image.buffer().va(), words, word)?;
+                }
+            }
         }
         self.close_compute()?;
         // Descriptors: texture descriptors for loads, PBE descriptors for
@@ -783,6 +820,13 @@ impl CommandBuffer {
             render.depth.stride = depth.image.layer_bytes();
             if let LoadOp::Clear(value) = depth.load {
                 render.isp_bgobjdepth = value.to_bits();
+            }
+            if let Some(stencil) = &depth.stencil {
+                render.stencil.base = stencil.image.buffer().va();
+                render.stencil.stride = stencil.image.layer_bytes();
+                if let LoadOp::Clear(value) = stencil.load {
+                    render.isp_bgobjvals = u32::from(value);
+                }
             }
         }
         Ok(RenderPass {
@@ -989,10 +1033,13 @@ impl RenderPass<'_> {
             let bindings = cb.with_heap(bindings);
             let fs = place_pipeline(&cb.device, &mut cb.usc, &pipeline.fragment, &bindings)?;
             let [vx, vy, vw, vh, near, far] = self.viewport;
+            let stencil = pipeline.stencil;
             let mut ppp = PppHeader {
                 fragment_control: true,
                 fragment_front_face: true,
+                fragment_front_stencil: stencil.is_some(),
                 fragment_back_face: true,
+                fragment_back_stencil: stencil.is_some(),
                 viewport: true,
                 viewport_count: 1,
                 cull: true,
@@ -1002,16 +1049,43 @@ impl RenderPass<'_> {
             .pack()
             .map_err(pack_err)?
             .to_vec();
-            ppp.extend(FragmentControl::default().pack().map_err(pack_err)?);
+            ppp.extend(
+                FragmentControl {
+                    stencil_test_enable: stencil.is_some(),
+                    ..FragmentControl::default()
+                }
+                .pack()
+                .map_err(pack_err)?,
+            );
             let face = FragmentFace {
                 depth_function: pipeline.depth.map_or(ZsFunc::Always, |d| d.function),
                 disable_depth_write: !pipeline.depth.is_some_and(|d| d.write),
+                stencil_reference: u32::from(stencil.map_or(0, |s| s.reference)),
                 ..FragmentFace::default()
             }
             .pack()
             .map_err(pack_err)?;
-            ppp.extend(face);
-            ppp.extend(face);
+            let stencil_record = stencil
+                .map(|s| {
+                    FragmentStencil {
+                        write_mask: u32::from(s.write_mask),
+                        read_mask: u32::from(s.read_mask),
+                        depth_pass: s.pass,
+                        depth_fail: s.depth_fail,
+                        stencil_fail: s.fail,
+                        compare: s.compare,
+                    }
+                    .pack()
+                    .map_err(pack_err)
+                })
+                .transpose()?;
+            // Front face and stencil, then back face and stencil.
+            for _ in 0..2 {
+                ppp.extend(face);
+                if let Some(record) = stencil_record {
+                    ppp.extend(record);
+                }
+            }
             // Viewport control word, then the viewport: NDC to window
             // coordinates with y pointing down the image.
             ppp.extend([0u8; 4]);

@@ -247,6 +247,68 @@ impl DepthImage {
     }
 }
 
+/// An 8-bit stencil buffer in the GPU's depth/stencil (ZLS) layout.
+#[derive(Debug)]
+pub struct StencilImage {
+    buffer: Buffer,
+    width: u32,
+    height: u32,
+}
+
+impl StencilImage {
+    /// A stencil buffer for a `width` x `height` render area.
+    pub fn new(device: &Device, width: u32, height: u32) -> Result<StencilImage, Error> {
+        if !(1..=16384).contains(&width) || !(1..=16384).contains(&height) {
+            return Err(Error::Unsupported(format!(
+                "a {width}x{height} stencil buffer"
+            )));
+        }
+        let tiles =
+            u64::from(width.div_ceil(ZLS_TILE_PX)) * u64::from(height.div_ceil(ZLS_TILE_PX));
+        let buffer = device.create_buffer(&BufferDesc {
+            size_bytes: tiles * u64::from(ZLS_TILE_PX * ZLS_TILE_PX),
+            memory: MemoryType::DeviceLocal,
+            region: Region::General,
+            gpu_write: true,
+        })?;
+        Ok(StencilImage {
+            buffer,
+            width,
+            height,
+        })
+    }
+
+    /// The memory.
+    pub fn buffer(&self) -> &Buffer {
+        &self.buffer
+    }
+
+    /// Bytes of one layer.
+    pub fn layer_bytes(&self) -> u32 {
+        self.buffer.size_bytes() as u32
+    }
+
+    /// The stencil value of pixel (x, y).
+    pub fn stencil_at(&self, x: u32, y: u32) -> Result<u8, Error> {
+        if x >= self.width || y >= self.height {
+            return Err(Error::OutOfBounds {
+                offset_bytes: u64::from(y) * u64::from(self.width) + u64::from(x),
+                len_bytes: 1,
+                size_bytes: u64::from(self.width) * u64::from(self.height),
+            });
+        }
+        let tiles_x = self.width.div_ceil(ZLS_TILE_PX);
+        let tile = (y / ZLS_TILE_PX) * tiles_x + x / ZLS_TILE_PX;
+        let within = (y % ZLS_TILE_PX) * ZLS_TILE_PX + x % ZLS_TILE_PX;
+        let mut raw = [0u8; 1];
+        self.buffer.read(
+            u64::from(tile) * u64::from(ZLS_TILE_PX * ZLS_TILE_PX) + u64::from(within),
+            &mut raw,
+        )?;
+        Ok(raw[0])
+    }
+}
+
 /// Packs a descriptor.
 pub(crate) fn pack_texture(t: &Texture) -> Result<[u8; 24], Error> {
     t.pack()

@@ -31,14 +31,16 @@ mod sys;
 
 pub use cmd::{
     Blend, ColourOutput, Command, CommandBuffer, CullMode, DepthState, GraphicsPipeline,
-    GraphicsPipelineDesc, Interpolation, RecordStats, RenderPass, Topology, Varying,
+    GraphicsPipelineDesc, Interpolation, RecordStats, RenderPass, StencilState, Topology, Varying,
     VertexAttribute, VertexFormat, VertexLayout,
 };
 pub use device::{Buffer, BufferDesc, Device, MemoryType, Region};
 pub use error::Error;
 pub use heap::{DescriptorIndex, DescriptorSet, ImageHeap, SamplerHeap, SamplerIndex};
-pub use image::{DepthImage, Format, Image};
+pub use image::{DepthImage, Format, Image, StencilImage};
 pub use kernel::Errno;
-pub use pass::{ColourAttachment, DepthAttachment, LoadOp, PassDebug, RenderPassDesc, StoreOp};
+pub use pass::{
+    ColourAttachment, DepthAttachment, LoadOp, PassDebug, RenderPassDesc, StencilPlane, StoreOp,
+};
 pub use program::{Bindings, ProgramCache, Shader};
 pub use queue::{Queue, Semaphore, Submission};

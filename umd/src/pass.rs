@@ -100,6 +100,19 @@ pub struct DepthAttachment<'a> {
     pub load: LoadOp<f32>,
     /// Store operation.
     pub store: StoreOp,
+    /// The stencil plane, if the pass has one.
+    pub stencil: Option<StencilPlane<'a>>,
+}
+
+/// The stencil plane of a depth/stencil attachment.
+#[derive(Debug, Clone, Copy)]
+pub struct StencilPlane<'a> {
+    /// The stencil buffer.
+    pub image: &'a crate::image::StencilImage,
+    /// Load operation.
+    pub load: LoadOp<u8>,
+    /// Store operation.
+    pub store: StoreOp,
 }
 
 /// A render pass.
@@ -214,11 +227,15 @@ pub fn zls_controls(depth: Option<&DepthAttachment<'_>>) -> (ZlsControl, ZlsCont
     let normal = ZlsControl {
         z_load_enable: depth.load == LoadOp::Load,
         z_store_enable: depth.store == StoreOp::Store,
+        s_load_enable: depth.stencil.is_some_and(|s| s.load == LoadOp::Load),
+        s_store_enable: depth.stencil.is_some_and(|s| s.store == StoreOp::Store),
         ..ZlsControl::default()
     };
     let partial = ZlsControl {
         z_load_enable: true,
         z_store_enable: true,
+        s_load_enable: depth.stencil.is_some(),
+        s_store_enable: depth.stencil.is_some(),
         ..normal
     };
     (normal, partial)

@@ -96,6 +96,7 @@ fn pipeline(device: &Device, fs: &str, depth: Option<DepthState>) -> Arc<Graphic
                 vertex: VS,
                 fragment: fs,
                 vertex_layout: None,
+                stencil: None,
                 vertex_outputs: 7,
                 varyings: vec![Varying {
                     slot: 4,
@@ -172,6 +173,7 @@ fn colour_depth_pass<'a>(
             image: depth,
             load: LoadOp::Clear(clear_depth),
             store: StoreOp::Store,
+            stencil: None,
         }),
     }
 }
@@ -789,6 +791,7 @@ fn driver_blending_and_the_viewport() {
                     vertex: VS,
                     fragment: fs,
                     vertex_layout: None,
+                    stencil: None,
                     vertex_outputs: 7,
                     varyings: Vec::new(),
                     depth: None,
@@ -831,6 +834,7 @@ fn driver_blending_and_the_viewport() {
             vertex: VS,
             fragment: FLAT_FS,
             vertex_layout: None,
+            stencil: None,
             vertex_outputs: 7,
             varyings: Vec::new(),
             depth: None,
@@ -906,7 +910,9 @@ fn a_vertex_layout_fetches_attributes_for_the_shader() {
     let render = |pipe: &Arc<GraphicsPipeline>, with_layout: bool| {
         let image = Image::new(&device, w, h, Format::Rgba8Unorm).unwrap();
         let mut cb = CommandBuffer::new(&device, &programs);
-        let mut pass = cb.begin_render_pass(&colour_pass(&image, [0.0; 4])).unwrap();
+        let mut pass = cb
+            .begin_render_pass(&colour_pass(&image, [0.0; 4]))
+            .unwrap();
         pass.set_pipeline(pipe);
         if with_layout {
             pass.set_vertex_buffer(vb.va());
@@ -949,6 +955,7 @@ fn a_vertex_layout_fetches_attributes_for_the_shader() {
                         },
                     ],
                 }),
+                stencil: None,
                 vertex_outputs: 7,
                 varyings: vec![Varying {
                     slot: 4,
@@ -965,7 +972,10 @@ fn a_vertex_layout_fetches_attributes_for_the_shader() {
         .unwrap(),
     );
     let got = render(&fetched, true);
-    assert!(got.chunks_exact(4).any(|p| p != [0, 0, 0, 0]), "something drawn");
+    assert!(
+        got.chunks_exact(4).any(|p| p != [0, 0, 0, 0]),
+        "something drawn"
+    );
     assert_eq!(got, reference);
     // Attributes over the vertex ids are refused.
     let bad = VertexLayout {
@@ -977,4 +987,118 @@ fn a_vertex_layout_fetches_attributes_for_the_shader() {
         }],
     };
     assert!(agx_umd::cmd::vertex_prologue(&bad).is_err());
+}
+
+#[test_log::test]
+fn stencil_counts_overlaps_and_then_masks_a_later_draw() {
+    use agx_hw::formats::{StencilOp, ZsFunc};
+    let device = device();
+    let queue = Queue::new(&device).unwrap();
+    let programs = Arc::new(ProgramCache::new(&device));
+    let (w, h) = (64, 64);
+    let image = Image::new(&device, w, h, Format::Rgba8Unorm).unwrap();
+    let depth = DepthImage::new(&device, w, h).unwrap();
+    let stencil = StencilImage::new(&device, w, h).unwrap();
+    let a = [[2.0f32, 2.0], [60.0, 4.0], [8.0, 50.0]];
+    let b = [[30.0f32, 10.0], [62.0, 60.0], [10.0, 62.0]];
+    let full = [[0.0f32, 0.0], [64.0, 0.0], [0.0, 64.0], [64.0, 0.0], [64.0, 64.0], [0.0, 64.0]];
+    let mut data = vertices(w, h, &a, 0.5, &[[1.0, 0.0, 0.0]]);
+    data.extend(vertices(w, h, &b, 0.5, &[[1.0, 0.0, 0.0]]));
+    data.extend(vertices(w, h, &full, 0.5, &[[0.0, 1.0, 0.0]]));
+    let vb = device.upload(&data, false).unwrap();
+    let with_stencil = |stencil: StencilState| {
+        Arc::new(
+            GraphicsPipeline::new(
+                &device,
+                &GraphicsPipelineDesc {
+                    vertex: VS,
+                    fragment: VARYING_FS,
+                    vertex_layout: None,
+                    vertex_outputs: 7,
+                    varyings: vec![Varying {
+                        slot: 4,
+                        components: 3,
+                        interpolation: Interpolation::Linear,
+                    }],
+                    depth: Some(DepthState {
+                        function: ZsFunc::Always,
+                        write: false,
+                    }),
+                    stencil: Some(stencil),
+                    cull: CullMode::None,
+                    front_ccw: false,
+                    topology: Topology::Triangles,
+                    colour_output: ColourOutput::ShaderStores,
+                },
+            )
+            .unwrap(),
+        )
+    };
+    let count = with_stencil(StencilState {
+        compare: ZsFunc::Always,
+        reference: 0,
+        read_mask: 0xff,
+        write_mask: 0xff,
+        fail: StencilOp::Keep,
+        depth_fail: StencilOp::Keep,
+        pass: StencilOp::IncrSat,
+    });
+    let where_both = with_stencil(StencilState {
+        compare: ZsFunc::Equal,
+        reference: 2,
+        read_mask: 0xff,
+        write_mask: 0,
+        fail: StencilOp::Keep,
+        depth_fail: StencilOp::Keep,
+        pass: StencilOp::Keep,
+    });
+    let mut cb = CommandBuffer::new(&device, &programs);
+    let mut pass = cb
+        .begin_render_pass(&RenderPassDesc {
+            colour: vec![ColourAttachment {
+                image: &image,
+                load: LoadOp::Clear([0.0, 0.0, 0.0, 1.0]),
+                store: StoreOp::Store,
+            }],
+            depth: Some(DepthAttachment {
+                image: &depth,
+                load: LoadOp::Clear(1.0),
+                store: StoreOp::DontCare,
+                stencil: Some(StencilPlane {
+                    image: &stencil,
+                    load: LoadOp::Clear(0),
+                    store: StoreOp::Store,
+                }),
+            }),
+        })
+        .unwrap();
+    pass.set_vertex_uniforms(&vs_uniforms(&vb));
+    pass.set_pipeline(&count);
+    pass.draw(6, 1, 0).unwrap();
+    pass.set_pipeline(&where_both);
+    pass.draw(6, 1, 6).unwrap();
+    pass.end().unwrap();
+    run(&device, &queue, cb).unwrap();
+    let pixels = image.read_pixels().unwrap();
+    let (ta, tb) = (
+        a.map(|[x, y]| [f64::from(x), f64::from(y)]),
+        b.map(|[x, y]| [f64::from(x), f64::from(y)]),
+    );
+    let mut both = 0;
+    for y in 0..h {
+        for x in 0..w {
+            let (cx, cy) = (f64::from(x) + 0.5, f64::from(y) + 0.5);
+            let n = u8::from(covers(ta, cx, cy)) + u8::from(covers(tb, cx, cy));
+            assert_eq!(stencil.stencil_at(x, y).unwrap(), n, "stencil at ({x}, {y})");
+            let at = 4 * (y * w + x) as usize;
+            let want: [u8; 4] = match n {
+                2 => [0, 255, 0, 255],
+                1 => [255, 0, 0, 255],
+                _ => [0, 0, 0, 255],
+            };
+            assert_eq!(pixels[at..at + 4], want, "colour at ({x}, {y})");
+            both += usize::from(n == 2);
+        }
+    }
+    assert!(both > 100, "{both} pixels in both");
 }

@@ -281,6 +281,7 @@ fn a_quad_samples_through_both_heaps_and_a_non_resident_handle_reads_zero() {
                 vertex: VS,
                 fragment: BINDLESS_FS,
                 vertex_layout: None,
+                stencil: None,
                 vertex_outputs: 6,
                 varyings: vec![Varying {
                     slot: 4,
