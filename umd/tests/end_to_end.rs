@@ -1001,7 +1001,14 @@ fn stencil_counts_overlaps_and_then_masks_a_later_draw() {
     let stencil = StencilImage::new(&device, w, h).unwrap();
     let a = [[2.0f32, 2.0], [60.0, 4.0], [8.0, 50.0]];
     let b = [[30.0f32, 10.0], [62.0, 60.0], [10.0, 62.0]];
-    let full = [[0.0f32, 0.0], [64.0, 0.0], [0.0, 64.0], [64.0, 0.0], [64.0, 64.0], [0.0, 64.0]];
+    let full = [
+        [0.0f32, 0.0],
+        [64.0, 0.0],
+        [0.0, 64.0],
+        [64.0, 0.0],
+        [64.0, 64.0],
+        [0.0, 64.0],
+    ];
     let mut data = vertices(w, h, &a, 0.5, &[[1.0, 0.0, 0.0]]);
     data.extend(vertices(w, h, &b, 0.5, &[[1.0, 0.0, 0.0]]));
     data.extend(vertices(w, h, &full, 0.5, &[[0.0, 1.0, 0.0]]));
@@ -1089,7 +1096,11 @@ fn stencil_counts_overlaps_and_then_masks_a_later_draw() {
         for x in 0..w {
             let (cx, cy) = (f64::from(x) + 0.5, f64::from(y) + 0.5);
             let n = u8::from(covers(ta, cx, cy)) + u8::from(covers(tb, cx, cy));
-            assert_eq!(stencil.stencil_at(x, y).unwrap(), n, "stencil at ({x}, {y})");
+            assert_eq!(
+                stencil.stencil_at(x, y).unwrap(),
+                n,
+                "stencil at ({x}, {y})"
+            );
             let at = 4 * (y * w + x) as usize;
             let want: [u8; 4] = match n {
                 2 => [0, 255, 0, 255],
