@@ -14,8 +14,8 @@
 //! images (`agx_hw::layout`).
 
 use agx_hw::formats::{
-    BorderColour, Channel, Channels, CompareFunc, Filter, Layout, MipFilter, Sampler, Texture,
-    TextureDimension, TextureType, Wrap,
+    BorderColour, Channel, Channels, CompareFunc, CustomBorder, Filter, Layout, MipFilter, Sampler,
+    Texture, TextureDimension, TextureType, Wrap,
 };
 use agx_hw::layout::ImageLayout;
 
@@ -177,7 +177,25 @@ impl TextureUnit<'_> {
         Ok(Texture::decode_fields(&self.read::<24>(address)?).layout == Layout::Null)
     }
 
-    fn sampler(&self, index: u32) -> Result<Sampler, IoError> {
+    /// Sampler `index`, and its border colour: a fixed one, or for a
+    /// `Custom` border in the sampler heap the 16-byte `CustomBorder` that
+    /// follows it (read as four 32-bit floats). `None` for a custom border
+    /// of a bound sampler (not modelled).
+    fn sampler(&self, index: u32) -> Result<(Sampler, Option<[f32; 4]>), IoError> {
+        let bound_here = bound(self.samplers, index, 8).is_some();
+        let (sampler, address) = self.sampler_at(index)?;
+        let colour = match border(sampler.border_colour) {
+            Some(fixed) => Some(fixed),
+            None if !bound_here => {
+                let b = CustomBorder::decode_fields(&self.read::<16>(address + 8)?);
+                Some([b.channel_0, b.channel_1, b.channel_2, b.channel_3].map(f32::from_bits))
+            }
+            None => None,
+        };
+        Ok((sampler, colour))
+    }
+
+    fn sampler_at(&self, index: u32) -> Result<(Sampler, u64), IoError> {
         let address = match bound(self.samplers, index, 8) {
             Some(address) => address,
             None => match self.sampler_heap {
@@ -185,7 +203,7 @@ impl TextureUnit<'_> {
                 _ => return Err(invalid(format!("no sampler {index}"))),
             },
         };
-        Ok(Sampler::decode_fields(&self.read::<8>(address)?))
+        Ok((Sampler::decode_fields(&self.read::<8>(address)?), address))
     }
 
     /// The four components of texel (x, y) of `level` and `layer`, as
@@ -253,8 +271,8 @@ impl TextureUnit<'_> {
             if image.integer {
                 return Err(invalid("sampling an integer texture".into()));
             }
-            let sampler = self.sampler(request.sampler)?;
-            self.sample(&image, &sampler, request, layer)?
+            let (sampler, border) = self.sampler(request.sampler)?;
+            self.sample(&image, &sampler, border, request, layer)?
         };
         let swizzled = [t.swizzle_r, t.swizzle_g, t.swizzle_b, t.swizzle_a].map(|s| {
             let one = if image.integer { 1 } else { 1.0f32.to_bits() };
@@ -278,6 +296,7 @@ impl TextureUnit<'_> {
         &self,
         image: &Image,
         sampler: &Sampler,
+        border: Option<[f32; 4]>,
         request: &TextureRequest,
         layer: u32,
     ) -> Result<[u32; 4], IoError> {
@@ -308,7 +327,9 @@ impl TextureUnit<'_> {
         };
         let at_level = |level: f32| -> Result<[f32; 4], IoError> {
             let level = level.clamp(0.0, max_level) as u32 + t.first_level;
-            self.filter_level(image, sampler, filter, level, s, u, layer, reference)
+            self.filter_level(
+                image, sampler, border, filter, level, s, u, layer, reference,
+            )
         };
         let texel = match sampler.mip_filter {
             MipFilter::Linear if lod > 0.0 && max_level > 0.0 => {
@@ -333,6 +354,7 @@ impl TextureUnit<'_> {
         &self,
         image: &Image,
         sampler: &Sampler,
+        border: Option<[f32; 4]>,
         filter: Filter,
         level: u32,
         s: f32,
@@ -347,8 +369,8 @@ impl TextureUnit<'_> {
                 wrap(sampler.wrap_s, x, width),
                 wrap(sampler.wrap_t, y, height),
             ) else {
-                return border(sampler.border_colour)
-                    .ok_or_else(|| invalid("custom border colours".into()));
+                return border
+                    .ok_or_else(|| invalid("custom border colours of bound samplers".into()));
             };
             let raw = self.texel(image, level, x as u32, y as u32, layer)?;
             let texel = raw.map(f32::from_bits);
@@ -417,7 +439,7 @@ pub fn wrap(mode: Wrap, i: i64, size: i64) -> Option<i64> {
     })
 }
 
-/// A border colour (`None`: custom, which this model does not read).
+/// A fixed border colour (`None`: custom).
 fn border(colour: BorderColour) -> Option<[f32; 4]> {
     match colour {
         BorderColour::TransparentBlack => Some([0.0; 4]),

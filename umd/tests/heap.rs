@@ -355,3 +355,114 @@ fn a_quad_samples_through_both_heaps_and_a_non_resident_handle_reads_zero() {
         "a non-resident handle reads zero"
     );
 }
+
+#[test_log::test]
+fn a_custom_border_colour_comes_from_the_sampler_heap() {
+    let device = device();
+    let queue = Queue::new(&device).unwrap();
+    let programs = Arc::new(ProgramCache::new(&device));
+    let mut images = ImageHeap::new(&device, 64).unwrap();
+    let mut samplers = SamplerHeap::new(&device, 64).unwrap();
+    let texture = Image::new(&device, 4, 4, Format::Rgba8Unorm).unwrap();
+    texture.write_pixels(&[255u8; 64]).unwrap();
+    let slot = images.alloc().unwrap();
+    images
+        .set_texture(slot, &texture.texture_descriptor())
+        .unwrap();
+    let border = CustomBorder {
+        channel_0: 0.0f32.to_bits(),
+        channel_1: 1.0f32.to_bits(),
+        channel_2: 0.0f32.to_bits(),
+        channel_3: 1.0f32.to_bits(),
+    };
+    let index = samplers
+        .acquire(
+            &Sampler {
+                wrap_s: Wrap::ClampToBorder,
+                wrap_t: Wrap::ClampToBorder,
+                border_colour: BorderColour::Custom,
+                ..Sampler::default()
+            },
+            Some(&border),
+        )
+        .unwrap();
+    let pipeline = Arc::new(
+        GraphicsPipeline::new(
+            &device,
+            &GraphicsPipelineDesc {
+                vertex: VS,
+                fragment: BINDLESS_FS,
+                vertex_layout: None,
+                stencil: None,
+                vertex_outputs: 6,
+                varyings: vec![Varying {
+                    slot: 4,
+                    components: 2,
+                    interpolation: Interpolation::Linear,
+                }],
+                depth: None,
+                cull: CullMode::None,
+                front_ccw: false,
+                topology: Topology::Triangles,
+                colour_output: ColourOutput::ShaderStores,
+            },
+        )
+        .unwrap(),
+    );
+    // uv from -1 to 2 across the target: the texture in the middle third,
+    // the border around it.
+    let mut vertices = Vec::new();
+    for [x, y] in [
+        [-1.0f32, 1.0],
+        [1.0, 1.0],
+        [-1.0, -1.0],
+        [1.0, 1.0],
+        [1.0, -1.0],
+        [-1.0, -1.0],
+    ] {
+        let (u, v) = ((x + 1.0) * 1.5 - 1.0, (1.0 - y) * 1.5 - 1.0);
+        for w in [x, y, 0.5, 1.0, u, v, 0.0, 0.0] {
+            vertices.extend(w.to_le_bytes());
+        }
+    }
+    let vb = device.upload(&vertices, false).unwrap();
+    let image = Image::new(&device, 48, 48, Format::Rgba8Unorm).unwrap();
+    let mut cb = CommandBuffer::new(&device, &programs);
+    cb.bind_heaps(&images, &samplers).unwrap();
+    let mut pass = cb
+        .begin_render_pass(&RenderPassDesc {
+            colour: vec![ColourAttachment {
+                image: &image,
+                load: LoadOp::Clear([0.0; 4]),
+                store: StoreOp::Store,
+            }],
+            depth: None,
+        })
+        .unwrap();
+    pass.set_pipeline(&pipeline);
+    let va = vb.va();
+    pass.set_vertex_uniforms(&[
+        va as u32,
+        (va >> 32) as u32,
+        (va + 16) as u32,
+        ((va + 16) >> 32) as u32,
+    ]);
+    pass.set_fragment_uniforms(&[slot.byte_offset(), u32::from(index.0)]);
+    pass.draw(6, 1, 0).unwrap();
+    pass.end().unwrap();
+    cb.finish().unwrap();
+    queue
+        .submit(vec![cb], &[], &[])
+        .unwrap()
+        .wait(Duration::from_secs(60))
+        .unwrap();
+    let pixels = image.read_pixels().unwrap();
+    let at = |x: usize, y: usize| &pixels[4 * (y * 48 + x)..4 * (y * 48 + x) + 4];
+    assert_eq!(
+        at(24, 24),
+        [255, 255, 255, 255],
+        "the texture in the middle"
+    );
+    assert_eq!(at(2, 2), [0, 255, 0, 255], "the custom border outside");
+    assert_eq!(at(45, 30), [0, 255, 0, 255]);
+}
