@@ -62,9 +62,78 @@ pub struct Image {
     height: u32,
     format: Format,
     stride_bytes: u32,
+    /// For twiddled images: the layout (levels in Z-order page tiles).
+    twiddled: Option<(agx_hw::layout::ImageLayout, u32)>,
 }
 
 impl Image {
+    /// A `width` x `height` twiddled image of `format` with `levels` mip
+    /// levels (the layout of `agx_hw::layout`: page-sized Z-order tiles,
+    /// what the texture unit reads fastest).
+    pub fn new_twiddled(
+        device: &Device,
+        width: u32,
+        height: u32,
+        format: Format,
+        levels: u32,
+    ) -> Result<Image, Error> {
+        if !(1..=16384).contains(&width)
+            || !(1..=16384).contains(&height)
+            || !(1..=15).contains(&levels)
+        {
+            return Err(Error::Unsupported(format!(
+                "a {width}x{height} image of {levels} levels"
+            )));
+        }
+        let layout = agx_hw::layout::ImageLayout::twiddled(
+            width,
+            height,
+            levels,
+            1,
+            format.bytes_per_pixel(),
+        )
+        .ok_or_else(|| Error::Unsupported(format!("twiddled {format:?}")))?;
+        let buffer = device.create_buffer(&BufferDesc {
+            size_bytes: layout.layer_bytes().max(1),
+            memory: MemoryType::HostCached,
+            region: Region::General,
+            gpu_write: true,
+        })?;
+        Ok(Image {
+            buffer,
+            width,
+            height,
+            format,
+            stride_bytes: 0,
+            twiddled: Some((layout, levels)),
+        })
+    }
+
+    /// Mip levels.
+    pub fn levels(&self) -> u32 {
+        self.twiddled.as_ref().map_or(1, |(_, l)| *l)
+    }
+
+    /// Writes tightly packed rows of level `level` (twiddled images).
+    pub fn write_level(&self, level: u32, pixels: &[u8]) -> Result<(), Error> {
+        let Some((layout, _)) = &self.twiddled else {
+            return if level == 0 {
+                self.write_pixels(pixels)
+            } else {
+                Err(Error::Unsupported("levels of a linear image".into()))
+            };
+        };
+        let bpp = self.format.bytes_per_pixel() as usize;
+        let (w, h) = ((self.width >> level).max(1), (self.height >> level).max(1));
+        for (i, texel) in pixels.chunks_exact(bpp).take((w * h) as usize).enumerate() {
+            let (x, y) = (i as u32 % w, i as u32 / w);
+            let at = layout
+                .offset(level, x, y, 0)
+                .ok_or_else(|| Error::Unsupported(format!("level {level} of the image")))?;
+            self.buffer.write(at, texel)?;
+        }
+        Ok(())
+    }
     /// A `width` x `height` linear image of `format`, rows 16-byte
     /// aligned.
     pub fn new(device: &Device, width: u32, height: u32, format: Format) -> Result<Image, Error> {
@@ -84,6 +153,7 @@ impl Image {
             height,
             format,
             stride_bytes,
+            twiddled: None,
         })
     }
 
@@ -112,8 +182,11 @@ impl Image {
         &self.buffer
     }
 
-    /// Writes tightly packed rows of pixels.
+    /// Writes tightly packed rows of pixels (level 0).
     pub fn write_pixels(&self, pixels: &[u8]) -> Result<(), Error> {
+        if self.twiddled.is_some() {
+            return self.write_level(0, pixels);
+        }
         let row = (self.width * self.format.bytes_per_pixel()) as usize;
         for (y, line) in pixels.chunks(row).take(self.height as usize).enumerate() {
             self.buffer
@@ -122,10 +195,21 @@ impl Image {
         Ok(())
     }
 
-    /// Reads the pixels as tightly packed rows.
+    /// Reads the pixels (level 0) as tightly packed rows.
     pub fn read_pixels(&self) -> Result<Vec<u8>, Error> {
         let row = (self.width * self.format.bytes_per_pixel()) as usize;
         let mut out = vec![0u8; row * self.height as usize];
+        if let Some((layout, _)) = &self.twiddled {
+            let bpp = self.format.bytes_per_pixel() as usize;
+            for (i, texel) in out.chunks_exact_mut(bpp).enumerate() {
+                let (x, y) = (i as u32 % self.width, i as u32 / self.width);
+                let at = layout
+                    .offset(0, x, y, 0)
+                    .ok_or_else(|| Error::Unsupported("a pixel past the image".into()))?;
+                self.buffer.read(at, texel)?;
+            }
+            return Ok(out);
+        }
         for (y, line) in out.chunks_mut(row).enumerate() {
             self.buffer
                 .read(u64::from(self.stride_bytes) * y as u64, line)?;
@@ -136,33 +220,53 @@ impl Image {
     /// The texture descriptor for sampling or loading this image.
     pub fn texture_descriptor(&self) -> Texture {
         let (channels, data_type) = self.format.channels();
-        Texture {
+        let base = Texture {
             dimension: TextureDimension::D2,
-            layout: Layout::Linear,
             channels,
             data_type,
             width: self.width,
             height: self.height,
             address: self.buffer.va(),
             srgb: self.format == Format::Rgba8Srgb,
-            stride: self.stride_bytes,
             ..Texture::default()
+        };
+        match &self.twiddled {
+            Some((_, levels)) => Texture {
+                layout: Layout::Twiddled,
+                last_level: levels - 1,
+                ..base
+            },
+            None => Texture {
+                layout: Layout::Linear,
+                stride: self.stride_bytes,
+                ..base
+            },
         }
     }
 
     /// The PBE descriptor for storing to this image.
     pub fn pbe_descriptor(&self) -> Pbe {
         let (channels, data_type) = self.format.channels();
-        Pbe {
+        let base = Pbe {
             dimension: TextureDimension::D2,
-            layout: Layout::Linear,
             channels,
             data_type,
             width: self.width,
             height: self.height,
             buffer: self.buffer.va(),
-            stride: self.stride_bytes,
             ..Pbe::default()
+        };
+        match &self.twiddled {
+            Some((_, levels)) => Pbe {
+                layout: Layout::Twiddled,
+                levels: *levels,
+                ..base
+            },
+            None => Pbe {
+                layout: Layout::Linear,
+                stride: self.stride_bytes,
+                ..base
+            },
         }
     }
 }

@@ -1113,3 +1113,84 @@ fn stencil_counts_overlaps_and_then_masks_a_later_draw() {
     }
     assert!(both > 100, "{both} pixels in both");
 }
+
+#[test_log::test]
+fn twiddled_textures_and_targets_give_the_linear_picture() {
+    let device = device();
+    let queue = Queue::new(&device).unwrap();
+    let programs = Arc::new(ProgramCache::new(&device));
+    let texels: Vec<u8> = (0..16)
+        .flat_map(|y| (0..16).flat_map(move |x| texel(x, y)))
+        .collect();
+    let (w, h) = (40u32, 36u32);
+    let corners = [
+        [0.0f32, 0.0],
+        [40.0, 0.0],
+        [0.0, 36.0],
+        [40.0, 0.0],
+        [40.0, 36.0],
+        [0.0, 36.0],
+    ];
+    let mut data = Vec::new();
+    for c in &corners {
+        data.extend(vertices(
+            w,
+            h,
+            &[*c],
+            0.5,
+            &[[c[0] / 40.0, c[1] / 36.0, 0.0]],
+        ));
+    }
+    let vb = device.upload(&data, false).unwrap();
+    let pipe = pipeline(&device, TEXTURED_FS, None);
+    let sampler = agx_hw::formats::Sampler {
+        max_lod: agx_hw::Lod::from_f32(0.0),
+        ..agx_hw::formats::Sampler::default()
+    };
+    let draw = |texture: &Image, target: &Image| {
+        let mut cb = CommandBuffer::new(&device, &programs);
+        // A clear pass, then a loading pass that draws: the load goes
+        // through the target's own layout.
+        cb.begin_render_pass(&colour_pass(target, [0.0, 0.0, 1.0, 1.0]))
+            .unwrap()
+            .end()
+            .unwrap();
+        let mut pass = cb
+            .begin_render_pass(&RenderPassDesc {
+                colour: vec![ColourAttachment {
+                    image: target,
+                    load: LoadOp::Load,
+                    store: StoreOp::Store,
+                }],
+                depth: None,
+            })
+            .unwrap();
+        pass.set_pipeline(&pipe);
+        pass.set_vertex_uniforms(&vs_uniforms(&vb));
+        pass.set_fragment_textures(&[texture], &[sampler]).unwrap();
+        pass.draw(3, 1, 0).unwrap();
+        pass.end().unwrap();
+        run(&device, &queue, cb).unwrap();
+        target.read_pixels().unwrap()
+    };
+    let linear_texture = Image::new(&device, 16, 16, Format::Rgba8Unorm).unwrap();
+    linear_texture.write_pixels(&texels).unwrap();
+    let twiddled_texture = Image::new_twiddled(&device, 16, 16, Format::Rgba8Unorm, 1).unwrap();
+    twiddled_texture.write_pixels(&texels).unwrap();
+    assert_eq!(twiddled_texture.read_pixels().unwrap(), texels);
+    let reference = draw(
+        &linear_texture,
+        &Image::new(&device, w, h, Format::Rgba8Unorm).unwrap(),
+    );
+    let twiddled_target = Image::new_twiddled(&device, w, h, Format::Rgba8Unorm, 1).unwrap();
+    let got = draw(&twiddled_texture, &twiddled_target);
+    assert!(
+        got.chunks_exact(4).any(|p| p == [0, 0, 255, 255]),
+        "the loaded clear"
+    );
+    assert!(
+        got.chunks_exact(4).any(|p| p != [0, 0, 255, 255]),
+        "the triangle"
+    );
+    assert_eq!(got, reference);
+}
