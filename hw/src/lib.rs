@@ -49,6 +49,7 @@ pub mod layout;
 mod lod;
 pub mod spec;
 pub mod uat;
+pub mod va;
 
 pub use lod::Lod;
 pub use spec::{

@@ -189,10 +189,9 @@ impl Device {
                 params,
                 vm_id: create.vm_id,
                 usc_base,
-                general: Mutex::new(VaRange::new(general_start, kernel_start, PAGE_BYTES)),
+                general: Mutex::new(VaRange::new(general_start..kernel_start, PAGE_BYTES)),
                 usc: Mutex::new(VaRange::new(
-                    usc_base + PAGE_BYTES,
-                    usc_base + USC_REGION_BYTES,
+                    usc_base + PAGE_BYTES..usc_base + USC_REGION_BYTES,
                     PAGE_BYTES,
                 )),
                 live: Mutex::new(std::collections::BTreeMap::new()),
