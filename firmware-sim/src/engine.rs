@@ -132,9 +132,10 @@ const TLB_PA_PAGE_BITS: u32 = 28;
 ///
 /// It carries a small translation cache (a TLB) of the pages it walked,
 /// direct-mapped by page number; clones start with the original's
-/// entries. A `GpuVm` is made per command ([`GpuVm::of`]), so mappings
-/// changed by VM_BIND between commands are always seen (as the kernel
-/// flushes the TLB when it unmaps).
+/// entries. Any change to the page tables (the kmd advances the memory's
+/// translation generation, as a kernel shoots down TLBs when it unmaps)
+/// empties it before the next translation, so an unmapped page is never
+/// reached through a stale entry, even mid-command.
 pub struct GpuVm<'a> {
     memory: &'a (dyn PhysicalMemory + Sync),
     root: u64,
@@ -142,6 +143,8 @@ pub struct GpuVm<'a> {
     /// view of it.
     kernel: Option<&'a (dyn SharedMemory + Sync)>,
     tlb: [std::sync::atomic::AtomicU64; TLB_ENTRIES],
+    /// The memory's translation generation the entries belong to.
+    tlb_generation: std::sync::atomic::AtomicU64,
 }
 
 impl Clone for GpuVm<'_> {
@@ -155,6 +158,9 @@ impl Clone for GpuVm<'_> {
             tlb: std::array::from_fn(|i| {
                 std::sync::atomic::AtomicU64::new(self.tlb[i].load(Ordering::Relaxed))
             }),
+            tlb_generation: std::sync::atomic::AtomicU64::new(
+                self.tlb_generation.load(Ordering::Relaxed),
+            ),
         }
     }
 }
@@ -167,6 +173,7 @@ impl<'a> GpuVm<'a> {
             root,
             kernel: None,
             tlb: Default::default(),
+            tlb_generation: std::sync::atomic::AtomicU64::new(memory.translation_generation()),
         }
     }
 
@@ -178,6 +185,7 @@ impl<'a> GpuVm<'a> {
             root,
             kernel: Some(ctx.firmware),
             tlb: Default::default(),
+            tlb_generation: std::sync::atomic::AtomicU64::new(ctx.memory.translation_generation()),
         }
     }
 
@@ -217,6 +225,15 @@ impl<'a> GpuVm<'a> {
     /// Translates user-half address `va` for `access` (a GPU read or
     /// write), through the translation cache.
     pub fn translate(&self, va: u64, access: Access) -> Result<u64, UatFault> {
+        // A page-table change since the entries were filled (an unmap:
+        // the kernel's TLB shootdown) empties the cache.
+        let generation = self.memory.translation_generation();
+        if self.tlb_generation.load(Ordering::Relaxed) != generation {
+            for entry in &self.tlb {
+                entry.store(0, Ordering::Relaxed);
+            }
+            self.tlb_generation.store(generation, Ordering::Relaxed);
+        }
         let page = va / PAGE_BYTES;
         let slot = &self.tlb[(page % TLB_ENTRIES as u64) as usize];
         let entry = slot.load(Ordering::Relaxed);

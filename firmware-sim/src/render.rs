@@ -193,11 +193,10 @@ fn vertex(ctx: &RunContext<'_>, workers: usize) -> Result<(), EngineResult> {
     // The statistics the kmd's growth policy reads (the counters are
     // running totals; the kmd keeps their last values).
     let info = tvb_info(ctx, &body)?;
+    // The sizes go first and the render count last: a kmd that sees the
+    // new count reads this render's sizes. (Only the last render's report
+    // is kept; the kmd sizes from whichever it reads.)
     let report = [
-        (
-            std::mem::offset_of!(TvbInfo, renders),
-            info.renders.wrapping_add(1),
-        ),
         (
             std::mem::offset_of!(TvbInfo, last_peak_pages),
             stats.peak_pages as u32,
@@ -213,6 +212,10 @@ fn vertex(ctx: &RunContext<'_>, workers: usize) -> Result<(), EngineResult> {
         (
             std::mem::offset_of!(TvbInfo, partial_renders),
             info.partial_renders.wrapping_add(stats.partial_renders),
+        ),
+        (
+            std::mem::offset_of!(TvbInfo, renders),
+            info.renders.wrapping_add(1),
         ),
     ];
     for (offset, value) in report {
@@ -392,6 +395,9 @@ impl ShaderIo for TileIo<'_, '_> {
     ) -> Result<(), IoError> {
         if stencil.is_some() {
             return Err(invalid("stencil output".into()));
+        }
+        if self.tile.samples != 1 {
+            return Err(invalid("shader depth output with multisampling".into()));
         }
         let Some(pixel) = self.pixel_index(lane) else {
             return Ok(());
@@ -897,11 +903,14 @@ pub fn rasterize(
     area: (u32, u32),
     samples: &[(i64, i64)],
 ) -> Vec<((u32, u32), u32)> {
-    let fixed = |v: f32| (f64::from(v) * 256.0).round() as i64;
+    // Positions are clamped to a guard band of 2^24 pixels (a vertex
+    // beyond it, from a w near zero, moves onto its edge) and edges are
+    // evaluated in 128 bits, so no input overflows.
+    let fixed = |v: f32| (f64::from(v).clamp(-GUARD_BAND_PX, GUARD_BAND_PX) * 256.0).round() as i64;
     let mut p: [(i64, i64); 3] =
         std::array::from_fn(|i| (fixed(vertices[i][0]), fixed(vertices[i][1])));
     let edge = |a: (i64, i64), b: (i64, i64), x: i64, y: i64| {
-        (b.0 - a.0) * (y - a.1) - (b.1 - a.1) * (x - a.0)
+        i128::from(b.0 - a.0) * i128::from(y - a.1) - i128::from(b.1 - a.1) * i128::from(x - a.0)
     };
     let area2 = edge(p[0], p[1], p[2].0, p[2].1);
     if area2 == 0 {
@@ -946,6 +955,9 @@ pub fn rasterize(
     }
     out
 }
+
+/// The rasteriser's guard band, in pixels either side of the origin.
+const GUARD_BAND_PX: f64 = (1 << 24) as f64;
 
 /// The sample positions of a pass, in 1/256 pixel from a pixel's
 /// top-left corner: from `ppp_multisamplectl`, or the standard pattern
@@ -1679,4 +1691,43 @@ fn setup_coefficients(
         }
     }
     Ok(planes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CENTRE: [(i64, i64); 1] = [(128, 128)];
+
+    #[test]
+    fn vertices_far_outside_the_guard_band_still_rasterise() {
+        // A vertex at 1e30 (w near zero) is moved onto the guard band: the
+        // triangle still covers the whole tile, and nothing overflows.
+        for far in [1.0e30_f32, f32::MAX, f32::INFINITY] {
+            let covered = rasterize(
+                [[0.0, 0.0], [64.0, 0.0], [0.0, far]],
+                (0, 0),
+                (32, 32),
+                (32, 32),
+                &CENTRE,
+            );
+            assert_eq!(covered.len(), 32 * 32, "far = {far}");
+        }
+        // Huge triangles both ways round, and NaN, give no panic.
+        let huge = rasterize(
+            [[-1.0e38, -1.0e38], [1.0e38, -1.0e38], [0.0, 1.0e38]],
+            (0, 0),
+            (32, 32),
+            (32, 32),
+            &CENTRE,
+        );
+        assert_eq!(huge.len(), 32 * 32);
+        let _ = rasterize(
+            [[f32::NAN, 0.0], [64.0, 0.0], [0.0, 64.0]],
+            (0, 0),
+            (32, 32),
+            (32, 32),
+            &CENTRE,
+        );
+    }
 }

@@ -187,6 +187,16 @@ impl TextureUnit<'_> {
         let colour = match border(sampler.border_colour) {
             Some(fixed) => Some(fixed),
             None if !bound_here => {
+                // The colour takes the two slots after the sampler, which
+                // must be inside the heap the command declared.
+                let in_heap = self
+                    .sampler_heap
+                    .is_some_and(|(_, count)| u64::from(index) + 2 < u64::from(count));
+                if !in_heap {
+                    return Err(invalid(format!(
+                        "custom border of sampler {index} runs past the sampler heap"
+                    )));
+                }
                 let b = CustomBorder::decode_fields(&self.read::<16>(address + 8)?);
                 Some([b.channel_0, b.channel_1, b.channel_2, b.channel_3].map(f32::from_bits))
             }

@@ -256,7 +256,7 @@ pub const TVB_BLOCK_PAGES: u64 = 4;
 /// A queue's parameter buffer (tiled vertex buffer) as the firmware sees
 /// it: where its blocks are, and the statistics the firmware keeps about
 /// the renders that used it. The kmd writes the first four fields; the
-/// firmware writes the statistics after every render.
+/// firmware writes the statistics after every render, `renders` last.
 #[derive(
     Debug, Clone, Copy, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
 )]

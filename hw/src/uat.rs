@@ -149,6 +149,14 @@ pub trait PhysicalMemory {
     fn write_u64(&self, pa: u64, value: u64) -> Result<(), PhysFault> {
         self.write(pa, &value.to_le_bytes())
     }
+
+    /// A counter the owner of the page tables advances whenever it
+    /// changes them (a TLB shootdown): translations cached before the
+    /// change must not be used after it. Memory without such an owner
+    /// never changes it.
+    fn translation_generation(&self) -> u64 {
+        0
+    }
 }
 
 /// Who is accessing, and how.

@@ -517,35 +517,55 @@ impl Scheduler {
     }
 
     /// Shrinks the heap to `blocks` (whole chunks of blocks from the end
-    /// go, and a chunk of the difference comes back if that took too
+    /// go, and a chunk of the difference replaces them if that took too
     /// much), if no render of the queue is queued or running: the firmware
     /// must not be using the pages. Every render's fragment half is pushed
     /// right after its vertex half, so an idle fragment stage means no
     /// render in flight (barriers on the vertex stage do not count).
+    ///
+    /// The replacement is mapped before anything is unmapped, so a failed
+    /// allocation leaves the heap as it was, never smaller than asked.
     fn shrink_tvb(&self, queue: &mut QueueHw, blocks: u64) {
         let busy = queue.stages[Stage::Fragment as usize].in_flight > 0;
         if busy {
             return;
         }
         let heap = &mut queue.tvb;
-        let mut vm = lock_vm(&queue.vm);
-        // Whole chunks go; if the last one taken leaves too little, a
-        // chunk of the difference is mapped again below.
-        while let Some(&(va, chunk_blocks)) = heap.chunks.last() {
-            if heap.mapped_blocks <= blocks || heap.chunks.len() == 1 {
-                break;
+        // The chunks that stay: the first always does.
+        let mut kept_chunks = heap.chunks.len();
+        let mut kept_blocks = heap.mapped_blocks;
+        while kept_chunks > 1 && kept_blocks > blocks {
+            kept_chunks -= 1;
+            kept_blocks -= heap.chunks[kept_chunks].1;
+        }
+        if kept_chunks == heap.chunks.len() {
+            // Nothing can go (one chunk bigger than the target): stop
+            // asking until another run of small renders.
+            heap.policy.shrink_declined();
+            return;
+        }
+        let replacement = if kept_blocks < blocks {
+            match self.map_tvb_chunk(queue, blocks - kept_blocks) {
+                Ok(va) => Some((va, blocks - kept_blocks)),
+                Err(e) => {
+                    tracing::warn!(%e, blocks, "TVB shrink skipped: no memory for its replacement chunk");
+                    queue.tvb.policy.shrink_declined();
+                    return;
+                }
             }
+        } else {
+            None
+        };
+        let heap = &mut queue.tvb;
+        let mut vm = lock_vm(&queue.vm);
+        for (va, _) in heap.chunks.drain(kept_chunks..) {
             vm.unmap_kernel(va);
-            heap.chunks.pop();
-            heap.mapped_blocks -= chunk_blocks;
         }
         drop(vm);
-        if heap.mapped_blocks < blocks {
-            if let Err(e) = self.grow_tvb(queue, blocks) {
-                tracing::warn!(%e, blocks, "TVB regrowth after a shrink failed");
-            }
+        heap.mapped_blocks = kept_blocks;
+        if let Some((va, chunk_blocks)) = replacement {
+            self.publish_tvb_chunk(heap, va, chunk_blocks);
         }
-        let heap = &mut queue.tvb;
         heap.policy.shrunk(heap.mapped_blocks);
         write(
             &self.link.view,
@@ -557,15 +577,29 @@ impl Scheduler {
 
     /// Maps more parameter-buffer blocks so the heap has `blocks`.
     fn grow_tvb(&self, queue: &mut QueueHw, blocks: u64) -> Result<(), AllocError> {
-        let heap = &mut queue.tvb;
-        if blocks <= heap.mapped_blocks {
+        if blocks <= queue.tvb.mapped_blocks {
             return Ok(());
         }
-        let new_blocks = blocks - heap.mapped_blocks;
+        let new_blocks = blocks - queue.tvb.mapped_blocks;
+        let va = self.map_tvb_chunk(queue, new_blocks)?;
+        self.publish_tvb_chunk(&mut queue.tvb, va, new_blocks);
+        queue.tvb_dirty = true;
+        tracing::debug!(blocks, "TVB mapped");
+        Ok(())
+    }
+
+    /// Allocates `new_blocks` blocks of memory and maps them in the
+    /// queue's kernel range; returns their VM address.
+    fn map_tvb_chunk(&self, queue: &QueueHw, new_blocks: u64) -> Result<u64, AllocError> {
         let memory = self
             .ram
             .allocate(new_blocks * tvb::BLOCK_BYTES, "agx-tvb")?;
-        let va = lock_vm(&queue.vm).map_kernel(memory, tvb::BLOCK_BYTES)?;
+        lock_vm(&queue.vm).map_kernel(memory, tvb::BLOCK_BYTES)
+    }
+
+    /// Appends a mapped chunk to the heap: its blocks and pages go at the
+    /// end of the firmware's lists, and the block count covers them.
+    fn publish_tvb_chunk(&self, heap: &mut TvbHeap, va: u64, new_blocks: u64) {
         heap.chunks.push((va, new_blocks));
         let entries: Vec<u32> = (0..new_blocks)
             .map(|i| ((va + i * tvb::BLOCK_BYTES) / TVB_PAGE_BYTES) as u32)
@@ -581,7 +615,7 @@ impl Scheduler {
             heap.page_list + 4 * heap.mapped_blocks * tvb::BLOCK_PAGES,
             pages.as_bytes(),
         );
-        heap.mapped_blocks = blocks;
+        heap.mapped_blocks += new_blocks;
         // Only the kmd's fields: the firmware updates the statistics.
         write(
             &self.link.view,
@@ -591,11 +625,8 @@ impl Scheduler {
         write(
             &self.link.view,
             heap.info + TVB_BLOCK_COUNT,
-            &(blocks as u32),
+            &(heap.mapped_blocks as u32),
         );
-        queue.tvb_dirty = true;
-        tracing::debug!(blocks, "TVB mapped");
-        Ok(())
     }
 
     /// Destroys a queue: work not yet on the GPU is cancelled; work on it

@@ -263,6 +263,13 @@ impl Tvb {
         }
     }
 
+    /// A shrink the policy asked for could not be done (nothing to give
+    /// back in whole chunks, or no memory for the smaller replacement):
+    /// the heap stays, and the count of small renders starts again.
+    pub fn shrink_declined(&mut self) {
+        self.small_renders = 0;
+    }
+
     /// A mid-render request (GrowTVB) for `wanted_blocks` more blocks.
     /// Returns the new size, or why the firmware must partially render.
     pub fn grow_request(&mut self, wanted_blocks: u64) -> Result<u64, GrowRefused> {
@@ -348,6 +355,25 @@ mod tests {
             tvb.before_render(Some(&peak(16)), 8);
         }
         assert_eq!(tvb.before_render(Some(&peak(640)), 8), 180);
+    }
+
+    #[test]
+    fn a_declined_shrink_waits_for_another_run_of_small_renders() {
+        let mut tvb = Tvb::new(GrowthPolicy::Demand, INITIAL_BLOCKS);
+        assert_eq!(tvb.before_render(Some(&peak(640)), 8), 180);
+        for _ in 0..SHRINK_AFTER_RENDERS - 1 {
+            tvb.before_render(Some(&peak(16)), 8);
+        }
+        assert_eq!(tvb.before_render(Some(&peak(16)), 8), 8);
+        tvb.shrink_declined();
+        // The heap is still 180 and the next small render does not ask
+        // again: the count restarted.
+        assert_eq!(tvb.stats().blocks, 180);
+        assert_eq!(tvb.stats().shrinks, 0);
+        for _ in 0..SHRINK_AFTER_RENDERS - 1 {
+            assert_eq!(tvb.before_render(Some(&peak(16)), 8), 180);
+        }
+        assert_eq!(tvb.before_render(Some(&peak(16)), 8), 8);
     }
 
     #[test]

@@ -163,6 +163,8 @@ impl PageTables {
             }
             done += count;
         }
+        // Entries changed: cached translations of them are stale.
+        self.pool.ram().shoot_down_tlbs();
         Ok(())
     }
 }
@@ -223,5 +225,40 @@ mod tests {
         assert_eq!(pool.pages_in_use(), 4);
         drop(tables);
         assert_eq!(pool.pages_in_use(), 0);
+    }
+
+    #[test]
+    fn unmapping_shoots_down_the_gpu_tlb() {
+        use agx_firmware_sim::engine::GpuVm;
+
+        let ram = Ram::new(64 << 20);
+        let pool = Arc::new(PagePool::new(ram.clone()));
+        let mut tables = PageTables::new(Arc::clone(&pool)).unwrap();
+        let object = ram.allocate(PAGE_BYTES, "object").unwrap();
+        let rw = Permissions {
+            gpu_read: true,
+            gpu_write: true,
+            ..Permissions::default()
+        };
+        let va = 0x1_0000_0000;
+        tables
+            .set(va, 1, |_| {
+                uat::page_pte(object.pa(), rw, UatMemAttr::Cached).unwrap()
+            })
+            .unwrap();
+        // One GPU VM lives across the unmap, as a running command does.
+        let vm = GpuVm::new(&ram, tables.root_pa());
+        assert_eq!(
+            vm.translate(va + 16, Access::GpuRead).unwrap(),
+            object.pa() + 16
+        );
+        assert_eq!(
+            vm.translate(va + 16, Access::GpuRead).unwrap(),
+            object.pa() + 16,
+            "cached"
+        );
+        tables.set(va, 1, |_| 0).unwrap();
+        let fault = vm.translate(va + 16, Access::GpuRead).unwrap_err();
+        assert_eq!(fault.va, va + 16, "the stale entry was not used");
     }
 }

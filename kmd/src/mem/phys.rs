@@ -77,6 +77,9 @@ struct RamInner {
     /// Live ranges by start address (weakly: the range owns itself).
     live: RwLock<BTreeMap<u64, std::sync::Weak<PhysRange>>>,
     allocated_pages: AtomicU64,
+    /// Advanced whenever page tables in this RAM change: GPU TLBs are
+    /// invalidated by it.
+    translation_generation: AtomicU64,
 }
 
 impl RamInner {
@@ -125,6 +128,7 @@ impl Ram {
                 free: Mutex::new(free),
                 live: RwLock::new(BTreeMap::new()),
                 allocated_pages: AtomicU64::new(0),
+                translation_generation: AtomicU64::new(0),
             }),
         }
     }
@@ -230,7 +234,23 @@ impl Ram {
     }
 }
 
+impl Ram {
+    /// Invalidates every GPU translation cached so far (the page tables
+    /// changed).
+    pub fn shoot_down_tlbs(&self) {
+        self.inner
+            .translation_generation
+            .fetch_add(1, std::sync::atomic::Ordering::Release);
+    }
+}
+
 impl PhysicalAccess for Ram {
+    fn translation_generation(&self) -> u64 {
+        self.inner
+            .translation_generation
+            .load(std::sync::atomic::Ordering::Acquire)
+    }
+
     fn read(&self, pa: u64, buf: &mut [u8]) -> Result<(), PhysFault> {
         let (range, offset) = self.locate(pa, buf.len())?;
         range.backing.read(offset, buf).ok_or(PhysFault { pa })
