@@ -34,12 +34,7 @@ pub struct Semaphore {
 }
 
 fn now_ns() -> i64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    crate::sys::clock_monotonic(&mut ts);
-    ts.tv_sec * 1_000_000_000 + ts.tv_nsec
+    crate::sys::clock_monotonic_ns()
 }
 
 /// An absolute CLOCK_MONOTONIC deadline `timeout` from now.

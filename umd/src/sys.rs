@@ -1,37 +1,81 @@
-//! The real-hardware side of the kernel boundary: a DRM render node opened
-//! with `open(2)`, ioctls through `ioctl(2)` (libc's, so an `LD_PRELOAD`
-//! shim sees them), CPU mappings with `mmap(2)`.
+//! The real-hardware side of the kernel boundary: a DRM render node opened,
+//! driven with ioctls and mapped through rustix, built on libc (its
+//! `use-libc` backend) so that an `LD_PRELOAD` shim sees every call, as it
+//! sees libdrm's.
+//!
+//! Every ioctl, DRM core and asahi alike, is issued from the same UAPI
+//! bytes the simulated device gets. The drm crate's typed calls are not
+//! used: they re-encode the arguments (the bytes would differ from the
+//! simulated path) and some unwrap kernel-returned handles (a zero handle
+//! would panic the driver).
 //!
 //! This is the driver's only unsafe module: the simulated device is
 //! reached through safe calls.
 #![allow(unsafe_code)]
 
-use std::ffi::CString;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::path::Path;
 use std::ptr::NonNull;
 
 use agx_uapi::drm::{self, SyncFileInfo, SyncobjHandle, SyncobjHandleToFdFlags};
+use rustix::fs::{Mode, OFlags};
+use rustix::ioctl::{Ioctl, IoctlOutput, Opcode};
+use rustix::mm::{MapFlags, ProtFlags};
 use zerocopy::IntoBytes;
 
 use crate::kernel::{fence_status_of, CpuMapping, Errno, FenceStatus, Kernel};
 
+fn errno(e: rustix::io::Errno) -> Errno {
+    Errno(e.raw_os_error())
+}
+
+/// One ioctl whose argument is a UAPI struct as bytes, the request
+/// number (with its size) decided at run time.
+struct ByteIoctl<'a> {
+    request: u32,
+    arg: &'a mut [u8],
+}
+
+// SAFETY: the opcode encodes exactly `arg.len()` bytes (checked by
+// `raw_ioctl` before any call), so the kernel reads and writes only the
+// exclusively borrowed buffer; the call may write it (IS_MUTATING).
+unsafe impl Ioctl for ByteIoctl<'_> {
+    type Output = ();
+    const IS_MUTATING: bool = true;
+
+    fn opcode(&self) -> Opcode {
+        self.request as Opcode
+    }
+
+    fn as_ptr(&mut self) -> *mut core::ffi::c_void {
+        self.arg.as_mut_ptr().cast()
+    }
+
+    unsafe fn output_from_ptr(
+        _out: IoctlOutput,
+        _arg: *mut core::ffi::c_void,
+    ) -> rustix::io::Result<()> {
+        Ok(())
+    }
+}
+
 /// Issues `request` on `fd`, restarting after signals as libdrm's
 /// `drmIoctl` does.
-fn raw_ioctl(fd: RawFd, request: u32, arg: &mut [u8]) -> Result<(), Errno> {
+fn raw_ioctl(fd: BorrowedFd<'_>, request: u32, arg: &mut [u8]) -> Result<(), Errno> {
     if agx_uapi::ioctl::ioc_size_bytes(request) != arg.len() {
         return Err(Errno::EINVAL);
     }
     loop {
-        // SAFETY: `arg` is a live, exclusively borrowed buffer of exactly
-        // the size the request encodes, which is all the kernel touches.
-        let ret = unsafe { libc::ioctl(fd, libc::c_ulong::from(request), arg.as_mut_ptr()) };
-        if ret != -1 {
-            return Ok(());
-        }
-        let errno = Errno::last();
-        if errno.0 != libc::EINTR && errno.0 != libc::EAGAIN {
-            return Err(errno);
+        let call = ByteIoctl {
+            request,
+            arg: &mut *arg,
+        };
+        // SAFETY: `call` describes its buffer truthfully (see the Ioctl
+        // impl): the request's size is the buffer's length.
+        match unsafe { rustix::ioctl::ioctl(fd, call) } {
+            Ok(()) => return Ok(()),
+            Err(e) if e == rustix::io::Errno::INTR || e == rustix::io::Errno::AGAIN => {}
+            Err(e) => return Err(errno(e)),
         }
     }
 }
@@ -45,46 +89,35 @@ pub(crate) struct DrmNode {
 impl DrmNode {
     /// Opens `path` read-write, close-on-exec.
     pub(crate) fn open(path: &Path) -> Result<DrmNode, Errno> {
-        let c_path =
-            CString::new(path.as_os_str().as_encoded_bytes()).map_err(|_| Errno::EINVAL)?;
-        // SAFETY: `c_path` is a NUL-terminated string that outlives the
-        // call.
-        let fd = unsafe { libc::open(c_path.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
-        if fd < 0 {
-            return Err(Errno::last());
-        }
-        // SAFETY: `open` returned a new descriptor that nothing else owns.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let fd =
+            rustix::fs::open(path, OFlags::RDWR | OFlags::CLOEXEC, Mode::empty()).map_err(errno)?;
         Ok(DrmNode { fd })
     }
 }
 
 impl Kernel for DrmNode {
     fn ioctl(&self, request: u32, arg: &mut [u8]) -> Result<(), Errno> {
-        raw_ioctl(self.fd.as_raw_fd(), request, arg)
+        raw_ioctl(self.fd.as_fd(), request, arg)
     }
 
     fn map(&self, mmap_offset: u64, len_bytes: u64) -> Result<Box<dyn CpuMapping>, Errno> {
         let len = usize::try_from(len_bytes).map_err(|_| Errno::EINVAL)?;
-        let offset = libc::off_t::try_from(mmap_offset).map_err(|_| Errno::EINVAL)?;
         if len == 0 {
             return Err(Errno::EINVAL);
         }
-        // SAFETY: a fresh shared mapping chosen by the kernel; nothing in
-        // this process aliases it yet.
+        // SAFETY: a fresh shared mapping at an address the kernel chooses;
+        // nothing in this process aliases it yet.
         let base = unsafe {
-            libc::mmap(
+            rustix::mm::mmap(
                 std::ptr::null_mut(),
                 len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                self.fd.as_raw_fd(),
-                offset,
+                ProtFlags::READ | ProtFlags::WRITE,
+                MapFlags::SHARED,
+                &self.fd,
+                mmap_offset,
             )
-        };
-        if base == libc::MAP_FAILED {
-            return Err(Errno::last());
         }
+        .map_err(errno)?;
         let base = NonNull::new(base.cast::<u8>()).ok_or(Errno::ENOMEM)?;
         Ok(Box::new(Mmap { base, len }))
     }
@@ -96,14 +129,14 @@ impl Kernel for DrmNode {
             ..SyncobjHandle::default()
         };
         raw_ioctl(
-            self.fd.as_raw_fd(),
+            self.fd.as_fd(),
             drm::DRM_IOCTL_SYNCOBJ_HANDLE_TO_FD,
             export.as_mut_bytes(),
         )?;
         let sync_file = returned_fd(export.fd)?;
         let mut info = SyncFileInfo::default();
         raw_ioctl(
-            sync_file.as_raw_fd(),
+            sync_file.as_fd(),
             drm::SYNC_IOC_FILE_INFO,
             info.as_mut_bytes(),
         )?;
@@ -169,9 +202,7 @@ impl Drop for Mmap {
     fn drop(&mut self) {
         // SAFETY: `base`/`len` describe the mapping made in `map`, which
         // nothing else unmaps.
-        unsafe {
-            libc::munmap(self.base.as_ptr().cast(), self.len);
-        }
+        let _ = unsafe { rustix::mm::munmap(self.base.as_ptr().cast(), self.len) };
     }
 }
 
@@ -186,8 +217,11 @@ pub(crate) fn returned_fd(fd: i32) -> Result<OwnedFd, Errno> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
-/// Reads CLOCK_MONOTONIC, the clock syncobj deadlines are absolute in.
-pub(crate) fn clock_monotonic(t: &mut libc::timespec) -> bool {
-    // SAFETY: `t` is a valid, exclusively borrowed timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, t) == 0 }
+/// Reads CLOCK_MONOTONIC, the clock syncobj deadlines are absolute in,
+/// in nanoseconds.
+pub(crate) fn clock_monotonic_ns() -> i64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+    t.tv_sec
+        .saturating_mul(1_000_000_000)
+        .saturating_add(t.tv_nsec)
 }

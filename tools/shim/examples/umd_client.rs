@@ -1,4 +1,4 @@
-//! The userspace driver's real-hardware path (`Device::open`: libc's
+//! The userspace driver's real-hardware path (`Device::open`: rustix's
 //! open, ioctl and mmap, sync-file status for fence errors), run under
 //! `LD_PRELOAD=libagx_shim.so` against the simulated GPU: a compute
 //! dispatch checked against Rust, then one that faults, which must come
