@@ -15,6 +15,8 @@ use std::ops::Range;
 pub struct VaAllocator {
     /// Free ranges: start -> length in bytes.
     free: BTreeMap<u64, u64>,
+    /// The range managed.
+    range: Range<u64>,
     page_bytes: u64,
 }
 
@@ -25,7 +27,11 @@ impl VaAllocator {
         if range.end > range.start {
             free.insert(range.start, range.end - range.start);
         }
-        VaAllocator { free, page_bytes }
+        VaAllocator {
+            free,
+            range,
+            page_bytes,
+        }
     }
 
     /// Takes `len_bytes` (rounded up to whole pages) at an address that is
@@ -50,12 +56,32 @@ impl VaAllocator {
     }
 
     /// Returns `[start, start + len_bytes)` (as allocated) to the free list.
-    pub fn free(&mut self, start: u64, len_bytes: u64) {
+    /// A range outside the managed one, misaligned, or overlapping free
+    /// space (a double free) is refused: `false`, and nothing changes, so
+    /// the same addresses are never handed out twice.
+    #[must_use = "a refused free means the caller's bookkeeping is wrong"]
+    pub fn free(&mut self, start: u64, len_bytes: u64) -> bool {
         let Some(len) = len_bytes.max(1).checked_next_multiple_of(self.page_bytes) else {
-            return;
+            return false;
         };
+        let Some(end) = start.checked_add(len) else {
+            return false;
+        };
+        if !start.is_multiple_of(self.page_bytes)
+            || start < self.range.start
+            || end > self.range.end
+        {
+            return false;
+        }
+        let prev = self.free.range(..=start).next_back().map(|(&s, &l)| (s, l));
+        if prev.is_some_and(|(s, l)| s + l > start) {
+            return false;
+        }
+        if self.free.range(start..end).next().is_some() {
+            return false;
+        }
         let (mut start, mut len) = (start, len);
-        if let Some((&prev, &prev_len)) = self.free.range(..start).next_back() {
+        if let Some((prev, prev_len)) = prev {
             if prev + prev_len == start {
                 self.free.remove(&prev);
                 start = prev;
@@ -67,6 +93,7 @@ impl VaAllocator {
             len += next_len;
         }
         self.free.insert(start, len);
+        true
     }
 
     /// Free bytes.
@@ -90,9 +117,27 @@ mod tests {
         assert_eq!(c, 0x10_4000, "first fit reuses the gap");
         assert!(va.alloc(0x10_0000, 0).is_none(), "no room for 1 MiB");
         for (start, len) in [(b, 0x8000), (a, 1), (c, 0x4000)] {
-            va.free(start, len);
+            assert!(va.free(start, len));
         }
         assert_eq!(va.free_bytes(), 0x10_0000);
         assert_eq!(va.alloc(0x10_0000, 0), Some(0x10_0000), "one range again");
+    }
+
+    #[test]
+    fn double_foreign_and_misaligned_frees_are_refused() {
+        let mut va = VaAllocator::new(0x10_0000..0x20_0000, 0x4000);
+        let a = va.alloc(0x8000, 0).unwrap();
+        let b = va.alloc(0x4000, 0).unwrap();
+        assert!(va.free(a, 0x8000));
+        assert!(!va.free(a, 0x8000), "double free");
+        assert!(!va.free(a + 0x4000, 0x8000), "overlaps a free range and b");
+        assert!(!va.free(0x20_0000, 0x4000), "outside");
+        assert!(!va.free(0xC_0000, 0x8_0000), "straddles the start");
+        assert!(!va.free(b + 1, 0x4000), "misaligned");
+        assert!(!va.free(u64::MAX - 0x3FFF, 0x4000), "wraps");
+        let before = va.free_bytes();
+        assert!(va.free(b, 0x4000));
+        assert_eq!(va.free_bytes(), before + 0x4000);
+        assert_eq!(va.free_bytes(), 0x10_0000, "all merged back");
     }
 }

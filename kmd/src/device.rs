@@ -17,6 +17,10 @@ use crate::export::Exports;
 use crate::file::File;
 use crate::firmware::FirmwareLink;
 use crate::gem::{GemObject, VmKey, MMAP_OFFSET_SHIFT};
+
+/// GEM object ids (mmap windows) are below this: `id << 40` stays below
+/// 2^63, a positive `off_t`.
+const MAX_OBJECT_ID: u64 = 1 << (63 - MMAP_OFFSET_SHIFT);
 use crate::mem::{AllocError, PagePool, PhysRange, Ram};
 use crate::sched::Scheduler;
 use crate::sync::SyncEvents;
@@ -114,7 +118,7 @@ impl Device {
         private_vm: Option<VmKey>,
     ) -> Result<Arc<GemObject>, AllocError> {
         let memory = self.ram.allocate(size_bytes, GEM_MEMFD_NAME)?;
-        Ok(self.register(memory, flags, private_vm))
+        self.register(memory, flags, private_vm)
     }
 
     /// Makes a GEM object of memory another device exported.
@@ -123,7 +127,7 @@ impl Device {
         fd: std::os::fd::OwnedFd,
     ) -> Result<Arc<GemObject>, AllocError> {
         let memory = self.ram.adopt(fd)?;
-        Ok(self.register(memory, GemFlags::empty(), None))
+        self.register(memory, GemFlags::empty(), None)
     }
 
     fn register(
@@ -131,8 +135,22 @@ impl Device {
         memory: Arc<PhysRange>,
         flags: GemFlags,
         private_vm: Option<VmKey>,
-    ) -> Arc<GemObject> {
-        let id = self.next_object_id.fetch_add(1, Ordering::Relaxed);
+    ) -> Result<Arc<GemObject>, AllocError> {
+        let mut objects = self.objects.lock().unwrap_or_else(|e| e.into_inner());
+        objects.retain(|_, weak| weak.strong_count() > 0);
+        // The next id whose mmap window no live object holds: ids count up
+        // and wrap below MAX_OBJECT_ID (offsets stay positive as off_t),
+        // so two live objects never share an offset.
+        let live = objects.len() as u64;
+        let mut id = None;
+        for _ in 0..=live {
+            let candidate = self.next_object_id.fetch_add(1, Ordering::Relaxed) % MAX_OBJECT_ID;
+            if candidate != 0 && !objects.contains_key(&(candidate << MMAP_OFFSET_SHIFT)) {
+                id = Some(candidate);
+                break;
+            }
+        }
+        let id = id.ok_or_else(|| AllocError::Host("every GEM mmap offset is in use".into()))?;
         let object = Arc::new(GemObject::new(
             id,
             flags,
@@ -140,8 +158,6 @@ impl Device {
             memory,
             Arc::clone(&self.counters),
         ));
-        let mut objects = self.objects.lock().unwrap_or_else(|e| e.into_inner());
-        objects.retain(|_, weak| weak.strong_count() > 0);
         objects.insert(object.mmap_offset(), Arc::downgrade(&object));
         drop(objects);
         if private_vm.is_none() {
@@ -149,7 +165,7 @@ impl Device {
             // could not be registered only cannot be re-imported.
             let _ = self.exports.register_object(&object);
         }
-        object
+        Ok(object)
     }
 
     /// The live object at mmap offset `offset` (exactly its start).

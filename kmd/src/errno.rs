@@ -37,6 +37,8 @@ impl Errno {
     pub const EBUSY: Errno = Errno(libc::EBUSY);
     /// Invalid argument.
     pub const EINVAL: Errno = Errno(libc::EINVAL);
+    /// No space left (every id of a kind is taken).
+    pub const ENOSPC: Errno = Errno(libc::ENOSPC);
     /// Inappropriate ioctl for the device.
     pub const ENOTTY: Errno = Errno(libc::ENOTTY);
     /// Timer expired (syncobj waits).
@@ -63,6 +65,7 @@ impl Errno {
             libc::EACCES => "EACCES",
             libc::E2BIG => "E2BIG",
             libc::EBUSY => "EBUSY",
+            libc::ENOSPC => "ENOSPC",
             libc::EINVAL => "EINVAL",
             libc::ENOTTY => "ENOTTY",
             libc::ETIME => "ETIME",

@@ -317,6 +317,8 @@ impl File {
     }
 
     fn get_cap(&self, cap: &mut GetCap) -> Result<i32, Errno> {
+        // Linux zeroes the value first; it is copied back on error too.
+        cap.value = 0;
         cap.value = match cap.capability {
             drm::DRM_CAP_TIMESTAMP_MONOTONIC
             | drm::DRM_CAP_SYNCOBJ
@@ -365,7 +367,10 @@ impl File {
         }
         Vm::check_kernel_range(c.kernel_start, c.kernel_end)?;
         let mut state = self.state();
-        let id = state.next_vm;
+        let id = {
+            let state = &mut *state;
+            take_id(&state.vms, &mut state.next_vm)?
+        };
         let vm = Vm::new(
             id,
             c.kernel_start..c.kernel_end,
@@ -373,7 +378,6 @@ impl File {
             Arc::clone(&self.device.dummy_page),
             Arc::clone(&self.device.counters),
         )?;
-        state.next_vm += 1;
         state.vms.insert(id, Arc::new(Mutex::new(vm)));
         c.vm_id = id;
         Ok(0)
@@ -398,19 +402,19 @@ impl File {
         }
         // Read every operation first (copy_from_user), then validate them
         // all, then apply: a refused VM_BIND changes nothing.
+        // The whole array in one copy, as Linux does: a size past
+        // kmalloc's limit is ENOMEM, any unreadable byte EFAULT. Records
+        // shorter than the struct are zero-extended; longer ones' tails
+        // are read and ignored.
         let stride = b.stride as usize;
-        let mut raw_ops = Vec::with_capacity(b.num_binds.min(4096) as usize);
-        for i in 0..u64::from(b.num_binds) {
-            let mut buf = vec![0u8; size_of::<GemBindOp>().max(stride)];
-            let read = stride.min(size_of::<GemBindOp>());
-            let address = b
-                .userptr
-                .checked_add(i * stride as u64)
-                .ok_or(Errno::EFAULT)?;
-            copy_from_user(&mut buf[..read], address).map_err(BindError::from)?;
-            let op = GemBindOp::read_from_prefix(&buf)
-                .map(|(op, _)| op)
-                .map_err(|_| Errno::EINVAL)?;
+        let mut all = user_array(u64::from(b.num_binds), u64::from(b.stride))?;
+        copy_from_user(&mut all, b.userptr).map_err(BindError::from)?;
+        let mut raw_ops = Vec::with_capacity(b.num_binds as usize);
+        for record in all.chunks_exact(stride) {
+            let mut buf = [0u8; size_of::<GemBindOp>()];
+            let read = stride.min(buf.len());
+            buf[..read].copy_from_slice(&record[..read]);
+            let op = GemBindOp::read_from_bytes(&buf).map_err(|_| Errno::EINVAL)?;
             raw_ops.push(op);
         }
         let mut state = self.state();
@@ -511,8 +515,8 @@ impl File {
             .create_object(c.size, flags, private_vm)
             .map_err(GemError::from)?;
         let mut state = self.state();
-        let handle = state.next_handle;
-        state.next_handle += 1;
+        let state = &mut *state;
+        let handle = take_id(&state.handles, &mut state.next_handle)?;
         state.handles.insert(handle, object);
         c.handle = handle;
         Ok(0)
@@ -530,12 +534,42 @@ impl File {
     }
 }
 
+/// The next free id of `map` from `next` on (ids are never 0: clients
+/// such as the drm crate treat 0 as no handle). Ids count up and, after
+/// 2^32 - 1 of them, wrap to reuse freed ones, as `idr_alloc_cyclic`;
+/// ENOSPC when every id is taken.
+fn take_id<V>(map: &BTreeMap<u32, V>, next: &mut u32) -> Result<u32, Errno> {
+    for _ in 0..=map.len().saturating_add(1) {
+        let id = *next;
+        *next = next.checked_add(1).unwrap_or(1);
+        if id != 0 && !map.contains_key(&id) {
+            return Ok(id);
+        }
+    }
+    Err(Errno::ENOSPC)
+}
+
 /// How long TRANSFER with WAIT_FOR_SUBMIT waits for a fence to appear
 /// (Linux waits a bounded time too).
 const TRANSFER_SUBMIT_WAIT_NS: i64 = 5_000_000_000;
 
+/// The largest array an ioctl copies in at once: kmalloc's limit, past
+/// which Linux's `kmalloc_array` fails with ENOMEM.
+const MAX_USER_ARRAY_BYTES: u64 = 4 << 20;
+
+/// A zeroed buffer for `count` elements of `size` bytes, or ENOMEM past
+/// [`MAX_USER_ARRAY_BYTES`] (no allocation is made from an unchecked
+/// user count).
+fn user_array(count: u64, size: u64) -> Result<Vec<u8>, Errno> {
+    let bytes = count
+        .checked_mul(size)
+        .filter(|&b| b <= MAX_USER_ARRAY_BYTES)
+        .ok_or(Errno::ENOMEM)?;
+    Ok(vec![0u8; bytes as usize])
+}
+
 fn read_u32s(address: u64, count: u32) -> Result<Vec<u32>, Errno> {
-    let mut bytes = vec![0u8; count as usize * 4];
+    let mut bytes = user_array(u64::from(count), 4)?;
     copy_from_user(&mut bytes, address)?;
     Ok(bytes
         .chunks_exact(4)
@@ -544,7 +578,7 @@ fn read_u32s(address: u64, count: u32) -> Result<Vec<u32>, Errno> {
 }
 
 fn read_u64s(address: u64, count: u32) -> Result<Vec<u64>, Errno> {
-    let mut bytes = vec![0u8; count as usize * 8];
+    let mut bytes = user_array(u64::from(count), 8)?;
     copy_from_user(&mut bytes, address)?;
     Ok(bytes
         .chunks_exact(8)
@@ -576,8 +610,8 @@ impl File {
             Arc::clone(&self.device.counters),
         );
         let mut state = self.state();
-        let handle = state.next_syncobj;
-        state.next_syncobj += 1;
+        let state = &mut *state;
+        let handle = take_id(&state.syncobjs, &mut state.next_syncobj)?;
         state.syncobjs.insert(handle, syncobj);
         c.handle = handle;
         Ok(0)
@@ -647,9 +681,10 @@ impl File {
         if w.count_handles == 0 {
             return Ok(0);
         }
+        // A null points array means point 0 for every handle (Linux).
         w.first_signaled = self.wait_common(
             w.handles,
-            Some(w.points),
+            (w.points != 0).then_some(w.points),
             w.count_handles,
             flags,
             w.timeout_nsec,
@@ -695,7 +730,12 @@ impl File {
             return Err(Errno::EINVAL);
         }
         let syncobjs = self.syncobjs(&read_u32s(a.handles, a.count_handles)?)?;
-        let points = read_u64s(a.points, a.count_handles)?;
+        // A null points array means point 0 for every handle (Linux).
+        let points = if a.points == 0 {
+            vec![0; syncobjs.len()]
+        } else {
+            read_u64s(a.points, a.count_handles)?
+        };
         for (syncobj, point) in syncobjs.iter().zip(points) {
             syncobj.add_point(point, Fence::signalled(Arc::clone(&self.device.events)));
         }
@@ -736,15 +776,15 @@ fn is_gem_memfd(fd: &OwnedFd) -> bool {
 impl File {
     // ---- PRIME and syncobj fds -----------------------------------------
 
-    fn handle_for(&self, object: Arc<GemObject>) -> u32 {
+    fn handle_for(&self, object: Arc<GemObject>) -> Result<u32, Errno> {
         let mut state = self.state();
         if let Some((&handle, _)) = state.handles.iter().find(|(_, o)| Arc::ptr_eq(o, &object)) {
-            return handle;
+            return Ok(handle);
         }
-        let handle = state.next_handle;
-        state.next_handle += 1;
+        let state = &mut *state;
+        let handle = take_id(&state.handles, &mut state.next_handle)?;
         state.handles.insert(handle, object);
-        handle
+        Ok(handle)
     }
 
     fn prime_handle_to_fd(&self, p: &mut PrimeHandle) -> Result<i32, Errno> {
@@ -768,7 +808,7 @@ impl File {
             None if is_gem_memfd(&fd) => self.device.adopt_object(fd).map_err(|_| Errno::ENOMEM)?,
             None => return Err(Errno::EINVAL),
         };
-        p.handle = self.handle_for(object);
+        p.handle = self.handle_for(object)?;
         Ok(0)
     }
 
@@ -807,8 +847,8 @@ impl File {
         }
         let syncobj = self.device.exports.import_syncobj(fd.as_fd())?;
         let mut state = self.state();
-        let handle = state.next_syncobj;
-        state.next_syncobj += 1;
+        let state = &mut *state;
+        let handle = take_id(&state.syncobjs, &mut state.next_syncobj)?;
         state.syncobjs.insert(handle, syncobj);
         h.handle = handle;
         Ok(0)
@@ -886,8 +926,8 @@ impl File {
                     _object: Arc::clone(&object),
                 });
                 let mut state = self.state();
-                let handle = state.next_bound;
-                state.next_bound += 1;
+                let state = &mut *state;
+                let handle = take_id(&state.bound, &mut state.next_bound)?;
                 state.bound.insert(
                     handle,
                     BoundObject {
@@ -933,8 +973,10 @@ impl File {
             .get(&c.vm_id)
             .cloned()
             .ok_or(QueueError::NoSuchVm { vm_id: c.vm_id })?;
-        let id = state.next_queue;
-        state.next_queue += 1;
+        let id = {
+            let state = &mut *state;
+            take_id(&state.queues, &mut state.next_queue)?
+        };
         let queue = Queue::new(
             id,
             vm,

@@ -121,7 +121,9 @@ impl KernelVm {
             // Entries written before the failure must not outlive the
             // memory they point at.
             let _ = inner.tables.set(va & (uat::USER_VA_END - 1), pages, |_| 0);
-            inner.va.free(va, (pages + 1) * PAGE_BYTES);
+            if !inner.va.free(va, (pages + 1) * PAGE_BYTES) {
+                tracing::error!(va, "firmware VA range freed twice");
+            }
             return Err(e);
         }
         inner.objects.insert(va, (memory, pages * PAGE_BYTES));
@@ -138,7 +140,9 @@ impl KernelVm {
         let _ = inner
             .tables
             .set(va & (uat::USER_VA_END - 1), len / PAGE_BYTES, |_| 0);
-        inner.va.free(va, len + PAGE_BYTES);
+        if !inner.va.free(va, len + PAGE_BYTES) {
+            tracing::error!(va, "firmware VA range freed twice");
+        }
     }
 
     /// Bytes mapped for the firmware.

@@ -359,7 +359,9 @@ impl Vm {
             // Entries written before the failure must not outlive the
             // memory they point at.
             let _ = self.tables.set(va, len / PAGE_BYTES, |_| 0);
-            self.kernel_va.free(va, len);
+            if !self.kernel_va.free(va, len) {
+                tracing::error!(va, "kernel VA range freed twice");
+            }
             return Err(e);
         }
         self.kernel_objects.insert(va, (memory, len));
@@ -370,7 +372,9 @@ impl Vm {
     pub fn unmap_kernel(&mut self, va: u64) {
         if let Some((_, len)) = self.kernel_objects.remove(&va) {
             let _ = self.tables.set(va, len / PAGE_BYTES, |_| 0);
-            self.kernel_va.free(va, len);
+            if !self.kernel_va.free(va, len) {
+                tracing::error!(va, "kernel VA range freed twice");
+            }
         }
     }
 
@@ -466,6 +470,13 @@ impl Vm {
 
     /// Applies validated operations in order.
     pub(crate) fn apply(&mut self, ops: Vec<BindOp>) -> Result<(), BindError> {
+        // Every table the maps need first: out of memory here leaves the
+        // VM as it was (no entry written, no op applied).
+        for op in &ops {
+            if let BindOp::Map { addr, range, .. } = op {
+                self.tables.reserve(*addr, range / PAGE_BYTES)?;
+            }
+        }
         for op in ops {
             match op {
                 BindOp::Unmap { addr, range } => {

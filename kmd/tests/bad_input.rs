@@ -291,6 +291,26 @@ fn every_validation_rule_gives_its_errno() {
             Errno::EINVAL,
         ),
         row(
+            "bind array past kmalloc's limit",
+            asahi::DRM_IOCTL_ASAHI_VM_BIND,
+            VmBind {
+                num_binds: u32::MAX,
+                stride: u32::MAX,
+                ..bind_with(vec![good(user)])
+            },
+            Errno::ENOMEM,
+        ),
+        row(
+            "bind array unreadable",
+            asahi::DRM_IOCTL_ASAHI_VM_BIND,
+            VmBind {
+                stride: 64,
+                userptr: 0x1000 - 32,
+                ..bind_with(vec![good(user)])
+            },
+            Errno::EFAULT,
+        ),
+        row(
             "bind pad",
             asahi::DRM_IOCTL_ASAHI_VM_BIND,
             VmBind {
@@ -762,4 +782,19 @@ fn struct_sizes_from_older_and_newer_userspace() {
     assert_eq!(call(&file, zero_size, &mut c), Err(Errno::EINVAL));
     drop(file);
     assert_eq!(system.stats().syncobjs, 0);
+}
+
+#[test_log::test]
+fn an_unsupported_cap_reads_back_zero() {
+    let system = system();
+    let file = system.open();
+    let mut cap = GetCap {
+        capability: drm::DRM_CAP_DUMB_BUFFER,
+        value: 0xdead,
+    };
+    assert_eq!(
+        call(&file, drm::DRM_IOCTL_GET_CAP, &mut cap),
+        Err(Errno::EOPNOTSUPP)
+    );
+    assert_eq!(cap.value, 0, "Linux zeroes the value and copies it back");
 }

@@ -412,6 +412,67 @@ fn bad_syncobj_arguments() {
         Err(Errno::EINVAL),
         "no fence to move"
     );
+    // A count whose array exceeds kmalloc's limit is ENOMEM, not an
+    // allocation of gigabytes.
+    let mut huge = SyncobjArray {
+        handles: [h].as_ptr() as u64,
+        count_handles: u32::MAX,
+        pad: 0,
+    };
+    assert_eq!(
+        call(&file, drm::DRM_IOCTL_SYNCOBJ_RESET, &mut huge),
+        Err(Errno::ENOMEM)
+    );
+    let mut huge = SyncobjWait {
+        handles: [h].as_ptr() as u64,
+        count_handles: u32::MAX,
+        ..SyncobjWait::default()
+    };
+    assert_eq!(
+        call(&file, drm::DRM_IOCTL_SYNCOBJ_WAIT, &mut huge),
+        Err(Errno::ENOMEM)
+    );
+}
+
+#[test_log::test]
+fn a_null_points_array_means_point_zero() {
+    let system = system();
+    let file = system.open();
+    let h = create(&file, false);
+    // TIMELINE_SIGNAL with no points signals point 0 (the binary fence).
+    let mut a = SyncobjTimelineArray {
+        handles: [h].as_ptr() as u64,
+        points: 0,
+        count_handles: 1,
+        flags: 0,
+    };
+    assert_eq!(
+        call(&file, drm::DRM_IOCTL_SYNCOBJ_TIMELINE_SIGNAL, &mut a),
+        Ok(0)
+    );
+    // TIMELINE_WAIT with no points waits for point 0: signalled.
+    let mut w = SyncobjTimelineWait {
+        handles: [h].as_ptr() as u64,
+        points: 0,
+        timeout_nsec: 0,
+        count_handles: 1,
+        ..SyncobjTimelineWait::default()
+    };
+    assert_eq!(
+        call(&file, drm::DRM_IOCTL_SYNCOBJ_TIMELINE_WAIT, &mut w),
+        Ok(0)
+    );
+    // QUERY still needs somewhere to write.
+    let mut q = SyncobjTimelineArray {
+        handles: [h].as_ptr() as u64,
+        points: 0,
+        count_handles: 1,
+        flags: 0,
+    };
+    assert_eq!(
+        call(&file, drm::DRM_IOCTL_SYNCOBJ_QUERY, &mut q),
+        Err(Errno::EFAULT)
+    );
 }
 
 #[test_log::test]

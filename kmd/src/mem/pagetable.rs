@@ -143,6 +143,22 @@ impl PageTables {
         Ok(Some(pa))
     }
 
+    /// Creates every table that entries for `pages` pages from `va` need,
+    /// writing no leaf entry: after it, [`PageTables::set`] on the range
+    /// allocates nothing, so a multi-step update can reserve first and
+    /// then apply without failing half way. Tables made and left unused
+    /// are empty.
+    pub fn reserve(&mut self, va: u64, pages: u64) -> Result<(), AllocError> {
+        let mut done = 0;
+        while done < pages {
+            let page_va = va + done * PAGE_BYTES;
+            let first = uat::table_index(page_va, 0);
+            self.table(0, page_va, true)?;
+            done += (ENTRIES_PER_TABLE - first).min(pages - done);
+        }
+        Ok(())
+    }
+
     /// Writes leaf entries for `pages` pages from `va`: entry `i` is
     /// `pte(i)` (0 clears it). Creates tables as needed when any entry is
     /// non-zero.
@@ -225,6 +241,40 @@ mod tests {
         assert_eq!(pool.pages_in_use(), 4);
         drop(tables);
         assert_eq!(pool.pages_in_use(), 0);
+    }
+
+    #[test]
+    fn reserving_makes_every_table_a_later_set_needs() {
+        let ram = Ram::new(64 << 20);
+        let pool = Arc::new(PagePool::new(ram.clone()));
+        let mut tables = PageTables::new(Arc::clone(&pool)).unwrap();
+        let object = ram.allocate(PAGE_BYTES, "object").unwrap();
+        let rw = Permissions {
+            gpu_read: true,
+            ..Permissions::default()
+        };
+        // 3000 pages from just below a leaf boundary: three leaves.
+        let va = 0x4000_0000 - 2 * PAGE_BYTES;
+        tables.reserve(va, 3000).unwrap();
+        let reserved = pool.pages_in_use();
+        assert_eq!(tables.table_pages(), 1 + 1 + 3);
+        assert!(
+            translate(&ram, tables.root_pa(), va, Access::GpuRead).is_err(),
+            "no entry written"
+        );
+        tables
+            .set(va, 3000, |_| {
+                uat::page_pte(object.pa(), rw, UatMemAttr::Cached).unwrap()
+            })
+            .unwrap();
+        assert_eq!(pool.pages_in_use(), reserved, "set allocated nothing");
+        assert!(translate(
+            &ram,
+            tables.root_pa(),
+            va + 2999 * PAGE_BYTES,
+            Access::GpuRead
+        )
+        .is_ok());
     }
 
     #[test]
