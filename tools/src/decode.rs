@@ -332,6 +332,32 @@ impl<'a> Decoder<'a> {
             self.depth -= 1;
             programs.push(info);
         }
+        for (name, kind, bytes) in [
+            (
+                "isp_zls_pixels",
+                "ZlsPixels",
+                u64::from(r.isp_zls_pixels).to_le_bytes(),
+            ),
+            (
+                "ppp_multisamplectl",
+                "SampleLocations",
+                r.ppp_multisamplectl.to_le_bytes(),
+            ),
+        ] {
+            let len = if kind == "ZlsPixels" { 4 } else { 8 };
+            if let Some(Ok(text)) = agx_hw::formats::print_by_name(kind, &bytes[..len]) {
+                self.line(&format!("{name}:"));
+                self.depth += 1;
+                self.line(text.trim_end());
+                self.depth -= 1;
+                self.items.push(Item {
+                    command: self.command,
+                    address: 0,
+                    kind: kind.into(),
+                    fields: fields_of(&text),
+                });
+            }
+        }
         let zls = ZlsControl::unpack(&r.zls_ctrl.to_le_bytes()).value;
         self.line("zls_ctrl:");
         self.depth += 1;

@@ -53,9 +53,17 @@ impl Arena {
     /// most 16 KiB).
     pub fn alloc(&mut self, len_bytes: u64, align_bytes: u64) -> Result<Slice, Error> {
         let align = align_bytes.max(1);
+        if !align.is_power_of_two() || align > 16 * 1024 {
+            return Err(Error::Unsupported(format!(
+                "an arena alignment of {align_bytes} bytes"
+            )));
+        }
         if let Some(last) = self.buffers.last() {
             let at = self.used_bytes.next_multiple_of(align);
-            if at + len_bytes <= last.size_bytes() {
+            if at
+                .checked_add(len_bytes)
+                .is_some_and(|end| end <= last.size_bytes())
+            {
                 self.used_bytes = at + len_bytes;
                 return Ok(Slice {
                     va: last.va() + at,
@@ -91,24 +99,24 @@ impl Arena {
 
     /// Writes into a slice.
     pub fn write(&self, slice: &Slice, offset_bytes: u64, data: &[u8]) -> Result<(), Error> {
-        if offset_bytes + data.len() as u64 > slice.len_bytes {
-            return Err(Error::OutOfBounds {
-                offset_bytes,
-                len_bytes: data.len() as u64,
-                size_bytes: slice.len_bytes,
-            });
+        let out_of_bounds = Error::OutOfBounds {
+            offset_bytes,
+            len_bytes: data.len() as u64,
+            size_bytes: slice.len_bytes,
+        };
+        if offset_bytes
+            .checked_add(data.len() as u64)
+            .is_none_or(|end| end > slice.len_bytes)
+        {
+            return Err(out_of_bounds);
         }
-        self.buffers[slice.buffer].write(slice.offset_bytes + offset_bytes, data)
+        // A slice of another arena may name a buffer this one lacks.
+        let buffer = self.buffers.get(slice.buffer).ok_or(out_of_bounds)?;
+        buffer.write(slice.offset_bytes + offset_bytes, data)
     }
 
     /// Bytes in the arena's buffers.
     pub fn allocated_bytes(&self) -> u64 {
         self.buffers.iter().map(Buffer::size_bytes).sum()
-    }
-
-    /// Forgets every allocation, keeping the first buffer for reuse.
-    pub fn reset(&mut self) {
-        self.buffers.truncate(1);
-        self.used_bytes = 0;
     }
 }

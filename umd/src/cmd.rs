@@ -253,7 +253,8 @@ pub fn vertex_prologue(layout: &VertexLayout) -> Result<String, Error> {
     let masks = ["x", "xy", "xyz", "xyzw"];
     for (a, attribute) in layout.attributes.iter().enumerate() {
         let n = attribute.format.components();
-        let overlaps_ids = (attribute.register..attribute.register + n).any(|r| r == 5 || r == 6);
+        let overlaps_ids =
+            (attribute.register..attribute.register.saturating_add(n)).any(|r| r == 5 || r == 6);
         if !attribute.offset_bytes.is_multiple_of(4) || attribute.register < 3 || overlaps_ids {
             return Err(Error::Unsupported(format!(
                 "attribute {a} at offset {} into r{}",
@@ -354,7 +355,7 @@ impl GraphicsPipeline {
                 return Err(Error::Unsupported(format!(
                     "varying at slots {}..{} of {} outputs",
                     varying.slot,
-                    varying.slot + varying.components,
+                    u64::from(varying.slot) + u64::from(varying.components),
                     desc.vertex_outputs
                 )));
             }
@@ -557,9 +558,11 @@ impl CommandBuffer {
         if self.cdm.is_empty() {
             return Ok(());
         }
-        let mut stream = std::mem::take(&mut self.cdm);
+        let mut stream = self.cdm.clone();
         stream.extend(CdmStreamTerminate::default().pack().map_err(pack_err)?);
+        // On failure the open stream stays, with the dispatches in it.
         let slice = self.data.upload(&stream, 64)?;
+        self.cdm.clear();
         let (sampler_heap, sampler_count) = self.heaps.map_or((0, 0), |h| h.samplers);
         self.commands.push(Command::Compute(Box::new(CmdCompute {
             cdm_ctrl_stream_base: slice.va,
@@ -585,7 +588,7 @@ impl CommandBuffer {
         grid: [u32; 3],
         local: [u32; 3],
     ) -> Result<(), Error> {
-        if local.contains(&0) || local.iter().product::<u32>() > 1024 {
+        if local.contains(&0) || local.iter().map(|&n| u64::from(n)).product::<u64>() > 1024 {
             return Err(Error::Unsupported(format!("threadgroup size {local:?}")));
         }
         let bindings = self.with_heap(bindings.clone());
@@ -639,37 +642,9 @@ impl CommandBuffer {
         self.dispatch(&shader, &bindings, [grid, 1, 1], [64, 1, 1])
     }
 
-    /// Begins a render pass.
-    pub fn begin_render_pass(
-        &mut self,
-        desc: &RenderPassDesc<'_>,
-    ) -> Result<RenderPass<'_>, Error> {
-        let (width, height) = match (desc.colour.first(), &desc.depth) {
-            (Some(c), _) => (c.image.width(), c.image.height()),
-            (None, Some(d)) => (d.image.width(), d.image.height()),
-            (None, None) => return Err(Error::Unsupported("a pass without attachments".into())),
-        };
-        if desc
-            .colour
-            .iter()
-            .any(|c| (c.image.width(), c.image.height()) != (width, height))
-            || desc
-                .depth
-                .is_some_and(|d| (d.image.width(), d.image.height()) != (width, height))
-        {
-            return Err(Error::Unsupported("attachments of different sizes".into()));
-        }
-        if desc.colour.len() > 8 {
-            return Err(Error::Unsupported(format!(
-                "{} colour attachments",
-                desc.colour.len()
-            )));
-        }
-        let formats: Vec<_> = desc.colour.iter().map(|c| c.image.format()).collect();
-        let (slots, sample_bytes) = tile_layout(&formats)?;
-        // Valid: a depth clear is a GPU fill before the pass (see the ZLS note in
-        // `pass`): ordered after earlier work that may still use the
-        // buffer, unlike a CPU write at recording time.
+    /// Records the GPU fills that clear a pass's depth and stencil planes
+    /// (for Clear and DontCare loads).
+    fn record_depth_stencil_fills(&mut self, desc: &RenderPassDesc<'_>) -> Result<(), Error> {
         if let Some(depth) = &desc.depth {
             let value = match depth.load {
                 LoadOp::Clear(value) => Some(value),
@@ -694,7 +669,44 @@ impl CommandBuffer {
                 }
             }
         }
-        self.close_compute()?;
+        Ok(())
+    }
+
+    /// Begins a render pass.
+    pub fn begin_render_pass(
+        &mut self,
+        desc: &RenderPassDesc<'_>,
+    ) -> Result<RenderPass<'_>, Error> {
+        let (width, height) = match (desc.colour.first(), &desc.depth) {
+            (Some(c), _) => (c.image.width(), c.image.height()),
+            (None, Some(d)) => (d.image.width(), d.image.height()),
+            (None, None) => return Err(Error::Unsupported("a pass without attachments".into())),
+        };
+        if desc
+            .colour
+            .iter()
+            .any(|c| (c.image.width(), c.image.height()) != (width, height))
+            || desc
+                .depth
+                .is_some_and(|d| (d.image.width(), d.image.height()) != (width, height))
+            || desc
+                .depth
+                .as_ref()
+                .and_then(|d| d.stencil.as_ref())
+                .is_some_and(|s| (s.image.width(), s.image.height()) != (width, height))
+        {
+            // The ZLS hardware stores whole tiles of the pass into the
+            // planes: a plane of another size would be overrun.
+            return Err(Error::Unsupported("attachments of different sizes".into()));
+        }
+        if desc.colour.len() > 8 {
+            return Err(Error::Unsupported(format!(
+                "{} colour attachments",
+                desc.colour.len()
+            )));
+        }
+        let formats: Vec<_> = desc.colour.iter().map(|c| c.image.format()).collect();
+        let (slots, sample_bytes) = tile_layout(&formats)?;
         // Descriptors: texture descriptors for loads, PBE descriptors for
         // stores, one per render target.
         let mut textures = Vec::new();
@@ -797,6 +809,17 @@ impl CommandBuffer {
             )?),
             ..CmdRender::new_zeroed()
         };
+        // One sample at the pixel centre, said explicitly (0 is not a
+        // pattern the hardware documents).
+        render.ppp_multisamplectl = u64::from_le_bytes(
+            agx_hw::formats::SampleLocations {
+                sample_0_x: 8,
+                sample_0_y: 8,
+                ..agx_hw::formats::SampleLocations::default()
+            }
+            .pack()
+            .map_err(pack_err)?,
+        );
         if self.debug.no_partial_bg {
             render.partial_bg = BgEot::default();
         }
@@ -816,6 +839,14 @@ impl CommandBuffer {
             // the fill recorded above makes the buffer hold the starting
             // depth.
             render.zls_ctrl = u64::from_le_bytes(partial.pack().map_err(pack_err)?);
+            render.isp_zls_pixels = u32::from_le_bytes(
+                agx_hw::formats::ZlsPixels {
+                    width: depth.image.width(),
+                    height: depth.image.height(),
+                }
+                .pack()
+                .map_err(pack_err)?,
+            );
             render.depth.base = depth.image.buffer().va();
             render.depth.stride = depth.image.layer_bytes();
             if let LoadOp::Clear(value) = depth.load {
@@ -829,6 +860,17 @@ impl CommandBuffer {
                 }
             }
         }
+        // Last, once nothing else can fail: a depth clear is a GPU fill
+        // before the pass (see the ZLS note in `pass`), ordered after
+        // earlier work that may still use the buffer, unlike a CPU write
+        // at recording time. A failure takes the fills back out, so a pass
+        // that could not begin leaves the command buffer as it was.
+        let cdm_before = self.cdm.len();
+        if let Err(e) = self.record_depth_stencil_fills(desc) {
+            self.cdm.truncate(cdm_before);
+            return Err(e);
+        }
+        self.close_compute()?;
         Ok(RenderPass {
             cb: self,
             render,
@@ -1167,6 +1209,10 @@ impl RenderPass<'_> {
         instance_count: u32,
         first_vertex: u32,
     ) -> Result<(), Error> {
+        if vertex_count == 0 || instance_count == 0 {
+            // Nothing to draw (as Vulkan's draws of zero instances).
+            return Ok(());
+        }
         self.emit_state()?;
         self.blocks.push(self.vdm.len());
         self.vdm.extend(
@@ -1180,7 +1226,7 @@ impl RenderPass<'_> {
             .pack()
             .map_err(pack_err)?,
         );
-        for word in [vertex_count, instance_count.max(1), first_vertex] {
+        for word in [vertex_count, instance_count, first_vertex] {
             self.vdm.extend(word.to_le_bytes());
         }
         self.cb.stats.draws += 1;
@@ -1197,12 +1243,24 @@ impl RenderPass<'_> {
         instance_count: u32,
         base_vertex: u32,
     ) -> Result<(), Error> {
-        if offset_bytes + 4 * u64::from(index_count) > indices.size_bytes() {
+        let len_bytes = 4 * u64::from(index_count);
+        if offset_bytes
+            .checked_add(len_bytes)
+            .is_none_or(|end| end > indices.size_bytes())
+        {
             return Err(Error::OutOfBounds {
                 offset_bytes,
-                len_bytes: 4 * u64::from(index_count),
+                len_bytes,
                 size_bytes: indices.size_bytes(),
             });
+        }
+        if !offset_bytes.is_multiple_of(4) {
+            return Err(Error::Unsupported(format!(
+                "32-bit indices at byte offset {offset_bytes}"
+            )));
+        }
+        if index_count == 0 || instance_count == 0 {
+            return Ok(());
         }
         self.emit_state()?;
         let address = indices.va() + offset_bytes;
@@ -1221,12 +1279,7 @@ impl RenderPass<'_> {
             .pack()
             .map_err(pack_err)?,
         );
-        for word in [
-            address as u32,
-            index_count,
-            instance_count.max(1),
-            base_vertex,
-        ] {
+        for word in [address as u32, index_count, instance_count, base_vertex] {
             self.vdm.extend(word.to_le_bytes());
         }
         self.cb.stats.draws += 1;

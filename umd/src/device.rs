@@ -151,7 +151,16 @@ impl Device {
         call(k, asahi::DRM_IOCTL_ASAHI_GET_PARAMS, &mut get).map_err(kernel("GET_PARAMS"))?;
         // The layout: the USC region at the first 4 GiB boundary, the
         // kernel's range at the top, the general heap between.
-        let usc_base = params.vm_start.next_multiple_of(USC_REGION_BYTES);
+        let layout_err = || {
+            Error::Unsupported(format!(
+                "a VM range of {:#x}..{:#x}",
+                params.vm_start, params.vm_end
+            ))
+        };
+        let usc_base = params
+            .vm_start
+            .checked_next_multiple_of(USC_REGION_BYTES)
+            .ok_or_else(layout_err)?;
         let kernel_end = params.vm_end / PAGE_BYTES * PAGE_BYTES;
         let kernel_start = kernel_end
             .checked_sub(params.vm_kernel_min_size)
@@ -162,7 +171,9 @@ impl Device {
                     params.vm_kernel_min_size, params.vm_end
                 ))
             })?;
-        let general_start = usc_base + USC_REGION_BYTES;
+        let general_start = usc_base
+            .checked_add(USC_REGION_BYTES)
+            .ok_or_else(layout_err)?;
         if kernel_start <= general_start {
             return Err(Error::Unsupported(format!(
                 "a VM range of {:#x}..{:#x} is too small",
@@ -320,9 +331,17 @@ impl Device {
             })
     }
 
-    /// Returns a range [`Device::reserve_va`] gave.
-    pub fn release_va(&self, va: u64, len_bytes: u64) {
-        lock(&self.inner.general).free(va, len_bytes);
+    /// Returns a range [`Device::reserve_va`] gave. A range that is not
+    /// reserved (already released, or never given) is refused, so the
+    /// same addresses are never handed out twice.
+    pub fn release_va(&self, va: u64, len_bytes: u64) -> Result<(), Error> {
+        if lock(&self.inner.general).free(va, len_bytes) {
+            Ok(())
+        } else {
+            Err(Error::Unsupported(format!(
+                "releasing {len_bytes:#x} bytes at {va:#x}, which are not reserved"
+            )))
+        }
     }
 
     /// Binds `len_bytes` of `handle` from `offset_bytes` at `va` (or
@@ -368,7 +387,10 @@ impl Device {
     /// Creates a GEM object of `size_bytes` with `memory`'s flags; returns
     /// its handle and rounded size.
     pub fn create_object(&self, size_bytes: u64, memory: MemoryType) -> Result<(u32, u64), Error> {
-        let size = size_bytes.max(1).next_multiple_of(PAGE_BYTES);
+        let size = size_bytes
+            .max(1)
+            .checked_next_multiple_of(PAGE_BYTES)
+            .ok_or_else(|| Error::Unsupported(format!("an object of {size_bytes} bytes")))?;
         let (flags, vm_id) = match memory {
             MemoryType::DeviceLocal => (GemFlags::VM_PRIVATE, self.inner.vm_id),
             MemoryType::HostVisible => (GemFlags::empty(), 0),
@@ -435,7 +457,7 @@ impl Device {
                     })?
             };
             if let Err(e) = self.bind(Some(handle), va, size, 0, desc.gpu_write) {
-                lock(range).free(va, size);
+                let _ = lock(range).free(va, size);
                 return Err(e);
             }
             Ok((map, va))
@@ -552,7 +574,12 @@ impl Drop for Buffer {
             Region::General => &self.device.inner.general,
             Region::Usc => &self.device.inner.usc,
         };
-        lock(range).free(self.va, self.size_bytes);
+        if !lock(range).free(self.va, self.size_bytes) {
+            tracing::error!(
+                va = format_args!("{:#x}", self.va),
+                "buffer addresses freed twice"
+            );
+        }
         self.device.close_object(self.handle);
     }
 }

@@ -56,7 +56,9 @@ pub const NULL_PBE: u32 = 1;
 /// decrease (a queue's own points never do).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct RetirePoint {
-    /// The queue (its id) whose work may still read the slot.
+    /// The queue whose work may still read the slot: its
+    /// [`crate::Queue::serial`] (kernel queue IDs may be reused after a
+    /// queue is destroyed; serials are not).
     pub queue: u32,
     /// The point on that queue's timeline.
     pub point: u64,
@@ -69,7 +71,8 @@ pub struct DescriptorIndex(pub u32);
 impl DescriptorIndex {
     /// The byte offset shaders use.
     pub fn byte_offset(self) -> u32 {
-        self.0 * IMAGE_DESCRIPTOR_BYTES as u32
+        // Saturating: an index past any heap gives an offset past it too.
+        self.0.saturating_mul(IMAGE_DESCRIPTOR_BYTES as u32)
     }
 }
 
@@ -256,8 +259,26 @@ impl ImageHeap {
         Ok(DescriptorIndex(index))
     }
 
+    /// Whether `index` is a slot the caller holds: allocated and not one
+    /// of the shared null slots. Writing any other slot could change what
+    /// in-flight work reads.
+    fn check_held(&self, index: DescriptorIndex) -> Result<(), Error> {
+        let (word, bit) = ((index.0 / 64) as usize, 1u64 << (index.0 % 64));
+        if index.0 <= NULL_PBE
+            || index.0 >= self.next_unused
+            || self.allocated.get(word).is_none_or(|w| w & bit == 0)
+        {
+            return Err(Error::Unsupported(format!(
+                "image heap slot {}, which is not allocated",
+                index.0
+            )));
+        }
+        Ok(())
+    }
+
     /// Makes slot `index` resident with a texture descriptor.
     pub fn set_texture(&mut self, index: DescriptorIndex, texture: &Texture) -> Result<(), Error> {
+        self.check_held(index)?;
         let bytes = texture
             .pack()
             .map_err(|e| Error::Unsupported(format!("texture descriptor: {e}")))?;
@@ -266,6 +287,7 @@ impl ImageHeap {
 
     /// Makes slot `index` resident with a PBE descriptor.
     pub fn set_pbe(&mut self, index: DescriptorIndex, pbe: &Pbe) -> Result<(), Error> {
+        self.check_held(index)?;
         let bytes = pbe
             .pack()
             .map_err(|e| Error::Unsupported(format!("PBE descriptor: {e}")))?;
@@ -275,6 +297,7 @@ impl ImageHeap {
     /// Makes slot `index` non-resident: shaders that still name it read
     /// zero instead of the image.
     pub fn make_non_resident(&mut self, index: DescriptorIndex) -> Result<(), Error> {
+        self.check_held(index)?;
         self.write(index, &null_texture())
     }
 
@@ -282,16 +305,8 @@ impl ImageHeap {
     /// the timeline of the queue that last used it). The null slots are
     /// never freed.
     pub fn free(&mut self, index: DescriptorIndex, retire: RetirePoint) -> Result<(), Error> {
+        self.check_held(index)?;
         let (word, bit) = ((index.0 / 64) as usize, 1u64 << (index.0 % 64));
-        if index.0 <= NULL_PBE
-            || index.0 >= self.next_unused
-            || self.allocated.get(word).is_none_or(|w| w & bit == 0)
-        {
-            return Err(Error::Unsupported(format!(
-                "freeing image heap slot {}, which is not allocated",
-                index.0
-            )));
-        }
         self.allocated[word] &= !bit;
         self.live -= 1;
         self.pending
@@ -324,14 +339,21 @@ impl ImageHeap {
 
 impl Drop for ImageHeap {
     fn drop(&mut self) {
+        let mut all_unbound = true;
         for (i, (handle, _)) in self.chunks.iter().enumerate() {
             let at = self.base_va + i as u64 * CHUNK_BYTES;
             let len = CHUNK_BYTES.min(self.reserved_bytes - (at - self.base_va));
             self.device.unregister_mapping(at);
-            let _ = self.device.bind(None, at, len, 0, false);
+            if let Err(e) = self.device.bind(None, at, len, 0, false) {
+                tracing::warn!(at = format_args!("{at:#x}"), %e, "image heap unbind failed; its addresses are leaked");
+                all_unbound = false;
+            }
             self.device.close_object(*handle);
         }
-        self.device.release_va(self.base_va, self.reserved_bytes);
+        // Still-mapped addresses must not go to another object.
+        if all_unbound {
+            let _ = self.device.release_va(self.base_va, self.reserved_bytes);
+        }
     }
 }
 
@@ -343,21 +365,33 @@ pub struct SamplerIndex(pub u16);
 /// colour, the packed border.
 type SamplerContent = ([u8; 8], Option<[u8; 16]>);
 
+/// A slot in use: who holds it, and the work that may read it.
+#[derive(Debug)]
+struct SharedSampler {
+    slot: u16,
+    references: u32,
+    /// The latest retire point per queue of the references released so
+    /// far: a shared slot is read by every holder's work, so it is free
+    /// only once every one of these queues has passed its point.
+    retire: HashMap<u32, u64>,
+}
+
 /// The deduplicating sampler heap.
 #[derive(Debug)]
 pub struct SamplerHeap {
     buffer: Buffer,
     capacity: u16,
-    /// Content (sampler, border) -> (first slot, references).
-    by_content: HashMap<SamplerContent, (u16, u32)>,
+    /// Content (sampler, border) -> the slot holding it.
+    by_content: HashMap<SamplerContent, SharedSampler>,
     /// First slot -> content, for release.
     by_slot: HashMap<u16, SamplerContent>,
     free_single: Vec<u16>,
     free_triple: Vec<u16>,
     next_unused: u16,
-    /// Freed slots waiting for their queue: queue -> (slot, three slots,
-    /// point).
-    pending: HashMap<u32, VecDeque<(u16, bool, u64)>>,
+    /// Freed slots waiting for a queue: queue -> (slot, point).
+    pending: HashMap<u32, VecDeque<(u16, u64)>>,
+    /// Freed slots -> (three slots, queues still to pass their point).
+    retiring: HashMap<u16, (bool, usize)>,
 }
 
 /// The sampler heap's default capacity in 8-byte slots.
@@ -382,6 +416,7 @@ impl SamplerHeap {
             free_triple: Vec::new(),
             next_unused: 0,
             pending: HashMap::new(),
+            retiring: HashMap::new(),
         })
     }
 
@@ -423,9 +458,9 @@ impl SamplerHeap {
             })
             .transpose()?;
         let key = (bytes, border);
-        if let Some((slot, refs)) = self.by_content.get_mut(&key) {
-            *refs += 1;
-            return Ok(SamplerIndex(*slot));
+        if let Some(shared) = self.by_content.get_mut(&key) {
+            shared.references += 1;
+            return Ok(SamplerIndex(shared.slot));
         }
         let slots: u16 = if border.is_some() { 3 } else { 1 };
         let recycled = if border.is_some() {
@@ -446,34 +481,62 @@ impl SamplerHeap {
                 self.next_unused - slots
             }
         };
-        self.buffer.write(8 * u64::from(slot), &bytes)?;
-        if let Some(border) = &border {
-            self.buffer.write(8 * u64::from(slot) + 8, border)?;
+        let written = self
+            .buffer
+            .write(8 * u64::from(slot), &bytes)
+            .and_then(|()| match &border {
+                Some(border) => self.buffer.write(8 * u64::from(slot) + 8, border),
+                None => Ok(()),
+            });
+        if let Err(e) = written {
+            // Not handed out: the slot goes back (nothing reads it).
+            if border.is_some() {
+                self.free_triple.push(slot);
+            } else {
+                self.free_single.push(slot);
+            }
+            return Err(e);
         }
-        self.by_content.insert(key, (slot, 1));
+        self.by_content.insert(
+            key,
+            SharedSampler {
+                slot,
+                references: 1,
+                retire: HashMap::new(),
+            },
+        );
         self.by_slot.insert(slot, key);
         Ok(SamplerIndex(slot))
     }
 
     /// Drops a reference; the last one frees the slot once the GPU has
-    /// passed `retire`.
+    /// passed `retire` and the retire points of every reference dropped
+    /// before (identical samplers share the slot, so all their users'
+    /// work may read it).
     pub fn release(&mut self, index: SamplerIndex, retire: RetirePoint) -> Result<(), Error> {
         let key = *self
             .by_slot
             .get(&index.0)
             .ok_or_else(|| Error::Unsupported(format!("releasing sampler slot {}", index.0)))?;
-        let Some((_, refs)) = self.by_content.get_mut(&key) else {
+        let Some(shared) = self.by_content.get_mut(&key) else {
             return Ok(());
         };
-        *refs -= 1;
-        if *refs == 0 {
-            self.by_content.remove(&key);
+        let point = shared.retire.entry(retire.queue).or_insert(retire.point);
+        *point = (*point).max(retire.point);
+        shared.references -= 1;
+        if shared.references == 0 {
+            let Some(shared) = self.by_content.remove(&key) else {
+                return Ok(());
+            };
             self.by_slot.remove(&index.0);
-            self.pending.entry(retire.queue).or_default().push_back((
-                index.0,
-                key.1.is_some(),
-                retire.point,
-            ));
+            self.retiring
+                .insert(index.0, (key.1.is_some(), shared.retire.len()));
+            for (queue, point) in shared.retire {
+                self.pending
+                    .entry(queue)
+                    .or_default()
+                    .push_back((index.0, point));
+            }
         }
         Ok(())
     }
@@ -483,18 +546,26 @@ impl SamplerHeap {
     pub fn reclaim(&mut self, queue: u32, completed: u64) -> usize {
         let mut n = 0;
         while let Some(q) = self.pending.get_mut(&queue) {
-            let Some(&(slot, triple, point)) = q.front() else {
+            let Some(&(slot, point)) = q.front() else {
                 break;
             };
             if point > completed {
                 break;
             }
             q.pop_front();
-            if triple {
+            let Some((triple, queues_left)) = self.retiring.get_mut(&slot) else {
+                continue;
+            };
+            *queues_left -= 1;
+            if *queues_left > 0 {
+                continue;
+            }
+            if *triple {
                 self.free_triple.push(slot);
             } else {
                 self.free_single.push(slot);
             }
+            self.retiring.remove(&slot);
             n += 1;
         }
         n

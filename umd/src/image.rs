@@ -116,13 +116,18 @@ impl Image {
 
     /// Writes tightly packed rows of level `level` (twiddled images).
     pub fn write_level(&self, level: u32, pixels: &[u8]) -> Result<(), Error> {
-        let Some((layout, _)) = &self.twiddled else {
+        let Some((layout, levels)) = &self.twiddled else {
             return if level == 0 {
                 self.write_pixels(pixels)
             } else {
                 Err(Error::Unsupported("levels of a linear image".into()))
             };
         };
+        if level >= *levels {
+            return Err(Error::Unsupported(format!(
+                "level {level} of an image of {levels} levels"
+            )));
+        }
         let bpp = self.format.bytes_per_pixel() as usize;
         let (w, h) = ((self.width >> level).max(1), (self.height >> level).max(1));
         for (i, texel) in pixels.chunks_exact(bpp).take((w * h) as usize).enumerate() {
@@ -385,6 +390,16 @@ impl StencilImage {
     /// The memory.
     pub fn buffer(&self) -> &Buffer {
         &self.buffer
+    }
+
+    /// Width in pixels.
+    pub fn width(&self) -> u32 {
+        self.width
+    }
+
+    /// Height in pixels.
+    pub fn height(&self) -> u32 {
+        self.height
     }
 
     /// Bytes of one layer.

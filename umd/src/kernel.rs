@@ -125,6 +125,6 @@ pub fn fence_status_of(status: i32) -> FenceStatus {
     match status {
         0 => FenceStatus::Pending,
         s if s > 0 => FenceStatus::Signalled,
-        s => FenceStatus::Failed(Errno(-s)),
+        s => FenceStatus::Failed(Errno(s.checked_neg().unwrap_or(libc::EIO))),
     }
 }

@@ -111,7 +111,7 @@ fn registers_used(source: &str) -> u32 {
                 .strip_prefix('r')
                 .map(|rest| rest.trim_end_matches(['l', 'h']));
             if let Some(n) = digits.and_then(|d| d.parse::<u32>().ok()) {
-                highest = highest.max(n + 1);
+                highest = highest.max(n.saturating_add(1));
             }
         }
     }

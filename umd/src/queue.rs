@@ -23,7 +23,8 @@ use crate::device::Device;
 use crate::error::{kernel, Error};
 use crate::kernel::{call, Errno, FenceStatus};
 
-/// Render and compute commands one SUBMIT takes at most.
+/// Render and compute commands one SUBMIT takes at most, unless the
+/// kernel reports fewer (`max_commands_per_submission`).
 pub const MAX_COMMANDS: usize = 64;
 
 /// A timeline semaphore: a syncobj whose points are 64-bit values.
@@ -135,12 +136,18 @@ impl Drop for Semaphore {
     }
 }
 
+/// Queue serials handed out so far.
+static QUEUE_SERIALS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(1);
+
 /// A kernel queue, with a timeline every submission advances: the retire
 /// points of descriptor-heap frees.
 #[derive(Debug)]
 pub struct Queue {
     device: Device,
     id: u32,
+    /// Unique in the process, unlike kernel queue IDs (which a kernel may
+    /// reuse once a queue is destroyed): what retire points name.
+    serial: u32,
     timeline: Semaphore,
     /// The latest point submitted; held across SUBMIT so that points reach
     /// the kernel in order.
@@ -167,6 +174,7 @@ impl Queue {
             timeline,
             device: device.clone(),
             id: create.queue_id,
+            serial: QUEUE_SERIALS.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             submitted: std::sync::Mutex::new(0),
         })
     }
@@ -182,7 +190,7 @@ impl Queue {
     /// reaches it.
     pub fn retire_point(&self) -> crate::heap::RetirePoint {
         crate::heap::RetirePoint {
-            queue: self.id,
+            queue: self.serial,
             point: self.submitted_point(),
         }
     }
@@ -192,9 +200,15 @@ impl Queue {
         self.timeline.value()
     }
 
-    /// The queue ID.
+    /// The kernel's queue ID.
     pub fn id(&self) -> u32 {
         self.id
+    }
+
+    /// The queue's serial, unique for the life of the process: what
+    /// [`crate::heap::RetirePoint::queue`] holds and heaps reclaim by.
+    pub fn serial(&self) -> u32 {
+        self.serial
     }
 
     /// Submits `buffers` in order (each command waits for everything
@@ -211,9 +225,15 @@ impl Queue {
             buffer.finish()?;
         }
         let count: usize = buffers.iter().map(|b| b.commands().len()).sum();
-        if count > MAX_COMMANDS {
+        let kernel_max = self.device.params().max_commands_per_submission as usize;
+        let max_commands = if kernel_max == 0 {
+            MAX_COMMANDS
+        } else {
+            kernel_max.min(MAX_COMMANDS)
+        };
+        if count > max_commands {
             return Err(Error::Unsupported(format!(
-                "{count} commands in one submission (at most {MAX_COMMANDS})"
+                "{count} commands in one submission (at most {max_commands})"
             )));
         }
         let mut cmdbuf: Vec<u8> = Vec::new();

@@ -685,7 +685,7 @@ fn the_queue_timeline_gives_retire_points_for_heap_frees() {
     submission.wait(WAIT).unwrap();
     assert_eq!(queue.completed_point().unwrap(), 1);
     assert_eq!(
-        heap.reclaim(queue.id(), queue.completed_point().unwrap())
+        heap.reclaim(queue.serial(), queue.completed_point().unwrap())
             .unwrap(),
         1
     );

@@ -223,6 +223,37 @@ fn identical_samplers_share_a_slot_and_four_thousand_distinct_ones_fit() {
     ));
 }
 
+#[test_log::test]
+fn a_shared_sampler_waits_for_every_user_queue() {
+    let device = device();
+    let mut heap = SamplerHeap::new(&device, 16).unwrap();
+    // Two users on two queues share one slot.
+    let a = heap.acquire(&sampler(3), None).unwrap();
+    let b = heap.acquire(&sampler(3), None).unwrap();
+    assert_eq!(a, b);
+    heap.release(
+        a,
+        heap::RetirePoint {
+            queue: 1,
+            point: 10,
+        },
+    )
+    .unwrap();
+    heap.release(b, heap::RetirePoint { queue: 2, point: 3 })
+        .unwrap();
+    // Queue 2 is done, but queue 1's work may still read the slot.
+    assert_eq!(heap.reclaim(2, 3), 0);
+    let other = heap.acquire(&sampler(4), None).unwrap();
+    assert_ne!(other, a, "not reused while queue 1 may read it");
+    assert_eq!(heap.reclaim(1, 9), 0);
+    assert_eq!(heap.reclaim(1, 10), 1);
+    assert_eq!(
+        heap.acquire(&sampler(5), None).unwrap(),
+        a,
+        "reused after both"
+    );
+}
+
 /// Vertex shader: position (xyzw) and uv (2 words) from 8-word vertices
 /// at u0_u1.
 const VS: &str = "
