@@ -17,8 +17,8 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
-use crate::device::Counters;
-use crate::errno::Errno;
+use crate::stats::Counters;
+use agx_uapi::Errno;
 
 /// The device-wide "something changed" signal.
 #[derive(Debug, Default)]
@@ -199,7 +199,12 @@ impl Syncobj {
             self.replace(Some(fence));
             return;
         }
-        self.points().push((point, fence));
+        let mut points = self.points();
+        points.push((point, fence));
+        if points.len() > COMPACT_AFTER_POINTS {
+            compact(&mut points);
+        }
+        drop(points);
         self.events.notify();
     }
 
@@ -239,6 +244,29 @@ impl Syncobj {
     pub fn last_submitted_point(&self) -> u64 {
         self.points().last().map_or(0, |(p, _)| *p)
     }
+}
+
+/// Timeline length past which signalled points are merged.
+const COMPACT_AFTER_POINTS: usize = 32;
+
+/// Drops every point that signalled without error and is followed by
+/// another such point, as `dma_fence_chain` frees signalled links: the
+/// later one stands for both. Every query keeps its answer (a point's
+/// fence is the first entry at or after it with all entries before it;
+/// a merged run was all signalled and clean), while a long-lived timeline
+/// (a queue's, one point per submission) no longer grows without bound
+/// or makes each wait copy every fence it ever had.
+fn compact(points: &mut Vec<(u64, Arc<Fence>)>) {
+    let clean: Vec<bool> = points
+        .iter()
+        .map(|(_, fence)| fence.status() == Some(None))
+        .collect();
+    let mut index = 0;
+    points.retain(|_| {
+        let keep = !(clean[index] && clean.get(index + 1).copied().unwrap_or(false));
+        index += 1;
+        keep
+    });
 }
 
 impl Drop for Syncobj {
@@ -281,6 +309,17 @@ pub fn wait(
     wait_available: bool,
     deadline_ns: i64,
 ) -> Result<usize, WaitError> {
+    // The fences are taken once, as Linux does: a RESET or a new fence
+    // during the wait does not change what is waited for. Entries without
+    // a fence yet (WAIT_FOR_SUBMIT) look again until one appears.
+    let mut fences: Vec<Option<PointFence>> = Vec::with_capacity(syncobjs.len());
+    for (index, (syncobj, spec)) in syncobjs.iter().enumerate() {
+        let fence = syncobj.fence_for(spec.point);
+        if fence.is_none() && !(wait_for_submit || wait_available) {
+            return Err(WaitError::NoFence { index });
+        }
+        fences.push(fence);
+    }
     loop {
         // Read the generation before checking, so a change after the
         // check wakes the sleep below.
@@ -288,9 +327,11 @@ pub fn wait(
         let mut first = None;
         let mut done = 0;
         for (index, (syncobj, spec)) in syncobjs.iter().enumerate() {
-            let ready = match syncobj.fence_for(spec.point) {
-                None if wait_for_submit || wait_available => false,
-                None => return Err(WaitError::NoFence { index }),
+            if fences[index].is_none() {
+                fences[index] = syncobj.fence_for(spec.point);
+            }
+            let ready = match &fences[index] {
+                None => false,
                 Some(_) if wait_available => true,
                 Some(fence) => fence.status().is_some(),
             };
@@ -316,5 +357,75 @@ pub fn wait(
         if *guard == generation_before {
             let _ = events.cond.wait_timeout(guard, remaining);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_long_timeline_stays_short_and_answers_as_before() {
+        let events = Arc::new(SyncEvents::default());
+        let syncobj = Syncobj::new(false, Arc::clone(&events), Arc::default());
+        let mut fences = Vec::new();
+        for point in 1..=1000u64 {
+            let fence = Fence::pending(Arc::clone(&events));
+            syncobj.add_point(point, Arc::clone(&fence));
+            fences.push(fence);
+            // Points complete a little behind submission, one with an
+            // error.
+            if point > 3 {
+                let done = (point - 3) as usize;
+                let error = (done == 500).then_some(Errno::EIO);
+                fences[done - 1].signal(error);
+            }
+        }
+        let len = syncobj.points().len();
+        assert!(len <= COMPACT_AFTER_POINTS + 1, "{len} points kept");
+        assert_eq!(syncobj.last_signalled_point(), 997);
+        assert_eq!(syncobj.last_submitted_point(), 1000);
+        // Before the error: clean; from it on: the error; pending: none.
+        assert_eq!(syncobj.fence_for(499).unwrap().status(), Some(None));
+        assert_eq!(
+            syncobj.fence_for(500).unwrap().status(),
+            Some(Some(Errno::EIO))
+        );
+        assert_eq!(
+            syncobj.fence_for(700).unwrap().status(),
+            Some(Some(Errno::EIO))
+        );
+        assert_eq!(syncobj.fence_for(998).unwrap().status(), None);
+        assert!(syncobj.fence_for(1001).is_none());
+    }
+
+    #[test]
+    fn a_wait_keeps_the_fences_it_started_with() {
+        let events = Arc::new(SyncEvents::default());
+        let syncobj = Syncobj::new(false, Arc::clone(&events), Arc::default());
+        let fence = Fence::pending(Arc::clone(&events));
+        syncobj.replace(Some(Arc::clone(&fence)));
+        let waiter = {
+            let events = Arc::clone(&events);
+            let syncobj = Arc::clone(&syncobj);
+            std::thread::spawn(move || {
+                let deadline = monotonic_now_ns() + 5_000_000_000;
+                wait(
+                    &events,
+                    &[(syncobj, WaitSpec { point: 0 })],
+                    true,
+                    false,
+                    false,
+                    deadline,
+                )
+            })
+        };
+        std::thread::sleep(Duration::from_millis(50));
+        // A RESET during the wait: Linux's waiter keeps waiting on the
+        // fence it took, and returns when that signals.
+        syncobj.replace(None);
+        std::thread::sleep(Duration::from_millis(50));
+        fence.signal(None);
+        assert_eq!(waiter.join().unwrap(), Ok(0));
     }
 }
