@@ -20,6 +20,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use agx_fwif::coprocessor::{BootParams, Coprocessor, RunningFirmware};
 use agx_fwif::messages::{
     BarrierBody, CommandHeader, CommandTag, DeviceControlKind, DeviceControlMsg, EventKind,
     EventMsg, FirmwareStatus, InitBufferBody, InitData, LogMsg, PipeType, RunWorkQueueMsg,
@@ -27,6 +28,7 @@ use agx_fwif::messages::{
     PRIORITIES, VM_SLOTS,
 };
 use agx_fwif::ring::{RingError, SharedMemory};
+use agx_fwif::view::{FirmwareView, SharedPhysicalMemory};
 use agx_hw::formats::UatTtb;
 use agx_hw::uat::PhysicalMemory;
 use zerocopy::{FromBytes, IntoBytes};
@@ -57,11 +59,7 @@ impl Doorbell {
     }
 }
 
-/// The firmware -> kmd interrupt ("poll the event ring").
-pub trait Interrupt: Send + Sync {
-    /// Raises it.
-    fn raise(&self);
-}
+pub use agx_fwif::coprocessor::Interrupt;
 
 /// A work queue the firmware knows of.
 #[derive(Debug, Clone, Copy)]
@@ -78,7 +76,7 @@ struct ActiveQueue {
 pub struct Firmware {
     doorbell: Arc<Doorbell>,
     stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
+    thread: Mutex<Option<JoinHandle<()>>>,
 }
 
 impl std::fmt::Debug for Firmware {
@@ -144,7 +142,7 @@ impl Firmware {
         Firmware {
             doorbell,
             stop,
-            thread,
+            thread: Mutex::new(thread),
         }
     }
 
@@ -154,12 +152,63 @@ impl Firmware {
     }
 
     /// Stops the firmware thread.
-    pub fn shutdown(&mut self) {
+    pub fn shutdown(&self) {
         self.stop.store(true, Ordering::Release);
         self.doorbell.ring();
-        if let Some(thread) = self.thread.take() {
+        let thread = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(thread) = thread {
             let _ = thread.join();
         }
+    }
+}
+
+impl RunningFirmware for Firmware {
+    fn ring_doorbell(&self) {
+        self.doorbell.ring();
+    }
+
+    fn shutdown(&self) {
+        Firmware::shutdown(self);
+    }
+}
+
+/// The simulated coprocessor: the firmware thread with the simulated GPU
+/// ([`Gpu`](crate::engine::Gpu)) as its execution engine, over the
+/// machine's physical memory.
+pub struct SimulatedCoprocessor {
+    memory: SharedPhysicalMemory,
+    gpu_threads: usize,
+}
+
+impl std::fmt::Debug for SimulatedCoprocessor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SimulatedCoprocessor")
+            .field("gpu_threads", &self.gpu_threads)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SimulatedCoprocessor {
+    /// A coprocessor over `memory` whose GPU runs threadgroups on
+    /// `gpu_threads` host threads (results do not depend on it).
+    pub fn new(memory: SharedPhysicalMemory, gpu_threads: usize) -> SimulatedCoprocessor {
+        SimulatedCoprocessor {
+            memory,
+            gpu_threads,
+        }
+    }
+}
+
+impl Coprocessor for SimulatedCoprocessor {
+    fn boot(&self, params: BootParams) -> Box<dyn RunningFirmware> {
+        let view = FirmwareView::new(Arc::clone(&self.memory), params.ttb1);
+        Box::new(Firmware::boot(
+            params.init.get(),
+            Arc::new(view),
+            Arc::clone(&self.memory),
+            params.interrupt,
+            Box::new(crate::engine::Gpu::new(self.gpu_threads)),
+        ))
     }
 }
 

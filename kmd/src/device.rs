@@ -1,11 +1,14 @@
-//! The simulated GPU system and its DRM device.
+//! The DRM device: what the driver holds for one GPU, shared by all its
+//! open files.
 //!
-//! [`System::new`] assembles what a machine with an AGX GPU has: RAM (the
-//! SoC's unified memory), the kernel driver's device state, and (once the
-//! firmware interface exists) the firmware and GPU. It hands out DRM files
-//! ([`File`]), each the equivalent of an open `/dev/dri/renderD128`.
-//! Everything that needs a GPU (the umd's in-process backend, the shim,
-//! tools and tests) builds one of these.
+//! [`Device::new`] is the driver's probe: given the machine's RAM and a
+//! [`Coprocessor`] (the GPU's firmware processor), it sets up the kernel
+//! page pool, the per-device dummy page, the firmware's address space and
+//! boot block, and the scheduler, then boots the firmware. Each
+//! [`Device::open`] is an open of its render node and yields a [`File`].
+//! The kmd never knows what is behind the coprocessor: the composition
+//! crate (`agx-sim`) plugs in the simulated firmware and GPU, and a kmd
+//! test can plug in a scripted firmware.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -13,55 +16,32 @@ use std::sync::{Arc, Mutex, Weak};
 
 use agx_uapi::asahi::GemFlags;
 
+use agx_fwif::coprocessor::Coprocessor;
+use agx_uapi::capture::CaptureWriter;
+
 use crate::export::Exports;
 use crate::file::File;
 use crate::firmware::FirmwareLink;
 use crate::gem::{GemObject, VmKey, MMAP_OFFSET_SHIFT};
 
+use crate::mem::{AllocError, PagePool, PhysRange, Ram};
+use crate::sched::Scheduler;
+use crate::stats::{Counters, Stats};
+use crate::sync::SyncEvents;
+use crate::tvb::GrowthPolicy;
+
 /// GEM object ids (mmap windows) are below this: `id << 40` stays below
 /// 2^63, a positive `off_t`.
 const MAX_OBJECT_ID: u64 = 1 << (63 - MMAP_OFFSET_SHIFT);
-use crate::mem::{AllocError, PagePool, PhysRange, Ram};
-use crate::sched::Scheduler;
-use crate::sync::SyncEvents;
-use crate::tvb::GrowthPolicy;
 
 /// The name of the memfds backing GEM objects (and so of PRIME fds): a
 /// descriptor with this name is a buffer another simulated device can
 /// import.
 pub const GEM_MEMFD_NAME: &str = "agx-gem";
 
-/// Live-object counters, for leak checks.
-#[derive(Debug, Default)]
-pub struct Counters {
-    pub(crate) files: AtomicU64,
-    pub(crate) gem_objects: AtomicU64,
-    pub(crate) vms: AtomicU64,
-    pub(crate) syncobjs: AtomicU64,
-}
-
-/// A snapshot of what the device holds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Stats {
-    /// Open DRM files.
-    pub files: u64,
-    /// Live GEM objects (in any file, mapped or exported).
-    pub gem_objects: u64,
-    /// Live VMs.
-    pub vms: u64,
-    /// Live syncobjs.
-    pub syncobjs: u64,
-    /// RAM pages allocated (objects, kernel pages, the dummy page).
-    pub ram_pages: u64,
-    /// Kernel pages in use (page tables).
-    pub kernel_pages: u64,
-}
-
-/// How to build a system.
+/// How to build the kernel side of a device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SystemConfig {
-    /// Simulated RAM.
-    pub ram_bytes: u64,
+pub struct DeviceConfig {
     /// How queues grow their parameter buffers.
     pub tvb_policy: GrowthPolicy,
     /// Blocks (128 KiB each) a queue's parameter buffer starts with.
@@ -69,21 +49,14 @@ pub struct SystemConfig {
     /// The firmware's watchdog: a GPU command running longer is stopped
     /// and its submission fails with `ETIMEDOUT`.
     pub command_timeout_ms: u32,
-    /// Host threads the simulated GPU runs threadgroups on (results do
-    /// not depend on it).
-    pub gpu_threads: usize,
 }
 
-impl Default for SystemConfig {
-    fn default() -> SystemConfig {
-        SystemConfig {
-            ram_bytes: 8 << 30,
+impl Default for DeviceConfig {
+    fn default() -> DeviceConfig {
+        DeviceConfig {
             tvb_policy: GrowthPolicy::default(),
             tvb_initial_blocks: crate::tvb::INITIAL_BLOCKS,
             command_timeout_ms: crate::firmware::COMMAND_TIMEOUT_MS,
-            gpu_threads: std::thread::available_parallelism()
-                .map_or(1, usize::from)
-                .min(4),
         }
     }
 }
@@ -104,10 +77,9 @@ pub struct Device {
     /// Objects by mmap offset, for mmap on the DRM file.
     objects: Mutex<HashMap<u64, Weak<GemObject>>>,
     /// Where every submission is recorded, if capturing
-    /// ([`System::capture_to`], or the `AGX_KMD_CAPTURE` environment
+    /// ([`Device::capture_to`], or the `AGX_KMD_CAPTURE` environment
     /// variable naming a file).
-    pub(crate) capture:
-        Mutex<Option<agx_uapi::capture::CaptureWriter<std::io::BufWriter<std::fs::File>>>>,
+    pub(crate) capture: Mutex<Option<CaptureWriter<std::io::BufWriter<std::fs::File>>>>,
 }
 
 impl Device {
@@ -224,24 +196,24 @@ impl Drop for Device {
     }
 }
 
-/// A simulated machine with an AGX GPU.
-#[derive(Debug, Clone)]
-pub struct System {
-    device: Arc<Device>,
-}
-
-impl System {
-    /// Builds a system.
-    pub fn new(config: SystemConfig) -> Result<System, AllocError> {
-        let ram = Ram::new(config.ram_bytes);
+impl Device {
+    /// Probes the device: takes `ram` as the machine's memory, boots the
+    /// firmware of `coprocessor` on structures laid out in it, and starts
+    /// the scheduler. Submissions are captured from the start if the
+    /// `AGX_KMD_CAPTURE` environment variable names a file.
+    pub fn new(
+        ram: Ram,
+        config: DeviceConfig,
+        coprocessor: &dyn Coprocessor,
+    ) -> Result<Arc<Device>, AllocError> {
         let pool = Arc::new(PagePool::new(ram.clone()));
         let dummy_page = ram.allocate(agx_hw::uat::PAGE_BYTES, "agx-dummy-page")?;
         let events = Arc::new(SyncEvents::default());
         let firmware = Arc::new(FirmwareLink::boot(
             Arc::clone(&pool),
+            coprocessor,
             Some(Arc::clone(&events)),
             config.command_timeout_ms,
-            config.gpu_threads,
         )?);
         let scheduler = Scheduler::start(
             Arc::clone(&firmware),
@@ -250,32 +222,31 @@ impl System {
             config.tvb_policy,
             config.tvb_initial_blocks,
         );
-        Ok(System {
-            device: Arc::new(Device {
-                ram,
-                pool,
-                counters: Arc::new(Counters::default()),
-                dummy_page,
-                events,
-                exports: Exports::default(),
-                firmware,
-                scheduler,
-                next_object_id: AtomicU64::new(1),
-                next_file_id: AtomicU64::new(1),
-                objects: Mutex::new(HashMap::new()),
-                capture: Mutex::new(None),
-            }),
-        }
-        .with_capture_from_env())
-    }
-
-    fn with_capture_from_env(self) -> System {
+        let device = Arc::new(Device {
+            ram,
+            pool,
+            counters: Arc::new(Counters::default()),
+            dummy_page,
+            events,
+            exports: Exports::default(),
+            firmware,
+            scheduler,
+            next_object_id: AtomicU64::new(1),
+            next_file_id: AtomicU64::new(1),
+            objects: Mutex::new(HashMap::new()),
+            capture: Mutex::new(None),
+        });
         if let Some(path) = std::env::var_os("AGX_KMD_CAPTURE") {
-            if let Err(e) = self.capture_to(std::path::Path::new(&path)) {
+            if let Err(e) = device.capture_to(std::path::Path::new(&path)) {
                 tracing::error!(%e, path = ?path, "cannot start the capture");
             }
         }
-        self
+        Ok(device)
+    }
+
+    /// Opens a DRM file on the device (an open of its render node).
+    pub fn open(self: &Arc<Device>) -> File {
+        File::new(Arc::clone(self))
     }
 
     /// Records every submission from now on (with the device parameters
@@ -283,37 +254,14 @@ impl System {
     /// (`Documentation/capture-format.md`).
     pub fn capture_to(&self, path: &std::path::Path) -> std::io::Result<()> {
         let file = std::fs::File::create(path)?;
-        let mut writer = agx_uapi::capture::CaptureWriter::new(std::io::BufWriter::new(file))?;
+        let mut writer = CaptureWriter::new(std::io::BufWriter::new(file))?;
         writer.params(&crate::params::params_global())?;
-        *self
-            .device
-            .capture
-            .lock()
-            .unwrap_or_else(|e| e.into_inner()) = Some(writer);
+        *self.capture.lock().unwrap_or_else(|e| e.into_inner()) = Some(writer);
         Ok(())
     }
 
     /// Stops capturing (and closes the file).
     pub fn stop_capture(&self) {
-        *self
-            .device
-            .capture
-            .lock()
-            .unwrap_or_else(|e| e.into_inner()) = None;
-    }
-
-    /// Opens a DRM file (a render node).
-    pub fn open(&self) -> File {
-        File::new(Arc::clone(&self.device))
-    }
-
-    /// The device.
-    pub fn device(&self) -> &Arc<Device> {
-        &self.device
-    }
-
-    /// What the device holds now.
-    pub fn stats(&self) -> Stats {
-        self.device.stats()
+        *self.capture.lock().unwrap_or_else(|e| e.into_inner()) = None;
     }
 }

@@ -1,10 +1,10 @@
-//! Error numbers, and the one place operation errors become them.
+//! The one place operation errors become error numbers.
 //!
 //! Every ioctl handler returns its own error enum, which says what limit
 //! was broken; this module maps each to the errno Linux returns for it, so
 //! the mapping can be read (and checked against the kernel) in one place.
-
-use std::fmt;
+//! [`Errno`] itself is the UAPI's (`agx_uapi::Errno`), shared with
+//! userspace. Only the ioctl dispatch (`file`) uses these conversions.
 
 use crate::gem::GemError;
 use crate::params::ParamsError;
@@ -13,83 +13,7 @@ use crate::submit::{SubmitArgError, SubmitError};
 use crate::uaccess::Fault;
 use crate::vm::{BindError, VmError};
 
-/// A Linux error number.
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Errno(pub i32);
-
-impl Errno {
-    /// Operation not permitted.
-    pub const EPERM: Errno = Errno(libc::EPERM);
-    /// No such entry.
-    pub const ENOENT: Errno = Errno(libc::ENOENT);
-    /// Bad file descriptor.
-    pub const EBADF: Errno = Errno(libc::EBADF);
-    /// Out of memory.
-    pub const ENOMEM: Errno = Errno(libc::ENOMEM);
-    /// Argument too big (an extensible struct with unknown non-zero
-    /// fields).
-    pub const E2BIG: Errno = Errno(libc::E2BIG);
-    /// Permission denied.
-    pub const EACCES: Errno = Errno(libc::EACCES);
-    /// Bad address (an unreadable or unwritable user pointer).
-    pub const EFAULT: Errno = Errno(libc::EFAULT);
-    /// Busy.
-    pub const EBUSY: Errno = Errno(libc::EBUSY);
-    /// Invalid argument.
-    pub const EINVAL: Errno = Errno(libc::EINVAL);
-    /// No space left (every id of a kind is taken).
-    pub const ENOSPC: Errno = Errno(libc::ENOSPC);
-    /// Inappropriate ioctl for the device.
-    pub const ENOTTY: Errno = Errno(libc::ENOTTY);
-    /// Timer expired (syncobj waits).
-    pub const ETIME: Errno = Errno(libc::ETIME);
-    /// No such device (the firmware crashed).
-    pub const ENODEV: Errno = Errno(libc::ENODEV);
-    /// I/O error: a GPU fault.
-    pub const EIO: Errno = Errno(libc::EIO);
-    /// Timed out: a GPU job exceeded its time budget.
-    pub const ETIMEDOUT: Errno = Errno(libc::ETIMEDOUT);
-    /// Cancelled: the work was dropped before it ran.
-    pub const ECANCELED: Errno = Errno(libc::ECANCELED);
-    /// Operation not supported (GET_CAP of a KMS-only capability).
-    pub const EOPNOTSUPP: Errno = Errno(libc::EOPNOTSUPP);
-
-    /// The symbolic name.
-    pub fn name(self) -> &'static str {
-        match self.0 {
-            libc::EPERM => "EPERM",
-            libc::ENOENT => "ENOENT",
-            libc::EBADF => "EBADF",
-            libc::ENOMEM => "ENOMEM",
-            libc::EFAULT => "EFAULT",
-            libc::EACCES => "EACCES",
-            libc::E2BIG => "E2BIG",
-            libc::EBUSY => "EBUSY",
-            libc::ENOSPC => "ENOSPC",
-            libc::EINVAL => "EINVAL",
-            libc::ENOTTY => "ENOTTY",
-            libc::ETIME => "ETIME",
-            libc::ENODEV => "ENODEV",
-            libc::EIO => "EIO",
-            libc::ETIMEDOUT => "ETIMEDOUT",
-            libc::ECANCELED => "ECANCELED",
-            libc::EOPNOTSUPP => "EOPNOTSUPP",
-            _ => "E?",
-        }
-    }
-}
-
-impl fmt::Debug for Errno {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}({})", self.name(), self.0)
-    }
-}
-
-impl fmt::Display for Errno {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(self, f)
-    }
-}
+pub use agx_uapi::Errno;
 
 impl From<Fault> for Errno {
     fn from(_: Fault) -> Errno {

@@ -18,9 +18,9 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
-use crate::errno::Errno;
 use crate::gem::GemObject;
 use crate::sync::{Fence, SyncEvents, Syncobj};
+use agx_uapi::Errno;
 
 const SYNCOBJ_MAGIC: [u8; 8] = *b"AGXSOBJ\0";
 const SYNC_FILE_MAGIC: [u8; 8] = *b"AGXSYNC\0";

@@ -37,7 +37,7 @@ use crate::queue::{self, Queue, QueueError};
 use crate::submit::{Command, SubmitArgError};
 use crate::sync::{self, Fence, Syncobj, WaitError, WaitSpec};
 use crate::uaccess::{copy_from_user, copy_to_user, dup_user_fd};
-use crate::vm::{BindError, BindOp, Vm, VmError};
+use crate::vm::{lock_vm, BindError, BindOp, Vm, VmError};
 
 /// Driver name VERSION reports (clients check it).
 pub const DRIVER_NAME: &str = "asahi";
@@ -180,12 +180,6 @@ fn driver_ioctl(nr: u32) -> Option<IoctlDef> {
         }),
         _ => None,
     }
-}
-
-/// Locks a VM, tolerating a poisoned lock (a panic elsewhere must not
-/// wedge the device).
-pub(crate) fn lock_vm(vm: &Mutex<Vm>) -> MutexGuard<'_, Vm> {
-    vm.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl File {

@@ -13,14 +13,15 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
-use agx_firmware_sim::engine::Gpu;
-use agx_firmware_sim::firmware::{Firmware, Interrupt};
+use agx_fwif::addr::{FwVa, PhysAddr};
+use agx_fwif::coprocessor::{BootParams, Coprocessor, Interrupt, RunningFirmware};
 use agx_fwif::messages::{
     FirmwareStatus, InitData, EVENT_SLOTS, INIT_MAGIC, INTERFACE_VERSION, VM_SLOTS,
 };
-use agx_fwif::ring::{MemoryError, RingDesc, RingState, SharedMemory};
+use agx_fwif::ring::{RingDesc, RingState, SharedMemory};
+pub use agx_fwif::view::FirmwareView;
 use agx_hw::formats::{UatMemAttr, UatTtb};
-use agx_hw::uat::{self, Access, Permissions, PhysicalMemory, PAGE_BYTES};
+use agx_hw::uat::{self, Permissions, PAGE_BYTES};
 use zerocopy::{FromBytes, IntoBytes};
 
 use crate::mem::{AllocError, PagePool, PageTables, PhysRange, Ram, VaAllocator};
@@ -78,8 +79,8 @@ impl KernelVm {
     }
 
     /// The root table (ttb1).
-    pub fn root_pa(&self) -> u64 {
-        self.inner().tables.root_pa()
+    pub fn root_pa(&self) -> PhysAddr {
+        PhysAddr(self.inner().tables.root_pa())
     }
 
     /// Allocates zeroed memory mapped for the firmware and the GPU
@@ -151,66 +152,9 @@ impl KernelVm {
     }
 }
 
-/// Memory as the firmware sees it: every access translated through the
-/// firmware's page tables.
-#[derive(Debug, Clone)]
-pub struct FirmwareView {
-    ram: Ram,
-    root: u64,
-}
-
-impl FirmwareView {
-    /// The view of `vm`.
-    pub fn new(vm: &KernelVm) -> FirmwareView {
-        FirmwareView {
-            ram: vm.ram.clone(),
-            root: vm.root_pa(),
-        }
-    }
-
-    fn access(
-        &self,
-        address: u64,
-        len: usize,
-        write: bool,
-        mut f: impl FnMut(u64, usize, usize) -> bool,
-    ) -> Result<(), MemoryError> {
-        let mut done = 0;
-        while done < len {
-            let va = address
-                .checked_add(done as u64)
-                .ok_or(MemoryError { address })?;
-            let in_page = (PAGE_BYTES - va % PAGE_BYTES) as usize;
-            let chunk = in_page.min(len - done);
-            let kind = if write {
-                Access::FirmwareWrite
-            } else {
-                Access::FirmwareRead
-            };
-            let t = uat::translate_upper(&self.ram, self.root, va, kind)
-                .map_err(|_| MemoryError { address: va })?;
-            if !f(t.pa, done, chunk) {
-                return Err(MemoryError { address: va });
-            }
-            done += chunk;
-        }
-        Ok(())
-    }
-}
-
-impl SharedMemory for FirmwareView {
-    fn read(&self, address: u64, buf: &mut [u8]) -> Result<(), MemoryError> {
-        let len = buf.len();
-        self.access(address, len, false, |pa, at, n| {
-            self.ram.read(pa, &mut buf[at..at + n]).is_ok()
-        })
-    }
-
-    fn write(&self, address: u64, data: &[u8]) -> Result<(), MemoryError> {
-        self.access(address, data.len(), true, |pa, at, n| {
-            self.ram.write(pa, &data[at..at + n]).is_ok()
-        })
-    }
+/// The kmd's view of the firmware's range: through the same tables.
+fn view_of(vm: &KernelVm) -> FirmwareView {
+    FirmwareView::new(Arc::new(vm.ram.clone()), vm.root_pa())
 }
 
 /// The firmware -> kmd interrupt: counts raises and wakes whoever waits
@@ -257,12 +201,12 @@ pub struct FirmwareLink {
     /// Memory as the firmware sees it.
     pub view: FirmwareView,
     /// The init block's address.
-    pub init: u64,
+    pub init: FwVa,
     /// Its contents.
     pub init_data: InitData,
     /// The interrupt line.
     pub irq: Arc<Irq>,
-    firmware: Mutex<Firmware>,
+    firmware: Box<dyn RunningFirmware>,
 }
 
 fn ring(vm: &KernelVm, entries: u32, entry_bytes: u32, name: &str) -> Result<RingDesc, AllocError> {
@@ -277,17 +221,15 @@ fn ring(vm: &KernelVm, entries: u32, entry_bytes: u32, name: &str) -> Result<Rin
 }
 
 impl FirmwareLink {
-    /// Lays out the shared structures and boots the firmware on them,
-    /// with a per-command watchdog of `command_timeout_ms` and a GPU that
-    /// runs threadgroups on `gpu_threads` host threads; the interrupt also
-    /// notifies `events`.
+    /// Lays out the shared structures and boots `coprocessor`'s firmware
+    /// on them, with a per-command watchdog of `command_timeout_ms`; the
+    /// interrupt also notifies `events`.
     pub fn boot(
         pool: Arc<PagePool>,
+        coprocessor: &dyn Coprocessor,
         events: Option<Arc<SyncEvents>>,
         command_timeout_ms: u32,
-        gpu_threads: usize,
     ) -> Result<FirmwareLink, AllocError> {
-        let ram = pool.ram().clone();
         let vm = KernelVm::new(pool)?;
         let init = vm.alloc(size_of::<InitData>() as u64, "agx-fw-init")?;
         let mut init_data = InitData {
@@ -306,27 +248,26 @@ impl FirmwareLink {
         for pipe in init_data.pipes.iter_mut() {
             *pipe = ring(&vm, PIPE_ENTRIES, 32, "agx-fw-pipe")?;
         }
-        let view = FirmwareView::new(&vm);
+        let view = view_of(&vm);
         view.write(init, init_data.as_bytes())
             .map_err(|e| AllocError::Host(e.to_string()))?;
         let irq = Arc::new(Irq {
             events,
             ..Irq::default()
         });
-        let firmware = Firmware::boot(
+        let init = FwVa(init);
+        let firmware = coprocessor.boot(BootParams {
             init,
-            Arc::new(view.clone()),
-            Arc::new(ram),
-            irq.clone(),
-            Box::new(Gpu::new(gpu_threads)),
-        );
+            ttb1: vm.root_pa(),
+            interrupt: irq.clone(),
+        });
         Ok(FirmwareLink {
             vm,
             view,
             init,
             init_data,
             irq,
-            firmware: Mutex::new(firmware),
+            firmware,
         })
     }
 
@@ -368,11 +309,7 @@ impl FirmwareLink {
 
     /// Rings the doorbell.
     pub fn ring_doorbell(&self) {
-        self.firmware
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .doorbell()
-            .ring();
+        self.firmware.ring_doorbell();
     }
 }
 
@@ -380,52 +317,12 @@ impl FirmwareLink {
     /// Stops the firmware thread (the device is going away); it touches no
     /// memory afterwards.
     pub fn stop(&self) {
-        self.firmware
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .shutdown();
+        self.firmware.shutdown();
     }
 }
 
 impl Drop for FirmwareLink {
     fn drop(&mut self) {
         self.stop();
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use std::time::Instant;
-
-    use agx_fwif::messages::LogMsg;
-
-    use super::*;
-
-    #[test]
-    fn the_firmware_boots_through_its_page_tables() {
-        let ram = Ram::new(256 << 20);
-        let pool = Arc::new(PagePool::new(ram.clone()));
-        let link = FirmwareLink::boot(Arc::clone(&pool), None, COMMAND_TIMEOUT_MS, 1).unwrap();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while link.status().map(|s| s.booted) != Some(1) {
-            assert!(Instant::now() < deadline, "firmware did not boot");
-            link.irq
-                .wait_past(link.irq.count(), Duration::from_millis(10));
-        }
-        let line = link.init_data.log.pop(&link.view).unwrap().unwrap();
-        assert_eq!(
-            LogMsg::read_from_bytes(&line).unwrap().text(),
-            "firmware booted"
-        );
-        // Its structures are where InitData says, in its range, and the
-        // page after each allocation is a guard.
-        assert!(link.init >= FW_VA_START && link.init < FW_VA_END);
-        let mut byte = [0u8; 1];
-        assert!(link.view.read(link.init + PAGE_BYTES, &mut byte).is_err());
-        // The firmware cannot see user memory: the user half is not in
-        // its tables.
-        assert!(link.view.read(0x4000, &mut byte).is_err());
-        drop(link);
-        assert_eq!(pool.pages_in_use(), 0, "tables go back to the pool");
     }
 }

@@ -12,8 +12,8 @@ use std::sync::Arc;
 
 use agx_uapi::asahi::GemFlags;
 
-use crate::device::Counters;
 use crate::mem::{AllocError, PhysRange};
+use crate::stats::Counters;
 
 /// Mmap offsets are `id << MMAP_OFFSET_SHIFT`, so every object (up to
 /// 1 TiB) has its own window in the DRM file.

@@ -8,11 +8,16 @@
 //! validation and errno values as the real kernel, so a client that works
 //! here works on hardware.
 //!
-//! Status: the device ([`System`]), simulated RAM, GEM objects, VMs with
+//! Status: the device ([`Device`]), simulated RAM, GEM objects, VMs with
 //! UAT page tables and VM_BIND, GEM_BIND_OBJECT, GET_PARAMS/GET_TIME, binary
 //! and timeline syncobjs with their fds and sync files, PRIME, the DRM core
 //! VERSION/GET_CAP/GEM_CLOSE, queues and SUBMIT through the firmware
 //! interface ([`sched`]), and the parameter buffer are in place.
+//!
+//! The kmd talks to the GPU's firmware only through the contract in
+//! `agx-fwif` (boot on an init block, a doorbell, an interrupt, shared
+//! memory), so it builds and tests without the GPU model; `agx-sim`
+//! composes it with the simulated firmware and GPU into a machine.
 //!
 //! `unsafe` code is confined to two modules: `mem::backing` (mapping
 //! memfds) and `uaccess` (copying from and to user pointers).
@@ -28,12 +33,14 @@ pub mod mem;
 pub mod params;
 pub mod queue;
 pub mod sched;
+pub mod stats;
 pub mod submit;
 pub mod sync;
 pub mod tvb;
 pub mod uaccess;
 pub mod vm;
 
-pub use device::{Device, Stats, System, SystemConfig};
+pub use device::{Device, DeviceConfig};
 pub use errno::Errno;
 pub use file::File;
+pub use stats::Stats;

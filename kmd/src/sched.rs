@@ -42,14 +42,13 @@ use agx_fwif::ring::{RingDesc, RingState, SharedMemory};
 use agx_uapi::asahi::{Attachment, CmdRender};
 use zerocopy::{FromBytes, FromZeros, Immutable, IntoBytes};
 
-use crate::errno::Errno;
-use crate::file::lock_vm;
 use crate::firmware::{FirmwareLink, FirmwareView};
 use crate::mem::{AllocError, Ram};
 use crate::submit::{Barrier, Command};
 use crate::sync::{Fence, PointFence, SyncEvents};
 use crate::tvb::{self, GrowthPolicy, RenderReport, Tvb, TvbStats};
-use crate::vm::Vm;
+use crate::vm::{lock_vm, Vm};
+use agx_uapi::Errno;
 
 /// Commands a stage may have on the GPU at once (its command slab).
 pub const STAGE_COMMAND_SLOTS: u32 = 256;

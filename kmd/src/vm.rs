@@ -19,9 +19,9 @@ use agx_hw::formats::UatMemAttr;
 use agx_hw::uat::{self, Permissions, PAGE_BYTES};
 use agx_uapi::asahi::{BindFlags, GemBindOp};
 
-use crate::device::Counters;
 use crate::gem::GemObject;
 use crate::mem::{AllocError, PagePool, PageTables, PhysRange, VaAllocator};
+use crate::stats::Counters;
 use crate::uaccess::Fault;
 
 /// The first user address (GET_PARAMS `vm_start`).
@@ -523,4 +523,10 @@ impl Drop for Vm {
     fn drop(&mut self) {
         self.counters.vms.fetch_sub(1, Ordering::Relaxed);
     }
+}
+
+/// Locks a VM, tolerating a poisoned lock (a panic elsewhere must not
+/// wedge the device).
+pub(crate) fn lock_vm(vm: &std::sync::Mutex<Vm>) -> std::sync::MutexGuard<'_, Vm> {
+    vm.lock().unwrap_or_else(|e| e.into_inner())
 }

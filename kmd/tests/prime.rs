@@ -51,7 +51,6 @@ fn prime_fds_share_pages_and_import_to_the_same_object() {
     let handle = gem_create(&file, 2 * PAGE, 0, 0).unwrap();
     let object = file.object(handle).unwrap();
     system
-        .device()
         .ram()
         .write(object.memory().pa() + PAGE, b"shared")
         .unwrap();
@@ -59,11 +58,7 @@ fn prime_fds_share_pages_and_import_to_the_same_object() {
     assert_eq!(pread(&fd, 6, PAGE), b"shared", "the fd maps the same pages");
     rustix::io::pwrite(&fd, b"back", 0).unwrap();
     let mut buf = [0u8; 4];
-    system
-        .device()
-        .ram()
-        .read(object.memory().pa(), &mut buf)
-        .unwrap();
+    system.ram().read(object.memory().pa(), &mut buf).unwrap();
     assert_eq!(&buf, b"back");
 
     assert_eq!(
@@ -83,13 +78,11 @@ fn prime_fds_share_pages_and_import_to_the_same_object() {
     let adopted = remote.object(adopted).unwrap();
     assert_eq!(adopted.size_bytes(), 2 * PAGE);
     second
-        .device()
         .ram()
         .write(adopted.memory().pa() + 8, b"remote")
         .unwrap();
     let mut buf = [0u8; 6];
     system
-        .device()
         .ram()
         .read(object.memory().pa() + 8, &mut buf)
         .unwrap();
@@ -126,11 +119,7 @@ fn prime_errors() {
     let again = import(&file, fd.as_raw_fd()).unwrap();
     let object = file.object(again).unwrap();
     let mut buf = [0u8; 4];
-    system
-        .device()
-        .ram()
-        .read(object.memory().pa(), &mut buf)
-        .unwrap();
+    system.ram().read(object.memory().pa(), &mut buf).unwrap();
     assert_eq!(&buf, b"kept");
 }
 
@@ -174,7 +163,7 @@ fn poll(file: &File, handle: u32) -> Result<i32, Errno> {
 fn syncobj_fds_and_sync_files() {
     let system = system();
     let (a, b) = (system.open(), system.open());
-    let events = Arc::clone(system.device().sync_events());
+    let events = Arc::clone(system.sync_events());
 
     // A syncobj fd names the syncobj itself.
     let shared = syncobj_create(&a, 0);
@@ -193,11 +182,11 @@ fn syncobj_fds_and_sync_files() {
     let target = syncobj_create(&b, 0);
     fd_to_syncobj(&b, sync_file.as_raw_fd(), 1, target).unwrap();
     assert_eq!(poll(&b, target), Err(Errno::ETIME));
-    assert_eq!(system.device().exports().pending_sync_files(), 1);
+    assert_eq!(system.exports().pending_sync_files(), 1);
     fence.signal(Some(Errno(libc::EIO)));
     assert_eq!(poll(&b, target), Ok(0));
     assert_eq!(
-        system.device().exports().pending_sync_files(),
+        system.exports().pending_sync_files(),
         0,
         "settled sync files are forgotten"
     );

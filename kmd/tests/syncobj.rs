@@ -184,7 +184,7 @@ fn wait_for_submit_wakes_when_another_thread_signals() {
     signaller.join().unwrap();
     // A pending fence attached later (as a submission does) also wakes.
     let syncobj = file.syncobj(handle).unwrap();
-    let fence = Fence::pending(Arc::clone(system.device().sync_events()));
+    let fence = Fence::pending(Arc::clone(system.sync_events()));
     syncobj.replace(Some(Arc::clone(&fence)));
     assert_eq!(
         wait(&file, &[handle], SyncobjWaitFlags::empty(), 0),
@@ -207,7 +207,7 @@ fn timeline_points_queries_and_errors() {
     let system = system();
     let file = system.open();
     let tl = create(&file, false);
-    let events = Arc::clone(system.device().sync_events());
+    let events = Arc::clone(system.sync_events());
     let syncobj = file.syncobj(tl).unwrap();
     let p2 = Fence::pending(Arc::clone(&events));
     timeline_array(

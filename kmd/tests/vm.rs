@@ -7,7 +7,7 @@ use std::collections::HashMap;
 
 use agx_hw::formats::UatFaultReason;
 use agx_hw::uat::{translate, Access, PhysicalMemory, DUMMY_PAGE_VA};
-use agx_kmd::{File, System};
+use agx_kmd::{Device, File};
 use agx_uapi::asahi::{self, BindFlags, VmDestroy};
 use agx_uapi::drm::{self, GemClose};
 use common::*;
@@ -22,9 +22,9 @@ fn object_pa(file: &File, handle: u32) -> u64 {
     file.object(handle).unwrap().memory().pa()
 }
 
-fn gpu_read(system: &System, file: &File, vm: u32, va: u64) -> Result<u64, UatFaultReason> {
+fn gpu_read(system: &Device, file: &File, vm: u32, va: u64) -> Result<u64, UatFaultReason> {
     translate(
-        system.device().ram(),
+        system.ram(),
         file.vm_root_pa(vm).unwrap(),
         va,
         Access::GpuRead,
@@ -33,9 +33,9 @@ fn gpu_read(system: &System, file: &File, vm: u32, va: u64) -> Result<u64, UatFa
     .map_err(|f| f.reason)
 }
 
-fn gpu_write(system: &System, file: &File, vm: u32, va: u64) -> Result<u64, UatFaultReason> {
+fn gpu_write(system: &Device, file: &File, vm: u32, va: u64) -> Result<u64, UatFaultReason> {
     translate(
-        system.device().ram(),
+        system.ram(),
         file.vm_root_pa(vm).unwrap(),
         va,
         Access::GpuWrite,
@@ -141,7 +141,6 @@ fn cpu_mappings_reach_the_object_through_its_mmap_offset() {
         .unwrap();
     let mut buf = [0u8; 3];
     system
-        .device()
         .ram()
         .read(object_pa(&file, bo) + PAGE, &mut buf)
         .unwrap();
@@ -272,7 +271,7 @@ fn objects_live_while_mapped_and_nothing_leaks() {
         let vm = vm_create(&file);
         let bo = gem_create(&file, 2 * PAGE, 0, 0).unwrap();
         let pa = object_pa(&file, bo);
-        system.device().ram().write(pa + 100, b"kept").unwrap();
+        system.ram().write(pa + 100, b"kept").unwrap();
         bind(&file, vm, &[map_op(bo, 0x40_0000, 2 * PAGE, 0, RW)]).unwrap();
         call(
             &file,
@@ -287,7 +286,7 @@ fn objects_live_while_mapped_and_nothing_leaks() {
         );
         let t = gpu_read(&system, &file, vm, 0x40_0000 + 100).unwrap();
         let mut buf = [0u8; 4];
-        system.device().ram().read(t, &mut buf).unwrap();
+        system.ram().read(t, &mut buf).unwrap();
         assert_eq!(&buf, b"kept");
         // Unbinding the last mapping frees it.
         bind(&file, vm, &[unmap_op(0x40_0000, 2 * PAGE)]).unwrap();

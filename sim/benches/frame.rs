@@ -14,7 +14,7 @@ use agx_hw::formats::{
     TextureType, VdmState, VdmStateVertexOutputs, VdmStateVertexShaderWord1, VdmStreamTerminate,
     Viewport, ZsFunc,
 };
-use agx_kmd::SystemConfig;
+use agx_sim::SystemConfig;
 use agx_uapi::asahi::{BgEot, BindFlags, CmdRender, CmdType, RenderFlags};
 use common::machine::{machine_config, Machine, DATA_VA};
 use common::{bind, gem_create, map_op};

@@ -9,7 +9,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread;
 
-use agx_kmd::{File, System, SystemConfig};
+use agx_kmd::File;
+use agx_sim::{System, SystemConfig};
 use agx_uapi::asahi::{self, BindFlags, GemBindOp, GemCreate, VmBind, VmCreate};
 use agx_uapi::drm::{self, GemClose, SyncobjArray, SyncobjCreate, SyncobjWait, SyncobjWaitFlags};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};

@@ -10,7 +10,8 @@ use agx_hw::formats::{
     Primitive, TextureDimension, TextureType, VdmState, VdmStateVertexOutputs,
     VdmStateVertexShaderWord1, VdmStreamTerminate, Viewport, ZlsControl, ZsFunc,
 };
-use agx_kmd::{Errno, SystemConfig};
+use agx_kmd::Errno;
+use agx_sim::SystemConfig;
 use agx_uapi::asahi::{BgEot, CmdRender, CmdType, RenderFlags};
 use common::machine::*;
 use zerocopy::{FromZeros, IntoBytes};

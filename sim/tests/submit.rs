@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 
 use agx_hw::formats::{CdmBarrier, CdmStreamLink, CdmStreamTerminate};
 use agx_hw::uat::PhysicalMemory;
-use agx_kmd::{Errno, File, System, SystemConfig};
+use agx_kmd::{Errno, File};
+use agx_sim::{System, SystemConfig};
 use agx_uapi::asahi::{
     self, BindFlags, CmdCompute, CmdHeader, CmdRender, CmdType, GemBindObject, QueueCreate,
     QueueDestroy, Submit, Sync, Timestamp, Timestamps, DRM_ASAHI_BARRIER_NONE,

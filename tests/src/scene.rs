@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use agx_hw::formats::ZsFunc;
 use agx_kmd::tvb::{GrowthPolicy, TvbStats};
-use agx_kmd::SystemConfig;
+use agx_sim::SystemConfig;
 use agx_umd::{
     Buffer, ColourAttachment, ColourOutput, CommandBuffer, CullMode, DepthAttachment, DepthImage,
     DepthState, Device, Error, Format, GraphicsPipeline, GraphicsPipelineDesc, Image,

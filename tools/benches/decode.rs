@@ -8,7 +8,7 @@ use agx_tools::render::Renderer;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 
 fn decode(c: &mut Criterion) {
-    let device = agx_umd::Device::open_simulated(agx_kmd::SystemConfig::default()).unwrap();
+    let device = agx_umd::Device::open_simulated(agx_sim::SystemConfig::default()).unwrap();
     let renderer = Renderer::new(&device, &Mesh::torus(300, 100), 64, 48).unwrap();
     let path = std::env::temp_dir().join("agx-decode-bench.cap");
     let system = device.simulated().unwrap().system();

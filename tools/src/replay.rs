@@ -13,7 +13,8 @@
 use std::time::{Duration, Instant};
 
 use agx_hw::formats::{Channels, Layout, Pbe, TextureType, UscControl, UscTexture};
-use agx_kmd::{Errno, File, System, SystemConfig};
+use agx_kmd::{Errno, File};
+use agx_sim::{System, SystemConfig};
 use agx_uapi::asahi::{
     self, BindFlags, CmdCompute, CmdHeader, CmdRender, CmdType, GemBindOp, GemCreate, QueueCreate,
     Submit, Sync, VmBind, VmCreate,

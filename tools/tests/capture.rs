@@ -10,9 +10,9 @@ use agx_uapi::capture::{self, Capture};
 use agx_umd::*;
 
 fn device() -> Device {
-    Device::open_simulated(agx_kmd::SystemConfig {
+    Device::open_simulated(agx_sim::SystemConfig {
         ram_bytes: 1 << 30,
-        ..agx_kmd::SystemConfig::default()
+        ..agx_sim::SystemConfig::default()
     })
     .unwrap()
 }

@@ -52,7 +52,10 @@ compile_error!("agx-uapi supports 64-bit targets only (DRM core structs embed po
 pub mod asahi;
 pub mod capture;
 pub mod drm;
+pub mod errno;
 pub mod ioctl;
+
+pub use errno::Errno;
 
 /// A value read from userspace that is not a member of the enum it should
 /// belong to.

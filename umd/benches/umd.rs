@@ -10,9 +10,9 @@ use agx_umd::*;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 
 fn device() -> Device {
-    Device::open_simulated(agx_kmd::SystemConfig {
+    Device::open_simulated(agx_sim::SystemConfig {
         ram_bytes: 2 << 30,
-        ..agx_kmd::SystemConfig::default()
+        ..agx_sim::SystemConfig::default()
     })
     .unwrap()
 }

@@ -119,7 +119,7 @@ impl Device {
     /// this process) and opens it; every request still goes through the
     /// ioctl bytes a real node gets.
     #[cfg(feature = "sim")]
-    pub fn open_simulated(config: agx_kmd::SystemConfig) -> Result<Device, Error> {
+    pub fn open_simulated(config: agx_sim::SystemConfig) -> Result<Device, Error> {
         let sim = Arc::new(crate::sim::SimKernel::boot(config).map_err(kernel("boot"))?);
         Device::with_kernel(sim.clone(), Some(sim))
     }

@@ -11,60 +11,7 @@ use std::fmt;
 
 use zerocopy::{FromBytes, Immutable, IntoBytes};
 
-/// An errno value returned by the kernel.
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Errno(pub i32);
-
-impl Errno {
-    /// Bad address.
-    pub const EFAULT: Errno = Errno(libc::EFAULT);
-    /// Invalid argument.
-    pub const EINVAL: Errno = Errno(libc::EINVAL);
-    /// No such entry.
-    pub const ENOENT: Errno = Errno(libc::ENOENT);
-    /// Out of memory.
-    pub const ENOMEM: Errno = Errno(libc::ENOMEM);
-    /// I/O error (a GPU fault, on a fence).
-    pub const EIO: Errno = Errno(libc::EIO);
-    /// Timed out (the firmware watchdog, on a fence).
-    pub const ETIMEDOUT: Errno = Errno(libc::ETIMEDOUT);
-    /// Timer expired (a wait's deadline passed).
-    pub const ETIME: Errno = Errno(libc::ETIME);
-    /// No such device (the GPU is gone).
-    pub const ENODEV: Errno = Errno(libc::ENODEV);
-    /// Not a typewriter: the file has no such ioctl.
-    pub const ENOTTY: Errno = Errno(libc::ENOTTY);
-    /// Operation cancelled.
-    pub const ECANCELED: Errno = Errno(libc::ECANCELED);
-
-    /// The last OS error.
-    pub fn last() -> Errno {
-        Errno(
-            std::io::Error::last_os_error()
-                .raw_os_error()
-                .unwrap_or(libc::EIO),
-        )
-    }
-}
-
-impl fmt::Debug for Errno {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "Errno({}: {})",
-            self.0,
-            std::io::Error::from_raw_os_error(self.0)
-        )
-    }
-}
-
-impl fmt::Display for Errno {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", std::io::Error::from_raw_os_error(self.0))
-    }
-}
-
-impl std::error::Error for Errno {}
+pub use agx_uapi::Errno;
 
 /// A CPU mapping of (part of) a GEM object.
 pub trait CpuMapping: Send + Sync + fmt::Debug {

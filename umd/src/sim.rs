@@ -1,5 +1,5 @@
 //! The simulated side of the kernel boundary: an in-process
-//! [`agx_kmd::System`] (kmd model, firmware and GPU simulator) and a file
+//! [`agx_sim::System`] (kmd model, firmware and GPU simulator) and a file
 //! opened on it. Ioctls pass the same bytes a real node gets, with user
 //! pointers into this process; CPU mappings are the GEM objects' own
 //! pages.
@@ -7,8 +7,9 @@
 use std::os::fd::AsFd;
 use std::sync::Arc;
 
-use agx_kmd::gem::GemObject;
-use agx_kmd::{File, System, SystemConfig};
+use agx_sim::kmd::gem::GemObject;
+use agx_sim::File;
+use agx_sim::{System, SystemConfig};
 use agx_uapi::drm::{self, SyncFileInfo, SyncobjHandle, SyncobjHandleToFdFlags};
 use zerocopy::IntoBytes;
 
@@ -50,14 +51,10 @@ impl Kernel for SimKernel {
         self.file
             .ioctl(u64::from(request), arg.as_mut_ptr() as u64)
             .map(|_| ())
-            .map_err(|e| Errno(e.0))
     }
 
     fn map(&self, mmap_offset: u64, len_bytes: u64) -> Result<Box<dyn CpuMapping>, Errno> {
-        let (object, within) = self
-            .file
-            .mmap_object(mmap_offset, len_bytes)
-            .map_err(|e| Errno(e.0))?;
+        let (object, within) = self.file.mmap_object(mmap_offset, len_bytes)?;
         Ok(Box::new(SimMapping {
             object,
             within_bytes: within,
@@ -77,8 +74,7 @@ impl Kernel for SimKernel {
         self.system
             .device()
             .exports()
-            .sync_file_info(sync_file.as_fd(), &mut info)
-            .map_err(|e| Errno(e.0))?;
+            .sync_file_info(sync_file.as_fd(), &mut info)?;
         Ok(fence_status_of(info.status))
     }
 }

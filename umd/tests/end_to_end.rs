@@ -10,9 +10,9 @@ use agx_umd::*;
 const WAIT: Duration = Duration::from_secs(60);
 
 fn device() -> Device {
-    Device::open_simulated(agx_kmd::SystemConfig {
+    Device::open_simulated(agx_sim::SystemConfig {
         ram_bytes: 1 << 30,
-        ..agx_kmd::SystemConfig::default()
+        ..agx_sim::SystemConfig::default()
     })
     .unwrap()
 }

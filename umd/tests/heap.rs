@@ -11,9 +11,9 @@ use agx_umd::heap::{DescriptorIndex, CHUNK_BYTES, DESCRIPTORS_PER_CHUNK, NULL_PB
 use agx_umd::*;
 
 fn device() -> Device {
-    Device::open_simulated(agx_kmd::SystemConfig {
+    Device::open_simulated(agx_sim::SystemConfig {
         ram_bytes: 1 << 30,
-        ..agx_kmd::SystemConfig::default()
+        ..agx_sim::SystemConfig::default()
     })
     .unwrap()
 }

@@ -276,39 +276,4 @@ mod tests {
         )
         .is_ok());
     }
-
-    #[test]
-    fn unmapping_shoots_down_the_gpu_tlb() {
-        use agx_firmware_sim::engine::GpuVm;
-
-        let ram = Ram::new(64 << 20);
-        let pool = Arc::new(PagePool::new(ram.clone()));
-        let mut tables = PageTables::new(Arc::clone(&pool)).unwrap();
-        let object = ram.allocate(PAGE_BYTES, "object").unwrap();
-        let rw = Permissions {
-            gpu_read: true,
-            gpu_write: true,
-            ..Permissions::default()
-        };
-        let va = 0x1_0000_0000;
-        tables
-            .set(va, 1, |_| {
-                uat::page_pte(object.pa(), rw, UatMemAttr::Cached).unwrap()
-            })
-            .unwrap();
-        // One GPU VM lives across the unmap, as a running command does.
-        let vm = GpuVm::new(&ram, tables.root_pa());
-        assert_eq!(
-            vm.translate(va + 16, Access::GpuRead).unwrap(),
-            object.pa() + 16
-        );
-        assert_eq!(
-            vm.translate(va + 16, Access::GpuRead).unwrap(),
-            object.pa() + 16,
-            "cached"
-        );
-        tables.set(va, 1, |_| 0).unwrap();
-        let fault = vm.translate(va + 16, Access::GpuRead).unwrap_err();
-        assert_eq!(fault.va, va + 16, "the stale entry was not used");
-    }
 }

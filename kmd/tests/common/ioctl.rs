@@ -1,7 +1,8 @@
-//! Shared helpers: typed ioctl calls and a file with a VM and objects.
+//! Typed ioctl calls and the VM layout the kmd's tests use. Shared with
+//! the GPU tests in `sim/tests`, which include this file.
 #![allow(dead_code, unreachable_pub)]
 
-use agx_kmd::{Errno, File, System, SystemConfig};
+use agx_kmd::{Errno, File};
 use agx_uapi::asahi::{self, GemBindOp, GemCreate, VmBind, VmCreate};
 use zerocopy::{FromBytes, Immutable, IntoBytes};
 
@@ -12,14 +13,6 @@ pub const KERNEL_START: u64 = 0x7F_0000_0000;
 pub const KERNEL_END: u64 = 0x7F_2000_0000;
 /// 16 KiB.
 pub const PAGE: u64 = 16384;
-
-pub fn system() -> System {
-    System::new(SystemConfig {
-        ram_bytes: 2 << 30,
-        ..SystemConfig::default()
-    })
-    .expect("system")
-}
 
 /// Calls an ioctl with a typed argument (the kernel copies in and out).
 pub fn call<T: IntoBytes + FromBytes + Immutable>(
@@ -86,4 +79,3 @@ pub fn unmap_op(addr: u64, range: u64) -> GemBindOp {
         addr,
     }
 }
-pub mod machine;

@@ -7,7 +7,8 @@ use agx_hw::formats::{
     UscNoPreshader, UscRegisters, UscSampler, UscShader, UscShared, UscTexture, UscUniform,
 };
 use agx_hw::uat::PhysicalMemory;
-use agx_kmd::{Errno, File, System, SystemConfig};
+use agx_kmd::{Errno, File};
+use agx_sim::{System, SystemConfig};
 use agx_uapi::asahi::{
     self, BindFlags, CmdCompute, CmdHeader, CmdType, QueueCreate, Submit, Sync,
     DRM_ASAHI_BARRIER_NONE,

@@ -27,7 +27,8 @@ pub mod interpose;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use agx_kmd::{File, System, SystemConfig};
+use agx_kmd::File;
+use agx_sim::{System, SystemConfig};
 
 /// The render node the shim presents.
 pub const RENDER_NODE: &str = "/dev/dri/renderD128";

@@ -83,14 +83,14 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     };
     let device = match &args.device {
         Some(path) => Device::open(path)?,
-        None => Device::open_simulated(agx_kmd::SystemConfig {
+        None => Device::open_simulated(agx_sim::SystemConfig {
             tvb_policy: args.tvb_policy,
             tvb_initial_blocks: args.tvb_initial_blocks,
             gpu_threads: args
                 .gpu_threads
                 .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
             command_timeout_ms: 600_000,
-            ..agx_kmd::SystemConfig::default()
+            ..agx_sim::SystemConfig::default()
         })?,
     };
     let (width, height) = args.size;

@@ -1,0 +1,33 @@
+//! What the device holds: live-object counters and their snapshot.
+//!
+//! Every kind of kernel object (file, GEM object, VM, syncobj) counts
+//! itself in and out here, so tests and tools can check for leaks the way
+//! one reads `/sys/kernel/debug/dri/*/` on a real system.
+
+use std::sync::atomic::AtomicU64;
+
+/// Live-object counters, for leak checks.
+#[derive(Debug, Default)]
+pub struct Counters {
+    pub(crate) files: AtomicU64,
+    pub(crate) gem_objects: AtomicU64,
+    pub(crate) vms: AtomicU64,
+    pub(crate) syncobjs: AtomicU64,
+}
+
+/// A snapshot of what the device holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Stats {
+    /// Open DRM files.
+    pub files: u64,
+    /// Live GEM objects (in any file, mapped or exported).
+    pub gem_objects: u64,
+    /// Live VMs.
+    pub vms: u64,
+    /// Live syncobjs.
+    pub syncobjs: u64,
+    /// RAM pages allocated (objects, kernel pages, the dummy page).
+    pub ram_pages: u64,
+    /// Kernel pages in use (page tables).
+    pub kernel_pages: u64,
+}

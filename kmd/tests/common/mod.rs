@@ -1,0 +1,20 @@
+//! Shared helpers: typed ioctl calls, and a device booted on a scripted
+//! firmware (the kmd's tests need no GPU model).
+#![allow(dead_code, unreachable_pub)]
+
+pub mod ioctl;
+pub mod scripted;
+
+use std::sync::Arc;
+
+pub use agx_kmd::{Device, DeviceConfig};
+pub use ioctl::*;
+
+/// RAM the test devices get.
+pub const RAM_BYTES: u64 = 2 << 30;
+
+/// A device with 2 GiB of RAM whose firmware is scripted (boots, then
+/// does only what a test tells it).
+pub fn system() -> Arc<Device> {
+    scripted::boot(RAM_BYTES, DeviceConfig::default()).0
+}

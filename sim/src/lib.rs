@@ -1,0 +1,111 @@
+//! A simulated machine with an AGX GPU.
+//!
+//! The kernel driver model (`agx-kmd`) is written against the firmware
+//! contract in `agx-fwif` and knows nothing of what is behind it; the
+//! simulated firmware and GPU (`agx-firmware-sim`) serve that contract
+//! over the machine's physical memory. This crate is the one place that
+//! puts them together: [`System::new`] builds RAM, the simulated
+//! coprocessor on it, and the kmd's device, and hands out DRM files
+//! ([`System::open`]), each the equivalent of an open
+//! `/dev/dri/renderD128`. Everything that wants a GPU without one (the
+//! userspace driver's simulated device, the LD_PRELOAD shim, the tools
+//! and the tests) builds one of these.
+#![forbid(unsafe_code)]
+
+use std::sync::Arc;
+
+use agx_firmware_sim::firmware::SimulatedCoprocessor;
+/// The kmd model, for what lies deeper than a file (GEM objects, the
+/// scheduler, parameter-buffer statistics).
+pub use agx_kmd as kmd;
+pub use agx_kmd::mem::AllocError;
+use agx_kmd::mem::Ram;
+pub use agx_kmd::tvb::GrowthPolicy;
+pub use agx_kmd::{Device, DeviceConfig, File, Stats};
+
+/// How to build a machine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SystemConfig {
+    /// Simulated RAM.
+    pub ram_bytes: u64,
+    /// How queues grow their parameter buffers.
+    pub tvb_policy: GrowthPolicy,
+    /// Blocks (128 KiB each) a queue's parameter buffer starts with.
+    pub tvb_initial_blocks: u64,
+    /// The firmware's watchdog: a GPU command running longer is stopped
+    /// and its submission fails with `ETIMEDOUT`.
+    pub command_timeout_ms: u32,
+    /// Host threads the simulated GPU runs threadgroups on (results do
+    /// not depend on it).
+    pub gpu_threads: usize,
+}
+
+impl Default for SystemConfig {
+    fn default() -> SystemConfig {
+        let kmd = DeviceConfig::default();
+        SystemConfig {
+            ram_bytes: 8 << 30,
+            tvb_policy: kmd.tvb_policy,
+            tvb_initial_blocks: kmd.tvb_initial_blocks,
+            command_timeout_ms: kmd.command_timeout_ms,
+            gpu_threads: std::thread::available_parallelism()
+                .map_or(1, usize::from)
+                .min(4),
+        }
+    }
+}
+
+impl SystemConfig {
+    /// The kmd's part of it.
+    pub fn device_config(&self) -> DeviceConfig {
+        DeviceConfig {
+            tvb_policy: self.tvb_policy,
+            tvb_initial_blocks: self.tvb_initial_blocks,
+            command_timeout_ms: self.command_timeout_ms,
+        }
+    }
+}
+
+/// A simulated machine: RAM, the GPU's coprocessor and GPU, and the
+/// kernel driver bound to them. Cheap to clone; the machine lives while a
+/// clone or an open file does.
+#[derive(Debug, Clone)]
+pub struct System {
+    device: Arc<Device>,
+}
+
+impl System {
+    /// Builds a machine and probes the driver on it.
+    pub fn new(config: SystemConfig) -> Result<System, AllocError> {
+        let ram = Ram::new(config.ram_bytes);
+        let coprocessor = SimulatedCoprocessor::new(Arc::new(ram.clone()), config.gpu_threads);
+        let device = Device::new(ram, config.device_config(), &coprocessor)?;
+        Ok(System { device })
+    }
+
+    /// Opens a DRM file (a render node).
+    pub fn open(&self) -> File {
+        self.device.open()
+    }
+
+    /// The kmd's device.
+    pub fn device(&self) -> &Arc<Device> {
+        &self.device
+    }
+
+    /// What the device holds now.
+    pub fn stats(&self) -> Stats {
+        self.device.stats()
+    }
+
+    /// Records every submission from now on into a capture file at `path`
+    /// (`Documentation/capture-format.md`).
+    pub fn capture_to(&self, path: &std::path::Path) -> std::io::Result<()> {
+        self.device.capture_to(path)
+    }
+
+    /// Stops capturing (and closes the file).
+    pub fn stop_capture(&self) {
+        self.device.stop_capture();
+    }
+}

@@ -1,0 +1,80 @@
+//! The kmd and the simulated coprocessor meet: the firmware boots through
+//! the page tables the kmd built, and the GPU's TLB follows the kmd's
+//! page-table changes.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use agx_firmware_sim::engine::GpuVm;
+use agx_fwif::messages::LogMsg;
+use agx_fwif::ring::SharedMemory;
+use agx_hw::formats::UatMemAttr;
+use agx_hw::uat::{self, Access, Permissions, PAGE_BYTES};
+use agx_kmd::firmware::{FW_VA_END, FW_VA_START};
+use agx_kmd::mem::{PagePool, PageTables, Ram};
+use agx_sim::{System, SystemConfig};
+use zerocopy::FromBytes;
+
+#[test]
+fn the_firmware_boots_through_its_page_tables() {
+    let system = System::new(SystemConfig {
+        ram_bytes: 256 << 20,
+        gpu_threads: 1,
+        ..SystemConfig::default()
+    })
+    .unwrap();
+    let link = system.device().firmware();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while link.status().map(|s| s.booted) != Some(1) {
+        assert!(Instant::now() < deadline, "firmware did not boot");
+        link.irq
+            .wait_past(link.irq.count(), Duration::from_millis(10));
+    }
+    let line = link.init_data.log.pop(&link.view).unwrap().unwrap();
+    assert_eq!(
+        LogMsg::read_from_bytes(&line).unwrap().text(),
+        "firmware booted"
+    );
+    // Its structures are where InitData says, in its range, and the page
+    // after each allocation is a guard.
+    let init = link.init.get();
+    assert!((FW_VA_START..FW_VA_END).contains(&init));
+    let mut byte = [0u8; 1];
+    assert!(link.view.read(init + PAGE_BYTES, &mut byte).is_err());
+    // The firmware cannot see user memory: the user half is not in its
+    // tables.
+    assert!(link.view.read(0x4000, &mut byte).is_err());
+}
+
+#[test]
+fn unmapping_shoots_down_the_gpu_tlb() {
+    let ram = Ram::new(64 << 20);
+    let pool = Arc::new(PagePool::new(ram.clone()));
+    let mut tables = PageTables::new(Arc::clone(&pool)).unwrap();
+    let object = ram.allocate(PAGE_BYTES, "object").unwrap();
+    let rw = Permissions {
+        gpu_read: true,
+        gpu_write: true,
+        ..Permissions::default()
+    };
+    let va = 0x1_0000_0000;
+    tables
+        .set(va, 1, |_| {
+            uat::page_pte(object.pa(), rw, UatMemAttr::Cached).unwrap()
+        })
+        .unwrap();
+    // One GPU VM lives across the unmap, as a running command does.
+    let vm = GpuVm::new(&ram, tables.root_pa());
+    assert_eq!(
+        vm.translate(va + 16, Access::GpuRead).unwrap(),
+        object.pa() + 16
+    );
+    assert_eq!(
+        vm.translate(va + 16, Access::GpuRead).unwrap(),
+        object.pa() + 16,
+        "cached"
+    );
+    tables.set(va, 1, |_| 0).unwrap();
+    let fault = vm.translate(va + 16, Access::GpuRead).unwrap_err();
+    assert_eq!(fault.va, va + 16, "the stale entry was not used");
+}
