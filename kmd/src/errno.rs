@@ -6,14 +6,187 @@
 //! [`Errno`] itself is the UAPI's (`agx_uapi::Errno`), shared with
 //! userspace. Only the ioctl dispatch (`file`) uses these conversions.
 
-use crate::gem::GemError;
+use crate::export::PrimeError;
+use crate::gem::{BindObjectError, GemError, MmapError};
 use crate::params::ParamsError;
 use crate::queue::QueueError;
+use crate::sched::SchedError;
 use crate::submit::{SubmitArgError, SubmitError};
+use crate::sync::SyncobjError;
 use crate::uaccess::Fault;
 use crate::vm::{BindError, VmError};
 
 pub use agx_uapi::Errno;
+
+/// Why an ioctl was refused: the typed error of the operation, which says
+/// what was wrong and with which value. `File::ioctl` logs it and returns
+/// its errno ([`IoctlError::errno`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum IoctlError {
+    /// The request is not an ioctl of this device.
+    #[error("request {request:#x} is not a DRM ioctl")]
+    NotDrm {
+        /// The request.
+        request: u64,
+    },
+    /// The DRM ioctl number is not implemented.
+    #[error("no ioctl {nr:#x}")]
+    UnknownIoctl {
+        /// The ioctl number.
+        nr: u32,
+    },
+    /// The firmware crashed: the GPU is gone.
+    #[error("the GPU firmware has crashed")]
+    DeviceGone,
+    /// GET_CAP of a capability a render-only device does not have.
+    #[error("capability {capability:#x} is not supported")]
+    UnsupportedCap {
+        /// The capability.
+        capability: u64,
+    },
+    /// Every id of a kind is in use.
+    #[error("every {kind} id is in use")]
+    IdsExhausted {
+        /// The kind of id.
+        kind: &'static str,
+    },
+    /// A user array larger than the kernel allocates at once.
+    #[error("an array of {count} x {element_bytes} bytes is over the {max_bytes}-byte limit")]
+    ArrayTooLarge {
+        /// Elements.
+        count: u64,
+        /// Bytes per element.
+        element_bytes: u64,
+        /// The limit.
+        max_bytes: u64,
+    },
+    /// A user pointer could not be read or written.
+    #[error(transparent)]
+    Fault(#[from] Fault),
+    /// GET_PARAMS, GET_TIME.
+    #[error(transparent)]
+    Params(#[from] ParamsError),
+    /// GEM_CREATE, GEM_CLOSE, GEM_MMAP_OFFSET.
+    #[error(transparent)]
+    Gem(#[from] GemError),
+    /// GEM_BIND_OBJECT.
+    #[error(transparent)]
+    BindObject(#[from] BindObjectError),
+    /// VM_CREATE, VM_DESTROY.
+    #[error(transparent)]
+    Vm(#[from] VmError),
+    /// VM_BIND.
+    #[error(transparent)]
+    Bind(#[from] BindError),
+    /// QUEUE_CREATE, QUEUE_DESTROY.
+    #[error(transparent)]
+    Queue(#[from] QueueError),
+    /// SUBMIT's command buffer.
+    #[error(transparent)]
+    Submit(#[from] SubmitError),
+    /// SUBMIT's arguments.
+    #[error(transparent)]
+    SubmitArg(#[from] SubmitArgError),
+    /// SUBMIT's hand-off to the scheduler.
+    #[error(transparent)]
+    Sched(#[from] SchedError),
+    /// The syncobj ioctls.
+    #[error(transparent)]
+    Syncobj(#[from] SyncobjError),
+    /// PRIME import and export.
+    #[error(transparent)]
+    Prime(#[from] PrimeError),
+    /// An error already reduced to its errno by a lower layer (fd
+    /// bookkeeping in `export`).
+    #[error("{0}")]
+    Errno(#[from] Errno),
+}
+
+impl IoctlError {
+    /// The errno Linux returns for it.
+    pub fn errno(&self) -> Errno {
+        match self {
+            IoctlError::NotDrm { .. } => Errno::ENOTTY,
+            IoctlError::UnknownIoctl { .. } => Errno::EINVAL,
+            IoctlError::DeviceGone => Errno::ENODEV,
+            IoctlError::UnsupportedCap { .. } => Errno::EOPNOTSUPP,
+            IoctlError::IdsExhausted { .. } => Errno::ENOSPC,
+            IoctlError::ArrayTooLarge { .. } => Errno::ENOMEM,
+            IoctlError::Fault(e) => (*e).into(),
+            IoctlError::Params(e) => e.clone().into(),
+            IoctlError::Gem(e) => e.clone().into(),
+            IoctlError::BindObject(e) => e.clone().into(),
+            IoctlError::Vm(e) => e.clone().into(),
+            IoctlError::Bind(e) => e.clone().into(),
+            IoctlError::Queue(e) => e.clone().into(),
+            IoctlError::Submit(e) => e.clone().into(),
+            IoctlError::SubmitArg(e) => e.clone().into(),
+            IoctlError::Sched(e) => e.clone().into(),
+            IoctlError::Syncobj(e) => e.clone().into(),
+            IoctlError::Prime(e) => e.clone().into(),
+            IoctlError::Errno(e) => *e,
+        }
+    }
+}
+
+impl From<IoctlError> for Errno {
+    fn from(e: IoctlError) -> Errno {
+        e.errno()
+    }
+}
+
+impl From<SyncobjError> for Errno {
+    fn from(e: SyncobjError) -> Errno {
+        match e {
+            SyncobjError::MustBeZero { .. }
+            | SyncobjError::UnknownFlags { .. }
+            | SyncobjError::NoHandles
+            | SyncobjError::DestroyUnknownHandle { .. }
+            | SyncobjError::NoFence { .. }
+            | SyncobjError::BadFd { .. } => Errno::EINVAL,
+            SyncobjError::NoSuchSyncobj { .. } => Errno::ENOENT,
+            SyncobjError::TimedOut => Errno::ETIME,
+        }
+    }
+}
+
+impl From<PrimeError> for Errno {
+    fn from(e: PrimeError) -> Errno {
+        match e {
+            PrimeError::UnknownFlags { .. }
+            | PrimeError::PrivateObject { .. }
+            | PrimeError::NotABuffer { .. } => Errno::EINVAL,
+            PrimeError::NoSuchHandle { .. } => Errno::ENOENT,
+            PrimeError::BadFd { .. } => Errno::EBADF,
+            PrimeError::OutOfMemory { .. } => Errno::ENOMEM,
+        }
+    }
+}
+
+impl From<MmapError> for Errno {
+    fn from(e: MmapError) -> Errno {
+        match e {
+            MmapError::NoObject { .. } | MmapError::OutsideObject { .. } => Errno::EINVAL,
+            MmapError::NoHandle { .. } => Errno::EACCES,
+        }
+    }
+}
+
+impl From<BindObjectError> for Errno {
+    fn from(e: BindObjectError) -> Errno {
+        match e {
+            BindObjectError::MustBeZero { .. }
+            | BindObjectError::UnknownOp { .. }
+            | BindObjectError::UnknownFlags { .. }
+            | BindObjectError::Unaligned { .. }
+            | BindObjectError::OutsideObject { .. } => Errno::EINVAL,
+            BindObjectError::NoSuchHandle { .. } | BindObjectError::NoSuchBinding { .. } => {
+                Errno::ENOENT
+            }
+            BindObjectError::OutOfMemory(_) => Errno::ENOMEM,
+        }
+    }
+}
 
 impl From<Fault> for Errno {
     fn from(_: Fault) -> Errno {
@@ -106,11 +279,11 @@ impl From<SubmitArgError> for Errno {
     }
 }
 
-impl From<crate::sched::SchedError> for Errno {
-    fn from(e: crate::sched::SchedError) -> Errno {
+impl From<SchedError> for Errno {
+    fn from(e: SchedError) -> Errno {
         match e {
-            crate::sched::SchedError::OutOfMemory(_) => Errno::ENOMEM,
-            crate::sched::SchedError::Crashed => Errno::ENODEV,
+            SchedError::OutOfMemory(_) => Errno::ENOMEM,
+            SchedError::Crashed => Errno::ENODEV,
         }
     }
 }

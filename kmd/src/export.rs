@@ -276,3 +276,44 @@ impl Exports {
         files.len()
     }
 }
+
+/// Why a PRIME ioctl failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PrimeError {
+    /// Flags outside `DRM_CLOEXEC | DRM_RDWR`.
+    #[error("unknown flags {flags:#x}")]
+    UnknownFlags {
+        /// The flags given.
+        flags: u32,
+    },
+    /// No object has this handle in the file.
+    #[error("no object with handle {handle}")]
+    NoSuchHandle {
+        /// The handle.
+        handle: u32,
+    },
+    /// VM-private objects are never exported.
+    #[error("object {handle} is private to a VM and cannot be exported")]
+    PrivateObject {
+        /// The handle.
+        handle: u32,
+    },
+    /// The descriptor is not open.
+    #[error("fd {fd} is not an open descriptor")]
+    BadFd {
+        /// The descriptor.
+        fd: i32,
+    },
+    /// The descriptor is open but not a buffer this device can import.
+    #[error("fd {fd} is not a dma-buf of a simulated AGX device")]
+    NotABuffer {
+        /// The descriptor.
+        fd: i32,
+    },
+    /// Importing needed memory there was none of.
+    #[error("out of memory importing fd {fd}")]
+    OutOfMemory {
+        /// The descriptor.
+        fd: i32,
+    },
+}

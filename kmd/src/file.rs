@@ -30,12 +30,13 @@ use zerocopy::{FromBytes, Immutable, IntoBytes};
 
 use crate::device::Device;
 use crate::device::GEM_MEMFD_NAME;
-use crate::errno::Errno;
-use crate::gem::{GemError, GemObject, VmKey};
+use crate::errno::{Errno, IoctlError};
+use crate::export::PrimeError;
+use crate::gem::{BindObjectError, GemError, GemObject, MmapError, VmKey};
 use crate::params::{self, ParamsError};
 use crate::queue::{self, Queue, QueueError};
 use crate::submit::{Command, SubmitArgError};
-use crate::sync::{self, Fence, Syncobj, WaitError, WaitSpec};
+use crate::sync::{self, Fence, Syncobj, SyncobjError, WaitError, WaitSpec};
 use crate::uaccess::{copy_from_user, copy_to_user, dup_user_fd};
 use crate::vm::{lock_vm, BindError, BindOp, Vm, VmError};
 
@@ -68,19 +69,21 @@ pub struct File {
     state: Mutex<FileState>,
 }
 
-type Handler = fn(&File, &mut [u8]) -> Result<i32, Errno>;
+type Handler = fn(&File, &mut [u8]) -> Result<i32, IoctlError>;
 
-/// One ioctl: its number, the kernel's request (direction and size) and
+/// One ioctl: its name, the kernel's request (direction and size) and
 /// the handler.
 struct IoctlDef {
+    name: &'static str,
     request: u32,
     handler: Handler,
 }
 
 fn with<T: FromBytes + IntoBytes + Immutable>(
     data: &mut [u8],
-    f: impl FnOnce(&mut T) -> Result<i32, Errno>,
-) -> Result<i32, Errno> {
+    f: impl FnOnce(&mut T) -> Result<i32, IoctlError>,
+) -> Result<i32, IoctlError> {
+    // `data` is at least the kernel's size of the struct.
     let mut value = T::read_from_prefix(data)
         .map(|(v, _)| v)
         .map_err(|_| Errno::EINVAL)?;
@@ -89,55 +92,81 @@ fn with<T: FromBytes + IntoBytes + Immutable>(
     result
 }
 
-const fn def(request: u32, handler: Handler) -> Option<IoctlDef> {
-    Some(IoctlDef { request, handler })
+const fn def(name: &'static str, request: u32, handler: Handler) -> Option<IoctlDef> {
+    Some(IoctlDef {
+        name,
+        request,
+        handler,
+    })
 }
 
 /// The DRM core ioctls this device implements, by number.
 fn core_ioctl(nr: u32) -> Option<IoctlDef> {
     match nr {
-        drm::nr::VERSION => def(drm::DRM_IOCTL_VERSION, |f, d| with(d, |v| f.version(v))),
-        drm::nr::GEM_CLOSE => def(drm::DRM_IOCTL_GEM_CLOSE, |f, d| with(d, |v| f.gem_close(v))),
-        drm::nr::GET_CAP => def(drm::DRM_IOCTL_GET_CAP, |f, d| with(d, |v| f.get_cap(v))),
-        drm::nr::PRIME_HANDLE_TO_FD => def(drm::DRM_IOCTL_PRIME_HANDLE_TO_FD, |f, d| {
-            with(d, |v| f.prime_handle_to_fd(v))
+        drm::nr::VERSION => def("VERSION", drm::DRM_IOCTL_VERSION, |f, d| {
+            with(d, |v| f.version(v))
         }),
-        drm::nr::PRIME_FD_TO_HANDLE => def(drm::DRM_IOCTL_PRIME_FD_TO_HANDLE, |f, d| {
-            with(d, |v| f.prime_fd_to_handle(v))
+        drm::nr::GEM_CLOSE => def("GEM_CLOSE", drm::DRM_IOCTL_GEM_CLOSE, |f, d| {
+            with(d, |v| f.gem_close(v))
         }),
-        drm::nr::SYNCOBJ_HANDLE_TO_FD => def(drm::DRM_IOCTL_SYNCOBJ_HANDLE_TO_FD, |f, d| {
-            with(d, |v| f.syncobj_handle_to_fd(v))
+        drm::nr::GET_CAP => def("GET_CAP", drm::DRM_IOCTL_GET_CAP, |f, d| {
+            with(d, |v| f.get_cap(v))
         }),
-        drm::nr::SYNCOBJ_FD_TO_HANDLE => def(drm::DRM_IOCTL_SYNCOBJ_FD_TO_HANDLE, |f, d| {
-            with(d, |v| f.syncobj_fd_to_handle(v))
-        }),
-        drm::nr::SYNCOBJ_CREATE => def(drm::DRM_IOCTL_SYNCOBJ_CREATE, |f, d| {
+        drm::nr::PRIME_HANDLE_TO_FD => def(
+            "PRIME_HANDLE_TO_FD",
+            drm::DRM_IOCTL_PRIME_HANDLE_TO_FD,
+            |f, d| with(d, |v| f.prime_handle_to_fd(v)),
+        ),
+        drm::nr::PRIME_FD_TO_HANDLE => def(
+            "PRIME_FD_TO_HANDLE",
+            drm::DRM_IOCTL_PRIME_FD_TO_HANDLE,
+            |f, d| with(d, |v| f.prime_fd_to_handle(v)),
+        ),
+        drm::nr::SYNCOBJ_HANDLE_TO_FD => def(
+            "SYNCOBJ_HANDLE_TO_FD",
+            drm::DRM_IOCTL_SYNCOBJ_HANDLE_TO_FD,
+            |f, d| with(d, |v| f.syncobj_handle_to_fd(v)),
+        ),
+        drm::nr::SYNCOBJ_FD_TO_HANDLE => def(
+            "SYNCOBJ_FD_TO_HANDLE",
+            drm::DRM_IOCTL_SYNCOBJ_FD_TO_HANDLE,
+            |f, d| with(d, |v| f.syncobj_fd_to_handle(v)),
+        ),
+        drm::nr::SYNCOBJ_CREATE => def("SYNCOBJ_CREATE", drm::DRM_IOCTL_SYNCOBJ_CREATE, |f, d| {
             with(d, |v| f.syncobj_create(v))
         }),
-        drm::nr::SYNCOBJ_DESTROY => def(drm::DRM_IOCTL_SYNCOBJ_DESTROY, |f, d| {
-            with(d, |v| f.syncobj_destroy(v))
-        }),
-        drm::nr::SYNCOBJ_WAIT => def(drm::DRM_IOCTL_SYNCOBJ_WAIT, |f, d| {
+        drm::nr::SYNCOBJ_DESTROY => {
+            def("SYNCOBJ_DESTROY", drm::DRM_IOCTL_SYNCOBJ_DESTROY, |f, d| {
+                with(d, |v| f.syncobj_destroy(v))
+            })
+        }
+        drm::nr::SYNCOBJ_WAIT => def("SYNCOBJ_WAIT", drm::DRM_IOCTL_SYNCOBJ_WAIT, |f, d| {
             with(d, |v| f.syncobj_wait(v))
         }),
-        drm::nr::SYNCOBJ_TIMELINE_WAIT => def(drm::DRM_IOCTL_SYNCOBJ_TIMELINE_WAIT, |f, d| {
-            with(d, |v| f.syncobj_timeline_wait(v))
-        }),
-        drm::nr::SYNCOBJ_RESET => def(drm::DRM_IOCTL_SYNCOBJ_RESET, |f, d| {
+        drm::nr::SYNCOBJ_TIMELINE_WAIT => def(
+            "SYNCOBJ_TIMELINE_WAIT",
+            drm::DRM_IOCTL_SYNCOBJ_TIMELINE_WAIT,
+            |f, d| with(d, |v| f.syncobj_timeline_wait(v)),
+        ),
+        drm::nr::SYNCOBJ_RESET => def("SYNCOBJ_RESET", drm::DRM_IOCTL_SYNCOBJ_RESET, |f, d| {
             with(d, |v| f.syncobj_reset(v, false))
         }),
-        drm::nr::SYNCOBJ_SIGNAL => def(drm::DRM_IOCTL_SYNCOBJ_SIGNAL, |f, d| {
+        drm::nr::SYNCOBJ_SIGNAL => def("SYNCOBJ_SIGNAL", drm::DRM_IOCTL_SYNCOBJ_SIGNAL, |f, d| {
             with(d, |v| f.syncobj_reset(v, true))
         }),
-        drm::nr::SYNCOBJ_QUERY => def(drm::DRM_IOCTL_SYNCOBJ_QUERY, |f, d| {
+        drm::nr::SYNCOBJ_QUERY => def("SYNCOBJ_QUERY", drm::DRM_IOCTL_SYNCOBJ_QUERY, |f, d| {
             with(d, |v| f.syncobj_query(v))
         }),
-        drm::nr::SYNCOBJ_TIMELINE_SIGNAL => def(drm::DRM_IOCTL_SYNCOBJ_TIMELINE_SIGNAL, |f, d| {
-            with(d, |v| f.syncobj_timeline_signal(v))
-        }),
-        drm::nr::SYNCOBJ_TRANSFER => def(drm::DRM_IOCTL_SYNCOBJ_TRANSFER, |f, d| {
-            with(d, |v| f.syncobj_transfer(v))
-        }),
+        drm::nr::SYNCOBJ_TIMELINE_SIGNAL => def(
+            "SYNCOBJ_TIMELINE_SIGNAL",
+            drm::DRM_IOCTL_SYNCOBJ_TIMELINE_SIGNAL,
+            |f, d| with(d, |v| f.syncobj_timeline_signal(v)),
+        ),
+        drm::nr::SYNCOBJ_TRANSFER => def(
+            "SYNCOBJ_TRANSFER",
+            drm::DRM_IOCTL_SYNCOBJ_TRANSFER,
+            |f, d| with(d, |v| f.syncobj_transfer(v)),
+        ),
         _ => None,
     }
 }
@@ -145,37 +174,53 @@ fn core_ioctl(nr: u32) -> Option<IoctlDef> {
 /// The asahi ioctls, by number relative to `DRM_COMMAND_BASE`.
 fn driver_ioctl(nr: u32) -> Option<IoctlDef> {
     match nr {
-        asahi::nr::GET_PARAMS => def(asahi::DRM_IOCTL_ASAHI_GET_PARAMS, |f, d| {
-            with(d, |v| f.get_params(v))
-        }),
-        asahi::nr::GET_TIME => def(asahi::DRM_IOCTL_ASAHI_GET_TIME, |f, d| {
+        asahi::nr::GET_PARAMS => def(
+            "ASAHI_GET_PARAMS",
+            asahi::DRM_IOCTL_ASAHI_GET_PARAMS,
+            |f, d| with(d, |v| f.get_params(v)),
+        ),
+        asahi::nr::GET_TIME => def("ASAHI_GET_TIME", asahi::DRM_IOCTL_ASAHI_GET_TIME, |f, d| {
             with(d, |v| f.get_time(v))
         }),
-        asahi::nr::VM_CREATE => def(asahi::DRM_IOCTL_ASAHI_VM_CREATE, |f, d| {
-            with(d, |v| f.vm_create(v))
-        }),
-        asahi::nr::VM_DESTROY => def(asahi::DRM_IOCTL_ASAHI_VM_DESTROY, |f, d| {
-            with(d, |v| f.vm_destroy(v))
-        }),
-        asahi::nr::VM_BIND => def(asahi::DRM_IOCTL_ASAHI_VM_BIND, |f, d| {
+        asahi::nr::VM_CREATE => def(
+            "ASAHI_VM_CREATE",
+            asahi::DRM_IOCTL_ASAHI_VM_CREATE,
+            |f, d| with(d, |v| f.vm_create(v)),
+        ),
+        asahi::nr::VM_DESTROY => def(
+            "ASAHI_VM_DESTROY",
+            asahi::DRM_IOCTL_ASAHI_VM_DESTROY,
+            |f, d| with(d, |v| f.vm_destroy(v)),
+        ),
+        asahi::nr::VM_BIND => def("ASAHI_VM_BIND", asahi::DRM_IOCTL_ASAHI_VM_BIND, |f, d| {
             with(d, |v| f.vm_bind(v))
         }),
-        asahi::nr::GEM_CREATE => def(asahi::DRM_IOCTL_ASAHI_GEM_CREATE, |f, d| {
-            with(d, |v| f.gem_create(v))
-        }),
-        asahi::nr::QUEUE_CREATE => def(asahi::DRM_IOCTL_ASAHI_QUEUE_CREATE, |f, d| {
-            with(d, |v| f.queue_create(v))
-        }),
-        asahi::nr::QUEUE_DESTROY => def(asahi::DRM_IOCTL_ASAHI_QUEUE_DESTROY, |f, d| {
-            with(d, |v| f.queue_destroy(v))
-        }),
-        asahi::nr::GEM_BIND_OBJECT => def(asahi::DRM_IOCTL_ASAHI_GEM_BIND_OBJECT, |f, d| {
-            with(d, |v| f.gem_bind_object(v))
-        }),
-        asahi::nr::GEM_MMAP_OFFSET => def(asahi::DRM_IOCTL_ASAHI_GEM_MMAP_OFFSET, |f, d| {
-            with(d, |v| f.gem_mmap_offset(v))
-        }),
-        asahi::nr::SUBMIT => def(asahi::DRM_IOCTL_ASAHI_SUBMIT, |f, d| {
+        asahi::nr::GEM_CREATE => def(
+            "ASAHI_GEM_CREATE",
+            asahi::DRM_IOCTL_ASAHI_GEM_CREATE,
+            |f, d| with(d, |v| f.gem_create(v)),
+        ),
+        asahi::nr::QUEUE_CREATE => def(
+            "ASAHI_QUEUE_CREATE",
+            asahi::DRM_IOCTL_ASAHI_QUEUE_CREATE,
+            |f, d| with(d, |v| f.queue_create(v)),
+        ),
+        asahi::nr::QUEUE_DESTROY => def(
+            "ASAHI_QUEUE_DESTROY",
+            asahi::DRM_IOCTL_ASAHI_QUEUE_DESTROY,
+            |f, d| with(d, |v| f.queue_destroy(v)),
+        ),
+        asahi::nr::GEM_BIND_OBJECT => def(
+            "ASAHI_GEM_BIND_OBJECT",
+            asahi::DRM_IOCTL_ASAHI_GEM_BIND_OBJECT,
+            |f, d| with(d, |v| f.gem_bind_object(v)),
+        ),
+        asahi::nr::GEM_MMAP_OFFSET => def(
+            "ASAHI_GEM_MMAP_OFFSET",
+            asahi::DRM_IOCTL_ASAHI_GEM_MMAP_OFFSET,
+            |f, d| with(d, |v| f.gem_mmap_offset(v)),
+        ),
+        asahi::nr::SUBMIT => def("ASAHI_SUBMIT", asahi::DRM_IOCTL_ASAHI_SUBMIT, |f, d| {
             with(d, |v| f.submit(v))
         }),
         _ => None,
@@ -227,17 +272,40 @@ impl File {
     /// caller maps `object.memory().backing().fd()` at the returned offset
     /// within it.
     pub fn mmap_object(&self, offset: u64, len_bytes: u64) -> Result<(Arc<GemObject>, u64), Errno> {
+        self.find_mapping(offset, len_bytes).map_err(|error| {
+            let errno = Errno::from(error.clone());
+            tracing::debug!(
+                offset = format_args!("{offset:#x}"),
+                len_bytes,
+                file = self.id,
+                errno = errno.name(),
+                %error,
+                "mmap refused"
+            );
+            errno
+        })
+    }
+
+    fn find_mapping(
+        &self,
+        offset: u64,
+        len_bytes: u64,
+    ) -> Result<(Arc<GemObject>, u64), MmapError> {
         let object = self
             .device
             .object_at_mmap_offset(offset)
-            .ok_or(Errno::EINVAL)?;
+            .ok_or(MmapError::NoObject { offset })?;
         let within = offset - object.mmap_offset();
         if within
             .checked_add(len_bytes)
             .is_none_or(|end| end > object.size_bytes())
             || len_bytes == 0
         {
-            return Err(Errno::EINVAL);
+            return Err(MmapError::OutsideObject {
+                within_bytes: within,
+                len_bytes,
+                size_bytes: object.size_bytes(),
+            });
         }
         if !self
             .state()
@@ -245,7 +313,7 @@ impl File {
             .values()
             .any(|o| Arc::ptr_eq(o, &object))
         {
-            return Err(Errno::EACCES);
+            return Err(MmapError::NoHandle { offset });
         }
         Ok((object, within))
     }
@@ -262,22 +330,42 @@ impl File {
     /// user pointer to the argument struct. Returns the ioctl's
     /// non-negative result or the errno.
     pub fn ioctl(&self, request: u64, arg: u64) -> Result<i32, Errno> {
-        let request = u32::try_from(request).map_err(|_| Errno::ENOTTY)?;
+        let mut name = "?";
+        self.dispatch(request, arg, &mut name).map_err(|error| {
+            // What drm/asahi and the DRM core print with drm_dbg: which
+            // ioctl, from which file, and why.
+            let errno = error.errno();
+            tracing::debug!(
+                ioctl = name,
+                request = format_args!("{request:#x}"),
+                file = self.id,
+                errno = errno.name(),
+                %error,
+                "ioctl refused"
+            );
+            errno
+        })
+    }
+
+    fn dispatch(&self, request: u64, arg: u64, name: &mut &'static str) -> Result<i32, IoctlError> {
+        let not_drm = IoctlError::NotDrm { request };
+        let request = u32::try_from(request).map_err(|_| not_drm.clone())?;
         if (request >> 8) & 0xFF != u32::from(agx_uapi::ioctl::DRM_IOCTL_BASE) {
-            return Err(Errno::ENOTTY);
+            return Err(not_drm);
         }
         let nr = request & 0xFF;
         let def = if (DRM_COMMAND_BASE..0xA0).contains(&nr) {
             // After a firmware crash the GPU is gone: every driver ioctl
             // fails (the core ones still work, so clients can see fences).
             if self.device.scheduler.crashed() {
-                return Err(Errno::ENODEV);
+                return Err(IoctlError::DeviceGone);
             }
             driver_ioctl(nr - DRM_COMMAND_BASE)
         } else {
             core_ioctl(nr)
         }
-        .ok_or(Errno::EINVAL)?;
+        .ok_or(IoctlError::UnknownIoctl { nr })?;
+        *name = def.name;
         let user_size = ioc_size_bytes(request);
         let both = ioc_dir(request) & ioc_dir(def.request);
         let in_size = if both & IOC_WRITE != 0 { user_size } else { 0 };
@@ -292,7 +380,7 @@ impl File {
 
     // ---- DRM core ------------------------------------------------------
 
-    fn version(&self, v: &mut Version) -> Result<i32, Errno> {
+    fn version(&self, v: &mut Version) -> Result<i32, IoctlError> {
         v.version_major = 1;
         v.version_minor = 0;
         v.version_patchlevel = 0;
@@ -310,7 +398,7 @@ impl File {
         Ok(0)
     }
 
-    fn get_cap(&self, cap: &mut GetCap) -> Result<i32, Errno> {
+    fn get_cap(&self, cap: &mut GetCap) -> Result<i32, IoctlError> {
         // Linux zeroes the value first; it is copied back on error too.
         cap.value = 0;
         cap.value = match cap.capability {
@@ -319,12 +407,12 @@ impl File {
             | drm::DRM_CAP_SYNCOBJ_TIMELINE => 1,
             drm::DRM_CAP_PRIME => drm::DRM_PRIME_CAP_IMPORT | drm::DRM_PRIME_CAP_EXPORT,
             // A render-only device: the KMS capabilities do not apply.
-            _ => return Err(Errno::EOPNOTSUPP),
+            capability => return Err(IoctlError::UnsupportedCap { capability }),
         };
         Ok(0)
     }
 
-    fn gem_close(&self, close: &mut GemClose) -> Result<i32, Errno> {
+    fn gem_close(&self, close: &mut GemClose) -> Result<i32, IoctlError> {
         if close.pad != 0 {
             return Err(GemError::MustBeZero { field: "pad" }.into());
         }
@@ -339,7 +427,7 @@ impl File {
 
     // ---- asahi ---------------------------------------------------------
 
-    fn get_params(&self, p: &mut GetParams) -> Result<i32, Errno> {
+    fn get_params(&self, p: &mut GetParams) -> Result<i32, IoctlError> {
         params::check_get_params(p.param_group, p.pad)?;
         let params = params::params_global();
         let len = (p.size as usize).min(size_of::<ParamsGlobal>());
@@ -347,7 +435,7 @@ impl File {
         Ok(0)
     }
 
-    fn get_time(&self, t: &mut GetTime) -> Result<i32, Errno> {
+    fn get_time(&self, t: &mut GetTime) -> Result<i32, IoctlError> {
         if t.flags != 0 {
             return Err(ParamsError::MustBeZero { field: "flags" }.into());
         }
@@ -355,7 +443,7 @@ impl File {
         Ok(0)
     }
 
-    fn vm_create(&self, c: &mut VmCreate) -> Result<i32, Errno> {
+    fn vm_create(&self, c: &mut VmCreate) -> Result<i32, IoctlError> {
         if c.pad != 0 {
             return Err(VmError::MustBeZero { field: "pad" }.into());
         }
@@ -363,7 +451,7 @@ impl File {
         let mut state = self.state();
         let id = {
             let state = &mut *state;
-            take_id(&state.vms, &mut state.next_vm)?
+            take_id(&state.vms, &mut state.next_vm, "VM")?
         };
         let vm = Vm::new(
             id,
@@ -377,7 +465,7 @@ impl File {
         Ok(0)
     }
 
-    fn vm_destroy(&self, d: &mut VmDestroy) -> Result<i32, Errno> {
+    fn vm_destroy(&self, d: &mut VmDestroy) -> Result<i32, IoctlError> {
         if d.pad != 0 {
             return Err(VmError::MustBeZero { field: "pad" }.into());
         }
@@ -387,7 +475,7 @@ impl File {
             .ok_or_else(|| VmError::NoSuchVm { vm_id: d.vm_id }.into())
     }
 
-    fn vm_bind(&self, b: &mut VmBind) -> Result<i32, Errno> {
+    fn vm_bind(&self, b: &mut VmBind) -> Result<i32, IoctlError> {
         if b.pad != 0 {
             return Err(BindError::MustBeZero { field: "pad" }.into());
         }
@@ -481,7 +569,7 @@ impl File {
         Ok(0)
     }
 
-    fn gem_create(&self, c: &mut GemCreate) -> Result<i32, Errno> {
+    fn gem_create(&self, c: &mut GemCreate) -> Result<i32, IoctlError> {
         if c.pad != 0 {
             return Err(GemError::MustBeZero { field: "pad" }.into());
         }
@@ -510,13 +598,13 @@ impl File {
             .map_err(GemError::from)?;
         let mut state = self.state();
         let state = &mut *state;
-        let handle = take_id(&state.handles, &mut state.next_handle)?;
+        let handle = take_id(&state.handles, &mut state.next_handle, "GEM handle")?;
         state.handles.insert(handle, object);
         c.handle = handle;
         Ok(0)
     }
 
-    fn gem_mmap_offset(&self, m: &mut GemMmapOffset) -> Result<i32, Errno> {
+    fn gem_mmap_offset(&self, m: &mut GemMmapOffset) -> Result<i32, IoctlError> {
         if m.flags != 0 {
             return Err(GemError::MustBeZero { field: "flags" }.into());
         }
@@ -532,7 +620,11 @@ impl File {
 /// such as the drm crate treat 0 as no handle). Ids count up and, after
 /// 2^32 - 1 of them, wrap to reuse freed ones, as `idr_alloc_cyclic`;
 /// ENOSPC when every id is taken.
-fn take_id<V>(map: &BTreeMap<u32, V>, next: &mut u32) -> Result<u32, Errno> {
+fn take_id<V>(
+    map: &BTreeMap<u32, V>,
+    next: &mut u32,
+    kind: &'static str,
+) -> Result<u32, IoctlError> {
     for _ in 0..=map.len().saturating_add(1) {
         let id = *next;
         *next = next.checked_add(1).unwrap_or(1);
@@ -540,7 +632,7 @@ fn take_id<V>(map: &BTreeMap<u32, V>, next: &mut u32) -> Result<u32, Errno> {
             return Ok(id);
         }
     }
-    Err(Errno::ENOSPC)
+    Err(IoctlError::IdsExhausted { kind })
 }
 
 /// How long TRANSFER with WAIT_FOR_SUBMIT waits for a fence to appear
@@ -554,15 +646,19 @@ const MAX_USER_ARRAY_BYTES: u64 = 4 << 20;
 /// A zeroed buffer for `count` elements of `size` bytes, or ENOMEM past
 /// [`MAX_USER_ARRAY_BYTES`] (no allocation is made from an unchecked
 /// user count).
-fn user_array(count: u64, size: u64) -> Result<Vec<u8>, Errno> {
+fn user_array(count: u64, size: u64) -> Result<Vec<u8>, IoctlError> {
     let bytes = count
         .checked_mul(size)
         .filter(|&b| b <= MAX_USER_ARRAY_BYTES)
-        .ok_or(Errno::ENOMEM)?;
+        .ok_or(IoctlError::ArrayTooLarge {
+            count,
+            element_bytes: size,
+            max_bytes: MAX_USER_ARRAY_BYTES,
+        })?;
     Ok(vec![0u8; bytes as usize])
 }
 
-fn read_u32s(address: u64, count: u32) -> Result<Vec<u32>, Errno> {
+fn read_u32s(address: u64, count: u32) -> Result<Vec<u32>, IoctlError> {
     let mut bytes = user_array(u64::from(count), 4)?;
     copy_from_user(&mut bytes, address)?;
     Ok(bytes
@@ -571,7 +667,7 @@ fn read_u32s(address: u64, count: u32) -> Result<Vec<u32>, Errno> {
         .collect())
 }
 
-fn read_u64s(address: u64, count: u32) -> Result<Vec<u64>, Errno> {
+fn read_u64s(address: u64, count: u32) -> Result<Vec<u64>, IoctlError> {
     let mut bytes = user_array(u64::from(count), 8)?;
     copy_from_user(&mut bytes, address)?;
     Ok(bytes
@@ -588,16 +684,28 @@ impl File {
         self.state().syncobjs.get(&handle).cloned()
     }
 
-    fn syncobjs(&self, handles: &[u32]) -> Result<Vec<Arc<Syncobj>>, Errno> {
+    fn syncobjs(&self, handles: &[u32]) -> Result<Vec<Arc<Syncobj>>, SyncobjError> {
         let state = self.state();
         handles
             .iter()
-            .map(|h| state.syncobjs.get(h).cloned().ok_or(Errno::ENOENT))
+            .map(|&handle| {
+                state
+                    .syncobjs
+                    .get(&handle)
+                    .cloned()
+                    .ok_or(SyncobjError::NoSuchSyncobj { handle })
+            })
             .collect()
     }
 
-    fn syncobj_create(&self, c: &mut SyncobjCreate) -> Result<i32, Errno> {
-        let flags = SyncobjCreateFlags::from_bits(c.flags).ok_or(Errno::EINVAL)?;
+    fn syncobj_or(&self, handle: u32) -> Result<Arc<Syncobj>, SyncobjError> {
+        self.syncobj(handle)
+            .ok_or(SyncobjError::NoSuchSyncobj { handle })
+    }
+
+    fn syncobj_create(&self, c: &mut SyncobjCreate) -> Result<i32, IoctlError> {
+        let flags = SyncobjCreateFlags::from_bits(c.flags)
+            .ok_or(SyncobjError::UnknownFlags { flags: c.flags })?;
         let syncobj = Syncobj::new(
             flags.contains(SyncobjCreateFlags::SIGNALED),
             Arc::clone(&self.device.events),
@@ -605,21 +713,21 @@ impl File {
         );
         let mut state = self.state();
         let state = &mut *state;
-        let handle = take_id(&state.syncobjs, &mut state.next_syncobj)?;
+        let handle = take_id(&state.syncobjs, &mut state.next_syncobj, "syncobj")?;
         state.syncobjs.insert(handle, syncobj);
         c.handle = handle;
         Ok(0)
     }
 
-    fn syncobj_destroy(&self, d: &mut SyncobjDestroy) -> Result<i32, Errno> {
+    fn syncobj_destroy(&self, d: &mut SyncobjDestroy) -> Result<i32, IoctlError> {
         if d.pad != 0 {
-            return Err(Errno::EINVAL);
+            return Err(SyncobjError::MustBeZero { field: "pad" }.into());
         }
         self.state()
             .syncobjs
             .remove(&d.handle)
             .map(|_| 0)
-            .ok_or(Errno::EINVAL)
+            .ok_or_else(|| SyncobjError::DestroyUnknownHandle { handle: d.handle }.into())
     }
 
     fn wait_common(
@@ -629,7 +737,7 @@ impl File {
         count: u32,
         flags: SyncobjWaitFlags,
         timeout_ns: i64,
-    ) -> Result<u32, Errno> {
+    ) -> Result<u32, IoctlError> {
         let handles = read_u32s(handles, count)?;
         let points = match points {
             Some(address) => read_u64s(address, count)?,
@@ -638,7 +746,7 @@ impl File {
         let syncobjs = self.syncobjs(&handles)?;
         let entries: Vec<(Arc<Syncobj>, WaitSpec)> = syncobjs
             .into_iter()
-            .zip(points)
+            .zip(points.iter().copied())
             .map(|(s, point)| (s, WaitSpec { point }))
             .collect();
         match sync::wait(
@@ -650,18 +758,22 @@ impl File {
             timeout_ns,
         ) {
             Ok(first) => Ok(first as u32),
-            Err(WaitError::NoFence { .. }) => Err(Errno::EINVAL),
-            Err(WaitError::TimedOut) => Err(Errno::ETIME),
+            Err(WaitError::NoFence { index }) => Err(SyncobjError::NoFence {
+                handle: handles[index],
+                point: points[index],
+            }
+            .into()),
+            Err(WaitError::TimedOut) => Err(SyncobjError::TimedOut.into()),
         }
     }
 
-    fn syncobj_wait(&self, w: &mut SyncobjWait) -> Result<i32, Errno> {
+    fn syncobj_wait(&self, w: &mut SyncobjWait) -> Result<i32, IoctlError> {
         let allowed = SyncobjWaitFlags::WAIT_ALL
             | SyncobjWaitFlags::WAIT_FOR_SUBMIT
             | SyncobjWaitFlags::WAIT_DEADLINE;
         let flags = SyncobjWaitFlags::from_bits(w.flags)
             .filter(|f| allowed.contains(*f))
-            .ok_or(Errno::EINVAL)?;
+            .ok_or(SyncobjError::UnknownFlags { flags: w.flags })?;
         if w.count_handles == 0 {
             return Ok(0);
         }
@@ -670,8 +782,9 @@ impl File {
         Ok(0)
     }
 
-    fn syncobj_timeline_wait(&self, w: &mut SyncobjTimelineWait) -> Result<i32, Errno> {
-        let flags = SyncobjWaitFlags::from_bits(w.flags).ok_or(Errno::EINVAL)?;
+    fn syncobj_timeline_wait(&self, w: &mut SyncobjTimelineWait) -> Result<i32, IoctlError> {
+        let flags = SyncobjWaitFlags::from_bits(w.flags)
+            .ok_or(SyncobjError::UnknownFlags { flags: w.flags })?;
         if w.count_handles == 0 {
             return Ok(0);
         }
@@ -686,9 +799,12 @@ impl File {
         Ok(0)
     }
 
-    fn syncobj_reset(&self, a: &mut SyncobjArray, signal: bool) -> Result<i32, Errno> {
-        if a.pad != 0 || a.count_handles == 0 {
-            return Err(Errno::EINVAL);
+    fn syncobj_reset(&self, a: &mut SyncobjArray, signal: bool) -> Result<i32, IoctlError> {
+        if a.pad != 0 {
+            return Err(SyncobjError::MustBeZero { field: "pad" }.into());
+        }
+        if a.count_handles == 0 {
+            return Err(SyncobjError::NoHandles.into());
         }
         let syncobjs = self.syncobjs(&read_u32s(a.handles, a.count_handles)?)?;
         for syncobj in syncobjs {
@@ -698,10 +814,11 @@ impl File {
         Ok(0)
     }
 
-    fn syncobj_query(&self, q: &mut SyncobjTimelineArray) -> Result<i32, Errno> {
-        let flags = SyncobjQueryFlags::from_bits(q.flags).ok_or(Errno::EINVAL)?;
+    fn syncobj_query(&self, q: &mut SyncobjTimelineArray) -> Result<i32, IoctlError> {
+        let flags = SyncobjQueryFlags::from_bits(q.flags)
+            .ok_or(SyncobjError::UnknownFlags { flags: q.flags })?;
         if q.count_handles == 0 {
-            return Err(Errno::EINVAL);
+            return Err(SyncobjError::NoHandles.into());
         }
         let syncobjs = self.syncobjs(&read_u32s(q.handles, q.count_handles)?)?;
         let points: Vec<u8> = syncobjs
@@ -719,9 +836,12 @@ impl File {
         Ok(0)
     }
 
-    fn syncobj_timeline_signal(&self, a: &mut SyncobjTimelineArray) -> Result<i32, Errno> {
-        if a.flags != 0 || a.count_handles == 0 {
-            return Err(Errno::EINVAL);
+    fn syncobj_timeline_signal(&self, a: &mut SyncobjTimelineArray) -> Result<i32, IoctlError> {
+        if a.flags != 0 {
+            return Err(SyncobjError::UnknownFlags { flags: a.flags }.into());
+        }
+        if a.count_handles == 0 {
+            return Err(SyncobjError::NoHandles.into());
         }
         let syncobjs = self.syncobjs(&read_u32s(a.handles, a.count_handles)?)?;
         // A null points array means point 0 for every handle (Linux).
@@ -736,21 +856,25 @@ impl File {
         Ok(0)
     }
 
-    fn syncobj_transfer(&self, t: &mut SyncobjTransfer) -> Result<i32, Errno> {
+    fn syncobj_transfer(&self, t: &mut SyncobjTransfer) -> Result<i32, IoctlError> {
         if t.pad != 0 {
-            return Err(Errno::EINVAL);
+            return Err(SyncobjError::MustBeZero { field: "pad" }.into());
         }
-        let flags = SyncobjWaitFlags::from_bits(t.flags).ok_or(Errno::EINVAL)?;
-        let src = self.syncobj(t.src_handle).ok_or(Errno::ENOENT)?;
-        let dst = self.syncobj(t.dst_handle).ok_or(Errno::ENOENT)?;
+        let flags = SyncobjWaitFlags::from_bits(t.flags)
+            .ok_or(SyncobjError::UnknownFlags { flags: t.flags })?;
+        let src = self.syncobj_or(t.src_handle)?;
+        let dst = self.syncobj_or(t.dst_handle)?;
         if src.fence_for(t.src_point).is_none() && flags.contains(SyncobjWaitFlags::WAIT_FOR_SUBMIT)
         {
             let entry = [(Arc::clone(&src), WaitSpec { point: t.src_point })];
             let deadline = sync::monotonic_now_ns().saturating_add(TRANSFER_SUBMIT_WAIT_NS);
             sync::wait(&self.device.events, &entry, true, true, true, deadline)
-                .map_err(|_| Errno::ETIME)?;
+                .map_err(|_| SyncobjError::TimedOut)?;
         }
-        let point = src.fence_for(t.src_point).ok_or(Errno::EINVAL)?;
+        let point = src.fence_for(t.src_point).ok_or(SyncobjError::NoFence {
+            handle: t.src_handle,
+            point: t.src_point,
+        })?;
         let fence = Fence::all_of(&point, Arc::clone(&self.device.events));
         dst.add_point(t.dst_point, fence);
         Ok(0)
@@ -770,22 +894,25 @@ fn is_gem_memfd(fd: &OwnedFd) -> bool {
 impl File {
     // ---- PRIME and syncobj fds -----------------------------------------
 
-    fn handle_for(&self, object: Arc<GemObject>) -> Result<u32, Errno> {
+    fn handle_for(&self, object: Arc<GemObject>) -> Result<u32, IoctlError> {
         let mut state = self.state();
         if let Some((&handle, _)) = state.handles.iter().find(|(_, o)| Arc::ptr_eq(o, &object)) {
             return Ok(handle);
         }
         let state = &mut *state;
-        let handle = take_id(&state.handles, &mut state.next_handle)?;
+        let handle = take_id(&state.handles, &mut state.next_handle, "GEM handle")?;
         state.handles.insert(handle, object);
         Ok(handle)
     }
 
-    fn prime_handle_to_fd(&self, p: &mut PrimeHandle) -> Result<i32, Errno> {
-        let flags = PrimeFlags::from_bits(p.flags).ok_or(Errno::EINVAL)?;
-        let object = self.object(p.handle).ok_or(Errno::ENOENT)?;
+    fn prime_handle_to_fd(&self, p: &mut PrimeHandle) -> Result<i32, IoctlError> {
+        let flags =
+            PrimeFlags::from_bits(p.flags).ok_or(PrimeError::UnknownFlags { flags: p.flags })?;
+        let object = self
+            .object(p.handle)
+            .ok_or(PrimeError::NoSuchHandle { handle: p.handle })?;
         if object.private_vm().is_some() {
-            return Err(Errno::EINVAL);
+            return Err(PrimeError::PrivateObject { handle: p.handle }.into());
         }
         let fd = self
             .device
@@ -795,54 +922,65 @@ impl File {
         Ok(0)
     }
 
-    fn prime_fd_to_handle(&self, p: &mut PrimeHandle) -> Result<i32, Errno> {
-        let fd = dup_user_fd(p.fd).ok_or(Errno::EBADF)?;
+    fn prime_fd_to_handle(&self, p: &mut PrimeHandle) -> Result<i32, IoctlError> {
+        let fd = dup_user_fd(p.fd).ok_or(PrimeError::BadFd { fd: p.fd })?;
         let object = match self.device.exports.find_object(fd.as_fd())? {
             Some(object) => object,
-            None if is_gem_memfd(&fd) => self.device.adopt_object(fd).map_err(|_| Errno::ENOMEM)?,
-            None => return Err(Errno::EINVAL),
+            None if is_gem_memfd(&fd) => self
+                .device
+                .adopt_object(fd)
+                .map_err(|_| PrimeError::OutOfMemory { fd: p.fd })?,
+            None => return Err(PrimeError::NotABuffer { fd: p.fd }.into()),
         };
         p.handle = self.handle_for(object)?;
         Ok(0)
     }
 
-    fn syncobj_handle_to_fd(&self, h: &mut SyncobjHandle) -> Result<i32, Errno> {
+    fn syncobj_handle_to_fd(&self, h: &mut SyncobjHandle) -> Result<i32, IoctlError> {
         if h.pad != 0 {
-            return Err(Errno::EINVAL);
+            return Err(SyncobjError::MustBeZero { field: "pad" }.into());
         }
-        let flags = SyncobjHandleToFdFlags::from_bits(h.flags).ok_or(Errno::EINVAL)?;
+        let flags = SyncobjHandleToFdFlags::from_bits(h.flags)
+            .ok_or(SyncobjError::UnknownFlags { flags: h.flags })?;
         let fd = if flags.contains(SyncobjHandleToFdFlags::EXPORT_SYNC_FILE) {
-            let syncobj = self.syncobj(h.handle).ok_or(Errno::ENOENT)?;
-            let point = syncobj.fence_for(0).ok_or(Errno::EINVAL)?;
+            let syncobj = self.syncobj_or(h.handle)?;
+            let point = syncobj.fence_for(0).ok_or(SyncobjError::NoFence {
+                handle: h.handle,
+                point: 0,
+            })?;
             let fence = Fence::all_of(&point, Arc::clone(&self.device.events));
             self.device.exports.export_sync_file(fence)?
         } else {
-            let syncobj = self.syncobj(h.handle).ok_or(Errno::EINVAL)?;
+            // Linux: an unknown handle is EINVAL on this path.
+            let syncobj = self
+                .syncobj(h.handle)
+                .ok_or(SyncobjError::DestroyUnknownHandle { handle: h.handle })?;
             self.device.exports.export_syncobj(&syncobj)?
         };
         h.fd = fd.into_raw_fd();
         Ok(0)
     }
 
-    fn syncobj_fd_to_handle(&self, h: &mut SyncobjHandle) -> Result<i32, Errno> {
+    fn syncobj_fd_to_handle(&self, h: &mut SyncobjHandle) -> Result<i32, IoctlError> {
         if h.pad != 0 {
-            return Err(Errno::EINVAL);
+            return Err(SyncobjError::MustBeZero { field: "pad" }.into());
         }
-        let flags = SyncobjFdToHandleFlags::from_bits(h.flags).ok_or(Errno::EINVAL)?;
-        let fd = dup_user_fd(h.fd).ok_or(Errno::EINVAL)?;
+        let flags = SyncobjFdToHandleFlags::from_bits(h.flags)
+            .ok_or(SyncobjError::UnknownFlags { flags: h.flags })?;
+        let fd = dup_user_fd(h.fd).ok_or(SyncobjError::BadFd { fd: h.fd })?;
         if flags.contains(SyncobjFdToHandleFlags::IMPORT_SYNC_FILE) {
             let fence = self
                 .device
                 .exports
                 .import_sync_file(fd.as_fd(), &self.device.events)?;
-            let syncobj = self.syncobj(h.handle).ok_or(Errno::ENOENT)?;
+            let syncobj = self.syncobj_or(h.handle)?;
             syncobj.replace(Some(fence));
             return Ok(0);
         }
         let syncobj = self.device.exports.import_syncobj(fd.as_fd())?;
         let mut state = self.state();
         let state = &mut *state;
-        let handle = take_id(&state.syncobjs, &mut state.next_syncobj)?;
+        let handle = take_id(&state.syncobjs, &mut state.next_syncobj, "syncobj")?;
         state.syncobjs.insert(handle, syncobj);
         h.handle = handle;
         Ok(0)
@@ -884,36 +1022,47 @@ impl File {
         self.state().bound.get(&object_handle).cloned()
     }
 
-    fn gem_bind_object(&self, b: &mut GemBindObject) -> Result<i32, Errno> {
+    fn gem_bind_object(&self, b: &mut GemBindObject) -> Result<i32, IoctlError> {
         if b.vm_id != 0 || b.pad != 0 {
-            return Err(GemError::MustBeZero {
+            return Err(BindObjectError::MustBeZero {
                 field: if b.pad != 0 { "pad" } else { "vm_id" },
             }
             .into());
         }
-        match BindObjectOp::try_from(b.op).map_err(|_| Errno::EINVAL)? {
+        let op =
+            BindObjectOp::try_from(b.op).map_err(|_| BindObjectError::UnknownOp { op: b.op })?;
+        match op {
             BindObjectOp::Bind => {
                 if b.flags != BindObjectFlags::USAGE_TIMESTAMPS.bits() {
-                    return Err(GemError::UnknownFlags { flags: b.flags }.into());
+                    return Err(BindObjectError::UnknownFlags { flags: b.flags }.into());
                 }
                 let page = agx_hw::uat::PAGE_BYTES;
                 if !b.offset.is_multiple_of(page) || !b.range.is_multiple_of(page) || b.range == 0 {
-                    return Err(Errno::EINVAL);
+                    return Err(BindObjectError::Unaligned {
+                        offset: b.offset,
+                        range: b.range,
+                    }
+                    .into());
                 }
                 let object = self
                     .object(b.handle)
-                    .ok_or(GemError::NoSuchHandle { handle: b.handle })?;
+                    .ok_or(BindObjectError::NoSuchHandle { handle: b.handle })?;
                 if b.offset
                     .checked_add(b.range)
                     .is_none_or(|end| end > object.size_bytes())
                 {
-                    return Err(Errno::EINVAL);
+                    return Err(BindObjectError::OutsideObject {
+                        offset: b.offset,
+                        range: b.range,
+                        size_bytes: object.size_bytes(),
+                    }
+                    .into());
                 }
                 let link = Arc::clone(self.device.firmware());
                 let va = link
                     .vm
                     .map(Arc::clone(object.memory()), b.offset, b.range)
-                    .map_err(|_| Errno::ENOMEM)?;
+                    .map_err(BindObjectError::from)?;
                 let firmware = Arc::new(FirmwareMapping {
                     link,
                     va,
@@ -921,7 +1070,7 @@ impl File {
                 });
                 let mut state = self.state();
                 let state = &mut *state;
-                let handle = take_id(&state.bound, &mut state.next_bound)?;
+                let handle = take_id(&state.bound, &mut state.next_bound, "bound object")?;
                 state.bound.insert(
                     handle,
                     BoundObject {
@@ -935,14 +1084,25 @@ impl File {
                 Ok(0)
             }
             BindObjectOp::Unbind => {
-                if b.flags != 0 || b.handle != 0 || b.offset != 0 || b.range != 0 {
-                    return Err(Errno::EINVAL);
+                let nonzero = [
+                    ("flags", b.flags != 0),
+                    ("handle", b.handle != 0),
+                    ("offset", b.offset != 0),
+                    ("range", b.range != 0),
+                ];
+                if let Some((field, _)) = nonzero.into_iter().find(|(_, set)| *set) {
+                    return Err(BindObjectError::MustBeZero { field }.into());
                 }
                 self.state()
                     .bound
                     .remove(&b.object_handle)
                     .map(|_| 0)
-                    .ok_or(Errno::ENOENT)
+                    .ok_or_else(|| {
+                        BindObjectError::NoSuchBinding {
+                            object_handle: b.object_handle,
+                        }
+                        .into()
+                    })
             }
         }
     }
@@ -956,7 +1116,7 @@ impl File {
         self.state().queues.get(&queue_id).cloned()
     }
 
-    fn queue_create(&self, c: &mut QueueCreate) -> Result<i32, Errno> {
+    fn queue_create(&self, c: &mut QueueCreate) -> Result<i32, IoctlError> {
         if c.flags != 0 {
             return Err(QueueError::MustBeZero { field: "flags" }.into());
         }
@@ -969,7 +1129,7 @@ impl File {
             .ok_or(QueueError::NoSuchVm { vm_id: c.vm_id })?;
         let id = {
             let state = &mut *state;
-            take_id(&state.queues, &mut state.next_queue)?
+            take_id(&state.queues, &mut state.next_queue, "queue")?
         };
         let queue = Queue::new(
             id,
@@ -983,7 +1143,7 @@ impl File {
         Ok(0)
     }
 
-    fn queue_destroy(&self, d: &mut QueueDestroy) -> Result<i32, Errno> {
+    fn queue_destroy(&self, d: &mut QueueDestroy) -> Result<i32, IoctlError> {
         if d.pad != 0 {
             return Err(QueueError::MustBeZero { field: "pad" }.into());
         }
@@ -1074,7 +1234,7 @@ impl File {
         }
     }
 
-    fn submit(&self, s: &mut Submit) -> Result<i32, Errno> {
+    fn submit(&self, s: &mut Submit) -> Result<i32, IoctlError> {
         if s.flags != 0 || s.pad != 0 {
             let field = if s.flags != 0 { "flags" } else { "pad" };
             return Err(SubmitArgError::MustBeZero { field }.into());

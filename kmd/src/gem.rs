@@ -95,6 +95,89 @@ impl Drop for GemObject {
     }
 }
 
+/// Why a CPU mapping of the DRM file was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MmapError {
+    /// No object's mmap window starts at this offset.
+    #[error("no object at mmap offset {offset:#x}")]
+    NoObject {
+        /// The offset.
+        offset: u64,
+    },
+    /// The mapping is empty or runs past the object's end.
+    #[error("{len_bytes} bytes at {within_bytes:#x} do not fit the {size_bytes:#x}-byte object")]
+    OutsideObject {
+        /// Where in the object the mapping starts.
+        within_bytes: u64,
+        /// Its length.
+        len_bytes: u64,
+        /// The object's size.
+        size_bytes: u64,
+    },
+    /// The object exists but this file has no handle to it.
+    #[error("this file has no handle to the object at {offset:#x}")]
+    NoHandle {
+        /// The offset.
+        offset: u64,
+    },
+}
+
+/// Why GEM_BIND_OBJECT failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BindObjectError {
+    /// A pad or MBZ field is not zero.
+    #[error("{field} must be zero")]
+    MustBeZero {
+        /// The field.
+        field: &'static str,
+    },
+    /// `op` is neither BIND nor UNBIND.
+    #[error("unknown op {op}")]
+    UnknownOp {
+        /// The op given.
+        op: u32,
+    },
+    /// BIND without exactly `USAGE_TIMESTAMPS`.
+    #[error("flags {flags:#x}: BIND takes USAGE_TIMESTAMPS only")]
+    UnknownFlags {
+        /// The flags given.
+        flags: u32,
+    },
+    /// The range is empty or not page-aligned.
+    #[error("range {offset:#x}+{range:#x} is empty or not 16 KiB-aligned")]
+    Unaligned {
+        /// Offset in the object.
+        offset: u64,
+        /// Length.
+        range: u64,
+    },
+    /// The range does not lie in the object.
+    #[error("range {offset:#x}+{range:#x} is outside the {size_bytes:#x}-byte object")]
+    OutsideObject {
+        /// Offset in the object.
+        offset: u64,
+        /// Length.
+        range: u64,
+        /// The object's size.
+        size_bytes: u64,
+    },
+    /// No object has this handle in the file.
+    #[error("no object with handle {handle}")]
+    NoSuchHandle {
+        /// The handle.
+        handle: u32,
+    },
+    /// UNBIND of an object handle that is not bound.
+    #[error("no bound object {object_handle}")]
+    NoSuchBinding {
+        /// The object handle.
+        object_handle: u32,
+    },
+    /// The firmware's address space is full.
+    #[error("the firmware range has no room: {0}")]
+    OutOfMemory(#[from] AllocError),
+}
+
 /// Why a GEM ioctl failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum GemError {

@@ -282,6 +282,56 @@ pub struct WaitSpec {
     pub point: u64,
 }
 
+/// Why a syncobj ioctl failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SyncobjError {
+    /// A pad or MBZ field is not zero.
+    #[error("{field} must be zero")]
+    MustBeZero {
+        /// The field.
+        field: &'static str,
+    },
+    /// Flags outside the set this ioctl takes.
+    #[error("flags {flags:#x} are not all known to this ioctl")]
+    UnknownFlags {
+        /// The flags given.
+        flags: u32,
+    },
+    /// An ioctl that needs handles got none.
+    #[error("count_handles is zero")]
+    NoHandles,
+    /// No syncobj has this handle in the file.
+    #[error("no syncobj with handle {handle}")]
+    NoSuchSyncobj {
+        /// The handle.
+        handle: u32,
+    },
+    /// DESTROY of a handle that does not exist (Linux: EINVAL).
+    #[error("DESTROY of unknown syncobj handle {handle}")]
+    DestroyUnknownHandle {
+        /// The handle.
+        handle: u32,
+    },
+    /// The syncobj has no fence at the point and the caller did not ask
+    /// to wait for one.
+    #[error("syncobj {handle} has no fence at point {point}")]
+    NoFence {
+        /// The handle.
+        handle: u32,
+        /// The point.
+        point: u64,
+    },
+    /// A wait's deadline passed.
+    #[error("the deadline passed")]
+    TimedOut,
+    /// The file descriptor is not a syncobj or sync file of this kind.
+    #[error("fd {fd} is not a syncobj or sync file")]
+    BadFd {
+        /// The descriptor.
+        fd: i32,
+    },
+}
+
 /// Why a wait ended without success.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum WaitError {

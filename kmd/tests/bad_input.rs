@@ -798,3 +798,75 @@ fn an_unsupported_cap_reads_back_zero() {
     );
     assert_eq!(cap.value, 0, "Linux zeroes the value and copies it back");
 }
+
+/// Captures what the kmd logs on this thread, as text.
+#[derive(Clone, Default)]
+struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[test]
+fn every_refusal_is_logged_with_its_typed_error() {
+    let system = system();
+    let file = system.open();
+    let captured = Captured::default();
+    let writer = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::DEBUG)
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    tracing::subscriber::with_default(subscriber, || {
+        let mut create = GemCreate {
+            size: PAGE,
+            flags: 0x8000_0000,
+            ..GemCreate::default()
+        };
+        assert_eq!(
+            call(&file, asahi::DRM_IOCTL_ASAHI_GEM_CREATE, &mut create),
+            Err(Errno::EINVAL)
+        );
+        let mut close = GemClose { handle: 77, pad: 0 };
+        assert_eq!(
+            call(&file, drm::DRM_IOCTL_GEM_CLOSE, &mut close),
+            Err(Errno::EINVAL)
+        );
+        assert_eq!(file.ioctl(0x1234, 0), Err(Errno::ENOTTY));
+        assert!(file.mmap_object(0x7700_0000_0000, PAGE).is_err());
+    });
+    let log = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    let lines: Vec<&str> = log.lines().collect();
+    assert_eq!(lines.len(), 4, "one line per refusal:\n{log}");
+    for (line, wanted) in lines.iter().zip([
+        [
+            "ioctl=\"ASAHI_GEM_CREATE\"",
+            "errno=\"EINVAL\"",
+            "unknown flags 0x80000000",
+        ],
+        [
+            "ioctl=\"GEM_CLOSE\"",
+            "errno=\"EINVAL\"",
+            "GEM_CLOSE of unknown handle 77",
+        ],
+        ["request=0x1234", "errno=\"ENOTTY\"", "is not a DRM ioctl"],
+        [
+            "mmap refused",
+            "errno=\"EINVAL\"",
+            "no object at mmap offset 0x770000000000",
+        ],
+    ]) {
+        for needle in wanted {
+            assert!(line.contains(needle), "{needle:?} not in {line:?}");
+        }
+        assert!(line.contains("DEBUG"), "{line}");
+    }
+}

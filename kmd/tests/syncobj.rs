@@ -305,6 +305,8 @@ fn bad_syncobj_arguments() {
     let system = system();
     let file = system.open();
     let h = create(&file, true);
+    // Arrays the kernel reads through pointers must outlive the call.
+    let just_h = [h];
     let mut c = SyncobjCreate {
         handle: 0,
         flags: 2,
@@ -360,7 +362,7 @@ fn bad_syncobj_arguments() {
         Err(Errno::ENOENT)
     );
     let mut a = SyncobjArray {
-        handles: [h].as_ptr() as u64,
+        handles: just_h.as_ptr() as u64,
         count_handles: 1,
         pad: 1,
     };
@@ -415,7 +417,7 @@ fn bad_syncobj_arguments() {
     // A count whose array exceeds kmalloc's limit is ENOMEM, not an
     // allocation of gigabytes.
     let mut huge = SyncobjArray {
-        handles: [h].as_ptr() as u64,
+        handles: just_h.as_ptr() as u64,
         count_handles: u32::MAX,
         pad: 0,
     };
@@ -424,7 +426,7 @@ fn bad_syncobj_arguments() {
         Err(Errno::ENOMEM)
     );
     let mut huge = SyncobjWait {
-        handles: [h].as_ptr() as u64,
+        handles: just_h.as_ptr() as u64,
         count_handles: u32::MAX,
         ..SyncobjWait::default()
     };
@@ -439,9 +441,11 @@ fn a_null_points_array_means_point_zero() {
     let system = system();
     let file = system.open();
     let h = create(&file, false);
+    // Arrays the kernel reads through pointers must outlive the call.
+    let just_h = [h];
     // TIMELINE_SIGNAL with no points signals point 0 (the binary fence).
     let mut a = SyncobjTimelineArray {
-        handles: [h].as_ptr() as u64,
+        handles: just_h.as_ptr() as u64,
         points: 0,
         count_handles: 1,
         flags: 0,
@@ -452,7 +456,7 @@ fn a_null_points_array_means_point_zero() {
     );
     // TIMELINE_WAIT with no points waits for point 0: signalled.
     let mut w = SyncobjTimelineWait {
-        handles: [h].as_ptr() as u64,
+        handles: just_h.as_ptr() as u64,
         points: 0,
         timeout_nsec: 0,
         count_handles: 1,
@@ -464,7 +468,7 @@ fn a_null_points_array_means_point_zero() {
     );
     // QUERY still needs somewhere to write.
     let mut q = SyncobjTimelineArray {
-        handles: [h].as_ptr() as u64,
+        handles: just_h.as_ptr() as u64,
         points: 0,
         count_handles: 1,
         flags: 0,
