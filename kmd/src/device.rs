@@ -16,8 +16,8 @@ use std::sync::{Arc, Mutex, Weak};
 
 use agx_uapi::asahi::GemFlags;
 
+use agx_capture::CaptureWriter;
 use agx_fwif::coprocessor::Coprocessor;
-use agx_uapi::capture::CaptureWriter;
 
 use crate::export::Exports;
 use crate::file::File;

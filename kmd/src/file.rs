@@ -1205,7 +1205,7 @@ impl File {
                     } else {
                         backing.read(m.offset as usize, &mut bytes)?;
                     }
-                    Some(agx_uapi::capture::MemoryRange {
+                    Some(agx_capture::MemoryRange {
                         va: m.va,
                         read: m.permissions.gpu_read,
                         write: m.permissions.gpu_write,
@@ -1214,7 +1214,7 @@ impl File {
                 })
                 .collect()
         };
-        let record = agx_uapi::capture::Submission {
+        let record = agx_capture::Submission {
             usc_exec_base: queue.usc_exec_base(),
             vm_id: self
                 .state()

@@ -16,14 +16,14 @@ fn decode(c: &mut Criterion) {
     renderer.frame(0).unwrap();
     system.stop_capture();
     let bytes = std::fs::read(&path).unwrap();
-    let capture = agx_uapi::capture::parse(&bytes).unwrap();
+    let capture = agx_capture::parse(&bytes).unwrap();
     let mut group = c.benchmark_group("decode");
     group.throughput(Throughput::Bytes(bytes.len() as u64));
     group.bench_function(
         format!("parse + decode a {} KiB capture", bytes.len() >> 10),
         |b| {
             b.iter(|| {
-                let capture = agx_uapi::capture::parse(&bytes).unwrap();
+                let capture = agx_capture::parse(&bytes).unwrap();
                 agx_tools::decode::decode_capture(&capture, None)
             })
         },

@@ -12,6 +12,7 @@
 use std::collections::HashSet;
 use std::fmt::Write as _;
 
+use agx_capture::Submission;
 use agx_hw::formats::{
     CdmBlockType, CdmLaunchWord0, CdmLaunchWord1, CdmMode, FragmentShaderWord0,
     FragmentShaderWord1, FragmentShaderWord2, IndexList, PppHeader, PppState, UscControl,
@@ -19,7 +20,6 @@ use agx_hw::formats::{
     VdmStreamLink, ZlsControl,
 };
 use agx_uapi::asahi::{CmdCompute, CmdHeader, CmdRender, CmdType, DRM_ASAHI_BARRIER_NONE};
-use agx_uapi::capture::Submission;
 use zerocopy::FromBytes;
 
 /// A finding of the linter.
@@ -967,12 +967,12 @@ impl<'a> Decoder<'a> {
 /// Reads the capture at `path` (for the command-line tools).
 pub fn open_capture(
     path: &std::path::Path,
-) -> Result<agx_uapi::capture::Capture, agx_uapi::capture::CaptureError> {
-    agx_uapi::capture::read(std::fs::File::open(path)?)
+) -> Result<agx_capture::Capture, agx_capture::CaptureError> {
+    agx_capture::read(std::fs::File::open(path)?)
 }
 
 /// Decodes every submission of `capture` (or only `only`).
-pub fn decode_all(capture: &agx_uapi::capture::Capture, only: Option<usize>) -> Vec<Decoded> {
+pub fn decode_all(capture: &agx_capture::Capture, only: Option<usize>) -> Vec<Decoded> {
     capture
         .submissions
         .iter()
@@ -984,7 +984,7 @@ pub fn decode_all(capture: &agx_uapi::capture::Capture, only: Option<usize>) -> 
 
 /// [`decode_all`] as (index, text, lints).
 pub fn decode_capture(
-    capture: &agx_uapi::capture::Capture,
+    capture: &agx_capture::Capture,
     only: Option<usize>,
 ) -> Vec<(usize, String, Vec<Lint>)> {
     decode_all(capture, only)
@@ -1015,7 +1015,7 @@ fn json_string(s: &str) -> String {
 /// `{submission, queue_id, vm_id, usc_exec_base, commands: [{command, items}],
 /// items (the submission's own), lints: [{rule, address, message}], text: [lines]}`,
 /// each item `{address, kind, fields: {name: value}}`.
-pub fn to_json(capture: &agx_uapi::capture::Capture, decoded: &[Decoded]) -> String {
+pub fn to_json(capture: &agx_capture::Capture, decoded: &[Decoded]) -> String {
     let item_json = |item: &Item| {
         let fields: Vec<String> = item
             .fields

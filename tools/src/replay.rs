@@ -12,6 +12,7 @@
 
 use std::time::{Duration, Instant};
 
+use agx_capture::{Capture, Submission};
 use agx_hw::formats::{Channels, Layout, Pbe, TextureType, UscControl, UscTexture};
 use agx_kmd::{Errno, File};
 use agx_sim::{System, SystemConfig};
@@ -19,7 +20,6 @@ use agx_uapi::asahi::{
     self, BindFlags, CmdCompute, CmdHeader, CmdRender, CmdType, GemBindOp, GemCreate, QueueCreate,
     Submit, Sync, VmBind, VmCreate,
 };
-use agx_uapi::capture::{Capture, Submission};
 use agx_uapi::drm::{self, SyncobjCreate};
 use zerocopy::{FromBytes, IntoBytes};
 

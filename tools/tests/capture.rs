@@ -3,10 +3,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use agx_capture::Capture;
 use agx_tools::decode::{decode_capture, Lint};
 use agx_tools::mesh::Mesh;
 use agx_tools::render::Renderer;
-use agx_uapi::capture::{self, Capture};
 use agx_umd::*;
 
 fn device() -> Device {
@@ -28,7 +28,7 @@ fn captured(device: &Device, name: &str, work: impl FnOnce()) -> Capture {
     system.capture_to(&path).unwrap();
     work();
     system.stop_capture();
-    capture::read(std::fs::File::open(&path).unwrap()).unwrap()
+    agx_capture::read(std::fs::File::open(&path).unwrap()).unwrap()
 }
 
 fn lints(capture: &Capture) -> Vec<Lint> {
@@ -351,7 +351,7 @@ fn the_umd_captures_what_it_submits_as_the_kernel_would() {
     d.capture_to(&path).unwrap();
     renderer.frame(0).unwrap();
     d.stop_capture();
-    let c = capture::read(std::fs::File::open(&path).unwrap()).unwrap();
+    let c = agx_capture::read(std::fs::File::open(&path).unwrap()).unwrap();
     assert_eq!(c.submissions.len(), 1);
     assert_eq!(c.params.map(|p| p.gpu_generation), Some(13));
     let (_, text, lints) = decode_capture(&c, None).remove(0);

@@ -50,7 +50,6 @@
 compile_error!("agx-uapi supports 64-bit targets only (DRM core structs embed pointers)");
 
 pub mod asahi;
-pub mod capture;
 pub mod drm;
 pub mod errno;
 pub mod ioctl;

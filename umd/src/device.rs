@@ -79,7 +79,7 @@ pub(crate) struct DeviceInner {
     /// GPU-writable, the mapping). For captures.
     live: Mutex<std::collections::BTreeMap<u64, LiveMapping>>,
     /// The capture being written, if any.
-    capture: Mutex<Option<agx_uapi::capture::CaptureWriter<std::io::BufWriter<std::fs::File>>>>,
+    capture: Mutex<Option<agx_capture::CaptureWriter<std::io::BufWriter<std::fs::File>>>>,
 }
 
 /// A mapped range the capture can read.
@@ -227,7 +227,7 @@ impl Device {
     /// is opened.
     pub fn capture_to(&self, path: &std::path::Path) -> std::io::Result<()> {
         let file = std::fs::File::create(path)?;
-        let mut writer = agx_uapi::capture::CaptureWriter::new(std::io::BufWriter::new(file))?;
+        let mut writer = agx_capture::CaptureWriter::new(std::io::BufWriter::new(file))?;
         writer.params(self.params())?;
         *lock(&self.inner.capture) = Some(writer);
         Ok(())
@@ -264,7 +264,7 @@ impl Device {
     /// Records a submission in the capture, if one is running.
     pub(crate) fn capture_submission(
         &self,
-        submission: impl FnOnce(Vec<agx_uapi::capture::MemoryRange>) -> agx_uapi::capture::Submission,
+        submission: impl FnOnce(Vec<agx_capture::MemoryRange>) -> agx_capture::Submission,
     ) {
         let mut capture = lock(&self.inner.capture);
         let Some(writer) = capture.as_mut() else {
@@ -279,7 +279,7 @@ impl Device {
                     tracing::warn!(va = format_args!("{va:#x}"), %errno, "a mapping could not be read; the capture lacks it");
                     return None;
                 }
-                Some(agx_uapi::capture::MemoryRange {
+                Some(agx_capture::MemoryRange {
                     va,
                     read: true,
                     write: m.gpu_write,

@@ -310,7 +310,7 @@ impl Queue {
         // The capture sees the memory as the GPU will start from it (and
         // records a submission the kernel then refuses, too).
         self.device
-            .capture_submission(|memory| agx_uapi::capture::Submission {
+            .capture_submission(|memory| agx_capture::Submission {
                 usc_exec_base: self.device.usc_base(),
                 vm_id: self.device.vm_id(),
                 queue_id: self.id,

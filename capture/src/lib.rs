@@ -9,12 +9,17 @@
 //! `usc_exec_base`, the SUBMIT argument, its syncs and command buffer)
 //! followed by one `Memory` record per mapped range of its VM and an
 //! `End` record; a `Params` record (GET_PARAMS) comes first.
+//!
+//! Both the kmd (`AGX_KMD_CAPTURE`) and the userspace driver
+//! (`AGX_UMD_CAPTURE`) write this format; `agx-decode` and `agx-replay`
+//! read it.
+#![forbid(unsafe_code)]
 
 use std::io::{self, Read, Write};
 
 use zerocopy::{FromBytes, IntoBytes};
 
-use crate::asahi::{ParamsGlobal, Submit, Sync};
+use agx_uapi::asahi::{ParamsGlobal, Submit, Sync};
 
 /// The file's first eight bytes.
 pub const MAGIC: [u8; 8] = *b"AGXCAPT\0";
