@@ -49,7 +49,6 @@ pub mod layout;
 mod lod;
 pub mod spec;
 pub mod uat;
-pub mod va;
 
 pub use lod::Lod;
 pub use spec::{

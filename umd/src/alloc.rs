@@ -1,7 +1,7 @@
 //! Address-space and sub-allocation bookkeeping.
 //!
 //! [`VaRange`] hands out GPU virtual address ranges (first fit over a
-//! sorted free list, coalescing on free; `agx_hw::va`). [`Arena`] sub-allocates small
+//! sorted free list, coalescing on free; `agx_va`). [`Arena`] sub-allocates small
 //! objects (command streams, uniforms, descriptors, USC control words)
 //! from 16 KiB-page buffers with a bump pointer, the way Mesa's pools do:
 //! everything in an arena is freed together when the work that used it is
@@ -12,7 +12,7 @@ use crate::error::Error;
 
 /// A range of GPU virtual addresses to allocate from (the allocator the
 /// kmd uses too).
-pub use agx_hw::va::VaAllocator as VaRange;
+pub use agx_va::VaAllocator as VaRange;
 
 /// A piece of an [`Arena`]: its GPU address and where it lives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

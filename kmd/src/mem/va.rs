@@ -1,5 +1,5 @@
 //! Virtual address ranges the kernel hands out: the firmware's range and
 //! each VM's kernel range are carved up by the one GPU address-range
-//! allocator, [`agx_hw::va::VaAllocator`].
+//! allocator, [`agx_va::VaAllocator`].
 
-pub use agx_hw::va::VaAllocator;
+pub use agx_va::VaAllocator;

@@ -5,7 +5,10 @@
 //! The kmd carves its two ranges with it (the firmware's, the upper half
 //! of context 0; and each VM's kernel range, where the parameter buffer
 //! lives), and the userspace driver its regions of a VM (the USC region,
-//! the general heap): one allocator for both.
+//! the general heap): one allocator for both. It is software, not a
+//! hardware format, so it lives in a crate of its own rather than in
+//! `agx-hw`.
+#![forbid(unsafe_code)]
 
 use std::collections::BTreeMap;
 use std::ops::Range;
