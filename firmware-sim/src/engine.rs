@@ -314,17 +314,19 @@ impl Gpu {
             return EngineResult::unsupported(ctx.command, FaultUnit::Firmware);
         };
         // Helper programs are not modelled: refused, not skipped.
-        if body.compute.helper.binary != 0 {
+        if body.helper.program != 0 {
             return EngineResult::unsupported(
-                body.usc_exec_base + u64::from(body.compute.helper.binary & !3),
+                body.usc_exec_base
+                    .get()
+                    .wrapping_add(u64::from(body.helper.program & !3)),
                 FaultUnit::Firmware,
             );
         }
         let Some(root) = ctx.ttb0 else {
-            return EngineResult::unsupported(body.compute.cdm_ctrl_stream_base, FaultUnit::Cdm);
+            return EngineResult::unsupported(body.cdm_ctrl_stream_base.get(), FaultUnit::Cdm);
         };
         let vm = GpuVm::of(ctx, root);
-        let mut pc = body.compute.cdm_ctrl_stream_base;
+        let mut pc = body.cdm_ctrl_stream_base.get();
         let mut walked = 0u64;
         loop {
             walked += 1;
@@ -349,16 +351,17 @@ impl Gpu {
                     pc = CdmStreamLink::unpack(&block).value.target;
                 }
                 CdmBlockType::Launch => {
-                    let launch = match compute::parse_launch(&vm, pc, body.usc_exec_base) {
+                    let launch = match compute::parse_launch(&vm, pc, body.usc_exec_base.get()) {
                         Ok(launch) => launch,
                         Err(result) => return result,
                     };
-                    let binding = match compute::bind(&vm, launch.pipeline, body.usc_exec_base) {
-                        Ok(binding) => binding,
-                        Err(result) => return result,
-                    };
-                    let heap = (body.compute.sampler_heap != 0)
-                        .then_some((body.compute.sampler_heap, body.compute.sampler_count));
+                    let binding =
+                        match compute::bind(&vm, launch.pipeline, body.usc_exec_base.get()) {
+                            Ok(binding) => binding,
+                            Err(result) => return result,
+                        };
+                    let heap = (!body.sampler_heap.is_null())
+                        .then_some((body.sampler_heap.get(), body.sampler_count));
                     match compute::run(ctx, vm.clone(), self.workers, &launch, &binding, pc, heap) {
                         Ok(instructions) => self.usc_instructions += instructions,
                         Err(result) => return result,

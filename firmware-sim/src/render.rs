@@ -20,13 +20,16 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
-use agx_fwif::messages::{FaultUnit, RunRenderBody, TvbInfo, TVB_PAGE_BYTES};
+use agx_fwif::addr::FwVa;
+use agx_fwif::messages::{
+    FaultUnit, Helper, RenderPass, RunFragmentBody, RunVertexBody, TileProgram, TvbInfo,
+    ZlsSurface, TVB_PAGE_BYTES,
+};
 use agx_hw::formats::{
     CfBinding, CfBindingHeader, CoefficientSource, FragmentFace, FragmentStencil, Layout, Pbe,
     PppState as PppStateBlock, ShadeModel, StencilOp, VdmBlockType, VdmState, VdmStreamLink,
     ZlsControl, ZsFunc,
 };
-use agx_uapi::asahi::{BgEot, CmdRender, RenderFlags, ZlsBuffer};
 use zerocopy::FromBytes;
 
 use crate::compute::{self, exec_fault, read_words, unsupported, Binding};
@@ -45,36 +48,39 @@ const BUDGET_SLICE: u64 = 1 << 20;
 /// VDM blocks walked between watchdog checks.
 const WATCHDOG_STRIDE: u64 = 4096;
 
-fn render_body(ctx: &RunContext<'_>) -> Result<RunRenderBody, EngineResult> {
-    let body = RunRenderBody::read_from_prefix(ctx.body)
+/// A command body from the command object, or a firmware fault at the
+/// command for one too short to hold it.
+fn command_body<T: FromBytes>(ctx: &RunContext<'_>) -> Result<T, EngineResult> {
+    T::read_from_prefix(ctx.body)
         .map(|(b, _)| b)
-        .map_err(|_| unsupported(ctx.command, FaultUnit::Firmware))?;
-    // Helper programs (scratch memory set-up) are not modelled: a pass
-    // that names one is refused rather than run without it.
-    for helper in [body.render.vertex_helper, body.render.fragment_helper] {
-        if helper.binary != 0 {
-            return Err(unsupported(
-                body.usc_exec_base + u64::from(helper.binary & !3),
-                FaultUnit::Firmware,
-            ));
-        }
+        .map_err(|_| unsupported(ctx.command, FaultUnit::Firmware))
+}
+
+/// Helper programs (scratch memory set-up) are not modelled: a stage
+/// that names one is refused rather than run without it.
+fn refuse_helper(helper: &Helper, usc_exec_base: u64) -> Result<(), EngineResult> {
+    if helper.program == 0 {
+        return Ok(());
     }
-    Ok(body)
+    Err(unsupported(
+        usc_exec_base.wrapping_add(u64::from(helper.program & !3)),
+        FaultUnit::Firmware,
+    ))
 }
 
 /// The queue's parameter-buffer control block.
-fn tvb_info(ctx: &RunContext<'_>, body: &RunRenderBody) -> Result<TvbInfo, EngineResult> {
+fn tvb_info(ctx: &RunContext<'_>, buffer: FwVa) -> Result<TvbInfo, EngineResult> {
     let mut bytes = [0u8; size_of::<TvbInfo>()];
     ctx.firmware
-        .read(body.buffer, &mut bytes)
-        .map_err(|_| unsupported(body.buffer, FaultUnit::Firmware))?;
-    TvbInfo::read_from_bytes(&bytes).map_err(|_| unsupported(body.buffer, FaultUnit::Firmware))
+        .read(buffer.get(), &mut bytes)
+        .map_err(|_| unsupported(buffer.get(), FaultUnit::Firmware))?;
+    TvbInfo::read_from_bytes(&bytes).map_err(|_| unsupported(buffer.get(), FaultUnit::Firmware))
 }
 
 /// An overflow of the parameter buffer: the buffer cannot even hold a
 /// segment's header and list heads.
-fn overflow(body: &RunRenderBody) -> EngineResult {
-    unsupported(body.buffer, FaultUnit::Tiler)
+fn overflow(buffer: FwVa) -> EngineResult {
+    unsupported(buffer.get(), FaultUnit::Tiler)
 }
 
 /// The parameter buffer ran dry mid-pass: ask the kmd for more (it grows
@@ -85,22 +91,30 @@ fn overflow(body: &RunRenderBody) -> EngineResult {
 fn overflowed(
     ctx: &RunContext<'_>,
     vm: GpuVm<'_>,
-    body: &RunRenderBody,
+    body: &RunVertexBody,
     binner: &mut tiler::Binner<'_>,
     workers: usize,
 ) -> Result<(), EngineResult> {
     let wanted = u64::from(binner.blocks()).max(1);
     if let Some(blocks) = ctx.services.grow_tvb(binner.buffer_id(), wanted) {
-        let info = tvb_info(ctx, body)?;
+        let info = tvb_info(ctx, body.buffer)?;
         if u64::from(info.block_count) >= blocks && info.block_count > binner.blocks() {
             binner.grown(&info);
             return Ok(());
         }
     }
     binner.publish()?;
-    let info = tvb_info(ctx, body)?;
-    render_scene(ctx, vm, body, &info, false, workers)?;
-    binner.next_segment()?.map_err(|_| overflow(body))
+    let info = tvb_info(ctx, body.buffer)?;
+    render_scene(
+        ctx,
+        vm,
+        body.usc_exec_base.get(),
+        &body.pass,
+        &info,
+        false,
+        workers,
+    )?;
+    binner.next_segment()?.map_err(|_| overflow(body.buffer))
 }
 
 /// RunVertex: walks the VDM control stream, shading and binning draws.
@@ -112,24 +126,19 @@ pub fn run_vertex(ctx: &RunContext<'_>, workers: usize) -> EngineResult {
 }
 
 fn vertex(ctx: &RunContext<'_>, workers: usize) -> Result<(), EngineResult> {
-    let body = render_body(ctx)?;
+    let body: RunVertexBody = command_body(ctx)?;
+    refuse_helper(&body.helper, body.usc_exec_base.get())?;
     let Some(root) = ctx.ttb0 else {
-        return Err(unsupported(
-            body.render.vdm_ctrl_stream_base,
-            FaultUnit::Vdm,
-        ));
+        return Err(unsupported(body.vdm_ctrl_stream_base.get(), FaultUnit::Vdm));
     };
     let vm = GpuVm::of(ctx, root);
-    let info = tvb_info(ctx, &body)?;
-    let area = (
-        u32::from(body.render.width_px),
-        u32::from(body.render.height_px),
-    );
-    let mut binner =
-        tiler::Binner::new(vm.clone(), &info, area.0, area.1)?.map_err(|_| overflow(&body))?;
+    let info = tvb_info(ctx, body.buffer)?;
+    let area = (body.pass.width_px, body.pass.height_px);
+    let mut binner = tiler::Binner::new(vm.clone(), &info, area.0, area.1)?
+        .map_err(|_| overflow(body.buffer))?;
     let mut state = tiler::VertexState::default();
     let mut cache = ProgramCache::new();
-    let mut pc = body.render.vdm_ctrl_stream_base;
+    let mut pc = body.vdm_ctrl_stream_base.get();
     let mut walked = 0u64;
     loop {
         walked += 1;
@@ -175,7 +184,7 @@ fn vertex(ctx: &RunContext<'_>, workers: usize) -> Result<(), EngineResult> {
                 tiler::draw(
                     vm.clone(),
                     &mut cache,
-                    body.usc_exec_base,
+                    body.usc_exec_base.get(),
                     &state,
                     &draw,
                     &mut binner,
@@ -192,7 +201,7 @@ fn vertex(ctx: &RunContext<'_>, workers: usize) -> Result<(), EngineResult> {
     let stats = binner.finish()?;
     // The statistics the kmd's growth policy reads (the counters are
     // running totals; the kmd keeps their last values).
-    let info = tvb_info(ctx, &body)?;
+    let info = tvb_info(ctx, body.buffer)?;
     // The sizes go first and the render count last: a kmd that sees the
     // new count reads this render's sizes. (Only the last render's report
     // is kept; the kmd sizes from whichever it reads.)
@@ -219,16 +228,21 @@ fn vertex(ctx: &RunContext<'_>, workers: usize) -> Result<(), EngineResult> {
         ),
     ];
     for (offset, value) in report {
-        let _ = ctx
-            .firmware
-            .write(body.buffer + offset as u64, &value.to_le_bytes());
+        let _ = ctx.firmware.write(
+            body.buffer.offset(offset as u64).get(),
+            &value.to_le_bytes(),
+        );
     }
     Ok(())
 }
 
 /// The USC control words of a bg/eot program, or a fault at the null
 /// address for a missing one.
-fn program(vm: &GpuVm<'_>, usc_exec_base: u64, program: BgEot) -> Result<Binding, EngineResult> {
+fn program(
+    vm: &GpuVm<'_>,
+    usc_exec_base: u64,
+    program: TileProgram,
+) -> Result<Binding, EngineResult> {
     let offset = u64::from(program.usc & !7);
     if offset == 0 {
         return Err(EngineResult::Fault {
@@ -999,13 +1013,22 @@ pub fn run_fragment(ctx: &RunContext<'_>, workers: usize) -> EngineResult {
 }
 
 fn fragment(ctx: &RunContext<'_>, workers: usize) -> Result<(), EngineResult> {
-    let body = render_body(ctx)?;
+    let body: RunFragmentBody = command_body(ctx)?;
+    refuse_helper(&body.helper, body.usc_exec_base.get())?;
     let Some(root) = ctx.ttb0 else {
         return Err(unsupported(ctx.command, FaultUnit::Firmware));
     };
     let vm = GpuVm::of(ctx, root);
-    let info = tvb_info(ctx, &body)?;
-    render_scene(ctx, vm, &body, &info, true, workers)
+    let info = tvb_info(ctx, body.buffer)?;
+    render_scene(
+        ctx,
+        vm,
+        body.usc_exec_base.get(),
+        &body.pass,
+        &info,
+        true,
+        workers,
+    )
 }
 
 /// Renders the scene binned so far: every tile, through the programs of
@@ -1017,24 +1040,40 @@ fn fragment(ctx: &RunContext<'_>, workers: usize) -> Result<(), EngineResult> {
 fn render_scene(
     ctx: &RunContext<'_>,
     vm: GpuVm<'_>,
-    body: &RunRenderBody,
+    usc_exec_base: u64,
+    render: &RenderPass,
     info: &TvbInfo,
     last: bool,
     workers: usize,
 ) -> Result<(), EngineResult> {
-    let render = body.render;
-    let area = (u32::from(render.width_px), u32::from(render.height_px));
+    let area = (render.width_px, render.height_px);
+    let (Ok(samples), Ok(sample_bytes)) = (
+        u8::try_from(render.samples),
+        u8::try_from(render.sample_size_bytes),
+    ) else {
+        return Err(unsupported(ctx.command, FaultUnit::Firmware));
+    };
+    // Tile sizes and sample counts the hardware has; anything else is a
+    // pass the kmd should not have built.
+    let tile_ok = |px: u32| px == 16 || px == 32;
+    if !tile_ok(render.utile_width_px)
+        || !tile_ok(render.utile_height_px)
+        || !matches!(samples, 1 | 2 | 4)
+    {
+        return Err(unsupported(ctx.command, FaultUnit::Firmware));
+    }
     let Some(scene) = read_scene(&vm, info, area)? else {
         tracing::debug!("no scene: the vertex half did not finish");
         return Ok(());
     };
     let resumed = scene.header.segment > 0;
     let pass = Pass {
-        body,
+        usc_exec_base,
+        render,
         scene,
         bg: program(
             &vm,
-            body.usc_exec_base,
+            usc_exec_base,
             if resumed {
                 render.partial_bg
             } else {
@@ -1043,29 +1082,25 @@ fn render_scene(
         )?,
         eot: program(
             &vm,
-            body.usc_exec_base,
+            usc_exec_base,
             if last { render.eot } else { render.partial_eot },
         )?,
-        tile: (
-            u32::from(render.utile_width_px),
-            u32::from(render.utile_height_px),
-        ),
+        tile: (render.utile_width_px, render.utile_height_px),
         area,
-        zls: ZlsControl::unpack(&render.zls_ctrl.to_le_bytes()).value,
-        heap: (render.sampler_heap != 0)
-            .then_some((render.sampler_heap, u32::from(render.sampler_count))),
-        process_empty: RenderFlags::from_bits_truncate(render.flags)
-            .contains(RenderFlags::PROCESS_EMPTY_TILES),
+        zls: ZlsControl::unpack(&render.zls.ctrl.to_le_bytes()).value,
+        heap: (!render.sampler_heap.is_null())
+            .then_some((render.sampler_heap.get(), render.sampler_count)),
+        process_empty: render.process_empty_tiles(),
         limits: Limits {
             deadline: ctx.deadline,
             stop: ctx.stop,
         },
-        sample_positions: sample_positions(render.samples, render.ppp_multisamplectl),
+        sample_positions: sample_positions(samples, render.ppp_multisamplectl),
     };
     if pass.tile != (tiler::TILE_PX, tiler::TILE_PX) && pass.scene.header.primitives > 0 {
         return Err(unsupported(ctx.command, FaultUnit::Firmware));
     }
-    let tiles: Vec<(u32, u32, u32)> = (0..u32::from(render.layers))
+    let tiles: Vec<(u32, u32, u32)> = (0..render.layers)
         .flat_map(|layer| {
             (0..area.1.div_ceil(pass.tile.1)).flat_map(move |ty| {
                 (0..area.0.div_ceil(pass.tile.0)).map(move |tx| (layer, tx, ty))
@@ -1079,7 +1114,7 @@ fn render_scene(
         let mut worker = Worker {
             cache: ProgramCache::new(),
             shaders: std::collections::HashMap::new(),
-            tile: Tilebuffer::new(pass.tile, render.samples, render.sample_size_B),
+            tile: Tilebuffer::new(pass.tile, samples, sample_bytes),
             discarded: Vec::new(),
             pending: Vec::new(),
             pending_stencil: Vec::new(),
@@ -1129,7 +1164,8 @@ impl Limits<'_> {
 
 /// What every tile of a segment shares.
 struct Pass<'a> {
-    body: &'a RunRenderBody,
+    usc_exec_base: u64,
+    render: &'a RenderPass,
     scene: Scene,
     bg: Binding,
     eot: Binding,
@@ -1194,7 +1230,7 @@ impl Pass<'_> {
         if self.limits.expired() {
             return Err(EngineResult::Timeout);
         }
-        let render = &self.body.render;
+        let render = self.render;
         let scene = &self.scene;
         let (tile_w, tile_h) = self.tile;
         let area = self.area;
@@ -1284,7 +1320,7 @@ impl Pass<'_> {
             }
             let mut covered: Vec<(u32, u32)> = rasterized.iter().map(|&(p, _)| p).collect();
             if let std::collections::hash_map::Entry::Vacant(e) = w.shaders.entry(state) {
-                let (binding, ppp) = fragment_shader(&vm, self.body, scene, state)?;
+                let (binding, ppp) = fragment_shader(&vm, self.usc_exec_base, scene, state)?;
                 let depth = writes_depth(&vm, binding.code);
                 e.insert(std::sync::Arc::new((binding, ppp, depth)));
             }
@@ -1341,7 +1377,7 @@ impl Pass<'_> {
                     continue;
                 }
             }
-            let coefficients = setup_coefficients(&vm, self.body, ppp, &vertices)?;
+            let coefficients = setup_coefficients(&vm, self.usc_exec_base, ppp, &vertices)?;
             run(w, shader, &covered, &coefficients, true, face)?;
             // Depth of the pixels the shader kept; then the per-pixel
             // state is clean again for the next primitive.
@@ -1371,7 +1407,7 @@ impl Pass<'_> {
 /// The fragment shader a primitive's state names, and that state.
 fn fragment_shader(
     vm: &GpuVm<'_>,
-    body: &RunRenderBody,
+    usc_exec_base: u64,
     scene: &Scene,
     state: u32,
 ) -> Result<(Binding, tiler::PppState), EngineResult> {
@@ -1393,11 +1429,7 @@ fn fragment_shader(
     let Some(pipeline) = ppp.fragment_pipeline else {
         return Err(unsupported(fragment_state.ppp, FaultUnit::Vdm));
     };
-    let binding = compute::bind(
-        vm,
-        body.usc_exec_base.wrapping_add(pipeline),
-        body.usc_exec_base,
-    )?;
+    let binding = compute::bind(vm, usc_exec_base.wrapping_add(pipeline), usc_exec_base)?;
     Ok((binding, ppp))
 }
 
@@ -1412,23 +1444,25 @@ fn depth_tile_bytes(tile: &Tilebuffer) -> u64 {
 /// (or 8-bit stencil), tiles in row-major order, pixels row-major within
 /// a tile, samples interleaved; layers `stride` bytes apart.
 fn zls_tile(
-    buffer: &ZlsBuffer,
-    render: &CmdRender,
+    surface: &ZlsSurface,
+    render: &RenderPass,
     tile: (u32, u32),
     layer: u32,
     bytes: u64,
 ) -> u64 {
-    let tiles_x = u64::from(u32::from(render.width_px).div_ceil(u32::from(render.utile_width_px)));
-    buffer.base
-        + u64::from(layer) * u64::from(buffer.stride)
-        + (u64::from(tile.1) * tiles_x + u64::from(tile.0)) * bytes
+    let tiles_x = u64::from(render.width_px.div_ceil(render.utile_width_px.max(1)));
+    surface
+        .base
+        .get()
+        .wrapping_add(u64::from(layer).wrapping_mul(u64::from(surface.stride_bytes)))
+        .wrapping_add((u64::from(tile.1) * tiles_x + u64::from(tile.0)).wrapping_mul(bytes))
 }
 
 /// Starts a tile's depth and stencil: loaded from the buffers when the
 /// ZLS control says so, else the pass's clear values.
 fn load_depth_stencil(
     vm: &GpuVm<'_>,
-    render: &CmdRender,
+    render: &RenderPass,
     zls: &ZlsControl,
     tile: &mut Tilebuffer,
     at: (u32, u32),
@@ -1437,25 +1471,28 @@ fn load_depth_stencil(
     if zls.z_load_enable {
         let bytes = depth_tile_bytes(tile);
         let mut raw = vec![0u8; bytes as usize];
-        vm.read(zls_tile(&render.depth, render, at, layer, bytes), &mut raw)
-            .map_err(|f| EngineResult::from_uat(&f, FaultUnit::Zls))?;
+        vm.read(
+            zls_tile(&render.zls.z_load, render, at, layer, bytes),
+            &mut raw,
+        )
+        .map_err(|f| EngineResult::from_uat(&f, FaultUnit::Zls))?;
         for (d, b) in tile.depth.iter_mut().zip(raw.chunks_exact(4)) {
             *d = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
         }
     } else {
-        tile.depth.fill(f32::from_bits(render.isp_bgobjdepth));
+        tile.depth.fill(f32::from_bits(render.zls.clear_depth));
     }
     if zls.s_load_enable {
         let bytes = depth_tile_bytes(tile) / 4;
         let mut raw = vec![0u8; bytes as usize];
         vm.read(
-            zls_tile(&render.stencil, render, at, layer, bytes),
+            zls_tile(&render.zls.s_load, render, at, layer, bytes),
             &mut raw,
         )
         .map_err(|f| EngineResult::from_uat(&f, FaultUnit::Zls))?;
         tile.stencil.copy_from_slice(&raw);
     } else {
-        tile.stencil.fill(render.isp_bgobjvals as u8);
+        tile.stencil.fill(render.zls.clear_stencil as u8);
     }
     Ok(())
 }
@@ -1463,7 +1500,7 @@ fn load_depth_stencil(
 /// Ends a tile's depth and stencil: stored when the ZLS control says so.
 fn store_depth_stencil(
     vm: &GpuVm<'_>,
-    render: &CmdRender,
+    render: &RenderPass,
     zls: &ZlsControl,
     tile: &Tilebuffer,
     at: (u32, u32),
@@ -1479,12 +1516,12 @@ fn store_depth_stencil(
     };
     if zls.z_store_enable {
         let bytes: Vec<u8> = tile.depth.iter().flat_map(|d| d.to_le_bytes()).collect();
-        let address = zls_tile(&render.depth, render, at, layer, bytes.len() as u64);
+        let address = zls_tile(&render.zls.z_store, render, at, layer, bytes.len() as u64);
         writer.write(address, &bytes).map_err(fault)?;
     }
     if zls.s_store_enable {
         let address = zls_tile(
-            &render.stencil,
+            &render.zls.s_store,
             render,
             at,
             layer,
@@ -1647,14 +1684,14 @@ fn plane(points: [(f64, f64, f64); 3]) -> [f32; 3] {
 /// ones are the provoking vertex's value.
 fn setup_coefficients(
     vm: &GpuVm<'_>,
-    body: &RunRenderBody,
+    usc_exec_base: u64,
     ppp: &tiler::PppState,
     vertices: &[Vec<f32>; 3],
 ) -> Result<Vec<[f32; 3]>, EngineResult> {
     let Some(table) = ppp.cf_bindings else {
         return Ok(Vec::new());
     };
-    let table = body.usc_exec_base.wrapping_add(table);
+    let table = usc_exec_base.wrapping_add(table);
     let header = CfBindingHeader::unpack(&read_words::<4>(vm, table)?).value;
     let mut planes = vec![[0f32; 3]; header.coefficient_register_count as usize];
     for i in 0..u64::from(ppp.cf_binding_count) {

@@ -15,9 +15,9 @@
 //! size-checked at compile time; `Documentation/firmware-interface.md`
 //! describes them.
 
-use agx_uapi::asahi::{Attachment, CmdCompute, CmdRender};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
+use crate::addr::{FwVa, GpuVa};
 use crate::ring::RingDesc;
 
 /// Pipe (stage) types of the submission rings.
@@ -115,7 +115,7 @@ pub struct InitData {
 /// Identifies an [`InitData`] block.
 pub const INIT_MAGIC: u64 = u64::from_le_bytes(*b"AGXFWIF\0");
 /// The interface version these layouts describe.
-pub const INTERFACE_VERSION: u32 = 1;
+pub const INTERFACE_VERSION: u32 = 2;
 
 const _: () = assert!(size_of::<InitData>() == 16 + 24 * 3 + 24 * 12 + 24 + 24);
 
@@ -289,50 +289,263 @@ pub struct TvbInfo {
 
 const _: () = assert!(size_of::<TvbInfo>() == 48);
 
-/// The body of RunVertex and RunFragment: one render pass, its two halves
-/// sharing it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
-#[repr(C)]
-pub struct RunRenderBody {
-    /// Base of the 4 GiB region the command's USC addresses are offsets
-    /// into.
-    pub usc_exec_base: u64,
-    /// Address of the queue's [`TvbInfo`].
-    pub buffer: u64,
-    /// Attachments used of `attachments`.
-    pub attachment_count: u32,
-    /// MBZ.
-    pub pad: u32,
-    /// Memory the stage writes (a cache-maintenance hint).
-    pub attachments: [Attachment; MAX_ATTACHMENTS],
-    /// The render pass as userspace described it (timestamp handles are
-    /// resolved into the [`CommandHeader`]).
-    pub render: CmdRender,
+/// Derives shared by the command bodies: plain little-endian data in
+/// shared memory, every byte a named field.
+macro_rules! body {
+    ($(#[$doc:meta])* pub struct $name:ident { $($body:tt)* } size = $size:expr;) => {
+        $(#[$doc])*
+        #[derive(
+            Debug, Clone, Copy, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable,
+            KnownLayout,
+        )]
+        #[repr(C)]
+        pub struct $name { $($body)* }
+
+        const _: () = assert!(size_of::<$name>() == $size);
+    };
 }
 
-const _: () = assert!(size_of::<RunRenderBody>() == 24 + 24 * MAX_ATTACHMENTS + 240);
-
-/// The body of RunCompute.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
-#[repr(C)]
-pub struct RunComputeBody {
-    /// Base of the 4 GiB region the command's USC addresses are offsets
-    /// into.
-    pub usc_exec_base: u64,
-    /// Attachments used of `attachments`.
-    pub attachment_count: u32,
-    /// MBZ.
-    pub pad: u32,
-    /// Memory the dispatch writes (a cache-maintenance hint).
-    pub attachments: [Attachment; MAX_ATTACHMENTS],
-    /// The dispatch as userspace described it.
-    pub compute: CmdCompute,
+body! {
+    /// A tilebuffer program (background or end-of-tile, for a whole pass or
+    /// around a partial render).
+    pub struct TileProgram {
+        /// Offset of the program's USC control words from `usc_exec_base`,
+        /// with a tag in bits 0-2; 0 = none.
+        pub usc: u32,
+        /// Its resource counts (an `agx_hw::formats::Counts` word).
+        pub rsrc_spec: u32,
+    }
+    size = 8;
 }
 
-const _: () = assert!(size_of::<RunComputeBody>() == 16 + 24 * MAX_ATTACHMENTS + 64);
+body! {
+    /// A helper program the firmware launches before a stage (it sets up
+    /// per-thread scratch).
+    pub struct Helper {
+        /// Offset of its USC code from `usc_exec_base`, tag in bits 0-1;
+        /// 0 = none.
+        pub program: u32,
+        /// Its configuration word.
+        pub cfg: u32,
+        /// Its argument (the scratch description's address).
+        pub arg: u64,
+    }
+    size = 16;
+}
 
-/// The largest command object: a header and a render body.
-pub const MAX_COMMAND_BYTES: usize = size_of::<CommandHeader>() + size_of::<RunRenderBody>();
+body! {
+    /// One depth or stencil surface as the ZLS unit loads or stores it.
+    pub struct ZlsSurface {
+        /// The surface.
+        pub base: GpuVa,
+        /// Its compression metadata; null if uncompressed.
+        pub comp_base: GpuVa,
+        /// Bytes between layers.
+        pub stride_bytes: u32,
+        /// Bytes between layers of the metadata.
+        pub comp_stride_bytes: u32,
+    }
+    size = 24;
+}
+
+body! {
+    /// Depth and stencil load/store state of a pass.
+    pub struct Zls {
+        /// Which planes load and store, and how (an
+        /// `agx_hw::formats::ZlsControl` word).
+        pub ctrl: u64,
+        /// Depth, loaded at the start of a tile.
+        pub z_load: ZlsSurface,
+        /// Depth, stored at the end of a tile.
+        pub z_store: ZlsSurface,
+        /// Stencil, loaded.
+        pub s_load: ZlsSurface,
+        /// Stencil, stored.
+        pub s_store: ZlsSurface,
+        /// The depth a tile starts with when depth is not loaded (bits of
+        /// the depth format: an f32 for F32).
+        pub clear_depth: u32,
+        /// The stencil a tile starts with when stencil is not loaded
+        /// (bits 0-7).
+        pub clear_stencil: u32,
+    }
+    size = 112;
+}
+
+body! {
+    /// A range a stage writes (a cache-maintenance hint).
+    pub struct FwAttachment {
+        /// Its start.
+        pub address: GpuVa,
+        /// Its size in 128-byte cache lines, rounded up.
+        pub size_lines: u32,
+        /// MBZ.
+        pub flags: u32,
+    }
+    size = 16;
+}
+
+body! {
+    /// The ranges a stage writes.
+    pub struct Attachments {
+        /// The ranges; `count` of them are used.
+        pub list: [FwAttachment; MAX_ATTACHMENTS],
+        /// Ranges used.
+        pub count: u32,
+        /// MBZ.
+        pub pad: u32,
+    }
+    size = 8 + 16 * MAX_ATTACHMENTS;
+}
+
+body! {
+    /// What the per-tile work of a render pass needs. Both halves carry
+    /// it: the vertex half runs partial renders when the parameter buffer
+    /// fills, which is per-tile work of the same pass.
+    pub struct RenderPass {
+        /// Width of the pass.
+        pub width_px: u32,
+        /// Height of the pass.
+        pub height_px: u32,
+        /// Layers.
+        pub layers: u32,
+        /// Samples per pixel (1, 2 or 4).
+        pub samples: u32,
+        /// Tilebuffer bytes per sample.
+        pub sample_size_bytes: u32,
+        /// Width of a tile.
+        pub utile_width_px: u32,
+        /// Height of a tile.
+        pub utile_height_px: u32,
+        /// `PASS_*` flags.
+        pub flags: u32,
+        /// The ISP's ZLS pixel configuration word.
+        pub isp_zls_pixels: u32,
+        /// Samplers in `sampler_heap`.
+        pub sampler_count: u32,
+        /// Sample positions (an `agx_hw::formats::SampleLocations` word; 0
+        /// = the standard pattern).
+        pub ppp_multisamplectl: u64,
+        /// The sampler heap tile programs and shaders index; null if none.
+        pub sampler_heap: GpuVa,
+        /// Merge limit in x (f32 bits).
+        pub isp_merge_upper_x: u32,
+        /// Merge limit in y (f32 bits).
+        pub isp_merge_upper_y: u32,
+        /// Scissor rectangles.
+        pub isp_scissor_base: GpuVa,
+        /// Depth-bias values.
+        pub isp_dbias_base: GpuVa,
+        /// Occlusion-query results.
+        pub isp_oclqry_base: GpuVa,
+        /// Background program of every tile.
+        pub bg: TileProgram,
+        /// End-of-tile program of every tile.
+        pub eot: TileProgram,
+        /// Background program of a tile resumed after a partial render.
+        pub partial_bg: TileProgram,
+        /// End-of-tile program of a partial render.
+        pub partial_eot: TileProgram,
+        /// Depth and stencil.
+        pub zls: Zls,
+    }
+    size = 232;
+}
+
+/// [`RenderPass::flags`]: run the tile programs on tiles no primitive
+/// touches.
+pub const PASS_PROCESS_EMPTY_TILES: u32 = 1 << 0;
+/// [`RenderPass::flags`]: depth-bias values are integers.
+pub const PASS_DBIAS_IS_INT: u32 = 1 << 1;
+
+impl RenderPass {
+    /// Whether empty tiles run the tile programs.
+    pub fn process_empty_tiles(&self) -> bool {
+        self.flags & PASS_PROCESS_EMPTY_TILES != 0
+    }
+}
+
+body! {
+    /// The body of RunVertex: the vertex half of a render pass (vertex
+    /// shading and tiling into the parameter buffer).
+    pub struct RunVertexBody {
+        /// Base of the 4 GiB region the pass's USC addresses are offsets
+        /// into.
+        pub usc_exec_base: GpuVa,
+        /// The queue's [`TvbInfo`].
+        pub buffer: FwVa,
+        /// The VDM control stream.
+        pub vdm_ctrl_stream_base: GpuVa,
+        /// The PPP control word.
+        pub ppp_ctrl: u32,
+        /// `VERTEX_*` flags.
+        pub flags: u32,
+        /// Helper program of the vertex stage.
+        pub helper: Helper,
+        /// The pass (for partial renders).
+        pub pass: RenderPass,
+        /// What the vertex stage writes.
+        pub attachments: Attachments,
+    }
+    size = 48 + 232 + 264;
+}
+
+/// [`RunVertexBody::flags`]: the vertex stage uses scratch memory.
+pub const VERTEX_USES_SCRATCH: u32 = 1 << 0;
+/// [`RunVertexBody::flags`]: do not cluster vertices.
+pub const VERTEX_NO_CLUSTERING: u32 = 1 << 1;
+
+body! {
+    /// The body of RunFragment: the per-tile half of a render pass.
+    pub struct RunFragmentBody {
+        /// Base of the 4 GiB region the pass's USC addresses are offsets
+        /// into.
+        pub usc_exec_base: GpuVa,
+        /// The queue's [`TvbInfo`].
+        pub buffer: FwVa,
+        /// Helper program of the fragment stage.
+        pub helper: Helper,
+        /// The pass.
+        pub pass: RenderPass,
+        /// What the pass writes.
+        pub attachments: Attachments,
+    }
+    size = 32 + 232 + 264;
+}
+
+body! {
+    /// The body of RunCompute: one compute control stream.
+    pub struct RunComputeBody {
+        /// Base of the 4 GiB region the dispatch's USC addresses are
+        /// offsets into.
+        pub usc_exec_base: GpuVa,
+        /// The CDM control stream.
+        pub cdm_ctrl_stream_base: GpuVa,
+        /// The end of its first segment.
+        pub cdm_ctrl_stream_end: GpuVa,
+        /// The sampler heap; null if none.
+        pub sampler_heap: GpuVa,
+        /// Samplers in it.
+        pub sampler_count: u32,
+        /// MBZ.
+        pub flags: u32,
+        /// Helper program.
+        pub helper: Helper,
+        /// What the dispatch writes.
+        pub attachments: Attachments,
+    }
+    size = 56 + 264;
+}
+
+/// The largest command object: a header and a vertex body.
+pub const MAX_COMMAND_BYTES: usize = size_of::<CommandHeader>() + size_of::<RunVertexBody>();
+
+const _: () = assert!(size_of::<RunFragmentBody>() <= size_of::<RunVertexBody>());
+const _: () = assert!(size_of::<RunComputeBody>() <= size_of::<RunVertexBody>());
+// The raw hardware words the bodies carry have the formats' sizes.
+const _: () = assert!(size_of::<u64>() == agx_hw::formats::ZlsControl::SIZE_BYTES);
+const _: () = assert!(size_of::<u32>() == agx_hw::formats::Counts::SIZE_BYTES);
+const _: () = assert!(size_of::<u64>() == agx_hw::formats::SampleLocations::SIZE_BYTES);
 
 /// Units a GPU fault is attributed to ([`EventMsg::unit`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -28,6 +28,7 @@ pub mod errno;
 pub mod export;
 pub mod file;
 pub mod firmware;
+pub mod fwcmd;
 pub mod gem;
 pub mod mem;
 pub mod params;

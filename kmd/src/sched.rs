@@ -32,17 +32,18 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use agx_fwif::addr::{FwVa, GpuVa};
 use agx_fwif::messages::{
     stamp_reached, BarrierBody, CommandHeader, CommandTag, DeviceControlKind, DeviceControlMsg,
-    EventKind, EventMsg, InitBufferBody, LogMsg, RunComputeBody, RunRenderBody, RunWorkQueueMsg,
-    StatsMsg, TvbInfo, WorkQueueInfo, EVENT_SLOTS, MAX_ATTACHMENTS, MAX_COMMAND_BYTES, PRIORITIES,
-    STAMP_STEP, TVB_PAGE_BYTES, VM_SLOTS, WORK_QUEUE_ENTRIES,
+    EventKind, EventMsg, InitBufferBody, LogMsg, RenderPass, RunWorkQueueMsg, StatsMsg, TvbInfo,
+    WorkQueueInfo, EVENT_SLOTS, MAX_COMMAND_BYTES, PRIORITIES, STAMP_STEP, TVB_PAGE_BYTES,
+    VM_SLOTS, WORK_QUEUE_ENTRIES,
 };
 use agx_fwif::ring::{RingDesc, RingState, SharedMemory};
-use agx_uapi::asahi::{Attachment, CmdRender};
-use zerocopy::{FromBytes, FromZeros, Immutable, IntoBytes};
+use zerocopy::{FromBytes, Immutable, IntoBytes};
 
 use crate::firmware::{FirmwareLink, FirmwareView};
+use crate::fwcmd::{self, QueueAddrs};
 use crate::mem::{AllocError, Ram};
 use crate::submit::{Barrier, Command};
 use crate::sync::{Fence, PointFence, SyncEvents};
@@ -1116,6 +1117,10 @@ impl Scheduler {
                 Barrier::Command(n) => done.get(*n).copied(),
             };
         for (command, timestamps) in job.commands.iter().zip(&job.timestamps) {
+            let addrs = QueueAddrs {
+                usc_exec_base: GpuVa(queue.usc_exec_base),
+                tvb_info: FwVa(queue.tvb.info),
+            };
             match command {
                 Command::Render {
                     cmd,
@@ -1134,13 +1139,15 @@ impl Scheduler {
                         resolve(cdm_barrier, prior_compute, &compute_done),
                     ];
                     b.barriers(queue, Stage::Vertex, waits);
-                    self.size_tvb(queue, cmd, vm_slot, b);
+                    let halves =
+                        fwcmd::render(cmd, vertex_attachments, fragment_attachments, addrs);
+                    self.size_tvb(queue, &halves.vertex.pass, vm_slot, b);
                     let vertex = b.push(
                         queue,
                         Stage::Vertex,
                         CommandTag::RunVertex,
                         [timestamps[0], timestamps[1]],
-                        render_body(queue, cmd, vertex_attachments).as_bytes(),
+                        halves.vertex.as_bytes(),
                     );
                     b.barrier(queue, Stage::Fragment, vertex);
                     let fragment = b.push(
@@ -1148,7 +1155,7 @@ impl Scheduler {
                         Stage::Fragment,
                         CommandTag::RunFragment,
                         [timestamps[2], timestamps[3]],
-                        render_body(queue, cmd, fragment_attachments).as_bytes(),
+                        halves.fragment.as_bytes(),
                     );
                     render_done.push(fragment);
                 }
@@ -1163,14 +1170,7 @@ impl Scheduler {
                         resolve(cdm_barrier, prior_compute, &compute_done),
                     ];
                     b.barriers(queue, Stage::Compute, waits);
-                    let mut body = RunComputeBody {
-                        usc_exec_base: queue.usc_exec_base,
-                        attachment_count: 0,
-                        pad: 0,
-                        attachments: [Attachment::default(); MAX_ATTACHMENTS],
-                        compute: **cmd,
-                    };
-                    body.attachment_count = copy_attachments(&mut body.attachments, attachments);
+                    let body = fwcmd::compute(cmd, attachments, addrs);
                     let done = b.push(
                         queue,
                         Stage::Compute,
@@ -1186,18 +1186,13 @@ impl Scheduler {
 
     /// Sizes the parameter buffer before a render (the growth policy) and
     /// queues an InitBuffer when it changed.
-    fn size_tvb(&self, queue: &mut QueueHw, cmd: &CmdRender, vm_slot: u32, b: &mut Builder<'_>) {
+    fn size_tvb(&self, queue: &mut QueueHw, pass: &RenderPass, vm_slot: u32, b: &mut Builder<'_>) {
         let view = &self.link.view;
         let heap = &mut queue.tvb;
         heap.absorb_report(view);
         let report = heap.unsized_report.take();
         let info: TvbInfo = read(view, heap.info).unwrap_or_default();
-        let min = tvb::min_blocks_for_render(
-            u32::from(cmd.width_px),
-            u32::from(cmd.height_px),
-            u32::from(cmd.layers),
-            1,
-        );
+        let min = tvb::min_blocks_for_render(pass.width_px, pass.height_px, pass.layers, 1);
         let blocks = heap.policy.before_render(report.as_ref(), min);
         if blocks < queue.tvb.mapped_blocks {
             self.shrink_tvb(queue, blocks);
@@ -1225,26 +1220,6 @@ impl Scheduler {
             );
         }
     }
-}
-
-fn copy_attachments(out: &mut [Attachment; MAX_ATTACHMENTS], from: &[Attachment]) -> u32 {
-    let n = from.len().min(MAX_ATTACHMENTS);
-    out[..n].copy_from_slice(&from[..n]);
-    n as u32
-}
-
-fn render_body(queue: &QueueHw, cmd: &CmdRender, attachments: &[Attachment]) -> RunRenderBody {
-    let mut body = RunRenderBody {
-        usc_exec_base: queue.usc_exec_base,
-        buffer: queue.tvb.info,
-        attachment_count: 0,
-        pad: 0,
-        attachments: [Attachment::default(); MAX_ATTACHMENTS],
-        render: CmdRender::new_zeroed(),
-    };
-    body.render = *cmd;
-    body.attachment_count = copy_attachments(&mut body.attachments, attachments);
-    body
 }
 
 /// Writes commands into a queue's stages.

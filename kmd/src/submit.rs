@@ -67,8 +67,9 @@ pub enum SubmitError {
         /// Which command.
         index: usize,
     },
-    /// An attachment list that is not whole attachments, too long, or with
-    /// non-zero pad/flags.
+    /// An attachment list that is not whole attachments, too long, with
+    /// non-zero pad/flags, or with an attachment of 2^32 cache lines or
+    /// more.
     #[error("command {index}: bad attachment list")]
     BadAttachments {
         /// Which command.
@@ -291,7 +292,12 @@ pub fn parse_commands(buffer: &[u8]) -> Result<Vec<Command>, SubmitError> {
                     .chunks_exact(size)
                     .filter_map(|c| Attachment::read_from_bytes(c).ok())
                     .collect();
-                if list.iter().any(|a| a.pad != 0 || a.flags != 0) {
+                // The firmware counts an attachment in 128-byte cache
+                // lines in 32 bits: a size past that is refused (upstream:
+                // EINVAL from the conversion).
+                if list.iter().any(|a| {
+                    a.pad != 0 || a.flags != 0 || a.size.div_ceil(128) > u64::from(u32::MAX)
+                }) {
                     return Err(SubmitError::BadAttachments { index });
                 }
                 match cmd_type {

@@ -6,24 +6,24 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use agx_firmware_sim::engine::GpuVm;
+use agx_firmware_sim::firmware::SimulatedCoprocessor;
 use agx_fwif::messages::LogMsg;
 use agx_fwif::ring::SharedMemory;
 use agx_hw::formats::UatMemAttr;
 use agx_hw::uat::{self, Access, Permissions, PAGE_BYTES};
-use agx_kmd::firmware::{FW_VA_END, FW_VA_START};
+use agx_kmd::firmware::{FirmwareLink, COMMAND_TIMEOUT_MS, FW_VA_END, FW_VA_START};
 use agx_kmd::mem::{PagePool, PageTables, Ram};
-use agx_sim::{System, SystemConfig};
 use zerocopy::FromBytes;
 
 #[test]
 fn the_firmware_boots_through_its_page_tables() {
-    let system = System::new(SystemConfig {
-        ram_bytes: 256 << 20,
-        gpu_threads: 1,
-        ..SystemConfig::default()
-    })
-    .unwrap();
-    let link = system.device().firmware();
+    // The link alone, without the kmd's scheduler (which would drain the
+    // log ring).
+    let ram = Ram::new(256 << 20);
+    let pool = Arc::new(PagePool::new(ram.clone()));
+    let coprocessor = SimulatedCoprocessor::new(Arc::new(ram.clone()), 1);
+    let link =
+        FirmwareLink::boot(Arc::clone(&pool), &coprocessor, None, COMMAND_TIMEOUT_MS).unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
     while link.status().map(|s| s.booted) != Some(1) {
         assert!(Instant::now() < deadline, "firmware did not boot");
@@ -44,6 +44,8 @@ fn the_firmware_boots_through_its_page_tables() {
     // The firmware cannot see user memory: the user half is not in its
     // tables.
     assert!(link.view.read(0x4000, &mut byte).is_err());
+    drop(link);
+    assert_eq!(pool.pages_in_use(), 0, "tables go back to the pool");
 }
 
 #[test]
