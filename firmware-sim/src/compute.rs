@@ -11,33 +11,31 @@
 //! SIMD-groups of 32 lanes that share the threadgroup's memory and meet at
 //! threadgroup barriers. Special registers give each lane its position.
 //!
-//! Threadgroups run one after another on this thread, so results never
-//! depend on scheduling. Every memory access goes through the GPU MMU; a
-//! fault, an instruction the simulator does not model, or a kernel that
-//! runs past the watchdog ends the command with the event the hardware
-//! would raise.
+//! Threadgroups run on the GPU's worker threads; each starts from the
+//! pipeline's uniforms and zeroed threadgroup memory, so the results of a
+//! race-free kernel never depend on scheduling. Every memory access goes
+//! through the GPU MMU; a fault, an instruction the simulator does not
+//! model, or a kernel that runs past the watchdog ends the command with
+//! the event the hardware would raise.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
-use std::time::Instant;
 
-use agx_fwif::messages::{FaultUnit, FAULT_UNSUPPORTED_WORK};
+use agx_fwif::messages::FaultUnit;
 use agx_hw::formats::{
     CdmGlobalSize, CdmIndirect, CdmLaunchWord0, CdmLaunchWord1, CdmLocalSize, CdmMode,
-    UatFaultReason, UscControl, UscFragmentProperties, UscRegisters, UscSampler, UscShader,
-    UscShared, UscTexture, UscUniform, UscUniformHigh,
 };
 use agx_hw::isa::table::sr;
-use agx_hw::uat::{self, Access, PAGE_BYTES};
 
-use crate::engine::{EngineResult, GpuVm, RunContext};
+use crate::bind::Binding;
+use crate::command::{RunContext, Watchdog};
+use crate::fault::{exec_fault, unsupported, EngineResult};
+use crate::memory::{read_words, GpuVm};
+use crate::shader::{run_simd_group, Barriers};
 use crate::texture::TextureUnit;
 use crate::usc::io::{IoError, TextureRequest};
 use crate::usc::ShaderIo;
-use crate::usc::{
-    AccessKind, Env, ExecError, Exit, FaultReason, GpuMemory, MemoryFault, ProgramCache, SimdGroup,
-    LANES, UNIFORMS,
-};
+use crate::usc::{Env, Exit, ProgramCache, SimdGroup, LANES, UNIFORMS};
 
 /// Bytes of a Launch block in Direct mode: two words, global and local
 /// size.
@@ -45,10 +43,6 @@ const DIRECT_LAUNCH_BYTES: u64 = 8 + 12 + 12;
 /// Bytes of a Launch block in an indirect mode: two words, the indirect
 /// buffer address, local size.
 const INDIRECT_LAUNCH_BYTES: u64 = 8 + 8 + 12;
-/// The most control words a pipeline may have before its preshader word.
-const MAX_CONTROL_WORDS: usize = 64;
-/// Instructions a SIMD-group runs between watchdog checks.
-const BUDGET_SLICE: u64 = 1 << 20;
 
 /// A parsed Launch block.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,69 +55,6 @@ pub struct Launch {
     pub local: [u32; 3],
     /// Bytes of the block (where the next one starts).
     pub length_bytes: u64,
-}
-
-/// Descriptors a Texture or Sampler word binds to state registers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct StateBinding {
-    /// The first state register.
-    pub start: u32,
-    /// How many.
-    pub count: u32,
-    /// GPU address of the descriptor array.
-    pub buffer: u64,
-    /// Where the control word is (for faults).
-    pub word_address: u64,
-}
-
-/// What a pipeline's control words set up.
-#[derive(Debug, Clone)]
-pub struct Binding {
-    /// Address of the program's first instruction.
-    pub code: u64,
-    /// Uniform registers.
-    pub uniforms: Box<[u32; UNIFORMS]>,
-    /// Threadgroup memory per threadgroup.
-    pub shared_bytes: usize,
-    /// Texture (or PBE) descriptors bound to texture state registers.
-    pub textures: Vec<StateBinding>,
-    /// Sampler descriptors bound to sampler state registers.
-    pub samplers: Vec<StateBinding>,
-}
-
-impl Binding {
-    /// The address of the descriptor bound to texture state register
-    /// `index` (24 bytes each).
-    pub fn texture_descriptor(&self, index: u32) -> Option<u64> {
-        self.textures
-            .iter()
-            .rev()
-            .find(|b| (b.start..b.start + b.count).contains(&index))
-            .map(|b| b.buffer + 24 * u64::from(index - b.start))
-    }
-}
-
-fn fault(address: u64, unit: FaultUnit, access: u32, reason: u32) -> EngineResult {
-    EngineResult::Fault {
-        address,
-        unit: unit as u32,
-        access,
-        reason,
-    }
-}
-
-pub(crate) fn unsupported(address: u64, unit: FaultUnit) -> EngineResult {
-    fault(address, unit, 0, FAULT_UNSUPPORTED_WORK)
-}
-
-pub(crate) fn read_words<const N: usize>(
-    vm: &GpuVm<'_>,
-    address: u64,
-) -> Result<[u8; N], EngineResult> {
-    let mut bytes = [0u8; N];
-    vm.read(address, &mut bytes)
-        .map_err(|f| EngineResult::from_uat(&f, FaultUnit::Cdm))?;
-    Ok(bytes)
 }
 
 /// Parses the Launch block at `pc` (its first word already read).
@@ -160,201 +91,6 @@ pub fn parse_launch(vm: &GpuVm<'_>, pc: u64, usc_exec_base: u64) -> Result<Launc
     })
 }
 
-/// Reads a pipeline's control words and sets up what they describe.
-pub fn bind(vm: &GpuVm<'_>, pipeline: u64, usc_exec_base: u64) -> Result<Binding, EngineResult> {
-    let mut binding = Binding {
-        code: 0,
-        uniforms: Box::new([0; UNIFORMS]),
-        shared_bytes: 0,
-        textures: Vec::new(),
-        samplers: Vec::new(),
-    };
-    let mut have_code = false;
-    let mut at = pipeline;
-    for _ in 0..MAX_CONTROL_WORDS {
-        let tag: [u8; 1] = read_words(vm, at)?;
-        match UscControl::from_raw(u32::from(tag[0])) {
-            UscControl::Uniform | UscControl::UniformHigh => {
-                let bytes: [u8; 8] = read_words(vm, at)?;
-                let (start_halfs, size_halfs, buffer) =
-                    if UscControl::from_raw(u32::from(tag[0])) == UscControl::Uniform {
-                        let w = UscUniform::unpack(&bytes).value;
-                        (u64::from(w.start_halfs), u64::from(w.size_halfs), w.buffer)
-                    } else {
-                        let w = UscUniformHigh::unpack(&bytes).value;
-                        (
-                            256 + u64::from(w.start_halfs),
-                            u64::from(w.size_halfs),
-                            w.buffer,
-                        )
-                    };
-                let mut data = vec![0u8; 2 * size_halfs as usize];
-                vm.read(buffer, &mut data)
-                    .map_err(|f| EngineResult::from_uat(&f, FaultUnit::Usc))?;
-                for (i, half) in data.chunks_exact(2).enumerate() {
-                    let index = start_halfs as usize + i;
-                    let Some(word) = binding.uniforms.get_mut(index / 2) else {
-                        return Err(unsupported(at, FaultUnit::Usc));
-                    };
-                    let value = u32::from(u16::from_le_bytes([half[0], half[1]]));
-                    let shift = 16 * (index % 2);
-                    *word = (*word & !(0xFFFF << shift)) | (value << shift);
-                }
-                at += 8;
-            }
-            UscControl::Shared => {
-                let bytes: [u8; 4] = read_words(vm, at)?;
-                let w = UscShared::unpack(&bytes).value;
-                if w.uses_shared_memory {
-                    binding.shared_bytes = w.bytes_per_threadgroup as usize;
-                }
-                at += 4;
-            }
-            UscControl::Shader => {
-                let bytes: [u8; 6] = read_words(vm, at)?;
-                let w = UscShader::unpack(&bytes).value;
-                binding.code = usc_exec_base.wrapping_add(w.code);
-                have_code = true;
-                at += 6;
-            }
-            UscControl::Registers => {
-                let bytes: [u8; 4] = read_words(vm, at)?;
-                let _ = UscRegisters::unpack(&bytes).value;
-                at += 4;
-            }
-            UscControl::Texture | UscControl::Sampler => {
-                let bytes: [u8; 8] = read_words(vm, at)?;
-                let state = if UscControl::from_raw(u32::from(tag[0])) == UscControl::Texture {
-                    let w = UscTexture::unpack(&bytes).value;
-                    (w.start, w.count, w.buffer, &mut binding.textures)
-                } else {
-                    let w = UscSampler::unpack(&bytes).value;
-                    (w.start, w.count, w.buffer, &mut binding.samplers)
-                };
-                state.3.push(StateBinding {
-                    start: state.0,
-                    count: state.1,
-                    buffer: state.2,
-                    word_address: at,
-                });
-                at += 8;
-            }
-            UscControl::FragmentProperties => {
-                let bytes: [u8; 4] = read_words(vm, at)?;
-                let _ = UscFragmentProperties::unpack(&bytes).value;
-                at += 4;
-            }
-            UscControl::NoPreshader => {
-                return if have_code {
-                    Ok(binding)
-                } else {
-                    Err(unsupported(at, FaultUnit::Usc))
-                };
-            }
-            // A preshader runs once per launch before the kernel: not yet.
-            UscControl::Preshader | UscControl::Unknown(_) => {
-                return Err(unsupported(at, FaultUnit::Usc))
-            }
-        }
-    }
-    Err(unsupported(at, FaultUnit::Usc))
-}
-
-/// What shaders and fixed-function units reach: the user half only. The
-/// kernel half (ttb1) holds the firmware's rings and command structures; a
-/// user context that names an address there gets a permission fault, as the
-/// hardware's per-context TTB split gives.
-fn refuse_kernel_half(address: u64, len: usize, access: AccessKind) -> Result<(), MemoryFault> {
-    let end = address.checked_add(len as u64);
-    let first_refused = if address >= uat::UPPER_HALF_START {
-        address
-    } else if end.is_none_or(|end| end > uat::UPPER_HALF_START) {
-        uat::UPPER_HALF_START
-    } else {
-        return Ok(());
-    };
-    Err(MemoryFault {
-        address: first_refused,
-        access,
-        reason: FaultReason::Permission,
-    })
-}
-
-impl GpuMemory for GpuVm<'_> {
-    fn read(&self, address: u64, buf: &mut [u8], access: AccessKind) -> Result<(), MemoryFault> {
-        refuse_kernel_half(address, buf.len(), access)?;
-        GpuVm::read(self, address, buf).map_err(|f| MemoryFault {
-            address: f.va,
-            access,
-            reason: match f.reason {
-                UatFaultReason::Unmapped => FaultReason::Unmapped,
-                _ => FaultReason::Permission,
-            },
-        })
-    }
-
-    fn write(&mut self, address: u64, data: &[u8]) -> Result<(), MemoryFault> {
-        refuse_kernel_half(address, data.len(), AccessKind::Write)?;
-        let mut done = 0;
-        while done < data.len() {
-            let at = address.wrapping_add(done as u64);
-            let fail = |reason| MemoryFault {
-                address: at,
-                access: AccessKind::Write,
-                reason,
-            };
-            let pa = self.translate(at, Access::GpuWrite).map_err(|f| {
-                fail(if f.reason == UatFaultReason::Unmapped {
-                    FaultReason::Unmapped
-                } else {
-                    FaultReason::Permission
-                })
-            })?;
-            let chunk = ((PAGE_BYTES - at % PAGE_BYTES) as usize).min(data.len() - done);
-            self.memory()
-                .write(pa, &data[done..done + chunk])
-                .map_err(|_| fail(FaultReason::Unmapped))?;
-            done += chunk;
-        }
-        Ok(())
-    }
-}
-
-/// The fault event an execution error raises.
-pub(crate) fn exec_fault(error: &ExecError) -> EngineResult {
-    let memory_fault = match error {
-        ExecError::Memory { fault, .. } => Some(*fault),
-        ExecError::Fetch {
-            source: crate::usc::FetchError::Memory(fault),
-            ..
-        } => Some(*fault),
-        ExecError::Io {
-            error: crate::usc::IoError::Memory(fault),
-            ..
-        } => Some(*fault),
-        _ => None,
-    };
-    match memory_fault {
-        Some(f) => {
-            let access = match f.access {
-                AccessKind::Read => 0,
-                AccessKind::Write => 1,
-                AccessKind::Fetch => 2,
-            };
-            let reason = match (f.reason, f.access) {
-                (FaultReason::Unmapped, _) => UatFaultReason::Unmapped,
-                (FaultReason::Permission, AccessKind::Write) => UatFaultReason::ReadOnly,
-                (FaultReason::Permission, _) => UatFaultReason::NoAccess,
-            };
-            fault(f.address, FaultUnit::Usc, access, reason.to_raw())
-        }
-        None => {
-            tracing::warn!(%error, "kernel stopped");
-            unsupported(error.pc(), FaultUnit::Usc)
-        }
-    }
-}
-
 /// Runs a bound kernel over a launch's grid on `workers` host threads;
 /// returns the SIMD-group instructions executed. Threadgroups are
 /// independent, so which thread runs which does not change the results
@@ -383,11 +119,8 @@ pub fn run(
     let first_failure = AtomicU64::new(u64::MAX);
     let failures = Mutex::new(Vec::<(u64, EngineResult)>::new());
     let instructions = AtomicU64::new(0);
-    let watch = Watch {
-        deadline: ctx.deadline,
-        stop: ctx.stop,
-        vm_slot: ctx.vm_slot,
-    };
+    let watchdog = ctx.watchdog();
+    let vm_slot = ctx.vm_slot;
     let work = || {
         let mut vm = vm.clone();
         let mut cache = ProgramCache::new();
@@ -399,9 +132,7 @@ pub fn run(
                 break;
             }
             // A grid of many short threadgroups meets the watchdog too.
-            if index.is_multiple_of(64)
-                && (Instant::now() >= watch.deadline || watch.stop.load(Ordering::Relaxed))
-            {
+            if index.is_multiple_of(64) && watchdog.expired() {
                 first_failure.fetch_min(index, Ordering::Relaxed);
                 failures
                     .lock()
@@ -414,8 +145,11 @@ pub fn run(
                 (index / u64::from(groups[0]) % u64::from(groups[1])) as u32,
                 (index / (u64::from(groups[0]) * u64::from(groups[1]))) as u32,
             ];
+            // Every threadgroup starts from the pipeline's uniforms and
+            // zeroed threadgroup memory, whichever worker runs it.
             threadgroup.fill(0);
-            let mut simd = simd_groups(&watch, launch, binding, g, threads_per_group);
+            uniforms.copy_from_slice(&binding.uniforms[..]);
+            let mut simd = simd_groups(vm_slot, launch, binding, g, threads_per_group);
             let mut io = KernelIo {
                 unit: TextureUnit {
                     vm: vm.clone(),
@@ -425,7 +159,7 @@ pub fn run(
                 },
             };
             let result = run_threadgroup(
-                &watch,
+                &watchdog,
                 &mut io,
                 &mut vm,
                 &mut cache,
@@ -471,16 +205,9 @@ impl ShaderIo for KernelIo<'_> {
     }
 }
 
-/// What a worker needs of the command: when to give up, and its VM slot.
-struct Watch<'a> {
-    deadline: Instant,
-    stop: &'a std::sync::atomic::AtomicBool,
-    vm_slot: u32,
-}
-
 /// The SIMD-groups of threadgroup `g`, with their special registers.
 fn simd_groups(
-    ctx: &Watch<'_>,
+    vm_slot: u32,
     launch: &Launch,
     binding: &Binding,
     g: [u32; 3],
@@ -533,7 +260,7 @@ fn simd_groups(
             );
             special.set_all(sr::SIMDGROUP_INDEX_IN_THREADGROUP, s as u32);
             special.set_all(sr::CORE_INDEX, 0);
-            special.set_all(sr::VM_SLOT, ctx.vm_slot);
+            special.set_all(sr::VM_SLOT, vm_slot);
             special.set_all(sr::IS_ACTIVE_THREAD, 1);
             group
         })
@@ -541,10 +268,11 @@ fn simd_groups(
         .collect()
 }
 
-/// Runs a threadgroup's SIMD-groups until all have stopped, releasing
-/// them together at each threadgroup barrier.
+/// Runs the SIMD-groups of one threadgroup until all have stopped: each
+/// runs until it stops or reaches a barrier, and those at a barrier go on
+/// once every group has had its turn.
 fn run_threadgroup(
-    ctx: &Watch<'_>,
+    watchdog: &Watchdog<'_>,
     io: &mut KernelIo<'_>,
     vm: &mut GpuVm<'_>,
     cache: &mut ProgramCache,
@@ -552,33 +280,27 @@ fn run_threadgroup(
     uniforms: &mut [u32; UNIFORMS],
     threadgroup: &mut [u8],
 ) -> Result<(), EngineResult> {
+    let mut env = Env {
+        memory: vm,
+        io,
+        uniforms,
+        threadgroup,
+    };
     let mut stopped = vec![false; groups.len()];
     while stopped.iter().any(|s| !s) {
         for (group, stopped) in groups.iter_mut().zip(stopped.iter_mut()) {
             if *stopped {
                 continue;
             }
-            loop {
-                let mut budget = BUDGET_SLICE;
-                let mut env = Env {
-                    memory: vm,
-                    io,
-                    uniforms,
-                    threadgroup,
-                };
-                match group.run(cache, &mut env, &mut budget) {
-                    Ok(Exit::Stopped) => *stopped = true,
-                    Ok(Exit::Barrier) => {}
-                    Err(ExecError::Timeout { .. }) => {
-                        if Instant::now() >= ctx.deadline || ctx.stop.load(Ordering::Relaxed) {
-                            return Err(EngineResult::Timeout);
-                        }
-                        continue;
-                    }
-                    Err(error) => return Err(exec_fault(&error)),
-                }
-                break;
-            }
+            let exit = run_simd_group(
+                group,
+                cache,
+                &mut env,
+                watchdog,
+                Barriers::Yield,
+                exec_fault,
+            )?;
+            *stopped = exit == Exit::Stopped;
         }
     }
     Ok(())

@@ -33,7 +33,9 @@ use agx_hw::formats::UatTtb;
 use agx_hw::uat::PhysicalMemory;
 use zerocopy::{FromBytes, IntoBytes};
 
-pub use crate::engine::{Engine, EngineResult, FirmwareServices, NoEngine, RunContext};
+pub use crate::command::{FirmwareServices, RunContext};
+pub use crate::engine::{Engine, NoEngine};
+pub use crate::fault::EngineResult;
 
 /// The kmd -> firmware doorbell (the mailbox).
 #[derive(Debug, Default)]

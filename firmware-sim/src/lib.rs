@@ -6,17 +6,32 @@
 //! overflow and partial renders, fragment shading, texturing and compute.
 //! It never depends on the kmd: like real firmware, it only sees memory.
 //!
-//! Status: the shader core ([`usc`]) runs AGX machine code; the firmware
-//! thread ([`firmware`]) serves the kmd's rings and work queues; the data
-//! masters ([`engine`]) walk compute control streams through the GPU MMU.
-//! Kernel launches and the render pipeline arrive with the "GPU
-//! execution" work.
+//! The crate is layered as the hardware is, each module depending only
+//! on those listed before it:
+//!
+//! - [`usc`]: the shader core, an interpreter of AGX machine code;
+//! - [`fault`]: the fault event a failed command raises;
+//! - [`memory`]: the GPU MMU as the units see it ([`memory::GpuVm`]);
+//! - [`command`]: a Run command's context and the firmware's watchdog;
+//! - [`bind`]: USC control words, a pipeline's set-up of the shader core;
+//! - [`shader`]: running a SIMD-group for a stage under the watchdog;
+//! - [`texture`]: the texture unit;
+//! - [`compute`], [`tiler`], [`render`]: the compute data master, the
+//!   vertex half and parameter buffer, and the per-tile (fragment) half;
+//! - [`engine`]: which data master runs a Run command ([`engine::Gpu`]);
+//! - [`firmware`]: the firmware thread serving the kmd's rings, and
+//!   [`firmware::SimulatedCoprocessor`], the coprocessor the kmd boots.
 #![forbid(unsafe_code)]
 
+pub mod bind;
+pub mod command;
 pub mod compute;
 pub mod engine;
+pub mod fault;
 pub mod firmware;
+pub mod memory;
 pub mod render;
+pub mod shader;
 pub mod texture;
 pub mod tiler;
 pub mod usc;

@@ -11,14 +11,16 @@
 //! descriptors. A tile no primitive touches is skipped entirely unless
 //! the pass asks for `PROCESS_EMPTY_TILES` (a clear needs it).
 //!
-//! Modelled so far: the VDM walk (draws are refused as unsupported work
-//! until vertex shading and tiling land), the tilebuffer with every
-//! element format `st_tile`/`ld_tile` use, `bg`/`eot` programs run per
-//! tile through their USC control words, and block stores to linear
-//! images. Every memory access goes through the VM's page tables.
+//! Modelled: the VDM walk with vertex shading and binning
+//! ([`crate::tiler`]), partial renders when the parameter buffer runs dry,
+//! the tilebuffer with every element format `st_tile`/`ld_tile` use,
+//! rasterisation with multisampling at the pass's sample positions, depth
+//! and stencil tests, ZLS loads and stores, texturing, `bg`/`eot`
+//! programs run per tile through their USC control words, and block
+//! stores to linear and twiddled images. Every memory access goes through
+//! the VM's page tables.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Instant;
 
 use agx_fwif::addr::FwVa;
 use agx_fwif::messages::{
@@ -32,21 +34,21 @@ use agx_hw::formats::{
 };
 use zerocopy::FromBytes;
 
-use crate::compute::{self, exec_fault, read_words, unsupported, Binding};
-use crate::engine::{EngineResult, GpuVm, RunContext};
+use crate::bind::{self, Binding};
+use crate::command::{RunContext, Watchdog, WATCHDOG_STRIDE};
+use crate::fault::EngineResult;
+use crate::fault::{exec_fault, unsupported};
+use crate::memory::read_words;
+use crate::memory::GpuVm;
+use crate::shader::{present_lanes, run_simd_group, Barriers};
 use crate::texture::{channel_format, TextureUnit};
 use crate::tiler;
 use crate::usc::formats::{self, ElementFormat};
 use crate::usc::io::{BlockStore, IoError, TextureHandle, TextureRequest, TileAccess};
 use crate::usc::{
-    Env, ExecError, Exit, GpuMemory, MemoryFault, ProgramCache, ShaderIo, SimdGroup, LANES,
+    Env, ExecError, GpuMemory, MemoryFault, ProgramCache, ShaderIo, SimdGroup, LANES,
 };
 use agx_hw::layout::ImageLayout;
-
-/// Instructions a SIMD-group runs between watchdog checks.
-const BUDGET_SLICE: u64 = 1 << 20;
-/// VDM blocks walked between watchdog checks.
-const WATCHDOG_STRIDE: u64 = 4096;
 
 /// A command body from the command object, or a firmware fault at the
 /// command for one too short to hold it.
@@ -131,20 +133,19 @@ fn vertex(ctx: &RunContext<'_>, workers: usize) -> Result<(), EngineResult> {
     let Some(root) = ctx.ttb0 else {
         return Err(unsupported(body.vdm_ctrl_stream_base.get(), FaultUnit::Vdm));
     };
-    let vm = GpuVm::of(ctx, root);
+    let vm = ctx.vm(root);
     let info = tvb_info(ctx, body.buffer)?;
     let area = (body.pass.width_px, body.pass.height_px);
     let mut binner = tiler::Binner::new(vm.clone(), &info, area.0, area.1)?
         .map_err(|_| overflow(body.buffer))?;
     let mut state = tiler::VertexState::default();
     let mut cache = ProgramCache::new();
+    let watchdog = ctx.watchdog();
     let mut pc = body.vdm_ctrl_stream_base.get();
     let mut walked = 0u64;
     loop {
         walked += 1;
-        if walked.is_multiple_of(WATCHDOG_STRIDE)
-            && (Instant::now() >= ctx.deadline || ctx.stop.load(Ordering::Relaxed))
-        {
+        if walked.is_multiple_of(WATCHDOG_STRIDE) && watchdog.expired() {
             return Err(EngineResult::Timeout);
         }
         let word = vm
@@ -184,6 +185,7 @@ fn vertex(ctx: &RunContext<'_>, workers: usize) -> Result<(), EngineResult> {
                 tiler::draw(
                     vm.clone(),
                     &mut cache,
+                    &watchdog,
                     body.usc_exec_base.get(),
                     &state,
                     &draw,
@@ -252,7 +254,7 @@ fn program(
             reason: agx_hw::formats::UatFaultReason::Unmapped.to_raw(),
         });
     }
-    compute::bind(vm, usc_exec_base + offset, usc_exec_base)
+    bind::bind(vm, usc_exec_base + offset, usc_exec_base)
 }
 
 /// One tile's on-chip memory: the colour records, and depth and stencil
@@ -679,7 +681,7 @@ impl ShaderIo for TileIo<'_, '_> {
 /// (tile-local coordinates), 32 lanes per SIMD-group.
 #[allow(clippy::too_many_arguments)]
 fn run_tile_program(
-    limits: &Limits<'_>,
+    watchdog: &Watchdog<'_>,
     vm: &GpuVm<'_>,
     cache: &mut ProgramCache,
     binding: &Binding,
@@ -748,11 +750,7 @@ fn run_tile_program(
     for (chunk, helper) in order.chunks(LANES).zip(helpers.chunks(LANES)) {
         let mut lanes = [(0u32, 0u32); LANES];
         lanes[..chunk.len()].copy_from_slice(chunk);
-        let present = if chunk.len() == LANES {
-            u32::MAX
-        } else {
-            (1u32 << chunk.len()) - 1
-        };
+        let present = present_lanes(chunk.len());
         let helper_lanes = helper
             .iter()
             .enumerate()
@@ -789,27 +787,20 @@ fn run_tile_program(
             coverage,
             face,
         };
-        loop {
-            let mut budget = BUDGET_SLICE;
-            let mut env = Env {
-                memory: &mut memory,
-                io: &mut io,
-                uniforms: &mut uniforms,
-                threadgroup: &mut [],
-            };
-            match group.run(cache, &mut env, &mut budget) {
-                Ok(Exit::Stopped) => break,
-                Ok(Exit::Barrier) => {
-                    return Err(unsupported(group.pc, FaultUnit::Usc));
-                }
-                Err(ExecError::Timeout { .. }) => {
-                    if limits.expired() {
-                        return Err(EngineResult::Timeout);
-                    }
-                }
-                Err(error) => return Err(block_store_fault(&error)),
-            }
-        }
+        let mut env = Env {
+            memory: &mut memory,
+            io: &mut io,
+            uniforms: &mut uniforms,
+            threadgroup: &mut [],
+        };
+        run_simd_group(
+            &mut group,
+            cache,
+            &mut env,
+            watchdog,
+            Barriers::Refuse,
+            block_store_fault,
+        )?;
     }
     Ok(())
 }
@@ -1018,7 +1009,7 @@ fn fragment(ctx: &RunContext<'_>, workers: usize) -> Result<(), EngineResult> {
     let Some(root) = ctx.ttb0 else {
         return Err(unsupported(ctx.command, FaultUnit::Firmware));
     };
-    let vm = GpuVm::of(ctx, root);
+    let vm = ctx.vm(root);
     let info = tvb_info(ctx, body.buffer)?;
     render_scene(
         ctx,
@@ -1091,10 +1082,7 @@ fn render_scene(
         heap: (!render.sampler_heap.is_null())
             .then_some((render.sampler_heap.get(), render.sampler_count)),
         process_empty: render.process_empty_tiles(),
-        limits: Limits {
-            deadline: ctx.deadline,
-            stop: ctx.stop,
-        },
+        watchdog: ctx.watchdog(),
         sample_positions: sample_positions(samples, render.ppp_multisamplectl),
     };
     if pass.tile != (tiler::TILE_PX, tiler::TILE_PX) && pass.scene.header.primitives > 0 {
@@ -1150,18 +1138,6 @@ fn render_scene(
     }
 }
 
-/// When per-tile work must give up.
-struct Limits<'a> {
-    deadline: Instant,
-    stop: &'a std::sync::atomic::AtomicBool,
-}
-
-impl Limits<'_> {
-    fn expired(&self) -> bool {
-        Instant::now() >= self.deadline || self.stop.load(Ordering::Relaxed)
-    }
-}
-
 /// What every tile of a segment shares.
 struct Pass<'a> {
     usc_exec_base: u64,
@@ -1174,7 +1150,7 @@ struct Pass<'a> {
     zls: ZlsControl,
     heap: Option<(u64, u32)>,
     process_empty: bool,
-    limits: Limits<'a>,
+    watchdog: Watchdog<'a>,
     /// Sample positions in 1/256 pixel from the pixel's corner.
     sample_positions: Vec<(i64, i64)>,
 }
@@ -1227,7 +1203,7 @@ impl Pass<'_> {
         w: &mut Worker,
         (layer, tx, ty): (u32, u32, u32),
     ) -> Result<(), EngineResult> {
-        if self.limits.expired() {
+        if self.watchdog.expired() {
             return Err(EngineResult::Timeout);
         }
         let render = self.render;
@@ -1258,7 +1234,7 @@ impl Pass<'_> {
                    quads: bool,
                    face: Option<FragmentFace>| {
             run_tile_program(
-                &self.limits,
+                &self.watchdog,
                 &vm,
                 &mut w.cache,
                 binding,
@@ -1429,7 +1405,7 @@ fn fragment_shader(
     let Some(pipeline) = ppp.fragment_pipeline else {
         return Err(unsupported(fragment_state.ppp, FaultUnit::Vdm));
     };
-    let binding = compute::bind(vm, usc_exec_base.wrapping_add(pipeline), usc_exec_base)?;
+    let binding = bind::bind(vm, usc_exec_base.wrapping_add(pipeline), usc_exec_base)?;
     Ok((binding, ppp))
 }
 

@@ -19,8 +19,8 @@ use agx_hw::formats::{
 };
 use agx_hw::layout::ImageLayout;
 
-use crate::compute::StateBinding;
-use crate::engine::GpuVm;
+use crate::bind::StateBinding;
+use crate::memory::GpuVm;
 use crate::usc::formats::{self, ElementFormat};
 use crate::usc::io::{IoError, LodArgument, TextureHandle, TextureRequest};
 

@@ -26,8 +26,9 @@
 //!   0: back-facing), then per vertex x, y (pixels), z, 1/w and the
 //!   varying slots.
 //!
-//! Pages are taken in page-list order; running out is an overflow (the
-//! partial-render path is the rest of the GPU execution work).
+//! Pages are taken in page-list order; running out is an overflow: the
+//! firmware asks the kmd to grow the buffer (GrowTVB) or, if it will not,
+//! does a partial render and starts again from an empty buffer.
 
 use agx_fwif::messages::{FaultUnit, TvbInfo, TVB_PAGE_BYTES};
 use agx_hw::formats::{
@@ -38,10 +39,15 @@ use agx_hw::formats::{
 use agx_hw::isa::Reg;
 use zerocopy::{FromBytes, IntoBytes};
 
-use crate::compute::{self, exec_fault, read_words, unsupported, Binding};
-use crate::engine::{EngineResult, GpuVm};
+use crate::bind::{self, Binding};
+use crate::command::Watchdog;
+use crate::fault::EngineResult;
+use crate::fault::{exec_fault, unsupported};
+use crate::memory::read_words;
+use crate::memory::GpuVm;
+use crate::shader::{present_lanes, run_simd_group, Barriers};
 use crate::usc::io::IoError;
-use crate::usc::{Env, ExecError, Exit, GpuMemory, ProgramCache, ShaderIo, SimdGroup, LANES};
+use crate::usc::{Env, GpuMemory, ProgramCache, ShaderIo, SimdGroup, LANES};
 
 /// Pixels per tile side.
 pub const TILE_PX: u32 = 32;
@@ -54,9 +60,6 @@ pub const TVB_HEADS_PER_PAGE: u64 = TVB_PAGE_BYTES / 8;
 const HEADS_PER_PAGE: u64 = TVB_HEADS_PER_PAGE;
 /// The most vertex output slots.
 pub const MAX_OUTPUTS: usize = 64;
-/// Instructions a vertex SIMD-group may run (a vertex shader that does not
-/// stop within this is stopped by the watchdog check between groups).
-const VERTEX_BUDGET: u64 = 1 << 24;
 
 /// The scene header at the start of the parameter buffer's first page.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, FromBytes, IntoBytes, zerocopy::Immutable)]
@@ -389,6 +392,7 @@ type Outputs = [u32; MAX_OUTPUTS];
 fn shade_vertices(
     vm: GpuVm<'_>,
     cache: &mut ProgramCache,
+    watchdog: &Watchdog<'_>,
     binding: &Binding,
     vertex_ids: &[u32],
     instance: u32,
@@ -397,12 +401,7 @@ fn shade_vertices(
     let mut uniforms = binding.uniforms.clone();
     let mut memory = vm;
     for chunk in vertex_ids.chunks(LANES) {
-        let present = if chunk.len() == LANES {
-            u32::MAX
-        } else {
-            (1u32 << chunk.len()) - 1
-        };
-        let mut group = SimdGroup::new(binding.code, present);
+        let mut group = SimdGroup::new(binding.code, present_lanes(chunk.len()));
         for (lane, &id) in chunk.iter().enumerate() {
             group.write(Reg::r(5), lane, u64::from(id));
             group.write(Reg::r(6), lane, u64::from(instance));
@@ -410,19 +409,20 @@ fn shade_vertices(
         let mut io = VertexIo {
             outputs: vec![[0; MAX_OUTPUTS]; LANES],
         };
-        let mut budget = VERTEX_BUDGET;
         let mut env = Env {
             memory: &mut memory,
             io: &mut io,
             uniforms: &mut uniforms,
             threadgroup: &mut [],
         };
-        match group.run(cache, &mut env, &mut budget) {
-            Ok(Exit::Stopped) => {}
-            Ok(Exit::Barrier) => return Err(unsupported(group.pc, FaultUnit::Usc)),
-            Err(ExecError::Timeout { .. }) => return Err(EngineResult::Timeout),
-            Err(error) => return Err(exec_fault(&error)),
-        }
+        run_simd_group(
+            &mut group,
+            cache,
+            &mut env,
+            watchdog,
+            Barriers::Refuse,
+            exec_fault,
+        )?;
         out.extend(io.outputs.into_iter().take(chunk.len()));
     }
     Ok(out)
@@ -809,6 +809,7 @@ impl<'a> Binner<'a> {
 pub fn draw<'a>(
     vm: GpuVm<'_>,
     cache: &mut ProgramCache,
+    watchdog: &Watchdog<'_>,
     usc_exec_base: u64,
     state: &VertexState,
     draw: &Draw,
@@ -822,7 +823,7 @@ pub fn draw<'a>(
     let Some((ppp_address, _)) = state.ppp else {
         return Err(unsupported(pc, FaultUnit::Vdm));
     };
-    let binding = compute::bind(&vm, usc_exec_base.wrapping_add(pipeline), usc_exec_base)?;
+    let binding = bind::bind(&vm, usc_exec_base.wrapping_add(pipeline), usc_exec_base)?;
     let ppp = parse_ppp(&vm, ppp_address)?;
     let fragment_state = binner.state(state.ppp)?;
     // The vertex (or index-buffer) ids of the draw.
@@ -877,7 +878,7 @@ pub fn draw<'a>(
         })
         .collect();
     for instance in 0..draw.instances {
-        let shaded = shade_vertices(vm.clone(), cache, &binding, &unique, instance)?;
+        let shaded = shade_vertices(vm.clone(), cache, watchdog, &binding, &unique, instance)?;
         let clip = |i: usize| ClipVertex {
             position: std::array::from_fn(|c| f32::from_bits(shaded[slots[i]][c])),
             varyings: shaded[slots[i]][4..outputs]

@@ -1,6 +1,6 @@
 //! A DRM file: one open of the render node, and its ioctls.
 //!
-//! A file owns handles to GEM objects, VMs and (later) syncobjs and
+//! A file owns handles to GEM objects, VMs, syncobjs, bound objects and
 //! queues; closing it (dropping the [`File`]) releases all of them. The
 //! [`File::ioctl`] entry point follows the DRM core's contract exactly: the
 //! request number selects the handler, the size encoded in it bounds the

@@ -5,8 +5,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use agx_firmware_sim::engine::GpuVm;
 use agx_firmware_sim::firmware::SimulatedCoprocessor;
+use agx_firmware_sim::memory::GpuVm;
 use agx_fwif::messages::LogMsg;
 use agx_fwif::ring::SharedMemory;
 use agx_hw::formats::UatMemAttr;

@@ -1,0 +1,94 @@
+//! GPU faults: what a failed command reports, and which unit it names.
+//!
+//! A unit that cannot finish a command (a translation fault, an
+//! instruction the shader core refuses, work the model does not do)
+//! stops it with a fault event carrying the GPU address, the unit, the
+//! kind of access and a reason, as the hardware's fault registers do; the
+//! firmware turns it into an event for the kmd.
+
+use agx_fwif::messages::{FaultUnit, FAULT_UNSUPPORTED_WORK};
+use agx_hw::formats::UatFaultReason;
+use agx_hw::uat::UatFault;
+
+use crate::usc::{AccessKind, ExecError, FaultReason};
+
+/// What the execution engine did with a Run command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EngineResult {
+    /// It completed.
+    Done,
+    /// It faulted.
+    Fault {
+        /// The GPU address.
+        address: u64,
+        /// The unit ([`FaultUnit`] as u32).
+        unit: u32,
+        /// 0 read, 1 write, 2 fetch.
+        access: u32,
+        /// The reason code (a `UatFaultReason`, or
+        /// [`FAULT_UNSUPPORTED_WORK`]).
+        reason: u32,
+    },
+    /// It ran out of time and was stopped.
+    Timeout,
+}
+
+impl EngineResult {
+    /// The fault a failed translation raises for `unit`.
+    pub fn from_uat(fault: &UatFault, unit: FaultUnit) -> EngineResult {
+        EngineResult::Fault {
+            address: fault.va,
+            unit: unit as u32,
+            access: u32::from(!fault.read),
+            reason: fault.reason.to_raw(),
+        }
+    }
+}
+
+fn fault(address: u64, unit: FaultUnit, access: u32, reason: u32) -> EngineResult {
+    EngineResult::Fault {
+        address,
+        unit: unit as u32,
+        access,
+        reason,
+    }
+}
+
+pub(crate) fn unsupported(address: u64, unit: FaultUnit) -> EngineResult {
+    fault(address, unit, 0, FAULT_UNSUPPORTED_WORK)
+}
+
+/// The fault event an execution error raises.
+pub(crate) fn exec_fault(error: &ExecError) -> EngineResult {
+    let memory_fault = match error {
+        ExecError::Memory { fault, .. } => Some(*fault),
+        ExecError::Fetch {
+            source: crate::usc::FetchError::Memory(fault),
+            ..
+        } => Some(*fault),
+        ExecError::Io {
+            error: crate::usc::IoError::Memory(fault),
+            ..
+        } => Some(*fault),
+        _ => None,
+    };
+    match memory_fault {
+        Some(f) => {
+            let access = match f.access {
+                AccessKind::Read => 0,
+                AccessKind::Write => 1,
+                AccessKind::Fetch => 2,
+            };
+            let reason = match (f.reason, f.access) {
+                (FaultReason::Unmapped, _) => UatFaultReason::Unmapped,
+                (FaultReason::Permission, AccessKind::Write) => UatFaultReason::ReadOnly,
+                (FaultReason::Permission, _) => UatFaultReason::NoAccess,
+            };
+            fault(f.address, FaultUnit::Usc, access, reason.to_raw())
+        }
+        None => {
+            tracing::warn!(%error, "kernel stopped");
+            unsupported(error.pc(), FaultUnit::Usc)
+        }
+    }
+}

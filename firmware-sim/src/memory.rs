@@ -1,0 +1,244 @@
+//! The GPU MMU as the units see it: a VM context's user half (`ttb0`)
+//! behind a small TLB, and the kernel half (`ttb1`) every context shares.
+//!
+//! Every GPU unit (data masters, the shader core, the texture unit, the
+//! pixel back end, the tiler) reaches memory through [`GpuVm`]: user
+//! addresses are walked through the context's page tables with the UAT's
+//! permission rules, so an unmapped or read-only page faults at the exact
+//! address the hardware would report. Shaders and fixed-function units
+//! never reach the kernel half: an address there is a permission fault.
+
+use std::sync::atomic::Ordering;
+
+use agx_fwif::messages::FaultUnit;
+use agx_fwif::ring::SharedMemory;
+use agx_hw::formats::UatFaultReason;
+use agx_hw::uat::{self, Access, PhysicalMemory, UatFault, PAGE_BYTES};
+
+use crate::fault::EngineResult;
+use crate::usc::{AccessKind, FaultReason, GpuMemory, MemoryFault};
+
+/// Entries of a [`GpuVm`]'s translation cache.
+const TLB_ENTRIES: usize = 16;
+
+/// Bits of a TLB entry: bit 0 readable, bit 1 writable, bits 2-29 the
+/// physical page, bits 30-63 the virtual page + 1 (0: empty). One word,
+/// so entries update atomically and a `GpuVm` can be shared by threads.
+const TLB_PA_PAGE_BITS: u32 = 28;
+
+/// The user half of a VM context, as the GPU reads it.
+///
+/// It carries a small translation cache (a TLB) of the pages it walked,
+/// direct-mapped by page number; clones start with the original's
+/// entries. Any change to the page tables (the kmd advances the memory's
+/// translation generation, as a kernel shoots down TLBs when it unmaps)
+/// empties it before the next translation, so an unmapped page is never
+/// reached through a stale entry, even mid-command.
+pub struct GpuVm<'a> {
+    memory: &'a (dyn PhysicalMemory + Sync),
+    root: u64,
+    /// The kernel's half (ttb1), shared by every context: the firmware's
+    /// view of it.
+    kernel: Option<&'a (dyn SharedMemory + Sync)>,
+    tlb: [std::sync::atomic::AtomicU64; TLB_ENTRIES],
+    /// The memory's translation generation the entries belong to.
+    tlb_generation: std::sync::atomic::AtomicU64,
+}
+
+impl Clone for GpuVm<'_> {
+    /// A copy with a copy of the translation cache (its entries are valid
+    /// for the command the original serves).
+    fn clone(&self) -> Self {
+        GpuVm {
+            memory: self.memory,
+            root: self.root,
+            kernel: self.kernel,
+            tlb: std::array::from_fn(|i| {
+                std::sync::atomic::AtomicU64::new(self.tlb[i].load(Ordering::Relaxed))
+            }),
+            tlb_generation: std::sync::atomic::AtomicU64::new(
+                self.tlb_generation.load(Ordering::Relaxed),
+            ),
+        }
+    }
+}
+
+impl<'a> GpuVm<'a> {
+    /// The context rooted at `root`.
+    pub fn new(memory: &'a (dyn PhysicalMemory + Sync), root: u64) -> GpuVm<'a> {
+        GpuVm {
+            memory,
+            root,
+            kernel: None,
+            tlb: Default::default(),
+            tlb_generation: std::sync::atomic::AtomicU64::new(memory.translation_generation()),
+        }
+    }
+
+    /// A command's context: its user half rooted at `root`, and the
+    /// kernel half every context shares (`kernel`, the firmware's view).
+    pub fn with_kernel(
+        memory: &'a (dyn PhysicalMemory + Sync),
+        root: u64,
+        kernel: &'a (dyn SharedMemory + Sync),
+    ) -> GpuVm<'a> {
+        GpuVm {
+            kernel: Some(kernel),
+            ..GpuVm::new(memory, root)
+        }
+    }
+
+    /// The kernel half, for addresses in it.
+    pub fn kernel(&self, va: u64) -> Option<&'a (dyn SharedMemory + Sync)> {
+        self.kernel.filter(|_| va >= uat::UPPER_HALF_START)
+    }
+
+    /// Reads `buf.len()` bytes at GPU address `va`.
+    pub fn read(&self, va: u64, buf: &mut [u8]) -> Result<(), UatFault> {
+        if let Some(kernel) = self.kernel(va) {
+            return kernel.read(va, buf).map_err(|e| UatFault {
+                va: e.address,
+                reason: UatFaultReason::Unmapped,
+                level: 0,
+                read: true,
+            });
+        }
+        let mut done = 0;
+        while done < buf.len() {
+            let at = va.wrapping_add(done as u64);
+            let pa = self.translate(at, Access::GpuRead)?;
+            let chunk = ((PAGE_BYTES - at % PAGE_BYTES) as usize).min(buf.len() - done);
+            self.memory
+                .read(pa, &mut buf[done..done + chunk])
+                .map_err(|_| UatFault {
+                    va: at,
+                    reason: UatFaultReason::Unmapped,
+                    level: 0,
+                    read: true,
+                })?;
+            done += chunk;
+        }
+        Ok(())
+    }
+
+    /// Translates user-half address `va` for `access` (a GPU read or
+    /// write), through the translation cache.
+    pub fn translate(&self, va: u64, access: Access) -> Result<u64, UatFault> {
+        // A page-table change since the entries were filled (an unmap:
+        // the kernel's TLB shootdown) empties the cache.
+        let generation = self.memory.translation_generation();
+        if self.tlb_generation.load(Ordering::Relaxed) != generation {
+            for entry in &self.tlb {
+                entry.store(0, Ordering::Relaxed);
+            }
+            self.tlb_generation.store(generation, Ordering::Relaxed);
+        }
+        let page = va / PAGE_BYTES;
+        let slot = &self.tlb[(page % TLB_ENTRIES as u64) as usize];
+        let entry = slot.load(Ordering::Relaxed);
+        let allowed = if access.is_write() { 2 } else { 1 };
+        if entry >> (2 + TLB_PA_PAGE_BITS) == page + 1 && entry & allowed != 0 {
+            let pa_page = (entry >> 2) & ((1 << TLB_PA_PAGE_BITS) - 1);
+            return Ok(pa_page * PAGE_BYTES + va % PAGE_BYTES);
+        }
+        let t = uat::translate(self.memory, self.root, va, access)?;
+        let pa_page = t.pa / PAGE_BYTES;
+        if pa_page < 1 << TLB_PA_PAGE_BITS && page + 1 < 1 << (62 - TLB_PA_PAGE_BITS) {
+            slot.store(
+                (page + 1) << (2 + TLB_PA_PAGE_BITS)
+                    | pa_page << 2
+                    | u64::from(t.permissions.gpu_write) << 1
+                    | u64::from(t.permissions.gpu_read),
+                Ordering::Relaxed,
+            );
+        }
+        Ok(t.pa)
+    }
+
+    /// Physical memory.
+    pub fn memory(&self) -> &'a (dyn PhysicalMemory + Sync) {
+        self.memory
+    }
+
+    /// The root of the context's user page tables.
+    pub fn root(&self) -> u64 {
+        self.root
+    }
+
+    /// Reads a little-endian u32.
+    pub fn read_u32(&self, va: u64) -> Result<u32, UatFault> {
+        let mut word = [0u8; 4];
+        self.read(va, &mut word)?;
+        Ok(u32::from_le_bytes(word))
+    }
+}
+
+pub(crate) fn read_words<const N: usize>(
+    vm: &GpuVm<'_>,
+    address: u64,
+) -> Result<[u8; N], EngineResult> {
+    let mut bytes = [0u8; N];
+    vm.read(address, &mut bytes)
+        .map_err(|f| EngineResult::from_uat(&f, FaultUnit::Cdm))?;
+    Ok(bytes)
+}
+
+/// What shaders and fixed-function units reach: the user half only. The
+/// kernel half (ttb1) holds the firmware's rings and command structures; a
+/// user context that names an address there gets a permission fault, as the
+/// hardware's per-context TTB split gives.
+fn refuse_kernel_half(address: u64, len: usize, access: AccessKind) -> Result<(), MemoryFault> {
+    let end = address.checked_add(len as u64);
+    let first_refused = if address >= uat::UPPER_HALF_START {
+        address
+    } else if end.is_none_or(|end| end > uat::UPPER_HALF_START) {
+        uat::UPPER_HALF_START
+    } else {
+        return Ok(());
+    };
+    Err(MemoryFault {
+        address: first_refused,
+        access,
+        reason: FaultReason::Permission,
+    })
+}
+
+impl GpuMemory for GpuVm<'_> {
+    fn read(&self, address: u64, buf: &mut [u8], access: AccessKind) -> Result<(), MemoryFault> {
+        refuse_kernel_half(address, buf.len(), access)?;
+        GpuVm::read(self, address, buf).map_err(|f| MemoryFault {
+            address: f.va,
+            access,
+            reason: match f.reason {
+                UatFaultReason::Unmapped => FaultReason::Unmapped,
+                _ => FaultReason::Permission,
+            },
+        })
+    }
+
+    fn write(&mut self, address: u64, data: &[u8]) -> Result<(), MemoryFault> {
+        refuse_kernel_half(address, data.len(), AccessKind::Write)?;
+        let mut done = 0;
+        while done < data.len() {
+            let at = address.wrapping_add(done as u64);
+            let fail = |reason| MemoryFault {
+                address: at,
+                access: AccessKind::Write,
+                reason,
+            };
+            let pa = self.translate(at, Access::GpuWrite).map_err(|f| {
+                fail(if f.reason == UatFaultReason::Unmapped {
+                    FaultReason::Unmapped
+                } else {
+                    FaultReason::Permission
+                })
+            })?;
+            let chunk = ((PAGE_BYTES - at % PAGE_BYTES) as usize).min(data.len() - done);
+            self.memory()
+                .write(pa, &data[done..done + chunk])
+                .map_err(|_| fail(FaultReason::Unmapped))?;
+            done += chunk;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,67 @@
+//! Running a SIMD-group on the shader core for a stage, under the
+//! command's watchdog.
+//!
+//! Every stage (compute threadgroups, vertex shading, the per-tile
+//! programs) hands its SIMD-groups to the USC the same way: the group runs
+//! a slice of instructions at a time, and between slices the firmware's
+//! watchdog may stop the command. What differs is what a
+//! `threadgroup_barrier` means (only compute has threadgroups) and which
+//! unit a fault is reported for; both are arguments.
+
+use agx_fwif::messages::FaultUnit;
+
+use crate::command::Watchdog;
+use crate::fault::{unsupported, EngineResult};
+use crate::usc::{Env, ExecError, Exit, ProgramCache, SimdGroup, LANES};
+
+/// Instructions a SIMD-group runs between watchdog checks.
+pub const BUDGET_SLICE: u64 = 1 << 20;
+
+/// What a `threadgroup_barrier` means to the stage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Barriers {
+    /// Compute: the group waits for its threadgroup ([`Exit::Barrier`]
+    /// goes back to the caller, which runs the other groups).
+    Yield,
+    /// Vertex and per-tile programs have no threadgroup: a barrier is
+    /// work the model does not do, refused at the group's pc.
+    Refuse,
+}
+
+/// Runs `group` until it stops (or, with [`Barriers::Yield`], reaches a
+/// barrier), [`BUDGET_SLICE`] instructions at a time, giving up with
+/// [`EngineResult::Timeout`] once `watchdog` expires. Any other execution
+/// error becomes the fault `fault` makes of it.
+pub fn run_simd_group(
+    group: &mut SimdGroup,
+    cache: &mut ProgramCache,
+    env: &mut Env<'_>,
+    watchdog: &Watchdog<'_>,
+    barriers: Barriers,
+    fault: fn(&ExecError) -> EngineResult,
+) -> Result<Exit, EngineResult> {
+    loop {
+        let mut budget = BUDGET_SLICE;
+        match group.run(cache, env, &mut budget) {
+            Ok(Exit::Barrier) if barriers == Barriers::Refuse => {
+                return Err(unsupported(group.pc, FaultUnit::Usc));
+            }
+            Ok(exit) => return Ok(exit),
+            Err(ExecError::Timeout { .. }) if watchdog.expired() => {
+                return Err(EngineResult::Timeout);
+            }
+            Err(ExecError::Timeout { .. }) => {}
+            Err(error) => return Err(fault(&error)),
+        }
+    }
+}
+
+/// The present-lanes mask of a group of `lanes` threads (at most
+/// [`LANES`]).
+pub fn present_lanes(lanes: usize) -> u32 {
+    if lanes >= LANES {
+        u32::MAX
+    } else {
+        (1u32 << lanes) - 1
+    }
+}
