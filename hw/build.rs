@@ -703,7 +703,12 @@ fn emit_format(out: &mut String, fm: &FormatDef, enums: &BTreeMap<String, EnumDe
         "impl {name} {{\n    /// Size in bytes.\n    pub const SIZE_BYTES: usize = {n};\n\n    /// Packs into a new array.\n    ///\n    /// # Errors\n    /// [`PackError`] names the field and the broken limit.\n    pub fn pack(&self) -> Result<[u8; {n}], PackError> {{\n        let mut out = [0u8; {n}];\n        self.pack_into(&mut out)?;\n        Ok(out)\n    }}\n\n    /// Decodes, reporting bits no field explains.\n    pub fn unpack(bytes: &[u8; {n}]) -> Unpacked<Self> {{\n        Self::decode_bytes(bytes)\n    }}\n"
     );
     // decode_bytes
-    let _ = writeln!(out, "    // Decoded field by field: conditional fields depend on earlier ones.\n    #[allow(clippy::field_reassign_with_default)]\n    fn decode_bytes(bytes: &[u8]) -> Unpacked<Self> {{\n        let fields = {upper}_FIELDS;\n        let mut covered = [0u8; {n}];\n        let mut issues = Vec::new();\n        let {}value = Self::default();", if has_fields { "mut " } else { "" });
+    let _ = writeln!(out, "    // Decoded field by field: conditional fields depend on earlier ones.\n    #[allow(clippy::field_reassign_with_default)]\n    fn decode_bytes(bytes: &[u8]) -> Unpacked<Self> {{\n        let fields = {upper}_FIELDS;\n        let {}covered = [0u8; {n}];\n        let mut issues = Vec::new();\n        let {}value = Self::default();", if fm.fields.is_empty() { "" } else { "mut " }, if has_fields { "mut " } else { "" });
+    if fm.fields.is_empty() {
+        // A format without fields (a word seen zero): every set bit is
+        // reported as unknown.
+        let _ = writeln!(out, "        let _ = fields;");
+    }
     let ordered: Vec<(usize, &Field)> = fm
         .fields
         .iter()
@@ -756,6 +761,9 @@ fn emit_format(out: &mut String, fm: &FormatDef, enums: &BTreeMap<String, EnumDe
     // Format impl
     let _ = writeln!(out, "impl Format for {name} {{\n    const SIZE_BYTES: usize = {n};\n    const INFO: &'static FormatInfo = &FormatInfo {{ name: \"{name}\", size_bytes: {n}, group: \"{}\", doc: \"{}\", fields: {upper}_FIELDS }};\n", esc(&fm.group), esc(&fm.doc));
     let _ = writeln!(out, "    fn pack_into(&self, out: &mut [u8]) -> Result<(), PackError> {{\n        let fields = {upper}_FIELDS;\n        let len = out.len();\n        let Some(out) = out.get_mut(..{n}) else {{\n            return Err(PackError::BufferTooSmall {{ format: \"{name}\", size_bytes: {n}, len }});\n        }};\n        out.fill(0);");
+    if fm.fields.is_empty() {
+        let _ = writeln!(out, "        let _ = fields;");
+    }
     if has_fields {
         let _ = writeln!(out, "        let value = self;");
     }

@@ -34,6 +34,10 @@ fn format_section(out: &mut String, f: &FormatInfo) {
         f.size_bytes,
         cell(f.doc)
     );
+    if f.fields.is_empty() {
+        out.push_str("No known fields: `unpack` reports every set bit as unknown.\n\n");
+        return;
+    }
     out.push_str("| bits | field | type | encoding | range | default | only when | meaning |\n");
     out.push_str("|---|---|---|---|---|---|---|---|\n");
     for field in f.fields {
