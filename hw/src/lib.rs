@@ -47,30 +47,39 @@ pub mod doc;
 pub mod isa;
 pub mod layout;
 mod lod;
+pub mod seq;
 pub mod spec;
 pub mod uat;
 
 pub use lod::Lod;
+pub use seq::{List, SeqError, SeqIssue, Sequence, SequenceInfo, Slot, Walked};
 pub use spec::{
     EnumInfo, FieldInfo, FieldKind, Format, FormatInfo, PackError, ShortInput, UnpackIssue,
     Unpacked,
 };
 
-/// The generated formats and enums (see the crate documentation).
+/// The generated formats, enums, sequences and lists (see the crate
+/// documentation and [`seq`]).
 pub mod formats {
     use std::fmt;
 
+    use crate::seq::{
+        aligned_len, array_len, build_item, check_when, count_of, note_count, pad_out, peek_header,
+        push_padding, push_slot, write_item, Align, EntryInfo, ItemInfo, List, ListInfo,
+        ListTarget, ListVariantInfo, Reader, RecordsInfo, Selector, SeqError, SeqIssue, Sequence,
+        SequenceBody, SequenceInfo, Slot, Walked,
+    };
     use crate::spec::{
-        decode, encode, mark_covered, read_stored, unknown_bits, write_stored, Condition, EnumInfo,
-        FieldInfo, FieldKind, Format, FormatInfo, Modifier, PackError, ShortInput, UnpackIssue,
-        Unpacked,
+        decode, encode, extract_bits, mark_covered, read_stored, unknown_bits, write_stored,
+        Condition, EnumInfo, FieldInfo, FieldKind, Format, FormatInfo, Modifier, PackError,
+        ShortInput, UnpackIssue, Unpacked,
     };
     use crate::Lod;
 
     include!(concat!(env!("OUT_DIR"), "/formats.rs"));
 }
 
-pub use formats::{ALL_ENUMS, ALL_FORMATS};
+pub use formats::{ALL_ENUMS, ALL_FORMATS, ALL_SEQUENCES};
 
 #[cfg(test)]
 mod tests;

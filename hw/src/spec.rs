@@ -137,7 +137,7 @@ impl FieldInfo {
 }
 
 /// Static description of a whole format.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FormatInfo {
     /// Rust type name.
     pub name: &'static str,
@@ -297,6 +297,17 @@ pub trait Format: Sized + Default + Clone + fmt::Debug + fmt::Display + PartialE
     /// # Errors
     /// [`ShortInput`] if there are fewer bytes than the format has.
     fn unpack_from(bytes: &[u8]) -> Result<Unpacked<Self>, ShortInput>;
+
+    /// Decodes the first [`Self::SIZE_BYTES`] bytes of `bytes` without
+    /// looking for unknown bits or constant mismatches (the generated
+    /// formats use their fast `decode_fields`): for hot paths over
+    /// encodings the stack itself wrote.
+    ///
+    /// # Errors
+    /// [`ShortInput`] if there are fewer bytes than the format has.
+    fn decode_from(bytes: &[u8]) -> Result<Self, ShortInput> {
+        Self::unpack_from(bytes).map(|u| u.value)
+    }
 
     /// Packs into a new vector.
     ///
