@@ -82,4 +82,6 @@ pub mod formats {
 pub use formats::{ALL_ENUMS, ALL_FORMATS, ALL_SEQUENCES};
 
 #[cfg(test)]
+mod seq_tests;
+#[cfg(test)]
 mod tests;

@@ -84,6 +84,21 @@ proptest! {
         crate::formats::for_each_format!(check);
     }
 
+    /// The fast decode sequences use agrees with `unpack` for every format.
+    #[test]
+    fn decode_from_matches_unpack(bytes in proptest::collection::vec(any::<u8>(), 32)) {
+        macro_rules! check {
+            ($t:ident) => {
+                let fast = $t::decode_from(&bytes).unwrap();
+                let full = $t::unpack_from(&bytes).unwrap().value;
+                // Through Debug: a NaN float is not == itself.
+                prop_assert_eq!(format!("{fast:?}"), format!("{full:?}"), "{}", stringify!($t));
+                prop_assert!($t::decode_from(&bytes[..$t::SIZE_BYTES - 1]).is_err());
+            };
+        }
+        crate::formats::for_each_format!(check);
+    }
+
     #[test]
     fn sparse_inputs_round_trip(bits in proptest::collection::vec(0usize..256, 0..4)) {
         let mut bytes = vec![0u8; 32];
