@@ -1,13 +1,14 @@
 //! Renders the format tables as Markdown (`Documentation/formats.md`).
 //!
-//! The document is generated from the same [`FormatInfo`] tables the code
-//! uses, and a test compares it with the checked-in file, so the
-//! documentation cannot drift from the formats.
+//! The document is generated from the same [`FormatInfo`] and
+//! [`SequenceInfo`] tables the code uses, and a test compares it with the
+//! checked-in file, so the documentation cannot drift from the formats.
 
 use std::fmt::Write as _;
 
+use crate::seq::{ListInfo, ListTarget, RecordsInfo, SequenceBody, SequenceInfo};
 use crate::spec::{FieldKind, FormatInfo};
-use crate::{ALL_ENUMS, ALL_FORMATS};
+use crate::{ALL_ENUMS, ALL_FORMATS, ALL_SEQUENCES};
 
 fn kind_text(kind: FieldKind) -> String {
     match kind {
@@ -67,6 +68,102 @@ fn format_section(out: &mut String, f: &FormatInfo) {
     out.push('\n');
 }
 
+/// A link to a format's section.
+fn format_link(f: &FormatInfo) -> String {
+    format!(
+        "[{}](#{}-{}-bytes)",
+        f.name,
+        f.name.to_lowercase(),
+        f.size_bytes
+    )
+}
+
+/// A link to a sequence's or list's section.
+fn sequence_link(s: &SequenceInfo) -> String {
+    let kind = match s.body {
+        SequenceBody::Records(_) => "sequence",
+        SequenceBody::List(_) => "list",
+    };
+    format!("[{}](#{}-{kind})", s.name, s.name.to_lowercase())
+}
+
+fn records_section(out: &mut String, s: &SequenceInfo, r: &RecordsInfo) {
+    let _ = writeln!(out, "### {} (sequence)\n\n{}\n", s.name, cell(s.doc));
+    let _ = write!(out, "Header: {}.", format_link(r.header));
+    if let Some(align) = r.align {
+        let _ = write!(
+            out,
+            " Then zero padding to a multiple of {} bytes",
+            align.bytes
+        );
+        match align.unless {
+            Some(bit) => {
+                let _ = write!(out, ", unless `{bit}` is set.");
+            }
+            None => out.push('.'),
+        }
+    }
+    out.push_str("\n\n| present when | member | records | bytes |\n|---|---|---|---|\n");
+    for e in r.entries {
+        let mut records = Vec::new();
+        let mut sizes = Vec::new();
+        for item in e.items {
+            let name = if e.items.len() > 1 {
+                format!("`{}`: ", item.member)
+            } else {
+                String::new()
+            };
+            match item.count {
+                Some(c) => {
+                    records.push(format!("{name}{} × `{c}`", format_link(item.format)));
+                    sizes.push(format!("{} × `{c}`", item.format.size_bytes));
+                }
+                None => {
+                    records.push(format!("{name}{}", format_link(item.format)));
+                    sizes.push(item.format.size_bytes.to_string());
+                }
+            }
+        }
+        let _ = writeln!(
+            out,
+            "| `{}` | `{}` | {} | {} |",
+            e.selector,
+            e.member,
+            records.join(", "),
+            sizes.join(" + ")
+        );
+    }
+    out.push('\n');
+}
+
+fn list_section(out: &mut String, s: &SequenceInfo, l: &ListInfo) {
+    let _ = writeln!(
+        out,
+        "### {} (list)\n\n{}\n\nTag: bits {}..{}, [{}](#enum-{}).\n",
+        s.name,
+        cell(s.doc),
+        l.tag_lo_bit,
+        l.tag_lo_bit + l.tag_width_bits - 1,
+        l.tag_enum.name,
+        l.tag_enum.name.to_lowercase()
+    );
+    out.push_str("| tag | variant | item | bytes | ends the list |\n|---|---|---|---|---|\n");
+    for v in l.variants {
+        let (item, bytes) = match v.target {
+            ListTarget::Format(f) => (format_link(f), f.size_bytes.to_string()),
+            ListTarget::Sequence(seq) => (sequence_link(seq), "from its header".to_owned()),
+            ListTarget::Unsupported => ("not supported".to_owned(), String::new()),
+        };
+        let end = if v.end { "yes" } else { "" };
+        let _ = writeln!(
+            out,
+            "| {:#x} | `{}` | {item} | {bytes} | {end} |",
+            v.value, v.variant
+        );
+    }
+    out.push('\n');
+}
+
 /// The whole of `Documentation/formats.md`.
 pub fn formats_markdown() -> String {
     let mut out = String::from(
@@ -114,11 +211,29 @@ pub fn formats_markdown() -> String {
             .collect();
         let _ = writeln!(out, "- {g}: {}", names.join(", "));
     }
+    let sequences: Vec<String> = ALL_SEQUENCES.iter().map(|s| sequence_link(s)).collect();
+    let _ = writeln!(out, "- [Sequences](#sequences): {}", sequences.join(", "));
     out.push_str("- [Enums](#enums)\n\n");
     for g in &groups {
         let _ = writeln!(out, "## {g}\n");
         for f in ALL_FORMATS.iter().filter(|f| f.group == *g) {
             format_section(&mut out, f);
+        }
+    }
+    out.push_str(
+        "## Sequences\n\n\
+         A *sequence* is a header format followed by the records its fields select, in\n\
+         stream order (which need not be bit order); a *list* is read one item at a time,\n\
+         each told apart by a tag in its first bits. Each becomes a Rust type in\n\
+         `agx_hw::formats` (see `agx_hw::seq`) with `len_bytes` and `layout` (from the\n\
+         header), `walk` (parses, reporting unknown bits with their offsets), `decode`\n\
+         (parses without that bookkeeping) and `build`, which derives the present bits and\n\
+         counts from the value: an `Option` per optional record, a `Vec` per counted array.\n\n",
+    );
+    for s in ALL_SEQUENCES {
+        match &s.body {
+            SequenceBody::Records(r) => records_section(&mut out, s, r),
+            SequenceBody::List(l) => list_section(&mut out, s, l),
         }
     }
     out.push_str("## Enums\n\nValues not listed decode as `unknown 0x..`.\n\n");
