@@ -59,6 +59,48 @@
 //! # Ok::<(), agx_hw::SeqError>(())
 //! ```
 //!
+//! A control stream is read one list item at a time: the first
+//! `PEEK_BYTES` give the item's length, then `decode` (or `walk`) parses
+//! it. Following links is the caller's business.
+//!
+//! ```
+//! use agx_hw::formats::{
+//!     IndexList, IndexListBlock, IndexListCount, IndexListInstances, IndexListStart, Primitive,
+//!     VdmBlock, VdmStateVertexOutputs, VdmStateWords, VdmStreamTerminate,
+//! };
+//!
+//! let mut stream = Vec::new();
+//! let state = VdmStateWords {
+//!     vertex_outputs: Some(VdmStateVertexOutputs { output_count_1: 4, output_count_2: 0 }),
+//!     ..VdmStateWords::default()
+//! };
+//! VdmBlock::VdmStateUpdate(state).build(&mut stream)?;
+//! let draw = IndexListBlock {
+//!     header: IndexList { primitive: Primitive::Triangles, ..IndexList::default() },
+//!     count: Some(IndexListCount { count: 3 }),
+//!     instances: Some(IndexListInstances { count: 1 }),
+//!     start: Some(IndexListStart { start: 0 }),
+//!     ..IndexListBlock::default()
+//! };
+//! VdmBlock::IndexList(draw).build(&mut stream)?;
+//! VdmBlock::StreamTerminate(VdmStreamTerminate::default()).build(&mut stream)?;
+//!
+//! let mut pc = 0;
+//! let mut vertices = 0;
+//! loop {
+//!     let len = VdmBlock::len_bytes(&stream[pc..pc + VdmBlock::PEEK_BYTES])?;
+//!     let block = VdmBlock::decode(&stream[pc..pc + len])?.value;
+//!     pc += len;
+//!     match block {
+//!         VdmBlock::IndexList(draw) => vertices += draw.count.map_or(0, |c| c.count),
+//!         block if block.is_end() => break,
+//!         _ => {}
+//!     }
+//! }
+//! assert_eq!((pc, vertices), (8 + 16 + 8, 3));
+//! # Ok::<(), agx_hw::SeqError>(())
+//! ```
+//!
 //! [`PppHeader`]: crate::formats::PppHeader
 //! [`VdmState`]: crate::formats::VdmState
 //! [`IndexList`]: crate::formats::IndexList
