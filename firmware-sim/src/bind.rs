@@ -11,13 +11,10 @@
 //! where the hardware would.
 
 use agx_fwif::messages::FaultUnit;
-use agx_hw::formats::{
-    UscControl, UscFragmentProperties, UscRegisters, UscSampler, UscShader, UscShared, UscTexture,
-    UscUniform, UscUniformHigh,
-};
+use agx_hw::formats::{UscUniform, UscUniformHigh, UscWord};
 
 use crate::fault::{unsupported, EngineResult};
-use crate::memory::{read_words, GpuVm};
+use crate::memory::{read_item, GpuVm};
 use crate::usc::UNIFORMS;
 
 /// The most control words a pipeline may have before its preshader word.
@@ -63,7 +60,11 @@ impl Binding {
     }
 }
 
-/// Reads a pipeline's control words and sets up what they describe.
+/// Reads the control words of the pipeline at `pipeline` (each read
+/// through the MMU, sized and parsed by the generated `UscWord` list) and
+/// returns what they set up; code addresses are offsets from
+/// `usc_exec_base`. A pipeline without a Shader word, with a preshader,
+/// or with more than 64 words is refused.
 pub fn bind(vm: &GpuVm<'_>, pipeline: u64, usc_exec_base: u64) -> Result<Binding, EngineResult> {
     let mut binding = Binding {
         code: 0,
@@ -74,91 +75,96 @@ pub fn bind(vm: &GpuVm<'_>, pipeline: u64, usc_exec_base: u64) -> Result<Binding
     };
     let mut have_code = false;
     let mut at = pipeline;
+    let mut item = Vec::new();
     for _ in 0..MAX_CONTROL_WORDS {
-        let tag: [u8; 1] = read_words(vm, at)?;
-        match UscControl::from_raw(u32::from(tag[0])) {
-            UscControl::Uniform | UscControl::UniformHigh => {
-                let bytes: [u8; 8] = read_words(vm, at)?;
-                let (start_halfs, size_halfs, buffer) =
-                    if UscControl::from_raw(u32::from(tag[0])) == UscControl::Uniform {
-                        let w = UscUniform::unpack(&bytes).value;
-                        (u64::from(w.start_halfs), u64::from(w.size_halfs), w.buffer)
-                    } else {
-                        let w = UscUniformHigh::unpack(&bytes).value;
-                        (
-                            256 + u64::from(w.start_halfs),
-                            u64::from(w.size_halfs),
-                            w.buffer,
-                        )
-                    };
-                let mut data = vec![0u8; 2 * size_halfs as usize];
-                vm.read(buffer, &mut data)
-                    .map_err(|f| EngineResult::from_uat(&f, FaultUnit::Usc))?;
-                for (i, half) in data.chunks_exact(2).enumerate() {
-                    let index = start_halfs as usize + i;
-                    let Some(word) = binding.uniforms.get_mut(index / 2) else {
-                        return Err(unsupported(at, FaultUnit::Usc));
-                    };
-                    let value = u32::from(u16::from_le_bytes([half[0], half[1]]));
-                    let shift = 16 * (index % 2);
-                    *word = (*word & !(0xFFFF << shift)) | (value << shift);
-                }
-                at += 8;
-            }
-            UscControl::Shared => {
-                let bytes: [u8; 4] = read_words(vm, at)?;
-                let w = UscShared::unpack(&bytes).value;
+        let word: UscWord = read_item(vm, at, FaultUnit::Usc, &mut item)?;
+        match word {
+            UscWord::Uniform(UscUniform {
+                start_halfs,
+                size_halfs,
+                buffer,
+                ..
+            }) => load_uniforms(
+                vm,
+                &mut binding,
+                at,
+                u64::from(start_halfs),
+                size_halfs,
+                buffer,
+            )?,
+            UscWord::UniformHigh(UscUniformHigh {
+                start_halfs,
+                size_halfs,
+                buffer,
+                ..
+            }) => load_uniforms(
+                vm,
+                &mut binding,
+                at,
+                256 + u64::from(start_halfs),
+                size_halfs,
+                buffer,
+            )?,
+            UscWord::Shared(w) => {
                 if w.uses_shared_memory {
                     binding.shared_bytes = w.bytes_per_threadgroup as usize;
                 }
-                at += 4;
             }
-            UscControl::Shader => {
-                let bytes: [u8; 6] = read_words(vm, at)?;
-                let w = UscShader::unpack(&bytes).value;
+            UscWord::Shader(w) => {
                 binding.code = usc_exec_base.wrapping_add(w.code);
                 have_code = true;
-                at += 6;
             }
-            UscControl::Registers => {
-                let bytes: [u8; 4] = read_words(vm, at)?;
-                let _ = UscRegisters::unpack(&bytes).value;
-                at += 4;
-            }
-            UscControl::Texture | UscControl::Sampler => {
-                let bytes: [u8; 8] = read_words(vm, at)?;
-                let state = if UscControl::from_raw(u32::from(tag[0])) == UscControl::Texture {
-                    let w = UscTexture::unpack(&bytes).value;
-                    (w.start, w.count, w.buffer, &mut binding.textures)
-                } else {
-                    let w = UscSampler::unpack(&bytes).value;
-                    (w.start, w.count, w.buffer, &mut binding.samplers)
-                };
-                state.3.push(StateBinding {
-                    start: state.0,
-                    count: state.1,
-                    buffer: state.2,
-                    word_address: at,
-                });
-                at += 8;
-            }
-            UscControl::FragmentProperties => {
-                let bytes: [u8; 4] = read_words(vm, at)?;
-                let _ = UscFragmentProperties::unpack(&bytes).value;
-                at += 4;
-            }
-            UscControl::NoPreshader => {
+            UscWord::Registers(_) | UscWord::FragmentProperties(_) => {}
+            UscWord::Texture(w) => binding.textures.push(StateBinding {
+                start: w.start,
+                count: w.count,
+                buffer: w.buffer,
+                word_address: at,
+            }),
+            UscWord::Sampler(w) => binding.samplers.push(StateBinding {
+                start: w.start,
+                count: w.count,
+                buffer: w.buffer,
+                word_address: at,
+            }),
+            UscWord::NoPreshader(_) => {
                 return if have_code {
                     Ok(binding)
                 } else {
                     Err(unsupported(at, FaultUnit::Usc))
                 };
             }
-            // A preshader runs once per launch before the kernel: not yet.
-            UscControl::Preshader | UscControl::Unknown(_) => {
-                return Err(unsupported(at, FaultUnit::Usc))
-            }
+            // A preshader runs once per launch before the program: not
+            // modelled.
+            UscWord::Preshader(_) => return Err(unsupported(at, FaultUnit::Usc)),
         }
+        at = at.wrapping_add(item.len() as u64);
     }
     Err(unsupported(at, FaultUnit::Usc))
+}
+
+/// Copies `size_halfs` 16-bit halves from `buffer` into the uniform
+/// registers from half `start_halfs` on (a Uniform or Uniform-high word
+/// at `word_address`).
+fn load_uniforms(
+    vm: &GpuVm<'_>,
+    binding: &mut Binding,
+    word_address: u64,
+    start_halfs: u64,
+    size_halfs: u32,
+    buffer: u64,
+) -> Result<(), EngineResult> {
+    let mut data = vec![0u8; 2 * size_halfs as usize];
+    vm.read(buffer, &mut data)
+        .map_err(|f| EngineResult::from_uat(&f, FaultUnit::Usc))?;
+    for (i, half) in data.chunks_exact(2).enumerate() {
+        let index = start_halfs as usize + i;
+        let Some(word) = binding.uniforms.get_mut(index / 2) else {
+            return Err(unsupported(word_address, FaultUnit::Usc));
+        };
+        let value = u32::from(u16::from_le_bytes([half[0], half[1]]));
+        let shift = 16 * (index % 2);
+        *word = (*word & !(0xFFFF << shift)) | (value << shift);
+    }
+    Ok(())
 }

@@ -22,9 +22,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use agx_fwif::messages::FaultUnit;
-use agx_hw::formats::{
-    CdmGlobalSize, CdmIndirect, CdmLaunchWord0, CdmLaunchWord1, CdmLocalSize, CdmMode,
-};
+use agx_hw::formats::{CdmGlobalSize, CdmLaunch, CdmMode};
 use agx_hw::isa::table::sr;
 
 use crate::bind::Binding;
@@ -37,13 +35,6 @@ use crate::usc::io::{IoError, TextureRequest};
 use crate::usc::ShaderIo;
 use crate::usc::{Env, Exit, ProgramCache, SimdGroup, LANES, UNIFORMS};
 
-/// Bytes of a Launch block in Direct mode: two words, global and local
-/// size.
-const DIRECT_LAUNCH_BYTES: u64 = 8 + 12 + 12;
-/// Bytes of a Launch block in an indirect mode: two words, the indirect
-/// buffer address, local size.
-const INDIRECT_LAUNCH_BYTES: u64 = 8 + 8 + 12;
-
 /// A parsed Launch block.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Launch {
@@ -53,42 +44,35 @@ pub struct Launch {
     pub grid: [u32; 3],
     /// Threads per threadgroup, per dimension.
     pub local: [u32; 3],
-    /// Bytes of the block (where the next one starts).
-    pub length_bytes: u64,
 }
 
-/// Parses the Launch block at `pc` (its first word already read).
-pub fn parse_launch(vm: &GpuVm<'_>, pc: u64, usc_exec_base: u64) -> Result<Launch, EngineResult> {
-    let words: [u8; 8] = read_words(vm, pc)?;
-    let word0 = CdmLaunchWord0::unpack(&[words[0], words[1], words[2], words[3]]).value;
-    let word1 = CdmLaunchWord1::unpack(&[words[4], words[5], words[6], words[7]]).value;
-    let pipeline = usc_exec_base.wrapping_add(word1.pipeline);
-    let (grid, length_bytes) = match word0.mode {
-        CdmMode::Direct => {
-            let bytes: [u8; 12] = read_words(vm, pc + 8)?;
-            let global = CdmGlobalSize::unpack(&bytes).value;
-            ([global.x, global.y, global.z], DIRECT_LAUNCH_BYTES)
-        }
-        CdmMode::IndirectGlobal => {
-            let bytes: [u8; 8] = read_words(vm, pc + 8)?;
-            let indirect = CdmIndirect::unpack(&bytes).value;
-            let sizes: [u8; 12] = read_words(vm, indirect.address)?;
-            let global = CdmGlobalSize::unpack(&sizes).value;
-            ([global.x, global.y, global.z], INDIRECT_LAUNCH_BYTES)
-        }
-        CdmMode::IndirectLocal | CdmMode::Unknown(_) => {
-            return Err(unsupported(pc, FaultUnit::Cdm))
-        }
-    };
-    let local_at = pc + length_bytes - 12;
-    let bytes: [u8; 12] = read_words(vm, local_at)?;
-    let local = CdmLocalSize::unpack(&bytes).value;
-    Ok(Launch {
-        pipeline,
-        grid,
-        local: [local.x, local.y, local.z],
-        length_bytes,
-    })
+impl Launch {
+    /// The launch a Launch block at `pc` describes; an indirect grid is
+    /// read through the MMU. Indirect-local launches are refused.
+    pub fn of(
+        vm: &GpuVm<'_>,
+        words: &CdmLaunch,
+        pc: u64,
+        usc_exec_base: u64,
+    ) -> Result<Launch, EngineResult> {
+        let pipeline = usc_exec_base.wrapping_add(words.word1.pipeline);
+        let global = match (words.global, words.indirect) {
+            (Some(global), _) => global,
+            (None, Some(indirect)) if words.header.mode == CdmMode::IndirectGlobal => {
+                let sizes: [u8; 12] = read_words(vm, indirect.address)?;
+                CdmGlobalSize::decode_fields(&sizes)
+            }
+            _ => return Err(unsupported(pc, FaultUnit::Cdm)),
+        };
+        let Some(local) = words.local else {
+            return Err(unsupported(pc, FaultUnit::Cdm));
+        };
+        Ok(Launch {
+            pipeline,
+            grid: [global.x, global.y, global.z],
+            local: [local.x, local.y, local.z],
+        })
+    }
 }
 
 /// Runs a bound kernel over a launch's grid on `workers` host threads;

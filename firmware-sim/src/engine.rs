@@ -18,12 +18,13 @@
 //! render pipeline ([`crate::render`]).
 
 use agx_fwif::messages::{CommandTag, FaultUnit, RunComputeBody};
-use agx_hw::formats::{CdmBlockType, CdmStreamLink};
+use agx_hw::formats::CdmBlock;
 use zerocopy::FromBytes;
 
 use crate::command::{RunContext, WATCHDOG_STRIDE};
 use crate::compute;
 use crate::fault::{unsupported, EngineResult};
+use crate::memory::read_item;
 
 /// Runs RunVertex/RunFragment/RunCompute commands.
 pub trait Engine: Send {
@@ -90,6 +91,7 @@ impl Gpu {
             return unsupported(body.cdm_ctrl_stream_base.get(), FaultUnit::Cdm);
         };
         let vm = ctx.vm(root);
+        let mut item = Vec::new();
         let mut pc = body.cdm_ctrl_stream_base.get();
         let mut walked = 0u64;
         loop {
@@ -97,26 +99,22 @@ impl Gpu {
             if walked.is_multiple_of(WATCHDOG_STRIDE) && ctx.watchdog().expired() {
                 return EngineResult::Timeout;
             }
-            let word = match vm.read_u32(pc) {
-                Ok(word) => word,
-                Err(fault) => return EngineResult::from_uat(&fault, FaultUnit::Cdm),
+            let block: CdmBlock = match read_item(&vm, pc, FaultUnit::Cdm, &mut item) {
+                Ok(block) => block,
+                Err(result) => return result,
             };
             self.cdm_blocks += 1;
-            match CdmBlockType::from_raw(word >> 29) {
-                CdmBlockType::StreamTerminate => return EngineResult::Done,
-                CdmBlockType::Barrier => pc = pc.wrapping_add(4),
-                CdmBlockType::StreamLink => {
-                    let mut block = [0u8; 8];
-                    if let Err(fault) = vm.read(pc, &mut block) {
-                        return EngineResult::from_uat(&fault, FaultUnit::Cdm);
-                    }
-                    pc = CdmStreamLink::unpack(&block).value.target;
-                }
-                CdmBlockType::Launch => {
-                    let launch = match compute::parse_launch(&vm, pc, body.usc_exec_base.get()) {
-                        Ok(launch) => launch,
-                        Err(result) => return result,
-                    };
+            let next = pc.wrapping_add(item.len() as u64);
+            match block {
+                CdmBlock::StreamTerminate(_) => return EngineResult::Done,
+                CdmBlock::Barrier(_) => pc = next,
+                CdmBlock::StreamLink(link) => pc = link.target,
+                CdmBlock::Launch(words) => {
+                    let launch =
+                        match compute::Launch::of(&vm, &words, pc, body.usc_exec_base.get()) {
+                            Ok(launch) => launch,
+                            Err(result) => return result,
+                        };
                     let binding =
                         match crate::bind::bind(&vm, launch.pipeline, body.usc_exec_base.get()) {
                             Ok(binding) => binding,
@@ -129,9 +127,8 @@ impl Gpu {
                         Err(result) => return result,
                     }
                     self.launches += 1;
-                    pc = pc.wrapping_add(launch.length_bytes);
+                    pc = next;
                 }
-                CdmBlockType::Unknown(_) => return unsupported(pc, FaultUnit::Cdm),
             }
         }
     }

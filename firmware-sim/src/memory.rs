@@ -14,8 +14,9 @@ use agx_fwif::messages::FaultUnit;
 use agx_fwif::ring::SharedMemory;
 use agx_hw::formats::UatFaultReason;
 use agx_hw::uat::{self, Access, PhysicalMemory, UatFault, PAGE_BYTES};
+use agx_hw::{Format, List, Sequence};
 
-use crate::fault::EngineResult;
+use crate::fault::{unsupported, EngineResult};
 use crate::usc::{AccessKind, FaultReason, GpuMemory, MemoryFault};
 
 /// Entries of a [`GpuVm`]'s translation cache.
@@ -241,4 +242,49 @@ impl GpuMemory for GpuVm<'_> {
         }
         Ok(())
     }
+}
+
+/// Reads the control-stream item at `address` whole (its tag and header
+/// say how long it is: `agx_hw`'s generated lists) and decodes it. A read
+/// fault is `unit`'s; an item the model cannot size or parse (an unknown
+/// tag, an unsupported block) is unsupported work at `address`. `buf` is
+/// scratch space, reused across items.
+pub(crate) fn read_item<L: List>(
+    vm: &GpuVm<'_>,
+    address: u64,
+    unit: FaultUnit,
+    buf: &mut Vec<u8>,
+) -> Result<L, EngineResult> {
+    buf.clear();
+    buf.resize(L::PEEK_BYTES, 0);
+    vm.read(address, buf)
+        .map_err(|f| EngineResult::from_uat(&f, unit))?;
+    let len = L::len_bytes(buf).map_err(|_| unsupported(address, unit))?;
+    buf.resize(len, 0);
+    vm.read(address, buf)
+        .map_err(|f| EngineResult::from_uat(&f, unit))?;
+    L::decode(buf)
+        .map(|walked| walked.value)
+        .map_err(|_| unsupported(address, unit))
+}
+
+/// Reads the record sequence at `address` (a header and the records its
+/// bits select: `agx_hw`'s generated sequences) and decodes it, as
+/// [`read_item`] does for a list item; returns it and its length.
+pub(crate) fn read_sequence<S: Sequence>(
+    vm: &GpuVm<'_>,
+    address: u64,
+    unit: FaultUnit,
+) -> Result<(S, usize), EngineResult> {
+    let mut buf = vec![0u8; S::Header::SIZE_BYTES];
+    vm.read(address, &mut buf)
+        .map_err(|f| EngineResult::from_uat(&f, unit))?;
+    let header = S::Header::decode_from(&buf).map_err(|_| unsupported(address, unit))?;
+    let len = S::len_bytes(&header).map_err(|_| unsupported(address, unit))?;
+    buf.resize(len, 0);
+    vm.read(address, &mut buf)
+        .map_err(|f| EngineResult::from_uat(&f, unit))?;
+    S::decode(&buf)
+        .map(|walked| (walked.value, walked.len_bytes))
+        .map_err(|_| unsupported(address, unit))
 }

@@ -29,8 +29,7 @@ use agx_fwif::messages::{
 };
 use agx_hw::formats::{
     CfBinding, CfBindingHeader, CoefficientSource, FragmentFace, FragmentStencil, Layout, Pbe,
-    PppState as PppStateBlock, ShadeModel, StencilOp, VdmBlockType, VdmState, VdmStreamLink,
-    ZlsControl, ZsFunc,
+    ShadeModel, StencilOp, VdmBlock, ZlsControl, ZsFunc,
 };
 use zerocopy::FromBytes;
 
@@ -38,8 +37,8 @@ use crate::bind::{self, Binding};
 use crate::command::{RunContext, Watchdog, WATCHDOG_STRIDE};
 use crate::fault::EngineResult;
 use crate::fault::{exec_fault, unsupported};
-use crate::memory::read_words;
 use crate::memory::GpuVm;
+use crate::memory::{read_item, read_words};
 use crate::shader::{present_lanes, run_simd_group, Barriers};
 use crate::texture::{channel_format, TextureUnit};
 use crate::tiler;
@@ -141,6 +140,7 @@ fn vertex(ctx: &RunContext<'_>, workers: usize) -> Result<(), EngineResult> {
     let mut state = tiler::VertexState::default();
     let mut cache = ProgramCache::new();
     let watchdog = ctx.watchdog();
+    let mut item = Vec::new();
     let mut pc = body.vdm_ctrl_stream_base.get();
     let mut walked = 0u64;
     loop {
@@ -148,37 +148,22 @@ fn vertex(ctx: &RunContext<'_>, workers: usize) -> Result<(), EngineResult> {
         if walked.is_multiple_of(WATCHDOG_STRIDE) && watchdog.expired() {
             return Err(EngineResult::Timeout);
         }
-        let word = vm
-            .read_u32(pc)
-            .map_err(|fault| EngineResult::from_uat(&fault, FaultUnit::Vdm))?;
-        match VdmBlockType::from_raw(word >> 29) {
-            VdmBlockType::StreamTerminate => break,
-            VdmBlockType::Barrier => pc = pc.wrapping_add(4),
-            VdmBlockType::PppStateUpdate => {
-                let block: [u8; 8] = read_words(&vm, pc)?;
-                let ppp = PppStateBlock::unpack(&block).value;
+        let block: VdmBlock = read_item(&vm, pc, FaultUnit::Vdm, &mut item)?;
+        let next = pc.wrapping_add(item.len() as u64);
+        match block {
+            VdmBlock::StreamTerminate(_) => break,
+            VdmBlock::Barrier(_) => pc = next,
+            VdmBlock::PppStateUpdate(ppp) => {
                 state.ppp = Some((ppp.pointer, 4 * ppp.size_words));
-                pc = pc.wrapping_add(8);
+                pc = next;
             }
-            VdmBlockType::VdmStateUpdate => {
-                let header = VdmState::unpack(&word.to_le_bytes()).value;
-                let present = [
-                    header.restart_index_present,
-                    header.vertex_shader_word_0_present,
-                    header.vertex_shader_word_1_present,
-                    header.vertex_outputs_present,
-                    header.tessellation_present,
-                    header.vertex_unknown_present,
-                    header.tessellation_scale_present,
-                ];
-                pc = tiler::apply_vdm_state(&vm, pc, present, &mut state)?;
+            VdmBlock::VdmStateUpdate(words) => {
+                tiler::apply_vdm_state(&words, &mut state);
+                pc = next;
             }
-            VdmBlockType::StreamLink => {
-                let block: [u8; 8] = read_words(&vm, pc)?;
-                pc = VdmStreamLink::unpack(&block).value.target;
-            }
-            VdmBlockType::IndexList => {
-                let draw = tiler::parse_draw(&vm, pc, word)?;
+            VdmBlock::StreamLink(link) => pc = link.target,
+            VdmBlock::IndexList(list) => {
+                let draw = tiler::Draw::of(&list, pc)?;
                 let mut on_overflow = |binner: &mut tiler::Binner<'_>| {
                     overflowed(ctx, vm.clone(), &body, binner, workers)
                 };
@@ -193,10 +178,7 @@ fn vertex(ctx: &RunContext<'_>, workers: usize) -> Result<(), EngineResult> {
                     pc,
                     &mut on_overflow,
                 )?;
-                pc = pc.wrapping_add(draw.length_bytes);
-            }
-            VdmBlockType::Tessellate | VdmBlockType::Unknown(_) => {
-                return Err(unsupported(pc, FaultUnit::Vdm))
+                pc = next;
             }
         }
     }

@@ -32,9 +32,8 @@
 
 use agx_fwif::messages::{FaultUnit, TvbInfo, TVB_PAGE_BYTES};
 use agx_hw::formats::{
-    Cull, FragmentControl, FragmentFace, FragmentShaderWord0, FragmentShaderWord1,
-    FragmentShaderWord2, FragmentStencil, IndexList, IndexSize, PppHeader, Primitive,
-    VdmStateVertexOutputs, VdmStateVertexShaderWord1, Viewport,
+    Cull, FragmentControl, FragmentFace, FragmentStencil, IndexListBlock, IndexSize, PppRecords,
+    Primitive, VdmStateWords, Viewport,
 };
 use agx_hw::isa::Reg;
 use zerocopy::{FromBytes, IntoBytes};
@@ -43,8 +42,8 @@ use crate::bind::{self, Binding};
 use crate::command::Watchdog;
 use crate::fault::EngineResult;
 use crate::fault::{exec_fault, unsupported};
-use crate::memory::read_words;
 use crate::memory::GpuVm;
+use crate::memory::{read_sequence, read_words};
 use crate::shader::{present_lanes, run_simd_group, Barriers};
 use crate::usc::io::IoError;
 use crate::usc::{Env, GpuMemory, ProgramCache, ShaderIo, SimdGroup, LANES};
@@ -222,81 +221,27 @@ pub struct PppState {
     pub cf_binding_count: u32,
 }
 
-/// Parses a PPP state: a header whose present bits say which records
-/// follow, in bit order.
+/// Reads a PPP state: a header whose present bits say which records
+/// follow (`PppRecords`, generated from the spec). The records this model
+/// does not use are read and ignored.
 pub fn parse_ppp(vm: &GpuVm<'_>, address: u64) -> Result<PppState, EngineResult> {
-    let header_bytes: [u8; 4] = read_words(vm, address)?;
-    let h = PppHeader::unpack(&header_bytes).value;
-    let mut at = address + 4;
-    let mut state = PppState::default();
-    let word = |at: &mut u64| -> Result<[u8; 4], EngineResult> {
-        let bytes: [u8; 4] = read_words(vm, *at)?;
-        *at += 4;
-        Ok(bytes)
-    };
-    if h.fragment_control {
-        state.fragment_control = Some(FragmentControl::unpack(&word(&mut at)?).value);
-    }
-    if h.fragment_control_2 {
-        word(&mut at)?;
-    }
-    if h.fragment_front_face {
-        state.front_face = Some(FragmentFace::unpack(&word(&mut at)?).value);
-    }
-    if h.fragment_front_face_2 {
-        word(&mut at)?;
-    }
-    if h.fragment_front_stencil {
-        state.front_stencil = Some(FragmentStencil::unpack(&word(&mut at)?).value);
-    }
-    if h.fragment_back_face {
-        state.back_face = Some(FragmentFace::unpack(&word(&mut at)?).value);
-    }
-    if h.fragment_back_face_2 {
-        word(&mut at)?;
-    }
-    if h.fragment_back_stencil {
-        state.back_stencil = Some(FragmentStencil::unpack(&word(&mut at)?).value);
-    }
-    if h.depth_bias_scissor {
-        word(&mut at)?;
-    }
-    let viewports = u64::from(h.viewport_count);
-    if h.region_clip {
-        at += 8 * viewports;
-    }
-    if h.viewport {
-        at += 4; // The viewport control word.
-        let bytes: [u8; 24] = read_words(vm, at)?;
-        state.viewport = Viewport::unpack(&bytes).value;
-        at += 24 * viewports;
-    }
-    for present in [
-        h.w_clamp,
-        h.output_select,
-        h.varying_counts_32,
-        h.varying_counts_16,
-    ] {
-        if present {
-            word(&mut at)?;
-        }
-    }
-    if h.cull {
-        state.cull = Cull::unpack(&word(&mut at)?).value;
-    }
-    if h.cull_2 {
-        word(&mut at)?;
-    }
-    if h.fragment_shader {
-        let word0 = FragmentShaderWord0::unpack(&word(&mut at)?).value;
-        state.cf_binding_count = word0.cf_binding_count;
-        let word1 = FragmentShaderWord1::unpack(&word(&mut at)?).value;
-        let word2 = FragmentShaderWord2::unpack(&word(&mut at)?).value;
-        let _word3 = word(&mut at)?;
-        state.fragment_pipeline = Some(word1.pipeline);
-        state.cf_bindings = Some(word2.cf_bindings);
-    }
-    Ok(state)
+    let (records, _) = read_sequence::<PppRecords>(vm, address, FaultUnit::Vdm)?;
+    let fragment_shader = records.fragment_shader.as_ref();
+    Ok(PppState {
+        fragment_control: records.fragment_control,
+        front_face: records.fragment_front_face,
+        back_face: records.fragment_back_face,
+        front_stencil: records.fragment_front_stencil,
+        back_stencil: records.fragment_back_stencil,
+        viewport: records
+            .viewport
+            .and_then(|v| v.viewports.into_iter().next())
+            .unwrap_or_default(),
+        cull: records.cull.unwrap_or_default(),
+        fragment_pipeline: fragment_shader.map(|f| f.word1.pipeline),
+        cf_bindings: fragment_shader.map(|f| f.word2.cf_bindings),
+        cf_binding_count: fragment_shader.map_or(0, |f| f.word0.cf_binding_count),
+    })
 }
 
 /// A draw's parameters.
@@ -312,77 +257,39 @@ pub struct Draw {
     pub instances: u32,
     /// First vertex (base vertex for indexed draws).
     pub start: u32,
-    /// Bytes of the IndexList block.
-    pub length_bytes: u64,
 }
 
-/// Parses an IndexList block at `pc`. The optional words follow in this
-/// order: index buffer low bits, count, instances, start, two unknown
-/// words, the indirect buffer (two words), one unknown word, and the
-/// index buffer size.
-pub fn parse_draw(vm: &GpuVm<'_>, pc: u64, word: u32) -> Result<Draw, EngineResult> {
-    let h = IndexList::unpack(&word.to_le_bytes()).value;
-    let mut at = pc + 4;
-    let mut next = |present: bool| -> Result<Option<u32>, EngineResult> {
-        if !present {
-            return Ok(None);
+impl Draw {
+    /// The draw an IndexList block at `pc` describes. Indirect draws and
+    /// the words of unknown meaning are refused.
+    pub fn of(list: &IndexListBlock, pc: u64) -> Result<Draw, EngineResult> {
+        if list.indirect.is_some() || list.unk_1.is_some() {
+            return Err(unsupported(pc, FaultUnit::Vdm));
         }
-        let bytes: [u8; 4] = read_words(vm, at)?;
-        at += 4;
-        Ok(Some(u32::from_le_bytes(bytes)))
-    };
-    let buffer_lo = next(h.index_buffer_present)?;
-    let count = next(h.index_count_present)?.unwrap_or(0);
-    let instances = next(h.instance_count_present)?.unwrap_or(1);
-    let start = next(h.start_present)?.unwrap_or(0);
-    if h.indirect_buffer_present || h.unk_1_present {
-        return Err(unsupported(pc, FaultUnit::Vdm));
+        let h = &list.header;
+        Ok(Draw {
+            primitive: h.primitive,
+            indices: list.buffer_lo.map(|lo| {
+                (
+                    (u64::from(h.index_buffer_hi) << 32) | u64::from(lo.buffer_lo),
+                    h.index_size,
+                )
+            }),
+            count: list.count.map_or(0, |c| c.count),
+            instances: list.instances.map_or(1, |i| i.count),
+            start: list.start.map_or(0, |s| s.start),
+        })
     }
-    let _ = next(h.unk_2_present)?;
-    let _ = next(h.index_buffer_size_present)?;
-    let indices = buffer_lo.map(|lo| {
-        (
-            (u64::from(h.index_buffer_hi) << 32) | u64::from(lo),
-            h.index_size,
-        )
-    });
-    Ok(Draw {
-        primitive: h.primitive,
-        indices,
-        count,
-        instances,
-        start,
-        length_bytes: at - pc,
-    })
 }
 
-/// Reads the VDM state words after a VdmState header (vertex shader and
-/// outputs) into `state`.
-pub fn apply_vdm_state(
-    vm: &GpuVm<'_>,
-    pc: u64,
-    present: [bool; 7],
-    state: &mut VertexState,
-) -> Result<u64, EngineResult> {
-    let mut at = pc + 4;
-    for (index, present) in present.into_iter().enumerate() {
-        if !present {
-            continue;
-        }
-        let bytes: [u8; 4] = read_words(vm, at)?;
-        match index {
-            2 => state.pipeline = Some(VdmStateVertexShaderWord1::unpack(&bytes).value.pipeline),
-            3 => {
-                state.outputs = VdmStateVertexOutputs::unpack(&bytes)
-                    .value
-                    .output_count_1
-                    .min(64);
-            }
-            _ => {}
-        }
-        at += 4;
+/// Applies a VDM state update (vertex shader and outputs) to `state`.
+pub fn apply_vdm_state(words: &VdmStateWords, state: &mut VertexState) {
+    if let Some(word1) = words.vertex_shader_word_1 {
+        state.pipeline = Some(word1.pipeline);
     }
-    Ok(at)
+    if let Some(outputs) = words.vertex_outputs {
+        state.outputs = outputs.output_count_1.min(64);
+    }
 }
 
 /// A vertex after the vertex shader: its output slots.

@@ -10,9 +10,11 @@ mod common;
 use agx_hw::formats::{
     CfBinding, CfBindingHeader, Channels, CoefficientSource, Cull, FragmentControl, FragmentFace,
     FragmentShaderWord0, FragmentShaderWord1, FragmentShaderWord2, FragmentShaderWord3, IndexList,
-    IndexSize, Layout, Pbe, PppHeader, PppState, Primitive, ShadeModel, TextureDimension,
-    TextureType, VdmState, VdmStateVertexOutputs, VdmStateVertexShaderWord1, VdmStreamTerminate,
-    Viewport, ZsFunc,
+    IndexListBlock, IndexListBufferLo, IndexListCount, IndexListInstances, IndexListStart,
+    IndexSize, Layout, Pbe, PppRecords, PppRecordsFragmentShader, PppRecordsViewport, PppState,
+    Primitive, ShadeModel, TextureDimension, TextureType, VdmBlock, VdmStateVertexOutputs,
+    VdmStateVertexShaderWord1, VdmStateWords, VdmStreamTerminate, Viewport, ViewportControl,
+    ZsFunc,
 };
 use agx_sim::SystemConfig;
 use agx_uapi::asahi::{BgEot, BindFlags, CmdRender, CmdType, RenderFlags};
@@ -192,115 +194,80 @@ fn frame(m: &Machine) -> CmdRender {
     );
     m.poke(m.usc, 0x5000, &table);
     let half = SIZE as f32 / 2.0;
-    let records: Vec<Vec<u8>> = vec![
-        PppHeader {
-            fragment_control: true,
-            fragment_front_face: true,
-            viewport: true,
-            viewport_count: 1,
-            cull: true,
-            fragment_shader: true,
-            ..PppHeader::default()
-        }
-        .pack()
-        .unwrap()
-        .to_vec(),
-        FragmentControl::default().pack().unwrap().to_vec(),
-        FragmentFace {
+    let records = PppRecords {
+        fragment_control: Some(FragmentControl::default()),
+        fragment_front_face: Some(FragmentFace {
             depth_function: ZsFunc::Less,
             ..FragmentFace::default()
-        }
-        .pack()
-        .unwrap()
-        .to_vec(),
-        vec![0; 4],
-        Viewport {
-            translate_x: half,
-            scale_x: half,
-            translate_y: half,
-            scale_y: -half,
-            translate_z: 0.0,
-            scale_z: 1.0,
-        }
-        .pack()
-        .unwrap()
-        .to_vec(),
-        Cull::default().pack().unwrap().to_vec(),
-        FragmentShaderWord0 {
-            cf_binding_count: 1,
-            ..FragmentShaderWord0::default()
-        }
-        .pack()
-        .unwrap()
-        .to_vec(),
-        FragmentShaderWord1 {
-            pipeline: fs,
-            ..FragmentShaderWord1::default()
-        }
-        .pack()
-        .unwrap()
-        .to_vec(),
-        FragmentShaderWord2 {
-            cf_bindings: 0x5000,
-        }
-        .pack()
-        .unwrap()
-        .to_vec(),
-        FragmentShaderWord3::default().pack().unwrap().to_vec(),
-    ];
-    let ppp = records.concat();
+        }),
+        viewport: Some(PppRecordsViewport {
+            control: ViewportControl::default(),
+            viewports: vec![Viewport {
+                translate_x: half,
+                scale_x: half,
+                translate_y: half,
+                scale_y: -half,
+                translate_z: 0.0,
+                scale_z: 1.0,
+            }],
+        }),
+        cull: Some(Cull::default()),
+        fragment_shader: Some(PppRecordsFragmentShader {
+            word0: FragmentShaderWord0 {
+                cf_binding_count: 1,
+                ..FragmentShaderWord0::default()
+            },
+            word1: FragmentShaderWord1 {
+                pipeline: fs,
+                ..FragmentShaderWord1::default()
+            },
+            word2: FragmentShaderWord2 {
+                cf_bindings: 0x5000,
+            },
+            word3: FragmentShaderWord3::default(),
+        }),
+        ..PppRecords::default()
+    };
+    let mut ppp = Vec::new();
+    records.build(&mut ppp).unwrap();
     m.poke(m.data, 0x7_0000, &ppp);
-    let mut vdm = VdmState {
-        vertex_shader_word_1_present: true,
-        vertex_outputs_present: true,
-        ..VdmState::default()
-    }
-    .pack()
-    .unwrap()
-    .to_vec();
-    vdm.extend(
-        VdmStateVertexShaderWord1 {
-            pipeline: vs,
-            ..VdmStateVertexShaderWord1::default()
-        }
-        .pack()
-        .unwrap(),
-    );
-    vdm.extend(
-        VdmStateVertexOutputs {
-            output_count_1: 7,
-            output_count_2: 0,
-        }
-        .pack()
-        .unwrap(),
-    );
-    vdm.extend(
-        PppState {
+    let indices = MESH_VA + (8 << 20);
+    let mut vdm = Vec::new();
+    for block in [
+        VdmBlock::VdmStateUpdate(VdmStateWords {
+            vertex_shader_word_1: Some(VdmStateVertexShaderWord1 {
+                pipeline: vs,
+                ..VdmStateVertexShaderWord1::default()
+            }),
+            vertex_outputs: Some(VdmStateVertexOutputs {
+                output_count_1: 7,
+                output_count_2: 0,
+            }),
+            ..VdmStateWords::default()
+        }),
+        VdmBlock::PppStateUpdate(PppState {
             pointer: DATA_VA + 0x7_0000,
             size_words: (ppp.len() / 4) as u32,
-        }
-        .pack()
-        .unwrap(),
-    );
-    let indices = MESH_VA + (8 << 20);
-    vdm.extend(
-        IndexList {
-            primitive: Primitive::Triangles,
-            index_size: IndexSize::U32,
-            index_buffer_present: true,
-            index_count_present: true,
-            instance_count_present: true,
-            start_present: true,
-            index_buffer_hi: (indices >> 32) as u32,
-            ..IndexList::default()
-        }
-        .pack()
-        .unwrap(),
-    );
-    for word in [indices as u32, index_count, 1, 0] {
-        vdm.extend(word.to_le_bytes());
+        }),
+        VdmBlock::IndexList(IndexListBlock {
+            header: IndexList {
+                primitive: Primitive::Triangles,
+                index_size: IndexSize::U32,
+                index_buffer_hi: (indices >> 32) as u32,
+                ..IndexList::default()
+            },
+            buffer_lo: Some(IndexListBufferLo {
+                buffer_lo: indices as u32,
+            }),
+            count: Some(IndexListCount { count: index_count }),
+            instances: Some(IndexListInstances { count: 1 }),
+            start: Some(IndexListStart { start: 0 }),
+            ..IndexListBlock::default()
+        }),
+        VdmBlock::StreamTerminate(VdmStreamTerminate::default()),
+    ] {
+        block.build(&mut vdm).unwrap();
     }
-    vdm.extend(VdmStreamTerminate::default().pack().unwrap());
     m.poke(m.data, 0x9_0000, &vdm);
     CmdRender {
         flags: RenderFlags::PROCESS_EMPTY_TILES.bits(),

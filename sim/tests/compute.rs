@@ -9,43 +9,8 @@ use common::machine::*;
 
 use std::time::{Duration, Instant};
 
-use agx_hw::formats::{
-    CdmBarrier, CdmGlobalSize, CdmLaunchWord0, CdmLaunchWord1, CdmLocalSize, CdmMode,
-    CdmStreamTerminate,
-};
+use agx_hw::formats::{CdmBarrier, CdmStreamTerminate};
 use agx_kmd::Errno;
-
-/// A Launch block (direct mode) of `pipeline` over `grid` threads in
-/// threadgroups of `local`.
-fn launch(pipeline: u64, grid: [u32; 3], local: [u32; 3]) -> Vec<u8> {
-    let mut block = CdmLaunchWord0 {
-        mode: CdmMode::Direct,
-        ..CdmLaunchWord0::default()
-    }
-    .pack()
-    .unwrap()
-    .to_vec();
-    block.extend(CdmLaunchWord1 { pipeline }.pack().unwrap());
-    block.extend(
-        CdmGlobalSize {
-            x: grid[0],
-            y: grid[1],
-            z: grid[2],
-        }
-        .pack()
-        .unwrap(),
-    );
-    block.extend(
-        CdmLocalSize {
-            x: local[0],
-            y: local[1],
-            z: local[2],
-        }
-        .pack()
-        .unwrap(),
-    );
-    block
-}
 
 fn terminate() -> Vec<u8> {
     CdmStreamTerminate::default().pack().unwrap().to_vec()

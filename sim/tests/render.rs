@@ -6,10 +6,13 @@ mod common;
 
 use agx_hw::formats::{
     Channels, Cull, FragmentControl, FragmentFace, FragmentShaderWord0, FragmentShaderWord1,
-    FragmentShaderWord2, FragmentShaderWord3, IndexList, Layout, Pbe, PppHeader, PppState,
-    Primitive, TextureDimension, TextureType, VdmState, VdmStateVertexOutputs,
-    VdmStateVertexShaderWord1, VdmStreamTerminate, Viewport, ZlsControl, ZsFunc,
+    FragmentShaderWord2, FragmentShaderWord3, IndexList, IndexListBlock, IndexListBufferLo,
+    IndexListCount, IndexListInstances, IndexListStart, Layout, Pbe, PppHeader, PppRecords,
+    PppRecordsFragmentShader, PppRecordsViewport, PppState, Primitive, TextureDimension,
+    TextureType, VdmBlock, VdmBlockType, VdmStateVertexOutputs, VdmStateVertexShaderWord1,
+    VdmStateWords, VdmStreamTerminate, Viewport, ViewportControl, ZlsControl, ZsFunc,
 };
+use agx_hw::Format;
 use agx_kmd::Errno;
 use agx_sim::SystemConfig;
 use agx_uapi::asahi::{BgEot, CmdRender, CmdType, RenderFlags};
@@ -298,132 +301,105 @@ fn draw_pass_with_depth_stencil(
     // PPP state: depth state, viewport, cull (nothing culled), fragment
     // shader.
     let half = f32::from(SIZE) / 2.0;
-    let mut ppp = PppHeader {
-        fragment_control: depth_function.is_some(),
-        fragment_front_face: depth_function.is_some(),
-        fragment_front_stencil: stencil.is_some(),
-        viewport: true,
-        viewport_count: 1,
-        cull: true,
-        fragment_shader: true,
-        ..PppHeader::default()
-    }
-    .pack()
-    .unwrap()
-    .to_vec();
-    if let Some(depth_function) = depth_function {
-        ppp.extend(
-            FragmentControl {
-                stencil_test_enable: stencil.is_some(),
-                ..FragmentControl::default()
-            }
-            .pack()
-            .unwrap(),
-        );
-        ppp.extend(
-            FragmentFace {
-                depth_function,
-                disable_depth_write: false,
-                stencil_reference: u32::from(stencil.map_or(0, |(_, r)| r)),
-                ..FragmentFace::default()
-            }
-            .pack()
-            .unwrap(),
-        );
-    }
-    if let Some((state, _)) = stencil {
-        ppp.extend(state.pack().unwrap());
-    }
-    ppp.extend([0u8; 4]);
-    ppp.extend(
-        Viewport {
-            translate_x: half,
-            scale_x: half,
-            translate_y: half,
-            scale_y: -half,
-            translate_z: 0.0,
-            scale_z: 1.0,
-        }
-        .pack()
-        .unwrap(),
-    );
-    ppp.extend(Cull::default().pack().unwrap());
-    ppp.extend(
-        FragmentShaderWord0 {
-            cf_binding_count: cf.map_or(0, |(_, n)| n),
-            ..FragmentShaderWord0::default()
-        }
-        .pack()
-        .unwrap(),
-    );
-    ppp.extend(
-        FragmentShaderWord1 {
-            pipeline: fs,
-            ..FragmentShaderWord1::default()
-        }
-        .pack()
-        .unwrap(),
-    );
-    ppp.extend(
-        FragmentShaderWord2 {
-            cf_bindings: cf.map_or(0, |(at, _)| at),
-        }
-        .pack()
-        .unwrap(),
-    );
-    ppp.extend(FragmentShaderWord3::default().pack().unwrap());
+    let records = PppRecords {
+        fragment_control: depth_function.map(|_| FragmentControl {
+            stencil_test_enable: stencil.is_some(),
+            ..FragmentControl::default()
+        }),
+        fragment_front_face: depth_function.map(|depth_function| FragmentFace {
+            depth_function,
+            disable_depth_write: false,
+            stencil_reference: u32::from(stencil.map_or(0, |(_, r)| r)),
+            ..FragmentFace::default()
+        }),
+        fragment_front_stencil: stencil.map(|(state, _)| state),
+        viewport: Some(PppRecordsViewport {
+            control: ViewportControl::default(),
+            viewports: vec![Viewport {
+                translate_x: half,
+                scale_x: half,
+                translate_y: half,
+                scale_y: -half,
+                translate_z: 0.0,
+                scale_z: 1.0,
+            }],
+        }),
+        cull: Some(Cull::default()),
+        fragment_shader: Some(PppRecordsFragmentShader {
+            word0: FragmentShaderWord0 {
+                cf_binding_count: cf.map_or(0, |(_, n)| n),
+                ..FragmentShaderWord0::default()
+            },
+            word1: FragmentShaderWord1 {
+                pipeline: fs,
+                ..FragmentShaderWord1::default()
+            },
+            word2: FragmentShaderWord2 {
+                cf_bindings: cf.map_or(0, |(at, _)| at),
+            },
+            word3: FragmentShaderWord3::default(),
+        }),
+        ..PppRecords::default()
+    };
+    let mut ppp = Vec::new();
+    records.build(&mut ppp).unwrap();
     m.poke(m.data, PPP, &ppp);
     // VDM: vertex shader state, PPP state, one draw, terminate.
-    let mut vdm = VdmState {
-        vertex_shader_word_1_present: true,
-        vertex_outputs_present: true,
-        ..VdmState::default()
-    }
-    .pack()
-    .unwrap()
-    .to_vec();
-    vdm.extend(
-        VdmStateVertexShaderWord1 {
-            pipeline: vs,
-            ..VdmStateVertexShaderWord1::default()
-        }
-        .pack()
-        .unwrap(),
-    );
-    vdm.extend(
-        VdmStateVertexOutputs {
-            output_count_1: outputs,
-            output_count_2: 0,
-        }
-        .pack()
-        .unwrap(),
-    );
-    vdm.extend(
-        PppState {
+    let mut vdm = Vec::new();
+    for block in [
+        VdmBlock::VdmStateUpdate(VdmStateWords {
+            vertex_shader_word_1: Some(VdmStateVertexShaderWord1 {
+                pipeline: vs,
+                ..VdmStateVertexShaderWord1::default()
+            }),
+            vertex_outputs: Some(VdmStateVertexOutputs {
+                output_count_1: outputs,
+                output_count_2: 0,
+            }),
+            ..VdmStateWords::default()
+        }),
+        VdmBlock::PppStateUpdate(PppState {
             pointer: DATA_VA + PPP,
             size_words: (ppp.len() / 4) as u32,
-        }
-        .pack()
-        .unwrap(),
-    );
-    vdm.extend(
-        IndexList {
-            primitive: Primitive::Triangles,
-            index_count_present: true,
-            instance_count_present: true,
-            start_present: true,
-            ..IndexList::default()
-        }
-        .pack()
-        .unwrap(),
-    );
-    vdm.extend(vertex_count.to_le_bytes());
-    vdm.extend(1u32.to_le_bytes());
-    vdm.extend(0u32.to_le_bytes());
-    vdm.extend(VdmStreamTerminate::default().pack().unwrap());
+        }),
+        draw_block(vertex_count),
+        VdmBlock::StreamTerminate(VdmStreamTerminate::default()),
+    ] {
+        block.build(&mut vdm).unwrap();
+    }
     m.poke(m.data, STREAM, &vdm);
     render.flags = RenderFlags::PROCESS_EMPTY_TILES.bits();
     render
+}
+
+/// The offset of the first block of type `wanted` in a VDM stream, walked
+/// block by block.
+fn block_at(stream: &[u8], wanted: VdmBlockType) -> usize {
+    let mut at = 0;
+    loop {
+        let first = &stream[at..at + VdmBlock::PEEK_BYTES];
+        if VdmBlock::peek_tag(first).unwrap() == wanted {
+            return at;
+        }
+        at += VdmBlock::len_bytes(first).unwrap();
+    }
+}
+
+/// A non-indexed draw of `vertex_count` vertices (one instance) as a VDM
+/// block.
+fn draw_block(vertex_count: u32) -> VdmBlock {
+    VdmBlock::IndexList(IndexListBlock {
+        header: IndexList {
+            primitive: Primitive::Triangles,
+            ..IndexList::default()
+        },
+        count: Some(IndexListCount {
+            count: vertex_count,
+        }),
+        instances: Some(IndexListInstances { count: 1 }),
+        start: Some(IndexListStart { start: 0 }),
+        ..IndexListBlock::default()
+    })
 }
 
 /// An independent rasteriser: pixel centres strictly inside, or on a top
@@ -830,31 +806,28 @@ fn layered_pass(m: &Machine, zls: bool, partial_bg: bool) -> CmdRender {
     );
     // The draw: indexed, 16-bit indices.
     let stream = m.peek(m.data, STREAM, 64);
-    let draw_at = stream
-        .chunks_exact(4)
-        .position(|w| u32::from_le_bytes(w.try_into().unwrap()) >> 29 == 3)
-        .unwrap()
-        * 4;
+    let draw_at = block_at(&stream, VdmBlockType::IndexList);
     let mut vdm = stream[..draw_at].to_vec();
-    vdm.extend(
-        IndexList {
-            primitive: Primitive::Triangles,
-            index_size: agx_hw::formats::IndexSize::U16,
-            index_buffer_present: true,
-            index_count_present: true,
-            instance_count_present: true,
-            start_present: true,
-            index_buffer_hi: ((DATA_VA + BIG_INDICES) >> 32) as u32,
-            ..IndexList::default()
-        }
-        .pack()
-        .unwrap(),
-    );
-    vdm.extend(((DATA_VA + BIG_INDICES) as u32).to_le_bytes());
-    vdm.extend(count.to_le_bytes());
-    vdm.extend(1u32.to_le_bytes());
-    vdm.extend(0u32.to_le_bytes());
-    vdm.extend(VdmStreamTerminate::default().pack().unwrap());
+    for block in [
+        VdmBlock::IndexList(IndexListBlock {
+            header: IndexList {
+                primitive: Primitive::Triangles,
+                index_size: agx_hw::formats::IndexSize::U16,
+                index_buffer_hi: ((DATA_VA + BIG_INDICES) >> 32) as u32,
+                ..IndexList::default()
+            },
+            buffer_lo: Some(IndexListBufferLo {
+                buffer_lo: (DATA_VA + BIG_INDICES) as u32,
+            }),
+            count: Some(IndexListCount { count }),
+            instances: Some(IndexListInstances { count: 1 }),
+            start: Some(IndexListStart { start: 0 }),
+            ..IndexListBlock::default()
+        }),
+        VdmBlock::StreamTerminate(VdmStreamTerminate::default()),
+    ] {
+        block.build(&mut vdm).unwrap();
+    }
     m.poke(m.data, STREAM, &vdm);
     let mut reload = pair(DATA_VA + IMAGE);
     reload.push(STRIDE / 4);
@@ -1114,7 +1087,7 @@ const INSTANCED_VS: &str = "
 
 #[test_log::test]
 fn instances_links_culling_and_near_clipping() {
-    use agx_hw::formats::{IndexList, VdmStreamLink};
+    use agx_hw::formats::VdmStreamLink;
     let m = Machine::new(5000);
     // Two triangles: A counter-clockwise on screen (front), B clockwise
     // (back), both 8 px wide; drawn as 3 instances 16 px apart.
@@ -1127,42 +1100,48 @@ fn instances_links_culling_and_near_clipping() {
     vs_uniforms.extend([0, 0, (16.0f32 / 32.0).to_bits()]);
     let render = count_pass(&m, INSTANCED_VS, &vs_uniforms, 6);
     // Counter-clockwise (as seen in the image) is front; cull back faces.
-    // (The PPP's Cull record follows the header, the viewport control
-    // word and the viewport.)
+    // (Where the Cull record is comes from the PPP header.)
     let cull = agx_hw::formats::Cull {
         cull_back: true,
         front_face_ccw: true,
         ..agx_hw::formats::Cull::default()
     };
-    m.poke(m.data, PPP + 4 + 4 + 24, &cull.pack().unwrap());
+    let header = PppHeader::decode_from(&m.peek(m.data, PPP, 4)).unwrap();
+    let cull_at = PppRecords::layout(&header)
+        .unwrap()
+        .into_iter()
+        .find(|slot| slot.member == "cull")
+        .unwrap()
+        .offset_bytes;
+    m.poke(m.data, PPP + cull_at as u64, &cull.pack().unwrap());
     // Rewrite the VDM stream: the state, then a link to a second segment
     // holding an instanced draw and the terminate.
-    let stream = m.peek(m.data, STREAM, 20);
+    let stream = m.peek(m.data, STREAM, 64);
     let second = STREAM + 0x800;
-    let mut vdm = stream.clone();
-    vdm.extend(
-        VdmStreamLink {
-            target: DATA_VA + second,
-            with_return: false,
-        }
-        .pack()
-        .unwrap(),
-    );
+    let mut vdm = stream[..block_at(&stream, VdmBlockType::IndexList)].to_vec();
+    VdmBlock::StreamLink(VdmStreamLink {
+        target: DATA_VA + second,
+        with_return: false,
+    })
+    .build(&mut vdm)
+    .unwrap();
     m.poke(m.data, STREAM, &vdm);
-    let mut draw = IndexList {
-        primitive: Primitive::Triangles,
-        index_count_present: true,
-        instance_count_present: true,
-        start_present: true,
-        ..IndexList::default()
+    let mut draw = Vec::new();
+    for block in [
+        VdmBlock::IndexList(IndexListBlock {
+            header: IndexList {
+                primitive: Primitive::Triangles,
+                ..IndexList::default()
+            },
+            count: Some(IndexListCount { count: 6 }),
+            instances: Some(IndexListInstances { count: 3 }),
+            start: Some(IndexListStart { start: 0 }),
+            ..IndexListBlock::default()
+        }),
+        VdmBlock::StreamTerminate(VdmStreamTerminate::default()),
+    ] {
+        block.build(&mut draw).unwrap();
     }
-    .pack()
-    .unwrap()
-    .to_vec();
-    for word in [6u32, 3, 0] {
-        draw.extend(word.to_le_bytes());
-    }
-    draw.extend(VdmStreamTerminate::default().pack().unwrap());
     m.poke(m.data, second, &draw);
     assert_eq!(m.submit(CmdType::Render, render.as_bytes()), None);
     let got = counts(&m);

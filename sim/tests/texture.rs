@@ -72,27 +72,8 @@ fn texture(m: &Machine, layout: Layout) -> Texture {
 
 /// A launch of `pipeline` over (TEX_W, TEX_H) threads, then terminate.
 fn run_grid(m: &Machine, pipeline: u64) -> Option<agx_kmd::Errno> {
-    use agx_hw::formats::{
-        CdmGlobalSize, CdmLaunchWord0, CdmLaunchWord1, CdmLocalSize, CdmMode, CdmStreamTerminate,
-    };
-    let mut stream = CdmLaunchWord0 {
-        mode: CdmMode::Direct,
-        ..CdmLaunchWord0::default()
-    }
-    .pack()
-    .unwrap()
-    .to_vec();
-    stream.extend(CdmLaunchWord1 { pipeline }.pack().unwrap());
-    stream.extend(
-        CdmGlobalSize {
-            x: TEX_W,
-            y: TEX_H,
-            z: 1,
-        }
-        .pack()
-        .unwrap(),
-    );
-    stream.extend(CdmLocalSize { x: 8, y: 8, z: 1 }.pack().unwrap());
+    use agx_hw::formats::CdmStreamTerminate;
+    let mut stream = launch(pipeline, [TEX_W, TEX_H, 1], [8, 8, 1]);
     stream.extend(CdmStreamTerminate::default().pack().unwrap());
     m.poke(m.data, STREAM, &stream);
     m.run(STREAM)

@@ -13,12 +13,8 @@ use std::collections::HashSet;
 use std::fmt::Write as _;
 
 use agx_capture::Submission;
-use agx_hw::formats::{
-    CdmBlockType, CdmLaunchWord0, CdmLaunchWord1, CdmMode, FragmentShaderWord0,
-    FragmentShaderWord1, FragmentShaderWord2, IndexList, PppHeader, PppState, UscControl,
-    UscSampler, UscShader, UscTexture, VdmBlockType, VdmState, VdmStateVertexShaderWord1,
-    VdmStreamLink, ZlsControl,
-};
+use agx_hw::formats::{CdmBlock, PppHeader, PppRecords, UscWord, VdmBlock, ZlsControl};
+use agx_hw::{Format, List, Slot};
 use agx_uapi::asahi::{CmdCompute, CmdHeader, CmdRender, CmdType, DRM_ASAHI_BARRIER_NONE};
 use zerocopy::FromBytes;
 
@@ -476,10 +472,37 @@ impl<'a> Decoder<'a> {
         }
     }
 
-    /// The first word of the block at `pc` of a control stream, unless
-    /// the stream loops back there or runs into unmapped memory (which
-    /// are linted).
-    fn next_block(&mut self, stream: &str, pc: u64, visited: &mut HashSet<u64>) -> Option<u32> {
+    /// Prints every record of a layout (the generated description of a
+    /// record sequence) whose bytes start at `base`.
+    fn print_layout(&mut self, base: u64, slots: &[Slot]) {
+        for slot in slots {
+            let at = base + slot.offset_bytes as u64;
+            match slot.format {
+                Some(format) => {
+                    self.format_at(format.name, at, slot.size_bytes);
+                }
+                None => {
+                    if let Some(pad) = self.read(at, slot.size_bytes) {
+                        if pad.iter().any(|&b| b != 0) {
+                            self.line(&format!("{at:#x}: padding (not zero)\n{}", hexdump(pad)));
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Prints and parses the item of control stream `stream` at `pc` (a
+    /// block of a VDM or CDM stream, a USC control word); returns it and
+    /// its length, or `None` when the stream cannot be followed: it loops
+    /// back to an item already walked, runs into unmapped memory, or holds
+    /// an item the hardware description does not know (all linted).
+    fn list_item<L: List>(
+        &mut self,
+        stream: &str,
+        pc: u64,
+        visited: &mut HashSet<u64>,
+    ) -> Option<(L, usize)> {
         if !visited.insert(pc) {
             self.lint(
                 "unterminated",
@@ -488,15 +511,42 @@ impl<'a> Decoder<'a> {
             );
             return None;
         }
-        let Some(word) = self.read(pc, 4) else {
-            self.lint(
+        let unmapped = |d: &mut Self| {
+            d.lint(
                 "unterminated",
                 pc,
                 format!("the {stream} stream runs into unmapped memory without a terminate"),
             );
+        };
+        let Some(first) = self.read(pc, L::PEEK_BYTES) else {
+            unmapped(self);
             return None;
         };
-        Some(u32::from_le_bytes(word.try_into().unwrap_or_default()))
+        let sized = L::len_bytes(first).and_then(|len| Ok((len, L::layout(first)?)));
+        let (len, slots) = match sized {
+            Ok(sized) => sized,
+            Err(e) => {
+                self.line(&format!("{pc:#x}: {e}\n{}", hexdump(first)));
+                self.lint(
+                    "unterminated",
+                    pc,
+                    format!("the {stream} stream cannot be followed: {e}"),
+                );
+                return None;
+            }
+        };
+        self.print_layout(pc, &slots);
+        let Some(bytes) = self.read(pc, len) else {
+            unmapped(self);
+            return None;
+        };
+        match L::walk(bytes) {
+            Ok(walked) => Some((walked.value, len)),
+            Err(e) => {
+                self.lint("unterminated", pc, format!("the {stream} stream: {e}"));
+                None
+            }
+        }
     }
 
     fn compute(&mut self, c: &CmdCompute) {
@@ -512,34 +562,13 @@ impl<'a> Decoder<'a> {
         self.depth += 1;
         let mut visited = HashSet::new();
         for _ in 0..MAX_BLOCKS {
-            let Some(word) = self.next_block("CDM", pc, &mut visited) else {
+            let Some((block, len)) = self.list_item::<CdmBlock>("CDM", pc, &mut visited) else {
                 break;
             };
-            match CdmBlockType::from_raw(word >> 29) {
-                CdmBlockType::Launch => {
-                    self.format_at("CdmLaunchWord0", pc, 4);
-                    let w0 = CdmLaunchWord0::unpack(&word.to_le_bytes()).value;
-                    let Some(w1) = self.format_at("CdmLaunchWord1", pc + 4, 4) else {
-                        break;
-                    };
-                    let w1 = CdmLaunchWord1::unpack(&w1.try_into().unwrap_or_default()).value;
-                    let mut at = pc + 8;
-                    match w0.mode {
-                        CdmMode::Direct => {
-                            self.format_at("CdmGlobalSize", at, 12);
-                            at += 12;
-                        }
-                        _ => {
-                            self.format_at("CdmIndirect", at, 8);
-                            at += 8;
-                        }
-                    }
-                    if w0.mode != CdmMode::IndirectLocal {
-                        self.format_at("CdmLocalSize", at, 12);
-                        at += 12;
-                    }
+            match block {
+                CdmBlock::Launch(launch) => {
                     self.depth += 1;
-                    let info = self.pipeline(self.s.usc_exec_base + w1.pipeline, false);
+                    let info = self.pipeline(self.s.usc_exec_base + launch.word1.pipeline, false);
                     self.depth -= 1;
                     if let (false, Some(index)) = (info.samplers_bound, info.max_sampler_immediate)
                     {
@@ -554,32 +583,11 @@ impl<'a> Decoder<'a> {
                             );
                         }
                     }
-                    pc = at;
+                    pc += len as u64;
                 }
-                CdmBlockType::StreamLink => {
-                    self.format_at("CdmStreamLink", pc, 8);
-                    let Some(b) = self.read(pc, 8) else { break };
-                    pc = agx_hw::formats::CdmStreamLink::unpack(&b.try_into().unwrap_or_default())
-                        .value
-                        .target;
-                }
-                CdmBlockType::StreamTerminate => {
-                    self.format_at("CdmStreamTerminate", pc, 8);
-                    break;
-                }
-                CdmBlockType::Barrier => {
-                    self.format_at("CdmBarrier", pc, 4);
-                    pc += 4;
-                }
-                _ => {
-                    self.line(&format!("{pc:#x}: unknown CDM block {word:#010x}"));
-                    self.lint(
-                        "unterminated",
-                        pc,
-                        "an unknown CDM block: the stream cannot be followed".into(),
-                    );
-                    break;
-                }
+                CdmBlock::StreamLink(link) => pc = link.target,
+                CdmBlock::StreamTerminate(_) => break,
+                CdmBlock::Barrier(_) => pc += len as u64,
             }
         }
         self.depth -= 1;
@@ -593,209 +601,75 @@ impl<'a> Decoder<'a> {
         let mut fragment = Vec::new();
         let mut visited = HashSet::new();
         for _ in 0..MAX_BLOCKS {
-            let Some(word) = self.next_block("VDM", pc, &mut visited) else {
+            let Some((block, len)) = self.list_item::<VdmBlock>("VDM", pc, &mut visited) else {
                 break;
             };
-            match VdmBlockType::from_raw(word >> 29) {
-                VdmBlockType::StreamTerminate => {
-                    self.format_at("VdmStreamTerminate", pc, 8);
-                    break;
+            match block {
+                VdmBlock::StreamTerminate(_) => break,
+                VdmBlock::StreamLink(link) => {
+                    pc = link.target;
+                    continue;
                 }
-                VdmBlockType::Barrier => {
-                    self.format_at("VdmBarrier", pc, 4);
-                    pc += 4;
-                }
-                VdmBlockType::PppStateUpdate => {
-                    let Some(b) = self.format_at("PppState", pc, 8) else {
-                        break;
-                    };
-                    let ppp = PppState::unpack(&b.try_into().unwrap_or_default()).value;
+                VdmBlock::Barrier(_) => {}
+                VdmBlock::PppStateUpdate(ppp) => {
                     self.depth += 1;
-                    if let Some(info) = self.ppp(ppp.pointer) {
+                    if let Some(info) = self.ppp(ppp.pointer, ppp.size_words) {
                         fragment.push(info);
                     }
                     self.depth -= 1;
-                    pc += 8;
                 }
-                VdmBlockType::VdmStateUpdate => {
-                    self.format_at("VdmState", pc, 4);
-                    let h = VdmState::unpack(&word.to_le_bytes()).value;
-                    let words = [
-                        (h.restart_index_present, "VdmStateRestartIndex"),
-                        (h.vertex_shader_word_0_present, "VdmStateVertexShaderWord0"),
-                        (h.vertex_shader_word_1_present, "VdmStateVertexShaderWord1"),
-                        (h.vertex_outputs_present, "VdmStateVertexOutputs"),
-                        (h.tessellation_present, ""),
-                        (h.vertex_unknown_present, "VdmStateVertexUnknown"),
-                        (h.tessellation_scale_present, ""),
-                    ];
-                    let mut at = pc + 4;
-                    for (present, name) in words {
-                        if !present {
-                            continue;
-                        }
-                        if name.is_empty() {
-                            if let Some(b) = self.read(at, 4) {
-                                self.line(&format!("{at:#x}: tessellation word\n{}", hexdump(b)));
-                            }
-                        } else if let Some(b) = self.format_at(name, at, 4) {
-                            if name == "VdmStateVertexShaderWord1" {
-                                let w = VdmStateVertexShaderWord1::unpack(
-                                    &b.try_into().unwrap_or_default(),
-                                )
-                                .value;
-                                self.depth += 1;
-                                self.pipeline(self.s.usc_exec_base + w.pipeline, false);
-                                self.depth -= 1;
-                            }
-                        }
-                        at += 4;
+                VdmBlock::VdmStateUpdate(words) => {
+                    if let Some(word1) = words.vertex_shader_word_1 {
+                        self.depth += 1;
+                        self.pipeline(self.s.usc_exec_base + word1.pipeline, false);
+                        self.depth -= 1;
                     }
-                    pc = at;
                 }
-                VdmBlockType::IndexList => {
-                    self.format_at("IndexList", pc, 4);
-                    let h = IndexList::unpack(&word.to_le_bytes()).value;
-                    let mut at = pc + 4;
-                    for (present, name, words) in [
-                        (h.index_buffer_present, "IndexListBufferLo", 1),
-                        (h.index_count_present, "IndexListCount", 1),
-                        (h.instance_count_present, "IndexListInstances", 1),
-                        (h.start_present, "IndexListStart", 1),
-                        (h.unk_1_present, "", 2),
-                        (h.indirect_buffer_present, "", 2),
-                        (h.unk_2_present, "", 1),
-                        (h.index_buffer_size_present, "IndexListBufferSize", 1),
-                    ] {
-                        if !present {
-                            continue;
-                        }
-                        if name.is_empty() {
-                            if let Some(b) = self.read(at, 4 * words) {
-                                self.line(&format!("{at:#x}: words\n{}", hexdump(b)));
-                            }
-                        } else {
-                            self.format_at(name, at, 4);
-                        }
-                        at += 4 * words as u64;
-                    }
-                    draws += 1;
-                    pc = at;
-                }
-                VdmBlockType::StreamLink => {
-                    let Some(b) = self.format_at("VdmStreamLink", pc, 8) else {
-                        break;
-                    };
-                    pc = VdmStreamLink::unpack(&b.try_into().unwrap_or_default())
-                        .value
-                        .target;
-                }
-                _ => {
-                    self.line(&format!("{pc:#x}: unknown VDM block {word:#010x}"));
-                    self.lint(
-                        "unterminated",
-                        pc,
-                        "an unknown VDM block: the stream cannot be followed".into(),
-                    );
-                    break;
-                }
+                VdmBlock::IndexList(_) => draws += 1,
             }
+            pc += len as u64;
         }
         (draws, fragment)
     }
 
-    /// A PPP state record; returns what its fragment program binds.
-    fn ppp(&mut self, va: u64) -> Option<ProgramInfo> {
-        let h = self.format_at("PppHeader", va, 4)?;
-        let h = PppHeader::unpack(&h.try_into().unwrap_or_default()).value;
-        let mut at = va + 4;
-        let mut info = None;
-        let viewports = u64::from(h.viewport_count);
-        let records: [(bool, &str, u64); 12] = [
-            (h.fragment_control, "FragmentControl", 1),
-            (h.fragment_control_2, "FragmentControl", 1),
-            (h.fragment_front_face, "FragmentFace", 1),
-            (h.fragment_front_face_2, "FragmentFace2", 1),
-            (h.fragment_front_stencil, "FragmentStencil", 1),
-            (h.fragment_back_face, "FragmentFace", 1),
-            (h.fragment_back_face_2, "FragmentFace2", 1),
-            (h.fragment_back_stencil, "FragmentStencil", 1),
-            (h.depth_bias_scissor, "DepthBiasScissor", 1),
-            (h.region_clip, "RegionClip", viewports),
-            (false, "", 0),
-            (false, "", 0),
-        ];
-        for (present, name, count) in records {
-            if !present {
-                continue;
+    /// A PPP state of `size_words` words (as its VDM block says);
+    /// returns what its fragment program binds.
+    fn ppp(&mut self, va: u64, size_words: u32) -> Option<ProgramInfo> {
+        let header = PppHeader::decode_from(self.read(va, 4)?).ok()?;
+        let (len, slots) = match PppRecords::len_bytes(&header)
+            .and_then(|len| Ok((len, PppRecords::layout(&header)?)))
+        {
+            Ok(sized) => sized,
+            Err(e) => {
+                self.line(&format!("{va:#x}: PPP state: {e}"));
+                return None;
             }
-            for _ in 0..count {
-                let size = agx_hw::ALL_FORMATS
-                    .iter()
-                    .find(|f| f.name == name)
-                    .map_or(4, |f| f.size_bytes);
-                self.format_at(name, at, size);
-                at += size as u64;
-            }
+        };
+        if len != 4 * size_words as usize {
+            self.lint(
+                "ppp-size",
+                va,
+                format!(
+                    "the PPP state block says {} bytes, its header {len}",
+                    4 * size_words
+                ),
+            );
         }
-        if h.viewport {
-            if let Some(b) = self.read(at, 4) {
-                self.line(&format!("{at:#x}: viewport control word {:02x?}", b));
-            }
-            at += 4;
-            for _ in 0..viewports {
-                self.format_at("Viewport", at, 24);
-                at += 24;
-            }
+        self.print_layout(va, &slots);
+        let records = PppRecords::walk(self.read(va, len)?).ok()?.value;
+        let shader = records.fragment_shader?;
+        self.depth += 1;
+        let table = self.s.usc_exec_base + shader.word2.cf_bindings;
+        self.line(&format!("coefficient bindings at {table:#x}:"));
+        self.depth += 1;
+        self.format_at("CfBindingHeader", table, 4);
+        for i in 0..u64::from(shader.word0.cf_binding_count) {
+            self.format_at("CfBinding", table + 4 + 4 * i, 4);
         }
-        for (present, name) in [
-            (h.w_clamp, "WClamp"),
-            (h.output_select, "OutputSelect"),
-            (h.varying_counts_32, "VaryingCounts"),
-            (h.varying_counts_16, "VaryingCounts"),
-            (h.cull, "Cull"),
-            (h.cull_2, "Cull2"),
-        ] {
-            if present {
-                self.format_at(name, at, 4);
-                at += 4;
-            }
-        }
-        if h.fragment_shader {
-            let w0 = self.format_at("FragmentShaderWord0", at, 4)?;
-            let w0 = FragmentShaderWord0::unpack(&w0.try_into().unwrap_or_default()).value;
-            let w1 = self.format_at("FragmentShaderWord1", at + 4, 4)?;
-            let w1 = FragmentShaderWord1::unpack(&w1.try_into().unwrap_or_default()).value;
-            let w2 = self.format_at("FragmentShaderWord2", at + 8, 4)?;
-            let w2 = FragmentShaderWord2::unpack(&w2.try_into().unwrap_or_default()).value;
-            self.format_at("FragmentShaderWord3", at + 12, 4);
-            self.depth += 1;
-            let table = self.s.usc_exec_base + w2.cf_bindings;
-            self.line(&format!("coefficient bindings at {table:#x}:"));
-            self.depth += 1;
-            self.format_at("CfBindingHeader", table, 4);
-            for i in 0..u64::from(w0.cf_binding_count) {
-                self.format_at("CfBinding", table + 4 + 4 * i, 4);
-            }
-            self.depth -= 1;
-            info = Some(self.pipeline(self.s.usc_exec_base + w1.pipeline, false));
-            self.depth -= 1;
-        }
-        for (present, what) in [
-            (h.occlusion_query, "occlusion query"),
-            (h.occlusion_query_2, "occlusion query 2"),
-            (h.output_unknown, "unknown output word"),
-            (h.output_size, "OutputSize"),
-            (h.varying_word_2, "second varying word"),
-        ] {
-            if present {
-                if let Some(b) = self.read(at, 4) {
-                    self.line(&format!("{at:#x}: {what} {:02x?}", b));
-                }
-                at += 4;
-            }
-        }
-        info
+        self.depth -= 1;
+        let info = self.pipeline(self.s.usc_exec_base + shader.word1.pipeline, false);
+        self.depth -= 1;
+        Some(info)
     }
 
     /// USC control words at `va` and what they bind; `pbe` when the
@@ -817,42 +691,14 @@ impl<'a> Decoder<'a> {
         }
         self.depth += 1;
         let mut at = va;
+        let mut visited = HashSet::new();
         for _ in 0..64 {
-            let Some(tag) = self.read(at, 1) else {
-                self.lint(
-                    "unmapped",
-                    at,
-                    "USC control words in unmapped memory".into(),
-                );
+            let Some((word, len)) = self.list_item::<UscWord>("USC word", at, &mut visited) else {
                 break;
             };
-            let (name, size) = match UscControl::from_raw(u32::from(tag[0])) {
-                UscControl::Uniform => ("UscUniform", 8),
-                UscControl::UniformHigh => ("UscUniformHigh", 8),
-                UscControl::Texture => ("UscTexture", 8),
-                UscControl::Sampler => ("UscSampler", 8),
-                UscControl::Shared => ("UscShared", 4),
-                UscControl::Shader => ("UscShader", 6),
-                UscControl::Registers => ("UscRegisters", 4),
-                UscControl::NoPreshader => ("UscNoPreshader", 2),
-                UscControl::Preshader => ("UscPreshader", 8),
-                UscControl::FragmentProperties => ("UscFragmentProperties", 4),
-                _ => {
-                    if let Some(b) = self.read(at, 8) {
-                        self.line(&format!("{at:#x}: unknown USC word\n{}", hexdump(b)));
-                    }
-                    break;
-                }
-            };
-            let Some(bytes) = self.format_at(name, at, size) else {
-                break;
-            };
-            at += size as u64;
-            match name {
-                "UscUniform" => {
-                    let w =
-                        agx_hw::formats::UscUniform::unpack(&bytes.try_into().unwrap_or_default())
-                            .value;
+            at += len as u64;
+            match word {
+                UscWord::Uniform(w) => {
                     // The bindless image heap's base lives in u60_u61
                     // (halves 120-123) by the umd's convention.
                     let first = 2 * HEAP_BASE_UNIFORM;
@@ -865,35 +711,33 @@ impl<'a> Decoder<'a> {
                         }
                     }
                 }
-                "UscTexture" => {
-                    let w = UscTexture::unpack(&bytes.try_into().unwrap_or_default()).value;
+                UscWord::Texture(w) => {
                     self.depth += 1;
                     for i in 0..u64::from(w.count) {
                         self.format_at(if pbe { "Pbe" } else { "Texture" }, w.buffer + 24 * i, 24);
                     }
                     self.depth -= 1;
                 }
-                "UscSampler" => {
+                UscWord::Sampler(w) => {
                     info.samplers_bound = true;
-                    let w = UscSampler::unpack(&bytes.try_into().unwrap_or_default()).value;
                     self.depth += 1;
                     for i in 0..u64::from(w.count) {
                         self.format_at("Sampler", w.buffer + 8 * i, 8);
                     }
                     self.depth -= 1;
                 }
-                "UscShader" => {
-                    let mut b = [0u8; 6];
-                    b.copy_from_slice(bytes);
-                    let w = UscShader::unpack(&b).value;
+                UscWord::Shader(w) => {
                     let code = self.s.usc_exec_base + w.code;
                     info.code = Some(code);
                     self.depth += 1;
                     self.disassemble(code, &mut info);
                     self.depth -= 1;
                 }
-                "UscNoPreshader" | "UscPreshader" => break,
-                _ => {}
+                UscWord::NoPreshader(_) | UscWord::Preshader(_) => break,
+                UscWord::UniformHigh(_)
+                | UscWord::Shared(_)
+                | UscWord::Registers(_)
+                | UscWord::FragmentProperties(_) => {}
             }
         }
         self.depth -= 1;

@@ -13,7 +13,7 @@
 use std::time::{Duration, Instant};
 
 use agx_capture::{Capture, Submission};
-use agx_hw::formats::{Channels, Layout, Pbe, TextureType, UscControl, UscTexture};
+use agx_hw::formats::{Channels, Layout, Pbe, TextureType, UscWord};
 use agx_kmd::{Errno, File};
 use agx_sim::{System, SystemConfig};
 use agx_uapi::asahi::{
@@ -132,26 +132,28 @@ fn eot_targets(s: &Submission, render: &CmdRender) -> Vec<Pbe> {
         .wrapping_add(u64::from(render.eot.usc & !0x3f));
     let mut out = Vec::new();
     for _ in 0..64 {
-        let Some(tag) = s.read(at, 1) else { break };
-        let size = match UscControl::from_raw(u32::from(tag[0])) {
-            UscControl::Texture => {
-                if let Some(b) = s.read(at, 8) {
-                    let w = UscTexture::unpack(&b.try_into().unwrap_or_default()).value;
-                    for i in 0..u64::from(w.count) {
-                        if let Some(d) = s.read(w.buffer.wrapping_add(24 * i), 24) {
-                            out.push(Pbe::unpack(&d.try_into().unwrap_or_default()).value);
-                        }
+        let Some(first) = s.read(at, UscWord::PEEK_BYTES) else {
+            break;
+        };
+        let Some(word) = UscWord::len_bytes(first)
+            .ok()
+            .and_then(|len| s.read(at, len))
+            .and_then(|bytes| UscWord::decode(bytes).ok())
+        else {
+            break;
+        };
+        match word.value {
+            UscWord::Texture(w) => {
+                for i in 0..u64::from(w.count) {
+                    if let Some(d) = s.read(w.buffer.wrapping_add(24 * i), 24) {
+                        out.push(Pbe::unpack(&d.try_into().unwrap_or_default()).value);
                     }
                 }
-                8
             }
-            UscControl::Uniform | UscControl::UniformHigh | UscControl::Sampler => 8,
-            UscControl::Preshader | UscControl::NoPreshader => break,
-            UscControl::Shader => 6,
-            UscControl::Shared | UscControl::Registers | UscControl::FragmentProperties => 4,
-            _ => break,
-        };
-        at = at.wrapping_add(size);
+            UscWord::NoPreshader(_) | UscWord::Preshader(_) => break,
+            _ => {}
+        }
+        at = at.wrapping_add(word.len_bytes as u64);
     }
     out
 }

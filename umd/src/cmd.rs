@@ -12,12 +12,14 @@
 use std::sync::Arc;
 
 use agx_hw::formats::{
-    CdmGlobalSize, CdmLaunchWord0, CdmLaunchWord1, CdmLocalSize, CdmMode, CdmStreamTerminate,
-    CfBinding, CfBindingHeader, CoefficientSource, Cull, FragmentControl, FragmentFace,
-    FragmentShaderWord0, FragmentShaderWord1, FragmentShaderWord2, FragmentShaderWord3,
-    FragmentStencil, IndexList, IndexSize, PppHeader, PppState, Primitive, Sampler, ShadeModel,
-    StencilOp, VdmState, VdmStateVertexOutputs, VdmStateVertexShaderWord1, VdmStreamLink,
-    VdmStreamTerminate, Viewport, ZsFunc,
+    CdmBlock, CdmGlobalSize, CdmLaunch, CdmLaunchWord0, CdmLaunchWord1, CdmLocalSize, CdmMode,
+    CdmStreamTerminate, CfBinding, CfBindingHeader, CoefficientSource, Cull, FragmentControl,
+    FragmentFace, FragmentShaderWord0, FragmentShaderWord1, FragmentShaderWord2,
+    FragmentShaderWord3, FragmentStencil, IndexList, IndexListBlock, IndexListBufferLo,
+    IndexListBufferSize, IndexListCount, IndexListInstances, IndexListStart, IndexSize, PppRecords,
+    PppRecordsFragmentShader, PppRecordsViewport, PppState, Primitive, Sampler, ShadeModel,
+    StencilOp, VdmBlock, VdmStateVertexOutputs, VdmStateVertexShaderWord1, VdmStateWords,
+    VdmStreamLink, VdmStreamTerminate, Viewport, ViewportControl, ZsFunc,
 };
 use agx_uapi::asahi::{BgEot, CmdCompute, CmdRender, RenderFlags};
 use zerocopy::FromZeros;
@@ -44,6 +46,10 @@ done:
 
 fn pack_err(e: agx_hw::spec::PackError) -> Error {
     Error::Unsupported(format!("hardware word: {e}"))
+}
+
+fn seq_err(e: agx_hw::SeqError) -> Error {
+    Error::Unsupported(format!("hardware record sequence: {e}"))
 }
 
 /// How a varying is interpolated.
@@ -593,39 +599,28 @@ impl CommandBuffer {
         }
         let bindings = self.with_heap(bindings.clone());
         let pipeline = place_pipeline(&self.device, &mut self.usc, shader, &bindings)?;
-        let mut block = CdmLaunchWord0 {
-            mode: CdmMode::Direct,
-            ..CdmLaunchWord0::default()
-        }
-        .pack()
-        .map_err(pack_err)?
-        .to_vec();
-        block.extend(
-            CdmLaunchWord1 {
+        CdmBlock::Launch(CdmLaunch {
+            header: CdmLaunchWord0 {
+                mode: CdmMode::Direct,
+                ..CdmLaunchWord0::default()
+            },
+            word1: CdmLaunchWord1 {
                 pipeline: u64::from(pipeline),
-            }
-            .pack()
-            .map_err(pack_err)?,
-        );
-        block.extend(
-            CdmGlobalSize {
+            },
+            global: Some(CdmGlobalSize {
                 x: grid[0],
                 y: grid[1],
                 z: grid[2],
-            }
-            .pack()
-            .map_err(pack_err)?,
-        );
-        block.extend(
-            CdmLocalSize {
+            }),
+            indirect: None,
+            local: Some(CdmLocalSize {
                 x: local[0],
                 y: local[1],
                 z: local[2],
-            }
-            .pack()
-            .map_err(pack_err)?,
-        );
-        self.cdm.extend(block);
+            }),
+        })
+        .build(&mut self.cdm)
+        .map_err(seq_err)?;
         self.stats.dispatches += 1;
         Ok(())
     }
@@ -1027,31 +1022,19 @@ impl RenderPass<'_> {
             }
             let vs = place_pipeline(&cb.device, &mut cb.usc, &pipeline.vertex, &bindings)?;
             self.blocks.push(self.vdm.len());
-            self.vdm.extend(
-                VdmState {
-                    vertex_shader_word_1_present: true,
-                    vertex_outputs_present: true,
-                    ..VdmState::default()
-                }
-                .pack()
-                .map_err(pack_err)?,
-            );
-            self.vdm.extend(
-                VdmStateVertexShaderWord1 {
+            VdmBlock::VdmStateUpdate(VdmStateWords {
+                vertex_shader_word_1: Some(VdmStateVertexShaderWord1 {
                     pipeline: u64::from(vs),
                     ..VdmStateVertexShaderWord1::default()
-                }
-                .pack()
-                .map_err(pack_err)?,
-            );
-            self.vdm.extend(
-                VdmStateVertexOutputs {
+                }),
+                vertex_outputs: Some(VdmStateVertexOutputs {
                     output_count_1: pipeline.outputs,
                     output_count_2: 0,
-                }
-                .pack()
-                .map_err(pack_err)?,
-            );
+                }),
+                ..VdmStateWords::default()
+            })
+            .build(&mut self.vdm)
+            .map_err(seq_err)?;
             cb.stats.vertex_states += 1;
             self.dirty_vertex = false;
         }
@@ -1076,117 +1059,74 @@ impl RenderPass<'_> {
             let fs = place_pipeline(&cb.device, &mut cb.usc, &pipeline.fragment, &bindings)?;
             let [vx, vy, vw, vh, near, far] = self.viewport;
             let stencil = pipeline.stencil;
-            let mut ppp = PppHeader {
-                fragment_control: true,
-                fragment_front_face: true,
-                fragment_front_stencil: stencil.is_some(),
-                fragment_back_face: true,
-                fragment_back_stencil: stencil.is_some(),
-                viewport: true,
-                viewport_count: 1,
-                cull: true,
-                fragment_shader: true,
-                ..PppHeader::default()
-            }
-            .pack()
-            .map_err(pack_err)?
-            .to_vec();
-            ppp.extend(
-                FragmentControl {
-                    stencil_test_enable: stencil.is_some(),
-                    ..FragmentControl::default()
-                }
-                .pack()
-                .map_err(pack_err)?,
-            );
             let face = FragmentFace {
                 depth_function: pipeline.depth.map_or(ZsFunc::Always, |d| d.function),
                 disable_depth_write: !pipeline.depth.is_some_and(|d| d.write),
                 stencil_reference: u32::from(stencil.map_or(0, |s| s.reference)),
                 ..FragmentFace::default()
-            }
-            .pack()
-            .map_err(pack_err)?;
-            let stencil_record = stencil
-                .map(|s| {
-                    FragmentStencil {
-                        write_mask: u32::from(s.write_mask),
-                        read_mask: u32::from(s.read_mask),
-                        depth_pass: s.pass,
-                        depth_fail: s.depth_fail,
-                        stencil_fail: s.fail,
-                        compare: s.compare,
-                    }
-                    .pack()
-                    .map_err(pack_err)
-                })
-                .transpose()?;
-            // Front face and stencil, then back face and stencil.
-            for _ in 0..2 {
-                ppp.extend(face);
-                if let Some(record) = stencil_record {
-                    ppp.extend(record);
-                }
-            }
-            // Viewport control word, then the viewport: NDC to window
-            // coordinates with y pointing down the image.
-            ppp.extend([0u8; 4]);
-            ppp.extend(
-                Viewport {
-                    translate_x: vx + vw / 2.0,
-                    scale_x: vw / 2.0,
-                    translate_y: vy + vh / 2.0,
-                    scale_y: -vh / 2.0,
-                    translate_z: near,
-                    scale_z: far - near,
-                }
-                .pack()
-                .map_err(pack_err)?,
-            );
-            ppp.extend(
-                Cull {
+            };
+            let stencil_record = stencil.map(|s| FragmentStencil {
+                write_mask: u32::from(s.write_mask),
+                read_mask: u32::from(s.read_mask),
+                depth_pass: s.pass,
+                depth_fail: s.depth_fail,
+                stencil_fail: s.fail,
+                compare: s.compare,
+            });
+            // The same state for both faces; the viewport maps NDC to
+            // window coordinates with y pointing down the image.
+            let records = PppRecords {
+                fragment_control: Some(FragmentControl {
+                    stencil_test_enable: stencil.is_some(),
+                    ..FragmentControl::default()
+                }),
+                fragment_front_face: Some(face),
+                fragment_front_stencil: stencil_record,
+                fragment_back_face: Some(face),
+                fragment_back_stencil: stencil_record,
+                viewport: Some(PppRecordsViewport {
+                    control: ViewportControl::default(),
+                    viewports: vec![Viewport {
+                        translate_x: vx + vw / 2.0,
+                        scale_x: vw / 2.0,
+                        translate_y: vy + vh / 2.0,
+                        scale_y: -vh / 2.0,
+                        translate_z: near,
+                        scale_z: far - near,
+                    }],
+                }),
+                cull: Some(Cull {
                     cull_front: pipeline.cull == CullMode::Front,
                     cull_back: pipeline.cull == CullMode::Back,
                     front_face_ccw: pipeline.front_ccw,
                     ..Cull::default()
-                }
-                .pack()
-                .map_err(pack_err)?,
-            );
-            ppp.extend(
-                FragmentShaderWord0 {
-                    cf_binding_count: pipeline.cf_bindings,
-                    ..FragmentShaderWord0::default()
-                }
-                .pack()
-                .map_err(pack_err)?,
-            );
-            ppp.extend(
-                FragmentShaderWord1 {
-                    pipeline: u64::from(fs),
-                    ..FragmentShaderWord1::default()
-                }
-                .pack()
-                .map_err(pack_err)?,
-            );
-            ppp.extend(
-                FragmentShaderWord2 {
-                    cf_bindings: u64::from(pipeline.cf_table.usc_offset().unwrap_or(0)),
-                }
-                .pack()
-                .map_err(pack_err)?,
-            );
-            ppp.extend(FragmentShaderWord3::default().pack().map_err(pack_err)?);
+                }),
+                fragment_shader: Some(PppRecordsFragmentShader {
+                    word0: FragmentShaderWord0 {
+                        cf_binding_count: pipeline.cf_bindings,
+                        ..FragmentShaderWord0::default()
+                    },
+                    word1: FragmentShaderWord1 {
+                        pipeline: u64::from(fs),
+                        ..FragmentShaderWord1::default()
+                    },
+                    word2: FragmentShaderWord2 {
+                        cf_bindings: u64::from(pipeline.cf_table.usc_offset().unwrap_or(0)),
+                    },
+                    word3: FragmentShaderWord3::default(),
+                }),
+                ..PppRecords::default()
+            };
+            let mut ppp = Vec::new();
+            records.build(&mut ppp).map_err(seq_err)?;
             let slice = cb.data.upload(&ppp, 64)?;
             self.blocks.push(self.vdm.len());
-            self.vdm.extend(
-                PppState {
-                    pointer: slice.va,
-                    size_words: (ppp.len() / 4) as u32,
-                }
-                .pack()
-                .map_err(pack_err)?,
-            );
+            VdmBlock::PppStateUpdate(PppState {
+                pointer: slice.va,
+                size_words: (ppp.len() / 4) as u32,
+            })
+            .build(&mut self.vdm)
+            .map_err(seq_err)?;
             cb.stats.ppp_states += 1;
             self.dirty_fragment = false;
         }
@@ -1215,20 +1155,24 @@ impl RenderPass<'_> {
         }
         self.emit_state()?;
         self.blocks.push(self.vdm.len());
-        self.vdm.extend(
-            IndexList {
+        VdmBlock::IndexList(IndexListBlock {
+            header: IndexList {
                 primitive: self.primitive(),
-                index_count_present: true,
-                instance_count_present: true,
-                start_present: true,
                 ..IndexList::default()
-            }
-            .pack()
-            .map_err(pack_err)?,
-        );
-        for word in [vertex_count, instance_count, first_vertex] {
-            self.vdm.extend(word.to_le_bytes());
-        }
+            },
+            count: Some(IndexListCount {
+                count: vertex_count,
+            }),
+            instances: Some(IndexListInstances {
+                count: instance_count,
+            }),
+            start: Some(IndexListStart {
+                start: first_vertex,
+            }),
+            ..IndexListBlock::default()
+        })
+        .build(&mut self.vdm)
+        .map_err(seq_err)?;
         self.cb.stats.draws += 1;
         Ok(())
     }
@@ -1265,23 +1209,31 @@ impl RenderPass<'_> {
         self.emit_state()?;
         let address = indices.va() + offset_bytes;
         self.blocks.push(self.vdm.len());
-        self.vdm.extend(
-            IndexList {
+        // The index buffer's size from the first index, as Mesa gives it
+        // (the word holds up to 16 GiB).
+        let buffer_bytes = ((indices.size_bytes() - offset_bytes) / 4 * 4).min((1 << 34) - 4);
+        VdmBlock::IndexList(IndexListBlock {
+            header: IndexList {
                 primitive: self.primitive(),
                 index_size: IndexSize::U32,
-                index_buffer_present: true,
-                index_count_present: true,
-                instance_count_present: true,
-                start_present: true,
                 index_buffer_hi: (address >> 32) as u32,
                 ..IndexList::default()
-            }
-            .pack()
-            .map_err(pack_err)?,
-        );
-        for word in [address as u32, index_count, instance_count, base_vertex] {
-            self.vdm.extend(word.to_le_bytes());
-        }
+            },
+            buffer_lo: Some(IndexListBufferLo {
+                buffer_lo: address as u32,
+            }),
+            count: Some(IndexListCount { count: index_count }),
+            instances: Some(IndexListInstances {
+                count: instance_count,
+            }),
+            start: Some(IndexListStart { start: base_vertex }),
+            buffer_size: Some(IndexListBufferSize {
+                size_bytes: buffer_bytes,
+            }),
+            ..IndexListBlock::default()
+        })
+        .build(&mut self.vdm)
+        .map_err(seq_err)?;
         self.cb.stats.draws += 1;
         Ok(())
     }

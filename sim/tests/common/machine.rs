@@ -296,3 +296,33 @@ impl Machine {
         }
     }
 }
+
+/// A Launch block (direct mode) of `pipeline` over `grid` threads in
+/// threadgroups of `local`.
+pub fn launch(pipeline: u64, grid: [u32; 3], local: [u32; 3]) -> Vec<u8> {
+    use agx_hw::formats::{
+        CdmBlock, CdmGlobalSize, CdmLaunch, CdmLaunchWord0, CdmLaunchWord1, CdmLocalSize, CdmMode,
+    };
+    let mut block = Vec::new();
+    CdmBlock::Launch(CdmLaunch {
+        header: CdmLaunchWord0 {
+            mode: CdmMode::Direct,
+            ..CdmLaunchWord0::default()
+        },
+        word1: CdmLaunchWord1 { pipeline },
+        global: Some(CdmGlobalSize {
+            x: grid[0],
+            y: grid[1],
+            z: grid[2],
+        }),
+        indirect: None,
+        local: Some(CdmLocalSize {
+            x: local[0],
+            y: local[1],
+            z: local[2],
+        }),
+    })
+    .build(&mut block)
+    .unwrap();
+    block
+}
