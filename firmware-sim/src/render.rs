@@ -39,14 +39,12 @@ use crate::fault::EngineResult;
 use crate::fault::{exec_fault, unsupported};
 use crate::memory::GpuVm;
 use crate::memory::{read_item, read_words};
-use crate::shader::{present_lanes, run_simd_group, Barriers};
+use crate::shader::{present_lanes, run_stage_group};
 use crate::texture::{channel_format, TextureUnit};
 use crate::tiler;
 use crate::usc::formats::{self, ElementFormat};
 use crate::usc::io::{BlockStore, IoError, TextureHandle, TextureRequest, TileAccess};
-use crate::usc::{
-    Env, ExecError, GpuMemory, MemoryFault, ProgramCache, ShaderIo, SimdGroup, LANES,
-};
+use crate::usc::{ExecError, GpuMemory, MemoryFault, ProgramCache, ShaderIo, SimdGroup, LANES};
 use agx_hw::layout::ImageLayout;
 
 /// A command body from the command object, or a firmware fault at the
@@ -769,18 +767,13 @@ fn run_tile_program(
             coverage,
             face,
         };
-        let mut env = Env {
-            memory: &mut memory,
-            io: &mut io,
-            uniforms: &mut uniforms,
-            threadgroup: &mut [],
-        };
-        run_simd_group(
+        run_stage_group(
             &mut group,
             cache,
-            &mut env,
+            &mut memory,
+            &mut io,
+            &mut uniforms,
             watchdog,
-            Barriers::Refuse,
             block_store_fault,
         )?;
     }

@@ -12,7 +12,9 @@ use agx_fwif::messages::FaultUnit;
 
 use crate::command::Watchdog;
 use crate::fault::{unsupported, EngineResult};
-use crate::usc::{Env, ExecError, Exit, ProgramCache, SimdGroup, LANES};
+use crate::usc::{
+    Env, ExecError, Exit, GpuMemory, ProgramCache, ShaderIo, SimdGroup, LANES, UNIFORMS,
+};
 
 /// Instructions a SIMD-group runs between watchdog checks.
 pub const BUDGET_SLICE: u64 = 1 << 20;
@@ -54,6 +56,27 @@ pub fn run_simd_group(
             Err(error) => return Err(fault(&error)),
         }
     }
+}
+
+/// Runs a SIMD-group of a stage without threadgroups (vertex shading,
+/// per-tile programs) to completion: [`run_simd_group`] with no
+/// threadgroup memory and barriers refused.
+pub fn run_stage_group(
+    group: &mut SimdGroup,
+    cache: &mut ProgramCache,
+    memory: &mut dyn GpuMemory,
+    io: &mut dyn ShaderIo,
+    uniforms: &mut [u32; UNIFORMS],
+    watchdog: &Watchdog<'_>,
+    fault: fn(&ExecError) -> EngineResult,
+) -> Result<(), EngineResult> {
+    let mut env = Env {
+        memory,
+        io,
+        uniforms,
+        threadgroup: &mut [],
+    };
+    run_simd_group(group, cache, &mut env, watchdog, Barriers::Refuse, fault).map(|_| ())
 }
 
 /// The present-lanes mask of a group of `lanes` threads (at most

@@ -44,9 +44,9 @@ use crate::fault::EngineResult;
 use crate::fault::{exec_fault, unsupported};
 use crate::memory::GpuVm;
 use crate::memory::{read_sequence, read_words};
-use crate::shader::{present_lanes, run_simd_group, Barriers};
+use crate::shader::{present_lanes, run_stage_group};
 use crate::usc::io::IoError;
-use crate::usc::{Env, GpuMemory, ProgramCache, ShaderIo, SimdGroup, LANES};
+use crate::usc::{GpuMemory, ProgramCache, ShaderIo, SimdGroup, LANES};
 
 /// Pixels per tile side.
 pub const TILE_PX: u32 = 32;
@@ -316,18 +316,13 @@ fn shade_vertices(
         let mut io = VertexIo {
             outputs: vec![[0; MAX_OUTPUTS]; LANES],
         };
-        let mut env = Env {
-            memory: &mut memory,
-            io: &mut io,
-            uniforms: &mut uniforms,
-            threadgroup: &mut [],
-        };
-        run_simd_group(
+        run_stage_group(
             &mut group,
             cache,
-            &mut env,
+            &mut memory,
+            &mut io,
+            &mut uniforms,
             watchdog,
-            Barriers::Refuse,
             exec_fault,
         )?;
         out.extend(io.outputs.into_iter().take(chunk.len()));
