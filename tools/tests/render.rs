@@ -44,6 +44,26 @@ fn the_built_in_scene_renders_to_a_png_of_the_asked_size() {
         "{} colours: blank or flat",
         distinct.len()
     );
+    // Bit for bit what it was when last blessed (the computation is
+    // deterministic, whatever the host thread count).
+    let golden =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/scene-160x120.png");
+    if std::env::var_os("AGX_BLESS").is_some() {
+        std::fs::copy(&out, &golden).unwrap();
+    }
+    let (gw, gh, expected) = decode(&golden);
+    assert_eq!((gw, gh), (w, h));
+    let differing: Vec<usize> = (0..(w * h) as usize)
+        .filter(|&i| pixels[4 * i..4 * i + 4] != expected[4 * i..4 * i + 4])
+        .collect();
+    assert!(
+        differing.is_empty(),
+        "{} pixels differ from tests/data/scene-160x120.png, the first at ({}, {}); \
+         if that is intended, rerun with AGX_BLESS=1",
+        differing.len(),
+        differing[0] as u32 % w,
+        differing[0] as u32 / w
+    );
     // The default scene overflows the first parameter buffer: the report
     // says so, and the second frame saw the grown buffer.
     assert!(
