@@ -5,7 +5,7 @@
 //! [`Coprocessor`] (the GPU's firmware processor), it sets up the kernel
 //! page pool, the per-device dummy page, the firmware's address space and
 //! boot block, and the scheduler, then boots the firmware. Each
-//! [`Device::open`] is an open of its render node and yields a [`File`].
+//! `File::open` is an open of its render node.
 //! The kmd never knows what is behind the coprocessor: the composition
 //! crate (`agx-sim`) plugs in the simulated firmware and GPU, and a kmd
 //! test can plug in a scripted firmware.
@@ -20,7 +20,6 @@ use agx_capture::CaptureWriter;
 use agx_fwif::coprocessor::Coprocessor;
 
 use crate::export::Exports;
-use crate::file::File;
 use crate::firmware::FirmwareLink;
 use crate::gem::{GemObject, VmKey, MMAP_OFFSET_SHIFT};
 
@@ -242,11 +241,6 @@ impl Device {
             }
         }
         Ok(device)
-    }
-
-    /// Opens a DRM file on the device (an open of its render node).
-    pub fn open(self: &Arc<Device>) -> File {
-        File::new(Arc::clone(self))
     }
 
     /// Records every submission from now on (with the device parameters

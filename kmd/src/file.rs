@@ -228,6 +228,11 @@ fn driver_ioctl(nr: u32) -> Option<IoctlDef> {
 }
 
 impl File {
+    /// Opens a DRM file on `device` (an open of its render node).
+    pub fn open(device: &Arc<Device>) -> File {
+        File::new(Arc::clone(device))
+    }
+
     pub(crate) fn new(device: Arc<Device>) -> File {
         device.counters.files.fetch_add(1, Ordering::Relaxed);
         let id = device.next_file_id();

@@ -42,14 +42,14 @@ fn the_kmd_lays_out_the_init_block_the_firmware_boots_from() {
     assert_eq!(booted.status().booted, 1);
     assert!((FW_VA_START..FW_VA_END).contains(&device.firmware().init.get()));
     // The kmd works on a firmware that does nothing more.
-    let file = device.open();
+    let file = agx_kmd::File::open(&device);
     vm_create(&file);
 }
 
 #[test]
 fn a_firmware_crash_fails_driver_ioctls_with_enodev_but_not_the_core() {
     let (device, coprocessor) = scripted::boot(RAM_BYTES, DeviceConfig::default());
-    let file = device.open();
+    let file = agx_kmd::File::open(&device);
     vm_create(&file);
     let booted = coprocessor.booted();
     let status = FirmwareStatus {

@@ -85,7 +85,7 @@ impl System {
 
     /// Opens a DRM file (a render node).
     pub fn open(&self) -> File {
-        self.device.open()
+        File::open(&self.device)
     }
 
     /// The kmd's device.

@@ -15,6 +15,24 @@ pub const RAM_BYTES: u64 = 2 << 30;
 
 /// A device with 2 GiB of RAM whose firmware is scripted (boots, then
 /// does only what a test tells it).
-pub fn system() -> Arc<Device> {
-    scripted::boot(RAM_BYTES, DeviceConfig::default()).0
+pub fn system() -> TestDevice {
+    TestDevice(scripted::boot(RAM_BYTES, DeviceConfig::default()).0)
+}
+
+/// A device the tests open files on.
+pub struct TestDevice(pub Arc<Device>);
+
+impl TestDevice {
+    /// Opens a DRM file on it.
+    pub fn open(&self) -> agx_kmd::File {
+        agx_kmd::File::open(&self.0)
+    }
+}
+
+impl std::ops::Deref for TestDevice {
+    type Target = Device;
+
+    fn deref(&self) -> &Device {
+        &self.0
+    }
 }
