@@ -386,7 +386,7 @@ impl State {
                 .as_bytes(),
             );
             let _ = self.memory.write(
-                init.status + std::mem::offset_of!(FirmwareStatus, crashed) as u64,
+                init.status.get() + std::mem::offset_of!(FirmwareStatus, crashed) as u64,
                 &1u32.to_le_bytes(),
             );
         }
@@ -412,7 +412,7 @@ impl State {
             booted: 1,
             ..FirmwareStatus::default()
         };
-        self.write(init.status, &status)?;
+        self.write(init.status.get(), &status)?;
         self.interrupt.raise();
         while !stop.load(Ordering::Acquire) {
             doorbell.wait(TICK);
@@ -427,7 +427,7 @@ impl State {
         while let Some(bytes) = init.device_control.pop(&*self.memory)? {
             let msg = DeviceControlMsg::read_from_bytes(&bytes).map_err(|_| {
                 FirmwareError::Malformed {
-                    address: init.device_control.entries,
+                    address: init.device_control.entries.get(),
                     what: "control",
                 }
             })?;
@@ -436,7 +436,7 @@ impl State {
         // Published only here, between passes over the queues: nothing
         // cancelled before this point is read again.
         if self.controls_done != self.controls_published {
-            self.write(init.status + 16, &self.controls_done)?;
+            self.write(init.status.get() + 16, &self.controls_done)?;
             self.controls_published = self.controls_done;
         }
         Ok(())
@@ -465,20 +465,20 @@ impl State {
             while let Some(bytes) = ring.pop(&*self.memory)? {
                 let msg = RunWorkQueueMsg::read_from_bytes(&bytes).map_err(|_| {
                     FirmwareError::Malformed {
-                        address: ring.entries,
+                        address: ring.entries.get(),
                         what: "run message",
                     }
                 })?;
                 if msg.event_slot as usize >= EVENT_SLOTS {
                     return Err(FirmwareError::Malformed {
-                        address: ring.entries,
+                        address: ring.entries.get(),
                         what: "event slot",
                     });
                 }
                 self.queues.insert(
-                    msg.work_queue,
+                    msg.work_queue.get(),
                     ActiveQueue {
-                        info: msg.work_queue,
+                        info: msg.work_queue.get(),
                         vm_slot: msg.vm_slot,
                         limit: msg.write_index,
                         priority: index % PRIORITIES,
@@ -492,11 +492,11 @@ impl State {
     fn stamp(&self, init: &InitData, slot: u32) -> Result<u32, FirmwareError> {
         if slot as usize >= EVENT_SLOTS {
             return Err(FirmwareError::Malformed {
-                address: init.stamps,
+                address: init.stamps.get(),
                 what: "stamp slot",
             });
         }
-        self.read(init.stamps + 4 * u64::from(slot))
+        self.read(init.stamps.get() + 4 * u64::from(slot))
     }
 
     /// Runs every queue as far as it can go, highest priority first.
@@ -519,10 +519,10 @@ impl State {
 
     /// The root of VM slot `slot`'s user page tables, if it has one.
     fn context_root(&self, init: &InitData, slot: u32) -> Option<u64> {
-        if slot as usize >= VM_SLOTS || init.contexts == 0 {
+        if slot as usize >= VM_SLOTS || init.contexts.is_null() {
             return None;
         }
-        let raw: u64 = self.read(init.contexts + 8 * u64::from(slot)).ok()?;
+        let raw: u64 = self.read(init.contexts.get() + 8 * u64::from(slot)).ok()?;
         let ttb = UatTtb::unpack(&raw.to_le_bytes()).value;
         ttb.valid.then_some(ttb.root)
     }
@@ -555,7 +555,7 @@ impl State {
                     what: "work queue index",
                 });
             }
-            let command: u64 = self.read(info.ring + 8 * u64::from(info.gpu_read_index))?;
+            let command: u64 = self.read(info.ring.get() + 8 * u64::from(info.gpu_read_index))?;
             let header: CommandHeader = self.read(command)?;
             let tag = CommandTag::from_raw(header.tag).ok_or(FirmwareError::Malformed {
                 address: command,
@@ -609,7 +609,7 @@ impl State {
                 }
                 CommandTag::RunVertex | CommandTag::RunFragment | CommandTag::RunCompute => {
                     let start_ns = monotonic_ns();
-                    self.timestamp_at(init, header.timestamp_start, start_ns);
+                    self.timestamp_at(init, header.timestamp_start.get(), start_ns);
                     let services = Services {
                         memory: &*self.memory,
                         interrupt: &*self.interrupt,
@@ -633,7 +633,7 @@ impl State {
                         self.apply_control(init, &msg);
                     }
                     let end_ns = monotonic_ns();
-                    self.timestamp_at(init, header.timestamp_end, end_ns);
+                    self.timestamp_at(init, header.timestamp_end.get(), end_ns);
                     let pipe_type = match tag {
                         CommandTag::RunVertex => PipeType::Vertex,
                         CommandTag::RunFragment => PipeType::Fragment,
@@ -684,7 +684,7 @@ impl State {
             if failed {
                 self.event(init, event)?;
             }
-            self.write(init.stamps + 4 * u64::from(slot), &header.stamp_value)?;
+            self.write(init.stamps.get() + 4 * u64::from(slot), &header.stamp_value)?;
             info.gpu_read_index = (info.gpu_read_index + 1) % info.entries;
             info.gpu_done_index = info.gpu_read_index;
             // Only the firmware's own fields: the kmd may be advancing

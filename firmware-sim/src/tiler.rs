@@ -116,7 +116,7 @@ impl<'a> PageAllocator<'a> {
     pub fn new(vm: GpuVm<'a>, info: &TvbInfo) -> PageAllocator<'a> {
         PageAllocator {
             vm,
-            page_list: info.page_list,
+            page_list: info.page_list.get(),
             page_count: u64::from(info.block_count) * agx_fwif::messages::TVB_BLOCK_PAGES,
             next_page: 0,
             current: None,

@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use agx_firmware_sim::firmware::{Engine, EngineResult, Firmware, Interrupt, NoEngine, RunContext};
+use agx_fwif::addr::FwVa;
 use agx_fwif::messages::{
     BarrierBody, CommandHeader, CommandTag, DeviceControlKind, DeviceControlMsg, EventKind,
     EventMsg, FirmwareStatus, InitBufferBody, InitData, LogMsg, RunWorkQueueMsg, WorkQueueInfo,
@@ -91,8 +92,8 @@ impl Kmd {
         let state = self.alloc(size_of::<RingState>() as u64);
         let base = self.alloc(u64::from(entries) * u64::from(entry_bytes));
         RingDesc {
-            state,
-            entries: base,
+            state: FwVa(state),
+            entries: FwVa(base),
             entry_count: entries,
             entry_bytes,
         }
@@ -114,15 +115,15 @@ impl Kmd {
             device_control: kmd.ring(16, 64),
             events: kmd.ring(event_entries, 64),
             log: kmd.ring(16, 128),
-            stamps: 0,
-            status: 0,
+            stamps: FwVa(0),
+            status: FwVa(0),
             ..InitData::default()
         };
         for pipe in data.pipes.iter_mut() {
             *pipe = kmd.ring(pipe_entries, 32);
         }
-        data.stamps = kmd.alloc(128 * 4);
-        data.status = kmd.alloc(16);
+        data.stamps = FwVa(kmd.alloc(128 * 4));
+        data.status = FwVa(kmd.alloc(16));
         kmd.put(init, &data);
         kmd.init = init;
         kmd.init_data = data;
@@ -135,7 +136,7 @@ impl Kmd {
         self.put(
             info,
             &WorkQueueInfo {
-                ring,
+                ring: FwVa(ring),
                 entries,
                 ..WorkQueueInfo::default()
             },
@@ -172,7 +173,7 @@ impl Kmd {
         let msg = RunWorkQueueMsg {
             pipe_type: 0,
             event_slot: 0,
-            work_queue: queue,
+            work_queue: FwVa(queue),
             write_index: msg_write,
             is_new: 0,
             vm_slot,
@@ -180,13 +181,13 @@ impl Kmd {
         };
         // Reserve the submission slot first, then publish the command.
         let ring = &self.init_data.pipes[pipe];
-        let state: RingState = self.get(ring.state);
+        let state: RingState = self.get(ring.state.get());
         if (state.write_index + 1) % ring.entry_count == state.read_index {
             return false;
         }
         self.memory
             .write(
-                info.ring + 8 * u64::from(info.cpu_write_index),
+                info.ring.get() + 8 * u64::from(info.cpu_write_index),
                 &command.to_le_bytes(),
             )
             .unwrap();
@@ -208,14 +209,16 @@ impl Kmd {
     }
 
     fn stamp(&self, slot: u32) -> u32 {
-        self.get(self.init_data.stamps + 4 * u64::from(slot))
+        self.get(self.init_data.stamps.get() + 4 * u64::from(slot))
     }
 
     /// Boots and waits until the firmware says it has.
     fn boot_and_wait(&self) -> (Firmware, Arc<Irq>) {
         let booted = self.boot();
         until("boot", || {
-            self.get::<FirmwareStatus>(self.init_data.status).booted == 1
+            self.get::<FirmwareStatus>(self.init_data.status.get())
+                .booted
+                == 1
         });
         booted
     }
@@ -246,7 +249,7 @@ fn boots_and_runs_barriers_across_queues() {
     let mut kmd = Kmd::new(8, 64);
     let (firmware, irq) = kmd.boot();
     until("boot", || {
-        kmd.get::<FirmwareStatus>(kmd.init_data.status).booted == 1
+        kmd.get::<FirmwareStatus>(kmd.init_data.status.get()).booted == 1
     });
     let line =
         LogMsg::read_from_bytes(&kmd.init_data.log.pop(&*kmd.memory).unwrap().unwrap()).unwrap();
@@ -274,8 +277,8 @@ fn boots_and_runs_barriers_across_queues() {
         1,
         0x100,
         InitBufferBody {
-            buffer: 0,
-            block_list: 0,
+            buffer: FwVa(0),
+            block_list: FwVa(0),
             block_count: 8,
             pad: 0,
         }
@@ -320,7 +323,9 @@ fn corrupt_structures_crash_the_firmware_not_the_process() {
     kmd.memory.write(bogus, &77u32.to_le_bytes()).unwrap(); // unknown tag
     assert!(kmd.submit(&firmware, queue, bogus, 0, 1));
     until("crash", || {
-        kmd.get::<FirmwareStatus>(kmd.init_data.status).crashed == 1
+        kmd.get::<FirmwareStatus>(kmd.init_data.status.get())
+            .crashed
+            == 1
     });
     let events = kmd.events();
     assert_eq!(events.last().map(|e| e.kind), Some(EventKind::Crash as u32));
@@ -333,7 +338,7 @@ fn corrupt_structures_crash_the_firmware_not_the_process() {
     let (_fw, _irq) = broken.boot();
     until("boot crash", || {
         broken
-            .get::<FirmwareStatus>(broken.init_data.status)
+            .get::<FirmwareStatus>(broken.init_data.status.get())
             .crashed
             == 1
     });
@@ -458,7 +463,7 @@ fn a_mid_render_grow_request_waits_for_the_kmds_answer() {
         Box::new(GrowingEngine(Arc::clone(&answers))),
     );
     until("boot", || {
-        kmd.get::<FirmwareStatus>(kmd.init_data.status).booted == 1
+        kmd.get::<FirmwareStatus>(kmd.init_data.status.get()).booted == 1
     });
     let queue = kmd.work_queue(16);
     let ack = |blocks: u64| DeviceControlMsg {
@@ -521,7 +526,7 @@ fn higher_priority_queues_run_first() {
     }
     std::thread::sleep(Duration::from_millis(20));
     assert!(kmd.events().is_empty(), "both held by the gate");
-    kmd.put(kmd.init_data.stamps + 4 * 9, &0x100u32);
+    kmd.put(kmd.init_data.stamps.get() + 4 * 9, &0x100u32);
     firmware.doorbell().ring();
     until("both queues", || {
         kmd.stamp(1) == 0x200 && kmd.stamp(2) == 0x200
@@ -551,13 +556,15 @@ fn a_panic_in_the_gpu_model_is_a_reported_firmware_crash() {
         Box::new(PanickingEngine),
     );
     until("boot", || {
-        kmd.get::<FirmwareStatus>(kmd.init_data.status).booted == 1
+        kmd.get::<FirmwareStatus>(kmd.init_data.status.get()).booted == 1
     });
     let queue = kmd.work_queue(16);
     let run = kmd.command(CommandTag::RunCompute, 0, 0x100, &[0; 16]);
     assert!(kmd.submit(&firmware, queue, run, 8, 1));
     until("the crash", || {
-        kmd.get::<FirmwareStatus>(kmd.init_data.status).crashed == 1
+        kmd.get::<FirmwareStatus>(kmd.init_data.status.get())
+            .crashed
+            == 1
     });
     let events = kmd.events();
     assert_eq!(events.last().map(|e| e.kind), Some(EventKind::Crash as u32));
@@ -576,13 +583,13 @@ fn a_queue_runs_only_as_far_as_its_latest_message_says() {
     // The second command is in the ring and cpu_write_index covers it,
     // but no message announced it (the kmd has not picked its VM slot).
     let info: WorkQueueInfo = kmd.get(queue);
-    kmd.put(info.ring + 8, &second);
+    kmd.put(info.ring.get() + 8, &second);
     kmd.put(queue + 16, &2u32);
     firmware.doorbell().ring();
     std::thread::sleep(Duration::from_millis(30));
     assert_eq!(kmd.stamp(3), 0x100, "not run without its message");
     let msg = RunWorkQueueMsg {
-        work_queue: queue,
+        work_queue: FwVa(queue),
         write_index: 2,
         vm_slot: 2,
         ..RunWorkQueueMsg::default()
@@ -613,7 +620,7 @@ fn a_cancelled_queue_is_never_read_again_once_acknowledged() {
         .unwrap();
     firmware.doorbell().ring();
     until("the acknowledgement", || {
-        kmd.get::<FirmwareStatus>(kmd.init_data.status)
+        kmd.get::<FirmwareStatus>(kmd.init_data.status.get())
             .controls_done
             == 1
     });
@@ -621,5 +628,9 @@ fn a_cancelled_queue_is_never_read_again_once_acknowledged() {
     kmd.put(queue, &[0xFFu8; 32]);
     firmware.doorbell().ring();
     std::thread::sleep(Duration::from_millis(30));
-    assert_eq!(kmd.get::<FirmwareStatus>(kmd.init_data.status).crashed, 0);
+    assert_eq!(
+        kmd.get::<FirmwareStatus>(kmd.init_data.status.get())
+            .crashed,
+        0
+    );
 }

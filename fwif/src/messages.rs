@@ -100,13 +100,13 @@ pub struct InitData {
     /// `pipe_type * PRIORITIES + priority`.
     pub pipes: [RingDesc; PIPE_TYPES * PRIORITIES],
     /// Address of the [`EVENT_SLOTS`] stamps (u32 each).
-    pub stamps: u64,
+    pub stamps: FwVa,
     /// Address of the [`FirmwareStatus`] block.
-    pub status: u64,
+    pub status: FwVa,
     /// Address of the context table: [`VM_SLOTS`] `UatTtb` values (u64
     /// each), the user-half page-table base of each VM slot. The GPU
     /// translates a command's addresses through its slot's entry.
-    pub contexts: u64,
+    pub contexts: FwVa,
     /// Statistics, firmware -> kmd ([`StatsMsg`], best effort: dropped
     /// when full).
     pub stats: RingDesc,
@@ -155,7 +155,7 @@ pub struct RunWorkQueueMsg {
     /// The event slot the queue's commands stamp.
     pub event_slot: u32,
     /// Address of the queue's [`WorkQueueInfo`] for this stage.
-    pub work_queue: u64,
+    pub work_queue: FwVa,
     /// The queue's write index after the new commands: the firmware runs
     /// the queue up to here (not further, even if `cpu_write_index` has
     /// moved on: later commands come with their own message and VM slot).
@@ -177,7 +177,7 @@ const _: () = assert!(size_of::<RunWorkQueueMsg>() == 32);
 #[repr(C)]
 pub struct WorkQueueInfo {
     /// Address of the ring of u64 command addresses.
-    pub ring: u64,
+    pub ring: FwVa,
     /// Entries in the ring ([`WORK_QUEUE_ENTRIES`]).
     pub entries: u32,
     /// Next entry the firmware reads (firmware-written).
@@ -187,7 +187,7 @@ pub struct WorkQueueInfo {
     /// Entries the firmware has completed (firmware-written).
     pub gpu_done_index: u32,
     /// Address of the parameter buffer's control block (vertex queues).
-    pub buffer: u64,
+    pub buffer: FwVa,
 }
 
 const _: () = assert!(size_of::<WorkQueueInfo>() == 32);
@@ -207,9 +207,9 @@ pub struct CommandHeader {
     /// Value to write to the stamp on completion.
     pub stamp_value: u32,
     /// Address of the start timestamp to write (0: none).
-    pub timestamp_start: u64,
+    pub timestamp_start: FwVa,
     /// Address of the end timestamp to write (0: none).
-    pub timestamp_end: u64,
+    pub timestamp_end: FwVa,
 }
 
 const _: () = assert!(size_of::<CommandHeader>() == 32);
@@ -236,10 +236,10 @@ const _: () = assert!(size_of::<BarrierBody>() == 8);
 #[repr(C)]
 pub struct InitBufferBody {
     /// Address of the buffer's [`TvbInfo`].
-    pub buffer: u64,
+    pub buffer: FwVa,
     /// Address of the block list (u32 each: the GPU virtual address of the
     /// block's first page, shifted right by 15).
-    pub block_list: u64,
+    pub block_list: FwVa,
     /// Blocks in the buffer.
     pub block_count: u32,
     /// MBZ.
@@ -263,11 +263,11 @@ pub const TVB_BLOCK_PAGES: u64 = 4;
 #[repr(C)]
 pub struct TvbInfo {
     /// Address of the block list (see [`InitBufferBody::block_list`]).
-    pub block_list: u64,
+    pub block_list: FwVa,
     /// Address of the page list: u32 per 32 KiB page (its GPU address
     /// shifted right by 15), four per block, in block order: what the
     /// tiler allocates pages from.
-    pub page_list: u64,
+    pub page_list: FwVa,
     /// Blocks in the buffer.
     pub block_count: u32,
     /// The GPU MMU context (VM slot) the blocks are mapped in.

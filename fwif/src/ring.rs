@@ -12,6 +12,8 @@
 
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
+use crate::addr::FwVa;
+
 /// Memory both sides can reach, by the address the firmware uses.
 pub trait SharedMemory {
     /// Reads `buf.len()` bytes at `address`.
@@ -59,9 +61,9 @@ pub const WRITE_INDEX_OFFSET: u64 = 64;
 #[repr(C)]
 pub struct RingDesc {
     /// Address of the [`RingState`].
-    pub state: u64,
+    pub state: FwVa,
     /// Address of entry 0.
-    pub entries: u64,
+    pub entries: FwVa,
     /// Number of entries.
     pub entry_count: u32,
     /// Bytes per entry.
@@ -106,7 +108,7 @@ fn read_u32(memory: &dyn SharedMemory, address: u64) -> Result<u32, MemoryError>
 
 impl RingDesc {
     fn index(&self, memory: &dyn SharedMemory, offset: u64) -> Result<u32, RingError> {
-        let index = read_u32(memory, self.state + offset)?;
+        let index = read_u32(memory, self.state.get() + offset)?;
         if index >= self.entry_count {
             return Err(RingError::Corrupt {
                 index,
@@ -117,7 +119,7 @@ impl RingDesc {
     }
 
     fn entry_address(&self, index: u32) -> u64 {
-        self.entries + u64::from(index) * u64::from(self.entry_bytes)
+        self.entries.get() + u64::from(index) * u64::from(self.entry_bytes)
     }
 
     /// Producer side: appends one message.
@@ -135,7 +137,7 @@ impl RingDesc {
             return Err(RingError::Full);
         }
         memory.write(self.entry_address(write), message)?;
-        memory.write(self.state + WRITE_INDEX_OFFSET, &next.to_le_bytes())?;
+        memory.write(self.state.get() + WRITE_INDEX_OFFSET, &next.to_le_bytes())?;
         Ok(())
     }
 
@@ -149,7 +151,7 @@ impl RingDesc {
         let mut message = vec![0u8; self.entry_bytes as usize];
         memory.read(self.entry_address(read), &mut message)?;
         memory.write(
-            self.state + READ_INDEX_OFFSET,
+            self.state.get() + READ_INDEX_OFFSET,
             &((read + 1) % self.entry_count).to_le_bytes(),
         )?;
         Ok(Some(message))
@@ -194,8 +196,8 @@ mod tests {
     fn messages_come_out_in_order_across_wrap_around() {
         let memory = Flat(RefCell::new(vec![0; 4096]));
         let ring = RingDesc {
-            state: 0,
-            entries: 256,
+            state: FwVa(0),
+            entries: FwVa(256),
             entry_count: 4,
             entry_bytes: 8,
         };
@@ -233,7 +235,7 @@ mod tests {
             })
         );
         let unmapped = RingDesc {
-            state: 1 << 40,
+            state: FwVa(1 << 40),
             ..ring
         };
         assert!(matches!(unmapped.pop(&memory), Err(RingError::Memory(_))));

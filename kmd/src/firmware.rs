@@ -213,8 +213,8 @@ fn ring(vm: &KernelVm, entries: u32, entry_bytes: u32, name: &str) -> Result<Rin
     let state = vm.alloc(size_of::<RingState>() as u64, name)?;
     let base = vm.alloc(u64::from(entries) * u64::from(entry_bytes), name)?;
     Ok(RingDesc {
-        state,
-        entries: base,
+        state: FwVa(state),
+        entries: FwVa(base),
         entry_count: entries,
         entry_bytes,
     })
@@ -239,9 +239,9 @@ impl FirmwareLink {
             device_control: ring(&vm, CONTROL_ENTRIES, 64, "agx-fw-control")?,
             events: ring(&vm, EVENT_ENTRIES, 64, "agx-fw-events")?,
             log: ring(&vm, LOG_ENTRIES, 128, "agx-fw-log")?,
-            stamps: vm.alloc(EVENT_SLOTS as u64 * 4, "agx-fw-stamps")?,
-            status: vm.alloc(size_of::<FirmwareStatus>() as u64, "agx-fw-status")?,
-            contexts: vm.alloc(VM_SLOTS as u64 * 8, "agx-fw-contexts")?,
+            stamps: FwVa(vm.alloc(EVENT_SLOTS as u64 * 4, "agx-fw-stamps")?),
+            status: FwVa(vm.alloc(size_of::<FirmwareStatus>() as u64, "agx-fw-status")?),
+            contexts: FwVa(vm.alloc(VM_SLOTS as u64 * 8, "agx-fw-contexts")?),
             stats: ring(&vm, STATS_ENTRIES, 32, "agx-fw-stats")?,
             ..InitData::default()
         };
@@ -284,7 +284,7 @@ impl FirmwareLink {
             .map_or(0, u64::from_le_bytes)
         });
         let _ = self.view.write(
-            self.init_data.contexts + 8 * u64::from(slot),
+            self.init_data.contexts.get() + 8 * u64::from(slot),
             &raw.to_le_bytes(),
         );
     }
@@ -292,7 +292,7 @@ impl FirmwareLink {
     /// Every event slot's stamp.
     pub fn stamps(&self) -> [u32; EVENT_SLOTS] {
         let mut bytes = [0u8; EVENT_SLOTS * 4];
-        let _ = self.view.read(self.init_data.stamps, &mut bytes);
+        let _ = self.view.read(self.init_data.stamps.get(), &mut bytes);
         let mut out = [0u32; EVENT_SLOTS];
         for (value, chunk) in out.iter_mut().zip(bytes.chunks_exact(4)) {
             *value = u32::from_le_bytes([chunk[0], chunk[1], chunk[2], chunk[3]]);
@@ -303,7 +303,7 @@ impl FirmwareLink {
     /// The firmware's status block.
     pub fn status(&self) -> Option<FirmwareStatus> {
         let mut buf = [0u8; size_of::<FirmwareStatus>()];
-        self.view.read(self.init_data.status, &mut buf).ok()?;
+        self.view.read(self.init_data.status.get(), &mut buf).ok()?;
         FirmwareStatus::read_from_bytes(&buf).ok()
     }
 

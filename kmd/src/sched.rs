@@ -311,7 +311,7 @@ fn read<T: FromBytes>(memory: &dyn SharedMemory, address: u64) -> Option<T> {
 }
 
 fn ring_room(memory: &dyn SharedMemory, ring: &RingDesc) -> u32 {
-    let Some(state) = read::<RingState>(memory, ring.state) else {
+    let Some(state) = read::<RingState>(memory, ring.state.get()) else {
         return 0;
     };
     let used = (state.write_index + ring.entry_count - state.read_index) % ring.entry_count;
@@ -473,12 +473,12 @@ impl Scheduler {
             };
             for stage in &queue.stages {
                 let mut wq = WorkQueueInfo {
-                    ring: stage.ring,
+                    ring: FwVa(stage.ring),
                     entries: WORK_QUEUE_ENTRIES,
                     ..WorkQueueInfo::default()
                 };
                 if stage.info == queue.stages[0].info {
-                    wq.buffer = info;
+                    wq.buffer = FwVa(info);
                 }
                 write(&self.link.view, stage.info, &wq);
             }
@@ -486,7 +486,7 @@ impl Scheduler {
                 &self.link.view,
                 info,
                 &TvbInfo {
-                    page_list,
+                    page_list: FwVa(page_list),
                     buffer_id: id as u32,
                     ..TvbInfo::default()
                 },
@@ -1070,7 +1070,7 @@ impl Scheduler {
             let msg = RunWorkQueueMsg {
                 pipe_type: segment.stage as u32,
                 event_slot: segment.slot,
-                work_queue: s.info,
+                work_queue: FwVa(s.info),
                 write_index: s.write_index,
                 is_new: u32::from(s.is_new),
                 vm_slot,
@@ -1206,8 +1206,8 @@ impl Scheduler {
         if queue.tvb_dirty {
             queue.tvb_dirty = false;
             let body = InitBufferBody {
-                buffer: queue.tvb.info,
-                block_list: queue.tvb.block_list,
+                buffer: FwVa(queue.tvb.info),
+                block_list: FwVa(queue.tvb.block_list),
                 block_count: queue.tvb.mapped_blocks as u32,
                 pad: 0,
             };
@@ -1248,8 +1248,8 @@ impl Builder<'_> {
             size: (size_of::<CommandHeader>() + body.len()) as u32,
             stamp_slot: slot,
             stamp_value: value,
-            timestamp_start: timestamps[0],
-            timestamp_end: timestamps[1],
+            timestamp_start: FwVa(timestamps[0]),
+            timestamp_end: FwVa(timestamps[1]),
         };
         let object = s.slab + u64::from(s.write_index % STAGE_COMMAND_SLOTS) * COMMAND_SLOT_BYTES;
         let mut bytes = header.as_bytes().to_vec();

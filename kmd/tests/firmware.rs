@@ -35,8 +35,8 @@ fn the_kmd_lays_out_the_init_block_the_firmware_boots_from() {
     .into_iter()
     .chain(booted.init.pipes.iter())
     {
-        assert!((FW_VA_START..FW_VA_END).contains(&ring.state));
-        assert!((FW_VA_START..FW_VA_END).contains(&ring.entries));
+        assert!((FW_VA_START..FW_VA_END).contains(&ring.state.get()));
+        assert!((FW_VA_START..FW_VA_END).contains(&ring.entries.get()));
         assert!(ring.entry_count > 0);
     }
     assert_eq!(booted.status().booted, 1);
@@ -59,7 +59,7 @@ fn a_firmware_crash_fails_driver_ioctls_with_enodev_but_not_the_core() {
     };
     booted
         .view
-        .write(booted.init.status, status.as_bytes())
+        .write(booted.init.status.get(), status.as_bytes())
         .unwrap();
     booted.post(EventMsg {
         kind: EventKind::Crash as u32,

@@ -773,7 +773,7 @@ fn a_firmware_crash_fails_everything_with_enodev_and_the_process_lives() {
     let ring = link.init_data.pipes[2 * 4 + 3];
     use agx_fwif::ring::SharedMemory;
     link.view
-        .write(ring.state + 64, &9999u32.to_le_bytes())
+        .write(ring.state.get() + 64, &9999u32.to_le_bytes())
         .unwrap();
     link.ring_doorbell();
     // The firmware may notice at its next tick, before the submission:
@@ -850,12 +850,12 @@ fn each_queue_has_a_parameter_buffer_in_its_vm_kernel_range_that_grows() {
         let first_page = (KERNEL_START >> 15) as u32;
         for block in [0u64, 7, 8, 2047] {
             assert_eq!(
-                read_u32(info.block_list + 4 * block),
+                read_u32(info.block_list.get() + 4 * block),
                 first_page + 4 * block as u32
             );
             for page in 0..4 {
                 assert_eq!(
-                    read_u32(info.page_list + 4 * (4 * block + page)),
+                    read_u32(info.page_list.get() + 4 * (4 * block + page)),
                     first_page + (4 * block + page) as u32
                 );
             }
@@ -934,7 +934,7 @@ fn a_grow_request_grows_the_buffer_under_the_sync_policy_only() {
         let info = gpu.tvb_info(&queue);
         assert_eq!(info.block_count as u64, blocks);
         assert_eq!(info.buffer_id as u64, queue.sched_id());
-        assert_ne!(info.block_list, 0);
+        assert!(!info.block_list.is_null());
     }
 }
 
