@@ -5,9 +5,13 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
+use agx_fwif::messages::{FaultUnit, Helper};
 use agx_fwif::ring::SharedMemory;
 use agx_hw::uat::PhysicalMemory;
 
+use zerocopy::FromBytes;
+
+use crate::fault::{unsupported, EngineResult};
 use crate::memory::GpuVm;
 
 /// What the firmware offers the GPU while a command runs.
@@ -78,4 +82,24 @@ impl<'a> RunContext<'a> {
             stop: self.stop,
         }
     }
+}
+
+/// A command body from the command object, or a firmware fault at the
+/// command for one too short to hold it.
+pub(crate) fn command_body<T: FromBytes>(ctx: &RunContext<'_>) -> Result<T, EngineResult> {
+    T::read_from_prefix(ctx.body)
+        .map(|(b, _)| b)
+        .map_err(|_| unsupported(ctx.command, FaultUnit::Firmware))
+}
+
+/// Helper programs (scratch memory set-up) are not modelled: a stage
+/// that names one is refused rather than run without it.
+pub(crate) fn refuse_helper(helper: &Helper, usc_exec_base: u64) -> Result<(), EngineResult> {
+    if helper.program == 0 {
+        return Ok(());
+    }
+    Err(unsupported(
+        usc_exec_base.wrapping_add(u64::from(helper.program & !3)),
+        FaultUnit::Firmware,
+    ))
 }

@@ -138,7 +138,7 @@ impl Engine for Gpu {
     fn run(&mut self, tag: CommandTag, ctx: &RunContext<'_>) -> EngineResult {
         match tag {
             CommandTag::RunCompute => self.run_compute(ctx),
-            CommandTag::RunVertex => crate::render::run_vertex(ctx, self.workers),
+            CommandTag::RunVertex => crate::vertex::run_vertex(ctx, self.workers),
             CommandTag::RunFragment => crate::render::run_fragment(ctx, self.workers),
             _ => unsupported(ctx.command, FaultUnit::Firmware),
         }

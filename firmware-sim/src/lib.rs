@@ -16,8 +16,10 @@
 //! - [`bind`]: USC control words, a pipeline's set-up of the shader core;
 //! - [`shader`]: running a SIMD-group for a stage under the watchdog;
 //! - [`texture`]: the texture unit;
-//! - [`compute`], [`tiler`], [`render`]: the compute data master, the
-//!   vertex half and parameter buffer, and the per-tile (fragment) half;
+//! - [`tiler`]: the parameter buffer, written by binning, read per tile;
+//! - [`compute`], [`render`]: the compute data master, and the per-tile
+//!   (fragment) half of a render pass;
+//! - [`vertex`]: the vertex half (the VDM walk, partial renders);
 //! - [`engine`]: which data master runs a Run command ([`engine::Gpu`]);
 //! - [`firmware`]: the firmware thread serving the kmd's rings, and
 //!   [`firmware::SimulatedCoprocessor`], the coprocessor the kmd boots.
@@ -35,3 +37,4 @@ pub mod shader;
 pub mod texture;
 pub mod tiler;
 pub mod usc;
+pub mod vertex;

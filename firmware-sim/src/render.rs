@@ -1,222 +1,49 @@
-//! Render passes: the vertex data master and the per-tile fragment work.
+//! The per-tile (fragment) half of a render pass.
 //!
-//! A render pass is two commands. RunVertex walks the VDM control stream
-//! (state updates, draws, links, barriers, terminate) and bins what it
-//! draws into the parameter buffer. RunFragment then renders the frame
-//! one tile at a time in on-chip memory, the *tilebuffer*: each tile
-//! starts with the background program (`bg`: clear, or load what the
-//! render target held), gets its primitives shaded, and ends with the
-//! end-of-tile program (`eot`), whose `image_write_block` instructions
-//! store the tilebuffer to the render targets through their PBE
-//! descriptors. A tile no primitive touches is skipped entirely unless
-//! the pass asks for `PROCESS_EMPTY_TILES` (a clear needs it).
+//! A render pass is two commands. RunVertex ([`crate::vertex`]) walks the
+//! VDM control stream and bins what it draws into the parameter buffer.
+//! RunFragment then renders the frame one tile at a time in on-chip
+//! memory, the *tilebuffer*: each tile starts with the background program
+//! (`bg`: clear, or load what the render target held), gets its
+//! primitives shaded, and ends with the end-of-tile program (`eot`), whose
+//! `image_write_block` instructions store the tilebuffer to the render
+//! targets through their PBE descriptors. A tile no primitive touches is
+//! skipped entirely unless the pass asks for `PROCESS_EMPTY_TILES` (a
+//! clear needs it). A partial render runs the same per-tile work from the
+//! vertex half, with the partial programs.
 //!
-//! Modelled: the VDM walk with vertex shading and binning
-//! ([`crate::tiler`]), partial renders when the parameter buffer runs dry,
-//! the tilebuffer with every element format `st_tile`/`ld_tile` use,
-//! rasterisation with multisampling at the pass's sample positions, depth
-//! and stencil tests, ZLS loads and stores, texturing, `bg`/`eot`
+//! Modelled: the tilebuffer with every element format `st_tile`/`ld_tile`
+//! use, rasterisation with multisampling at the pass's sample positions,
+//! depth and stencil tests, ZLS loads and stores, texturing, `bg`/`eot`
 //! programs run per tile through their USC control words, and block
 //! stores to linear and twiddled images. Every memory access goes through
 //! the VM's page tables.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use agx_fwif::addr::FwVa;
 use agx_fwif::messages::{
-    FaultUnit, Helper, RenderPass, RunFragmentBody, RunVertexBody, TileProgram, TvbInfo,
-    ZlsSurface, TVB_PAGE_BYTES,
+    FaultUnit, RenderPass, RunFragmentBody, TileProgram, TvbInfo, ZlsSurface, TVB_PAGE_BYTES,
 };
 use agx_hw::formats::{
     CfBinding, CfBindingHeader, CoefficientSource, FragmentFace, FragmentStencil, Layout, Pbe,
-    ShadeModel, StencilOp, VdmBlock, ZlsControl, ZsFunc,
+    ShadeModel, StencilOp, ZlsControl, ZsFunc,
 };
 use zerocopy::FromBytes;
 
 use crate::bind::{self, Binding};
-use crate::command::{RunContext, Watchdog, WATCHDOG_STRIDE};
+use crate::command::{command_body, refuse_helper, RunContext, Watchdog};
 use crate::fault::EngineResult;
 use crate::fault::{exec_fault, unsupported};
+use crate::memory::read_words;
 use crate::memory::GpuVm;
-use crate::memory::{read_item, read_words};
 use crate::shader::{present_lanes, run_stage_group};
 use crate::texture::{channel_format, TextureUnit};
 use crate::tiler;
+use crate::tiler::tvb_info;
 use crate::usc::formats::{self, ElementFormat};
 use crate::usc::io::{BlockStore, IoError, TextureHandle, TextureRequest, TileAccess};
 use crate::usc::{ExecError, GpuMemory, MemoryFault, ProgramCache, ShaderIo, SimdGroup, LANES};
 use agx_hw::layout::ImageLayout;
-
-/// A command body from the command object, or a firmware fault at the
-/// command for one too short to hold it.
-fn command_body<T: FromBytes>(ctx: &RunContext<'_>) -> Result<T, EngineResult> {
-    T::read_from_prefix(ctx.body)
-        .map(|(b, _)| b)
-        .map_err(|_| unsupported(ctx.command, FaultUnit::Firmware))
-}
-
-/// Helper programs (scratch memory set-up) are not modelled: a stage
-/// that names one is refused rather than run without it.
-fn refuse_helper(helper: &Helper, usc_exec_base: u64) -> Result<(), EngineResult> {
-    if helper.program == 0 {
-        return Ok(());
-    }
-    Err(unsupported(
-        usc_exec_base.wrapping_add(u64::from(helper.program & !3)),
-        FaultUnit::Firmware,
-    ))
-}
-
-/// The queue's parameter-buffer control block.
-fn tvb_info(ctx: &RunContext<'_>, buffer: FwVa) -> Result<TvbInfo, EngineResult> {
-    let mut bytes = [0u8; size_of::<TvbInfo>()];
-    ctx.firmware
-        .read(buffer.get(), &mut bytes)
-        .map_err(|_| unsupported(buffer.get(), FaultUnit::Firmware))?;
-    TvbInfo::read_from_bytes(&bytes).map_err(|_| unsupported(buffer.get(), FaultUnit::Firmware))
-}
-
-/// An overflow of the parameter buffer: the buffer cannot even hold a
-/// segment's header and list heads.
-fn overflow(buffer: FwVa) -> EngineResult {
-    unsupported(buffer.get(), FaultUnit::Tiler)
-}
-
-/// The parameter buffer ran dry mid-pass: ask the kmd for more (it grows
-/// only under its `sync` policy), and if it will not, render what is
-/// binned so far (a partial render: the segment ends with `partial_eot`,
-/// the next starts with `partial_bg`, depth and stencil go through the
-/// ZLS control) and start binning again from an empty buffer.
-fn overflowed(
-    ctx: &RunContext<'_>,
-    vm: GpuVm<'_>,
-    body: &RunVertexBody,
-    binner: &mut tiler::Binner<'_>,
-    workers: usize,
-) -> Result<(), EngineResult> {
-    let wanted = u64::from(binner.blocks()).max(1);
-    if let Some(blocks) = ctx.services.grow_tvb(binner.buffer_id(), wanted) {
-        let info = tvb_info(ctx, body.buffer)?;
-        if u64::from(info.block_count) >= blocks && info.block_count > binner.blocks() {
-            binner.grown(&info);
-            return Ok(());
-        }
-    }
-    binner.publish()?;
-    let info = tvb_info(ctx, body.buffer)?;
-    render_scene(
-        ctx,
-        vm,
-        body.usc_exec_base.get(),
-        &body.pass,
-        &info,
-        false,
-        workers,
-    )?;
-    binner.next_segment()?.map_err(|_| overflow(body.buffer))
-}
-
-/// RunVertex: walks the VDM control stream, shading and binning draws.
-pub fn run_vertex(ctx: &RunContext<'_>, workers: usize) -> EngineResult {
-    match vertex(ctx, workers) {
-        Ok(()) => EngineResult::Done,
-        Err(result) => result,
-    }
-}
-
-fn vertex(ctx: &RunContext<'_>, workers: usize) -> Result<(), EngineResult> {
-    let body: RunVertexBody = command_body(ctx)?;
-    refuse_helper(&body.helper, body.usc_exec_base.get())?;
-    let Some(root) = ctx.ttb0 else {
-        return Err(unsupported(body.vdm_ctrl_stream_base.get(), FaultUnit::Vdm));
-    };
-    let vm = ctx.vm(root);
-    let info = tvb_info(ctx, body.buffer)?;
-    let area = (body.pass.width_px, body.pass.height_px);
-    let mut binner = tiler::Binner::new(vm.clone(), &info, area.0, area.1)?
-        .map_err(|_| overflow(body.buffer))?;
-    let mut state = tiler::VertexState::default();
-    let mut cache = ProgramCache::new();
-    let watchdog = ctx.watchdog();
-    let mut item = Vec::new();
-    let mut pc = body.vdm_ctrl_stream_base.get();
-    let mut walked = 0u64;
-    loop {
-        walked += 1;
-        if walked.is_multiple_of(WATCHDOG_STRIDE) && watchdog.expired() {
-            return Err(EngineResult::Timeout);
-        }
-        let block: VdmBlock = read_item(&vm, pc, FaultUnit::Vdm, &mut item)?;
-        let next = pc.wrapping_add(item.len() as u64);
-        match block {
-            VdmBlock::StreamTerminate(_) => break,
-            VdmBlock::Barrier(_) => pc = next,
-            VdmBlock::PppStateUpdate(ppp) => {
-                state.ppp = Some((ppp.pointer, 4 * ppp.size_words));
-                pc = next;
-            }
-            VdmBlock::VdmStateUpdate(words) => {
-                tiler::apply_vdm_state(&words, &mut state);
-                pc = next;
-            }
-            VdmBlock::StreamLink(link) => pc = link.target,
-            VdmBlock::IndexList(list) => {
-                let draw = tiler::Draw::of(&list, pc)?;
-                let mut on_overflow = |binner: &mut tiler::Binner<'_>| {
-                    overflowed(ctx, vm.clone(), &body, binner, workers)
-                };
-                tiler::draw(
-                    vm.clone(),
-                    &mut cache,
-                    &watchdog,
-                    body.usc_exec_base.get(),
-                    &state,
-                    &draw,
-                    &mut binner,
-                    pc,
-                    &mut on_overflow,
-                )?;
-                pc = next;
-            }
-        }
-    }
-    let stats = binner.finish()?;
-    // The statistics the kmd's growth policy reads (the counters are
-    // running totals; the kmd keeps their last values).
-    let info = tvb_info(ctx, body.buffer)?;
-    // The sizes go first and the render count last: a kmd that sees the
-    // new count reads this render's sizes. (Only the last render's report
-    // is kept; the kmd sizes from whichever it reads.)
-    let report = [
-        (
-            std::mem::offset_of!(TvbInfo, last_peak_pages),
-            stats.peak_pages as u32,
-        ),
-        (
-            std::mem::offset_of!(TvbInfo, last_wanted_pages),
-            stats.wanted_pages as u32,
-        ),
-        (
-            std::mem::offset_of!(TvbInfo, overflows),
-            info.overflows.wrapping_add(stats.overflows),
-        ),
-        (
-            std::mem::offset_of!(TvbInfo, partial_renders),
-            info.partial_renders.wrapping_add(stats.partial_renders),
-        ),
-        (
-            std::mem::offset_of!(TvbInfo, renders),
-            info.renders.wrapping_add(1),
-        ),
-    ];
-    for (offset, value) in report {
-        let _ = ctx.firmware.write(
-            body.buffer.offset(offset as u64).get(),
-            &value.to_le_bytes(),
-        );
-    }
-    Ok(())
-}
 
 /// The USC control words of a bg/eot program, or a fault at the null
 /// address for a missing one.
@@ -1003,7 +830,7 @@ fn fragment(ctx: &RunContext<'_>, workers: usize) -> Result<(), EngineResult> {
 /// `partial_eot` for one ended by a partial render. Tiles are independent
 /// and run on `workers` host threads; when several fail, the
 /// lowest-numbered tile's failure is reported, whatever the thread count.
-fn render_scene(
+pub(crate) fn render_scene(
     ctx: &RunContext<'_>,
     vm: GpuVm<'_>,
     usc_exec_base: u64,

@@ -30,6 +30,7 @@
 //! firmware asks the kmd to grow the buffer (GrowTVB) or, if it will not,
 //! does a partial render and starts again from an empty buffer.
 
+use agx_fwif::addr::FwVa;
 use agx_fwif::messages::{FaultUnit, TvbInfo, TVB_PAGE_BYTES};
 use agx_hw::formats::{
     Cull, FragmentControl, FragmentFace, FragmentStencil, IndexListBlock, IndexSize, PppRecords,
@@ -39,7 +40,7 @@ use agx_hw::isa::Reg;
 use zerocopy::{FromBytes, IntoBytes};
 
 use crate::bind::{self, Binding};
-use crate::command::Watchdog;
+use crate::command::{RunContext, Watchdog};
 use crate::fault::EngineResult;
 use crate::fault::{exec_fault, unsupported};
 use crate::memory::GpuVm;
@@ -823,4 +824,19 @@ pub fn draw<'a>(
         }
     }
     Ok(())
+}
+
+/// The queue's parameter-buffer control block.
+pub(crate) fn tvb_info(ctx: &RunContext<'_>, buffer: FwVa) -> Result<TvbInfo, EngineResult> {
+    let mut bytes = [0u8; size_of::<TvbInfo>()];
+    ctx.firmware
+        .read(buffer.get(), &mut bytes)
+        .map_err(|_| unsupported(buffer.get(), FaultUnit::Firmware))?;
+    TvbInfo::read_from_bytes(&bytes).map_err(|_| unsupported(buffer.get(), FaultUnit::Firmware))
+}
+
+/// An overflow of the parameter buffer: the buffer cannot even hold a
+/// segment's header and list heads.
+pub(crate) fn overflow(buffer: FwVa) -> EngineResult {
+    unsupported(buffer.get(), FaultUnit::Tiler)
 }

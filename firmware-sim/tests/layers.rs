@@ -19,8 +19,9 @@ const LAYERS: &[(&str, u32)] = &[
     ("tiler", 5),
     ("compute", 6),
     ("render", 6),
-    ("engine", 7),
-    ("firmware", 8),
+    ("vertex", 7),
+    ("engine", 8),
+    ("firmware", 9),
 ];
 
 fn references(source: &str) -> Vec<String> {

@@ -1,0 +1,156 @@
+//! The vertex half of a render pass: RunVertex walks the VDM control
+//! stream.
+//!
+//! The stream's blocks (read through the MMU and parsed by the generated
+//! `VdmBlock` list) carry state (the vertex shader's pipeline and output
+//! count, a pointer to the PPP state) and draws; each draw is shaded and
+//! binned into the parameter buffer ([`crate::tiler`]). When the buffer
+//! runs dry the firmware asks the kmd for more, and if it will not, the
+//! pass does a partial render: the per-tile half ([`crate::render`]) runs
+//! over what is binned so far, and binning starts again.
+
+use agx_fwif::messages::{FaultUnit, RunVertexBody, TvbInfo};
+use agx_hw::formats::VdmBlock;
+
+use crate::command::{command_body, refuse_helper, RunContext, WATCHDOG_STRIDE};
+use crate::fault::{unsupported, EngineResult};
+use crate::memory::{read_item, GpuVm};
+use crate::render::render_scene;
+use crate::tiler::{self, overflow, tvb_info};
+use crate::usc::ProgramCache;
+
+/// The parameter buffer ran dry mid-pass: ask the kmd for more (it grows
+/// only under its `sync` policy), and if it will not, render what is
+/// binned so far (a partial render: the segment ends with `partial_eot`,
+/// the next starts with `partial_bg`, depth and stencil go through the
+/// ZLS control) and start binning again from an empty buffer.
+fn overflowed(
+    ctx: &RunContext<'_>,
+    vm: GpuVm<'_>,
+    body: &RunVertexBody,
+    binner: &mut tiler::Binner<'_>,
+    workers: usize,
+) -> Result<(), EngineResult> {
+    let wanted = u64::from(binner.blocks()).max(1);
+    if let Some(blocks) = ctx.services.grow_tvb(binner.buffer_id(), wanted) {
+        let info = tvb_info(ctx, body.buffer)?;
+        if u64::from(info.block_count) >= blocks && info.block_count > binner.blocks() {
+            binner.grown(&info);
+            return Ok(());
+        }
+    }
+    binner.publish()?;
+    let info = tvb_info(ctx, body.buffer)?;
+    render_scene(
+        ctx,
+        vm,
+        body.usc_exec_base.get(),
+        &body.pass,
+        &info,
+        false,
+        workers,
+    )?;
+    binner.next_segment()?.map_err(|_| overflow(body.buffer))
+}
+
+/// RunVertex: walks the VDM control stream, shading and binning draws.
+pub fn run_vertex(ctx: &RunContext<'_>, workers: usize) -> EngineResult {
+    match vertex(ctx, workers) {
+        Ok(()) => EngineResult::Done,
+        Err(result) => result,
+    }
+}
+
+fn vertex(ctx: &RunContext<'_>, workers: usize) -> Result<(), EngineResult> {
+    let body: RunVertexBody = command_body(ctx)?;
+    refuse_helper(&body.helper, body.usc_exec_base.get())?;
+    let Some(root) = ctx.ttb0 else {
+        return Err(unsupported(body.vdm_ctrl_stream_base.get(), FaultUnit::Vdm));
+    };
+    let vm = ctx.vm(root);
+    let info = tvb_info(ctx, body.buffer)?;
+    let area = (body.pass.width_px, body.pass.height_px);
+    let mut binner = tiler::Binner::new(vm.clone(), &info, area.0, area.1)?
+        .map_err(|_| overflow(body.buffer))?;
+    let mut state = tiler::VertexState::default();
+    let mut cache = ProgramCache::new();
+    let watchdog = ctx.watchdog();
+    let mut item = Vec::new();
+    let mut pc = body.vdm_ctrl_stream_base.get();
+    let mut walked = 0u64;
+    loop {
+        walked += 1;
+        if walked.is_multiple_of(WATCHDOG_STRIDE) && watchdog.expired() {
+            return Err(EngineResult::Timeout);
+        }
+        let block: VdmBlock = read_item(&vm, pc, FaultUnit::Vdm, &mut item)?;
+        let next = pc.wrapping_add(item.len() as u64);
+        match block {
+            VdmBlock::StreamTerminate(_) => break,
+            VdmBlock::Barrier(_) => pc = next,
+            VdmBlock::PppStateUpdate(ppp) => {
+                state.ppp = Some((ppp.pointer, 4 * ppp.size_words));
+                pc = next;
+            }
+            VdmBlock::VdmStateUpdate(words) => {
+                tiler::apply_vdm_state(&words, &mut state);
+                pc = next;
+            }
+            VdmBlock::StreamLink(link) => pc = link.target,
+            VdmBlock::IndexList(list) => {
+                let draw = tiler::Draw::of(&list, pc)?;
+                let mut on_overflow = |binner: &mut tiler::Binner<'_>| {
+                    overflowed(ctx, vm.clone(), &body, binner, workers)
+                };
+                tiler::draw(
+                    vm.clone(),
+                    &mut cache,
+                    &watchdog,
+                    body.usc_exec_base.get(),
+                    &state,
+                    &draw,
+                    &mut binner,
+                    pc,
+                    &mut on_overflow,
+                )?;
+                pc = next;
+            }
+        }
+    }
+    let stats = binner.finish()?;
+    // The statistics the kmd's growth policy reads (the counters are
+    // running totals; the kmd keeps their last values).
+    let info = tvb_info(ctx, body.buffer)?;
+    // The sizes go first and the render count last: a kmd that sees the
+    // new count reads this render's sizes. (Only the last render's report
+    // is kept; the kmd sizes from whichever it reads.)
+    let report = [
+        (
+            std::mem::offset_of!(TvbInfo, last_peak_pages),
+            stats.peak_pages as u32,
+        ),
+        (
+            std::mem::offset_of!(TvbInfo, last_wanted_pages),
+            stats.wanted_pages as u32,
+        ),
+        (
+            std::mem::offset_of!(TvbInfo, overflows),
+            info.overflows.wrapping_add(stats.overflows),
+        ),
+        (
+            std::mem::offset_of!(TvbInfo, partial_renders),
+            info.partial_renders.wrapping_add(stats.partial_renders),
+        ),
+        (
+            std::mem::offset_of!(TvbInfo, renders),
+            info.renders.wrapping_add(1),
+        ),
+    ];
+    for (offset, value) in report {
+        let _ = ctx.firmware.write(
+            body.buffer.offset(offset as u64).get(),
+            &value.to_le_bytes(),
+        );
+    }
+    Ok(())
+}
