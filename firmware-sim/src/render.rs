@@ -1,6 +1,6 @@
 //! The per-tile (fragment) half of a render pass.
 //!
-//! A render pass is two commands. RunVertex ([`crate::vertex`]) walks the
+//! A render pass is two commands. RunVertex (the `vertex` module) walks the
 //! VDM control stream and bins what it draws into the parameter buffer.
 //! RunFragment then renders the frame one tile at a time in on-chip
 //! memory, the *tilebuffer*: each tile starts with the background program
