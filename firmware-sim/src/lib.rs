@@ -17,6 +17,7 @@
 //! - [`shader`]: running a SIMD-group for a stage under the watchdog;
 //! - [`texture`]: the texture unit;
 //! - [`tiler`]: the parameter buffer, written by binning, read per tile;
+//! - [`raster`]: coverage at the sample positions, and plane equations;
 //! - [`compute`], [`render`]: the compute data master, and the per-tile
 //!   (fragment) half of a render pass;
 //! - [`vertex`]: the vertex half (the VDM walk, partial renders);
@@ -32,6 +33,7 @@ pub mod engine;
 pub mod fault;
 pub mod firmware;
 pub mod memory;
+pub mod raster;
 pub mod render;
 pub mod shader;
 pub mod texture;

@@ -24,10 +24,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use agx_fwif::messages::{
     FaultUnit, RenderPass, RunFragmentBody, TileProgram, TvbInfo, ZlsSurface, TVB_PAGE_BYTES,
 };
-use agx_hw::formats::{
-    CfBinding, CfBindingHeader, CoefficientSource, FragmentFace, FragmentStencil, Layout, Pbe,
-    ShadeModel, StencilOp, ZlsControl, ZsFunc,
-};
+use agx_hw::formats::{FragmentFace, FragmentStencil, Layout, Pbe, StencilOp, ZlsControl, ZsFunc};
 use zerocopy::FromBytes;
 
 use crate::bind::{self, Binding};
@@ -36,6 +33,7 @@ use crate::fault::EngineResult;
 use crate::fault::{exec_fault, unsupported};
 use crate::memory::read_words;
 use crate::memory::GpuVm;
+use crate::raster::{plane, rasterize, sample_positions, setup_coefficients};
 use crate::shader::{present_lanes, run_stage_group};
 use crate::texture::{channel_format, TextureUnit};
 use crate::tiler;
@@ -700,102 +698,6 @@ fn tile_primitives(vm: &GpuVm<'_>, scene: &Scene, tile: u64) -> Result<Vec<u64>,
     Ok(out)
 }
 
-/// Pixels of a tile a triangle covers: pixel centres inside its edges,
-/// with the top-left rule for centres exactly on an edge. Positions are
-/// snapped to 1/256 pixel, as the rasteriser's fixed-point grid.
-pub fn rasterize(
-    vertices: [[f32; 2]; 3],
-    origin: (u32, u32),
-    tile: (u32, u32),
-    area: (u32, u32),
-    samples: &[(i64, i64)],
-) -> Vec<((u32, u32), u32)> {
-    // Positions are clamped to a guard band of 2^24 pixels (a vertex
-    // beyond it, from a w near zero, moves onto its edge) and edges are
-    // evaluated in 128 bits, so no input overflows.
-    let fixed = |v: f32| (f64::from(v).clamp(-GUARD_BAND_PX, GUARD_BAND_PX) * 256.0).round() as i64;
-    let mut p: [(i64, i64); 3] =
-        std::array::from_fn(|i| (fixed(vertices[i][0]), fixed(vertices[i][1])));
-    let edge = |a: (i64, i64), b: (i64, i64), x: i64, y: i64| {
-        i128::from(b.0 - a.0) * i128::from(y - a.1) - i128::from(b.1 - a.1) * i128::from(x - a.0)
-    };
-    let area2 = edge(p[0], p[1], p[2].0, p[2].1);
-    if area2 == 0 {
-        return Vec::new();
-    }
-    if area2 < 0 {
-        p.swap(1, 2);
-    }
-    let top_left = |a: (i64, i64), b: (i64, i64)| (a.1 == b.1 && b.0 > a.0) || b.1 < a.1;
-    let edges = [(p[0], p[1]), (p[1], p[2]), (p[2], p[0])];
-    // Only the pixels of the tile the triangle's bounding box touches.
-    let lo = |axis: fn(&(i64, i64)) -> i64| p.iter().map(axis).min().unwrap_or(0);
-    let hi = |axis: fn(&(i64, i64)) -> i64| p.iter().map(axis).max().unwrap_or(0);
-    let span = |lo: i64, hi: i64, origin: u32, size: u32, limit: u32| {
-        let first = (lo.div_euclid(256) - i64::from(origin)).max(0);
-        let last = (hi.div_euclid(256) - i64::from(origin))
-            .min(i64::from(size) - 1)
-            .min(i64::from(limit) - 1 - i64::from(origin));
-        (first, last)
-    };
-    let (x0, x1) = span(lo(|q| q.0), hi(|q| q.0), origin.0, tile.0, area.0);
-    let (y0, y1) = span(lo(|q| q.1), hi(|q| q.1), origin.1, tile.1, area.1);
-    let mut out = Vec::new();
-    for ty in y0..=y1 {
-        let py = (i64::from(origin.1) + ty) * 256;
-        for tx in x0..=x1 {
-            let px = (i64::from(origin.0) + tx) * 256;
-            let mut mask = 0u32;
-            for (s, &(sx, sy)) in samples.iter().enumerate() {
-                let inside = edges.iter().all(|&(a, b)| {
-                    let e = edge(a, b, px + sx, py + sy);
-                    e > 0 || (e == 0 && top_left(a, b))
-                });
-                if inside {
-                    mask |= 1 << s;
-                }
-            }
-            if mask != 0 {
-                out.push(((tx as u32, ty as u32), mask));
-            }
-        }
-    }
-    out
-}
-
-/// The rasteriser's guard band, in pixels either side of the origin.
-const GUARD_BAND_PX: f64 = (1 << 24) as f64;
-
-/// The sample positions of a pass, in 1/256 pixel from a pixel's
-/// top-left corner: from `ppp_multisamplectl`, or the standard pattern
-/// when it is 0.
-fn sample_positions(samples: u8, control: u64) -> Vec<(i64, i64)> {
-    let control = if control == 0 {
-        match samples {
-            2 => 0x44cc,
-            4 => 0xeaa2_6e26,
-            _ => 0x88,
-        }
-    } else {
-        control
-    };
-    let l = agx_hw::formats::SampleLocations::decode_fields(&control.to_le_bytes());
-    let all = [
-        (l.sample_0_x, l.sample_0_y),
-        (l.sample_1_x, l.sample_1_y),
-        (l.sample_2_x, l.sample_2_y),
-        (l.sample_3_x, l.sample_3_y),
-        (l.sample_4_x, l.sample_4_y),
-        (l.sample_5_x, l.sample_5_y),
-        (l.sample_6_x, l.sample_6_y),
-        (l.sample_7_x, l.sample_7_y),
-    ];
-    all.iter()
-        .take(usize::from(samples.max(1)))
-        .map(|&(x, y)| (i64::from(x) * 16, i64::from(y) * 16))
-        .collect()
-}
-
 /// RunFragment: every tile of every layer: bg, the tile's primitives
 /// through the fragment shader, eot.
 pub fn run_fragment(ctx: &RunContext<'_>, workers: usize) -> EngineResult {
@@ -1438,111 +1340,4 @@ fn writes_depth(vm: &GpuVm<'_>, code: u64) -> bool {
         }
     }
     false
-}
-
-/// The plane (A, B, C) through three (x, y, value) points.
-fn plane(points: [(f64, f64, f64); 3]) -> [f32; 3] {
-    let [(x0, y0, v0), (x1, y1, v1), (x2, y2, v2)] = points;
-    let det = (x1 - x0) * (y2 - y0) - (x2 - x0) * (y1 - y0);
-    if det == 0.0 {
-        return [0.0, 0.0, v0 as f32];
-    }
-    let a = ((v1 - v0) * (y2 - y0) - (v2 - v0) * (y1 - y0)) / det;
-    let b = ((x1 - x0) * (v2 - v0) - (x2 - x0) * (v1 - v0)) / det;
-    let c = v0 - a * x0 - b * y0;
-    [a as f32, b as f32, c as f32]
-}
-
-/// The coefficient registers of a primitive, from the fragment shader's
-/// coefficient bindings: each binding turns `components` vertex output
-/// slots from `base_slot` (slots 0-3 are the projected position: window
-/// x, y, z and 1/w) into planes at `base_coefficient_register`. Linear
-/// planes interpolate the value in window space; perspective ones
-/// interpolate value/w (divided by the 1/w plane with `iterproj`); flat
-/// ones are the provoking vertex's value.
-fn setup_coefficients(
-    vm: &GpuVm<'_>,
-    usc_exec_base: u64,
-    ppp: &tiler::PppState,
-    vertices: &[Vec<f32>; 3],
-) -> Result<Vec<[f32; 3]>, EngineResult> {
-    let Some(table) = ppp.cf_bindings else {
-        return Ok(Vec::new());
-    };
-    let table = usc_exec_base.wrapping_add(table);
-    let header = CfBindingHeader::unpack(&read_words::<4>(vm, table)?).value;
-    let mut planes = vec![[0f32; 3]; header.coefficient_register_count as usize];
-    for i in 0..u64::from(ppp.cf_binding_count) {
-        let at = table + 4 + 4 * i;
-        let b = CfBinding::unpack(&read_words::<4>(vm, at)?).value;
-        for c in 0..b.components {
-            let register = (b.base_coefficient_register + c) as usize;
-            let Some(out) = planes.get_mut(register) else {
-                return Err(unsupported(at, FaultUnit::Usc));
-            };
-            let value = |v: usize| -> f64 {
-                let slot = (b.base_slot + c) as usize;
-                match b.source {
-                    CoefficientSource::FragcoordZ => f64::from(vertices[v][2]),
-                    _ => f64::from(vertices[v].get(slot).copied().unwrap_or(0.0)),
-                }
-            };
-            let xy = |v: usize| (f64::from(vertices[v][0]), f64::from(vertices[v][1]));
-            *out = match b.shade_model {
-                ShadeModel::FlatVertex0 => [0.0, 0.0, value(0) as f32],
-                ShadeModel::FlatVertex1 => [0.0, 0.0, value(1) as f32],
-                ShadeModel::FlatVertex2 => [0.0, 0.0, value(2) as f32],
-                ShadeModel::Perspective if b.source == CoefficientSource::Varying => {
-                    plane(std::array::from_fn(|v| {
-                        let (x, y) = xy(v);
-                        (x, y, value(v) * f64::from(vertices[v][3]))
-                    }))
-                }
-                _ => plane(std::array::from_fn(|v| {
-                    let (x, y) = xy(v);
-                    (x, y, value(v))
-                })),
-            };
-        }
-    }
-    Ok(planes)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    const CENTRE: [(i64, i64); 1] = [(128, 128)];
-
-    #[test]
-    fn vertices_far_outside_the_guard_band_still_rasterise() {
-        // A vertex at 1e30 (w near zero) is moved onto the guard band: the
-        // triangle still covers the whole tile, and nothing overflows.
-        for far in [1.0e30_f32, f32::MAX, f32::INFINITY] {
-            let covered = rasterize(
-                [[0.0, 0.0], [64.0, 0.0], [0.0, far]],
-                (0, 0),
-                (32, 32),
-                (32, 32),
-                &CENTRE,
-            );
-            assert_eq!(covered.len(), 32 * 32, "far = {far}");
-        }
-        // Huge triangles both ways round, and NaN, give no panic.
-        let huge = rasterize(
-            [[-1.0e38, -1.0e38], [1.0e38, -1.0e38], [0.0, 1.0e38]],
-            (0, 0),
-            (32, 32),
-            (32, 32),
-            &CENTRE,
-        );
-        assert_eq!(huge.len(), 32 * 32);
-        let _ = rasterize(
-            [[f32::NAN, 0.0], [64.0, 0.0], [0.0, 64.0]],
-            (0, 0),
-            (32, 32),
-            (32, 32),
-            &CENTRE,
-        );
-    }
 }

@@ -17,11 +17,12 @@ const LAYERS: &[(&str, u32)] = &[
     ("shader", 4),
     ("texture", 5),
     ("tiler", 5),
-    ("compute", 6),
-    ("render", 6),
-    ("vertex", 7),
-    ("engine", 8),
-    ("firmware", 9),
+    ("raster", 6),
+    ("compute", 7),
+    ("render", 7),
+    ("vertex", 8),
+    ("engine", 9),
+    ("firmware", 10),
 ];
 
 fn references(source: &str) -> Vec<String> {
