@@ -257,12 +257,9 @@ pub(crate) fn read_item<L: List>(
 ) -> Result<L, EngineResult> {
     buf.clear();
     buf.resize(L::PEEK_BYTES, 0);
-    vm.read(address, buf)
-        .map_err(|f| EngineResult::from_uat(&f, unit))?;
+    read_into(vm, address, unit, buf)?;
     let len = L::len_bytes(buf).map_err(|_| unsupported(address, unit))?;
-    buf.resize(len, 0);
-    vm.read(address, buf)
-        .map_err(|f| EngineResult::from_uat(&f, unit))?;
+    extend_to(vm, address, unit, buf, len)?;
     L::decode(buf)
         .map(|walked| walked.value)
         .map_err(|_| unsupported(address, unit))
@@ -277,14 +274,40 @@ pub(crate) fn read_sequence<S: Sequence>(
     unit: FaultUnit,
 ) -> Result<(S, usize), EngineResult> {
     let mut buf = vec![0u8; S::Header::SIZE_BYTES];
-    vm.read(address, &mut buf)
-        .map_err(|f| EngineResult::from_uat(&f, unit))?;
+    read_into(vm, address, unit, &mut buf)?;
     let header = S::Header::decode_from(&buf).map_err(|_| unsupported(address, unit))?;
     let len = S::len_bytes(&header).map_err(|_| unsupported(address, unit))?;
-    buf.resize(len, 0);
-    vm.read(address, &mut buf)
-        .map_err(|f| EngineResult::from_uat(&f, unit))?;
+    extend_to(vm, address, unit, &mut buf, len)?;
     S::decode(&buf)
         .map(|walked| (walked.value, walked.len_bytes))
         .map_err(|_| unsupported(address, unit))
+}
+
+fn read_into(
+    vm: &GpuVm<'_>,
+    address: u64,
+    unit: FaultUnit,
+    buf: &mut [u8],
+) -> Result<(), EngineResult> {
+    vm.read(address, buf)
+        .map_err(|f| EngineResult::from_uat(&f, unit))
+}
+
+/// Makes `buf` (the first bytes at `address`) `len` bytes long, reading
+/// only the bytes it does not hold yet.
+fn extend_to(
+    vm: &GpuVm<'_>,
+    address: u64,
+    unit: FaultUnit,
+    buf: &mut Vec<u8>,
+    len: usize,
+) -> Result<(), EngineResult> {
+    let have = buf.len().min(len);
+    buf.resize(len, 0);
+    read_into(
+        vm,
+        address.wrapping_add(have as u64),
+        unit,
+        &mut buf[have..],
+    )
 }

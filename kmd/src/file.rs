@@ -353,11 +353,10 @@ impl File {
     }
 
     fn dispatch(&self, request: u64, arg: u64, name: &mut &'static str) -> Result<i32, IoctlError> {
-        let not_drm = IoctlError::NotDrm { request };
-        let request = u32::try_from(request).map_err(|_| not_drm.clone())?;
-        if (request >> 8) & 0xFF != u32::from(agx_uapi::ioctl::DRM_IOCTL_BASE) {
-            return Err(not_drm);
-        }
+        let request = u32::try_from(request)
+            .ok()
+            .filter(|r| (r >> 8) & 0xFF == u32::from(agx_uapi::ioctl::DRM_IOCTL_BASE))
+            .ok_or(IoctlError::NotDrm { request })?;
         let nr = request & 0xFF;
         let def = if (DRM_COMMAND_BASE..0xA0).contains(&nr) {
             // After a firmware crash the GPU is gone: every driver ioctl
