@@ -1346,9 +1346,16 @@ fn validate_sequences(spec: &mut Spec, enums: &BTreeMap<String, EnumDef>) {
                             format!("count `{c}` is not an unconditional uint field"),
                         );
                     }
-                    // Bounds what `layout` allocates for any header.
+                    // Bounds what `layout` allocates for any header: the
+                    // logical value, so no modifier may scale it up.
                     if width(f) > 16 {
                         fail(line, format!("count `{c}` is wider than 16 bits"));
+                    }
+                    if f.modifiers.iter().any(|m| !matches!(m, Modifier::Minus(_))) {
+                        fail(
+                            line,
+                            format!("count `{c}` may only have a minus() modifier"),
+                        );
                     }
                 }
             }
@@ -1598,8 +1605,17 @@ fn emit_header_literal(
         }
     }
     for c in counts {
-        let t = rust_type(find_field(header, c, seq.line));
-        let _ = writeln!(out, "            {c}: match count_{c} {{\n                Some(n) => {t}::try_from(n).unwrap_or({t}::MAX),\n                None => base.{c},\n            }},");
+        let f = find_field(header, c, seq.line);
+        let t = rust_type(f);
+        let (min, max) = (f.min, f.max);
+        // A count the field cannot hold is the pack error it would be,
+        // here, before anything sizes or writes the sequence.
+        let below = if min > 0 {
+            format!("(n as u64) < {min} || ")
+        } else {
+            String::new()
+        };
+        let _ = writeln!(out, "            {c}: match count_{c} {{\n                Some(n) if {below}(n as u64) > {max} => {{\n                    return Err(SeqError::Pack(PackError::OutOfRange {{ format: \"{hname}\", field: \"{c}\", value: n as u64, min: {min}, max: {max} }}));\n                }}\n                Some(n) => {t}::try_from(n).unwrap_or({t}::MAX),\n                None => base.{c},\n            }},");
     }
     if header_member {
         let _ = writeln!(out, "            ..base");

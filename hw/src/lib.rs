@@ -18,8 +18,15 @@
 //! - a static [`FormatInfo`] table, from which `Documentation/formats.md` is
 //!   generated and checked.
 //!
-//! The umd packs with these types, the firmware-sim unpacks with them and
-//! the tools print with them, so the three cannot disagree about a bit.
+//! The same file describes the record sequences (a header whose bits say
+//! which records follow: a PPP state, a VDM state update, a draw, a compute
+//! launch) and the control-stream lists (VDM and CDM blocks, USC control
+//! words), generated with `len_bytes`, `layout`, `walk`, `decode` and
+//! `build` ([`seq`]).
+//!
+//! The umd packs and builds with these types, the firmware-sim decodes with
+//! them and the tools print and walk with them, so the three cannot
+//! disagree about a bit or about which record comes where.
 //!
 //! ```
 //! use agx_hw::formats::{Filter, Sampler, Wrap};

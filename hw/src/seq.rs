@@ -5,7 +5,8 @@
 //! present bits say which of 23 records follow (in header-bit order, with
 //! one region clip and one viewport per viewport); a VDM state update is a
 //! [`VdmState`] header and the words its bits select, padded with zeros to a
-//! multiple of 8 bytes; an index list (a draw) is an [`IndexList`] header
+//! multiple of 8 bytes unless a tessellation scale word is present; an
+//! index list (a draw) is an [`IndexList`] header
 //! and the words its bits select, in an order that is *not* bit order; a
 //! compute launch has a different tail for each [`CdmMode`]. The VDM and
 //! CDM control streams and the USC control words are in turn *lists*: items
@@ -199,7 +200,9 @@ pub enum SeqError {
 pub struct SeqIssue {
     /// Offset of the record from the start of the sequence.
     pub offset_bytes: usize,
-    /// Member path of the record (`header`, `viewport.viewports`, `padding`).
+    /// Member path of the record (`header`, `viewport.viewports`,
+    /// `padding`); for a list item that is a single format, the variant's
+    /// name (`Barrier`).
     pub member: &'static str,
     /// Index in its array, for counted records.
     pub index: Option<usize>,
@@ -244,7 +247,9 @@ pub struct Slot {
     pub offset_bytes: usize,
     /// Size of the record.
     pub size_bytes: usize,
-    /// Member path (`header`, `cull`, `viewport.viewports`, `padding`).
+    /// Member path (`header`, `cull`, `viewport.viewports`, `padding`);
+    /// for a list item that is a single format, the variant's name
+    /// (`Barrier`).
     pub member: &'static str,
     /// Index in its array, for counted records.
     pub index: Option<usize>,

@@ -1003,3 +1003,29 @@ fn the_sequence_table_is_complete() {
     assert_eq!(CdmBlock::PEEK_BYTES, 4);
     assert_eq!(UscWord::PEEK_BYTES, 1);
 }
+
+#[test]
+fn a_count_the_header_cannot_hold_is_refused_before_anything_is_sized() {
+    for viewports in [0usize, 17] {
+        let ppp = PppRecords {
+            viewport: Some(PppRecordsViewport {
+                control: ViewportControl::default(),
+                viewports: vec![Viewport::default(); viewports],
+            }),
+            ..PppRecords::default()
+        };
+        let refused = |e: Result<_, SeqError>| {
+            matches!(
+                e,
+                Err(SeqError::Pack(PackError::OutOfRange {
+                    field: "viewport_count",
+                    ..
+                }))
+            )
+        };
+        assert!(refused(ppp.encoded_header().map(|_| ())), "{viewports}");
+        let mut out = vec![1, 2, 3];
+        assert!(refused(ppp.build(&mut out).map(|_| ())), "{viewports}");
+        assert_eq!(out, [1, 2, 3], "nothing written");
+    }
+}

@@ -522,9 +522,16 @@ impl<'a> Decoder<'a> {
             unmapped(self);
             return None;
         };
-        let sized = L::len_bytes(first).and_then(|len| Ok((len, L::layout(first)?)));
-        let (len, slots) = match sized {
-            Ok(sized) => sized,
+        // The layout ends where the item does (padding included).
+        let (len, slots) = match L::layout(first) {
+            Ok(slots) => (
+                slots
+                    .iter()
+                    .map(|slot| slot.offset_bytes + slot.size_bytes)
+                    .max()
+                    .unwrap_or(0),
+                slots,
+            ),
             Err(e) => {
                 self.line(&format!("{pc:#x}: {e}\n{}", hexdump(first)));
                 self.lint(
@@ -540,7 +547,8 @@ impl<'a> Decoder<'a> {
             unmapped(self);
             return None;
         };
-        match L::walk(bytes) {
+        // The records were printed (with their unknown bits) above.
+        match L::decode(bytes) {
             Ok(walked) => Some((walked.value, len)),
             Err(e) => {
                 self.lint("unterminated", pc, format!("the {stream} stream: {e}"));
@@ -656,7 +664,7 @@ impl<'a> Decoder<'a> {
             );
         }
         self.print_layout(va, &slots);
-        let records = PppRecords::walk(self.read(va, len)?).ok()?.value;
+        let records = PppRecords::decode(self.read(va, len)?).ok()?.value;
         let shader = records.fragment_shader?;
         self.depth += 1;
         let table = self.s.usc_exec_base + shader.word2.cf_bindings;
