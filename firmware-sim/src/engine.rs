@@ -15,7 +15,7 @@
 //! core ([`crate::compute`]), a terminate completes the command, and a
 //! stream that never terminates (a link loop) runs into the firmware's
 //! watchdog as it would on hardware. RunVertex and RunFragment go to the
-//! render pipeline ([`crate::render`]).
+//! render pipeline ([`crate::fragment`]).
 
 use agx_fwif::messages::{CommandTag, FaultUnit, RunComputeBody};
 use agx_hw::formats::CdmBlock;
@@ -139,7 +139,7 @@ impl Engine for Gpu {
         match tag {
             CommandTag::RunCompute => self.run_compute(ctx),
             CommandTag::RunVertex => crate::vertex::run_vertex(ctx, self.workers),
-            CommandTag::RunFragment => crate::render::run_fragment(ctx, self.workers),
+            CommandTag::RunFragment => crate::fragment::run_fragment(ctx, self.workers),
             _ => unsupported(ctx.command, FaultUnit::Firmware),
         }
     }

@@ -18,8 +18,9 @@
 //! - [`texture`]: the texture unit;
 //! - [`tiler`]: the parameter buffer, written by binning, read per tile;
 //! - [`raster`]: coverage at the sample positions, and plane equations;
-//! - [`compute`], [`render`]: the compute data master, and the per-tile
-//!   (fragment) half of a render pass;
+//! - [`compute`], [`fragment`]: the compute data master, and the
+//!   per-tile (fragment) half of a render pass: tilebuffer, depth and
+//!   stencil tests, ZLS, the per-tile programs and pass;
 //! - [`vertex`]: the vertex half (the VDM walk, partial renders);
 //! - [`engine`]: which data master runs a Run command ([`engine::Gpu`]);
 //! - [`firmware`]: the firmware thread serving the kmd's rings, and
@@ -32,9 +33,9 @@ pub mod compute;
 pub mod engine;
 pub mod fault;
 pub mod firmware;
+pub mod fragment;
 pub mod memory;
 pub mod raster;
-pub mod render;
 pub mod shader;
 pub mod texture;
 pub mod tiler;

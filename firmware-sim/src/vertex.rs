@@ -6,7 +6,7 @@
 //! count, a pointer to the PPP state) and draws; each draw is shaded and
 //! binned into the parameter buffer ([`crate::tiler`]). When the buffer
 //! runs dry the firmware asks the kmd for more, and if it will not, the
-//! pass does a partial render: the per-tile half ([`crate::render`]) runs
+//! pass does a partial render: the per-tile half ([`crate::fragment`]) runs
 //! over what is binned so far, and binning starts again.
 
 use agx_fwif::messages::{FaultUnit, RunVertexBody, TvbInfo};
@@ -14,8 +14,8 @@ use agx_hw::formats::VdmBlock;
 
 use crate::command::{command_body, refuse_helper, RunContext, WATCHDOG_STRIDE};
 use crate::fault::{unsupported, EngineResult};
+use crate::fragment::render_scene;
 use crate::memory::{read_item, GpuVm};
-use crate::render::render_scene;
 use crate::tiler::{self, overflow, tvb_info};
 use crate::usc::ProgramCache;
 

@@ -19,24 +19,42 @@ const LAYERS: &[(&str, u32)] = &[
     ("tiler", 5),
     ("raster", 6),
     ("compute", 7),
-    ("render", 7),
+    ("fragment", 7),
     ("vertex", 8),
     ("engine", 9),
     ("firmware", 10),
 ];
 
-fn references(source: &str) -> Vec<String> {
+/// The parts of the fragment module and their layers, for the same rule
+/// one level down (`super::` paths between its files).
+const FRAGMENT_LAYERS: &[(&str, u32)] = &[
+    ("tilebuffer", 0),
+    ("depth", 1),
+    ("zls", 1),
+    ("scene", 1),
+    ("io", 2),
+    ("program", 3),
+    ("pass", 4),
+    ("mod", 5),
+];
+
+/// The module names that follow `prefix` (e.g. `crate::`) in `source`.
+fn paths_after(source: &str, prefix: &str) -> Vec<String> {
     let mut out = Vec::new();
     let mut rest = source;
-    while let Some(at) = rest.find("crate::") {
-        let name: String = rest[at + 7..]
+    while let Some(at) = rest.find(prefix) {
+        let name: String = rest[at + prefix.len()..]
             .chars()
             .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
             .collect();
         out.push(name);
-        rest = &rest[at + 7..];
+        rest = &rest[at + prefix.len()..];
     }
     out
+}
+
+fn references(source: &str) -> Vec<String> {
+    paths_after(source, "crate::")
 }
 
 #[test]
@@ -83,6 +101,38 @@ fn every_module_reaches_only_lower_layers() {
     }
     assert!(violations.is_empty(), "{violations:#?}");
     assert!(modules.len() >= LAYERS.len(), "every module was read");
+}
+
+#[test]
+fn the_fragment_parts_reach_only_lower_parts() {
+    let layer: BTreeMap<&str, u32> = FRAGMENT_LAYERS.iter().copied().collect();
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/fragment");
+    let mut violations = Vec::new();
+    let mut seen = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_stem().unwrap().to_string_lossy().into_owned();
+        let source = std::fs::read_to_string(&path).unwrap();
+        seen += 1;
+        let Some(&own) = layer.get(name.as_str()) else {
+            violations.push(format!("fragment/{name}: not in the layer table"));
+            continue;
+        };
+        // mod.rs names its parts with `self::`, the parts each other with
+        // `super::`.
+        let prefix = if name == "mod" { "self::" } else { "super::" };
+        for target in paths_after(&source, prefix) {
+            match layer.get(target.as_str()) {
+                Some(&other) if other < own => {}
+                Some(&other) => violations.push(format!(
+                    "fragment/{name} (layer {own}) reaches {target} (layer {other})"
+                )),
+                None => violations.push(format!("fragment/{name} reaches unknown {target}")),
+            }
+        }
+    }
+    assert!(violations.is_empty(), "{violations:#?}");
+    assert_eq!(seen, FRAGMENT_LAYERS.len(), "every part was read");
 }
 
 #[test]

@@ -1,0 +1,359 @@
+//! The per-tile pass: every tile of every layer of a render pass, on as
+//! many host threads as the simulator has workers. One tile: depth and
+//! stencil in, the background program, each binned primitive rasterised,
+//! depth-tested and shaded, depth and stencil out, the end-of-tile
+//! program.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use agx_fwif::messages::{FaultUnit, RenderPass, TvbInfo};
+use agx_hw::formats::{FragmentFace, ZlsControl};
+
+use super::depth::depth_test;
+use super::program::{fragment_shader, program, run_tile_program, writes_depth, TileState};
+use super::scene::{read_scene, tile_primitives, Scene};
+use super::tilebuffer::Tilebuffer;
+use super::zls::{load_depth_stencil, store_depth_stencil};
+use crate::bind::Binding;
+use crate::command::{RunContext, Watchdog};
+use crate::fault::unsupported;
+use crate::fault::EngineResult;
+use crate::memory::GpuVm;
+use crate::raster::{rasterize, sample_positions, setup_coefficients};
+use crate::tiler;
+use crate::usc::{ProgramCache, LANES};
+
+/// Renders the scene binned so far: every tile, through the programs of
+/// the segment: `bg` for the first segment of the pass and `partial_bg`
+/// for one resumed after a partial render, `eot` for the last segment and
+/// `partial_eot` for one ended by a partial render. Tiles are independent
+/// and run on `workers` host threads; when several fail, the
+/// lowest-numbered tile's failure is reported, whatever the thread count.
+pub(crate) fn render_scene(
+    ctx: &RunContext<'_>,
+    vm: GpuVm<'_>,
+    usc_exec_base: u64,
+    render: &RenderPass,
+    info: &TvbInfo,
+    last: bool,
+    workers: usize,
+) -> Result<(), EngineResult> {
+    let area = (render.width_px, render.height_px);
+    let (Ok(samples), Ok(sample_bytes)) = (
+        u8::try_from(render.samples),
+        u8::try_from(render.sample_size_bytes),
+    ) else {
+        return Err(unsupported(ctx.command, FaultUnit::Firmware));
+    };
+    // Tile sizes and sample counts the hardware has; anything else is a
+    // pass the kmd should not have built.
+    let tile_ok = |px: u32| px == 16 || px == 32;
+    if !tile_ok(render.utile_width_px)
+        || !tile_ok(render.utile_height_px)
+        || !matches!(samples, 1 | 2 | 4)
+    {
+        return Err(unsupported(ctx.command, FaultUnit::Firmware));
+    }
+    let Some(scene) = read_scene(&vm, info, area)? else {
+        tracing::debug!("no scene: the vertex half did not finish");
+        return Ok(());
+    };
+    let resumed = scene.header.segment > 0;
+    let pass = Pass {
+        usc_exec_base,
+        render,
+        scene,
+        bg: program(
+            &vm,
+            usc_exec_base,
+            if resumed {
+                render.partial_bg
+            } else {
+                render.bg
+            },
+        )?,
+        eot: program(
+            &vm,
+            usc_exec_base,
+            if last { render.eot } else { render.partial_eot },
+        )?,
+        tile: (render.utile_width_px, render.utile_height_px),
+        area,
+        zls: ZlsControl::unpack(&render.zls.ctrl.to_le_bytes()).value,
+        heap: (!render.sampler_heap.is_null())
+            .then_some((render.sampler_heap.get(), render.sampler_count)),
+        process_empty: render.process_empty_tiles(),
+        watchdog: ctx.watchdog(),
+        sample_positions: sample_positions(samples, render.ppp_multisamplectl),
+    };
+    if pass.tile != (tiler::TILE_PX, tiler::TILE_PX) && pass.scene.header.primitives > 0 {
+        return Err(unsupported(ctx.command, FaultUnit::Firmware));
+    }
+    let tiles: Vec<(u32, u32, u32)> = (0..render.layers)
+        .flat_map(|layer| {
+            (0..area.1.div_ceil(pass.tile.1)).flat_map(move |ty| {
+                (0..area.0.div_ceil(pass.tile.0)).map(move |tx| (layer, tx, ty))
+            })
+        })
+        .collect();
+    let next = AtomicUsize::new(0);
+    let first_failure = AtomicUsize::new(usize::MAX);
+    let failures = std::sync::Mutex::new(Vec::<(usize, EngineResult)>::new());
+    let work = || {
+        let mut worker = Worker {
+            cache: ProgramCache::new(),
+            shaders: std::collections::HashMap::new(),
+            tile: Tilebuffer::new(pass.tile, samples, sample_bytes),
+            discarded: Vec::new(),
+            pending: Vec::new(),
+            pending_stencil: Vec::new(),
+            coverage: Vec::new(),
+        };
+        loop {
+            let index = next.fetch_add(1, Ordering::Relaxed);
+            if index >= tiles.len() || index > first_failure.load(Ordering::Relaxed) {
+                break;
+            }
+            if let Err(failure) = pass.render_tile(vm.clone(), &mut worker, tiles[index]) {
+                first_failure.fetch_min(index, Ordering::Relaxed);
+                failures
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push((index, failure));
+            }
+        }
+    };
+    if workers <= 1 || tiles.len() <= 1 {
+        work();
+    } else {
+        std::thread::scope(|scope| {
+            for _ in 0..workers.min(tiles.len()) {
+                scope.spawn(work);
+            }
+        });
+    }
+    let failures = failures.into_inner().unwrap_or_else(|e| e.into_inner());
+    match failures.into_iter().min_by_key(|(index, _)| *index) {
+        Some((_, failure)) => Err(failure),
+        None => Ok(()),
+    }
+}
+
+/// What every tile of a segment shares.
+pub(super) struct Pass<'a> {
+    pub(super) usc_exec_base: u64,
+    pub(super) render: &'a RenderPass,
+    pub(super) scene: Scene,
+    pub(super) bg: Binding,
+    pub(super) eot: Binding,
+    pub(super) tile: (u32, u32),
+    pub(super) area: (u32, u32),
+    pub(super) zls: ZlsControl,
+    pub(super) heap: Option<(u64, u32)>,
+    pub(super) process_empty: bool,
+    pub(super) watchdog: Watchdog<'a>,
+    /// Sample positions in 1/256 pixel from the pixel's corner.
+    pub(super) sample_positions: Vec<(i64, i64)>,
+}
+
+/// One worker's tile memory and caches.
+pub(super) struct Worker {
+    pub(super) cache: ProgramCache,
+    /// Fragment shaders by state: binding, PPP state, writes depth.
+    pub(super) shaders:
+        std::collections::HashMap<u32, std::sync::Arc<(Binding, tiler::PppState, bool)>>,
+    pub(super) tile: Tilebuffer,
+    /// Per pixel of the tile, for the primitive being shaded.
+    pub(super) discarded: Vec<bool>,
+    /// Per sample of the tile: the depth to write once the shader is done.
+    pub(super) pending: Vec<Option<f32>>,
+    pub(super) pending_stencil: Vec<Option<u8>>,
+    /// Per pixel of the tile: the samples the program being run covers.
+    pub(super) coverage: Vec<u32>,
+}
+
+impl Pass<'_> {
+    /// One tile: depth/stencil in, bg, the tile's primitives, depth/stencil
+    /// out, eot.
+    fn render_tile(
+        &self,
+        vm: GpuVm<'_>,
+        w: &mut Worker,
+        (layer, tx, ty): (u32, u32, u32),
+    ) -> Result<(), EngineResult> {
+        if self.watchdog.expired() {
+            return Err(EngineResult::Timeout);
+        }
+        let render = self.render;
+        let scene = &self.scene;
+        let (tile_w, tile_h) = self.tile;
+        let area = self.area;
+        let primitives = if layer == 0 {
+            let index = u64::from(ty) * u64::from(scene.header.tiles_x) + u64::from(tx);
+            tile_primitives(&vm, scene, index)?
+        } else {
+            Vec::new()
+        };
+        if primitives.is_empty() && !self.process_empty {
+            return Ok(());
+        }
+        let origin = (tx * tile_w, ty * tile_h);
+        let tile = &mut w.tile;
+        tile.bytes.fill(0);
+        load_depth_stencil(&vm, render, &self.zls, tile, (tx, ty), layer)?;
+        let all: Vec<(u32, u32)> = (0..tile_h)
+            .flat_map(|y| (0..tile_w).map(move |x| (x, y)))
+            .filter(|&(x, y)| origin.0 + x < area.0 && origin.1 + y < area.1)
+            .collect();
+        let run = |w: &mut Worker,
+                   binding: &Binding,
+                   pixels: &[(u32, u32)],
+                   coefficients: &[[f32; 3]],
+                   quads: bool,
+                   face: Option<FragmentFace>| {
+            run_tile_program(
+                &self.watchdog,
+                &vm,
+                &mut w.cache,
+                binding,
+                TileState {
+                    tile: &mut w.tile,
+                    discarded: &mut w.discarded,
+                    pending_depth: &mut w.pending,
+                    coverage: &w.coverage,
+                    face,
+                },
+                origin,
+                area,
+                layer,
+                pixels,
+                coefficients,
+                quads,
+                self.heap,
+            )
+        };
+        let pixel_count = (tile_w * tile_h) as usize;
+        let samples = w.tile.samples as usize;
+        let full = (1u32 << samples) - 1;
+        w.discarded.clear();
+        w.discarded.resize(pixel_count, false);
+        w.pending.clear();
+        w.pending.resize(pixel_count * samples, None);
+        w.pending_stencil.clear();
+        w.pending_stencil.resize(pixel_count, None);
+        w.coverage.clear();
+        w.coverage.resize(pixel_count, full);
+        run(w, &self.bg, &all, &[], true, None)?;
+        // The background program does not discard.
+        w.discarded.fill(false);
+        let record_floats = 4 + scene.header.varyings as usize;
+        for primitive in primitives {
+            let mut bytes = vec![0u8; 8 + 12 * record_floats];
+            vm.read(primitive, &mut bytes)
+                .map_err(|f| EngineResult::from_uat(&f, FaultUnit::Tiler))?;
+            let state = u32::from_le_bytes(bytes[0..4].try_into().unwrap_or_default());
+            let back_facing = bytes[4] & 1 != 0;
+            let float = |i: usize| {
+                let at = 8 + 4 * i;
+                f32::from_le_bytes(bytes[at..at + 4].try_into().unwrap_or_default())
+            };
+            let positions: [[f32; 2]; 3] =
+                std::array::from_fn(|v| [float(v * record_floats), float(v * record_floats + 1)]);
+            let rasterized = rasterize(
+                positions,
+                origin,
+                (tile_w, tile_h),
+                area,
+                &self.sample_positions,
+            );
+            if rasterized.is_empty() {
+                continue;
+            }
+            for &((x, y), mask) in &rasterized {
+                w.coverage[(y * tile_w + x) as usize] = mask;
+            }
+            let mut covered: Vec<(u32, u32)> = rasterized.iter().map(|&(p, _)| p).collect();
+            if let std::collections::hash_map::Entry::Vacant(e) = w.shaders.entry(state) {
+                let (binding, ppp) = fragment_shader(&vm, self.usc_exec_base, scene, state)?;
+                let depth = writes_depth(&vm, binding.code);
+                e.insert(std::sync::Arc::new((binding, ppp, depth)));
+            }
+            let Some(entry) = w.shaders.get(&state).cloned() else {
+                continue;
+            };
+            let (shader, ppp, shader_writes_depth) = &*entry;
+            let vertices: [Vec<f32>; 3] = std::array::from_fn(|v| {
+                (0..record_floats)
+                    .map(|i| float(v * record_floats + i))
+                    .collect()
+            });
+            let face = if back_facing {
+                ppp.back_face.or(ppp.front_face)
+            } else {
+                ppp.front_face
+            };
+            let stencil = ppp
+                .fragment_control
+                .is_some_and(|c| c.stencil_test_enable)
+                .then(|| {
+                    if back_facing && ppp.fragment_control.is_some_and(|c| c.two_sided_stencil) {
+                        ppp.back_stencil.or(ppp.front_stencil)
+                    } else {
+                        ppp.front_stencil
+                    }
+                })
+                .flatten();
+            // Not modelled: stencil with a shader depth output, and
+            // shader depth output or stencil with multisampling.
+            if (*shader_writes_depth && stencil.is_some())
+                || (samples > 1 && (*shader_writes_depth || stencil.is_some()))
+            {
+                return Err(unsupported(scene.header.states, FaultUnit::Usc));
+            }
+            if !shader_writes_depth {
+                let mut pending = std::mem::take(&mut w.pending);
+                let mut pending_stencil = std::mem::take(&mut w.pending_stencil);
+                depth_test(
+                    &mut w.tile,
+                    &mut covered,
+                    &mut w.coverage,
+                    &mut pending,
+                    &mut pending_stencil,
+                    origin,
+                    &self.sample_positions,
+                    &vertices,
+                    face,
+                    stencil,
+                );
+                w.pending = pending;
+                w.pending_stencil = pending_stencil;
+                if covered.is_empty() {
+                    continue;
+                }
+            }
+            let coefficients = setup_coefficients(&vm, self.usc_exec_base, ppp, &vertices)?;
+            run(w, shader, &covered, &coefficients, true, face)?;
+            // Depth of the pixels the shader kept; then the per-pixel
+            // state is clean again for the next primitive.
+            for &(x, y) in &covered {
+                let pixel = (y * tile_w + x) as usize;
+                let at = pixel * samples;
+                let mask = w.coverage[pixel];
+                for s in (0..samples).filter(|s| mask & (1 << s) != 0) {
+                    if let (Some(depth), false) = (w.pending[at + s], w.discarded[pixel]) {
+                        w.tile.depth[at + s] = depth;
+                    }
+                }
+                if let (Some(value), false) = (w.pending_stencil[pixel], w.discarded[pixel]) {
+                    w.tile.stencil[at..at + samples].fill(value);
+                }
+                w.pending[at..at + samples].fill(None);
+                w.pending_stencil[pixel] = None;
+                w.discarded[pixel] = false;
+            }
+        }
+        store_depth_stencil(&vm, render, &self.zls, &w.tile, (tx, ty), layer, area)?;
+        w.coverage.fill(full);
+        run(w, &self.eot, &[(0, 0); LANES], &[], false, None)
+    }
+}

@@ -1,0 +1,244 @@
+//! Running per-tile programs: the background, fragment and end-of-tile
+//! programs, each bound through its USC control words and run on 32-lane
+//! SIMD-groups of 2x2 pixel quads (helpers fill uncovered quad members so
+//! derivatives work). Also how a primitive's state names its fragment
+//! shader, and whether that shader writes depth.
+
+use agx_fwif::messages::{FaultUnit, TileProgram};
+use agx_hw::formats::FragmentFace;
+use zerocopy::FromBytes;
+
+use super::io::TileIo;
+use super::scene::Scene;
+use super::tilebuffer::Tilebuffer;
+use crate::bind::{self, Binding};
+use crate::command::Watchdog;
+use crate::fault::EngineResult;
+use crate::fault::{exec_fault, unsupported};
+use crate::memory::read_words;
+use crate::memory::GpuVm;
+use crate::shader::{present_lanes, run_stage_group};
+use crate::texture::TextureUnit;
+use crate::tiler;
+use crate::usc::io::IoError;
+use crate::usc::{ExecError, MemoryFault, ProgramCache, SimdGroup, LANES};
+
+/// The USC control words of a bg/eot program, or a fault at the null
+/// address for a missing one.
+pub(super) fn program(
+    vm: &GpuVm<'_>,
+    usc_exec_base: u64,
+    program: TileProgram,
+) -> Result<Binding, EngineResult> {
+    let offset = u64::from(program.usc & !7);
+    if offset == 0 {
+        return Err(EngineResult::Fault {
+            address: 0,
+            unit: FaultUnit::Usc as u32,
+            access: 2,
+            reason: agx_hw::formats::UatFaultReason::Unmapped.to_raw(),
+        });
+    }
+    bind::bind(vm, usc_exec_base + offset, usc_exec_base)
+}
+
+/// The tile state a per-tile program works on.
+pub(super) struct TileState<'a> {
+    pub(super) tile: &'a mut Tilebuffer,
+    pub(super) discarded: &'a mut [bool],
+    pub(super) pending_depth: &'a mut [Option<f32>],
+    pub(super) coverage: &'a [u32],
+    pub(super) face: Option<FragmentFace>,
+}
+
+/// Runs a per-tile program with one lane per entry of `pixels`
+/// (tile-local coordinates), 32 lanes per SIMD-group.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn run_tile_program(
+    watchdog: &Watchdog<'_>,
+    vm: &GpuVm<'_>,
+    cache: &mut ProgramCache,
+    binding: &Binding,
+    state: TileState<'_>,
+    origin: (u32, u32),
+    area: (u32, u32),
+    layer: u32,
+    pixels: &[(u32, u32)],
+    coefficients: &[[f32; 3]],
+    quads: bool,
+    sampler_heap: Option<(u64, u32)>,
+) -> Result<(), EngineResult> {
+    let TileState {
+        tile,
+        discarded,
+        pending_depth,
+        coverage,
+        face,
+    } = state;
+    let mut uniforms = binding.uniforms.clone();
+    let mut memory = vm.clone();
+    // Lanes come in 2x2 quads (lane bit 0: x, bit 1: y), as the hardware
+    // runs fragments, so that texture instructions can take derivatives;
+    // quad members that are not covered run as helpers whose outputs are
+    // dropped. The end-of-tile program runs once, on `pixels` as given.
+    let (order, helpers): (Vec<(u32, u32)>, Vec<bool>) = if quads {
+        // Tiles are at most 32 pixels wide: one bit per pixel of a row,
+        // and one per quad of a quad row.
+        let mut covered = [0u64; 64];
+        for &(x, y) in pixels {
+            if let Some(row) = covered.get_mut(y as usize) {
+                *row |= 1 << (x & 63);
+            }
+        }
+        let mut seen = [0u64; 32];
+        let mut order = Vec::with_capacity(pixels.len() + 8);
+        let mut helpers = Vec::with_capacity(pixels.len() + 8);
+        for &(x, y) in pixels {
+            let (qx, qy) = (x / 2, y / 2);
+            let Some(quads_row) = seen.get_mut(qy as usize) else {
+                continue;
+            };
+            if *quads_row & (1 << (qx & 63)) != 0 {
+                continue;
+            }
+            *quads_row |= 1 << (qx & 63);
+            for (dx, dy) in [(0, 0), (1, 0), (0, 1), (1, 1)] {
+                let (px, py) = (qx * 2 + dx, qy * 2 + dy);
+                order.push((px, py));
+                let hit = covered
+                    .get(py as usize)
+                    .is_some_and(|row| px < 64 && row & (1 << px) != 0);
+                helpers.push(!hit);
+            }
+        }
+        (order, helpers)
+    } else {
+        (pixels.to_vec(), vec![false; pixels.len()])
+    };
+    let unit = TextureUnit {
+        vm: vm.clone(),
+        textures: &binding.textures,
+        samplers: &binding.samplers,
+        sampler_heap,
+    };
+    for (chunk, helper) in order.chunks(LANES).zip(helpers.chunks(LANES)) {
+        let mut lanes = [(0u32, 0u32); LANES];
+        lanes[..chunk.len()].copy_from_slice(chunk);
+        let present = present_lanes(chunk.len());
+        let helper_lanes = helper
+            .iter()
+            .enumerate()
+            .fold(0u32, |m, (lane, &h)| if h { m | 1 << lane } else { m });
+        let mut group = SimdGroup::new(binding.code, present);
+        let sr = agx_hw::isa::table::sr::THREAD_POSITION_IN_GRID;
+        group
+            .special
+            .set_lanes(sr, std::array::from_fn(|lane| origin.0 + lanes[lane].0));
+        group
+            .special
+            .set_lanes(sr + 1, std::array::from_fn(|lane| origin.1 + lanes[lane].1));
+        group.special.set_all(sr + 2, layer);
+        group
+            .special
+            .set_all(agx_hw::isa::table::sr::IS_ACTIVE_THREAD, 1);
+        group.special.set_lanes(
+            agx_hw::isa::table::sr::THREAD_INDEX_IN_SIMDGROUP,
+            std::array::from_fn(|lane| lane as u32),
+        );
+        let mut io = TileIo {
+            tile,
+            origin,
+            lanes,
+            vm: vm.clone(),
+            binding,
+            area,
+            layer,
+            coefficients,
+            helpers: helper_lanes,
+            unit: unit.clone(),
+            discarded: &mut *discarded,
+            pending_depth: &mut *pending_depth,
+            coverage,
+            face,
+        };
+        run_stage_group(
+            &mut group,
+            cache,
+            &mut memory,
+            &mut io,
+            &mut uniforms,
+            watchdog,
+            block_store_fault,
+        )?;
+    }
+    Ok(())
+}
+
+/// A block store that faulted writing the image is a PBE fault; other
+/// errors are the shader core's.
+pub(super) fn block_store_fault(error: &ExecError) -> EngineResult {
+    match error {
+        ExecError::Io {
+            error: IoError::Memory(MemoryFault {
+                address, access, ..
+            }),
+            ..
+        } => EngineResult::Fault {
+            address: *address,
+            unit: FaultUnit::Pbe as u32,
+            access: u32::from(*access == crate::usc::AccessKind::Write),
+            reason: agx_hw::formats::UatFaultReason::Unmapped.to_raw(),
+        },
+        other => exec_fault(other),
+    }
+}
+
+/// The fragment shader a primitive's state names, and that state.
+pub(super) fn fragment_shader(
+    vm: &GpuVm<'_>,
+    usc_exec_base: u64,
+    scene: &Scene,
+    state: u32,
+) -> Result<(Binding, tiler::PppState), EngineResult> {
+    if state >= scene.header.state_count {
+        return Err(unsupported(scene.header.states, FaultUnit::Tiler));
+    }
+    let at = scene.header.states + u64::from(state) * size_of::<tiler::FragmentState>() as u64;
+    let bytes: [u8; size_of::<tiler::FragmentState>()] = read_words(vm, at)?;
+    let fragment_state = tiler::FragmentState::read_from_bytes(&bytes)
+        .map_err(|_| unsupported(at, FaultUnit::Tiler))?;
+    let ppp = tiler::parse_ppp(vm, fragment_state.ppp)?;
+    // State this model does not apply is refused, not ignored.
+    if ppp
+        .fragment_control
+        .is_some_and(|c| c.scissor_enable || c.depth_bias_enable)
+    {
+        return Err(unsupported(fragment_state.ppp, FaultUnit::Vdm));
+    }
+    let Some(pipeline) = ppp.fragment_pipeline else {
+        return Err(unsupported(fragment_state.ppp, FaultUnit::Vdm));
+    };
+    let binding = bind::bind(vm, usc_exec_base.wrapping_add(pipeline), usc_exec_base)?;
+    Ok((binding, ppp))
+}
+
+/// Whether a program writes depth (`zs_emit`): its depth test then runs
+/// when the shader emits depth, not before the shader.
+pub(super) fn writes_depth(vm: &GpuVm<'_>, code: u64) -> bool {
+    let mut pc = code;
+    for _ in 0..4096 {
+        let mut bytes = [0u8; 16];
+        if vm.read(pc, &mut bytes).is_err() {
+            return false;
+        }
+        let Ok(decoded) = agx_hw::isa::decode(&bytes) else {
+            return false;
+        };
+        match decoded.instr.op {
+            agx_hw::isa::Op::ZsEmit => return true,
+            agx_hw::isa::Op::Stop => return false,
+            _ => pc += decoded.length_bytes as u64,
+        }
+    }
+    false
+}
