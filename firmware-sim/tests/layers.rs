@@ -57,6 +57,18 @@ fn references(source: &str) -> Vec<String> {
     paths_after(source, "crate::")
 }
 
+/// Every source file of a module: the file, or all files under its
+/// directory.
+fn read_sources(path: &Path, out: &mut Vec<String>) {
+    if path.is_dir() {
+        for entry in std::fs::read_dir(path).unwrap() {
+            read_sources(&entry.unwrap().path(), out);
+        }
+    } else {
+        out.push(std::fs::read_to_string(path).unwrap());
+    }
+}
+
 #[test]
 fn every_module_reaches_only_lower_layers() {
     let layer: BTreeMap<&str, u32> = LAYERS.iter().copied().collect();
@@ -69,13 +81,7 @@ fn every_module_reaches_only_lower_layers() {
             continue;
         }
         let mut sources = Vec::new();
-        if path.is_dir() {
-            for file in std::fs::read_dir(&path).unwrap() {
-                sources.push(std::fs::read_to_string(file.unwrap().path()).unwrap());
-            }
-        } else {
-            sources.push(std::fs::read_to_string(&path).unwrap());
-        }
+        read_sources(&path, &mut sources);
         modules.push((name, sources));
     }
     let mut violations = Vec::new();

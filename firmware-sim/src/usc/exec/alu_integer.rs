@@ -1,0 +1,160 @@
+//! The integer ALU: add/subtract and multiply-add with shift and
+//! saturation, the bitwise operations (one truth table covers them all),
+//! bitfield insert/extract and the funnel shifts, and immediate moves.
+
+use agx_hw::isa::{Op, Size, Src, Value};
+
+use super::{
+    bits_of, lanes, sign_extend, truncate, unreachable_flow, Env, ExecError, Flow, Operands,
+    SimdGroup, LANES,
+};
+
+impl SimdGroup {
+    /// Executes an integer ALU instruction.
+    #[inline(always)]
+    pub(super) fn integer_alu(
+        &mut self,
+        o: &Operands<'_>,
+        env: &mut Env<'_>,
+    ) -> Result<Flow, ExecError> {
+        let op = o.ins.op;
+        let exec = o.exec;
+        let sat = o.sat();
+        match op {
+            Op::MovImm16 | Op::MovImm32 => {
+                let d = o.dst(0)?.reg;
+                let imm = o.int(1)? as u64;
+                for lane in lanes(exec) {
+                    self.write(d, lane, imm);
+                }
+            }
+            Op::Iadd | Op::Isub | Op::Imadd | Op::Imsub => {
+                let d = o.dst(0)?;
+                let width = bits_of(d.reg.size);
+                let (a, b) = (o.src(1)?, o.src(2)?);
+                let c = if matches!(op, Op::Imadd | Op::Imsub) {
+                    Some(o.src(3)?)
+                } else {
+                    None
+                };
+                let shift = o.int(if c.is_some() { 4 } else { 3 })? as u32;
+                let signed = a.sx || b.sx || c.is_some_and(|c| c.sx);
+                // Saturation needs every operand at most 32 bits wide.
+                let wide = |s: &Src| matches!(s.value, Value::Reg(r, _) if r.size == Size::S64);
+                let narrow = !wide(&a) && !wide(&b) && !c.as_ref().is_some_and(wide);
+                let xs = self.gather_int(&a, env.uniforms);
+                let ys = self.gather_int(&b, env.uniforms);
+                let zs = c.map(|c| self.gather_int(&c, env.uniforms));
+                for lane in lanes(exec) {
+                    let (x, y) = (xs[lane], ys[lane]);
+                    let (product, addend) = match &zs {
+                        Some(z) => (x.wrapping_mul(y), z[lane]),
+                        None => (x, y),
+                    };
+                    let addend = if shift >= 5 { 0 } else { addend << shift };
+                    let r = if matches!(op, Op::Isub | Op::Imsub) {
+                        product.wrapping_sub(addend)
+                    } else {
+                        product.wrapping_add(addend)
+                    };
+                    let r = if sat && shift == 0 && width <= 32 && narrow {
+                        if signed {
+                            r.clamp(-(1i128 << (width - 1)), (1i128 << (width - 1)) - 1)
+                        } else {
+                            r.clamp(0, (1i128 << width) - 1)
+                        }
+                    } else {
+                        r
+                    };
+                    self.write(d.reg, lane, r as u64);
+                }
+            }
+            Op::Mov | Op::Not | Op::And | Op::Or | Op::Xor | Op::Nand | Op::Nor | Op::Bitop => {
+                let (table, first) = match op {
+                    Op::Mov => (0b1010, 0),
+                    Op::Not => (0b0101, 0),
+                    Op::And => (0b1000, 0),
+                    Op::Or => (0b1110, 0),
+                    Op::Xor => (0b0110, 0),
+                    Op::Nand => (0b0111, 0),
+                    Op::Nor => (0b0001, 0),
+                    _ => (o.int(0)? as u32, 1),
+                };
+                let d = o.dst(first)?.reg;
+                let a = o.src(first + 1)?;
+                let b = if matches!(op, Op::Mov | Op::Not) {
+                    None
+                } else {
+                    Some(o.src(first + 2)?)
+                };
+                let xs = self.gather_raw(&a.value, env.uniforms).0;
+                let ys = b.map_or([0; LANES], |b| self.gather_raw(&b.value, env.uniforms).0);
+                for lane in lanes(exec) {
+                    let (x, y) = (xs[lane], ys[lane]);
+                    let mut r = 0u64;
+                    if table & 1 != 0 {
+                        r |= !x & !y;
+                    }
+                    if table & 2 != 0 {
+                        r |= x & !y;
+                    }
+                    if table & 4 != 0 {
+                        r |= !x & y;
+                    }
+                    if table & 8 != 0 {
+                        r |= x & y;
+                    }
+                    self.write(d, lane, r);
+                }
+            }
+            Op::Bfi | Op::Bfeil | Op::Extr | Op::Shlhi | Op::Shrhi | Op::Asr | Op::Asrh => {
+                let d = o.dst(0)?.reg;
+                let (a, b) = (o.src(1)?, o.src(2)?);
+                let (c, m) = if matches!(op, Op::Asr | Op::Asrh) {
+                    (None, 0)
+                } else {
+                    (Some(o.src(3)?), o.int(4)? as u32)
+                };
+                let mask: u128 = if m == 0 { 0xFFFF_FFFF } else { (1 << m) - 1 };
+                let (xs, x_width) = self.gather_raw(&a.value, env.uniforms);
+                let ys = self.gather_raw(&b.value, env.uniforms).0;
+                let shifts = c.map(|c| self.gather_raw(&c.value, env.uniforms).0);
+                for lane in lanes(exec) {
+                    let x = u128::from(truncate(xs[lane], x_width.min(32)));
+                    let y = u128::from(truncate(ys[lane], 32));
+                    let r: u128 = match (op, &c) {
+                        (Op::Asr, _) => {
+                            let sh = (y & 0x7F).min(63) as u32;
+                            (i128::from(sign_extend(x as u64, x_width.min(32))) >> sh) as u128
+                        }
+                        (Op::Asrh, _) => {
+                            let sh = (y & 0x7F).min(95) as u32;
+                            ((i128::from(sign_extend(x as u64, x_width.min(32))) << 32) >> sh)
+                                as u128
+                        }
+                        (_, Some(_)) => {
+                            let sh = (shifts.map_or(0, |s| s[lane]) & 0x7F) as u32;
+                            match op {
+                                Op::Bfi => (x & !(mask << sh)) | ((y & mask) << sh),
+                                Op::Bfeil => (x & !mask) | ((y >> sh) & mask),
+                                Op::Extr => (((y << 32) | x) >> sh) & mask,
+                                Op::Shlhi => {
+                                    let smask = mask << sh.saturating_sub(32);
+                                    (((y << sh) >> 32) & smask) | (x & !smask)
+                                }
+                                _ => {
+                                    let smask = (mask << 32) >> sh.min(32);
+                                    (((y << 32) >> sh) & smask) | (x & !smask)
+                                }
+                            }
+                        }
+                        _ => unreachable_flow(),
+                    };
+                    self.write(d, lane, r as u64);
+                }
+            }
+            _ => return Err(o.misrouted()),
+        }
+        Ok(Flow::Next)
+    }
+}

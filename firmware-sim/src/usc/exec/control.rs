@@ -1,0 +1,118 @@
+//! Control flow: `stop`, `trap`, waits and barriers, jumps taken by the
+//! whole SIMD-group, calls and returns, and the structured
+//! `if`/`else`/`while`/`pop_exec` instructions that update each lane's
+//! `r0l` disable count.
+
+use agx_hw::isa::{Op, Reg};
+
+use super::{lanes, Env, ExecError, Flow, Operands, SimdGroup};
+
+impl SimdGroup {
+    /// Executes a control-flow instruction.
+    #[inline(always)]
+    pub(super) fn control(
+        &mut self,
+        o: &Operands<'_>,
+        env: &mut Env<'_>,
+    ) -> Result<Flow, ExecError> {
+        let op = o.ins.op;
+        let pc = o.pc;
+        let exec = o.exec;
+        match op {
+            Op::Stop => return Ok(Flow::Stop),
+            Op::Trap => return Err(ExecError::Trap { pc }),
+            Op::Wait | Op::MemoryBarrier | Op::WaitPix | Op::SignalPix | Op::NoVar => {}
+            Op::ThreadgroupBarrier => return Ok(Flow::Barrier),
+            Op::JmpExecAny => {
+                if exec != 0 {
+                    return Ok(Flow::Jump(pc.wrapping_add(o.int(0)? as u64)));
+                }
+            }
+            Op::JmpExecNone => {
+                if exec == 0 {
+                    return Ok(Flow::Jump(pc.wrapping_add(o.int(0)? as u64)));
+                }
+            }
+            Op::Call => {
+                for lane in lanes(exec) {
+                    self.write(Reg::r(1), lane, pc.wrapping_add(6) & 0xFFFF_FFFF);
+                }
+                return Ok(Flow::Jump(pc.wrapping_add(o.int(0)? as u64)));
+            }
+            Op::CallReg | Op::Ret => {
+                let target_reg = o.run(0)?.first;
+                // The whole group follows one address: the first active
+                // lane's, or the first present lane's if none is active.
+                let source_lane = lanes(if exec != 0 { exec } else { self.present })
+                    .next()
+                    .unwrap_or(0);
+                let target = self.read(target_reg, source_lane);
+                if op == Op::CallReg {
+                    for lane in lanes(exec) {
+                        self.write(Reg::r(1), lane, pc.wrapping_add(2) & 0xFFFF_FFFF);
+                    }
+                }
+                return Ok(Flow::Jump((pc & !0xFFFF_FFFF) | target));
+            }
+            Op::IfIcmp
+            | Op::ElseIcmp
+            | Op::WhileIcmp
+            | Op::IfFcmp
+            | Op::ElseFcmp
+            | Op::WhileFcmp => {
+                let code = o.int(1)? as u32;
+                let (a, b) = (o.src(2)?, o.src(3)?);
+                let n = o.int(4)? as u64;
+                let float = matches!(op, Op::IfFcmp | Op::ElseFcmp | Op::WhileFcmp);
+                let holds =
+                    self.condition_mask(float, code & 7, &a, &b, self.present, env.uniforms, pc)?;
+                let conditions = if code & 8 != 0 {
+                    !holds & self.present
+                } else {
+                    holds
+                };
+                for lane in lanes(self.present) {
+                    let v = self.read(Reg::l(0), lane);
+                    let cond = conditions & (1 << lane) != 0;
+                    let new = match op {
+                        Op::IfIcmp | Op::IfFcmp => {
+                            if v != 0 {
+                                v + n
+                            } else if cond {
+                                0
+                            } else {
+                                1
+                            }
+                        }
+                        Op::ElseIcmp | Op::ElseFcmp => match v {
+                            0 => n,
+                            1 => u64::from(!cond),
+                            v => v,
+                        },
+                        _ => {
+                            if v < n {
+                                if cond {
+                                    0
+                                } else {
+                                    n
+                                }
+                            } else {
+                                v
+                            }
+                        }
+                    };
+                    self.write(Reg::l(0), lane, new);
+                }
+            }
+            Op::PopExec => {
+                let n = o.int(1)? as u64;
+                for lane in lanes(self.present) {
+                    let v = self.read(Reg::l(0), lane);
+                    self.write(Reg::l(0), lane, v.saturating_sub(n));
+                }
+            }
+            _ => return Err(o.misrouted()),
+        }
+        Ok(Flow::Next)
+    }
+}

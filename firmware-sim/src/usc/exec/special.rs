@@ -1,0 +1,51 @@
+//! Special registers (`get_sr`): lane and thread indices, and the values
+//! a dispatch provides per lane.
+
+use agx_hw::isa::Op;
+
+use super::{lanes, Env, ExecError, Flow, Operands, SimdGroup};
+
+impl SimdGroup {
+    /// Executes `get_sr`.
+    #[inline(always)]
+    pub(super) fn special(
+        &mut self,
+        o: &Operands<'_>,
+        _env: &mut Env<'_>,
+    ) -> Result<Flow, ExecError> {
+        let pc = o.pc;
+        let exec = o.exec;
+        match o.ins.op {
+            Op::GetSr => {
+                let d = o.dst(0)?.reg;
+                let sr = o.int(1)? as u32;
+                for lane in lanes(exec) {
+                    let v = self.special_register(sr, lane, exec, pc)?;
+                    self.write(d, lane, u64::from(v));
+                }
+            }
+            _ => return Err(o.misrouted()),
+        }
+        Ok(Flow::Next)
+    }
+
+    pub(super) fn special_register(
+        &self,
+        sr: u32,
+        lane: usize,
+        exec: u32,
+        pc: u64,
+    ) -> Result<u32, ExecError> {
+        let below = (1u32 << lane) - 1;
+        Ok(match sr {
+            52 => lane as u32,
+            56 => (exec & below & !((1 << (lane & !3)) - 1)).count_ones(),
+            58 => (exec & below).count_ones(),
+            63 => 1,
+            _ => match self.special.get(sr) {
+                Some(values) => values[lane],
+                None => return Err(ExecError::SpecialRegister { pc, sr }),
+            },
+        })
+    }
+}

@@ -1,0 +1,151 @@
+//! I/O with the stage's fixed-function units: tilebuffer loads and
+//! stores, varying interpolation and coefficient loads, vertex outputs,
+//! sample masks and depth/stencil emission.
+
+use agx_hw::isa::{Op, Reg, Size};
+
+use super::{lanes, Env, ExecError, Flow, Operands, SimdGroup};
+use crate::usc::io::{Interpolation, TileAccess};
+
+impl SimdGroup {
+    /// Executes an instruction that talks to the stage's fixed-function units.
+    #[inline(always)]
+    pub(super) fn stage_io(
+        &mut self,
+        o: &Operands<'_>,
+        env: &mut Env<'_>,
+    ) -> Result<Flow, ExecError> {
+        let op = o.ins.op;
+        let pc = o.pc;
+        let exec = o.exec;
+        match op {
+            Op::LdTile | Op::StTile => {
+                let data = o.run(0)?;
+                let sample_mask = o.value(5)?;
+                let coords = o.run(6)?;
+                let explicit = o.int(7)? != 0;
+                for lane in lanes(exec) {
+                    let xy = self.read(coords.first, lane);
+                    let access = TileAccess {
+                        format: o.int(1)? as u32,
+                        offset_bytes: o.int(4)? as u32,
+                        mask: o.int(3)? as u8,
+                        sample_mask: self.lane_value(&sample_mask, lane, env.uniforms) as u32,
+                        explicit: explicit.then_some((xy as u16, (xy >> 16) as u16)),
+                        half: data.first.size == Size::S16,
+                    };
+                    if op == Op::LdTile {
+                        let values = env
+                            .io
+                            .tile_load(lane, &access)
+                            .map_err(|error| ExecError::Io { pc, error })?;
+                        self.write_run(&data, lane, &values);
+                    } else {
+                        let values = self.read_run(&data, lane);
+                        env.io
+                            .tile_store(lane, &access, values)
+                            .map_err(|error| ExecError::Io { pc, error })?;
+                    }
+                }
+            }
+            Op::Iter | Op::Iterproj => {
+                let data = o.run(0)?;
+                let cf = o.int(1)? as u32;
+                let (perspective, tail) = if op == Op::Iterproj {
+                    (Some(o.int(2)? as u32), 3)
+                } else {
+                    (None, 2)
+                };
+                let mode = o.int(tail)?;
+                let sample = o.int(tail + 1)?;
+                for lane in lanes(exec) {
+                    let interpolation = match mode {
+                        0 => Interpolation::Center,
+                        1 => Interpolation::Sample(sample as u32),
+                        2 => Interpolation::Centroid,
+                        _ => Interpolation::Sample(self.read(
+                            Reg {
+                                half: sample as u16,
+                                size: Size::S16,
+                            },
+                            lane,
+                        ) as u32),
+                    };
+                    let values = env
+                        .io
+                        .interpolate(
+                            lane,
+                            cf,
+                            usize::from(data.count),
+                            interpolation,
+                            perspective,
+                        )
+                        .map_err(|error| ExecError::Io { pc, error })?;
+                    for (i, v) in values.iter().enumerate().take(usize::from(data.count)) {
+                        self.write_float(data.reg(i as u16), lane, *v);
+                    }
+                }
+            }
+            Op::Ldcf => {
+                let data = o.run(0)?;
+                let cf = o.int(1)? as u32;
+                let channels = usize::from(data.count / 3);
+                for lane in lanes(exec) {
+                    let planes = env
+                        .io
+                        .coefficients(lane, cf, channels)
+                        .map_err(|error| ExecError::Io { pc, error })?;
+                    for (i, v) in planes
+                        .iter()
+                        .flatten()
+                        .enumerate()
+                        .take(usize::from(data.count))
+                    {
+                        self.write_float(data.reg(i as u16), lane, *v);
+                    }
+                }
+            }
+            Op::StVar | Op::StVarFinal => {
+                let data = o.run(1)?;
+                let slot = o.value(2)?;
+                for lane in lanes(exec) {
+                    let slot = self.lane_value(&slot, lane, env.uniforms) as u32;
+                    let v = self.read(data.first, lane) as u32;
+                    env.io
+                        .store_varying(lane, slot, v)
+                        .map_err(|error| ExecError::Io { pc, error })?;
+                }
+            }
+            Op::SampleMask => {
+                let (which, coverage) = (o.value(0)?, o.value(1)?);
+                for lane in lanes(exec) {
+                    let w = self.lane_value(&which, lane, env.uniforms) as u32;
+                    let c = self.lane_value(&coverage, lane, env.uniforms) as u32;
+                    env.io
+                        .sample_mask(lane, w, c)
+                        .map_err(|error| ExecError::Io { pc, error })?;
+                }
+            }
+            Op::ZsEmit => {
+                let which = o.value(0)?;
+                let zs = o.int(1)?;
+                let data = o.run(2)?;
+                for lane in lanes(exec) {
+                    let w = self.lane_value(&which, lane, env.uniforms) as u32;
+                    let depth = (zs & 1 != 0).then(|| {
+                        let lo = self.read(data.reg(0), lane);
+                        let hi = self.read(data.reg(1), lane);
+                        f32::from_bits((lo | hi << 16) as u32)
+                    });
+                    let stencil = (zs & 2 != 0)
+                        .then(|| self.read(data.reg(if zs & 1 != 0 { 2 } else { 0 }), lane) as u16);
+                    env.io
+                        .depth_stencil(lane, w, depth, stencil)
+                        .map_err(|error| ExecError::Io { pc, error })?;
+                }
+            }
+            _ => return Err(o.misrouted()),
+        }
+        Ok(Flow::Next)
+    }
+}

@@ -1,0 +1,198 @@
+//! The texture and image instructions: sampling and texel loads through
+//! the texture unit, image writes, and the pixel back end's block
+//! stores of the tilebuffer.
+
+use agx_hw::isa::{Op, Operand, RegRun, Size, Value};
+
+use super::{lanes, unsupported, Env, ExecError, Flow, Operands, SimdGroup, LANES, UNIFORMS};
+use crate::usc::float::half_to_f32;
+use crate::usc::io::{BlockStore, ImageWrite, LodArgument, TextureHandle, TextureRequest};
+
+impl SimdGroup {
+    /// Executes a texture or image instruction.
+    #[inline(always)]
+    pub(super) fn texture_op(
+        &mut self,
+        o: &Operands<'_>,
+        env: &mut Env<'_>,
+    ) -> Result<Flow, ExecError> {
+        let pc = o.pc;
+        let exec = o.exec;
+        match o.ins.op {
+            Op::TextureSample | Op::TextureLoad => self.texture(o.ins, exec, env, pc)?,
+            Op::ImageWrite => {
+                let data = o.run(0)?;
+                let coords = o.run(1)?;
+                let lod = o.value(2)?;
+                let base = o.value(3)?;
+                let handle = o.value(4)?;
+                let dim = o.int(5)? as u32;
+                for lane in lanes(exec) {
+                    let request = ImageWrite {
+                        texture: self.texture_handle(&handle, &base, lane, env.uniforms),
+                        dim,
+                        coords: self.read_run(&coords, lane),
+                        lod: self.lane_value(&lod, lane, env.uniforms) as u32,
+                        values: self.read_run(&RegRun { count: 4, ..data }, lane),
+                        half: data.first.size == Size::S16,
+                    };
+                    env.io
+                        .image_write(lane, &request)
+                        .map_err(|error| ExecError::Io { pc, error })?;
+                }
+            }
+            Op::ImageWriteBlock => {
+                if let Some(lane) = lanes(exec).next() {
+                    let offset = o.run(0)?;
+                    let coords = o.run(1)?;
+                    let base = o.value(3)?;
+                    let handle = o.value(4)?;
+                    let request = BlockStore {
+                        texture: self.texture_handle(&handle, &base, lane, env.uniforms),
+                        dim: o.int(5)? as u32,
+                        format: o.int(7)? as u32,
+                        tilebuffer_offset_bytes: self.read(offset.first, lane) as u32,
+                        coords: self.read(coords.first, lane) as u32,
+                        explicit_coords: o.int(8)? != 0,
+                    };
+                    env.io
+                        .block_store(&request)
+                        .map_err(|error| ExecError::Io { pc, error })?;
+                }
+            }
+            _ => return Err(o.misrouted()),
+        }
+        Ok(Flow::Next)
+    }
+
+    pub(super) fn texture_handle(
+        &self,
+        handle: &Value,
+        base: &Value,
+        lane: usize,
+        uniforms: &[u32; UNIFORMS],
+    ) -> TextureHandle {
+        match handle {
+            Value::Imm(index) => TextureHandle::Index(*index as u32),
+            Value::Reg(reg, _) if reg.size == Size::S32 => TextureHandle::Bindless {
+                base: self.lane_value(base, lane, uniforms),
+                offset: self.read(*reg, lane) as u32,
+            },
+            other => TextureHandle::Index(self.lane_value(other, lane, uniforms) as u32),
+        }
+    }
+
+    pub(super) fn texture(
+        &mut self,
+        ins: &agx_hw::isa::Instr,
+        exec: u32,
+        env: &mut Env<'_>,
+        pc: u64,
+    ) -> Result<(), ExecError> {
+        let ops = &ins.operands;
+        let int = |i: usize| ins.int(i).unwrap_or(0);
+        let (
+            Some(Operand::Regs(data)),
+            Some(Operand::Value(base)),
+            Some(Operand::Value(handle)),
+            Some(Operand::Value(sampler)),
+            Some(Operand::Regs(coords)),
+            Some(lod_operand),
+            Some(Operand::Regs(extra)),
+        ) = (
+            ops.get(6),
+            ops.get(7),
+            ops.get(8),
+            ops.get(9),
+            ops.get(11),
+            ops.get(13),
+            ops.get(15),
+        )
+        else {
+            return Err(unsupported(pc, "malformed texture instruction"));
+        };
+        let shadow = int(0) != 0;
+        if int(3) != 0 {
+            return Err(unsupported(pc, "texture gathers"));
+        }
+        if int(14) != 0 {
+            return Err(unsupported(pc, "texel offsets"));
+        }
+        if int(5) & 2 != 0 {
+            return Err(unsupported(pc, "sparse texture residency"));
+        }
+        let mask = int(4) as u8;
+        let dim = int(10) as u32;
+        let lod_mode = int(12);
+        let load = ins.op == Op::TextureLoad;
+        // Coordinates of every present lane, for quad derivatives.
+        let mut all_coords = [[0u32; 4]; LANES];
+        for lane in lanes(self.present) {
+            all_coords[lane] = self.read_run(coords, lane);
+        }
+        let derivative = |lane: usize, neighbour: usize| -> [f32; 3] {
+            let (hi, lo) = (all_coords[lane | neighbour], all_coords[lane & !neighbour]);
+            [0, 1, 2].map(|k| f32::from_bits(hi[k]) - f32::from_bits(lo[k]))
+        };
+        for lane in lanes(exec) {
+            let scalar = |s: &SimdGroup| -> f32 {
+                match lod_operand {
+                    Operand::Value(v) => {
+                        let bits = s.lane_value(v, lane, env.uniforms);
+                        if load {
+                            bits as u16 as f32
+                        } else {
+                            half_to_f32(bits)
+                        }
+                    }
+                    _ => 0.0,
+                }
+            };
+            let lod = match lod_mode {
+                0 if load => LodArgument::Explicit(0.0),
+                0 | 1 | 5 => LodArgument::Auto {
+                    ddx: derivative(lane, 1),
+                    ddy: derivative(lane, 2),
+                    bias: if lod_mode == 0 { 0.0 } else { scalar(self) },
+                },
+                2 | 6 => LodArgument::Explicit(scalar(self)),
+                4 | 12 => {
+                    let Operand::Regs(grads) = lod_operand else {
+                        return Err(unsupported(pc, "malformed gradients"));
+                    };
+                    let axes = usize::from(grads.count / 2);
+                    let mut ddx = [0f32; 3];
+                    let mut ddy = [0f32; 3];
+                    for k in 0..axes.min(3) {
+                        ddx[k] = f32::from_bits(self.read(grads.reg(k as u16), lane) as u32);
+                        ddy[k] =
+                            f32::from_bits(self.read(grads.reg((axes + k) as u16), lane) as u32);
+                    }
+                    LodArgument::Gradient { ddx, ddy }
+                }
+                m => return Err(unsupported(pc, format!("LOD mode {m}"))),
+            };
+            let request = TextureRequest {
+                load,
+                texture: self.texture_handle(handle, base, lane, env.uniforms),
+                sampler: self.lane_value(sampler, lane, env.uniforms) as u32,
+                dim,
+                coords: all_coords[lane],
+                lod,
+                compare: shadow.then(|| f32::from_bits(self.read(extra.first, lane) as u32)),
+                mask,
+                half: data.first.size == Size::S16,
+            };
+            let texel = env
+                .io
+                .texture(lane, &request)
+                .map_err(|error| ExecError::Io { pc, error })?;
+            let values: Vec<u32> = (0..4)
+                .filter(|c| mask & (1 << c) != 0)
+                .map(|c| texel[c])
+                .collect();
+            self.write_run(data, lane, &values);
+        }
+        Ok(())
+    }
+}
