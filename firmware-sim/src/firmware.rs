@@ -20,6 +20,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use agx_fwif::addr::FwVa;
 use agx_fwif::coprocessor::{BootParams, Coprocessor, RunningFirmware};
 use agx_fwif::messages::{
     BarrierBody, CommandHeader, CommandTag, DeviceControlKind, DeviceControlMsg, EventKind,
@@ -66,7 +67,7 @@ pub use agx_fwif::coprocessor::Interrupt;
 /// A work queue the firmware knows of.
 #[derive(Debug, Clone, Copy)]
 struct ActiveQueue {
-    info: u64,
+    info: FwVa,
     vm_slot: u32,
     /// Run up to this write index (from the latest message).
     limit: u32,
@@ -96,7 +97,7 @@ pub type GpuPhysicalMemory = Arc<dyn PhysicalMemory + Send + Sync>;
 impl Firmware {
     /// Boots the firmware from the init block at `init`.
     pub fn boot(
-        init: u64,
+        init: FwVa,
         memory: FirmwareMemory,
         gpu_memory: GpuPhysicalMemory,
         interrupt: Arc<dyn Interrupt>,
@@ -205,7 +206,7 @@ impl Coprocessor for SimulatedCoprocessor {
     fn boot(&self, params: BootParams) -> Box<dyn RunningFirmware> {
         let view = FirmwareView::new(Arc::clone(&self.memory), params.ttb1);
         Box::new(Firmware::boot(
-            params.init.get(),
+            params.init,
             Arc::new(view),
             Arc::clone(&self.memory),
             params.interrupt,
@@ -228,7 +229,7 @@ enum FirmwareError {
     #[error("shared memory: {0}")]
     Ring(#[from] RingError),
     #[error("malformed structure at {address:#x}: {what}")]
-    Malformed { address: u64, what: &'static str },
+    Malformed { address: FwVa, what: &'static str },
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -245,10 +246,10 @@ struct State {
     interrupt: Arc<dyn Interrupt>,
     engine: Box<dyn Engine>,
     /// Known work queues by their info address.
-    queues: BTreeMap<u64, ActiveQueue>,
+    queues: BTreeMap<FwVa, ActiveQueue>,
     /// Barriers waiting at the head of a work queue: (work queue, read
     /// index) -> when the wait began, for the watchdog.
-    barrier_waits: BTreeMap<(u64, u32), Instant>,
+    barrier_waits: BTreeMap<(FwVa, u32), Instant>,
     /// Device-control requests applied, and the count last published.
     controls_done: u32,
     controls_published: u32,
@@ -328,7 +329,7 @@ pub fn monotonic_ns() -> u64 {
 }
 
 impl State {
-    fn read<T: FromBytes + IntoBytes>(&self, address: u64) -> Result<T, FirmwareError> {
+    fn read<T: FromBytes + IntoBytes>(&self, address: FwVa) -> Result<T, FirmwareError> {
         let mut buf = vec![0u8; size_of::<T>()];
         self.memory.read(address, &mut buf)?;
         T::read_from_bytes(&buf).map_err(|_| FirmwareError::Malformed {
@@ -339,7 +340,7 @@ impl State {
 
     fn write<T: IntoBytes + zerocopy::Immutable>(
         &self,
-        address: u64,
+        address: FwVa,
         value: &T,
     ) -> Result<(), FirmwareError> {
         Ok(self.memory.write(address, value.as_bytes())?)
@@ -372,7 +373,7 @@ impl State {
             .push(&*self.memory, LogMsg::new(level, text).as_bytes());
     }
 
-    fn crash(&self, init_address: u64, error: &FirmwareError) {
+    fn crash(&self, init_address: FwVa, error: &FirmwareError) {
         tracing::error!(%error, "firmware crashed");
         if let Ok(init) = self.read::<InitData>(init_address) {
             // Log and event first: a host that sees `crashed` may read them.
@@ -386,7 +387,8 @@ impl State {
                 .as_bytes(),
             );
             let _ = self.memory.write(
-                init.status.get() + std::mem::offset_of!(FirmwareStatus, crashed) as u64,
+                init.status
+                    .offset(std::mem::offset_of!(FirmwareStatus, crashed) as u64),
                 &1u32.to_le_bytes(),
             );
         }
@@ -395,7 +397,7 @@ impl State {
 
     fn serve(
         &mut self,
-        init_address: u64,
+        init_address: FwVa,
         doorbell: &Doorbell,
         stop: &AtomicBool,
     ) -> Result<(), FirmwareError> {
@@ -412,7 +414,7 @@ impl State {
             booted: 1,
             ..FirmwareStatus::default()
         };
-        self.write(init.status.get(), &status)?;
+        self.write(init.status, &status)?;
         self.interrupt.raise();
         while !stop.load(Ordering::Acquire) {
             doorbell.wait(TICK);
@@ -427,7 +429,7 @@ impl State {
         while let Some(bytes) = init.device_control.pop(&*self.memory)? {
             let msg = DeviceControlMsg::read_from_bytes(&bytes).map_err(|_| {
                 FirmwareError::Malformed {
-                    address: init.device_control.entries.get(),
+                    address: init.device_control.entries,
                     what: "control",
                 }
             })?;
@@ -436,7 +438,7 @@ impl State {
         // Published only here, between passes over the queues: nothing
         // cancelled before this point is read again.
         if self.controls_done != self.controls_published {
-            self.write(init.status.get() + 16, &self.controls_done)?;
+            self.write(init.status.offset(16), &self.controls_done)?;
             self.controls_published = self.controls_done;
         }
         Ok(())
@@ -447,7 +449,7 @@ impl State {
         {
             match msg.kind {
                 k if k == DeviceControlKind::CancelWorkQueue as u32 => {
-                    self.queues.remove(&msg.args[0]);
+                    self.queues.remove(&FwVa(msg.args[0]));
                 }
                 k if k == DeviceControlKind::DestroyContext as u32 => {
                     let slot = msg.args[0] as u32;
@@ -465,20 +467,20 @@ impl State {
             while let Some(bytes) = ring.pop(&*self.memory)? {
                 let msg = RunWorkQueueMsg::read_from_bytes(&bytes).map_err(|_| {
                     FirmwareError::Malformed {
-                        address: ring.entries.get(),
+                        address: ring.entries,
                         what: "run message",
                     }
                 })?;
                 if msg.event_slot as usize >= EVENT_SLOTS {
                     return Err(FirmwareError::Malformed {
-                        address: ring.entries.get(),
+                        address: ring.entries,
                         what: "event slot",
                     });
                 }
                 self.queues.insert(
-                    msg.work_queue.get(),
+                    msg.work_queue,
                     ActiveQueue {
-                        info: msg.work_queue.get(),
+                        info: msg.work_queue,
                         vm_slot: msg.vm_slot,
                         limit: msg.write_index,
                         priority: index % PRIORITIES,
@@ -492,11 +494,11 @@ impl State {
     fn stamp(&self, init: &InitData, slot: u32) -> Result<u32, FirmwareError> {
         if slot as usize >= EVENT_SLOTS {
             return Err(FirmwareError::Malformed {
-                address: init.stamps.get(),
+                address: init.stamps,
                 what: "stamp slot",
             });
         }
-        self.read(init.stamps.get() + 4 * u64::from(slot))
+        self.read(init.stamps.offset(4 * u64::from(slot)))
     }
 
     /// Runs every queue as far as it can go, highest priority first.
@@ -522,7 +524,7 @@ impl State {
         if slot as usize >= VM_SLOTS || init.contexts.is_null() {
             return None;
         }
-        let raw: u64 = self.read(init.contexts.get() + 8 * u64::from(slot)).ok()?;
+        let raw: u64 = self.read(init.contexts.offset(8 * u64::from(slot))).ok()?;
         let ttb = UatTtb::unpack(&raw.to_le_bytes()).value;
         ttb.valid.then_some(ttb.root)
     }
@@ -530,8 +532,8 @@ impl State {
     /// Writes a command's timestamp (GPU time: `CLOCK_MONOTONIC` in ns).
     /// A timestamp buffer that is not mapped is the kmd's bug; it is
     /// logged, not fatal.
-    fn timestamp_at(&self, init: &InitData, address: u64, now_ns: u64) {
-        if address == 0 {
+    fn timestamp_at(&self, init: &InitData, address: FwVa, now_ns: u64) {
+        if address.is_null() {
             return;
         }
         if self.write(address, &now_ns).is_err() {
@@ -555,7 +557,7 @@ impl State {
                     what: "work queue index",
                 });
             }
-            let command: u64 = self.read(info.ring.get() + 8 * u64::from(info.gpu_read_index))?;
+            let command: FwVa = self.read(info.ring.offset(8 * u64::from(info.gpu_read_index)))?;
             let header: CommandHeader = self.read(command)?;
             let tag = CommandTag::from_raw(header.tag).ok_or(FirmwareError::Malformed {
                 address: command,
@@ -570,7 +572,8 @@ impl State {
                 });
             }
             let mut body = vec![0u8; size - header_bytes];
-            self.memory.read(command + header_bytes as u64, &mut body)?;
+            self.memory
+                .read(command.offset(header_bytes as u64), &mut body)?;
             let outcome = match tag {
                 CommandTag::Barrier => {
                     let body = BarrierBody::read_from_prefix(&body)
@@ -609,7 +612,7 @@ impl State {
                 }
                 CommandTag::RunVertex | CommandTag::RunFragment | CommandTag::RunCompute => {
                     let start_ns = monotonic_ns();
-                    self.timestamp_at(init, header.timestamp_start.get(), start_ns);
+                    self.timestamp_at(init, header.timestamp_start, start_ns);
                     let services = Services {
                         memory: &*self.memory,
                         interrupt: &*self.interrupt,
@@ -617,7 +620,7 @@ impl State {
                         deferred: RefCell::new(Vec::new()),
                     };
                     let ctx = RunContext {
-                        command,
+                        command: command.get(),
                         body: &body,
                         vm_slot: queue.vm_slot,
                         ttb0: self.context_root(init, queue.vm_slot),
@@ -633,7 +636,7 @@ impl State {
                         self.apply_control(init, &msg);
                     }
                     let end_ns = monotonic_ns();
-                    self.timestamp_at(init, header.timestamp_end.get(), end_ns);
+                    self.timestamp_at(init, header.timestamp_end, end_ns);
                     let pipe_type = match tag {
                         CommandTag::RunVertex => PipeType::Vertex,
                         CommandTag::RunFragment => PipeType::Fragment,
@@ -684,13 +687,13 @@ impl State {
             if failed {
                 self.event(init, event)?;
             }
-            self.write(init.stamps.get() + 4 * u64::from(slot), &header.stamp_value)?;
+            self.write(init.stamps.offset(4 * u64::from(slot)), &header.stamp_value)?;
             info.gpu_read_index = (info.gpu_read_index + 1) % info.entries;
             info.gpu_done_index = info.gpu_read_index;
             // Only the firmware's own fields: the kmd may be advancing
             // cpu_write_index concurrently.
-            self.write(queue.info + WQ_GPU_READ_INDEX, &info.gpu_read_index)?;
-            self.write(queue.info + WQ_GPU_DONE_INDEX, &info.gpu_done_index)?;
+            self.write(queue.info.offset(WQ_GPU_READ_INDEX), &info.gpu_read_index)?;
+            self.write(queue.info.offset(WQ_GPU_DONE_INDEX), &info.gpu_done_index)?;
             if failed {
                 self.interrupt.raise();
             } else {

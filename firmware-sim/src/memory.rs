@@ -10,6 +10,7 @@
 
 use std::sync::atomic::Ordering;
 
+use agx_fwif::addr::FwVa;
 use agx_fwif::messages::FaultUnit;
 use agx_fwif::ring::SharedMemory;
 use agx_hw::formats::UatFaultReason;
@@ -97,8 +98,8 @@ impl<'a> GpuVm<'a> {
     /// Reads `buf.len()` bytes at GPU address `va`.
     pub fn read(&self, va: u64, buf: &mut [u8]) -> Result<(), UatFault> {
         if let Some(kernel) = self.kernel(va) {
-            return kernel.read(va, buf).map_err(|e| UatFault {
-                va: e.address,
+            return kernel.read(FwVa(va), buf).map_err(|e| UatFault {
+                va: e.address.get(),
                 reason: UatFaultReason::Unmapped,
                 level: 0,
                 read: true,

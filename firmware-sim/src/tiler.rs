@@ -830,7 +830,7 @@ pub fn draw<'a>(
 pub(crate) fn tvb_info(ctx: &RunContext<'_>, buffer: FwVa) -> Result<TvbInfo, EngineResult> {
     let mut bytes = [0u8; size_of::<TvbInfo>()];
     ctx.firmware
-        .read(buffer.get(), &mut bytes)
+        .read(buffer, &mut bytes)
         .map_err(|_| unsupported(buffer.get(), FaultUnit::Firmware))?;
     TvbInfo::read_from_bytes(&bytes).map_err(|_| unsupported(buffer.get(), FaultUnit::Firmware))
 }

@@ -147,10 +147,9 @@ fn vertex(ctx: &RunContext<'_>, workers: usize) -> Result<(), EngineResult> {
         ),
     ];
     for (offset, value) in report {
-        let _ = ctx.firmware.write(
-            body.buffer.offset(offset as u64).get(),
-            &value.to_le_bytes(),
-        );
+        let _ = ctx
+            .firmware
+            .write(body.buffer.offset(offset as u64), &value.to_le_bytes());
     }
     Ok(())
 }

@@ -22,18 +22,24 @@ const BASE: u64 = 0xFFFF_FFA0_0000_0000;
 struct Flat(Mutex<Vec<u8>>);
 
 impl SharedMemory for Flat {
-    fn read(&self, address: u64, buf: &mut [u8]) -> Result<(), MemoryError> {
+    fn read(&self, address: FwVa, buf: &mut [u8]) -> Result<(), MemoryError> {
         let mem = self.0.lock().unwrap();
-        let start = address.checked_sub(BASE).ok_or(MemoryError { address })? as usize;
+        let start = address
+            .get()
+            .checked_sub(BASE)
+            .ok_or(MemoryError { address })? as usize;
         buf.copy_from_slice(
             mem.get(start..start + buf.len())
                 .ok_or(MemoryError { address })?,
         );
         Ok(())
     }
-    fn write(&self, address: u64, data: &[u8]) -> Result<(), MemoryError> {
+    fn write(&self, address: FwVa, data: &[u8]) -> Result<(), MemoryError> {
         let mut mem = self.0.lock().unwrap();
-        let start = address.checked_sub(BASE).ok_or(MemoryError { address })? as usize;
+        let start = address
+            .get()
+            .checked_sub(BASE)
+            .ok_or(MemoryError { address })? as usize;
         mem.get_mut(start..start + data.len())
             .ok_or(MemoryError { address })?
             .copy_from_slice(data);
@@ -79,12 +85,12 @@ impl Kmd {
     }
 
     fn put<T: IntoBytes + Immutable>(&self, address: u64, value: &T) {
-        self.memory.write(address, value.as_bytes()).unwrap();
+        self.memory.write(FwVa(address), value.as_bytes()).unwrap();
     }
 
     fn get<T: FromBytes>(&self, address: u64) -> T {
         let mut buf = vec![0u8; size_of::<T>()];
-        self.memory.read(address, &mut buf).unwrap();
+        self.memory.read(FwVa(address), &mut buf).unwrap();
         T::read_from_bytes(&buf).unwrap()
     }
 
@@ -154,7 +160,7 @@ impl Kmd {
             ..CommandHeader::default()
         };
         self.put(address, &header);
-        self.memory.write(address + 32, body).unwrap();
+        self.memory.write(FwVa(address + 32), body).unwrap();
         address
     }
 
@@ -187,13 +193,13 @@ impl Kmd {
         }
         self.memory
             .write(
-                info.ring.get() + 8 * u64::from(info.cpu_write_index),
+                info.ring.offset(8 * u64::from(info.cpu_write_index)),
                 &command.to_le_bytes(),
             )
             .unwrap();
         info.cpu_write_index = msg_write;
         self.memory
-            .write(queue + 16, &info.cpu_write_index.to_le_bytes())
+            .write(FwVa(queue + 16), &info.cpu_write_index.to_le_bytes())
             .unwrap();
         ring.push(&*self.memory, msg.as_bytes()).unwrap();
         firmware.doorbell().ring();
@@ -226,7 +232,7 @@ impl Kmd {
     fn boot(&self) -> (Firmware, Arc<Irq>) {
         let irq = Arc::new(Irq::default());
         let fw = Firmware::boot(
-            self.init,
+            FwVa(self.init),
             self.memory.clone(),
             Arc::new(NoRam),
             irq.clone(),
@@ -320,7 +326,7 @@ fn corrupt_structures_crash_the_firmware_not_the_process() {
     let (firmware, _irq) = kmd.boot_and_wait();
     let queue = kmd.work_queue(16);
     let bogus = kmd.command(CommandTag::Barrier, 0, 0x100, &[0; 8]);
-    kmd.memory.write(bogus, &77u32.to_le_bytes()).unwrap(); // unknown tag
+    kmd.memory.write(FwVa(bogus), &77u32.to_le_bytes()).unwrap(); // unknown tag
     assert!(kmd.submit(&firmware, queue, bogus, 0, 1));
     until("crash", || {
         kmd.get::<FirmwareStatus>(kmd.init_data.status.get())
@@ -333,7 +339,7 @@ fn corrupt_structures_crash_the_firmware_not_the_process() {
     let mut broken = Kmd::new(8, 8);
     broken
         .memory
-        .write(broken.init, &0u64.to_le_bytes())
+        .write(FwVa(broken.init), &0u64.to_le_bytes())
         .unwrap();
     let (_fw, _irq) = broken.boot();
     until("boot crash", || {
@@ -456,7 +462,7 @@ fn a_mid_render_grow_request_waits_for_the_kmds_answer() {
     let answers = Arc::new(Mutex::new(Vec::new()));
     let irq = Arc::new(Irq::default());
     let firmware = Firmware::boot(
-        kmd.init,
+        FwVa(kmd.init),
         kmd.memory.clone(),
         Arc::new(NoRam),
         irq,
@@ -549,7 +555,7 @@ fn a_panic_in_the_gpu_model_is_a_reported_firmware_crash() {
     let mut kmd = Kmd::new(8, 64);
     let irq = Arc::new(Irq::default());
     let firmware = Firmware::boot(
-        kmd.init,
+        FwVa(kmd.init),
         kmd.memory.clone(),
         Arc::new(NoRam),
         irq,

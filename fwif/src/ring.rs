@@ -17,9 +17,9 @@ use crate::addr::FwVa;
 /// Memory both sides can reach, by the address the firmware uses.
 pub trait SharedMemory {
     /// Reads `buf.len()` bytes at `address`.
-    fn read(&self, address: u64, buf: &mut [u8]) -> Result<(), MemoryError>;
+    fn read(&self, address: FwVa, buf: &mut [u8]) -> Result<(), MemoryError>;
     /// Writes `data` at `address`.
-    fn write(&self, address: u64, data: &[u8]) -> Result<(), MemoryError>;
+    fn write(&self, address: FwVa, data: &[u8]) -> Result<(), MemoryError>;
 }
 
 /// A shared-memory access that failed (the address is not mapped for
@@ -28,7 +28,7 @@ pub trait SharedMemory {
 #[error("shared memory at {address:#x} is not accessible")]
 pub struct MemoryError {
     /// The first inaccessible address.
-    pub address: u64,
+    pub address: FwVa,
 }
 
 /// The state block of a ring.
@@ -100,7 +100,7 @@ pub enum RingError {
     Memory(#[from] MemoryError),
 }
 
-fn read_u32(memory: &dyn SharedMemory, address: u64) -> Result<u32, MemoryError> {
+fn read_u32(memory: &dyn SharedMemory, address: FwVa) -> Result<u32, MemoryError> {
     let mut buf = [0u8; 4];
     memory.read(address, &mut buf)?;
     Ok(u32::from_le_bytes(buf))
@@ -108,7 +108,7 @@ fn read_u32(memory: &dyn SharedMemory, address: u64) -> Result<u32, MemoryError>
 
 impl RingDesc {
     fn index(&self, memory: &dyn SharedMemory, offset: u64) -> Result<u32, RingError> {
-        let index = read_u32(memory, self.state.get() + offset)?;
+        let index = read_u32(memory, self.state.offset(offset))?;
         if index >= self.entry_count {
             return Err(RingError::Corrupt {
                 index,
@@ -118,8 +118,9 @@ impl RingDesc {
         Ok(index)
     }
 
-    fn entry_address(&self, index: u32) -> u64 {
-        self.entries.get() + u64::from(index) * u64::from(self.entry_bytes)
+    fn entry_address(&self, index: u32) -> FwVa {
+        self.entries
+            .offset(u64::from(index) * u64::from(self.entry_bytes))
     }
 
     /// Producer side: appends one message.
@@ -137,7 +138,7 @@ impl RingDesc {
             return Err(RingError::Full);
         }
         memory.write(self.entry_address(write), message)?;
-        memory.write(self.state.get() + WRITE_INDEX_OFFSET, &next.to_le_bytes())?;
+        memory.write(self.state.offset(WRITE_INDEX_OFFSET), &next.to_le_bytes())?;
         Ok(())
     }
 
@@ -151,7 +152,7 @@ impl RingDesc {
         let mut message = vec![0u8; self.entry_bytes as usize];
         memory.read(self.entry_address(read), &mut message)?;
         memory.write(
-            self.state.get() + READ_INDEX_OFFSET,
+            self.state.offset(READ_INDEX_OFFSET),
             &((read + 1) % self.entry_count).to_le_bytes(),
         )?;
         Ok(Some(message))
@@ -172,18 +173,18 @@ mod tests {
     struct Flat(RefCell<Vec<u8>>);
 
     impl SharedMemory for Flat {
-        fn read(&self, address: u64, buf: &mut [u8]) -> Result<(), MemoryError> {
+        fn read(&self, address: FwVa, buf: &mut [u8]) -> Result<(), MemoryError> {
             let mem = self.0.borrow();
-            let start = address as usize;
+            let start = address.get() as usize;
             let src = mem
                 .get(start..start + buf.len())
                 .ok_or(MemoryError { address })?;
             buf.copy_from_slice(src);
             Ok(())
         }
-        fn write(&self, address: u64, data: &[u8]) -> Result<(), MemoryError> {
+        fn write(&self, address: FwVa, data: &[u8]) -> Result<(), MemoryError> {
             let mut mem = self.0.borrow_mut();
-            let start = address as usize;
+            let start = address.get() as usize;
             let dst = mem
                 .get_mut(start..start + data.len())
                 .ok_or(MemoryError { address })?;
@@ -225,7 +226,7 @@ mod tests {
         );
         // A corrupt index from the other side is an error, not a panic.
         memory
-            .write(WRITE_INDEX_OFFSET, &99u32.to_le_bytes())
+            .write(FwVa(WRITE_INDEX_OFFSET), &99u32.to_le_bytes())
             .unwrap();
         assert_eq!(
             ring.pop(&memory),

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use agx_hw::uat::{self, Access, PhysicalMemory, PAGE_BYTES};
 
-use crate::addr::PhysAddr;
+use crate::addr::{FwVa, PhysAddr};
 use crate::ring::{MemoryError, SharedMemory};
 
 /// Physical memory shared across threads.
@@ -45,7 +45,7 @@ impl FirmwareView {
 
     fn access(
         &self,
-        address: u64,
+        address: FwVa,
         len: usize,
         write: bool,
         mut f: impl FnMut(u64, usize, usize) -> bool,
@@ -59,13 +59,14 @@ impl FirmwareView {
         while done < len {
             let va = address
                 .checked_add(done as u64)
-                .ok_or(MemoryError { address })?;
+                .ok_or(MemoryError { address })?
+                .get();
             let in_page = (PAGE_BYTES - va % PAGE_BYTES) as usize;
             let chunk = in_page.min(len - done);
             let t = uat::translate_upper(&*self.memory, self.ttb1.get(), va, kind)
-                .map_err(|_| MemoryError { address: va })?;
+                .map_err(|_| MemoryError { address: FwVa(va) })?;
             if !f(t.pa, done, chunk) {
-                return Err(MemoryError { address: va });
+                return Err(MemoryError { address: FwVa(va) });
             }
             done += chunk;
         }
@@ -74,14 +75,14 @@ impl FirmwareView {
 }
 
 impl SharedMemory for FirmwareView {
-    fn read(&self, address: u64, buf: &mut [u8]) -> Result<(), MemoryError> {
+    fn read(&self, address: FwVa, buf: &mut [u8]) -> Result<(), MemoryError> {
         let len = buf.len();
         self.access(address, len, false, |pa, at, n| {
             self.memory.read(pa, &mut buf[at..at + n]).is_ok()
         })
     }
 
-    fn write(&self, address: u64, data: &[u8]) -> Result<(), MemoryError> {
+    fn write(&self, address: FwVa, data: &[u8]) -> Result<(), MemoryError> {
         self.access(address, data.len(), true, |pa, at, n| {
             self.memory.write(pa, &data[at..at + n]).is_ok()
         })

@@ -249,13 +249,13 @@ impl FirmwareLink {
             *pipe = ring(&vm, PIPE_ENTRIES, 32, "agx-fw-pipe")?;
         }
         let view = view_of(&vm);
+        let init = FwVa(init);
         view.write(init, init_data.as_bytes())
             .map_err(|e| AllocError::Host(e.to_string()))?;
         let irq = Arc::new(Irq {
             events,
             ..Irq::default()
         });
-        let init = FwVa(init);
         let firmware = coprocessor.boot(BootParams {
             init,
             ttb1: vm.root_pa(),
@@ -284,7 +284,7 @@ impl FirmwareLink {
             .map_or(0, u64::from_le_bytes)
         });
         let _ = self.view.write(
-            self.init_data.contexts.get() + 8 * u64::from(slot),
+            self.init_data.contexts.offset(8 * u64::from(slot)),
             &raw.to_le_bytes(),
         );
     }
@@ -292,7 +292,7 @@ impl FirmwareLink {
     /// Every event slot's stamp.
     pub fn stamps(&self) -> [u32; EVENT_SLOTS] {
         let mut bytes = [0u8; EVENT_SLOTS * 4];
-        let _ = self.view.read(self.init_data.stamps.get(), &mut bytes);
+        let _ = self.view.read(self.init_data.stamps, &mut bytes);
         let mut out = [0u32; EVENT_SLOTS];
         for (value, chunk) in out.iter_mut().zip(bytes.chunks_exact(4)) {
             *value = u32::from_le_bytes([chunk[0], chunk[1], chunk[2], chunk[3]]);
@@ -303,7 +303,7 @@ impl FirmwareLink {
     /// The firmware's status block.
     pub fn status(&self) -> Option<FirmwareStatus> {
         let mut buf = [0u8; size_of::<FirmwareStatus>()];
-        self.view.read(self.init_data.status.get(), &mut buf).ok()?;
+        self.view.read(self.init_data.status, &mut buf).ok()?;
         FirmwareStatus::read_from_bytes(&buf).ok()
     }
 

@@ -81,11 +81,11 @@ const STAGES: [Stage; 3] = [Stage::Vertex, Stage::Fragment, Stage::Compute];
 #[derive(Debug, Clone)]
 struct StageState {
     /// Its [`WorkQueueInfo`].
-    info: u64,
+    info: FwVa,
     /// Its ring of command addresses.
-    ring: u64,
+    ring: FwVa,
     /// [`STAGE_COMMAND_SLOTS`] command objects.
-    slab: u64,
+    slab: FwVa,
     /// The next ring entry the kmd writes.
     write_index: u32,
     /// Commands handed to the firmware and not yet retired.
@@ -103,12 +103,12 @@ struct StageState {
 #[derive(Debug)]
 struct TvbHeap {
     policy: Tvb,
-    /// [`TvbInfo`] address (firmware).
-    info: u64,
-    /// Block list address (firmware).
-    block_list: u64,
-    /// Page list address (firmware).
-    page_list: u64,
+    /// [`TvbInfo`] address.
+    info: FwVa,
+    /// Block list address.
+    block_list: FwVa,
+    /// Page list address.
+    page_list: FwVa,
     /// The mapped chunks of blocks: (VM address, blocks), in block-list
     /// order.
     chunks: Vec<(u64, u64)>,
@@ -296,7 +296,7 @@ pub struct Scheduler {
     thread: Mutex<Option<JoinHandle<()>>>,
 }
 
-fn write<T: IntoBytes + Immutable>(memory: &dyn SharedMemory, address: u64, value: &T) {
+fn write<T: IntoBytes + Immutable>(memory: &dyn SharedMemory, address: FwVa, value: &T) {
     // The kmd's own allocations are always mapped; a failure here is a
     // bug the firmware will report as a crash.
     if let Err(e) = memory.write(address, value.as_bytes()) {
@@ -304,14 +304,14 @@ fn write<T: IntoBytes + Immutable>(memory: &dyn SharedMemory, address: u64, valu
     }
 }
 
-fn read<T: FromBytes>(memory: &dyn SharedMemory, address: u64) -> Option<T> {
+fn read<T: FromBytes>(memory: &dyn SharedMemory, address: FwVa) -> Option<T> {
     let mut buf = vec![0u8; size_of::<T>()];
     memory.read(address, &mut buf).ok()?;
     T::read_from_bytes(&buf).ok()
 }
 
 fn ring_room(memory: &dyn SharedMemory, ring: &RingDesc) -> u32 {
-    let Some(state) = read::<RingState>(memory, ring.state.get()) else {
+    let Some(state) = read::<RingState>(memory, ring.state) else {
         return 0;
     };
     let used = (state.write_index + ring.entry_count - state.read_index) % ring.entry_count;
@@ -421,10 +421,10 @@ impl Scheduler {
         let fw = &self.link.vm;
         let mut allocations = Vec::new();
         let result = (|| -> Result<QueueHw, AllocError> {
-            let mut alloc = |bytes: u64, name: &str| -> Result<u64, AllocError> {
+            let mut alloc = |bytes: u64, name: &str| -> Result<FwVa, AllocError> {
                 let va = fw.alloc(bytes, name)?;
                 allocations.push(va);
-                Ok(va)
+                Ok(FwVa(va))
             };
             let mut stages = Vec::new();
             for _ in STAGES {
@@ -473,12 +473,12 @@ impl Scheduler {
             };
             for stage in &queue.stages {
                 let mut wq = WorkQueueInfo {
-                    ring: FwVa(stage.ring),
+                    ring: stage.ring,
                     entries: WORK_QUEUE_ENTRIES,
                     ..WorkQueueInfo::default()
                 };
                 if stage.info == queue.stages[0].info {
-                    wq.buffer = FwVa(info);
+                    wq.buffer = info;
                 }
                 write(&self.link.view, stage.info, &wq);
             }
@@ -486,7 +486,7 @@ impl Scheduler {
                 &self.link.view,
                 info,
                 &TvbInfo {
-                    page_list: FwVa(page_list),
+                    page_list,
                     buffer_id: id as u32,
                     ..TvbInfo::default()
                 },
@@ -569,7 +569,7 @@ impl Scheduler {
         heap.policy.shrunk(heap.mapped_blocks);
         write(
             &self.link.view,
-            heap.info + TVB_BLOCK_COUNT,
+            heap.info.offset(TVB_BLOCK_COUNT),
             &(heap.mapped_blocks as u32),
         );
         queue.tvb_dirty = true;
@@ -604,27 +604,28 @@ impl Scheduler {
         let entries: Vec<u32> = (0..new_blocks)
             .map(|i| ((va + i * tvb::BLOCK_BYTES) / TVB_PAGE_BYTES) as u32)
             .collect();
-        let _ = self
-            .link
-            .view
-            .write(heap.block_list + 4 * heap.mapped_blocks, entries.as_bytes());
+        let _ = self.link.view.write(
+            heap.block_list.offset(4 * heap.mapped_blocks),
+            entries.as_bytes(),
+        );
         let pages: Vec<u32> = (0..new_blocks * tvb::BLOCK_PAGES)
             .map(|i| ((va + i * tvb::PAGE_BYTES) / TVB_PAGE_BYTES) as u32)
             .collect();
         let _ = self.link.view.write(
-            heap.page_list + 4 * heap.mapped_blocks * tvb::BLOCK_PAGES,
+            heap.page_list
+                .offset(4 * heap.mapped_blocks * tvb::BLOCK_PAGES),
             pages.as_bytes(),
         );
         heap.mapped_blocks += new_blocks;
         // Only the kmd's fields: the firmware updates the statistics.
         write(
             &self.link.view,
-            heap.info + TVB_BLOCK_LIST,
+            heap.info.offset(TVB_BLOCK_LIST),
             &heap.block_list,
         );
         write(
             &self.link.view,
-            heap.info + TVB_BLOCK_COUNT,
+            heap.info.offset(TVB_BLOCK_COUNT),
             &(heap.mapped_blocks as u32),
         );
     }
@@ -679,7 +680,7 @@ impl Scheduler {
                             let msg = DeviceControlMsg {
                                 kind: DeviceControlKind::CancelWorkQueue as u32,
                                 pad: 0,
-                                args: [stage.info, 0, 0, 0, 0, 0, 0],
+                                args: [stage.info.get(), 0, 0, 0, 0, 0, 0],
                             };
                             let _ = control.push(&self.link.view, msg.as_bytes());
                         }
@@ -715,7 +716,7 @@ impl Scheduler {
 
     /// The firmware address of queue `id`'s parameter-buffer control block
     /// ([`TvbInfo`]), for tools and tests.
-    pub fn tvb_info_address(&self, id: u64) -> Option<u64> {
+    pub fn tvb_info_address(&self, id: u64) -> Option<FwVa> {
         self.state().queues.get(&id).map(|q| q.tvb.info)
     }
 
@@ -1066,11 +1067,15 @@ impl Scheduler {
         // Publish: each stage's write index, then one run message per stage.
         for segment in builder.segments.values() {
             let s = &mut queue.stages[segment.stage as usize];
-            write(&self.link.view, s.info + WQ_CPU_WRITE_INDEX, &s.write_index);
+            write(
+                &self.link.view,
+                s.info.offset(WQ_CPU_WRITE_INDEX),
+                &s.write_index,
+            );
             let msg = RunWorkQueueMsg {
                 pipe_type: segment.stage as u32,
                 event_slot: segment.slot,
-                work_queue: FwVa(s.info),
+                work_queue: s.info,
                 write_index: s.write_index,
                 is_new: u32::from(s.is_new),
                 vm_slot,
@@ -1119,7 +1124,7 @@ impl Scheduler {
         for (command, timestamps) in job.commands.iter().zip(&job.timestamps) {
             let addrs = QueueAddrs {
                 usc_exec_base: GpuVa(queue.usc_exec_base),
-                tvb_info: FwVa(queue.tvb.info),
+                tvb_info: queue.tvb.info,
             };
             match command {
                 Command::Render {
@@ -1201,13 +1206,13 @@ impl Scheduler {
             queue.tvb.policy.growth_failed(queue.tvb.mapped_blocks);
         }
         if info.vm_slot != vm_slot {
-            write(view, queue.tvb.info + TVB_VM_SLOT, &vm_slot);
+            write(view, queue.tvb.info.offset(TVB_VM_SLOT), &vm_slot);
         }
         if queue.tvb_dirty {
             queue.tvb_dirty = false;
             let body = InitBufferBody {
-                buffer: FwVa(queue.tvb.info),
-                block_list: FwVa(queue.tvb.block_list),
+                buffer: queue.tvb.info,
+                block_list: queue.tvb.block_list,
                 block_count: queue.tvb.mapped_blocks as u32,
                 pad: 0,
             };
@@ -1251,12 +1256,17 @@ impl Builder<'_> {
             timestamp_start: FwVa(timestamps[0]),
             timestamp_end: FwVa(timestamps[1]),
         };
-        let object = s.slab + u64::from(s.write_index % STAGE_COMMAND_SLOTS) * COMMAND_SLOT_BYTES;
+        let object = s
+            .slab
+            .offset(u64::from(s.write_index % STAGE_COMMAND_SLOTS) * COMMAND_SLOT_BYTES);
         let mut bytes = header.as_bytes().to_vec();
         bytes.extend_from_slice(body);
         let view = &self.link.view;
         let _ = view.write(object, &bytes);
-        let _ = view.write(s.ring + 8 * u64::from(s.write_index), &object.to_le_bytes());
+        let _ = view.write(
+            s.ring.offset(8 * u64::from(s.write_index)),
+            object.as_bytes(),
+        );
         s.write_index = (s.write_index + 1) % WORK_QUEUE_ENTRIES;
         s.in_flight += 1;
         self.commands += 1;

@@ -59,7 +59,7 @@ fn a_firmware_crash_fails_driver_ioctls_with_enodev_but_not_the_core() {
     };
     booted
         .view
-        .write(booted.init.status.get(), status.as_bytes())
+        .write(booted.init.status, status.as_bytes())
         .unwrap();
     booted.post(EventMsg {
         kind: EventKind::Crash as u32,

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use agx_firmware_sim::firmware::SimulatedCoprocessor;
 use agx_firmware_sim::memory::GpuVm;
+use agx_fwif::addr::FwVa;
 use agx_fwif::messages::LogMsg;
 use agx_fwif::ring::SharedMemory;
 use agx_hw::formats::UatMemAttr;
@@ -40,10 +41,13 @@ fn the_firmware_boots_through_its_page_tables() {
     let init = link.init.get();
     assert!((FW_VA_START..FW_VA_END).contains(&init));
     let mut byte = [0u8; 1];
-    assert!(link.view.read(init + PAGE_BYTES, &mut byte).is_err());
+    assert!(link
+        .view
+        .read(link.init.offset(PAGE_BYTES), &mut byte)
+        .is_err());
     // The firmware cannot see user memory: the user half is not in its
     // tables.
-    assert!(link.view.read(0x4000, &mut byte).is_err());
+    assert!(link.view.read(FwVa(0x4000), &mut byte).is_err());
     drop(link);
     assert_eq!(pool.pages_in_use(), 0, "tables go back to the pool");
 }

@@ -773,7 +773,7 @@ fn a_firmware_crash_fails_everything_with_enodev_and_the_process_lives() {
     let ring = link.init_data.pipes[2 * 4 + 3];
     use agx_fwif::ring::SharedMemory;
     link.view
-        .write(ring.state.get() + 64, &9999u32.to_le_bytes())
+        .write(ring.state.offset(64), &9999u32.to_le_bytes())
         .unwrap();
     link.ring_doorbell();
     // The firmware may notice at its next tick, before the submission:
@@ -844,7 +844,7 @@ fn each_queue_has_a_parameter_buffer_in_its_vm_kernel_range_that_grows() {
         assert_eq!(info.block_count, 2048);
         let read_u32 = |at: u64| {
             let mut word = [0u8; 4];
-            link.view.read(at, &mut word).unwrap();
+            link.view.read(agx_fwif::addr::FwVa(at), &mut word).unwrap();
             u32::from_le_bytes(word)
         };
         let first_page = (KERNEL_START >> 15) as u32;

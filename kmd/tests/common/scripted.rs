@@ -36,7 +36,7 @@ impl Booted {
     pub fn status(&self) -> FirmwareStatus {
         let mut bytes = [0u8; size_of::<FirmwareStatus>()];
         self.view
-            .read(self.init.status.get(), &mut bytes)
+            .read(self.init.status, &mut bytes)
             .expect("status");
         FirmwareStatus::read_from_bytes(&bytes).expect("status")
     }
@@ -93,7 +93,7 @@ impl RunningFirmware for Running {
             status.controls_done = status.controls_done.wrapping_add(applied);
             booted
                 .view
-                .write(booted.init.status.get(), status.as_bytes())
+                .write(booted.init.status, status.as_bytes())
                 .expect("status");
             booted.interrupt.raise();
         }
@@ -106,15 +106,13 @@ impl Coprocessor for ScriptedCoprocessor {
     fn boot(&self, params: BootParams) -> Box<dyn RunningFirmware> {
         let view = FirmwareView::new(Arc::new(self.memory.clone()), params.ttb1);
         let mut bytes = [0u8; size_of::<InitData>()];
-        view.read(params.init.get(), &mut bytes)
-            .expect("init block");
+        view.read(params.init, &mut bytes).expect("init block");
         let init = InitData::read_from_bytes(&bytes).expect("init block");
         let status = FirmwareStatus {
             booted: 1,
             ..FirmwareStatus::default()
         };
-        view.write(init.status.get(), status.as_bytes())
-            .expect("status");
+        view.write(init.status, status.as_bytes()).expect("status");
         let line = LogMsg::new(0, "scripted firmware booted");
         init.log.push(&view, line.as_bytes()).expect("log ring");
         params.interrupt.raise();
