@@ -7,6 +7,7 @@ use std::time::Instant;
 
 use agx_fwif::messages::{FaultUnit, Helper};
 use agx_fwif::ring::SharedMemory;
+use agx_hw::addr::PhysAddr;
 use agx_hw::uat::PhysicalMemory;
 
 use zerocopy::FromBytes;
@@ -34,7 +35,7 @@ pub struct RunContext<'a> {
     pub vm_slot: u32,
     /// The root of that context's user page tables (`None`: the slot has
     /// no valid table).
-    pub ttb0: Option<u64>,
+    pub ttb0: Option<PhysAddr>,
     /// Physical memory, as the GPU's fabric sees it.
     pub memory: &'a (dyn PhysicalMemory + Sync),
     /// Memory as the firmware sees it.
@@ -49,7 +50,7 @@ pub struct RunContext<'a> {
 
 impl<'a> RunContext<'a> {
     /// The command's GPU context with its user half rooted at `root`.
-    pub fn vm(&self, root: u64) -> GpuVm<'a> {
+    pub fn vm(&self, root: PhysAddr) -> GpuVm<'a> {
         GpuVm::with_kernel(self.memory, root, self.firmware)
     }
 }

@@ -20,7 +20,6 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use agx_fwif::addr::FwVa;
 use agx_fwif::coprocessor::{BootParams, Coprocessor, RunningFirmware};
 use agx_fwif::messages::{
     BarrierBody, CommandHeader, CommandTag, DeviceControlKind, DeviceControlMsg, EventKind,
@@ -30,6 +29,7 @@ use agx_fwif::messages::{
 };
 use agx_fwif::ring::{RingError, SharedMemory};
 use agx_fwif::view::{FirmwareView, SharedPhysicalMemory};
+use agx_hw::addr::{FwVa, PhysAddr};
 use agx_hw::formats::UatTtb;
 use agx_hw::uat::PhysicalMemory;
 use zerocopy::{FromBytes, IntoBytes};
@@ -520,13 +520,13 @@ impl State {
     }
 
     /// The root of VM slot `slot`'s user page tables, if it has one.
-    fn context_root(&self, init: &InitData, slot: u32) -> Option<u64> {
+    fn context_root(&self, init: &InitData, slot: u32) -> Option<PhysAddr> {
         if slot as usize >= VM_SLOTS || init.contexts.is_null() {
             return None;
         }
         let raw: u64 = self.read(init.contexts.offset(8 * u64::from(slot))).ok()?;
         let ttb = UatTtb::unpack(&raw.to_le_bytes()).value;
-        ttb.valid.then_some(ttb.root)
+        ttb.valid.then_some(PhysAddr(ttb.root))
     }
 
     /// Writes a command's timestamp (GPU time: `CLOCK_MONOTONIC` in ns).

@@ -10,9 +10,9 @@
 
 use std::sync::atomic::Ordering;
 
-use agx_fwif::addr::FwVa;
 use agx_fwif::messages::FaultUnit;
 use agx_fwif::ring::SharedMemory;
+use agx_hw::addr::{FwVa, PhysAddr};
 use agx_hw::formats::UatFaultReason;
 use agx_hw::uat::{self, Access, PhysicalMemory, UatFault, PAGE_BYTES};
 use agx_hw::{Format, List, Sequence};
@@ -38,7 +38,7 @@ const TLB_PA_PAGE_BITS: u32 = 28;
 /// reached through a stale entry, even mid-command.
 pub struct GpuVm<'a> {
     memory: &'a (dyn PhysicalMemory + Sync),
-    root: u64,
+    root: PhysAddr,
     /// The kernel's half (ttb1), shared by every context: the firmware's
     /// view of it.
     kernel: Option<&'a (dyn SharedMemory + Sync)>,
@@ -67,7 +67,7 @@ impl Clone for GpuVm<'_> {
 
 impl<'a> GpuVm<'a> {
     /// The context rooted at `root`.
-    pub fn new(memory: &'a (dyn PhysicalMemory + Sync), root: u64) -> GpuVm<'a> {
+    pub fn new(memory: &'a (dyn PhysicalMemory + Sync), root: PhysAddr) -> GpuVm<'a> {
         GpuVm {
             memory,
             root,
@@ -81,7 +81,7 @@ impl<'a> GpuVm<'a> {
     /// kernel half every context shares (`kernel`, the firmware's view).
     pub fn with_kernel(
         memory: &'a (dyn PhysicalMemory + Sync),
-        root: u64,
+        root: PhysAddr,
         kernel: &'a (dyn SharedMemory + Sync),
     ) -> GpuVm<'a> {
         GpuVm {
@@ -125,7 +125,7 @@ impl<'a> GpuVm<'a> {
 
     /// Translates user-half address `va` for `access` (a GPU read or
     /// write), through the translation cache.
-    pub fn translate(&self, va: u64, access: Access) -> Result<u64, UatFault> {
+    pub fn translate(&self, va: u64, access: Access) -> Result<PhysAddr, UatFault> {
         // A page-table change since the entries were filled (an unmap:
         // the kernel's TLB shootdown) empties the cache.
         let generation = self.memory.translation_generation();
@@ -141,10 +141,10 @@ impl<'a> GpuVm<'a> {
         let allowed = if access.is_write() { 2 } else { 1 };
         if entry >> (2 + TLB_PA_PAGE_BITS) == page + 1 && entry & allowed != 0 {
             let pa_page = (entry >> 2) & ((1 << TLB_PA_PAGE_BITS) - 1);
-            return Ok(pa_page * PAGE_BYTES + va % PAGE_BYTES);
+            return Ok(PhysAddr(pa_page * PAGE_BYTES + va % PAGE_BYTES));
         }
         let t = uat::translate(self.memory, self.root, va, access)?;
-        let pa_page = t.pa / PAGE_BYTES;
+        let pa_page = t.pa.get() / PAGE_BYTES;
         if pa_page < 1 << TLB_PA_PAGE_BITS && page + 1 < 1 << (62 - TLB_PA_PAGE_BITS) {
             slot.store(
                 (page + 1) << (2 + TLB_PA_PAGE_BITS)
@@ -163,7 +163,7 @@ impl<'a> GpuVm<'a> {
     }
 
     /// The root of the context's user page tables.
-    pub fn root(&self) -> u64 {
+    pub fn root(&self) -> PhysAddr {
         self.root
     }
 

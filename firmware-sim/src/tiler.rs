@@ -30,8 +30,8 @@
 //! firmware asks the kmd to grow the buffer (GrowTVB) or, if it will not,
 //! does a partial render and starts again from an empty buffer.
 
-use agx_fwif::addr::FwVa;
 use agx_fwif::messages::{FaultUnit, TvbInfo, TVB_PAGE_BYTES};
+use agx_hw::addr::FwVa;
 use agx_hw::formats::{
     Cull, FragmentControl, FragmentFace, FragmentStencil, IndexListBlock, IndexSize, PppRecords,
     Primitive, VdmStateWords, Viewport,

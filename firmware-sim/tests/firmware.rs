@@ -7,13 +7,13 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use agx_firmware_sim::firmware::{Engine, EngineResult, Firmware, Interrupt, NoEngine, RunContext};
-use agx_fwif::addr::FwVa;
 use agx_fwif::messages::{
     BarrierBody, CommandHeader, CommandTag, DeviceControlKind, DeviceControlMsg, EventKind,
     EventMsg, FirmwareStatus, InitBufferBody, InitData, LogMsg, RunWorkQueueMsg, WorkQueueInfo,
     FAULT_UNSUPPORTED_WORK, INIT_MAGIC, INTERFACE_VERSION,
 };
 use agx_fwif::ring::{MemoryError, RingDesc, RingState, SharedMemory};
+use agx_hw::addr::{FwVa, PhysAddr};
 use agx_hw::uat::{PhysFault, PhysicalMemory};
 use zerocopy::{FromBytes, Immutable, IntoBytes};
 
@@ -51,10 +51,10 @@ impl SharedMemory for Flat {
 struct NoRam;
 
 impl PhysicalMemory for NoRam {
-    fn read(&self, pa: u64, _: &mut [u8]) -> Result<(), PhysFault> {
+    fn read(&self, pa: PhysAddr, _: &mut [u8]) -> Result<(), PhysFault> {
         Err(PhysFault { pa })
     }
-    fn write(&self, pa: u64, _: &[u8]) -> Result<(), PhysFault> {
+    fn write(&self, pa: PhysAddr, _: &[u8]) -> Result<(), PhysFault> {
         Err(PhysFault { pa })
     }
 }

@@ -12,7 +12,7 @@
 
 use std::sync::Arc;
 
-use crate::addr::{FwVa, PhysAddr};
+use agx_hw::addr::{FwVa, PhysAddr};
 
 /// The firmware -> kmd interrupt ("poll the event ring").
 pub trait Interrupt: Send + Sync {

@@ -13,11 +13,10 @@
 //! scheduler writes them and the simulated firmware serves them
 //! (`Documentation/firmware-interface.md`). How the kmd boots the firmware
 //! and how the two signal each other is [`coprocessor`]; the kinds of
-//! address that cross between them are [`addr`]; memory as the firmware
+//! address that cross between them are `agx_hw::addr`; memory as the firmware
 //! sees it is [`view`].
 #![forbid(unsafe_code)]
 
-pub mod addr;
 pub mod coprocessor;
 pub mod messages;
 pub mod ring;

@@ -17,8 +17,8 @@
 
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
-use crate::addr::{FwVa, GpuVa};
 use crate::ring::RingDesc;
+use agx_hw::addr::{FwVa, GpuVa};
 
 /// Pipe (stage) types of the submission rings.
 pub const PIPE_TYPES: usize = 3;

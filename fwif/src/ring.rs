@@ -12,7 +12,7 @@
 
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
-use crate::addr::FwVa;
+use agx_hw::addr::FwVa;
 
 /// Memory both sides can reach, by the address the firmware uses.
 pub trait SharedMemory {

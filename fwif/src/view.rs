@@ -11,8 +11,8 @@ use std::sync::Arc;
 
 use agx_hw::uat::{self, Access, PhysicalMemory, PAGE_BYTES};
 
-use crate::addr::{FwVa, PhysAddr};
 use crate::ring::{MemoryError, SharedMemory};
+use agx_hw::addr::{FwVa, PhysAddr};
 
 /// Physical memory shared across threads.
 pub type SharedPhysicalMemory = Arc<dyn PhysicalMemory + Send + Sync>;
@@ -48,7 +48,7 @@ impl FirmwareView {
         address: FwVa,
         len: usize,
         write: bool,
-        mut f: impl FnMut(u64, usize, usize) -> bool,
+        mut f: impl FnMut(PhysAddr, usize, usize) -> bool,
     ) -> Result<(), MemoryError> {
         let kind = if write {
             Access::FirmwareWrite
@@ -63,7 +63,7 @@ impl FirmwareView {
                 .get();
             let in_page = (PAGE_BYTES - va % PAGE_BYTES) as usize;
             let chunk = in_page.min(len - done);
-            let t = uat::translate_upper(&*self.memory, self.ttb1.get(), va, kind)
+            let t = uat::translate_upper(&*self.memory, self.ttb1, va, kind)
                 .map_err(|_| MemoryError { address: FwVa(va) })?;
             if !f(t.pa, done, chunk) {
                 return Err(MemoryError { address: FwVa(va) });

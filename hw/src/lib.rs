@@ -50,6 +50,7 @@
 //! their bit offset (`unk_52`) rather than by a guess.
 #![forbid(unsafe_code)]
 
+pub mod addr;
 pub mod doc;
 pub mod isa;
 pub mod layout;

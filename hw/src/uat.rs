@@ -10,6 +10,7 @@
 //! what the simulated GPU uses to translate, and what tests use to check
 //! the tables.
 
+use crate::addr::PhysAddr;
 use crate::formats::{UatAp, UatFaultReason, UatMemAttr, UatPte};
 
 /// Page size: 16 KiB.
@@ -128,25 +129,25 @@ impl Permissions {
 #[error("no RAM at physical address {pa:#x}")]
 pub struct PhysFault {
     /// The first byte that could not be accessed.
-    pub pa: u64,
+    pub pa: PhysAddr,
 }
 
 /// Physical memory, as the GPU's memory fabric sees it.
 pub trait PhysicalMemory {
     /// Reads `buf.len()` bytes at `pa`.
-    fn read(&self, pa: u64, buf: &mut [u8]) -> Result<(), PhysFault>;
+    fn read(&self, pa: PhysAddr, buf: &mut [u8]) -> Result<(), PhysFault>;
     /// Writes `data` at `pa`.
-    fn write(&self, pa: u64, data: &[u8]) -> Result<(), PhysFault>;
+    fn write(&self, pa: PhysAddr, data: &[u8]) -> Result<(), PhysFault>;
 
     /// Reads a little-endian u64.
-    fn read_u64(&self, pa: u64) -> Result<u64, PhysFault> {
+    fn read_u64(&self, pa: PhysAddr) -> Result<u64, PhysFault> {
         let mut buf = [0u8; 8];
         self.read(pa, &mut buf)?;
         Ok(u64::from_le_bytes(buf))
     }
 
     /// Writes a little-endian u64.
-    fn write_u64(&self, pa: u64, value: u64) -> Result<(), PhysFault> {
+    fn write_u64(&self, pa: PhysAddr, value: u64) -> Result<(), PhysFault> {
         self.write(pa, &value.to_le_bytes())
     }
 
@@ -183,7 +184,7 @@ impl Access {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Translation {
     /// The physical address of the byte.
-    pub pa: u64,
+    pub pa: PhysAddr,
     /// The page's permissions.
     pub permissions: Permissions,
     /// The page's memory type.
@@ -214,7 +215,7 @@ pub const UPPER_HALF_START: u64 = !(USER_VA_END - 1);
 /// half.
 pub fn translate_upper(
     memory: &dyn PhysicalMemory,
-    ttb1_root: u64,
+    ttb1_root: PhysAddr,
     va: u64,
     access: Access,
 ) -> Result<Translation, UatFault> {
@@ -231,7 +232,7 @@ pub fn translate_upper(
 
 /// A leaf entry mapping the page at `pa` with `permissions`, or `None`
 /// when the UAT cannot express them.
-pub fn page_pte(pa: u64, permissions: Permissions, mem_attr: UatMemAttr) -> Option<u64> {
+pub fn page_pte(pa: PhysAddr, permissions: Permissions, mem_attr: UatMemAttr) -> Option<u64> {
     let (ap, uxn, pxn) = permissions.encode()?;
     let pte = UatPte {
         valid: true,
@@ -239,7 +240,7 @@ pub fn page_pte(pa: u64, permissions: Permissions, mem_attr: UatMemAttr) -> Opti
         mem_attr,
         ap,
         access_flag: true,
-        output_address: pa,
+        output_address: pa.get(),
         pxn,
         uxn,
         gpu_access: true,
@@ -249,11 +250,11 @@ pub fn page_pte(pa: u64, permissions: Permissions, mem_attr: UatMemAttr) -> Opti
 }
 
 /// A table entry pointing at the next-level table at `pa`.
-pub fn table_pte(pa: u64) -> Option<u64> {
+pub fn table_pte(pa: PhysAddr) -> Option<u64> {
     let pte = UatPte {
         valid: true,
         table_or_page: true,
-        output_address: pa,
+        output_address: pa.get(),
         ..UatPte::default()
     };
     pte.pack().ok().map(u64::from_le_bytes)
@@ -267,7 +268,7 @@ fn decode_pte(raw: u64) -> UatPte {
 /// `access` against the page's permissions.
 pub fn translate(
     memory: &dyn PhysicalMemory,
-    root_pa: u64,
+    root_pa: PhysAddr,
     va: u64,
     access: Access,
 ) -> Result<Translation, UatFault> {
@@ -283,7 +284,7 @@ pub fn translate(
     }
     let mut table = root_pa;
     for level in (0..LEVELS).rev() {
-        let entry_pa = table + 8 * table_index(va, level);
+        let entry_pa = table.offset(8 * table_index(va, level));
         let raw = memory
             .read_u64(entry_pa)
             .map_err(|_| fault(UatFaultReason::Unmapped, level))?;
@@ -292,7 +293,7 @@ pub fn translate(
             return Err(fault(UatFaultReason::Unmapped, level));
         }
         if level > 0 {
-            table = pte.output_address;
+            table = PhysAddr(pte.output_address);
             continue;
         }
         if !pte.access_flag {
@@ -319,7 +320,7 @@ pub fn translate(
             return Err(fault(reason, 0));
         }
         return Ok(Translation {
-            pa: pte.output_address | (va & (PAGE_BYTES - 1)),
+            pa: PhysAddr(pte.output_address | (va & (PAGE_BYTES - 1))),
             permissions,
             mem_attr: pte.mem_attr,
         });
@@ -339,17 +340,17 @@ mod tests {
     struct Sparse(RefCell<HashMap<u64, u8>>);
 
     impl PhysicalMemory for Sparse {
-        fn read(&self, pa: u64, buf: &mut [u8]) -> Result<(), PhysFault> {
+        fn read(&self, pa: PhysAddr, buf: &mut [u8]) -> Result<(), PhysFault> {
             let map = self.0.borrow();
             for (i, b) in buf.iter_mut().enumerate() {
-                *b = *map.get(&(pa + i as u64)).unwrap_or(&0);
+                *b = *map.get(&(pa.get() + i as u64)).unwrap_or(&0);
             }
             Ok(())
         }
-        fn write(&self, pa: u64, data: &[u8]) -> Result<(), PhysFault> {
+        fn write(&self, pa: PhysAddr, data: &[u8]) -> Result<(), PhysFault> {
             let mut map = self.0.borrow_mut();
             for (i, b) in data.iter().enumerate() {
-                map.insert(pa + i as u64, *b);
+                map.insert(pa.get() + i as u64, *b);
             }
             Ok(())
         }
@@ -377,28 +378,28 @@ mod tests {
     fn walk_finds_pages_and_reports_faults_by_level() {
         let mem = Sparse::default();
         let (root, l1, l0, page) = (
-            0x10_0000_0000u64,
-            0x10_0000_4000,
-            0x10_0000_8000,
-            0x10_0100_0000,
+            PhysAddr(0x10_0000_0000),
+            PhysAddr(0x10_0000_4000),
+            PhysAddr(0x10_0000_8000),
+            PhysAddr(0x10_0100_0000),
         );
         let va = 0x12_3456_C000u64;
-        mem.write_u64(root + 8 * table_index(va, 2), table_pte(l1).unwrap())
+        mem.write_u64(root.offset(8 * table_index(va, 2)), table_pte(l1).unwrap())
             .unwrap();
-        mem.write_u64(l1 + 8 * table_index(va, 1), table_pte(l0).unwrap())
+        mem.write_u64(l1.offset(8 * table_index(va, 1)), table_pte(l0).unwrap())
             .unwrap();
         let ro = Permissions {
             gpu_read: true,
             ..Permissions::default()
         };
         mem.write_u64(
-            l0 + 8 * table_index(va, 0),
+            l0.offset(8 * table_index(va, 0)),
             page_pte(page, ro, UatMemAttr::Cached).unwrap(),
         )
         .unwrap();
 
         let t = translate(&mem, root, va + 0x123, Access::GpuRead).unwrap();
-        assert_eq!(t.pa, page + 0x123);
+        assert_eq!(t.pa, page.offset(0x123));
         assert_eq!(t.permissions, ro);
         let write = translate(&mem, root, va, Access::GpuWrite).unwrap_err();
         assert_eq!(

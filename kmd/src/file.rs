@@ -14,6 +14,7 @@ use std::os::fd::{AsFd, IntoRawFd, OwnedFd};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use agx_hw::addr::PhysAddr;
 use agx_uapi::asahi::{
     self, BindObjectFlags, BindObjectOp, GemBindObject, GemBindOp, GemCreate, GemFlags,
     GemMmapOffset, GetParams, GetTime, ParamsGlobal, QueueCreate, QueueDestroy, Submit, Sync,
@@ -266,7 +267,7 @@ impl File {
 
     /// The root page table of VM `vm_id`, for walking it in tests and
     /// tools.
-    pub fn vm_root_pa(&self, vm_id: u32) -> Option<u64> {
+    pub fn vm_root_pa(&self, vm_id: u32) -> Option<PhysAddr> {
         self.state().vms.get(&vm_id).map(|vm| lock_vm(vm).root_pa())
     }
 

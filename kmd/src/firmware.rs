@@ -13,13 +13,13 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
-use agx_fwif::addr::{FwVa, PhysAddr};
 use agx_fwif::coprocessor::{BootParams, Coprocessor, Interrupt, RunningFirmware};
 use agx_fwif::messages::{
     FirmwareStatus, InitData, EVENT_SLOTS, INIT_MAGIC, INTERFACE_VERSION, VM_SLOTS,
 };
 use agx_fwif::ring::{RingDesc, RingState, SharedMemory};
 pub use agx_fwif::view::FirmwareView;
+use agx_hw::addr::{FwVa, PhysAddr};
 use agx_hw::formats::{UatMemAttr, UatTtb};
 use agx_hw::uat::{self, Permissions, PAGE_BYTES};
 use zerocopy::{FromBytes, IntoBytes};
@@ -80,7 +80,7 @@ impl KernelVm {
 
     /// The root table (ttb1).
     pub fn root_pa(&self) -> PhysAddr {
-        PhysAddr(self.inner().tables.root_pa())
+        self.inner().tables.root_pa()
     }
 
     /// Allocates zeroed memory mapped for the firmware and the GPU
@@ -114,9 +114,9 @@ impl KernelVm {
             fw_read: true,
             fw_write: true,
         };
-        let base = memory.pa() + offset;
+        let base = memory.pa().offset(offset);
         let mapped = inner.tables.set(va & (uat::USER_VA_END - 1), pages, |i| {
-            uat::page_pte(base + i * PAGE_BYTES, rw, UatMemAttr::Uncached).unwrap_or(0)
+            uat::page_pte(base.offset(i * PAGE_BYTES), rw, UatMemAttr::Uncached).unwrap_or(0)
         });
         if let Err(e) = mapped {
             // Entries written before the failure must not outlive the
@@ -273,11 +273,11 @@ impl FirmwareLink {
 
     /// Points VM slot `slot` at the user page tables rooted at `root_pa`
     /// (`None`: clears it).
-    pub fn set_context(&self, slot: u32, root_pa: Option<u64>) {
+    pub fn set_context(&self, slot: u32, root_pa: Option<PhysAddr>) {
         let raw = root_pa.map_or(0, |root| {
             UatTtb {
                 valid: true,
-                root,
+                root: root.get(),
                 asid: slot,
             }
             .pack()

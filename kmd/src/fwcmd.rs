@@ -9,12 +9,12 @@
 //! counted in cache lines. Nothing past this module sees a UAPI struct,
 //! so a UAPI change stops here.
 
-use agx_fwif::addr::{FwVa, GpuVa};
 use agx_fwif::messages::{
     Attachments, FwAttachment, Helper, RenderPass, RunComputeBody, RunFragmentBody, RunVertexBody,
     TileProgram, Zls, ZlsSurface, MAX_ATTACHMENTS, PASS_DBIAS_IS_INT, PASS_PROCESS_EMPTY_TILES,
     VERTEX_NO_CLUSTERING, VERTEX_USES_SCRATCH,
 };
+use agx_hw::addr::{FwVa, GpuVa};
 use agx_uapi::asahi::{
     Attachment, BgEot, CmdCompute, CmdRender, HelperProgram, RenderFlags, ZlsBuffer,
 };

@@ -32,7 +32,6 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use agx_fwif::addr::{FwVa, GpuVa};
 use agx_fwif::messages::{
     stamp_reached, BarrierBody, CommandHeader, CommandTag, DeviceControlKind, DeviceControlMsg,
     EventKind, EventMsg, InitBufferBody, LogMsg, RenderPass, RunWorkQueueMsg, StatsMsg, TvbInfo,
@@ -40,6 +39,7 @@ use agx_fwif::messages::{
     VM_SLOTS, WORK_QUEUE_ENTRIES,
 };
 use agx_fwif::ring::{RingDesc, RingState, SharedMemory};
+use agx_hw::addr::{FwVa, GpuVa};
 use zerocopy::{FromBytes, Immutable, IntoBytes};
 
 use crate::firmware::{FirmwareLink, FirmwareView};

@@ -15,6 +15,7 @@ use std::ops::Range;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+use agx_hw::addr::PhysAddr;
 use agx_hw::formats::UatMemAttr;
 use agx_hw::uat::{self, Permissions, PAGE_BYTES};
 use agx_uapi::asahi::{BindFlags, GemBindOp};
@@ -296,7 +297,7 @@ impl Vm {
     }
 
     /// The root page table's physical address.
-    pub fn root_pa(&self) -> u64 {
+    pub fn root_pa(&self) -> PhysAddr {
         self.tables.root_pa()
     }
 
@@ -353,7 +354,7 @@ impl Vm {
         };
         let base = memory.pa();
         let mapped = self.tables.set(va, len / PAGE_BYTES, |i| {
-            uat::page_pte(base + i * PAGE_BYTES, rw, UatMemAttr::Cached).unwrap_or(0)
+            uat::page_pte(base.offset(i * PAGE_BYTES), rw, UatMemAttr::Cached).unwrap_or(0)
         });
         if let Err(e) = mapped {
             // Entries written before the failure must not outlive the
@@ -491,12 +492,12 @@ impl Vm {
                     permissions,
                     single_page,
                 } => {
-                    let base = object.memory().pa() + offset;
+                    let base = object.memory().pa().offset(offset);
                     let pte = |i: u64| {
                         let pa = if single_page {
                             base
                         } else {
-                            base + i * PAGE_BYTES
+                            base.offset(i * PAGE_BYTES)
                         };
                         uat::page_pte(pa, permissions, UatMemAttr::Cached).unwrap_or(0)
                     };

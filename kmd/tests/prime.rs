@@ -52,7 +52,7 @@ fn prime_fds_share_pages_and_import_to_the_same_object() {
     let object = file.object(handle).unwrap();
     system
         .ram()
-        .write(object.memory().pa() + PAGE, b"shared")
+        .write(object.memory().pa().offset(PAGE), b"shared")
         .unwrap();
     let fd = export(&file, handle, drm::DRM_CLOEXEC | drm::DRM_RDWR).unwrap();
     assert_eq!(pread(&fd, 6, PAGE), b"shared", "the fd maps the same pages");
@@ -79,12 +79,12 @@ fn prime_fds_share_pages_and_import_to_the_same_object() {
     assert_eq!(adopted.size_bytes(), 2 * PAGE);
     second
         .ram()
-        .write(adopted.memory().pa() + 8, b"remote")
+        .write(adopted.memory().pa().offset(8), b"remote")
         .unwrap();
     let mut buf = [0u8; 6];
     system
         .ram()
-        .read(object.memory().pa() + 8, &mut buf)
+        .read(object.memory().pa().offset(8), &mut buf)
         .unwrap();
     assert_eq!(&buf, b"remote");
 }

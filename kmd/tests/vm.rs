@@ -5,6 +5,7 @@ mod common;
 
 use std::collections::HashMap;
 
+use agx_hw::addr::PhysAddr;
 use agx_hw::formats::UatFaultReason;
 use agx_hw::uat::{translate, Access, PhysicalMemory, DUMMY_PAGE_VA};
 use agx_kmd::{Device, File};
@@ -19,7 +20,7 @@ const RW: u32 = R | W;
 const SINGLE: u32 = BindFlags::SINGLE_PAGE.bits();
 
 fn object_pa(file: &File, handle: u32) -> u64 {
-    file.object(handle).unwrap().memory().pa()
+    file.object(handle).unwrap().memory().pa().get()
 }
 
 fn gpu_read(system: &Device, file: &File, vm: u32, va: u64) -> Result<u64, UatFaultReason> {
@@ -29,7 +30,7 @@ fn gpu_read(system: &Device, file: &File, vm: u32, va: u64) -> Result<u64, UatFa
         va,
         Access::GpuRead,
     )
-    .map(|t| t.pa)
+    .map(|t| t.pa.get())
     .map_err(|f| f.reason)
 }
 
@@ -40,7 +41,7 @@ fn gpu_write(system: &Device, file: &File, vm: u32, va: u64) -> Result<u64, UatF
         va,
         Access::GpuWrite,
     )
-    .map(|t| t.pa)
+    .map(|t| t.pa.get())
     .map_err(|f| f.reason)
 }
 
@@ -142,7 +143,7 @@ fn cpu_mappings_reach_the_object_through_its_mmap_offset() {
     let mut buf = [0u8; 3];
     system
         .ram()
-        .read(object_pa(&file, bo) + PAGE, &mut buf)
+        .read(PhysAddr(object_pa(&file, bo) + PAGE), &mut buf)
         .unwrap();
     assert_eq!(&buf, b"cpu");
     assert_eq!(
@@ -271,7 +272,7 @@ fn objects_live_while_mapped_and_nothing_leaks() {
         let vm = vm_create(&file);
         let bo = gem_create(&file, 2 * PAGE, 0, 0).unwrap();
         let pa = object_pa(&file, bo);
-        system.ram().write(pa + 100, b"kept").unwrap();
+        system.ram().write(PhysAddr(pa + 100), b"kept").unwrap();
         bind(&file, vm, &[map_op(bo, 0x40_0000, 2 * PAGE, 0, RW)]).unwrap();
         call(
             &file,
@@ -286,7 +287,7 @@ fn objects_live_while_mapped_and_nothing_leaks() {
         );
         let t = gpu_read(&system, &file, vm, 0x40_0000 + 100).unwrap();
         let mut buf = [0u8; 4];
-        system.ram().read(t, &mut buf).unwrap();
+        system.ram().read(PhysAddr(t), &mut buf).unwrap();
         assert_eq!(&buf, b"kept");
         // Unbinding the last mapping frees it.
         bind(&file, vm, &[unmap_op(0x40_0000, 2 * PAGE)]).unwrap();

@@ -325,7 +325,7 @@ fn frame_on(c: &mut Criterion, gpu_threads: usize) {
                 .system
                 .device()
                 .ram()
-                .read(memory.pa() + 4 * (y * u64::from(SIZE) + x), &mut p);
+                .read(memory.pa().offset(4 * (y * u64::from(SIZE) + x)), &mut p);
             p
         };
         eprintln!("centre {:?}, corner {:?}", pixel(512, 512), pixel(2, 2));

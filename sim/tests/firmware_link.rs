@@ -7,9 +7,9 @@ use std::time::{Duration, Instant};
 
 use agx_firmware_sim::firmware::SimulatedCoprocessor;
 use agx_firmware_sim::memory::GpuVm;
-use agx_fwif::addr::FwVa;
 use agx_fwif::messages::LogMsg;
 use agx_fwif::ring::SharedMemory;
+use agx_hw::addr::FwVa;
 use agx_hw::formats::UatMemAttr;
 use agx_hw::uat::{self, Access, Permissions, PAGE_BYTES};
 use agx_kmd::firmware::{FirmwareLink, COMMAND_TIMEOUT_MS, FW_VA_END, FW_VA_START};
@@ -73,11 +73,11 @@ fn unmapping_shoots_down_the_gpu_tlb() {
     let vm = GpuVm::new(&ram, tables.root_pa());
     assert_eq!(
         vm.translate(va + 16, Access::GpuRead).unwrap(),
-        object.pa() + 16
+        object.pa().offset(16)
     );
     assert_eq!(
         vm.translate(va + 16, Access::GpuRead).unwrap(),
-        object.pa() + 16,
+        object.pa().offset(16),
         "cached"
     );
     tables.set(va, 1, |_| 0).unwrap();

@@ -102,7 +102,7 @@ impl Gpu {
         self.system
             .device()
             .ram()
-            .write(object.memory().pa() + offset, bytes)
+            .write(object.memory().pa().offset(offset), bytes)
             .unwrap();
     }
 
@@ -844,7 +844,7 @@ fn each_queue_has_a_parameter_buffer_in_its_vm_kernel_range_that_grows() {
         assert_eq!(info.block_count, 2048);
         let read_u32 = |at: u64| {
             let mut word = [0u8; 4];
-            link.view.read(agx_fwif::addr::FwVa(at), &mut word).unwrap();
+            link.view.read(agx_hw::addr::FwVa(at), &mut word).unwrap();
             u32::from_le_bytes(word)
         };
         let first_page = (KERNEL_START >> 15) as u32;

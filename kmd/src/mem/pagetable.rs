@@ -10,6 +10,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+use agx_hw::addr::PhysAddr;
 use agx_hw::uat::{self, PhysicalMemory as _, ENTRIES_PER_TABLE, LEVELS, PAGE_BYTES};
 
 use super::phys::{AllocError, PhysRange, Ram};
@@ -57,9 +58,11 @@ impl PagePool {
             let slab = self
                 .ram
                 .allocate(SLAB_PAGES * PAGE_BYTES, "agx-kernel-pages")?;
-            inner
-                .free
-                .extend((0..SLAB_PAGES).rev().map(|i| slab.pa() + i * PAGE_BYTES));
+            inner.free.extend(
+                (0..SLAB_PAGES)
+                    .rev()
+                    .map(|i| slab.pa().get() + i * PAGE_BYTES),
+            );
             inner.slabs.push(slab);
         }
         let pa = inner.free.pop().ok_or(AllocError::OutOfMemory {
@@ -69,7 +72,7 @@ impl PagePool {
         inner.in_use += 1;
         drop(inner);
         self.ram
-            .write(pa, &[0u8; PAGE_BYTES as usize])
+            .write(PhysAddr(pa), &[0u8; PAGE_BYTES as usize])
             .map_err(|e| AllocError::Host(e.to_string()))?;
         Ok(pa)
     }
@@ -107,8 +110,8 @@ impl PageTables {
     }
 
     /// The root table's physical address (the TTB).
-    pub fn root_pa(&self) -> u64 {
-        self.root
+    pub fn root_pa(&self) -> PhysAddr {
+        PhysAddr(self.root)
     }
 
     /// Pages of tables, root included.
@@ -134,11 +137,14 @@ impl PageTables {
             return Ok(None);
         };
         let pa = self.pool.alloc()?;
-        let entry = uat::table_pte(pa)
+        let entry = uat::table_pte(PhysAddr(pa))
             .ok_or_else(|| AllocError::Host("table address out of range".into()))?;
         let ram = self.pool.ram();
-        ram.write_u64(parent + 8 * uat::table_index(va, level + 1), entry)
-            .map_err(|e| AllocError::Host(e.to_string()))?;
+        ram.write_u64(
+            PhysAddr(parent + 8 * uat::table_index(va, level + 1)),
+            entry,
+        )
+        .map_err(|e| AllocError::Host(e.to_string()))?;
         self.tables.insert(key, pa);
         Ok(Some(pa))
     }
@@ -174,7 +180,7 @@ impl PageTables {
                 let bytes: Vec<u8> = entries.iter().flat_map(|e| e.to_le_bytes()).collect();
                 self.pool
                     .ram()
-                    .write(table + 8 * first, &bytes)
+                    .write(PhysAddr(table + 8 * first), &bytes)
                     .map_err(|e| AllocError::Host(e.to_string()))?;
             }
             done += count;
@@ -216,7 +222,7 @@ mod tests {
         let va = 0x4000_0000 - 2 * PAGE_BYTES;
         tables
             .set(va, 4, |i| {
-                uat::page_pte(object.pa() + i * PAGE_BYTES, rw, UatMemAttr::Cached).unwrap()
+                uat::page_pte(object.pa().offset(i * PAGE_BYTES), rw, UatMemAttr::Cached).unwrap()
             })
             .unwrap();
         assert_eq!(
@@ -232,7 +238,7 @@ mod tests {
                 Access::GpuWrite,
             )
             .unwrap();
-            assert_eq!(t.pa, object.pa() + i * PAGE_BYTES + 8);
+            assert_eq!(t.pa, object.pa().offset(i * PAGE_BYTES + 8));
         }
         tables.set(va + PAGE_BYTES, 2, |_| 0).unwrap();
         assert!(translate(&ram, tables.root_pa(), va + PAGE_BYTES, Access::GpuRead).is_err());

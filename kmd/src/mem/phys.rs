@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
+use agx_hw::addr::PhysAddr;
 use agx_hw::uat::{PhysFault, PhysicalMemory as PhysicalAccess, PAGE_BYTES};
 
 use super::backing::Backing;
@@ -48,8 +49,8 @@ pub struct PhysRange {
 
 impl PhysRange {
     /// The physical address of the first byte.
-    pub fn pa(&self) -> u64 {
-        self.pa
+    pub fn pa(&self) -> PhysAddr {
+        PhysAddr(self.pa)
     }
 
     /// The size in bytes (whole pages).
@@ -221,13 +222,14 @@ impl Ram {
     /// The live range containing `pa`, and the offset of `pa` in it.
     fn locate(&self, pa: u64, len: usize) -> Result<(Arc<PhysRange>, usize), PhysFault> {
         let live = self.inner.live.read().unwrap_or_else(|e| e.into_inner());
-        let (_, weak) = live.range(..=pa).next_back().ok_or(PhysFault { pa })?;
-        let range = weak.upgrade().ok_or(PhysFault { pa })?;
+        let fault = PhysFault { pa: PhysAddr(pa) };
+        let (_, weak) = live.range(..=pa).next_back().ok_or(fault)?;
+        let range = weak.upgrade().ok_or(fault)?;
         let offset = pa - range.pa;
-        let end = offset.checked_add(len as u64).ok_or(PhysFault { pa })?;
+        let end = offset.checked_add(len as u64).ok_or(fault)?;
         if end > range.len_bytes() {
             return Err(PhysFault {
-                pa: range.pa + range.len_bytes().max(offset),
+                pa: PhysAddr(range.pa + range.len_bytes().max(offset)),
             });
         }
         Ok((range, offset as usize))
@@ -251,13 +253,13 @@ impl PhysicalAccess for Ram {
             .load(std::sync::atomic::Ordering::Acquire)
     }
 
-    fn read(&self, pa: u64, buf: &mut [u8]) -> Result<(), PhysFault> {
-        let (range, offset) = self.locate(pa, buf.len())?;
+    fn read(&self, pa: PhysAddr, buf: &mut [u8]) -> Result<(), PhysFault> {
+        let (range, offset) = self.locate(pa.get(), buf.len())?;
         range.backing.read(offset, buf).ok_or(PhysFault { pa })
     }
 
-    fn write(&self, pa: u64, data: &[u8]) -> Result<(), PhysFault> {
-        let (range, offset) = self.locate(pa, data.len())?;
+    fn write(&self, pa: PhysAddr, data: &[u8]) -> Result<(), PhysFault> {
+        let (range, offset) = self.locate(pa.get(), data.len())?;
         range.backing.write(offset, data).ok_or(PhysFault { pa })
     }
 }
@@ -272,18 +274,18 @@ mod tests {
         let a = ram.allocate(1, "a").unwrap();
         let b = ram.allocate(2 * PAGE_BYTES, "b").unwrap();
         assert_eq!(a.len_bytes(), PAGE_BYTES);
-        assert_eq!(b.pa(), a.pa() + PAGE_BYTES);
+        assert_eq!(b.pa(), a.pa().offset(PAGE_BYTES));
         assert_eq!(ram.allocated_pages(), 3);
-        ram.write(b.pa() + 10, &[7, 8]).unwrap();
+        ram.write(b.pa().offset(10), &[7, 8]).unwrap();
         let mut buf = [0u8; 3];
-        ram.read(b.pa() + 9, &mut buf).unwrap();
+        ram.read(b.pa().offset(9), &mut buf).unwrap();
         assert_eq!(buf, [0, 7, 8]);
         // A read running off the end of a range faults at its end.
         let mut big = [0u8; 8];
         assert_eq!(
-            ram.read(a.pa() + PAGE_BYTES - 4, &mut big),
+            ram.read(a.pa().offset(PAGE_BYTES - 4), &mut big),
             Err(PhysFault {
-                pa: a.pa() + PAGE_BYTES
+                pa: a.pa().offset(PAGE_BYTES)
             })
         );
         assert!(
@@ -299,7 +301,7 @@ mod tests {
         drop(b);
         // Freed neighbours merge: the whole RAM is one range again.
         let all = ram.allocate(4 * PAGE_BYTES, "all").unwrap();
-        assert_eq!(all.pa(), RAM_BASE);
+        assert_eq!(all.pa(), PhysAddr(RAM_BASE));
         assert!(matches!(
             ram.allocate(0, "zero"),
             Err(AllocError::OutOfMemory { .. })

@@ -93,7 +93,7 @@ impl Machine {
         self.system
             .device()
             .ram()
-            .write(pa + offset, bytes)
+            .write(pa.offset(offset), bytes)
             .unwrap();
     }
 
@@ -103,7 +103,7 @@ impl Machine {
         self.system
             .device()
             .ram()
-            .read(pa + offset, &mut out)
+            .read(pa.offset(offset), &mut out)
             .unwrap();
         out
     }
