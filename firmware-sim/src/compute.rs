@@ -19,7 +19,6 @@
 //! the event the hardware would raise.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
 
 use agx_fwif::messages::FaultUnit;
 use agx_hw::formats::{CdmGlobalSize, CdmLaunch, CdmMode};
@@ -34,6 +33,7 @@ use crate::texture::TextureUnit;
 use crate::usc::io::{IoError, TextureRequest};
 use crate::usc::ShaderIo;
 use crate::usc::{Env, Exit, ProgramCache, SimdGroup, LANES, UNIFORMS};
+use crate::workers::run_items;
 
 /// A parsed Launch block.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -99,30 +99,27 @@ pub fn run(
     }
     let groups: [u32; 3] = std::array::from_fn(|d| launch.grid[d].div_ceil(local[d]));
     let total = groups.iter().map(|&n| u64::from(n)).product::<u64>();
-    let next = AtomicU64::new(0);
-    let first_failure = AtomicU64::new(u64::MAX);
-    let failures = Mutex::new(Vec::<(u64, EngineResult)>::new());
     let instructions = AtomicU64::new(0);
     let watchdog = ctx.watchdog();
     let vm_slot = ctx.vm_slot;
-    let work = || {
-        let mut vm = vm.clone();
-        let mut cache = ProgramCache::new();
-        let mut uniforms = binding.uniforms.clone();
-        let mut threadgroup = vec![0u8; binding.shared_bytes];
-        loop {
-            let index = next.fetch_add(1, Ordering::Relaxed);
-            if index >= total || index > first_failure.load(Ordering::Relaxed) {
-                break;
-            }
+    // Per worker: its MMU view, program cache, uniforms and threadgroup
+    // memory.
+    let scratch = || {
+        (
+            vm.clone(),
+            ProgramCache::new(),
+            binding.uniforms.clone(),
+            vec![0u8; binding.shared_bytes],
+        )
+    };
+    run_items(
+        total,
+        workers,
+        scratch,
+        |(vm, cache, uniforms, threadgroup), index| {
             // A grid of many short threadgroups meets the watchdog too.
             if index.is_multiple_of(64) && watchdog.expired() {
-                first_failure.fetch_min(index, Ordering::Relaxed);
-                failures
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .push((index, EngineResult::Timeout));
-                break;
+                return Err(EngineResult::Timeout);
             }
             let g = [
                 (index % u64::from(groups[0])) as u32,
@@ -145,37 +142,18 @@ pub fn run(
             let result = run_threadgroup(
                 &watchdog,
                 &mut io,
-                &mut vm,
-                &mut cache,
+                vm,
+                cache,
                 &mut simd,
-                &mut uniforms,
-                &mut threadgroup,
+                uniforms,
+                threadgroup,
             );
             let executed: u64 = simd.iter().map(|s| s.executed_instructions).sum();
             instructions.fetch_add(executed, Ordering::Relaxed);
-            if let Err(failure) = result {
-                first_failure.fetch_min(index, Ordering::Relaxed);
-                failures
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .push((index, failure));
-            }
-        }
-    };
-    if workers <= 1 || total == 1 {
-        work();
-    } else {
-        std::thread::scope(|scope| {
-            for _ in 0..workers.min(total as usize) {
-                scope.spawn(work);
-            }
-        });
-    }
-    let failures = failures.into_inner().unwrap_or_else(|e| e.into_inner());
-    match failures.into_iter().min_by_key(|(index, _)| *index) {
-        Some((_, failure)) => Err(failure),
-        None => Ok(instructions.into_inner()),
-    }
+            result
+        },
+    )?;
+    Ok(instructions.into_inner())
 }
 
 /// A kernel's fixed-function units: the texture unit.

@@ -13,6 +13,9 @@
 //! - [`fault`]: the fault event a failed command raises;
 //! - [`memory`]: the GPU MMU as the units see it ([`memory::GpuVm`]);
 //! - [`command`]: a Run command's context and the firmware's watchdog;
+//! - [`workers`]: independent work items (threadgroups, tiles) spread
+//!   over host threads, with a failure reported as in-order execution
+//!   would;
 //! - [`bind`]: USC control words, a pipeline's set-up of the shader core;
 //! - [`shader`]: running a SIMD-group for a stage under the watchdog;
 //! - [`texture`]: the texture unit;
@@ -41,3 +44,4 @@ pub mod texture;
 pub mod tiler;
 pub mod usc;
 pub mod vertex;
+pub mod workers;

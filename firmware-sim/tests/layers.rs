@@ -13,6 +13,7 @@ const LAYERS: &[(&str, u32)] = &[
     ("fault", 1),
     ("memory", 2),
     ("command", 3),
+    ("workers", 3),
     ("bind", 4),
     ("shader", 4),
     ("texture", 5),

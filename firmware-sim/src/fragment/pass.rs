@@ -4,8 +4,6 @@
 //! depth-tested and shaded, depth and stencil out, the end-of-tile
 //! program.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-
 use agx_fwif::messages::{FaultUnit, RenderPass, TvbInfo};
 use agx_hw::formats::{FragmentFace, ZlsControl};
 
@@ -22,6 +20,7 @@ use crate::memory::GpuVm;
 use crate::raster::{rasterize, sample_positions, setup_coefficients};
 use crate::tiler;
 use crate::usc::{ProgramCache, LANES};
+use crate::workers::run_items;
 
 /// Renders the scene binned so far: every tile, through the programs of
 /// the segment: `bg` for the first segment of the pass and `partial_bg`
@@ -89,54 +88,26 @@ pub(crate) fn render_scene(
     if pass.tile != (tiler::TILE_PX, tiler::TILE_PX) && pass.scene.header.primitives > 0 {
         return Err(unsupported(ctx.command, FaultUnit::Firmware));
     }
-    let tiles: Vec<(u32, u32, u32)> = (0..render.layers)
-        .flat_map(|layer| {
-            (0..area.1.div_ceil(pass.tile.1)).flat_map(move |ty| {
-                (0..area.0.div_ceil(pass.tile.0)).map(move |tx| (layer, tx, ty))
-            })
-        })
-        .collect();
-    let next = AtomicUsize::new(0);
-    let first_failure = AtomicUsize::new(usize::MAX);
-    let failures = std::sync::Mutex::new(Vec::<(usize, EngineResult)>::new());
-    let work = || {
-        let mut worker = Worker {
-            cache: ProgramCache::new(),
-            shaders: std::collections::HashMap::new(),
-            tile: Tilebuffer::new(pass.tile, samples, sample_bytes),
-            discarded: Vec::new(),
-            pending: Vec::new(),
-            pending_stencil: Vec::new(),
-            coverage: Vec::new(),
-        };
-        loop {
-            let index = next.fetch_add(1, Ordering::Relaxed);
-            if index >= tiles.len() || index > first_failure.load(Ordering::Relaxed) {
-                break;
-            }
-            if let Err(failure) = pass.render_tile(vm.clone(), &mut worker, tiles[index]) {
-                first_failure.fetch_min(index, Ordering::Relaxed);
-                failures
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .push((index, failure));
-            }
-        }
+    // Tiles are numbered row by row, layer by layer; none is listed up
+    // front (a pass may have 2^31 of them).
+    let tiles_x = u64::from(area.0.div_ceil(pass.tile.0));
+    let tiles_y = u64::from(area.1.div_ceil(pass.tile.1));
+    let tiles = tiles_x * tiles_y * u64::from(render.layers);
+    let scratch = || Worker {
+        cache: ProgramCache::new(),
+        shaders: std::collections::HashMap::new(),
+        tile: Tilebuffer::new(pass.tile, samples, sample_bytes),
+        discarded: Vec::new(),
+        pending: Vec::new(),
+        pending_stencil: Vec::new(),
+        coverage: Vec::new(),
     };
-    if workers <= 1 || tiles.len() <= 1 {
-        work();
-    } else {
-        std::thread::scope(|scope| {
-            for _ in 0..workers.min(tiles.len()) {
-                scope.spawn(work);
-            }
-        });
-    }
-    let failures = failures.into_inner().unwrap_or_else(|e| e.into_inner());
-    match failures.into_iter().min_by_key(|(index, _)| *index) {
-        Some((_, failure)) => Err(failure),
-        None => Ok(()),
-    }
+    run_items(tiles, workers, scratch, |worker, index| {
+        let layer = (index / (tiles_x * tiles_y)) as u32;
+        let ty = (index / tiles_x % tiles_y) as u32;
+        let tx = (index % tiles_x) as u32;
+        pass.render_tile(vm.clone(), worker, (layer, tx, ty))
+    })
 }
 
 /// What every tile of a segment shares.

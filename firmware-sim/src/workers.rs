@@ -1,0 +1,137 @@
+//! The GPU's many cores, as the host runs them.
+//!
+//! The hardware runs a compute grid's threadgroups, and a render pass's
+//! tiles, on many USC cores at once, in no order a program may rely on.
+//! The simulator spreads such independent work items over host threads:
+//! each thread keeps its own scratch state (program cache, tilebuffer)
+//! and claims the next unclaimed item until none is left. So that the
+//! outcome does not depend on the thread count or on scheduling, a
+//! failure stops the claiming of later items, and the failure reported is
+//! that of the lowest-numbered item that failed, as one thread running
+//! the items in order would have reported it. Items are numbered, never
+//! listed: a grid or a pass of 2^40 items costs no memory up front.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+use crate::fault::EngineResult;
+
+/// Runs items `0..count` on up to `workers` host threads. Each thread
+/// makes its scratch state with `scratch` and runs `item(&mut state,
+/// index)` for each index it claims. Returns the failure of the
+/// lowest-numbered item that failed, if any.
+pub fn run_items<S>(
+    count: u64,
+    workers: usize,
+    scratch: impl Fn() -> S + Sync,
+    item: impl Fn(&mut S, u64) -> Result<(), EngineResult> + Sync,
+) -> Result<(), EngineResult> {
+    let next = AtomicU64::new(0);
+    let first_failure = AtomicU64::new(u64::MAX);
+    let failures = Mutex::new(Vec::<(u64, EngineResult)>::new());
+    let work = || {
+        let mut state = scratch();
+        loop {
+            let index = next.fetch_add(1, Ordering::Relaxed);
+            // Items after a failure need not run: their outcome cannot
+            // be reported.
+            if index >= count || index > first_failure.load(Ordering::Relaxed) {
+                break;
+            }
+            if let Err(failure) = item(&mut state, index) {
+                first_failure.fetch_min(index, Ordering::Relaxed);
+                failures
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push((index, failure));
+            }
+        }
+    };
+    let threads = usize::try_from(count).unwrap_or(usize::MAX).min(workers);
+    if threads <= 1 {
+        work();
+    } else {
+        std::thread::scope(|scope| {
+            for _ in 0..threads {
+                scope.spawn(work);
+            }
+        });
+    }
+    let failures = failures.into_inner().unwrap_or_else(|e| e.into_inner());
+    match failures.into_iter().min_by_key(|(index, _)| *index) {
+        Some((_, failure)) => Err(failure),
+        None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fault_at(index: u64) -> EngineResult {
+        EngineResult::Fault {
+            address: index,
+            unit: 0,
+            access: 0,
+            reason: 0,
+        }
+    }
+
+    #[test]
+    fn the_lowest_failing_item_is_reported_whatever_the_thread_count() {
+        for workers in [1, 2, 7] {
+            let ran = AtomicU64::new(0);
+            let result = run_items(
+                1000,
+                workers,
+                || (),
+                |_, index| {
+                    ran.fetch_add(1, Ordering::Relaxed);
+                    if index % 300 == 299 {
+                        Err(fault_at(index))
+                    } else {
+                        Ok(())
+                    }
+                },
+            );
+            assert_eq!(result, Err(fault_at(299)), "{workers} workers");
+            // Items past the first failure are not all run.
+            assert!(ran.load(Ordering::Relaxed) < 1000, "{workers} workers");
+        }
+    }
+
+    #[test]
+    fn every_item_runs_once_and_scratch_is_per_thread() {
+        let seen = Mutex::new(vec![0u32; 500]);
+        let scratches = AtomicU64::new(0);
+        run_items(
+            500,
+            3,
+            || scratches.fetch_add(1, Ordering::Relaxed),
+            |_, index| {
+                seen.lock().unwrap()[index as usize] += 1;
+                Ok(())
+            },
+        )
+        .unwrap();
+        assert!(seen.into_inner().unwrap().iter().all(|&n| n == 1));
+        assert!((1..=3).contains(&scratches.into_inner()));
+    }
+
+    #[test]
+    fn a_huge_count_needs_no_memory_up_front() {
+        let result = run_items(
+            1 << 40,
+            2,
+            || (),
+            |_, index| {
+                if index == 5 {
+                    Err(fault_at(5))
+                } else {
+                    Ok(())
+                }
+            },
+        );
+        assert_eq!(result, Err(fault_at(5)));
+    }
+}
