@@ -3,7 +3,7 @@
 //!
 //! [`Device::new`] is the driver's probe: given the machine's RAM and a
 //! [`Coprocessor`] (the GPU's firmware processor), it sets up the kernel
-//! page pool, the per-device dummy page, the firmware's address space and
+//! page pool, the firmware's address space and
 //! boot block, and the scheduler, then boots the firmware. Each
 //! `File::open` is an open of its render node.
 //! The kmd never knows what is behind the coprocessor: the composition
@@ -66,7 +66,6 @@ pub struct Device {
     pub(crate) ram: Ram,
     pub(crate) pool: Arc<PagePool>,
     pub(crate) counters: Arc<Counters>,
-    pub(crate) dummy_page: Arc<PhysRange>,
     pub(crate) events: Arc<SyncEvents>,
     pub(crate) exports: Exports,
     firmware: Arc<FirmwareLink>,
@@ -206,7 +205,6 @@ impl Device {
         coprocessor: &dyn Coprocessor,
     ) -> Result<Arc<Device>, AllocError> {
         let pool = Arc::new(PagePool::new(ram.clone()));
-        let dummy_page = ram.allocate(agx_hw::uat::PAGE_BYTES, "agx-dummy-page")?;
         let events = Arc::new(SyncEvents::default());
         let firmware = Arc::new(FirmwareLink::boot(
             Arc::clone(&pool),
@@ -225,7 +223,6 @@ impl Device {
             ram,
             pool,
             counters: Arc::new(Counters::default()),
-            dummy_page,
             events,
             exports: Exports::default(),
             firmware,

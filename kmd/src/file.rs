@@ -462,7 +462,6 @@ impl File {
             id,
             c.kernel_start..c.kernel_end,
             Arc::clone(&self.device.pool),
-            Arc::clone(&self.device.dummy_page),
             Arc::clone(&self.device.counters),
         )?;
         state.vms.insert(id, Arc::new(Mutex::new(vm)));

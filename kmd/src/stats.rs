@@ -26,7 +26,7 @@ pub struct Stats {
     pub vms: u64,
     /// Live syncobjs.
     pub syncobjs: u64,
-    /// RAM pages allocated (objects, kernel pages, the dummy page).
+    /// RAM pages allocated (objects and kernel pages, VMs' dummy pages among them).
     pub ram_pages: u64,
     /// Kernel pages in use (page tables).
     pub kernel_pages: u64,

@@ -4,8 +4,9 @@
 //! page tables live in RAM. Userspace owns `[vm_start, vm_end)` except the
 //! kernel range it reserved at VM_CREATE (where the kernel places
 //! firmware-visible per-VM objects such as the parameter buffer). Every
-//! VM also maps a zeroed dummy page at [`uat::DUMMY_PAGE_VA`], as the
-//! kernel driver does. Mappings are kept as extents that hold a reference
+//! VM also maps a zeroed dummy page of its own at
+//! [`uat::DUMMY_PAGE_VA`], as the kernel driver does: the GPU may write
+//! it, so sharing one between VMs would pass data between clients. Mappings are kept as extents that hold a reference
 //! to their GEM object, so an object stays alive while mapped; binding
 //! over an existing mapping replaces the overlapped part, and unbinding
 //! splits extents as needed.
@@ -21,7 +22,7 @@ use agx_hw::uat::{self, Permissions, PAGE_BYTES};
 use agx_uapi::asahi::{BindFlags, GemBindOp};
 
 use crate::gem::GemObject;
-use crate::mem::{AllocError, PagePool, PageTables, PhysRange, VaAllocator};
+use crate::mem::{AllocError, PagePool, PageTables, PhysRange, PoolPage, VaAllocator};
 use crate::stats::Counters;
 use crate::uaccess::Fault;
 
@@ -230,7 +231,8 @@ pub struct Vm {
     kernel_va: VaAllocator,
     /// Kernel mappings: start -> (memory, bytes).
     kernel_objects: BTreeMap<u64, (Arc<PhysRange>, u64)>,
-    _dummy: Arc<PhysRange>,
+    /// Mapped GPU read-write at [`uat::DUMMY_PAGE_VA`].
+    _dummy: PoolPage,
     counters: Arc<Counters>,
 }
 
@@ -261,9 +263,9 @@ impl Vm {
         id: u32,
         kernel_range: Range<u64>,
         pool: Arc<PagePool>,
-        dummy: Arc<PhysRange>,
         counters: Arc<Counters>,
     ) -> Result<Vm, VmError> {
+        let dummy = PoolPage::new(Arc::clone(&pool))?;
         let mut tables = PageTables::new(pool)?;
         let rw = Permissions {
             gpu_read: true,

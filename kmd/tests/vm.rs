@@ -240,6 +240,30 @@ fn queues_keep_their_vm_alive() {
     }
 }
 
+/// The dummy page is writable by the GPU, so it must not be shared:
+/// each VM has its own, zeroed (as drm/asahi allocates one per VM).
+#[test_log::test]
+fn each_vm_has_its_own_zeroed_dummy_page() {
+    let system = system();
+    let (first, second) = (system.open(), system.open());
+    let (a, b) = (vm_create(&first), vm_create(&first));
+    let c = vm_create(&second);
+    let dummy = |file: &File, vm| PhysAddr(gpu_write(&system, file, vm, DUMMY_PAGE_VA).unwrap());
+    let (pa_a, pa_b, pa_c) = (dummy(&first, a), dummy(&first, b), dummy(&second, c));
+    assert_ne!(pa_a, pa_b, "two VMs of one file");
+    assert_ne!(pa_a, pa_c, "VMs of two files");
+    // What one client's shader stores there, another does not see.
+    system.ram().write(pa_a, b"secret").unwrap();
+    let mut seen = [0u8; 6];
+    system.ram().read(pa_c, &mut seen).unwrap();
+    assert_eq!(seen, [0; 6]);
+    // A VM made after the page was written still gets a zeroed one.
+    drop(first);
+    let d = vm_create(&second);
+    system.ram().read(dummy(&second, d), &mut seen).unwrap();
+    assert_eq!(seen, [0; 6]);
+}
+
 #[test_log::test]
 fn vms_are_isolated() {
     let system = system();

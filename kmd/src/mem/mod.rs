@@ -6,6 +6,6 @@ pub mod phys;
 pub mod va;
 
 pub use backing::Backing;
-pub use pagetable::{PagePool, PageTables};
+pub use pagetable::{PagePool, PageTables, PoolPage};
 pub use phys::{AllocError, PhysRange, Ram, RAM_BASE};
 pub use va::VaAllocator;

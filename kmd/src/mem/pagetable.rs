@@ -89,6 +89,33 @@ impl PagePool {
     }
 }
 
+/// A zeroed page of the pool, returned to it when dropped (a VM's dummy
+/// page).
+#[derive(Debug)]
+pub struct PoolPage {
+    pool: Arc<PagePool>,
+    pa: u64,
+}
+
+impl PoolPage {
+    /// Takes a zeroed page from `pool`.
+    pub fn new(pool: Arc<PagePool>) -> Result<PoolPage, AllocError> {
+        let pa = pool.alloc()?;
+        Ok(PoolPage { pool, pa })
+    }
+
+    /// Its physical address.
+    pub fn pa(&self) -> PhysAddr {
+        PhysAddr(self.pa)
+    }
+}
+
+impl Drop for PoolPage {
+    fn drop(&mut self) {
+        self.pool.free(self.pa);
+    }
+}
+
 /// The tables of one address space.
 #[derive(Debug)]
 pub struct PageTables {
