@@ -130,6 +130,46 @@ fn a_clear_fills_the_render_area_and_nothing_else() {
     assert_eq!(&image(&m, 1)[..4], [0, 0, 255, 255]);
 }
 
+/// 16x16 tiles are legal (the kmd accepts them): an empty pass clears,
+/// and drawn triangles cover exactly the pixels they cover with 32x32
+/// tiles. (An empty pass with 16-pixel tiles once indexed the scene's
+/// 32-pixel tile lists out of bounds and crashed the firmware for every
+/// client.)
+#[test_log::test]
+fn sixteen_pixel_tiles_clear_and_draw_as_thirty_two_pixel_tiles_do() {
+    let m = Machine::new(5000);
+    // A large empty pass: its 16-pixel tile numbers run past the scene's
+    // list heads (2,048 scene tiles, one page of heads).
+    let mut render = clear_pass(&m, [1.0; 4], 2048, 1024);
+    render.utile_width_px = 16;
+    render.utile_height_px = 16;
+    render.flags = 0;
+    assert_eq!(m.submit(CmdType::Render, render.as_bytes()), None);
+    assert_eq!(m.file.device().firmware().status().map(|s| s.crashed), Some(0));
+    let mut render = clear_pass(&m, [1.0, 0.5, 0.25, 0.0], 100, 70);
+    render.utile_width_px = 16;
+    render.utile_height_px = 16;
+    assert_eq!(m.submit(CmdType::Render, render.as_bytes()), None);
+    let pixels = image(&m, 70);
+    for y in 0..70 {
+        for x in 0..100 {
+            let at = y * STRIDE as usize + 4 * x;
+            assert_eq!(pixels[at..at + 4], [255, 128, 64, 0], "pixel ({x}, {y})");
+        }
+    }
+    let window = [[10.25f32, 5.5], [50.75, 20.0], [20.0, 60.125]];
+    let render = triangles_pass(&m, &window);
+    assert_eq!(m.submit(CmdType::Render, render.as_bytes()), None);
+    let with_32 = counts(&m);
+    let m = Machine::new(5000);
+    let mut render = triangles_pass(&m, &window);
+    render.utile_width_px = 16;
+    render.utile_height_px = 16;
+    assert_eq!(m.submit(CmdType::Render, render.as_bytes()), None);
+    assert_eq!(counts(&m), with_32);
+    assert!(with_32.iter().filter(|&&c| c == 1).count() > 500);
+}
+
 #[test_log::test]
 fn empty_tiles_are_skipped_unless_the_pass_asks_for_them() {
     let m = Machine::new(5000);

@@ -85,9 +85,6 @@ pub(crate) fn render_scene(
         watchdog: ctx.watchdog(),
         sample_positions: sample_positions(samples, render.ppp_multisamplectl),
     };
-    if pass.tile != (tiler::TILE_PX, tiler::TILE_PX) && pass.scene.header.primitives > 0 {
-        return Err(unsupported(ctx.command, FaultUnit::Firmware));
-    }
     // Tiles are numbered row by row, layer by layer; none is listed up
     // front (a pass may have 2^31 of them).
     let tiles_x = u64::from(area.0.div_ceil(pass.tile.0));
@@ -160,7 +157,11 @@ impl Pass<'_> {
         let (tile_w, tile_h) = self.tile;
         let area = self.area;
         let primitives = if layer == 0 {
-            let index = u64::from(ty) * u64::from(scene.header.tiles_x) + u64::from(tx);
+            // The scene is binned in tiler::TILE_PX tiles; a smaller
+            // pass tile takes the primitives of the scene tile holding
+            // it, and rasterisation keeps what falls inside.
+            let (scene_x, scene_y) = (tx * tile_w / tiler::TILE_PX, ty * tile_h / tiler::TILE_PX);
+            let index = u64::from(scene_y) * u64::from(scene.header.tiles_x) + u64::from(scene_x);
             tile_primitives(&vm, scene, index)?
         } else {
             Vec::new()

@@ -62,7 +62,13 @@ pub(super) fn tile_primitives(
     scene: &Scene,
     tile: u64,
 ) -> Result<Vec<u64>, EngineResult> {
-    let page = scene.head_pages[(tile / tiler::TVB_HEADS_PER_PAGE) as usize];
+    let Some(&page) = usize::try_from(tile / tiler::TVB_HEADS_PER_PAGE)
+        .ok()
+        .and_then(|at| scene.head_pages.get(at))
+    else {
+        // A tile outside the scene the vertex half binned.
+        return Err(unsupported(scene.header.states, FaultUnit::Tiler));
+    };
     let mut chunk = u64::from_le_bytes(read_words(
         vm,
         page + 8 * (tile % tiler::TVB_HEADS_PER_PAGE),
