@@ -145,7 +145,10 @@ fn sixteen_pixel_tiles_clear_and_draw_as_thirty_two_pixel_tiles_do() {
     render.utile_height_px = 16;
     render.flags = 0;
     assert_eq!(m.submit(CmdType::Render, render.as_bytes()), None);
-    assert_eq!(m.file.device().firmware().status().map(|s| s.crashed), Some(0));
+    assert_eq!(
+        m.file.device().firmware().status().map(|s| s.crashed),
+        Some(0)
+    );
     let mut render = clear_pass(&m, [1.0, 0.5, 0.25, 0.0], 100, 70);
     render.utile_width_px = 16;
     render.utile_height_px = 16;

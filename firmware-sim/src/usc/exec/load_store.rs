@@ -146,7 +146,7 @@ impl SimdGroup {
         };
         let first_half = self.lane_value(offset, lane, env.uniforms) as i64;
         for (i, component) in (0..4).filter(|c| mask & (1 << c) != 0).enumerate() {
-            let half = first_half + component;
+            let half = first_half.saturating_add(component);
             if !(0..(UNIFORMS as i64 * 2)).contains(&half) {
                 return Err(ExecError::UniformBounds { pc, half });
             }
@@ -197,16 +197,26 @@ impl SimdGroup {
                 other => self.lane_value(other, lane, env.uniforms) as i64,
             };
             for (register, component) in (0..4i64).filter(|c| mask & (1 << c) != 0).enumerate() {
-                let start = base_bytes + (index + component) * size as i64;
-                let end = start + size as i64;
-                if start < 0 || end > env.threadgroup.len() as i64 {
+                // Checked: the decoder gives at most 32-bit operands, but
+                // register values are client data and must not reach an
+                // overflow.
+                let start = index
+                    .checked_add(component)
+                    .and_then(|i| i.checked_mul(size as i64))
+                    .and_then(|i| i.checked_add(base_bytes));
+                let range = start.and_then(|start| {
+                    let start = usize::try_from(start).ok()?;
+                    let end = start.checked_add(size)?;
+                    (end <= env.threadgroup.len()).then_some(start..end)
+                });
+                let Some(range) = range else {
                     return Err(ExecError::ThreadgroupBounds {
                         pc,
-                        offset_bytes: start,
+                        offset_bytes: start.unwrap_or(i64::MAX),
                         size_bytes: env.threadgroup.len(),
                     });
-                }
-                let bytes = &mut env.threadgroup[start as usize..end as usize];
+                };
+                let bytes = &mut env.threadgroup[range];
                 let reg = data.reg(register as u16);
                 if store {
                     let mut buf = [0u8; 4];
