@@ -567,6 +567,46 @@ pub enum FaultUnit {
     Zls = 6,
 }
 
+impl FaultUnit {
+    /// The unit a fault event's code names.
+    pub fn from_raw(code: u32) -> Option<FaultUnit> {
+        Some(match code {
+            0 => FaultUnit::Firmware,
+            1 => FaultUnit::Vdm,
+            2 => FaultUnit::Cdm,
+            3 => FaultUnit::Usc,
+            4 => FaultUnit::Tiler,
+            5 => FaultUnit::Pbe,
+            6 => FaultUnit::Zls,
+            _ => return None,
+        })
+    }
+}
+
+impl EventMsg {
+    /// A fault event in words, as a kernel log line names it: the
+    /// address, the unit, the access and the fault type.
+    pub fn describe_fault(&self) -> String {
+        let unit = FaultUnit::from_raw(self.unit)
+            .map_or_else(|| format!("unit {}", self.unit), |u| format!("{u:?}"));
+        let access = match self.access {
+            0 => "read",
+            1 => "write",
+            2 => "fetch",
+            _ => "access",
+        };
+        let reason = if self.reason == FAULT_UNSUPPORTED_WORK {
+            "work the GPU cannot run".to_string()
+        } else {
+            format!(
+                "{:?}",
+                agx_hw::formats::UatFaultReason::from_raw(self.reason)
+            )
+        };
+        format!("{access} at {:#x} by the {unit}: {reason}", self.address)
+    }
+}
+
 /// Kinds of device-control requests.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(u32)]

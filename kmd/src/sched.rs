@@ -214,6 +214,9 @@ struct Segment {
 #[derive(Debug)]
 struct RunningJob {
     queue: u64,
+    /// Its number among the device's dispatched submissions (from 1),
+    /// to name it in the log.
+    number: u64,
     segments: Vec<Segment>,
     fence: Arc<Fence>,
     error: Option<Errno>,
@@ -831,18 +834,8 @@ impl Scheduler {
             match event.kind {
                 k if k == EventKind::Fault as u32 || k == EventKind::Timeout as u32 => {
                     let timeout = k == EventKind::Timeout as u32;
-                    if timeout {
-                        tracing::warn!(slot = event.slot, value = event.value, "GPU timeout");
-                    } else {
+                    if !timeout {
                         state.stats.last_fault = Some((event.address, event.unit, event.reason));
-                        tracing::warn!(
-                            slot = event.slot,
-                            address = format_args!("{:#x}", event.address),
-                            unit = event.unit,
-                            reason = event.reason,
-                            vm_slot = event.vm_slot,
-                            "GPU fault"
-                        );
                     }
                     let culprit = state.running.iter_mut().find(|job| {
                         job.segments.iter().any(|s| {
@@ -851,6 +844,27 @@ impl Scheduler {
                                 && stamp_reached(s.last, event.value)
                         })
                     });
+                    // One line per failure, as dmesg has it: what went
+                    // wrong, and whose work it was.
+                    let (queue, submission) = culprit
+                        .as_ref()
+                        .map_or((None, None), |job| (Some(job.queue), Some(job.number)));
+                    if timeout {
+                        tracing::warn!(
+                            queue,
+                            submission,
+                            vm_slot = event.vm_slot,
+                            "GPU timeout: the watchdog stopped a command"
+                        );
+                    } else {
+                        tracing::warn!(
+                            queue,
+                            submission,
+                            vm_slot = event.vm_slot,
+                            "GPU fault: {}",
+                            event.describe_fault()
+                        );
+                    }
                     if let Some(job) = culprit {
                         job.error.get_or_insert(if timeout {
                             Errno::ETIMEDOUT
@@ -1091,6 +1105,7 @@ impl Scheduler {
         stats.commands += u64::from(builder.commands);
         running.push(RunningJob {
             queue: id,
+            number: stats.dispatched,
             segments: builder.segments.into_values().collect(),
             fence: job.fence,
             error: None,

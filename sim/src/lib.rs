@@ -12,6 +12,8 @@
 //! and the tests) builds one of these.
 #![forbid(unsafe_code)]
 
+pub mod log;
+
 use std::sync::Arc;
 
 use agx_firmware_sim::firmware::SimulatedCoprocessor;

@@ -14,3 +14,13 @@ pub mod isa_cli;
 pub mod mesh;
 pub mod render;
 pub mod replay;
+
+/// Installs the kernel log (`agx_sim::log`: `AGX_LOG` or `RUST_LOG`
+/// filters, `AGX_LOG_FILE` redirects) for a tool's process; a
+/// misconfiguration is reported on standard error and the tool goes on
+/// without the log.
+pub fn install_kernel_log(tool: &str) {
+    if let Err(e) = agx_sim::log::install(&agx_sim::log::LogConfig::from_env()) {
+        eprintln!("{tool}: kernel log: {e}");
+    }
+}

@@ -64,15 +64,23 @@ fn shim_if_ready() -> Option<&'static Shim> {
 
 /// The shim state, building the simulated system on first use.
 fn shim() -> &'static Shim {
-    SHIM.get_or_init(|| Shim {
-        system: System::new(SystemConfig::default()).unwrap_or_else(|e| {
-            interpose::log(&format!(
-                "agx-shim: cannot build the simulated system: {e}\n"
-            ));
-            std::process::abort()
-        }),
-        files: Mutex::new(HashMap::new()),
-        fds: Mutex::new(HashMap::new()),
+    SHIM.get_or_init(|| {
+        // The device's kernel log. A client that installed its own
+        // tracing subscriber keeps it.
+        match agx_sim::log::install(&agx_sim::log::LogConfig::from_env()) {
+            Ok(()) | Err(agx_sim::log::LogError::AlreadyInstalled) => {}
+            Err(e) => interpose::log(&format!("agx-shim: kernel log: {e}\n")),
+        }
+        Shim {
+            system: System::new(SystemConfig::default()).unwrap_or_else(|e| {
+                interpose::log(&format!(
+                    "agx-shim: cannot build the simulated system: {e}\n"
+                ));
+                std::process::abort()
+            }),
+            files: Mutex::new(HashMap::new()),
+            fds: Mutex::new(HashMap::new()),
+        }
     })
 }
 

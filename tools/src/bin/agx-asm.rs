@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use agx_tools::isa_cli::{assemble_input, parse_options, ASM_HELP};
 
 fn main() -> ExitCode {
+    agx_tools::install_kernel_log("agx-asm");
     let args: Vec<String> = std::env::args().skip(1).collect();
     let options = match parse_options(&args, ASM_HELP, true) {
         Ok(options) => options,

@@ -27,6 +27,7 @@ struct Args {
 }
 
 fn main() -> ExitCode {
+    agx_tools::install_kernel_log("agx-decode");
     let args = Args::parse();
     let capture = match agx_tools::decode::open_capture(&args.capture) {
         Ok(c) => c,

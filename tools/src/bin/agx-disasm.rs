@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use agx_tools::isa_cli::{disassemble_input, parse_options, IsaCliError, DISASM_HELP};
 
 fn main() -> ExitCode {
+    agx_tools::install_kernel_log("agx-disasm");
     let args: Vec<String> = std::env::args().skip(1).collect();
     let options = match parse_options(&args, DISASM_HELP, false) {
         Ok(options) => options,

@@ -2,6 +2,7 @@
 #![forbid(unsafe_code)]
 
 fn main() -> std::process::ExitCode {
+    agx_tools::install_kernel_log("agx-format");
     let args: Vec<String> = std::env::args().skip(1).collect();
     match agx_tools::format_cli::run(&args) {
         Ok(out) => {

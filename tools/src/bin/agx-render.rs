@@ -66,6 +66,7 @@ fn parse_policy(s: &str) -> Result<GrowthPolicy, String> {
 }
 
 fn main() -> ExitCode {
+    agx_tools::install_kernel_log("agx-render");
     let args = Args::parse();
     match run(&args) {
         Ok(()) => ExitCode::SUCCESS,
