@@ -35,6 +35,10 @@ pub enum IoctlError {
         /// The ioctl number.
         nr: u32,
     },
+    /// A DRM core ioctl that Linux refuses on a render node (no
+    /// `DRM_RENDER_ALLOW`).
+    #[error("not allowed on a render node")]
+    NotOnRenderNode,
     /// The firmware crashed: the GPU is gone.
     #[error("the GPU firmware has crashed")]
     DeviceGone,
@@ -108,6 +112,7 @@ impl IoctlError {
         match self {
             IoctlError::NotDrm { .. } => Errno::ENOTTY,
             IoctlError::UnknownIoctl { .. } => Errno::EINVAL,
+            IoctlError::NotOnRenderNode => Errno::EACCES,
             IoctlError::DeviceGone => Errno::ENODEV,
             IoctlError::UnsupportedCap { .. } => Errno::EOPNOTSUPP,
             IoctlError::IdsExhausted { .. } => Errno::ENOSPC,

@@ -667,6 +667,79 @@ fn every_validation_rule_gives_its_errno() {
             GetCap::default(),
             Errno::ENOTTY,
         ),
+        row(
+            "a removed legacy ioctl (no handler in Linux's table)",
+            agx_uapi::ioctl::drm_iowr::<GetCap>(0x03),
+            GetCap::default(),
+            Errno::EINVAL,
+        ),
+        row(
+            "past the end of the core table",
+            agx_uapi::ioctl::drm_iowr::<GetCap>(0xD8),
+            GetCap::default(),
+            Errno::EINVAL,
+        ),
+        // Render nodes (drm_ioctl_permit: no DRM_RENDER_ALLOW).
+        row(
+            "GET_UNIQUE",
+            agx_uapi::ioctl::ioc(3, b'd', 0x01, 16),
+            [0u64; 2],
+            Errno::EACCES,
+        ),
+        row(
+            "GET_MAGIC",
+            agx_uapi::ioctl::ioc(2, b'd', 0x02, 4),
+            0u32,
+            Errno::EACCES,
+        ),
+        row(
+            "GEM_FLINK",
+            agx_uapi::ioctl::ioc(3, b'd', 0x0a, 8),
+            [1u32, 0],
+            Errno::EACCES,
+        ),
+        row(
+            "GEM_OPEN",
+            agx_uapi::ioctl::ioc(3, b'd', 0x0b, 16),
+            [0u64; 2],
+            Errno::EACCES,
+        ),
+        row(
+            "SET_CLIENT_CAP",
+            agx_uapi::ioctl::ioc(1, b'd', 0x0d, 16),
+            [2u64, 1],
+            Errno::EACCES,
+        ),
+        row(
+            "AUTH_MAGIC",
+            agx_uapi::ioctl::ioc(1, b'd', 0x11, 4),
+            0u32,
+            Errno::EACCES,
+        ),
+        row(
+            "SET_MASTER",
+            agx_uapi::ioctl::ioc(0, b'd', 0x1e, 0),
+            [0u8; 0],
+            Errno::EACCES,
+        ),
+        row(
+            "DROP_MASTER",
+            agx_uapi::ioctl::ioc(0, b'd', 0x1f, 0),
+            [0u8; 0],
+            Errno::EACCES,
+        ),
+        row(
+            "MODE_GETRESOURCES",
+            agx_uapi::ioctl::ioc(3, b'd', 0xA0, 64),
+            [0u64; 8],
+            Errno::EACCES,
+        ),
+        row(
+            "MODE_CREATE_DUMB",
+            agx_uapi::ioctl::ioc(3, b'd', 0xB2, 32),
+            [0u64; 4],
+            Errno::EACCES,
+        ),
     ];
 
     let mut failures = Vec::new();
@@ -689,6 +762,36 @@ fn every_validation_rule_gives_its_errno() {
         baseline,
         "everything the file held is freed"
     );
+}
+
+/// ioctl(2) passes the request as an unsigned int, so the upper half of
+/// a 64-bit request never reaches the driver; and a refused output-only
+/// ioctl still has its (zeroed) argument copied back, as drm_ioctl does.
+#[test_log::test]
+fn requests_are_32_bits_and_refusals_copy_their_argument_back() {
+    let system = system();
+    let file = system.open();
+    let mut cap = GetCap {
+        capability: agx_uapi::drm::DRM_CAP_SYNCOBJ,
+        value: 0,
+    };
+    let request = u64::from(agx_uapi::drm::DRM_IOCTL_GET_CAP) | 0xFFFF_FFFF_0000_0000;
+    assert_eq!(
+        file.ioctl(request, std::ptr::addr_of_mut!(cap) as u64),
+        Ok(0)
+    );
+    assert_eq!(cap.value, 1);
+    let mut magic = 0xDEAD_BEEFu32;
+    let get_magic = agx_uapi::ioctl::ioc(agx_uapi::ioctl::IOC_READ, b'd', 0x02, 4);
+    assert_eq!(
+        file.ioctl(u64::from(get_magic), std::ptr::addr_of_mut!(magic) as u64),
+        Err(Errno::EACCES)
+    );
+    assert_eq!(magic, 0, "the kernel's zeroed argument is copied out");
+    // The argument is copied in before the refusal: a bad pointer is
+    // EFAULT, not EACCES.
+    let flink = agx_uapi::ioctl::ioc(3, b'd', 0x0a, 8);
+    assert_eq!(file.ioctl(u64::from(flink), 16), Err(Errno::EFAULT));
 }
 
 #[test_log::test]
