@@ -1623,6 +1623,32 @@ fn emit_header_literal(
     let _ = writeln!(out, "        }})\n    }}\n");
 }
 
+/// Emits one statement per item of every entry, the entry's statements
+/// under its selector's condition (`if <header bit> { ... }`) when it has
+/// one: the shape `len_bytes` and `layout` share.
+fn emit_per_item(
+    out: &mut String,
+    seq: &SequenceDef,
+    header: &FormatDef,
+    statement: impl Fn(&Entry, &Item) -> String,
+) {
+    for e in &seq.entries {
+        let statements: Vec<String> = e.items.iter().map(|i| statement(e, i)).collect();
+        match selector_expr(&e.selector, "h", header) {
+            Some(cond) => {
+                let _ = writeln!(
+                    out,
+                    "        if {cond} {{\n            {}\n        }}",
+                    statements.join("\n            ")
+                );
+            }
+            None => {
+                let _ = writeln!(out, "        {}", statements.join("\n        "));
+            }
+        }
+    }
+}
+
 fn emit_sequence(out: &mut String, seq: &SequenceDef, formats: &BTreeMap<&str, &FormatDef>) {
     let name = &seq.name;
     let header = formats[seq.header.as_str()];
@@ -1863,31 +1889,13 @@ fn emit_sequence(out: &mut String, seq: &SequenceDef, formats: &BTreeMap<&str, &
         let _ = writeln!(out, "        Self::check_discriminants(h)?;");
     }
     let _ = writeln!(out, "        let mut len: usize = {hsize};");
-    for e in &seq.entries {
-        let adds: Vec<String> = e
-            .items
-            .iter()
-            .map(|i| match &i.count {
-                Some(c) => format!(
-                    "len = len.saturating_add(array_len(count_of(h.{c}), {}));",
-                    size_of(i)
-                ),
-                None => format!("len = len.saturating_add({});", size_of(i)),
-            })
-            .collect();
-        match selector_expr(&e.selector, "h", header) {
-            Some(cond) => {
-                let _ = writeln!(
-                    out,
-                    "        if {cond} {{\n            {}\n        }}",
-                    adds.join("\n            ")
-                );
-            }
-            None => {
-                let _ = writeln!(out, "        {}", adds.join("\n        "));
-            }
-        }
-    }
+    emit_per_item(out, seq, header, |_, i| match &i.count {
+        Some(c) => format!(
+            "len = len.saturating_add(array_len(count_of(h.{c}), {}));",
+            size_of(i)
+        ),
+        None => format!("len = len.saturating_add({});", size_of(i)),
+    });
     out.push_str(&pad_if("len = aligned_len(len, {});"));
     let _ = writeln!(out, "        Ok(len)\n    }}\n");
 
@@ -1897,36 +1905,20 @@ fn emit_sequence(out: &mut String, seq: &SequenceDef, formats: &BTreeMap<&str, &
         let _ = writeln!(out, "        Self::check_discriminants(h)?;");
     }
     let _ = writeln!(out, "        let mut slots = Vec::new();\n        let mut at = 0usize;\n        push_slot(&mut slots, &mut at, \"header\", None, <{hname} as Format>::INFO);");
-    for e in &seq.entries {
-        let pushes: Vec<String> = e
-            .items
-            .iter()
-            .map(|i| match &i.count {
-                Some(c) => format!(
-                    "for i in 0..count_of(h.{c}) {{\n                push_slot(&mut slots, &mut at, \"{}\", Some(i), <{} as Format>::INFO);\n            }}",
-                    item_path(e, i),
-                    i.format
-                ),
-                None => format!(
-                    "push_slot(&mut slots, &mut at, \"{}\", None, <{} as Format>::INFO);",
-                    item_path(e, i),
-                    i.format
-                ),
-            })
-            .collect();
-        match selector_expr(&e.selector, "h", header) {
-            Some(cond) => {
-                let _ = writeln!(
-                    out,
-                    "        if {cond} {{\n            {}\n        }}",
-                    pushes.join("\n            ")
-                );
-            }
-            None => {
-                let _ = writeln!(out, "        {}", pushes.join("\n        "));
-            }
-        }
+    emit_per_item(out, seq, header, |e, i| {
+        match &i.count {
+        Some(c) => format!(
+            "for i in 0..count_of(h.{c}) {{\n                push_slot(&mut slots, &mut at, \"{}\", Some(i), <{} as Format>::INFO);\n            }}",
+            item_path(e, i),
+            i.format
+        ),
+        None => format!(
+            "push_slot(&mut slots, &mut at, \"{}\", None, <{} as Format>::INFO);",
+            item_path(e, i),
+            i.format
+        ),
     }
+    });
     out.push_str(&pad_if("push_padding(&mut slots, &mut at, {});"));
     let _ = writeln!(out, "        Ok(slots)\n    }}\n");
 

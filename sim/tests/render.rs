@@ -296,6 +296,23 @@ fn count_pass(m: &Machine, vs: &str, vs_uniforms: &[u32], vertex_count: u32) -> 
     draw_pass(m, vertex_count, vs, 4, fs, None)
 }
 
+/// The colour vertex shader at 0x3000, reading positions and colours
+/// from the vertex buffer at `vertices` (a data-buffer offset); its
+/// pipeline address.
+fn colour_vs(m: &Machine, vertices: u64) -> u64 {
+    let mut uniforms = pair(DATA_VA + vertices);
+    uniforms.extend(pair(DATA_VA + vertices + 16));
+    m.program(
+        COLOUR_VS,
+        0x3000,
+        0xC0,
+        &uniforms,
+        UNIFORMS + 0x200,
+        0,
+        None,
+    )
+}
+
 fn pair(address: u64) -> Vec<u32> {
     vec![address as u32, (address >> 32) as u32]
 }
@@ -588,17 +605,7 @@ fn varyings_are_interpolated_across_the_triangle() {
         vertices.push(0);
     }
     m.poke_u32s(VERTICES, &vertices);
-    let mut vs_uniforms = pair(DATA_VA + VERTICES);
-    vs_uniforms.extend(pair(DATA_VA + VERTICES + 16));
-    let vs = m.program(
-        COLOUR_VS,
-        0x3000,
-        0xC0,
-        &vs_uniforms,
-        UNIFORMS + 0x200,
-        0,
-        None,
-    );
+    let vs = colour_vs(&m, VERTICES);
     let fs = m.program(
         COLOUR_FS,
         0x4000,
@@ -683,17 +690,7 @@ fn depth_pass_with_fs(
     fs: &str,
     fs_uniforms: &[u32],
 ) -> CmdRender {
-    let mut vs_uniforms = pair(DATA_VA + VERTICES);
-    vs_uniforms.extend(pair(DATA_VA + VERTICES + 16));
-    let vs = m.program(
-        COLOUR_VS,
-        0x3000,
-        0xC0,
-        &vs_uniforms,
-        UNIFORMS + 0x200,
-        0,
-        None,
-    );
+    let vs = colour_vs(m, VERTICES);
     let fs = m.program(fs, 0x4000, 0x100, fs_uniforms, UNIFORMS + 0x300, 0, None);
     cf_table(m, 3, agx_hw::formats::ShadeModel::FlatVertex0);
     let mut render = draw_pass_with_depth(
@@ -836,17 +833,7 @@ fn layered_pass(m: &Machine, zls: bool, partial_bg: bool) -> CmdRender {
         render.zls_ctrl = 0;
     }
     // Vertex shader uniforms: the big vertex buffer.
-    let mut vs_uniforms = pair(DATA_VA + BIG_VERTICES);
-    vs_uniforms.extend(pair(DATA_VA + BIG_VERTICES + 16));
-    m.program(
-        COLOUR_VS,
-        0x3000,
-        0xC0,
-        &vs_uniforms,
-        UNIFORMS + 0x200,
-        0,
-        None,
-    );
+    colour_vs(m, BIG_VERTICES);
     // The draw: indexed, 16-bit indices.
     let stream = m.peek(m.data, STREAM, 64);
     let draw_at = block_at(&stream, VdmBlockType::IndexList);
@@ -1021,17 +1008,7 @@ fn textured_quad(size: u32, filter: agx_hw::formats::Filter) -> Vec<u8> {
         vertices.extend([uv[v][0].to_bits(), uv[v][1].to_bits(), 0, 0]);
     }
     m.poke_u32s(VERTICES, &vertices);
-    let mut vs_uniforms = pair(DATA_VA + VERTICES);
-    vs_uniforms.extend(pair(DATA_VA + VERTICES + 16));
-    let vs = m.program(
-        COLOUR_VS,
-        0x3000,
-        0xC0,
-        &vs_uniforms,
-        UNIFORMS + 0x200,
-        0,
-        None,
-    );
+    let vs = colour_vs(&m, VERTICES);
     let fs = m.program_with_samplers(
         TEXTURED_FS,
         0x4000,
@@ -1355,17 +1332,7 @@ fn stencil_pass(
     reference: u8,
     load: bool,
 ) -> CmdRender {
-    let mut vs_uniforms = pair(DATA_VA + VERTICES);
-    vs_uniforms.extend(pair(DATA_VA + VERTICES + 16));
-    let vs = m.program(
-        COLOUR_VS,
-        0x3000,
-        0xC0,
-        &vs_uniforms,
-        UNIFORMS + 0x200,
-        0,
-        None,
-    );
+    let vs = colour_vs(m, VERTICES);
     let fs = m.program(
         COLOUR_FS,
         0x4000,

@@ -1,7 +1,7 @@
 //! Conversions between integers and floats (`convert`), with the
 //! hardware's rounding and saturating behaviour.
 
-use agx_hw::isa::{Op, Reg, Size, Src};
+use agx_hw::isa::{Op, Size};
 
 use super::{lanes, unsupported, Env, ExecError, Flow, Operands, SimdGroup};
 use crate::usc::float::{float_to_int, ftz, half_to_f32, int_to_f32, int_to_half};
@@ -14,41 +14,24 @@ impl SimdGroup {
         o: &Operands<'_>,
         env: &mut Env<'_>,
     ) -> Result<Flow, ExecError> {
-        let pc = o.pc;
-        let exec = o.exec;
         match o.ins.op {
-            Op::Convert => self.convert(
-                o.int(0)?,
-                o.dst(1)?.reg,
-                &o.src(2)?,
-                o.int(3)?,
-                exec,
-                env,
-                pc,
-            )?,
+            Op::Convert => self.convert(o, env)?,
             _ => return Err(o.misrouted()),
         }
         Ok(Flow::Next)
     }
 
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn convert(
-        &mut self,
-        mode: i64,
-        d: Reg,
-        s: &Src,
-        round: i64,
-        exec: u32,
-        env: &mut Env<'_>,
-        pc: u64,
-    ) -> Result<(), ExecError> {
+    /// `convert mode, d, s, round`: integer <-> float.
+    pub(super) fn convert(&mut self, o: &Operands<'_>, env: &mut Env<'_>) -> Result<(), ExecError> {
+        let (mode, d, s, round) = (o.int(0)?, o.dst(1)?.reg, o.src(2)?, o.int(3)?);
+        let (exec, pc) = (o.exec, o.pc);
         let to_zero = match round {
             0 => true,
             1 => false,
             r => return Err(unsupported(pc, format!("convert rounding mode {r}"))),
         };
         for lane in lanes(exec) {
-            let (bits, width) = self.raw_src(s, lane, env.uniforms);
+            let (bits, width) = self.raw_src(&s, lane, env.uniforms);
             let int_value = match mode {
                 0 => Some(i64::from(bits as u8)),
                 1 => Some(i64::from(bits as u8 as i8)),

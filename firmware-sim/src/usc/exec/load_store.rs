@@ -15,14 +15,10 @@ impl SimdGroup {
         o: &Operands<'_>,
         env: &mut Env<'_>,
     ) -> Result<Flow, ExecError> {
-        let pc = o.pc;
-        let exec = o.exec;
         match o.ins.op {
-            Op::DeviceLoad | Op::DeviceStore => self.device_memory(o.ins, exec, env, pc)?,
-            Op::UniformStore => self.uniform_store(o.ins, exec, env, pc)?,
-            Op::ThreadgroupLoad | Op::ThreadgroupStore => {
-                self.threadgroup_memory(o.ins, exec, env, pc)?
-            }
+            Op::DeviceLoad | Op::DeviceStore => self.device_memory(o, env)?,
+            Op::UniformStore => self.uniform_store(o, env)?,
+            Op::ThreadgroupLoad | Op::ThreadgroupStore => self.threadgroup_memory(o, env)?,
             _ => return Err(o.misrouted()),
         }
         Ok(Flow::Next)
@@ -30,11 +26,10 @@ impl SimdGroup {
 
     pub(super) fn device_memory(
         &mut self,
-        ins: &agx_hw::isa::Instr,
-        exec: u32,
+        o: &Operands<'_>,
         env: &mut Env<'_>,
-        pc: u64,
     ) -> Result<(), ExecError> {
+        let (ins, exec, pc) = (o.ins, o.exec, o.pc);
         let ops = &ins.operands;
         let (
             Some(format),
@@ -125,11 +120,10 @@ impl SimdGroup {
 
     pub(super) fn uniform_store(
         &mut self,
-        ins: &agx_hw::isa::Instr,
-        exec: u32,
+        o: &Operands<'_>,
         env: &mut Env<'_>,
-        pc: u64,
     ) -> Result<(), ExecError> {
+        let (ins, exec, pc) = (o.ins, o.exec, o.pc);
         let (Some(mask), Some(Operand::Regs(data)), Some(Operand::Value(offset)), Some(shift)) = (
             ins.int(2),
             ins.operands.get(4),
@@ -160,11 +154,10 @@ impl SimdGroup {
 
     pub(super) fn threadgroup_memory(
         &mut self,
-        ins: &agx_hw::isa::Instr,
-        exec: u32,
+        o: &Operands<'_>,
         env: &mut Env<'_>,
-        pc: u64,
     ) -> Result<(), ExecError> {
+        let (ins, exec, pc) = (o.ins, o.exec, o.pc);
         let ops = &ins.operands;
         let (
             Some(format),

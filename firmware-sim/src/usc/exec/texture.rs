@@ -19,7 +19,7 @@ impl SimdGroup {
         let pc = o.pc;
         let exec = o.exec;
         match o.ins.op {
-            Op::TextureSample | Op::TextureLoad => self.texture(o.ins, exec, env, pc)?,
+            Op::TextureSample | Op::TextureLoad => self.texture(o, env)?,
             Op::ImageWrite => {
                 let data = o.run(0)?;
                 let coords = o.run(1)?;
@@ -82,13 +82,8 @@ impl SimdGroup {
         }
     }
 
-    pub(super) fn texture(
-        &mut self,
-        ins: &agx_hw::isa::Instr,
-        exec: u32,
-        env: &mut Env<'_>,
-        pc: u64,
-    ) -> Result<(), ExecError> {
+    pub(super) fn texture(&mut self, o: &Operands<'_>, env: &mut Env<'_>) -> Result<(), ExecError> {
+        let (ins, exec, pc) = (o.ins, o.exec, o.pc);
         let ops = &ins.operands;
         let int = |i: usize| ins.int(i).unwrap_or(0);
         let (
