@@ -23,7 +23,7 @@ use crate::export::Exports;
 use crate::firmware::FirmwareLink;
 use crate::gem::{GemObject, VmKey, MMAP_OFFSET_SHIFT};
 
-use crate::mem::{AllocError, PagePool, PhysRange, Ram};
+use crate::mem::{AllocError, DeviceFd, PagePool, PhysRange, Ram};
 use crate::sched::Scheduler;
 use crate::stats::{Counters, Stats};
 use crate::sync::SyncEvents;
@@ -37,6 +37,23 @@ const MAX_OBJECT_ID: u64 = 1 << (63 - MMAP_OFFSET_SHIFT);
 /// descriptor with this name is a buffer another simulated device can
 /// import.
 pub const GEM_MEMFD_NAME: &str = "agx-gem";
+
+/// A file the device writes (a capture), through a [`DeviceFd`]: each
+/// write first checks that the descriptor still names the file, so a
+/// client that closed it gets `EBADF` in the log, not its other files
+/// overwritten.
+#[derive(Debug)]
+pub(crate) struct KeptFile(DeviceFd);
+
+impl std::io::Write for KeptFile {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        Ok(rustix::io::write(self.0.get()?, buf)?)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
 
 /// How to build the kernel side of a device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,7 +94,7 @@ pub struct Device {
     /// Where every submission is recorded, if capturing
     /// ([`Device::capture_to`], or the `AGX_KMD_CAPTURE` environment
     /// variable naming a file).
-    pub(crate) capture: Mutex<Option<CaptureWriter<std::io::BufWriter<std::fs::File>>>>,
+    pub(crate) capture: Mutex<Option<CaptureWriter<std::io::BufWriter<KeptFile>>>>,
 }
 
 impl Device {
@@ -87,7 +104,12 @@ impl Device {
         flags: GemFlags,
         private_vm: Option<VmKey>,
     ) -> Result<Arc<GemObject>, AllocError> {
-        let memory = self.ram.allocate(size_bytes, GEM_MEMFD_NAME)?;
+        // Only an object that may be exported needs a memfd of its own.
+        let memory = if private_vm.is_some() {
+            self.ram.allocate(size_bytes)?
+        } else {
+            self.ram.allocate_exportable(size_bytes, GEM_MEMFD_NAME)?
+        };
         self.register(memory, flags, private_vm)
     }
 
@@ -244,7 +266,7 @@ impl Device {
     /// and the memory each can reach) into a capture file at `path`
     /// (`Documentation/capture-format.md`).
     pub fn capture_to(&self, path: &std::path::Path) -> std::io::Result<()> {
-        let file = std::fs::File::create(path)?;
+        let file = KeptFile(DeviceFd::keep(std::fs::File::create(path)?.into())?);
         let mut writer = CaptureWriter::new(std::io::BufWriter::new(file))?;
         writer.params(&crate::params::params_global())?;
         *self.capture.lock().unwrap_or_else(|e| e.into_inner()) = Some(writer);

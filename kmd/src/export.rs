@@ -2,9 +2,9 @@
 //! and sync files.
 //!
 //! A PRIME fd is the object's own memfd (duplicated), so any process can
-//! `mmap` it at offset 0 and see the object's pages; importing it in this
-//! device finds the object by the memfd's inode, and importing a buffer
-//! exported by another simulated device adopts its pages. A syncobj fd
+//! `mmap` it at offset 0 and see exactly the object's pages; importing it
+//! in this device finds the object by the memfd's inode, and importing a
+//! buffer exported by another simulated device adopts its pages. A syncobj fd
 //! and a sync file are small memfds carrying a magic word and a token the
 //! device maps back to the syncobj (weakly) or the fence. A sync file's
 //! fence is held only while it is pending: once it signals, its status is
@@ -14,7 +14,7 @@
 use std::collections::hash_map::RandomState;
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hasher};
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
@@ -28,8 +28,7 @@ const SYNC_FILE_MAGIC: [u8; 8] = *b"AGXSYNC\0";
 /// signalled, 2 + errno signalled with an error).
 const RECORD_BYTES: usize = 8 + 16 + 8;
 
-/// Identifies a file across descriptors.
-type Inode = (u64, u64);
+use crate::mem::backing::{DeviceFd, Inode};
 
 fn inode_of(fd: BorrowedFd<'_>) -> Result<Inode, Errno> {
     let stat = rustix::fs::fstat(fd).map_err(|e| Errno(e.raw_os_error()))?;
@@ -53,7 +52,7 @@ pub struct Exports {
     syncobjs: Mutex<HashMap<u128, Weak<Syncobj>>>,
     /// Pending sync files: the fence and our descriptor of the memfd (to
     /// write the final status into).
-    sync_files: Mutex<HashMap<u128, (Arc<Fence>, OwnedFd)>>,
+    sync_files: Mutex<HashMap<u128, (Arc<Fence>, DeviceFd)>>,
 }
 
 impl Default for Exports {
@@ -70,13 +69,8 @@ impl Default for Exports {
     }
 }
 
-fn dup(fd: BorrowedFd<'_>, cloexec: bool) -> Result<OwnedFd, Errno> {
-    let new = rustix::io::fcntl_dupfd_cloexec(fd, 0).map_err(|e| Errno(e.raw_os_error()))?;
-    if !cloexec {
-        rustix::io::fcntl_setfd(&new, rustix::io::FdFlags::empty())
-            .map_err(|e| Errno(e.raw_os_error()))?;
-    }
-    Ok(new)
+fn io_errno(error: std::io::Error) -> Errno {
+    Errno(error.raw_os_error().unwrap_or(libc::EIO))
 }
 
 fn token_memfd(name: &str, magic: [u8; 8], token: u128) -> Result<OwnedFd, Errno> {
@@ -109,7 +103,7 @@ impl Exports {
 
     /// Registers a GEM object so its PRIME fds can be imported back.
     pub(crate) fn register_object(&self, object: &Arc<GemObject>) -> Result<(), Errno> {
-        let inode = inode_of(object.memory().backing().fd())?;
+        let inode = object.memory().memfd_identity().ok_or(Errno::EINVAL)?;
         let mut objects = self.objects.lock().unwrap_or_else(|e| e.into_inner());
         objects.retain(|_, weak| weak.strong_count() > 0);
         objects.insert(inode, Arc::downgrade(object));
@@ -123,7 +117,14 @@ impl Exports {
         cloexec: bool,
     ) -> Result<OwnedFd, Errno> {
         self.register_object(object)?;
-        dup(object.memory().backing().fd(), cloexec)
+        object.memory().export_fd(cloexec).map_err(|error| {
+            tracing::error!(
+                object = object.id(),
+                %error,
+                "cannot export: the device's descriptor of the object is gone"
+            );
+            io_errno(error)
+        })
     }
 
     /// The object of this device a PRIME fd refers to, if any.
@@ -162,11 +163,18 @@ impl Exports {
 
     /// Writes the status of signalled sync files into their memfds and
     /// forgets them.
-    fn settle_sync_files(&self, files: &mut HashMap<u128, (Arc<Fence>, OwnedFd)>) {
+    fn settle_sync_files(&self, files: &mut HashMap<u128, (Arc<Fence>, DeviceFd)>) {
         files.retain(|_, (fence, fd)| match fence.status() {
             None => true,
             status => {
-                let _ = rustix::io::pwrite(&*fd, &status_word(status).to_le_bytes(), 24);
+                // Only into the sync file itself: if the process closed
+                // the device's descriptor, the status stays unwritten.
+                match fd.get() {
+                    Ok(fd) => {
+                        let _ = rustix::io::pwrite(fd, &status_word(status).to_le_bytes(), 24);
+                    }
+                    Err(gone) => tracing::warn!(%gone, "sync file status not recorded"),
+                }
                 false
             }
         });
@@ -180,7 +188,10 @@ impl Exports {
         self.settle_sync_files(&mut files);
         match fence.status() {
             None => {
-                files.insert(token, (fence, dup(fd.as_fd(), true)?));
+                let ours = rustix::io::fcntl_dupfd_cloexec(&fd, 0)
+                    .map_err(|e| Errno(e.raw_os_error()))
+                    .and_then(|dup| DeviceFd::keep(dup).map_err(io_errno))?;
+                files.insert(token, (fence, ours));
             }
             status => {
                 rustix::io::pwrite(&fd, &status_word(status).to_le_bytes(), 24)

@@ -306,8 +306,8 @@ impl File {
     /// GEM_MMAP_OFFSET) of `len_bytes` bytes refers to, checked as Linux's
     /// `drm_gem_mmap` does: no object there or a range past its end is
     /// `EINVAL`, an object this file has no handle to is `EACCES`. The
-    /// caller maps `object.memory().backing().fd()` at the returned offset
-    /// within it.
+    /// caller maps the object with `object.memory().map_for_cpu` at the
+    /// returned offset within it.
     pub fn mmap_object(&self, offset: u64, len_bytes: u64) -> Result<(Arc<GemObject>, u64), Errno> {
         self.find_mapping(offset, len_bytes).map_err(|error| {
             let errno = Errno::from(error.clone());
@@ -1247,15 +1247,15 @@ impl File {
                         m.len_bytes
                     };
                     let mut bytes = vec![0u8; len as usize];
-                    let backing = object.memory().backing();
+                    let memory = object.memory();
                     if m.single_page {
                         let mut page = vec![0u8; agx_hw::uat::PAGE_BYTES as usize];
-                        backing.read(m.offset as usize, &mut page)?;
+                        memory.read(m.offset, &mut page)?;
                         for chunk in bytes.chunks_mut(page.len()) {
                             chunk.copy_from_slice(&page[..chunk.len()]);
                         }
                     } else {
-                        backing.read(m.offset as usize, &mut bytes)?;
+                        memory.read(m.offset, &mut bytes)?;
                     }
                     Some(agx_capture::MemoryRange {
                         va: m.va,

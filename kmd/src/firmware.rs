@@ -86,7 +86,9 @@ impl KernelVm {
     /// Allocates zeroed memory mapped for the firmware and the GPU
     /// (read-write, uncached: shared with the CPU); returns its address.
     pub fn alloc(&self, size_bytes: u64, name: &str) -> Result<u64, AllocError> {
-        let memory = self.ram.allocate(size_bytes, name)?;
+        let memory = self.ram.allocate(size_bytes).inspect_err(|error| {
+            tracing::warn!(name, size_bytes, %error, "firmware memory not allocated");
+        })?;
         let len = memory.len_bytes();
         self.map(memory, 0, len)
     }

@@ -594,9 +594,7 @@ impl Scheduler {
     /// Allocates `new_blocks` blocks of memory and maps them in the
     /// queue's kernel range; returns their VM address.
     fn map_tvb_chunk(&self, queue: &QueueHw, new_blocks: u64) -> Result<u64, AllocError> {
-        let memory = self
-            .ram
-            .allocate(new_blocks * tvb::BLOCK_BYTES, "agx-tvb")?;
+        let memory = self.ram.allocate(new_blocks * tvb::BLOCK_BYTES)?;
         lock_vm(&queue.vm).map_kernel(memory, tvb::BLOCK_BYTES)
     }
 

@@ -135,11 +135,7 @@ fn cpu_mappings_reach_the_object_through_its_mmap_offset() {
     call(&file, asahi::DRM_IOCTL_ASAHI_GEM_MMAP_OFFSET, &mut m).unwrap();
     let (object, within) = file.mmap_object(m.offset + PAGE, PAGE).unwrap();
     assert_eq!(within, PAGE);
-    object
-        .memory()
-        .backing()
-        .write(within as usize, b"cpu")
-        .unwrap();
+    object.memory().write(within, b"cpu").unwrap();
     let mut buf = [0u8; 3];
     system
         .ram()

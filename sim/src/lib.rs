@@ -79,7 +79,7 @@ pub struct System {
 impl System {
     /// Builds a machine and probes the driver on it.
     pub fn new(config: SystemConfig) -> Result<System, AllocError> {
-        let ram = Ram::new(config.ram_bytes);
+        let ram = Ram::new(config.ram_bytes)?;
         let coprocessor = SimulatedCoprocessor::new(Arc::new(ram.clone()), config.gpu_threads);
         let device = Device::new(ram, config.device_config(), &coprocessor)?;
         Ok(System { device })

@@ -20,7 +20,7 @@ use zerocopy::FromBytes;
 fn the_firmware_boots_through_its_page_tables() {
     // The link alone, without the kmd's scheduler (which would drain the
     // log ring).
-    let ram = Ram::new(256 << 20);
+    let ram = Ram::new(256 << 20).unwrap();
     let pool = Arc::new(PagePool::new(ram.clone()));
     let coprocessor = SimulatedCoprocessor::new(Arc::new(ram.clone()), 1);
     let link =
@@ -54,10 +54,10 @@ fn the_firmware_boots_through_its_page_tables() {
 
 #[test]
 fn unmapping_shoots_down_the_gpu_tlb() {
-    let ram = Ram::new(64 << 20);
+    let ram = Ram::new(64 << 20).unwrap();
     let pool = Arc::new(PagePool::new(ram.clone()));
     let mut tables = PageTables::new(Arc::clone(&pool)).unwrap();
-    let object = ram.allocate(PAGE_BYTES, "object").unwrap();
+    let object = ram.allocate(PAGE_BYTES).unwrap();
     let rw = Permissions {
         gpu_read: true,
         gpu_write: true,

@@ -209,7 +209,6 @@ pub fn replay_one(capture: &Capture, index: usize) -> Result<Replayed, ReplayErr
         let object = file.object(create.handle).ok_or(ReplayError::Device)?;
         object
             .memory()
-            .backing()
             .write(0, &range.bytes)
             .ok_or(ReplayError::Device)?;
         let mut flags = BindFlags::READ;
@@ -283,11 +282,7 @@ pub fn replay_one(capture: &Capture, index: usize) -> Result<Replayed, ReplayErr
         objects.iter().any(|(base, len, object)| {
             va >= *base
                 && va.saturating_add(buf.len() as u64) <= base.saturating_add(*len)
-                && object
-                    .memory()
-                    .backing()
-                    .read((va - base) as usize, buf)
-                    .is_some()
+                && object.memory().read(va - base, buf).is_some()
         })
     };
     let mut targets = Vec::new();

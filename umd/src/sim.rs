@@ -88,11 +88,9 @@ struct SimMapping {
 }
 
 impl SimMapping {
-    fn at(&self, offset_bytes: u64, len: usize) -> Result<usize, Errno> {
+    fn at(&self, offset_bytes: u64, len: usize) -> Result<u64, Errno> {
         match offset_bytes.checked_add(len as u64) {
-            Some(end) if end <= self.len_bytes => {
-                usize::try_from(self.within_bytes + offset_bytes).map_err(|_| Errno::EFAULT)
-            }
+            Some(end) if end <= self.len_bytes => Ok(self.within_bytes + offset_bytes),
             _ => Err(Errno::EFAULT),
         }
     }
@@ -105,19 +103,11 @@ impl CpuMapping for SimMapping {
 
     fn write(&self, offset_bytes: u64, data: &[u8]) -> Result<(), Errno> {
         let at = self.at(offset_bytes, data.len())?;
-        self.object
-            .memory()
-            .backing()
-            .write(at, data)
-            .ok_or(Errno::EFAULT)
+        self.object.memory().write(at, data).ok_or(Errno::EFAULT)
     }
 
     fn read(&self, offset_bytes: u64, buf: &mut [u8]) -> Result<(), Errno> {
         let at = self.at(offset_bytes, buf.len())?;
-        self.object
-            .memory()
-            .backing()
-            .read(at, buf)
-            .ok_or(Errno::EFAULT)
+        self.object.memory().read(at, buf).ok_or(Errno::EFAULT)
     }
 }

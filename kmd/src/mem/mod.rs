@@ -5,7 +5,7 @@ pub mod pagetable;
 pub mod phys;
 pub mod va;
 
-pub use backing::Backing;
+pub use backing::{DescriptorGone, DeviceFd, Placement};
 pub use pagetable::{PagePool, PageTables, PoolPage};
 pub use phys::{AllocError, PhysRange, Ram, RAM_BASE};
 pub use va::VaAllocator;

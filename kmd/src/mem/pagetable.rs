@@ -55,9 +55,7 @@ impl PagePool {
     pub fn alloc(&self) -> Result<u64, AllocError> {
         let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         if inner.free.is_empty() {
-            let slab = self
-                .ram
-                .allocate(SLAB_PAGES * PAGE_BYTES, "agx-kernel-pages")?;
+            let slab = self.ram.allocate(SLAB_PAGES * PAGE_BYTES)?;
             inner.free.extend(
                 (0..SLAB_PAGES)
                     .rev()
@@ -236,10 +234,10 @@ mod tests {
 
     #[test]
     fn mapped_ranges_translate_and_cleared_ones_fault() {
-        let ram = Ram::new(64 << 20);
+        let ram = Ram::new(64 << 20).unwrap();
         let pool = Arc::new(PagePool::new(ram.clone()));
         let mut tables = PageTables::new(Arc::clone(&pool)).unwrap();
-        let object = ram.allocate(4 * PAGE_BYTES, "object").unwrap();
+        let object = ram.allocate(4 * PAGE_BYTES).unwrap();
         let rw = Permissions {
             gpu_read: true,
             gpu_write: true,
@@ -278,10 +276,10 @@ mod tests {
 
     #[test]
     fn reserving_makes_every_table_a_later_set_needs() {
-        let ram = Ram::new(64 << 20);
+        let ram = Ram::new(64 << 20).unwrap();
         let pool = Arc::new(PagePool::new(ram.clone()));
         let mut tables = PageTables::new(Arc::clone(&pool)).unwrap();
-        let object = ram.allocate(PAGE_BYTES, "object").unwrap();
+        let object = ram.allocate(PAGE_BYTES).unwrap();
         let rw = Permissions {
             gpu_read: true,
             ..Permissions::default()

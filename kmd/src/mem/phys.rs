@@ -2,21 +2,27 @@
 //!
 //! On Apple silicon the CPU and the GPU share one RAM; the GPU reaches it
 //! through its MMU (the UAT) and the page tables the kernel writes. Here
-//! RAM is a physical address space in which every allocation is a
-//! contiguous range backed by its own memfd ([`Backing`]). The kmd
-//! allocates GEM objects, page tables and firmware structures from it; the
-//! simulated GPU reads and writes it by physical address after walking the
-//! page tables. The total size is fixed when the system is built, so
-//! running out of RAM is an ordinary `ENOMEM`.
+//! RAM is a physical address space backed by one host [`Window`]: physical
+//! address `RAM_BASE + n` is byte `n` of the window. Every allocation is a
+//! contiguous range of it; kernel memory and `VM_PRIVATE` objects live in
+//! the window's pool, an exportable object has a memfd of its own mapped
+//! at its place (`Documentation/memory-model.md`). The kmd allocates GEM
+//! objects, page tables and firmware structures from it; the simulated GPU
+//! reads and writes it by physical address after walking the page tables.
+//! An access to a page no allocation holds faults, as a bus error would.
+//! The total size is fixed when the system is built, so running out of RAM
+//! is an ordinary `ENOMEM`.
 
 use std::collections::BTreeMap;
+use std::os::fd::{AsFd, OwnedFd};
+use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex};
 
 use agx_hw::addr::PhysAddr;
 use agx_hw::uat::{PhysFault, PhysicalMemory as PhysicalAccess, PAGE_BYTES};
 
-use super::backing::Backing;
+use super::backing::{self, DescriptorGone, DeviceFd, Inode, Placement, Window};
 
 /// Where simulated RAM starts in the physical address space (as on M1,
 /// DRAM is above the first 64 GiB of MMIO space).
@@ -38,12 +44,20 @@ pub enum AllocError {
     Host(String),
 }
 
+impl From<std::io::Error> for AllocError {
+    fn from(error: std::io::Error) -> AllocError {
+        AllocError::Host(error.to_string())
+    }
+}
+
 /// A contiguous range of physical memory, freed when the last reference
 /// goes.
 #[derive(Debug)]
 pub struct PhysRange {
     pa: u64,
-    backing: Backing,
+    len_bytes: u64,
+    /// An exportable range's own memfd (`None`: the range is in the pool).
+    own: Option<DeviceFd>,
     ram: Arc<RamInner>,
 }
 
@@ -55,28 +69,86 @@ impl PhysRange {
 
     /// The size in bytes (whole pages).
     pub fn len_bytes(&self) -> u64 {
-        self.backing.len_bytes() as u64
+        self.len_bytes
     }
 
-    /// The memfd backing the range (mmap offset 0 is the first byte).
-    pub fn backing(&self) -> &Backing {
-        &self.backing
+    fn window_offset(&self, offset: u64, len: usize) -> Option<usize> {
+        let end = offset.checked_add(len as u64)?;
+        (end <= self.len_bytes).then(|| (self.pa - RAM_BASE + offset) as usize)
+    }
+
+    /// Copies bytes out from `offset` within the range; `None` if the
+    /// bytes are not all inside it.
+    pub fn read(&self, offset: u64, buf: &mut [u8]) -> Option<()> {
+        let at = self.window_offset(offset, buf.len())?;
+        self.ram.window.read(at, buf)
+    }
+
+    /// Copies bytes in at `offset` within the range; `None` if the bytes
+    /// are not all inside it.
+    pub fn write(&self, offset: u64, data: &[u8]) -> Option<()> {
+        let at = self.window_offset(offset, data.len())?;
+        self.ram.window.write(at, data)
+    }
+
+    /// Whether the range has a memfd of its own (it can be exported).
+    pub fn is_exportable(&self) -> bool {
+        self.own.is_some()
+    }
+
+    /// The identity of an exportable range's memfd.
+    pub fn memfd_identity(&self) -> Option<Inode> {
+        self.own.as_ref().map(DeviceFd::identity)
+    }
+
+    /// A new descriptor of an exportable range's memfd, which maps
+    /// exactly the range (a PRIME fd). `EINVAL` for a pool range; `EBADF`
+    /// if the process closed the device's own descriptor.
+    pub fn export_fd(&self, cloexec: bool) -> std::io::Result<OwnedFd> {
+        self.own
+            .as_ref()
+            .ok_or_else(|| std::io::Error::from_raw_os_error(libc::EINVAL))?
+            .duplicate(cloexec)
+    }
+
+    /// Maps `len` bytes from `offset` within the range into this process
+    /// for the CPU, sharing the pages (a client's `mmap` of the object).
+    /// The bytes must lie inside the range; `offset` must be whole pages.
+    pub fn map_for_cpu(
+        &self,
+        offset: u64,
+        len: usize,
+        prot: i32,
+        placement: Placement,
+    ) -> std::io::Result<NonNull<u8>> {
+        let at = self
+            .window_offset(offset, len)
+            .ok_or_else(|| std::io::Error::from_raw_os_error(libc::EINVAL))?;
+        self.ram.window.map_again(at, len, prot, placement)
+    }
+
+    /// Checks that the device's descriptor of an exportable range still
+    /// names its memfd.
+    pub fn check_descriptor(&self) -> Result<(), DescriptorGone> {
+        self.own.as_ref().map_or(Ok(()), |fd| fd.get().map(|_| ()))
     }
 }
 
 impl Drop for PhysRange {
     fn drop(&mut self) {
-        self.ram.release(self.pa, self.len_bytes());
+        self.ram
+            .release(self.pa, self.len_bytes, self.own.is_some());
     }
 }
 
 #[derive(Debug)]
 struct RamInner {
+    window: Window,
     size_bytes: u64,
     /// Free ranges: start -> length.
     free: Mutex<BTreeMap<u64, u64>>,
-    /// Live ranges by start address (weakly: the range owns itself).
-    live: RwLock<BTreeMap<u64, std::sync::Weak<PhysRange>>>,
+    /// One bit per page: set while an allocation holds the page.
+    live_pages: Vec<AtomicU64>,
     allocated_pages: AtomicU64,
     /// Advanced whenever page tables in this RAM change: GPU TLBs are
     /// invalidated by it.
@@ -84,11 +156,65 @@ struct RamInner {
 }
 
 impl RamInner {
-    fn release(&self, pa: u64, len: u64) {
-        self.live
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&pa);
+    fn page_index(&self, pa: u64) -> usize {
+        ((pa - RAM_BASE) / PAGE_BYTES) as usize
+    }
+
+    fn mark(&self, pa: u64, len: u64, live: bool) {
+        let first = self.page_index(pa);
+        for page in first..first + (len / PAGE_BYTES) as usize {
+            let bit = 1u64 << (page % 64);
+            let word = &self.live_pages[page / 64];
+            if live {
+                word.fetch_or(bit, Ordering::Release);
+            } else {
+                word.fetch_and(!bit, Ordering::Release);
+            }
+        }
+    }
+
+    /// The window offset of `[pa, pa + len)` if every page of it is held
+    /// by an allocation; otherwise the first address that is not.
+    fn locate(&self, pa: u64, len: usize) -> Result<usize, PhysFault> {
+        let end = pa.checked_add(len as u64);
+        if pa < RAM_BASE || end.is_none_or(|end| end > RAM_BASE + self.size_bytes) {
+            return Err(PhysFault { pa: PhysAddr(pa) });
+        }
+        if len == 0 {
+            return Ok((pa - RAM_BASE) as usize);
+        }
+        let last = self.page_index(pa + len as u64 - 1);
+        for page in self.page_index(pa)..=last {
+            let held = self.live_pages[page / 64].load(Ordering::Acquire) & (1 << (page % 64));
+            if held == 0 {
+                let page_pa = RAM_BASE + page as u64 * PAGE_BYTES;
+                return Err(PhysFault {
+                    pa: PhysAddr(page_pa.max(pa)),
+                });
+            }
+        }
+        Ok((pa - RAM_BASE) as usize)
+    }
+
+    fn release(&self, pa: u64, len: u64, covered: bool) {
+        // Fault accesses first, then hand the pages back zeroed.
+        self.mark(pa, len, false);
+        let offset = (pa - RAM_BASE) as usize;
+        let restored = if covered {
+            self.window.uncover(offset, len as usize)
+        } else {
+            self.window.release(offset, len as usize)
+        };
+        if let Err(error) = restored {
+            // The pages may still hold data: never hand them out again.
+            tracing::error!(
+                pa = format_args!("{pa:#x}"),
+                len_bytes = len,
+                %error,
+                "cannot return freed RAM to the pool; the range is retired"
+            );
+            return;
+        }
         let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
         let (mut start, mut length) = (pa, len);
         // Merge with the neighbours.
@@ -116,22 +242,26 @@ pub struct Ram {
 }
 
 impl Ram {
-    /// RAM of `size_bytes` (rounded down to pages) at [`RAM_BASE`].
-    pub fn new(size_bytes: u64) -> Ram {
+    /// RAM of `size_bytes` (rounded down to pages) at [`RAM_BASE`]. Host
+    /// memory is used only for pages that are written.
+    pub fn new(size_bytes: u64) -> Result<Ram, AllocError> {
         let size_bytes = size_bytes / PAGE_BYTES * PAGE_BYTES;
+        let len = usize::try_from(size_bytes)
+            .map_err(|_| AllocError::Host("RAM larger than the host address space".into()))?;
+        let window = Window::new(len)?;
         let mut free = BTreeMap::new();
-        if size_bytes > 0 {
-            free.insert(RAM_BASE, size_bytes);
-        }
-        Ram {
+        free.insert(RAM_BASE, size_bytes);
+        let pages = (size_bytes / PAGE_BYTES) as usize;
+        Ok(Ram {
             inner: Arc::new(RamInner {
+                window,
                 size_bytes,
                 free: Mutex::new(free),
-                live: RwLock::new(BTreeMap::new()),
+                live_pages: (0..pages.div_ceil(64)).map(|_| AtomicU64::new(0)).collect(),
                 allocated_pages: AtomicU64::new(0),
                 translation_generation: AtomicU64::new(0),
             }),
-        }
+        })
     }
 
     /// Total RAM.
@@ -144,30 +274,70 @@ impl Ram {
         self.inner.allocated_pages.load(Ordering::Relaxed)
     }
 
-    /// Allocates `size_bytes` (rounded up to whole pages), zero-filled.
-    pub fn allocate(&self, size_bytes: u64, name: &str) -> Result<Arc<PhysRange>, AllocError> {
-        let len = size_bytes
-            .checked_next_multiple_of(PAGE_BYTES)
-            .unwrap_or(u64::MAX);
+    /// Allocates `size_bytes` (rounded up to whole pages) from the pool,
+    /// zero-filled.
+    pub fn allocate(&self, size_bytes: u64) -> Result<Arc<PhysRange>, AllocError> {
+        let len = Self::pages_for(size_bytes);
         let pa = self.reserve(len)?;
-        let backing = usize::try_from(len)
-            .map_err(|e| e.to_string())
-            .and_then(|l| Backing::new(name, l).map_err(|e| e.to_string()));
-        self.place(pa, len, backing)
+        Ok(self.place(pa, len, None))
+    }
+
+    /// Allocates `size_bytes` (rounded up to whole pages), zero-filled,
+    /// with a memfd of its own named `name`, so that it can be exported.
+    pub fn allocate_exportable(
+        &self,
+        size_bytes: u64,
+        name: &str,
+    ) -> Result<Arc<PhysRange>, AllocError> {
+        let len = Self::pages_for(size_bytes);
+        let pa = self.reserve(len)?;
+        let memfd = backing::create_memfd(name, len);
+        self.cover(pa, len, memfd)
     }
 
     /// Places memory that already exists (a memfd another process or
     /// system exported) in the physical address space.
-    pub fn adopt(&self, fd: std::os::fd::OwnedFd) -> Result<Arc<PhysRange>, AllocError> {
-        let backing = Backing::from_fd(fd).map_err(|e| AllocError::Host(e.to_string()))?;
-        let len = backing.len_bytes() as u64;
-        if !len.is_multiple_of(PAGE_BYTES) {
+    pub fn adopt(&self, fd: OwnedFd) -> Result<Arc<PhysRange>, AllocError> {
+        let len = backing::sealed_size_bytes(fd.as_fd())?;
+        if len == 0 || !len.is_multiple_of(PAGE_BYTES) {
             return Err(AllocError::Host(
                 "imported memory is not whole pages".into(),
             ));
         }
         let pa = self.reserve(len)?;
-        self.place(pa, len, Ok(backing))
+        self.cover(pa, len, Ok(fd))
+    }
+
+    fn pages_for(size_bytes: u64) -> u64 {
+        size_bytes
+            .checked_next_multiple_of(PAGE_BYTES)
+            .unwrap_or(u64::MAX)
+    }
+
+    fn cover(
+        &self,
+        pa: u64,
+        len: u64,
+        memfd: std::io::Result<OwnedFd>,
+    ) -> Result<Arc<PhysRange>, AllocError> {
+        let offset = (pa - RAM_BASE) as usize;
+        let kept = memfd.and_then(|fd| {
+            self.inner.window.cover(offset, len as usize, fd.as_fd())?;
+            DeviceFd::keep(fd)
+        });
+        match kept {
+            Ok(own) => Ok(self.place(pa, len, Some(own))),
+            Err(error) => {
+                // Count the pages so that releasing balances.
+                self.inner
+                    .allocated_pages
+                    .fetch_add(len / PAGE_BYTES, Ordering::Relaxed);
+                // Hand the range back (uncovering it is harmless if the
+                // cover never happened).
+                self.inner.release(pa, len, true);
+                Err(error.into())
+            }
+        }
     }
 
     fn reserve(&self, len: u64) -> Result<u64, AllocError> {
@@ -189,50 +359,17 @@ impl Ram {
         Ok(start)
     }
 
-    fn place(
-        &self,
-        pa: u64,
-        len: u64,
-        backing: Result<Backing, String>,
-    ) -> Result<Arc<PhysRange>, AllocError> {
-        // Count the pages first so that releasing on failure balances.
+    fn place(&self, pa: u64, len: u64, own: Option<DeviceFd>) -> Arc<PhysRange> {
         self.inner
             .allocated_pages
             .fetch_add(len / PAGE_BYTES, Ordering::Relaxed);
-        let backing = match backing {
-            Ok(backing) => backing,
-            Err(e) => {
-                self.inner.release(pa, len);
-                return Err(AllocError::Host(e));
-            }
-        };
-        let range = Arc::new(PhysRange {
+        self.inner.mark(pa, len, true);
+        Arc::new(PhysRange {
             pa,
-            backing,
+            len_bytes: len,
+            own,
             ram: Arc::clone(&self.inner),
-        });
-        self.inner
-            .live
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(pa, Arc::downgrade(&range));
-        Ok(range)
-    }
-
-    /// The live range containing `pa`, and the offset of `pa` in it.
-    fn locate(&self, pa: u64, len: usize) -> Result<(Arc<PhysRange>, usize), PhysFault> {
-        let live = self.inner.live.read().unwrap_or_else(|e| e.into_inner());
-        let fault = PhysFault { pa: PhysAddr(pa) };
-        let (_, weak) = live.range(..=pa).next_back().ok_or(fault)?;
-        let range = weak.upgrade().ok_or(fault)?;
-        let offset = pa - range.pa;
-        let end = offset.checked_add(len as u64).ok_or(fault)?;
-        if end > range.len_bytes() {
-            return Err(PhysFault {
-                pa: PhysAddr(range.pa + range.len_bytes().max(offset)),
-            });
-        }
-        Ok((range, offset as usize))
+        })
     }
 }
 
@@ -254,13 +391,16 @@ impl PhysicalAccess for Ram {
     }
 
     fn read(&self, pa: PhysAddr, buf: &mut [u8]) -> Result<(), PhysFault> {
-        let (range, offset) = self.locate(pa.get(), buf.len())?;
-        range.backing.read(offset, buf).ok_or(PhysFault { pa })
+        let offset = self.inner.locate(pa.get(), buf.len())?;
+        self.inner.window.read(offset, buf).ok_or(PhysFault { pa })
     }
 
     fn write(&self, pa: PhysAddr, data: &[u8]) -> Result<(), PhysFault> {
-        let (range, offset) = self.locate(pa.get(), data.len())?;
-        range.backing.write(offset, data).ok_or(PhysFault { pa })
+        let offset = self.inner.locate(pa.get(), data.len())?;
+        self.inner
+            .window
+            .write(offset, data)
+            .ok_or(PhysFault { pa })
     }
 }
 
@@ -270,9 +410,9 @@ mod tests {
 
     #[test]
     fn allocations_are_disjoint_zeroed_and_reused_after_free() {
-        let ram = Ram::new(4 * PAGE_BYTES);
-        let a = ram.allocate(1, "a").unwrap();
-        let b = ram.allocate(2 * PAGE_BYTES, "b").unwrap();
+        let ram = Ram::new(4 * PAGE_BYTES).unwrap();
+        let a = ram.allocate(1).unwrap();
+        let b = ram.allocate(2 * PAGE_BYTES).unwrap();
         assert_eq!(a.len_bytes(), PAGE_BYTES);
         assert_eq!(b.pa(), a.pa().offset(PAGE_BYTES));
         assert_eq!(ram.allocated_pages(), 3);
@@ -280,16 +420,16 @@ mod tests {
         let mut buf = [0u8; 3];
         ram.read(b.pa().offset(9), &mut buf).unwrap();
         assert_eq!(buf, [0, 7, 8]);
-        // A read running off the end of a range faults at its end.
+        // A read running into a page no allocation holds faults there.
         let mut big = [0u8; 8];
         assert_eq!(
-            ram.read(a.pa().offset(PAGE_BYTES - 4), &mut big),
+            ram.read(b.pa().offset(2 * PAGE_BYTES - 4), &mut big),
             Err(PhysFault {
-                pa: a.pa().offset(PAGE_BYTES)
+                pa: b.pa().offset(2 * PAGE_BYTES)
             })
         );
         assert!(
-            matches!(ram.allocate(2 * PAGE_BYTES, "c"), Err(AllocError::OutOfMemory { free_bytes, .. }) if free_bytes == PAGE_BYTES)
+            matches!(ram.allocate(2 * PAGE_BYTES), Err(AllocError::OutOfMemory { free_bytes, .. }) if free_bytes == PAGE_BYTES)
         );
         let a_pa = a.pa();
         drop(a);
@@ -299,12 +439,52 @@ mod tests {
             "freed memory is not readable"
         );
         drop(b);
-        // Freed neighbours merge: the whole RAM is one range again.
-        let all = ram.allocate(4 * PAGE_BYTES, "all").unwrap();
+        // Freed neighbours merge: the whole RAM is one range again, and
+        // what the freed ranges held is gone.
+        let all = ram.allocate(4 * PAGE_BYTES).unwrap();
         assert_eq!(all.pa(), PhysAddr(RAM_BASE));
+        let mut back = [0xffu8; 3];
+        all.read(PAGE_BYTES + 9, &mut back).unwrap();
+        assert_eq!(back, [0; 3]);
         assert!(matches!(
-            ram.allocate(0, "zero"),
+            ram.allocate(0),
             Err(AllocError::OutOfMemory { .. })
         ));
+    }
+
+    #[test]
+    fn an_exportable_range_has_its_own_memfd_and_leaves_nothing_behind() {
+        let ram = Ram::new(4 * PAGE_BYTES).unwrap();
+        let shared = ram.allocate_exportable(PAGE_BYTES, "test-gem").unwrap();
+        assert!(shared.is_exportable());
+        shared.write(3, b"secret").unwrap();
+        let prime = shared.export_fd(true).unwrap();
+        let mut through_fd = [0u8; 6];
+        rustix::io::pread(&prime, &mut through_fd, 3).unwrap();
+        assert_eq!(&through_fd, b"secret");
+        assert_eq!(
+            rustix::fs::fstat(&prime).unwrap().st_size as u64,
+            PAGE_BYTES,
+            "the PRIME fd maps exactly the range"
+        );
+        let pa = shared.pa();
+        drop(shared);
+        // The importer still holds the pages; the RAM range is zero.
+        let next = ram.allocate(PAGE_BYTES).unwrap();
+        assert_eq!(next.pa(), pa);
+        let mut back = [0xffu8; 6];
+        next.read(3, &mut back).unwrap();
+        assert_eq!(back, [0; 6]);
+        assert_eq!(
+            ram.allocate(PAGE_BYTES)
+                .unwrap()
+                .export_fd(true)
+                .unwrap_err()
+                .raw_os_error(),
+            Some(libc::EINVAL),
+            "a pool range cannot be exported"
+        );
+        rustix::io::pread(&prime, &mut through_fd, 3).unwrap();
+        assert_eq!(&through_fd, b"secret");
     }
 }

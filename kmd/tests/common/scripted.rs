@@ -130,7 +130,7 @@ impl Coprocessor for ScriptedCoprocessor {
 /// A device on `ram_bytes` of RAM with a scripted firmware, and the
 /// coprocessor to script it through.
 pub fn boot(ram_bytes: u64, config: DeviceConfig) -> (Arc<Device>, Arc<ScriptedCoprocessor>) {
-    let ram = Ram::new(ram_bytes);
+    let ram = Ram::new(ram_bytes).expect("RAM");
     let coprocessor = Arc::new(ScriptedCoprocessor::new(ram.clone()));
     let device = Device::new(ram, config, &*coprocessor).expect("device");
     (device, coprocessor)

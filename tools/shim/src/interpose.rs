@@ -311,17 +311,47 @@ fn mmap_common(
     // SAFETY: `address` is libc's mmap.
     let real_mmap = unsafe { std::mem::transmute::<usize, MmapFn>(address) };
     if let Some(file) = shim_if_ready().and_then(|s| s.file_of(fd)) {
-        let (object, within) = match file.mmap_object(offset as u64, len as u64) {
-            Ok(found) => found,
-            Err(errno) => return fail(errno.0, libc::MAP_FAILED),
-        };
-        let memfd = object.memory().backing().fd().as_raw_fd();
-        // SAFETY: mapping the object's memfd with the caller's protection
-        // and flags; the mapping holds its own reference to the memfd.
-        return unsafe { real_mmap(addr, len, prot, flags, memfd, within as libc::off_t) };
+        return map_object(&file, addr, len, prot, flags, offset);
     }
     // SAFETY: forwarding the caller's arguments.
     unsafe { real_mmap(addr, len, prot, flags, fd, offset) }
+}
+
+/// `mmap` of a DRM file at a GEM object's offset: a second mapping of the
+/// object's pages in the device's RAM window (so no descriptor of the
+/// device's is involved), placed and protected as the caller asked.
+fn map_object(
+    file: &agx_kmd::File,
+    addr: *mut c_void,
+    len: libc::size_t,
+    prot: c_int,
+    flags: c_int,
+    offset: libc::off_t,
+) -> *mut c_void {
+    use agx_kmd::mem::Placement;
+    let map_type = flags & libc::MAP_TYPE;
+    // Linux 6.10 and later: GEM shmem objects refuse private mappings.
+    if map_type != libc::MAP_SHARED && map_type != libc::MAP_SHARED_VALIDATE {
+        return fail(libc::EINVAL, libc::MAP_FAILED);
+    }
+    let (object, within) = match file.mmap_object(offset as u64, len as u64) {
+        Ok(found) => found,
+        Err(errno) => return fail(errno.0, libc::MAP_FAILED),
+    };
+    let placement = if flags & libc::MAP_FIXED_NOREPLACE != 0 {
+        Placement::NoReplace(addr as usize)
+    } else if flags & libc::MAP_FIXED != 0 {
+        Placement::Replace(addr as usize)
+    } else {
+        Placement::Anywhere
+    };
+    match object.memory().map_for_cpu(within, len, prot, placement) {
+        Ok(mapped) => mapped.as_ptr().cast(),
+        Err(error) => fail(
+            error.raw_os_error().unwrap_or(libc::ENOMEM),
+            libc::MAP_FAILED,
+        ),
+    }
 }
 
 /// # Safety

@@ -71,6 +71,7 @@ fn shim() -> &'static Shim {
             Ok(()) | Err(agx_sim::log::LogError::AlreadyInstalled) => {}
             Err(e) => interpose::log(&format!("agx-shim: kernel log: {e}\n")),
         }
+        place_device_descriptors_high();
         Shim {
             system: System::new(SystemConfig::default()).unwrap_or_else(|e| {
                 interpose::log(&format!(
@@ -82,6 +83,41 @@ fn shim() -> &'static Shim {
             fds: Mutex::new(HashMap::new()),
         }
     })
+}
+
+/// Keeps the device's own descriptors (an exportable object's memfd, a
+/// pending sync file's, a capture file) out of the client's range: the
+/// descriptor limit is raised to its hard maximum and the device's
+/// descriptors go above the limit the client started with. A client
+/// therefore keeps every number it had, and one that closes descriptors it
+/// did not open (a close-all loop, `close_range`) makes the device report
+/// `EBADF` where it needs one, never touch another file (the device
+/// re-validates each before use).
+fn place_device_descriptors_high() {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit with a valid out-pointer.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
+        return;
+    }
+    let client_limit = limit.rlim_cur;
+    let raised = libc::rlimit {
+        rlim_cur: limit.rlim_max,
+        rlim_max: limit.rlim_max,
+    };
+    // SAFETY: setrlimit with a valid pointer; raising the soft limit up
+    // to the hard one needs no privilege.
+    let floor = if limit.rlim_max > client_limit
+        && unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == 0
+    {
+        client_limit
+    } else {
+        // No room above the client's limit: use its upper half.
+        client_limit / 2
+    };
+    agx_kmd::mem::backing::set_descriptor_floor(i32::try_from(floor).unwrap_or(i32::MAX));
 }
 
 impl Shim {

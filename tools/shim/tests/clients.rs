@@ -41,10 +41,10 @@ fn run_under_shim(program: &PathBuf) {
     assert_eq!(stdout.trim(), "ok", "{stderr}");
 }
 
-#[test]
-fn libdrm_c_client_runs_against_the_simulated_gpu() {
-    let source = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/c/libdrm_client.c");
-    let binary = target_dir().join("agx-shim-libdrm-client");
+/// Builds a C client from `tests/c/<name>.c` against libdrm.
+fn build_c_client(name: &str) -> PathBuf {
+    let source = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("tests/c/{name}.c"));
+    let binary = target_dir().join(format!("agx-shim-{name}"));
     let cc = Command::new("gcc")
         .args([
             "-O1",
@@ -64,7 +64,20 @@ fn libdrm_c_client_runs_against_the_simulated_gpu() {
         "{}",
         String::from_utf8_lossy(&cc.stderr)
     );
-    run_under_shim(&binary);
+    binary
+}
+
+#[test]
+fn libdrm_c_client_runs_against_the_simulated_gpu() {
+    run_under_shim(&build_c_client("libdrm_client"));
+}
+
+/// Thousands of live objects cost the client no descriptors, and a client
+/// closing every descriptor it did not open cannot make the device map or
+/// export the wrong file.
+#[test]
+fn the_device_keeps_out_of_the_clients_descriptors() {
+    run_under_shim(&build_c_client("descriptors_client"));
 }
 
 #[test]

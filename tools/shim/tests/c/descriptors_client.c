@@ -1,0 +1,138 @@
+/* The simulated device must not cost a client its descriptors, nor be
+ * disturbed by a client that closes descriptors it did not open (as
+ * daemons and test harnesses do after fork). Run under
+ * LD_PRELOAD=libagx_shim.so; prints "ok" on success. */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <unistd.h>
+#include <xf86drm.h>
+
+struct asahi_vm_create { uint64_t kernel_start, kernel_end; uint32_t vm_id, pad; };
+struct asahi_gem_create { uint64_t size; uint32_t flags, vm_id, handle, pad; };
+struct asahi_gem_mmap_offset { uint32_t handle, flags; uint64_t offset; };
+#define ASAHI_VM_CREATE _IOWR('d', 0x42, struct asahi_vm_create)
+#define ASAHI_GEM_CREATE _IOWR('d', 0x45, struct asahi_gem_create)
+#define ASAHI_GEM_MMAP_OFFSET _IOWR('d', 0x46, struct asahi_gem_mmap_offset)
+#define GEM_VM_PRIVATE (1u << 1)
+#define SIZE 65536u
+#define PRIVATE_OBJECTS 3000
+
+#define CHECK(cond) do { if (!(cond)) { fprintf(stderr, "check failed at line %d: %s (errno %d)\n", __LINE__, #cond, errno); return 1; } } while (0)
+
+static int open_descriptors(void)
+{
+    DIR *dir = opendir("/proc/self/fd");
+    if (!dir)
+        return -1;
+    int n = 0;
+    for (struct dirent *e; (e = readdir(dir));)
+        n += e->d_name[0] != '.';
+    closedir(dir);
+    return n - 1; /* the directory's own */
+}
+
+static uint32_t *map_object(int fd, uint32_t handle)
+{
+    struct asahi_gem_mmap_offset mo = { .handle = handle };
+    if (drmIoctl(fd, ASAHI_GEM_MMAP_OFFSET, &mo))
+        return MAP_FAILED;
+    return mmap(NULL, SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, mo.offset);
+}
+
+static int holds_pattern(const uint32_t *map, uint32_t seed)
+{
+    for (uint32_t i = 0; i < SIZE / 4; i++)
+        if (map[i] != seed + i)
+            return 0;
+    return 1;
+}
+
+int main(void)
+{
+    /* The common default limit, whatever the test runner's is. */
+    struct rlimit limit;
+    CHECK(getrlimit(RLIMIT_NOFILE, &limit) == 0);
+    limit.rlim_cur = 1024;
+    CHECK(setrlimit(RLIMIT_NOFILE, &limit) == 0);
+
+    int fd = open("/dev/dri/renderD128", O_RDWR | O_CLOEXEC);
+    CHECK(fd >= 0);
+    struct asahi_vm_create vm = { .kernel_start = 0x7F00000000ull, .kernel_end = 0x7F20000000ull };
+    CHECK(drmIoctl(fd, ASAHI_VM_CREATE, &vm) == 0);
+    int before = open_descriptors();
+
+    /* Live objects cost no descriptors: three times the old limit. */
+    for (int i = 0; i < PRIVATE_OBJECTS; i++) {
+        struct asahi_gem_create create = { .size = 16384, .flags = GEM_VM_PRIVATE, .vm_id = vm.vm_id };
+        CHECK(drmIoctl(fd, ASAHI_GEM_CREATE, &create) == 0);
+    }
+    CHECK(open_descriptors() == before);
+    int probe = open("/dev/null", O_RDONLY);
+    CHECK(probe >= 0 && probe < 64);
+    close(probe);
+
+    /* An exportable object keeps one descriptor, above the client's range. */
+    struct asahi_gem_create shared = { .size = SIZE };
+    CHECK(drmIoctl(fd, ASAHI_GEM_CREATE, &shared) == 0);
+    struct asahi_gem_create private = { .size = SIZE, .flags = GEM_VM_PRIVATE, .vm_id = vm.vm_id };
+    CHECK(drmIoctl(fd, ASAHI_GEM_CREATE, &private) == 0);
+    uint32_t *a = map_object(fd, shared.handle), *b = map_object(fd, private.handle);
+    CHECK(a != MAP_FAILED && b != MAP_FAILED);
+    for (uint32_t i = 0; i < SIZE / 4; i++) {
+        a[i] = 0xA0000000u + i;
+        b[i] = 0xB0000000u + i;
+    }
+    munmap(a, SIZE);
+    munmap(b, SIZE);
+
+    /* A close-all loop over the client's range, then new files take the
+     * freed numbers. */
+    for (int i = 3; i < 1024; i++)
+        if (i != fd)
+            close(i);
+    for (int i = 0; i < 32; i++)
+        CHECK(open("/dev/null", O_RDONLY) >= 0);
+    a = map_object(fd, shared.handle);
+    b = map_object(fd, private.handle);
+    CHECK(a != MAP_FAILED && b != MAP_FAILED);
+    CHECK(holds_pattern(a, 0xA0000000u) && holds_pattern(b, 0xB0000000u));
+    int prime = -1;
+    CHECK(drmPrimeHandleToFD(fd, shared.handle, DRM_CLOEXEC, &prime) == 0 && prime >= 0);
+    uint32_t *through_prime = mmap(NULL, SIZE, PROT_READ, MAP_SHARED, prime, 0);
+    CHECK(through_prime != MAP_FAILED && holds_pattern(through_prime, 0xA0000000u));
+    munmap(through_prime, SIZE);
+    close(prime);
+    munmap(a, SIZE);
+    munmap(b, SIZE);
+
+    /* close_range over everything: the device's own descriptors go. Its
+     * memory does not: mapping still works, and exporting fails with
+     * EBADF instead of handing out whatever file took the number. */
+    CHECK(close_range(fd + 1, ~0u, 0) == 0);
+    if (fd > 3)
+        CHECK(close_range(3, fd - 1, 0) == 0);
+    for (int i = 0; i < 64; i++)
+        CHECK(open("/dev/null", O_RDONLY) >= 0);
+    a = map_object(fd, shared.handle);
+    b = map_object(fd, private.handle);
+    CHECK(a != MAP_FAILED && b != MAP_FAILED);
+    CHECK(holds_pattern(a, 0xA0000000u) && holds_pattern(b, 0xB0000000u));
+    errno = 0;
+    CHECK(drmPrimeHandleToFD(fd, shared.handle, DRM_CLOEXEC, &prime) != 0 && errno == EBADF);
+
+    /* MAP_PRIVATE of a GEM object is refused, as Linux 6.10+ does. */
+    struct asahi_gem_mmap_offset mo = { .handle = shared.handle };
+    CHECK(drmIoctl(fd, ASAHI_GEM_MMAP_OFFSET, &mo) == 0);
+    CHECK(mmap(NULL, SIZE, PROT_READ, MAP_PRIVATE, fd, mo.offset) == MAP_FAILED && errno == EINVAL);
+
+    printf("ok\n");
+    return 0;
+}
