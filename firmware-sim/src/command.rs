@@ -1,8 +1,16 @@
 //! A Run command as a unit receives it: the command's context (its VM
 //! slot and page tables, its body, the memory views) and the firmware's
 //! watchdog.
+//!
+//! The watchdog bounds a whole submission by the GPU work it does, not by
+//! host time, so whether work finishes does not depend on how loaded the
+//! host is: every unit charges a [`WorkAccount`] shared by all commands of
+//! the submission (one work unit per SIMD-group instruction, per sample of
+//! a tile the fragment unit sets up and writes back, per vertex the tiler
+//! assembles and per control-stream block walked), and the command that
+//! exhausts it is stopped. Host time remains as a generous last resort.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Instant;
 
 use agx_fwif::messages::{FaultUnit, Helper};
@@ -40,8 +48,11 @@ pub struct RunContext<'a> {
     pub memory: &'a (dyn PhysicalMemory + Sync),
     /// Memory as the firmware sees it.
     pub firmware: &'a (dyn SharedMemory + Sync),
-    /// When the firmware's watchdog stops the command.
+    /// When the firmware's watchdog stops the command (host time, the
+    /// last resort).
     pub deadline: Instant,
+    /// The work the command's submission has done, and may do.
+    pub work: &'a WorkAccount,
     /// The firmware's services.
     pub services: &'a dyn FirmwareServices,
     /// Set when the firmware shuts down: long work stops early.
@@ -58,20 +69,67 @@ impl<'a> RunContext<'a> {
 /// Control-stream blocks a data master walks between watchdog checks.
 pub const WATCHDOG_STRIDE: u64 = 4096;
 
-/// The firmware's watchdog over a command: its deadline, and the
-/// firmware's shutdown flag.
+/// The GPU work one submission has done, in work units, against its
+/// budget. Units running in parallel charge it concurrently.
+#[derive(Debug)]
+pub struct WorkAccount {
+    used_units: AtomicU64,
+    budget_units: u64,
+}
+
+impl WorkAccount {
+    /// An account with nothing used yet.
+    pub fn new(budget_units: u64) -> WorkAccount {
+        WorkAccount {
+            used_units: AtomicU64::new(0),
+            budget_units,
+        }
+    }
+
+    /// Records `units` of work done.
+    pub fn charge(&self, units: u64) {
+        self.used_units.fetch_add(units, Ordering::Relaxed);
+    }
+
+    /// The work done so far.
+    pub fn used_units(&self) -> u64 {
+        self.used_units.load(Ordering::Relaxed)
+    }
+
+    /// The budget.
+    pub fn budget_units(&self) -> u64 {
+        self.budget_units
+    }
+
+    /// Whether the submission has done more than its budget.
+    pub fn exhausted(&self) -> bool {
+        self.used_units() > self.budget_units
+    }
+}
+
+/// The firmware's watchdog over a command: its submission's work account,
+/// the host-time deadline, and the firmware's shutdown flag.
 #[derive(Debug, Clone, Copy)]
 pub struct Watchdog<'a> {
-    /// When the command is stopped.
+    /// When the command is stopped whatever its work (the last resort).
     pub deadline: Instant,
     /// Set when the firmware shuts down.
     pub stop: &'a AtomicBool,
+    /// The submission's work account.
+    pub work: &'a WorkAccount,
 }
 
 impl Watchdog<'_> {
     /// Whether the command must stop now.
     pub fn expired(&self) -> bool {
-        Instant::now() >= self.deadline || self.stop.load(Ordering::Relaxed)
+        self.work.exhausted()
+            || Instant::now() >= self.deadline
+            || self.stop.load(Ordering::Relaxed)
+    }
+
+    /// Records `units` of work done by the command.
+    pub fn charge(&self, units: u64) {
+        self.work.charge(units);
     }
 }
 
@@ -81,6 +139,7 @@ impl<'a> RunContext<'a> {
         Watchdog {
             deadline: self.deadline,
             stop: self.stop,
+            work: self.work,
         }
     }
 }

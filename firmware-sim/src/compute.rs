@@ -117,9 +117,14 @@ pub fn run(
         workers,
         scratch,
         |(vm, cache, uniforms, threadgroup), index| {
-            // A grid of many short threadgroups meets the watchdog too.
-            if index.is_multiple_of(64) && watchdog.expired() {
-                return Err(EngineResult::Timeout);
+            // A grid of many short threadgroups meets the watchdog too:
+            // one work unit per threadgroup launched, besides its
+            // instructions.
+            if index.is_multiple_of(64) {
+                watchdog.charge(64);
+                if watchdog.expired() {
+                    return Err(EngineResult::Timeout);
+                }
             }
             let g = [
                 (index % u64::from(groups[0])) as u32,

@@ -96,8 +96,13 @@ impl Gpu {
         let mut walked = 0u64;
         loop {
             walked += 1;
-            if walked.is_multiple_of(WATCHDOG_STRIDE) && ctx.watchdog().expired() {
-                return EngineResult::Timeout;
+            if walked.is_multiple_of(WATCHDOG_STRIDE) {
+                // One work unit per control-stream block.
+                let watchdog = ctx.watchdog();
+                watchdog.charge(WATCHDOG_STRIDE);
+                if watchdog.expired() {
+                    return EngineResult::Timeout;
+                }
             }
             let block: CdmBlock = match read_item(&vm, pc, FaultUnit::Cdm, &mut item) {
                 Ok(block) => block,

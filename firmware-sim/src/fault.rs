@@ -29,8 +29,12 @@ pub enum EngineResult {
         /// [`FAULT_UNSUPPORTED_WORK`]).
         reason: u32,
     },
-    /// It ran out of time and was stopped.
+    /// The watchdog stopped it: its submission used up its work budget
+    /// (or, as a last resort, its host time).
     Timeout,
+    /// It was not run: the watchdog had stopped an earlier command of its
+    /// submission (the firmware decides this; engines never return it).
+    Cancelled,
 }
 
 impl EngineResult {

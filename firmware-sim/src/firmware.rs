@@ -34,7 +34,7 @@ use agx_hw::formats::UatTtb;
 use agx_hw::uat::PhysicalMemory;
 use zerocopy::{FromBytes, IntoBytes};
 
-pub use crate::command::{FirmwareServices, RunContext};
+pub use crate::command::{FirmwareServices, RunContext, WorkAccount};
 pub use crate::engine::{Engine, NoEngine};
 pub use crate::fault::EngineResult;
 
@@ -117,6 +117,7 @@ impl Firmware {
                         engine,
                         queues: BTreeMap::new(),
                         barrier_waits: BTreeMap::new(),
+                        accounts: BTreeMap::new(),
                         controls_done: 0,
                         controls_published: 0,
                         stop: Arc::clone(&stop),
@@ -250,12 +251,25 @@ struct State {
     /// Barriers waiting at the head of a work queue: (work queue, read
     /// index) -> when the wait began, for the watchdog.
     barrier_waits: BTreeMap<(FwVa, u32), Instant>,
+    /// The work accounts of recent submissions, by submission number.
+    accounts: BTreeMap<u64, Account>,
     /// Device-control requests applied, and the count last published.
     controls_done: u32,
     controls_published: u32,
     /// Set when the firmware is shutting down.
     stop: Arc<AtomicBool>,
 }
+
+/// A submission's work account, and whether the watchdog stopped it
+/// (its remaining commands are then cancelled).
+struct Account {
+    work: WorkAccount,
+    stopped: bool,
+}
+
+/// Accounts kept: submissions are numbered in order, so the oldest are
+/// long finished when this many newer ones exist.
+const ACCOUNTS_KEPT: usize = 1024;
 
 /// Offsets of the index fields of [`WorkQueueInfo`].
 const WQ_GPU_READ_INDEX: u64 = 12;
@@ -416,11 +430,14 @@ impl State {
         };
         self.write(init.status, &status)?;
         self.interrupt.raise();
+        let mut more = false;
         while !stop.load(Ordering::Acquire) {
-            doorbell.wait(TICK);
+            if !more {
+                doorbell.wait(TICK);
+            }
             self.device_control(&init)?;
             self.take_submissions(&init)?;
-            self.run_queues(&init, stop)?;
+            more = self.run_queues(&init, stop)?;
         }
         Ok(())
     }
@@ -501,12 +518,21 @@ impl State {
         self.read(init.stamps.offset(4 * u64::from(slot)))
     }
 
-    /// Runs every queue as far as it can go, highest priority first.
-    fn run_queues(&mut self, init: &InitData, stop: &AtomicBool) -> Result<(), FirmwareError> {
+    /// Runs one submission's commands of every queue, highest priority
+    /// first, so that a queue waits for at most one submission (bounded
+    /// by the watchdog) of each other queue of its priority. While a
+    /// queue of higher priority has more ready, lower ones wait. True if
+    /// a queue has more commands ready.
+    fn run_queues(&mut self, init: &InitData, stop: &AtomicBool) -> Result<bool, FirmwareError> {
         let mut order: Vec<ActiveQueue> = self.queues.values().copied().collect();
         order.sort_by_key(|q| q.priority);
+        let mut more = false;
+        let mut busy_priority = None;
         for queue in order {
             if stop.load(Ordering::Acquire) {
+                break;
+            }
+            if busy_priority.is_some_and(|p| queue.priority > p) {
                 break;
             }
             // The latest state: a control request applied while an
@@ -514,9 +540,23 @@ impl State {
             let Some(queue) = self.queues.get(&queue.info).copied() else {
                 continue;
             };
-            self.run_queue(init, &queue)?;
+            if self.run_queue(init, &queue)? {
+                more = true;
+                busy_priority.get_or_insert(queue.priority);
+            }
         }
-        Ok(())
+        Ok(more)
+    }
+
+    /// The account of `submission`, made on its first command.
+    fn account(&mut self, init: &InitData, submission: u64) -> &mut Account {
+        if !self.accounts.contains_key(&submission) && self.accounts.len() >= ACCOUNTS_KEPT {
+            self.accounts.pop_first();
+        }
+        self.accounts.entry(submission).or_insert_with(|| Account {
+            work: WorkAccount::new(init.work_budget_units),
+            stopped: false,
+        })
     }
 
     /// The root of VM slot `slot`'s user page tables, if it has one.
@@ -541,7 +581,9 @@ impl State {
         }
     }
 
-    fn run_queue(&mut self, init: &InitData, queue: &ActiveQueue) -> Result<(), FirmwareError> {
+    /// Runs the commands of `queue`'s next submission, as far as they can
+    /// go; true if the queue has commands of another submission ready.
+    fn run_queue(&mut self, init: &InitData, queue: &ActiveQueue) -> Result<bool, FirmwareError> {
         let mut info: WorkQueueInfo = self.read(queue.info)?;
         if info.entries == 0 {
             return Err(FirmwareError::Malformed {
@@ -550,6 +592,7 @@ impl State {
             });
         }
         let timeout = Duration::from_millis(u64::from(init.command_timeout_ms));
+        let mut running: Option<u64> = None;
         while info.gpu_read_index != queue.limit && !self.stop.load(Ordering::Acquire) {
             if info.gpu_read_index >= info.entries || queue.limit >= info.entries {
                 return Err(FirmwareError::Malformed {
@@ -571,10 +614,28 @@ impl State {
                     what: "command size",
                 });
             }
+            // One submission per pass: the next one waits for the other
+            // queues' turn.
+            if running.is_some_and(|s| s != header.submission) {
+                return Ok(true);
+            }
+            running = Some(header.submission);
             let mut body = vec![0u8; size - header_bytes];
             self.memory
                 .read(command.offset(header_bytes as u64), &mut body)?;
+            let stopped = self.account(init, header.submission).stopped;
             let outcome = match tag {
+                // The watchdog stopped the submission: the rest of its
+                // work is not run (parameter-buffer set-up is the queue's,
+                // not the submission's, and still happens).
+                CommandTag::Barrier
+                | CommandTag::RunVertex
+                | CommandTag::RunFragment
+                | CommandTag::RunCompute
+                    if stopped =>
+                {
+                    EngineResult::Cancelled
+                }
                 CommandTag::Barrier => {
                     let body = BarrierBody::read_from_prefix(&body)
                         .map_err(|_| FirmwareError::Malformed {
@@ -592,7 +653,7 @@ impl State {
                     } else {
                         let since = *self.barrier_waits.entry(key).or_insert_with(Instant::now);
                         if since.elapsed() < timeout {
-                            return Ok(()); // Not yet: the rest of this queue waits.
+                            return Ok(false); // Not yet: the rest of this queue waits.
                         }
                         // The watchdog: a wait that never ends is stopped.
                         self.barrier_waits.remove(&key);
@@ -619,6 +680,14 @@ impl State {
                         init,
                         deferred: RefCell::new(Vec::new()),
                     };
+                    let account = &self
+                        .accounts
+                        .get(&header.submission)
+                        .ok_or(FirmwareError::Malformed {
+                            address: command,
+                            what: "submission",
+                        })?
+                        .work;
                     let ctx = RunContext {
                         command: command.get(),
                         body: &body,
@@ -627,10 +696,18 @@ impl State {
                         memory: &*self.gpu_memory,
                         firmware: &*self.memory,
                         deadline: Instant::now() + timeout,
+                        work: account,
                         services: &services,
                         stop: &self.stop,
                     };
                     let result = self.engine.run(tag, &ctx);
+                    tracing::debug!(
+                        submission = header.submission,
+                        command = format_args!("{command:#x}"),
+                        used_units = account.used_units(),
+                        budget_units = account.budget_units(),
+                        "{tag:?} ran"
+                    );
                     // Control requests that arrived while the command ran.
                     for msg in services.deferred.into_inner() {
                         self.apply_control(init, &msg);
@@ -666,7 +743,19 @@ impl State {
             };
             match outcome {
                 EngineResult::Done => event.kind = EventKind::Completion as u32,
-                EngineResult::Timeout => event.kind = EventKind::Timeout as u32,
+                EngineResult::Timeout => {
+                    let account = self.account(init, header.submission);
+                    account.stopped = true;
+                    event.kind = EventKind::Timeout as u32;
+                    event.address = account.work.used_units();
+                    // 1: host time ran out (the last resort), not work.
+                    event.unit = u32::from(!account.work.exhausted());
+                    event.vm_slot = queue.vm_slot;
+                }
+                EngineResult::Cancelled => {
+                    event.kind = EventKind::Cancelled as u32;
+                    event.vm_slot = queue.vm_slot;
+                }
                 EngineResult::Fault {
                     address,
                     unit,
@@ -700,6 +789,6 @@ impl State {
                 self.event(init, event)?;
             }
         }
-        Ok(())
+        Ok(false)
     }
 }

@@ -17,7 +17,7 @@ use crate::usc::{
 };
 
 /// Instructions a SIMD-group runs between watchdog checks.
-pub const BUDGET_SLICE: u64 = 1 << 20;
+pub const BUDGET_SLICE: u64 = 1 << 16;
 
 /// What a `threadgroup_barrier` means to the stage.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,7 +31,8 @@ pub enum Barriers {
 }
 
 /// Runs `group` until it stops (or, with [`Barriers::Yield`], reaches a
-/// barrier), [`BUDGET_SLICE`] instructions at a time, giving up with
+/// barrier), [`BUDGET_SLICE`] instructions at a time, charging each
+/// instruction to the watchdog's account and giving up with
 /// [`EngineResult::Timeout`] once `watchdog` expires. Any other execution
 /// error becomes the fault `fault` makes of it.
 pub fn run_simd_group(
@@ -44,7 +45,10 @@ pub fn run_simd_group(
 ) -> Result<Exit, EngineResult> {
     loop {
         let mut budget = BUDGET_SLICE;
-        match group.run(cache, env, &mut budget) {
+        let ran = group.run(cache, env, &mut budget);
+        // One work unit per SIMD-group instruction.
+        watchdog.charge(BUDGET_SLICE - budget);
+        match ran {
             Ok(Exit::Barrier) if barriers == Barriers::Refuse => {
                 return Err(unsupported(group.pc, FaultUnit::Usc));
             }

@@ -707,6 +707,9 @@ impl<'a> Binner<'a> {
     }
 }
 
+/// Triangles assembled between watchdog checks.
+const TRIANGLE_STRIDE: usize = 4096;
+
 /// Shades, assembles, clips, culls and bins one draw.
 #[allow(clippy::too_many_arguments)]
 pub fn draw<'a>(
@@ -789,7 +792,15 @@ pub fn draw<'a>(
                 .map(|v| f32::from_bits(*v))
                 .collect(),
         };
-        for t in &triangles {
+        for (n, t) in triangles.iter().enumerate() {
+            // One work unit per triangle assembled (its shading was
+            // charged per instruction).
+            if n.is_multiple_of(TRIANGLE_STRIDE) {
+                watchdog.charge(TRIANGLE_STRIDE as u64);
+                if watchdog.expired() {
+                    return Err(EngineResult::Timeout);
+                }
+            }
             let polygon = clip_near([clip(t[0]), clip(t[1]), clip(t[2])]);
             if polygon.len() < 3 {
                 continue;

@@ -80,8 +80,12 @@ fn vertex(ctx: &RunContext<'_>, workers: usize) -> Result<(), EngineResult> {
     let mut walked = 0u64;
     loop {
         walked += 1;
-        if walked.is_multiple_of(WATCHDOG_STRIDE) && watchdog.expired() {
-            return Err(EngineResult::Timeout);
+        if walked.is_multiple_of(WATCHDOG_STRIDE) {
+            // One work unit per control-stream block.
+            watchdog.charge(WATCHDOG_STRIDE);
+            if watchdog.expired() {
+                return Err(EngineResult::Timeout);
+            }
         }
         let block: VdmBlock = read_item(&vm, pc, FaultUnit::Vdm, &mut item)?;
         let next = pc.wrapping_add(item.len() as u64);

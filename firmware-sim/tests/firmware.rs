@@ -75,6 +75,8 @@ struct Kmd {
     next: u64,
     init: u64,
     init_data: InitData,
+    /// Submissions numbered so far (one per command).
+    submissions: u64,
 }
 
 impl Kmd {
@@ -112,12 +114,14 @@ impl Kmd {
             next: BASE,
             init: 0,
             init_data: InitData::default(),
+            submissions: 0,
         };
         let init = kmd.alloc(size_of::<InitData>() as u64);
         let mut data = InitData {
             magic: INIT_MAGIC,
             version: INTERFACE_VERSION,
             command_timeout_ms: 1000,
+            work_budget_units: 1 << 40,
             device_control: kmd.ring(16, 64),
             events: kmd.ring(event_entries, 64),
             log: kmd.ring(16, 128),
@@ -150,17 +154,23 @@ impl Kmd {
         info
     }
 
+    /// A command object, of a submission of its own.
     fn command(&mut self, tag: CommandTag, slot: u32, value: u32, body: &[u8]) -> u64 {
-        let address = self.alloc(32 + body.len() as u64);
+        let header_bytes = size_of::<CommandHeader>() as u64;
+        let address = self.alloc(header_bytes + body.len() as u64);
+        self.submissions += 1;
         let header = CommandHeader {
             tag: tag as u32,
-            size: 32 + body.len() as u32,
+            size: (header_bytes + body.len() as u64) as u32,
             stamp_slot: slot,
             stamp_value: value,
+            submission: self.submissions,
             ..CommandHeader::default()
         };
         self.put(address, &header);
-        self.memory.write(FwVa(address + 32), body).unwrap();
+        self.memory
+            .write(FwVa(address + header_bytes), body)
+            .unwrap();
         address
     }
 

@@ -110,14 +110,18 @@ pub struct InitData {
     /// Statistics, firmware -> kmd ([`StatsMsg`], best effort: dropped
     /// when full).
     pub stats: RingDesc,
+    /// The watchdog's budget: the GPU work (in work units, see
+    /// `Documentation/gpu.md`) one submission may do before it is
+    /// stopped. `command_timeout_ms` of host time stays as a last resort.
+    pub work_budget_units: u64,
 }
 
 /// Identifies an [`InitData`] block.
 pub const INIT_MAGIC: u64 = u64::from_le_bytes(*b"AGXFWIF\0");
 /// The interface version these layouts describe.
-pub const INTERFACE_VERSION: u32 = 2;
+pub const INTERFACE_VERSION: u32 = 3;
 
-const _: () = assert!(size_of::<InitData>() == 16 + 24 * 3 + 24 * 12 + 24 + 24);
+const _: () = assert!(size_of::<InitData>() == 16 + 24 * 3 + 24 * 12 + 24 + 24 + 8);
 
 /// Firmware health, written by the firmware.
 #[derive(
@@ -210,9 +214,15 @@ pub struct CommandHeader {
     pub timestamp_start: FwVa,
     /// Address of the end timestamp to write (0: none).
     pub timestamp_end: FwVa,
+    /// The submission the command belongs to (its number among the
+    /// device's submissions, from 1): the firmware charges the work of
+    /// all commands of one submission to one account of
+    /// [`InitData::work_budget_units`], and once a submission runs out,
+    /// its remaining commands are cancelled.
+    pub submission: u64,
 }
 
-const _: () = assert!(size_of::<CommandHeader>() == 32);
+const _: () = assert!(size_of::<CommandHeader>() == 40);
 
 /// A barrier command's body: wait until a stamp reaches a value.
 #[derive(
@@ -649,13 +659,18 @@ pub enum EventKind {
     /// write, 2 fetch), `reason` ([`agx_hw::formats::UatFaultReason`] or
     /// [`FAULT_UNSUPPORTED_WORK`]).
     Fault = 1,
-    /// A command exceeded its time budget and was stopped: `slot`/`value`.
+    /// A command was stopped by the watchdog: `slot`/`value`, `address`
+    /// the work units its submission had used, `unit` 1 if host time (the
+    /// last resort) ran out rather than the work budget.
     Timeout = 2,
     /// The parameter buffer ran dry: `unit` is the buffer's [`TvbInfo::buffer_id`], `address`
     /// the blocks wanted.
     GrowTvb = 3,
     /// The firmware hit an internal error and stopped.
     Crash = 4,
+    /// A command was not run because an earlier command of its
+    /// submission timed out: `slot`/`value`.
+    Cancelled = 5,
 }
 
 /// A fault reason meaning "the execution engine cannot run this command".

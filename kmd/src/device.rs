@@ -62,8 +62,13 @@ pub struct DeviceConfig {
     pub tvb_policy: GrowthPolicy,
     /// Blocks (128 KiB each) a queue's parameter buffer starts with.
     pub tvb_initial_blocks: u64,
-    /// The firmware's watchdog: a GPU command running longer is stopped
-    /// and its submission fails with `ETIMEDOUT`.
+    /// The firmware watchdog's budget: the GPU work one submission may
+    /// do (work units, see `Documentation/gpu.md`) before it is stopped,
+    /// its remaining commands cancelled, and its fence fails with
+    /// `ETIMEDOUT`.
+    pub work_budget_units: u64,
+    /// The watchdog's last resort: host time one command may run,
+    /// whatever its work.
     pub command_timeout_ms: u32,
 }
 
@@ -72,6 +77,7 @@ impl Default for DeviceConfig {
         DeviceConfig {
             tvb_policy: GrowthPolicy::default(),
             tvb_initial_blocks: crate::tvb::INITIAL_BLOCKS,
+            work_budget_units: crate::firmware::WORK_BUDGET_UNITS,
             command_timeout_ms: crate::firmware::COMMAND_TIMEOUT_MS,
         }
     }
@@ -233,6 +239,7 @@ impl Device {
             coprocessor,
             Some(Arc::clone(&events)),
             config.command_timeout_ms,
+            config.work_budget_units,
         )?);
         let scheduler = Scheduler::start(
             Arc::clone(&firmware),

@@ -42,8 +42,16 @@ const LOG_ENTRIES: u32 = 64;
 const STATS_ENTRIES: u32 = 256;
 /// Entries of each submission ring.
 const PIPE_ENTRIES: u32 = 256;
-/// The firmware's per-command watchdog by default.
-pub const COMMAND_TIMEOUT_MS: u32 = 5000;
+/// The firmware watchdog's last resort by default: host time a command
+/// may run, whatever its work (ten minutes: the work budget stops a
+/// submission long before, even on a slow or loaded host).
+pub const COMMAND_TIMEOUT_MS: u32 = 600_000;
+/// The work a submission may do by default, in work units (one per
+/// SIMD-group instruction, per tile sample set up and written back, per
+/// triangle assembled, per control-stream block): 2^29, about three times
+/// what a frame of a million triangles needs and 80 times the README's
+/// scene. `Documentation/gpu.md` gives the figures.
+pub const WORK_BUDGET_UNITS: u64 = 1 << 29;
 
 /// The firmware's address space (context 0's upper half).
 #[derive(Debug)]
@@ -224,13 +232,16 @@ fn ring(vm: &KernelVm, entries: u32, entry_bytes: u32, name: &str) -> Result<Rin
 
 impl FirmwareLink {
     /// Lays out the shared structures and boots `coprocessor`'s firmware
-    /// on them, with a per-command watchdog of `command_timeout_ms`; the
-    /// interrupt also notifies `events`.
+    /// on them, with a watchdog that stops a submission after
+    /// `work_budget_units` of GPU work (or a command after
+    /// `command_timeout_ms` of host time); the interrupt also notifies
+    /// `events`.
     pub fn boot(
         pool: Arc<PagePool>,
         coprocessor: &dyn Coprocessor,
         events: Option<Arc<SyncEvents>>,
         command_timeout_ms: u32,
+        work_budget_units: u64,
     ) -> Result<FirmwareLink, AllocError> {
         let vm = KernelVm::new(pool)?;
         let init = vm.alloc(size_of::<InitData>() as u64, "agx-fw-init")?;
@@ -245,6 +256,7 @@ impl FirmwareLink {
             status: FwVa(vm.alloc(size_of::<FirmwareStatus>() as u64, "agx-fw-status")?),
             contexts: FwVa(vm.alloc(VM_SLOTS as u64 * 8, "agx-fw-contexts")?),
             stats: ring(&vm, STATS_ENTRIES, 32, "agx-fw-stats")?,
+            work_budget_units,
             ..InitData::default()
         };
         for pipe in init_data.pipes.iter_mut() {

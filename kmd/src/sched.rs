@@ -220,6 +220,9 @@ struct RunningJob {
     segments: Vec<Segment>,
     fence: Arc<Fence>,
     error: Option<Errno>,
+    /// Its commands the firmware's watchdog did not run (after one of
+    /// them timed out).
+    cancelled_commands: u32,
     vm_key: usize,
     _keep_alive: Vec<KeepAlive>,
 }
@@ -759,7 +762,16 @@ impl Scheduler {
         let crashed =
             self.drain_events(&mut state) || self.link.status().is_some_and(|s| s.crashed != 0);
         if crashed && !self.crashed.swap(true, Ordering::AcqRel) {
-            tracing::error!("GPU firmware crashed: failing all work with ENODEV");
+            let pending: usize = state.queues.values().map(|q| q.pending.len()).sum();
+            tracing::error!(
+                running = state.running.len(),
+                pending,
+                queues = state.queues.len(),
+                "GPU firmware crashed: cancelling {} submissions on the GPU and {} waiting, \
+                 all with ENODEV",
+                state.running.len(),
+                pending
+            );
             let running: Vec<RunningJob> = state.running.drain(..).collect();
             for job in running {
                 job.fence.signal(Some(Errno::ENODEV));
@@ -830,9 +842,13 @@ impl Scheduler {
                 continue;
             };
             match event.kind {
-                k if k == EventKind::Fault as u32 || k == EventKind::Timeout as u32 => {
+                k if k == EventKind::Fault as u32
+                    || k == EventKind::Timeout as u32
+                    || k == EventKind::Cancelled as u32 =>
+                {
                     let timeout = k == EventKind::Timeout as u32;
-                    if !timeout {
+                    let cancelled = k == EventKind::Cancelled as u32;
+                    if !timeout && !cancelled {
                         state.stats.last_fault = Some((event.address, event.unit, event.reason));
                     }
                     let culprit = state.running.iter_mut().find(|job| {
@@ -847,12 +863,28 @@ impl Scheduler {
                     let (queue, submission) = culprit
                         .as_ref()
                         .map_or((None, None), |job| (Some(job.queue), Some(job.number)));
-                    if timeout {
+                    if cancelled {
+                        // Counted, and reported once when the submission
+                        // retires.
+                    } else if timeout && event.unit == 1 {
                         tracing::warn!(
                             queue,
                             submission,
                             vm_slot = event.vm_slot,
-                            "GPU timeout: the watchdog stopped a command"
+                            used_units = event.address,
+                            "GPU timeout: a command ran past the watchdog's host-time limit \
+                             ({} ms); the rest of its submission is cancelled",
+                            self.link.init_data.command_timeout_ms
+                        );
+                    } else if timeout {
+                        tracing::warn!(
+                            queue,
+                            submission,
+                            vm_slot = event.vm_slot,
+                            used_units = event.address,
+                            budget_units = self.link.init_data.work_budget_units,
+                            "GPU timeout: the submission used up its work budget; \
+                             the rest of it is cancelled"
                         );
                     } else {
                         tracing::warn!(
@@ -864,7 +896,10 @@ impl Scheduler {
                         );
                     }
                     if let Some(job) = culprit {
-                        job.error.get_or_insert(if timeout {
+                        if cancelled {
+                            job.cancelled_commands += 1;
+                        }
+                        job.error.get_or_insert(if timeout || cancelled {
                             Errno::ETIMEDOUT
                         } else {
                             Errno::EIO
@@ -950,6 +985,14 @@ impl Scheduler {
                     self.link.set_context(slot, None);
                     state.free_vm_slots.push(slot);
                 }
+            }
+            if job.cancelled_commands > 0 {
+                tracing::warn!(
+                    queue = job.queue,
+                    submission = job.number,
+                    "GPU watchdog: cancelled {} commands of the timed-out submission",
+                    job.cancelled_commands
+                );
             }
             match job.error {
                 None => state.stats.completed += 1,
@@ -1070,6 +1113,7 @@ impl Scheduler {
             link: &self.link,
             segments: BTreeMap::new(),
             commands: 0,
+            submission: stats.dispatched + 1,
         };
         self.build(queue, &job, vm_slot, &mut builder);
         for segment in builder.segments.values() {
@@ -1107,6 +1151,7 @@ impl Scheduler {
             segments: builder.segments.into_values().collect(),
             fence: job.fence,
             error: None,
+            cancelled_commands: 0,
             vm_key,
             _keep_alive: job.keep_alive,
         });
@@ -1245,6 +1290,9 @@ struct Builder<'a> {
     link: &'a FirmwareLink,
     segments: BTreeMap<Stage, Segment>,
     commands: u32,
+    /// The submission's number, which the firmware's watchdog charges
+    /// its commands' work to.
+    submission: u64,
 }
 
 impl Builder<'_> {
@@ -1268,6 +1316,7 @@ impl Builder<'_> {
             stamp_value: value,
             timestamp_start: FwVa(timestamps[0]),
             timestamp_end: FwVa(timestamps[1]),
+            submission: self.submission,
         };
         let object = s
             .slab

@@ -34,8 +34,13 @@ pub struct SystemConfig {
     pub tvb_policy: GrowthPolicy,
     /// Blocks (128 KiB each) a queue's parameter buffer starts with.
     pub tvb_initial_blocks: u64,
-    /// The firmware's watchdog: a GPU command running longer is stopped
-    /// and its submission fails with `ETIMEDOUT`.
+    /// The firmware watchdog's budget: the GPU work one submission may
+    /// do (work units, see `Documentation/gpu.md`) before it is stopped,
+    /// its remaining commands cancelled, and its fence fails with
+    /// `ETIMEDOUT`.
+    pub work_budget_units: u64,
+    /// The watchdog's last resort: host time one command may run,
+    /// whatever its work.
     pub command_timeout_ms: u32,
     /// Host threads the simulated GPU runs threadgroups on (results do
     /// not depend on it).
@@ -49,6 +54,7 @@ impl Default for SystemConfig {
             ram_bytes: 8 << 30,
             tvb_policy: kmd.tvb_policy,
             tvb_initial_blocks: kmd.tvb_initial_blocks,
+            work_budget_units: kmd.work_budget_units,
             command_timeout_ms: kmd.command_timeout_ms,
             gpu_threads: std::thread::available_parallelism()
                 .map_or(1, usize::from)
@@ -57,12 +63,53 @@ impl Default for SystemConfig {
     }
 }
 
+/// An `AGX_*` variable that does not hold what it should.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{variable}={value:?} is not {expected}")]
+pub struct ConfigError {
+    /// The variable.
+    pub variable: &'static str,
+    /// What it held.
+    pub value: String,
+    /// What it should hold.
+    pub expected: &'static str,
+}
+
+fn env_number<T: std::str::FromStr>(
+    variable: &'static str,
+    expected: &'static str,
+) -> Result<Option<T>, ConfigError> {
+    match std::env::var(variable) {
+        Ok(value) => value.trim().parse().map(Some).map_err(|_| ConfigError {
+            variable,
+            value,
+            expected,
+        }),
+        Err(_) => Ok(None),
+    }
+}
+
 impl SystemConfig {
+    /// `self` with what the environment overrides: `AGX_WORK_BUDGET_UNITS`
+    /// (the watchdog's work budget per submission) and
+    /// `AGX_COMMAND_TIMEOUT_MS` (its host-time last resort).
+    pub fn with_env(self) -> Result<SystemConfig, ConfigError> {
+        let mut config = self;
+        if let Some(units) = env_number("AGX_WORK_BUDGET_UNITS", "a number of work units")? {
+            config.work_budget_units = units;
+        }
+        if let Some(ms) = env_number("AGX_COMMAND_TIMEOUT_MS", "a number of milliseconds")? {
+            config.command_timeout_ms = ms;
+        }
+        Ok(config)
+    }
+
     /// The kmd's part of it.
     pub fn device_config(&self) -> DeviceConfig {
         DeviceConfig {
             tvb_policy: self.tvb_policy,
             tvb_initial_blocks: self.tvb_initial_blocks,
+            work_budget_units: self.work_budget_units,
             command_timeout_ms: self.command_timeout_ms,
         }
     }

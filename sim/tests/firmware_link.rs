@@ -12,7 +12,9 @@ use agx_fwif::ring::SharedMemory;
 use agx_hw::addr::FwVa;
 use agx_hw::formats::UatMemAttr;
 use agx_hw::uat::{self, Access, Permissions, PAGE_BYTES};
-use agx_kmd::firmware::{FirmwareLink, COMMAND_TIMEOUT_MS, FW_VA_END, FW_VA_START};
+use agx_kmd::firmware::{
+    FirmwareLink, COMMAND_TIMEOUT_MS, FW_VA_END, FW_VA_START, WORK_BUDGET_UNITS,
+};
 use agx_kmd::mem::{PagePool, PageTables, Ram};
 use zerocopy::FromBytes;
 
@@ -23,8 +25,14 @@ fn the_firmware_boots_through_its_page_tables() {
     let ram = Ram::new(256 << 20).unwrap();
     let pool = Arc::new(PagePool::new(ram.clone()));
     let coprocessor = SimulatedCoprocessor::new(Arc::new(ram.clone()), 1);
-    let link =
-        FirmwareLink::boot(Arc::clone(&pool), &coprocessor, None, COMMAND_TIMEOUT_MS).unwrap();
+    let link = FirmwareLink::boot(
+        Arc::clone(&pool),
+        &coprocessor,
+        None,
+        COMMAND_TIMEOUT_MS,
+        WORK_BUDGET_UNITS,
+    )
+    .unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
     while link.status().map(|s| s.booted) != Some(1) {
         assert!(Instant::now() < deadline, "firmware did not boot");

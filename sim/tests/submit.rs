@@ -280,8 +280,51 @@ fn a_stream_at_an_unmapped_address_faults_there_with_eio() {
     assert_eq!(gpu.wait(out), None);
 }
 
+/// The watchdog counts GPU work, not host time: a submission of four
+/// never-ending commands is stopped once it has done its budget's work,
+/// its other three commands are cancelled (they never start: their
+/// timestamps stay unwritten), and another client's queue runs meanwhile.
 #[test_log::test]
-fn work_that_never_ends_times_out_within_the_configured_budget() {
+fn a_submission_is_stopped_by_its_work_budget_and_its_other_commands_cancelled() {
+    let gpu = Gpu::with(SystemConfig {
+        ram_bytes: 1 << 30,
+        work_budget_units: 1 << 16,
+        command_timeout_ms: 600_000,
+        ..SystemConfig::default()
+    });
+    let (ts_object, binding) = timestamp_buffer(&gpu);
+    let mut endless = Vec::new();
+    for i in 0..4 {
+        endless.extend(compute_at(
+            STREAMS_VA + 0x1000,
+            NONE,
+            NONE,
+            ts(binding, 2 * i),
+        ));
+    }
+    let other = gpu.queue_create(1);
+    let started = Instant::now();
+    let out = gpu.submit(gpu.queue, &[], &endless);
+    let meanwhile = gpu.submit(other, &[], &empty_compute());
+    assert_eq!(gpu.wait(meanwhile), None, "the other queue's work runs");
+    assert_eq!(gpu.wait(out), Some(Errno::ETIMEDOUT));
+    assert!(
+        started.elapsed() < Duration::from_secs(60),
+        "stopped by work, long before the host-time limit"
+    );
+    let t = read_timestamps(&gpu, ts_object, 8);
+    assert!(t[0] != 0 && t[1] >= t[0], "the first command ran: {t:?}");
+    assert_eq!(t[2..], [0; 6], "the other three were cancelled");
+    let stats = gpu.system.device().scheduler().stats();
+    assert_eq!((stats.timed_out, stats.completed), (1, 1));
+    let out = gpu.submit(gpu.queue, &[], &empty_compute());
+    assert_eq!(gpu.wait(out), None, "the queue survives the timeout");
+}
+
+/// Host time remains a last resort: with a budget too large to matter,
+/// the host-time limit stops a command that never ends.
+#[test_log::test]
+fn work_that_never_ends_is_stopped_by_the_host_time_limit_as_a_last_resort() {
     let gpu = Gpu::with(SystemConfig {
         ram_bytes: 1 << 30,
         command_timeout_ms: 300,

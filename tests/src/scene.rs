@@ -37,7 +37,6 @@ pub fn device(policy: GrowthPolicy, initial_blocks: u64) -> Device {
         ram_bytes: 2 << 30,
         tvb_policy: policy,
         tvb_initial_blocks: initial_blocks,
-        command_timeout_ms: 120_000,
         ..SystemConfig::default()
     })
     .expect("simulated device")

@@ -166,7 +166,6 @@ pub fn replay_one(capture: &Capture, index: usize) -> Result<Replayed, ReplayErr
         .ok_or(ReplayError::NoSuchSubmission(index))?;
     let system = System::new(SystemConfig {
         ram_bytes: 4 << 30,
-        command_timeout_ms: 60_000,
         ..SystemConfig::default()
     })
     .map_err(|_| ReplayError::Device)?;

@@ -149,6 +149,9 @@ impl Pass<'_> {
         w: &mut Worker,
         (layer, tx, ty): (u32, u32, u32),
     ) -> Result<(), EngineResult> {
+        // One work unit per tile looked at, and per sample of a tile set
+        // up and written back (below).
+        self.watchdog.charge(1);
         if self.watchdog.expired() {
             return Err(EngineResult::Timeout);
         }
@@ -169,6 +172,8 @@ impl Pass<'_> {
         if primitives.is_empty() && !self.process_empty {
             return Ok(());
         }
+        self.watchdog
+            .charge(u64::from(tile_w * tile_h) * u64::from(render.samples.max(1)));
         let origin = (tx * tile_w, ty * tile_h);
         let tile = &mut w.tile;
         tile.bytes.fill(0);

@@ -73,7 +73,11 @@ fn shim() -> &'static Shim {
         }
         place_device_descriptors_high();
         Shim {
-            system: System::new(SystemConfig::default()).unwrap_or_else(|e| {
+            system: System::new(SystemConfig::default().with_env().unwrap_or_else(|e| {
+                interpose::log(&format!("agx-shim: {e}; using the default\n"));
+                SystemConfig::default()
+            }))
+            .unwrap_or_else(|e| {
                 interpose::log(&format!(
                     "agx-shim: cannot build the simulated system: {e}\n"
                 ));

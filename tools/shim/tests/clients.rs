@@ -27,10 +27,7 @@ fn shim_library() -> PathBuf {
 }
 
 fn run_under_shim(program: &PathBuf) {
-    let out = Command::new(program)
-        .env("LD_PRELOAD", shim_library())
-        .output()
-        .expect("client runs");
+    let out = run_under_shim_with(program, &[]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -39,6 +36,14 @@ fn run_under_shim(program: &PathBuf) {
         program.display()
     );
     assert_eq!(stdout.trim(), "ok", "{stderr}");
+}
+
+fn run_under_shim_with(program: &PathBuf, env: &[(&str, &str)]) -> std::process::Output {
+    Command::new(program)
+        .env("LD_PRELOAD", shim_library())
+        .envs(env.iter().copied())
+        .output()
+        .expect("client runs")
 }
 
 /// Builds a C client from `tests/c/<name>.c` against libdrm.
@@ -102,4 +107,55 @@ fn the_umd_real_device_path_runs_against_the_simulated_gpu() {
     let binary = target_dir().join("examples/umd_client");
     assert!(binary.exists(), "cargo test builds the examples");
     run_under_shim(&binary);
+}
+
+/// The README's scene renders under the shim, bit for bit as on an
+/// in-process device, while every core is busy with other work: the
+/// watchdog counts GPU work, so host load cannot make it time out.
+#[test]
+fn the_readme_scene_renders_under_the_shim_on_a_loaded_machine() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let stop = std::sync::Arc::new(AtomicBool::new(false));
+    let cores = std::thread::available_parallelism().map_or(2, usize::from);
+    let load: Vec<_> = (0..2 * cores)
+        .map(|_| {
+            let stop = std::sync::Arc::clone(&stop);
+            std::thread::spawn(move || {
+                let mut x = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+                }
+            })
+        })
+        .collect();
+    let binary = target_dir().join("examples/scene_client");
+    assert!(binary.exists(), "cargo test builds the examples");
+    run_under_shim(&binary);
+    stop.store(true, Ordering::Relaxed);
+    for thread in load {
+        thread.join().unwrap();
+    }
+}
+
+/// `AGX_WORK_BUDGET_UNITS` sets the watchdog's budget: with a tiny one
+/// the scene's submission is stopped, the client sees ETIMEDOUT, and the
+/// kernel log says why.
+#[test]
+fn the_work_budget_comes_from_the_environment() {
+    let binary = target_dir().join("examples/scene_client");
+    let out = run_under_shim_with(&binary, &[("AGX_WORK_BUDGET_UNITS", "1000")]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("GPU timeout: the submission used up its work budget"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("budget_units=1000"), "{stderr}");
+    assert!(
+        stderr.contains(
+            &std::io::Error::from_raw_os_error(rustix::io::Errno::TIMEDOUT.raw_os_error())
+                .to_string()
+        ),
+        "{stderr}"
+    );
 }

@@ -44,6 +44,10 @@ struct Args {
     /// Host threads the simulated GPU shades tiles on (default: all).
     #[arg(long)]
     gpu_threads: Option<usize>,
+    /// The watchdog's work budget per submission, in work units (default:
+    /// `AGX_WORK_BUDGET_UNITS`, else 2^29; see Documentation/gpu.md).
+    #[arg(long)]
+    work_budget_units: Option<u64>,
 }
 
 fn parse_size(s: &str) -> Result<(u32, u32), String> {
@@ -84,15 +88,21 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     };
     let device = match &args.device {
         Some(path) => Device::open(path)?,
-        None => Device::open_simulated(agx_sim::SystemConfig {
-            tvb_policy: args.tvb_policy,
-            tvb_initial_blocks: args.tvb_initial_blocks,
-            gpu_threads: args
-                .gpu_threads
-                .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
-            command_timeout_ms: 600_000,
-            ..agx_sim::SystemConfig::default()
-        })?,
+        None => {
+            let mut config = agx_sim::SystemConfig {
+                tvb_policy: args.tvb_policy,
+                tvb_initial_blocks: args.tvb_initial_blocks,
+                gpu_threads: args
+                    .gpu_threads
+                    .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
+                ..agx_sim::SystemConfig::default()
+            }
+            .with_env()?;
+            if let Some(units) = args.work_budget_units {
+                config.work_budget_units = units;
+            }
+            Device::open_simulated(config)?
+        }
     };
     let (width, height) = args.size;
     println!(
