@@ -21,7 +21,7 @@ use agx_fwif::coprocessor::Coprocessor;
 
 use crate::export::Exports;
 use crate::firmware::FirmwareLink;
-use crate::gem::{GemObject, VmKey, MMAP_OFFSET_SHIFT};
+use crate::gem::{Charge, FileMemory, GemError, GemObject, VmKey, MMAP_OFFSET_SHIFT};
 
 use crate::mem::{AllocError, DeviceFd, PagePool, PhysRange, Ram};
 use crate::sched::Scheduler;
@@ -70,6 +70,10 @@ pub struct DeviceConfig {
     /// The watchdog's last resort: host time one command may run,
     /// whatever its work.
     pub command_timeout_ms: u32,
+    /// The GEM memory one DRM file may create (or import); past it,
+    /// GEM_CREATE fails with `ENOMEM`. No limit by default, as Linux
+    /// without a memory cgroup.
+    pub file_memory_limit_bytes: u64,
 }
 
 impl Default for DeviceConfig {
@@ -79,6 +83,7 @@ impl Default for DeviceConfig {
             tvb_initial_blocks: crate::tvb::INITIAL_BLOCKS,
             work_budget_units: crate::firmware::WORK_BUDGET_UNITS,
             command_timeout_ms: crate::firmware::COMMAND_TIMEOUT_MS,
+            file_memory_limit_bytes: u64::MAX,
         }
     }
 }
@@ -101,31 +106,47 @@ pub struct Device {
     /// ([`Device::capture_to`], or the `AGX_KMD_CAPTURE` environment
     /// variable naming a file).
     pub(crate) capture: Mutex<Option<CaptureWriter<std::io::BufWriter<KeptFile>>>>,
+    config: DeviceConfig,
 }
 
 impl Device {
+    /// How the device was built.
+    pub fn config(&self) -> &DeviceConfig {
+        &self.config
+    }
+
+    /// A new object of `size_bytes` (rounded up to pages), charged to
+    /// `account`.
     pub(crate) fn create_object(
         &self,
         size_bytes: u64,
         flags: GemFlags,
         private_vm: Option<VmKey>,
-    ) -> Result<Arc<GemObject>, AllocError> {
+        account: &Arc<FileMemory>,
+    ) -> Result<Arc<GemObject>, GemError> {
+        let pages_bytes = size_bytes
+            .checked_next_multiple_of(agx_hw::uat::PAGE_BYTES)
+            .unwrap_or(u64::MAX);
+        let charge = account.charge(pages_bytes)?;
         // Only an object that may be exported needs a memfd of its own.
         let memory = if private_vm.is_some() {
             self.ram.allocate(size_bytes)?
         } else {
             self.ram.allocate_exportable(size_bytes, GEM_MEMFD_NAME)?
         };
-        self.register(memory, flags, private_vm)
+        Ok(self.register(memory, flags, private_vm, charge)?)
     }
 
-    /// Makes a GEM object of memory another device exported.
+    /// Makes a GEM object of memory another device exported, charged to
+    /// `account`.
     pub(crate) fn adopt_object(
         &self,
         fd: std::os::fd::OwnedFd,
-    ) -> Result<Arc<GemObject>, AllocError> {
+        account: &Arc<FileMemory>,
+    ) -> Result<Arc<GemObject>, GemError> {
         let memory = self.ram.adopt(fd)?;
-        self.register(memory, GemFlags::empty(), None)
+        let charge = account.charge(memory.len_bytes())?;
+        Ok(self.register(memory, GemFlags::empty(), None, charge)?)
     }
 
     fn register(
@@ -133,6 +154,7 @@ impl Device {
         memory: Arc<PhysRange>,
         flags: GemFlags,
         private_vm: Option<VmKey>,
+        charge: Charge,
     ) -> Result<Arc<GemObject>, AllocError> {
         let mut objects = self.objects.lock().unwrap_or_else(|e| e.into_inner());
         objects.retain(|_, weak| weak.strong_count() > 0);
@@ -155,6 +177,7 @@ impl Device {
             private_vm,
             memory,
             Arc::clone(&self.counters),
+            charge,
         ));
         objects.insert(object.mmap_offset(), Arc::downgrade(&object));
         drop(objects);
@@ -260,6 +283,7 @@ impl Device {
             next_file_id: AtomicU64::new(1),
             objects: Mutex::new(HashMap::new()),
             capture: Mutex::new(None),
+            config,
         });
         if let Some(path) = std::env::var_os("AGX_KMD_CAPTURE") {
             if let Err(e) = device.capture_to(std::path::Path::new(&path)) {

@@ -217,7 +217,7 @@ impl From<GemError> for Errno {
             | GemError::VmWithoutPrivate { .. }
             | GemError::CloseUnknownHandle { .. } => Errno::EINVAL,
             GemError::NoSuchHandle { .. } | GemError::NoSuchVm { .. } => Errno::ENOENT,
-            GemError::OutOfMemory(_) => Errno::ENOMEM,
+            GemError::OutOfMemory(_) | GemError::OverFileLimit { .. } => Errno::ENOMEM,
         }
     }
 }

@@ -68,6 +68,8 @@ pub struct File {
     device: Arc<Device>,
     id: u64,
     state: Mutex<FileState>,
+    /// The GEM memory the file created, against its limit.
+    memory: Arc<crate::gem::FileMemory>,
 }
 
 type Handler = fn(&File, &mut [u8]) -> Result<i32, IoctlError>;
@@ -268,7 +270,11 @@ impl File {
     pub(crate) fn new(device: Arc<Device>) -> File {
         device.counters.files.fetch_add(1, Ordering::Relaxed);
         let id = device.next_file_id();
+        let memory = Arc::new(crate::gem::FileMemory::new(
+            device.config().file_memory_limit_bytes,
+        ));
         File {
+            memory,
             device,
             id,
             state: Mutex::new(FileState {
@@ -289,6 +295,12 @@ impl File {
     /// The device this file is open on.
     pub fn device(&self) -> &Arc<Device> {
         &self.device
+    }
+
+    /// The GEM memory this file created (or imported) that is still
+    /// allocated, and its limit.
+    pub fn memory(&self) -> &crate::gem::FileMemory {
+        &self.memory
     }
 
     /// The object with `handle`, if this file has one.
@@ -646,8 +658,12 @@ impl File {
         };
         let object = self
             .device
-            .create_object(c.size, flags, private_vm)
-            .map_err(GemError::from)?;
+            .create_object(c.size, flags, private_vm, &self.memory)
+            .inspect_err(|error| {
+                if let GemError::OverFileLimit { .. } = error {
+                    tracing::warn!(file = self.id, %error, "GEM_CREATE refused");
+                }
+            })?;
         let mut state = self.state();
         let state = &mut *state;
         let handle = take_id(&state.handles, &mut state.next_handle, "GEM handle")?;
@@ -980,7 +996,7 @@ impl File {
             Some(object) => object,
             None if is_gem_memfd(&fd) => self
                 .device
-                .adopt_object(fd)
+                .adopt_object(fd, &self.memory)
                 .map_err(|_| PrimeError::OutOfMemory { fd: p.fd })?,
             None => return Err(PrimeError::NotABuffer { fd: p.fd }.into()),
         };

@@ -28,6 +28,68 @@ pub struct VmKey {
     pub vm_id: u32,
 }
 
+/// The GEM memory one DRM file has created, against its limit (a
+/// memory cgroup's job on Linux; here one client cannot take all of
+/// RAM from the others). An object's charge goes when the object does,
+/// whoever holds it last.
+#[derive(Debug)]
+pub struct FileMemory {
+    used_bytes: std::sync::atomic::AtomicU64,
+    limit_bytes: u64,
+}
+
+impl FileMemory {
+    /// An account with nothing charged.
+    pub fn new(limit_bytes: u64) -> FileMemory {
+        FileMemory {
+            used_bytes: std::sync::atomic::AtomicU64::new(0),
+            limit_bytes,
+        }
+    }
+
+    /// Bytes charged now.
+    pub fn used_bytes(&self) -> u64 {
+        self.used_bytes.load(Ordering::Relaxed)
+    }
+
+    /// The limit.
+    pub fn limit_bytes(&self) -> u64 {
+        self.limit_bytes
+    }
+
+    /// Charges `bytes`, or refuses if that would pass the limit.
+    pub(crate) fn charge(self: &Arc<Self>, bytes: u64) -> Result<Charge, GemError> {
+        self.used_bytes
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |used| {
+                used.checked_add(bytes).filter(|&n| n <= self.limit_bytes)
+            })
+            .map_err(|used_bytes| GemError::OverFileLimit {
+                requested_bytes: bytes,
+                used_bytes,
+                limit_bytes: self.limit_bytes,
+            })?;
+        Ok(Charge {
+            account: Arc::clone(self),
+            bytes,
+        })
+    }
+}
+
+/// Bytes charged to a file's account, given back on drop.
+#[derive(Debug)]
+pub(crate) struct Charge {
+    account: Arc<FileMemory>,
+    bytes: u64,
+}
+
+impl Drop for Charge {
+    fn drop(&mut self) {
+        self.account
+            .used_bytes
+            .fetch_sub(self.bytes, Ordering::Relaxed);
+    }
+}
+
 /// A buffer object.
 #[derive(Debug)]
 pub struct GemObject {
@@ -37,6 +99,8 @@ pub struct GemObject {
     private_vm: Option<VmKey>,
     memory: Arc<PhysRange>,
     counters: Arc<Counters>,
+    /// What the object costs the file that created (or imported) it.
+    _charge: Charge,
 }
 
 impl GemObject {
@@ -46,6 +110,7 @@ impl GemObject {
         private_vm: Option<VmKey>,
         memory: Arc<PhysRange>,
         counters: Arc<Counters>,
+        charge: Charge,
     ) -> GemObject {
         counters.gem_objects.fetch_add(1, Ordering::Relaxed);
         GemObject {
@@ -55,6 +120,7 @@ impl GemObject {
             private_vm,
             memory,
             counters,
+            _charge: charge,
         }
     }
 
@@ -223,4 +289,17 @@ pub enum GemError {
     /// RAM is exhausted.
     #[error(transparent)]
     OutOfMemory(#[from] AllocError),
+    /// The file's GEM memory would pass its limit.
+    #[error(
+        "{requested_bytes} bytes more would pass the file's limit of {limit_bytes} \
+         ({used_bytes} in use)"
+    )]
+    OverFileLimit {
+        /// What was asked for (whole pages).
+        requested_bytes: u64,
+        /// What the file's objects hold now.
+        used_bytes: u64,
+        /// The limit.
+        limit_bytes: u64,
+    },
 }

@@ -42,6 +42,10 @@ pub struct SystemConfig {
     /// The watchdog's last resort: host time one command may run,
     /// whatever its work.
     pub command_timeout_ms: u32,
+    /// The GEM memory one DRM file may create or import (4 GiB by
+    /// default: half the default RAM, so one client cannot starve the
+    /// others); past it, GEM_CREATE fails with `ENOMEM`.
+    pub file_memory_limit_bytes: u64,
     /// Host threads the simulated GPU runs threadgroups on (results do
     /// not depend on it).
     pub gpu_threads: usize,
@@ -56,6 +60,7 @@ impl Default for SystemConfig {
             tvb_initial_blocks: kmd.tvb_initial_blocks,
             work_budget_units: kmd.work_budget_units,
             command_timeout_ms: kmd.command_timeout_ms,
+            file_memory_limit_bytes: 4 << 30,
             gpu_threads: std::thread::available_parallelism()
                 .map_or(1, usize::from)
                 .min(4),
@@ -91,8 +96,9 @@ fn env_number<T: std::str::FromStr>(
 
 impl SystemConfig {
     /// `self` with what the environment overrides: `AGX_WORK_BUDGET_UNITS`
-    /// (the watchdog's work budget per submission) and
-    /// `AGX_COMMAND_TIMEOUT_MS` (its host-time last resort).
+    /// (the watchdog's work budget per submission),
+    /// `AGX_COMMAND_TIMEOUT_MS` (its host-time last resort) and
+    /// `AGX_FILE_MEMORY_LIMIT_BYTES` (the GEM memory one file may hold).
     pub fn with_env(self) -> Result<SystemConfig, ConfigError> {
         let mut config = self;
         if let Some(units) = env_number("AGX_WORK_BUDGET_UNITS", "a number of work units")? {
@@ -100,6 +106,9 @@ impl SystemConfig {
         }
         if let Some(ms) = env_number("AGX_COMMAND_TIMEOUT_MS", "a number of milliseconds")? {
             config.command_timeout_ms = ms;
+        }
+        if let Some(bytes) = env_number("AGX_FILE_MEMORY_LIMIT_BYTES", "a number of bytes")? {
+            config.file_memory_limit_bytes = bytes;
         }
         Ok(config)
     }
@@ -111,6 +120,7 @@ impl SystemConfig {
             tvb_initial_blocks: self.tvb_initial_blocks,
             work_budget_units: self.work_budget_units,
             command_timeout_ms: self.command_timeout_ms,
+            file_memory_limit_bytes: self.file_memory_limit_bytes,
         }
     }
 }
