@@ -265,11 +265,14 @@ struct State {
 struct Account {
     work: WorkAccount,
     stopped: bool,
+    /// Commands of the submission handled so far.
+    commands_seen: u32,
 }
 
-/// Accounts kept: submissions are numbered in order, so the oldest are
-/// long finished when this many newer ones exist.
-const ACCOUNTS_KEPT: usize = 1024;
+/// Accounts of submissions whose command count is unknown kept at most
+/// (submissions are numbered in order, so the oldest go first). An
+/// account whose count is known goes after its last command.
+const ACCOUNTS_KEPT: usize = 1 << 16;
 
 /// Offsets of the index fields of [`WorkQueueInfo`].
 const WQ_GPU_READ_INDEX: u64 = 12;
@@ -556,6 +559,7 @@ impl State {
         self.accounts.entry(submission).or_insert_with(|| Account {
             work: WorkAccount::new(init.work_budget_units),
             stopped: false,
+            commands_seen: 0,
         })
     }
 
@@ -775,6 +779,14 @@ impl State {
             let failed = event.kind != EventKind::Completion as u32;
             if failed {
                 self.event(init, event)?;
+            }
+            // The submission's last command: its account goes.
+            let account = self.account(init, header.submission);
+            account.commands_seen = account.commands_seen.saturating_add(1);
+            if header.submission_commands != 0
+                && account.commands_seen >= header.submission_commands
+            {
+                self.accounts.remove(&header.submission);
             }
             self.write(init.stamps.offset(4 * u64::from(slot)), &header.stamp_value)?;
             info.gpu_read_index = (info.gpu_read_index + 1) % info.entries;

@@ -220,9 +220,15 @@ pub struct CommandHeader {
     /// [`InitData::work_budget_units`], and once a submission runs out,
     /// its remaining commands are cancelled.
     pub submission: u64,
+    /// How many commands the submission has (on all stages): the firmware
+    /// forgets the submission's account after that many. 0: unknown (the
+    /// account is forgotten only when many newer submissions exist).
+    pub submission_commands: u32,
+    /// MBZ.
+    pub pad: u32,
 }
 
-const _: () = assert!(size_of::<CommandHeader>() == 40);
+const _: () = assert!(size_of::<CommandHeader>() == 48);
 
 /// A barrier command's body: wait until a stamp reaches a value.
 #[derive(

@@ -128,12 +128,11 @@ impl Device {
             .checked_next_multiple_of(agx_hw::uat::PAGE_BYTES)
             .unwrap_or(u64::MAX);
         let charge = account.charge(pages_bytes)?;
-        // Only an object that may be exported needs a memfd of its own.
-        let memory = if private_vm.is_some() {
-            self.ram.allocate(size_bytes)?
-        } else {
-            self.ram.allocate_exportable(size_bytes, GEM_MEMFD_NAME)?
-        };
+        // Every object has a memfd of its own (CPU mappings hold it); the
+        // device keeps a descriptor only of one that may be exported.
+        let memory = self
+            .ram
+            .allocate_object(size_bytes, GEM_MEMFD_NAME, private_vm.is_none())?;
         Ok(self.register(memory, flags, private_vm, charge)?)
     }
 

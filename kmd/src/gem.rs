@@ -29,9 +29,10 @@ pub struct VmKey {
 }
 
 /// The GEM memory one DRM file has created, against its limit (a
-/// memory cgroup's job on Linux; here one client cannot take all of
-/// RAM from the others). An object's charge goes when the object does,
-/// whoever holds it last.
+/// memory cgroup's job on Linux): one file cannot take all of RAM from
+/// the others. The limit is per file, not per process, and kernel memory
+/// a file causes (page tables, parameter buffers) is not charged. An
+/// object's charge goes when the object does, whoever holds it last.
 #[derive(Debug)]
 pub struct FileMemory {
     used_bytes: std::sync::atomic::AtomicU64,

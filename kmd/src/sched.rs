@@ -1114,8 +1114,10 @@ impl Scheduler {
             segments: BTreeMap::new(),
             commands: 0,
             submission: stats.dispatched + 1,
+            objects: Vec::new(),
         };
         self.build(queue, &job, vm_slot, &mut builder);
+        builder.finish();
         for segment in builder.segments.values() {
             let s = &queue.stages[segment.stage as usize];
             slot_values[segment.slot as usize] = s.last_value;
@@ -1293,6 +1295,24 @@ struct Builder<'a> {
     /// The submission's number, which the firmware's watchdog charges
     /// its commands' work to.
     submission: u64,
+    /// The command objects written, whose headers get the submission's
+    /// command count once it is known ([`Builder::finish`]).
+    objects: Vec<FwVa>,
+}
+
+impl Builder<'_> {
+    /// Writes the submission's command count into every command it
+    /// wrote (before the work queues are published): the firmware drops
+    /// the submission's watchdog account after that many commands.
+    fn finish(&self) {
+        let offset = std::mem::offset_of!(CommandHeader, submission_commands) as u64;
+        for object in &self.objects {
+            let _ = self
+                .link
+                .view
+                .write(object.offset(offset), self.commands.as_bytes());
+        }
+    }
 }
 
 impl Builder<'_> {
@@ -1317,6 +1337,7 @@ impl Builder<'_> {
             timestamp_start: FwVa(timestamps[0]),
             timestamp_end: FwVa(timestamps[1]),
             submission: self.submission,
+            ..CommandHeader::default()
         };
         let object = s
             .slab
@@ -1325,6 +1346,7 @@ impl Builder<'_> {
         bytes.extend_from_slice(body);
         let view = &self.link.view;
         let _ = view.write(object, &bytes);
+        self.objects.push(object);
         let _ = view.write(
             s.ring.offset(8 * u64::from(s.write_index)),
             object.as_bytes(),

@@ -516,3 +516,51 @@ fn each_file_has_a_memory_limit_and_objects_give_their_charge_back() {
     assert_eq!(greedy.memory().used_bytes(), 0);
     gem_create(&greedy, 64 * MIB, 0, 0).unwrap();
 }
+
+/// A CPU mapping holds its object's own pages: after the object is freed
+/// and another file's object takes its physical range, the old mapping
+/// still shows the old bytes, and the new object starts zeroed.
+#[test]
+fn a_stale_cpu_mapping_never_reaches_the_next_owner_of_the_pages() {
+    use agx_kmd::mem::Placement;
+    let device = system();
+    let first = device.open();
+    let vm = vm_create(&first);
+    let handle = gem_create(&first, 2 * PAGE, asahi::GemFlags::VM_PRIVATE.bits(), vm).unwrap();
+    let object = first.object(handle).unwrap();
+    let pa = object.memory().pa();
+    let mapping = object
+        .memory()
+        .map_for_cpu(
+            0,
+            2 * PAGE as usize,
+            libc::PROT_READ | libc::PROT_WRITE,
+            Placement::Anywhere,
+        )
+        .unwrap();
+    // SAFETY: `mapping` maps two pages, readable and writable, that only
+    // this test uses.
+    let old = unsafe { std::slice::from_raw_parts_mut(mapping.as_ptr(), 2 * PAGE as usize) };
+    old[..3].copy_from_slice(b"old");
+    drop(object);
+    let mut close = GemClose {
+        handle,
+        ..Default::default()
+    };
+    call(&first, drm::DRM_IOCTL_GEM_CLOSE, &mut close).unwrap();
+    let second = device.open();
+    let reused = gem_create(&second, 2 * PAGE, 0, 0).unwrap();
+    let reused = second.object(reused).unwrap();
+    assert_eq!(reused.memory().pa(), pa, "first fit reuses the range");
+    let mut fresh = [0xffu8; 3];
+    reused.memory().read(0, &mut fresh).unwrap();
+    assert_eq!(fresh, [0; 3], "the new object starts zeroed");
+    reused.memory().write(0, b"new").unwrap();
+    assert_eq!(&old[..3], b"old", "the stale mapping keeps its own pages");
+    old[3..6].copy_from_slice(b"bad");
+    let mut after = [0u8; 6];
+    reused.memory().read(0, &mut after).unwrap();
+    assert_eq!(&after, b"new\0\0\0");
+    // SAFETY: unmapping the mapping made above.
+    unsafe { libc::munmap(mapping.as_ptr().cast(), 2 * PAGE as usize) };
+}

@@ -43,8 +43,9 @@ pub struct SystemConfig {
     /// whatever its work.
     pub command_timeout_ms: u32,
     /// The GEM memory one DRM file may create or import (4 GiB by
-    /// default: half the default RAM, so one client cannot starve the
-    /// others); past it, GEM_CREATE fails with `ENOMEM`.
+    /// default: half the default RAM, so one file cannot starve the
+    /// others; the limit is per file, and kernel memory is not charged);
+    /// past it, GEM_CREATE fails with `ENOMEM`.
     pub file_memory_limit_bytes: u64,
     /// Host threads the simulated GPU runs threadgroups on (results do
     /// not depend on it).

@@ -316,9 +316,9 @@ impl Window {
     }
 
     /// Maps `[offset, offset + len)` of the window a second time, for the
-    /// CPU: the new mapping reaches the same pages (the pool's or an
-    /// exportable object's memfd), with protection `prot`. `len` need not
-    /// be whole pages (as for `mmap`).
+    /// CPU: the new mapping reaches the same pages (of the memfd mapped
+    /// there), with protection `prot`. `len` need not be whole pages (as
+    /// for `mmap`). A fixed placement over the window itself is `EINVAL`.
     pub fn map_again(
         &self,
         offset: usize,
@@ -337,8 +337,21 @@ impl Window {
             .as_ptr()
             .wrapping_add(offset)
             .cast::<libc::c_void>();
+        // A fixed target must not replace the window or the pool's view.
+        let overlaps_ours = |address: usize| {
+            let end = address.saturating_add(len);
+            [self.base, self.pool_view].iter().any(|mapping| {
+                let start = mapping.as_ptr() as usize;
+                address < start + self.len_bytes && start < end
+            })
+        };
         let target = match placement {
             Placement::Anywhere => None,
+            Placement::Replace(address) | Placement::NoReplace(address)
+                if overlaps_ours(address) =>
+            {
+                return Err(einval());
+            }
             Placement::Replace(address) => Some(address),
             Placement::NoReplace(address) => {
                 // Claim the range first; the kernel refuses if it is taken.
@@ -356,13 +369,20 @@ impl Window {
                 if claimed == libc::MAP_FAILED {
                     return Err(io::Error::last_os_error());
                 }
+                if claimed as usize != address {
+                    // A kernel that took the flag as a hint: give it back.
+                    // SAFETY: unmapping the claim just made.
+                    unsafe { libc::munmap(claimed, len) };
+                    return Err(io::Error::from_raw_os_error(libc::EEXIST));
+                }
                 Some(address)
             }
         };
         // SAFETY: the source range lies inside the window's shared
         // mapping, so an old size of 0 duplicates it. A fixed target is
         // where the client asked to map (replacing what it had there, as
-        // mmap with MAP_FIXED would); otherwise the kernel picks a free
+        // mmap with MAP_FIXED would), checked above not to overlap the
+        // window or the pool's view; otherwise the kernel picks a free
         // range. Either way no mapping this value owns is touched.
         let ptr = unsafe {
             match target {
@@ -377,7 +397,13 @@ impl Window {
             }
         };
         if ptr == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
+            let error = io::Error::last_os_error();
+            if let Placement::NoReplace(address) = placement {
+                // SAFETY: unmapping the claim made above, which nothing
+                // replaced.
+                unsafe { libc::munmap(address as *mut libc::c_void, len) };
+            }
+            return Err(error);
         }
         // SAFETY: `ptr` is the mapping of `len` bytes just made.
         if unsafe { libc::mprotect(ptr, len, prot) } != 0 {

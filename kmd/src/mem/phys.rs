@@ -50,14 +50,23 @@ impl From<std::io::Error> for AllocError {
     }
 }
 
+/// What backs a range.
+#[derive(Debug)]
+enum Placed {
+    /// The window's pool (kernel memory, never mapped for a client).
+    Pool,
+    /// A memfd of its own mapped over the range (a GEM object), with the
+    /// device's descriptor of it if the object can be exported.
+    Covered(Option<DeviceFd>),
+}
+
 /// A contiguous range of physical memory, freed when the last reference
 /// goes.
 #[derive(Debug)]
 pub struct PhysRange {
     pa: u64,
     len_bytes: u64,
-    /// An exportable range's own memfd (`None`: the range is in the pool).
-    own: Option<DeviceFd>,
+    placed: Placed,
     ram: Arc<RamInner>,
 }
 
@@ -91,22 +100,29 @@ impl PhysRange {
         self.ram.window.write(at, data)
     }
 
-    /// Whether the range has a memfd of its own (it can be exported).
+    fn own(&self) -> Option<&DeviceFd> {
+        match &self.placed {
+            Placed::Covered(own) => own.as_ref(),
+            Placed::Pool => None,
+        }
+    }
+
+    /// Whether the device keeps a descriptor of the range's memfd (it
+    /// can be exported).
     pub fn is_exportable(&self) -> bool {
-        self.own.is_some()
+        self.own().is_some()
     }
 
     /// The identity of an exportable range's memfd.
     pub fn memfd_identity(&self) -> Option<Inode> {
-        self.own.as_ref().map(DeviceFd::identity)
+        self.own().map(DeviceFd::identity)
     }
 
     /// A new descriptor of an exportable range's memfd, which maps
     /// exactly the range (a PRIME fd). `EINVAL` for a pool range; `EBADF`
     /// if the process closed the device's own descriptor.
     pub fn export_fd(&self, cloexec: bool) -> std::io::Result<OwnedFd> {
-        self.own
-            .as_ref()
+        self.own()
             .ok_or_else(|| std::io::Error::from_raw_os_error(libc::EINVAL))?
             .duplicate(cloexec)
     }
@@ -114,6 +130,9 @@ impl PhysRange {
     /// Maps `len` bytes from `offset` within the range into this process
     /// for the CPU, sharing the pages (a client's `mmap` of the object).
     /// The bytes must lie inside the range; `offset` must be whole pages.
+    /// Only a range with a memfd of its own can be mapped (`EINVAL` for
+    /// kernel memory in the pool), so the mapping holds that memfd and
+    /// never reaches the range's next owner.
     pub fn map_for_cpu(
         &self,
         offset: u64,
@@ -121,6 +140,9 @@ impl PhysRange {
         prot: i32,
         placement: Placement,
     ) -> std::io::Result<NonNull<u8>> {
+        if matches!(self.placed, Placed::Pool) {
+            return Err(std::io::Error::from_raw_os_error(libc::EINVAL));
+        }
         let at = self
             .window_offset(offset, len)
             .ok_or_else(|| std::io::Error::from_raw_os_error(libc::EINVAL))?;
@@ -130,14 +152,14 @@ impl PhysRange {
     /// Checks that the device's descriptor of an exportable range still
     /// names its memfd.
     pub fn check_descriptor(&self) -> Result<(), DescriptorGone> {
-        self.own.as_ref().map_or(Ok(()), |fd| fd.get().map(|_| ()))
+        self.own().map_or(Ok(()), |fd| fd.get().map(|_| ()))
     }
 }
 
 impl Drop for PhysRange {
     fn drop(&mut self) {
-        self.ram
-            .release(self.pa, self.len_bytes, self.own.is_some());
+        let covered = matches!(self.placed, Placed::Covered(_));
+        self.ram.release(self.pa, self.len_bytes, covered);
     }
 }
 
@@ -200,11 +222,15 @@ impl RamInner {
         // Fault accesses first, then hand the pages back zeroed.
         self.mark(pa, len, false);
         let offset = (pa - RAM_BASE) as usize;
+        // Uncovering brings the pool's pages back; they were released
+        // when last freed, but release them again so that nothing written
+        // through any path survives.
         let restored = if covered {
             self.window.uncover(offset, len as usize)
         } else {
-            self.window.release(offset, len as usize)
-        };
+            Ok(())
+        }
+        .and_then(|()| self.window.release(offset, len as usize));
         if let Err(error) = restored {
             // The pages may still hold data: never hand them out again.
             tracing::error!(
@@ -279,20 +305,26 @@ impl Ram {
     pub fn allocate(&self, size_bytes: u64) -> Result<Arc<PhysRange>, AllocError> {
         let len = Self::pages_for(size_bytes);
         let pa = self.reserve(len)?;
-        Ok(self.place(pa, len, None))
+        Ok(self.place(pa, len, Placed::Pool))
     }
 
     /// Allocates `size_bytes` (rounded up to whole pages), zero-filled,
-    /// with a memfd of its own named `name`, so that it can be exported.
-    pub fn allocate_exportable(
+    /// with a memfd of its own named `name`, for a GEM object: a CPU
+    /// mapping of it holds that memfd, so once the object is freed such a
+    /// mapping still reaches only the object's old pages, never what the
+    /// range holds next. With `exportable`, the device keeps a descriptor
+    /// of the memfd (a PRIME fd is a duplicate of it); without, the
+    /// descriptor is closed at once and the mappings keep the file alive.
+    pub fn allocate_object(
         &self,
         size_bytes: u64,
         name: &str,
+        exportable: bool,
     ) -> Result<Arc<PhysRange>, AllocError> {
         let len = Self::pages_for(size_bytes);
         let pa = self.reserve(len)?;
         let memfd = backing::create_memfd(name, len);
-        self.cover(pa, len, memfd)
+        self.cover(pa, len, memfd, exportable)
     }
 
     /// Places memory that already exists (a memfd another process or
@@ -305,7 +337,7 @@ impl Ram {
             ));
         }
         let pa = self.reserve(len)?;
-        self.cover(pa, len, Ok(fd))
+        self.cover(pa, len, Ok(fd), true)
     }
 
     fn pages_for(size_bytes: u64) -> u64 {
@@ -319,14 +351,15 @@ impl Ram {
         pa: u64,
         len: u64,
         memfd: std::io::Result<OwnedFd>,
+        keep: bool,
     ) -> Result<Arc<PhysRange>, AllocError> {
         let offset = (pa - RAM_BASE) as usize;
-        let kept = memfd.and_then(|fd| {
+        let covered = memfd.and_then(|fd| {
             self.inner.window.cover(offset, len as usize, fd.as_fd())?;
-            DeviceFd::keep(fd)
+            keep.then(|| DeviceFd::keep(fd)).transpose()
         });
-        match kept {
-            Ok(own) => Ok(self.place(pa, len, Some(own))),
+        match covered {
+            Ok(own) => Ok(self.place(pa, len, Placed::Covered(own))),
             Err(error) => {
                 // Count the pages so that releasing balances.
                 self.inner
@@ -359,7 +392,7 @@ impl Ram {
         Ok(start)
     }
 
-    fn place(&self, pa: u64, len: u64, own: Option<DeviceFd>) -> Arc<PhysRange> {
+    fn place(&self, pa: u64, len: u64, placed: Placed) -> Arc<PhysRange> {
         self.inner
             .allocated_pages
             .fetch_add(len / PAGE_BYTES, Ordering::Relaxed);
@@ -367,7 +400,7 @@ impl Ram {
         Arc::new(PhysRange {
             pa,
             len_bytes: len,
-            own,
+            placed,
             ram: Arc::clone(&self.inner),
         })
     }
@@ -455,7 +488,7 @@ mod tests {
     #[test]
     fn an_exportable_range_has_its_own_memfd_and_leaves_nothing_behind() {
         let ram = Ram::new(4 * PAGE_BYTES).unwrap();
-        let shared = ram.allocate_exportable(PAGE_BYTES, "test-gem").unwrap();
+        let shared = ram.allocate_object(PAGE_BYTES, "test-gem", true).unwrap();
         assert!(shared.is_exportable());
         shared.write(3, b"secret").unwrap();
         let prime = shared.export_fd(true).unwrap();
