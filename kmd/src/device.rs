@@ -124,10 +124,7 @@ impl Device {
         private_vm: Option<VmKey>,
         account: &Arc<FileMemory>,
     ) -> Result<Arc<GemObject>, GemError> {
-        let pages_bytes = size_bytes
-            .checked_next_multiple_of(agx_hw::uat::PAGE_BYTES)
-            .unwrap_or(u64::MAX);
-        let charge = account.charge(pages_bytes)?;
+        let charge = account.charge(Ram::pages_for(size_bytes))?;
         // Every object has a memfd of its own (CPU mappings hold it); the
         // device keeps a descriptor only of one that may be exported.
         let memory = self

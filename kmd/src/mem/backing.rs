@@ -3,14 +3,15 @@
 //! Simulated RAM is one window of host address space, as large as the
 //! RAM, through which the kmd and the simulated GPU reach every physical
 //! address at a fixed offset ([`Window`]). The window maps one sparse
-//! shared-memory object, the *pool*; an object that may be exported
-//! (PRIME) has a memfd of its own instead, mapped over its place in the
-//! window, because a PRIME fd must map exactly that object.
+//! shared-memory object, the *pool*, which holds kernel memory; every GEM
+//! object has a memfd of its own instead, mapped over its place in the
+//! window, so that a CPU mapping of it holds the object's own pages and a
+//! PRIME fd maps exactly that object.
 //!
 //! A client's CPU mapping of an object is a second mapping of the same
 //! pages, made by duplicating the window's range (`mremap` with an old
-//! size of 0), so the pool needs no descriptor at all, and a client that
-//! closes every descriptor it did not open cannot disturb it. The few
+//! size of 0): it needs no descriptor, and a client that closes every
+//! descriptor it did not open cannot disturb it. The few
 //! descriptors the device does keep (an exportable object's memfd, a
 //! pending sync file, a capture file) are [`DeviceFd`]s: placed high, out
 //! of the way of the client's own numbers, and re-validated before each

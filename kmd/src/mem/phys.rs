@@ -4,9 +4,9 @@
 //! through its MMU (the UAT) and the page tables the kernel writes. Here
 //! RAM is a physical address space backed by one host [`Window`]: physical
 //! address `RAM_BASE + n` is byte `n` of the window. Every allocation is a
-//! contiguous range of it; kernel memory and `VM_PRIVATE` objects live in
-//! the window's pool, an exportable object has a memfd of its own mapped
-//! at its place (`Documentation/memory-model.md`). The kmd allocates GEM
+//! contiguous range of it; kernel memory lives in the window's pool, and
+//! every GEM object has a memfd of its own mapped at its place
+//! (`Documentation/memory-model.md`). The kmd allocates GEM
 //! objects, page tables and firmware structures from it; the simulated GPU
 //! reads and writes it by physical address after walking the page tables.
 //! An access to a page no allocation holds faults, as a bus error would.
@@ -22,7 +22,7 @@ use std::sync::{Arc, Mutex};
 use agx_hw::addr::PhysAddr;
 use agx_hw::uat::{PhysFault, PhysicalMemory as PhysicalAccess, PAGE_BYTES};
 
-use super::backing::{self, DescriptorGone, DeviceFd, Inode, Placement, Window};
+use super::backing::{self, DeviceFd, Inode, Placement, Window};
 
 /// Where simulated RAM starts in the physical address space (as on M1,
 /// DRAM is above the first 64 GiB of MMIO space).
@@ -147,12 +147,6 @@ impl PhysRange {
             .window_offset(offset, len)
             .ok_or_else(|| std::io::Error::from_raw_os_error(libc::EINVAL))?;
         self.ram.window.map_again(at, len, prot, placement)
-    }
-
-    /// Checks that the device's descriptor of an exportable range still
-    /// names its memfd.
-    pub fn check_descriptor(&self) -> Result<(), DescriptorGone> {
-        self.own().map_or(Ok(()), |fd| fd.get().map(|_| ()))
     }
 }
 
@@ -340,7 +334,9 @@ impl Ram {
         self.cover(pa, len, Ok(fd), true)
     }
 
-    fn pages_for(size_bytes: u64) -> u64 {
+    /// `size_bytes` rounded up to whole pages (saturating), what an
+    /// allocation of it takes.
+    pub fn pages_for(size_bytes: u64) -> u64 {
         size_bytes
             .checked_next_multiple_of(PAGE_BYTES)
             .unwrap_or(u64::MAX)
