@@ -508,6 +508,7 @@ unsafe fn volatile_write(dst: *mut u8, data: &[u8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::fd::FromRawFd;
 
     const PAGE: usize = agx_hw::uat::PAGE_BYTES as usize;
 
@@ -589,12 +590,16 @@ mod tests {
         set_descriptor_floor(0);
         assert!(kept.get().unwrap().as_raw_fd() >= floor);
         let number = kept.get().unwrap().as_raw_fd();
-        // The process closes it and the number goes to another file.
-        // SAFETY: closing a descriptor this test owns (through `kept`).
-        unsafe { libc::close(number) };
+        // The process puts another file at that number (dup2 closes what
+        // was there and reuses the number in one step, so no other test
+        // thread can take it in between).
         let other = create_memfd("other", 64).unwrap();
-        let moved = rustix::io::fcntl_dupfd_cloexec(&other, number).unwrap();
-        assert_eq!(moved.as_raw_fd(), number);
+        // SAFETY: dup2 onto a number this test owns (through `kept`); the
+        // result is checked and owned below.
+        let placed = unsafe { libc::dup2(other.as_raw_fd(), number) };
+        assert_eq!(placed, number);
+        // SAFETY: `number` is now a descriptor this test owns.
+        let moved = unsafe { OwnedFd::from_raw_fd(number) };
         assert_eq!(kept.get().unwrap_err(), DescriptorGone { fd: number });
         assert!(kept.duplicate(true).is_err());
         drop(kept);
