@@ -124,6 +124,11 @@ impl<'a> PageAllocator<'a> {
         }
     }
 
+    /// Pages in the buffer.
+    pub fn page_count(&self) -> u64 {
+        self.page_count
+    }
+
     /// The address of page `index` of the page list.
     pub fn page(&self, index: u64) -> Result<u64, EngineResult> {
         if index >= self.page_count {
@@ -732,109 +737,209 @@ pub fn draw<'a>(
     let binding = bind::bind(&vm, usc_exec_base.wrapping_add(pipeline), usc_exec_base)?;
     let ppp = parse_ppp(&vm, ppp_address)?;
     let fragment_state = binner.state(state.ppp)?;
-    // The vertex (or index-buffer) ids of the draw.
-    let mut ids = Vec::with_capacity(draw.count as usize);
-    for i in 0..draw.count {
-        let id = match draw.indices {
-            None => draw.start.wrapping_add(i),
-            Some((buffer, size)) => {
-                let bytes = match size {
-                    IndexSize::U8 => 1u64,
-                    IndexSize::U16 => 2,
-                    _ => 4,
-                };
-                let mut raw = [0u8; 4];
-                vm.read(buffer + u64::from(i) * bytes, &mut raw[..bytes as usize])
-                    .map_err(|f| EngineResult::from_uat(&f, FaultUnit::Vdm))?;
-                u32::from_le_bytes(raw).wrapping_add(draw.start)
-            }
-        };
-        ids.push(id);
-    }
-    let triangles: Vec<[usize; 3]> = match draw.primitive {
-        Primitive::Triangles => (0..ids.len() / 3)
-            .map(|t| [3 * t, 3 * t + 1, 3 * t + 2])
-            .collect(),
-        Primitive::TriangleStrip => (0..ids.len().saturating_sub(2))
-            .map(|t| {
-                if t % 2 == 0 {
-                    [t, t + 1, t + 2]
-                } else {
-                    [t + 1, t, t + 2]
-                }
-            })
-            .collect(),
-        Primitive::TriangleFan => (1..ids.len().saturating_sub(1))
-            .map(|t| [0, t, t + 1])
-            .collect(),
-        _ => return Err(unsupported(pc, FaultUnit::Vdm)),
-    };
+    let batches = Batches::of(draw, pc)?;
     let outputs = state.outputs.max(4) as usize;
-    // Like the hardware's post-transform cache, shade each distinct
-    // vertex once per instance (a vertex shader is a function of its ids).
-    let mut slot_of_id = std::collections::HashMap::with_capacity(ids.len());
-    let mut unique = Vec::with_capacity(ids.len());
-    let slots: Vec<usize> = ids
-        .iter()
-        .map(|&id| {
-            *slot_of_id.entry(id).or_insert_with(|| {
-                unique.push(id);
-                unique.len() - 1
-            })
-        })
-        .collect();
     for instance in 0..draw.instances {
-        let shaded = shade_vertices(vm.clone(), cache, watchdog, &binding, &unique, instance)?;
-        let clip = |i: usize| ClipVertex {
-            position: std::array::from_fn(|c| f32::from_bits(shaded[slots[i]][c])),
-            varyings: shaded[slots[i]][4..outputs]
+        // An instance costs a unit even when it has no triangles, so a
+        // draw of 2^32 empty instances meets the watchdog too.
+        if instance.is_multiple_of(TRIANGLE_STRIDE as u32) {
+            watchdog.charge(TRIANGLE_STRIDE as u64);
+            if watchdog.expired() {
+                return Err(EngineResult::Timeout);
+            }
+        }
+        for batch in batches.iter() {
+            let ids = read_ids(&vm, draw, &batch)?;
+            // Like the hardware's post-transform cache, shade each
+            // distinct vertex of the batch once (a vertex shader is a
+            // function of its ids).
+            let mut slot_of_id = std::collections::HashMap::with_capacity(ids.len());
+            let mut unique = Vec::with_capacity(ids.len());
+            let slots: Vec<usize> = ids
                 .iter()
-                .map(|v| f32::from_bits(*v))
-                .collect(),
-        };
-        for (n, t) in triangles.iter().enumerate() {
+                .map(|&id| {
+                    *slot_of_id.entry(id).or_insert_with(|| {
+                        unique.push(id);
+                        unique.len() - 1
+                    })
+                })
+                .collect();
+            let shaded = shade_vertices(vm.clone(), cache, watchdog, &binding, &unique, instance)?;
+            let clip = |i: usize| ClipVertex {
+                position: std::array::from_fn(|c| f32::from_bits(shaded[slots[i]][c])),
+                varyings: shaded[slots[i]][4..outputs]
+                    .iter()
+                    .map(|v| f32::from_bits(*v))
+                    .collect(),
+            };
             // One work unit per triangle assembled (its shading was
             // charged per instruction).
-            if n.is_multiple_of(TRIANGLE_STRIDE) {
-                watchdog.charge(TRIANGLE_STRIDE as u64);
-                if watchdog.expired() {
-                    return Err(EngineResult::Timeout);
-                }
+            watchdog.charge(batch.triangles());
+            if watchdog.expired() {
+                return Err(EngineResult::Timeout);
             }
-            let polygon = clip_near([clip(t[0]), clip(t[1]), clip(t[2])]);
-            if polygon.len() < 3 {
-                continue;
-            }
-            let screen: Vec<ScreenVertex> = polygon
-                .iter()
-                .map(|v| to_screen(v, &ppp.viewport))
-                .collect();
-            for k in 1..screen.len() - 1 {
-                let tri = [screen[0].clone(), screen[k].clone(), screen[k + 1].clone()];
-                let area = signed_area(&tri);
-                if area == 0.0 || !area.is_finite() {
-                    continue;
-                }
-                // Counter-clockwise on screen (y down) is clockwise in
-                // the usual y-up sense.
-                let ccw = area < 0.0;
-                let front = ccw == ppp.cull.front_face_ccw;
-                if (front && ppp.cull.cull_front) || (!front && ppp.cull.cull_back) {
-                    continue;
-                }
-                if binner.triangle(fragment_state, !front, &tri)?.is_err() {
-                    // The buffer ran dry: grow it or render what is binned
-                    // (a partial render), then bin the triangle again.
-                    binner.stats.overflows += 1;
-                    on_overflow(binner)?;
-                    if binner.triangle(fragment_state, !front, &tri)?.is_err() {
-                        return Err(unsupported(pc, FaultUnit::Tiler));
-                    }
-                }
+            for t in batch.first..batch.end {
+                let at = batch.corners(draw.primitive, t);
+                let polygon = clip_near([clip(at[0]), clip(at[1]), clip(at[2])]);
+                bin_polygon(binner, &ppp, fragment_state, &polygon, pc, on_overflow)?;
             }
         }
     }
     Ok(())
+}
+
+/// Clips, culls and bins what is left of one triangle after near-plane
+/// clipping.
+fn bin_polygon<'a>(
+    binner: &mut Binner<'a>,
+    ppp: &PppState,
+    fragment_state: u32,
+    polygon: &[ClipVertex],
+    pc: u64,
+    on_overflow: &mut dyn FnMut(&mut Binner<'a>) -> Result<(), EngineResult>,
+) -> Result<(), EngineResult> {
+    if polygon.len() < 3 {
+        return Ok(());
+    }
+    let screen: Vec<ScreenVertex> = polygon
+        .iter()
+        .map(|v| to_screen(v, &ppp.viewport))
+        .collect();
+    for k in 1..screen.len() - 1 {
+        let tri = [screen[0].clone(), screen[k].clone(), screen[k + 1].clone()];
+        let area = signed_area(&tri);
+        if area == 0.0 || !area.is_finite() {
+            continue;
+        }
+        // Counter-clockwise on screen (y down) is clockwise in the usual
+        // y-up sense.
+        let ccw = area < 0.0;
+        let front = ccw == ppp.cull.front_face_ccw;
+        if (front && ppp.cull.cull_front) || (!front && ppp.cull.cull_back) {
+            continue;
+        }
+        if binner.triangle(fragment_state, !front, &tri)?.is_err() {
+            // The buffer ran dry: grow it or render what is binned (a
+            // partial render), then bin the triangle again.
+            binner.stats.overflows += 1;
+            on_overflow(binner)?;
+            if binner.triangle(fragment_state, !front, &tri)?.is_err() {
+                return Err(unsupported(pc, FaultUnit::Tiler));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Triangles assembled, shaded and binned together. A draw is streamed a
+/// batch at a time, so the host memory it needs is bounded by the batch,
+/// not by its (client-chosen, up to 2^32) vertex count; the hardware's
+/// index fetch streams too, and its post-transform cache is small.
+const BATCH_TRIANGLES: u64 = 4096;
+
+/// How a draw's triangles split into batches.
+#[derive(Debug, Clone, Copy)]
+struct Batches {
+    primitive: Primitive,
+    triangles: u64,
+}
+
+/// One batch: triangles `first..end` of the draw, and the positions in
+/// the draw's vertex (or index) sequence they use.
+#[derive(Debug, Clone, Copy)]
+struct Batch {
+    first: u64,
+    end: u64,
+    /// Positions `lo..hi` of the sequence are read; a fan also reads
+    /// position 0, its centre, which comes first.
+    lo: u64,
+    hi: u64,
+    fan: bool,
+}
+
+impl Batches {
+    fn of(draw: &Draw, pc: u64) -> Result<Batches, EngineResult> {
+        let count = u64::from(draw.count);
+        let triangles = match draw.primitive {
+            Primitive::Triangles => count / 3,
+            Primitive::TriangleStrip | Primitive::TriangleFan => count.saturating_sub(2),
+            _ => return Err(unsupported(pc, FaultUnit::Vdm)),
+        };
+        Ok(Batches {
+            primitive: draw.primitive,
+            triangles,
+        })
+    }
+
+    fn iter(self) -> impl Iterator<Item = Batch> {
+        (0..self.triangles.div_ceil(BATCH_TRIANGLES)).map(move |b| {
+            let first = b * BATCH_TRIANGLES;
+            let end = (first + BATCH_TRIANGLES).min(self.triangles);
+            let (lo, hi) = match self.primitive {
+                Primitive::Triangles => (3 * first, 3 * end),
+                Primitive::TriangleStrip => (first, end + 2),
+                _ => (first + 1, end + 2),
+            };
+            Batch {
+                first,
+                end,
+                lo,
+                hi,
+                fan: self.primitive == Primitive::TriangleFan,
+            }
+        })
+    }
+}
+
+impl Batch {
+    fn triangles(&self) -> u64 {
+        self.end - self.first
+    }
+
+    /// Where triangle `t`'s corners are among the batch's ids, in the
+    /// API's winding order (every other strip triangle swaps its first
+    /// two corners).
+    fn corners(&self, primitive: Primitive, t: u64) -> [usize; 3] {
+        let local = |position: u64| (position - self.lo) as usize + usize::from(self.fan);
+        match primitive {
+            Primitive::Triangles => [local(3 * t), local(3 * t + 1), local(3 * t + 2)],
+            Primitive::TriangleStrip if t % 2 == 1 => [local(t + 1), local(t), local(t + 2)],
+            Primitive::TriangleStrip => [local(t), local(t + 1), local(t + 2)],
+            _ => [0, local(t + 1), local(t + 2)],
+        }
+    }
+}
+
+/// The vertex ids of a batch: positions in the vertex sequence, or the
+/// index buffer's entries there, plus the draw's first (base) vertex.
+fn read_ids(vm: &GpuVm<'_>, draw: &Draw, batch: &Batch) -> Result<Vec<u32>, EngineResult> {
+    let mut ids = Vec::with_capacity((batch.hi - batch.lo) as usize + usize::from(batch.fan));
+    let Some((buffer, size)) = draw.indices else {
+        let positions = (0..u64::from(batch.fan)).chain(batch.lo..batch.hi);
+        ids.extend(positions.map(|p| draw.start.wrapping_add(p as u32)));
+        return Ok(ids);
+    };
+    let index_bytes = match size {
+        IndexSize::U8 => 1usize,
+        IndexSize::U16 => 2,
+        _ => 4,
+    };
+    let mut read = |first: u64, count: u64| {
+        let mut raw = vec![0u8; count as usize * index_bytes];
+        vm.read(buffer.wrapping_add(first * index_bytes as u64), &mut raw)
+            .map_err(|f| EngineResult::from_uat(&f, FaultUnit::Vdm))?;
+        ids.extend(raw.chunks_exact(index_bytes).map(|index| {
+            let mut word = [0u8; 4];
+            word[..index_bytes].copy_from_slice(index);
+            u32::from_le_bytes(word).wrapping_add(draw.start)
+        }));
+        Ok::<(), EngineResult>(())
+    };
+    if batch.fan {
+        read(0, 1)?;
+    }
+    read(batch.lo, batch.hi - batch.lo)?;
+    Ok(ids)
 }
 
 /// The queue's parameter-buffer control block.

@@ -1595,3 +1595,68 @@ fn depth_is_tested_and_stored_per_sample() {
         }
     }
 }
+
+/// Rewrites the pass's draw (set up by [`draw_pass`]) to `count` vertices
+/// and `instances` instances.
+fn set_draw(m: &Machine, count: u32, instances: u32) {
+    let stream = m.peek(m.data, STREAM, 0x100);
+    let at = block_at(&stream, VdmBlockType::IndexList);
+    let VdmBlock::IndexList(mut list) = draw_block(count) else {
+        unreachable!()
+    };
+    list.instances = Some(IndexListInstances { count: instances });
+    let mut block = Vec::new();
+    VdmBlock::IndexList(list).build(&mut block).unwrap();
+    m.poke(m.data, STREAM + at as u64, &block);
+}
+
+/// A draw's host memory does not grow with its vertex count, and every
+/// instance is work the watchdog counts. A draw of 2^32 - 1 vertices whose
+/// vertex shader reads past its buffer faults there, soon (it once
+/// listed all its ids first: 16 GiB of host memory, an abort); 2^32 - 1
+/// instances, empty or not, meet the work budget long before the host-time
+/// limit.
+#[test_log::test]
+fn huge_draws_stream_through_bounded_memory_and_meet_the_work_budget() {
+    let window = [[10.25f32, 5.5], [50.75, 20.0], [20.0, 60.125]];
+    let m = Machine::with_config(machine_config(600_000));
+    let render = triangles_pass(&m, &window);
+    set_draw(&m, u32::MAX, 1);
+    let started = std::time::Instant::now();
+    assert_eq!(
+        m.submit(CmdType::Render, render.as_bytes()),
+        Some(Errno::EIO)
+    );
+    let (address, unit, _) = m.system.device().scheduler().stats().last_fault.unwrap();
+    assert_eq!(unit, agx_fwif::messages::FaultUnit::Usc as u32);
+    assert_eq!(
+        address,
+        DATA_VA + DATA_BYTES,
+        "the first vertex past the buffer"
+    );
+    let m = Machine::with_config(SystemConfig {
+        work_budget_units: 1 << 20,
+        ..machine_config(600_000)
+    });
+    // (Off-screen triangles: nothing is binned, so the parameter buffer
+    // never fills.)
+    let off_screen = [[-50.0f32, -50.0], [-40.0, -50.0], [-50.0, -40.0]];
+    for (count, instances) in [(0, u32::MAX), (3, u32::MAX)] {
+        let render = triangles_pass(&m, &off_screen);
+        set_draw(&m, count, instances);
+        assert_eq!(
+            m.submit(CmdType::Render, render.as_bytes()),
+            Some(Errno::ETIMEDOUT),
+            "{count} vertices, {instances} instances"
+        );
+    }
+    assert_eq!(m.system.device().scheduler().stats().timed_out, 2);
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(60),
+        "stopped by their work, long before the host-time limit"
+    );
+    // The device still draws.
+    let render = triangles_pass(&m, &window);
+    assert_eq!(m.submit(CmdType::Render, render.as_bytes()), None);
+    assert!(counts(&m).iter().filter(|&&c| c == 1).count() > 500);
+}

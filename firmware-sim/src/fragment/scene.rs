@@ -43,6 +43,7 @@ pub(super) fn read_scene(
     // nothing read from it is trusted.
     if header.varyings as usize > tiler::MAX_OUTPUTS
         || header.state_count as usize > tiler::MAX_STATES
+        || u64::from(header.pages_used) > alloc.page_count()
     {
         return Err(unsupported(page, FaultUnit::Tiler));
     }

@@ -28,7 +28,24 @@ pub enum FetchError {
         /// Why it did not decode.
         error: DecodeError,
     },
+    /// The command ran more distinct instructions than the simulator keeps
+    /// decoded for one command (the bound on the host memory its programs
+    /// can take).
+    #[error(
+        "instruction at {address:#x}: the command already ran {MAX_CACHED_INSTRUCTIONS} distinct instructions"
+    )]
+    TooManyInstructions {
+        /// The instruction's address.
+        address: u64,
+    },
 }
+
+/// Distinct instructions one command may run: each costs the simulator
+/// about 100 bytes of host memory once decoded, so this bounds a
+/// command's programs to about 100 MiB. (The hardware has no such limit;
+/// real programs are far below it: Mesa's largest shaders have some tens
+/// of thousands of instructions.)
+pub const MAX_CACHED_INSTRUCTIONS: usize = 1 << 20;
 
 /// One cached instruction.
 #[derive(Debug, Clone)]
@@ -88,6 +105,9 @@ impl ProgramCache {
         if let Some(&index) = self.by_address.get(&address) {
             return Ok(index);
         }
+        if self.instrs.len() >= MAX_CACHED_INSTRUCTIONS {
+            return Err(FetchError::TooManyInstructions { address });
+        }
         let (decoded, _) = fetch(address, memory)?;
         self.decodes += 1;
         let index = self.instrs.len() as u32;
@@ -138,5 +158,51 @@ fn fetch(address: u64, memory: &dyn GpuMemory) -> Result<(isa::Decoded, usize), 
             }
         }
         Err(error) => Err(FetchError::Decode { address, error }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::usc::memory::{AccessKind, MemoryFault};
+
+    /// Memory holding `stop` (0x88 0x00) at every even address.
+    struct Stops;
+
+    impl GpuMemory for Stops {
+        fn read(&self, address: u64, buf: &mut [u8], _: AccessKind) -> Result<(), MemoryFault> {
+            for (i, b) in buf.iter_mut().enumerate() {
+                *b = if (address + i as u64).is_multiple_of(2) {
+                    0x88
+                } else {
+                    0
+                };
+            }
+            Ok(())
+        }
+
+        fn write(&mut self, _: u64, _: &[u8]) -> Result<(), MemoryFault> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_command_keeps_at_most_its_bound_of_decoded_instructions() {
+        let mut cache = ProgramCache::new();
+        for i in 0..MAX_CACHED_INSTRUCTIONS as u64 {
+            cache.lookup(2 * i, &Stops).unwrap();
+        }
+        // Instructions already decoded are still found...
+        assert_eq!(cache.lookup(0, &Stops).unwrap(), 0);
+        // ...but one more is refused, with its address.
+        let next = 2 * MAX_CACHED_INSTRUCTIONS as u64;
+        assert!(matches!(
+            cache.lookup(next, &Stops),
+            Err(FetchError::TooManyInstructions { address }) if address == next
+        ));
+        assert_eq!(cache.decode_count(), MAX_CACHED_INSTRUCTIONS as u64);
+        // The documented bound (about 100 bytes an instruction, with the
+        // address map's entry) stays true.
+        assert!(size_of::<CachedInstr>() <= 80);
     }
 }
