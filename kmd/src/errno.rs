@@ -150,7 +150,9 @@ impl From<SyncobjError> for Errno {
             | SyncobjError::NoFence { .. }
             | SyncobjError::BadFd { .. } => Errno::EINVAL,
             SyncobjError::NoSuchSyncobj { .. } => Errno::ENOENT,
+            SyncobjError::NotOpen { .. } => Errno::EBADF,
             SyncobjError::TimedOut => Errno::ETIME,
+            SyncobjError::Interrupted => Errno::EINTR,
         }
     }
 }

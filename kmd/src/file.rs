@@ -22,7 +22,7 @@ use agx_uapi::asahi::{
 };
 use agx_uapi::drm::{
     self, GemClose, GetCap, PrimeFlags, PrimeHandle, SyncobjArray, SyncobjCreate,
-    SyncobjCreateFlags, SyncobjDestroy, SyncobjFdToHandleFlags, SyncobjHandle,
+    SyncobjCreateFlags, SyncobjDestroy, SyncobjEventfd, SyncobjFdToHandleFlags, SyncobjHandle,
     SyncobjHandleToFdFlags, SyncobjQueryFlags, SyncobjTimelineArray, SyncobjTimelineWait,
     SyncobjTransfer, SyncobjWait, SyncobjWaitFlags, Version,
 };
@@ -34,6 +34,7 @@ use crate::device::GEM_MEMFD_NAME;
 use crate::errno::{Errno, IoctlError};
 use crate::export::PrimeError;
 use crate::gem::{BindObjectError, GemError, GemObject, MmapError, VmKey};
+use crate::mem::backing::DeviceFd;
 use crate::params::{self, ParamsError};
 use crate::queue::{self, Queue, QueueError};
 use crate::submit::{Command, SubmitArgError};
@@ -170,6 +171,11 @@ fn core_ioctl(nr: u32) -> Option<IoctlDef> {
             drm::DRM_IOCTL_SYNCOBJ_TRANSFER,
             |f, d| with(d, |v| f.syncobj_transfer(v)),
         ),
+        drm::nr::SYNCOBJ_EVENTFD => {
+            def("SYNCOBJ_EVENTFD", drm::DRM_IOCTL_SYNCOBJ_EVENTFD, |f, d| {
+                with(d, |v| f.syncobj_eventfd(v))
+            })
+        }
         nr => render_denied(nr),
     }
 }
@@ -832,6 +838,7 @@ impl File {
             }
             .into()),
             Err(WaitError::TimedOut) => Err(SyncobjError::TimedOut.into()),
+            Err(WaitError::Interrupted) => Err(SyncobjError::Interrupted.into()),
         }
     }
 
@@ -924,6 +931,30 @@ impl File {
         Ok(0)
     }
 
+    /// `SYNCOBJ_EVENTFD`, in drm_syncobj_eventfd_ioctl's order of checks:
+    /// flags and pad (EINVAL), the handle (ENOENT), the descriptor (EBADF),
+    /// its kind (EINVAL unless an eventfd).
+    fn syncobj_eventfd(&self, e: &mut SyncobjEventfd) -> Result<i32, IoctlError> {
+        if e.flags & !SyncobjWaitFlags::WAIT_AVAILABLE.bits() != 0 {
+            return Err(SyncobjError::UnknownFlags { flags: e.flags }.into());
+        }
+        if e.pad != 0 {
+            return Err(SyncobjError::MustBeZero { field: "pad" }.into());
+        }
+        let syncobj = self.syncobj_or(e.handle)?;
+        let file = dup_user_fd(e.fd).ok_or(SyncobjError::NotOpen { fd: e.fd })?;
+        if !is_eventfd(&file) {
+            return Err(SyncobjError::BadFd { fd: e.fd }.into());
+        }
+        let eventfd = DeviceFd::keep(file).map_err(|_| SyncobjError::NotOpen { fd: e.fd })?;
+        syncobj.add_eventfd(sync::EventfdWatch {
+            point: e.point,
+            when_available: e.flags != 0,
+            eventfd,
+        });
+        Ok(0)
+    }
+
     fn syncobj_transfer(&self, t: &mut SyncobjTransfer) -> Result<i32, IoctlError> {
         if t.pad != 0 {
             return Err(SyncobjError::MustBeZero { field: "pad" }.into());
@@ -947,6 +978,13 @@ impl File {
         dst.add_point(t.dst_point, fence);
         Ok(0)
     }
+}
+
+/// Whether a descriptor is an eventfd.
+fn is_eventfd(fd: &OwnedFd) -> bool {
+    use std::os::fd::AsRawFd;
+    std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd()))
+        .is_ok_and(|path| path.as_os_str() == "anon_inode:[eventfd]")
 }
 
 /// Whether a descriptor is a memfd backing a GEM object of some simulated

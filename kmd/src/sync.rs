@@ -9,47 +9,276 @@
 //! point's fence have signalled, and it carries the first error among
 //! them, so errors propagate down the chain and through transfers.
 //!
-//! Waiters sleep on one device-wide condition variable that every fence
-//! signal and every syncobj change notifies, and re-check their
-//! condition; the absolute `CLOCK_MONOTONIC` deadline bounds the sleep.
+//! Waiters sleep on one device-wide generation counter that every fence
+//! signal and every syncobj change bumps, and re-check their condition.
+//! The sleep is a `FUTEX_WAIT` without a timeout, which Linux ends with
+//! `-ERESTARTSYS` when a signal arrives, exactly as `drm_syncobj`'s wait
+//! does: the system call is restarted if the handler has `SA_RESTART`,
+//! and fails with `EINTR` otherwise. The device's sync thread keeps the
+//! deadlines (absolute `CLOCK_MONOTONIC`), bumping the generation when
+//! one passes, and fires the eventfds registered with `SYNCOBJ_EVENTFD`.
 
-use std::sync::atomic::Ordering;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::collections::BTreeMap;
+use std::os::fd::AsFd;
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
+use crate::mem::backing::DeviceFd;
 use crate::stats::Counters;
 use agx_uapi::Errno;
 
 /// The device-wide "something changed" signal.
 #[derive(Debug, Default)]
 pub struct SyncEvents {
-    generation: Mutex<u64>,
-    cond: Condvar,
+    shared: Arc<EventsShared>,
+}
+
+/// What the waiters and the sync thread share.
+#[derive(Debug, Default)]
+struct EventsShared {
+    /// Bumped on every change: the futex word waiters sleep on.
+    generation: AtomicU32,
+    /// Bumped to wake the sync thread: the futex word it sleeps on.
+    kick: AtomicU32,
+    /// Syncobjs with eventfds registered (so that a change kicks the sync
+    /// thread only when it has something to look at).
+    watched_syncobjs: AtomicUsize,
+    state: Mutex<ThreadState>,
+}
+
+/// The sync thread's work.
+#[derive(Debug, Default)]
+struct ThreadState {
+    /// Deadline (ns of `CLOCK_MONOTONIC`) -> how many waiters have it.
+    deadlines: BTreeMap<i64, usize>,
+    /// Deadlines up to this one have been announced.
+    announced_up_to_ns: i64,
+    /// Syncobjs with eventfds registered.
+    watched: Vec<Weak<Syncobj>>,
+    /// The process whose sync thread runs (a forked child has none).
+    running_in: Option<u32>,
+    shutdown: bool,
+}
+
+/// A signal arrived while the caller slept, and its handler does not ask
+/// for restarts (`EINTR`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("interrupted by a signal")]
+pub struct Interrupted;
+
+impl Drop for SyncEvents {
+    fn drop(&mut self) {
+        self.shared.state().shutdown = true;
+        self.shared.kick();
+    }
+}
+
+impl EventsShared {
+    fn state(&self) -> MutexGuard<'_, ThreadState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn notify(&self) {
+        self.generation.fetch_add(1, Ordering::Release);
+        let _ = rustix::thread::futex::wake(
+            &self.generation,
+            rustix::thread::futex::Flags::PRIVATE,
+            // Every waiter (the kernel reads the count as an int).
+            i32::MAX as u32,
+        );
+        if self.watched_syncobjs.load(Ordering::Acquire) > 0 {
+            self.kick();
+        }
+    }
+
+    fn kick(&self) {
+        self.kick.fetch_add(1, Ordering::Release);
+        let _ = rustix::thread::futex::wake(&self.kick, rustix::thread::futex::Flags::PRIVATE, 1);
+    }
+
+    /// Starts the sync thread if this process has none (`state` locked).
+    fn ensure_thread(self: &Arc<Self>, state: &mut ThreadState) {
+        let process = std::process::id();
+        if state.running_in == Some(process) {
+            return;
+        }
+        let shared = Arc::clone(self);
+        let started = std::thread::Builder::new()
+            .name("agx-sync".into())
+            .spawn(move || shared.run_thread());
+        match started {
+            Ok(_) => state.running_in = Some(process),
+            Err(e) => {
+                tracing::error!(%e, "cannot start the sync thread: deadlines and eventfds stall")
+            }
+        }
+    }
+
+    /// The sync thread: fires registered eventfds whose condition holds,
+    /// and announces each deadline as it passes.
+    fn run_thread(&self) {
+        loop {
+            let kicked = self.kick.load(Ordering::Acquire);
+            let watched = {
+                let state = self.state();
+                if state.shutdown {
+                    return;
+                }
+                state.watched.clone()
+            };
+            for syncobj in watched.iter().filter_map(Weak::upgrade) {
+                syncobj.fire_eventfds();
+            }
+            let mut state = self.state();
+            // The syncobjs looked at are dropped after the lock is released
+            // (dropping the last reference to one may drop the device's
+            // events, which takes the lock).
+            let mut looked_at = Vec::new();
+            state.watched.retain(|w| match w.upgrade() {
+                Some(syncobj) => {
+                    let keep = syncobj.has_eventfds();
+                    looked_at.push(syncobj);
+                    keep
+                }
+                None => false,
+            });
+            self.watched_syncobjs
+                .store(state.watched.len(), Ordering::Release);
+            let now = monotonic_now_ns();
+            let next = state
+                .deadlines
+                .range(state.announced_up_to_ns.saturating_add(1)..)
+                .next()
+                .map(|(&d, _)| d);
+            if next.is_some_and(|deadline| deadline <= now) {
+                state.announced_up_to_ns = now;
+                drop(state);
+                drop(looked_at);
+                self.notify();
+                continue;
+            }
+            drop(state);
+            drop(looked_at);
+            let timeout =
+                next.map(|deadline| timespec(Duration::from_nanos((deadline - now) as u64)));
+            let _ = rustix::thread::futex::wait(
+                &self.kick,
+                rustix::thread::futex::Flags::PRIVATE,
+                kicked,
+                timeout.as_ref(),
+            );
+        }
+    }
+}
+
+fn timespec(d: Duration) -> rustix::time::Timespec {
+    rustix::time::Timespec {
+        tv_sec: d.as_secs() as i64,
+        tv_nsec: i64::from(d.subsec_nanos()),
+    }
+}
+
+/// A waiter's deadline, known to the sync thread while it sleeps.
+struct Registration<'a> {
+    shared: &'a Arc<EventsShared>,
+    deadline_ns: i64,
+}
+
+impl Drop for Registration<'_> {
+    fn drop(&mut self) {
+        let mut state = self.shared.state();
+        if let Some(n) = state.deadlines.get_mut(&self.deadline_ns) {
+            *n -= 1;
+            if *n == 0 {
+                state.deadlines.remove(&self.deadline_ns);
+            }
+        }
+    }
 }
 
 impl SyncEvents {
     /// Wakes every waiter.
     pub fn notify(&self) {
-        *self.generation.lock().unwrap_or_else(|e| e.into_inner()) += 1;
-        self.cond.notify_all();
-    }
-
-    fn generation(&self) -> MutexGuard<'_, u64> {
-        self.generation.lock().unwrap_or_else(|e| e.into_inner())
+        self.shared.notify();
     }
 
     /// The current generation (it changes on every notification).
-    pub fn current(&self) -> u64 {
-        *self.generation()
+    pub fn current(&self) -> u32 {
+        self.shared.generation.load(Ordering::Acquire)
     }
 
-    /// Sleeps until the generation moves past `since`, or `timeout`.
-    pub fn wait_change(&self, since: u64, timeout: Duration) {
-        let guard = self.generation();
-        if *guard == since {
-            let _ = self.cond.wait_timeout(guard, timeout);
+    /// Sleeps until the generation moves past `since`, or `timeout`
+    /// (signals are ignored: for the device's own threads).
+    pub fn wait_change(&self, since: u32, timeout: Duration) {
+        let _ = rustix::thread::futex::wait(
+            &self.shared.generation,
+            rustix::thread::futex::Flags::PRIVATE,
+            since,
+            Some(&timespec(timeout)),
+        );
+    }
+
+    /// Sleeps until the generation moves past `since` or the absolute
+    /// monotonic `deadline_ns` passes (`i64::MAX`: no deadline). May
+    /// return early; the caller re-checks. Fails if a signal whose handler
+    /// does not restart system calls arrives.
+    pub fn sleep(&self, since: u32, deadline_ns: i64) -> Result<(), Interrupted> {
+        let _registration = (deadline_ns != i64::MAX).then(|| self.register(deadline_ns));
+        if self.current() != since || monotonic_now_ns() >= deadline_ns {
+            return Ok(());
+        }
+        match rustix::thread::futex::wait(
+            &self.shared.generation,
+            rustix::thread::futex::Flags::PRIVATE,
+            since,
+            None,
+        ) {
+            Err(rustix::io::Errno::INTR) => Err(Interrupted),
+            // Woken, or the generation had moved (EAGAIN).
+            _ => Ok(()),
         }
     }
+
+    /// Makes the sync thread announce `deadline_ns`.
+    fn register(&self, deadline_ns: i64) -> Registration<'_> {
+        let mut state = self.shared.state();
+        *state.deadlines.entry(deadline_ns).or_insert(0) += 1;
+        self.shared.ensure_thread(&mut state);
+        drop(state);
+        self.shared.kick();
+        Registration {
+            shared: &self.shared,
+            deadline_ns,
+        }
+    }
+
+    /// Has the sync thread fire `syncobj`'s eventfds when their condition
+    /// holds.
+    fn watch(&self, syncobj: &Arc<Syncobj>) {
+        let mut state = self.shared.state();
+        let weak = Arc::downgrade(syncobj);
+        if !state.watched.iter().any(|w| w.ptr_eq(&weak)) {
+            state.watched.push(weak);
+        }
+        self.shared
+            .watched_syncobjs
+            .store(state.watched.len(), Ordering::Release);
+        self.shared.ensure_thread(&mut state);
+        drop(state);
+        self.shared.kick();
+    }
+}
+
+/// An eventfd registered on a syncobj point with `SYNCOBJ_EVENTFD`.
+#[derive(Debug)]
+pub struct EventfdWatch {
+    /// The timeline point (0: the syncobj's fence).
+    pub point: u64,
+    /// Fire once the point has a fence, not once it signals.
+    pub when_available: bool,
+    /// The eventfd (the device's own descriptor of it).
+    pub eventfd: DeviceFd,
 }
 
 /// Nanoseconds of `CLOCK_MONOTONIC` now.
@@ -160,6 +389,9 @@ pub struct Syncobj {
     /// Timeline points in submission order: (point, fence). A binary
     /// fence is one entry at point 0.
     points: Mutex<Vec<(u64, Arc<Fence>)>>,
+    /// Eventfds to fire once, when their point is ready (dropped with the
+    /// syncobj, unfired, as Linux drops them).
+    eventfds: Mutex<Vec<EventfdWatch>>,
     events: Arc<SyncEvents>,
     counters: Arc<Counters>,
 }
@@ -178,6 +410,7 @@ impl Syncobj {
         };
         Arc::new(Syncobj {
             points: Mutex::new(points),
+            eventfds: Mutex::new(Vec::new()),
             events,
             counters,
         })
@@ -238,6 +471,51 @@ impl Syncobj {
             last = *point;
         }
         last
+    }
+
+    /// Registers `watch` (`SYNCOBJ_EVENTFD`): its eventfd gets 1 added,
+    /// once, when the point has a fence (`when_available`) or that fence
+    /// has signalled. Fires at once if that is already so.
+    pub fn add_eventfd(self: &Arc<Self>, watch: EventfdWatch) {
+        self.eventfds
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(watch);
+        if self.fire_eventfds() {
+            self.events.watch(self);
+        }
+    }
+
+    fn has_eventfds(&self) -> bool {
+        !self
+            .eventfds
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_empty()
+    }
+
+    /// Fires the eventfds whose condition holds; whether any remain.
+    fn fire_eventfds(&self) -> bool {
+        let mut eventfds = self.eventfds.lock().unwrap_or_else(|e| e.into_inner());
+        eventfds.retain(|watch| {
+            let ready = match self.fence_for(watch.point) {
+                None => false,
+                Some(_) if watch.when_available => true,
+                Some(fence) => fence.status().is_some(),
+            };
+            if ready {
+                match watch.eventfd.get() {
+                    Ok(fd) => {
+                        if let Err(e) = rustix::io::write(fd.as_fd(), &1u64.to_ne_bytes()) {
+                            tracing::warn!(%e, point = watch.point, "cannot signal a syncobj eventfd");
+                        }
+                    }
+                    Err(gone) => tracing::warn!(%gone, "a syncobj eventfd was closed by the process"),
+                }
+            }
+            !ready
+        });
+        !eventfds.is_empty()
     }
 
     /// The latest point added (0 if none).
@@ -324,8 +602,19 @@ pub enum SyncobjError {
     /// A wait's deadline passed.
     #[error("the deadline passed")]
     TimedOut,
-    /// The file descriptor is not a syncobj or sync file of this kind.
-    #[error("fd {fd} is not a syncobj or sync file")]
+    /// A signal interrupted a wait (its handler does not restart system
+    /// calls).
+    #[error("a signal interrupted the wait")]
+    Interrupted,
+    /// The file descriptor is not open.
+    #[error("fd {fd} is not an open descriptor")]
+    NotOpen {
+        /// The descriptor.
+        fd: i32,
+    },
+    /// The file descriptor is not of the kind this ioctl takes (a syncobj
+    /// or sync file, an eventfd).
+    #[error("fd {fd} is not a file of the kind this ioctl takes")]
     BadFd {
         /// The descriptor.
         fd: i32,
@@ -345,6 +634,9 @@ pub enum WaitError {
     /// The deadline passed.
     #[error("timed out")]
     TimedOut,
+    /// A signal arrived (and its handler does not restart system calls).
+    #[error("interrupted by a signal")]
+    Interrupted,
 }
 
 /// Waits on `syncobjs` (each with its point) until all (`wait_all`) or any
@@ -373,7 +665,7 @@ pub fn wait(
     loop {
         // Read the generation before checking, so a change after the
         // check wakes the sleep below.
-        let generation_before = *events.generation();
+        let generation_before = events.current();
         let mut first = None;
         let mut done = 0;
         for (index, (syncobj, spec)) in syncobjs.iter().enumerate() {
@@ -398,15 +690,12 @@ pub fn wait(
         if satisfied {
             return Ok(first.unwrap_or(0));
         }
-        let now = monotonic_now_ns();
-        if deadline_ns <= now {
+        if deadline_ns <= monotonic_now_ns() {
             return Err(WaitError::TimedOut);
         }
-        let remaining = Duration::from_nanos((deadline_ns - now) as u64);
-        let guard = events.generation();
-        if *guard == generation_before {
-            let _ = events.cond.wait_timeout(guard, remaining);
-        }
+        events
+            .sleep(generation_before, deadline_ns)
+            .map_err(|Interrupted| WaitError::Interrupted)?;
     }
 }
 

@@ -8,7 +8,7 @@ use agx_uapi::asahi::{
     self, BindFlags, GemBindObject, GemBindOp, GemCreate, GemFlags, GemMmapOffset, GetParams,
     GetTime, QueueCreate, QueueDestroy, VmBind, VmCreate, VmDestroy,
 };
-use agx_uapi::drm::{self, GemClose, GetCap, Version};
+use agx_uapi::drm::{self, GemClose, GetCap, SyncobjEventfd, Version};
 use common::*;
 use zerocopy::IntoBytes;
 
@@ -55,6 +55,11 @@ fn every_validation_rule_gives_its_errno() {
     let other_vm = vm_create(&file);
     let object = gem_create(&file, 4 * PAGE, 0, 0).unwrap();
     let private = gem_create(&file, PAGE, GemFlags::VM_PRIVATE.bits(), other_vm).unwrap();
+    let syncobj = {
+        let mut c = drm::SyncobjCreate::default();
+        call(&file, drm::DRM_IOCTL_SYNCOBJ_CREATE, &mut c).unwrap();
+        c.handle
+    };
     let mut params_out = [0u8; 592];
 
     let bind_with = |ops: Vec<GemBindOp>| {
@@ -739,6 +744,58 @@ fn every_validation_rule_gives_its_errno() {
             agx_uapi::ioctl::ioc(3, b'd', 0xB2, 32),
             [0u64; 4],
             Errno::EACCES,
+        ),
+        // SYNCOBJ_EVENTFD, in drm_syncobj_eventfd_ioctl's order.
+        row(
+            "eventfd flags",
+            drm::DRM_IOCTL_SYNCOBJ_EVENTFD,
+            SyncobjEventfd {
+                handle: syncobj,
+                flags: 1,
+                fd: -1,
+                ..SyncobjEventfd::default()
+            },
+            Errno::EINVAL,
+        ),
+        row(
+            "eventfd pad",
+            drm::DRM_IOCTL_SYNCOBJ_EVENTFD,
+            SyncobjEventfd {
+                handle: 999,
+                pad: 1,
+                ..SyncobjEventfd::default()
+            },
+            Errno::EINVAL,
+        ),
+        row(
+            "eventfd handle",
+            drm::DRM_IOCTL_SYNCOBJ_EVENTFD,
+            SyncobjEventfd {
+                handle: 999,
+                fd: -1,
+                ..SyncobjEventfd::default()
+            },
+            Errno::ENOENT,
+        ),
+        row(
+            "eventfd descriptor",
+            drm::DRM_IOCTL_SYNCOBJ_EVENTFD,
+            SyncobjEventfd {
+                handle: syncobj,
+                fd: -1,
+                ..SyncobjEventfd::default()
+            },
+            Errno::EBADF,
+        ),
+        row(
+            "eventfd not an eventfd",
+            drm::DRM_IOCTL_SYNCOBJ_EVENTFD,
+            SyncobjEventfd {
+                handle: syncobj,
+                fd: 2,
+                ..SyncobjEventfd::default()
+            },
+            Errno::EINVAL,
         ),
     ];
 

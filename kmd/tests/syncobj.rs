@@ -499,3 +499,142 @@ fn syncobjs_are_freed_with_their_file() {
     assert_eq!(system.stats().syncobjs, 0);
     assert_eq!(system.stats().files, 0);
 }
+
+fn eventfd_request(
+    file: &File,
+    handle: u32,
+    point: u64,
+    fd: i32,
+    flags: u32,
+) -> Result<i32, Errno> {
+    let mut e = drm::SyncobjEventfd {
+        handle,
+        flags,
+        point,
+        fd,
+        pad: 0,
+    };
+    call(file, drm::DRM_IOCTL_SYNCOBJ_EVENTFD, &mut e)
+}
+
+/// The eventfd's count, waiting up to `wait` for it to become non-zero
+/// (the device's sync thread fires eventfds for changes after the ioctl).
+fn eventfd_count(fd: &std::os::fd::OwnedFd, wait: Duration) -> u64 {
+    use rustix::event::{poll, PollFd, PollFlags};
+    let mut fds = [PollFd::new(fd, PollFlags::IN)];
+    let timeout = rustix::time::Timespec {
+        tv_sec: wait.as_secs() as i64,
+        tv_nsec: i64::from(wait.subsec_nanos()),
+    };
+    if poll(&mut fds, Some(&timeout)).unwrap() == 0 {
+        return 0;
+    }
+    let mut count = [0u8; 8];
+    rustix::io::read(fd, &mut count).unwrap();
+    u64::from_ne_bytes(count)
+}
+
+/// Descriptors of this process that are eventfds.
+fn open_eventfds() -> usize {
+    std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .filter(|target| target.as_os_str() == "anon_inode:[eventfd]")
+        .count()
+}
+
+/// SYNCOBJ_EVENTFD (Linux 6.6) as drm_syncobj_eventfd_ioctl: its checks
+/// in the kernel's order, then one increment when the point signals (or,
+/// with WAIT_AVAILABLE, when it has a fence), at once if it already has;
+/// a registration goes with its syncobj.
+#[test_log::test]
+fn an_eventfd_is_signalled_once_when_its_point_is_ready() {
+    use rustix::event::{eventfd, EventfdFlags};
+    let system = system();
+    let file = system.open();
+    let timeline = create(&file, false);
+    let efd = eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK).unwrap();
+    let raw = std::os::fd::AsRawFd::as_raw_fd(&efd);
+    let (pipe, _writer) = rustix::pipe::pipe().unwrap();
+    let not_eventfd = std::os::fd::AsRawFd::as_raw_fd(&pipe);
+    let available = SyncobjWaitFlags::WAIT_AVAILABLE.bits();
+    // Flags and pad first, then the handle, then the descriptor and its kind.
+    let refusals = [
+        (
+            timeline,
+            raw,
+            SyncobjWaitFlags::WAIT_ALL.bits(),
+            0,
+            Errno::EINVAL,
+        ),
+        (999, -1, 0x100, 0, Errno::EINVAL),
+        (timeline, raw, 0, 1, Errno::EINVAL),
+        (999, raw, 0, 0, Errno::ENOENT),
+        (999, -1, 0, 0, Errno::ENOENT),
+        (timeline, -1, 0, 0, Errno::EBADF),
+        (timeline, 100_000, available, 0, Errno::EBADF),
+        (timeline, not_eventfd, 0, 0, Errno::EINVAL),
+    ];
+    for (handle, fd, flags, pad, expected) in refusals {
+        let mut e = drm::SyncobjEventfd {
+            handle,
+            flags,
+            point: 1,
+            fd,
+            pad,
+        };
+        assert_eq!(
+            call(&file, drm::DRM_IOCTL_SYNCOBJ_EVENTFD, &mut e),
+            Err(expected),
+            "{e:?}"
+        );
+    }
+    // Point 2: nothing until it signals, then exactly one increment.
+    eventfd_request(&file, timeline, 2, raw, 0).unwrap();
+    assert_eq!(eventfd_count(&efd, Duration::ZERO), 0);
+    let signal = |point: u64| {
+        let mut a = SyncobjTimelineArray {
+            handles: [timeline].as_ptr() as u64,
+            points: [point].as_ptr() as u64,
+            count_handles: 1,
+            flags: 0,
+        };
+        call(&file, drm::DRM_IOCTL_SYNCOBJ_TIMELINE_SIGNAL, &mut a).unwrap();
+    };
+    signal(1);
+    assert_eq!(eventfd_count(&efd, Duration::from_millis(50)), 0);
+    signal(2);
+    assert_eq!(eventfd_count(&efd, Duration::from_secs(5)), 1);
+    signal(3);
+    assert_eq!(eventfd_count(&efd, Duration::from_millis(50)), 0, "once");
+    // A point that is already signalled: at once, in the ioctl.
+    eventfd_request(&file, timeline, 3, raw, 0).unwrap();
+    assert_eq!(eventfd_count(&efd, Duration::ZERO), 1);
+    // WAIT_AVAILABLE: when the point gets a fence, before it signals.
+    let binary = create(&file, false);
+    eventfd_request(&file, binary, 0, raw, available).unwrap();
+    assert_eq!(eventfd_count(&efd, Duration::from_millis(50)), 0);
+    let fence = Fence::pending(Arc::clone(system.sync_events()));
+    file.syncobj(binary)
+        .unwrap()
+        .replace(Some(Arc::clone(&fence)));
+    assert_eq!(eventfd_count(&efd, Duration::from_secs(5)), 1);
+    // Without it, the same fence fires the eventfd when it signals.
+    eventfd_request(&file, binary, 0, raw, 0).unwrap();
+    assert_eq!(eventfd_count(&efd, Duration::from_millis(50)), 0);
+    fence.signal(None);
+    assert_eq!(eventfd_count(&efd, Duration::from_secs(5)), 1);
+    // The device holds its own reference to the eventfd until the
+    // registration goes: destroying the syncobj drops it, unfired.
+    let before = open_eventfds();
+    let unsignalled = create(&file, false);
+    eventfd_request(&file, unsignalled, 0, raw, 0).unwrap();
+    assert_eq!(open_eventfds(), before + 1);
+    let mut d = SyncobjDestroy {
+        handle: unsignalled,
+        pad: 0,
+    };
+    call(&file, drm::DRM_IOCTL_SYNCOBJ_DESTROY, &mut d).unwrap();
+    assert_eq!(open_eventfds(), before);
+    assert_eq!(eventfd_count(&efd, Duration::from_millis(50)), 0);
+}

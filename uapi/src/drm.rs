@@ -337,6 +337,24 @@ pub struct SyncobjTransfer {
     pub pad: u32,
 }
 
+/// `drm_syncobj_eventfd` (Linux 6.6): argument of `SYNCOBJ_EVENTFD`.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+#[repr(C)]
+pub struct SyncobjEventfd {
+    /// The syncobj.
+    pub handle: u32,
+    /// `DRM_SYNCOBJ_WAIT_FLAGS_WAIT_AVAILABLE` or 0.
+    pub flags: u32,
+    /// The timeline point (0: the syncobj's fence).
+    pub point: u64,
+    /// The eventfd to add 1 to.
+    pub fd: i32,
+    /// MBZ.
+    pub pad: u32,
+}
+
 /// `sync_file_info` (`linux/sync_file.h`): argument of
 /// [`SYNC_IOC_FILE_INFO`], an ioctl on a sync file (as exported by
 /// `SYNCOBJ_HANDLE_TO_FD` with `EXPORT_SYNC_FILE`), not on the DRM file.
@@ -402,6 +420,8 @@ pub mod nr {
     pub const SYNCOBJ_TRANSFER: u32 = 0xcc;
     /// `DRM_IOCTL_SYNCOBJ_TIMELINE_SIGNAL`.
     pub const SYNCOBJ_TIMELINE_SIGNAL: u32 = 0xcd;
+    /// `DRM_IOCTL_SYNCOBJ_EVENTFD` (Linux 6.6).
+    pub const SYNCOBJ_EVENTFD: u32 = 0xcf;
 }
 
 /// Query the driver name, date and description.
@@ -438,6 +458,10 @@ pub const DRM_IOCTL_SYNCOBJ_TRANSFER: u32 = drm_iowr::<SyncobjTransfer>(nr::SYNC
 /// Signal points on timeline syncobjs from the CPU.
 pub const DRM_IOCTL_SYNCOBJ_TIMELINE_SIGNAL: u32 =
     drm_iowr::<SyncobjTimelineArray>(nr::SYNCOBJ_TIMELINE_SIGNAL);
+/// Have an eventfd signalled when a syncobj point is ready. (Not in
+/// [`IOCTLS`]: the C headers the layout test compiles against may predate
+/// it; its number is checked below.)
+pub const DRM_IOCTL_SYNCOBJ_EVENTFD: u32 = drm_iowr::<SyncobjEventfd>(nr::SYNCOBJ_EVENTFD);
 
 /// Every DRM core ioctl defined here: (C macro name, request number).
 pub const IOCTLS: &[(&str, u32)] = &[
@@ -527,6 +551,13 @@ assert_layout!(SyncobjTimelineArray, size = 24, align = 8, {
     count_handles @ 16, 4;
     flags @ 20, 4;
 });
+assert_layout!(SyncobjEventfd, size = 24, align = 8, {
+    handle @ 0, 4;
+    flags @ 4, 4;
+    point @ 8, 8;
+    fd @ 16, 4;
+    pad @ 20, 4;
+});
 assert_layout!(SyncobjTransfer, size = 32, align = 8, {
     src_handle @ 0, 4;
     dst_handle @ 4, 4;
@@ -548,6 +579,7 @@ mod tests {
         assert_eq!(DRM_IOCTL_GEM_CLOSE, 0x4008_6409);
         assert_eq!(DRM_IOCTL_SYNCOBJ_CREATE, 0xC008_64BF);
         assert_eq!(DRM_IOCTL_PRIME_HANDLE_TO_FD, 0xC00C_642D);
+        assert_eq!(DRM_IOCTL_SYNCOBJ_EVENTFD, 0xC018_64CF);
     }
 
     #[test]

@@ -62,6 +62,9 @@ errnos! {
     ECANCELED,
     /// Operation not supported (GET_CAP of a KMS-only capability).
     EOPNOTSUPP,
+    /// Interrupted by a signal whose handler does not restart system
+    /// calls (a blocking syncobj wait).
+    EINTR,
 }
 
 impl Errno {

@@ -88,30 +88,47 @@ fn inode_of(fd: &OwnedFd) -> Option<Inode> {
     Some((st.st_dev, st.st_ino))
 }
 
-/// Opens a DRM file on the simulated device.
+/// Opens a DRM file on the simulated device: the client's descriptor is
+/// the read end of a new pipe, the device keeps the write end.
 fn open_node(flags: c_int) -> c_int {
-    let memfd_flags = if flags & libc::O_CLOEXEC != 0 {
-        libc::MFD_CLOEXEC
-    } else {
-        0
-    };
-    // SAFETY: memfd_create with a NUL-terminated name.
-    let raw = unsafe { libc::memfd_create(c"agx-drm-file".as_ptr(), memfd_flags) };
-    if raw < 0 {
+    let mut ends: [c_int; 2] = [0; 2];
+    // SAFETY: pipe2 with a valid two-element out-array.
+    if unsafe { libc::pipe2(ends.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
         return -1;
     }
-    // SAFETY: `raw` was just created and is owned here.
-    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-    let Some(inode) = inode_of(&fd) else {
+    // SAFETY: both ends were just created and are owned here.
+    let (reader, writer) =
+        unsafe { (OwnedFd::from_raw_fd(ends[0]), OwnedFd::from_raw_fd(ends[1])) };
+    let client_flags = (flags & libc::O_NONBLOCK) | libc::O_RDONLY;
+    // SAFETY: fcntl on a descriptor owned here.
+    if unsafe { libc::fcntl(reader.as_raw_fd(), libc::F_SETFL, client_flags) } != 0 {
+        return -1;
+    }
+    if flags & libc::O_CLOEXEC == 0 {
+        // SAFETY: as above.
+        if unsafe { libc::fcntl(reader.as_raw_fd(), libc::F_SETFD, 0) } != 0 {
+            return -1;
+        }
+    }
+    let Some(inode) = inode_of(&reader) else {
         return fail(libc::EIO, -1);
+    };
+    let writer = match agx_kmd::mem::backing::DeviceFd::keep(writer) {
+        Ok(kept) => kept,
+        Err(e) => return fail(e.raw_os_error().unwrap_or(libc::EMFILE), -1),
     };
     let shim = shim();
     let file = Arc::new(shim.system.open());
-    shim.files
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .insert(inode, (file, 0));
-    let raw = std::os::fd::IntoRawFd::into_raw_fd(fd);
+    shim.files.lock().unwrap_or_else(|e| e.into_inner()).insert(
+        inode,
+        crate::OpenFile {
+            file,
+            descriptors: 0,
+            access_mode: flags & libc::O_ACCMODE,
+            _writer: writer,
+        },
+    );
+    let raw = std::os::fd::IntoRawFd::into_raw_fd(reader);
     shim.add_fd(raw, inode);
     raw
 }
@@ -236,6 +253,11 @@ fn fcntl_common(
     };
     // SAFETY: forwarding the caller's arguments.
     let result = unsafe { f(fd, cmd, arg) };
+    if cmd == libc::F_GETFL && result >= 0 {
+        if let Some(mode) = shim_if_ready().and_then(|s| s.access_mode_of(fd)) {
+            return (result & !libc::O_ACCMODE) | mode;
+        }
+    }
     if cmd == libc::F_DUPFD || cmd == libc::F_DUPFD_CLOEXEC {
         track_dup(fd, result);
     }
@@ -284,6 +306,45 @@ pub unsafe extern "C" fn ioctl(fd: c_int, request: c_ulong, arg: *mut c_void) ->
         None => fail(libc::ENOSYS, -1),
     }
 }
+
+/// A failed write on a DRM file: its pipe end refuses writes with `EBADF`
+/// (or `ESPIPE` for the positioned ones), where Linux's DRM file, which
+/// has no `write` operation, answers `EINVAL`. The check costs nothing on
+/// the client's successful writes.
+fn write_errno(fd: c_int, result: libc::ssize_t) -> libc::ssize_t {
+    if result < 0 {
+        // SAFETY: reading this thread's errno.
+        let errno = unsafe { *libc::__errno_location() };
+        if (errno == libc::EBADF || errno == libc::ESPIPE)
+            && shim_if_ready().is_some_and(|s| s.is_ours(fd))
+        {
+            return fail(libc::EINVAL, -1);
+        }
+    }
+    result
+}
+
+macro_rules! write_fn {
+    ($name:ident, $symbol:literal, ($($arg:ident: $ty:ty),*)) => {
+        /// # Safety
+        /// As the libc function of the same name.
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(fd: c_int, $($arg: $ty),*) -> libc::ssize_t {
+            let Some(f) = real!($symbol, unsafe extern "C" fn(c_int, $($ty),*) -> libc::ssize_t)
+            else {
+                return fail(libc::ENOSYS, -1);
+            };
+            // SAFETY: forwarding the caller's arguments.
+            let result = unsafe { f(fd, $($arg),*) };
+            write_errno(fd, result)
+        }
+    };
+}
+
+write_fn!(write, c"write", (buf: *const c_void, count: libc::size_t));
+write_fn!(writev, c"writev", (iov: *const libc::iovec, count: c_int));
+write_fn!(pwrite, c"pwrite", (buf: *const c_void, count: libc::size_t, offset: libc::off_t));
+write_fn!(pwrite64, c"pwrite64", (buf: *const c_void, count: libc::size_t, offset: libc::off64_t));
 
 type MmapFn = unsafe extern "C" fn(
     *mut c_void,

@@ -7,9 +7,13 @@
 //!
 //! - `open`/`openat` (and their 64-bit and fortified variants) of
 //!   `/dev/dri/renderD128` open a DRM file on the simulated device; the
-//!   descriptor is a private memfd, so the file is recognised by the
-//!   memfd's inode however the client duplicates the descriptor (`dup`,
-//!   `fcntl(F_DUPFD)`), and it closes when its last descriptor does;
+//!   descriptor is the read end of a private pipe whose write end the
+//!   device keeps, so the file is recognised by the pipe's inode however
+//!   the client duplicates the descriptor (`dup`, `fcntl(F_DUPFD)`), it
+//!   closes when its last descriptor does, and it behaves as a render
+//!   node's does with no DRM events: `read` blocks (or fails with `EAGAIN`
+//!   when non-blocking; a signal interrupts it as Linux's would), `poll`
+//!   and `epoll` report nothing, `write` fails with `EINVAL`;
 //! - `ioctl` on such a descriptor goes to the kmd's ioctl entry point, with
 //!   errors returned through `errno`;
 //! - `mmap` at a GEM mmap offset maps the object's pages;
@@ -46,11 +50,23 @@ type Inode = (u64, u64);
 
 struct Shim {
     system: System,
-    /// DRM files by the inode of their memfd, with how many descriptors
-    /// refer to them.
-    files: Mutex<HashMap<Inode, (Arc<File>, usize)>>,
+    /// DRM files by the inode of their pipe.
+    files: Mutex<HashMap<Inode, OpenFile>>,
     /// Which descriptors are DRM files.
     fds: Mutex<HashMap<i32, Inode>>,
+}
+
+/// A DRM file the client has open.
+struct OpenFile {
+    file: Arc<File>,
+    /// How many of the client's descriptors refer to it.
+    descriptors: usize,
+    /// The access mode it was opened with (`O_RDWR`, usually): what
+    /// `fcntl(F_GETFL)` reports, not the pipe end's `O_RDONLY`.
+    access_mode: i32,
+    /// The write end of its pipe, held (never written) so that the read
+    /// end the client has never sees end-of-file.
+    _writer: agx_kmd::mem::backing::DeviceFd,
 }
 
 static SHIM: OnceLock<Shim> = OnceLock::new();
@@ -135,7 +151,7 @@ impl Shim {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .get(&inode)
-            .map(|(f, _)| Arc::clone(f))
+            .map(|open| Arc::clone(&open.file))
     }
 
     fn add_fd(&self, fd: i32, inode: Inode) {
@@ -149,7 +165,7 @@ impl Shim {
             .unwrap_or_else(|e| e.into_inner())
             .get_mut(&inode)
         {
-            entry.1 += 1;
+            entry.descriptors += 1;
         }
     }
 
@@ -162,13 +178,19 @@ impl Shim {
         else {
             return;
         };
-        let mut files = self.files.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(entry) = files.get_mut(&inode) {
-            entry.1 -= 1;
-            if entry.1 == 0 {
-                files.remove(&inode);
+        let closed = {
+            let mut files = self.files.lock().unwrap_or_else(|e| e.into_inner());
+            match files.get_mut(&inode) {
+                Some(entry) if entry.descriptors > 1 => {
+                    entry.descriptors -= 1;
+                    None
+                }
+                Some(_) => files.remove(&inode),
+                None => None,
             }
-        }
+        };
+        // Closing the pipe's write end re-enters `close`: outside the lock.
+        drop(closed);
     }
 
     /// `SYNC_IOC_FILE_INFO` on `fd` if it is a sync file of this device
@@ -196,6 +218,20 @@ impl Shim {
             Ok(()) => 0,
             Err(errno) => interpose::fail(errno.0, -1),
         })
+    }
+
+    /// The access mode the DRM file `fd` was opened with, if it is one.
+    fn access_mode_of(&self, fd: i32) -> Option<i32> {
+        let inode = *self
+            .fds
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&fd)?;
+        self.files
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&inode)
+            .map(|open| open.access_mode)
     }
 
     fn is_ours(&self, fd: i32) -> bool {

@@ -85,6 +85,13 @@ fn the_device_keeps_out_of_the_clients_descriptors() {
     run_under_shim(&build_c_client("descriptors_client"));
 }
 
+/// read/poll/write on the DRM file, signals during blocking calls (EINTR
+/// or a restart, by SA_RESTART), and SYNCOBJ_EVENTFD, as Linux gives them.
+#[test]
+fn file_operations_signals_and_eventfds_behave_as_linux() {
+    run_under_shim(&build_c_client("file_ops_client"));
+}
+
 #[test]
 fn drm_crate_client_runs_against_the_simulated_gpu() {
     let binary = target_dir().join("examples/drm_client");
