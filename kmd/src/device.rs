@@ -241,16 +241,33 @@ impl Drop for Device {
     }
 }
 
+/// Why the device could not be probed.
+#[derive(Debug, thiserror::Error)]
+pub enum ProbeError {
+    /// Memory for the firmware's structures.
+    #[error(transparent)]
+    Memory(#[from] AllocError),
+    /// `AGX_KMD_CAPTURE` names a file that cannot be created.
+    #[error("cannot start the capture AGX_KMD_CAPTURE asks for at {path:?}: {source}")]
+    Capture {
+        /// The path.
+        path: std::path::PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
 impl Device {
     /// Probes the device: takes `ram` as the machine's memory, boots the
     /// firmware of `coprocessor` on structures laid out in it, and starts
     /// the scheduler. Submissions are captured from the start if the
-    /// `AGX_KMD_CAPTURE` environment variable names a file.
+    /// `AGX_KMD_CAPTURE` environment variable names a file; if that file
+    /// cannot be created, the probe fails.
     pub fn new(
         ram: Ram,
         config: DeviceConfig,
         coprocessor: &dyn Coprocessor,
-    ) -> Result<Arc<Device>, AllocError> {
+    ) -> Result<Arc<Device>, ProbeError> {
         let pool = Arc::new(PagePool::new(ram.clone()));
         let events = Arc::new(SyncEvents::default());
         let firmware = Arc::new(FirmwareLink::boot(
@@ -282,8 +299,15 @@ impl Device {
             config,
         });
         if let Some(path) = std::env::var_os("AGX_KMD_CAPTURE") {
-            if let Err(e) = device.capture_to(std::path::Path::new(&path)) {
-                tracing::error!(%e, path = ?path, "cannot start the capture");
+            // Asked for and impossible: the probe fails (as a driver whose
+            // module parameter is wrong), rather than run uncaptured.
+            if let Err(source) = device.capture_to(std::path::Path::new(&path)) {
+                let error = ProbeError::Capture {
+                    path: path.into(),
+                    source,
+                };
+                tracing::error!(%error, "device probe failed");
+                return Err(error);
             }
         }
         Ok(device)

@@ -271,6 +271,9 @@ struct State {
     vm_slots: HashMap<usize, (u32, usize)>,
     next_queue: u64,
     stats: SchedStats,
+    /// The kernel-log line of the last GPU fault or timeout, with the
+    /// culprit's queue and submission.
+    last_failure: Option<String>,
     /// Device-control requests sent (wrapping), to match the firmware's
     /// `controls_done`.
     controls_sent: u32,
@@ -348,6 +351,7 @@ impl Scheduler {
                 vm_slots: HashMap::new(),
                 next_queue: 1,
                 stats: SchedStats::default(),
+                last_failure: None,
                 controls_sent: 0,
             }),
             crashed: AtomicBool::new(false),
@@ -370,6 +374,13 @@ impl Scheduler {
     /// Whether the firmware has crashed (every later ioctl is `ENODEV`).
     pub fn crashed(&self) -> bool {
         self.crashed.load(Ordering::Acquire)
+    }
+
+    /// The last GPU fault or timeout, as one line naming the address,
+    /// unit and reason (or the budget) and the culprit's queue and
+    /// submission: what a tool prints when its work failed.
+    pub fn last_failure(&self) -> Option<String> {
+        self.state().last_failure.clone()
     }
 
     /// The counters.
@@ -863,10 +874,19 @@ impl Scheduler {
                     let (queue, submission) = culprit
                         .as_ref()
                         .map_or((None, None), |job| (Some(job.queue), Some(job.number)));
+                    let whose = match (queue, submission) {
+                        (Some(q), Some(n)) => format!(" (queue {q}, submission {n})"),
+                        _ => String::new(),
+                    };
                     if cancelled {
                         // Counted, and reported once when the submission
                         // retires.
                     } else if timeout && event.unit == 1 {
+                        state.last_failure = Some(format!(
+                            "GPU timeout after {} work units: a command ran past the host-time \
+                             limit ({} ms){whose}",
+                            event.address, self.link.init_data.command_timeout_ms
+                        ));
                         tracing::warn!(
                             queue,
                             submission,
@@ -877,6 +897,11 @@ impl Scheduler {
                             self.link.init_data.command_timeout_ms
                         );
                     } else if timeout {
+                        state.last_failure = Some(format!(
+                            "GPU timeout: the submission used up its work budget of {} \
+                             units{whose}",
+                            self.link.init_data.work_budget_units
+                        ));
                         tracing::warn!(
                             queue,
                             submission,
@@ -887,6 +912,8 @@ impl Scheduler {
                              the rest of it is cancelled"
                         );
                     } else {
+                        state.last_failure =
+                            Some(format!("GPU fault: {}{whose}", event.describe_fault()));
                         tracing::warn!(
                             queue,
                             submission,

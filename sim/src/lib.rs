@@ -20,6 +20,7 @@ use agx_firmware_sim::firmware::SimulatedCoprocessor;
 /// The kmd model, for what lies deeper than a file (GEM objects, the
 /// scheduler, parameter-buffer statistics).
 pub use agx_kmd as kmd;
+pub use agx_kmd::device::ProbeError;
 pub use agx_kmd::mem::AllocError;
 use agx_kmd::mem::Ram;
 pub use agx_kmd::tvb::GrowthPolicy;
@@ -136,7 +137,7 @@ pub struct System {
 
 impl System {
     /// Builds a machine and probes the driver on it.
-    pub fn new(config: SystemConfig) -> Result<System, AllocError> {
+    pub fn new(config: SystemConfig) -> Result<System, ProbeError> {
         let ram = Ram::new(config.ram_bytes)?;
         let coprocessor = SimulatedCoprocessor::new(Arc::new(ram.clone()), config.gpu_threads);
         let device = Device::new(ram, config.device_config(), &coprocessor)?;

@@ -45,6 +45,9 @@ pub struct Replayed {
     pub submission: usize,
     /// The fence's error, if it failed on the GPU.
     pub error: Option<Errno>,
+    /// Then, the device's line about the fault or timeout (address, unit,
+    /// reason; queue and submission).
+    pub failure: Option<String>,
     /// The render targets.
     pub targets: Vec<Target>,
 }
@@ -331,9 +334,11 @@ pub fn replay_one(capture: &Capture, index: usize) -> Result<Replayed, ReplayErr
         at = end;
         command += 1;
     }
+    let failure = error.and_then(|_| system.device().scheduler().last_failure());
     Ok(Replayed {
         submission: index,
         error,
+        failure,
         targets,
     })
 }

@@ -72,6 +72,20 @@ fn a_rendered_frame_decodes_cleanly_and_replays_bit_for_bit() {
         renderer.pixels().unwrap(),
         "the replay draws the same frame"
     );
+    assert_eq!(replayed.failure, None);
+    // Replayed with its shaders' base moved where nothing is mapped, it
+    // faults reading the first pipeline there, and the replay says where,
+    // as dmesg would.
+    let mut broken = capture.clone();
+    broken.submissions[0].usc_exec_base += 1 << 36;
+    let replayed = agx_tools::replay::replay_one(&broken, 0).unwrap();
+    assert_eq!(replayed.error, Some(Errno::EIO));
+    let failure = replayed.failure.unwrap();
+    assert!(
+        failure.starts_with("GPU fault: read at 0x11")
+            && failure.contains("by the Usc: Unmapped (queue 1, submission 1)"),
+        "{failure}"
+    );
 }
 
 const VS: &str = "

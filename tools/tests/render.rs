@@ -101,3 +101,35 @@ fn an_obj_mesh_renders_and_bad_input_is_an_error_not_a_crash() {
     assert_eq!(output.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&output.stderr).contains("out of range"));
 }
+
+/// Work that fails says why, as dmesg would: with a budget too small for
+/// the scene, agx-render fails and prints the timeout's line (the budget,
+/// the queue and submission); a capture file that cannot be created stops
+/// the device from being created, with the path in the error.
+#[test]
+fn failed_work_and_a_bad_capture_path_are_reported_not_silent() {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let output = Command::new(env!("CARGO_BIN_EXE_agx-render"))
+        .args(["--size", "64x64", "--work-budget-units", "1000", "--out"])
+        .arg(dir.join("budget.png"))
+        .env("AGX_LOG", "off")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("GPU work failed: ETIMEDOUT"), "{stderr}");
+    assert!(
+        stderr.contains("GPU timeout: the submission used up its work budget of 1000 units (queue 1, submission 1)"),
+        "{stderr}"
+    );
+    let output = Command::new(env!("CARGO_BIN_EXE_agx-render"))
+        .args(["--size", "64x64", "--out"])
+        .arg(dir.join("capture.png"))
+        .env("AGX_LOG", "off")
+        .env("AGX_KMD_CAPTURE", "/nonexistent-dir/run.cap")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("/nonexistent-dir/run.cap"), "{stderr}");
+}

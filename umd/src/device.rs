@@ -120,7 +120,12 @@ impl Device {
     /// ioctl bytes a real node gets.
     #[cfg(feature = "sim")]
     pub fn open_simulated(config: agx_sim::SystemConfig) -> Result<Device, Error> {
-        let sim = Arc::new(crate::sim::SimKernel::boot(config).map_err(kernel("boot"))?);
+        let sim =
+            Arc::new(
+                crate::sim::SimKernel::boot(config).map_err(|e| Error::SimulatedDevice {
+                    reason: e.to_string(),
+                })?,
+            );
         Device::with_kernel(sim.clone(), Some(sim))
     }
 

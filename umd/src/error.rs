@@ -13,6 +13,12 @@ pub enum Error {
         /// What the kernel said.
         errno: Errno,
     },
+    /// The simulated device could not be created.
+    #[error("the simulated device could not be created: {reason}")]
+    SimulatedDevice {
+        /// Why (the kmd's probe error).
+        reason: String,
+    },
     /// The file is not an asahi device.
     #[error("the device's driver is {driver:?}, not asahi")]
     WrongDriver {

@@ -25,8 +25,8 @@ pub struct SimKernel {
 
 impl SimKernel {
     /// Boots a simulated system with `config` and opens a file on it.
-    pub fn boot(config: SystemConfig) -> Result<SimKernel, Errno> {
-        let system = System::new(config).map_err(|_| Errno::ENOMEM)?;
+    pub fn boot(config: SystemConfig) -> Result<SimKernel, agx_sim::ProbeError> {
+        let system = System::new(config)?;
         let file = system.open();
         Ok(SimKernel { file, system })
     }

@@ -81,6 +81,18 @@ fn main() -> ExitCode {
     }
 }
 
+/// A frame's error, with the simulated device's line about the GPU fault
+/// or timeout behind it (address, unit, reason; queue and submission).
+fn with_failure_summary(device: &Device, error: agx_umd::Error) -> Box<dyn std::error::Error> {
+    let summary = device
+        .simulated()
+        .and_then(|sim| sim.system().device().scheduler().last_failure());
+    match (&error, summary) {
+        (agx_umd::Error::GpuFault { .. }, Some(summary)) => format!("{error}\n  {summary}").into(),
+        _ => error.into(),
+    }
+}
+
 fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     let mesh = match &args.mesh {
         Some(path) => Mesh::load(path)?,
@@ -125,7 +137,9 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     let mut last_blocks = None;
     let mut last_partials = 0;
     for frame in 0..args.frames.max(1) {
-        let report = renderer.frame(frame)?;
+        let report = renderer
+            .frame(frame)
+            .map_err(|e| with_failure_summary(&device, e))?;
         let line = match report.tvb {
             Some(tvb) => {
                 let grew = last_blocks.is_some_and(|b| b != tvb.blocks);

@@ -53,6 +53,9 @@ fn main() -> ExitCode {
                         .map_or("completed".to_owned(), |e| format!("failed: {e:?}"))
                 );
                 failed |= r.error.is_some();
+                if let Some(failure) = &r.failure {
+                    println!("  {failure}");
+                }
                 for t in &r.targets {
                     let path = args
                         .out
