@@ -10,6 +10,7 @@
 
 pub mod decode;
 pub mod format_cli;
+pub mod fuzz;
 pub mod isa_cli;
 pub mod mesh;
 pub mod render;

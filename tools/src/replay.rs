@@ -172,6 +172,12 @@ pub fn replay_one(capture: &Capture, index: usize) -> Result<Replayed, ReplayErr
         ..SystemConfig::default()
     })
     .map_err(|_| ReplayError::Device)?;
+    replay_on(&system, s, index)
+}
+
+/// Replays submission `s` (number `index` of its capture) on `system`, in
+/// a DRM file of its own that is closed before this returns.
+pub fn replay_on(system: &System, s: &Submission, index: usize) -> Result<Replayed, ReplayError> {
     let file = system.open();
     let params = agx_kmd::params::params_global();
     let kernel_end = params.vm_end / PAGE * PAGE;

@@ -44,3 +44,4 @@ pub use pass::{
 };
 pub use program::{Bindings, ProgramCache, Shader};
 pub use queue::{Queue, Semaphore, Submission};
+pub use sys::returned_fd;

@@ -208,7 +208,7 @@ impl Drop for Mmap {
 
 /// Takes ownership of a descriptor the kernel (real or simulated) just
 /// returned in an ioctl's output, so that dropping it closes it.
-pub(crate) fn returned_fd(fd: i32) -> Result<OwnedFd, Errno> {
+pub fn returned_fd(fd: i32) -> Result<OwnedFd, Errno> {
     if fd < 0 {
         return Err(Errno::EINVAL);
     }
