@@ -376,11 +376,12 @@ impl Scheduler {
         self.crashed.load(Ordering::Acquire)
     }
 
-    /// The last GPU fault or timeout, as one line naming the address,
-    /// unit and reason (or the budget) and the culprit's queue and
-    /// submission: what a tool prints when its work failed.
-    pub fn last_failure(&self) -> Option<String> {
-        self.state().last_failure.clone()
+    /// Takes the line about the last GPU fault or timeout (naming the
+    /// address, unit and reason, or the budget, and the culprit's queue
+    /// and submission), if one happened since the last call: what a tool
+    /// prints when its work failed.
+    pub fn take_last_failure(&self) -> Option<String> {
+        self.state().last_failure.take()
     }
 
     /// The counters.

@@ -506,7 +506,14 @@ impl Syncobj {
             if ready {
                 match watch.eventfd.get() {
                     Ok(fd) => {
-                        if let Err(e) = rustix::io::write(fd.as_fd(), &1u64.to_ne_bytes()) {
+                        // Linux's eventfd_signal never blocks (it saturates):
+                        // write only if the counter has room, never waiting.
+                        let mut ready = [rustix::event::PollFd::new(&fd, rustix::event::PollFlags::OUT)];
+                        let room = rustix::event::poll(&mut ready, Some(&timespec(Duration::ZERO)))
+                            .is_ok_and(|n| n == 1);
+                        if !room {
+                            tracing::warn!(point = watch.point, "a syncobj eventfd is full: not signalled");
+                        } else if let Err(e) = rustix::io::write(fd.as_fd(), &1u64.to_ne_bytes()) {
                             tracing::warn!(%e, point = watch.point, "cannot signal a syncobj eventfd");
                         }
                     }

@@ -180,7 +180,7 @@ impl<'t, T: IoctlTarget> IoctlFuzzer<'t, T> {
             0 => 0,
             1 => 16,
             2 => 0xffff_8000_0000_0000,
-            3 => 0x7fff_ffff_f000,
+            3 => 0x8000_0000_0000,
             4 => self.scratch_ptr() + 1,
             _ => self.scratch_ptr(),
         }

@@ -5,7 +5,9 @@
 //! - `agx-format` decodes hardware descriptors and control words given as
 //!   hex through the one format description in `agx-hw`;
 //! - `agx-asm` and `agx-disasm` assemble and disassemble AGX shader
-//!   machine code through the instruction table in `agx_hw::isa`.
+//!   machine code through the instruction table in `agx_hw::isa`;
+//! - `agx-replay` re-runs a capture; `agx-fuzz` fuzzes the simulated
+//!   device ([`fuzz`]).
 #![forbid(unsafe_code)]
 
 pub mod decode;

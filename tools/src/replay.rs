@@ -265,6 +265,8 @@ pub fn replay_on(system: &System, s: &Submission, index: usize) -> Result<Replay
         timeline_value: 0,
     }];
     let cmdbuf = without_timestamps(&s.cmdbuf);
+    // Whatever failed before is not this submission's failure.
+    let _ = system.device().scheduler().take_last_failure();
     let mut submit = Submit {
         syncs: syncs.as_ptr() as u64,
         cmdbuf: cmdbuf.as_ptr() as u64,
@@ -340,7 +342,8 @@ pub fn replay_on(system: &System, s: &Submission, index: usize) -> Result<Replay
         at = end;
         command += 1;
     }
-    let failure = error.and_then(|_| system.device().scheduler().last_failure());
+    let failure = system.device().scheduler().take_last_failure();
+    let failure = error.and(failure);
     Ok(Replayed {
         submission: index,
         error,

@@ -40,9 +40,10 @@ pub enum FetchError {
     },
 }
 
-/// Distinct instructions one command may run: each costs the simulator
-/// about 100 bytes of host memory once decoded, so this bounds a
-/// command's programs to about 100 MiB. (The hardware has no such limit;
+/// Distinct instructions one cache (one command, on one host thread) may
+/// hold: each costs the simulator about 100 bytes of host memory once
+/// decoded, so this bounds a cache to about 100 MiB (a fragment pass has
+/// one per shading thread). (The hardware has no such limit;
 /// real programs are far below it: Mesa's largest shaders have some tens
 /// of thousands of instructions.)
 pub const MAX_CACHED_INSTRUCTIONS: usize = 1 << 20;

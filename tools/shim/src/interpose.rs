@@ -315,8 +315,13 @@ fn write_errno(fd: c_int, result: libc::ssize_t) -> libc::ssize_t {
     if result < 0 {
         // SAFETY: reading this thread's errno.
         let errno = unsafe { *libc::__errno_location() };
+        // Only for files open for writing (an O_RDONLY DRM file's write is
+        // EBADF in Linux too), and without waiting for a lock: `write` may
+        // be called from a signal handler.
         if (errno == libc::EBADF || errno == libc::ESPIPE)
-            && shim_if_ready().is_some_and(|s| s.is_ours(fd))
+            && shim_if_ready()
+                .and_then(|s| s.try_access_mode_of(fd))
+                .is_some_and(|mode| mode != libc::O_RDONLY)
         {
             return fail(libc::EINVAL, -1);
         }

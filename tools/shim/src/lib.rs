@@ -234,6 +234,17 @@ impl Shim {
             .map(|open| open.access_mode)
     }
 
+    /// [`Shim::access_mode_of`], or `None` if a lock is busy (for calls
+    /// that must not wait, being allowed in signal handlers).
+    fn try_access_mode_of(&self, fd: i32) -> Option<i32> {
+        let inode = *self.fds.try_lock().ok()?.get(&fd)?;
+        self.files
+            .try_lock()
+            .ok()?
+            .get(&inode)
+            .map(|open| open.access_mode)
+    }
+
     fn is_ours(&self, fd: i32) -> bool {
         self.fds
             .lock()

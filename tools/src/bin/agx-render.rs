@@ -86,7 +86,7 @@ fn main() -> ExitCode {
 fn with_failure_summary(device: &Device, error: agx_umd::Error) -> Box<dyn std::error::Error> {
     let summary = device
         .simulated()
-        .and_then(|sim| sim.system().device().scheduler().last_failure());
+        .and_then(|sim| sim.system().device().scheduler().take_last_failure());
     match (&error, summary) {
         (agx_umd::Error::GpuFault { .. }, Some(summary)) => format!("{error}\n  {summary}").into(),
         _ => error.into(),
