@@ -593,9 +593,11 @@ fn an_eventfd_is_signalled_once_when_its_point_is_ready() {
     eventfd_request(&file, timeline, 2, raw, 0).unwrap();
     assert_eq!(eventfd_count(&efd, Duration::ZERO), 0);
     let signal = |point: u64| {
+        let handles = [timeline];
+        let points = [point];
         let mut a = SyncobjTimelineArray {
-            handles: [timeline].as_ptr() as u64,
-            points: [point].as_ptr() as u64,
+            handles: handles.as_ptr() as u64,
+            points: points.as_ptr() as u64,
             count_handles: 1,
             flags: 0,
         };
