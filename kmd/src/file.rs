@@ -980,21 +980,24 @@ impl File {
     }
 }
 
-/// Whether a descriptor is an eventfd.
-fn is_eventfd(fd: &OwnedFd) -> bool {
+/// What the process's descriptor table says `fd` is (`/proc/self/fd`'s
+/// link: a path, `anon_inode:[eventfd]`, `/memfd:NAME (deleted)`).
+fn file_kind(fd: &OwnedFd) -> String {
     use std::os::fd::AsRawFd;
     std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd()))
-        .is_ok_and(|path| path.as_os_str() == "anon_inode:[eventfd]")
+        .map(|path| path.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+/// Whether a descriptor is an eventfd.
+fn is_eventfd(fd: &OwnedFd) -> bool {
+    file_kind(fd) == "anon_inode:[eventfd]"
 }
 
 /// Whether a descriptor is a memfd backing a GEM object of some simulated
 /// device (the only kind of dma-buf this simulation has).
 fn is_gem_memfd(fd: &OwnedFd) -> bool {
-    use std::os::fd::AsRawFd;
-    std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())).is_ok_and(|path| {
-        path.to_string_lossy()
-            .starts_with(&format!("/memfd:{GEM_MEMFD_NAME} "))
-    })
+    file_kind(fd).starts_with(&format!("/memfd:{GEM_MEMFD_NAME} "))
 }
 
 impl File {

@@ -714,9 +714,13 @@ pub enum Broken {
     Hang(String),
 }
 
-/// The counters that must return to their baseline once every file is
+/// What the device holds: its object counters, and the scheduler's queues,
+/// event slots and VM slots. Back at its baseline once every file is
 /// closed and the GPU idle.
-fn held(system: &System) -> (agx_kmd::stats::Stats, u64, u64, u64) {
+pub type Holdings = (agx_kmd::stats::Stats, u64, u64, u64);
+
+/// What the device holds now (the baseline for [`check_device`]).
+pub fn baseline(system: &System) -> Holdings {
     let sched = system.device().scheduler().stats();
     (
         system.stats(),
@@ -731,7 +735,7 @@ fn held(system: &System) -> (agx_kmd::stats::Stats, u64, u64, u64) {
 /// alive.
 pub fn check_device(
     system: &System,
-    baseline: &(agx_kmd::stats::Stats, u64, u64, u64),
+    baseline: &Holdings,
     patience: Duration,
 ) -> Result<(), Broken> {
     let deadline = Instant::now() + patience;
@@ -740,7 +744,7 @@ pub fn check_device(
         if crashed != 0 {
             return Err(Broken::FirmwareCrashed(crashed));
         }
-        let now = held(system);
+        let now = self::baseline(system);
         if now == *baseline {
             return Ok(());
         }
@@ -752,11 +756,6 @@ pub fn check_device(
         }
         std::thread::sleep(Duration::from_millis(5));
     }
-}
-
-/// The baseline for [`check_device`]: what the device holds now.
-pub fn baseline(system: &System) -> (agx_kmd::stats::Stats, u64, u64, u64) {
-    held(system)
 }
 
 /// Totals of a GPU-work fuzzing run.
@@ -929,7 +928,7 @@ pub fn round<T: IoctlTarget>(
     ioctl: &mut IoctlFuzzer<'_, T>,
     gpu: &mut GpuFuzzer<'_>,
     system: &System,
-    baseline: &(agx_kmd::stats::Stats, u64, u64, u64),
+    baseline: &Holdings,
     ioctls: u64,
     jobs: u64,
 ) -> Result<(), Broken> {

@@ -254,7 +254,7 @@ fn fcntl_common(
     // SAFETY: forwarding the caller's arguments.
     let result = unsafe { f(fd, cmd, arg) };
     if cmd == libc::F_GETFL && result >= 0 {
-        if let Some(mode) = shim_if_ready().and_then(|s| s.access_mode_of(fd)) {
+        if let Some(mode) = shim_if_ready().and_then(|s| s.access_mode_of(fd, true)) {
             return (result & !libc::O_ACCMODE) | mode;
         }
     }
@@ -320,7 +320,7 @@ fn write_errno(fd: c_int, result: libc::ssize_t) -> libc::ssize_t {
         // be called from a signal handler.
         if (errno == libc::EBADF || errno == libc::ESPIPE)
             && shim_if_ready()
-                .and_then(|s| s.try_access_mode_of(fd))
+                .and_then(|s| s.access_mode_of(fd, false))
                 .is_some_and(|mode| mode != libc::O_RDONLY)
         {
             return fail(libc::EINVAL, -1);

@@ -141,17 +141,23 @@ fn place_device_descriptors_high() {
 }
 
 impl Shim {
+    /// `look` at the DRM file `fd` refers to, if it is one. With `wait`
+    /// false, `None` also when a lock is busy (for calls that must not
+    /// wait, being allowed in signal handlers).
+    fn with_open<R>(&self, fd: i32, wait: bool, look: impl FnOnce(&OpenFile) -> R) -> Option<R> {
+        fn lock<T>(m: &Mutex<T>, wait: bool) -> Option<std::sync::MutexGuard<'_, T>> {
+            if wait {
+                Some(m.lock().unwrap_or_else(|e| e.into_inner()))
+            } else {
+                m.try_lock().ok()
+            }
+        }
+        let inode = *lock(&self.fds, wait)?.get(&fd)?;
+        lock(&self.files, wait)?.get(&inode).map(look)
+    }
+
     fn file_of(&self, fd: i32) -> Option<Arc<File>> {
-        let inode = *self
-            .fds
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&fd)?;
-        self.files
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&inode)
-            .map(|open| Arc::clone(&open.file))
+        self.with_open(fd, true, |open| Arc::clone(&open.file))
     }
 
     fn add_fd(&self, fd: i32, inode: Inode) {
@@ -220,29 +226,10 @@ impl Shim {
         })
     }
 
-    /// The access mode the DRM file `fd` was opened with, if it is one.
-    fn access_mode_of(&self, fd: i32) -> Option<i32> {
-        let inode = *self
-            .fds
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&fd)?;
-        self.files
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&inode)
-            .map(|open| open.access_mode)
-    }
-
-    /// [`Shim::access_mode_of`], or `None` if a lock is busy (for calls
-    /// that must not wait, being allowed in signal handlers).
-    fn try_access_mode_of(&self, fd: i32) -> Option<i32> {
-        let inode = *self.fds.try_lock().ok()?.get(&fd)?;
-        self.files
-            .try_lock()
-            .ok()?
-            .get(&inode)
-            .map(|open| open.access_mode)
+    /// The access mode the DRM file `fd` was opened with, if it is one
+    /// (`wait`: as in [`Shim::with_open`]).
+    fn access_mode_of(&self, fd: i32, wait: bool) -> Option<i32> {
+        self.with_open(fd, wait, |open| open.access_mode)
     }
 
     fn is_ours(&self, fd: i32) -> bool {
