@@ -63,11 +63,35 @@ struct FileState {
     next_queue: u32,
 }
 
+/// The kind of DRM node (minor) a file was opened through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NodeKind {
+    /// The primary node (`/dev/dri/card0`, minors 0..63): DRM master,
+    /// authentication and mode setting live here.
+    Primary,
+    /// The render node (`/dev/dri/renderD128`, minors 128..191): only
+    /// the ioctls marked `DRM_RENDER_ALLOW`.
+    Render,
+}
+
+/// A size as drm_fdinfo_print_size prints it: in the largest of bytes,
+/// KiB and MiB that divides it.
+fn fdinfo_size(bytes: u64) -> String {
+    if bytes >= 1 << 20 && bytes % (1 << 20) == 0 {
+        format!("{} MiB", bytes >> 20)
+    } else if bytes >= 1 << 10 && bytes % (1 << 10) == 0 {
+        format!("{} KiB", bytes >> 10)
+    } else {
+        format!("{bytes}")
+    }
+}
+
 /// An open DRM file.
 #[derive(Debug)]
 pub struct File {
     device: Arc<Device>,
     id: u64,
+    node: NodeKind,
     state: Mutex<FileState>,
     /// The GEM memory the file created, against its limit.
     memory: Arc<crate::gem::FileMemory>,
@@ -270,10 +294,15 @@ fn driver_ioctl(nr: u32) -> Option<IoctlDef> {
 impl File {
     /// Opens a DRM file on `device` (an open of its render node).
     pub fn open(device: &Arc<Device>) -> File {
-        File::new(Arc::clone(device))
+        File::new(Arc::clone(device), NodeKind::Render)
     }
 
-    pub(crate) fn new(device: Arc<Device>) -> File {
+    /// Opens a DRM file on `device` through its `node`.
+    pub fn open_node(device: &Arc<Device>, node: NodeKind) -> File {
+        File::new(Arc::clone(device), node)
+    }
+
+    pub(crate) fn new(device: Arc<Device>, node: NodeKind) -> File {
         device.counters.files.fetch_add(1, Ordering::Relaxed);
         let id = device.next_file_id();
         let memory = Arc::new(crate::gem::FileMemory::new(
@@ -283,6 +312,7 @@ impl File {
             memory,
             device,
             id,
+            node,
             state: Mutex::new(FileState {
                 next_handle: 1,
                 next_vm: 1,
@@ -296,6 +326,37 @@ impl File {
 
     fn state(&self) -> MutexGuard<'_, FileState> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The node the file was opened through.
+    pub fn node(&self) -> NodeKind {
+        self.node
+    }
+
+    /// The file's client id (`drm-client-id` in its fdinfo): unique among
+    /// the device's files for the device's lifetime.
+    pub fn client_id(&self) -> u64 {
+        self.id
+    }
+
+    /// What Linux prints for the file in `/proc/<pid>/fdinfo/<fd>` below
+    /// the generic lines: the DRM core's `drm-driver` and `drm-client-id`,
+    /// and the memory its handles name (`drm_show_memory_stats`).
+    pub fn fdinfo(&self) -> String {
+        let mut text = format!(
+            "drm-driver:\t{DRIVER_NAME}\ndrm-client-id:\t{}\n",
+            self.id
+        );
+        let total_bytes: u64 = self
+            .state()
+            .handles
+            .values()
+            .map(|object| object.size_bytes())
+            .sum();
+        for key in ["total", "resident"] {
+            text.push_str(&format!("drm-{key}-memory:\t{}\n", fdinfo_size(total_bytes)));
+        }
+        text
     }
 
     /// The device this file is open on.

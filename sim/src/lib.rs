@@ -24,6 +24,7 @@ pub use agx_kmd::device::ProbeError;
 pub use agx_kmd::mem::AllocError;
 use agx_kmd::mem::Ram;
 pub use agx_kmd::tvb::GrowthPolicy;
+pub use agx_kmd::file::NodeKind;
 pub use agx_kmd::{Device, DeviceConfig, File, Stats};
 
 /// How to build a machine.
@@ -147,6 +148,11 @@ impl System {
     /// Opens a DRM file (a render node).
     pub fn open(&self) -> File {
         File::open(&self.device)
+    }
+
+    /// Opens a DRM file through `node` (the card node or the render node).
+    pub fn open_node(&self, node: NodeKind) -> File {
+        File::open_node(&self.device, node)
     }
 
     /// The kmd's device.

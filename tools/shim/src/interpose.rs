@@ -8,11 +8,12 @@
 //! variadic argument travels in the same register, and an absent one is
 //! simply never used.
 
-use std::ffi::{c_char, c_int, c_ulong, c_void, CStr};
+use std::ffi::{c_char, c_int, c_ulong, c_void, CStr, CString};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::{Arc, OnceLock};
 
-use crate::{shim, shim_if_ready, Inode, RENDER_NODE, RENDER_NODE_DEV, SYSFS_PATHS};
+use crate::tree::{self, Node};
+use crate::{shim, shim_if_ready, Inode};
 
 /// Writes a message to stderr without going through Rust's stdio.
 pub(crate) fn log(message: &str) {
@@ -66,14 +67,6 @@ unsafe fn path_of<'a>(path: *const c_char) -> Option<&'a str> {
     unsafe { CStr::from_ptr(path) }.to_str().ok()
 }
 
-fn is_node(path: Option<&str>) -> bool {
-    path == Some(RENDER_NODE)
-}
-
-fn is_sysfs(path: Option<&str>) -> bool {
-    path.is_some_and(|p| SYSFS_PATHS.contains(&p.trim_end_matches('/')))
-}
-
 fn inode_of(fd: &OwnedFd) -> Option<Inode> {
     // SAFETY: a zeroed stat is a valid out-buffer for fstat.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
@@ -88,9 +81,13 @@ fn inode_of(fd: &OwnedFd) -> Option<Inode> {
     Some((st.st_dev, st.st_ino))
 }
 
-/// Opens a DRM file on the simulated device: the client's descriptor is
-/// the read end of a new pipe, the device keeps the write end.
-fn open_node(flags: c_int) -> c_int {
+/// Opens a DRM file on the simulated device through `node`: the client's
+/// descriptor is the read end of a new pipe, the device keeps the write
+/// end.
+fn open_node(node: &'static Node, flags: c_int) -> c_int {
+    if crate::forked() {
+        return -1;
+    }
     let mut ends: [c_int; 2] = [0; 2];
     // SAFETY: pipe2 with a valid two-element out-array.
     if unsafe { libc::pipe2(ends.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
@@ -118,12 +115,13 @@ fn open_node(flags: c_int) -> c_int {
         Err(e) => return fail(e.raw_os_error().unwrap_or(libc::EMFILE), -1),
     };
     let shim = shim();
-    let file = Arc::new(shim.system.open());
+    let file = Arc::new(shim.system.open_node(node.kind));
     shim.files.lock().unwrap_or_else(|e| e.into_inner()).insert(
         inode,
         crate::OpenFile {
             file,
             descriptors: 0,
+            node,
             access_mode: flags & libc::O_ACCMODE,
             _writer: writer,
         },
@@ -140,11 +138,14 @@ macro_rules! open_fn {
         #[no_mangle]
         pub unsafe extern "C" fn $name($($arg: $ty),*) -> c_int {
             // SAFETY: the caller passes a C string, as the function requires.
-            if is_node(unsafe { path_of($path) }) {
-                return open_node($flags);
+            let named = unsafe { name_of($path, true) };
+            if let Some(fd) = open_named(&named, $flags) {
+                return fd;
             }
+            let $path = real_path(&named, $path);
             match real!($symbol, unsafe extern "C" fn($($ty),*) -> c_int) {
-                // SAFETY: forwarding the caller's arguments.
+                // SAFETY: forwarding the caller's arguments (the path
+                // redirected).
                 Some(f) => unsafe { f($($arg),*) },
                 None => fail(libc::ENOSYS, -1),
             }
@@ -284,6 +285,9 @@ pub unsafe extern "C" fn fcntl64(fd: c_int, cmd: c_int, arg: c_ulong) -> c_int {
 pub unsafe extern "C" fn ioctl(fd: c_int, request: c_ulong, arg: *mut c_void) -> c_int {
     if let Some(shim) = shim_if_ready() {
         if let Some(file) = shim.file_of(fd) {
+            if crate::forked() {
+                return -1;
+            }
             return match file.ioctl(request, arg as u64) {
                 Ok(result) => result,
                 Err(errno) => fail(errno.0, -1),
@@ -377,6 +381,9 @@ fn mmap_common(
     // SAFETY: `address` is libc's mmap.
     let real_mmap = unsafe { std::mem::transmute::<usize, MmapFn>(address) };
     if let Some(file) = shim_if_ready().and_then(|s| s.file_of(fd)) {
+        if crate::forked() {
+            return libc::MAP_FAILED;
+        }
         return map_object(&file, addr, len, prot, flags, offset);
     }
     // SAFETY: forwarding the caller's arguments.
@@ -448,34 +455,173 @@ pub unsafe extern "C" fn mmap64(
     mmap_common(addr, len, prot, flags, fd, offset)
 }
 
-fn char_device_stat() -> libc::stat64 {
+// ---- Paths ------------------------------------------------------------
+
+/// `N` if `path` is `/proc/<this process>/<dir>/N` (by `self`,
+/// `thread-self` or the process id), or `/dev/fd/N` for `dir` `fd`.
+fn own_proc_entry(path: &str, dir: &str) -> Option<c_int> {
+    let number = if let Some(n) = path.strip_prefix("/dev/fd/").filter(|_| dir == "fd") {
+        n
+    } else {
+        let (who, rest) = path.strip_prefix("/proc/")?.split_once('/')?;
+        let own = who == "self"
+            || who == "thread-self"
+            || who.parse::<u32>().ok() == Some(std::process::id());
+        if !own {
+            return None;
+        }
+        rest.strip_prefix(dir)?.strip_prefix('/')?
+    };
+    number.parse().ok()
+}
+
+/// The node a `/proc/self/fd/N` path of a DRM file reads back as.
+fn fd_entry_node(path: &str) -> Option<&'static Node> {
+    let fd = own_proc_entry(path, "fd")?;
+    shim_if_ready()?.node_of(fd)
+}
+
+/// What a path names, for the interposed path calls.
+enum Named {
+    /// A device node (by its path, a link in the tree, or a
+    /// `/proc/self/fd` entry of a DRM file).
+    Node(&'static Node),
+    /// `/proc/self/fdinfo/N` of DRM file `N`.
+    FdInfo(c_int),
+    /// A path in the device's faked namespaces, redirected into the tree.
+    Redirected(CString),
+    /// Not the device's.
+    Real,
+}
+
+/// What `path` names; `follow`: whether a final symbolic link is
+/// followed (as `stat` does and `lstat` does not).
+///
+/// # Safety
+/// `path` must be null or a NUL-terminated string.
+unsafe fn name_of(path: *const c_char, follow: bool) -> Named {
+    // SAFETY: as this function's contract.
+    let Some(path) = (unsafe { path_of(path) }) else {
+        return Named::Real;
+    };
+    if follow {
+        if let Some(node) = fd_entry_node(path) {
+            return Named::Node(node);
+        }
+    }
+    if let Some(fd) = own_proc_entry(path, "fdinfo") {
+        if shim_if_ready().is_some_and(|s| s.is_ours(fd)) {
+            return Named::FdInfo(fd);
+        }
+    }
+    match tree::resolve(path, follow) {
+        tree::Target::Node(node) => Named::Node(node),
+        tree::Target::Redirected(c) => Named::Redirected(c),
+        tree::Target::Real => Named::Real,
+    }
+}
+
+/// The path to hand the real function: the redirected one, or the
+/// caller's.
+fn real_path(named: &Named, path: *const c_char) -> *const c_char {
+    match named {
+        Named::Redirected(c) => c.as_ptr(),
+        _ => path,
+    }
+}
+
+/// `/proc/self/fdinfo/N` of DRM file `fd`: what the host kernel prints
+/// for the descriptor (position, flags with the DRM file's access mode,
+/// mount, inode) followed by what the DRM core and the driver print, in a
+/// sealed memory file open for reading.
+fn open_fdinfo(fd: c_int, flags: c_int) -> c_int {
+    let Some(shim) = shim_if_ready() else {
+        return fail(libc::ENOENT, -1);
+    };
+    let Some((file, access_mode)) = shim.with_open(fd, true, |open| {
+        (Arc::clone(&open.file), open.access_mode)
+    }) else {
+        return fail(libc::ENOENT, -1);
+    };
+    let host = read_real(&format!("/proc/self/fdinfo/{fd}")).unwrap_or_default();
+    let mut text = String::new();
+    for line in host.lines() {
+        match line
+            .strip_prefix("flags:\t")
+            .and_then(|octal| i32::from_str_radix(octal, 8).ok())
+        {
+            Some(bits) => text.push_str(&format!(
+                "flags:\t0{:o}\n",
+                (bits & !libc::O_ACCMODE) | access_mode
+            )),
+            None => {
+                text.push_str(line);
+                text.push('\n');
+            }
+        }
+    }
+    text.push_str(&file.fdinfo());
+    let cloexec = if flags & libc::O_CLOEXEC != 0 {
+        libc::MFD_CLOEXEC
+    } else {
+        0
+    };
+    // SAFETY: memfd_create with a NUL-terminated name.
+    let raw = unsafe { libc::memfd_create(c"agx-fdinfo".as_ptr(), cloexec) };
+    if raw < 0 {
+        return -1;
+    }
+    // SAFETY: just created, owned here.
+    let memory = unsafe { OwnedFd::from_raw_fd(raw) };
+    let written = std::fs::File::from(memory);
+    if std::io::Write::write_all(&mut &written, text.as_bytes()).is_err() {
+        return fail(libc::EIO, -1);
+    }
+    let memory = OwnedFd::from(written);
+    // SAFETY: lseek on a descriptor owned here.
+    if unsafe { libc::lseek(memory.as_raw_fd(), 0, libc::SEEK_SET) } != 0 {
+        return -1;
+    }
+    std::os::fd::IntoRawFd::into_raw_fd(memory)
+}
+
+/// A file's contents, read with the real `open` (the interposed one
+/// would answer for the device's paths).
+fn read_real(path: &str) -> Option<String> {
+    let path = CString::new(path).ok()?;
+    let real_open = real!(c"open", unsafe extern "C" fn(*const c_char, c_int) -> c_int)?;
+    // SAFETY: open with a NUL-terminated path.
+    let raw = unsafe { real_open(path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
+    if raw < 0 {
+        return None;
+    }
+    // SAFETY: just opened, owned here.
+    let file = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(raw) });
+    std::io::read_to_string(file).ok()
+}
+
+/// What the interposed `open`s do with a path that names something of
+/// the device's; `None` for one that does not.
+fn open_named(named: &Named, flags: c_int) -> Option<c_int> {
+    match named {
+        Named::Node(node) => Some(open_node(node, flags)),
+        Named::FdInfo(fd) => Some(open_fdinfo(*fd, flags)),
+        Named::Redirected(_) | Named::Real => None,
+    }
+}
+
+fn char_device_stat(node: &Node) -> libc::stat64 {
     // SAFETY: stat64 is plain data; all-zero is a valid value.
     let mut st: libc::stat64 = unsafe { std::mem::zeroed() };
     st.st_mode = libc::S_IFCHR | 0o666;
-    st.st_rdev = libc::makedev(RENDER_NODE_DEV.0, RENDER_NODE_DEV.1);
+    st.st_rdev = libc::makedev(tree::DRM_MAJOR, node.minor);
+    // The nodes' devtmpfs: a device number and an inode per node, so that
+    // clients telling nodes apart by (st_dev, st_ino), as IGT does, can.
+    st.st_dev = libc::makedev(0, 5);
+    st.st_ino = u64::from(node.minor) + 1;
     st.st_nlink = 1;
     st.st_blksize = 4096;
     st
-}
-
-fn directory_stat() -> libc::stat64 {
-    // SAFETY: stat64 is plain data; all-zero is a valid value.
-    let mut st: libc::stat64 = unsafe { std::mem::zeroed() };
-    st.st_mode = libc::S_IFDIR | 0o755;
-    st.st_nlink = 2;
-    st.st_blksize = 4096;
-    st
-}
-
-/// The fake stat of a path, if the path is the device's.
-fn fake_path_stat(path: Option<&str>) -> Option<libc::stat64> {
-    if is_node(path) {
-        Some(char_device_stat())
-    } else if is_sysfs(path) {
-        Some(directory_stat())
-    } else {
-        None
-    }
 }
 
 /// Writes `st` into a caller's `struct stat` or `struct stat64` (the same
@@ -493,32 +639,34 @@ unsafe fn write_stat(buf: *mut c_void, st: libc::stat64) -> c_int {
 }
 
 macro_rules! stat_path_fn {
-    ($name:ident, $symbol:literal) => {
+    ($name:ident, $symbol:literal, $follow:expr) => {
         /// # Safety
         /// As the libc function of the same name.
         #[no_mangle]
         pub unsafe extern "C" fn $name(path: *const c_char, buf: *mut c_void) -> c_int {
             // SAFETY: the caller passes a C string.
-            if let Some(st) = fake_path_stat(unsafe { path_of(path) }) {
+            let named = unsafe { name_of(path, $follow) };
+            if let Named::Node(node) = named {
                 // SAFETY: the caller passes a stat buffer.
-                return unsafe { write_stat(buf, st) };
+                return unsafe { write_stat(buf, char_device_stat(node)) };
             }
             match real!(
                 $symbol,
                 unsafe extern "C" fn(*const c_char, *mut c_void) -> c_int
             ) {
-                // SAFETY: forwarding the caller's arguments.
-                Some(f) => unsafe { f(path, buf) },
+                // SAFETY: forwarding the caller's arguments (the path
+                // redirected).
+                Some(f) => unsafe { f(real_path(&named, path), buf) },
                 None => fail(libc::ENOSYS, -1),
             }
         }
     };
 }
 
-stat_path_fn!(stat, c"stat");
-stat_path_fn!(stat64, c"stat64");
-stat_path_fn!(lstat, c"lstat");
-stat_path_fn!(lstat64, c"lstat64");
+stat_path_fn!(stat, c"stat", true);
+stat_path_fn!(stat64, c"stat64", true);
+stat_path_fn!(lstat, c"lstat", false);
+stat_path_fn!(lstat64, c"lstat64", false);
 
 macro_rules! stat_fd_fn {
     ($name:ident, $symbol:literal) => {
@@ -526,9 +674,9 @@ macro_rules! stat_fd_fn {
         /// As the libc function of the same name.
         #[no_mangle]
         pub unsafe extern "C" fn $name(fd: c_int, buf: *mut c_void) -> c_int {
-            if shim_if_ready().is_some_and(|s| s.is_ours(fd)) {
+            if let Some(node) = shim_if_ready().and_then(|s| s.node_of(fd)) {
                 // SAFETY: the caller passes a stat buffer.
-                return unsafe { write_stat(buf, char_device_stat()) };
+                return unsafe { write_stat(buf, char_device_stat(node)) };
             }
             match real!($symbol, unsafe extern "C" fn(c_int, *mut c_void) -> c_int) {
                 // SAFETY: forwarding the caller's arguments.
@@ -542,37 +690,55 @@ macro_rules! stat_fd_fn {
 stat_fd_fn!(fstat, c"fstat");
 stat_fd_fn!(fstat64, c"fstat64");
 
+/// What an `*at` call names: the node of a DRM file given by descriptor
+/// (`AT_EMPTY_PATH` and an empty path), or what the path names.
+///
 /// # Safety
-/// As `fstatat(2)`.
-#[no_mangle]
-pub unsafe extern "C" fn fstatat64(
-    dirfd: c_int,
-    path: *const c_char,
-    buf: *mut c_void,
-    flags: c_int,
-) -> c_int {
-    // SAFETY: the caller passes a C string.
+/// `path` must be null or a NUL-terminated string.
+unsafe fn name_at(dirfd: c_int, path: *const c_char, flags: c_int) -> Named {
+    // SAFETY: as this function's contract.
     let p = unsafe { path_of(path) };
-    if let Some(st) = fake_path_stat(p) {
-        // SAFETY: the caller passes a stat buffer.
-        return unsafe { write_stat(buf, st) };
+    if p == Some("") && flags & libc::AT_EMPTY_PATH != 0 {
+        if let Some(node) = shim_if_ready().and_then(|s| s.node_of(dirfd)) {
+            return Named::Node(node);
+        }
     }
-    if p == Some("")
-        && flags & libc::AT_EMPTY_PATH != 0
-        && shim_if_ready().is_some_and(|s| s.is_ours(dirfd))
-    {
-        // SAFETY: the caller passes a stat buffer.
-        return unsafe { write_stat(buf, char_device_stat()) };
-    }
-    match real!(
-        c"fstatat64",
-        unsafe extern "C" fn(c_int, *const c_char, *mut c_void, c_int) -> c_int
-    ) {
-        // SAFETY: forwarding the caller's arguments.
-        Some(f) => unsafe { f(dirfd, path, buf, flags) },
-        None => fail(libc::ENOSYS, -1),
-    }
+    // SAFETY: as this function's contract.
+    unsafe { name_of(path, flags & libc::AT_SYMLINK_NOFOLLOW == 0) }
 }
+
+macro_rules! fstatat_fn {
+    ($name:ident, $symbol:literal) => {
+        /// # Safety
+        /// As the libc function of the same name.
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(
+            dirfd: c_int,
+            path: *const c_char,
+            buf: *mut c_void,
+            flags: c_int,
+        ) -> c_int {
+            // SAFETY: the caller passes a C string.
+            let named = unsafe { name_at(dirfd, path, flags) };
+            if let Named::Node(node) = named {
+                // SAFETY: the caller passes a stat buffer.
+                return unsafe { write_stat(buf, char_device_stat(node)) };
+            }
+            match real!(
+                $symbol,
+                unsafe extern "C" fn(c_int, *const c_char, *mut c_void, c_int) -> c_int
+            ) {
+                // SAFETY: forwarding the caller's arguments (the path
+                // redirected).
+                Some(f) => unsafe { f(dirfd, real_path(&named, path), buf, flags) },
+                None => fail(libc::ENOSYS, -1),
+            }
+        }
+    };
+}
+
+fstatat_fn!(fstatat, c"fstatat");
+fstatat_fn!(fstatat64, c"fstatat64");
 
 /// # Safety
 /// As `statx(2)`.
@@ -585,14 +751,12 @@ pub unsafe extern "C" fn statx(
     buf: *mut libc::statx,
 ) -> c_int {
     // SAFETY: the caller passes a C string.
-    let p = unsafe { path_of(path) };
-    let ours = p == Some("")
-        && flags & libc::AT_EMPTY_PATH != 0
-        && shim_if_ready().is_some_and(|s| s.is_ours(dirfd));
-    if let Some(st) = fake_path_stat(p).or_else(|| ours.then(char_device_stat)) {
+    let named = unsafe { name_at(dirfd, path, flags) };
+    if let Named::Node(node) = named {
         if buf.is_null() {
             return fail(libc::EFAULT, -1);
         }
+        let st = char_device_stat(node);
         // SAFETY: statx is plain data; all-zero is a valid value.
         let mut sx: libc::statx = unsafe { std::mem::zeroed() };
         sx.stx_mask = libc::STATX_BASIC_STATS;
@@ -601,6 +765,9 @@ pub unsafe extern "C" fn statx(
         sx.stx_blksize = st.st_blksize as u32;
         sx.stx_rdev_major = libc::major(st.st_rdev);
         sx.stx_rdev_minor = libc::minor(st.st_rdev);
+        sx.stx_ino = st.st_ino;
+        sx.stx_dev_major = libc::major(st.st_dev);
+        sx.stx_dev_minor = libc::minor(st.st_dev);
         // SAFETY: the caller passes a statx buffer.
         unsafe { buf.write(sx) };
         return 0;
@@ -609,8 +776,8 @@ pub unsafe extern "C" fn statx(
         c"statx",
         unsafe extern "C" fn(c_int, *const c_char, c_int, libc::c_uint, *mut libc::statx) -> c_int
     ) {
-        // SAFETY: forwarding the caller's arguments.
-        Some(f) => unsafe { f(dirfd, path, flags, mask, buf) },
+        // SAFETY: forwarding the caller's arguments (the path redirected).
+        Some(f) => unsafe { f(dirfd, real_path(&named, path), flags, mask, buf) },
         None => fail(libc::ENOSYS, -1),
     }
 }
@@ -620,15 +787,385 @@ pub unsafe extern "C" fn statx(
 #[no_mangle]
 pub unsafe extern "C" fn access(path: *const c_char, mode: c_int) -> c_int {
     // SAFETY: the caller passes a C string.
-    if fake_path_stat(unsafe { path_of(path) }).is_some() {
-        return 0;
+    let named = unsafe { name_of(path, true) };
+    if let Named::Node(_) = named {
+        // The nodes are mode 0666, as udev makes them.
+        return if mode & libc::X_OK != 0 {
+            fail(libc::EACCES, -1)
+        } else {
+            0
+        };
     }
     match real!(
         c"access",
         unsafe extern "C" fn(*const c_char, c_int) -> c_int
     ) {
-        // SAFETY: forwarding the caller's arguments.
-        Some(f) => unsafe { f(path, mode) },
+        // SAFETY: forwarding the caller's arguments (the path redirected).
+        Some(f) => unsafe { f(real_path(&named, path), mode) },
         None => fail(libc::ENOSYS, -1),
     }
 }
+
+/// # Safety
+/// As `faccessat(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn faccessat(
+    dirfd: c_int,
+    path: *const c_char,
+    mode: c_int,
+    flags: c_int,
+) -> c_int {
+    // SAFETY: the caller passes a C string.
+    let named = unsafe { name_at(dirfd, path, flags) };
+    if let Named::Node(_) = named {
+        return if mode & libc::X_OK != 0 {
+            fail(libc::EACCES, -1)
+        } else {
+            0
+        };
+    }
+    match real!(
+        c"faccessat",
+        unsafe extern "C" fn(c_int, *const c_char, c_int, c_int) -> c_int
+    ) {
+        // SAFETY: forwarding the caller's arguments (the path redirected).
+        Some(f) => unsafe { f(dirfd, real_path(&named, path), mode, flags) },
+        None => fail(libc::ENOSYS, -1),
+    }
+}
+
+/// Copies `text` into a caller's `readlink` buffer of `size` bytes
+/// (truncated, without a NUL, as readlink does).
+///
+/// # Safety
+/// `buf` must be valid for `size` bytes of writes.
+unsafe fn fill_link(text: &str, buf: *mut c_char, size: libc::size_t) -> libc::ssize_t {
+    if buf.is_null() {
+        return fail(libc::EFAULT, -1);
+    }
+    let n = text.len().min(size);
+    // SAFETY: the caller's buffer holds `size` bytes; `n` is at most that.
+    unsafe { std::ptr::copy_nonoverlapping(text.as_ptr(), buf.cast(), n) };
+    n as libc::ssize_t
+}
+
+/// The link text `readlink` of `path` reads, if the path is a
+/// `/proc/self/fd` entry of a DRM file, and the redirection otherwise.
+///
+/// # Safety
+/// `path` must be null or a NUL-terminated string.
+unsafe fn link_of(path: *const c_char) -> Result<&'static str, Named> {
+    // SAFETY: as this function's contract.
+    if let Some(node) = unsafe { path_of(path) }.and_then(fd_entry_node) {
+        return Ok(node.path);
+    }
+    // SAFETY: as this function's contract.
+    Err(unsafe { name_of(path, false) })
+}
+
+/// # Safety
+/// As `readlink(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn readlink(
+    path: *const c_char,
+    buf: *mut c_char,
+    size: libc::size_t,
+) -> libc::ssize_t {
+    // SAFETY: the caller passes a C string.
+    let named = match unsafe { link_of(path) } {
+        // SAFETY: the caller passes a buffer of `size` bytes.
+        Ok(text) => return unsafe { fill_link(text, buf, size) },
+        Err(named) => named,
+    };
+    match real!(
+        c"readlink",
+        unsafe extern "C" fn(*const c_char, *mut c_char, libc::size_t) -> libc::ssize_t
+    ) {
+        // SAFETY: forwarding the caller's arguments (the path redirected).
+        Some(f) => unsafe { f(real_path(&named, path), buf, size) },
+        None => fail(libc::ENOSYS, -1),
+    }
+}
+
+/// # Safety
+/// As `readlinkat(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn readlinkat(
+    dirfd: c_int,
+    path: *const c_char,
+    buf: *mut c_char,
+    size: libc::size_t,
+) -> libc::ssize_t {
+    // SAFETY: the caller passes a C string.
+    let named = match unsafe { link_of(path) } {
+        // SAFETY: the caller passes a buffer of `size` bytes.
+        Ok(text) => return unsafe { fill_link(text, buf, size) },
+        Err(named) => named,
+    };
+    match real!(
+        c"readlinkat",
+        unsafe extern "C" fn(c_int, *const c_char, *mut c_char, libc::size_t) -> libc::ssize_t
+    ) {
+        // SAFETY: forwarding the caller's arguments (the path redirected).
+        Some(f) => unsafe { f(dirfd, real_path(&named, path), buf, size) },
+        None => fail(libc::ENOSYS, -1),
+    }
+}
+
+/// # Safety
+/// As glibc's fortified `readlink`.
+#[no_mangle]
+pub unsafe extern "C" fn __readlink_chk(
+    path: *const c_char,
+    buf: *mut c_char,
+    size: libc::size_t,
+    buf_size: libc::size_t,
+) -> libc::ssize_t {
+    if size > buf_size {
+        log("agx-shim: buffer overflow detected in readlink\n");
+        std::process::abort();
+    }
+    // SAFETY: forwarding the caller's arguments.
+    unsafe { readlink(path, buf, size) }
+}
+
+/// `realpath` of a path that names something of the device's: the node
+/// a DRM file's `/proc/self/fd` entry names, or the path resolved in the
+/// tree and mapped back. `None` for other paths.
+///
+/// # Safety
+/// `path` must be null or a NUL-terminated string; `resolved` null or
+/// valid for `PATH_MAX` bytes.
+unsafe fn realpath_of(path: *const c_char, resolved: *mut c_char) -> Option<*mut c_char> {
+    // SAFETY: as this function's contract.
+    let p = unsafe { path_of(path) }?;
+    let found = match fd_entry_node(p) {
+        Some(node) => Ok(node.path.to_string()),
+        None => tree::realpath(p)?,
+    };
+    let text = match found {
+        Ok(text) => text,
+        Err(errno) => return Some(fail(errno, std::ptr::null_mut())),
+    };
+    let Ok(c) = CString::new(text) else {
+        return Some(fail(libc::ENOENT, std::ptr::null_mut()));
+    };
+    let bytes = c.as_bytes_with_nul();
+    if bytes.len() > libc::PATH_MAX as usize {
+        return Some(fail(libc::ENAMETOOLONG, std::ptr::null_mut()));
+    }
+    if resolved.is_null() {
+        // SAFETY: strdup of a NUL-terminated string; the caller frees it.
+        return Some(unsafe { libc::strdup(c.as_ptr()) });
+    }
+    // SAFETY: the caller's buffer holds PATH_MAX bytes; `bytes` fits.
+    unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), resolved.cast(), bytes.len()) };
+    Some(resolved)
+}
+
+/// # Safety
+/// As `realpath(3)`.
+#[no_mangle]
+pub unsafe extern "C" fn realpath(path: *const c_char, resolved: *mut c_char) -> *mut c_char {
+    // SAFETY: the caller's arguments, as realpath requires them.
+    if let Some(result) = unsafe { realpath_of(path, resolved) } {
+        return result;
+    }
+    match real!(
+        c"realpath",
+        unsafe extern "C" fn(*const c_char, *mut c_char) -> *mut c_char
+    ) {
+        // SAFETY: forwarding the caller's arguments.
+        Some(f) => unsafe { f(path, resolved) },
+        None => fail(libc::ENOSYS, std::ptr::null_mut()),
+    }
+}
+
+/// # Safety
+/// As glibc's fortified `realpath`.
+#[no_mangle]
+pub unsafe extern "C" fn __realpath_chk(
+    path: *const c_char,
+    resolved: *mut c_char,
+    resolved_size: libc::size_t,
+) -> *mut c_char {
+    if resolved_size < libc::PATH_MAX as usize {
+        log("agx-shim: buffer overflow detected in realpath\n");
+        std::process::abort();
+    }
+    // SAFETY: forwarding the caller's arguments.
+    unsafe { realpath(path, resolved) }
+}
+
+/// # Safety
+/// As `canonicalize_file_name(3)`.
+#[no_mangle]
+pub unsafe extern "C" fn canonicalize_file_name(path: *const c_char) -> *mut c_char {
+    // SAFETY: forwarding the caller's argument.
+    unsafe { realpath(path, std::ptr::null_mut()) }
+}
+
+/// # Safety
+/// As `opendir(3)`.
+#[no_mangle]
+pub unsafe extern "C" fn opendir(path: *const c_char) -> *mut libc::DIR {
+    // SAFETY: the caller passes a C string.
+    let named = unsafe { name_of(path, true) };
+    if let Named::Node(_) = named {
+        return fail(libc::ENOTDIR, std::ptr::null_mut());
+    }
+    match real!(c"opendir", unsafe extern "C" fn(*const c_char) -> *mut libc::DIR) {
+        // SAFETY: forwarding the caller's argument (the path redirected).
+        Some(f) => unsafe { f(real_path(&named, path)) },
+        None => fail(libc::ENOSYS, std::ptr::null_mut()),
+    }
+}
+
+macro_rules! scandir_fn {
+    ($name:ident, $symbol:literal) => {
+        /// # Safety
+        /// As the libc function of the same name.
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(
+            path: *const c_char,
+            list: *mut c_void,
+            filter: *const c_void,
+            compare: *const c_void,
+        ) -> c_int {
+            // SAFETY: the caller passes a C string.
+            let named = unsafe { name_of(path, true) };
+            if let Named::Node(_) = named {
+                return fail(libc::ENOTDIR, -1);
+            }
+            match real!(
+                $symbol,
+                unsafe extern "C" fn(*const c_char, *mut c_void, *const c_void, *const c_void) -> c_int
+            ) {
+                // SAFETY: forwarding the caller's arguments (the path
+                // redirected).
+                Some(f) => unsafe { f(real_path(&named, path), list, filter, compare) },
+                None => fail(libc::ENOSYS, -1),
+            }
+        }
+    };
+}
+
+scandir_fn!(scandir, c"scandir");
+scandir_fn!(scandir64, c"scandir64");
+
+/// The `open` flags of an `fopen` mode string.
+fn fopen_flags(mode: &str) -> c_int {
+    let access = match (mode.as_bytes().first(), mode.contains('+')) {
+        (_, true) => libc::O_RDWR,
+        (Some(b'r'), false) => libc::O_RDONLY,
+        _ => libc::O_WRONLY,
+    };
+    if mode.contains('e') {
+        access | libc::O_CLOEXEC
+    } else {
+        access
+    }
+}
+
+macro_rules! fopen_fn {
+    ($name:ident, $symbol:literal) => {
+        /// # Safety
+        /// As the libc function of the same name.
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(path: *const c_char, mode: *const c_char) -> *mut libc::FILE {
+            // SAFETY: the caller passes a C string.
+            let named = unsafe { name_of(path, true) };
+            // SAFETY: the caller passes a C string.
+            let flags = fopen_flags(unsafe { path_of(mode) }.unwrap_or("r"));
+            if let Some(fd) = open_named(&named, flags) {
+                if fd < 0 {
+                    return std::ptr::null_mut();
+                }
+                // SAFETY: fdopen of a descriptor opened here with the
+                // caller's mode string.
+                let stream = unsafe { libc::fdopen(fd, mode) };
+                if stream.is_null() {
+                    // SAFETY: closing the descriptor opened here.
+                    unsafe { close(fd) };
+                }
+                return stream;
+            }
+            match real!(
+                $symbol,
+                unsafe extern "C" fn(*const c_char, *const c_char) -> *mut libc::FILE
+            ) {
+                // SAFETY: forwarding the caller's arguments (the path
+                // redirected).
+                Some(f) => unsafe { f(real_path(&named, path), mode) },
+                None => fail(libc::ENOSYS, std::ptr::null_mut()),
+            }
+        }
+    };
+}
+
+fopen_fn!(fopen, c"fopen");
+fopen_fn!(fopen64, c"fopen64");
+
+macro_rules! getxattr_fn {
+    ($name:ident, $symbol:literal, $follow:expr) => {
+        /// # Safety
+        /// As the libc function of the same name.
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(
+            path: *const c_char,
+            attribute: *const c_char,
+            value: *mut c_void,
+            size: libc::size_t,
+        ) -> libc::ssize_t {
+            // SAFETY: the caller passes a C string.
+            let named = unsafe { name_of(path, $follow) };
+            if let Named::Node(_) = named {
+                // The nodes carry no extended attributes.
+                return fail(libc::ENODATA, -1);
+            }
+            match real!(
+                $symbol,
+                unsafe extern "C" fn(*const c_char, *const c_char, *mut c_void, libc::size_t) -> libc::ssize_t
+            ) {
+                // SAFETY: forwarding the caller's arguments (the path
+                // redirected).
+                Some(f) => unsafe { f(real_path(&named, path), attribute, value, size) },
+                None => fail(libc::ENOSYS, -1),
+            }
+        }
+    };
+}
+
+getxattr_fn!(getxattr, c"getxattr", true);
+getxattr_fn!(lgetxattr, c"lgetxattr", false);
+
+macro_rules! listxattr_fn {
+    ($name:ident, $symbol:literal, $follow:expr) => {
+        /// # Safety
+        /// As the libc function of the same name.
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(
+            path: *const c_char,
+            list: *mut c_char,
+            size: libc::size_t,
+        ) -> libc::ssize_t {
+            // SAFETY: the caller passes a C string.
+            let named = unsafe { name_of(path, $follow) };
+            if let Named::Node(_) = named {
+                return 0;
+            }
+            match real!(
+                $symbol,
+                unsafe extern "C" fn(*const c_char, *mut c_char, libc::size_t) -> libc::ssize_t
+            ) {
+                // SAFETY: forwarding the caller's arguments (the path
+                // redirected).
+                Some(f) => unsafe { f(real_path(&named, path), list, size) },
+                None => fail(libc::ENOSYS, -1),
+            }
+        }
+    };
+}
+
+listxattr_fn!(listxattr, c"listxattr", true);
+listxattr_fn!(llistxattr, c"llistxattr", false);

@@ -27,6 +27,7 @@
 #![allow(unsafe_code)]
 
 pub mod interpose;
+pub mod tree;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -34,22 +35,14 @@ use std::sync::{Arc, Mutex, OnceLock};
 use agx_kmd::File;
 use agx_sim::{System, SystemConfig};
 
-/// The render node the shim presents.
-pub const RENDER_NODE: &str = "/dev/dri/renderD128";
-/// Major and minor of the render node.
-pub const RENDER_NODE_DEV: (u32, u32) = (226, 128);
-/// The sysfs paths libdrm and the drm crate probe.
-pub const SYSFS_PATHS: &[&str] = &[
-    "/sys/dev/char/226:128",
-    "/sys/dev/char/226:128/device",
-    "/sys/dev/char/226:128/device/drm",
-    "/sys/dev/char/226:128/device/drm/renderD128",
-];
+use crate::tree::Node;
 
 type Inode = (u64, u64);
 
 struct Shim {
     system: System,
+    /// The process the system was built in: its threads exist only there.
+    owner_pid: u32,
     /// DRM files by the inode of their pipe.
     files: Mutex<HashMap<Inode, OpenFile>>,
     /// Which descriptors are DRM files.
@@ -59,6 +52,8 @@ struct Shim {
 /// A DRM file the client has open.
 struct OpenFile {
     file: Arc<File>,
+    /// The node it was opened through.
+    node: &'static Node,
     /// How many of the client's descriptors refer to it.
     descriptors: usize,
     /// The access mode it was opened with (`O_RDWR`, usually): what
@@ -99,10 +94,36 @@ fn shim() -> &'static Shim {
                 ));
                 std::process::abort()
             }),
+            owner_pid: std::process::id(),
             files: Mutex::new(HashMap::new()),
             fds: Mutex::new(HashMap::new()),
         }
     })
+}
+
+/// In a process forked from the one the device was built in, the failure
+/// every use of the device gets (`ENODEV`, as a device that went away
+/// answers), logged once: the device's threads were not forked, so
+/// nothing submitted here would ever run. Returns whether this is such
+/// a process (with `errno` set).
+fn forked() -> bool {
+    static LOGGED: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let Some(shim) = shim_if_ready() else {
+        return false;
+    };
+    let pid = std::process::id();
+    if shim.owner_pid == pid {
+        return false;
+    }
+    if LOGGED.swap(pid, std::sync::atomic::Ordering::Relaxed) != pid {
+        interpose::log(&format!(
+            "agx-shim: process {pid} was forked from process {} after it opened the simulated \
+             GPU; in the in-process mode the device stays in that process, so this one gets \
+             ENODEV (run the device process for clients that fork: see Documentation/shim.md)\n",
+            shim.owner_pid
+        ));
+    }
+    interpose::fail(libc::ENODEV, true)
 }
 
 /// Keeps the device's own descriptors (an exportable object's memfd, a
@@ -160,6 +181,11 @@ impl Shim {
         self.with_open(fd, true, |open| Arc::clone(&open.file))
     }
 
+    /// The node the DRM file `fd` was opened through, if it is one.
+    fn node_of(&self, fd: i32) -> Option<&'static Node> {
+        self.with_open(fd, true, |open| open.node)
+    }
+
     fn add_fd(&self, fd: i32, inode: Inode) {
         self.fds
             .lock()
@@ -196,7 +222,13 @@ impl Shim {
             }
         };
         // Closing the pipe's write end re-enters `close`: outside the lock.
-        drop(closed);
+        if self.owner_pid == std::process::id() {
+            drop(closed);
+        } else {
+            // In a forked child the device's locks may be held by threads
+            // that were not forked: its state is never touched here.
+            std::mem::forget(closed);
+        }
     }
 
     /// `SYNC_IOC_FILE_INFO` on `fd` if it is a sync file of this device

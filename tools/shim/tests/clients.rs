@@ -191,3 +191,62 @@ fn fuzzed_ioctls_through_the_shim_leave_the_device_working() {
         );
     }
 }
+
+/// libdrm's enumeration and name lookups, the /dev/dri listing, sysfs,
+/// and the /proc/self/fd and fdinfo entries of a DRM file.
+#[test]
+fn clients_find_the_device_as_on_linux() {
+    run_under_shim(&build_c_client("enumerate_client"));
+}
+
+/// An unmodified program from a distribution package: `program` as
+/// installed, or a failure saying what to install (`.ci/run` installs it).
+fn packaged_program(program: &str, package: &str) -> PathBuf {
+    let path = PathBuf::from("/usr/bin").join(program);
+    assert!(
+        path.exists(),
+        "{} is missing: install Debian's {package} (.ci/run does)",
+        path.display()
+    );
+    path
+}
+
+/// libdrm's own `drmdevice` (Debian libdrm-tests) lists the device with
+/// both nodes on the platform bus, by enumeration and by descriptor.
+#[test]
+fn drmdevice_lists_the_device() {
+    let out = run_under_shim_with(&packaged_program("drmdevice", "libdrm-tests"), &[]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}{stderr}");
+    assert!(stdout.contains("--- Devices reported 1 ---"), "{stdout}");
+    for expected in [
+        "nodes[0] /dev/dri/card0",
+        "nodes[2] /dev/dri/renderD128",
+        "fullname\t/soc/gpu@206400000",
+        "apple,agx-t8103",
+        "--- Retrieving device info, for node /dev/dri/card0 ---",
+        "--- Retrieving device info, for node /dev/dri/renderD128 ---",
+    ] {
+        assert!(stdout.contains(expected), "no {expected:?} in {stdout}");
+    }
+    assert!(!stdout.contains("failed"), "{stdout}");
+}
+
+/// `drm_info` (Debian drm-info) finds the card node by enumeration,
+/// opens it, reads the driver's version and capabilities, and stops where
+/// it stops on a real asahi machine: the driver has no mode setting, so
+/// MODE_GETRESOURCES fails with EOPNOTSUPP.
+#[test]
+fn drm_info_finds_the_card_node_and_stops_where_it_does_on_asahi() {
+    let out = run_under_shim_with(&packaged_program("drm_info", "drm-info"), &[]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}{stderr}");
+    assert_eq!(
+        stderr.trim(),
+        "drmModeGetResources: Operation not supported\n\
+         Failed to retrieve information from /dev/dri/card0",
+        "{stdout}"
+    );
+}
