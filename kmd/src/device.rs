@@ -88,6 +88,10 @@ impl Default for DeviceConfig {
     }
 }
 
+/// The name of the platform device the driver is bound to (the M1's GPU
+/// node, `gpu@206400000`): the bus id SET_VERSION gives the master.
+pub const PLATFORM_DEVICE_NAME: &str = "206400000.gpu";
+
 /// The device state shared by all files.
 #[derive(Debug)]
 pub struct Device {
@@ -102,6 +106,11 @@ pub struct Device {
     next_file_id: AtomicU64,
     /// Objects by mmap offset, for mmap on the DRM file.
     objects: Mutex<HashMap<u64, Weak<GemObject>>>,
+    /// Objects by GEM_FLINK name (an entry whose object has no handle
+    /// left is dead, and removed when names are next handed out).
+    pub(crate) flink_names: Mutex<std::collections::BTreeMap<u32, Weak<GemObject>>>,
+    /// DRM master on the primary node.
+    pub(crate) masters: crate::auth::Masters,
     /// Where every submission is recorded, if capturing
     /// ([`Device::capture_to`], or the `AGX_KMD_CAPTURE` environment
     /// variable naming a file).
@@ -294,6 +303,8 @@ impl Device {
             scheduler,
             next_object_id: AtomicU64::new(1),
             next_file_id: AtomicU64::new(1),
+            flink_names: Mutex::default(),
+            masters: crate::auth::Masters::default(),
             objects: Mutex::new(HashMap::new()),
             capture: Mutex::new(None),
             config,

@@ -6,6 +6,7 @@
 //! [`Errno`] itself is the UAPI's (`agx_uapi::Errno`), shared with
 //! userspace. Only the ioctl dispatch (`file`) uses these conversions.
 
+use crate::auth::AuthError;
 use crate::export::PrimeError;
 use crate::gem::{BindObjectError, GemError, MmapError};
 use crate::params::ParamsError;
@@ -35,10 +36,10 @@ pub enum IoctlError {
         /// The ioctl number.
         nr: u32,
     },
-    /// A DRM core ioctl that Linux refuses on a render node (no
-    /// `DRM_RENDER_ALLOW`).
-    #[error("not allowed on a render node")]
-    NotOnRenderNode,
+    /// Permission, master and authentication checks, and the core
+    /// ioctls a driver without mode setting refuses.
+    #[error(transparent)]
+    Auth(#[from] AuthError),
     /// The firmware crashed: the GPU is gone.
     #[error("the GPU firmware has crashed")]
     DeviceGone,
@@ -112,7 +113,7 @@ impl IoctlError {
         match self {
             IoctlError::NotDrm { .. } => Errno::ENOTTY,
             IoctlError::UnknownIoctl { .. } => Errno::EINVAL,
-            IoctlError::NotOnRenderNode => Errno::EACCES,
+            IoctlError::Auth(e) => e.clone().into(),
             IoctlError::DeviceGone => Errno::ENODEV,
             IoctlError::UnsupportedCap { .. } => Errno::EOPNOTSUPP,
             IoctlError::IdsExhausted { .. } => Errno::ENOSPC,
@@ -218,7 +219,9 @@ impl From<GemError> for Errno {
             | GemError::ZeroSize
             | GemError::VmWithoutPrivate { .. }
             | GemError::CloseUnknownHandle { .. } => Errno::EINVAL,
-            GemError::NoSuchHandle { .. } | GemError::NoSuchVm { .. } => Errno::ENOENT,
+            GemError::NoSuchHandle { .. }
+            | GemError::NoSuchVm { .. }
+            | GemError::NoSuchName { .. } => Errno::ENOENT,
             GemError::OutOfMemory(_) | GemError::OverFileLimit { .. } => Errno::ENOMEM,
         }
     }
@@ -291,6 +294,28 @@ impl From<SchedError> for Errno {
         match e {
             SchedError::OutOfMemory(_) => Errno::ENOMEM,
             SchedError::Crashed => Errno::ENODEV,
+        }
+    }
+}
+
+impl From<AuthError> for Errno {
+    fn from(error: AuthError) -> Errno {
+        match error {
+            AuthError::NotRoot
+            | AuthError::NotAuthenticated
+            | AuthError::NotMaster
+            | AuthError::NotMasterProcess { .. }
+            | AuthError::NotOnRenderNode => Errno::EACCES,
+            AuthError::MasterBusy => Errno::EBUSY,
+            AuthError::NoMasterObject
+            | AuthError::NotCurrentMaster
+            | AuthError::UnknownMagic { .. }
+            | AuthError::BadVersion { .. }
+            | AuthError::NoSuchClient { .. }
+            | AuthError::Removed
+            | AuthError::NoModesettingGetfb2 => Errno::EINVAL,
+            AuthError::NoModesetting => Errno::EOPNOTSUPP,
+            AuthError::NoDumbBuffers => Errno::ENOSYS,
         }
     }
 }

@@ -12,7 +12,7 @@
 use std::collections::BTreeMap;
 use std::os::fd::{AsFd, IntoRawFd, OwnedFd};
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use agx_hw::addr::PhysAddr;
 use agx_uapi::asahi::{
@@ -29,6 +29,7 @@ use agx_uapi::drm::{
 use agx_uapi::ioctl::{ioc_dir, ioc_size_bytes, DRM_COMMAND_BASE, IOC_READ, IOC_WRITE};
 use zerocopy::{FromBytes, Immutable, IntoBytes};
 
+use crate::auth::{AuthError, Caller, FileAuth, IoctlFlags};
 use crate::device::Device;
 use crate::device::GEM_MEMFD_NAME;
 use crate::errno::{Errno, IoctlError};
@@ -44,6 +45,8 @@ use crate::vm::{lock_vm, BindError, BindOp, Vm, VmError};
 
 /// Driver name VERSION reports (clients check it).
 pub const DRIVER_NAME: &str = "asahi";
+/// Driver version VERSION reports (major, minor, patch level).
+pub const DRIVER_VERSION: (i32, i32, i32) = (1, 0, 0);
 /// Driver date VERSION reports.
 pub const DRIVER_DATE: &str = "20250101";
 /// Driver description VERSION reports.
@@ -63,23 +66,14 @@ struct FileState {
     next_queue: u32,
 }
 
-/// The kind of DRM node (minor) a file was opened through.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum NodeKind {
-    /// The primary node (`/dev/dri/card0`, minors 0..63): DRM master,
-    /// authentication and mode setting live here.
-    Primary,
-    /// The render node (`/dev/dri/renderD128`, minors 128..191): only
-    /// the ioctls marked `DRM_RENDER_ALLOW`.
-    Render,
-}
+pub use crate::auth::NodeKind;
 
-/// A size as drm_fdinfo_print_size prints it: in the largest of bytes,
-/// KiB and MiB that divides it.
+/// A size as the DRM core's fdinfo prints it: divided by 1024 while it is
+/// a non-zero multiple of it, at most twice (bytes, KiB or MiB).
 fn fdinfo_size(bytes: u64) -> String {
-    if bytes >= 1 << 20 && bytes % (1 << 20) == 0 {
+    if bytes >= 1 << 20 && bytes.is_multiple_of(1 << 20) {
         format!("{} MiB", bytes >> 20)
-    } else if bytes >= 1 << 10 && bytes % (1 << 10) == 0 {
+    } else if bytes >= 1 << 10 && bytes.is_multiple_of(1 << 10) {
         format!("{} KiB", bytes >> 10)
     } else {
         format!("{bytes}")
@@ -92,18 +86,23 @@ pub struct File {
     device: Arc<Device>,
     id: u64,
     node: NodeKind,
+    /// Master and authentication state.
+    auth: Arc<Mutex<FileAuth>>,
+    /// The GPU time its queues' work took.
+    usage: Arc<crate::stats::EngineUsage>,
     state: Mutex<FileState>,
     /// The GEM memory the file created, against its limit.
     memory: Arc<crate::gem::FileMemory>,
 }
 
-type Handler = fn(&File, &mut [u8]) -> Result<i32, IoctlError>;
+type Handler = fn(&File, &mut [u8], Caller) -> Result<i32, IoctlError>;
 
-/// One ioctl: its name, the kernel's request (direction and size) and
-/// the handler.
+/// One ioctl: its name, the kernel's request (direction and size), its
+/// permission flags and the handler.
 struct IoctlDef {
     name: &'static str,
     request: u32,
+    flags: IoctlFlags,
     handler: Handler,
 }
 
@@ -120,10 +119,22 @@ fn with<T: FromBytes + IntoBytes + Immutable>(
     result
 }
 
+/// A render-allowed ioctl (every asahi one, and the core ones a render
+/// client uses).
 const fn def(name: &'static str, request: u32, handler: Handler) -> Option<IoctlDef> {
+    def_flags(name, request, IoctlFlags::RENDER_ALLOW, handler)
+}
+
+const fn def_flags(
+    name: &'static str,
+    request: u32,
+    flags: IoctlFlags,
+    handler: Handler,
+) -> Option<IoctlDef> {
     Some(IoctlDef {
         name,
         request,
+        flags,
         handler,
     })
 }
@@ -131,107 +142,286 @@ const fn def(name: &'static str, request: u32, handler: Handler) -> Option<Ioctl
 /// The DRM core ioctls this device implements, by number.
 fn core_ioctl(nr: u32) -> Option<IoctlDef> {
     match nr {
-        drm::nr::VERSION => def("VERSION", drm::DRM_IOCTL_VERSION, |f, d| {
+        drm::nr::VERSION => def("VERSION", drm::DRM_IOCTL_VERSION, |f, d, _| {
             with(d, |v| f.version(v))
         }),
-        drm::nr::GEM_CLOSE => def("GEM_CLOSE", drm::DRM_IOCTL_GEM_CLOSE, |f, d| {
+        drm::nr::GEM_CLOSE => def("GEM_CLOSE", drm::DRM_IOCTL_GEM_CLOSE, |f, d, _| {
             with(d, |v| f.gem_close(v))
         }),
-        drm::nr::GET_CAP => def("GET_CAP", drm::DRM_IOCTL_GET_CAP, |f, d| {
+        drm::nr::GET_CAP => def("GET_CAP", drm::DRM_IOCTL_GET_CAP, |f, d, _| {
             with(d, |v| f.get_cap(v))
         }),
         drm::nr::PRIME_HANDLE_TO_FD => def(
             "PRIME_HANDLE_TO_FD",
             drm::DRM_IOCTL_PRIME_HANDLE_TO_FD,
-            |f, d| with(d, |v| f.prime_handle_to_fd(v)),
+            |f, d, _| with(d, |v| f.prime_handle_to_fd(v)),
         ),
         drm::nr::PRIME_FD_TO_HANDLE => def(
             "PRIME_FD_TO_HANDLE",
             drm::DRM_IOCTL_PRIME_FD_TO_HANDLE,
-            |f, d| with(d, |v| f.prime_fd_to_handle(v)),
+            |f, d, _| with(d, |v| f.prime_fd_to_handle(v)),
         ),
         drm::nr::SYNCOBJ_HANDLE_TO_FD => def(
             "SYNCOBJ_HANDLE_TO_FD",
             drm::DRM_IOCTL_SYNCOBJ_HANDLE_TO_FD,
-            |f, d| with(d, |v| f.syncobj_handle_to_fd(v)),
+            |f, d, _| with(d, |v| f.syncobj_handle_to_fd(v)),
         ),
         drm::nr::SYNCOBJ_FD_TO_HANDLE => def(
             "SYNCOBJ_FD_TO_HANDLE",
             drm::DRM_IOCTL_SYNCOBJ_FD_TO_HANDLE,
-            |f, d| with(d, |v| f.syncobj_fd_to_handle(v)),
+            |f, d, _| with(d, |v| f.syncobj_fd_to_handle(v)),
         ),
-        drm::nr::SYNCOBJ_CREATE => def("SYNCOBJ_CREATE", drm::DRM_IOCTL_SYNCOBJ_CREATE, |f, d| {
-            with(d, |v| f.syncobj_create(v))
-        }),
-        drm::nr::SYNCOBJ_DESTROY => {
-            def("SYNCOBJ_DESTROY", drm::DRM_IOCTL_SYNCOBJ_DESTROY, |f, d| {
-                with(d, |v| f.syncobj_destroy(v))
-            })
-        }
-        drm::nr::SYNCOBJ_WAIT => def("SYNCOBJ_WAIT", drm::DRM_IOCTL_SYNCOBJ_WAIT, |f, d| {
+        drm::nr::SYNCOBJ_CREATE => def(
+            "SYNCOBJ_CREATE",
+            drm::DRM_IOCTL_SYNCOBJ_CREATE,
+            |f, d, _| with(d, |v| f.syncobj_create(v)),
+        ),
+        drm::nr::SYNCOBJ_DESTROY => def(
+            "SYNCOBJ_DESTROY",
+            drm::DRM_IOCTL_SYNCOBJ_DESTROY,
+            |f, d, _| with(d, |v| f.syncobj_destroy(v)),
+        ),
+        drm::nr::SYNCOBJ_WAIT => def("SYNCOBJ_WAIT", drm::DRM_IOCTL_SYNCOBJ_WAIT, |f, d, _| {
             with(d, |v| f.syncobj_wait(v))
         }),
         drm::nr::SYNCOBJ_TIMELINE_WAIT => def(
             "SYNCOBJ_TIMELINE_WAIT",
             drm::DRM_IOCTL_SYNCOBJ_TIMELINE_WAIT,
-            |f, d| with(d, |v| f.syncobj_timeline_wait(v)),
+            |f, d, _| with(d, |v| f.syncobj_timeline_wait(v)),
         ),
-        drm::nr::SYNCOBJ_RESET => def("SYNCOBJ_RESET", drm::DRM_IOCTL_SYNCOBJ_RESET, |f, d| {
+        drm::nr::SYNCOBJ_RESET => def("SYNCOBJ_RESET", drm::DRM_IOCTL_SYNCOBJ_RESET, |f, d, _| {
             with(d, |v| f.syncobj_reset(v, false))
         }),
-        drm::nr::SYNCOBJ_SIGNAL => def("SYNCOBJ_SIGNAL", drm::DRM_IOCTL_SYNCOBJ_SIGNAL, |f, d| {
-            with(d, |v| f.syncobj_reset(v, true))
-        }),
-        drm::nr::SYNCOBJ_QUERY => def("SYNCOBJ_QUERY", drm::DRM_IOCTL_SYNCOBJ_QUERY, |f, d| {
+        drm::nr::SYNCOBJ_SIGNAL => def(
+            "SYNCOBJ_SIGNAL",
+            drm::DRM_IOCTL_SYNCOBJ_SIGNAL,
+            |f, d, _| with(d, |v| f.syncobj_reset(v, true)),
+        ),
+        drm::nr::SYNCOBJ_QUERY => def("SYNCOBJ_QUERY", drm::DRM_IOCTL_SYNCOBJ_QUERY, |f, d, _| {
             with(d, |v| f.syncobj_query(v))
         }),
         drm::nr::SYNCOBJ_TIMELINE_SIGNAL => def(
             "SYNCOBJ_TIMELINE_SIGNAL",
             drm::DRM_IOCTL_SYNCOBJ_TIMELINE_SIGNAL,
-            |f, d| with(d, |v| f.syncobj_timeline_signal(v)),
+            |f, d, _| with(d, |v| f.syncobj_timeline_signal(v)),
         ),
         drm::nr::SYNCOBJ_TRANSFER => def(
             "SYNCOBJ_TRANSFER",
             drm::DRM_IOCTL_SYNCOBJ_TRANSFER,
-            |f, d| with(d, |v| f.syncobj_transfer(v)),
+            |f, d, _| with(d, |v| f.syncobj_transfer(v)),
         ),
-        drm::nr::SYNCOBJ_EVENTFD => {
-            def("SYNCOBJ_EVENTFD", drm::DRM_IOCTL_SYNCOBJ_EVENTFD, |f, d| {
-                with(d, |v| f.syncobj_eventfd(v))
-            })
-        }
-        nr => render_denied(nr),
+        drm::nr::SYNCOBJ_EVENTFD => def(
+            "SYNCOBJ_EVENTFD",
+            drm::DRM_IOCTL_SYNCOBJ_EVENTFD,
+            |f, d, _| with(d, |v| f.syncobj_eventfd(v)),
+        ),
+        nr => primary_ioctl(nr),
     }
 }
 
-/// The DRM core ioctls Linux has but refuses on a render node (their
-/// table entries lack `DRM_RENDER_ALLOW`; drm_ioctl_permit answers
-/// EACCES), with the kernel's request (direction and size). As in
-/// drm_ioctl, the argument is copied in before the refusal and copied
-/// back after it, so a bad pointer is EFAULT.
-fn render_denied(nr: u32) -> Option<IoctlDef> {
-    use agx_uapi::ioctl::{ioc, IOC_NONE};
+/// The DRM core ioctls that are not render-allowed: the primary node's
+/// (master, authentication, flink names, the legacy queries) and the ones
+/// a driver without mode setting refuses, with their permission flags as
+/// in Linux's `drm_ioctls[]`.
+fn primary_ioctl(nr: u32) -> Option<IoctlDef> {
+    use agx_uapi::ioctl::ioc;
     const RW: u32 = IOC_READ | IOC_WRITE;
-    let (name, dir, size_bytes) = match nr {
-        0x01 => ("GET_UNIQUE", RW, 16),
-        0x02 => ("GET_MAGIC", IOC_READ, 4),
-        0x05 => ("GET_CLIENT", RW, 40),
-        0x06 => ("GET_STATS", IOC_READ, 248),
-        0x07 => ("SET_VERSION", RW, 16),
-        0x0a => ("GEM_FLINK", RW, 8),
-        0x0b => ("GEM_OPEN", RW, 16),
-        0x0d => ("SET_CLIENT_CAP", IOC_WRITE, 16),
-        0x10 => ("SET_UNIQUE", IOC_WRITE, 16),
-        0x11 => ("AUTH_MAGIC", IOC_WRITE, 4),
-        0x1e => ("SET_MASTER", IOC_NONE, 0),
-        0x1f => ("DROP_MASTER", IOC_NONE, 0),
-        0x3a => ("WAIT_VBLANK", RW, 24),
-        0x3b => ("CRTC_GET_SEQUENCE", RW, 24),
-        0x3c => ("CRTC_QUEUE_SEQUENCE", RW, 24),
+    const NONE: IoctlFlags = IoctlFlags::empty();
+    const ROOT_MASTER: IoctlFlags = IoctlFlags::AUTH
+        .union(IoctlFlags::MASTER)
+        .union(IoctlFlags::ROOT_ONLY);
+    match nr {
+        drm::nr::GET_UNIQUE => {
+            def_flags("GET_UNIQUE", drm::DRM_IOCTL_GET_UNIQUE, NONE, |f, d, _| {
+                with(d, |v| f.get_unique(v))
+            })
+        }
+        drm::nr::GET_MAGIC => def_flags("GET_MAGIC", drm::DRM_IOCTL_GET_MAGIC, NONE, |f, d, _| {
+            with(d, |v| f.get_magic(v))
+        }),
+        drm::nr::GET_CLIENT => {
+            def_flags("GET_CLIENT", drm::DRM_IOCTL_GET_CLIENT, NONE, |f, d, c| {
+                with(d, |v| f.get_client(v, c))
+            })
+        }
+        drm::nr::GET_STATS => def_flags("GET_STATS", drm::DRM_IOCTL_GET_STATS, NONE, |_, d, _| {
+            // Linux keeps no legacy statistics: all zero.
+            d.fill(0);
+            Ok(0)
+        }),
+        drm::nr::SET_VERSION => def_flags(
+            "SET_VERSION",
+            drm::DRM_IOCTL_SET_VERSION,
+            IoctlFlags::MASTER,
+            |f, d, _| with(d, |v| f.set_version(v)),
+        ),
+        drm::nr::GEM_FLINK => def_flags(
+            "GEM_FLINK",
+            drm::DRM_IOCTL_GEM_FLINK,
+            IoctlFlags::AUTH,
+            |f, d, _| with(d, |v| f.gem_flink(v)),
+        ),
+        drm::nr::GEM_OPEN => def_flags(
+            "GEM_OPEN",
+            drm::DRM_IOCTL_GEM_OPEN,
+            IoctlFlags::AUTH,
+            |f, d, _| with(d, |v| f.gem_open(v)),
+        ),
+        drm::nr::SET_CLIENT_CAP => def_flags(
+            "SET_CLIENT_CAP",
+            drm::DRM_IOCTL_SET_CLIENT_CAP,
+            NONE,
+            // Every client capability is a mode-setting one.
+            |_, _, _| Err(AuthError::NoModesetting.into()),
+        ),
+        drm::nr::SET_UNIQUE => def_flags(
+            "SET_UNIQUE",
+            drm::DRM_IOCTL_SET_UNIQUE,
+            ROOT_MASTER,
+            |_, _, _| Err(AuthError::Removed.into()),
+        ),
+        drm::nr::AUTH_MAGIC => def_flags(
+            "AUTH_MAGIC",
+            drm::DRM_IOCTL_AUTH_MAGIC,
+            IoctlFlags::MASTER,
+            |f, d, _| {
+                with(d, |v: &mut drm::Auth| {
+                    f.device.masters.auth_magic(&f.auth, v.magic)?;
+                    Ok(0)
+                })
+            },
+        ),
+        drm::nr::SET_MASTER => {
+            def_flags("SET_MASTER", drm::DRM_IOCTL_SET_MASTER, NONE, |f, _, c| {
+                f.device.masters.set_master(&f.auth, c)?;
+                Ok(0)
+            })
+        }
+        drm::nr::DROP_MASTER => def_flags(
+            "DROP_MASTER",
+            drm::DRM_IOCTL_DROP_MASTER,
+            NONE,
+            |f, _, c| {
+                f.device.masters.drop_master(&f.auth, c)?;
+                Ok(0)
+            },
+        ),
+        // The legacy lock and drawable ioctls: no-ops for a root master.
+        0x12 => def_flags("BLOCK", ioc(RW, b'd', 0x12, 4), ROOT_MASTER, |_, _, _| {
+            Ok(0)
+        }),
+        0x13 => def_flags("UNBLOCK", ioc(RW, b'd', 0x13, 4), ROOT_MASTER, |_, _, _| {
+            Ok(0)
+        }),
+        0x27 => def_flags(
+            "ADD_DRAW",
+            ioc(RW, b'd', 0x27, 4),
+            ROOT_MASTER,
+            |_, _, _| Ok(0),
+        ),
+        0x28 => def_flags("RM_DRAW", ioc(RW, b'd', 0x28, 4), ROOT_MASTER, |_, _, _| {
+            Ok(0)
+        }),
+        0x3f => def_flags(
+            "UPDATE_DRAW",
+            ioc(IOC_WRITE, b'd', 0x3f, 24),
+            ROOT_MASTER,
+            |_, _, _| Ok(0),
+        ),
+        0x2c => def_flags(
+            "FINISH",
+            ioc(IOC_WRITE, b'd', 0x2c, 8),
+            IoctlFlags::AUTH,
+            |_, _, _| Ok(0),
+        ),
+        0x3a => def_flags("WAIT_VBLANK", ioc(RW, b'd', 0x3a, 24), NONE, |_, _, _| {
+            Err(AuthError::NoModesetting.into())
+        }),
+        0x3b => def_flags(
+            "CRTC_GET_SEQUENCE",
+            ioc(RW, b'd', 0x3b, 24),
+            NONE,
+            |_, _, _| Err(AuthError::NoModesetting.into()),
+        ),
+        0x3c => def_flags(
+            "CRTC_QUEUE_SEQUENCE",
+            ioc(RW, b'd', 0x3c, 24),
+            NONE,
+            |_, _, _| Err(AuthError::NoModesetting.into()),
+        ),
+        _ => None,
+    }
+}
+
+/// A mode-setting ioctl (`0xA0..=0xD0` but for the syncobj ones): its
+/// name, flags and what a driver without `DRIVER_MODESET` (nor dumb
+/// buffers) answers, as the handlers in Linux 6.12 do. Their structs are
+/// not modelled: the argument moves as the caller's request says.
+fn mode_ioctl(nr: u32, request: u32) -> Option<IoctlDef> {
+    let no_modesetting: Handler = |_, _, _| Err(AuthError::NoModesetting.into());
+    let (name, flags, handler): (&'static str, IoctlFlags, Handler) = match nr {
+        0xA0 => ("MODE_GETRESOURCES", IoctlFlags::empty(), no_modesetting),
+        0xA1 => ("MODE_GETCRTC", IoctlFlags::empty(), no_modesetting),
+        0xA2 => ("MODE_SETCRTC", IoctlFlags::MASTER, no_modesetting),
+        0xA3 => ("MODE_CURSOR", IoctlFlags::MASTER, no_modesetting),
+        0xA4 => ("MODE_GETGAMMA", IoctlFlags::empty(), no_modesetting),
+        0xA5 => ("MODE_SETGAMMA", IoctlFlags::MASTER, no_modesetting),
+        0xA6 => ("MODE_GETENCODER", IoctlFlags::empty(), no_modesetting),
+        0xA7 => ("MODE_GETCONNECTOR", IoctlFlags::empty(), no_modesetting),
+        // drm_noop for the master.
+        0xA8 => ("MODE_ATTACHMODE", IoctlFlags::MASTER, |_, _, _| Ok(0)),
+        0xA9 => ("MODE_DETACHMODE", IoctlFlags::MASTER, |_, _, _| Ok(0)),
+        0xAA => ("MODE_GETPROPERTY", IoctlFlags::empty(), no_modesetting),
+        0xAB => ("MODE_SETPROPERTY", IoctlFlags::MASTER, no_modesetting),
+        0xAC => ("MODE_GETPROPBLOB", IoctlFlags::empty(), no_modesetting),
+        0xAD => ("MODE_GETFB", IoctlFlags::empty(), no_modesetting),
+        0xAE => ("MODE_ADDFB", IoctlFlags::empty(), no_modesetting),
+        0xAF => ("MODE_RMFB", IoctlFlags::empty(), no_modesetting),
+        0xB0 => ("MODE_PAGE_FLIP", IoctlFlags::MASTER, no_modesetting),
+        0xB1 => ("MODE_DIRTYFB", IoctlFlags::MASTER, no_modesetting),
+        0xB2 => ("MODE_CREATE_DUMB", IoctlFlags::empty(), |_, _, _| {
+            Err(AuthError::NoDumbBuffers.into())
+        }),
+        0xB3 => ("MODE_MAP_DUMB", IoctlFlags::empty(), |_, _, _| {
+            Err(AuthError::NoDumbBuffers.into())
+        }),
+        0xB4 => ("MODE_DESTROY_DUMB", IoctlFlags::empty(), |_, _, _| {
+            Err(AuthError::NoDumbBuffers.into())
+        }),
+        0xB5 => (
+            "MODE_GETPLANERESOURCES",
+            IoctlFlags::empty(),
+            no_modesetting,
+        ),
+        0xB6 => ("MODE_GETPLANE", IoctlFlags::empty(), no_modesetting),
+        0xB7 => ("MODE_SETPLANE", IoctlFlags::MASTER, no_modesetting),
+        0xB8 => ("MODE_ADDFB2", IoctlFlags::empty(), no_modesetting),
+        0xB9 => (
+            "MODE_OBJ_GETPROPERTIES",
+            IoctlFlags::empty(),
+            no_modesetting,
+        ),
+        0xBA => ("MODE_OBJ_SETPROPERTY", IoctlFlags::MASTER, no_modesetting),
+        0xBB => ("MODE_CURSOR2", IoctlFlags::MASTER, no_modesetting),
+        0xBC => ("MODE_ATOMIC", IoctlFlags::MASTER, no_modesetting),
+        0xBD => ("MODE_CREATEPROPBLOB", IoctlFlags::empty(), no_modesetting),
+        0xBE => ("MODE_DESTROYPROPBLOB", IoctlFlags::empty(), no_modesetting),
+        0xC6 => ("MODE_CREATE_LEASE", IoctlFlags::MASTER, no_modesetting),
+        0xC7 => ("MODE_LIST_LESSEES", IoctlFlags::MASTER, no_modesetting),
+        0xC8 => ("MODE_GET_LEASE", IoctlFlags::MASTER, no_modesetting),
+        0xC9 => ("MODE_REVOKE_LEASE", IoctlFlags::MASTER, no_modesetting),
+        // drm_mode_getfb2_ioctl answers EINVAL without mode setting.
+        0xCE => ("MODE_GETFB2", IoctlFlags::empty(), |_, _, _| {
+            Err(AuthError::NoModesettingGetfb2.into())
+        }),
+        0xD0 => ("MODE_CLOSEFB", IoctlFlags::empty(), no_modesetting),
         _ => return None,
     };
-    def(name, ioc(dir, b'd', nr, size_bytes), |_, _| {
-        Err(IoctlError::NotOnRenderNode)
+    Some(IoctlDef {
+        name,
+        request,
+        flags,
+        handler,
     })
 }
 
@@ -241,50 +431,54 @@ fn driver_ioctl(nr: u32) -> Option<IoctlDef> {
         asahi::nr::GET_PARAMS => def(
             "ASAHI_GET_PARAMS",
             asahi::DRM_IOCTL_ASAHI_GET_PARAMS,
-            |f, d| with(d, |v| f.get_params(v)),
+            |f, d, _| with(d, |v| f.get_params(v)),
         ),
-        asahi::nr::GET_TIME => def("ASAHI_GET_TIME", asahi::DRM_IOCTL_ASAHI_GET_TIME, |f, d| {
-            with(d, |v| f.get_time(v))
-        }),
+        asahi::nr::GET_TIME => def(
+            "ASAHI_GET_TIME",
+            asahi::DRM_IOCTL_ASAHI_GET_TIME,
+            |f, d, _| with(d, |v| f.get_time(v)),
+        ),
         asahi::nr::VM_CREATE => def(
             "ASAHI_VM_CREATE",
             asahi::DRM_IOCTL_ASAHI_VM_CREATE,
-            |f, d| with(d, |v| f.vm_create(v)),
+            |f, d, _| with(d, |v| f.vm_create(v)),
         ),
         asahi::nr::VM_DESTROY => def(
             "ASAHI_VM_DESTROY",
             asahi::DRM_IOCTL_ASAHI_VM_DESTROY,
-            |f, d| with(d, |v| f.vm_destroy(v)),
+            |f, d, _| with(d, |v| f.vm_destroy(v)),
         ),
-        asahi::nr::VM_BIND => def("ASAHI_VM_BIND", asahi::DRM_IOCTL_ASAHI_VM_BIND, |f, d| {
-            with(d, |v| f.vm_bind(v))
-        }),
+        asahi::nr::VM_BIND => def(
+            "ASAHI_VM_BIND",
+            asahi::DRM_IOCTL_ASAHI_VM_BIND,
+            |f, d, _| with(d, |v| f.vm_bind(v)),
+        ),
         asahi::nr::GEM_CREATE => def(
             "ASAHI_GEM_CREATE",
             asahi::DRM_IOCTL_ASAHI_GEM_CREATE,
-            |f, d| with(d, |v| f.gem_create(v)),
+            |f, d, _| with(d, |v| f.gem_create(v)),
         ),
         asahi::nr::QUEUE_CREATE => def(
             "ASAHI_QUEUE_CREATE",
             asahi::DRM_IOCTL_ASAHI_QUEUE_CREATE,
-            |f, d| with(d, |v| f.queue_create(v)),
+            |f, d, _| with(d, |v| f.queue_create(v)),
         ),
         asahi::nr::QUEUE_DESTROY => def(
             "ASAHI_QUEUE_DESTROY",
             asahi::DRM_IOCTL_ASAHI_QUEUE_DESTROY,
-            |f, d| with(d, |v| f.queue_destroy(v)),
+            |f, d, _| with(d, |v| f.queue_destroy(v)),
         ),
         asahi::nr::GEM_BIND_OBJECT => def(
             "ASAHI_GEM_BIND_OBJECT",
             asahi::DRM_IOCTL_ASAHI_GEM_BIND_OBJECT,
-            |f, d| with(d, |v| f.gem_bind_object(v)),
+            |f, d, _| with(d, |v| f.gem_bind_object(v)),
         ),
         asahi::nr::GEM_MMAP_OFFSET => def(
             "ASAHI_GEM_MMAP_OFFSET",
             asahi::DRM_IOCTL_ASAHI_GEM_MMAP_OFFSET,
-            |f, d| with(d, |v| f.gem_mmap_offset(v)),
+            |f, d, _| with(d, |v| f.gem_mmap_offset(v)),
         ),
-        asahi::nr::SUBMIT => def("ASAHI_SUBMIT", asahi::DRM_IOCTL_ASAHI_SUBMIT, |f, d| {
+        asahi::nr::SUBMIT => def("ASAHI_SUBMIT", asahi::DRM_IOCTL_ASAHI_SUBMIT, |f, d, _| {
             with(d, |v| f.submit(v))
         }),
         _ => None,
@@ -294,15 +488,21 @@ fn driver_ioctl(nr: u32) -> Option<IoctlDef> {
 impl File {
     /// Opens a DRM file on `device` (an open of its render node).
     pub fn open(device: &Arc<Device>) -> File {
-        File::new(Arc::clone(device), NodeKind::Render)
+        File::open_node(device, NodeKind::Render)
     }
 
-    /// Opens a DRM file on `device` through its `node`.
+    /// Opens a DRM file on `device` through its `node`, for this process.
     pub fn open_node(device: &Arc<Device>, node: NodeKind) -> File {
-        File::new(Arc::clone(device), node)
+        File::open_node_as(device, node, Caller::current())
     }
 
-    pub(crate) fn new(device: Arc<Device>, node: NodeKind) -> File {
+    /// Opens a DRM file on `device` through its `node`, for `caller`.
+    pub fn open_node_as(device: &Arc<Device>, node: NodeKind, caller: Caller) -> File {
+        File::new(Arc::clone(device), node, caller)
+    }
+
+    pub(crate) fn new(device: Arc<Device>, node: NodeKind, caller: Caller) -> File {
+        let auth = device.masters.open(node, caller);
         device.counters.files.fetch_add(1, Ordering::Relaxed);
         let id = device.next_file_id();
         let memory = Arc::new(crate::gem::FileMemory::new(
@@ -313,6 +513,8 @@ impl File {
             device,
             id,
             node,
+            auth,
+            usage: Arc::default(),
             state: Mutex::new(FileState {
                 next_handle: 1,
                 next_vm: 1,
@@ -339,22 +541,35 @@ impl File {
         self.id
     }
 
-    /// What Linux prints for the file in `/proc/<pid>/fdinfo/<fd>` below
-    /// the generic lines: the DRM core's `drm-driver` and `drm-client-id`,
-    /// and the memory its handles name (`drm_show_memory_stats`).
+    /// What the file's `/proc/<pid>/fdinfo/<fd>` shows below the generic
+    /// lines, in the DRM core's format (`drm-usage-stats`): the driver
+    /// and client id `drm_show_fdinfo` prints, the GPU time of the file's
+    /// work per engine, and the memory its handles name as
+    /// `drm_print_memory_stats` counts it (an object with handles in more
+    /// than one file is shared; no object is reported active, as objects
+    /// carry no fences here).
     pub fn fdinfo(&self) -> String {
-        let mut text = format!(
-            "drm-driver:\t{DRIVER_NAME}\ndrm-client-id:\t{}\n",
-            self.id
-        );
-        let total_bytes: u64 = self
-            .state()
-            .handles
-            .values()
-            .map(|object| object.size_bytes())
-            .sum();
-        for key in ["total", "resident"] {
-            text.push_str(&format!("drm-{key}-memory:\t{}\n", fdinfo_size(total_bytes)));
+        let mut text = format!("drm-driver:\t{DRIVER_NAME}\ndrm-client-id:\t{}\n", self.id);
+        for (engine, ns) in crate::stats::EngineUsage::ENGINES
+            .iter()
+            .zip(self.usage.busy_ns())
+        {
+            text.push_str(&format!("drm-engine-{engine}:\t{ns} ns\n"));
+        }
+        let (mut private_bytes, mut shared_bytes) = (0, 0);
+        for object in self.state().handles.values() {
+            if object.handle_count() > 1 {
+                shared_bytes += object.size_bytes();
+            } else {
+                private_bytes += object.size_bytes();
+            }
+        }
+        for (key, bytes) in [
+            ("total", private_bytes + shared_bytes),
+            ("shared", shared_bytes),
+            ("active", 0),
+        ] {
+            text.push_str(&format!("drm-{key}-memory:\t{}\n", fdinfo_size(bytes)));
         }
         text
     }
@@ -446,24 +661,59 @@ impl File {
     /// user pointer to the argument struct. Returns the ioctl's
     /// non-negative result or the errno.
     pub fn ioctl(&self, request: u64, arg: u64) -> Result<i32, Errno> {
-        let mut name = "?";
-        self.dispatch(request, arg, &mut name).map_err(|error| {
-            // What drm/asahi and the DRM core print with drm_dbg: which
-            // ioctl, from which file, and why.
-            let errno = error.errno();
-            tracing::debug!(
-                ioctl = name,
-                request = format_args!("{request:#x}"),
-                file = self.id,
-                errno = errno.name(),
-                %error,
-                "ioctl refused"
-            );
-            errno
-        })
+        self.ioctl_as(None, request, arg)
     }
 
-    fn dispatch(&self, request: u64, arg: u64, name: &mut &'static str) -> Result<i32, IoctlError> {
+    /// [`File::ioctl`] on behalf of `caller` (`None`: this process's
+    /// current thread), whose identity the primary node's permission
+    /// checks use.
+    pub fn ioctl_as(&self, caller: Option<Caller>, request: u64, arg: u64) -> Result<i32, Errno> {
+        let mut name = "?";
+        self.dispatch(caller, request, arg, &mut name)
+            .map_err(|error| {
+                // What drm/asahi and the DRM core print with drm_dbg: which
+                // ioctl, from which file, and why.
+                let errno = error.errno();
+                tracing::debug!(
+                    ioctl = name,
+                    request = format_args!("{request:#x}"),
+                    file = self.id,
+                    errno = errno.name(),
+                    %error,
+                    "ioctl refused"
+                );
+                errno
+            })
+    }
+
+    /// `drm_ioctl_permit`: the caller, if the ioctl's flags let it through
+    /// on this file.
+    fn permit(&self, flags: IoctlFlags, caller: Option<Caller>) -> Result<Caller, IoctlError> {
+        let caller = caller.unwrap_or_else(Caller::current);
+        if self.node == NodeKind::Render {
+            // A render file has no master: only the flag matters (every
+            // other check a non-render-allowed ioctl fails also gives
+            // EACCES), and the device's master lock is not taken.
+            if !flags.contains(IoctlFlags::RENDER_ALLOW) {
+                return Err(AuthError::NotOnRenderNode.into());
+            }
+            return Ok(caller);
+        }
+        self.device.masters.permit(&self.auth, flags, caller)?;
+        Ok(caller)
+    }
+
+    fn lock_auth(&self) -> MutexGuard<'_, FileAuth> {
+        self.auth.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn dispatch(
+        &self,
+        caller: Option<Caller>,
+        request: u64,
+        arg: u64,
+        name: &mut &'static str,
+    ) -> Result<i32, IoctlError> {
         // ioctl(2) takes the request as an unsigned int: the upper bits
         // of a 64-bit value never reach the driver.
         let request = request as u32;
@@ -481,20 +731,7 @@ impl File {
             }
             driver_ioctl(nr - DRM_COMMAND_BASE)
         } else {
-            core_ioctl(nr).or_else(|| {
-                // The rest of 0xA0..=0xD0 is mode setting: Linux has
-                // those ioctls, and none is allowed on a render node.
-                // Their structs are not modelled: the argument moves as
-                // the request says.
-                // The syncobj ioctls among them are render-allowed:
-                // one this device lacks stays unknown (EINVAL).
-                let syncobj = matches!(nr, 0xBF..=0xC5 | 0xCA..=0xCD | 0xCF);
-                ((0xA0..=0xD0).contains(&nr) && !syncobj).then_some(IoctlDef {
-                    name: "MODE",
-                    request,
-                    handler: |_, _| Err(IoctlError::NotOnRenderNode),
-                })
-            })
+            core_ioctl(nr).or_else(|| mode_ioctl(nr, request))
         }
         .ok_or(IoctlError::UnknownIoctl { nr })?;
         *name = def.name;
@@ -505,7 +742,9 @@ impl File {
         let kernel_size = ioc_size_bytes(def.request);
         let mut data = vec![0u8; kernel_size.max(in_size).max(out_size)];
         copy_from_user(&mut data[..in_size], arg)?;
-        let result = (def.handler)(self, &mut data);
+        let result = self
+            .permit(def.flags, caller)
+            .and_then(|caller| (def.handler)(self, &mut data, caller));
         copy_to_user(arg, &data[..out_size])?;
         result
     }
@@ -513,9 +752,7 @@ impl File {
     // ---- DRM core ------------------------------------------------------
 
     fn version(&self, v: &mut Version) -> Result<i32, IoctlError> {
-        v.version_major = 1;
-        v.version_minor = 0;
-        v.version_patchlevel = 0;
+        (v.version_major, v.version_minor, v.version_patchlevel) = DRIVER_VERSION;
         for (len, ptr, text) in [
             (&mut v.name_len, v.name, DRIVER_NAME),
             (&mut v.date_len, v.date, DRIVER_DATE),
@@ -527,6 +764,97 @@ impl File {
                 copy_to_user(ptr, &text.as_bytes()[..copy])?;
             }
         }
+        Ok(0)
+    }
+
+    fn get_unique(&self, u: &mut drm::Unique) -> Result<i32, IoctlError> {
+        let unique = self.lock_auth().unique();
+        if u.unique_len >= unique.len() as u64 && !unique.is_empty() {
+            copy_to_user(u.unique, unique.as_bytes())?;
+        }
+        u.unique_len = unique.len() as u64;
+        Ok(0)
+    }
+
+    fn get_magic(&self, a: &mut drm::Auth) -> Result<i32, IoctlError> {
+        a.magic = FileAuth::get_magic(&self.auth)?;
+        Ok(0)
+    }
+
+    fn get_client(&self, c: &mut drm::Client, caller: Caller) -> Result<i32, IoctlError> {
+        // Since Linux 4.x only the caller itself can be asked about.
+        if c.idx != 0 {
+            return Err(AuthError::NoSuchClient { idx: c.idx }.into());
+        }
+        c.auth = i32::from(self.lock_auth().authenticated());
+        c.pid = u64::from(caller.tid);
+        // overflowuid: the uid is not reported.
+        c.uid = 65534;
+        c.magic = 0;
+        c.iocs = 0;
+        Ok(0)
+    }
+
+    fn set_version(&self, v: &mut drm::SetVersion) -> Result<i32, IoctlError> {
+        let result = self.lock_auth().set_version(
+            (v.drm_di_major, v.drm_di_minor),
+            (v.drm_dd_major, v.drm_dd_minor),
+            (DRIVER_VERSION.0, DRIVER_VERSION.1),
+            crate::device::PLATFORM_DEVICE_NAME,
+        );
+        // The versions in effect are written back whatever the outcome.
+        (v.drm_di_major, v.drm_di_minor) = crate::auth::interface_version();
+        (v.drm_dd_major, v.drm_dd_minor) = (DRIVER_VERSION.0, DRIVER_VERSION.1);
+        result?;
+        Ok(0)
+    }
+
+    fn gem_flink(&self, g: &mut drm::GemFlink) -> Result<i32, IoctlError> {
+        let object = self
+            .object(g.handle)
+            .ok_or(GemError::NoSuchHandle { handle: g.handle })?;
+        let mut names = self
+            .device
+            .flink_names
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if let Some(name) = object.flink_name() {
+            g.name = name;
+            return Ok(0);
+        }
+        // Names whose objects lost their last handle are free again.
+        names.retain(|&name, entry| {
+            entry
+                .upgrade()
+                .is_some_and(|o| o.flink_name() == Some(name))
+        });
+        let name = (1..=u32::MAX)
+            .find(|n| !names.contains_key(n))
+            .ok_or(IoctlError::IdsExhausted { kind: "flink name" })?;
+        names.insert(name, Arc::downgrade(&object));
+        object.set_flink_name(name);
+        g.name = name;
+        Ok(0)
+    }
+
+    fn gem_open(&self, o: &mut drm::GemOpen) -> Result<i32, IoctlError> {
+        let object = self
+            .device
+            .flink_names
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&o.name)
+            .and_then(Weak::upgrade)
+            .filter(|object| object.flink_name() == Some(o.name))
+            .ok_or(GemError::NoSuchName { name: o.name })?;
+        let mut state = self.state();
+        let state = &mut *state;
+        // A new handle every time, even to an object the file has one to.
+        let handle = take_id(&state.handles, &mut state.next_handle, "GEM handle")?;
+        object.handle_opened();
+        o.size = object.size_bytes();
+        state.handles.insert(handle, object);
+        o.handle = handle;
         Ok(0)
     }
 
@@ -549,12 +877,17 @@ impl File {
             return Err(GemError::MustBeZero { field: "pad" }.into());
         }
         let removed = self.state().handles.remove(&close.handle);
-        removed.map(|_| 0).ok_or_else(|| {
-            GemError::CloseUnknownHandle {
-                handle: close.handle,
-            }
-            .into()
-        })
+        removed
+            .map(|object| {
+                object.handle_closed();
+                0
+            })
+            .ok_or_else(|| {
+                GemError::CloseUnknownHandle {
+                    handle: close.handle,
+                }
+                .into()
+            })
     }
 
     // ---- asahi ---------------------------------------------------------
@@ -734,6 +1067,7 @@ impl File {
         let mut state = self.state();
         let state = &mut *state;
         let handle = take_id(&state.handles, &mut state.next_handle, "GEM handle")?;
+        object.handle_opened();
         state.handles.insert(handle, object);
         c.handle = handle;
         Ok(0)
@@ -1071,6 +1405,7 @@ impl File {
         }
         let state = &mut *state;
         let handle = take_id(&state.handles, &mut state.next_handle, "GEM handle")?;
+        object.handle_opened();
         state.handles.insert(handle, object);
         Ok(handle)
     }
@@ -1307,6 +1642,7 @@ impl File {
             priority,
             c.usc_exec_base,
             Arc::clone(&self.device.scheduler),
+            Arc::clone(&self.usage),
         )?;
         state.queues.insert(id, Arc::new(queue));
         c.queue_id = id;
@@ -1525,6 +1861,10 @@ impl File {
 
 impl Drop for File {
     fn drop(&mut self) {
+        self.device.masters.release(&self.auth);
+        for object in self.state().handles.values() {
+            object.handle_closed();
+        }
         self.device.counters.files.fetch_sub(1, Ordering::Relaxed);
     }
 }

@@ -100,6 +100,11 @@ pub struct GemObject {
     private_vm: Option<VmKey>,
     memory: Arc<PhysRange>,
     counters: Arc<Counters>,
+    /// Handles to it in all files: its flink name lives while there is
+    /// one (`drm_gem_object.handle_count`).
+    handle_count: std::sync::atomic::AtomicU32,
+    /// Its device-wide GEM_FLINK name (0: none).
+    flink_name: std::sync::atomic::AtomicU32,
     /// What the object costs the file that created (or imported) it.
     _charge: Charge,
 }
@@ -121,8 +126,40 @@ impl GemObject {
             private_vm,
             memory,
             counters,
+            handle_count: std::sync::atomic::AtomicU32::new(0),
+            flink_name: std::sync::atomic::AtomicU32::new(0),
             _charge: charge,
         }
+    }
+
+    /// A file made a handle to it.
+    pub(crate) fn handle_opened(&self) {
+        self.handle_count.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A file closed a handle to it; with the last one its flink name
+    /// goes (`drm_gem_object_handle_free`).
+    pub(crate) fn handle_closed(&self) {
+        if self.handle_count.fetch_sub(1, Ordering::Relaxed) == 1 {
+            self.flink_name.store(0, Ordering::Relaxed);
+        }
+    }
+
+    /// Handles to it in all files.
+    pub fn handle_count(&self) -> u32 {
+        self.handle_count.load(Ordering::Relaxed)
+    }
+
+    /// Its flink name, if it has one.
+    pub(crate) fn flink_name(&self) -> Option<u32> {
+        match self.flink_name.load(Ordering::Relaxed) {
+            0 => None,
+            name => Some(name),
+        }
+    }
+
+    pub(crate) fn set_flink_name(&self, name: u32) {
+        self.flink_name.store(name, Ordering::Relaxed);
     }
 
     /// The device-wide id.
@@ -274,6 +311,12 @@ pub enum GemError {
     NoSuchHandle {
         /// The handle.
         handle: u32,
+    },
+    /// GEM_OPEN of a name no live object has.
+    #[error("no object named {name}")]
+    NoSuchName {
+        /// The name.
+        name: u32,
     },
     /// GEM_CLOSE of a handle that does not exist (Linux: EINVAL).
     #[error("GEM_CLOSE of unknown handle {handle}")]

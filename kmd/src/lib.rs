@@ -23,6 +23,7 @@
 //! memfds) and `uaccess` (copying from and to user pointers).
 #![deny(unsafe_code)]
 
+pub mod auth;
 pub mod device;
 pub mod errno;
 pub mod export;

@@ -70,8 +70,10 @@ impl Queue {
         priority: Priority,
         usc_exec_base: u64,
         scheduler: Arc<Scheduler>,
+        usage: Arc<crate::stats::EngineUsage>,
     ) -> Result<Queue, crate::sched::SchedError> {
-        let sched_id = scheduler.create_queue(Arc::clone(&vm), priority as u32, usc_exec_base)?;
+        let sched_id =
+            scheduler.create_queue(Arc::clone(&vm), priority as u32, usc_exec_base, usage)?;
         Ok(Queue {
             id,
             vm,

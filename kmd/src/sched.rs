@@ -176,6 +176,8 @@ struct QueueHw {
     firmware_allocations: Vec<u64>,
     /// An InitBuffer must precede the next render.
     tvb_dirty: bool,
+    /// Where its GPU time is counted (its file's).
+    usage: Arc<crate::stats::EngineUsage>,
 }
 
 /// Something in-flight work keeps alive.
@@ -427,6 +429,7 @@ impl Scheduler {
         vm: Arc<Mutex<Vm>>,
         uapi_priority: u32,
         usc_exec_base: u64,
+        usage: Arc<crate::stats::EngineUsage>,
     ) -> Result<u64, SchedError> {
         if self.crashed() {
             return Err(SchedError::Crashed);
@@ -488,6 +491,7 @@ impl Scheduler {
                 cancelled_at: None,
                 firmware_allocations: Vec::new(),
                 tvb_dirty: true,
+                usage,
             };
             for stage in &queue.stages {
                 let mut wq = WorkQueueInfo {
@@ -814,10 +818,21 @@ impl Scheduler {
         let view = &self.link.view;
         while let Ok(Some(bytes)) = self.link.init_data.stats.pop(view) {
             if let Ok(msg) = StatsMsg::read_from_bytes(&bytes) {
-                if let Some(stage) = state.stats.gpu_runs.get_mut(msg.pipe_type as usize) {
+                let pipe = msg.pipe_type as usize;
+                let ns = msg.end_ns.saturating_sub(msg.start_ns);
+                if let Some(stage) = state.stats.gpu_runs.get_mut(pipe) {
                     *stage += 1;
-                    state.stats.gpu_busy_ns[msg.pipe_type as usize] +=
-                        msg.end_ns.saturating_sub(msg.start_ns);
+                    state.stats.gpu_busy_ns[pipe] += ns;
+                }
+                // The queue whose stage holds the command's event slot
+                // (it holds it until the command retires, and retiring
+                // drains these messages first).
+                if let Some(queue) = state
+                    .queues
+                    .values()
+                    .find(|q| q.stages.get(pipe).is_some_and(|s| s.slot == Some(msg.slot)))
+                {
+                    queue.usage.add(pipe, ns);
                 }
             }
         }
@@ -980,6 +995,9 @@ impl Scheduler {
         if self.drain_events(state) {
             return;
         }
+        // So are the statistics of the commands that stamped: counted
+        // while their queues still hold the slots.
+        self.drain_stats(state);
         let mut index = 0;
         while index < state.running.len() {
             let done = state.running[index]

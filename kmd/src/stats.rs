@@ -31,3 +31,28 @@ pub struct Stats {
     /// Kernel pages in use (page tables).
     pub kernel_pages: u64,
 }
+
+/// GPU time one DRM file's work took, per engine: what its fdinfo reports
+/// as `drm-engine-<name>`.
+#[derive(Debug, Default)]
+pub struct EngineUsage {
+    busy_ns: [AtomicU64; 3],
+}
+
+impl EngineUsage {
+    /// The engines, in the firmware's pipe order, by their fdinfo names.
+    pub const ENGINES: [&'static str; 3] = ["vertex", "fragment", "compute"];
+
+    pub(crate) fn add(&self, engine: usize, ns: u64) {
+        if let Some(total) = self.busy_ns.get(engine) {
+            total.fetch_add(ns, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    /// GPU time so far per engine (in [`EngineUsage::ENGINES`] order), in ns.
+    pub fn busy_ns(&self) -> [u64; 3] {
+        self.busy_ns
+            .each_ref()
+            .map(|t| t.load(std::sync::atomic::Ordering::Relaxed))
+    }
+}

@@ -74,6 +74,24 @@ impl fmt::Display for GrowthPolicy {
     }
 }
 
+/// A policy name that is not one of `asahi`, `demand`, `sync`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown growth policy {0:?} (asahi, demand, sync)")]
+pub struct UnknownPolicy(pub String);
+
+impl std::str::FromStr for GrowthPolicy {
+    type Err = UnknownPolicy;
+
+    fn from_str(name: &str) -> Result<GrowthPolicy, UnknownPolicy> {
+        match name {
+            "asahi" => Ok(GrowthPolicy::Asahi),
+            "demand" => Ok(GrowthPolicy::Demand),
+            "sync" => Ok(GrowthPolicy::Sync),
+            _ => Err(UnknownPolicy(name.to_string())),
+        }
+    }
+}
+
 /// What the firmware reports about a finished render.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct RenderReport {

@@ -21,10 +21,10 @@ use agx_firmware_sim::firmware::SimulatedCoprocessor;
 /// scheduler, parameter-buffer statistics).
 pub use agx_kmd as kmd;
 pub use agx_kmd::device::ProbeError;
+pub use agx_kmd::file::NodeKind;
 pub use agx_kmd::mem::AllocError;
 use agx_kmd::mem::Ram;
 pub use agx_kmd::tvb::GrowthPolicy;
-pub use agx_kmd::file::NodeKind;
 pub use agx_kmd::{Device, DeviceConfig, File, Stats};
 
 /// How to build a machine.
@@ -97,13 +97,45 @@ fn env_number<T: std::str::FromStr>(
     }
 }
 
+fn nonzero<T: PartialEq + Default + ToString>(
+    variable: &'static str,
+    value: T,
+    expected: &'static str,
+) -> Result<T, ConfigError> {
+    if value == T::default() {
+        return Err(ConfigError {
+            variable,
+            value: value.to_string(),
+            expected,
+        });
+    }
+    Ok(value)
+}
+
 impl SystemConfig {
-    /// `self` with what the environment overrides: `AGX_WORK_BUDGET_UNITS`
-    /// (the watchdog's work budget per submission),
-    /// `AGX_COMMAND_TIMEOUT_MS` (its host-time last resort) and
-    /// `AGX_FILE_MEMORY_LIMIT_BYTES` (the GEM memory one file may hold).
+    /// `self` with what the environment overrides, one variable per
+    /// field: `AGX_RAM_BYTES`, `AGX_TVB_POLICY` (`asahi`, `demand` or
+    /// `sync`), `AGX_TVB_INITIAL_BLOCKS`, `AGX_WORK_BUDGET_UNITS` (the
+    /// watchdog's work budget per submission), `AGX_COMMAND_TIMEOUT_MS`
+    /// (its host-time last resort), `AGX_FILE_MEMORY_LIMIT_BYTES` (the GEM
+    /// memory one file may hold) and `AGX_GPU_THREADS`. A variable that is
+    /// set but does not parse (or is zero where zero is meaningless) is an
+    /// error naming it.
     pub fn with_env(self) -> Result<SystemConfig, ConfigError> {
         let mut config = self;
+        if let Some(bytes) = env_number("AGX_RAM_BYTES", "a non-zero number of bytes")? {
+            config.ram_bytes = nonzero("AGX_RAM_BYTES", bytes, "a non-zero number of bytes")?;
+        }
+        if let Ok(value) = std::env::var("AGX_TVB_POLICY") {
+            config.tvb_policy = value.trim().parse().map_err(|_| ConfigError {
+                variable: "AGX_TVB_POLICY",
+                value,
+                expected: "one of asahi, demand, sync",
+            })?;
+        }
+        if let Some(blocks) = env_number("AGX_TVB_INITIAL_BLOCKS", "a number of blocks")? {
+            config.tvb_initial_blocks = blocks;
+        }
         if let Some(units) = env_number("AGX_WORK_BUDGET_UNITS", "a number of work units")? {
             config.work_budget_units = units;
         }
@@ -112,6 +144,10 @@ impl SystemConfig {
         }
         if let Some(bytes) = env_number("AGX_FILE_MEMORY_LIMIT_BYTES", "a number of bytes")? {
             config.file_memory_limit_bytes = bytes;
+        }
+        if let Some(threads) = env_number("AGX_GPU_THREADS", "a non-zero number of threads")? {
+            config.gpu_threads =
+                nonzero("AGX_GPU_THREADS", threads, "a non-zero number of threads")?;
         }
         Ok(config)
     }

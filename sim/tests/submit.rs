@@ -1031,3 +1031,44 @@ fn closing_the_device_with_work_on_the_gpu_does_not_wait_for_it() {
     );
     assert!(fence.status().is_some(), "the fence was signalled");
 }
+
+/// A file's fdinfo counts the GPU time of its own work per engine (by the
+/// firmware's statistics, before its fence signals), and the memory its
+/// handles name; another file's stays at zero.
+#[test_log::test]
+fn each_files_gpu_time_and_memory_are_in_its_fdinfo() {
+    let gpu = Gpu::new();
+    let other = gpu.system.open();
+    let out = gpu.submit(gpu.queue, &[], &empty_compute().repeat(10));
+    assert_eq!(gpu.wait(out), None);
+    let value = |text: &str, key: &str| -> String {
+        text.lines()
+            .find_map(|line| line.strip_prefix(&format!("{key}:\t")))
+            .unwrap_or_else(|| panic!("no {key} in {text}"))
+            .to_string()
+    };
+    let ns = |text: &str, engine: &str| -> u64 {
+        value(text, &format!("drm-engine-{engine}"))
+            .strip_suffix(" ns")
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("{engine} in {text}"))
+    };
+    let mine = gpu.file.fdinfo();
+    assert_eq!(value(&mine, "drm-driver"), "asahi");
+    assert!(ns(&mine, "compute") > 0, "{mine}");
+    assert_eq!(
+        (ns(&mine, "vertex"), ns(&mine, "fragment")),
+        (0, 0),
+        "{mine}"
+    );
+    // The control-stream buffer, 1 MiB.
+    assert_eq!(value(&mine, "drm-total-memory"), "1 MiB");
+    assert_eq!(value(&mine, "drm-shared-memory"), "0");
+    let theirs = other.fdinfo();
+    assert_ne!(
+        value(&theirs, "drm-client-id"),
+        value(&mine, "drm-client-id")
+    );
+    assert_eq!(ns(&theirs, "compute"), 0, "{theirs}");
+    assert_eq!(value(&theirs, "drm-total-memory"), "0");
+}

@@ -17,7 +17,7 @@ use bitflags::bitflags;
 use zerocopy::{FromBytes, FromZeros, Immutable, IntoBytes, KnownLayout};
 
 use crate::assert_layout;
-use crate::ioctl::{drm_iow, drm_iowr};
+use crate::ioctl::{drm_io, drm_ior, drm_iow, drm_iowr};
 
 /// `DRM_CAP_DUMB_BUFFER`.
 pub const DRM_CAP_DUMB_BUFFER: u64 = 0x1;
@@ -167,6 +167,112 @@ pub struct GetCap {
     /// One of the `DRM_CAP_*` constants.
     pub capability: u64,
     /// Returned: the capability's value.
+    pub value: u64,
+}
+
+/// `drm_unique`: argument of `GET_UNIQUE` (and the removed `SET_UNIQUE`).
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+#[repr(C)]
+pub struct Unique {
+    /// In: size of the `unique` buffer; out: length of the bus id.
+    pub unique_len: u64,
+    /// User pointer to the bus id buffer.
+    pub unique: u64,
+}
+
+/// `drm_auth`: argument of `GET_MAGIC` and `AUTH_MAGIC`.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+#[repr(C)]
+pub struct Auth {
+    /// The authentication token.
+    pub magic: u32,
+}
+
+/// `drm_client`: argument of `GET_CLIENT`.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+#[repr(C)]
+pub struct Client {
+    /// Which client (only 0, the caller, since Linux 4.x).
+    pub idx: i32,
+    /// Returned: whether the file is authenticated.
+    pub auth: i32,
+    /// Returned: the calling thread's id.
+    pub pid: u64,
+    /// Returned: the overflow uid (65534).
+    pub uid: u64,
+    /// Returned: 0.
+    pub magic: u64,
+    /// Returned: 0.
+    pub iocs: u64,
+}
+
+/// `drm_stats`: argument of `GET_STATS` (Linux returns it zeroed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
+#[repr(C)]
+pub struct Stats {
+    /// Returned: how many counters follow (0).
+    pub count: u64,
+    /// The counters: (value, type, padding) triples.
+    pub data: [u64; 30],
+}
+
+/// `drm_set_version`: argument of `SET_VERSION`.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+#[repr(C)]
+pub struct SetVersion {
+    /// In: the interface major version wanted (-1: none); out: 1.
+    pub drm_di_major: i32,
+    /// In: the interface minor version wanted; out: 4.
+    pub drm_di_minor: i32,
+    /// In: the driver major version wanted (-1: none); out: the driver's.
+    pub drm_dd_major: i32,
+    /// In: the driver minor version wanted; out: the driver's.
+    pub drm_dd_minor: i32,
+}
+
+/// `drm_gem_flink`: argument of `GEM_FLINK`.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+#[repr(C)]
+pub struct GemFlink {
+    /// The handle to name.
+    pub handle: u32,
+    /// Returned: the object's device-global name.
+    pub name: u32,
+}
+
+/// `drm_gem_open`: argument of `GEM_OPEN`.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+#[repr(C)]
+pub struct GemOpen {
+    /// The name to open.
+    pub name: u32,
+    /// Returned: a new handle to the object.
+    pub handle: u32,
+    /// Returned: the object's size.
+    pub size: u64,
+}
+
+/// `drm_set_client_cap`: argument of `SET_CLIENT_CAP`.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+#[repr(C)]
+pub struct SetClientCap {
+    /// One of the `DRM_CLIENT_CAP_*` constants.
+    pub capability: u64,
+    /// The value to set.
     pub value: u64,
 }
 
@@ -390,8 +496,32 @@ pub const SYNC_IOC_FILE_INFO: u32 = crate::ioctl::iowr::<SyncFileInfo>(b'>', 4);
 pub mod nr {
     /// `DRM_IOCTL_VERSION`.
     pub const VERSION: u32 = 0x00;
+    /// `DRM_IOCTL_GET_UNIQUE`.
+    pub const GET_UNIQUE: u32 = 0x01;
+    /// `DRM_IOCTL_GET_MAGIC`.
+    pub const GET_MAGIC: u32 = 0x02;
+    /// `DRM_IOCTL_GET_CLIENT`.
+    pub const GET_CLIENT: u32 = 0x05;
+    /// `DRM_IOCTL_GET_STATS`.
+    pub const GET_STATS: u32 = 0x06;
+    /// `DRM_IOCTL_SET_VERSION`.
+    pub const SET_VERSION: u32 = 0x07;
     /// `DRM_IOCTL_GEM_CLOSE`.
     pub const GEM_CLOSE: u32 = 0x09;
+    /// `DRM_IOCTL_GEM_FLINK`.
+    pub const GEM_FLINK: u32 = 0x0a;
+    /// `DRM_IOCTL_GEM_OPEN`.
+    pub const GEM_OPEN: u32 = 0x0b;
+    /// `DRM_IOCTL_SET_CLIENT_CAP`.
+    pub const SET_CLIENT_CAP: u32 = 0x0d;
+    /// `DRM_IOCTL_SET_UNIQUE` (removed: always refused).
+    pub const SET_UNIQUE: u32 = 0x10;
+    /// `DRM_IOCTL_AUTH_MAGIC`.
+    pub const AUTH_MAGIC: u32 = 0x11;
+    /// `DRM_IOCTL_SET_MASTER`.
+    pub const SET_MASTER: u32 = 0x1e;
+    /// `DRM_IOCTL_DROP_MASTER`.
+    pub const DROP_MASTER: u32 = 0x1f;
     /// `DRM_IOCTL_GET_CAP`.
     pub const GET_CAP: u32 = 0x0c;
     /// `DRM_IOCTL_PRIME_HANDLE_TO_FD`.
@@ -426,6 +556,30 @@ pub mod nr {
 
 /// Query the driver name, date and description.
 pub const DRM_IOCTL_VERSION: u32 = drm_iowr::<Version>(nr::VERSION);
+/// Read the bus id the master set (empty until `SET_VERSION` 1.1+).
+pub const DRM_IOCTL_GET_UNIQUE: u32 = drm_iowr::<Unique>(nr::GET_UNIQUE);
+/// Get (allocate once) the file's authentication token.
+pub const DRM_IOCTL_GET_MAGIC: u32 = drm_ior::<Auth>(nr::GET_MAGIC);
+/// Describe the calling client.
+pub const DRM_IOCTL_GET_CLIENT: u32 = drm_iowr::<Client>(nr::GET_CLIENT);
+/// Read the (empty) legacy statistics.
+pub const DRM_IOCTL_GET_STATS: u32 = drm_ior::<Stats>(nr::GET_STATS);
+/// Negotiate the interface version (and set the bus id).
+pub const DRM_IOCTL_SET_VERSION: u32 = drm_iowr::<SetVersion>(nr::SET_VERSION);
+/// Name a GEM object device-wide.
+pub const DRM_IOCTL_GEM_FLINK: u32 = drm_iowr::<GemFlink>(nr::GEM_FLINK);
+/// Open a GEM object by its name.
+pub const DRM_IOCTL_GEM_OPEN: u32 = drm_iowr::<GemOpen>(nr::GEM_OPEN);
+/// Set a client capability (mode setting only).
+pub const DRM_IOCTL_SET_CLIENT_CAP: u32 = drm_iow::<SetClientCap>(nr::SET_CLIENT_CAP);
+/// Set the bus id (removed; refused).
+pub const DRM_IOCTL_SET_UNIQUE: u32 = drm_iow::<Unique>(nr::SET_UNIQUE);
+/// Authenticate another file by its token (master only).
+pub const DRM_IOCTL_AUTH_MAGIC: u32 = drm_iow::<Auth>(nr::AUTH_MAGIC);
+/// Become DRM master.
+pub const DRM_IOCTL_SET_MASTER: u32 = drm_io(nr::SET_MASTER);
+/// Stop being DRM master.
+pub const DRM_IOCTL_DROP_MASTER: u32 = drm_io(nr::DROP_MASTER);
 /// Close a GEM handle.
 pub const DRM_IOCTL_GEM_CLOSE: u32 = drm_iow::<GemClose>(nr::GEM_CLOSE);
 /// Query a capability.
@@ -466,8 +620,20 @@ pub const DRM_IOCTL_SYNCOBJ_EVENTFD: u32 = drm_iowr::<SyncobjEventfd>(nr::SYNCOB
 /// Every DRM core ioctl defined here: (C macro name, request number).
 pub const IOCTLS: &[(&str, u32)] = &[
     ("DRM_IOCTL_VERSION", DRM_IOCTL_VERSION),
+    ("DRM_IOCTL_GET_UNIQUE", DRM_IOCTL_GET_UNIQUE),
+    ("DRM_IOCTL_GET_MAGIC", DRM_IOCTL_GET_MAGIC),
+    ("DRM_IOCTL_GET_CLIENT", DRM_IOCTL_GET_CLIENT),
+    ("DRM_IOCTL_GET_STATS", DRM_IOCTL_GET_STATS),
+    ("DRM_IOCTL_SET_VERSION", DRM_IOCTL_SET_VERSION),
     ("DRM_IOCTL_GEM_CLOSE", DRM_IOCTL_GEM_CLOSE),
+    ("DRM_IOCTL_GEM_FLINK", DRM_IOCTL_GEM_FLINK),
+    ("DRM_IOCTL_GEM_OPEN", DRM_IOCTL_GEM_OPEN),
     ("DRM_IOCTL_GET_CAP", DRM_IOCTL_GET_CAP),
+    ("DRM_IOCTL_SET_CLIENT_CAP", DRM_IOCTL_SET_CLIENT_CAP),
+    ("DRM_IOCTL_SET_UNIQUE", DRM_IOCTL_SET_UNIQUE),
+    ("DRM_IOCTL_AUTH_MAGIC", DRM_IOCTL_AUTH_MAGIC),
+    ("DRM_IOCTL_SET_MASTER", DRM_IOCTL_SET_MASTER),
+    ("DRM_IOCTL_DROP_MASTER", DRM_IOCTL_DROP_MASTER),
     ("DRM_IOCTL_PRIME_HANDLE_TO_FD", DRM_IOCTL_PRIME_HANDLE_TO_FD),
     ("DRM_IOCTL_PRIME_FD_TO_HANDLE", DRM_IOCTL_PRIME_FD_TO_HANDLE),
     ("DRM_IOCTL_SYNCOBJ_CREATE", DRM_IOCTL_SYNCOBJ_CREATE),
@@ -512,6 +678,18 @@ assert_layout!(SyncFileInfo, size = 56, align = 8, {
     sync_fence_info @ 48, 8;
 });
 assert_layout!(GemClose, size = 8, align = 4, { handle @ 0, 4; pad @ 4, 4; });
+assert_layout!(Unique, size = 16, align = 8, { unique_len @ 0, 8; unique @ 8, 8; });
+assert_layout!(Auth, size = 4, align = 4, { magic @ 0, 4; });
+assert_layout!(Client, size = 40, align = 8, {
+    idx @ 0, 4; auth @ 4, 4; pid @ 8, 8; uid @ 16, 8; magic @ 24, 8; iocs @ 32, 8;
+});
+assert_layout!(Stats, size = 248, align = 8, { count @ 0, 8; data @ 8, 240; });
+assert_layout!(SetVersion, size = 16, align = 4, {
+    drm_di_major @ 0, 4; drm_di_minor @ 4, 4; drm_dd_major @ 8, 4; drm_dd_minor @ 12, 4;
+});
+assert_layout!(GemFlink, size = 8, align = 4, { handle @ 0, 4; name @ 4, 4; });
+assert_layout!(GemOpen, size = 16, align = 8, { name @ 0, 4; handle @ 4, 4; size @ 8, 8; });
+assert_layout!(SetClientCap, size = 16, align = 8, { capability @ 0, 8; value @ 8, 8; });
 assert_layout!(PrimeHandle, size = 12, align = 4, { handle @ 0, 4; flags @ 4, 4; fd @ 8, 4; });
 assert_layout!(SyncobjCreate, size = 8, align = 4, { handle @ 0, 4; flags @ 4, 4; });
 assert_layout!(SyncobjDestroy, size = 8, align = 4, { handle @ 0, 4; pad @ 4, 4; });

@@ -65,6 +65,9 @@ errnos! {
     /// Interrupted by a signal whose handler does not restart system
     /// calls (a blocking syncobj wait).
     EINTR,
+    /// Function not implemented (a dumb-buffer ioctl on a driver without
+    /// dumb buffers).
+    ENOSYS,
 }
 
 impl Errno {

@@ -88,6 +88,11 @@ fn open_node(node: &'static Node, flags: c_int) -> c_int {
     if crate::forked() {
         return -1;
     }
+    // First, so that the device's descriptor floor is set before it
+    // keeps the pipe's write end.
+    let Some(shim) = shim() else {
+        return fail(libc::ENODEV, -1);
+    };
     let mut ends: [c_int; 2] = [0; 2];
     // SAFETY: pipe2 with a valid two-element out-array.
     if unsafe { libc::pipe2(ends.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
@@ -114,7 +119,6 @@ fn open_node(node: &'static Node, flags: c_int) -> c_int {
         Ok(kept) => kept,
         Err(e) => return fail(e.raw_os_error().unwrap_or(libc::EMFILE), -1),
     };
-    let shim = shim();
     let file = Arc::new(shim.system.open_node(node.kind));
     shim.files.lock().unwrap_or_else(|e| e.into_inner()).insert(
         inode,
@@ -510,7 +514,8 @@ unsafe fn name_of(path: *const c_char, follow: bool) -> Named {
         }
     }
     if let Some(fd) = own_proc_entry(path, "fdinfo") {
-        if shim_if_ready().is_some_and(|s| s.is_ours(fd)) {
+        // (Not in a forked child: the device's state is not read there.)
+        if !crate::in_forked_child() && shim_if_ready().is_some_and(|s| s.is_ours(fd)) {
             return Named::FdInfo(fd);
         }
     }
@@ -538,9 +543,9 @@ fn open_fdinfo(fd: c_int, flags: c_int) -> c_int {
     let Some(shim) = shim_if_ready() else {
         return fail(libc::ENOENT, -1);
     };
-    let Some((file, access_mode)) = shim.with_open(fd, true, |open| {
-        (Arc::clone(&open.file), open.access_mode)
-    }) else {
+    let Some((file, access_mode)) =
+        shim.with_open(fd, true, |open| (Arc::clone(&open.file), open.access_mode))
+    else {
         return fail(libc::ENOENT, -1);
     };
     let host = read_real(&format!("/proc/self/fdinfo/{fd}")).unwrap_or_default();
@@ -1014,7 +1019,10 @@ pub unsafe extern "C" fn opendir(path: *const c_char) -> *mut libc::DIR {
     if let Named::Node(_) = named {
         return fail(libc::ENOTDIR, std::ptr::null_mut());
     }
-    match real!(c"opendir", unsafe extern "C" fn(*const c_char) -> *mut libc::DIR) {
+    match real!(
+        c"opendir",
+        unsafe extern "C" fn(*const c_char) -> *mut libc::DIR
+    ) {
         // SAFETY: forwarding the caller's argument (the path redirected).
         Some(f) => unsafe { f(real_path(&named, path)) },
         None => fail(libc::ENOSYS, std::ptr::null_mut()),
@@ -1039,7 +1047,12 @@ macro_rules! scandir_fn {
             }
             match real!(
                 $symbol,
-                unsafe extern "C" fn(*const c_char, *mut c_void, *const c_void, *const c_void) -> c_int
+                unsafe extern "C" fn(
+                    *const c_char,
+                    *mut c_void,
+                    *const c_void,
+                    *const c_void,
+                ) -> c_int
             ) {
                 // SAFETY: forwarding the caller's arguments (the path
                 // redirected).
@@ -1072,7 +1085,10 @@ macro_rules! fopen_fn {
         /// # Safety
         /// As the libc function of the same name.
         #[no_mangle]
-        pub unsafe extern "C" fn $name(path: *const c_char, mode: *const c_char) -> *mut libc::FILE {
+        pub unsafe extern "C" fn $name(
+            path: *const c_char,
+            mode: *const c_char,
+        ) -> *mut libc::FILE {
             // SAFETY: the caller passes a C string.
             let named = unsafe { name_of(path, true) };
             // SAFETY: the caller passes a C string.
@@ -1125,7 +1141,12 @@ macro_rules! getxattr_fn {
             }
             match real!(
                 $symbol,
-                unsafe extern "C" fn(*const c_char, *const c_char, *mut c_void, libc::size_t) -> libc::ssize_t
+                unsafe extern "C" fn(
+                    *const c_char,
+                    *const c_char,
+                    *mut c_void,
+                    libc::size_t,
+                ) -> libc::ssize_t
             ) {
                 // SAFETY: forwarding the caller's arguments (the path
                 // redirected).

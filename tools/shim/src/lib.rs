@@ -1,25 +1,29 @@
-//! `libagx_shim.so`: the simulated GPU as `/dev/dri/renderD128`.
+//! `libagx_shim.so`: the simulated GPU as an asahi device on Linux.
 //!
 //! Preloaded into an unmodified client (`LD_PRELOAD=libagx_shim.so`), this
 //! library hosts a simulated AGX system inside the client process and
-//! interposes the libc calls through which a DRM client reaches a device,
-//! in the manner of Mesa's drm-shim:
+//! interposes the libc calls through which a DRM client finds and reaches
+//! a device, in the manner of Mesa's drm-shim (`Documentation/shim.md`):
 //!
-//! - `open`/`openat` (and their 64-bit and fortified variants) of
-//!   `/dev/dri/renderD128` open a DRM file on the simulated device; the
-//!   descriptor is the read end of a private pipe whose write end the
-//!   device keeps, so the file is recognised by the pipe's inode however
-//!   the client duplicates the descriptor (`dup`, `fcntl(F_DUPFD)`), it
-//!   closes when its last descriptor does, and it behaves as a render
-//!   node's does with no DRM events: `read` blocks (or fails with `EAGAIN`
-//!   when non-blocking; a signal interrupts it as Linux's would), `poll`
-//!   and `epoll` report nothing, `write` fails with `EINVAL`;
+//! - enumeration ([`tree`]): `/dev/dri` lists `card0`, `renderD128` and
+//!   `by-path`, and the platform device's sysfs is there, as a real
+//!   directory tree the faked paths are redirected into; the nodes `stat`
+//!   as character devices 226:0 and 226:128; `/proc/self/fd/N` of a DRM
+//!   file reads back as its node, and `/proc/self/fdinfo/N` shows its DRM
+//!   keys;
+//! - `open` of a node opens a DRM file on the simulated device through
+//!   that node (the card node is a primary node: DRM master and
+//!   authentication); the descriptor is the read end of a private pipe
+//!   whose write end the device keeps, so the file is recognised by the
+//!   pipe's inode however the client duplicates the descriptor (`dup`,
+//!   `fcntl(F_DUPFD)`), it closes when its last descriptor does, and it
+//!   behaves as a DRM file with no events: `read` blocks (or fails with
+//!   `EAGAIN` when non-blocking; a signal interrupts it as Linux's
+//!   would), `poll` and `epoll` report nothing, `write` fails with
+//!   `EINVAL`;
 //! - `ioctl` on such a descriptor goes to the kmd's ioctl entry point, with
 //!   errors returned through `errno`;
-//! - `mmap` at a GEM mmap offset maps the object's pages;
-//! - `stat`/`fstat`/`statx`/`access` report the node as the character
-//!   device 226:128, and `/sys/dev/char/226:128/device/drm` as present,
-//!   which is what libdrm and the drm crate check.
+//! - `mmap` at a GEM mmap offset maps the object's pages.
 //!
 //! Everything else passes through to the real libc (found with
 //! `dlsym(RTLD_NEXT)`). Rust clients must route their syscalls through libc
@@ -64,17 +68,22 @@ struct OpenFile {
     _writer: agx_kmd::mem::backing::DeviceFd,
 }
 
-static SHIM: OnceLock<Shim> = OnceLock::new();
+/// The shim state, or (once the device failed to probe) nothing.
+static SHIM: OnceLock<Option<Shim>> = OnceLock::new();
 
 /// The shim state, if a DRM file was ever opened. Interposed calls other
 /// than `open` use this, so they never build the system themselves (which
 /// would re-enter them while it is being built).
 fn shim_if_ready() -> Option<&'static Shim> {
-    SHIM.get()
+    SHIM.get().and_then(Option::as_ref)
 }
 
-/// The shim state, building the simulated system on first use.
-fn shim() -> &'static Shim {
+/// The shim state, building the simulated system on first use; `None`
+/// if the device could not be built (a configuration variable that does
+/// not parse, RAM that cannot be had, a capture that cannot start): that
+/// is logged once, and every open of a node then fails with `ENODEV`, as
+/// the node of a driver that failed to probe does.
+fn shim() -> Option<&'static Shim> {
     SHIM.get_or_init(|| {
         // The device's kernel log. A client that installed its own
         // tracing subscriber keeps it.
@@ -83,22 +92,34 @@ fn shim() -> &'static Shim {
             Err(e) => interpose::log(&format!("agx-shim: kernel log: {e}\n")),
         }
         place_device_descriptors_high();
-        Shim {
-            system: System::new(SystemConfig::default().with_env().unwrap_or_else(|e| {
-                interpose::log(&format!("agx-shim: {e}; using the default\n"));
-                SystemConfig::default()
-            }))
-            .unwrap_or_else(|e| {
+        let system = SystemConfig::default()
+            .with_env()
+            .map_err(|e| e.to_string())
+            .and_then(|config| System::new(config).map_err(|e| e.to_string()));
+        let system = match system {
+            Ok(system) => system,
+            Err(e) => {
                 interpose::log(&format!(
-                    "agx-shim: cannot build the simulated system: {e}\n"
+                    "agx-shim: the simulated GPU did not probe: {e}; opening its nodes fails \
+                     with ENODEV\n"
                 ));
-                std::process::abort()
-            }),
+                return None;
+            }
+        };
+        Some(Shim {
+            system,
             owner_pid: std::process::id(),
             files: Mutex::new(HashMap::new()),
             fds: Mutex::new(HashMap::new()),
-        }
+        })
     })
+    .as_ref()
+}
+
+/// Whether this process was forked from the one the device was built in
+/// (silently: for calls that only answer differently there).
+fn in_forked_child() -> bool {
+    shim_if_ready().is_some_and(|shim| shim.owner_pid != std::process::id())
 }
 
 /// In a process forked from the one the device was built in, the failure
@@ -108,18 +129,19 @@ fn shim() -> &'static Shim {
 /// a process (with `errno` set).
 fn forked() -> bool {
     static LOGGED: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    if !in_forked_child() {
+        return false;
+    }
     let Some(shim) = shim_if_ready() else {
         return false;
     };
     let pid = std::process::id();
-    if shim.owner_pid == pid {
-        return false;
-    }
     if LOGGED.swap(pid, std::sync::atomic::Ordering::Relaxed) != pid {
         interpose::log(&format!(
             "agx-shim: process {pid} was forked from process {} after it opened the simulated \
              GPU; in the in-process mode the device stays in that process, so this one gets \
-             ENODEV (run the device process for clients that fork: see Documentation/shim.md)\n",
+             ENODEV (sharing the device across fork needs the device-process mode: see \
+             Documentation/shim.md)\n",
             shim.owner_pid
         ));
     }

@@ -144,7 +144,10 @@ fn layout() -> Vec<(String, Entry)> {
             format!("{dir}/dev"),
             Entry::File(format!("{DRM_MAJOR}:{minor}\n")),
         ));
-        entries.push((format!("{dir}/device"), Entry::Link("../../../206400000.gpu")));
+        entries.push((
+            format!("{dir}/device"),
+            Entry::Link("../../../206400000.gpu"),
+        ));
         entries.push((
             format!("{dir}/subsystem"),
             Entry::Link("../../../../../../class/drm"),
@@ -153,7 +156,10 @@ fn layout() -> Vec<(String, Entry)> {
             NodeKind::Primary => "../../devices/platform/soc/206400000.gpu/drm/card0",
             NodeKind::Render => "../../devices/platform/soc/206400000.gpu/drm/renderD128",
         };
-        entries.push((format!("/sys/dev/char/{DRM_MAJOR}:{minor}"), Entry::Link(by_minor)));
+        entries.push((
+            format!("/sys/dev/char/{DRM_MAJOR}:{minor}"),
+            Entry::Link(by_minor),
+        ));
         entries.push((format!("/sys/class/drm/{name}"), Entry::Link(by_minor)));
         let (suffix, target) = match node.kind {
             NodeKind::Primary => ("card", "../card0"),

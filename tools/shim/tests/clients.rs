@@ -61,7 +61,7 @@ fn build_c_client(name: &str) -> PathBuf {
         ])
         .arg(&binary)
         .arg(&source)
-        .arg("-ldrm")
+        .args(["-ldrm", "-lpthread"])
         .output()
         .expect("gcc runs (install gcc and libdrm-dev)");
     assert!(
@@ -248,5 +248,66 @@ fn drm_info_finds_the_card_node_and_stops_where_it_does_on_asahi() {
         "drmModeGetResources: Operation not supported\n\
          Failed to retrieve information from /dev/dri/card0",
         "{stdout}"
+    );
+}
+
+/// The card node: DRM master, authentication, GET_CLIENT/GET_STATS,
+/// GET_UNIQUE and SET_VERSION, flink names, and mode setting refused as
+/// a render-only driver refuses it (IGT's core_auth, core_getclient,
+/// core_getstats and core_setmaster checks among them).
+#[test]
+fn the_card_node_behaves_as_a_primary_node() {
+    run_under_shim(&build_c_client("primary_node_client"));
+}
+
+/// In the in-process mode a forked child gets ENODEV (and a log line
+/// naming the way out) from every use of the device, never a hang; the
+/// parent keeps its device.
+#[test]
+fn a_forked_child_gets_enodev_in_the_in_process_mode() {
+    let out = run_under_shim_with(&build_c_client("fork_in_process_client"), &[]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}{stderr}");
+    assert_eq!(stdout.trim(), "ok", "{stderr}");
+    assert!(
+        stderr.contains("was forked from process") && stderr.contains("gets ENODEV"),
+        "{stderr}"
+    );
+    // Once per process.
+    assert_eq!(
+        stderr.matches("was forked from process").count(),
+        1,
+        "{stderr}"
+    );
+}
+
+/// Every `SystemConfig` field has its variable; one that does not parse
+/// keeps the device from probing: opening a node fails with ENODEV and
+/// the log names the variable.
+#[test]
+fn a_bad_configuration_variable_stops_the_device_with_a_reason() {
+    let client = build_c_client("libdrm_client");
+    let out = run_under_shim_with(&client, &[("AGX_TVB_POLICY", "bogus")]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("AGX_TVB_POLICY=\"bogus\" is not one of asahi, demand, sync"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("(errno 19)"), "{stderr}");
+    // A good one is taken.
+    let out = run_under_shim_with(
+        &client,
+        &[
+            ("AGX_TVB_POLICY", "sync"),
+            ("AGX_RAM_BYTES", "1073741824"),
+            ("AGX_GPU_THREADS", "1"),
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
     );
 }

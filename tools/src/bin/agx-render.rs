@@ -28,12 +28,13 @@ struct Args {
     #[arg(long, default_value_t = 1)]
     frames: u32,
     /// Parameter-buffer growth policy of the simulated kmd: asahi, demand
-    /// or sync.
-    #[arg(long, default_value = "demand", value_parser = parse_policy)]
-    tvb_policy: GrowthPolicy,
-    /// Blocks (128 KiB each) the parameter buffer starts with.
-    #[arg(long, default_value_t = agx_kmd::tvb::INITIAL_BLOCKS)]
-    tvb_initial_blocks: u64,
+    /// or sync (default: `AGX_TVB_POLICY`, else demand).
+    #[arg(long, value_parser = parse_policy)]
+    tvb_policy: Option<GrowthPolicy>,
+    /// Blocks (128 KiB each) the parameter buffer starts with (default:
+    /// `AGX_TVB_INITIAL_BLOCKS`, else the kmd's).
+    #[arg(long)]
+    tvb_initial_blocks: Option<u64>,
     /// Where to write the last frame.
     #[arg(long, default_value = "frame.png")]
     out: PathBuf,
@@ -61,12 +62,8 @@ fn parse_size(s: &str) -> Result<(u32, u32), String> {
 }
 
 fn parse_policy(s: &str) -> Result<GrowthPolicy, String> {
-    match s {
-        "asahi" => Ok(GrowthPolicy::Asahi),
-        "demand" => Ok(GrowthPolicy::Demand),
-        "sync" => Ok(GrowthPolicy::Sync),
-        _ => Err(format!("unknown policy {s:?} (asahi, demand, sync)")),
-    }
+    s.parse()
+        .map_err(|e: agx_sim::kmd::tvb::UnknownPolicy| e.to_string())
 }
 
 fn main() -> ExitCode {
@@ -101,15 +98,21 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     let device = match &args.device {
         Some(path) => Device::open(path)?,
         None => {
+            // The environment, then the command line over it.
             let mut config = agx_sim::SystemConfig {
-                tvb_policy: args.tvb_policy,
-                tvb_initial_blocks: args.tvb_initial_blocks,
-                gpu_threads: args
-                    .gpu_threads
-                    .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
+                gpu_threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
                 ..agx_sim::SystemConfig::default()
             }
             .with_env()?;
+            if let Some(policy) = args.tvb_policy {
+                config.tvb_policy = policy;
+            }
+            if let Some(blocks) = args.tvb_initial_blocks {
+                config.tvb_initial_blocks = blocks;
+            }
+            if let Some(threads) = args.gpu_threads {
+                config.gpu_threads = threads;
+            }
             if let Some(units) = args.work_budget_units {
                 config.work_budget_units = units;
             }
