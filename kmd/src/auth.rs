@@ -55,6 +55,30 @@ impl Caller {
     }
 }
 
+/// The caller of one ioctl, found out only if a check or a handler asks
+/// (a render file's ioctls never do, and skip the system calls).
+#[derive(Debug)]
+pub(crate) struct LazyCaller {
+    given: Option<Caller>,
+    found: std::cell::OnceCell<Caller>,
+}
+
+impl LazyCaller {
+    /// `given`, or (`None`) this process's current thread when asked.
+    pub(crate) fn new(given: Option<Caller>) -> LazyCaller {
+        LazyCaller {
+            given,
+            found: std::cell::OnceCell::new(),
+        }
+    }
+
+    pub(crate) fn get(&self) -> Caller {
+        *self
+            .found
+            .get_or_init(|| self.given.unwrap_or_else(Caller::current))
+    }
+}
+
 /// A DRM master object: the magic tokens handed out under it and the bus
 /// id SET_VERSION set.
 #[derive(Debug, Default)]

@@ -1,4 +1,5 @@
-//! A DRM file: one open of the render node, and its ioctls.
+//! A DRM file: one open of a DRM node (the render node or the card
+//! node), and its ioctls.
 //!
 //! A file owns handles to GEM objects, VMs, syncobjs, bound objects and
 //! queues; closing it (dropping the [`File`]) releases all of them. The
@@ -29,7 +30,7 @@ use agx_uapi::drm::{
 use agx_uapi::ioctl::{ioc_dir, ioc_size_bytes, DRM_COMMAND_BASE, IOC_READ, IOC_WRITE};
 use zerocopy::{FromBytes, Immutable, IntoBytes};
 
-use crate::auth::{AuthError, Caller, FileAuth, IoctlFlags};
+use crate::auth::{AuthError, Caller, FileAuth, IoctlFlags, LazyCaller};
 use crate::device::Device;
 use crate::device::GEM_MEMFD_NAME;
 use crate::errno::{Errno, IoctlError};
@@ -45,6 +46,10 @@ use crate::vm::{lock_vm, BindError, BindOp, Vm, VmError};
 
 /// Driver name VERSION reports (clients check it).
 pub const DRIVER_NAME: &str = "asahi";
+/// The uid GET_CLIENT reports (Linux's `overflowuid`: the real one is not
+/// disclosed).
+const OVERFLOW_UID: u64 = 65534;
+
 /// Driver version VERSION reports (major, minor, patch level).
 pub const DRIVER_VERSION: (i32, i32, i32) = (1, 0, 0);
 /// Driver date VERSION reports.
@@ -95,7 +100,7 @@ pub struct File {
     memory: Arc<crate::gem::FileMemory>,
 }
 
-type Handler = fn(&File, &mut [u8], Caller) -> Result<i32, IoctlError>;
+type Handler = fn(&File, &mut [u8], &LazyCaller) -> Result<i32, IoctlError>;
 
 /// One ioctl: its name, the kernel's request (direction and size), its
 /// permission flags and the handler.
@@ -119,8 +124,18 @@ fn with<T: FromBytes + IntoBytes + Immutable>(
     result
 }
 
-/// A render-allowed ioctl (every asahi one, and the core ones a render
-/// client uses).
+/// A render-allowed ioctl that needs authentication on the card node.
+const fn def_auth(name: &'static str, request: u32, handler: Handler) -> Option<IoctlDef> {
+    def_flags(
+        name,
+        request,
+        IoctlFlags::AUTH.union(IoctlFlags::RENDER_ALLOW),
+        handler,
+    )
+}
+
+/// A render-allowed ioctl (GET_PARAMS, and the core ones a render client
+/// uses).
 const fn def(name: &'static str, request: u32, handler: Handler) -> Option<IoctlDef> {
     def_flags(name, request, IoctlFlags::RENDER_ALLOW, handler)
 }
@@ -241,7 +256,7 @@ fn primary_ioctl(nr: u32) -> Option<IoctlDef> {
         }),
         drm::nr::GET_CLIENT => {
             def_flags("GET_CLIENT", drm::DRM_IOCTL_GET_CLIENT, NONE, |f, d, c| {
-                with(d, |v| f.get_client(v, c))
+                with(d, |v| f.get_client(v, c.get()))
             })
         }
         drm::nr::GET_STATS => def_flags("GET_STATS", drm::DRM_IOCTL_GET_STATS, NONE, |_, d, _| {
@@ -293,7 +308,7 @@ fn primary_ioctl(nr: u32) -> Option<IoctlDef> {
         ),
         drm::nr::SET_MASTER => {
             def_flags("SET_MASTER", drm::DRM_IOCTL_SET_MASTER, NONE, |f, _, c| {
-                f.device.masters.set_master(&f.auth, c)?;
+                f.device.masters.set_master(&f.auth, c.get())?;
                 Ok(0)
             })
         }
@@ -302,7 +317,7 @@ fn primary_ioctl(nr: u32) -> Option<IoctlDef> {
             drm::DRM_IOCTL_DROP_MASTER,
             NONE,
             |f, _, c| {
-                f.device.masters.drop_master(&f.auth, c)?;
+                f.device.masters.drop_master(&f.auth, c.get())?;
                 Ok(0)
             },
         ),
@@ -425,7 +440,9 @@ fn mode_ioctl(nr: u32, request: u32) -> Option<IoctlDef> {
     })
 }
 
-/// The asahi ioctls, by number relative to `DRM_COMMAND_BASE`.
+/// The asahi ioctls, by number relative to `DRM_COMMAND_BASE`: all
+/// render-allowed, and all but GET_PARAMS `DRM_AUTH` (as the asahi driver
+/// declares them), so an unauthenticated card-node file gets `EACCES`.
 fn driver_ioctl(nr: u32) -> Option<IoctlDef> {
     match nr {
         asahi::nr::GET_PARAMS => def(
@@ -433,52 +450,52 @@ fn driver_ioctl(nr: u32) -> Option<IoctlDef> {
             asahi::DRM_IOCTL_ASAHI_GET_PARAMS,
             |f, d, _| with(d, |v| f.get_params(v)),
         ),
-        asahi::nr::GET_TIME => def(
+        asahi::nr::GET_TIME => def_auth(
             "ASAHI_GET_TIME",
             asahi::DRM_IOCTL_ASAHI_GET_TIME,
             |f, d, _| with(d, |v| f.get_time(v)),
         ),
-        asahi::nr::VM_CREATE => def(
+        asahi::nr::VM_CREATE => def_auth(
             "ASAHI_VM_CREATE",
             asahi::DRM_IOCTL_ASAHI_VM_CREATE,
             |f, d, _| with(d, |v| f.vm_create(v)),
         ),
-        asahi::nr::VM_DESTROY => def(
+        asahi::nr::VM_DESTROY => def_auth(
             "ASAHI_VM_DESTROY",
             asahi::DRM_IOCTL_ASAHI_VM_DESTROY,
             |f, d, _| with(d, |v| f.vm_destroy(v)),
         ),
-        asahi::nr::VM_BIND => def(
+        asahi::nr::VM_BIND => def_auth(
             "ASAHI_VM_BIND",
             asahi::DRM_IOCTL_ASAHI_VM_BIND,
             |f, d, _| with(d, |v| f.vm_bind(v)),
         ),
-        asahi::nr::GEM_CREATE => def(
+        asahi::nr::GEM_CREATE => def_auth(
             "ASAHI_GEM_CREATE",
             asahi::DRM_IOCTL_ASAHI_GEM_CREATE,
             |f, d, _| with(d, |v| f.gem_create(v)),
         ),
-        asahi::nr::QUEUE_CREATE => def(
+        asahi::nr::QUEUE_CREATE => def_auth(
             "ASAHI_QUEUE_CREATE",
             asahi::DRM_IOCTL_ASAHI_QUEUE_CREATE,
             |f, d, _| with(d, |v| f.queue_create(v)),
         ),
-        asahi::nr::QUEUE_DESTROY => def(
+        asahi::nr::QUEUE_DESTROY => def_auth(
             "ASAHI_QUEUE_DESTROY",
             asahi::DRM_IOCTL_ASAHI_QUEUE_DESTROY,
             |f, d, _| with(d, |v| f.queue_destroy(v)),
         ),
-        asahi::nr::GEM_BIND_OBJECT => def(
+        asahi::nr::GEM_BIND_OBJECT => def_auth(
             "ASAHI_GEM_BIND_OBJECT",
             asahi::DRM_IOCTL_ASAHI_GEM_BIND_OBJECT,
             |f, d, _| with(d, |v| f.gem_bind_object(v)),
         ),
-        asahi::nr::GEM_MMAP_OFFSET => def(
+        asahi::nr::GEM_MMAP_OFFSET => def_auth(
             "ASAHI_GEM_MMAP_OFFSET",
             asahi::DRM_IOCTL_ASAHI_GEM_MMAP_OFFSET,
             |f, d, _| with(d, |v| f.gem_mmap_offset(v)),
         ),
-        asahi::nr::SUBMIT => def("ASAHI_SUBMIT", asahi::DRM_IOCTL_ASAHI_SUBMIT, |f, d, _| {
+        asahi::nr::SUBMIT => def_auth("ASAHI_SUBMIT", asahi::DRM_IOCTL_ASAHI_SUBMIT, |f, d, _| {
             with(d, |v| f.submit(v))
         }),
         _ => None,
@@ -686,21 +703,23 @@ impl File {
             })
     }
 
-    /// `drm_ioctl_permit`: the caller, if the ioctl's flags let it through
+    /// `drm_ioctl_permit`: whether the ioctl's flags let the caller through
     /// on this file.
-    fn permit(&self, flags: IoctlFlags, caller: Option<Caller>) -> Result<Caller, IoctlError> {
-        let caller = caller.unwrap_or_else(Caller::current);
+    fn permit(&self, flags: IoctlFlags, caller: &LazyCaller) -> Result<(), IoctlError> {
         if self.node == NodeKind::Render {
             // A render file has no master: only the flag matters (every
             // other check a non-render-allowed ioctl fails also gives
-            // EACCES), and the device's master lock is not taken.
+            // EACCES), and neither the caller nor the device's master
+            // lock is needed.
             if !flags.contains(IoctlFlags::RENDER_ALLOW) {
                 return Err(AuthError::NotOnRenderNode.into());
             }
-            return Ok(caller);
+            return Ok(());
         }
-        self.device.masters.permit(&self.auth, flags, caller)?;
-        Ok(caller)
+        self.device
+            .masters
+            .permit(&self.auth, flags, caller.get())?;
+        Ok(())
     }
 
     fn lock_auth(&self) -> MutexGuard<'_, FileAuth> {
@@ -742,9 +761,10 @@ impl File {
         let kernel_size = ioc_size_bytes(def.request);
         let mut data = vec![0u8; kernel_size.max(in_size).max(out_size)];
         copy_from_user(&mut data[..in_size], arg)?;
+        let caller = LazyCaller::new(caller);
         let result = self
-            .permit(def.flags, caller)
-            .and_then(|caller| (def.handler)(self, &mut data, caller));
+            .permit(def.flags, &caller)
+            .and_then(|()| (def.handler)(self, &mut data, &caller));
         copy_to_user(arg, &data[..out_size])?;
         result
     }
@@ -788,8 +808,7 @@ impl File {
         }
         c.auth = i32::from(self.lock_auth().authenticated());
         c.pid = u64::from(caller.tid);
-        // overflowuid: the uid is not reported.
-        c.uid = 65534;
+        c.uid = OVERFLOW_UID;
         c.magic = 0;
         c.iocs = 0;
         Ok(0)
@@ -822,6 +841,11 @@ impl File {
             g.name = name;
             return Ok(0);
         }
+        // Its last handle closed meanwhile (by another thread): Linux
+        // refuses a name then.
+        if object.handle_count() == 0 {
+            return Err(GemError::NoSuchHandle { handle: g.handle }.into());
+        }
         // Names whose objects lost their last handle are free again.
         names.retain(|&name, entry| {
             entry
@@ -838,11 +862,14 @@ impl File {
     }
 
     fn gem_open(&self, o: &mut drm::GemOpen) -> Result<i32, IoctlError> {
-        let object = self
+        // Under the names lock until the new handle counts, so that a
+        // concurrent last close cannot free the name in between.
+        let names = self
             .device
             .flink_names
             .lock()
-            .unwrap_or_else(|e| e.into_inner())
+            .unwrap_or_else(|e| e.into_inner());
+        let object = names
             .get(&o.name)
             .and_then(Weak::upgrade)
             .filter(|object| object.flink_name() == Some(o.name))
@@ -852,6 +879,7 @@ impl File {
         // A new handle every time, even to an object the file has one to.
         let handle = take_id(&state.handles, &mut state.next_handle, "GEM handle")?;
         object.handle_opened();
+        drop(names);
         o.size = object.size_bytes();
         state.handles.insert(handle, object);
         o.handle = handle;

@@ -1,4 +1,5 @@
-//! What the device holds: live-object counters and their snapshot.
+//! What the device holds and what its clients used: live-object counters
+//! and their snapshot, and each file's GPU time per engine.
 //!
 //! Every kind of kernel object (file, GEM object, VM, syncobj) counts
 //! itself in and out here, so tests and tools can check for leaks the way

@@ -88,6 +88,10 @@ fn open_node(node: &'static Node, flags: c_int) -> c_int {
     if crate::forked() {
         return -1;
     }
+    // drm_open_helper: a DRM node cannot be opened exclusively.
+    if flags & libc::O_EXCL != 0 {
+        return fail(libc::EBUSY, -1);
+    }
     // First, so that the device's descriptor floor is set before it
     // keeps the pipe's write end.
     let Some(shim) = shim() else {
@@ -120,7 +124,10 @@ fn open_node(node: &'static Node, flags: c_int) -> c_int {
         Err(e) => return fail(e.raw_os_error().unwrap_or(libc::EMFILE), -1),
     };
     let file = Arc::new(shim.system.open_node(node.kind));
-    shim.files.lock().unwrap_or_else(|e| e.into_inner()).insert(
+    let Some(mut files) = crate::lock_map(&shim.files, true) else {
+        return fail(libc::ENODEV, -1);
+    };
+    files.insert(
         inode,
         crate::OpenFile {
             file,
@@ -130,6 +137,7 @@ fn open_node(node: &'static Node, flags: c_int) -> c_int {
             _writer: writer,
         },
     );
+    drop(files);
     let raw = std::os::fd::IntoRawFd::into_raw_fd(reader);
     shim.add_fd(raw, inode);
     raw
@@ -137,12 +145,15 @@ fn open_node(node: &'static Node, flags: c_int) -> c_int {
 
 macro_rules! open_fn {
     ($name:ident, $symbol:literal, ($($arg:ident: $ty:ty),*), $path:ident, $flags:ident) => {
+        open_fn!($name, $symbol, ($($arg: $ty),*), $path, $flags, libc::AT_FDCWD);
+    };
+    ($name:ident, $symbol:literal, ($($arg:ident: $ty:ty),*), $path:ident, $flags:ident, $dirfd:expr) => {
         /// # Safety
         /// As the libc function of the same name.
         #[no_mangle]
         pub unsafe extern "C" fn $name($($arg: $ty),*) -> c_int {
             // SAFETY: the caller passes a C string, as the function requires.
-            let named = unsafe { name_of($path, true) };
+            let named = unsafe { name_at($dirfd, $path, 0) };
             if let Some(fd) = open_named(&named, $flags) {
                 return fd;
             }
@@ -161,8 +172,10 @@ open_fn!(open, c"open", (path: *const c_char, flags: c_int, mode: libc::mode_t),
 open_fn!(open64, c"open64", (path: *const c_char, flags: c_int, mode: libc::mode_t), path, flags);
 open_fn!(__open_2, c"__open_2", (path: *const c_char, flags: c_int), path, flags);
 open_fn!(__open64_2, c"__open64_2", (path: *const c_char, flags: c_int), path, flags);
-open_fn!(openat, c"openat", (dirfd: c_int, path: *const c_char, flags: c_int, mode: libc::mode_t), path, flags);
-open_fn!(openat64, c"openat64", (dirfd: c_int, path: *const c_char, flags: c_int, mode: libc::mode_t), path, flags);
+open_fn!(openat, c"openat", (dirfd: c_int, path: *const c_char, flags: c_int, mode: libc::mode_t), path, flags, dirfd);
+open_fn!(openat64, c"openat64", (dirfd: c_int, path: *const c_char, flags: c_int, mode: libc::mode_t), path, flags, dirfd);
+open_fn!(__openat_2, c"__openat_2", (dirfd: c_int, path: *const c_char, flags: c_int), path, flags, dirfd);
+open_fn!(__openat64_2, c"__openat64_2", (dirfd: c_int, path: *const c_char, flags: c_int), path, flags, dirfd);
 
 /// # Safety
 /// As `close(2)`.
@@ -183,12 +196,7 @@ fn track_dup(old: c_int, new: c_int) {
         return;
     }
     let Some(shim) = shim_if_ready() else { return };
-    let inode = shim
-        .fds
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .get(&old)
-        .copied();
+    let inode = crate::lock_map(&shim.fds, true).and_then(|fds| fds.get(&old).copied());
     if let Some(inode) = inode {
         shim.add_fd(new, inode);
     }
@@ -505,9 +513,14 @@ enum Named {
 /// `path` must be null or a NUL-terminated string.
 unsafe fn name_of(path: *const c_char, follow: bool) -> Named {
     // SAFETY: as this function's contract.
-    let Some(path) = (unsafe { path_of(path) }) else {
-        return Named::Real;
-    };
+    match unsafe { path_of(path) } {
+        Some(path) => name_of_str(path, follow),
+        None => Named::Real,
+    }
+}
+
+/// [`name_of`] of a path as a string.
+fn name_of_str(path: &str, follow: bool) -> Named {
     if follow {
         if let Some(node) = fd_entry_node(path) {
             return Named::Node(node);
@@ -536,10 +549,14 @@ fn real_path(named: &Named, path: *const c_char) -> *const c_char {
 }
 
 /// `/proc/self/fdinfo/N` of DRM file `fd`: what the host kernel prints
-/// for the descriptor (position, flags with the DRM file's access mode,
-/// mount, inode) followed by what the DRM core and the driver print, in a
-/// sealed memory file open for reading.
+/// for the descriptor (position, flags with the DRM file's access mode
+/// and `O_LARGEFILE`, mount, inode) followed by what the DRM core and the
+/// driver print, in a memory file positioned at its start. Opening it for
+/// writing is `EACCES`, as for the real file (mode 0444).
 fn open_fdinfo(fd: c_int, flags: c_int) -> c_int {
+    if flags & libc::O_ACCMODE != libc::O_RDONLY {
+        return fail(libc::EACCES, -1);
+    }
     let Some(shim) = shim_if_ready() else {
         return fail(libc::ENOENT, -1);
     };
@@ -557,7 +574,7 @@ fn open_fdinfo(fd: c_int, flags: c_int) -> c_int {
         {
             Some(bits) => text.push_str(&format!(
                 "flags:\t0{:o}\n",
-                (bits & !libc::O_ACCMODE) | access_mode
+                (bits & !libc::O_ACCMODE) | access_mode | libc::O_LARGEFILE
             )),
             None => {
                 text.push_str(line);
@@ -708,8 +725,17 @@ unsafe fn name_at(dirfd: c_int, path: *const c_char, flags: c_int) -> Named {
             return Named::Node(node);
         }
     }
+    let follow = flags & libc::AT_SYMLINK_NOFOLLOW == 0;
+    // A path relative to a directory of the tree names what the faked
+    // directory's path joined with it names (a walk through /dev/dri or
+    // sysfs by directory descriptors, as fts, nftw or libudev do).
+    if let Some(relative) = p.filter(|p| !p.starts_with('/') && dirfd != libc::AT_FDCWD) {
+        if let Some(directory) = tree::stands_for(dirfd) {
+            return name_of_str(&format!("{directory}/{relative}"), follow);
+        }
+    }
     // SAFETY: as this function's contract.
-    unsafe { name_of(path, flags & libc::AT_SYMLINK_NOFOLLOW == 0) }
+    unsafe { name_of(path, follow) }
 }
 
 macro_rules! fstatat_fn {
@@ -845,6 +871,9 @@ pub unsafe extern "C" fn faccessat(
 /// # Safety
 /// `buf` must be valid for `size` bytes of writes.
 unsafe fn fill_link(text: &str, buf: *mut c_char, size: libc::size_t) -> libc::ssize_t {
+    if size == 0 {
+        return fail(libc::EINVAL, -1);
+    }
     if buf.is_null() {
         return fail(libc::EFAULT, -1);
     }
@@ -905,6 +934,8 @@ pub unsafe extern "C" fn readlinkat(
     let named = match unsafe { link_of(path) } {
         // SAFETY: the caller passes a buffer of `size` bytes.
         Ok(text) => return unsafe { fill_link(text, buf, size) },
+        // SAFETY: as above.
+        Err(Named::Real) => unsafe { name_at(dirfd, path, libc::AT_SYMLINK_NOFOLLOW) },
         Err(named) => named,
     };
     match real!(
@@ -932,6 +963,24 @@ pub unsafe extern "C" fn __readlink_chk(
     }
     // SAFETY: forwarding the caller's arguments.
     unsafe { readlink(path, buf, size) }
+}
+
+/// # Safety
+/// As glibc's fortified `readlinkat`.
+#[no_mangle]
+pub unsafe extern "C" fn __readlinkat_chk(
+    dirfd: c_int,
+    path: *const c_char,
+    buf: *mut c_char,
+    size: libc::size_t,
+    buf_size: libc::size_t,
+) -> libc::ssize_t {
+    if size > buf_size {
+        log("agx-shim: buffer overflow detected in readlinkat\n");
+        std::process::abort();
+    }
+    // SAFETY: forwarding the caller's arguments.
+    unsafe { readlinkat(dirfd, path, buf, size) }
 }
 
 /// `realpath` of a path that names something of the device's: the node
@@ -1097,9 +1146,18 @@ macro_rules! fopen_fn {
                 if fd < 0 {
                     return std::ptr::null_mut();
                 }
-                // SAFETY: fdopen of a descriptor opened here with the
-                // caller's mode string.
-                let stream = unsafe { libc::fdopen(fd, mode) };
+                // The stream is read-only whatever the mode asked (the
+                // descriptor of a DRM file is a pipe's read end, which
+                // glibc's own F_GETFL check sees; nothing is written to a
+                // DRM file or an fdinfo anyway).
+                let read_mode = if flags & libc::O_CLOEXEC != 0 {
+                    c"re"
+                } else {
+                    c"r"
+                };
+                // SAFETY: fdopen of a descriptor opened here, with a
+                // NUL-terminated mode string.
+                let stream = unsafe { libc::fdopen(fd, read_mode.as_ptr()) };
                 if stream.is_null() {
                     // SAFETY: closing the descriptor opened here.
                     unsafe { close(fd) };

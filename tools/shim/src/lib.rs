@@ -183,20 +183,29 @@ fn place_device_descriptors_high() {
     agx_kmd::mem::backing::set_descriptor_floor(i32::try_from(floor).unwrap_or(i32::MAX));
 }
 
+/// One of the shim's maps, locked; `None` if it is busy and the caller
+/// must not wait: with `wait` false (a call allowed in signal handlers),
+/// and always in a forked child (a thread that held the lock at `fork`
+/// does not exist there, so waiting could hang forever; the child then
+/// treats the descriptor as not the device's).
+fn lock_map<T>(map: &Mutex<T>, wait: bool) -> Option<std::sync::MutexGuard<'_, T>> {
+    if wait && !in_forked_child() {
+        Some(map.lock().unwrap_or_else(|e| e.into_inner()))
+    } else {
+        match map.try_lock() {
+            Ok(guard) => Some(guard),
+            Err(std::sync::TryLockError::Poisoned(e)) => Some(e.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        }
+    }
+}
+
 impl Shim {
     /// `look` at the DRM file `fd` refers to, if it is one. With `wait`
-    /// false, `None` also when a lock is busy (for calls that must not
-    /// wait, being allowed in signal handlers).
+    /// false, `None` also when a lock is busy ([`lock_map`]).
     fn with_open<R>(&self, fd: i32, wait: bool, look: impl FnOnce(&OpenFile) -> R) -> Option<R> {
-        fn lock<T>(m: &Mutex<T>, wait: bool) -> Option<std::sync::MutexGuard<'_, T>> {
-            if wait {
-                Some(m.lock().unwrap_or_else(|e| e.into_inner()))
-            } else {
-                m.try_lock().ok()
-            }
-        }
-        let inode = *lock(&self.fds, wait)?.get(&fd)?;
-        lock(&self.files, wait)?.get(&inode).map(look)
+        let inode = *lock_map(&self.fds, wait)?.get(&fd)?;
+        lock_map(&self.files, wait)?.get(&inode).map(look)
     }
 
     fn file_of(&self, fd: i32) -> Option<Arc<File>> {
@@ -209,31 +218,27 @@ impl Shim {
     }
 
     fn add_fd(&self, fd: i32, inode: Inode) {
-        self.fds
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(fd, inode);
-        if let Some(entry) = self
-            .files
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get_mut(&inode)
+        let Some(mut fds) = lock_map(&self.fds, true) else {
+            return;
+        };
+        fds.insert(fd, inode);
+        drop(fds);
+        if let Some(entry) = lock_map(&self.files, true)
+            .as_mut()
+            .and_then(|files| files.get_mut(&inode))
         {
             entry.descriptors += 1;
         }
     }
 
     fn remove_fd(&self, fd: i32) {
-        let Some(inode) = self
-            .fds
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&fd)
-        else {
+        let Some(inode) = lock_map(&self.fds, true).and_then(|mut fds| fds.remove(&fd)) else {
             return;
         };
         let closed = {
-            let mut files = self.files.lock().unwrap_or_else(|e| e.into_inner());
+            let Some(mut files) = lock_map(&self.files, true) else {
+                return;
+            };
             match files.get_mut(&inode) {
                 Some(entry) if entry.descriptors > 1 => {
                     entry.descriptors -= 1;
@@ -258,6 +263,9 @@ impl Shim {
     /// caller gets.
     fn sync_file_info(&self, fd: i32, arg: *mut std::ffi::c_void) -> Option<i32> {
         use zerocopy::{FromZeros, IntoBytes};
+        if in_forked_child() {
+            return None;
+        }
         let file = agx_kmd::uaccess::dup_user_fd(fd)?;
         let exports = self.system.device().exports();
         // Not one of ours: let the real kernel answer.
@@ -287,9 +295,6 @@ impl Shim {
     }
 
     fn is_ours(&self, fd: i32) -> bool {
-        self.fds
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .contains_key(&fd)
+        lock_map(&self.fds, true).is_some_and(|fds| fds.contains_key(&fd))
     }
 }

@@ -60,10 +60,27 @@ pub const NODES: [&Node; 2] = [&CARD, &RENDER];
 
 /// The platform device's name (`<unit address>.<node name>`, as the
 /// kernel names devices it creates from the device tree).
-pub const PLATFORM_DEVICE: &str = "206400000.gpu";
+pub const PLATFORM_DEVICE: &str = agx_kmd::device::PLATFORM_DEVICE_NAME;
 
 /// The platform device's sysfs directory.
 pub const DEVICE_DIR: &str = "/sys/devices/platform/soc/206400000.gpu";
+
+const _: () = assert!(const_str_ends_with(DEVICE_DIR, PLATFORM_DEVICE));
+
+const fn const_str_ends_with(text: &str, end: &str) -> bool {
+    let (text, end) = (text.as_bytes(), end.as_bytes());
+    if end.len() > text.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < end.len() {
+        if text[text.len() - end.len() + i] != end[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
 
 /// The device's modalias: its device-tree node name and compatibles.
 const MODALIAS: &str = "of:NgpuT(null)Capple,agx-t8103Capple,agx-g13g";
@@ -181,7 +198,7 @@ fn fingerprint(entries: &[(String, Entry)]) -> u64 {
     for (path, entry) in entries {
         let text = match entry {
             Entry::Dir => format!("{path} dir\n"),
-            Entry::File(contents) => format!("{path} file {contents:?}\n"),
+            Entry::File(contents) => format!("{path} file 0444 {contents:?}\n"),
             Entry::Link(target) => format!("{path} link {target}\n"),
         };
         for byte in text.bytes() {
@@ -287,7 +304,10 @@ impl Tree {
                 }
                 match entry {
                     Entry::Dir => std::fs::create_dir_all(&at),
-                    Entry::File(contents) => std::fs::write(&at, contents),
+                    Entry::File(contents) => std::fs::write(&at, contents).and_then(|()| {
+                        // Read-only, as sysfs attributes mostly are.
+                        std::fs::set_permissions(&at, std::fs::Permissions::from_mode(0o444))
+                    }),
                     Entry::Link(target) => std::os::unix::fs::symlink(target, &at),
                 }
                 .map_err(io_error("creating", &at))?;
@@ -347,7 +367,9 @@ pub fn resolve(path: &str, follow: bool) -> Target {
         return Target::Real;
     }
     let Some(tree) = Tree::get() else {
-        return Target::Real;
+        // No tree: the faked paths do not exist (rather than showing the
+        // host's).
+        return Target::Redirected(c"/proc/agx-sim-tree-unavailable".into());
     };
     let redirected = tree.redirect(path);
     if follow {
@@ -363,6 +385,14 @@ pub fn resolve(path: &str, follow: bool) -> Target {
         Ok(c) => Target::Redirected(c),
         Err(_) => Target::Real,
     }
+}
+
+/// The path the directory open at `dirfd` stands for, if it is one of
+/// the tree's.
+pub fn stands_for(dirfd: i32) -> Option<String> {
+    let tree = TREE.get()?.as_ref().ok()?;
+    let real = std::fs::read_link(format!("/proc/self/fd/{dirfd}")).ok()?;
+    tree.unredirect(&real)
 }
 
 /// `realpath` of a path in a faked namespace: resolved in the tree and

@@ -99,6 +99,26 @@ int main(void)
     close(dev_fd);
     CHECK(n == 8 && memcmp(text, "226:128\n", 8) == 0);
 
+    /* A walk by directory descriptor (as fts, nftw and libudev do). */
+    int dri = open("/dev/dri", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    CHECK(dri >= 0);
+    struct stat at_st;
+    CHECK(fstatat(dri, "renderD128", &at_st, 0) == 0 && S_ISCHR(at_st.st_mode));
+    CHECK(at_st.st_rdev == render_st.st_rdev);
+    CHECK(fstatat(dri, "by-path", &at_st, 0) == 0 && S_ISDIR(at_st.st_mode));
+    int at_fd = openat(dri, "card0", O_RDWR | O_CLOEXEC);
+    CHECK(at_fd >= 0 && drmGetNodeTypeFromFd(at_fd) == DRM_NODE_PRIMARY);
+    close(at_fd);
+    n = readlinkat(dri, "by-path/platform-206400000.gpu-card", link, sizeof(link) - 1);
+    CHECK(n == 8 && memcmp(link, "../card0", 8) == 0);
+    close(dri);
+    /* Nodes are character devices, not to be opened exclusively. */
+    errno = 0;
+    CHECK(open("/dev/dri/renderD128", O_RDWR | O_EXCL) == -1 && errno == EBUSY);
+    FILE *stream = fopen("/dev/dri/renderD128", "r+");
+    CHECK(stream != NULL && drmGetNodeTypeFromFd(fileno(stream)) == DRM_NODE_RENDER);
+    fclose(stream);
+
     /* libdrm's enumeration: one platform device with both nodes. */
     drmDevicePtr devices[8];
     int count = drmGetDevices2(0, devices, 8);
@@ -141,6 +161,17 @@ int main(void)
     link[n] = 0;
     CHECK(strcmp(link, "/dev/dri/renderD128") == 0);
     CHECK(realpath(path, fixed) && strcmp(fixed, "/dev/dri/renderD128") == 0);
+    errno = 0;
+    CHECK(readlink(path, link, 0) == -1 && errno == EINVAL);
+    snprintf(path, sizeof(path), "/dev/fd/%d", fd);
+    n = readlink(path, link, sizeof(link) - 1);
+    CHECK(n == 19 && memcmp(link, "/dev/dri/renderD128", 19) == 0);
+    struct stat fd_st;
+    CHECK(stat(path, &fd_st) == 0 && fd_st.st_rdev == render_st.st_rdev);
+    snprintf(path, sizeof(path), "/proc/%d/fd/%d", (int)getpid(), fd);
+    n = readlink(path, link, sizeof(link) - 1);
+    CHECK(n == 19 && memcmp(link, "/dev/dri/renderD128", 19) == 0);
+    snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
     int again = open(path, O_RDWR | O_CLOEXEC);
     CHECK(again >= 0 && again != fd);
     CHECK(drmGetNodeTypeFromFd(again) == DRM_NODE_RENDER);
@@ -152,6 +183,10 @@ int main(void)
     CHECK(fdinfo_value(info, "drm-driver", value, sizeof(value)) && strcmp(value, "asahi") == 0);
     CHECK(fdinfo_value(info, "flags", value, sizeof(value)));
     CHECK((strtol(value, NULL, 8) & O_ACCMODE) == O_RDWR);
+    CHECK(fdinfo_value(info, "drm-engine-compute", value, sizeof(value)) && strcmp(value, "0 ns") == 0);
+    CHECK(fdinfo_value(info, "drm-total-memory", value, sizeof(value)) && strcmp(value, "0") == 0);
+    errno = 0;
+    CHECK(open(path, O_WRONLY) == -1 && errno == EACCES);
     CHECK(fdinfo_value(info, "drm-client-id", value, sizeof(value)));
     long first_id = strtol(value, NULL, 10);
     snprintf(path, sizeof(path), "/proc/self/fdinfo/%d", again);
