@@ -172,6 +172,9 @@ pub enum AuthError {
         /// The index asked for.
         idx: i32,
     },
+    /// Every magic number is in use (`idr_alloc` fails).
+    #[error("every magic number is in use")]
+    MagicsExhausted,
     /// An ioctl Linux refuses on a render node (no `DRM_RENDER_ALLOW`).
     #[error("not allowed on a render node")]
     NotOnRenderNode,
@@ -383,9 +386,7 @@ impl FileAuth {
         }
         let master = auth.master.clone().ok_or(AuthError::NoMasterObject)?;
         let mut magics = lock(&master.magics);
-        let magic = (1..=u32::MAX)
-            .find(|m| !magics.contains_key(m))
-            .ok_or(AuthError::NoMasterObject)?;
+        let magic = lowest_free_id(&magics).ok_or(AuthError::MagicsExhausted)?;
         magics.insert(magic, Some(Arc::downgrade(file)));
         auth.magic = magic;
         Ok(magic)
@@ -442,6 +443,19 @@ impl FileAuth {
         }
         Ok(())
     }
+}
+
+/// The lowest id from 1 that `map` does not hold (`idr_alloc` from 1), in
+/// one pass over its keys.
+pub(crate) fn lowest_free_id<V>(map: &BTreeMap<u32, V>) -> Option<u32> {
+    let mut candidate = 1u32;
+    for &key in map.keys().skip_while(|&&key| key == 0) {
+        if key != candidate {
+            return Some(candidate);
+        }
+        candidate = candidate.checked_add(1)?;
+    }
+    Some(candidate)
 }
 
 /// The interface version SET_VERSION reports.

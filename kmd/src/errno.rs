@@ -307,6 +307,7 @@ impl From<AuthError> for Errno {
             | AuthError::NotMasterProcess { .. }
             | AuthError::NotOnRenderNode => Errno::EACCES,
             AuthError::MasterBusy => Errno::EBUSY,
+            AuthError::MagicsExhausted => Errno::ENOSPC,
             AuthError::NoMasterObject
             | AuthError::NotCurrentMaster
             | AuthError::UnknownMagic { .. }

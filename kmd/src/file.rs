@@ -852,8 +852,7 @@ impl File {
                 .upgrade()
                 .is_some_and(|o| o.flink_name() == Some(name))
         });
-        let name = (1..=u32::MAX)
-            .find(|n| !names.contains_key(n))
+        let name = crate::auth::lowest_free_id(&names)
             .ok_or(IoctlError::IdsExhausted { kind: "flink name" })?;
         names.insert(name, Arc::downgrade(&object));
         object.set_flink_name(name);

@@ -813,6 +813,16 @@ pub unsafe extern "C" fn statx(
     }
 }
 
+/// `access` of a node: mode 0666, as udev makes them (read and write,
+/// not execute).
+fn node_access(mode: c_int) -> c_int {
+    if mode & libc::X_OK != 0 {
+        fail(libc::EACCES, -1)
+    } else {
+        0
+    }
+}
+
 /// # Safety
 /// As `access(2)`.
 #[no_mangle]
@@ -820,12 +830,7 @@ pub unsafe extern "C" fn access(path: *const c_char, mode: c_int) -> c_int {
     // SAFETY: the caller passes a C string.
     let named = unsafe { name_of(path, true) };
     if let Named::Node(_) = named {
-        // The nodes are mode 0666, as udev makes them.
-        return if mode & libc::X_OK != 0 {
-            fail(libc::EACCES, -1)
-        } else {
-            0
-        };
+        return node_access(mode);
     }
     match real!(
         c"access",
@@ -849,11 +854,7 @@ pub unsafe extern "C" fn faccessat(
     // SAFETY: the caller passes a C string.
     let named = unsafe { name_at(dirfd, path, flags) };
     if let Named::Node(_) = named {
-        return if mode & libc::X_OK != 0 {
-            fail(libc::EACCES, -1)
-        } else {
-            0
-        };
+        return node_access(mode);
     }
     match real!(
         c"faccessat",

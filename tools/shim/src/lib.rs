@@ -106,6 +106,12 @@ fn shim() -> Option<&'static Shim> {
                 return None;
             }
         };
+        // SAFETY: registers a handler that only stores to an atomic
+        // (async-signal-safe, as a fork handler in a multithreaded process
+        // must be).
+        if unsafe { libc::pthread_atfork(None, None, Some(mark_forked_child)) } != 0 {
+            interpose::log("agx-shim: cannot register the fork handler\n");
+        }
         Some(Shim {
             system,
             owner_pid: std::process::id(),
@@ -116,10 +122,19 @@ fn shim() -> Option<&'static Shim> {
     .as_ref()
 }
 
+/// Set in a child by the `pthread_atfork` handler the shim registers
+/// when it builds the device, so the check costs no system call on the
+/// ioctl path.
+static IN_FORKED_CHILD: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+extern "C" fn mark_forked_child() {
+    IN_FORKED_CHILD.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
 /// Whether this process was forked from the one the device was built in
 /// (silently: for calls that only answer differently there).
 fn in_forked_child() -> bool {
-    shim_if_ready().is_some_and(|shim| shim.owner_pid != std::process::id())
+    IN_FORKED_CHILD.load(std::sync::atomic::Ordering::Relaxed)
 }
 
 /// In a process forked from the one the device was built in, the failure
@@ -249,7 +264,7 @@ impl Shim {
             }
         };
         // Closing the pipe's write end re-enters `close`: outside the lock.
-        if self.owner_pid == std::process::id() {
+        if !in_forked_child() {
             drop(closed);
         } else {
             // In a forked child the device's locks may be held by threads

@@ -62,24 +62,12 @@ pub const NODES: [&Node; 2] = [&CARD, &RENDER];
 /// kernel names devices it creates from the device tree).
 pub const PLATFORM_DEVICE: &str = agx_kmd::device::PLATFORM_DEVICE_NAME;
 
+/// Where platform devices created from the device tree's `soc` bus live.
+const SOC_DIR: &str = "/sys/devices/platform/soc";
+
 /// The platform device's sysfs directory.
-pub const DEVICE_DIR: &str = "/sys/devices/platform/soc/206400000.gpu";
-
-const _: () = assert!(const_str_ends_with(DEVICE_DIR, PLATFORM_DEVICE));
-
-const fn const_str_ends_with(text: &str, end: &str) -> bool {
-    let (text, end) = (text.as_bytes(), end.as_bytes());
-    if end.len() > text.len() {
-        return false;
-    }
-    let mut i = 0;
-    while i < end.len() {
-        if text[text.len() - end.len() + i] != end[i] {
-            return false;
-        }
-        i += 1;
-    }
-    true
+pub fn device_dir() -> String {
+    format!("{SOC_DIR}/{PLATFORM_DEVICE}")
 }
 
 /// The device's modalias: its device-tree node name and compatibles.
@@ -104,7 +92,6 @@ const FAKED: &[&str] = &[
     "/dev/dri",
     "/sys/dev/char/226:0",
     "/sys/dev/char/226:128",
-    DEVICE_DIR,
     "/sys/bus/platform/drivers/asahi",
     "/sys/class/drm",
 ];
@@ -113,42 +100,44 @@ const FAKED: &[&str] = &[
 enum Entry {
     Dir,
     File(String),
-    Link(&'static str),
+    Link(String),
 }
 
 fn layout() -> Vec<(String, Entry)> {
+    let device_dir = device_dir();
+    let link = |target: &str| Entry::Link(target.to_string());
     let mut entries = vec![
         ("/dev/dri".to_string(), Entry::Dir),
         ("/dev/dri/by-path".to_string(), Entry::Dir),
         ("/sys/dev/char".to_string(), Entry::Dir),
         ("/sys/bus/platform/drivers/asahi".to_string(), Entry::Dir),
         ("/sys/class/drm".to_string(), Entry::Dir),
-        (DEVICE_DIR.to_string(), Entry::Dir),
+        (device_dir.clone(), Entry::Dir),
         (
-            format!("{DEVICE_DIR}/uevent"),
+            format!("{device_dir}/uevent"),
             Entry::File(DEVICE_UEVENT.to_string()),
         ),
         (
-            format!("{DEVICE_DIR}/modalias"),
+            format!("{device_dir}/modalias"),
             Entry::File(format!("{MODALIAS}\n")),
         ),
         (
-            format!("{DEVICE_DIR}/subsystem"),
-            Entry::Link("../../../../bus/platform"),
+            format!("{device_dir}/subsystem"),
+            link("../../../../bus/platform"),
         ),
         (
-            format!("{DEVICE_DIR}/driver"),
-            Entry::Link("../../../../bus/platform/drivers/asahi"),
+            format!("{device_dir}/driver"),
+            link("../../../../bus/platform/drivers/asahi"),
         ),
         (
             format!("/sys/bus/platform/drivers/asahi/{PLATFORM_DEVICE}"),
-            Entry::Link("../../../../devices/platform/soc/206400000.gpu"),
+            link(&format!("../../../..{}", dir_below_sys(&device_dir))),
         ),
-        (format!("{DEVICE_DIR}/drm"), Entry::Dir),
+        (format!("{device_dir}/drm"), Entry::Dir),
     ];
     for node in NODES {
         let (name, minor) = (node.name, node.minor);
-        let dir = format!("{DEVICE_DIR}/drm/{name}");
+        let dir = format!("{device_dir}/drm/{name}");
         entries.push((node.path.to_string(), Entry::File(String::new())));
         entries.push((dir.clone(), Entry::Dir));
         entries.push((
@@ -163,31 +152,34 @@ fn layout() -> Vec<(String, Entry)> {
         ));
         entries.push((
             format!("{dir}/device"),
-            Entry::Link("../../../206400000.gpu"),
+            link(&format!("../../../{PLATFORM_DEVICE}")),
         ));
         entries.push((
             format!("{dir}/subsystem"),
-            Entry::Link("../../../../../../class/drm"),
+            link("../../../../../../class/drm"),
         ));
-        let by_minor: &'static str = match node.kind {
-            NodeKind::Primary => "../../devices/platform/soc/206400000.gpu/drm/card0",
-            NodeKind::Render => "../../devices/platform/soc/206400000.gpu/drm/renderD128",
-        };
+        // From /sys/dev/char and /sys/class/drm, two levels below /sys.
+        let by_minor = format!("../..{}/drm/{name}", dir_below_sys(&device_dir));
         entries.push((
             format!("/sys/dev/char/{DRM_MAJOR}:{minor}"),
-            Entry::Link(by_minor),
+            link(&by_minor),
         ));
-        entries.push((format!("/sys/class/drm/{name}"), Entry::Link(by_minor)));
-        let (suffix, target) = match node.kind {
-            NodeKind::Primary => ("card", "../card0"),
-            NodeKind::Render => ("render", "../renderD128"),
+        entries.push((format!("/sys/class/drm/{name}"), link(&by_minor)));
+        let suffix = match node.kind {
+            NodeKind::Primary => "card",
+            NodeKind::Render => "render",
         };
         entries.push((
             format!("/dev/dri/by-path/platform-{PLATFORM_DEVICE}-{suffix}"),
-            Entry::Link(target),
+            link(&format!("../{name}")),
         ));
     }
     entries
+}
+
+/// `path` (in /sys) without its `/sys` prefix, for relative links.
+fn dir_below_sys(path: &str) -> &str {
+    path.strip_prefix("/sys").unwrap_or(path)
 }
 
 /// The tree's contents as one string, for naming the directory that
@@ -335,12 +327,14 @@ impl Tree {
     }
 }
 
-/// Whether `path` is in one of the faked namespaces.
+/// Whether `path` is in one of the faked namespaces (the prefixes and
+/// the platform device's directory).
 pub fn is_faked(path: &str) -> bool {
-    FAKED.iter().any(|prefix| {
+    let within = |prefix: &str| {
         path.strip_prefix(prefix)
             .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
-    })
+    };
+    FAKED.iter().any(|prefix| within(prefix)) || within(&device_dir())
 }
 
 /// The node at `path` exactly, if it is one.
