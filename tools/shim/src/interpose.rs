@@ -906,20 +906,9 @@ pub unsafe extern "C" fn readlink(
     buf: *mut c_char,
     size: libc::size_t,
 ) -> libc::ssize_t {
-    // SAFETY: the caller passes a C string.
-    let named = match unsafe { link_of(path) } {
-        // SAFETY: the caller passes a buffer of `size` bytes.
-        Ok(text) => return unsafe { fill_link(text, buf, size) },
-        Err(named) => named,
-    };
-    match real!(
-        c"readlink",
-        unsafe extern "C" fn(*const c_char, *mut c_char, libc::size_t) -> libc::ssize_t
-    ) {
-        // SAFETY: forwarding the caller's arguments (the path redirected).
-        Some(f) => unsafe { f(real_path(&named, path), buf, size) },
-        None => fail(libc::ENOSYS, -1),
-    }
+    // SAFETY: forwarding the caller's arguments: readlink is readlinkat
+    // relative to the working directory.
+    unsafe { readlinkat(libc::AT_FDCWD, path, buf, size) }
 }
 
 /// # Safety
