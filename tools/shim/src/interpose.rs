@@ -947,12 +947,8 @@ pub unsafe extern "C" fn __readlink_chk(
     size: libc::size_t,
     buf_size: libc::size_t,
 ) -> libc::ssize_t {
-    if size > buf_size {
-        log("agx-shim: buffer overflow detected in readlink\n");
-        std::process::abort();
-    }
-    // SAFETY: forwarding the caller's arguments.
-    unsafe { readlink(path, buf, size) }
+    // SAFETY: forwarding the caller's arguments, as `readlink` does.
+    unsafe { __readlinkat_chk(libc::AT_FDCWD, path, buf, size, buf_size) }
 }
 
 /// # Safety
@@ -966,7 +962,7 @@ pub unsafe extern "C" fn __readlinkat_chk(
     buf_size: libc::size_t,
 ) -> libc::ssize_t {
     if size > buf_size {
-        log("agx-shim: buffer overflow detected in readlinkat\n");
+        log("agx-shim: buffer overflow detected in readlink\n");
         std::process::abort();
     }
     // SAFETY: forwarding the caller's arguments.
