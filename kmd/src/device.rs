@@ -74,6 +74,11 @@ pub struct DeviceConfig {
     /// GEM_CREATE fails with `ENOMEM`. No limit by default, as Linux
     /// without a memory cgroup.
     pub file_memory_limit_bytes: u64,
+    /// Whether the device keeps a descriptor of every object's memfd, not
+    /// only of the exportable ones, so that a CPU mapping can be handed to
+    /// another process as a descriptor ([`crate::File::mmap_descriptor`]):
+    /// what a device serving clients in other processes needs.
+    pub keep_object_descriptors: bool,
 }
 
 impl Default for DeviceConfig {
@@ -84,6 +89,7 @@ impl Default for DeviceConfig {
             work_budget_units: crate::firmware::WORK_BUDGET_UNITS,
             command_timeout_ms: crate::firmware::COMMAND_TIMEOUT_MS,
             file_memory_limit_bytes: u64::MAX,
+            keep_object_descriptors: false,
         }
     }
 }
@@ -135,10 +141,10 @@ impl Device {
     ) -> Result<Arc<GemObject>, GemError> {
         let charge = account.charge(Ram::pages_for(size_bytes))?;
         // Every object has a memfd of its own (CPU mappings hold it); the
-        // device keeps a descriptor only of one that may be exported.
-        let memory = self
-            .ram
-            .allocate_object(size_bytes, GEM_MEMFD_NAME, private_vm.is_none())?;
+        // device keeps a descriptor only of one that may be exported, or
+        // of all when its mappings are handed out as descriptors.
+        let keep = private_vm.is_none() || self.config.keep_object_descriptors;
+        let memory = self.ram.allocate_object(size_bytes, GEM_MEMFD_NAME, keep)?;
         Ok(self.register(memory, flags, private_vm, charge)?)
     }
 

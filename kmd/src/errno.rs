@@ -68,6 +68,9 @@ pub enum IoctlError {
     /// A user pointer could not be read or written.
     #[error(transparent)]
     Fault(#[from] Fault),
+    /// A descriptor could not be given to the caller.
+    #[error(transparent)]
+    Install(#[from] crate::uaccess::InstallError),
     /// GET_PARAMS, GET_TIME.
     #[error(transparent)]
     Params(#[from] ParamsError),
@@ -119,6 +122,7 @@ impl IoctlError {
             IoctlError::IdsExhausted { .. } => Errno::ENOSPC,
             IoctlError::ArrayTooLarge { .. } => Errno::ENOMEM,
             IoctlError::Fault(e) => (*e).into(),
+            IoctlError::Install(crate::uaccess::InstallError::NoDescriptor) => Errno::EMFILE,
             IoctlError::Params(e) => e.clone().into(),
             IoctlError::Gem(e) => e.clone().into(),
             IoctlError::BindObject(e) => e.clone().into(),

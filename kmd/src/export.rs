@@ -30,6 +30,12 @@ const RECORD_BYTES: usize = 8 + 16 + 8;
 
 use crate::mem::backing::{DeviceFd, Inode};
 
+/// The name of a sync file's memfd.
+const SYNC_FILE_MEMFD_NAME: &str = "agx-sync-file";
+
+/// How `/proc/<pid>/fd/N` of a sync file this device exported begins.
+pub const SYNC_FILE_MEMFD_PREFIX: &str = "/memfd:agx-sync-file";
+
 fn inode_of(fd: BorrowedFd<'_>) -> Result<Inode, Errno> {
     let stat = rustix::fs::fstat(fd).map_err(|e| Errno(e.raw_os_error()))?;
     Ok((stat.st_dev, stat.st_ino))
@@ -183,7 +189,7 @@ impl Exports {
     /// A sync file for `fence`.
     pub(crate) fn export_sync_file(&self, fence: Arc<Fence>) -> Result<OwnedFd, Errno> {
         let token = self.token();
-        let fd = token_memfd("agx-sync-file", SYNC_FILE_MAGIC, token)?;
+        let fd = token_memfd(SYNC_FILE_MEMFD_NAME, SYNC_FILE_MAGIC, token)?;
         let mut files = self.sync_files.lock().unwrap_or_else(|e| e.into_inner());
         self.settle_sync_files(&mut files);
         match fence.status() {
@@ -278,6 +284,18 @@ impl Exports {
         }
         info.num_fences = 1;
         Ok(())
+    }
+
+    /// The `SYNC_IOC_FILE_INFO` ioctl on `fd` with its argument at user
+    /// address `arg`: [`Exports::sync_file_info`] between the copies in
+    /// and out (`EFAULT` for an unreadable or unwritable argument).
+    pub fn sync_file_ioctl(&self, fd: BorrowedFd<'_>, arg: u64) -> Result<i32, Errno> {
+        use zerocopy::{FromZeros, IntoBytes};
+        let mut info = agx_uapi::drm::SyncFileInfo::new_zeroed();
+        crate::uaccess::copy_from_user(info.as_mut_bytes(), arg).map_err(|_| Errno::EFAULT)?;
+        self.sync_file_info(fd, &mut info)?;
+        crate::uaccess::copy_to_user(arg, info.as_bytes()).map_err(|_| Errno::EFAULT)?;
+        Ok(0)
     }
 
     /// Pending sync files the device tracks (for leak checks).

@@ -11,7 +11,7 @@
 //! when the handler fails.
 
 use std::collections::BTreeMap;
-use std::os::fd::{AsFd, IntoRawFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
@@ -41,7 +41,7 @@ use crate::params::{self, ParamsError};
 use crate::queue::{self, Queue, QueueError};
 use crate::submit::{Command, SubmitArgError};
 use crate::sync::{self, Fence, Syncobj, SyncobjError, WaitError, WaitSpec};
-use crate::uaccess::{copy_from_user, copy_to_user, dup_user_fd};
+use crate::uaccess::{copy_from_user, copy_to_user, dup_user_fd, install_user_fd};
 use crate::vm::{lock_vm, BindError, BindOp, Vm, VmError};
 
 /// Driver name VERSION reports (clients check it).
@@ -632,6 +632,26 @@ impl File {
             );
             errno
         })
+    }
+
+    /// A CPU mapping of the DRM file at `offset` of `len_bytes` bytes,
+    /// checked as [`File::mmap_object`] does, as a descriptor for a
+    /// process other than the device's: the object's own memfd (which
+    /// maps exactly its pages) and the offset within it to map. Needs a
+    /// device that keeps every object's descriptor
+    /// (`DeviceConfig::keep_object_descriptors`); `ENODEV` otherwise.
+    pub fn mmap_descriptor(&self, offset: u64, len_bytes: u64) -> Result<(OwnedFd, u64), Errno> {
+        let (object, within) = self.mmap_object(offset, len_bytes)?;
+        let fd = object.memory().export_fd(true).map_err(|error| {
+            tracing::warn!(
+                offset = format_args!("{offset:#x}"),
+                file = self.id,
+                %error,
+                "mmap: the object's memfd is not kept"
+            );
+            Errno::ENODEV
+        })?;
+        Ok((fd, within))
     }
 
     fn find_mapping(
@@ -1450,7 +1470,7 @@ impl File {
             .device
             .exports
             .export_object(&object, flags.contains(PrimeFlags::CLOEXEC))?;
-        p.fd = fd.into_raw_fd();
+        p.fd = install_user_fd(fd)?;
         Ok(0)
     }
 
@@ -1489,7 +1509,7 @@ impl File {
                 .ok_or(SyncobjError::DestroyUnknownHandle { handle: h.handle })?;
             self.device.exports.export_syncobj(&syncobj)?
         };
-        h.fd = fd.into_raw_fd();
+        h.fd = install_user_fd(fd)?;
         Ok(0)
     }
 

@@ -7,11 +7,64 @@
 //! do these, by letting the host kernel do the copy (`process_vm_readv` /
 //! `process_vm_writev` on this process, or through a pipe where those are
 //! not permitted), which reports `EFAULT` for unmapped memory.
+//!
+//! When the device serves a client in another process (the shim's device
+//! process), the ioctl's thread is given that client's [`UserSpace`] for
+//! the call ([`with_user_space`]): the copies, the descriptors the
+//! caller passes in (`fget`) and the ones it gets back (`fd_install`)
+//! then reach the client's process instead of this one.
 #![allow(unsafe_code)]
 
+use std::cell::RefCell;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd};
+use std::rc::Rc;
 use std::sync::OnceLock;
+
+/// The memory and descriptor table of a calling process other than this
+/// one.
+pub trait UserSpace {
+    /// Reads `buf.len()` bytes at `address` of the caller's memory.
+    fn read(&self, address: u64, buf: &mut [u8]) -> Result<(), Fault>;
+    /// Writes `data` at `address` of the caller's memory.
+    fn write(&self, address: u64, data: &[u8]) -> Result<(), Fault>;
+    /// The file the caller's descriptor `fd` refers to; `None` if it is
+    /// not open.
+    fn take_fd(&self, fd: i32) -> Option<OwnedFd>;
+    /// Gives the caller a descriptor of `fd`'s file (close-on-exec as
+    /// `fd` is) and returns its number there.
+    fn install_fd(&self, fd: OwnedFd) -> Result<i32, InstallError>;
+}
+
+/// A descriptor could not be given to the caller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum InstallError {
+    /// Its descriptor table is full (or it went away).
+    #[error("the caller has no descriptor free")]
+    NoDescriptor,
+}
+
+thread_local! {
+    static USER_SPACE: RefCell<Option<Rc<dyn UserSpace>>> = const { RefCell::new(None) };
+}
+
+/// Runs `call` (an ioctl) with `space` as the caller's user space on this
+/// thread.
+pub fn with_user_space<R>(space: Rc<dyn UserSpace>, call: impl FnOnce() -> R) -> R {
+    struct Restore(Option<Rc<dyn UserSpace>>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            let previous = self.0.take();
+            USER_SPACE.with(|cell| *cell.borrow_mut() = previous);
+        }
+    }
+    let _restore = Restore(USER_SPACE.with(|cell| cell.borrow_mut().replace(space)));
+    call()
+}
+
+fn user_space() -> Option<Rc<dyn UserSpace>> {
+    USER_SPACE.with(|cell| cell.borrow().clone())
+}
 
 /// A user address that could not be read or written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -132,6 +185,17 @@ fn copy(src: u64, dst: u64, len: usize, user_is_dst: bool) -> Result<(), Fault> 
     if user == 0 || user.checked_add(len as u64).is_none() {
         return Err(fault);
     }
+    if let Some(space) = user_space() {
+        // SAFETY: the kernel side's buffer is a live Rust buffer of `len`
+        // bytes at `src` (or `dst`), as the callers guarantee.
+        return unsafe {
+            if user_is_dst {
+                space.write(dst, std::slice::from_raw_parts(src as *const u8, len))
+            } else {
+                space.read(src, std::slice::from_raw_parts_mut(dst as *mut u8, len))
+            }
+        };
+    }
     let result = match method() {
         Method::ProcessVm => process_vm(src, dst, len, user_is_dst),
         Method::Pipe => via_pipe(src, dst, len),
@@ -147,6 +211,9 @@ pub fn dup_user_fd(fd: i32) -> Option<OwnedFd> {
     if fd < 0 {
         return None;
     }
+    if let Some(space) = user_space() {
+        return space.take_fd(fd);
+    }
     // SAFETY: F_DUPFD_CLOEXEC on an arbitrary integer is safe: the host
     // kernel checks it and fails with EBADF if it is not open.
     let new = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
@@ -155,6 +222,15 @@ pub fn dup_user_fd(fd: i32) -> Option<OwnedFd> {
     }
     // SAFETY: `new` is a descriptor fcntl just created for us.
     Some(unsafe { OwnedFd::from_raw_fd(new) })
+}
+
+/// Gives the caller `fd` (as the kernel's `fd_install` does) and returns
+/// the number it has there.
+pub fn install_user_fd(fd: OwnedFd) -> Result<i32, InstallError> {
+    match user_space() {
+        Some(space) => space.install_fd(fd),
+        None => Ok(fd.into_raw_fd()),
+    }
 }
 
 /// Reads `buf.len()` bytes from user address `address`.
@@ -186,6 +262,80 @@ mod tests {
         // The read-only text of this function is not writable.
         let code = copies_and_faults as *const () as u64;
         assert!(copy_to_user(code, b"x").is_err());
+    }
+
+    /// A caller in another process, modelled as memory at address 0x1000
+    /// and a table of descriptors.
+    struct OtherProcess {
+        memory: std::cell::RefCell<Vec<u8>>,
+        installed: std::cell::RefCell<Vec<OwnedFd>>,
+    }
+
+    impl UserSpace for OtherProcess {
+        fn read(&self, address: u64, buf: &mut [u8]) -> Result<(), Fault> {
+            let fault = Fault {
+                address,
+                len_bytes: buf.len(),
+            };
+            let at = address.checked_sub(0x1000).ok_or(fault)? as usize;
+            let memory = self.memory.borrow();
+            buf.copy_from_slice(memory.get(at..at + buf.len()).ok_or(fault)?);
+            Ok(())
+        }
+        fn write(&self, address: u64, data: &[u8]) -> Result<(), Fault> {
+            let fault = Fault {
+                address,
+                len_bytes: data.len(),
+            };
+            let at = address.checked_sub(0x1000).ok_or(fault)? as usize;
+            let mut memory = self.memory.borrow_mut();
+            memory
+                .get_mut(at..at + data.len())
+                .ok_or(fault)?
+                .copy_from_slice(data);
+            Ok(())
+        }
+        fn take_fd(&self, fd: i32) -> Option<OwnedFd> {
+            // The other process's descriptor 7: standard input here.
+            use std::os::fd::AsFd;
+            (fd == 7)
+                .then(|| rustix::io::fcntl_dupfd_cloexec(std::io::stdin().as_fd(), 0).ok())
+                .flatten()
+        }
+        fn install_fd(&self, fd: OwnedFd) -> Result<i32, InstallError> {
+            let mut installed = self.installed.borrow_mut();
+            installed.push(fd);
+            Ok(100 + installed.len() as i32)
+        }
+    }
+
+    #[test]
+    fn a_user_space_elsewhere_gets_the_copies_and_descriptors() {
+        let other = Rc::new(OtherProcess {
+            memory: std::cell::RefCell::new(b"remote bytes".to_vec()),
+            installed: std::cell::RefCell::new(Vec::new()),
+        });
+        let local = *b"local";
+        with_user_space(other.clone(), || {
+            let mut buf = [0u8; 6];
+            copy_from_user(&mut buf, 0x1000).unwrap();
+            assert_eq!(&buf, b"remote");
+            copy_to_user(0x1000, b"REMOTE").unwrap();
+            // This process's memory is not the caller's.
+            let mut mine = [0u8; 5];
+            assert!(copy_from_user(&mut mine, local.as_ptr() as u64).is_err());
+            assert!(copy_from_user(&mut mine, 0x1000 + 100).is_err());
+            assert!(dup_user_fd(7).is_some());
+            assert!(dup_user_fd(0).is_none(), "the caller's table, not ours");
+            let fd = dup_user_fd(7).unwrap();
+            assert_eq!(install_user_fd(fd), Ok(101));
+        });
+        assert_eq!(&other.memory.borrow()[..6], b"REMOTE");
+        assert_eq!(other.installed.borrow().len(), 1);
+        // Back to this process once the call is over.
+        let mut buf = [0u8; 5];
+        copy_from_user(&mut buf, local.as_ptr() as u64).unwrap();
+        assert_eq!(&buf, b"local");
     }
 
     #[test]

@@ -52,6 +52,10 @@ pub struct SystemConfig {
     /// Host threads the simulated GPU runs threadgroups on (results do
     /// not depend on it).
     pub gpu_threads: usize,
+    /// Whether CPU mappings of objects can be handed to other processes
+    /// as descriptors (a device process serving clients; see
+    /// `DeviceConfig::keep_object_descriptors`).
+    pub keep_object_descriptors: bool,
 }
 
 impl Default for SystemConfig {
@@ -67,6 +71,7 @@ impl Default for SystemConfig {
             gpu_threads: std::thread::available_parallelism()
                 .map_or(1, usize::from)
                 .min(4),
+            keep_object_descriptors: false,
         }
     }
 }
@@ -160,6 +165,7 @@ impl SystemConfig {
             work_budget_units: self.work_budget_units,
             command_timeout_ms: self.command_timeout_ms,
             file_memory_limit_bytes: self.file_memory_limit_bytes,
+            keep_object_descriptors: self.keep_object_descriptors,
         }
     }
 }
@@ -189,6 +195,12 @@ impl System {
     /// Opens a DRM file through `node` (the card node or the render node).
     pub fn open_node(&self, node: NodeKind) -> File {
         File::open_node(&self.device, node)
+    }
+
+    /// Opens a DRM file through `node` for `caller` (a process other
+    /// than this one, which a device process serves).
+    pub fn open_node_as(&self, node: NodeKind, caller: agx_kmd::auth::Caller) -> File {
+        File::open_node_as(&self.device, node, caller)
     }
 
     /// The kmd's device.

@@ -68,6 +68,8 @@ errnos! {
     /// Function not implemented (a dumb-buffer ioctl on a driver without
     /// dumb buffers).
     ENOSYS,
+    /// Too many open files (no descriptor free for an exported fd).
+    EMFILE,
 }
 
 impl Errno {

@@ -115,6 +115,16 @@ impl Device {
         Device::with_kernel(Arc::new(node), SimHandle::default())
     }
 
+    /// Uses a DRM file the caller already has open (as Mesa's drivers take
+    /// the descriptor their loader opened, or one inherited from a parent
+    /// process): this device makes its own VM and objects in that file.
+    pub fn from_fd(fd: std::os::fd::OwnedFd) -> Result<Device, Error> {
+        Device::with_kernel(
+            Arc::new(crate::sys::DrmNode::from_fd(fd)),
+            SimHandle::default(),
+        )
+    }
+
     /// Boots a simulated device (kmd model, firmware and GPU simulator, in
     /// this process) and opens it; every request still goes through the
     /// ioctl bytes a real node gets.

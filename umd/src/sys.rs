@@ -93,6 +93,12 @@ impl DrmNode {
             rustix::fs::open(path, OFlags::RDWR | OFlags::CLOEXEC, Mode::empty()).map_err(errno)?;
         Ok(DrmNode { fd })
     }
+
+    /// A DRM file the caller already has open (given by a loader, or
+    /// inherited).
+    pub(crate) fn from_fd(fd: std::os::fd::OwnedFd) -> DrmNode {
+        DrmNode { fd }
+    }
 }
 
 impl Kernel for DrmNode {

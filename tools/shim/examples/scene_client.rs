@@ -7,6 +7,7 @@
 use agx_tools::mesh::Mesh;
 use agx_tools::render::Renderer;
 use agx_umd::Device;
+use std::os::fd::FromRawFd;
 
 fn render(device: &Device) -> Result<Vec<u8>, agx_umd::Error> {
     let renderer = Renderer::new(device, &Mesh::torus(300, 100), 800, 600)?;
@@ -14,8 +15,28 @@ fn render(device: &Device) -> Result<Vec<u8>, agx_umd::Error> {
     renderer.pixels()
 }
 
+/// The device: `/dev/dri/renderD128`, or with `--fd N` the DRM file this
+/// process inherited as descriptor `N` (which another process may be
+/// using at the same time).
+fn open_device() -> Result<Device, agx_umd::Error> {
+    let args: Vec<String> = std::env::args().collect();
+    match args.iter().position(|a| a == "--fd") {
+        Some(i) => {
+            let fd: i32 = args
+                .get(i + 1)
+                .and_then(|n| n.parse().ok())
+                .expect("--fd takes a descriptor number");
+            // SAFETY: the caller passes a descriptor this process inherited
+            // and nothing else here owns.
+            let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
+            Device::from_fd(fd)
+        }
+        None => Device::open("/dev/dri/renderD128"),
+    }
+}
+
 fn main() {
-    let through_shim = Device::open("/dev/dri/renderD128").and_then(|device| render(&device));
+    let through_shim = open_device().and_then(|device| render(&device));
     let through_shim = match through_shim {
         Ok(pixels) => pixels,
         Err(error) => {

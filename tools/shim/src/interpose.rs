@@ -13,7 +13,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::{Arc, OnceLock};
 
 use crate::tree::{self, Node};
-use crate::{shim, shim_if_ready, Inode};
+use crate::{shim, shim_if_ready, track_dup, Inode};
 
 /// Writes a message to stderr without going through Rust's stdio.
 pub(crate) fn log(message: &str) {
@@ -50,6 +50,12 @@ fn set_errno(errno: i32) {
     unsafe { *libc::__errno_location() = errno };
 }
 
+/// This thread's errno.
+pub(crate) fn errno() -> i32 {
+    // SAFETY: __errno_location returns this thread's errno slot.
+    unsafe { *libc::__errno_location() }
+}
+
 pub(crate) fn fail<T>(errno: i32, value: T) -> T {
     set_errno(errno);
     value
@@ -68,23 +74,39 @@ unsafe fn path_of<'a>(path: *const c_char) -> Option<&'a str> {
 }
 
 fn inode_of(fd: &OwnedFd) -> Option<Inode> {
+    real_identity(fd.as_raw_fd())
+}
+
+/// The (device, inode) of the file descriptor `fd` refers to, from the
+/// real `fstat` (the interposed one answers for DRM files).
+pub(crate) fn real_identity(fd: c_int) -> Option<Inode> {
     // SAFETY: a zeroed stat is a valid out-buffer for fstat.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     let real_fstat = real!(
         c"fstat",
         unsafe extern "C" fn(c_int, *mut libc::stat) -> c_int
     )?;
-    // SAFETY: valid fd and out-buffer.
-    if unsafe { real_fstat(fd.as_raw_fd(), &mut st) } != 0 {
+    // SAFETY: an out-buffer of the right type; fstat checks the number.
+    if unsafe { real_fstat(fd, &mut st) } != 0 {
         return None;
     }
     Some((st.st_dev, st.st_ino))
 }
 
-/// Opens a DRM file on the simulated device through `node`: the client's
+/// Opens a DRM file on the simulated device through `node`, in the
+/// device process or (in the in-process mode) in this one.
+fn open_node(node: &'static Node, flags: c_int) -> c_int {
+    match crate::mode() {
+        Some(crate::Mode::DeviceProcess) => crate::remote::remote().open(node, flags),
+        Some(crate::Mode::InProcess) => open_node_in_process(node, flags),
+        None => fail(libc::ENODEV, -1),
+    }
+}
+
+/// Opens a DRM file on the device in this process: the client's
 /// descriptor is the read end of a new pipe, the device keeps the write
 /// end.
-fn open_node(node: &'static Node, flags: c_int) -> c_int {
+fn open_node_in_process(node: &'static Node, flags: c_int) -> c_int {
     if crate::forked() {
         return -1;
     }
@@ -181,25 +203,24 @@ open_fn!(__openat64_2, c"__openat64_2", (dirfd: c_int, path: *const c_char, flag
 /// As `close(2)`.
 #[no_mangle]
 pub unsafe extern "C" fn close(fd: c_int) -> c_int {
-    if let Some(shim) = shim_if_ready() {
-        shim.remove_fd(fd);
-    }
-    match real!(c"close", unsafe extern "C" fn(c_int) -> c_int) {
+    // A DRM file of the device process: if this is its last descriptor
+    // anywhere, the device releases it before `close` returns, as Linux.
+    // (The check's own system calls leave errno as the caller had it.)
+    let saved = errno();
+    let remote_file = crate::remote().and_then(|remote| Some((remote, remote.identity(fd)?)));
+    crate::forget_fd(fd);
+    set_errno(saved);
+    let result = match real!(c"close", unsafe extern "C" fn(c_int) -> c_int) {
         // SAFETY: forwarding the caller's argument.
         Some(f) => unsafe { f(fd) },
         None => fail(libc::ENOSYS, -1),
+    };
+    if let Some((remote, identity)) = remote_file {
+        let after_close = errno();
+        remote.closed(identity);
+        set_errno(after_close);
     }
-}
-
-fn track_dup(old: c_int, new: c_int) {
-    if new < 0 {
-        return;
-    }
-    let Some(shim) = shim_if_ready() else { return };
-    let inode = crate::lock_map(&shim.fds, true).and_then(|fds| fds.get(&old).copied());
-    if let Some(inode) = inode {
-        shim.add_fd(new, inode);
-    }
+    result
 }
 
 /// # Safety
@@ -225,9 +246,7 @@ pub unsafe extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
     // SAFETY: forwarding the caller's arguments.
     let result = unsafe { f(old, new) };
     if result >= 0 && old != new {
-        if let Some(shim) = shim_if_ready() {
-            shim.remove_fd(new);
-        }
+        crate::forget_fd(new);
         track_dup(old, new);
     }
     result
@@ -243,9 +262,7 @@ pub unsafe extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
     // SAFETY: forwarding the caller's arguments.
     let result = unsafe { f(old, new, flags) };
     if result >= 0 {
-        if let Some(shim) = shim_if_ready() {
-            shim.remove_fd(new);
-        }
+        crate::forget_fd(new);
         track_dup(old, new);
     }
     result
@@ -267,7 +284,7 @@ fn fcntl_common(
     // SAFETY: forwarding the caller's arguments.
     let result = unsafe { f(fd, cmd, arg) };
     if cmd == libc::F_GETFL && result >= 0 {
-        if let Some(mode) = shim_if_ready().and_then(|s| s.access_mode_of(fd, true)) {
+        if let Some(mode) = crate::access_mode_of(fd, true) {
             return (result & !libc::O_ACCMODE) | mode;
         }
     }
@@ -295,7 +312,14 @@ pub unsafe extern "C" fn fcntl64(fd: c_int, cmd: c_int, arg: c_ulong) -> c_int {
 /// As `ioctl(2)`.
 #[no_mangle]
 pub unsafe extern "C" fn ioctl(fd: c_int, request: c_ulong, arg: *mut c_void) -> c_int {
-    if let Some(shim) = shim_if_ready() {
+    if let Some(remote) = crate::remote() {
+        if let Some(result) = remote.ioctl(fd, request, arg as u64) {
+            return result;
+        }
+        if request == c_ulong::from(agx_uapi::drm::SYNC_IOC_FILE_INFO) {
+            return sync_file_info_remote(remote, fd, arg);
+        }
+    } else if let Some(shim) = shim_if_ready() {
         if let Some(file) = shim.file_of(fd) {
             if crate::forked() {
                 return -1;
@@ -321,6 +345,35 @@ pub unsafe extern "C" fn ioctl(fd: c_int, request: c_ulong, arg: *mut c_void) ->
         Some(f) => unsafe { f(fd, request, arg) },
         None => fail(libc::ENOSYS, -1),
     }
+}
+
+/// `SYNC_IOC_FILE_INFO` in the device-process mode: the real ioctl, or,
+/// for one of the device's sync files (a memfd the real ioctl does not
+/// know), the device's answer.
+fn sync_file_info_remote(remote: &crate::remote::Remote, fd: c_int, arg: *mut c_void) -> c_int {
+    let Some(real_ioctl) = real!(
+        c"ioctl",
+        unsafe extern "C" fn(c_int, c_ulong, *mut c_void) -> c_int
+    ) else {
+        return fail(libc::ENOSYS, -1);
+    };
+    let request = c_ulong::from(agx_uapi::drm::SYNC_IOC_FILE_INFO);
+    // SAFETY: forwarding the caller's arguments.
+    let result = unsafe { real_ioctl(fd, request, arg) };
+    // SAFETY: reading this thread's errno.
+    if result == 0 || unsafe { *libc::__errno_location() } != libc::ENOTTY {
+        return result;
+    }
+    let link = std::fs::read_link(format!("/proc/self/fd/{fd}")).unwrap_or_default();
+    if !link
+        .to_string_lossy()
+        .starts_with(agx_kmd::export::SYNC_FILE_MEMFD_PREFIX)
+    {
+        return fail(libc::ENOTTY, -1);
+    }
+    remote
+        .sync_file_info(fd, arg as u64)
+        .unwrap_or_else(|| fail(libc::ENOTTY, -1))
 }
 
 /// A failed write on a DRM file: its pipe end refuses writes with `EBADF`
@@ -355,6 +408,11 @@ macro_rules! write_fn {
             else {
                 return fail(libc::ENOSYS, -1);
             };
+            // In the device-process mode the bytes would reach the device:
+            // refused first.
+            if let Some(errno) = crate::remote().and_then(|r| r.write_refusal(fd)) {
+                return fail(errno, -1);
+            }
             // SAFETY: forwarding the caller's arguments.
             let result = unsafe { f(fd, $($arg),*) };
             write_errno(fd, result)
@@ -392,7 +450,24 @@ fn mmap_common(
     }
     // SAFETY: `address` is libc's mmap.
     let real_mmap = unsafe { std::mem::transmute::<usize, MmapFn>(address) };
-    if let Some(file) = shim_if_ready().and_then(|s| s.file_of(fd)) {
+    if let Some(remote) = crate::remote() {
+        // Linux 6.10 and later: GEM shmem objects refuse private mappings.
+        let shared = matches!(
+            flags & libc::MAP_TYPE,
+            libc::MAP_SHARED | libc::MAP_SHARED_VALIDATE
+        );
+        let map = |memfd: c_int, within: libc::off_t| {
+            if !shared {
+                return fail(libc::EINVAL, libc::MAP_FAILED);
+            }
+            // SAFETY: the caller's placement and protection, on the
+            // object's memfd from the device.
+            unsafe { real_mmap(addr, len, prot, flags, memfd, within) }
+        };
+        if let Some(mapped) = remote.mmap(fd, map, len, offset) {
+            return mapped;
+        }
+    } else if let Some(file) = shim_if_ready().and_then(|s| s.file_of(fd)) {
         if crate::forked() {
             return libc::MAP_FAILED;
         }
@@ -490,7 +565,7 @@ fn own_proc_entry(path: &str, dir: &str) -> Option<c_int> {
 /// The node a `/proc/self/fd/N` path of a DRM file reads back as.
 fn fd_entry_node(path: &str) -> Option<&'static Node> {
     let fd = own_proc_entry(path, "fd")?;
-    shim_if_ready()?.node_of(fd)
+    crate::node_of(fd)
 }
 
 /// What a path names, for the interposed path calls.
@@ -528,7 +603,11 @@ fn name_of_str(path: &str, follow: bool) -> Named {
     }
     if let Some(fd) = own_proc_entry(path, "fdinfo") {
         // (Not in a forked child: the device's state is not read there.)
-        if !crate::in_forked_child() && shim_if_ready().is_some_and(|s| s.is_ours(fd)) {
+        let ours = match crate::remote() {
+            Some(remote) => remote.node_of(fd).is_some(),
+            None => !crate::in_forked_child() && shim_if_ready().is_some_and(|s| s.is_ours(fd)),
+        };
+        if ours {
             return Named::FdInfo(fd);
         }
     }
@@ -557,12 +636,13 @@ fn open_fdinfo(fd: c_int, flags: c_int) -> c_int {
     if flags & libc::O_ACCMODE != libc::O_RDONLY {
         return fail(libc::EACCES, -1);
     }
-    let Some(shim) = shim_if_ready() else {
-        return fail(libc::ENOENT, -1);
+    let found = match crate::remote() {
+        Some(remote) => remote.fdinfo(fd),
+        None => shim_if_ready().and_then(|shim| {
+            shim.with_open(fd, true, |open| (open.access_mode, open.file.fdinfo()))
+        }),
     };
-    let Some((file, access_mode)) =
-        shim.with_open(fd, true, |open| (Arc::clone(&open.file), open.access_mode))
-    else {
+    let Some((access_mode, fdinfo)) = found else {
         return fail(libc::ENOENT, -1);
     };
     let host = read_real(&format!("/proc/self/fdinfo/{fd}")).unwrap_or_default();
@@ -582,7 +662,7 @@ fn open_fdinfo(fd: c_int, flags: c_int) -> c_int {
             }
         }
     }
-    text.push_str(&file.fdinfo());
+    text.push_str(&fdinfo);
     let cloexec = if flags & libc::O_CLOEXEC != 0 {
         libc::MFD_CLOEXEC
     } else {
@@ -696,7 +776,7 @@ macro_rules! stat_fd_fn {
         /// As the libc function of the same name.
         #[no_mangle]
         pub unsafe extern "C" fn $name(fd: c_int, buf: *mut c_void) -> c_int {
-            if let Some(node) = shim_if_ready().and_then(|s| s.node_of(fd)) {
+            if let Some(node) = crate::node_of(fd) {
                 // SAFETY: the caller passes a stat buffer.
                 return unsafe { write_stat(buf, char_device_stat(node)) };
             }
@@ -721,7 +801,7 @@ unsafe fn name_at(dirfd: c_int, path: *const c_char, flags: c_int) -> Named {
     // SAFETY: as this function's contract.
     let p = unsafe { path_of(path) };
     if p == Some("") && flags & libc::AT_EMPTY_PATH != 0 {
-        if let Some(node) = shim_if_ready().and_then(|s| s.node_of(dirfd)) {
+        if let Some(node) = crate::node_of(dirfd) {
             return Named::Node(node);
         }
     }

@@ -31,6 +31,7 @@
 #![allow(unsafe_code)]
 
 pub mod interpose;
+mod remote;
 pub mod tree;
 
 use std::collections::HashMap;
@@ -66,6 +67,85 @@ struct OpenFile {
     /// The write end of its pipe, held (never written) so that the read
     /// end the client has never sees end-of-file.
     _writer: agx_kmd::mem::backing::DeviceFd,
+}
+
+/// Where the DRM files live.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// In the shared device process (`agx-simd`): the default.
+    DeviceProcess,
+    /// In a simulated system built inside this process.
+    InProcess,
+}
+
+/// The mode `AGX_SHIM_MODE` asks for (`device`, the default, or
+/// `in-process`); `None` (logged once) for anything else, which makes
+/// every open of a node fail with `ENODEV`.
+pub(crate) fn mode() -> Option<Mode> {
+    static MODE: OnceLock<Option<Mode>> = OnceLock::new();
+    *MODE.get_or_init(|| match std::env::var("AGX_SHIM_MODE").as_deref() {
+        Err(_) | Ok("device") => Some(Mode::DeviceProcess),
+        Ok("in-process") => Some(Mode::InProcess),
+        Ok(other) => {
+            interpose::log(&format!(
+                "agx-shim: AGX_SHIM_MODE={other} is neither `device` nor `in-process`; opening \
+                 the nodes fails with ENODEV\n"
+            ));
+            None
+        }
+    })
+}
+
+/// The device-process mode's state, if that is the mode.
+pub(crate) fn remote() -> Option<&'static remote::Remote> {
+    (mode() == Some(Mode::DeviceProcess)).then(remote::remote)
+}
+
+/// The node DRM file `fd` was opened through, if it is one (in either
+/// mode).
+pub(crate) fn node_of(fd: i32) -> Option<&'static Node> {
+    match remote() {
+        Some(remote) => remote.node_of(fd),
+        None => shim_if_ready()?.node_of(fd),
+    }
+}
+
+/// The access mode DRM file `fd` was opened with, if it is one (`wait`:
+/// as [`lock_map`]).
+pub(crate) fn access_mode_of(fd: i32, wait: bool) -> Option<i32> {
+    match remote() {
+        Some(remote) => remote.access_mode_of(fd, wait),
+        None => shim_if_ready()?.access_mode_of(fd, wait),
+    }
+}
+
+/// Records that `fd` was closed.
+pub(crate) fn forget_fd(fd: i32) {
+    match remote() {
+        Some(remote) => remote.forget(fd),
+        None => {
+            if let Some(shim) = shim_if_ready() {
+                shim.remove_fd(fd);
+            }
+        }
+    }
+}
+
+/// Records that `new` (if not negative) is a duplicate of `old`.
+pub(crate) fn track_dup(old: i32, new: i32) {
+    if new < 0 {
+        return;
+    }
+    match remote() {
+        Some(remote) => remote.duplicated(old, new),
+        None => {
+            let Some(shim) = shim_if_ready() else { return };
+            let inode = lock_map(&shim.fds, true).and_then(|fds| fds.get(&old).copied());
+            if let Some(inode) = inode {
+                shim.add_fd(new, inode);
+            }
+        }
+    }
 }
 
 /// The shim state, or (once the device failed to probe) nothing.
@@ -277,7 +357,6 @@ impl Shim {
     /// (`None` otherwise, so the real ioctl answers): the result the
     /// caller gets.
     fn sync_file_info(&self, fd: i32, arg: *mut std::ffi::c_void) -> Option<i32> {
-        use zerocopy::{FromZeros, IntoBytes};
         if in_forked_child() {
             return None;
         }
@@ -287,20 +366,12 @@ impl Shim {
         exports
             .sync_file_status(std::os::fd::AsFd::as_fd(&file))
             .ok()?;
-        let mut info = agx_uapi::drm::SyncFileInfo::new_zeroed();
-        if agx_kmd::uaccess::copy_from_user(info.as_mut_bytes(), arg as u64).is_err() {
-            return Some(interpose::fail(libc::EFAULT, -1));
-        }
-        let result = exports
-            .sync_file_info(std::os::fd::AsFd::as_fd(&file), &mut info)
-            .and_then(|()| {
-                agx_kmd::uaccess::copy_to_user(arg as u64, info.as_bytes())
-                    .map_err(|_| agx_kmd::Errno::EFAULT)
-            });
-        Some(match result {
-            Ok(()) => 0,
-            Err(errno) => interpose::fail(errno.0, -1),
-        })
+        Some(
+            match exports.sync_file_ioctl(std::os::fd::AsFd::as_fd(&file), arg as u64) {
+                Ok(result) => result,
+                Err(errno) => interpose::fail(errno.0, -1),
+            },
+        )
     }
 
     /// The access mode the DRM file `fd` was opened with, if it is one

@@ -17,7 +17,7 @@
 
 use std::ffi::CString;
 use std::io;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
@@ -213,14 +213,9 @@ pub enum TreeError {
         /// The error.
         source: io::Error,
     },
-    /// The per-user directory exists but is not this user's private one.
-    #[error("{path} is not a directory private to uid {uid} (mode 0700)")]
-    NotPrivate {
-        /// The directory.
-        path: PathBuf,
-        /// The user.
-        uid: u32,
-    },
+    /// The per-user directory is not usable.
+    #[error(transparent)]
+    Dir(#[from] agx_simd::protocol::DirError),
 }
 
 fn io_error<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> TreeError + 'a {
@@ -232,26 +227,10 @@ fn io_error<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(io::Error) ->
 }
 
 /// The directory private to this user where the shim keeps its state
-/// (the tree, and the device process's socket): `agx-sim-<uid>` in
-/// `$XDG_RUNTIME_DIR`, or in the temporary directory without one. Made
-/// with mode 0700 and checked to be this user's and private.
+/// (the tree, and the device process's directory), made if need be.
 pub fn private_dir() -> Result<PathBuf, TreeError> {
-    let base = std::env::var_os("XDG_RUNTIME_DIR")
-        .map(PathBuf::from)
-        .filter(|dir| dir.is_absolute() && dir.is_dir())
-        .unwrap_or_else(std::env::temp_dir);
-    // SAFETY: getuid cannot fail.
-    let uid = unsafe { libc::getuid() };
-    let dir = base.join(format!("agx-sim-{uid}"));
-    match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
-        Ok(()) => {}
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-        Err(e) => return Err(io_error("creating", &dir)(e)),
-    }
-    let meta = std::fs::symlink_metadata(&dir).map_err(io_error("checking", &dir))?;
-    if !meta.is_dir() || meta.uid() != uid || meta.permissions().mode() & 0o077 != 0 {
-        return Err(TreeError::NotPrivate { path: dir, uid });
-    }
+    let dir = agx_simd::protocol::user_dir();
+    agx_simd::protocol::ensure_private_dir(&dir)?;
     Ok(dir)
 }
 

@@ -26,21 +26,106 @@ fn shim_library() -> PathBuf {
         .unwrap_or_else(|| panic!("libagx_shim.so is built with the tests: {candidates:?}"))
 }
 
+/// Where the shim keeps DRM files (`AGX_SHIM_MODE`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// In a device process shared by every client (the default).
+    DeviceProcess,
+    /// In the client's own process.
+    InProcess,
+}
+
+impl Mode {
+    fn name(self) -> &'static str {
+        match self {
+            Mode::DeviceProcess => "device",
+            Mode::InProcess => "in-process",
+        }
+    }
+}
+
+/// A device directory of one test's own, so that tests running at once
+/// do not share a device process; the device the shim starts there exits
+/// shortly after its last client, and the directory goes with the guard.
+struct DeviceDir(PathBuf);
+
+impl DeviceDir {
+    fn new() -> DeviceDir {
+        use std::os::unix::fs::DirBuilderExt;
+        use std::sync::atomic::{AtomicU32, Ordering};
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        // Short: a socket's path has at most 107 bytes.
+        let dir = std::env::temp_dir().join(format!(
+            "agx-test-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&dir)
+            .expect("device directory");
+        DeviceDir(dir)
+    }
+
+    /// The device's log (where a device process writes its kernel log).
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.0.join("log")).unwrap_or_default()
+    }
+}
+
+impl Drop for DeviceDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// `program` under the shim in `mode`, with the device in `dir`.
+fn shim_command(program: &PathBuf, mode: Mode, dir: &DeviceDir) -> Command {
+    let mut command = Command::new(program);
+    command
+        .env("LD_PRELOAD", shim_library())
+        .env("AGX_SHIM_MODE", mode.name())
+        .env("AGX_SIM_DEVICE_DIR", &dir.0)
+        .env("AGX_SIM_IDLE_EXIT_MS", "300");
+    command
+}
+
+/// Runs `program` under the shim in both modes; it must print "ok".
 fn run_under_shim(program: &PathBuf) {
-    let out = run_under_shim_with(program, &[]);
+    for mode in [Mode::DeviceProcess, Mode::InProcess] {
+        run_under_shim_in(mode, program);
+    }
+}
+
+/// Runs `program` under the shim in `mode`; it must print "ok".
+fn run_under_shim_in(mode: Mode, program: &PathBuf) {
+    let dir = DeviceDir::new();
+    let out = shim_command(program, mode, &dir)
+        .output()
+        .expect("client runs");
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         out.status.success(),
-        "{} failed: {stdout}{stderr}",
-        program.display()
+        "{} failed in the {mode:?} mode: {stdout}{stderr}\ndevice log: {}",
+        program.display(),
+        dir.log()
     );
-    assert_eq!(stdout.trim(), "ok", "{stderr}");
+    assert_eq!(stdout.trim(), "ok", "{mode:?}: {stderr}");
 }
 
 fn run_under_shim_with(program: &PathBuf, env: &[(&str, &str)]) -> std::process::Output {
-    Command::new(program)
-        .env("LD_PRELOAD", shim_library())
+    run_under_shim_with_in(Mode::DeviceProcess, program, env)
+}
+
+fn run_under_shim_with_in(
+    mode: Mode,
+    program: &PathBuf,
+    env: &[(&str, &str)],
+) -> std::process::Output {
+    let dir = DeviceDir::new();
+    shim_command(program, mode, &dir)
         .envs(env.iter().copied())
         .output()
         .expect("client runs")
@@ -146,49 +231,65 @@ fn the_readme_scene_renders_under_the_shim_on_a_loaded_machine() {
 
 /// `AGX_WORK_BUDGET_UNITS` sets the watchdog's budget: with a tiny one
 /// the scene's submission is stopped, the client sees ETIMEDOUT, and the
-/// kernel log says why.
+/// kernel log (`AGX_LOG_FILE`, which a device process it starts writes
+/// too) says why.
 #[test]
 fn the_work_budget_comes_from_the_environment() {
     let binary = target_dir().join("examples/scene_client");
-    let out = run_under_shim_with(&binary, &[("AGX_WORK_BUDGET_UNITS", "1000")]);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "{stderr}");
-    assert!(
-        stderr.contains("GPU timeout: the submission used up its work budget"),
-        "{stderr}"
-    );
-    assert!(stderr.contains("budget_units=1000"), "{stderr}");
-    assert!(
-        stderr.contains(
-            &std::io::Error::from_raw_os_error(rustix::io::Errno::TIMEDOUT.raw_os_error())
-                .to_string()
-        ),
-        "{stderr}"
-    );
+    for mode in [Mode::DeviceProcess, Mode::InProcess] {
+        let dir = DeviceDir::new();
+        let log = dir.0.join("kernel.log");
+        let out = shim_command(&binary, mode, &dir)
+            .env("AGX_WORK_BUDGET_UNITS", "1000")
+            .env("AGX_LOG_FILE", &log)
+            .output()
+            .expect("client runs");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{mode:?}: {stderr}");
+        assert!(
+            stderr.contains(
+                &std::io::Error::from_raw_os_error(rustix::io::Errno::TIMEDOUT.raw_os_error())
+                    .to_string()
+            ),
+            "{mode:?}: {stderr}"
+        );
+        let kernel_log = std::fs::read_to_string(&log).unwrap_or_default();
+        assert!(
+            kernel_log.contains("GPU timeout: the submission used up its work budget"),
+            "{mode:?}: {kernel_log}"
+        );
+        assert!(
+            kernel_log.contains("budget_units=1000"),
+            "{mode:?}: {kernel_log}"
+        );
+    }
 }
 
 /// The ioctl fuzzer through the shim's real descriptors (seeded, so the
-/// same calls every run): the client survives, holds no more descriptors
-/// once its DRM files are closed, and a known job still renders exactly.
+/// same calls every run), in both modes: the client survives, holds no
+/// more descriptors once its DRM files are closed, and a known job still
+/// renders exactly.
 #[test]
 fn fuzzed_ioctls_through_the_shim_leave_the_device_working() {
     let binary = target_dir().join("examples/ioctl_fuzz_client");
     assert!(binary.exists(), "cargo test builds the examples");
-    for seed in ["1", "2"] {
-        let out = Command::new(&binary)
-            .args([seed, "10000"])
-            .env("LD_PRELOAD", shim_library())
-            .env("AGX_WORK_BUDGET_UNITS", "1048576")
-            .env("AGX_LOG", "error")
-            .output()
-            .expect("client runs");
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(out.status.success(), "seed {seed}: {stderr}");
-        assert_eq!(
-            String::from_utf8_lossy(&out.stdout).trim(),
-            "ok",
-            "{stderr}"
-        );
+    for mode in [Mode::DeviceProcess, Mode::InProcess] {
+        for seed in ["1", "2"] {
+            let dir = DeviceDir::new();
+            let out = shim_command(&binary, mode, &dir)
+                .args([seed, "10000"])
+                .env("AGX_WORK_BUDGET_UNITS", "1048576")
+                .env("AGX_LOG", "error")
+                .output()
+                .expect("client runs");
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert!(out.status.success(), "{mode:?} seed {seed}: {stderr}");
+            assert_eq!(
+                String::from_utf8_lossy(&out.stdout).trim(),
+                "ok",
+                "{mode:?}: {stderr}"
+            );
+        }
     }
 }
 
@@ -260,10 +361,16 @@ fn drm_info_finds_the_card_node_and_stops_where_it_does_on_asahi() {
 /// core_getstats and core_setmaster checks among them).
 #[test]
 fn the_card_node_behaves_as_a_primary_node() {
-    let out = run_under_shim_with(&build_c_client("primary_node_client"), &[]);
+    for mode in [Mode::DeviceProcess, Mode::InProcess] {
+        the_card_node_behaves_as_a_primary_node_in(mode);
+    }
+}
+
+fn the_card_node_behaves_as_a_primary_node_in(mode: Mode) {
+    let out = run_under_shim_with_in(mode, &build_c_client("primary_node_client"), &[]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stdout}{stderr}");
+    assert!(out.status.success(), "{mode:?}: {stdout}{stderr}");
     // The client needs root with CAP_SYS_ADMIN (as IGT's core tests do);
     // it may skip only where this test runs without them too.
     let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
@@ -279,7 +386,7 @@ fn the_card_node_behaves_as_a_primary_node() {
     let privileged = field("Uid:")[1] == "0"
         && u64::from_str_radix(field("CapEff:")[0], 16).is_ok_and(|bits| bits & (1 << 21) != 0);
     let expected = if privileged { "ok" } else { "skip" };
-    assert_eq!(stdout.trim(), expected, "{stderr}");
+    assert_eq!(stdout.trim(), expected, "{mode:?}: {stderr}");
 }
 
 /// In the in-process mode a forked child gets ENODEV (and a log line
@@ -287,7 +394,11 @@ fn the_card_node_behaves_as_a_primary_node() {
 /// parent keeps its device.
 #[test]
 fn a_forked_child_gets_enodev_in_the_in_process_mode() {
-    let out = run_under_shim_with(&build_c_client("fork_in_process_client"), &[]);
+    let out = run_under_shim_with_in(
+        Mode::InProcess,
+        &build_c_client("fork_in_process_client"),
+        &[],
+    );
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stdout}{stderr}");
@@ -309,17 +420,24 @@ fn a_forked_child_gets_enodev_in_the_in_process_mode() {
 /// the log names the variable.
 #[test]
 fn a_bad_configuration_variable_stops_the_device_with_a_reason() {
+    for mode in [Mode::DeviceProcess, Mode::InProcess] {
+        a_bad_configuration_variable_stops_the_device_in(mode);
+    }
+}
+
+fn a_bad_configuration_variable_stops_the_device_in(mode: Mode) {
     let client = build_c_client("libdrm_client");
-    let out = run_under_shim_with(&client, &[("AGX_TVB_POLICY", "bogus")]);
+    let out = run_under_shim_with_in(mode, &client, &[("AGX_TVB_POLICY", "bogus")]);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "{stderr}");
+    assert!(!out.status.success(), "{mode:?}: {stderr}");
     assert!(
         stderr.contains("AGX_TVB_POLICY=\"bogus\" is not one of asahi, demand, sync"),
-        "{stderr}"
+        "{mode:?}: {stderr}"
     );
-    assert!(stderr.contains("(errno 19)"), "{stderr}");
+    assert!(stderr.contains("(errno 19)"), "{mode:?}: {stderr}");
     // A good one is taken.
-    let out = run_under_shim_with(
+    let out = run_under_shim_with_in(
+        mode,
         &client,
         &[
             ("AGX_TVB_POLICY", "sync"),
@@ -329,6 +447,106 @@ fn a_bad_configuration_variable_stops_the_device_with_a_reason() {
     );
     assert!(
         out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The multi-process checks, in the device-process mode.
+///
+/// A forked child shares the parent's file (handles, objects, syncobj
+/// waits across the processes), and a file inherited across exec keeps
+/// working: two exec'd processes render the README's scene through it at
+/// once, each bit for bit as an in-process device renders it.
+#[test]
+fn forked_and_execd_processes_share_the_file() {
+    let client = build_c_client("shared_file_client");
+    let scene = target_dir().join("examples/scene_client");
+    let dir = DeviceDir::new();
+    let out = shim_command(&client, Mode::DeviceProcess, &dir)
+        .arg(&scene)
+        .output()
+        .expect("client runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}\ndevice log: {}", dir.log());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "ok",
+        "{stderr}"
+    );
+}
+
+/// Two processes with files of their own share a buffer and a fence: a
+/// PRIME fd and a sync file sent over a Unix socket.
+#[test]
+fn two_processes_share_a_buffer_and_a_fence() {
+    run_under_shim_in(Mode::DeviceProcess, &build_c_client("prime_sync_client"));
+}
+
+/// The README's scene rendered by two processes at once on one simulated
+/// GPU, each bit for bit as an in-process device renders it.
+#[test]
+fn the_readme_scene_renders_in_two_processes_at_once() {
+    let scene = target_dir().join("examples/scene_client");
+    let dir = DeviceDir::new();
+    let children: Vec<_> = (0..2)
+        .map(|_| {
+            shim_command(&scene, Mode::DeviceProcess, &dir)
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .expect("client runs")
+        })
+        .collect();
+    for child in children {
+        let out = child.wait_with_output().expect("client runs");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{stderr}\ndevice log: {}", dir.log());
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout).trim(),
+            "ok",
+            "{stderr}"
+        );
+    }
+}
+
+/// A client killed in the middle of its work (files open, submissions in
+/// flight) does not disturb another client of the same device, whose
+/// frame is still exact; the device releases the dead client's files.
+#[test]
+fn a_killed_client_does_not_disturb_another() {
+    let scene = target_dir().join("examples/scene_client");
+    let dir = DeviceDir::new();
+    let mut victim = shim_command(&scene, Mode::DeviceProcess, &dir)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("client runs");
+    let survivor = shim_command(&scene, Mode::DeviceProcess, &dir)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("client runs");
+    // Into its render (the device has started and both have files).
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    victim.kill().expect("kill");
+    let status = victim.wait().expect("wait");
+    assert!(!status.success());
+    let out = survivor.wait_with_output().expect("client runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}\ndevice log: {}", dir.log());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "ok",
+        "{stderr}"
+    );
+    // A new client of the same device still finds it working.
+    let out = shim_command(&build_c_client("libdrm_client"), Mode::DeviceProcess, &dir)
+        .output()
+        .expect("client runs");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "ok",
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );

@@ -1,0 +1,134 @@
+/* Two processes, each with its own DRM file on the one simulated GPU,
+ * share a buffer and a fence as Linux clients do: the exporter sends a
+ * PRIME fd and a sync file over a Unix socket (SCM_RIGHTS); the importer
+ * maps the buffer through its own file, writes into it, imports the sync
+ * file into a syncobj and waits on it, and reads the fence's status with
+ * SYNC_IOC_FILE_INFO. Device-process mode. Prints "ok" on success. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/sync_file.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include <xf86drm.h>
+
+struct asahi_gem_create { uint64_t size; uint32_t flags, vm_id, handle, pad; };
+struct asahi_gem_mmap_offset { uint32_t handle, flags; uint64_t offset; };
+#define ASAHI_GEM_CREATE _IOWR('d', 0x45, struct asahi_gem_create)
+#define ASAHI_GEM_MMAP_OFFSET _IOWR('d', 0x46, struct asahi_gem_mmap_offset)
+#define SIZE 16384
+
+#define CHECK(cond) do { if (!(cond)) { fprintf(stderr, "check failed at line %d: %s (errno %d)\n", __LINE__, #cond, errno); exit(1); } } while (0)
+
+static uint32_t *map_object(int fd, uint32_t handle)
+{
+    struct asahi_gem_mmap_offset mo = { .handle = handle };
+    CHECK(ioctl(fd, ASAHI_GEM_MMAP_OFFSET, &mo) == 0);
+    uint32_t *map = mmap(NULL, SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, mo.offset);
+    CHECK(map != MAP_FAILED);
+    return map;
+}
+
+static void send_fds(int socket, int a, int b)
+{
+    char byte = 'x';
+    struct iovec iov = { &byte, 1 };
+    union { char buf[CMSG_SPACE(2 * sizeof(int))]; struct cmsghdr align; } control;
+    struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.buf, .msg_controllen = sizeof control.buf };
+    struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(2 * sizeof(int));
+    int fds[2] = { a, b };
+    memcpy(CMSG_DATA(c), fds, sizeof fds);
+    CHECK(sendmsg(socket, &msg, 0) == 1);
+}
+
+static void recv_fds(int socket, int *a, int *b)
+{
+    char byte;
+    struct iovec iov = { &byte, 1 };
+    union { char buf[CMSG_SPACE(2 * sizeof(int))]; struct cmsghdr align; } control;
+    struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.buf, .msg_controllen = sizeof control.buf };
+    CHECK(recvmsg(socket, &msg, MSG_CMSG_CLOEXEC) == 1);
+    struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+    CHECK(c && c->cmsg_type == SCM_RIGHTS && c->cmsg_len == CMSG_LEN(2 * sizeof(int)));
+    int fds[2];
+    memcpy(fds, CMSG_DATA(c), sizeof fds);
+    *a = fds[0];
+    *b = fds[1];
+}
+
+static int64_t seconds_from_now(int s)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (int64_t)(now.tv_sec + s) * 1000000000 + now.tv_nsec;
+}
+
+/* The importer: a process with a file of its own. */
+static void importer(int socket)
+{
+    int fd = open("/dev/dri/renderD128", O_RDWR | O_CLOEXEC);
+    CHECK(fd >= 0);
+    int prime, sync_file;
+    recv_fds(socket, &prime, &sync_file);
+    uint32_t handle = 0;
+    CHECK(drmPrimeFDToHandle(fd, prime, &handle) == 0);
+    uint32_t *map = map_object(fd, handle);
+    for (uint32_t i = 0; i < SIZE / 4; i++)
+        CHECK(map[i] == 0xB0000000u + i);
+    map[0] = 0xD00D;
+    uint32_t syncobj = 0;
+    CHECK(drmSyncobjCreate(fd, 0, &syncobj) == 0);
+    CHECK(drmSyncobjImportSyncFile(fd, syncobj, sync_file) == 0);
+    CHECK(drmSyncobjWait(fd, &syncobj, 1, seconds_from_now(10), 0, NULL) == 0);
+    struct sync_file_info info = { 0 };
+    CHECK(ioctl(sync_file, SYNC_IOC_FILE_INFO, &info) == 0 && info.status == 1);
+    CHECK(write(socket, "d", 1) == 1);
+    _exit(0);
+}
+
+int main(void)
+{
+    int sv[2];
+    CHECK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
+    pid_t child = fork();
+    CHECK(child >= 0);
+    if (child == 0) {
+        close(sv[0]);
+        importer(sv[1]);
+    }
+    close(sv[1]);
+    int fd = open("/dev/dri/renderD128", O_RDWR | O_CLOEXEC);
+    CHECK(fd >= 0);
+    struct asahi_gem_create c = { .size = SIZE };
+    CHECK(ioctl(fd, ASAHI_GEM_CREATE, &c) == 0);
+    uint32_t *map = map_object(fd, c.handle);
+    for (uint32_t i = 0; i < SIZE / 4; i++)
+        map[i] = 0xB0000000u + i;
+    int prime = -1;
+    CHECK(drmPrimeHandleToFD(fd, c.handle, DRM_CLOEXEC, &prime) == 0);
+    uint32_t syncobj = 0;
+    CHECK(drmSyncobjCreate(fd, DRM_SYNCOBJ_CREATE_SIGNALED, &syncobj) == 0);
+    int sync_file = -1;
+    CHECK(drmSyncobjExportSyncFile(fd, syncobj, &sync_file) == 0);
+    send_fds(sv[0], prime, sync_file);
+    char ack = 0;
+    CHECK(read(sv[0], &ack, 1) == 1 && ack == 'd');
+    int status = 0;
+    CHECK(waitpid(child, &status, 0) == child);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    /* The importer's write, through its own file, is in our object. */
+    CHECK(map[0] == 0xD00D);
+    printf("ok\n");
+    return 0;
+}

@@ -1,0 +1,426 @@
+//! A client's side of the device process: opening DRM files on it
+//! (starting it if none runs), and making calls on them.
+//!
+//! Everything here is stateless but for the device directory: a DRM file
+//! is recognised by its socket's peer, so a descriptor inherited across
+//! `fork` or `exec` or received over a socket works as the one `open`
+//! returned.
+
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd, IntoRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use agx_kmd::uaccess;
+use agx_kmd::Errno;
+use agx_sim::NodeKind;
+use zerocopy::IntoBytes;
+
+use crate::protocol::{self, Answer, Call, CallOp, Op, Request, MAX_PAYLOAD_BYTES};
+
+/// How long a client waits for a device process it started.
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Why a DRM file could not be opened on the device process.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    /// No device process runs, and none could be started.
+    #[error("no device process serves {dir} and none could be started: {reason}")]
+    NotStarted {
+        /// The device directory.
+        dir: PathBuf,
+        /// Why.
+        reason: String,
+    },
+    /// The device refused the open (or went away during it).
+    #[error("the device process refused the open: {0}")]
+    Refused(Errno),
+    /// A socket call failed.
+    #[error("connecting to {path}: {source}")]
+    Io {
+        /// The socket.
+        path: PathBuf,
+        /// The error.
+        source: io::Error,
+    },
+}
+
+impl OpenError {
+    /// The errno `open` fails with.
+    pub fn errno(&self) -> i32 {
+        match self {
+            OpenError::NotStarted { .. } => libc::ENODEV,
+            OpenError::Refused(errno) => errno.0,
+            OpenError::Io { source, .. } => protocol::errno_of(source),
+        }
+    }
+}
+
+/// What a call returned.
+#[derive(Debug)]
+pub struct Reply {
+    /// The result.
+    pub value: i64,
+    /// A descriptor (an mmap's memfd).
+    pub fd: Option<OwnedFd>,
+    /// Bytes (a query's fdinfo lines).
+    pub payload: Vec<u8>,
+}
+
+/// The device process as a client sees it.
+#[derive(Debug)]
+pub struct Client {
+    dir: PathBuf,
+    /// Finds the program to start when no device runs.
+    program: fn() -> Option<PathBuf>,
+}
+
+/// Numbers this thread's requests (with its thread id, unique on the
+/// machine while it runs).
+fn next_request_id() -> u64 {
+    static NEXT: AtomicU32 = AtomicU32::new(1);
+    let tid = rustix::thread::gettid()
+        .as_raw_nonzero()
+        .get()
+        .unsigned_abs();
+    (u64::from(tid) << 32) | u64::from(NEXT.fetch_add(1, Ordering::Relaxed))
+}
+
+impl Client {
+    /// The device of directory `dir`, started (when none runs and
+    /// `AGX_SIMD` names no program) by running the `agx-simd` that
+    /// `program` finds.
+    pub fn new(dir: PathBuf, program: fn() -> Option<PathBuf>) -> Client {
+        Client { dir, program }
+    }
+
+    /// The device directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The node `fd` was opened through, if it is a DRM file of this
+    /// device.
+    pub fn node_of(&self, fd: BorrowedFd<'_>) -> Option<NodeKind> {
+        protocol::node_of_peer(&self.dir, fd)
+    }
+
+    fn connect(&self, node: NodeKind) -> io::Result<OwnedFd> {
+        connect(&protocol::socket_path(&self.dir, node))
+    }
+
+    /// Connects to `node`'s socket, starting the device process if none
+    /// listens.
+    fn connect_or_start(&self, node: NodeKind) -> Result<OwnedFd, OpenError> {
+        let absent =
+            |e: &io::Error| matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ECONNREFUSED));
+        match self.connect(node) {
+            Ok(socket) => return Ok(socket),
+            Err(e) if absent(&e) => {}
+            Err(source) => {
+                return Err(OpenError::Io {
+                    path: protocol::socket_path(&self.dir, node),
+                    source,
+                })
+            }
+        }
+        self.start()?;
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            match self.connect(node) {
+                Ok(socket) => return Ok(socket),
+                Err(e) if absent(&e) && Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                Err(source) => {
+                    return Err(OpenError::Io {
+                        path: protocol::socket_path(&self.dir, node),
+                        source,
+                    })
+                }
+            }
+        }
+    }
+
+    /// Starts a device process for the directory: `program --spawned`,
+    /// which returns once the device listens (or says why it cannot).
+    fn start(&self) -> Result<(), OpenError> {
+        let not_started = |reason: String| OpenError::NotStarted {
+            dir: self.dir.clone(),
+            reason,
+        };
+        let program = std::env::var_os("AGX_SIMD")
+            .map(PathBuf::from)
+            .or_else(self.program)
+            .ok_or_else(|| {
+                not_started("AGX_SIMD names no program and agx-simd was not found".into())
+            })?;
+        let out = std::process::Command::new(&program)
+            .arg("--spawned")
+            .arg("--dir")
+            .arg(&self.dir)
+            // The device must not load the shim into itself.
+            .env_remove("LD_PRELOAD")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .output();
+        match out {
+            Ok(out) if out.status.success() => Ok(()),
+            Ok(out) => Err(not_started(format!(
+                "{}: {}",
+                program.display(),
+                String::from_utf8_lossy(&out.stderr).trim()
+            ))),
+            // A client that reaps every child (or ignores SIGCHLD) may
+            // have taken the status; the device may still have started.
+            Err(e) if e.raw_os_error() == Some(libc::ECHILD) => Ok(()),
+            Err(e) => Err(not_started(format!("{}: {e}", program.display()))),
+        }
+    }
+
+    /// Opens a DRM file through `node` with the `open` flags `flags`; the
+    /// descriptor is the client's.
+    pub fn open(&self, node: NodeKind, flags: i32) -> Result<OwnedFd, OpenError> {
+        // A device that was exiting when we connected closes the
+        // connection unanswered: try once more (starting a new one).
+        let mut attempts = 0;
+        let socket = loop {
+            attempts += 1;
+            let socket = self.connect_or_start(node)?;
+            let mut request = Request::new(Op::Open, next_request_id(), 0, 0);
+            request.flags = flags as u32;
+            // Our own end goes along, so the device knows the descriptor
+            // that later requests carry.
+            let answer = protocol::send(socket.as_fd(), request.as_bytes(), &[], &[socket.as_fd()])
+                .ok()
+                .and_then(|()| protocol::recv_retrying(socket.as_fd()).ok().flatten())
+                .and_then(|message| Answer::parse(&message.bytes));
+            match answer {
+                Some(answer) if answer.status == 0 => break socket,
+                Some(answer) => return Err(OpenError::Refused(Errno(answer.status))),
+                None if attempts < 3 => continue,
+                None => return Err(OpenError::Refused(Errno::ENODEV)),
+            }
+        };
+        let io = |e: rustix::io::Errno| OpenError::Io {
+            path: protocol::socket_path(&self.dir, node),
+            source: e.into(),
+        };
+        fill_send_buffer(&socket).map_err(io)?;
+        if flags & libc::O_NONBLOCK != 0 {
+            rustix::fs::fcntl_setfl(&socket, rustix::fs::OFlags::NONBLOCK).map_err(io)?;
+        }
+        if flags & libc::O_CLOEXEC == 0 {
+            rustix::io::fcntl_setfd(&socket, rustix::io::FdFlags::empty()).map_err(io)?;
+        }
+        Ok(socket)
+    }
+
+    /// Makes call `op` on DRM file `file` (no file for
+    /// [`Op::SyncFileInfo`]), with `attach` passed along: a connection of
+    /// its own, carrying the file's descriptor, on which the device
+    /// answers.
+    pub fn call(
+        &self,
+        file: Option<BorrowedFd<'_>>,
+        op: Op,
+        a: u64,
+        b: u64,
+        attach: Option<BorrowedFd<'_>>,
+    ) -> Result<Reply, Errno> {
+        let channel = connect(&protocol::calls_path(&self.dir)).map_err(|_| Errno::ENODEV)?;
+        let id = next_request_id();
+        let fds: Vec<BorrowedFd<'_>> = file.into_iter().chain(attach).collect();
+        let request = Request::new(op, id, a, b);
+        protocol::send(channel.as_fd(), request.as_bytes(), &[], &fds)
+            .map_err(|_| Errno::ENODEV)?;
+        self.converse(file, channel.as_fd(), id)
+    }
+
+    /// Tells the device that this process closed a descriptor of the DRM
+    /// file whose socket end is `identity` (device, inode), and returns
+    /// once the device has released the file if that was its last.
+    pub fn closed(&self, identity: (u64, u64)) {
+        let _ = self.call(None, Op::Closed, identity.0, identity.1, None);
+    }
+
+    /// Tells the device a signal interrupted our wait for request `id` on
+    /// `file`.
+    fn interrupt(&self, file: BorrowedFd<'_>, id: u64) {
+        if let Ok(socket) = connect(&protocol::calls_path(&self.dir)) {
+            let request = Request::new(Op::Interrupt, id, id, 0);
+            let _ = protocol::send(socket.as_fd(), request.as_bytes(), &[], &[file]);
+        }
+    }
+
+    /// `ioctl(file, request, arg)`.
+    pub fn ioctl(&self, file: BorrowedFd<'_>, request: u64, arg: u64) -> Result<i32, Errno> {
+        let reply = self.call(Some(file), Op::Ioctl, request, arg, None)?;
+        Ok(i32::try_from(reply.value).unwrap_or(i32::MAX))
+    }
+
+    /// What `mmap` of `len_bytes` at `offset` of `file` maps: a memfd and
+    /// the offset within it.
+    pub fn mmap(
+        &self,
+        file: BorrowedFd<'_>,
+        offset: u64,
+        len_bytes: u64,
+    ) -> Result<(OwnedFd, u64), Errno> {
+        let reply = self.call(Some(file), Op::Mmap, offset, len_bytes, None)?;
+        let fd = reply.fd.ok_or(Errno::EIO)?;
+        Ok((fd, reply.value.unsigned_abs()))
+    }
+
+    /// `file`'s access mode and fdinfo lines.
+    pub fn query(&self, file: BorrowedFd<'_>) -> Result<(i32, String), Errno> {
+        let reply = self.call(Some(file), Op::Query, 0, 0, None)?;
+        let mode = i32::try_from(reply.value).map_err(|_| Errno::EIO)?;
+        Ok((mode, String::from_utf8_lossy(&reply.payload).into_owned()))
+    }
+
+    /// `SYNC_IOC_FILE_INFO` on `sync_file` with its argument at `arg`, if
+    /// the file is one of this device's sync files (`ENOTTY` if not;
+    /// `ENODEV` if no device runs).
+    pub fn sync_file_info(&self, sync_file: BorrowedFd<'_>, arg: u64) -> Result<i32, Errno> {
+        let reply = self.call(None, Op::SyncFileInfo, 0, arg, Some(sync_file))?;
+        Ok(i32::try_from(reply.value).unwrap_or(i32::MAX))
+    }
+}
+
+impl Client {
+    /// Answers the device's calls on `channel` until request `id` is done.
+    fn converse(
+        &self,
+        file: Option<BorrowedFd<'_>>,
+        channel: BorrowedFd<'_>,
+        id: u64,
+    ) -> Result<Reply, Errno> {
+        loop {
+            let message = match protocol::recv(channel) {
+                Ok(Some(message)) => message,
+                // The device went away.
+                Ok(None) => return Err(Errno::ENODEV),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {
+                    // A handler without SA_RESTART ran: interrupt the request
+                    // as the signal would have interrupted the kernel's wait,
+                    // and keep waiting for its (now prompt) answer.
+                    if let Some(file) = file {
+                        self.interrupt(file, id);
+                    }
+                    continue;
+                }
+                Err(_) => return Err(Errno::ENODEV),
+            };
+            let Some((call, op)) = Call::parse(&message.bytes) else {
+                return Err(Errno::EIO);
+            };
+            let len = usize::try_from(call.len).unwrap_or(usize::MAX);
+            let answer = |status: i32, value: i64, payload: &[u8], fd: Option<BorrowedFd<'_>>| {
+                let fds: Vec<BorrowedFd<'_>> = fd.into_iter().collect();
+                protocol::send(
+                    channel,
+                    Answer::new(status, value).as_bytes(),
+                    payload,
+                    &fds,
+                )
+                .map_err(|_| Errno::ENODEV)
+            };
+            match op {
+                CallOp::Read if len <= MAX_PAYLOAD_BYTES => {
+                    let mut data = vec![0u8; len];
+                    match uaccess::copy_from_user(&mut data, call.address) {
+                        Ok(()) => answer(0, 0, &data, None)?,
+                        Err(_) => answer(libc::EFAULT, 0, &[], None)?,
+                    }
+                }
+                CallOp::Write => {
+                    let data = message.payload::<Call>();
+                    let status = match uaccess::copy_to_user(call.address, data) {
+                        Ok(()) => 0,
+                        Err(_) => libc::EFAULT,
+                    };
+                    answer(status, 0, &[], None)?;
+                }
+                CallOp::TakeFd => {
+                    let fd = i32::try_from(call.value)
+                        .ok()
+                        .and_then(uaccess::dup_user_fd);
+                    match fd {
+                        Some(fd) => answer(0, 0, &[], Some(fd.as_fd()))?,
+                        None => answer(libc::EBADF, 0, &[], None)?,
+                    }
+                }
+                CallOp::InstallFd => {
+                    let mut fds = message.fds;
+                    match fds.pop() {
+                        Some(fd) => {
+                            if call.len == 0 {
+                                let _ = rustix::io::fcntl_setfd(&fd, rustix::io::FdFlags::empty());
+                            }
+                            answer(0, i64::from(fd.into_raw_fd()), &[], None)?;
+                        }
+                        None => answer(libc::EMFILE, 0, &[], None)?,
+                    }
+                }
+                CallOp::Done => {
+                    if call.value < 0 {
+                        return Err(Errno(i32::try_from(-call.value).unwrap_or(libc::EIO)));
+                    }
+                    let payload = message.payload::<Call>().to_vec();
+                    let mut fds = message.fds;
+                    return Ok(Reply {
+                        value: call.value,
+                        fd: fds.pop(),
+                        payload,
+                    });
+                }
+                CallOp::Read => answer(libc::EFAULT, 0, &[], None)?,
+            }
+        }
+    }
+}
+
+/// Fills most of the send buffer of a DRM file's socket with bytes the
+/// device never reads, so that `poll` never reports it writable: a DRM
+/// file reports only `POLLIN`, for events (a socket is writable while
+/// less than a quarter of its buffer is in use). The buffer is made
+/// small first.
+fn fill_send_buffer(socket: &OwnedFd) -> rustix::io::Result<()> {
+    rustix::net::sockopt::set_socket_send_buffer_size(socket, 4096)?;
+    let size = rustix::net::sockopt::socket_send_buffer_size(socket)?;
+    let ballast = vec![0u8; size / 2];
+    rustix::net::send(
+        socket,
+        &ballast,
+        rustix::net::SendFlags::NOSIGNAL | rustix::net::SendFlags::DONTWAIT,
+    )?;
+    Ok(())
+}
+
+/// Connects to the device's socket at `path`, checking that the device is
+/// this user's (the directory is private, but `AGX_SIM_DEVICE_DIR` can
+/// name any).
+fn connect(path: &Path) -> io::Result<OwnedFd> {
+    let socket = rustix::net::socket_with(
+        rustix::net::AddressFamily::UNIX,
+        rustix::net::SocketType::SEQPACKET,
+        rustix::net::SocketFlags::CLOEXEC,
+        None,
+    )?;
+    let address = rustix::net::SocketAddrUnix::new(path)?;
+    loop {
+        match rustix::net::connect(&socket, &address) {
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => return Err(e.into()),
+            Ok(()) => break,
+        }
+    }
+    let peer = rustix::net::sockopt::socket_peercred(&socket)?;
+    if peer.uid != rustix::process::getuid() {
+        return Err(io::Error::from_raw_os_error(libc::EACCES));
+    }
+    Ok(socket)
+}

@@ -1,0 +1,424 @@
+//! What a client and the device process say to each other.
+//!
+//! The device process listens on one `SOCK_SEQPACKET` Unix socket per DRM
+//! node, named as the node (`card0`, `renderD128`) in its directory.
+//! Connecting to one and sending [`Op::Open`] opens a DRM file through
+//! that node, and the connected socket *is* the client's descriptor of the
+//! file: `dup`, `fork`, `SCM_RIGHTS` and `exec` share it as they share any
+//! descriptor, the device sees the file close when the last copy in any
+//! process does, and any process holding it can tell what it is from its
+//! peer's address alone ([`node_of_peer`]).
+//!
+//! Each call on the file (an ioctl, an mmap, a query) is one [`Request`]
+//! sent on it, carrying a new socket pair's end, the *channel*: the
+//! device answers on the channel, so concurrent calls from several
+//! threads or processes never share a reply stream. While it runs the
+//! call, the device reaches the caller's memory and descriptor table
+//! through the channel ([`Call`]: read, write, take a descriptor, install
+//! one), as the kernel reaches user space from an ioctl; the caller
+//! answers each ([`Answer`]) until [`CallOp::Done`] carries the result.
+//! A signal that interrupts the caller's wait is passed on
+//! ([`Op::Interrupt`]), so that a blocking wait in the device ends with
+//! `EINTR` as the kernel's would.
+
+use std::io::{self, IoSlice, IoSliceMut};
+use std::mem::MaybeUninit;
+use std::os::fd::{BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use agx_sim::NodeKind;
+use rustix::net::{
+    RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer,
+    SendAncillaryMessage, SendFlags,
+};
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
+
+/// The first word of every message.
+pub const MAGIC: u32 = u32::from_le_bytes(*b"AGXd");
+
+/// The most bytes of user memory one [`Call`] or [`Answer`] carries;
+/// larger copies are split.
+pub const MAX_PAYLOAD_BYTES: usize = 64 << 10;
+
+/// The most descriptors one message carries.
+const MAX_FDS: usize = 2;
+
+/// The largest message: a header and a payload.
+const MAX_MESSAGE_BYTES: usize = 64 + MAX_PAYLOAD_BYTES;
+
+/// What a [`Request`] asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u32)]
+pub enum Op {
+    /// The first message on a new connection: open a DRM file through the
+    /// node the socket stands for. `flags`: the `open` flags. Answered on
+    /// the connection itself with an [`Answer`].
+    Open = 1,
+    /// `ioctl(fd, a, b)`.
+    Ioctl = 2,
+    /// `mmap` of `b` bytes at offset `a`: answered with the object's
+    /// memfd and the offset within it.
+    Mmap = 3,
+    /// The file's access mode (in the answer's value) and its fdinfo
+    /// lines (the payload).
+    Query = 4,
+    /// `SYNC_IOC_FILE_INFO` on the sync file attached after the channel,
+    /// with the argument at `b`. Also the first message of a connection
+    /// that opens no file.
+    SyncFileInfo = 5,
+    /// A signal interrupted the caller's wait for request `a`: interrupt
+    /// the device's thread running it. No channel, no answer.
+    Interrupt = 6,
+    /// The client closed a descriptor of the DRM file whose socket end is
+    /// inode `b` of device `a`: if that was the last, the device releases
+    /// the file before it answers, so that `close` is synchronous as on
+    /// Linux (the master, handles and memory are gone when it returns).
+    Closed = 7,
+}
+
+impl Op {
+    fn from_u32(op: u32) -> Option<Op> {
+        Some(match op {
+            1 => Op::Open,
+            2 => Op::Ioctl,
+            3 => Op::Mmap,
+            4 => Op::Query,
+            5 => Op::SyncFileInfo,
+            6 => Op::Interrupt,
+            7 => Op::Closed,
+            _ => return None,
+        })
+    }
+}
+
+/// A call on a DRM file, client to device.
+#[derive(Debug, Clone, Copy, Default, FromBytes, IntoBytes, Immutable, KnownLayout)]
+#[repr(C)]
+pub struct Request {
+    /// [`MAGIC`].
+    pub magic: u32,
+    /// An [`Op`].
+    pub op: u32,
+    /// The caller's id for this request (for [`Op::Interrupt`]).
+    pub id: u64,
+    /// The calling thread (what `current->pid` is to the kernel).
+    pub tid: u32,
+    /// `open` flags, for [`Op::Open`].
+    pub flags: u32,
+    /// The first argument.
+    pub a: u64,
+    /// The second argument.
+    pub b: u64,
+}
+
+impl Request {
+    /// A request for `op`.
+    pub fn new(op: Op, id: u64, a: u64, b: u64) -> Request {
+        Request {
+            magic: MAGIC,
+            op: op as u32,
+            id,
+            tid: rustix::thread::gettid()
+                .as_raw_nonzero()
+                .get()
+                .unsigned_abs(),
+            flags: 0,
+            a,
+            b,
+        }
+    }
+
+    /// The request at the start of `bytes`, if it is one.
+    pub fn parse(bytes: &[u8]) -> Option<(Request, Op)> {
+        let (request, _) = Request::read_from_prefix(bytes).ok()?;
+        if request.magic != MAGIC {
+            return None;
+        }
+        Some((request, Op::from_u32(request.op)?))
+    }
+}
+
+/// What the device asks of the caller during a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u32)]
+pub enum CallOp {
+    /// Send `len` bytes at `address` of your memory.
+    Read = 1,
+    /// Write the payload at `address`.
+    Write = 2,
+    /// Send your descriptor number `value`.
+    TakeFd = 3,
+    /// Keep the attached descriptor (close-on-exec if `len` is 1) and
+    /// say its number.
+    InstallFd = 4,
+    /// The request is done: `value` is its result, or `-errno`; a
+    /// descriptor and a payload may come with it.
+    Done = 5,
+}
+
+/// A message of the device on a channel.
+#[derive(Debug, Clone, Copy, Default, FromBytes, IntoBytes, Immutable, KnownLayout)]
+#[repr(C)]
+pub struct Call {
+    /// [`MAGIC`].
+    pub magic: u32,
+    /// A [`CallOp`].
+    pub op: u32,
+    /// The user address.
+    pub address: u64,
+    /// Bytes (or a flag).
+    pub len: u64,
+    /// A descriptor number, or the result.
+    pub value: i64,
+}
+
+impl Call {
+    /// A call for `op`.
+    pub fn new(op: CallOp, address: u64, len: u64, value: i64) -> Call {
+        Call {
+            magic: MAGIC,
+            op: op as u32,
+            address,
+            len,
+            value,
+        }
+    }
+
+    /// The call at the start of `bytes`, if it is one.
+    pub fn parse(bytes: &[u8]) -> Option<(Call, CallOp)> {
+        let (call, _) = Call::read_from_prefix(bytes).ok()?;
+        if call.magic != MAGIC {
+            return None;
+        }
+        let op = match call.op {
+            1 => CallOp::Read,
+            2 => CallOp::Write,
+            3 => CallOp::TakeFd,
+            4 => CallOp::InstallFd,
+            5 => CallOp::Done,
+            _ => return None,
+        };
+        Some((call, op))
+    }
+}
+
+/// The caller's answer to a [`Call`] (and the device's to [`Op::Open`]).
+#[derive(Debug, Clone, Copy, Default, FromBytes, IntoBytes, Immutable, KnownLayout)]
+#[repr(C)]
+pub struct Answer {
+    /// [`MAGIC`].
+    pub magic: u32,
+    /// 0, or the errno of a failure.
+    pub status: i32,
+    /// A descriptor number.
+    pub value: i64,
+}
+
+impl Answer {
+    /// An answer.
+    pub fn new(status: i32, value: i64) -> Answer {
+        Answer {
+            magic: MAGIC,
+            status,
+            value,
+        }
+    }
+
+    /// The answer at the start of `bytes`, if it is one.
+    pub fn parse(bytes: &[u8]) -> Option<Answer> {
+        let (answer, _) = Answer::read_from_prefix(bytes).ok()?;
+        (answer.magic == MAGIC).then_some(answer)
+    }
+}
+
+/// A message as received: its bytes and the descriptors that came with it.
+#[derive(Debug)]
+pub struct Message {
+    /// The bytes.
+    pub bytes: Vec<u8>,
+    /// The descriptors (close-on-exec).
+    pub fds: Vec<OwnedFd>,
+}
+
+impl Message {
+    /// The bytes after a header of type `T`.
+    pub fn payload<T>(&self) -> &[u8] {
+        self.bytes.get(size_of::<T>()..).unwrap_or(&[])
+    }
+}
+
+/// Sends one message: `header` then `payload`, with `fds` attached.
+/// Never raises `SIGPIPE`; an interrupted send is retried.
+pub fn send(
+    socket: BorrowedFd<'_>,
+    header: &[u8],
+    payload: &[u8],
+    fds: &[BorrowedFd<'_>],
+) -> io::Result<()> {
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
+    let mut control = SendAncillaryBuffer::new(&mut space);
+    if !fds.is_empty() && !control.push(SendAncillaryMessage::ScmRights(fds)) {
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    }
+    let iov = [IoSlice::new(header), IoSlice::new(payload)];
+    loop {
+        match rustix::net::sendmsg(socket, &iov, &mut control, SendFlags::NOSIGNAL) {
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => return Err(e.into()),
+            Ok(_) => return Ok(()),
+        }
+    }
+}
+
+/// Receives one message; `None` at end of file (the other side closed).
+/// An interrupted receive is an `Interrupted` error: the caller decides.
+pub fn recv(socket: BorrowedFd<'_>) -> io::Result<Option<Message>> {
+    let mut bytes = vec![0u8; MAX_MESSAGE_BYTES];
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
+    let mut control = RecvAncillaryBuffer::new(&mut space);
+    let received = {
+        let mut iov = [IoSliceMut::new(&mut bytes)];
+        rustix::net::recvmsg(socket, &mut iov, &mut control, RecvFlags::CMSG_CLOEXEC)?
+    };
+    let mut fds = Vec::new();
+    for message in control.drain() {
+        if let RecvAncillaryMessage::ScmRights(rights) = message {
+            fds.extend(rights);
+        }
+    }
+    if received.bytes == 0 && fds.is_empty() {
+        return Ok(None);
+    }
+    if received.flags.contains(rustix::net::ReturnFlags::TRUNC) {
+        return Err(io::Error::from_raw_os_error(libc::EMSGSIZE));
+    }
+    bytes.truncate(received.bytes);
+    Ok(Some(Message { bytes, fds }))
+}
+
+/// [`recv`], retrying interrupted receives.
+pub fn recv_retrying(socket: BorrowedFd<'_>) -> io::Result<Option<Message>> {
+    loop {
+        match recv(socket) {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            other => return other,
+        }
+    }
+}
+
+/// A new channel: a pair of connected, close-on-exec sequenced-packet
+/// sockets.
+pub fn channel() -> io::Result<(OwnedFd, OwnedFd)> {
+    Ok(rustix::net::socketpair(
+        rustix::net::AddressFamily::UNIX,
+        rustix::net::SocketType::SEQPACKET,
+        rustix::net::SocketFlags::CLOEXEC,
+        None,
+    )?)
+}
+
+/// Why a private directory cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum DirError {
+    /// A filesystem call failed.
+    #[error("{what} {path}: {source}")]
+    Io {
+        /// What was being done.
+        what: &'static str,
+        /// Where.
+        path: PathBuf,
+        /// The error.
+        source: io::Error,
+    },
+    /// The directory exists but is not this user's private one.
+    #[error("{path} is not a directory private to uid {uid} (mode 0700)")]
+    NotPrivate {
+        /// The directory.
+        path: PathBuf,
+        /// The user.
+        uid: u32,
+    },
+}
+
+/// The directory private to this user where the shim keeps its state
+/// (the enumeration tree, the device process's sockets): `agx-sim-<uid>`
+/// in `$XDG_RUNTIME_DIR`, or in the temporary directory without one.
+pub fn user_dir() -> PathBuf {
+    let base = std::env::var_os("XDG_RUNTIME_DIR")
+        .map(PathBuf::from)
+        .filter(|dir| dir.is_absolute() && dir.is_dir())
+        .unwrap_or_else(std::env::temp_dir);
+    base.join(format!("agx-sim-{}", rustix::process::getuid().as_raw()))
+}
+
+/// Makes `dir` (mode 0700) if it does not exist, and checks that it is
+/// this user's and private.
+pub fn ensure_private_dir(dir: &Path) -> Result<(), DirError> {
+    let uid = rustix::process::getuid().as_raw();
+    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+        Err(source) => {
+            return Err(DirError::Io {
+                what: "creating",
+                path: dir.to_path_buf(),
+                source,
+            })
+        }
+    }
+    let meta = std::fs::symlink_metadata(dir).map_err(|source| DirError::Io {
+        what: "checking",
+        path: dir.to_path_buf(),
+        source,
+    })?;
+    if !meta.is_dir() || meta.uid() != uid || meta.permissions().mode() & 0o077 != 0 {
+        return Err(DirError::NotPrivate {
+            path: dir.to_path_buf(),
+            uid,
+        });
+    }
+    Ok(())
+}
+
+/// The device process's directory: `$AGX_SIM_DEVICE_DIR`, or `device` in
+/// [`user_dir`].
+pub fn device_dir() -> PathBuf {
+    std::env::var_os("AGX_SIM_DEVICE_DIR")
+        .map(PathBuf::from)
+        .filter(|dir| dir.is_absolute())
+        .unwrap_or_else(|| user_dir().join("device"))
+}
+
+/// The socket standing for `node` in the device directory `dir`.
+pub fn socket_path(dir: &Path, node: NodeKind) -> PathBuf {
+    dir.join(match node {
+        NodeKind::Primary => "card0",
+        NodeKind::Render => "renderD128",
+    })
+}
+
+/// The device's socket for calls on DRM files (every request but
+/// [`Op::Open`]), in the device directory `dir`. Kept apart from the
+/// nodes' sockets so that a call's connection is never taken for a file.
+pub fn calls_path(dir: &Path) -> PathBuf {
+    dir.join("calls")
+}
+
+/// The node a DRM file of the device in `dir` was opened through, if
+/// `fd` is such a file: a socket connected to one of the device's.
+pub fn node_of_peer(dir: &Path, fd: BorrowedFd<'_>) -> Option<NodeKind> {
+    let peer = rustix::net::getpeername(fd).ok()??;
+    let peer = rustix::net::SocketAddrUnix::try_from(peer).ok()?;
+    let path = peer.path()?;
+    let path = Path::new(std::ffi::OsStr::from_bytes(path.to_bytes()));
+    [NodeKind::Primary, NodeKind::Render]
+        .into_iter()
+        .find(|&node| socket_path(dir, node) == path)
+}
+
+/// The errno of an I/O error (`EIO` if it has none).
+pub fn errno_of(error: &io::Error) -> i32 {
+    error.raw_os_error().unwrap_or(libc::EIO)
+}

@@ -1,0 +1,713 @@
+//! The device process: one simulated AGX system whose DRM files clients in
+//! any number of processes hold (the protocol is in [`crate::protocol`]).
+//!
+//! Each node's socket has a thread accepting connections from processes
+//! of this user (checked with `SO_PEERCRED`); each connection that opens a
+//! file has a thread reading its requests, and each request runs on a
+//! thread of its own, with the caller's memory and descriptors reached
+//! through the request's channel ([`agx_kmd::uaccess::UserSpace`]), so a
+//! request that blocks (a syncobj wait) holds up nothing else. The file
+//! closes when its connection does: when the last process holding it
+//! closes it or dies. A device started by a client exits once it has had
+//! no connection for the idle time it was given.
+
+use std::collections::HashMap;
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+use agx_kmd::auth::Caller;
+use agx_kmd::mem::backing::Inode;
+use agx_kmd::uaccess::{Fault, InstallError, UserSpace};
+use agx_kmd::{Errno, File};
+use agx_sim::{NodeKind, System, SystemConfig};
+use zerocopy::IntoBytes;
+
+use crate::protocol::{
+    self, Answer, Call, CallOp, DirError, Message, Op, Request, MAX_PAYLOAD_BYTES,
+};
+use crate::signal::Running;
+
+/// How to run the device.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Where its sockets go.
+    pub dir: PathBuf,
+    /// Exit after this long without a connection (`None`: never).
+    pub idle_exit: Option<Duration>,
+    /// The simulated system.
+    pub config: SystemConfig,
+}
+
+/// Why the device could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// The directory is not usable.
+    #[error(transparent)]
+    Dir(#[from] DirError),
+    /// Another device process serves the directory.
+    #[error("a device process already serves {dir}")]
+    AlreadyRunning {
+        /// The directory.
+        dir: PathBuf,
+    },
+    /// The simulated GPU did not probe.
+    #[error("the simulated GPU did not probe: {0}")]
+    Probe(#[from] agx_sim::ProbeError),
+    /// A socket or the lock could not be set up.
+    #[error("{what} {path}: {source}")]
+    Io {
+        /// What was being done.
+        what: &'static str,
+        /// Where.
+        path: PathBuf,
+        /// The error.
+        source: io::Error,
+    },
+}
+
+fn io_error<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> ServeError + 'a {
+    move |source| ServeError::Io {
+        what,
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// Connections open now, and a wakeup when the count changes.
+#[derive(Debug, Default)]
+struct Live {
+    count: Mutex<usize>,
+    changed: Condvar,
+}
+
+impl Live {
+    fn enter(self: &Arc<Self>) -> LiveGuard {
+        *self.count.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+        self.changed.notify_all();
+        LiveGuard(Arc::clone(self))
+    }
+
+    /// Returns once there has been no connection for `idle`.
+    fn wait_idle(&self, idle: Duration) {
+        let mut count = self.count.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            while *count > 0 {
+                count = self.changed.wait(count).unwrap_or_else(|e| e.into_inner());
+            }
+            let (after, timeout) = self
+                .changed
+                .wait_timeout_while(count, idle, |count| *count == 0)
+                .unwrap_or_else(|e| e.into_inner());
+            count = after;
+            if timeout.timed_out() {
+                return;
+            }
+        }
+    }
+}
+
+struct LiveGuard(Arc<Live>);
+
+impl Drop for LiveGuard {
+    fn drop(&mut self) {
+        *self.0.count.lock().unwrap_or_else(|e| e.into_inner()) -= 1;
+        self.0.changed.notify_all();
+    }
+}
+
+/// Runs the device in `options.dir` until it has been idle for
+/// `options.idle_exit` (forever without). `ready` is called once the
+/// sockets accept connections, or with the reason they never will.
+pub fn serve(
+    options: Options,
+    ready: impl FnOnce(Result<(), &ServeError>),
+) -> Result<(), ServeError> {
+    match start(&options) {
+        Ok(started) => {
+            ready(Ok(()));
+            started.run(options.idle_exit);
+            Ok(())
+        }
+        Err(error) => {
+            ready(Err(&error));
+            Err(error)
+        }
+    }
+}
+
+struct Started {
+    system: Arc<System>,
+    /// The nodes' sockets, and (`None`) the calls socket.
+    listeners: Vec<(Option<NodeKind>, PathBuf, OwnedFd)>,
+    _lock: std::fs::File,
+}
+
+fn start(options: &Options) -> Result<Started, ServeError> {
+    let dir = &options.dir;
+    protocol::ensure_private_dir(dir)?;
+    let lock = take_lock(dir)?;
+    raise_descriptor_limit();
+    let config = SystemConfig {
+        keep_object_descriptors: true,
+        ..options.config
+    };
+    let system = Arc::new(System::new(config)?);
+    crate::signal::install_interrupt_handler()
+        .map_err(io_error("installing the interrupt handler in", dir))?;
+    let mut listeners = Vec::new();
+    for node in [Some(NodeKind::Primary), Some(NodeKind::Render), None] {
+        let path = match node {
+            Some(node) => protocol::socket_path(dir, node),
+            None => protocol::calls_path(dir),
+        };
+        listeners.push((node, path.clone(), listen(&path)?));
+    }
+    Ok(Started {
+        system,
+        listeners,
+        _lock: lock,
+    })
+}
+
+/// Raises the soft descriptor limit to the hard one: the device keeps a
+/// descriptor of every object's memfd (CPU mappings are handed out as
+/// descriptors), and whoever started it may have run with a low limit.
+fn raise_descriptor_limit() {
+    use rustix::process::{getrlimit, setrlimit, Resource};
+    let mut limit = getrlimit(Resource::Nofile);
+    if limit.current != limit.maximum {
+        limit.current = limit.maximum;
+        if let Err(error) = setrlimit(Resource::Nofile, limit) {
+            tracing::warn!(%error, "device: cannot raise the descriptor limit");
+        }
+    }
+}
+
+/// The directory's lock, held for the device's life: one device per
+/// directory. Another device starting at the same time waits a little
+/// for it, in case the holder is on its way out.
+fn take_lock(dir: &Path) -> Result<std::fs::File, ServeError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let path = dir.join("lock");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .mode(0o600)
+        .open(&path)
+        .map_err(io_error("opening", &path))?;
+    for _ in 0..100 {
+        match rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+            Ok(()) => return Ok(file),
+            Err(rustix::io::Errno::WOULDBLOCK) => std::thread::sleep(Duration::from_millis(20)),
+            Err(e) => return Err(io_error("locking", &path)(e.into())),
+        }
+    }
+    Err(ServeError::AlreadyRunning {
+        dir: dir.to_path_buf(),
+    })
+}
+
+fn listen(path: &Path) -> Result<OwnedFd, ServeError> {
+    use std::os::unix::fs::PermissionsExt;
+    match std::fs::remove_file(path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(io_error("removing the stale socket", path)(e)),
+    }
+    let socket = rustix::net::socket_with(
+        rustix::net::AddressFamily::UNIX,
+        rustix::net::SocketType::SEQPACKET,
+        rustix::net::SocketFlags::CLOEXEC,
+        None,
+    )
+    .map_err(|e| io_error("creating a socket for", path)(e.into()))?;
+    let address = rustix::net::SocketAddrUnix::new(path)
+        .map_err(|e| io_error("naming a socket", path)(e.into()))?;
+    rustix::net::bind(&socket, &address).map_err(|e| io_error("binding", path)(e.into()))?;
+    // The directory is private already; the socket is too.
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+        .map_err(io_error("restricting", path))?;
+    rustix::net::listen(&socket, 128).map_err(|e| io_error("listening on", path)(e.into()))?;
+    Ok(socket)
+}
+
+impl Started {
+    fn run(self, idle_exit: Option<Duration>) {
+        let live = Arc::new(Live::default());
+        let server = Arc::new(Server {
+            system: self.system,
+            files: Mutex::new(HashMap::new()),
+        });
+        let mut paths = Vec::new();
+        for (node, path, listener) in self.listeners {
+            let server = Arc::clone(&server);
+            let live = Arc::clone(&live);
+            tracing::info!(path = %path.display(), "device: listening");
+            paths.push(path);
+            std::thread::spawn(move || accept_loop(&server, node, &listener, &live));
+        }
+        match idle_exit {
+            Some(idle) => live.wait_idle(idle),
+            None => loop {
+                std::thread::park();
+            },
+        }
+        tracing::info!("device: idle, exiting");
+        for path in paths {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+fn accept_loop(server: &Arc<Server>, node: Option<NodeKind>, listener: &OwnedFd, live: &Arc<Live>) {
+    let uid = rustix::process::getuid();
+    loop {
+        let socket = match rustix::net::accept_with(listener, rustix::net::SocketFlags::CLOEXEC) {
+            Ok(socket) => socket,
+            Err(rustix::io::Errno::INTR | rustix::io::Errno::CONNABORTED) => continue,
+            Err(e) => {
+                tracing::error!(error = %e, "device: accept failed");
+                std::thread::sleep(Duration::from_millis(10));
+                continue;
+            }
+        };
+        let peer = match rustix::net::sockopt::socket_peercred(&socket) {
+            Ok(peer) => peer,
+            Err(e) => {
+                tracing::warn!(error = %e, "device: refused a connection without credentials");
+                continue;
+            }
+        };
+        if peer.uid != uid {
+            tracing::warn!(
+                pid = peer.pid.as_raw_nonzero().get(),
+                uid = peer.uid.as_raw(),
+                "device: refused a connection from another user"
+            );
+            continue;
+        }
+        let guard = live.enter();
+        let server = Arc::clone(server);
+        let pid = peer.pid.as_raw_nonzero().get().unsigned_abs();
+        std::thread::spawn(move || {
+            server.serve_connection(node, socket, pid);
+            drop(guard);
+        });
+    }
+}
+
+/// The device's state shared by its threads.
+struct Server {
+    system: Arc<System>,
+    /// Open DRM files, by the identity of the client's end of their
+    /// socket (which a request carries).
+    files: Mutex<HashMap<Inode, Entry>>,
+}
+
+/// A DRM file a connection opened.
+struct OpenFile {
+    /// The file (taken when this drops, before `released` is set).
+    file: Option<File>,
+    /// The access mode it was opened with.
+    access_mode: i32,
+    running: Running,
+    released: Arc<Released>,
+}
+
+impl OpenFile {
+    fn file(&self) -> &File {
+        self.file
+            .as_ref()
+            .expect("the file lives as long as its OpenFile")
+    }
+}
+
+impl Drop for OpenFile {
+    fn drop(&mut self) {
+        drop(self.file.take());
+        self.released.set();
+    }
+}
+
+/// Set once a DRM file is released (every reference gone, the kmd's
+/// file dropped).
+#[derive(Debug, Default)]
+struct Released {
+    done: Mutex<bool>,
+    changed: Condvar,
+}
+
+impl Released {
+    fn set(&self) {
+        *self.done.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        self.changed.notify_all();
+    }
+
+    /// Waits (at most `limit`) for the release.
+    fn wait(&self, limit: Duration) {
+        let done = self.done.lock().unwrap_or_else(|e| e.into_inner());
+        let _ = self
+            .changed
+            .wait_timeout_while(done, limit, |done| !*done)
+            .unwrap_or_else(|e| e.into_inner());
+    }
+}
+
+/// What the device keeps of an open file, by its client end's identity.
+struct Entry {
+    open: Arc<OpenFile>,
+    /// The device's end of the file's socket.
+    socket: Arc<OwnedFd>,
+    released: Arc<Released>,
+}
+
+fn identity(fd: BorrowedFd<'_>) -> Option<Inode> {
+    let stat = rustix::fs::fstat(fd).ok()?;
+    Some((stat.st_dev, stat.st_ino))
+}
+
+impl Server {
+    fn files(&self) -> std::sync::MutexGuard<'_, HashMap<Inode, Entry>> {
+        self.files.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The DRM file a request's attached descriptor is.
+    fn file_of(&self, fd: Option<&OwnedFd>) -> Option<Arc<OpenFile>> {
+        let inode = identity(fd?.as_fd())?;
+        self.files()
+            .get(&inode)
+            .map(|entry| Arc::clone(&entry.open))
+    }
+
+    /// Serves a connection to `node`'s socket (`None`: the calls socket).
+    fn serve_connection(&self, node: Option<NodeKind>, socket: OwnedFd, pid: u32) {
+        // A connection says what it is for at once.
+        let timeout = |t| {
+            rustix::net::sockopt::set_socket_timeout(
+                &socket,
+                rustix::net::sockopt::Timeout::Recv,
+                t,
+            )
+        };
+        let _ = timeout(Some(Duration::from_secs(10)));
+        let Ok(Some(mut first)) = protocol::recv_retrying(socket.as_fd()) else {
+            return;
+        };
+        let _ = timeout(None);
+        let Some((request, op)) = Request::parse(&first.bytes) else {
+            tracing::warn!(pid, "device: a connection that sent no request");
+            return;
+        };
+        let mut fds = std::mem::take(&mut first.fds).into_iter();
+        let attached = fds.next();
+        match (node, op) {
+            (Some(node), Op::Open) => self.open(node, socket, pid, request, attached),
+            (Some(_), _) | (None, Op::Open) => tracing::warn!(
+                pid,
+                ?op,
+                "device: a request on the wrong socket (opens go to a node's, calls to `calls`)"
+            ),
+            (None, op) => self.call(socket, pid, request, op, attached),
+        }
+    }
+
+    /// Serves a call on the calls socket.
+    fn call(&self, socket: OwnedFd, pid: u32, request: Request, op: Op, attached: Option<OwnedFd>) {
+        match op {
+            Op::Open => {}
+            Op::Interrupt => {
+                if let Some(open) = self.file_of(attached.as_ref()) {
+                    open.running.interrupt(request.a);
+                }
+            }
+            Op::Closed => {
+                let found = self
+                    .files()
+                    .get(&(request.a, request.b))
+                    .map(|entry| (Arc::clone(&entry.socket), Arc::clone(&entry.released)));
+                if let Some((file_socket, released)) = found {
+                    if hung_up(&file_socket, Some(Duration::ZERO)) {
+                        released.wait(Duration::from_secs(5));
+                    }
+                }
+                send_done(&socket, Done::of(Ok(0)));
+            }
+            Op::SyncFileInfo => {
+                let channel = Rc::new(socket);
+                run_request(&self.system, None, &channel, pid, request, op, attached);
+            }
+            Op::Ioctl | Op::Mmap | Op::Query => {
+                let channel = Rc::new(socket);
+                match self.file_of(attached.as_ref()) {
+                    Some(open) => {
+                        // Held for the call, as the kernel's fget holds the
+                        // file: its other descriptors may close meanwhile.
+                        let _file = attached;
+                        run_request(&self.system, Some(&open), &channel, pid, request, op, None);
+                    }
+                    None => send_done(&channel, Done::of(Err(Errno::EBADF))),
+                }
+            }
+        }
+    }
+
+    /// Opens a DRM file for the connection `socket`, whose client end
+    /// came `attached` (to learn its identity), and serves it until every
+    /// process has closed it.
+    fn open(
+        &self,
+        node: NodeKind,
+        socket: OwnedFd,
+        pid: u32,
+        request: Request,
+        client_end: Option<OwnedFd>,
+    ) {
+        let Some(inode) = client_end.as_ref().and_then(|fd| identity(fd.as_fd())) else {
+            return;
+        };
+        // Not kept: the file must close when the client's copies do.
+        drop(client_end);
+        let caller = Caller {
+            tgid: pid,
+            tid: request.tid,
+            cap_sys_admin: has_cap_sys_admin(pid, request.tid),
+        };
+        let released = Arc::new(Released::default());
+        let open = Arc::new(OpenFile {
+            file: Some(self.system.open_node_as(node, caller)),
+            access_mode: request.flags as i32 & libc::O_ACCMODE,
+            running: Running::default(),
+            released: Arc::clone(&released),
+        });
+        let id = open.file().client_id();
+        let socket = Arc::new(socket);
+        self.files().insert(
+            inode,
+            Entry {
+                open: Arc::clone(&open),
+                socket: Arc::clone(&socket),
+                released,
+            },
+        );
+        tracing::debug!(pid, file = id, ?node, "device: opened");
+        if protocol::send(socket.as_fd(), Answer::new(0, 0).as_bytes(), &[], &[]).is_ok() {
+            hung_up(&socket, None);
+        }
+        self.files().remove(&inode);
+        // The file is closed in every process. A request still running
+        // there has no one to answer to.
+        open.running.interrupt_all();
+        tracing::debug!(file = id, "device: closed");
+    }
+}
+
+/// Whether the other end of `socket` is closed in every process, waiting
+/// up to `limit` for it (`None`: until it is).
+fn hung_up(socket: &OwnedFd, limit: Option<Duration>) -> bool {
+    use rustix::event::{PollFd, PollFlags, Timespec};
+    let timeout = limit.map(|limit| Timespec {
+        tv_sec: i64::try_from(limit.as_secs()).unwrap_or(i64::MAX),
+        tv_nsec: i64::from(limit.subsec_nanos()),
+    });
+    loop {
+        // No events asked for: only a hangup or an error counts (the
+        // client's end may have sent bytes that are never read).
+        let mut fds = [PollFd::new(socket, PollFlags::empty())];
+        match rustix::event::poll(&mut fds, timeout.as_ref()) {
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(_) => return true,
+            Ok(_) => {
+                return fds[0]
+                    .revents()
+                    .intersects(PollFlags::HUP | PollFlags::ERR | PollFlags::NVAL)
+            }
+        }
+    }
+}
+
+/// Whether thread `tid` of process `pid` has `CAP_SYS_ADMIN` in its
+/// effective set (capabilities are per thread, and the kernel checks the
+/// calling thread's; a `tid` that is not a thread of `pid` has none).
+fn has_cap_sys_admin(pid: u32, tid: u32) -> bool {
+    const CAP_SYS_ADMIN: u32 = 21;
+    let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/status")) else {
+        return false;
+    };
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("CapEff:"))
+        .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
+        .is_some_and(|caps| caps & (1 << CAP_SYS_ADMIN) != 0)
+}
+
+/// The result a request's `Done` carries.
+struct Done {
+    /// The result, or `-errno`.
+    value: i64,
+    fd: Option<OwnedFd>,
+    payload: Vec<u8>,
+}
+
+impl Done {
+    fn of(result: Result<i64, Errno>) -> Done {
+        Done {
+            value: result.unwrap_or_else(|errno| -i64::from(errno.0)),
+            fd: None,
+            payload: Vec::new(),
+        }
+    }
+}
+
+fn run_request(
+    system: &System,
+    open: Option<&OpenFile>,
+    channel: &Rc<OwnedFd>,
+    caller_pid: u32,
+    request: Request,
+    op: Op,
+    attached: Option<OwnedFd>,
+) {
+    let space: Rc<dyn UserSpace> = Rc::new(Remote {
+        channel: Rc::clone(channel),
+    });
+    let done = match (op, open) {
+        (Op::Ioctl, Some(open)) => {
+            let caller = Caller {
+                tgid: caller_pid,
+                tid: request.tid,
+                // Only the card node's checks ask (and a render file's
+                // ioctls should not read /proc each time).
+                cap_sys_admin: open.file().node() == NodeKind::Primary
+                    && has_cap_sys_admin(caller_pid, request.tid),
+            };
+            let _entered = open.running.enter(request.id);
+            let result = agx_kmd::uaccess::with_user_space(space, || {
+                open.file().ioctl_as(Some(caller), request.a, request.b)
+            });
+            Done::of(result.map(i64::from))
+        }
+        (Op::Mmap, Some(open)) => match open.file().mmap_descriptor(request.a, request.b) {
+            Ok((fd, within)) => Done {
+                value: i64::try_from(within).unwrap_or(i64::MAX),
+                fd: Some(fd),
+                payload: Vec::new(),
+            },
+            Err(errno) => Done::of(Err(errno)),
+        },
+        (Op::Query, Some(open)) => Done {
+            value: i64::from(open.access_mode),
+            fd: None,
+            payload: open.file().fdinfo().into_bytes(),
+        },
+        (Op::SyncFileInfo, _) => {
+            let result = match attached {
+                Some(sync_file) => {
+                    let exports = system.device().exports();
+                    match exports.sync_file_status(sync_file.as_fd()) {
+                        // Not one of this device's: as Linux for a file
+                        // without the ioctl.
+                        Err(_) => Err(Errno::ENOTTY),
+                        Ok(_) => agx_kmd::uaccess::with_user_space(space, || {
+                            exports.sync_file_ioctl(sync_file.as_fd(), request.b)
+                        }),
+                    }
+                }
+                None => Err(Errno::EBADF),
+            };
+            Done::of(result.map(i64::from))
+        }
+        _ => Done::of(Err(Errno::EINVAL)),
+    };
+    send_done(channel, done);
+}
+
+fn send_done(channel: &OwnedFd, done: Done) {
+    let call = Call::new(CallOp::Done, 0, done.payload.len() as u64, done.value);
+    let fds: Vec<BorrowedFd<'_>> = done.fd.iter().map(AsFd::as_fd).collect();
+    // The caller may be gone; nothing to do then.
+    let _ = protocol::send(channel.as_fd(), call.as_bytes(), &done.payload, &fds);
+}
+
+/// The user space of a caller in another process, reached through its
+/// request's channel.
+struct Remote {
+    channel: Rc<OwnedFd>,
+}
+
+impl Remote {
+    /// Sends `call` (with `payload` and `fd`) and waits for the answer.
+    fn ask(&self, call: Call, payload: &[u8], fd: Option<BorrowedFd<'_>>) -> Option<Message> {
+        let fds: Vec<BorrowedFd<'_>> = fd.into_iter().collect();
+        protocol::send(self.channel.as_fd(), call.as_bytes(), payload, &fds).ok()?;
+        protocol::recv_retrying(self.channel.as_fd()).ok()?
+    }
+
+    /// Asks and returns the answer, `None` if the caller failed it or is
+    /// gone.
+    fn ask_ok(
+        &self,
+        call: Call,
+        payload: &[u8],
+        fd: Option<BorrowedFd<'_>>,
+    ) -> Option<(Answer, Message)> {
+        let message = self.ask(call, payload, fd)?;
+        let answer = Answer::parse(&message.bytes)?;
+        (answer.status == 0).then_some((answer, message))
+    }
+}
+
+impl UserSpace for Remote {
+    fn read(&self, address: u64, buf: &mut [u8]) -> Result<(), Fault> {
+        let fault = Fault {
+            address,
+            len_bytes: buf.len(),
+        };
+        let mut at = address;
+        for chunk in buf.chunks_mut(MAX_PAYLOAD_BYTES) {
+            let call = Call::new(CallOp::Read, at, chunk.len() as u64, 0);
+            let (_, message) = self.ask_ok(call, &[], None).ok_or(fault)?;
+            let data = message.payload::<Answer>();
+            if data.len() != chunk.len() {
+                return Err(fault);
+            }
+            chunk.copy_from_slice(data);
+            at += chunk.len() as u64;
+        }
+        Ok(())
+    }
+
+    fn write(&self, address: u64, data: &[u8]) -> Result<(), Fault> {
+        let fault = Fault {
+            address,
+            len_bytes: data.len(),
+        };
+        let mut at = address;
+        for chunk in data.chunks(MAX_PAYLOAD_BYTES) {
+            let call = Call::new(CallOp::Write, at, chunk.len() as u64, 0);
+            self.ask_ok(call, chunk, None).ok_or(fault)?;
+            at += chunk.len() as u64;
+        }
+        Ok(())
+    }
+
+    fn take_fd(&self, fd: i32) -> Option<OwnedFd> {
+        let call = Call::new(CallOp::TakeFd, 0, 0, i64::from(fd));
+        let (_, mut message) = self.ask_ok(call, &[], None)?;
+        message.fds.pop()
+    }
+
+    fn install_fd(&self, fd: OwnedFd) -> Result<i32, InstallError> {
+        let cloexec = rustix::io::fcntl_getfd(&fd)
+            .is_ok_and(|flags| flags.contains(rustix::io::FdFlags::CLOEXEC));
+        let call = Call::new(CallOp::InstallFd, 0, u64::from(cloexec), 0);
+        let (answer, _) = self
+            .ask_ok(call, &[], Some(fd.as_fd()))
+            .ok_or(InstallError::NoDescriptor)?;
+        i32::try_from(answer.value).map_err(|_| InstallError::NoDescriptor)
+    }
+}
