@@ -1,9 +1,12 @@
 //! `libagx_shim.so`: the simulated GPU as an asahi device on Linux.
 //!
 //! Preloaded into an unmodified client (`LD_PRELOAD=libagx_shim.so`), this
-//! library hosts a simulated AGX system inside the client process and
-//! interposes the libc calls through which a DRM client finds and reaches
-//! a device, in the manner of Mesa's drm-shim (`Documentation/shim.md`):
+//! library interposes the libc calls through which a DRM client finds and
+//! reaches a device, in the manner of Mesa's drm-shim
+//! (`Documentation/shim.md`). The device is, by default, the device
+//! process `agx-simd` that every client shares (`remote.rs`, over
+//! `agx_simd`), or (`AGX_SHIM_MODE=in-process`) a simulated AGX system
+//! built inside the client process.
 //!
 //! - enumeration ([`tree`]): `/dev/dri` lists `card0`, `renderD128` and
 //!   `by-path`, and the platform device's sysfs is there, as a real
@@ -13,14 +16,14 @@
 //!   keys;
 //! - `open` of a node opens a DRM file on the simulated device through
 //!   that node (the card node is a primary node: DRM master and
-//!   authentication); the descriptor is the read end of a private pipe
-//!   whose write end the device keeps, so the file is recognised by the
-//!   pipe's inode however the client duplicates the descriptor (`dup`,
-//!   `fcntl(F_DUPFD)`), it closes when its last descriptor does, and it
-//!   behaves as a DRM file with no events: `read` blocks (or fails with
-//!   `EAGAIN` when non-blocking; a signal interrupts it as Linux's
-//!   would), `poll` and `epoll` report nothing, `write` fails with
-//!   `EINVAL`;
+//!   authentication). In the device-process mode the descriptor is a
+//!   socket connected to the device's socket for the node; in-process, it
+//!   is the read end of a private pipe whose write end the device keeps,
+//!   recognised by the pipe's inode however the client duplicates it. In
+//!   both the file closes when its last descriptor does and behaves as a
+//!   DRM file with no events: `read` blocks (or fails with `EAGAIN` when
+//!   non-blocking; a signal interrupts it as Linux's would), `poll` and
+//!   `epoll` report nothing, `write` fails with `EINVAL`;
 //! - `ioctl` on such a descriptor goes to the kmd's ioctl entry point, with
 //!   errors returned through `errno`;
 //! - `mmap` at a GEM mmap offset maps the object's pages.
