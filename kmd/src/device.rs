@@ -208,6 +208,17 @@ impl Device {
             .and_then(Weak::upgrade)
     }
 
+    /// Whether the memfd `identity` is one of this device's objects' own
+    /// (whatever handed it out: a PRIME export, or a CPU mapping a device
+    /// process handed to a client as a descriptor).
+    pub(crate) fn owns_memfd(&self, identity: crate::mem::backing::Inode) -> bool {
+        let objects = self.objects.lock().unwrap_or_else(|e| e.into_inner());
+        objects
+            .values()
+            .filter_map(Weak::upgrade)
+            .any(|object| object.memory().memfd_identity() == Some(identity))
+    }
+
     pub(crate) fn next_file_id(&self) -> u64 {
         self.next_file_id.fetch_add(1, Ordering::Relaxed)
     }

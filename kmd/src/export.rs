@@ -36,7 +36,8 @@ const SYNC_FILE_MEMFD_NAME: &str = "agx-sync-file";
 /// How `/proc/<pid>/fd/N` of a sync file this device exported begins.
 pub const SYNC_FILE_MEMFD_PREFIX: &str = "/memfd:agx-sync-file";
 
-fn inode_of(fd: BorrowedFd<'_>) -> Result<Inode, Errno> {
+/// The (device, inode) identity of a descriptor's file.
+pub(crate) fn inode_of(fd: BorrowedFd<'_>) -> Result<Inode, Errno> {
     let stat = rustix::fs::fstat(fd).map_err(|e| Errno(e.raw_os_error()))?;
     Ok((stat.st_dev, stat.st_ino))
 }
@@ -55,7 +56,10 @@ pub struct Exports {
     device_token: u64,
     next_token: AtomicU64,
     objects: Mutex<HashMap<Inode, Weak<GemObject>>>,
-    syncobjs: Mutex<HashMap<u128, Weak<Syncobj>>>,
+    /// Exported syncobjs by token, with the identity of the memfd the
+    /// token was written into (a token copied into another file is not
+    /// the syncobj's: tokens can be read, and guessed).
+    syncobjs: Mutex<HashMap<u128, (Weak<Syncobj>, Inode)>>,
     /// Pending sync files: the fence and our descriptor of the memfd (to
     /// write the final status into).
     sync_files: Mutex<HashMap<u128, (Arc<Fence>, DeviceFd)>>,
@@ -148,9 +152,10 @@ impl Exports {
     pub(crate) fn export_syncobj(&self, syncobj: &Arc<Syncobj>) -> Result<OwnedFd, Errno> {
         let token = self.token();
         let fd = token_memfd("agx-syncobj", SYNCOBJ_MAGIC, token)?;
+        let inode = inode_of(std::os::fd::AsFd::as_fd(&fd))?;
         let mut syncobjs = self.syncobjs.lock().unwrap_or_else(|e| e.into_inner());
-        syncobjs.retain(|_, weak| weak.strong_count() > 0);
-        syncobjs.insert(token, Arc::downgrade(syncobj));
+        syncobjs.retain(|_, (weak, _)| weak.strong_count() > 0);
+        syncobjs.insert(token, (Arc::downgrade(syncobj), inode));
         Ok(fd)
     }
 
@@ -160,10 +165,12 @@ impl Exports {
         if magic != SYNCOBJ_MAGIC {
             return Err(Errno::EINVAL);
         }
+        let inode = inode_of(fd)?;
         let syncobjs = self.syncobjs.lock().unwrap_or_else(|e| e.into_inner());
         syncobjs
             .get(&token)
-            .and_then(Weak::upgrade)
+            .filter(|(_, exported)| *exported == inode)
+            .and_then(|(weak, _)| weak.upgrade())
             .ok_or(Errno::EINVAL)
     }
 
@@ -219,7 +226,12 @@ impl Exports {
         if magic != SYNC_FILE_MAGIC {
             return Err(Errno::EINVAL);
         }
-        if let Some((fence, _)) = files.get(&token) {
+        let inode = inode_of(fd)?;
+        // Only the file the token was written into carries the fence.
+        if let Some((fence, _)) = files
+            .get(&token)
+            .filter(|(_, ours)| ours.identity() == inode)
+        {
             return Ok(Arc::clone(fence));
         }
         let fence = Fence::pending(Arc::clone(events));
@@ -241,7 +253,11 @@ impl Exports {
         if magic != SYNC_FILE_MAGIC {
             return Err(Errno::EINVAL);
         }
-        if let Some((fence, _)) = files.get(&token) {
+        let inode = inode_of(fd)?;
+        if let Some((fence, _)) = files
+            .get(&token)
+            .filter(|(_, ours)| ours.identity() == inode)
+        {
             return Ok(fence.status());
         }
         Ok(match status {

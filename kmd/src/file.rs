@@ -1478,6 +1478,14 @@ impl File {
         let fd = dup_user_fd(p.fd).ok_or(PrimeError::BadFd { fd: p.fd })?;
         let object = match self.device.exports.find_object(fd.as_fd())? {
             Some(object) => object,
+            // One of this device's objects that was never exported (its
+            // memfd reached the caller as a CPU mapping): not a buffer to
+            // import, or a private object could be aliased and exported.
+            None if is_gem_memfd(&fd)
+                && self.device.owns_memfd(crate::export::inode_of(fd.as_fd())?) =>
+            {
+                return Err(PrimeError::NotABuffer { fd: p.fd }.into())
+            }
             None if is_gem_memfd(&fd) => self
                 .device
                 .adopt_object(fd, &self.memory)

@@ -15,14 +15,6 @@ use std::sync::{Arc, OnceLock};
 use crate::tree::{self, Node};
 use crate::{shim, shim_if_ready, track_dup, Inode};
 
-/// Writes a message to stderr without going through Rust's stdio.
-pub(crate) fn log(message: &str) {
-    // SAFETY: writing a valid buffer of the given length to fd 2.
-    unsafe {
-        libc::write(2, message.as_ptr().cast(), message.len());
-    }
-}
-
 /// Looks up the next definition of a libc function.
 fn next_symbol(name: &'static CStr, cell: &OnceLock<usize>) -> usize {
     *cell.get_or_init(|| {
@@ -43,6 +35,21 @@ macro_rules! real {
             Some(unsafe { std::mem::transmute::<usize, $ty>(address) })
         }
     }};
+}
+
+/// Writes a message to stderr without going through Rust's stdio, nor
+/// through the interposed `write` (which may be what is logging).
+pub(crate) fn log(message: &str) {
+    let Some(real_write) = real!(
+        c"write",
+        unsafe extern "C" fn(c_int, *const c_void, libc::size_t) -> libc::ssize_t
+    ) else {
+        return;
+    };
+    // SAFETY: writing a valid buffer of the given length to fd 2.
+    unsafe {
+        real_write(2, message.as_ptr().cast(), message.len());
+    }
 }
 
 fn set_errno(errno: i32) {

@@ -101,7 +101,12 @@ pub(crate) fn mode() -> Option<Mode> {
 
 /// The device-process mode's state, if that is the mode.
 pub(crate) fn remote() -> Option<&'static remote::Remote> {
-    (mode() == Some(Mode::DeviceProcess)).then(remote::remote)
+    (mode() == Some(Mode::DeviceProcess)).then(|| {
+        // A child forked while another thread held the shim's table must
+        // not wait for it ([`lock_map`]).
+        register_fork_handler();
+        remote::remote()
+    })
 }
 
 /// The node DRM file `fd` was opened through, if it is one (in either
@@ -189,12 +194,7 @@ fn shim() -> Option<&'static Shim> {
                 return None;
             }
         };
-        // SAFETY: registers a handler that only stores to an atomic
-        // (async-signal-safe, as a fork handler in a multithreaded process
-        // must be).
-        if unsafe { libc::pthread_atfork(None, None, Some(mark_forked_child)) } != 0 {
-            interpose::log("agx-shim: cannot register the fork handler\n");
-        }
+        register_fork_handler();
         Some(Shim {
             system,
             owner_pid: std::process::id(),
@@ -209,6 +209,19 @@ fn shim() -> Option<&'static Shim> {
 /// when it builds the device, so the check costs no system call on the
 /// ioctl path.
 static IN_FORKED_CHILD: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Registers the handler that marks a forked child (once).
+fn register_fork_handler() {
+    static REGISTERED: std::sync::Once = std::sync::Once::new();
+    REGISTERED.call_once(|| {
+        // SAFETY: registers a handler that only stores to an atomic
+        // (async-signal-safe, as a fork handler in a multithreaded process
+        // must be).
+        if unsafe { libc::pthread_atfork(None, None, Some(mark_forked_child)) } != 0 {
+            interpose::log("agx-shim: cannot register the fork handler\n");
+        }
+    });
+}
 
 extern "C" fn mark_forked_child() {
     IN_FORKED_CHILD.store(true, std::sync::atomic::Ordering::Relaxed);

@@ -551,3 +551,22 @@ fn a_killed_client_does_not_disturb_another() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// An `AGX_SHIM_MODE` that is neither mode: opening a node fails with
+/// ENODEV and one line says why (the shim's log never goes through its
+/// own `write`, which consults the mode).
+#[test]
+fn an_unknown_shim_mode_is_refused_with_a_reason() {
+    let dir = DeviceDir::new();
+    let out = shim_command(&build_c_client("libdrm_client"), Mode::DeviceProcess, &dir)
+        .env("AGX_SHIM_MODE", "bogus")
+        .output()
+        .expect("client runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("AGX_SHIM_MODE=bogus is neither `device` nor `in-process`"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("(errno 19)"), "{stderr}");
+}

@@ -19,6 +19,10 @@ use zerocopy::IntoBytes;
 
 use crate::protocol::{self, Answer, Call, CallOp, Op, Request, MAX_PAYLOAD_BYTES};
 
+/// How often an interrupted caller repeats its interrupt until the
+/// device answers.
+const INTERRUPT_REPEAT: Duration = Duration::from_millis(20);
+
 /// How long a client waits for a device process it started.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -306,7 +310,23 @@ impl Client {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {
                     // A handler without SA_RESTART ran: interrupt the request
                     // as the signal would have interrupted the kernel's wait,
-                    // and keep waiting for its (now prompt) answer.
+                    // and keep waiting for its (now prompt) answer. An
+                    // interrupt that reaches the device's thread just before
+                    // it starts to wait is lost, so it is sent again every
+                    // few milliseconds until the answer comes.
+                    if let Some(file) = file {
+                        self.interrupt(file, id);
+                        let _ = rustix::net::sockopt::set_socket_timeout(
+                            channel,
+                            rustix::net::sockopt::Timeout::Recv,
+                            Some(INTERRUPT_REPEAT),
+                        );
+                    }
+                    continue;
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    // Only after an interrupt (the channel has no timeout
+                    // before one): repeat it.
                     if let Some(file) = file {
                         self.interrupt(file, id);
                     }

@@ -14,6 +14,7 @@
 #![deny(unsafe_code)]
 
 pub mod client;
+pub mod detach;
 pub mod protocol;
 pub mod server;
 pub mod signal;

@@ -77,33 +77,54 @@ fn io_error<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(io::Error) ->
     }
 }
 
-/// Connections open now, and a wakeup when the count changes.
+/// Connections open now (and whether the device has decided to exit),
+/// and a wakeup when that changes.
 #[derive(Debug, Default)]
 struct Live {
-    count: Mutex<usize>,
+    state: Mutex<LiveState>,
     changed: Condvar,
 }
 
+#[derive(Debug, Default)]
+struct LiveState {
+    count: usize,
+    exiting: bool,
+}
+
 impl Live {
-    fn enter(self: &Arc<Self>) -> LiveGuard {
-        *self.count.lock().unwrap_or_else(|e| e.into_inner()) += 1;
-        self.changed.notify_all();
-        LiveGuard(Arc::clone(self))
+    fn state(&self) -> std::sync::MutexGuard<'_, LiveState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Returns once there has been no connection for `idle`.
+    /// Counts a new connection; `None` once the device is exiting (the
+    /// connection is then dropped unanswered, and its client starts a
+    /// new device).
+    fn enter(self: &Arc<Self>) -> Option<LiveGuard> {
+        let mut state = self.state();
+        if state.exiting {
+            return None;
+        }
+        state.count += 1;
+        self.changed.notify_all();
+        Some(LiveGuard(Arc::clone(self)))
+    }
+
+    /// Returns once there has been no connection for `idle`, having
+    /// marked the device as exiting (in the same critical section, so no
+    /// connection is served after the decision).
     fn wait_idle(&self, idle: Duration) {
-        let mut count = self.count.lock().unwrap_or_else(|e| e.into_inner());
+        let mut state = self.state();
         loop {
-            while *count > 0 {
-                count = self.changed.wait(count).unwrap_or_else(|e| e.into_inner());
+            while state.count > 0 {
+                state = self.changed.wait(state).unwrap_or_else(|e| e.into_inner());
             }
             let (after, timeout) = self
                 .changed
-                .wait_timeout_while(count, idle, |count| *count == 0)
+                .wait_timeout_while(state, idle, |state| state.count == 0)
                 .unwrap_or_else(|e| e.into_inner());
-            count = after;
+            state = after;
             if timeout.timed_out() {
+                state.exiting = true;
                 return;
             }
         }
@@ -114,7 +135,7 @@ struct LiveGuard(Arc<Live>);
 
 impl Drop for LiveGuard {
     fn drop(&mut self) {
-        *self.0.count.lock().unwrap_or_else(|e| e.into_inner()) -= 1;
+        self.0.state().count -= 1;
         self.0.changed.notify_all();
     }
 }
@@ -291,13 +312,22 @@ fn accept_loop(server: &Arc<Server>, node: Option<NodeKind>, listener: &OwnedFd,
             );
             continue;
         }
-        let guard = live.enter();
+        let Some(guard) = live.enter() else {
+            continue;
+        };
         let server = Arc::clone(server);
         let pid = peer.pid.as_raw_nonzero().get().unsigned_abs();
-        std::thread::spawn(move || {
-            server.serve_connection(node, socket, pid);
-            drop(guard);
-        });
+        let spawned = std::thread::Builder::new()
+            .name("agx-simd-conn".into())
+            .spawn(move || {
+                server.serve_connection(node, socket, pid);
+                drop(guard);
+            });
+        if let Err(error) = spawned {
+            // The connection (moved into the closure) is dropped: its
+            // client sees the device hang up and fails the call.
+            tracing::error!(%error, pid, "device: no thread for a connection");
+        }
     }
 }
 
@@ -445,9 +475,12 @@ impl Server {
                 let channel = Rc::new(socket);
                 match self.file_of(attached.as_ref()) {
                     Some(open) => {
-                        // Held for the call, as the kernel's fget holds the
-                        // file: its other descriptors may close meanwhile.
-                        let _file = attached;
+                        // The `Arc` holds the file for the call, as the
+                        // kernel's fget does. The client's end is not kept:
+                        // if every process closes the file (or dies) during
+                        // the call, the device must see it and interrupt
+                        // the call.
+                        drop(attached);
                         run_request(&self.system, Some(&open), &channel, pid, request, op, None);
                     }
                     None => send_done(&channel, Done::of(Err(Errno::EBADF))),
@@ -486,19 +519,40 @@ impl Server {
         });
         let id = open.file().client_id();
         let socket = Arc::new(socket);
-        self.files().insert(
-            inode,
-            Entry {
-                open: Arc::clone(&open),
-                socket: Arc::clone(&socket),
-                released,
-            },
-        );
+        {
+            let mut files = self.files();
+            // A descriptor of a file already open is not this connection's
+            // own end: refused, so that no one can take over the routing
+            // of another file's calls.
+            if files.contains_key(&inode) {
+                drop(files);
+                tracing::warn!(pid, "device: an open that named another file's descriptor");
+                let refused = Answer::new(libc::EINVAL, 0);
+                let _ = protocol::send(socket.as_fd(), refused.as_bytes(), &[], &[]);
+                return;
+            }
+            files.insert(
+                inode,
+                Entry {
+                    open: Arc::clone(&open),
+                    socket: Arc::clone(&socket),
+                    released,
+                },
+            );
+        }
         tracing::debug!(pid, file = id, ?node, "device: opened");
         if protocol::send(socket.as_fd(), Answer::new(0, 0).as_bytes(), &[], &[]).is_ok() {
             hung_up(&socket, None);
         }
-        self.files().remove(&inode);
+        {
+            let mut files = self.files();
+            if files
+                .get(&inode)
+                .is_some_and(|entry| Arc::ptr_eq(&entry.open, &open))
+            {
+                files.remove(&inode);
+            }
+        }
         // The file is closed in every process. A request still running
         // there has no one to answer to.
         open.running.interrupt_all();

@@ -58,6 +58,11 @@ fn main() -> ExitCode {
     if args.spawned {
         return spawn(&dir, args.idle_exit_ms.unwrap_or_else(spawned_idle_exit_ms));
     }
+    if args.detached {
+        if let Err(e) = agx_simd::detach::detach() {
+            return report(true, &format!("detaching from the client: {e}"));
+        }
+    }
     if let Err(e) = agx_sim::log::install(&agx_sim::log::LogConfig::from_env()) {
         eprintln!("agx-simd: kernel log: {e}");
     }
