@@ -37,7 +37,7 @@ const SYNC_FILE_MEMFD_NAME: &str = "agx-sync-file";
 pub const SYNC_FILE_MEMFD_PREFIX: &str = "/memfd:agx-sync-file";
 
 /// The (device, inode) identity of a descriptor's file.
-pub(crate) fn inode_of(fd: BorrowedFd<'_>) -> Result<Inode, Errno> {
+pub fn inode_of(fd: BorrowedFd<'_>) -> Result<Inode, Errno> {
     let stat = rustix::fs::fstat(fd).map_err(|e| Errno(e.raw_os_error()))?;
     Ok((stat.st_dev, stat.st_ino))
 }

@@ -101,12 +101,7 @@ pub(crate) fn mode() -> Option<Mode> {
 
 /// The device-process mode's state, if that is the mode.
 pub(crate) fn remote() -> Option<&'static remote::Remote> {
-    (mode() == Some(Mode::DeviceProcess)).then(|| {
-        // A child forked while another thread held the shim's table must
-        // not wait for it ([`lock_map`]).
-        register_fork_handler();
-        remote::remote()
-    })
+    (mode() == Some(Mode::DeviceProcess)).then(remote::remote)
 }
 
 /// The node DRM file `fd` was opened through, if it is one (in either
@@ -211,7 +206,7 @@ fn shim() -> Option<&'static Shim> {
 static IN_FORKED_CHILD: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// Registers the handler that marks a forked child (once).
-fn register_fork_handler() {
+pub(crate) fn register_fork_handler() {
     static REGISTERED: std::sync::Once = std::sync::Once::new();
     REGISTERED.call_once(|| {
         // SAFETY: registers a handler that only stores to an atomic

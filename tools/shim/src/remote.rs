@@ -31,9 +31,14 @@ pub(crate) struct Remote {
 /// The state, made on first use (it only reads the environment).
 pub(crate) fn remote() -> &'static Remote {
     static REMOTE: OnceLock<Remote> = OnceLock::new();
-    REMOTE.get_or_init(|| Remote {
-        client: Client::new(agx_simd::protocol::device_dir(), device_program),
-        modes: Mutex::new(HashMap::new()),
+    REMOTE.get_or_init(|| {
+        // A child forked while another thread held `modes` must not wait
+        // for it (`lock_map`).
+        crate::register_fork_handler();
+        Remote {
+            client: Client::new(agx_simd::protocol::device_dir(), device_program),
+            modes: Mutex::new(HashMap::new()),
+        }
     })
 }
 

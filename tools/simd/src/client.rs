@@ -76,6 +76,8 @@ pub struct Reply {
 #[derive(Debug)]
 pub struct Client {
     dir: PathBuf,
+    /// The nodes' sockets, by which a DRM file is recognised.
+    node_sockets: [(NodeKind, PathBuf); 2],
     /// Finds the program to start when no device runs.
     program: fn() -> Option<PathBuf>,
 }
@@ -96,7 +98,11 @@ impl Client {
     /// `AGX_SIMD` names no program) by running the `agx-simd` that
     /// `program` finds.
     pub fn new(dir: PathBuf, program: fn() -> Option<PathBuf>) -> Client {
-        Client { dir, program }
+        Client {
+            node_sockets: protocol::node_sockets(&dir),
+            dir,
+            program,
+        }
     }
 
     /// The device directory.
@@ -107,7 +113,7 @@ impl Client {
     /// The node `fd` was opened through, if it is a DRM file of this
     /// device.
     pub fn node_of(&self, fd: BorrowedFd<'_>) -> Option<NodeKind> {
-        protocol::node_of_peer(&self.dir, fd)
+        protocol::node_of_peer(&self.node_sockets, fd)
     }
 
     fn connect(&self, node: NodeKind) -> io::Result<OwnedFd> {

@@ -406,16 +406,25 @@ pub fn calls_path(dir: &Path) -> PathBuf {
     dir.join("calls")
 }
 
-/// The node a DRM file of the device in `dir` was opened through, if
-/// `fd` is such a file: a socket connected to one of the device's.
-pub fn node_of_peer(dir: &Path, fd: BorrowedFd<'_>) -> Option<NodeKind> {
+/// The nodes' sockets in the device directory `dir`, for
+/// [`node_of_peer`] (made once: the check runs on every descriptor a
+/// client closes or stats).
+pub fn node_sockets(dir: &Path) -> [(NodeKind, PathBuf); 2] {
+    [NodeKind::Primary, NodeKind::Render].map(|node| (node, socket_path(dir, node)))
+}
+
+/// The node a DRM file of the device whose [`node_sockets`] are `sockets`
+/// was opened through, if `fd` is such a file: a socket connected to one
+/// of the device's.
+pub fn node_of_peer(sockets: &[(NodeKind, PathBuf)], fd: BorrowedFd<'_>) -> Option<NodeKind> {
     let peer = rustix::net::getpeername(fd).ok()??;
     let peer = rustix::net::SocketAddrUnix::try_from(peer).ok()?;
     let path = peer.path()?;
     let path = Path::new(std::ffi::OsStr::from_bytes(path.to_bytes()));
-    [NodeKind::Primary, NodeKind::Render]
-        .into_iter()
-        .find(|&node| socket_path(dir, node) == path)
+    sockets
+        .iter()
+        .find(|(_, socket)| socket == path)
+        .map(|&(node, _)| node)
 }
 
 /// The errno of an I/O error (`EIO` if it has none).

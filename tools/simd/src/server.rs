@@ -393,12 +393,10 @@ struct Entry {
     open: Arc<OpenFile>,
     /// The device's end of the file's socket.
     socket: Arc<OwnedFd>,
-    released: Arc<Released>,
 }
 
 fn identity(fd: BorrowedFd<'_>) -> Option<Inode> {
-    let stat = rustix::fs::fstat(fd).ok()?;
-    Some((stat.st_dev, stat.st_ino))
+    agx_kmd::export::inode_of(fd).ok()
 }
 
 impl Server {
@@ -456,10 +454,11 @@ impl Server {
                 }
             }
             Op::Closed => {
-                let found = self
-                    .files()
-                    .get(&(request.a, request.b))
-                    .map(|entry| (Arc::clone(&entry.socket), Arc::clone(&entry.released)));
+                let found = self.files().get(&(request.a, request.b)).map(|entry| {
+                    // Not the file itself: holding it would delay its
+                    // release.
+                    (Arc::clone(&entry.socket), Arc::clone(&entry.open.released))
+                });
                 if let Some((file_socket, released)) = found {
                     if hung_up(&file_socket, Some(Duration::ZERO)) {
                         released.wait(Duration::from_secs(5));
@@ -510,12 +509,11 @@ impl Server {
             tid: request.tid,
             cap_sys_admin: has_cap_sys_admin(pid, request.tid),
         };
-        let released = Arc::new(Released::default());
         let open = Arc::new(OpenFile {
             file: Some(self.system.open_node_as(node, caller)),
             access_mode: request.flags as i32 & libc::O_ACCMODE,
             running: Running::default(),
-            released: Arc::clone(&released),
+            released: Arc::new(Released::default()),
         });
         let id = open.file().client_id();
         let socket = Arc::new(socket);
@@ -536,7 +534,6 @@ impl Server {
                 Entry {
                     open: Arc::clone(&open),
                     socket: Arc::clone(&socket),
-                    released,
                 },
             );
         }
