@@ -4,17 +4,15 @@
 //! A PRIME fd is the object's own memfd (duplicated), so any process can
 //! `mmap` it at offset 0 and see exactly the object's pages; importing it
 //! in this device finds the object by the memfd's inode, and importing a
-//! buffer exported by another simulated device adopts its pages. A syncobj fd
-//! and a sync file are small memfds carrying a magic word and a token the
-//! device maps back to the syncobj (weakly) or the fence. A sync file's
-//! fence is held only while it is pending: once it signals, its status is
-//! written into the memfd itself and the device forgets it, so exported
-//! sync files cost nothing after completion.
+//! buffer exported by another simulated device adopts its pages. A syncobj
+//! fd is a small memfd carrying a magic word and a token the device maps
+//! back to the syncobj (weakly). A sync file is described in
+//! [`crate::sync_file`]; the device finds its own by the file's inode.
 
 use std::collections::hash_map::RandomState;
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hasher};
-use std::os::fd::{BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
@@ -23,32 +21,13 @@ use crate::sync::{Fence, SyncEvents, Syncobj};
 use agx_uapi::Errno;
 
 const SYNCOBJ_MAGIC: [u8; 8] = *b"AGXSOBJ\0";
-const SYNC_FILE_MAGIC: [u8; 8] = *b"AGXSYNC\0";
-/// Layout of the token memfds: magic, token, status (0 pending, 1
-/// signalled, 2 + errno signalled with an error).
-const RECORD_BYTES: usize = 8 + 16 + 8;
+/// Layout of a syncobj fd's memfd: magic, token.
+const RECORD_BYTES: usize = 8 + 16;
 
-use crate::mem::backing::{DeviceFd, Inode};
+use crate::mem::backing::Inode;
+use crate::sync_file::{self, Exported, FenceStatus};
 
-/// The name of a sync file's memfd.
-const SYNC_FILE_MEMFD_NAME: &str = "agx-sync-file";
-
-/// How `/proc/<pid>/fd/N` of a sync file this device exported begins.
-pub const SYNC_FILE_MEMFD_PREFIX: &str = "/memfd:agx-sync-file";
-
-/// The (device, inode) identity of a descriptor's file.
-pub fn inode_of(fd: BorrowedFd<'_>) -> Result<Inode, Errno> {
-    let stat = rustix::fs::fstat(fd).map_err(|e| Errno(e.raw_os_error()))?;
-    Ok((stat.st_dev, stat.st_ino))
-}
-
-fn status_word(status: Option<Option<Errno>>) -> u64 {
-    match status {
-        None => 0,
-        Some(None) => 1,
-        Some(Some(errno)) => 2 + errno.0.unsigned_abs() as u64,
-    }
-}
+pub use crate::sync_file::inode_of;
 
 /// The device's registry of exported things.
 #[derive(Debug)]
@@ -60,9 +39,9 @@ pub struct Exports {
     /// token was written into (a token copied into another file is not
     /// the syncobj's: tokens can be read, and guessed).
     syncobjs: Mutex<HashMap<u128, (Weak<Syncobj>, Inode)>>,
-    /// Pending sync files: the fence and our descriptor of the memfd (to
-    /// write the final status into).
-    sync_files: Mutex<HashMap<u128, (Arc<Fence>, DeviceFd)>>,
+    /// Exported sync files by the identity of the file (the sync thread
+    /// holds them until every copy is closed).
+    sync_files: Mutex<HashMap<Inode, Weak<Exported>>>,
 }
 
 impl Default for Exports {
@@ -93,7 +72,7 @@ fn token_memfd(name: &str, magic: [u8; 8], token: u128) -> Result<OwnedFd, Errno
     Ok(fd)
 }
 
-fn read_record(fd: BorrowedFd<'_>) -> Option<([u8; 8], u128, u64)> {
+fn read_record(fd: BorrowedFd<'_>) -> Option<([u8; 8], u128)> {
     let mut record = [0u8; RECORD_BYTES];
     let n = rustix::io::pread(fd, &mut record, 0).ok()?;
     if n != RECORD_BYTES {
@@ -101,8 +80,7 @@ fn read_record(fd: BorrowedFd<'_>) -> Option<([u8; 8], u128, u64)> {
     }
     let magic = record[..8].try_into().ok()?;
     let token = u128::from_le_bytes(record[8..24].try_into().ok()?);
-    let status = u64::from_le_bytes(record[24..].try_into().ok()?);
-    Some((magic, token, status))
+    Some((magic, token))
 }
 
 impl Exports {
@@ -161,7 +139,7 @@ impl Exports {
 
     /// The syncobj a syncobj fd refers to.
     pub(crate) fn import_syncobj(&self, fd: BorrowedFd<'_>) -> Result<Arc<Syncobj>, Errno> {
-        let (magic, token, _) = read_record(fd).ok_or(Errno::EINVAL)?;
+        let (magic, token) = read_record(fd).ok_or(Errno::EINVAL)?;
         if magic != SYNCOBJ_MAGIC {
             return Err(Errno::EINVAL);
         }
@@ -174,104 +152,76 @@ impl Exports {
             .ok_or(Errno::EINVAL)
     }
 
-    /// Writes the status of signalled sync files into their memfds and
-    /// forgets them.
-    fn settle_sync_files(&self, files: &mut HashMap<u128, (Arc<Fence>, DeviceFd)>) {
-        files.retain(|_, (fence, fd)| match fence.status() {
-            None => true,
-            status => {
-                // Only into the sync file itself: if the process closed
-                // the device's descriptor, the status stays unwritten.
-                match fd.get() {
-                    Ok(fd) => {
-                        let _ = rustix::io::pwrite(fd, &status_word(status).to_le_bytes(), 24);
-                    }
-                    Err(gone) => tracing::warn!(%gone, "sync file status not recorded"),
-                }
-                false
-            }
-        });
+    /// This device's sync file `fd` is, if it is one.
+    fn own_sync_file(&self, fd: BorrowedFd<'_>) -> Option<Arc<Exported>> {
+        let inode = inode_of(fd).ok()?;
+        self.sync_files
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&inode)
+            .and_then(Weak::upgrade)
     }
 
-    /// A sync file for `fence`.
-    pub(crate) fn export_sync_file(&self, fence: Arc<Fence>) -> Result<OwnedFd, Errno> {
-        let token = self.token();
-        let fd = token_memfd(SYNC_FILE_MEMFD_NAME, SYNC_FILE_MAGIC, token)?;
+    /// A sync file for `fence`, looked after by the sync thread of
+    /// `events` (this device's).
+    pub(crate) fn export_sync_file(
+        &self,
+        fence: Arc<Fence>,
+        events: &SyncEvents,
+    ) -> Result<OwnedFd, Errno> {
+        let (sync_file, exported) = Exported::create(fence)?;
+        sync_file::look_after_exported(events, &exported)?;
         let mut files = self.sync_files.lock().unwrap_or_else(|e| e.into_inner());
-        self.settle_sync_files(&mut files);
-        match fence.status() {
-            None => {
-                let ours = rustix::io::fcntl_dupfd_cloexec(&fd, 0)
-                    .map_err(|e| Errno(e.raw_os_error()))
-                    .and_then(|dup| DeviceFd::keep(dup).map_err(io_errno))?;
-                files.insert(token, (fence, ours));
-            }
-            status => {
-                rustix::io::pwrite(&fd, &status_word(status).to_le_bytes(), 24)
-                    .map_err(|e| Errno(e.raw_os_error()))?;
-            }
-        }
-        Ok(fd)
+        files.retain(|_, weak| weak.strong_count() > 0);
+        files.insert(exported.identity(), Arc::downgrade(&exported));
+        Ok(sync_file)
     }
 
-    /// The fence a sync file carries.
+    /// The fence a sync file carries, for importing it into a syncobj:
+    /// this device's own fence for its own sync files; for another
+    /// device's (another simulated device's, or the kernel's), a fence
+    /// that signals with its status, which the sync thread waits for.
+    /// `None` if `fd` is not a sync file.
     pub(crate) fn import_sync_file(
         &self,
-        fd: BorrowedFd<'_>,
+        fd: OwnedFd,
         events: &Arc<SyncEvents>,
-    ) -> Result<Arc<Fence>, Errno> {
-        let mut files = self.sync_files.lock().unwrap_or_else(|e| e.into_inner());
-        self.settle_sync_files(&mut files);
-        let (magic, token, status) = read_record(fd).ok_or(Errno::EINVAL)?;
-        if magic != SYNC_FILE_MAGIC {
-            return Err(Errno::EINVAL);
+    ) -> Result<Option<Arc<Fence>>, Errno> {
+        if let Some(ours) = self.own_sync_file(fd.as_fd()) {
+            return Ok(Some(Arc::clone(ours.fence())));
         }
-        let inode = inode_of(fd)?;
-        // Only the file the token was written into carries the fence.
-        if let Some((fence, _)) = files
-            .get(&token)
-            .filter(|(_, ours)| ours.identity() == inode)
-        {
-            return Ok(Arc::clone(fence));
-        }
+        let Some(kind) = sync_file::Kind::of(fd.as_fd()) else {
+            return Ok(None);
+        };
         let fence = Fence::pending(Arc::clone(events));
-        match status {
-            1 => fence.signal(None),
-            s if s >= 2 => fence.signal(Some(Errno(i32::try_from(s - 2).unwrap_or(libc::EIO)))),
-            // Pending, and not one of ours: a sync file of another system.
-            _ => return Err(Errno::EINVAL),
+        match kind.status(fd.as_fd()) {
+            Some(status) => fence.signal(status),
+            None => {
+                tracing::debug!(?kind, "waiting for another device's sync file");
+                sync_file::wait_for_foreign(events, fd, kind, &fence)?;
+            }
         }
-        Ok(fence)
+        Ok(Some(fence))
     }
 
-    /// The status of a sync file exported by this device: `None` while
-    /// pending, else the fence's error if it had one.
-    pub fn sync_file_status(&self, fd: BorrowedFd<'_>) -> Result<Option<Option<Errno>>, Errno> {
-        let mut files = self.sync_files.lock().unwrap_or_else(|e| e.into_inner());
-        self.settle_sync_files(&mut files);
-        let (magic, token, status) = read_record(fd).ok_or(Errno::EINVAL)?;
-        if magic != SYNC_FILE_MAGIC {
-            return Err(Errno::EINVAL);
+    /// The status of a simulated sync file (this device's or another
+    /// simulated device's): `None` while pending, else the fence's error
+    /// if it had one. `ENOTTY` for any other file.
+    pub fn sync_file_status(&self, fd: BorrowedFd<'_>) -> Result<FenceStatus, Errno> {
+        if let Some(ours) = self.own_sync_file(fd) {
+            return Ok(ours.fence().status());
         }
-        let inode = inode_of(fd)?;
-        if let Some((fence, _)) = files
-            .get(&token)
-            .filter(|(_, ours)| ours.identity() == inode)
-        {
-            return Ok(fence.status());
+        if sync_file::is_simulated(fd) {
+            return Ok(sync_file::simulated_status(fd));
         }
-        Ok(match status {
-            0 => None,
-            1 => Some(None),
-            s => Some(Some(Errno(i32::try_from(s - 2).unwrap_or(libc::EIO)))),
-        })
+        Err(Errno::ENOTTY)
     }
 
-    /// `SYNC_IOC_FILE_INFO` on a sync file of this device: its status,
-    /// and its one fence's record if the caller asked for records.
-    /// `flags` or `pad` set: `EINVAL`; an fd that is not one of this
-    /// device's sync files: `EINVAL` (Linux: `ENOTTY` from a file without
-    /// the ioctl); an unwritable record array: `EFAULT`.
+    /// `SYNC_IOC_FILE_INFO` on a simulated sync file: its status, and its
+    /// one fence's record if the caller asked for records. `flags` or
+    /// `pad` set: `EINVAL`; an fd that is not a simulated sync file:
+    /// `ENOTTY` (as Linux for a file without the ioctl); an unwritable
+    /// record array: `EFAULT`.
     pub fn sync_file_info(
         &self,
         fd: BorrowedFd<'_>,
@@ -314,11 +264,17 @@ impl Exports {
         Ok(0)
     }
 
-    /// Pending sync files the device tracks (for leak checks).
-    pub fn pending_sync_files(&self) -> usize {
+    /// The sync files this device exported that are still open somewhere
+    /// (for leak checks: the device forgets a sync file once every copy
+    /// of it is closed).
+    pub fn live_sync_files(&self) -> usize {
         let mut files = self.sync_files.lock().unwrap_or_else(|e| e.into_inner());
-        self.settle_sync_files(&mut files);
-        files.len()
+        files.retain(|_, weak| weak.strong_count() > 0);
+        files
+            .values()
+            .filter_map(Weak::upgrade)
+            .filter(|file| !file.closed())
+            .count()
     }
 }
 

@@ -1509,7 +1509,9 @@ impl File {
                 point: 0,
             })?;
             let fence = Fence::all_of(&point, Arc::clone(&self.device.events));
-            self.device.exports.export_sync_file(fence)?
+            self.device
+                .exports
+                .export_sync_file(fence, &self.device.events)?
         } else {
             // Linux: an unknown handle is EINVAL on this path.
             let syncobj = self
@@ -1532,7 +1534,8 @@ impl File {
             let fence = self
                 .device
                 .exports
-                .import_sync_file(fd.as_fd(), &self.device.events)?;
+                .import_sync_file(fd, &self.device.events)?
+                .ok_or(SyncobjError::BadFd { fd: h.fd })?;
             let syncobj = self.syncobj_or(h.handle)?;
             syncobj.replace(Some(fence));
             return Ok(0);

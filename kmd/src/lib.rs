@@ -19,8 +19,9 @@
 //! memory), so it builds and tests without the GPU model; `agx-sim`
 //! composes it with the simulated firmware and GPU into a machine.
 //!
-//! `unsafe` code is confined to two modules: `mem::backing` (mapping
-//! memfds) and `uaccess` (copying from and to user pointers).
+//! `unsafe` code is confined to three modules: `mem::backing` (mapping
+//! memfds), `uaccess` (copying from and to user pointers) and `sync_file`
+//! (asking the host kernel about its sync files).
 #![deny(unsafe_code)]
 
 pub mod auth;
@@ -38,6 +39,7 @@ pub mod sched;
 pub mod stats;
 pub mod submit;
 pub mod sync;
+pub mod sync_file;
 pub mod tvb;
 pub mod uaccess;
 pub mod vm;

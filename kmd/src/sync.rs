@@ -18,11 +18,14 @@
 //! deadlines (absolute `CLOCK_MONOTONIC`), bumping the generation when
 //! one passes, and fires the eventfds registered with `SYNCOBJ_EVENTFD`.
 
-use std::collections::BTreeMap;
-use std::os::fd::AsFd;
+use std::collections::{BTreeMap, HashMap};
+use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::Duration;
+
+use rustix::buffer::spare_capacity;
+use rustix::event::epoll;
 
 use crate::mem::backing::DeviceFd;
 use crate::stats::Counters;
@@ -39,11 +42,14 @@ pub struct SyncEvents {
 struct EventsShared {
     /// Bumped on every change: the futex word waiters sleep on.
     generation: AtomicU32,
-    /// Bumped to wake the sync thread: the futex word it sleeps on.
-    kick: AtomicU32,
-    /// Syncobjs with eventfds registered (so that a change kicks the sync
-    /// thread only when it has something to look at).
-    watched_syncobjs: AtomicUsize,
+    /// The sync thread's epoll set (made when it starts).
+    epoll: OnceLock<DeviceFd>,
+    /// The eventfd in it that wakes the sync thread.
+    kick: OnceLock<DeviceFd>,
+    /// Things the sync thread re-checks on every change (syncobjs with
+    /// eventfds, sync files whose status is not queued yet), so that a
+    /// change kicks the sync thread only when it has something to look at.
+    watched_count: AtomicUsize,
     state: Mutex<ThreadState>,
 }
 
@@ -56,10 +62,37 @@ struct ThreadState {
     announced_up_to_ns: i64,
     /// Syncobjs with eventfds registered.
     watched: Vec<Weak<Syncobj>>,
+    /// Watchers to re-check on every change, until they settle.
+    unsettled: Vec<Arc<dyn Watcher>>,
+    /// The watchers whose descriptors are in the sync thread's epoll set,
+    /// by key (key 0 is the kick eventfd).
+    polled: HashMap<u64, Arc<dyn Watcher>>,
+    next_key: u64,
     /// The process whose sync thread runs (a forked child has none).
     running_in: Option<u32>,
     shutdown: bool,
 }
+
+/// Something the sync thread looks after for another part of the device
+/// (the sync files): a descriptor it polls, and a check it re-runs on
+/// every change until the check settles. Its methods are called without
+/// the sync thread's lock held.
+pub(crate) trait Watcher: Send + Sync + std::fmt::Debug {
+    /// The descriptor to poll (`None`: it is gone).
+    fn descriptor(&self) -> Option<BorrowedFd<'_>>;
+    /// The events to poll it for (hangup and error are always reported).
+    fn events(&self) -> epoll::EventFlags;
+    /// Re-run on every change; `true` once there is nothing more to check.
+    fn settle(&self) -> bool;
+    /// The descriptor reported `flags`; `true` if the watcher is done and
+    /// is forgotten (else its descriptor is polled again).
+    fn on_ready(&self, flags: epoll::EventFlags) -> bool;
+    /// Whether nobody needs the watcher any more (it is forgotten).
+    fn abandoned(&self) -> bool;
+}
+
+/// The epoll key of the kick eventfd.
+const KICK_KEY: u64 = 0;
 
 /// A signal arrived while the caller slept, and its handler does not ask
 /// for restarts (`EINTR`).
@@ -72,6 +105,10 @@ impl Drop for SyncEvents {
         self.shared.state().shutdown = true;
         self.shared.kick();
     }
+}
+
+fn io_errno(error: std::io::Error) -> Errno {
+    Errno(error.raw_os_error().unwrap_or(libc::EIO))
 }
 
 impl EventsShared {
@@ -87,49 +124,92 @@ impl EventsShared {
             // Every waiter (the kernel reads the count as an int).
             i32::MAX as u32,
         );
-        if self.watched_syncobjs.load(Ordering::Acquire) > 0 {
+        if self.watched_count.load(Ordering::Acquire) > 0 {
             self.kick();
         }
     }
 
     fn kick(&self) {
-        self.kick.fetch_add(1, Ordering::Release);
-        let _ = rustix::thread::futex::wake(&self.kick, rustix::thread::futex::Flags::PRIVATE, 1);
+        if let Some(Ok(kick)) = self.kick.get().map(DeviceFd::get) {
+            // The counter cannot overflow: the thread drains it.
+            let _ = rustix::io::write(kick, &1u64.to_ne_bytes());
+        }
     }
 
     /// Starts the sync thread if this process has none (`state` locked).
-    fn ensure_thread(self: &Arc<Self>, state: &mut ThreadState) {
+    fn ensure_thread(self: &Arc<Self>, state: &mut ThreadState) -> Result<(), Errno> {
         let process = std::process::id();
         if state.running_in == Some(process) {
-            return;
+            return Ok(());
+        }
+        if self.epoll.get().is_none() {
+            let (epoll, kick) = make_thread_descriptors().inspect_err(|error| {
+                tracing::error!(%error, "cannot make the sync thread's descriptors");
+            })?;
+            // Set once: the state's lock is held.
+            let _ = self.epoll.set(epoll);
+            let _ = self.kick.set(kick);
         }
         let shared = Arc::clone(self);
-        let started = std::thread::Builder::new()
+        std::thread::Builder::new()
             .name("agx-sync".into())
-            .spawn(move || shared.run_thread());
-        match started {
-            Ok(_) => state.running_in = Some(process),
-            Err(e) => {
-                tracing::error!(%e, "cannot start the sync thread: deadlines and eventfds stall")
+            .spawn(move || shared.run_thread())
+            .map_err(|error| {
+                tracing::error!(%error, "cannot start the sync thread: deadlines, eventfds and sync files stall");
+                io_errno(error)
+            })?;
+        state.running_in = Some(process);
+        Ok(())
+    }
+
+    /// The sync thread's epoll set.
+    fn epoll(&self) -> Result<BorrowedFd<'_>, Errno> {
+        match self.epoll.get().map(DeviceFd::get) {
+            Some(Ok(epoll)) => Ok(epoll),
+            Some(Err(gone)) => {
+                tracing::error!(%gone, "the sync thread's epoll set was closed by the process");
+                Err(Errno::EBADF)
             }
+            None => Err(Errno::EBADF),
         }
     }
 
+    /// Adds `watcher`'s descriptor to the sync thread's epoll set.
+    fn poll_for(self: &Arc<Self>, watcher: &Arc<dyn Watcher>) -> Result<(), Errno> {
+        let mut state = self.state();
+        self.ensure_thread(&mut state)?;
+        state.next_key += 1;
+        let key = state.next_key;
+        let fd = watcher.descriptor().ok_or(Errno::EBADF)?;
+        epoll::add(
+            self.epoll()?,
+            fd,
+            epoll::EventData::new_u64(key),
+            watcher.events(),
+        )
+        .map_err(|e| Errno(e.raw_os_error()))?;
+        state.polled.insert(key, Arc::clone(watcher));
+        Ok(())
+    }
+
     /// The sync thread: fires registered eventfds whose condition holds,
-    /// and announces each deadline as it passes.
+    /// queues the status of exported sync files whose fence signalled,
+    /// signals the fences of other devices' sync files that did, forgets
+    /// sync files once closed, and announces each deadline as it passes.
     fn run_thread(&self) {
+        let mut ready: Vec<epoll::Event> = Vec::with_capacity(64);
         loop {
-            let kicked = self.kick.load(Ordering::Acquire);
-            let watched = {
+            let (watched, unsettled) = {
                 let state = self.state();
                 if state.shutdown {
                     return;
                 }
-                state.watched.clone()
+                (state.watched.clone(), state.unsettled.clone())
             };
             for syncobj in watched.iter().filter_map(Weak::upgrade) {
                 syncobj.fire_eventfds();
             }
+            let settled: Vec<bool> = unsettled.iter().map(|w| w.settle()).collect();
             let mut state = self.state();
             // The syncobjs looked at are dropped after the lock is released
             // (dropping the last reference to one may drop the device's
@@ -143,8 +223,27 @@ impl EventsShared {
                 }
                 None => false,
             });
-            self.watched_syncobjs
-                .store(state.watched.len(), Ordering::Release);
+            state.unsettled.retain(|w| {
+                !unsettled
+                    .iter()
+                    .zip(&settled)
+                    .any(|(looked, &done)| done && Arc::ptr_eq(looked, w))
+            });
+            // Watchers nobody needs any more.
+            let abandoned: Vec<u64> = state
+                .polled
+                .iter()
+                .filter(|(_, watcher)| watcher.abandoned())
+                .map(|(&key, _)| key)
+                .collect();
+            let abandoned: Vec<Arc<dyn Watcher>> = abandoned
+                .iter()
+                .filter_map(|key| state.polled.remove(key))
+                .collect();
+            self.watched_count.store(
+                state.watched.len() + state.unsettled.len(),
+                Ordering::Release,
+            );
             let now = monotonic_now_ns();
             let next = state
                 .deadlines
@@ -155,21 +254,81 @@ impl EventsShared {
                 state.announced_up_to_ns = now;
                 drop(state);
                 drop(looked_at);
+                drop(unsettled);
+                drop(abandoned);
                 self.notify();
                 continue;
             }
             drop(state);
             drop(looked_at);
+            drop(unsettled);
+            drop(abandoned);
+            let Ok(epoll) = self.epoll() else {
+                tracing::error!(
+                    "the sync thread lost its epoll set: deadlines, eventfds and sync files stall"
+                );
+                return;
+            };
             let timeout =
                 next.map(|deadline| timespec(Duration::from_nanos((deadline - now) as u64)));
-            let _ = rustix::thread::futex::wait(
-                &self.kick,
-                rustix::thread::futex::Flags::PRIVATE,
-                kicked,
-                timeout.as_ref(),
-            );
+            ready.clear();
+            match epoll::wait(epoll, spare_capacity(&mut ready), timeout.as_ref()) {
+                Ok(_) | Err(rustix::io::Errno::INTR) => {}
+                Err(error) => {
+                    tracing::error!(%error, "the sync thread cannot wait");
+                    return;
+                }
+            }
+            for event in &ready {
+                self.handle_ready(event.data.u64(), event.flags);
+            }
         }
     }
+
+    /// Handles a descriptor of the epoll set that became ready.
+    fn handle_ready(&self, key: u64, flags: epoll::EventFlags) {
+        if key == KICK_KEY {
+            if let Some(Ok(kick)) = self.kick.get().map(DeviceFd::get) {
+                let mut count = [0u8; 8];
+                let _ = rustix::io::read(kick, &mut count);
+            }
+            return;
+        }
+        let Some(watcher) = self.state().polled.get(&key).cloned() else {
+            return;
+        };
+        if watcher.on_ready(flags) {
+            let forgotten = self.state().polled.remove(&key);
+            // Dropped without the lock: closing its descriptor takes it out
+            // of the epoll set.
+            drop(forgotten);
+        } else if let (Some(fd), Ok(epoll)) = (watcher.descriptor(), self.epoll()) {
+            // Not done: poll it again (a one-shot registration needs it).
+            let _ = epoll::modify(epoll, fd, epoll::EventData::new_u64(key), watcher.events());
+        }
+    }
+}
+
+/// The sync thread's epoll set, with the kick eventfd in it.
+fn make_thread_descriptors() -> Result<(DeviceFd, DeviceFd), Errno> {
+    let errno = |e: rustix::io::Errno| Errno(e.raw_os_error());
+    let epoll = epoll::create(epoll::CreateFlags::CLOEXEC).map_err(errno)?;
+    let kick = rustix::event::eventfd(
+        0,
+        rustix::event::EventfdFlags::CLOEXEC | rustix::event::EventfdFlags::NONBLOCK,
+    )
+    .map_err(errno)?;
+    epoll::add(
+        &epoll,
+        &kick,
+        epoll::EventData::new_u64(KICK_KEY),
+        epoll::EventFlags::IN,
+    )
+    .map_err(errno)?;
+    Ok((
+        DeviceFd::keep(epoll).map_err(io_errno)?,
+        DeviceFd::keep(kick).map_err(io_errno)?,
+    ))
 }
 
 fn timespec(d: Duration) -> rustix::time::Timespec {
@@ -244,7 +403,8 @@ impl SyncEvents {
     fn register(&self, deadline_ns: i64) -> Registration<'_> {
         let mut state = self.shared.state();
         *state.deadlines.entry(deadline_ns).or_insert(0) += 1;
-        self.shared.ensure_thread(&mut state);
+        // On failure the error is logged; the waiter still wakes on changes.
+        let _ = self.shared.ensure_thread(&mut state);
         drop(state);
         self.shared.kick();
         Registration {
@@ -261,12 +421,32 @@ impl SyncEvents {
         if !state.watched.iter().any(|w| w.ptr_eq(&weak)) {
             state.watched.push(weak);
         }
-        self.shared
-            .watched_syncobjs
-            .store(state.watched.len(), Ordering::Release);
-        self.shared.ensure_thread(&mut state);
+        self.shared.watched_count.store(
+            state.watched.len() + state.unsettled.len(),
+            Ordering::Release,
+        );
+        // On failure the error is logged (the eventfds stall).
+        let _ = self.shared.ensure_thread(&mut state);
         drop(state);
         self.shared.kick();
+    }
+}
+
+impl SyncEvents {
+    /// Has the sync thread look after `watcher`: poll its descriptor, and
+    /// re-check it on every change until it settles.
+    pub(crate) fn look_after(&self, watcher: Arc<dyn Watcher>) -> Result<(), Errno> {
+        self.shared.poll_for(&watcher)?;
+        let mut state = self.shared.state();
+        state.unsettled.push(watcher);
+        self.shared.watched_count.store(
+            state.watched.len() + state.unsettled.len(),
+            Ordering::Release,
+        );
+        drop(state);
+        // It may have settled before it was listed.
+        self.shared.kick();
+        Ok(())
     }
 }
 

@@ -149,6 +149,31 @@ fn fd_to_syncobj(file: &File, fd: i32, flags: u32, handle: u32) -> Result<u32, E
     call(file, drm::DRM_IOCTL_SYNCOBJ_FD_TO_HANDLE, &mut h).map(|_| h.handle)
 }
 
+/// The events `fd` reports for `POLLIN | POLLOUT` within `timeout_ms`.
+fn poll_revents(fd: &OwnedFd, timeout_ms: i32) -> i16 {
+    let mut pfd = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: libc::POLLIN | libc::POLLOUT,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd.
+    let n = unsafe { libc::poll(&mut pfd, 1, timeout_ms) };
+    assert!(n >= 0);
+    pfd.revents
+}
+
+/// Waits for `handle`'s fence to signal (10 s at most).
+fn wait_signalled(file: &File, handle: u32) -> Result<i32, Errno> {
+    let handles = [handle];
+    let mut w = SyncobjWait {
+        handles: handles.as_ptr() as u64,
+        count_handles: 1,
+        timeout_nsec: agx_kmd::sync::monotonic_now_ns() + 10_000_000_000,
+        ..SyncobjWait::default()
+    };
+    call(file, drm::DRM_IOCTL_SYNCOBJ_WAIT, &mut w)
+}
+
 fn poll(file: &File, handle: u32) -> Result<i32, Errno> {
     let handles = [handle];
     let mut w = SyncobjWait {
@@ -182,15 +207,13 @@ fn syncobj_fds_and_sync_files() {
     let target = syncobj_create(&b, 0);
     fd_to_syncobj(&b, sync_file.as_raw_fd(), 1, target).unwrap();
     assert_eq!(poll(&b, target), Err(Errno::ETIME));
-    assert_eq!(system.exports().pending_sync_files(), 1);
+    assert_eq!(system.exports().live_sync_files(), 1);
+    assert_eq!(poll_revents(&sync_file, 0), 0, "pending: not readable");
     fence.signal(Some(Errno(libc::EIO)));
     assert_eq!(poll(&b, target), Ok(0));
-    assert_eq!(
-        system.exports().pending_sync_files(),
-        0,
-        "settled sync files are forgotten"
-    );
-    // Imported after signalling, the status comes from the file itself.
+    // The sync thread queues the status: the file turns readable, and
+    // never writable.
+    assert_eq!(poll_revents(&sync_file, 10_000), libc::POLLIN);
     let late = syncobj_create(&a, 0);
     fd_to_syncobj(&a, sync_file.as_raw_fd(), 1, late).unwrap();
     assert_eq!(
@@ -242,4 +265,160 @@ fn syncobj_fds_and_sync_files() {
         Err(Errno::ENOENT)
     );
     assert_eq!(fd_to_syncobj(&a, -5, 0, 0), Err(Errno::EINVAL));
+}
+
+#[test_log::test]
+fn sync_files_of_another_device_import_and_signal_with_their_status() {
+    let (here, there) = (system(), system());
+    let (file, other) = (here.open(), there.open());
+    let fence = Fence::pending(Arc::clone(there.sync_events()));
+    let exporter = syncobj_create(&other, 0);
+    other
+        .syncobj(exporter)
+        .unwrap()
+        .replace(Some(Arc::clone(&fence)));
+    let sync_file = syncobj_to_fd(&other, exporter, 1).unwrap();
+
+    // Imported while pending: a fence of this device that waits for it.
+    let target = syncobj_create(&file, 0);
+    fd_to_syncobj(&file, sync_file.as_raw_fd(), 1, target).unwrap();
+    assert_eq!(poll(&file, target), Err(Errno::ETIME));
+    // SYNC_IOC_FILE_INFO answers for any simulated sync file.
+    let mut info = drm::SyncFileInfo::default();
+    here.exports()
+        .sync_file_info(std::os::fd::AsFd::as_fd(&sync_file), &mut info)
+        .unwrap();
+    assert_eq!(info.status, 0, "pending");
+    fence.signal(Some(Errno(libc::ETIMEDOUT)));
+    assert_eq!(wait_signalled(&file, target), Ok(0));
+    assert_eq!(
+        file.syncobj(target).unwrap().fence_for(0).unwrap().status(),
+        Some(Some(Errno(libc::ETIMEDOUT))),
+        "the other device's error arrives with the fence"
+    );
+    here.exports()
+        .sync_file_info(std::os::fd::AsFd::as_fd(&sync_file), &mut info)
+        .unwrap();
+    assert_eq!(info.status, -libc::ETIMEDOUT);
+
+    // Imported after it signalled: signalled at once, with the status.
+    let late = syncobj_create(&file, 0);
+    fd_to_syncobj(&file, sync_file.as_raw_fd(), 1, late).unwrap();
+    assert_eq!(
+        file.syncobj(late).unwrap().fence_for(0).unwrap().status(),
+        Some(Some(Errno(libc::ETIMEDOUT)))
+    );
+    assert_eq!(there.exports().live_sync_files(), 1);
+    assert_eq!(here.exports().live_sync_files(), 0, "not this device's");
+    drop(sync_file);
+    assert_eq!(
+        there.exports().live_sync_files(),
+        0,
+        "forgotten once every copy is closed"
+    );
+}
+
+/// A sync file as another simulated device makes one (a named socket
+/// whose peer the device keeps), with that peer.
+fn bare_simulated_sync_file() -> (OwnedFd, OwnedFd) {
+    let (sync_file, device_end) = rustix::net::socketpair(
+        rustix::net::AddressFamily::UNIX,
+        rustix::net::SocketType::STREAM,
+        rustix::net::SocketFlags::CLOEXEC,
+        None,
+    )
+    .unwrap();
+    let mut name = agx_kmd::sync_file::NAME_PREFIX[1..].to_vec();
+    name.extend(
+        format!(
+            "test-{}-{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        )
+        .bytes(),
+    );
+    let address = rustix::net::SocketAddrUnix::new_abstract_name(&name).unwrap();
+    rustix::net::bind(&sync_file, &address).unwrap();
+    (sync_file, device_end)
+}
+
+#[test_log::test]
+fn a_sync_file_whose_device_died_signals_with_enodev() {
+    let system = system();
+    let file = system.open();
+    let (sync_file, device_end) = bare_simulated_sync_file();
+    let target = syncobj_create(&file, 0);
+    fd_to_syncobj(&file, sync_file.as_raw_fd(), 1, target).unwrap();
+    assert_eq!(poll(&file, target), Err(Errno::ETIME), "pending");
+    // The device process dies: its end closes with nothing queued.
+    drop(device_end);
+    assert_eq!(wait_signalled(&file, target), Ok(0));
+    assert_eq!(
+        file.syncobj(target).unwrap().fence_for(0).unwrap().status(),
+        Some(Some(Errno::ENODEV))
+    );
+}
+
+#[test_log::test]
+fn only_sync_files_import_as_sync_files() {
+    let system = system();
+    let file = system.open();
+    let target = syncobj_create(&file, 0);
+    let (pipe_read, _pipe_write) = rustix::pipe::pipe().unwrap();
+    let (socket, _peer) = rustix::net::socketpair(
+        rustix::net::AddressFamily::UNIX,
+        rustix::net::SocketType::STREAM,
+        rustix::net::SocketFlags::CLOEXEC,
+        None,
+    )
+    .unwrap();
+    let memfd = rustix::fs::memfd_create("agx-sync-file", rustix::fs::MemfdFlags::CLOEXEC).unwrap();
+    for (what, fd) in [
+        ("a pipe", pipe_read.as_raw_fd()),
+        ("an unnamed socket", socket.as_raw_fd()),
+        ("a memfd", memfd.as_raw_fd()),
+    ] {
+        assert_eq!(
+            fd_to_syncobj(&file, fd, 1, target),
+            Err(Errno::EINVAL),
+            "{what} is not a sync file"
+        );
+    }
+    let mut info = drm::SyncFileInfo::default();
+    assert_eq!(
+        system
+            .exports()
+            .sync_file_info(std::os::fd::AsFd::as_fd(&socket), &mut info),
+        Err(Errno::ENOTTY)
+    );
+}
+
+#[test_log::test]
+fn a_sync_file_read_by_its_holder_stays_signalled() {
+    let system = system();
+    let file = system.open();
+    let handle = syncobj_create(&file, drm::SyncobjCreateFlags::SIGNALED.bits());
+    let sync_file = syncobj_to_fd(&file, handle, 1).unwrap();
+    assert_eq!(
+        poll_revents(&sync_file, 0),
+        libc::POLLIN,
+        "exported signalled"
+    );
+    // Linux refuses read on a sync file; here it can take the record.
+    let mut record = [0u8; 64];
+    assert!(rustix::io::read(&sync_file, &mut record).unwrap() > 0);
+    assert_eq!(poll_revents(&sync_file, 0), libc::POLLIN);
+    let there = self::system();
+    let other = there.open();
+    let target = syncobj_create(&other, 0);
+    fd_to_syncobj(&other, sync_file.as_raw_fd(), 1, target).unwrap();
+    assert_eq!(
+        other
+            .syncobj(target)
+            .unwrap()
+            .fence_for(0)
+            .unwrap()
+            .status(),
+        Some(None)
+    );
 }

@@ -47,8 +47,20 @@ impl IoctlTarget for Node {
     }
 }
 
+/// Descriptors the shim keeps for the device in the in-process mode (its
+/// sync thread's, the device's end of each sync file, which it closes
+/// once the sync thread sees the file closed) sit at or above the
+/// process's original descriptor limit, or half of it, and so at 512 or
+/// above; the client's own take the lowest free numbers.
+const DEVICE_DESCRIPTORS_FROM: usize = 512;
+
+/// The client's open descriptors.
 fn open_descriptors() -> usize {
-    std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count())
+    std::fs::read_dir("/proc/self/fd").map_or(0, |d| {
+        d.filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<usize>().ok())
+            .filter(|&fd| fd < DEVICE_DESCRIPTORS_FROM)
+            .count()
+    })
 }
 
 fn render(device: &Device) -> Result<Vec<u8>, agx_umd::Error> {
@@ -74,6 +86,17 @@ fn main() {
     let after = open_descriptors();
     if after != before {
         eprintln!("{before} descriptors before the fuzzing, {after} after");
+        for entry in std::fs::read_dir("/proc/self/fd")
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            eprintln!(
+                "  {:?} -> {:?}",
+                entry.file_name(),
+                std::fs::read_link(entry.path())
+            );
+        }
         std::process::exit(1);
     }
     let through_shim = match Device::open("/dev/dri/renderD128").and_then(|d| render(&d)) {

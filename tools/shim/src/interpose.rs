@@ -355,8 +355,8 @@ pub unsafe extern "C" fn ioctl(fd: c_int, request: c_ulong, arg: *mut c_void) ->
 }
 
 /// `SYNC_IOC_FILE_INFO` in the device-process mode: the real ioctl, or,
-/// for one of the device's sync files (a memfd the real ioctl does not
-/// know), the device's answer.
+/// for a simulated sync file (a socket the real ioctl does not know), the
+/// device's answer.
 fn sync_file_info_remote(remote: &crate::remote::Remote, fd: c_int, arg: *mut c_void) -> c_int {
     let Some(real_ioctl) = real!(
         c"ioctl",
@@ -371,11 +371,9 @@ fn sync_file_info_remote(remote: &crate::remote::Remote, fd: c_int, arg: *mut c_
     if result == 0 || unsafe { *libc::__errno_location() } != libc::ENOTTY {
         return result;
     }
-    let link = std::fs::read_link(format!("/proc/self/fd/{fd}")).unwrap_or_default();
-    if !link
-        .to_string_lossy()
-        .starts_with(agx_kmd::export::SYNC_FILE_MEMFD_PREFIX)
-    {
+    let simulated = agx_kmd::uaccess::dup_user_fd(fd)
+        .is_some_and(|file| agx_kmd::sync_file::is_simulated(std::os::fd::AsFd::as_fd(&file)));
+    if !simulated {
         return fail(libc::ENOTTY, -1);
     }
     remote

@@ -364,19 +364,18 @@ impl Shim {
         }
     }
 
-    /// `SYNC_IOC_FILE_INFO` on `fd` if it is a sync file of this device
-    /// (`None` otherwise, so the real ioctl answers): the result the
-    /// caller gets.
+    /// `SYNC_IOC_FILE_INFO` on `fd` if it is a simulated sync file (`None`
+    /// otherwise, so the real ioctl answers): the result the caller gets.
     fn sync_file_info(&self, fd: i32, arg: *mut std::ffi::c_void) -> Option<i32> {
         if in_forked_child() {
             return None;
         }
         let file = agx_kmd::uaccess::dup_user_fd(fd)?;
+        // Not a simulated sync file: let the real kernel answer.
+        if !agx_kmd::sync_file::is_simulated(std::os::fd::AsFd::as_fd(&file)) {
+            return None;
+        }
         let exports = self.system.device().exports();
-        // Not one of ours: let the real kernel answer.
-        exports
-            .sync_file_status(std::os::fd::AsFd::as_fd(&file))
-            .ok()?;
         Some(
             match exports.sync_file_ioctl(std::os::fd::AsFd::as_fd(&file), arg as u64) {
                 Ok(result) => result,

@@ -480,10 +480,17 @@ fn forked_and_execd_processes_share_the_file() {
 }
 
 /// Two processes with files of their own share a buffer and a fence: a
-/// PRIME fd and a sync file sent over a Unix socket.
+/// PRIME fd and a sync file sent over a Unix socket. A third process, on
+/// another simulated GPU, imports the sync file as another driver's.
 #[test]
 fn two_processes_share_a_buffer_and_a_fence() {
-    run_under_shim_in(Mode::DeviceProcess, &build_c_client("prime_sync_client"));
+    let (dir, other) = (DeviceDir::new(), DeviceDir::new());
+    let program = build_c_client("prime_sync_client");
+    let out = shim_command(&program, Mode::DeviceProcess, &dir)
+        .env("OTHER_DEVICE_DIR", &other.0)
+        .output()
+        .expect("client runs");
+    assert_printed_ok(&out, "prime_sync_client", &dir);
 }
 
 /// The README's scene rendered by two processes at once on one simulated

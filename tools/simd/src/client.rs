@@ -218,7 +218,8 @@ impl Client {
             path: protocol::socket_path(&self.dir, node),
             source: e.into(),
         };
-        fill_send_buffer(&socket).map_err(io)?;
+        // A DRM file reports only `POLLIN`, for events: never writable.
+        agx_kmd::sync_file::fill_send_buffer(socket.as_fd()).map_err(io)?;
         if flags & libc::O_NONBLOCK != 0 {
             rustix::fs::fcntl_setfl(&socket, rustix::fs::OFlags::NONBLOCK).map_err(io)?;
         }
@@ -407,23 +408,6 @@ impl Client {
             }
         }
     }
-}
-
-/// Fills most of the send buffer of a DRM file's socket with bytes the
-/// device never reads, so that `poll` never reports it writable: a DRM
-/// file reports only `POLLIN`, for events (a socket is writable while
-/// less than a quarter of its buffer is in use). The buffer is made
-/// small first.
-fn fill_send_buffer(socket: &OwnedFd) -> rustix::io::Result<()> {
-    rustix::net::sockopt::set_socket_send_buffer_size(socket, 4096)?;
-    let size = rustix::net::sockopt::socket_send_buffer_size(socket)?;
-    let ballast = vec![0u8; size / 2];
-    rustix::net::send(
-        socket,
-        &ballast,
-        rustix::net::SendFlags::NOSIGNAL | rustix::net::SendFlags::DONTWAIT,
-    )?;
-    Ok(())
 }
 
 /// Connects to the device's socket at `path`, checking that the device is

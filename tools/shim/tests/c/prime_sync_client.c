@@ -3,11 +3,16 @@
  * PRIME fd and a sync file over a Unix socket (SCM_RIGHTS); the importer
  * maps the buffer through its own file, writes into it, imports the sync
  * file into a syncobj and waits on it, and reads the fence's status with
- * SYNC_IOC_FILE_INFO. Device-process mode. Prints "ok" on success. */
+ * SYNC_IOC_FILE_INFO. The sync file polls as Linux's does: POLLIN once
+ * signalled, never POLLOUT. With OTHER_DEVICE_DIR set, a third process
+ * on another simulated GPU (the device in that directory) imports the
+ * sync file too, as a compositor imports another driver's fence.
+ * Device-process mode. Prints "ok" on success. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/sync_file.h>
+#include <poll.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -74,6 +79,68 @@ static int64_t seconds_from_now(int s)
     return (int64_t)(now.tv_sec + s) * 1000000000 + now.tv_nsec;
 }
 
+/* A sync file polls readable, and only readable, once signalled. */
+static void check_signalled_poll(int sync_file)
+{
+    struct pollfd p = { .fd = sync_file, .events = POLLIN | POLLOUT };
+    CHECK(poll(&p, 1, 10000) == 1 && p.revents == POLLIN);
+}
+
+/* The importer on another device: imports the sync file `fd`, which
+ * the other device exported, waits on it and exports its own. */
+static int other_device_importer(int sync_file)
+{
+    int fd = open("/dev/dri/renderD128", O_RDWR | O_CLOEXEC);
+    CHECK(fd >= 0);
+    uint32_t syncobj = 0;
+    CHECK(drmSyncobjCreate(fd, 0, &syncobj) == 0);
+    CHECK(drmSyncobjImportSyncFile(fd, syncobj, sync_file) == 0);
+    CHECK(drmSyncobjWait(fd, &syncobj, 1, seconds_from_now(10), 0, NULL) == 0);
+    struct sync_file_info info = { 0 };
+    CHECK(ioctl(sync_file, SYNC_IOC_FILE_INFO, &info) == 0 && info.status == 1);
+    int own = -1;
+    CHECK(drmSyncobjExportSyncFile(fd, syncobj, &own) == 0);
+    check_signalled_poll(own);
+    /* Not a sync file of either device: EINVAL, as Linux. */
+    CHECK(drmSyncobjImportSyncFile(fd, syncobj, STDIN_FILENO) == -1 && errno == EINVAL);
+    return 0;
+}
+
+/* Runs this program on the device in `dir` to import `sync_file`. */
+static void import_on_other_device(const char *dir, int sync_file)
+{
+    extern char **environ;
+    char variable[4096];
+    CHECK(snprintf(variable, sizeof variable, "AGX_SIM_DEVICE_DIR=%s", dir) < (int)sizeof variable);
+    size_t count = 0;
+    while (environ[count])
+        count++;
+    char **env = calloc(count + 2, sizeof *env);
+    CHECK(env);
+    size_t n = 0;
+    for (size_t i = 0; i < count; i++)
+        if (strncmp(environ[i], "AGX_SIM_DEVICE_DIR=", 19) != 0)
+            env[n++] = environ[i];
+    env[n++] = variable;
+    char number[16];
+    snprintf(number, sizeof number, "%d", sync_file);
+    pid_t child = fork();
+    CHECK(child >= 0);
+    if (child == 0) {
+        /* The sync file stays open across exec. */
+        int flags = fcntl(sync_file, F_GETFD);
+        if (flags < 0 || fcntl(sync_file, F_SETFD, flags & ~FD_CLOEXEC) < 0)
+            _exit(2);
+        char *argv[] = { "prime_sync_client", "--import", number, NULL };
+        execve("/proc/self/exe", argv, env);
+        _exit(3);
+    }
+    free(env);
+    int status = 0;
+    CHECK(waitpid(child, &status, 0) == child);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
 /* The importer: a process with a file of its own. */
 static void importer(int socket)
 {
@@ -97,8 +164,10 @@ static void importer(int socket)
     _exit(0);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    if (argc == 3 && strcmp(argv[1], "--import") == 0)
+        return other_device_importer(atoi(argv[2]));
     int sv[2];
     CHECK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
     pid_t child = fork();
@@ -121,7 +190,11 @@ int main(void)
     CHECK(drmSyncobjCreate(fd, DRM_SYNCOBJ_CREATE_SIGNALED, &syncobj) == 0);
     int sync_file = -1;
     CHECK(drmSyncobjExportSyncFile(fd, syncobj, &sync_file) == 0);
+    check_signalled_poll(sync_file);
     send_fds(sv[0], prime, sync_file);
+    const char *other = getenv("OTHER_DEVICE_DIR");
+    if (other)
+        import_on_other_device(other, sync_file);
     char ack = 0;
     CHECK(read(sv[0], &ack, 1) == 1 && ack == 'd');
     int status = 0;
