@@ -422,3 +422,51 @@ fn a_sync_file_read_by_its_holder_stays_signalled() {
         Some(None)
     );
 }
+
+/// `struct sw_sync_create_fence_data` (the kernel's `sw_sync` debug
+/// driver, `drivers/dma-buf/sw_sync.c`).
+#[repr(C)]
+struct SwSyncCreateFence {
+    value: u32,
+    name: [u8; 32],
+    fence: i32,
+}
+
+/// `SW_SYNC_IOC_CREATE_FENCE`: `_IOWR('W', 0, struct sw_sync_create_fence_data)`.
+const SW_SYNC_IOC_CREATE_FENCE: libc::c_ulong = 0xc028_5700;
+/// `SW_SYNC_IOC_INC`: `_IOW('W', 1, __u32)`.
+const SW_SYNC_IOC_INC: libc::c_ulong = 0x4004_5701;
+
+/// A real kernel sync file (`sw_sync`'s) imports: pending until the
+/// kernel signals it, then signalled. Needs a kernel with `CONFIG_SW_SYNC`
+/// and debugfs mounted, which CI's does not have: run it with `--ignored`
+/// where one does.
+#[test_log::test]
+#[ignore = "needs CONFIG_SW_SYNC and /sys/kernel/debug/sync/sw_sync"]
+fn a_kernel_sync_file_imports_and_signals() {
+    let timeline = std::fs::File::open("/sys/kernel/debug/sync/sw_sync")
+        .expect("sw_sync (CONFIG_SW_SYNC, debugfs)");
+    let mut create = SwSyncCreateFence {
+        value: 1,
+        name: [0; 32],
+        fence: -1,
+    };
+    // SAFETY: the ioctl reads and writes one `SwSyncCreateFence`.
+    let r = unsafe { libc::ioctl(timeline.as_raw_fd(), SW_SYNC_IOC_CREATE_FENCE, &mut create) };
+    assert_eq!(r, 0, "{}", std::io::Error::last_os_error());
+    let sync_file = own(create.fence);
+    let system = system();
+    let file = system.open();
+    let target = syncobj_create(&file, 0);
+    fd_to_syncobj(&file, sync_file.as_raw_fd(), 1, target).unwrap();
+    assert_eq!(poll(&file, target), Err(Errno::ETIME), "pending");
+    let step: u32 = 1;
+    // SAFETY: the ioctl reads one u32.
+    let r = unsafe { libc::ioctl(timeline.as_raw_fd(), SW_SYNC_IOC_INC, &step) };
+    assert_eq!(r, 0);
+    assert_eq!(wait_signalled(&file, target), Ok(0));
+    assert_eq!(
+        file.syncobj(target).unwrap().fence_for(0).unwrap().status(),
+        Some(None)
+    );
+}

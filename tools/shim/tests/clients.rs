@@ -479,6 +479,20 @@ fn forked_and_execd_processes_share_the_file() {
     assert_printed_ok(&out, "shared_file_client", &dir);
 }
 
+/// A client that forks after opening the render node submits from both
+/// sides of the fork through the shared file at once, and both frames are
+/// exact.
+#[test]
+fn a_forked_client_submits_from_both_sides() {
+    let client = target_dir().join("examples/fork_submit_client");
+    assert!(client.exists(), "cargo test builds the examples");
+    let dir = DeviceDir::new();
+    let out = shim_command(&client, Mode::DeviceProcess, &dir)
+        .output()
+        .expect("client runs");
+    assert_printed_ok(&out, "fork_submit_client", &dir);
+}
+
 /// Two processes with files of their own share a buffer and a fence: a
 /// PRIME fd and a sync file sent over a Unix socket. A third process, on
 /// another simulated GPU, imports the sync file as another driver's.
