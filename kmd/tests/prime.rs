@@ -470,3 +470,33 @@ fn a_kernel_sync_file_imports_and_signals() {
         Some(None)
     );
 }
+
+/// A device that keeps every object's memfd, as the device process does
+/// (it hands CPU mappings out as memfds), on which a client could reach
+/// the memfd of a VM-private object through its mapping
+/// (`/proc/self/map_files`): importing it is refused, so a private object
+/// cannot be aliased into a shareable handle. A shared object's memfd
+/// imports, as its PRIME fd would (the holder could export it anyway).
+#[test_log::test]
+fn the_memfd_of_a_private_objects_mapping_is_not_a_buffer() {
+    let config = DeviceConfig {
+        keep_object_descriptors: true,
+        ..DeviceConfig::default()
+    };
+    let system = TestDevice(common::scripted::boot(RAM_BYTES, config).0);
+    let file = system.open();
+    let vm = vm_create(&file);
+    let private = gem_create(&file, PAGE, GemFlags::VM_PRIVATE.bits(), vm).unwrap();
+    let object = file.object(private).unwrap();
+    let (memfd, within) = file.mmap_descriptor(object.mmap_offset(), PAGE).unwrap();
+    assert_eq!(within, 0);
+    let other = system.open();
+    assert_eq!(import(&other, memfd.as_raw_fd()), Err(Errno::EINVAL));
+    assert_eq!(import(&file, memfd.as_raw_fd()), Err(Errno::EINVAL));
+
+    let shared = gem_create(&file, PAGE, 0, 0).unwrap();
+    let object = file.object(shared).unwrap();
+    let (memfd, _) = file.mmap_descriptor(object.mmap_offset(), PAGE).unwrap();
+    let in_other = import(&other, memfd.as_raw_fd()).unwrap();
+    assert!(Arc::ptr_eq(&other.object(in_other).unwrap(), &object));
+}

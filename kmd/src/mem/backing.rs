@@ -139,12 +139,16 @@ impl Drop for DeviceFd {
     }
 }
 
-/// Creates a zero-filled memfd of `len_bytes`, which cannot shrink.
+/// Creates a zero-filled memfd of `len_bytes`, which cannot shrink, and
+/// whose seals are final: a process the memfd is handed to (a PRIME fd,
+/// a CPU mapping's) can neither shrink it under the device's mapping (an
+/// access past a file's end is a SIGBUS) nor seal it against the device's
+/// own writes (`F_SEAL_WRITE`, `F_SEAL_FUTURE_WRITE`).
 pub fn create_memfd(name: &str, len_bytes: u64) -> io::Result<OwnedFd> {
     use rustix::fs::{MemfdFlags, SealFlags};
     let fd = rustix::fs::memfd_create(name, MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING)?;
     rustix::fs::ftruncate(&fd, len_bytes)?;
-    rustix::fs::fcntl_add_seals(&fd, SealFlags::SHRINK)?;
+    rustix::fs::fcntl_add_seals(&fd, SealFlags::SHRINK | SealFlags::SEAL)?;
     Ok(fd)
 }
 
@@ -152,7 +156,10 @@ pub fn create_memfd(name: &str, len_bytes: u64) -> io::Result<OwnedFd> {
 /// shrink under a mapping (an access past a file's end is a SIGBUS).
 pub fn sealed_size_bytes(fd: BorrowedFd<'_>) -> io::Result<u64> {
     use rustix::fs::SealFlags;
-    rustix::fs::fcntl_add_seals(fd, SealFlags::SHRINK)?;
+    // A simulated device's memfd comes sealed (and its seals final).
+    if !rustix::fs::fcntl_get_seals(fd)?.contains(SealFlags::SHRINK) {
+        rustix::fs::fcntl_add_seals(fd, SealFlags::SHRINK)?;
+    }
     if !rustix::fs::fcntl_get_seals(fd)?.contains(SealFlags::SHRINK) {
         return Err(io::Error::from_raw_os_error(libc::EINVAL));
     }
@@ -525,6 +532,24 @@ mod tests {
         let mut buf = [0u8; 4];
         assert!(window.read(4 * PAGE - 3, &mut buf).is_none());
         assert!(window.write(usize::MAX, &[1]).is_none());
+    }
+
+    #[test]
+    fn a_memfd_handed_out_cannot_be_shrunk_or_sealed_against_the_device() {
+        use rustix::fs::SealFlags;
+        let memfd = create_memfd("sealed", 2 * PAGE as u64).unwrap();
+        assert_eq!(
+            rustix::fs::ftruncate(&memfd, PAGE as u64),
+            Err(rustix::io::Errno::PERM)
+        );
+        for seal in [SealFlags::WRITE, SealFlags::FUTURE_WRITE, SealFlags::GROW] {
+            assert_eq!(
+                rustix::fs::fcntl_add_seals(&memfd, seal),
+                Err(rustix::io::Errno::PERM),
+                "{seal:?}"
+            );
+        }
+        assert_eq!(sealed_size_bytes(memfd.as_fd()).unwrap(), 2 * PAGE as u64);
     }
 
     #[test]

@@ -469,17 +469,36 @@ fn mmap_common(
             // object's memfd from the device.
             unsafe { real_mmap(addr, len, prot, flags, memfd, within) }
         };
-        if let Some(mapped) = remote.mmap(fd, map, len, offset) {
+        if let Some(mapped) = remote.mmap(fd, map, (len, prot, flags), offset) {
             return mapped;
         }
     } else if let Some(file) = shim_if_ready().and_then(|s| s.file_of(fd)) {
         if crate::forked() {
             return libc::MAP_FAILED;
         }
+        if let Some(errno) =
+            crate::access_mode_of(fd, true).and_then(|mode| mmap_access_refusal(mode, prot, flags))
+        {
+            return fail(errno, libc::MAP_FAILED);
+        }
         return map_object(&file, addr, len, prot, flags, offset);
     }
     // SAFETY: forwarding the caller's arguments.
     unsafe { real_mmap(addr, len, prot, flags, fd, offset) }
+}
+
+/// The errno Linux's `mmap` gives a file opened with `access_mode` before
+/// its driver sees the call: a writable shared mapping of a file not open
+/// for writing, or any mapping of a file not open for reading, is
+/// `EACCES` (`do_mmap`).
+pub(crate) fn mmap_access_refusal(access_mode: c_int, prot: c_int, flags: c_int) -> Option<c_int> {
+    let shared = matches!(
+        flags & libc::MAP_TYPE,
+        libc::MAP_SHARED | libc::MAP_SHARED_VALIDATE
+    );
+    let refused = (shared && prot & libc::PROT_WRITE != 0 && access_mode == libc::O_RDONLY)
+        || access_mode == libc::O_WRONLY;
+    refused.then_some(libc::EACCES)
 }
 
 /// `mmap` of a DRM file at a GEM object's offset: a second mapping of the

@@ -132,11 +132,17 @@ impl Remote {
         &self,
         fd: c_int,
         map: impl FnOnce(c_int, libc::off_t) -> *mut c_void,
-        len: libc::size_t,
+        (len, prot, flags): (libc::size_t, c_int, c_int),
         offset: libc::off_t,
     ) -> Option<*mut c_void> {
         let file = borrow(fd)?;
         self.client.node_of(file)?;
+        if let Some(errno) = self
+            .access_mode_of(fd, true)
+            .and_then(|mode| crate::interpose::mmap_access_refusal(mode, prot, flags))
+        {
+            return Some(fail(errno, libc::MAP_FAILED));
+        }
         let (memfd, within) = match self.client.mmap(file, offset as u64, len as u64) {
             Ok(found) => found,
             Err(errno) => return Some(fail(errno.0, libc::MAP_FAILED)),

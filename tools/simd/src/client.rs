@@ -24,7 +24,7 @@ use crate::protocol::{self, Answer, Call, CallOp, Op, Request, MAX_PAYLOAD_BYTES
 const INTERRUPT_REPEAT: Duration = Duration::from_millis(20);
 
 /// How long a client waits for a device process it started.
-const START_TIMEOUT: Duration = Duration::from_secs(30);
+pub const START_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Why a DRM file could not be opened on the device process.
 #[derive(Debug, thiserror::Error)]
@@ -166,7 +166,7 @@ impl Client {
             .ok_or_else(|| {
                 not_started("AGX_SIMD names no program and agx-simd was not found".into())
             })?;
-        let out = std::process::Command::new(&program)
+        let mut starter = std::process::Command::new(&program)
             .arg("--spawned")
             .arg("--dir")
             .arg(&self.dir)
@@ -175,13 +175,33 @@ impl Client {
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::piped())
-            .output();
-        match out {
-            Ok(out) if out.status.success() => Ok(()),
-            Ok(out) => Err(not_started(format!(
+            .spawn()
+            .map_err(|e| not_started(format!("{}: {e}", program.display())))?;
+        // The starter reports on standard error and exits once the device
+        // is ready; it is given as long as the device is (and a little
+        // more), then killed.
+        let stderr = starter.stderr.take();
+        let said =
+            stderr.map(|pipe| read_within(pipe, START_TIMEOUT + Duration::from_secs(5), false));
+        let said = match said {
+            Some(Ok(Some(bytes))) => bytes,
+            Some(Ok(None)) => {
+                let _ = starter.kill();
+                let _ = starter.wait();
+                return Err(not_started(format!(
+                    "{} did not finish within {} s",
+                    program.display(),
+                    START_TIMEOUT.as_secs() + 5
+                )));
+            }
+            _ => Vec::new(),
+        };
+        match starter.wait() {
+            Ok(status) if status.success() => Ok(()),
+            Ok(_) => Err(not_started(format!(
                 "{}: {}",
                 program.display(),
-                String::from_utf8_lossy(&out.stderr).trim()
+                String::from_utf8_lossy(&said).trim()
             ))),
             // A client that reaps every child (or ignores SIGCHLD) may
             // have taken the status; the device may still have started.
@@ -410,6 +430,44 @@ impl Client {
     }
 }
 
+/// Reads `pipe` until its end (or, with `one_line`, a newline) within
+/// `timeout`: what was read, or `None` if the time ran out first.
+pub fn read_within(
+    pipe: impl AsFd,
+    timeout: Duration,
+    one_line: bool,
+) -> io::Result<Option<Vec<u8>>> {
+    use rustix::event::{poll, PollFd, PollFlags};
+    let deadline = Instant::now() + timeout;
+    let mut read = Vec::new();
+    let mut buffer = [0u8; 512];
+    loop {
+        if one_line && read.contains(&b'\n') {
+            return Ok(Some(read));
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Ok(None);
+        }
+        let left = rustix::time::Timespec {
+            tv_sec: left.as_secs() as i64,
+            tv_nsec: i64::from(left.subsec_nanos()),
+        };
+        let mut fds = [PollFd::new(&pipe, PollFlags::IN)];
+        match poll(&mut fds, Some(&left)) {
+            Ok(0) | Err(rustix::io::Errno::INTR) => continue,
+            Ok(_) => {}
+            Err(e) => return Err(e.into()),
+        }
+        match rustix::io::read(&pipe, &mut buffer) {
+            Ok(0) => return Ok(Some(read)),
+            Ok(n) => read.extend_from_slice(&buffer[..n]),
+            Err(rustix::io::Errno::INTR | rustix::io::Errno::AGAIN) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
 /// Connects to the device's socket at `path`, checking that the device is
 /// this user's (the directory is private, but `AGX_SIM_DEVICE_DIR` can
 /// name any).
@@ -428,8 +486,8 @@ fn connect(path: &Path) -> io::Result<OwnedFd> {
             Ok(()) => break,
         }
     }
-    let peer = rustix::net::sockopt::socket_peercred(&socket)?;
-    if peer.uid != rustix::process::getuid() {
+    let peer = crate::peer::credentials(socket.as_fd())?;
+    if peer.uid != rustix::process::getuid().as_raw() {
         return Err(io::Error::from_raw_os_error(libc::EACCES));
     }
     Ok(socket)

@@ -15,6 +15,7 @@
 
 pub mod client;
 pub mod detach;
+pub mod peer;
 pub mod protocol;
 pub mod server;
 pub mod signal;

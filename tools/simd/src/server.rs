@@ -13,7 +13,7 @@
 
 use std::collections::HashMap;
 use std::io;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::sync::{Arc, Condvar, Mutex};
@@ -297,17 +297,20 @@ fn accept_loop(server: &Arc<Server>, node: Option<NodeKind>, listener: &OwnedFd,
                 continue;
             }
         };
-        let peer = match rustix::net::sockopt::socket_peercred(&socket) {
+        let peer = match crate::peer::credentials(socket.as_fd()) {
             Ok(peer) => peer,
             Err(e) => {
-                tracing::warn!(error = %e, "device: refused a connection without credentials");
+                tracing::warn!(
+                    error = %e,
+                    "device: refused a connection without credentials (or from a process outside its pid namespace)"
+                );
                 continue;
             }
         };
-        if peer.uid != uid {
+        if peer.uid != uid.as_raw() {
             tracing::warn!(
-                pid = peer.pid.as_raw_nonzero().get(),
-                uid = peer.uid.as_raw(),
+                pid = peer.pid,
+                uid = peer.uid,
                 "device: refused a connection from another user"
             );
             continue;
@@ -316,7 +319,7 @@ fn accept_loop(server: &Arc<Server>, node: Option<NodeKind>, listener: &OwnedFd,
             continue;
         };
         let server = Arc::clone(server);
-        let pid = peer.pid.as_raw_nonzero().get().unsigned_abs();
+        let pid = peer.pid;
         let spawned = std::thread::Builder::new()
             .name("agx-simd-conn".into())
             .spawn(move || {
@@ -642,14 +645,20 @@ fn run_request(
             });
             Done::of(result.map(i64::from))
         }
-        (Op::Mmap, Some(open)) => match open.file().mmap_descriptor(request.a, request.b) {
-            Ok((fd, within)) => Done {
-                value: i64::try_from(within).unwrap_or(i64::MAX),
-                fd: Some(fd),
-                payload: Vec::new(),
-            },
-            Err(errno) => Done::of(Err(errno)),
-        },
+        (Op::Mmap, Some(open)) => {
+            let found = open
+                .file()
+                .mmap_descriptor(request.a, request.b)
+                .and_then(|(fd, within)| Ok((memfd_for(fd, open.access_mode)?, within)));
+            match found {
+                Ok((fd, within)) => Done {
+                    value: i64::try_from(within).unwrap_or(i64::MAX),
+                    fd: Some(fd),
+                    payload: Vec::new(),
+                },
+                Err(errno) => Done::of(Err(errno)),
+            }
+        }
         (Op::Query, Some(open)) => Done {
             value: i64::from(open.access_mode),
             fd: None,
@@ -675,6 +684,28 @@ fn run_request(
         _ => Done::of(Err(Errno::EINVAL)),
     };
     send_done(channel, done);
+}
+
+/// The memfd a client with a file opened `access_mode` maps an object
+/// through: for a read-only file, the object's memfd reopened read-only,
+/// so that the host kernel refuses a writable shared mapping of it with
+/// `EACCES` (as Linux's `mmap` does for a DRM file without `FMODE_WRITE`),
+/// whatever the client's shim does; for a write-only file, none (`EACCES`:
+/// Linux maps only files open for reading).
+fn memfd_for(memfd: OwnedFd, access_mode: i32) -> Result<OwnedFd, Errno> {
+    match access_mode {
+        libc::O_RDONLY => rustix::fs::open(
+            format!("/proc/self/fd/{}", memfd.as_raw_fd()),
+            rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC,
+            rustix::fs::Mode::empty(),
+        )
+        .map_err(|e| {
+            tracing::warn!(error = %e, "device: cannot reopen an object's memfd read-only");
+            Errno(e.raw_os_error())
+        }),
+        libc::O_WRONLY => Err(Errno::EACCES),
+        _ => Ok(memfd),
+    }
 }
 
 fn send_done(channel: &OwnedFd, done: Done) {

@@ -8,7 +8,7 @@
 //! had no client for a while.
 #![forbid(unsafe_code)]
 
-use std::io::{BufRead, Write};
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::{Command, ExitCode, Stdio};
 use std::time::Duration;
@@ -149,11 +149,26 @@ fn spawn(dir: &std::path::Path, idle_exit_ms: u64) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let mut line = String::new();
-    if let Some(stdout) = child.stdout.take() {
-        let _ = std::io::BufReader::new(stdout).read_line(&mut line);
-    }
-    match line.trim_end() {
+    // The device's first line, within the time a client waits for it.
+    let first = child
+        .stdout
+        .take()
+        .map(|stdout| agx_simd::client::read_within(stdout, agx_simd::client::START_TIMEOUT, true));
+    let line = match first {
+        Some(Ok(Some(bytes))) => String::from_utf8_lossy(&bytes).into_owned(),
+        Some(Ok(None)) => {
+            eprintln!(
+                "the device was not ready within {} s (see {}); stopped it",
+                agx_simd::client::START_TIMEOUT.as_secs(),
+                log_path.display()
+            );
+            let _ = child.kill();
+            let _ = child.wait();
+            return ExitCode::FAILURE;
+        }
+        _ => String::new(),
+    };
+    match line.lines().next().unwrap_or("").trim_end() {
         "ready" => ExitCode::SUCCESS,
         other => {
             let reason = other.strip_prefix("error: ").unwrap_or(other);

@@ -2,7 +2,8 @@
  * with no DRM events, read() blocks (EAGAIN when non-blocking), poll()
  * reports nothing, write() is EINVAL; a signal interrupts a blocking
  * read or syncobj wait with EINTR unless its handler has SA_RESTART;
- * SYNCOBJ_EVENTFD signals an eventfd. Raw ioctl() is used where libdrm's
+ * SYNCOBJ_EVENTFD signals an eventfd; mmap of a file opened read-only
+ * refuses writable shared mappings with EACCES. Raw ioctl() is used where libdrm's
  * drmIoctl would retry EINTR. Run under LD_PRELOAD=libagx_shim.so;
  * prints "ok" on success. */
 #define _GNU_SOURCE
@@ -14,9 +15,11 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -34,6 +37,10 @@ struct syncobj_eventfd { uint32_t handle, flags; uint64_t point; int32_t fd; uin
 #define SYNCOBJ_SIGNAL _IOWR('d', 0xC5, struct syncobj_array)
 #define SYNCOBJ_EVENTFD _IOWR('d', 0xCF, struct syncobj_eventfd)
 #define WAIT_FOR_SUBMIT (1u << 1)
+struct gem_create { uint64_t size; uint32_t flags, vm_id, handle, pad; };
+struct gem_mmap_offset { uint32_t handle, flags; uint64_t offset; };
+#define GEM_CREATE _IOWR('d', 0x45, struct gem_create)
+#define GEM_MMAP_OFFSET _IOWR('d', 0x46, struct gem_mmap_offset)
 
 #define CHECK(cond) do { if (!(cond)) { fprintf(stderr, "check failed at line %d: %s (errno %d)\n", __LINE__, #cond, errno); return 1; } } while (0)
 
@@ -158,6 +165,26 @@ int main(void)
 
     close(efd);
     close(fd);
+
+    /* mmap follows the file's access mode, as do_mmap checks it: a file
+     * opened read-only maps objects for reading only. */
+    int ro = open("/dev/dri/renderD128", O_RDONLY | O_CLOEXEC);
+    CHECK(ro >= 0);
+    struct gem_create gc = { .size = 16384 };
+    CHECK(ioctl(ro, GEM_CREATE, &gc) == 0);
+    struct gem_mmap_offset mo = { .handle = gc.handle };
+    CHECK(ioctl(ro, GEM_MMAP_OFFSET, &mo) == 0);
+    CHECK(mmap(NULL, 16384, PROT_READ | PROT_WRITE, MAP_SHARED, ro, (off_t)mo.offset) == MAP_FAILED
+          && errno == EACCES);
+    void *readable = mmap(NULL, 16384, PROT_READ, MAP_SHARED, ro, (off_t)mo.offset);
+    CHECK(readable != MAP_FAILED);
+    const char *mode = getenv("AGX_SHIM_MODE");
+    /* In the device-process mode the host kernel itself keeps it so: the
+     * mapping cannot be made writable. */
+    if (!mode || strcmp(mode, "in-process") != 0)
+        CHECK(mprotect(readable, 16384, PROT_READ | PROT_WRITE) == -1 && errno == EACCES);
+    CHECK(munmap(readable, 16384) == 0);
+    close(ro);
     printf("ok\n");
     return 0;
 }

@@ -6,7 +6,9 @@
  * SYNC_IOC_FILE_INFO. The sync file polls as Linux's does: POLLIN once
  * signalled, never POLLOUT. With OTHER_DEVICE_DIR set, a third process
  * on another simulated GPU (the device in that directory) imports the
- * sync file too, as a compositor imports another driver's fence.
+ * sync file too, as a compositor imports another driver's fence. The
+ * memfd behind a mapping of a VM-private object does not import as a
+ * PRIME buffer.
  * Device-process mode. Prints "ok" on success. */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -25,9 +27,12 @@
 #include <unistd.h>
 #include <xf86drm.h>
 
+struct asahi_vm_create { uint64_t kernel_start, kernel_end; uint32_t vm_id, pad; };
 struct asahi_gem_create { uint64_t size; uint32_t flags, vm_id, handle, pad; };
 struct asahi_gem_mmap_offset { uint32_t handle, flags; uint64_t offset; };
+#define ASAHI_VM_CREATE _IOWR('d', 0x42, struct asahi_vm_create)
 #define ASAHI_GEM_CREATE _IOWR('d', 0x45, struct asahi_gem_create)
+#define GEM_VM_PRIVATE (1u << 1)
 #define ASAHI_GEM_MMAP_OFFSET _IOWR('d', 0x46, struct asahi_gem_mmap_offset)
 #define SIZE 16384
 
@@ -77,6 +82,28 @@ static int64_t seconds_from_now(int s)
     struct timespec now;
     clock_gettime(CLOCK_MONOTONIC, &now);
     return (int64_t)(now.tv_sec + s) * 1000000000 + now.tv_nsec;
+}
+
+/* The memfd behind a CPU mapping of a VM-private object (reopened
+ * through /proc/self/map_files, which needs CAP_SYS_ADMIN) is not a PRIME
+ * buffer: importing it is EINVAL, so a private object cannot be aliased
+ * into a shareable handle. */
+static void check_mapping_is_not_a_buffer(int fd)
+{
+    struct asahi_vm_create vm = { .kernel_start = 0x7F00000000ull, .kernel_end = 0x7F20000000ull };
+    CHECK(ioctl(fd, ASAHI_VM_CREATE, &vm) == 0);
+    struct asahi_gem_create c = { .size = SIZE, .flags = GEM_VM_PRIVATE, .vm_id = vm.vm_id };
+    CHECK(ioctl(fd, ASAHI_GEM_CREATE, &c) == 0);
+    const uint32_t *map = map_object(fd, c.handle);
+    char path[64];
+    snprintf(path, sizeof path, "/proc/self/map_files/%lx-%lx",
+             (unsigned long)(uintptr_t)map, (unsigned long)(uintptr_t)map + SIZE);
+    int memfd = open(path, O_RDONLY | O_CLOEXEC);
+    CHECK(memfd >= 0);
+    uint32_t handle = 0;
+    CHECK(drmPrimeFDToHandle(fd, memfd, &handle) == -1 && errno == EINVAL);
+    close(memfd);
+    CHECK(munmap((void *)map, SIZE) == 0);
 }
 
 /* A sync file polls readable, and only readable, once signalled. */
@@ -154,6 +181,7 @@ static void importer(int socket)
     for (uint32_t i = 0; i < SIZE / 4; i++)
         CHECK(map[i] == 0xB0000000u + i);
     map[0] = 0xD00D;
+    check_mapping_is_not_a_buffer(fd);
     uint32_t syncobj = 0;
     CHECK(drmSyncobjCreate(fd, 0, &syncobj) == 0);
     CHECK(drmSyncobjImportSyncFile(fd, syncobj, sync_file) == 0);
