@@ -85,6 +85,35 @@ pub fn fill_send_buffer(socket: BorrowedFd<'_>) -> rustix::io::Result<()> {
     Err(rustix::io::Errno::NOBUFS)
 }
 
+/// `SO_PASSRIGHTS` (Linux 6.16): whether a Unix socket accepts
+/// descriptors (`SCM_RIGHTS`) sent to it.
+const SO_PASSRIGHTS: libc::c_int = 83;
+
+/// Makes the host kernel refuse descriptors sent to `socket` (the sender
+/// gets `EPERM`): for the device's end of a sync file or a DRM file,
+/// which it never reads, so that a file sent over itself cannot sit in
+/// that queue and keep itself open forever. Fails on kernels before 6.16
+/// (`ENOPROTOOPT`).
+pub fn refuse_passed_descriptors(socket: BorrowedFd<'_>) -> std::io::Result<()> {
+    let off: libc::c_int = 0;
+    // SAFETY: `off` is a valid int that outlives the call, and its size
+    // is passed; the kernel only reads it.
+    let result = unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            libc::SOL_SOCKET,
+            SO_PASSRIGHTS,
+            std::ptr::addr_of!(off).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if result == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
 fn status_word(status: Option<Errno>) -> u64 {
     match status {
         None => 1,
@@ -244,6 +273,9 @@ impl Exported {
         let address = SocketAddrUnix::new_abstract_name(&name).map_err(errno_of)?;
         rustix::net::bind(&sync_file, &address).map_err(errno_of)?;
         fill_send_buffer(sync_file.as_fd()).map_err(errno_of)?;
+        if let Err(error) = refuse_passed_descriptors(device_end.as_fd()) {
+            tracing::debug!(%error, "the host kernel cannot refuse descriptors on a sync file");
+        }
         let identity = inode_of(sync_file.as_fd())?;
         let device_end =
             DeviceFd::keep(device_end).map_err(|e| Errno(e.raw_os_error().unwrap_or(libc::EIO)))?;

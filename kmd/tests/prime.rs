@@ -500,3 +500,42 @@ fn the_memfd_of_a_private_objects_mapping_is_not_a_buffer() {
     let in_other = import(&other, memfd.as_raw_fd()).unwrap();
     assert!(Arc::ptr_eq(&other.object(in_other).unwrap(), &object));
 }
+
+/// A sync file sent over itself (into the device's end, which nothing
+/// reads) would keep itself open forever: the host kernel refuses it
+/// (`SO_PASSRIGHTS`, Linux 6.16 and later), and the device forgets the
+/// file once it is closed.
+#[test_log::test]
+fn a_sync_file_cannot_be_sent_over_itself() {
+    use rustix::net::{SendAncillaryBuffer, SendAncillaryMessage, SendFlags};
+    use std::mem::MaybeUninit;
+    let system = system();
+    let file = system.open();
+    let handle = syncobj_create(&file, drm::SyncobjCreateFlags::SIGNALED.bits());
+    let sync_file = syncobj_to_fd(&file, handle, 1).unwrap();
+    let fds = [std::os::fd::AsFd::as_fd(&sync_file)];
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+    let mut control = SendAncillaryBuffer::new(&mut space);
+    assert!(control.push(SendAncillaryMessage::ScmRights(&fds)));
+    let sent = rustix::net::sendmsg(
+        &sync_file,
+        &[std::io::IoSlice::new(b"x")],
+        &mut control,
+        SendFlags::DONTWAIT | SendFlags::NOSIGNAL,
+    );
+    let probe = rustix::net::socketpair(
+        rustix::net::AddressFamily::UNIX,
+        rustix::net::SocketType::STREAM,
+        rustix::net::SocketFlags::CLOEXEC,
+        None,
+    )
+    .unwrap();
+    if agx_kmd::sync_file::refuse_passed_descriptors(std::os::fd::AsFd::as_fd(&probe.0)).is_err() {
+        eprintln!("this kernel has no SO_PASSRIGHTS (before 6.16): nothing to check");
+        return;
+    }
+    assert_eq!(sent, Err(rustix::io::Errno::PERM));
+    assert_eq!(system.exports().live_sync_files(), 1);
+    drop(sync_file);
+    assert_eq!(system.exports().live_sync_files(), 0);
+}

@@ -231,6 +231,22 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
 }
 
 /// # Safety
+/// As `shutdown(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn shutdown(fd: c_int, how: c_int) -> c_int {
+    // A DRM file is no socket on Linux; here shutting its socket would
+    // close the file for every process that holds it.
+    if crate::remote().is_some() && crate::node_of(fd).is_some() {
+        return fail(libc::ENOTSOCK, -1);
+    }
+    match real!(c"shutdown", unsafe extern "C" fn(c_int, c_int) -> c_int) {
+        // SAFETY: forwarding the caller's arguments.
+        Some(f) => unsafe { f(fd, how) },
+        None => fail(libc::ENOSYS, -1),
+    }
+}
+
+/// # Safety
 /// As `dup(2)`.
 #[no_mangle]
 pub unsafe extern "C" fn dup(fd: c_int) -> c_int {

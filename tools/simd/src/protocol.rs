@@ -275,12 +275,27 @@ pub fn send(
 /// Receives one message; `None` at end of file (the other side closed).
 /// An interrupted receive is an `Interrupted` error: the caller decides.
 pub fn recv(socket: BorrowedFd<'_>) -> io::Result<Option<Message>> {
+    recv_with(socket, RecvFlags::empty())
+}
+
+/// Drops every message queued on `socket` now, closing the descriptors
+/// they carry, without waiting.
+pub fn drop_queued(socket: BorrowedFd<'_>) {
+    while let Ok(Some(_)) = recv_with(socket, RecvFlags::DONTWAIT) {}
+}
+
+fn recv_with(socket: BorrowedFd<'_>, flags: RecvFlags) -> io::Result<Option<Message>> {
     let mut bytes = vec![0u8; MAX_MESSAGE_BYTES];
     let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
     let mut control = RecvAncillaryBuffer::new(&mut space);
     let received = {
         let mut iov = [IoSliceMut::new(&mut bytes)];
-        rustix::net::recvmsg(socket, &mut iov, &mut control, RecvFlags::CMSG_CLOEXEC)?
+        rustix::net::recvmsg(
+            socket,
+            &mut iov,
+            &mut control,
+            RecvFlags::CMSG_CLOEXEC | flags,
+        )?
     };
     let mut fds = Vec::new();
     for message in control.drain() {

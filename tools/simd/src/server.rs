@@ -507,6 +507,14 @@ impl Server {
         };
         // Not kept: the file must close when the client's copies do.
         drop(client_end);
+        // Nothing the client sends on its DRM file is ever read: refuse
+        // descriptors there (a DRM file sent over itself would sit in the
+        // device's queue and keep the file open forever), and drop any
+        // sent already.
+        if let Err(error) = agx_kmd::sync_file::refuse_passed_descriptors(socket.as_fd()) {
+            tracing::debug!(%error, "device: the host kernel cannot refuse descriptors on a DRM file");
+        }
+        protocol::drop_queued(socket.as_fd());
         let caller = Caller {
             tgid: pid,
             tid: request.tid,

@@ -20,6 +20,7 @@
 #include <sys/eventfd.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -164,6 +165,8 @@ int main(void)
     CHECK(read(efd, &count, sizeof count) == 8 && count == 1);
 
     close(efd);
+    /* A DRM file is no socket. */
+    CHECK(shutdown(fd, SHUT_RDWR) == -1 && errno == ENOTSOCK);
     close(fd);
 
     /* mmap follows the file's access mode, as do_mmap checks it: a file
