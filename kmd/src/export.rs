@@ -177,6 +177,12 @@ impl Exports {
         Ok(sync_file)
     }
 
+    /// Whether `fd` is a sync file (this device's, another simulated
+    /// device's or the kernel's).
+    pub(crate) fn is_sync_file(&self, fd: BorrowedFd<'_>) -> bool {
+        self.own_sync_file(fd).is_some() || sync_file::Kind::of(fd).is_some()
+    }
+
     /// The fence a sync file carries, for importing it into a syncobj:
     /// this device's own fence for its own sync files; for another
     /// device's (another simulated device's, or the kernel's), a fence
@@ -238,7 +244,9 @@ impl Exports {
         info.name = [0; 32];
         info.name[..9].copy_from_slice(b"agx-fence");
         info.status = status;
-        if info.num_fences > 0 && info.sync_fence_info != 0 {
+        // Linux copies the records to the pointer given, null or not
+        // (`EFAULT`).
+        if info.num_fences > 0 {
             // struct sync_fence_info: obj_name[32], driver_name[32],
             // status, flags, timestamp_ns.
             let mut record = [0u8; 80];

@@ -1531,12 +1531,17 @@ impl File {
             .ok_or(SyncobjError::UnknownFlags { flags: h.flags })?;
         let fd = dup_user_fd(h.fd).ok_or(SyncobjError::BadFd { fd: h.fd })?;
         if flags.contains(SyncobjFdToHandleFlags::IMPORT_SYNC_FILE) {
+            // As Linux: the file (EINVAL), then the handle (ENOENT); a
+            // wait for another device's file starts only after both.
+            if !self.device.exports.is_sync_file(fd.as_fd()) {
+                return Err(SyncobjError::BadFd { fd: h.fd }.into());
+            }
+            let syncobj = self.syncobj_or(h.handle)?;
             let fence = self
                 .device
                 .exports
                 .import_sync_file(fd, &self.device.events)?
                 .ok_or(SyncobjError::BadFd { fd: h.fd })?;
-            let syncobj = self.syncobj_or(h.handle)?;
             syncobj.replace(Some(fence));
             return Ok(0);
         }

@@ -75,8 +75,9 @@ struct ThreadState {
 
 /// Something the sync thread looks after for another part of the device
 /// (the sync files): a descriptor it polls, and a check it re-runs on
-/// every change until the check settles. Its methods are called without
-/// the sync thread's lock held.
+/// every change until the check settles. `settle` and `on_ready` are
+/// called without the sync thread's lock held (they may signal fences);
+/// `descriptor`, `events` and `abandoned` may be called with it held.
 pub(crate) trait Watcher: Send + Sync + std::fmt::Debug {
     /// The descriptor to poll (`None`: it is gone).
     fn descriptor(&self) -> Option<BorrowedFd<'_>>;
@@ -85,8 +86,9 @@ pub(crate) trait Watcher: Send + Sync + std::fmt::Debug {
     /// Re-run on every change; `true` once there is nothing more to check.
     fn settle(&self) -> bool;
     /// The descriptor reported `flags`; `true` if the watcher is done and
-    /// is forgotten (else its descriptor is polled again).
-    fn on_ready(&self, flags: epoll::EventFlags) -> bool;
+    /// is forgotten (else its descriptor is polled again). A watcher that
+    /// closes its descriptor itself calls `deregister` with it first.
+    fn on_ready(&self, flags: epoll::EventFlags, deregister: &dyn Fn(BorrowedFd<'_>)) -> bool;
     /// Whether nobody needs the watcher any more (it is forgotten).
     fn abandoned(&self) -> bool;
 }
@@ -240,6 +242,9 @@ impl EventsShared {
                 .iter()
                 .filter_map(|key| state.polled.remove(key))
                 .collect();
+            for watcher in &abandoned {
+                self.deregister(watcher.as_ref());
+            }
             self.watched_count.store(
                 state.watched.len() + state.unsettled.len(),
                 Ordering::Release,
@@ -285,6 +290,14 @@ impl EventsShared {
         }
     }
 
+    /// Takes `watcher`'s descriptor, if it still has one, out of the epoll
+    /// set.
+    fn deregister(&self, watcher: &dyn Watcher) {
+        if let (Some(fd), Ok(epoll)) = (watcher.descriptor(), self.epoll()) {
+            let _ = epoll::delete(epoll, fd);
+        }
+    }
+
     /// Handles a descriptor of the epoll set that became ready.
     fn handle_ready(&self, key: u64, flags: epoll::EventFlags) {
         if key == KICK_KEY {
@@ -295,12 +308,25 @@ impl EventsShared {
             return;
         }
         let Some(watcher) = self.state().polled.get(&key).cloned() else {
+            // Not ours any more (cannot happen: a forgotten watcher leaves
+            // the set first); leaving it would wake the thread forever.
+            tracing::warn!(key, "the sync thread polled a descriptor it forgot");
             return;
         };
-        if watcher.on_ready(flags) {
-            let forgotten = self.state().polled.remove(&key);
-            // Dropped without the lock: closing its descriptor takes it out
-            // of the epoll set.
+        let deregister = |fd: BorrowedFd<'_>| {
+            if let Ok(epoll) = self.epoll() {
+                let _ = epoll::delete(epoll, fd);
+            }
+        };
+        if watcher.on_ready(flags, &deregister) {
+            // Out of the epoll set while its descriptor is open (a copy of
+            // a client's file shares its registration), and out of the
+            // lists; dropped without the lock.
+            self.deregister(watcher.as_ref());
+            let mut state = self.state();
+            let forgotten = state.polled.remove(&key);
+            state.unsettled.retain(|w| !Arc::ptr_eq(w, &watcher));
+            drop(state);
             drop(forgotten);
         } else if let (Some(fd), Ok(epoll)) = (watcher.descriptor(), self.epoll()) {
             // Not done: poll it again (a one-shot registration needs it).

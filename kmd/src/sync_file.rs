@@ -158,6 +158,10 @@ pub(crate) fn simulated_status(fd: BorrowedFd<'_>) -> FenceStatus {
         Ok((0, _)) => Some(None),
         // A partial record is never queued: it is one send.
         Ok(_) => Some(Some(Errno::EIO)),
+        // The device's end closed with its ballast unread: the kernel
+        // reports a reset once; the device is gone.
+        Err(rustix::io::Errno::CONNRESET) => Some(Some(Errno::ENODEV)),
+        Err(_) if hung_up(fd) => Some(Some(Errno::ENODEV)),
         Err(_) => None,
     }
 }
@@ -221,7 +225,12 @@ impl Kind {
     /// its anonymous inode), so no ioctl is tried on other files.
     pub(crate) fn of(fd: BorrowedFd<'_>) -> Option<Kind> {
         if is_simulated(fd) {
-            return Some(Kind::Simulated);
+            // As a device makes one: a connected stream socket.
+            use rustix::net::sockopt::{socket_acceptconn, socket_type};
+            let made_so = socket_type(fd) == Ok(rustix::net::SocketType::STREAM)
+                && socket_acceptconn(fd) == Ok(false)
+                && rustix::net::getpeername(fd).is_ok();
+            return made_so.then_some(Kind::Simulated);
         }
         let link = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())).ok()?;
         (link.as_os_str() == KERNEL_SYNC_FILE_LINK && kernel_sync_file_info(fd).is_ok())
@@ -389,7 +398,9 @@ impl Watcher for Exported {
         self.publish_if_signalled()
     }
 
-    fn on_ready(&self, _: EventFlags) -> bool {
+    fn on_ready(&self, _: EventFlags, _: &dyn Fn(BorrowedFd<'_>)) -> bool {
+        // Every copy of the file is closed: nobody can see its status any
+        // more, signalled or not.
         self.closed()
     }
 
@@ -431,22 +442,29 @@ impl Watcher for ForeignWait {
         true
     }
 
-    fn on_ready(&self, flags: EventFlags) -> bool {
+    fn on_ready(&self, flags: EventFlags, deregister: &dyn Fn(BorrowedFd<'_>)) -> bool {
         let mut sync_file = self.sync_file();
         let status = match sync_file.as_ref().map(DeviceFd::get) {
             Some(Ok(fd)) => self.kind.status(fd),
             _ => Some(Some(Errno::EBADF)),
         };
-        // Hung up without a status: its device is gone.
         let status = status.or_else(|| {
-            flags
-                .intersects(EventFlags::HUP | EventFlags::ERR)
-                .then_some(Some(Errno::ENODEV))
+            if flags.intersects(EventFlags::HUP | EventFlags::ERR) {
+                // Hung up without a status: its device is gone.
+                Some(Some(Errno::ENODEV))
+            } else {
+                // Readable without a status: not a sync file behaving as
+                // one (waiting again would wake the thread forever).
+                flags.contains(EventFlags::IN).then_some(Some(Errno::EIO))
+            }
         });
         match status {
             Some(status) => {
                 // Closed first: once the fence signals, the device holds no
                 // copy of another device's file.
+                if let Some(Ok(fd)) = sync_file.as_ref().map(DeviceFd::get) {
+                    deregister(fd);
+                }
                 drop(sync_file.take());
                 drop(sync_file);
                 if let Some(fence) = self.fence.upgrade() {
@@ -487,9 +505,10 @@ pub(crate) fn wait_for_foreign(
 }
 
 impl Drop for Exported {
-    /// A device that goes away before the fence signals leaves its sync
-    /// files signalled with `ENODEV` (Linux signals the fences of a
-    /// removed device with an error too).
+    /// The device forgets a sync file once every copy is closed, or when
+    /// its sync thread ends; a status still pending then is written as
+    /// `ENODEV`, so that no copy left anywhere waits forever (Linux
+    /// signals the fences of a removed device with an error too).
     fn drop(&mut self) {
         let status = self.fence.status().unwrap_or(Some(Errno::ENODEV));
         self.queue_status(status);

@@ -296,6 +296,14 @@ fn sync_files_of_another_device_import_and_signal_with_their_status() {
         Some(Some(Errno(libc::ETIMEDOUT))),
         "the other device's error arrives with the fence"
     );
+    // The first call returned num_fences = 1: asked again with no record
+    // array, Linux copies to the null pointer.
+    assert_eq!(
+        here.exports()
+            .sync_file_info(std::os::fd::AsFd::as_fd(&sync_file), &mut info),
+        Err(Errno::EFAULT)
+    );
+    let mut info = drm::SyncFileInfo::default();
     here.exports()
         .sync_file_info(std::os::fd::AsFd::as_fd(&sync_file), &mut info)
         .unwrap();
@@ -538,4 +546,39 @@ fn a_sync_file_cannot_be_sent_over_itself() {
     assert_eq!(system.exports().live_sync_files(), 1);
     drop(sync_file);
     assert_eq!(system.exports().live_sync_files(), 0);
+}
+
+/// `IMPORT_SYNC_FILE` checks the file, then the handle, as Linux does,
+/// and starts no wait for a handle that does not exist.
+#[test_log::test]
+fn a_sync_file_import_checks_the_file_then_the_handle() {
+    let system = system();
+    let file = system.open();
+    let null = std::fs::File::open("/dev/null").unwrap();
+    assert_eq!(
+        fd_to_syncobj(&file, null.as_raw_fd(), 1, 99),
+        Err(Errno::EINVAL)
+    );
+    let (sync_file, _device_end) = bare_simulated_sync_file();
+    assert_eq!(
+        fd_to_syncobj(&file, sync_file.as_raw_fd(), 1, 99),
+        Err(Errno::ENOENT)
+    );
+    // A listening socket under a sync file's name is no sync file.
+    let listener = rustix::net::socket(
+        rustix::net::AddressFamily::UNIX,
+        rustix::net::SocketType::STREAM,
+        None,
+    )
+    .unwrap();
+    let mut name = agx_kmd::sync_file::NAME_PREFIX[1..].to_vec();
+    name.extend(format!("listener-{}", std::process::id()).bytes());
+    let address = rustix::net::SocketAddrUnix::new_abstract_name(&name).unwrap();
+    rustix::net::bind(&listener, &address).unwrap();
+    rustix::net::listen(&listener, 1).unwrap();
+    let target = syncobj_create(&file, 0);
+    assert_eq!(
+        fd_to_syncobj(&file, listener.as_raw_fd(), 1, target),
+        Err(Errno::EINVAL)
+    );
 }

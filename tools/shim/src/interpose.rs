@@ -234,9 +234,13 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
 /// As `shutdown(2)`.
 #[no_mangle]
 pub unsafe extern "C" fn shutdown(fd: c_int, how: c_int) -> c_int {
-    // A DRM file is no socket on Linux; here shutting its socket would
-    // close the file for every process that holds it.
-    if crate::remote().is_some() && crate::node_of(fd).is_some() {
+    // A DRM file or a sync file is no socket on Linux; here shutting its
+    // socket would close the file for every process that holds it.
+    let drm_file = crate::remote().is_some() && crate::node_of(fd).is_some();
+    if drm_file
+        || agx_kmd::uaccess::dup_user_fd(fd)
+            .is_some_and(|file| agx_kmd::sync_file::is_simulated(std::os::fd::AsFd::as_fd(&file)))
+    {
         return fail(libc::ENOTSOCK, -1);
     }
     match real!(c"shutdown", unsafe extern "C" fn(c_int, c_int) -> c_int) {

@@ -4,8 +4,9 @@
 //! namespace, and as 0 when it cannot be seen there (a peer in an
 //! ancestor namespace). rustix's `UCred` holds the pid as a non-zero type,
 //! so reading such an answer through it would be undefined behaviour;
-//! this reads the raw `struct ucred` instead and refuses a peer without a
-//! visible process.
+//! this reads the raw `struct ucred` instead. The device needs the
+//! caller's process (it refuses a peer without one); a client needs only
+//! the device's user.
 #![allow(unsafe_code)]
 
 use std::io;
@@ -14,14 +15,14 @@ use std::os::fd::{AsRawFd, BorrowedFd};
 /// A socket peer's credentials.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Peer {
-    /// Its process, in this process's pid namespace (never 0).
-    pub pid: u32,
+    /// Its process, in this process's pid namespace (`None`: not visible
+    /// there).
+    pub pid: Option<u32>,
     /// Its user.
     pub uid: u32,
 }
 
-/// The credentials of `socket`'s peer, taken when it connected. A peer
-/// whose process this namespace cannot see: `ESRCH`.
+/// The credentials of `socket`'s peer, taken when it connected.
 pub fn credentials(socket: BorrowedFd<'_>) -> io::Result<Peer> {
     let mut credentials = libc::ucred {
         pid: 0,
@@ -44,11 +45,11 @@ pub fn credentials(socket: BorrowedFd<'_>) -> io::Result<Peer> {
     if result != 0 {
         return Err(io::Error::last_os_error());
     }
-    if len as usize != std::mem::size_of::<libc::ucred>() || credentials.pid <= 0 {
-        return Err(io::Error::from_raw_os_error(libc::ESRCH));
+    if len as usize != std::mem::size_of::<libc::ucred>() {
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
     }
     Ok(Peer {
-        pid: credentials.pid.unsigned_abs(),
+        pid: (credentials.pid > 0).then_some(credentials.pid.unsigned_abs()),
         uid: credentials.uid,
     })
 }

@@ -300,16 +300,20 @@ fn accept_loop(server: &Arc<Server>, node: Option<NodeKind>, listener: &OwnedFd,
         let peer = match crate::peer::credentials(socket.as_fd()) {
             Ok(peer) => peer,
             Err(e) => {
-                tracing::warn!(
-                    error = %e,
-                    "device: refused a connection without credentials (or from a process outside its pid namespace)"
-                );
+                tracing::warn!(error = %e, "device: refused a connection without credentials");
                 continue;
             }
         };
+        let Some(pid) = peer.pid else {
+            tracing::warn!(
+                uid = peer.uid,
+                "device: refused a connection from a process outside its pid namespace"
+            );
+            continue;
+        };
         if peer.uid != uid.as_raw() {
             tracing::warn!(
-                pid = peer.pid,
+                pid,
                 uid = peer.uid,
                 "device: refused a connection from another user"
             );
@@ -319,7 +323,6 @@ fn accept_loop(server: &Arc<Server>, node: Option<NodeKind>, listener: &OwnedFd,
             continue;
         };
         let server = Arc::clone(server);
-        let pid = peer.pid;
         let spawned = std::thread::Builder::new()
             .name("agx-simd-conn".into())
             .spawn(move || {
