@@ -326,16 +326,21 @@ fn sync_files_of_another_device_import_and_signal_with_their_status() {
     );
 }
 
-/// A sync file as another simulated device makes one (a named socket
-/// whose peer the device keeps), with that peer.
-fn bare_simulated_sync_file() -> (OwnedFd, OwnedFd) {
-    let (sync_file, device_end) = rustix::net::socketpair(
+/// A connected pair of Unix stream sockets.
+fn stream_pair() -> (OwnedFd, OwnedFd) {
+    rustix::net::socketpair(
         rustix::net::AddressFamily::UNIX,
         rustix::net::SocketType::STREAM,
         rustix::net::SocketFlags::CLOEXEC,
         None,
     )
-    .unwrap();
+    .unwrap()
+}
+
+/// A sync file as another simulated device makes one (a named socket
+/// whose peer the device keeps), with that peer.
+fn bare_simulated_sync_file() -> (OwnedFd, OwnedFd) {
+    let (sync_file, device_end) = stream_pair();
     let mut name = agx_kmd::sync_file::NAME_PREFIX[1..].to_vec();
     name.extend(
         format!(
@@ -373,13 +378,7 @@ fn only_sync_files_import_as_sync_files() {
     let file = system.open();
     let target = syncobj_create(&file, 0);
     let (pipe_read, _pipe_write) = rustix::pipe::pipe().unwrap();
-    let (socket, _peer) = rustix::net::socketpair(
-        rustix::net::AddressFamily::UNIX,
-        rustix::net::SocketType::STREAM,
-        rustix::net::SocketFlags::CLOEXEC,
-        None,
-    )
-    .unwrap();
+    let (socket, _peer) = stream_pair();
     let memfd = rustix::fs::memfd_create("agx-sync-file", rustix::fs::MemfdFlags::CLOEXEC).unwrap();
     for (what, fd) in [
         ("a pipe", pipe_read.as_raw_fd()),
@@ -531,13 +530,7 @@ fn a_sync_file_cannot_be_sent_over_itself() {
         &mut control,
         SendFlags::DONTWAIT | SendFlags::NOSIGNAL,
     );
-    let probe = rustix::net::socketpair(
-        rustix::net::AddressFamily::UNIX,
-        rustix::net::SocketType::STREAM,
-        rustix::net::SocketFlags::CLOEXEC,
-        None,
-    )
-    .unwrap();
+    let probe = stream_pair();
     if agx_kmd::sync_file::refuse_passed_descriptors(std::os::fd::AsFd::as_fd(&probe.0)).is_err() {
         eprintln!("this kernel has no SO_PASSRIGHTS (before 6.16): nothing to check");
         return;

@@ -113,18 +113,26 @@ static void check_signalled_poll(int sync_file)
     CHECK(poll(&p, 1, 10000) == 1 && p.revents == POLLIN);
 }
 
-/* The importer on another device: imports the sync file `fd`, which
- * the other device exported, waits on it and exports its own. */
-static int other_device_importer(int sync_file)
+/* Imports `sync_file` into a new syncobj of `fd`, waits on it and checks
+ * its status (signalled without error): the syncobj. */
+static uint32_t import_and_wait(int fd, int sync_file)
 {
-    int fd = open("/dev/dri/renderD128", O_RDWR | O_CLOEXEC);
-    CHECK(fd >= 0);
     uint32_t syncobj = 0;
     CHECK(drmSyncobjCreate(fd, 0, &syncobj) == 0);
     CHECK(drmSyncobjImportSyncFile(fd, syncobj, sync_file) == 0);
     CHECK(drmSyncobjWait(fd, &syncobj, 1, seconds_from_now(10), 0, NULL) == 0);
     struct sync_file_info info = { 0 };
     CHECK(ioctl(sync_file, SYNC_IOC_FILE_INFO, &info) == 0 && info.status == 1);
+    return syncobj;
+}
+
+/* The importer on another device: imports the sync file `fd`, which
+ * the other device exported, waits on it and exports its own. */
+static int other_device_importer(int sync_file)
+{
+    int fd = open("/dev/dri/renderD128", O_RDWR | O_CLOEXEC);
+    CHECK(fd >= 0);
+    uint32_t syncobj = import_and_wait(fd, sync_file);
     int own = -1;
     CHECK(drmSyncobjExportSyncFile(fd, syncobj, &own) == 0);
     check_signalled_poll(own);
@@ -182,12 +190,7 @@ static void importer(int socket)
         CHECK(map[i] == 0xB0000000u + i);
     map[0] = 0xD00D;
     check_mapping_is_not_a_buffer(fd);
-    uint32_t syncobj = 0;
-    CHECK(drmSyncobjCreate(fd, 0, &syncobj) == 0);
-    CHECK(drmSyncobjImportSyncFile(fd, syncobj, sync_file) == 0);
-    CHECK(drmSyncobjWait(fd, &syncobj, 1, seconds_from_now(10), 0, NULL) == 0);
-    struct sync_file_info info = { 0 };
-    CHECK(ioctl(sync_file, SYNC_IOC_FILE_INFO, &info) == 0 && info.status == 1);
+    import_and_wait(fd, sync_file);
     CHECK(write(socket, "d", 1) == 1);
     _exit(0);
 }
