@@ -233,41 +233,21 @@ impl Exports {
         fd: BorrowedFd<'_>,
         info: &mut agx_uapi::drm::SyncFileInfo,
     ) -> Result<(), Errno> {
-        if info.flags != 0 || info.pad != 0 {
-            return Err(Errno::EINVAL);
-        }
-        let status = match self.sync_file_status(fd)? {
-            None => 0,
-            Some(None) => 1,
-            Some(Some(errno)) => -errno.0,
-        };
-        info.name = [0; 32];
-        info.name[..9].copy_from_slice(b"agx-fence");
-        info.status = status;
-        // Linux copies the records to the pointer given, null or not
-        // (`EFAULT`).
-        if info.num_fences > 0 {
-            // struct sync_fence_info: obj_name[32], driver_name[32],
-            // status, flags, timestamp_ns.
-            let mut record = [0u8; 80];
-            record[..9].copy_from_slice(b"agx-queue");
-            record[32..37].copy_from_slice(b"asahi");
-            record[64..68].copy_from_slice(&status.to_le_bytes());
-            crate::uaccess::copy_to_user(info.sync_fence_info, &record)
-                .map_err(|_| Errno::EFAULT)?;
-        }
-        info.num_fences = 1;
-        Ok(())
+        let status = self.sync_file_status(fd)?;
+        fill_sync_file_info(status, info)
     }
 
     /// The `SYNC_IOC_FILE_INFO` ioctl on `fd` with its argument at user
     /// address `arg`: [`Exports::sync_file_info`] between the copies in
-    /// and out (`EFAULT` for an unreadable or unwritable argument).
+    /// and out (`EFAULT` for an unreadable or unwritable argument). A file
+    /// that is not a simulated sync file is `ENOTTY` before the argument
+    /// is touched, as Linux answers for a file without the ioctl.
     pub fn sync_file_ioctl(&self, fd: BorrowedFd<'_>, arg: u64) -> Result<i32, Errno> {
         use zerocopy::{FromZeros, IntoBytes};
+        let status = self.sync_file_status(fd)?;
         let mut info = agx_uapi::drm::SyncFileInfo::new_zeroed();
         crate::uaccess::copy_from_user(info.as_mut_bytes(), arg).map_err(|_| Errno::EFAULT)?;
-        self.sync_file_info(fd, &mut info)?;
+        fill_sync_file_info(status, &mut info)?;
         crate::uaccess::copy_to_user(arg, info.as_bytes()).map_err(|_| Errno::EFAULT)?;
         Ok(0)
     }
@@ -284,6 +264,38 @@ impl Exports {
             .filter(|file| !file.closed())
             .count()
     }
+}
+
+/// Fills `info` (`SYNC_IOC_FILE_INFO`'s argument) for a sync file whose
+/// fence has `status`: `flags` or `pad` set: `EINVAL`; its one fence's
+/// record if the caller asked for records, copied to the pointer given,
+/// null or not (`EFAULT`), as Linux does.
+fn fill_sync_file_info(
+    status: FenceStatus,
+    info: &mut agx_uapi::drm::SyncFileInfo,
+) -> Result<(), Errno> {
+    if info.flags != 0 || info.pad != 0 {
+        return Err(Errno::EINVAL);
+    }
+    let status = match status {
+        None => 0,
+        Some(None) => 1,
+        Some(Some(errno)) => -errno.0,
+    };
+    info.name = [0; 32];
+    info.name[..9].copy_from_slice(b"agx-fence");
+    info.status = status;
+    if info.num_fences > 0 {
+        // struct sync_fence_info: obj_name[32], driver_name[32],
+        // status, flags, timestamp_ns.
+        let mut record = [0u8; 80];
+        record[..9].copy_from_slice(b"agx-queue");
+        record[32..37].copy_from_slice(b"asahi");
+        record[64..68].copy_from_slice(&status.to_le_bytes());
+        crate::uaccess::copy_to_user(info.sync_fence_info, &record).map_err(|_| Errno::EFAULT)?;
+    }
+    info.num_fences = 1;
+    Ok(())
 }
 
 /// Why a PRIME ioctl failed.

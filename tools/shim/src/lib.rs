@@ -371,17 +371,13 @@ impl Shim {
             return None;
         }
         let file = agx_kmd::uaccess::dup_user_fd(fd)?;
-        // Not a simulated sync file: let the real kernel answer.
-        if !agx_kmd::sync_file::is_simulated(std::os::fd::AsFd::as_fd(&file)) {
-            return None;
-        }
         let exports = self.system.device().exports();
-        Some(
-            match exports.sync_file_ioctl(std::os::fd::AsFd::as_fd(&file), arg as u64) {
-                Ok(result) => result,
-                Err(errno) => interpose::fail(errno.0, -1),
-            },
-        )
+        match exports.sync_file_ioctl(std::os::fd::AsFd::as_fd(&file), arg as u64) {
+            Ok(result) => Some(result),
+            // Not a simulated sync file: let the real kernel answer.
+            Err(agx_kmd::Errno::ENOTTY) => None,
+            Err(errno) => Some(interpose::fail(errno.0, -1)),
+        }
     }
 
     /// The access mode the DRM file `fd` was opened with, if it is one

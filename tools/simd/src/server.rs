@@ -677,17 +677,14 @@ fn run_request(
         },
         (Op::SyncFileInfo, _) => {
             let result = match attached {
-                Some(sync_file) => {
-                    let exports = system.device().exports();
-                    match exports.sync_file_status(sync_file.as_fd()) {
-                        // Not one of this device's: as Linux for a file
-                        // without the ioctl.
-                        Err(_) => Err(Errno::ENOTTY),
-                        Ok(_) => agx_kmd::uaccess::with_user_space(space, || {
-                            exports.sync_file_ioctl(sync_file.as_fd(), request.b)
-                        }),
-                    }
-                }
+                // A file that is no simulated sync file: ENOTTY, as Linux
+                // for a file without the ioctl.
+                Some(sync_file) => agx_kmd::uaccess::with_user_space(space, || {
+                    system
+                        .device()
+                        .exports()
+                        .sync_file_ioctl(sync_file.as_fd(), request.b)
+                }),
                 None => Err(Errno::EBADF),
             };
             Done::of(result.map(i64::from))

@@ -15,18 +15,10 @@
 #include <sys/resource.h>
 #include <unistd.h>
 #include <xf86drm.h>
+#include "agx_test.h"
 
-struct asahi_vm_create { uint64_t kernel_start, kernel_end; uint32_t vm_id, pad; };
-struct asahi_gem_create { uint64_t size; uint32_t flags, vm_id, handle, pad; };
-struct asahi_gem_mmap_offset { uint32_t handle, flags; uint64_t offset; };
-#define ASAHI_VM_CREATE _IOWR('d', 0x42, struct asahi_vm_create)
-#define ASAHI_GEM_CREATE _IOWR('d', 0x45, struct asahi_gem_create)
-#define ASAHI_GEM_MMAP_OFFSET _IOWR('d', 0x46, struct asahi_gem_mmap_offset)
-#define GEM_VM_PRIVATE (1u << 1)
 #define SIZE 65536u
 #define PRIVATE_OBJECTS 3000
-
-#define CHECK(cond) do { if (!(cond)) { fprintf(stderr, "check failed at line %d: %s (errno %d)\n", __LINE__, #cond, errno); return 1; } } while (0)
 
 static int open_descriptors(void)
 {
@@ -38,14 +30,6 @@ static int open_descriptors(void)
         n += e->d_name[0] != '.';
     closedir(dir);
     return n - 1; /* the directory's own */
-}
-
-static uint32_t *map_object(int fd, uint32_t handle)
-{
-    struct asahi_gem_mmap_offset mo = { .handle = handle };
-    if (drmIoctl(fd, ASAHI_GEM_MMAP_OFFSET, &mo))
-        return MAP_FAILED;
-    return mmap(NULL, SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, mo.offset);
 }
 
 static int holds_pattern(const uint32_t *map, uint32_t seed)
@@ -85,7 +69,7 @@ int main(void)
     CHECK(drmIoctl(fd, ASAHI_GEM_CREATE, &shared) == 0);
     struct asahi_gem_create private = { .size = SIZE, .flags = GEM_VM_PRIVATE, .vm_id = vm.vm_id };
     CHECK(drmIoctl(fd, ASAHI_GEM_CREATE, &private) == 0);
-    uint32_t *a = map_object(fd, shared.handle), *b = map_object(fd, private.handle);
+    uint32_t *a = map_object(fd, shared.handle, SIZE), *b = map_object(fd, private.handle, SIZE);
     CHECK(a != MAP_FAILED && b != MAP_FAILED);
     for (uint32_t i = 0; i < SIZE / 4; i++) {
         a[i] = 0xA0000000u + i;
@@ -101,8 +85,8 @@ int main(void)
             close(i);
     for (int i = 0; i < 32; i++)
         CHECK(open("/dev/null", O_RDONLY) >= 0);
-    a = map_object(fd, shared.handle);
-    b = map_object(fd, private.handle);
+    a = map_object(fd, shared.handle, SIZE);
+    b = map_object(fd, private.handle, SIZE);
     CHECK(a != MAP_FAILED && b != MAP_FAILED);
     CHECK(holds_pattern(a, 0xA0000000u) && holds_pattern(b, 0xB0000000u));
     int prime = -1;
@@ -122,8 +106,8 @@ int main(void)
         CHECK(close_range(3, fd - 1, 0) == 0);
     for (int i = 0; i < 64; i++)
         CHECK(open("/dev/null", O_RDONLY) >= 0);
-    a = map_object(fd, shared.handle);
-    b = map_object(fd, private.handle);
+    a = map_object(fd, shared.handle, SIZE);
+    b = map_object(fd, private.handle, SIZE);
     CHECK(a != MAP_FAILED && b != MAP_FAILED);
     CHECK(holds_pattern(a, 0xA0000000u) && holds_pattern(b, 0xB0000000u));
     const char *mode = getenv("AGX_SHIM_MODE");

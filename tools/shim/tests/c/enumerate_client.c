@@ -15,8 +15,7 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 #include <xf86drm.h>
-
-#define CHECK(cond) do { if (!(cond)) { fprintf(stderr, "check failed at line %d: %s (errno %d)\n", __LINE__, #cond, errno); return 1; } } while (0)
+#include "agx_test.h"
 
 static int read_text(const char *path, char *buf, size_t size)
 {

@@ -23,6 +23,7 @@
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
+#include "agx_test.h"
 
 struct syncobj_create { uint32_t handle, flags; };
 struct syncobj_array { uint64_t handles; uint32_t count_handles, pad; };
@@ -38,12 +39,6 @@ struct syncobj_eventfd { uint32_t handle, flags; uint64_t point; int32_t fd; uin
 #define SYNCOBJ_SIGNAL _IOWR('d', 0xC5, struct syncobj_array)
 #define SYNCOBJ_EVENTFD _IOWR('d', 0xCF, struct syncobj_eventfd)
 #define WAIT_FOR_SUBMIT (1u << 1)
-struct gem_create { uint64_t size; uint32_t flags, vm_id, handle, pad; };
-struct gem_mmap_offset { uint32_t handle, flags; uint64_t offset; };
-#define GEM_CREATE _IOWR('d', 0x45, struct gem_create)
-#define GEM_MMAP_OFFSET _IOWR('d', 0x46, struct gem_mmap_offset)
-
-#define CHECK(cond) do { if (!(cond)) { fprintf(stderr, "check failed at line %d: %s (errno %d)\n", __LINE__, #cond, errno); return 1; } } while (0)
 
 static atomic_int interrupts;
 static atomic_int stop_interrupting;
@@ -173,10 +168,10 @@ int main(void)
      * opened read-only maps objects for reading only. */
     int ro = open("/dev/dri/renderD128", O_RDONLY | O_CLOEXEC);
     CHECK(ro >= 0);
-    struct gem_create gc = { .size = 16384 };
-    CHECK(ioctl(ro, GEM_CREATE, &gc) == 0);
-    struct gem_mmap_offset mo = { .handle = gc.handle };
-    CHECK(ioctl(ro, GEM_MMAP_OFFSET, &mo) == 0);
+    struct asahi_gem_create gc = { .size = 16384 };
+    CHECK(ioctl(ro, ASAHI_GEM_CREATE, &gc) == 0);
+    struct asahi_gem_mmap_offset mo = { .handle = gc.handle };
+    CHECK(ioctl(ro, ASAHI_GEM_MMAP_OFFSET, &mo) == 0);
     CHECK(mmap(NULL, 16384, PROT_READ | PROT_WRITE, MAP_SHARED, ro, (off_t)mo.offset) == MAP_FAILED
           && errno == EACCES);
     void *readable = mmap(NULL, 16384, PROT_READ, MAP_SHARED, ro, (off_t)mo.offset);

@@ -13,13 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include <xf86drm.h>
-
-struct asahi_gem_create { uint64_t size; uint32_t flags, vm_id, handle, pad; };
-struct asahi_gem_mmap_offset { uint32_t handle, flags; uint64_t offset; };
-#define ASAHI_GEM_CREATE _IOWR('d', 0x45, struct asahi_gem_create)
-#define ASAHI_GEM_MMAP_OFFSET _IOWR('d', 0x46, struct asahi_gem_mmap_offset)
-
-#define CHECK(cond) do { if (!(cond)) { fprintf(stderr, "check failed at line %d: %s (errno %d)\n", __LINE__, #cond, errno); exit(1); } } while (0)
+#include "agx_test.h"
 
 int main(void)
 {

@@ -12,16 +12,11 @@
 #include <sys/mman.h>
 #include <unistd.h>
 #include <xf86drm.h>
+#include "agx_test.h"
 
 /* The asahi structs this client uses (include/uapi/drm/asahi_drm.h). */
 struct asahi_get_params { uint32_t param_group, pad; uint64_t pointer, size; };
-struct asahi_gem_create { uint64_t size; uint32_t flags, vm_id, handle, pad; };
-struct asahi_gem_mmap_offset { uint32_t handle, flags; uint64_t offset; };
 #define ASAHI_GET_PARAMS _IOW('d', 0x40, struct asahi_get_params)
-#define ASAHI_GEM_CREATE _IOWR('d', 0x45, struct asahi_gem_create)
-#define ASAHI_GEM_MMAP_OFFSET _IOWR('d', 0x46, struct asahi_gem_mmap_offset)
-
-#define CHECK(cond) do { if (!(cond)) { fprintf(stderr, "check failed at line %d: %s (errno %d)\n", __LINE__, #cond, errno); return 1; } } while (0)
 
 int main(void)
 {

@@ -20,11 +20,8 @@
 #include <unistd.h>
 #include <xf86drm.h>
 #include <xf86drmMode.h>
+#include "agx_test.h"
 
-struct asahi_gem_create { uint64_t size; uint32_t flags, vm_id, handle, pad; };
-#define ASAHI_GEM_CREATE _IOWR('d', 0x45, struct asahi_gem_create)
-
-#define CHECK(cond) do { if (!(cond)) { fprintf(stderr, "check failed at line %d: %s (errno %d)\n", __LINE__, #cond, errno); exit(1); } } while (0)
 /* The call fails with exactly `e`. */
 #define FAILS(call, e) do { errno = 0; int r_ = (call); CHECK(r_ == -1 && errno == (e)); } while (0)
 

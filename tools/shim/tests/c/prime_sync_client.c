@@ -26,26 +26,9 @@
 #include <time.h>
 #include <unistd.h>
 #include <xf86drm.h>
+#include "agx_test.h"
 
-struct asahi_vm_create { uint64_t kernel_start, kernel_end; uint32_t vm_id, pad; };
-struct asahi_gem_create { uint64_t size; uint32_t flags, vm_id, handle, pad; };
-struct asahi_gem_mmap_offset { uint32_t handle, flags; uint64_t offset; };
-#define ASAHI_VM_CREATE _IOWR('d', 0x42, struct asahi_vm_create)
-#define ASAHI_GEM_CREATE _IOWR('d', 0x45, struct asahi_gem_create)
-#define GEM_VM_PRIVATE (1u << 1)
-#define ASAHI_GEM_MMAP_OFFSET _IOWR('d', 0x46, struct asahi_gem_mmap_offset)
 #define SIZE 16384
-
-#define CHECK(cond) do { if (!(cond)) { fprintf(stderr, "check failed at line %d: %s (errno %d)\n", __LINE__, #cond, errno); exit(1); } } while (0)
-
-static uint32_t *map_object(int fd, uint32_t handle)
-{
-    struct asahi_gem_mmap_offset mo = { .handle = handle };
-    CHECK(ioctl(fd, ASAHI_GEM_MMAP_OFFSET, &mo) == 0);
-    uint32_t *map = mmap(NULL, SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, mo.offset);
-    CHECK(map != MAP_FAILED);
-    return map;
-}
 
 static void send_fds(int socket, int a, int b)
 {
@@ -77,13 +60,6 @@ static void recv_fds(int socket, int *a, int *b)
     *b = fds[1];
 }
 
-static int64_t seconds_from_now(int s)
-{
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    return (int64_t)(now.tv_sec + s) * 1000000000 + now.tv_nsec;
-}
-
 /* The memfd behind a CPU mapping of a VM-private object (reopened
  * through /proc/self/map_files, which needs CAP_SYS_ADMIN) is not a PRIME
  * buffer: importing it is EINVAL, so a private object cannot be aliased
@@ -94,7 +70,7 @@ static void check_mapping_is_not_a_buffer(int fd)
     CHECK(ioctl(fd, ASAHI_VM_CREATE, &vm) == 0);
     struct asahi_gem_create c = { .size = SIZE, .flags = GEM_VM_PRIVATE, .vm_id = vm.vm_id };
     CHECK(ioctl(fd, ASAHI_GEM_CREATE, &c) == 0);
-    const uint32_t *map = map_object(fd, c.handle);
+    const uint32_t *map = map_object(fd, c.handle, SIZE);
     char path[64];
     snprintf(path, sizeof path, "/proc/self/map_files/%lx-%lx",
              (unsigned long)(uintptr_t)map, (unsigned long)(uintptr_t)map + SIZE);
@@ -185,7 +161,7 @@ static void importer(int socket)
     recv_fds(socket, &prime, &sync_file);
     uint32_t handle = 0;
     CHECK(drmPrimeFDToHandle(fd, prime, &handle) == 0);
-    uint32_t *map = map_object(fd, handle);
+    uint32_t *map = map_object(fd, handle, SIZE);
     for (uint32_t i = 0; i < SIZE / 4; i++)
         CHECK(map[i] == 0xB0000000u + i);
     map[0] = 0xD00D;
@@ -212,7 +188,7 @@ int main(int argc, char **argv)
     CHECK(fd >= 0);
     struct asahi_gem_create c = { .size = SIZE };
     CHECK(ioctl(fd, ASAHI_GEM_CREATE, &c) == 0);
-    uint32_t *map = map_object(fd, c.handle);
+    uint32_t *map = map_object(fd, c.handle, SIZE);
     for (uint32_t i = 0; i < SIZE / 4; i++)
         map[i] = 0xB0000000u + i;
     int prime = -1;

@@ -17,29 +17,15 @@
 #include <time.h>
 #include <unistd.h>
 #include <xf86drm.h>
+#include "agx_test.h"
 
-struct asahi_gem_create { uint64_t size; uint32_t flags, vm_id, handle, pad; };
-struct asahi_gem_mmap_offset { uint32_t handle, flags; uint64_t offset; };
-#define ASAHI_GEM_CREATE _IOWR('d', 0x45, struct asahi_gem_create)
-#define ASAHI_GEM_MMAP_OFFSET _IOWR('d', 0x46, struct asahi_gem_mmap_offset)
 #define SIZE 16384
-
-#define CHECK(cond) do { if (!(cond)) { fprintf(stderr, "check failed at line %d: %s (errno %d)\n", __LINE__, #cond, errno); exit(1); } } while (0)
 
 static uint32_t create(int fd)
 {
     struct asahi_gem_create c = { .size = SIZE };
     CHECK(ioctl(fd, ASAHI_GEM_CREATE, &c) == 0);
     return c.handle;
-}
-
-static uint32_t *map_object(int fd, uint32_t handle)
-{
-    struct asahi_gem_mmap_offset mo = { .handle = handle };
-    CHECK(ioctl(fd, ASAHI_GEM_MMAP_OFFSET, &mo) == 0);
-    uint32_t *map = mmap(NULL, SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, mo.offset);
-    CHECK(map != MAP_FAILED);
-    return map;
 }
 
 static void fill(uint32_t *map, uint32_t base)
@@ -54,13 +40,6 @@ static int holds(const uint32_t *map, uint32_t base)
         if (map[i] != base + i)
             return 0;
     return 1;
-}
-
-static int64_t seconds_from_now(int s)
-{
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    return (int64_t)(now.tv_sec + s) * 1000000000 + now.tv_nsec;
 }
 
 static void wait_ok(pid_t child)
@@ -94,7 +73,7 @@ int main(int argc, char **argv)
     int fd = open("/dev/dri/renderD128", O_RDWR);
     CHECK(fd >= 0);
     uint32_t first = create(fd);
-    fill(map_object(fd, first), 0xA0000000u);
+    fill(map_object(fd, first, SIZE), 0xA0000000u);
     uint32_t syncobj = 0;
     CHECK(drmSyncobjCreate(fd, 0, &syncobj) == 0);
 
@@ -102,11 +81,11 @@ int main(int argc, char **argv)
     CHECK(child >= 0);
     if (child == 0) {
         /* The parent's handle names the same object here. */
-        CHECK(holds(map_object(fd, first), 0xA0000000u));
+        CHECK(holds(map_object(fd, first, SIZE), 0xA0000000u));
         /* Handles are the file's: the next one follows the parent's. */
         uint32_t mine = create(fd);
         CHECK(mine == first + 1);
-        fill(map_object(fd, mine), 0xC0000000u);
+        fill(map_object(fd, mine, SIZE), 0xC0000000u);
         CHECK(drmSyncobjSignal(fd, &syncobj, 1) == 0);
         _exit(0);
     }
@@ -116,7 +95,7 @@ int main(int argc, char **argv)
                          DRM_SYNCOBJ_WAIT_FLAGS_WAIT_FOR_SUBMIT, NULL) == 0);
     wait_ok(child);
     /* The child's object lives on in the file after the child is gone. */
-    CHECK(holds(map_object(fd, first + 1), 0xC0000000u));
+    CHECK(holds(map_object(fd, first + 1, SIZE), 0xC0000000u));
     CHECK(create(fd) == first + 2);
 
     /* Two processes submit through the one file at once. */
