@@ -1,6 +1,7 @@
 //! Per-instruction semantics of the shader core: every lane of a
-//! SIMD-group computes a hand-derived value, and lanes disabled through the
-//! exec mask (r0l != 0) keep their registers untouched.
+//! SIMD-group computes a hand-derived value, and lanes the exec mask
+//! disables (r0l != 0, taken into the mask by `pop_exec r0l, 0`) keep their
+//! registers untouched.
 
 mod common;
 
@@ -17,9 +18,10 @@ fn disabled(lane: usize) -> bool {
 const SENTINEL: u32 = 0xDEAD_BEEF;
 
 /// Runs `body` + `stop` with r10-r20 preset to a sentinel, `init` applied
-/// per lane, and every third lane disabled.
+/// per lane, and every third lane disabled: its r0l count is 1, and a
+/// `pop_exec r0l, 0` before the body makes the counts the exec mask.
 fn run_lanes(body: &str, init: impl Fn(&mut SimdGroup, usize)) -> SimdGroup {
-    let mut machine = Machine::new(&format!("{body}\nstop"));
+    let mut machine = Machine::new(&format!("pop_exec r0l, 0\n{body}\nstop"));
     let mut group = machine.group();
     for lane in 0..32 {
         for r in 10..=20 {
@@ -348,7 +350,7 @@ fn conversions() {
 
 #[test_log::test]
 fn immediates_and_special_registers() {
-    let mut machine = Machine::new("mov_imm r10, 3735928559\nmov_imm r11l, 4660\nget_sr r12, sr52\nget_sr r13, sr80\nget_sr r14, sr58\nstop");
+    let mut machine = Machine::new("pop_exec r0l, 0\nmov_imm r10, 3735928559\nmov_imm r11l, 4660\nget_sr r12, sr52\nget_sr r13, sr80\nget_sr r14, sr58\nstop");
     let mut group = machine.group();
     group
         .special

@@ -137,6 +137,59 @@ fn collatz_steps(mut n: u32) -> u32 {
 }
 
 #[test_log::test]
+fn straight_line_programs_use_r0_as_an_ordinary_register() {
+    // Mesa's clear program starts `mov r0, u2` (0.2f), its vertex shaders
+    // `iadd r0, ...`: without control flow r0 is a plain register, and
+    // every lane keeps running whatever its r0l holds.
+    let source = "
+        mov_imm r0, 0x3e4ccccd
+        get_sr r1, sr52
+        iadd r0, r0, r1
+        device_store 0, i32, x, r0, u0_u1, r1, unsigned, 0
+        stop";
+    let mut m = Machine::new(source);
+    m.memory.map(DATA, 0x1000, true);
+    set_pair(&mut m.uniforms, 0, DATA);
+    let mut group = m.group();
+    assert_eq!(m.run(&mut group), Ok(Exit::Stopped));
+    let expected: Vec<u32> = (0..32).map(|lane| 0x3e4c_cccd + lane).collect();
+    assert_eq!(m.memory.peek_u32s(DATA, 32), expected);
+    assert_eq!(group.exec_mask(), u32::MAX);
+}
+
+#[test_log::test]
+fn the_exec_mask_changes_only_at_exec_mask_instructions() {
+    // r0l = lane & 1 written by an ordinary instruction leaves every lane
+    // running; `pop_exec r0l, 0` then takes the mask from the counts (odd
+    // lanes off), and `pop_exec r0l, 1` turns them back on.
+    let source = "
+        get_sr r1, sr52
+        and r0, r1, 1
+        mov_imm r2, 1
+        device_store 0, i32, x, r2, u0_u1, r1, unsigned, 0
+        pop_exec r0l, 0
+        mov_imm r2, 2
+        device_store 0, i32, x, r2, u2_u3, r1, unsigned, 0
+        pop_exec r0l, 1
+        mov_imm r2, 3
+        device_store 0, i32, x, r2, u4_u5, r1, unsigned, 0
+        stop";
+    let mut m = Machine::new(source);
+    m.memory.map(DATA, 0x1000, true);
+    for (pair, offset) in [(0, 0), (2, 0x100), (4, 0x200)] {
+        set_pair(&mut m.uniforms, pair, DATA + offset);
+    }
+    let mut group = m.group();
+    assert_eq!(m.run(&mut group), Ok(Exit::Stopped));
+    assert_eq!(m.memory.peek_u32s(DATA, 32), vec![1; 32]);
+    let evens: Vec<u32> = (0..32)
+        .map(|lane| if lane % 2 == 0 { 2 } else { 0 })
+        .collect();
+    assert_eq!(m.memory.peek_u32s(DATA + 0x100, 32), evens);
+    assert_eq!(m.memory.peek_u32s(DATA + 0x200, 32), vec![3; 32]);
+}
+
+#[test_log::test]
 fn branchy_integer_routine() {
     // Collatz step counts for n = lane + 1 + u0: divergent nested
     // branches inside a loop whose trip count differs per lane.

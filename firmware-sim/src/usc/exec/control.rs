@@ -1,7 +1,7 @@
 //! Control flow: `stop`, `trap`, waits and barriers, jumps taken by the
 //! whole SIMD-group, calls and returns, and the structured
 //! `if`/`else`/`while`/`pop_exec` instructions that update each lane's
-//! `r0l` disable count.
+//! `r0l` nesting count and set the execution mask from it.
 
 use agx_hw::isa::{Op, Reg};
 
@@ -103,6 +103,7 @@ impl SimdGroup {
                     };
                     self.write(Reg::l(0), lane, new);
                 }
+                self.exec_from_r0l();
             }
             Op::PopExec => {
                 let n = o.int(1)? as u64;
@@ -110,6 +111,7 @@ impl SimdGroup {
                     let v = self.read(Reg::l(0), lane);
                     self.write(Reg::l(0), lane, v.saturating_sub(n));
                 }
+                self.exec_from_r0l();
             }
             _ => return Err(o.misrouted()),
         }

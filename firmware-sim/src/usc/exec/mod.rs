@@ -2,11 +2,16 @@
 //!
 //! A SIMD-group is 32 lanes running one instruction stream. Each lane has
 //! its own 128 32-bit registers; the 256 uniforms are shared by the whole
-//! dispatch. Divergence is handled without a hardware stack: the low half
-//! of r0 (`r0l`) of each lane counts how many exec-mask levels the lane is
-//! disabled for, a lane runs only while its `r0l` is zero, and the
-//! `if`/`else`/`while`/`pop_exec` instructions update every lane's count.
-//! Branches (`jmp_exec_any`/`jmp_exec_none`) are taken by the whole group.
+//! dispatch. Which lanes run is the group's execution mask, hidden state
+//! that every instruction obeys. Divergence is handled without a hardware
+//! stack: the `if`/`else`/`while`/`pop_exec` instructions keep, in the low
+//! half of r0 (`r0l`) of each lane, how many nesting levels the lane is
+//! disabled for, and set the mask to the lanes whose count is then zero.
+//! Nothing else reads `r0l` as a mask: a program without control flow uses
+//! r0 as an ordinary register (Mesa's compiler reserves it only in shaders
+//! with control flow), and writing `r0l` changes the mask only at the next
+//! exec-mask instruction (applegpu's model of the hardware). Branches
+//! (`jmp_exec_any`/`jmp_exec_none`) are taken by the whole group.
 //!
 //! This file holds the group's state and its fetch-execute loop; each
 //! class of instruction executes in its own file (`control`, `special`,
@@ -206,6 +211,9 @@ pub struct SimdGroup {
     regs: Box<[[u32; LANES]; GPRS]>,
     /// Lanes that exist (a partial group at the edge of a grid has fewer).
     pub present: u32,
+    /// The execution mask: the lanes that run the next instruction (a
+    /// subset of `present`), set by the exec-mask instructions.
+    exec: u32,
     /// Address of the next instruction.
     pub pc: u64,
     /// Special-register values.
@@ -323,11 +331,12 @@ fn sign_extend(value: u64, bits: u32) -> i64 {
 
 impl SimdGroup {
     /// A group starting at `pc` with lanes `present`, all registers zero
-    /// (so every present lane starts active).
+    /// and every present lane active.
     pub fn new(pc: u64, present: u32) -> SimdGroup {
         SimdGroup {
             regs: Box::new([[0; LANES]; GPRS]),
             present,
+            exec: present,
             pc,
             special: SpecialRegs::default(),
             executed_instructions: 0,
@@ -368,11 +377,17 @@ impl SimdGroup {
         }
     }
 
-    /// The lanes that run the next instruction: present, with `r0l` zero.
+    /// The lanes that run the next instruction.
     pub fn exec_mask(&self) -> u32 {
-        lanes(self.present)
+        self.exec
+    }
+
+    /// Sets the execution mask to the present lanes whose `r0l` is zero,
+    /// as every exec-mask instruction does after updating the counts.
+    fn exec_from_r0l(&mut self) {
+        self.exec = lanes(self.present)
             .filter(|&lane| self.regs[0][lane] & 0xFFFF == 0)
-            .fold(0, |m, l| m | 1 << l)
+            .fold(0, |m, l| m | 1 << l);
     }
 
     /// Runs until `stop` or a threadgroup barrier. `budget_instructions`
