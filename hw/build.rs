@@ -1812,6 +1812,23 @@ fn emit_sequence(out: &mut String, seq: &SequenceDef, formats: &BTreeMap<&str, &
     }
     let _ = writeln!(out, "impl {name} {{\n    /// Static description.\n    pub const INFO: &'static SequenceInfo = &SequenceInfo {{\n        name: \"{name}\",\n        doc: \"{}\",\n        body: SequenceBody::Records(RecordsInfo {{\n            header: <{hname} as Format>::INFO,\n            align: {align_info},\n            entries: &[\n{entries_info}            ],\n        }}),\n    }};\n", esc(&seq.doc));
 
+    // ---- update: state that accumulates (every member optional)
+    if seq
+        .entries
+        .iter()
+        .all(|e| matches!(e.selector, Selector::Bit(_)))
+    {
+        let mut body = String::new();
+        for e in &seq.entries {
+            let _ = writeln!(
+                body,
+                "        if update.{m}.is_some() {{\n            self.{m}.clone_from(&update.{m});\n        }}",
+                m = e.member
+            );
+        }
+        let _ = writeln!(out, "    /// Applies a later update of this state: each member `update` has\n    /// replaces this one's, the others stay (how the hardware accumulates\n    /// state updates that each carry only what changed).\n    pub fn update(&mut self, update: &Self) {{\n{body}    }}\n");
+    }
+
     // ---- encoded_header
     let need_base = header_member || !counts.is_empty() || !discriminants.is_empty();
     let _ = writeln!(out, "    /// The header this value is encoded with: present bits and counts\n    /// derived from the members, everything else from `header`.\n    ///\n    /// # Errors\n    /// [`SeqError::CountMismatch`] if arrays sharing a count differ in length,\n    /// [`SeqError::Missing`] / [`SeqError::Inactive`] if a conditional member\n    /// disagrees with its condition, [`SeqError::UnknownDiscriminant`].\n    pub fn encoded_header(&self) -> Result<{hname}, SeqError> {{");

@@ -123,21 +123,30 @@ pub(crate) fn plane(points: [(f64, f64, f64); 3]) -> [f32; 3] {
 }
 
 /// The coefficient registers of a primitive, from the fragment shader's
-/// coefficient bindings: each binding turns `components` vertex output
-/// slots from `base_slot` (slots 0-3 are the projected position: window
-/// x, y, z and 1/w) into planes at `base_coefficient_register`. Linear
-/// planes interpolate the value in window space; perspective ones
-/// interpolate value/w (divided by the 1/w plane with `iterproj`); flat
-/// ones are the provoking vertex's value.
+/// coefficient bindings: each binding turns `components` slots from
+/// `base_slot` into planes at `base_coefficient_register`. The slots are
+/// the hardware's: slot 0 is 1/w (the W the fragment shader divides by,
+/// `gl_FragCoord.w`), slot 1 the window z when the PPP's output select
+/// has `frag_coord_z`, and the vertex shader's outputs after its position
+/// (its slots 4 on) follow. A `FragcoordZ` binding reads the window z
+/// whatever its slot. Linear planes interpolate the value in window
+/// space; perspective ones interpolate value/w (divided by the W plane
+/// with `iterproj`); flat ones are the provoking vertex's value. A
+/// shader with no bindings has no table (Mesa gives its address as 0),
+/// and none is read.
+///
+/// `vertices` are the binned vertices: window x, y, z, 1/w, then the
+/// vertex shader's outputs from its slot 4.
 pub(crate) fn setup_coefficients(
     vm: &GpuVm<'_>,
     usc_exec_base: u64,
     ppp: &tiler::PppState,
     vertices: &[Vec<f32>; 3],
 ) -> Result<Vec<[f32; 3]>, EngineResult> {
-    let Some(table) = ppp.cf_bindings else {
+    let Some(table) = ppp.cf_bindings.filter(|_| ppp.cf_binding_count > 0) else {
         return Ok(Vec::new());
     };
+    let first_output_slot = 1 + u32::from(ppp.frag_coord_z);
     let table = usc_exec_base.wrapping_add(table);
     let header = CfBindingHeader::unpack(&read_words::<4>(vm, table)?).value;
     let mut planes = vec![[0f32; 3]; header.coefficient_register_count as usize];
@@ -149,12 +158,23 @@ pub(crate) fn setup_coefficients(
             let Some(out) = planes.get_mut(register) else {
                 return Err(unsupported(at, FaultUnit::Usc));
             };
+            let slot = b.base_slot + c;
+            let index = match b.source {
+                CoefficientSource::FragcoordZ => Some(2),
+                _ if slot == 0 => Some(3),
+                _ if slot == 1 && ppp.frag_coord_z => Some(2),
+                _ => slot
+                    .checked_sub(first_output_slot)
+                    .map(|output| 4 + output as usize),
+            };
+            // A slot past the vertex's outputs reads 0.
             let value = |v: usize| -> f64 {
-                let slot = (b.base_slot + c) as usize;
-                match b.source {
-                    CoefficientSource::FragcoordZ => f64::from(vertices[v][2]),
-                    _ => f64::from(vertices[v].get(slot).copied().unwrap_or(0.0)),
-                }
+                f64::from(
+                    index
+                        .and_then(|i| vertices[v].get(i))
+                        .copied()
+                        .unwrap_or(0.0),
+                )
             };
             let xy = |v: usize| (f64::from(vertices[v][0]), f64::from(vertices[v][1]));
             *out = match b.shade_model {

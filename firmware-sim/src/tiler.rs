@@ -33,8 +33,8 @@
 use agx_fwif::messages::{FaultUnit, TvbInfo, TVB_PAGE_BYTES};
 use agx_hw::addr::FwVa;
 use agx_hw::formats::{
-    Cull, FragmentControl, FragmentFace, FragmentStencil, IndexListBlock, IndexSize, PppRecords,
-    Primitive, VdmStateWords, Viewport,
+    Cull, DepthBiasScissor, FragmentControl, FragmentFace, FragmentStencil, IndexListBlock,
+    IndexSize, PppRecords, Primitive, VdmStateWords, Viewport,
 };
 use agx_hw::isa::Reg;
 use zerocopy::{FromBytes, IntoBytes};
@@ -197,8 +197,10 @@ pub struct VertexState {
     pub pipeline: Option<u64>,
     /// 32-bit outputs per vertex.
     pub outputs: u32,
-    /// The PPP state (address, bytes).
-    pub ppp: Option<(u64, u32)>,
+    /// The PPP state: every record the PPP updates so far set (each
+    /// update replaces the records its header names and leaves the rest),
+    /// `None` before the first update.
+    pub ppp: Option<PppRecords>,
 }
 
 /// The records of a PPP state this model uses.
@@ -218,6 +220,10 @@ pub struct PppState {
     pub viewport: Viewport,
     /// Culling and rasteriser state.
     pub cull: Cull,
+    /// Indices into the render's scissor and depth-bias arrays.
+    pub depth_bias_scissor: DepthBiasScissor,
+    /// Whether the fragment z is a coefficient slot (slot 1, after W).
+    pub frag_coord_z: bool,
     /// The fragment shader's pipeline (offset from `usc_exec_base`).
     pub fragment_pipeline: Option<u64>,
     /// The fragment shader's coefficient bindings (offset from
@@ -232,22 +238,32 @@ pub struct PppState {
 /// does not use are read and ignored.
 pub fn parse_ppp(vm: &GpuVm<'_>, address: u64) -> Result<PppState, EngineResult> {
     let (records, _) = read_sequence::<PppRecords>(vm, address, FaultUnit::Vdm)?;
-    let fragment_shader = records.fragment_shader.as_ref();
-    Ok(PppState {
-        fragment_control: records.fragment_control,
-        front_face: records.fragment_front_face,
-        back_face: records.fragment_back_face,
-        front_stencil: records.fragment_front_stencil,
-        back_stencil: records.fragment_back_stencil,
-        viewport: records
-            .viewport
-            .and_then(|v| v.viewports.into_iter().next())
-            .unwrap_or_default(),
-        cull: records.cull.unwrap_or_default(),
-        fragment_pipeline: fragment_shader.map(|f| f.word1.pipeline),
-        cf_bindings: fragment_shader.map(|f| f.word2.cf_bindings),
-        cf_binding_count: fragment_shader.map_or(0, |f| f.word0.cf_binding_count),
-    })
+    Ok(PppState::of(&records))
+}
+
+impl PppState {
+    /// What this model uses of a PPP state's records.
+    pub fn of(records: &PppRecords) -> PppState {
+        let fragment_shader = records.fragment_shader.as_ref();
+        PppState {
+            fragment_control: records.fragment_control,
+            front_face: records.fragment_front_face,
+            back_face: records.fragment_back_face,
+            front_stencil: records.fragment_front_stencil,
+            back_stencil: records.fragment_back_stencil,
+            viewport: records
+                .viewport
+                .as_ref()
+                .and_then(|v| v.viewports.first().copied())
+                .unwrap_or_default(),
+            cull: records.cull.unwrap_or_default(),
+            depth_bias_scissor: records.depth_bias_scissor.unwrap_or_default(),
+            frag_coord_z: records.output_select.is_some_and(|o| o.frag_coord_z),
+            fragment_pipeline: fragment_shader.map(|f| f.word1.pipeline),
+            cf_bindings: fragment_shader.map(|f| f.word2.cf_bindings),
+            cf_binding_count: fragment_shader.map_or(0, |f| f.word0.cf_binding_count),
+        }
+    }
 }
 
 /// A draw's parameters.
@@ -445,7 +461,15 @@ pub struct Binner<'a> {
     head_pages: Vec<u64>,
     /// Per tile: (first chunk, last chunk, entries in the last chunk).
     lists: Vec<Option<(u64, u64, u32)>>,
+    /// The segment's fragment states: the PPP states its triangles were
+    /// drawn with, each copied into the buffer (as the PPP writes its
+    /// state there) when a triangle first uses it.
     states: Vec<FragmentState>,
+    /// The PPP state the next triangles are drawn with, as a whole
+    /// `PppRecords` (every record set so far).
+    state_bytes: Vec<u8>,
+    /// Its index in `states`, once copied in this segment.
+    current_state: Option<u32>,
     area: (u32, u32),
     /// What the pass did so far.
     pub stats: BinningStats,
@@ -473,6 +497,8 @@ impl<'a> Binner<'a> {
             head_pages: Vec::new(),
             lists: vec![None; (u64::from(tiles_x) * u64::from(tiles_y)) as usize],
             states: Vec::new(),
+            state_bytes: Vec::new(),
+            current_state: None,
             area: (width, height),
             stats: BinningStats::default(),
         };
@@ -502,6 +528,8 @@ impl<'a> Binner<'a> {
         }
         self.lists.iter_mut().for_each(|l| *l = None);
         self.header.primitives = 0;
+        self.states.clear();
+        self.current_state = None;
         Ok(Ok(()))
     }
 
@@ -533,26 +561,26 @@ impl<'a> Binner<'a> {
             })
     }
 
-    /// Notes the fragment state of the draws that follow; returns its index.
-    pub fn state(&mut self, ppp: Option<(u64, u32)>) -> Result<u32, EngineResult> {
-        let state = FragmentState {
-            ppp: ppp.map_or(0, |(a, _)| a),
-            ppp_bytes: ppp.map_or(0, |(_, b)| b),
-            pad: 0,
-        };
-        if self.states.last() != Some(&state) {
-            if self.states.len() >= MAX_STATES {
-                return Err(unsupported(state.ppp, FaultUnit::Vdm));
-            }
-            self.states.push(state);
+    /// Notes the PPP state the triangles that follow are drawn with (the
+    /// draw at `pc`'s).
+    pub fn set_state(&mut self, records: &PppRecords, pc: u64) -> Result<(), EngineResult> {
+        let mut bytes = Vec::with_capacity(self.state_bytes.len());
+        // Records that cannot be one state (a region clip and viewports of
+        // different counts) are refused.
+        records
+            .build(&mut bytes)
+            .map_err(|_| unsupported(pc, FaultUnit::Vdm))?;
+        if bytes != self.state_bytes {
+            self.state_bytes = bytes;
+            self.current_state = None;
         }
-        Ok((self.states.len() - 1) as u32)
+        Ok(())
     }
 
-    /// Bins one triangle (`back_facing`: it faces away from the viewer).
+    /// Bins one triangle (`back_facing`: it faces away from the viewer),
+    /// drawn with the state of the last [`Binner::set_state`].
     pub fn triangle(
         &mut self,
-        state: u32,
         back_facing: bool,
         vertices: &[ScreenVertex; 3],
     ) -> Result<Result<(), Overflow>, EngineResult> {
@@ -570,6 +598,13 @@ impl<'a> Binner<'a> {
         }
         let varyings = vertices[0].varyings.len();
         self.header.varyings = varyings as u32;
+        let state = match self.current_state {
+            Some(index) => index,
+            None if self.states.len() >= MAX_STATES => {
+                return Err(unsupported(self.header_page, FaultUnit::Tiler));
+            }
+            None => self.states.len() as u32,
+        };
         let mut record: Vec<u8> = Vec::new();
         record.extend(state.to_le_bytes());
         record.extend(u32::from(back_facing).to_le_bytes());
@@ -595,9 +630,19 @@ impl<'a> Binner<'a> {
             .count();
         let mut chunks = Vec::with_capacity(new_chunks);
         let saved = (self.alloc.next_page, self.alloc.current);
+        let state_copy = match self.current_state {
+            Some(_) => None,
+            None => match self.alloc.alloc(self.state_bytes.len() as u64)? {
+                Ok(address) => Some(address),
+                Err(overflow) => return Ok(Err(overflow)),
+            },
+        };
         let address = match self.alloc.alloc(record.len() as u64)? {
             Ok(address) => address,
-            Err(overflow) => return Ok(Err(overflow)),
+            Err(overflow) => {
+                (self.alloc.next_page, self.alloc.current) = saved;
+                return Ok(Err(overflow));
+            }
         };
         for _ in 0..new_chunks {
             match self.alloc.alloc(CHUNK_BYTES)? {
@@ -607,6 +652,18 @@ impl<'a> Binner<'a> {
                     return Ok(Err(overflow));
                 }
             }
+        }
+        if let Some(copy) = state_copy {
+            let bytes = std::mem::take(&mut self.state_bytes);
+            let written = self.write(copy, &bytes);
+            self.state_bytes = bytes;
+            written?;
+            self.states.push(FragmentState {
+                ppp: copy,
+                ppp_bytes: self.state_bytes.len() as u32,
+                pad: 0,
+            });
+            self.current_state = Some(state);
         }
         self.write(address, &record)?;
         let mut chunks = chunks.into_iter();
@@ -731,12 +788,12 @@ pub fn draw<'a>(
     let Some(pipeline) = state.pipeline else {
         return Err(unsupported(pc, FaultUnit::Vdm));
     };
-    let Some((ppp_address, _)) = state.ppp else {
+    let Some(records) = &state.ppp else {
         return Err(unsupported(pc, FaultUnit::Vdm));
     };
     let binding = bind::bind(&vm, usc_exec_base.wrapping_add(pipeline), usc_exec_base)?;
-    let ppp = parse_ppp(&vm, ppp_address)?;
-    let fragment_state = binner.state(state.ppp)?;
+    let ppp = PppState::of(records);
+    binner.set_state(records, pc)?;
     let batches = Batches::of(draw, pc)?;
     let outputs = state.outputs.max(4) as usize;
     for instance in 0..draw.instances {
@@ -781,7 +838,7 @@ pub fn draw<'a>(
             for t in batch.first..batch.end {
                 let at = batch.corners(draw.primitive, t);
                 let polygon = clip_near([clip(at[0]), clip(at[1]), clip(at[2])]);
-                bin_polygon(binner, &ppp, fragment_state, &polygon, pc, on_overflow)?;
+                bin_polygon(binner, &ppp, &polygon, pc, on_overflow)?;
             }
         }
     }
@@ -793,7 +850,6 @@ pub fn draw<'a>(
 fn bin_polygon<'a>(
     binner: &mut Binner<'a>,
     ppp: &PppState,
-    fragment_state: u32,
     polygon: &[ClipVertex],
     pc: u64,
     on_overflow: &mut dyn FnMut(&mut Binner<'a>) -> Result<(), EngineResult>,
@@ -818,12 +874,12 @@ fn bin_polygon<'a>(
         if (front && ppp.cull.cull_front) || (!front && ppp.cull.cull_back) {
             continue;
         }
-        if binner.triangle(fragment_state, !front, &tri)?.is_err() {
+        if binner.triangle(!front, &tri)?.is_err() {
             // The buffer ran dry: grow it or render what is binned (a
             // partial render), then bin the triangle again.
             binner.stats.overflows += 1;
             on_overflow(binner)?;
-            if binner.triangle(fragment_state, !front, &tri)?.is_err() {
+            if binner.triangle(!front, &tri)?.is_err() {
                 return Err(unsupported(pc, FaultUnit::Tiler));
             }
         }

@@ -10,12 +10,12 @@
 //! over what is binned so far, and binning starts again.
 
 use agx_fwif::messages::{FaultUnit, RunVertexBody, TvbInfo};
-use agx_hw::formats::VdmBlock;
+use agx_hw::formats::{PppRecords, VdmBlock};
 
 use crate::command::{command_body, refuse_helper, RunContext, WATCHDOG_STRIDE};
 use crate::fault::{unsupported, EngineResult};
 use crate::fragment::render_scene;
-use crate::memory::{read_item, GpuVm};
+use crate::memory::{read_item, read_sequence, GpuVm};
 use crate::tiler::{self, overflow, tvb_info};
 use crate::usc::ProgramCache;
 
@@ -92,8 +92,15 @@ fn vertex(ctx: &RunContext<'_>, workers: usize) -> Result<(), EngineResult> {
         match block {
             VdmBlock::StreamTerminate(_) => break,
             VdmBlock::Barrier(_) => pc = next,
-            VdmBlock::PppStateUpdate(ppp) => {
-                state.ppp = Some((ppp.pointer, 4 * ppp.size_words));
+            VdmBlock::PppStateUpdate(update) => {
+                // An update changes the records its header names; the
+                // rest stay as earlier updates set them.
+                let (records, _) =
+                    read_sequence::<PppRecords>(&vm, update.pointer, FaultUnit::Vdm)?;
+                state
+                    .ppp
+                    .get_or_insert_with(PppRecords::default)
+                    .update(&records);
                 pc = next;
             }
             VdmBlock::VdmStateUpdate(words) => {

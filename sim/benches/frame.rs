@@ -173,9 +173,10 @@ fn frame(m: &Machine) -> CmdRender {
         0,
         Some((1, DATA_VA + 0x8_1000)),
     );
-    // Coefficient bindings: the normal (slots 4-6), linear, to cf0-cf2.
+    // Coefficient bindings: the normal (vertex outputs 4-6: hardware slots
+    // 1-3, after W), linear, to cf0-cf2.
     let mut table = CfBindingHeader {
-        slot_count: 3,
+        slot_count: 4,
         coefficient_register_count: 3,
     }
     .pack()
@@ -186,7 +187,7 @@ fn frame(m: &Machine) -> CmdRender {
             components: 3,
             shade_model: ShadeModel::Linear,
             source: CoefficientSource::Varying,
-            base_slot: 4,
+            base_slot: 1,
             base_coefficient_register: 0,
         }
         .pack()

@@ -1298,12 +1298,135 @@ fn shader_depth_output_is_what_the_depth_test_uses() {
     assert_eq!(stored_depth(&m, 20, 20), 0.25);
 }
 
+const SCISSORS: u64 = PPP + 0x1000;
+const DEPTH_BIASES: u64 = PPP + 0x1100;
+
+/// Builds a PPP state update at `PPP + offset` and returns its VDM block.
+fn ppp_update(m: &Machine, offset: u64, records: &PppRecords) -> VdmBlock {
+    let mut ppp = Vec::new();
+    records.build(&mut ppp).unwrap();
+    m.poke(m.data, PPP + offset, &ppp);
+    VdmBlock::PppStateUpdate(PppState {
+        pointer: DATA_VA + PPP + offset,
+        size_words: (ppp.len() / 4) as u32,
+    })
+}
+
+/// Two coplanar full-target triangles at depth 0.5, red then green, depth
+/// test Less, the PPP state given as Mesa gives it: one update with the
+/// viewport and the scissor and depth-bias indices, one with the fragment
+/// state, then before the green triangle an update with only a fragment
+/// control (scissor on, depth bias `green_bias`). The scissor is
+/// (8, 8)-(56, 40).
+fn coplanar_pass(m: &Machine, green_bias: bool) -> CmdRender {
+    let cover = [[-64.0f32, -64.0], [192.0, 0.0], [0.0, 192.0]];
+    coloured(
+        m,
+        &[(cover, 0.5, [1.0, 0.0, 0.0]), (cover, 0.5, [0.0, 1.0, 0.0])],
+    );
+    let mut render = depth_pass(m, 2, false);
+    let scissor = agx_hw::formats::Scissor {
+        min_x: 8,
+        min_y: 8,
+        max_x: 56,
+        max_y: 40,
+        min_z: 0.0,
+        max_z: 1.0,
+    };
+    m.poke(m.data, SCISSORS, &scissor.pack().unwrap());
+    let bias = agx_hw::formats::DepthBias {
+        depth_bias: -8.0,
+        slope_scale: 0.0,
+        clamp: 0.0,
+    };
+    m.poke(m.data, DEPTH_BIASES, &bias.pack().unwrap());
+    render.isp_scissor_base = DATA_VA + SCISSORS;
+    render.isp_dbias_base = DATA_VA + DEPTH_BIASES;
+    // Take the single update depth_pass wrote apart.
+    let stream = m.peek(m.data, STREAM, 0x200);
+    let at = block_at(&stream, VdmBlockType::PppStateUpdate);
+    let ppp = PppRecords::walk(&m.peek(m.data, PPP, 0x100)).unwrap().value;
+    let control = FragmentControl {
+        scissor_enable: true,
+        ..ppp.fragment_control.unwrap_or_default()
+    };
+    let viewport = PppRecords {
+        depth_bias_scissor: Some(agx_hw::formats::DepthBiasScissor {
+            scissor: 0,
+            depth_bias: 0,
+        }),
+        viewport: ppp.viewport.clone(),
+        ..PppRecords::default()
+    };
+    let fragment = PppRecords {
+        fragment_control: Some(control),
+        viewport: None,
+        ..ppp
+    };
+    let biased = PppRecords {
+        fragment_control: Some(FragmentControl {
+            depth_bias_enable: green_bias,
+            ..control
+        }),
+        ..PppRecords::default()
+    };
+    let mut vdm = stream[..at].to_vec();
+    for block in [
+        ppp_update(m, 0x200, &viewport),
+        ppp_update(m, 0x400, &fragment),
+        draw_block(3),
+        ppp_update(m, 0x600, &biased),
+        VdmBlock::IndexList(IndexListBlock {
+            start: Some(IndexListStart { start: 3 }),
+            ..match draw_block(3) {
+                VdmBlock::IndexList(list) => list,
+                _ => unreachable!(),
+            }
+        }),
+        VdmBlock::StreamTerminate(VdmStreamTerminate::default()),
+    ] {
+        block.build(&mut vdm).unwrap();
+    }
+    m.poke(m.data, STREAM, &vdm);
+    render
+}
+
+#[test_log::test]
+fn ppp_updates_accumulate_and_the_scissor_and_depth_bias_apply() {
+    let m = Machine::new(5000);
+    // Without bias the coplanar green triangle fails Less: red, depth 0.5,
+    // inside the scissor only. The viewport came in the first update and
+    // still applies after the later ones.
+    let render = coplanar_pass(&m, false);
+    assert_eq!(m.submit(CmdType::Render, render.as_bytes()), None);
+    assert_eq!(rgb(&m, 8, 8), [255, 0, 0]);
+    assert_eq!(rgb(&m, 55, 39), [255, 0, 0]);
+    for (x, y) in [(7, 8), (8, 7), (56, 20), (20, 40), (0, 63)] {
+        assert_eq!(
+            rgb(&m, x, y),
+            [0, 0, 0],
+            "({x}, {y}) is outside the scissor"
+        );
+        assert_eq!(stored_depth(&m, x, y), 1.0);
+    }
+    assert_eq!(stored_depth(&m, 20, 20), 0.5);
+    // With the bias (-8 units of 2^-24 at depth 0.5) green wins and its
+    // biased depth is stored; the update that enabled it changed nothing
+    // else.
+    let render = coplanar_pass(&m, true);
+    assert_eq!(m.submit(CmdType::Render, render.as_bytes()), None);
+    assert_eq!(rgb(&m, 20, 20), [0, 255, 0]);
+    assert_eq!(stored_depth(&m, 20, 20), 0.5 - 2f32.powi(-21));
+    assert_eq!(rgb(&m, 60, 60), [0, 0, 0]);
+}
+
 /// Writes a coefficient binding table at USC offset 0x5000: `components`
-/// varying slots from slot 4 to cf0.., with `shade_model`.
+/// slots of the vertex outputs from output 4 (hardware slot 1, after W)
+/// to cf0.., with `shade_model`.
 fn cf_table(m: &Machine, components: u32, shade_model: agx_hw::formats::ShadeModel) {
     use agx_hw::formats::{CfBinding, CfBindingHeader, CoefficientSource};
     let mut table = CfBindingHeader {
-        slot_count: components,
+        slot_count: 1 + components,
         coefficient_register_count: components,
     }
     .pack()
@@ -1314,7 +1437,7 @@ fn cf_table(m: &Machine, components: u32, shade_model: agx_hw::formats::ShadeMod
             components,
             shade_model,
             source: CoefficientSource::Varying,
-            base_slot: 4,
+            base_slot: 1,
             base_coefficient_register: 0,
         }
         .pack()

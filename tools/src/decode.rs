@@ -667,14 +667,20 @@ impl<'a> Decoder<'a> {
         let records = PppRecords::decode(self.read(va, len)?).ok()?.value;
         let shader = records.fragment_shader?;
         self.depth += 1;
-        let table = self.s.usc_exec_base + shader.word2.cf_bindings;
-        self.line(&format!("coefficient bindings at {table:#x}:"));
-        self.depth += 1;
-        self.format_at("CfBindingHeader", table, 4);
-        for i in 0..u64::from(shader.word0.cf_binding_count) {
-            self.format_at("CfBinding", table + 4 + 4 * i, 4);
+        if shader.word0.cf_binding_count == 0 {
+            // A shader that reads no varyings has no table (Mesa gives
+            // its address as 0), and the hardware reads none.
+            self.line("no coefficient bindings");
+        } else {
+            let table = self.s.usc_exec_base + shader.word2.cf_bindings;
+            self.line(&format!("coefficient bindings at {table:#x}:"));
+            self.depth += 1;
+            self.format_at("CfBindingHeader", table, 4);
+            for i in 0..u64::from(shader.word0.cf_binding_count) {
+                self.format_at("CfBinding", table + 4 + 4 * i, 4);
+            }
+            self.depth -= 1;
         }
-        self.depth -= 1;
         let info = self.pipeline(self.s.usc_exec_base + shader.word1.pipeline, false);
         self.depth -= 1;
         Some(info)

@@ -13,13 +13,13 @@ use std::sync::Arc;
 
 use agx_hw::formats::{
     CdmBlock, CdmGlobalSize, CdmLaunch, CdmLaunchWord0, CdmLaunchWord1, CdmLocalSize, CdmMode,
-    CdmStreamTerminate, CfBinding, CfBindingHeader, CoefficientSource, Cull, FragmentControl,
-    FragmentFace, FragmentShaderWord0, FragmentShaderWord1, FragmentShaderWord2,
+    CdmStreamTerminate, CfBinding, CfBindingHeader, CoefficientSource, Cull, DepthBiasScissor,
+    FragmentControl, FragmentFace, FragmentShaderWord0, FragmentShaderWord1, FragmentShaderWord2,
     FragmentShaderWord3, FragmentStencil, IndexList, IndexListBlock, IndexListBufferLo,
     IndexListBufferSize, IndexListCount, IndexListInstances, IndexListStart, IndexSize, PppRecords,
-    PppRecordsFragmentShader, PppRecordsViewport, PppState, Primitive, Sampler, ShadeModel,
-    StencilOp, VdmBlock, VdmStateVertexOutputs, VdmStateVertexShaderWord1, VdmStateWords,
-    VdmStreamLink, VdmStreamTerminate, Viewport, ViewportControl, ZsFunc,
+    PppRecordsFragmentShader, PppRecordsViewport, PppState, Primitive, RegionClip, Sampler,
+    Scissor, ShadeModel, StencilOp, VdmBlock, VdmStateVertexOutputs, VdmStateVertexShaderWord1,
+    VdmStateWords, VdmStreamLink, VdmStreamTerminate, Viewport, ViewportControl, ZsFunc,
 };
 use agx_uapi::asahi::{BgEot, CmdCompute, CmdRender, RenderFlags};
 use zerocopy::FromZeros;
@@ -57,7 +57,9 @@ fn seq_err(e: agx_hw::SeqError) -> Error {
 pub enum Interpolation {
     /// Linearly in screen space.
     Linear,
-    /// Perspective-correct.
+    /// Perspective-correct: the shader divides by W (`iterproj` with the
+    /// W plane, which the pipeline binds to the coefficient register after
+    /// the varyings' when any varying is perspective-correct).
     Perspective,
     /// The first vertex's value.
     Flat,
@@ -344,9 +346,20 @@ impl GraphicsPipeline {
                 desc.vertex_outputs
             )));
         }
+        // The hardware's slots: W in slot 0, then the vertex outputs after
+        // the position (output 4 is slot 1).
+        let perspective = desc
+            .varyings
+            .iter()
+            .any(|v| v.interpolation == Interpolation::Perspective);
         let mut table = CfBindingHeader {
-            slot_count: desc.vertex_outputs - 4,
-            coefficient_register_count: desc.varyings.iter().map(|v| v.components.min(4)).sum(),
+            slot_count: desc.vertex_outputs - 3,
+            coefficient_register_count: desc
+                .varyings
+                .iter()
+                .map(|v| v.components.min(4))
+                .sum::<u32>()
+                + u32::from(perspective),
         }
         .pack()
         .map_err(pack_err)?
@@ -374,7 +387,7 @@ impl GraphicsPipeline {
                         Interpolation::Flat => ShadeModel::FlatVertex0,
                     },
                     source: CoefficientSource::Varying,
-                    base_slot: varying.slot,
+                    base_slot: varying.slot - 3,
                     base_coefficient_register: register,
                 }
                 .pack()
@@ -382,6 +395,21 @@ impl GraphicsPipeline {
             );
             register += varying.components;
         }
+        if perspective {
+            // W (slot 0), interpolated linearly: its plane is 1/w.
+            table.extend(
+                CfBinding {
+                    components: 1,
+                    shade_model: ShadeModel::Linear,
+                    source: CoefficientSource::Varying,
+                    base_slot: 0,
+                    base_coefficient_register: register,
+                }
+                .pack()
+                .map_err(pack_err)?,
+            );
+        }
+        let cf_bindings = desc.varyings.len() as u32 + u32::from(perspective);
         let cf_table = device.create_buffer(&BufferDesc {
             size_bytes: table.len() as u64,
             memory: MemoryType::HostVisible,
@@ -404,7 +432,7 @@ impl GraphicsPipeline {
             fragment: Shader::new(device, &fragment_source(desc)?)?,
             outputs: desc.vertex_outputs,
             cf_table,
-            cf_bindings: desc.varyings.len() as u32,
+            cf_bindings,
             depth: desc.depth,
             stencil: desc.stencil,
             cull: desc.cull,
@@ -879,11 +907,17 @@ impl CommandBuffer {
             fs_samplers: Vec::new(),
             dirty_vertex: true,
             dirty_fragment: true,
+            dirty_viewport: true,
             viewport: [0.0, 0.0, width as f32, height as f32, 0.0, 1.0],
+            scissor: None,
+            scissors: Vec::new(),
             vertex_buffer: None,
         })
     }
 }
+
+/// Pixels per side of the tiles a region clip counts in.
+const REGION_CLIP_TILE_PX: u32 = 32;
 
 /// A render pass being recorded.
 #[derive(Debug)]
@@ -901,8 +935,14 @@ pub struct RenderPass<'a> {
     fs_samplers: Vec<[u8; 8]>,
     dirty_vertex: bool,
     dirty_fragment: bool,
+    dirty_viewport: bool,
     /// x, y, width, height (pixels), min and max depth.
     viewport: [f32; 6],
+    /// The application's scissor: x, y, width, height (pixels).
+    scissor: Option<[u32; 4]>,
+    /// The pass's scissor array (`isp_scissor_base`), packed `Scissor`
+    /// entries, one per viewport/scissor update.
+    scissors: Vec<u8>,
     /// The vertex buffer for pipelines with a vertex layout.
     vertex_buffer: Option<u64>,
 }
@@ -911,8 +951,9 @@ impl RenderPass<'_> {
     /// Sets the viewport: normalised device coordinates map to the
     /// rectangle at (`x`, `y`) of `width` x `height` pixels (y down) and
     /// depth to `min_depth..max_depth`. The default is the whole render
-    /// area and 0..1. (It does not clip: the rasteriser draws what lands
-    /// in the render area.)
+    /// area and 0..1. Pixels outside the viewport's rectangle are not
+    /// drawn (the scissor, always on, is the rectangle within the
+    /// application's scissor).
     pub fn set_viewport(
         &mut self,
         x: f32,
@@ -925,7 +966,16 @@ impl RenderPass<'_> {
         let viewport = [x, y, width, height, min_depth, max_depth];
         if viewport != self.viewport {
             self.viewport = viewport;
-            self.dirty_fragment = true;
+            self.dirty_viewport = true;
+        }
+    }
+
+    /// Sets the scissor: only pixels in the rectangle at (`x`, `y`) of
+    /// `width` x `height` pixels are drawn (`None`: the whole viewport).
+    pub fn set_scissor(&mut self, scissor: Option<[u32; 4]>) {
+        if scissor != self.scissor {
+            self.scissor = scissor;
+            self.dirty_viewport = true;
         }
     }
 
@@ -1057,7 +1107,6 @@ impl RenderPass<'_> {
             }
             let bindings = cb.with_heap(bindings);
             let fs = place_pipeline(&cb.device, &mut cb.usc, &pipeline.fragment, &bindings)?;
-            let [vx, vy, vw, vh, near, far] = self.viewport;
             let stencil = pipeline.stencil;
             let face = FragmentFace {
                 depth_function: pipeline.depth.map_or(ZsFunc::Always, |d| d.function),
@@ -1073,28 +1122,19 @@ impl RenderPass<'_> {
                 stencil_fail: s.fail,
                 compare: s.compare,
             });
-            // The same state for both faces; the viewport maps NDC to
-            // window coordinates with y pointing down the image.
+            // The same state for both faces. The scissor is always on (as
+            // Mesa has it): without an application scissor it is the
+            // viewport's rectangle.
             let records = PppRecords {
                 fragment_control: Some(FragmentControl {
                     stencil_test_enable: stencil.is_some(),
+                    scissor_enable: true,
                     ..FragmentControl::default()
                 }),
                 fragment_front_face: Some(face),
                 fragment_front_stencil: stencil_record,
                 fragment_back_face: Some(face),
                 fragment_back_stencil: stencil_record,
-                viewport: Some(PppRecordsViewport {
-                    control: ViewportControl::default(),
-                    viewports: vec![Viewport {
-                        translate_x: vx + vw / 2.0,
-                        scale_x: vw / 2.0,
-                        translate_y: vy + vh / 2.0,
-                        scale_y: -vh / 2.0,
-                        translate_z: near,
-                        scale_z: far - near,
-                    }],
-                }),
                 cull: Some(Cull {
                     cull_front: pipeline.cull == CullMode::Front,
                     cull_back: pipeline.cull == CullMode::Back,
@@ -1110,26 +1150,105 @@ impl RenderPass<'_> {
                         pipeline: u64::from(fs),
                         ..FragmentShaderWord1::default()
                     },
+                    // No varyings, no table (address 0), as Mesa has it.
                     word2: FragmentShaderWord2 {
-                        cf_bindings: u64::from(pipeline.cf_table.usc_offset().unwrap_or(0)),
+                        cf_bindings: if pipeline.cf_bindings == 0 {
+                            0
+                        } else {
+                            u64::from(pipeline.cf_table.usc_offset().unwrap_or(0))
+                        },
                     },
                     word3: FragmentShaderWord3::default(),
                 }),
                 ..PppRecords::default()
             };
-            let mut ppp = Vec::new();
-            records.build(&mut ppp).map_err(seq_err)?;
-            let slice = cb.data.upload(&ppp, 64)?;
-            self.blocks.push(self.vdm.len());
-            VdmBlock::PppStateUpdate(PppState {
-                pointer: slice.va,
-                size_words: (ppp.len() / 4) as u32,
-            })
-            .build(&mut self.vdm)
-            .map_err(seq_err)?;
-            cb.stats.ppp_states += 1;
+            self.push_ppp(&records)?;
             self.dirty_fragment = false;
         }
+        if self.dirty_viewport {
+            // Viewport and scissor in their own update, as Mesa emits
+            // them: the PPP keeps the records of earlier updates.
+            let [vx, vy, vw, vh, near, far] = self.viewport;
+            let (width, height) = (
+                u32::from(self.render.width_px),
+                u32::from(self.render.height_px),
+            );
+            // The viewport's pixels (an odd size has a .5 centre and
+            // half-size, so the sums are whole), within the render area
+            // and the application's scissor.
+            let edge = |centre: f32, half: f32, limit: u32| -> u32 {
+                ((centre + half) as i64).clamp(0, i64::from(limit)) as u32
+            };
+            let (cx, cy) = (vx + vw / 2.0, vy + vh / 2.0);
+            let (hx, hy) = ((vw / 2.0).abs(), (vh / 2.0).abs());
+            let mut rect = [
+                edge(cx, -hx, width),
+                edge(cy, -hy, height),
+                edge(cx, hx, width),
+                edge(cy, hy, height),
+            ];
+            if let Some([x, y, w, h]) = self.scissor {
+                rect[0] = rect[0].max(x);
+                rect[1] = rect[1].max(y);
+                rect[2] = rect[2].min(x.saturating_add(w));
+                rect[3] = rect[3].min(y.saturating_add(h));
+            }
+            let index = (self.scissors.len() / 16) as u32;
+            let scissor = Scissor {
+                min_x: rect[0],
+                min_y: rect[1],
+                max_x: rect[2].max(rect[0]),
+                max_y: rect[3].max(rect[1]),
+                min_z: near.min(far),
+                max_z: near.max(far),
+            };
+            self.scissors.extend(scissor.pack().map_err(pack_err)?);
+            let tiles = |px: u32| px.div_ceil(REGION_CLIP_TILE_PX).max(1);
+            let records = PppRecords {
+                depth_bias_scissor: Some(DepthBiasScissor {
+                    scissor: index,
+                    depth_bias: 0,
+                }),
+                region_clip: Some(vec![RegionClip {
+                    enable: true,
+                    min_x: scissor.min_x / REGION_CLIP_TILE_PX,
+                    min_y: scissor.min_y / REGION_CLIP_TILE_PX,
+                    max_x: tiles(scissor.max_x),
+                    max_y: tiles(scissor.max_y),
+                }]),
+                // NDC to window coordinates with y pointing down the image.
+                viewport: Some(PppRecordsViewport {
+                    control: ViewportControl::default(),
+                    viewports: vec![Viewport {
+                        translate_x: cx,
+                        scale_x: vw / 2.0,
+                        translate_y: cy,
+                        scale_y: -vh / 2.0,
+                        translate_z: near,
+                        scale_z: far - near,
+                    }],
+                }),
+                ..PppRecords::default()
+            };
+            self.push_ppp(&records)?;
+            self.dirty_viewport = false;
+        }
+        Ok(())
+    }
+
+    /// Uploads a PPP state update and points the VDM stream at it.
+    fn push_ppp(&mut self, records: &PppRecords) -> Result<(), Error> {
+        let mut ppp = Vec::new();
+        records.build(&mut ppp).map_err(seq_err)?;
+        let slice = self.cb.data.upload(&ppp, 64)?;
+        self.blocks.push(self.vdm.len());
+        VdmBlock::PppStateUpdate(PppState {
+            pointer: slice.va,
+            size_words: (ppp.len() / 4) as u32,
+        })
+        .build(&mut self.vdm)
+        .map_err(seq_err)?;
+        self.cb.stats.ppp_states += 1;
         Ok(())
     }
 
@@ -1289,6 +1408,9 @@ impl RenderPass<'_> {
         }
         self.cb.stats.vdm_chunks += slices.len() as u64;
         self.render.vdm_ctrl_stream_base = slices[0].va;
+        if !self.scissors.is_empty() {
+            self.render.isp_scissor_base = self.cb.data.upload(&self.scissors, 64)?.va;
+        }
         self.cb
             .commands
             .push(Command::Render(Box::new(self.render)));

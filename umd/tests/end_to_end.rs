@@ -388,8 +388,8 @@ fn loading_keeps_what_an_earlier_pass_stored_and_unchanged_state_is_not_re_emitt
     assert_eq!(stats.draws, 64);
     assert_eq!(stats.vertex_states, 1, "one vertex state for every draw");
     assert_eq!(
-        stats.ppp_states, 33,
-        "one for the first 32, one per later colour"
+        stats.ppp_states, 34,
+        "viewport and scissor once; fragment state once for the first 32, once per later colour"
     );
     run(&device, &queue, cb).unwrap();
     let pixels = image.read_pixels().unwrap();
@@ -407,6 +407,70 @@ fn loading_keeps_what_an_earlier_pass_stored_and_unchanged_state_is_not_re_emitt
             [0, 0, 255, 255],
             "loaded clear"
         );
+    }
+}
+
+#[test_log::test]
+fn the_scissor_and_the_viewport_rectangle_bound_what_is_drawn() {
+    // A square over the whole target, drawn three times in one pass: with
+    // a scissor, then with a smaller viewport (which maps the square onto
+    // it and draws nothing outside it), then with both, in a new colour
+    // each time (state that reaches the GPU as separate PPP updates).
+    let device = device();
+    let queue = Queue::new(&device).unwrap();
+    let programs = Arc::new(ProgramCache::new(&device));
+    let (w, h) = (64, 64);
+    let image = Image::new(&device, w, h, Format::Rgba8Unorm).unwrap();
+    let (fw, fh) = (w as f32, h as f32);
+    let square = [
+        [0.0, 0.0],
+        [fw, 0.0],
+        [0.0, fh],
+        [fw, 0.0],
+        [fw, fh],
+        [0.0, fh],
+    ];
+    let vb = device
+        .upload(&vertices(w, h, &square, 0.5, &[[0.0; 3]]), false)
+        .unwrap();
+    let pipe = pipeline(&device, FLAT_FS, None);
+    let mut cb = CommandBuffer::new(&device, &programs);
+    let mut pass = cb
+        .begin_render_pass(&colour_pass(&image, [0.0, 0.0, 0.0, 1.0]))
+        .unwrap();
+    pass.set_pipeline(&pipe);
+    pass.set_vertex_uniforms(&vs_uniforms(&vb));
+    let colour = |r: f32, g: f32, b: f32| [r, g, b, 1.0].map(f32::to_bits);
+    pass.set_scissor(Some([4, 8, 10, 6]));
+    pass.set_fragment_uniforms(&colour(1.0, 0.0, 0.0));
+    pass.draw(6, 1, 0).unwrap();
+    pass.set_scissor(None);
+    pass.set_viewport(32.0, 32.0, 16.0, 8.0, 0.0, 1.0);
+    pass.set_fragment_uniforms(&colour(0.0, 1.0, 0.0));
+    pass.draw(6, 1, 0).unwrap();
+    pass.set_scissor(Some([40, 0, 64, 64]));
+    pass.set_fragment_uniforms(&colour(0.0, 0.0, 1.0));
+    pass.draw(6, 1, 0).unwrap();
+    pass.end().unwrap();
+    run(&device, &queue, cb).unwrap();
+    let pixels = image.read_pixels().unwrap();
+    let at = |x: u32, y: u32| {
+        let i = 4 * (y * w + x) as usize;
+        [pixels[i], pixels[i + 1], pixels[i + 2]]
+    };
+    for y in 0..h {
+        for x in 0..w {
+            let expected = if (40..48).contains(&x) && (32..40).contains(&y) {
+                [0, 0, 255]
+            } else if (32..48).contains(&x) && (32..40).contains(&y) {
+                [0, 255, 0]
+            } else if (4..14).contains(&x) && (8..14).contains(&y) {
+                [255, 0, 0]
+            } else {
+                [0, 0, 0]
+            };
+            assert_eq!(at(x, y), expected, "pixel ({x}, {y})");
+        }
     }
 }
 

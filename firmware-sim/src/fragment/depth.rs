@@ -1,8 +1,9 @@
 //! The depth and stencil tests run before the fragment shader (early
-//! tests): per covered sample, the interpolated depth against the
-//! tilebuffer's, and the stencil compare and operations per pixel.
+//! tests): per covered sample, the interpolated depth (with the
+//! primitive's depth bias, clamped to the scissor's depth range) against
+//! the tilebuffer's, and the stencil compare and operations per pixel.
 
-use agx_hw::formats::{FragmentFace, FragmentStencil, StencilOp, ZsFunc};
+use agx_hw::formats::{DepthBias, FragmentFace, FragmentStencil, StencilOp, ZsFunc};
 
 use super::tilebuffer::Tilebuffer;
 use crate::raster::plane;
@@ -36,6 +37,56 @@ pub(super) fn depth_passes(function: ZsFunc, depth: f32, stored: f32) -> bool {
     }
 }
 
+/// How a primitive's interpolated depth is adjusted before the test.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct DepthAdjust {
+    /// The depth-bias entry, when the state enables depth bias.
+    pub(super) bias: Option<DepthBias>,
+    /// Whether the depth buffer is floating point (32F) rather than
+    /// 16-bit unorm: the constant bias is then in units of the depth's
+    /// resolution at the primitive's largest depth.
+    pub(super) float_depth: bool,
+    /// The depth range of the scissor, when the state enables the
+    /// scissor: depth is clamped to it.
+    pub(super) range: Option<(f32, f32)>,
+}
+
+impl DepthAdjust {
+    /// The offset the bias adds to every depth of a primitive whose depth
+    /// plane is `z` (dz/dx, dz/dy, c) and whose largest depth magnitude
+    /// is `max_depth`: `depth_bias` x r + `slope_scale` x max(|dz/dx|,
+    /// |dz/dy|), limited by `clamp` (towards zero: a positive clamp is a
+    /// maximum, a negative one a minimum, zero none), as OpenGL and
+    /// Vulkan define polygon offset. r is 2^(e - 23) for a 32F depth
+    /// buffer, e the exponent of `max_depth`, and 1 for a 16-bit one
+    /// (Mesa's Vulkan driver divides the constant by 2^16 for D16 and
+    /// passes it unscaled for D32F; the hardware's rule is not public).
+    fn offset(&self, z: &[f32; 3], max_depth: f32) -> f32 {
+        let Some(bias) = self.bias else {
+            return 0.0;
+        };
+        let resolution = if self.float_depth {
+            let exponent = if max_depth > 0.0 && max_depth.is_finite() {
+                ((max_depth.to_bits() >> 23) & 0xff) as i32 - 127
+            } else {
+                -126
+            };
+            2f32.powi(exponent - 23)
+        } else {
+            1.0
+        };
+        let slope = z[0].abs().max(z[1].abs());
+        let offset = bias.depth_bias * resolution + bias.slope_scale * slope;
+        if bias.clamp > 0.0 {
+            offset.min(bias.clamp)
+        } else if bias.clamp < 0.0 {
+            offset.max(bias.clamp)
+        } else {
+            offset
+        }
+    }
+}
+
 /// The early depth test: keeps the covered pixels whose interpolated
 /// depth passes the face's depth function against the tile's depth, and
 /// notes the depth each will write (unless the face disables depth
@@ -51,6 +102,7 @@ pub(super) fn depth_test(
     origin: (u32, u32),
     sample_positions: &[(i64, i64)],
     vertices: &[Vec<f32>; 3],
+    adjust: DepthAdjust,
     face: Option<FragmentFace>,
     stencil: Option<FragmentStencil>,
 ) {
@@ -64,6 +116,9 @@ pub(super) fn depth_test(
             f64::from(vertices[v][2]),
         )
     }));
+    let max_depth = vertices.iter().map(|v| v[2].abs()).fold(0.0, f32::max);
+    let offset = adjust.offset(&z, max_depth);
+    let (low, high) = adjust.range.unwrap_or((0.0, 1.0));
     let reference = face.stencil_reference as u8;
     let samples = tile.samples as usize;
     covered.retain(|&(x, y)| {
@@ -92,7 +147,10 @@ pub(super) fn depth_test(
             }
             let cx = (origin.0 + x) as f32 + sx as f32 / 256.0;
             let cy = (origin.1 + y) as f32 + sy as f32 / 256.0;
-            let depth = z[0].mul_add(cx, z[1].mul_add(cy, z[2])).clamp(0.0, 1.0);
+            let depth = (z[0].mul_add(cx, z[1].mul_add(cy, z[2])) + offset)
+                .max(low)
+                .min(high)
+                .clamp(0.0, 1.0);
             if depth_passes(face.depth_function, depth, tile.depth[first + s]) {
                 passed |= 1 << s;
                 if !face.disable_depth_write {

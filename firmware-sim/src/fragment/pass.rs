@@ -5,10 +5,10 @@
 //! program.
 
 use agx_fwif::messages::{FaultUnit, RenderPass, TvbInfo};
-use agx_hw::formats::{FragmentFace, ZlsControl};
+use agx_hw::formats::{FragmentFace, ZlsControl, ZlsFormat};
 
-use super::depth::depth_test;
-use super::program::{fragment_shader, program, run_tile_program, writes_depth, TileState};
+use super::depth::{depth_test, DepthAdjust};
+use super::program::{fragment_setup, program, run_tile_program, FragmentSetup, TileState};
 use super::scene::{read_scene, tile_primitives, Scene};
 use super::tilebuffer::Tilebuffer;
 use super::zls::{load_depth_stencil, store_depth_stencil};
@@ -127,9 +127,8 @@ pub(super) struct Pass<'a> {
 /// One worker's tile memory and caches.
 pub(super) struct Worker {
     pub(super) cache: ProgramCache,
-    /// Fragment shaders by state: binding, PPP state, writes depth.
-    pub(super) shaders:
-        std::collections::HashMap<u32, std::sync::Arc<(Binding, tiler::PppState, bool)>>,
+    /// Fragment setups by state.
+    pub(super) shaders: std::collections::HashMap<u32, std::sync::Arc<FragmentSetup>>,
     pub(super) tile: Tilebuffer,
     /// Per pixel of the tile, for the primitive being shaded.
     pub(super) discarded: Vec<bool>,
@@ -246,19 +245,37 @@ impl Pass<'_> {
             if rasterized.is_empty() {
                 continue;
             }
-            for &((x, y), mask) in &rasterized {
-                w.coverage[(y * tile_w + x) as usize] = mask;
-            }
-            let mut covered: Vec<(u32, u32)> = rasterized.iter().map(|&(p, _)| p).collect();
             if let std::collections::hash_map::Entry::Vacant(e) = w.shaders.entry(state) {
-                let (binding, ppp) = fragment_shader(&vm, self.usc_exec_base, scene, state)?;
-                let depth = writes_depth(&vm, binding.code);
-                e.insert(std::sync::Arc::new((binding, ppp, depth)));
+                let setup = fragment_setup(&vm, self.usc_exec_base, render, scene, state)?;
+                e.insert(std::sync::Arc::new(setup));
             }
             let Some(entry) = w.shaders.get(&state).cloned() else {
                 continue;
             };
-            let (shader, ppp, shader_writes_depth) = &*entry;
+            let FragmentSetup {
+                binding: shader,
+                ppp,
+                writes_depth: shader_writes_depth,
+                scissor,
+                depth_bias,
+            } = &*entry;
+            // The scissor keeps the pixels inside its rectangle.
+            let in_scissor = |x: u32, y: u32| {
+                scissor.is_none_or(|s| {
+                    let (px, py) = (origin.0 + x, origin.1 + y);
+                    (s.min_x..s.max_x).contains(&px) && (s.min_y..s.max_y).contains(&py)
+                })
+            };
+            let mut covered = Vec::with_capacity(rasterized.len());
+            for &((x, y), mask) in &rasterized {
+                if in_scissor(x, y) {
+                    w.coverage[(y * tile_w + x) as usize] = mask;
+                    covered.push((x, y));
+                }
+            }
+            if covered.is_empty() {
+                continue;
+            }
             let vertices: [Vec<f32>; 3] = std::array::from_fn(|v| {
                 (0..record_floats)
                     .map(|i| float(v * record_floats + i))
@@ -299,6 +316,11 @@ impl Pass<'_> {
                     origin,
                     &self.sample_positions,
                     &vertices,
+                    DepthAdjust {
+                        bias: *depth_bias,
+                        float_depth: self.zls.z_format != ZlsFormat::Unorm16,
+                        range: scissor.map(|s| (s.min_z, s.max_z)),
+                    },
                     face,
                     stencil,
                 );

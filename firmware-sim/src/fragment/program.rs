@@ -4,8 +4,8 @@
 //! derivatives work). Also how a primitive's state names its fragment
 //! shader, and whether that shader writes depth.
 
-use agx_fwif::messages::{FaultUnit, TileProgram};
-use agx_hw::formats::FragmentFace;
+use agx_fwif::messages::{FaultUnit, RenderPass, TileProgram};
+use agx_hw::formats::{DepthBias, FragmentFace, Scissor};
 use zerocopy::FromBytes;
 
 use super::io::TileIo;
@@ -193,8 +193,63 @@ pub(super) fn block_store_fault(error: &ExecError) -> EngineResult {
     }
 }
 
+/// What the fragment stage needs of one primitive state: its shader, the
+/// PPP state, and the scissor and depth bias it enables.
+pub(super) struct FragmentSetup {
+    /// The fragment shader.
+    pub(super) binding: Binding,
+    /// The PPP state (every record set when the primitive was drawn).
+    pub(super) ppp: tiler::PppState,
+    /// Whether the shader writes depth (`zs_emit`).
+    pub(super) writes_depth: bool,
+    /// The scissor rectangle (`FragmentControl::scissor_enable`).
+    pub(super) scissor: Option<Scissor>,
+    /// The depth bias (`FragmentControl::depth_bias_enable`).
+    pub(super) depth_bias: Option<DepthBias>,
+}
+
+/// The fragment setup of a primitive's state: its shader, and the entries
+/// of the render's scissor and depth-bias arrays its `DepthBiasScissor`
+/// record names when its fragment control enables them.
+pub(super) fn fragment_setup(
+    vm: &GpuVm<'_>,
+    usc_exec_base: u64,
+    render: &RenderPass,
+    scene: &Scene,
+    state: u32,
+) -> Result<FragmentSetup, EngineResult> {
+    let (binding, ppp) = fragment_shader(vm, usc_exec_base, scene, state)?;
+    let control = ppp.fragment_control.unwrap_or_default();
+    let indices = ppp.depth_bias_scissor;
+    let scissor = if control.scissor_enable {
+        let at = render
+            .isp_scissor_base
+            .get()
+            .wrapping_add(16 * u64::from(indices.scissor));
+        Some(Scissor::unpack(&read_words::<16>(vm, at)?).value)
+    } else {
+        None
+    };
+    let depth_bias = if control.depth_bias_enable {
+        let at = render
+            .isp_dbias_base
+            .get()
+            .wrapping_add(12 * u64::from(indices.depth_bias));
+        Some(DepthBias::unpack(&read_words::<12>(vm, at)?).value)
+    } else {
+        None
+    };
+    Ok(FragmentSetup {
+        writes_depth: writes_depth(vm, binding.code),
+        binding,
+        ppp,
+        scissor,
+        depth_bias,
+    })
+}
+
 /// The fragment shader a primitive's state names, and that state.
-pub(super) fn fragment_shader(
+fn fragment_shader(
     vm: &GpuVm<'_>,
     usc_exec_base: u64,
     scene: &Scene,
@@ -208,13 +263,6 @@ pub(super) fn fragment_shader(
     let fragment_state = tiler::FragmentState::read_from_bytes(&bytes)
         .map_err(|_| unsupported(at, FaultUnit::Tiler))?;
     let ppp = tiler::parse_ppp(vm, fragment_state.ppp)?;
-    // State this model does not apply is refused, not ignored.
-    if ppp
-        .fragment_control
-        .is_some_and(|c| c.scissor_enable || c.depth_bias_enable)
-    {
-        return Err(unsupported(fragment_state.ppp, FaultUnit::Vdm));
-    }
     let Some(pipeline) = ppp.fragment_pipeline else {
         return Err(unsupported(fragment_state.ppp, FaultUnit::Vdm));
     };
@@ -224,7 +272,7 @@ pub(super) fn fragment_shader(
 
 /// Whether a program writes depth (`zs_emit`): its depth test then runs
 /// when the shader emits depth, not before the shader.
-pub(super) fn writes_depth(vm: &GpuVm<'_>, code: u64) -> bool {
+fn writes_depth(vm: &GpuVm<'_>, code: u64) -> bool {
     let mut pc = code;
     for _ in 0..4096 {
         let mut bytes = [0u8; 16];
