@@ -522,6 +522,39 @@ impl ShaderIo for FragmentUnits {
 }
 
 #[test_log::test]
+fn texture_loads_take_16_bit_coordinates() {
+    // Mesa's tile reload: the pixel's coordinates as two 16-bit halves.
+    let source = "
+        get_sr r4l, sr80
+        mov_imm r4h, 40000
+        texture_load 0, 0b1100, 0, none, xyzw, 0b00, r0_r1_r2_r3, None, ts3, ss0, tex_2d, r4l_r4h, lod_min, r6l, 0, r0
+        wait 0
+        stop";
+    let mut m = Machine::new(source);
+    let mut group = m.group();
+    group
+        .special
+        .set_lanes(80, std::array::from_fn(|lane| 0x1_0000 | (7 + lane as u32)));
+    let mut io = FragmentUnits::default();
+    assert_eq!(m.run_with(&mut group, &mut io), Ok(Exit::Stopped));
+    assert_eq!(io.textures.len(), 32);
+    for (lane, request) in io.textures.iter().enumerate() {
+        assert!(request.load);
+        assert_eq!(request.coords[..2], [7 + lane as u32, 40000]);
+    }
+    // A sample with 16-bit coordinates is refused, not misread.
+    let mut m = Machine::new(
+        "texture_sample 0, 0b1100, 0, none, x, 0b00, r0, None, ts0, ss0, tex_2d, r4l_r4h, auto_lod, 0, 0, r0\nstop",
+    );
+    let mut group = m.group();
+    let error = m.run_with(&mut group, &mut FragmentUnits::default());
+    assert!(
+        matches!(&error, Err(ExecError::Unsupported { what, .. }) if what.contains("16-bit")),
+        "{error:?}"
+    );
+}
+
+#[test_log::test]
 fn fragment_io_iterates_samples_and_writes_the_tilebuffer() {
     let source = "
         iter r0_r1, cf1, center, 0, 0, 0, 0, 0
@@ -542,9 +575,8 @@ fn fragment_io_iterates_samples_and_writes_the_tilebuffer() {
         group.write(Reg::l(21), lane, 7);
     }
     let mut io = FragmentUnits::default();
-    // iter overwrites r0/r1 (r0l is the exec counter): keep lanes alive by
-    // interpolating values whose low halves are 0 (whole floats < 2^16
-    // have zero low mantissa halves).
+    // iter overwrites r0/r1: without control flow r0 is an ordinary
+    // register, and every lane keeps running.
     assert_eq!(m.run_with(&mut group, &mut io), Ok(Exit::Stopped));
     for lane in 0..32usize {
         let lane_f = lane as f32;

@@ -99,6 +99,13 @@ fn run_size(wide: &Wide, word: u128) -> Size {
                 Size::S16
             }
         }
+        Wide::NarrowBit(at) => {
+            if bit(word, *at) {
+                Size::S16
+            } else {
+                Size::S32
+            }
+        }
     }
 }
 
@@ -196,7 +203,7 @@ pub(crate) fn covered(kind: &Kind) -> u128 {
             if let Some(at) = discard {
                 mask |= mask_of(*at, 1);
             }
-            if let Wide::Bit(at) = wide {
+            if let Wide::Bit(at) | Wide::NarrowBit(at) = wide {
                 mask |= mask_of(*at, 1);
             }
             mask
@@ -594,6 +601,11 @@ fn encode_operand(kind: &Kind, operand: &Operand, word: &mut u128) -> Result<(),
                 Wide::Bit(at) => match run.first.size {
                     Size::S16 => set_bit(word, *at, false),
                     Size::S32 => set_bit(word, *at, true),
+                    Size::S64 => return Err("64-bit registers not allowed here"),
+                },
+                Wide::NarrowBit(at) => match run.first.size {
+                    Size::S16 => set_bit(word, *at, true),
+                    Size::S32 => set_bit(word, *at, false),
                     Size::S64 => return Err("64-bit registers not allowed here"),
                 },
                 Wide::Fixed(_) => {}

@@ -72,6 +72,7 @@ fn kind_text(kind: &Kind) -> String {
             let size = match wide {
                 Wide::Fixed(s) => format!("{s:?}").replace('S', "r"),
                 Wide::Bit(b) => format!("r16/32 by {b}"),
+                Wide::NarrowBit(b) => format!("r32/16 by {b}"),
             };
             let unit = if *whole { " (32-bit index)" } else { "" };
             format!(

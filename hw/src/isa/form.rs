@@ -101,6 +101,9 @@ pub enum Wide {
     Fixed(Size),
     /// 32-bit when this bit is set, else 16-bit.
     Bit(u8),
+    /// 16-bit when this bit is set, else 32-bit (texture coordinates:
+    /// bit 9 of Mesa's `coord` operand encoding).
+    NarrowBit(u8),
 }
 
 /// What an operand is, where its bits are, and how it prints.

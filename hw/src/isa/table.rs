@@ -381,7 +381,7 @@ const TEXTURE: &[Kind] = &[
     Kind::Regs {
         value: b!(16:6, 74:2),
         whole: false,
-        wide: Wide::Fixed(Size::S32),
+        wide: Wide::NarrowBit(47),
         count: Count::Coords(b!(40:3, 71:1)),
         discard: Some(22),
     },

@@ -112,6 +112,25 @@ fn memory_and_graphics_forms_round_trip_from_text() {
 }
 
 #[test]
+fn texture_coordinates_are_16_bit_when_bit_47_is_set() {
+    // Bit 9 of Mesa's `coord` operand (instruction bit 47) makes the
+    // coordinate registers 16-bit; Mesa's tile reload programs use it.
+    let text = "texture_load 0, 0b1100, 0, none, xyzw, 0b00, r0_r1_r2_r3, None, ts3, ss0, tex_2d, r4l_r4h, lod_min, r6l, 0, r0";
+    let (bytes, len) = encode(&parse(text, 0).unwrap()).unwrap();
+    let word = u64::from_le_bytes(bytes[..8].try_into().unwrap());
+    assert_eq!(word >> 47 & 1, 1);
+    assert_eq!(word >> 16 & 0x3F, 8, "r4l is half 8");
+    let decoded = decode(&bytes[..len]).unwrap();
+    assert_eq!(decoded.unknown_bits, 0);
+    assert_eq!(print(&decoded.instr, 0), text);
+    // Clear, the same registers read as 32-bit.
+    let mut clear = bytes;
+    clear[5] &= !0x80;
+    let decoded = decode(&clear[..len]).unwrap();
+    assert!(print(&decoded.instr, 0).contains("tex_2d, r4_r5, lod_min"));
+}
+
+#[test]
 fn device_load_matches_the_documented_layout() {
     let instr = parse(
         "device_load 0, i32, xyzw, r4_r5_r6_r7, u2_u3, r1, unsigned",

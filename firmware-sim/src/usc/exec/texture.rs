@@ -120,6 +120,12 @@ impl SimdGroup {
         let dim = int(10) as u32;
         let lod_mode = int(12);
         let load = ins.op == Op::TextureLoad;
+        // 16-bit coordinate registers (bit 47) are integers, zero-extended,
+        // for loads (Mesa's tile reload programs use them). Whether a
+        // sample reads them as fp16 is not known: refused.
+        if coords.first.size == Size::S16 && !load {
+            return Err(unsupported(pc, "16-bit sample coordinates"));
+        }
         // Coordinates of every present lane, for quad derivatives.
         let mut all_coords = [[0u32; 4]; LANES];
         for lane in lanes(self.present) {
