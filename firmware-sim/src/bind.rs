@@ -6,16 +6,20 @@
 //! memory into uniform registers, Texture and Sampler bind descriptor
 //! arrays to state registers, Shared sizes threadgroup memory, Shader
 //! names the code, Registers the register count, Fragment-properties the
-//! fragment state; the list ends at No-preshader. Every word is read
+//! fragment state; the list ends at No-preshader, or at Preshader, which
+//! names a program (Mesa's "preamble") that runs once before the shader
+//! and computes uniforms for it (`uniform_store`). Every word is read
 //! through the command's VM, so a pipeline in unmapped memory faults
 //! where the hardware would.
 
 use agx_fwif::messages::FaultUnit;
 use agx_hw::formats::{UscUniform, UscUniformHigh, UscWord};
 
-use crate::fault::{unsupported, EngineResult};
+use crate::command::Watchdog;
+use crate::fault::{exec_fault, unsupported, EngineResult};
 use crate::memory::{read_item, GpuVm};
-use crate::usc::UNIFORMS;
+use crate::shader::run_stage_group;
+use crate::usc::{ProgramCache, ShaderIo, SimdGroup, UNIFORMS};
 
 /// The most control words a pipeline may have before its preshader word.
 const MAX_CONTROL_WORDS: usize = 64;
@@ -62,10 +66,16 @@ impl Binding {
 
 /// Reads the control words of the pipeline at `pipeline` (each read
 /// through the MMU, sized and parsed by the generated `UscWord` list) and
-/// returns what they set up; code addresses are offsets from
-/// `usc_exec_base`. A pipeline without a Shader word, with a preshader,
-/// or with more than 64 words is refused.
-pub fn bind(vm: &GpuVm<'_>, pipeline: u64, usc_exec_base: u64) -> Result<Binding, EngineResult> {
+/// returns what they set up, after running its preshader if it has one
+/// ([`run_preshader`]); code addresses are offsets from `usc_exec_base`.
+/// A pipeline without a Shader word or with more than 64 words is
+/// refused.
+pub fn bind(
+    vm: &GpuVm<'_>,
+    pipeline: u64,
+    usc_exec_base: u64,
+    watchdog: &Watchdog<'_>,
+) -> Result<Binding, EngineResult> {
     let mut binding = Binding {
         code: 0,
         uniforms: Box::new([0; UNIFORMS]),
@@ -134,13 +144,55 @@ pub fn bind(vm: &GpuVm<'_>, pipeline: u64, usc_exec_base: u64) -> Result<Binding
                     Err(unsupported(at, FaultUnit::Usc))
                 };
             }
-            // A preshader runs once per launch before the program: not
-            // modelled.
-            UscWord::Preshader(_) => return Err(unsupported(at, FaultUnit::Usc)),
+            UscWord::Preshader(w) => {
+                if !have_code {
+                    return Err(unsupported(at, FaultUnit::Usc));
+                }
+                run_preshader(
+                    vm,
+                    usc_exec_base.wrapping_add(w.code),
+                    &mut binding,
+                    watchdog,
+                )?;
+                return Ok(binding);
+            }
         }
         at = at.wrapping_add(item.len() as u64);
     }
     Err(unsupported(at, FaultUnit::Usc))
+}
+
+/// A preshader has no fixed-function unit: device memory and the uniform
+/// registers are what it reaches.
+struct PreshaderIo;
+
+impl ShaderIo for PreshaderIo {}
+
+/// Runs the preshader at `code` once, on one lane, over the pipeline's
+/// uniform registers (as the Uniform words loaded them): what it stores
+/// there (`uniform_store`) is what every invocation of the shader then
+/// reads. It runs each time the pipeline is bound, which is once per
+/// dispatch or draw and once per host thread for a fragment state; a
+/// preshader is a function of memory and uniforms (Mesa's hoist only
+/// uniform work into it), so running it again gives the same uniforms.
+/// It counts against the command's watchdog like any program.
+fn run_preshader(
+    vm: &GpuVm<'_>,
+    code: u64,
+    binding: &mut Binding,
+    watchdog: &Watchdog<'_>,
+) -> Result<(), EngineResult> {
+    let mut group = SimdGroup::new(code, 1);
+    let mut memory = vm.clone();
+    run_stage_group(
+        &mut group,
+        &mut ProgramCache::new(),
+        &mut memory,
+        &mut PreshaderIo,
+        &mut binding.uniforms,
+        watchdog,
+        exec_fault,
+    )
 }
 
 /// Copies `size_halfs` 16-bit halves from `buffer` into the uniform

@@ -120,11 +120,15 @@ impl Gpu {
                             Ok(launch) => launch,
                             Err(result) => return result,
                         };
-                    let binding =
-                        match crate::bind::bind(&vm, launch.pipeline, body.usc_exec_base.get()) {
-                            Ok(binding) => binding,
-                            Err(result) => return result,
-                        };
+                    let binding = match crate::bind::bind(
+                        &vm,
+                        launch.pipeline,
+                        body.usc_exec_base.get(),
+                        &ctx.watchdog(),
+                    ) {
+                        Ok(binding) => binding,
+                        Err(result) => return result,
+                    };
                     let heap = (!body.sampler_heap.is_null())
                         .then_some((body.sampler_heap.get(), body.sampler_count));
                     match compute::run(ctx, vm.clone(), self.workers, &launch, &binding, pc, heap) {

@@ -791,7 +791,12 @@ pub fn draw<'a>(
     let Some(records) = &state.ppp else {
         return Err(unsupported(pc, FaultUnit::Vdm));
     };
-    let binding = bind::bind(&vm, usc_exec_base.wrapping_add(pipeline), usc_exec_base)?;
+    let binding = bind::bind(
+        &vm,
+        usc_exec_base.wrapping_add(pipeline),
+        usc_exec_base,
+        watchdog,
+    )?;
     let ppp = PppState::of(records);
     binner.set_state(records, pc)?;
     let batches = Batches::of(draw, pc)?;

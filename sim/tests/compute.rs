@@ -9,7 +9,8 @@ use common::machine::*;
 
 use std::time::{Duration, Instant};
 
-use agx_hw::formats::{CdmBarrier, CdmStreamTerminate};
+use agx_hw::formats::{CdmBarrier, CdmStreamTerminate, UscControl, UscWord};
+use agx_hw::List;
 use agx_kmd::Errno;
 
 fn terminate() -> Vec<u8> {
@@ -37,6 +38,49 @@ const AXPB: &str = "
 done:
     pop_exec r0l, 1
     stop";
+
+#[test_log::test]
+fn a_preshader_computes_uniforms_before_the_kernel_runs() {
+    // Mesa's preambles: the pipeline's words end with a Preshader word,
+    // whose program runs once and stores uniforms every thread reads.
+    // Here it doubles a (u4).
+    let m = Machine::new(5000);
+    let n = 100u32;
+    let input: Vec<f32> = (0..n).map(|i| i as f32 - 50.0).collect();
+    m.poke_u32s(IN, &input.iter().map(|v| v.to_bits()).collect::<Vec<_>>());
+    let (a, b) = (1.5f32, 0.5f32);
+    let mut uniforms = Vec::new();
+    uniforms.extend(pair(DATA_VA + IN));
+    uniforms.extend(pair(DATA_VA + OUT));
+    uniforms.extend([a.to_bits(), b.to_bits(), n]);
+    let pipeline = m.kernel(AXPB, 0x1000, 0x40, &uniforms, UNIFORMS, 0);
+    let preshader = "
+        fmul32 r1, u4, 2.0
+        uniform_store 2, i16, xy, 0, r1l_r1h, 8
+        stop";
+    let code = agx_hw::isa::text::assemble(preshader, USC_BASE + 0x2000).unwrap();
+    m.poke(m.usc, 0x2000, &code);
+    // The kernel's words end with a No-preshader word: replace it.
+    let words = m.peek(m.usc, pipeline, 64);
+    let mut end = 0;
+    while UscWord::peek_tag(&words[end..]).unwrap() != UscControl::NoPreshader {
+        end += UscWord::len_bytes(&words[end..]).unwrap();
+    }
+    let word = agx_hw::formats::UscPreshader {
+        code: 0x2000,
+        ..agx_hw::formats::UscPreshader::default()
+    };
+    m.poke(m.usc, pipeline + end as u64, &word.pack().unwrap());
+    let mut stream = launch(pipeline, [128, 1, 1], [64, 1, 1]);
+    stream.extend(terminate());
+    m.poke(m.data, STREAM, &stream);
+    assert_eq!(m.run(STREAM), None);
+    let expected: Vec<u32> = input
+        .iter()
+        .map(|x| (2.0 * a).mul_add(*x, b).to_bits())
+        .collect();
+    assert_eq!(m.peek_u32s(OUT, n as usize), expected);
+}
 
 #[test_log::test]
 fn a_kernel_runs_over_a_grid_with_a_partial_last_threadgroup() {

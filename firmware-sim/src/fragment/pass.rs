@@ -58,6 +58,7 @@ pub(crate) fn render_scene(
         return Ok(());
     };
     let resumed = scene.header.segment > 0;
+    let watchdog = ctx.watchdog();
     let pass = Pass {
         usc_exec_base,
         render,
@@ -70,11 +71,13 @@ pub(crate) fn render_scene(
             } else {
                 render.bg
             },
+            &watchdog,
         )?,
         eot: program(
             &vm,
             usc_exec_base,
             if last { render.eot } else { render.partial_eot },
+            &watchdog,
         )?,
         tile: (render.utile_width_px, render.utile_height_px),
         area,
@@ -82,7 +85,7 @@ pub(crate) fn render_scene(
         heap: (!render.sampler_heap.is_null())
             .then_some((render.sampler_heap.get(), render.sampler_count)),
         process_empty: render.process_empty_tiles(),
-        watchdog: ctx.watchdog(),
+        watchdog,
         sample_positions: sample_positions(samples, render.ppp_multisamplectl),
     };
     // Tiles are numbered row by row, layer by layer; none is listed up
@@ -246,7 +249,14 @@ impl Pass<'_> {
                 continue;
             }
             if let std::collections::hash_map::Entry::Vacant(e) = w.shaders.entry(state) {
-                let setup = fragment_setup(&vm, self.usc_exec_base, render, scene, state)?;
+                let setup = fragment_setup(
+                    &vm,
+                    self.usc_exec_base,
+                    render,
+                    scene,
+                    state,
+                    &self.watchdog,
+                )?;
                 e.insert(std::sync::Arc::new(setup));
             }
             let Some(entry) = w.shaders.get(&state).cloned() else {

@@ -29,6 +29,7 @@ pub(super) fn program(
     vm: &GpuVm<'_>,
     usc_exec_base: u64,
     program: TileProgram,
+    watchdog: &Watchdog<'_>,
 ) -> Result<Binding, EngineResult> {
     let offset = u64::from(program.usc & !7);
     if offset == 0 {
@@ -39,7 +40,7 @@ pub(super) fn program(
             reason: agx_hw::formats::UatFaultReason::Unmapped.to_raw(),
         });
     }
-    bind::bind(vm, usc_exec_base + offset, usc_exec_base)
+    bind::bind(vm, usc_exec_base + offset, usc_exec_base, watchdog)
 }
 
 /// The tile state a per-tile program works on.
@@ -217,8 +218,9 @@ pub(super) fn fragment_setup(
     render: &RenderPass,
     scene: &Scene,
     state: u32,
+    watchdog: &Watchdog<'_>,
 ) -> Result<FragmentSetup, EngineResult> {
-    let (binding, ppp) = fragment_shader(vm, usc_exec_base, scene, state)?;
+    let (binding, ppp) = fragment_shader(vm, usc_exec_base, scene, state, watchdog)?;
     let control = ppp.fragment_control.unwrap_or_default();
     let indices = ppp.depth_bias_scissor;
     let scissor = if control.scissor_enable {
@@ -254,6 +256,7 @@ fn fragment_shader(
     usc_exec_base: u64,
     scene: &Scene,
     state: u32,
+    watchdog: &Watchdog<'_>,
 ) -> Result<(Binding, tiler::PppState), EngineResult> {
     if state >= scene.header.state_count {
         return Err(unsupported(scene.header.states, FaultUnit::Tiler));
@@ -266,7 +269,12 @@ fn fragment_shader(
     let Some(pipeline) = ppp.fragment_pipeline else {
         return Err(unsupported(fragment_state.ppp, FaultUnit::Vdm));
     };
-    let binding = bind::bind(vm, usc_exec_base.wrapping_add(pipeline), usc_exec_base)?;
+    let binding = bind::bind(
+        vm,
+        usc_exec_base.wrapping_add(pipeline),
+        usc_exec_base,
+        watchdog,
+    )?;
     Ok((binding, ppp))
 }
 
