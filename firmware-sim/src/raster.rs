@@ -161,11 +161,14 @@ pub(crate) fn setup_coefficients(
             let slot = b.base_slot + c;
             let index = match b.source {
                 CoefficientSource::FragcoordZ => Some(2),
-                _ if slot == 0 => Some(3),
-                _ if slot == 1 && ppp.frag_coord_z => Some(2),
-                _ => slot
+                CoefficientSource::Varying if slot == 0 => Some(3),
+                CoefficientSource::Varying if slot == 1 && ppp.frag_coord_z => Some(2),
+                CoefficientSource::Varying => slot
                     .checked_sub(first_output_slot)
                     .map(|output| 4 + output as usize),
+                // Point coordinates, primitive ids and barycentrics are
+                // not modelled: refused, not read as a slot.
+                _ => return Err(unsupported(at, FaultUnit::Usc)),
             };
             // A slot past the vertex's outputs reads 0.
             let value = |v: usize| -> f64 {

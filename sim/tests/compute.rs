@@ -10,7 +10,6 @@ use common::machine::*;
 use std::time::{Duration, Instant};
 
 use agx_hw::formats::{CdmBarrier, CdmStreamTerminate, UscControl, UscWord};
-use agx_hw::List;
 use agx_kmd::Errno;
 
 fn terminate() -> Vec<u8> {

@@ -40,7 +40,12 @@ pub(super) fn program(
             reason: agx_hw::formats::UatFaultReason::Unmapped.to_raw(),
         });
     }
-    bind::bind(vm, usc_exec_base + offset, usc_exec_base, watchdog)
+    bind::bind(
+        vm,
+        usc_exec_base.wrapping_add(offset),
+        usc_exec_base,
+        watchdog,
+    )
 }
 
 /// The tile state a per-tile program works on.
@@ -223,24 +228,24 @@ pub(super) fn fragment_setup(
     let (binding, ppp) = fragment_shader(vm, usc_exec_base, scene, state, watchdog)?;
     let control = ppp.fragment_control.unwrap_or_default();
     let indices = ppp.depth_bias_scissor;
-    let scissor = if control.scissor_enable {
-        let at = render
-            .isp_scissor_base
-            .get()
-            .wrapping_add(16 * u64::from(indices.scissor));
-        Some(Scissor::unpack(&read_words::<16>(vm, at)?).value)
-    } else {
-        None
-    };
-    let depth_bias = if control.depth_bias_enable {
-        let at = render
-            .isp_dbias_base
-            .get()
-            .wrapping_add(12 * u64::from(indices.depth_bias));
-        Some(DepthBias::unpack(&read_words::<12>(vm, at)?).value)
-    } else {
-        None
-    };
+    // Entry `index` of an array of N-byte records at `base`.
+    fn entry<const N: usize>(
+        vm: &GpuVm<'_>,
+        base: u64,
+        index: u32,
+    ) -> Result<[u8; N], EngineResult> {
+        read_words::<N>(vm, base.wrapping_add(N as u64 * u64::from(index)))
+    }
+    let scissor = control
+        .scissor_enable
+        .then(|| entry::<16>(vm, render.isp_scissor_base.get(), indices.scissor))
+        .transpose()?
+        .map(|bytes| Scissor::unpack(&bytes).value);
+    let depth_bias = control
+        .depth_bias_enable
+        .then(|| entry::<12>(vm, render.isp_dbias_base.get(), indices.depth_bias))
+        .transpose()?
+        .map(|bytes| DepthBias::unpack(&bytes).value);
     Ok(FragmentSetup {
         writes_depth: writes_depth(vm, binding.code),
         binding,

@@ -377,9 +377,10 @@ impl SimdGroup {
         }
     }
 
-    /// The lanes that run the next instruction.
+    /// The lanes that run the next instruction (never a lane that is not
+    /// present, whatever `present` was changed to).
     pub fn exec_mask(&self) -> u32 {
-        self.exec
+        self.exec & self.present
     }
 
     /// Sets the execution mask to the present lanes whose `r0l` is zero,
