@@ -67,7 +67,8 @@ impl Binding {
 /// Reads the control words of the pipeline at `pipeline` (each read
 /// through the MMU, sized and parsed by the generated `UscWord` list) and
 /// returns what they set up, after running its preshader if it has one
-/// ([`run_preshader`]); code addresses are offsets from `usc_exec_base`.
+/// (once, on one lane, over its uniforms); code addresses are offsets from
+/// `usc_exec_base`.
 /// A pipeline without a Shader word or with more than 64 words is
 /// refused.
 pub fn bind(
