@@ -551,14 +551,7 @@ impl<'a> Binner<'a> {
     }
 
     fn write(&mut self, address: u64, bytes: &[u8]) -> Result<(), EngineResult> {
-        self.vm
-            .write(address, bytes)
-            .map_err(|f| EngineResult::Fault {
-                address: f.address,
-                unit: FaultUnit::Tiler as u32,
-                access: 1,
-                reason: agx_hw::formats::UatFaultReason::Unmapped.to_raw(),
-            })
+        tiler_write(&mut self.vm, address, bytes)
     }
 
     /// Notes the PPP state the triangles that follow are drawn with (the
@@ -654,10 +647,7 @@ impl<'a> Binner<'a> {
             }
         }
         if let Some(copy) = state_copy {
-            let bytes = std::mem::take(&mut self.state_bytes);
-            let written = self.write(copy, &bytes);
-            self.state_bytes = bytes;
-            written?;
+            tiler_write(&mut self.vm, copy, &self.state_bytes)?;
             self.states.push(FragmentState {
                 ppp: copy,
                 ppp_bytes: self.state_bytes.len() as u32,
@@ -767,6 +757,17 @@ impl<'a> Binner<'a> {
         self.stats.wanted_pages += self.alloc.pages_used().saturating_sub(fixed);
         Ok(self.stats)
     }
+}
+
+/// A write of the tiler's into the parameter buffer; a fault is the
+/// tiler's.
+fn tiler_write(vm: &mut GpuVm<'_>, address: u64, bytes: &[u8]) -> Result<(), EngineResult> {
+    vm.write(address, bytes).map_err(|f| EngineResult::Fault {
+        address: f.address,
+        unit: FaultUnit::Tiler as u32,
+        access: 1,
+        reason: agx_hw::formats::UatFaultReason::Unmapped.to_raw(),
+    })
 }
 
 /// Triangles assembled between watchdog checks.
