@@ -13,7 +13,7 @@
 //! where the hardware would.
 
 use agx_fwif::messages::FaultUnit;
-use agx_hw::formats::{UscUniform, UscUniformHigh, UscWord};
+use agx_hw::formats::{UscShared, UscUniform, UscUniformHigh, UscWord};
 
 use crate::command::Watchdog;
 use crate::fault::{exec_fault, unsupported, EngineResult};
@@ -46,6 +46,9 @@ pub struct Binding {
     pub uniforms: Box<[u32; UNIFORMS]>,
     /// Threadgroup memory per threadgroup.
     pub shared_bytes: usize,
+    /// The Shared word, if the pipeline has one (its layout says whether
+    /// a kernel's threadgroup memory is an image block).
+    pub shared: Option<UscShared>,
     /// Texture (or PBE) descriptors bound to texture state registers.
     pub textures: Vec<StateBinding>,
     /// Sampler descriptors bound to sampler state registers.
@@ -81,6 +84,7 @@ pub fn bind(
         code: 0,
         uniforms: Box::new([0; UNIFORMS]),
         shared_bytes: 0,
+        shared: None,
         textures: Vec::new(),
         samplers: Vec::new(),
     };
@@ -120,6 +124,7 @@ pub fn bind(
                 if w.uses_shared_memory {
                     binding.shared_bytes = w.bytes_per_threadgroup as usize;
                 }
+                binding.shared = Some(w);
             }
             UscWord::Shader(w) => {
                 binding.code = usc_exec_base.wrapping_add(w.code);

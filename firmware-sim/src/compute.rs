@@ -11,6 +11,13 @@
 //! SIMD-groups of 32 lanes that share the threadgroup's memory and meet at
 //! threadgroup barriers. Special registers give each lane its position.
 //!
+//! When the Shared word gives threadgroup memory a tile layout, it is an
+//! image block (see [`crate::imageblock`]): each thread writes its pixel
+//! with `st_tile` at explicit coordinates (its position in the
+//! threadgroup), and one thread stores the whole block to an image with
+//! `image_write_block` at explicit image coordinates. Mesa's blits and
+//! image copies work this way.
+//!
 //! Threadgroups run on the GPU's worker threads; each starts from the
 //! pipeline's uniforms and zeroed threadgroup memory, so the results of a
 //! race-free kernel never depend on scheduling. Every memory access goes
@@ -21,16 +28,17 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use agx_fwif::messages::FaultUnit;
-use agx_hw::formats::{CdmGlobalSize, CdmLaunch, CdmMode};
+use agx_hw::formats::{CdmGlobalSize, CdmLaunch, CdmMode, SharedLayout};
 use agx_hw::isa::table::sr;
 
 use crate::bind::Binding;
 use crate::command::{RunContext, Watchdog};
 use crate::fault::{exec_fault, unsupported, EngineResult};
+use crate::imageblock::{store_block, BlockPlacement, Imageblock, ImageblockShape};
 use crate::memory::{read_words, GpuVm};
 use crate::shader::{run_simd_group, Barriers};
 use crate::texture::TextureUnit;
-use crate::usc::io::{IoError, TextureRequest};
+use crate::usc::io::{BlockStore, IoError, TextureRequest, TileAccess};
 use crate::usc::ShaderIo;
 use crate::usc::{Env, Exit, ProgramCache, SimdGroup, LANES, UNIFORMS};
 use crate::workers::run_items;
@@ -97,6 +105,31 @@ pub fn run(
     if launch.grid.contains(&0) {
         return Ok(0);
     }
+    // Threadgroup memory in a tile layout is an image block, which must
+    // fit in the memory the Shared word sizes.
+    if let Some(w) = binding
+        .shared
+        .filter(|w| matches!(w.layout, SharedLayout::Unknown(_)))
+    {
+        tracing::warn!(layout = ?w.layout, "an unknown threadgroup memory layout");
+        return Err(unsupported(launch.pipeline, FaultUnit::Usc));
+    }
+    let imageblock = binding
+        .shared
+        .and_then(|w| ImageblockShape::of_shared(w.layout, w.sample_count, w.sample_stride_bytes));
+    if let Some(shape) = imageblock {
+        let block_bytes = u64::from(shape.width_px * shape.height_px)
+            * u64::from(shape.samples)
+            * u64::from(shape.sample_bytes);
+        if block_bytes > binding.shared_bytes as u64 {
+            tracing::warn!(
+                block_bytes,
+                shared_bytes = binding.shared_bytes,
+                "an image block larger than the threadgroup memory"
+            );
+            return Err(unsupported(launch.pipeline, FaultUnit::Usc));
+        }
+    }
     let groups: [u32; 3] = std::array::from_fn(|d| launch.grid[d].div_ceil(local[d]));
     let total = groups.iter().map(|&n| u64::from(n)).product::<u64>();
     let instructions = AtomicU64::new(0);
@@ -104,19 +137,28 @@ pub fn run(
     let vm_slot = ctx.vm_slot;
     // Per worker: its MMU view, program cache, uniforms and threadgroup
     // memory.
+    // memory (or image block).
     let scratch = || {
         (
             vm.clone(),
             ProgramCache::new(),
             binding.uniforms.clone(),
-            vec![0u8; binding.shared_bytes],
+            vec![
+                0u8;
+                if imageblock.is_some() {
+                    0
+                } else {
+                    binding.shared_bytes
+                }
+            ],
+            imageblock.map(Imageblock::new),
         )
     };
     run_items(
         total,
         workers,
         scratch,
-        |(vm, cache, uniforms, threadgroup), index| {
+        |(vm, cache, uniforms, threadgroup, block), index| {
             // A grid of many short threadgroups meets the watchdog too:
             // one work unit per threadgroup launched, besides its
             // instructions.
@@ -134,6 +176,9 @@ pub fn run(
             // Every threadgroup starts from the pipeline's uniforms and
             // zeroed threadgroup memory, whichever worker runs it.
             threadgroup.fill(0);
+            if let Some(block) = block.as_mut() {
+                block.bytes.fill(0);
+            }
             uniforms.copy_from_slice(&binding.uniforms[..]);
             let mut simd = simd_groups(vm_slot, launch, binding, g, threads_per_group);
             let mut io = KernelIo {
@@ -143,6 +188,8 @@ pub fn run(
                     samplers: &binding.samplers,
                     sampler_heap,
                 },
+                binding,
+                block: block.as_mut(),
             };
             let result = run_threadgroup(
                 &watchdog,
@@ -161,14 +208,82 @@ pub fn run(
     Ok(instructions.into_inner())
 }
 
-/// A kernel's fixed-function units: the texture unit.
+/// A kernel's fixed-function units: the texture unit, and the image
+/// block with its block stores when threadgroup memory is one.
 struct KernelIo<'a> {
     unit: TextureUnit<'a>,
+    binding: &'a Binding,
+    block: Option<&'a mut Imageblock>,
+}
+
+impl KernelIo<'_> {
+    /// The image block and the pixel an access names: kernels have no
+    /// pixel of their own, so the coordinates are explicit.
+    fn block_pixel(
+        &mut self,
+        access: &TileAccess,
+    ) -> Result<(&mut Imageblock, (u32, u32)), IoError> {
+        let block = self
+            .block
+            .as_deref_mut()
+            .ok_or(IoError::Unavailable("the tilebuffer"))?;
+        let (x, y) = access.explicit.ok_or_else(|| {
+            IoError::Invalid("a kernel's tilebuffer access without explicit coordinates".into())
+        })?;
+        Ok((block, (u32::from(x), u32::from(y))))
+    }
 }
 
 impl ShaderIo for KernelIo<'_> {
     fn texture(&mut self, _lane: usize, request: &TextureRequest) -> Result<[u32; 4], IoError> {
         self.unit.request(request)
+    }
+
+    fn tile_load(&mut self, _lane: usize, access: &TileAccess) -> Result<[u32; 4], IoError> {
+        let (block, pixel) = self.block_pixel(access)?;
+        // A load reads one sample: the first of the mask.
+        let sample = block.samples_of(access.sample_mask).next().unwrap_or(0);
+        block.load(pixel, sample, access)
+    }
+
+    fn tile_store(
+        &mut self,
+        _lane: usize,
+        access: &TileAccess,
+        values: [u32; 4],
+    ) -> Result<(), IoError> {
+        let (block, pixel) = self.block_pixel(access)?;
+        block.store(pixel, access.sample_mask, access, values)
+    }
+
+    fn block_store(&mut self, request: &BlockStore) -> Result<(), IoError> {
+        let block = self
+            .block
+            .as_deref()
+            .ok_or(IoError::Unavailable("block image stores"))?;
+        if !request.explicit_coords {
+            return Err(IoError::Invalid(
+                "a kernel's block store without explicit coordinates".into(),
+            ));
+        }
+        // The 2D array dimensions (plain and multisampled) take the layer
+        // after x and y.
+        let layer = if matches!(request.dim, 3 | 8) {
+            request.coords[2]
+        } else {
+            0
+        };
+        store_block(
+            &mut self.unit.vm,
+            self.binding,
+            block,
+            request,
+            BlockPlacement {
+                origin: (request.coords[0], request.coords[1]),
+                layer,
+                limit: (u32::MAX, u32::MAX),
+            },
+        )
     }
 }
 

@@ -16,11 +16,15 @@
 //! - [`workers`]: independent work items (threadgroups, tiles) spread
 //!   over host threads, with a failure reported as in-order execution
 //!   would;
-//! - [`bind`]: USC control words, a pipeline's set-up of the shader core;
 //! - [`shader`]: running a SIMD-group for a stage under the watchdog;
+//! - [`bind`]: USC control words, a pipeline's set-up of the shader core
+//!   (running its preshader);
 //! - [`texture`]: the texture unit;
 //! - [`tiler`]: the parameter buffer, written by binning, read per tile;
 //! - [`raster`]: coverage at the sample positions, and plane equations;
+//! - [`imageblock`]: on-chip pixel memory (a tile, or a kernel's
+//!   threadgroup memory in a tile layout) and the pixel back end's block
+//!   stores to images;
 //! - [`compute`], [`fragment`]: the compute data master, and the
 //!   per-tile (fragment) half of a render pass: tilebuffer, depth and
 //!   stencil tests, ZLS, the per-tile programs and pass;
@@ -37,6 +41,7 @@ pub mod engine;
 pub mod fault;
 pub mod firmware;
 pub mod fragment;
+pub mod imageblock;
 pub mod memory;
 pub mod raster;
 pub mod shader;

@@ -19,6 +19,7 @@ const LAYERS: &[(&str, u32)] = &[
     ("texture", 6),
     ("tiler", 6),
     ("raster", 7),
+    ("imageblock", 7),
     ("compute", 8),
     ("fragment", 8),
     ("vertex", 9),

@@ -645,7 +645,8 @@ fn vertex_outputs_and_block_stores_reach_their_units() {
         "one block store per instruction, not per lane"
     );
     assert_eq!(io.blocks[0].tilebuffer_offset_bytes, 64);
-    assert_eq!(io.blocks[0].coords, 3);
+    assert_eq!(io.blocks[0].coords[0], 3, "the layer");
+    assert!(!io.blocks[0].explicit_coords);
     assert_eq!(io.blocks[0].texture, TextureHandle::Index(1));
 }
 

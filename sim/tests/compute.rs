@@ -460,3 +460,133 @@ fn results_do_not_depend_on_how_many_host_threads_run_threadgroups() {
     assert_eq!(outputs[0], outputs[1]);
     assert_eq!(outputs[0], outputs[2]);
 }
+
+/// Mesa's block blit, in miniature: each thread writes its pixel (a
+/// colour from its grid position: x/128, y/128, 0.25, 1) into the
+/// threadgroup's 32x32 image block with `st_tile` at its position in the
+/// threadgroup; after a barrier, thread 0 stores the whole block with
+/// `image_write_block` at its own grid position (the block's origin).
+const BLOCK_BLIT: &str = "
+    get_sr r1, sr80
+    get_sr r2, sr81
+    convert u32_to_f, r3, r1, rte
+    fmul32 r4, r3, u0
+    convert u32_to_f, r3, r2, rte
+    fmul32 r5, r3, u0
+    mov r6, u1
+    mov r7, u2
+    get_sr r3, sr48
+    get_sr r8, sr49
+    mov r9l, r3l
+    mov r9h, r8l
+    st_tile r4_r5_r6_r7, u8norm, 1, xyzw, 0, 1, r9, 1
+    threadgroup_barrier
+    get_sr r10, sr51
+    if_icmp r0l, ueq, r10, 0, 1
+    mov r12, r1
+    mov r13, r2
+    mov_imm r11, 0
+    image_write_block r11, r12, 0, None, ts0, tex_2d, rte, u8norm, 1, 9, 1
+    pop_exec r0l, 1
+    stop";
+
+const BLOCK_PBE: u64 = 0xA_0000;
+const BLOCK_IMAGE: u64 = 0xB_0000;
+const BLOCK_STRIDE: u32 = 64 * 4;
+
+/// The block blit's pipeline: threadgroup memory as a 32x32 image block
+/// of 8-byte records (Mesa's Shared word for its blits), the PBE
+/// descriptor of a `width` x `height` linear RGBA8 image at ts0.
+fn block_blit(m: &Machine, width: u32, height: u32, shared_bytes: u32) -> u64 {
+    use agx_hw::formats::{
+        Channels, Layout, Pbe, SharedLayout, TextureDimension, TextureType, UscShared,
+    };
+    let pbe = Pbe {
+        dimension: TextureDimension::D2,
+        layout: Layout::Linear,
+        channels: Channels::R8G8B8A8,
+        data_type: TextureType::Unorm,
+        width,
+        height,
+        buffer: DATA_VA + BLOCK_IMAGE,
+        stride: BLOCK_STRIDE,
+        ..Pbe::default()
+    };
+    m.poke(m.data, BLOCK_PBE, &pbe.pack().unwrap());
+    let uniforms = [
+        (1.0f32 / 128.0).to_bits(),
+        0.25f32.to_bits(),
+        1.0f32.to_bits(),
+    ];
+    let pipeline = m.program(
+        BLOCK_BLIT,
+        0x1000,
+        0x40,
+        &uniforms,
+        UNIFORMS,
+        shared_bytes,
+        Some((1, DATA_VA + BLOCK_PBE)),
+    );
+    // Give the Shared word the tile layout.
+    let words = m.peek(m.usc, pipeline, 64);
+    let mut at = 0;
+    while UscWord::peek_tag(&words[at..]).unwrap() != UscControl::Shared {
+        at += UscWord::len_bytes(&words[at..]).unwrap();
+    }
+    let shared = UscShared {
+        uses_shared_memory: true,
+        layout: SharedLayout::Tile32x32,
+        sample_count: 1,
+        sample_stride_bytes: 8,
+        bytes_per_threadgroup: shared_bytes,
+    };
+    m.poke(m.usc, pipeline + at as u64, &shared.pack().unwrap());
+    pipeline
+}
+
+/// The unorm8 encoding of `v` (round to nearest; no ties here).
+fn unorm8(v: f32) -> u8 {
+    (v * 255.0).round() as u8
+}
+
+#[test_log::test]
+fn a_kernel_stores_its_image_block_to_an_image_clipped_to_its_size() {
+    let m = Machine::new(5000);
+    // 40 x 36: the right and bottom threadgroups are partial, and the
+    // block stores of those are clipped to the image.
+    let (width, height) = (40u32, 36u32);
+    m.poke(m.data, BLOCK_IMAGE, &[0xAA; 64 * 4 * 40]);
+    let pipeline = block_blit(&m, width, height, 8192);
+    let mut stream = launch(pipeline, [width, height, 1], [32, 32, 1]);
+    stream.extend(terminate());
+    m.poke(m.data, STREAM, &stream);
+    assert_eq!(m.run(STREAM), None);
+    let image = m.peek(m.data, BLOCK_IMAGE, 64 * 4 * 40);
+    for y in 0..40usize {
+        for x in 0..64usize {
+            let at = y * BLOCK_STRIDE as usize + 4 * x;
+            let want = if x < width as usize && y < height as usize {
+                [
+                    unorm8(x as f32 / 128.0),
+                    unorm8(y as f32 / 128.0),
+                    unorm8(0.25),
+                    255,
+                ]
+            } else {
+                [0xAA; 4]
+            };
+            assert_eq!(image[at..at + 4], want, "pixel ({x}, {y})");
+        }
+    }
+}
+
+#[test_log::test]
+fn an_image_block_larger_than_threadgroup_memory_is_refused() {
+    let m = Machine::new(5000);
+    // 32 x 32 x 8 bytes do not fit in 4 KiB.
+    let pipeline = block_blit(&m, 32, 32, 4096);
+    let mut stream = launch(pipeline, [32, 32, 1], [32, 32, 1]);
+    stream.extend(terminate());
+    m.poke(m.data, STREAM, &stream);
+    assert_eq!(m.run(STREAM), Some(Errno::EIO));
+}

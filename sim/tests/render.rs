@@ -1783,3 +1783,48 @@ fn huge_draws_stream_through_bounded_memory_and_meet_the_work_budget() {
     assert_eq!(m.submit(CmdType::Render, render.as_bytes()), None);
     assert!(counts(&m).iter().filter(|&&c| c == 1).count() > 500);
 }
+
+/// Fragment shader: red = the `backfacing` special register (1.0 when the
+/// triangle faces away), green 1.
+const FACING_FS: &str = "
+    get_sr r10, sr62
+    convert u32_to_f, r2, r10, rte
+    mov r3, u0
+    mov_imm r4, 0
+    mov r5, u0
+    st_tile r2_r3_r4_r5, u8norm, 0, xyzw, 0, 255, r0, 0
+    stop";
+
+#[test_log::test]
+fn fragment_shaders_read_whether_their_triangle_faces_away() {
+    // Mesa's gl_FrontFacing is the inverse of sr62. With the default
+    // cull state, a triangle wound clockwise on the y-down screen faces
+    // the viewer.
+    let m = Machine::new(5000);
+    let front = [[0.0, 0.0], [32.0, 0.0], [0.0, 32.0]];
+    let back = [[63.0, 63.0], [63.0, 32.0], [32.0, 63.0]];
+    m.poke_u32s(VERTICES, &clip(&[front, back].concat()));
+    let vs = m.program(
+        POSITION_VS,
+        0x3000,
+        0xC0,
+        &pair(DATA_VA + VERTICES),
+        UNIFORMS + 0x200,
+        0,
+        None,
+    );
+    let fs = m.program(
+        FACING_FS,
+        0x4000,
+        0x100,
+        &[1.0f32.to_bits()],
+        UNIFORMS + 0x300,
+        0,
+        None,
+    );
+    let render = draw_pass(&m, 6, vs, 4, fs, None);
+    assert_eq!(m.submit(CmdType::Render, render.as_bytes()), None);
+    assert_eq!(rgb(&m, 4, 4), [0, 255, 0], "front-facing");
+    assert_eq!(rgb(&m, 60, 60), [255, 255, 0], "back-facing");
+    assert_eq!(rgb(&m, 40, 10), [0, 0, 0], "neither");
+}

@@ -120,9 +120,9 @@ pub(super) fn depth_test(
     let offset = adjust.offset(&z, max_depth);
     let (low, high) = adjust.range.unwrap_or((0.0, 1.0));
     let reference = face.stencil_reference as u8;
-    let samples = tile.samples as usize;
+    let samples = tile.colour.samples as usize;
     covered.retain(|&(x, y)| {
-        let pixel = (y * tile.width_px + x) as usize;
+        let pixel = (y * tile.colour.width_px + x) as usize;
         let first = pixel * samples;
         if let Some(s) = stencil {
             // Stencil is per pixel (single-sampled passes only).

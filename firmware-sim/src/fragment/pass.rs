@@ -178,7 +178,7 @@ impl Pass<'_> {
             .charge(u64::from(tile_w * tile_h) * u64::from(render.samples.max(1)));
         let origin = (tx * tile_w, ty * tile_h);
         let tile = &mut w.tile;
-        tile.bytes.fill(0);
+        tile.colour.bytes.fill(0);
         load_depth_stencil(&vm, render, &self.zls, tile, (tx, ty), layer)?;
         let all: Vec<(u32, u32)> = (0..tile_h)
             .flat_map(|y| (0..tile_w).map(move |x| (x, y)))
@@ -189,7 +189,8 @@ impl Pass<'_> {
                    pixels: &[(u32, u32)],
                    coefficients: &[[f32; 3]],
                    quads: bool,
-                   face: Option<FragmentFace>| {
+                   face: Option<FragmentFace>,
+                   back_facing: bool| {
             run_tile_program(
                 &self.watchdog,
                 &vm,
@@ -201,6 +202,7 @@ impl Pass<'_> {
                     pending_depth: &mut w.pending,
                     coverage: &w.coverage,
                     face,
+                    back_facing,
                 },
                 origin,
                 area,
@@ -212,7 +214,7 @@ impl Pass<'_> {
             )
         };
         let pixel_count = (tile_w * tile_h) as usize;
-        let samples = w.tile.samples as usize;
+        let samples = w.tile.colour.samples as usize;
         let full = (1u32 << samples) - 1;
         w.discarded.clear();
         w.discarded.resize(pixel_count, false);
@@ -222,7 +224,7 @@ impl Pass<'_> {
         w.pending_stencil.resize(pixel_count, None);
         w.coverage.clear();
         w.coverage.resize(pixel_count, full);
-        run(w, &self.bg, &all, &[], true, None)?;
+        run(w, &self.bg, &all, &[], true, None, false)?;
         // The background program does not discard.
         w.discarded.fill(false);
         let record_floats = 4 + scene.header.varyings as usize;
@@ -341,7 +343,7 @@ impl Pass<'_> {
                 }
             }
             let coefficients = setup_coefficients(&vm, self.usc_exec_base, ppp, &vertices)?;
-            run(w, shader, &covered, &coefficients, true, face)?;
+            run(w, shader, &covered, &coefficients, true, face, back_facing)?;
             // Depth of the pixels the shader kept; then the per-pixel
             // state is clean again for the next primitive.
             for &(x, y) in &covered {
@@ -363,6 +365,6 @@ impl Pass<'_> {
         }
         store_depth_stencil(&vm, render, &self.zls, &w.tile, (tx, ty), layer, area)?;
         w.coverage.fill(full);
-        run(w, &self.eot, &[(0, 0); LANES], &[], false, None)
+        run(w, &self.eot, &[(0, 0); LANES], &[], false, None, false)
     }
 }

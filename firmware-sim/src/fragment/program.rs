@@ -55,6 +55,8 @@ pub(super) struct TileState<'a> {
     pub(super) pending_depth: &'a mut [Option<f32>],
     pub(super) coverage: &'a [u32],
     pub(super) face: Option<FragmentFace>,
+    /// The primitive is back-facing (the `backfacing` special register).
+    pub(super) back_facing: bool,
 }
 
 /// Runs a per-tile program with one lane per entry of `pixels`
@@ -80,6 +82,7 @@ pub(super) fn run_tile_program(
         pending_depth,
         coverage,
         face,
+        back_facing,
     } = state;
     let mut uniforms = binding.uniforms.clone();
     let mut memory = vm.clone();
@@ -147,6 +150,9 @@ pub(super) fn run_tile_program(
         group
             .special
             .set_all(agx_hw::isa::table::sr::IS_ACTIVE_THREAD, 1);
+        group
+            .special
+            .set_all(agx_hw::isa::table::sr::BACKFACING, u32::from(back_facing));
         group.special.set_lanes(
             agx_hw::isa::table::sr::THREAD_INDEX_IN_SIMDGROUP,
             std::array::from_fn(|lane| lane as u32),

@@ -1,44 +1,37 @@
 //! The tilebuffer: a tile's on-chip memory. Each pixel holds one record
 //! per sample (the colour elements the pass's programs read and write
-//! with `ld_tile`/`st_tile`, laid out as the pass's sample size says),
-//! plus 32-bit depth and 8-bit stencil per sample. It lives only while
-//! its tile renders: the background program fills it, the end-of-tile
-//! program stores it out.
+//! with `ld_tile`/`st_tile`, laid out as the pass's sample size says: an
+//! image block), plus 32-bit depth and 8-bit stencil per sample. It lives
+//! only while its tile renders: the background program fills it, the
+//! end-of-tile program stores it out.
+
+use crate::imageblock::{Imageblock, ImageblockShape};
 
 /// One tile's on-chip memory: the colour records, and depth and stencil
 /// per sample.
 pub(super) struct Tilebuffer {
-    pub(super) bytes: Vec<u8>,
+    pub(super) colour: Imageblock,
     pub(super) depth: Vec<f32>,
     pub(super) stencil: Vec<u8>,
-    pub(super) width_px: u32,
-    pub(super) height_px: u32,
-    pub(super) samples: u32,
-    pub(super) sample_bytes: u32,
-}
-
-impl Tilebuffer {
-    pub(super) fn record(&self, x: u32, y: u32, sample: u32) -> usize {
-        (((y * self.width_px + x) * self.samples + sample) * self.sample_bytes) as usize
-    }
 }
 
 impl Tilebuffer {
     pub(super) fn new(tile: (u32, u32), samples: u8, sample_bytes: u8) -> Tilebuffer {
         let pixels = tile.0 * tile.1 * u32::from(samples);
         Tilebuffer {
-            bytes: vec![0; (pixels * u32::from(sample_bytes)) as usize],
+            colour: Imageblock::new(ImageblockShape {
+                width_px: tile.0,
+                height_px: tile.1,
+                samples: u32::from(samples),
+                sample_bytes: u32::from(sample_bytes),
+            }),
             depth: vec![0.0; pixels as usize],
             stencil: vec![0; pixels as usize],
-            width_px: tile.0,
-            height_px: tile.1,
-            samples: u32::from(samples),
-            sample_bytes: u32::from(sample_bytes),
         }
     }
 }
 
 /// Bytes of one tile's depth in a depth buffer (32-bit depth).
 pub(super) fn depth_tile_bytes(tile: &Tilebuffer) -> u64 {
-    u64::from(tile.width_px * tile.height_px * tile.samples) * 4
+    tile.depth.len() as u64 * 4
 }

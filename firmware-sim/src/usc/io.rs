@@ -110,7 +110,8 @@ pub struct ImageWrite {
     pub half: bool,
 }
 
-/// A block store of the whole tile (end-of-tile program).
+/// A block store of a whole image block: the tile (end-of-tile program),
+/// or a kernel's image block.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct BlockStore {
     /// The image (through its PBE descriptor).
@@ -121,8 +122,10 @@ pub struct BlockStore {
     pub format: u32,
     /// Byte offset of the render target in each pixel's tilebuffer record.
     pub tilebuffer_offset_bytes: u32,
-    /// Layer (or explicit coordinates, per `explicit_coords`).
-    pub coords: u32,
+    /// The coordinate registers: the layer, or with `explicit_coords`
+    /// the image pixel of the block's first pixel (x, y, then the layer
+    /// for array dimensions).
+    pub coords: [u32; 3],
     /// Whether `coords` holds explicit coordinates.
     pub explicit_coords: bool,
 }

@@ -770,6 +770,9 @@ pub mod sr {
     pub const THREAD_INDEX_IN_SIMDGROUP: u32 = 52;
     /// `simdgroup_index_in_threadgroup`.
     pub const SIMDGROUP_INDEX_IN_THREADGROUP: u32 = 53;
+    /// `backfacing`: 1 in a fragment program shading a back-facing
+    /// triangle, else 0 (Mesa reads gl_FrontFacing as its inverse).
+    pub const BACKFACING: u32 = 62;
     /// `is_active_thread`.
     pub const IS_ACTIVE_THREAD: u32 = 63;
     /// `thread_position_in_grid` (x; y and z follow (the pixel x/y in fragment shaders)).
@@ -831,7 +834,7 @@ pub const SPECIAL_REGISTERS: &[(u32, &str)] = &[
     (56, "active_thread_index_in_quadgroup"),
     (58, "active_thread_index_in_simdgroup"),
     (60, "internal_coverage_mask"),
-    (62, "backfacing"),
+    (sr::BACKFACING, "backfacing"),
     (sr::IS_ACTIVE_THREAD, "is_active_thread"),
     (sr::THREAD_POSITION_IN_GRID, "thread_position_in_grid.x"),
     (sr::THREAD_POSITION_IN_GRID + 1, "thread_position_in_grid.y"),

@@ -47,13 +47,26 @@ impl SimdGroup {
                     let coords = o.run(1)?;
                     let base = o.value(3)?;
                     let handle = o.value(4)?;
+                    let explicit_coords = o.int(8)? != 0;
+                    // Explicit coordinates take a register each (x, y and
+                    // the layer); the encoding names only the first.
+                    let count = if explicit_coords { 3 } else { 1 };
+                    if coords.first.half + count * coords.first.size.halves() > 256 {
+                        return Err(unsupported(pc, "block store coordinates past r127"));
+                    }
+                    let run = RegRun {
+                        count: count as u8,
+                        ..coords
+                    };
+                    let mut xyz = [0u32; 3];
+                    xyz.copy_from_slice(&self.read_run(&run, lane)[..3]);
                     let request = BlockStore {
                         texture: self.texture_handle(&handle, &base, lane, env.uniforms),
                         dim: o.int(5)? as u32,
                         format: o.int(7)? as u32,
                         tilebuffer_offset_bytes: self.read(offset.first, lane) as u32,
-                        coords: self.read(coords.first, lane) as u32,
-                        explicit_coords: o.int(8)? != 0,
+                        coords: xyz,
+                        explicit_coords,
                     };
                     env.io
                         .block_store(&request)

@@ -1,0 +1,339 @@
+//! Image blocks: the shader core's on-chip pixel memory.
+//!
+//! A render pass's tile and a kernel's threadgroup memory in a tile
+//! layout (the USC Shared word's 32x32, 32x16 or 16x16 layouts; Mesa's
+//! blits and copies use 32x32) are both an image block: per pixel, one
+//! record per sample, which `ld_tile`/`st_tile` read and write in the
+//! tilebuffer element formats, and which the pixel back end stores to an
+//! image through a PBE descriptor (`image_write_block`), converting each
+//! element to the image's format and layout.
+//!
+//! Records are laid out pixel by pixel, row by row, samples of a pixel
+//! together. How the hardware lays a kernel's image block out in
+//! threadgroup memory is not known (no public source reads one with
+//! `threadgroup_load`), so kernels with an image block have no other
+//! threadgroup memory here.
+
+use agx_hw::formats::{Layout, Pbe, SampleCount, SharedLayout, TextureDimension};
+use agx_hw::layout::ImageLayout;
+
+use crate::bind::Binding;
+use crate::memory::GpuVm;
+use crate::texture::channel_format;
+use crate::usc::formats::{self, ElementFormat};
+use crate::usc::io::{BlockStore, IoError, TextureHandle, TileAccess};
+use crate::usc::{AccessKind, GpuMemory};
+
+/// The shape of an image block: pixels, samples per pixel and bytes per
+/// sample record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ImageblockShape {
+    /// Pixels per row.
+    pub width_px: u32,
+    /// Rows.
+    pub height_px: u32,
+    /// Samples per pixel (1, 2 or 4).
+    pub samples: u32,
+    /// Bytes of one sample's record.
+    pub sample_bytes: u32,
+}
+
+impl ImageblockShape {
+    /// The image block a USC Shared word's tile layout describes, or
+    /// `None` for the vertex/compute layout (plain threadgroup memory)
+    /// and for layouts nobody has seen (the launch refuses those).
+    pub fn of_shared(layout: SharedLayout, samples: u32, sample_bytes: u32) -> Option<Self> {
+        let (width_px, height_px) = match layout {
+            SharedLayout::VertexCompute | SharedLayout::Unknown(_) => return None,
+            SharedLayout::Tile32x32 => (32, 32),
+            SharedLayout::Tile32x16 => (32, 16),
+            SharedLayout::Tile16x16 => (16, 16),
+        };
+        Some(ImageblockShape {
+            width_px,
+            height_px,
+            samples,
+            sample_bytes,
+        })
+    }
+}
+
+/// One image block's bytes.
+pub struct Imageblock {
+    /// The records, pixel by pixel.
+    pub bytes: Vec<u8>,
+    /// Pixels per row.
+    pub width_px: u32,
+    /// Rows.
+    pub height_px: u32,
+    /// Samples per pixel.
+    pub samples: u32,
+    /// Bytes of one sample's record.
+    pub sample_bytes: u32,
+}
+
+/// A refusal by the image block or the pixel back end.
+fn invalid(what: String) -> IoError {
+    IoError::Invalid(what)
+}
+
+/// Where channel `component` of an element starts in a record.
+pub fn channel_offset(format: ElementFormat, offset: usize, component: usize) -> usize {
+    if format.packed() {
+        offset
+    } else {
+        offset + (component << format.shift())
+    }
+}
+
+impl Imageblock {
+    /// A zeroed image block of `shape`.
+    pub fn new(shape: ImageblockShape) -> Imageblock {
+        let records = shape.width_px * shape.height_px * shape.samples;
+        Imageblock {
+            bytes: vec![0; (records * shape.sample_bytes) as usize],
+            width_px: shape.width_px,
+            height_px: shape.height_px,
+            samples: shape.samples,
+            sample_bytes: shape.sample_bytes,
+        }
+    }
+
+    /// The byte offset of pixel (x, y)'s record for `sample`.
+    pub fn record(&self, x: u32, y: u32, sample: u32) -> usize {
+        (((y * self.width_px + x) * self.samples + sample) * self.sample_bytes) as usize
+    }
+
+    /// Pixel (x, y), if it is inside the block.
+    pub fn pixel(&self, x: u32, y: u32) -> Result<(u32, u32), IoError> {
+        if x >= self.width_px || y >= self.height_px {
+            return Err(invalid(format!("pixel ({x}, {y}) outside the tile")));
+        }
+        Ok((x, y))
+    }
+
+    /// The element format of an access and its byte offset in the record,
+    /// refused if the element does not fit in the record.
+    pub fn element(&self, access: &TileAccess) -> Result<(ElementFormat, usize), IoError> {
+        let format = ElementFormat::from_code(i64::from(access.format))
+            .ok_or_else(|| invalid(format!("tilebuffer format {}", access.format)))?;
+        let span = if format.packed() {
+            4
+        } else {
+            4usize << format.shift()
+        };
+        let end = access.offset_bytes as usize + span;
+        if end > self.sample_bytes as usize {
+            return Err(invalid(format!(
+                "bytes {}..{end} past the {}-byte sample record",
+                access.offset_bytes, self.sample_bytes
+            )));
+        }
+        Ok((format, access.offset_bytes as usize))
+    }
+
+    /// The samples of `mask` this block has.
+    pub fn samples_of(&self, mask: u32) -> impl Iterator<Item = u32> + '_ {
+        (0..self.samples).filter(move |s| mask & (1 << s) != 0)
+    }
+
+    /// Reads the components `access.mask` names of one sample of pixel
+    /// (x, y), packed into consecutive registers.
+    pub fn load(
+        &self,
+        (x, y): (u32, u32),
+        sample: u32,
+        access: &TileAccess,
+    ) -> Result<[u32; 4], IoError> {
+        let (x, y) = self.pixel(x, y)?;
+        let (format, offset) = self.element(access)?;
+        let record = self.record(x, y, sample.min(self.samples - 1));
+        let mut out = [0u32; 4];
+        for (register, component) in (0..4).filter(|c| access.mask & (1 << c) != 0).enumerate() {
+            let at = record + channel_offset(format, offset, component);
+            out[register] = formats::load(format, &self.bytes[at..], component, access.half);
+        }
+        Ok(out)
+    }
+
+    /// Writes the components `access.mask` names to the samples of pixel
+    /// (x, y) in `samples`.
+    pub fn store(
+        &mut self,
+        (x, y): (u32, u32),
+        samples: u32,
+        access: &TileAccess,
+        values: [u32; 4],
+    ) -> Result<(), IoError> {
+        let (x, y) = self.pixel(x, y)?;
+        let (format, offset) = self.element(access)?;
+        for sample in (0..self.samples).filter(|s| samples & (1 << s) != 0) {
+            let record = self.record(x, y, sample);
+            for (register, component) in (0..4).filter(|c| access.mask & (1 << c) != 0).enumerate()
+            {
+                let at = record + channel_offset(format, offset, component);
+                if !formats::store(
+                    format,
+                    &mut self.bytes[at..],
+                    component,
+                    values[register],
+                    access.half,
+                ) {
+                    return Err(invalid(format!("st_tile cannot write {format:?}")));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Where a block store puts the block: the image pixel its first pixel
+/// lands on, the layer, and how much of the image may be written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BlockPlacement {
+    /// The image pixel of the block's pixel (0, 0).
+    pub origin: (u32, u32),
+    /// The image layer.
+    pub layer: u32,
+    /// Pixels at or past this (x, y) are not written (the render area;
+    /// the image's own size always bounds the store too).
+    pub limit: (u32, u32),
+}
+
+/// The pixel back end's block store: the elements at
+/// `request.tilebuffer_offset_bytes` of every pixel of `block`, converted
+/// from the tilebuffer format to the format of the image the PBE
+/// descriptor bound at `request.texture` describes, written at
+/// `placement`, clipped to the image (and to `placement.limit`).
+pub fn store_block(
+    vm: &mut GpuVm<'_>,
+    binding: &Binding,
+    block: &Imageblock,
+    request: &BlockStore,
+    placement: BlockPlacement,
+) -> Result<(), IoError> {
+    let TextureHandle::Index(index) = request.texture else {
+        return Err(invalid("bindless block stores".into()));
+    };
+    let address = binding
+        .texture_descriptor(index)
+        .ok_or_else(|| invalid(format!("no PBE descriptor bound at ts{index}")))?;
+    let mut bytes = [0u8; 24];
+    GpuMemory::read(vm, address, &mut bytes, AccessKind::Read)?;
+    let pbe = Pbe::decode_fields(&bytes);
+    // Block stores write the tilebuffer's encoding: the sRGB bit is for
+    // image_write only.
+    let (element, channels) = channel_format(pbe.channels, pbe.data_type, false)
+        .ok_or_else(|| invalid(format!("PBE format {:?} {:?}", pbe.channels, pbe.data_type)))?;
+    if !matches!(pbe.layout, Layout::Linear | Layout::Twiddled) {
+        return Err(invalid(format!("{:?} image layout", pbe.layout)));
+    }
+    // A multisampled block stores to a multisampled image of the same
+    // count, every sample (linear: a pixel's samples side by side).
+    // Resolving to a single-sampled image is the shader's job.
+    let image_samples = match (pbe.dimension, pbe.samples) {
+        (TextureDimension::D2Multisampled, SampleCount::Two) => 2,
+        (TextureDimension::D2Multisampled, _) => 4,
+        _ => 1,
+    };
+    if image_samples != block.samples {
+        return Err(invalid(format!(
+            "a {}-sample tile stored to a {image_samples}-sample image",
+            block.samples
+        )));
+    }
+    if image_samples > 1 && pbe.layout != Layout::Linear {
+        return Err(invalid("twiddled multisampled images".into()));
+    }
+    let (source, offset) = block.element(&TileAccess {
+        format: request.format,
+        offset_bytes: request.tilebuffer_offset_bytes,
+        mask: 0xF,
+        sample_mask: u32::MAX,
+        explicit: None,
+        half: false,
+    })?;
+    let texel_bytes = if element.packed() {
+        4
+    } else {
+        channels << element.shift()
+    };
+    let layers = if pbe.layout == Layout::Linear {
+        pbe.depth_linear
+    } else {
+        pbe.layers
+    };
+    let layer = placement.layer;
+    if layer >= layers {
+        return Err(invalid(format!("layer {layer} past the image's {layers}")));
+    }
+    let layout = if pbe.layout == Layout::Linear {
+        ImageLayout::Linear {
+            stride_bytes: u64::from(pbe.stride),
+            element_bytes: texel_bytes as u32 * image_samples,
+            layer_stride_bytes: pbe.layer_stride_linear,
+        }
+    } else {
+        ImageLayout::twiddled(
+            pbe.width,
+            pbe.height,
+            pbe.levels,
+            layers,
+            texel_bytes as u32,
+        )
+        .ok_or_else(|| invalid(format!("{texel_bytes}-byte twiddled texels")))?
+    };
+    let level = if pbe.layout == Layout::Linear {
+        0
+    } else {
+        pbe.level
+    };
+    let (width, height) = (
+        placement.limit.0.min((pbe.width >> level).max(1)),
+        placement.limit.1.min((pbe.height >> level).max(1)),
+    );
+    let origin = placement.origin;
+    let texel_run = texel_bytes * image_samples as usize;
+    for by in 0..block.height_px {
+        let Some(y) = origin.1.checked_add(by).filter(|&y| y < height) else {
+            break;
+        };
+        let mut row = Vec::with_capacity(block.width_px as usize * texel_run);
+        for bx in 0..block.width_px {
+            let Some(x) = origin.0.checked_add(bx).filter(|&x| x < width) else {
+                break;
+            };
+            let mut texel = vec![0u8; texel_run];
+            for sample in 0..image_samples {
+                let record = block.record(bx, by, sample);
+                let base = sample as usize * texel_bytes;
+                for component in 0..channels {
+                    let from = record + channel_offset(source, offset, component);
+                    let value = formats::load(source, &block.bytes[from..], component, false);
+                    let to = base + channel_offset(element, 0, component);
+                    if !formats::store(element, &mut texel[to..], component, value, false) {
+                        return Err(invalid(format!("cannot store {element:?}")));
+                    }
+                }
+            }
+            if pbe.layout == Layout::Linear {
+                row.extend_from_slice(&texel);
+            } else {
+                let at = layout
+                    .offset(level, x, y, layer)
+                    .ok_or_else(|| invalid(format!("pixel ({x}, {y}) past the image")))?;
+                vm.write(pbe.buffer.wrapping_add(at), &texel)
+                    .map_err(IoError::Memory)?;
+            }
+        }
+        if row.is_empty() {
+            continue;
+        }
+        let at = layout
+            .offset(0, origin.0, y, layer)
+            .ok_or_else(|| invalid(format!("row {y} past the image")))?;
+        vm.write(pbe.buffer.wrapping_add(at), &row)
+            .map_err(IoError::Memory)?;
+    }
+    Ok(())
+}
