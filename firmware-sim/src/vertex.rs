@@ -39,6 +39,10 @@ fn overflowed(
             return Ok(());
         }
     }
+    tracing::debug!(
+        blocks = binner.blocks(),
+        "partial render: the parameter buffer is full and was not grown"
+    );
     binner.publish()?;
     let info = tvb_info(ctx, body.buffer)?;
     render_scene(

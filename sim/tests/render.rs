@@ -918,6 +918,29 @@ fn a_tiny_and_a_grown_parameter_buffer_render_the_same_image_and_depth() {
 }
 
 #[test_log::test]
+fn a_resumed_segment_reloads_the_depth_its_partial_render_stored() {
+    // Mesa's GL driver clears depth and stores it, with no load: after a
+    // partial render the next segment must start from what was stored,
+    // not from the clear value.
+    let m = Machine::with_config(machine_config(5000));
+    let mut render = layered_pass(&m, true, true);
+    render.zls_ctrl = u64::from_le_bytes(
+        ZlsControl {
+            z_store_enable: true,
+            ..ZlsControl::default()
+        }
+        .pack()
+        .unwrap(),
+    );
+    assert_eq!(m.submit(CmdType::Render, render.as_bytes()), None);
+    assert!(m.file.queue(m.queue).unwrap().tvb_stats().partial_renders > 0);
+    for (x, y) in [(0, 0), (31, 31), (32, 5), (63, 63)] {
+        assert_eq!(rgb(&m, x, y), [0, 255, 0], "pixel ({x}, {y})");
+    }
+    assert_eq!(stored_depth(&m, 10, 50), 0.25);
+}
+
+#[test_log::test]
 fn partial_renders_without_depth_store_and_reload_lose_depth() {
     let m = Machine::with_config(machine_config(5000));
     let render = layered_pass(&m, false, true);

@@ -22,6 +22,25 @@ use crate::tiler;
 use crate::usc::{ProgramCache, LANES};
 use crate::workers::run_items;
 
+/// The ZLS control a segment runs with. The kmd gives the firmware the
+/// pass's word for the reload after a partial render too (the asahi
+/// driver's `reload_zlsctrl`), and Mesa's GL driver stores depth it
+/// writes but loads it only when the pass does not clear it; it renders
+/// correctly on the hardware when the parameter buffer overflows, so a
+/// resumed segment must load what the partial render stored. This model
+/// loads depth (stencil) in a resumed segment whenever it is stored;
+/// which unit does this (firmware or ZLS) is not public.
+fn segment_zls(pass: ZlsControl, resumed: bool) -> ZlsControl {
+    if !resumed {
+        return pass;
+    }
+    ZlsControl {
+        z_load_enable: pass.z_load_enable || pass.z_store_enable,
+        s_load_enable: pass.s_load_enable || pass.s_store_enable,
+        ..pass
+    }
+}
+
 /// Renders the scene binned so far: every tile, through the programs of
 /// the segment: `bg` for the first segment of the pass and `partial_bg`
 /// for one resumed after a partial render, `eot` for the last segment and
@@ -81,7 +100,10 @@ pub(crate) fn render_scene(
         )?,
         tile: (render.utile_width_px, render.utile_height_px),
         area,
-        zls: ZlsControl::unpack(&render.zls.ctrl.to_le_bytes()).value,
+        zls: segment_zls(
+            ZlsControl::unpack(&render.zls.ctrl.to_le_bytes()).value,
+            resumed,
+        ),
         heap: (!render.sampler_heap.is_null())
             .then_some((render.sampler_heap.get(), render.sampler_count)),
         process_empty: render.process_empty_tiles(),
