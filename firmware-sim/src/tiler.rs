@@ -60,6 +60,9 @@ pub const TVB_HEADS_PER_PAGE: u64 = TVB_PAGE_BYTES / 8;
 const HEADS_PER_PAGE: u64 = TVB_HEADS_PER_PAGE;
 /// The most vertex output slots.
 pub const MAX_OUTPUTS: usize = 64;
+/// Where a primitive record's flags word holds the count of 32-bit
+/// varyings per vertex (bit 0 is back-facing).
+pub const RECORD_VARYINGS_SHIFT: u32 = 8;
 
 /// The scene header at the start of the parameter buffer's first page.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, FromBytes, IntoBytes, zerocopy::Immutable)]
@@ -71,8 +74,8 @@ pub struct SceneHeader {
     pub tiles_y: u32,
     /// Primitives binned.
     pub primitives: u32,
-    /// 32-bit varying slots per vertex (after the position).
-    pub varyings: u32,
+    /// MBZ (each primitive record carries its own varying count).
+    pub reserved: u32,
     /// Pages used.
     pub pages_used: u32,
     /// Number of fragment states in `states`.
@@ -589,8 +592,9 @@ impl<'a> Binner<'a> {
         {
             return Ok(Ok(()));
         }
-        let varyings = vertices[0].varyings.len();
-        self.header.varyings = varyings as u32;
+        // Draws in one pass may have different output counts: each
+        // record says how many varyings its vertices carry.
+        let varyings = vertices[0].varyings.len().min(MAX_OUTPUTS) as u32;
         let state = match self.current_state {
             Some(index) => index,
             None if self.states.len() >= MAX_STATES => {
@@ -600,9 +604,14 @@ impl<'a> Binner<'a> {
         };
         let mut record: Vec<u8> = Vec::new();
         record.extend(state.to_le_bytes());
-        record.extend(u32::from(back_facing).to_le_bytes());
+        record.extend((u32::from(back_facing) | varyings << RECORD_VARYINGS_SHIFT).to_le_bytes());
         for v in vertices {
-            for value in v.position.iter().chain(&v.varyings) {
+            for value in v
+                .position
+                .iter()
+                .chain(&v.varyings)
+                .take(4 + varyings as usize)
+            {
                 record.extend(value.to_le_bytes());
             }
         }

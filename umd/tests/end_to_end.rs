@@ -1258,3 +1258,78 @@ fn twiddled_textures_and_targets_give_the_linear_picture() {
     );
     assert_eq!(got, reference);
 }
+
+/// Vertex shader: the position alone (four outputs), from the vertices of
+/// [`VS`].
+const POSITION_ONLY_VS: &str = "
+    device_load 0, i32, xyzw, r8_r9_r10_r11, u0_u1, r5, unsigned, lsl 3
+    wait 0
+    st_var 1, r8, 0
+    st_var 1, r9, 1
+    st_var 1, r10, 2
+    st_var 1, r11, 3
+    stop";
+
+#[test_log::test]
+fn draws_with_different_output_counts_share_a_pass() {
+    // Mesa switches pipelines within a pass all the time; each binned
+    // primitive must keep its own vertex size in the parameter buffer.
+    let device = device();
+    let queue = Queue::new(&device).unwrap();
+    let programs = Arc::new(ProgramCache::new(&device));
+    let (w, h) = (64, 64);
+    let image = Image::new(&device, w, h, Format::Rgba8Unorm).unwrap();
+    let mut data = vertices(
+        w,
+        h,
+        &[[0.0, 0.0], [30.0, 0.0], [0.0, 30.0]],
+        0.5,
+        &[[0.0; 3]],
+    );
+    data.extend(vertices(
+        w,
+        h,
+        &[[63.0, 63.0], [34.0, 63.0], [63.0, 34.0]],
+        0.5,
+        &[[1.0, 0.0, 0.0]],
+    ));
+    let vb = device.upload(&data, false).unwrap();
+    let flat = Arc::new(
+        GraphicsPipeline::new(
+            &device,
+            &GraphicsPipelineDesc {
+                vertex: POSITION_ONLY_VS,
+                fragment: FLAT_FS,
+                vertex_layout: None,
+                stencil: None,
+                vertex_outputs: 4,
+                varyings: vec![],
+                depth: None,
+                cull: CullMode::None,
+                front_ccw: false,
+                topology: Topology::Triangles,
+                colour_output: ColourOutput::ShaderStores,
+            },
+        )
+        .unwrap(),
+    );
+    let interpolated = pipeline(&device, VARYING_FS, None);
+    let mut cb = CommandBuffer::new(&device, &programs);
+    let mut pass = cb
+        .begin_render_pass(&colour_pass(&image, [0.0; 4]))
+        .unwrap();
+    pass.set_pipeline(&flat);
+    pass.set_vertex_uniforms(&vs_uniforms(&vb));
+    pass.set_fragment_uniforms(&[0, 1.0f32.to_bits(), 0, 1.0f32.to_bits()]);
+    pass.draw(3, 1, 0).unwrap();
+    pass.set_pipeline(&interpolated);
+    pass.set_vertex_uniforms(&vs_uniforms(&vb));
+    pass.draw(3, 1, 3).unwrap();
+    pass.end().unwrap();
+    run(&device, &queue, cb).unwrap();
+    let pixels = image.read_pixels().unwrap();
+    let at = |x: usize, y: usize| &pixels[4 * (y * w as usize + x)..][..4];
+    assert_eq!(at(5, 5), [0, 255, 0, 255], "the four-output draw");
+    assert_eq!(at(58, 58), [255, 0, 0, 255], "the seven-output draw");
+    assert_eq!(at(32, 5), [0, 0, 0, 0], "neither");
+}

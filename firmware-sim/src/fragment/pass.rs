@@ -249,13 +249,26 @@ impl Pass<'_> {
         run(w, &self.bg, &all, &[], true, None, false)?;
         // The background program does not discard.
         w.discarded.fill(false);
-        let record_floats = 4 + scene.header.varyings as usize;
+        let mut bytes = Vec::new();
         for primitive in primitives {
-            let mut bytes = vec![0u8; 8 + 12 * record_floats];
+            // The record's head: state index and flags (back-facing, and
+            // how many varyings each vertex carries).
+            let mut head = [0u8; 8];
+            vm.read(primitive, &mut head)
+                .map_err(|f| EngineResult::from_uat(&f, FaultUnit::Tiler))?;
+            let state = u32::from_le_bytes([head[0], head[1], head[2], head[3]]);
+            let flags = u32::from_le_bytes([head[4], head[5], head[6], head[7]]);
+            let back_facing = flags & 1 != 0;
+            // The scene is in GPU-writable memory: nothing in it is trusted.
+            let varyings = (flags >> tiler::RECORD_VARYINGS_SHIFT) as usize;
+            if varyings > tiler::MAX_OUTPUTS {
+                return Err(unsupported(primitive, FaultUnit::Tiler));
+            }
+            let record_floats = 4 + varyings;
+            bytes.clear();
+            bytes.resize(8 + 12 * record_floats, 0);
             vm.read(primitive, &mut bytes)
                 .map_err(|f| EngineResult::from_uat(&f, FaultUnit::Tiler))?;
-            let state = u32::from_le_bytes(bytes[0..4].try_into().unwrap_or_default());
-            let back_facing = bytes[4] & 1 != 0;
             let float = |i: usize| {
                 let at = 8 + 4 * i;
                 f32::from_le_bytes(bytes[at..at + 4].try_into().unwrap_or_default())

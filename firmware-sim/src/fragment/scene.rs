@@ -41,8 +41,7 @@ pub(super) fn read_scene(
     }
     // The scene lives in GPU-writable memory: a shader can corrupt it, so
     // nothing read from it is trusted.
-    if header.varyings as usize > tiler::MAX_OUTPUTS
-        || header.state_count as usize > tiler::MAX_STATES
+    if header.state_count as usize > tiler::MAX_STATES
         || u64::from(header.pages_used) > alloc.page_count()
     {
         return Err(unsupported(page, FaultUnit::Tiler));
