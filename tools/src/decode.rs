@@ -405,11 +405,11 @@ impl<'a> Decoder<'a> {
                     );
                 }
             }
-            if r.depth.base != 0 && !(zls.z_load_enable && zls.z_store_enable) {
+            if r.depth.base != 0 && !zls.z_store_enable {
                 self.lint(
                     "zls-partial",
                     r.depth.base,
-                    "depth is in use but zls_ctrl does not both store and reload it: partial renders lose depth".into(),
+                    "depth is in use but zls_ctrl does not store it: a partial render loses depth (the reload reads what was stored)".into(),
                 );
             }
         }

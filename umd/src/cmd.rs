@@ -19,7 +19,8 @@ use agx_hw::formats::{
     IndexListBufferSize, IndexListCount, IndexListInstances, IndexListStart, IndexSize, PppRecords,
     PppRecordsFragmentShader, PppRecordsViewport, PppState, Primitive, RegionClip, Sampler,
     Scissor, ShadeModel, StencilOp, VdmBlock, VdmStateVertexOutputs, VdmStateVertexShaderWord1,
-    VdmStateWords, VdmStreamLink, VdmStreamTerminate, Viewport, ViewportControl, ZsFunc,
+    VdmStateWords, VdmStreamLink, VdmStreamTerminate, Viewport, ViewportControl, ZlsControl,
+    ZsFunc,
 };
 use agx_uapi::asahi::{BgEot, CmdCompute, CmdRender, RenderFlags};
 use zerocopy::FromZeros;
@@ -853,7 +854,13 @@ impl CommandBuffer {
         if let Some(depth) = &desc.depth {
             let (normal, partial) = zls_controls(Some(depth));
             let partial = if self.debug.no_partial_zls {
-                normal
+                ZlsControl {
+                    z_load_enable: false,
+                    z_store_enable: false,
+                    s_load_enable: false,
+                    s_store_enable: false,
+                    ..normal
+                }
             } else {
                 partial
             };

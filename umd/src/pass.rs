@@ -36,8 +36,9 @@ pub struct PassDebug {
     /// clears) instead of a load: what was drawn before the partial render
     /// is lost.
     pub clearing_partial_bg: bool,
-    /// Submit the pass's own ZLS control, without depth store and reload
-    /// forced on for partial renders: depth is lost at each one.
+    /// Submit a ZLS control that neither stores nor loads depth and
+    /// stencil: nothing is stored for the reload after a partial render,
+    /// so depth is lost at each one.
     pub no_partial_zls: bool,
 }
 
