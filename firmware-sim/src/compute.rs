@@ -136,7 +136,6 @@ pub fn run(
     let watchdog = ctx.watchdog();
     let vm_slot = ctx.vm_slot;
     // Per worker: its MMU view, program cache, uniforms and threadgroup
-    // memory.
     // memory (or image block).
     let scratch = || {
         (
@@ -266,12 +265,16 @@ impl ShaderIo for KernelIo<'_> {
                 "a kernel's block store without explicit coordinates".into(),
             ));
         }
-        // The 2D array dimensions (plain and multisampled) take the layer
-        // after x and y.
-        let layer = if matches!(request.dim, 3 | 8) {
-            request.coords[2]
-        } else {
-            0
+        // Block stores are 2D: the array dimensions (plain and
+        // multisampled) take the layer after x and y.
+        let layer = match request.dim {
+            2 | 4 => 0,
+            3 | 8 => request.coords[2],
+            dim => {
+                return Err(IoError::Invalid(format!(
+                    "a block store to dimension {dim} (block stores are 2D)"
+                )))
+            }
         };
         store_block(
             &mut self.unit.vm,
@@ -279,9 +282,9 @@ impl ShaderIo for KernelIo<'_> {
             block,
             request,
             BlockPlacement {
-                origin: (request.coords[0], request.coords[1]),
+                origin_px: (request.coords[0], request.coords[1]),
                 layer,
-                limit: (u32::MAX, u32::MAX),
+                limit_px: (u32::MAX, u32::MAX),
             },
         )
     }

@@ -32,7 +32,7 @@ pub struct ImageblockShape {
     pub width_px: u32,
     /// Rows.
     pub height_px: u32,
-    /// Samples per pixel (1, 2 or 4).
+    /// Samples per pixel (1, 2, 4 or 8; block stores take 1, 2 or 4).
     pub samples: u32,
     /// Bytes of one sample's record.
     pub sample_bytes: u32,
@@ -113,16 +113,18 @@ impl Imageblock {
     }
 
     /// The element format of an access and its byte offset in the record,
-    /// refused if the element does not fit in the record.
+    /// refused if the components the access names do not fit in the
+    /// record.
     pub fn element(&self, access: &TileAccess) -> Result<(ElementFormat, usize), IoError> {
         let format = ElementFormat::from_code(i64::from(access.format))
             .ok_or_else(|| invalid(format!("tilebuffer format {}", access.format)))?;
-        let span = if format.packed() {
+        let components = 4 - (access.mask & 0xF).leading_zeros().saturating_sub(4) as usize;
+        let span_bytes = if format.packed() {
             4
         } else {
-            4usize << format.shift()
+            components.max(1) << format.shift()
         };
-        let end = access.offset_bytes as usize + span;
+        let end = access.offset_bytes as usize + span_bytes;
         if end > self.sample_bytes as usize {
             return Err(invalid(format!(
                 "bytes {}..{end} past the {}-byte sample record",
@@ -192,12 +194,12 @@ impl Imageblock {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BlockPlacement {
     /// The image pixel of the block's pixel (0, 0).
-    pub origin: (u32, u32),
+    pub origin_px: (u32, u32),
     /// The image layer.
     pub layer: u32,
     /// Pixels at or past this (x, y) are not written (the render area;
     /// the image's own size always bounds the store too).
-    pub limit: (u32, u32),
+    pub limit_px: (u32, u32),
 }
 
 /// The pixel back end's block store: the elements at
@@ -232,8 +234,11 @@ pub fn store_block(
     // count, every sample (linear: a pixel's samples side by side).
     // Resolving to a single-sampled image is the shader's job.
     let image_samples = match (pbe.dimension, pbe.samples) {
-        (TextureDimension::D2Multisampled, SampleCount::Two) => 2,
-        (TextureDimension::D2Multisampled, _) => 4,
+        (
+            TextureDimension::D2Multisampled | TextureDimension::D2ArrayMultisampled,
+            SampleCount::Two,
+        ) => 2,
+        (TextureDimension::D2Multisampled | TextureDimension::D2ArrayMultisampled, _) => 4,
         _ => 1,
     };
     if image_samples != block.samples {
@@ -248,7 +253,7 @@ pub fn store_block(
     let (source, offset) = block.element(&TileAccess {
         format: request.format,
         offset_bytes: request.tilebuffer_offset_bytes,
-        mask: 0xF,
+        mask: (1u8 << channels.min(4)) - 1,
         sample_mask: u32::MAX,
         explicit: None,
         half: false,
@@ -289,21 +294,21 @@ pub fn store_block(
         pbe.level
     };
     let (width, height) = (
-        placement.limit.0.min((pbe.width >> level).max(1)),
-        placement.limit.1.min((pbe.height >> level).max(1)),
+        placement.limit_px.0.min((pbe.width >> level).max(1)),
+        placement.limit_px.1.min((pbe.height >> level).max(1)),
     );
-    let origin = placement.origin;
-    let texel_run = texel_bytes * image_samples as usize;
+    let origin = placement.origin_px;
+    let texel_run_bytes = texel_bytes * image_samples as usize;
     for by in 0..block.height_px {
         let Some(y) = origin.1.checked_add(by).filter(|&y| y < height) else {
             break;
         };
-        let mut row = Vec::with_capacity(block.width_px as usize * texel_run);
+        let mut row = Vec::with_capacity(block.width_px as usize * texel_run_bytes);
         for bx in 0..block.width_px {
             let Some(x) = origin.0.checked_add(bx).filter(|&x| x < width) else {
                 break;
             };
-            let mut texel = vec![0u8; texel_run];
+            let mut texel = vec![0u8; texel_run_bytes];
             for sample in 0..image_samples {
                 let record = block.record(bx, by, sample);
                 let base = sample as usize * texel_bytes;

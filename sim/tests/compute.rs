@@ -9,7 +9,7 @@ use common::machine::*;
 
 use std::time::{Duration, Instant};
 
-use agx_hw::formats::{CdmBarrier, CdmStreamTerminate, UscControl, UscWord};
+use agx_hw::formats::{CdmBarrier, CdmStreamTerminate, Channels, TextureType, UscControl, UscWord};
 use agx_kmd::Errno;
 
 fn terminate() -> Vec<u8> {
@@ -498,14 +498,30 @@ const BLOCK_STRIDE: u32 = 64 * 4;
 /// of 8-byte records (Mesa's Shared word for its blits), the PBE
 /// descriptor of a `width` x `height` linear RGBA8 image at ts0.
 fn block_blit(m: &Machine, width: u32, height: u32, shared_bytes: u32) -> u64 {
-    use agx_hw::formats::{
-        Channels, Layout, Pbe, SharedLayout, TextureDimension, TextureType, UscShared,
-    };
+    block_kernel(
+        m,
+        BLOCK_BLIT,
+        (Channels::R8G8B8A8, TextureType::Unorm),
+        (width, height),
+        shared_bytes,
+    )
+}
+
+/// A kernel `source` storing its 32x32 image block (8-byte records) to a
+/// `size` linear image of `format` through the PBE descriptor at ts0.
+fn block_kernel(
+    m: &Machine,
+    source: &str,
+    format: (Channels, TextureType),
+    (width, height): (u32, u32),
+    shared_bytes: u32,
+) -> u64 {
+    use agx_hw::formats::{Layout, Pbe, SharedLayout, TextureDimension, UscShared};
     let pbe = Pbe {
         dimension: TextureDimension::D2,
         layout: Layout::Linear,
-        channels: Channels::R8G8B8A8,
-        data_type: TextureType::Unorm,
+        channels: format.0,
+        data_type: format.1,
         width,
         height,
         buffer: DATA_VA + BLOCK_IMAGE,
@@ -519,7 +535,7 @@ fn block_blit(m: &Machine, width: u32, height: u32, shared_bytes: u32) -> u64 {
         1.0f32.to_bits(),
     ];
     let pipeline = m.program(
-        BLOCK_BLIT,
+        source,
         0x1000,
         0x40,
         &uniforms,
@@ -589,4 +605,52 @@ fn an_image_block_larger_than_threadgroup_memory_is_refused() {
     stream.extend(terminate());
     m.poke(m.data, STREAM, &stream);
     assert_eq!(m.run(STREAM), Some(Errno::EIO));
+    let (address, unit, _) = m.system.device().scheduler().stats().last_fault.unwrap();
+    assert_eq!(unit, agx_fwif::messages::FaultUnit::Usc as u32);
+    assert_eq!(address, USC_BASE + pipeline, "at the pipeline");
+}
+
+/// One 32-bit channel per pixel (x + 1000 y) in an 8-byte record: a
+/// single-channel element at offset 4, stored to an R32 uint image.
+const BLOCK_R32: &str = "
+    get_sr r1, sr80
+    get_sr r2, sr81
+    imadd r4, r2, u0, r1
+    get_sr r3, sr48
+    get_sr r8, sr49
+    mov r9l, r3l
+    mov r9h, r8l
+    st_tile r4, i32, 1, x, 4, 1, r9, 1
+    threadgroup_barrier
+    get_sr r10, sr51
+    if_icmp r0l, ueq, r10, 0, 1
+    mov r12, r1
+    mov r13, r2
+    mov_imm r11, 4
+    image_write_block r11, r12, 0, None, ts0, tex_2d, rte, i32, 1, 9, 1
+    pop_exec r0l, 1
+    stop";
+
+#[test_log::test]
+fn a_single_channel_element_fits_a_record_smaller_than_four_channels() {
+    // Mesa sizes a blit's record to the format (8 bytes for R32): a
+    // 4-byte element at offset 4 fits, although four of them would not.
+    let m = Machine::new(5000);
+    let (width, height) = (32u32, 32u32);
+    let pipeline = block_kernel(
+        &m,
+        BLOCK_R32,
+        (Channels::R32, TextureType::Uint),
+        (width, height),
+        8192,
+    );
+    m.poke_u32s(UNIFORMS, &[1000]);
+    let mut stream = launch(pipeline, [width, height, 1], [32, 32, 1]);
+    stream.extend(terminate());
+    m.poke(m.data, STREAM, &stream);
+    assert_eq!(m.run(STREAM), None);
+    for (x, y) in [(0u32, 0u32), (31, 0), (5, 17), (31, 31)] {
+        let at = BLOCK_IMAGE + u64::from(y * BLOCK_STRIDE + 4 * x);
+        assert_eq!(m.peek_u32s(at, 1), [x + 1000 * y], "pixel ({x}, {y})");
+    }
 }

@@ -233,9 +233,9 @@ impl ShaderIo for TileIo<'_, '_> {
             &self.tile.colour,
             request,
             BlockPlacement {
-                origin: self.origin,
+                origin_px: self.origin,
                 layer: self.layer,
-                limit: self.area,
+                limit_px: self.area,
             },
         )
     }

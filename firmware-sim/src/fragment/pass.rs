@@ -262,6 +262,12 @@ impl Pass<'_> {
             // The scene is in GPU-writable memory: nothing in it is trusted.
             let varyings = (flags >> tiler::RECORD_VARYINGS_SHIFT) as usize;
             if varyings > tiler::MAX_OUTPUTS {
+                tracing::warn!(
+                    address = format_args!("{primitive:#x}"),
+                    varyings,
+                    most = tiler::MAX_OUTPUTS,
+                    "a binned primitive with more varyings than any draw has"
+                );
                 return Err(unsupported(primitive, FaultUnit::Tiler));
             }
             let record_floats = 4 + varyings;

@@ -48,9 +48,15 @@ impl SimdGroup {
                     let base = o.value(3)?;
                     let handle = o.value(4)?;
                     let explicit_coords = o.int(8)? != 0;
-                    // Explicit coordinates take a register each (x, y and
-                    // the layer); the encoding names only the first.
-                    let count = if explicit_coords { 3 } else { 1 };
+                    // Explicit coordinates take a register each (x, y, and
+                    // the layer of the array dimensions); the encoding
+                    // names only the first.
+                    let dim = o.int(5)? as u32;
+                    let count = match (explicit_coords, dim) {
+                        (false, _) => 1,
+                        (true, 3 | 8) => 3,
+                        (true, _) => 2,
+                    };
                     if coords.first.half + count * coords.first.size.halves() > 256 {
                         return Err(unsupported(pc, "block store coordinates past r127"));
                     }
@@ -60,9 +66,10 @@ impl SimdGroup {
                     };
                     let mut xyz = [0u32; 3];
                     xyz.copy_from_slice(&self.read_run(&run, lane)[..3]);
+                    xyz[usize::from(count)..].fill(0);
                     let request = BlockStore {
                         texture: self.texture_handle(&handle, &base, lane, env.uniforms),
-                        dim: o.int(5)? as u32,
+                        dim,
                         format: o.int(7)? as u32,
                         tilebuffer_offset_bytes: self.read(offset.first, lane) as u32,
                         coords: xyz,
