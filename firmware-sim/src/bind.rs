@@ -13,7 +13,7 @@
 //! where the hardware would.
 
 use agx_fwif::messages::FaultUnit;
-use agx_hw::formats::{UscShared, UscUniform, UscUniformHigh, UscWord};
+use agx_hw::formats::{SharedLayout, UscShared, UscUniform, UscUniformHigh, UscWord};
 
 use crate::command::Watchdog;
 use crate::fault::{exec_fault, unsupported, EngineResult};
@@ -121,6 +121,14 @@ pub fn bind(
                 buffer,
             )?,
             UscWord::Shared(w) => {
+                if let SharedLayout::Unknown(raw) = w.layout {
+                    tracing::warn!(
+                        address = format_args!("{at:#x}"),
+                        layout = raw,
+                        "a USC Shared word with a layout nobody has seen"
+                    );
+                    return Err(unsupported(at, FaultUnit::Usc));
+                }
                 if w.uses_shared_memory {
                     binding.shared_bytes = w.bytes_per_threadgroup as usize;
                 }

@@ -28,7 +28,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use agx_fwif::messages::FaultUnit;
-use agx_hw::formats::{CdmGlobalSize, CdmLaunch, CdmMode, SharedLayout};
+use agx_hw::formats::{CdmGlobalSize, CdmLaunch, CdmMode};
 use agx_hw::isa::table::sr;
 
 use crate::bind::Binding;
@@ -107,20 +107,11 @@ pub fn run(
     }
     // Threadgroup memory in a tile layout is an image block, which must
     // fit in the memory the Shared word sizes.
-    if let Some(w) = binding
-        .shared
-        .filter(|w| matches!(w.layout, SharedLayout::Unknown(_)))
-    {
-        tracing::warn!(layout = ?w.layout, "an unknown threadgroup memory layout");
-        return Err(unsupported(launch.pipeline, FaultUnit::Usc));
-    }
     let imageblock = binding
         .shared
         .and_then(|w| ImageblockShape::of_shared(w.layout, w.sample_count, w.sample_stride_bytes));
     if let Some(shape) = imageblock {
-        let block_bytes = u64::from(shape.width_px * shape.height_px)
-            * u64::from(shape.samples)
-            * u64::from(shape.sample_bytes);
+        let block_bytes = shape.bytes();
         if block_bytes > binding.shared_bytes as u64 {
             tracing::warn!(
                 block_bytes,
@@ -241,7 +232,7 @@ impl ShaderIo for KernelIo<'_> {
     fn tile_load(&mut self, _lane: usize, access: &TileAccess) -> Result<[u32; 4], IoError> {
         let (block, pixel) = self.block_pixel(access)?;
         // A load reads one sample: the first of the mask.
-        let sample = block.samples_of(access.sample_mask).next().unwrap_or(0);
+        let sample = block.first_sample(access.sample_mask);
         block.load(pixel, sample, access)
     }
 

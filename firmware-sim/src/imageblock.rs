@@ -41,7 +41,7 @@ pub struct ImageblockShape {
 impl ImageblockShape {
     /// The image block a USC Shared word's tile layout describes, or
     /// `None` for the vertex/compute layout (plain threadgroup memory)
-    /// and for layouts nobody has seen (the launch refuses those).
+    /// and for layouts nobody has seen (binding refuses those).
     pub fn of_shared(layout: SharedLayout, samples: u32, sample_bytes: u32) -> Option<Self> {
         let (width_px, height_px) = match layout {
             SharedLayout::VertexCompute | SharedLayout::Unknown(_) => return None,
@@ -55,6 +55,14 @@ impl ImageblockShape {
             samples,
             sample_bytes,
         })
+    }
+
+    /// Bytes of the whole block.
+    pub fn bytes(&self) -> u64 {
+        u64::from(self.width_px)
+            * u64::from(self.height_px)
+            * u64::from(self.samples)
+            * u64::from(self.sample_bytes)
     }
 }
 
@@ -89,9 +97,8 @@ pub fn channel_offset(format: ElementFormat, offset: usize, component: usize) ->
 impl Imageblock {
     /// A zeroed image block of `shape`.
     pub fn new(shape: ImageblockShape) -> Imageblock {
-        let records = shape.width_px * shape.height_px * shape.samples;
         Imageblock {
-            bytes: vec![0; (records * shape.sample_bytes) as usize],
+            bytes: vec![0; shape.bytes() as usize],
             width_px: shape.width_px,
             height_px: shape.height_px,
             samples: shape.samples,
@@ -132,6 +139,12 @@ impl Imageblock {
             )));
         }
         Ok((format, access.offset_bytes as usize))
+    }
+
+    /// The first sample of `mask` (sample 0 if none): the one a load
+    /// reads.
+    pub fn first_sample(&self, mask: u32) -> u32 {
+        self.samples_of(mask).next().unwrap_or(0)
     }
 
     /// The samples of `mask` this block has.
@@ -299,16 +312,18 @@ pub fn store_block(
     );
     let origin = placement.origin_px;
     let texel_run_bytes = texel_bytes * image_samples as usize;
+    let mut texel = vec![0u8; texel_run_bytes];
+    let mut row = Vec::with_capacity(block.width_px as usize * texel_run_bytes);
     for by in 0..block.height_px {
         let Some(y) = origin.1.checked_add(by).filter(|&y| y < height) else {
             break;
         };
-        let mut row = Vec::with_capacity(block.width_px as usize * texel_run_bytes);
+        row.clear();
         for bx in 0..block.width_px {
             let Some(x) = origin.0.checked_add(bx).filter(|&x| x < width) else {
                 break;
             };
-            let mut texel = vec![0u8; texel_run_bytes];
+            texel.fill(0);
             for sample in 0..image_samples {
                 let record = block.record(bx, by, sample);
                 let base = sample as usize * texel_bytes;

@@ -1,8 +1,9 @@
 //! Vertex shading and tiling: what RunVertex does with a draw.
 //!
 //! The VDM carries state (the vertex shader's pipeline and output count,
-//! and a pointer to the PPP state: viewport, culling, fragment shader and
-//! depth/stencil state) and draws. For a draw, the vertex shader runs once
+//! and PPP state updates: viewport, culling, fragment shader and
+//! depth/stencil state, each update replacing the records it names) and
+//! draws. For a draw, the vertex shader runs once
 //! per vertex, 32 vertices per SIMD-group, with the vertex index in `r5`
 //! and the instance index in `r6`; its `st_var` outputs are the vertex's
 //! 32-bit output slots, the first four being the clip-space position
@@ -23,8 +24,10 @@
 //! - a chunk ([`CHUNK_BYTES`]) holds the next chunk's address, a count and
 //!   up to [`CHUNK_PRIMITIVES`] primitive addresses;
 //! - a primitive record holds the primitive's state index and flags (bit
-//!   0: back-facing), then per vertex x, y (pixels), z, 1/w and the
-//!   varying slots.
+//!   0: back-facing, bits 8 and up: the varyings per vertex), then per
+//!   vertex x, y (pixels), z, 1/w and the varying slots;
+//! - the fragment-state table in page 0 and the copies of the accumulated
+//!   PPP state it points to, one per state a segment's triangles use.
 //!
 //! Pages are taken in page-list order; running out is an overflow: the
 //! firmware asks the kmd to grow the buffer (GrowTVB) or, if it will not,
@@ -60,6 +63,8 @@ pub const TVB_HEADS_PER_PAGE: u64 = TVB_PAGE_BYTES / 8;
 const HEADS_PER_PAGE: u64 = TVB_HEADS_PER_PAGE;
 /// The most vertex output slots.
 pub const MAX_OUTPUTS: usize = 64;
+/// The most varyings a vertex carries (the outputs after the position).
+pub const MAX_VARYINGS: usize = MAX_OUTPUTS - 4;
 /// Where a primitive record's flags word holds the count of 32-bit
 /// varyings per vertex (bit 0 is back-facing).
 pub const RECORD_VARYINGS_SHIFT: u32 = 8;
@@ -436,7 +441,8 @@ pub fn signed_area(v: &[ScreenVertex; 3]) -> f32 {
 
 /// Where the fragment-state table starts in the header page.
 const STATES_OFFSET: u64 = 1024;
-/// The most distinct fragment states one pass may use.
+/// The most fragment-state copies one segment may hold (a state is
+/// copied again whenever the PPP state changed since the last triangle).
 pub const MAX_STATES: usize = ((TVB_PAGE_BYTES - STATES_OFFSET) / 16) as usize;
 
 /// What a pass did with the parameter buffer.
@@ -594,7 +600,7 @@ impl<'a> Binner<'a> {
         }
         // Draws in one pass may have different output counts: each
         // record says how many varyings its vertices carry.
-        let varyings = vertices[0].varyings.len().min(MAX_OUTPUTS) as u32;
+        let varyings = vertices[0].varyings.len().min(MAX_VARYINGS) as u32;
         let state = match self.current_state {
             Some(index) => index,
             None if self.states.len() >= MAX_STATES => {

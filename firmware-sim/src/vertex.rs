@@ -3,7 +3,7 @@
 //!
 //! The stream's blocks (read through the MMU and parsed by the generated
 //! `VdmBlock` list) carry state (the vertex shader's pipeline and output
-//! count, a pointer to the PPP state) and draws; each draw is shaded and
+//! count, PPP state updates, accumulated) and draws; each draw is shaded and
 //! binned into the parameter buffer ([`crate::tiler`]). When the buffer
 //! runs dry the firmware asks the kmd for more, and if it will not, the
 //! pass does a partial render: the per-tile half ([`crate::fragment`]) runs

@@ -461,34 +461,43 @@ fn results_do_not_depend_on_how_many_host_threads_run_threadgroups() {
     assert_eq!(outputs[0], outputs[2]);
 }
 
-/// Mesa's block blit, in miniature: each thread writes its pixel (a
-/// colour from its grid position: x/128, y/128, 0.25, 1) into the
-/// threadgroup's 32x32 image block with `st_tile` at its position in the
-/// threadgroup; after a barrier, thread 0 stores the whole block with
-/// `image_write_block` at its own grid position (the block's origin).
-const BLOCK_BLIT: &str = "
+/// Mesa's block blit, in miniature: each thread computes its pixel with
+/// `pixel` (from its grid position in r1, r2, into `data`) and writes it
+/// into the threadgroup's 32x32 image block with `st_tile` at its
+/// position in the threadgroup; after a barrier, thread 0 stores the
+/// whole block with `image_write_block` at its own grid position (the
+/// block's origin).
+fn block_source(pixel: &str, data: &str, format: &str, mask: &str, offset_bytes: u32) -> String {
+    format!(
+        "
     get_sr r1, sr80
     get_sr r2, sr81
-    convert u32_to_f, r3, r1, rte
-    fmul32 r4, r3, u0
-    convert u32_to_f, r3, r2, rte
-    fmul32 r5, r3, u0
-    mov r6, u1
-    mov r7, u2
+{pixel}
     get_sr r3, sr48
     get_sr r8, sr49
     mov r9l, r3l
     mov r9h, r8l
-    st_tile r4_r5_r6_r7, u8norm, 1, xyzw, 0, 1, r9, 1
+    st_tile {data}, {format}, 1, {mask}, {offset_bytes}, 1, r9, 1
     threadgroup_barrier
     get_sr r10, sr51
     if_icmp r0l, ueq, r10, 0, 1
     mov r12, r1
     mov r13, r2
-    mov_imm r11, 0
-    image_write_block r11, r12, 0, None, ts0, tex_2d, rte, u8norm, 1, 9, 1
+    mov_imm r11, {offset_bytes}
+    image_write_block r11, r12_r13, 0, None, ts0, tex_2d, rte, {format}, 1, 9, 1
     pop_exec r0l, 1
-    stop";
+    stop"
+    )
+}
+
+/// [`block_source`]'s colour for the blit: x/128, y/128, 0.25, 1.
+const BLIT_PIXEL: &str = "
+    convert u32_to_f, r3, r1, rte
+    fmul32 r4, r3, u0
+    convert u32_to_f, r3, r2, rte
+    fmul32 r5, r3, u0
+    mov r6, u1
+    mov r7, u2";
 
 const BLOCK_PBE: u64 = 0xA_0000;
 const BLOCK_IMAGE: u64 = 0xB_0000;
@@ -500,7 +509,7 @@ const BLOCK_STRIDE: u32 = 64 * 4;
 fn block_blit(m: &Machine, width: u32, height: u32, shared_bytes: u32) -> u64 {
     block_kernel(
         m,
-        BLOCK_BLIT,
+        &block_source(BLIT_PIXEL, "r4_r5_r6_r7", "u8norm", "xyzw", 0),
         (Channels::R8G8B8A8, TextureType::Unorm),
         (width, height),
         shared_bytes,
@@ -610,36 +619,17 @@ fn an_image_block_larger_than_threadgroup_memory_is_refused() {
     assert_eq!(address, USC_BASE + pipeline, "at the pipeline");
 }
 
-/// One 32-bit channel per pixel (x + 1000 y) in an 8-byte record: a
-/// single-channel element at offset 4, stored to an R32 uint image.
-const BLOCK_R32: &str = "
-    get_sr r1, sr80
-    get_sr r2, sr81
-    imadd r4, r2, u0, r1
-    get_sr r3, sr48
-    get_sr r8, sr49
-    mov r9l, r3l
-    mov r9h, r8l
-    st_tile r4, i32, 1, x, 4, 1, r9, 1
-    threadgroup_barrier
-    get_sr r10, sr51
-    if_icmp r0l, ueq, r10, 0, 1
-    mov r12, r1
-    mov r13, r2
-    mov_imm r11, 4
-    image_write_block r11, r12, 0, None, ts0, tex_2d, rte, i32, 1, 9, 1
-    pop_exec r0l, 1
-    stop";
-
 #[test_log::test]
 fn a_single_channel_element_fits_a_record_smaller_than_four_channels() {
     // Mesa sizes a blit's record to the format (8 bytes for R32): a
     // 4-byte element at offset 4 fits, although four of them would not.
     let m = Machine::new(5000);
     let (width, height) = (32u32, 32u32);
+    // One 32-bit channel per pixel, x + 1000 y, at offset 4.
+    let pixel = "    imadd r4, r2, u0, r1";
     let pipeline = block_kernel(
         &m,
-        BLOCK_R32,
+        &block_source(pixel, "r4", "i32", "x", 4),
         (Channels::R32, TextureType::Uint),
         (width, height),
         8192,

@@ -52,13 +52,13 @@ pub(super) fn invalid(what: String) -> IoError {
 
 impl TileIo<'_, '_> {
     /// The pixel (within the tile) an access names: its explicit
-    /// coordinates, or the lane's own pixel.
-    fn pixel(&self, lane: usize, access: &TileAccess) -> Result<(u32, u32), IoError> {
-        let (x, y) = match access.explicit {
+    /// coordinates, or the lane's own pixel (the tilebuffer checks it is
+    /// inside the tile).
+    fn pixel(&self, lane: usize, access: &TileAccess) -> (u32, u32) {
+        match access.explicit {
             Some((x, y)) => (u32::from(x), u32::from(y)),
             None => self.lanes[lane],
-        };
-        self.tile.colour.pixel(x, y)
+        }
     }
 }
 
@@ -188,13 +188,13 @@ impl ShaderIo for TileIo<'_, '_> {
     }
 
     fn tile_load(&mut self, lane: usize, access: &TileAccess) -> Result<[u32; 4], IoError> {
+        let pixel = self.pixel(lane, access);
         if self.helpers & (1 << lane) != 0 && access.explicit.is_none() {
             // A helper outside the tile reads nothing useful.
-            if self.pixel(lane, access).is_err() {
+            if self.tile.colour.pixel(pixel.0, pixel.1).is_err() {
                 return Ok([0; 4]);
             }
         }
-        let pixel = self.pixel(lane, access)?;
         // The first sample of the mask (a load reads one sample), among
         // the covered ones if there are any.
         let covered = access.sample_mask & self.lane_coverage(lane, access);
@@ -203,7 +203,7 @@ impl ShaderIo for TileIo<'_, '_> {
         } else {
             access.sample_mask
         };
-        let sample = self.tile.colour.samples_of(mask).next().unwrap_or(0);
+        let sample = self.tile.colour.first_sample(mask);
         self.tile.colour.load(pixel, sample, access)
     }
 
@@ -219,7 +219,7 @@ impl ShaderIo for TileIo<'_, '_> {
         if access.explicit.is_none() && self.pixel_index(lane).is_some_and(|p| self.discarded[p]) {
             return Ok(());
         }
-        let pixel = self.pixel(lane, access)?;
+        let pixel = self.pixel(lane, access);
         let samples = access.sample_mask & self.lane_coverage(lane, access);
         self.tile.colour.store(pixel, samples, access, values)
     }

@@ -261,22 +261,23 @@ impl Pass<'_> {
             let back_facing = flags & 1 != 0;
             // The scene is in GPU-writable memory: nothing in it is trusted.
             let varyings = (flags >> tiler::RECORD_VARYINGS_SHIFT) as usize;
-            if varyings > tiler::MAX_OUTPUTS {
+            if varyings > tiler::MAX_VARYINGS {
                 tracing::warn!(
                     address = format_args!("{primitive:#x}"),
                     varyings,
-                    most = tiler::MAX_OUTPUTS,
+                    most = tiler::MAX_VARYINGS,
                     "a binned primitive with more varyings than any draw has"
                 );
                 return Err(unsupported(primitive, FaultUnit::Tiler));
             }
+            // Then the three vertices that follow it.
             let record_floats = 4 + varyings;
             bytes.clear();
-            bytes.resize(8 + 12 * record_floats, 0);
-            vm.read(primitive, &mut bytes)
+            bytes.resize(12 * record_floats, 0);
+            vm.read(primitive.wrapping_add(8), &mut bytes)
                 .map_err(|f| EngineResult::from_uat(&f, FaultUnit::Tiler))?;
             let float = |i: usize| {
-                let at = 8 + 4 * i;
+                let at = 4 * i;
                 f32::from_le_bytes(bytes[at..at + 4].try_into().unwrap_or_default())
             };
             let positions: [[f32; 2]; 3] =

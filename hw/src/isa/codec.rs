@@ -85,6 +85,11 @@ fn run_count(count: &Count, word: u128) -> Result<u8, &'static str> {
             }
         }
         Count::Coords(bits) => coord_count(bits.get(word)).ok_or("undefined texture dimension")?,
+        Count::BlockCoords { explicit, dim } => match (bit(word, *explicit), dim.get(word)) {
+            (false, _) => 1,
+            (true, 3 | 8) => 3,
+            (true, _) => 2,
+        },
         Count::DepthStencil { z, s } => 2 * u8::from(bit(word, *z)) + u8::from(bit(word, *s)),
     })
 }

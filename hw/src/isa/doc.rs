@@ -27,6 +27,12 @@ fn count_text(count: &Count) -> String {
         Count::Channels(bits) => format!("channels {}", bits_text(bits)),
         Count::Coefficients(bits) => format!("3 x channels {}", bits_text(bits)),
         Count::Coords(bits) => format!("coords(dim {})", bits_text(bits)),
+        Count::BlockCoords { explicit, dim } => {
+            format!(
+                "explicit {explicit} ? x, y (+ layer if dim {} is an array) : 1",
+                bits_text(dim)
+            )
+        }
         Count::DepthStencil { z, s } => format!("z {z} / s {s}"),
     }
 }

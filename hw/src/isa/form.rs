@@ -83,6 +83,15 @@ pub enum Count {
     /// Texture coordinates: as many 32-bit registers as the dimension
     /// field needs.
     Coords(Bits),
+    /// A block store's coordinates: with the `explicit` bit set, one
+    /// register each for x, y and (for the 2D array dimensions, plain and
+    /// multisampled) the layer; else one (the layer).
+    BlockCoords {
+        /// The explicit-coordinates bit.
+        explicit: u8,
+        /// The dimension field.
+        dim: Bits,
+    },
     /// Depth (two halves) and/or stencil (one half, right after the
     /// depth), chosen by the z and s bits; applegpu prints z+s as three
     /// halves (Mesa reserves a fourth to keep the run aligned).

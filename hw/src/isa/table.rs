@@ -694,7 +694,7 @@ table! {
     /// Store a tile of the tilebuffer to an image through a PBE descriptor.
     ImageWriteBlock => form("image_write_block", 0xFF, 0xB1, toggle(6, 10, 15), NONE, &[
         Kind::Regs { value: b!(9:6, 56:2), whole: false, wide: Wide::Fixed(Size::S32), count: Count::Fixed(1), discard: None },
-        Kind::Regs { value: b!(16:6, 58:2), whole: false, wide: Wide::Fixed(Size::S32), count: Count::Fixed(1), discard: Some(22) },
+        Kind::Regs { value: b!(16:6, 58:2), whole: false, wide: Wide::Fixed(Size::S32), count: Count::BlockCoords { explicit: 23, dim: b!(40:3, 55:1) }, discard: Some(22) },
         Kind::ImmOrReg { value: b!(24:6), flag: 31, set_means_imm: true, signed: false, reg: Size::S16 },
         Kind::TexBase { value: b!(48:5), texture_ty: b!(38:2) },
         Kind::Texture { value: b!(32:6, 78:2), ty: b!(38:2) },

@@ -131,6 +131,42 @@ fn texture_coordinates_are_16_bit_when_bit_47_is_set() {
 }
 
 #[test]
+fn block_store_coordinates_are_one_register_each_when_explicit() {
+    // Mesa's compute blits store a block at explicit x, y (and the layer
+    // of array dimensions), one register each; without the explicit bit
+    // the one register is the layer.
+    for (text, count) in [
+        (
+            "image_write_block r11, r12_r13, 0, None, ts0, tex_2d, rte, u8norm, 1, 9, 1",
+            2,
+        ),
+        (
+            "image_write_block r11, r12_r13_r14, 0, None, ts0, tex_2d_array, rte, u8norm, 1, 9, 1",
+            3,
+        ),
+        (
+            "image_write_block r11, r12, 0, None, ts0, tex_2d, rte, u8norm, 0, 9, 1",
+            1,
+        ),
+    ] {
+        let (bytes, len) = encode(&parse(text, 0).unwrap()).unwrap();
+        let decoded = decode(&bytes[..len]).unwrap();
+        assert_eq!(print(&decoded.instr, 0), text);
+        let Some(Operand::Regs(coords)) = decoded.instr.operands.get(1) else {
+            panic!("coordinates are a register run");
+        };
+        assert_eq!(coords.count, count, "{text}");
+    }
+    // The wrong length is refused.
+    let wrong = "image_write_block r11, r12, 0, None, ts0, tex_2d, rte, u8norm, 1, 9, 1";
+    let refused = match parse(wrong, 0) {
+        Err(_) => true,
+        Ok(instr) => encode(&instr).is_err(),
+    };
+    assert!(refused, "{wrong}");
+}
+
+#[test]
 fn device_load_matches_the_documented_layout() {
     let instr = parse(
         "device_load 0, i32, xyzw, r4_r5_r6_r7, u2_u3, r1, unsigned",

@@ -48,25 +48,11 @@ impl SimdGroup {
                     let base = o.value(3)?;
                     let handle = o.value(4)?;
                     let explicit_coords = o.int(8)? != 0;
-                    // Explicit coordinates take a register each (x, y, and
-                    // the layer of the array dimensions); the encoding
-                    // names only the first.
+                    // The layer, or x, y (and the layer): the run's
+                    // length follows the explicit bit and the dimension.
                     let dim = o.int(5)? as u32;
-                    let count = match (explicit_coords, dim) {
-                        (false, _) => 1,
-                        (true, 3 | 8) => 3,
-                        (true, _) => 2,
-                    };
-                    if coords.first.half + count * coords.first.size.halves() > 256 {
-                        return Err(unsupported(pc, "block store coordinates past r127"));
-                    }
-                    let run = RegRun {
-                        count: count as u8,
-                        ..coords
-                    };
                     let mut xyz = [0u32; 3];
-                    xyz.copy_from_slice(&self.read_run(&run, lane)[..3]);
-                    xyz[usize::from(count)..].fill(0);
+                    xyz.copy_from_slice(&self.read_run(&coords, lane)[..3]);
                     let request = BlockStore {
                         texture: self.texture_handle(&handle, &base, lane, env.uniforms),
                         dim,
