@@ -707,6 +707,10 @@ impl File {
     pub fn ioctl_as(&self, caller: Option<Caller>, request: u64, arg: u64) -> Result<i32, Errno> {
         let mut name = "?";
         self.dispatch(caller, request, arg, &mut name)
+            .inspect(|result| {
+                // drm.debug's per-ioctl line: which ioctl from which file.
+                tracing::trace!(ioctl = name, file = self.id, result, "ioctl");
+            })
             .map_err(|error| {
                 // What drm/asahi and the DRM core print with drm_dbg: which
                 // ioctl, from which file, and why.

@@ -592,9 +592,10 @@ impl PointFence {
 /// A syncobj.
 #[derive(Debug)]
 pub struct Syncobj {
-    /// Timeline points in submission order: (point, fence). A binary
+    /// Timeline points in submission order, as links of Linux's
+    /// `dma_fence_chain` (see [`TimelinePoint`]). A binary
     /// fence is one entry at point 0.
-    points: Mutex<Vec<(u64, Arc<Fence>)>>,
+    points: Mutex<Vec<TimelinePoint>>,
     /// Eventfds to fire once, when their point is ready (dropped with the
     /// syncobj, unfired, as Linux drops them).
     eventfds: Mutex<Vec<EventfdWatch>>,
@@ -610,7 +611,7 @@ impl Syncobj {
     ) -> Arc<Syncobj> {
         counters.syncobjs.fetch_add(1, Ordering::Relaxed);
         let points = if signalled {
-            vec![(0, Fence::signalled(Arc::clone(&events)))]
+            vec![TimelinePoint::plain(Fence::signalled(Arc::clone(&events)))]
         } else {
             Vec::new()
         };
@@ -622,24 +623,53 @@ impl Syncobj {
         })
     }
 
-    fn points(&self) -> MutexGuard<'_, Vec<(u64, Arc<Fence>)>> {
+    fn points(&self) -> MutexGuard<'_, Vec<TimelinePoint>> {
         self.points.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Replaces the fence (binary signal, or import).
     pub fn replace(&self, fence: Option<Arc<Fence>>) {
-        *self.points() = fence.into_iter().map(|f| (0, f)).collect();
+        *self.points() = fence.into_iter().map(TimelinePoint::plain).collect();
         self.events.notify();
     }
 
     /// Adds a timeline point (point 0 replaces the fence, as Linux does).
+    /// A point at or below the timeline's latest (Mesa's Vulkan queues
+    /// signal their first submission's point 1 after initialising the
+    /// timeline to 1) becomes a link numbered as the latest that starts a
+    /// new run, as `dma_fence_chain_init` makes it: waits for that number
+    /// then wait for the new fence.
     pub fn add_point(&self, point: u64, fence: Arc<Fence>) {
         if point == 0 {
             self.replace(Some(fence));
             return;
         }
         let mut points = self.points();
-        points.push((point, fence));
+        let link = match points.last() {
+            Some(prev) if prev.seqno > 0 && point > prev.seqno => TimelinePoint {
+                seqno: point,
+                prev_seqno: prev.seqno,
+                fence,
+            },
+            Some(prev) if prev.seqno > 0 => {
+                tracing::debug!(
+                    point,
+                    latest = prev.seqno,
+                    "a timeline point added out of order"
+                );
+                TimelinePoint {
+                    seqno: prev.seqno,
+                    prev_seqno: 0,
+                    fence,
+                }
+            }
+            _ => TimelinePoint {
+                seqno: point,
+                prev_seqno: 0,
+                fence,
+            },
+        };
+        points.push(link);
         if points.len() > COMPACT_AFTER_POINTS {
             compact(&mut points);
         }
@@ -647,36 +677,59 @@ impl Syncobj {
         self.events.notify();
     }
 
-    /// The fence for `point`: the head (point 0), or the first point at or
-    /// after `point`, with every earlier point it depends on. `None` if
-    /// there is no such point yet.
+    /// The fence for `point`: the head (point 0), or, as
+    /// `dma_fence_chain_find_seqno` finds it, the oldest link of the head's
+    /// run whose predecessor is numbered below `point`, with every earlier
+    /// point it depends on. `None` if the timeline has not reached `point`.
     pub fn fence_for(&self, point: u64) -> Option<PointFence> {
         let points = self.points();
-        let index = if point == 0 {
-            points.len().checked_sub(1)?
-        } else {
-            points.iter().position(|(p, _)| *p >= point)?
-        };
+        let mut index = points.len().checked_sub(1)?;
+        if point != 0 {
+            if points[index].seqno < point {
+                return None;
+            }
+            while index > 0 && points[index].prev_seqno >= point {
+                index -= 1;
+            }
+        }
         Some(PointFence {
             fences: points[..=index]
                 .iter()
-                .map(|(_, f)| Arc::clone(f))
+                .map(|p| Arc::clone(&p.fence))
                 .collect(),
         })
     }
 
     /// The last point that is signalled with all its predecessors (0 if
-    /// none, or for a binary fence).
+    /// none, or for a binary fence), as `SYNCOBJ_QUERY` computes it: the
+    /// point before the oldest pending link of the latest run, or the
+    /// latest point when everything has signalled.
     pub fn last_signalled_point(&self) -> u64 {
         let points = self.points();
-        let mut last = 0;
-        for (point, fence) in points.iter() {
-            if fence.status().is_none() {
-                break;
-            }
-            last = *point;
+        let Some(head) = points.last() else {
+            return 0;
+        };
+        if head.seqno == 0 {
+            return 0;
         }
-        last
+        let mut run_start = points.len() - 1;
+        while run_start > 0 && points[run_start].prev_seqno > 0 {
+            run_start -= 1;
+        }
+        if let Some(pending) = points[run_start..]
+            .iter()
+            .find(|link| link.fence.status().is_none())
+        {
+            return pending.prev_seqno;
+        }
+        if points[..run_start]
+            .iter()
+            .all(|link| link.fence.status().is_some())
+        {
+            head.seqno
+        } else {
+            head.prev_seqno
+        }
     }
 
     /// Registers `watch` (`SYNCOBJ_EVENTFD`): its eventfd gets 1 added,
@@ -733,7 +786,7 @@ impl Syncobj {
 
     /// The latest point added (0 if none).
     pub fn last_submitted_point(&self) -> u64 {
-        self.points().last().map_or(0, |(p, _)| *p)
+        self.points().last().map_or(0, |p| p.seqno)
     }
 }
 
@@ -743,21 +796,54 @@ const COMPACT_AFTER_POINTS: usize = 32;
 /// Drops every point that signalled without error and is followed by
 /// another such point, as `dma_fence_chain` frees signalled links: the
 /// later one stands for both. Every query keeps its answer (a point's
-/// fence is the first entry at or after it with all entries before it;
-/// a merged run was all signalled and clean), while a long-lived timeline
+/// fence is a link with all links before it, and a merged run was all
+/// signalled and clean), while a long-lived timeline
 /// (a queue's, one point per submission) no longer grows without bound
 /// or makes each wait copy every fence it ever had.
-fn compact(points: &mut Vec<(u64, Arc<Fence>)>) {
+fn compact(points: &mut Vec<TimelinePoint>) {
     let clean: Vec<bool> = points
         .iter()
-        .map(|(_, fence)| fence.status() == Some(None))
+        .map(|p| p.fence.status() == Some(None))
         .collect();
-    let mut index = 0;
-    points.retain(|_| {
-        let keep = !(clean[index] && clean.get(index + 1).copied().unwrap_or(false));
-        index += 1;
-        keep
-    });
+    let mut kept: Vec<TimelinePoint> = Vec::with_capacity(points.len());
+    let mut dropped_prev_seqno = None;
+    for (index, mut link) in points.drain(..).enumerate() {
+        // The link after a dropped one inherits its predecessor number, so
+        // a search stops where it stopped before (a run's start stays one).
+        if let Some(prev_seqno) = dropped_prev_seqno.take() {
+            link.prev_seqno = prev_seqno;
+        }
+        if clean[index] && clean.get(index + 1).copied().unwrap_or(false) {
+            dropped_prev_seqno = Some(link.prev_seqno);
+        } else {
+            kept.push(link);
+        }
+    }
+    *points = kept;
+}
+
+/// One link of a timeline, as Linux's `dma_fence_chain` numbers it.
+#[derive(Debug)]
+struct TimelinePoint {
+    /// The point this link stands for: the point added, or, for a point
+    /// added at or below the latest, the latest (`max(prev, point)`).
+    seqno: u64,
+    /// The predecessor's point when this link continues its run (points
+    /// added in increasing order); 0 when it starts one (the first link,
+    /// one after a plain fence, or one added out of order).
+    prev_seqno: u64,
+    fence: Arc<Fence>,
+}
+
+impl TimelinePoint {
+    /// A plain fence (binary use, point 0).
+    fn plain(fence: Arc<Fence>) -> TimelinePoint {
+        TimelinePoint {
+            seqno: 0,
+            prev_seqno: 0,
+            fence,
+        }
+    }
 }
 
 impl Drop for Syncobj {

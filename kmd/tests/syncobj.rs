@@ -300,6 +300,70 @@ fn timeline_points_queries_and_errors() {
     assert_eq!(points, [7]);
 }
 
+/// Mesa's Vulkan queue initialises its timeline to 1 and then signals
+/// point 1 again with its first submission. Linux's fence chain makes the
+/// new link stand for point 1 (starting a new run), so waiting for point
+/// 1, or for a binary syncobj it was transferred to (`vkQueueWaitIdle`),
+/// waits for the submission; an earlier model answered from the first
+/// link and let Mesa read buffers the GPU had not written yet.
+#[test_log::test]
+fn a_point_signalled_again_waits_for_its_new_fence() {
+    let system = system();
+    let file = system.open();
+    let tl = create(&file, false);
+    let syncobj = file.syncobj(tl).unwrap();
+    let signal = drm::DRM_IOCTL_SYNCOBJ_TIMELINE_SIGNAL;
+    let query = drm::DRM_IOCTL_SYNCOBJ_QUERY;
+    timeline_array(&file, signal, &[tl], &mut [1], 0).unwrap();
+    let job = Fence::pending(Arc::clone(system.sync_events()));
+    syncobj.add_point(1, Arc::clone(&job));
+
+    let none = SyncobjWaitFlags::empty();
+    assert_eq!(
+        timeline_wait(&file, &[tl], &[1], none, 0),
+        Err(Errno::ETIME)
+    );
+    assert_eq!(
+        timeline_wait(&file, &[tl], &[2], none, 0),
+        Err(Errno::EINVAL),
+        "the timeline has not reached 2"
+    );
+    let binary = create(&file, false);
+    let mut t = SyncobjTransfer {
+        src_handle: tl,
+        dst_handle: binary,
+        src_point: 1,
+        dst_point: 0,
+        flags: 0,
+        pad: 0,
+    };
+    call(&file, drm::DRM_IOCTL_SYNCOBJ_TRANSFER, &mut t).unwrap();
+    assert_eq!(wait(&file, &[binary], none, 0), Err(Errno::ETIME));
+    let mut points = [9u64];
+    timeline_array(&file, query, &[tl], &mut points, 0).unwrap();
+    assert_eq!(points, [0], "the new run's first link is pending");
+    timeline_array(&file, query, &[tl], &mut points, 1).unwrap();
+    assert_eq!(points, [1], "LAST_SUBMITTED");
+
+    job.signal(None);
+    assert_eq!(wait(&file, &[binary], none, 0), Ok(0));
+    timeline_array(&file, query, &[tl], &mut points, 0).unwrap();
+    assert_eq!(points, [1]);
+    // The timeline goes on in order from there.
+    let next = Fence::pending(Arc::clone(system.sync_events()));
+    syncobj.add_point(2, Arc::clone(&next));
+    assert_eq!(timeline_wait(&file, &[tl], &[1], none, 0), Ok(0));
+    assert_eq!(
+        timeline_wait(&file, &[tl], &[2], none, 0),
+        Err(Errno::ETIME)
+    );
+    timeline_array(&file, query, &[tl], &mut points, 0).unwrap();
+    assert_eq!(points, [1]);
+    next.signal(None);
+    timeline_array(&file, query, &[tl], &mut points, 0).unwrap();
+    assert_eq!(points, [2]);
+}
+
 #[test_log::test]
 fn bad_syncobj_arguments() {
     let system = system();

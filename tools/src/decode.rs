@@ -747,7 +747,16 @@ impl<'a> Decoder<'a> {
                     self.disassemble(code, &mut info);
                     self.depth -= 1;
                 }
-                UscWord::NoPreshader(_) | UscWord::Preshader(_) => break,
+                UscWord::NoPreshader(_) => break,
+                UscWord::Preshader(w) => {
+                    // Run once per bind before the shader; what it computes
+                    // is uniforms, not what the shader samples or loads.
+                    self.line("preshader:");
+                    self.depth += 1;
+                    self.disassemble(self.s.usc_exec_base + w.code, &mut ProgramInfo::default());
+                    self.depth -= 1;
+                    break;
+                }
                 UscWord::UniformHigh(_)
                 | UscWord::Shared(_)
                 | UscWord::Registers(_)
