@@ -19,6 +19,7 @@ use crate::command::Watchdog;
 use crate::fault::{exec_fault, unsupported, EngineResult};
 use crate::memory::{read_item, GpuVm};
 use crate::shader::run_stage_group;
+use crate::usc::io::{IoError, StateKind};
 use crate::usc::{ProgramCache, ShaderIo, SimdGroup, UNIFORMS};
 
 /// The most control words a pipeline may have before its preshader word.
@@ -177,10 +178,39 @@ pub fn bind(
 }
 
 /// A preshader has no fixed-function unit: device memory and the uniform
-/// registers are what it reaches.
-struct PreshaderIo;
+/// registers are what it reaches, and the state registers it binds
+/// descriptors to (`tex_state_store`, `sampler_state_store`), which the
+/// shader then uses as if a Texture or Sampler word had bound them.
+struct PreshaderIo {
+    /// The preshader's code address (where a bad binding is reported).
+    code: u64,
+    textures: Vec<StateBinding>,
+    samplers: Vec<StateBinding>,
+}
 
-impl ShaderIo for PreshaderIo {}
+impl ShaderIo for PreshaderIo {
+    fn state_store(
+        &mut self,
+        state: StateKind,
+        index: u32,
+        descriptor: u64,
+    ) -> Result<(), IoError> {
+        // The hardware copies the descriptor into the register; the
+        // simulator reads it from the heap when the shader uses it, which
+        // differs only if the heap changes while the work runs.
+        let binding = StateBinding {
+            start: index,
+            count: 1,
+            buffer: descriptor,
+            word_address: self.code,
+        };
+        match state {
+            StateKind::Texture => self.textures.push(binding),
+            StateKind::Sampler => self.samplers.push(binding),
+        }
+        Ok(())
+    }
+}
 
 /// Runs the preshader at `code` once, on one lane, over the pipeline's
 /// uniform registers (as the Uniform words loaded them): what it stores
@@ -198,15 +228,25 @@ fn run_preshader(
 ) -> Result<(), EngineResult> {
     let mut group = SimdGroup::new(code, 1);
     let mut memory = vm.clone();
+    let mut io = PreshaderIo {
+        code,
+        textures: Vec::new(),
+        samplers: Vec::new(),
+    };
     run_stage_group(
         &mut group,
         &mut ProgramCache::new(),
         &mut memory,
-        &mut PreshaderIo,
+        &mut io,
         &mut binding.uniforms,
         watchdog,
         exec_fault,
-    )
+    )?;
+    // Later bindings take precedence (the texture unit searches from the
+    // last), so what the preshader stores overrides the control words.
+    binding.textures.append(&mut io.textures);
+    binding.samplers.append(&mut io.samplers);
+    Ok(())
 }
 
 /// Copies `size_halfs` 16-bit halves from `buffer` into the uniform

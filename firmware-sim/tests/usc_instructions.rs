@@ -276,6 +276,52 @@ fn bit_operations_and_shifts() {
     check(&g, Reg::r(20), |l| u64::from(a(l) << 3));
 }
 
+/// The integer unary family and `intl`, against references computed bit
+/// by bit (applegpu's descriptions).
+#[test_log::test]
+fn bit_counting_reversal_and_interleaving() {
+    let value = |lane: usize| -> u32 {
+        match lane {
+            0 => 0,
+            1 => 1,
+            2 => u32::MAX,
+            3 => 0x8000_0000,
+            _ => (lane as u32).wrapping_mul(0x9E37_79B9) >> (lane % 7),
+        }
+    };
+    let other = |lane: usize| -> u32 { (lane as u32).wrapping_mul(0x85EB_CA6B) };
+    let g = run_lanes(
+        "bitrev r10, r1\npopcount r11, r1\nffs r12, r1\nintl r13, r1, r2\nffs r14l, r1\nintl r15, r1l, r2h",
+        |g, lane| {
+            g.write(Reg::r(1), lane, u64::from(value(lane)));
+            g.write(Reg::r(2), lane, u64::from(other(lane)));
+        },
+    );
+    let bits = |x: u32| (0..32).map(move |i| x >> i & 1);
+    check(&g, Reg::r(10), |l| {
+        u64::from(bits(value(l)).fold(0u32, |r, b| r << 1 | b))
+    });
+    check(&g, Reg::r(11), |l| u64::from(bits(value(l)).sum::<u32>()));
+    // The highest set bit's index; all ones for zero.
+    let highest = |x: u32| {
+        (0..32)
+            .rev()
+            .find(|&i| x >> i & 1 != 0)
+            .map_or(u32::MAX, |i| i)
+    };
+    check(&g, Reg::r(12), |l| u64::from(highest(value(l))));
+    check(&g, Reg::l(14), |l| u64::from(highest(value(l)) & 0xFFFF));
+    let interleave = |even: u32, odd: u32| {
+        (0..16).fold(0u64, |r, i| {
+            r | u64::from(even >> i & 1) << (2 * i) | u64::from(odd >> i & 1) << (2 * i + 1)
+        })
+    };
+    check(&g, Reg::r(13), |l| interleave(value(l), other(l)));
+    check(&g, Reg::r(15), |l| {
+        interleave(value(l) & 0xFFFF, other(l) >> 16)
+    });
+}
+
 #[test_log::test]
 fn compare_and_select() {
     let g = run_lanes(

@@ -57,19 +57,7 @@ fn a_preshader_computes_uniforms_before_the_kernel_runs() {
         fmul32 r1, u4, 2.0
         uniform_store 2, i16, xy, 0, r1l_r1h, 8
         stop";
-    let code = agx_hw::isa::text::assemble(preshader, USC_BASE + 0x2000).unwrap();
-    m.poke(m.usc, 0x2000, &code);
-    // The kernel's words end with a No-preshader word: replace it.
-    let words = m.peek(m.usc, pipeline, 64);
-    let mut end = 0;
-    while UscWord::peek_tag(&words[end..]).unwrap() != UscControl::NoPreshader {
-        end += UscWord::len_bytes(&words[end..]).unwrap();
-    }
-    let word = agx_hw::formats::UscPreshader {
-        code: 0x2000,
-        ..agx_hw::formats::UscPreshader::default()
-    };
-    m.poke(m.usc, pipeline + end as u64, &word.pack().unwrap());
+    m.set_preshader(pipeline, 0x2000, preshader);
     let mut stream = launch(pipeline, [128, 1, 1], [64, 1, 1]);
     stream.extend(terminate());
     m.poke(m.data, STREAM, &stream);
@@ -79,6 +67,100 @@ fn a_preshader_computes_uniforms_before_the_kernel_runs() {
         .map(|x| (2.0 * a).mul_add(*x, b).to_bits())
         .collect();
     assert_eq!(m.peek_u32s(OUT, n as usize), expected);
+}
+
+/// Every thread of a 4096-thread grid (64 threadgroups, run on several
+/// host threads) updates the same words with device atomics; the words
+/// end as the operations combine, and the old values the adds return
+/// chain into one serial order.
+#[test_log::test]
+fn device_atomics_from_every_thread_combine_in_memory() {
+    let m = Machine::new(5000);
+    let n = 4096u32;
+    // Words: 0 sum, 1 umax, 2 imin, 3 or, 4 and, 5 xor, 6 cmpxchg, 7 sub.
+    let source = "
+        get_sr r1, sr80
+        atomic add, 0, r2, u0_u1, 0, signed, r1, 1
+        device_store 0, i32, x, r2, u2_u3, r1, unsigned, 0
+        atomic umax, 0, 0, u0_u1, 1, signed, r1, 1
+        isub r3, 0, r1
+        atomic imin, 0, 0, u0_u1, 2, signed, r3, 1
+        atomic or, 0, 0, u0_u1, 3, signed, r1, 1
+        not r4, r1
+        atomic and, 0, 0, u0_u1, 4, signed, r4, 1
+        iadd r5, r1, 1
+        atomic xor, 0, 0, u0_u1, 5, signed, r5, 1
+        mov_imm r6, 0
+        atomic cmpxchg, 0, r10, u0_u1, 6, signed, r5_r6, 1
+        device_store 0, i32, x, r10, u4_u5, r1, unsigned, 0
+        atomic sub, 0, 0, u0_u1, 7, signed, r5, 1
+        stop";
+    // cmpxchg's data: the new value (r5 = id + 1), then the value
+    // compared (r6 = 0).
+    const WORDS: u64 = 0x2_0000;
+    const CMPXCHG_OLD: u64 = 0x6_0000;
+    m.poke_u32s(WORDS, &[0, 0, 0, 0, u32::MAX, 0, 0, 0]);
+    let mut uniforms = Vec::new();
+    uniforms.extend(pair(DATA_VA + WORDS));
+    uniforms.extend(pair(DATA_VA + OUT));
+    uniforms.extend(pair(DATA_VA + CMPXCHG_OLD));
+    let pipeline = m.kernel(source, 0x1000, 0x40, &uniforms, UNIFORMS, 0);
+    let mut stream = launch(pipeline, [n, 1, 1], [64, 1, 1]);
+    stream.extend(terminate());
+    m.poke(m.data, STREAM, &stream);
+    assert_eq!(m.run(STREAM), None);
+
+    let sum: u64 = (0..u64::from(n)).sum();
+    let words = m.peek_u32s(WORDS, 8);
+    assert_eq!(words[0], sum as u32, "add");
+    assert_eq!(words[1], n - 1, "umax");
+    assert_eq!(words[2] as i32, 1 - n as i32, "imin");
+    assert_eq!(words[3], 4095, "or of 0..4096");
+    assert_eq!(words[4], !4095, "and of the complements");
+    assert_eq!(words[5], (1..=n).fold(0, |x, v| x ^ v), "xor");
+    assert_eq!(
+        words[7],
+        0u32.wrapping_sub((sum + u64::from(n)) as u32),
+        "sub"
+    );
+    // The adds happened one at a time: sorted by the old value they
+    // returned, each thread's old value is the previous one's plus its id.
+    let olds = m.peek_u32s(OUT, n as usize);
+    let mut order: Vec<(u32, u32)> = olds.iter().copied().zip(0..n).collect();
+    order.sort_unstable();
+    assert_eq!(order[0].0, 0);
+    for step in order.windows(2) {
+        assert_eq!(step[1].0, step[0].0 + step[0].1, "{step:?}");
+    }
+    // Exactly one compare-exchange found 0 and stored its id + 1; every
+    // other one read that value and left it.
+    let cmpxchg = m.peek_u32s(CMPXCHG_OLD, n as usize);
+    let winners: Vec<u32> = (0..n).filter(|&i| cmpxchg[i as usize] == 0).collect();
+    assert_eq!(winners.len(), 1, "{winners:?}");
+    assert_eq!(words[6], winners[0] + 1);
+    assert!(cmpxchg.iter().all(|&old| old == 0 || old == words[6]));
+}
+
+/// An atomic on a read-only page faults at its address and leaves the
+/// word as it was.
+#[test_log::test]
+fn an_atomic_on_a_read_only_page_faults_without_writing() {
+    let m = Machine::new(5000);
+    let source = "
+        mov_imm r1, 7
+        atomic add, 0, r2, u0_u1, 0, signed, r1, 1
+        stop";
+    let read_only = USC_BASE + 0x8000;
+    m.poke(m.usc, 0x8000, &5u32.to_le_bytes());
+    let pipeline = m.kernel(source, 0x1000, 0x40, &pair(read_only), UNIFORMS, 0);
+    let mut stream = launch(pipeline, [32, 1, 1], [32, 1, 1]);
+    stream.extend(terminate());
+    m.poke(m.data, STREAM, &stream);
+    assert_eq!(m.run(STREAM), Some(Errno::EIO));
+    let (address, unit, _) = m.system.device().scheduler().stats().last_fault.unwrap();
+    assert_eq!(address, read_only);
+    assert_eq!(unit, agx_fwif::messages::FaultUnit::Usc as u32);
+    assert_eq!(m.peek(m.usc, 0x8000, 4), 5u32.to_le_bytes());
 }
 
 #[test_log::test]

@@ -618,6 +618,37 @@ fn an_unmapped_texture_descriptor_faults_at_its_address_on_first_use() {
     assert_eq!(unit, agx_fwif::messages::FaultUnit::Usc as u32);
 }
 
+/// Mesa's preambles bind descriptors from a heap to state registers
+/// (`tex_state_store`): the kernel then loads through ts0 although no
+/// Texture word binds it, and without the preshader the same kernel
+/// faults.
+#[test_log::test]
+fn a_preshader_binds_a_heap_descriptor_to_a_texture_state_register() {
+    for with_preshader in [true, false] {
+        let m = Machine::new(5000);
+        texture(&m, Layout::Twiddled);
+        let mut uniforms = pair(DATA_VA + OUT);
+        uniforms.extend([TEX_W, 0]);
+        // The heap base in u4_u5; the descriptor 48 bytes into it.
+        uniforms.extend(pair(DATA_VA + DESCRIPTOR - 48));
+        let pipeline = m.program(LOAD, 0x1000, 0x40, &uniforms, UNIFORMS, 0, None);
+        if with_preshader {
+            m.set_preshader(pipeline, 0x2000, "tex_state_store 0, u4_u5, 48, 0\nstop");
+        }
+        let result = run_grid(&m, pipeline);
+        if !with_preshader {
+            assert_eq!(result, Some(agx_kmd::Errno::EIO), "nothing bound at ts0");
+            continue;
+        }
+        assert_eq!(result, None);
+        let got = out_floats(&m);
+        for (x, y) in [(0u32, 0u32), (5, 3), (63, 31)] {
+            let want = texel(x, y).map(|c| f32::from(c) / 255.0);
+            assert_eq!(got[(y * TEX_W + x) as usize], want, "texel ({x}, {y})");
+        }
+    }
+}
+
 #[test_log::test]
 fn bindless_descriptors_come_from_a_heap_base_and_a_byte_offset() {
     let m = Machine::new(5000);

@@ -256,6 +256,27 @@ pub trait ShaderIo {
         let _ = (lane, which, depth, stencil);
         Err(IoError::Unavailable("the fragment back end"))
     }
+
+    /// Binds the descriptor at GPU address `descriptor` to state register
+    /// `index` (`tex_state_store` / `sampler_state_store`).
+    fn state_store(
+        &mut self,
+        state: StateKind,
+        index: u32,
+        descriptor: u64,
+    ) -> Result<(), IoError> {
+        let _ = (state, index, descriptor);
+        Err(IoError::Unavailable("state stores outside a preshader"))
+    }
+}
+
+/// The two kinds of state register a preshader can bind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StateKind {
+    /// A texture (or PBE) descriptor, 24 bytes.
+    Texture,
+    /// A sampler descriptor, 8 bytes.
+    Sampler,
 }
 
 /// A stage with no fixed-function units (plain compute).

@@ -62,4 +62,28 @@ pub trait GpuMemory {
     /// Writes `data` at `address`. A faulting write may have written the
     /// bytes before the faulting page, as the hardware would.
     fn write(&mut self, address: u64, data: &[u8]) -> Result<(), MemoryFault>;
+
+    /// Replaces the 32-bit word at `address` (4-byte aligned) with
+    /// `update(old)` and returns the old word, atomically with respect to
+    /// every other atomic the simulator runs (on any host thread). A
+    /// write fault leaves the word as it was. Not atomic with respect to
+    /// plain stores or to the CPU, which the hardware does not promise
+    /// either.
+    fn atomic_u32(
+        &mut self,
+        address: u64,
+        update: &mut dyn FnMut(u32) -> u32,
+    ) -> Result<u32, MemoryFault> {
+        let _serialised = DEVICE_ATOMICS.lock().unwrap_or_else(|e| e.into_inner());
+        let mut old = [0u8; 4];
+        self.read(address, &mut old, AccessKind::Read)?;
+        let old = u32::from_le_bytes(old);
+        self.write(address, &update(old).to_le_bytes())?;
+        Ok(old)
+    }
 }
+
+/// Serialises the read-modify-writes of device atomics: the GPU's memory
+/// system performs each one indivisibly, while the simulator's threads
+/// (one per core it models) reach memory through plain reads and writes.
+static DEVICE_ATOMICS: std::sync::Mutex<()> = std::sync::Mutex::new(());

@@ -10,7 +10,7 @@
 use super::bits::{length_mask, load_word, Bits};
 use super::form::{Count, DstSizes, Form, Kind, Length, SrcClass, Wide};
 use super::operand::{Dst, Float8, Hint, Operand, Reg, RegRun, Size, Src, Uniform, Value};
-use super::table::{Op, FORMS};
+use super::table::{Op, ATOMIC_CMPXCHG, FORMS};
 use super::{DecodeError, Decoded, EncodeError, Instr, MAX_LENGTH_BYTES};
 
 fn bit(word: u128, at: u8) -> bool {
@@ -91,6 +91,7 @@ fn run_count(count: &Count, word: u128) -> Result<u8, &'static str> {
             (true, _) => 2,
         },
         Count::DepthStencil { z, s } => 2 * u8::from(bit(word, *z)) + u8::from(bit(word, *s)),
+        Count::AtomicData(op) => 1 + u8::from(op.get(word) == ATOMIC_CMPXCHG),
     })
 }
 
@@ -217,7 +218,9 @@ pub(crate) fn covered(kind: &Kind) -> u128 {
         Kind::ImmOrReg { value, flag, .. } => value.mask() | mask_of(*flag, 1),
         Kind::TgBase { value, ty } | Kind::Texture { value, ty } => value.mask() | ty.mask(),
         Kind::Sampler { value, ty } => value.mask() | mask_of(*ty, 1),
-        Kind::TexBase { value, .. } | Kind::Lod { value, .. } => value.mask(),
+        Kind::TexBase { value, .. } | Kind::Lod { value, .. } | Kind::UniformBase(value) => {
+            value.mask()
+        }
         // Plain numbers: every bit of the field.
         number => number.number_bits().map_or(0, Bits::mask),
     }
@@ -466,6 +469,9 @@ fn decode_operand(kind: &Kind, word: u128) -> Result<Operand, &'static str> {
             } else {
                 return Err("bindless base without a bindless texture");
             })
+        }
+        Kind::UniformBase(value) => {
+            Operand::Value(Value::Uniform(uniform(value.get(word) * 4, Size::S64)?))
         }
         Kind::Lod { value, mode, dim } => {
             let raw = value.get(word);
@@ -740,6 +746,14 @@ fn encode_operand(kind: &Kind, operand: &Operand, word: &mut u128) -> Result<(),
                 _ => return Err("bindless texture needs a uniform pair base, others None"),
             }
         }
+        Kind::UniformBase(value) => match operand {
+            Operand::Value(Value::Uniform(u))
+                if u.size == Size::S64 && u.half.is_multiple_of(4) =>
+            {
+                put_uint(word, value, i64::from(u.half / 4))?;
+            }
+            _ => return Err("expected a uniform pair starting at an even uniform"),
+        },
         Kind::Lod { value, mode, dim } => {
             let (half, ok) = match (mode.get(*word), operand) {
                 (1 | 2, Operand::Value(Value::Uniform(u))) => {

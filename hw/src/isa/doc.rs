@@ -34,6 +34,7 @@ fn count_text(count: &Count) -> String {
             )
         }
         Count::DepthStencil { z, s } => format!("z {z} / s {s}"),
+        Count::AtomicData(op) => format!("op {} cmpxchg ? 2 : 1", bits_text(op)),
     }
 }
 
@@ -97,6 +98,7 @@ fn kind_text(kind: &Kind) -> String {
         }
         Kind::Sampler { value, ty } => format!("sampler {} (type {ty})", bits_text(value)),
         Kind::TexBase { value, .. } => format!("bindless base {}", bits_text(value)),
+        Kind::UniformBase(value) => format!("uniform pair {} x4", bits_text(value)),
         Kind::Lod { value, mode, .. } => {
             format!("lod {} (mode {})", bits_text(value), bits_text(mode))
         }

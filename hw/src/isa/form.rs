@@ -92,6 +92,9 @@ pub enum Count {
         /// The dimension field.
         dim: Bits,
     },
+    /// An atomic's data: one register, or two (the new value, then the
+    /// value compared) when the operation field says compare-exchange.
+    AtomicData(Bits),
     /// Depth (two halves) and/or stencil (one half, right after the
     /// depth), chosen by the z and s bits; applegpu prints z+s as three
     /// halves (Mesa reserves a fourth to keep the run aligned).
@@ -227,6 +230,9 @@ pub enum Kind {
         /// The type bit.
         ty: u8,
     },
+    /// A uniform pair whose first half is the field times 4: the heap base
+    /// of the texture and sampler state stores.
+    UniformBase(Bits),
     /// Bindless heap base: a uniform pair when the texture type is
     /// bindless, else `None`.
     TexBase {

@@ -216,6 +216,22 @@ pub const INTERPOLATION: &[(u32, &str)] = &[
     (2, "centroid"),
     (3, "sample_reg"),
 ];
+/// Device atomic operations (`atomic`, bits 6-9).
+pub const ATOMIC_OPS: &[(u32, &str)] = &[
+    (0, "add"),
+    (1, "sub"),
+    (2, "xchg"),
+    (ATOMIC_CMPXCHG as u32, "cmpxchg"),
+    (4, "umin"),
+    (5, "imin"),
+    (6, "umax"),
+    (7, "imax"),
+    (8, "and"),
+    (9, "or"),
+    (10, "xor"),
+];
+/// The compare-exchange atomic, which takes two data registers.
+pub const ATOMIC_CMPXCHG: u64 = 3;
 /// What `zs_emit` writes.
 pub const DEPTH_STENCIL: &[(u32, &str)] = &[(0, "none"), (1, "z"), (2, "s"), (3, "zs")];
 
@@ -470,6 +486,49 @@ const FUNOP_MASK: u128 = 0x3F | 0x3FFF << 28;
 const BITOP_MASK: u128 = 0x807F | 3 << 26 | 3 << 38;
 const BITOP_B_ZERO: u128 = 0x3FF << 28 | 3 << 40;
 const SHIFT_MASK: u128 = 0x0C00_807F;
+/// `atomic`: the operation, the wait group, the destination (`0` for
+/// none), base and index as the device loads have them, the data, the
+/// coherency bits (Mesa sets 44 and, keyed to the GPU, 45).
+const ATOMIC: &[Kind] = &[
+    Kind::Enum(b!(6:4), ATOMIC_OPS),
+    Kind::Uint(b!(30:1)),
+    Kind::ImmOrReg {
+        value: b!(10:6, 40:2),
+        flag: 47,
+        set_means_imm: false,
+        signed: false,
+        reg: Size::S32,
+    },
+    DEVICE_MEMORY[4],
+    DEVICE_MEMORY[5],
+    DEVICE_MEMORY[6],
+    Kind::Regs {
+        value: b!(48:8),
+        whole: false,
+        wide: Wide::Fixed(Size::S32),
+        count: Count::AtomicData(b!(6:4)),
+        discard: None,
+    },
+    Kind::Uint(b!(44:2)),
+];
+/// The integer unary family (0x3E with bit 15 clear): the operation in
+/// bits 26-27, bits 28-39 zero.
+const INTUNOP_MASK: u128 = 0x807F | 3 << 26 | 0xFFF << 28;
+/// `tex_state_store`/`sampler_state_store`: the state register, the
+/// heap's uniform pair, the byte offset in the heap (an immediate or a
+/// 32-bit register), the wait group.
+const STATE_STORE: &[Kind] = &[
+    Kind::Uint(b!(8:7)),
+    Kind::UniformBase(b!(59:5)),
+    Kind::ImmOrReg {
+        value: b!(26:31),
+        flag: 58,
+        set_means_imm: true,
+        signed: false,
+        reg: Size::S32,
+    },
+    Kind::Uint(b!(16:1)),
+];
 const IEXEC_MASK: u128 = 0x7F | 3 << 9 | 3 << 26 | 3 << 38 | 3 << 44;
 const FEXEC_MASK: u128 = 0x7F | 3 << 9 | 3 << 44;
 
@@ -611,6 +670,16 @@ table! {
         src(16, 42, SrcClass::Plain),
         src(28, 40, SrcClass::Plain),
     ]),
+    /// Reverse the 32 bits.
+    Bitrev => form("bitrev", INTUNOP_MASK, 0x3E | 1 << 26, fixed(6), NONE, BITOP_UNARY),
+    /// Count the set bits.
+    Popcount => form("popcount", INTUNOP_MASK, 0x3E | 2 << 26, fixed(6), NONE, BITOP_UNARY),
+    /// The index of the highest set bit (all ones for 0: Mesa's
+    /// `ufind_msb`).
+    Ffs => form("ffs", INTUNOP_MASK, 0x3E | 3 << 26, fixed(6), NONE, BITOP_UNARY),
+    /// Interleave the low 16 bits of two values (Morton order: the first
+    /// source in the even bits).
+    Intl => form("intl", 0x7F | 1 << 15 | 3 << 26 | 3 << 38, 0x3E, fixed(6), NONE, BITOP_BINARY),
     /// Bit-field insert (also the left shift).
     Bfi => form("bfi", SHIFT_MASK, 0x2E, fixed(8), NONE, BITFIELD),
     /// Bit-field extract and insert low (also the logical right shift).
@@ -666,6 +735,15 @@ table! {
     UniformStore => form("uniform_store", 0x000C_00F0_380F_027F, 0x3800_0045, toggle(6, 8, 47), NONE, UNIFORM_STORE),
     /// Store to device memory.
     DeviceStore => form("device_store", 0x000C_6000_3400_007F, 0x0000_4000_0400_0045, toggle(6, 8, 47), NONE, DEVICE_STORE),
+    /// Read-modify-write a 32-bit word of device memory; the destination
+    /// (`0` for none) gets the old value.
+    Atomic => form("atomic", 0x3F | 1 << 26 | 1 << 31 | 1 << 46, 0x15 | 1 << 26 | 1 << 31 | 1 << 46, fixed(8), NONE, ATOMIC),
+    /// Copy a texture descriptor from a heap into a texture state
+    /// register (preshaders bind textures this way).
+    TexStateStore => form("tex_state_store", 0xFF | 1 << 20, 0xED | 1 << 20, fixed(8), NONE, STATE_STORE),
+    /// Copy a sampler descriptor from a heap into a sampler state
+    /// register.
+    SamplerStateStore => form("sampler_state_store", 0xFF | 1 << 20, 0xAD | 1 << 20, fixed(8), NONE, STATE_STORE),
     /// Load from threadgroup memory.
     ThreadgroupLoad => form("threadgroup_load", 0x7F, 0x69, toggle(6, 8, 15), NONE, THREADGROUP_MEMORY),
     /// Store to threadgroup memory.

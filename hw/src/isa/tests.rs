@@ -49,6 +49,21 @@ const KNOWN: &[(&str, &str)] = &[
     ("62010000803f", "mov_imm r0, 1065353216"),
     ("8800", "stop"),
     ("51000080", "no_var"),
+    // Words from Mesa's Vulkan driver (a compressed-image clear): a find
+    // of the highest set bit and a preamble binding a heap descriptor to
+    // texture state 0.
+    ("be05c20e0000", "ffs r1.cache, r1.discard"),
+    ("ed0010c00000000c", "tex_state_store 0, u2_u3, 48, 0"),
+    // Packed as Mesa's agx_pack.c packs atomics: an add returning the
+    // old value, and a compare-exchange with no destination.
+    (
+        "1510608c00d00a00",
+        "atomic add, 0, r2, u0_u1, r3, signed, r5, 1",
+    ),
+    (
+        "d500608c00500a00",
+        "atomic cmpxchg, 0, 0, u0_u1, r3, signed, r5_r6, 1",
+    ),
 ];
 
 #[test]

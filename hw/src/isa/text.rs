@@ -359,7 +359,7 @@ fn parse_operand(kind: &Kind, text: &str, targets: &Targets<'_>) -> Result<Opera
             Some(run) if run.count > 1 || run.first.size == Size::S32 => Operand::Regs(run),
             _ => Operand::Value(parse_value(text, false)?),
         },
-        Kind::Pair { .. } | Kind::ImmOrReg { .. } | Kind::TgBase { .. } => {
+        Kind::Pair { .. } | Kind::ImmOrReg { .. } | Kind::TgBase { .. } | Kind::UniformBase(_) => {
             Operand::Value(parse_value(text, false)?)
         }
         Kind::Texture { .. } => match text.strip_prefix("ts").and_then(parse_int) {

@@ -4,7 +4,8 @@
 use std::time::{Duration, Instant};
 
 use agx_hw::formats::{
-    UscNoPreshader, UscRegisters, UscSampler, UscShader, UscShared, UscTexture, UscUniform,
+    UscControl, UscNoPreshader, UscPreshader, UscRegisters, UscSampler, UscShader, UscShared,
+    UscTexture, UscUniform, UscWord,
 };
 use agx_hw::uat::PhysicalMemory;
 use agx_kmd::{Errno, File};
@@ -224,6 +225,24 @@ impl Machine {
         words.extend(UscNoPreshader::default().pack().unwrap());
         self.poke(self.usc, pipeline_offset, &words);
         pipeline_offset
+    }
+
+    /// Gives the pipeline at `pipeline` (made by [`Machine::program`]) a
+    /// preshader: `source`, assembled at `code_offset` in the USC region,
+    /// in place of its No-preshader word (Mesa's preambles).
+    pub fn set_preshader(&self, pipeline: u64, code_offset: u64, source: &str) {
+        let code = agx_hw::isa::text::assemble(source, USC_BASE + code_offset).unwrap();
+        self.poke(self.usc, code_offset, &code);
+        let words = self.peek(self.usc, pipeline, 64);
+        let mut end = 0;
+        while UscWord::peek_tag(&words[end..]).unwrap() != UscControl::NoPreshader {
+            end += UscWord::len_bytes(&words[end..]).unwrap();
+        }
+        let word = UscPreshader {
+            code: code_offset,
+            ..UscPreshader::default()
+        };
+        self.poke(self.usc, pipeline + end as u64, &word.pack().unwrap());
     }
 
     /// A compute kernel's pipeline (no textures).

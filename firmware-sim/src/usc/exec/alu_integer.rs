@@ -107,6 +107,27 @@ impl SimdGroup {
                     self.write(d, lane, r);
                 }
             }
+            Op::Bitrev | Op::Popcount | Op::Ffs | Op::Intl => {
+                let d = o.dst(0)?.reg;
+                let xs = self.gather_raw(&o.src(1)?.value, env.uniforms).0;
+                let ys = if op == Op::Intl {
+                    self.gather_raw(&o.src(2)?.value, env.uniforms).0
+                } else {
+                    [0; LANES]
+                };
+                for lane in lanes(exec) {
+                    // 32-bit operations (applegpu's descriptions); a
+                    // 16-bit destination keeps the low half.
+                    let (x, y) = (xs[lane] as u32, ys[lane] as u32);
+                    let r = match op {
+                        Op::Bitrev => x.reverse_bits(),
+                        Op::Popcount => x.count_ones(),
+                        Op::Ffs => x.checked_ilog2().unwrap_or(u32::MAX),
+                        _ => interleave_low_halves(x, y),
+                    };
+                    self.write(d, lane, u64::from(r));
+                }
+            }
             Op::Bfi | Op::Bfeil | Op::Extr | Op::Shlhi | Op::Shrhi | Op::Asr | Op::Asrh => {
                 let d = o.dst(0)?.reg;
                 let (a, b) = (o.src(1)?, o.src(2)?);
@@ -157,4 +178,12 @@ impl SimdGroup {
         }
         Ok(Flow::Next)
     }
+}
+
+/// `intl`: bit i of `even` goes to bit 2i, bit i of `odd` to bit 2i+1,
+/// for the low 16 bits of each (a Morton code).
+fn interleave_low_halves(even: u32, odd: u32) -> u32 {
+    (0..16).fold(0, |r, i| {
+        r | ((even >> i) & 1) << (2 * i) | ((odd >> i) & 1) << (2 * i + 1)
+    })
 }

@@ -1,10 +1,12 @@
-//! Memory access: device loads and stores through the MMU, uniform
-//! stores, and threadgroup (shared) memory loads and stores.
+//! Memory access: device loads, stores and atomics through the MMU,
+//! uniform stores, the state stores that bind descriptors from a heap,
+//! and threadgroup (shared) memory loads and stores.
 
 use agx_hw::isa::{Op, Operand, Size, Value};
 
 use super::{lanes, sign_extend, unsupported, Env, ExecError, Flow, Operands, SimdGroup, UNIFORMS};
 use crate::usc::formats::{self, ElementFormat};
+use crate::usc::io::StateKind;
 use crate::usc::memory::AccessKind;
 
 impl SimdGroup {
@@ -19,6 +21,8 @@ impl SimdGroup {
             Op::DeviceLoad | Op::DeviceStore => self.device_memory(o, env)?,
             Op::UniformStore => self.uniform_store(o, env)?,
             Op::ThreadgroupLoad | Op::ThreadgroupStore => self.threadgroup_memory(o, env)?,
+            Op::Atomic => self.atomic(o, env)?,
+            Op::TexStateStore | Op::SamplerStateStore => self.state_store(o, env)?,
             _ => return Err(o.misrouted()),
         }
         Ok(Flow::Next)
@@ -116,6 +120,90 @@ impl SimdGroup {
             }
         }
         Ok(())
+    }
+
+    /// `atomic`: for each active lane in turn, a read-modify-write of the
+    /// 32-bit word at base + index x 4 (the index extended as the
+    /// signedness operand says), the old value to the destination.
+    fn atomic(&mut self, o: &Operands<'_>, env: &mut Env<'_>) -> Result<(), ExecError> {
+        let (ins, exec, pc) = (o.ins, o.exec, o.pc);
+        let ops = &ins.operands;
+        let (
+            Some(op),
+            Some(Operand::Value(dest)),
+            Some(Operand::Value(base)),
+            Some(Operand::Value(offset)),
+            Some(signedness),
+            Some(Operand::Regs(data)),
+        ) = (
+            ins.int(0),
+            ops.get(2),
+            ops.get(3),
+            ops.get(4),
+            ins.int(5),
+            ops.get(6),
+        )
+        else {
+            return Err(unsupported(pc, "malformed atomic"));
+        };
+        let dest = match dest {
+            Value::Reg(reg, _) => Some(*reg),
+            Value::Imm(0) => None,
+            _ => {
+                return Err(unsupported(
+                    pc,
+                    "an atomic destination field without a register",
+                ))
+            }
+        };
+        let op = AtomicOp::from_code(op)
+            .ok_or_else(|| unsupported(pc, format!("atomic operation {op}")))?;
+        for lane in lanes(exec) {
+            let base_address = self.lane_value(base, lane, env.uniforms);
+            let index = match offset {
+                Value::Imm(imm) => *imm,
+                Value::Reg(reg, _) if signedness == 0 => sign_extend(self.read(*reg, lane), 32),
+                other => self.lane_value(other, lane, env.uniforms) as i64,
+            };
+            // Unaligned addresses round down to the word, as loads do.
+            let address = base_address.wrapping_add((index << 2) as u64) & !3;
+            let value = self.read(data.reg(0), lane) as u32;
+            let compare = self.read(data.reg(1), lane) as u32;
+            let old = env
+                .memory
+                .atomic_u32(address, &mut |old| op.apply(old, value, compare))
+                .map_err(|fault| ExecError::Memory { pc, fault })?;
+            if let Some(dest) = dest {
+                self.write(dest, lane, u64::from(old));
+            }
+        }
+        Ok(())
+    }
+
+    /// `tex_state_store` / `sampler_state_store`: binds the descriptor at
+    /// heap + offset (bytes) to a state register, once per instruction
+    /// (a preshader runs on one lane).
+    fn state_store(&mut self, o: &Operands<'_>, env: &mut Env<'_>) -> Result<(), ExecError> {
+        let (ins, exec, pc) = (o.ins, o.exec, o.pc);
+        let (Some(index), Some(Operand::Value(heap)), Some(Operand::Value(offset))) =
+            (ins.int(0), ins.operands.get(1), ins.operands.get(2))
+        else {
+            return Err(unsupported(pc, "malformed state store"));
+        };
+        let Some(lane) = lanes(exec).next() else {
+            return Ok(());
+        };
+        let state = if ins.op == Op::TexStateStore {
+            StateKind::Texture
+        } else {
+            StateKind::Sampler
+        };
+        let descriptor = self
+            .lane_value(heap, lane, env.uniforms)
+            .wrapping_add(self.lane_value(offset, lane, env.uniforms) & 0xFFFF_FFFF);
+        env.io
+            .state_store(state, index as u32, descriptor)
+            .map_err(|error| ExecError::Io { pc, error })
     }
 
     pub(super) fn uniform_store(
@@ -233,5 +321,67 @@ impl SimdGroup {
             }
         }
         Ok(())
+    }
+}
+
+/// The operations of `atomic` (applegpu's and Mesa's numbering).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum AtomicOp {
+    Add,
+    Sub,
+    Exchange,
+    CompareExchange,
+    UnsignedMin,
+    SignedMin,
+    UnsignedMax,
+    SignedMax,
+    And,
+    Or,
+    Xor,
+}
+
+impl AtomicOp {
+    fn from_code(code: i64) -> Option<AtomicOp> {
+        use AtomicOp::*;
+        Some(match code {
+            0 => Add,
+            1 => Sub,
+            2 => Exchange,
+            3 => CompareExchange,
+            4 => UnsignedMin,
+            5 => SignedMin,
+            6 => UnsignedMax,
+            7 => SignedMax,
+            8 => And,
+            9 => Or,
+            10 => Xor,
+            _ => return None,
+        })
+    }
+
+    /// The new memory word from the old one, the data register and (for
+    /// compare-exchange, whose data is the new value then the value
+    /// compared, as Mesa packs it) the second data register.
+    fn apply(self, old: u32, value: u32, compare: u32) -> u32 {
+        use AtomicOp::*;
+        match self {
+            Add => old.wrapping_add(value),
+            Sub => old.wrapping_sub(value),
+            Exchange => value,
+            CompareExchange => {
+                if old == compare {
+                    value
+                } else {
+                    old
+                }
+            }
+            UnsignedMin => old.min(value),
+            SignedMin => (old as i32).min(value as i32) as u32,
+            UnsignedMax => old.max(value),
+            SignedMax => (old as i32).max(value as i32) as u32,
+            And => old & value,
+            Or => old | value,
+            Xor => old ^ value,
+        }
     }
 }

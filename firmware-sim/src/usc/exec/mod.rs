@@ -539,14 +539,21 @@ impl SimdGroup {
             | Op::Shlhi
             | Op::Shrhi
             | Op::Asr
-            | Op::Asrh => self.integer_alu(&o, env),
+            | Op::Asrh
+            | Op::Bitrev
+            | Op::Popcount
+            | Op::Ffs
+            | Op::Intl => self.integer_alu(&o, env),
             Op::Icmpsel | Op::Fcmpsel => self.compare_select(&o, env),
             Op::Convert => self.convert_op(&o, env),
             Op::DeviceLoad
             | Op::DeviceStore
             | Op::UniformStore
             | Op::ThreadgroupLoad
-            | Op::ThreadgroupStore => self.load_store(&o, env),
+            | Op::ThreadgroupStore
+            | Op::Atomic
+            | Op::TexStateStore
+            | Op::SamplerStateStore => self.load_store(&o, env),
             Op::TextureSample | Op::TextureLoad | Op::ImageWrite | Op::ImageWriteBlock => {
                 self.texture_op(&o, env)
             }
