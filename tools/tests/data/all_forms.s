@@ -38,6 +38,10 @@ nand r17, r1, r2
 nor r17, r1, r2
 bitop 1001, r17, r1, r2
 bfi r18, 0, r1, 4, mask 0xFF
+bitrev r19, r1
+popcount r19l, r1h
+ffs r19, u3
+intl r19, r1l, r2h
 bfeil r18, 0, r1, 3
 extr r18, r1, r2, 8
 shlhi r18, r1, r2, 40
@@ -63,6 +67,10 @@ device_load 0, i32, xyzw, r4_r5_r6_r7, u2_u3, r1, unsigned
 device_load 1, i16, x, r3l, r0_r1, 8, signed, lsl 1
 wait 0
 device_store 0, i32, xy, r2_r3, u4_u5, r6, unsigned, 0
+atomic add, 0, r2, u0_u1, r3, signed, r5, 1
+atomic cmpxchg, 1, 0, r8_r9, -4, unsigned, r5_r6, 3
+tex_state_store 3, u8_u9, r4, 0
+sampler_state_store 1, u0_u1, 4096, 1
 uniform_store 2, i16, xy, 0, r0l_r0h, 12
 threadgroup_load i32, xyzw, r0_r1_r2_r3, 0, r2l
 threadgroup_store i16, x, r5l, r1l, 4
