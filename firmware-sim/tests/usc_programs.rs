@@ -415,6 +415,57 @@ fn uniform_store_writes_halves() {
     ));
 }
 
+/// Each atomic operation on one lane, on words with the sign bit set so
+/// that signed and unsigned orders differ: the word becomes what the
+/// operation says and the destination gets the old word.
+#[test_log::test]
+fn every_atomic_operation_returns_the_old_word() {
+    let old = 0x8000_0005u32; // negative as i32
+    let value = 0x0000_0009u32;
+    let cases: [(&str, u32); 11] = [
+        ("add", old.wrapping_add(value)),
+        ("sub", old.wrapping_sub(value)),
+        ("xchg", value),
+        ("umin", value),
+        ("imin", old),
+        ("umax", old),
+        ("imax", value),
+        ("and", old & value),
+        ("or", old | value),
+        ("xor", old ^ value),
+        // Compare-exchange: new value r2, compared r3 (equal to the old
+        // word here, so it swaps).
+        ("cmpxchg", value),
+    ];
+    let mut source = String::from("mov_imm r2, 9\nmov_imm r3, 2147483653\n");
+    for (i, (op, _)) in cases.iter().enumerate() {
+        let data = if *op == "cmpxchg" { "r2_r3" } else { "r2" };
+        source += &format!(
+            "atomic {op}, 0, r{}, u0_u1, {i}, signed, {data}, 1\n",
+            10 + i
+        );
+    }
+    // A compare-exchange that finds another value leaves the word.
+    source += "mov_imm r3, 1\natomic cmpxchg, 0, r30, u0_u1, 11, signed, r2_r3, 1\nstop";
+    let mut m = Machine::new(&source);
+    m.memory.map(DATA, 0x1000, true);
+    m.memory.poke_u32s(DATA, &[old; 12]);
+    set_pair(&mut m.uniforms, 0, DATA);
+    let mut group = SimdGroup::new(CODE_BASE, 1);
+    assert_eq!(m.run(&mut group), Ok(Exit::Stopped));
+    let words = m.memory.peek_u32s(DATA, 12);
+    for (i, (op, want)) in cases.iter().enumerate() {
+        assert_eq!(words[i], *want, "{op}: the word");
+        assert_eq!(
+            group.read(Reg::r(10 + i as u16), 0),
+            u64::from(old),
+            "{op}: the old word"
+        );
+    }
+    assert_eq!(words[11], old, "a failed compare-exchange");
+    assert_eq!(group.read(Reg::r(30), 0), u64::from(old));
+}
+
 #[test_log::test]
 fn each_instruction_is_decoded_once() {
     let source = "

@@ -808,10 +808,13 @@ fn compact(points: &mut Vec<TimelinePoint>) {
     let mut kept: Vec<TimelinePoint> = Vec::with_capacity(points.len());
     let mut dropped_prev_seqno = None;
     for (index, mut link) in points.drain(..).enumerate() {
-        // The link after a dropped one inherits its predecessor number, so
-        // a search stops where it stopped before (a run's start stays one).
+        // A link continuing the run of a dropped one inherits the dropped
+        // link's predecessor number, so a search stops where it stopped
+        // before; a link starting a run (0) stays one.
         if let Some(prev_seqno) = dropped_prev_seqno.take() {
-            link.prev_seqno = prev_seqno;
+            if link.prev_seqno != 0 {
+                link.prev_seqno = prev_seqno;
+            }
         }
         if clean[index] && clean.get(index + 1).copied().unwrap_or(false) {
             dropped_prev_seqno = Some(link.prev_seqno);
@@ -1001,6 +1004,41 @@ pub fn wait(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Merging signalled links keeps a run's start a start: a wait for a
+    /// point before it still waits for the older run's pending link.
+    #[test]
+    fn merging_links_keeps_the_runs_of_an_out_of_order_timeline() {
+        let events = Arc::new(SyncEvents::default());
+        let syncobj = Syncobj::new(false, Arc::clone(&events), Arc::default());
+        let signalled = || Fence::signalled(Arc::clone(&events));
+        let pending = Fence::pending(Arc::clone(&events));
+        syncobj.add_point(4, signalled());
+        syncobj.add_point(5, Arc::clone(&pending));
+        syncobj.add_point(6, signalled());
+        syncobj.add_point(6, signalled()); // out of order: starts a run
+        syncobj.add_point(7, Fence::pending(Arc::clone(&events)));
+        let answers = |s: &Syncobj| {
+            (
+                s.fence_for(4).map(|p| p.status()),
+                s.fence_for(6).map(|p| p.status()),
+                s.last_signalled_point(),
+            )
+        };
+        let before = answers(&syncobj);
+        // Points 4 and 6 wait for 5; QUERY answers from the latest run,
+        // whose start has signalled (6), as Linux's walk does.
+        assert_eq!(before, (Some(None), Some(None), 6));
+        compact(&mut syncobj.points());
+        assert_eq!(
+            syncobj.points().len(),
+            4,
+            "the first of the two clean links merged"
+        );
+        assert_eq!(answers(&syncobj), before);
+        pending.signal(None);
+        assert_eq!(answers(&syncobj), (Some(Some(None)), Some(Some(None)), 6));
+    }
 
     #[test]
     fn a_long_timeline_stays_short_and_answers_as_before() {

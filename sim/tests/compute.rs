@@ -9,7 +9,7 @@ use common::machine::*;
 
 use std::time::{Duration, Instant};
 
-use agx_hw::formats::{CdmBarrier, CdmStreamTerminate, Channels, TextureType, UscControl, UscWord};
+use agx_hw::formats::{CdmBarrier, CdmStreamTerminate, Channels, TextureType, UscControl};
 use agx_kmd::Errno;
 
 fn terminate() -> Vec<u8> {
@@ -72,7 +72,9 @@ fn a_preshader_computes_uniforms_before_the_kernel_runs() {
 /// Every thread of a 4096-thread grid (64 threadgroups, run on several
 /// host threads) updates the same words with device atomics; the words
 /// end as the operations combine, and the old values the adds return
-/// chain into one serial order.
+/// chain into one serial order. (A lost update needs two host threads to
+/// race, so this catches an unserialised atomic only when they do; the
+/// chain check makes any lost update visible.)
 #[test_log::test]
 fn device_atomics_from_every_thread_combine_in_memory() {
     let m = Machine::new(5000);
@@ -635,11 +637,7 @@ fn block_kernel(
         Some((1, DATA_VA + BLOCK_PBE)),
     );
     // Give the Shared word the tile layout.
-    let words = m.peek(m.usc, pipeline, 64);
-    let mut at = 0;
-    while UscWord::peek_tag(&words[at..]).unwrap() != UscControl::Shared {
-        at += UscWord::len_bytes(&words[at..]).unwrap();
-    }
+    let at = m.control_word(pipeline, UscControl::Shared);
     let shared = UscShared {
         uses_shared_memory: true,
         layout: SharedLayout::Tile32x32,
@@ -647,7 +645,7 @@ fn block_kernel(
         sample_stride_bytes: 8,
         bytes_per_threadgroup: shared_bytes,
     };
-    m.poke(m.usc, pipeline + at as u64, &shared.pack().unwrap());
+    m.poke(m.usc, at, &shared.pack().unwrap());
     pipeline
 }
 

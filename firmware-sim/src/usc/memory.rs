@@ -65,8 +65,9 @@ pub trait GpuMemory {
 
     /// Replaces the 32-bit word at `address` (4-byte aligned) with
     /// `update(old)` and returns the old word, atomically with respect to
-    /// every other atomic the simulator runs (on any host thread). A
-    /// write fault leaves the word as it was. Not atomic with respect to
+    /// every other atomic the simulator runs (on any host thread) as long
+    /// as implementors keep this method. A write fault leaves the word as
+    /// it was. Not atomic with respect to
     /// plain stores or to the CPU, which the hardware does not promise
     /// either.
     fn atomic_u32(

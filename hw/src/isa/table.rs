@@ -18,6 +18,12 @@
 //!   27-29 to different values.
 //! - `no_var` is the exact word 0x80000051 (as Mesa emits it); `st_var`
 //!   and `st_var_final` pin bits 0-9.
+//! - 0x3E is `convert` with bit 15 set; with it clear, bits 26-27 choose
+//!   `intl` (0, with bits 38-39 clear) or `bitrev`/`popcount`/`ffs` (1-3,
+//!   with bits 28-39 clear).
+//! - `atomic` is identified by bits 0-5 (0x15) and its constant bits 26,
+//!   31 and 46; the state stores by bits 0-7 (0xED texture, 0xAD sampler)
+//!   and bit 20.
 //!
 //! A row's operands are listed in the order applegpu prints them. Where
 //! applegpu prints two different values with one name (the LOD modes

@@ -233,16 +233,23 @@ impl Machine {
     pub fn set_preshader(&self, pipeline: u64, code_offset: u64, source: &str) {
         let code = agx_hw::isa::text::assemble(source, USC_BASE + code_offset).unwrap();
         self.poke(self.usc, code_offset, &code);
-        let words = self.peek(self.usc, pipeline, 64);
-        let mut end = 0;
-        while UscWord::peek_tag(&words[end..]).unwrap() != UscControl::NoPreshader {
-            end += UscWord::len_bytes(&words[end..]).unwrap();
-        }
         let word = UscPreshader {
             code: code_offset,
             ..UscPreshader::default()
         };
-        self.poke(self.usc, pipeline + end as u64, &word.pack().unwrap());
+        let end = self.control_word(pipeline, UscControl::NoPreshader);
+        self.poke(self.usc, end, &word.pack().unwrap());
+    }
+
+    /// The USC-region offset of the pipeline's first control word with
+    /// `tag` (made by [`Machine::program`]).
+    pub fn control_word(&self, pipeline: u64, tag: UscControl) -> u64 {
+        let words = self.peek(self.usc, pipeline, 64);
+        let mut at = 0;
+        while UscWord::peek_tag(&words[at..]).unwrap() != tag {
+            at += UscWord::len_bytes(&words[at..]).unwrap();
+        }
+        pipeline + at as u64
     }
 
     /// A compute kernel's pipeline (no textures).

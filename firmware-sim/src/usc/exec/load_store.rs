@@ -64,11 +64,7 @@ impl SimdGroup {
         let store = ins.op == Op::DeviceStore;
         for lane in lanes(exec) {
             let base_address = self.lane_value(base, lane, env.uniforms);
-            let index = match offset {
-                Value::Imm(imm) => *imm,
-                Value::Reg(reg, _) if signedness == 0 => sign_extend(self.read(*reg, lane), 32),
-                other => self.lane_value(other, lane, env.uniforms) as i64,
-            };
+            let index = self.memory_index(offset, signedness, lane, env);
             let address =
                 base_address.wrapping_add((index << (format.shift() + shift as u32)) as u64);
             let mut packed = [0u8; 4];
@@ -160,15 +156,16 @@ impl SimdGroup {
             .ok_or_else(|| unsupported(pc, format!("atomic operation {op}")))?;
         for lane in lanes(exec) {
             let base_address = self.lane_value(base, lane, env.uniforms);
-            let index = match offset {
-                Value::Imm(imm) => *imm,
-                Value::Reg(reg, _) if signedness == 0 => sign_extend(self.read(*reg, lane), 32),
-                other => self.lane_value(other, lane, env.uniforms) as i64,
-            };
+            let index = self.memory_index(offset, signedness, lane, env);
             // Unaligned addresses round down to the word, as loads do.
             let address = base_address.wrapping_add((index << 2) as u64) & !3;
             let value = self.read(data.reg(0), lane) as u32;
-            let compare = self.read(data.reg(1), lane) as u32;
+            // Only compare-exchange has a second data register.
+            let compare = if op == AtomicOp::CompareExchange {
+                self.read(data.reg(1), lane) as u32
+            } else {
+                0
+            };
             let old = env
                 .memory
                 .atomic_u32(address, &mut |old| op.apply(old, value, compare))
@@ -204,6 +201,16 @@ impl SimdGroup {
         env.io
             .state_store(state, index as u32, descriptor)
             .map_err(|error| ExecError::Io { pc, error })
+    }
+
+    /// A device access's index: an immediate, or a 32-bit register
+    /// sign-extended (`signed`) or zero-extended.
+    fn memory_index(&self, offset: &Value, signedness: i64, lane: usize, env: &Env<'_>) -> i64 {
+        match offset {
+            Value::Imm(imm) => *imm,
+            Value::Reg(reg, _) if signedness == 0 => sign_extend(self.read(*reg, lane), 32),
+            other => self.lane_value(other, lane, env.uniforms) as i64,
+        }
     }
 
     pub(super) fn uniform_store(
