@@ -13,9 +13,19 @@
 //! threadgroup memory is not known (no public source reads one with
 //! `threadgroup_load`), so kernels with an image block have no other
 //! threadgroup memory here.
+//!
+//! A store to a compressed image writes its pixels uncompressed and marks
+//! each compression tile it writes as uncompressed in the metadata (a
+//! lossless encoding any reader decodes; which encodings the hardware's
+//! PBE chooses is not publicly known). A solid tile the store covers only
+//! in part is first expanded into the body, so the pixels the store does
+//! not write keep their colour.
 
-use agx_hw::formats::{Layout, Pbe, SampleCount, SharedLayout, TextureDimension};
-use agx_hw::layout::ImageLayout;
+use agx_hw::formats::{ImageMode, Layout, Pbe, SampleCount, SharedLayout, TextureDimension};
+use agx_hw::layout::{
+    full_chain_levels, tile_word, uncompressed_subtile_mode, CompressionLayout, ImageLayout,
+    TileMode, COMPRESSION_TILE_PX,
+};
 
 use crate::bind::Binding;
 use crate::memory::GpuVm;
@@ -240,8 +250,11 @@ pub fn store_block(
     // image_write only.
     let (element, channels) = channel_format(pbe.channels, pbe.data_type, false)
         .ok_or_else(|| invalid(format!("PBE format {:?} {:?}", pbe.channels, pbe.data_type)))?;
-    if !matches!(pbe.layout, Layout::Linear | Layout::Twiddled) {
+    if !matches!(pbe.layout, Layout::Linear | Layout::Gpu | Layout::Twiddled) {
         return Err(invalid(format!("{:?} image layout", pbe.layout)));
+    }
+    if pbe.mode != ImageMode::Normal {
+        return Err(invalid(format!("{:?} images (sparse)", pbe.mode)));
     }
     // A multisampled block stores to a multisampled image of the same
     // count, every sample (linear: a pixel's samples side by side).
@@ -261,7 +274,7 @@ pub fn store_block(
         )));
     }
     if image_samples > 1 && pbe.layout != Layout::Linear {
-        return Err(invalid("twiddled multisampled images".into()));
+        return Err(invalid("tiled multisampled images".into()));
     }
     let (source, offset) = block.element(&TileAccess {
         format: request.format,
@@ -285,21 +298,29 @@ pub fn store_block(
     if layer >= layers {
         return Err(invalid(format!("layer {layer} past the image's {layers}")));
     }
-    let layout = if pbe.layout == Layout::Linear {
-        ImageLayout::Linear {
+    // A mipmapped image is laid out for its full chain.
+    let levels = if pbe.levels > 1 {
+        full_chain_levels(pbe.width, pbe.height).max(pbe.levels)
+    } else {
+        1
+    };
+    let layout = match pbe.layout {
+        Layout::Linear => ImageLayout::Linear {
             stride_bytes: u64::from(pbe.stride),
             element_bytes: texel_bytes as u32 * image_samples,
             layer_stride_bytes: pbe.layer_stride_linear,
+        },
+        Layout::Twiddled => {
+            ImageLayout::twiddled(pbe.width, pbe.height, levels, texel_bytes as u32)
         }
-    } else {
-        ImageLayout::twiddled(
+        _ => ImageLayout::gpu_tiled(
             pbe.width,
             pbe.height,
-            pbe.levels,
-            layers,
+            levels,
             texel_bytes as u32,
+            pbe.page_aligned_layers,
         )
-        .ok_or_else(|| invalid(format!("{texel_bytes}-byte twiddled texels")))?
+        .ok_or_else(|| invalid(format!("{texel_bytes}-byte tiled texels")))?,
     };
     let level = if pbe.layout == Layout::Linear {
         0
@@ -311,6 +332,17 @@ pub fn store_block(
         placement.limit_px.1.min((pbe.height >> level).max(1)),
     );
     let origin = placement.origin_px;
+    let written = (
+        origin.0..origin.0.saturating_add(block.width_px).min(width),
+        origin.1..origin.1.saturating_add(block.height_px).min(height),
+    );
+    let marked_tiles = if pbe.compressed_1 {
+        let compressed = Compressed::new(&pbe, levels, texel_bytes as u32)?;
+        let level_size = ((pbe.width >> level).max(1), (pbe.height >> level).max(1));
+        compressed.prepare(vm, &pbe, &layout, level, layer, &written, level_size)?
+    } else {
+        None
+    };
     let texel_run_bytes = texel_bytes * image_samples as usize;
     let mut texel = vec![0u8; texel_run_bytes];
     let mut row = Vec::with_capacity(block.width_px as usize * texel_run_bytes);
@@ -355,5 +387,112 @@ pub fn store_block(
         vm.write(pbe.buffer.wrapping_add(at), &row)
             .map_err(IoError::Memory)?;
     }
+    if let Some((words, word)) = marked_tiles {
+        for address in words {
+            vm.write(address, &word.to_le_bytes())
+                .map_err(IoError::Memory)?;
+        }
+    }
     Ok(())
+}
+
+/// The compression side of a PBE descriptor.
+struct Compressed {
+    meta: CompressionLayout,
+    uncompressed_word: u64,
+    element_bytes: u32,
+}
+
+impl Compressed {
+    fn new(pbe: &Pbe, levels: u32, element_bytes: u32) -> Result<Compressed, IoError> {
+        if pbe.layout != Layout::Gpu || !pbe.extended {
+            return Err(invalid(format!(
+                "a compressed {:?} image{}",
+                pbe.layout,
+                if pbe.extended {
+                    ""
+                } else {
+                    " without the extended words"
+                }
+            )));
+        }
+        let meta = CompressionLayout::new(pbe.width, pbe.height, levels).ok_or_else(|| {
+            invalid(format!(
+                "a compressed {}x{} image (a side under one compression tile)",
+                pbe.width, pbe.height
+            ))
+        })?;
+        let mode = uncompressed_subtile_mode(element_bytes)
+            .ok_or_else(|| invalid(format!("compressed {element_bytes}-byte texels")))?;
+        Ok(Compressed {
+            meta,
+            uncompressed_word: tile_word(mode),
+            element_bytes,
+        })
+    }
+
+    /// Before a store of the pixels `written` of `level` (`size` pixels):
+    /// expands each solid tile the store covers only in part into the
+    /// body. Returns the metadata words to mark uncompressed after the
+    /// store, and the word (`None` if the level is not compressed).
+    #[allow(clippy::too_many_arguments)]
+    fn prepare(
+        &self,
+        vm: &mut GpuVm<'_>,
+        pbe: &Pbe,
+        layout: &ImageLayout,
+        level: u32,
+        layer: u32,
+        written: &(std::ops::Range<u32>, std::ops::Range<u32>),
+        size: (u32, u32),
+    ) -> Result<Option<(Vec<u64>, u64)>, IoError> {
+        if !self.meta.level_compressed(level) || written.0.is_empty() || written.1.is_empty() {
+            return Ok(None);
+        }
+        let t = COMPRESSION_TILE_PX;
+        let mut words = Vec::new();
+        for ty in written.1.start / t..written.1.end.div_ceil(t) {
+            for tx in written.0.start / t..written.0.end.div_ceil(t) {
+                let (x0, y0) = (tx * t, ty * t);
+                let Some(at) = self.meta.tile_word_offset(level, x0, y0, layer) else {
+                    continue;
+                };
+                let address = pbe.acceleration_buffer.wrapping_add(at);
+                words.push(address);
+                let tile = (x0..(x0 + t).min(size.0), y0..(y0 + t).min(size.1));
+                let covered = written.0.start <= tile.0.start
+                    && tile.0.end <= written.0.end
+                    && written.1.start <= tile.1.start
+                    && tile.1.end <= written.1.end;
+                if covered {
+                    continue;
+                }
+                let mut word = [0u8; 8];
+                GpuMemory::read(vm, address, &mut word, AccessKind::Read)?;
+                match TileMode::decode(u64::from_le_bytes(word), self.element_bytes) {
+                    TileMode::Uncompressed => {}
+                    TileMode::Solid => {
+                        let texel_at = |x, y| {
+                            layout
+                                .offset(level, x, y, layer)
+                                .map(|o| pbe.buffer.wrapping_add(o))
+                                .ok_or_else(|| invalid(format!("pixel ({x}, {y}) past the image")))
+                        };
+                        let mut colour = vec![0u8; self.element_bytes as usize];
+                        GpuMemory::read(vm, texel_at(x0, y0)?, &mut colour, AccessKind::Read)?;
+                        for y in tile.1.clone() {
+                            for x in tile.0.clone() {
+                                vm.write(texel_at(x, y)?, &colour)
+                                    .map_err(IoError::Memory)?;
+                            }
+                        }
+                    }
+                    TileMode::Unknown(word) => return Err(invalid(format!(
+                        "a partial store to a tile in compression mode {word:#018x} (not modelled)"
+                    ))),
+                }
+            }
+        }
+        Ok(Some((words, self.uncompressed_word)))
+    }
 }

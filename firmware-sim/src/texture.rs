@@ -10,14 +10,18 @@
 //! pixel) coordinates through the wrap modes, pick a level from the
 //! coordinate derivatives or an explicit LOD, filter (nearest or
 //! bilinear, and between levels), compare for shadow samplers, and
-//! swizzle. Texels are read through the MMU from linear or twiddled
-//! images (`agx_hw::layout`).
+//! swizzle. Texels are read through the MMU from linear, GPU-tiled or
+//! twiddled images (`agx_hw::layout`). A compressed image's texels go
+//! through its metadata first: a solid tile reads the colour at the
+//! tile's start, an uncompressed one reads its body.
 
 use agx_hw::formats::{
-    BorderColour, Channel, Channels, CompareFunc, CustomBorder, Filter, Layout, MipFilter, Sampler,
-    Texture, TextureDimension, TextureType, Wrap,
+    BorderColour, Channel, Channels, CompareFunc, CustomBorder, Filter, ImageMode, Layout,
+    MipFilter, Sampler, Texture, TextureDimension, TextureType, Wrap,
 };
-use agx_hw::layout::ImageLayout;
+use agx_hw::layout::{
+    full_chain_levels, CompressionLayout, ImageLayout, TileMode, COMPRESSION_TILE_PX,
+};
 
 use crate::bind::StateBinding;
 use crate::memory::GpuVm;
@@ -75,6 +79,11 @@ struct Image {
     element_bytes: u32,
     /// Integer texels (no conversion to float).
     integer: bool,
+    /// Layers (1 unless an array).
+    layers: u32,
+    /// For a compressed image: its metadata layout, and the address of
+    /// the first layer's metadata.
+    compression: Option<(CompressionLayout, u64)>,
 }
 
 /// The texture unit of one stage: where its descriptors come from.
@@ -139,21 +148,58 @@ impl TextureUnit<'_> {
         } else {
             1
         };
+        if texture.mode != ImageMode::Normal {
+            return Err(invalid(format!("{:?} images (sparse)", texture.mode)));
+        }
+        // A mipmapped image is laid out for its full chain, whatever
+        // levels the view uses.
+        let levels = if texture.unk_mipmapped {
+            full_chain_levels(texture.width, texture.height)
+        } else {
+            1
+        }
+        .max(texture.last_level + 1);
         let layout = match texture.layout {
             Layout::Linear => ImageLayout::Linear {
                 stride_bytes: u64::from(texture.stride),
                 element_bytes,
                 layer_stride_bytes: texture.layer_stride_linear,
             },
-            Layout::Twiddled => ImageLayout::twiddled(
+            Layout::Gpu => ImageLayout::gpu_tiled(
                 texture.width,
                 texture.height,
-                texture.last_level + 1,
-                layers,
+                levels,
                 element_bytes,
+                texture.page_aligned_layers,
             )
-            .ok_or_else(|| invalid(format!("{element_bytes}-byte twiddled texels")))?,
+            .ok_or_else(|| invalid(format!("{element_bytes}-byte tiled texels")))?,
+            Layout::Twiddled => {
+                ImageLayout::twiddled(texture.width, texture.height, levels, element_bytes)
+            }
             other => return Err(invalid(format!("{other:?} texture layout"))),
+        };
+        let compression = if texture.compressed_1 {
+            if texture.layout != Layout::Gpu || !texture.extended {
+                return Err(invalid(format!(
+                    "a compressed {:?} texture{}",
+                    texture.layout,
+                    if texture.extended {
+                        ""
+                    } else {
+                        " without the extended words"
+                    }
+                )));
+            }
+            let meta =
+                CompressionLayout::new(texture.width, texture.height, levels).ok_or_else(|| {
+                    invalid(format!(
+                        "a compressed {}x{} texture (a side under one compression tile)",
+                        texture.width, texture.height
+                    ))
+                })?;
+            Some((meta, texture.acceleration_buffer))
+        } else {
+            None
         };
         Ok(Image {
             integer: matches!(texture.data_type, TextureType::Uint | TextureType::Sint),
@@ -162,19 +208,36 @@ impl TextureUnit<'_> {
             element,
             channels,
             element_bytes,
+            compression,
+            layers,
         })
     }
 
-    /// Whether the descriptor `handle` names has the Null layout.
-    fn is_null(&self, handle: TextureHandle) -> Result<bool, IoError> {
-        let address = match handle {
-            TextureHandle::Index(i) => match bound(self.textures, i, 24) {
-                Some(address) => address,
-                None => return Ok(false),
-            },
-            TextureHandle::Bindless { base, offset } => base.wrapping_add(u64::from(offset)),
+    /// Where texel (x, y) of `level` and `layer` is stored, relative to
+    /// the image's address: for a solid compression tile, the tile's
+    /// first element.
+    fn stored_texel(
+        &self,
+        image: &Image,
+        level: u32,
+        x: u32,
+        y: u32,
+        layer: u32,
+    ) -> Result<(u32, u32), IoError> {
+        let Some((meta, base)) = &image.compression else {
+            return Ok((x, y));
         };
-        Ok(Texture::decode_fields(&self.read::<24>(address)?).layout == Layout::Null)
+        let Some(at) = meta.tile_word_offset(level, x, y, layer) else {
+            return Ok((x, y));
+        };
+        let word = u64::from_le_bytes(self.read::<8>(base.wrapping_add(at))?);
+        match TileMode::decode(word, image.element_bytes) {
+            TileMode::Uncompressed => Ok((x, y)),
+            TileMode::Solid => Ok((x & !(COMPRESSION_TILE_PX - 1), y & !(COMPRESSION_TILE_PX - 1))),
+            TileMode::Unknown(word) => Err(invalid(format!(
+                "compression mode {word:#018x} of the tile of texel ({x}, {y}) of level {level} (not modelled)"
+            ))),
+        }
     }
 
     /// Sampler `index`, and its border colour: a fixed one, or for a
@@ -227,6 +290,7 @@ impl TextureUnit<'_> {
         y: u32,
         layer: u32,
     ) -> Result<[u32; 4], IoError> {
+        let (x, y) = self.stored_texel(image, level, x, y, layer)?;
         let offset = image
             .layout
             .offset(level, x, y, layer)
@@ -253,12 +317,7 @@ impl TextureUnit<'_> {
 
     /// Serves a texture instruction for one lane.
     pub fn request(&self, request: &TextureRequest) -> Result<[u32; 4], IoError> {
-        let image = match self.image(request.texture) {
-            Ok(image) => image,
-            // A null descriptor (nothing bound) reads as zero.
-            Err(IoError::Invalid(_)) if self.is_null(request.texture)? => return Ok([0; 4]),
-            Err(e) => return Err(e),
-        };
+        let image = self.image(request.texture)?;
         let t = &image.texture;
         let layer = if t.dimension == TextureDimension::D2Array {
             request.coords[2]
@@ -272,16 +331,18 @@ impl TextureUnit<'_> {
             } + t.first_level;
             // Out-of-bounds loads return zero (robust access).
             let (x, y) = (request.coords[0], request.coords[1]);
-            match self.texel(&image, level, x, y, layer) {
-                Ok(texel) => texel,
-                Err(IoError::Invalid(_)) => [0; 4],
-                Err(e) => return Err(e),
+            if layer < image.layers && image.layout.offset(level, x, y, layer).is_some() {
+                self.texel(&image, level, x, y, layer)?
+            } else {
+                [0; 4]
             }
         } else {
             if image.integer {
                 return Err(invalid("sampling an integer texture".into()));
             }
             let (sampler, border) = self.sampler(request.sampler)?;
+            // Sampling clamps the layer (as Vulkan and GL specify).
+            let layer = layer.min(image.layers.saturating_sub(1));
             self.sample(&image, &sampler, border, request, layer)?
         };
         let swizzled = [t.swizzle_r, t.swizzle_g, t.swizzle_b, t.swizzle_a].map(|s| {

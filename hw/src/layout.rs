@@ -1,18 +1,28 @@
 //! Where each texel of an image lives in memory.
 //!
-//! AGX images are *linear* (rows `stride` bytes apart; one level) or
-//! *twiddled*: each mip level is cut into tiles of one 16 KiB page (the
-//! tile's width and height in elements depend on the element size, 64x64
-//! for 4-byte elements), tiles are stored row-major, and within a tile the
-//! elements follow a Z-order curve: x's bits in the even bit positions of
-//! the index, y's in the odd ones. Levels too small for a whole tile use
-//! one power-of-two tile the size of the level (the "small" miptree).
-//! Level offsets are aligned to 128 bytes; layers are `layer_stride`
-//! apart (page-aligned when the levels together exceed a page).
-//! The texture unit, the pixel back end and the userspace driver all use
-//! this one description.
+//! AGX images are *linear* (rows `stride` bytes apart; one level) or tiled,
+//! in one of two layouts (the descriptor's `layout`):
+//! - *GPU-tiled* (Mesa's `AIL_TILING_GPU`, the optimal layout): each mip
+//!   level is cut into tiles of one 16 KiB page (64x64 for 4-byte
+//!   elements), stored row-major; levels too small for a whole tile use
+//!   one power-of-two tile the size of the level (the "small" miptree).
+//! - *Twiddled* (`AIL_TILING_TWIDDLED`): each level is padded to powers of
+//!   two and cut into square tiles as large as its shorter side.
+//!
+//! Within a tile, elements follow a Z-order curve: x's bits in the even
+//! bit positions of the index, y's in the odd ones. Level offsets are
+//! aligned to 128 bytes; layers are `layer_stride` apart (page-aligned
+//! when the descriptor says so).
+//!
+//! A GPU-tiled image may also be *losslessly compressed*: a metadata
+//! buffer after the body holds one 8-byte word per 16x16-pixel
+//! compression tile, one byte per 8x4 subtile, saying how the tile is
+//! stored ([`CompressionLayout`]).
+//!
+//! The texture unit, the pixel back end, the userspace driver and the
+//! tools all use this one description.
 
-/// Bytes of a memory page (a twiddled tile).
+/// Bytes of a memory page (a GPU tile).
 pub const PAGE_BYTES: u64 = 16384;
 /// Level offsets are aligned to this.
 pub const CACHELINE_BYTES: u64 = 128;
@@ -45,17 +55,20 @@ pub fn morton(x: u32, y: u32) -> u64 {
     spread(x) | (spread(y) << 1)
 }
 
-/// One mip level of a twiddled image.
+/// One mip level of a tiled image.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Level {
     /// Byte offset from the start of the layer.
     pub offset_bytes: u64,
     /// Tile size in elements.
     pub tile: (u32, u32),
-    /// Width in elements (the row length the tile grid covers).
+    /// Width in elements.
     pub width_el: u32,
     /// Height in elements.
     pub height_el: u32,
+    /// The row length in elements the tile grid covers (the width, or its
+    /// power-of-two padding in the twiddled layout).
+    pub stride_el: u32,
 }
 
 /// How an image is laid out.
@@ -70,8 +83,8 @@ pub enum ImageLayout {
         /// Distance between layers.
         layer_stride_bytes: u64,
     },
-    /// Page-sized Z-order tiles.
-    Twiddled {
+    /// Levels of Z-order tiles (the GPU-tiled and twiddled layouts).
+    Tiled {
         /// Bytes per element.
         element_bytes: u32,
         /// The levels.
@@ -85,23 +98,32 @@ fn minify(v: u32, level: u32) -> u32 {
     (v >> level).max(1)
 }
 
+/// The number of levels of a full mip chain of a `width` x `height`
+/// image. Mipmapped tiled images are laid out for the full chain whatever
+/// their descriptor's level count (the hardware's layer stride counts
+/// every level).
+pub fn full_chain_levels(width: u32, height: u32) -> u32 {
+    32 - width.max(height).max(1).leading_zeros()
+}
+
 impl ImageLayout {
-    /// A twiddled image of `width` x `height` elements and `levels` mip
-    /// levels (`layers` layers), or `None` for an element size the
-    /// hardware does not tile.
-    pub fn twiddled(
+    /// A GPU-tiled image of `width` x `height` elements and `levels` mip
+    /// levels, or `None` for an element size the hardware does not tile.
+    /// `page_aligned_layers` is the descriptor's bit of that name.
+    pub fn gpu_tiled(
         width: u32,
         height: u32,
         levels: u32,
-        layers: u32,
         element_bytes: u32,
+        page_aligned_layers: bool,
     ) -> Option<ImageLayout> {
         let (tw, th) = max_tile(element_bytes)?;
+        let (width, height) = (width.max(1), height.max(1));
         let (stx, sty) = (width.div_ceil(tw), height.div_ceil(th));
         let area = u64::from(stx) * u64::from(sty);
         // The first level too small for a whole large tile.
         let mut pot_level = 0;
-        while minify(width, pot_level) >= tw && minify(height, pot_level) >= th && pot_level < 32 {
+        while pot_level < 32 && minify(width, pot_level) >= tw && minify(height, pot_level) >= th {
             if width >> pot_level == 0 || height >> pot_level == 0 {
                 break;
             }
@@ -128,6 +150,7 @@ impl ImageLayout {
                 tile: (tw, th),
                 width_el: minify(width, l),
                 height_el: minify(height, l),
+                stride_el: minify(width, l),
             });
             let size = tiles * u64::from(tw * th) * u64::from(element_bytes);
             offset = (offset + size).next_multiple_of(CACHELINE_BYTES);
@@ -141,22 +164,52 @@ impl ImageLayout {
                 tile: (tile, tile),
                 width_el: minify(width, l),
                 height_el: minify(height, l),
+                stride_el: minify(width, l),
             });
             let size = u64::from(potw) * u64::from(poth) * u64::from(element_bytes);
             offset = (offset + size).next_multiple_of(CACHELINE_BYTES);
             potw = (potw / 2).max(1);
             poth = (poth / 2).max(1);
         }
-        let layer_stride_bytes = if levels > 1 && offset > PAGE_BYTES && layers > 1 {
-            offset.next_multiple_of(PAGE_BYTES)
-        } else {
-            offset
-        };
-        Some(ImageLayout::Twiddled {
+        Some(ImageLayout::Tiled {
             element_bytes,
             levels: out,
-            layer_stride_bytes,
+            layer_stride_bytes: if page_aligned_layers {
+                offset.next_multiple_of(PAGE_BYTES)
+            } else {
+                offset
+            },
         })
+    }
+
+    /// A twiddled image: each level padded to powers of two in both
+    /// dimensions and cut into square tiles the size of its shorter side.
+    /// Layers are always page-aligned in this layout.
+    pub fn twiddled(width: u32, height: u32, levels: u32, element_bytes: u32) -> ImageLayout {
+        let (width, height) = (width.max(1), height.max(1));
+        let mut offset = 0u64;
+        let mut out = Vec::new();
+        for l in 0..levels {
+            let alloc_w = minify(width.next_power_of_two(), l);
+            let alloc_h = minify(height.next_power_of_two(), l);
+            let logical_w = minify(width, l).next_power_of_two();
+            let logical_h = minify(height, l).next_power_of_two();
+            let tile = logical_w.min(logical_h);
+            out.push(Level {
+                offset_bytes: offset,
+                tile: (tile, tile),
+                width_el: minify(width, l),
+                height_el: minify(height, l),
+                stride_el: logical_w,
+            });
+            let size = u64::from(alloc_w) * u64::from(alloc_h) * u64::from(element_bytes);
+            offset = (offset + size).next_multiple_of(CACHELINE_BYTES);
+        }
+        ImageLayout::Tiled {
+            element_bytes,
+            levels: out,
+            layer_stride_bytes: offset.next_multiple_of(PAGE_BYTES),
+        }
     }
 
     /// Bytes of one layer (all levels).
@@ -165,7 +218,7 @@ impl ImageLayout {
             ImageLayout::Linear {
                 layer_stride_bytes, ..
             }
-            | ImageLayout::Twiddled {
+            | ImageLayout::Tiled {
                 layer_stride_bytes, ..
             } => *layer_stride_bytes,
         }
@@ -184,7 +237,7 @@ impl ImageLayout {
                     + u64::from(y) * stride_bytes
                     + u64::from(x) * u64::from(*element_bytes)
             }),
-            ImageLayout::Twiddled {
+            ImageLayout::Tiled {
                 element_bytes,
                 levels,
                 layer_stride_bytes,
@@ -194,7 +247,7 @@ impl ImageLayout {
                     return None;
                 }
                 let (tw, th) = l.tile;
-                let tiles_per_row = u64::from(l.width_el.div_ceil(tw));
+                let tiles_per_row = u64::from(l.stride_el.div_ceil(tw));
                 let tile = u64::from(y / th) * tiles_per_row + u64::from(x / tw);
                 let index = tile * u64::from(tw * th) + morton(x % tw, y % th);
                 Some(
@@ -204,6 +257,169 @@ impl ImageLayout {
                 )
             }
         }
+    }
+}
+
+/// Pixels per side of a compression tile.
+pub const COMPRESSION_TILE_PX: u32 = 16;
+/// Bytes of metadata per compression tile (one per 8x4 subtile).
+pub const COMPRESSION_TILE_META_BYTES: u64 = 8;
+
+/// How a compression tile is stored, from its metadata word.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TileMode {
+    /// Every pixel has the colour stored at the start of the tile's body
+    /// (where the pixel at its top-left corner would be).
+    Solid,
+    /// The body holds the pixels as the uncompressed layout does.
+    Uncompressed,
+    /// A mode this model does not decode (the hardware's other
+    /// compressed encodings are not publicly understood).
+    Unknown(u64),
+}
+
+/// The subtile mode byte meaning "uncompressed" for an element size (it
+/// depends on the format's block size; Mesa's `ail_subtile_uncompressed_mode`).
+pub fn uncompressed_subtile_mode(element_bytes: u32) -> Option<u8> {
+    Some(match element_bytes {
+        1 => 0x1f,
+        2 => 0x3f,
+        4 => 0x7f,
+        8 | 16 => 0xff,
+        _ => return None,
+    })
+}
+
+/// The subtile mode byte meaning "solid colour" for an element size
+/// (Mesa's `ail_subtile_solid_mode`).
+pub fn solid_subtile_mode(element_bytes: u32) -> Option<u8> {
+    Some(match element_bytes {
+        1 => 0x60,
+        2 => 0x01,
+        4 => 0x03,
+        8 | 16 => 0x07,
+        _ => return None,
+    })
+}
+
+/// A tile's metadata word with every subtile in mode `subtile`.
+pub fn tile_word(subtile: u8) -> u64 {
+    u64::from(subtile) * 0x0101_0101_0101_0101
+}
+
+impl TileMode {
+    /// Decodes a tile's metadata word for an image of `element_bytes`
+    /// elements. Only whole-tile modes are decoded: which subtile each
+    /// byte covers is not publicly known. A word of zeros (metadata never
+    /// written, as in a fresh allocation) reads as uncompressed, so an
+    /// image nobody wrote reads as its body does.
+    pub fn decode(word: u64, element_bytes: u32) -> TileMode {
+        let solid = solid_subtile_mode(element_bytes).map(tile_word);
+        let plain = uncompressed_subtile_mode(element_bytes).map(tile_word);
+        if Some(word) == solid {
+            TileMode::Solid
+        } else if word == 0 || Some(word) == plain {
+            TileMode::Uncompressed
+        } else {
+            TileMode::Unknown(word)
+        }
+    }
+}
+
+/// One level's part of the compression metadata.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MetadataLevel {
+    /// Byte offset from the start of the layer's metadata.
+    pub offset_bytes: u64,
+    /// Compression tiles across the level.
+    pub width_tiles: u32,
+    /// Compression tiles down the level.
+    pub height_tiles: u32,
+    /// Whether the level is compressed (both sides at least one tile);
+    /// smaller levels are stored uncompressed though they have metadata
+    /// space.
+    pub compressed: bool,
+}
+
+/// The metadata buffer of a compressed single-sampled GPU-tiled image
+/// (Mesa's `ail_initialize_compression`): per layer, per level while the
+/// level's longer side is at least a tile, 8 bytes per 16x16 tile of the
+/// level padded to powers of two, each level 128-byte aligned. Tiles are
+/// indexed in Z order over the square part of the tile grid, the longer
+/// axis's extra tiles linearly after it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CompressionLayout {
+    /// The levels with metadata.
+    pub levels: Vec<MetadataLevel>,
+    /// Distance between layers' metadata.
+    pub layer_stride_bytes: u64,
+}
+
+impl CompressionLayout {
+    /// The metadata layout of a `width` x `height` image with `levels`
+    /// levels, or `None` if an image that size cannot be compressed (a
+    /// side under one tile).
+    pub fn new(width: u32, height: u32, levels: u32) -> Option<CompressionLayout> {
+        let t = COMPRESSION_TILE_PX;
+        if width < t || height < t {
+            return None;
+        }
+        let (mut w, mut h) = (width.next_multiple_of(t), height.next_multiple_of(t));
+        let longer = w.max(h);
+        let mut offset = 0u64;
+        let mut out = Vec::new();
+        for l in 0..levels {
+            if longer >> l < t {
+                break;
+            }
+            let alloc = u64::from(w.next_power_of_two().div_ceil(t))
+                * u64::from(h.next_power_of_two().div_ceil(t));
+            out.push(MetadataLevel {
+                offset_bytes: offset,
+                width_tiles: minify(width, l).div_ceil(t),
+                height_tiles: minify(height, l).div_ceil(t),
+                compressed: width.min(height) >> l >= t,
+            });
+            offset += (alloc * COMPRESSION_TILE_META_BYTES).next_multiple_of(CACHELINE_BYTES);
+            w = w.div_ceil(2);
+            h = h.div_ceil(2);
+        }
+        Some(CompressionLayout {
+            levels: out,
+            layer_stride_bytes: offset,
+        })
+    }
+
+    /// Whether `level` is stored compressed.
+    pub fn level_compressed(&self, level: u32) -> bool {
+        self.levels
+            .get(level as usize)
+            .is_some_and(|l| l.compressed)
+    }
+
+    /// The byte offset, from the first layer's metadata, of the word of
+    /// the compression tile holding pixel (x, y) of `level` in `layer`;
+    /// `None` if the level is not compressed or the pixel is past it.
+    pub fn tile_word_offset(&self, level: u32, x: u32, y: u32, layer: u32) -> Option<u64> {
+        let l = self.levels.get(level as usize).filter(|l| l.compressed)?;
+        let (tx, ty) = (x / COMPRESSION_TILE_PX, y / COMPRESSION_TILE_PX);
+        if tx >= l.width_tiles || ty >= l.height_tiles {
+            return None;
+        }
+        let minor = l.width_tiles.min(l.height_tiles);
+        let bits = 32 - (minor - 1).leading_zeros();
+        let mask = (1u32 << bits) - 1;
+        let major = if l.width_tiles > l.height_tiles {
+            tx
+        } else {
+            ty
+        };
+        let index = morton(tx & mask, ty & mask) + (u64::from(major & !mask) << bits);
+        Some(
+            u64::from(layer) * self.layer_stride_bytes
+                + l.offset_bytes
+                + index * COMPRESSION_TILE_META_BYTES,
+        )
     }
 }
 
@@ -221,11 +437,11 @@ mod tests {
     }
 
     #[test]
-    fn a_twiddled_image_uses_page_tiles_then_a_power_of_two_tail() {
+    fn a_gpu_tiled_image_uses_page_tiles_then_a_power_of_two_tail() {
         // 256 x 100 RGBA8: 64x64 tiles, 4 x 2 of them at level 0.
-        let layout = ImageLayout::twiddled(256, 100, 9, 1, 4).unwrap();
-        let ImageLayout::Twiddled { levels, .. } = &layout else {
-            panic!("twiddled")
+        let layout = ImageLayout::gpu_tiled(256, 100, 9, 4, false).unwrap();
+        let ImageLayout::Tiled { levels, .. } = &layout else {
+            panic!("tiled")
         };
         assert_eq!(levels[0].offset_bytes, 0);
         assert_eq!(levels[0].tile, (64, 64));
@@ -254,5 +470,102 @@ mod tests {
             None,
             "linear images have one level"
         );
+    }
+
+    #[test]
+    fn a_twiddled_image_pads_each_level_to_powers_of_two_with_square_tiles() {
+        // 100 x 10 RGBA8: level 0 is 128 x 16 padded, tiles of 16 x 16, a
+        // row of 8 of them (the padding counts: 7 would cover 100).
+        let layout = ImageLayout::twiddled(100, 10, 3, 4);
+        let ImageLayout::Tiled {
+            levels,
+            layer_stride_bytes,
+            ..
+        } = &layout
+        else {
+            panic!("tiled")
+        };
+        assert_eq!(levels[0].tile, (16, 16));
+        assert_eq!(levels[0].stride_el, 128);
+        // Level 1 (50 x 5) is padded to 64 x 8; level 0 took 128*16*4.
+        assert_eq!(levels[1].offset_bytes, 8192);
+        assert_eq!(levels[1].tile, (8, 8));
+        assert_eq!(levels[2].offset_bytes, 8192 + 64 * 8 * 4);
+        assert_eq!(*layer_stride_bytes, PAGE_BYTES, "layers are page-aligned");
+        assert_eq!(layout.offset(0, 1, 1, 0), Some(12));
+        assert_eq!(layout.offset(0, 16, 0, 0), Some(16 * 16 * 4));
+        assert_eq!(layout.offset(0, 99, 9, 0), Some((6 * 256 + 135) * 4));
+        assert_eq!(layout.offset(0, 100, 0, 0), None);
+        assert_eq!(layout.offset(0, 0, 0, 2), Some(2 * PAGE_BYTES));
+    }
+
+    #[test]
+    fn page_aligned_layers_round_the_layer_stride_up_to_a_page() {
+        let packed = ImageLayout::gpu_tiled(32, 32, 1, 4, false).unwrap();
+        let aligned = ImageLayout::gpu_tiled(32, 32, 1, 4, true).unwrap();
+        assert_eq!(packed.layer_bytes(), 32 * 32 * 4);
+        assert_eq!(aligned.layer_bytes(), PAGE_BYTES);
+        assert_eq!(aligned.offset(0, 0, 0, 1), Some(PAGE_BYTES));
+        assert_eq!(full_chain_levels(256, 100), 9);
+        assert_eq!(full_chain_levels(1, 1), 1);
+    }
+
+    #[test]
+    fn compression_metadata_is_one_word_per_tile_in_z_order_then_linear() {
+        // 80 x 48: 5 x 3 tiles, allocated as 8 x 4 (128 x 64 padded).
+        let meta = CompressionLayout::new(80, 48, 7).unwrap();
+        assert_eq!(meta.levels[0].width_tiles, 5);
+        assert_eq!(meta.levels[0].height_tiles, 3);
+        // 32 words = 256 bytes, already cacheline-aligned.
+        assert_eq!(meta.levels[1].offset_bytes, 256);
+        // Level 1 (40 x 24, aligned 40 x 24 -> 64 x 32 padded): 4 x 2
+        // words = 64 bytes, padded to 128. Level 2 (20 x 12) is under a
+        // tile on one side: allocated, not compressed.
+        assert_eq!(meta.levels[2].offset_bytes, 256 + 128);
+        assert!(meta.levels[1].compressed && !meta.levels[2].compressed);
+        // Level 3 (10 x 6 from 80 x 48: the longer side 80 >> 3 = 10 <
+        // 16) has none.
+        assert_eq!(meta.levels.len(), 3);
+        assert_eq!(meta.layer_stride_bytes, 256 + 128 + 128);
+        // The shorter side has 3 tiles: two index bits of it interleave
+        // with two of x; x's higher bits follow linearly.
+        let word = |x: u32, y: u32| meta.tile_word_offset(0, x * 16, y * 16, 0).unwrap() / 8;
+        assert_eq!(word(1, 0), 1);
+        assert_eq!(word(0, 1), 2);
+        assert_eq!(word(3, 2), 13);
+        assert_eq!(word(4, 0), 16);
+        assert_eq!(word(4, 2), 24);
+        assert_eq!(meta.tile_word_offset(0, 80, 0, 0), None);
+        assert_eq!(meta.tile_word_offset(2, 0, 0, 0), None);
+        assert_eq!(
+            meta.tile_word_offset(0, 17, 0, 1),
+            Some(meta.layer_stride_bytes + 8)
+        );
+        // A tall image: y is the major axis.
+        let tall = CompressionLayout::new(16, 64, 1).unwrap();
+        let word = |y: u32| tall.tile_word_offset(0, 0, y * 16, 0).unwrap() / 8;
+        assert_eq!((word(1), word(2), word(3)), (1, 2, 3));
+        assert_eq!(CompressionLayout::new(15, 64, 1), None);
+    }
+
+    #[test]
+    fn tile_modes_depend_on_the_element_size() {
+        assert_eq!(TileMode::decode(0x0303_0303_0303_0303, 4), TileMode::Solid);
+        assert_eq!(
+            TileMode::decode(0x7f7f_7f7f_7f7f_7f7f, 4),
+            TileMode::Uncompressed
+        );
+        assert_eq!(
+            TileMode::decode(0x0707_0707_0707_0707, 4),
+            TileMode::Unknown(0x0707_0707_0707_0707)
+        );
+        assert_eq!(TileMode::decode(tile_word(0x07), 8), TileMode::Solid);
+        assert_eq!(
+            TileMode::decode(tile_word(0xff), 16),
+            TileMode::Uncompressed
+        );
+        assert_eq!(TileMode::decode(0, 1), TileMode::Uncompressed);
+        let mixed = tile_word(0x03) ^ 0x7c;
+        assert_eq!(TileMode::decode(mixed, 4), TileMode::Unknown(mixed));
     }
 }

@@ -995,7 +995,7 @@ fn quad_texel(x: u32, y: u32) -> [u8; 4] {
 fn textured_quad(size: u32, filter: agx_hw::formats::Filter) -> Vec<u8> {
     use agx_hw::formats::{MipFilter, Sampler, Texture, Wrap};
     let m = Machine::new(5000);
-    let layout = agx_hw::layout::ImageLayout::twiddled(size, size, 1, 1, 4).unwrap();
+    let layout = agx_hw::layout::ImageLayout::gpu_tiled(size, size, 1, 4, false).unwrap();
     let mut texels = vec![0u8; layout.layer_bytes() as usize];
     for y in 0..size {
         for x in 0..size {
@@ -1005,7 +1005,7 @@ fn textured_quad(size: u32, filter: agx_hw::formats::Filter) -> Vec<u8> {
     }
     m.poke(m.data, 0x10_0000, &texels);
     let descriptor = Texture {
-        layout: Layout::Twiddled,
+        layout: Layout::Gpu,
         channels: Channels::R8G8B8A8,
         data_type: TextureType::Unorm,
         width: size,
@@ -1013,7 +1013,6 @@ fn textured_quad(size: u32, filter: agx_hw::formats::Filter) -> Vec<u8> {
         address: DATA_VA + 0x10_0000,
         ..Texture::default()
     };
-    m.poke(m.data, 0x8_2000, &descriptor.pack().unwrap());
     let sampler = Sampler {
         magnify: filter,
         minify: filter,
@@ -1022,6 +1021,18 @@ fn textured_quad(size: u32, filter: agx_hw::formats::Filter) -> Vec<u8> {
         wrap_t: Wrap::ClampToEdge,
         ..Sampler::default()
     };
+    textured_quad_with(&m, &descriptor, &sampler).unwrap()
+}
+
+/// Draws a quad over the whole 64x64 target sampling `descriptor` through
+/// `sampler`, texture coordinates (0, 0) to (1, 1); returns the image, or
+/// the errno the submission failed with.
+fn textured_quad_with(
+    m: &Machine,
+    descriptor: &agx_hw::formats::Texture,
+    sampler: &agx_hw::formats::Sampler,
+) -> Result<Vec<u8>, Errno> {
+    m.poke(m.data, 0x8_2000, &descriptor.pack().unwrap());
     m.poke(m.data, 0x8_2100, &sampler.pack().unwrap());
     let corners = [[0.0f32, 0.0], [64.0, 0.0], [0.0, 64.0], [64.0, 64.0]];
     let uv = [[0.0f32, 0.0], [1.0, 0.0], [0.0, 1.0], [1.0, 1.0]];
@@ -1031,7 +1042,7 @@ fn textured_quad(size: u32, filter: agx_hw::formats::Filter) -> Vec<u8> {
         vertices.extend([uv[v][0].to_bits(), uv[v][1].to_bits(), 0, 0]);
     }
     m.poke_u32s(VERTICES, &vertices);
-    let vs = colour_vs(&m, VERTICES);
+    let vs = colour_vs(m, VERTICES);
     let fs = m.program_with_samplers(
         TEXTURED_FS,
         0x4000,
@@ -1042,10 +1053,12 @@ fn textured_quad(size: u32, filter: agx_hw::formats::Filter) -> Vec<u8> {
         Some((1, DATA_VA + 0x8_2000)),
         Some((1, DATA_VA + 0x8_2100)),
     );
-    cf_table(&m, 2, agx_hw::formats::ShadeModel::Linear);
-    let render = draw_pass(&m, 6, vs, 7, fs, Some((0x5000, 1)));
-    assert_eq!(m.submit(CmdType::Render, render.as_bytes()), None);
-    image(&m, SIZE as usize)
+    cf_table(m, 2, agx_hw::formats::ShadeModel::Linear);
+    let render = draw_pass(m, 6, vs, 7, fs, Some((0x5000, 1)));
+    match m.submit(CmdType::Render, render.as_bytes()) {
+        None => Ok(image(m, SIZE as usize)),
+        Some(errno) => Err(errno),
+    }
 }
 
 #[test_log::test]
@@ -1087,30 +1100,184 @@ fn a_magnified_quad_blends_neighbouring_texels_bilinearly() {
 }
 
 #[test_log::test]
-fn a_clear_into_a_twiddled_target_lands_where_the_layout_says() {
+fn a_clear_into_a_tiled_target_lands_where_the_layout_says() {
+    use agx_hw::layout::ImageLayout;
+    for (kind, layout) in [
+        (
+            Layout::Gpu,
+            ImageLayout::gpu_tiled(100, 70, 1, 4, false).unwrap(),
+        ),
+        (Layout::Twiddled, ImageLayout::twiddled(100, 70, 1, 4)),
+    ] {
+        let m = Machine::new(5000);
+        let render = clear_pass(&m, [0.25, 0.5, 0.75, 1.0], 100, 70);
+        let tiled = Pbe {
+            dimension: TextureDimension::D2,
+            layout: kind,
+            channels: Channels::R8G8B8A8,
+            data_type: TextureType::Unorm,
+            width: 100,
+            height: 70,
+            buffer: DATA_VA + IMAGE,
+            ..Pbe::default()
+        };
+        m.poke(m.data, PBE, &tiled.pack().unwrap());
+        assert_eq!(m.submit(CmdType::Render, render.as_bytes()), None);
+        let bytes = m.peek(m.data, IMAGE, layout.layer_bytes() as usize);
+        for y in 0..70 {
+            for x in 0..100 {
+                let at = layout.offset(0, x, y, 0).unwrap() as usize;
+                assert_eq!(
+                    bytes[at..at + 4],
+                    [64, 128, 191, 255],
+                    "{kind:?}: pixel ({x}, {y})"
+                );
+            }
+        }
+    }
+}
+
+/// A 48x48 compressed RGBA8 target, fast-cleared (every compression tile
+/// solid, its colour at the tile's start, as Mesa's clear kernel leaves
+/// it), then rendered over in a 40x40 area: the tiles the render covers
+/// become uncompressed with the new colour; tile (2, 2), covered only in
+/// part, keeps the old colour in the pixels outside the render area; the
+/// untouched tiles stay solid.
+#[test_log::test]
+fn a_render_into_a_compressed_target_marks_the_tiles_it_writes_uncompressed() {
+    use agx_hw::layout::{morton, ImageLayout};
+    const META: u64 = 0x5_0000;
     let m = Machine::new(5000);
-    let render = clear_pass(&m, [0.25, 0.5, 0.75, 1.0], 100, 70);
-    let twiddled = Pbe {
-        layout: Layout::Twiddled,
-        ..Pbe::default()
-    };
-    let twiddled = Pbe {
+    let layout = ImageLayout::gpu_tiled(48, 48, 1, 4, false).unwrap();
+    let old = [10u8, 20, 30, 40];
+    // One 64x64 page tile holds the image: a 16x16 tile starts at the
+    // Z-order index of its corner.
+    let tile_start = |tx: u64, ty: u64| morton(tx as u32 * 16, ty as u32 * 16) * 4;
+    for ty in 0..3 {
+        for tx in 0..3 {
+            m.poke(m.data, IMAGE + tile_start(tx, ty), &old.repeat(8));
+        }
+    }
+    // 3x3 tiles in a 4x4 metadata grid: the word of (tx, ty) is its
+    // Z-order index.
+    let solid = 0x0303_0303_0303_0303u64;
+    let word_at = |tx: u32, ty: u32| META + 8 * morton(tx, ty);
+    for ty in 0..3 {
+        for tx in 0..3 {
+            m.poke(m.data, word_at(tx, ty), &solid.to_le_bytes());
+        }
+    }
+    let render = clear_pass(&m, [0.25, 0.5, 0.75, 1.0], 40, 40);
+    let compressed = Pbe {
         dimension: TextureDimension::D2,
+        layout: Layout::Gpu,
         channels: Channels::R8G8B8A8,
         data_type: TextureType::Unorm,
-        width: 100,
-        height: 70,
+        width: 48,
+        height: 48,
         buffer: DATA_VA + IMAGE,
-        ..twiddled
+        compressed_1: true,
+        extended: true,
+        acceleration_buffer: DATA_VA + META,
+        ..Pbe::default()
     };
-    m.poke(m.data, PBE, &twiddled.pack().unwrap());
+    m.poke(m.data, PBE, &compressed.pack().unwrap());
     assert_eq!(m.submit(CmdType::Render, render.as_bytes()), None);
-    let layout = agx_hw::layout::ImageLayout::twiddled(100, 70, 1, 1, 4).unwrap();
-    let bytes = m.peek(m.data, IMAGE, layout.layer_bytes() as usize);
-    for y in 0..70 {
-        for x in 0..100 {
-            let at = layout.offset(0, x, y, 0).unwrap() as usize;
-            assert_eq!(bytes[at..at + 4], [64, 128, 191, 255], "pixel ({x}, {y})");
+    let body = m.peek(m.data, IMAGE, layout.layer_bytes() as usize);
+    let pixel = |x: u32, y: u32| {
+        let at = layout.offset(0, x, y, 0).unwrap() as usize;
+        [body[at], body[at + 1], body[at + 2], body[at + 3]]
+    };
+    let word = |tx, ty| u64::from_le_bytes(m.peek(m.data, word_at(tx, ty), 8).try_into().unwrap());
+    for ty in 0..3u32 {
+        for tx in 0..3u32 {
+            // Every tile meets the 40x40 area.
+            assert_eq!(word(tx, ty), 0x7f7f_7f7f_7f7f_7f7f, "tile ({tx}, {ty})");
+        }
+    }
+    for y in 0..48 {
+        for x in 0..48 {
+            let want = if x < 40 && y < 40 {
+                [64, 128, 191, 255]
+            } else {
+                old
+            };
+            assert_eq!(pixel(x, y), want, "pixel ({x}, {y})");
+        }
+    }
+}
+
+/// A compressed texture's texels go through the metadata: a solid tile
+/// reads the colour at its start, an uncompressed tile its body, and a
+/// tile in a mode this model does not decode faults the job, logged.
+#[test_log::test]
+fn a_compressed_texture_reads_solid_tiles_from_their_first_texel() {
+    use agx_hw::formats::{MipFilter, Sampler, Texture, Wrap};
+    use agx_hw::layout::{morton, ImageLayout};
+    const META: u64 = 0x20_0000;
+    let size = 32;
+    for unknown_mode in [false, true] {
+        let m = Machine::new(5000);
+        let layout = ImageLayout::gpu_tiled(size, size, 1, 4, false).unwrap();
+        let mut texels = vec![0u8; layout.layer_bytes() as usize];
+        for y in 0..size {
+            for x in 0..size {
+                let at = layout.offset(0, x, y, 0).unwrap() as usize;
+                texels[at..at + 4].copy_from_slice(&quad_texel(x, y));
+            }
+        }
+        m.poke(m.data, 0x10_0000, &texels);
+        // Tiles (0, 0) and (1, 1) solid, (1, 0) uncompressed, (0, 1)
+        // never written (zero: read as uncompressed) or in an unknown
+        // mode.
+        let words = [
+            (0u32, 0u32, 0x0303_0303_0303_0303u64),
+            (1, 0, 0x7f7f_7f7f_7f7f_7f7f),
+            (1, 1, 0x0303_0303_0303_0303),
+            (0, 1, if unknown_mode { 0x4242 } else { 0 }),
+        ];
+        for (tx, ty, word) in words {
+            m.poke(m.data, META + 8 * morton(tx, ty), &word.to_le_bytes());
+        }
+        let descriptor = Texture {
+            layout: Layout::Gpu,
+            channels: Channels::R8G8B8A8,
+            data_type: TextureType::Unorm,
+            width: size,
+            height: size,
+            address: DATA_VA + 0x10_0000,
+            compressed_1: true,
+            extended: true,
+            acceleration_buffer: DATA_VA + META,
+            ..Texture::default()
+        };
+        let sampler = Sampler {
+            magnify: agx_hw::formats::Filter::Nearest,
+            minify: agx_hw::formats::Filter::Nearest,
+            mip_filter: MipFilter::None,
+            wrap_s: Wrap::ClampToEdge,
+            wrap_t: Wrap::ClampToEdge,
+            ..Sampler::default()
+        };
+        let result = textured_quad_with(&m, &descriptor, &sampler);
+        if unknown_mode {
+            assert_eq!(result, Err(Errno::EIO), "an undecodable tile faults");
+            continue;
+        }
+        let image = result.unwrap();
+        // The 64x64 target samples the 32x32 texture at 2x: target pixel
+        // (x, y) shows texel (x / 2, y / 2).
+        for y in 0..64u32 {
+            for x in 0..64u32 {
+                let (u, v) = (x / 2, y / 2);
+                let want = match (u / 16, v / 16) {
+                    (0, 0) => quad_texel(0, 0),
+                    (1, 1) => quad_texel(16, 16),
+                    _ => quad_texel(u, v),
+                };
+                let at = (y * STRIDE + 4 * x) as usize;
+                assert_eq!(image[at..at + 4], want, "pixel ({x}, {y})");
+            }
         }
     }
 }

@@ -38,7 +38,8 @@ fn texture(m: &Machine, layout: Layout) -> Texture {
             element_bytes: 4,
             layer_stride_bytes: u64::from(TEX_W * TEX_H * 4),
         },
-        _ => ImageLayout::twiddled(TEX_W, TEX_H, 1, 1, 4).unwrap(),
+        Layout::Twiddled => ImageLayout::twiddled(TEX_W, TEX_H, 1, 4),
+        _ => ImageLayout::gpu_tiled(TEX_W, TEX_H, 1, 4, false).unwrap(),
     };
     let mut bytes = vec![0u8; image.layer_bytes() as usize];
     for y in 0..TEX_H {
@@ -101,8 +102,8 @@ const LOAD: &str = "
     stop";
 
 #[test_log::test]
-fn loads_read_every_texel_of_linear_and_twiddled_textures() {
-    for layout in [Layout::Linear, Layout::Twiddled] {
+fn loads_read_every_texel_of_linear_gpu_tiled_and_twiddled_textures() {
+    for layout in [Layout::Linear, Layout::Gpu, Layout::Twiddled] {
         let m = Machine::new(5000);
         texture(&m, layout);
         let mut uniforms = pair(DATA_VA + OUT);
@@ -203,7 +204,7 @@ fn samples_filter_and_wrap_as_the_sampler_says() {
         (Filter::Nearest, Wrap::MirroredClampToEdge, -32.0, 1.5),
         (Filter::Linear, Wrap::ClampGl, 0.5, 1.25),
     ];
-    for layout in [Layout::Twiddled, Layout::Linear] {
+    for layout in [Layout::Gpu, Layout::Twiddled, Layout::Linear] {
         for (filter, wrap, offset, scale) in cases {
             let m = Machine::new(5000);
             texture(&m, layout);
@@ -494,7 +495,7 @@ fn mip_levels_are_chosen_and_blended_by_lod() {
     use agx_hw::Lod;
     let m = Machine::new(5000);
     // 16 x 16, five levels, twiddled; level L is a flat colour.
-    let layout = ImageLayout::twiddled(16, 16, 5, 1, 4).unwrap();
+    let layout = ImageLayout::gpu_tiled(16, 16, 5, 4, false).unwrap();
     let colour = |level: u32| [(level * 60) as u8, 255 - (level * 50) as u8, 100, 255];
     let mut bytes = vec![0u8; layout.layer_bytes() as usize];
     for level in 0..5 {
@@ -509,7 +510,7 @@ fn mip_levels_are_chosen_and_blended_by_lod() {
     m.poke(m.data, TEXELS, &bytes);
     let descriptor = Texture {
         dimension: TextureDimension::D2,
-        layout: Layout::Twiddled,
+        layout: Layout::Gpu,
         channels: Channels::R8G8B8A8,
         data_type: TextureType::Unorm,
         width: 16,
@@ -626,7 +627,7 @@ fn an_unmapped_texture_descriptor_faults_at_its_address_on_first_use() {
 fn a_preshader_binds_a_heap_descriptor_to_a_texture_state_register() {
     for with_preshader in [true, false] {
         let m = Machine::new(5000);
-        texture(&m, Layout::Twiddled);
+        texture(&m, Layout::Gpu);
         let mut uniforms = pair(DATA_VA + OUT);
         uniforms.extend([TEX_W, 0]);
         // The heap base in u4_u5; the descriptor 48 bytes into it.
@@ -652,7 +653,7 @@ fn a_preshader_binds_a_heap_descriptor_to_a_texture_state_register() {
 #[test_log::test]
 fn bindless_descriptors_come_from_a_heap_base_and_a_byte_offset() {
     let m = Machine::new(5000);
-    texture(&m, Layout::Twiddled);
+    texture(&m, Layout::Gpu);
     // The descriptor sits 48 bytes into a "heap" (two descriptors before
     // it); the kernel names it by heap base (u4_u5) + offset (u6).
     let source = LOAD

@@ -457,7 +457,7 @@ impl<'a> Decoder<'a> {
             for (index, d) in bytes.chunks_exact(24).enumerate() {
                 let d: [u8; 24] = d.try_into().unwrap_or_default();
                 let texture = agx_hw::formats::Texture::decode_fields(&d);
-                if texture.layout == agx_hw::formats::Layout::Null || d == [0; 24] {
+                if is_null_descriptor(&texture) || d == [0; 24] {
                     continue;
                 }
                 if shown == MAX_HEAP_DESCRIPTORS {
@@ -945,4 +945,17 @@ pub fn to_json(capture: &agx_capture::Capture, decoded: &[Decoded]) -> String {
     }
     out.push_str("\n]\n");
     out
+}
+
+/// Whether a heap slot holds a null descriptor, the shape Mesa and our umd
+/// give unbound slots: a 1x1 R8 twiddled image (a null PBE decodes as one
+/// too), or a texture whose every channel swizzles to 0.
+fn is_null_descriptor(t: &agx_hw::formats::Texture) -> bool {
+    use agx_hw::formats::{Channel, Channels, Layout};
+    let constant_zero = [t.swizzle_r, t.swizzle_g, t.swizzle_b, t.swizzle_a]
+        .iter()
+        .all(|&s| s == Channel::Zero);
+    let one_byte =
+        t.layout == Layout::Twiddled && t.channels == Channels::R8 && t.width == 1 && t.height == 1;
+    constant_zero || one_byte
 }

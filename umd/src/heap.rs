@@ -13,7 +13,11 @@
 //! read it has completed (the ARB_bindless_texture model): frees carry a
 //! retire point on a queue's timeline and [`ImageHeap::reclaim`] takes
 //! back the ones the GPU has passed. Unbound slots hold null descriptors,
-//! which read as zero.
+//! which read as zero: as in Mesa, a 1x1 R8 twiddled image whose every
+//! channel swizzles to 0. The texture unit still reads its one byte, so
+//! it points at memory that is always mapped and always zero: the null
+//! texture's own unused words 4-5, in slot 0. A store through the null PBE
+//! (the same byte) faults: the heap is read-only to the GPU.
 //!
 //! The **sampler heap** holds 8-byte samplers, passed to the kernel as
 //! `sampler_heap`/`sampler_count`; shaders index it with a sampler index
@@ -24,7 +28,7 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use agx_hw::formats::{BorderColour, CustomBorder, Layout, Pbe, Sampler, Texture};
+use agx_hw::formats::{BorderColour, Channel, CustomBorder, Layout, Pbe, Sampler, Texture};
 
 use crate::device::{Buffer, BufferDesc, Device, MemoryType, Region, PAGE_BYTES};
 use crate::error::Error;
@@ -76,19 +80,30 @@ impl DescriptorIndex {
     }
 }
 
-fn null_texture() -> [u8; 24] {
+/// Where the null descriptors point: the null texture's words 4-5, which
+/// its layout leaves unused (zero).
+fn null_texel_address(heap_base: u64) -> u64 {
+    heap_base + 16
+}
+
+fn null_texture(heap_base: u64) -> [u8; 24] {
     Texture {
-        layout: Layout::Null,
-        null: true,
+        layout: Layout::Twiddled,
+        swizzle_r: Channel::Zero,
+        swizzle_g: Channel::Zero,
+        swizzle_b: Channel::Zero,
+        swizzle_a: Channel::Zero,
+        address: null_texel_address(heap_base),
         ..Texture::default()
     }
     .pack()
     .unwrap_or([0; 24])
 }
 
-fn null_pbe() -> [u8; 24] {
+fn null_pbe(heap_base: u64) -> [u8; 24] {
     Pbe {
-        layout: Layout::Null,
+        layout: Layout::Twiddled,
+        buffer: null_texel_address(heap_base),
         ..Pbe::default()
     }
     .pack()
@@ -143,7 +158,7 @@ impl ImageHeap {
         let texture = heap.alloc()?;
         let pbe = heap.alloc()?;
         debug_assert_eq!((texture.0, pbe.0), (NULL_TEXTURE, NULL_PBE));
-        heap.write(pbe, &null_pbe())?;
+        heap.write(pbe, &null_pbe(base_va))?;
         Ok(heap)
     }
 
@@ -245,7 +260,7 @@ impl ImageHeap {
                 self.next_unused - 1
             }
         };
-        if let Err(e) = self.write(DescriptorIndex(index), &null_texture()) {
+        if let Err(e) = self.write(DescriptorIndex(index), &null_texture(self.base_va)) {
             // Not handed out: back to the free list.
             self.free.push(index);
             return Err(e);
@@ -298,7 +313,7 @@ impl ImageHeap {
     /// zero instead of the image.
     pub fn make_non_resident(&mut self, index: DescriptorIndex) -> Result<(), Error> {
         self.check_held(index)?;
-        self.write(index, &null_texture())
+        self.write(index, &null_texture(self.base_va))
     }
 
     /// Frees slot `index` once the GPU has passed `retire` (a point on
@@ -326,7 +341,7 @@ impl ImageHeap {
             if point > completed {
                 break;
             }
-            self.write(DescriptorIndex(index), &null_texture())?;
+            self.write(DescriptorIndex(index), &null_texture(self.base_va))?;
             if let Some(q) = self.pending.get_mut(&queue) {
                 q.pop_front();
             }

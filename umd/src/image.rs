@@ -3,6 +3,10 @@
 //! the pixel back end.
 
 use agx_hw::formats::{Channels, Layout, Pbe, Texture, TextureDimension, TextureType};
+use agx_hw::layout::{
+    solid_subtile_mode, tile_word, uncompressed_subtile_mode, CompressionLayout, ImageLayout,
+    TileMode, COMPRESSION_TILE_PX,
+};
 
 use crate::device::{Buffer, BufferDesc, Device, MemoryType, Region};
 use crate::error::Error;
@@ -54,7 +58,7 @@ impl Format {
     }
 }
 
-/// A linear 2D image.
+/// A 2D image: linear, or GPU-tiled and possibly compressed.
 #[derive(Debug)]
 pub struct Image {
     buffer: Buffer,
@@ -62,39 +66,93 @@ pub struct Image {
     height: u32,
     format: Format,
     stride_bytes: u32,
-    /// For twiddled images: the layout (levels in Z-order page tiles).
-    twiddled: Option<(agx_hw::layout::ImageLayout, u32)>,
+    /// For GPU-tiled images: the layout (levels in Z-order page tiles).
+    tiled: Option<Tiled>,
+}
+
+/// The layout of a GPU-tiled image.
+#[derive(Debug)]
+struct Tiled {
+    layout: ImageLayout,
+    levels: u32,
+    /// For a compressed image: the metadata layout and its offset in the
+    /// buffer (after the body).
+    compression: Option<(CompressionLayout, u64)>,
 }
 
 impl Image {
-    /// A `width` x `height` twiddled image of `format` with `levels` mip
+    /// A `width` x `height` GPU-tiled image of `format` with `levels` mip
     /// levels (the layout of `agx_hw::layout`: page-sized Z-order tiles,
     /// what the texture unit reads fastest).
-    pub fn new_twiddled(
+    pub fn new_tiled(
         device: &Device,
         width: u32,
         height: u32,
         format: Format,
         levels: u32,
     ) -> Result<Image, Error> {
+        Image::tiled(device, width, height, format, levels, false)
+    }
+
+    /// A GPU-tiled image with lossless compression (what Mesa makes of
+    /// render targets and textures by default): a metadata word per 16x16
+    /// tile after the body says how the tile is stored. Both sides must
+    /// be at least 16 pixels. Rendering to it, [`Image::clear`] and
+    /// [`Image::write_level`] keep the metadata right.
+    pub fn new_compressed(
+        device: &Device,
+        width: u32,
+        height: u32,
+        format: Format,
+        levels: u32,
+    ) -> Result<Image, Error> {
+        Image::tiled(device, width, height, format, levels, true)
+    }
+
+    fn tiled(
+        device: &Device,
+        width: u32,
+        height: u32,
+        format: Format,
+        levels: u32,
+        compressed: bool,
+    ) -> Result<Image, Error> {
         if !(1..=16384).contains(&width)
             || !(1..=16384).contains(&height)
-            || !(1..=15).contains(&levels)
+            || !(1..=agx_hw::layout::full_chain_levels(width, height)).contains(&levels)
         {
             return Err(Error::Unsupported(format!(
                 "a {width}x{height} image of {levels} levels"
             )));
         }
-        let layout = agx_hw::layout::ImageLayout::twiddled(
+        // The hardware lays a mipmapped image out for its full chain.
+        let laid_out_levels = if levels > 1 {
+            agx_hw::layout::full_chain_levels(width, height)
+        } else {
+            1
+        };
+        let layout = ImageLayout::gpu_tiled(
             width,
             height,
-            levels,
-            1,
+            laid_out_levels,
             format.bytes_per_pixel(),
+            false,
         )
-        .ok_or_else(|| Error::Unsupported(format!("twiddled {format:?}")))?;
+        .ok_or_else(|| Error::Unsupported(format!("tiled {format:?}")))?;
+        let body_bytes = layout.layer_bytes();
+        let compression = if compressed {
+            let meta = CompressionLayout::new(width, height, laid_out_levels).ok_or_else(|| {
+                Error::Unsupported(format!("a compressed {width}x{height} image"))
+            })?;
+            Some((meta, body_bytes))
+        } else {
+            None
+        };
+        let meta_bytes = compression
+            .as_ref()
+            .map_or(0, |(meta, _)| meta.layer_stride_bytes);
         let buffer = device.create_buffer(&BufferDesc {
-            size_bytes: layout.layer_bytes().max(1),
+            size_bytes: (body_bytes + meta_bytes).max(1),
             memory: MemoryType::HostCached,
             region: Region::General,
             gpu_write: true,
@@ -105,39 +163,111 @@ impl Image {
             height,
             format,
             stride_bytes: 0,
-            twiddled: Some((layout, levels)),
+            tiled: Some(Tiled {
+                layout,
+                levels,
+                compression,
+            }),
         })
     }
 
     /// Mip levels.
     pub fn levels(&self) -> u32 {
-        self.twiddled.as_ref().map_or(1, |(_, l)| *l)
+        self.tiled.as_ref().map_or(1, |t| t.levels)
     }
 
-    /// Writes tightly packed rows of level `level` (twiddled images).
+    /// Whether the image is compressed.
+    pub fn compressed(&self) -> bool {
+        self.tiled.as_ref().is_some_and(|t| t.compression.is_some())
+    }
+
+    /// Writes tightly packed rows of level `level` (tiled images). The
+    /// level's compression tiles become uncompressed.
     pub fn write_level(&self, level: u32, pixels: &[u8]) -> Result<(), Error> {
-        let Some((layout, levels)) = &self.twiddled else {
+        let Some(tiled) = &self.tiled else {
             return if level == 0 {
                 self.write_pixels(pixels)
             } else {
                 Err(Error::Unsupported("levels of a linear image".into()))
             };
         };
-        if level >= *levels {
+        if level >= tiled.levels {
             return Err(Error::Unsupported(format!(
-                "level {level} of an image of {levels} levels"
+                "level {level} of an image of {} levels",
+                tiled.levels
             )));
         }
         let bpp = self.format.bytes_per_pixel() as usize;
         let (w, h) = ((self.width >> level).max(1), (self.height >> level).max(1));
         for (i, texel) in pixels.chunks_exact(bpp).take((w * h) as usize).enumerate() {
             let (x, y) = (i as u32 % w, i as u32 / w);
-            let at = layout
+            let at = tiled
+                .layout
                 .offset(level, x, y, 0)
                 .ok_or_else(|| Error::Unsupported(format!("level {level} of the image")))?;
             self.buffer.write(at, texel)?;
         }
+        let mode = uncompressed_subtile_mode(self.format.bytes_per_pixel());
+        self.set_tile_modes(level, mode.map(tile_word))
+    }
+
+    /// Sets every metadata word of `level` of a compressed image to
+    /// `word`.
+    fn set_tile_modes(&self, level: u32, word: Option<u64>) -> Result<(), Error> {
+        let Some(Tiled {
+            compression: Some((meta, meta_offset)),
+            ..
+        }) = &self.tiled
+        else {
+            return Ok(());
+        };
+        let word =
+            word.ok_or_else(|| Error::Unsupported(format!("compressed {:?}", self.format)))?;
+        let (w, h) = ((self.width >> level).max(1), (self.height >> level).max(1));
+        for ty in 0..h.div_ceil(COMPRESSION_TILE_PX) {
+            for tx in 0..w.div_ceil(COMPRESSION_TILE_PX) {
+                let (x, y) = (tx * COMPRESSION_TILE_PX, ty * COMPRESSION_TILE_PX);
+                if let Some(at) = meta.tile_word_offset(level, x, y, 0) {
+                    self.buffer.write(meta_offset + at, &word.to_le_bytes())?;
+                }
+            }
+        }
         Ok(())
+    }
+
+    /// Sets every pixel of level 0 to `pixel` (the format's bytes). For a
+    /// compressed image this is a fast clear, as Mesa's: each compression
+    /// tile becomes solid, its colour written where the tile's first
+    /// pixels are (eight copies: one per 8x4 subtile).
+    pub fn clear(&self, pixel: &[u8]) -> Result<(), Error> {
+        let bpp = self.format.bytes_per_pixel();
+        if pixel.len() != bpp as usize {
+            return Err(Error::Unsupported(format!(
+                "a {}-byte clear colour for {:?}",
+                pixel.len(),
+                self.format
+            )));
+        }
+        let compressed = self
+            .tiled
+            .as_ref()
+            .and_then(|t| t.compression.as_ref())
+            .filter(|(meta, _)| meta.level_compressed(0));
+        let Some(tiled) = self.tiled.as_ref().filter(|_| compressed.is_some()) else {
+            return self.write_pixels(&pixel.repeat((self.width * self.height) as usize));
+        };
+        let copies = pixel.repeat(8);
+        for ty in 0..self.height.div_ceil(COMPRESSION_TILE_PX) {
+            for tx in 0..self.width.div_ceil(COMPRESSION_TILE_PX) {
+                let (x, y) = (tx * COMPRESSION_TILE_PX, ty * COMPRESSION_TILE_PX);
+                let at = tiled
+                    .layout
+                    .offset(0, x, y, 0)
+                    .ok_or_else(|| Error::Unsupported("a tile past the image".into()))?;
+                self.buffer.write(at, &copies)?;
+            }
+        }
+        self.set_tile_modes(0, solid_subtile_mode(bpp).map(tile_word))
     }
     /// A `width` x `height` linear image of `format`, rows 16-byte
     /// aligned.
@@ -158,7 +288,7 @@ impl Image {
             height,
             format,
             stride_bytes,
-            twiddled: None,
+            tiled: None,
         })
     }
 
@@ -189,7 +319,7 @@ impl Image {
 
     /// Writes tightly packed rows of pixels (level 0).
     pub fn write_pixels(&self, pixels: &[u8]) -> Result<(), Error> {
-        if self.twiddled.is_some() {
+        if self.tiled.is_some() {
             return self.write_level(0, pixels);
         }
         let row = (self.width * self.format.bytes_per_pixel()) as usize;
@@ -200,15 +330,35 @@ impl Image {
         Ok(())
     }
 
-    /// Reads the pixels (level 0) as tightly packed rows.
+    /// Reads the pixels (level 0) as tightly packed rows, decoding the
+    /// compression tiles of a compressed image.
     pub fn read_pixels(&self) -> Result<Vec<u8>, Error> {
         let row = (self.width * self.format.bytes_per_pixel()) as usize;
         let mut out = vec![0u8; row * self.height as usize];
-        if let Some((layout, _)) = &self.twiddled {
-            let bpp = self.format.bytes_per_pixel() as usize;
-            for (i, texel) in out.chunks_exact_mut(bpp).enumerate() {
-                let (x, y) = (i as u32 % self.width, i as u32 / self.width);
-                let at = layout
+        if let Some(tiled) = &self.tiled {
+            let bpp = self.format.bytes_per_pixel();
+            for (i, texel) in out.chunks_exact_mut(bpp as usize).enumerate() {
+                let (mut x, mut y) = (i as u32 % self.width, i as u32 / self.width);
+                if let Some((meta, meta_offset)) = &tiled.compression {
+                    if let Some(at) = meta.tile_word_offset(0, x, y, 0) {
+                        let mut word = [0u8; 8];
+                        self.buffer.read(meta_offset + at, &mut word)?;
+                        match TileMode::decode(u64::from_le_bytes(word), bpp) {
+                            TileMode::Uncompressed => {}
+                            TileMode::Solid => {
+                                x &= !(COMPRESSION_TILE_PX - 1);
+                                y &= !(COMPRESSION_TILE_PX - 1);
+                            }
+                            TileMode::Unknown(word) => {
+                                return Err(Error::Unsupported(format!(
+                                    "compression mode {word:#018x} of the tile at ({x}, {y})"
+                                )))
+                            }
+                        }
+                    }
+                }
+                let at = tiled
+                    .layout
                     .offset(0, x, y, 0)
                     .ok_or_else(|| Error::Unsupported("a pixel past the image".into()))?;
                 self.buffer.read(at, texel)?;
@@ -235,10 +385,17 @@ impl Image {
             srgb: self.format == Format::Rgba8Srgb,
             ..Texture::default()
         };
-        match &self.twiddled {
-            Some((_, levels)) => Texture {
-                layout: Layout::Twiddled,
-                last_level: levels - 1,
+        match &self.tiled {
+            Some(tiled) => Texture {
+                layout: Layout::Gpu,
+                last_level: tiled.levels - 1,
+                unk_mipmapped: tiled.levels > 1,
+                compressed_1: tiled.compression.is_some(),
+                extended: tiled.compression.is_some(),
+                acceleration_buffer: tiled
+                    .compression
+                    .as_ref()
+                    .map_or(0, |(_, offset)| self.buffer.va() + offset),
                 ..base
             },
             None => Texture {
@@ -261,10 +418,16 @@ impl Image {
             buffer: self.buffer.va(),
             ..Pbe::default()
         };
-        match &self.twiddled {
-            Some((_, levels)) => Pbe {
-                layout: Layout::Twiddled,
-                levels: *levels,
+        match &self.tiled {
+            Some(tiled) => Pbe {
+                layout: Layout::Gpu,
+                levels: tiled.levels,
+                compressed_1: tiled.compression.is_some(),
+                extended: tiled.compression.is_some(),
+                acceleration_buffer: tiled
+                    .compression
+                    .as_ref()
+                    .map_or(0, |(_, offset)| self.buffer.va() + offset),
                 ..base
             },
             None => Pbe {

@@ -1179,7 +1179,7 @@ fn stencil_counts_overlaps_and_then_masks_a_later_draw() {
 }
 
 #[test_log::test]
-fn twiddled_textures_and_targets_give_the_linear_picture() {
+fn tiled_and_compressed_textures_and_targets_give_the_linear_picture() {
     let device = device();
     let queue = Queue::new(&device).unwrap();
     let programs = Arc::new(ProgramCache::new(&device));
@@ -1211,14 +1211,17 @@ fn twiddled_textures_and_targets_give_the_linear_picture() {
         max_lod: agx_hw::Lod::from_f32(0.0),
         ..agx_hw::formats::Sampler::default()
     };
-    let draw = |texture: &Image, target: &Image| {
+    // A clear pass (unless the target was cleared by the CPU), then a
+    // loading pass that draws: the load goes through the target's own
+    // layout.
+    let draw = |texture: &Image, target: &Image, clear_pass: bool| {
         let mut cb = CommandBuffer::new(&device, &programs);
-        // A clear pass, then a loading pass that draws: the load goes
-        // through the target's own layout.
-        cb.begin_render_pass(&colour_pass(target, [0.0, 0.0, 1.0, 1.0]))
-            .unwrap()
-            .end()
-            .unwrap();
+        if clear_pass {
+            cb.begin_render_pass(&colour_pass(target, [0.0, 0.0, 1.0, 1.0]))
+                .unwrap()
+                .end()
+                .unwrap();
+        }
         let mut pass = cb
             .begin_render_pass(&RenderPassDesc {
                 colour: vec![ColourAttachment {
@@ -1239,15 +1242,16 @@ fn twiddled_textures_and_targets_give_the_linear_picture() {
     };
     let linear_texture = Image::new(&device, 16, 16, Format::Rgba8Unorm).unwrap();
     linear_texture.write_pixels(&texels).unwrap();
-    let twiddled_texture = Image::new_twiddled(&device, 16, 16, Format::Rgba8Unorm, 1).unwrap();
+    let twiddled_texture = Image::new_tiled(&device, 16, 16, Format::Rgba8Unorm, 1).unwrap();
     twiddled_texture.write_pixels(&texels).unwrap();
     assert_eq!(twiddled_texture.read_pixels().unwrap(), texels);
     let reference = draw(
         &linear_texture,
         &Image::new(&device, w, h, Format::Rgba8Unorm).unwrap(),
+        true,
     );
-    let twiddled_target = Image::new_twiddled(&device, w, h, Format::Rgba8Unorm, 1).unwrap();
-    let got = draw(&twiddled_texture, &twiddled_target);
+    let twiddled_target = Image::new_tiled(&device, w, h, Format::Rgba8Unorm, 1).unwrap();
+    let got = draw(&twiddled_texture, &twiddled_target, true);
     assert!(
         got.chunks_exact(4).any(|p| p == [0, 0, 255, 255]),
         "the loaded clear"
@@ -1257,6 +1261,36 @@ fn twiddled_textures_and_targets_give_the_linear_picture() {
         "the triangle"
     );
     assert_eq!(got, reference);
+
+    // Compressed: the texture written by the CPU (its tiles marked
+    // uncompressed), the target rendered (the PBE marks them).
+    let compressed_texture = Image::new_compressed(&device, 16, 16, Format::Rgba8Unorm, 1).unwrap();
+    compressed_texture.write_pixels(&texels).unwrap();
+    assert_eq!(compressed_texture.read_pixels().unwrap(), texels);
+    let compressed_target = Image::new_compressed(&device, w, h, Format::Rgba8Unorm, 1).unwrap();
+    assert_eq!(
+        draw(&compressed_texture, &compressed_target, true),
+        reference
+    );
+
+    // Fast clears (every compression tile solid): the cleared texture
+    // samples as one colour and the cleared target loads as the clear
+    // pass would have left it.
+    let red = [255u8, 0, 0, 255];
+    let flat_reference = {
+        let flat = Image::new(&device, 16, 16, Format::Rgba8Unorm).unwrap();
+        flat.write_pixels(&red.repeat(256)).unwrap();
+        draw(
+            &flat,
+            &Image::new(&device, w, h, Format::Rgba8Unorm).unwrap(),
+            true,
+        )
+    };
+    compressed_texture.clear(&red).unwrap();
+    assert_eq!(compressed_texture.read_pixels().unwrap(), red.repeat(256));
+    let target = Image::new_compressed(&device, w, h, Format::Rgba8Unorm, 1).unwrap();
+    target.clear(&[0, 0, 255, 255]).unwrap();
+    assert_eq!(draw(&compressed_texture, &target, false), flat_reference);
 }
 
 /// Vertex shader: the position alone (four outputs), from the vertices of
