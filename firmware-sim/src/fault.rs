@@ -10,7 +10,7 @@ use agx_fwif::messages::{FaultUnit, FAULT_UNSUPPORTED_WORK};
 use agx_hw::formats::UatFaultReason;
 use agx_hw::uat::UatFault;
 
-use crate::usc::{AccessKind, ExecError, FaultReason};
+use crate::usc::{AccessKind, ExecError, FaultReason, MemoryFault};
 
 /// What the execution engine did with a Run command.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,9 +62,24 @@ pub(crate) fn unsupported(address: u64, unit: FaultUnit) -> EngineResult {
     fault(address, unit, 0, FAULT_UNSUPPORTED_WORK)
 }
 
+/// The fault event a failed access of `unit` raises.
+pub(crate) fn memory_fault(f: &MemoryFault, unit: FaultUnit) -> EngineResult {
+    let access = match f.access {
+        AccessKind::Read => 0,
+        AccessKind::Write => 1,
+        AccessKind::Fetch => 2,
+    };
+    let reason = match (f.reason, f.access) {
+        (FaultReason::Unmapped, _) => UatFaultReason::Unmapped,
+        (FaultReason::Permission, AccessKind::Write) => UatFaultReason::ReadOnly,
+        (FaultReason::Permission, _) => UatFaultReason::NoAccess,
+    };
+    fault(f.address, unit, access, reason.to_raw())
+}
+
 /// The fault event an execution error raises.
 pub(crate) fn exec_fault(error: &ExecError) -> EngineResult {
-    let memory_fault = match error {
+    let failed_access = match error {
         ExecError::Memory { fault, .. } => Some(*fault),
         ExecError::Fetch {
             source: crate::usc::FetchError::Memory(fault),
@@ -76,20 +91,8 @@ pub(crate) fn exec_fault(error: &ExecError) -> EngineResult {
         } => Some(*fault),
         _ => None,
     };
-    match memory_fault {
-        Some(f) => {
-            let access = match f.access {
-                AccessKind::Read => 0,
-                AccessKind::Write => 1,
-                AccessKind::Fetch => 2,
-            };
-            let reason = match (f.reason, f.access) {
-                (FaultReason::Unmapped, _) => UatFaultReason::Unmapped,
-                (FaultReason::Permission, AccessKind::Write) => UatFaultReason::ReadOnly,
-                (FaultReason::Permission, _) => UatFaultReason::NoAccess,
-            };
-            fault(f.address, FaultUnit::Usc, access, reason.to_raw())
-        }
+    match failed_access {
+        Some(f) => memory_fault(&f, FaultUnit::Usc),
         None => {
             tracing::warn!(%error, "kernel stopped");
             unsupported(error.pc(), FaultUnit::Usc)

@@ -487,9 +487,11 @@ impl Compressed {
                             }
                         }
                     }
-                    TileMode::Unknown(word) => return Err(invalid(format!(
+                    TileMode::Unknown(word) => {
+                        return Err(invalid(format!(
                         "a partial store to a tile in compression mode {word:#018x} (not modelled)"
-                    ))),
+                    )))
+                    }
                 }
             }
         }

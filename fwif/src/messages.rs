@@ -356,10 +356,12 @@ body! {
         pub base: GpuVa,
         /// Its compression metadata; null if uncompressed.
         pub comp_base: GpuVa,
-        /// Bytes between layers.
-        pub stride_bytes: u32,
-        /// Bytes between layers of the metadata.
-        pub comp_stride_bytes: u32,
+        /// Distance between layers (an `agx_hw::formats::ZlsLayerStride`
+        /// word, passed through from the UAPI as the kernel does).
+        pub stride: u32,
+        /// Distance between layers of the metadata (an
+        /// `agx_hw::formats::ZlsMetaStride` word).
+        pub comp_stride: u32,
     }
     size = 24;
 }

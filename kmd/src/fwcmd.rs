@@ -149,8 +149,8 @@ fn zls_surface(buffer: &ZlsBuffer) -> ZlsSurface {
     ZlsSurface {
         base: GpuVa(buffer.base),
         comp_base: GpuVa(buffer.comp_base),
-        stride_bytes: buffer.stride,
-        comp_stride_bytes: buffer.comp_stride,
+        stride: buffer.stride,
+        comp_stride: buffer.comp_stride,
     }
 }
 
@@ -326,12 +326,12 @@ mod tests {
         let depth = ZlsSurface {
             base: GpuVa(0x40_0000),
             comp_base: GpuVa(0x50_0000),
-            stride_bytes: 0x1000,
-            comp_stride_bytes: 0x100,
+            stride: 0x1000,
+            comp_stride: 0x100,
         };
         assert_eq!((p.zls.z_load, p.zls.z_store), (depth, depth));
         assert_eq!(p.zls.s_load.base, GpuVa(0x60_0000));
-        assert_eq!(p.zls.s_store.stride_bytes, 0x2000);
+        assert_eq!(p.zls.s_store.stride, 0x2000);
         assert_eq!(f32::from_bits(p.zls.clear_depth), 0.5);
         assert_eq!(p.zls.clear_stencil, 0x7f);
     }

@@ -712,15 +712,34 @@ fn depth_pass_with_fs(
         .unwrap(),
     );
     render.depth.base = DATA_VA + DEPTH;
-    render.depth.stride = 4 * 64 * 64;
+    render.depth.stride = zls_stride_word();
+    render.isp_zls_pixels = zls_pixels_word(64, 64);
     render.isp_bgobjdepth = 1.0f32.to_bits();
     render
 }
 
-/// The stored depth of pixel (x, y) in this model's tiled depth layout.
+/// A depth/stencil `stride` word: one layer, a page apart (as Mesa
+/// encodes it).
+fn zls_stride_word() -> u32 {
+    u32::from_le_bytes(
+        agx_hw::formats::ZlsLayerStride {
+            unk_0: true,
+            pages: 1,
+        }
+        .pack()
+        .unwrap(),
+    )
+}
+
+fn zls_pixels_word(width: u32, height: u32) -> u32 {
+    u32::from_le_bytes(agx_hw::formats::ZlsPixels { width, height }.pack().unwrap())
+}
+
+/// The stored depth of pixel (x, y): a 64x64 32-bit plane is one
+/// GPU-tiled page tile, pixels in Z order.
 fn stored_depth(m: &Machine, x: usize, y: usize) -> f32 {
-    let (tile, within) = ((y / 32) * 2 + x / 32, (y % 32) * 32 + x % 32);
-    let bytes = m.peek(m.data, DEPTH + 4 * (tile * 1024 + within) as u64, 4);
+    let at = 4 * agx_hw::layout::morton(x as u32, y as u32);
+    let bytes = m.peek(m.data, DEPTH + at, 4);
     f32::from_le_bytes(bytes.try_into().unwrap())
 }
 
@@ -772,6 +791,105 @@ fn the_nearer_triangle_wins_in_either_draw_order_and_depth_is_stored() {
     assert_eq!(rgb(&m, 60, 4), [0, 0, 255], "in front of the clear value");
     assert_eq!(stored_depth(&m, 26, 26), 0.25);
     assert_eq!(stored_depth(&m, 40, 40), 0.5);
+}
+
+/// Depth planes as Mesa's control words describe them: 16-bit unorm,
+/// twiddled, compressed. The stored depth is 0.25 on the left half and
+/// 1.0 on the right; a triangle at 0.5 over everything shows on the right
+/// only. Compressed: tile (0, 0) is solid with 1.0 at its first element
+/// (the rest of its body zero), so it shows there too, and the store
+/// leaves every tile uncompressed with its body written out.
+#[test_log::test]
+fn depth_planes_load_and_store_in_the_format_tiling_and_compression_the_control_names() {
+    use agx_hw::formats::{ZlsFormat, ZlsMetaStride, ZlsTiling};
+    use agx_hw::layout::morton;
+    const META: u64 = 0x5_0000;
+    for (format, tiling, compressed) in [
+        (ZlsFormat::Unorm16, ZlsTiling::Gpu, false),
+        (ZlsFormat::F32, ZlsTiling::Twiddled, false),
+        (ZlsFormat::F32, ZlsTiling::Gpu, true),
+    ] {
+        let m = Machine::new(5000);
+        let bytes: u64 = if format == ZlsFormat::Unorm16 { 2 } else { 4 };
+        let encode = |d: f32| {
+            if bytes == 2 {
+                ((d * 65535.0).round() as u16).to_le_bytes().to_vec()
+            } else {
+                d.to_le_bytes().to_vec()
+            }
+        };
+        // A 64x64 plane of either element size is one Z-order tile.
+        let at = |x: u32, y: u32| DEPTH + bytes * morton(x, y);
+        let solid_tile = |x: u32, y: u32| compressed && x < 16 && y < 16;
+        for y in 0..64 {
+            for x in 0..64 {
+                let depth = match (x, y) {
+                    (0, 0) if compressed => 1.0,
+                    _ if solid_tile(x, y) => 0.0,
+                    _ if x < 32 => 0.25,
+                    _ => 1.0,
+                };
+                m.poke(m.data, at(x, y), &encode(depth));
+            }
+        }
+        if compressed {
+            m.poke(m.data, META, &0x0303_0303_0303_0303u64.to_le_bytes());
+        }
+        let cover = (
+            [[-64.0f32, -64.0], [192.0, 0.0], [0.0, 192.0]],
+            0.5,
+            [0.0, 0.0, 1.0],
+        );
+        coloured(&m, &[cover]);
+        let mut render = depth_pass(&m, 1, true);
+        render.zls_ctrl = u64::from_le_bytes(
+            ZlsControl {
+                z_load_enable: true,
+                z_store_enable: true,
+                z_format: format,
+                z_load_tiling: tiling,
+                z_store_tiling: tiling,
+                z_load_compress: compressed,
+                z_store_compress: compressed,
+                ..ZlsControl::default()
+            }
+            .pack()
+            .unwrap(),
+        );
+        if compressed {
+            render.depth.comp_base = DATA_VA + META;
+            render.depth.comp_stride =
+                u32::from_le_bytes(ZlsMetaStride { cachelines: 1 }.pack().unwrap());
+        }
+        assert_eq!(m.submit(CmdType::Render, render.as_bytes()), None);
+        let case = format!("{format:?} {tiling:?} compressed {compressed}");
+        for (x, y) in [(0, 0), (8, 8), (20, 40), (40, 8), (63, 63)] {
+            let shows = x >= 32 || solid_tile(x, y);
+            let (colour, depth) = if shows {
+                ([0, 0, 255], 0.5)
+            } else {
+                ([0, 0, 0], 0.25)
+            };
+            assert_eq!(
+                rgb(&m, x as usize, y as usize),
+                colour,
+                "{case}: ({x}, {y})"
+            );
+            assert_eq!(
+                m.peek(m.data, at(x, y), bytes as usize),
+                encode(depth),
+                "{case}: depth at ({x}, {y})"
+            );
+        }
+        if compressed {
+            // 4 x 4 tiles, one word each.
+            let words = m.peek(m.data, META, 16 * 8);
+            assert!(
+                words.chunks(8).all(|w| w == [0x7f; 8]),
+                "every tile stored uncompressed: {words:x?}"
+            );
+        }
+    }
 }
 
 /// Reloads the render target into the tilebuffer after a partial render:
@@ -1676,14 +1794,19 @@ fn stencil_pass(
         .unwrap(),
     );
     render.stencil.base = DATA_VA + DEPTH;
-    render.stencil.stride = 64 * 64;
+    render.stencil.stride = zls_stride_word();
+    render.isp_zls_pixels = zls_pixels_word(64, 64);
     render
 }
 
-/// The stored stencil of pixel (x, y) (tiles of 32 x 32 bytes).
+/// The stored stencil of pixel (x, y): a 64x64 8-bit plane is smaller
+/// than a 128x128 page tile, so it is one 64x64 Z-order tile.
 fn stored_stencil(m: &Machine, x: usize, y: usize) -> u8 {
-    let (tile, within) = ((y / 32) * 2 + x / 32, (y % 32) * 32 + x % 32);
-    m.peek(m.data, DEPTH + (tile * 1024 + within) as u64, 1)[0]
+    m.peek(
+        m.data,
+        DEPTH + agx_hw::layout::morton(x as u32, y as u32),
+        1,
+    )[0]
 }
 
 #[test_log::test]
@@ -1878,7 +2001,6 @@ fn depth_is_tested_and_stored_per_sample() {
         ..pbe(64, 64)
     };
     m.poke(m.data, PBE, &msaa.pack().unwrap());
-    render.depth.stride = 4 * 64 * 64 * 4;
     assert_eq!(m.submit(CmdType::Render, render.as_bytes()), None);
     let depth = m.peek(m.data, DEPTH, 4 * 64 * 64 * 4);
     let image = m.peek(m.data, MSAA_IMAGE, 64 * stride as usize);
@@ -1891,10 +2013,13 @@ fn depth_is_tested_and_stored_per_sample() {
     ];
     for y in 0..64usize {
         for x in 0..64usize {
-            let (tile, within) = ((y / 32) * 2 + x / 32, (y % 32) * 32 + x % 32);
+            // Four samples make a 16-byte element: 32x32 page tiles,
+            // 2 x 2 of them.
+            let tile = (y / 32) * 2 + x / 32;
+            let within = agx_hw::layout::morton((x % 32) as u32, (y % 32) as u32) as usize;
             for (s, (sx, sy)) in positions.iter().enumerate() {
                 let in_near = covers(t, x as f64 + sx, y as f64 + sy);
-                let at = 4 * ((tile * 1024 + within) * 4 + s);
+                let at = 16 * (tile * 1024 + within) + 4 * s;
                 let stored = f32::from_le_bytes(depth[at..at + 4].try_into().unwrap());
                 assert_eq!(
                     stored,

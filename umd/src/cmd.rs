@@ -878,13 +878,13 @@ impl CommandBuffer {
                 .map_err(pack_err)?,
             );
             render.depth.base = depth.image.buffer().va();
-            render.depth.stride = depth.image.layer_bytes();
+            render.depth.stride = depth.image.layer_stride_word()?;
             if let LoadOp::Clear(value) = depth.load {
                 render.isp_bgobjdepth = value.to_bits();
             }
             if let Some(stencil) = &depth.stencil {
                 render.stencil.base = stencil.image.buffer().va();
-                render.stencil.stride = stencil.image.layer_bytes();
+                render.stencil.stride = stencil.image.layer_stride_word()?;
                 if let LoadOp::Clear(value) = stencil.load {
                     render.isp_bgobjvals = u32::from(value);
                 }

@@ -11,10 +11,6 @@ use agx_hw::layout::{
 use crate::device::{Buffer, BufferDesc, Device, MemoryType, Region};
 use crate::error::Error;
 
-/// Pixels per side of a depth tile (the ZLS layout of this stack's GPU
-/// model: whole 32x32 tiles, row-major, pixels row-major within a tile).
-pub const ZLS_TILE_PX: u32 = 32;
-
 /// A colour format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Format {
@@ -439,154 +435,165 @@ impl Image {
     }
 }
 
-/// A 32-bit float depth buffer in the GPU's depth/stencil (ZLS) layout.
+/// A depth or stencil plane: GPU-tiled (`agx_hw::layout`), one element
+/// per pixel, as the ZLS control's tiling bits say (this driver leaves
+/// them 0, GPU-tiled) and as Mesa lays its depth buffers out.
 #[derive(Debug)]
-pub struct DepthImage {
+struct ZlsPlane {
     buffer: Buffer,
     width: u32,
     height: u32,
+    layout: ImageLayout,
+    element_bytes: u32,
+}
+
+impl ZlsPlane {
+    fn new(
+        device: &Device,
+        width: u32,
+        height: u32,
+        element_bytes: u32,
+    ) -> Result<ZlsPlane, Error> {
+        if !(1..=16384).contains(&width) || !(1..=16384).contains(&height) {
+            return Err(Error::Unsupported(format!(
+                "a {width}x{height} depth/stencil buffer"
+            )));
+        }
+        let layout = ImageLayout::gpu_tiled(width, height, 1, element_bytes, false)
+            .ok_or_else(|| Error::Unsupported(format!("{element_bytes}-byte depth/stencil")))?;
+        let buffer = device.create_buffer(&BufferDesc {
+            size_bytes: layout.layer_bytes(),
+            memory: MemoryType::DeviceLocal,
+            region: Region::General,
+            gpu_write: true,
+        })?;
+        Ok(ZlsPlane {
+            buffer,
+            width,
+            height,
+            layout,
+            element_bytes,
+        })
+    }
+
+    /// The `depth.stride`/`stencil.stride` word: layers whole pages apart.
+    fn layer_stride_word(&self) -> Result<u32, Error> {
+        let pages = self
+            .layout
+            .layer_bytes()
+            .div_ceil(agx_hw::layout::PAGE_BYTES) as u32;
+        agx_hw::formats::ZlsLayerStride {
+            unk_0: true,
+            pages: pages.max(1),
+        }
+        .pack()
+        .map(u32::from_le_bytes)
+        .map_err(|e| Error::Unsupported(format!("ZLS stride: {e}")))
+    }
+
+    fn read(&self, x: u32, y: u32, out: &mut [u8]) -> Result<(), Error> {
+        let at = self
+            .layout
+            .offset(0, x, y, 0)
+            .filter(|_| x < self.width && y < self.height)
+            .ok_or(Error::OutOfBounds {
+                offset_bytes: u64::from(y) * u64::from(self.width) + u64::from(x),
+                len_bytes: 1,
+                size_bytes: u64::from(self.width) * u64::from(self.height),
+            })?;
+        self.buffer
+            .read(at, &mut out[..self.element_bytes as usize])
+    }
+}
+
+/// A 32-bit float depth buffer for the ZLS: GPU-tiled, as Mesa's.
+#[derive(Debug)]
+pub struct DepthImage {
+    plane: ZlsPlane,
 }
 
 impl DepthImage {
     /// A depth buffer for a `width` x `height` render area.
     pub fn new(device: &Device, width: u32, height: u32) -> Result<DepthImage, Error> {
-        if !(1..=16384).contains(&width) || !(1..=16384).contains(&height) {
-            return Err(Error::Unsupported(format!(
-                "a {width}x{height} depth buffer"
-            )));
-        }
-        let tiles =
-            u64::from(width.div_ceil(ZLS_TILE_PX)) * u64::from(height.div_ceil(ZLS_TILE_PX));
-        let buffer = device.create_buffer(&BufferDesc {
-            size_bytes: tiles * u64::from(ZLS_TILE_PX * ZLS_TILE_PX) * 4,
-            memory: MemoryType::DeviceLocal,
-            region: Region::General,
-            gpu_write: true,
-        })?;
         Ok(DepthImage {
-            buffer,
-            width,
-            height,
+            plane: ZlsPlane::new(device, width, height, 4)?,
         })
     }
 
     /// Width in pixels.
     pub fn width(&self) -> u32 {
-        self.width
+        self.plane.width
     }
 
     /// Height in pixels.
     pub fn height(&self) -> u32 {
-        self.height
+        self.plane.height
     }
 
     /// The memory.
     pub fn buffer(&self) -> &Buffer {
-        &self.buffer
+        &self.plane.buffer
     }
 
-    /// Bytes of one layer.
-    pub fn layer_bytes(&self) -> u32 {
-        self.buffer.size_bytes() as u32
+    /// The render command's `depth.stride` word.
+    pub fn layer_stride_word(&self) -> Result<u32, Error> {
+        self.plane.layer_stride_word()
     }
 
     /// Sets every depth value (the CPU side of a clear).
     pub fn fill(&self, depth: f32) -> Result<(), Error> {
         let bytes = depth
             .to_le_bytes()
-            .repeat(self.buffer.size_bytes() as usize / 4);
-        self.buffer.write(0, &bytes)
+            .repeat(self.plane.buffer.size_bytes() as usize / 4);
+        self.plane.buffer.write(0, &bytes)
     }
 
     /// The depth of pixel (x, y).
     pub fn depth_at(&self, x: u32, y: u32) -> Result<f32, Error> {
-        if x >= self.width || y >= self.height {
-            return Err(Error::OutOfBounds {
-                offset_bytes: u64::from(y) * u64::from(self.width) + u64::from(x),
-                len_bytes: 1,
-                size_bytes: u64::from(self.width) * u64::from(self.height),
-            });
-        }
-        let tiles_x = self.width.div_ceil(ZLS_TILE_PX);
-        let tile = (y / ZLS_TILE_PX) * tiles_x + x / ZLS_TILE_PX;
-        let within = (y % ZLS_TILE_PX) * ZLS_TILE_PX + x % ZLS_TILE_PX;
         let mut raw = [0u8; 4];
-        self.buffer.read(
-            4 * (u64::from(tile) * u64::from(ZLS_TILE_PX * ZLS_TILE_PX) + u64::from(within)),
-            &mut raw,
-        )?;
+        self.plane.read(x, y, &mut raw)?;
         Ok(f32::from_le_bytes(raw))
     }
 }
 
-/// An 8-bit stencil buffer in the GPU's depth/stencil (ZLS) layout.
+/// An 8-bit stencil buffer for the ZLS: GPU-tiled, as Mesa's.
 #[derive(Debug)]
 pub struct StencilImage {
-    buffer: Buffer,
-    width: u32,
-    height: u32,
+    plane: ZlsPlane,
 }
 
 impl StencilImage {
     /// A stencil buffer for a `width` x `height` render area.
     pub fn new(device: &Device, width: u32, height: u32) -> Result<StencilImage, Error> {
-        if !(1..=16384).contains(&width) || !(1..=16384).contains(&height) {
-            return Err(Error::Unsupported(format!(
-                "a {width}x{height} stencil buffer"
-            )));
-        }
-        let tiles =
-            u64::from(width.div_ceil(ZLS_TILE_PX)) * u64::from(height.div_ceil(ZLS_TILE_PX));
-        let buffer = device.create_buffer(&BufferDesc {
-            size_bytes: tiles * u64::from(ZLS_TILE_PX * ZLS_TILE_PX),
-            memory: MemoryType::DeviceLocal,
-            region: Region::General,
-            gpu_write: true,
-        })?;
         Ok(StencilImage {
-            buffer,
-            width,
-            height,
+            plane: ZlsPlane::new(device, width, height, 1)?,
         })
     }
 
     /// The memory.
     pub fn buffer(&self) -> &Buffer {
-        &self.buffer
+        &self.plane.buffer
     }
 
     /// Width in pixels.
     pub fn width(&self) -> u32 {
-        self.width
+        self.plane.width
     }
 
     /// Height in pixels.
     pub fn height(&self) -> u32 {
-        self.height
+        self.plane.height
     }
 
-    /// Bytes of one layer.
-    pub fn layer_bytes(&self) -> u32 {
-        self.buffer.size_bytes() as u32
+    /// The render command's `stencil.stride` word.
+    pub fn layer_stride_word(&self) -> Result<u32, Error> {
+        self.plane.layer_stride_word()
     }
 
     /// The stencil value of pixel (x, y).
     pub fn stencil_at(&self, x: u32, y: u32) -> Result<u8, Error> {
-        if x >= self.width || y >= self.height {
-            return Err(Error::OutOfBounds {
-                offset_bytes: u64::from(y) * u64::from(self.width) + u64::from(x),
-                len_bytes: 1,
-                size_bytes: u64::from(self.width) * u64::from(self.height),
-            });
-        }
-        let tiles_x = self.width.div_ceil(ZLS_TILE_PX);
-        let tile = (y / ZLS_TILE_PX) * tiles_x + x / ZLS_TILE_PX;
-        let within = (y % ZLS_TILE_PX) * ZLS_TILE_PX + x % ZLS_TILE_PX;
         let mut raw = [0u8; 1];
-        self.buffer.read(
-            u64::from(tile) * u64::from(ZLS_TILE_PX * ZLS_TILE_PX) + u64::from(within),
-            &mut raw,
-        )?;
+        self.plane.read(x, y, &mut raw)?;
         Ok(raw[0])
     }
 }

@@ -405,7 +405,7 @@ impl Pass<'_> {
                 w.discarded[pixel] = false;
             }
         }
-        store_depth_stencil(&vm, render, &self.zls, &w.tile, (tx, ty), layer, area)?;
+        store_depth_stencil(&vm, render, &self.zls, &w.tile, (tx, ty), layer)?;
         w.coverage.fill(full);
         run(w, &self.eot, &[(0, 0); LANES], &[], false, None, false)
     }

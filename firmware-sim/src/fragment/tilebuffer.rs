@@ -30,8 +30,3 @@ impl Tilebuffer {
         }
     }
 }
-
-/// Bytes of one tile's depth in a depth buffer (32-bit depth).
-pub(super) fn depth_tile_bytes(tile: &Tilebuffer) -> u64 {
-    tile.depth.len() as u64 * 4
-}
