@@ -121,9 +121,11 @@ impl TextureUnit<'_> {
             TextureHandle::Bindless { base, offset } => base.wrapping_add(u64::from(offset)),
         };
         let texture = Texture::decode_fields(&self.read::<24>(address)?);
+        // A 1D texture is a row: a 2D image of height 1 (Mesa's null
+        // descriptor leaves the dimension field 0, 1D).
         if !matches!(
             texture.dimension,
-            TextureDimension::D2 | TextureDimension::D2Array
+            TextureDimension::D1 | TextureDimension::D2 | TextureDimension::D2Array
         ) {
             return Err(invalid(format!("{:?} textures", texture.dimension)));
         }
@@ -319,6 +321,12 @@ impl TextureUnit<'_> {
     pub fn request(&self, request: &TextureRequest) -> Result<[u32; 4], IoError> {
         let image = self.image(request.texture)?;
         let t = &image.texture;
+        let mut request = *request;
+        if t.dimension == TextureDimension::D1 {
+            // Only x is a coordinate: read the row's centre.
+            request.coords[1] = if request.load { 0 } else { 0.5f32.to_bits() };
+        }
+        let request = &request;
         let layer = if t.dimension == TextureDimension::D2Array {
             request.coords[2]
         } else {
@@ -328,10 +336,15 @@ impl TextureUnit<'_> {
             let level = match request.lod {
                 LodArgument::Explicit(l) => l as u32,
                 _ => 0,
-            } + t.first_level;
+            }
+            .saturating_add(t.first_level);
             // Out-of-bounds loads return zero (robust access).
             let (x, y) = (request.coords[0], request.coords[1]);
-            if layer < image.layers && image.layout.offset(level, x, y, layer).is_some() {
+            let inside = level < 32
+                && x < (t.width >> level).max(1)
+                && y < (t.height >> level).max(1)
+                && layer < image.layers;
+            if inside && image.layout.offset(level, x, y, layer).is_some() {
                 self.texel(&image, level, x, y, layer)?
             } else {
                 [0; 4]

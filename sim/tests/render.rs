@@ -1255,33 +1255,32 @@ fn a_clear_into_a_tiled_target_lands_where_the_layout_says() {
     }
 }
 
-/// A 48x48 compressed RGBA8 target, fast-cleared (every compression tile
+/// A 64x64 compressed RGBA8 target, fast-cleared (every compression tile
 /// solid, its colour at the tile's start, as Mesa's clear kernel leaves
 /// it), then rendered over in a 40x40 area: the tiles the render covers
-/// become uncompressed with the new colour; tile (2, 2), covered only in
-/// part, keeps the old colour in the pixels outside the render area; the
-/// untouched tiles stay solid.
+/// become uncompressed with the new colour; those of column and row 2,
+/// covered only in part, keep the old colour in the pixels outside the
+/// render area; the untouched tiles stay solid.
 #[test_log::test]
 fn a_render_into_a_compressed_target_marks_the_tiles_it_writes_uncompressed() {
     use agx_hw::layout::{morton, ImageLayout};
     const META: u64 = 0x5_0000;
     let m = Machine::new(5000);
-    let layout = ImageLayout::gpu_tiled(48, 48, 1, 4, false).unwrap();
+    let layout = ImageLayout::gpu_tiled(64, 64, 1, 4, false).unwrap();
     let old = [10u8, 20, 30, 40];
     // One 64x64 page tile holds the image: a 16x16 tile starts at the
     // Z-order index of its corner.
-    let tile_start = |tx: u64, ty: u64| morton(tx as u32 * 16, ty as u32 * 16) * 4;
-    for ty in 0..3 {
-        for tx in 0..3 {
+    let tile_start = |tx: u32, ty: u32| morton(tx * 16, ty * 16) * 4;
+    for ty in 0..4 {
+        for tx in 0..4 {
             m.poke(m.data, IMAGE + tile_start(tx, ty), &old.repeat(8));
         }
     }
-    // 3x3 tiles in a 4x4 metadata grid: the word of (tx, ty) is its
-    // Z-order index.
+    // 4x4 tiles: the word of (tx, ty) is its Z-order index.
     let solid = 0x0303_0303_0303_0303u64;
     let word_at = |tx: u32, ty: u32| META + 8 * morton(tx, ty);
-    for ty in 0..3 {
-        for tx in 0..3 {
+    for ty in 0..4 {
+        for tx in 0..4 {
             m.poke(m.data, word_at(tx, ty), &solid.to_le_bytes());
         }
     }
@@ -1291,8 +1290,8 @@ fn a_render_into_a_compressed_target_marks_the_tiles_it_writes_uncompressed() {
         layout: Layout::Gpu,
         channels: Channels::R8G8B8A8,
         data_type: TextureType::Unorm,
-        width: 48,
-        height: 48,
+        width: 64,
+        height: 64,
         buffer: DATA_VA + IMAGE,
         compressed_1: true,
         extended: true,
@@ -1307,10 +1306,25 @@ fn a_render_into_a_compressed_target_marks_the_tiles_it_writes_uncompressed() {
         [body[at], body[at + 1], body[at + 2], body[at + 3]]
     };
     let word = |tx, ty| u64::from_le_bytes(m.peek(m.data, word_at(tx, ty), 8).try_into().unwrap());
-    for ty in 0..3u32 {
-        for tx in 0..3u32 {
-            // Every tile meets the 40x40 area.
-            assert_eq!(word(tx, ty), 0x7f7f_7f7f_7f7f_7f7f, "tile ({tx}, {ty})");
+    for ty in 0..4u32 {
+        for tx in 0..4u32 {
+            // Tiles 0-2 meet the 40x40 area; the last row and column do
+            // not, and stay solid with only their first pixels written.
+            let touched = tx < 3 && ty < 3;
+            let want = if touched {
+                0x7f7f_7f7f_7f7f_7f7f
+            } else {
+                solid
+            };
+            assert_eq!(word(tx, ty), want, "tile ({tx}, {ty})");
+            if !touched {
+                assert_eq!(pixel(tx * 16, ty * 16), old, "tile ({tx}, {ty})'s colour");
+                assert_eq!(
+                    pixel(tx * 16 + 15, ty * 16 + 15),
+                    [0; 4],
+                    "tile ({tx}, {ty})"
+                );
+            }
         }
     }
     for y in 0..48 {
@@ -1972,63 +1986,83 @@ fn four_samples_are_covered_at_the_standard_positions_and_stored_side_by_side() 
 
 #[test_log::test]
 fn depth_is_tested_and_stored_per_sample() {
-    let m = Machine::new(5000);
-    let near = [[8.25f32, 3.5], [57.5, 30.75], [12.0, 58.25]];
-    coloured(
-        &m,
-        &[
-            (
-                [[0.0, 0.0], [64.0, 0.0], [0.0, 64.0]],
-                0.75,
-                [0.0, 0.0, 1.0],
-            ),
-            (
-                [[64.0, 0.0], [64.0, 64.0], [0.0, 64.0]],
-                0.75,
-                [0.0, 0.0, 1.0],
-            ),
-            (near, 0.25, [1.0, 0.0, 0.0]),
-        ],
-    );
-    let mut render = depth_pass(&m, 3, false);
-    render.samples = 4;
-    let stride = 64 * 4 * 4;
-    let msaa = Pbe {
-        dimension: TextureDimension::D2Multisampled,
-        samples: agx_hw::formats::SampleCount::Four,
-        buffer: DATA_VA + MSAA_IMAGE,
-        stride,
-        ..pbe(64, 64)
-    };
-    m.poke(m.data, PBE, &msaa.pack().unwrap());
-    assert_eq!(m.submit(CmdType::Render, render.as_bytes()), None);
-    let depth = m.peek(m.data, DEPTH, 4 * 64 * 64 * 4);
-    let image = m.peek(m.data, MSAA_IMAGE, 64 * stride as usize);
-    let t = near.map(|[x, y]| [f64::from(x), f64::from(y)]);
-    let positions = [
-        (0.375, 0.125),
-        (0.875, 0.375),
-        (0.125, 0.625),
-        (0.625, 0.875),
-    ];
-    for y in 0..64usize {
-        for x in 0..64usize {
-            // Four samples make a 16-byte element: 32x32 page tiles,
-            // 2 x 2 of them.
-            let tile = (y / 32) * 2 + x / 32;
-            let within = agx_hw::layout::morton((x % 32) as u32, (y % 32) as u32) as usize;
-            for (s, (sx, sy)) in positions.iter().enumerate() {
-                let in_near = covers(t, x as f64 + sx, y as f64 + sy);
-                let at = 16 * (tile * 1024 + within) + 4 * s;
-                let stored = f32::from_le_bytes(depth[at..at + 4].try_into().unwrap());
-                assert_eq!(
-                    stored,
-                    if in_near { 0.25 } else { 0.75 },
-                    "depth of pixel ({x}, {y}) sample {s}"
-                );
-                let colour = &image[y * stride as usize + (x * 4 + s) * 4..][..3];
-                let want: [u8; 3] = if in_near { [255, 0, 0] } else { [0, 0, 255] };
-                assert_eq!(colour, want, "colour of pixel ({x}, {y}) sample {s}");
+    // Also where the two tilings differ within a 64x64 plane: four
+    // samples make 16-byte elements, so GPU tiles are 32x32 while the
+    // twiddled plane is one 64x64 Z-order tile.
+    for tiling in [
+        agx_hw::formats::ZlsTiling::Gpu,
+        agx_hw::formats::ZlsTiling::Twiddled,
+    ] {
+        let m = Machine::new(5000);
+        let near = [[8.25f32, 3.5], [57.5, 30.75], [12.0, 58.25]];
+        coloured(
+            &m,
+            &[
+                (
+                    [[0.0, 0.0], [64.0, 0.0], [0.0, 64.0]],
+                    0.75,
+                    [0.0, 0.0, 1.0],
+                ),
+                (
+                    [[64.0, 0.0], [64.0, 64.0], [0.0, 64.0]],
+                    0.75,
+                    [0.0, 0.0, 1.0],
+                ),
+                (near, 0.25, [1.0, 0.0, 0.0]),
+            ],
+        );
+        let mut render = depth_pass(&m, 3, false);
+        render.samples = 4;
+        render.zls_ctrl = u64::from_le_bytes(
+            ZlsControl {
+                z_store_enable: true,
+                z_store_tiling: tiling,
+                ..ZlsControl::default()
+            }
+            .pack()
+            .unwrap(),
+        );
+        let stride = 64 * 4 * 4;
+        let msaa = Pbe {
+            dimension: TextureDimension::D2Multisampled,
+            samples: agx_hw::formats::SampleCount::Four,
+            buffer: DATA_VA + MSAA_IMAGE,
+            stride,
+            ..pbe(64, 64)
+        };
+        m.poke(m.data, PBE, &msaa.pack().unwrap());
+        assert_eq!(m.submit(CmdType::Render, render.as_bytes()), None);
+        let depth = m.peek(m.data, DEPTH, 4 * 64 * 64 * 4);
+        let image = m.peek(m.data, MSAA_IMAGE, 64 * stride as usize);
+        let t = near.map(|[x, y]| [f64::from(x), f64::from(y)]);
+        let positions = [
+            (0.375, 0.125),
+            (0.875, 0.375),
+            (0.125, 0.625),
+            (0.625, 0.875),
+        ];
+        for y in 0..64usize {
+            for x in 0..64usize {
+                let element = if tiling == agx_hw::formats::ZlsTiling::Gpu {
+                    // 32x32 page tiles, 2 x 2 of them.
+                    let tile = (y / 32) * 2 + x / 32;
+                    tile * 1024 + agx_hw::layout::morton((x % 32) as u32, (y % 32) as u32) as usize
+                } else {
+                    agx_hw::layout::morton(x as u32, y as u32) as usize
+                };
+                for (s, (sx, sy)) in positions.iter().enumerate() {
+                    let in_near = covers(t, x as f64 + sx, y as f64 + sy);
+                    let at = 16 * element + 4 * s;
+                    let stored = f32::from_le_bytes(depth[at..at + 4].try_into().unwrap());
+                    assert_eq!(
+                        stored,
+                        if in_near { 0.25 } else { 0.75 },
+                        "{tiling:?}: depth of pixel ({x}, {y}) sample {s}"
+                    );
+                    let colour = &image[y * stride as usize + (x * 4 + s) * 4..][..3];
+                    let want: [u8; 3] = if in_near { [255, 0, 0] } else { [0, 0, 255] };
+                    assert_eq!(colour, want, "colour of pixel ({x}, {y}) sample {s}");
+                }
             }
         }
     }

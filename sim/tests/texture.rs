@@ -132,6 +132,67 @@ fn loads_read_every_texel_of_linear_gpu_tiled_and_twiddled_textures() {
     }
 }
 
+/// Two ways a load reads zero: Mesa's null descriptor (a 1x1 R8 twiddled
+/// texture with every channel swizzled to 0 and its dimension left 1D; it
+/// reads a byte that is not zero here), and texels past a linear image's
+/// width (its rows are wider than it: the neighbouring bytes are texels
+/// of the wider picture).
+#[test_log::test]
+fn mesa_null_descriptors_and_loads_past_a_linear_image_read_zero() {
+    use agx_hw::formats::Channel;
+    for null in [true, false] {
+        let m = Machine::new(5000);
+        let full = texture(&m, Layout::Linear);
+        let descriptor = if null {
+            Texture {
+                dimension: TextureDimension::D1,
+                layout: Layout::Twiddled,
+                channels: Channels::R8,
+                data_type: TextureType::Unorm,
+                swizzle_r: Channel::Zero,
+                swizzle_g: Channel::Zero,
+                swizzle_b: Channel::Zero,
+                swizzle_a: Channel::Zero,
+                address: DATA_VA + TEXELS,
+                ..Texture::default()
+            }
+        } else {
+            Texture {
+                width: TEX_W / 2,
+                ..full
+            }
+        };
+        m.poke(m.data, DESCRIPTOR, &descriptor.pack().unwrap());
+        let mut uniforms = pair(DATA_VA + OUT);
+        uniforms.push(TEX_W);
+        let pipeline = m.program(
+            LOAD,
+            0x1000,
+            0x40,
+            &uniforms,
+            UNIFORMS,
+            0,
+            Some((1, DATA_VA + DESCRIPTOR)),
+        );
+        assert_eq!(run_grid(&m, pipeline), None, "null {null}");
+        let got = out_floats(&m);
+        for y in 0..TEX_H {
+            for x in 0..TEX_W {
+                let want = if null || x >= TEX_W / 2 {
+                    [0.0; 4]
+                } else {
+                    texel(x, y).map(|c| f32::from(c) / 255.0)
+                };
+                assert_eq!(
+                    got[(y * TEX_W + x) as usize],
+                    want,
+                    "null {null}: ({x}, {y})"
+                );
+            }
+        }
+    }
+}
+
 /// Each thread (x, y) samples at coordinates computed from its position:
 /// s = (x + u3) * u4, t = (y + u3) * u5 (u3 an offset, u4/u5 scales).
 const SAMPLE: &str = "

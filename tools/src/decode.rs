@@ -949,13 +949,8 @@ pub fn to_json(capture: &agx_capture::Capture, decoded: &[Decoded]) -> String {
 
 /// Whether a heap slot holds a null descriptor, the shape Mesa and our umd
 /// give unbound slots: a 1x1 R8 twiddled image (a null PBE decodes as one
-/// too), or a texture whose every channel swizzles to 0.
+/// too).
 fn is_null_descriptor(t: &agx_hw::formats::Texture) -> bool {
-    use agx_hw::formats::{Channel, Channels, Layout};
-    let constant_zero = [t.swizzle_r, t.swizzle_g, t.swizzle_b, t.swizzle_a]
-        .iter()
-        .all(|&s| s == Channel::Zero);
-    let one_byte =
-        t.layout == Layout::Twiddled && t.channels == Channels::R8 && t.width == 1 && t.height == 1;
-    constant_zero || one_byte
+    use agx_hw::formats::{Channels, Layout};
+    t.layout == Layout::Twiddled && t.channels == Channels::R8 && t.width == 1 && t.height == 1
 }

@@ -195,7 +195,14 @@ impl Image {
         }
         let bpp = self.format.bytes_per_pixel() as usize;
         let (w, h) = ((self.width >> level).max(1), (self.height >> level).max(1));
-        for (i, texel) in pixels.chunks_exact(bpp).take((w * h) as usize).enumerate() {
+        // The whole level: its compression tiles become uncompressed.
+        if pixels.len() != (w * h) as usize * bpp {
+            return Err(Error::Unsupported(format!(
+                "{} bytes for level {level} ({w}x{h} pixels of {bpp} bytes)",
+                pixels.len()
+            )));
+        }
+        for (i, texel) in pixels.chunks_exact(bpp).enumerate() {
             let (x, y) = (i as u32 % w, i as u32 / w);
             let at = tiled
                 .layout

@@ -68,16 +68,20 @@ impl Plane {
         let pages = ZlsLayerStride::unpack(&surface.stride.to_le_bytes())
             .value
             .pages;
-        let meta = if compressed {
+        // A plane with a side under one compression tile is stored
+        // uncompressed although its image is compressed (as a small mip
+        // level of a compressed image is).
+        let meta_layout = CompressionLayout::new(pixels.width, pixels.height, 1)
+            .filter(|meta| compressed && meta.level_compressed(0));
+        let meta = if let Some(meta) = meta_layout {
             if samples > 1 {
                 return Err(refuse("compressed multisampled depth/stencil".into()));
             }
-            let meta = CompressionLayout::new(pixels.width, pixels.height, 1).ok_or_else(|| {
-                refuse(format!(
-                    "a compressed {}x{} depth/stencil plane",
-                    pixels.width, pixels.height
-                ))
-            })?;
+            if tiling != ZlsTiling::Gpu {
+                return Err(refuse(format!(
+                    "a compressed {tiling:?} depth/stencil plane"
+                )));
+            }
             let lines = ZlsMetaStride::unpack(&surface.comp_stride.to_le_bytes())
                 .value
                 .cachelines;
@@ -133,25 +137,40 @@ impl Plane {
     ) -> Result<(), MemoryFault> {
         let element_bytes = self.sample_bytes * self.samples;
         let mut element = vec![0u8; element_bytes];
+        // The mode of the compression tile last looked up: (its address,
+        // whether it is solid).
+        let mut mode: Option<(u64, bool)> = None;
         for y in 0..size.1 {
             for x in 0..size.0 {
                 let (mut px, mut py) = (origin.0 + x, origin.1 + y);
                 if let Some(word_at) = self.tile_word(px, py, layer) {
-                    let mut word = [0u8; 8];
-                    GpuMemory::read(vm, word_at, &mut word, crate::usc::AccessKind::Read)?;
-                    match TileMode::decode(u64::from_le_bytes(word), element_bytes as u32) {
-                        TileMode::Solid => {
-                            px &= !(COMPRESSION_TILE_PX - 1);
-                            py &= !(COMPRESSION_TILE_PX - 1);
+                    let solid = match mode {
+                        Some((at, solid)) if at == word_at => solid,
+                        _ => {
+                            let mut word = [0u8; 8];
+                            GpuMemory::read(vm, word_at, &mut word, crate::usc::AccessKind::Read)?;
+                            let solid = match TileMode::decode(
+                                u64::from_le_bytes(word),
+                                element_bytes as u32,
+                            ) {
+                                TileMode::Solid => true,
+                                TileMode::Uncompressed => false,
+                                TileMode::Unknown(word) => {
+                                    tracing::warn!(
+                                        unit = "ZLS",
+                                        address = format_args!("{word_at:#x}"),
+                                        "compression mode {word:#018x} not modelled; loading the body"
+                                    );
+                                    false
+                                }
+                            };
+                            mode = Some((word_at, solid));
+                            solid
                         }
-                        TileMode::Uncompressed => {}
-                        TileMode::Unknown(word) => {
-                            tracing::warn!(
-                                unit = "ZLS",
-                                address = format_args!("{word_at:#x}"),
-                                "compression mode {word:#018x} not modelled; loading the body"
-                            );
-                        }
+                    };
+                    if solid {
+                        px &= !(COMPRESSION_TILE_PX - 1);
+                        py &= !(COMPRESSION_TILE_PX - 1);
                     }
                 }
                 let Some(at) = self.element(px, py, layer) else {
