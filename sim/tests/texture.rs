@@ -106,19 +106,7 @@ fn loads_read_every_texel_of_linear_gpu_tiled_and_twiddled_textures() {
     for layout in [Layout::Linear, Layout::Gpu, Layout::Twiddled] {
         let m = Machine::new(5000);
         texture(&m, layout);
-        let mut uniforms = pair(DATA_VA + OUT);
-        uniforms.push(TEX_W);
-        let pipeline = m.program(
-            LOAD,
-            0x1000,
-            0x40,
-            &uniforms,
-            UNIFORMS,
-            0,
-            Some((1, DATA_VA + DESCRIPTOR)),
-        );
-        assert_eq!(run_grid(&m, pipeline), None, "{layout:?}");
-        let got = out_floats(&m);
+        let got = load_every_texel(&m);
         for y in 0..TEX_H {
             for x in 0..TEX_W {
                 let want = texel(x, y).map(|c| f32::from(c) / 255.0);
@@ -163,19 +151,7 @@ fn mesa_null_descriptors_and_loads_past_a_linear_image_read_zero() {
             }
         };
         m.poke(m.data, DESCRIPTOR, &descriptor.pack().unwrap());
-        let mut uniforms = pair(DATA_VA + OUT);
-        uniforms.push(TEX_W);
-        let pipeline = m.program(
-            LOAD,
-            0x1000,
-            0x40,
-            &uniforms,
-            UNIFORMS,
-            0,
-            Some((1, DATA_VA + DESCRIPTOR)),
-        );
-        assert_eq!(run_grid(&m, pipeline), None, "null {null}");
-        let got = out_floats(&m);
+        let got = load_every_texel(&m);
         for y in 0..TEX_H {
             for x in 0..TEX_W {
                 let want = if null || x >= TEX_W / 2 {
@@ -358,7 +334,9 @@ fn small_texture(
     m.poke(m.data, DESCRIPTOR, &descriptor.pack().unwrap());
 }
 
-fn load_4x4(m: &Machine) -> Vec<[f32; 4]> {
+/// Runs LOAD over the grid through the descriptor at DESCRIPTOR: one
+/// texel per thread, in the order of the grid.
+fn load_every_texel(m: &Machine) -> Vec<[f32; 4]> {
     let mut uniforms = pair(DATA_VA + OUT);
     uniforms.push(TEX_W);
     let pipeline = m.program(
@@ -371,7 +349,11 @@ fn load_4x4(m: &Machine) -> Vec<[f32; 4]> {
         Some((1, DATA_VA + DESCRIPTOR)),
     );
     assert_eq!(run_grid(m, pipeline), None);
-    let all = out_floats(m);
+    out_floats(m)
+}
+
+fn load_4x4(m: &Machine) -> Vec<[f32; 4]> {
+    let all = load_every_texel(m);
     (0..16)
         .map(|i| all[((i / 4) * TEX_W + i % 4) as usize])
         .collect()

@@ -17,6 +17,15 @@ fn device() -> Device {
     .unwrap()
 }
 
+/// A simulated device with a queue and a program cache: what every test
+/// here starts from.
+fn gpu() -> (Device, Queue, Arc<ProgramCache>) {
+    let device = device();
+    let queue = Queue::new(&device).unwrap();
+    let programs = Arc::new(ProgramCache::new(&device));
+    (device, queue, programs)
+}
+
 fn run(device: &Device, queue: &Queue, cb: CommandBuffer) -> Result<(), Error> {
     let _ = device;
     let mut cb = cb;
@@ -26,9 +35,7 @@ fn run(device: &Device, queue: &Queue, cb: CommandBuffer) -> Result<(), Error> {
 
 #[test_log::test]
 fn a_cleared_pass_stores_the_clear_colour_everywhere() {
-    let device = device();
-    let queue = Queue::new(&device).unwrap();
-    let programs = Arc::new(ProgramCache::new(&device));
+    let (device, queue, programs) = gpu();
     let image = Image::new(&device, 70, 40, Format::Rgba8Unorm).unwrap();
     let mut cb = CommandBuffer::new(&device, &programs);
     let pass = cb
@@ -204,9 +211,7 @@ fn colour_pass<'a>(image: &'a Image, clear: [f32; 4]) -> RenderPassDesc<'a> {
 
 #[test_log::test]
 fn a_triangle_covers_exactly_what_an_independent_rasteriser_finds() {
-    let device = device();
-    let queue = Queue::new(&device).unwrap();
-    let programs = Arc::new(ProgramCache::new(&device));
+    let (device, queue, programs) = gpu();
     let (w, h) = (96, 64);
     let image = Image::new(&device, w, h, Format::Rgba8Unorm).unwrap();
     let corners = [[3.5f32, 2.25], [90.0, 20.5], [30.25, 61.0]];
@@ -241,9 +246,7 @@ fn a_triangle_covers_exactly_what_an_independent_rasteriser_finds() {
 
 #[test_log::test]
 fn the_nearer_triangle_wins_and_depth_is_stored() {
-    let device = device();
-    let queue = Queue::new(&device).unwrap();
-    let programs = Arc::new(ProgramCache::new(&device));
+    let (device, queue, programs) = gpu();
     let (w, h) = (64, 64);
     let image = Image::new(&device, w, h, Format::Rgba8Unorm).unwrap();
     let depth = DepthImage::new(&device, w, h).unwrap();
@@ -285,9 +288,7 @@ fn texel(x: u32, y: u32) -> [u8; 4] {
 
 #[test_log::test]
 fn a_textured_quad_shows_every_texel_once() {
-    let device = device();
-    let queue = Queue::new(&device).unwrap();
-    let programs = Arc::new(ProgramCache::new(&device));
+    let (device, queue, programs) = gpu();
     let texture = Image::new(&device, 16, 16, Format::Rgba8Unorm).unwrap();
     let texels: Vec<u8> = (0..16)
         .flat_map(|y| (0..16).flat_map(move |x| texel(x, y)))
@@ -332,9 +333,7 @@ fn a_textured_quad_shows_every_texel_once() {
 
 #[test_log::test]
 fn loading_keeps_what_an_earlier_pass_stored_and_unchanged_state_is_not_re_emitted() {
-    let device = device();
-    let queue = Queue::new(&device).unwrap();
-    let programs = Arc::new(ProgramCache::new(&device));
+    let (device, queue, programs) = gpu();
     let (w, h) = (64, 64);
     let image = Image::new(&device, w, h, Format::Rgba8Unorm).unwrap();
     let mut cb = CommandBuffer::new(&device, &programs);
@@ -416,9 +415,7 @@ fn the_scissor_and_the_viewport_rectangle_bound_what_is_drawn() {
     // a scissor, then with a smaller viewport (which maps the square onto
     // it and draws nothing outside it), then with both, in a new colour
     // each time (state that reaches the GPU as separate PPP updates).
-    let device = device();
-    let queue = Queue::new(&device).unwrap();
-    let programs = Arc::new(ProgramCache::new(&device));
+    let (device, queue, programs) = gpu();
     let (w, h) = (64, 64);
     let image = Image::new(&device, w, h, Format::Rgba8Unorm).unwrap();
     let (fw, fh) = (w as f32, h as f32);
@@ -508,9 +505,7 @@ fn axpb(device: &Device, cb: &mut CommandBuffer, x: &Buffer, y_va: u64, n: u32) 
 
 #[test_log::test]
 fn a_compute_dispatch_matches_rust() {
-    let device = device();
-    let queue = Queue::new(&device).unwrap();
-    let programs = Arc::new(ProgramCache::new(&device));
+    let (device, queue, programs) = gpu();
     let n = 1000u32;
     let input: Vec<f32> = (0..n).map(|i| i as f32 * 0.75 - 100.0).collect();
     let x = device
@@ -539,9 +534,7 @@ fn a_compute_dispatch_matches_rust() {
 
 #[test_log::test]
 fn a_gpu_fault_surfaces_as_eio_and_the_queue_keeps_working() {
-    let device = device();
-    let queue = Queue::new(&device).unwrap();
-    let programs = Arc::new(ProgramCache::new(&device));
+    let (device, queue, programs) = gpu();
     let x = device.upload(&[0u8; 256], false).unwrap();
     let mut cb = CommandBuffer::new(&device, &programs);
     // y points at an address nothing is bound at.
@@ -637,9 +630,7 @@ fn layered_grid(w: u32, h: u32, n: u32) -> Vec<u8> {
 
 #[test_log::test]
 fn partial_renders_through_the_generated_programs_change_nothing() {
-    let device = device();
-    let queue = Queue::new(&device).unwrap();
-    let programs = Arc::new(ProgramCache::new(&device));
+    let (device, queue, programs) = gpu();
     let (w, h) = (96, 96);
     let n = 48;
     let vb = device.upload(&layered_grid(w, h, n), false).unwrap();
@@ -732,9 +723,7 @@ fn generated_tile_programs_disassemble_to_the_documented_listings() {
 
 #[test_log::test]
 fn the_queue_timeline_gives_retire_points_for_heap_frees() {
-    let device = device();
-    let queue = Queue::new(&device).unwrap();
-    let programs = Arc::new(ProgramCache::new(&device));
+    let (device, queue, programs) = gpu();
     let mut heap = ImageHeap::new(&device, 64).unwrap();
     let slot = heap.alloc().unwrap();
     assert_eq!(queue.submitted_point(), 0);
@@ -762,9 +751,7 @@ fn the_queue_timeline_gives_retire_points_for_heap_frees() {
 
 #[test_log::test]
 fn depth_clears_happen_in_submission_order_not_at_recording() {
-    let device = device();
-    let queue = Queue::new(&device).unwrap();
-    let programs = Arc::new(ProgramCache::new(&device));
+    let (device, queue, programs) = gpu();
     let (w, h) = (64, 64);
     let depth = DepthImage::new(&device, w, h).unwrap();
     let tri = [[0.0f32, 0.0], [64.0, 0.0], [0.0, 64.0]];
@@ -816,9 +803,7 @@ fn depth_clears_happen_in_submission_order_not_at_recording() {
 
 #[test_log::test]
 fn driver_blending_and_the_viewport() {
-    let device = device();
-    let queue = Queue::new(&device).unwrap();
-    let programs = Arc::new(ProgramCache::new(&device));
+    let (device, queue, programs) = gpu();
     let (w, h) = (64, 64);
     // A full-screen quad in NDC.
     let mut data = Vec::new();
@@ -916,9 +901,7 @@ fn driver_blending_and_the_viewport() {
 
 #[test_log::test]
 fn a_long_control_stream_is_chunked_and_linked() {
-    let device = device();
-    let queue = Queue::new(&device).unwrap();
-    let programs = Arc::new(ProgramCache::new(&device));
+    let (device, queue, programs) = gpu();
     let (w, h) = (64, 64);
     let image = Image::new(&device, w, h, Format::Rgba8Unorm).unwrap();
     // 4096 one-pixel squares, one draw each: 64 KiB of index lists.
@@ -960,9 +943,7 @@ fn a_long_control_stream_is_chunked_and_linked() {
 
 #[test_log::test]
 fn a_vertex_layout_fetches_attributes_for_the_shader() {
-    let device = device();
-    let queue = Queue::new(&device).unwrap();
-    let programs = Arc::new(ProgramCache::new(&device));
+    let (device, queue, programs) = gpu();
     let (w, h) = (64, 64);
     let corners = [[4.0f32, 6.0], [60.0, 12.0], [24.0, 58.0]];
     let colours = [[1.0f32, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]];
@@ -1056,9 +1037,7 @@ fn a_vertex_layout_fetches_attributes_for_the_shader() {
 #[test_log::test]
 fn stencil_counts_overlaps_and_then_masks_a_later_draw() {
     use agx_hw::formats::{StencilOp, ZsFunc};
-    let device = device();
-    let queue = Queue::new(&device).unwrap();
-    let programs = Arc::new(ProgramCache::new(&device));
+    let (device, queue, programs) = gpu();
     let (w, h) = (64, 64);
     let image = Image::new(&device, w, h, Format::Rgba8Unorm).unwrap();
     let depth = DepthImage::new(&device, w, h).unwrap();
@@ -1180,9 +1159,7 @@ fn stencil_counts_overlaps_and_then_masks_a_later_draw() {
 
 #[test_log::test]
 fn tiled_and_compressed_textures_and_targets_give_the_linear_picture() {
-    let device = device();
-    let queue = Queue::new(&device).unwrap();
-    let programs = Arc::new(ProgramCache::new(&device));
+    let (device, queue, programs) = gpu();
     let texels: Vec<u8> = (0..16)
         .flat_map(|y| (0..16).flat_map(move |x| texel(x, y)))
         .collect();
@@ -1308,9 +1285,7 @@ const POSITION_ONLY_VS: &str = "
 fn draws_with_different_output_counts_share_a_pass() {
     // Mesa switches pipelines within a pass all the time; each binned
     // primitive must keep its own vertex size in the parameter buffer.
-    let device = device();
-    let queue = Queue::new(&device).unwrap();
-    let programs = Arc::new(ProgramCache::new(&device));
+    let (device, queue, programs) = gpu();
     let (w, h) = (64, 64);
     let image = Image::new(&device, w, h, Format::Rgba8Unorm).unwrap();
     let mut data = vertices(
