@@ -23,7 +23,7 @@
 
 use agx_hw::formats::{ImageMode, Layout, Pbe, SampleCount, SharedLayout, TextureDimension};
 use agx_hw::layout::{
-    full_chain_levels, tile_word, uncompressed_subtile_mode, CompressionLayout, ImageLayout,
+    laid_out_levels, tile_word, uncompressed_subtile_mode, CompressionLayout, ImageLayout,
     TileMode, COMPRESSION_TILE_PX,
 };
 
@@ -299,11 +299,7 @@ pub fn store_block(
         return Err(invalid(format!("layer {layer} past the image's {layers}")));
     }
     // A mipmapped image is laid out for its full chain.
-    let levels = if pbe.levels > 1 {
-        full_chain_levels(pbe.width, pbe.height).max(pbe.levels)
-    } else {
-        1
-    };
+    let levels = laid_out_levels(pbe.width, pbe.height, pbe.levels > 1, pbe.levels);
     let layout = match pbe.layout {
         Layout::Linear => ImageLayout::Linear {
             stride_bytes: u64::from(pbe.stride),

@@ -19,9 +19,7 @@ use agx_hw::formats::{
     BorderColour, Channel, Channels, CompareFunc, CustomBorder, Filter, ImageMode, Layout,
     MipFilter, Sampler, Texture, TextureDimension, TextureType, Wrap,
 };
-use agx_hw::layout::{
-    full_chain_levels, CompressionLayout, ImageLayout, TileMode, COMPRESSION_TILE_PX,
-};
+use agx_hw::layout::{laid_out_levels, CompressionLayout, ImageLayout, TileMode};
 
 use crate::bind::StateBinding;
 use crate::memory::GpuVm;
@@ -84,6 +82,8 @@ struct Image {
     /// For a compressed image: its metadata layout, and the address of
     /// the first layer's metadata.
     compression: Option<(CompressionLayout, u64)>,
+    /// The metadata word last read (its address) and its mode.
+    last_tile: std::cell::Cell<Option<(u64, TileMode)>>,
 }
 
 /// The texture unit of one stage: where its descriptors come from.
@@ -155,12 +155,12 @@ impl TextureUnit<'_> {
         }
         // A mipmapped image is laid out for its full chain, whatever
         // levels the view uses.
-        let levels = if texture.unk_mipmapped {
-            full_chain_levels(texture.width, texture.height)
-        } else {
-            1
-        }
-        .max(texture.last_level + 1);
+        let levels = laid_out_levels(
+            texture.width,
+            texture.height,
+            texture.unk_mipmapped,
+            texture.last_level + 1,
+        );
         let layout = match texture.layout {
             Layout::Linear => ImageLayout::Linear {
                 stride_bytes: u64::from(texture.stride),
@@ -212,6 +212,7 @@ impl TextureUnit<'_> {
             element_bytes,
             compression,
             layers,
+            last_tile: std::cell::Cell::new(None),
         })
     }
 
@@ -232,14 +233,22 @@ impl TextureUnit<'_> {
         let Some(at) = meta.tile_word_offset(level, x, y, layer) else {
             return Ok((x, y));
         };
-        let word = u64::from_le_bytes(self.read::<8>(base.wrapping_add(at))?);
-        match TileMode::decode(word, image.element_bytes) {
-            TileMode::Uncompressed => Ok((x, y)),
-            TileMode::Solid => Ok((x & !(COMPRESSION_TILE_PX - 1), y & !(COMPRESSION_TILE_PX - 1))),
-            TileMode::Unknown(word) => Err(invalid(format!(
-                "compression mode {word:#018x} of the tile of texel ({x}, {y}) of level {level} (not modelled)"
-            ))),
-        }
+        let address = base.wrapping_add(at);
+        // A filtered sample reads up to eight texels, mostly of one tile.
+        let mode = match image.last_tile.get() {
+            Some((cached, mode)) if cached == address => mode,
+            _ => {
+                let word = u64::from_le_bytes(self.read::<8>(address)?);
+                let mode = TileMode::decode(word, image.element_bytes);
+                image.last_tile.set(Some((address, mode)));
+                mode
+            }
+        };
+        mode.stored_pixel(x, y).ok_or_else(|| {
+            invalid(format!(
+                "compression mode {mode:?} of the tile of texel ({x}, {y}) of level {level} (not modelled)"
+            ))
+        })
     }
 
     /// Sampler `index`, and its border colour: a fixed one, or for a
@@ -297,11 +306,15 @@ impl TextureUnit<'_> {
             .layout
             .offset(level, x, y, layer)
             .ok_or_else(|| invalid(format!("texel ({x}, {y}) of level {level}")))?;
-        let mut bytes = vec![0u8; image.element_bytes as usize];
+        // At most four 32-bit channels.
+        let mut element = [0u8; 16];
+        let bytes = element
+            .get_mut(..image.element_bytes as usize)
+            .ok_or_else(|| invalid(format!("{}-byte texels", image.element_bytes)))?;
         crate::usc::GpuMemory::read(
             &self.vm,
-            image.texture.address + offset,
-            &mut bytes,
+            image.texture.address.wrapping_add(offset),
+            bytes,
             crate::usc::AccessKind::Read,
         )?;
         let one = if image.integer { 1 } else { 1.0f32.to_bits() };
@@ -474,9 +487,12 @@ impl TextureUnit<'_> {
                 let (x0, y0) = (u.floor() as i64, v.floor() as i64);
                 let (fx, fy) = (u - u.floor(), v - v.floor());
                 let t00 = fetch(x0, y0)?;
-                let t10 = fetch(x0 + 1, y0)?;
-                let t01 = fetch(x0, y0 + 1)?;
-                let t11 = fetch(x0 + 1, y0 + 1)?;
+                // Coordinates from registers may be huge or infinite: the
+                // casts saturate, and so must the neighbours.
+                let (x1, y1) = (x0.saturating_add(1), y0.saturating_add(1));
+                let t10 = fetch(x1, y0)?;
+                let t01 = fetch(x0, y1)?;
+                let t11 = fetch(x1, y1)?;
                 Ok(std::array::from_fn(|c| {
                     let top = t00[c] + (t10[c] - t00[c]) * fx;
                     let bottom = t01[c] + (t11[c] - t01[c]) * fx;

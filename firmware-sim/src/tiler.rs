@@ -777,12 +777,8 @@ impl<'a> Binner<'a> {
 /// A write of the tiler's into the parameter buffer; a fault is the
 /// tiler's.
 fn tiler_write(vm: &mut GpuVm<'_>, address: u64, bytes: &[u8]) -> Result<(), EngineResult> {
-    vm.write(address, bytes).map_err(|f| EngineResult::Fault {
-        address: f.address,
-        unit: FaultUnit::Tiler as u32,
-        access: 1,
-        reason: agx_hw::formats::UatFaultReason::Unmapped.to_raw(),
-    })
+    vm.write(address, bytes)
+        .map_err(|f| crate::fault::memory_fault(&f, FaultUnit::Tiler))
 }
 
 /// Triangles assembled between watchdog checks.

@@ -19,8 +19,8 @@
 //! compression tile, one byte per 8x4 subtile, saying how the tile is
 //! stored ([`CompressionLayout`]).
 //!
-//! The texture unit, the pixel back end, the userspace driver and the
-//! tools all use this one description.
+//! The texture unit, the pixel back end, the depth/stencil unit and the
+//! userspace driver all use this one description.
 
 /// Bytes of a memory page (a GPU tile).
 pub const PAGE_BYTES: u64 = 16384;
@@ -96,6 +96,17 @@ pub enum ImageLayout {
 
 fn minify(v: u32, level: u32) -> u32 {
     (v >> level).max(1)
+}
+
+/// The levels a tiled image is laid out for: its full chain when it is
+/// mipmapped (the texture descriptor's `unk_mipmapped`, or a PBE naming
+/// more than one level), else the levels its descriptor names.
+pub fn laid_out_levels(width: u32, height: u32, mipmapped: bool, named_levels: u32) -> u32 {
+    if mipmapped {
+        full_chain_levels(width, height).max(named_levels)
+    } else {
+        named_levels.max(1)
+    }
 }
 
 /// The number of levels of a full mip chain of a `width` x `height`
@@ -308,6 +319,18 @@ pub fn tile_word(subtile: u8) -> u64 {
 }
 
 impl TileMode {
+    /// The pixel whose stored element holds (x, y)'s value in a tile of
+    /// this mode: (x, y) itself, or for a solid tile its top-left pixel.
+    /// `None` for a mode this model does not decode.
+    pub fn stored_pixel(self, x: u32, y: u32) -> Option<(u32, u32)> {
+        let corner = !(COMPRESSION_TILE_PX - 1);
+        match self {
+            TileMode::Uncompressed => Some((x, y)),
+            TileMode::Solid => Some((x & corner, y & corner)),
+            TileMode::Unknown(_) => None,
+        }
+    }
+
     /// Decodes a tile's metadata word for an image of `element_bytes`
     /// elements. Only whole-tile modes are decoded: which subtile each
     /// byte covers is not publicly known. A word of zeros (metadata never

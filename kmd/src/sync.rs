@@ -670,7 +670,10 @@ impl Syncobj {
             },
         };
         points.push(link);
-        if points.len() > COMPACT_AFTER_POINTS {
+        // At lengths 64, 128, 256...: a timeline whose links are all still
+        // pending cannot shrink, and compacting it on every add would make
+        // each add cost its whole length.
+        if points.len() > COMPACT_AFTER_POINTS && points.len().is_power_of_two() {
             compact(&mut points);
         }
         drop(points);
@@ -700,10 +703,11 @@ impl Syncobj {
         })
     }
 
-    /// The last point that is signalled with all its predecessors (0 if
-    /// none, or for a binary fence), as `SYNCOBJ_QUERY` computes it: the
-    /// point before the oldest pending link of the latest run, or the
-    /// latest point when everything has signalled.
+    /// The point `SYNCOBJ_QUERY` reports (0 for a binary fence), as
+    /// `drm_syncobj_query_ioctl` computes it: the point before the oldest
+    /// pending link of the latest run (points added in increasing order),
+    /// or the latest point when everything has signalled. Links of an
+    /// earlier run may still be pending below it.
     pub fn last_signalled_point(&self) -> u64 {
         let points = self.points();
         let Some(head) = points.last() else {

@@ -890,6 +890,33 @@ fn depth_planes_load_and_store_in_the_format_tiling_and_compression_the_control_
             );
         }
     }
+    // A compressed tile in a mode this model does not decode is refused
+    // (the job faults) rather than read as something it may not hold.
+    let m = Machine::new(5000);
+    m.poke(m.data, META, &0x4242u64.to_le_bytes());
+    coloured(
+        &m,
+        &[(
+            [[-64.0f32, -64.0], [192.0, 0.0], [0.0, 192.0]],
+            0.5,
+            [0.0, 0.0, 1.0],
+        )],
+    );
+    let mut render = depth_pass(&m, 1, true);
+    render.zls_ctrl = u64::from_le_bytes(
+        ZlsControl {
+            z_load_enable: true,
+            z_load_compress: true,
+            ..ZlsControl::default()
+        }
+        .pack()
+        .unwrap(),
+    );
+    render.depth.comp_base = DATA_VA + META;
+    assert_eq!(
+        m.submit(CmdType::Render, render.as_bytes()),
+        Some(Errno::EIO)
+    );
 }
 
 /// Reloads the render target into the tilebuffer after a partial render:

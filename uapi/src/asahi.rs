@@ -569,9 +569,12 @@ pub struct ZlsBuffer {
     pub base: u64,
     /// GPU virtual address of the compression metadata, if compressed.
     pub comp_base: u64,
-    /// Distance in bytes between layers.
+    /// Distance between layers, as the hardware's register takes it (Mesa
+    /// writes `((layer_stride_pages - 1) << 14) | 1`; passed through to
+    /// the firmware).
     pub stride: u32,
-    /// Distance in bytes between layers of the compression metadata.
+    /// Distance between layers of the compression metadata (Mesa writes
+    /// `(layer_stride_cachelines - 1) << 14`).
     pub comp_stride: u32,
 }
 

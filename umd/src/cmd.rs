@@ -483,7 +483,7 @@ pub struct RecordStats {
     pub draws: u64,
     /// Vertex-shader state updates emitted.
     pub vertex_states: u64,
-    /// PPP (fragment) state records emitted.
+    /// PPP state updates emitted (fragment state, viewport and scissor).
     pub ppp_states: u64,
     /// Compute dispatches recorded.
     pub dispatches: u64,

@@ -122,11 +122,7 @@ impl Image {
             )));
         }
         // The hardware lays a mipmapped image out for its full chain.
-        let laid_out_levels = if levels > 1 {
-            agx_hw::layout::full_chain_levels(width, height)
-        } else {
-            1
-        };
+        let laid_out_levels = agx_hw::layout::laid_out_levels(width, height, levels > 1, levels);
         let layout = ImageLayout::gpu_tiled(
             width,
             height,
@@ -251,12 +247,15 @@ impl Image {
                 self.format
             )));
         }
-        let compressed = self
-            .tiled
-            .as_ref()
-            .and_then(|t| t.compression.as_ref())
-            .filter(|(meta, _)| meta.level_compressed(0));
-        let Some(tiled) = self.tiled.as_ref().filter(|_| compressed.is_some()) else {
+        // A compressed image's level 0 is always compressed (both sides
+        // are at least a tile).
+        let Some(
+            tiled @ Tiled {
+                compression: Some(_),
+                ..
+            },
+        ) = &self.tiled
+        else {
             return self.write_pixels(&pixel.repeat((self.width * self.height) as usize));
         };
         let copies = pixel.repeat(8);
@@ -339,32 +338,34 @@ impl Image {
         let row = (self.width * self.format.bytes_per_pixel()) as usize;
         let mut out = vec![0u8; row * self.height as usize];
         if let Some(tiled) = &self.tiled {
+            // One read of the whole image, then the pixels from memory.
+            let memory = self.buffer.read_all()?;
             let bpp = self.format.bytes_per_pixel();
+            let bytes = |at: u64, len: usize| {
+                usize::try_from(at)
+                    .ok()
+                    .and_then(|at| memory.get(at..at + len))
+                    .ok_or_else(|| Error::Unsupported("a pixel past the image".into()))
+            };
             for (i, texel) in out.chunks_exact_mut(bpp as usize).enumerate() {
                 let (mut x, mut y) = (i as u32 % self.width, i as u32 / self.width);
                 if let Some((meta, meta_offset)) = &tiled.compression {
                     if let Some(at) = meta.tile_word_offset(0, x, y, 0) {
                         let mut word = [0u8; 8];
-                        self.buffer.read(meta_offset + at, &mut word)?;
-                        match TileMode::decode(u64::from_le_bytes(word), bpp) {
-                            TileMode::Uncompressed => {}
-                            TileMode::Solid => {
-                                x &= !(COMPRESSION_TILE_PX - 1);
-                                y &= !(COMPRESSION_TILE_PX - 1);
-                            }
-                            TileMode::Unknown(word) => {
-                                return Err(Error::Unsupported(format!(
-                                    "compression mode {word:#018x} of the tile at ({x}, {y})"
-                                )))
-                            }
-                        }
+                        word.copy_from_slice(bytes(meta_offset + at, 8)?);
+                        let mode = TileMode::decode(u64::from_le_bytes(word), bpp);
+                        (x, y) = mode.stored_pixel(x, y).ok_or_else(|| {
+                            Error::Unsupported(format!(
+                                "compression mode {mode:?} of the tile at ({x}, {y})"
+                            ))
+                        })?;
                     }
                 }
                 let at = tiled
                     .layout
                     .offset(0, x, y, 0)
                     .ok_or_else(|| Error::Unsupported("a pixel past the image".into()))?;
-                self.buffer.read(at, texel)?;
+                texel.copy_from_slice(bytes(at, bpp as usize)?);
             }
             return Ok(out);
         }

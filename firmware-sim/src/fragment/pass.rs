@@ -11,7 +11,7 @@ use super::depth::{depth_test, DepthAdjust};
 use super::program::{fragment_setup, program, run_tile_program, FragmentSetup, TileState};
 use super::scene::{read_scene, tile_primitives, Scene};
 use super::tilebuffer::Tilebuffer;
-use super::zls::{load_depth_stencil, store_depth_stencil};
+use super::zls::ZlsPlanes;
 use crate::bind::Binding;
 use crate::command::{RunContext, Watchdog};
 use crate::fault::unsupported;
@@ -77,6 +77,11 @@ pub(crate) fn render_scene(
         return Ok(());
     };
     let resumed = scene.header.segment > 0;
+    let zls = segment_zls(
+        ZlsControl::unpack(&render.zls.ctrl.to_le_bytes()).value,
+        resumed,
+    );
+    let zls_planes = ZlsPlanes::new(render, &zls)?;
     let watchdog = ctx.watchdog();
     let pass = Pass {
         usc_exec_base,
@@ -100,10 +105,8 @@ pub(crate) fn render_scene(
         )?,
         tile: (render.utile_width_px, render.utile_height_px),
         area,
-        zls: segment_zls(
-            ZlsControl::unpack(&render.zls.ctrl.to_le_bytes()).value,
-            resumed,
-        ),
+        zls,
+        zls_planes,
         heap: (!render.sampler_heap.is_null())
             .then_some((render.sampler_heap.get(), render.sampler_count)),
         process_empty: render.process_empty_tiles(),
@@ -142,6 +145,8 @@ pub(super) struct Pass<'a> {
     pub(super) tile: (u32, u32),
     pub(super) area: (u32, u32),
     pub(super) zls: ZlsControl,
+    /// The depth and stencil planes `zls` loads and stores.
+    pub(super) zls_planes: ZlsPlanes,
     pub(super) heap: Option<(u64, u32)>,
     pub(super) process_empty: bool,
     pub(super) watchdog: Watchdog<'a>,
@@ -201,7 +206,7 @@ impl Pass<'_> {
         let origin = (tx * tile_w, ty * tile_h);
         let tile = &mut w.tile;
         tile.colour.bytes.fill(0);
-        load_depth_stencil(&vm, render, &self.zls, tile, (tx, ty), layer)?;
+        self.zls_planes.load(&vm, tile, (tx, ty), layer)?;
         let all: Vec<(u32, u32)> = (0..tile_h)
             .flat_map(|y| (0..tile_w).map(move |x| (x, y)))
             .filter(|&(x, y)| origin.0 + x < area.0 && origin.1 + y < area.1)
@@ -405,7 +410,7 @@ impl Pass<'_> {
                 w.discarded[pixel] = false;
             }
         }
-        store_depth_stencil(&vm, render, &self.zls, &w.tile, (tx, ty), layer)?;
+        self.zls_planes.store(&vm, &w.tile, (tx, ty), layer)?;
         w.coverage.fill(full);
         run(w, &self.eot, &[(0, 0); LANES], &[], false, None, false)
     }

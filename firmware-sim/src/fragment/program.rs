@@ -21,7 +21,7 @@ use crate::shader::{present_lanes, run_stage_group};
 use crate::texture::TextureUnit;
 use crate::tiler;
 use crate::usc::io::IoError;
-use crate::usc::{ExecError, MemoryFault, ProgramCache, SimdGroup, LANES};
+use crate::usc::{ExecError, ProgramCache, SimdGroup, LANES};
 
 /// The USC control words of a bg/eot program, or a fault at the null
 /// address for a missing one.
@@ -191,16 +191,9 @@ pub(super) fn run_tile_program(
 pub(super) fn block_store_fault(error: &ExecError) -> EngineResult {
     match error {
         ExecError::Io {
-            error: IoError::Memory(MemoryFault {
-                address, access, ..
-            }),
+            error: IoError::Memory(fault),
             ..
-        } => EngineResult::Fault {
-            address: *address,
-            unit: FaultUnit::Pbe as u32,
-            access: u32::from(*access == crate::usc::AccessKind::Write),
-            reason: agx_hw::formats::UatFaultReason::Unmapped.to_raw(),
-        },
+        } => crate::fault::memory_fault(fault, FaultUnit::Pbe),
         other => exec_fault(other),
     }
 }

@@ -21,7 +21,8 @@ use agx_hw::layout::{
 use super::tilebuffer::Tilebuffer;
 use crate::fault::{memory_fault, unsupported, EngineResult};
 use crate::memory::GpuVm;
-use crate::usc::{GpuMemory, MemoryFault};
+use crate::usc::formats::{self, ElementFormat};
+use crate::usc::{AccessKind, GpuMemory, MemoryFault};
 
 /// One plane (depth or stencil) as a load or a store sees it.
 struct Plane {
@@ -124,9 +125,10 @@ impl Plane {
         )
     }
 
-    /// Reads the elements of the tile at `origin` (`size` pixels) into
-    /// `out` (pixel-major, samples together), leaving pixels past the
-    /// plane as they are.
+    /// Reads the elements of the tile at `origin` (`size` pixels) and
+    /// hands each to `put` (pixel index, element bytes), skipping pixels
+    /// past the plane. A compressed tile in a mode this model does not
+    /// decode is refused, as the texture unit refuses it.
     fn load(
         &self,
         vm: &GpuVm<'_>,
@@ -134,72 +136,69 @@ impl Plane {
         size: (u32, u32),
         layer: u32,
         mut put: impl FnMut(usize, &[u8]),
-    ) -> Result<(), MemoryFault> {
+    ) -> Result<(), EngineResult> {
         let element_bytes = self.sample_bytes * self.samples;
-        let mut element = vec![0u8; element_bytes];
-        // The mode of the compression tile last looked up: (its address,
-        // whether it is solid).
-        let mut mode: Option<(u64, bool)> = None;
+        let mut element = [0u8; MAX_ELEMENT_BYTES];
+        let element = &mut element[..element_bytes];
+        // The compression tile last looked up: its word's address and mode.
+        let mut last: Option<(u64, TileMode)> = None;
         for y in 0..size.1 {
             for x in 0..size.0 {
                 let (mut px, mut py) = (origin.0 + x, origin.1 + y);
                 if let Some(word_at) = self.tile_word(px, py, layer) {
-                    let solid = match mode {
-                        Some((at, solid)) if at == word_at => solid,
+                    let mode = match last {
+                        Some((at, mode)) if at == word_at => mode,
                         _ => {
                             let mut word = [0u8; 8];
-                            GpuMemory::read(vm, word_at, &mut word, crate::usc::AccessKind::Read)?;
-                            let solid = match TileMode::decode(
-                                u64::from_le_bytes(word),
-                                element_bytes as u32,
-                            ) {
-                                TileMode::Solid => true,
-                                TileMode::Uncompressed => false,
-                                TileMode::Unknown(word) => {
-                                    tracing::warn!(
-                                        unit = "ZLS",
-                                        address = format_args!("{word_at:#x}"),
-                                        "compression mode {word:#018x} not modelled; loading the body"
-                                    );
-                                    false
-                                }
-                            };
-                            mode = Some((word_at, solid));
-                            solid
+                            GpuMemory::read(vm, word_at, &mut word, AccessKind::Read)
+                                .map_err(|f| memory_fault(&f, FaultUnit::Zls))?;
+                            let mode =
+                                TileMode::decode(u64::from_le_bytes(word), element_bytes as u32);
+                            last = Some((word_at, mode));
+                            mode
                         }
                     };
-                    if solid {
-                        px &= !(COMPRESSION_TILE_PX - 1);
-                        py &= !(COMPRESSION_TILE_PX - 1);
-                    }
+                    (px, py) = mode.stored_pixel(px, py).ok_or_else(|| {
+                        tracing::warn!(
+                            unit = "ZLS",
+                            address = format_args!("{word_at:#x}"),
+                            "refused: compression mode {mode:?} (not modelled)"
+                        );
+                        unsupported(word_at, FaultUnit::Zls)
+                    })?;
                 }
                 let Some(at) = self.element(px, py, layer) else {
                     continue;
                 };
-                GpuMemory::read(vm, at, &mut element, crate::usc::AccessKind::Read)?;
-                put((y * size.0 + x) as usize, &element);
+                GpuMemory::read(vm, at, element, AccessKind::Read)
+                    .map_err(|f| memory_fault(&f, FaultUnit::Zls))?;
+                put((y * size.0 + x) as usize, element);
             }
         }
         Ok(())
     }
 
-    /// Writes the tile at `origin` from `get` (pixel index -> element
-    /// bytes), clipped to the plane, and marks its compression tiles
-    /// uncompressed.
+    /// Writes the tile at `origin`, each element filled by `fill` (pixel
+    /// index, element bytes), clipped to the plane, and marks its
+    /// compression tiles uncompressed.
     fn store(
         &self,
         writer: &mut GpuVm<'_>,
         origin: (u32, u32),
         size: (u32, u32),
         layer: u32,
-        get: impl Fn(usize) -> Vec<u8>,
-    ) -> Result<(), MemoryFault> {
+        fill: impl Fn(usize, &mut [u8]),
+    ) -> Result<(), EngineResult> {
+        let fault = |f: MemoryFault| memory_fault(&f, FaultUnit::Zls);
+        let mut element = [0u8; MAX_ELEMENT_BYTES];
+        let element = &mut element[..self.sample_bytes * self.samples];
         for y in 0..size.1 {
             for x in 0..size.0 {
                 let Some(at) = self.element(origin.0 + x, origin.1 + y, layer) else {
                     continue;
                 };
-                writer.write(at, &get((y * size.0 + x) as usize))?;
+                fill((y * size.0 + x) as usize, element);
+                writer.write(at, element).map_err(fault)?;
             }
         }
         if let Some((_, _, _, word)) = &self.meta {
@@ -207,12 +206,25 @@ impl Plane {
             for y in (0..size.1).step_by(t as usize) {
                 for x in (0..size.0).step_by(t as usize) {
                     if let Some(at) = self.tile_word(origin.0 + x, origin.1 + y, layer) {
-                        writer.write(at, &word.to_le_bytes())?;
+                        writer.write(at, &word.to_le_bytes()).map_err(fault)?;
                     }
                 }
             }
         }
         Ok(())
+    }
+}
+
+/// Bytes of the largest element: four samples of 32-bit depth.
+const MAX_ELEMENT_BYTES: usize = 16;
+
+/// The element format of a depth plane (32-bit float depth is stored as
+/// its bits).
+fn depth_element(format: ZlsFormat) -> ElementFormat {
+    if format == ZlsFormat::Unorm16 {
+        ElementFormat::Unorm16
+    } else {
+        ElementFormat::I32
     }
 }
 
@@ -224,130 +236,124 @@ fn depth_bytes(format: ZlsFormat) -> usize {
     }
 }
 
-fn decode_depth(format: ZlsFormat, bytes: &[u8]) -> f32 {
-    match format {
-        ZlsFormat::Unorm16 => f32::from(u16::from_le_bytes([bytes[0], bytes[1]])) / 65535.0,
-        _ => f32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]),
-    }
+/// The depth and stencil planes a pass loads and stores, decoded once per
+/// pass from its ZLS control word and surfaces.
+pub(super) struct ZlsPlanes {
+    depth: ElementFormat,
+    depth_bytes: usize,
+    /// The depth and stencil a tile starts with when not loaded.
+    clear: (f32, u8),
+    z_load: Option<Plane>,
+    s_load: Option<Plane>,
+    z_store: Option<Plane>,
+    s_store: Option<Plane>,
+    tile: (u32, u32),
 }
 
-fn encode_depth(format: ZlsFormat, depth: f32) -> Vec<u8> {
-    match format {
-        ZlsFormat::Unorm16 => ((depth.clamp(0.0, 1.0) * 65535.0).round() as u16)
-            .to_le_bytes()
-            .to_vec(),
-        _ => depth.to_le_bytes().to_vec(),
+impl ZlsPlanes {
+    pub(super) fn new(render: &RenderPass, zls: &ZlsControl) -> Result<ZlsPlanes, EngineResult> {
+        let depth = depth_element(zls.z_format);
+        let depth_bytes = depth_bytes(zls.z_format);
+        // `isp_bgobjdepth` is in the depth format.
+        let clear_bits = render.zls.clear_depth.to_le_bytes();
+        let clear_depth = f32::from_bits(formats::load(depth, &clear_bits, 0, false));
+        let plane = |on: bool, surface, tiling, compressed, bytes| {
+            on.then(|| Plane::new(surface, render, tiling, compressed, bytes))
+                .transpose()
+        };
+        Ok(ZlsPlanes {
+            depth,
+            depth_bytes,
+            clear: (clear_depth, render.zls.clear_stencil as u8),
+            z_load: plane(
+                zls.z_load_enable,
+                &render.zls.z_load,
+                zls.z_load_tiling,
+                zls.z_load_compress,
+                depth_bytes,
+            )?,
+            s_load: plane(
+                zls.s_load_enable,
+                &render.zls.s_load,
+                zls.s_load_tiling,
+                zls.s_load_compress,
+                1,
+            )?,
+            z_store: plane(
+                zls.z_store_enable,
+                &render.zls.z_store,
+                zls.z_store_tiling,
+                zls.z_store_compress,
+                depth_bytes,
+            )?,
+            s_store: plane(
+                zls.s_store_enable,
+                &render.zls.s_store,
+                zls.s_store_tiling,
+                zls.s_store_compress,
+                1,
+            )?,
+            tile: (render.utile_width_px, render.utile_height_px),
+        })
     }
-}
 
-/// The depth a tile starts with when it does not load: `isp_bgobjdepth`
-/// in the depth format.
-pub(super) fn clear_depth(format: ZlsFormat, bits: u32) -> f32 {
-    match format {
-        ZlsFormat::Unorm16 => f32::from(bits as u16) / 65535.0,
-        _ => f32::from_bits(bits),
-    }
-}
-
-/// Starts a tile's depth and stencil: loaded from the planes when the
-/// ZLS control says so, else the pass's clear values.
-pub(super) fn load_depth_stencil(
-    vm: &GpuVm<'_>,
-    render: &RenderPass,
-    zls: &ZlsControl,
-    tile: &mut Tilebuffer,
-    at: (u32, u32),
-    layer: u32,
-) -> Result<(), EngineResult> {
-    let size = (render.utile_width_px, render.utile_height_px);
-    let origin = (at.0 * size.0, at.1 * size.1);
-    tile.depth
-        .fill(clear_depth(zls.z_format, render.zls.clear_depth));
-    tile.stencil.fill(render.zls.clear_stencil as u8);
-    if zls.z_load_enable {
-        let bytes = depth_bytes(zls.z_format);
-        let plane = Plane::new(
-            &render.zls.z_load,
-            render,
-            zls.z_load_tiling,
-            zls.z_load_compress,
-            bytes,
-        )?;
-        let depth = &mut tile.depth;
-        let samples = plane.samples;
-        plane
-            .load(vm, origin, size, layer, |pixel, element| {
+    /// Starts a tile's depth and stencil: loaded from the planes when the
+    /// ZLS control says so, else the pass's clear values.
+    pub(super) fn load(
+        &self,
+        vm: &GpuVm<'_>,
+        tile: &mut Tilebuffer,
+        at: (u32, u32),
+        layer: u32,
+    ) -> Result<(), EngineResult> {
+        let origin = (at.0 * self.tile.0, at.1 * self.tile.1);
+        tile.depth.fill(self.clear.0);
+        tile.stencil.fill(self.clear.1);
+        if let Some(plane) = &self.z_load {
+            let (depth, samples, bytes) = (&mut tile.depth, plane.samples, self.depth_bytes);
+            plane.load(vm, origin, self.tile, layer, |pixel, element| {
                 for (s, value) in element.chunks_exact(bytes).enumerate() {
-                    depth[pixel * samples + s] = decode_depth(zls.z_format, value);
+                    depth[pixel * samples + s] =
+                        f32::from_bits(formats::load(self.depth, value, 0, false));
                 }
-            })
-            .map_err(|f| memory_fault(&f, FaultUnit::Zls))?;
-    }
-    if zls.s_load_enable {
-        let plane = Plane::new(
-            &render.zls.s_load,
-            render,
-            zls.s_load_tiling,
-            zls.s_load_compress,
-            1,
-        )?;
-        let stencil = &mut tile.stencil;
-        let samples = plane.samples;
-        plane
-            .load(vm, origin, size, layer, |pixel, element| {
+            })?;
+        }
+        if let Some(plane) = &self.s_load {
+            let (stencil, samples) = (&mut tile.stencil, plane.samples);
+            plane.load(vm, origin, self.tile, layer, |pixel, element| {
                 stencil[pixel * samples..pixel * samples + element.len()].copy_from_slice(element);
-            })
-            .map_err(|f| memory_fault(&f, FaultUnit::Zls))?;
+            })?;
+        }
+        Ok(())
     }
-    Ok(())
-}
 
-/// Ends a tile's depth and stencil: stored when the ZLS control says so
-/// (whole tiles, clipped to the planes: the ZLS does not know the render
-/// area).
-pub(super) fn store_depth_stencil(
-    vm: &GpuVm<'_>,
-    render: &RenderPass,
-    zls: &ZlsControl,
-    tile: &Tilebuffer,
-    at: (u32, u32),
-    layer: u32,
-) -> Result<(), EngineResult> {
-    let mut writer = vm.clone();
-    let size = (render.utile_width_px, render.utile_height_px);
-    let origin = (at.0 * size.0, at.1 * size.1);
-    if zls.z_store_enable {
-        let plane = Plane::new(
-            &render.zls.z_store,
-            render,
-            zls.z_store_tiling,
-            zls.z_store_compress,
-            depth_bytes(zls.z_format),
-        )?;
-        let samples = plane.samples;
-        plane
-            .store(&mut writer, origin, size, layer, |pixel| {
-                tile.depth[pixel * samples..(pixel + 1) * samples]
-                    .iter()
-                    .flat_map(|&d| encode_depth(zls.z_format, d))
-                    .collect()
-            })
-            .map_err(|f| memory_fault(&f, FaultUnit::Zls))?;
+    /// Ends a tile's depth and stencil: stored when the ZLS control says
+    /// so (whole tiles, clipped to the planes: the ZLS does not know the
+    /// render area).
+    pub(super) fn store(
+        &self,
+        vm: &GpuVm<'_>,
+        tile: &Tilebuffer,
+        at: (u32, u32),
+        layer: u32,
+    ) -> Result<(), EngineResult> {
+        let mut writer = vm.clone();
+        let origin = (at.0 * self.tile.0, at.1 * self.tile.1);
+        if let Some(plane) = &self.z_store {
+            let (samples, bytes) = (plane.samples, self.depth_bytes);
+            plane.store(&mut writer, origin, self.tile, layer, |pixel, element| {
+                let depths = &tile.depth[pixel * samples..(pixel + 1) * samples];
+                for (value, out) in depths.iter().zip(element.chunks_exact_mut(bytes)) {
+                    formats::store(self.depth, out, 0, value.to_bits(), false);
+                }
+            })?;
+        }
+        if let Some(plane) = &self.s_store {
+            let samples = plane.samples;
+            plane.store(&mut writer, origin, self.tile, layer, |pixel, element| {
+                element.copy_from_slice(&tile.stencil[pixel * samples..(pixel + 1) * samples]);
+            })?;
+        }
+        Ok(())
     }
-    if zls.s_store_enable {
-        let plane = Plane::new(
-            &render.zls.s_store,
-            render,
-            zls.s_store_tiling,
-            zls.s_store_compress,
-            1,
-        )?;
-        let samples = plane.samples;
-        plane
-            .store(&mut writer, origin, size, layer, |pixel| {
-                tile.stencil[pixel * samples..(pixel + 1) * samples].to_vec()
-            })
-            .map_err(|f| memory_fault(&f, FaultUnit::Zls))?;
-    }
-    Ok(())
 }

@@ -183,7 +183,5 @@ impl SimdGroup {
 /// `intl`: bit i of `even` goes to bit 2i, bit i of `odd` to bit 2i+1,
 /// for the low 16 bits of each (a Morton code).
 fn interleave_low_halves(even: u32, odd: u32) -> u32 {
-    (0..16).fold(0, |r, i| {
-        r | ((even >> i) & 1) << (2 * i) | ((odd >> i) & 1) << (2 * i + 1)
-    })
+    agx_hw::layout::morton(even & 0xFFFF, odd & 0xFFFF) as u32
 }
