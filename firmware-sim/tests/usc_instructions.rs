@@ -5,7 +5,7 @@
 
 mod common;
 
-use agx_firmware_sim::usc::{ExecError, Exit, FetchError, SimdGroup};
+use agx_firmware_sim::usc::{ExecError, Exit, SimdGroup};
 use agx_hw::isa::Reg;
 use common::Machine;
 use half::f16;
@@ -78,7 +78,8 @@ fn float32_arithmetic_with_modifiers_and_saturation() {
         },
     );
     check(&g, Reg::r(10), |l| f(l as f32 * 1.5 + 0.25));
-    check(&g, Reg::r(11), |l| f(-(l as f32 * 1.5) * 0.5));
+    // fmul is fma(a, b, +0): lane 0's -0 product is +0.
+    check(&g, Reg::r(11), |l| f(-(l as f32 * 1.5) * 0.5 + 0.0));
     check(
         &g,
         Reg::r(12),
@@ -530,18 +531,13 @@ fn call_and_return() {
 
 #[test_log::test]
 fn bad_programs_fault_instead_of_panicking() {
-    // Falls off the end into zero bytes, which decode as nothing.
+    // Falls off the end into zero bytes, which decode (as applegpu's
+    // `jmp_incomplete`) but are not modelled.
     let mut machine = Machine::new("mov_imm r1, 1");
     let mut group = machine.group();
     let err = machine.run(&mut group).unwrap_err();
     assert!(
-        matches!(
-            err,
-            ExecError::Fetch {
-                source: FetchError::Decode { .. },
-                ..
-            }
-        ),
+        matches!(&err, ExecError::Unsupported { what, .. } if what.contains("jmp_incomplete")),
         "{err}"
     );
     assert_eq!(err.pc(), common::CODE_BASE + 6);
@@ -597,6 +593,262 @@ fn bad_programs_fault_instead_of_panicking() {
 
     // An undefined condition code.
     let mut machine = Machine::new("icmpsel 3, r1, r2, r3, r4, r5\nstop");
+    let mut group = machine.group();
+    assert!(matches!(
+        machine.run(&mut group),
+        Err(ExecError::Unsupported { .. })
+    ));
+}
+
+#[test_log::test]
+fn float_results_follow_applegpus_hardware_tested_rules() {
+    let g = run_lanes(
+        "fadd32 r10, r1, r2\n\
+         fmul32 r11, r3, 0.0\n\
+         fadd16 r12l, r4l, 0.0\n\
+         fmul32 r13, r3.neg, 0.0\n\
+         fmul16 r14l, r5l, 0.0\n\
+         fmadd32 r15, r3.neg, 0.0, r6\n\
+         fmul32 r16, r7, r8\n\
+         fadd32.sat r17, r6, r6\n\
+         bitop 0011, r18, r1, r2\n\
+         bitop 1100, r19, r1, r2\n\
+         bitop 0101, r20, r1, r2",
+        |g, lane| {
+            // A NaN with a sign and payload.
+            g.write(Reg::r(1), lane, 0xFFC1_2345);
+            g.write(Reg::r(2), lane, f(lane as f32));
+            g.write(Reg::r(3), lane, f(f32::INFINITY));
+            g.write(Reg::l(4), lane, 0xFE12);
+            g.write(Reg::l(5), lane, h(-3.0));
+            g.write(Reg::r(6), lane, f(-0.0));
+            // An exact product just below the smallest normal, which
+            // rounds (to even) up to it.
+            g.write(Reg::r(7), lane, f(1.0 - f32::EPSILON / 2.0));
+            g.write(Reg::r(8), lane, f(f32::MIN_POSITIVE));
+        },
+    );
+    // Every NaN result is the default NaN, whatever the input NaN.
+    check(&g, Reg::r(10), |_| 0x7FC0_0000);
+    check(&g, Reg::r(11), |_| 0x7FC0_0000);
+    check(&g, Reg::l(12), |_| 0x7E00);
+    // fmul is fma(a, b, +0): a zero product is +0 (-inf * 0 is NaN).
+    check(&g, Reg::r(13), |_| 0x7FC0_0000);
+    check(&g, Reg::l(14), |_| 0);
+    check(&g, Reg::r(15), |_| 0x7FC0_0000);
+    // Flushed before rounding: the product rounds to the smallest normal
+    // but its exact value is below it.
+    check(&g, Reg::r(16), |_| 0);
+    // Saturation sends -0 to +0.
+    check(&g, Reg::r(17), |_| 0);
+    // The truth tables of B alone give A; 0101 is a plain A too.
+    check(&g, Reg::r(18), |_| 0xFFC1_2345);
+    check(&g, Reg::r(19), |_| 0xFFC1_2345);
+    check(&g, Reg::r(20), |_| 0xFFC1_2345);
+    // A fused multiply-add keeps IEEE's sign of zero (-0 + -0 = -0)
+    // where fmul gives +0.
+    let g = run_lanes(
+        "fmadd32 r10, r1.neg, 0.0, r2\nfmul32 r11, r1.neg, 0.0",
+        |g, lane| {
+            g.write(Reg::r(1), lane, f(2.0));
+            g.write(Reg::r(2), lane, f(-0.0));
+        },
+    );
+    check(&g, Reg::r(10), |_| 0x8000_0000);
+    check(&g, Reg::r(11), |_| 0);
+}
+
+#[test_log::test]
+fn fp16_operations_flush_fp32_denormal_sources() {
+    // -denormal + +0: unflushed it rounds to -0 in fp16; the hardware
+    // flushes the fp32 source first, and -0 + +0 is +0.
+    let mut machine = Machine::new("pop_exec r0l, 0\nfadd16 r10l, u0, r1l\nstop");
+    machine.uniforms[0] = 0x8000_0001;
+    let mut group = machine.group();
+    for lane in 0..32 {
+        group.write(Reg::l(1), lane, 0);
+        group.write(Reg::r(10), lane, u64::from(SENTINEL));
+    }
+    assert_eq!(machine.run(&mut group), Ok(Exit::Stopped));
+    for lane in 0..32 {
+        assert_eq!(group.read(Reg::l(10), lane), 0, "lane {lane}");
+    }
+}
+
+#[test_log::test]
+fn imadd_reads_32_bits_of_a_64_bit_multiplicand() {
+    let g = run_lanes(
+        "imadd r10_r11, r2_r3, 3, 0\niadd r12_r13, r2_r3, 0",
+        |g, lane| {
+            g.write(Reg::r(2), lane, 5 + lane as u64);
+            g.write(Reg::r(3), lane, 7);
+        },
+    );
+    check(&g, Reg::pair(10), |l| 3 * (5 + l as u64));
+    // iadd's 64-bit sources are 64 bits.
+    check(&g, Reg::pair(12), |l| 7 << 32 | (5 + l as u64));
+}
+
+/// The lanes `run_lanes` leaves active.
+fn active_mask() -> u32 {
+    (0..32).filter(|&l| !disabled(l)).fold(0, |m, l| m | 1 << l)
+}
+
+#[test_log::test]
+fn reductions_and_prefixes_combine_the_active_lanes() {
+    let value = |lane: usize| (lane as u32 * 7 + 3) % 23;
+    let g = run_lanes(
+        "simd_iadd r10, r1\n\
+         simd_prefix_iadd r11, r1\n\
+         quad_iadd r12, r1\n\
+         quad_prefix_iadd r13, r1\n\
+         simd_max.u r14, r1\n\
+         simd_min.s r15, r2\n\
+         simd_fadd r16, r3\n\
+         simd_prefix_fmul r17, r4\n\
+         quad_xor r18, r1\n\
+         simd_and r19, r5\n\
+         quad_prefix_iadd r20l, r1l",
+        |g, lane| {
+            g.write(Reg::r(1), lane, u64::from(value(lane)));
+            g.write(Reg::r(2), lane, (value(lane) as i32 - 11) as u32 as u64);
+            g.write(Reg::r(3), lane, f(lane as f32 * 0.5));
+            g.write(Reg::r(4), lane, f(if lane % 4 == 0 { 2.0 } else { 1.0 }));
+            g.write(Reg::r(5), lane, u64::from(!(1u32 << lane)));
+        },
+    );
+    let active = active_mask();
+    let is_active = |l: usize| active & (1 << l) != 0;
+    let window = |lane: usize, size: usize| (lane & !(size - 1))..(lane & !(size - 1)) + size;
+    let sum = |lanes: std::ops::Range<usize>, below: usize| -> u32 {
+        lanes
+            .filter(|&l| is_active(l) && l < below)
+            .map(value)
+            .sum()
+    };
+    check(&g, Reg::r(10), |l| u64::from(sum(window(l, 32), 32)));
+    check(&g, Reg::r(11), |l| u64::from(sum(window(l, 32), l)));
+    check(&g, Reg::r(12), |l| u64::from(sum(window(l, 4), 32)));
+    check(&g, Reg::r(13), |l| u64::from(sum(window(l, 4), l)));
+    let max = (0..32).filter(|&l| is_active(l)).map(value).max().unwrap();
+    check(&g, Reg::r(14), |_| u64::from(max));
+    let min = (0..32)
+        .filter(|&l| is_active(l))
+        .map(|l| value(l) as i32 - 11)
+        .min()
+        .unwrap();
+    check(&g, Reg::r(15), |_| u64::from(min as u32));
+    // Float sums are exact here (halves of small integers), so the order
+    // of additions does not show.
+    let fsum: f32 = (0..32)
+        .filter(|&l| is_active(l))
+        .map(|l| l as f32 * 0.5)
+        .sum();
+    check(&g, Reg::r(16), |_| f(fsum));
+    check(&g, Reg::r(17), |l| {
+        let twos = (0..l).filter(|&k| is_active(k) && k % 4 == 0).count();
+        f(2f32.powi(twos as i32))
+    });
+    check(&g, Reg::r(18), |l| {
+        u64::from(
+            window(l, 4)
+                .filter(|&k| is_active(k))
+                .map(value)
+                .fold(0, |a, v| a ^ v),
+        )
+    });
+    // The and of "all bits but lane l" over the active lanes clears
+    // exactly their bits.
+    check(&g, Reg::r(19), |_| u64::from(!active));
+    // A 16-bit destination works on 16 bits.
+    check(&g, Reg::l(20), |l| u64::from(sum(window(l, 4), l) & 0xFFFF));
+}
+
+#[test_log::test]
+fn shuffles_read_other_lanes() {
+    let g = run_lanes(
+        "quad_shuffle_xor r10, r1, 1\n\
+         quad_shuffle_xor r11, r1, 3\n\
+         simd_shuffle r12, r1, 4\n\
+         simd_shuffle_down r13, r1, 1\n\
+         simd_shuffle_up r14, r1, 5\n\
+         simd_shuffle_xor r15, r1, 16\n\
+         quad_shuffle r16, r1, 2\n\
+         simd_shuffle_rotate_up r17, r1, 3",
+        |g, lane| g.write(Reg::r(1), lane, 100 + lane as u64),
+    );
+    // Inactive lanes' values are read too: shuffles are not masked on
+    // the side of the lane read.
+    let v = |l: usize| 100 + l as u64;
+    check(&g, Reg::r(10), |l| v(l ^ 1));
+    check(&g, Reg::r(11), |l| v(l ^ 3));
+    check(&g, Reg::r(12), |_| v(4));
+    check(&g, Reg::r(13), |l| v((l + 1).min(31)));
+    check(&g, Reg::r(14), |l| if l >= 5 { v(l - 5) } else { v(l) });
+    check(&g, Reg::r(15), |l| v(l ^ 16));
+    check(&g, Reg::r(16), |l| v((l & !3) + 2));
+    check(&g, Reg::r(17), |l| v((l + 29) % 32));
+}
+
+#[test_log::test]
+fn shuffle_indices_are_ored_across_each_quad() {
+    // Lane l asks for lane l & 3 of quad 0 (the low bits differ within a
+    // quad): the hardware ORs the quad's low index bits (0|1|2|3 = 3), so
+    // every lane reads lane 3, as applegpu's hardware test shows and Mesa's
+    // agx_lower_divergent_shuffle works around.
+    let g = run_lanes("simd_shuffle r10, r1, r2", |g, lane| {
+        g.write(Reg::r(1), lane, 100 + lane as u64);
+        g.write(Reg::r(2), lane, (lane & 3) as u64);
+    });
+    check(&g, Reg::r(10), |_| 103);
+}
+
+#[test_log::test]
+fn ballots_collect_the_active_lanes_where_a_compare_holds() {
+    let g = run_lanes(
+        "icmp_ballot r10, ult, r1, 20\n\
+         icmp_ballot r11, ugte, r1, 20\n\
+         fcmp_ballot r12, gt, r2, 0.5\n\
+         icmp_quad_ballot r13l, ueq, r1, r1\n\
+         get_sr r14, sr59\n\
+         get_sr r15, sr57",
+        |g, lane| {
+            g.write(Reg::r(1), lane, lane as u64);
+            g.write(Reg::r(2), lane, f(if lane % 2 == 0 { 1.0 } else { 0.0 }));
+        },
+    );
+    let active = active_mask();
+    let lanes_where =
+        |p: &dyn Fn(usize) -> bool| (0..32).filter(|&l| p(l)).fold(0u32, |m, l| m | 1 << l);
+    check(&g, Reg::r(10), |_| {
+        u64::from(active & lanes_where(&|l| l < 20))
+    });
+    // The inverted condition covers only active lanes too.
+    check(&g, Reg::r(11), |_| {
+        u64::from(active & lanes_where(&|l| l >= 20))
+    });
+    check(&g, Reg::r(12), |_| {
+        u64::from(active & lanes_where(&|l| l % 2 == 0))
+    });
+    // A quad ballot: the quad's active lanes in bits 0-3.
+    check(&g, Reg::l(13), |l| u64::from(active >> (l & !3) & 0xF));
+    check(&g, Reg::r(14), |_| u64::from(active.count_ones()));
+    check(&g, Reg::r(15), |l| {
+        u64::from((active >> (l & !3) & 0xF).count_ones())
+    });
+}
+
+#[test_log::test]
+fn operands_past_the_register_file_are_refused() {
+    let mut machine = Machine::new("iadd r127_r128, r0, 1\nstop");
+    let mut group = machine.group();
+    match machine.run(&mut group) {
+        Err(ExecError::Unsupported { what, .. }) => {
+            assert!(what.contains("register past r127"), "{what}")
+        }
+        other => panic!("{other:?}"),
+    }
+    let mut machine = Machine::new("fadd32 r0, undef_1000_2, r2\nstop");
     let mut group = machine.group();
     assert!(matches!(
         machine.run(&mut group),

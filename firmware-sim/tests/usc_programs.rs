@@ -441,12 +441,12 @@ fn every_atomic_operation_returns_the_old_word() {
     for (i, (op, _)) in cases.iter().enumerate() {
         let data = if *op == "cmpxchg" { "r2_r3" } else { "r2" };
         source += &format!(
-            "atomic {op}, 0, r{}, u0_u1, {i}, signed, {data}, 1\n",
+            "atomic {op}, 0, r{}, u0_u1, {i}, signed, {data}, 1, 1, 1, 1\n",
             10 + i
         );
     }
     // A compare-exchange that finds another value leaves the word.
-    source += "mov_imm r3, 1\natomic cmpxchg, 0, r30, u0_u1, 11, signed, r2_r3, 1\nstop";
+    source += "mov_imm r3, 1\natomic cmpxchg, 0, r30, u0_u1, 11, signed, r2_r3, 1, 1, 1, 1\nstop";
     let mut m = Machine::new(&source);
     m.memory.map(DATA, 0x1000, true);
     m.memory.poke_u32s(DATA, &[old; 12]);
@@ -616,7 +616,7 @@ fn fragment_io_iterates_samples_and_writes_the_tilebuffer() {
         ld_tile r12_r13_r14, i32, 0, xyz, 16, 255, r0, 0
         wait_pix 1, 0
         sample_mask 255, 1
-        zs_emit 255, zs, r20l_r20h_r21l
+        zs_emit 255, zs, r20l_r20h_r21l, 0
         signal_pix 1, 0
         stop";
     let mut m = Machine::new(source);

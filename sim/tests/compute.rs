@@ -82,20 +82,20 @@ fn device_atomics_from_every_thread_combine_in_memory() {
     // Words: 0 sum, 1 umax, 2 imin, 3 or, 4 and, 5 xor, 6 cmpxchg, 7 sub.
     let source = "
         get_sr r1, sr80
-        atomic add, 0, r2, u0_u1, 0, signed, r1, 1
+        atomic add, 0, r2, u0_u1, 0, signed, r1, 1, 1, 1, 1
         device_store 0, i32, x, r2, u2_u3, r1, unsigned, 0
-        atomic umax, 0, 0, u0_u1, 1, signed, r1, 1
+        atomic umax, 0, 0, u0_u1, 1, signed, r1, 1, 1, 1, 1
         isub r3, 0, r1
-        atomic imin, 0, 0, u0_u1, 2, signed, r3, 1
-        atomic or, 0, 0, u0_u1, 3, signed, r1, 1
+        atomic imin, 0, 0, u0_u1, 2, signed, r3, 1, 1, 1, 1
+        atomic or, 0, 0, u0_u1, 3, signed, r1, 1, 1, 1, 1
         not r4, r1
-        atomic and, 0, 0, u0_u1, 4, signed, r4, 1
+        atomic and, 0, 0, u0_u1, 4, signed, r4, 1, 1, 1, 1
         iadd r5, r1, 1
-        atomic xor, 0, 0, u0_u1, 5, signed, r5, 1
+        atomic xor, 0, 0, u0_u1, 5, signed, r5, 1, 1, 1, 1
         mov_imm r6, 0
-        atomic cmpxchg, 0, r10, u0_u1, 6, signed, r5_r6, 1
+        atomic cmpxchg, 0, r10, u0_u1, 6, signed, r5_r6, 1, 1, 1, 1
         device_store 0, i32, x, r10, u4_u5, r1, unsigned, 0
-        atomic sub, 0, 0, u0_u1, 7, signed, r5, 1
+        atomic sub, 0, 0, u0_u1, 7, signed, r5, 1, 1, 1, 1
         stop";
     // cmpxchg's data: the new value (r5 = id + 1), then the value
     // compared (r6 = 0).
@@ -150,7 +150,7 @@ fn an_atomic_on_a_read_only_page_faults_without_writing() {
     let m = Machine::new(5000);
     let source = "
         mov_imm r1, 7
-        atomic add, 0, r2, u0_u1, 0, signed, r1, 1
+        atomic add, 0, r2, u0_u1, 0, signed, r1, 1, 1, 1, 1
         stop";
     let read_only = USC_BASE + 0x8000;
     m.poke(m.usc, 0x8000, &5u32.to_le_bytes());

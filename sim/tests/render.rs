@@ -1590,7 +1590,7 @@ const DISCARD_FS: &str = "
 /// COLOUR_FS that outputs depth u1 instead of the interpolated one.
 const DEPTH_OUT_FS: &str = "
     mov r12, u1
-    zs_emit 255, z, r12l_r12h
+    zs_emit 255, z, r12l_r12h, 0
     iter r2_r3_r4, cf0, center, 0, 0, 0, 0, 0
     mov r5, u0
     st_tile r2_r3_r4_r5, u8norm, 0, xyzw, 0, 255, r0, 0

@@ -129,7 +129,7 @@ fn errors_exit_nonzero_with_a_message() {
     assert!(message.contains("line 2"), "{message}");
 
     let junk = dir.join("junk.bin");
-    std::fs::write(&junk, [0x88, 0x00, 0x00, 0x00]).unwrap();
+    std::fs::write(&junk, [0x88, 0x00, 0x01, 0x00]).unwrap();
     let out = run(env!("CARGO_BIN_EXE_agx-disasm"), &[junk.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(1));
     let listing = String::from_utf8_lossy(&out.stdout);

@@ -5,7 +5,10 @@
 //! register read by a 32-bit float instruction is an fp16 value widened
 //! exactly, and a 16-bit destination of a 32-bit instruction receives the
 //! result rounded to fp16 (round to nearest even). Fused multiply-add
-//! rounds once.
+//! rounds once. A NaN result is the default NaN (0x7fc00000, 0x7e00),
+//! whatever NaN went in, and an fp32 result whose exact value is below the
+//! smallest normal flushes even when it would round up to it (applegpu's
+//! hardware-tested model flushes before rounding).
 
 use half::f16;
 
@@ -15,6 +18,45 @@ pub(crate) fn ftz(value: f32) -> f32 {
         f32::from_bits(value.to_bits() & 0x8000_0000)
     } else {
         value
+    }
+}
+
+/// The default NaN the ALUs write for every NaN fp32 result.
+pub(crate) const DEFAULT_NAN_F32: u32 = 0x7FC0_0000;
+/// The default NaN for fp16 results.
+pub(crate) const DEFAULT_NAN_F16: u16 = 0x7E00;
+
+/// A NaN becomes the default NaN; other values are unchanged.
+pub(crate) fn default_nan_f32(value: f32) -> f32 {
+    if value.is_nan() {
+        f32::from_bits(DEFAULT_NAN_F32)
+    } else {
+        value
+    }
+}
+
+/// An fp16 NaN becomes the default NaN.
+pub(crate) fn quiet_f16(bits: u16) -> u16 {
+    if f16::from_bits(bits).is_nan() {
+        DEFAULT_NAN_F16
+    } else {
+        bits
+    }
+}
+
+/// An fp32 result as the ALU writes it: `rounded` is the result rounded
+/// to fp32, `exact` the unrounded value (or its f64 rounding). A result
+/// whose exact magnitude is below the smallest normal is a zero of its
+/// sign, even if it rounded up to the smallest normal.
+pub(crate) fn flush_result_f32(rounded: f32, exact: f64) -> f32 {
+    if exact != 0.0 && exact.abs() < f64::from(f32::MIN_POSITIVE) {
+        if exact.is_sign_negative() {
+            -0.0
+        } else {
+            0.0
+        }
+    } else {
+        ftz(rounded)
     }
 }
 
@@ -33,12 +75,22 @@ pub(crate) fn f64_to_half(value: f64) -> u16 {
     f16::from_f64(value).to_bits()
 }
 
-/// Clamps to [0, 1]; NaN becomes 0.
+/// Clamps to [0, 1]; NaN and every negative value, -0 included, become
+/// +0 (applegpu's `saturate64` tests the sign bit).
 pub(crate) fn saturate(value: f32) -> f32 {
-    if value.is_nan() {
+    if value.is_nan() || value.is_sign_negative() {
         0.0
     } else {
-        value.clamp(0.0, 1.0)
+        value.min(1.0)
+    }
+}
+
+/// [`saturate`] of an exact (f64) result.
+pub(crate) fn saturate_f64(value: f64) -> f64 {
+    if value.is_nan() || value.is_sign_negative() {
+        0.0
+    } else {
+        value.min(1.0)
     }
 }
 

@@ -60,6 +60,10 @@ pub struct CachedInstr {
     /// Set bits no field of the form explains: the simulator refuses to
     /// run such an instruction rather than guess what the bits do.
     pub unknown_bits: u128,
+    /// An operand the hardware's behaviour is undefined for (a register
+    /// past r127, a source type with no meaning): refused like unknown
+    /// bits.
+    pub undefined_operand: bool,
     /// Index of the instruction at `address + length_bytes`, once known.
     pub(crate) next: Option<u32>,
     /// Index of the branch target, once known.
@@ -112,11 +116,13 @@ impl ProgramCache {
         let (decoded, _) = fetch(address, memory)?;
         self.decodes += 1;
         let index = self.instrs.len() as u32;
+        let undefined_operand = decoded.instr.undefined_operand().is_some();
         self.instrs.push(CachedInstr {
             address,
             length_bytes: decoded.length_bytes as u8,
             instr: decoded.instr,
             unknown_bits: decoded.unknown_bits,
+            undefined_operand,
             next: None,
             target: None,
         });

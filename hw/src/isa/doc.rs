@@ -55,13 +55,16 @@ fn kind_text(kind: &Kind) -> String {
                 SrcClass::Float => "fsrc",
                 SrcClass::Half => "hsrc",
                 SrcClass::Int => "isrc",
+                SrcClass::Wide => "wsrc",
             };
             format!("{class} {at}+{ext}")
         }
         Kind::CmpSel { at, ext } => format!("sel {at}+{ext}"),
         Kind::Uint(b) => format!("uint {}", bits_text(b)),
         Kind::Enum(b, _) => format!("enum {}", bits_text(b)),
+        Kind::OpName(b, _) => format!("op (in the mnemonic) {}", bits_text(b)),
         Kind::Binary(b) => format!("bin {}", bits_text(b)),
+        Kind::Trailing(b) => format!("bin {} (omitted when 0)", bits_text(b)),
         Kind::TruthTable(b) => format!("tt {}", bits_text(b)),
         Kind::Mask(b) => format!("mask {}", bits_text(b)),
         Kind::Sr(b) => format!("sr {}", bits_text(b)),

@@ -67,6 +67,9 @@ pub enum SrcClass {
     /// An integer source with a sign-extension bit; 64-bit registers
     /// allowed.
     Int,
+    /// Value and 4-bit type, no modifiers, 64-bit registers allowed (the
+    /// subgroup reductions).
+    Wide,
 }
 
 /// How many registers a register run has.
@@ -150,10 +153,18 @@ pub enum Kind {
     },
     /// An unsigned number, printed in decimal.
     Uint(Bits),
+    /// An operation named inside the mnemonic: the form's mnemonic holds
+    /// `{}` where the name goes (`simd_{}` prints `simd_fadd`). Only the
+    /// named values belong to the form; decoding tries the next form for
+    /// the others.
+    OpName(Bits, &'static [(u32, &'static str)]),
     /// A named value; unnamed values print as numbers.
     Enum(Bits, &'static [(u32, &'static str)]),
     /// A raw bit field printed as `0b...` with all its digits.
     Binary(Bits),
+    /// A last operand printed like [`Kind::Binary`], left out of the text
+    /// when zero (`mov_imm`'s kill-helpers bit, `0b1`).
+    Trailing(Bits),
     /// The four-entry truth table of `bitop`, printed entry 0 first.
     TruthTable(Bits),
     /// A component mask printed as `xyzw` letters (`0` when empty).
@@ -260,8 +271,10 @@ impl Kind {
     pub const fn number_bits(&self) -> Option<&Bits> {
         match self {
             Kind::Uint(bits)
+            | Kind::OpName(bits, _)
             | Kind::Enum(bits, _)
             | Kind::Binary(bits)
+            | Kind::Trailing(bits)
             | Kind::TruthTable(bits)
             | Kind::Mask(bits)
             | Kind::Sr(bits)
@@ -274,7 +287,10 @@ impl Kind {
 
     /// Whether the operand may be left out of the text when zero.
     pub const fn optional(&self) -> bool {
-        matches!(self, Kind::Shift(_) | Kind::FieldMask(_))
+        matches!(
+            self,
+            Kind::Shift(_) | Kind::FieldMask(_) | Kind::Trailing(_)
+        )
     }
 }
 

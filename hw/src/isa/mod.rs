@@ -85,6 +85,39 @@ impl Instr {
     pub fn int(&self, i: usize) -> Option<i64> {
         self.operands.get(i).and_then(Operand::int)
     }
+
+    /// The first operand the hardware's behaviour is not defined for,
+    /// with why: a register or uniform past the end of its file (the
+    /// encodings reach `r127_r128` and runs from `r126`), or a source type
+    /// with no known meaning. Such instructions decode and print; the
+    /// simulator refuses to run them.
+    pub fn undefined_operand(&self) -> Option<(usize, &'static str)> {
+        fn value_problem(value: &Value) -> Option<&'static str> {
+            match value {
+                Value::Reg(reg, _) if !reg.is_valid() => Some("register past r127"),
+                Value::Uniform(u) if u.half + u.size.halves() > operand::UNIFORM_COUNT * 2 => {
+                    Some("uniform past u255")
+                }
+                Value::Undefined { .. } => Some("source type with no known meaning"),
+                _ => None,
+            }
+        }
+        self.operands.iter().enumerate().find_map(|(i, operand)| {
+            let problem = match operand {
+                Operand::Dst(dst) if !dst.reg.is_valid() => Some("register past r127"),
+                Operand::Src(src) => value_problem(&src.value),
+                Operand::Value(value) => value_problem(value),
+                Operand::Regs(run)
+                    if run.first.half + u16::from(run.count.max(1)) * run.first.size.halves()
+                        > operand::GPR_COUNT * 2 =>
+                {
+                    Some("registers past r127")
+                }
+                _ => None,
+            };
+            problem.map(|p| (i, p))
+        })
+    }
 }
 
 impl fmt::Display for Instr {

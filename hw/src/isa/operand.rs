@@ -76,7 +76,9 @@ impl Reg {
         }
     }
     /// Whether the register lies inside the file and is aligned to its
-    /// size (32- and 64-bit operands start on a whole register).
+    /// size (32- and 64-bit operands start on a whole register). The
+    /// encodings reach past the file (`r127_r128`, a run from `r126`);
+    /// such operands decode and print, but the simulator refuses them.
     pub fn is_valid(&self) -> bool {
         let aligned = self.size == Size::S16 || self.half.is_multiple_of(2);
         aligned && self.half + self.size.halves() <= GPR_COUNT * 2
@@ -247,6 +249,19 @@ pub enum Value {
     Imm(i64),
     /// A floating-point immediate.
     Float(Float8),
+    /// A source whose type code has no known meaning (types `1000` and
+    /// `1100` of a 4-bit type, `000` and `101` of a compare-select
+    /// result; applegpu prints `None`). Printed `undef_TYPE_INDEX` with the
+    /// type in binary, so that the bytes round-trip; the simulator refuses
+    /// to run it.
+    Undefined {
+        /// The type code.
+        ty: u8,
+        /// How many bits the type code has (3 or 4).
+        ty_bits: u8,
+        /// The 8-bit index field.
+        index: u16,
+    },
 }
 
 impl From<Reg> for Value {
@@ -275,6 +290,9 @@ impl fmt::Display for Value {
             Value::Uniform(uniform) => write!(f, "{uniform}"),
             Value::Imm(imm) => write!(f, "{imm}"),
             Value::Float(float) => write!(f, "{float}"),
+            Value::Undefined { ty, ty_bits, index } => {
+                write!(f, "undef_{ty:0w$b}_{index}", w = usize::from(*ty_bits))
+            }
         }
     }
 }

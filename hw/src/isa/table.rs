@@ -238,6 +238,23 @@ pub const ATOMIC_OPS: &[(u32, &str)] = &[
 ];
 /// The compare-exchange atomic, which takes two data registers.
 pub const ATOMIC_CMPXCHG: u64 = 3;
+/// Subgroup reduction and prefix operations (Mesa's `simd_op`: bit 28,
+/// bits 38-40, bit 47), named as applegpu names them in its mnemonics
+/// (`simd_fadd`, `quad_prefix_iadd`, `simd_min.u`).
+pub const SUBGROUP_OPS: &[(u32, &str)] = &[
+    (0b00000, "and"),
+    (0b00001, "fadd"),
+    (0b00010, "or"),
+    (0b00011, "fmul"),
+    (0b00100, "xor"),
+    (0b00101, "min.f"),
+    (0b00111, "max.f"),
+    (0b10000, "iadd"),
+    (0b10100, "min.s"),
+    (0b10110, "max.s"),
+    (0b11100, "min.u"),
+    (0b11110, "max.u"),
+];
 /// What `zs_emit` writes.
 pub const DEPTH_STENCIL: &[(u32, &str)] = &[(0, "none"), (1, "z"), (2, "s"), (3, "zs")];
 
@@ -516,6 +533,9 @@ const ATOMIC: &[Kind] = &[
         discard: None,
     },
     Kind::Uint(b!(44:2)),
+    Kind::Uint(b!(26:1)),
+    Kind::Uint(b!(31:1)),
+    Kind::Uint(b!(46:1)),
 ];
 /// The integer unary family (0x3E with bit 15 clear): the operation in
 /// bits 26-27, bits 28-39 zero.
@@ -534,6 +554,49 @@ const STATE_STORE: &[Kind] = &[
         reg: Size::S32,
     },
     Kind::Uint(b!(16:1)),
+];
+/// The subgroup reductions (0x6F with bit 15 set): the operation in the
+/// mnemonic, bits 29-30 the window (quad or SIMD-group) and whether it is
+/// a prefix; the other bits of 26-41 are zero.
+const SUBGROUP: &[Kind] = &[
+    Kind::OpName(b!(28:1, 38:3, 47:1), SUBGROUP_OPS),
+    dst(44, DstSizes::Sized),
+    src(16, 42, SrcClass::Wide),
+];
+const SUBGROUP_MASK: u128 =
+    (0x7F | 1 << 15 | 0xFFFF << 26 | 1 << 47) & !(1 << 28 | 7 << 38 | 1 << 47);
+/// The shuffles (0x6F with bit 15 clear): bit 26 the window (SIMD-group
+/// when set), bits 38-39 the kind (index, xor, up, down), bit 47 rotate.
+const SHUFFLE: &[Kind] = &[
+    dst(44, DstSizes::Sized),
+    src(16, 42, SrcClass::Plain),
+    src(28, 40, SrcClass::Plain),
+];
+const SHUFFLE_MASK: u128 = 0x7F | 1 << 15 | 3 << 26 | 3 << 38 | 1 << 47;
+const fn shuffle(mnemonic: &'static str, simd: u128, kind: u128, rotate: u128) -> Form {
+    form(
+        mnemonic,
+        SHUFFLE_MASK,
+        0x6F | simd << 26 | kind << 38 | rotate << 47,
+        fixed(6),
+        NONE,
+        SHUFFLE,
+    )
+}
+/// The compare ballots: the condition (with its invert bit 47), the
+/// sources as the exec-mask compares have them; bits 48-60 are 1 for the
+/// SIMD-group form and 0 for the quad form.
+const ICMP_BALLOT: &[Kind] = &[
+    dst(44, DstSizes::Sized),
+    Kind::Enum(b!(61:3, 47:1), INT_EXEC_CONDITIONS),
+    src(16, 42, SrcClass::Plain),
+    src(28, 40, SrcClass::Plain),
+];
+const FCMP_BALLOT: &[Kind] = &[
+    dst(44, DstSizes::Sized),
+    Kind::Enum(b!(61:3, 47:1), FLOAT_EXEC_CONDITIONS),
+    src(16, 42, SrcClass::Float),
+    src(28, 40, SrcClass::Float),
 ];
 const IEXEC_MASK: u128 = 0x7F | 3 << 9 | 3 << 26 | 3 << 38 | 3 << 44;
 const FEXEC_MASK: u128 = 0x7F | 3 << 9 | 3 << 44;
@@ -590,7 +653,7 @@ table! {
         &[dst(44, DstSizes::Only16), Kind::Uint(b!(16:16))]),
     /// Load a 32-bit immediate.
     MovImm32 => form("mov_imm", 0x17F, 0x162, toggle(6, 8, 15), NONE,
-        &[dst(60, DstSizes::Only32), Kind::Uint(b!(16:32))]),
+        &[dst(60, DstSizes::Only32), Kind::Uint(b!(16:32)), Kind::Trailing(b!(62:1))]),
     /// 32-bit float add.
     Fadd32 => form("fadd32", 0x3F, 0x2A, toggle(4, 6, 15), SAT, FADD_OPERANDS),
     /// 32-bit float multiply.
@@ -640,6 +703,9 @@ table! {
     SinPt1 => funop("sin_pt_1", 10),
     /// Second step of Mesa's sine/cosine lowering.
     SinPt2 => funop("sin_pt_2", 14),
+    /// Any other float unary operation (the operation printed raw).
+    Funop => form("funop", 0x3F | 0xFF << 34, 0x0A, toggle(4, 6, 15), SAT,
+        &[dst(44, DstSizes::Sized), src(16, 42, SrcClass::Float), Kind::Binary(b!(28:6))]),
     /// Integer add.
     Iadd => form("iadd", 0x803F | 1 << 27, 0x0E, fixed(8), SAT, IADD),
     /// Integer subtract.
@@ -686,6 +752,9 @@ table! {
     /// Interleave the low 16 bits of two values (Morton order: the first
     /// source in the even bits).
     Intl => form("intl", 0x7F | 1 << 15 | 3 << 26 | 3 << 38, 0x3E, fixed(6), NONE, BITOP_BINARY),
+    /// Any other integer unary operation (the operation bits printed raw).
+    Iunop => form("iunop", 0x7F | 1 << 15 | 0x3FF << 28, 0x3E, fixed(6), NONE,
+        &[dst(44, DstSizes::Sized), src(16, 42, SrcClass::Plain), Kind::Binary(b!(38:2)), Kind::Binary(b!(26:2))]),
     /// Bit-field insert (also the left shift).
     Bfi => form("bfi", SHIFT_MASK, 0x2E, fixed(8), NONE, BITFIELD),
     /// Bit-field extract and insert low (also the logical right shift).
@@ -720,6 +789,58 @@ table! {
         Kind::CmpSel { at: 40, ext: 70 },
         Kind::CmpSel { at: 52, ext: 68 },
     ]),
+    /// Reduce over each quad (2x2 lanes); every lane gets its quad's result.
+    QuadReduce => form("quad_{}", SUBGROUP_MASK, 0x6F | 1 << 15, fixed(6), NONE, SUBGROUP),
+    /// Reduce over the SIMD-group.
+    SimdReduce => form("simd_{}", SUBGROUP_MASK, 0x6F | 1 << 15 | 1 << 29, fixed(6), NONE, SUBGROUP),
+    /// Exclusive prefix over each quad.
+    QuadPrefix => form("quad_prefix_{}", SUBGROUP_MASK, 0x6F | 1 << 15 | 2 << 29, fixed(6), NONE, SUBGROUP),
+    /// Exclusive prefix over the SIMD-group.
+    SimdPrefix => form("simd_prefix_{}", SUBGROUP_MASK, 0x6F | 1 << 15 | 3 << 29, fixed(6), NONE, SUBGROUP),
+    /// Any other subgroup operation (operation bits printed raw).
+    SimdOp => form("simd_op", 0x7F | 1 << 15, 0x6F | 1 << 15, fixed(6), NONE, &[
+        Kind::Binary(b!(47:1)),
+        Kind::Binary(b!(26:16)),
+        dst(44, DstSizes::Sized),
+        src(16, 42, SrcClass::Wide),
+    ]),
+    /// Read a value from the lane of the quad a lane index names.
+    QuadShuffle => shuffle("quad_shuffle", 0, 0, 0),
+    /// Read from the lane whose index is this lane's xor the operand.
+    QuadShuffleXor => shuffle("quad_shuffle_xor", 0, 1, 0),
+    /// Read from the lane that many below (a lane with none keeps its own).
+    QuadShuffleUp => shuffle("quad_shuffle_up", 0, 2, 0),
+    /// Read from the lane that many above.
+    QuadShuffleDown => shuffle("quad_shuffle_down", 0, 3, 0),
+    /// Read from the lane that many below, wrapping around.
+    QuadShuffleRotateUp => shuffle("quad_shuffle_rotate_up", 0, 2, 1),
+    /// Read a value from the lane of the SIMD-group an index names.
+    SimdShuffle => shuffle("simd_shuffle", 1, 0, 0),
+    /// SIMD-group shuffle by xor of the lane index.
+    SimdShuffleXor => shuffle("simd_shuffle_xor", 1, 1, 0),
+    /// SIMD-group shuffle from lanes below.
+    SimdShuffleUp => shuffle("simd_shuffle_up", 1, 2, 0),
+    /// SIMD-group shuffle from lanes above.
+    SimdShuffleDown => shuffle("simd_shuffle_down", 1, 3, 0),
+    /// SIMD-group shuffle from lanes below, wrapping around.
+    SimdShuffleRotateUp => shuffle("simd_shuffle_rotate_up", 1, 2, 1),
+    /// Any other shuffle (operation bits printed raw).
+    SimdShufOp => form("simd_shuf_op", 0x7F | 1 << 15, 0x6F, fixed(6), NONE, &[
+        Kind::Binary(b!(47:1)),
+        Kind::Binary(b!(38:2)),
+        Kind::Binary(b!(26:2)),
+        dst(44, DstSizes::Sized),
+        src(16, 42, SrcClass::Wide),
+        src(28, 40, SrcClass::Wide),
+    ]),
+    /// Bit mask of the active lanes of the SIMD-group whose integer compare holds.
+    IcmpBallot => form("icmp_ballot", 0x7F | 3 << 26 | 3 << 38 | 0x1FFF << 48, 0x32 | 1 << 48, fixed(8), NONE, ICMP_BALLOT),
+    /// The same over each quad.
+    IcmpQuadBallot => form("icmp_quad_ballot", 0x7F | 3 << 26 | 3 << 38 | 0x1FFF << 48, 0x32, fixed(8), NONE, ICMP_BALLOT),
+    /// Bit mask of the active lanes whose float compare holds.
+    FcmpBallot => form("fcmp_ballot", 0x7F | 0x1FFF << 48, 0x22 | 1 << 48, fixed(8), NONE, FCMP_BALLOT),
+    /// The same over each quad.
+    FcmpQuadBallot => form("fcmp_quad_ballot", 0x7F | 0x1FFF << 48, 0x22, fixed(8), NONE, FCMP_BALLOT),
     /// Push an exec-mask level and disable lanes failing an integer compare.
     IfIcmp => form("if_icmp", IEXEC_MASK, 0x52, fixed(6), NONE, ICMP_EXEC),
     /// Flip to the else branch of an integer `if`.
@@ -743,7 +864,7 @@ table! {
     DeviceStore => form("device_store", 0x000C_6000_3400_007F, 0x0000_4000_0400_0045, toggle(6, 8, 47), NONE, DEVICE_STORE),
     /// Read-modify-write a 32-bit word of device memory; the destination
     /// (`0` for none) gets the old value.
-    Atomic => form("atomic", 0x3F | 1 << 26 | 1 << 31 | 1 << 46, 0x15 | 1 << 26 | 1 << 31 | 1 << 46, fixed(8), NONE, ATOMIC),
+    Atomic => form("atomic", 0x3F, 0x15, fixed(8), NONE, ATOMIC),
     /// Copy a texture descriptor from a heap into a texture state
     /// register (preshaders bind textures this way).
     TexStateStore => form("tex_state_store", 0xFF | 1 << 20, 0xED | 1 << 20, fixed(8), NONE, STATE_STORE),
@@ -751,15 +872,15 @@ table! {
     /// register.
     SamplerStateStore => form("sampler_state_store", 0xFF | 1 << 20, 0xAD | 1 << 20, fixed(8), NONE, STATE_STORE),
     /// Load from threadgroup memory.
-    ThreadgroupLoad => form("threadgroup_load", 0x7F, 0x69, toggle(6, 8, 15), NONE, THREADGROUP_MEMORY),
+    ThreadgroupLoad => form("threadgroup_load", 0x6F, 0x69, toggle(6, 8, 15), NONE, THREADGROUP_MEMORY),
     /// Store to threadgroup memory.
-    ThreadgroupStore => form("threadgroup_store", 0x7F, 0x29, toggle(6, 8, 15), NONE, THREADGROUP_MEMORY),
+    ThreadgroupStore => form("threadgroup_store", 0x6F, 0x29, toggle(6, 8, 15), NONE, THREADGROUP_MEMORY),
     /// Sample a texture.
     TextureSample => form("texture_sample", 0xFF, 0x31, toggle(8, 12, 15), NONE, TEXTURE),
     /// Load texels without filtering.
     TextureLoad => form("texture_load", 0xFF, 0x71, toggle(8, 12, 15), NONE, TEXTURE),
     /// Store registers to an image.
-    ImageWrite => form("image_write", 0xFF | 1 << 23, 0xF1 | 1 << 23, toggle(6, 8, 15), NONE, &[
+    ImageWrite => form("image_write", 0xFF, 0xF1, toggle(6, 8, 15), NONE, &[
         Kind::Regs { value: b!(9:6, 56:2), whole: false, wide: Wide::Bit(8), count: Count::Fixed(4), discard: None },
         Kind::Regs {
             value: b!(16:6, 58:2),
@@ -774,6 +895,7 @@ table! {
         Kind::Enum(b!(40:3, 55:1), DIMENSIONS),
         Kind::Enum(b!(53:1), STORE_ROUNDING),
         Kind::Uint(b!(43:4)),
+        Kind::Uint(b!(23:1)),
     ]),
     /// Store a tile of the tilebuffer to an image through a PBE descriptor.
     ImageWriteBlock => form("image_write_block", 0xFF, 0xB1, toggle(6, 10, 15), NONE, &[
@@ -814,14 +936,14 @@ table! {
     /// Store the last vertex output.
     StVarFinal => form("st_var_final", 0x3FF | 1 << 22, 0x091, fixed(4), NONE, ST_VAR),
     /// The vertex shader writes no outputs.
-    NoVar => form("no_var", 0xFFFF_FFFF, 0x8000_0051, fixed(4), NONE, &[]),
+    NoVar => form("no_var", 0x3FF | 1 << 22, 0x051, fixed(4), NONE, ST_VAR),
     /// Update the coverage of some samples (discard is coverage 0).
     SampleMask => form("sample_mask", 0xFF | 1 << 15, 0xC1, fixed(4), NONE, &[
         Kind::ImmOrReg { value: b!(9:6, 24:2), flag: 8, set_means_imm: true, signed: false, reg: Size::S16 },
         Kind::ImmOrReg { value: b!(16:6, 26:2), flag: 23, set_means_imm: true, signed: false, reg: Size::S16 },
     ]),
     /// Output depth and/or stencil.
-    ZsEmit => form("zs_emit", 0xFF | 1 << 15 | 3 << 22, 0x41, fixed(4), NONE, &[
+    ZsEmit => form("zs_emit", 0xFF | 1 << 15, 0x41, fixed(4), NONE, &[
         Kind::ImmOrReg { value: b!(9:6, 24:2), flag: 8, set_means_imm: true, signed: false, reg: Size::S16 },
         Kind::Enum(b!(29:2), DEPTH_STENCIL),
         Kind::Regs {
@@ -831,7 +953,16 @@ table! {
             count: Count::DepthStencil { z: 29, s: 30 },
             discard: None,
         },
+        Kind::Uint(b!(22:2)),
     ]),
+    /// Ring the firmware's doorbell (Mesa's `doorbell` is
+    /// `jmp_if_skipping_doorbell` over this).
+    Doorbell => form("doorbell", 0xFF, 0x28, fixed(2), NONE, &[Kind::Uint(b!(8:8))]),
+    /// Branch over a doorbell when the firmware does not want it rung.
+    JmpIfSkippingDoorbell => form("jmp_if_skipping_doorbell", 0xFF00_FFFF, 0x20, fixed(4), NONE,
+        &[Kind::Target(b!(16:8))]),
+    /// A jump whose condition applegpu calls "incomplete".
+    JmpIncomplete => form("jmp_incomplete", 0xFF00_FFFF, 0x0, fixed(4), NONE, &[Kind::Target(b!(16:8))]),
 }
 
 /// Special-register numbers the simulator provides (see [`SPECIAL_REGISTERS`]).
@@ -916,7 +1047,9 @@ pub const SPECIAL_REGISTERS: &[(u32, &str)] = &[
         "simdgroup_index_in_threadgroup",
     ),
     (56, "active_thread_index_in_quadgroup"),
+    (57, "total_active_threads_in_quadgroup"),
     (58, "active_thread_index_in_simdgroup"),
+    (59, "total_active_threads_in_simdgroup"),
     (60, "internal_coverage_mask"),
     (sr::BACKFACING, "backfacing"),
     (sr::IS_ACTIVE_THREAD, "is_active_thread"),

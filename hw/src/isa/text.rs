@@ -42,7 +42,7 @@ fn operand_text(kind: &Kind, operand: &Operand, pc: u64) -> String {
         (Kind::Enum(_, names), Operand::Int(v)) => {
             name_of(names, *v).map_or_else(|| v.to_string(), str::to_string)
         }
-        (Kind::Binary(bits), Operand::Int(v)) => {
+        (Kind::Binary(bits) | Kind::Trailing(bits), Operand::Int(v)) => {
             format!("0b{:0width$b}", v, width = bits.width() as usize)
         }
         (Kind::TruthTable(_), Operand::Int(v)) => (0..4)
@@ -73,10 +73,28 @@ fn operand_text(kind: &Kind, operand: &Operand, pc: u64) -> String {
     }
 }
 
+/// The mnemonic of a decoded instruction: the form's, with the name of
+/// its [`Kind::OpName`] operand in place of `{}`.
+pub fn mnemonic(instr: &Instr) -> String {
+    let form = instr.op.form();
+    let op_name = form
+        .operands
+        .iter()
+        .zip(&instr.operands)
+        .find_map(|(kind, operand)| match (kind, operand) {
+            (Kind::OpName(_, names), Operand::Int(v)) => Some(name_of(names, *v).unwrap_or("?")),
+            _ => None,
+        });
+    match op_name {
+        Some(name) => form.mnemonic.replace("{}", name),
+        None => form.mnemonic.to_string(),
+    }
+}
+
 /// Prints an instruction at address `pc` in assembly notation.
 pub fn print(instr: &Instr, pc: u64) -> String {
     let form = instr.op.form();
-    let mut text = String::from(form.mnemonic);
+    let mut text = mnemonic(instr);
     for (i, (_, name)) in form.modifiers.iter().enumerate() {
         if instr.modifiers & (1 << i) != 0 {
             let _ = write!(text, ".{name}");
@@ -89,7 +107,9 @@ pub fn print(instr: &Instr, pc: u64) -> String {
         .operands
         .iter()
         .zip(&instr.operands)
-        .filter(|(kind, operand)| !(kind.optional() && operand.int() == Some(0)))
+        .filter(|(kind, operand)| {
+            !(kind.optional() && operand.int() == Some(0) || matches!(kind, Kind::OpName(..)))
+        })
         .map(|(kind, operand)| operand_text(kind, operand, pc))
         .collect();
     if !operands.is_empty() {
@@ -198,7 +218,24 @@ fn split_flags(text: &str) -> (&str, Vec<&str>) {
     (&text[..base_len], flags)
 }
 
+/// Parses `undef_TYPE_INDEX` (a source type with no known meaning; the
+/// type in binary, its digit count giving the type field's width).
+fn parse_undefined(text: &str) -> Option<Value> {
+    let (ty, index) = text.strip_prefix("undef_")?.split_once('_')?;
+    if !(2..=4).contains(&ty.len()) {
+        return None;
+    }
+    Some(Value::Undefined {
+        ty: u8::from_str_radix(ty, 2).ok()?,
+        ty_bits: ty.len() as u8,
+        index: index.parse().ok()?,
+    })
+}
+
 fn parse_value(base: &str, float: bool) -> Result<Value, String> {
+    if let Some(value) = parse_undefined(base) {
+        return Ok(value);
+    }
     if let Some(reg) = parse_reg(base) {
         return Ok(Value::Reg(reg, Hint::None));
     }
@@ -288,9 +325,13 @@ fn parse_operand(kind: &Kind, text: &str, targets: &Targets<'_>) -> Result<Opera
             matches!(class, SrcClass::Float | SrcClass::Half),
         )?),
         Kind::CmpSel { .. } => Operand::Src(parse_src(text, false)?),
-        Kind::Uint(_) => Operand::Int(parse_int(text).ok_or_else(|| bad("a number"))?),
+        Kind::Uint(_) | Kind::OpName(..) => {
+            Operand::Int(parse_int(text).ok_or_else(|| bad("a number"))?)
+        }
         Kind::Enum(_, names) => Operand::Int(parse_named(names, text)?),
-        Kind::Binary(_) => Operand::Int(parse_int(text).ok_or_else(|| bad("a binary number"))?),
+        Kind::Binary(_) | Kind::Trailing(_) => {
+            Operand::Int(parse_int(text).ok_or_else(|| bad("a binary number"))?)
+        }
         Kind::TruthTable(_) => {
             if text.len() != 4 || !text.bytes().all(|b| b == b'0' || b == b'1') {
                 return Err(bad("a 4-digit truth table"));
@@ -409,8 +450,23 @@ fn parse_instr(
     };
     let targets = Targets { pc, labels };
     let mut first_error = None;
-    for &op in Op::ALL.iter().filter(|op| op.mnemonic() == mnemonic) {
-        match parse_with_form(op, &suffixes, &texts, &targets) {
+    // Forms with the operation in the mnemonic (`simd_{}`) match the whole
+    // head, whose operation name may itself hold a dot (`simd_min.u`).
+    let candidates = Op::ALL.iter().filter_map(|&op| {
+        let template = op.mnemonic();
+        if template == mnemonic {
+            return Some((op, None));
+        }
+        let (before, after) = template.split_once("{}")?;
+        let name = head.strip_prefix(before)?.strip_suffix(after)?;
+        Some((op, Some(name)))
+    });
+    for (op, op_name) in candidates {
+        let parsed = match op_name {
+            None => parse_with_form(op, &suffixes, &texts, &targets),
+            Some(name) => parse_with_op_name(op, name, &texts, &targets),
+        };
+        match parsed {
             Ok(instr) => match encode(&instr) {
                 Ok((bytes, len)) => return Ok((instr, bytes, len)),
                 Err(e) => {
@@ -453,6 +509,15 @@ fn parse_with_form(
     let mut next = 0;
     for kind in form.operands {
         let text = texts.get(next).copied();
+        if matches!(kind, Kind::Trailing(_)) && text.is_none() {
+            instr.operands.push(Operand::Int(0));
+            continue;
+        }
+        if matches!(kind, Kind::OpName(..)) {
+            // Named in the mnemonic: `parse_with_op_name` fills it in.
+            instr.operands.push(Operand::Int(0));
+            continue;
+        }
         if let Some(keyword) = keyword_of(kind) {
             match text {
                 Some(t) if t.starts_with(keyword) => {}
@@ -469,6 +534,34 @@ fn parse_with_form(
     }
     if next != texts.len() {
         return Err(format!("`{}`: too many operands", form.mnemonic));
+    }
+    Ok(instr)
+}
+
+/// Parses an instruction whose operation is named in its mnemonic.
+fn parse_with_op_name(
+    op: Op,
+    name: &str,
+    texts: &[&str],
+    targets: &Targets<'_>,
+) -> Result<Instr, String> {
+    let form = op.form();
+    let value = form
+        .operands
+        .iter()
+        .find_map(|kind| match kind {
+            Kind::OpName(_, names) => names.iter().find(|(_, n)| *n == name),
+            _ => None,
+        })
+        .map(|(v, _)| i64::from(*v))
+        .ok_or_else(|| format!("`{name}` is not an operation of `{}`", form.mnemonic))?;
+    let mut instr = parse_with_form(op, &[], texts, targets)?;
+    if let Some(slot) = form
+        .operands
+        .iter()
+        .position(|kind| matches!(kind, Kind::OpName(..)))
+    {
+        instr.operands[slot] = Operand::Int(value);
     }
     Ok(instr)
 }

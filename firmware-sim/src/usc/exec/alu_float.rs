@@ -6,7 +6,7 @@
 use agx_hw::isa::Op;
 
 use super::{lanes, unreachable_flow, unsupported, Env, ExecError, Flow, Operands, SimdGroup};
-use crate::usc::float::{f64_to_half, ftz, saturate};
+use crate::usc::float::{f64_to_half, flush_result_f32, quiet_f16, saturate, saturate_f64};
 
 impl SimdGroup {
     /// Executes a floating-point ALU instruction.
@@ -40,13 +40,21 @@ impl SimdGroup {
                 let zs = c.map(|c| self.gather_f32(&c, env.uniforms));
                 for lane in lanes(exec) {
                     let (x, y) = (xs[lane], ys[lane]);
-                    let r = match (op, &zs) {
-                        (Op::Fadd32, _) => x + y,
-                        (Op::Fmul32, _) => x * y,
-                        (_, Some(z)) => x.mul_add(y, z[lane]),
+                    let (wx, wy) = (f64::from(x), f64::from(y));
+                    // The rounded result, and the exact one (products and
+                    // sums of normal fp32 values are exact in f64; a fused
+                    // multiply-add is rounded once to f64 for the flush
+                    // test only).
+                    let (r, exact) = match (op, &zs) {
+                        (Op::Fadd32, _) => (x + y, wx + wy),
+                        // applegpu: fmul is fma(a, b, +0), so a zero
+                        // product is +0 whatever the signs.
+                        (Op::Fmul32, _) if wx * wy == 0.0 => (0.0, 0.0),
+                        (Op::Fmul32, _) => (x * y, wx * wy),
+                        (_, Some(z)) => (x.mul_add(y, z[lane]), wx.mul_add(wy, f64::from(z[lane]))),
                         _ => unreachable_flow(),
                     };
-                    let r = ftz(r);
+                    let r = flush_result_f32(r, exact);
                     self.write_float(d, lane, if sat { saturate(r) } else { r });
                 }
             }
@@ -63,18 +71,14 @@ impl SimdGroup {
                     let y = self.half_src(&b, lane, env.uniforms);
                     let r = match (op, &c) {
                         (Op::Fadd16, _) => x + y,
+                        // fma(a, b, +0), as fmul32.
+                        (Op::Fmul16, _) if x * y == 0.0 => 0.0,
                         (Op::Fmul16, _) => x * y,
                         (_, Some(c)) => x.mul_add(y, self.half_src(c, lane, env.uniforms)),
                         _ => unreachable_flow(),
                     };
-                    let r = if !sat {
-                        r
-                    } else if r.is_nan() {
-                        0.0
-                    } else {
-                        r.clamp(0.0, 1.0)
-                    };
-                    self.write(d, lane, u64::from(f64_to_half(r)));
+                    let r = if sat { saturate_f64(r) } else { r };
+                    self.write(d, lane, u64::from(quiet_f16(f64_to_half(r))));
                 }
             }
             Op::Floor
@@ -105,7 +109,7 @@ impl SimdGroup {
                         Op::RsqrtSpecial => 1.0 / x.sqrt(),
                         _ => x.exp2(),
                     };
-                    let r = ftz(r);
+                    let r = flush_result_f32(r, f64::from(r));
                     self.write_float(d, lane, if sat { saturate(r) } else { r });
                 }
             }
@@ -115,7 +119,8 @@ impl SimdGroup {
                 let values = self.gather_f32(&a, env.uniforms);
                 let neighbour = if op == Op::Dfdx { 1 } else { 2 };
                 for lane in lanes(exec) {
-                    let r = ftz(values[lane | neighbour] - values[lane & !neighbour]);
+                    let (x, y) = (values[lane | neighbour], values[lane & !neighbour]);
+                    let r = flush_result_f32(x - y, f64::from(x) - f64::from(y));
                     self.write_float(d, lane, if sat { saturate(r) } else { r });
                 }
             }

@@ -2,11 +2,11 @@
 //! saturation, the bitwise operations (one truth table covers them all),
 //! bitfield insert/extract and the funnel shifts, and immediate moves.
 
-use agx_hw::isa::{Op, Size, Src, Value};
+use agx_hw::isa::{Op, Reg, Size, Src, Value};
 
 use super::{
-    bits_of, lanes, sign_extend, truncate, unreachable_flow, Env, ExecError, Flow, Operands,
-    SimdGroup, LANES,
+    bits_of, lanes, sign_extend, truncate, unreachable_flow, unsupported, Env, ExecError, Flow,
+    Operands, SimdGroup, LANES,
 };
 
 impl SimdGroup {
@@ -21,6 +21,12 @@ impl SimdGroup {
         let exec = o.exec;
         let sat = o.sat();
         match op {
+            Op::MovImm32 if o.int(2)? != 0 => {
+                return Err(unsupported(
+                    o.pc,
+                    "mov_imm that kills helper lanes (helper lanes are not modelled)",
+                ))
+            }
             Op::MovImm16 | Op::MovImm32 => {
                 let d = o.dst(0)?.reg;
                 let imm = o.int(1)? as u64;
@@ -31,7 +37,7 @@ impl SimdGroup {
             Op::Iadd | Op::Isub | Op::Imadd | Op::Imsub => {
                 let d = o.dst(0)?;
                 let width = bits_of(d.reg.size);
-                let (a, b) = (o.src(1)?, o.src(2)?);
+                let (mut a, mut b) = (o.src(1)?, o.src(2)?);
                 let c = if matches!(op, Op::Imadd | Op::Imsub) {
                     Some(o.src(3)?)
                 } else {
@@ -39,8 +45,26 @@ impl SimdGroup {
                 };
                 let shift = o.int(if c.is_some() { 4 } else { 3 })? as u32;
                 let signed = a.sx || b.sx || c.is_some_and(|c| c.sx);
-                // Saturation needs every operand at most 32 bits wide.
                 let wide = |s: &Src| matches!(s.value, Value::Reg(r, _) if r.size == Size::S64);
+                if c.is_some() {
+                    // The multiplicands are 32-bit sources: a 64-bit type
+                    // reads the pair's low register (applegpu's hardware
+                    // test of imadd).
+                    for s in [&mut a, &mut b] {
+                        if let Value::Reg(r, hint) = s.value {
+                            if r.size == Size::S64 {
+                                s.value = Value::Reg(
+                                    Reg {
+                                        size: Size::S32,
+                                        ..r
+                                    },
+                                    hint,
+                                );
+                            }
+                        }
+                    }
+                }
+                // Saturation needs every operand at most 32 bits wide.
                 let narrow = !wide(&a) && !wide(&b) && !c.as_ref().is_some_and(wide);
                 let xs = self.gather_int(&a, env.uniforms);
                 let ys = self.gather_int(&b, env.uniforms);
@@ -91,6 +115,12 @@ impl SimdGroup {
                 let ys = b.map_or([0; LANES], |b| self.gather_raw(&b.value, env.uniforms).0);
                 for lane in lanes(exec) {
                     let (x, y) = (xs[lane], ys[lane]);
+                    // The two tables of B alone (0011 and 1100) give A on
+                    // the hardware (applegpu's hardware-tested model).
+                    if table == 0b1100 || table == 0b0011 {
+                        self.write(d, lane, x);
+                        continue;
+                    }
                     let mut r = 0u64;
                     if table & 1 != 0 {
                         r |= !x & !y;

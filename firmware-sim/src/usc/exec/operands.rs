@@ -5,7 +5,7 @@
 use agx_hw::isa::{Reg, RegRun, Size, Src, Value};
 
 use super::{bits_of, sign_extend, truncate, SimdGroup, LANES, UNIFORMS};
-use crate::usc::float::{f32_to_half, ftz, half_to_f32};
+use crate::usc::float::{default_nan_f32, f32_to_half, ftz, half_to_f32, quiet_f16};
 
 impl SimdGroup {
     pub(super) fn value_bits(
@@ -29,6 +29,9 @@ impl SimdGroup {
             }
             Value::Imm(imm) => (*imm as u64, 64),
             Value::Float(f) => (u64::from(f.to_f32().to_bits()), 32),
+            // Never executed: `run` refuses instructions with undefined
+            // operands before they get here.
+            Value::Undefined { .. } => (0, 32),
         }
     }
 
@@ -108,7 +111,9 @@ impl SimdGroup {
         }
     }
 
-    /// A float source of a 16-bit operation (no flushing).
+    /// A float source of a 16-bit operation: fp16 keeps its denormals, an
+    /// fp32 source (a 32-bit register or uniform) flushes them, as every
+    /// fp32 read does.
     pub(super) fn half_src(&self, src: &Src, lane: usize, uniforms: &[u32; UNIFORMS]) -> f64 {
         let value = match &src.value {
             Value::Float(f) => f64::from(f.to_f32()),
@@ -117,7 +122,7 @@ impl SimdGroup {
                 if width == 16 {
                     f64::from(half_to_f32(bits))
                 } else {
-                    f64::from(f32::from_bits(bits as u32))
+                    f64::from(ftz(f32::from_bits(bits as u32)))
                 }
             }
         };
@@ -136,8 +141,8 @@ impl SimdGroup {
 
     pub(super) fn write_float(&mut self, dst: Reg, lane: usize, value: f32) {
         match dst.size {
-            Size::S16 => self.write(dst, lane, u64::from(f32_to_half(value))),
-            _ => self.write(dst, lane, u64::from(ftz(value).to_bits())),
+            Size::S16 => self.write(dst, lane, u64::from(quiet_f16(f32_to_half(value)))),
+            _ => self.write(dst, lane, u64::from(default_nan_f32(ftz(value)).to_bits())),
         }
     }
 

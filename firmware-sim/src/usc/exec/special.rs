@@ -40,7 +40,9 @@ impl SimdGroup {
         Ok(match sr {
             52 => lane as u32,
             56 => (exec & below & !((1 << (lane & !3)) - 1)).count_ones(),
+            57 => (exec >> (lane & !3) & 0xF).count_ones(),
             58 => (exec & below).count_ones(),
+            59 => exec.count_ones(),
             63 => 1,
             _ => match self.special.get(sr) {
                 Some(values) => values[lane],
