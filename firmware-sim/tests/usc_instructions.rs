@@ -854,4 +854,56 @@ fn operands_past_the_register_file_are_refused() {
         machine.run(&mut group),
         Err(ExecError::Unsupported { .. })
     ));
+    // Bit patterns Mesa never emits, which the table prints as numbers,
+    // are refused rather than run as if they were Mesa's.
+    for source in [
+        "atomic add, 0, r2, u0_u1, r3, signed, r5, 1, 0, 1, 1",
+        "zs_emit 255, z, r2l_r2h, 1",
+        "image_write r0_r1_r2_r3, r4_r5, 0, None, ts1, tex_2d, rte, 9, 0",
+        "mov_imm r3, 7, 0b1",
+        "simd_op 0b0, 0b0000000000000011, r20, r1",
+    ] {
+        let mut machine = Machine::new(&format!("{source}\nstop"));
+        let mut group = machine.group();
+        assert!(
+            matches!(machine.run(&mut group), Err(ExecError::Unsupported { .. })),
+            "{source}"
+        );
+    }
+}
+
+#[test_log::test]
+fn float_reductions_convert_their_source_and_follow_the_alu_rules() {
+    let g = run_lanes(
+        "simd_fadd r10, r1l\nquad_fmul r11, r2\nquad_fadd r12l, r3\nsimd_max.f r13, r4",
+        |g, lane| {
+            g.write(Reg::l(1), lane, h(1.5));
+            g.write(Reg::r(2), lane, f(if lane % 4 == 0 { -2.0 } else { 0.0 }));
+            g.write(Reg::r(3), lane, f(0.25));
+            // One NaN with a payload, and the lane index elsewhere.
+            g.write(
+                Reg::r(4),
+                lane,
+                if lane == 0 {
+                    0xFFC1_2345
+                } else {
+                    f(lane as f32)
+                },
+            );
+        },
+    );
+    let active = active_mask();
+    let is_active = |l: usize| active & (1 << l) != 0;
+    // An fp16 source widens exactly into the fp32 sum.
+    check(&g, Reg::r(10), |_| f(1.5 * active.count_ones() as f32));
+    // fmul's rule: a zero product is +0, even -2 * 0.
+    check(&g, Reg::r(11), |_| 0);
+    // An fp32 source narrows to fp16 for a 16-bit destination.
+    check(&g, Reg::l(12), |l| {
+        h(0.25 * (0..4).filter(|k| is_active((l & !3) + k)).count() as f32)
+    });
+    // max returns the non-NaN operand.
+    check(&g, Reg::r(13), |_| {
+        f((0..32).filter(|&l| is_active(l) && l > 0).max().unwrap() as f32)
+    });
 }

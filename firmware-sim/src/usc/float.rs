@@ -60,6 +60,41 @@ pub(crate) fn flush_result_f32(rounded: f32, exact: f64) -> f32 {
     }
 }
 
+/// `x + y` as the fp32 ALU computes it: rounded once, flushed before
+/// rounding, a NaN the default NaN.
+pub(crate) fn add_f32(x: f32, y: f32) -> f32 {
+    default_nan_f32(flush_result_f32(x + y, f64::from(x) + f64::from(y)))
+}
+
+/// `x * y` as the fp32 ALU computes it: `fma(x, y, +0)`, so a zero
+/// product is +0 whatever the signs (applegpu).
+pub(crate) fn mul_f32(x: f32, y: f32) -> f32 {
+    let exact = f64::from(x) * f64::from(y);
+    if exact == 0.0 {
+        0.0
+    } else {
+        default_nan_f32(flush_result_f32(x * y, exact))
+    }
+}
+
+/// `x * y + z` rounded once (the flush test uses the f64 rounding of the
+/// exact value).
+pub(crate) fn fma_f32(x: f32, y: f32, z: f32) -> f32 {
+    let exact = f64::from(x).mul_add(f64::from(y), f64::from(z));
+    default_nan_f32(flush_result_f32(x.mul_add(y, z), exact))
+}
+
+/// The exact product of two fp16 values (in f64) as the fp16 ALU forms
+/// it: `fma(x, y, +0)`, a zero product +0.
+pub(crate) fn mul_f16_exact(x: f64, y: f64) -> f64 {
+    let product = x * y;
+    if product == 0.0 {
+        0.0
+    } else {
+        product
+    }
+}
+
 /// The fp16 value in the low 16 bits, widened.
 pub(crate) fn half_to_f32(bits: u64) -> f32 {
     f16::from_bits(bits as u16).to_f32()
@@ -78,11 +113,7 @@ pub(crate) fn f64_to_half(value: f64) -> u16 {
 /// Clamps to [0, 1]; NaN and every negative value, -0 included, become
 /// +0 (applegpu's `saturate64` tests the sign bit).
 pub(crate) fn saturate(value: f32) -> f32 {
-    if value.is_nan() || value.is_sign_negative() {
-        0.0
-    } else {
-        value.min(1.0)
-    }
+    saturate_f64(f64::from(value)) as f32
 }
 
 /// [`saturate`] of an exact (f64) result.

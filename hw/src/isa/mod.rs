@@ -95,9 +95,7 @@ impl Instr {
         fn value_problem(value: &Value) -> Option<&'static str> {
             match value {
                 Value::Reg(reg, _) if !reg.is_valid() => Some("register past r127"),
-                Value::Uniform(u) if u.half + u.size.halves() > operand::UNIFORM_COUNT * 2 => {
-                    Some("uniform past u255")
-                }
+                Value::Uniform(u) if !u.is_valid() => Some("uniform past u255"),
                 Value::Undefined { .. } => Some("source type with no known meaning"),
                 _ => None,
             }
@@ -107,12 +105,7 @@ impl Instr {
                 Operand::Dst(dst) if !dst.reg.is_valid() => Some("register past r127"),
                 Operand::Src(src) => value_problem(&src.value),
                 Operand::Value(value) => value_problem(value),
-                Operand::Regs(run)
-                    if run.first.half + u16::from(run.count.max(1)) * run.first.size.halves()
-                        > operand::GPR_COUNT * 2 =>
-                {
-                    Some("registers past r127")
-                }
+                Operand::Regs(run) if !run.is_valid() => Some("registers past r127"),
                 _ => None,
             };
             problem.map(|p| (i, p))

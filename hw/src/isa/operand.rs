@@ -117,6 +117,14 @@ impl Uniform {
     }
 }
 
+impl Uniform {
+    /// Whether the uniform lies inside the file (a pair at u255 does
+    /// not).
+    pub fn is_valid(&self) -> bool {
+        self.half + self.size.halves() <= UNIFORM_COUNT * 2
+    }
+}
+
 impl fmt::Display for Uniform {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write_register(f, 'u', self.half, self.size)
@@ -155,6 +163,12 @@ impl RegRun {
             count,
             discard: false,
         }
+    }
+
+    /// Whether every register of the run lies inside the file.
+    pub fn is_valid(&self) -> bool {
+        let halves = u16::from(self.count.max(1)) * self.first.size.halves();
+        self.first.is_valid() && self.first.half + halves <= GPR_COUNT * 2
     }
 
     /// The `i`th register of the run.

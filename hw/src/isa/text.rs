@@ -450,17 +450,23 @@ fn parse_instr(
     };
     let targets = Targets { pc, labels };
     let mut first_error = None;
-    // Forms with the operation in the mnemonic (`simd_{}`) match the whole
-    // head, whose operation name may itself hold a dot (`simd_min.u`).
-    let candidates = Op::ALL.iter().filter_map(|&op| {
-        let template = op.mnemonic();
-        if template == mnemonic {
-            return Some((op, None));
-        }
-        let (before, after) = template.split_once("{}")?;
+    // Forms whose mnemonic is the text's come first; then the forms with
+    // the operation in the mnemonic (`simd_{}`), which match the whole
+    // head (an operation name may hold a dot: `simd_min.u`) when it names
+    // one of their operations.
+    let exact = Op::ALL
+        .iter()
+        .filter(|op| op.mnemonic() == mnemonic)
+        .map(|&op| (op, None));
+    let templated = Op::ALL.iter().filter_map(|&op| {
+        let (before, after) = op.mnemonic().split_once("{}")?;
         let name = head.strip_prefix(before)?.strip_suffix(after)?;
-        Some((op, Some(name)))
+        let named = op.form().operands.iter().any(
+            |kind| matches!(kind, Kind::OpName(_, names) if names.iter().any(|(_, n)| *n == name)),
+        );
+        named.then_some((op, Some(name)))
     });
+    let candidates = exact.chain(templated);
     for (op, op_name) in candidates {
         let parsed = match op_name {
             None => parse_with_form(op, &suffixes, &texts, &targets),

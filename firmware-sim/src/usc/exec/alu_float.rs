@@ -6,7 +6,9 @@
 use agx_hw::isa::Op;
 
 use super::{lanes, unreachable_flow, unsupported, Env, ExecError, Flow, Operands, SimdGroup};
-use crate::usc::float::{f64_to_half, flush_result_f32, quiet_f16, saturate, saturate_f64};
+use crate::usc::float::{
+    add_f32, f64_to_half, fma_f32, ftz, mul_f16_exact, mul_f32, quiet_f16, saturate, saturate_f64,
+};
 
 impl SimdGroup {
     /// Executes a floating-point ALU instruction.
@@ -40,21 +42,12 @@ impl SimdGroup {
                 let zs = c.map(|c| self.gather_f32(&c, env.uniforms));
                 for lane in lanes(exec) {
                     let (x, y) = (xs[lane], ys[lane]);
-                    let (wx, wy) = (f64::from(x), f64::from(y));
-                    // The rounded result, and the exact one (products and
-                    // sums of normal fp32 values are exact in f64; a fused
-                    // multiply-add is rounded once to f64 for the flush
-                    // test only).
-                    let (r, exact) = match (op, &zs) {
-                        (Op::Fadd32, _) => (x + y, wx + wy),
-                        // applegpu: fmul is fma(a, b, +0), so a zero
-                        // product is +0 whatever the signs.
-                        (Op::Fmul32, _) if wx * wy == 0.0 => (0.0, 0.0),
-                        (Op::Fmul32, _) => (x * y, wx * wy),
-                        (_, Some(z)) => (x.mul_add(y, z[lane]), wx.mul_add(wy, f64::from(z[lane]))),
+                    let r = match (op, &zs) {
+                        (Op::Fadd32, _) => add_f32(x, y),
+                        (Op::Fmul32, _) => mul_f32(x, y),
+                        (_, Some(z)) => fma_f32(x, y, z[lane]),
                         _ => unreachable_flow(),
                     };
-                    let r = flush_result_f32(r, exact);
                     self.write_float(d, lane, if sat { saturate(r) } else { r });
                 }
             }
@@ -71,9 +64,7 @@ impl SimdGroup {
                     let y = self.half_src(&b, lane, env.uniforms);
                     let r = match (op, &c) {
                         (Op::Fadd16, _) => x + y,
-                        // fma(a, b, +0), as fmul32.
-                        (Op::Fmul16, _) if x * y == 0.0 => 0.0,
-                        (Op::Fmul16, _) => x * y,
+                        (Op::Fmul16, _) => mul_f16_exact(x, y),
                         (_, Some(c)) => x.mul_add(y, self.half_src(c, lane, env.uniforms)),
                         _ => unreachable_flow(),
                     };
@@ -109,7 +100,7 @@ impl SimdGroup {
                         Op::RsqrtSpecial => 1.0 / x.sqrt(),
                         _ => x.exp2(),
                     };
-                    let r = flush_result_f32(r, f64::from(r));
+                    let r = ftz(r);
                     self.write_float(d, lane, if sat { saturate(r) } else { r });
                 }
             }
@@ -119,8 +110,7 @@ impl SimdGroup {
                 let values = self.gather_f32(&a, env.uniforms);
                 let neighbour = if op == Op::Dfdx { 1 } else { 2 };
                 for lane in lanes(exec) {
-                    let (x, y) = (values[lane | neighbour], values[lane & !neighbour]);
-                    let r = flush_result_f32(x - y, f64::from(x) - f64::from(y));
+                    let r = add_f32(values[lane | neighbour], -values[lane & !neighbour]);
                     self.write_float(d, lane, if sat { saturate(r) } else { r });
                 }
             }

@@ -41,6 +41,28 @@ impl SimdGroup {
         Ok(Flow::Next)
     }
 
+    /// The lanes of `lanes` where an exec-mask or ballot condition holds:
+    /// `code` is the condition in bits 0-2 and, in bit 3, its inversion
+    /// (which still covers only `lanes`).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn exec_condition_mask(
+        &self,
+        float: bool,
+        code: u32,
+        a: &Src,
+        b: &Src,
+        lanes_mask: u32,
+        uniforms: &[u32; UNIFORMS],
+        pc: u64,
+    ) -> Result<u32, ExecError> {
+        let holds = self.condition_mask(float, code & 7, a, b, lanes_mask, uniforms, pc)?;
+        Ok(if code & 8 != 0 {
+            !holds & lanes_mask
+        } else {
+            holds
+        })
+    }
+
     /// The lanes of `lanes` where `a cc b` holds (integer or float
     /// compare-select conditions: 0 eq, 1 lt, 2 gt, ...).
     #[allow(clippy::too_many_arguments)]

@@ -64,13 +64,8 @@ impl SimdGroup {
                 let (a, b) = (o.src(2)?, o.src(3)?);
                 let n = o.int(4)? as u64;
                 let float = matches!(op, Op::IfFcmp | Op::ElseFcmp | Op::WhileFcmp);
-                let holds =
-                    self.condition_mask(float, code & 7, &a, &b, self.present, env.uniforms, pc)?;
-                let conditions = if code & 8 != 0 {
-                    !holds & self.present
-                } else {
-                    holds
-                };
+                let conditions =
+                    self.exec_condition_mask(float, code, &a, &b, self.present, env.uniforms, pc)?;
                 for lane in lanes(self.present) {
                     let v = self.read(Reg::l(0), lane);
                     let cond = conditions & (1 << lane) != 0;

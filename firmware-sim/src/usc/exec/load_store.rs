@@ -154,6 +154,16 @@ impl SimdGroup {
         };
         let op = AtomicOp::from_code(op)
             .ok_or_else(|| unsupported(pc, format!("atomic operation {op}")))?;
+        // Bits 26, 31, 44 and 46 are set in every atomic Mesa emits (bit 45
+        // follows the GPU); applegpu reads bits 45-46 of a compare-exchange
+        // as 64-bit min/max. Anything else is not modelled.
+        let mesa_bits = (ins.int(7), ins.int(8), ins.int(9), ins.int(10));
+        if !matches!(mesa_bits, (Some(1 | 3), Some(1), Some(1), Some(1))) {
+            return Err(unsupported(
+                pc,
+                "an atomic whose bits 26, 31, 44 and 46 are not all set (not modelled)",
+            ));
+        }
         for lane in lanes(exec) {
             let base_address = self.lane_value(base, lane, env.uniforms);
             let index = self.memory_index(offset, signedness, lane, env);

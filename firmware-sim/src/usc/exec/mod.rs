@@ -280,7 +280,7 @@ impl Operands<'_> {
             self.pc,
             format!(
                 "{} reached the wrong instruction class",
-                self.ins.op.mnemonic()
+                agx_hw::isa::text::mnemonic(self.ins)
             ),
         )
     }
@@ -423,7 +423,10 @@ impl SimdGroup {
                 if let Some((position, why)) = cached.instr.undefined_operand() {
                     return Err(unsupported(
                         pc,
-                        format!("{}: operand {position}: {why}", cached.instr.op.mnemonic()),
+                        format!(
+                            "{}: operand {position}: {why}",
+                            agx_hw::isa::text::mnemonic(&cached.instr)
+                        ),
                     ));
                 }
             }
@@ -432,7 +435,7 @@ impl SimdGroup {
                     pc,
                     format!(
                         "{} with bits {:#x} the simulator does not model",
-                        cached.instr.op.mnemonic(),
+                        agx_hw::isa::text::mnemonic(&cached.instr),
                         cached.unknown_bits
                     ),
                 ));

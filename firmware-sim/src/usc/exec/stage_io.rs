@@ -4,7 +4,7 @@
 
 use agx_hw::isa::{Op, Reg, Size};
 
-use super::{lanes, Env, ExecError, Flow, Operands, SimdGroup};
+use super::{lanes, unsupported, Env, ExecError, Flow, Operands, SimdGroup};
 use crate::usc::io::{Interpolation, TileAccess};
 
 impl SimdGroup {
@@ -125,6 +125,12 @@ impl SimdGroup {
                         .sample_mask(lane, w, c)
                         .map_err(|error| ExecError::Io { pc, error })?;
                 }
+            }
+            Op::ZsEmit if o.int(3)? != 0 => {
+                return Err(unsupported(
+                    pc,
+                    "zs_emit with bits 22-23 set (not modelled)",
+                ))
             }
             Op::ZsEmit => {
                 let which = o.value(0)?;

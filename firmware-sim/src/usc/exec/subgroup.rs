@@ -21,7 +21,10 @@ use agx_hw::isa::{Op, Size};
 use super::{
     lanes, sign_extend, truncate, unsupported, Env, ExecError, Flow, Operands, SimdGroup, LANES,
 };
-use crate::usc::float::{default_nan_f32, f64_to_half, ftz, half_to_f32, quiet_f16};
+use crate::usc::float::{
+    add_f32, default_nan_f32, f32_to_half, f64_to_half, ftz, half_to_f32, mul_f16_exact, mul_f32,
+    quiet_f16,
+};
 
 /// How a shuffle finds the lane it reads.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -112,7 +115,9 @@ impl SimdGroup {
         for lane in lanes(o.exec) {
             let start = lane & !(window - 1);
             let relative = (lane - start) as u64;
-            let index = truncate(indices[lane], index_bits);
+            // The index is a 16-bit source (applegpu): a 32-bit register
+            // gives its low half.
+            let index = truncate(indices[lane], index_bits.min(16));
             let w = window as u64;
             let target = match kind {
                 ShuffleKind::Index => (index < w).then_some(index),
@@ -144,7 +149,20 @@ impl SimdGroup {
         let op = SubgroupOp::from_code(code)
             .ok_or_else(|| unsupported(o.pc, format!("subgroup operation {code:#b}")))?;
         let width = if d.size == Size::S16 { 16 } else { 32 };
-        let (values, _) = self.gather_raw(&a.value, env.uniforms);
+        let (mut values, source_bits) = self.gather_raw(&a.value, env.uniforms);
+        if op.is_float() {
+            // Float values convert to the destination's format first: fp16
+            // widens exactly, fp32 narrows to the nearest fp16; each is
+            // then a value as the ALU reads it (flushed, default NaN).
+            for v in values.iter_mut() {
+                *v = match (source_bits, width) {
+                    (16, 32) => u64::from(half_to_f32(*v).to_bits()),
+                    (32, 16) => u64::from(f32_to_half(ftz(f32::from_bits(*v as u32)))),
+                    _ => *v,
+                };
+                *v = op.canonical(truncate(*v, width), width);
+            }
+        }
         let exec = o.exec;
         let mut out = [0u64; LANES];
         for start in (0..LANES).step_by(window) {
@@ -182,10 +200,7 @@ impl SimdGroup {
         let float = matches!(o.ins.op, Op::FcmpBallot | Op::FcmpQuadBallot);
         let (d, code, a, b) = (o.dst(0)?.reg, o.int(1)? as u32, o.src(2)?, o.src(3)?);
         let exec = o.exec;
-        let mut holds = self.condition_mask(float, code & 7, &a, &b, exec, env.uniforms, o.pc)?;
-        if code & 8 != 0 {
-            holds = !holds & exec;
-        }
+        let holds = self.exec_condition_mask(float, code, &a, &b, exec, env.uniforms, o.pc)?;
         for lane in lanes(exec) {
             let mask = if window == LANES {
                 holds
@@ -219,6 +234,23 @@ enum SubgroupOp {
 }
 
 impl SubgroupOp {
+    fn is_float(self) -> bool {
+        matches!(
+            self,
+            SubgroupOp::Fadd | SubgroupOp::Fmul | SubgroupOp::Fmin | SubgroupOp::Fmax
+        )
+    }
+
+    /// A float value as the ALU reads and writes it: an fp32 denormal
+    /// flushed, a NaN the default NaN. Integers are unchanged.
+    fn canonical(self, value: u64, width: u32) -> u64 {
+        match (self.is_float(), width) {
+            (false, _) => value,
+            (true, 16) => u64::from(quiet_f16(value as u16)),
+            (true, _) => u64::from(default_nan_f32(ftz(f32::from_bits(value as u32))).to_bits()),
+        }
+    }
+
     fn from_code(code: u32) -> Option<SubgroupOp> {
         Some(match code {
             0b00000 => SubgroupOp::And,
@@ -280,20 +312,20 @@ impl SubgroupOp {
                     let (a, b) = (f64::from(half_to_f32(x)), f64::from(half_to_f32(y)));
                     let r = match self {
                         SubgroupOp::Fadd => a + b,
-                        SubgroupOp::Fmul => a * b,
+                        SubgroupOp::Fmul => mul_f16_exact(a, b),
                         SubgroupOp::Fmin => a.min(b),
                         _ => a.max(b),
                     };
                     u64::from(quiet_f16(f64_to_half(r)))
                 } else {
-                    let (a, b) = (ftz(f32::from_bits(x as u32)), ftz(f32::from_bits(y as u32)));
+                    let (a, b) = (f32::from_bits(x as u32), f32::from_bits(y as u32));
                     let r = match self {
-                        SubgroupOp::Fadd => a + b,
-                        SubgroupOp::Fmul => a * b,
-                        SubgroupOp::Fmin => a.min(b),
-                        _ => a.max(b),
+                        SubgroupOp::Fadd => add_f32(a, b),
+                        SubgroupOp::Fmul => mul_f32(a, b),
+                        SubgroupOp::Fmin => default_nan_f32(a.min(b)),
+                        _ => default_nan_f32(a.max(b)),
                     };
-                    u64::from(default_nan_f32(ftz(r)).to_bits())
+                    u64::from(r.to_bits())
                 }
             }
         }

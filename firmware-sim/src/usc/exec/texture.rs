@@ -20,6 +20,12 @@ impl SimdGroup {
         let exec = o.exec;
         match o.ins.op {
             Op::TextureSample | Op::TextureLoad => self.texture(o, env)?,
+            Op::ImageWrite if o.int(8)? != 1 => {
+                return Err(unsupported(
+                    pc,
+                    "image_write with bit 23 clear (Mesa always sets it; not modelled)",
+                ))
+            }
             Op::ImageWrite => {
                 let data = o.run(0)?;
                 let coords = o.run(1)?;
