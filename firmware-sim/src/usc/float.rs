@@ -45,12 +45,15 @@ pub(crate) fn quiet_f16(bits: u16) -> u16 {
 }
 
 /// An fp32 result as the ALU writes it: `rounded` is the result rounded
-/// to fp32, `exact` the unrounded value (or its f64 rounding). A result
-/// whose exact magnitude is below the smallest normal is a zero of its
-/// sign, even if it rounded up to the smallest normal.
-pub(crate) fn flush_result_f32(rounded: f32, exact: f64) -> f32 {
-    if exact != 0.0 && exact.abs() < f64::from(f32::MIN_POSITIVE) {
-        if exact.is_sign_negative() {
+/// to fp32, `exact` gives the unrounded value (or its f64 rounding). A
+/// result whose exact magnitude is below the smallest normal is a zero of
+/// its sign, even if it rounded up to the smallest normal; only a result
+/// of exactly that magnitude needs the exact value, so the common path
+/// computes nothing more.
+#[inline(always)]
+pub(crate) fn flush_result_f32(rounded: f32, exact: impl FnOnce() -> f64) -> f32 {
+    if rounded.abs() == f32::MIN_POSITIVE && exact().abs() < f64::from(f32::MIN_POSITIVE) {
+        if rounded.is_sign_negative() {
             -0.0
         } else {
             0.0
@@ -62,25 +65,29 @@ pub(crate) fn flush_result_f32(rounded: f32, exact: f64) -> f32 {
 
 /// `x + y` as the fp32 ALU computes it: rounded once, flushed before
 /// rounding, a NaN the default NaN.
+#[inline(always)]
 pub(crate) fn add_f32(x: f32, y: f32) -> f32 {
-    default_nan_f32(flush_result_f32(x + y, f64::from(x) + f64::from(y)))
+    default_nan_f32(flush_result_f32(x + y, || f64::from(x) + f64::from(y)))
 }
 
 /// `x * y` as the fp32 ALU computes it: `fma(x, y, +0)`, so a zero
 /// product is +0 whatever the signs (applegpu).
+#[inline(always)]
 pub(crate) fn mul_f32(x: f32, y: f32) -> f32 {
-    let exact = f64::from(x) * f64::from(y);
-    if exact == 0.0 {
+    let product = x * y;
+    // Exactly zero only with a zero operand (inf * 0 is NaN).
+    if product == 0.0 && (x == 0.0 || y == 0.0) {
         0.0
     } else {
-        default_nan_f32(flush_result_f32(x * y, exact))
+        default_nan_f32(flush_result_f32(product, || f64::from(x) * f64::from(y)))
     }
 }
 
 /// `x * y + z` rounded once (the flush test uses the f64 rounding of the
 /// exact value).
+#[inline(always)]
 pub(crate) fn fma_f32(x: f32, y: f32, z: f32) -> f32 {
-    let exact = f64::from(x).mul_add(f64::from(y), f64::from(z));
+    let exact = || f64::from(x).mul_add(f64::from(y), f64::from(z));
     default_nan_f32(flush_result_f32(x.mul_add(y, z), exact))
 }
 
