@@ -763,3 +763,36 @@ fn budget_is_shared_across_resumes() {
     ));
     let _ = BUDGET;
 }
+
+/// An inclusive prefix sum built from shuffles (Hillis and Steele: five
+/// rounds of "add the value `k` lanes below"), as a compiler without a
+/// prefix instruction would write it, against the hardware's own
+/// exclusive prefix and a plain Rust scan.
+#[test_log::test]
+fn a_prefix_sum_with_shuffles_matches_the_prefix_instruction_and_a_plain_scan() {
+    let mut source = String::from("get_sr r2, sr52\nmov r3, r1\n");
+    for k in [1, 2, 4, 8, 16] {
+        source += &format!(
+            "simd_shuffle_up r4, r3, {k}\nicmpsel ult, r5, r2, {k}, 0, r4\niadd r3, r3, r5\n"
+        );
+    }
+    source += "simd_prefix_iadd r6, r1\niadd r6, r6, r1\nsimd_iadd r7, r1\nstop";
+    let mut m = Machine::new(&source);
+    let mut group = m.group();
+    let value = |lane: usize| (lane as u64 * 2_654_435_761) % 1000;
+    for lane in 0..32 {
+        group.write(Reg::r(1), lane, value(lane));
+    }
+    assert_eq!(m.run(&mut group), Ok(Exit::Stopped));
+    let mut running = 0;
+    for lane in 0..32 {
+        running += value(lane);
+        assert_eq!(
+            group.read(Reg::r(3), lane),
+            running,
+            "shuffles, lane {lane}"
+        );
+        assert_eq!(group.read(Reg::r(6), lane), running, "prefix, lane {lane}");
+        assert_eq!(group.read(Reg::r(7), lane), (0..32).map(value).sum::<u64>());
+    }
+}

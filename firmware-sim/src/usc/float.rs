@@ -44,14 +44,23 @@ pub(crate) fn quiet_f16(bits: u16) -> u16 {
     }
 }
 
-/// An fp32 result as the ALU writes it: `rounded` is the result rounded
-/// to fp32, `exact` gives the unrounded value (or its f64 rounding). A
-/// result whose exact magnitude is below the smallest normal is a zero of
-/// its sign, even if it rounded up to the smallest normal; only a result
-/// of exactly that magnitude needs the exact value, so the common path
-/// computes nothing more.
+/// An fp32 value as the ALU writes it: a denormal flushed to a zero of
+/// its sign, a NaN the default NaN. Applied once, where a result is
+/// written (`write_float`, the reductions).
 #[inline(always)]
-pub(crate) fn flush_result_f32(rounded: f32, exact: impl FnOnce() -> f64) -> f32 {
+pub(crate) fn canonical_f32(value: f32) -> f32 {
+    default_nan_f32(ftz(value))
+}
+
+/// The flush before rounding: `rounded` is a result rounded to fp32,
+/// `exact` gives its unrounded value (or the f64 rounding of it). A result
+/// whose exact magnitude is below the smallest normal becomes a zero of
+/// its sign even if it rounded up to the smallest normal; only a result of
+/// exactly that magnitude needs the exact value, so the common path
+/// computes nothing more. (Results that round to denormals are flushed by
+/// [`canonical_f32`].)
+#[inline(always)]
+pub(crate) fn flush_before_rounding(rounded: f32, exact: impl FnOnce() -> f64) -> f32 {
     if rounded.abs() == f32::MIN_POSITIVE && exact().abs() < f64::from(f32::MIN_POSITIVE) {
         if rounded.is_sign_negative() {
             -0.0
@@ -59,19 +68,19 @@ pub(crate) fn flush_result_f32(rounded: f32, exact: impl FnOnce() -> f64) -> f32
             0.0
         }
     } else {
-        ftz(rounded)
+        rounded
     }
 }
 
-/// `x + y` as the fp32 ALU computes it: rounded once, flushed before
-/// rounding, a NaN the default NaN.
+/// `x + y` as the fp32 ALU computes it (rounded once, flushed before
+/// rounding), before [`canonical_f32`].
 #[inline(always)]
 pub(crate) fn add_f32(x: f32, y: f32) -> f32 {
-    default_nan_f32(flush_result_f32(x + y, || f64::from(x) + f64::from(y)))
+    flush_before_rounding(x + y, || f64::from(x) + f64::from(y))
 }
 
 /// `x * y` as the fp32 ALU computes it: `fma(x, y, +0)`, so a zero
-/// product is +0 whatever the signs (applegpu).
+/// product is +0 whatever the signs (applegpu); before [`canonical_f32`].
 #[inline(always)]
 pub(crate) fn mul_f32(x: f32, y: f32) -> f32 {
     let product = x * y;
@@ -79,16 +88,16 @@ pub(crate) fn mul_f32(x: f32, y: f32) -> f32 {
     if product == 0.0 && (x == 0.0 || y == 0.0) {
         0.0
     } else {
-        default_nan_f32(flush_result_f32(product, || f64::from(x) * f64::from(y)))
+        flush_before_rounding(product, || f64::from(x) * f64::from(y))
     }
 }
 
 /// `x * y + z` rounded once (the flush test uses the f64 rounding of the
-/// exact value).
+/// exact value); before [`canonical_f32`].
 #[inline(always)]
 pub(crate) fn fma_f32(x: f32, y: f32, z: f32) -> f32 {
     let exact = || f64::from(x).mul_add(f64::from(y), f64::from(z));
-    default_nan_f32(flush_result_f32(x.mul_add(y, z), exact))
+    flush_before_rounding(x.mul_add(y, z), exact)
 }
 
 /// The exact product of two fp16 values (in f64) as the fp16 ALU forms

@@ -7,7 +7,7 @@ use agx_hw::isa::Op;
 
 use super::{lanes, unreachable_flow, unsupported, Env, ExecError, Flow, Operands, SimdGroup};
 use crate::usc::float::{
-    add_f32, f64_to_half, fma_f32, ftz, mul_f16_exact, mul_f32, quiet_f16, saturate, saturate_f64,
+    add_f32, f64_to_half, fma_f32, mul_f16_exact, mul_f32, quiet_f16, saturate, saturate_f64,
 };
 
 impl SimdGroup {
@@ -100,7 +100,8 @@ impl SimdGroup {
                         Op::RsqrtSpecial => 1.0 / x.sqrt(),
                         _ => x.exp2(),
                     };
-                    let r = ftz(r);
+                    // `write_float` flushes the result and makes a NaN
+                    // the default NaN.
                     self.write_float(d, lane, if sat { saturate(r) } else { r });
                 }
             }

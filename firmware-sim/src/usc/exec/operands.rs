@@ -5,7 +5,7 @@
 use agx_hw::isa::{Reg, RegRun, Size, Src, Value};
 
 use super::{bits_of, sign_extend, truncate, SimdGroup, LANES, UNIFORMS};
-use crate::usc::float::{default_nan_f32, f32_to_half, ftz, half_to_f32, quiet_f16};
+use crate::usc::float::{canonical_f32, f32_to_half, ftz, half_to_f32, quiet_f16};
 
 impl SimdGroup {
     pub(super) fn value_bits(
@@ -142,7 +142,7 @@ impl SimdGroup {
     pub(super) fn write_float(&mut self, dst: Reg, lane: usize, value: f32) {
         match dst.size {
             Size::S16 => self.write(dst, lane, u64::from(quiet_f16(f32_to_half(value)))),
-            _ => self.write(dst, lane, u64::from(default_nan_f32(ftz(value)).to_bits())),
+            _ => self.write(dst, lane, u64::from(canonical_f32(value).to_bits())),
         }
     }
 

@@ -22,7 +22,7 @@ use super::{
     lanes, sign_extend, truncate, unsupported, Env, ExecError, Flow, Operands, SimdGroup, LANES,
 };
 use crate::usc::float::{
-    add_f32, default_nan_f32, f32_to_half, f64_to_half, ftz, half_to_f32, mul_f16_exact, mul_f32,
+    add_f32, canonical_f32, f32_to_half, f64_to_half, ftz, half_to_f32, mul_f16_exact, mul_f32,
     quiet_f16,
 };
 
@@ -247,7 +247,7 @@ impl SubgroupOp {
         match (self.is_float(), width) {
             (false, _) => value,
             (true, 16) => u64::from(quiet_f16(value as u16)),
-            (true, _) => u64::from(default_nan_f32(ftz(f32::from_bits(value as u32))).to_bits()),
+            (true, _) => u64::from(canonical_f32(f32::from_bits(value as u32)).to_bits()),
         }
     }
 
@@ -322,10 +322,10 @@ impl SubgroupOp {
                     let r = match self {
                         SubgroupOp::Fadd => add_f32(a, b),
                         SubgroupOp::Fmul => mul_f32(a, b),
-                        SubgroupOp::Fmin => default_nan_f32(a.min(b)),
-                        _ => default_nan_f32(a.max(b)),
+                        SubgroupOp::Fmin => a.min(b),
+                        _ => a.max(b),
                     };
-                    u64::from(r.to_bits())
+                    u64::from(canonical_f32(r).to_bits())
                 }
             }
         }
