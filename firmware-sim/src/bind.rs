@@ -54,6 +54,9 @@ pub struct Binding {
     pub textures: Vec<StateBinding>,
     /// Sampler descriptors bound to sampler state registers.
     pub samplers: Vec<StateBinding>,
+    /// The Registers word's spill size: 0 when the program needs no
+    /// stack, else the bucket the helper program is asked for.
+    pub spill_bucket: u32,
 }
 
 impl Binding {
@@ -88,6 +91,7 @@ pub fn bind(
         shared: None,
         textures: Vec::new(),
         samplers: Vec::new(),
+        spill_bucket: 0,
     };
     let mut have_code = false;
     let mut at = pipeline;
@@ -139,7 +143,8 @@ pub fn bind(
                 binding.code = usc_exec_base.wrapping_add(w.code);
                 have_code = true;
             }
-            UscWord::Registers(_) | UscWord::FragmentProperties(_) => {}
+            UscWord::Registers(w) => binding.spill_bucket = w.spill_size,
+            UscWord::FragmentProperties(_) => {}
             UscWord::Texture(w) => binding.textures.push(StateBinding {
                 start: w.start,
                 count: w.count,

@@ -25,7 +25,7 @@
 //! model, or a kernel that runs past the watchdog ends the command with
 //! the event the hardware would raise.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use agx_fwif::messages::FaultUnit;
 use agx_hw::formats::{CdmGlobalSize, CdmLaunch, CdmMode};
@@ -34,6 +34,7 @@ use agx_hw::isa::table::sr;
 use crate::bind::Binding;
 use crate::command::{RunContext, Watchdog};
 use crate::fault::{exec_fault, unsupported, EngineResult};
+use crate::helper::{HelperCore, HelperProgram};
 use crate::imageblock::{store_block, BlockPlacement, Imageblock, ImageblockShape};
 use crate::memory::{read_words, GpuVm};
 use crate::shader::{run_simd_group, Barriers};
@@ -41,7 +42,20 @@ use crate::texture::TextureUnit;
 use crate::usc::io::{BlockStore, IoError, TextureRequest, TileAccess};
 use crate::usc::ShaderIo;
 use crate::usc::{Env, Exit, ProgramCache, SimdGroup, LANES, UNIFORMS};
-use crate::workers::run_items;
+use crate::workers::run_items_then;
+
+/// Cores the GPU has (G13G: 8, as the kmd reports): each host thread
+/// running a launch is one, with its own helper program.
+pub const CORES: usize = 8;
+
+/// What a compute command gives every launch in it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ComputeCommand {
+    /// The sampler heap (address, count), if any.
+    pub sampler_heap: Option<(u64, u32)>,
+    /// The helper program, if any.
+    pub helper: Option<HelperProgram>,
+}
 
 /// A parsed Launch block.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -88,6 +102,13 @@ impl Launch {
 /// independent, so which thread runs which does not change the results
 /// of a race-free kernel; when several fault, the lowest-numbered
 /// threadgroup's fault is reported, whatever the thread count.
+///
+/// When the pipeline has a spill size and the command a helper program,
+/// each thread is a core running its own helper: every SIMD-group gets a
+/// stack from it before the threadgroup starts and gives it back when the
+/// threadgroup ends, and the helper is told to end when the thread has no
+/// more threadgroups. A pipeline with a spill size and no helper runs
+/// without a stack (its stack accesses fault).
 pub fn run(
     ctx: &RunContext<'_>,
     vm: GpuVm<'_>,
@@ -95,8 +116,18 @@ pub fn run(
     launch: &Launch,
     binding: &Binding,
     launch_pc: u64,
-    sampler_heap: Option<(u64, u32)>,
+    command: &ComputeCommand,
 ) -> Result<u64, EngineResult> {
+    let sampler_heap = command.sampler_heap;
+    let helper = command.helper.filter(|_| binding.spill_bucket != 0);
+    // A helper keeps per-core state in memory: no more threads than
+    // cores.
+    let workers = if helper.is_some() {
+        workers.min(CORES)
+    } else {
+        workers
+    };
+    let next_core = AtomicU32::new(0);
     let local = launch.local;
     let threads_per_group = local.iter().map(|&n| u64::from(n)).product::<u64>();
     if local.contains(&0) || threads_per_group > 1024 {
@@ -127,7 +158,8 @@ pub fn run(
     let watchdog = ctx.watchdog();
     let vm_slot = ctx.vm_slot;
     // Per worker: its MMU view, program cache, uniforms and threadgroup
-    // memory (or image block).
+    // memory (or image block), its core number and its helper (started
+    // when its first threadgroup needs a stack).
     let scratch = || {
         (
             vm.clone(),
@@ -142,13 +174,17 @@ pub fn run(
                 }
             ],
             imageblock.map(Imageblock::new),
+            (
+                next_core.fetch_add(1, Ordering::Relaxed),
+                None::<HelperCore>,
+            ),
         )
     };
-    run_items(
+    run_items_then(
         total,
         workers,
         scratch,
-        |(vm, cache, uniforms, threadgroup, block), index| {
+        |(vm, cache, uniforms, threadgroup, block, (core, helper_core)), index| {
             // A grid of many short threadgroups meets the watchdog too:
             // one work unit per threadgroup launched, besides its
             // instructions.
@@ -171,6 +207,20 @@ pub fn run(
             }
             uniforms.copy_from_slice(&binding.uniforms[..]);
             let mut simd = simd_groups(vm_slot, launch, binding, g, threads_per_group);
+            for group in &mut simd {
+                group.special.set_all(sr::CORE_INDEX, *core);
+            }
+            if let Some(program) = helper {
+                if helper_core.is_none() {
+                    *helper_core = Some(HelperCore::start(program, *core, vm_slot, vm, &watchdog)?);
+                }
+                if let Some(helper_core) = helper_core.as_mut() {
+                    for group in &mut simd {
+                        group.stack =
+                            helper_core.alloc_stack(binding.spill_bucket, vm, &watchdog)?;
+                    }
+                }
+            }
             let mut io = KernelIo {
                 unit: TextureUnit {
                     vm: vm.clone(),
@@ -192,7 +242,17 @@ pub fn run(
             );
             let executed: u64 = simd.iter().map(|s| s.executed_instructions).sum();
             instructions.fetch_add(executed, Ordering::Relaxed);
-            result
+            result?;
+            if let Some(helper_core) = helper_core.as_mut() {
+                for group in &simd {
+                    helper_core.free_stack(&group.stack, vm, &watchdog)?;
+                }
+            }
+            Ok(())
+        },
+        |(vm, _, _, _, _, (_, helper_core))| match helper_core.as_mut() {
+            Some(helper_core) => helper_core.end(vm, &watchdog),
+            None => Ok(()),
         },
     )?;
     Ok(instructions.into_inner())
@@ -335,7 +395,6 @@ fn simd_groups(
                 std::array::from_fn(|lane| lane as u32),
             );
             special.set_all(sr::SIMDGROUP_INDEX_IN_THREADGROUP, s as u32);
-            special.set_all(sr::CORE_INDEX, 0);
             special.set_all(sr::VM_SLOT, vm_slot);
             special.set_all(sr::IS_ACTIVE_THREAD, 1);
             group

@@ -24,6 +24,7 @@ use zerocopy::FromBytes;
 use crate::command::{RunContext, WATCHDOG_STRIDE};
 use crate::compute;
 use crate::fault::{unsupported, EngineResult};
+use crate::helper::HelperProgram;
 use crate::memory::read_item;
 
 /// Runs RunVertex/RunFragment/RunCompute commands.
@@ -78,15 +79,6 @@ impl Gpu {
         let Ok(body) = RunComputeBody::read_from_prefix(ctx.body).map(|(b, _)| b) else {
             return unsupported(ctx.command, FaultUnit::Firmware);
         };
-        // Helper programs are not modelled: refused, not skipped.
-        if body.helper.program != 0 {
-            return unsupported(
-                body.usc_exec_base
-                    .get()
-                    .wrapping_add(u64::from(body.helper.program & !3)),
-                FaultUnit::Firmware,
-            );
-        }
         let Some(root) = ctx.ttb0 else {
             return unsupported(body.cdm_ctrl_stream_base.get(), FaultUnit::Cdm);
         };
@@ -129,9 +121,20 @@ impl Gpu {
                         Ok(binding) => binding,
                         Err(result) => return result,
                     };
-                    let heap = (!body.sampler_heap.is_null())
-                        .then_some((body.sampler_heap.get(), body.sampler_count));
-                    match compute::run(ctx, vm.clone(), self.workers, &launch, &binding, pc, heap) {
+                    let command = compute::ComputeCommand {
+                        sampler_heap: (!body.sampler_heap.is_null())
+                            .then_some((body.sampler_heap.get(), body.sampler_count)),
+                        helper: HelperProgram::of(&body.helper, body.usc_exec_base.get()),
+                    };
+                    match compute::run(
+                        ctx,
+                        vm.clone(),
+                        self.workers,
+                        &launch,
+                        &binding,
+                        pc,
+                        &command,
+                    ) {
                         Ok(instructions) => self.usc_instructions += instructions,
                         Err(result) => return result,
                     }

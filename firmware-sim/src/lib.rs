@@ -41,6 +41,7 @@ pub mod engine;
 pub mod fault;
 pub mod firmware;
 pub mod fragment;
+pub mod helper;
 pub mod imageblock;
 pub mod memory;
 pub mod raster;

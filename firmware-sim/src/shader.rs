@@ -52,6 +52,16 @@ pub fn run_simd_group(
             Ok(Exit::Barrier) if barriers == Barriers::Refuse => {
                 return Err(unsupported(group.pc, FaultUnit::Usc));
             }
+            // Only a helper program talks to the firmware, and the
+            // firmware's helper runner runs those itself.
+            Ok(Exit::Doorbell(value)) => {
+                tracing::warn!(
+                    pc = format_args!("{:#x}", group.pc),
+                    value,
+                    "a doorbell rung outside a helper program"
+                );
+                return Err(unsupported(group.pc, FaultUnit::Usc));
+            }
             Ok(exit) => return Ok(exit),
             Err(ExecError::Timeout { .. }) if watchdog.expired() => {
                 return Err(EngineResult::Timeout);

@@ -26,6 +26,19 @@ pub fn run_items<S>(
     scratch: impl Fn() -> S + Sync,
     item: impl Fn(&mut S, u64) -> Result<(), EngineResult> + Sync,
 ) -> Result<(), EngineResult> {
+    run_items_then(count, workers, scratch, item, |_| Ok(()))
+}
+
+/// [`run_items`], and then, on each thread once it claims no more items,
+/// `finish(&mut state)` (a core's helper program is told to end this
+/// way). A failure of `finish` is reported when no item failed.
+pub fn run_items_then<S>(
+    count: u64,
+    workers: usize,
+    scratch: impl Fn() -> S + Sync,
+    item: impl Fn(&mut S, u64) -> Result<(), EngineResult> + Sync,
+    finish: impl Fn(&mut S) -> Result<(), EngineResult> + Sync,
+) -> Result<(), EngineResult> {
     let next = AtomicU64::new(0);
     let first_failure = AtomicU64::new(u64::MAX);
     let failures = Mutex::new(Vec::<(u64, EngineResult)>::new());
@@ -45,6 +58,12 @@ pub fn run_items<S>(
                     .unwrap_or_else(|e| e.into_inner())
                     .push((index, failure));
             }
+        }
+        if let Err(failure) = finish(&mut state) {
+            failures
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push((u64::MAX, failure));
         }
     };
     let threads = usize::try_from(count).unwrap_or(usize::MAX).min(workers);

@@ -16,6 +16,7 @@ const LAYERS: &[(&str, u32)] = &[
     ("workers", 3),
     ("shader", 4),
     ("bind", 5),
+    ("helper", 5),
     ("texture", 6),
     ("tiler", 6),
     ("raster", 7),

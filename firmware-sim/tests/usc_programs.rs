@@ -11,6 +11,7 @@ use agx_firmware_sim::usc::io::{
 };
 use agx_firmware_sim::usc::{
     AccessKind, Env, ExecError, Exit, FaultReason, IoError, ProgramCache, ShaderIo, SimdGroup,
+    Stack,
 };
 use agx_hw::isa::Reg;
 use common::{Machine, BUDGET, CODE_BASE};
@@ -795,4 +796,156 @@ fn a_prefix_sum_with_shuffles_matches_the_prefix_instruction_and_a_plain_scan() 
         assert_eq!(group.read(Reg::r(6), lane), running, "prefix, lane {lane}");
         assert_eq!(group.read(Reg::r(7), lane), (0..32).map(value).sum::<u64>());
     }
+}
+
+/// Stack memory as the block registers describe it: two blocks of 32
+/// threads x 8 words (size code 1) at `STACK` and `STACK + 0x400`; each
+/// thread's word w of a block is at (32 w + lane) x 4, and the stack
+/// pointer starts at the top (64 bytes).
+#[test_log::test]
+fn stack_accesses_interleave_threads_and_stay_inside_the_stack() {
+    const STACK: u64 = 0x4000_0000;
+    let blocks = [
+        (STACK >> 8) as u32 | 1,
+        ((STACK + 0x400) >> 8) as u32 | 1,
+        0,
+        0,
+    ];
+    let source = "
+        stack_adjust 0, 1, 2, 0, 0, 12
+        get_sr r2, sr52
+        iadd r3, r2, 100
+        stack_store i32, 1, 0, xy, 4, r2_r3, 28, 0
+        stack_load r6_r7, i32, 1, 0, xy, 4, 28, 0
+        mov_imm r8, 4
+        stack_store i16, 1, 0, x, 4, r2l, r8, 0
+        stack_adjust 0, 1, 2, 0, 0, -12
+        stop";
+    let mut m = Machine::new(source);
+    m.memory.map(STACK, 0x800, true);
+    let mut group = m.group();
+    group.stack = Stack::mapped(blocks);
+    assert_eq!(group.stack.size_bytes(), 64);
+    assert_eq!(m.run(&mut group), Ok(Exit::Stopped));
+    assert_eq!(group.stack.sp_bytes, 64);
+    // sp = 64 - 48 = 16: the pair at bytes 44 and 48 (words 11 and 12:
+    // block 1's words 3 and 4), the half at byte 20 (block 0's word 5).
+    let words = m.memory.peek_u32s(STACK, 0x200);
+    for lane in 0..32u32 {
+        let at = |block: usize, word: usize| 256 * block + 32 * word + lane as usize;
+        assert_eq!(words[at(1, 3)], lane, "lane {lane}");
+        assert_eq!(words[at(1, 4)], lane + 100, "lane {lane}");
+        assert_eq!(words[at(0, 5)], lane, "lane {lane}");
+        assert_eq!(group.read(Reg::r(6), lane as usize), u64::from(lane));
+        assert_eq!(group.read(Reg::r(7), lane as usize), u64::from(lane + 100));
+    }
+    // Past the top, below the bottom, and without a stack: refused.
+    for (body, stack, offset) in [
+        ("stack_load r6, i32, 1, 0, x, 4, 0, 0", blocks, 64),
+        ("stack_adjust 0, 1, 2, 0, 0, 17", blocks, -4),
+        ("stack_adjust 0, 1, 2, 0, 0, -1", blocks, 68),
+        ("stack_store i32, 1, 0, x, 4, r2, -4, 0", [0; 4], -4),
+    ] {
+        let mut m = Machine::new(&format!("{body}\nstop"));
+        m.memory.map(STACK, 0x800, true);
+        let mut group = m.group();
+        group.stack = Stack::mapped(stack);
+        assert!(
+            matches!(
+                m.run(&mut group),
+                Err(ExecError::StackBounds { offset_bytes, .. }) if offset_bytes == offset
+            ),
+            "{body}"
+        );
+    }
+}
+
+/// `stack_map`/`stack_unmap` write and read the block registers; a
+/// doorbell hands the group back to its caller with the value rung.
+#[test_log::test]
+fn helper_instructions_map_blocks_and_ring_the_doorbell() {
+    let source = "
+        mov_imm r20, 0x40001
+        stack_map target0, r20, 0, 0b00, 0b0, 0b000, 0b10000, 0b00010000, 1
+        doorbell 48
+        stack_unmap target0, r21, 0, 0b00, 0b0, 0b000, 0b10000, 0b00010000, 1
+        stop";
+    let mut m = Machine::new(source);
+    let mut group = SimdGroup::new(CODE_BASE, 1);
+    assert_eq!(m.run(&mut group), Ok(Exit::Doorbell(48)));
+    assert_eq!(group.stack.blocks, [0x40001, 0, 0, 0]);
+    assert_eq!(group.stack.size_bytes(), 32);
+    group.stack.blocks[0] = 0x80003;
+    assert_eq!(m.run(&mut group), Ok(Exit::Stopped));
+    assert_eq!(group.read(Reg::r(21), 0), 0x80003);
+    // Fields Mesa never sets are refused, not guessed.
+    let mut m =
+        Machine::new("stack_map target1, r20, 0, 0b00, 0b0, 0b000, 0b10000, 0b00010000, 1\nstop");
+    let mut group = SimdGroup::new(CODE_BASE, 1);
+    assert!(matches!(
+        m.run(&mut group),
+        Err(ExecError::Unsupported { .. })
+    ));
+}
+
+/// Each threadgroup atomic operation on words of threadgroup memory: the
+/// word becomes what the operation says and the destination gets the
+/// old word; the lanes of a group apply theirs one after another.
+#[test_log::test]
+fn threadgroup_atomics_update_words_and_return_the_old_ones() {
+    let old = 0x8000_0005u32;
+    let value = 9u32;
+    let cases: [(&str, u32); 11] = [
+        ("add", old.wrapping_add(value)),
+        ("sub", old.wrapping_sub(value)),
+        ("xchg", value),
+        ("umin", value),
+        ("imin", old),
+        ("umax", old),
+        ("imax", value),
+        ("and", old & value),
+        ("or", old | value),
+        ("xor", old ^ value),
+        ("cmpxchg", value),
+    ];
+    let mut source = String::from("mov_imm r2, 9\nmov_imm r3, 2147483653\n");
+    for (i, (op, _)) in cases.iter().enumerate() {
+        let data = if *op == "cmpxchg" { "r2_r3" } else { "r2" };
+        let third = if *op == "cmpxchg" { 129 } else { 128 };
+        source += &format!(
+            "mov_imm r4l, {i}\nthreadgroup_atomic {op}, r{}, 0, r4l, {data}, 0, 2, {third}, 0\n",
+            10 + i
+        );
+    }
+    source += "stop";
+    let mut m = Machine::new(&source);
+    m.threadgroup = old.to_le_bytes().repeat(12);
+    let mut group = SimdGroup::new(CODE_BASE, 1);
+    assert_eq!(m.run(&mut group), Ok(Exit::Stopped));
+    for (i, (op, want)) in cases.iter().enumerate() {
+        let word = u32::from_le_bytes(m.threadgroup[4 * i..4 * i + 4].try_into().unwrap());
+        assert_eq!(word, *want, "{op}: the word");
+        assert_eq!(group.read(Reg::r(10 + i as u16), 0), u64::from(old), "{op}");
+    }
+    // 32 lanes adding 1 to one word, with a 16-bit base register
+    // (bytes) and no destination: each lane's add lands.
+    let mut m = Machine::new(
+        "mov_imm r5l, 8\nmov_imm r6, 1\nthreadgroup_atomic add, 0, r5l, 1, r6, 0, 2, 128, 0\nstop",
+    );
+    m.threadgroup = vec![0; 16];
+    let mut group = m.group();
+    assert_eq!(m.run(&mut group), Ok(Exit::Stopped));
+    assert_eq!(&m.threadgroup[12..16], &32u32.to_le_bytes());
+    // Past the end: a bounds fault.
+    let mut m =
+        Machine::new("mov_imm r6, 1\nthreadgroup_atomic add, 0, 0, 4, r6, 0, 2, 128, 0\nstop");
+    m.threadgroup = vec![0; 16];
+    let mut group = SimdGroup::new(CODE_BASE, 1);
+    assert!(matches!(
+        m.run(&mut group),
+        Err(ExecError::ThreadgroupBounds {
+            offset_bytes: 16,
+            ..
+        })
+    ));
 }

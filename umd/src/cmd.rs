@@ -22,7 +22,7 @@ use agx_hw::formats::{
     VdmStateWords, VdmStreamLink, VdmStreamTerminate, Viewport, ViewportControl, ZlsControl,
     ZsFunc,
 };
-use agx_uapi::asahi::{BgEot, CmdCompute, CmdRender, RenderFlags};
+use agx_uapi::asahi::{BgEot, CmdCompute, CmdRender, HelperProgram, RenderFlags};
 use zerocopy::FromZeros;
 
 use crate::alloc::Arena;
@@ -504,6 +504,9 @@ pub struct CommandBuffer {
     commands: Vec<Command>,
     /// The open CDM stream of consecutive dispatches.
     cdm: Vec<u8>,
+    /// The largest stack (bytes per thread) a dispatch in the open CDM
+    /// stream needs.
+    cdm_stack_bytes: u32,
     stats: RecordStats,
     /// Pipelines and images the recorded work refers to.
     keep: Vec<Arc<GraphicsPipeline>>,
@@ -533,6 +536,7 @@ impl CommandBuffer {
             usc: Arena::new(device, Region::Usc, ARENA_CHUNK_BYTES),
             commands: Vec::new(),
             cdm: Vec::new(),
+            cdm_stack_bytes: 0,
             stats: RecordStats::default(),
             keep: Vec::new(),
             heaps: None,
@@ -597,16 +601,41 @@ impl CommandBuffer {
         stream.extend(CdmStreamTerminate::default().pack().map_err(pack_err)?);
         // On failure the open stream stays, with the dispatches in it.
         let slice = self.data.upload(&stream, 64)?;
+        let helper = self.stack_helper(self.cdm_stack_bytes)?;
         self.cdm.clear();
+        self.cdm_stack_bytes = 0;
         let (sampler_heap, sampler_count) = self.heaps.map_or((0, 0), |h| h.samplers);
         self.commands.push(Command::Compute(Box::new(CmdCompute {
             cdm_ctrl_stream_base: slice.va,
             cdm_ctrl_stream_end: slice.va + slice.len_bytes,
             sampler_heap,
             sampler_count: u32::from(sampler_count),
+            helper,
             ..CmdCompute::new_zeroed()
         })));
         Ok(())
+    }
+
+    /// The helper program and a fresh scratch area for stacks of
+    /// `stack_bytes` per thread (none for 0).
+    fn stack_helper(&mut self, stack_bytes: u32) -> Result<HelperProgram, Error> {
+        if stack_bytes == 0 {
+            return Ok(HelperProgram::default());
+        }
+        let layout = crate::scratch::ScratchLayout::for_stack(stack_bytes).ok_or_else(|| {
+            Error::Unsupported(format!("a stack of {stack_bytes} bytes per thread"))
+        })?;
+        let area = self
+            .data
+            .alloc(layout.total_bytes(), layout.block_align_bytes())?;
+        self.data.write(&area, 0, &layout.header(area.va))?;
+        let helper = self.programs.get(crate::scratch::HELPER_SOURCE)?;
+        Ok(HelperProgram {
+            // The low bit tags the code, as Mesa sets it.
+            binary: helper.code_offset() | 1,
+            cfg: 0,
+            data: area.va,
+        })
     }
 
     /// Ends recording.
@@ -627,7 +656,14 @@ impl CommandBuffer {
             return Err(Error::Unsupported(format!("threadgroup size {local:?}")));
         }
         let bindings = self.with_heap(bindings.clone());
+        if crate::scratch::ScratchLayout::for_stack(bindings.stack_bytes).is_none() {
+            return Err(Error::Unsupported(format!(
+                "a stack of {} bytes per thread",
+                bindings.stack_bytes
+            )));
+        }
         let pipeline = place_pipeline(&self.device, &mut self.usc, shader, &bindings)?;
+        self.cdm_stack_bytes = self.cdm_stack_bytes.max(bindings.stack_bytes);
         CdmBlock::Launch(CdmLaunch {
             header: CdmLaunchWord0 {
                 mode: CdmMode::Direct,

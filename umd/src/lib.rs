@@ -25,6 +25,7 @@ pub mod kernel;
 pub mod pass;
 pub mod program;
 pub mod queue;
+pub mod scratch;
 #[cfg(feature = "sim")]
 pub mod sim;
 mod sys;

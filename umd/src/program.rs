@@ -9,8 +9,8 @@
 //! name a pipeline by its 64-byte-aligned offset from `usc_exec_base`.
 
 use agx_hw::formats::{
-    SharedLayout, UscFragmentProperties, UscNoPreshader, UscRegisters, UscSampler, UscShader,
-    UscShared, UscTexture, UscUniform,
+    SharedLayout, UscFragmentProperties, UscNoPreshader, UscSampler, UscShader, UscShared,
+    UscTexture, UscUniform,
 };
 
 use crate::alloc::Arena;
@@ -180,6 +180,9 @@ pub struct Bindings {
     pub tilebuffer_sample_bytes: Option<u32>,
     /// The program reads varyings (fragment shaders).
     pub loads_varyings: bool,
+    /// Bytes of stack each thread needs (`stack_load`/`stack_store`,
+    /// kernels only); 0 for none. See [`crate::scratch`].
+    pub stack_bytes: u32,
 }
 
 impl Bindings {
@@ -262,12 +265,9 @@ pub fn pipeline_words(shader: &Shader, bindings: &Bindings) -> Result<Vec<u8>, E
         .map_err(pack_err)?,
     );
     words.extend(
-        UscRegisters {
-            register_count: shader.registers(),
-            ..UscRegisters::default()
-        }
-        .pack()
-        .map_err(pack_err)?,
+        crate::scratch::registers_word(shader.registers(), bindings.stack_bytes)
+            .pack()
+            .map_err(pack_err)?,
     );
     if bindings.tilebuffer_sample_bytes.is_some() {
         words.extend(UscFragmentProperties::default().pack().map_err(pack_err)?);

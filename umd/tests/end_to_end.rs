@@ -532,6 +532,161 @@ fn a_compute_dispatch_matches_rust() {
     }
 }
 
+/// A recursive routine on the per-thread stack: each thread computes
+/// f(n) = 3 f(n - 1) + n, f(0) = 1, for n = its position mod 32, by
+/// calling itself; each level keeps its return address and n in a
+/// two-word stack frame. Lanes of a SIMD-group recurse to different
+/// depths (the exec mask drops those that reached 0).
+const RECURSIVE: &str = "
+    get_sr r5, sr80
+    and r2, r5, 31
+    call recurse
+    device_store 0, i32, x, r3, u0_u1, r5, unsigned, 0
+    stop
+recurse:
+    stack_adjust 0, 1, 2, 0, 0, 2
+    stack_store i32, 1, 0, xy, 4, r1_r2, 0, 0
+    mov_imm r3, 1
+    if_icmp r0l, ugt, r2, 0, 1
+    jmp_exec_none base
+    isub r2, r2, 1
+    call recurse
+    stack_load r4, i32, 1, 0, x, 4, 4, 0
+    wait 0
+    imadd r3, r3, 3, r4
+base:
+    pop_exec r0l, 1
+    stack_load r1, i32, 1, 0, x, 4, 0, 0
+    wait 0
+    stack_adjust 0, 1, 2, 0, 0, -2
+    ret r1";
+
+fn recursive_reference(n: u32) -> u32 {
+    if n == 0 {
+        1
+    } else {
+        recursive_reference(n - 1).wrapping_mul(3).wrapping_add(n)
+    }
+}
+
+#[test_log::test]
+fn a_recursive_routine_runs_on_stacks_the_helper_program_hands_out() {
+    let (device, queue, programs) = gpu();
+    let threads = 256u32;
+    let out = device
+        .upload(&vec![0u8; 4 * threads as usize], true)
+        .unwrap();
+    let shader = Shader::new(&device, RECURSIVE).unwrap();
+    let mut cb = CommandBuffer::new(&device, &programs);
+    let mut bindings = Bindings::default()
+        .with_uniform_words(cb.arena(), &pair(out.va()))
+        .unwrap();
+    // 33 levels of two words.
+    bindings.stack_bytes = 33 * 8;
+    cb.dispatch(&shader, &bindings, [threads, 1, 1], [64, 1, 1])
+        .unwrap();
+    cb.finish().unwrap();
+    let agx_umd::cmd::Command::Compute(command) = &cb.commands()[0] else {
+        panic!("not a compute command");
+    };
+    assert_ne!(command.helper.binary, 0, "the command names the helper");
+    queue
+        .submit(vec![cb], &[], &[])
+        .unwrap()
+        .wait(WAIT)
+        .unwrap();
+    let words: Vec<u32> = out
+        .read_all()
+        .unwrap()
+        .chunks_exact(4)
+        .map(|c| u32::from_le_bytes(c.try_into().unwrap()))
+        .take(threads as usize)
+        .collect();
+    for (i, got) in words.iter().enumerate() {
+        assert_eq!(*got, recursive_reference(i as u32 % 32), "thread {i}");
+    }
+    // Too deep a recursion for the stack faults instead of running off
+    // its end.
+    let mut cb = CommandBuffer::new(&device, &programs);
+    let mut bindings = Bindings::default()
+        .with_uniform_words(cb.arena(), &pair(out.va()))
+        .unwrap();
+    bindings.stack_bytes = 16 * 8;
+    cb.dispatch(&shader, &bindings, [threads, 1, 1], [64, 1, 1])
+        .unwrap();
+    let err = run(&device, &queue, cb).unwrap_err();
+    assert!(
+        matches!(err, Error::GpuFault { errno } if errno == Errno::EIO),
+        "{err}"
+    );
+}
+
+/// A histogram of 16 bins: each threadgroup counts its values in
+/// threadgroup memory with threadgroup atomics, then adds its counts to
+/// the global histogram with device atomics.
+const HISTOGRAM: &str = "
+    get_sr r5, sr80
+    get_sr r6, sr51
+    if_icmp r0l, ult, r6, 16, 1
+    mov_imm r7, 0
+    threadgroup_store i32, x, r7, 0, r6l
+    pop_exec r0l, 1
+    threadgroup_barrier
+    device_load 0, i32, x, r8, u0_u1, r5, unsigned
+    wait 0
+    and r9, r8, 15
+    mov_imm r10, 1
+    threadgroup_atomic add, 0, 0, r9l, r10, 0, 2, 128, 0
+    threadgroup_barrier
+    if_icmp r0l, ult, r6, 16, 1
+    threadgroup_load i32, x, r11, 0, r6l
+    wait 0
+    atomic add, 0, 0, u2_u3, r6, signed, r11, 1, 1, 1, 1
+    pop_exec r0l, 1
+    stop";
+
+#[test_log::test]
+fn a_histogram_with_threadgroup_atomics_from_many_threadgroups_matches_rust() {
+    let (device, queue, programs) = gpu();
+    let n = 4096u32;
+    // A deterministic, uneven spread of values.
+    let values: Vec<u32> = (0..n).map(|i| (i * i + 7 * i) / 5 % 1009).collect();
+    let input = device
+        .upload(
+            &values
+                .iter()
+                .flat_map(|v| v.to_le_bytes())
+                .collect::<Vec<_>>(),
+            false,
+        )
+        .unwrap();
+    let histogram = device.upload(&[0u8; 64], true).unwrap();
+    let shader = Shader::new(&device, HISTOGRAM).unwrap();
+    let mut cb = CommandBuffer::new(&device, &programs);
+    let mut words = pair(input.va()).to_vec();
+    words.extend(pair(histogram.va()));
+    let mut bindings = Bindings::default()
+        .with_uniform_words(cb.arena(), &words)
+        .unwrap();
+    bindings.shared_bytes = 64;
+    cb.dispatch(&shader, &bindings, [n, 1, 1], [256, 1, 1])
+        .unwrap();
+    run(&device, &queue, cb).unwrap();
+    let mut want = [0u32; 16];
+    for v in &values {
+        want[(v % 16) as usize] += 1;
+    }
+    let got: Vec<u32> = histogram
+        .read_all()
+        .unwrap()
+        .chunks_exact(4)
+        .map(|c| u32::from_le_bytes(c.try_into().unwrap()))
+        .take(16)
+        .collect();
+    assert_eq!(got, want);
+    assert!(want.iter().any(|&c| c != want[0]), "an uneven histogram");
+}
+
 #[test_log::test]
 fn a_gpu_fault_surfaces_as_eio_and_the_queue_keeps_working() {
     let (device, queue, programs) = gpu();

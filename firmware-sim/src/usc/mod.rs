@@ -18,7 +18,7 @@ pub mod io;
 pub mod memory;
 pub mod program;
 
-pub use exec::{Env, ExecError, Exit, SimdGroup, SpecialRegs, GPRS, LANES, UNIFORMS};
+pub use exec::{Env, ExecError, Exit, SimdGroup, SpecialRegs, Stack, GPRS, LANES, UNIFORMS};
 pub use io::{IoError, NoIo, ShaderIo};
 pub use memory::{AccessKind, FaultReason, GpuMemory, MemoryFault};
 pub use program::{FetchError, ProgramCache, MAX_CACHED_INSTRUCTIONS};

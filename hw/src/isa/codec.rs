@@ -251,7 +251,15 @@ pub(crate) fn covered(kind: &Kind) -> u128 {
             mask
         }
         Kind::Pair { value, uniform } => value.mask() | mask_of(*uniform, 1),
-        Kind::ImmOrReg { value, flag, .. } => value.mask() | mask_of(*flag, 1),
+        Kind::ImmOrReg {
+            value, flag, reg, ..
+        } => {
+            let width = match reg {
+                Wide::Bit(at) | Wide::NarrowBit(at) => mask_of(*at, 1),
+                Wide::Fixed(_) => 0,
+            };
+            value.mask() | mask_of(*flag, 1) | width
+        }
         Kind::TgBase { value, ty } | Kind::Texture { value, ty } => value.mask() | ty.mask(),
         Kind::Sampler { value, ty } => value.mask() | mask_of(*ty, 1),
         Kind::TexBase { value, .. } | Kind::Lod { value, .. } | Kind::UniformBase(value) => {
@@ -485,7 +493,10 @@ fn decode_operand(kind: &Kind, word: u128) -> Result<Operand, &'static str> {
                 };
                 Operand::Value(Value::Imm(imm))
             } else {
-                Operand::Value(Value::Reg(decoded_gpr(raw, *reg), Hint::None))
+                Operand::Value(Value::Reg(
+                    decoded_gpr(raw, run_size(reg, word)),
+                    Hint::None,
+                ))
             }
         }
         Kind::TgBase { value, ty } => {
@@ -543,6 +554,7 @@ fn decode_operand(kind: &Kind, word: u128) -> Result<Operand, &'static str> {
                 _ => Operand::Value(Value::Imm(raw as i64)),
             }
         }
+        Kind::Int(bits) => Operand::Int(sign_extend(bits.get(word), bits.width())),
         number => match number.number_bits() {
             Some(bits) => Operand::Int(bits.get(word) as i64),
             None => return Err("operand kind without a decoder"),
@@ -745,7 +757,17 @@ fn encode_operand(kind: &Kind, operand: &Operand, word: &mut u128) -> Result<(),
                 value.set(word, (*imm as u64) & value.max());
                 set_bit(word, *flag, *set_means_imm);
             }
-            Operand::Value(Value::Reg(r, Hint::None)) if r.size == *reg => {
+            Operand::Value(Value::Reg(r, Hint::None)) => {
+                match (reg, r.size) {
+                    (Wide::Fixed(size), _) if *size == r.size => {}
+                    (Wide::Bit(at), Size::S16 | Size::S32) => {
+                        set_bit(word, *at, r.size == Size::S32)
+                    }
+                    (Wide::NarrowBit(at), Size::S16 | Size::S32) => {
+                        set_bit(word, *at, r.size == Size::S16)
+                    }
+                    _ => return Err("expected an immediate or a register of the right size"),
+                }
                 let r = gpr(u64::from(r.half), r.size)?;
                 put_uint(word, value, i64::from(r.half))?;
                 set_bit(word, *flag, !*set_means_imm);
@@ -848,6 +870,14 @@ fn encode_operand(kind: &Kind, operand: &Operand, word: &mut u128) -> Result<(),
                 return Err("not an operation of this form");
             }
             put_uint(word, bits, value)?;
+        }
+        Kind::Int(bits) => {
+            let value = expect_int(operand)?;
+            let half_range = 1i64 << (bits.width() - 1);
+            if !(-half_range..half_range).contains(&value) {
+                return Err("value out of range for its field");
+            }
+            bits.set(word, (value as u64) & bits.max());
         }
         number => match number.number_bits() {
             Some(bits) => put_uint(word, bits, expect_int(operand)?)?,

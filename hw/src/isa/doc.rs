@@ -61,6 +61,7 @@ fn kind_text(kind: &Kind) -> String {
         }
         Kind::CmpSel { at, ext } => format!("sel {at}+{ext}"),
         Kind::Uint(b) => format!("uint {}", bits_text(b)),
+        Kind::Int(b) => format!("int {}", bits_text(b)),
         Kind::Enum(b, _) => format!("enum {}", bits_text(b)),
         Kind::OpName(b, _) => format!("op (in the mnemonic) {}", bits_text(b)),
         Kind::Binary(b) => format!("bin {}", bits_text(b)),
@@ -92,7 +93,12 @@ fn kind_text(kind: &Kind) -> String {
             )
         }
         Kind::Pair { value, uniform } => format!("pair {} (uniform {uniform})", bits_text(value)),
-        Kind::ImmOrReg { value, flag, .. } => format!("imm/reg {} (flag {flag})", bits_text(value)),
+        Kind::ImmOrReg {
+            value, flag, reg, ..
+        } => match reg {
+            Wide::Bit(at) => format!("imm/reg {} (flag {flag}; r16/32 by {at})", bits_text(value)),
+            _ => format!("imm/reg {} (flag {flag})", bits_text(value)),
+        },
         Kind::TgBase { value, ty } => {
             format!("tg base {} (type {})", bits_text(value), bits_text(ty))
         }

@@ -153,6 +153,9 @@ pub enum Kind {
     },
     /// An unsigned number, printed in decimal.
     Uint(Bits),
+    /// A signed number (two's complement over the field's width), printed
+    /// in decimal.
+    Int(Bits),
     /// An operation named inside the mnemonic: the form's mnemonic holds
     /// `{}` where the name goes (`simd_{}` prints `simd_fadd`). Only the
     /// named values belong to the form; decoding tries the next form for
@@ -215,8 +218,9 @@ pub enum Kind {
         /// Whether the immediate is signed (two's complement of the
         /// field's width).
         signed: bool,
-        /// The register's width.
-        reg: Size,
+        /// The register's width (a width bit is read and written only
+        /// when the operand is a register).
+        reg: Wide,
     },
     /// Threadgroup memory base: a 16-bit register, nothing, or a 16-bit
     /// uniform, per a 2-bit type.
@@ -271,6 +275,7 @@ impl Kind {
     pub const fn number_bits(&self) -> Option<&Bits> {
         match self {
             Kind::Uint(bits)
+            | Kind::Int(bits)
             | Kind::OpName(bits, _)
             | Kind::Enum(bits, _)
             | Kind::Binary(bits)

@@ -24,6 +24,15 @@
 //! - `atomic` is identified by bits 0-5 (0x15) and its constant bits 26,
 //!   31 and 46; the state stores by bits 0-7 (0xED texture, 0xAD sampler)
 //!   and bit 20.
+//! - 0xB5 is `stack_adjust` when bits 16-19 are 1, bit 25 clear and the
+//!   component mask (52-55) empty (Mesa's encoding; applegpu reads it as
+//!   a `stack_store` of nothing), else `stack_store`; 0x35 is
+//!   `stack_load` (applegpu's `stack_get_ptr` pins bits of 0x35 that
+//!   applegpu's own decoder gives to `stack_load` first, so it is not a
+//!   row).
+//! - 0x75 is `stack_unmap`/`stack_map` with bits 16-19 = 0/1 and the
+//!   constant bits applegpu's `map` pins; every other 0x75 word with bit
+//!   10 clear and bit 47 set is the generic `stack_map_op`.
 //!
 //! A row's operands are listed in the order applegpu prints them. Where
 //! applegpu prints two different values with one name (the LOD modes
@@ -337,7 +346,7 @@ const DEVICE_MEMORY: &[Kind] = &[
         flag: 24,
         set_means_imm: true,
         signed: true,
-        reg: Size::S32,
+        reg: Wide::Fixed(Size::S32),
     },
     Kind::Enum(b!(25:1), OFFSET_SIGNEDNESS),
     Kind::Shift(b!(42:2)),
@@ -364,7 +373,7 @@ const UNIFORM_STORE: &[Kind] = &[
         flag: 24,
         set_means_imm: true,
         signed: false,
-        reg: Size::S32,
+        reg: Wide::Fixed(Size::S32),
     },
     Kind::Shift(b!(42:2)),
 ];
@@ -387,7 +396,7 @@ const THREADGROUP_MEMORY: &[Kind] = &[
         flag: 34,
         set_means_imm: true,
         signed: true,
-        reg: Size::S16,
+        reg: Wide::Fixed(Size::S16),
     },
 ];
 const TEXTURE: &[Kind] = &[
@@ -456,7 +465,7 @@ const TILE: &[Kind] = &[
         flag: 22,
         set_means_imm: false,
         signed: false,
-        reg: Size::S16,
+        reg: Wide::Fixed(Size::S16),
     },
     Kind::Regs {
         value: b!(16:6, 58:2),
@@ -495,7 +504,7 @@ const ST_VAR: &[Kind] = &[
         flag: 23,
         set_means_imm: true,
         signed: false,
-        reg: Size::S16,
+        reg: Wide::Fixed(Size::S16),
     },
 ];
 const CALL_REG: &[Kind] = &[Kind::Regs {
@@ -520,7 +529,7 @@ const ATOMIC: &[Kind] = &[
         flag: 47,
         set_means_imm: false,
         signed: false,
-        reg: Size::S32,
+        reg: Wide::Fixed(Size::S32),
     },
     DEVICE_MEMORY[4],
     DEVICE_MEMORY[5],
@@ -537,6 +546,112 @@ const ATOMIC: &[Kind] = &[
     Kind::Uint(b!(31:1)),
     Kind::Uint(b!(46:1)),
 ];
+/// `threadgroup_atomic`: the operation, the destination (`0` for none; 16
+/// or 32 bits), base and index as the threadgroup loads have them, the
+/// data (two registers for compare-exchange), then four fields of unknown
+/// meaning (Mesa: 0, 2, 0x80, 0; applegpu saw 0x81 for compare-exchange).
+const THREADGROUP_ATOMIC: &[Kind] = &[
+    Kind::Enum(b!(24:4), ATOMIC_OPS),
+    Kind::ImmOrReg {
+        value: b!(9:6, 60:2),
+        flag: 38,
+        set_means_imm: false,
+        signed: false,
+        reg: Wide::Bit(8),
+    },
+    THREADGROUP_MEMORY[3],
+    THREADGROUP_MEMORY[4],
+    Kind::Regs {
+        value: b!(64:8),
+        whole: false,
+        wide: Wide::Fixed(Size::S32),
+        count: Count::AtomicData(b!(24:4)),
+        discard: None,
+    },
+    Kind::Uint(b!(6:2)),
+    Kind::Uint(b!(35:3)),
+    Kind::Uint(b!(40:8)),
+    Kind::Uint(b!(72:8)),
+];
+/// The stack's byte offset: a signed 16-bit immediate or a 32-bit
+/// register, as the device loads' index.
+const STACK_OFFSET: Kind = DEVICE_MEMORY[5];
+/// `stack_load`: registers, format, three fields of unknown meaning (Mesa:
+/// 1, 0 and, after the mask, 4), the mask, the offset, the wait group.
+const STACK_LOAD: &[Kind] = &[
+    DEVICE_MEMORY[3],
+    Kind::Enum(b!(8:2, 50:2), FORMATS),
+    Kind::Uint(b!(26:1)),
+    Kind::Uint(b!(36:3)),
+    Kind::Mask(b!(52:4)),
+    Kind::Uint(b!(44:3)),
+    STACK_OFFSET,
+    Kind::Uint(b!(30:1)),
+];
+/// `stack_store`: `stack_load`'s operands with the registers after the
+/// fields, as applegpu prints them.
+const STACK_STORE: &[Kind] = &[
+    STACK_LOAD[1],
+    STACK_LOAD[2],
+    STACK_LOAD[3],
+    STACK_LOAD[4],
+    STACK_LOAD[5],
+    STACK_LOAD[0],
+    STACK_OFFSET,
+    STACK_LOAD[7],
+];
+/// `stack_adjust`: fields of unknown meaning (Mesa: 0, 1, 2, 0, 0), then
+/// the adjustment in 32-bit words (an immediate, or applegpu's
+/// `TODO.stack_adjust2` register form).
+const STACK_ADJUST: &[Kind] = &[
+    Kind::Uint(b!(8:2)),
+    Kind::Uint(b!(26:1)),
+    Kind::Uint(b!(36:3)),
+    Kind::Uint(b!(44:3)),
+    Kind::Uint(b!(50:2)),
+    STACK_OFFSET,
+];
+/// The fields `stack_map` and `stack_unmap` pin: 0x75, bits 10 and 31
+/// clear, bits 24-25 = 1, 27-29 clear, 47 set; bits 16-19 the operation.
+const STACK_MAP_MASK: u128 = 0xFF | 1 << 10 | 0xF << 16 | 3 << 24 | 7 << 27 | 1 << 31 | 1 << 47;
+const STACK_MAP_VALUE: u128 = 0x75 | 1 << 24 | 1 << 47;
+/// `stack_map`/`stack_unmap`: which target, the 32-bit register written
+/// or read, the block register number, applegpu's q1-q5 (Mesa: 0, 0, 0,
+/// 0b10000, 0b00010000) and bit 26 (set by Mesa, not read by applegpu).
+const STACK_MAP: &[Kind] = &[
+    Kind::Enum(b!(36:1), &[(0, "target0"), (1, "target1")]),
+    Kind::Regs {
+        value: b!(11:5, 40:2),
+        whole: true,
+        wide: Wide::Fixed(Size::S32),
+        count: Count::Fixed(1),
+        discard: None,
+    },
+    Kind::Int(b!(20:4, 32:4, 56:8)),
+    Kind::Binary(b!(8:2)),
+    Kind::Binary(b!(30:1)),
+    Kind::Binary(b!(37:3)),
+    Kind::Binary(b!(42:5)),
+    Kind::Binary(b!(48:8)),
+    Kind::Uint(b!(26:1)),
+];
+/// `stack_map_op`: the operation and the fields `stack_map` pins, then
+/// `stack_map`'s operands.
+const STACK_MAP_OP: &[Kind] = &[
+    Kind::Uint(b!(16:4)),
+    Kind::Uint(b!(24:2)),
+    Kind::Uint(b!(27:3)),
+    Kind::Uint(b!(31:1)),
+    STACK_MAP[0],
+    STACK_MAP[1],
+    STACK_MAP[2],
+    STACK_MAP[3],
+    STACK_MAP[4],
+    STACK_MAP[5],
+    STACK_MAP[6],
+    STACK_MAP[7],
+    STACK_MAP[8],
+];
 /// The integer unary family (0x3E with bit 15 clear): the operation in
 /// bits 26-27, bits 28-39 zero.
 const INTUNOP_MASK: u128 = 0x807F | 3 << 26 | 0xFFF << 28;
@@ -551,7 +666,7 @@ const STATE_STORE: &[Kind] = &[
         flag: 58,
         set_means_imm: true,
         signed: false,
-        reg: Size::S32,
+        reg: Wide::Fixed(Size::S32),
     },
     Kind::Uint(b!(16:1)),
 ];
@@ -875,6 +990,24 @@ table! {
     ThreadgroupLoad => form("threadgroup_load", 0x6F, 0x69, toggle(6, 8, 15), NONE, THREADGROUP_MEMORY),
     /// Store to threadgroup memory.
     ThreadgroupStore => form("threadgroup_store", 0x6F, 0x29, toggle(6, 8, 15), NONE, THREADGROUP_MEMORY),
+    /// Atomic read-modify-write of a word of threadgroup memory (Mesa's
+    /// `local_atomic`).
+    ThreadgroupAtomic => form("threadgroup_atomic", 0x3F, 0x19, toggle(6, 10, 15), NONE, THREADGROUP_ATOMIC),
+    /// Move the SIMD-group's stack pointer (Mesa's `stack_adjust`; the
+    /// encoding is a `stack_store` of no components with bits 16-19 = 1).
+    StackAdjust => form("stack_adjust", 0xFF | 0xF << 16 | 1 << 25 | 0xF << 52, 0xB5 | 1 << 16, toggle(6, 8, 47), NONE, STACK_ADJUST),
+    /// Load from the thread's stack.
+    StackLoad => form("stack_load", 0xFF, 0x35, toggle(6, 8, 47), NONE, STACK_LOAD),
+    /// Store to the thread's stack.
+    StackStore => form("stack_store", 0xFF, 0xB5, toggle(6, 8, 47), NONE, STACK_STORE),
+    /// Read stack block register N (helper programs; applegpu's `unmap`).
+    StackUnmap => form("stack_unmap", STACK_MAP_MASK, STACK_MAP_VALUE, fixed(8), NONE, STACK_MAP),
+    /// Write stack block register N (helper programs; applegpu's `map`).
+    StackMap => form("stack_map", STACK_MAP_MASK, STACK_MAP_VALUE | 1 << 16, fixed(8), NONE, STACK_MAP),
+    /// The other encodings of 0x75 (applegpu's `TODO.map` and
+    /// `TODO.unk75_alt`): the operation in bits 16-19 and the fields
+    /// the two named forms pin.
+    StackMapOp => form("stack_map_op", 0xFF | 1 << 10 | 1 << 47, 0x75 | 1 << 47, fixed(8), NONE, STACK_MAP_OP),
     /// Sample a texture.
     TextureSample => form("texture_sample", 0xFF, 0x31, toggle(8, 12, 15), NONE, TEXTURE),
     /// Load texels without filtering.
@@ -889,7 +1022,7 @@ table! {
             count: Count::Coords(b!(40:3, 55:1)),
             discard: Some(22),
         },
-        Kind::ImmOrReg { value: b!(24:6, 60:2), flag: 31, set_means_imm: true, signed: false, reg: Size::S16 },
+        Kind::ImmOrReg { value: b!(24:6, 60:2), flag: 31, set_means_imm: true, signed: false, reg: Wide::Fixed(Size::S16) },
         Kind::TexBase { value: b!(48:5), texture_ty: b!(38:2) },
         Kind::Texture { value: b!(32:6, 62:2), ty: b!(38:2) },
         Kind::Enum(b!(40:3, 55:1), DIMENSIONS),
@@ -901,7 +1034,7 @@ table! {
     ImageWriteBlock => form("image_write_block", 0xFF, 0xB1, toggle(6, 10, 15), NONE, &[
         Kind::Regs { value: b!(9:6, 56:2), whole: false, wide: Wide::Fixed(Size::S32), count: Count::Fixed(1), discard: None },
         Kind::Regs { value: b!(16:6, 58:2), whole: false, wide: Wide::Fixed(Size::S32), count: Count::BlockCoords { explicit: 23, dim: b!(40:3, 55:1) }, discard: Some(22) },
-        Kind::ImmOrReg { value: b!(24:6), flag: 31, set_means_imm: true, signed: false, reg: Size::S16 },
+        Kind::ImmOrReg { value: b!(24:6), flag: 31, set_means_imm: true, signed: false, reg: Wide::Fixed(Size::S16) },
         Kind::TexBase { value: b!(48:5), texture_ty: b!(38:2) },
         Kind::Texture { value: b!(32:6, 78:2), ty: b!(38:2) },
         Kind::Enum(b!(40:3, 55:1), DIMENSIONS),
@@ -939,12 +1072,12 @@ table! {
     NoVar => form("no_var", 0x3FF | 1 << 22, 0x051, fixed(4), NONE, ST_VAR),
     /// Update the coverage of some samples (discard is coverage 0).
     SampleMask => form("sample_mask", 0xFF | 1 << 15, 0xC1, fixed(4), NONE, &[
-        Kind::ImmOrReg { value: b!(9:6, 24:2), flag: 8, set_means_imm: true, signed: false, reg: Size::S16 },
-        Kind::ImmOrReg { value: b!(16:6, 26:2), flag: 23, set_means_imm: true, signed: false, reg: Size::S16 },
+        Kind::ImmOrReg { value: b!(9:6, 24:2), flag: 8, set_means_imm: true, signed: false, reg: Wide::Fixed(Size::S16) },
+        Kind::ImmOrReg { value: b!(16:6, 26:2), flag: 23, set_means_imm: true, signed: false, reg: Wide::Fixed(Size::S16) },
     ]),
     /// Output depth and/or stencil.
     ZsEmit => form("zs_emit", 0xFF | 1 << 15, 0x41, fixed(4), NONE, &[
-        Kind::ImmOrReg { value: b!(9:6, 24:2), flag: 8, set_means_imm: true, signed: false, reg: Size::S16 },
+        Kind::ImmOrReg { value: b!(9:6, 24:2), flag: 8, set_means_imm: true, signed: false, reg: Wide::Fixed(Size::S16) },
         Kind::Enum(b!(29:2), DEPTH_STENCIL),
         Kind::Regs {
             value: b!(16:6, 26:2),
@@ -992,6 +1125,13 @@ pub mod sr {
     pub const IS_ACTIVE_THREAD: u32 = 63;
     /// `thread_position_in_grid` (x; y and z follow (the pixel x/y in fragment shaders)).
     pub const THREAD_POSITION_IN_GRID: u32 = 80;
+    /// `opfifo_cmd`: in a helper program, the operation the firmware
+    /// asks for (Mesa's `helper_op`).
+    pub const HELPER_OP: u32 = 144;
+    /// `opfifo_data_l`: the low word of the helper's argument.
+    pub const HELPER_ARG_LO: u32 = 146;
+    /// `opfifo_data_h`: the high word of the helper's argument.
+    pub const HELPER_ARG_HI: u32 = 147;
 }
 
 /// Names of the special registers, for printing.
@@ -1057,7 +1197,7 @@ pub const SPECIAL_REGISTERS: &[(u32, &str)] = &[
     (sr::THREAD_POSITION_IN_GRID + 1, "thread_position_in_grid.y"),
     (sr::THREAD_POSITION_IN_GRID + 2, "thread_position_in_grid.z"),
     (124, "input_sample_mask"),
-    (144, "opfifo_cmd"),
-    (146, "opfifo_data_l"),
-    (147, "opfifo_data_h"),
+    (sr::HELPER_OP, "opfifo_cmd"),
+    (sr::HELPER_ARG_LO, "opfifo_data_l"),
+    (sr::HELPER_ARG_HI, "opfifo_data_h"),
 ];

@@ -79,6 +79,44 @@ const KNOWN: &[(&str, &str)] = &[
         "d500608c00500a00",
         "atomic cmpxchg, 0, 0, u0_u1, r3, signed, r5_r6, 1, 1, 1, 1",
     ),
+    // Packed as Mesa packs local_atomic (the 10-byte form, its fields
+    // 0, 2, 0x80, 0): an add returning the old value to r3, and a
+    // compare-exchange with no destination at base r2l.
+    (
+        "198d8000548000000800",
+        "threadgroup_atomic add, r3, 0, 0, r4, 0, 2, 128, 0",
+    ),
+    (
+        "19800403148000000800",
+        "threadgroup_atomic cmpxchg, 0, r2l, 0, r4_r5, 0, 2, 128, 0",
+    ),
+    // The stack, as Mesa packs it: adjustments by 16 words and -16
+    // (the 8-byte form even when the short one would do), a load and a
+    // store at byte offsets (an immediate, a register), a 16-bit store,
+    // and the helper's block-register moves.
+    ("b500010521800000", "stack_adjust.long 0, 1, 2, 0, 0, 16"),
+    ("b50001052f8000ff", "stack_adjust 0, 1, 2, 0, 0, -16"),
+    (
+        "3522c00500c07200",
+        "stack_load r4_r5_r6, i32, 1, 0, xyz, 4, 12, 0",
+    ),
+    ("b522400400c01200", "stack_store i32, 1, 0, x, 4, r4, r2, 0"),
+    (
+        "b525000500c03001",
+        "stack_store i16, 1, 0, xy, 4, r4h_r5l, 256, 0",
+    ),
+    (
+        "7520200500c01000",
+        "stack_unmap target0, r4, 2, 0b00, 0b0, 0b000, 0b10000, 0b00010000, 1",
+    ),
+    (
+        "7528310500c01000",
+        "stack_map target0, r5, 3, 0b00, 0b0, 0b000, 0b10000, 0b00010000, 1",
+    ),
+    // Mesa's 6-byte doorbell is these two: a jump over the doorbell when
+    // the firmware skips it, and the doorbell.
+    ("20000600", "jmp_if_skipping_doorbell 0x6"),
+    ("2820", "doorbell 32"),
 ];
 
 #[test]

@@ -325,7 +325,7 @@ fn parse_operand(kind: &Kind, text: &str, targets: &Targets<'_>) -> Result<Opera
             matches!(class, SrcClass::Float | SrcClass::Half),
         )?),
         Kind::CmpSel { .. } => Operand::Src(parse_src(text, false)?),
-        Kind::Uint(_) | Kind::OpName(..) => {
+        Kind::Uint(_) | Kind::Int(_) | Kind::OpName(..) => {
             Operand::Int(parse_int(text).ok_or_else(|| bad("a number"))?)
         }
         Kind::Enum(_, names) => Operand::Int(parse_named(names, text)?),

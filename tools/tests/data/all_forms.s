@@ -100,6 +100,15 @@ sampler_state_store 1, u0_u1, 4096, 1
 uniform_store 2, i16, xy, 0, r0l_r0h, 12
 threadgroup_load i32, xyzw, r0_r1_r2_r3, 0, r2l
 threadgroup_store i16, x, r5l, r1l, 4
+threadgroup_atomic add, r3, 0, 0, r4, 0, 2, 128, 0
+threadgroup_atomic cmpxchg, r1l, u4l, r2l, r4_r5, 0, 2, 129, 0
+stack_adjust 0, 1, 2, 0, 0, -16
+stack_adjust 0, 1, 2, 0, 0, r6
+stack_load r4_r5_r6, i32, 1, 0, xyz, 4, 12, 0
+stack_store i16, 1, 0, xy, 4, r4h_r5l, r2, 0
+stack_unmap target0, r4, 2, 0b00, 0b0, 0b000, 0b10000, 0b00010000, 1
+stack_map target1, r5, 3, 0b00, 0b0, 0b000, 0b10000, 0b00010000, 1
+stack_map_op 7, 2, 1, 0, target0, r5, -1, 0b01, 0b1, 0b000, 0b10000, 0b00010000, 0
 threadgroup_barrier
 memory_barrier 1, 2, 9
 texture_sample 0, 0b1100, 0, none, xyzw, 0b00, r0_r1_r2_r3, None, ts0, ss0, tex_2d, r4_r5, auto_lod, 0, 0, r0

@@ -1,7 +1,8 @@
 //! Control flow: `stop`, `trap`, waits and barriers, jumps taken by the
 //! whole SIMD-group, calls and returns, and the structured
 //! `if`/`else`/`while`/`pop_exec` instructions that update each lane's
-//! `r0l` nesting count and set the execution mask from it.
+//! `r0l` nesting count and set the execution mask from it; the doorbell
+//! a helper program rings to talk to the firmware.
 
 use agx_hw::isa::{Op, Reg};
 
@@ -23,6 +24,11 @@ impl SimdGroup {
             Op::Trap => return Err(ExecError::Trap { pc }),
             Op::Wait | Op::MemoryBarrier | Op::WaitPix | Op::SignalPix | Op::NoVar => {}
             Op::ThreadgroupBarrier => return Ok(Flow::Barrier),
+            // A helper program rings the firmware: the run ends with the
+            // value, and the firmware's helper runner reads it.
+            Op::Doorbell => return Ok(Flow::Doorbell(o.int(0)? as u8)),
+            // The simulated firmware never asks to skip a doorbell.
+            Op::JmpIfSkippingDoorbell => {}
             Op::JmpExecAny => {
                 if exec != 0 {
                     return Ok(Flow::Jump(pc.wrapping_add(o.int(0)? as u64)));

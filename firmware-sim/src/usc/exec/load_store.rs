@@ -1,6 +1,6 @@
 //! Memory access: device loads, stores and atomics through the MMU,
 //! uniform stores, the state stores that bind descriptors from a heap,
-//! and threadgroup (shared) memory loads and stores.
+//! and threadgroup (shared) memory loads, stores and atomics.
 
 use agx_hw::isa::{Op, Operand, Size, Value};
 
@@ -22,6 +22,7 @@ impl SimdGroup {
             Op::UniformStore => self.uniform_store(o, env)?,
             Op::ThreadgroupLoad | Op::ThreadgroupStore => self.threadgroup_memory(o, env)?,
             Op::Atomic => self.atomic(o, env)?,
+            Op::ThreadgroupAtomic => self.threadgroup_atomic(o, env)?,
             Op::TexStateStore | Op::SamplerStateStore => self.state_store(o, env)?,
             _ => return Err(o.misrouted()),
         }
@@ -180,6 +181,91 @@ impl SimdGroup {
                 .memory
                 .atomic_u32(address, &mut |old| op.apply(old, value, compare))
                 .map_err(|fault| ExecError::Memory { pc, fault })?;
+            if let Some(dest) = dest {
+                self.write(dest, lane, u64::from(old));
+            }
+        }
+        Ok(())
+    }
+
+    /// `threadgroup_atomic`: for each active lane in turn, a
+    /// read-modify-write of the 32-bit word of threadgroup memory at the
+    /// base plus 4 x the index (bytes), the old value to the destination. The lanes of a
+    /// threadgroup run on one host thread, one after another, so each
+    /// operation is indivisible.
+    fn threadgroup_atomic(&mut self, o: &Operands<'_>, env: &mut Env<'_>) -> Result<(), ExecError> {
+        let (ins, exec, pc) = (o.ins, o.exec, o.pc);
+        let (
+            Some(op),
+            Some(Operand::Value(dest)),
+            Some(Operand::Value(base)),
+            Some(Operand::Value(index)),
+            Some(Operand::Regs(data)),
+        ) = (
+            ins.int(0),
+            ins.operands.get(1),
+            ins.operands.get(2),
+            ins.operands.get(3),
+            ins.operands.get(4),
+        )
+        else {
+            return Err(unsupported(pc, "malformed threadgroup atomic"));
+        };
+        let op = AtomicOp::from_code(op)
+            .ok_or_else(|| unsupported(pc, format!("atomic operation {op}")))?;
+        // Mesa emits 0, 2, 0x80, 0 in the fields nobody has decoded;
+        // applegpu saw 0x81 in the third for compare-exchange.
+        let fields = (ins.int(5), ins.int(6), ins.int(7), ins.int(8));
+        let third_ok = |v: i64| v == 0x80 || (v == 0x81 && op == AtomicOp::CompareExchange);
+        if !matches!(fields, (Some(0), Some(2), Some(v), Some(0)) if third_ok(v)) {
+            return Err(unsupported(
+                pc,
+                "a threadgroup atomic whose fields are not Mesa's 0, 2, 0x80, 0 (not modelled)",
+            ));
+        }
+        let dest = match dest {
+            Value::Reg(reg, _) => Some(*reg),
+            Value::Imm(0) => None,
+            _ => {
+                return Err(unsupported(
+                    pc,
+                    "an atomic destination field without a register",
+                ))
+            }
+        };
+        for lane in lanes(exec) {
+            let base_bytes = match base {
+                Value::Imm(_) => 0,
+                other => self.lane_value(other, lane, env.uniforms) as i64,
+            };
+            let index = match index {
+                Value::Imm(imm) => *imm,
+                other => self.lane_value(other, lane, env.uniforms) as i64,
+            };
+            // Unaligned addresses round down to the word, as device
+            // atomics do.
+            let start = index.checked_mul(4).and_then(|i| i.checked_add(base_bytes));
+            let range = start.and_then(|start| {
+                let start = usize::try_from(start).ok()? & !3;
+                let end = start.checked_add(4)?;
+                (end <= env.threadgroup.len()).then_some(start..end)
+            });
+            let Some(range) = range else {
+                return Err(ExecError::ThreadgroupBounds {
+                    pc,
+                    offset_bytes: start.unwrap_or(i64::MAX),
+                    size_bytes: env.threadgroup.len(),
+                });
+            };
+            let value = self.read(data.reg(0), lane) as u32;
+            let compare = if op == AtomicOp::CompareExchange {
+                self.read(data.reg(1), lane) as u32
+            } else {
+                0
+            };
+            let word = &mut env.threadgroup[range];
+            let old = u32::from_le_bytes([word[0], word[1], word[2], word[3]]);
+            word.copy_from_slice(&op.apply(old, value, compare).to_le_bytes());
             if let Some(dest) = dest {
                 self.write(dest, lane, u64::from(old));
             }

@@ -28,11 +28,14 @@ mod convert;
 mod load_store;
 mod operands;
 mod special;
+mod stack;
 mod stage_io;
 mod subgroup;
 mod texture;
 
 use agx_hw::isa::{Dst, Op, Operand, Reg, RegRun, Size, Src, Value};
+
+pub use stack::Stack;
 
 use super::io::{IoError, ShaderIo};
 use super::memory::{GpuMemory, MemoryFault};
@@ -84,6 +87,17 @@ pub enum ExecError {
         offset_bytes: i64,
         /// The threadgroup allocation.
         size_bytes: usize,
+    },
+    /// A stack access, or a stack pointer adjustment, outside the
+    /// SIMD-group's stack (or a stack access by a group without one).
+    #[error("at {pc:#x}: stack access at byte {offset_bytes} outside the {size_bytes}-byte stack")]
+    StackBounds {
+        /// Address of the instruction.
+        pc: u64,
+        /// The offending byte offset (or new stack pointer).
+        offset_bytes: i64,
+        /// Bytes of each thread's stack.
+        size_bytes: u32,
     },
     /// A uniform store past u255.
     #[error("at {pc:#x}: uniform store to half {half} past u255")]
@@ -150,6 +164,7 @@ impl ExecError {
             | ExecError::Memory { pc, .. }
             | ExecError::Io { pc, .. }
             | ExecError::ThreadgroupBounds { pc, .. }
+            | ExecError::StackBounds { pc, .. }
             | ExecError::UniformBounds { pc, .. }
             | ExecError::SpecialRegister { pc, .. }
             | ExecError::Unsupported { pc, .. }
@@ -167,6 +182,9 @@ pub enum Exit {
     /// The group reached `threadgroup_barrier`; run it again after the
     /// other groups of its threadgroup reach theirs.
     Barrier,
+    /// The group rang the firmware's doorbell with this value (helper
+    /// programs); run it again to go on.
+    Doorbell(u8),
 }
 
 /// What the shader core is connected to for a run.
@@ -221,6 +239,8 @@ pub struct SimdGroup {
     pub special: SpecialRegs,
     /// Instructions executed so far.
     pub executed_instructions: u64,
+    /// The group's stack (none until the firmware maps one).
+    pub stack: Stack,
 }
 
 /// The instruction being executed, where it is, and the lanes it runs
@@ -292,6 +312,7 @@ enum Flow {
     Jump(u64),
     Stop,
     Barrier,
+    Doorbell(u8),
 }
 
 fn lanes(mask: u32) -> impl Iterator<Item = usize> {
@@ -341,6 +362,7 @@ impl SimdGroup {
             pc,
             special: SpecialRegs::default(),
             executed_instructions: 0,
+            stack: Stack::default(),
         }
     }
 
@@ -447,6 +469,10 @@ impl SimdGroup {
                     self.pc = pc.wrapping_add(len);
                     return Ok(Exit::Barrier);
                 }
+                Flow::Doorbell(value) => {
+                    self.pc = pc.wrapping_add(len);
+                    return Ok(Exit::Doorbell(value));
+                }
                 Flow::Next => (pc.wrapping_add(len), false),
                 Flow::Jump(target) => (target, true),
             };
@@ -501,6 +527,8 @@ impl SimdGroup {
             | Op::ThreadgroupBarrier
             | Op::JmpExecAny
             | Op::JmpExecNone
+            | Op::Doorbell
+            | Op::JmpIfSkippingDoorbell
             | Op::Call
             | Op::CallReg
             | Op::Ret
@@ -579,12 +607,8 @@ impl SimdGroup {
             | Op::FcmpQuadBallot => self.subgroup(&o, env),
             // Decoded for the listing; what they do is not known well
             // enough to model (the generic forms have operation bits
-            // nobody has decoded; the doorbell talks to the firmware).
-            Op::Funop
-            | Op::Iunop
-            | Op::Doorbell
-            | Op::JmpIfSkippingDoorbell
-            | Op::JmpIncomplete => Err(unsupported(
+            // nobody has decoded).
+            Op::Funop | Op::Iunop | Op::JmpIncomplete | Op::StackMapOp => Err(unsupported(
                 pc,
                 format!("{} is decoded but not modelled", ins.op.mnemonic()),
             )),
@@ -595,8 +619,12 @@ impl SimdGroup {
             | Op::ThreadgroupLoad
             | Op::ThreadgroupStore
             | Op::Atomic
+            | Op::ThreadgroupAtomic
             | Op::TexStateStore
             | Op::SamplerStateStore => self.load_store(&o, env),
+            Op::StackAdjust | Op::StackLoad | Op::StackStore | Op::StackMap | Op::StackUnmap => {
+                self.stack_op(&o, env)
+            }
             Op::TextureSample | Op::TextureLoad | Op::ImageWrite | Op::ImageWriteBlock => {
                 self.texture_op(&o, env)
             }

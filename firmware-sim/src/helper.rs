@@ -1,0 +1,248 @@
+//! Helper programs: the per-core program the firmware runs beside a
+//! stage to hand out stack memory.
+//!
+//! A command may name a helper program (`drm_asahi_helper_program`): USC
+//! code and a 64-bit argument (Mesa: the address of its scratch
+//! description). On each core that runs the stage, the firmware starts the
+//! helper on one lane and talks to it through a doorbell: the helper rings
+//! `DOORBELL_NEXT` to wait for an operation, reads it from special
+//! registers (`sr144` the operation, `sr146`/`sr147` its argument, which
+//! hold the command's argument when the helper starts), does it, and
+//! rings `DOORBELL_ACK` or `DOORBELL_NACK`. The operations and doorbell
+//! values are those of Mesa's helper (`libagx/helper.cl`): before a
+//! SIMD-group whose pipeline has a spill size starts, the core asks for a
+//! stack (`OP_STACK_ALLOC`, the spill-size bucket as argument) and the
+//! helper fills the stack block registers with `stack_map`; they become
+//! the group's stack. When the group ends, the core puts the group's block
+//! registers back and asks the helper to take them (`OP_STACK_FREE`; the
+//! helper reads them with `stack_unmap`). When the core has no more work,
+//! it sends `OP_END` and the helper stops.
+//!
+//! The helper is an ordinary program to the interpreter: its loads and
+//! stores go through the command's MMU and its instructions count against
+//! the watchdog. A helper that rings an unexpected value, refuses a stack
+//! or stops early ends the command with a fault at its code.
+
+use agx_fwif::messages::{FaultUnit, Helper};
+use agx_hw::isa::table::sr;
+
+use crate::command::Watchdog;
+use crate::fault::{exec_fault, unsupported, EngineResult};
+use crate::memory::GpuVm;
+use crate::shader::BUDGET_SLICE;
+use crate::usc::{Env, ExecError, Exit, NoIo, ProgramCache, SimdGroup, Stack, UNIFORMS};
+
+/// Allocate a stack for the SIMD-group about to start.
+const OP_STACK_ALLOC: u32 = 0;
+/// Take back the stack of a SIMD-group that ended.
+const OP_STACK_FREE: u32 = 1;
+/// No more work on this core: exit.
+const OP_END: u32 = 15;
+/// The helper waits for the next operation.
+const DOORBELL_NEXT: u8 = 32;
+/// The operation succeeded.
+const DOORBELL_ACK: u8 = 48;
+/// The operation was refused.
+const DOORBELL_NACK: u8 = 49;
+
+/// Where a command's helper program is and what it is given.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HelperProgram {
+    /// The code's address.
+    pub code: u64,
+    /// The argument (`sr146`/`sr147` when it starts).
+    pub arg: u64,
+}
+
+impl HelperProgram {
+    /// The helper a command names, if any (its code is an offset from
+    /// `usc_exec_base`, the low two bits a tag).
+    pub fn of(helper: &Helper, usc_exec_base: u64) -> Option<HelperProgram> {
+        (helper.program != 0).then(|| HelperProgram {
+            code: usc_exec_base.wrapping_add(u64::from(helper.program & !3)),
+            arg: helper.arg,
+        })
+    }
+}
+
+/// A helper program running on one core.
+pub struct HelperCore {
+    program: HelperProgram,
+    group: SimdGroup,
+    cache: ProgramCache,
+    uniforms: Box<[u32; UNIFORMS]>,
+    /// Set once the helper has stopped.
+    ended: bool,
+}
+
+impl HelperCore {
+    /// Starts `program` on core `core` and runs it to its first doorbell,
+    /// which must ask for an operation.
+    pub fn start(
+        program: HelperProgram,
+        core: u32,
+        vm_slot: u32,
+        vm: &mut GpuVm<'_>,
+        watchdog: &Watchdog<'_>,
+    ) -> Result<HelperCore, EngineResult> {
+        let mut group = SimdGroup::new(program.code, 1);
+        group.special.set_all(sr::CORE_INDEX, core);
+        group.special.set_all(sr::VM_SLOT, vm_slot);
+        group.special.set_all(sr::HELPER_ARG_LO, program.arg as u32);
+        group
+            .special
+            .set_all(sr::HELPER_ARG_HI, (program.arg >> 32) as u32);
+        group.special.set_all(sr::IS_ACTIVE_THREAD, 1);
+        let mut core = HelperCore {
+            program,
+            group,
+            cache: ProgramCache::new(),
+            uniforms: Box::new([0; UNIFORMS]),
+            ended: false,
+        };
+        core.expect(vm, watchdog, DOORBELL_NEXT, "start")?;
+        Ok(core)
+    }
+
+    /// Asks the helper for a stack for a group of the spill-size bucket
+    /// `bucket`; returns it with the pointer at its top.
+    pub fn alloc_stack(
+        &mut self,
+        bucket: u32,
+        vm: &mut GpuVm<'_>,
+        watchdog: &Watchdog<'_>,
+    ) -> Result<Stack, EngineResult> {
+        self.group.stack = Stack::default();
+        self.request(OP_STACK_ALLOC, bucket, vm, watchdog)?;
+        Ok(Stack::mapped(self.group.stack.blocks))
+    }
+
+    /// Gives the helper back the stack of a group that ended.
+    pub fn free_stack(
+        &mut self,
+        stack: &Stack,
+        vm: &mut GpuVm<'_>,
+        watchdog: &Watchdog<'_>,
+    ) -> Result<(), EngineResult> {
+        self.group.stack = *stack;
+        self.request(OP_STACK_FREE, 0, vm, watchdog)
+    }
+
+    /// Tells the helper there is no more work and runs it until it stops.
+    pub fn end(&mut self, vm: &mut GpuVm<'_>, watchdog: &Watchdog<'_>) -> Result<(), EngineResult> {
+        if self.ended {
+            return Ok(());
+        }
+        self.set_operation(OP_END, 0);
+        match self.run(vm, watchdog)? {
+            None => Ok(()),
+            Some(value) => Err(self.protocol_error("end", value)),
+        }
+    }
+
+    /// Sends an operation and expects it acknowledged, then the next
+    /// wait.
+    fn request(
+        &mut self,
+        op: u32,
+        arg: u32,
+        vm: &mut GpuVm<'_>,
+        watchdog: &Watchdog<'_>,
+    ) -> Result<(), EngineResult> {
+        self.set_operation(op, arg);
+        let what = if op == OP_STACK_ALLOC {
+            "stack allocation"
+        } else {
+            "stack release"
+        };
+        match self.run(vm, watchdog)? {
+            Some(DOORBELL_ACK) => {}
+            Some(DOORBELL_NACK) => {
+                tracing::warn!(
+                    helper = format_args!("{:#x}", self.program.code),
+                    what,
+                    "the helper program refused"
+                );
+                return Err(unsupported(self.program.code, FaultUnit::Usc));
+            }
+            Some(value) => return Err(self.protocol_error(what, value)),
+            None => return Err(self.protocol_error(what, 0)),
+        }
+        self.expect(vm, watchdog, DOORBELL_NEXT, what)
+    }
+
+    fn set_operation(&mut self, op: u32, arg: u32) {
+        self.group.special.set_all(sr::HELPER_OP, op);
+        self.group.special.set_all(sr::HELPER_ARG_LO, arg);
+        self.group.special.set_all(sr::HELPER_ARG_HI, 0);
+    }
+
+    /// Runs the helper to a doorbell that must be `value`.
+    fn expect(
+        &mut self,
+        vm: &mut GpuVm<'_>,
+        watchdog: &Watchdog<'_>,
+        value: u8,
+        what: &str,
+    ) -> Result<(), EngineResult> {
+        match self.run(vm, watchdog)? {
+            Some(rung) if rung == value => Ok(()),
+            rung => Err(self.protocol_error(what, rung.unwrap_or(0))),
+        }
+    }
+
+    /// Runs the helper until it rings the doorbell (`Some(value)`) or
+    /// stops (`None`), in watchdog slices.
+    fn run(
+        &mut self,
+        vm: &mut GpuVm<'_>,
+        watchdog: &Watchdog<'_>,
+    ) -> Result<Option<u8>, EngineResult> {
+        if self.ended {
+            return Err(self.protocol_error("a request after it ended", 0));
+        }
+        let mut env = Env {
+            memory: vm,
+            io: &mut NoIo,
+            uniforms: &mut self.uniforms,
+            threadgroup: &mut [],
+        };
+        loop {
+            let mut budget = BUDGET_SLICE;
+            let ran = self.group.run(&mut self.cache, &mut env, &mut budget);
+            watchdog.charge(BUDGET_SLICE - budget);
+            match ran {
+                Ok(Exit::Doorbell(value)) => return Ok(Some(value)),
+                Ok(Exit::Stopped) => {
+                    self.ended = true;
+                    return Ok(None);
+                }
+                Ok(Exit::Barrier) => {
+                    tracing::warn!(
+                        pc = format_args!("{:#x}", self.group.pc),
+                        "a threadgroup barrier in a helper program"
+                    );
+                    return Err(unsupported(self.group.pc, FaultUnit::Usc));
+                }
+                Err(ExecError::Timeout { .. }) if watchdog.expired() => {
+                    return Err(EngineResult::Timeout)
+                }
+                Err(ExecError::Timeout { .. }) => {}
+                Err(error) => return Err(exec_fault(&error)),
+            }
+        }
+    }
+
+    /// A helper that did not answer as the protocol says.
+    fn protocol_error(&self, what: &str, rung: u8) -> EngineResult {
+        tracing::warn!(
+            helper = format_args!("{:#x}", self.program.code),
+            pc = format_args!("{:#x}", self.group.pc),
+            what,
+            rung,
+            ended = self.ended,
+            "the helper program did not follow the doorbell protocol"
+        );
+        unsupported(self.program.code, FaultUnit::Usc)
+    }
+}
