@@ -68,6 +68,7 @@ impl HelperProgram {
 /// A helper program running on one core.
 pub struct HelperCore {
     program: HelperProgram,
+    core: u32,
     group: SimdGroup,
     cache: ProgramCache,
     uniforms: Box<[u32; UNIFORMS]>,
@@ -95,6 +96,7 @@ impl HelperCore {
         group.special.set_all(sr::IS_ACTIVE_THREAD, 1);
         let mut core = HelperCore {
             program,
+            core,
             group,
             cache: ProgramCache::new(),
             uniforms: Box::new([0; UNIFORMS]),
@@ -212,7 +214,15 @@ impl HelperCore {
             let ran = self.group.run(&mut self.cache, &mut env, &mut budget);
             watchdog.charge(BUDGET_SLICE - budget);
             match ran {
-                Ok(Exit::Doorbell(value)) => return Ok(Some(value)),
+                Ok(Exit::Doorbell(value)) => {
+                    tracing::debug!(
+                        core = self.core,
+                        pc = format_args!("{:#x}", self.group.pc),
+                        value,
+                        "helper doorbell"
+                    );
+                    return Ok(Some(value));
+                }
                 Ok(Exit::Stopped) => {
                     self.ended = true;
                     return Ok(None);
@@ -237,6 +247,7 @@ impl HelperCore {
     fn protocol_error(&self, what: &str, rung: u8) -> EngineResult {
         tracing::warn!(
             helper = format_args!("{:#x}", self.program.code),
+            core = self.core,
             pc = format_args!("{:#x}", self.group.pc),
             what,
             rung,

@@ -878,6 +878,22 @@ fn helper_instructions_map_blocks_and_ring_the_doorbell() {
     group.stack.blocks[0] = 0x80003;
     assert_eq!(m.run(&mut group), Ok(Exit::Stopped));
     assert_eq!(group.read(Reg::r(21), 0), 0x80003);
+    // A doorbell in a branch no lane takes is jumped over (Mesa puts
+    // `jmp_if_skipping_doorbell` before each); with a lane active it rings.
+    let mut m = Machine::new(
+        "if_icmp r0l, ueq, r1, 1, 1
+        jmp_if_skipping_doorbell skipped
+        doorbell 49
+    skipped:
+        pop_exec r0l, 1
+        jmp_if_skipping_doorbell rung
+        doorbell 48
+    rung:
+        stop",
+    );
+    let mut group = SimdGroup::new(CODE_BASE, 1);
+    assert_eq!(m.run(&mut group), Ok(Exit::Doorbell(48)));
+    assert_eq!(m.run(&mut group), Ok(Exit::Stopped));
     // Fields Mesa never sets are refused, not guessed.
     let mut m =
         Machine::new("stack_map target1, r20, 0, 0b00, 0b0, 0b000, 0b10000, 0b00010000, 1\nstop");

@@ -27,8 +27,16 @@ impl SimdGroup {
             // A helper program rings the firmware: the run ends with the
             // value, and the firmware's helper runner reads it.
             Op::Doorbell => return Ok(Flow::Doorbell(o.int(0)? as u8)),
-            // The simulated firmware never asks to skip a doorbell.
-            Op::JmpIfSkippingDoorbell => {}
+            // The doorbell itself rings whatever the execution mask; Mesa
+            // puts this jump before every doorbell, and its helper program
+            // rings inside branches that leave no lane active, so the jump
+            // skips the doorbell when no lane is active (an inference from
+            // Mesa's code: nothing public documents the condition).
+            Op::JmpIfSkippingDoorbell => {
+                if exec == 0 {
+                    return Ok(Flow::Jump(pc.wrapping_add(o.int(0)? as u64)));
+                }
+            }
             Op::JmpExecAny => {
                 if exec != 0 {
                     return Ok(Flow::Jump(pc.wrapping_add(o.int(0)? as u64)));
