@@ -13,7 +13,7 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Instant;
 
-use agx_fwif::messages::{FaultUnit, Helper};
+use agx_fwif::messages::FaultUnit;
 use agx_fwif::ring::SharedMemory;
 use agx_hw::addr::PhysAddr;
 use agx_hw::uat::PhysicalMemory;
@@ -150,16 +150,4 @@ pub(crate) fn command_body<T: FromBytes>(ctx: &RunContext<'_>) -> Result<T, Engi
     T::read_from_prefix(ctx.body)
         .map(|(b, _)| b)
         .map_err(|_| unsupported(ctx.command, FaultUnit::Firmware))
-}
-
-/// Helper programs (scratch memory set-up) are not modelled: a stage
-/// that names one is refused rather than run without it.
-pub(crate) fn refuse_helper(helper: &Helper, usc_exec_base: u64) -> Result<(), EngineResult> {
-    if helper.program == 0 {
-        return Ok(());
-    }
-    Err(unsupported(
-        usc_exec_base.wrapping_add(u64::from(helper.program & !3)),
-        FaultUnit::Firmware,
-    ))
 }

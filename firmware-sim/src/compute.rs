@@ -34,7 +34,7 @@ use agx_hw::isa::table::sr;
 use crate::bind::Binding;
 use crate::command::{RunContext, Watchdog};
 use crate::fault::{exec_fault, unsupported, EngineResult};
-use crate::helper::{HelperCore, HelperProgram};
+use crate::helper::{HelperProgram, StageHelper, CORES};
 use crate::imageblock::{store_block, BlockPlacement, Imageblock, ImageblockShape};
 use crate::memory::{read_words, GpuVm};
 use crate::shader::{run_simd_group, Barriers};
@@ -43,10 +43,6 @@ use crate::usc::io::{BlockStore, IoError, TextureRequest, TileAccess};
 use crate::usc::ShaderIo;
 use crate::usc::{Env, Exit, ProgramCache, SimdGroup, LANES, UNIFORMS};
 use crate::workers::run_items_then;
-
-/// Cores the GPU has (G13G: 8, as the kmd reports): each host thread
-/// running a launch is one, with its own helper program.
-pub const CORES: usize = 8;
 
 /// What a compute command gives every launch in it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -119,10 +115,10 @@ pub fn run(
     command: &ComputeCommand,
 ) -> Result<u64, EngineResult> {
     let sampler_heap = command.sampler_heap;
-    let helper = command.helper.filter(|_| binding.spill_bucket != 0);
+    let helper = command.helper;
     // A helper keeps per-core state in memory: no more threads than
     // cores.
-    let workers = if helper.is_some() {
+    let workers = if helper.is_some() && binding.spill_bucket != 0 {
         workers.min(CORES)
     } else {
         workers
@@ -174,17 +170,14 @@ pub fn run(
                 }
             ],
             imageblock.map(Imageblock::new),
-            (
-                next_core.fetch_add(1, Ordering::Relaxed),
-                None::<HelperCore>,
-            ),
+            StageHelper::new(helper, next_core.fetch_add(1, Ordering::Relaxed), vm_slot),
         )
     };
     run_items_then(
         total,
         workers,
         scratch,
-        |(vm, cache, uniforms, threadgroup, block, (core, helper_core)), index| {
+        |(vm, cache, uniforms, threadgroup, block, helper), index| {
             // A grid of many short threadgroups meets the watchdog too:
             // one work unit per threadgroup launched, besides its
             // instructions.
@@ -208,19 +201,9 @@ pub fn run(
             uniforms.copy_from_slice(&binding.uniforms[..]);
             let mut simd = simd_groups(vm_slot, launch, binding, g, threads_per_group);
             for group in &mut simd {
-                group.special.set_all(sr::CORE_INDEX, *core);
+                group.special.set_all(sr::CORE_INDEX, helper.core());
             }
-            if let Some(program) = helper {
-                if helper_core.is_none() {
-                    *helper_core = Some(HelperCore::start(program, *core, vm_slot, vm, &watchdog)?);
-                }
-                if let Some(helper_core) = helper_core.as_mut() {
-                    for group in &mut simd {
-                        group.stack =
-                            helper_core.alloc_stack(binding.spill_bucket, vm, &watchdog)?;
-                    }
-                }
-            }
+            helper.alloc(&mut simd, binding.spill_bucket, vm, &watchdog)?;
             let mut io = KernelIo {
                 unit: TextureUnit {
                     vm: vm.clone(),
@@ -243,17 +226,9 @@ pub fn run(
             let executed: u64 = simd.iter().map(|s| s.executed_instructions).sum();
             instructions.fetch_add(executed, Ordering::Relaxed);
             result?;
-            if let Some(helper_core) = helper_core.as_mut() {
-                for group in &simd {
-                    helper_core.free_stack(&group.stack, vm, &watchdog)?;
-                }
-            }
-            Ok(())
+            helper.free(&simd, vm, &watchdog)
         },
-        |(vm, _, _, _, _, (_, helper_core))| match helper_core.as_mut() {
-            Some(helper_core) => helper_core.end(vm, &watchdog),
-            None => Ok(()),
-        },
+        |(vm, _, _, _, _, helper)| helper.end(vm, &watchdog),
     )?;
     Ok(instructions.into_inner())
 }

@@ -32,6 +32,11 @@ use crate::memory::GpuVm;
 use crate::shader::BUDGET_SLICE;
 use crate::usc::{Env, ExecError, Exit, NoIo, ProgramCache, SimdGroup, Stack, UNIFORMS};
 
+/// Cores the GPU has (G13G: 8, as the kmd reports): each host thread
+/// running a stage is one, with its own helper program, so a stage with
+/// a helper runs on at most this many threads.
+pub const CORES: usize = 8;
+
 /// Allocate a stack for the SIMD-group about to start.
 const OP_STACK_ALLOC: u32 = 0;
 /// Take back the stack of a SIMD-group that ended.
@@ -255,5 +260,84 @@ impl HelperCore {
             "the helper program did not follow the doorbell protocol"
         );
         unsupported(self.program.code, FaultUnit::Usc)
+    }
+}
+
+/// A stage's helper on one core: started when the first SIMD-group that
+/// needs a stack comes, told to end when the core has no more work.
+pub struct StageHelper {
+    program: Option<HelperProgram>,
+    core: u32,
+    vm_slot: u32,
+    running: Option<HelperCore>,
+}
+
+impl StageHelper {
+    /// The helper `program` (if the command names one) for core `core`.
+    pub fn new(program: Option<HelperProgram>, core: u32, vm_slot: u32) -> StageHelper {
+        StageHelper {
+            program,
+            core,
+            vm_slot,
+            running: None,
+        }
+    }
+
+    /// The core it runs on.
+    pub fn core(&self) -> u32 {
+        self.core
+    }
+
+    /// Gives each of `groups` a stack when their pipeline has a spill
+    /// size (`spill_bucket` not 0) and the stage a helper; without a
+    /// helper they run without one (their stack accesses fault).
+    pub fn alloc(
+        &mut self,
+        groups: &mut [SimdGroup],
+        spill_bucket: u32,
+        vm: &mut GpuVm<'_>,
+        watchdog: &Watchdog<'_>,
+    ) -> Result<(), EngineResult> {
+        let Some(program) = self.program.filter(|_| spill_bucket != 0) else {
+            return Ok(());
+        };
+        let core = match &mut self.running {
+            Some(core) => core,
+            running => running.insert(HelperCore::start(
+                program,
+                self.core,
+                self.vm_slot,
+                vm,
+                watchdog,
+            )?),
+        };
+        for group in groups {
+            group.stack = core.alloc_stack(spill_bucket, vm, watchdog)?;
+        }
+        Ok(())
+    }
+
+    /// Gives back the stacks of `groups`, which have ended.
+    pub fn free(
+        &mut self,
+        groups: &[SimdGroup],
+        vm: &mut GpuVm<'_>,
+        watchdog: &Watchdog<'_>,
+    ) -> Result<(), EngineResult> {
+        let Some(core) = self.running.as_mut() else {
+            return Ok(());
+        };
+        for group in groups.iter().filter(|g| g.stack.size_bytes() != 0) {
+            core.free_stack(&group.stack, vm, watchdog)?;
+        }
+        Ok(())
+    }
+
+    /// The core has no more work: the helper, if it started, ends.
+    pub fn end(&mut self, vm: &mut GpuVm<'_>, watchdog: &Watchdog<'_>) -> Result<(), EngineResult> {
+        match self.running.as_mut() {
+            Some(core) => core.end(vm, watchdog),
+            None => Ok(()),
+        }
     }
 }

@@ -46,6 +46,7 @@ use crate::bind::{self, Binding};
 use crate::command::{RunContext, Watchdog};
 use crate::fault::EngineResult;
 use crate::fault::{exec_fault, unsupported};
+use crate::helper::StageHelper;
 use crate::memory::GpuVm;
 use crate::memory::{read_sequence, read_words};
 use crate::shader::{present_lanes, run_stage_group};
@@ -330,6 +331,7 @@ fn shade_vertices(
     vm: GpuVm<'_>,
     cache: &mut ProgramCache,
     watchdog: &Watchdog<'_>,
+    helper: &mut StageHelper,
     binding: &Binding,
     vertex_ids: &[u32],
     instance: u32,
@@ -346,6 +348,12 @@ fn shade_vertices(
         let mut io = VertexIo {
             outputs: vec![[0; MAX_OUTPUTS]; LANES],
         };
+        helper.alloc(
+            std::slice::from_mut(&mut group),
+            binding.spill_bucket,
+            &mut memory,
+            watchdog,
+        )?;
         run_stage_group(
             &mut group,
             cache,
@@ -355,6 +363,7 @@ fn shade_vertices(
             watchdog,
             exec_fault,
         )?;
+        helper.free(std::slice::from_ref(&group), &mut memory, watchdog)?;
         out.extend(io.outputs.into_iter().take(chunk.len()));
     }
     Ok(out)
@@ -790,6 +799,7 @@ pub fn draw<'a>(
     vm: GpuVm<'_>,
     cache: &mut ProgramCache,
     watchdog: &Watchdog<'_>,
+    helper: &mut StageHelper,
     usc_exec_base: u64,
     state: &VertexState,
     draw: &Draw,
@@ -838,7 +848,15 @@ pub fn draw<'a>(
                     })
                 })
                 .collect();
-            let shaded = shade_vertices(vm.clone(), cache, watchdog, &binding, &unique, instance)?;
+            let shaded = shade_vertices(
+                vm.clone(),
+                cache,
+                watchdog,
+                helper,
+                &binding,
+                &unique,
+                instance,
+            )?;
             let clip = |i: usize| ClipVertex {
                 position: std::array::from_fn(|c| f32::from_bits(shaded[slots[i]][c])),
                 varyings: shaded[slots[i]][4..outputs]

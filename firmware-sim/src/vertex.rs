@@ -12,9 +12,10 @@
 use agx_fwif::messages::{FaultUnit, RunVertexBody, TvbInfo};
 use agx_hw::formats::{PppRecords, VdmBlock};
 
-use crate::command::{command_body, refuse_helper, RunContext, WATCHDOG_STRIDE};
+use crate::command::{command_body, RunContext, WATCHDOG_STRIDE};
 use crate::fault::{unsupported, EngineResult};
 use crate::fragment::render_scene;
+use crate::helper::{HelperProgram, StageHelper};
 use crate::memory::{read_item, read_sequence, GpuVm};
 use crate::tiler::{self, overflow, tvb_info};
 use crate::usc::ProgramCache;
@@ -53,6 +54,9 @@ fn overflowed(
         &info,
         false,
         workers,
+        // The vertex command does not carry the fragment helper: a
+        // partial render's fragment programs run without stacks.
+        None,
     )?;
     binner.next_segment()?.map_err(|_| overflow(body.buffer))
 }
@@ -67,11 +71,16 @@ pub fn run_vertex(ctx: &RunContext<'_>, workers: usize) -> EngineResult {
 
 fn vertex(ctx: &RunContext<'_>, workers: usize) -> Result<(), EngineResult> {
     let body: RunVertexBody = command_body(ctx)?;
-    refuse_helper(&body.helper, body.usc_exec_base.get())?;
     let Some(root) = ctx.ttb0 else {
         return Err(unsupported(body.vdm_ctrl_stream_base.get(), FaultUnit::Vdm));
     };
     let vm = ctx.vm(root);
+    // Vertices are shaded on one core.
+    let mut helper = StageHelper::new(
+        HelperProgram::of(&body.helper, body.usc_exec_base.get()),
+        0,
+        ctx.vm_slot,
+    );
     let info = tvb_info(ctx, body.buffer)?;
     let area = (body.pass.width_px, body.pass.height_px);
     let mut binner = tiler::Binner::new(vm.clone(), &info, area.0, area.1)?
@@ -121,6 +130,7 @@ fn vertex(ctx: &RunContext<'_>, workers: usize) -> Result<(), EngineResult> {
                     vm.clone(),
                     &mut cache,
                     &watchdog,
+                    &mut helper,
                     body.usc_exec_base.get(),
                     &state,
                     &draw,
@@ -132,6 +142,7 @@ fn vertex(ctx: &RunContext<'_>, workers: usize) -> Result<(), EngineResult> {
             }
         }
     }
+    helper.end(&mut vm.clone(), &watchdog)?;
     let stats = binner.finish()?;
     // The statistics the kmd's growth policy reads (the counters are
     // running totals; the kmd keeps their last values).

@@ -37,9 +37,10 @@ mod zls;
 use agx_fwif::messages::{FaultUnit, RunFragmentBody};
 
 pub(crate) use self::pass::render_scene;
-use crate::command::{command_body, refuse_helper, RunContext};
+use crate::command::{command_body, RunContext};
 use crate::fault::unsupported;
 use crate::fault::EngineResult;
+use crate::helper::HelperProgram;
 use crate::tiler::tvb_info;
 
 /// RunFragment: every tile of every layer: bg, the tile's primitives
@@ -53,7 +54,6 @@ pub fn run_fragment(ctx: &RunContext<'_>, workers: usize) -> EngineResult {
 
 fn fragment(ctx: &RunContext<'_>, workers: usize) -> Result<(), EngineResult> {
     let body: RunFragmentBody = command_body(ctx)?;
-    refuse_helper(&body.helper, body.usc_exec_base.get())?;
     let Some(root) = ctx.ttb0 else {
         return Err(unsupported(ctx.command, FaultUnit::Firmware));
     };
@@ -67,5 +67,6 @@ fn fragment(ctx: &RunContext<'_>, workers: usize) -> Result<(), EngineResult> {
         &info,
         true,
         workers,
+        HelperProgram::of(&body.helper, body.usc_exec_base.get()),
     )
 }

@@ -16,11 +16,12 @@ use crate::bind::Binding;
 use crate::command::{RunContext, Watchdog};
 use crate::fault::unsupported;
 use crate::fault::EngineResult;
+use crate::helper::{HelperProgram, StageHelper};
 use crate::memory::GpuVm;
 use crate::raster::{rasterize, sample_positions, setup_coefficients};
 use crate::tiler;
 use crate::usc::{ProgramCache, LANES};
-use crate::workers::run_items;
+use crate::workers::run_items_then;
 
 /// The ZLS control a segment runs with. The kmd gives the firmware the
 /// pass's word for the reload after a partial render too (the asahi
@@ -55,8 +56,18 @@ pub(crate) fn render_scene(
     info: &TvbInfo,
     last: bool,
     workers: usize,
+    helper: Option<HelperProgram>,
 ) -> Result<(), EngineResult> {
     let area = (render.width_px, render.height_px);
+    // A helper keeps per-core state in memory: no more threads than
+    // cores.
+    let workers = if helper.is_some() {
+        workers.min(crate::helper::CORES)
+    } else {
+        workers
+    };
+    let next_core = std::sync::atomic::AtomicU32::new(0);
+    let vm_slot = ctx.vm_slot;
     let (Ok(samples), Ok(sample_bytes)) = (
         u8::try_from(render.samples),
         u8::try_from(render.sample_size_bytes),
@@ -126,13 +137,24 @@ pub(crate) fn render_scene(
         pending: Vec::new(),
         pending_stencil: Vec::new(),
         coverage: Vec::new(),
+        helper: StageHelper::new(
+            helper,
+            next_core.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            vm_slot,
+        ),
     };
-    run_items(tiles, workers, scratch, |worker, index| {
-        let layer = (index / (tiles_x * tiles_y)) as u32;
-        let ty = (index / tiles_x % tiles_y) as u32;
-        let tx = (index % tiles_x) as u32;
-        pass.render_tile(vm.clone(), worker, (layer, tx, ty))
-    })
+    run_items_then(
+        tiles,
+        workers,
+        scratch,
+        |worker, index| {
+            let layer = (index / (tiles_x * tiles_y)) as u32;
+            let ty = (index / tiles_x % tiles_y) as u32;
+            let tx = (index % tiles_x) as u32;
+            pass.render_tile(vm.clone(), worker, (layer, tx, ty))
+        },
+        |worker| worker.helper.end(&mut vm.clone(), &pass.watchdog),
+    )
 }
 
 /// What every tile of a segment shares.
@@ -167,6 +189,8 @@ pub(super) struct Worker {
     pub(super) pending_stencil: Vec<Option<u8>>,
     /// Per pixel of the tile: the samples the program being run covers.
     pub(super) coverage: Vec<u32>,
+    /// The core's helper program (stacks for programs with a spill size).
+    pub(super) helper: StageHelper,
 }
 
 impl Pass<'_> {
@@ -230,6 +254,7 @@ impl Pass<'_> {
                     coverage: &w.coverage,
                     face,
                     back_facing,
+                    helper: &mut w.helper,
                 },
                 origin,
                 area,

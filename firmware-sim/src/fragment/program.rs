@@ -15,6 +15,7 @@ use crate::bind::{self, Binding};
 use crate::command::Watchdog;
 use crate::fault::EngineResult;
 use crate::fault::{exec_fault, unsupported};
+use crate::helper::StageHelper;
 use crate::memory::read_words;
 use crate::memory::GpuVm;
 use crate::shader::{present_lanes, run_stage_group};
@@ -57,6 +58,8 @@ pub(super) struct TileState<'a> {
     pub(super) face: Option<FragmentFace>,
     /// The primitive is back-facing (the `backfacing` special register).
     pub(super) back_facing: bool,
+    /// The core's helper program.
+    pub(super) helper: &'a mut StageHelper,
 }
 
 /// Runs a per-tile program with one lane per entry of `pixels`
@@ -83,6 +86,7 @@ pub(super) fn run_tile_program(
         coverage,
         face,
         back_facing,
+        helper: stage_helper,
     } = state;
     let mut uniforms = binding.uniforms.clone();
     let mut memory = vm.clone();
@@ -173,6 +177,12 @@ pub(super) fn run_tile_program(
             coverage,
             face,
         };
+        stage_helper.alloc(
+            std::slice::from_mut(&mut group),
+            binding.spill_bucket,
+            &mut memory,
+            watchdog,
+        )?;
         run_stage_group(
             &mut group,
             cache,
@@ -182,6 +192,7 @@ pub(super) fn run_tile_program(
             watchdog,
             block_store_fault,
         )?;
+        stage_helper.free(std::slice::from_ref(&group), &mut memory, watchdog)?;
     }
     Ok(())
 }
