@@ -48,6 +48,7 @@ fn segment_zls(pass: ZlsControl, resumed: bool) -> ZlsControl {
 /// `partial_eot` for one ended by a partial render. Tiles are independent
 /// and run on `workers` host threads; when several fail, the
 /// lowest-numbered tile's failure is reported, whatever the thread count.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn render_scene(
     ctx: &RunContext<'_>,
     vm: GpuVm<'_>,
