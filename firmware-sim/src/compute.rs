@@ -35,11 +35,11 @@ use crate::bind::Binding;
 use crate::command::{RunContext, Watchdog};
 use crate::fault::{exec_fault, unsupported, EngineResult};
 use crate::helper::{HelperProgram, StageHelper, CORES};
-use crate::imageblock::{store_block, BlockPlacement, Imageblock, ImageblockShape};
+use crate::imageblock::{store_block, store_texel, BlockPlacement, Imageblock, ImageblockShape};
 use crate::memory::{read_words, GpuVm};
 use crate::shader::{run_simd_group, Barriers};
 use crate::texture::TextureUnit;
-use crate::usc::io::{BlockStore, IoError, TextureRequest, TileAccess};
+use crate::usc::io::{BlockStore, ImageWrite, IoError, TextureRequest, TileAccess};
 use crate::usc::ShaderIo;
 use crate::usc::{Env, Exit, ProgramCache, SimdGroup, LANES, UNIFORMS};
 use crate::workers::run_items_then;
@@ -279,6 +279,10 @@ impl ShaderIo for KernelIo<'_> {
     ) -> Result<(), IoError> {
         let (block, pixel) = self.block_pixel(access)?;
         block.store(pixel, access.sample_mask, access, values)
+    }
+
+    fn image_write(&mut self, _lane: usize, request: &ImageWrite) -> Result<(), IoError> {
+        store_texel(&mut self.unit.vm, self.binding, request)
     }
 
     fn block_store(&mut self, request: &BlockStore) -> Result<(), IoError> {

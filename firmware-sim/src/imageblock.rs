@@ -31,7 +31,7 @@ use crate::bind::Binding;
 use crate::memory::GpuVm;
 use crate::texture::channel_format;
 use crate::usc::formats::{self, ElementFormat};
-use crate::usc::io::{BlockStore, IoError, TextureHandle, TileAccess};
+use crate::usc::io::{BlockStore, ImageWrite, IoError, TextureHandle, TileAccess};
 use crate::usc::{AccessKind, GpuMemory};
 
 /// The shape of an image block: pixels, samples per pixel and bytes per
@@ -225,6 +225,188 @@ pub struct BlockPlacement {
     pub limit_px: (u32, u32),
 }
 
+/// An image as a PBE descriptor describes it, ready to be written.
+struct PbeTarget {
+    pbe: Pbe,
+    /// The image's element format and channel count.
+    element: ElementFormat,
+    channels: usize,
+    /// Bytes of one sample of a texel.
+    texel_bytes: usize,
+    /// Samples per pixel.
+    samples: u32,
+    layout: ImageLayout,
+    /// Levels the image is laid out for.
+    levels: u32,
+    /// The level written.
+    level: u32,
+    /// The level's size in pixels.
+    size_px: (u32, u32),
+    layers: u32,
+}
+
+impl PbeTarget {
+    /// Reads and checks the PBE descriptor at `address`. `image_write`:
+    /// the descriptor's sRGB bit applies (block stores write the
+    /// tilebuffer's encoding, which is already sRGB when it should be).
+    fn open(vm: &GpuVm<'_>, address: u64, image_write: bool) -> Result<PbeTarget, IoError> {
+        let mut bytes = [0u8; 24];
+        GpuMemory::read(vm, address, &mut bytes, AccessKind::Read)?;
+        let pbe = Pbe::decode_fields(&bytes);
+        let srgb = image_write && pbe.srgb;
+        let (element, channels) = channel_format(pbe.channels, pbe.data_type, srgb)
+            .ok_or_else(|| invalid(format!("PBE format {:?} {:?}", pbe.channels, pbe.data_type)))?;
+        if !matches!(pbe.layout, Layout::Linear | Layout::Gpu | Layout::Twiddled) {
+            return Err(invalid(format!("{:?} image layout", pbe.layout)));
+        }
+        if pbe.mode != ImageMode::Normal {
+            return Err(invalid(format!("{:?} images (sparse)", pbe.mode)));
+        }
+        // A multisampled image keeps a pixel's samples side by side
+        // (linear only).
+        let samples = match (pbe.dimension, pbe.samples) {
+            (
+                TextureDimension::D2Multisampled | TextureDimension::D2ArrayMultisampled,
+                SampleCount::Two,
+            ) => 2,
+            (TextureDimension::D2Multisampled | TextureDimension::D2ArrayMultisampled, _) => 4,
+            _ => 1,
+        };
+        if samples > 1 && pbe.layout != Layout::Linear {
+            return Err(invalid("tiled multisampled images".into()));
+        }
+        let texel_bytes = if element.packed() {
+            4
+        } else {
+            channels << element.shift()
+        };
+        let layers = if pbe.layout == Layout::Linear {
+            pbe.depth_linear
+        } else {
+            pbe.layers
+        };
+        // A mipmapped image is laid out for its full chain.
+        let levels = laid_out_levels(pbe.width, pbe.height, pbe.levels > 1, pbe.levels);
+        let layout = match pbe.layout {
+            Layout::Linear => ImageLayout::Linear {
+                stride_bytes: u64::from(pbe.stride),
+                element_bytes: texel_bytes as u32 * samples,
+                layer_stride_bytes: pbe.layer_stride_linear,
+            },
+            Layout::Twiddled => {
+                ImageLayout::twiddled(pbe.width, pbe.height, levels, texel_bytes as u32)
+            }
+            _ => ImageLayout::gpu_tiled(
+                pbe.width,
+                pbe.height,
+                levels,
+                texel_bytes as u32,
+                pbe.page_aligned_layers,
+            )
+            .ok_or_else(|| invalid(format!("{texel_bytes}-byte tiled texels")))?,
+        };
+        let level = if pbe.layout == Layout::Linear {
+            0
+        } else {
+            pbe.level
+        };
+        let size_px = ((pbe.width >> level).max(1), (pbe.height >> level).max(1));
+        Ok(PbeTarget {
+            pbe,
+            element,
+            channels,
+            texel_bytes,
+            samples,
+            layout,
+            levels,
+            level,
+            size_px,
+            layers,
+        })
+    }
+
+    /// Writes `texel` (every sample of a pixel) at each pixel of
+    /// `written` (each row from `row_at(y)`), after expanding the solid
+    /// compression tiles the store covers only in part, and marks the
+    /// tiles written uncompressed.
+    fn write(
+        &self,
+        vm: &mut GpuVm<'_>,
+        layer: u32,
+        written: (std::ops::Range<u32>, std::ops::Range<u32>),
+        mut texel_of: impl FnMut(u32, u32, &mut [u8]) -> Result<(), IoError>,
+    ) -> Result<(), IoError> {
+        if layer >= self.layers {
+            return Err(invalid(format!(
+                "layer {layer} past the image's {}",
+                self.layers
+            )));
+        }
+        let marked_tiles = if self.pbe.compressed_1 {
+            let compressed = Compressed::new(&self.pbe, self.levels, self.texel_bytes as u32)?;
+            compressed.prepare(
+                vm,
+                &self.pbe,
+                &self.layout,
+                self.level,
+                layer,
+                &written,
+                self.size_px,
+            )?
+        } else {
+            None
+        };
+        let texel_run_bytes = self.texel_bytes * self.samples as usize;
+        let mut texel = vec![0u8; texel_run_bytes];
+        let mut row = Vec::with_capacity(written.0.len() * texel_run_bytes);
+        let linear = self.pbe.layout == Layout::Linear;
+        for y in written.1.clone() {
+            row.clear();
+            for x in written.0.clone() {
+                texel.fill(0);
+                texel_of(x, y, &mut texel)?;
+                if linear {
+                    row.extend_from_slice(&texel);
+                } else {
+                    let at = self
+                        .layout
+                        .offset(self.level, x, y, layer)
+                        .ok_or_else(|| invalid(format!("pixel ({x}, {y}) past the image")))?;
+                    vm.write(self.pbe.buffer.wrapping_add(at), &texel)
+                        .map_err(IoError::Memory)?;
+                }
+            }
+            if row.is_empty() {
+                continue;
+            }
+            let at = self
+                .layout
+                .offset(0, written.0.start, y, layer)
+                .ok_or_else(|| invalid(format!("row {y} past the image")))?;
+            vm.write(self.pbe.buffer.wrapping_add(at), &row)
+                .map_err(IoError::Memory)?;
+        }
+        if let Some((words, word)) = marked_tiles {
+            for address in words {
+                vm.write(address, &word.to_le_bytes())
+                    .map_err(IoError::Memory)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The address of the PBE descriptor a handle names: a state register
+/// the pipeline bound, or (bindless) heap base + offset.
+fn pbe_address(binding: &Binding, handle: TextureHandle) -> Result<u64, IoError> {
+    match handle {
+        TextureHandle::Index(index) => binding
+            .texture_descriptor(index)
+            .ok_or_else(|| invalid(format!("no PBE descriptor bound at ts{index}"))),
+        TextureHandle::Bindless { base, offset } => Ok(base.wrapping_add(u64::from(offset))),
+    }
+}
+
 /// The pixel back end's block store: the elements at
 /// `request.tilebuffer_offset_bytes` of every pixel of `block`, converted
 /// from the tilebuffer format to the format of the image the PBE
@@ -237,159 +419,106 @@ pub fn store_block(
     request: &BlockStore,
     placement: BlockPlacement,
 ) -> Result<(), IoError> {
-    let TextureHandle::Index(index) = request.texture else {
+    if matches!(request.texture, TextureHandle::Bindless { .. }) {
         return Err(invalid("bindless block stores".into()));
-    };
-    let address = binding
-        .texture_descriptor(index)
-        .ok_or_else(|| invalid(format!("no PBE descriptor bound at ts{index}")))?;
-    let mut bytes = [0u8; 24];
-    GpuMemory::read(vm, address, &mut bytes, AccessKind::Read)?;
-    let pbe = Pbe::decode_fields(&bytes);
-    // Block stores write the tilebuffer's encoding: the sRGB bit is for
-    // image_write only.
-    let (element, channels) = channel_format(pbe.channels, pbe.data_type, false)
-        .ok_or_else(|| invalid(format!("PBE format {:?} {:?}", pbe.channels, pbe.data_type)))?;
-    if !matches!(pbe.layout, Layout::Linear | Layout::Gpu | Layout::Twiddled) {
-        return Err(invalid(format!("{:?} image layout", pbe.layout)));
     }
-    if pbe.mode != ImageMode::Normal {
-        return Err(invalid(format!("{:?} images (sparse)", pbe.mode)));
-    }
+    let target = PbeTarget::open(vm, pbe_address(binding, request.texture)?, false)?;
     // A multisampled block stores to a multisampled image of the same
-    // count, every sample (linear: a pixel's samples side by side).
-    // Resolving to a single-sampled image is the shader's job.
-    let image_samples = match (pbe.dimension, pbe.samples) {
-        (
-            TextureDimension::D2Multisampled | TextureDimension::D2ArrayMultisampled,
-            SampleCount::Two,
-        ) => 2,
-        (TextureDimension::D2Multisampled | TextureDimension::D2ArrayMultisampled, _) => 4,
-        _ => 1,
-    };
-    if image_samples != block.samples {
+    // count, every sample. Resolving to a single-sampled image is the
+    // shader's job.
+    if target.samples != block.samples {
         return Err(invalid(format!(
-            "a {}-sample tile stored to a {image_samples}-sample image",
-            block.samples
+            "a {}-sample tile stored to a {}-sample image",
+            block.samples, target.samples
         )));
-    }
-    if image_samples > 1 && pbe.layout != Layout::Linear {
-        return Err(invalid("tiled multisampled images".into()));
     }
     let (source, offset) = block.element(&TileAccess {
         format: request.format,
         offset_bytes: request.tilebuffer_offset_bytes,
-        mask: (1u8 << channels.min(4)) - 1,
+        mask: (1u8 << target.channels.min(4)) - 1,
         sample_mask: u32::MAX,
         explicit: None,
         half: false,
     })?;
-    let texel_bytes = if element.packed() {
-        4
-    } else {
-        channels << element.shift()
-    };
-    let layers = if pbe.layout == Layout::Linear {
-        pbe.depth_linear
-    } else {
-        pbe.layers
-    };
-    let layer = placement.layer;
-    if layer >= layers {
-        return Err(invalid(format!("layer {layer} past the image's {layers}")));
-    }
-    // A mipmapped image is laid out for its full chain.
-    let levels = laid_out_levels(pbe.width, pbe.height, pbe.levels > 1, pbe.levels);
-    let layout = match pbe.layout {
-        Layout::Linear => ImageLayout::Linear {
-            stride_bytes: u64::from(pbe.stride),
-            element_bytes: texel_bytes as u32 * image_samples,
-            layer_stride_bytes: pbe.layer_stride_linear,
-        },
-        Layout::Twiddled => {
-            ImageLayout::twiddled(pbe.width, pbe.height, levels, texel_bytes as u32)
-        }
-        _ => ImageLayout::gpu_tiled(
-            pbe.width,
-            pbe.height,
-            levels,
-            texel_bytes as u32,
-            pbe.page_aligned_layers,
-        )
-        .ok_or_else(|| invalid(format!("{texel_bytes}-byte tiled texels")))?,
-    };
-    let level = if pbe.layout == Layout::Linear {
-        0
-    } else {
-        pbe.level
-    };
     let (width, height) = (
-        placement.limit_px.0.min((pbe.width >> level).max(1)),
-        placement.limit_px.1.min((pbe.height >> level).max(1)),
+        placement.limit_px.0.min(target.size_px.0),
+        placement.limit_px.1.min(target.size_px.1),
     );
     let origin = placement.origin_px;
     let written = (
         origin.0..origin.0.saturating_add(block.width_px).min(width),
         origin.1..origin.1.saturating_add(block.height_px).min(height),
     );
-    let marked_tiles = if pbe.compressed_1 {
-        let compressed = Compressed::new(&pbe, levels, texel_bytes as u32)?;
-        let level_size = ((pbe.width >> level).max(1), (pbe.height >> level).max(1));
-        compressed.prepare(vm, &pbe, &layout, level, layer, &written, level_size)?
-    } else {
-        None
-    };
-    let texel_run_bytes = texel_bytes * image_samples as usize;
-    let mut texel = vec![0u8; texel_run_bytes];
-    let mut row = Vec::with_capacity(block.width_px as usize * texel_run_bytes);
-    for by in 0..block.height_px {
-        let Some(y) = origin.1.checked_add(by).filter(|&y| y < height) else {
-            break;
-        };
-        row.clear();
-        for bx in 0..block.width_px {
-            let Some(x) = origin.0.checked_add(bx).filter(|&x| x < width) else {
-                break;
-            };
-            texel.fill(0);
-            for sample in 0..image_samples {
-                let record = block.record(bx, by, sample);
-                let base = sample as usize * texel_bytes;
-                for component in 0..channels {
-                    let from = record + channel_offset(source, offset, component);
-                    let value = formats::load(source, &block.bytes[from..], component, false);
-                    let to = base + channel_offset(element, 0, component);
-                    if !formats::store(element, &mut texel[to..], component, value, false) {
-                        return Err(invalid(format!("cannot store {element:?}")));
-                    }
+    let (element, channels, texel_bytes) = (target.element, target.channels, target.texel_bytes);
+    target.write(vm, placement.layer, written, |x, y, texel| {
+        let (bx, by) = (x - origin.0, y - origin.1);
+        for sample in 0..block.samples {
+            let record = block.record(bx, by, sample);
+            let base = sample as usize * texel_bytes;
+            for component in 0..channels {
+                let from = record + channel_offset(source, offset, component);
+                let value = formats::load(source, &block.bytes[from..], component, false);
+                let to = base + channel_offset(element, 0, component);
+                if !formats::store(element, &mut texel[to..], component, value, false) {
+                    return Err(invalid(format!("cannot store {element:?}")));
                 }
             }
-            if pbe.layout == Layout::Linear {
-                row.extend_from_slice(&texel);
-            } else {
-                let at = layout
-                    .offset(level, x, y, layer)
-                    .ok_or_else(|| invalid(format!("pixel ({x}, {y}) past the image")))?;
-                vm.write(pbe.buffer.wrapping_add(at), &texel)
-                    .map_err(IoError::Memory)?;
+        }
+        Ok(())
+    })
+}
+
+/// `image_write`: one texel, the register values converted to the format
+/// of the image the PBE descriptor describes (sRGB encoded when its sRGB
+/// bit is set), at the
+/// request's coordinates of the descriptor's level. Coordinates past the
+/// image (or its layers) write nothing, as a robust image store does
+/// (what the hardware does there is not public). Multisampled and
+/// compressed images are refused (which sample a write names is not
+/// known; Mesa never writes compressed images with it).
+pub fn store_texel(
+    vm: &mut GpuVm<'_>,
+    binding: &Binding,
+    request: &ImageWrite,
+) -> Result<(), IoError> {
+    let target = PbeTarget::open(vm, pbe_address(binding, request.texture)?, true)?;
+    if target.samples > 1 {
+        return Err(invalid("image writes to multisampled images".into()));
+    }
+    // Mesa never writes a compressed image this way (it makes storage
+    // images uncompressed, and decompresses before such use); what the
+    // hardware does with one is not public, and a per-texel update of the
+    // compression metadata would race between the cores.
+    if target.pbe.compressed_1 {
+        return Err(invalid("image writes to compressed images".into()));
+    }
+    let [x, y, ..] = request.coords;
+    // The layer follows x for 1D arrays, x and y for 2D arrays and 3D.
+    let layer = match request.dim {
+        1 => request.coords[1],
+        3 | 5 | 6 | 7 => request.coords[2],
+        _ => 0,
+    };
+    let y = if matches!(request.dim, 0 | 1) { 0 } else { y };
+    if x >= target.size_px.0 || y >= target.size_px.1 || layer >= target.layers {
+        return Ok(());
+    }
+    let (element, channels) = (target.element, target.channels);
+    target.write(vm, layer, (x..x + 1, y..y + 1), |_, _, texel| {
+        for component in 0..channels {
+            let to = channel_offset(element, 0, component);
+            if !formats::store(
+                element,
+                &mut texel[to..],
+                component,
+                request.values[component],
+                request.half,
+            ) {
+                return Err(invalid(format!("cannot store {element:?}")));
             }
         }
-        if row.is_empty() {
-            continue;
-        }
-        let at = layout
-            .offset(0, origin.0, y, layer)
-            .ok_or_else(|| invalid(format!("row {y} past the image")))?;
-        vm.write(pbe.buffer.wrapping_add(at), &row)
-            .map_err(IoError::Memory)?;
-    }
-    if let Some((words, word)) = marked_tiles {
-        for address in words {
-            vm.write(address, &word.to_le_bytes())
-                .map_err(IoError::Memory)?;
-        }
-    }
-    Ok(())
+        Ok(())
+    })
 }
 
 /// The compression side of a PBE descriptor.

@@ -9,10 +9,10 @@ use agx_hw::formats::FragmentFace;
 use super::depth::depth_passes;
 use super::tilebuffer::Tilebuffer;
 use crate::bind::Binding;
-use crate::imageblock::{store_block, BlockPlacement};
+use crate::imageblock::{store_block, store_texel, BlockPlacement};
 use crate::memory::GpuVm;
 use crate::texture::TextureUnit;
-use crate::usc::io::{BlockStore, IoError, TextureRequest, TileAccess};
+use crate::usc::io::{BlockStore, ImageWrite, IoError, TextureRequest, TileAccess};
 use crate::usc::{ShaderIo, LANES};
 
 /// The fixed-function units of per-tile programs: the tilebuffer and the
@@ -222,6 +222,14 @@ impl ShaderIo for TileIo<'_, '_> {
         let pixel = self.pixel(lane, access);
         let samples = access.sample_mask & self.lane_coverage(lane, access);
         self.tile.colour.store(pixel, samples, access, values)
+    }
+
+    fn image_write(&mut self, lane: usize, request: &ImageWrite) -> Result<(), IoError> {
+        // Helper lanes (uncovered quad members) write nothing.
+        if self.helpers & (1 << lane) != 0 {
+            return Ok(());
+        }
+        store_texel(&mut self.vm, self.binding, request)
     }
 
     fn block_store(&mut self, request: &BlockStore) -> Result<(), IoError> {
