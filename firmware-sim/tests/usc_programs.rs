@@ -416,14 +416,13 @@ fn uniform_store_writes_halves() {
     ));
 }
 
-/// Each atomic operation on one lane, on words with the sign bit set so
-/// that signed and unsigned orders differ: the word becomes what the
-/// operation says and the destination gets the old word.
-#[test_log::test]
-fn every_atomic_operation_returns_the_old_word() {
-    let old = 0x8000_0005u32; // negative as i32
-    let value = 0x0000_0009u32;
-    let cases: [(&str, u32); 11] = [
+/// Each atomic operation and the word it leaves from `old` (negative as
+/// i32, so that signed and unsigned orders differ) with a small positive
+/// `value`; compare-exchange's second register (the value compared) is
+/// `old` in the tests, so it swaps.
+fn atomic_cases(old: u32, value: u32) -> [(&'static str, u32); 11] {
+    assert!((old as i32) < 0 && value < 0x8000_0000 && value < old);
+    [
         ("add", old.wrapping_add(value)),
         ("sub", old.wrapping_sub(value)),
         ("xchg", value),
@@ -434,10 +433,17 @@ fn every_atomic_operation_returns_the_old_word() {
         ("and", old & value),
         ("or", old | value),
         ("xor", old ^ value),
-        // Compare-exchange: new value r2, compared r3 (equal to the old
-        // word here, so it swaps).
         ("cmpxchg", value),
-    ];
+    ]
+}
+
+/// Each atomic operation on one lane, on words with the sign bit set so
+/// that signed and unsigned orders differ: the word becomes what the
+/// operation says and the destination gets the old word.
+#[test_log::test]
+fn every_atomic_operation_returns_the_old_word() {
+    let old = 0x8000_0005u32; // negative as i32
+    let cases = atomic_cases(old, 9);
     let mut source = String::from("mov_imm r2, 9\nmov_imm r3, 2147483653\n");
     for (i, (op, _)) in cases.iter().enumerate() {
         let data = if *op == "cmpxchg" { "r2_r3" } else { "r2" };
@@ -910,20 +916,7 @@ fn helper_instructions_map_blocks_and_ring_the_doorbell() {
 #[test_log::test]
 fn threadgroup_atomics_update_words_and_return_the_old_ones() {
     let old = 0x8000_0005u32;
-    let value = 9u32;
-    let cases: [(&str, u32); 11] = [
-        ("add", old.wrapping_add(value)),
-        ("sub", old.wrapping_sub(value)),
-        ("xchg", value),
-        ("umin", value),
-        ("imin", old),
-        ("umax", old),
-        ("imax", value),
-        ("and", old & value),
-        ("or", old | value),
-        ("xor", old ^ value),
-        ("cmpxchg", value),
-    ];
+    let cases = atomic_cases(old, 9);
     let mut source = String::from("mov_imm r2, 9\nmov_imm r3, 2147483653\n");
     for (i, (op, _)) in cases.iter().enumerate() {
         let data = if *op == "cmpxchg" { "r2_r3" } else { "r2" };

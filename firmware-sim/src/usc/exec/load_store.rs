@@ -143,16 +143,7 @@ impl SimdGroup {
         else {
             return Err(unsupported(pc, "malformed atomic"));
         };
-        let dest = match dest {
-            Value::Reg(reg, _) => Some(*reg),
-            Value::Imm(0) => None,
-            _ => {
-                return Err(unsupported(
-                    pc,
-                    "an atomic destination field without a register",
-                ))
-            }
-        };
+        let dest = atomic_destination(dest, pc)?;
         let op = AtomicOp::from_code(op)
             .ok_or_else(|| unsupported(pc, format!("atomic operation {op}")))?;
         // Bits 26, 31, 44 and 46 are set in every atomic Mesa emits (bit 45
@@ -223,25 +214,9 @@ impl SimdGroup {
                 "a threadgroup atomic whose fields are not Mesa's 0, 2, 0x80, 0 (not modelled)",
             ));
         }
-        let dest = match dest {
-            Value::Reg(reg, _) => Some(*reg),
-            Value::Imm(0) => None,
-            _ => {
-                return Err(unsupported(
-                    pc,
-                    "an atomic destination field without a register",
-                ))
-            }
-        };
+        let dest = atomic_destination(dest, pc)?;
         for lane in lanes(exec) {
-            let base_bytes = match base {
-                Value::Imm(_) => 0,
-                other => self.lane_value(other, lane, env.uniforms) as i64,
-            };
-            let index = match index {
-                Value::Imm(imm) => *imm,
-                other => self.lane_value(other, lane, env.uniforms) as i64,
-            };
+            let (base_bytes, index) = self.threadgroup_base_index(base, index, lane, env);
             // Unaligned addresses round down to the word, as device
             // atomics do.
             let start = index.checked_mul(4).and_then(|i| i.checked_add(base_bytes));
@@ -297,6 +272,26 @@ impl SimdGroup {
         env.io
             .state_store(state, index as u32, descriptor)
             .map_err(|error| ExecError::Io { pc, error })
+    }
+
+    /// A threadgroup access's base (bytes; none is 0) and index (an
+    /// immediate, or a 16-bit register or uniform) in `lane`.
+    fn threadgroup_base_index(
+        &self,
+        base: &Value,
+        index: &Value,
+        lane: usize,
+        env: &Env<'_>,
+    ) -> (i64, i64) {
+        let base_bytes = match base {
+            Value::Imm(_) => 0,
+            other => self.lane_value(other, lane, env.uniforms) as i64,
+        };
+        let index = match index {
+            Value::Imm(imm) => *imm,
+            other => self.lane_value(other, lane, env.uniforms) as i64,
+        };
+        (base_bytes, index)
     }
 
     /// A device access's index: an immediate, or a 32-bit register
@@ -372,14 +367,7 @@ impl SimdGroup {
         let size = 1usize << format.shift();
         let store = ins.op == Op::ThreadgroupStore;
         for lane in lanes(exec) {
-            let base_bytes = match base {
-                Value::Imm(_) => 0,
-                other => self.lane_value(other, lane, env.uniforms) as i64,
-            };
-            let index = match index {
-                Value::Imm(imm) => *imm,
-                other => self.lane_value(other, lane, env.uniforms) as i64,
-            };
+            let (base_bytes, index) = self.threadgroup_base_index(base, index, lane, env);
             for (register, component) in (0..4i64).filter(|c| mask & (1 << c) != 0).enumerate() {
                 // Checked: the decoder gives at most 32-bit operands, but
                 // register values are client data and must not reach an
@@ -424,6 +412,19 @@ impl SimdGroup {
             }
         }
         Ok(())
+    }
+}
+
+/// An atomic's destination: a register, or none (the field with its flag
+/// clear decodes as the immediate 0).
+fn atomic_destination(dest: &Value, pc: u64) -> Result<Option<agx_hw::isa::Reg>, ExecError> {
+    match dest {
+        Value::Reg(reg, _) => Ok(Some(*reg)),
+        Value::Imm(0) => Ok(None),
+        _ => Err(unsupported(
+            pc,
+            "an atomic destination field without a register",
+        )),
     }
 }
 
