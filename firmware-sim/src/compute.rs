@@ -200,9 +200,6 @@ pub fn run(
             }
             uniforms.copy_from_slice(&binding.uniforms[..]);
             let mut simd = simd_groups(vm_slot, launch, binding, g, threads_per_group);
-            for group in &mut simd {
-                group.special.set_all(sr::CORE_INDEX, helper.core());
-            }
             helper.alloc(&mut simd, binding.spill_bucket, vm, &watchdog)?;
             let mut io = KernelIo {
                 unit: TextureUnit {
@@ -225,8 +222,10 @@ pub fn run(
             );
             let executed: u64 = simd.iter().map(|s| s.executed_instructions).sum();
             instructions.fetch_add(executed, Ordering::Relaxed);
+            // Stacks go back whether or not the threadgroup failed.
+            let freed = helper.free(&simd, binding.spill_bucket, vm, &watchdog);
             result?;
-            helper.free(&simd, vm, &watchdog)
+            freed
         },
         |(vm, _, _, _, _, helper)| helper.end(vm, &watchdog),
     )?;
@@ -374,6 +373,10 @@ fn simd_groups(
                 std::array::from_fn(|lane| lane as u32),
             );
             special.set_all(sr::SIMDGROUP_INDEX_IN_THREADGROUP, s as u32);
+            // Core 0 for every group, so that a kernel's results never
+            // depend on which host thread ran it (the helper program
+            // reads the core it serves).
+            special.set_all(sr::CORE_INDEX, 0);
             special.set_all(sr::VM_SLOT, vm_slot);
             special.set_all(sr::IS_ACTIVE_THREAD, 1);
             group

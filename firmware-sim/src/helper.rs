@@ -79,6 +79,11 @@ pub struct HelperCore {
     uniforms: Box<[u32; UNIFORMS]>,
     /// Set once the helper has stopped.
     ended: bool,
+    /// Set when the helper failed a request: the command has failed, and
+    /// the helper is no longer asked for anything.
+    broken: bool,
+    /// The helper waits for an operation (its last doorbell was 32).
+    waiting: bool,
 }
 
 impl HelperCore {
@@ -106,6 +111,8 @@ impl HelperCore {
             cache: ProgramCache::new(),
             uniforms: Box::new([0; UNIFORMS]),
             ended: false,
+            broken: false,
+            waiting: false,
         };
         core.expect(vm, watchdog, DOORBELL_NEXT, "start")?;
         Ok(core)
@@ -137,7 +144,7 @@ impl HelperCore {
 
     /// Tells the helper there is no more work and runs it until it stops.
     pub fn end(&mut self, vm: &mut GpuVm<'_>, watchdog: &Watchdog<'_>) -> Result<(), EngineResult> {
-        if self.ended {
+        if self.ended || self.broken {
             return Ok(());
         }
         self.set_operation(OP_END, 0);
@@ -148,7 +155,8 @@ impl HelperCore {
     }
 
     /// Sends an operation and expects it acknowledged, then the next
-    /// wait.
+    /// wait. A refusal leaves the helper waiting again (it can still be
+    /// asked to take stacks back); any other failure marks it broken.
     fn request(
         &mut self,
         op: u32,
@@ -156,6 +164,24 @@ impl HelperCore {
         vm: &mut GpuVm<'_>,
         watchdog: &Watchdog<'_>,
     ) -> Result<(), EngineResult> {
+        if self.broken {
+            return Err(unsupported(self.program.code, FaultUnit::Usc));
+        }
+        let result = self.exchange(op, arg, vm, watchdog);
+        if result.is_err() && !self.waiting {
+            self.broken = true;
+        }
+        result
+    }
+
+    fn exchange(
+        &mut self,
+        op: u32,
+        arg: u32,
+        vm: &mut GpuVm<'_>,
+        watchdog: &Watchdog<'_>,
+    ) -> Result<(), EngineResult> {
+        self.waiting = false;
         self.set_operation(op, arg);
         let what = if op == OP_STACK_ALLOC {
             "stack allocation"
@@ -167,9 +193,12 @@ impl HelperCore {
             Some(DOORBELL_NACK) => {
                 tracing::warn!(
                     helper = format_args!("{:#x}", self.program.code),
+                    core = self.core,
+                    pc = format_args!("{:#x}", self.group.pc),
                     what,
                     "the helper program refused"
                 );
+                self.expect(vm, watchdog, DOORBELL_NEXT, what)?;
                 return Err(unsupported(self.program.code, FaultUnit::Usc));
             }
             Some(value) => return Err(self.protocol_error(what, value)),
@@ -193,7 +222,10 @@ impl HelperCore {
         what: &str,
     ) -> Result<(), EngineResult> {
         match self.run(vm, watchdog)? {
-            Some(rung) if rung == value => Ok(()),
+            Some(rung) if rung == value => {
+                self.waiting = value == DOORBELL_NEXT;
+                Ok(())
+            }
             rung => Err(self.protocol_error(what, rung.unwrap_or(0))),
         }
     }
@@ -283,11 +315,6 @@ impl StageHelper {
         }
     }
 
-    /// The core it runs on.
-    pub fn core(&self) -> u32 {
-        self.core
-    }
-
     /// Gives each of `groups` a stack when their pipeline has a spill
     /// size (`spill_bucket` not 0) and the stage a helper; without a
     /// helper they run without one (their stack accesses fault).
@@ -311,26 +338,41 @@ impl StageHelper {
                 watchdog,
             )?),
         };
-        for group in groups {
-            group.stack = core.alloc_stack(spill_bucket, vm, watchdog)?;
+        for at in 0..groups.len() {
+            match core.alloc_stack(spill_bucket, vm, watchdog) {
+                Ok(stack) => groups[at].stack = stack,
+                Err(error) => {
+                    // The groups given a stack never run: their stacks go
+                    // back (best effort: the command has failed anyway).
+                    for group in &groups[..at] {
+                        let _ = core.free_stack(&group.stack, vm, watchdog);
+                    }
+                    return Err(error);
+                }
+            }
         }
         Ok(())
     }
 
-    /// Gives back the stacks of `groups`, which have ended.
+    /// Gives back the stacks of `groups` (which [`StageHelper::alloc`]
+    /// gave stacks for `spill_bucket`), which have ended, failed or not.
     pub fn free(
         &mut self,
         groups: &[SimdGroup],
+        spill_bucket: u32,
         vm: &mut GpuVm<'_>,
         watchdog: &Watchdog<'_>,
     ) -> Result<(), EngineResult> {
-        let Some(core) = self.running.as_mut() else {
+        let Some(core) = self.running.as_mut().filter(|_| spill_bucket != 0) else {
             return Ok(());
         };
-        for group in groups.iter().filter(|g| g.stack.size_bytes() != 0) {
-            core.free_stack(&group.stack, vm, watchdog)?;
+        let mut result = Ok(());
+        for group in groups {
+            if let Err(error) = core.free_stack(&group.stack, vm, watchdog) {
+                result = result.and(Err(error));
+            }
         }
-        Ok(())
+        result
     }
 
     /// The core has no more work: the helper, if it started, ends.

@@ -485,6 +485,14 @@ pub fn store_texel(
     if target.samples > 1 {
         return Err(invalid("image writes to multisampled images".into()));
     }
+    // The level comes from the descriptor; how the hardware combines it
+    // with the instruction's LOD operand is not public.
+    if request.lod != 0 {
+        return Err(invalid(format!(
+            "an image write at LOD {} (not modelled)",
+            request.lod
+        )));
+    }
     // Mesa never writes a compressed image this way (it makes storage
     // images uncompressed, and decompresses before such use); what the
     // hardware does with one is not public, and a per-texel update of the

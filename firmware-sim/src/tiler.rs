@@ -354,7 +354,7 @@ fn shade_vertices(
             &mut memory,
             watchdog,
         )?;
-        run_stage_group(
+        let ran = run_stage_group(
             &mut group,
             cache,
             &mut memory,
@@ -362,8 +362,16 @@ fn shade_vertices(
             &mut uniforms,
             watchdog,
             exec_fault,
-        )?;
-        helper.free(std::slice::from_ref(&group), &mut memory, watchdog)?;
+        );
+        // The stack goes back whether or not the group failed.
+        let freed = helper.free(
+            std::slice::from_ref(&group),
+            binding.spill_bucket,
+            &mut memory,
+            watchdog,
+        );
+        ran?;
+        freed?;
         out.extend(io.outputs.into_iter().take(chunk.len()));
     }
     Ok(out)

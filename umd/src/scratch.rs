@@ -38,7 +38,8 @@ const MAX_SIZE_BITS: u32 = 5;
 /// the core. Operation 0 maps the core's next free slot (`stack_map`)
 /// and counts it; 1 takes back the stack in the block registers
 /// (`stack_unmap`) into the slot freed last; 15 ends; anything else, and
-/// an allocation with no slot or a release with none in use, is refused.
+/// an allocation with no slot, a release with none in use, or either on
+/// a core past [`CORES`], is refused.
 pub const HELPER_SOURCE: &str = "
     get_sr r10, sr146
     get_sr r11, sr147
@@ -62,6 +63,9 @@ after_wait:
     pop_exec r0l, 1
     jmp_exec_any refuse_now
 alloc:
+    if_icmp r0l, ult, r12, 8, 1
+    jmp_exec_none no_record
+    pop_exec r0l, 1
     device_load 0, i32, xy, r2_r3, r10_r11, r13, unsigned
     wait 0
     if_icmp r0l, ult, r2, r14, 1
@@ -82,6 +86,9 @@ alloc:
 alloc_done:
     jmp_exec_any next
 free:
+    if_icmp r0l, ult, r12, 8, 1
+    jmp_exec_none no_record
+    pop_exec r0l, 1
     device_load 0, i32, x, r2, r10_r11, r13, unsigned
     wait 0
     if_icmp r0l, ugt, r2, 0, 1
@@ -110,6 +117,12 @@ refuse_now:
     jmp_if_skipping_doorbell refuse_done
     doorbell 49
 refuse_done:
+    jmp_exec_any next
+no_record:
+    pop_exec r0l, 1
+    jmp_if_skipping_doorbell no_record_done
+    doorbell 49
+no_record_done:
     jmp_exec_any next
 end:
     stop";

@@ -183,7 +183,7 @@ pub(super) fn run_tile_program(
             &mut memory,
             watchdog,
         )?;
-        run_stage_group(
+        let ran = run_stage_group(
             &mut group,
             cache,
             &mut memory,
@@ -191,8 +191,16 @@ pub(super) fn run_tile_program(
             &mut uniforms,
             watchdog,
             block_store_fault,
-        )?;
-        stage_helper.free(std::slice::from_ref(&group), &mut memory, watchdog)?;
+        );
+        // The stack goes back whether or not the group failed.
+        let freed = stage_helper.free(
+            std::slice::from_ref(&group),
+            binding.spill_bucket,
+            &mut memory,
+            watchdog,
+        );
+        ran?;
+        freed?;
     }
     Ok(())
 }
