@@ -200,7 +200,6 @@ pub fn run(
             }
             uniforms.copy_from_slice(&binding.uniforms[..]);
             let mut simd = simd_groups(vm_slot, launch, binding, g, threads_per_group);
-            helper.alloc(&mut simd, binding.spill_bucket, vm, &watchdog)?;
             let mut io = KernelIo {
                 unit: TextureUnit {
                     vm: vm.clone(),
@@ -211,21 +210,19 @@ pub fn run(
                 binding,
                 block: block.as_mut(),
             };
-            let result = run_threadgroup(
-                &watchdog,
-                &mut io,
-                vm,
-                cache,
+            helper.run_with_stacks(
                 &mut simd,
-                uniforms,
-                threadgroup,
-            );
-            let executed: u64 = simd.iter().map(|s| s.executed_instructions).sum();
-            instructions.fetch_add(executed, Ordering::Relaxed);
-            // Stacks go back whether or not the threadgroup failed.
-            let freed = helper.free(&simd, binding.spill_bucket, vm, &watchdog);
-            result?;
-            freed
+                binding.spill_bucket,
+                vm,
+                &watchdog,
+                |simd, vm| {
+                    let result =
+                        run_threadgroup(&watchdog, &mut io, vm, cache, simd, uniforms, threadgroup);
+                    let executed: u64 = simd.iter().map(|s| s.executed_instructions).sum();
+                    instructions.fetch_add(executed, Ordering::Relaxed);
+                    result
+                },
+            )
         },
         |(vm, _, _, _, _, helper)| helper.end(vm, &watchdog),
     )?;

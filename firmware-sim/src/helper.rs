@@ -315,10 +315,28 @@ impl StageHelper {
         }
     }
 
-    /// Gives each of `groups` a stack when their pipeline has a spill
-    /// size (`spill_bucket` not 0) and the stage a helper; without a
-    /// helper they run without one (their stack accesses fault).
-    pub fn alloc(
+    /// Runs `groups` (with `run`) on stacks: each gets one before, when
+    /// their pipeline has a spill size (`spill_bucket` not 0) and the
+    /// stage a helper, and gives it back after, whether or not `run`
+    /// failed. Without a helper they run without a stack (their stack
+    /// accesses fault).
+    pub fn run_with_stacks<'v>(
+        &mut self,
+        groups: &mut [SimdGroup],
+        spill_bucket: u32,
+        vm: &mut GpuVm<'v>,
+        watchdog: &Watchdog<'_>,
+        run: impl FnOnce(&mut [SimdGroup], &mut GpuVm<'v>) -> Result<(), EngineResult>,
+    ) -> Result<(), EngineResult> {
+        self.alloc(groups, spill_bucket, vm, watchdog)?;
+        let ran = run(groups, vm);
+        let freed = self.free(groups, spill_bucket, vm, watchdog);
+        ran.and(freed)
+    }
+
+    /// Gives each of `groups` a stack, as [`StageHelper::run_with_stacks`]
+    /// says.
+    fn alloc(
         &mut self,
         groups: &mut [SimdGroup],
         spill_bucket: u32,
@@ -356,7 +374,7 @@ impl StageHelper {
 
     /// Gives back the stacks of `groups` (which [`StageHelper::alloc`]
     /// gave stacks for `spill_bucket`), which have ended, failed or not.
-    pub fn free(
+    fn free(
         &mut self,
         groups: &[SimdGroup],
         spill_bucket: u32,

@@ -348,30 +348,25 @@ fn shade_vertices(
         let mut io = VertexIo {
             outputs: vec![[0; MAX_OUTPUTS]; LANES],
         };
-        helper.alloc(
+        helper.run_with_stacks(
             std::slice::from_mut(&mut group),
             binding.spill_bucket,
             &mut memory,
             watchdog,
+            |groups, memory| {
+                groups.iter_mut().try_for_each(|group| {
+                    run_stage_group(
+                        group,
+                        cache,
+                        memory,
+                        &mut io,
+                        &mut uniforms,
+                        watchdog,
+                        exec_fault,
+                    )
+                })
+            },
         )?;
-        let ran = run_stage_group(
-            &mut group,
-            cache,
-            &mut memory,
-            &mut io,
-            &mut uniforms,
-            watchdog,
-            exec_fault,
-        );
-        // The stack goes back whether or not the group failed.
-        let freed = helper.free(
-            std::slice::from_ref(&group),
-            binding.spill_bucket,
-            &mut memory,
-            watchdog,
-        );
-        ran?;
-        freed?;
         out.extend(io.outputs.into_iter().take(chunk.len()));
     }
     Ok(out)

@@ -702,15 +702,11 @@ fn depth_pass_with_fs(
         Some((0x5000, 1)),
         Some(ZsFunc::Less),
     );
-    render.zls_ctrl = u64::from_le_bytes(
-        ZlsControl {
-            z_load_enable: load,
-            z_store_enable: true,
-            ..ZlsControl::default()
-        }
-        .pack()
-        .unwrap(),
-    );
+    render.zls_ctrl = zls_word(ZlsControl {
+        z_load_enable: load,
+        z_store_enable: true,
+        ..ZlsControl::default()
+    });
     render.depth.base = DATA_VA + DEPTH;
     render.depth.stride = zls_stride_word();
     render.isp_zls_pixels = zls_pixels_word(64, 64);
@@ -720,6 +716,11 @@ fn depth_pass_with_fs(
 
 /// A depth/stencil `stride` word: one layer, a page apart (as Mesa
 /// encodes it).
+/// A ZLS control as the command's `zls_ctrl` word.
+fn zls_word(control: ZlsControl) -> u64 {
+    u64::from_le_bytes(control.pack().unwrap())
+}
+
 fn zls_stride_word() -> u32 {
     u32::from_le_bytes(
         agx_hw::formats::ZlsLayerStride {
@@ -842,20 +843,16 @@ fn depth_planes_load_and_store_in_the_format_tiling_and_compression_the_control_
         );
         coloured(&m, &[cover]);
         let mut render = depth_pass(&m, 1, true);
-        render.zls_ctrl = u64::from_le_bytes(
-            ZlsControl {
-                z_load_enable: true,
-                z_store_enable: true,
-                z_format: format,
-                z_load_tiling: tiling,
-                z_store_tiling: tiling,
-                z_load_compress: compressed,
-                z_store_compress: compressed,
-                ..ZlsControl::default()
-            }
-            .pack()
-            .unwrap(),
-        );
+        render.zls_ctrl = zls_word(ZlsControl {
+            z_load_enable: true,
+            z_store_enable: true,
+            z_format: format,
+            z_load_tiling: tiling,
+            z_store_tiling: tiling,
+            z_load_compress: compressed,
+            z_store_compress: compressed,
+            ..ZlsControl::default()
+        });
         if compressed {
             render.depth.comp_base = DATA_VA + META;
             render.depth.comp_stride =
@@ -903,15 +900,11 @@ fn depth_planes_load_and_store_in_the_format_tiling_and_compression_the_control_
         )],
     );
     let mut render = depth_pass(&m, 1, true);
-    render.zls_ctrl = u64::from_le_bytes(
-        ZlsControl {
-            z_load_enable: true,
-            z_load_compress: true,
-            ..ZlsControl::default()
-        }
-        .pack()
-        .unwrap(),
-    );
+    render.zls_ctrl = zls_word(ZlsControl {
+        z_load_enable: true,
+        z_load_compress: true,
+        ..ZlsControl::default()
+    });
     render.depth.comp_base = DATA_VA + META;
     assert_eq!(
         m.submit(CmdType::Render, render.as_bytes()),
@@ -1069,14 +1062,10 @@ fn a_resumed_segment_reloads_the_depth_its_partial_render_stored() {
     // not from the clear value.
     let m = Machine::with_config(machine_config(5000));
     let mut render = layered_pass(&m, true, true);
-    render.zls_ctrl = u64::from_le_bytes(
-        ZlsControl {
-            z_store_enable: true,
-            ..ZlsControl::default()
-        }
-        .pack()
-        .unwrap(),
-    );
+    render.zls_ctrl = zls_word(ZlsControl {
+        z_store_enable: true,
+        ..ZlsControl::default()
+    });
     assert_eq!(m.submit(CmdType::Render, render.as_bytes()), None);
     assert!(m.file.queue(m.queue).unwrap().tvb_stats().partial_renders > 0);
     for (x, y) in [(0, 0), (31, 31), (32, 5), (63, 63)] {
@@ -1825,15 +1814,11 @@ fn stencil_pass(
         Some(ZsFunc::Always),
         Some((stencil, reference)),
     );
-    render.zls_ctrl = u64::from_le_bytes(
-        ZlsControl {
-            s_load_enable: load,
-            s_store_enable: true,
-            ..ZlsControl::default()
-        }
-        .pack()
-        .unwrap(),
-    );
+    render.zls_ctrl = zls_word(ZlsControl {
+        s_load_enable: load,
+        s_store_enable: true,
+        ..ZlsControl::default()
+    });
     render.stencil.base = DATA_VA + DEPTH;
     render.stencil.stride = zls_stride_word();
     render.isp_zls_pixels = zls_pixels_word(64, 64);
@@ -2040,15 +2025,11 @@ fn depth_is_tested_and_stored_per_sample() {
         );
         let mut render = depth_pass(&m, 3, false);
         render.samples = 4;
-        render.zls_ctrl = u64::from_le_bytes(
-            ZlsControl {
-                z_store_enable: true,
-                z_store_tiling: tiling,
-                ..ZlsControl::default()
-            }
-            .pack()
-            .unwrap(),
-        );
+        render.zls_ctrl = zls_word(ZlsControl {
+            z_store_enable: true,
+            z_store_tiling: tiling,
+            ..ZlsControl::default()
+        });
         let stride = 64 * 4 * 4;
         let msaa = Pbe {
             dimension: TextureDimension::D2Multisampled,

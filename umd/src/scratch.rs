@@ -52,20 +52,20 @@ next:
     doorbell 32
 after_wait:
     get_sr r1, sr144
+    if_icmp r0l, ueq, r1, 15, 1
+    jmp_exec_any end
+    pop_exec r0l, 1
+    if_icmp r0l, ult, r12, 8, 1
+    jmp_exec_none no_record
+    pop_exec r0l, 1
     if_icmp r0l, ueq, r1, 0, 1
     jmp_exec_any alloc
     pop_exec r0l, 1
     if_icmp r0l, ueq, r1, 1, 1
     jmp_exec_any free
     pop_exec r0l, 1
-    if_icmp r0l, ueq, r1, 15, 1
-    jmp_exec_any end
-    pop_exec r0l, 1
     jmp_exec_any refuse_now
 alloc:
-    if_icmp r0l, ult, r12, 8, 1
-    jmp_exec_none no_record
-    pop_exec r0l, 1
     device_load 0, i32, xy, r2_r3, r10_r11, r13, unsigned
     wait 0
     if_icmp r0l, ult, r2, r14, 1
@@ -86,9 +86,6 @@ alloc:
 alloc_done:
     jmp_exec_any next
 free:
-    if_icmp r0l, ult, r12, 8, 1
-    jmp_exec_none no_record
-    pop_exec r0l, 1
     device_load 0, i32, x, r2, r10_r11, r13, unsigned
     wait 0
     if_icmp r0l, ugt, r2, 0, 1

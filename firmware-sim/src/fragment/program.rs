@@ -177,30 +177,25 @@ pub(super) fn run_tile_program(
             coverage,
             face,
         };
-        stage_helper.alloc(
+        stage_helper.run_with_stacks(
             std::slice::from_mut(&mut group),
             binding.spill_bucket,
             &mut memory,
             watchdog,
+            |groups, memory| {
+                groups.iter_mut().try_for_each(|group| {
+                    run_stage_group(
+                        group,
+                        cache,
+                        memory,
+                        &mut io,
+                        &mut uniforms,
+                        watchdog,
+                        block_store_fault,
+                    )
+                })
+            },
         )?;
-        let ran = run_stage_group(
-            &mut group,
-            cache,
-            &mut memory,
-            &mut io,
-            &mut uniforms,
-            watchdog,
-            block_store_fault,
-        );
-        // The stack goes back whether or not the group failed.
-        let freed = stage_helper.free(
-            std::slice::from_ref(&group),
-            binding.spill_bucket,
-            &mut memory,
-            watchdog,
-        );
-        ran?;
-        freed?;
     }
     Ok(())
 }

@@ -219,19 +219,11 @@ impl SimdGroup {
             let (base_bytes, index) = self.threadgroup_base_index(base, index, lane, env);
             // Unaligned addresses round down to the word, as device
             // atomics do.
-            let start = index.checked_mul(4).and_then(|i| i.checked_add(base_bytes));
-            let range = start.and_then(|start| {
-                let start = usize::try_from(start).ok()? & !3;
-                let end = start.checked_add(4)?;
-                (end <= env.threadgroup.len()).then_some(start..end)
-            });
-            let Some(range) = range else {
-                return Err(ExecError::ThreadgroupBounds {
-                    pc,
-                    offset_bytes: start.unwrap_or(i64::MAX),
-                    size_bytes: env.threadgroup.len(),
-                });
-            };
+            let start = index
+                .checked_mul(4)
+                .and_then(|i| i.checked_add(base_bytes))
+                .map(|start| start & !3);
+            let range = threadgroup_range(start, 4, env.threadgroup.len(), pc)?;
             let value = self.read(data.reg(0), lane) as u32;
             let compare = if op == AtomicOp::CompareExchange {
                 self.read(data.reg(1), lane) as u32
@@ -376,18 +368,7 @@ impl SimdGroup {
                     .checked_add(component)
                     .and_then(|i| i.checked_mul(size as i64))
                     .and_then(|i| i.checked_add(base_bytes));
-                let range = start.and_then(|start| {
-                    let start = usize::try_from(start).ok()?;
-                    let end = start.checked_add(size)?;
-                    (end <= env.threadgroup.len()).then_some(start..end)
-                });
-                let Some(range) = range else {
-                    return Err(ExecError::ThreadgroupBounds {
-                        pc,
-                        offset_bytes: start.unwrap_or(i64::MAX),
-                        size_bytes: env.threadgroup.len(),
-                    });
-                };
+                let range = threadgroup_range(start, size, env.threadgroup.len(), pc)?;
                 let bytes = &mut env.threadgroup[range];
                 let reg = data.reg(register as u16);
                 if store {
@@ -413,6 +394,28 @@ impl SimdGroup {
         }
         Ok(())
     }
+}
+
+/// Bytes `start..start + size` of a threadgroup allocation of `len`
+/// bytes, or the bounds fault (`start` is `None` when computing it
+/// overflowed: register values are client data).
+fn threadgroup_range(
+    start: Option<i64>,
+    size: usize,
+    len: usize,
+    pc: u64,
+) -> Result<std::ops::Range<usize>, ExecError> {
+    start
+        .and_then(|start| {
+            let start = usize::try_from(start).ok()?;
+            let end = start.checked_add(size)?;
+            (end <= len).then_some(start..end)
+        })
+        .ok_or(ExecError::ThreadgroupBounds {
+            pc,
+            offset_bytes: start.unwrap_or(i64::MAX),
+            size_bytes: len,
+        })
 }
 
 /// An atomic's destination: a register, or none (the field with its flag
