@@ -29,8 +29,8 @@ use agx_hw::isa::table::sr;
 use crate::command::Watchdog;
 use crate::fault::{exec_fault, unsupported, EngineResult};
 use crate::memory::GpuVm;
-use crate::shader::BUDGET_SLICE;
-use crate::usc::{Env, ExecError, Exit, NoIo, ProgramCache, SimdGroup, Stack, UNIFORMS};
+use crate::shader::{run_stage_group, BUDGET_SLICE};
+use crate::usc::{Env, ExecError, Exit, NoIo, ProgramCache, ShaderIo, SimdGroup, Stack, UNIFORMS};
 
 /// Cores the GPU has (G13G: 8, as the kmd reports): each host thread
 /// running a stage is one, with its own helper program, so a stage with
@@ -332,6 +332,34 @@ impl StageHelper {
         let ran = run(groups, vm);
         let freed = self.free(groups, spill_bucket, vm, watchdog);
         ran.and(freed)
+    }
+
+    /// A SIMD-group of a stage without threadgroups (vertex shading, tile
+    /// programs), run to completion as [`crate::shader::run_stage_group`]
+    /// runs it, on a stack as [`StageHelper::run_with_stacks`] gives it.
+    #[allow(clippy::too_many_arguments)]
+    pub fn run_stage_group(
+        &mut self,
+        group: &mut SimdGroup,
+        spill_bucket: u32,
+        cache: &mut ProgramCache,
+        vm: &mut GpuVm<'_>,
+        io: &mut dyn ShaderIo,
+        uniforms: &mut [u32; UNIFORMS],
+        watchdog: &Watchdog<'_>,
+        fault: fn(&ExecError) -> EngineResult,
+    ) -> Result<(), EngineResult> {
+        self.run_with_stacks(
+            std::slice::from_mut(group),
+            spill_bucket,
+            vm,
+            watchdog,
+            |groups, vm| {
+                groups.iter_mut().try_for_each(|group| {
+                    run_stage_group(group, cache, vm, io, uniforms, watchdog, fault)
+                })
+            },
+        )
     }
 
     /// Gives each of `groups` a stack, as [`StageHelper::run_with_stacks`]

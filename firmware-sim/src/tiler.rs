@@ -49,7 +49,7 @@ use crate::fault::{exec_fault, unsupported};
 use crate::helper::StageHelper;
 use crate::memory::GpuVm;
 use crate::memory::{read_sequence, read_words};
-use crate::shader::{present_lanes, run_stage_group};
+use crate::shader::present_lanes;
 use crate::usc::io::IoError;
 use crate::usc::{GpuMemory, ProgramCache, ShaderIo, SimdGroup, LANES};
 
@@ -348,24 +348,15 @@ fn shade_vertices(
         let mut io = VertexIo {
             outputs: vec![[0; MAX_OUTPUTS]; LANES],
         };
-        helper.run_with_stacks(
-            std::slice::from_mut(&mut group),
+        helper.run_stage_group(
+            &mut group,
             binding.spill_bucket,
+            cache,
             &mut memory,
+            &mut io,
+            &mut uniforms,
             watchdog,
-            |groups, memory| {
-                groups.iter_mut().try_for_each(|group| {
-                    run_stage_group(
-                        group,
-                        cache,
-                        memory,
-                        &mut io,
-                        &mut uniforms,
-                        watchdog,
-                        exec_fault,
-                    )
-                })
-            },
+            exec_fault,
         )?;
         out.extend(io.outputs.into_iter().take(chunk.len()));
     }

@@ -57,6 +57,18 @@ fn pbe(width: u32, height: u32) -> Pbe {
 
 /// Sets up the clear and store programs and a terminate-only VDM stream;
 /// returns the render command for a `width` x `height` pass.
+/// A 64x64 4x multisampled linear target at `MSAA_IMAGE` (a pixel's
+/// samples side by side, rows `stride` bytes apart).
+fn msaa_pbe(stride: u32) -> Pbe {
+    Pbe {
+        dimension: TextureDimension::D2Multisampled,
+        samples: agx_hw::formats::SampleCount::Four,
+        buffer: DATA_VA + MSAA_IMAGE,
+        stride,
+        ..pbe(64, 64)
+    }
+}
+
 fn clear_pass(m: &Machine, colour: [f32; 4], width: u16, height: u16) -> CmdRender {
     let uniforms: Vec<u32> = colour.iter().map(|c| c.to_bits()).collect();
     let bg = m.program(CLEAR, 0x1000, 0x40, &uniforms, UNIFORMS, 0, None);
@@ -1123,12 +1135,9 @@ fn quad_texel(x: u32, y: u32) -> [u8; 4] {
     [(x * 4) as u8, (y * 4) as u8, ((x + y) * 2) as u8, 255]
 }
 
-/// Draws a quad over the whole 64x64 target textured with a `size` x
-/// `size` twiddled texture (texels `quad_texel`) through `filter`, with
-/// texture coordinates from (0, 0) to (1, 1); returns the image.
-fn textured_quad(size: u32, filter: agx_hw::formats::Filter) -> Vec<u8> {
-    use agx_hw::formats::{MipFilter, Sampler, Texture, Wrap};
-    let m = Machine::new(5000);
+/// Pokes the quad texture (`quad_texel`), `size` pixels square and
+/// GPU-tiled, at data offset 0x10_0000.
+fn poke_tiled_quad(m: &Machine, size: u32) {
     let layout = agx_hw::layout::ImageLayout::gpu_tiled(size, size, 1, 4, false).unwrap();
     let mut texels = vec![0u8; layout.layer_bytes() as usize];
     for y in 0..size {
@@ -1138,6 +1147,15 @@ fn textured_quad(size: u32, filter: agx_hw::formats::Filter) -> Vec<u8> {
         }
     }
     m.poke(m.data, 0x10_0000, &texels);
+}
+
+/// Draws a quad over the whole 64x64 target textured with a `size` x
+/// `size` GPU-tiled texture (texels `quad_texel`) through `filter`, with
+/// texture coordinates from (0, 0) to (1, 1); returns the image.
+fn textured_quad(size: u32, filter: agx_hw::formats::Filter) -> Vec<u8> {
+    use agx_hw::formats::{MipFilter, Sampler, Texture, Wrap};
+    let m = Machine::new(5000);
+    poke_tiled_quad(&m, size);
     let descriptor = Texture {
         layout: Layout::Gpu,
         channels: Channels::R8G8B8A8,
@@ -1361,20 +1379,12 @@ fn a_render_into_a_compressed_target_marks_the_tiles_it_writes_uncompressed() {
 #[test_log::test]
 fn a_compressed_texture_reads_solid_tiles_from_their_first_texel() {
     use agx_hw::formats::{MipFilter, Sampler, Texture, Wrap};
-    use agx_hw::layout::{morton, ImageLayout};
+    use agx_hw::layout::morton;
     const META: u64 = 0x20_0000;
     let size = 32;
     for unknown_mode in [false, true] {
         let m = Machine::new(5000);
-        let layout = ImageLayout::gpu_tiled(size, size, 1, 4, false).unwrap();
-        let mut texels = vec![0u8; layout.layer_bytes() as usize];
-        for y in 0..size {
-            for x in 0..size {
-                let at = layout.offset(0, x, y, 0).unwrap() as usize;
-                texels[at..at + 4].copy_from_slice(&quad_texel(x, y));
-            }
-        }
-        m.poke(m.data, 0x10_0000, &texels);
+        poke_tiled_quad(&m, size);
         // Tiles (0, 0) and (1, 1) solid, (1, 0) uncompressed, (0, 1)
         // never written (zero: read as uncompressed) or in an unknown
         // mode.
@@ -1952,13 +1962,7 @@ fn four_samples_are_covered_at_the_standard_positions_and_stored_side_by_side() 
     render.ppp_multisamplectl = 0xeaa2_6e26;
     let stride = 64 * 4 * 4;
     m.poke(m.data, MSAA_IMAGE, &vec![0xEE; 64 * stride as usize]);
-    let msaa = Pbe {
-        dimension: TextureDimension::D2Multisampled,
-        samples: agx_hw::formats::SampleCount::Four,
-        buffer: DATA_VA + MSAA_IMAGE,
-        stride,
-        ..pbe(64, 64)
-    };
+    let msaa = msaa_pbe(stride);
     m.poke(m.data, PBE, &msaa.pack().unwrap());
     assert_eq!(m.submit(CmdType::Render, render.as_bytes()), None);
     let image = m.peek(m.data, MSAA_IMAGE, 64 * stride as usize);
@@ -2031,13 +2035,7 @@ fn depth_is_tested_and_stored_per_sample() {
             ..ZlsControl::default()
         });
         let stride = 64 * 4 * 4;
-        let msaa = Pbe {
-            dimension: TextureDimension::D2Multisampled,
-            samples: agx_hw::formats::SampleCount::Four,
-            buffer: DATA_VA + MSAA_IMAGE,
-            stride,
-            ..pbe(64, 64)
-        };
+        let msaa = msaa_pbe(stride);
         m.poke(m.data, PBE, &msaa.pack().unwrap());
         assert_eq!(m.submit(CmdType::Render, render.as_bytes()), None);
         let depth = m.peek(m.data, DEPTH, 4 * 64 * 64 * 4);

@@ -18,7 +18,7 @@ use crate::fault::{exec_fault, unsupported};
 use crate::helper::StageHelper;
 use crate::memory::read_words;
 use crate::memory::GpuVm;
-use crate::shader::{present_lanes, run_stage_group};
+use crate::shader::present_lanes;
 use crate::texture::TextureUnit;
 use crate::tiler;
 use crate::usc::io::IoError;
@@ -177,24 +177,15 @@ pub(super) fn run_tile_program(
             coverage,
             face,
         };
-        stage_helper.run_with_stacks(
-            std::slice::from_mut(&mut group),
+        stage_helper.run_stage_group(
+            &mut group,
             binding.spill_bucket,
+            cache,
             &mut memory,
+            &mut io,
+            &mut uniforms,
             watchdog,
-            |groups, memory| {
-                groups.iter_mut().try_for_each(|group| {
-                    run_stage_group(
-                        group,
-                        cache,
-                        memory,
-                        &mut io,
-                        &mut uniforms,
-                        watchdog,
-                        block_store_fault,
-                    )
-                })
-            },
+            block_store_fault,
         )?;
     }
     Ok(())
