@@ -133,6 +133,22 @@ fn known_encodings_decode_print_and_assemble() {
 }
 
 #[test]
+fn applegpus_none_for_an_absent_atomic_destination_assembles() {
+    for (applegpu, ours) in [
+        (
+            "threadgroup_atomic add, None, 0, 0, r4, 0, 2, 128, 0",
+            "threadgroup_atomic add, 0, 0, 0, r4, 0, 2, 128, 0",
+        ),
+        (
+            "atomic add, 0, None, u0_u1, r3, signed, r5, 1, 1, 1, 1",
+            "atomic add, 0, 0, u0_u1, r3, signed, r5, 1, 1, 1, 1",
+        ),
+    ] {
+        assert_eq!(assemble(applegpu, 0).unwrap(), assemble(ours, 0).unwrap());
+    }
+}
+
+#[test]
 fn branch_targets_print_as_absolute_addresses() {
     let bytes = hex("20c020000000");
     let decoded = decode(&bytes).unwrap();

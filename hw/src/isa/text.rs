@@ -400,6 +400,12 @@ fn parse_operand(kind: &Kind, text: &str, targets: &Targets<'_>) -> Result<Opera
             Some(run) if run.count > 1 || run.first.size == Size::S32 => Operand::Regs(run),
             _ => Operand::Value(parse_value(text, false)?),
         },
+        // A register field whose flag says "none" (the atomics' optional
+        // destination): applegpu prints `None`, this stack `0`.
+        Kind::ImmOrReg {
+            set_means_imm: false,
+            ..
+        } if text == "None" => Operand::Value(Value::Imm(0)),
         Kind::Pair { .. } | Kind::ImmOrReg { .. } | Kind::TgBase { .. } | Kind::UniformBase(_) => {
             Operand::Value(parse_value(text, false)?)
         }
