@@ -153,6 +153,57 @@ fn float_unary_operations() {
 }
 
 #[test_log::test]
+fn mesa_sine_sequence_and_single_roundings() {
+    // Mesa's fsin_agx: fixup = sin_pt_1(q), sine = sin_pt_2(fixup) * fixup,
+    // for q = 0, 0.5, ... 3.5 quadrants: 0, +-sqrt(2)/2, +-1.
+    let g = run_lanes(
+        "sin_pt_1 r10, r1\nsin_pt_2 r11, r10\nfmul32 r12, r11, r10\nrsqrt r14, r5",
+        |g, lane| {
+            g.write(Reg::r(1), lane, f((lane % 8) as f32 * 0.5));
+            // 1/sqrt of 0x46294da5 is 0x3c1d65b5; 1/sqrtf rounds twice
+            // to 0x3c1d65b4.
+            g.write(Reg::r(5), lane, 0x4629_4DA5);
+        },
+    );
+    let fixups = [0.0, 0.5, 1.0, 0.5, 0.0, -0.5, -1.0, -0.5];
+    check(&g, Reg::r(10), |l| f(fixups[l % 8]));
+    // sin(tau/8) / 0.5 = sqrt(2), rounded: 0x3fb504f3; sinc(0) = tau/4.
+    let sincs = [
+        std::f32::consts::FRAC_PI_2,
+        f32::from_bits(0x3FB5_04F3),
+        1.0,
+        f32::from_bits(0x3FB5_04F3),
+    ];
+    check(
+        &g,
+        Reg::r(11),
+        |l| f(sincs[[0, 1, 2, 1, 0, 1, 2, 1][l % 8]]),
+    );
+    let sines = [0x0, 0x3F35_04F3, 0x3F80_0000, 0x3F35_04F3, 0x0];
+    check(&g, Reg::r(12), |l| match l % 8 {
+        k @ 0..=4 => sines[k],
+        k => 0x8000_0000 | sines[8 - k],
+    });
+    check(&g, Reg::r(14), |_| 0x3C1D_65B5);
+}
+
+#[test_log::test]
+fn fmadd16_rounds_once_from_fp32_uniforms() {
+    // -(1 + 2^-23)(1 - 2^-23) + 2050 is 2049 + 2^-46, just above the fp16
+    // tie between 2048 and 2050. The sum in f64 would land on the tie,
+    // which goes to even, 2048; rounded once it is 2050.
+    let mut machine = Machine::new("fmadd16 r1l, u0, u1, r2l\nstop");
+    machine.uniforms[0] = (-(1.0 + f32::EPSILON)).to_bits();
+    machine.uniforms[1] = (1.0 - f32::EPSILON).to_bits();
+    let mut group = machine.group();
+    for lane in 0..32 {
+        group.write(Reg::l(2), lane, h(2050.0));
+    }
+    assert_eq!(machine.run(&mut group), Ok(Exit::Stopped));
+    assert_eq!(group.read(Reg::l(1), 0), h(2050.0));
+}
+
+#[test_log::test]
 fn special_square_root_and_high_word_shift() {
     let g = run_lanes(
         "rsqrt_special r10, r1\nfmul32 r11, r1, r10\nasrh r12, r2, 40",
@@ -582,14 +633,6 @@ fn bad_programs_fault_instead_of_panicking() {
     let mut group = machine.group();
     let err = machine.run(&mut group).unwrap_err();
     assert!(err.to_string().contains("bits 0x400000000000"), "{err}");
-
-    // sin_pt_1's polynomial is not modelled: an error, not a wrong value.
-    let mut machine = Machine::new("sin_pt_1 r1, r2\nstop");
-    let mut group = machine.group();
-    assert!(matches!(
-        machine.run(&mut group),
-        Err(ExecError::Unsupported { .. })
-    ));
 
     // An undefined condition code.
     let mut machine = Machine::new("icmpsel 3, r1, r2, r3, r4, r5\nstop");

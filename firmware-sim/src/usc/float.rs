@@ -118,12 +118,151 @@ pub(crate) fn half_to_f32(bits: u64) -> f32 {
 
 /// Rounds to fp16 (nearest even) and returns the bits.
 pub(crate) fn f32_to_half(value: f32) -> u16 {
-    f16::from_f32(value).to_bits()
+    f64_to_half(f64::from(value))
 }
 
-/// Rounds an exact (f64) result to fp16 (nearest even).
+/// Rounds an exact (f64) result to fp16 (nearest even), once: the value
+/// is scaled so that fp16's last place is 1, rounded to an integer and
+/// scaled back, exactly. (`half`'s own f64 conversion drops the low 32
+/// bits before rounding, which turns some values just past a tie into
+/// the tie.) A NaN gives a quiet NaN of its sign.
 pub(crate) fn f64_to_half(value: f64) -> u16 {
-    f16::from_f64(value).to_bits()
+    let sign = ((value.to_bits() >> 48) & 0x8000) as u16;
+    let magnitude = value.abs();
+    if magnitude.is_nan() {
+        return sign | 0x7E00;
+    }
+    // 65504 plus half its last place (16) ties to even: infinity.
+    if magnitude >= 65520.0 {
+        return sign | 0x7C00;
+    }
+    // The exponent of fp16's last place: 2^-24 for denormals and the
+    // smallest binade, 2^(e - 10) above.
+    let smallest_normal = 2f64.powi(-14);
+    let exponent = if magnitude < smallest_normal {
+        -14
+    } else {
+        ((magnitude.to_bits() >> 52) as i32) - 1023
+    };
+    let quantum = 2f64.powi(exponent - 10);
+    let rounded = (magnitude / quantum).round_ties_even() * quantum;
+    // `rounded` is exactly an fp16 value, which `half` converts exactly.
+    sign | f16::from_f64(rounded).to_bits()
+}
+
+/// `p + z` rounded once to fp16 (nearest even). `p` and `z` are exact in
+/// f64 (fp16 or fp32 values, or the exact product of two). Their f64 sum
+/// is first rounded to odd, which keeps enough of the exact value that
+/// the second rounding, to fp16's 11 bits, is the single rounding
+/// (round-to-odd at 53 bits is safe for any target of 51 bits or fewer).
+pub(crate) fn sum_to_half(p: f64, z: f64) -> u16 {
+    let sum = p + z;
+    if !sum.is_finite() {
+        return f64_to_half(sum);
+    }
+    // Knuth's two-sum: the exact rounding error of `sum`.
+    let z_part = sum - p;
+    let error = (p - (sum - z_part)) + (z - z_part);
+    let bits = sum.to_bits();
+    let odd = if error == 0.0 || bits & 1 == 1 {
+        sum
+    } else if (error > 0.0) == (sum > 0.0) {
+        // The odd neighbour away from zero.
+        f64::from_bits(bits + 1)
+    } else {
+        f64::from_bits(bits - 1)
+    };
+    f64_to_half(odd)
+}
+
+/// `sin_pt_1`: the first step of Mesa's sine, which maps an angle in
+/// quadrants, `q` in [0, 4), to `y` in [-1, 1] with
+/// `sin(q * tau / 4) = sin(y * tau / 4)`: `q` below 1, `2 - q` below 3,
+/// `q - 4` above (each exact in fp32). Mesa's lowering comment is the
+/// source; the hardware's answer outside [0, 4) is not known and this
+/// continues the outer pieces.
+pub(crate) fn sin_pt_1(q: f32) -> f32 {
+    if q < 1.0 {
+        q
+    } else if q < 3.0 {
+        2.0 - q
+    } else {
+        q - 4.0
+    }
+}
+
+/// `sin_pt_2`: the quadrant sinc, `sin(y * tau / 4) / y` (tau / 4 at 0),
+/// so that `sin_pt_2(y) * y` is the sine. The hardware's polynomial is not
+/// known: this is the f64 value rounded once to fp32.
+pub(crate) fn sin_pt_2(y: f32) -> f32 {
+    let quarter_turn = std::f64::consts::FRAC_PI_2;
+    if y == 0.0 {
+        return quarter_turn as f32;
+    }
+    let y = f64::from(y);
+    ((y * quarter_turn).sin() / y) as f32
+}
+
+/// `1 / sqrt(x)` rounded once to fp32 (the IEEE answer; the hardware's
+/// approximation is not known). The f64 estimate is within a few f64
+/// ulps; the one fp32 neighbour it could have picked wrongly is settled
+/// exactly, in integers: `1/sqrt(x) > m` exactly when `m * m * x < 1`.
+pub(crate) fn rsqrt_f32(x: f32) -> f32 {
+    if x.is_nan() || x < 0.0 {
+        return f32::NAN;
+    }
+    if x == 0.0 {
+        return if x.is_sign_negative() {
+            f32::NEG_INFINITY
+        } else {
+            f32::INFINITY
+        };
+    }
+    if x.is_infinite() {
+        return 0.0;
+    }
+    let estimate = (1.0 / f64::from(x).sqrt()) as f32;
+    // The midpoints between the estimate and its neighbours, as exact
+    // f64 values (25 significant bits).
+    let below = f32::from_bits(estimate.to_bits() - 1);
+    let above = f32::from_bits(estimate.to_bits() + 1);
+    let mid_below = (f64::from(below) + f64::from(estimate)) / 2.0;
+    let mid_above = (f64::from(estimate) + f64::from(above)) / 2.0;
+    if square_times_below_one(mid_above, x) {
+        above
+    } else if !square_times_below_one(mid_below, x) {
+        below
+    } else {
+        estimate
+    }
+}
+
+/// Whether `m * m * x < 1` exactly, for positive finite `m` (at most 26
+/// significant bits) and positive normal fp32 `x`.
+fn square_times_below_one(m: f64, x: f32) -> bool {
+    let (m_int, m_exp) = integer_and_exponent(m);
+    let (x_int, x_exp) = integer_and_exponent(f64::from(x));
+    // m * m * x = product * 2^exp; compare with 1 = 2^0.
+    let product = u128::from(m_int) * u128::from(m_int) * u128::from(x_int);
+    let exp = 2 * m_exp + x_exp;
+    let bits = 128 - i64::from(product.leading_zeros());
+    // product * 2^exp lies in [2^(bits - 1 + exp), 2^(bits + exp)).
+    bits + exp <= 0
+}
+
+/// A positive finite f64 as `integer * 2^exponent` with an odd integer.
+fn integer_and_exponent(value: f64) -> (u64, i64) {
+    let bits = value.to_bits();
+    let biased = ((bits >> 52) & 0x7FF) as i64;
+    let mut mantissa = bits & ((1 << 52) - 1);
+    let mut exponent = biased - 1075;
+    if biased != 0 {
+        mantissa |= 1 << 52;
+    } else {
+        exponent += 1;
+    }
+    let shift = mantissa.trailing_zeros();
+    (mantissa >> shift, exponent + i64::from(shift))
 }
 
 /// Clamps to [0, 1]; NaN and every negative value, -0 included, become
@@ -153,7 +292,7 @@ pub(crate) fn int_to_f32(value: i64, round_to_zero: bool) -> f32 {
 
 /// Converts an integer to fp16 bits rounding toward zero or to nearest even.
 pub(crate) fn int_to_half(value: i64, round_to_zero: bool) -> u16 {
-    let nearest = f16::from_f64(value as f64);
+    let nearest = f16::from_bits(f64_to_half(value as f64));
     if round_to_zero && !nearest.is_infinite() && (nearest.to_f64()).abs() > (value as f64).abs()
         || round_to_zero && nearest.is_infinite()
     {
@@ -209,5 +348,95 @@ mod tests {
         assert_eq!(float_to_int(-1.7, true, -128, 127), -1);
         assert_eq!(float_to_int(1e10, true, 0, 65535), 65535);
         assert_eq!(float_to_int(f64::NAN, true, 0, 65535), 0);
+    }
+
+    #[test]
+    fn fp16_sums_round_once_where_f64_would_round_twice() {
+        // 1 + 2^-11 is the fp16 midpoint between 1 and 1 + 2^-10. Just
+        // above it, f64 rounds down onto the midpoint and the tie then
+        // goes to even (1.0); the single rounding goes up.
+        let p = 2f64.powi(-11) + 2f64.powi(-63);
+        assert_eq!(f64_to_half(1.0 + p), 0x3C00);
+        assert_eq!(sum_to_half(1.0, p), 0x3C01);
+        // Just below the midpoint between 1 + 2^-10 and 1 + 2^-9, the f64
+        // sum rounds up onto it and the tie goes to even, 0x3C02.
+        let q = 2f64.powi(-11) - 2f64.powi(-63);
+        assert_eq!(f64_to_half(1.0 + 2f64.powi(-10) + q), 0x3C02);
+        assert_eq!(sum_to_half(1.0 + 2f64.powi(-10), q), 0x3C01);
+        // Negative sums, exact sums, zeros and infinities.
+        assert_eq!(sum_to_half(-1.0, -p), 0xBC01);
+        assert_eq!(sum_to_half(0.5, 0.25), 0x3A00);
+        assert_eq!(sum_to_half(-0.0, -0.0), 0x8000);
+        assert_eq!(sum_to_half(65504.0, 65504.0), 0x7C00);
+    }
+
+    #[test]
+    fn fp16_rounding_agrees_with_half_on_fp32_values() {
+        // `half`'s fp32 conversion works on the bits (round, sticky); ours
+        // scales and rounds in f64. Every 4099th fp32 pattern, NaNs aside.
+        for bits in (0..=u32::MAX).step_by(4099) {
+            let value = f32::from_bits(bits);
+            if !value.is_nan() {
+                assert_eq!(
+                    f32_to_half(value),
+                    f16::from_f32(value).to_bits(),
+                    "{bits:#x}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn rsqrt_is_correctly_rounded() {
+        // (x, 1/sqrt(x) rounded once), worked out in 80-digit decimal
+        // arithmetic; the first six are inputs where 1/sqrtf(x), rounded
+        // twice, is one ulp off.
+        let known: [(u32, u32); 12] = [
+            (0x4629_4DA5, 0x3C1D_65B5),
+            (0x75BD_ADFA, 0x2452_4C3A),
+            (0x4E04_491E, 0x3832_1020),
+            (0x6BB2_2FD4, 0x2958_F946),
+            (0x21B2_8322, 0x4E58_C6A0),
+            (0x6EB5_F8F0, 0x27D6_B47B),
+            (0x4080_0000, 0x3F00_0000),
+            (0x4000_0000, 0x3F35_04F3),
+            (0x3E80_0000, 0x4000_0000),
+            (0x7F7F_FFFF, 0x1F80_0000),
+            (0x0080_0000, 0x5F00_0000),
+            (0x3F80_0001, 0x3F7F_FFFF),
+        ];
+        for (x, expected) in known {
+            assert_eq!(rsqrt_f32(f32::from_bits(x)).to_bits(), expected, "{x:#x}");
+        }
+        assert_eq!(rsqrt_f32(0.0), f32::INFINITY);
+        assert_eq!(rsqrt_f32(-0.0), f32::NEG_INFINITY);
+        assert_eq!(rsqrt_f32(f32::INFINITY).to_bits(), 0);
+        assert!(rsqrt_f32(-1.0).is_nan());
+    }
+
+    #[test]
+    fn sin_pt_pair_gives_the_sine_of_quadrants() {
+        // The fixup folds each quadrant onto [-1, 1] exactly.
+        assert_eq!(sin_pt_1(0.25), 0.25);
+        assert_eq!(sin_pt_1(1.5), 0.5);
+        assert_eq!(sin_pt_1(2.75), -0.75);
+        assert_eq!(sin_pt_1(3.5), -0.5);
+        assert_eq!(sin_pt_2(0.0), std::f32::consts::FRAC_PI_2);
+        assert_eq!(sin_pt_2(1.0), 1.0);
+        assert_eq!(sin_pt_2(-1.0), 1.0);
+        // Mesa's sequence, fixup * sinc(fixup), against the sine of the
+        // angle, within two fp32 ulps, over the whole circle.
+        for step in 0..4096 {
+            let q = step as f32 / 1024.0;
+            let fixup = sin_pt_1(q);
+            let sine = sin_pt_2(fixup) * fixup;
+            let reference = (f64::from(q) * std::f64::consts::FRAC_PI_2).sin() as f32;
+            // (At q = 2 the exact sine is 0 and f64's is 1.2e-16.)
+            let ulp = f32::EPSILON * reference.abs().max(f32::EPSILON);
+            assert!(
+                (sine - reference).abs() <= 2.0 * ulp,
+                "q = {q}: {sine} vs {reference}"
+            );
+        }
     }
 }

@@ -7,7 +7,8 @@ use agx_hw::isa::Op;
 
 use super::{lanes, unreachable_flow, unsupported, Env, ExecError, Flow, Operands, SimdGroup};
 use crate::usc::float::{
-    add_f32, f64_to_half, fma_f32, mul_f16_exact, mul_f32, quiet_f16, saturate, saturate_f64,
+    add_f32, f64_to_half, flush_before_rounding, fma_f32, half_to_f32, mul_f16_exact, mul_f32,
+    quiet_f16, rsqrt_f32, saturate, saturate_f64, sin_pt_1, sin_pt_2, sum_to_half,
 };
 
 impl SimdGroup {
@@ -23,12 +24,6 @@ impl SimdGroup {
         let exec = o.exec;
         let sat = o.sat();
         match op {
-            Op::SinPt1 | Op::SinPt2 => {
-                return Err(unsupported(
-                    pc,
-                    format!("{} (its polynomial is not modelled)", op.mnemonic()),
-                ))
-            }
             Op::Fadd32 | Op::Fmul32 | Op::Fmadd32 => {
                 let d = o.dst(0)?.reg;
                 let (a, b) = (o.src(1)?, o.src(2)?);
@@ -62,14 +57,20 @@ impl SimdGroup {
                 for lane in lanes(exec) {
                     let x = self.half_src(&a, lane, env.uniforms);
                     let y = self.half_src(&b, lane, env.uniforms);
-                    let r = match (op, &c) {
-                        (Op::Fadd16, _) => x + y,
-                        (Op::Fmul16, _) => mul_f16_exact(x, y),
-                        (_, Some(c)) => x.mul_add(y, self.half_src(c, lane, env.uniforms)),
+                    // Each is rounded once: the product is exact in f64
+                    // and the sums go through `sum_to_half`.
+                    let bits = match (op, &c) {
+                        (Op::Fadd16, _) => sum_to_half(x, y),
+                        (Op::Fmul16, _) => f64_to_half(mul_f16_exact(x, y)),
+                        (_, Some(c)) => sum_to_half(x * y, self.half_src(c, lane, env.uniforms)),
                         _ => unreachable_flow(),
                     };
-                    let r = if sat { saturate_f64(r) } else { r };
-                    self.write(d, lane, u64::from(quiet_f16(f64_to_half(r))));
+                    let bits = if sat {
+                        f64_to_half(saturate_f64(f64::from(half_to_f32(u64::from(bits)))))
+                    } else {
+                        bits
+                    };
+                    self.write(d, lane, u64::from(quiet_f16(bits)));
                 }
             }
             Op::Floor
@@ -80,7 +81,9 @@ impl SimdGroup {
             | Op::Rsqrt
             | Op::Log2
             | Op::Exp2
-            | Op::RsqrtSpecial => {
+            | Op::RsqrtSpecial
+            | Op::SinPt1
+            | Op::SinPt2 => {
                 let d = o.dst(0)?.reg;
                 let a = o.src(1)?;
                 let xs = self.gather_f32(&a, env.uniforms);
@@ -91,14 +94,20 @@ impl SimdGroup {
                         Op::Ceil => x.ceil(),
                         Op::Trunc => x.trunc(),
                         Op::Rint => x.round_ties_even(),
-                        Op::Rcp => 1.0 / x,
-                        Op::Rsqrt => 1.0 / x.sqrt(),
-                        Op::Log2 => x.log2(),
+                        Op::Rcp => flush_before_rounding(1.0 / x, || 1.0 / f64::from(x)),
+                        Op::Rsqrt => rsqrt_f32(x),
+                        // The f64 functions rounded once to fp32.
+                        Op::Log2 => f64::from(x).log2() as f32,
                         // Modelled so that Mesa's sqrt(x) = x * srsqrt(x)
                         // gives 0 at 0 rather than 0 * inf.
                         Op::RsqrtSpecial if x == 0.0 => 0.0,
-                        Op::RsqrtSpecial => 1.0 / x.sqrt(),
-                        _ => x.exp2(),
+                        Op::RsqrtSpecial => rsqrt_f32(x),
+                        Op::SinPt1 => sin_pt_1(x),
+                        Op::SinPt2 => sin_pt_2(x),
+                        _ => {
+                            let exact = f64::from(x).exp2();
+                            flush_before_rounding(exact as f32, || exact)
+                        }
                     };
                     // `write_float` flushes the result and makes a NaN
                     // the default NaN.
