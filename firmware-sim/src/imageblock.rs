@@ -104,6 +104,11 @@ pub fn channel_offset(format: ElementFormat, offset: usize, component: usize) ->
     }
 }
 
+/// The component mask of an image with `channels` channels.
+fn channel_mask(channels: usize) -> u8 {
+    (1u8 << channels.min(4)) - 1
+}
+
 impl Imageblock {
     /// A zeroed image block of `shape`.
     pub fn new(shape: ImageblockShape) -> Imageblock {
@@ -192,21 +197,20 @@ impl Imageblock {
     ) -> Result<(), IoError> {
         let (x, y) = self.pixel(x, y)?;
         let (format, offset) = self.element(access)?;
+        // Registers hold the named components in order.
+        let mut by_component = [0u32; 4];
+        for (register, component) in (0..4).filter(|c| access.mask & (1 << c) != 0).enumerate() {
+            by_component[component] = values[register];
+        }
         for sample in (0..self.samples).filter(|s| samples & (1 << s) != 0) {
-            let record = self.record(x, y, sample);
-            for (register, component) in (0..4).filter(|c| access.mask & (1 << c) != 0).enumerate()
-            {
-                let at = record + channel_offset(format, offset, component);
-                if !formats::store(
-                    format,
-                    &mut self.bytes[at..],
-                    component,
-                    values[register],
-                    access.half,
-                ) {
-                    return Err(invalid(format!("st_tile cannot write {format:?}")));
-                }
-            }
+            let at = self.record(x, y, sample) + offset;
+            formats::store_element(
+                format,
+                &mut self.bytes[at..],
+                access.mask & 0xF,
+                by_component,
+                access.half,
+            );
         }
         Ok(())
     }
@@ -454,15 +458,16 @@ pub fn store_block(
         let (bx, by) = (x - origin.0, y - origin.1);
         for sample in 0..block.samples {
             let record = block.record(bx, by, sample);
-            let base = sample as usize * texel_bytes;
-            for component in 0..channels {
+            let values = std::array::from_fn(|component| {
                 let from = record + channel_offset(source, offset, component);
-                let value = formats::load(source, &block.bytes[from..], component, false);
-                let to = base + channel_offset(element, 0, component);
-                if !formats::store(element, &mut texel[to..], component, value, false) {
-                    return Err(invalid(format!("cannot store {element:?}")));
+                if component < channels {
+                    formats::load(source, &block.bytes[from..], component, false)
+                } else {
+                    0
                 }
-            }
+            });
+            let texel = &mut texel[sample as usize * texel_bytes..];
+            formats::store_element(element, texel, channel_mask(channels), values, false);
         }
         Ok(())
     })
@@ -513,18 +518,8 @@ pub fn store_texel(
     }
     let (element, channels) = (target.element, target.channels);
     target.write(vm, layer, (x..x + 1, y..y + 1), |_, _, texel| {
-        for component in 0..channels {
-            let to = channel_offset(element, 0, component);
-            if !formats::store(
-                element,
-                &mut texel[to..],
-                component,
-                request.values[component],
-                request.half,
-            ) {
-                return Err(invalid(format!("cannot store {element:?}")));
-            }
-        }
+        let mask = channel_mask(channels);
+        formats::store_element(element, texel, mask, request.values, request.half);
         Ok(())
     })
 }

@@ -41,6 +41,14 @@ pub fn channel_format(
         | Channels::R16G16B16A16
         | Channels::R32G32B32A32
         | Channels::R10G10B10A2 => 4,
+        Channels::R11G11B10 | Channels::R9G9B9E5 if data_type == TextureType::Float => {
+            let element = if channels == Channels::R11G11B10 {
+                E::Rg11b10f
+            } else {
+                E::Rgb9e5
+            };
+            return Some((element, 3));
+        }
         _ => return None,
     };
     let eight = matches!(channels, Channels::R8 | Channels::R8G8 | Channels::R8G8B8A8);

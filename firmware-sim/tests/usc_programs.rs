@@ -240,6 +240,9 @@ fn memory_formats_convert_on_load_and_store() {
         wait 0
         device_store 0, u16norm, xz, r14_r15, u2_u3, 0, signed, 0
         device_store 0, rgb10a2, xyzw, r16_r17_r18_r19, u2_u3, 4, signed, 0
+        device_store 0, rg11b10f, xyz, r20_r21_r22, u2_u3, 8, signed, 0
+        device_store 0, rgb9e5, xyz, r20_r21_r22, u2_u3, 9, signed, 0
+        device_store 0, rgb9e5, y, r23, u2_u3, 10, signed, 0
         stop";
     let mut m = Machine::new(source);
     m.memory.map(DATA, 0x1000, true);
@@ -255,6 +258,10 @@ fn memory_formats_convert_on_load_and_store() {
         (17, 0.0),
         (18, 1.0),
         (19, 1.0 / 3.0),
+        (20, 1.0),
+        (21, 2.0),
+        (22, 0.5),
+        (23, 1.0),
     ] {
         group.write(Reg::r(r), 0, u64::from(v.to_bits()));
     }
@@ -267,6 +274,18 @@ fn memory_formats_convert_on_load_and_store() {
     // rgb10a2 packs into one word at byte 16 (offset 4 scaled by 4).
     let word = m.memory.peek_u32s(DATA + 0x110, 1)[0];
     assert_eq!(word, 0x3FF | 0x3FF << 20 | 1 << 30);
+    // rg11b10f: 1, 2 and 0.5 are exponents 15, 16 and 14, mantissas 0.
+    // rgb9e5: 2 sets the shared exponent to 17 (2^-7 a unit): 128, 256,
+    // 64. A store of y alone keeps the (zero) r and b of the word there.
+    let words = m.memory.peek_u32s(DATA + 0x120, 3);
+    assert_eq!(
+        words,
+        [
+            15 << 6 | 16 << 17 | 14 << 27,
+            128 | 256 << 9 | 64 << 18 | 17 << 27,
+            256 << 9 | 16 << 27
+        ]
+    );
 
     // i16 elements at offset 4 (scaled by the element size: byte 8).
     assert_eq!(group.read(Reg::l(8), 0), 0);

@@ -206,14 +206,17 @@ pub fn load(format: ElementFormat, bytes: &[u8], component: usize, half: bool) -
 
 /// Stores a register value as component `component` into `bytes` (the
 /// component's element, or the packed word, which the caller read first).
-/// Returns `false` for formats stores cannot write.
-pub fn store(
-    format: ElementFormat,
-    bytes: &mut [u8],
-    component: usize,
-    value: u32,
-    half: bool,
-) -> bool {
+/// Several components of one packed word go through [`store_element`] or
+/// [`store_packed`], once: rgb9e5's shared exponent depends on all three.
+pub fn store(format: ElementFormat, bytes: &mut [u8], component: usize, value: u32, half: bool) {
+    if format.packed() {
+        let mut values = [0; 4];
+        values[component & 3] = value;
+        let word = u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
+        let word = store_packed(format, word, 1 << (component & 3), values, half);
+        bytes[..4].copy_from_slice(&word.to_le_bytes());
+        return;
+    }
     let put8 = |bytes: &mut [u8], v: u32| bytes[0] = v as u8;
     let put16 = |bytes: &mut [u8], v: u32| bytes[..2].copy_from_slice(&(v as u16).to_le_bytes());
     match format {
@@ -239,20 +242,146 @@ pub fn store(
                 unorm(if component == 3 { c } else { linear_to_srgb(c) }, 255.0),
             );
         }
-        ElementFormat::Rgb10a2 => {
-            let mut w = u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
-            let c = register_float(value, half);
+        ElementFormat::Rgb10a2 | ElementFormat::Rg11b10f | ElementFormat::Rgb9e5 => {}
+    }
+}
+
+/// Stores the components `mask` names (`values` indexed by component)
+/// into one element at the start of `bytes`: each component at its place,
+/// or a packed format's word packed once.
+pub fn store_element(
+    format: ElementFormat,
+    bytes: &mut [u8],
+    mask: u8,
+    values: [u32; 4],
+    half: bool,
+) {
+    if format.packed() {
+        let word = u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
+        let word = store_packed(format, word, mask, values, half);
+        bytes[..4].copy_from_slice(&word.to_le_bytes());
+    } else {
+        for component in (0..4).filter(|c| mask & (1 << c) != 0) {
+            let at = component << format.shift();
+            store(format, &mut bytes[at..], component, values[component], half);
+        }
+    }
+}
+
+/// Packs the components `mask` names (`values` indexed by component) into
+/// a packed format's `word`; the other components keep their value.
+///
+/// rg11b10f follows the GL/Vulkan rules for unsigned small floats:
+/// rounded to nearest even, negative values and -inf to 0, finite values
+/// past the largest (65024 for both widths) to it, +inf to inf, NaN to a
+/// NaN. rgb9e5 uses the shared-exponent rule of the Vulkan specification
+/// (`EXT_texture_shared_exponent`): the exponent of the largest component,
+/// each mantissa rounded half up; a component left out keeps its decoded
+/// value and takes part in choosing the exponent. What the hardware does
+/// for a NaN in either is not public: a NaN is 0 in rgb9e5 (as the rule
+/// clamps it) and 0x7e0/0x3f0 (a quiet NaN) in rg11b10f.
+pub fn store_packed(
+    format: ElementFormat,
+    word: u32,
+    mask: u8,
+    values: [u32; 4],
+    half: bool,
+) -> u32 {
+    let given = |component: usize| {
+        (mask & (1 << component) != 0).then(|| register_float(values[component], half))
+    };
+    match format {
+        ElementFormat::Rgb10a2 => (0..4).fold(word, |w, component| {
+            let Some(c) = given(component) else {
+                return w;
+            };
             let (shift, bits, max) = if component == 3 {
                 (30, 0x3, 3.0)
             } else {
                 (10 * component as u32, 0x3FF, 1023.0)
             };
-            w = (w & !(bits << shift)) | (unorm(c, max) << shift);
-            bytes[..4].copy_from_slice(&w.to_le_bytes());
+            (w & !(bits << shift)) | (unorm(c, max) << shift)
+        }),
+        ElementFormat::Rg11b10f => {
+            let places = [(0, 6), (11, 6), (22, 5)];
+            places
+                .iter()
+                .enumerate()
+                .fold(word, |w, (component, &(shift, mantissa_bits))| {
+                    let Some(c) = given(component) else {
+                        return w;
+                    };
+                    let field = (1u32 << (mantissa_bits + 5)) - 1;
+                    (w & !(field << shift)) | (f32_to_small_float(c, mantissa_bits) << shift)
+                })
         }
-        ElementFormat::Rg11b10f | ElementFormat::Rgb9e5 => return false,
+        ElementFormat::Rgb9e5 => {
+            let bytes = word.to_le_bytes();
+            let rgb: [f32; 3] = std::array::from_fn(|component| {
+                given(component)
+                    .unwrap_or_else(|| f32::from_bits(load(format, &bytes, component, false)))
+            });
+            shared_exponent_word(rgb)
+        }
+        _ => word,
     }
-    true
+}
+
+/// An fp32 value as an unsigned float with a 5-bit exponent (bias 15) and
+/// `mantissa_bits`, rounded to nearest even (see [`store_packed`]).
+fn f32_to_small_float(value: f32, mantissa_bits: u32) -> u32 {
+    let infinity = 31 << mantissa_bits;
+    if value.is_nan() {
+        return infinity | 1 << (mantissa_bits - 1);
+    }
+    if value.is_infinite() && value > 0.0 {
+        return infinity;
+    }
+    if value <= 0.0 {
+        return 0;
+    }
+    let value = f64::from(value);
+    let largest = (2.0 - 2f64.powi(-(mantissa_bits as i32))) * 2f64.powi(15);
+    let exponent_of = |v: f64| (((v.to_bits() >> 52) & 0x7FF) as i32 - 1023).max(-14);
+    let quantum = 2f64.powi(exponent_of(value) - mantissa_bits as i32);
+    let rounded = ((value / quantum).round_ties_even() * quantum).min(largest);
+    if rounded < 2f64.powi(-14) {
+        // A denormal: the mantissa counts 2^(-14 - mantissa_bits).
+        return (rounded / 2f64.powi(-14 - mantissa_bits as i32)) as u32;
+    }
+    let exponent = exponent_of(rounded);
+    let mantissa =
+        (rounded / 2f64.powi(exponent - mantissa_bits as i32)) as u32 - (1 << mantissa_bits);
+    ((exponent + 15) as u32) << mantissa_bits | mantissa
+}
+
+/// Three components as an rgb9e5 word (9-bit mantissas, a 5-bit exponent
+/// with bias 15), by the Vulkan specification's shared-exponent rule.
+fn shared_exponent_word(rgb: [f32; 3]) -> u32 {
+    const MANTISSA_BITS: i32 = 9;
+    const BIAS: i32 = 15;
+    let largest = 511.0 / 512.0 * 2f64.powi(31 - BIAS);
+    let clamped = rgb.map(|c| {
+        if c.is_nan() {
+            0.0
+        } else {
+            f64::from(c).clamp(0.0, largest)
+        }
+    });
+    let max = clamped.iter().copied().fold(0.0, f64::max);
+    // floor(log2(max)), exactly from the bits (max is an fp32 value).
+    let floor_log2 = if max == 0.0 {
+        -BIAS - 1
+    } else {
+        ((max.to_bits() >> 52) & 0x7FF) as i32 - 1023
+    };
+    let mut exponent = floor_log2.max(-BIAS - 1) + 1 + BIAS;
+    let scale = |exponent: i32| 2f64.powi(exponent - BIAS - MANTISSA_BITS);
+    if (max / scale(exponent) + 0.5).floor() >= 512.0 {
+        exponent += 1;
+    }
+    let [r, g, b] = clamped.map(|c| (c / scale(exponent) + 0.5).floor() as u32);
+    r | g << 9 | b << 18 | (exponent as u32) << 27
 }
 
 #[cfg(test)]
@@ -262,28 +391,28 @@ mod tests {
     #[test]
     fn normalised_formats_round_trip_through_registers() {
         let mut bytes = [0u8; 4];
-        assert!(store(
+        store(
             ElementFormat::Unorm8,
             &mut bytes,
             0,
             0.5f32.to_bits(),
-            false
-        ));
+            false,
+        );
         assert_eq!(bytes[0], 128);
         assert_eq!(
             f32::from_bits(load(ElementFormat::Unorm8, &bytes, 0, false)),
             128.0 / 255.0
         );
-        assert!(store(
+        store(
             ElementFormat::Snorm8,
             &mut bytes,
             0,
             (-2.0f32).to_bits(),
-            false
-        ));
+            false,
+        );
         assert_eq!(bytes[0] as i8, -127);
         let half_one = u32::from(f32_to_half(1.0));
-        assert!(store(ElementFormat::Unorm16, &mut bytes, 0, half_one, true));
+        store(ElementFormat::Unorm16, &mut bytes, 0, half_one, true);
         assert_eq!(u16::from_le_bytes([bytes[0], bytes[1]]), 65535);
     }
 
@@ -291,19 +420,89 @@ mod tests {
     fn rgb10a2_packs_each_component_in_place() {
         let mut word = [0u8; 4];
         for (component, value) in [1.0f32, 0.0, 1.0, 1.0].into_iter().enumerate() {
-            assert!(store(
+            store(
                 ElementFormat::Rgb10a2,
                 &mut word,
                 component,
                 value.to_bits(),
-                false
-            ));
+                false,
+            );
         }
         assert_eq!(u32::from_le_bytes(word), 0x3FF | 0x3FF << 20 | 3 << 30);
         assert_eq!(
             f32::from_bits(load(ElementFormat::Rgb10a2, &word, 2, false)),
             1.0
         );
+    }
+
+    fn pack(format: ElementFormat, word: u32, mask: u8, rgb: [f32; 3]) -> u32 {
+        let values = [rgb[0].to_bits(), rgb[1].to_bits(), rgb[2].to_bits(), 0];
+        store_packed(format, word, mask, values, false)
+    }
+
+    #[test]
+    fn rg11b10f_stores_round_to_nearest_even_and_clamp() {
+        let word = |rgb| pack(ElementFormat::Rg11b10f, 0, 0x7, rgb);
+        // 1.0 = exponent 15; 2.0 = 16; 0.5 = 14 (five mantissa bits in b).
+        assert_eq!(word([1.0, 2.0, 0.5]), 15 << 6 | 16 << 17 | 14 << 27);
+        // 1 + 2^-7 is a tie between mantissas 0 and 1: even, 0. 1 + 3 *
+        // 2^-7 ties between 1 and 2: 2.
+        assert_eq!(word([1.0 + 2f32.powi(-7), 0.0, 0.0]), 15 << 6);
+        assert_eq!(word([1.0 + 3.0 * 2f32.powi(-7), 0.0, 0.0]), 15 << 6 | 2);
+        // Negative values and -inf are 0, finite values past 65024 are
+        // 65024 (exponent 30, mantissa all ones), +inf is inf, NaN a NaN.
+        assert_eq!(word([-1.0, f32::NEG_INFINITY, -0.0]), 0);
+        assert_eq!(word([1e6, 0.0, 1e6]), 0x7BF | 0x3DF << 22);
+        assert_eq!(word([f32::INFINITY, f32::NAN, 0.0]), 0x7C0 | 0x7E0 << 11);
+        // Denormals: 2^-20 is one unit of the 11-bit field and half a
+        // unit of the 10-bit one (a tie, to even: 0).
+        assert_eq!(word([2f32.powi(-20), 0.0, 2f32.powi(-20)]), 1);
+        // A masked store keeps the other fields' bits.
+        let kept = pack(ElementFormat::Rg11b10f, 0xFFFF_FFFF, 0x2, [0.0, 1.0, 0.0]);
+        assert_eq!(kept, 0xFFC0_07FF | 15 << 17);
+    }
+
+    #[test]
+    fn every_small_float_reencodes_to_itself() {
+        // The load path (small_float_to_f32) decodes; the store encodes.
+        for (mantissa_bits, shift) in [(6u32, 0u32), (5, 22)] {
+            for bits in 0..(31u32 << mantissa_bits) {
+                let value = small_float_to_f32(bits, mantissa_bits);
+                let word = pack(ElementFormat::Rg11b10f, 0, 1 << (shift / 11), [value; 3]);
+                assert_eq!((word >> shift) & ((1 << (mantissa_bits + 5)) - 1), bits);
+            }
+        }
+    }
+
+    #[test]
+    fn rgb9e5_shares_the_largest_components_exponent() {
+        let word = |rgb| pack(ElementFormat::Rgb9e5, 0, 0x7, rgb);
+        // 1.0 sets the exponent to 16 (scale 2^-8): 256, 128, 64.
+        assert_eq!(word([1.0, 0.5, 0.25]), 256 | 128 << 9 | 64 << 18 | 16 << 27);
+        // 1.999 * 256 rounds to 512, which needs the next exponent.
+        assert_eq!(word([1.999, 0.0, 0.0]), 256 | 17 << 27);
+        // Negative and NaN components are 0; too large clamps to the
+        // largest, 511 * 2^7.
+        assert_eq!(word([-1.0, f32::NAN, 1e9]), 511 << 18 | 31 << 27);
+        assert_eq!(word([0.0, 0.0, 0.0]), 0);
+        // Storing g alone keeps r's value and re-chooses the exponent:
+        // r = 1.0 with g = 4.0 is r = 64, g = 256 at exponent 18.
+        let r_only = word([1.0, 0.0, 0.0]);
+        let both = pack(ElementFormat::Rgb9e5, r_only, 0x2, [0.0, 4.0, 0.0]);
+        assert_eq!(both, 64 | 256 << 9 | 18 << 27);
+        // Every word with a normalised largest mantissa decodes and
+        // re-encodes to itself.
+        for exponent in 1..31u32 {
+            for r in [256u32, 300, 511] {
+                for g in [0u32, 1, 255, 511] {
+                    let word = r | g << 9 | 7 << 18 | exponent << 27;
+                    let bytes = word.to_le_bytes();
+                    let rgb = [0, 1, 2]
+                        .map(|c| f32::from_bits(load(ElementFormat::Rgb9e5, &bytes, c, false)));
+                    assert_eq!(pack(ElementFormat::Rgb9e5, 0, 0x7, rgb), word, "{word:#x}");
+                }
+            }
+        }
     }
 
     #[test]

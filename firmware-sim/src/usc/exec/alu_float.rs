@@ -5,7 +5,7 @@
 
 use agx_hw::isa::Op;
 
-use super::{lanes, unreachable_flow, unsupported, Env, ExecError, Flow, Operands, SimdGroup};
+use super::{lanes, unreachable_flow, Env, ExecError, Flow, Operands, SimdGroup};
 use crate::usc::float::{
     add_f32, f64_to_half, flush_before_rounding, fma_f32, half_to_f32, mul_f16_exact, mul_f32,
     quiet_f16, rsqrt_f32, saturate, saturate_f64, sin_pt_1, sin_pt_2, sum_to_half,
@@ -20,7 +20,6 @@ impl SimdGroup {
         env: &mut Env<'_>,
     ) -> Result<Flow, ExecError> {
         let op = o.ins.op;
-        let pc = o.pc;
         let exec = o.exec;
         let sat = o.sat();
         match op {

@@ -68,52 +68,61 @@ impl SimdGroup {
             let index = self.memory_index(offset, signedness, lane, env);
             let address =
                 base_address.wrapping_add((index << (format.shift() + shift as u32)) as u64);
-            let mut packed = [0u8; 4];
+            let named = || (0..4).filter(|c| mask & (1 << c) != 0).enumerate();
             if format.packed() {
-                env.memory
-                    .read(address & !3, &mut packed, AccessKind::Read)
-                    .map_err(|fault| ExecError::Memory { pc, fault })?;
-            }
-            for (register, component) in (0..4).filter(|c| mask & (1 << c) != 0).enumerate() {
-                let reg = data.reg(register as u16);
-                let size = 1usize << format.shift();
-                let element = if format.packed() {
-                    address & !3
+                // One word holds every component.
+                let word_address = address & !3;
+                let mut word = [0u8; 4];
+                let every = if format == ElementFormat::Rgb10a2 {
+                    0xF
                 } else {
-                    // Unaligned addresses round down to the element size.
-                    (address & !(size as u64 - 1)).wrapping_add((component * size) as u64)
+                    0x7
                 };
+                if !store || mask & every != every {
+                    env.memory
+                        .read(word_address, &mut word, AccessKind::Read)
+                        .map_err(|fault| ExecError::Memory { pc, fault })?;
+                }
+                if store {
+                    let mut values = [0u32; 4];
+                    for (register, component) in named() {
+                        values[component] = self.read(data.reg(register as u16), lane) as u32;
+                    }
+                    formats::store_element(format, &mut word, mask as u8 & 0xF, values, half);
+                    env.memory
+                        .write(word_address, &word)
+                        .map_err(|fault| ExecError::Memory { pc, fault })?;
+                } else {
+                    for (register, component) in named() {
+                        let value = formats::load(format, &word, component, half);
+                        self.write(data.reg(register as u16), lane, u64::from(value));
+                    }
+                }
+                continue;
+            }
+            let size = 1usize << format.shift();
+            for (register, component) in named() {
+                let reg = data.reg(register as u16);
+                // Unaligned addresses round down to the element size.
+                let element =
+                    (address & !(size as u64 - 1)).wrapping_add((component * size) as u64);
+                let mut bytes = [0u8; 4];
                 if store {
                     let value = self.read(reg, lane) as u32;
-                    let mut bytes = if format.packed() { packed } else { [0u8; 4] };
-                    if !formats::store(format, &mut bytes, component, value, half) {
-                        return Err(unsupported(pc, format!("stores of {format:?}")));
-                    }
-                    if format.packed() {
-                        packed = bytes;
-                    } else {
-                        env.memory
-                            .write(element, &bytes[..size])
-                            .map_err(|fault| ExecError::Memory { pc, fault })?;
-                    }
+                    formats::store(format, &mut bytes, component, value, half);
+                    env.memory
+                        .write(element, &bytes[..size])
+                        .map_err(|fault| ExecError::Memory { pc, fault })?;
                 } else {
-                    let mut bytes = packed;
-                    if !format.packed() {
-                        env.memory
-                            .read(element, &mut bytes[..size], AccessKind::Read)
-                            .map_err(|fault| ExecError::Memory { pc, fault })?;
-                    }
+                    env.memory
+                        .read(element, &mut bytes[..size], AccessKind::Read)
+                        .map_err(|fault| ExecError::Memory { pc, fault })?;
                     self.write(
                         reg,
                         lane,
                         u64::from(formats::load(format, &bytes, component, half)),
                     );
                 }
-            }
-            if store && format.packed() {
-                env.memory
-                    .write(address & !3, &packed)
-                    .map_err(|fault| ExecError::Memory { pc, fault })?;
             }
         }
         Ok(())
@@ -349,9 +358,6 @@ impl SimdGroup {
         };
         let format = ElementFormat::from_code(format)
             .ok_or_else(|| unsupported(pc, format!("memory format {format}")))?;
-        if format.packed() {
-            return Err(unsupported(pc, "packed formats in threadgroup memory"));
-        }
         let half = data.first.size == Size::S16;
         if half && format == ElementFormat::I32 {
             return Err(unsupported(pc, "i32 elements in 16-bit registers"));
@@ -360,6 +366,26 @@ impl SimdGroup {
         let store = ins.op == Op::ThreadgroupStore;
         for lane in lanes(exec) {
             let (base_bytes, index) = self.threadgroup_base_index(base, index, lane, env);
+            if format.packed() {
+                // One word holds every component.
+                let start = index.checked_mul(4).and_then(|i| i.checked_add(base_bytes));
+                let range = threadgroup_range(start, 4, env.threadgroup.len(), pc)?;
+                let word = &mut env.threadgroup[range];
+                let named = || (0..4).filter(|c| mask & (1 << c) != 0).enumerate();
+                if store {
+                    let mut values = [0u32; 4];
+                    for (register, component) in named() {
+                        values[component] = self.read(data.reg(register as u16), lane) as u32;
+                    }
+                    formats::store_element(format, word, mask as u8 & 0xF, values, half);
+                } else {
+                    for (register, component) in named() {
+                        let value = formats::load(format, word, component, half);
+                        self.write(data.reg(register as u16), lane, u64::from(value));
+                    }
+                }
+                continue;
+            }
             for (register, component) in (0..4i64).filter(|c| mask & (1 << c) != 0).enumerate() {
                 // Checked: the decoder gives at most 32-bit operands, but
                 // register values are client data and must not reach an
