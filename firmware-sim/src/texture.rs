@@ -353,20 +353,62 @@ impl TextureUnit<'_> {
         } else {
             0
         };
-        let raw = if request.load {
+        let swizzle = |raw: [u32; 4]| {
+            [t.swizzle_r, t.swizzle_g, t.swizzle_b, t.swizzle_a].map(|s| {
+                let one = if image.integer { 1 } else { 1.0f32.to_bits() };
+                match s {
+                    Channel::R => raw[0],
+                    Channel::G => raw[1],
+                    Channel::B => raw[2],
+                    Channel::A => raw[3],
+                    Channel::One => one,
+                    _ => 0,
+                }
+            })
+        };
+        let swizzled = if let Some(component) = request.gather {
+            if request.load {
+                return Err(invalid("a gather by texture_load".into()));
+            }
+            let (sampler, border) = self.sampler(request.sampler)?;
+            let layer = layer.min(image.layers.saturating_sub(1));
+            let texels = self.gather(&image, &sampler, border, request, layer)?;
+            texels.map(|texel| swizzle(texel)[component & 3])
+        } else {
+            swizzle(self.unswizzled(&image, request, layer)?)
+        };
+        Ok(if request.half && !image.integer {
+            swizzled.map(|bits| u32::from(half::f16::from_f32(f32::from_bits(bits)).to_bits()))
+        } else {
+            swizzled
+        })
+    }
+
+    /// A load's texel or a sample's filtered value, before the swizzle.
+    fn unswizzled(
+        &self,
+        image: &Image,
+        request: &TextureRequest,
+        layer: u32,
+    ) -> Result<[u32; 4], IoError> {
+        let t = &image.texture;
+        Ok(if request.load {
             let level = match request.lod {
                 LodArgument::Explicit(l) => l as u32,
                 _ => 0,
             }
             .saturating_add(t.first_level);
             // Out-of-bounds loads return zero (robust access).
-            let (x, y) = (request.coords[0], request.coords[1]);
+            let [dx, dy, _] = request.offset_texels;
+            let x = i64::from(request.coords[0]) + i64::from(dx);
+            let y = i64::from(request.coords[1]) + i64::from(dy);
             let inside = level < 32
-                && x < (t.width >> level).max(1)
-                && y < (t.height >> level).max(1)
+                && (0..i64::from((t.width >> level).max(1))).contains(&x)
+                && (0..i64::from((t.height >> level).max(1))).contains(&y)
                 && layer < image.layers;
+            let (x, y) = (x as u32, y as u32);
             if inside && image.layout.offset(level, x, y, layer).is_some() {
-                self.texel(&image, level, x, y, layer)?
+                self.texel(image, level, x, y, layer)?
             } else {
                 [0; 4]
             }
@@ -377,24 +419,47 @@ impl TextureUnit<'_> {
             let (sampler, border) = self.sampler(request.sampler)?;
             // Sampling clamps the layer (as Vulkan and GL specify).
             let layer = layer.min(image.layers.saturating_sub(1));
-            self.sample(&image, &sampler, border, request, layer)?
-        };
-        let swizzled = [t.swizzle_r, t.swizzle_g, t.swizzle_b, t.swizzle_a].map(|s| {
-            let one = if image.integer { 1 } else { 1.0f32.to_bits() };
-            match s {
-                Channel::R => raw[0],
-                Channel::G => raw[1],
-                Channel::B => raw[2],
-                Channel::A => raw[3],
-                Channel::One => one,
-                _ => 0,
-            }
-        });
-        Ok(if request.half && !image.integer {
-            swizzled.map(|bits| u32::from(half::f16::from_f32(f32::from_bits(bits)).to_bits()))
-        } else {
-            swizzled
+            self.sample(image, &sampler, border, request, layer)?
         })
+    }
+
+    /// The four texels of a gather: the 2x2 footprint of bilinear
+    /// filtering at the base level, whatever the sampler's filters and the
+    /// LOD, each compared with the reference when the sampler compares.
+    fn gather(
+        &self,
+        image: &Image,
+        sampler: &Sampler,
+        border: Option<[f32; 4]>,
+        request: &TextureRequest,
+        layer: u32,
+    ) -> Result<Quad, IoError> {
+        let t = &image.texture;
+        let (s, u) = self.normalised(image, sampler, request);
+        let reference = sampler
+            .compare_enable
+            .then(|| request.compare.unwrap_or(0.0));
+        let at = Footprint {
+            level: t.first_level,
+            s,
+            t: u,
+            layer,
+            offset: request.offset_texels,
+        };
+        let ([t00, t10, t01, t11], _) = self.footprint(image, sampler, border, &at, reference)?;
+        Ok([t01, t11, t10, t00])
+    }
+
+    /// A sample's coordinates, normalised.
+    fn normalised(&self, image: &Image, sampler: &Sampler, request: &TextureRequest) -> (f32, f32) {
+        let t = &image.texture;
+        let mut s = f32::from_bits(request.coords[0]);
+        let mut u = f32::from_bits(request.coords[1]);
+        if sampler.pixel_coordinates {
+            s /= t.width as f32;
+            u /= t.height as f32;
+        }
+        (s, u)
     }
 
     fn sample(
@@ -407,18 +472,20 @@ impl TextureUnit<'_> {
     ) -> Result<[u32; 4], IoError> {
         let t = &image.texture;
         let (w, h) = (t.width as f32, t.height as f32);
-        let mut s = f32::from_bits(request.coords[0]);
-        let mut u = f32::from_bits(request.coords[1]);
-        if sampler.pixel_coordinates {
-            s /= w;
-            u /= h;
-        }
+        let (s, u) = self.normalised(image, sampler, request);
         let lod = match request.lod {
             LodArgument::Explicit(l) => l,
             LodArgument::Auto { ddx, ddy, bias } => rho_lod(ddx, ddy, w, h) + bias,
             LodArgument::Gradient { ddx, ddy } => rho_lod(ddx, ddy, w, h),
         };
-        let lod = lod.clamp(sampler.min_lod.to_f32(), sampler.max_lod.to_f32());
+        // The sampler's range, its minimum raised by the instruction's;
+        // max-then-min, so a descriptor whose minimum exceeds its maximum
+        // gives the maximum (as Vulkan's clamp does) rather than a panic.
+        let min_lod = match request.min_lod {
+            Some(min) => sampler.min_lod.to_f32().max(min),
+            None => sampler.min_lod.to_f32(),
+        };
+        let lod = lod.max(min_lod).min(sampler.max_lod.to_f32());
         let max_level = t.last_level.saturating_sub(t.first_level) as f32;
         let filter = if lod <= 0.0 {
             sampler.magnify
@@ -432,9 +499,14 @@ impl TextureUnit<'_> {
         };
         let at_level = |level: f32| -> Result<[f32; 4], IoError> {
             let level = level.clamp(0.0, max_level) as u32 + t.first_level;
-            self.filter_level(
-                image, sampler, border, filter, level, s, u, layer, reference,
-            )
+            let at = Footprint {
+                level,
+                s,
+                t: u,
+                layer,
+                offset: request.offset_texels,
+            };
+            self.filter_level(image, sampler, border, filter, &at, reference)
         };
         let texel = match sampler.mip_filter {
             MipFilter::Linear if lod > 0.0 && max_level > 0.0 => {
@@ -454,62 +526,118 @@ impl TextureUnit<'_> {
         Ok(texel.map(f32::to_bits))
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// Reads texel (x, y) of a level through the sampler's wrap modes
+    /// (the border colour outside a border-clamped image), compared with
+    /// `reference` when there is one: [v, v, v, 1] with v 1 or 0.
+    fn wrapped_texel(
+        &self,
+        image: &Image,
+        sampler: &Sampler,
+        border: Option<[f32; 4]>,
+        at: &Footprint,
+        (x, y): (i64, i64),
+        reference: Option<f32>,
+    ) -> Result<[u32; 4], IoError> {
+        let width = (image.texture.width >> at.level).max(1) as i64;
+        let height = (image.texture.height >> at.level).max(1) as i64;
+        let (Some(x), Some(y)) = (
+            wrap(sampler.wrap_s, x, width),
+            wrap(sampler.wrap_t, y, height),
+        ) else {
+            let colour =
+                border.ok_or_else(|| invalid("custom border colours of bound samplers".into()))?;
+            return Ok(colour.map(f32::to_bits));
+        };
+        let raw = self.texel(image, at.level, x as u32, y as u32, at.layer)?;
+        Ok(match reference {
+            Some(r) => {
+                let pass = compare(sampler.compare_func, r, f32::from_bits(raw[0]));
+                let v = if pass { 1.0f32 } else { 0.0 };
+                [v, v, v, 1.0].map(f32::to_bits)
+            }
+            None => raw,
+        })
+    }
+
+    /// The 2x2 texels bilinear filtering reads at `at`, [t00, t10, t01,
+    /// t11] (x then y), and the weights of x1 and y1.
+    fn footprint(
+        &self,
+        image: &Image,
+        sampler: &Sampler,
+        border: Option<[f32; 4]>,
+        at: &Footprint,
+        reference: Option<f32>,
+    ) -> Result<(Quad, (f32, f32)), IoError> {
+        let (u, v) = at.texel_space(image);
+        let (u, v) = (u - 0.5, v - 0.5);
+        // Coordinates from registers may be huge or infinite: the casts
+        // saturate, and so must the neighbours.
+        let (x0, y0) = (u.floor() as i64, v.floor() as i64);
+        let (x1, y1) = (x0.saturating_add(1), y0.saturating_add(1));
+        let mut texels = [[0u32; 4]; 4];
+        for (texel, xy) in texels
+            .iter_mut()
+            .zip([(x0, y0), (x1, y0), (x0, y1), (x1, y1)])
+        {
+            *texel = self.wrapped_texel(image, sampler, border, at, xy, reference)?;
+        }
+        Ok((texels, (u - u.floor(), v - v.floor())))
+    }
+
     fn filter_level(
         &self,
         image: &Image,
         sampler: &Sampler,
         border: Option<[f32; 4]>,
         filter: Filter,
-        level: u32,
-        s: f32,
-        t: f32,
-        layer: u32,
+        at: &Footprint,
         reference: Option<f32>,
     ) -> Result<[f32; 4], IoError> {
-        let width = (image.texture.width >> level).max(1) as i64;
-        let height = (image.texture.height >> level).max(1) as i64;
-        let fetch = |x: i64, y: i64| -> Result<[f32; 4], IoError> {
-            let (Some(x), Some(y)) = (
-                wrap(sampler.wrap_s, x, width),
-                wrap(sampler.wrap_t, y, height),
-            ) else {
-                return border
-                    .ok_or_else(|| invalid("custom border colours of bound samplers".into()));
-            };
-            let raw = self.texel(image, level, x as u32, y as u32, layer)?;
-            let texel = raw.map(f32::from_bits);
-            Ok(match reference {
-                Some(r) => {
-                    let pass = compare(sampler.compare_func, r, texel[0]);
-                    let v = if pass { 1.0 } else { 0.0 };
-                    [v, v, v, 1.0]
-                }
-                None => texel,
-            })
-        };
-        let (u, v) = (s * width as f32, t * height as f32);
         match filter {
             Filter::Linear => {
-                let (u, v) = (u - 0.5, v - 0.5);
-                let (x0, y0) = (u.floor() as i64, v.floor() as i64);
-                let (fx, fy) = (u - u.floor(), v - v.floor());
-                let t00 = fetch(x0, y0)?;
-                // Coordinates from registers may be huge or infinite: the
-                // casts saturate, and so must the neighbours.
-                let (x1, y1) = (x0.saturating_add(1), y0.saturating_add(1));
-                let t10 = fetch(x1, y0)?;
-                let t01 = fetch(x0, y1)?;
-                let t11 = fetch(x1, y1)?;
+                let (texels, (fx, fy)) = self.footprint(image, sampler, border, at, reference)?;
+                let [t00, t10, t01, t11] = texels.map(|texel| texel.map(f32::from_bits));
                 Ok(std::array::from_fn(|c| {
                     let top = t00[c] + (t10[c] - t00[c]) * fx;
                     let bottom = t01[c] + (t11[c] - t01[c]) * fx;
                     top + (bottom - top) * fy
                 }))
             }
-            Filter::Nearest => fetch(u.floor() as i64, v.floor() as i64),
+            Filter::Nearest => {
+                let (u, v) = at.texel_space(image);
+                let xy = (u.floor() as i64, v.floor() as i64);
+                let texel = self.wrapped_texel(image, sampler, border, at, xy, reference)?;
+                Ok(texel.map(f32::from_bits))
+            }
             other => Err(invalid(format!("{other:?} filtering"))),
         }
+    }
+}
+
+/// The four texels of a 2x2 footprint, raw.
+type Quad = [[u32; 4]; 4];
+
+/// Where a sample reads: a level and layer, normalised coordinates, and
+/// the instruction's texel offsets.
+struct Footprint {
+    level: u32,
+    s: f32,
+    t: f32,
+    layer: u32,
+    offset: [i32; 3],
+}
+
+impl Footprint {
+    /// The coordinates in texels of the level, offsets added (an offset
+    /// moves every texel the filter reads by whole texels).
+    fn texel_space(&self, image: &Image) -> (f32, f32) {
+        let width = (image.texture.width >> self.level).max(1) as f32;
+        let height = (image.texture.height >> self.level).max(1) as f32;
+        (
+            self.s * width + self.offset[0] as f32,
+            self.t * height + self.offset[1] as f32,
+        )
     }
 }
 

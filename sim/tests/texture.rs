@@ -533,13 +533,15 @@ fn sample_grid(
     out_floats(m)
 }
 
-#[test_log::test]
-fn mip_levels_are_chosen_and_blended_by_lod() {
-    use agx_hw::Lod;
-    let m = Machine::new(5000);
-    // 16 x 16, five levels, twiddled; level L is a flat colour.
+/// The flat colour of level `level` of [`mip_texture`].
+fn mip_colour(level: u32) -> [u8; 4] {
+    [(level * 60) as u8, 255 - (level * 50) as u8, 100, 255]
+}
+
+/// A 16 x 16 GPU-tiled texture of five levels, each a flat colour.
+fn mip_texture(m: &Machine) {
     let layout = ImageLayout::gpu_tiled(16, 16, 5, 4, false).unwrap();
-    let colour = |level: u32| [(level * 60) as u8, 255 - (level * 50) as u8, 100, 255];
+    let colour = mip_colour;
     let mut bytes = vec![0u8; layout.layer_bytes() as usize];
     for level in 0..5 {
         let size = 16 >> level;
@@ -564,6 +566,14 @@ fn mip_levels_are_chosen_and_blended_by_lod() {
         ..Texture::default()
     };
     m.poke(m.data, DESCRIPTOR, &descriptor.pack().unwrap());
+}
+
+#[test_log::test]
+fn mip_levels_are_chosen_and_blended_by_lod() {
+    use agx_hw::Lod;
+    let m = Machine::new(5000);
+    mip_texture(&m);
+    let colour = mip_colour;
     let sampler = |mip_filter| Sampler {
         magnify: Filter::Linear,
         minify: Filter::Linear,
@@ -715,5 +725,182 @@ fn bindless_descriptors_come_from_a_heap_base_and_a_byte_offset() {
     for (x, y) in [(0u32, 0u32), (5, 3), (63, 31)] {
         let want = texel(x, y).map(|c| f32::from(c) / 255.0);
         assert_eq!(got[(y * TEX_W + x) as usize], want, "texel ({x}, {y})");
+    }
+}
+
+/// `SAMPLE` with its texture instruction replaced by `instruction`, r13
+/// and r14-r18 loaded from u6-u11 first, and the residency register r12
+/// preset to 7 and stored (one word per thread) after the texels.
+fn kernel_with(instruction: &str) -> String {
+    SAMPLE
+        .replace(
+            "    get_sr r4, sr80",
+            "    mov r13, u6\n    mov r14, u7\n    mov r15, u8\n    mov r16, u9\n    mov r17, u10\n    mov r18, u11\n    mov r12, 7\n    get_sr r4, sr80",
+        )
+        .replace(
+            "texture_sample 0, 0b1100, 0, none, xyzw, 0b00, r8_r9_r10_r11, None, ts0, ss0, tex_2d, r6_r7, lod_min, r20l, 0, r0",
+            instruction,
+        )
+        .replace(
+            "    imadd r12, r5, u2, r4\n    device_store 0, i32, xyzw, r8_r9_r10_r11, u0_u1, r12, unsigned, lsl 2, 0",
+            "    imadd r19, r5, u2, r4\n    device_store 0, i32, xyzw, r8_r9_r10_r11, u0_u1, r19, unsigned, lsl 2, 0\n    iadd r19, r19, 128, lsl 4\n    device_store 0, i32, x, r12, u0_u1, r19, unsigned, lsl 2, 0",
+        )
+}
+
+/// Runs `kernel_with(instruction)` over the 64 x 32 grid with thread (x,
+/// y) at s = (x + offset) / 64, t = (y + offset) / 32 and u6-u11 =
+/// `extra`; returns each thread's four values and its residency word.
+fn run_texture_kernel(
+    m: &Machine,
+    instruction: &str,
+    offset: f32,
+    extra: [u32; 6],
+) -> (Vec<[f32; 4]>, Vec<u32>) {
+    let mut uniforms = pair(DATA_VA + OUT);
+    uniforms.extend([
+        TEX_W,
+        offset.to_bits(),
+        (1.0 / TEX_W as f32).to_bits(),
+        (1.0 / TEX_H as f32).to_bits(),
+    ]);
+    uniforms.extend(extra);
+    let pipeline = m.program_with_samplers(
+        &kernel_with(instruction),
+        0x1000,
+        0x40,
+        &uniforms,
+        UNIFORMS,
+        0,
+        Some((1, DATA_VA + DESCRIPTOR)),
+        Some((1, DATA_VA + SAMPLERS)),
+    );
+    assert_eq!(run_grid(m, pipeline), None, "{instruction}");
+    let residency = m
+        .peek_u32s(OUT + 16 * 2048, 4 * 2048)
+        .chunks_exact(4)
+        .map(|c| c[0])
+        .collect();
+    (out_floats(m), residency)
+}
+
+/// Four signed 4-bit texel offsets, as Mesa packs them.
+fn packed_offsets(dx: i32, dy: i32) -> u32 {
+    (dx as u32 & 0xF) | (dy as u32 & 0xF) << 4
+}
+
+#[test_log::test]
+fn gathers_and_texel_offsets_read_the_bilinear_footprint() {
+    let m = Machine::new(5000);
+    texture(&m, Layout::Gpu);
+    let sampler = Sampler {
+        magnify: Filter::Linear,
+        minify: Filter::Linear,
+        mip_filter: MipFilter::None,
+        wrap_s: Wrap::ClampToEdge,
+        wrap_t: Wrap::ClampToEdge,
+        wrap_r: Wrap::ClampToEdge,
+        ..Sampler::default()
+    };
+    m.poke(m.data, SAMPLERS, &sampler.pack().unwrap());
+    // s = (x + 1) / 64: the footprint is texels x and x + 1 (and y, y + 1)
+    // before offsets.
+    for (gather, component, (dx, dy)) in [
+        ("gather_g", 1, (0, 0)),
+        ("gather_a", 3, (-1, 2)),
+        ("gather_r", 0, (7, -8)),
+    ] {
+        let has_offset = u32::from((dx, dy) != (0, 0));
+        let instruction = format!(
+            "texture_sample 0, 0b1100, 0, {gather}, xyzw, 0b00, r8_r9_r10_r11, None, ts0, ss0, tex_2d, r6_r7, auto_lod, 0, {has_offset}, r13"
+        );
+        let (got, _) = run_texture_kernel(
+            &m,
+            &instruction,
+            1.0,
+            [packed_offsets(dx, dy), 0, 0, 0, 0, 0],
+        );
+        for y in 0..TEX_H as i64 {
+            for x in 0..TEX_W as i64 {
+                let (x0, y0) = (x + i64::from(dx), y + i64::from(dy));
+                // Vulkan's order: (x0, y1), (x1, y1), (x1, y0), (x0, y0).
+                let want = [(x0, y0 + 1), (x0 + 1, y0 + 1), (x0 + 1, y0), (x0, y0)]
+                    .map(|(i, j)| reference_texel(Wrap::ClampToEdge, i, j)[component] as f32);
+                let have = got[(y * TEX_W as i64 + x) as usize];
+                assert_eq!(have, want, "{gather} offset ({dx}, {dy}) thread ({x}, {y})");
+            }
+        }
+    }
+    // A filtered sample with offsets is the sample of the moved
+    // coordinates (the offsets are whole texels of the level).
+    let instruction = "texture_sample 0, 0b1100, 0, none, xyzw, 0b00, r8_r9_r10_r11, None, ts0, ss0, tex_2d, r6_r7, auto_lod, 0, 1, r13";
+    let (got, _) = run_texture_kernel(
+        &m,
+        instruction,
+        0.25,
+        [packed_offsets(3, -5), 0, 0, 0, 0, 0],
+    );
+    for y in 0..TEX_H {
+        for x in 0..TEX_W {
+            let s = f64::from(x as f32 + 0.25) / 64.0 + 3.0 / 64.0;
+            let t = f64::from(y as f32 + 0.25) / 32.0 - 5.0 / 32.0;
+            let want = reference(Filter::Linear, Wrap::ClampToEdge, s, t);
+            let have = got[(y * TEX_W + x) as usize];
+            for c in 0..4 {
+                assert!(
+                    (f64::from(have[c]) - want[c]).abs() < 1e-5,
+                    "thread ({x}, {y}) channel {c}: {} vs {}",
+                    have[c],
+                    want[c]
+                );
+            }
+        }
+    }
+}
+
+#[test_log::test]
+fn a_minimum_lod_raises_the_level_and_gradients_pair_per_axis() {
+    use agx_hw::Lod;
+    let m = Machine::new(5000);
+    mip_texture(&m);
+    let sampler = Sampler {
+        magnify: Filter::Nearest,
+        minify: Filter::Nearest,
+        mip_filter: MipFilter::Nearest,
+        min_lod: Lod::from_f32(0.0),
+        max_lod: Lod::from_f32(15.0),
+        ..Sampler::default()
+    };
+    m.poke(m.data, SAMPLERS, &sampler.pack().unwrap());
+    let unorm = |level: u32| mip_colour(level).map(|c| f32::from(c) / 255.0);
+    let half = |v: f32| u32::from(half::f16::from_f32(v).to_bits());
+    // Auto LOD over a 64-wide grid of a 16-wide texture is below 0: level
+    // 0, unless the minimum (the high half of r13; the bias is the low
+    // half) says more. Nearest mip selection rounds: 2.2 is level 2, and
+    // 9 is clamped to the last level.
+    let bias_min = "texture_sample 0, 0b1100, 0, none, xyzw, 0b00, r8_r9_r10_r11, None, ts0, ss0, tex_2d, r6_r7, auto_lod_bias_min, r13, 0, r0";
+    for (min, level) in [(0.0, 0), (2.2, 2), (9.0, 4)] {
+        let (got, _) = run_texture_kernel(
+            &m,
+            bias_min,
+            0.5,
+            [half(0.0) | half(min) << 16, 0, 0, 0, 0, 0],
+        );
+        assert_eq!(got[5], unorm(level), "minimum {min}");
+        assert_eq!(got[1000], unorm(level), "minimum {min}");
+    }
+    // Gradients come per axis, d/dx then d/dy: (ddx.s, ddy.s, ddx.t,
+    // ddy.t). ddx = (2.5, 2.5) texels and ddy = 0 is a footprint of 3.54
+    // texels: LOD 1.82, level 2. (Read as ddx = (2.5, 0), ddy = (2.5, 0)
+    // it would be 2.5 texels, level 1.) The minimum, after them in the
+    // low half of r18, raises it to 3. Bit 70 asks for the residency
+    // code, 0 (resident), in the register after the texel.
+    let grad_min = "texture_sample 0, 0b1100, 0, none, xyzw, 0b10, r8_r9_r10_r11, None, ts0, ss0, tex_2d, r6_r7, lod_grad_min, r14_r15_r16_r17_r18, 0, r0";
+    let step = (2.5f32 / 16.0).to_bits();
+    for (min, level) in [(0.0, 2), (3.0, 3)] {
+        let (got, residency) =
+            run_texture_kernel(&m, grad_min, 0.5, [0, step, 0, step, 0, half(min)]);
+        assert_eq!(got[5], unorm(level), "minimum {min}");
+        assert_eq!(residency[5], 0);
+        assert_eq!(residency[2047], 0);
     }
 }

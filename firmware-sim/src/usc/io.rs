@@ -91,6 +91,16 @@ pub struct TextureRequest {
     /// The destination registers are 16-bit: return fp16 bits for float
     /// formats.
     pub half: bool,
+    /// Offsets added to the integer texel coordinates (x, y, layer or z),
+    /// each in -8..=7 (Mesa packs them as 4-bit fields).
+    pub offset_texels: [i32; 3],
+    /// `Some(c)`: a gather of component `c` (after the swizzle) of the
+    /// 2x2 texels bilinear filtering would read, in the order
+    /// (x0, y1), (x1, y1), (x1, y0), (x0, y0).
+    pub gather: Option<usize>,
+    /// A lower bound on the level of detail (the LOD modes with a
+    /// minimum).
+    pub min_lod: Option<f32>,
 }
 
 /// A store of one lane's texel to an image.

@@ -96,6 +96,9 @@ fn run_count(count: &Count, word: u128) -> Result<u8, &'static str> {
         },
         Count::DepthStencil { z, s } => 2 * u8::from(bit(word, *z)) + u8::from(bit(word, *s)),
         Count::AtomicData(op) => 1 + u8::from(op.get(word) == ATOMIC_CMPXCHG),
+        Count::CompareOffset { compare, offset } => {
+            1 + u8::from(bit(word, *compare) && bit(word, *offset))
+        }
     })
 }
 
@@ -547,6 +550,9 @@ fn decode_operand(kind: &Kind, word: u128) -> Result<Operand, &'static str> {
             match mode.get(word) {
                 1 | 2 => Operand::Value(Value::Uniform(decoded_uniform(raw, Size::S16))),
                 5 | 6 => Operand::Value(Value::Reg(decoded_gpr(raw, Size::S16), Hint::None)),
+                // A bias and a minimum LOD, two fp16 halves of one word.
+                9 => Operand::Value(Value::Uniform(decoded_uniform(raw, Size::S32))),
+                13 => Operand::Value(Value::Reg(decoded_gpr(raw, Size::S32), Hint::None)),
                 m @ (4 | 12) => {
                     let count = 2 * gradient_axes(dim.get(word)) + u8::from(m == 12);
                     Operand::Regs(RegRun::new(decoded_gpr(raw, Size::S32), count))
@@ -850,13 +856,22 @@ fn encode_operand(kind: &Kind, operand: &Operand, word: &mut u128) -> Result<(),
                 (5 | 6, Operand::Value(Value::Reg(r, Hint::None))) => {
                     (i64::from(r.half), r.size == Size::S16)
                 }
+                (9, Operand::Value(Value::Uniform(u))) => (i64::from(u.half), u.size == Size::S32),
+                (13, Operand::Value(Value::Reg(r, Hint::None))) => {
+                    (i64::from(r.half), r.size == Size::S32)
+                }
+                // The text form of one 32-bit register is a run of one.
+                (13, Operand::Regs(run)) => (
+                    i64::from(run.first.half),
+                    run.first.size == Size::S32 && run.count == 1 && !run.discard,
+                ),
                 (m @ (4 | 12), Operand::Regs(run)) => {
                     let count = 2 * gradient_axes(dim.get(*word)) + u8::from(m == 12);
                     check_run(run)?;
                     let ok = run.first.size == Size::S32 && run.count == count && !run.discard;
                     (i64::from(run.first.half), ok)
                 }
-                (0 | 3 | 7..=11 | 13.., Operand::Value(Value::Imm(imm))) => (*imm, true),
+                (0 | 3 | 7 | 8 | 10 | 11 | 14.., Operand::Value(Value::Imm(imm))) => (*imm, true),
                 _ => (0, false),
             };
             if !ok {

@@ -35,6 +35,9 @@ fn count_text(count: &Count) -> String {
         }
         Count::DepthStencil { z, s } => format!("z {z} / s {s}"),
         Count::AtomicData(op) => format!("op {} cmpxchg ? 2 : 1", bits_text(op)),
+        Count::CompareOffset { compare, offset } => {
+            format!("compare {compare} and offset {offset} ? 2 : 1")
+        }
     }
 }
 

@@ -95,6 +95,15 @@ pub enum Count {
         /// The dimension field.
         dim: Bits,
     },
+    /// A texture instruction's compare/offset registers: the depth-compare
+    /// reference and/or the packed texel offsets, chosen by the compare
+    /// and offset bits; one register when only one (or neither) is set.
+    CompareOffset {
+        /// The depth-compare bit.
+        compare: u8,
+        /// The texel-offset bit.
+        offset: u8,
+    },
     /// An atomic's data: one register, or two (the new value, then the
     /// value compared) when the operation field says compare-exchange.
     AtomicData(Bits),

@@ -213,7 +213,9 @@ pub const LOD_MODES: &[(u32, &str)] = &[
     (4, "lod_grad"),
     (5, "auto_lod_bias"),
     (6, "lod_min"),
+    (9, "auto_lod_bias_min_uniform"),
     (12, "lod_grad_min"),
+    (13, "auto_lod_bias_min"),
 ];
 /// Texture gather modes.
 pub const GATHER: &[(u32, &str)] = &[
@@ -444,7 +446,10 @@ const TEXTURE: &[Kind] = &[
         value: b!(80:6, 94:2),
         whole: false,
         wide: Wide::Fixed(Size::S32),
-        count: Count::Fixed(1),
+        count: Count::CompareOffset {
+            compare: 23,
+            offset: 91,
+        },
         discard: None,
     },
 ];

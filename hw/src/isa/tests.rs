@@ -117,6 +117,26 @@ const KNOWN: &[(&str, &str)] = &[
     // the firmware skips it, and the doorbell.
     ("20000600", "jmp_if_skipping_doorbell 0x6"),
     ("2820", "doorbell 32"),
+    // Mesa's texture_sample for a shadow gather of g with texel offsets
+    // (compare in r6, offsets in r7), a bias with a minimum LOD (one
+    // register, two fp16 halves) and offsets, gradients with a minimum
+    // and sparse residency (bit 70), and the uniform bias-minimum form.
+    (
+        "31a1840003620f0100008c09",
+        "texture_sample 1, 0b1100, 0, gather_g, xyzw, 0b00, r8_r9_r10_r11, None, ts3, ss1, tex_2d, r2_r3, auto_lod, 0, 1, r6_r7",
+    ),
+    (
+        "31a1040a0362df0100000c08",
+        "texture_sample 0, 0b1100, 0, none, xyzw, 0b00, r8_r9_r10_r11, None, ts3, ss1, tex_2d, r2_r3, auto_lod_bias_min, r5, 1, r6",
+    ),
+    (
+        "31a104140362cf0140000000",
+        "texture_sample 0, 0b1100, 0, none, xyzw, 0b10, r8_r9_r10_r11, None, ts3, ss1, tex_2d, r2_r3, lod_grad_min, r10_r11_r12_r13_r14, 0, r0",
+    ),
+    (
+        "3121040803629f01",
+        "texture_sample 0, 0b1100, 0, none, xyzw, 0b00, r8_r9_r10_r11, None, ts3, ss1, tex_2d, r2_r3, auto_lod_bias_min_uniform, u4, 0, r0",
+    ),
 ];
 
 #[test]

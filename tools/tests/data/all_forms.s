@@ -112,6 +112,9 @@ stack_map_op 7, 2, 1, 0, target0, r5, -1, 0b01, 0b1, 0b000, 0b10000, 0b00010000,
 threadgroup_barrier
 memory_barrier 1, 2, 9
 texture_sample 0, 0b1100, 0, none, xyzw, 0b00, r0_r1_r2_r3, None, ts0, ss0, tex_2d, r4_r5, auto_lod, 0, 0, r0
+texture_sample 1, 0b1100, 0, gather_g, xyzw, 0b00, r8_r9_r10_r11, None, ts3, ss1, tex_2d, r2_r3, auto_lod, 0, 1, r6_r7
+texture_sample 0, 0b1100, 0, none, xyzw, 0b10, r8_r9_r10_r11, None, ts3, ss1, tex_2d, r2_r3, lod_grad_min, r10_r11_r12_r13_r14, 0, r0
+texture_sample 0, 0b1100, 0, none, xyzw, 0b00, r8_r9_r10_r11, None, ts3, ss1, tex_2d, r2_r3, auto_lod_bias_min, r5, 1, r6
 texture_load 0, 0b1100, 1, none, xy, 0b00, r8l_r8h, None, ts3, ss0, tex_2d_array, r4_r5_r6, lod_min, r6l, 0, r0
 image_write r0_r1_r2_r3, r4_r5, 0, None, ts1, tex_2d, rte, 9, 1
 image_write_block r2, r4, 0, None, ts0, tex_2d, rte, u8norm, 0, 9, 1

@@ -4,7 +4,7 @@
 
 use agx_hw::isa::{Op, Operand, RegRun, Size, Value};
 
-use super::{lanes, unsupported, Env, ExecError, Flow, Operands, SimdGroup, LANES, UNIFORMS};
+use super::{lanes, unsupported, Env, ExecError, Flow, Operands, SimdGroup, GPRS, LANES, UNIFORMS};
 use crate::usc::float::half_to_f32;
 use crate::usc::io::{BlockStore, ImageWrite, LodArgument, TextureHandle, TextureRequest};
 
@@ -119,14 +119,18 @@ impl SimdGroup {
             return Err(unsupported(pc, "malformed texture instruction"));
         };
         let shadow = int(0) != 0;
-        if int(3) != 0 {
-            return Err(unsupported(pc, "texture gathers"));
-        }
-        if int(14) != 0 {
-            return Err(unsupported(pc, "texel offsets"));
-        }
-        if int(5) & 2 != 0 {
-            return Err(unsupported(pc, "sparse texture residency"));
+        let has_offset = int(14) != 0;
+        // Mesa's gather field (bits 87-89: 1, 3, 5, 7 for r, g, b, a) is
+        // bits 86-90 here: 2, 6, 10, 14. Bit 86 (applegpu's
+        // `gather_depth` with gather_r) is not understood.
+        let gather = match int(3) {
+            0 => None,
+            g @ (2 | 6 | 10 | 14) => Some((g >> 2) as usize),
+            g => return Err(unsupported(pc, format!("gather mode {g:#b}"))),
+        };
+        let sparse = int(5) & 2 != 0;
+        if sparse && usize::from(data.reg(u16::from(data.count)).half / 2) >= GPRS {
+            return Err(unsupported(pc, "a residency code past the last register"));
         }
         let mask = int(4) as u8;
         let dim = int(10) as u32;
@@ -161,6 +165,7 @@ impl SimdGroup {
                     _ => 0.0,
                 }
             };
+            let mut min_lod = None;
             let lod = match lod_mode {
                 0 if load => LodArgument::Explicit(0.0),
                 0 | 1 | 5 => LodArgument::Auto {
@@ -169,17 +174,39 @@ impl SimdGroup {
                     bias: if lod_mode == 0 { 0.0 } else { scalar(self) },
                 },
                 2 | 6 => LodArgument::Explicit(scalar(self)),
+                // One word: the bias in the low half, the minimum in the
+                // high half, both fp16 (Mesa's lod_bias_min_agx).
+                9 | 13 => {
+                    let Operand::Value(v) = lod_operand else {
+                        return Err(unsupported(pc, "malformed bias and minimum"));
+                    };
+                    let word = self.lane_value(v, lane, env.uniforms);
+                    min_lod = Some(half_to_f32(word >> 16));
+                    LodArgument::Auto {
+                        ddx: derivative(lane, 1),
+                        ddy: derivative(lane, 2),
+                        bias: half_to_f32(word),
+                    }
+                }
                 4 | 12 => {
                     let Operand::Regs(grads) = lod_operand else {
                         return Err(unsupported(pc, "malformed gradients"));
                     };
+                    // Per axis, d/dx then d/dy (Mesa's collect in
+                    // agx_emit_tex: ddx.x, ddy.x, ddx.y, ddy.y, ...).
                     let axes = usize::from(grads.count / 2);
                     let mut ddx = [0f32; 3];
                     let mut ddy = [0f32; 3];
                     for k in 0..axes.min(3) {
-                        ddx[k] = f32::from_bits(self.read(grads.reg(k as u16), lane) as u32);
-                        ddy[k] =
-                            f32::from_bits(self.read(grads.reg((axes + k) as u16), lane) as u32);
+                        let read = |i: usize| self.read(grads.reg(i as u16), lane) as u32;
+                        ddx[k] = f32::from_bits(read(2 * k));
+                        ddy[k] = f32::from_bits(read(2 * k + 1));
+                    }
+                    // The minimum follows the gradients, fp16 in the low
+                    // half of its register.
+                    if lod_mode == 12 {
+                        let last = self.read(grads.reg(2 * axes as u16), lane);
+                        min_lod = Some(half_to_f32(last));
                     }
                     LodArgument::Gradient { ddx, ddy }
                 }
@@ -195,16 +222,31 @@ impl SimdGroup {
                 compare: shadow.then(|| f32::from_bits(self.read(extra.first, lane) as u32)),
                 mask,
                 half: data.first.size == Size::S16,
+                // Four signed bits per axis, after the compare reference
+                // when there is one.
+                offset_texels: if has_offset {
+                    let packed = self.read(extra.reg(u16::from(shadow)), lane) as u32;
+                    [0, 4, 8].map(|shift| ((packed >> shift) << 28) as i32 >> 28)
+                } else {
+                    [0; 3]
+                },
+                gather,
+                min_lod,
             };
             let texel = env
                 .io
                 .texture(lane, &request)
                 .map_err(|error| ExecError::Io { pc, error })?;
-            let values: Vec<u32> = (0..4)
+            let mut values: Vec<u32> = (0..4)
                 .filter(|c| mask & (1 << c) != 0)
                 .map(|c| texel[c])
                 .collect();
-            self.write_run(data, lane, &values);
+            // The residency code follows the texel: 0, resident (Mesa's
+            // AGX_RESIDENT); every texture here is resident.
+            if sparse {
+                values.push(0);
+            }
+            self.write_run(&RegRun::new(data.first, values.len() as u8), lane, &values);
         }
         Ok(())
     }
