@@ -378,7 +378,7 @@ impl TextureUnit<'_> {
             swizzle(self.unswizzled(&image, request, layer)?)
         };
         Ok(if request.half && !image.integer {
-            swizzled.map(|bits| u32::from(half::f16::from_f32(f32::from_bits(bits)).to_bits()))
+            swizzled.map(|bits| u32::from(crate::usc::float::f32_to_half(f32::from_bits(bits))))
         } else {
             swizzled
         })

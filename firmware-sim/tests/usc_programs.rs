@@ -248,6 +248,10 @@ fn memory_formats_convert_on_load_and_store() {
     m.memory.map(DATA, 0x1000, true);
     m.memory
         .poke(DATA, &[0, 51, 255, 128, 0x34, 0x12, 0xFE, 0xFF]);
+    // The word the y-only rgb9e5 store updates holds r = 1.0 (256 at
+    // exponent 16), which the store must keep.
+    m.memory
+        .poke(DATA + 0x128, &(256u32 | 16 << 27).to_le_bytes());
     set_pair(&mut m.uniforms, 0, DATA);
     set_pair(&mut m.uniforms, 2, DATA + 0x100);
     let mut group = SimdGroup::new(CODE_BASE, 1);
@@ -276,14 +280,14 @@ fn memory_formats_convert_on_load_and_store() {
     assert_eq!(word, 0x3FF | 0x3FF << 20 | 1 << 30);
     // rg11b10f: 1, 2 and 0.5 are exponents 15, 16 and 14, mantissas 0.
     // rgb9e5: 2 sets the shared exponent to 17 (2^-7 a unit): 128, 256,
-    // 64. A store of y alone keeps the (zero) r and b of the word there.
+    // 64. A store of y = 1.0 alone keeps the word's r = 1.0 (and b = 0).
     let words = m.memory.peek_u32s(DATA + 0x120, 3);
     assert_eq!(
         words,
         [
             15 << 6 | 16 << 17 | 14 << 27,
             128 | 256 << 9 | 64 << 18 | 17 << 27,
-            256 << 9 | 16 << 27
+            256 | 256 << 9 | 16 << 27
         ]
     );
 

@@ -221,7 +221,13 @@ pub(crate) fn rsqrt_f32(x: f32) -> f32 {
     if x.is_infinite() {
         return 0.0;
     }
-    let estimate = (1.0 / f64::from(x).sqrt()) as f32;
+    nearest_rsqrt((1.0 / f64::from(x).sqrt()) as f32, x)
+}
+
+/// Of `estimate` and its two fp32 neighbours, the one nearest to
+/// `1/sqrt(x)` (positive normal `x`; `estimate` finite, positive, within
+/// one place of the answer).
+fn nearest_rsqrt(estimate: f32, x: f32) -> f32 {
     // The midpoints between the estimate and its neighbours, as exact
     // f64 values (25 significant bits).
     let below = f32::from_bits(estimate.to_bits() - 1);
@@ -412,6 +418,30 @@ mod tests {
         assert_eq!(rsqrt_f32(-0.0), f32::NEG_INFINITY);
         assert_eq!(rsqrt_f32(f32::INFINITY).to_bits(), 0);
         assert!(rsqrt_f32(-1.0).is_nan());
+    }
+
+    #[test]
+    fn rsqrt_settles_a_wrong_neighbour_exactly() {
+        // 1/sqrt(4) = 0.5: from either neighbour, the exact check walks
+        // to it; and m * m * x < 1 exactly when m < 1/sqrt(x).
+        let half = 0.5f32;
+        let above = f32::from_bits(half.to_bits() + 1);
+        let below = f32::from_bits(half.to_bits() - 1);
+        assert_eq!(nearest_rsqrt(above, 4.0), half);
+        assert_eq!(nearest_rsqrt(below, 4.0), half);
+        assert!(!square_times_below_one(0.5, 4.0));
+        assert!(square_times_below_one(f64::from(below), 4.0));
+        assert!(!square_times_below_one(f64::from(above), 4.0));
+        // A hard case from the table: one off either way is corrected.
+        let x = f32::from_bits(0x4629_4DA5);
+        assert_eq!(
+            nearest_rsqrt(f32::from_bits(0x3C1D_65B4), x).to_bits(),
+            0x3C1D_65B5
+        );
+        assert_eq!(
+            nearest_rsqrt(f32::from_bits(0x3C1D_65B6), x).to_bits(),
+            0x3C1D_65B5
+        );
     }
 
     #[test]

@@ -273,8 +273,8 @@ pub fn store_element(
 ///
 /// rg11b10f follows the GL/Vulkan rules for unsigned small floats:
 /// rounded to nearest even, negative values and -inf to 0, finite values
-/// past the largest (65024 for both widths) to it, +inf to inf, NaN to a
-/// NaN. rgb9e5 uses the shared-exponent rule of the Vulkan specification
+/// past the largest (65024 in the 11-bit fields, 64512 in the 10-bit one)
+/// to it, +inf to inf, NaN to a NaN. rgb9e5 uses the shared-exponent rule of the Vulkan specification
 /// (`EXT_texture_shared_exponent`): the exponent of the largest component,
 /// each mantissa rounded half up; a component left out keeps its decoded
 /// value and takes part in choosing the exponent. What the hardware does

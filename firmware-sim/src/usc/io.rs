@@ -91,8 +91,10 @@ pub struct TextureRequest {
     /// The destination registers are 16-bit: return fp16 bits for float
     /// formats.
     pub half: bool,
-    /// Offsets added to the integer texel coordinates (x, y, layer or z),
-    /// each in -8..=7 (Mesa packs them as 4-bit fields).
+    /// Offsets added to the integer texel coordinates (x, y, z), each in
+    /// -8..=7 (Mesa packs them as 4-bit fields). z would apply to 3D
+    /// images, which the texture unit does not model; layers are not
+    /// offset.
     pub offset_texels: [i32; 3],
     /// `Some(c)`: a gather of component `c` (after the swizzle) of the
     /// 2x2 texels bilinear filtering would read, in the order

@@ -12,7 +12,7 @@
 //! for memory faults, the address.
 
 pub mod exec;
-mod float;
+pub(crate) mod float;
 pub mod formats;
 pub mod io;
 pub mod memory;

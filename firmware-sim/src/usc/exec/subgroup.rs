@@ -275,7 +275,7 @@ impl SubgroupOp {
         let ones = truncate(u64::MAX, width);
         let float = |v: f32| {
             if width == 16 {
-                u64::from(half::f16::from_f32(v).to_bits())
+                u64::from(f32_to_half(v))
             } else {
                 u64::from(v.to_bits())
             }
