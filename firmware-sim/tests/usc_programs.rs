@@ -981,3 +981,27 @@ fn threadgroup_atomics_update_words_and_return_the_old_ones() {
         })
     ));
 }
+
+#[test_log::test]
+fn threadgroup_memory_packs_a_packed_format_into_one_word() {
+    // rg11b10f at index 2 is the word at byte 8; a y-only store keeps x
+    // and z; the load unpacks the three components.
+    let source = "
+        threadgroup_store rg11b10f, xyz, r2_r3_r4, 0, 2
+        threadgroup_store rg11b10f, y, r5, 0, 2
+        threadgroup_load rg11b10f, xyz, r6_r7_r8, 0, 2
+        stop";
+    let mut m = Machine::new(source);
+    m.threadgroup = vec![0; 16];
+    let mut group = SimdGroup::new(CODE_BASE, 1);
+    for (r, v) in [(2, 1.0f32), (3, 2.0), (4, 0.5), (5, 4.0)] {
+        group.write(Reg::r(r), 0, u64::from(v.to_bits()));
+    }
+    assert_eq!(m.run(&mut group), Ok(Exit::Stopped));
+    // 1, 4 and 0.5: exponents 15, 17, 14, mantissas 0.
+    let word = u32::from_le_bytes(m.threadgroup[8..12].try_into().unwrap());
+    assert_eq!(word, 15 << 6 | 17 << 17 | 14 << 27);
+    assert_eq!(m.threadgroup[..8], [0; 8]);
+    let r = |n: u16| f32::from_bits(group.read(Reg::r(n), 0) as u32);
+    assert_eq!([r(6), r(7), r(8)], [1.0, 4.0, 0.5]);
+}

@@ -91,6 +91,21 @@ fn pair(address: u64) -> Vec<u32> {
     vec![address as u32, (address >> 32) as u32]
 }
 
+/// A kernel of `source` with `uniforms`, the texture descriptor at
+/// texture state 0 and the sampler at sampler state 0.
+fn sampling_pipeline(m: &Machine, source: &str, uniforms: &[u32]) -> u64 {
+    m.program_with_samplers(
+        source,
+        0x1000,
+        0x40,
+        uniforms,
+        UNIFORMS,
+        0,
+        Some((1, DATA_VA + DESCRIPTOR)),
+        Some((1, DATA_VA + SAMPLERS)),
+    )
+}
+
 /// Each thread (x, y) loads texel (x, y) and stores it at out[y * 64 + x].
 const LOAD: &str = "
     get_sr r4, sr80
@@ -264,16 +279,7 @@ fn samples_filter_and_wrap_as_the_sampler_says() {
                 scale_s.to_bits(),
                 scale_t.to_bits(),
             ]);
-            let pipeline = m.program_with_samplers(
-                SAMPLE,
-                0x1000,
-                0x40,
-                &uniforms,
-                UNIFORMS,
-                0,
-                Some((1, DATA_VA + DESCRIPTOR)),
-                Some((1, DATA_VA + SAMPLERS)),
-            );
+            let pipeline = sampling_pipeline(&m, SAMPLE, &uniforms);
             assert_eq!(
                 run_grid(&m, pipeline),
                 None,
@@ -519,16 +525,7 @@ fn sample_grid(
         u32::from(half::f16::from_f32(lod).to_bits()),
         reference.to_bits(),
     ]);
-    let pipeline = m.program_with_samplers(
-        &explicit_lod_kernel(shadow),
-        0x1000,
-        0x40,
-        &uniforms,
-        UNIFORMS,
-        0,
-        Some((1, DATA_VA + DESCRIPTOR)),
-        Some((1, DATA_VA + SAMPLERS)),
-    );
+    let pipeline = sampling_pipeline(m, &explicit_lod_kernel(shadow), &uniforms);
     assert_eq!(run_grid(m, pipeline), None);
     out_floats(m)
 }
@@ -764,16 +761,7 @@ fn run_texture_kernel(
         (1.0 / TEX_H as f32).to_bits(),
     ]);
     uniforms.extend(extra);
-    let pipeline = m.program_with_samplers(
-        &kernel_with(instruction),
-        0x1000,
-        0x40,
-        &uniforms,
-        UNIFORMS,
-        0,
-        Some((1, DATA_VA + DESCRIPTOR)),
-        Some((1, DATA_VA + SAMPLERS)),
-    );
+    let pipeline = sampling_pipeline(m, &kernel_with(instruction), &uniforms);
     assert_eq!(run_grid(m, pipeline), None, "{instruction}");
     let residency = m
         .peek_u32s(OUT + 16 * 2048, 4 * 2048)

@@ -72,6 +72,15 @@ impl ElementFormat {
         }
     }
 
+    /// The components an element has in memory (packed formats: rgb10a2
+    /// four, rg11b10f and rgb9e5 three; others as many as asked for).
+    pub fn component_mask(self) -> u8 {
+        match self {
+            ElementFormat::Rg11b10f | ElementFormat::Rgb9e5 => 0x7,
+            _ => 0xF,
+        }
+    }
+
     /// Whether all components share one 32-bit word.
     pub fn packed(self) -> bool {
         matches!(

@@ -2,7 +2,7 @@
 //! uniform stores, the state stores that bind descriptors from a heap,
 //! and threadgroup (shared) memory loads, stores and atomics.
 
-use agx_hw::isa::{Op, Operand, Size, Value};
+use agx_hw::isa::{Op, Operand, RegRun, Size, Value};
 
 use super::{lanes, sign_extend, unsupported, Env, ExecError, Flow, Operands, SimdGroup, UNIFORMS};
 use crate::usc::formats::{self, ElementFormat};
@@ -73,30 +73,17 @@ impl SimdGroup {
                 // One word holds every component.
                 let word_address = address & !3;
                 let mut word = [0u8; 4];
-                let every = if format == ElementFormat::Rgb10a2 {
-                    0xF
-                } else {
-                    0x7
-                };
-                if !store || mask & every != every {
+                let every = format.component_mask();
+                if !store || mask as u8 & every != every {
                     env.memory
                         .read(word_address, &mut word, AccessKind::Read)
                         .map_err(|fault| ExecError::Memory { pc, fault })?;
                 }
+                self.packed_word(format, &mut word, mask as u8, data, lane, store, half);
                 if store {
-                    let mut values = [0u32; 4];
-                    for (register, component) in named() {
-                        values[component] = self.read(data.reg(register as u16), lane) as u32;
-                    }
-                    formats::store_element(format, &mut word, mask as u8 & 0xF, values, half);
                     env.memory
                         .write(word_address, &word)
                         .map_err(|fault| ExecError::Memory { pc, fault })?;
-                } else {
-                    for (register, component) in named() {
-                        let value = formats::load(format, &word, component, half);
-                        self.write(data.reg(register as u16), lane, u64::from(value));
-                    }
                 }
                 continue;
             }
@@ -371,19 +358,7 @@ impl SimdGroup {
                 let start = index.checked_mul(4).and_then(|i| i.checked_add(base_bytes));
                 let range = threadgroup_range(start, 4, env.threadgroup.len(), pc)?;
                 let word = &mut env.threadgroup[range];
-                let named = || (0..4).filter(|c| mask & (1 << c) != 0).enumerate();
-                if store {
-                    let mut values = [0u32; 4];
-                    for (register, component) in named() {
-                        values[component] = self.read(data.reg(register as u16), lane) as u32;
-                    }
-                    formats::store_element(format, word, mask as u8 & 0xF, values, half);
-                } else {
-                    for (register, component) in named() {
-                        let value = formats::load(format, word, component, half);
-                        self.write(data.reg(register as u16), lane, u64::from(value));
-                    }
-                }
+                self.packed_word(format, word, mask as u8, data, lane, store, half);
                 continue;
             }
             for (register, component) in (0..4i64).filter(|c| mask & (1 << c) != 0).enumerate() {
@@ -419,6 +394,38 @@ impl SimdGroup {
             }
         }
         Ok(())
+    }
+}
+
+impl SimdGroup {
+    /// One lane's access to a packed format's word (device or threadgroup
+    /// memory): a store packs the components `mask` names from
+    /// consecutive registers into it, once; a load unpacks them into
+    /// consecutive registers.
+    #[allow(clippy::too_many_arguments)]
+    fn packed_word(
+        &mut self,
+        format: ElementFormat,
+        word: &mut [u8],
+        mask: u8,
+        data: &RegRun,
+        lane: usize,
+        store: bool,
+        half: bool,
+    ) {
+        let named = (0..4).filter(|c| mask & (1 << c) != 0).enumerate();
+        if store {
+            let mut values = [0u32; 4];
+            for (register, component) in named {
+                values[component] = self.read(data.reg(register as u16), lane) as u32;
+            }
+            formats::store_element(format, word, mask & 0xF, values, half);
+        } else {
+            for (register, component) in named {
+                let value = formats::load(format, word, component, half);
+                self.write(data.reg(register as u16), lane, u64::from(value));
+            }
+        }
     }
 }
 
