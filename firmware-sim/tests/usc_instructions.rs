@@ -581,6 +581,36 @@ fn call_and_return() {
 }
 
 #[test_log::test]
+fn decode_only_forms_are_refused_by_name() {
+    // applegpu's readings of words no compiler output shows: they
+    // disassemble, and the simulator refuses them rather than guess.
+    for line in [
+        "async_load copy_1d, r4_r5, r8_r9_r10",
+        "async_store copy_2d, u6_u7, u20_u21_u22_u23_u24",
+        "simd_matrix_fmadd32 r4_r5, r8_r9.abs, u3, r12l_r12h",
+        "simd_matrix_fmadd16 r4h_r5l.cache, r8_r9.neg, 0.5, r12l_r12h.abs",
+        "device_load.TODO 0, i32, x, r4, u2_u3, 8, signed, 1, 0, 5, 0",
+        "device_store.TODO 0, i32, x, r4, u2_u3, 8, signed, 0, 1, 0, 3, 0",
+    ] {
+        let mnemonic = line.split_whitespace().next().unwrap();
+        let mut machine = Machine::new(&format!("{line}\nstop"));
+        let mut group = machine.group();
+        let err = machine.run(&mut group).unwrap_err();
+        assert!(
+            matches!(&err, ExecError::Unsupported { what, .. } if what.contains(mnemonic)),
+            "{line}: {err}"
+        );
+        assert_eq!(err.pc(), common::CODE_BASE);
+    }
+    // A device load in a format applegpu names but nobody has seen run.
+    let mut machine =
+        Machine::new("device_load 0, rg11b10f.rtz, xyz, r4_r5_r6, u2_u3, 0, signed\nstop");
+    let mut group = machine.group();
+    let err = machine.run(&mut group).unwrap_err();
+    assert!(matches!(err, ExecError::Unsupported { .. }), "{err}");
+}
+
+#[test_log::test]
 fn bad_programs_fault_instead_of_panicking() {
     // Falls off the end into zero bytes, which decode (as applegpu's
     // `jmp_incomplete`) but are not modelled.

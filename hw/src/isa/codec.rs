@@ -13,7 +13,9 @@
 
 use super::bits::{length_mask, load_word, Bits};
 use super::form::{Count, DstSizes, Form, Kind, Length, SrcClass, Wide};
-use super::operand::{Dst, Float8, Hint, Operand, Reg, RegRun, Size, Src, Uniform, Value};
+use super::operand::{
+    Dst, Float8, Hint, Operand, Reg, RegRun, Size, Src, Uniform, UniformRun, Value,
+};
 use super::table::{Op, ATOMIC_CMPXCHG, FORMS};
 use super::{DecodeError, Decoded, EncodeError, Instr, MAX_LENGTH_BYTES};
 
@@ -99,6 +101,7 @@ fn run_count(count: &Count, word: u128) -> Result<u8, &'static str> {
         Count::CompareOffset { compare, offset } => {
             1 + u8::from(bit(word, *compare) && bit(word, *offset))
         }
+        Count::Copy(two_d) => 3 + 2 * u8::from(bit(word, *two_d)),
     })
 }
 
@@ -227,6 +230,7 @@ pub(crate) fn covered(kind: &Kind) -> u128 {
                 SrcClass::Half => mask_of(at + 9, 2),
                 SrcClass::Int => mask_of(at + 10, 1),
                 SrcClass::Wide => 0,
+                SrcClass::Paired { modifiers } => mask_of(*modifiers, 2),
             };
             let ty = if *class == SrcClass::Half { 3 } else { 4 };
             mask_of(*at, 6 + ty) | modifiers | mask_of(*ext, 2)
@@ -253,7 +257,9 @@ pub(crate) fn covered(kind: &Kind) -> u128 {
             }
             mask
         }
-        Kind::Pair { value, uniform } => value.mask() | mask_of(*uniform, 1),
+        Kind::Pair { value, uniform } | Kind::Words { value, uniform, .. } => {
+            value.mask() | mask_of(*uniform, 1)
+        }
         Kind::ImmOrReg {
             value, flag, reg, ..
         } => {
@@ -292,7 +298,7 @@ fn decode_src(word: u128, at: u8, ext: u8, class: SrcClass) -> Result<Src, &'sta
     }
     let ty = field(word, at + 6, 4);
     src.value = if ty == 0 {
-        if class == SrcClass::Float {
+        if matches!(class, SrcClass::Float | SrcClass::Paired { .. }) {
             Value::Float(Float8(index as u8))
         } else {
             Value::Imm(index as i64)
@@ -314,12 +320,22 @@ fn decode_src(word: u128, at: u8, ext: u8, class: SrcClass) -> Result<Src, &'sta
             3 if matches!(class, SrcClass::Int | SrcClass::Wide) => Size::S64,
             _ => Size::S32,
         };
-        Value::Reg(decoded_gpr(index, size), hint_from(ty & 3))
+        let reg = decoded_gpr(index, size);
+        let hint = hint_from(ty & 3);
+        if matches!(class, SrcClass::Paired { .. }) {
+            Value::Pair(reg, hint)
+        } else {
+            Value::Reg(reg, hint)
+        }
     };
     match class {
         SrcClass::Float => {
             src.abs = bit(word, at + 10);
             src.neg = bit(word, at + 11);
+        }
+        SrcClass::Paired { modifiers } => {
+            src.abs = bit(word, modifiers);
+            src.neg = bit(word, modifiers + 1);
         }
         SrcClass::Int => src.sx = bit(word, at + 10),
         SrcClass::Plain | SrcClass::Half | SrcClass::Wide => {}
@@ -334,12 +350,12 @@ fn encode_src(
     class: SrcClass,
     src: &Src,
 ) -> Result<(), &'static str> {
+    let paired = matches!(class, SrcClass::Paired { .. });
+    let float = paired || matches!(class, SrcClass::Float | SrcClass::Half);
     let (index, ty): (u64, u64) = match (src.value, class) {
-        (Value::Float(f), SrcClass::Float | SrcClass::Half) => (u64::from(f.0), 0),
+        (Value::Float(f), _) if float => (u64::from(f.0), 0),
         (Value::Float(_), _) => return Err("float immediate in an integer source"),
-        (Value::Imm(_), SrcClass::Float | SrcClass::Half) => {
-            return Err("integer immediate in a float source")
-        }
+        (Value::Imm(_), _) if float => return Err("integer immediate in a float source"),
         (Value::Imm(imm), _) => {
             if !(0..=255).contains(&imm) {
                 return Err("immediate out of range 0..=255");
@@ -348,7 +364,11 @@ fn encode_src(
         }
         (
             Value::Undefined { ty, ty_bits, index },
-            SrcClass::Plain | SrcClass::Float | SrcClass::Int | SrcClass::Wide,
+            SrcClass::Plain
+            | SrcClass::Float
+            | SrcClass::Int
+            | SrcClass::Wide
+            | SrcClass::Paired { .. },
         ) => {
             if ty_bits != 4 || !matches!(ty, 0b1000 | 0b1100) || index > 255 {
                 return Err("not an undefined 4-bit source type");
@@ -366,6 +386,19 @@ fn encode_src(
             let is32 = u64::from(u.size == Size::S32);
             let high = u64::from(u.half >> 8);
             (u64::from(u.half & 0xFF), 4 | is32 << 1 | high)
+        }
+        (Value::Pair(reg, hint), SrcClass::Paired { .. }) => {
+            let reg = gpr(u64::from(reg.half), reg.size)?;
+            let size_code = match reg.size {
+                Size::S16 => 0,
+                Size::S32 => 2,
+                Size::S64 => return Err("expected a pair of 16- or 32-bit registers"),
+            };
+            (u64::from(reg.half), size_code << 2 | hint_code(hint))
+        }
+        (Value::Pair(..), _) => return Err("a register pair only in a paired source"),
+        (Value::Reg(..), SrcClass::Paired { .. }) => {
+            return Err("expected a register pair (`r4_r5`, `r4l_r4h`)")
         }
         (Value::Reg(reg, hint), _) => {
             let reg = gpr(u64::from(reg.half), reg.size)?;
@@ -395,11 +428,15 @@ fn encode_src(
             set_bit(word, at + 9, src.abs);
             set_bit(word, at + 10, src.neg);
         }
+        SrcClass::Paired { modifiers } => {
+            set_bit(word, modifiers, src.abs);
+            set_bit(word, modifiers + 1, src.neg);
+        }
         SrcClass::Int => set_bit(word, at + 10, src.sx),
         SrcClass::Plain | SrcClass::Wide => {}
     }
     let wants_mods = match class {
-        SrcClass::Float | SrcClass::Half => src.sx,
+        SrcClass::Float | SrcClass::Half | SrcClass::Paired { .. } => src.sx,
         SrcClass::Int => src.abs || src.neg,
         SrcClass::Plain | SrcClass::Wide => src.sx || src.abs || src.neg,
     };
@@ -418,10 +455,18 @@ fn decode_operand(kind: &Kind, word: u128) -> Result<Operand, &'static str> {
                 DstSizes::Only16 => decoded_gpr(index, Size::S16),
                 DstSizes::Only32 => decoded_gpr(index, Size::S32),
                 DstSizes::Sized64 if wide && index % 2 == 1 => decoded_gpr(index, Size::S64),
-                DstSizes::Sized | DstSizes::Sized64 => {
+                DstSizes::Sized | DstSizes::Sized64 | DstSizes::Paired => {
                     decoded_gpr(index, if wide { Size::S32 } else { Size::S16 })
                 }
             };
+            if *sizes == DstSizes::Paired {
+                let hint = if bit(word, 7) {
+                    Hint::Cache
+                } else {
+                    Hint::None
+                };
+                return Ok(Operand::Value(Value::Pair(reg, hint)));
+            }
             Operand::Dst(Dst {
                 reg,
                 cache: bit(word, 7),
@@ -468,6 +513,22 @@ fn decode_operand(kind: &Kind, word: u128) -> Result<Operand, &'static str> {
                 count: run_count(count, word)?,
                 discard: discard.is_some_and(|at| bit(word, at)),
             })
+        }
+        Kind::Words {
+            value,
+            uniform: flag,
+            count,
+        } => {
+            let index = value.get(word) as u16;
+            let count = run_count(count, word)?;
+            if bit(word, *flag) {
+                Operand::Uniforms(UniformRun {
+                    first: Uniform::u(index),
+                    count,
+                })
+            } else {
+                Operand::Regs(RegRun::new(Reg::r(index), count))
+            }
         }
         Kind::Pair {
             value,
@@ -585,12 +646,35 @@ fn put_uint(word: &mut u128, bits: &Bits, value: i64) -> Result<(), &'static str
 fn depends_on_others(kind: &Kind) -> bool {
     matches!(
         kind,
-        Kind::CmpSel { .. } | Kind::Regs { .. } | Kind::TexBase { .. } | Kind::Lod { .. }
+        Kind::CmpSel { .. }
+            | Kind::Regs { .. }
+            | Kind::Words { .. }
+            | Kind::TexBase { .. }
+            | Kind::Lod { .. }
     )
 }
 
 fn encode_operand(kind: &Kind, operand: &Operand, word: &mut u128) -> Result<(), &'static str> {
     match kind {
+        Kind::Dst {
+            ext,
+            sizes: DstSizes::Paired,
+        } => {
+            let (reg, cache) = match operand {
+                Operand::Value(Value::Pair(reg, hint @ (Hint::None | Hint::Cache))) => {
+                    (gpr(u64::from(reg.half), reg.size)?, *hint == Hint::Cache)
+                }
+                _ => return Err("expected a pair of 16- or 32-bit registers"),
+            };
+            if reg.size == Size::S64 {
+                return Err("expected a pair of 16- or 32-bit registers");
+            }
+            let index = u64::from(reg.half);
+            set_bit(word, 7, cache);
+            set_bit(word, 8, reg.size == Size::S32);
+            set_field(word, 9, 6, index & 63);
+            set_field(word, *ext, 2, index >> 6);
+        }
         Kind::Dst { ext, sizes } => {
             let Operand::Dst(dst) = operand else {
                 return Err("expected a destination register");
@@ -727,6 +811,32 @@ fn encode_operand(kind: &Kind, operand: &Operand, word: &mut u128) -> Result<(),
                 None if run.discard => return Err("no discard hint here"),
                 None => {}
             }
+        }
+        Kind::Words {
+            value,
+            uniform: flag,
+            count,
+        } => {
+            let (index, n, is_uniform) = match operand {
+                // The index counts whole registers, so it reaches past
+                // r127 (decoded, never run).
+                Operand::Regs(run)
+                    if run.first.size == Size::S32
+                        && run.first.half.is_multiple_of(2)
+                        && !run.discard =>
+                {
+                    (run.first.half / 2, run.count, false)
+                }
+                Operand::Uniforms(run) if run.first.size == Size::S32 => {
+                    (run.first.half / 2, run.count, true)
+                }
+                _ => return Err("expected 32-bit registers or uniforms"),
+            };
+            if n != run_count(count, *word)? {
+                return Err("word count does not match the copy's dimension");
+            }
+            put_uint(word, value, i64::from(index))?;
+            set_bit(word, *flag, is_uniform);
         }
         Kind::Pair {
             value,

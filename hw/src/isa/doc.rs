@@ -38,6 +38,7 @@ fn count_text(count: &Count) -> String {
         Count::CompareOffset { compare, offset } => {
             format!("compare {compare} and offset {offset} ? 2 : 1")
         }
+        Count::Copy(two_d) => format!("{two_d} ? 5 : 3"),
     }
 }
 
@@ -49,6 +50,7 @@ fn kind_text(kind: &Kind) -> String {
                 DstSizes::Only32 => "32",
                 DstSizes::Sized => "16/32",
                 DstSizes::Sized64 => "16/32/64",
+                DstSizes::Paired => "16/32 pair",
             };
             format!("dst{sizes} 7-14+{ext}")
         }
@@ -59,6 +61,9 @@ fn kind_text(kind: &Kind) -> String {
                 SrcClass::Half => "hsrc",
                 SrcClass::Int => "isrc",
                 SrcClass::Wide => "wsrc",
+                SrcClass::Paired { modifiers } => {
+                    return format!("fsrc pair {at}+{ext} (abs/neg {modifiers})")
+                }
             };
             format!("{class} {at}+{ext}")
         }
@@ -96,6 +101,15 @@ fn kind_text(kind: &Kind) -> String {
             )
         }
         Kind::Pair { value, uniform } => format!("pair {} (uniform {uniform})", bits_text(value)),
+        Kind::Words {
+            value,
+            uniform,
+            count,
+        } => format!(
+            "r32/u32 x {} at {} (32-bit index; uniform {uniform})",
+            count_text(count),
+            bits_text(value)
+        ),
         Kind::ImmOrReg {
             value, flag, reg, ..
         } => match reg {

@@ -51,6 +51,11 @@ pub enum DstSizes {
     Sized,
     /// 16, 32 or 64 bits (integer add/multiply-add).
     Sized64,
+    /// Two consecutive registers of 16 or 32 bits, chosen by the size bit
+    /// (`simd_matrix_fmadd`), decoded as a [`Value::Pair`].
+    ///
+    /// [`Value::Pair`]: super::operand::Value::Pair
+    Paired,
 }
 
 /// How an ALU source field is laid out and which modifiers it has.
@@ -70,6 +75,15 @@ pub enum SrcClass {
     /// Value and 4-bit type, no modifiers, 64-bit registers allowed (the
     /// subgroup reductions).
     Wide,
+    /// A float source whose register is two consecutive registers of the
+    /// type's size (a [`Value::Pair`]; uniforms and immediates are
+    /// single), with abs and neg at `modifiers` (`simd_matrix_fmadd`).
+    ///
+    /// [`Value::Pair`]: super::operand::Value::Pair
+    Paired {
+        /// The abs bit; neg is the bit above.
+        modifiers: u8,
+    },
 }
 
 /// How many registers a register run has.
@@ -95,6 +109,9 @@ pub enum Count {
         /// The dimension field.
         dim: Bits,
     },
+    /// An asynchronous copy's descriptor: three words for a 1D copy, five
+    /// for a 2D one, chosen by this bit.
+    Copy(u8),
     /// A texture instruction's compare/offset registers: the depth-compare
     /// reference and/or the packed texel offsets, chosen by the compare
     /// and offset bits; one register when only one (or neither) is set.
@@ -208,6 +225,16 @@ pub enum Kind {
         count: Count,
         /// A discard-hint bit, printed `.discard`.
         discard: Option<u8>,
+    },
+    /// Consecutive 32-bit registers or uniforms, the index counting whole
+    /// registers (an asynchronous copy's descriptor).
+    Words {
+        /// Index of the first register or uniform.
+        value: Bits,
+        /// Set: uniforms; clear: registers.
+        uniform: u8,
+        /// How many.
+        count: Count,
     },
     /// A 64-bit base address in a register or uniform pair.
     Pair {

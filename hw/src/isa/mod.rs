@@ -95,6 +95,9 @@ impl Instr {
         fn value_problem(value: &Value) -> Option<&'static str> {
             match value {
                 Value::Reg(reg, _) if !reg.is_valid() => Some("register past r127"),
+                Value::Pair(reg, _) if !RegRun::new(*reg, 2).is_valid() => {
+                    Some("register past r127")
+                }
                 Value::Uniform(u) if !u.is_valid() => Some("uniform past u255"),
                 Value::Undefined { .. } => Some("source type with no known meaning"),
                 _ => None,
@@ -106,6 +109,7 @@ impl Instr {
                 Operand::Src(src) => value_problem(&src.value),
                 Operand::Value(value) => value_problem(value),
                 Operand::Regs(run) if !run.is_valid() => Some("registers past r127"),
+                Operand::Uniforms(run) if !run.is_valid() => Some("uniforms past u255"),
                 _ => None,
             };
             problem.map(|p| (i, p))

@@ -200,6 +200,35 @@ impl fmt::Display for RegRun {
     }
 }
 
+/// A consecutive run of 32-bit uniforms, printed `u4_u5_u6` (the
+/// descriptor of an asynchronous copy).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct UniformRun {
+    /// The first uniform (32-bit).
+    pub first: Uniform,
+    /// How many.
+    pub count: u8,
+}
+
+impl UniformRun {
+    /// Whether every uniform of the run lies inside the file.
+    pub fn is_valid(&self) -> bool {
+        self.first.half + u16::from(self.count.max(1)) * 2 <= UNIFORM_COUNT * 2
+    }
+}
+
+impl fmt::Display for UniformRun {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for i in 0..u16::from(self.count.max(1)) {
+            if i > 0 {
+                f.write_str("_")?;
+            }
+            write!(f, "{}", Uniform::u(self.first.half / 2 + i))?;
+        }
+        Ok(())
+    }
+}
+
 /// The register-cache hint a GPR source carries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum Hint {
@@ -211,6 +240,17 @@ pub enum Hint {
     /// The value is dead after this read (`.discard`); later reads see
     /// undefined data, so generated code never sets it.
     Discard,
+}
+
+impl fmt::Display for Hint {
+    /// The hint as an operand suffix (nothing, `.cache`, `.discard`).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Hint::None => "",
+            Hint::Cache => ".cache",
+            Hint::Discard => ".discard",
+        })
+    }
 }
 
 /// An 8-bit floating-point immediate: sign bit 7, exponent bits 4-6 (bias
@@ -257,6 +297,10 @@ impl fmt::Display for Float8 {
 pub enum Value {
     /// A general-purpose register, with its cache hint.
     Reg(Reg, Hint),
+    /// Two consecutive registers of the given register's size, starting
+    /// at it (`simd_matrix_fmadd`'s paired operands: `r4l_r4h`, `r3h_r4l`,
+    /// `r8_r9`), with a cache hint.
+    Pair(Reg, Hint),
     /// A uniform register.
     Uniform(Uniform),
     /// An integer immediate.
@@ -293,13 +337,13 @@ impl From<Uniform> for Value {
 impl fmt::Display for Value {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Value::Reg(reg, hint) => {
-                write!(f, "{reg}")?;
-                match hint {
-                    Hint::None => Ok(()),
-                    Hint::Cache => f.write_str(".cache"),
-                    Hint::Discard => f.write_str(".discard"),
-                }
+            Value::Reg(reg, hint) => write!(f, "{reg}{hint}"),
+            Value::Pair(first, hint) => {
+                let second = Reg {
+                    half: first.half + first.size.halves(),
+                    size: first.size,
+                };
+                write!(f, "{first}_{second}{hint}")
             }
             Value::Uniform(uniform) => write!(f, "{uniform}"),
             Value::Imm(imm) => write!(f, "{imm}"),
@@ -403,6 +447,8 @@ pub enum Operand {
     Int(i64),
     /// A run of consecutive registers (memory data, coordinates).
     Regs(RegRun),
+    /// A run of consecutive 32-bit uniforms.
+    Uniforms(UniformRun),
     /// A register, uniform or immediate that is not an ALU source
     /// (memory bases and offsets, texture and sampler handles).
     Value(Value),

@@ -15,7 +15,12 @@
 //! - The float unary family (0x0A) is split by the operation in bits
 //!   28-33; an operation with no row does not decode.
 //! - `uniform_store` shares 0x45 with `device_store`; the two rows pin bits
-//!   27-29 to different values.
+//!   27-29 to different values. Every other 0x05/0x45 word is applegpu's
+//!   `device_load.TODO`/`device_store.TODO` (rows after the known ones,
+//!   with the bits those pin as operands).
+//! - 0x6F with bit 15 clear is a named shuffle when bits 26-27, 38-39 and
+//!   47 say which; else `simd_matrix_fmadd16/32` when bits 27 and 63 are
+//!   set (bit 26 the width); else the generic `simd_shuf_op`.
 //! - `no_var` is the exact word 0x80000051 (as Mesa emits it); `st_var`
 //!   and `st_var_final` pin bits 0-9.
 //! - 0x3E is `convert` with bit 15 set; with it clear, bits 26-27 choose
@@ -190,6 +195,10 @@ pub const FORMATS: &[(u32, &str)] = &[
     (10, "srgba8"),
     (12, "rg11b10f"),
     (13, "rgb9e5"),
+    // applegpu's names; what the hardware does with them is not known
+    // (the simulator refuses them).
+    (14, "rg11b10f.rtz"),
+    (15, "rgb9e5.rtz"),
 ];
 /// How a register offset is extended to 64 bits.
 pub const OFFSET_SIGNEDNESS: &[(u32, &str)] = &[(0, "signed"), (1, "unsigned")];
@@ -693,6 +702,67 @@ const SHUFFLE: &[Kind] = &[
     src(28, 40, SrcClass::Plain),
 ];
 const SHUFFLE_MASK: u128 = 0x7F | 1 << 15 | 3 << 26 | 3 << 38 | 1 << 47;
+/// `simd_matrix_fmadd16/32` (0x6F with bit 15 clear and bits 27 and 63
+/// set; bit 26 the width): a destination and three float sources, each a
+/// pair of registers (applegpu's layout; what they compute is not known).
+const SIMD_MATRIX: &[Kind] = &[
+    dst(60, DstSizes::Paired),
+    src(16, 58, SrcClass::Paired { modifiers: 52 }),
+    src(28, 56, SrcClass::Paired { modifiers: 38 }),
+    src(40, 54, SrcClass::Paired { modifiers: 50 }),
+];
+const SIMD_MATRIX_MASK: u128 = 0x7F | 1 << 15 | 3 << 26 | 1 << 63;
+const SIMD_MATRIX_VALUE: u128 = 0x6F | 1 << 27 | 1 << 63;
+/// `async_load`/`async_store` (applegpu's names and layout; no compiler
+/// output shows them): the copy's dimension, a 64-bit address pair, and
+/// the copy's descriptor words (three for 1D, five for 2D).
+const ASYNC_COPY: &[Kind] = &[
+    Kind::Enum(b!(47:1), COPY_DIMENSIONS),
+    Kind::Pair {
+        value: b!(9:6),
+        uniform: 8,
+    },
+    Kind::Words {
+        value: b!(16:4, 36:4),
+        uniform: 25,
+        count: Count::Copy(47),
+    },
+];
+const COPY_DIMENSIONS: &[(u32, &str)] = &[(0, "copy_1d"), (1, "copy_2d")];
+/// applegpu's `device_load.TODO`: a `device_load` whose bits 26, 28-29,
+/// 44-46 and 50-51 are not the values the known form pins, printed as
+/// numbers after the known operands.
+const DEVICE_LOAD_TODO: &[Kind] = &[
+    DEVICE_MEMORY[0],
+    DEVICE_MEMORY[1],
+    DEVICE_MEMORY[2],
+    DEVICE_MEMORY[3],
+    DEVICE_MEMORY[4],
+    DEVICE_MEMORY[5],
+    DEVICE_MEMORY[6],
+    DEVICE_MEMORY[7],
+    Kind::Uint(b!(26:1)),
+    Kind::Uint(b!(28:2)),
+    Kind::Uint(b!(44:3)),
+    Kind::Uint(b!(50:2)),
+];
+/// applegpu's `device_store.TODO`, the same for `device_store` (bits 26,
+/// 28-29, 45-46 and 50-51).
+const DEVICE_STORE_TODO: &[Kind] = &[
+    DEVICE_STORE[0],
+    DEVICE_STORE[1],
+    DEVICE_STORE[2],
+    DEVICE_STORE[3],
+    DEVICE_STORE[4],
+    DEVICE_STORE[5],
+    DEVICE_STORE[6],
+    DEVICE_STORE[7],
+    DEVICE_STORE[8],
+    Kind::Uint(b!(26:1)),
+    Kind::Uint(b!(28:2)),
+    Kind::Uint(b!(45:2)),
+    Kind::Uint(b!(50:2)),
+];
 const fn shuffle(mnemonic: &'static str, simd: u128, kind: u128, rotate: u128) -> Form {
     form(
         mnemonic,
@@ -944,6 +1014,11 @@ table! {
     SimdShuffleDown => shuffle("simd_shuffle_down", 1, 3, 0),
     /// SIMD-group shuffle from lanes below, wrapping around.
     SimdShuffleRotateUp => shuffle("simd_shuffle_rotate_up", 1, 2, 1),
+    /// applegpu's SIMD-group matrix multiply-add on fp16 pairs
+    /// (decoded only).
+    SimdMatrixFmadd16 => form("simd_matrix_fmadd16", SIMD_MATRIX_MASK, SIMD_MATRIX_VALUE, fixed(8), NONE, SIMD_MATRIX),
+    /// The same on fp32 pairs (decoded only).
+    SimdMatrixFmadd32 => form("simd_matrix_fmadd32", SIMD_MATRIX_MASK, SIMD_MATRIX_VALUE | 1 << 26, fixed(8), NONE, SIMD_MATRIX),
     /// Any other shuffle (operation bits printed raw).
     SimdShufOp => form("simd_shuf_op", 0x7F | 1 << 15, 0x6F, fixed(6), NONE, &[
         Kind::Binary(b!(47:1)),
@@ -982,6 +1057,16 @@ table! {
     UniformStore => form("uniform_store", 0x000C_00F0_380F_027F, 0x3800_0045, toggle(6, 8, 47), NONE, UNIFORM_STORE),
     /// Store to device memory.
     DeviceStore => form("device_store", 0x000C_6000_3400_007F, 0x0000_4000_0400_0045, toggle(6, 8, 47), NONE, DEVICE_STORE),
+    /// A `device_load` with unknown field values (applegpu's
+    /// `device_load.TODO`; decoded only).
+    DeviceLoadTodo => form("device_load.TODO", 0x7F, 0x05, toggle(6, 8, 47), NONE, DEVICE_LOAD_TODO),
+    /// A `device_store` with unknown field values (decoded only).
+    DeviceStoreTodo => form("device_store.TODO", 0x7F, 0x45, toggle(6, 8, 47), NONE, DEVICE_STORE_TODO),
+    /// Start an asynchronous copy from device memory (applegpu's
+    /// `async_load`; decoded only).
+    AsyncLoad => form("async_load", 0x7F, 0x25, fixed(8), NONE, ASYNC_COPY),
+    /// Start an asynchronous copy to device memory (decoded only).
+    AsyncStore => form("async_store", 0x7F, 0x65, fixed(8), NONE, ASYNC_COPY),
     /// Read-modify-write a 32-bit word of device memory; the destination
     /// (`0` for none) gets the old value.
     Atomic => form("atomic", 0x3F, 0x15, fixed(8), NONE, ATOMIC),

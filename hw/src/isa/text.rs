@@ -11,8 +11,10 @@
 use std::collections::HashMap;
 use std::fmt::Write as _;
 
-use super::form::{Kind, SrcClass};
-use super::operand::{Dst, Float8, Hint, Operand, Reg, RegRun, Size, Src, Uniform, Value};
+use super::form::{DstSizes, Kind, SrcClass};
+use super::operand::{
+    Dst, Float8, Hint, Operand, Reg, RegRun, Size, Src, Uniform, UniformRun, Value,
+};
 use super::table::{Op, SPECIAL_REGISTERS};
 use super::{decode, encode, AsmError, Instr, MAX_LENGTH_BYTES};
 
@@ -69,6 +71,7 @@ fn operand_text(kind: &Kind, operand: &Operand, pc: u64) -> String {
         (_, Operand::Dst(dst)) => dst.to_string(),
         (_, Operand::Src(src)) => src.to_string(),
         (_, Operand::Regs(run)) => run.to_string(),
+        (_, Operand::Uniforms(run)) => run.to_string(),
         (_, Operand::Value(value)) => value.to_string(),
     }
 }
@@ -201,6 +204,44 @@ fn parse_run(text: &str) -> Option<RegRun> {
     })
 }
 
+/// Parses a run of 32-bit uniforms `u4_u5_u6`.
+fn parse_uniform_run(text: &str) -> Option<UniformRun> {
+    let mut halves = text.split('_').map(|part| match parse_register(part, 'u') {
+        Some((half, Size::S32)) => Some(half),
+        _ => None,
+    });
+    let first = halves.next()??;
+    let mut count = 1u8;
+    for half in halves {
+        if Some(half?) != first.checked_add(2 * u16::from(count)) {
+            return None;
+        }
+        count = count.checked_add(1)?;
+    }
+    Some(UniformRun {
+        first: Uniform {
+            half: first,
+            size: Size::S32,
+        },
+        count,
+    })
+}
+
+/// A paired operand's register as text gives it: `r8_r9` (which reads as
+/// one 64-bit register) is the pair of 32-bit registers from r8.
+fn paired(value: Value) -> Value {
+    match value {
+        Value::Reg(reg, hint) if reg.size == Size::S64 => Value::Pair(
+            Reg {
+                half: reg.half,
+                size: Size::S32,
+            },
+            hint,
+        ),
+        other => other,
+    }
+}
+
 /// Splits `base.flag.flag` into the base and its flags.
 fn split_flags(text: &str) -> (&str, Vec<&str>) {
     // A float immediate has its own dot: keep "1.5" together.
@@ -239,6 +280,10 @@ fn parse_value(base: &str, float: bool) -> Result<Value, String> {
     if let Some(reg) = parse_reg(base) {
         return Ok(Value::Reg(reg, Hint::None));
     }
+    // Two halves: a paired 16-bit operand (`r4l_r4h`, `r3h_r4l`).
+    if let Some(run) = parse_run(base).filter(|r| r.count == 2 && r.first.size == Size::S16) {
+        return Ok(Value::Pair(run.first, Hint::None));
+    }
     if let Some((half, size)) = parse_register(base, 'u') {
         return Ok(Value::Uniform(Uniform { half, size }));
     }
@@ -261,8 +306,8 @@ fn parse_src(text: &str, float: bool) -> Result<Src, String> {
     let mut src = Src::new(Value::Imm(0));
     for flag in flags {
         match (flag, &mut value) {
-            ("cache", Value::Reg(_, hint)) => *hint = Hint::Cache,
-            ("discard", Value::Reg(_, hint)) => *hint = Hint::Discard,
+            ("cache", Value::Reg(_, hint) | Value::Pair(_, hint)) => *hint = Hint::Cache,
+            ("discard", Value::Reg(_, hint) | Value::Pair(_, hint)) => *hint = Hint::Discard,
             ("abs", _) => src.abs = true,
             ("neg", _) => src.neg = true,
             ("sx", _) => src.sx = true,
@@ -319,7 +364,25 @@ struct Targets<'a> {
 fn parse_operand(kind: &Kind, text: &str, targets: &Targets<'_>) -> Result<Operand, String> {
     let bad = |what: &str| format!("`{text}` is not {what}");
     Ok(match kind {
+        Kind::Dst {
+            sizes: DstSizes::Paired,
+            ..
+        } => {
+            let src = parse_src(text, false)?;
+            if src.abs || src.neg || src.sx {
+                return Err(bad("a register pair"));
+            }
+            Operand::Value(paired(src.value))
+        }
         Kind::Dst { .. } | Kind::R0l { .. } => Operand::Dst(parse_dst(text)?),
+        Kind::Src {
+            class: SrcClass::Paired { .. },
+            ..
+        } => {
+            let mut src = parse_src(text, true)?;
+            src.value = paired(src.value);
+            Operand::Src(src)
+        }
         Kind::Src { class, .. } => Operand::Src(parse_src(
             text,
             matches!(class, SrcClass::Float | SrcClass::Half),
@@ -396,6 +459,10 @@ fn parse_operand(kind: &Kind, text: &str, targets: &Targets<'_>) -> Result<Opera
                 .ok_or_else(|| bad("a coefficient register cfN"))?,
         ),
         Kind::Regs { .. } => Operand::Regs(parse_run(text).ok_or_else(|| bad("a register run"))?),
+        Kind::Words { .. } => match parse_uniform_run(text) {
+            Some(run) => Operand::Uniforms(run),
+            None => Operand::Regs(parse_run(text).ok_or_else(|| bad("a register run"))?),
+        },
         Kind::Lod { .. } => match parse_run(text) {
             Some(run) if run.count > 1 || run.first.size == Size::S32 => Operand::Regs(run),
             _ => Operand::Value(parse_value(text, false)?),
@@ -435,6 +502,14 @@ fn keyword_of(kind: &Kind) -> Option<&'static str> {
     }
 }
 
+/// How an instruction's head (`fadd32.sat`, `simd_min.u`) matched a form.
+enum Match<'a> {
+    /// The form's mnemonic, then these `.`-separated flags.
+    Suffixes(&'a str),
+    /// The form's `{}` template, with this operation name.
+    OpName(&'a str),
+}
+
 /// Parses one instruction's text (no label, no comment) at address `pc`.
 fn parse_instr(
     text: &str,
@@ -446,9 +521,7 @@ fn parse_instr(
         Some(i) => (&text[..i], text[i..].trim()),
         None => (text, ""),
     };
-    let mut pieces = head.split('.');
-    let mnemonic = pieces.next().unwrap_or("");
-    let suffixes: Vec<&str> = pieces.collect();
+    let mnemonic = head.split('.').next().unwrap_or("");
     let texts: Vec<&str> = if rest.is_empty() {
         Vec::new()
     } else {
@@ -456,27 +529,33 @@ fn parse_instr(
     };
     let targets = Targets { pc, labels };
     let mut first_error = None;
-    // Forms whose mnemonic is the text's come first; then the forms with
-    // the operation in the mnemonic (`simd_{}`), which match the whole
-    // head (an operation name may hold a dot: `simd_min.u`) when it names
-    // one of their operations.
-    let exact = Op::ALL
-        .iter()
-        .filter(|op| op.mnemonic() == mnemonic)
-        .map(|&op| (op, None));
+    // Forms whose mnemonic begins the text (a mnemonic may hold a dot:
+    // `device_load.TODO`), the rest being `.flag` suffixes, come first;
+    // then the forms with the operation in the mnemonic (`simd_{}`), which
+    // match the whole head (an operation name may hold a dot:
+    // `simd_min.u`) when it names one of their operations.
+    let exact = Op::ALL.iter().filter_map(|&op| {
+        let rest = head.strip_prefix(op.mnemonic())?;
+        let suffixes = rest.strip_prefix('.').or(rest.is_empty().then_some(""))?;
+        Some((op, Match::Suffixes(suffixes)))
+    });
     let templated = Op::ALL.iter().filter_map(|&op| {
         let (before, after) = op.mnemonic().split_once("{}")?;
         let name = head.strip_prefix(before)?.strip_suffix(after)?;
         let named = op.form().operands.iter().any(
             |kind| matches!(kind, Kind::OpName(_, names) if names.iter().any(|(_, n)| *n == name)),
         );
-        named.then_some((op, Some(name)))
+        named.then_some((op, Match::OpName(name)))
     });
     let candidates = exact.chain(templated);
-    for (op, op_name) in candidates {
-        let parsed = match op_name {
-            None => parse_with_form(op, &suffixes, &texts, &targets),
-            Some(name) => parse_with_op_name(op, name, &texts, &targets),
+    for (op, matched) in candidates {
+        let parsed = match matched {
+            Match::Suffixes("") => parse_with_form(op, &[], &texts, &targets),
+            Match::Suffixes(suffixes) => {
+                let suffixes: Vec<&str> = suffixes.split('.').collect();
+                parse_with_form(op, &suffixes, &texts, &targets)
+            }
+            Match::OpName(name) => parse_with_op_name(op, name, &texts, &targets),
         };
         match parsed {
             Ok(instr) => match encode(&instr) {

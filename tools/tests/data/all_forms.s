@@ -70,6 +70,8 @@ simd_shuffle_xor r20l, r1l, 16
 simd_shuffle_up r20, r1, 4
 simd_shuffle_down r20, r1, 4
 simd_shuffle_rotate_up r20, r1, 4
+simd_matrix_fmadd16 r4h_r5l.cache, r8_r9.neg, 0.5, r12l_r12h.abs
+simd_matrix_fmadd32 r4_r5, r8_r9.abs, u3, r12l_r12h
 simd_shuf_op 0b0, 0b00, 0b11, r20, r1, r2
 icmp_ballot r20, ult, r1, 20
 icmp_quad_ballot r20l, nseq, r1, r2
@@ -93,6 +95,11 @@ device_load 0, i32, xyzw, r4_r5_r6_r7, u2_u3, r1, unsigned
 device_load 1, i16, x, r3l, r0_r1, 8, signed, lsl 1
 wait 0
 device_store 0, i32, xy, r2_r3, u4_u5, r6, unsigned, 0
+device_load.TODO 0, i32, x, r4, u2_u3, 8, signed, 1, 0, 5, 0
+device_store.TODO 0, i32, x, r4, u2_u3, 8, signed, 0, 1, 0, 3, 0
+async_load copy_1d, r4_r5, r8_r9_r10
+async_store copy_2d, u6_u7, u20_u21_u22_u23_u24
+device_load 0, rg11b10f.rtz, xyz, r4_r5_r6, u2_u3, 0, signed
 atomic add, 0, r2, u0_u1, r3, signed, r5, 1, 1, 1, 1
 atomic cmpxchg, 1, 0, r8_r9, -4, unsigned, r5_r6, 3, 0, 0, 0
 tex_state_store 3, u8_u9, r4, 0

@@ -607,8 +607,18 @@ impl SimdGroup {
             | Op::FcmpQuadBallot => self.subgroup(&o, env),
             // Decoded for the listing; what they do is not known well
             // enough to model (the generic forms have operation bits
-            // nobody has decoded).
-            Op::Funop | Op::Iunop | Op::JmpIncomplete | Op::StackMapOp => Err(unsupported(
+            // nobody has decoded; the others are applegpu's readings of
+            // words no compiler output shows).
+            Op::Funop
+            | Op::Iunop
+            | Op::JmpIncomplete
+            | Op::StackMapOp
+            | Op::SimdMatrixFmadd16
+            | Op::SimdMatrixFmadd32
+            | Op::DeviceLoadTodo
+            | Op::DeviceStoreTodo
+            | Op::AsyncLoad
+            | Op::AsyncStore => Err(unsupported(
                 pc,
                 format!("{} is decoded but not modelled", ins.op.mnemonic()),
             )),

@@ -30,8 +30,9 @@ impl SimdGroup {
             Value::Imm(imm) => (*imm as u64, 64),
             Value::Float(f) => (u64::from(f.to_f32().to_bits()), 32),
             // Never executed: `run` refuses instructions with undefined
-            // operands before they get here.
-            Value::Undefined { .. } => (0, 32),
+            // operands, and the matrix forms (the only ones with register
+            // pairs), before they get here.
+            Value::Undefined { .. } | Value::Pair(..) => (0, 32),
         }
     }
 
