@@ -54,9 +54,9 @@ fn overflowed(
         &info,
         false,
         workers,
-        // The vertex command does not carry the fragment helper: a
-        // partial render's fragment programs run without stacks.
-        None,
+        // A partial render's fragment programs get their stacks from
+        // the fragment stage's helper, as the pass's own do.
+        HelperProgram::of(&body.fragment_helper, body.usc_exec_base.get()),
     )?;
     binner.next_segment()?.map_err(|_| overflow(body.buffer))
 }

@@ -500,12 +500,15 @@ body! {
         pub flags: u32,
         /// Helper program of the vertex stage.
         pub helper: Helper,
+        /// Helper program of the fragment stage, for the fragment programs
+        /// of partial renders.
+        pub fragment_helper: Helper,
         /// The pass (for partial renders).
         pub pass: RenderPass,
         /// What the vertex stage writes.
         pub attachments: Attachments,
     }
-    size = 48 + 232 + 264;
+    size = 64 + 232 + 264;
 }
 
 /// [`RunVertexBody::flags`]: the vertex stage uses scratch memory.

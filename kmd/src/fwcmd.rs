@@ -67,6 +67,7 @@ pub fn render(
             ppp_ctrl: cmd.ppp_ctrl,
             flags: vertex_flags,
             helper: helper(&cmd.vertex_helper),
+            fragment_helper: helper(&cmd.fragment_helper),
             pass,
             attachments: attachments(vertex_attachments),
         },

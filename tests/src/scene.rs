@@ -146,6 +146,8 @@ impl LayeredScene {
         let pipeline = Arc::new(GraphicsPipeline::new(
             device,
             &GraphicsPipelineDesc {
+                vertex_stack_bytes: 0,
+                fragment_stack_bytes: 0,
                 vertex: &vertex_source,
                 fragment: FRAGMENT_SHADER,
                 vertex_layout: None,

@@ -205,6 +205,8 @@ impl Renderer {
         let pipeline = Arc::new(GraphicsPipeline::new(
             device,
             &GraphicsPipelineDesc {
+                vertex_stack_bytes: 0,
+                fragment_stack_bytes: 0,
                 vertex: VERTEX_SHADER,
                 fragment: FRAGMENT_SHADER,
                 vertex_layout: None,

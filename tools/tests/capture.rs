@@ -114,6 +114,8 @@ fn quad_pass(d: &Device, fs: &str, debug: PassDebug) -> Result<(), Error> {
     let pipeline = Arc::new(GraphicsPipeline::new(
         d,
         &GraphicsPipelineDesc {
+            vertex_stack_bytes: 0,
+            fragment_stack_bytes: 0,
             vertex: VS,
             fragment: fs,
             vertex_layout: None,
@@ -296,6 +298,8 @@ fn descriptors_are_found_through_the_heaps_programs_use() {
         GraphicsPipeline::new(
             &d,
             &GraphicsPipelineDesc {
+                vertex_stack_bytes: 0,
+                fragment_stack_bytes: 0,
                 vertex: VS,
                 fragment: PLAIN_FS,
                 vertex_layout: None,

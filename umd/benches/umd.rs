@@ -115,6 +115,8 @@ fn draw_recording(c: &mut Criterion) {
         GraphicsPipeline::new(
             &device,
             &GraphicsPipelineDesc {
+                vertex_stack_bytes: 0,
+                fragment_stack_bytes: 0,
                 vertex: VS,
                 fragment: FS,
                 vertex_layout: None,

@@ -316,6 +316,12 @@ pub struct GraphicsPipelineDesc<'a> {
     pub topology: Topology,
     /// Who writes the colour, and the blending.
     pub colour_output: ColourOutput,
+    /// Per-thread stack the vertex shader uses (`stack_*` instructions);
+    /// 0 for none. A pass whose pipelines need one names the helper
+    /// program that hands stacks out.
+    pub vertex_stack_bytes: u32,
+    /// The same for the fragment shader.
+    pub fragment_stack_bytes: u32,
 }
 
 /// A compiled graphics pipeline.
@@ -333,6 +339,8 @@ pub struct GraphicsPipeline {
     cull: CullMode,
     front_ccw: bool,
     topology: Topology,
+    vertex_stack_bytes: u32,
+    fragment_stack_bytes: u32,
 }
 
 impl GraphicsPipeline {
@@ -346,6 +354,13 @@ impl GraphicsPipeline {
                 "{} vertex outputs (4..=64)",
                 desc.vertex_outputs
             )));
+        }
+        for stack_bytes in [desc.vertex_stack_bytes, desc.fragment_stack_bytes] {
+            if crate::scratch::ScratchLayout::for_stack(stack_bytes).is_none() {
+                return Err(Error::Unsupported(format!(
+                    "a stack of {stack_bytes} bytes per thread"
+                )));
+            }
         }
         // The hardware's slots: W in slot 0, then the vertex outputs after
         // the position (output 4 is slot 1).
@@ -439,6 +454,8 @@ impl GraphicsPipeline {
             cull: desc.cull,
             front_ccw: desc.front_ccw,
             topology: desc.topology,
+            vertex_stack_bytes: desc.vertex_stack_bytes,
+            fragment_stack_bytes: desc.fragment_stack_bytes,
         })
     }
 }
@@ -514,6 +531,8 @@ pub struct CommandBuffer {
     /// from) and the sampler heap (address, count).
     heaps: Option<BoundHeaps>,
     debug: crate::pass::PassDebug,
+    /// The helper program commands name when they need stacks.
+    helper_source: Arc<str>,
 }
 
 /// Heaps bound to a command buffer.
@@ -541,6 +560,7 @@ impl CommandBuffer {
             keep: Vec::new(),
             heaps: None,
             debug: crate::pass::PassDebug::from_env(),
+            helper_source: Arc::from(crate::scratch::HELPER_SOURCE),
         }
     }
 
@@ -616,6 +636,15 @@ impl CommandBuffer {
         Ok(())
     }
 
+    /// Names `source` as the helper program of the commands recorded from
+    /// now on that need stacks, in place of the driver's
+    /// ([`crate::scratch::HELPER_SOURCE`]): for developing a helper
+    /// against the firmware's doorbell protocol. It is given the same
+    /// scratch description.
+    pub fn set_helper_source(&mut self, source: &str) {
+        self.helper_source = Arc::from(source);
+    }
+
     /// The helper program and a fresh scratch area for stacks of
     /// `stack_bytes` per thread (none for 0).
     fn stack_helper(&mut self, stack_bytes: u32) -> Result<HelperProgram, Error> {
@@ -629,7 +658,7 @@ impl CommandBuffer {
             .data
             .alloc(layout.total_bytes(), layout.block_align_bytes())?;
         self.data.write(&area, 0, &layout.header(area.va))?;
-        let helper = self.programs.get(crate::scratch::HELPER_SOURCE)?;
+        let helper = self.programs.get(&self.helper_source)?;
         Ok(HelperProgram {
             // The low bit tags the code, as Mesa sets it.
             binary: helper.code_offset() | 1,
@@ -955,6 +984,8 @@ impl CommandBuffer {
             scissor: None,
             scissors: Vec::new(),
             vertex_buffer: None,
+            vertex_stack_bytes: 0,
+            fragment_stack_bytes: 0,
         })
     }
 }
@@ -988,6 +1019,10 @@ pub struct RenderPass<'a> {
     scissors: Vec<u8>,
     /// The vertex buffer for pipelines with a vertex layout.
     vertex_buffer: Option<u64>,
+    /// The largest per-thread stack of the vertex shaders placed so far.
+    vertex_stack_bytes: u32,
+    /// The same for the fragment shaders.
+    fragment_stack_bytes: u32,
 }
 
 impl RenderPass<'_> {
@@ -1092,8 +1127,11 @@ impl RenderPass<'_> {
             .ok_or_else(|| Error::Unsupported("a draw without a pipeline".into()))?;
         let cb = &mut *self.cb;
         if self.dirty_vertex {
-            let mut bindings =
-                Bindings::default().with_uniform_words(&mut cb.data, &self.vs_uniforms)?;
+            let mut bindings = Bindings {
+                stack_bytes: pipeline.vertex_stack_bytes,
+                ..Bindings::default()
+            }
+            .with_uniform_words(&mut cb.data, &self.vs_uniforms)?;
             if let Some(offsets) = &pipeline.attribute_offsets {
                 let base = self.vertex_buffer.ok_or_else(|| {
                     Error::Unsupported(
@@ -1129,12 +1167,14 @@ impl RenderPass<'_> {
             .build(&mut self.vdm)
             .map_err(seq_err)?;
             cb.stats.vertex_states += 1;
+            self.vertex_stack_bytes = self.vertex_stack_bytes.max(pipeline.vertex_stack_bytes);
             self.dirty_vertex = false;
         }
         if self.dirty_fragment {
             let mut bindings = Bindings {
                 tilebuffer_sample_bytes: Some(self.sample_bytes),
                 loads_varyings: pipeline.cf_bindings > 0,
+                stack_bytes: pipeline.fragment_stack_bytes,
                 ..Bindings::default()
             }
             .with_uniform_words(&mut cb.data, &self.fs_uniforms)?;
@@ -1206,6 +1246,8 @@ impl RenderPass<'_> {
                 ..PppRecords::default()
             };
             self.push_ppp(&records)?;
+            self.fragment_stack_bytes =
+                self.fragment_stack_bytes.max(pipeline.fragment_stack_bytes);
             self.dirty_fragment = false;
         }
         if self.dirty_viewport {
@@ -1454,6 +1496,11 @@ impl RenderPass<'_> {
         if !self.scissors.is_empty() {
             self.render.isp_scissor_base = self.cb.data.upload(&self.scissors, 64)?.va;
         }
+        // Stacks for the largest each stage's pipelines asked for (the
+        // fragment helper also serves the fragment programs of partial
+        // renders).
+        self.render.vertex_helper = self.cb.stack_helper(self.vertex_stack_bytes)?;
+        self.render.fragment_helper = self.cb.stack_helper(self.fragment_stack_bytes)?;
         self.cb
             .commands
             .push(Command::Render(Box::new(self.render)));

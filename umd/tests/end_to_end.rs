@@ -100,6 +100,8 @@ fn pipeline(device: &Device, fs: &str, depth: Option<DepthState>) -> Arc<Graphic
         GraphicsPipeline::new(
             device,
             &GraphicsPipelineDesc {
+                vertex_stack_bytes: 0,
+                fragment_stack_bytes: 0,
                 vertex: VS,
                 fragment: fs,
                 vertex_layout: None,
@@ -621,6 +623,73 @@ fn a_recursive_routine_runs_on_stacks_the_helper_program_hands_out() {
     );
 }
 
+/// Helper programs that break the doorbell protocol: each fails its
+/// command with `EIO` (logged with the helper's address), and the queue
+/// then runs the next command with the driver's helper as if nothing had
+/// happened.
+#[test_log::test]
+fn a_helper_that_breaks_the_protocol_fails_only_its_command() {
+    let (device, queue, programs) = gpu();
+    let threads = 64u32;
+    let out = device
+        .upload(&vec![0u8; 4 * threads as usize], true)
+        .unwrap();
+    let shader = Shader::new(&device, RECURSIVE).unwrap();
+    let record = |helper: Option<&str>| {
+        let mut cb = CommandBuffer::new(&device, &programs);
+        if let Some(source) = helper {
+            cb.set_helper_source(source);
+        }
+        let mut bindings = Bindings::default()
+            .with_uniform_words(cb.arena(), &pair(out.va()))
+            .unwrap();
+        bindings.stack_bytes = 33 * 8;
+        cb.dispatch(&shader, &bindings, [threads, 1, 1], [64, 1, 1])
+            .unwrap();
+        cb
+    };
+    let broken = [
+        // Refuses every stack (and stops when told to).
+        "loop:
+            doorbell 32
+            get_sr r1, sr144
+            if_icmp r0l, ueq, r1, 15, 1
+            jmp_exec_any end
+            pop_exec r0l, 1
+            doorbell 49
+            jmp_exec_any loop
+        end:
+            pop_exec r0l, 1
+            stop",
+        // Stops before asking for work.
+        "stop",
+        // Rings a value the protocol has no meaning for.
+        "doorbell 7\nstop",
+        // Waits at a threadgroup barrier, which a helper has no group for.
+        "threadgroup_barrier\nstop",
+        // Faults on an unmapped address.
+        "mov_imm r2, 0\nmov_imm r3, 16\ndevice_load 0, i32, x, r4, r2_r3, 0, unsigned\nwait 0\ndoorbell 32\nstop",
+    ];
+    for source in broken {
+        let err = run(&device, &queue, record(Some(source))).unwrap_err();
+        assert!(
+            matches!(err, Error::GpuFault { errno } if errno == Errno::EIO),
+            "{source}: {err}"
+        );
+    }
+    run(&device, &queue, record(None)).unwrap();
+    let words: Vec<u32> = out
+        .read_all()
+        .unwrap()
+        .chunks_exact(4)
+        .map(|c| u32::from_le_bytes(c.try_into().unwrap()))
+        .take(threads as usize)
+        .collect();
+    for (i, got) in words.iter().enumerate() {
+        assert_eq!(*got, recursive_reference(i as u32 % 32), "thread {i}");
+    }
+}
+
 /// A histogram of 16 bins: each threadgroup counts its values in
 /// threadgroup memory with threadgroup atomics, then adds its counts to
 /// the global histogram with device atomics.
@@ -841,6 +910,130 @@ fn layered_grid(w: u32, h: u32, n: u32) -> Vec<u8> {
     data
 }
 
+/// `VS` through the stack: the position goes to the thread's stack and
+/// comes back (the registers it came from cleared in between).
+const STACK_VS: &str = "
+    stack_adjust 0, 1, 2, 0, 0, 4
+    device_load 0, i32, xyzw, r8_r9_r10_r11, u0_u1, r5, unsigned, lsl 3
+    device_load 0, i32, xyz, r12_r13_r14, u2_u3, r5, unsigned, lsl 3
+    wait 0
+    stack_store i32, 1, 0, xyzw, 4, r8_r9_r10_r11, 0, 0
+    mov_imm r8, 0
+    mov_imm r9, 0
+    mov_imm r10, 0
+    mov_imm r11, 0
+    stack_load r8_r9_r10_r11, i32, 1, 0, xyzw, 4, 0, 0
+    wait 0
+    stack_adjust 0, 1, 2, 0, 0, -4
+    st_var 1, r8, 0
+    st_var 1, r9, 1
+    st_var 1, r10, 2
+    st_var 1, r11, 3
+    st_var 1, r12, 4
+    st_var 1, r13, 5
+    st_var 1, r14, 6
+    stop";
+
+/// `VARYING_FS` through the stack, the same way.
+const STACK_FS: &str = "
+    stack_adjust 0, 1, 2, 0, 0, 3
+    iter r4_r5_r6, cf0, center, 0, 0, 0, 0, 0
+    stack_store i32, 1, 0, xyz, 4, r4_r5_r6, 0, 0
+    mov_imm r4, 0
+    mov_imm r5, 0
+    mov_imm r6, 0
+    stack_load r4_r5_r6, i32, 1, 0, xyz, 4, 0, 0
+    wait 0
+    stack_adjust 0, 1, 2, 0, 0, -3
+    mov_imm r7, 0x3f800000
+    st_tile r4_r5_r6_r7, u8norm, 0, xyzw, 0, 255, r0, 0
+    stop";
+
+#[test_log::test]
+fn vertex_and_fragment_shaders_run_on_helper_stacks_through_partial_renders() {
+    let (device, queue, programs) = gpu();
+    let (w, h) = (96, 96);
+    let n = 48;
+    let vb = device.upload(&layered_grid(w, h, n), false).unwrap();
+    let pipe = Arc::new(
+        GraphicsPipeline::new(
+            &device,
+            &GraphicsPipelineDesc {
+                vertex: STACK_VS,
+                fragment: STACK_FS,
+                vertex_layout: None,
+                stencil: None,
+                vertex_outputs: 7,
+                varyings: vec![Varying {
+                    slot: 4,
+                    components: 3,
+                    interpolation: Interpolation::Linear,
+                }],
+                depth: Some(DepthState {
+                    function: agx_hw::formats::ZsFunc::Less,
+                    write: true,
+                }),
+                cull: CullMode::None,
+                front_ccw: false,
+                topology: Topology::Triangles,
+                colour_output: ColourOutput::ShaderStores,
+                vertex_stack_bytes: 16,
+                fragment_stack_bytes: 12,
+            },
+        )
+        .unwrap(),
+    );
+    let image = Image::new(&device, w, h, Format::Rgba8Unorm).unwrap();
+    let depth = DepthImage::new(&device, w, h).unwrap();
+    let mut cb = CommandBuffer::new(&device, &programs);
+    let mut pass = cb
+        .begin_render_pass(&colour_depth_pass(
+            &image,
+            &depth,
+            [0.0, 0.0, 0.0, 1.0],
+            1.0,
+        ))
+        .unwrap();
+    pass.set_pipeline(&pipe);
+    pass.set_vertex_uniforms(&vs_uniforms(&vb));
+    pass.draw(3 * 6 * n * n, 1, 0).unwrap();
+    pass.end().unwrap();
+    cb.finish().unwrap();
+    // (The depth clear before it is a compute command.)
+    let command = cb
+        .commands()
+        .iter()
+        .find_map(|c| match c {
+            agx_umd::cmd::Command::Render(render) => Some(render),
+            _ => None,
+        })
+        .expect("a render command");
+    assert_ne!(
+        command.vertex_helper.binary, 0,
+        "the pass names a vertex helper"
+    );
+    assert_ne!(command.fragment_helper.binary, 0, "and a fragment helper");
+    queue
+        .submit(vec![cb], &[], &[])
+        .unwrap()
+        .wait(WAIT)
+        .unwrap();
+    let stats = device
+        .simulated()
+        .unwrap()
+        .file()
+        .queue(queue.id())
+        .unwrap()
+        .tvb_stats();
+    // The fragment programs of the partial renders had stacks too.
+    assert!(stats.partial_renders > 0, "{stats:?}");
+    let pixels = image.read_pixels().unwrap();
+    assert!(pixels.chunks_exact(4).all(|p| p == [0, 255, 0, 255]));
+    assert!((0..h)
+        .flat_map(|y| (0..w).map(move |x| (x, y)))
+        .all(|(x, y)| depth.depth_at(x, y).unwrap() == 0.25));
+}
+
 #[test_log::test]
 fn partial_renders_through_the_generated_programs_change_nothing() {
     let (device, queue, programs) = gpu();
@@ -1050,6 +1243,8 @@ fn driver_blending_and_the_viewport() {
             GraphicsPipeline::new(
                 &device,
                 &GraphicsPipelineDesc {
+                    vertex_stack_bytes: 0,
+                    fragment_stack_bytes: 0,
                     vertex: VS,
                     fragment: fs,
                     vertex_layout: None,
@@ -1093,6 +1288,8 @@ fn driver_blending_and_the_viewport() {
     let refused = GraphicsPipeline::new(
         &device,
         &GraphicsPipelineDesc {
+            vertex_stack_bytes: 0,
+            fragment_stack_bytes: 0,
             vertex: VS,
             fragment: FLAT_FS,
             vertex_layout: None,
@@ -1188,6 +1385,8 @@ fn a_vertex_layout_fetches_attributes_for_the_shader() {
         GraphicsPipeline::new(
             &device,
             &GraphicsPipelineDesc {
+                vertex_stack_bytes: 0,
+                fragment_stack_bytes: 0,
                 vertex: "
     st_var 1, r8, 0
     st_var 1, r9, 1
@@ -1274,6 +1473,8 @@ fn stencil_counts_overlaps_and_then_masks_a_later_draw() {
             GraphicsPipeline::new(
                 &device,
                 &GraphicsPipelineDesc {
+                    vertex_stack_bytes: 0,
+                    fragment_stack_bytes: 0,
                     vertex: VS,
                     fragment: VARYING_FS,
                     vertex_layout: None,
@@ -1520,6 +1721,8 @@ fn draws_with_different_output_counts_share_a_pass() {
         GraphicsPipeline::new(
             &device,
             &GraphicsPipelineDesc {
+                vertex_stack_bytes: 0,
+                fragment_stack_bytes: 0,
                 vertex: POSITION_ONLY_VS,
                 fragment: FLAT_FS,
                 vertex_layout: None,

@@ -309,6 +309,8 @@ fn a_quad_samples_through_both_heaps_and_a_non_resident_handle_reads_zero() {
         GraphicsPipeline::new(
             &device,
             &GraphicsPipelineDesc {
+                vertex_stack_bytes: 0,
+                fragment_stack_bytes: 0,
                 vertex: VS,
                 fragment: BINDLESS_FS,
                 vertex_layout: None,
@@ -421,6 +423,8 @@ fn a_custom_border_colour_comes_from_the_sampler_heap() {
         GraphicsPipeline::new(
             &device,
             &GraphicsPipelineDesc {
+                vertex_stack_bytes: 0,
+                fragment_stack_bytes: 0,
                 vertex: VS,
                 fragment: BINDLESS_FS,
                 vertex_layout: None,
