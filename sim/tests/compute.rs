@@ -685,6 +685,48 @@ fn a_kernel_stores_its_image_block_to_an_image_clipped_to_its_size() {
     }
 }
 
+/// Block stores of the packed float formats: st_tile packs (x/128,
+/// y/128, 0.25) into the block record and image_write_block copies the
+/// word to an image of the same format, bit for bit. The expected words
+/// are packed from the formats' bit layouts here.
+#[test_log::test]
+fn packed_float_blocks_store_bit_exactly() {
+    let (width, height) = (32u32, 32u32);
+    for (format, channels) in [
+        ("rg11b10f", Channels::R11G11B10),
+        ("rgb9e5", Channels::R9G9B9E5),
+    ] {
+        let m = Machine::new(5000);
+        let pipeline = block_kernel(
+            &m,
+            &block_source(BLIT_PIXEL, "r4_r5_r6", format, "xyz", 0),
+            (channels, TextureType::Float),
+            (width, height),
+            8192,
+        );
+        let mut stream = launch(pipeline, [width, height, 1], [32, 32, 1]);
+        stream.extend(terminate());
+        m.poke(m.data, STREAM, &stream);
+        assert_eq!(m.run(STREAM), None, "{format}");
+        for y in 0..height {
+            for x in 0..width {
+                let want = if channels == Channels::R11G11B10 {
+                    common::small_float_bits(f64::from(x) / 128.0, 6)
+                        | common::small_float_bits(f64::from(y) / 128.0, 6) << 11
+                        | common::small_float_bits(0.25, 5) << 22
+                } else {
+                    // The largest component, 0.25, sets the shared
+                    // exponent: 14, a scale of 2^(14 - 24); x/128 is
+                    // then 8x.
+                    8 * x | (8 * y) << 9 | 256 << 18 | 14 << 27
+                };
+                let at = BLOCK_IMAGE + u64::from(y * BLOCK_STRIDE + 4 * x);
+                assert_eq!(m.peek_u32s(at, 1), [want], "{format} pixel ({x}, {y})");
+            }
+        }
+    }
+}
+
 #[test_log::test]
 fn an_image_block_larger_than_threadgroup_memory_is_refused() {
     let m = Machine::new(5000);

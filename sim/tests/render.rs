@@ -531,6 +531,99 @@ fn one_triangle_covers_exactly_the_pixels_an_independent_rasteriser_finds() {
     );
 }
 
+/// COUNT_FS after an `image_write` of (x / 64, y / 64, 0.5) at the
+/// pixel's position (sr80, sr81) through the PBE at ts0.
+const IMAGE_WRITE_FS: &str = "
+    get_sr r6, sr80
+    get_sr r7, sr81
+    convert u32_to_f, r2, r6, rte
+    fmul32 r2, r2, u1
+    convert u32_to_f, r3, r7, rte
+    fmul32 r3, r3, u1
+    mov r4, u2
+    mov r5, u2
+    image_write r2_r3_r4_r5, r6_r7, 0, None, ts0, tex_2d, rte, 9, 1
+    ld_tile r2_r3_r4_r5, u8norm, 0, xyzw, 0, 255, r0, 0
+    wait 0
+    fadd32 r2, r2, u0
+    st_tile r2_r3_r4_r5, u8norm, 0, xyzw, 0, 255, r0, 0
+    stop";
+
+const STORAGE_PBE: u64 = 0x8_2000;
+const STORAGE_IMAGE: u64 = 0xC_0000;
+
+#[test_log::test]
+fn a_fragment_shader_writes_an_rg11b10f_image_at_exactly_its_covered_pixels() {
+    let m = Machine::new(5000);
+    let window = [[10.25f32, 5.5], [50.75, 20.0], [20.0, 60.125]];
+    m.poke_u32s(VERTICES, &clip(&window));
+    // A SIZE x SIZE R11G11B10 float image, each word 0xDEADBEEF first.
+    let storage = Pbe {
+        channels: Channels::R11G11B10,
+        data_type: TextureType::Float,
+        buffer: DATA_VA + STORAGE_IMAGE,
+        stride: 4 * u32::from(SIZE),
+        ..pbe(u32::from(SIZE), u32::from(SIZE))
+    };
+    m.poke(m.data, STORAGE_PBE, &storage.pack().unwrap());
+    let untouched = 0xDEAD_BEEFu32;
+    m.poke_u32s(
+        STORAGE_IMAGE,
+        &vec![untouched; usize::from(SIZE) * usize::from(SIZE)],
+    );
+    let vs = m.program(
+        POSITION_VS,
+        0x3000,
+        0xC0,
+        &pair(DATA_VA + VERTICES),
+        UNIFORMS + 0x200,
+        0,
+        None,
+    );
+    let fs = m.program(
+        IMAGE_WRITE_FS,
+        0x4000,
+        0x100,
+        &[
+            (1.0f32 / 255.0).to_bits(),
+            (1.0f32 / 64.0).to_bits(),
+            0.5f32.to_bits(),
+        ],
+        UNIFORMS + 0x300,
+        0,
+        Some((1, DATA_VA + STORAGE_PBE)),
+    );
+    let render = draw_pass(&m, 3, vs, 4, fs, None);
+    assert_eq!(m.submit(CmdType::Render, render.as_bytes()), None);
+    let words = m.peek_u32s(STORAGE_IMAGE, usize::from(SIZE) * usize::from(SIZE));
+    let got = counts(&m);
+    let t = window.map(|[x, y]| [f64::from(x), f64::from(y)]);
+    let mut written = 0;
+    for y in 0..SIZE as usize {
+        for x in 0..SIZE as usize {
+            let covered = covers(t, x as f64 + 0.5, y as f64 + 0.5);
+            // Helper lanes (uncovered members of a covered quad) run the
+            // shader but write nothing.
+            let want = if covered {
+                common::small_float_bits(x as f64 / 64.0, 6)
+                    | common::small_float_bits(y as f64 / 64.0, 6) << 11
+                    | common::small_float_bits(0.5, 5) << 22
+            } else {
+                untouched
+            };
+            assert_eq!(
+                words[y * SIZE as usize + x],
+                want,
+                "pixel ({x}, {y}): {:#x}",
+                words[y * SIZE as usize + x]
+            );
+            assert_eq!(got[y * SIZE as usize + x], u8::from(covered));
+            written += usize::from(covered);
+        }
+    }
+    assert!(written > 500, "{written}");
+}
+
 #[test_log::test]
 fn shared_edges_are_hit_exactly_once() {
     let m = Machine::new(5000);

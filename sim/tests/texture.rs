@@ -465,6 +465,37 @@ fn every_listed_format_decodes_to_the_right_values() {
             },
             |v| [f64::from(v), f64::from(v + 0.5), f64::from(-v), 1e6],
         ),
+        // Packed floats, values the formats hold exactly, packed from
+        // their bit layouts: r 0-10, g 11-21, b 22-31 (6- and 5-bit
+        // mantissas, bias 15), and rgb9e5's three 9-bit mantissas with a
+        // shared exponent in bits 27-31.
+        (
+            Channels::R11G11B10,
+            TextureType::Float,
+            false,
+            4,
+            |v| {
+                let word = common::small_float_bits(f64::from(v), 6)
+                    | common::small_float_bits(f64::from(v) * 0.5, 6) << 11
+                    | common::small_float_bits(f64::from(v) * 64.0, 5) << 22;
+                word.to_le_bytes().to_vec()
+            },
+            |v| [f64::from(v), f64::from(v) * 0.5, f64::from(v) * 64.0, 1.0],
+        ),
+        (
+            Channels::R9G9B9E5,
+            TextureType::Float,
+            false,
+            4,
+            // Each component is its mantissa times 2^(e - 24); e = 18
+            // scales by 1/64.
+            |v| {
+                let (r, g, b) = (v as u32 * 32, 128u32, 3u32);
+                let word = r | g << 9 | b << 18 | 18 << 27;
+                word.to_le_bytes().to_vec()
+            },
+            |v| [f64::from(v) * 0.5, 2.0, 3.0 / 64.0, 1.0],
+        ),
     ];
     for (channels, data_type, srgb, bytes, encode, expect) in cases {
         let m = Machine::new(5000);
@@ -840,6 +871,54 @@ fn gathers_and_texel_offsets_read_the_bilinear_footprint() {
                     have[c],
                     want[c]
                 );
+            }
+        }
+    }
+}
+
+#[test_log::test]
+fn shadow_gathers_compare_each_texel_of_the_footprint() {
+    let m = Machine::new(5000);
+    // A 4 x 4 depth texture: texel (x, y) holds (x + 4y) / 16.
+    let depth = |x: i64, y: i64| (x.clamp(0, 3) + 4 * y.clamp(0, 3)) as f32 / 16.0;
+    small_texture(&m, Channels::R32, TextureType::Float, false, 4, |x, y| {
+        depth(i64::from(x), i64::from(y)).to_le_bytes().to_vec()
+    });
+    let reference = 0.4f32;
+    for (compare_func, passes) in [
+        (
+            agx_hw::formats::CompareFunc::Less,
+            (|r, d| r < d) as fn(f32, f32) -> bool,
+        ),
+        (agx_hw::formats::CompareFunc::Gequal, |r, d| r >= d),
+    ] {
+        let sampler = Sampler {
+            magnify: Filter::Linear,
+            minify: Filter::Linear,
+            mip_filter: MipFilter::None,
+            wrap_s: Wrap::ClampToEdge,
+            wrap_t: Wrap::ClampToEdge,
+            compare_enable: true,
+            compare_func,
+            ..Sampler::default()
+        };
+        m.poke(m.data, SAMPLERS, &sampler.pack().unwrap());
+        // The reference in r13; the gather reads component 0 of each
+        // texel's comparison.
+        let instruction = "texture_sample 1, 0b1100, 0, gather_r, xyzw, 0b00, r8_r9_r10_r11, None, ts0, ss0, tex_2d, r6_r7, auto_lod, 0, 0, r13";
+        let (got, _) =
+            run_texture_kernel(&m, instruction, 0.5, [reference.to_bits(), 0, 0, 0, 0, 0]);
+        for y in 0..TEX_H as i64 {
+            for x in 0..TEX_W as i64 {
+                // s = (x + 0.5) / 64 on a 4-wide texture: the footprint's
+                // left column is floor(4s - 0.5), never a tie.
+                let u = (x as f64 + 0.5) / 16.0 - 0.5;
+                let v = (y as f64 + 0.5) / 8.0 - 0.5;
+                let (x0, y0) = (u.floor() as i64, v.floor() as i64);
+                let want = [(x0, y0 + 1), (x0 + 1, y0 + 1), (x0 + 1, y0), (x0, y0)]
+                    .map(|(i, j)| f32::from(u8::from(passes(reference, depth(i, j)))));
+                let have = got[(y * TEX_W as i64 + x) as usize];
+                assert_eq!(have, want, "{compare_func:?} thread ({x}, {y})");
             }
         }
     }
