@@ -92,11 +92,14 @@ pub(crate) fn mul_f32(x: f32, y: f32) -> f32 {
     }
 }
 
-/// `x * y + z` rounded once (the flush test uses the f64 rounding of the
-/// exact value); before [`canonical_f32`].
+/// `x * y + z` rounded once; before [`canonical_f32`]. The flush test
+/// sees the exact value's side of the smallest normal: the product is
+/// exact in f64 (24 x 24 bits) and the sum is rounded to odd, where the
+/// f64 sum could round an exact value just below the smallest normal up
+/// to it.
 #[inline(always)]
 pub(crate) fn fma_f32(x: f32, y: f32, z: f32) -> f32 {
-    let exact = || f64::from(x).mul_add(f64::from(y), f64::from(z));
+    let exact = || sum_to_odd(f64::from(x) * f64::from(y), f64::from(z));
     flush_before_rounding(x.mul_add(y, z), exact)
 }
 
@@ -156,23 +159,29 @@ pub(crate) fn f64_to_half(value: f64) -> u16 {
 /// the second rounding, to fp16's 11 bits, is the single rounding
 /// (round-to-odd at 53 bits is safe for any target of 51 bits or fewer).
 pub(crate) fn sum_to_half(p: f64, z: f64) -> u16 {
+    f64_to_half(sum_to_odd(p, z))
+}
+
+/// `p + z` (each exact in f64) rounded to odd: the f64 sum, or when it is
+/// inexact and even, its odd neighbour on the side of the exact value. It
+/// keeps which side of every value of fewer bits the exact sum is on.
+fn sum_to_odd(p: f64, z: f64) -> f64 {
     let sum = p + z;
     if !sum.is_finite() {
-        return f64_to_half(sum);
+        return sum;
     }
     // Knuth's two-sum: the exact rounding error of `sum`.
     let z_part = sum - p;
     let error = (p - (sum - z_part)) + (z - z_part);
     let bits = sum.to_bits();
-    let odd = if error == 0.0 || bits & 1 == 1 {
+    if error == 0.0 || bits & 1 == 1 {
         sum
     } else if (error > 0.0) == (sum > 0.0) {
         // The odd neighbour away from zero.
         f64::from_bits(bits + 1)
     } else {
         f64::from_bits(bits - 1)
-    };
-    f64_to_half(odd)
+    }
 }
 
 /// `sin_pt_1`: the first step of Mesa's sine, which maps an angle in
@@ -354,6 +363,22 @@ mod tests {
         assert_eq!(float_to_int(-1.7, true, -128, 127), -1);
         assert_eq!(float_to_int(1e10, true, 0, 65535), 65535);
         assert_eq!(float_to_int(f64::NAN, true, 0, 65535), 0);
+    }
+
+    #[test]
+    fn fma_flushes_an_exact_value_just_below_the_smallest_normal() {
+        // A tiny negative product (about -2.9e-68) plus the smallest
+        // normal: the exact sum is just below it, so it flushes to +0,
+        // though fp32 (and f64) round it up to the smallest normal
+        // (applegpu's model of the hardware gives 0).
+        let (x, y) = (f32::from_bits(0x01ed_1c37), f32::from_bits(0x8cd8_1616));
+        assert_eq!(x.mul_add(y, f32::MIN_POSITIVE), f32::MIN_POSITIVE);
+        assert_eq!(fma_f32(x, y, f32::MIN_POSITIVE).to_bits(), 0);
+        // The same magnitude above it stays; so does the exact value.
+        assert_eq!(fma_f32(x, -y, f32::MIN_POSITIVE), f32::MIN_POSITIVE);
+        assert_eq!(fma_f32(1.0, f32::MIN_POSITIVE, 0.0), f32::MIN_POSITIVE);
+        // Negative: the sign of zero follows the result's.
+        assert_eq!(fma_f32(-x, y, -f32::MIN_POSITIVE).to_bits(), 0x8000_0000);
     }
 
     #[test]
