@@ -718,7 +718,7 @@ fn packed_float_blocks_store_bit_exactly() {
                     // The largest component, 0.25, sets the shared
                     // exponent: 14, a scale of 2^(14 - 24); x/128 is
                     // then 8x.
-                    8 * x | (8 * y) << 9 | 256 << 18 | 14 << 27
+                    (8 * x) | ((8 * y) << 9) | (256 << 18) | (14 << 27)
                 };
                 let at = BLOCK_IMAGE + u64::from(y * BLOCK_STRIDE + 4 * x);
                 assert_eq!(m.peek_u32s(at, 1), [want], "{format} pixel ({x}, {y})");
