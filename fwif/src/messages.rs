@@ -119,7 +119,7 @@ pub struct InitData {
 /// Identifies an [`InitData`] block.
 pub const INIT_MAGIC: u64 = u64::from_le_bytes(*b"AGXFWIF\0");
 /// The interface version these layouts describe.
-pub const INTERFACE_VERSION: u32 = 3;
+pub const INTERFACE_VERSION: u32 = 4;
 
 const _: () = assert!(size_of::<InitData>() == 16 + 24 * 3 + 24 * 12 + 24 + 24 + 8);
 

@@ -292,6 +292,7 @@ mod tests {
             (0x201, 4, 5)
         );
         assert_eq!(f.attachments.count, 0);
+        assert_eq!(v.fragment_helper, f.helper, "for partial renders");
         assert_eq!(v.pass, f.pass, "both halves describe the same pass");
 
         let p = &f.pass;

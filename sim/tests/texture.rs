@@ -807,11 +807,9 @@ fn packed_offsets(dx: i32, dy: i32) -> u32 {
     (dx as u32 & 0xF) | (dy as u32 & 0xF) << 4
 }
 
-#[test_log::test]
-fn gathers_and_texel_offsets_read_the_bilinear_footprint() {
-    let m = Machine::new(5000);
-    texture(&m, Layout::Gpu);
-    let sampler = Sampler {
+/// Bilinear, one level, clamped to the edge on every axis.
+fn linear_clamped() -> Sampler {
+    Sampler {
         magnify: Filter::Linear,
         minify: Filter::Linear,
         mip_filter: MipFilter::None,
@@ -819,7 +817,14 @@ fn gathers_and_texel_offsets_read_the_bilinear_footprint() {
         wrap_t: Wrap::ClampToEdge,
         wrap_r: Wrap::ClampToEdge,
         ..Sampler::default()
-    };
+    }
+}
+
+#[test_log::test]
+fn gathers_and_texel_offsets_read_the_bilinear_footprint() {
+    let m = Machine::new(5000);
+    texture(&m, Layout::Gpu);
+    let sampler = linear_clamped();
     m.poke(m.data, SAMPLERS, &sampler.pack().unwrap());
     // s = (x + 1) / 64: the footprint is texels x and x + 1 (and y, y + 1)
     // before offsets.
@@ -893,14 +898,9 @@ fn shadow_gathers_compare_each_texel_of_the_footprint() {
         (agx_hw::formats::CompareFunc::Gequal, |r, d| r >= d),
     ] {
         let sampler = Sampler {
-            magnify: Filter::Linear,
-            minify: Filter::Linear,
-            mip_filter: MipFilter::None,
-            wrap_s: Wrap::ClampToEdge,
-            wrap_t: Wrap::ClampToEdge,
             compare_enable: true,
             compare_func,
-            ..Sampler::default()
+            ..linear_clamped()
         };
         m.poke(m.data, SAMPLERS, &sampler.pack().unwrap());
         // The reference in r13; the gather reads component 0 of each

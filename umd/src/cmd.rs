@@ -355,10 +355,14 @@ impl GraphicsPipeline {
                 desc.vertex_outputs
             )));
         }
-        for stack_bytes in [desc.vertex_stack_bytes, desc.fragment_stack_bytes] {
+        for (stage, stack_bytes) in [
+            ("vertex", desc.vertex_stack_bytes),
+            ("fragment", desc.fragment_stack_bytes),
+        ] {
             if crate::scratch::ScratchLayout::for_stack(stack_bytes).is_none() {
                 return Err(Error::Unsupported(format!(
-                    "a stack of {stack_bytes} bytes per thread"
+                    "a {stage} shader stack of {stack_bytes} bytes per thread (at most {} bytes)",
+                    crate::scratch::MAX_STACK_BYTES
                 )));
             }
         }
@@ -640,9 +644,13 @@ impl CommandBuffer {
     /// now on that need stacks, in place of the driver's
     /// ([`crate::scratch::HELPER_SOURCE`]): for developing a helper
     /// against the firmware's doorbell protocol. It is given the same
-    /// scratch description.
-    pub fn set_helper_source(&mut self, source: &str) {
+    /// scratch description. The open compute command, if any, is closed
+    /// first, so that its dispatches keep the helper they were recorded
+    /// with.
+    pub fn set_helper_source(&mut self, source: &str) -> Result<(), Error> {
+        self.close_compute()?;
         self.helper_source = Arc::from(source);
+        Ok(())
     }
 
     /// The helper program and a fresh scratch area for stacks of
@@ -652,7 +660,10 @@ impl CommandBuffer {
             return Ok(HelperProgram::default());
         }
         let layout = crate::scratch::ScratchLayout::for_stack(stack_bytes).ok_or_else(|| {
-            Error::Unsupported(format!("a stack of {stack_bytes} bytes per thread"))
+            Error::Unsupported(format!(
+                "a stack of {stack_bytes} bytes per thread (at most {} bytes)",
+                crate::scratch::MAX_STACK_BYTES
+            ))
         })?;
         let area = self
             .data
@@ -687,8 +698,9 @@ impl CommandBuffer {
         let bindings = self.with_heap(bindings.clone());
         if crate::scratch::ScratchLayout::for_stack(bindings.stack_bytes).is_none() {
             return Err(Error::Unsupported(format!(
-                "a stack of {} bytes per thread",
-                bindings.stack_bytes
+                "a stack of {} bytes per thread (at most {} bytes)",
+                bindings.stack_bytes,
+                crate::scratch::MAX_STACK_BYTES
             )));
         }
         let pipeline = place_pipeline(&self.device, &mut self.usc, shader, &bindings)?;
@@ -1501,6 +1513,10 @@ impl RenderPass<'_> {
         // renders).
         self.render.vertex_helper = self.cb.stack_helper(self.vertex_stack_bytes)?;
         self.render.fragment_helper = self.cb.stack_helper(self.fragment_stack_bytes)?;
+        if self.vertex_stack_bytes > 0 {
+            // As Mesa says it: the vertex stage uses scratch.
+            self.render.flags |= RenderFlags::VERTEX_SCRATCH.bits();
+        }
         self.cb
             .commands
             .push(Command::Render(Box::new(self.render)));

@@ -34,6 +34,10 @@ const BLOCK_THREADS: u64 = 32;
 /// two steps more).
 const MAX_SIZE_BITS: u32 = 5;
 
+/// The largest stack a thread can have: four blocks of the largest size
+/// (32 KiB).
+pub const MAX_STACK_BYTES: u32 = 4 * (8 << (2 * (MAX_SIZE_BITS - 1))) * 4;
+
 /// The helper program: `sr146`/`sr147` give the scratch header, `sr20`
 /// the core. Operation 0 maps the core's next free slot (`stack_map`)
 /// and counts it; 1 takes back the stack in the block registers

@@ -96,13 +96,25 @@ const TEXTURED_FS: &str = "
     stop";
 
 fn pipeline(device: &Device, fs: &str, depth: Option<DepthState>) -> Arc<GraphicsPipeline> {
+    staged_pipeline(device, VS, fs, depth, [0, 0])
+}
+
+/// [`pipeline`] with the vertex shader `vs` and per-thread stacks of
+/// `stack_bytes` (vertex, fragment).
+fn staged_pipeline(
+    device: &Device,
+    vs: &str,
+    fs: &str,
+    depth: Option<DepthState>,
+    stack_bytes: [u32; 2],
+) -> Arc<GraphicsPipeline> {
     Arc::new(
         GraphicsPipeline::new(
             device,
             &GraphicsPipelineDesc {
-                vertex_stack_bytes: 0,
-                fragment_stack_bytes: 0,
-                vertex: VS,
+                vertex_stack_bytes: stack_bytes[0],
+                fragment_stack_bytes: stack_bytes[1],
+                vertex: vs,
                 fragment: fs,
                 vertex_layout: None,
                 stencil: None,
@@ -571,32 +583,8 @@ fn recursive_reference(n: u32) -> u32 {
     }
 }
 
-#[test_log::test]
-fn a_recursive_routine_runs_on_stacks_the_helper_program_hands_out() {
-    let (device, queue, programs) = gpu();
-    let threads = 256u32;
-    let out = device
-        .upload(&vec![0u8; 4 * threads as usize], true)
-        .unwrap();
-    let shader = Shader::new(&device, RECURSIVE).unwrap();
-    let mut cb = CommandBuffer::new(&device, &programs);
-    let mut bindings = Bindings::default()
-        .with_uniform_words(cb.arena(), &pair(out.va()))
-        .unwrap();
-    // 33 levels of two words.
-    bindings.stack_bytes = 33 * 8;
-    cb.dispatch(&shader, &bindings, [threads, 1, 1], [64, 1, 1])
-        .unwrap();
-    cb.finish().unwrap();
-    let agx_umd::cmd::Command::Compute(command) = &cb.commands()[0] else {
-        panic!("not a compute command");
-    };
-    assert_ne!(command.helper.binary, 0, "the command names the helper");
-    queue
-        .submit(vec![cb], &[], &[])
-        .unwrap()
-        .wait(WAIT)
-        .unwrap();
+/// Each of `threads` words of `out` is RECURSIVE's answer for its thread.
+fn assert_recursive_results(out: &Buffer, threads: u32) {
     let words: Vec<u32> = out
         .read_all()
         .unwrap()
@@ -607,15 +595,51 @@ fn a_recursive_routine_runs_on_stacks_the_helper_program_hands_out() {
     for (i, got) in words.iter().enumerate() {
         assert_eq!(*got, recursive_reference(i as u32 % 32), "thread {i}");
     }
-    // Too deep a recursion for the stack faults instead of running off
-    // its end.
-    let mut cb = CommandBuffer::new(&device, &programs);
+}
+
+/// Records RECURSIVE over `threads` threads (groups of 64) writing to
+/// `out`, on stacks of `stack_bytes` per thread.
+fn record_recursive(
+    cb: &mut CommandBuffer,
+    shader: &Shader,
+    out: &Buffer,
+    threads: u32,
+    stack_bytes: u32,
+) {
     let mut bindings = Bindings::default()
         .with_uniform_words(cb.arena(), &pair(out.va()))
         .unwrap();
-    bindings.stack_bytes = 16 * 8;
-    cb.dispatch(&shader, &bindings, [threads, 1, 1], [64, 1, 1])
+    bindings.stack_bytes = stack_bytes;
+    cb.dispatch(shader, &bindings, [threads, 1, 1], [64, 1, 1])
         .unwrap();
+}
+
+#[test_log::test]
+fn a_recursive_routine_runs_on_stacks_the_helper_program_hands_out() {
+    let (device, queue, programs) = gpu();
+    let threads = 256u32;
+    let out = device
+        .upload(&vec![0u8; 4 * threads as usize], true)
+        .unwrap();
+    let shader = Shader::new(&device, RECURSIVE).unwrap();
+    // 33 levels of two words.
+    let mut cb = CommandBuffer::new(&device, &programs);
+    record_recursive(&mut cb, &shader, &out, threads, 33 * 8);
+    cb.finish().unwrap();
+    let agx_umd::cmd::Command::Compute(command) = &cb.commands()[0] else {
+        panic!("not a compute command");
+    };
+    assert_ne!(command.helper.binary, 0, "the command names the helper");
+    queue
+        .submit(vec![cb], &[], &[])
+        .unwrap()
+        .wait(WAIT)
+        .unwrap();
+    assert_recursive_results(&out, threads);
+    // Too deep a recursion for the stack faults instead of running off
+    // its end.
+    let mut cb = CommandBuffer::new(&device, &programs);
+    record_recursive(&mut cb, &shader, &out, threads, 16 * 8);
     let err = run(&device, &queue, cb).unwrap_err();
     assert!(
         matches!(err, Error::GpuFault { errno } if errno == Errno::EIO),
@@ -638,14 +662,9 @@ fn a_helper_that_breaks_the_protocol_fails_only_its_command() {
     let record = |helper: Option<&str>| {
         let mut cb = CommandBuffer::new(&device, &programs);
         if let Some(source) = helper {
-            cb.set_helper_source(source);
+            cb.set_helper_source(source).unwrap();
         }
-        let mut bindings = Bindings::default()
-            .with_uniform_words(cb.arena(), &pair(out.va()))
-            .unwrap();
-        bindings.stack_bytes = 33 * 8;
-        cb.dispatch(&shader, &bindings, [threads, 1, 1], [64, 1, 1])
-            .unwrap();
+        record_recursive(&mut cb, &shader, &out, threads, 33 * 8);
         cb
     };
     let broken = [
@@ -678,16 +697,7 @@ fn a_helper_that_breaks_the_protocol_fails_only_its_command() {
         );
     }
     run(&device, &queue, record(None)).unwrap();
-    let words: Vec<u32> = out
-        .read_all()
-        .unwrap()
-        .chunks_exact(4)
-        .map(|c| u32::from_le_bytes(c.try_into().unwrap()))
-        .take(threads as usize)
-        .collect();
-    for (i, got) in words.iter().enumerate() {
-        assert_eq!(*got, recursive_reference(i as u32 % 32), "thread {i}");
-    }
+    assert_recursive_results(&out, threads);
 }
 
 /// A histogram of 16 bins: each threadgroup counts its values in
@@ -949,55 +959,60 @@ const STACK_FS: &str = "
     st_tile r4_r5_r6_r7, u8norm, 0, xyzw, 0, 255, r0, 0
     stop";
 
+/// Records a pass over `image` and `depth` (cleared to black and 1.0)
+/// drawing the layered grid of `n` x `n` quads in `vb` with `pipe`.
+fn record_layered_frame(
+    cb: &mut CommandBuffer,
+    image: &Image,
+    depth: &DepthImage,
+    pipe: &Arc<GraphicsPipeline>,
+    vb: &Buffer,
+    n: u32,
+) {
+    let mut pass = cb
+        .begin_render_pass(&colour_depth_pass(image, depth, [0.0, 0.0, 0.0, 1.0], 1.0))
+        .unwrap();
+    pass.set_pipeline(pipe);
+    pass.set_vertex_uniforms(&vs_uniforms(vb));
+    pass.draw(3 * 6 * n * n, 1, 0).unwrap();
+    pass.end().unwrap();
+}
+
+/// The parameter-buffer statistics of `queue` (the simulated kmd's).
+fn tvb_stats(device: &Device, queue: &Queue) -> agx_sim::kmd::tvb::TvbStats {
+    device
+        .simulated()
+        .unwrap()
+        .file()
+        .queue(queue.id())
+        .unwrap()
+        .tvb_stats()
+}
+
+/// The layered grid's frame: all green at depth 0.25.
+fn assert_layered_frame(image: &Image, depth: &DepthImage) {
+    let pixels = image.read_pixels().unwrap();
+    assert!(pixels.chunks_exact(4).all(|p| p == [0, 255, 0, 255]));
+    let (w, h) = (depth.width(), depth.height());
+    assert!((0..h)
+        .flat_map(|y| (0..w).map(move |x| (x, y)))
+        .all(|(x, y)| depth.depth_at(x, y).unwrap() == 0.25));
+}
+
 #[test_log::test]
 fn vertex_and_fragment_shaders_run_on_helper_stacks_through_partial_renders() {
     let (device, queue, programs) = gpu();
-    let (w, h) = (96, 96);
-    let n = 48;
+    let (w, h, n) = (96, 96, 48);
     let vb = device.upload(&layered_grid(w, h, n), false).unwrap();
-    let pipe = Arc::new(
-        GraphicsPipeline::new(
-            &device,
-            &GraphicsPipelineDesc {
-                vertex: STACK_VS,
-                fragment: STACK_FS,
-                vertex_layout: None,
-                stencil: None,
-                vertex_outputs: 7,
-                varyings: vec![Varying {
-                    slot: 4,
-                    components: 3,
-                    interpolation: Interpolation::Linear,
-                }],
-                depth: Some(DepthState {
-                    function: agx_hw::formats::ZsFunc::Less,
-                    write: true,
-                }),
-                cull: CullMode::None,
-                front_ccw: false,
-                topology: Topology::Triangles,
-                colour_output: ColourOutput::ShaderStores,
-                vertex_stack_bytes: 16,
-                fragment_stack_bytes: 12,
-            },
-        )
-        .unwrap(),
-    );
+    let depth_test = DepthState {
+        function: agx_hw::formats::ZsFunc::Less,
+        write: true,
+    };
+    let pipe = staged_pipeline(&device, STACK_VS, STACK_FS, Some(depth_test), [16, 12]);
     let image = Image::new(&device, w, h, Format::Rgba8Unorm).unwrap();
     let depth = DepthImage::new(&device, w, h).unwrap();
     let mut cb = CommandBuffer::new(&device, &programs);
-    let mut pass = cb
-        .begin_render_pass(&colour_depth_pass(
-            &image,
-            &depth,
-            [0.0, 0.0, 0.0, 1.0],
-            1.0,
-        ))
-        .unwrap();
-    pass.set_pipeline(&pipe);
-    pass.set_vertex_uniforms(&vs_uniforms(&vb));
-    pass.draw(3 * 6 * n * n, 1, 0).unwrap();
-    pass.end().unwrap();
+    record_layered_frame(&mut cb, &image, &depth, &pipe, &vb, n);
     cb.finish().unwrap();
     // (The depth clear before it is a compute command.)
     let command = cb
@@ -1013,82 +1028,55 @@ fn vertex_and_fragment_shaders_run_on_helper_stacks_through_partial_renders() {
         "the pass names a vertex helper"
     );
     assert_ne!(command.fragment_helper.binary, 0, "and a fragment helper");
+    assert_ne!(
+        command.flags & agx_uapi::asahi::RenderFlags::VERTEX_SCRATCH.bits(),
+        0,
+        "the vertex stage uses scratch, as Mesa says it"
+    );
     queue
         .submit(vec![cb], &[], &[])
         .unwrap()
         .wait(WAIT)
         .unwrap();
-    let stats = device
-        .simulated()
-        .unwrap()
-        .file()
-        .queue(queue.id())
-        .unwrap()
-        .tvb_stats();
+    let stats = tvb_stats(&device, &queue);
     // The fragment programs of the partial renders had stacks too.
     assert!(stats.partial_renders > 0, "{stats:?}");
-    let pixels = image.read_pixels().unwrap();
-    assert!(pixels.chunks_exact(4).all(|p| p == [0, 255, 0, 255]));
-    assert!((0..h)
-        .flat_map(|y| (0..w).map(move |x| (x, y)))
-        .all(|(x, y)| depth.depth_at(x, y).unwrap() == 0.25));
+    assert_layered_frame(&image, &depth);
 }
 
 #[test_log::test]
 fn partial_renders_through_the_generated_programs_change_nothing() {
     let (device, queue, programs) = gpu();
-    let (w, h) = (96, 96);
-    let n = 48;
+    let (w, h, n) = (96, 96, 48);
     let vb = device.upload(&layered_grid(w, h, n), false).unwrap();
     let pipe = depth_tested(&device);
     let frame = || {
         let image = Image::new(&device, w, h, Format::Rgba8Unorm).unwrap();
         let depth = DepthImage::new(&device, w, h).unwrap();
         let mut cb = CommandBuffer::new(&device, &programs);
-        let mut pass = cb
-            .begin_render_pass(&colour_depth_pass(
-                &image,
-                &depth,
-                [0.0, 0.0, 0.0, 1.0],
-                1.0,
-            ))
-            .unwrap();
-        pass.set_pipeline(&pipe);
-        pass.set_vertex_uniforms(&vs_uniforms(&vb));
-        pass.draw(3 * 6 * n * n, 1, 0).unwrap();
-        pass.end().unwrap();
+        record_layered_frame(&mut cb, &image, &depth, &pipe, &vb, n);
         run(&device, &queue, cb).unwrap();
+        assert_layered_frame(&image, &depth);
         let depths: Vec<f32> = (0..h)
             .flat_map(|y| (0..w).map(move |x| (x, y)))
             .map(|(x, y)| depth.depth_at(x, y).unwrap())
             .collect();
         (image.read_pixels().unwrap(), depths)
     };
-    let stats = || {
-        device
-            .simulated()
-            .unwrap()
-            .file()
-            .queue(queue.id())
-            .unwrap()
-            .tvb_stats()
-    };
     let (first_image, first_depth) = frame();
-    let after_first = stats();
+    let after_first = tvb_stats(&device, &queue);
     assert!(
         after_first.partial_renders > 0,
         "the initial parameter buffer overflowed: {after_first:?}"
     );
     let (second_image, second_depth) = frame();
-    let after_second = stats();
+    let after_second = tvb_stats(&device, &queue);
     assert_eq!(
         after_second.partial_renders, after_first.partial_renders,
         "the grown buffer held the frame: {after_second:?}"
     );
     assert!(first_image == second_image, "bit-identical colour");
     assert!(first_depth == second_depth, "bit-identical depth");
-    assert!(first_image.chunks_exact(4).all(|p| p == [0, 255, 0, 255]));
-    assert!(first_depth.iter().all(|&d| d == 0.25));
 }
 
 #[test_log::test]

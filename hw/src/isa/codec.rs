@@ -664,6 +664,9 @@ fn encode_operand(kind: &Kind, operand: &Operand, word: &mut u128) -> Result<(),
                 Operand::Value(Value::Pair(reg, hint @ (Hint::None | Hint::Cache))) => {
                     (gpr(u64::from(reg.half), reg.size)?, *hint == Hint::Cache)
                 }
+                Operand::Value(Value::Pair(_, Hint::Discard)) => {
+                    return Err("a destination takes no discard hint")
+                }
                 _ => return Err("expected a pair of 16- or 32-bit registers"),
             };
             if reg.size == Size::S64 {
@@ -827,13 +830,15 @@ fn encode_operand(kind: &Kind, operand: &Operand, word: &mut u128) -> Result<(),
                 {
                     (run.first.half / 2, run.count, false)
                 }
-                Operand::Uniforms(run) if run.first.size == Size::S32 => {
+                Operand::Uniforms(run)
+                    if run.first.size == Size::S32 && run.first.half.is_multiple_of(2) =>
+                {
                     (run.first.half / 2, run.count, true)
                 }
                 _ => return Err("expected 32-bit registers or uniforms"),
             };
             if n != run_count(count, *word)? {
-                return Err("word count does not match the copy's dimension");
+                return Err("expected 3 words for copy_1d, 5 for copy_2d");
             }
             put_uint(word, value, i64::from(index))?;
             set_bit(word, *flag, is_uniform);
@@ -1022,23 +1027,15 @@ pub fn decode(bytes: &[u8]) -> Result<Decoded, DecodeError> {
     }
     let head = load_word(&bytes[..bytes.len().min(MAX_LENGTH_BYTES)]);
     for (index, form) in FORMS.iter().enumerate() {
-        let len = form_length(form, head);
-        let word = head & length_mask(len);
-        if word & form.mask != form.value {
+        let Some(len) = row_length(form, head) else {
             continue;
-        }
+        };
+        let word = head & length_mask(len);
         if bytes.len() < len {
             return Err(DecodeError::Truncated {
                 needed_bytes: len,
                 available_bytes: bytes.len(),
             });
-        }
-        let unnamed_op = form.operands.iter().any(|kind| {
-            matches!(kind, Kind::OpName(bits, names)
-                if !names.iter().any(|(v, _)| u64::from(*v) == bits.get(word)))
-        });
-        if unnamed_op {
-            continue;
         }
         let op = Op::ALL[index];
         let mut operands = Vec::with_capacity(form.operands.len());
@@ -1102,6 +1099,19 @@ fn ignored_bits(instr: &mut Instr, word: u128, len: usize) -> Option<u128> {
         (bytes, encoded_len) = encode(instr).ok()?;
     }
     (encoded_len == len).then(|| (word ^ load_word(&bytes[..len])) & length_mask(len))
+}
+
+/// The length of the instruction at the start of `head` if `form` is the
+/// one it decodes as (its identifying bits hold, and an operation named
+/// in the mnemonic is one of the form's).
+fn row_length(form: &Form, head: u128) -> Option<usize> {
+    let len = form_length(form, head);
+    let word = head & length_mask(len);
+    let unnamed_op = form.operands.iter().any(|kind| {
+        matches!(kind, Kind::OpName(bits, names)
+            if !names.iter().any(|(v, _)| u64::from(*v) == bits.get(word)))
+    });
+    (word & form.mask == form.value && !unnamed_op).then_some(len)
 }
 
 /// Encodes an instruction; returns the bytes and their number.

@@ -40,7 +40,7 @@ use std::fmt;
 
 pub use codec::{decode, encode};
 pub use doc::forms_markdown;
-pub use operand::{Dst, Float8, Hint, Operand, Reg, RegRun, Size, Src, Uniform, Value};
+pub use operand::{Dst, Float8, Hint, Operand, Reg, RegRun, Size, Src, Uniform, UniformRun, Value};
 pub use table::Op;
 
 /// The longest instruction, in bytes.

@@ -450,7 +450,8 @@ pub enum Operand {
     /// A run of consecutive 32-bit uniforms.
     Uniforms(UniformRun),
     /// A register, uniform or immediate that is not an ALU source
-    /// (memory bases and offsets, texture and sampler handles).
+    /// (memory bases and offsets, texture and sampler handles), or a
+    /// paired destination (`simd_matrix_fmadd`'s [`Value::Pair`]).
     Value(Value),
 }
 

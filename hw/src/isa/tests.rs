@@ -437,6 +437,43 @@ fn encoder_refuses_out_of_range_operands() {
 }
 
 #[test]
+fn text_errors_come_from_the_form_the_text_names() {
+    // A dot with no flag after it is refused.
+    assert!(parse("fadd32. r0, r1, r2", 0).is_err());
+    assert!(parse("fadd32 r0, r1, r2", 0).is_ok());
+    // An operand error in a TODO form is that form's, not "device_load
+    // takes no .TODO".
+    let err = parse(
+        "device_load.TODO 0, i32, x, r4, u2_u3, 8, signed, 1, 0, 9, 0",
+        0,
+    )
+    .unwrap_err();
+    assert!(!err.contains("takes no"), "{err}");
+    assert!(err.contains("range"), "{err}");
+}
+
+#[test]
+fn assembled_code_reads_back_as_written() {
+    // A 6-byte simd_shuf_op with bit 27 set is the 8-byte
+    // simd_matrix_fmadd16 when bit 63, the top bit of the next
+    // instruction's second byte, is set: jmp_exec_any's is, stop's is not.
+    let shuffle = "simd_shuf_op 0b0, 0b00, 0b10, r20, r1, r2";
+    let err = assemble(&format!("{shuffle}\njmp_exec_any 0x0"), 0).unwrap_err();
+    assert_eq!(err.line, 1);
+    assert!(err.message.contains("simd_matrix_fmadd16"), "{err}");
+    let code = assemble(&format!("{shuffle}\nstop"), 0).unwrap();
+    assert_eq!(decode(&code).unwrap().instr.op, Op::SimdShufOp);
+    // Text that names a TODO form with the values the known form pins
+    // assembles to the known form's bytes (an alias, like `xor`).
+    let code = assemble(
+        "device_load.TODO 0, i32, x, r4, u2_u3, 8, signed, 1, 0, 4, 0",
+        0,
+    )
+    .unwrap();
+    assert_eq!(decode(&code).unwrap().instr.op, Op::DeviceLoad);
+}
+
+#[test]
 fn assembler_resolves_labels_and_reads_listings() {
     let source = "
         start:

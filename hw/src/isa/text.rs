@@ -504,7 +504,8 @@ fn keyword_of(kind: &Kind) -> Option<&'static str> {
 
 /// How an instruction's head (`fadd32.sat`, `simd_min.u`) matched a form.
 enum Match<'a> {
-    /// The form's mnemonic, then these `.`-separated flags.
+    /// The form's mnemonic, then the rest of the head: nothing, or
+    /// `.`-separated flags starting with their dot.
     Suffixes(&'a str),
     /// The form's `{}` template, with this operation name.
     OpName(&'a str),
@@ -534,11 +535,16 @@ fn parse_instr(
     // then the forms with the operation in the mnemonic (`simd_{}`), which
     // match the whole head (an operation name may hold a dot:
     // `simd_min.u`) when it names one of their operations.
-    let exact = Op::ALL.iter().filter_map(|&op| {
-        let rest = head.strip_prefix(op.mnemonic())?;
-        let suffixes = rest.strip_prefix('.').or(rest.is_empty().then_some(""))?;
-        Some((op, Match::Suffixes(suffixes)))
-    });
+    // The longest mnemonic first, so that an error comes from the form
+    // the text names (`device_load.TODO`, not `device_load` with a flag).
+    let mut exact: Vec<(Op, Match<'_>)> = Op::ALL
+        .iter()
+        .filter_map(|&op| {
+            let rest = head.strip_prefix(op.mnemonic())?;
+            (rest.is_empty() || rest.starts_with('.')).then_some((op, Match::Suffixes(rest)))
+        })
+        .collect();
+    exact.sort_by_key(|(op, _)| std::cmp::Reverse(op.mnemonic().len()));
     let templated = Op::ALL.iter().filter_map(|&op| {
         let (before, after) = op.mnemonic().split_once("{}")?;
         let name = head.strip_prefix(before)?.strip_suffix(after)?;
@@ -547,12 +553,14 @@ fn parse_instr(
         );
         named.then_some((op, Match::OpName(name)))
     });
-    let candidates = exact.chain(templated);
+    let candidates = exact.into_iter().chain(templated);
     for (op, matched) in candidates {
         let parsed = match matched {
             Match::Suffixes("") => parse_with_form(op, &[], &texts, &targets),
             Match::Suffixes(suffixes) => {
-                let suffixes: Vec<&str> = suffixes.split('.').collect();
+                // After the dot the rest begins with: `.` alone is a flag
+                // with no name, refused as one.
+                let suffixes: Vec<&str> = suffixes[1..].split('.').collect();
                 parse_with_form(op, &suffixes, &texts, &targets)
             }
             Match::OpName(name) => parse_with_op_name(op, name, &texts, &targets),
@@ -771,22 +779,47 @@ pub fn assemble(source: &str, base: u64) -> Result<Vec<u8>, AsmError> {
     // the addresses from pass 1 hold; a change would be an error.
     let mut code = Vec::new();
     let mut pass_one_lengths = lengths.into_iter();
+    let mut placed = Vec::new();
     for (line, _, text) in &lines {
         if text.is_empty() {
             continue;
         }
         let pc = base + code.len() as u64;
-        let (_, bytes, len) = parse_instr(text, pc, Some(&labels)).map_err(|message| AsmError {
-            line: *line,
-            message,
-        })?;
+        let (instr, bytes, len) =
+            parse_instr(text, pc, Some(&labels)).map_err(|message| AsmError {
+                line: *line,
+                message,
+            })?;
         if pass_one_lengths.next() != Some(len) {
             return Err(AsmError {
                 line: *line,
                 message: "instruction length changed once labels were known".into(),
             });
         }
+        placed.push((*line, instr.op, code.len(), len));
         code.extend_from_slice(&bytes[..len]);
+    }
+    // Pass 3: the code reads back as written. An instruction's identity
+    // can depend on the bits after it (a 6-byte `simd_shuf_op` with bit 27
+    // set is an 8-byte `simd_matrix_fmadd` when the next instruction's
+    // second byte has its top bit set), so each is decoded in place.
+    for (line, op, at, len) in placed {
+        match decode(&code[at..]) {
+            Ok(read) if read.length_bytes == len => {}
+            read => {
+                let read_as = read.map_or_else(
+                    |e| e.to_string(),
+                    |d| format!("`{}` of {} bytes", d.instr.op.mnemonic(), d.length_bytes),
+                );
+                return Err(AsmError {
+                    line,
+                    message: format!(
+                        "`{}` of {len} bytes reads back, with what follows it, as {read_as}",
+                        op.mnemonic()
+                    ),
+                });
+            }
+        }
     }
     Ok(code)
 }
