@@ -99,8 +99,15 @@ pub(crate) fn mul_f32(x: f32, y: f32) -> f32 {
 /// to it.
 #[inline(always)]
 pub(crate) fn fma_f32(x: f32, y: f32, z: f32) -> f32 {
-    let exact = || sum_to_odd(f64::from(x) * f64::from(y), f64::from(z));
-    flush_before_rounding(x.mul_add(y, z), exact)
+    flush_before_rounding(x.mul_add(y, z), || fma_exact(x, y, z))
+}
+
+/// [`fma_f32`]'s exact value rounded to odd, out of line: only a result
+/// of the smallest normal's magnitude needs it.
+#[cold]
+#[inline(never)]
+fn fma_exact(x: f32, y: f32, z: f32) -> f64 {
+    sum_to_odd(f64::from(x) * f64::from(y), f64::from(z))
 }
 
 /// The exact product of two fp16 values (in f64) as the fp16 ALU forms
