@@ -149,6 +149,23 @@ fn vertices(w: u32, h: u32, corners: &[[f32; 2]], z: f32, attrs: &[[f32; 3]]) ->
     out
 }
 
+/// A read-only buffer holding `words`, little-endian.
+fn upload_words(device: &Device, words: impl IntoIterator<Item = u32>) -> Buffer {
+    let bytes: Vec<u8> = words.into_iter().flat_map(u32::to_le_bytes).collect();
+    device.upload(&bytes, false).unwrap()
+}
+
+/// The first `count` little-endian words of `buffer`.
+fn read_words(buffer: &Buffer, count: usize) -> Vec<u32> {
+    buffer
+        .read_all()
+        .unwrap()
+        .chunks_exact(4)
+        .map(|c| u32::from_le_bytes(c.try_into().unwrap()))
+        .take(count)
+        .collect()
+}
+
 fn pair(va: u64) -> [u32; 2] {
     [va as u32, (va >> 32) as u32]
 }
@@ -522,15 +539,7 @@ fn a_compute_dispatch_matches_rust() {
     let (device, queue, programs) = gpu();
     let n = 1000u32;
     let input: Vec<f32> = (0..n).map(|i| i as f32 * 0.75 - 100.0).collect();
-    let x = device
-        .upload(
-            &input
-                .iter()
-                .flat_map(|v| v.to_le_bytes())
-                .collect::<Vec<_>>(),
-            false,
-        )
-        .unwrap();
+    let x = upload_words(&device, input.iter().map(|v| v.to_bits()));
     let y = device.upload(&vec![0u8; 4 * n as usize], true).unwrap();
     let mut cb = CommandBuffer::new(&device, &programs);
     let _shader = axpb(&device, &mut cb, &x, y.va(), n);
@@ -585,13 +594,7 @@ fn recursive_reference(n: u32) -> u32 {
 
 /// Each of `threads` words of `out` is RECURSIVE's answer for its thread.
 fn assert_recursive_results(out: &Buffer, threads: u32) {
-    let words: Vec<u32> = out
-        .read_all()
-        .unwrap()
-        .chunks_exact(4)
-        .map(|c| u32::from_le_bytes(c.try_into().unwrap()))
-        .take(threads as usize)
-        .collect();
+    let words = read_words(out, threads as usize);
     for (i, got) in words.iter().enumerate() {
         assert_eq!(*got, recursive_reference(i as u32 % 32), "thread {i}");
     }
@@ -730,15 +733,7 @@ fn a_histogram_with_threadgroup_atomics_from_many_threadgroups_matches_rust() {
     let n = 4096u32;
     // A deterministic, uneven spread of values.
     let values: Vec<u32> = (0..n).map(|i| (i * i + 7 * i) / 5 % 1009).collect();
-    let input = device
-        .upload(
-            &values
-                .iter()
-                .flat_map(|v| v.to_le_bytes())
-                .collect::<Vec<_>>(),
-            false,
-        )
-        .unwrap();
+    let input = upload_words(&device, values.iter().copied());
     let histogram = device.upload(&[0u8; 64], true).unwrap();
     let shader = Shader::new(&device, HISTOGRAM).unwrap();
     let mut cb = CommandBuffer::new(&device, &programs);
@@ -755,13 +750,7 @@ fn a_histogram_with_threadgroup_atomics_from_many_threadgroups_matches_rust() {
     for v in &values {
         want[(v % 16) as usize] += 1;
     }
-    let got: Vec<u32> = histogram
-        .read_all()
-        .unwrap()
-        .chunks_exact(4)
-        .map(|c| u32::from_le_bytes(c.try_into().unwrap()))
-        .take(16)
-        .collect();
+    let got = read_words(&histogram, 16);
     assert_eq!(got, want);
     assert!(want.iter().any(|&c| c != want[0]), "an uneven histogram");
 }
@@ -852,15 +841,7 @@ fn timeline_semaphores_order_work_across_two_queues() {
     let timeline = Semaphore::new(&device).unwrap();
     let n = 4096u32;
     let input: Vec<f32> = (0..n).map(|i| i as f32).collect();
-    let x = device
-        .upload(
-            &input
-                .iter()
-                .flat_map(|v| v.to_le_bytes())
-                .collect::<Vec<_>>(),
-            false,
-        )
-        .unwrap();
+    let x = upload_words(&device, input.iter().map(|v| v.to_bits()));
     let y = device.upload(&vec![0u8; 4 * n as usize], true).unwrap();
     let z = device.upload(&vec![0u8; 4 * n as usize], true).unwrap();
     // Producer: y = 3x + 0.5, signals point 1. Consumer waits for 1:
