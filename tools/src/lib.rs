@@ -10,6 +10,7 @@
 //!   device ([`fuzz`]).
 #![forbid(unsafe_code)]
 
+pub mod compare;
 pub mod decode;
 pub mod format_cli;
 pub mod fuzz;

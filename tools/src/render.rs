@@ -58,8 +58,8 @@ pub const VERTEX_SHADER: &str = "
 /// colour = albedo * (ambient u3 + max(n.l, 0)) + specular u5 *
 /// max(n.l, 0)^u4, with l in u0-u2 and alpha u6.
 pub const FRAGMENT_SHADER: &str = "
-    iter r2_r3_r4, cf0, center, 0, 0, 0, 0, 0
-    iter r10_r11, cf3, center, 0, 0, 0, 0, 0
+    iterproj r2_r3_r4, cf0, cf5, center, 0, 0, 0, 0, 0
+    iterproj r10_r11, cf3, cf5, center, 0, 0, 0, 0, 0
     texture_sample 0, 0b1100, 0, none, xyzw, 0b00, r12_r13_r14_r15, None, ts0, ss0, tex_2d, r10_r11, auto_lod, 0, 0, r0
     fmul32 r5, r2, r2
     fmadd32 r5, r3, r3, r5
@@ -86,10 +86,10 @@ pub const FRAGMENT_SHADER: &str = "
     stop";
 
 /// Texture size of the built-in albedo.
-const TEXTURE_PX: u32 = 256;
+pub const TEXTURE_PX: u32 = 256;
 
 /// A 4x4 matrix, rows.
-type Mat4 = [[f32; 4]; 4];
+pub type Mat4 = [[f32; 4]; 4];
 
 fn mul(a: &Mat4, b: &Mat4) -> Mat4 {
     std::array::from_fn(|i| std::array::from_fn(|j| (0..4).map(|k| a[i][k] * b[k][j]).sum()))
@@ -144,6 +144,82 @@ pub fn albedo_texels() -> Vec<u8> {
     texels
 }
 
+/// The colour the target is cleared to.
+pub const CLEAR_COLOUR: [f32; 4] = [0.06, 0.07, 0.1, 1.0];
+
+/// What a frame's shaders read: transforms, light and material. The
+/// stack and the llvmpipe reference draw from the same numbers.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct FrameSetup {
+    /// Object to clip space (depth in [0, w]), rows.
+    pub mvp: Mat4,
+    /// Object to eye space for normals (the model's rotation), rows.
+    pub normal_matrix: [[f32; 3]; 3],
+    /// Unit vector towards the light.
+    pub light: [f32; 3],
+    /// Ambient term added to the diffuse factor.
+    pub ambient: f32,
+    /// Specular exponent.
+    pub shininess: f32,
+    /// Specular intensity.
+    pub specular: f32,
+    /// Output alpha.
+    pub alpha: f32,
+}
+
+impl FrameSetup {
+    /// Frame `frame` (the mesh turned by 0.1 rad per frame) of a
+    /// `width` x `height` target.
+    pub fn new(frame: u32, width: u32, height: u32) -> FrameSetup {
+        let view = [
+            [1.0, 0.0, 0.0, 0.0],
+            [0.0, 1.0, 0.0, 0.0],
+            [0.0, 0.0, 1.0, -2.6],
+            [0.0, 0.0, 0.0, 1.0],
+        ];
+        let m = model(0.6 + 0.1 * frame as f32);
+        let mvp = mul(
+            &perspective(0.8, width as f32 / height as f32, 0.5, 10.0),
+            &mul(&view, &m),
+        );
+        let light = {
+            let l = [0.5f32, 0.7, 0.6];
+            let n = (l[0] * l[0] + l[1] * l[1] + l[2] * l[2]).sqrt();
+            l.map(|c| c / n)
+        };
+        FrameSetup {
+            mvp,
+            // The normal matrix of a rotation is the rotation.
+            normal_matrix: std::array::from_fn(|i| std::array::from_fn(|j| m[i][j])),
+            light,
+            ambient: 0.15,
+            shininess: 24.0,
+            specular: 0.35,
+            alpha: 1.0,
+        }
+    }
+}
+
+/// The mesh's vertices in the renderer's 32-byte layout: position x, y,
+/// z, texture u, normal x, y, z, texture v.
+pub fn interleaved_vertices(mesh: &Mesh) -> Vec<[f32; 8]> {
+    mesh.vertices
+        .iter()
+        .map(|v| {
+            [
+                v.position[0],
+                v.position[1],
+                v.position[2],
+                v.uv[0],
+                v.normal[0],
+                v.normal[1],
+                v.normal[2],
+                v.uv[1],
+            ]
+        })
+        .collect()
+}
+
 /// What one frame did.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct FrameReport {
@@ -182,21 +258,11 @@ impl Renderer {
     /// Uploads `mesh`, the texture and the pipeline for `width` x
     /// `height` frames.
     pub fn new(device: &Device, mesh: &Mesh, width: u32, height: u32) -> Result<Renderer, Error> {
-        let mut data = Vec::with_capacity(mesh.vertices.len() * 32);
-        for v in &mesh.vertices {
-            for w in [
-                v.position[0],
-                v.position[1],
-                v.position[2],
-                v.uv[0],
-                v.normal[0],
-                v.normal[1],
-                v.normal[2],
-                v.uv[1],
-            ] {
-                data.extend(w.to_le_bytes());
-            }
-        }
+        let data: Vec<u8> = interleaved_vertices(mesh)
+            .iter()
+            .flatten()
+            .flat_map(|w| w.to_le_bytes())
+            .collect();
         let vertices = device.upload(&data, false)?;
         let index_bytes: Vec<u8> = mesh.indices.iter().flat_map(|i| i.to_le_bytes()).collect();
         let indices = device.upload(&index_bytes, false)?;
@@ -216,12 +282,12 @@ impl Renderer {
                     Varying {
                         slot: 4,
                         components: 3,
-                        interpolation: Interpolation::Linear,
+                        interpolation: Interpolation::Perspective,
                     },
                     Varying {
                         slot: 7,
                         components: 2,
-                        interpolation: Interpolation::Linear,
+                        interpolation: Interpolation::Perspective,
                     },
                 ],
                 depth: Some(DepthState {
@@ -251,31 +317,14 @@ impl Renderer {
     /// Draws frame `frame` (the mesh turned by 0.1 rad per frame) and
     /// waits for it.
     pub fn frame(&self, frame: u32) -> Result<FrameReport, Error> {
-        let (w, h) = (self.image.width(), self.image.height());
-        let view = [
-            [1.0, 0.0, 0.0, 0.0],
-            [0.0, 1.0, 0.0, 0.0],
-            [0.0, 0.0, 1.0, -2.6],
-            [0.0, 0.0, 0.0, 1.0],
-        ];
-        let m = model(0.6 + 0.1 * frame as f32);
-        let mvp = mul(
-            &perspective(0.8, w as f32 / h as f32, 0.5, 10.0),
-            &mul(&view, &m),
-        );
+        let setup = FrameSetup::new(frame, self.image.width(), self.image.height());
         let pair = |va: u64| [va as u32, (va >> 32) as u32];
         let mut vs = pair(self.vertices.va()).to_vec();
         vs.extend(pair(self.vertices.va() + 16));
-        vs.extend(mvp.iter().flatten().map(|v| v.to_bits()));
-        // The normal matrix of a rotation is the rotation.
-        vs.extend((0..3).flat_map(|i| (0..3).map(move |j| m[i][j].to_bits())));
-        let light = {
-            let l = [0.5f32, 0.7, 0.6];
-            let n = (l[0] * l[0] + l[1] * l[1] + l[2] * l[2]).sqrt();
-            l.map(|c| c / n)
-        };
-        let mut fs: Vec<u32> = light.iter().map(|c| c.to_bits()).collect();
-        fs.extend([0.15f32, 24.0, 0.35, 1.0].map(f32::to_bits));
+        vs.extend(setup.mvp.iter().flatten().map(|v| v.to_bits()));
+        vs.extend(setup.normal_matrix.iter().flatten().map(|v| v.to_bits()));
+        let mut fs: Vec<u32> = setup.light.iter().map(|c| c.to_bits()).collect();
+        fs.extend([setup.ambient, setup.shininess, setup.specular, setup.alpha].map(f32::to_bits));
         let sampler = Sampler {
             magnify: Filter::Linear,
             minify: Filter::Linear,
@@ -288,7 +337,7 @@ impl Renderer {
         let mut pass = cb.begin_render_pass(&RenderPassDesc {
             colour: vec![ColourAttachment {
                 image: &self.image,
-                load: LoadOp::Clear([0.06, 0.07, 0.1, 1.0]),
+                load: LoadOp::Clear(CLEAR_COLOUR),
                 store: StoreOp::Store,
             }],
             depth: Some(DepthAttachment {

@@ -1,0 +1,322 @@
+//! The stack against Mesa's llvmpipe, side by side: the same scene (the
+//! Stanford bunny from Debian's glmark2-data and the built-in torus, the
+//! same camera, vertex layout, texture and per-pixel Phong shading) at
+//! several sizes, drawn by both on the same number of threads. Each case
+//! runs in a child process of its own, so that its CPU time (all threads
+//! of the process: umd, kmd, the simulated firmware and GPU; or llvmpipe's
+//! rasteriser threads) and its peak resident memory are its own.
+//!
+//! ```text
+//! cargo bench -p agx-tools --bench llvmpipe -- [--sizes 256,1024] [--scenes bunny,torus]
+//!     [--frames N] [--threads N]
+//! ```
+//!
+//! It prints a Markdown table: per scene and size, the steady frame (the
+//! median of frames 1..N) and the first frame, wall and CPU time for each,
+//! the ratios, peak RSS and how the two images differ.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+use std::time::{Duration, Instant};
+
+use agx_tools::compare::ImageDiff;
+use agx_tools::mesh::Mesh;
+use agx_tools::render::{albedo_texels, interleaved_vertices, FrameSetup, Renderer, CLEAR_COLOUR};
+
+const BUNNY: &str = "/usr/share/glmark2/models/bunny.obj";
+
+/// The two renderers.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Which {
+    Stack,
+    Llvmpipe,
+}
+
+/// One case's measurements, as the child prints them.
+#[derive(Debug, Clone, Copy, Default)]
+struct Measured {
+    first_wall: Duration,
+    first_cpu: Duration,
+    steady_wall: Duration,
+    steady_cpu: Duration,
+    peak_rss_kib: u64,
+}
+
+fn cpu_time() -> Duration {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
+    Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
+}
+
+fn peak_rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+fn load_scene(name: &str) -> Result<Mesh, String> {
+    match name {
+        "torus" => Ok(Mesh::torus(300, 100)),
+        "bunny" => Mesh::load(Path::new(BUNNY))
+            .map_err(|e| format!("{e} (Debian: apt-get install glmark2-data)")),
+        other => Err(format!("unknown scene {other:?} (bunny, torus)")),
+    }
+}
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v.get(v.len() / 2).copied().unwrap_or_default()
+}
+
+/// Draws `frames` frames of `scene` at `size` with one renderer, writes
+/// the last frame's RGBA8 pixels to `out` and returns the measurements.
+fn run_case(
+    which: Which,
+    scene: &str,
+    size: u32,
+    frames: u32,
+    threads: usize,
+    out: &Path,
+) -> Result<Measured, String> {
+    let mesh = load_scene(scene)?;
+    let mut walls = Vec::new();
+    let mut cpus = Vec::new();
+    let mut timed = |draw: &mut dyn FnMut(u32) -> Result<(), String>| -> Result<(), String> {
+        for frame in 0..frames {
+            let (wall, cpu) = (Instant::now(), cpu_time());
+            draw(frame)?;
+            walls.push(wall.elapsed());
+            cpus.push(cpu_time() - cpu);
+        }
+        Ok(())
+    };
+    let pixels = match which {
+        Which::Stack => {
+            let config = agx_sim::SystemConfig {
+                gpu_threads: threads,
+                ..agx_sim::SystemConfig::default()
+            };
+            let device = agx_umd::Device::open_simulated(config).map_err(|e| e.to_string())?;
+            let renderer = Renderer::new(&device, &mesh, size, size).map_err(|e| e.to_string())?;
+            timed(&mut |frame| renderer.frame(frame).map(drop).map_err(|e| e.to_string()))?;
+            renderer.pixels().map_err(|e| e.to_string())?
+        }
+        Which::Llvmpipe => {
+            agx_llvmpipe::configure_environment(threads);
+            let vertices = interleaved_vertices(&mesh);
+            let texels = albedo_texels();
+            let reference = agx_llvmpipe::Llvmpipe::new(&agx_llvmpipe::SceneDesc {
+                vertices: &vertices,
+                indices: &mesh.indices,
+                texture_rgba8: &texels,
+                texture_size_px: agx_tools::render::TEXTURE_PX,
+                width_px: size,
+                height_px: size,
+            })
+            .map_err(|e| e.to_string())?;
+            timed(&mut |frame| {
+                let s = FrameSetup::new(frame, size, size);
+                reference
+                    .draw(&agx_llvmpipe::FrameDesc {
+                        mvp: s.mvp,
+                        normal_matrix: s.normal_matrix,
+                        light: s.light,
+                        ambient: s.ambient,
+                        shininess: s.shininess,
+                        specular: s.specular,
+                        alpha: s.alpha,
+                        clear_colour: CLEAR_COLOUR,
+                    })
+                    .map_err(|e| e.to_string())
+            })?;
+            reference.read_pixels().map_err(|e| e.to_string())?
+        }
+    };
+    std::fs::write(out, &pixels).map_err(|e| format!("{}: {e}", out.display()))?;
+    Ok(Measured {
+        first_wall: walls[0],
+        first_cpu: cpus[0],
+        steady_wall: median(walls[1..].to_vec()),
+        steady_cpu: median(cpus[1..].to_vec()),
+        peak_rss_kib: peak_rss_kib(),
+    })
+}
+
+/// Runs one case in a child process of this program.
+fn spawn_case(
+    which: Which,
+    scene: &str,
+    size: u32,
+    frames: u32,
+    threads: usize,
+    out: &Path,
+) -> Result<Measured, String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let output = Command::new(exe)
+        .args([
+            "--case",
+            match which {
+                Which::Stack => "stack",
+                Which::Llvmpipe => "llvmpipe",
+            },
+            scene,
+            &size.to_string(),
+            &frames.to_string(),
+            &threads.to_string(),
+        ])
+        .arg(out)
+        .output()
+        .map_err(|e| e.to_string())?;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let line = stdout.lines().find_map(|l| l.strip_prefix("measured "));
+    match (output.status.success(), line) {
+        (true, Some(line)) => {
+            let n: Vec<u64> = line
+                .split_whitespace()
+                .filter_map(|w| w.parse().ok())
+                .collect();
+            let ns = |i: usize| Duration::from_nanos(n.get(i).copied().unwrap_or(0));
+            Ok(Measured {
+                first_wall: ns(0),
+                first_cpu: ns(1),
+                steady_wall: ns(2),
+                steady_cpu: ns(3),
+                peak_rss_kib: n.get(4).copied().unwrap_or(0),
+            })
+        }
+        _ => Err(format!(
+            "{which:?} {scene} {size}: {}{}",
+            stdout,
+            String::from_utf8_lossy(&output.stderr)
+        )),
+    }
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.1}", d.as_secs_f64() * 1e3)
+}
+
+fn ratio(a: Duration, b: Duration) -> String {
+    format!("{:.1}x", a.as_secs_f64() / b.as_secs_f64().max(1e-9))
+}
+
+fn list<T: std::str::FromStr>(s: &str) -> Result<Vec<T>, String> {
+    s.split(',')
+        .map(|v| v.parse().map_err(|_| format!("bad list item {v:?}")))
+        .collect()
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let result = if args.first().map(String::as_str) == Some("--case") {
+        child(&args[1..])
+    } else {
+        parent(&args)
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("llvmpipe bench: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn child(args: &[String]) -> Result<(), String> {
+    let [which, scene, size, frames, threads, out] = args else {
+        return Err(format!("--case takes 6 arguments, got {args:?}"));
+    };
+    let which = match which.as_str() {
+        "stack" => Which::Stack,
+        "llvmpipe" => Which::Llvmpipe,
+        other => return Err(format!("unknown renderer {other:?}")),
+    };
+    let parse = |s: &str| s.parse::<u32>().map_err(|e| format!("{s:?}: {e}"));
+    let m = run_case(
+        which,
+        scene,
+        parse(size)?,
+        parse(frames)?.max(2),
+        parse(threads)? as usize,
+        Path::new(out),
+    )?;
+    println!(
+        "measured {} {} {} {} {}",
+        m.first_wall.as_nanos(),
+        m.first_cpu.as_nanos(),
+        m.steady_wall.as_nanos(),
+        m.steady_cpu.as_nanos(),
+        m.peak_rss_kib
+    );
+    Ok(())
+}
+
+fn parent(args: &[String]) -> Result<(), String> {
+    let mut sizes = vec![256u32, 512, 1024, 2048];
+    let mut scenes = vec!["bunny".to_owned(), "torus".to_owned()];
+    let mut frames = 4u32;
+    let mut threads = 2usize;
+    let mut it = args.iter();
+    while let Some(arg) = it.next() {
+        let mut value = || it.next().ok_or(format!("{arg} needs a value"));
+        match arg.as_str() {
+            "--sizes" => sizes = list(value()?)?,
+            "--scenes" => scenes = list(value()?)?,
+            "--frames" => frames = value()?.parse().map_err(|e| format!("--frames: {e}"))?,
+            "--threads" => threads = value()?.parse().map_err(|e| format!("--threads: {e}"))?,
+            // cargo bench passes --bench; criterion-style filters are not
+            // taken.
+            "--bench" => {}
+            other => return Err(format!("unknown argument {other:?}")),
+        }
+    }
+    let dir: PathBuf = std::env::temp_dir().join(format!("agx-llvmpipe-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    println!(
+        "{frames} frames per case (steady = median of frames 1..{frames}), {threads} threads each; \
+         times in ms, CPU = all threads of the renderer's process"
+    );
+    println!();
+    println!(
+        "| scene | size | llvmpipe steady wall / CPU | stack steady wall / CPU | ratio wall / CPU | \
+         llvmpipe first wall | stack first wall | stack first / steady | peak RSS llvmpipe / stack (MiB) | image difference |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|");
+    for scene in &scenes {
+        for &size in &sizes {
+            let reference_out = dir.join(format!("{scene}-{size}-llvmpipe.rgba"));
+            let stack_out = dir.join(format!("{scene}-{size}-stack.rgba"));
+            let reference = spawn_case(
+                Which::Llvmpipe,
+                scene,
+                size,
+                frames,
+                threads,
+                &reference_out,
+            )?;
+            let stack = spawn_case(Which::Stack, scene, size, frames, threads, &stack_out)?;
+            let read = |p: &Path| std::fs::read(p).map_err(|e| format!("{}: {e}", p.display()));
+            let diff = ImageDiff::of(&read(&reference_out)?, &read(&stack_out)?);
+            println!(
+                "| {scene} | {size}² | {} / {} | {} / {} | {} / {} | {} | {} | {} | {:.0} / {:.0} | {diff} |",
+                ms(reference.steady_wall),
+                ms(reference.steady_cpu),
+                ms(stack.steady_wall),
+                ms(stack.steady_cpu),
+                ratio(stack.steady_wall, reference.steady_wall),
+                ratio(stack.steady_cpu, reference.steady_cpu),
+                ms(reference.first_wall),
+                ms(stack.first_wall),
+                ratio(stack.first_wall, stack.steady_wall),
+                reference.peak_rss_kib as f64 / 1024.0,
+                stack.peak_rss_kib as f64 / 1024.0,
+            );
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
