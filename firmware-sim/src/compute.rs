@@ -256,8 +256,12 @@ impl KernelIo<'_> {
 }
 
 impl ShaderIo for KernelIo<'_> {
-    fn texture(&mut self, _lane: usize, request: &TextureRequest) -> Result<[u32; 4], IoError> {
-        self.unit.request(request)
+    fn texture(
+        &mut self,
+        requests: &[Option<TextureRequest>; LANES],
+        texels: &mut [[u32; 4]; LANES],
+    ) -> Result<(), IoError> {
+        self.unit.serve(requests, texels)
     }
 
     fn tile_load(&mut self, _lane: usize, access: &TileAccess) -> Result<[u32; 4], IoError> {

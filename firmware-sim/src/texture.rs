@@ -338,9 +338,56 @@ impl TextureUnit<'_> {
         Ok(out)
     }
 
-    /// Serves a texture instruction for one lane.
-    pub fn request(&self, request: &TextureRequest) -> Result<[u32; 4], IoError> {
-        let image = self.image(request.texture)?;
+    /// Serves a texture instruction for every lane with a request. The
+    /// texture and sampler descriptors are read and decoded once for the
+    /// lanes that name the same ones (all of them, but for bindless
+    /// handles that differ per lane), in lane order, so the first failing
+    /// lane's error is the instruction's.
+    pub fn serve(
+        &self,
+        requests: &[Option<TextureRequest>; crate::usc::LANES],
+        texels: &mut [[u32; 4]; crate::usc::LANES],
+    ) -> Result<(), IoError> {
+        let mut image: Option<(TextureHandle, Image)> = None;
+        let mut sampler: Option<(u32, SamplerState)> = None;
+        for (request, out) in requests.iter().zip(texels.iter_mut()) {
+            let Some(request) = request else { continue };
+            let image = match &image {
+                Some((handle, decoded)) if *handle == request.texture => decoded,
+                _ => {
+                    &image
+                        .insert((request.texture, self.image(request.texture)?))
+                        .1
+                }
+            };
+            // Loads have no sampler (a gather by a load is refused before
+            // one is read), nor does a sample of an integer texture (refused
+            // before the sampler, as a lone request was).
+            let sampled = !request.load && (request.gather.is_some() || !image.integer);
+            let sampler = if !sampled {
+                None
+            } else {
+                match &sampler {
+                    Some((index, state)) if *index == request.sampler => Some(state),
+                    _ => Some(
+                        &sampler
+                            .insert((request.sampler, self.sampler(request.sampler)?))
+                            .1,
+                    ),
+                }
+            };
+            *out = self.request(image, sampler, request)?;
+        }
+        Ok(())
+    }
+
+    /// Serves one lane's request with its decoded image and sampler.
+    fn request(
+        &self,
+        image: &Image,
+        sampler: Option<&SamplerState>,
+        request: &TextureRequest,
+    ) -> Result<[u32; 4], IoError> {
         let t = &image.texture;
         let mut request = *request;
         if t.dimension == TextureDimension::D1 {
@@ -367,15 +414,14 @@ impl TextureUnit<'_> {
             })
         };
         let swizzled = if let Some(component) = request.gather {
-            if request.load {
+            let Some(&(sampler, border)) = sampler.filter(|_| !request.load) else {
                 return Err(invalid("a gather by texture_load".into()));
-            }
-            let (sampler, border) = self.sampler(request.sampler)?;
+            };
             let layer = layer.min(image.layers.saturating_sub(1));
-            let texels = self.gather(&image, &sampler, border, request, layer)?;
+            let texels = self.gather(image, &sampler, border, request, layer)?;
             texels.map(|texel| swizzle(texel)[component & 3])
         } else {
-            swizzle(self.unswizzled(&image, request, layer)?)
+            swizzle(self.unswizzled(image, sampler, request, layer)?)
         };
         Ok(if request.half && !image.integer {
             swizzled.map(|bits| u32::from(crate::usc::float::f32_to_half(f32::from_bits(bits))))
@@ -388,6 +434,7 @@ impl TextureUnit<'_> {
     fn unswizzled(
         &self,
         image: &Image,
+        sampler: Option<&SamplerState>,
         request: &TextureRequest,
         layer: u32,
     ) -> Result<[u32; 4], IoError> {
@@ -416,7 +463,9 @@ impl TextureUnit<'_> {
             if image.integer {
                 return Err(invalid("sampling an integer texture".into()));
             }
-            let (sampler, border) = self.sampler(request.sampler)?;
+            let Some(&(sampler, border)) = sampler else {
+                return Err(invalid("a sample without a sampler".into()));
+            };
             // Sampling clamps the layer (as Vulkan and GL specify).
             let layer = layer.min(image.layers.saturating_sub(1));
             self.sample(image, &sampler, border, request, layer)?
@@ -614,6 +663,10 @@ impl TextureUnit<'_> {
         }
     }
 }
+
+/// A decoded sampler and its border colour (`None`: a custom border of a
+/// bound sampler, not modelled).
+type SamplerState = (Sampler, Option<[f32; 4]>);
 
 /// The four texels of a 2x2 footprint, raw.
 type Quad = [[u32; 4]; 4];

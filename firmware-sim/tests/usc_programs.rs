@@ -528,16 +528,26 @@ struct FragmentUnits {
 }
 
 impl ShaderIo for FragmentUnits {
-    fn texture(&mut self, lane: usize, request: &TextureRequest) -> Result<[u32; 4], IoError> {
-        self.textures.push(*request);
-        match request.texture {
-            TextureHandle::Index(i) if i < 4 => {
-                Ok([lane as u32, i, request.sampler, request.coords[0]])
-            }
-            _ => Err(IoError::Invalid(
-                "texture index past the bound textures".into(),
-            )),
+    fn texture(
+        &mut self,
+        requests: &[Option<TextureRequest>; agx_firmware_sim::usc::LANES],
+        texels: &mut [[u32; 4]; agx_firmware_sim::usc::LANES],
+    ) -> Result<(), IoError> {
+        for (lane, request) in requests.iter().enumerate() {
+            let Some(request) = request else { continue };
+            self.textures.push(*request);
+            texels[lane] = match request.texture {
+                TextureHandle::Index(i) if i < 4 => {
+                    [lane as u32, i, request.sampler, request.coords[0]]
+                }
+                _ => {
+                    return Err(IoError::Invalid(
+                        "texture index past the bound textures".into(),
+                    ))
+                }
+            };
         }
+        Ok(())
     }
 
     fn tile_load(&mut self, lane: usize, access: &TileAccess) -> Result<[u32; 4], IoError> {

@@ -146,8 +146,12 @@ impl ShaderIo for TileIo<'_, '_> {
         Ok(())
     }
 
-    fn texture(&mut self, _lane: usize, request: &TextureRequest) -> Result<[u32; 4], IoError> {
-        self.unit.request(request)
+    fn texture(
+        &mut self,
+        requests: &[Option<TextureRequest>; LANES],
+        texels: &mut [[u32; 4]; LANES],
+    ) -> Result<(), IoError> {
+        self.unit.serve(requests, texels)
     }
 
     fn interpolate(

@@ -11,6 +11,8 @@
 
 use std::fmt;
 
+use super::LANES;
+
 /// A failure reported by a fixed-function unit (a texture index past the
 /// heap, a tilebuffer offset past the pixel's record, ...).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -184,9 +186,17 @@ impl fmt::Display for TextureHandle {
 /// `lane` is the lane (0-31) of the SIMD-group being run; the implementer
 /// knows which pixel, vertex or thread each lane stands for.
 pub trait ShaderIo {
-    /// Samples or loads a texture; returns up to four register values.
-    fn texture(&mut self, lane: usize, request: &TextureRequest) -> Result<[u32; 4], IoError> {
-        let _ = (lane, request);
+    /// Serves one texture instruction (a sample or a load) for every lane
+    /// with a request: up to four register values per lane into
+    /// `texels[lane]`. One call per instruction, as the hardware's texture
+    /// unit takes a whole SIMD-group's request, so that descriptors are
+    /// read and decoded once rather than per lane.
+    fn texture(
+        &mut self,
+        requests: &[Option<TextureRequest>; LANES],
+        texels: &mut [[u32; 4]; LANES],
+    ) -> Result<(), IoError> {
+        let _ = (requests, texels);
         Err(IoError::Unavailable("the texture unit"))
     }
 

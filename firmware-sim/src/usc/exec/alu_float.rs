@@ -5,7 +5,7 @@
 
 use agx_hw::isa::Op;
 
-use super::{lanes, unreachable_flow, Env, ExecError, Flow, Operands, SimdGroup};
+use super::{lanes, unreachable_flow, Env, ExecError, Flow, Operands, SimdGroup, LANES};
 use crate::usc::float::{
     add_f32, f64_to_half, flush_before_rounding, fma_f32, half_to_f32, mul_f16_exact, mul_f32,
     quiet_f16, rsqrt_f32, saturate, saturate_f64, sin_pt_1, sin_pt_2, sum_to_half,
@@ -33,17 +33,32 @@ impl SimdGroup {
                 };
                 let xs = self.gather_f32(&a, env.uniforms);
                 let ys = self.gather_f32(&b, env.uniforms);
-                let zs = c.map(|c| self.gather_f32(&c, env.uniforms));
-                for lane in lanes(exec) {
-                    let (x, y) = (xs[lane], ys[lane]);
-                    let r = match (op, &zs) {
-                        (Op::Fadd32, _) => add_f32(x, y),
-                        (Op::Fmul32, _) => mul_f32(x, y),
-                        (_, Some(z)) => fma_f32(x, y, z[lane]),
-                        _ => unreachable_flow(),
-                    };
-                    self.write_float(d, lane, if sat { saturate(r) } else { r });
+                // Every lane computed (the functions are pure), as plain
+                // arrays the compiler can keep in vector registers; only
+                // the executing lanes are written.
+                let mut rs = [0f32; LANES];
+                match c {
+                    Some(c) => {
+                        let zs = self.gather_f32(&c, env.uniforms);
+                        for lane in 0..LANES {
+                            rs[lane] = fma_f32(xs[lane], ys[lane], zs[lane]);
+                        }
+                    }
+                    None if op == Op::Fadd32 => {
+                        for lane in 0..LANES {
+                            rs[lane] = add_f32(xs[lane], ys[lane]);
+                        }
+                    }
+                    None => {
+                        for lane in 0..LANES {
+                            rs[lane] = mul_f32(xs[lane], ys[lane]);
+                        }
+                    }
                 }
+                if sat {
+                    rs = rs.map(saturate);
+                }
+                self.write_floats(d, exec, &rs);
             }
             Op::Fadd16 | Op::Fmul16 | Op::Fmadd16 => {
                 let d = o.dst(0)?.reg;

@@ -83,6 +83,11 @@ impl SimdGroup {
     pub(super) fn gather_f32(&self, src: &Src, uniforms: &[u32; UNIFORMS]) -> [f32; LANES] {
         let mut out = match &src.value {
             Value::Float(f) => [f.to_f32(); LANES],
+            // The common case, straight from the register file.
+            Value::Reg(reg, _) if reg.size == Size::S32 => {
+                let lanes = &self.regs[usize::from(reg.half / 2)];
+                std::array::from_fn(|lane| ftz(f32::from_bits(lanes[lane])))
+            }
             value => {
                 let (raw, width) = self.gather_raw(value, uniforms);
                 if width == 16 {
@@ -138,6 +143,24 @@ impl SimdGroup {
     /// Raw bits of a source (immediates zero-extended).
     pub(super) fn raw_src(&self, src: &Src, lane: usize, uniforms: &[u32; UNIFORMS]) -> (u64, u32) {
         self.value_bits(&src.value, lane, uniforms)
+    }
+
+    /// Writes fp32 results to `dst` in the lanes of `exec`, each as
+    /// [`SimdGroup::write_float`] writes one.
+    pub(super) fn write_floats(&mut self, dst: Reg, exec: u32, values: &[f32; LANES]) {
+        if dst.size != Size::S32 {
+            for lane in super::lanes(exec) {
+                self.write_float(dst, lane, values[lane]);
+            }
+            return;
+        }
+        let cells = &mut self.regs[usize::from(dst.half / 2)];
+        for (lane, (cell, value)) in cells.iter_mut().zip(values).enumerate() {
+            let bits = canonical_f32(*value).to_bits();
+            if exec & (1 << lane) != 0 {
+                *cell = bits;
+            }
+        }
     }
 
     pub(super) fn write_float(&mut self, dst: Reg, lane: usize, value: f32) {

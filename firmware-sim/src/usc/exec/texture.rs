@@ -151,6 +151,7 @@ impl SimdGroup {
             let (hi, lo) = (all_coords[lane | neighbour], all_coords[lane & !neighbour]);
             [0, 1, 2].map(|k| f32::from_bits(hi[k]) - f32::from_bits(lo[k]))
         };
+        let mut requests = [None; LANES];
         for lane in lanes(exec) {
             let scalar = |s: &SimdGroup| -> f32 {
                 match lod_operand {
@@ -212,7 +213,7 @@ impl SimdGroup {
                 }
                 m => return Err(unsupported(pc, format!("LOD mode {m}"))),
             };
-            let request = TextureRequest {
+            requests[lane] = Some(TextureRequest {
                 load,
                 texture: self.texture_handle(handle, base, lane, env.uniforms),
                 sampler: self.lane_value(sampler, lane, env.uniforms) as u32,
@@ -232,21 +233,32 @@ impl SimdGroup {
                 },
                 gather,
                 min_lod,
-            };
-            let texel = env
-                .io
-                .texture(lane, &request)
-                .map_err(|error| ExecError::Io { pc, error })?;
-            let mut values: Vec<u32> = (0..4)
-                .filter(|c| mask & (1 << c) != 0)
-                .map(|c| texel[c])
-                .collect();
+            });
+        }
+        let mut texels = [[0u32; 4]; LANES];
+        env.io
+            .texture(&requests, &mut texels)
+            .map_err(|error| ExecError::Io { pc, error })?;
+        for lane in lanes(exec) {
+            let mut values = [0u32; 5];
+            let mut count = 0;
+            for (c, texel) in texels[lane].iter().enumerate() {
+                if mask & (1 << c) != 0 {
+                    values[count] = *texel;
+                    count += 1;
+                }
+            }
             // The residency code follows the texel: 0, resident (Mesa's
             // AGX_RESIDENT); every texture here is resident.
             if sparse {
-                values.push(0);
+                values[count] = 0;
+                count += 1;
             }
-            self.write_run(&RegRun::new(data.first, values.len() as u8), lane, &values);
+            self.write_run(
+                &RegRun::new(data.first, count as u8),
+                lane,
+                &values[..count],
+            );
         }
         Ok(())
     }
