@@ -64,6 +64,9 @@ pub struct CachedInstr {
     /// past r127, a source type with no meaning): refused like unknown
     /// bits.
     pub undefined_operand: bool,
+    /// The `.sat` modifier, looked up once at decode rather than by name
+    /// at every execution.
+    pub saturate: bool,
     /// Index of the instruction at `address + length_bytes`, once known.
     pub(crate) next: Option<u32>,
     /// Index of the branch target, once known.
@@ -117,12 +120,14 @@ impl ProgramCache {
         self.decodes += 1;
         let index = self.instrs.len() as u32;
         let undefined_operand = decoded.instr.undefined_operand().is_some();
+        let saturate = decoded.instr.has_modifier("sat");
         self.instrs.push(CachedInstr {
             address,
             length_bytes: decoded.length_bytes as u8,
             instr: decoded.instr,
             unknown_bits: decoded.unknown_bits,
             undefined_operand,
+            saturate,
             next: None,
             target: None,
         });

@@ -247,6 +247,8 @@ pub struct SimdGroup {
 /// on, with typed access to its decoded operands.
 pub(super) struct Operands<'i> {
     pub(super) ins: &'i agx_hw::isa::Instr,
+    /// The instruction's `.sat` modifier (from the program cache).
+    pub(super) saturate: bool,
     pub(super) pc: u64,
     /// The lanes that run it.
     pub(super) exec: u32,
@@ -289,7 +291,7 @@ impl Operands<'_> {
 
     /// Whether the result saturates to [0, 1] (`.sat`).
     pub(super) fn sat(&self) -> bool {
-        self.ins.has_modifier("sat")
+        self.saturate
     }
 
     /// An instruction handed to a class that does not execute it: the
@@ -462,7 +464,7 @@ impl SimdGroup {
                     ),
                 ));
             }
-            let flow = self.execute(&cached.instr, pc, env)?;
+            let flow = self.execute(&cached.instr, cached.saturate, pc, env)?;
             let (next, next_slot_is_target) = match flow {
                 Flow::Stop => return Ok(Exit::Stopped),
                 Flow::Barrier => {
@@ -508,11 +510,13 @@ impl SimdGroup {
     fn execute(
         &mut self,
         ins: &agx_hw::isa::Instr,
+        saturate: bool,
         pc: u64,
         env: &mut Env<'_>,
     ) -> Result<Flow, ExecError> {
         let o = Operands {
             ins,
+            saturate,
             pc,
             exec: self.exec_mask(),
         };
