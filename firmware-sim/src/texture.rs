@@ -338,11 +338,12 @@ impl TextureUnit<'_> {
         Ok(out)
     }
 
-    /// Serves a texture instruction for every lane with a request. The
-    /// texture and sampler descriptors are read and decoded once for the
-    /// lanes that name the same ones (all of them, but for bindless
-    /// handles that differ per lane), in lane order, so the first failing
-    /// lane's error is the instruction's.
+    /// Serves a texture instruction for every lane with a request, in
+    /// lane order, so the first failing lane's error is the instruction's.
+    /// A descriptor (texture or sampler) is read and decoded again only
+    /// when a lane names another than the lane before it: once per
+    /// instruction when all name the same, as they do but for bindless
+    /// handles that differ per lane.
     pub fn serve(
         &self,
         requests: &[Option<TextureRequest>; crate::usc::LANES],
@@ -414,8 +415,11 @@ impl TextureUnit<'_> {
             })
         };
         let swizzled = if let Some(component) = request.gather {
-            let Some(&(sampler, border)) = sampler.filter(|_| !request.load) else {
+            if request.load {
                 return Err(invalid("a gather by texture_load".into()));
+            }
+            let Some(&(sampler, border)) = sampler else {
+                return Err(invalid("a gather without a sampler".into()));
             };
             let layer = layer.min(image.layers.saturating_sub(1));
             let texels = self.gather(image, &sampler, border, request, layer)?;

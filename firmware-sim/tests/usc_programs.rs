@@ -191,6 +191,28 @@ fn the_exec_mask_changes_only_at_exec_mask_instructions() {
 }
 
 #[test_log::test]
+fn a_texture_instruction_no_lane_runs_does_not_reach_the_texture_unit() {
+    // Every lane switched off around a sample, in a stage with no texture
+    // unit (this machine has none): nothing is asked, nothing fails, and
+    // the lanes come back for the store after it.
+    let source = "
+        mov_imm r0, 1
+        get_sr r1, sr52
+        pop_exec r0l, 0
+        texture_sample 0, 0b1100, 0, none, xyzw, 0b00, r12_r13_r14_r15, None, ts0, ss0, tex_2d, r10_r11, auto_lod, 0, 0, r0
+        pop_exec r0l, 1
+        mov_imm r2, 7
+        device_store 0, i32, x, r2, u0_u1, r1, unsigned, 0
+        stop";
+    let mut m = Machine::new(source);
+    m.memory.map(DATA, 0x1000, true);
+    set_pair(&mut m.uniforms, 0, DATA);
+    let mut group = m.group();
+    assert_eq!(m.run(&mut group), Ok(Exit::Stopped));
+    assert_eq!(m.memory.peek_u32s(DATA, 32), vec![7; 32]);
+}
+
+#[test_log::test]
 fn branchy_integer_routine() {
     // Collatz step counts for n = lane + 1 + u0: divergent nested
     // branches inside a loop whose trip count differs per lane.

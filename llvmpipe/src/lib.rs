@@ -55,6 +55,10 @@ pub enum Error {
     /// The scene does not fit what GL takes (sizes past `i32`).
     #[error("scene too large: {0}")]
     TooLarge(&'static str),
+    /// The scene's data is inconsistent (an index past the vertices, a
+    /// texture of the wrong size).
+    #[error("bad scene: {0}")]
+    BadScene(String),
 }
 
 /// The mesh, texture and target of a scene.
@@ -76,6 +80,12 @@ pub struct SceneDesc<'a> {
 }
 
 /// What changes per frame: transforms, light and clear colour.
+///
+/// The stack's convention is Vulkan's and Metal's: clip depth in [0, w]
+/// and window depth z/w. GL clips depth to [-w, w] and maps it to
+/// (z/w + 1) / 2, so [`Llvmpipe::draw`] hands GL the matrix with its depth
+/// row replaced by 2 * depth row - w row: the same clipping, the same
+/// window depth.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct FrameDesc {
     /// Object to clip space, rows; clip depth in [0, w].
@@ -96,17 +106,28 @@ pub struct FrameDesc {
     pub clear_colour: [f32; 4],
 }
 
-/// Sets the environment llvmpipe reads when the first display is
-/// initialised: software rendering through llvmpipe on `threads`
-/// rasteriser threads, and no on-disk shader cache (so that a first
-/// frame always includes its shader compilation). Call it before any
-/// other thread reads the environment and before the first
-/// [`Llvmpipe::new`] of the process.
+/// The environment llvmpipe reads when the first display is initialised:
+/// software rendering through llvmpipe on `threads` rasteriser threads,
+/// and no on-disk shader cache (so that a first frame always includes its
+/// shader compilation). Give it to a child process (`Command::envs`), or
+/// set it in this one with [`configure_environment`].
+pub fn environment(threads: usize) -> [(&'static str, String); 4] {
+    [
+        ("LIBGL_ALWAYS_SOFTWARE", "1".into()),
+        ("GALLIUM_DRIVER", "llvmpipe".into()),
+        ("LP_NUM_THREADS", threads.to_string()),
+        ("MESA_SHADER_CACHE_DISABLE", "true".into()),
+    ]
+}
+
+/// Sets [`environment`] in this process. Setting the environment while
+/// another thread reads it is a data race in the C library, so call it
+/// while the process has one thread (a test binary's only test, before it
+/// starts any), and before the first [`Llvmpipe::new`].
 pub fn configure_environment(threads: usize) {
-    std::env::set_var("LIBGL_ALWAYS_SOFTWARE", "1");
-    std::env::set_var("GALLIUM_DRIVER", "llvmpipe");
-    std::env::set_var("LP_NUM_THREADS", threads.to_string());
-    std::env::set_var("MESA_SHADER_CACHE_DISABLE", "true");
+    for (name, value) in environment(threads) {
+        std::env::set_var(name, value);
+    }
 }
 
 /// The vertex shader: clip position from the MVP rows, the normal through
@@ -140,7 +161,9 @@ void main() {
     vec3 n = normal * inversesqrt(dot(normal, normal));
     float diffuse = dot(n, light);
     diffuse = diffuse > 0.0 ? diffuse : 0.0;
-    float highlight = exp2(log2(diffuse) * material.y) * material.z;
+    // The stack's exp2(log2(0) * s) is exp2(-inf) = 0; GLSL leaves
+    // log2(0) undefined, so zero is said outright.
+    float highlight = diffuse > 0.0 ? exp2(log2(diffuse) * material.y) * material.z : 0.0;
     colour = vec4(texel.rgb * (diffuse + material.x) + highlight, material.w);
 }
 ";
@@ -207,20 +230,14 @@ impl Llvmpipe {
         }
         .map_err(egl_err("eglGetPlatformDisplay"))?;
         egl.initialize(display).map_err(egl_err("eglInitialize"))?;
-        // From here on, a failure releases what was made.
-        let context = match create_context(&egl, display) {
-            Ok(context) => context,
-            Err(e) => {
-                let _ = egl.terminate(display);
-                return Err(e);
-            }
-        };
+        // From here on, a failure releases the context. The display is
+        // shared by every instance of the process and stays initialised.
+        let context = create_context(&egl, display)?;
         let (gl, renderer, objects) = match open_scene(&egl, display, context, scene, &sizes) {
             Ok(parts) => parts,
             Err(e) => {
                 let _ = egl.make_current(display, None, None, None);
                 let _ = egl.destroy_context(display, context);
-                let _ = egl.terminate(display);
                 return Err(e);
             }
         };
@@ -260,10 +277,15 @@ impl Llvmpipe {
     pub fn draw(&self, frame: &FrameDesc) -> Result<(), Error> {
         self.make_current()?;
         let gl = &self.gl;
-        let mvp: Vec<f32> = frame.mvp.iter().flatten().copied().collect();
+        // Depth from [0, w] to GL's [-w, w] (see `FrameDesc`).
+        let mut rows = frame.mvp;
+        rows[2] = std::array::from_fn(|j| 2.0 * frame.mvp[2][j] - frame.mvp[3][j]);
+        let mvp: Vec<f32> = rows.iter().flatten().copied().collect();
         let normal: Vec<f32> = frame.normal_matrix.iter().flatten().copied().collect();
         // SAFETY: the context is current on this thread (above), the
-        // objects were created in it, and the slices outlive the calls.
+        // objects were created in it, the slices outlive the calls, and
+        // every index is below the vertex count (`Sizes::of`), so the draw
+        // reads only the vertex buffer.
         unsafe {
             gl.bind_framebuffer(glow::FRAMEBUFFER, Some(self.framebuffer));
             gl.viewport(0, 0, self.width_px, self.height_px);
@@ -271,6 +293,8 @@ impl Llvmpipe {
             gl.depth_func(glow::LESS);
             gl.depth_mask(true);
             gl.disable(glow::CULL_FACE);
+            // On by default in GL; the stack does not dither.
+            gl.disable(glow::DITHER);
             let [r, g, b, a] = frame.clear_colour;
             gl.clear_color(r, g, b, a);
             gl.clear_depth_f32(1.0);
@@ -309,8 +333,9 @@ impl Llvmpipe {
         let row_bytes = 4 * self.width_px as usize;
         let mut pixels = vec![0u8; row_bytes * self.height_px as usize];
         // SAFETY: the context is current on this thread; `pixels` holds
-        // exactly width x height RGBA8 pixels, and pack alignment 4
-        // matches RGBA8 rows.
+        // exactly width x height RGBA8 pixels, pack alignment 4 matches
+        // RGBA8 rows, and no pixel-pack buffer is bound (none is ever made)
+        // nor a row length set, so GL writes only into `pixels`.
         unsafe {
             self.gl
                 .bind_framebuffer(glow::READ_FRAMEBUFFER, Some(self.framebuffer));
@@ -346,10 +371,28 @@ impl Sizes {
     fn of(scene: &SceneDesc<'_>) -> Result<Sizes, Error> {
         let texels_bytes = 4 * scene.texture_size_px as usize * scene.texture_size_px as usize;
         if scene.texture_rgba8.len() != texels_bytes {
-            return Err(Error::Gl(format!(
+            return Err(Error::BadScene(format!(
                 "texture of {} bytes for {} texels square",
                 scene.texture_rgba8.len(),
                 scene.texture_size_px
+            )));
+        }
+        // GL reads vertices at whatever the indices say: every one must be
+        // inside the vertex buffer.
+        if let Some(bad) = scene
+            .indices
+            .iter()
+            .find(|&&i| i as usize >= scene.vertices.len())
+        {
+            return Err(Error::BadScene(format!(
+                "index {bad} past {} vertices",
+                scene.vertices.len()
+            )));
+        }
+        if !scene.indices.len().is_multiple_of(3) {
+            return Err(Error::BadScene(format!(
+                "{} indices: not whole triangles",
+                scene.indices.len()
             )));
         }
         Ok(Sizes {
@@ -583,6 +626,8 @@ impl Drop for Llvmpipe {
         }
         let _ = self.egl.make_current(self.display, None, None, None);
         let _ = self.egl.destroy_context(self.display, self.context);
-        let _ = self.egl.terminate(self.display);
+        // The display stays initialised: the surfaceless platform hands
+        // every caller the same one, and terminating it would pull it from
+        // under other instances.
     }
 }

@@ -106,7 +106,7 @@ fn run_case(
             renderer.pixels().map_err(|e| e.to_string())?
         }
         Which::Llvmpipe => {
-            agx_llvmpipe::configure_environment(threads);
+            // The parent set llvmpipe's environment (`spawn_case`).
             let vertices = interleaved_vertices(&mesh);
             let texels = albedo_texels();
             let reference = agx_llvmpipe::Llvmpipe::new(&agx_llvmpipe::SceneDesc {
@@ -156,7 +156,11 @@ fn spawn_case(
     out: &Path,
 ) -> Result<Measured, String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    let output = Command::new(exe)
+    let mut command = Command::new(exe);
+    if which == Which::Llvmpipe {
+        command.envs(agx_llvmpipe::environment(threads));
+    }
+    let output = command
         .args([
             "--case",
             match which {
@@ -276,6 +280,19 @@ fn parent(args: &[String]) -> Result<(), String> {
     }
     let dir: PathBuf = std::env::temp_dir().join(format!("agx-llvmpipe-{}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let result = run_cases(&dir, &scenes, &sizes, frames, threads);
+    let _ = std::fs::remove_dir_all(&dir);
+    result
+}
+
+/// Runs every case with its images in `dir` and prints the table.
+fn run_cases(
+    dir: &Path,
+    scenes: &[String],
+    sizes: &[u32],
+    frames: u32,
+    threads: usize,
+) -> Result<(), String> {
     println!(
         "{frames} frames per case (steady = median of frames 1..{frames}), {threads} threads each; \
          times in ms, CPU = all threads of the renderer's process"
@@ -286,8 +303,8 @@ fn parent(args: &[String]) -> Result<(), String> {
          llvmpipe first wall | stack first wall | stack first / steady | peak RSS llvmpipe / stack (MiB) | image difference |"
     );
     println!("|---|---|---|---|---|---|---|---|---|---|");
-    for scene in &scenes {
-        for &size in &sizes {
+    for scene in scenes {
+        for &size in sizes {
             let reference_out = dir.join(format!("{scene}-{size}-llvmpipe.rgba"));
             let stack_out = dir.join(format!("{scene}-{size}-stack.rgba"));
             let reference = spawn_case(
@@ -317,6 +334,5 @@ fn parent(args: &[String]) -> Result<(), String> {
             );
         }
     }
-    let _ = std::fs::remove_dir_all(&dir);
     Ok(())
 }

@@ -15,7 +15,9 @@ pub struct ImageDiff {
     pub large_error_pixels: usize,
     /// The largest difference of one channel, in levels of 255.
     pub max_channel_error: u8,
-    /// The mean difference over all channels of all pixels, in levels.
+    /// The mean difference over all four channels of all pixels, in
+    /// levels (alpha included: where it always agrees, it dilutes the mean
+    /// and raises the PSNR by a quarter of the colour channels' error).
     pub mean_channel_error: f64,
     /// Peak signal-to-noise ratio over all channels in dB (infinite for
     /// identical images).

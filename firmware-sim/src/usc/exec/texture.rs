@@ -235,6 +235,12 @@ impl SimdGroup {
                 min_lod,
             });
         }
+        // No executing lane, no request: the texture unit is not asked
+        // (a stage without one runs code that branches around its
+        // samples).
+        if exec == 0 {
+            return Ok(());
+        }
         let mut texels = [[0u32; 4]; LANES];
         env.io
             .texture(&requests, &mut texels)
