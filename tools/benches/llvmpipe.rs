@@ -21,7 +21,10 @@ use std::time::{Duration, Instant};
 
 use agx_tools::compare::ImageDiff;
 use agx_tools::mesh::Mesh;
-use agx_tools::render::{albedo_texels, interleaved_vertices, FrameSetup, Renderer, CLEAR_COLOUR};
+use agx_tools::render::Renderer;
+
+#[path = "../tests/common/reference.rs"]
+mod reference;
 
 const BUNNY: &str = "/usr/share/glmark2/models/bunny.obj";
 
@@ -107,30 +110,10 @@ fn run_case(
         }
         Which::Llvmpipe => {
             // The parent set llvmpipe's environment (`spawn_case`).
-            let vertices = interleaved_vertices(&mesh);
-            let texels = albedo_texels();
-            let reference = agx_llvmpipe::Llvmpipe::new(&agx_llvmpipe::SceneDesc {
-                vertices: &vertices,
-                indices: &mesh.indices,
-                texture_rgba8: &texels,
-                texture_size_px: agx_tools::render::TEXTURE_PX,
-                width_px: size,
-                height_px: size,
-            })
-            .map_err(|e| e.to_string())?;
+            let reference = reference::scene(&mesh, size, size).map_err(|e| e.to_string())?;
             timed(&mut |frame| {
-                let s = FrameSetup::new(frame, size, size);
                 reference
-                    .draw(&agx_llvmpipe::FrameDesc {
-                        mvp: s.mvp,
-                        normal_matrix: s.normal_matrix,
-                        light: s.light,
-                        ambient: s.ambient,
-                        shininess: s.shininess,
-                        specular: s.specular,
-                        alpha: s.alpha,
-                        clear_colour: CLEAR_COLOUR,
-                    })
+                    .draw(&reference::frame(frame, size, size))
                     .map_err(|e| e.to_string())
             })?;
             reference.read_pixels().map_err(|e| e.to_string())?

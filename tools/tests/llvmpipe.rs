@@ -14,7 +14,11 @@
 
 use agx_tools::compare::ImageDiff;
 use agx_tools::mesh::Mesh;
-use agx_tools::render::{albedo_texels, interleaved_vertices, FrameSetup, Renderer, CLEAR_COLOUR};
+use agx_tools::render::{Renderer, CLEAR_COLOUR};
+
+mod common {
+    pub(crate) mod reference;
+}
 
 fn stack_image(mesh: &Mesh, (w, h): (u32, u32), frame: u32) -> Vec<u8> {
     let device = agx_umd::Device::open_simulated(agx_sim::SystemConfig {
@@ -33,29 +37,10 @@ fn stack_image(mesh: &Mesh, (w, h): (u32, u32), frame: u32) -> Vec<u8> {
 }
 
 fn llvmpipe_image(mesh: &Mesh, (w, h): (u32, u32), frame: u32) -> Vec<u8> {
-    let vertices = interleaved_vertices(mesh);
-    let texels = albedo_texels();
-    let reference = agx_llvmpipe::Llvmpipe::new(&agx_llvmpipe::SceneDesc {
-        vertices: &vertices,
-        indices: &mesh.indices,
-        texture_rgba8: &texels,
-        texture_size_px: agx_tools::render::TEXTURE_PX,
-        width_px: w,
-        height_px: h,
-    })
-    .unwrap_or_else(|e| panic!("llvmpipe: {e}"));
-    let s = FrameSetup::new(frame, w, h);
+    let reference =
+        common::reference::scene(mesh, w, h).unwrap_or_else(|e| panic!("llvmpipe: {e}"));
     reference
-        .draw(&agx_llvmpipe::FrameDesc {
-            mvp: s.mvp,
-            normal_matrix: s.normal_matrix,
-            light: s.light,
-            ambient: s.ambient,
-            shininess: s.shininess,
-            specular: s.specular,
-            alpha: s.alpha,
-            clear_colour: CLEAR_COLOUR,
-        })
+        .draw(&common::reference::frame(frame, w, h))
         .unwrap();
     reference.read_pixels().unwrap()
 }
