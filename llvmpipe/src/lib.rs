@@ -175,12 +175,7 @@ pub struct Llvmpipe {
     context: egl::Context,
     gl: glow::Context,
     renderer: String,
-    program: glow::Program,
-    buffers: [glow::Buffer; 2],
-    vertex_array: glow::VertexArray,
-    texture: glow::Texture,
-    framebuffer: glow::Framebuffer,
-    renderbuffers: [glow::Renderbuffer; 2],
+    objects: SceneObjects,
     width_px: i32,
     height_px: i32,
     index_count: i32,
@@ -241,19 +236,13 @@ impl Llvmpipe {
                 return Err(e);
             }
         };
-        let (program, buffers, vertex_array, texture, framebuffer, renderbuffers) = objects;
         Ok(Llvmpipe {
             egl,
             display,
             context,
             gl,
             renderer,
-            program,
-            buffers,
-            vertex_array,
-            texture,
-            framebuffer,
-            renderbuffers,
+            objects,
             width_px: sizes.width_px,
             height_px: sizes.height_px,
             index_count: sizes.index_count,
@@ -287,7 +276,7 @@ impl Llvmpipe {
         // every index is below the vertex count (`Sizes::of`), so the draw
         // reads only the vertex buffer.
         unsafe {
-            gl.bind_framebuffer(glow::FRAMEBUFFER, Some(self.framebuffer));
+            gl.bind_framebuffer(glow::FRAMEBUFFER, Some(self.objects.framebuffer));
             gl.viewport(0, 0, self.width_px, self.height_px);
             gl.enable(glow::DEPTH_TEST);
             gl.depth_func(glow::LESS);
@@ -299,8 +288,8 @@ impl Llvmpipe {
             gl.clear_color(r, g, b, a);
             gl.clear_depth_f32(1.0);
             gl.clear(glow::COLOR_BUFFER_BIT | glow::DEPTH_BUFFER_BIT);
-            gl.use_program(Some(self.program));
-            let at = |name| gl.get_uniform_location(self.program, name);
+            gl.use_program(Some(self.objects.program));
+            let at = |name| gl.get_uniform_location(self.objects.program, name);
             // Rows given, so transposed into GL's columns.
             gl.uniform_matrix_4_f32_slice(at("mvp").as_ref(), true, &mvp);
             gl.uniform_matrix_3_f32_slice(at("normal_matrix").as_ref(), true, &normal);
@@ -314,9 +303,9 @@ impl Llvmpipe {
                 frame.alpha,
             );
             gl.active_texture(glow::TEXTURE0);
-            gl.bind_texture(glow::TEXTURE_2D, Some(self.texture));
+            gl.bind_texture(glow::TEXTURE_2D, Some(self.objects.texture));
             gl.uniform_1_i32(at("albedo").as_ref(), 0);
-            gl.bind_vertex_array(Some(self.vertex_array));
+            gl.bind_vertex_array(Some(self.objects.vertex_array));
             gl.draw_elements(glow::TRIANGLES, self.index_count, glow::UNSIGNED_INT, 0);
             gl.finish();
             match gl.get_error() {
@@ -338,7 +327,7 @@ impl Llvmpipe {
         // nor a row length set, so GL writes only into `pixels`.
         unsafe {
             self.gl
-                .bind_framebuffer(glow::READ_FRAMEBUFFER, Some(self.framebuffer));
+                .bind_framebuffer(glow::READ_FRAMEBUFFER, Some(self.objects.framebuffer));
             self.gl.pixel_store_i32(glow::PACK_ALIGNMENT, 4);
             self.gl.read_pixels(
                 0,
@@ -404,16 +393,18 @@ impl Sizes {
     }
 }
 
-/// The GL objects of a scene: program, vertex and index buffers, vertex
-/// array, texture, framebuffer and its colour and depth renderbuffers.
-type SceneObjects = (
-    glow::Program,
-    [glow::Buffer; 2],
-    glow::VertexArray,
-    glow::Texture,
-    glow::Framebuffer,
-    [glow::Renderbuffer; 2],
-);
+/// The GL objects of a scene.
+#[derive(Debug, Clone, Copy)]
+struct SceneObjects {
+    program: glow::Program,
+    /// Vertices, then indices.
+    buffers: [glow::Buffer; 2],
+    vertex_array: glow::VertexArray,
+    texture: glow::Texture,
+    framebuffer: glow::Framebuffer,
+    /// Colour, then depth.
+    renderbuffers: [glow::Renderbuffer; 2],
+}
 
 /// An OpenGL ES 3 context on an initialised display.
 fn create_context(
@@ -557,14 +548,14 @@ fn open_scene(
         if status != glow::FRAMEBUFFER_COMPLETE {
             return Err(Error::Gl(format!("framebuffer incomplete: {status:#x}")));
         }
-        (
+        SceneObjects {
             program,
             buffers,
             vertex_array,
             texture,
             framebuffer,
             renderbuffers,
-        )
+        }
     };
     Ok((gl, renderer, objects))
 }
@@ -612,16 +603,16 @@ impl Drop for Llvmpipe {
             // every object deleted here; none is used afterwards.
             unsafe {
                 let gl = &self.gl;
-                gl.delete_framebuffer(self.framebuffer);
-                for renderbuffer in self.renderbuffers {
+                gl.delete_framebuffer(self.objects.framebuffer);
+                for renderbuffer in self.objects.renderbuffers {
                     gl.delete_renderbuffer(renderbuffer);
                 }
-                gl.delete_texture(self.texture);
-                gl.delete_vertex_array(self.vertex_array);
-                for buffer in self.buffers {
+                gl.delete_texture(self.objects.texture);
+                gl.delete_vertex_array(self.objects.vertex_array);
+                for buffer in self.objects.buffers {
                     gl.delete_buffer(buffer);
                 }
-                gl.delete_program(self.program);
+                gl.delete_program(self.objects.program);
             }
         }
         let _ = self.egl.make_current(self.display, None, None, None);

@@ -75,17 +75,68 @@ fn median(mut v: Vec<Duration>) -> Duration {
     v.get(v.len() / 2).copied().unwrap_or_default()
 }
 
-/// Draws `frames` frames of `scene` at `size` with one renderer, writes
-/// the last frame's RGBA8 pixels to `out` and returns the measurements.
-fn run_case(
+/// One renderer drawing `frames` frames of `scene` at `size`² on
+/// `threads` threads, the last frame's RGBA8 pixels written to `out`.
+#[derive(Debug, Clone)]
+struct Case {
     which: Which,
-    scene: &str,
+    scene: String,
     size: u32,
     frames: u32,
     threads: usize,
-    out: &Path,
-) -> Result<Measured, String> {
-    let mesh = load_scene(scene)?;
+    out: PathBuf,
+}
+
+impl Case {
+    /// The child's command-line arguments, after `--case`.
+    fn args(&self) -> Vec<String> {
+        let which = match self.which {
+            Which::Stack => "stack",
+            Which::Llvmpipe => "llvmpipe",
+        };
+        vec![
+            which.to_owned(),
+            self.scene.clone(),
+            self.size.to_string(),
+            self.frames.to_string(),
+            self.threads.to_string(),
+            self.out.display().to_string(),
+        ]
+    }
+
+    /// The case [`Case::args`] wrote.
+    fn parse(args: &[String]) -> Result<Case, String> {
+        let [which, scene, size, frames, threads, out] = args else {
+            return Err(format!("--case takes 6 arguments, got {args:?}"));
+        };
+        let which = match which.as_str() {
+            "stack" => Which::Stack,
+            "llvmpipe" => Which::Llvmpipe,
+            other => return Err(format!("unknown renderer {other:?}")),
+        };
+        let parse = |s: &str| s.parse::<u32>().map_err(|e| format!("{s:?}: {e}"));
+        Ok(Case {
+            which,
+            scene: scene.clone(),
+            size: parse(size)?,
+            frames: parse(frames)?.max(2),
+            threads: parse(threads)? as usize,
+            out: PathBuf::from(out),
+        })
+    }
+}
+
+/// Runs `case` in this process and returns the measurements.
+fn run_case(case: &Case) -> Result<Measured, String> {
+    let &Case {
+        which,
+        size,
+        frames,
+        threads,
+        ..
+    } = case;
+    let out = case.out.as_path();
+    let mesh = load_scene(&case.scene)?;
     let mut walls = Vec::new();
     let mut cpus = Vec::new();
     let mut timed = |draw: &mut dyn FnMut(u32) -> Result<(), String>| -> Result<(), String> {
@@ -129,33 +180,16 @@ fn run_case(
     })
 }
 
-/// Runs one case in a child process of this program.
-fn spawn_case(
-    which: Which,
-    scene: &str,
-    size: u32,
-    frames: u32,
-    threads: usize,
-    out: &Path,
-) -> Result<Measured, String> {
+/// Runs `case` in a child process of this program.
+fn spawn_case(case: &Case) -> Result<Measured, String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let mut command = Command::new(exe);
-    if which == Which::Llvmpipe {
-        command.envs(agx_llvmpipe::environment(threads));
+    if case.which == Which::Llvmpipe {
+        command.envs(agx_llvmpipe::environment(case.threads));
     }
     let output = command
-        .args([
-            "--case",
-            match which {
-                Which::Stack => "stack",
-                Which::Llvmpipe => "llvmpipe",
-            },
-            scene,
-            &size.to_string(),
-            &frames.to_string(),
-            &threads.to_string(),
-        ])
-        .arg(out)
+        .arg("--case")
+        .args(case.args())
         .output()
         .map_err(|e| e.to_string())?;
     let stdout = String::from_utf8_lossy(&output.stdout);
@@ -176,7 +210,10 @@ fn spawn_case(
             })
         }
         _ => Err(format!(
-            "{which:?} {scene} {size}: {}{}",
+            "{:?} {} {}: {}{}",
+            case.which,
+            case.scene,
+            case.size,
             stdout,
             String::from_utf8_lossy(&output.stderr)
         )),
@@ -214,23 +251,7 @@ fn main() -> ExitCode {
 }
 
 fn child(args: &[String]) -> Result<(), String> {
-    let [which, scene, size, frames, threads, out] = args else {
-        return Err(format!("--case takes 6 arguments, got {args:?}"));
-    };
-    let which = match which.as_str() {
-        "stack" => Which::Stack,
-        "llvmpipe" => Which::Llvmpipe,
-        other => return Err(format!("unknown renderer {other:?}")),
-    };
-    let parse = |s: &str| s.parse::<u32>().map_err(|e| format!("{s:?}: {e}"));
-    let m = run_case(
-        which,
-        scene,
-        parse(size)?,
-        parse(frames)?.max(2),
-        parse(threads)? as usize,
-        Path::new(out),
-    )?;
+    let m = run_case(&Case::parse(args)?)?;
     println!(
         "measured {} {} {} {} {}",
         m.first_wall.as_nanos(),
@@ -288,19 +309,22 @@ fn run_cases(
     println!("|---|---|---|---|---|---|---|---|---|---|");
     for scene in scenes {
         for &size in sizes {
-            let reference_out = dir.join(format!("{scene}-{size}-llvmpipe.rgba"));
-            let stack_out = dir.join(format!("{scene}-{size}-stack.rgba"));
-            let reference = spawn_case(
-                Which::Llvmpipe,
-                scene,
+            let case = |which, name| Case {
+                which,
+                scene: scene.clone(),
                 size,
                 frames,
                 threads,
-                &reference_out,
-            )?;
-            let stack = spawn_case(Which::Stack, scene, size, frames, threads, &stack_out)?;
+                out: dir.join(format!("{scene}-{size}-{name}.rgba")),
+            };
+            let (reference_case, stack_case) = (
+                case(Which::Llvmpipe, "llvmpipe"),
+                case(Which::Stack, "stack"),
+            );
+            let reference = spawn_case(&reference_case)?;
+            let stack = spawn_case(&stack_case)?;
             let read = |p: &Path| std::fs::read(p).map_err(|e| format!("{}: {e}", p.display()));
-            let diff = ImageDiff::of(&read(&reference_out)?, &read(&stack_out)?);
+            let diff = ImageDiff::of(&read(&reference_case.out)?, &read(&stack_case.out)?);
             println!(
                 "| {scene} | {size}² | {} / {} | {} / {} | {} / {} | {} | {} | {} | {:.0} / {:.0} | {diff} |",
                 ms(reference.steady_wall),

@@ -462,7 +462,7 @@ unsafe fn volatile_read(src: *const u8, buf: &mut [u8]) {
     let len = buf.len();
     // One aligned 32-bit word (an RGBA8 texel or pixel, a register's
     // worth): a single load.
-    if len == 4 && src.align_offset(4) == 0 {
+    if len == 4 && src.cast::<u32>().is_aligned() {
         // SAFETY: in bounds per the caller, and 4-byte aligned.
         let word = unsafe { src.cast::<u32>().read_volatile() };
         buf.copy_from_slice(&word.to_ne_bytes());
@@ -495,7 +495,7 @@ unsafe fn volatile_read(src: *const u8, buf: &mut [u8]) {
 /// `dst..dst + data.len()` must be mapped and writable.
 unsafe fn volatile_write(dst: *mut u8, data: &[u8]) {
     let len = data.len();
-    if len == 4 && dst.align_offset(4) == 0 {
+    if len == 4 && dst.cast::<u32>().is_aligned() {
         let mut word = [0u8; 4];
         word.copy_from_slice(data);
         // SAFETY: in bounds per the caller, and 4-byte aligned.
