@@ -24,20 +24,21 @@ use crate::usc::ProgramCache;
 /// only under its `sync` policy), and if it will not, render what is
 /// binned so far (a partial render: the segment ends with `partial_eot`,
 /// the next starts with `partial_bg`, depth and stencil go through the
-/// ZLS control) and start binning again from an empty buffer.
+/// ZLS control) and start binning again from an empty buffer. Returns the
+/// tiles the partial render shaded (none when the buffer grew).
 fn overflowed(
     ctx: &RunContext<'_>,
     vm: GpuVm<'_>,
     body: &RunVertexBody,
     binner: &mut tiler::Binner<'_>,
     workers: usize,
-) -> Result<(), EngineResult> {
+) -> Result<u64, EngineResult> {
     let wanted = u64::from(binner.blocks()).max(1);
     if let Some(blocks) = ctx.services.grow_tvb(binner.buffer_id(), wanted) {
         let info = tvb_info(ctx, body.buffer)?;
         if u64::from(info.block_count) >= blocks && info.block_count > binner.blocks() {
             binner.grown(&info);
-            return Ok(());
+            return Ok(0);
         }
     }
     tracing::debug!(
@@ -46,7 +47,7 @@ fn overflowed(
     );
     binner.publish()?;
     let info = tvb_info(ctx, body.buffer)?;
-    render_scene(
+    let tiles = render_scene(
         ctx,
         vm,
         body.usc_exec_base.get(),
@@ -58,7 +59,8 @@ fn overflowed(
         // the fragment stage's helper, as the pass's own do.
         HelperProgram::of(&body.fragment_helper, body.usc_exec_base.get()),
     )?;
-    binner.next_segment()?.map_err(|_| overflow(body.buffer))
+    binner.next_segment()?.map_err(|_| overflow(body.buffer))?;
+    Ok(tiles)
 }
 
 /// RunVertex: walks the VDM control stream, shading and binning draws.
@@ -91,6 +93,7 @@ fn vertex(ctx: &RunContext<'_>, workers: usize) -> Result<(), EngineResult> {
     let mut item = Vec::new();
     let mut pc = body.vdm_ctrl_stream_base.get();
     let mut walked = 0u64;
+    let mut partial_render_tiles = 0u64;
     loop {
         walked += 1;
         if walked.is_multiple_of(WATCHDOG_STRIDE) {
@@ -124,7 +127,8 @@ fn vertex(ctx: &RunContext<'_>, workers: usize) -> Result<(), EngineResult> {
             VdmBlock::IndexList(list) => {
                 let draw = tiler::Draw::of(&list, pc)?;
                 let mut on_overflow = |binner: &mut tiler::Binner<'_>| {
-                    overflowed(ctx, vm.clone(), &body, binner, workers)
+                    partial_render_tiles += overflowed(ctx, vm.clone(), &body, binner, workers)?;
+                    Ok(())
                 };
                 tiler::draw(
                     vm.clone(),
@@ -166,6 +170,11 @@ fn vertex(ctx: &RunContext<'_>, workers: usize) -> Result<(), EngineResult> {
         (
             std::mem::offset_of!(TvbInfo, partial_renders),
             info.partial_renders.wrapping_add(stats.partial_renders),
+        ),
+        (
+            std::mem::offset_of!(TvbInfo, partial_render_tiles),
+            info.partial_render_tiles
+                .wrapping_add(partial_render_tiles as u32),
         ),
         (
             std::mem::offset_of!(TvbInfo, renders),

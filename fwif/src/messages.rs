@@ -301,9 +301,16 @@ pub struct TvbInfo {
     pub partial_renders: u32,
     /// The buffer's id: what a GrowTVB event names it by.
     pub buffer_id: u32,
+    /// Tiles the partial renders shaded, over all renders
+    /// (firmware-written): a partial render visits only the tiles that
+    /// hold geometry, except the first segment of a pass that processes
+    /// empty tiles.
+    pub partial_render_tiles: u32,
+    /// MBZ.
+    pub pad: u32,
 }
 
-const _: () = assert!(size_of::<TvbInfo>() == 48);
+const _: () = assert!(size_of::<TvbInfo>() == 56);
 
 /// Derives shared by the command bodies: plain little-endian data in
 /// shared memory, every byte a named field.

@@ -41,13 +41,15 @@ pub fn max_tile(element_bytes: u32) -> Option<(u32, u32)> {
     })
 }
 
-/// Interleaves the bits of `v` with zeros (bit i -> bit 2i).
+/// Interleaves the bits of `v` with zeros (bit i -> bit 2i): each step
+/// moves the upper half of every group of bits up by the group's width.
 fn spread(v: u32) -> u64 {
-    let mut out = 0u64;
-    for bit in 0..32 {
-        out |= u64::from((v >> bit) & 1) << (2 * bit);
-    }
-    out
+    let mut x = u64::from(v);
+    x = (x | (x << 16)) & 0x0000_FFFF_0000_FFFF;
+    x = (x | (x << 8)) & 0x00FF_00FF_00FF_00FF;
+    x = (x | (x << 4)) & 0x0F0F_0F0F_0F0F_0F0F;
+    x = (x | (x << 2)) & 0x3333_3333_3333_3333;
+    (x | (x << 1)) & 0x5555_5555_5555_5555
 }
 
 /// The Z-order index of (x, y) within a tile.
@@ -259,8 +261,21 @@ impl ImageLayout {
                 }
                 let (tw, th) = l.tile;
                 let tiles_per_row = u64::from(l.stride_el.div_ceil(tw));
-                let tile = u64::from(y / th) * tiles_per_row + u64::from(x / tw);
-                let index = tile * u64::from(tw * th) + morton(x % tw, y % th);
+                // Tiles are powers of two (`max_tile` and its halvings):
+                // shifts and masks rather than four divisions.
+                let (tile, within) = if tw.is_power_of_two() && th.is_power_of_two() {
+                    let (sx, sy) = (tw.trailing_zeros(), th.trailing_zeros());
+                    (
+                        u64::from(y >> sy) * tiles_per_row + u64::from(x >> sx),
+                        morton(x & (tw - 1), y & (th - 1)),
+                    )
+                } else {
+                    (
+                        u64::from(y / th) * tiles_per_row + u64::from(x / tw),
+                        morton(x % tw, y % th),
+                    )
+                };
+                let index = tile * u64::from(tw * th) + within;
                 Some(
                     u64::from(layer) * layer_stride_bytes
                         + l.offset_bytes
@@ -457,6 +472,24 @@ mod tests {
         assert_eq!(morton(3, 3), 15);
         assert_eq!(morton(4, 0), 16);
         assert_eq!(morton(127, 0), 0b01_0101_0101_0101);
+    }
+
+    #[test]
+    fn spreading_moves_every_bit_i_to_bit_2i() {
+        let by_bits = |v: u32| {
+            (0..32).fold(0u64, |out, bit| {
+                out | (u64::from((v >> bit) & 1) << (2 * bit))
+            })
+        };
+        let mut v = 0x9E37_79B9u32;
+        for _ in 0..1000 {
+            assert_eq!(spread(v), by_bits(v), "{v:#x}");
+            v = v.rotate_left(5) ^ v.wrapping_mul(0x2545_F491);
+        }
+        for v in [0, 1, u32::MAX, 1 << 31, 0xFFFF, 0xFFFF_0000] {
+            assert_eq!(spread(v), by_bits(v), "{v:#x}");
+        }
+        assert_eq!(morton(u32::MAX, u32::MAX), u64::MAX);
     }
 
     #[test]

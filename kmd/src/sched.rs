@@ -118,6 +118,7 @@ struct TvbHeap {
     renders_seen: u32,
     overflows_seen: u32,
     partials_seen: u32,
+    partial_tiles_seen: u32,
     /// Reports recorded in the statistics that the growth policy has not
     /// sized a render for yet, merged.
     unsized_report: Option<RenderReport>,
@@ -137,11 +138,16 @@ impl TvbHeap {
             wanted_pages: u64::from(info.last_wanted_pages),
             overflows: u64::from(info.overflows.wrapping_sub(self.overflows_seen)),
             partial_renders: u64::from(info.partial_renders.wrapping_sub(self.partials_seen)),
+            partial_render_tiles: u64::from(
+                info.partial_render_tiles
+                    .wrapping_sub(self.partial_tiles_seen),
+            ),
         };
         self.policy.record(&report);
         self.renders_seen = info.renders;
         self.overflows_seen = info.overflows;
         self.partials_seen = info.partial_renders;
+        self.partial_tiles_seen = info.partial_render_tiles;
         let merged = match self.unsized_report.take() {
             None => report,
             Some(earlier) => RenderReport {
@@ -149,6 +155,7 @@ impl TvbHeap {
                 wanted_pages: earlier.wanted_pages.max(report.wanted_pages),
                 overflows: earlier.overflows + report.overflows,
                 partial_renders: earlier.partial_renders + report.partial_renders,
+                partial_render_tiles: earlier.partial_render_tiles + report.partial_render_tiles,
             },
         };
         self.unsized_report = Some(merged);
@@ -484,6 +491,7 @@ impl Scheduler {
                     renders_seen: 0,
                     overflows_seen: 0,
                     partials_seen: 0,
+                    partial_tiles_seen: 0,
                     unsized_report: None,
                 },
                 pending: VecDeque::new(),

@@ -104,6 +104,8 @@ pub struct RenderReport {
     pub overflows: u64,
     /// Partial renders done.
     pub partial_renders: u64,
+    /// Tiles those partial renders shaded.
+    pub partial_render_tiles: u64,
 }
 
 /// The heap's statistics.
@@ -117,6 +119,10 @@ pub struct TvbStats {
     pub overflows: u64,
     /// Partial renders over all renders.
     pub partial_renders: u64,
+    /// Tiles the partial renders shaded, over all renders (a partial render
+    /// visits only the tiles its segment binned geometry into, after the
+    /// pass's first).
+    pub partial_render_tiles: u64,
     /// Times the heap grew.
     pub grows: u64,
     /// The pages the last reported render wanted in all (the sum over its
@@ -225,6 +231,7 @@ impl Tvb {
         self.stats.renders += 1;
         self.stats.overflows += report.overflows;
         self.stats.partial_renders += report.partial_renders;
+        self.stats.partial_render_tiles += report.partial_render_tiles;
     }
 
     /// Sizes the heap before a render: applies the policy to the previous
@@ -402,6 +409,7 @@ mod tests {
             wanted_pages: 160,
             overflows: 3,
             partial_renders: 3,
+            partial_render_tiles: 12,
         };
         tvb.record(&report);
         // 160 pages = 40 blocks, + 1/8 = 45.
@@ -410,8 +418,13 @@ mod tests {
         assert_eq!(tvb.before_render(Some(&peak(u64::MAX / 8)), 8), MAX_BLOCKS);
         let stats = tvb.stats();
         assert_eq!(
-            (stats.overflows, stats.partial_renders, stats.peak_pages),
-            (3, 3, 32)
+            (
+                stats.overflows,
+                stats.partial_renders,
+                stats.partial_render_tiles,
+                stats.peak_pages
+            ),
+            (3, 3, 12, 32)
         );
     }
 

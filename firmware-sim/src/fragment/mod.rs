@@ -69,4 +69,5 @@ fn fragment(ctx: &RunContext<'_>, workers: usize) -> Result<(), EngineResult> {
         workers,
         HelperProgram::of(&body.helper, body.usc_exec_base.get()),
     )
+    .map(|_tiles| ())
 }

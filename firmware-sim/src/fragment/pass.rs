@@ -48,6 +48,16 @@ fn segment_zls(pass: ZlsControl, resumed: bool) -> ZlsControl {
 /// `partial_eot` for one ended by a partial render. Tiles are independent
 /// and run on `workers` host threads; when several fail, the
 /// lowest-numbered tile's failure is reported, whatever the thread count.
+///
+/// A segment that is both resumed and ended by a partial render skips the
+/// tiles it binned nothing into, even when the pass processes empty tiles:
+/// for such a tile the segment would only load what the previous segment
+/// stored (`partial_bg`) and store it again (`partial_eot`). The first
+/// segment (which may clear) and the last (whose `eot` may differ from the
+/// partial store) still visit every tile the pass asks for, so a frame's
+/// partial renders cost what their geometry covers rather than a pass over
+/// every tile each (`Documentation/parameter-buffer.md`). Returns the
+/// number of tiles rendered.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn render_scene(
     ctx: &RunContext<'_>,
@@ -58,7 +68,7 @@ pub(crate) fn render_scene(
     last: bool,
     workers: usize,
     helper: Option<HelperProgram>,
-) -> Result<(), EngineResult> {
+) -> Result<u64, EngineResult> {
     let area = (render.width_px, render.height_px);
     // A helper keeps per-core state in memory: no more threads than
     // cores.
@@ -86,7 +96,7 @@ pub(crate) fn render_scene(
     }
     let Some(scene) = read_scene(&vm, info, area)? else {
         tracing::debug!("no scene: the vertex half did not finish");
-        return Ok(());
+        return Ok(0);
     };
     let resumed = scene.header.segment > 0;
     let zls = segment_zls(
@@ -121,9 +131,11 @@ pub(crate) fn render_scene(
         zls_planes,
         heap: (!render.sampler_heap.is_null())
             .then_some((render.sampler_heap.get(), render.sampler_count)),
-        process_empty: render.process_empty_tiles(),
+        // A partial render of a resumed segment skips empty tiles (above).
+        process_empty: render.process_empty_tiles() && (!resumed || last),
         watchdog,
         sample_positions: sample_positions(samples, render.ppp_multisamplectl),
+        tiles_rendered: std::sync::atomic::AtomicU64::new(0),
     };
     // Tiles are numbered row by row, layer by layer; none is listed up
     // front (a pass may have 2^31 of them).
@@ -155,7 +167,10 @@ pub(crate) fn render_scene(
             pass.render_tile(vm.clone(), worker, (layer, tx, ty))
         },
         |worker| worker.helper.end(&mut vm.clone(), &pass.watchdog),
-    )
+    )?;
+    Ok(pass
+        .tiles_rendered
+        .load(std::sync::atomic::Ordering::Relaxed))
 }
 
 /// What every tile of a segment shares.
@@ -171,10 +186,13 @@ pub(super) struct Pass<'a> {
     /// The depth and stencil planes `zls` loads and stores.
     pub(super) zls_planes: ZlsPlanes,
     pub(super) heap: Option<(u64, u32)>,
+    /// Whether tiles with no primitives in this segment are rendered.
     pub(super) process_empty: bool,
     pub(super) watchdog: Watchdog<'a>,
     /// Sample positions in 1/256 pixel from the pixel's corner.
     pub(super) sample_positions: Vec<(i64, i64)>,
+    /// Tiles not skipped as empty.
+    pub(super) tiles_rendered: std::sync::atomic::AtomicU64,
 }
 
 /// One worker's tile memory and caches.
@@ -226,6 +244,8 @@ impl Pass<'_> {
         if primitives.is_empty() && !self.process_empty {
             return Ok(());
         }
+        self.tiles_rendered
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.watchdog
             .charge(u64::from(tile_w * tile_h) * u64::from(render.samples.max(1)));
         let origin = (tx * tile_w, ty * tile_h);
