@@ -129,16 +129,22 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
             .map_or("simulated".to_owned(), |p| p.display().to_string()),
     );
     let renderer = Renderer::new(&device, &mesh, width, height)?;
-    let progress = (args.frames > 1).then(|| {
-        let bar = indicatif::ProgressBar::new(u64::from(args.frames));
+    // On a terminal: frames done, and a spinner and the time so far that
+    // keep moving while a long frame renders (indicatif hides the bar
+    // when stderr is not a terminal).
+    let progress = {
+        let bar = indicatif::ProgressBar::new(u64::from(args.frames.max(1)));
         bar.set_style(
-            indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} frames {msg}")
-                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+            indicatif::ProgressStyle::with_template(
+                "{spinner} {bar:40} {pos}/{len} frames, {elapsed} so far",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
         );
+        bar.enable_steady_tick(std::time::Duration::from_millis(200));
         bar
-    });
+    };
     let mut last_blocks = None;
-    let mut last_partials = 0;
+    let mut last_partials = (0, 0);
     for frame in 0..args.frames.max(1) {
         let report = renderer
             .frame(frame)
@@ -147,11 +153,15 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
             Some(tvb) => {
                 let grew = last_blocks.is_some_and(|b| b != tvb.blocks);
                 last_blocks = Some(tvb.blocks);
-                let partials = tvb.partial_renders - last_partials;
-                last_partials = tvb.partial_renders;
+                let (partials, partial_tiles) = (
+                    tvb.partial_renders - last_partials.0,
+                    tvb.partial_render_tiles - last_partials.1,
+                );
+                last_partials = (tvb.partial_renders, tvb.partial_render_tiles);
                 format!(
                     "frame {frame}: {:.1} ms; parameter buffer {} blocks ({:.1} MiB){}, \
-                     {partials} partial renders ({} in all), wanted {} pages, {} grows; {} faults",
+                     {partials} partial renders of {partial_tiles} tiles ({} in all), \
+                     wanted {} pages, {} grows; {} faults",
                     report.gpu_time.as_secs_f64() * 1e3,
                     tvb.blocks,
                     tvb.allocated_bytes() as f64 / (1 << 20) as f64,
@@ -167,17 +177,14 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
                 report.gpu_time.as_secs_f64() * 1e3
             ),
         };
-        match &progress {
-            Some(bar) if !bar.is_hidden() => {
-                bar.println(line);
-                bar.inc(1);
-            }
-            _ => println!("{line}"),
+        if progress.is_hidden() {
+            println!("{line}");
+        } else {
+            progress.println(line);
         }
+        progress.inc(1);
     }
-    if let Some(bar) = progress {
-        bar.finish_and_clear();
-    }
+    progress.finish_and_clear();
     let png = encode_png(width, height, &renderer.pixels()?)?;
     std::fs::write(&args.out, png)?;
     println!("wrote {}", args.out.display());
