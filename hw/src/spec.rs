@@ -330,6 +330,12 @@ pub trait Format: Sized + Default + Clone + fmt::Debug + fmt::Display + PartialE
 pub fn extract_bits(bytes: &[u8], lo: u32, width: u32) -> u64 {
     debug_assert!((1..=64).contains(&width));
     let (first, last) = byte_span(lo, width);
+    // Most fields fit in one 8-byte window of the format: one load.
+    if let Some((start, shift)) = word_window(bytes.len(), lo, width) {
+        let word = &bytes[start..start + 8];
+        let word = u64::from_le_bytes(word.try_into().unwrap_or_default());
+        return (word >> shift) & (u64::MAX >> (64 - width));
+    }
     // A field of at most 64 bits spans at most 9 bytes: gather them into a
     // u128 and shift once, instead of moving bit by bit.
     let mut window = 0u128;
@@ -345,18 +351,41 @@ pub fn extract_bits(bytes: &[u8], lo: u32, width: u32) -> u64 {
 pub fn insert_bits(bytes: &mut [u8], lo: u32, width: u32, value: u64) {
     debug_assert!((1..=64).contains(&width));
     let (first, last) = byte_span(lo, width);
+    // Most fields fit in one 8-byte window of the format: one load and
+    // one store (bytes outside the field are written back unchanged).
+    if let Some((start, shift)) = word_window(bytes.len(), lo, width) {
+        let span = &mut bytes[start..start + 8];
+        let mut word = u64::from_le_bytes((&*span).try_into().unwrap_or_default());
+        let mask = (u64::MAX >> (64 - width)) << shift;
+        word = (word & !mask) | ((value << shift) & mask);
+        span.copy_from_slice(&word.to_le_bytes());
+        return;
+    }
+    let shift = lo % 8;
     let span = &mut bytes[first..=last];
     let mut window = 0u128;
     for (i, &b) in span.iter().enumerate() {
         window |= u128::from(b) << (8 * i);
     }
-    let shift = lo % 8;
     window &= !(field_mask(width) << shift);
     window |= (u128::from(value) & field_mask(width)) << shift;
     for (i, b) in span.iter_mut().enumerate() {
         // CAST: keeps the byte at position i.
         *b = (window >> (8 * i)) as u8;
     }
+}
+
+/// The 8 bytes of a `len`-byte format that hold bits `lo..lo + width`,
+/// as (first byte, the field's shift within them): the window starts at
+/// the field's first byte, or 8 bytes before the end near the end. `None`
+/// when the format is shorter than 8 bytes or the field straddles two
+/// windows (it then spans 9 bytes).
+fn word_window(len: usize, lo: u32, width: u32) -> Option<(usize, u32)> {
+    let first = (lo / 8) as usize;
+    let start = first.min(len.checked_sub(8)?);
+    // CAST: start <= lo / 8.
+    let shift = lo - 8 * start as u32;
+    (shift + width <= 64).then_some((start, shift))
 }
 
 /// Indices of the first and last byte a bit range touches.
@@ -575,18 +604,23 @@ mod tests {
     proptest::proptest! {
         #[test]
         fn bit_access_matches_a_bit_by_bit_reference(
-            bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 24),
-            lo in 0u32..128,
-            width in 1u32..=64,
+            bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 1..=24),
+            lo_seed in proptest::prelude::any::<u32>(),
+            width_seed in proptest::prelude::any::<u32>(),
             value in proptest::prelude::any::<u64>(),
         ) {
+            // Formats shorter than 8 bytes, and fields anywhere in a longer
+            // one up to its last bit (near the end too).
+            let bits = 8 * bytes.len() as u32;
+            let width = 1 + width_seed % bits.min(64);
+            let lo = lo_seed % (bits - width + 1);
             proptest::prop_assert_eq!(extract_bits(&bytes, lo, width), reference_extract(&bytes, lo, width));
             let mut written = bytes.clone();
             insert_bits(&mut written, lo, width, value);
             let mask = if width == 64 { u64::MAX } else { (1 << width) - 1 };
             proptest::prop_assert_eq!(reference_extract(&written, lo, width), value & mask);
             // Bits outside the range are untouched.
-            for bit in (0..192).filter(|b| *b < lo || *b >= lo + width) {
+            for bit in (0..bits).filter(|b| *b < lo || *b >= lo + width) {
                 proptest::prop_assert_eq!(
                     reference_extract(&written, bit, 1),
                     reference_extract(&bytes, bit, 1)

@@ -128,6 +128,8 @@ pub struct ImageHeap {
     /// One bit per slot below `next_unused`: allocated (so a double free
     /// is refused instead of corrupting the free list).
     allocated: Vec<u64>,
+    /// The null texture descriptor every free slot holds, packed once.
+    null_texture: [u8; 24],
 }
 
 impl ImageHeap {
@@ -154,6 +156,7 @@ impl ImageHeap {
             pending: HashMap::new(),
             live: 0,
             allocated: Vec::new(),
+            null_texture: null_texture(base_va),
         };
         let texture = heap.alloc()?;
         let pbe = heap.alloc()?;
@@ -213,7 +216,7 @@ impl ImageHeap {
     }
 
     /// Writes the 24 bytes of slot `index`.
-    fn write(&mut self, index: DescriptorIndex, bytes: &[u8; 24]) -> Result<(), Error> {
+    fn write(&self, index: DescriptorIndex, bytes: &[u8; 24]) -> Result<(), Error> {
         let chunk = (index.0 / DESCRIPTORS_PER_CHUNK) as usize;
         let within = u64::from(index.0 % DESCRIPTORS_PER_CHUNK) * IMAGE_DESCRIPTOR_BYTES;
         let (_, map) = self.chunks.get(chunk).ok_or_else(|| Error::OutOfBounds {
@@ -260,7 +263,7 @@ impl ImageHeap {
                 self.next_unused - 1
             }
         };
-        if let Err(e) = self.write(DescriptorIndex(index), &null_texture(self.base_va)) {
+        if let Err(e) = self.write(DescriptorIndex(index), &self.null_texture) {
             // Not handed out: back to the free list.
             self.free.push(index);
             return Err(e);
@@ -313,7 +316,7 @@ impl ImageHeap {
     /// zero instead of the image.
     pub fn make_non_resident(&mut self, index: DescriptorIndex) -> Result<(), Error> {
         self.check_held(index)?;
-        self.write(index, &null_texture(self.base_va))
+        self.write(index, &self.null_texture)
     }
 
     /// Frees slot `index` once the GPU has passed `retire` (a point on
@@ -341,7 +344,7 @@ impl ImageHeap {
             if point > completed {
                 break;
             }
-            self.write(DescriptorIndex(index), &null_texture(self.base_va))?;
+            self.write(DescriptorIndex(index), &self.null_texture)?;
             if let Some(q) = self.pending.get_mut(&queue) {
                 q.pop_front();
             }
