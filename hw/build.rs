@@ -1004,7 +1004,7 @@ fn emit_format(out: &mut String, fm: &FormatDef, enums: &BTreeMap<String, EnumDe
 
     // Format impl
     let _ = writeln!(out, "impl Format for {name} {{\n    const SIZE_BYTES: usize = {n};\n    const INFO: &'static FormatInfo = &FormatInfo {{ name: \"{name}\", size_bytes: {n}, group: \"{}\", doc: \"{}\", fields: {upper}_FIELDS }};\n", esc(&fm.group), esc(&fm.doc));
-    let _ = writeln!(out, "    fn pack_into(&self, out: &mut [u8]) -> Result<(), PackError> {{\n        let fields = {upper}_FIELDS;\n        let len = out.len();\n        let Some(out) = out.get_mut(..{n}) else {{\n            return Err(PackError::BufferTooSmall {{ format: \"{name}\", size_bytes: {n}, len }});\n        }};\n        out.fill(0);");
+    let _ = writeln!(out, "    fn pack_into(&self, out: &mut [u8]) -> Result<(), PackError> {{\n        let fields = {upper}_FIELDS;\n        let len = out.len();\n        let Some(out) = out.get_mut(..{n}) else {{\n            return Err(PackError::BufferTooSmall {{ format: \"{name}\", size_bytes: {n}, len }});\n        }};\n        // Fields go into a scratch of at least 8 bytes (so that every\n        // field of a short format is one word access), then out at once.\n        let {mutable}scratch = [0u8; {scratch}];", scratch = n.max(8), mutable = if fm.fields.is_empty() { "" } else { "mut " });
     if fm.fields.is_empty() {
         let _ = writeln!(out, "        let _ = fields;");
     }
@@ -1034,14 +1034,20 @@ fn emit_format(out: &mut String, fm: &FormatDef, enums: &BTreeMap<String, EnumDe
         };
         match &f.cond {
             Some(c) => {
-                let _ = writeln!(out, "        if {} {{\n            write_stored(out, &fields[{i}], {stored});\n        }} else if value.{} != defaults.{} {{\n            return Err(PackError::InactiveField {{ format: \"{name}\", field: \"{}\", condition: {c:?} }});\n        }}", cond_expr(c, &fm.fields), f.name, f.name, f.name);
+                let _ = writeln!(out, "        if {} {{\n            write_stored(&mut scratch, &fields[{i}], {stored});\n        }} else if value.{} != defaults.{} {{\n            return Err(PackError::InactiveField {{ format: \"{name}\", field: \"{}\", condition: {c:?} }});\n        }}", cond_expr(c, &fm.fields), f.name, f.name, f.name);
             }
             None => {
-                let _ = writeln!(out, "        write_stored(out, &fields[{i}], {stored});");
+                let _ = writeln!(
+                    out,
+                    "        write_stored(&mut scratch, &fields[{i}], {stored});"
+                );
             }
         }
     }
-    let _ = writeln!(out, "        Ok(())\n    }}\n");
+    let _ = writeln!(
+        out,
+        "        out.copy_from_slice(&scratch[..{n}]);\n        Ok(())\n    }}\n"
+    );
     let _ = writeln!(out, "    fn unpack_from(bytes: &[u8]) -> Result<Unpacked<Self>, ShortInput> {{\n        match bytes.get(..{n}) {{\n            Some(bytes) => Ok(Self::decode_bytes(bytes)),\n            None => Err(ShortInput {{ format: \"{name}\", size_bytes: {n}, len: bytes.len() }}),\n        }}\n    }}\n");
     let _ = writeln!(out, "    fn decode_from(bytes: &[u8]) -> Result<Self, ShortInput> {{\n        match bytes.first_chunk::<{n}>() {{\n            Some(bytes) => Ok(Self::decode_fields(bytes)),\n            None => Err(ShortInput {{ format: \"{name}\", size_bytes: {n}, len: bytes.len() }}),\n        }}\n    }}\n");
     let _ = writeln!(

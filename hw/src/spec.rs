@@ -327,14 +327,30 @@ pub trait Format: Sized + Default + Clone + fmt::Debug + fmt::Display + PartialE
 }
 
 /// Reads `width` (1..=64) bits starting at bit `lo` (little-endian).
+#[inline]
 pub fn extract_bits(bytes: &[u8], lo: u32, width: u32) -> u64 {
     debug_assert!((1..=64).contains(&width));
-    let (first, last) = byte_span(lo, width);
     // Most fields fit in one 8-byte window of the format: one load.
     if let Some((start, shift)) = word_window(bytes.len(), lo, width) {
-        let word = &bytes[start..start + 8];
-        let word = u64::from_le_bytes(word.try_into().unwrap_or_default());
-        return (word >> shift) & (u64::MAX >> (64 - width));
+        if let Some(word) = bytes.get(start..start + 8) {
+            let word = u64::from_le_bytes(word.try_into().unwrap_or_default());
+            return (word >> shift) & (u64::MAX >> (64 - width));
+        }
+    }
+    extract_bits_slowly(bytes, lo, width)
+}
+
+/// [`extract_bits`] for a format shorter than 8 bytes or a field spanning
+/// 9 bytes.
+#[cold]
+#[inline(never)]
+fn extract_bits_slowly(bytes: &[u8], lo: u32, width: u32) -> u64 {
+    let (first, last) = byte_span(lo, width);
+    if bytes.len() < 8 && lo + width <= 8 * bytes.len() as u32 {
+        // A format shorter than 8 bytes: read as one zero-padded word.
+        let mut word = [0u8; 8];
+        word[..bytes.len()].copy_from_slice(bytes);
+        return (u64::from_le_bytes(word) >> lo) & (u64::MAX >> (64 - width));
     }
     // A field of at most 64 bits spans at most 9 bytes: gather them into a
     // u128 and shift once, instead of moving bit by bit.
@@ -348,17 +364,38 @@ pub fn extract_bits(bytes: &[u8], lo: u32, width: u32) -> u64 {
 
 /// Writes the low `width` (1..=64) bits of `value` starting at bit `lo`,
 /// leaving other bits alone.
+#[inline]
 pub fn insert_bits(bytes: &mut [u8], lo: u32, width: u32, value: u64) {
     debug_assert!((1..=64).contains(&width));
-    let (first, last) = byte_span(lo, width);
     // Most fields fit in one 8-byte window of the format: one load and
     // one store (bytes outside the field are written back unchanged).
     if let Some((start, shift)) = word_window(bytes.len(), lo, width) {
-        let span = &mut bytes[start..start + 8];
-        let mut word = u64::from_le_bytes((&*span).try_into().unwrap_or_default());
-        let mask = (u64::MAX >> (64 - width)) << shift;
-        word = (word & !mask) | ((value << shift) & mask);
-        span.copy_from_slice(&word.to_le_bytes());
+        if let Some(span) = bytes.get_mut(start..start + 8) {
+            let mask = (u64::MAX >> (64 - width)) << shift;
+            let mut word = u64::from_le_bytes((&*span).try_into().unwrap_or_default());
+            word = (word & !mask) | ((value << shift) & mask);
+            span.copy_from_slice(&word.to_le_bytes());
+            return;
+        }
+    }
+    insert_bits_slowly(bytes, lo, width, value);
+}
+
+/// [`insert_bits`] for a format shorter than 8 bytes or a field spanning
+/// 9 bytes.
+#[cold]
+#[inline(never)]
+fn insert_bits_slowly(bytes: &mut [u8], lo: u32, width: u32, value: u64) {
+    let (first, last) = byte_span(lo, width);
+    let mask = |shift: u32| (u64::MAX >> (64 - width)) << shift;
+    if bytes.len() < 8 && lo + width <= 8 * bytes.len() as u32 {
+        // A format shorter than 8 bytes: one zero-padded word.
+        let mut padded = [0u8; 8];
+        padded[..bytes.len()].copy_from_slice(bytes);
+        let word = u64::from_le_bytes(padded);
+        let word = (word & !mask(lo)) | ((value << lo) & mask(lo));
+        let len = bytes.len();
+        bytes.copy_from_slice(&word.to_le_bytes()[..len]);
         return;
     }
     let shift = lo % 8;
@@ -380,6 +417,7 @@ pub fn insert_bits(bytes: &mut [u8], lo: u32, width: u32, value: u64) {
 /// the field's first byte, or 8 bytes before the end near the end. `None`
 /// when the format is shorter than 8 bytes or the field straddles two
 /// windows (it then spans 9 bytes).
+#[inline]
 fn word_window(len: usize, lo: u32, width: u32) -> Option<(usize, u32)> {
     let first = (lo / 8) as usize;
     let start = first.min(len.checked_sub(8)?);
@@ -410,6 +448,7 @@ pub fn read_stored(bytes: &[u8], info: &FieldInfo) -> u64 {
 }
 
 /// Writes a field's stored value into its parts.
+#[inline]
 pub fn write_stored(bytes: &mut [u8], info: &FieldInfo, stored: u64) {
     let mut shift = 0;
     for &(lo, width) in info.parts {
@@ -430,6 +469,7 @@ pub fn mark_covered(mask: &mut [u8], info: &FieldInfo) {
 /// # Errors
 /// [`PackError::OutOfRange`], [`PackError::NotMultiple`] or
 /// [`PackError::NotPowerOfTwo`] naming `format` and the field.
+#[inline]
 pub fn encode(format: &'static str, info: &FieldInfo, logical: u64) -> Result<u64, PackError> {
     if logical < info.min || logical > info.max {
         return Err(PackError::OutOfRange {

@@ -11,6 +11,8 @@
 //!     [--frames N] [--threads N]
 //! ```
 //!
+//! A scene is `bunny`, `torus` or the path of an .obj or .ply mesh.
+//!
 //! It prints a Markdown table: per scene and size, the steady frame (the
 //! median of frames 1..N) and the first frame, wall and CPU time for each,
 //! the ratios, peak RSS and how the two images differ.
@@ -66,7 +68,12 @@ fn load_scene(name: &str) -> Result<Mesh, String> {
         "torus" => Ok(Mesh::torus(300, 100)),
         "bunny" => Mesh::load(Path::new(BUNNY))
             .map_err(|e| format!("{e} (Debian: apt-get install glmark2-data)")),
-        other => Err(format!("unknown scene {other:?} (bunny, torus)")),
+        path if path.ends_with(".obj") || path.ends_with(".ply") => {
+            Mesh::load(Path::new(path)).map_err(|e| e.to_string())
+        }
+        other => Err(format!(
+            "unknown scene {other:?} (bunny, torus, or a path to an .obj or .ply mesh)"
+        )),
     }
 }
 

@@ -123,7 +123,7 @@ pub struct ImageHeap {
     next_unused: u32,
     free: Vec<u32>,
     /// Freed slots waiting for their queue: queue -> (slot, point).
-    pending: HashMap<u32, VecDeque<(u32, u64)>>,
+    pending: FastMap<u32, VecDeque<(u32, u64)>>,
     live: u32,
     /// One bit per slot below `next_unused`: allocated (so a double free
     /// is refused instead of corrupting the free list).
@@ -153,7 +153,7 @@ impl ImageHeap {
             chunks: Vec::new(),
             next_unused: 0,
             free: Vec::new(),
-            pending: HashMap::new(),
+            pending: FastMap::default(),
             live: 0,
             allocated: Vec::new(),
             null_texture: null_texture(base_va),
@@ -379,6 +379,62 @@ impl Drop for ImageHeap {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct SamplerIndex(pub u16);
 
+/// A hash map with [`WordHasher`]: the sampler heap's keys are small
+/// (slots, queue ids, 8 or 24 packed bytes), and SipHash was most of a
+/// dedup hit's cost.
+type FastMap<K, V> = HashMap<K, V, std::hash::BuildHasherDefault<WordHasher>>;
+
+/// A multiply-rotate hash over 8-byte words (the Fx hash of rustc). Not
+/// resistant to chosen collisions, which only a client's own samplers
+/// could cause, against its own heap.
+#[derive(Debug, Default, Clone, Copy)]
+struct WordHasher(u64);
+
+impl WordHasher {
+    fn add(&mut self, word: u64) {
+        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(0x517c_c1b7_2722_0a95);
+    }
+}
+
+impl std::hash::Hasher for WordHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        let mut words = bytes.chunks_exact(8);
+        for word in &mut words {
+            self.add(u64::from_le_bytes(word.try_into().unwrap_or_default()));
+        }
+        let rest = words.remainder();
+        if !rest.is_empty() {
+            let mut last = [0u8; 8];
+            last[..rest.len()].copy_from_slice(rest);
+            self.add(u64::from_le_bytes(last));
+        }
+    }
+
+    fn write_u8(&mut self, n: u8) {
+        self.add(u64::from(n));
+    }
+
+    fn write_u16(&mut self, n: u16) {
+        self.add(u64::from(n));
+    }
+
+    fn write_u32(&mut self, n: u32) {
+        self.add(u64::from(n));
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.add(n);
+    }
+
+    fn write_usize(&mut self, n: usize) {
+        self.add(n as u64);
+    }
+}
+
 /// What identifies a sampler: its packed bytes and, for a custom border
 /// colour, the packed border.
 type SamplerContent = ([u8; 8], Option<[u8; 16]>);
@@ -391,7 +447,7 @@ struct SharedSampler {
     /// The latest retire point per queue of the references released so
     /// far: a shared slot is read by every holder's work, so it is free
     /// only once every one of these queues has passed its point.
-    retire: HashMap<u32, u64>,
+    retire: FastMap<u32, u64>,
 }
 
 /// The deduplicating sampler heap.
@@ -400,16 +456,16 @@ pub struct SamplerHeap {
     buffer: Buffer,
     capacity: u16,
     /// Content (sampler, border) -> the slot holding it.
-    by_content: HashMap<SamplerContent, SharedSampler>,
+    by_content: FastMap<SamplerContent, SharedSampler>,
     /// First slot -> content, for release.
-    by_slot: HashMap<u16, SamplerContent>,
+    by_slot: FastMap<u16, SamplerContent>,
     free_single: Vec<u16>,
     free_triple: Vec<u16>,
     next_unused: u16,
     /// Freed slots waiting for a queue: queue -> (slot, point).
-    pending: HashMap<u32, VecDeque<(u16, u64)>>,
+    pending: FastMap<u32, VecDeque<(u16, u64)>>,
     /// Freed slots -> (three slots, queues still to pass their point).
-    retiring: HashMap<u16, (bool, usize)>,
+    retiring: FastMap<u16, (bool, usize)>,
 }
 
 /// The sampler heap's default capacity in 8-byte slots.
@@ -428,13 +484,13 @@ impl SamplerHeap {
         Ok(SamplerHeap {
             buffer,
             capacity,
-            by_content: HashMap::new(),
-            by_slot: HashMap::new(),
+            by_content: FastMap::default(),
+            by_slot: FastMap::default(),
             free_single: Vec::new(),
             free_triple: Vec::new(),
             next_unused: 0,
-            pending: HashMap::new(),
-            retiring: HashMap::new(),
+            pending: FastMap::default(),
+            retiring: FastMap::default(),
         })
     }
 
@@ -520,7 +576,7 @@ impl SamplerHeap {
             SharedSampler {
                 slot,
                 references: 1,
-                retire: HashMap::new(),
+                retire: FastMap::default(),
             },
         );
         self.by_slot.insert(slot, key);
