@@ -25,7 +25,7 @@ use crate::usc::ProgramCache;
 /// binned so far (a partial render: the segment ends with `partial_eot`,
 /// the next starts with `partial_bg`, depth and stencil go through the
 /// ZLS control) and start binning again from an empty buffer. Returns the
-/// tiles the partial render shaded (none when the buffer grew).
+/// tiles the partial render visited (none when the buffer grew).
 fn overflowed(
     ctx: &RunContext<'_>,
     vm: GpuVm<'_>,
@@ -172,15 +172,18 @@ fn vertex(ctx: &RunContext<'_>, workers: usize) -> Result<(), EngineResult> {
             info.partial_renders.wrapping_add(stats.partial_renders),
         ),
         (
-            std::mem::offset_of!(TvbInfo, partial_render_tiles),
-            info.partial_render_tiles
-                .wrapping_add(partial_render_tiles as u32),
-        ),
-        (
             std::mem::offset_of!(TvbInfo, renders),
             info.renders.wrapping_add(1),
         ),
     ];
+    let _ = ctx.firmware.write(
+        body.buffer
+            .offset(std::mem::offset_of!(TvbInfo, partial_render_tiles) as u64),
+        &info
+            .partial_render_tiles
+            .wrapping_add(partial_render_tiles)
+            .to_le_bytes(),
+    );
     for (offset, value) in report {
         let _ = ctx
             .firmware

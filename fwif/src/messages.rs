@@ -119,7 +119,7 @@ pub struct InitData {
 /// Identifies an [`InitData`] block.
 pub const INIT_MAGIC: u64 = u64::from_le_bytes(*b"AGXFWIF\0");
 /// The interface version these layouts describe.
-pub const INTERFACE_VERSION: u32 = 4;
+pub const INTERFACE_VERSION: u32 = 5;
 
 const _: () = assert!(size_of::<InitData>() == 16 + 24 * 3 + 24 * 12 + 24 + 24 + 8);
 
@@ -301,13 +301,10 @@ pub struct TvbInfo {
     pub partial_renders: u32,
     /// The buffer's id: what a GrowTVB event names it by.
     pub buffer_id: u32,
-    /// Tiles the partial renders shaded, over all renders
-    /// (firmware-written): a partial render visits only the tiles that
-    /// hold geometry, except the first segment of a pass that processes
-    /// empty tiles.
-    pub partial_render_tiles: u32,
-    /// MBZ.
-    pub pad: u32,
+    /// Tiles the partial renders visited, over all renders
+    /// (firmware-written): a partial render of a resumed segment visits
+    /// only the tiles it binned geometry into.
+    pub partial_render_tiles: u64,
 }
 
 const _: () = assert!(size_of::<TvbInfo>() == 56);

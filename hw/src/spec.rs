@@ -334,24 +334,31 @@ pub fn extract_bits(bytes: &[u8], lo: u32, width: u32) -> u64 {
     if let Some((start, shift)) = word_window(bytes.len(), lo, width) {
         if let Some(word) = bytes.get(start..start + 8) {
             let word = u64::from_le_bytes(word.try_into().unwrap_or_default());
-            return (word >> shift) & (u64::MAX >> (64 - width));
+            return (word >> shift) & low_bits(width);
         }
+    }
+    // CAST: a format is a few dozen bytes.
+    if bytes.len() < 8 && lo + width <= 8 * bytes.len() as u32 {
+        // A format shorter than 8 bytes (many control words): one
+        // zero-padded word.
+        let mut word = [0u8; 8];
+        word[..bytes.len()].copy_from_slice(bytes);
+        return (u64::from_le_bytes(word) >> lo) & low_bits(width);
     }
     extract_bits_slowly(bytes, lo, width)
 }
 
-/// [`extract_bits`] for a format shorter than 8 bytes or a field spanning
-/// 9 bytes.
+/// The low `width` (1..=64) bits set.
+#[inline]
+fn low_bits(width: u32) -> u64 {
+    u64::MAX >> (64 - width)
+}
+
+/// [`extract_bits`] for a field spanning 9 bytes.
 #[cold]
 #[inline(never)]
 fn extract_bits_slowly(bytes: &[u8], lo: u32, width: u32) -> u64 {
     let (first, last) = byte_span(lo, width);
-    if bytes.len() < 8 && lo + width <= 8 * bytes.len() as u32 {
-        // A format shorter than 8 bytes: read as one zero-padded word.
-        let mut word = [0u8; 8];
-        word[..bytes.len()].copy_from_slice(bytes);
-        return (u64::from_le_bytes(word) >> lo) & (u64::MAX >> (64 - width));
-    }
     // A field of at most 64 bits spans at most 9 bytes: gather them into a
     // u128 and shift once, instead of moving bit by bit.
     let mut window = 0u128;
@@ -371,7 +378,7 @@ pub fn insert_bits(bytes: &mut [u8], lo: u32, width: u32, value: u64) {
     // one store (bytes outside the field are written back unchanged).
     if let Some((start, shift)) = word_window(bytes.len(), lo, width) {
         if let Some(span) = bytes.get_mut(start..start + 8) {
-            let mask = (u64::MAX >> (64 - width)) << shift;
+            let mask = low_bits(width) << shift;
             let mut word = u64::from_le_bytes((&*span).try_into().unwrap_or_default());
             word = (word & !mask) | ((value << shift) & mask);
             span.copy_from_slice(&word.to_le_bytes());
@@ -387,13 +394,15 @@ pub fn insert_bits(bytes: &mut [u8], lo: u32, width: u32, value: u64) {
 #[inline(never)]
 fn insert_bits_slowly(bytes: &mut [u8], lo: u32, width: u32, value: u64) {
     let (first, last) = byte_span(lo, width);
-    let mask = |shift: u32| (u64::MAX >> (64 - width)) << shift;
+    // CAST: a format is a few dozen bytes.
     if bytes.len() < 8 && lo + width <= 8 * bytes.len() as u32 {
-        // A format shorter than 8 bytes: one zero-padded word.
+        // A format shorter than 8 bytes (generated packing goes through
+        // an 8-byte scratch instead): one zero-padded word.
         let mut padded = [0u8; 8];
         padded[..bytes.len()].copy_from_slice(bytes);
         let word = u64::from_le_bytes(padded);
-        let word = (word & !mask(lo)) | ((value << lo) & mask(lo));
+        let mask = low_bits(width) << lo;
+        let word = (word & !mask) | ((value << lo) & mask);
         let len = bytes.len();
         bytes.copy_from_slice(&word.to_le_bytes()[..len]);
         return;

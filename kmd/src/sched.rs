@@ -118,7 +118,7 @@ struct TvbHeap {
     renders_seen: u32,
     overflows_seen: u32,
     partials_seen: u32,
-    partial_tiles_seen: u32,
+    partial_tiles_seen: u64,
     /// Reports recorded in the statistics that the growth policy has not
     /// sized a render for yet, merged.
     unsized_report: Option<RenderReport>,
@@ -138,10 +138,9 @@ impl TvbHeap {
             wanted_pages: u64::from(info.last_wanted_pages),
             overflows: u64::from(info.overflows.wrapping_sub(self.overflows_seen)),
             partial_renders: u64::from(info.partial_renders.wrapping_sub(self.partials_seen)),
-            partial_render_tiles: u64::from(
-                info.partial_render_tiles
-                    .wrapping_sub(self.partial_tiles_seen),
-            ),
+            partial_render_tiles: info
+                .partial_render_tiles
+                .wrapping_sub(self.partial_tiles_seen),
         };
         self.policy.record(&report);
         self.renders_seen = info.renders;

@@ -104,7 +104,7 @@ pub struct RenderReport {
     pub overflows: u64,
     /// Partial renders done.
     pub partial_renders: u64,
-    /// Tiles those partial renders shaded.
+    /// Tiles those partial renders visited.
     pub partial_render_tiles: u64,
 }
 
@@ -119,7 +119,7 @@ pub struct TvbStats {
     pub overflows: u64,
     /// Partial renders over all renders.
     pub partial_renders: u64,
-    /// Tiles the partial renders shaded, over all renders (a partial render
+    /// Tiles the partial renders visited, over all renders (a partial render
     /// visits only the tiles its segment binned geometry into, after the
     /// pass's first).
     pub partial_render_tiles: u64,

@@ -44,8 +44,9 @@ fn a_frame_that_overflows_matches_one_that_does_not_bit_for_bit() {
     // And it is the right picture.
     assert_eq!(reference.count(NEAR_RGBA), 96 * 96);
     // The sheets are drawn row by row, so a segment's geometry is a band
-    // at most 2 of the 3 tile rows tall: after the first partial render
-    // (which clears, so it visits all 9 tiles) each visits at most 6.
+    // at most 2 of the 3 rows of 32x32 tiles tall: after the first
+    // partial render (the pass clears, so it processes empty tiles and
+    // visits all 9) each visits at most 6.
     let tvb = overflowed.tvb;
     assert!(
         tvb.partial_render_tiles >= 9 + (tvb.partial_renders - 1)

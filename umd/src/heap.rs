@@ -379,8 +379,8 @@ impl Drop for ImageHeap {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct SamplerIndex(pub u16);
 
-/// A hash map with [`WordHasher`]: the sampler heap's keys are small
-/// (slots, queue ids, 8 or 24 packed bytes), and SipHash was most of a
+/// A hash map with [`WordHasher`]: the heaps' keys are small (slots,
+/// queue ids, 8 or 24 packed bytes), and SipHash was most of a sampler
 /// dedup hit's cost.
 type FastMap<K, V> = HashMap<K, V, std::hash::BuildHasherDefault<WordHasher>>;
 

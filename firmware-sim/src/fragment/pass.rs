@@ -4,6 +4,8 @@
 //! depth-tested and shaded, depth and stencil out, the end-of-tile
 //! program.
 
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
 use agx_fwif::messages::{FaultUnit, RenderPass, TvbInfo};
 use agx_hw::formats::{FragmentFace, ZlsControl, ZlsFormat};
 
@@ -57,7 +59,7 @@ fn segment_zls(pass: ZlsControl, resumed: bool) -> ZlsControl {
 /// partial store) still visit every tile the pass asks for, so a frame's
 /// partial renders cost what their geometry covers rather than a pass over
 /// every tile each (`Documentation/parameter-buffer.md`). Returns the
-/// number of tiles rendered.
+/// number of tiles visited.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn render_scene(
     ctx: &RunContext<'_>,
@@ -77,7 +79,7 @@ pub(crate) fn render_scene(
     } else {
         workers
     };
-    let next_core = std::sync::atomic::AtomicU32::new(0);
+    let next_core = AtomicU32::new(0);
     let vm_slot = ctx.vm_slot;
     let (Ok(samples), Ok(sample_bytes)) = (
         u8::try_from(render.samples),
@@ -135,7 +137,7 @@ pub(crate) fn render_scene(
         process_empty: render.process_empty_tiles() && (!resumed || last),
         watchdog,
         sample_positions: sample_positions(samples, render.ppp_multisamplectl),
-        tiles_rendered: std::sync::atomic::AtomicU64::new(0),
+        tiles_visited: AtomicU64::new(0),
     };
     // Tiles are numbered row by row, layer by layer; none is listed up
     // front (a pass may have 2^31 of them).
@@ -150,11 +152,7 @@ pub(crate) fn render_scene(
         pending: Vec::new(),
         pending_stencil: Vec::new(),
         coverage: Vec::new(),
-        helper: StageHelper::new(
-            helper,
-            next_core.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
-            vm_slot,
-        ),
+        helper: StageHelper::new(helper, next_core.fetch_add(1, Ordering::Relaxed), vm_slot),
     };
     run_items_then(
         tiles,
@@ -168,9 +166,7 @@ pub(crate) fn render_scene(
         },
         |worker| worker.helper.end(&mut vm.clone(), &pass.watchdog),
     )?;
-    Ok(pass
-        .tiles_rendered
-        .load(std::sync::atomic::Ordering::Relaxed))
+    Ok(pass.tiles_visited.load(Ordering::Relaxed))
 }
 
 /// What every tile of a segment shares.
@@ -191,8 +187,8 @@ pub(super) struct Pass<'a> {
     pub(super) watchdog: Watchdog<'a>,
     /// Sample positions in 1/256 pixel from the pixel's corner.
     pub(super) sample_positions: Vec<(i64, i64)>,
-    /// Tiles not skipped as empty.
-    pub(super) tiles_rendered: std::sync::atomic::AtomicU64,
+    /// Tiles not skipped as empty (visited).
+    pub(super) tiles_visited: AtomicU64,
 }
 
 /// One worker's tile memory and caches.
@@ -244,8 +240,7 @@ impl Pass<'_> {
         if primitives.is_empty() && !self.process_empty {
             return Ok(());
         }
-        self.tiles_rendered
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.tiles_visited.fetch_add(1, Ordering::Relaxed);
         self.watchdog
             .charge(u64::from(tile_w * tile_h) * u64::from(render.samples.max(1)));
         let origin = (tx * tile_w, ty * tile_h);

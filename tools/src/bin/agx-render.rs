@@ -160,7 +160,7 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
                 last_partials = (tvb.partial_renders, tvb.partial_render_tiles);
                 format!(
                     "frame {frame}: {:.1} ms; parameter buffer {} blocks ({:.1} MiB){}, \
-                     {partials} partial renders of {partial_tiles} tiles ({} in all), \
+                     {partials} partial renders ({} in all) visiting {partial_tiles} tiles, \
                      wanted {} pages, {} grows; {} faults",
                     report.gpu_time.as_secs_f64() * 1e3,
                     tvb.blocks,
