@@ -18,6 +18,17 @@ use common::{Machine, BUDGET, CODE_BASE};
 
 const DATA: u64 = 0x2_0000_0000;
 
+/// Runs `source` on one SIMD-group to its `stop`, with a page of memory
+/// at DATA that `u0_u1` points to.
+fn run_over_data(source: &str) -> (Machine, SimdGroup) {
+    let mut m = Machine::new(source);
+    m.memory.map(DATA, 0x1000, true);
+    set_pair(&mut m.uniforms, 0, DATA);
+    let mut group = m.group();
+    assert_eq!(m.run(&mut group), Ok(Exit::Stopped));
+    (m, group)
+}
+
 fn set_pair(uniforms: &mut [u32; 256], n: usize, address: u64) {
     uniforms[n] = address as u32;
     uniforms[n + 1] = (address >> 32) as u32;
@@ -148,11 +159,7 @@ fn straight_line_programs_use_r0_as_an_ordinary_register() {
         iadd r0, r0, r1
         device_store 0, i32, x, r0, u0_u1, r1, unsigned, 0
         stop";
-    let mut m = Machine::new(source);
-    m.memory.map(DATA, 0x1000, true);
-    set_pair(&mut m.uniforms, 0, DATA);
-    let mut group = m.group();
-    assert_eq!(m.run(&mut group), Ok(Exit::Stopped));
+    let (m, group) = run_over_data(source);
     let expected: Vec<u32> = (0..32).map(|lane| 0x3e4c_cccd + lane).collect();
     assert_eq!(m.memory.peek_u32s(DATA, 32), expected);
     assert_eq!(group.exec_mask(), u32::MAX);
@@ -204,11 +211,7 @@ fn a_texture_instruction_no_lane_runs_does_not_reach_the_texture_unit() {
         mov_imm r2, 7
         device_store 0, i32, x, r2, u0_u1, r1, unsigned, 0
         stop";
-    let mut m = Machine::new(source);
-    m.memory.map(DATA, 0x1000, true);
-    set_pair(&mut m.uniforms, 0, DATA);
-    let mut group = m.group();
-    assert_eq!(m.run(&mut group), Ok(Exit::Stopped));
+    let (m, _) = run_over_data(source);
     assert_eq!(m.memory.peek_u32s(DATA, 32), vec![7; 32]);
 }
 

@@ -256,6 +256,20 @@ const POSITION_VS: &str = "
     st_var 1, r11, 3
     stop";
 
+/// [`POSITION_VS`] placed with its code at 0x3000 and its uniforms
+/// pointing at the vertices at [`VERTICES`].
+fn position_vs(m: &Machine) -> u64 {
+    m.program(
+        POSITION_VS,
+        0x3000,
+        0xC0,
+        &pair(DATA_VA + VERTICES),
+        UNIFORMS + 0x200,
+        0,
+        None,
+    )
+}
+
 /// Fragment shader: adds 1/255 to the red channel of the pixel (so a
 /// pixel's red value counts the triangles that covered it).
 const COUNT_FS: &str = "
@@ -571,15 +585,7 @@ fn a_fragment_shader_writes_an_rg11b10f_image_at_exactly_its_covered_pixels() {
         STORAGE_IMAGE,
         &vec![untouched; usize::from(SIZE) * usize::from(SIZE)],
     );
-    let vs = m.program(
-        POSITION_VS,
-        0x3000,
-        0xC0,
-        &pair(DATA_VA + VERTICES),
-        UNIFORMS + 0x200,
-        0,
-        None,
-    );
+    let vs = position_vs(&m);
     let fs = m.program(
         IMAGE_WRITE_FS,
         0x4000,
@@ -2252,15 +2258,7 @@ fn fragment_shaders_read_whether_their_triangle_faces_away() {
     let front = [[0.0, 0.0], [32.0, 0.0], [0.0, 32.0]];
     let back = [[63.0, 63.0], [63.0, 32.0], [32.0, 63.0]];
     m.poke_u32s(VERTICES, &clip(&[front, back].concat()));
-    let vs = m.program(
-        POSITION_VS,
-        0x3000,
-        0xC0,
-        &pair(DATA_VA + VERTICES),
-        UNIFORMS + 0x200,
-        0,
-        None,
-    );
+    let vs = position_vs(&m);
     let fs = m.program(
         FACING_FS,
         0x4000,

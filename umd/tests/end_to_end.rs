@@ -155,6 +155,11 @@ fn upload_words(device: &Device, words: impl IntoIterator<Item = u32>) -> Buffer
     device.upload(&bytes, false).unwrap()
 }
 
+/// A writable buffer of `count` zero words.
+fn zeroed_words(device: &Device, count: u32) -> Buffer {
+    device.upload(&vec![0u8; 4 * count as usize], true).unwrap()
+}
+
 /// The first `count` little-endian words of `buffer`.
 fn read_words(buffer: &Buffer, count: usize) -> Vec<u32> {
     buffer
@@ -540,7 +545,7 @@ fn a_compute_dispatch_matches_rust() {
     let n = 1000u32;
     let input: Vec<f32> = (0..n).map(|i| i as f32 * 0.75 - 100.0).collect();
     let x = upload_words(&device, input.iter().map(|v| v.to_bits()));
-    let y = device.upload(&vec![0u8; 4 * n as usize], true).unwrap();
+    let y = zeroed_words(&device, n);
     let mut cb = CommandBuffer::new(&device, &programs);
     let _shader = axpb(&device, &mut cb, &x, y.va(), n);
     run(&device, &queue, cb).unwrap();
@@ -621,9 +626,7 @@ fn record_recursive(
 fn a_recursive_routine_runs_on_stacks_the_helper_program_hands_out() {
     let (device, queue, programs) = gpu();
     let threads = 256u32;
-    let out = device
-        .upload(&vec![0u8; 4 * threads as usize], true)
-        .unwrap();
+    let out = zeroed_words(&device, threads);
     let shader = Shader::new(&device, RECURSIVE).unwrap();
     // 33 levels of two words.
     let mut cb = CommandBuffer::new(&device, &programs);
@@ -658,9 +661,7 @@ fn a_recursive_routine_runs_on_stacks_the_helper_program_hands_out() {
 fn a_helper_that_breaks_the_protocol_fails_only_its_command() {
     let (device, queue, programs) = gpu();
     let threads = 64u32;
-    let out = device
-        .upload(&vec![0u8; 4 * threads as usize], true)
-        .unwrap();
+    let out = zeroed_words(&device, threads);
     let shader = Shader::new(&device, RECURSIVE).unwrap();
     let record = |helper: Option<&str>| {
         let mut cb = CommandBuffer::new(&device, &programs);
@@ -842,8 +843,8 @@ fn timeline_semaphores_order_work_across_two_queues() {
     let n = 4096u32;
     let input: Vec<f32> = (0..n).map(|i| i as f32).collect();
     let x = upload_words(&device, input.iter().map(|v| v.to_bits()));
-    let y = device.upload(&vec![0u8; 4 * n as usize], true).unwrap();
-    let z = device.upload(&vec![0u8; 4 * n as usize], true).unwrap();
+    let y = zeroed_words(&device, n);
+    let z = zeroed_words(&device, n);
     // Producer: y = 3x + 0.5, signals point 1. Consumer waits for 1:
     // z = 3y + 0.5, signals point 2.
     let mut first = CommandBuffer::new(&device, &programs);
