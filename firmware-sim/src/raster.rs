@@ -148,11 +148,11 @@ pub(crate) fn setup_coefficients(
     };
     let first_output_slot = 1 + u32::from(ppp.frag_coord_z);
     let table = usc_exec_base.wrapping_add(table);
-    let header = CfBindingHeader::unpack(&read_words::<4>(vm, table)?).value;
+    let header = CfBindingHeader::decode_fields(&read_words::<4>(vm, table)?);
     let mut planes = vec![[0f32; 3]; header.coefficient_register_count as usize];
     for i in 0..u64::from(ppp.cf_binding_count) {
         let at = table + 4 + 4 * i;
-        let b = CfBinding::unpack(&read_words::<4>(vm, at)?).value;
+        let b = CfBinding::decode_fields(&read_words::<4>(vm, at)?);
         for c in 0..b.components {
             let register = (b.base_coefficient_register + c) as usize;
             let Some(out) = planes.get_mut(register) else {
