@@ -1165,6 +1165,9 @@ fn main() {
     let _ = writeln!(out, "/// Decodes the first bytes of `bytes` as the format called `name` and\n/// prints it with every issue found; `None` if no format has that name.\npub fn print_by_name(name: &str, bytes: &[u8]) -> Option<Result<String, ShortInput>> {{\n    match name {{\n{}        _ => None,\n    }}\n}}",
         spec.formats.iter().map(|f| format!("        \"{0}\" => Some({0}::unpack_from(bytes).map(|u| u.to_string())),\n", f.name)).collect::<String>());
 
+    let _ = writeln!(out, "\n/// The bytes of the format called `name` with every field at its spec\n/// default (constants included), the starting point of an encoder that\n/// sets fields by name; `None` if no format has that name.\npub fn default_bytes_by_name(name: &str) -> Option<Result<Vec<u8>, PackError>> {{\n    match name {{\n{}        _ => None,\n    }}\n}}",
+        spec.formats.iter().map(|f| format!("        \"{0}\" => Some({0}::default().pack().map(|bytes| bytes.to_vec())),\n", f.name)).collect::<String>());
+
     let out_dir = std::env::var("OUT_DIR").unwrap_or_else(|_| ".".into());
     let dest = Path::new(&out_dir).join("formats.rs");
     std::fs::write(&dest, out).unwrap_or_else(|e| panic!("cannot write {}: {e}", dest.display()));

@@ -1,17 +1,65 @@
-//! `agx-format`: decode raw bytes as any hardware format.
+//! `agx-format`: any hardware format, from bytes to fields and back.
 //!
 //! GPU hang dumps and captures are full of descriptors and control words.
-//! This command decodes one of them through the single format description
-//! in `agx-hw`, printing every field and every bit it cannot explain.
+//! `decode` prints one of them through the single format description in
+//! `agx-hw`, with every field and every bit it cannot explain; `encode`
+//! goes the other way, from `field=value` pairs to the words a test or a
+//! hand-written command stream needs, through the same range-checked
+//! packing the drivers use; `fields` lists what a format holds.
 
 use std::fmt::Write as _;
 
-/// A command line `agx-format` cannot act on.
+use agx_hw::{FieldInfo, FieldKind, FormatInfo};
+use clap::{Parser, Subcommand};
+
+/// The command line.
+#[derive(Debug, Parser)]
+#[command(
+    name = "agx-format",
+    version,
+    about = "Decode AGX hardware formats from hex, or encode them from field values",
+    after_help = "HEX is bytes (\"1d 04 80 00\") or 32-bit little-endian words (0x0080041d).\n\
+                  Exit status: 0 on success, 2 for a bad command line or input."
+)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// `agx-format`'s subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// List every format with its size and group.
+    List,
+    /// List a format's fields: bits, kind, encoding, range and default.
+    Fields {
+        /// The format's name (see `list`).
+        format: String,
+    },
+    /// Decode bytes as FORMAT and print every field and unknown bit.
+    Decode {
+        /// The format's name (see `list`).
+        format: String,
+        /// The bytes: two hex digits per byte, or 0x-prefixed 32-bit words.
+        #[arg(required = true)]
+        hex: Vec<String>,
+    },
+    /// Encode FORMAT from field=value pairs (the rest at their defaults)
+    /// and print it as 32-bit little-endian words.
+    Encode {
+        /// The format's name (see `list`).
+        format: String,
+        /// Field values: numbers (decimal or 0x hex), true/false, floats,
+        /// or enum variants by name.
+        #[arg(value_name = "FIELD=VALUE")]
+        fields: Vec<String>,
+    },
+}
+
+/// A command line or input `agx-format` cannot act on.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum FormatCliError {
-    /// No or unknown subcommand.
-    #[error("usage: agx-format list | agx-format decode FORMAT HEX...\n  HEX is bytes (\"1d 04 80 00\") or 32-bit little-endian words (0x0080041d)")]
-    Usage,
     /// The format name is not known.
     #[error("unknown format `{0}` (see `agx-format list`)")]
     UnknownFormat(String),
@@ -21,6 +69,50 @@ pub enum FormatCliError {
     /// Fewer bytes than the format needs.
     #[error(transparent)]
     Short(#[from] agx_hw::ShortInput),
+    /// An encode argument that is not `field=value`.
+    #[error("`{0}` is not FIELD=VALUE")]
+    NotAnAssignment(String),
+    /// No field of that name.
+    #[error("{format} has no field `{field}` (see `agx-format fields {format}`)")]
+    UnknownField {
+        /// The format.
+        format: &'static str,
+        /// The name given.
+        field: String,
+    },
+    /// A constant that identifies the format cannot be set.
+    #[error("{format}.{field} is a constant of the format and cannot be set")]
+    ConstantField {
+        /// The format.
+        format: &'static str,
+        /// The field.
+        field: &'static str,
+    },
+    /// A value that does not read as the field's kind.
+    #[error("{format}.{field}: `{value}` is not {expected}")]
+    BadValue {
+        /// The format.
+        format: &'static str,
+        /// The field.
+        field: &'static str,
+        /// The text given.
+        value: String,
+        /// What the field takes.
+        expected: String,
+    },
+    /// A conditional field set while its condition does not hold.
+    #[error("{format}.{field} only applies when {condition}")]
+    ConditionNotMet {
+        /// The format.
+        format: &'static str,
+        /// The field.
+        field: &'static str,
+        /// The condition, as `field == variant`.
+        condition: String,
+    },
+    /// A value the field cannot hold (range, alignment, power of two).
+    #[error(transparent)]
+    Pack(#[from] agx_hw::PackError),
 }
 
 /// Parses hex input: tokens starting with `0x` are 32-bit words stored
@@ -45,29 +137,239 @@ pub fn parse_hex(tokens: &[String]) -> Result<Vec<u8>, FormatCliError> {
     Ok(bytes)
 }
 
-/// Runs `agx-format` with `args` (without the program name) and returns
-/// what it prints.
+fn format_info(name: &str) -> Result<&'static FormatInfo, FormatCliError> {
+    agx_hw::ALL_FORMATS
+        .iter()
+        .copied()
+        .find(|f| f.name == name)
+        .ok_or_else(|| FormatCliError::UnknownFormat(name.to_owned()))
+}
+
+fn enum_info(name: &str) -> Option<&'static agx_hw::EnumInfo> {
+    agx_hw::ALL_ENUMS.iter().copied().find(|e| e.name == name)
+}
+
+fn kind_text(kind: FieldKind) -> String {
+    match kind {
+        FieldKind::Uint => "number".into(),
+        FieldKind::Hex => "number (hex)".into(),
+        FieldKind::Address => "address".into(),
+        FieldKind::Bool => "bool".into(),
+        FieldKind::Float => "float".into(),
+        FieldKind::Lod => "lod (4.6 fixed point)".into(),
+        FieldKind::Enum(name) => match enum_info(name) {
+            Some(e) => {
+                let names: Vec<&str> = e.variants.iter().map(|v| v.0).collect();
+                format!("{name}: {}", names.join(" | "))
+            }
+            None => name.into(),
+        },
+        FieldKind::Const { display, .. } => format!("constant {display}"),
+    }
+}
+
+fn parse_number(text: &str) -> Option<u64> {
+    let text = text.replace('_', "");
+    match text.strip_prefix("0x").or_else(|| text.strip_prefix("0X")) {
+        Some(hex) => u64::from_str_radix(hex, 16).ok(),
+        None => text.parse().ok(),
+    }
+}
+
+/// Whether two names are the same but for case, spaces, `_` and `-`
+/// (`MirroredRepeat`, `mirrored_repeat` and "Mirrored repeat" alike).
+fn same_name(a: &str, b: &str) -> bool {
+    let letters = |s: &str| {
+        s.chars()
+            .filter(|c| c.is_ascii_alphanumeric())
+            .map(|c| c.to_ascii_lowercase())
+            .collect::<String>()
+    };
+    letters(a) == letters(b)
+}
+
+/// The logical value `text` gives field `info` of `format`.
+fn parse_value(format: &'static str, info: &FieldInfo, text: &str) -> Result<u64, FormatCliError> {
+    let bad = |expected: String| FormatCliError::BadValue {
+        format,
+        field: info.name,
+        value: text.to_owned(),
+        expected,
+    };
+    match info.kind {
+        FieldKind::Uint | FieldKind::Hex | FieldKind::Address => {
+            parse_number(text).ok_or_else(|| bad("a number".into()))
+        }
+        FieldKind::Bool => match text {
+            "true" | "1" => Ok(1),
+            "false" | "0" => Ok(0),
+            _ => Err(bad("true or false".into())),
+        },
+        FieldKind::Float => text
+            .parse::<f32>()
+            .map(|v| u64::from(v.to_bits()))
+            .map_err(|_| bad("a float".into())),
+        FieldKind::Lod => match text.parse::<f32>() {
+            Ok(v) if (0.0..=agx_hw::Lod::MAX.to_f32()).contains(&v) => {
+                Ok(u64::from(agx_hw::Lod::from_f32(v).raw()))
+            }
+            _ => Err(bad(format!(
+                "a level of detail in 0..={}",
+                agx_hw::Lod::MAX.to_f32()
+            ))),
+        },
+        FieldKind::Enum(name) => {
+            let Some(e) = enum_info(name) else {
+                return parse_number(text).ok_or_else(|| bad("a number".into()));
+            };
+            e.variants
+                .iter()
+                .find(|(variant, _, display)| same_name(variant, text) || same_name(display, text))
+                .map(|&(_, value, _)| u64::from(value))
+                .ok_or_else(|| bad(kind_text(info.kind)))
+        }
+        FieldKind::Const { .. } => Err(FormatCliError::ConstantField {
+            format,
+            field: info.name,
+        }),
+    }
+}
+
+/// Whether `info`'s condition holds in `bytes`.
+fn condition_holds(format: &FormatInfo, info: &FieldInfo, bytes: &[u8]) -> bool {
+    let Some(condition) = info.condition else {
+        return true;
+    };
+    let Some(discriminant) = format.fields.iter().find(|f| f.name == condition.field) else {
+        return true;
+    };
+    let value = agx_hw::spec::decode(discriminant, agx_hw::spec::read_stored(bytes, discriminant));
+    let FieldKind::Enum(name) = discriminant.kind else {
+        return true;
+    };
+    let Some(variant) = enum_info(name)
+        .and_then(|e| e.variants.iter().find(|v| v.0 == condition.variant))
+        .map(|v| u64::from(v.1))
+    else {
+        return true;
+    };
+    (value == variant) == condition.equal
+}
+
+/// `FORMAT` with `assignments` (`field=value`) over its defaults.
 ///
 /// # Errors
-/// [`FormatCliError`] for a bad command line or input.
-pub fn run(args: &[String]) -> Result<String, FormatCliError> {
-    match args.first().map(String::as_str) {
-        Some("list") => {
-            let mut out = String::new();
+/// [`FormatCliError`] naming the format, the field and what is wrong.
+pub fn encode(format: &str, assignments: &[String]) -> Result<Vec<u8>, FormatCliError> {
+    let info = format_info(format)?;
+    let mut bytes = match agx_hw::formats::default_bytes_by_name(info.name) {
+        Some(bytes) => bytes?,
+        None => return Err(FormatCliError::UnknownFormat(format.to_owned())),
+    };
+    let mut set = Vec::new();
+    for assignment in assignments {
+        let (name, text) = assignment
+            .split_once('=')
+            .ok_or_else(|| FormatCliError::NotAnAssignment(assignment.clone()))?;
+        let field = info
+            .fields
+            .iter()
+            .find(|f| f.name == name.trim())
+            .ok_or_else(|| FormatCliError::UnknownField {
+                format: info.name,
+                field: name.to_owned(),
+            })?;
+        let logical = parse_value(info.name, field, text.trim())?;
+        let stored = agx_hw::spec::encode(info.name, field, logical)?;
+        agx_hw::spec::write_stored(&mut bytes, field, stored);
+        set.push(field);
+    }
+    // Conditions are checked once every value is in: a discriminant may
+    // come after the field it selects.
+    if let Some(field) = set
+        .iter()
+        .find(|field| !condition_holds(info, field, &bytes))
+    {
+        return Err(FormatCliError::ConditionNotMet {
+            format: info.name,
+            field: field.name,
+            condition: field.condition.map(|c| c.to_string()).unwrap_or_default(),
+        });
+    }
+    Ok(bytes)
+}
+
+/// `bytes` as 32-bit little-endian words (`0x0080041d ...`), the form
+/// `decode` reads back; a tail shorter than a word is printed as bytes.
+pub fn words_text(bytes: &[u8]) -> String {
+    let mut words: Vec<String> = bytes
+        .chunks_exact(4)
+        .map(|w| format!("{:#010x}", u32::from_le_bytes([w[0], w[1], w[2], w[3]])))
+        .collect();
+    let tail = bytes.chunks_exact(4).remainder();
+    if !tail.is_empty() {
+        words.push(tail.iter().map(|b| format!("{b:02x}")).collect());
+    }
+    words.join(" ")
+}
+
+/// Runs a parsed command line and returns what it prints.
+///
+/// # Errors
+/// [`FormatCliError`] for a bad format, field, value or input.
+pub fn run(command: &Command) -> Result<String, FormatCliError> {
+    let mut out = String::new();
+    match command {
+        Command::List => {
             for f in agx_hw::ALL_FORMATS {
                 let _ = writeln!(out, "{:<28} {:>3} bytes  {}", f.name, f.size_bytes, f.group);
             }
-            Ok(out)
         }
-        Some("decode") if args.len() >= 3 => {
-            let bytes = parse_hex(&args[2..])?;
-            match agx_hw::formats::print_by_name(&args[1], &bytes) {
-                Some(result) => Ok(result?),
-                None => Err(FormatCliError::UnknownFormat(args[1].clone())),
+        Command::Fields { format } => {
+            let info = format_info(format)?;
+            let _ = writeln!(
+                out,
+                "{} ({} bytes): {}",
+                info.name, info.size_bytes, info.doc
+            );
+            for f in info.fields {
+                let _ = write!(
+                    out,
+                    "  {:<28} bits {:<12} {}",
+                    f.name,
+                    f.bits_text(),
+                    kind_text(f.kind)
+                );
+                if !f.modifiers.is_empty() {
+                    let _ = write!(out, "; stored as {}", f.modifiers_text());
+                }
+                if matches!(
+                    f.kind,
+                    FieldKind::Uint | FieldKind::Hex | FieldKind::Address
+                ) {
+                    let _ = write!(out, "; {:#x}..={:#x}", f.min, f.max);
+                }
+                if !f.default.is_empty() {
+                    let _ = write!(out, "; default {}", f.default);
+                }
+                if let Some(condition) = f.condition {
+                    let _ = write!(out, "; only when {condition}");
+                }
+                out.push('\n');
             }
         }
-        _ => Err(FormatCliError::Usage),
+        Command::Decode { format, hex } => {
+            let bytes = parse_hex(hex)?;
+            match agx_hw::formats::print_by_name(format, &bytes) {
+                Some(result) => out = result?,
+                None => return Err(FormatCliError::UnknownFormat(format.clone())),
+            }
+        }
+        Command::Encode { format, fields } => {
+            let _ = writeln!(out, "{}", words_text(&encode(format, fields)?));
+        }
     }
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -78,37 +380,124 @@ mod tests {
         s.iter().map(|s| (*s).to_owned()).collect()
     }
 
+    fn decode(format: &str, hex: &[&str]) -> Result<String, FormatCliError> {
+        run(&Command::Decode {
+            format: format.into(),
+            hex: args(hex),
+        })
+    }
+
     #[test]
     fn decodes_words_and_reports_unknown_bits() {
         // A USC Uniform word: 8 halves at half 4 from 0x10000.
         let word: u64 = 0x1d | 4 << 8 | 8 << 20 | (0x10000 >> 2) << 26;
         let lo = format!("{:#x}", word & 0xffff_ffff);
         let hi = format!("{:#x}", word >> 32);
-        let out = run(&args(&["decode", "UscUniform", &lo, &hi])).unwrap();
+        let out = decode("UscUniform", &[&lo, &hi]).unwrap();
         assert!(out.contains("start_halfs: 4"), "{out}");
         assert!(out.contains("size_halfs: 8"), "{out}");
         assert!(out.contains("buffer: 0x10000"), "{out}");
         assert!(!out.contains("XXX"), "{out}");
 
-        let out = run(&args(&["decode", "Sampler", "00000000 00000400"])).unwrap();
+        let out = decode("Sampler", &["00000000 00000400"]).unwrap();
         assert!(out.contains("XXX: unknown bits in word 1"), "{out}");
     }
 
     #[test]
-    fn rejects_bad_input() {
-        assert_eq!(run(&args(&[])), Err(FormatCliError::Usage));
+    fn encodes_fields_to_the_words_decode_reads_back() {
+        let words = encode(
+            "UscUniform",
+            &args(&["start_halfs=4", "size_halfs=8", "buffer=0x10000"]),
+        )
+        .unwrap();
+        // The same word the decode test builds by hand.
+        let expected: u64 = 0x1d | 4 << 8 | 8 << 20 | (0x10000 >> 2) << 26;
+        assert_eq!(words, expected.to_le_bytes());
+        let text = words_text(&words);
+        let tokens: Vec<&str> = text.split(' ').collect();
+        let out = decode("UscUniform", &tokens).unwrap();
+        assert!(out.contains("size_halfs: 8"), "{out}");
+
+        // Enums by variant name in any spelling, booleans; the other
+        // fields at their defaults.
+        let sampler = encode(
+            "Sampler",
+            &args(&[
+                "wrap_s=mirrored_repeat",
+                "compare_func=Less",
+                "compare_enable=true",
+            ]),
+        )
+        .unwrap();
+        let word = u64::from_le_bytes(sampler.try_into().unwrap());
+        assert_eq!(word >> 29 & 7, 2, "wrap_s");
+        assert_eq!(word >> 39 & 7, 2, "compare_func");
+        assert_eq!(word >> 42 & 1, 1, "compare_enable");
         assert_eq!(
-            run(&args(&["decode", "Nope", "00"])),
+            word >> 20 & 7,
+            0,
+            "max_anisotropy's default of 1, stored as log2"
+        );
+    }
+
+    #[test]
+    fn encode_refuses_what_the_format_cannot_hold() {
+        assert!(matches!(
+            encode("UscUniform", &args(&["buffer=0x10001"])),
+            Err(FormatCliError::Pack(_))
+        ));
+        assert!(matches!(
+            encode("UscUniform", &args(&["size_halfs=1000"])),
+            Err(FormatCliError::Pack(_))
+        ));
+        assert!(matches!(
+            encode("UscUniform", &args(&["nope=1"])),
+            Err(FormatCliError::UnknownField { .. })
+        ));
+        assert!(matches!(
+            encode("UscUniform", &args(&["size_halfs"])),
+            Err(FormatCliError::NotAnAssignment(_))
+        ));
+        assert!(matches!(
+            encode("UscUniform", &args(&["size_halfs=eight"])),
+            Err(FormatCliError::BadValue { .. })
+        ));
+        assert!(matches!(
+            encode("Nope", &[]),
+            Err(FormatCliError::UnknownFormat(_))
+        ));
+        // A linear texture's stride shares its bits with a twiddled one's
+        // depth: setting it on a twiddled texture is refused, whatever
+        // the order of the two.
+        assert!(matches!(
+            encode("Texture", &args(&["stride=256", "layout=twiddled"])),
+            Err(FormatCliError::ConditionNotMet {
+                field: "stride",
+                ..
+            })
+        ));
+        assert!(encode("Texture", &args(&["layout=linear", "stride=256"])).is_ok());
+    }
+
+    #[test]
+    fn rejects_bad_input() {
+        assert_eq!(
+            decode("Nope", &["00"]),
             Err(FormatCliError::UnknownFormat("Nope".into()))
         );
         assert_eq!(
-            run(&args(&["decode", "Sampler", "0g"])),
+            decode("Sampler", &["0g"]),
             Err(FormatCliError::BadHex("0g".into()))
         );
         assert!(matches!(
-            run(&args(&["decode", "Sampler", "00"])),
+            decode("Sampler", &["00"]),
             Err(FormatCliError::Short(_))
         ));
-        assert!(run(&args(&["list"])).unwrap().contains("Texture"));
+        assert!(run(&Command::List).unwrap().contains("Texture"));
+        let fields = run(&Command::Fields {
+            format: "UscUniform".into(),
+        })
+        .unwrap();
+        assert!(fields.contains("size_halfs"), "{fields}");
     }
 }

@@ -10,12 +10,9 @@ use std::fmt::Write as _;
 
 use agx_hw::isa::text::{assemble, disassemble, listing_line};
 
-/// A command line or input the tools cannot act on.
+/// An input the tools cannot act on.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum IsaCliError {
-    /// Bad arguments; the message says which.
-    #[error("{0}\n\n{1}")]
-    Usage(String, &'static str),
     /// The assembler rejected the source.
     #[error(transparent)]
     Assemble(#[from] agx_hw::isa::AsmError),
@@ -33,99 +30,83 @@ pub enum IsaCliError {
     },
 }
 
-/// `agx-asm --help`.
-pub const ASM_HELP: &str = "\
-usage: agx-asm [--base ADDR] [--hex] [-o OUT] [INPUT]
+/// What both tools say about their exit status.
+const EXIT_STATUS: &str = "Exit status: 0 on success; 1 when the input is not valid code \
+(the assembler's error names the line; the disassembler prints the listing up to the bad \
+bytes); 2 for a bad command line or a file that cannot be read or written.";
 
-Assembles AGX (G13) shader assembly into machine code.
-  INPUT        source file; standard input if absent or `-`
-  --base ADDR  address the code will run at (for absolute branch targets)
-  --hex        print the code as hex instead of writing binary
-  -o OUT       write the binary to OUT instead of standard output
-One instruction per line, `label:` prefixes, comments after `;`, `//` or
-`#`. Disassembly listings (`0x10: <bytes> <text>`) are accepted as input.";
-
-/// `agx-disasm --help`.
-pub const DISASM_HELP: &str = "\
-usage: agx-disasm [--base ADDR] [--hex] [--stop] [INPUT]
-
-Disassembles AGX (G13) shader machine code into a listing of address,
-bytes and instruction text.
-  INPUT        binary file; standard input if absent or `-`
-  --base ADDR  address of the first byte (printed addresses and targets)
-  --hex        the input is hex text (`2a8142422400` or 0x-prefixed words)
-  --stop       end the listing after the first `stop`
-Bytes no instruction form matches end the listing with an error line and
-exit status 1.";
-
-/// Parsed options common to both tools.
-#[derive(Debug, Default)]
-pub struct Options {
-    /// `--base`.
-    pub base: u64,
-    /// `--hex`.
-    pub hex: bool,
-    /// `--stop` (disassembler).
-    pub until_stop: bool,
-    /// `-o` (assembler).
-    pub output: Option<String>,
-    /// The input path, if not standard input.
+/// `agx-asm`'s command line.
+#[derive(Debug, clap::Parser)]
+#[command(
+    name = "agx-asm",
+    version,
+    about = "Assemble AGX (G13) shader assembly into machine code",
+    long_about = "Assemble AGX (G13) shader assembly into machine code.\n\n\
+        One instruction per line, `label:` prefixes, comments after `;`, `//` or `#`. \
+        Disassembly listings (`0x10: <bytes> <text>`) are accepted as input.",
+    after_help = EXIT_STATUS
+)]
+pub struct AsmArgs {
+    /// Source file; standard input if absent or `-`.
     pub input: Option<String>,
-    /// `--help`.
-    pub help: bool,
+    /// Address the code will run at (for absolute branch targets).
+    #[arg(long, default_value = "0", value_parser = parse_address)]
+    pub base: u64,
+    /// Print the code as hex instead of writing binary.
+    #[arg(long)]
+    pub hex: bool,
+    /// Write the binary to OUT instead of standard output.
+    #[arg(short = 'o', long = "output", value_name = "OUT")]
+    pub output: Option<String>,
 }
 
-fn parse_number(text: &str) -> Option<u64> {
-    match text.strip_prefix("0x") {
+/// `agx-disasm`'s command line.
+#[derive(Debug, clap::Parser)]
+#[command(
+    name = "agx-disasm",
+    version,
+    about = "Disassemble AGX (G13) shader machine code into a listing of address, bytes and instruction text",
+    after_help = EXIT_STATUS
+)]
+pub struct DisasmArgs {
+    /// Binary file; standard input if absent or `-`.
+    pub input: Option<String>,
+    /// Address of the first byte (printed addresses and targets).
+    #[arg(long, default_value = "0", value_parser = parse_address)]
+    pub base: u64,
+    /// The input is hex text (`2a8142422400` or 0x-prefixed words).
+    #[arg(long)]
+    pub hex: bool,
+    /// End the listing after the first `stop`.
+    #[arg(long = "stop")]
+    pub until_stop: bool,
+}
+
+impl AsmArgs {
+    /// The input path; `None` for standard input.
+    pub fn input_path(&self) -> Option<&str> {
+        self.input.as_deref().filter(|p| *p != "-")
+    }
+}
+
+impl DisasmArgs {
+    /// The input path; `None` for standard input.
+    pub fn input_path(&self) -> Option<&str> {
+        self.input.as_deref().filter(|p| *p != "-")
+    }
+}
+
+/// A decimal or 0x-prefixed hexadecimal address.
+fn parse_address(text: &str) -> Result<u64, String> {
+    let parsed = match text.strip_prefix("0x") {
         Some(hex) => u64::from_str_radix(&hex.replace('_', ""), 16).ok(),
         None => text.parse().ok(),
-    }
-}
-
-/// Parses the command line (without the program name).
-pub fn parse_options(
-    args: &[String],
-    help: &'static str,
-    assembler: bool,
-) -> Result<Options, IsaCliError> {
-    let usage = |msg: String| IsaCliError::Usage(msg, help);
-    let mut options = Options::default();
-    let mut it = args.iter();
-    while let Some(arg) = it.next() {
-        match arg.as_str() {
-            "-h" | "--help" => options.help = true,
-            "--hex" => options.hex = true,
-            "--stop" if !assembler => options.until_stop = true,
-            "--base" => {
-                let value = it
-                    .next()
-                    .ok_or_else(|| usage("--base needs an address".into()))?;
-                options.base =
-                    parse_number(value).ok_or_else(|| usage(format!("bad address `{value}`")))?;
-            }
-            "-o" if assembler => {
-                options.output = Some(
-                    it.next()
-                        .ok_or_else(|| usage("-o needs a file".into()))?
-                        .clone(),
-                );
-            }
-            "-" => options.input = None,
-            other if other.starts_with('-') => {
-                return Err(usage(format!("unknown option `{other}`")))
-            }
-            path => {
-                if options.input.replace(path.to_owned()).is_some() {
-                    return Err(usage("only one input".into()));
-                }
-            }
-        }
-    }
-    Ok(options)
+    };
+    parsed.ok_or_else(|| format!("`{text}` is not an address (decimal or 0x hex)"))
 }
 
 /// What the assembler produces: binary, or hex text with `--hex`.
-pub fn assemble_input(source: &str, options: &Options) -> Result<Vec<u8>, IsaCliError> {
+pub fn assemble_input(source: &str, options: &AsmArgs) -> Result<Vec<u8>, IsaCliError> {
     let code = assemble(source, options.base)?;
     if options.hex {
         let mut text: String = code.iter().map(|b| format!("{b:02x}")).collect();
@@ -137,7 +118,7 @@ pub fn assemble_input(source: &str, options: &Options) -> Result<Vec<u8>, IsaCli
 }
 
 /// The disassembler's listing for `input` (binary, or hex with `--hex`).
-pub fn disassemble_input(input: &[u8], options: &Options) -> Result<String, IsaCliError> {
+pub fn disassemble_input(input: &[u8], options: &DisasmArgs) -> Result<String, IsaCliError> {
     let code = if options.hex {
         let text = String::from_utf8_lossy(input);
         let tokens: Vec<String> = text.split_whitespace().map(str::to_owned).collect();

@@ -113,11 +113,21 @@ fn base_address_moves_printed_targets() {
 
 #[test]
 fn errors_exit_nonzero_with_a_message() {
-    let help = run(env!("CARGO_BIN_EXE_agx-asm"), &["--help"]);
-    assert!(help.status.success());
-    assert!(String::from_utf8_lossy(&help.stdout).contains("usage: agx-asm"));
-    let help = run(env!("CARGO_BIN_EXE_agx-disasm"), &["--help"]);
-    assert!(String::from_utf8_lossy(&help.stdout).contains("usage: agx-disasm"));
+    for (bin, name) in [
+        (env!("CARGO_BIN_EXE_agx-asm"), "agx-asm"),
+        (env!("CARGO_BIN_EXE_agx-disasm"), "agx-disasm"),
+    ] {
+        let help = run(bin, &["--help"]);
+        assert!(help.status.success());
+        assert!(String::from_utf8_lossy(&help.stdout).contains(&format!("Usage: {name}")));
+        assert!(String::from_utf8_lossy(&help.stdout).contains("Exit status"));
+        let version = run(bin, &["--version"]);
+        assert!(version.status.success());
+        assert!(String::from_utf8_lossy(&version.stdout).starts_with(name));
+        // Two inputs are a usage error, not the second silently ignored.
+        let extra = run(bin, &["a", "b"]);
+        assert_eq!(extra.status.code(), Some(2));
+    }
 
     let dir = std::env::temp_dir().join(format!("agx-isa-errors-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();

@@ -11,7 +11,11 @@ use std::process::ExitCode;
 use clap::Parser;
 
 #[derive(Debug, Parser)]
-#[command(version, about = "Decode and lint an AGX submission capture")]
+#[command(
+    name = "agx-decode",
+    version,
+    about = "Decode and lint an AGX submission capture"
+)]
 struct Args {
     /// The capture file.
     capture: PathBuf,

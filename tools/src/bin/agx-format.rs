@@ -1,10 +1,13 @@
-//! `agx-format`: decode raw bytes as any AGX hardware format.
+//! `agx-format`: decode raw bytes as any AGX hardware format, or encode
+//! one from field values.
 #![forbid(unsafe_code)]
+
+use clap::Parser;
 
 fn main() -> std::process::ExitCode {
     agx_tools::install_kernel_log("agx-format");
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    match agx_tools::format_cli::run(&args) {
+    let cli = agx_tools::format_cli::Cli::parse();
+    match agx_tools::format_cli::run(&cli.command) {
         Ok(out) => {
             print!("{out}");
             std::process::ExitCode::SUCCESS

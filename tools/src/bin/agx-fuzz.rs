@@ -12,7 +12,7 @@ use agx_tools::fuzz::{self, GpuFuzzer, IoctlFuzzer, KmdTarget};
 use clap::Parser;
 
 #[derive(Debug, Parser)]
-#[command(version, about = "Fuzz the simulated AGX device")]
+#[command(name = "agx-fuzz", version, about = "Fuzz the simulated AGX device")]
 struct Args {
     /// The seed (the same seed gives the same cases).
     #[arg(long, default_value_t = 1)]

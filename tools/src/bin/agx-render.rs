@@ -16,7 +16,11 @@ use agx_umd::Device;
 use clap::Parser;
 
 #[derive(Debug, Parser)]
-#[command(version, about = "Render a mesh through the AGX stack to a PNG")]
+#[command(
+    name = "agx-render",
+    version,
+    about = "Render a mesh through the AGX stack to a PNG"
+)]
 struct Args {
     /// A Wavefront OBJ or PLY mesh instead of the built-in torus.
     #[arg(long)]

@@ -9,6 +9,7 @@ use clap::Parser;
 
 #[derive(Debug, Parser)]
 #[command(
+    name = "agx-replay",
     version,
     about = "Replay an AGX submission capture on the simulated device"
 )]
