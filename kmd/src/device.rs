@@ -273,6 +273,17 @@ pub enum ProbeError {
     /// Memory for the firmware's structures.
     #[error(transparent)]
     Memory(#[from] AllocError),
+    /// The configured initial parameter-buffer size is outside what a
+    /// queue can start with.
+    #[error("a parameter buffer of {blocks} blocks: the initial size must be {min}..={max} blocks of 128 KiB")]
+    InitialBlocks {
+        /// What was configured.
+        blocks: u64,
+        /// [`crate::tvb::MIN_INITIAL_BLOCKS`].
+        min: u64,
+        /// [`crate::tvb::MAX_BLOCKS`].
+        max: u64,
+    },
     /// `AGX_KMD_CAPTURE` names a file that cannot be created.
     #[error("cannot start the capture AGX_KMD_CAPTURE asks for at {path:?}: {source}")]
     Capture {
@@ -294,6 +305,16 @@ impl Device {
         config: DeviceConfig,
         coprocessor: &dyn Coprocessor,
     ) -> Result<Arc<Device>, ProbeError> {
+        let blocks = config.tvb_initial_blocks;
+        if !(crate::tvb::MIN_INITIAL_BLOCKS..=crate::tvb::MAX_BLOCKS).contains(&blocks) {
+            let error = ProbeError::InitialBlocks {
+                blocks,
+                min: crate::tvb::MIN_INITIAL_BLOCKS,
+                max: crate::tvb::MAX_BLOCKS,
+            };
+            tracing::error!(%error, "probe refused");
+            return Err(error);
+        }
         let pool = Arc::new(PagePool::new(ram.clone()));
         let events = Arc::new(SyncEvents::default());
         let firmware = Arc::new(FirmwareLink::boot(

@@ -113,7 +113,8 @@ impl KernelVm {
         let mut inner = self.inner();
         // One unmapped guard page after every allocation.
         let va = inner.va.alloc((pages + 1) * PAGE_BYTES, PAGE_BYTES).ok_or(
-            AllocError::OutOfMemory {
+            AllocError::OutOfAddressSpace {
+                region: "firmware's address range",
                 requested_bytes: len_bytes,
                 free_bytes: inner.va.free_bytes(),
             },

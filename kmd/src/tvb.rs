@@ -41,6 +41,11 @@ pub const BLOCK_BYTES: u64 = PAGE_BYTES * BLOCK_PAGES;
 pub const INITIAL_BLOCKS: u64 = 8;
 /// The largest heap.
 pub const MAX_BLOCKS: u64 = 6579;
+/// The smallest heap a queue may be configured to start with: every
+/// render needs at least this many ([`min_blocks_for_render`] rounds up to
+/// a multiple of 8), so a smaller start would only be grown before the
+/// first render.
+pub const MIN_INITIAL_BLOCKS: u64 = 8;
 /// Upstream's automatic-growth cap without memoryless render targets.
 pub const ASAHI_CAP_BLOCKS: u64 = 2193;
 /// Consecutive renders needing at most half the heap after which the

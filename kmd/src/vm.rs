@@ -345,7 +345,8 @@ impl Vm {
         let va = self
             .kernel_va
             .alloc(len, align_bytes)
-            .ok_or(AllocError::OutOfMemory {
+            .ok_or(AllocError::OutOfAddressSpace {
+                region: "VM's kernel range",
                 requested_bytes: len,
                 free_bytes: self.kernel_va.free_bytes(),
             })?;

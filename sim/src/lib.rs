@@ -117,6 +117,9 @@ fn nonzero<T: PartialEq + Default + ToString>(
     Ok(value)
 }
 
+/// What `AGX_TVB_INITIAL_BLOCKS` takes, as its error says it.
+const INITIAL_BLOCKS_EXPECTED: &str = "a number of 128 KiB blocks from 8 to 6579";
+
 impl SystemConfig {
     /// `self` with what the environment overrides, one variable per
     /// field: `AGX_RAM_BYTES`, `AGX_TVB_POLICY` (`asahi`, `demand` or
@@ -138,7 +141,15 @@ impl SystemConfig {
                 expected: "one of asahi, demand, sync",
             })?;
         }
-        if let Some(blocks) = env_number("AGX_TVB_INITIAL_BLOCKS", "a number of blocks")? {
+        const BLOCKS: &str = INITIAL_BLOCKS_EXPECTED;
+        if let Some(blocks) = env_number("AGX_TVB_INITIAL_BLOCKS", BLOCKS)? {
+            if !(agx_kmd::tvb::MIN_INITIAL_BLOCKS..=agx_kmd::tvb::MAX_BLOCKS).contains(&blocks) {
+                return Err(ConfigError {
+                    variable: "AGX_TVB_INITIAL_BLOCKS",
+                    value: blocks.to_string(),
+                    expected: BLOCKS,
+                });
+            }
             config.tvb_initial_blocks = blocks;
         }
         if let Some(units) = env_number("AGX_WORK_BUDGET_UNITS", "a number of work units")? {
@@ -222,5 +233,43 @@ impl System {
     /// Stops capturing (and closes the file).
     pub fn stop_capture(&self) {
         self.device.stop_capture();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_initial_parameter_buffer_outside_its_range_is_refused_naming_the_range() {
+        // The range the environment variable's error states is the kmd's.
+        assert!(INITIAL_BLOCKS_EXPECTED.ends_with(&format!(
+            "from {} to {}",
+            agx_kmd::tvb::MIN_INITIAL_BLOCKS,
+            agx_kmd::tvb::MAX_BLOCKS
+        )));
+        for blocks in [0, 1, 7, 6580] {
+            let config = SystemConfig {
+                ram_bytes: 256 << 20,
+                tvb_initial_blocks: blocks,
+                ..SystemConfig::default()
+            };
+            match System::new(config) {
+                Err(ProbeError::InitialBlocks {
+                    blocks: b,
+                    min,
+                    max,
+                }) => {
+                    assert_eq!((b, min, max), (blocks, 8, 6579));
+                }
+                other => panic!("{blocks} blocks: {other:?}"),
+            }
+        }
+        let config = SystemConfig {
+            ram_bytes: 256 << 20,
+            tvb_initial_blocks: 8,
+            ..SystemConfig::default()
+        };
+        assert!(System::new(config).is_ok());
     }
 }

@@ -181,7 +181,24 @@ pub fn replay_on(system: &System, s: &Submission, index: usize) -> Result<Replay
     let file = system.open();
     let params = agx_kmd::params::params_global();
     let kernel_end = params.vm_end / PAGE * PAGE;
-    let kernel_start = (kernel_end - params.vm_kernel_min_size) / PAGE * PAGE;
+    // The umd's kernel range (32 GiB), shrunk above any captured memory
+    // (a capture made with a smaller range may have memory in it), but
+    // never below the kernel's minimum.
+    let widest = params
+        .vm_kernel_min_size
+        .max(agx_umd::device::KERNEL_RANGE_BYTES);
+    let captured_top = s
+        .memory
+        .iter()
+        .map(|r| r.va.saturating_add(r.bytes.len() as u64))
+        .filter(|&end| end <= kernel_end)
+        .max()
+        .unwrap_or(0);
+    let kernel_start = (kernel_end - widest)
+        .max(captured_top.next_multiple_of(PAGE))
+        .min(kernel_end - params.vm_kernel_min_size)
+        / PAGE
+        * PAGE;
     if let Some(r) = s
         .memory
         .iter()

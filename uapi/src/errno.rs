@@ -70,6 +70,14 @@ errnos! {
     ENOSYS,
     /// Too many open files (no descriptor free for an exported fd).
     EMFILE,
+    /// Is a directory (opening a directory as a device node).
+    EISDIR,
+    /// Not a directory (a path through a file).
+    ENOTDIR,
+    /// No such device or address (a device node with no driver behind it).
+    ENXIO,
+    /// Read-only file system.
+    EROFS,
 }
 
 impl Errno {

@@ -18,12 +18,19 @@ use zerocopy::IntoBytes;
 
 use crate::alloc::VaRange;
 use crate::error::{kernel, Error};
-use crate::kernel::{call, CpuMapping, Kernel};
+use crate::kernel::{call, CpuMapping, Errno, Kernel};
 
 /// GPU page size.
 pub const PAGE_BYTES: u64 = 16 * 1024;
 /// Size of the USC region.
 pub const USC_REGION_BYTES: u64 = 4 << 30;
+
+/// The kernel range the VM gives the kmd (for the parameter buffer): 32
+/// GiB, or the kernel's `vm_kernel_min_size` if larger, as Mesa sizes it.
+/// The kmd maps parameter buffers into half of it, so the upstream
+/// maximum of 6579 blocks (822 MiB) per queue fits many times over; the
+/// 512 MiB minimum alone held 2047 blocks in all.
+pub const KERNEL_RANGE_BYTES: u64 = 32 << 30;
 
 /// Where a buffer lives in the address space.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -110,9 +117,30 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl Device {
     /// Opens a real asahi DRM node (for example `/dev/dri/renderD128`).
+    /// Errors name the path: [`Error::Open`] with the OS's reason,
+    /// [`Error::NotDrmNode`] for a file that is not a DRM node (its
+    /// VERSION ioctl fails with `ENOTTY` or `EINVAL`), and the driver
+    /// name of a DRM node that is not asahi.
     pub fn open(path: impl AsRef<std::path::Path>) -> Result<Device, Error> {
-        let node = crate::sys::DrmNode::open(path.as_ref()).map_err(kernel("open"))?;
-        Device::with_kernel(Arc::new(node), SimHandle::default())
+        let path = path.as_ref();
+        let node = crate::sys::DrmNode::open(path).map_err(|errno| Error::Open {
+            path: path.to_owned(),
+            errno,
+        })?;
+        Device::with_kernel(Arc::new(node), SimHandle::default()).map_err(|error| match error {
+            Error::Kernel {
+                ioctl: "VERSION",
+                errno,
+            } if errno == Errno::ENOTTY || errno == Errno::EINVAL => Error::NotDrmNode {
+                path: path.to_owned(),
+                errno,
+            },
+            Error::WrongDriver { driver, .. } => Error::WrongDriver {
+                node: path.display().to_string(),
+                driver,
+            },
+            error => error,
+        })
     }
 
     /// Uses a DRM file the caller already has open (as Mesa's drivers take
@@ -154,7 +182,10 @@ impl Device {
         let driver_len = (version.name_len as usize).min(name.len());
         let driver = String::from_utf8_lossy(&name[..driver_len]).into_owned();
         if driver != "asahi" {
-            return Err(Error::WrongDriver { driver });
+            return Err(Error::WrongDriver {
+                node: "the DRM file".into(),
+                driver,
+            });
         }
         let mut params = ParamsGlobal::default();
         let mut get = GetParams {
@@ -178,12 +209,13 @@ impl Device {
             .ok_or_else(layout_err)?;
         let kernel_end = params.vm_end / PAGE_BYTES * PAGE_BYTES;
         let kernel_start = kernel_end
-            .checked_sub(params.vm_kernel_min_size)
+            .checked_sub(params.vm_kernel_min_size.max(KERNEL_RANGE_BYTES))
             .map(|s| s / PAGE_BYTES * PAGE_BYTES)
             .ok_or_else(|| {
                 Error::Unsupported(format!(
                     "a kernel range of {:#x} bytes below {:#x}",
-                    params.vm_kernel_min_size, params.vm_end
+                    params.vm_kernel_min_size.max(KERNEL_RANGE_BYTES),
+                    params.vm_end
                 ))
             })?;
         let general_start = usc_base

@@ -13,6 +13,22 @@ pub enum Error {
         /// What the kernel said.
         errno: Errno,
     },
+    /// The device node cannot be opened.
+    #[error("cannot open {}: {errno}", path.display())]
+    Open {
+        /// The path given.
+        path: std::path::PathBuf,
+        /// Why.
+        errno: Errno,
+    },
+    /// The file is not a DRM device node: it refused DRM's VERSION ioctl.
+    #[error("{} is not a DRM device node (DRM_IOCTL_VERSION: {errno})", path.display())]
+    NotDrmNode {
+        /// The path given.
+        path: std::path::PathBuf,
+        /// What VERSION returned.
+        errno: Errno,
+    },
     /// The simulated device could not be created.
     #[error("the simulated device could not be created: {reason}")]
     SimulatedDevice {
@@ -20,8 +36,10 @@ pub enum Error {
         reason: String,
     },
     /// The file is not an asahi device.
-    #[error("the device's driver is {driver:?}, not asahi")]
+    #[error("{node} is driven by {driver:?}, not asahi")]
     WrongDriver {
+        /// The node's path, or "the DRM file" for a descriptor.
+        node: String,
         /// The driver name VERSION reported.
         driver: String,
     },
@@ -78,7 +96,10 @@ impl Error {
     /// The errno a failed ioctl gave, if that is what this is.
     pub fn errno(&self) -> Option<Errno> {
         match self {
-            Error::Kernel { errno, .. } | Error::GpuFault { errno } => Some(*errno),
+            Error::Kernel { errno, .. }
+            | Error::GpuFault { errno }
+            | Error::Open { errno, .. }
+            | Error::NotDrmNode { errno, .. } => Some(*errno),
             _ => None,
         }
     }

@@ -39,6 +39,17 @@ pub enum AllocError {
         /// What was left.
         free_bytes: u64,
     },
+    /// A GPU virtual address range is full (the memory itself may be
+    /// plentiful).
+    #[error("out of GPU address space in the {region}: {requested_bytes} bytes requested, {free_bytes} free (possibly fragmented)")]
+    OutOfAddressSpace {
+        /// Which range.
+        region: &'static str,
+        /// What was asked for.
+        requested_bytes: u64,
+        /// What was left.
+        free_bytes: u64,
+    },
     /// The host refused the memfd or mapping.
     #[error("host memory: {0}")]
     Host(String),
