@@ -35,13 +35,22 @@ pub enum MeshError {
         /// The error.
         source: std::io::Error,
     },
-    /// The contents are not a mesh we read.
+    /// A line of a text file is not what a mesh has there.
     #[error("{path}:{line}: {message}")]
     Parse {
         /// The file.
         path: String,
-        /// Line (1-based; 0 for binary data).
+        /// Line, from 1.
         line: usize,
+        /// What is wrong.
+        message: String,
+    },
+    /// The file as a whole is not a mesh we can draw (no triangles, a
+    /// truncated binary body, a vertex that is not a finite point).
+    #[error("{path}: {message}")]
+    Invalid {
+        /// The file.
+        path: String,
         /// What is wrong.
         message: String,
     },
@@ -104,11 +113,18 @@ impl Mesh {
             _ => return Err(MeshError::UnknownFormat(name)),
         };
         if indices.is_empty() {
-            return Err(MeshError::Parse {
-                path: name,
-                line: 0,
-                message: "no triangles".into(),
-            });
+            return Err(invalid(&name, "no triangles"));
+        }
+        // A NaN or infinite coordinate would spoil the whole mesh's
+        // bounds and draw nothing: refused, naming the vertex.
+        if let Some(k) = positions
+            .iter()
+            .position(|p| p.iter().any(|c| !c.is_finite()))
+        {
+            return Err(invalid(
+                &name,
+                format!("vertex {} is not a finite point: {:?}", k + 1, positions[k]),
+            ));
         }
         Ok(Mesh::from_triangles(&positions, indices))
     }
@@ -176,6 +192,13 @@ impl Mesh {
             })
             .collect();
         Mesh { vertices, indices }
+    }
+}
+
+fn invalid(path: &str, message: impl Into<String>) -> MeshError {
+    MeshError::Invalid {
+        path: path.to_owned(),
+        message: message.into(),
     }
 }
 
@@ -279,7 +302,7 @@ fn parse_ply(path: &str, bytes: &[u8]) -> Result<(Vec<[f32; 3]>, Vec<u32>), Mesh
     let end = bytes
         .windows(11)
         .position(|w| w == b"end_header\n")
-        .ok_or_else(|| parse_error(path, 0, "no end_header"))?;
+        .ok_or_else(|| invalid(path, "no end_header"))?;
     let header = String::from_utf8_lossy(&bytes[..end]);
     let body = &bytes[end + 11..];
     let mut format = "";
@@ -338,12 +361,12 @@ fn parse_ply(path: &str, bytes: &[u8]) -> Result<(Vec<[f32; 3]>, Vec<u32>), Mesh
             words
                 .next()
                 .and_then(|w| w.parse::<f64>().ok())
-                .ok_or_else(|| parse_error(path, 0, "truncated ASCII body"))
+                .ok_or_else(|| invalid(path, "truncated ASCII body"))
         } else {
-            let size = ply_scalar(ty).ok_or_else(|| parse_error(path, 0, format!("type {ty}")))?;
+            let size = ply_scalar(ty).ok_or_else(|| invalid(path, format!("type {ty}")))?;
             let b = body
                 .get(at..at + size)
-                .ok_or_else(|| parse_error(path, 0, "truncated binary body"))?;
+                .ok_or_else(|| invalid(path, "truncated binary body"))?;
             at += size;
             Ok(ply_read(ty, b))
         }
@@ -383,7 +406,7 @@ fn parse_ply(path: &str, bytes: &[u8]) -> Result<(Vec<[f32; 3]>, Vec<u32>), Mesh
         }
     }
     if indices.iter().any(|&i| i as usize >= positions.len()) {
-        return Err(parse_error(path, 0, "a face index is out of range"));
+        return Err(invalid(path, "a face index is out of range"));
     }
     Ok((positions, indices))
 }
@@ -425,5 +448,39 @@ mod tests {
         assert_eq!(p.len(), 3);
         assert_eq!(i, [0, 1, 2]);
         assert!(parse_obj("bad.obj", "v 0 0 0\nf 1 2 3\n").is_err());
+    }
+
+    #[test]
+    fn a_mesh_that_cannot_be_drawn_is_refused_naming_file_and_reason() {
+        let dir = std::env::temp_dir().join(format!("agx-mesh-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let load = |name: &str, text: &str| {
+            let path = dir.join(name);
+            std::fs::write(&path, text).unwrap();
+            Mesh::load(&path).map(|_| ()).unwrap_err().to_string()
+        };
+        // A NaN vertex would make the bounds, and so every vertex, NaN.
+        let message = load("nan.obj", "v 0 0 0\nv nan 1 0\nv 0 1 0\nf 1 2 3\n");
+        assert!(
+            message.ends_with("nan.obj: vertex 2 is not a finite point: [NaN, 1.0, 0.0]"),
+            "{message}"
+        );
+        let message = load("inf.obj", "v 0 0 0\nv 1 inf 0\nv 0 1 0\nf 1 2 3\n");
+        assert!(
+            message.contains("vertex 2 is not a finite point"),
+            "{message}"
+        );
+        // File-level errors have no line, rather than line 0.
+        let message = load("empty.obj", "# nothing\n");
+        assert!(message.ends_with("empty.obj: no triangles"), "{message}");
+        let message = load("short.ply", "ply\nformat ascii 1.0\nelement vertex 3\nproperty float x\nproperty float y\nproperty float z\nend_header\n0 0\n");
+        assert!(
+            message.ends_with("short.ply: truncated ASCII body"),
+            "{message}"
+        );
+        // A line-level error keeps its line.
+        let message = load("bad.obj", "v 0 0 0\nv 1 x 0\n");
+        assert!(message.contains("bad.obj:2: "), "{message}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

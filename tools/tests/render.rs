@@ -133,3 +133,106 @@ fn failed_work_and_a_bad_capture_path_are_reported_not_silent() {
     assert_eq!(output.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("/nonexistent-dir/run.cap"), "{stderr}");
 }
+
+/// Arguments agx-render cannot honour are refused before any work, with
+/// the limit or the path and the reason, never silently changed: an
+/// initial parameter buffer outside 8..=6579 blocks, zero frames, an
+/// output that is not a PNG or cannot be written, a device that is not a
+/// DRM node or does not exist, simulator settings with a real device.
+#[test]
+fn arguments_it_cannot_honour_are_refused_with_the_reason() {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let out = dir.join("refused.png");
+    let out = out.to_str().unwrap();
+    let run = |args: &[&str]| {
+        let output = Command::new(env!("CARGO_BIN_EXE_agx-render"))
+            .args(args)
+            .env("AGX_LOG", "off")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+        (output.status.code(), stderr)
+    };
+    for (args, code, says) in [
+        (
+            &["--tvb-initial-blocks", "0", "--out", out][..],
+            2,
+            "0 is not in 8..=6579",
+        ),
+        (
+            &["--tvb-initial-blocks", "1", "--out", out],
+            2,
+            "1 is not in 8..=6579",
+        ),
+        (
+            &["--tvb-initial-blocks", "6580", "--out", out],
+            2,
+            "6580 is not in 8..=6579",
+        ),
+        (&["--frames", "0", "--out", out], 2, "0 is not in 1.."),
+        (
+            &["--gpu-threads", "0", "--out", out],
+            2,
+            "0 is not in 1..=1024",
+        ),
+        (&["--out", "frame.jpg"], 2, "give a path ending in .png"),
+        (
+            &["--out", "/nonexistent-dir/x.png"],
+            1,
+            "cannot write /nonexistent-dir/x.png: No such file or directory",
+        ),
+        (
+            &["--device", "/dev/null", "--out", out],
+            1,
+            "/dev/null is not a DRM device node (DRM_IOCTL_VERSION: ENOTTY",
+        ),
+        (
+            &["--device", "/nonexistent-node", "--out", out],
+            1,
+            "cannot open /nonexistent-node: ENOENT",
+        ),
+        (
+            &[
+                "--device",
+                "/dev/null",
+                "--tvb-policy",
+                "sync",
+                "--out",
+                out,
+            ],
+            2,
+            "cannot be used with",
+        ),
+    ] {
+        let (status, stderr) = run(args);
+        assert_eq!(status, Some(code), "{args:?}: {stderr}");
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+    }
+    // No frame was drawn, and no empty file is left behind.
+    assert!(!std::path::Path::new(out).exists());
+}
+
+/// The largest initial parameter buffer the kmd allows is one a queue can
+/// be created with (the VM's kernel range holds it), and the output line
+/// gives every size in blocks with MiB beside it.
+#[test]
+fn the_largest_initial_parameter_buffer_is_usable() {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let output = Command::new(env!("CARGO_BIN_EXE_agx-render"))
+        .args(["--size", "32x32", "--tvb-initial-blocks", "6579", "--out"])
+        .arg(dir.join("largest.png"))
+        .env("AGX_LOG", "off")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        stdout.contains("parameter buffer 6579 blocks (822.4 MiB), the scene wanted "),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("pages"), "{stdout}");
+}

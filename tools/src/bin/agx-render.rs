@@ -9,7 +9,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use agx_kmd::tvb::GrowthPolicy;
+use agx_kmd::tvb::{GrowthPolicy, BLOCK_BYTES, BLOCK_PAGES, MAX_BLOCKS, MIN_INITIAL_BLOCKS};
 use agx_tools::mesh::Mesh;
 use agx_tools::render::{encode_png, Renderer};
 use agx_umd::Device;
@@ -29,29 +29,34 @@ struct Args {
     #[arg(long, default_value = "800x600", value_parser = parse_size)]
     size: (u32, u32),
     /// Frames to draw (the mesh turns; the parameter buffer converges).
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     frames: u32,
     /// Parameter-buffer growth policy of the simulated kmd: asahi, demand
     /// or sync (default: `AGX_TVB_POLICY`, else demand).
-    #[arg(long, value_parser = parse_policy)]
+    #[arg(long, value_parser = parse_policy, conflicts_with = "device")]
     tvb_policy: Option<GrowthPolicy>,
-    /// Blocks (128 KiB each) the parameter buffer starts with (default:
-    /// `AGX_TVB_INITIAL_BLOCKS`, else the kmd's).
-    #[arg(long)]
+    /// Blocks (128 KiB each) the parameter buffer starts with, 8 to 6579
+    /// (default: `AGX_TVB_INITIAL_BLOCKS`, else 8).
+    #[arg(
+        long,
+        conflicts_with = "device",
+        value_parser = clap::value_parser!(u64).range(MIN_INITIAL_BLOCKS..=MAX_BLOCKS)
+    )]
     tvb_initial_blocks: Option<u64>,
-    /// Where to write the last frame.
-    #[arg(long, default_value = "frame.png")]
+    /// Where to write the last frame, a .png file.
+    #[arg(long, default_value = "frame.png", value_parser = parse_png_path)]
     out: PathBuf,
     /// A real asahi DRM node (for example /dev/dri/renderD128) instead of
     /// the simulated device.
     #[arg(long)]
     device: Option<PathBuf>,
-    /// Host threads the simulated GPU shades tiles on (default: all).
-    #[arg(long)]
-    gpu_threads: Option<usize>,
+    /// Host threads the simulated GPU shades tiles on (default:
+    /// `AGX_GPU_THREADS`, else one per CPU).
+    #[arg(long, conflicts_with = "device", value_parser = clap::value_parser!(u64).range(1..=1024))]
+    gpu_threads: Option<u64>,
     /// The watchdog's work budget per submission, in work units (default:
     /// `AGX_WORK_BUDGET_UNITS`, else 2^29; see Documentation/gpu.md).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "device", value_parser = clap::value_parser!(u64).range(1..))]
     work_budget_units: Option<u64>,
 }
 
@@ -63,6 +68,17 @@ fn parse_size(s: &str) -> Result<(u32, u32), String> {
         return Err("width and height must be 1..=16384".into());
     }
     Ok((w, h))
+}
+
+/// A path ending in `.png`: the only format agx-render writes.
+fn parse_png_path(s: &str) -> Result<PathBuf, String> {
+    let path = PathBuf::from(s);
+    match path.extension().and_then(|e| e.to_str()) {
+        Some(ext) if ext.eq_ignore_ascii_case("png") => Ok(path),
+        _ => Err(format!(
+            "{s}: agx-render writes PNG; give a path ending in .png"
+        )),
+    }
 }
 
 fn parse_policy(s: &str) -> Result<GrowthPolicy, String> {
@@ -99,6 +115,22 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
         Some(path) => Mesh::load(path)?,
         None => Mesh::torus(300, 100),
     };
+    // The output is opened before the frames are drawn, so that a path
+    // that cannot be written fails at once, naming it.
+    let out = std::fs::File::create(&args.out)
+        .map_err(|e| format!("cannot write {}: {e}", args.out.display()))?;
+    let rendered = render(args, &mesh, out);
+    if rendered.is_err() {
+        let _ = std::fs::remove_file(&args.out);
+    }
+    rendered
+}
+
+fn render(
+    args: &Args,
+    mesh: &Mesh,
+    mut out: std::fs::File,
+) -> Result<(), Box<dyn std::error::Error>> {
     let device = match &args.device {
         Some(path) => Device::open(path)?,
         None => {
@@ -115,7 +147,7 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
                 config.tvb_initial_blocks = blocks;
             }
             if let Some(threads) = args.gpu_threads {
-                config.gpu_threads = threads;
+                config.gpu_threads = usize::try_from(threads)?;
             }
             if let Some(units) = args.work_budget_units {
                 config.work_budget_units = units;
@@ -132,7 +164,7 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
             .as_ref()
             .map_or("simulated".to_owned(), |p| p.display().to_string()),
     );
-    let renderer = Renderer::new(&device, &mesh, width, height)?;
+    let renderer = Renderer::new(&device, mesh, width, height)?;
     // On a terminal: frames done, and a spinner and the time so far that
     // keep moving while a long frame renders (indicatif hides the bar
     // when stderr is not a terminal).
@@ -162,17 +194,22 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
                     tvb.partial_render_tiles - last_partials.1,
                 );
                 last_partials = (tvb.partial_renders, tvb.partial_render_tiles);
+                // Sizes in 128 KiB blocks, the unit the buffer grows by,
+                // with MiB beside them.
+                let wanted_blocks = tvb.last_wanted_pages.div_ceil(BLOCK_PAGES);
+                let mib = |blocks: u64| (blocks * BLOCK_BYTES) as f64 / f64::from(1 << 20);
                 format!(
                     "frame {frame}: {:.1} ms; parameter buffer {} blocks ({:.1} MiB){}, \
-                     {partials} partial renders ({} in all) visiting {partial_tiles} tiles, \
-                     wanted {} pages, {} grows; {} faults",
+                     the scene wanted {wanted_blocks} blocks ({:.1} MiB), {} grows in all; \
+                     {partials} partial renders ({} in all) visiting {partial_tiles} tiles; \
+                     {} faults",
                     report.gpu_time.as_secs_f64() * 1e3,
                     tvb.blocks,
-                    tvb.allocated_bytes() as f64 / (1 << 20) as f64,
+                    mib(tvb.blocks),
                     if grew { " (grew)" } else { "" },
-                    tvb.partial_renders,
-                    tvb.last_wanted_pages,
+                    mib(wanted_blocks),
                     tvb.grows,
+                    tvb.partial_renders,
                     report.faults,
                 )
             }
@@ -190,7 +227,8 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     }
     progress.finish_and_clear();
     let png = encode_png(width, height, &renderer.pixels()?)?;
-    std::fs::write(&args.out, png)?;
+    std::io::Write::write_all(&mut out, &png)
+        .map_err(|e| format!("cannot write {}: {e}", args.out.display()))?;
     println!("wrote {}", args.out.display());
     Ok(())
 }
