@@ -162,11 +162,14 @@ pub struct CaptureWriter<W: Write> {
 }
 
 impl<W: Write> CaptureWriter<W> {
-    /// Starts a capture on `out`.
+    /// Starts a capture on `out`. The header goes out at once: a client
+    /// that never submits (or a process that exits without dropping its
+    /// device) leaves a valid capture of no submissions, not an empty file.
     pub fn new(mut out: W) -> io::Result<CaptureWriter<W>> {
         out.write_all(&MAGIC)?;
         out.write_all(&VERSION.to_le_bytes())?;
         out.write_all(&0u32.to_le_bytes())?;
+        out.flush()?;
         Ok(CaptureWriter { out })
     }
 
@@ -178,9 +181,10 @@ impl<W: Write> CaptureWriter<W> {
         self.out.write_all(payload)
     }
 
-    /// Records the device parameters.
+    /// Records the device parameters (flushed, like the header).
     pub fn params(&mut self, params: &ParamsGlobal) -> io::Result<()> {
-        self.record(record::PARAMS, params.as_bytes())
+        self.record(record::PARAMS, params.as_bytes())?;
+        self.out.flush()
     }
 
     /// Records a submission and its memory.

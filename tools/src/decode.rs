@@ -19,7 +19,7 @@ use agx_uapi::asahi::{CmdCompute, CmdHeader, CmdRender, CmdType, DRM_ASAHI_BARRI
 use zerocopy::FromBytes;
 
 /// A finding of the linter.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Lint {
     /// Short name of the rule.
     pub rule: &'static str,
@@ -39,17 +39,46 @@ const MAX_INSTRUCTIONS: usize = 4096;
 
 /// One decoded thing, for the machine-readable output: a format at an
 /// address with its fields, or an instruction.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Item {
     /// The command it was found from (`None`: the submission itself).
+    #[serde(skip)]
     pub command: Option<usize>,
-    /// GPU address.
+    /// GPU address (0 for a word of the command itself).
     pub address: u64,
     /// The format's name, or `instruction`.
     pub kind: String,
-    /// Field name and printed value, in order (an instruction has
-    /// `text`); bits no field explains appear as `XXX`.
-    pub fields: Vec<(String, String)>,
+    /// Field names and values, in the format's order, typed as the spec
+    /// types them (an instruction has `text`; bytes no format decodes,
+    /// `hex`).
+    #[serde(serialize_with = "ordered_map")]
+    pub fields: Vec<(String, FieldValue)>,
+    /// What the decode could not explain: unknown bits, a constant that
+    /// does not match.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub issues: Vec<String>,
+}
+
+/// A field's value in the machine-readable output.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[serde(untagged)]
+pub enum FieldValue {
+    /// Numbers, addresses, masks.
+    Number(u64),
+    /// Single bits.
+    Bool(bool),
+    /// Floats and levels of detail.
+    Float(f64),
+    /// Enum variants (by name), instruction text, hex dumps.
+    Text(String),
+}
+
+/// Serialises `(name, value)` pairs as one JSON object in their order.
+fn ordered_map<S: serde::Serializer>(
+    fields: &[(String, FieldValue)],
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    serializer.collect_map(fields.iter().map(|(k, v)| (k, v)))
 }
 
 /// A decoded submission.
@@ -94,14 +123,46 @@ pub struct Decoder<'a> {
     command: Option<usize>,
 }
 
-/// The fields of a format as `print_by_name` prints it (a name line,
-/// then `  field: value` lines).
-fn fields_of(text: &str) -> Vec<(String, String)> {
+/// The issues `print_by_name` printed (its `XXX:` lines).
+fn printed_issues(text: &str) -> Vec<String> {
     text.lines()
-        .skip(1)
-        .filter_map(|l| {
-            let (k, v) = l.trim().split_once(": ")?;
-            Some((k.to_owned(), v.to_owned()))
+        .filter_map(|l| l.trim().strip_prefix("XXX:"))
+        .map(|l| l.trim().to_owned())
+        .collect()
+}
+
+/// The fields of format `name` in `bytes` (which `print_by_name` decoded),
+/// typed from the format's description: the fields that apply (constants
+/// and fields whose condition does not hold are left out).
+fn typed_fields(name: &str, bytes: &[u8]) -> Vec<(String, FieldValue)> {
+    use agx_hw::FieldKind;
+    let Some(info) = agx_hw::ALL_FORMATS.iter().find(|f| f.name == name) else {
+        return Vec::new();
+    };
+    info.fields
+        .iter()
+        .filter(|f| !matches!(f.kind, FieldKind::Const { .. }))
+        .filter(|f| crate::format_cli::condition_holds(info, f, bytes))
+        .filter(|f| !crate::format_cli::inapplicable_fields(info, bytes).contains(&f.name))
+        .map(|f| {
+            let value = agx_hw::spec::decode(f, agx_hw::spec::read_stored(bytes, f));
+            let typed = match f.kind {
+                FieldKind::Bool => FieldValue::Bool(value != 0),
+                FieldKind::Float => FieldValue::Float(f64::from(f32::from_bits(value as u32))),
+                FieldKind::Lod => match agx_hw::Lod::from_raw(value as u16) {
+                    Some(lod) => FieldValue::Float(f64::from(lod.to_f32())),
+                    None => FieldValue::Number(value),
+                },
+                FieldKind::Enum(enum_name) => agx_hw::ALL_ENUMS
+                    .iter()
+                    .find(|e| e.name == enum_name)
+                    .and_then(|e| e.variants.iter().find(|v| u64::from(v.1) == value))
+                    .map_or(FieldValue::Number(value), |v| {
+                        FieldValue::Text(v.0.to_owned())
+                    }),
+                _ => FieldValue::Number(value),
+            };
+            (f.name.to_owned(), typed)
         })
         .collect()
 }
@@ -159,14 +220,18 @@ impl<'a> Decoder<'a> {
     fn format_at(&mut self, name: &str, va: u64, len: usize) -> Option<&'a [u8]> {
         match self.read(va, len) {
             Some(bytes) => {
-                let fields = match agx_hw::formats::print_by_name(name, bytes) {
+                let (fields, issues) = match crate::format_cli::print_applicable(name, bytes) {
                     Some(Ok(text)) => {
                         self.line(&format!("{va:#x}: {}", text.trim_end()));
-                        fields_of(&text)
+                        (typed_fields(name, bytes), printed_issues(&text))
                     }
                     _ => {
                         self.line(&format!("{va:#x}: {name}?\n{}", hexdump(bytes)));
-                        vec![("hex".to_owned(), hexdump(bytes).replace('\n', " "))]
+                        let hex = hexdump(bytes).replace('\n', " ");
+                        (
+                            vec![("hex".to_owned(), FieldValue::Text(hex))],
+                            vec![format!("not a {name}")],
+                        )
                     }
                 };
                 self.items.push(Item {
@@ -174,6 +239,7 @@ impl<'a> Decoder<'a> {
                     address: va,
                     kind: name.to_owned(),
                     fields,
+                    issues,
                 });
                 Some(bytes)
             }
@@ -350,7 +416,8 @@ impl<'a> Decoder<'a> {
                     command: self.command,
                     address: 0,
                     kind: kind.into(),
-                    fields: fields_of(&text),
+                    fields: typed_fields(kind, &bytes[..len]),
+                    issues: printed_issues(&text),
                 });
             }
         }
@@ -366,7 +433,8 @@ impl<'a> Decoder<'a> {
                 command: self.command,
                 address: 0,
                 kind: "ZlsControl".into(),
-                fields: fields_of(&text),
+                fields: typed_fields("ZlsControl", &r.zls_ctrl.to_le_bytes()),
+                issues: printed_issues(&text),
             });
         }
         self.depth -= 1;
@@ -787,15 +855,17 @@ impl<'a> Decoder<'a> {
                         String::new()
                     };
                     self.line(&format!("{:#x}: {text}{unknown}", code + at as u64));
-                    let mut fields = vec![("text".to_owned(), text.clone())];
-                    if d.unknown_bits != 0 {
-                        fields.push(("XXX".to_owned(), format!("{:#x}", d.unknown_bits)));
-                    }
+                    let issues = if d.unknown_bits != 0 {
+                        vec![format!("unknown bits {:#x}", d.unknown_bits)]
+                    } else {
+                        Vec::new()
+                    };
                     self.items.push(Item {
                         command: self.command,
                         address: code + at as u64,
                         kind: "instruction".to_owned(),
-                        fields,
+                        fields: vec![("text".to_owned(), FieldValue::Text(text.clone()))],
+                        issues,
                     });
                     let mnemonic = text.split_whitespace().next().unwrap_or("");
                     if matches!(mnemonic, "texture_load" | "device_load" | "ld_tile") {
@@ -860,90 +930,68 @@ pub fn decode_capture(
         .collect()
 }
 
-/// JSON string escaping.
-fn json_string(s: &str) -> String {
-    let mut out = String::from("\"");
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            c if (c as u32) < 0x20 => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
+/// One submission of `agx-decode --json`.
+#[derive(serde::Serialize)]
+struct JsonSubmission<'a> {
+    submission: usize,
+    queue_id: u32,
+    vm_id: u32,
+    usc_exec_base: u64,
+    /// The items found from each command, in order.
+    commands: Vec<JsonCommand<'a>>,
+    /// The items of the submission itself.
+    items: Vec<&'a Item>,
+    lints: &'a [Lint],
+    /// The text output, a line per entry.
+    text: Vec<&'a str>,
+}
+
+/// The items decoded from one command.
+#[derive(serde::Serialize)]
+struct JsonCommand<'a> {
+    command: usize,
+    items: Vec<&'a Item>,
 }
 
 /// The decoded submissions as JSON: an array of
 /// `{submission, queue_id, vm_id, usc_exec_base, commands: [{command, items}],
 /// items (the submission's own), lints: [{rule, address, message}], text: [lines]}`,
-/// each item `{address, kind, fields: {name: value}}`.
+/// each item `{address, kind, fields: {name: value}, issues: [..]}` with
+/// numbers as numbers, bits as booleans and enum values by variant name.
 pub fn to_json(capture: &agx_capture::Capture, decoded: &[Decoded]) -> String {
-    let item_json = |item: &Item| {
-        let fields: Vec<String> = item
-            .fields
-            .iter()
-            .map(|(k, v)| format!("{}:{}", json_string(k), json_string(v)))
-            .collect();
-        format!(
-            "{{\"address\":{},\"kind\":{},\"fields\":{{{}}}}}",
-            item.address,
-            json_string(&item.kind),
-            fields.join(",")
-        )
-    };
-    let mut out = String::from("[");
-    for (n, d) in decoded.iter().enumerate() {
-        if n > 0 {
-            out.push(',');
-        }
-        let s = &capture.submissions[d.index];
-        let mut commands: Vec<(usize, Vec<String>)> = Vec::new();
-        let mut own = Vec::new();
-        for item in &d.items {
-            match item.command {
-                Some(c) => match commands.last_mut() {
-                    Some((last, items)) if *last == c => items.push(item_json(item)),
-                    _ => commands.push((c, vec![item_json(item)])),
-                },
-                None => own.push(item_json(item)),
+    let submissions: Vec<JsonSubmission<'_>> = decoded
+        .iter()
+        .map(|d| {
+            let s = &capture.submissions[d.index];
+            let mut commands: Vec<JsonCommand<'_>> = Vec::new();
+            let mut own = Vec::new();
+            for item in &d.items {
+                match item.command {
+                    Some(c) => match commands.last_mut() {
+                        Some(last) if last.command == c => last.items.push(item),
+                        _ => commands.push(JsonCommand {
+                            command: c,
+                            items: vec![item],
+                        }),
+                    },
+                    None => own.push(item),
+                }
             }
-        }
-        let commands: Vec<String> = commands
-            .into_iter()
-            .map(|(c, items)| format!("{{\"command\":{c},\"items\":[{}]}}", items.join(",")))
-            .collect();
-        let lints: Vec<String> = d
-            .lints
-            .iter()
-            .map(|l| {
-                format!(
-                    "{{\"rule\":{},\"address\":{},\"message\":{}}}",
-                    json_string(l.rule),
-                    l.address,
-                    json_string(&l.message)
-                )
-            })
-            .collect();
-        let lines: Vec<String> = d.text.lines().map(json_string).collect();
-        let _ = write!(
-            out,
-            "\n{{\"submission\":{},\"queue_id\":{},\"vm_id\":{},\"usc_exec_base\":{},\"commands\":[{}],\"items\":[{}],\"lints\":[{}],\"text\":[{}]}}",
-            d.index,
-            s.queue_id,
-            s.vm_id,
-            s.usc_exec_base,
-            commands.join(","),
-            own.join(","),
-            lints.join(","),
-            lines.join(",")
-        );
-    }
-    out.push_str("\n]\n");
+            JsonSubmission {
+                submission: d.index,
+                queue_id: s.queue_id,
+                vm_id: s.vm_id,
+                usc_exec_base: s.usc_exec_base,
+                commands,
+                items: own,
+                lints: &d.lints,
+                text: d.text.lines().collect(),
+            }
+        })
+        .collect();
+    // Serialising plain data to a string cannot fail.
+    let mut out = serde_json::to_string_pretty(&submissions).unwrap_or_default();
+    out.push('\n');
     out
 }
 

@@ -236,7 +236,7 @@ fn parse_value(format: &'static str, info: &FieldInfo, text: &str) -> Result<u64
 }
 
 /// Whether `info`'s condition holds in `bytes`.
-fn condition_holds(format: &FormatInfo, info: &FieldInfo, bytes: &[u8]) -> bool {
+pub(crate) fn condition_holds(format: &FormatInfo, info: &FieldInfo, bytes: &[u8]) -> bool {
     let Some(condition) = info.condition else {
         return true;
     };
@@ -254,6 +254,58 @@ fn condition_holds(format: &FormatInfo, info: &FieldInfo, bytes: &[u8]) -> bool 
         return true;
     };
     (value == variant) == condition.equal
+}
+
+/// Fields that do not apply to `bytes` although the spec cannot say so
+/// yet: a texture's or PBE's sample count means something only for the
+/// two multisampled dimensions (Mesa's cmdbuf.xml has no encoding of one
+/// sample: a single-sampled image is a non-multisampled dimension), and a
+/// spec condition names one variant. The printers leave these out.
+pub(crate) fn inapplicable_fields(format: &FormatInfo, bytes: &[u8]) -> Vec<&'static str> {
+    let Some(dimension) = format.fields.iter().find(|f| f.name == "dimension") else {
+        return Vec::new();
+    };
+    let has_samples = format
+        .fields
+        .iter()
+        .any(|f| f.name == "samples" && f.kind == FieldKind::Enum("SampleCount"));
+    let value = agx_hw::spec::decode(dimension, agx_hw::spec::read_stored(bytes, dimension));
+    let multisampled = enum_info("TextureDimension")
+        .and_then(|e| e.variants.iter().find(|v| u64::from(v.1) == value))
+        .is_some_and(|v| v.0.ends_with("Multisampled"));
+    if has_samples && !multisampled {
+        vec!["samples"]
+    } else {
+        Vec::new()
+    }
+}
+
+/// `format`'s printout of `bytes` (`print_by_name`) without the lines of
+/// fields that do not apply ([`inapplicable_fields`]).
+pub(crate) fn print_applicable(
+    format: &str,
+    bytes: &[u8],
+) -> Option<Result<String, agx_hw::ShortInput>> {
+    let printed = agx_hw::formats::print_by_name(format, bytes)?;
+    let Ok(text) = printed else {
+        return Some(printed);
+    };
+    let Ok(info) = format_info(format) else {
+        return Some(Ok(text));
+    };
+    let skip = inapplicable_fields(info, bytes);
+    if skip.is_empty() {
+        return Some(Ok(text));
+    }
+    let mut out = String::new();
+    for line in text.lines() {
+        let field = line.trim_start().split(':').next().unwrap_or("");
+        if !skip.contains(&field) {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    Some(Ok(out))
 }
 
 /// `FORMAT` with `assignments` (`field=value`) over its defaults.
@@ -360,7 +412,7 @@ pub fn run(command: &Command) -> Result<String, FormatCliError> {
         }
         Command::Decode { format, hex } => {
             let bytes = parse_hex(hex)?;
-            match agx_hw::formats::print_by_name(format, &bytes) {
+            match print_applicable(format, &bytes) {
                 Some(result) => out = result?,
                 None => return Err(FormatCliError::UnknownFormat(format.clone())),
             }

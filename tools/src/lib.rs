@@ -3,10 +3,12 @@
 //! - `agx-render` draws a mesh (built in, or an OBJ/PLY file) through the
 //!   whole stack to a PNG and reports what the parameter buffer did;
 //! - `agx-format` decodes hardware descriptors and control words given as
-//!   hex through the one format description in `agx-hw`;
+//!   hex through the one format description in `agx-hw`, and encodes them
+//!   from field values;
 //! - `agx-asm` and `agx-disasm` assemble and disassemble AGX shader
 //!   machine code through the instruction table in `agx_hw::isa`;
-//! - `agx-replay` re-runs a capture; `agx-fuzz` fuzzes the simulated
+//! - `agx-decode` prints and lints a capture, `agx-replay` re-runs it;
+//!   `agx-fuzz` fuzzes the simulated
 //!   device ([`fuzz`]).
 #![forbid(unsafe_code)]
 
@@ -26,5 +28,14 @@ pub mod replay;
 pub fn install_kernel_log(tool: &str) {
     if let Err(e) = agx_sim::log::install(&agx_sim::log::LogConfig::from_env()) {
         eprintln!("{tool}: kernel log: {e}");
+    }
+}
+
+/// `n` and `noun`, plural unless `n` is 1 ("1 submission", "0 submissions").
+pub fn count(n: usize, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
     }
 }

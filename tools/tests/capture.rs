@@ -434,9 +434,97 @@ fn the_json_output_is_a_tree_of_decoded_items() {
         .iter()
         .find(|i| i["kind"] == "ZlsControl")
         .expect("the ZLS control");
-    assert_eq!(zls["fields"]["z_store_enable"], "true");
+    // Values are typed: bits as booleans, numbers as numbers, enum
+    // values by variant name.
+    assert_eq!(zls["fields"]["z_store_enable"], true);
+    let texture = items
+        .iter()
+        .find(|i| i["kind"] == "Texture" && i["fields"]["width"].as_u64().is_some_and(|w| w > 1))
+        .expect("a texture with its width as a number");
+    assert!(texture["fields"]["dimension"].is_string(), "{texture}");
+    // A single-sampled texture has no sample count (the field's only
+    // encodings are 2 and 4, for multisampled dimensions).
+    assert!(texture["fields"].get("samples").is_none(), "{texture}");
+    assert!(texture.get("issues").is_none(), "{texture}");
     assert!(items
         .iter()
         .any(|i| i["kind"] == "instruction" && i["fields"]["text"] == "stop"));
     assert!(submission["lints"].as_array().unwrap().is_empty());
+}
+
+/// A capture whose client never submits is still a capture: header and
+/// device parameters are on disk while the capture is open, so a process
+/// that exits without closing it leaves a file the tools read as zero
+/// submissions (it was 0 bytes, "not a capture"). Both capture points.
+#[test]
+fn a_capture_without_submissions_is_readable_while_still_open() {
+    let d = device();
+    let kmd_path = capture_path("idle-kmd.cap");
+    let system = d.simulated().unwrap().system();
+    system.capture_to(&kmd_path).unwrap();
+    let umd_path = capture_path("idle-umd.cap");
+    d.capture_to(&umd_path).unwrap();
+    for path in [&kmd_path, &umd_path] {
+        let capture = agx_capture::read(std::fs::File::open(path).unwrap()).unwrap();
+        assert!(capture.params.is_some(), "{}", path.display());
+        assert!(capture.submissions.is_empty());
+        // agx-decode reads it and says so.
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_agx-decode"))
+            .args(["--lint"])
+            .arg(path)
+            .output()
+            .unwrap();
+        assert!(output.status.success());
+        assert_eq!(
+            String::from_utf8_lossy(&output.stdout).trim(),
+            "no findings in 0 submissions"
+        );
+    }
+    system.stop_capture();
+    d.stop_capture();
+}
+
+/// agx-replay makes its output directory (it used to replay everything and
+/// then fail on each image), and agx-decode and agx-replay count
+/// submissions in English.
+#[test]
+fn replay_makes_its_output_directory() {
+    let d = device();
+    let renderer = Renderer::new(&d, &Mesh::torus(8, 4), 16, 16).unwrap();
+    let path = capture_path("replay-dir.cap");
+    captured(&d, "replay-dir.cap", || {
+        renderer.frame(0).unwrap();
+    });
+    let out = capture_path("replay-dir-out").join("nested");
+    let _ = std::fs::remove_dir_all(&out);
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_agx-replay"))
+        .arg(&path)
+        .arg("--out")
+        .arg(&out)
+        .env("AGX_LOG", "off")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(out.join("submit0-cmd1-rt0.png").exists(), "{stdout}");
+    for bin in [
+        env!("CARGO_BIN_EXE_agx-replay"),
+        env!("CARGO_BIN_EXE_agx-decode"),
+    ] {
+        let output = std::process::Command::new(bin)
+            .arg(&path)
+            .args(["--submit", "3"])
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(2));
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            stderr.contains("replay-dir.cap: the capture has 1 submission\n"),
+            "{stderr}"
+        );
+    }
 }

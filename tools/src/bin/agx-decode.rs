@@ -42,8 +42,9 @@ fn main() -> ExitCode {
     };
     if args.submit.is_some_and(|n| n >= capture.submissions.len()) {
         eprintln!(
-            "agx-decode: the capture has {} submissions",
-            capture.submissions.len()
+            "agx-decode: {}: the capture has {}",
+            args.capture.display(),
+            agx_tools::count(capture.submissions.len(), "submission")
         );
         return ExitCode::from(2);
     }
@@ -61,7 +62,10 @@ fn main() -> ExitCode {
             }
         }
         if lints == 0 {
-            println!("no findings in {} submissions", decoded.len());
+            println!(
+                "no findings in {}",
+                agx_tools::count(decoded.len(), "submission")
+            );
         }
     } else {
         if let Some(p) = &capture.params {

@@ -16,7 +16,7 @@ use clap::Parser;
 struct Args {
     /// The capture file.
     capture: PathBuf,
-    /// Where to write the PNGs.
+    /// Where to write the PNGs (created if missing).
     #[arg(long, default_value = ".")]
     out: PathBuf,
     /// Only submission N (from 0).
@@ -36,8 +36,17 @@ fn main() -> ExitCode {
     };
     if args.submit.is_some_and(|n| n >= capture.submissions.len()) {
         eprintln!(
-            "agx-replay: the capture has {} submissions",
-            capture.submissions.len()
+            "agx-replay: {}: the capture has {}",
+            args.capture.display(),
+            agx_tools::count(capture.submissions.len(), "submission")
+        );
+        return ExitCode::from(2);
+    }
+    // The output directory is made before anything is replayed.
+    if let Err(e) = std::fs::create_dir_all(&args.out) {
+        eprintln!(
+            "agx-replay: cannot create the output directory {}: {e}",
+            args.out.display()
         );
         return ExitCode::from(2);
     }
