@@ -26,6 +26,10 @@ fn help_and_version_go_to_stdout_and_exit_0() {
         let text = String::from_utf8_lossy(&help.stdout);
         assert!(text.contains(&format!("Usage: {name}")), "{name}: {text}");
         assert!(help.stderr.is_empty(), "{name} --help wrote to stderr");
+        assert!(
+            text.contains("Exit status: 0 "),
+            "{name} documents its exit codes"
+        );
 
         let version = run(bin, &["--version"]);
         assert_eq!(version.status.code(), Some(0), "{name} --version");

@@ -14,7 +14,9 @@ use clap::Parser;
 #[command(
     name = "agx-decode",
     version,
-    about = "Decode and lint an AGX submission capture"
+    about = "Decode and lint an AGX submission capture",
+    after_help = "Exit status: 0 on success; 1 with --lint when there are findings; 2 for a bad \
+        command line, a file that cannot be read or is not a capture, or a --submit past its end."
 )]
 struct Args {
     /// The capture file.

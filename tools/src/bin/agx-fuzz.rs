@@ -12,7 +12,14 @@ use agx_tools::fuzz::{self, GpuFuzzer, IoctlFuzzer, KmdTarget};
 use clap::Parser;
 
 #[derive(Debug, Parser)]
-#[command(name = "agx-fuzz", version, about = "Fuzz the simulated AGX device")]
+#[command(
+    name = "agx-fuzz",
+    version,
+    about = "Fuzz the simulated AGX device",
+    after_help = "Exit status: 0 when every round kept the device's promises; 1 at the first \
+        broken promise (the message names the seed and round) or if the GPU fuzzer cannot start; \
+        2 for a bad command line or when the base frame or device cannot be set up."
+)]
 struct Args {
     /// The seed (the same seed gives the same cases).
     #[arg(long, default_value_t = 1)]

@@ -19,7 +19,10 @@ use clap::Parser;
 #[command(
     name = "agx-render",
     version,
-    about = "Render a mesh through the AGX stack to a PNG"
+    about = "Render a mesh through the AGX stack to a PNG",
+    after_help = "Exit status: 0 when every frame rendered and the PNG was written; 1 when the \
+        mesh cannot be read, the output cannot be written, the device cannot be opened or the \
+        GPU work failed (the message names the path or the fault); 2 for a bad command line."
 )]
 struct Args {
     /// A Wavefront OBJ or PLY mesh instead of the built-in torus.

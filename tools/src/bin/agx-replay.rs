@@ -11,7 +11,11 @@ use clap::Parser;
 #[command(
     name = "agx-replay",
     version,
-    about = "Replay an AGX submission capture on the simulated device"
+    about = "Replay an AGX submission capture on the simulated device",
+    after_help = "Exit status: 0 when every submission completed and every image was written; 1 \
+        when a submission failed or an image could not be written; 2 for a bad command line, a \
+        file that is not a capture, a --submit past its end or an output directory that cannot \
+        be created."
 )]
 struct Args {
     /// The capture file.
