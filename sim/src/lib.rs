@@ -152,8 +152,13 @@ impl SystemConfig {
             }
             config.tvb_initial_blocks = blocks;
         }
-        if let Some(units) = env_number("AGX_WORK_BUDGET_UNITS", "a number of work units")? {
-            config.work_budget_units = units;
+        if let Some(units) = env_number("AGX_WORK_BUDGET_UNITS", "a non-zero number of work units")?
+        {
+            config.work_budget_units = nonzero(
+                "AGX_WORK_BUDGET_UNITS",
+                units,
+                "a non-zero number of work units",
+            )?;
         }
         if let Some(ms) = env_number("AGX_COMMAND_TIMEOUT_MS", "a number of milliseconds")? {
             config.command_timeout_ms = ms;
@@ -161,9 +166,16 @@ impl SystemConfig {
         if let Some(bytes) = env_number("AGX_FILE_MEMORY_LIMIT_BYTES", "a number of bytes")? {
             config.file_memory_limit_bytes = bytes;
         }
-        if let Some(threads) = env_number("AGX_GPU_THREADS", "a non-zero number of threads")? {
-            config.gpu_threads =
-                nonzero("AGX_GPU_THREADS", threads, "a non-zero number of threads")?;
+        const THREADS: &str = "a number of threads from 1 to 1024";
+        if let Some(threads) = env_number::<usize>("AGX_GPU_THREADS", THREADS)? {
+            if !(1..=1024).contains(&threads) {
+                return Err(ConfigError {
+                    variable: "AGX_GPU_THREADS",
+                    value: threads.to_string(),
+                    expected: THREADS,
+                });
+            }
+            config.gpu_threads = threads;
         }
         Ok(config)
     }

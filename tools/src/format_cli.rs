@@ -260,24 +260,30 @@ pub(crate) fn condition_holds(format: &FormatInfo, info: &FieldInfo, bytes: &[u8
 /// yet: a texture's or PBE's sample count means something only for the
 /// two multisampled dimensions (Mesa's cmdbuf.xml has no encoding of one
 /// sample: a single-sampled image is a non-multisampled dimension), and a
-/// spec condition names one variant. The printers leave these out.
+/// spec condition names one variant. The printers leave these out while
+/// their bits are zero (a set bit stays visible).
 pub(crate) fn inapplicable_fields(format: &FormatInfo, bytes: &[u8]) -> Vec<&'static str> {
-    let Some(dimension) = format.fields.iter().find(|f| f.name == "dimension") else {
-        return Vec::new();
-    };
-    let has_samples = format
+    match sample_count_field(format, bytes) {
+        Some((samples, false)) if agx_hw::spec::read_stored(bytes, samples) == 0 => {
+            vec!["samples"]
+        }
+        _ => Vec::new(),
+    }
+}
+
+/// A texture's or PBE's sample count field, and whether its dimension in
+/// `bytes` is multisampled (the only dimensions it applies to).
+fn sample_count_field(format: &FormatInfo, bytes: &[u8]) -> Option<(&'static FieldInfo, bool)> {
+    let dimension = format.fields.iter().find(|f| f.name == "dimension")?;
+    let samples = format
         .fields
         .iter()
-        .any(|f| f.name == "samples" && f.kind == FieldKind::Enum("SampleCount"));
+        .find(|f| f.name == "samples" && f.kind == FieldKind::Enum("SampleCount"))?;
     let value = agx_hw::spec::decode(dimension, agx_hw::spec::read_stored(bytes, dimension));
     let multisampled = enum_info("TextureDimension")
         .and_then(|e| e.variants.iter().find(|v| u64::from(v.1) == value))
         .is_some_and(|v| v.0.ends_with("Multisampled"));
-    if has_samples && !multisampled {
-        vec!["samples"]
-    } else {
-        Vec::new()
-    }
+    Some((samples, multisampled))
 }
 
 /// `format`'s printout of `bytes` (`print_by_name`) without the lines of
@@ -338,6 +344,15 @@ pub fn encode(format: &str, assignments: &[String]) -> Result<Vec<u8>, FormatCli
     }
     // Conditions are checked once every value is in: a discriminant may
     // come after the field it selects.
+    if let Some((samples, false)) = sample_count_field(info, &bytes) {
+        if set.iter().any(|f| f.name == samples.name) {
+            return Err(FormatCliError::ConditionNotMet {
+                format: info.name,
+                field: samples.name,
+                condition: "dimension is D2Multisampled or D2ArrayMultisampled".into(),
+            });
+        }
+    }
     if let Some(field) = set
         .iter()
         .find(|field| !condition_holds(info, field, &bytes))
@@ -529,6 +544,30 @@ mod tests {
             })
         ));
         assert!(encode("Texture", &args(&["layout=linear", "stride=256"])).is_ok());
+        // A sample count only applies to a multisampled dimension.
+        assert!(matches!(
+            encode("Texture", &args(&["samples=four"])),
+            Err(FormatCliError::ConditionNotMet {
+                field: "samples",
+                ..
+            })
+        ));
+        let ms = encode(
+            "Texture",
+            &args(&["dimension=D2Multisampled", "samples=four"]),
+        )
+        .unwrap();
+        let printed = decode("Texture", &[&words_text(&ms)]).unwrap();
+        assert!(printed.contains("samples: 4"), "{printed}");
+        // On a single-sampled texture the field is left out while zero,
+        // and shown when a bit is set there.
+        let plain = encode("Texture", &[]).unwrap();
+        let printed = decode("Texture", &[&words_text(&plain)]).unwrap();
+        assert!(!printed.contains("samples"), "{printed}");
+        let mut stray = plain.clone();
+        stray[8] |= 1;
+        let printed = decode("Texture", &[&words_text(&stray)]).unwrap();
+        assert!(printed.contains("samples: 4"), "{printed}");
     }
 
     #[test]

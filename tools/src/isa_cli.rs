@@ -33,7 +33,8 @@ pub enum IsaCliError {
 /// What both tools say about their exit status.
 const EXIT_STATUS: &str = "Exit status: 0 on success; 1 when the input is not valid code \
 (the assembler's error names the line; the disassembler prints the listing up to the bad \
-bytes); 2 for a bad command line or a file that cannot be read or written.";
+bytes); 2 for a bad command line, hex input that is not hex, or a file that cannot be read or \
+written.";
 
 /// `agx-asm`'s command line.
 #[derive(Debug, clap::Parser)]

@@ -109,6 +109,8 @@ fn an_obj_mesh_renders_and_bad_input_is_an_error_not_a_crash() {
 #[test]
 fn failed_work_and_a_bad_capture_path_are_reported_not_silent() {
     let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"));
+    // A file already at the output path survives a failed run.
+    std::fs::write(dir.join("budget.png"), b"an earlier frame").unwrap();
     let output = Command::new(env!("CARGO_BIN_EXE_agx-render"))
         .args(["--size", "64x64", "--work-budget-units", "1000", "--out"])
         .arg(dir.join("budget.png"))
@@ -121,6 +123,10 @@ fn failed_work_and_a_bad_capture_path_are_reported_not_silent() {
     assert!(
         stderr.contains("GPU timeout: the submission used up its work budget of 1000 units (queue 1, submission 1)"),
         "{stderr}"
+    );
+    assert_eq!(
+        std::fs::read(dir.join("budget.png")).unwrap(),
+        b"an earlier frame"
     );
     let output = Command::new(env!("CARGO_BIN_EXE_agx-render"))
         .args(["--size", "64x64", "--out"])

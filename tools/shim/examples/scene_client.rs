@@ -9,9 +9,21 @@ use agx_tools::render::Renderer;
 use agx_umd::Device;
 use std::os::fd::FromRawFd;
 
+/// Frames to draw before the comparison: 1, or N with `--frames N` (a
+/// client that must still be busy when a test kills it).
+fn frames() -> u32 {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter()
+        .position(|a| a == "--frames")
+        .and_then(|i| args.get(i + 1))
+        .map_or(1, |n| n.parse().expect("--frames takes a number"))
+}
+
 fn render(device: &Device) -> Result<Vec<u8>, agx_umd::Error> {
     let renderer = Renderer::new(device, &Mesh::torus(300, 100), 800, 600)?;
-    renderer.frame(0)?;
+    for _ in 0..frames() {
+        renderer.frame(0)?;
+    }
     renderer.pixels()
 }
 

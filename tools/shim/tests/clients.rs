@@ -535,7 +535,10 @@ fn the_readme_scene_renders_in_two_processes_at_once() {
 fn a_killed_client_does_not_disturb_another() {
     let scene = target_dir().join("examples/scene_client");
     let dir = DeviceDir::new();
+    // The victim draws frames for far longer than the test waits, so that
+    // it is killed mid-work however fast the machine.
     let mut victim = shim_command(&scene, Mode::DeviceProcess, &dir)
+        .args(["--frames", "1000"])
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()

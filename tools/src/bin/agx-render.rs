@@ -10,6 +10,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use agx_kmd::tvb::{GrowthPolicy, BLOCK_BYTES, BLOCK_PAGES, MAX_BLOCKS, MIN_INITIAL_BLOCKS};
+use agx_tools::count;
 use agx_tools::mesh::Mesh;
 use agx_tools::render::{encode_png, Renderer};
 use agx_umd::Device;
@@ -118,15 +119,29 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
         Some(path) => Mesh::load(path)?,
         None => Mesh::torus(300, 100),
     };
-    // The output is opened before the frames are drawn, so that a path
-    // that cannot be written fails at once, naming it.
-    let out = std::fs::File::create(&args.out)
+    // The output is a new file beside the target, made before the frames
+    // are drawn (a path that cannot be written fails at once, naming it),
+    // and renamed onto the target only once the PNG is in it: a failure
+    // leaves an existing file at that path as it was.
+    let partial = partial_path(&args.out);
+    let out = std::fs::File::create(&partial)
         .map_err(|e| format!("cannot write {}: {e}", args.out.display()))?;
-    let rendered = render(args, &mesh, out);
+    let rendered = render(args, &mesh, out).and_then(|()| {
+        std::fs::rename(&partial, &args.out)
+            .map_err(|e| format!("cannot write {}: {e}", args.out.display()).into())
+    });
     if rendered.is_err() {
-        let _ = std::fs::remove_file(&args.out);
+        let _ = std::fs::remove_file(&partial);
     }
     rendered
+}
+
+/// `.NAME.partial-PID` in the directory of `out`.
+fn partial_path(out: &std::path::Path) -> PathBuf {
+    let name = out
+        .file_name()
+        .map_or_else(|| "frame.png".into(), |n| n.to_string_lossy().into_owned());
+    out.with_file_name(format!(".{name}.partial-{}", std::process::id()))
 }
 
 fn render(
@@ -203,17 +218,18 @@ fn render(
                 let mib = |blocks: u64| (blocks * BLOCK_BYTES) as f64 / f64::from(1 << 20);
                 format!(
                     "frame {frame}: {:.1} ms; parameter buffer {} blocks ({:.1} MiB){}, \
-                     the scene wanted {wanted_blocks} blocks ({:.1} MiB), {} grows in all; \
-                     {partials} partial renders ({} in all) visiting {partial_tiles} tiles; \
-                     {} faults",
+                     the scene wanted {wanted_blocks} blocks ({:.1} MiB), {} in all; \
+                     {} ({} in all) visiting {}; {}",
                     report.gpu_time.as_secs_f64() * 1e3,
                     tvb.blocks,
                     mib(tvb.blocks),
                     if grew { " (grew)" } else { "" },
                     mib(wanted_blocks),
-                    tvb.grows,
+                    count(tvb.grows as usize, "grow"),
+                    count(partials as usize, "partial render"),
                     tvb.partial_renders,
-                    report.faults,
+                    count(partial_tiles as usize, "tile"),
+                    count(report.faults as usize, "fault"),
                 )
             }
             None => format!(

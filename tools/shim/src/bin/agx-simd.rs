@@ -18,8 +18,12 @@ use std::os::unix::process::CommandExt;
 
 #[derive(Debug, Parser)]
 #[command(
+    name = "agx-simd",
     version,
-    about = "The simulated AGX GPU's device process, shared by the shim's clients"
+    about = "The simulated AGX GPU's device process, shared by the shim's clients",
+    after_help = "Exit status: 0 when it served until idle (or, with --spawned, once a device \
+        accepts clients); 1 when the device cannot start (the message says why); 2 for a bad \
+        command line."
 )]
 struct Args {
     /// The device directory (its sockets, lock and log); default
