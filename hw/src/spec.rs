@@ -162,6 +162,58 @@ pub struct EnumInfo {
     pub variants: &'static [(&'static str, u32, &'static str)],
 }
 
+impl EnumInfo {
+    /// The generated enum called `name`.
+    pub fn by_name(name: &str) -> Option<&'static EnumInfo> {
+        crate::ALL_ENUMS.iter().copied().find(|e| e.name == name)
+    }
+
+    /// The variant (its Rust name) whose value is `value`.
+    pub fn variant_of(&self, value: u64) -> Option<&'static str> {
+        self.variants
+            .iter()
+            .find(|v| u64::from(v.1) == value)
+            .map(|v| v.0)
+    }
+
+    /// The value of the variant called `variant` (its Rust name).
+    pub fn value_of(&self, variant: &str) -> Option<u32> {
+        self.variants.iter().find(|v| v.0 == variant).map(|v| v.1)
+    }
+}
+
+impl FormatInfo {
+    /// The generated format called `name`.
+    pub fn by_name(name: &str) -> Option<&'static FormatInfo> {
+        crate::ALL_FORMATS.iter().copied().find(|f| f.name == name)
+    }
+
+    /// The field called `name`.
+    pub fn field(&self, name: &str) -> Option<&'static FieldInfo> {
+        self.fields.iter().find(|f| f.name == name)
+    }
+
+    /// Whether `field`'s condition holds in `bytes` (always, for an
+    /// unconditional field): the generated code's test, from the tables,
+    /// for tools that handle formats by name.
+    pub fn applies(&self, field: &FieldInfo, bytes: &[u8]) -> bool {
+        let Some(condition) = field.condition else {
+            return true;
+        };
+        let discriminant = self.field(condition.field);
+        let variant = discriminant.and_then(|d| match d.kind {
+            FieldKind::Enum(name) => EnumInfo::by_name(name)?.value_of(condition.variant),
+            _ => None,
+        });
+        match (discriminant, variant) {
+            (Some(d), Some(variant)) => (d.logical(bytes) == u64::from(variant)) == condition.equal,
+            // The generator only emits conditions over enum fields of the
+            // same format.
+            _ => true,
+        }
+    }
+}
+
 /// A value that cannot be packed into a format.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -443,6 +495,13 @@ fn byte_span(lo: u32, width: u32) -> (usize, usize) {
 
 fn field_mask(width: u32) -> u128 {
     (1u128 << width) - 1
+}
+
+impl FieldInfo {
+    /// The field's logical value in `bytes` (its stored bits decoded).
+    pub fn logical(&self, bytes: &[u8]) -> u64 {
+        decode(self, read_stored(bytes, self))
+    }
 }
 
 /// Reads a field's stored value from its parts.
@@ -760,5 +819,29 @@ mod tests {
                 },
             ]
         );
+    }
+
+    #[test]
+    fn a_conditional_field_applies_as_the_generated_code_says() {
+        use crate::formats::{Layout, Texture};
+        let info = <Texture as Format>::INFO;
+        let stride = info.field("stride").unwrap();
+        let depth = info.field("depth").unwrap();
+        for (layout, value) in [(Layout::Linear, 0), (Layout::Twiddled, 1), (Layout::Gpu, 2)] {
+            let bytes = Texture {
+                layout,
+                ..Texture::default()
+            }
+            .pack()
+            .unwrap();
+            let linear = layout == Layout::Linear;
+            assert_eq!(info.applies(stride, &bytes), linear, "{layout:?}");
+            assert_eq!(info.applies(depth, &bytes), !linear, "{layout:?}");
+            assert_eq!(info.field("layout").unwrap().logical(&bytes), value);
+        }
+        let e = EnumInfo::by_name("Layout").unwrap();
+        assert_eq!(e.value_of("Gpu"), Some(2));
+        assert_eq!(e.variant_of(1), Some("Twiddled"));
+        assert_eq!(e.variant_of(9), None);
     }
 }

@@ -136,16 +136,16 @@ fn printed_issues(text: &str) -> Vec<String> {
 /// and fields whose condition does not hold are left out).
 fn typed_fields(name: &str, bytes: &[u8]) -> Vec<(String, FieldValue)> {
     use agx_hw::FieldKind;
-    let Some(info) = agx_hw::ALL_FORMATS.iter().find(|f| f.name == name) else {
+    let Some(info) = agx_hw::FormatInfo::by_name(name) else {
         return Vec::new();
     };
+    let inapplicable = crate::format_cli::inapplicable_fields(info, bytes);
     info.fields
         .iter()
         .filter(|f| !matches!(f.kind, FieldKind::Const { .. }))
-        .filter(|f| crate::format_cli::condition_holds(info, f, bytes))
-        .filter(|f| !crate::format_cli::inapplicable_fields(info, bytes).contains(&f.name))
+        .filter(|f| info.applies(f, bytes) && !inapplicable.contains(&f.name))
         .map(|f| {
-            let value = agx_hw::spec::decode(f, agx_hw::spec::read_stored(bytes, f));
+            let value = f.logical(bytes);
             let typed = match f.kind {
                 FieldKind::Bool => FieldValue::Bool(value != 0),
                 FieldKind::Float => FieldValue::Float(f64::from(f32::from_bits(value as u32))),
@@ -153,12 +153,10 @@ fn typed_fields(name: &str, bytes: &[u8]) -> Vec<(String, FieldValue)> {
                     Some(lod) => FieldValue::Float(f64::from(lod.to_f32())),
                     None => FieldValue::Number(value),
                 },
-                FieldKind::Enum(enum_name) => agx_hw::ALL_ENUMS
-                    .iter()
-                    .find(|e| e.name == enum_name)
-                    .and_then(|e| e.variants.iter().find(|v| u64::from(v.1) == value))
+                FieldKind::Enum(enum_name) => agx_hw::EnumInfo::by_name(enum_name)
+                    .and_then(|e| e.variant_of(value))
                     .map_or(FieldValue::Number(value), |v| {
-                        FieldValue::Text(v.0.to_owned())
+                        FieldValue::Text(v.to_owned())
                     }),
                 _ => FieldValue::Number(value),
             };

@@ -9,7 +9,7 @@
 
 use std::fmt::Write as _;
 
-use agx_hw::{FieldInfo, FieldKind, FormatInfo};
+use agx_hw::{EnumInfo, FieldInfo, FieldKind, FormatInfo};
 use clap::{Parser, Subcommand};
 
 /// The command line.
@@ -138,15 +138,7 @@ pub fn parse_hex(tokens: &[String]) -> Result<Vec<u8>, FormatCliError> {
 }
 
 fn format_info(name: &str) -> Result<&'static FormatInfo, FormatCliError> {
-    agx_hw::ALL_FORMATS
-        .iter()
-        .copied()
-        .find(|f| f.name == name)
-        .ok_or_else(|| FormatCliError::UnknownFormat(name.to_owned()))
-}
-
-fn enum_info(name: &str) -> Option<&'static agx_hw::EnumInfo> {
-    agx_hw::ALL_ENUMS.iter().copied().find(|e| e.name == name)
+    FormatInfo::by_name(name).ok_or_else(|| FormatCliError::UnknownFormat(name.to_owned()))
 }
 
 fn kind_text(kind: FieldKind) -> String {
@@ -157,7 +149,7 @@ fn kind_text(kind: FieldKind) -> String {
         FieldKind::Bool => "bool".into(),
         FieldKind::Float => "float".into(),
         FieldKind::Lod => "lod (4.6 fixed point)".into(),
-        FieldKind::Enum(name) => match enum_info(name) {
+        FieldKind::Enum(name) => match EnumInfo::by_name(name) {
             Some(e) => {
                 let names: Vec<&str> = e.variants.iter().map(|v| v.0).collect();
                 format!("{name}: {}", names.join(" | "))
@@ -219,7 +211,7 @@ fn parse_value(format: &'static str, info: &FieldInfo, text: &str) -> Result<u64
             ))),
         },
         FieldKind::Enum(name) => {
-            let Some(e) = enum_info(name) else {
+            let Some(e) = EnumInfo::by_name(name) else {
                 return parse_number(text).ok_or_else(|| bad("a number".into()));
             };
             e.variants
@@ -233,27 +225,6 @@ fn parse_value(format: &'static str, info: &FieldInfo, text: &str) -> Result<u64
             field: info.name,
         }),
     }
-}
-
-/// Whether `info`'s condition holds in `bytes`.
-pub(crate) fn condition_holds(format: &FormatInfo, info: &FieldInfo, bytes: &[u8]) -> bool {
-    let Some(condition) = info.condition else {
-        return true;
-    };
-    let Some(discriminant) = format.fields.iter().find(|f| f.name == condition.field) else {
-        return true;
-    };
-    let value = agx_hw::spec::decode(discriminant, agx_hw::spec::read_stored(bytes, discriminant));
-    let FieldKind::Enum(name) = discriminant.kind else {
-        return true;
-    };
-    let Some(variant) = enum_info(name)
-        .and_then(|e| e.variants.iter().find(|v| v.0 == condition.variant))
-        .map(|v| u64::from(v.1))
-    else {
-        return true;
-    };
-    (value == variant) == condition.equal
 }
 
 /// Fields that do not apply to `bytes` although the spec cannot say so
@@ -274,15 +245,13 @@ pub(crate) fn inapplicable_fields(format: &FormatInfo, bytes: &[u8]) -> Vec<&'st
 /// A texture's or PBE's sample count field, and whether its dimension in
 /// `bytes` is multisampled (the only dimensions it applies to).
 fn sample_count_field(format: &FormatInfo, bytes: &[u8]) -> Option<(&'static FieldInfo, bool)> {
-    let dimension = format.fields.iter().find(|f| f.name == "dimension")?;
+    let dimension = format.field("dimension")?;
     let samples = format
-        .fields
-        .iter()
-        .find(|f| f.name == "samples" && f.kind == FieldKind::Enum("SampleCount"))?;
-    let value = agx_hw::spec::decode(dimension, agx_hw::spec::read_stored(bytes, dimension));
-    let multisampled = enum_info("TextureDimension")
-        .and_then(|e| e.variants.iter().find(|v| u64::from(v.1) == value))
-        .is_some_and(|v| v.0.ends_with("Multisampled"));
+        .field("samples")
+        .filter(|f| f.kind == FieldKind::Enum("SampleCount"))?;
+    let multisampled = EnumInfo::by_name("TextureDimension")
+        .and_then(|e| e.variant_of(dimension.logical(bytes)))
+        .is_some_and(|v| v.ends_with("Multisampled"));
     Some((samples, multisampled))
 }
 
@@ -330,9 +299,7 @@ pub fn encode(format: &str, assignments: &[String]) -> Result<Vec<u8>, FormatCli
             .split_once('=')
             .ok_or_else(|| FormatCliError::NotAnAssignment(assignment.clone()))?;
         let field = info
-            .fields
-            .iter()
-            .find(|f| f.name == name.trim())
+            .field(name.trim())
             .ok_or_else(|| FormatCliError::UnknownField {
                 format: info.name,
                 field: name.to_owned(),
@@ -353,10 +320,7 @@ pub fn encode(format: &str, assignments: &[String]) -> Result<Vec<u8>, FormatCli
             });
         }
     }
-    if let Some(field) = set
-        .iter()
-        .find(|field| !condition_holds(info, field, &bytes))
-    {
+    if let Some(field) = set.iter().find(|field| !info.applies(field, &bytes)) {
         return Err(FormatCliError::ConditionNotMet {
             format: info.name,
             field: field.name,
