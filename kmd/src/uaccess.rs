@@ -15,9 +15,10 @@
 //! then reach the client's process instead of this one.
 #![allow(unsafe_code)]
 
-use std::cell::RefCell;
+use std::cell::Cell;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd};
+use std::ptr::NonNull;
 use std::rc::Rc;
 use std::sync::OnceLock;
 
@@ -45,25 +46,46 @@ pub enum InstallError {
 }
 
 thread_local! {
-    static USER_SPACE: RefCell<Option<Rc<dyn UserSpace>>> = const { RefCell::new(None) };
+    /// The caller's user space while [`with_user_space`] runs on this
+    /// thread. A plain pointer, so that the slot needs no destructor: it
+    /// stays readable at every point of a thread's life, including its
+    /// thread-local destructors and the process's exit handlers, where a
+    /// DRM client may still make calls (Mesa destroys its context from
+    /// one). A slot with a destructor would be gone there, and reading it
+    /// would panic.
+    static USER_SPACE: Cell<Option<NonNull<dyn UserSpace>>> = const { Cell::new(None) };
 }
 
 /// Runs `call` (an ioctl) with `space` as the caller's user space on this
 /// thread.
 pub fn with_user_space<R>(space: Rc<dyn UserSpace>, call: impl FnOnce() -> R) -> R {
-    struct Restore(Option<Rc<dyn UserSpace>>);
+    /// Puts the previous space back when the call returns or unwinds.
+    struct Restore(Option<NonNull<dyn UserSpace>>);
     impl Drop for Restore {
         fn drop(&mut self) {
-            let previous = self.0.take();
-            USER_SPACE.with(|cell| *cell.borrow_mut() = previous);
+            USER_SPACE.with(|cell| cell.set(self.0));
         }
     }
-    let _restore = Restore(USER_SPACE.with(|cell| cell.borrow_mut().replace(space)));
-    call()
+    let current = NonNull::from(&*space);
+    let _restore = Restore(USER_SPACE.with(|cell| cell.replace(Some(current))));
+    let result = call();
+    // `space` outlives the slot's use of it: the slot is restored (by
+    // `_restore`, dropped before `space`) before `space` is dropped.
+    drop(_restore);
+    drop(space);
+    result
 }
 
-fn user_space() -> Option<Rc<dyn UserSpace>> {
-    USER_SPACE.with(|cell| cell.borrow().clone())
+/// Calls `look` with the user space [`with_user_space`] set on this
+/// thread, if any.
+fn with_current_user_space<R>(look: impl FnOnce(Option<&dyn UserSpace>) -> R) -> R {
+    let current = USER_SPACE.with(Cell::get);
+    // SAFETY: a pointer in the slot was made by `with_user_space` on this
+    // thread from the `Rc` it holds, and it takes it out of the slot
+    // before that `Rc` is dropped; the slot is per thread, so while this
+    // thread runs here that `with_user_space` call is still on its stack
+    // and the value is alive. It is only read through a shared reference.
+    look(current.map(|pointer| unsafe { pointer.as_ref() }))
 }
 
 /// A user address that could not be read or written.
@@ -185,22 +207,24 @@ fn copy(src: u64, dst: u64, len: usize, user_is_dst: bool) -> Result<(), Fault> 
     if user == 0 || user.checked_add(len as u64).is_none() {
         return Err(fault);
     }
-    if let Some(space) = user_space() {
-        // SAFETY: the kernel side's buffer is a live Rust buffer of `len`
-        // bytes at `src` (or `dst`), as the callers guarantee.
-        return unsafe {
-            if user_is_dst {
-                space.write(dst, std::slice::from_raw_parts(src as *const u8, len))
-            } else {
-                space.read(src, std::slice::from_raw_parts_mut(dst as *mut u8, len))
-            }
+    with_current_user_space(|space| {
+        if let Some(space) = space {
+            // SAFETY: the kernel side's buffer is a live Rust buffer of
+            // `len` bytes at `src` (or `dst`), as the callers guarantee.
+            return unsafe {
+                if user_is_dst {
+                    space.write(dst, std::slice::from_raw_parts(src as *const u8, len))
+                } else {
+                    space.read(src, std::slice::from_raw_parts_mut(dst as *mut u8, len))
+                }
+            };
+        }
+        let result = match method() {
+            Method::ProcessVm => process_vm(src, dst, len, user_is_dst),
+            Method::Pipe => via_pipe(src, dst, len),
         };
-    }
-    let result = match method() {
-        Method::ProcessVm => process_vm(src, dst, len, user_is_dst),
-        Method::Pipe => via_pipe(src, dst, len),
-    };
-    result.map_err(|_| fault)
+        result.map_err(|_| fault)
+    })
 }
 
 /// Takes a reference to a file descriptor the caller passed in an ioctl
@@ -211,26 +235,28 @@ pub fn dup_user_fd(fd: i32) -> Option<OwnedFd> {
     if fd < 0 {
         return None;
     }
-    if let Some(space) = user_space() {
-        return space.take_fd(fd);
-    }
-    // SAFETY: F_DUPFD_CLOEXEC on an arbitrary integer is safe: the host
-    // kernel checks it and fails with EBADF if it is not open.
-    let new = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
-    if new < 0 {
-        return None;
-    }
-    // SAFETY: `new` is a descriptor fcntl just created for us.
-    Some(unsafe { OwnedFd::from_raw_fd(new) })
+    with_current_user_space(|space| {
+        if let Some(space) = space {
+            return space.take_fd(fd);
+        }
+        // SAFETY: F_DUPFD_CLOEXEC on an arbitrary integer is safe: the
+        // host kernel checks it and fails with EBADF if it is not open.
+        let new = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
+        if new < 0 {
+            return None;
+        }
+        // SAFETY: `new` is a descriptor fcntl just created for us.
+        Some(unsafe { OwnedFd::from_raw_fd(new) })
+    })
 }
 
 /// Gives the caller `fd` (as the kernel's `fd_install` does) and returns
 /// the number it has there.
 pub fn install_user_fd(fd: OwnedFd) -> Result<i32, InstallError> {
-    match user_space() {
+    with_current_user_space(|space| match space {
         Some(space) => space.install_fd(fd),
         None => Ok(fd.into_raw_fd()),
-    }
+    })
 }
 
 /// Reads `buf.len()` bytes from user address `address`.

@@ -68,6 +68,31 @@ pub(crate) fn fail<T>(errno: i32, value: T) -> T {
     value
 }
 
+/// Runs the body of the interposed function `name`. A panic must not
+/// cross into the C caller: unwinding out of an `extern "C"` function
+/// aborts the process, which a client (and its test harness) would see as
+/// a crash of its own. A panic is a bug of ours: it is logged, naming the
+/// function, and the call fails with `EIO` and `failed` (-1, `MAP_FAILED`
+/// or a null pointer), as a call the device could not complete.
+fn entry_point<R>(name: &str, failed: R, body: impl FnOnce() -> R) -> R {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)) {
+        Ok(result) => result,
+        Err(payload) => {
+            let what = payload
+                .downcast_ref::<&str>()
+                .copied()
+                .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+                .unwrap_or("a panic");
+            log(&format!(
+                "agx-shim: internal error in {name}: {what}; the call fails with EIO\n"
+            ));
+            // The payload may own memory: released on this side.
+            drop(payload);
+            fail(libc::EIO, failed)
+        }
+    }
+}
+
 /// The path as a string, if it is one.
 ///
 /// # Safety
@@ -181,18 +206,20 @@ macro_rules! open_fn {
         /// As the libc function of the same name.
         #[no_mangle]
         pub unsafe extern "C" fn $name($($arg: $ty),*) -> c_int {
-            // SAFETY: the caller passes a C string, as the function requires.
-            let named = unsafe { name_at($dirfd, $path, 0) };
-            if let Some(fd) = open_named(&named, $flags) {
-                return fd;
-            }
-            let $path = real_path(&named, $path);
-            match real!($symbol, unsafe extern "C" fn($($ty),*) -> c_int) {
-                // SAFETY: forwarding the caller's arguments (the path
-                // redirected).
-                Some(f) => unsafe { f($($arg),*) },
-                None => fail(libc::ENOSYS, -1),
-            }
+            entry_point(stringify!($name), -1, move || {
+                // SAFETY: the caller passes a C string, as the function requires.
+                let named = unsafe { name_at($dirfd, $path, 0) };
+                if let Some(fd) = open_named(&named, $flags) {
+                    return fd;
+                }
+                let $path = real_path(&named, $path);
+                match real!($symbol, unsafe extern "C" fn($($ty),*) -> c_int) {
+                    // SAFETY: forwarding the caller's arguments (the path
+                    // redirected).
+                    Some(f) => unsafe { f($($arg),*) },
+                    None => fail(libc::ENOSYS, -1),
+                }
+            })
         }
     };
 }
@@ -210,89 +237,100 @@ open_fn!(__openat64_2, c"__openat64_2", (dirfd: c_int, path: *const c_char, flag
 /// As `close(2)`.
 #[no_mangle]
 pub unsafe extern "C" fn close(fd: c_int) -> c_int {
-    // A DRM file of the device process: if this is its last descriptor
-    // anywhere, the device releases it before `close` returns, as Linux.
-    // (The check's own system calls leave errno as the caller had it.)
-    let saved = errno();
-    let remote_file = crate::remote().and_then(|remote| Some((remote, remote.identity(fd)?)));
-    crate::forget_fd(fd);
-    set_errno(saved);
-    let result = match real!(c"close", unsafe extern "C" fn(c_int) -> c_int) {
-        // SAFETY: forwarding the caller's argument.
-        Some(f) => unsafe { f(fd) },
-        None => fail(libc::ENOSYS, -1),
-    };
-    if let Some((remote, identity)) = remote_file {
-        let after_close = errno();
-        remote.closed(identity);
-        set_errno(after_close);
-    }
-    result
+    entry_point("close", -1, move || {
+        // A DRM file of the device process: if this is its last descriptor
+        // anywhere, the device releases it before `close` returns, as Linux.
+        // (The check's own system calls leave errno as the caller had it.)
+        let saved = errno();
+        let remote_file = crate::remote().and_then(|remote| Some((remote, remote.identity(fd)?)));
+        crate::forget_fd(fd);
+        set_errno(saved);
+        let result = match real!(c"close", unsafe extern "C" fn(c_int) -> c_int) {
+            // SAFETY: forwarding the caller's argument.
+            Some(f) => unsafe { f(fd) },
+            None => fail(libc::ENOSYS, -1),
+        };
+        if let Some((remote, identity)) = remote_file {
+            let after_close = errno();
+            remote.closed(identity);
+            set_errno(after_close);
+        }
+        result
+    })
 }
 
 /// # Safety
 /// As `shutdown(2)`.
 #[no_mangle]
 pub unsafe extern "C" fn shutdown(fd: c_int, how: c_int) -> c_int {
-    // A DRM file or a sync file is no socket on Linux; here shutting its
-    // socket would close the file for every process that holds it.
-    let drm_file = crate::remote().is_some() && crate::node_of(fd).is_some();
-    if drm_file
-        || agx_kmd::uaccess::dup_user_fd(fd)
-            .is_some_and(|file| agx_kmd::sync_file::is_simulated(std::os::fd::AsFd::as_fd(&file)))
-    {
-        return fail(libc::ENOTSOCK, -1);
-    }
-    match real!(c"shutdown", unsafe extern "C" fn(c_int, c_int) -> c_int) {
-        // SAFETY: forwarding the caller's arguments.
-        Some(f) => unsafe { f(fd, how) },
-        None => fail(libc::ENOSYS, -1),
-    }
+    entry_point("shutdown", -1, move || {
+        // A DRM file or a sync file is no socket on Linux; here shutting its
+        // socket would close the file for every process that holds it.
+        let drm_file = crate::remote().is_some() && crate::node_of(fd).is_some();
+        if drm_file
+            || agx_kmd::uaccess::dup_user_fd(fd).is_some_and(|file| {
+                agx_kmd::sync_file::is_simulated(std::os::fd::AsFd::as_fd(&file))
+            })
+        {
+            return fail(libc::ENOTSOCK, -1);
+        }
+        match real!(c"shutdown", unsafe extern "C" fn(c_int, c_int) -> c_int) {
+            // SAFETY: forwarding the caller's arguments.
+            Some(f) => unsafe { f(fd, how) },
+            None => fail(libc::ENOSYS, -1),
+        }
+    })
 }
 
 /// # Safety
 /// As `dup(2)`.
 #[no_mangle]
 pub unsafe extern "C" fn dup(fd: c_int) -> c_int {
-    let Some(f) = real!(c"dup", unsafe extern "C" fn(c_int) -> c_int) else {
-        return fail(libc::ENOSYS, -1);
-    };
-    // SAFETY: forwarding the caller's argument.
-    let new = unsafe { f(fd) };
-    track_dup(fd, new);
-    new
+    entry_point("dup", -1, move || {
+        let Some(f) = real!(c"dup", unsafe extern "C" fn(c_int) -> c_int) else {
+            return fail(libc::ENOSYS, -1);
+        };
+        // SAFETY: forwarding the caller's argument.
+        let new = unsafe { f(fd) };
+        track_dup(fd, new);
+        new
+    })
 }
 
 /// # Safety
 /// As `dup2(2)`.
 #[no_mangle]
 pub unsafe extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
-    let Some(f) = real!(c"dup2", unsafe extern "C" fn(c_int, c_int) -> c_int) else {
-        return fail(libc::ENOSYS, -1);
-    };
-    // SAFETY: forwarding the caller's arguments.
-    let result = unsafe { f(old, new) };
-    if result >= 0 && old != new {
-        crate::forget_fd(new);
-        track_dup(old, new);
-    }
-    result
+    entry_point("dup2", -1, move || {
+        let Some(f) = real!(c"dup2", unsafe extern "C" fn(c_int, c_int) -> c_int) else {
+            return fail(libc::ENOSYS, -1);
+        };
+        // SAFETY: forwarding the caller's arguments.
+        let result = unsafe { f(old, new) };
+        if result >= 0 && old != new {
+            crate::forget_fd(new);
+            track_dup(old, new);
+        }
+        result
+    })
 }
 
 /// # Safety
 /// As `dup3(2)`.
 #[no_mangle]
 pub unsafe extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
-    let Some(f) = real!(c"dup3", unsafe extern "C" fn(c_int, c_int, c_int) -> c_int) else {
-        return fail(libc::ENOSYS, -1);
-    };
-    // SAFETY: forwarding the caller's arguments.
-    let result = unsafe { f(old, new, flags) };
-    if result >= 0 {
-        crate::forget_fd(new);
-        track_dup(old, new);
-    }
-    result
+    entry_point("dup3", -1, move || {
+        let Some(f) = real!(c"dup3", unsafe extern "C" fn(c_int, c_int, c_int) -> c_int) else {
+            return fail(libc::ENOSYS, -1);
+        };
+        // SAFETY: forwarding the caller's arguments.
+        let result = unsafe { f(old, new, flags) };
+        if result >= 0 {
+            crate::forget_fd(new);
+            track_dup(old, new);
+        }
+        result
+    })
 }
 
 type FcntlFn = unsafe extern "C" fn(c_int, c_int, c_ulong) -> c_int;
@@ -325,53 +363,59 @@ fn fcntl_common(
 /// As `fcntl(2)`.
 #[no_mangle]
 pub unsafe extern "C" fn fcntl(fd: c_int, cmd: c_int, arg: c_ulong) -> c_int {
-    fcntl_common("fcntl", real!(c"fcntl", FcntlFn), fd, cmd, arg)
+    entry_point("fcntl", -1, move || {
+        fcntl_common("fcntl", real!(c"fcntl", FcntlFn), fd, cmd, arg)
+    })
 }
 
 /// # Safety
 /// As `fcntl64(2)`.
 #[no_mangle]
 pub unsafe extern "C" fn fcntl64(fd: c_int, cmd: c_int, arg: c_ulong) -> c_int {
-    fcntl_common("fcntl64", real!(c"fcntl64", FcntlFn), fd, cmd, arg)
+    entry_point("fcntl64", -1, move || {
+        fcntl_common("fcntl64", real!(c"fcntl64", FcntlFn), fd, cmd, arg)
+    })
 }
 
 /// # Safety
 /// As `ioctl(2)`.
 #[no_mangle]
 pub unsafe extern "C" fn ioctl(fd: c_int, request: c_ulong, arg: *mut c_void) -> c_int {
-    if let Some(remote) = crate::remote() {
-        if let Some(result) = remote.ioctl(fd, request, arg as u64) {
-            return result;
-        }
-        if request == c_ulong::from(agx_uapi::drm::SYNC_IOC_FILE_INFO) {
-            return sync_file_info_remote(remote, fd, arg);
-        }
-    } else if let Some(shim) = shim_if_ready() {
-        if let Some(file) = shim.file_of(fd) {
-            if crate::forked() {
-                return -1;
-            }
-            return match file.ioctl(request, arg as u64) {
-                Ok(result) => result,
-                Err(errno) => fail(errno.0, -1),
-            };
-        }
-        // A sync file this device exported: its status (how fence errors
-        // reach userspace).
-        if request == c_ulong::from(agx_uapi::drm::SYNC_IOC_FILE_INFO) {
-            if let Some(result) = shim.sync_file_info(fd, arg) {
+    entry_point("ioctl", -1, move || {
+        if let Some(remote) = crate::remote() {
+            if let Some(result) = remote.ioctl(fd, request, arg as u64) {
                 return result;
             }
+            if request == c_ulong::from(agx_uapi::drm::SYNC_IOC_FILE_INFO) {
+                return sync_file_info_remote(remote, fd, arg);
+            }
+        } else if let Some(shim) = shim_if_ready() {
+            if let Some(file) = shim.file_of(fd) {
+                if crate::forked() {
+                    return -1;
+                }
+                return match file.ioctl(request, arg as u64) {
+                    Ok(result) => result,
+                    Err(errno) => fail(errno.0, -1),
+                };
+            }
+            // A sync file this device exported: its status (how fence errors
+            // reach userspace).
+            if request == c_ulong::from(agx_uapi::drm::SYNC_IOC_FILE_INFO) {
+                if let Some(result) = shim.sync_file_info(fd, arg) {
+                    return result;
+                }
+            }
         }
-    }
-    match real!(
-        c"ioctl",
-        unsafe extern "C" fn(c_int, c_ulong, *mut c_void) -> c_int
-    ) {
-        // SAFETY: forwarding the caller's arguments.
-        Some(f) => unsafe { f(fd, request, arg) },
-        None => fail(libc::ENOSYS, -1),
-    }
+        match real!(
+            c"ioctl",
+            unsafe extern "C" fn(c_int, c_ulong, *mut c_void) -> c_int
+        ) {
+            // SAFETY: forwarding the caller's arguments.
+            Some(f) => unsafe { f(fd, request, arg) },
+            None => fail(libc::ENOSYS, -1),
+        }
+    })
 }
 
 /// `SYNC_IOC_FILE_INFO` in the device-process mode: the real ioctl, or,
@@ -429,18 +473,20 @@ macro_rules! write_fn {
         /// As the libc function of the same name.
         #[no_mangle]
         pub unsafe extern "C" fn $name(fd: c_int, $($arg: $ty),*) -> libc::ssize_t {
-            let Some(f) = real!($symbol, unsafe extern "C" fn(c_int, $($ty),*) -> libc::ssize_t)
-            else {
-                return fail(libc::ENOSYS, -1);
-            };
-            // In the device-process mode the bytes would reach the device:
-            // refused first.
-            if let Some(errno) = crate::remote().and_then(|r| r.write_refusal(fd)) {
-                return fail(errno, -1);
-            }
-            // SAFETY: forwarding the caller's arguments.
-            let result = unsafe { f(fd, $($arg),*) };
-            write_errno(fd, result)
+            entry_point(stringify!($name), -1, move || {
+                let Some(f) = real!($symbol, unsafe extern "C" fn(c_int, $($ty),*) -> libc::ssize_t)
+                else {
+                    return fail(libc::ENOSYS, -1);
+                };
+                // In the device-process mode the bytes would reach the device:
+                // refused first.
+                if let Some(errno) = crate::remote().and_then(|r| r.write_refusal(fd)) {
+                    return fail(errno, -1);
+                }
+                // SAFETY: forwarding the caller's arguments.
+                let result = unsafe { f(fd, $($arg),*) };
+                write_errno(fd, result)
+            })
         }
     };
 }
@@ -569,7 +615,9 @@ pub unsafe extern "C" fn mmap(
     fd: c_int,
     offset: libc::off_t,
 ) -> *mut c_void {
-    mmap_common(addr, len, prot, flags, fd, offset)
+    entry_point("mmap", libc::MAP_FAILED, move || {
+        mmap_common(addr, len, prot, flags, fd, offset)
+    })
 }
 
 /// # Safety
@@ -583,7 +631,9 @@ pub unsafe extern "C" fn mmap64(
     fd: c_int,
     offset: libc::off_t,
 ) -> *mut c_void {
-    mmap_common(addr, len, prot, flags, fd, offset)
+    entry_point("mmap64", libc::MAP_FAILED, move || {
+        mmap_common(addr, len, prot, flags, fd, offset)
+    })
 }
 
 // ---- Paths ------------------------------------------------------------
@@ -790,21 +840,23 @@ macro_rules! stat_path_fn {
         /// As the libc function of the same name.
         #[no_mangle]
         pub unsafe extern "C" fn $name(path: *const c_char, buf: *mut c_void) -> c_int {
-            // SAFETY: the caller passes a C string.
-            let named = unsafe { name_of(path, $follow) };
-            if let Named::Node(node) = named {
-                // SAFETY: the caller passes a stat buffer.
-                return unsafe { write_stat(buf, char_device_stat(node)) };
-            }
-            match real!(
-                $symbol,
-                unsafe extern "C" fn(*const c_char, *mut c_void) -> c_int
-            ) {
-                // SAFETY: forwarding the caller's arguments (the path
-                // redirected).
-                Some(f) => unsafe { f(real_path(&named, path), buf) },
-                None => fail(libc::ENOSYS, -1),
-            }
+            entry_point(stringify!($name), -1, move || {
+                // SAFETY: the caller passes a C string.
+                let named = unsafe { name_of(path, $follow) };
+                if let Named::Node(node) = named {
+                    // SAFETY: the caller passes a stat buffer.
+                    return unsafe { write_stat(buf, char_device_stat(node)) };
+                }
+                match real!(
+                    $symbol,
+                    unsafe extern "C" fn(*const c_char, *mut c_void) -> c_int
+                ) {
+                    // SAFETY: forwarding the caller's arguments (the path
+                    // redirected).
+                    Some(f) => unsafe { f(real_path(&named, path), buf) },
+                    None => fail(libc::ENOSYS, -1),
+                }
+            })
         }
     };
 }
@@ -820,15 +872,17 @@ macro_rules! stat_fd_fn {
         /// As the libc function of the same name.
         #[no_mangle]
         pub unsafe extern "C" fn $name(fd: c_int, buf: *mut c_void) -> c_int {
-            if let Some(node) = crate::node_of(fd) {
-                // SAFETY: the caller passes a stat buffer.
-                return unsafe { write_stat(buf, char_device_stat(node)) };
-            }
-            match real!($symbol, unsafe extern "C" fn(c_int, *mut c_void) -> c_int) {
-                // SAFETY: forwarding the caller's arguments.
-                Some(f) => unsafe { f(fd, buf) },
-                None => fail(libc::ENOSYS, -1),
-            }
+            entry_point(stringify!($name), -1, move || {
+                if let Some(node) = crate::node_of(fd) {
+                    // SAFETY: the caller passes a stat buffer.
+                    return unsafe { write_stat(buf, char_device_stat(node)) };
+                }
+                match real!($symbol, unsafe extern "C" fn(c_int, *mut c_void) -> c_int) {
+                    // SAFETY: forwarding the caller's arguments.
+                    Some(f) => unsafe { f(fd, buf) },
+                    None => fail(libc::ENOSYS, -1),
+                }
+            })
         }
     };
 }
@@ -873,21 +927,23 @@ macro_rules! fstatat_fn {
             buf: *mut c_void,
             flags: c_int,
         ) -> c_int {
-            // SAFETY: the caller passes a C string.
-            let named = unsafe { name_at(dirfd, path, flags) };
-            if let Named::Node(node) = named {
-                // SAFETY: the caller passes a stat buffer.
-                return unsafe { write_stat(buf, char_device_stat(node)) };
-            }
-            match real!(
-                $symbol,
-                unsafe extern "C" fn(c_int, *const c_char, *mut c_void, c_int) -> c_int
-            ) {
-                // SAFETY: forwarding the caller's arguments (the path
-                // redirected).
-                Some(f) => unsafe { f(dirfd, real_path(&named, path), buf, flags) },
-                None => fail(libc::ENOSYS, -1),
-            }
+            entry_point(stringify!($name), -1, move || {
+                // SAFETY: the caller passes a C string.
+                let named = unsafe { name_at(dirfd, path, flags) };
+                if let Named::Node(node) = named {
+                    // SAFETY: the caller passes a stat buffer.
+                    return unsafe { write_stat(buf, char_device_stat(node)) };
+                }
+                match real!(
+                    $symbol,
+                    unsafe extern "C" fn(c_int, *const c_char, *mut c_void, c_int) -> c_int
+                ) {
+                    // SAFETY: forwarding the caller's arguments (the path
+                    // redirected).
+                    Some(f) => unsafe { f(dirfd, real_path(&named, path), buf, flags) },
+                    None => fail(libc::ENOSYS, -1),
+                }
+            })
         }
     };
 }
@@ -905,36 +961,44 @@ pub unsafe extern "C" fn statx(
     mask: libc::c_uint,
     buf: *mut libc::statx,
 ) -> c_int {
-    // SAFETY: the caller passes a C string.
-    let named = unsafe { name_at(dirfd, path, flags) };
-    if let Named::Node(node) = named {
-        if buf.is_null() {
-            return fail(libc::EFAULT, -1);
+    entry_point("statx", -1, move || {
+        // SAFETY: the caller passes a C string.
+        let named = unsafe { name_at(dirfd, path, flags) };
+        if let Named::Node(node) = named {
+            if buf.is_null() {
+                return fail(libc::EFAULT, -1);
+            }
+            let st = char_device_stat(node);
+            // SAFETY: statx is plain data; all-zero is a valid value.
+            let mut sx: libc::statx = unsafe { std::mem::zeroed() };
+            sx.stx_mask = libc::STATX_BASIC_STATS;
+            sx.stx_mode = st.st_mode as u16;
+            sx.stx_nlink = st.st_nlink as u32;
+            sx.stx_blksize = st.st_blksize as u32;
+            sx.stx_rdev_major = libc::major(st.st_rdev);
+            sx.stx_rdev_minor = libc::minor(st.st_rdev);
+            sx.stx_ino = st.st_ino;
+            sx.stx_dev_major = libc::major(st.st_dev);
+            sx.stx_dev_minor = libc::minor(st.st_dev);
+            // SAFETY: the caller passes a statx buffer.
+            unsafe { buf.write(sx) };
+            return 0;
         }
-        let st = char_device_stat(node);
-        // SAFETY: statx is plain data; all-zero is a valid value.
-        let mut sx: libc::statx = unsafe { std::mem::zeroed() };
-        sx.stx_mask = libc::STATX_BASIC_STATS;
-        sx.stx_mode = st.st_mode as u16;
-        sx.stx_nlink = st.st_nlink as u32;
-        sx.stx_blksize = st.st_blksize as u32;
-        sx.stx_rdev_major = libc::major(st.st_rdev);
-        sx.stx_rdev_minor = libc::minor(st.st_rdev);
-        sx.stx_ino = st.st_ino;
-        sx.stx_dev_major = libc::major(st.st_dev);
-        sx.stx_dev_minor = libc::minor(st.st_dev);
-        // SAFETY: the caller passes a statx buffer.
-        unsafe { buf.write(sx) };
-        return 0;
-    }
-    match real!(
-        c"statx",
-        unsafe extern "C" fn(c_int, *const c_char, c_int, libc::c_uint, *mut libc::statx) -> c_int
-    ) {
-        // SAFETY: forwarding the caller's arguments (the path redirected).
-        Some(f) => unsafe { f(dirfd, real_path(&named, path), flags, mask, buf) },
-        None => fail(libc::ENOSYS, -1),
-    }
+        match real!(
+            c"statx",
+            unsafe extern "C" fn(
+                c_int,
+                *const c_char,
+                c_int,
+                libc::c_uint,
+                *mut libc::statx,
+            ) -> c_int
+        ) {
+            // SAFETY: forwarding the caller's arguments (the path redirected).
+            Some(f) => unsafe { f(dirfd, real_path(&named, path), flags, mask, buf) },
+            None => fail(libc::ENOSYS, -1),
+        }
+    })
 }
 
 /// `access` of a node: mode 0666, as udev makes them (read and write,
@@ -951,19 +1015,21 @@ fn node_access(mode: c_int) -> c_int {
 /// As `access(2)`.
 #[no_mangle]
 pub unsafe extern "C" fn access(path: *const c_char, mode: c_int) -> c_int {
-    // SAFETY: the caller passes a C string.
-    let named = unsafe { name_of(path, true) };
-    if let Named::Node(_) = named {
-        return node_access(mode);
-    }
-    match real!(
-        c"access",
-        unsafe extern "C" fn(*const c_char, c_int) -> c_int
-    ) {
-        // SAFETY: forwarding the caller's arguments (the path redirected).
-        Some(f) => unsafe { f(real_path(&named, path), mode) },
-        None => fail(libc::ENOSYS, -1),
-    }
+    entry_point("access", -1, move || {
+        // SAFETY: the caller passes a C string.
+        let named = unsafe { name_of(path, true) };
+        if let Named::Node(_) = named {
+            return node_access(mode);
+        }
+        match real!(
+            c"access",
+            unsafe extern "C" fn(*const c_char, c_int) -> c_int
+        ) {
+            // SAFETY: forwarding the caller's arguments (the path redirected).
+            Some(f) => unsafe { f(real_path(&named, path), mode) },
+            None => fail(libc::ENOSYS, -1),
+        }
+    })
 }
 
 /// # Safety
@@ -975,19 +1041,21 @@ pub unsafe extern "C" fn faccessat(
     mode: c_int,
     flags: c_int,
 ) -> c_int {
-    // SAFETY: the caller passes a C string.
-    let named = unsafe { name_at(dirfd, path, flags) };
-    if let Named::Node(_) = named {
-        return node_access(mode);
-    }
-    match real!(
-        c"faccessat",
-        unsafe extern "C" fn(c_int, *const c_char, c_int, c_int) -> c_int
-    ) {
-        // SAFETY: forwarding the caller's arguments (the path redirected).
-        Some(f) => unsafe { f(dirfd, real_path(&named, path), mode, flags) },
-        None => fail(libc::ENOSYS, -1),
-    }
+    entry_point("faccessat", -1, move || {
+        // SAFETY: the caller passes a C string.
+        let named = unsafe { name_at(dirfd, path, flags) };
+        if let Named::Node(_) = named {
+            return node_access(mode);
+        }
+        match real!(
+            c"faccessat",
+            unsafe extern "C" fn(c_int, *const c_char, c_int, c_int) -> c_int
+        ) {
+            // SAFETY: forwarding the caller's arguments (the path redirected).
+            Some(f) => unsafe { f(dirfd, real_path(&named, path), mode, flags) },
+            None => fail(libc::ENOSYS, -1),
+        }
+    })
 }
 
 /// Copies `text` into a caller's `readlink` buffer of `size` bytes
@@ -1030,9 +1098,11 @@ pub unsafe extern "C" fn readlink(
     buf: *mut c_char,
     size: libc::size_t,
 ) -> libc::ssize_t {
-    // SAFETY: forwarding the caller's arguments: readlink is readlinkat
-    // relative to the working directory.
-    unsafe { readlinkat(libc::AT_FDCWD, path, buf, size) }
+    entry_point("readlink", -1, move || {
+        // SAFETY: forwarding the caller's arguments: readlink is readlinkat
+        // relative to the working directory.
+        unsafe { readlinkat(libc::AT_FDCWD, path, buf, size) }
+    })
 }
 
 /// # Safety
@@ -1044,22 +1114,24 @@ pub unsafe extern "C" fn readlinkat(
     buf: *mut c_char,
     size: libc::size_t,
 ) -> libc::ssize_t {
-    // SAFETY: the caller passes a C string.
-    let named = match unsafe { link_of(path) } {
-        // SAFETY: the caller passes a buffer of `size` bytes.
-        Ok(text) => return unsafe { fill_link(text, buf, size) },
-        // SAFETY: as above.
-        Err(Named::Real) => unsafe { name_at(dirfd, path, libc::AT_SYMLINK_NOFOLLOW) },
-        Err(named) => named,
-    };
-    match real!(
-        c"readlinkat",
-        unsafe extern "C" fn(c_int, *const c_char, *mut c_char, libc::size_t) -> libc::ssize_t
-    ) {
-        // SAFETY: forwarding the caller's arguments (the path redirected).
-        Some(f) => unsafe { f(dirfd, real_path(&named, path), buf, size) },
-        None => fail(libc::ENOSYS, -1),
-    }
+    entry_point("readlinkat", -1, move || {
+        // SAFETY: the caller passes a C string.
+        let named = match unsafe { link_of(path) } {
+            // SAFETY: the caller passes a buffer of `size` bytes.
+            Ok(text) => return unsafe { fill_link(text, buf, size) },
+            // SAFETY: as above.
+            Err(Named::Real) => unsafe { name_at(dirfd, path, libc::AT_SYMLINK_NOFOLLOW) },
+            Err(named) => named,
+        };
+        match real!(
+            c"readlinkat",
+            unsafe extern "C" fn(c_int, *const c_char, *mut c_char, libc::size_t) -> libc::ssize_t
+        ) {
+            // SAFETY: forwarding the caller's arguments (the path redirected).
+            Some(f) => unsafe { f(dirfd, real_path(&named, path), buf, size) },
+            None => fail(libc::ENOSYS, -1),
+        }
+    })
 }
 
 /// # Safety
@@ -1071,8 +1143,10 @@ pub unsafe extern "C" fn __readlink_chk(
     size: libc::size_t,
     buf_size: libc::size_t,
 ) -> libc::ssize_t {
-    // SAFETY: forwarding the caller's arguments, as `readlink` does.
-    unsafe { __readlinkat_chk(libc::AT_FDCWD, path, buf, size, buf_size) }
+    entry_point("__readlink_chk", -1, move || {
+        // SAFETY: forwarding the caller's arguments, as `readlink` does.
+        unsafe { __readlinkat_chk(libc::AT_FDCWD, path, buf, size, buf_size) }
+    })
 }
 
 /// # Safety
@@ -1085,12 +1159,14 @@ pub unsafe extern "C" fn __readlinkat_chk(
     size: libc::size_t,
     buf_size: libc::size_t,
 ) -> libc::ssize_t {
-    if size > buf_size {
-        log("agx-shim: buffer overflow detected in readlink\n");
-        std::process::abort();
-    }
-    // SAFETY: forwarding the caller's arguments.
-    unsafe { readlinkat(dirfd, path, buf, size) }
+    entry_point("__readlinkat_chk", -1, move || {
+        if size > buf_size {
+            log("agx-shim: buffer overflow detected in readlink\n");
+            std::process::abort();
+        }
+        // SAFETY: forwarding the caller's arguments.
+        unsafe { readlinkat(dirfd, path, buf, size) }
+    })
 }
 
 /// `realpath` of a path that names something of the device's: the node
@@ -1131,18 +1207,20 @@ unsafe fn realpath_of(path: *const c_char, resolved: *mut c_char) -> Option<*mut
 /// As `realpath(3)`.
 #[no_mangle]
 pub unsafe extern "C" fn realpath(path: *const c_char, resolved: *mut c_char) -> *mut c_char {
-    // SAFETY: the caller's arguments, as realpath requires them.
-    if let Some(result) = unsafe { realpath_of(path, resolved) } {
-        return result;
-    }
-    match real!(
-        c"realpath",
-        unsafe extern "C" fn(*const c_char, *mut c_char) -> *mut c_char
-    ) {
-        // SAFETY: forwarding the caller's arguments.
-        Some(f) => unsafe { f(path, resolved) },
-        None => fail(libc::ENOSYS, std::ptr::null_mut()),
-    }
+    entry_point("realpath", std::ptr::null_mut(), move || {
+        // SAFETY: the caller's arguments, as realpath requires them.
+        if let Some(result) = unsafe { realpath_of(path, resolved) } {
+            return result;
+        }
+        match real!(
+            c"realpath",
+            unsafe extern "C" fn(*const c_char, *mut c_char) -> *mut c_char
+        ) {
+            // SAFETY: forwarding the caller's arguments.
+            Some(f) => unsafe { f(path, resolved) },
+            None => fail(libc::ENOSYS, std::ptr::null_mut()),
+        }
+    })
 }
 
 /// # Safety
@@ -1153,39 +1231,45 @@ pub unsafe extern "C" fn __realpath_chk(
     resolved: *mut c_char,
     resolved_size: libc::size_t,
 ) -> *mut c_char {
-    if resolved_size < libc::PATH_MAX as usize {
-        log("agx-shim: buffer overflow detected in realpath\n");
-        std::process::abort();
-    }
-    // SAFETY: forwarding the caller's arguments.
-    unsafe { realpath(path, resolved) }
+    entry_point("__realpath_chk", std::ptr::null_mut(), move || {
+        if resolved_size < libc::PATH_MAX as usize {
+            log("agx-shim: buffer overflow detected in realpath\n");
+            std::process::abort();
+        }
+        // SAFETY: forwarding the caller's arguments.
+        unsafe { realpath(path, resolved) }
+    })
 }
 
 /// # Safety
 /// As `canonicalize_file_name(3)`.
 #[no_mangle]
 pub unsafe extern "C" fn canonicalize_file_name(path: *const c_char) -> *mut c_char {
-    // SAFETY: forwarding the caller's argument.
-    unsafe { realpath(path, std::ptr::null_mut()) }
+    entry_point("canonicalize_file_name", std::ptr::null_mut(), move || {
+        // SAFETY: forwarding the caller's argument.
+        unsafe { realpath(path, std::ptr::null_mut()) }
+    })
 }
 
 /// # Safety
 /// As `opendir(3)`.
 #[no_mangle]
 pub unsafe extern "C" fn opendir(path: *const c_char) -> *mut libc::DIR {
-    // SAFETY: the caller passes a C string.
-    let named = unsafe { name_of(path, true) };
-    if let Named::Node(_) = named {
-        return fail(libc::ENOTDIR, std::ptr::null_mut());
-    }
-    match real!(
-        c"opendir",
-        unsafe extern "C" fn(*const c_char) -> *mut libc::DIR
-    ) {
-        // SAFETY: forwarding the caller's argument (the path redirected).
-        Some(f) => unsafe { f(real_path(&named, path)) },
-        None => fail(libc::ENOSYS, std::ptr::null_mut()),
-    }
+    entry_point("opendir", std::ptr::null_mut(), move || {
+        // SAFETY: the caller passes a C string.
+        let named = unsafe { name_of(path, true) };
+        if let Named::Node(_) = named {
+            return fail(libc::ENOTDIR, std::ptr::null_mut());
+        }
+        match real!(
+            c"opendir",
+            unsafe extern "C" fn(*const c_char) -> *mut libc::DIR
+        ) {
+            // SAFETY: forwarding the caller's argument (the path redirected).
+            Some(f) => unsafe { f(real_path(&named, path)) },
+            None => fail(libc::ENOSYS, std::ptr::null_mut()),
+        }
+    })
 }
 
 macro_rules! scandir_fn {
@@ -1199,25 +1283,27 @@ macro_rules! scandir_fn {
             filter: *const c_void,
             compare: *const c_void,
         ) -> c_int {
-            // SAFETY: the caller passes a C string.
-            let named = unsafe { name_of(path, true) };
-            if let Named::Node(_) = named {
-                return fail(libc::ENOTDIR, -1);
-            }
-            match real!(
-                $symbol,
-                unsafe extern "C" fn(
-                    *const c_char,
-                    *mut c_void,
-                    *const c_void,
-                    *const c_void,
-                ) -> c_int
-            ) {
-                // SAFETY: forwarding the caller's arguments (the path
-                // redirected).
-                Some(f) => unsafe { f(real_path(&named, path), list, filter, compare) },
-                None => fail(libc::ENOSYS, -1),
-            }
+            entry_point(stringify!($name), -1, move || {
+                // SAFETY: the caller passes a C string.
+                let named = unsafe { name_of(path, true) };
+                if let Named::Node(_) = named {
+                    return fail(libc::ENOTDIR, -1);
+                }
+                match real!(
+                    $symbol,
+                    unsafe extern "C" fn(
+                        *const c_char,
+                        *mut c_void,
+                        *const c_void,
+                        *const c_void,
+                    ) -> c_int
+                ) {
+                    // SAFETY: forwarding the caller's arguments (the path
+                    // redirected).
+                    Some(f) => unsafe { f(real_path(&named, path), list, filter, compare) },
+                    None => fail(libc::ENOSYS, -1),
+                }
+            })
         }
     };
 }
@@ -1248,41 +1334,43 @@ macro_rules! fopen_fn {
             path: *const c_char,
             mode: *const c_char,
         ) -> *mut libc::FILE {
-            // SAFETY: the caller passes a C string.
-            let named = unsafe { name_of(path, true) };
-            // SAFETY: the caller passes a C string.
-            let flags = fopen_flags(unsafe { path_of(mode) }.unwrap_or("r"));
-            if let Some(fd) = open_named(&named, flags) {
-                if fd < 0 {
-                    return std::ptr::null_mut();
+            entry_point(stringify!($name), std::ptr::null_mut(), move || {
+                // SAFETY: the caller passes a C string.
+                let named = unsafe { name_of(path, true) };
+                // SAFETY: the caller passes a C string.
+                let flags = fopen_flags(unsafe { path_of(mode) }.unwrap_or("r"));
+                if let Some(fd) = open_named(&named, flags) {
+                    if fd < 0 {
+                        return std::ptr::null_mut();
+                    }
+                    // The stream is read-only whatever the mode asked (the
+                    // descriptor of a DRM file is a pipe's read end, which
+                    // glibc's own F_GETFL check sees; nothing is written to a
+                    // DRM file or an fdinfo anyway).
+                    let read_mode = if flags & libc::O_CLOEXEC != 0 {
+                        c"re"
+                    } else {
+                        c"r"
+                    };
+                    // SAFETY: fdopen of a descriptor opened here, with a
+                    // NUL-terminated mode string.
+                    let stream = unsafe { libc::fdopen(fd, read_mode.as_ptr()) };
+                    if stream.is_null() {
+                        // SAFETY: closing the descriptor opened here.
+                        unsafe { close(fd) };
+                    }
+                    return stream;
                 }
-                // The stream is read-only whatever the mode asked (the
-                // descriptor of a DRM file is a pipe's read end, which
-                // glibc's own F_GETFL check sees; nothing is written to a
-                // DRM file or an fdinfo anyway).
-                let read_mode = if flags & libc::O_CLOEXEC != 0 {
-                    c"re"
-                } else {
-                    c"r"
-                };
-                // SAFETY: fdopen of a descriptor opened here, with a
-                // NUL-terminated mode string.
-                let stream = unsafe { libc::fdopen(fd, read_mode.as_ptr()) };
-                if stream.is_null() {
-                    // SAFETY: closing the descriptor opened here.
-                    unsafe { close(fd) };
+                match real!(
+                    $symbol,
+                    unsafe extern "C" fn(*const c_char, *const c_char) -> *mut libc::FILE
+                ) {
+                    // SAFETY: forwarding the caller's arguments (the path
+                    // redirected).
+                    Some(f) => unsafe { f(real_path(&named, path), mode) },
+                    None => fail(libc::ENOSYS, std::ptr::null_mut()),
                 }
-                return stream;
-            }
-            match real!(
-                $symbol,
-                unsafe extern "C" fn(*const c_char, *const c_char) -> *mut libc::FILE
-            ) {
-                // SAFETY: forwarding the caller's arguments (the path
-                // redirected).
-                Some(f) => unsafe { f(real_path(&named, path), mode) },
-                None => fail(libc::ENOSYS, std::ptr::null_mut()),
-            }
+            })
         }
     };
 }
@@ -1301,26 +1389,28 @@ macro_rules! getxattr_fn {
             value: *mut c_void,
             size: libc::size_t,
         ) -> libc::ssize_t {
-            // SAFETY: the caller passes a C string.
-            let named = unsafe { name_of(path, $follow) };
-            if let Named::Node(_) = named {
-                // The nodes carry no extended attributes.
-                return fail(libc::ENODATA, -1);
-            }
-            match real!(
-                $symbol,
-                unsafe extern "C" fn(
-                    *const c_char,
-                    *const c_char,
-                    *mut c_void,
-                    libc::size_t,
-                ) -> libc::ssize_t
-            ) {
-                // SAFETY: forwarding the caller's arguments (the path
-                // redirected).
-                Some(f) => unsafe { f(real_path(&named, path), attribute, value, size) },
-                None => fail(libc::ENOSYS, -1),
-            }
+            entry_point(stringify!($name), -1, move || {
+                // SAFETY: the caller passes a C string.
+                let named = unsafe { name_of(path, $follow) };
+                if let Named::Node(_) = named {
+                    // The nodes carry no extended attributes.
+                    return fail(libc::ENODATA, -1);
+                }
+                match real!(
+                    $symbol,
+                    unsafe extern "C" fn(
+                        *const c_char,
+                        *const c_char,
+                        *mut c_void,
+                        libc::size_t,
+                    ) -> libc::ssize_t
+                ) {
+                    // SAFETY: forwarding the caller's arguments (the path
+                    // redirected).
+                    Some(f) => unsafe { f(real_path(&named, path), attribute, value, size) },
+                    None => fail(libc::ENOSYS, -1),
+                }
+            })
         }
     };
 }
@@ -1338,20 +1428,22 @@ macro_rules! listxattr_fn {
             list: *mut c_char,
             size: libc::size_t,
         ) -> libc::ssize_t {
-            // SAFETY: the caller passes a C string.
-            let named = unsafe { name_of(path, $follow) };
-            if let Named::Node(_) = named {
-                return 0;
-            }
-            match real!(
-                $symbol,
-                unsafe extern "C" fn(*const c_char, *mut c_char, libc::size_t) -> libc::ssize_t
-            ) {
-                // SAFETY: forwarding the caller's arguments (the path
-                // redirected).
-                Some(f) => unsafe { f(real_path(&named, path), list, size) },
-                None => fail(libc::ENOSYS, -1),
-            }
+            entry_point(stringify!($name), -1, move || {
+                // SAFETY: the caller passes a C string.
+                let named = unsafe { name_of(path, $follow) };
+                if let Named::Node(_) = named {
+                    return 0;
+                }
+                match real!(
+                    $symbol,
+                    unsafe extern "C" fn(*const c_char, *mut c_char, libc::size_t) -> libc::ssize_t
+                ) {
+                    // SAFETY: forwarding the caller's arguments (the path
+                    // redirected).
+                    Some(f) => unsafe { f(real_path(&named, path), list, size) },
+                    None => fail(libc::ENOSYS, -1),
+                }
+            })
         }
     };
 }

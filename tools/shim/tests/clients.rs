@@ -186,6 +186,58 @@ fn file_operations_signals_and_eventfds_behave_as_linux() {
     run_under_shim(&build_c_client("file_ops_client"));
 }
 
+/// The device serves calls from every point of a process's life: exit
+/// handlers, thread-local and pthread_key destructors, library
+/// destructors, signal handlers, and a thread still calling while main
+/// returns. Each point in a process of its own, and all of them in one;
+/// every one must exit 0 having printed "ok" (a panic in the shim aborts
+/// the client: status 134, as piglit's runner saw every GL program end).
+#[test]
+fn calls_are_served_at_every_point_of_a_process_life() {
+    let client = build_c_client("exit_paths_client");
+    let points = [
+        "atexit",
+        "thread-destructor",
+        "thread-destructor-in-thread",
+        "pthread-key",
+        "library-destructor",
+        "signal-handler",
+        "thread-running-at-exit",
+        "all",
+    ];
+    let mut failures = Vec::new();
+    for mode in [Mode::DeviceProcess, Mode::InProcess] {
+        for point in points {
+            let dir = DeviceDir::new();
+            let out = shim_command(&client, mode, &dir)
+                .arg(point)
+                .output()
+                .expect("client runs");
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            if !out.status.success() || stdout.trim() != "ok" {
+                failures.push(format!(
+                    "{point} in the {mode:?} mode: {}\n{stdout}{}\ndevice log: {}",
+                    out.status,
+                    String::from_utf8_lossy(&out.stderr),
+                    dir.log()
+                ));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// GPU work submitted and waited for where Mesa's GL driver does it at
+/// exit (a thread-local destructor, an atexit handler after the thread's
+/// own thread-locals are gone) computes what it should, and the process
+/// exits 0.
+#[test]
+fn a_client_submits_and_waits_from_its_exit_handlers() {
+    let binary = target_dir().join("examples/exit_submit_client");
+    assert!(binary.exists(), "cargo test builds the examples");
+    run_under_shim(&binary);
+}
+
 #[test]
 fn drm_crate_client_runs_against_the_simulated_gpu() {
     let binary = target_dir().join("examples/drm_client");

@@ -1,0 +1,131 @@
+//! A client that submits GPU work and waits for it where Mesa's GL driver
+//! does at exit: from a thread-local destructor of a thread that returns,
+//! and from an `atexit` handler after `main` returned (by then this
+//! thread's own thread-locals, the userspace driver's and the shim's
+//! among them, are destroyed). Run under `LD_PRELOAD=libagx_shim.so`;
+//! prints "ok" from the exit handler and exits 0 when every dispatch
+//! computed what Rust does.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use agx_umd::{Bindings, Buffer, CommandBuffer, Device, Error, ProgramCache, Queue, Shader};
+
+/// y[i] = 2 x[i] + 1 for i < n (x at u0_u1, y at u2_u3, n in u4).
+const KERNEL: &str = "
+    get_sr r1, sr80
+    if_icmp r0l, ult, r1, u4, 1
+    jmp_exec_none done
+    device_load 0, i32, x, r2, u0_u1, r1, unsigned
+    wait 0
+    fmadd32 r3, r2, 2.0, 1.0
+    device_store 0, i32, x, r3, u2_u3, r1, unsigned, 0
+done:
+    pop_exec r0l, 1
+    stop";
+
+const COUNT: usize = 100;
+
+/// The device and what a dispatch needs, kept for the exit handler.
+struct Gpu {
+    device: Device,
+    queue: Queue,
+    programs: Arc<ProgramCache>,
+    input: Buffer,
+}
+
+static GPU: Mutex<Option<Gpu>> = Mutex::new(None);
+
+/// Fails the process without running the exit handlers again (this may
+/// run inside one).
+fn check(cond: bool, what: &str) {
+    if !cond {
+        eprintln!("check failed: {what}");
+        // SAFETY: _exit ends the process at once; it is always allowed.
+        unsafe { libc::_exit(1) };
+    }
+}
+
+/// Dispatches the kernel over the input into a new buffer, waits, and
+/// checks every result.
+fn dispatch_and_check(gpu: &Gpu, what: &str) {
+    let result = (|| -> Result<Vec<u8>, Error> {
+        let output = gpu.device.upload(&[0u8; 4 * COUNT], true)?;
+        let shader = Shader::new(&gpu.device, KERNEL)?;
+        let mut cb = CommandBuffer::new(&gpu.device, &gpu.programs);
+        let (x, y) = (gpu.input.va(), output.va());
+        let words = [x as u32, (x >> 32) as u32, y as u32, (y >> 32) as u32];
+        let bindings = Bindings::default()
+            .with_uniform_words(cb.arena(), &[words[0], words[1], words[2], words[3], 100])?;
+        cb.dispatch(&shader, &bindings, [128, 1, 1], [64, 1, 1])?;
+        cb.finish()?;
+        gpu.queue
+            .submit(vec![cb], &[], &[])?
+            .wait(Duration::from_secs(60))?;
+        output.read_all()
+    })();
+    let out = match result {
+        Ok(out) => out,
+        Err(e) => {
+            check(false, &format!("{what}: {e}"));
+            return;
+        }
+    };
+    for i in 0..COUNT {
+        let got = f32::from_le_bytes(out[4 * i..4 * i + 4].try_into().unwrap_or_default());
+        check(got == 2.0 * i as f32 + 1.0, what);
+    }
+}
+
+/// Dispatches when the thread that owns it ends.
+struct DispatchOnDrop;
+
+impl Drop for DispatchOnDrop {
+    fn drop(&mut self) {
+        let gpu = GPU.lock().unwrap_or_else(|e| e.into_inner());
+        match gpu.as_ref() {
+            Some(gpu) => dispatch_and_check(gpu, "a dispatch from a thread-local destructor"),
+            None => check(false, "the device is there for the thread-local destructor"),
+        }
+    }
+}
+
+thread_local! {
+    static AT_THREAD_EXIT: DispatchOnDrop = const { DispatchOnDrop };
+}
+
+extern "C" fn at_exit() {
+    let gpu = GPU.lock().unwrap_or_else(|e| e.into_inner()).take();
+    match gpu {
+        Some(gpu) => {
+            dispatch_and_check(&gpu, "a dispatch from an atexit handler");
+            // Everything is released here, as Mesa's context destruction does.
+            drop(gpu);
+            println!("ok");
+        }
+        None => check(false, "the device is there for the exit handler"),
+    }
+}
+
+fn main() -> Result<(), Error> {
+    let device = Device::open("/dev/dri/renderD128")?;
+    let queue = Queue::new(&device)?;
+    let programs = Arc::new(ProgramCache::new(&device));
+    let input: Vec<u8> = (0..COUNT).flat_map(|i| (i as f32).to_le_bytes()).collect();
+    let input = device.upload(&input, false)?;
+    let gpu = Gpu {
+        device,
+        queue,
+        programs,
+        input,
+    };
+    dispatch_and_check(&gpu, "a dispatch from main");
+    *GPU.lock().unwrap_or_else(|e| e.into_inner()) = Some(gpu);
+
+    let thread = std::thread::spawn(|| AT_THREAD_EXIT.with(|_| ()));
+    check(thread.join().is_ok(), "the thread ends");
+
+    // SAFETY: registers a handler with the C signature atexit expects.
+    check(unsafe { libc::atexit(at_exit) } == 0, "atexit");
+    Ok(())
+}
