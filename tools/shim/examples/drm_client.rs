@@ -41,11 +41,17 @@ fn asahi_ioctl<T>(card: &Card, request: u32, arg: &mut T) -> std::io::Result<()>
 }
 
 fn main() {
-    let file = OpenOptions::new()
+    let file = match OpenOptions::new()
         .read(true)
         .write(true)
         .open("/dev/dri/renderD128")
-        .expect("open the render node");
+    {
+        Ok(file) => file,
+        Err(e) => {
+            eprintln!("cannot open /dev/dri/renderD128: {e}");
+            std::process::exit(1);
+        }
+    };
     let node = drm::node::DrmNode::from_file(&file).expect("a DRM node");
     check(node.ty() == drm::node::NodeType::Render, "render node");
     let card = Card(file);

@@ -124,6 +124,18 @@ fn assert_printed_ok(out: &std::process::Output, what: &str, dir: &DeviceDir) {
     );
 }
 
+/// `status` is an exit with `code`, not a death by a signal: a program
+/// killed by one (an abort among them) is a crash to its harness, never
+/// the failure a test expects.
+fn assert_exited_with(status: std::process::ExitStatus, code: i32, what: &str) {
+    use std::os::unix::process::ExitStatusExt;
+    assert!(
+        status.code() == Some(code),
+        "{what}: expected exit status {code}, got {status} (signal {:?})",
+        status.signal()
+    );
+}
+
 fn run_under_shim_with(program: &PathBuf, env: &[(&str, &str)]) -> std::process::Output {
     run_under_shim_with_in(Mode::DeviceProcess, program, env)
 }
@@ -252,7 +264,12 @@ fn without_the_shim_there_is_no_device() {
         .env_remove("LD_PRELOAD")
         .output()
         .expect("client runs");
-    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_exited_with(out.status, 1, &stderr);
+    assert!(
+        stderr.contains("cannot open /dev/dri/renderD128"),
+        "{stderr}"
+    );
 }
 
 #[test]
@@ -306,7 +323,7 @@ fn the_work_budget_comes_from_the_environment() {
             .output()
             .expect("client runs");
         let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(!out.status.success(), "{mode:?}: {stderr}");
+        assert_exited_with(out.status, 1, &format!("{mode:?}: {stderr}"));
         assert!(
             stderr.contains(
                 &std::io::Error::from_raw_os_error(rustix::io::Errno::TIMEDOUT.raw_os_error())
@@ -490,7 +507,7 @@ fn a_bad_configuration_variable_stops_the_device_in(mode: Mode) {
     let client = build_c_client("libdrm_client");
     let out = run_under_shim_with_in(mode, &client, &[("AGX_TVB_POLICY", "bogus")]);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "{mode:?}: {stderr}");
+    assert_exited_with(out.status, 1, &format!("{mode:?}: {stderr}"));
     assert!(
         stderr.contains("AGX_TVB_POLICY=\"bogus\" is not one of asahi, demand, sync"),
         "{mode:?}: {stderr}"
@@ -604,7 +621,10 @@ fn a_killed_client_does_not_disturb_another() {
     std::thread::sleep(std::time::Duration::from_millis(1500));
     victim.kill().expect("kill");
     let status = victim.wait().expect("wait");
-    assert!(!status.success());
+    {
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(status.signal(), Some(libc::SIGKILL), "the victim: {status}");
+    }
     let out = survivor.wait_with_output().expect("client runs");
     assert_printed_ok(&out, "the surviving scene_client", &dir);
     // A new client of the same device still finds it working.
@@ -625,7 +645,7 @@ fn an_unknown_shim_mode_is_refused_with_a_reason() {
         .output()
         .expect("client runs");
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "{stderr}");
+    assert_exited_with(out.status, 1, &stderr);
     assert!(
         stderr.contains("AGX_SHIM_MODE=bogus is neither `device` nor `in-process`"),
         "{stderr}"
