@@ -127,12 +127,11 @@ pub fn bind(
             )?,
             UscWord::Shared(w) => {
                 if let SharedLayout::Unknown(raw) = w.layout {
-                    tracing::warn!(
-                        address = format_args!("{at:#x}"),
-                        layout = raw,
-                        "a USC Shared word with a layout nobody has seen"
-                    );
-                    return Err(unsupported(at, FaultUnit::Usc));
+                    return Err(unsupported(
+                        at,
+                        FaultUnit::Usc,
+                        format_args!("a USC Shared word with layout {raw}, which nobody has seen"),
+                    ));
                 }
                 if w.uses_shared_memory {
                     binding.shared_bytes = w.bytes_per_threadgroup as usize;
@@ -161,12 +160,20 @@ pub fn bind(
                 return if have_code {
                     Ok(binding)
                 } else {
-                    Err(unsupported(at, FaultUnit::Usc))
+                    Err(unsupported(
+                        at,
+                        FaultUnit::Usc,
+                        "a pipeline whose control words end with no Shader word",
+                    ))
                 };
             }
             UscWord::Preshader(w) => {
                 if !have_code {
-                    return Err(unsupported(at, FaultUnit::Usc));
+                    return Err(unsupported(
+                        at,
+                        FaultUnit::Usc,
+                        "a pipeline whose control words end with a preshader and no Shader word",
+                    ));
                 }
                 run_preshader(
                     vm,
@@ -179,7 +186,13 @@ pub fn bind(
         }
         at = at.wrapping_add(item.len() as u64);
     }
-    Err(unsupported(at, FaultUnit::Usc))
+    Err(unsupported(
+        at,
+        FaultUnit::Usc,
+        format_args!(
+            "a pipeline of more than {MAX_CONTROL_WORDS} control words (from {pipeline:#x})"
+        ),
+    ))
 }
 
 /// A preshader has no fixed-function unit: device memory and the uniform
@@ -271,7 +284,14 @@ fn load_uniforms(
     for (i, half) in data.chunks_exact(2).enumerate() {
         let index = start_halfs as usize + i;
         let Some(word) = binding.uniforms.get_mut(index / 2) else {
-            return Err(unsupported(word_address, FaultUnit::Usc));
+            return Err(unsupported(
+                word_address,
+                FaultUnit::Usc,
+                format_args!(
+                    "a uniform load of {size_halfs} halves from half {start_halfs}, past the {} uniform halves",
+                    2 * UNIFORMS
+                ),
+            ));
         };
         let value = u32::from(u16::from_le_bytes([half[0], half[1]]));
         let shift = 16 * (index % 2);

@@ -147,7 +147,17 @@ impl<'a> RunContext<'a> {
 /// A command body from the command object, or a firmware fault at the
 /// command for one too short to hold it.
 pub(crate) fn command_body<T: FromBytes>(ctx: &RunContext<'_>) -> Result<T, EngineResult> {
-    T::read_from_prefix(ctx.body)
-        .map(|(b, _)| b)
-        .map_err(|_| unsupported(ctx.command, FaultUnit::Firmware))
+    T::read_from_prefix(ctx.body).map(|(b, _)| b).map_err(|_| {
+        let name = std::any::type_name::<T>();
+        unsupported(
+            ctx.command,
+            FaultUnit::Firmware,
+            format_args!(
+                "a {}-byte command body, too short for its {}-byte {}",
+                ctx.body.len(),
+                size_of::<T>(),
+                name.rsplit("::").next().unwrap_or(name),
+            ),
+        )
+    })
 }

@@ -80,10 +80,26 @@ impl Launch {
                 let sizes: [u8; 12] = read_words(vm, indirect.address)?;
                 CdmGlobalSize::decode_fields(&sizes)
             }
-            _ => return Err(unsupported(pc, FaultUnit::Cdm)),
+            _ => {
+                return Err(unsupported(
+                    pc,
+                    FaultUnit::Cdm,
+                    format_args!(
+                    "a compute launch in mode {:?} (direct and indirect-global sizes are modelled)",
+                    words.header.mode
+                ),
+                ))
+            }
         };
         let Some(local) = words.local else {
-            return Err(unsupported(pc, FaultUnit::Cdm));
+            return Err(unsupported(
+                pc,
+                FaultUnit::Cdm,
+                format_args!(
+                    "a compute launch in mode {:?} with no local size",
+                    words.header.mode
+                ),
+            ));
         };
         Ok(Launch {
             pipeline,
@@ -127,7 +143,14 @@ pub fn run(
     let local = launch.local;
     let threads_per_group = local.iter().map(|&n| u64::from(n)).product::<u64>();
     if local.contains(&0) || threads_per_group > 1024 {
-        return Err(unsupported(launch_pc, FaultUnit::Cdm));
+        return Err(unsupported(
+            launch_pc,
+            FaultUnit::Cdm,
+            format_args!(
+                "a threadgroup of {}x{}x{} threads (1 to 1024 are modelled)",
+                local[0], local[1], local[2]
+            ),
+        ));
     }
     if launch.grid.contains(&0) {
         return Ok(0);
@@ -140,12 +163,14 @@ pub fn run(
     if let Some(shape) = imageblock {
         let block_bytes = shape.bytes();
         if block_bytes > binding.shared_bytes as u64 {
-            tracing::warn!(
-                block_bytes,
-                shared_bytes = binding.shared_bytes,
-                "an image block larger than the threadgroup memory"
-            );
-            return Err(unsupported(launch.pipeline, FaultUnit::Usc));
+            return Err(unsupported(
+                launch.pipeline,
+                FaultUnit::Usc,
+                format_args!(
+                    "an image block of {block_bytes} bytes, larger than the pipeline's {} bytes of threadgroup memory",
+                    binding.shared_bytes
+                ),
+            ));
         }
     }
     let groups: [u32; 3] = std::array::from_fn(|d| launch.grid[d].div_ceil(local[d]));

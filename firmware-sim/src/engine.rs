@@ -38,8 +38,12 @@ pub trait Engine: Send {
 pub struct NoEngine;
 
 impl Engine for NoEngine {
-    fn run(&mut self, _: CommandTag, ctx: &RunContext<'_>) -> EngineResult {
-        unsupported(ctx.command, FaultUnit::Firmware)
+    fn run(&mut self, tag: CommandTag, ctx: &RunContext<'_>) -> EngineResult {
+        unsupported(
+            ctx.command,
+            FaultUnit::Firmware,
+            format_args!("a {tag:?} command, on firmware with no GPU to run it"),
+        )
     }
 }
 
@@ -77,10 +81,25 @@ impl Default for Gpu {
 impl Gpu {
     fn run_compute(&mut self, ctx: &RunContext<'_>) -> EngineResult {
         let Ok(body) = RunComputeBody::read_from_prefix(ctx.body).map(|(b, _)| b) else {
-            return unsupported(ctx.command, FaultUnit::Firmware);
+            return unsupported(
+                ctx.command,
+                FaultUnit::Firmware,
+                format_args!(
+                    "a {}-byte command body, too short for its {}-byte RunComputeBody",
+                    ctx.body.len(),
+                    size_of::<RunComputeBody>()
+                ),
+            );
         };
         let Some(root) = ctx.ttb0 else {
-            return unsupported(body.cdm_ctrl_stream_base.get(), FaultUnit::Cdm);
+            return unsupported(
+                body.cdm_ctrl_stream_base.get(),
+                FaultUnit::Cdm,
+                format_args!(
+                    "a compute command in VM slot {}, which has no valid page table",
+                    ctx.vm_slot
+                ),
+            );
         };
         let vm = ctx.vm(root);
         let mut item = Vec::new();
@@ -152,7 +171,11 @@ impl Engine for Gpu {
             CommandTag::RunCompute => self.run_compute(ctx),
             CommandTag::RunVertex => crate::vertex::run_vertex(ctx, self.workers),
             CommandTag::RunFragment => crate::fragment::run_fragment(ctx, self.workers),
-            _ => unsupported(ctx.command, FaultUnit::Firmware),
+            _ => unsupported(
+                ctx.command,
+                FaultUnit::Firmware,
+                format_args!("a {tag:?} command given to the data masters"),
+            ),
         }
     }
 }

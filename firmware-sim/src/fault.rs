@@ -5,6 +5,15 @@
 //! stops it with a fault event carrying the GPU address, the unit, the
 //! kind of access and a reason, as the hardware's fault registers do; the
 //! firmware turns it into an event for the kmd.
+//!
+//! Work the model does not do is refused with [`unsupported`], which
+//! also logs what was refused (the fault event has no room for it): a
+//! WARN `refused: <what>` with the unit and the address, under this
+//! module's target (`agx_firmware_sim::fault`), just before the kmd's
+//! `GPU fault` line for the same fault.
+
+use std::cell::Cell;
+use std::fmt;
 
 use agx_fwif::messages::{FaultUnit, FAULT_UNSUPPORTED_WORK};
 use agx_hw::formats::UatFaultReason;
@@ -58,8 +67,42 @@ fn fault(address: u64, unit: FaultUnit, access: u32, reason: u32) -> EngineResul
     }
 }
 
-pub(crate) fn unsupported(address: u64, unit: FaultUnit) -> EngineResult {
+/// The fault event for work `unit` was asked to do at `address` that the
+/// model does not do; logs `refused: {what}` (WARN, with `unit=` and
+/// `address=`) unless the caller is inside [`unlogged`]. `what` says what
+/// was asked, with the offending value where there is one.
+///
+/// Logging is a side effect: build the fault only when it is the result
+/// (`ok_or_else`, not `ok_or`).
+pub(crate) fn unsupported(address: u64, unit: FaultUnit, what: impl fmt::Display) -> EngineResult {
+    if !UNLOGGED.get() {
+        tracing::warn!(
+            unit = ?unit,
+            address = format_args!("{address:#x}"),
+            "refused: {what}"
+        );
+    }
     fault(address, unit, 0, FAULT_UNSUPPORTED_WORK)
+}
+
+thread_local! {
+    /// Set while [`unlogged`] runs its closure on this thread.
+    static UNLOGGED: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Runs `f` with the refusals it makes on this thread not logged. Only
+/// for work whose failure is thrown away (best-effort clean-up after a
+/// command has already failed): the log names the refusals whose fault
+/// the kmd is told, not those of clean-up nobody reports.
+pub(crate) fn unlogged<T>(f: impl FnOnce() -> T) -> T {
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            UNLOGGED.set(self.0);
+        }
+    }
+    let _restore = Restore(UNLOGGED.replace(true));
+    f()
 }
 
 /// The fault event a failed access of `unit` raises.
@@ -93,9 +136,11 @@ pub(crate) fn exec_fault(error: &ExecError) -> EngineResult {
     };
     match failed_access {
         Some(f) => memory_fault(&f, FaultUnit::Usc),
-        None => {
-            tracing::warn!(%error, "kernel stopped");
-            unsupported(error.pc(), FaultUnit::Usc)
-        }
+        // The error names the instruction and what was not modelled.
+        None => unsupported(
+            error.pc(),
+            FaultUnit::Usc,
+            format_args!("kernel stopped: {error}"),
+        ),
     }
 }

@@ -27,7 +27,7 @@ use agx_fwif::messages::{FaultUnit, Helper};
 use agx_hw::isa::table::sr;
 
 use crate::command::Watchdog;
-use crate::fault::{exec_fault, unsupported, EngineResult};
+use crate::fault::{exec_fault, unlogged, unsupported, EngineResult};
 use crate::memory::GpuVm;
 use crate::shader::{run_stage_group, BUDGET_SLICE};
 use crate::usc::{Env, ExecError, Exit, NoIo, ProgramCache, ShaderIo, SimdGroup, Stack, UNIFORMS};
@@ -165,7 +165,15 @@ impl HelperCore {
         watchdog: &Watchdog<'_>,
     ) -> Result<(), EngineResult> {
         if self.broken {
-            return Err(unsupported(self.program.code, FaultUnit::Usc));
+            // The failure that broke it was the command's, and was
+            // reported (and a refusal logged) then.
+            return Err(unlogged(|| {
+                unsupported(
+                    self.program.code,
+                    FaultUnit::Usc,
+                    "a request to a helper program that has failed",
+                )
+            }));
         }
         let result = self.exchange(op, arg, vm, watchdog);
         if result.is_err() && !self.waiting {
@@ -191,15 +199,18 @@ impl HelperCore {
         match self.run(vm, watchdog)? {
             Some(DOORBELL_ACK) => {}
             Some(DOORBELL_NACK) => {
-                tracing::warn!(
-                    helper = format_args!("{:#x}", self.program.code),
-                    core = self.core,
-                    pc = format_args!("{:#x}", self.group.pc),
-                    what,
-                    "the helper program refused"
-                );
+                let pc = self.group.pc;
+                // Refused only once it waits again: otherwise the
+                // protocol error is the fault, and the one logged.
                 self.expect(vm, watchdog, DOORBELL_NEXT, what)?;
-                return Err(unsupported(self.program.code, FaultUnit::Usc));
+                return Err(unsupported(
+                    self.program.code,
+                    FaultUnit::Usc,
+                    format_args!(
+                        "a {what} the helper program on core {} refused (doorbell {DOORBELL_NACK} at pc {pc:#x})",
+                        self.core
+                    ),
+                ));
             }
             Some(value) => return Err(self.protocol_error(what, value)),
             None => return Err(self.protocol_error(what, 0)),
@@ -265,11 +276,11 @@ impl HelperCore {
                     return Ok(None);
                 }
                 Ok(Exit::Barrier) => {
-                    tracing::warn!(
-                        pc = format_args!("{:#x}", self.group.pc),
-                        "a threadgroup barrier in a helper program"
-                    );
-                    return Err(unsupported(self.group.pc, FaultUnit::Usc));
+                    return Err(unsupported(
+                        self.group.pc,
+                        FaultUnit::Usc,
+                        "a threadgroup barrier in a helper program",
+                    ));
                 }
                 Err(ExecError::Timeout { .. }) if watchdog.expired() => {
                     return Err(EngineResult::Timeout)
@@ -282,16 +293,19 @@ impl HelperCore {
 
     /// A helper that did not answer as the protocol says.
     fn protocol_error(&self, what: &str, rung: u8) -> EngineResult {
-        tracing::warn!(
-            helper = format_args!("{:#x}", self.program.code),
-            core = self.core,
-            pc = format_args!("{:#x}", self.group.pc),
-            what,
-            rung,
-            ended = self.ended,
-            "the helper program did not follow the doorbell protocol"
-        );
-        unsupported(self.program.code, FaultUnit::Usc)
+        let answer = if self.ended {
+            "stopped".to_string()
+        } else {
+            format!("rang doorbell {rung}")
+        };
+        unsupported(
+            self.program.code,
+            FaultUnit::Usc,
+            format_args!(
+                "a helper program on core {} that {answer} at pc {:#x} in {what}, against the doorbell protocol",
+                self.core, self.group.pc
+            ),
+        )
     }
 }
 
@@ -330,7 +344,12 @@ impl StageHelper {
     ) -> Result<(), EngineResult> {
         self.alloc(groups, spill_bucket, vm, watchdog)?;
         let ran = run(groups, vm);
-        let freed = self.free(groups, spill_bucket, vm, watchdog);
+        // After a failed run, what the frees say is not reported.
+        let freed = if ran.is_err() {
+            unlogged(|| self.free(groups, spill_bucket, vm, watchdog))
+        } else {
+            self.free(groups, spill_bucket, vm, watchdog)
+        };
         ran.and(freed)
     }
 
@@ -390,9 +409,11 @@ impl StageHelper {
                 Err(error) => {
                     // The groups given a stack never run: their stacks go
                     // back (best effort: the command has failed anyway).
-                    for group in &groups[..at] {
-                        let _ = core.free_stack(&group.stack, vm, watchdog);
-                    }
+                    unlogged(|| {
+                        for group in &groups[..at] {
+                            let _ = core.free_stack(&group.stack, vm, watchdog);
+                        }
+                    });
                     return Err(error);
                 }
             }
@@ -414,7 +435,13 @@ impl StageHelper {
         };
         let mut result = Ok(());
         for group in groups {
-            if let Err(error) = core.free_stack(&group.stack, vm, watchdog) {
+            // Only the first failure is reported.
+            let freed = if result.is_err() {
+                unlogged(|| core.free_stack(&group.stack, vm, watchdog))
+            } else {
+                core.free_stack(&group.stack, vm, watchdog)
+            };
+            if let Err(error) = freed {
                 result = result.and(Err(error));
             }
         }

@@ -15,7 +15,7 @@ use agx_fwif::ring::SharedMemory;
 use agx_hw::addr::{FwVa, PhysAddr};
 use agx_hw::formats::UatFaultReason;
 use agx_hw::uat::{self, Access, PhysicalMemory, UatFault, PAGE_BYTES};
-use agx_hw::{Format, List, Sequence};
+use agx_hw::{Format, List, SeqError, Sequence};
 
 use crate::fault::{unsupported, EngineResult};
 use crate::usc::{AccessKind, FaultReason, GpuMemory, MemoryFault};
@@ -259,11 +259,24 @@ pub(crate) fn read_item<L: List>(
     buf.clear();
     buf.resize(L::PEEK_BYTES, 0);
     read_into(vm, address, unit, buf)?;
-    let len = L::len_bytes(buf).map_err(|_| unsupported(address, unit))?;
+    let refuse = |buf: &[u8], error: SeqError| {
+        let word = first_word(buf);
+        let what = match error {
+            SeqError::UnknownTag { list, raw } => {
+                format!("{list} word {word:#010x} of unknown type {raw}")
+            }
+            SeqError::Unsupported { list, variant } => {
+                format!("a {variant} {list} (word {word:#010x}), whose layout is not modelled")
+            }
+            error => format!("{} word {word:#010x}: {error}", L::INFO.name),
+        };
+        unsupported(address, unit, what)
+    };
+    let len = L::len_bytes(buf).map_err(|e| refuse(buf, e))?;
     extend_to(vm, address, unit, buf, len)?;
     L::decode(buf)
         .map(|walked| walked.value)
-        .map_err(|_| unsupported(address, unit))
+        .map_err(|e| refuse(buf, e))
 }
 
 /// Reads the record sequence at `address` (a header and the records its
@@ -276,12 +289,32 @@ pub(crate) fn read_sequence<S: Sequence>(
 ) -> Result<(S, usize), EngineResult> {
     let mut buf = vec![0u8; S::Header::SIZE_BYTES];
     read_into(vm, address, unit, &mut buf)?;
-    let header = S::Header::decode_from(&buf).map_err(|_| unsupported(address, unit))?;
-    let len = S::len_bytes(&header).map_err(|_| unsupported(address, unit))?;
+    let refuse = |buf: &[u8], error: &dyn std::fmt::Display| {
+        unsupported(
+            address,
+            unit,
+            format_args!(
+                "{} with header word {:#010x}: {error}",
+                S::INFO.name,
+                first_word(buf)
+            ),
+        )
+    };
+    let header = S::Header::decode_from(&buf).map_err(|e| refuse(&buf, &e))?;
+    let len = S::len_bytes(&header).map_err(|e| refuse(&buf, &e))?;
     extend_to(vm, address, unit, &mut buf, len)?;
     S::decode(&buf)
         .map(|walked| (walked.value, walked.len_bytes))
-        .map_err(|_| unsupported(address, unit))
+        .map_err(|e| refuse(&buf, &e))
+}
+
+/// The first 32-bit word of `bytes` (zero-extended if shorter): the one
+/// holding a list item's tag or a sequence header's first bits.
+fn first_word(bytes: &[u8]) -> u32 {
+    let mut word = [0u8; 4];
+    let n = bytes.len().min(4);
+    word[..n].copy_from_slice(&bytes[..n]);
+    u32::from_le_bytes(word)
 }
 
 fn read_into(

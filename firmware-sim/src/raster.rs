@@ -156,7 +156,14 @@ pub(crate) fn setup_coefficients(
         for c in 0..b.components {
             let register = (b.base_coefficient_register + c) as usize;
             let Some(out) = planes.get_mut(register) else {
-                return Err(unsupported(at, FaultUnit::Usc));
+                return Err(unsupported(
+                    at,
+                    FaultUnit::Usc,
+                    format_args!(
+                        "a coefficient binding to cf{register}, past the {} coefficient registers its table declares",
+                        header.coefficient_register_count
+                    ),
+                ));
             };
             let slot = b.base_slot + c;
             let index = match b.source {
@@ -168,7 +175,13 @@ pub(crate) fn setup_coefficients(
                     .map(|output| 4 + output as usize),
                 // Point coordinates, primitive ids and barycentrics are
                 // not modelled: refused, not read as a slot.
-                _ => return Err(unsupported(at, FaultUnit::Usc)),
+                source => {
+                    return Err(unsupported(
+                        at,
+                        FaultUnit::Usc,
+                        format_args!("a coefficient binding of source {source:?} (not modelled)"),
+                    ))
+                }
             };
             // A slot past the vertex's outputs reads 0.
             let value = |v: usize| -> f64 {

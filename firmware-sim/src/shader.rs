@@ -50,17 +50,20 @@ pub fn run_simd_group(
         watchdog.charge(BUDGET_SLICE - budget);
         match ran {
             Ok(Exit::Barrier) if barriers == Barriers::Refuse => {
-                return Err(unsupported(group.pc, FaultUnit::Usc));
+                return Err(unsupported(
+                    group.pc,
+                    FaultUnit::Usc,
+                    "a threadgroup barrier in a stage without threadgroups",
+                ));
             }
             // Only a helper program talks to the firmware, and the
             // firmware's helper runner runs those itself.
             Ok(Exit::Doorbell(value)) => {
-                tracing::warn!(
-                    pc = format_args!("{:#x}", group.pc),
-                    value,
-                    "a doorbell rung outside a helper program"
-                );
-                return Err(unsupported(group.pc, FaultUnit::Usc));
+                return Err(unsupported(
+                    group.pc,
+                    FaultUnit::Usc,
+                    format_args!("a doorbell (value {value}) rung outside a helper program"),
+                ));
             }
             Ok(exit) => return Ok(exit),
             Err(ExecError::Timeout { .. }) if watchdog.expired() => {

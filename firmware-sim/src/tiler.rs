@@ -141,10 +141,22 @@ impl<'a> PageAllocator<'a> {
     /// The address of page `index` of the page list.
     pub fn page(&self, index: u64) -> Result<u64, EngineResult> {
         if index >= self.page_count {
-            return Err(unsupported(self.page_list, FaultUnit::Tiler));
+            return Err(unsupported(
+                self.page_list,
+                FaultUnit::Tiler,
+                format_args!(
+                    "page {index} of a parameter buffer of {} pages",
+                    self.page_count
+                ),
+            ));
         }
-        let entry: [u8; 4] = read_words(&self.vm, self.page_list + 4 * index)
-            .map_err(|_| unsupported(self.page_list + 4 * index, FaultUnit::Tiler))?;
+        let entry: [u8; 4] = read_words(&self.vm, self.page_list + 4 * index).map_err(|_| {
+            unsupported(
+                self.page_list + 4 * index,
+                FaultUnit::Tiler,
+                format_args!("an unreadable page-list entry for parameter-buffer page {index}"),
+            )
+        })?;
         Ok(u64::from(u32::from_le_bytes(entry)) * TVB_PAGE_BYTES)
     }
 
@@ -294,8 +306,19 @@ impl Draw {
     /// The draw an IndexList block at `pc` describes. Indirect draws and
     /// the words of unknown meaning are refused.
     pub fn of(list: &IndexListBlock, pc: u64) -> Result<Draw, EngineResult> {
-        if list.indirect.is_some() || list.unk_1.is_some() {
-            return Err(unsupported(pc, FaultUnit::Vdm));
+        if let Some(indirect) = list.indirect {
+            return Err(unsupported(
+                pc,
+                FaultUnit::Vdm,
+                format_args!("an indirect draw (arguments at {:#x})", indirect.address),
+            ));
+        }
+        if list.unk_1.is_some() {
+            return Err(unsupported(
+                pc,
+                FaultUnit::Vdm,
+                "an IndexList block with the unknown words unk_1",
+            ));
         }
         let h = &list.header;
         Ok(Draw {
@@ -529,7 +552,13 @@ impl<'a> Binner<'a> {
         let mut writer = self.vm.clone();
         writer
             .write(self.header_page, SceneHeader::default().as_bytes())
-            .map_err(|f| unsupported(f.address, FaultUnit::Tiler))?;
+            .map_err(|f| {
+                unsupported(
+                    f.address,
+                    FaultUnit::Tiler,
+                    format_args!("a scene header write to the parameter buffer that faulted: {f}"),
+                )
+            })?;
         let tiles = self.lists.len() as u64;
         self.head_pages.clear();
         for _ in 0..tiles.div_ceil(HEADS_PER_PAGE) {
@@ -572,9 +601,13 @@ impl<'a> Binner<'a> {
         let mut bytes = Vec::with_capacity(self.state_bytes.len());
         // Records that cannot be one state (a region clip and viewports of
         // different counts) are refused.
-        records
-            .build(&mut bytes)
-            .map_err(|_| unsupported(pc, FaultUnit::Vdm))?;
+        records.build(&mut bytes).map_err(|error| {
+            unsupported(
+                pc,
+                FaultUnit::Vdm,
+                format_args!("PPP records that do not form one state: {error}"),
+            )
+        })?;
         if bytes != self.state_bytes {
             self.state_bytes = bytes;
             self.current_state = None;
@@ -607,7 +640,11 @@ impl<'a> Binner<'a> {
         let state = match self.current_state {
             Some(index) => index,
             None if self.states.len() >= MAX_STATES => {
-                return Err(unsupported(self.header_page, FaultUnit::Tiler));
+                return Err(unsupported(
+                    self.header_page,
+                    FaultUnit::Tiler,
+                    format_args!("more than {MAX_STATES} PPP states in one scene"),
+                ));
             }
             None => self.states.len() as u32,
         };
@@ -692,7 +729,11 @@ impl<'a> Binner<'a> {
             Some((first, last, used)) if (used as usize) < CHUNK_PRIMITIVES => (first, last, used),
             previous => {
                 let Some(chunk) = chunks.next() else {
-                    return Err(unsupported(primitive, FaultUnit::Tiler));
+                    return Err(unsupported(
+                        primitive,
+                        FaultUnit::Tiler,
+                        format_args!("a new list chunk for tile {tile} that was not reserved"),
+                    ));
                 };
                 self.write(chunk, &[0u8; CHUNK_BYTES as usize])?;
                 match previous {
@@ -802,10 +843,18 @@ pub fn draw<'a>(
     on_overflow: &mut dyn FnMut(&mut Binner<'a>) -> Result<(), EngineResult>,
 ) -> Result<(), EngineResult> {
     let Some(pipeline) = state.pipeline else {
-        return Err(unsupported(pc, FaultUnit::Vdm));
+        return Err(unsupported(
+            pc,
+            FaultUnit::Vdm,
+            "a draw before any VDM state update named a vertex shader",
+        ));
     };
     let Some(records) = &state.ppp else {
-        return Err(unsupported(pc, FaultUnit::Vdm));
+        return Err(unsupported(
+            pc,
+            FaultUnit::Vdm,
+            "a draw before any PPP state update",
+        ));
     };
     let binding = bind::bind(
         &vm,
@@ -909,7 +958,11 @@ fn bin_polygon<'a>(
             binner.stats.overflows += 1;
             on_overflow(binner)?;
             if binner.triangle(!front, &tri)?.is_err() {
-                return Err(unsupported(pc, FaultUnit::Tiler));
+                return Err(unsupported(
+                    pc,
+                    FaultUnit::Tiler,
+                    "a triangle that does not fit in the parameter buffer even after it was grown or partially rendered",
+                ));
             }
         }
     }
@@ -948,7 +1001,15 @@ impl Batches {
         let triangles = match draw.primitive {
             Primitive::Triangles => count / 3,
             Primitive::TriangleStrip | Primitive::TriangleFan => count.saturating_sub(2),
-            _ => return Err(unsupported(pc, FaultUnit::Vdm)),
+            primitive => {
+                return Err(unsupported(
+                    pc,
+                    FaultUnit::Vdm,
+                    format_args!(
+                        "a draw of {primitive:?} (triangle lists, strips and fans are modelled)"
+                    ),
+                ))
+            }
         };
         Ok(Batches {
             primitive: draw.primitive,
@@ -1030,14 +1091,28 @@ fn read_ids(vm: &GpuVm<'_>, draw: &Draw, batch: &Batch) -> Result<Vec<u32>, Engi
 /// The queue's parameter-buffer control block.
 pub(crate) fn tvb_info(ctx: &RunContext<'_>, buffer: FwVa) -> Result<TvbInfo, EngineResult> {
     let mut bytes = [0u8; size_of::<TvbInfo>()];
-    ctx.firmware
-        .read(buffer, &mut bytes)
-        .map_err(|_| unsupported(buffer.get(), FaultUnit::Firmware))?;
-    TvbInfo::read_from_bytes(&bytes).map_err(|_| unsupported(buffer.get(), FaultUnit::Firmware))
+    ctx.firmware.read(buffer, &mut bytes).map_err(|_| {
+        unsupported(
+            buffer.get(),
+            FaultUnit::Firmware,
+            "a parameter-buffer control block the firmware cannot read",
+        )
+    })?;
+    TvbInfo::read_from_bytes(&bytes).map_err(|_| {
+        unsupported(
+            buffer.get(),
+            FaultUnit::Firmware,
+            "a parameter-buffer control block that does not parse",
+        )
+    })
 }
 
 /// An overflow of the parameter buffer: the buffer cannot even hold a
 /// segment's header and list heads.
 pub(crate) fn overflow(buffer: FwVa) -> EngineResult {
-    unsupported(buffer.get(), FaultUnit::Tiler)
+    unsupported(
+        buffer.get(),
+        FaultUnit::Tiler,
+        "a parameter buffer too small for a scene's header and list-head pages",
+    )
 }

@@ -74,7 +74,14 @@ pub fn run_vertex(ctx: &RunContext<'_>, workers: usize) -> EngineResult {
 fn vertex(ctx: &RunContext<'_>, workers: usize) -> Result<(), EngineResult> {
     let body: RunVertexBody = command_body(ctx)?;
     let Some(root) = ctx.ttb0 else {
-        return Err(unsupported(body.vdm_ctrl_stream_base.get(), FaultUnit::Vdm));
+        return Err(unsupported(
+            body.vdm_ctrl_stream_base.get(),
+            FaultUnit::Vdm,
+            format_args!(
+                "a vertex command in VM slot {}, which has no valid page table",
+                ctx.vm_slot
+            ),
+        ));
     };
     let vm = ctx.vm(root);
     // Vertices are shaded on one core.

@@ -55,7 +55,14 @@ pub fn run_fragment(ctx: &RunContext<'_>, workers: usize) -> EngineResult {
 fn fragment(ctx: &RunContext<'_>, workers: usize) -> Result<(), EngineResult> {
     let body: RunFragmentBody = command_body(ctx)?;
     let Some(root) = ctx.ttb0 else {
-        return Err(unsupported(ctx.command, FaultUnit::Firmware));
+        return Err(unsupported(
+            ctx.command,
+            FaultUnit::Firmware,
+            format_args!(
+                "a fragment command in VM slot {}, which has no valid page table",
+                ctx.vm_slot
+            ),
+        ));
     };
     let vm = ctx.vm(root);
     let info = tvb_info(ctx, body.buffer)?;

@@ -85,7 +85,14 @@ pub(crate) fn render_scene(
         u8::try_from(render.samples),
         u8::try_from(render.sample_size_bytes),
     ) else {
-        return Err(unsupported(ctx.command, FaultUnit::Firmware));
+        return Err(unsupported(
+            ctx.command,
+            FaultUnit::Firmware,
+            format_args!(
+                "a render pass of {} samples of {} bytes",
+                render.samples, render.sample_size_bytes
+            ),
+        ));
     };
     // Tile sizes and sample counts the hardware has; anything else is a
     // pass the kmd should not have built.
@@ -94,7 +101,14 @@ pub(crate) fn render_scene(
         || !tile_ok(render.utile_height_px)
         || !matches!(samples, 1 | 2 | 4)
     {
-        return Err(unsupported(ctx.command, FaultUnit::Firmware));
+        return Err(unsupported(
+            ctx.command,
+            FaultUnit::Firmware,
+            format_args!(
+                "a render pass of {}x{}-pixel tiles and {samples} samples (16 or 32 pixels, 1, 2 or 4 samples are modelled)",
+                render.utile_width_px, render.utile_height_px
+            ),
+        ));
     }
     let Some(scene) = read_scene(&vm, info, area)? else {
         tracing::debug!("no scene: the vertex half did not finish");
@@ -308,13 +322,14 @@ impl Pass<'_> {
             // The scene is in GPU-writable memory: nothing in it is trusted.
             let varyings = (flags >> tiler::RECORD_VARYINGS_SHIFT) as usize;
             if varyings > tiler::MAX_VARYINGS {
-                tracing::warn!(
-                    address = format_args!("{primitive:#x}"),
-                    varyings,
-                    most = tiler::MAX_VARYINGS,
-                    "a binned primitive with more varyings than any draw has"
-                );
-                return Err(unsupported(primitive, FaultUnit::Tiler));
+                return Err(unsupported(
+                    primitive,
+                    FaultUnit::Tiler,
+                    format_args!(
+                        "a binned primitive with {varyings} varyings, more than the {} any draw has",
+                        tiler::MAX_VARYINGS
+                    ),
+                ));
             }
             // Then the three vertices that follow it.
             let record_floats = 4 + varyings;
@@ -402,7 +417,17 @@ impl Pass<'_> {
             if (*shader_writes_depth && stencil.is_some())
                 || (samples > 1 && (*shader_writes_depth || stencil.is_some()))
             {
-                return Err(unsupported(scene.header.states, FaultUnit::Usc));
+                return Err(unsupported(
+                    scene.header.states,
+                    FaultUnit::Usc,
+                    if *shader_writes_depth && stencil.is_some() {
+                        "a fragment shader writing depth with the stencil test on"
+                    } else if *shader_writes_depth {
+                        "a fragment shader writing depth in a multisampled pass"
+                    } else {
+                        "the stencil test in a multisampled pass"
+                    },
+                ));
             }
             if !shader_writes_depth {
                 let mut pending = std::mem::take(&mut w.pending);

@@ -268,15 +268,31 @@ fn fragment_shader(
     watchdog: &Watchdog<'_>,
 ) -> Result<(Binding, tiler::PppState), EngineResult> {
     if state >= scene.header.state_count {
-        return Err(unsupported(scene.header.states, FaultUnit::Tiler));
+        return Err(unsupported(
+            scene.header.states,
+            FaultUnit::Tiler,
+            format_args!(
+                "a binned primitive of state {state}, past the scene's {} states",
+                scene.header.state_count
+            ),
+        ));
     }
     let at = scene.header.states + u64::from(state) * size_of::<tiler::FragmentState>() as u64;
     let bytes: [u8; size_of::<tiler::FragmentState>()] = read_words(vm, at)?;
-    let fragment_state = tiler::FragmentState::read_from_bytes(&bytes)
-        .map_err(|_| unsupported(at, FaultUnit::Tiler))?;
+    let fragment_state = tiler::FragmentState::read_from_bytes(&bytes).map_err(|_| {
+        unsupported(
+            at,
+            FaultUnit::Tiler,
+            "a binned fragment state that does not parse",
+        )
+    })?;
     let ppp = tiler::parse_ppp(vm, fragment_state.ppp)?;
     let Some(pipeline) = ppp.fragment_pipeline else {
-        return Err(unsupported(fragment_state.ppp, FaultUnit::Vdm));
+        return Err(unsupported(
+            fragment_state.ppp,
+            FaultUnit::Vdm,
+            "a draw whose PPP state has no fragment shader record",
+        ));
     };
     let binding = bind::bind(
         vm,

@@ -30,7 +30,7 @@ pub(super) fn read_scene(
     let page = alloc.page(0)?;
     let bytes: [u8; size_of::<tiler::SceneHeader>()] = read_words(vm, page)?;
     let header = tiler::SceneHeader::read_from_bytes(&bytes)
-        .map_err(|_| unsupported(page, FaultUnit::Tiler))?;
+        .map_err(|_| unsupported(page, FaultUnit::Tiler, "a scene header that does not parse"))?;
     if (header.tiles_x, header.tiles_y)
         != (
             area.0.div_ceil(tiler::TILE_PX),
@@ -44,7 +44,17 @@ pub(super) fn read_scene(
     if header.state_count as usize > tiler::MAX_STATES
         || u64::from(header.pages_used) > alloc.page_count()
     {
-        return Err(unsupported(page, FaultUnit::Tiler));
+        return Err(unsupported(
+            page,
+            FaultUnit::Tiler,
+            format_args!(
+                "a corrupt scene header: {} states (at most {}) and {} pages used of the buffer's {}",
+                header.state_count,
+                tiler::MAX_STATES,
+                header.pages_used,
+                alloc.page_count()
+            ),
+        ));
     }
     let tiles = u64::from(header.tiles_x) * u64::from(header.tiles_y);
     let pages = tiles.div_ceil(tiler::TVB_HEADS_PER_PAGE);
@@ -67,7 +77,14 @@ pub(super) fn tile_primitives(
         .and_then(|at| scene.head_pages.get(at))
     else {
         // A tile outside the scene the vertex half binned.
-        return Err(unsupported(scene.header.states, FaultUnit::Tiler));
+        return Err(unsupported(
+            scene.header.states,
+            FaultUnit::Tiler,
+            format_args!(
+                "tile {tile}, past the scene's {} list-head pages",
+                scene.head_pages.len()
+            ),
+        ));
     };
     let mut chunk = u64::from_le_bytes(read_words(
         vm,
@@ -90,7 +107,14 @@ pub(super) fn tile_primitives(
         // More chunks than the scene's pages hold is a corrupt (cyclic)
         // list: the GPU's own data was overwritten.
         if guard > u64::from(scene.header.pages_used) * (TVB_PAGE_BYTES / tiler::CHUNK_BYTES) {
-            return Err(unsupported(chunk, FaultUnit::Tiler));
+            return Err(unsupported(
+                chunk,
+                FaultUnit::Tiler,
+                format_args!(
+                    "tile {tile}'s primitive list of more chunks than the scene's {} pages hold (a cycle)",
+                    scene.header.pages_used
+                ),
+            ));
         }
     }
     Ok(out)

@@ -48,14 +48,7 @@ impl Plane {
         let pixels = ZlsPixels::unpack(&render.isp_zls_pixels.to_le_bytes()).value;
         let samples = render.samples.max(1) as usize;
         let element_bytes = (sample_bytes * samples) as u32;
-        let refuse = |what: String| {
-            tracing::warn!(
-                unit = "ZLS",
-                address = format_args!("{:#x}", surface.base.get()),
-                "refused: {what}"
-            );
-            unsupported(surface.base.get(), FaultUnit::Zls)
-        };
+        let refuse = |what: String| unsupported(surface.base.get(), FaultUnit::Zls, what);
         let layout = match tiling {
             ZlsTiling::Gpu => {
                 ImageLayout::gpu_tiled(pixels.width, pixels.height, 1, element_bytes, false)
@@ -88,7 +81,11 @@ impl Plane {
                 .cachelines;
             let word = uncompressed_subtile_mode(element_bytes)
                 .map(tile_word)
-                .ok_or_else(|| refuse(format!("compressed {element_bytes}-byte elements")))?;
+                .ok_or_else(|| {
+                    refuse(format!(
+                        "compressed {element_bytes}-byte depth/stencil elements"
+                    ))
+                })?;
             Some((meta, surface.comp_base.get(), u64::from(lines) * 128, word))
         } else {
             None
@@ -159,12 +156,11 @@ impl Plane {
                         }
                     };
                     (px, py) = mode.stored_pixel(px, py).ok_or_else(|| {
-                        tracing::warn!(
-                            unit = "ZLS",
-                            address = format_args!("{word_at:#x}"),
-                            "refused: compression mode {mode:?} (not modelled)"
-                        );
-                        unsupported(word_at, FaultUnit::Zls)
+                        unsupported(
+                            word_at,
+                            FaultUnit::Zls,
+                            format_args!("compression mode {mode:?} (not modelled)"),
+                        )
                     })?;
                 }
                 let Some(at) = self.element(px, py, layer) else {
