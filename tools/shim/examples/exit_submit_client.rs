@@ -6,25 +6,12 @@
 //! prints "ok" from the exit handler and exits 0 when every dispatch
 //! computed what Rust does.
 
+mod common;
+
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
-use agx_umd::{Bindings, Buffer, CommandBuffer, Device, Error, ProgramCache, Queue, Shader};
-
-/// y[i] = 2 x[i] + 1 for i < n (x at u0_u1, y at u2_u3, n in u4).
-const KERNEL: &str = "
-    get_sr r1, sr80
-    if_icmp r0l, ult, r1, u4, 1
-    jmp_exec_none done
-    device_load 0, i32, x, r2, u0_u1, r1, unsigned
-    wait 0
-    fmadd32 r3, r2, 2.0, 1.0
-    device_store 0, i32, x, r3, u2_u3, r1, unsigned, 0
-done:
-    pop_exec r0l, 1
-    stop";
-
-const COUNT: usize = 100;
+use agx_umd::{Buffer, Device, Error, ProgramCache, Queue};
+use common::{dispatch, COUNT};
 
 /// The device and what a dispatch needs, kept for the exit handler.
 struct Gpu {
@@ -50,18 +37,14 @@ fn check(cond: bool, what: &str) {
 /// checks every result.
 fn dispatch_and_check(gpu: &Gpu, what: &str) {
     let result = (|| -> Result<Vec<u8>, Error> {
-        let output = gpu.device.upload(&[0u8; 4 * COUNT], true)?;
-        let shader = Shader::new(&gpu.device, KERNEL)?;
-        let mut cb = CommandBuffer::new(&gpu.device, &gpu.programs);
-        let (x, y) = (gpu.input.va(), output.va());
-        let words = [x as u32, (x >> 32) as u32, y as u32, (y >> 32) as u32];
-        let bindings = Bindings::default()
-            .with_uniform_words(cb.arena(), &[words[0], words[1], words[2], words[3], 100])?;
-        cb.dispatch(&shader, &bindings, [128, 1, 1], [64, 1, 1])?;
-        cb.finish()?;
-        gpu.queue
-            .submit(vec![cb], &[], &[])?
-            .wait(Duration::from_secs(60))?;
+        let output = gpu.device.upload(&[0u8; 4 * COUNT as usize], true)?;
+        dispatch(
+            &gpu.device,
+            &gpu.queue,
+            &gpu.programs,
+            gpu.input.va(),
+            output.va(),
+        )?;
         output.read_all()
     })();
     let out = match result {
@@ -71,7 +54,7 @@ fn dispatch_and_check(gpu: &Gpu, what: &str) {
             return;
         }
     };
-    for i in 0..COUNT {
+    for i in 0..COUNT as usize {
         let got = f32::from_le_bytes(out[4 * i..4 * i + 4].try_into().unwrap_or_default());
         check(got == 2.0 * i as f32 + 1.0, what);
     }
