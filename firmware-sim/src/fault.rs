@@ -6,7 +6,7 @@
 //! kind of access and a reason, as the hardware's fault registers do; the
 //! firmware turns it into an event for the kmd.
 //!
-//! Work the model does not do is refused with [`unsupported`], which
+//! Work the model does not do is refused with `unsupported`, which
 //! also logs what was refused (the fault event has no room for it): a
 //! WARN `refused: <what>` with the unit and the address, under this
 //! module's target (`agx_firmware_sim::fault`), just before the kmd's
