@@ -89,8 +89,9 @@ fn base_address_moves_printed_targets() {
         &["--hex", "--base", "0x10", "20c020000000"],
     );
     // --hex with a positional argument reads a file (here one that does
-    // not exist: status 1, not a crash); use stdin instead.
-    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    // not exist: status 2, as --help says, not a crash); use stdin instead.
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("No such file"));
     let mut child = Command::new(env!("CARGO_BIN_EXE_agx-disasm"))
         .args(["--hex", "--base", "0x10"])
         .stdin(std::process::Stdio::piped())
