@@ -64,6 +64,27 @@ impl<'a> RunContext<'a> {
     pub fn vm(&self, root: PhysAddr) -> GpuVm<'a> {
         GpuVm::with_kernel(self.memory, root, self.firmware)
     }
+
+    /// The command's VM, or (when its slot has no valid page table) the
+    /// refusal of its `what` command by `unit` at `address`.
+    pub(crate) fn user_vm(
+        &self,
+        what: &str,
+        unit: FaultUnit,
+        address: u64,
+    ) -> Result<GpuVm<'a>, EngineResult> {
+        match self.ttb0 {
+            Some(root) => Ok(self.vm(root)),
+            None => Err(unsupported(
+                address,
+                unit,
+                format_args!(
+                    "a {what} command in VM slot {}, which has no valid page table",
+                    self.vm_slot
+                ),
+            )),
+        }
+    }
 }
 
 /// Control-stream blocks a data master walks between watchdog checks.

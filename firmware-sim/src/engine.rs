@@ -19,9 +19,8 @@
 
 use agx_fwif::messages::{CommandTag, FaultUnit, RunComputeBody};
 use agx_hw::formats::CdmBlock;
-use zerocopy::FromBytes;
 
-use crate::command::{RunContext, WATCHDOG_STRIDE};
+use crate::command::{command_body, RunContext, WATCHDOG_STRIDE};
 use crate::compute;
 use crate::fault::{unsupported, EngineResult};
 use crate::helper::HelperProgram;
@@ -80,28 +79,14 @@ impl Default for Gpu {
 
 impl Gpu {
     fn run_compute(&mut self, ctx: &RunContext<'_>) -> EngineResult {
-        let Ok(body) = RunComputeBody::read_from_prefix(ctx.body).map(|(b, _)| b) else {
-            return unsupported(
-                ctx.command,
-                FaultUnit::Firmware,
-                format_args!(
-                    "a {}-byte command body, too short for its {}-byte RunComputeBody",
-                    ctx.body.len(),
-                    size_of::<RunComputeBody>()
-                ),
-            );
+        let body: RunComputeBody = match command_body(ctx) {
+            Ok(body) => body,
+            Err(fault) => return fault,
         };
-        let Some(root) = ctx.ttb0 else {
-            return unsupported(
-                body.cdm_ctrl_stream_base.get(),
-                FaultUnit::Cdm,
-                format_args!(
-                    "a compute command in VM slot {}, which has no valid page table",
-                    ctx.vm_slot
-                ),
-            );
+        let vm = match ctx.user_vm("compute", FaultUnit::Cdm, body.cdm_ctrl_stream_base.get()) {
+            Ok(vm) => vm,
+            Err(fault) => return fault,
         };
-        let vm = ctx.vm(root);
         let mut item = Vec::new();
         let mut pc = body.cdm_ctrl_stream_base.get();
         let mut walked = 0u64;

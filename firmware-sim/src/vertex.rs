@@ -13,7 +13,7 @@ use agx_fwif::messages::{FaultUnit, RunVertexBody, TvbInfo};
 use agx_hw::formats::{PppRecords, VdmBlock};
 
 use crate::command::{command_body, RunContext, WATCHDOG_STRIDE};
-use crate::fault::{unsupported, EngineResult};
+use crate::fault::EngineResult;
 use crate::fragment::render_scene;
 use crate::helper::{HelperProgram, StageHelper};
 use crate::memory::{read_item, read_sequence, GpuVm};
@@ -73,17 +73,7 @@ pub fn run_vertex(ctx: &RunContext<'_>, workers: usize) -> EngineResult {
 
 fn vertex(ctx: &RunContext<'_>, workers: usize) -> Result<(), EngineResult> {
     let body: RunVertexBody = command_body(ctx)?;
-    let Some(root) = ctx.ttb0 else {
-        return Err(unsupported(
-            body.vdm_ctrl_stream_base.get(),
-            FaultUnit::Vdm,
-            format_args!(
-                "a vertex command in VM slot {}, which has no valid page table",
-                ctx.vm_slot
-            ),
-        ));
-    };
-    let vm = ctx.vm(root);
+    let vm = ctx.user_vm("vertex", FaultUnit::Vdm, body.vdm_ctrl_stream_base.get())?;
     // Vertices are shaded on one core.
     let mut helper = StageHelper::new(
         HelperProgram::of(&body.helper, body.usc_exec_base.get()),

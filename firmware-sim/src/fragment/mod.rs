@@ -38,7 +38,6 @@ use agx_fwif::messages::{FaultUnit, RunFragmentBody};
 
 pub(crate) use self::pass::render_scene;
 use crate::command::{command_body, RunContext};
-use crate::fault::unsupported;
 use crate::fault::EngineResult;
 use crate::helper::HelperProgram;
 use crate::tiler::tvb_info;
@@ -54,17 +53,7 @@ pub fn run_fragment(ctx: &RunContext<'_>, workers: usize) -> EngineResult {
 
 fn fragment(ctx: &RunContext<'_>, workers: usize) -> Result<(), EngineResult> {
     let body: RunFragmentBody = command_body(ctx)?;
-    let Some(root) = ctx.ttb0 else {
-        return Err(unsupported(
-            ctx.command,
-            FaultUnit::Firmware,
-            format_args!(
-                "a fragment command in VM slot {}, which has no valid page table",
-                ctx.vm_slot
-            ),
-        ));
-    };
-    let vm = ctx.vm(root);
+    let vm = ctx.user_vm("fragment", FaultUnit::Firmware, ctx.command)?;
     let info = tvb_info(ctx, body.buffer)?;
     render_scene(
         ctx,
