@@ -67,13 +67,10 @@ pub fn with_user_space<R>(space: Rc<dyn UserSpace>, call: impl FnOnce() -> R) ->
         }
     }
     let current = NonNull::from(&*space);
+    // `_restore`, a local, is dropped before `space`, a parameter: the slot
+    // is restored before the value it points to can go.
     let _restore = Restore(USER_SPACE.with(|cell| cell.replace(Some(current))));
-    let result = call();
-    // `space` outlives the slot's use of it: the slot is restored (by
-    // `_restore`, dropped before `space`) before `space` is dropped.
-    drop(_restore);
-    drop(space);
-    result
+    call()
 }
 
 /// Calls `look` with the user space [`with_user_space`] set on this

@@ -11,7 +11,7 @@ mod common;
 use std::sync::{Arc, Mutex};
 
 use agx_umd::{Buffer, Device, Error, ProgramCache, Queue};
-use common::{dispatch, COUNT};
+use common::{computed, dispatch, input, COUNT};
 
 /// The device and what a dispatch needs, kept for the exit handler.
 struct Gpu {
@@ -54,10 +54,7 @@ fn dispatch_and_check(gpu: &Gpu, what: &str) {
             return;
         }
     };
-    for i in 0..COUNT as usize {
-        let got = f32::from_le_bytes(out[4 * i..4 * i + 4].try_into().unwrap_or_default());
-        check(got == 2.0 * i as f32 + 1.0, what);
-    }
+    check(computed(&out), what);
 }
 
 /// Dispatches when the thread that owns it ends.
@@ -94,8 +91,7 @@ fn main() -> Result<(), Error> {
     let device = Device::open("/dev/dri/renderD128")?;
     let queue = Queue::new(&device)?;
     let programs = Arc::new(ProgramCache::new(&device));
-    let input: Vec<u8> = (0..COUNT).flat_map(|i| (i as f32).to_le_bytes()).collect();
-    let input = device.upload(&input, false)?;
+    let input = device.upload(&input(), false)?;
     let gpu = Gpu {
         device,
         queue,

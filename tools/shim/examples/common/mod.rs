@@ -22,6 +22,23 @@ done:
     pop_exec r0l, 1
     stop";
 
+/// The input the kernel is given: 0.0, 1.0, ... as little-endian floats.
+pub(crate) fn input() -> Vec<u8> {
+    (0..COUNT).flat_map(|i| (i as f32).to_le_bytes()).collect()
+}
+
+/// Whether `out` holds what the kernel computes from [`input`].
+pub(crate) fn computed(out: &[u8]) -> bool {
+    out.len() >= 4 * COUNT as usize
+        && out
+            .chunks_exact(4)
+            .take(COUNT as usize)
+            .enumerate()
+            .all(|(i, word)| {
+                f32::from_le_bytes([word[0], word[1], word[2], word[3]]) == 2.0 * i as f32 + 1.0
+            })
+}
+
 /// Runs the kernel over [`COUNT`] floats at GPU address `x` into `y` and
 /// waits for it.
 pub(crate) fn dispatch(
