@@ -142,7 +142,7 @@ impl Imageblock {
             .ok_or_else(|| invalid(format!("tilebuffer format {}", access.format)))?;
         let components = 4 - (access.mask & 0xF).leading_zeros().saturating_sub(4) as usize;
         let span_bytes = if format.packed() {
-            4
+            format.packed_bytes()
         } else {
             components.max(1) << format.shift()
         };
@@ -266,8 +266,9 @@ impl PbeTarget {
         if pbe.mode != ImageMode::Normal {
             return Err(invalid(format!("{:?} images (sparse)", pbe.mode)));
         }
-        // A multisampled image keeps a pixel's samples side by side
-        // (linear only).
+        // A multisampled image keeps a pixel's samples side by side, sample
+        // 0 first: one element of the sample size times the count, tiled as
+        // any element of that size is (Mesa's ail and libagx).
         let samples = match (pbe.dimension, pbe.samples) {
             (
                 TextureDimension::D2Multisampled | TextureDimension::D2ArrayMultisampled,
@@ -276,14 +277,13 @@ impl PbeTarget {
             (TextureDimension::D2Multisampled | TextureDimension::D2ArrayMultisampled, _) => 4,
             _ => 1,
         };
-        if samples > 1 && pbe.layout != Layout::Linear {
-            return Err(invalid("tiled multisampled images".into()));
+        if samples > 1 && pbe.compressed_1 {
+            // Mesa stretches a multisampled image's metadata grid by its
+            // sample layout; not modelled.
+            return Err(invalid("compressed multisampled images".into()));
         }
-        let texel_bytes = if element.packed() {
-            4
-        } else {
-            channels << element.shift()
-        };
+        let texel_bytes = element.element_bytes(channels) as usize;
+        let element_bytes = texel_bytes as u32 * samples;
         let layers = if pbe.layout == Layout::Linear {
             pbe.depth_linear
         } else {
@@ -294,20 +294,18 @@ impl PbeTarget {
         let layout = match pbe.layout {
             Layout::Linear => ImageLayout::Linear {
                 stride_bytes: u64::from(pbe.stride),
-                element_bytes: texel_bytes as u32 * samples,
+                element_bytes,
                 layer_stride_bytes: pbe.layer_stride_linear,
             },
-            Layout::Twiddled => {
-                ImageLayout::twiddled(pbe.width, pbe.height, levels, texel_bytes as u32)
-            }
+            Layout::Twiddled => ImageLayout::twiddled(pbe.width, pbe.height, levels, element_bytes),
             _ => ImageLayout::gpu_tiled(
                 pbe.width,
                 pbe.height,
                 levels,
-                texel_bytes as u32,
+                element_bytes,
                 pbe.page_aligned_layers,
             )
-            .ok_or_else(|| invalid(format!("{texel_bytes}-byte tiled texels")))?,
+            .ok_or_else(|| invalid(format!("{element_bytes}-byte tiled elements")))?,
         };
         let level = if pbe.layout == Layout::Linear {
             0

@@ -17,12 +17,13 @@
 
 use agx_hw::formats::{
     BorderColour, Channel, Channels, CompareFunc, CustomBorder, Filter, ImageMode, Layout,
-    MipFilter, Sampler, Texture, TextureDimension, TextureType, Wrap,
+    MipFilter, SampleCount, Sampler, Texture, TextureDimension, TextureType, Wrap,
 };
 use agx_hw::layout::{laid_out_levels, CompressionLayout, ImageLayout, TileMode};
 
 use crate::bind::StateBinding;
 use crate::memory::GpuVm;
+use crate::usc::float::half_to_f32;
 use crate::usc::formats::{self, ElementFormat};
 use crate::usc::io::{IoError, LodArgument, TextureHandle, TextureRequest};
 
@@ -35,6 +36,20 @@ pub fn channel_format(
 ) -> Option<(ElementFormat, usize)> {
     use ElementFormat as E;
     let count = match channels {
+        // The 16-bit packed formats are unorm only (Mesa's ail table).
+        Channels::R5G6B5 | Channels::R4G4B4A4 | Channels::R5G5B5A1 | Channels::A1R5G5B5
+            if data_type == TextureType::Unorm =>
+        {
+            return Some(match channels {
+                Channels::R5G6B5 => (E::R5g6b5, 3),
+                Channels::R4G4B4A4 => (E::Rgba4, 4),
+                Channels::R5G5B5A1 => (E::Rgb5a1, 4),
+                _ => (E::A1rgb5, 4),
+            });
+        }
+        Channels::R10G10B10A2 if matches!(data_type, TextureType::Uint | TextureType::Sint) => {
+            return Some((E::Rgb10a2Int, 4));
+        }
         Channels::R8 | Channels::R16 | Channels::R32 => 1,
         Channels::R8G8 | Channels::R16G16 | Channels::R32G32 => 2,
         Channels::R8G8B8A8
@@ -85,8 +100,11 @@ struct Image {
     element_bytes: u32,
     /// Integer texels (no conversion to float).
     integer: bool,
-    /// Layers (1 unless an array).
+    /// Layers of the layout: an array's layers, a 3D image's slices, a
+    /// cube's faces (1 for a 2D image).
     layers: u32,
+    /// Samples per pixel.
+    samples: u32,
     /// For a compressed image: its metadata layout, and the address of
     /// the first layer's metadata.
     compression: Option<(CompressionLayout, u64)>,
@@ -130,13 +148,17 @@ impl TextureUnit<'_> {
         };
         let texture = Texture::decode_fields(&self.read::<24>(address)?);
         // A 1D texture is a row: a 2D image of height 1 (Mesa's null
-        // descriptor leaves the dimension field 0, 1D).
-        if !matches!(
-            texture.dimension,
-            TextureDimension::D1 | TextureDimension::D2 | TextureDimension::D2Array
-        ) {
+        // descriptor leaves the dimension field 0, 1D). Mesa lowers 1D
+        // arrays to 2D arrays, so no descriptor of its has D1Array.
+        use TextureDimension as D;
+        if matches!(texture.dimension, D::D1Array | D::Unknown(_)) {
             return Err(invalid(format!("{:?} textures", texture.dimension)));
         }
+        let samples = match (texture.dimension, texture.samples) {
+            (D::D2Multisampled | D::D2ArrayMultisampled, SampleCount::Two) => 2,
+            (D::D2Multisampled | D::D2ArrayMultisampled, _) => 4,
+            _ => 1,
+        };
         let (element, channels) = channel_format(texture.channels, texture.data_type, texture.srgb)
             .ok_or_else(|| {
                 invalid(format!(
@@ -144,19 +166,20 @@ impl TextureUnit<'_> {
                     texture.channels, texture.data_type
                 ))
             })?;
-        let element_bytes = if element.packed() {
-            4
+        let element_bytes = element.element_bytes(channels);
+        // Array layers, a 3D image's slices and a cube's faces are all
+        // layers of the layout (Mesa's ail): a cube's descriptor counts
+        // cubes, six faces each, in the order +X, -X, +Y, -Y, +Z, -Z.
+        let depth = if texture.layout == Layout::Linear {
+            texture.depth_linear
         } else {
-            (channels as u32) << element.shift()
+            texture.depth
         };
-        let layers = if texture.dimension == TextureDimension::D2Array {
-            if texture.layout == Layout::Linear {
-                texture.depth_linear
-            } else {
-                texture.depth
-            }
-        } else {
-            1
+        let layers = match texture.dimension {
+            D::D2Array | D::D2ArrayMultisampled | D::D3 => depth,
+            D::Cube => 6,
+            D::CubeArray => depth.saturating_mul(6),
+            _ => 1,
         };
         if texture.mode != ImageMode::Normal {
             return Err(invalid(format!("{:?} images (sparse)", texture.mode)));
@@ -169,26 +192,34 @@ impl TextureUnit<'_> {
             texture.unk_mipmapped,
             texture.last_level + 1,
         );
+        // A pixel's samples are side by side in one element, sample 0
+        // first (Mesa's ail and libagx).
+        let pixel_bytes = element_bytes * samples;
         let layout = match texture.layout {
             Layout::Linear => ImageLayout::Linear {
                 stride_bytes: u64::from(texture.stride),
-                element_bytes,
+                element_bytes: pixel_bytes,
                 layer_stride_bytes: texture.layer_stride_linear,
             },
             Layout::Gpu => ImageLayout::gpu_tiled(
                 texture.width,
                 texture.height,
                 levels,
-                element_bytes,
+                pixel_bytes,
                 texture.page_aligned_layers,
             )
-            .ok_or_else(|| invalid(format!("{element_bytes}-byte tiled texels")))?,
+            .ok_or_else(|| invalid(format!("{pixel_bytes}-byte tiled elements")))?,
             Layout::Twiddled => {
-                ImageLayout::twiddled(texture.width, texture.height, levels, element_bytes)
+                ImageLayout::twiddled(texture.width, texture.height, levels, pixel_bytes)
             }
             other => return Err(invalid(format!("{other:?} texture layout"))),
         };
         let compression = if texture.compressed_1 {
+            if samples > 1 {
+                // Mesa stretches a multisampled image's metadata grid by
+                // its sample layout; not modelled.
+                return Err(invalid("a compressed multisampled texture".into()));
+            }
             if texture.layout != Layout::Gpu || !texture.extended {
                 return Err(invalid(format!(
                     "a compressed {:?} texture{}",
@@ -220,6 +251,7 @@ impl TextureUnit<'_> {
             element_bytes,
             compression,
             layers,
+            samples,
             last_tile: std::cell::Cell::new(None),
         })
     }
@@ -261,14 +293,15 @@ impl TextureUnit<'_> {
 
     /// Sampler `index`, and its border colour: a fixed one, or for a
     /// `Custom` border in the sampler heap the 16-byte `CustomBorder` that
-    /// follows it (read as four 32-bit floats). `None` for a custom border
-    /// of a bound sampler (not modelled).
-    fn sampler(&self, index: u32) -> Result<(Sampler, Option<[f32; 4]>), IoError> {
+    /// follows it (four words, each a channel in the sampled format's
+    /// encoding, as Mesa's `agx_pack_border` writes them). `None` for a
+    /// custom border of a bound sampler (not modelled).
+    fn sampler(&self, index: u32) -> Result<(Sampler, Option<Border>), IoError> {
         let bound_here = bound(self.samplers, index, 8).is_some();
         let (sampler, address) = self.sampler_at(index)?;
-        let colour = match border(sampler.border_colour) {
-            Some(fixed) => Some(fixed),
-            None if !bound_here => {
+        let colour = match sampler.border_colour {
+            BorderColour::Custom if bound_here => None,
+            BorderColour::Custom => {
                 // The colour takes the two slots after the sampler, which
                 // must be inside the heap the command declared.
                 let in_heap = self
@@ -280,9 +313,14 @@ impl TextureUnit<'_> {
                     )));
                 }
                 let b = CustomBorder::decode_fields(&self.read::<16>(address + 8)?);
-                Some([b.channel_0, b.channel_1, b.channel_2, b.channel_3].map(f32::from_bits))
+                Some(Border::Custom([
+                    b.channel_0,
+                    b.channel_1,
+                    b.channel_2,
+                    b.channel_3,
+                ]))
             }
-            None => None,
+            fixed => Some(Border::Fixed(fixed)),
         };
         Ok((sampler, colour))
     }
@@ -309,11 +347,23 @@ impl TextureUnit<'_> {
         y: u32,
         layer: u32,
     ) -> Result<[u32; 4], IoError> {
+        self.sample_texel(image, level, (x, y, layer), 0)
+    }
+
+    /// Sample `sample` of texel (x, y) of `level` and `layer`.
+    fn sample_texel(
+        &self,
+        image: &Image,
+        level: u32,
+        (x, y, layer): (u32, u32, u32),
+        sample: u32,
+    ) -> Result<[u32; 4], IoError> {
         let (x, y) = self.stored_texel(image, level, x, y, layer)?;
         let offset = image
             .layout
             .offset(level, x, y, layer)
-            .ok_or_else(|| invalid(format!("texel ({x}, {y}) of level {level}")))?;
+            .ok_or_else(|| invalid(format!("texel ({x}, {y}) of level {level}")))?
+            + u64::from(sample) * u64::from(image.element_bytes);
         // At most four 32-bit channels.
         let mut element = [0u8; 16];
         let bytes = element
@@ -327,6 +377,7 @@ impl TextureUnit<'_> {
         )?;
         let one = if image.integer { 1 } else { 1.0f32.to_bits() };
         let mut out = [0, 0, 0, one];
+        let signed = image.texture.data_type == TextureType::Sint;
         for (c, value) in out.iter_mut().enumerate().take(image.channels) {
             let at = if image.element.packed() {
                 0
@@ -334,6 +385,11 @@ impl TextureUnit<'_> {
                 c << image.element.shift()
             };
             *value = formats::load(image.element, &bytes[at..], c, false);
+            if signed {
+                // Signed integers fill the register, sign-extended.
+                let unused = 32 - image.element.channel_bits(c);
+                *value = ((*value << unused) as i32 >> unused) as u32;
+            }
         }
         Ok(out)
     }
@@ -362,9 +418,8 @@ impl TextureUnit<'_> {
                 }
             };
             // Loads have no sampler (a gather by a load is refused before
-            // one is read), nor does a sample of an integer texture (refused
-            // before the sampler, as a lone request was).
-            let sampled = !request.load && (request.gather.is_some() || !image.integer);
+            // one is read).
+            let sampled = !request.load;
             let sampler = if !sampled {
                 None
             } else {
@@ -389,18 +444,50 @@ impl TextureUnit<'_> {
         sampler: Option<&SamplerState>,
         request: &TextureRequest,
     ) -> Result<[u32; 4], IoError> {
+        use TextureDimension as D;
         let t = &image.texture;
         let mut request = *request;
-        if t.dimension == TextureDimension::D1 {
-            // Only x is a coordinate: read the row's centre.
-            request.coords[1] = if request.load { 0 } else { 0.5f32.to_bits() };
+        // The registers after x and y (Mesa's agx_nir_lower_texture): an
+        // array's layer as an integer; a multisampled image's sample
+        // index, below the layer's 16 bits for an array; a 3D image's z
+        // (a float to sample, an integer slice to load); a cube's
+        // direction and a cube array's cube index.
+        let mut sample = 0;
+        let layer = match t.dimension {
+            D::D1 => {
+                // Only x is a coordinate: read the row's centre.
+                request.coords[1] = if request.load { 0 } else { 0.5f32.to_bits() };
+                0
+            }
+            D::D2Array => request.coords[2],
+            D::D2Multisampled => {
+                sample = request.coords[2];
+                0
+            }
+            D::D2ArrayMultisampled => {
+                sample = request.coords[2] & 0xFFFF;
+                request.coords[2] >> 16
+            }
+            D::D3 if request.load => request.coords[2],
+            D::Cube | D::CubeArray if !request.load => {
+                let cube = if t.dimension == D::CubeArray {
+                    request.coords[3]
+                } else {
+                    0
+                };
+                let face = cube_face(&mut request);
+                cube.saturating_mul(6).saturating_add(face)
+            }
+            // A load of a cube reads a face as a layer.
+            D::Cube | D::CubeArray => request.coords[2],
+            _ => 0,
+        };
+        if sample >= image.samples {
+            // Robust: a sample past the image's count reads zero, as a
+            // texel past its edge does.
+            return Ok([0; 4]);
         }
         let request = &request;
-        let layer = if t.dimension == TextureDimension::D2Array {
-            request.coords[2]
-        } else {
-            0
-        };
         let swizzle = |raw: [u32; 4]| {
             [t.swizzle_r, t.swizzle_g, t.swizzle_b, t.swizzle_a].map(|s| {
                 let one = if image.integer { 1 } else { 1.0f32.to_bits() };
@@ -425,7 +512,7 @@ impl TextureUnit<'_> {
             let texels = self.gather(image, &sampler, border, request, layer)?;
             texels.map(|texel| swizzle(texel)[component & 3])
         } else {
-            swizzle(self.unswizzled(image, sampler, request, layer)?)
+            swizzle(self.unswizzled(image, sampler, request, layer, sample)?)
         };
         Ok(if request.half && !image.integer {
             swizzled.map(|bits| u32::from(crate::usc::float::f32_to_half(f32::from_bits(bits))))
@@ -441,6 +528,7 @@ impl TextureUnit<'_> {
         sampler: Option<&SamplerState>,
         request: &TextureRequest,
         layer: u32,
+        sample: u32,
     ) -> Result<[u32; 4], IoError> {
         let t = &image.texture;
         Ok(if request.load {
@@ -450,26 +538,49 @@ impl TextureUnit<'_> {
             }
             .saturating_add(t.first_level);
             // Out-of-bounds loads return zero (robust access).
-            let [dx, dy, _] = request.offset_texels;
+            let [dx, dy, dz] = request.offset_texels;
             let x = i64::from(request.coords[0]) + i64::from(dx);
             let y = i64::from(request.coords[1]) + i64::from(dy);
+            // z offsets move a 3D image's slice (layers are not offset).
+            let layer = if t.dimension == TextureDimension::D3 {
+                layer.wrapping_add_signed(dz)
+            } else {
+                layer
+            };
+            // A 3D image's slices of a level are as many as its depth
+            // there (each a layer of the layout).
+            let layers = if t.dimension == TextureDimension::D3 {
+                (t.depth >> level.min(31)).max(1)
+            } else {
+                image.layers
+            };
             let inside = level < 32
                 && (0..i64::from((t.width >> level).max(1))).contains(&x)
                 && (0..i64::from((t.height >> level).max(1))).contains(&y)
-                && layer < image.layers;
+                && layer < layers;
             let (x, y) = (x as u32, y as u32);
             if inside && image.layout.offset(level, x, y, layer).is_some() {
-                self.texel(image, level, x, y, layer)?
+                self.sample_texel(image, level, (x, y, layer), sample)?
             } else {
                 [0; 4]
             }
         } else {
-            if image.integer {
-                return Err(invalid("sampling an integer texture".into()));
-            }
-            let Some(&(sampler, border)) = sampler else {
+            let Some(&(mut sampler, border)) = sampler else {
                 return Err(invalid("a sample without a sampler".into()));
             };
+            if image.integer {
+                // Integer texels are not filtered: the nearest texel of
+                // the nearest level, returned as the integers it holds
+                // (GL and Vulkan make a linear filter of an integer image
+                // incomplete or invalid, so no API reaches the hardware
+                // with one; what it would do is not public).
+                sampler.magnify = Filter::Nearest;
+                sampler.minify = Filter::Nearest;
+                if sampler.mip_filter == MipFilter::Linear {
+                    sampler.mip_filter = MipFilter::Nearest;
+                }
+                sampler.compare_enable = false;
+            }
             // Sampling clamps the layer (as Vulkan and GL specify).
             let layer = layer.min(image.layers.saturating_sub(1));
             self.sample(image, &sampler, border, request, layer)?
@@ -483,7 +594,7 @@ impl TextureUnit<'_> {
         &self,
         image: &Image,
         sampler: &Sampler,
-        border: Option<[f32; 4]>,
+        border: Option<Border>,
         request: &TextureRequest,
         layer: u32,
     ) -> Result<Quad, IoError> {
@@ -497,6 +608,7 @@ impl TextureUnit<'_> {
             s,
             t: u,
             layer,
+            r: None,
             offset: request.offset_texels,
         };
         let ([t00, t10, t01, t11], _) = self.footprint(image, sampler, border, &at, reference)?;
@@ -519,17 +631,32 @@ impl TextureUnit<'_> {
         &self,
         image: &Image,
         sampler: &Sampler,
-        border: Option<[f32; 4]>,
+        border: Option<Border>,
         request: &TextureRequest,
         layer: u32,
     ) -> Result<[u32; 4], IoError> {
         let t = &image.texture;
-        let (w, h) = (t.width as f32, t.height as f32);
+        let three_d = t.dimension == TextureDimension::D3;
+        // A 3D image's depth scales its z derivatives; other images have
+        // none.
+        let size = [
+            t.width as f32,
+            t.height as f32,
+            if three_d { t.depth as f32 } else { 0.0 },
+        ];
         let (s, u) = self.normalised(image, sampler, request);
+        let r = three_d.then(|| {
+            let r = f32::from_bits(request.coords[2]);
+            if sampler.pixel_coordinates {
+                r / t.depth as f32
+            } else {
+                r
+            }
+        });
         let lod = match request.lod {
             LodArgument::Explicit(l) => l,
-            LodArgument::Auto { ddx, ddy, bias } => rho_lod(ddx, ddy, w, h) + bias,
-            LodArgument::Gradient { ddx, ddy } => rho_lod(ddx, ddy, w, h),
+            LodArgument::Auto { ddx, ddy, bias } => rho_lod(ddx, ddy, size) + bias,
+            LodArgument::Gradient { ddx, ddy } => rho_lod(ddx, ddy, size),
         };
         // The sampler's range, its minimum raised by the instruction's;
         // max-then-min, so a descriptor whose minimum exceeds its maximum
@@ -557,6 +684,7 @@ impl TextureUnit<'_> {
                 s,
                 t: u,
                 layer,
+                r,
                 offset: request.offset_texels,
             };
             self.filter_level(image, sampler, border, filter, &at, reference)
@@ -586,7 +714,7 @@ impl TextureUnit<'_> {
         &self,
         image: &Image,
         sampler: &Sampler,
-        border: Option<[f32; 4]>,
+        border: Option<Border>,
         at: &Footprint,
         (x, y): (i64, i64),
         reference: Option<f32>,
@@ -599,7 +727,7 @@ impl TextureUnit<'_> {
         ) else {
             let colour =
                 border.ok_or_else(|| invalid("custom border colours of bound samplers".into()))?;
-            return Ok(colour.map(f32::to_bits));
+            return Ok(colour.texel(image));
         };
         let raw = self.texel(image, at.level, x as u32, y as u32, at.layer)?;
         Ok(match reference {
@@ -618,7 +746,7 @@ impl TextureUnit<'_> {
         &self,
         image: &Image,
         sampler: &Sampler,
-        border: Option<[f32; 4]>,
+        border: Option<Border>,
         at: &Footprint,
         reference: Option<f32>,
     ) -> Result<(Quad, (f32, f32)), IoError> {
@@ -642,7 +770,54 @@ impl TextureUnit<'_> {
         &self,
         image: &Image,
         sampler: &Sampler,
-        border: Option<[f32; 4]>,
+        border: Option<Border>,
+        filter: Filter,
+        at: &Footprint,
+        reference: Option<f32>,
+    ) -> Result<[f32; 4], IoError> {
+        let Some(r) = at.r else {
+            return self.filter_slice(image, sampler, border, filter, at, reference);
+        };
+        // A 3D image: the slices of the level (each a layer) around z,
+        // through the r wrap mode, filtered as 2D and then between them.
+        let depth = i64::from((image.texture.depth >> at.level).max(1));
+        let z = r * depth as f32 + at.offset[2] as f32;
+        let slice = |z: i64| -> Result<[f32; 4], IoError> {
+            match wrap(sampler.wrap_r, z, depth) {
+                Some(z) => {
+                    let at = Footprint {
+                        layer: z as u32,
+                        r: None,
+                        offset: at.offset,
+                        ..*at
+                    };
+                    self.filter_slice(image, sampler, border, filter, &at, reference)
+                }
+                None => {
+                    let colour = border
+                        .ok_or_else(|| invalid("custom border colours of bound samplers".into()))?;
+                    Ok(colour.texel(image).map(f32::from_bits))
+                }
+            }
+        };
+        match filter {
+            Filter::Linear => {
+                let z = z - 0.5;
+                let z0 = z.floor() as i64;
+                let fz = z - z.floor();
+                let (a, b) = (slice(z0)?, slice(z0.saturating_add(1))?);
+                Ok(std::array::from_fn(|c| a[c] + (b[c] - a[c]) * fz))
+            }
+            _ => slice(z.floor() as i64),
+        }
+    }
+
+    /// Filters one layer (or one slice of a 3D image) of a level.
+    fn filter_slice(
+        &self,
+        image: &Image,
+        sampler: &Sampler,
+        border: Option<Border>,
         filter: Filter,
         at: &Footprint,
         reference: Option<f32>,
@@ -670,7 +845,7 @@ impl TextureUnit<'_> {
 
 /// A decoded sampler and its border colour (`None`: a custom border of a
 /// bound sampler, not modelled).
-type SamplerState = (Sampler, Option<[f32; 4]>);
+type SamplerState = (Sampler, Option<Border>);
 
 /// The four texels of a 2x2 footprint, raw.
 type Quad = [[u32; 4]; 4];
@@ -682,6 +857,8 @@ struct Footprint {
     s: f32,
     t: f32,
     layer: u32,
+    /// A 3D image's normalised z (its slices are layers).
+    r: Option<f32>,
     offset: [i32; 3],
 }
 
@@ -698,11 +875,63 @@ impl Footprint {
     }
 }
 
-/// The level of detail from coordinate derivatives (normalised units).
-fn rho_lod(ddx: [f32; 3], ddy: [f32; 3], w: f32, h: f32) -> f32 {
-    let x = ((ddx[0] * w).powi(2) + (ddx[1] * h).powi(2)).sqrt();
-    let y = ((ddy[0] * w).powi(2) + (ddy[1] * h).powi(2)).sqrt();
-    x.max(y).max(f32::MIN_POSITIVE).log2()
+/// The level of detail from coordinate derivatives (normalised units)
+/// and the image's size (depth 0 unless 3D).
+fn rho_lod(ddx: [f32; 3], ddy: [f32; 3], size: [f32; 3]) -> f32 {
+    let length = |d: [f32; 3]| {
+        ((d[0] * size[0]).powi(2) + (d[1] * size[1]).powi(2) + (d[2] * size[2]).powi(2)).sqrt()
+    };
+    length(ddx).max(length(ddy)).max(f32::MIN_POSITIVE).log2()
+}
+
+/// The face a cube sample's direction (x, y, z in the coordinate
+/// registers) selects, by the major axis, and the face's normalised
+/// (s, t), which replace x and y in `request`; derivatives of the
+/// direction become derivatives of (s, t) on the same face. The faces and
+/// their (s, t) are the GL and Vulkan specifications' table; a tie between
+/// axes goes to x, then y (what the hardware does with ties is not
+/// public). Filtering does not cross to the neighbouring face: the edge
+/// texels clamp within the face, as `seamful_cube_maps` asks (seamless
+/// filtering across faces is not modelled).
+fn cube_face(request: &mut TextureRequest) -> u32 {
+    let d = [0, 1, 2].map(|i| f32::from_bits(request.coords[i]));
+    let [ax, ay, az] = d.map(f32::abs);
+    let face = if ax >= ay && ax >= az {
+        u32::from(d[0] < 0.0)
+    } else if ay >= az {
+        2 + u32::from(d[1] < 0.0)
+    } else {
+        4 + u32::from(d[2] < 0.0)
+    };
+    // (sc, tc, ma) of a direction on `face`.
+    let project = |v: [f32; 3]| -> (f32, f32) {
+        let [x, y, z] = v;
+        let (sc, tc, ma) = match face {
+            0 => (-z, -y, x),
+            1 => (z, -y, x),
+            2 => (x, z, y),
+            3 => (x, -z, y),
+            4 => (x, -y, z),
+            _ => (-x, -y, z),
+        };
+        let ma = ma.abs();
+        (0.5 * (sc / ma + 1.0), 0.5 * (tc / ma + 1.0))
+    };
+    let (s, t) = project(d);
+    request.coords[0] = s.to_bits();
+    request.coords[1] = t.to_bits();
+    let on_face = |delta: [f32; 3]| -> [f32; 3] {
+        let (s1, t1) = project([d[0] + delta[0], d[1] + delta[1], d[2] + delta[2]]);
+        [s1 - s, t1 - t, 0.0]
+    };
+    match &mut request.lod {
+        LodArgument::Auto { ddx, ddy, .. } | LodArgument::Gradient { ddx, ddy } => {
+            *ddx = on_face(*ddx);
+            *ddy = on_face(*ddy);
+        }
+        LodArgument::Explicit(_) => {}
+    }
+    face
 }
 
 /// A texel coordinate through a wrap mode; `None` for the border.
@@ -732,13 +961,74 @@ pub fn wrap(mode: Wrap, i: i64, size: i64) -> Option<i64> {
     })
 }
 
-/// A fixed border colour (`None`: custom).
-fn border(colour: BorderColour) -> Option<[f32; 4]> {
-    match colour {
-        BorderColour::TransparentBlack => Some([0.0; 4]),
-        BorderColour::OpaqueBlack => Some([0.0, 0.0, 0.0, 1.0]),
-        BorderColour::OpaqueWhite => Some([1.0; 4]),
-        _ => None,
+/// A sampler's border colour, as its descriptor gives it.
+#[derive(Debug, Clone, Copy)]
+enum Border {
+    /// One of the fixed colours.
+    Fixed(BorderColour),
+    /// A custom colour's four channel words, in the image's encoding.
+    Custom([u32; 4]),
+}
+
+impl Border {
+    /// The border as texel register bits of `image`, before the swizzle.
+    /// A fixed colour is 0 or 1 in each channel, as integers for an
+    /// integer image and as floats otherwise (what the hardware returns
+    /// for an integer image is not public; this is what Vulkan's integer
+    /// borders are). A custom colour's channel holds its value as the
+    /// image's channel does: an n-bit unorm or snorm integer (sRGB channels
+    /// as 12-bit unorm, linear), fp16 bits for 16-bit floats, the bits for
+    /// 32-bit floats and integers (Mesa's `agx_pack_border`).
+    fn texel(self, image: &Image) -> [u32; 4] {
+        let one = if image.integer { 1 } else { 1.0f32.to_bits() };
+        match self {
+            Border::Fixed(BorderColour::OpaqueBlack) => [0, 0, 0, one],
+            Border::Fixed(BorderColour::OpaqueWhite) => [one; 4],
+            Border::Fixed(_) => [0; 4],
+            Border::Custom(words) => {
+                let mut out = words;
+                for (c, word) in out.iter_mut().enumerate() {
+                    if let Some(value) = border_channel(image, c, *word) {
+                        *word = value.to_bits();
+                    }
+                }
+                out
+            }
+        }
+    }
+}
+
+/// Channel `c` of a custom border as an f32, for images whose channels
+/// are not integers or 32-bit floats (`None`: the word is the value).
+fn border_channel(image: &Image, c: usize, word: u32) -> Option<f32> {
+    use ElementFormat as E;
+    if image.integer {
+        return None;
+    }
+    let unorm = |bits: u32| Some((word & ((1 << bits) - 1)) as f32 / ((1u32 << bits) - 1) as f32);
+    let snorm = |bits: u32| {
+        let max = ((1u32 << (bits - 1)) - 1) as f32;
+        Some((word as i32 as f32 / max).clamp(-1.0, 1.0))
+    };
+    let bits = |fields: [u32; 4]| fields[c & 3];
+    match image.element {
+        E::I32 => None,
+        E::F16 => Some(half_to_f32(u64::from(word & 0xFFFF))),
+        E::Unorm8 => unorm(8),
+        E::Snorm8 => snorm(8),
+        E::Unorm16 => unorm(16),
+        E::Snorm16 => snorm(16),
+        E::Srgba8 if c == 3 => unorm(8),
+        E::Srgba8 => unorm(12),
+        E::Rgb10a2 => unorm(bits([10, 10, 10, 2])),
+        E::R5g6b5 => unorm(bits([5, 6, 5, 1])),
+        E::Rgba4 => unorm(4),
+        E::Rgb5a1 => unorm(bits([5, 5, 5, 1])),
+        E::A1rgb5 => unorm(bits([1, 5, 5, 5])),
+        // Packed floats: fp16 encodings, as Mesa packs non-32-bit float
+        // channels.
+        E::Rg11b10f | E::Rgb9e5 => Some(half_to_f32(u64::from(word & 0xFFFF))),
+        E::I8 | E::I16 | E::Rgb10a2Int => None,
     }
 }
 

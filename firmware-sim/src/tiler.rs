@@ -50,7 +50,8 @@ use crate::helper::StageHelper;
 use crate::memory::GpuVm;
 use crate::memory::{read_sequence, read_words};
 use crate::shader::present_lanes;
-use crate::usc::io::IoError;
+use crate::texture::TextureUnit;
+use crate::usc::io::{IoError, TextureRequest};
 use crate::usc::{GpuMemory, ProgramCache, ShaderIo, SimdGroup, LANES};
 
 /// Pixels per tile side.
@@ -194,12 +195,21 @@ impl<'a> PageAllocator<'a> {
     }
 }
 
-/// The vertex shader's outputs, per lane.
-struct VertexIo {
+/// The vertex shader's outputs, per lane, and its texture unit.
+struct VertexIo<'a> {
     outputs: Vec<[u32; MAX_OUTPUTS]>,
+    unit: TextureUnit<'a>,
 }
 
-impl ShaderIo for VertexIo {
+impl ShaderIo for VertexIo<'_> {
+    fn texture(
+        &mut self,
+        requests: &[Option<TextureRequest>; LANES],
+        texels: &mut [[u32; 4]; LANES],
+    ) -> Result<(), IoError> {
+        self.unit.serve(requests, texels)
+    }
+
     fn store_varying(&mut self, lane: usize, slot: u32, value: u32) -> Result<(), IoError> {
         let out = self
             .outputs
@@ -222,6 +232,9 @@ pub struct VertexState {
     /// update replaces the records its header names and leaves the rest),
     /// `None` before the first update.
     pub ppp: Option<PppRecords>,
+    /// The render's sampler heap (address, samplers), which vertex
+    /// shaders index as fragment shaders do.
+    pub sampler_heap: Option<(u64, u32)>,
 }
 
 /// The records of a PPP state this model uses.
@@ -350,17 +363,25 @@ pub fn apply_vdm_state(words: &VdmStateWords, state: &mut VertexState) {
 type Outputs = [u32; MAX_OUTPUTS];
 
 /// Runs the vertex shader for `vertex_ids` (one instance).
+#[allow(clippy::too_many_arguments)]
 fn shade_vertices(
     vm: GpuVm<'_>,
     cache: &mut ProgramCache,
     watchdog: &Watchdog<'_>,
     helper: &mut StageHelper,
     binding: &Binding,
+    sampler_heap: Option<(u64, u32)>,
     vertex_ids: &[u32],
     instance: u32,
 ) -> Result<Vec<Outputs>, EngineResult> {
     let mut out = Vec::with_capacity(vertex_ids.len());
     let mut uniforms = binding.uniforms.clone();
+    let unit = TextureUnit {
+        vm: vm.clone(),
+        textures: &binding.textures,
+        samplers: &binding.samplers,
+        sampler_heap,
+    };
     let mut memory = vm;
     for chunk in vertex_ids.chunks(LANES) {
         let mut group = SimdGroup::new(binding.code, present_lanes(chunk.len()));
@@ -370,6 +391,7 @@ fn shade_vertices(
         }
         let mut io = VertexIo {
             outputs: vec![[0; MAX_OUTPUTS]; LANES],
+            unit: unit.clone(),
         };
         helper.run_stage_group(
             &mut group,
@@ -897,6 +919,7 @@ pub fn draw<'a>(
                 watchdog,
                 helper,
                 &binding,
+                state.sampler_heap,
                 &unique,
                 instance,
             )?;

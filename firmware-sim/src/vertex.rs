@@ -84,7 +84,11 @@ fn vertex(ctx: &RunContext<'_>, workers: usize) -> Result<(), EngineResult> {
     let area = (body.pass.width_px, body.pass.height_px);
     let mut binner = tiler::Binner::new(vm.clone(), &info, area.0, area.1)?
         .map_err(|_| overflow(body.buffer))?;
-    let mut state = tiler::VertexState::default();
+    let mut state = tiler::VertexState {
+        sampler_heap: (!body.pass.sampler_heap.is_null())
+            .then_some((body.pass.sampler_heap.get(), body.pass.sampler_count)),
+        ..tiler::VertexState::default()
+    };
     let mut cache = ProgramCache::new();
     let watchdog = ctx.watchdog();
     let mut item = Vec::new();

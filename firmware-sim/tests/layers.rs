@@ -18,14 +18,15 @@ const LAYERS: &[(&str, u32)] = &[
     ("bind", 5),
     ("helper", 5),
     ("texture", 6),
-    ("tiler", 6),
-    ("raster", 7),
+    // The tiler runs vertex shaders, which reach the texture unit.
+    ("tiler", 7),
     ("imageblock", 7),
-    ("compute", 8),
-    ("fragment", 8),
-    ("vertex", 9),
-    ("engine", 10),
-    ("firmware", 11),
+    ("raster", 8),
+    ("compute", 9),
+    ("fragment", 9),
+    ("vertex", 10),
+    ("engine", 11),
+    ("firmware", 12),
 ];
 
 /// The parts of the fragment module and their layers, for the same rule

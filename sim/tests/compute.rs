@@ -766,3 +766,124 @@ fn a_single_channel_element_fits_a_record_smaller_than_four_channels() {
         assert_eq!(m.peek_u32s(at, 1), [x + 1000 * y], "pixel ({x}, {y})");
     }
 }
+
+/// Block stores to the 16-bit packed formats: the blit's unorm8 records
+/// (x/128, y/128, 0.25, 1) converted to each format's fields, channel 0
+/// in the low bits, rounded to nearest.
+#[test_log::test]
+fn packed_16_bit_blocks_store_each_channel_in_its_field() {
+    let (width, height) = (32u32, 32u32);
+    for (channels, fields) in [
+        (Channels::R5G6B5, [(0, 5), (5, 6), (11, 5), (0, 0)]),
+        (Channels::R4G4B4A4, [(0, 4), (4, 4), (8, 4), (12, 4)]),
+        (Channels::R5G5B5A1, [(0, 5), (5, 5), (10, 5), (15, 1)]),
+        (Channels::A1R5G5B5, [(0, 1), (1, 5), (6, 5), (11, 5)]),
+    ] {
+        let m = Machine::new(5000);
+        let pipeline = block_kernel(
+            &m,
+            &block_source(BLIT_PIXEL, "r4_r5_r6_r7", "u8norm", "xyzw", 0),
+            (channels, TextureType::Unorm),
+            (width, height),
+            8192,
+        );
+        let mut stream = launch(pipeline, [width, height, 1], [32, 32, 1]);
+        stream.extend(terminate());
+        m.poke(m.data, STREAM, &stream);
+        assert_eq!(m.run(STREAM), None, "{channels:?}");
+        let image = m.peek(m.data, BLOCK_IMAGE, (BLOCK_STRIDE * height) as usize);
+        for y in 0..height {
+            for x in 0..width {
+                let record = [
+                    unorm8(x as f32 / 128.0),
+                    unorm8(y as f32 / 128.0),
+                    unorm8(0.25),
+                    255,
+                ];
+                let want = fields
+                    .iter()
+                    .zip(record)
+                    .fold(0u16, |w, (&(shift, bits), v)| {
+                        if bits == 0 {
+                            return w;
+                        }
+                        let max = f64::from((1u16 << bits) - 1);
+                        w | ((f64::from(v) / 255.0 * max).round() as u16) << shift
+                    });
+                let at = (y * BLOCK_STRIDE + 2 * x) as usize;
+                let have = u16::from_le_bytes([image[at], image[at + 1]]);
+                assert_eq!(have, want, "{channels:?} pixel ({x}, {y})");
+            }
+        }
+    }
+}
+
+/// A 2-sample image block stored to a GPU-tiled 2-sample image: each
+/// pixel's element holds its samples side by side (8 bytes), tiled as
+/// any 8-byte element is.
+#[test_log::test]
+fn multisampled_blocks_store_to_tiled_images_sample_by_sample() {
+    use agx_hw::formats::{Layout, Pbe, SampleCount, SharedLayout, TextureDimension, UscShared};
+    use agx_hw::layout::ImageLayout;
+    let m = Machine::new(5000);
+    let (width, height) = (32u32, 32u32);
+    // Both samples of each pixel written (sample mask 0b11).
+    let source = block_source(BLIT_PIXEL, "r4_r5_r6_r7", "u8norm", "xyzw", 0)
+        .replace(", 0, 1, r9, 1", ", 0, 3, r9, 1");
+    let pbe = Pbe {
+        dimension: TextureDimension::D2Multisampled,
+        layout: Layout::Gpu,
+        channels: Channels::R8G8B8A8,
+        data_type: TextureType::Unorm,
+        width,
+        height,
+        samples: SampleCount::Two,
+        buffer: DATA_VA + BLOCK_IMAGE,
+        page_aligned_layers: true,
+        ..Pbe::default()
+    };
+    m.poke(m.data, BLOCK_PBE, &pbe.pack().unwrap());
+    let uniforms = [
+        (1.0f32 / 128.0).to_bits(),
+        0.25f32.to_bits(),
+        1.0f32.to_bits(),
+    ];
+    let shared_bytes = 32 * 32 * 2 * 8;
+    let pipeline = m.program(
+        &source,
+        0x1000,
+        0x40,
+        &uniforms,
+        UNIFORMS,
+        shared_bytes,
+        Some((1, DATA_VA + BLOCK_PBE)),
+    );
+    let at = m.control_word(pipeline, UscControl::Shared);
+    let shared = UscShared {
+        uses_shared_memory: true,
+        layout: SharedLayout::Tile32x32,
+        sample_count: 2,
+        sample_stride_bytes: 8,
+        bytes_per_threadgroup: shared_bytes,
+    };
+    m.poke(m.usc, at, &shared.pack().unwrap());
+    let mut stream = launch(pipeline, [width, height, 1], [32, 32, 1]);
+    stream.extend(terminate());
+    m.poke(m.data, STREAM, &stream);
+    assert_eq!(m.run(STREAM), None);
+    let layout = ImageLayout::gpu_tiled(width, height, 1, 8, true).unwrap();
+    let image = m.peek(m.data, BLOCK_IMAGE, layout.layer_bytes() as usize);
+    for y in 0..height {
+        for x in 0..width {
+            let pixel = [
+                unorm8(x as f32 / 128.0),
+                unorm8(y as f32 / 128.0),
+                unorm8(0.25),
+                255,
+            ];
+            let at = layout.offset(0, x, y, 0).unwrap() as usize;
+            assert_eq!(image[at..at + 4], pixel, "pixel ({x}, {y}) sample 0");
+            assert_eq!(image[at + 4..at + 8], pixel, "pixel ({x}, {y}) sample 1");
+        }
+    }
+}

@@ -2274,3 +2274,64 @@ fn fragment_shaders_read_whether_their_triangle_faces_away() {
     assert_eq!(rgb(&m, 60, 60), [255, 255, 0], "back-facing");
     assert_eq!(rgb(&m, 40, 10), [0, 0, 0], "neither");
 }
+
+/// A vertex shader that reads its clip-space position from a texture:
+/// texel (vertex id, 0) of the R32G32B32A32 float image at ts0.
+const TEXTURE_VS: &str = "
+    texture_load 0, 0b1100, 0, none, xyzw, 0b00, r8_r9_r10_r11, None, ts0, ss0, tex_2d, r5_r6, lod_min, r20l, 0, r0
+    wait 0
+    st_var 1, r8, 0
+    st_var 1, r9, 1
+    st_var 1, r10, 2
+    st_var 1, r11, 3
+    stop";
+
+#[test_log::test]
+fn vertex_shaders_read_textures() {
+    use agx_hw::formats::Texture;
+    const TEXELS: u64 = 0x8_4000;
+    const DESCRIPTOR: u64 = 0x8_3000;
+    let m = Machine::new(5000);
+    let window = [[10.25f32, 5.5], [50.75, 20.0], [20.0, 60.125]];
+    m.poke_u32s(TEXELS, &clip(&window));
+    let descriptor = Texture {
+        dimension: TextureDimension::D2,
+        layout: Layout::Linear,
+        channels: Channels::R32G32B32A32,
+        data_type: TextureType::Float,
+        width: 3,
+        height: 1,
+        stride: 48,
+        address: DATA_VA + TEXELS,
+        ..Texture::default()
+    };
+    m.poke(m.data, DESCRIPTOR, &descriptor.pack().unwrap());
+    let vs = m.program(
+        TEXTURE_VS,
+        0x3000,
+        0xC0,
+        &[0],
+        UNIFORMS + 0x200,
+        0,
+        Some((1, DATA_VA + DESCRIPTOR)),
+    );
+    let fs = m.program(
+        COUNT_FS,
+        0x4000,
+        0x100,
+        &[(1.0f32 / 255.0).to_bits()],
+        UNIFORMS + 0x300,
+        0,
+        None,
+    );
+    let render = draw_pass(&m, 3, vs, 4, fs, None);
+    assert_eq!(m.submit(CmdType::Render, render.as_bytes()), None);
+    let got = counts(&m);
+    let t = window.map(|[x, y]| [f64::from(x), f64::from(y)]);
+    for y in 0..SIZE as usize {
+        for x in 0..SIZE as usize {
+            let want = u8::from(covers(t, x as f64 + 0.5, y as f64 + 0.5));
+            assert_eq!(got[y * SIZE as usize + x], want, "pixel ({x}, {y})");
+        }
+    }
+}

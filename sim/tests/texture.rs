@@ -971,3 +971,567 @@ fn a_minimum_lod_raises_the_level_and_gradients_pair_per_axis() {
         assert_eq!(residency[2047], 0);
     }
 }
+
+/// Per-thread requests: thread i (of the 64 x 32 grid, row by row) loads
+/// four coordinate words from `IN + 16 i`, runs `instruction` (which reads
+/// them from r16-r19 and writes r8-r11) and stores the four result words
+/// at `OUT + 16 i`.
+const IN: u64 = 0x5_0000;
+
+fn request_kernel(instruction: &str) -> String {
+    format!(
+        "
+    get_sr r4, sr80
+    get_sr r5, sr81
+    imadd r12, r5, u2, r4
+    device_load 0, i32, xyzw, r16_r17_r18_r19, u4_u5, r12, unsigned, lsl 2
+    wait 0
+    {instruction}
+    wait 0
+    device_store 0, i32, xyzw, r8_r9_r10_r11, u0_u1, r12, unsigned, lsl 2, 0
+    stop"
+    )
+}
+
+/// Runs `instruction` once per entry of `coords` (texture state 0 at
+/// DESCRIPTOR, sampler state 0 at SAMPLERS); returns each result's four
+/// words.
+fn run_requests(m: &Machine, instruction: &str, coords: &[[u32; 4]]) -> Vec<[u32; 4]> {
+    let words: Vec<u32> = coords.iter().flatten().copied().collect();
+    m.poke_u32s(IN, &words);
+    let mut uniforms = pair(DATA_VA + OUT);
+    uniforms.extend([TEX_W, 0]);
+    uniforms.extend(pair(DATA_VA + IN));
+    let pipeline = sampling_pipeline(m, &request_kernel(instruction), &uniforms);
+    assert_eq!(run_grid(m, pipeline), None, "{instruction}");
+    m.peek_u32s(OUT, 4 * coords.len())
+        .chunks_exact(4)
+        .map(|c| [c[0], c[1], c[2], c[3]])
+        .collect()
+}
+
+/// A load (`texture_load`) of dimension `dim` with `count` coordinate
+/// registers, at LOD 0.
+fn load_instruction(dim: &str, count: usize) -> String {
+    let coords = ["r16", "r17", "r18", "r19"][..count].join("_");
+    format!(
+        "texture_load 0, 0b1100, 0, none, xyzw, 0b00, r8_r9_r10_r11, None, ts0, ss0, {dim}, {coords}, lod_min, r20l, 0, r0"
+    )
+}
+
+/// A sample (`texture_sample`) of dimension `dim` with `count` coordinate
+/// registers, at LOD 0.
+fn sample_instruction(dim: &str, count: usize) -> String {
+    load_instruction(dim, count).replace("texture_load", "texture_sample")
+}
+
+/// Puts `bytes` at TEXELS and `descriptor` (its address TEXELS) at
+/// DESCRIPTOR.
+fn put_texture(m: &Machine, descriptor: Texture, bytes: &[u8]) {
+    m.poke(m.data, TEXELS, bytes);
+    let descriptor = Texture {
+        address: DATA_VA + TEXELS,
+        ..descriptor
+    };
+    m.poke(m.data, DESCRIPTOR, &descriptor.pack().unwrap());
+}
+
+fn put_sampler(m: &Machine, filter: Filter, wrap: Wrap) {
+    let sampler = Sampler {
+        magnify: filter,
+        minify: filter,
+        mip_filter: MipFilter::None,
+        wrap_s: wrap,
+        wrap_t: wrap,
+        wrap_r: wrap,
+        ..Sampler::default()
+    };
+    m.poke(m.data, SAMPLERS, &sampler.pack().unwrap());
+}
+
+fn float_coords(c: [f32; 4]) -> [u32; 4] {
+    c.map(f32::to_bits)
+}
+
+#[test_log::test]
+fn packed_16_bit_formats_decode_from_their_bit_layouts() {
+    // Each format's channels from the lowest bits up (Mesa's ail table
+    // and its canonical copy formats: channel 0 in the low bits).
+    type Case = (Channels, [u32; 4], [u32; 4]);
+    let cases: [Case; 4] = [
+        // r5g6b5: 5, 6, 5 bits; alpha reads 1.
+        (Channels::R5G6B5, [0, 5, 11, 16], [5, 6, 5, 0]),
+        (Channels::R4G4B4A4, [0, 4, 8, 12], [4, 4, 4, 4]),
+        (Channels::R5G5B5A1, [0, 5, 10, 15], [5, 5, 5, 1]),
+        (Channels::A1R5G5B5, [0, 1, 6, 11], [1, 5, 5, 5]),
+    ];
+    for (channels, shifts, widths) in cases {
+        let m = Machine::new(5000);
+        // Texel (x, y) holds field values from x and y, each within its
+        // width.
+        let field = |x: u32, y: u32, c: usize| (x * 7 + y * 3 + c as u32 * 5) % (1 << widths[c]);
+        small_texture(&m, channels, TextureType::Unorm, false, 2, |x, y| {
+            let word = (0..4)
+                .filter(|&c| widths[c] > 0)
+                .fold(0u32, |w, c| w | field(x, y, c) << shifts[c]);
+            (word as u16).to_le_bytes().to_vec()
+        });
+        let got = load_4x4(&m);
+        for y in 0..4 {
+            for x in 0..4 {
+                let want: [f32; 4] = std::array::from_fn(|c| {
+                    if widths[c] == 0 {
+                        1.0
+                    } else {
+                        field(x, y, c) as f32 / ((1u32 << widths[c]) - 1) as f32
+                    }
+                });
+                assert_eq!(got[(y * 4 + x) as usize], want, "{channels:?} ({x}, {y})");
+            }
+        }
+    }
+}
+
+#[test_log::test]
+fn integer_textures_load_and_sample_their_integers_sign_extended() {
+    let m = Machine::new(5000);
+    // Sampled with a linear filter at off-centre coordinates: integers
+    // are not filtered, the nearest texel's come back raw.
+    put_sampler(&m, Filter::Linear, Wrap::ClampToEdge);
+    let centre = |x: u32, y: u32, dx: f32| {
+        float_coords([
+            (x as f32 + 0.5 + dx) / 4.0,
+            (y as f32 + 0.5) / 4.0,
+            0.0,
+            0.0,
+        ])
+    };
+    type Case = (
+        Channels,
+        TextureType,
+        u32,
+        fn(u32, u32) -> Vec<u8>,
+        fn(u32, u32) -> [i64; 4],
+    );
+    let cases: [Case; 5] = [
+        (
+            Channels::R8G8B8A8,
+            TextureType::Sint,
+            4,
+            |x, y| vec![x as u8, (-(y as i8)) as u8, 100, 0x80],
+            |x, y| [i64::from(x), -i64::from(y), 100, -128],
+        ),
+        (
+            Channels::R8G8B8A8,
+            TextureType::Uint,
+            4,
+            |x, y| vec![x as u8, (-(y as i8)) as u8, 100, 0x80],
+            |x, y| [i64::from(x), i64::from((256 - y) % 256), 100, 128],
+        ),
+        // A missing alpha is the integer 1.
+        (
+            Channels::R16,
+            TextureType::Uint,
+            2,
+            |x, y| (65535 - (x + 4 * y) as u16).to_le_bytes().to_vec(),
+            |x, y| [i64::from(65535 - (x + 4 * y)), 0, 0, 1],
+        ),
+        (
+            Channels::R16G16,
+            TextureType::Sint,
+            4,
+            |x, y| {
+                [-(x as i16) - 1, 300 * y as i16]
+                    .iter()
+                    .flat_map(|v| v.to_le_bytes())
+                    .collect()
+            },
+            |x, y| [-i64::from(x) - 1, 300 * i64::from(y), 0, 1],
+        ),
+        // 10-10-10-2: r 0-9, g 10-19, b 20-29, a 30-31.
+        (
+            Channels::R10G10B10A2,
+            TextureType::Sint,
+            4,
+            |x, y| {
+                (1023u32 | (x * 100) << 10 | 512 << 20 | y << 30)
+                    .to_le_bytes()
+                    .to_vec()
+            },
+            |x, y| [-1, i64::from(x * 100), -512, [0, 1, -2, -1][y as usize]],
+        ),
+    ];
+    for (channels, data_type, bytes, encode, expect) in cases {
+        small_texture(&m, channels, data_type, false, bytes, encode);
+        let coords: Vec<[u32; 4]> = (0..16).map(|i| [i % 4, i / 4, 0, 0]).collect();
+        let loaded = run_requests(&m, &load_instruction("tex_2d", 2), &coords);
+        let coords: Vec<[u32; 4]> = (0..32)
+            .map(|i| centre(i % 4, (i / 4) % 4, if i < 16 { 0.3 } else { -0.45 }))
+            .collect();
+        let sampled = run_requests(&m, &sample_instruction("tex_2d", 2), &coords);
+        for i in 0..16u32 {
+            let (x, y) = (i % 4, i / 4);
+            let want = expect(x, y).map(|v| v as u32);
+            assert_eq!(
+                loaded[i as usize], want,
+                "{channels:?} {data_type:?} load ({x}, {y})"
+            );
+            assert_eq!(
+                sampled[i as usize], want,
+                "{channels:?} {data_type:?} sample ({x}, {y})"
+            );
+            assert_eq!(
+                sampled[i as usize + 16],
+                want,
+                "{channels:?} {data_type:?} sample ({x}, {y})"
+            );
+        }
+    }
+}
+
+/// A 4 x 4 x 4 GPU-tiled R8 unorm 3D image whose texel (x, y, z) holds
+/// 4 (16 z + 4 y + x).
+fn volume(m: &Machine) {
+    let layout = ImageLayout::gpu_tiled(4, 4, 1, 1, true).unwrap();
+    let mut bytes = vec![0u8; 4 * layout.layer_bytes() as usize];
+    for z in 0..4 {
+        for y in 0..4 {
+            for x in 0..4 {
+                let at = layout.offset(0, x, y, z).unwrap() as usize;
+                bytes[at] = (4 * (16 * z + 4 * y + x)) as u8;
+            }
+        }
+    }
+    let descriptor = Texture {
+        dimension: TextureDimension::D3,
+        layout: Layout::Gpu,
+        channels: Channels::R8,
+        data_type: TextureType::Unorm,
+        width: 4,
+        height: 4,
+        depth: 4,
+        page_aligned_layers: true,
+        ..Texture::default()
+    };
+    put_texture(m, descriptor, &bytes);
+}
+
+#[test_log::test]
+fn three_d_images_load_their_slices_and_filter_between_them() {
+    let m = Machine::new(5000);
+    volume(&m);
+    let value = |x: u32, y: u32, z: u32| (4 * (16 * z + 4 * y + x)) as f32 / 255.0;
+    // Loads: every texel, and z past the depth reads zero.
+    let coords: Vec<[u32; 4]> = (0..65).map(|i| [i % 4, (i / 4) % 4, i / 16, 0]).collect();
+    let got = run_requests(&m, &load_instruction("tex_3d", 3), &coords);
+    for (i, texel) in got.iter().enumerate().take(64) {
+        let (x, y, z) = (i as u32 % 4, (i as u32 / 4) % 4, i as u32 / 16);
+        assert_eq!(f32::from_bits(texel[0]), value(x, y, z), "({x}, {y}, {z})");
+    }
+    assert_eq!(got[64], [0; 4], "z past the depth");
+    // Nearest: the slice r falls in. Linear: at a slice boundary, half of
+    // each; past the last slice, clamped to it.
+    let centre = |x: u32| (x as f32 + 0.5) / 4.0;
+    let samples = [
+        (
+            Filter::Nearest,
+            [centre(1), centre(2), centre(3)],
+            value(1, 2, 3),
+        ),
+        (
+            Filter::Nearest,
+            [centre(3), centre(0), 0.26],
+            value(3, 0, 1),
+        ),
+        (
+            Filter::Linear,
+            [centre(1), centre(2), 0.5],
+            (value(1, 2, 1) + value(1, 2, 2)) / 2.0,
+        ),
+        (
+            Filter::Linear,
+            [centre(0), centre(3), 0.375],
+            value(0, 3, 1),
+        ),
+        (Filter::Linear, [centre(2), centre(2), 1.5], value(2, 2, 3)),
+    ];
+    for (filter, [s, t, r], want) in samples {
+        put_sampler(&m, filter, Wrap::ClampToEdge);
+        let got = run_requests(
+            &m,
+            &sample_instruction("tex_3d", 3),
+            &[float_coords([s, t, r, 0.0])],
+        );
+        let have = f32::from_bits(got[0][0]);
+        assert!(
+            (have - want).abs() < 1e-6,
+            "{filter:?} ({s}, {t}, {r}): {have} vs {want}"
+        );
+    }
+}
+
+/// The face, s and t of a cube direction by the specification's table,
+/// written as (axis, sign) -> face and the axes s and t follow.
+fn reference_cube(d: [f32; 3]) -> (u32, f32, f32) {
+    let major = (0..3)
+        .max_by(|&a, &b| d[a].abs().partial_cmp(&d[b].abs()).unwrap().then(b.cmp(&a)))
+        .unwrap();
+    let negative = d[major] < 0.0;
+    let face = 2 * major as u32 + u32::from(negative);
+    // (s axis, s sign, t axis, t sign) per face, from the table.
+    let (sa, ss, ta, ts) = [
+        (2, -1.0, 1, -1.0),
+        (2, 1.0, 1, -1.0),
+        (0, 1.0, 2, 1.0),
+        (0, 1.0, 2, -1.0),
+        (0, 1.0, 1, -1.0),
+        (0, -1.0, 1, -1.0),
+    ][face as usize];
+    let m = d[major].abs();
+    (
+        face,
+        (ss * d[sa] / m + 1.0) / 2.0,
+        (ts * d[ta] / m + 1.0) / 2.0,
+    )
+}
+
+#[test_log::test]
+fn cube_maps_select_a_face_by_the_major_axis() {
+    let m = Machine::new(5000);
+    // Two cubes of 4 x 4 faces, R8G8B8A8: texel (x, y) of layer l is
+    // (10 l, 40 x, 40 y, 255).
+    let layout = ImageLayout::gpu_tiled(4, 4, 1, 4, true).unwrap();
+    let layer_bytes = layout.layer_bytes() as usize;
+    let mut bytes = vec![0u8; 12 * layer_bytes];
+    for layer in 0..12u32 {
+        for y in 0..4 {
+            for x in 0..4 {
+                let at = layer as usize * layer_bytes + layout.offset(0, x, y, 0).unwrap() as usize;
+                bytes[at..at + 4].copy_from_slice(&[
+                    (10 * layer) as u8,
+                    (40 * x) as u8,
+                    (40 * y) as u8,
+                    255,
+                ]);
+            }
+        }
+    }
+    put_sampler(&m, Filter::Nearest, Wrap::ClampToEdge);
+    let directions: [[f32; 3]; 10] = [
+        [1.0, 0.5, -0.5],
+        [-1.0, 0.2, 0.9],
+        [0.3, 1.0, -0.7],
+        [0.3, -2.0, 0.7],
+        [-0.6, 0.1, 1.0],
+        [0.6, -0.1, -3.0],
+        [0.9, -0.95, 0.2],
+        [-0.05, 0.05, 0.5],
+        [1.0, 1.0, 0.0],
+        [0.0, -1.0, -1.0],
+    ];
+    for (dimension, dim, registers, cube) in [
+        (TextureDimension::Cube, "tex_cube", 3, 0u32),
+        (TextureDimension::CubeArray, "tex_cube_array", 4, 1),
+    ] {
+        let descriptor = Texture {
+            dimension,
+            layout: Layout::Gpu,
+            channels: Channels::R8G8B8A8,
+            data_type: TextureType::Unorm,
+            width: 4,
+            height: 4,
+            // A cube array's descriptor counts cubes.
+            depth: if cube == 1 { 2 } else { 1 },
+            page_aligned_layers: true,
+            ..Texture::default()
+        };
+        put_texture(&m, descriptor, &bytes);
+        let coords: Vec<[u32; 4]> = directions
+            .iter()
+            .map(|d| [d[0].to_bits(), d[1].to_bits(), d[2].to_bits(), cube])
+            .collect();
+        let got = run_requests(&m, &sample_instruction(dim, registers), &coords);
+        for (d, have) in directions.iter().zip(got) {
+            let (face, s, t) = reference_cube(*d);
+            let (x, y) = (
+                ((s * 4.0).floor() as u32).min(3),
+                ((t * 4.0).floor() as u32).min(3),
+            );
+            let layer = 6 * cube + face;
+            let want = [10 * layer, 40 * x, 40 * y, 255].map(|c| (c as f32 / 255.0).to_bits());
+            assert_eq!(have, want, "{dim} {d:?}: face {face}, texel ({x}, {y})");
+        }
+    }
+}
+
+#[test_log::test]
+fn multisampled_images_load_each_sample() {
+    let m = Machine::new(5000);
+    // 4 x 4 pixels of four 32-bit samples, GPU-tiled as 16-byte elements
+    // (a pixel's samples side by side), two layers for the array case.
+    let layout = ImageLayout::gpu_tiled(4, 4, 1, 16, true).unwrap();
+    let layer_bytes = layout.layer_bytes() as usize;
+    let value =
+        |x: u32, y: u32, sample: u32, layer: u32| 10_000 * layer + 1000 * sample + 10 * y + x;
+    let mut bytes = vec![0u8; 2 * layer_bytes];
+    for layer in 0..2 {
+        for y in 0..4 {
+            for x in 0..4 {
+                for sample in 0..4 {
+                    let at = layer as usize * layer_bytes
+                        + layout.offset(0, x, y, 0).unwrap() as usize
+                        + 4 * sample as usize;
+                    bytes[at..at + 4].copy_from_slice(&value(x, y, sample, layer).to_le_bytes());
+                }
+            }
+        }
+    }
+    for (dimension, dim) in [
+        (TextureDimension::D2Multisampled, "tex_2d_ms"),
+        (TextureDimension::D2ArrayMultisampled, "tex_2d_ms_array"),
+    ] {
+        let array = dimension == TextureDimension::D2ArrayMultisampled;
+        let descriptor = Texture {
+            dimension,
+            layout: Layout::Gpu,
+            channels: Channels::R32,
+            data_type: TextureType::Uint,
+            width: 4,
+            height: 4,
+            depth: if array { 2 } else { 1 },
+            samples: agx_hw::formats::SampleCount::Four,
+            page_aligned_layers: true,
+            ..Texture::default()
+        };
+        put_texture(&m, descriptor, &bytes);
+        // The sample index follows x and y; an array's layer is in the
+        // same register's high half.
+        let mut coords = Vec::new();
+        let mut want = Vec::new();
+        for layer in 0..if array { 2 } else { 1 } {
+            for i in 0..16 {
+                let (x, y, sample) = (i % 4, i / 4 % 4, i % 4 ^ (i / 4) % 4);
+                coords.push([x, y, sample | layer << 16, 0]);
+                want.push([value(x, y, sample, layer), 0, 0, 1]);
+            }
+        }
+        // A sample past the count reads zero.
+        coords.push([1, 1, 4, 0]);
+        want.push([0; 4]);
+        let got = run_requests(&m, &load_instruction(dim, 3), &coords);
+        assert_eq!(got, want, "{dim}");
+    }
+}
+
+#[test_log::test]
+fn custom_border_colours_are_read_in_the_images_encoding() {
+    use agx_hw::formats::{BorderColour, CustomBorder};
+    use agx_uapi::asahi::{CmdCompute, CmdType};
+    use zerocopy::{FromZeros, IntoBytes};
+    let m = Machine::new(5000);
+    // The sampler heap: sampler 0 clamps to a custom border, whose four
+    // words follow it (slots 1 and 2).
+    let sampler = Sampler {
+        magnify: Filter::Nearest,
+        minify: Filter::Nearest,
+        mip_filter: MipFilter::None,
+        wrap_s: Wrap::ClampToBorder,
+        wrap_t: Wrap::ClampToBorder,
+        border_colour: BorderColour::Custom,
+        ..Sampler::default()
+    };
+    let half = |v: f32| u32::from(half::f16::from_f32(v).to_bits());
+    type Case = (Channels, TextureType, u32, [u32; 4], [u32; 4]);
+    let cases: [Case; 4] = [
+        // unorm8 channels hold 8-bit integers: 255 is 1.0, 51 is 0.2.
+        (
+            Channels::R8G8B8A8,
+            TextureType::Unorm,
+            4,
+            [255, 0, 51, 255],
+            [1.0f32, 0.0, 0.2, 1.0].map(f32::to_bits),
+        ),
+        // fp16 channels hold fp16 bits.
+        (
+            Channels::R16G16B16A16,
+            TextureType::Float,
+            8,
+            [half(0.5), half(-2.0), half(0.0), half(1.0)],
+            [0.5f32, -2.0, 0.0, 1.0].map(f32::to_bits),
+        ),
+        // snorm16: -32767 is -1.0.
+        (
+            Channels::R16,
+            TextureType::Snorm,
+            2,
+            [(-32767i32) as u32, 0, 0, 0],
+            [-1.0f32, 0.0, 0.0, 0.0].map(f32::to_bits),
+        ),
+        // 32-bit integers are the words themselves.
+        (
+            Channels::R32,
+            TextureType::Uint,
+            4,
+            [0xDEAD_BEEF, 7, 8, 9],
+            [0xDEAD_BEEF, 7, 8, 9],
+        ),
+    ];
+    for (channels, data_type, bytes, border, want) in cases {
+        small_texture(&m, channels, data_type, false, bytes, |_, _| {
+            vec![0; bytes as usize]
+        });
+        let mut heap = sampler.pack().unwrap().to_vec();
+        heap.extend(
+            CustomBorder {
+                channel_0: border[0],
+                channel_1: border[1],
+                channel_2: border[2],
+                channel_3: border[3],
+            }
+            .pack()
+            .unwrap(),
+        );
+        m.poke(m.data, SAMPLERS, &heap);
+        // Inside, then past the right edge.
+        let coords = [[0.1f32, 0.1, 0.0, 0.0], [1.5, 0.5, 0.0, 0.0]].map(float_coords);
+        let words: Vec<u32> = coords.iter().flatten().copied().collect();
+        m.poke_u32s(IN, &words);
+        let mut uniforms = pair(DATA_VA + OUT);
+        uniforms.extend([TEX_W, 0]);
+        uniforms.extend(pair(DATA_VA + IN));
+        // No sampler state is bound: ss0 is the heap's sampler 0.
+        let pipeline = m.program(
+            &request_kernel(&sample_instruction("tex_2d", 2)),
+            0x1000,
+            0x40,
+            &uniforms,
+            UNIFORMS,
+            0,
+            Some((1, DATA_VA + DESCRIPTOR)),
+        );
+        use agx_hw::formats::CdmStreamTerminate;
+        let mut stream = launch(pipeline, [TEX_W, TEX_H, 1], [8, 8, 1]);
+        stream.extend(CdmStreamTerminate::default().pack().unwrap());
+        m.poke(m.data, STREAM, &stream);
+        let cmd = CmdCompute {
+            cdm_ctrl_stream_base: DATA_VA + STREAM,
+            cdm_ctrl_stream_end: DATA_VA + STREAM + 0x1000,
+            sampler_heap: DATA_VA + SAMPLERS,
+            sampler_count: 3,
+            ..CmdCompute::new_zeroed()
+        };
+        assert_eq!(m.submit(CmdType::Compute, cmd.as_bytes()), None);
+        let got = m.peek_u32s(OUT, 8);
+        let inside = if data_type == TextureType::Uint {
+            [0, 0, 0, 1]
+        } else {
+            let one = 1.0f32.to_bits();
+            match channels {
+                Channels::R16 => [0, 0, 0, one],
+                _ => [0; 4],
+            }
+        };
+        assert_eq!(got[..4], inside, "{channels:?} inside");
+        assert_eq!(got[4..], want, "{channels:?} border");
+    }
+}

@@ -2,7 +2,9 @@
 //! texture and PBE descriptors that describe them to the texture unit and
 //! the pixel back end.
 
-use agx_hw::formats::{Channels, Layout, Pbe, Texture, TextureDimension, TextureType};
+use agx_hw::formats::{
+    Channels, CustomBorder, Layout, Pbe, Texture, TextureDimension, TextureType,
+};
 use agx_hw::layout::{
     solid_subtile_mode, tile_word, uncompressed_subtile_mode, CompressionLayout, ImageLayout,
     TileMode, COMPRESSION_TILE_PX,
@@ -39,6 +41,32 @@ impl Format {
             Format::Rgba8Unorm | Format::Rgba8Srgb => (Channels::R8G8B8A8, TextureType::Unorm),
             Format::Rgba16Float => (Channels::R16G16B16A16, TextureType::Float),
             Format::R32Float => (Channels::R32, TextureType::Float),
+        }
+    }
+
+    /// A custom border colour (linear RGBA) for sampling images of this
+    /// format: each channel in the format's own encoding, as the texture
+    /// unit reads it (Mesa's `agx_pack_border`): unorm channels as n-bit
+    /// integers (sRGB colour channels as 12-bit, linear), 16-bit floats
+    /// as fp16 bits, 32-bit floats as their bits.
+    pub fn border(self, rgba: [f32; 4]) -> CustomBorder {
+        let unorm = |c: f32, bits: u32| {
+            let max = ((1u32 << bits) - 1) as f32;
+            (c.clamp(0.0, 1.0) * max).round() as u32
+        };
+        let channels: [u32; 4] = match self {
+            Format::Rgba8Unorm => rgba.map(|c| unorm(c, 8)),
+            Format::Rgba8Srgb => {
+                std::array::from_fn(|i| unorm(rgba[i], if i == 3 { 8 } else { 12 }))
+            }
+            Format::Rgba16Float => rgba.map(|c| u32::from(half::f16::from_f32(c).to_bits())),
+            Format::R32Float => [rgba[0].to_bits(), 0, 0, 0],
+        };
+        CustomBorder {
+            channel_0: channels[0],
+            channel_1: channels[1],
+            channel_2: channels[2],
+            channel_3: channels[3],
         }
     }
 

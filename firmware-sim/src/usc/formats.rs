@@ -4,7 +4,10 @@
 //! convert between memory elements and registers: integers are
 //! zero-extended, normalised formats become floats (fp16 in 16-bit
 //! registers, fp32 in 32-bit ones), and the bit-packed formats (rgb10a2,
-//! rg11b10f, rgb9e5) hold all components in one 32-bit word.
+//! rg11b10f, rgb9e5) hold all components in one 32-bit word. Images
+//! add the 16-bit packed unorm formats (r5g6b5, rgba4, rgb5a1, a1rgb5),
+//! which no memory instruction names: the texture unit and the pixel back
+//! end read and write them.
 
 use super::float::{f32_to_half, half_to_f32};
 
@@ -35,6 +38,19 @@ pub enum ElementFormat {
     Rg11b10f,
     /// Shared-exponent 9-9-9-5, packed in one word.
     Rgb9e5,
+    /// 5-6-5 unsigned normalised in 16 bits, the first channel in the low
+    /// bits (an image format: no memory instruction names it).
+    R5g6b5,
+    /// 4-4-4-4 unsigned normalised in 16 bits, the first channel lowest.
+    Rgba4,
+    /// 5-5-5-1 unsigned normalised in 16 bits, the first channel lowest.
+    Rgb5a1,
+    /// 1-5-5-5 unsigned normalised in 16 bits: the 1-bit channel is the
+    /// first, in bit 0.
+    A1rgb5,
+    /// 10-10-10-2 integers in one word, read raw (zero-extended; the
+    /// texture unit sign-extends a signed image's).
+    Rgb10a2Int,
 }
 
 impl ElementFormat {
@@ -81,12 +97,67 @@ impl ElementFormat {
         }
     }
 
-    /// Whether all components share one 32-bit word.
+    /// Whether all components share one word (32 bits, or 16 for the
+    /// 16-bit packed image formats).
     pub fn packed(self) -> bool {
         matches!(
             self,
-            ElementFormat::Rgb10a2 | ElementFormat::Rg11b10f | ElementFormat::Rgb9e5
+            ElementFormat::Rgb10a2
+                | ElementFormat::Rgb10a2Int
+                | ElementFormat::Rg11b10f
+                | ElementFormat::Rgb9e5
+                | ElementFormat::R5g6b5
+                | ElementFormat::Rgba4
+                | ElementFormat::Rgb5a1
+                | ElementFormat::A1rgb5
         )
+    }
+
+    /// Bytes of a packed format's word (4, or 2 for the 16-bit formats).
+    pub fn packed_bytes(self) -> usize {
+        match self {
+            ElementFormat::R5g6b5
+            | ElementFormat::Rgba4
+            | ElementFormat::Rgb5a1
+            | ElementFormat::A1rgb5 => 2,
+            _ => 4,
+        }
+    }
+
+    /// The bytes of an element with `channels` channels.
+    pub fn element_bytes(self, channels: usize) -> u32 {
+        if self.packed() {
+            self.packed_bytes() as u32
+        } else {
+            (channels as u32) << self.shift()
+        }
+    }
+
+    /// The bits of channel `component` of an integer format (what a
+    /// signed image's values are sign-extended from).
+    pub fn channel_bits(self, component: usize) -> u32 {
+        match self {
+            ElementFormat::I8 => 8,
+            ElementFormat::I16 => 16,
+            ElementFormat::Rgb10a2Int if component == 3 => 2,
+            ElementFormat::Rgb10a2Int => 10,
+            _ => 32,
+        }
+    }
+
+    /// The (shift, width) of each channel of a packed format with one
+    /// field per channel, channel 0 first (`None` for other formats).
+    fn fields(self) -> Option<&'static [(u32, u32)]> {
+        Some(match self {
+            ElementFormat::Rgb10a2 | ElementFormat::Rgb10a2Int => {
+                &[(0, 10), (10, 10), (20, 10), (30, 2)]
+            }
+            ElementFormat::R5g6b5 => &[(0, 5), (5, 6), (11, 5)],
+            ElementFormat::Rgba4 => &[(0, 4), (4, 4), (8, 4), (12, 4)],
+            ElementFormat::Rgb5a1 => &[(0, 5), (5, 5), (10, 5), (15, 1)],
+            ElementFormat::A1rgb5 => &[(0, 1), (1, 5), (6, 5), (11, 5)],
+            _ => return None,
+        })
     }
 }
 
@@ -177,6 +248,23 @@ pub fn load(format: ElementFormat, bytes: &[u8], component: usize, half: bool) -
     let u8_at = |i: usize| u32::from(bytes[i]);
     let u16_at = |i: usize| u32::from(u16::from_le_bytes([bytes[i], bytes[i + 1]]));
     let word = || u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
+    if let Some(fields) = format.fields() {
+        let word = if format.packed_bytes() == 2 {
+            u16_at(0)
+        } else {
+            word()
+        };
+        if format == ElementFormat::Rgb10a2Int {
+            let (shift, width) = fields[component & 3];
+            return (word >> shift) & ((1 << width) - 1);
+        }
+        // A channel the format lacks reads 1 (r5g6b5's fourth).
+        let value = fields.get(component).map_or(1.0, |&(shift, width)| {
+            let max = (1u32 << width) - 1;
+            ((word >> shift) & max) as f32 / max as f32
+        });
+        return float_register(value, half);
+    }
     match format {
         ElementFormat::I8 => u8_at(0),
         ElementFormat::I16 => u16_at(0),
@@ -198,15 +286,6 @@ pub fn load(format: ElementFormat, bytes: &[u8], component: usize, half: bool) -
             let c = u8_at(0) as f32 / 255.0;
             float_register(if component == 3 { c } else { srgb_to_linear(c) }, half)
         }
-        ElementFormat::Rgb10a2 => {
-            let w = word();
-            let value = if component == 3 {
-                (w >> 30) as f32 / 3.0
-            } else {
-                ((w >> (10 * component)) & 0x3FF) as f32 / 1023.0
-            };
-            float_register(value, half)
-        }
         ElementFormat::Rg11b10f => {
             let w = word();
             let value = match component {
@@ -227,7 +306,27 @@ pub fn load(format: ElementFormat, bytes: &[u8], component: usize, half: bool) -
             };
             float_register(value, half)
         }
+        // Read through their fields above.
+        ElementFormat::Rgb10a2
+        | ElementFormat::Rgb10a2Int
+        | ElementFormat::R5g6b5
+        | ElementFormat::Rgba4
+        | ElementFormat::Rgb5a1
+        | ElementFormat::A1rgb5 => 0,
     }
+}
+
+/// The packed word at the start of `bytes` (2 or 4 bytes).
+fn read_word(format: ElementFormat, bytes: &[u8]) -> u32 {
+    let mut word = [0u8; 4];
+    let n = format.packed_bytes();
+    word[..n].copy_from_slice(&bytes[..n]);
+    u32::from_le_bytes(word)
+}
+
+fn write_word(format: ElementFormat, bytes: &mut [u8], word: u32) {
+    let n = format.packed_bytes();
+    bytes[..n].copy_from_slice(&word.to_le_bytes()[..n]);
 }
 
 /// Stores a register value as component `component` into `bytes` (the
@@ -238,9 +337,9 @@ pub fn store(format: ElementFormat, bytes: &mut [u8], component: usize, value: u
     if format.packed() {
         let mut values = [0; 4];
         values[component & 3] = value;
-        let word = u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
+        let word = read_word(format, bytes);
         let word = store_packed(format, word, 1 << (component & 3), values, half);
-        bytes[..4].copy_from_slice(&word.to_le_bytes());
+        write_word(format, bytes, word);
         return;
     }
     let put8 = |bytes: &mut [u8], v: u32| bytes[0] = v as u8;
@@ -268,7 +367,14 @@ pub fn store(format: ElementFormat, bytes: &mut [u8], component: usize, value: u
                 unorm(if component == 3 { c } else { linear_to_srgb(c) }, 255.0),
             );
         }
-        ElementFormat::Rgb10a2 | ElementFormat::Rg11b10f | ElementFormat::Rgb9e5 => {}
+        ElementFormat::Rgb10a2
+        | ElementFormat::Rgb10a2Int
+        | ElementFormat::Rg11b10f
+        | ElementFormat::Rgb9e5
+        | ElementFormat::R5g6b5
+        | ElementFormat::Rgba4
+        | ElementFormat::Rgb5a1
+        | ElementFormat::A1rgb5 => {}
     }
 }
 
@@ -283,9 +389,9 @@ pub fn store_element(
     half: bool,
 ) {
     if format.packed() {
-        let word = u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
+        let word = read_word(format, bytes);
         let word = store_packed(format, word, mask, values, half);
-        bytes[..4].copy_from_slice(&word.to_le_bytes());
+        write_word(format, bytes, word);
     } else {
         for component in (0..4).filter(|c| mask & (1 << c) != 0) {
             let at = component << format.shift();
@@ -316,18 +422,24 @@ pub fn store_packed(
     let given = |component: usize| {
         (mask & (1 << component) != 0).then(|| register_float(values[component], half))
     };
+    if let Some(fields) = format.fields() {
+        return fields
+            .iter()
+            .enumerate()
+            .filter(|(component, _)| mask & (1 << component) != 0)
+            .fold(word, |w, (component, &(shift, width))| {
+                let max = (1u32 << width) - 1;
+                // Integers keep their low bits, as the 8- and 16-bit
+                // integer formats do.
+                let field = if format == ElementFormat::Rgb10a2Int {
+                    values[component] & max
+                } else {
+                    unorm(register_float(values[component], half), max as f32)
+                };
+                (w & !(max << shift)) | (field << shift)
+            });
+    }
     match format {
-        ElementFormat::Rgb10a2 => (0..4).fold(word, |w, component| {
-            let Some(c) = given(component) else {
-                return w;
-            };
-            let (shift, bits, max) = if component == 3 {
-                (30, 0x3, 3.0)
-            } else {
-                (10 * component as u32, 0x3FF, 1023.0)
-            };
-            (w & !(bits << shift)) | (unorm(c, max) << shift)
-        }),
         ElementFormat::Rg11b10f => {
             let places = [(0, 6), (11, 6), (22, 5)];
             places
