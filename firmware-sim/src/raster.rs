@@ -122,6 +122,16 @@ pub(crate) fn plane(points: [(f64, f64, f64); 3]) -> [f32; 3] {
     [a as f32, b as f32, c as f32]
 }
 
+/// Where the values a binned primitive carries beyond its vertices'
+/// outputs are among each vertex's values (see `tiler::RECORD_*`).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Extras {
+    /// A point sprite's coordinate (s, then t).
+    pub point_coord: Option<usize>,
+    /// The primitive id (u32 bits).
+    pub primitive_id: Option<usize>,
+}
+
 /// The coefficient registers of a primitive, from the fragment shader's
 /// coefficient bindings: each binding turns `components` slots from
 /// `base_slot` into planes at `base_coefficient_register`. The slots are
@@ -142,6 +152,7 @@ pub(crate) fn setup_coefficients(
     usc_exec_base: u64,
     ppp: &tiler::PppState,
     vertices: &[Vec<f32>; 3],
+    extras: Extras,
 ) -> Result<Vec<[f32; 3]>, EngineResult> {
     let Some(table) = ppp.cf_bindings.filter(|_| ppp.cf_binding_count > 0) else {
         return Ok(Vec::new());
@@ -166,6 +177,15 @@ pub(crate) fn setup_coefficients(
                 ));
             };
             let slot = b.base_slot + c;
+            if b.source == CoefficientSource::PrimitiveId {
+                // An integer, the same at every vertex: its bits.
+                let id = extras
+                    .primitive_id
+                    .and_then(|at| vertices[0].get(at))
+                    .map_or(0, |v| v.to_bits());
+                *out = [0.0, 0.0, f32::from_bits(id)];
+                continue;
+            }
             let index = match b.source {
                 CoefficientSource::FragcoordZ => Some(2),
                 CoefficientSource::Varying if slot == 0 => Some(3),
@@ -173,8 +193,12 @@ pub(crate) fn setup_coefficients(
                 CoefficientSource::Varying => slot
                     .checked_sub(first_output_slot)
                     .map(|output| 4 + output as usize),
-                // Point coordinates, primitive ids and barycentrics are
-                // not modelled: refused, not read as a slot.
+                // A point sprite's (s, t), interpolated across it; 0
+                // for other primitives (GL leaves gl_PointCoord undefined
+                // there).
+                CoefficientSource::PointCoord => extras.point_coord.map(|at| at + (c as usize & 1)),
+                // Barycentrics are not modelled: refused, not read as a
+                // slot.
                 source => {
                     return Err(unsupported(
                         at,
@@ -193,10 +217,17 @@ pub(crate) fn setup_coefficients(
                 )
             };
             let xy = |v: usize| (f64::from(vertices[v][0]), f64::from(vertices[v][1]));
+            // A flat value keeps its bits (an integer varying's).
+            let flat = |v: usize| -> f32 {
+                index
+                    .and_then(|i| vertices[v].get(i))
+                    .copied()
+                    .unwrap_or(0.0)
+            };
             *out = match b.shade_model {
-                ShadeModel::FlatVertex0 => [0.0, 0.0, value(0) as f32],
-                ShadeModel::FlatVertex1 => [0.0, 0.0, value(1) as f32],
-                ShadeModel::FlatVertex2 => [0.0, 0.0, value(2) as f32],
+                ShadeModel::FlatVertex0 => [0.0, 0.0, flat(0)],
+                ShadeModel::FlatVertex1 => [0.0, 0.0, flat(1)],
+                ShadeModel::FlatVertex2 => [0.0, 0.0, flat(2)],
                 ShadeModel::Perspective if b.source == CoefficientSource::Varying => {
                     plane(std::array::from_fn(|v| {
                         let (x, y) = xy(v);

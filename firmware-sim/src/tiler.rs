@@ -37,7 +37,7 @@ use agx_fwif::messages::{FaultUnit, TvbInfo, TVB_PAGE_BYTES};
 use agx_hw::addr::FwVa;
 use agx_hw::formats::{
     Cull, DepthBiasScissor, FragmentControl, FragmentFace, FragmentStencil, IndexListBlock,
-    IndexSize, PppRecords, Primitive, VdmStateWords, Viewport,
+    IndexSize, ObjectType, PolygonMode, PppRecords, Primitive, VdmStateWords, Viewport,
 };
 use agx_hw::isa::Reg;
 use zerocopy::{FromBytes, IntoBytes};
@@ -68,8 +68,20 @@ pub const MAX_OUTPUTS: usize = 64;
 /// The most varyings a vertex carries (the outputs after the position).
 pub const MAX_VARYINGS: usize = MAX_OUTPUTS - 4;
 /// Where a primitive record's flags word holds the count of 32-bit
-/// varyings per vertex (bit 0 is back-facing).
+/// values per vertex after its position: its varyings, then the extras
+/// the flags below name.
 pub const RECORD_VARYINGS_SHIFT: u32 = 8;
+/// Record flag: the primitive faces away from the viewer.
+pub const RECORD_BACK_FACING: u32 = 1;
+/// Record flag: a point sprite; two extras, the point coordinate (s, t)
+/// at each vertex.
+pub const RECORD_POINT_SPRITE: u32 = 1 << 1;
+/// Record flag: one extra, the primitive's id (u32 bits), after the
+/// point coordinate if there is one.
+pub const RECORD_PRIMITIVE_ID: u32 = 1 << 2;
+/// The most values a record's vertex carries after its position: every
+/// varying and every extra.
+pub const MAX_RECORD_VALUES: usize = MAX_VARYINGS + 3;
 
 /// The scene header at the start of the parameter buffer's first page.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, FromBytes, IntoBytes, zerocopy::Immutable)]
@@ -238,7 +250,7 @@ pub struct VertexState {
 }
 
 /// The records of a PPP state this model uses.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone)]
 pub struct PppState {
     /// Fragment pipeline control.
     pub fragment_control: Option<FragmentControl>,
@@ -265,6 +277,23 @@ pub struct PppState {
     pub cf_bindings: Option<u64>,
     /// How many coefficient bindings there are.
     pub cf_binding_count: u32,
+    /// What the rasteriser draws points as (a sprite's coordinate
+    /// origin), or that primitives are triangles or lines.
+    pub object_type: ObjectType,
+    /// Triangles filled, or drawn as their edges or vertices.
+    pub polygon_mode: PolygonMode,
+    /// The width of lines, in pixels.
+    pub line_width_px: f32,
+    /// Where the point size is among a vertex's values after its
+    /// position, when the vertex shader writes one.
+    pub point_size: Option<usize>,
+    /// Where each enabled clip distance is among a vertex's values after
+    /// its position.
+    pub clip_distances: Vec<usize>,
+    /// The fragment shader reads the primitive id.
+    pub primitive_id: bool,
+    /// Primitives are discarded after vertex shading.
+    pub rasterizer_discard: bool,
 }
 
 /// Reads a PPP state: a header whose present bits say which records
@@ -296,7 +325,53 @@ impl PppState {
             fragment_pipeline: fragment_shader.map(|f| f.word1.pipeline),
             cf_bindings: fragment_shader.map(|f| f.word2.cf_bindings),
             cf_binding_count: fragment_shader.map_or(0, |f| f.word0.cf_binding_count),
+            object_type: records
+                .fragment_front_face_2
+                .map_or(ObjectType::Triangle, |f| f.object_type),
+            polygon_mode: records
+                .fragment_front_face
+                .map_or(PolygonMode::Fill, |f| f.polygon_mode),
+            // 4.4 fixed point, minus one (Mesa's agx_pack_line_width).
+            line_width_px: records
+                .fragment_front_face
+                .map_or(1.0, |f| (f.line_width + 1) as f32 / 16.0),
+            point_size: None,
+            clip_distances: Vec::new(),
+            primitive_id: records.cull_2.is_some_and(|c| c.needs_primitive_id),
+            rasterizer_discard: records.cull.is_some_and(|c| c.rasterizer_discard)
+                || records.cull_2.is_some_and(|c| c.rasterizer_discard),
         }
+        .with_output_layout(records)
+    }
+
+    /// Where the point size and the clip distances are among a vertex's
+    /// outputs. The vertex output buffer holds, in the hardware's order
+    /// (Mesa's `agx_uvs.h`), the position (four words), the varyings
+    /// (as many as the varying-count records sum), the point size, the
+    /// layer and viewport (one word), then one word per clip distance.
+    /// How 16-bit varyings count in that buffer is not public (Mesa
+    /// writes none): each is taken as a word.
+    fn with_output_layout(mut self, records: &PppRecords) -> PppState {
+        let Some(select) = records.output_select else {
+            return self;
+        };
+        let count = |c: Option<agx_hw::formats::VaryingCounts>| {
+            c.map_or(0, |c| (c.smooth + c.flat + c.linear) as usize)
+        };
+        let mut at = count(records.varying_counts_32) + count(records.varying_counts_16);
+        if select.point_size {
+            self.point_size = Some(at);
+            at += 1;
+        }
+        if select.viewport_target || select.render_target {
+            at += 1;
+        }
+        self.clip_distances = (0..16)
+            .filter(|plane| select.clip_distance_planes & (1 << plane) != 0)
+            .enumerate()
+            .map(|(i, _)| at + i)
+            .collect();
+        self
     }
 }
 
@@ -459,6 +534,70 @@ fn clip_near(triangle: [ClipVertex; 3]) -> Vec<ClipVertex> {
     }
     out.retain(|v| v.position[3] > 0.0);
     out
+}
+
+/// A vertex's clip distance at `index` among its values after the
+/// position (0 if it has none there).
+fn clip_distance(v: &ClipVertex, index: usize) -> f32 {
+    v.varyings.get(index).copied().unwrap_or(0.0)
+}
+
+/// Clips a convex polygon against each clip distance (keeping where the
+/// distance is at least 0, as GL and Vulkan define them), interpolating
+/// every value along the cut edges. A NaN distance is outside.
+fn clip_polygon(mut polygon: Vec<ClipVertex>, planes: &[usize]) -> Vec<ClipVertex> {
+    for &plane in planes {
+        if polygon.len() < 3 {
+            break;
+        }
+        let inside = |v: &ClipVertex| clip_distance(v, plane) >= 0.0;
+        if polygon.iter().all(inside) {
+            continue;
+        }
+        let mut out = Vec::with_capacity(polygon.len() + 1);
+        for i in 0..polygon.len() {
+            let (a, b) = (&polygon[i], &polygon[(i + 1) % polygon.len()]);
+            let (da, db) = (clip_distance(a, plane), clip_distance(b, plane));
+            if da >= 0.0 {
+                out.push(a.clone());
+            }
+            if (da >= 0.0) != (db >= 0.0) && !da.is_nan() && !db.is_nan() {
+                out.push(lerp(a, b, da / (da - db)));
+            }
+        }
+        polygon = out;
+    }
+    polygon
+}
+
+/// Clips a line segment against the near plane (z >= 0, w > 0) and each
+/// clip distance; `None` when nothing is left.
+fn clip_segment(
+    a: ClipVertex,
+    b: ClipVertex,
+    planes: &[usize],
+) -> Option<(ClipVertex, ClipVertex)> {
+    let (mut t0, mut t1) = (0f32, 1f32);
+    let distances = std::iter::once((a.position[2], b.position[2])).chain(
+        planes
+            .iter()
+            .map(|&p| (clip_distance(&a, p), clip_distance(&b, p))),
+    );
+    for (da, db) in distances {
+        if da.is_nan() || db.is_nan() || (da < 0.0 && db < 0.0) {
+            return None;
+        }
+        if da < 0.0 {
+            t0 = t0.max(da / (da - db));
+        } else if db < 0.0 {
+            t1 = t1.min(da / (da - db));
+        }
+    }
+    if t0 > t1 {
+        return None;
+    }
+    let (a2, b2) = (lerp(&a, &b, t0), lerp(&a, &b, t1));
+    (a2.position[3] > 0.0 && b2.position[3] > 0.0).then_some((a2, b2))
 }
 
 /// Projects and maps a clip-space vertex to window space.
@@ -637,11 +776,12 @@ impl<'a> Binner<'a> {
         Ok(())
     }
 
-    /// Bins one triangle (`back_facing`: it faces away from the viewer),
-    /// drawn with the state of the last [`Binner::set_state`].
+    /// Bins one triangle (`flags`: the record's, `RECORD_BACK_FACING` and
+    /// the extras its vertices' values end with), drawn with the state of
+    /// the last [`Binner::set_state`].
     pub fn triangle(
         &mut self,
-        back_facing: bool,
+        flags: u32,
         vertices: &[ScreenVertex; 3],
     ) -> Result<Result<(), Overflow>, EngineResult> {
         let xs = vertices.iter().map(|v| v.position[0]);
@@ -658,7 +798,7 @@ impl<'a> Binner<'a> {
         }
         // Draws in one pass may have different output counts: each
         // record says how many varyings its vertices carry.
-        let varyings = vertices[0].varyings.len().min(MAX_VARYINGS) as u32;
+        let varyings = vertices[0].varyings.len().min(MAX_RECORD_VALUES) as u32;
         let state = match self.current_state {
             Some(index) => index,
             None if self.states.len() >= MAX_STATES => {
@@ -672,7 +812,7 @@ impl<'a> Binner<'a> {
         };
         let mut record: Vec<u8> = Vec::new();
         record.extend(state.to_le_bytes());
-        record.extend((u32::from(back_facing) | varyings << RECORD_VARYINGS_SHIFT).to_le_bytes());
+        record.extend((flags | varyings << RECORD_VARYINGS_SHIFT).to_le_bytes());
         for v in vertices {
             for value in v
                 .position
@@ -889,7 +1029,7 @@ pub fn draw<'a>(
     let batches = Batches::of(draw, pc)?;
     let outputs = state.outputs.max(4) as usize;
     for instance in 0..draw.instances {
-        // An instance costs a unit even when it has no triangles, so a
+        // An instance costs a unit even when it has no primitives, so a
         // draw of 2^32 empty instances meets the watchdog too.
         if instance.is_multiple_of(TRIANGLE_STRIDE as u32) {
             watchdog.charge(TRIANGLE_STRIDE as u64);
@@ -923,6 +1063,17 @@ pub fn draw<'a>(
                 &unique,
                 instance,
             )?;
+            // One work unit per primitive assembled (its shading was
+            // charged per instruction).
+            watchdog.charge(batch.primitives());
+            if watchdog.expired() {
+                return Err(EngineResult::Timeout);
+            }
+            // Rasteriser discard: the vertex shader ran (its stores,
+            // transform feedback's, happened); nothing is drawn.
+            if ppp.rasterizer_discard {
+                continue;
+            }
             let clip = |i: usize| ClipVertex {
                 position: std::array::from_fn(|c| f32::from_bits(shaded[slots[i]][c])),
                 varyings: shaded[slots[i]][4..outputs]
@@ -930,28 +1081,81 @@ pub fn draw<'a>(
                     .map(|v| f32::from_bits(*v))
                     .collect(),
             };
-            // One work unit per triangle assembled (its shading was
-            // charged per instruction).
-            watchdog.charge(batch.triangles());
-            if watchdog.expired() {
-                return Err(EngineResult::Timeout);
-            }
             for t in batch.first..batch.end {
-                let at = batch.corners(draw.primitive, t);
-                let polygon = clip_near([clip(at[0]), clip(at[1]), clip(at[2])]);
-                bin_polygon(binner, &ppp, &polygon, pc, on_overflow)?;
+                // The primitive's id counts the draw's primitives of this
+                // instance.
+                let id = t as u32;
+                match batch.corners(t) {
+                    Corners::Point(v) => bin_point(binner, &ppp, clip(v), id, pc, on_overflow)?,
+                    Corners::Line(a, b) => {
+                        if let Some((a, b)) = clip_segment(clip(a), clip(b), &ppp.clip_distances) {
+                            let (a, b) =
+                                (to_screen(&a, &ppp.viewport), to_screen(&b, &ppp.viewport));
+                            bin_line(binner, &ppp, &a, &b, id, pc, on_overflow)?;
+                        }
+                    }
+                    Corners::Triangle(at) => {
+                        let polygon = clip_near([clip(at[0]), clip(at[1]), clip(at[2])]);
+                        let polygon = clip_polygon(polygon, &ppp.clip_distances);
+                        bin_polygon(binner, &ppp, &polygon, id, pc, on_overflow)?;
+                    }
+                }
             }
         }
     }
     Ok(())
 }
 
-/// Clips, culls and bins what is left of one triangle after near-plane
-/// clipping.
+/// Bins one triangle (with the extras `flags` name appended to its
+/// vertices' values), growing the buffer or rendering what is binned when
+/// it runs dry.
+fn bin_triangle<'a>(
+    binner: &mut Binner<'a>,
+    flags: u32,
+    triangle: &[ScreenVertex; 3],
+    pc: u64,
+    on_overflow: &mut dyn FnMut(&mut Binner<'a>) -> Result<(), EngineResult>,
+) -> Result<(), EngineResult> {
+    if binner.triangle(flags, triangle)?.is_err() {
+        // The buffer ran dry: grow it or render what is binned (a
+        // partial render), then bin the triangle again.
+        binner.stats.overflows += 1;
+        on_overflow(binner)?;
+        if binner.triangle(flags, triangle)?.is_err() {
+            return Err(unsupported(
+                pc,
+                FaultUnit::Tiler,
+                "a primitive that does not fit in the parameter buffer even after it was grown or partially rendered",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// `v` with the primitive id appended to its values when the fragment
+/// shader reads it (and the flag saying so).
+fn with_primitive_id(
+    ppp: &PppState,
+    mut v: ScreenVertex,
+    id: u32,
+    flags: &mut u32,
+) -> ScreenVertex {
+    if ppp.primitive_id {
+        v.varyings.truncate(MAX_RECORD_VALUES - 1);
+        v.varyings.push(f32::from_bits(id));
+        *flags |= RECORD_PRIMITIVE_ID;
+    }
+    v
+}
+
+/// Clips, culls and bins what is left of one triangle after clipping:
+/// filled, or (polygon mode) its edges as lines or its corners as
+/// points.
 fn bin_polygon<'a>(
     binner: &mut Binner<'a>,
     ppp: &PppState,
     polygon: &[ClipVertex],
+    id: u32,
     pc: u64,
     on_overflow: &mut dyn FnMut(&mut Binner<'a>) -> Result<(), EngineResult>,
 ) -> Result<(), EngineResult> {
@@ -962,66 +1166,226 @@ fn bin_polygon<'a>(
         .iter()
         .map(|v| to_screen(v, &ppp.viewport))
         .collect();
+    // The facing of the whole polygon (its first triangle with area).
+    let area = (1..screen.len() - 1)
+        .map(|k| signed_area(&[screen[0].clone(), screen[k].clone(), screen[k + 1].clone()]))
+        .find(|a| *a != 0.0 && a.is_finite());
+    let Some(area) = area else {
+        return Ok(());
+    };
+    // Counter-clockwise on screen (y down) is clockwise in the usual
+    // y-up sense.
+    let ccw = area < 0.0;
+    let front = ccw == ppp.cull.front_face_ccw;
+    if (front && ppp.cull.cull_front) || (!front && ppp.cull.cull_back) {
+        return Ok(());
+    }
+    match ppp.polygon_mode {
+        // The polygon's edges, edges made by clipping included (what the
+        // hardware does with those, `draw_clipped_edges`, is not
+        // modelled), and its corners.
+        PolygonMode::Line => {
+            for i in 0..screen.len() {
+                let (a, b) = (&screen[i], &screen[(i + 1) % screen.len()]);
+                bin_line(binner, ppp, a, b, id, pc, on_overflow)?;
+            }
+            return Ok(());
+        }
+        PolygonMode::Point => {
+            for v in &screen {
+                bin_screen_point(binner, ppp, v, id, pc, on_overflow)?;
+            }
+            return Ok(());
+        }
+        _ => {}
+    }
     for k in 1..screen.len() - 1 {
-        let tri = [screen[0].clone(), screen[k].clone(), screen[k + 1].clone()];
+        let mut flags = if front { 0 } else { RECORD_BACK_FACING };
+        let tri = [screen[0].clone(), screen[k].clone(), screen[k + 1].clone()]
+            .map(|v| with_primitive_id(ppp, v, id, &mut flags));
         let area = signed_area(&tri);
         if area == 0.0 || !area.is_finite() {
             continue;
         }
-        // Counter-clockwise on screen (y down) is clockwise in the usual
-        // y-up sense.
-        let ccw = area < 0.0;
-        let front = ccw == ppp.cull.front_face_ccw;
-        if (front && ppp.cull.cull_front) || (!front && ppp.cull.cull_back) {
-            continue;
-        }
-        if binner.triangle(!front, &tri)?.is_err() {
-            // The buffer ran dry: grow it or render what is binned (a
-            // partial render), then bin the triangle again.
-            binner.stats.overflows += 1;
-            on_overflow(binner)?;
-            if binner.triangle(!front, &tri)?.is_err() {
-                return Err(unsupported(
-                    pc,
-                    FaultUnit::Tiler,
-                    "a triangle that does not fit in the parameter buffer even after it was grown or partially rendered",
-                ));
-            }
-        }
+        bin_triangle(binner, flags, &tri, pc, on_overflow)?;
     }
     Ok(())
 }
 
-/// Triangles assembled, shaded and binned together. A draw is streamed a
-/// batch at a time, so the host memory it needs is bounded by the batch,
-/// not by its (client-chosen, up to 2^32) vertex count; the hardware's
-/// index fetch streams too, and its post-transform cache is small.
-const BATCH_TRIANGLES: u64 = 4096;
+/// Bins a line from `a` to `b` (window space) as the parallelogram an
+/// aliased wide line covers: the segment moved by half the width either
+/// way along the minor axis (y for a line more horizontal than
+/// vertical), so that it covers the pixel centres within half the width
+/// of the line along that axis, between its endpoints along the major
+/// one. The whole parallelogram is moved back towards the first endpoint
+/// by one step of the rasteriser's 1/256-pixel grid, so that an endpoint
+/// on a pixel centre draws that pixel at the start of the line and not at
+/// its end, whichever way the line runs: GL's diamond-exit rule at
+/// pixel-centred endpoints, which GL conformance tests draw. What the
+/// hardware does beyond that is not public (Mesa's Vulkan driver
+/// advertises Bresenham lines only). Two triangles, each with its first
+/// corner from `a` and its last from `b`, so a flat varying comes from
+/// the line's provoking vertex (first or last), and every value
+/// interpolates along the line and not across it.
+fn bin_line<'a>(
+    binner: &mut Binner<'a>,
+    ppp: &PppState,
+    a: &ScreenVertex,
+    b: &ScreenVertex,
+    id: u32,
+    pc: u64,
+    on_overflow: &mut dyn FnMut(&mut Binner<'a>) -> Result<(), EngineResult>,
+) -> Result<(), EngineResult> {
+    let (dx, dy) = (b.position[0] - a.position[0], b.position[1] - a.position[1]);
+    if !(dx.is_finite() && dy.is_finite()) || (dx == 0.0 && dy == 0.0) {
+        return Ok(());
+    }
+    let half = ppp.line_width_px / 2.0;
+    const STEP_PX: f32 = 1.0 / 256.0;
+    let ((ox, oy), back) = if dx.abs() >= dy.abs() {
+        ((0.0, half), (-STEP_PX.copysign(dx), 0.0))
+    } else {
+        ((half, 0.0), (0.0, -STEP_PX.copysign(dy)))
+    };
+    let moved = |v: &ScreenVertex, sign: f32| {
+        let mut v = v.clone();
+        v.position[0] += sign * ox + back.0;
+        v.position[1] += sign * oy + back.1;
+        v
+    };
+    let (a0, a1, b0, b1) = (moved(a, -1.0), moved(a, 1.0), moved(b, -1.0), moved(b, 1.0));
+    for triangle in [[a0.clone(), a1, b1.clone()], [a0, b0, b1]] {
+        let mut flags = 0;
+        let triangle = triangle.map(|v| with_primitive_id(ppp, v, id, &mut flags));
+        bin_triangle(binner, flags, &triangle, pc, on_overflow)?;
+    }
+    Ok(())
+}
 
-/// How a draw's triangles split into batches.
+/// Bins a point: dropped when clipping would remove its centre (the
+/// near plane, or a clip distance below 0).
+fn bin_point<'a>(
+    binner: &mut Binner<'a>,
+    ppp: &PppState,
+    v: ClipVertex,
+    id: u32,
+    pc: u64,
+    on_overflow: &mut dyn FnMut(&mut Binner<'a>) -> Result<(), EngineResult>,
+) -> Result<(), EngineResult> {
+    let visible = v.position[2] >= 0.0
+        && v.position[3] > 0.0
+        && ppp
+            .clip_distances
+            .iter()
+            .all(|&p| clip_distance(&v, p) >= 0.0);
+    if !visible {
+        return Ok(());
+    }
+    let screen = to_screen(&v, &ppp.viewport);
+    bin_screen_point(binner, ppp, &screen, id, pc, on_overflow)
+}
+
+/// Bins a point in window space as the square of its size centred on it
+/// (the vertex's point size output, or 1 pixel without one), two
+/// triangles carrying the point coordinate when the object type is a
+/// point sprite: (0, 0) at the top-left corner for `PointSpriteUv01`,
+/// which Mesa chooses for GL's upper-left origin, (0, 1) there for
+/// `PointSpriteUv10`. What the hardware does with sizes under one pixel
+/// or past its 511.95 limit is not public: the size is used as given (Mesa
+/// clamps it to at least 1 in the vertex shader).
+fn bin_screen_point<'a>(
+    binner: &mut Binner<'a>,
+    ppp: &PppState,
+    v: &ScreenVertex,
+    id: u32,
+    pc: u64,
+    on_overflow: &mut dyn FnMut(&mut Binner<'a>) -> Result<(), EngineResult>,
+) -> Result<(), EngineResult> {
+    let size = ppp
+        .point_size
+        .map_or(1.0, |at| v.varyings.get(at).copied().unwrap_or(1.0));
+    if !(size > 0.0 && size.is_finite()) {
+        return Ok(());
+    }
+    let half = size / 2.0;
+    let sprite = match ppp.object_type {
+        ObjectType::PointSpriteUv01 => Some(false),
+        ObjectType::PointSpriteUv10 => Some(true),
+        _ => None,
+    };
+    // Corners top-left, top-right, bottom-right, bottom-left (y down).
+    let corners = [(-1.0f32, -1.0f32), (1.0, -1.0), (1.0, 1.0), (-1.0, 1.0)].map(|(sx, sy)| {
+        let mut corner = v.clone();
+        corner.position[0] += sx * half;
+        corner.position[1] += sy * half;
+        let mut flags = 0;
+        if let Some(flip) = sprite {
+            corner.varyings.truncate(MAX_RECORD_VALUES - 3);
+            let s = (sx + 1.0) / 2.0;
+            let t = (sy + 1.0) / 2.0;
+            corner.varyings.push(s);
+            corner.varyings.push(if flip { 1.0 - t } else { t });
+            flags |= RECORD_POINT_SPRITE;
+        }
+        let corner = with_primitive_id(ppp, corner, id, &mut flags);
+        (corner, flags)
+    });
+    let flags = corners[0].1;
+    let [tl, tr, br, bl] = corners.map(|(c, _)| c);
+    for triangle in [[tl.clone(), tr, br.clone()], [tl, bl, br]] {
+        bin_triangle(binner, flags, &triangle, pc, on_overflow)?;
+    }
+    Ok(())
+}
+
+/// Primitives assembled, shaded and binned together. A draw is streamed
+/// a batch at a time, so the host memory it needs is bounded by the
+/// batch, not by its (client-chosen, up to 2^32) vertex count; the
+/// hardware's index fetch streams too, and its post-transform cache is
+/// small.
+const BATCH_PRIMITIVES: u64 = 4096;
+
+/// How a draw's primitives split into batches.
 #[derive(Debug, Clone, Copy)]
 struct Batches {
     primitive: Primitive,
-    triangles: u64,
+    primitives: u64,
+    /// Vertices (or indices) in the draw.
+    count: u64,
 }
 
-/// One batch: triangles `first..end` of the draw, and the positions in
+/// One batch: primitives `first..end` of the draw, and the positions in
 /// the draw's vertex (or index) sequence they use.
 #[derive(Debug, Clone, Copy)]
 struct Batch {
+    primitive: Primitive,
     first: u64,
     end: u64,
-    /// Positions `lo..hi` of the sequence are read; a fan also reads
-    /// position 0, its centre, which comes first.
+    count: u64,
+    /// Positions `lo..hi` of the sequence are read; a fan (its centre)
+    /// and a line loop (the vertex that closes it) also read position 0,
+    /// which comes first.
     lo: u64,
     hi: u64,
-    fan: bool,
+    first_too: bool,
+}
+
+/// Where a primitive's vertices are among a batch's ids.
+enum Corners {
+    Point(usize),
+    Line(usize, usize),
+    Triangle([usize; 3]),
 }
 
 impl Batches {
     fn of(draw: &Draw, pc: u64) -> Result<Batches, EngineResult> {
         let count = u64::from(draw.count);
-        let triangles = match draw.primitive {
+        let primitives = match draw.primitive {
+            Primitive::Points => count,
+            Primitive::Lines => count / 2,
+            Primitive::LineStrip => count.saturating_sub(1),
+            Primitive::LineLoop if count >= 2 => count,
+            Primitive::LineLoop => 0,
             Primitive::Triangles => count / 3,
             Primitive::TriangleStrip | Primitive::TriangleFan => count.saturating_sub(2),
             primitive => {
@@ -1029,52 +1393,68 @@ impl Batches {
                     pc,
                     FaultUnit::Vdm,
                     format_args!(
-                        "a draw of {primitive:?} (triangle lists, strips and fans are modelled)"
+                        "a draw of {primitive:?} (points, lines, line strips and loops, triangle lists, strips and fans are modelled; Mesa lowers quads)"
                     ),
                 ))
             }
         };
         Ok(Batches {
             primitive: draw.primitive,
-            triangles,
+            primitives,
+            count,
         })
     }
 
     fn iter(self) -> impl Iterator<Item = Batch> {
-        (0..self.triangles.div_ceil(BATCH_TRIANGLES)).map(move |b| {
-            let first = b * BATCH_TRIANGLES;
-            let end = (first + BATCH_TRIANGLES).min(self.triangles);
+        (0..self.primitives.div_ceil(BATCH_PRIMITIVES)).map(move |b| {
+            let first = b * BATCH_PRIMITIVES;
+            let end = (first + BATCH_PRIMITIVES).min(self.primitives);
             let (lo, hi) = match self.primitive {
+                Primitive::Points => (first, end),
+                Primitive::Lines => (2 * first, 2 * end),
+                Primitive::LineStrip => (first, end + 1),
+                Primitive::LineLoop => (first, (end + 1).min(self.count)),
                 Primitive::Triangles => (3 * first, 3 * end),
                 Primitive::TriangleStrip => (first, end + 2),
                 _ => (first + 1, end + 2),
             };
             Batch {
+                primitive: self.primitive,
                 first,
                 end,
+                count: self.count,
                 lo,
                 hi,
-                fan: self.primitive == Primitive::TriangleFan,
+                first_too: matches!(self.primitive, Primitive::TriangleFan | Primitive::LineLoop),
             }
         })
     }
 }
 
 impl Batch {
-    fn triangles(&self) -> u64 {
+    fn primitives(&self) -> u64 {
         self.end - self.first
     }
 
-    /// Where triangle `t`'s corners are among the batch's ids, in the
-    /// API's winding order (every other strip triangle swaps its first
-    /// two corners).
-    fn corners(&self, primitive: Primitive, t: u64) -> [usize; 3] {
-        let local = |position: u64| (position - self.lo) as usize + usize::from(self.fan);
-        match primitive {
-            Primitive::Triangles => [local(3 * t), local(3 * t + 1), local(3 * t + 2)],
-            Primitive::TriangleStrip if t % 2 == 1 => [local(t + 1), local(t), local(t + 2)],
-            Primitive::TriangleStrip => [local(t), local(t + 1), local(t + 2)],
-            _ => [0, local(t + 1), local(t + 2)],
+    /// Where primitive `t`'s vertices are among the batch's ids, in the
+    /// API's order (every other strip triangle swaps its first two
+    /// corners; a loop's last line goes back to the first vertex).
+    fn corners(&self, t: u64) -> Corners {
+        let local = |position: u64| (position - self.lo) as usize + usize::from(self.first_too);
+        match self.primitive {
+            Primitive::Points => Corners::Point(local(t)),
+            Primitive::Lines => Corners::Line(local(2 * t), local(2 * t + 1)),
+            Primitive::LineStrip => Corners::Line(local(t), local(t + 1)),
+            Primitive::LineLoop if t + 1 == self.count => Corners::Line(local(t), 0),
+            Primitive::LineLoop => Corners::Line(local(t), local(t + 1)),
+            Primitive::Triangles => {
+                Corners::Triangle([local(3 * t), local(3 * t + 1), local(3 * t + 2)])
+            }
+            Primitive::TriangleStrip if t % 2 == 1 => {
+                Corners::Triangle([local(t + 1), local(t), local(t + 2)])
+            }
+            Primitive::TriangleStrip => Corners::Triangle([local(t), local(t + 1), local(t + 2)]),
+            _ => Corners::Triangle([0, local(t + 1), local(t + 2)]),
         }
     }
 }
@@ -1082,9 +1462,9 @@ impl Batch {
 /// The vertex ids of a batch: positions in the vertex sequence, or the
 /// index buffer's entries there, plus the draw's first (base) vertex.
 fn read_ids(vm: &GpuVm<'_>, draw: &Draw, batch: &Batch) -> Result<Vec<u32>, EngineResult> {
-    let mut ids = Vec::with_capacity((batch.hi - batch.lo) as usize + usize::from(batch.fan));
+    let mut ids = Vec::with_capacity((batch.hi - batch.lo) as usize + usize::from(batch.first_too));
     let Some((buffer, size)) = draw.indices else {
-        let positions = (0..u64::from(batch.fan)).chain(batch.lo..batch.hi);
+        let positions = (0..u64::from(batch.first_too)).chain(batch.lo..batch.hi);
         ids.extend(positions.map(|p| draw.start.wrapping_add(p as u32)));
         return Ok(ids);
     };
@@ -1104,7 +1484,7 @@ fn read_ids(vm: &GpuVm<'_>, draw: &Draw, batch: &Batch) -> Result<Vec<u32>, Engi
         }));
         Ok::<(), EngineResult>(())
     };
-    if batch.fan {
+    if batch.first_too {
         read(0, 1)?;
     }
     read(batch.lo, batch.hi - batch.lo)?;

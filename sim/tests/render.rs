@@ -383,6 +383,44 @@ fn draw_pass_with_depth_stencil(
     depth_function: Option<ZsFunc>,
     stencil: Option<(agx_hw::formats::FragmentStencil, u8)>,
 ) -> CmdRender {
+    let draw = Shapes {
+        primitive: Primitive::Triangles,
+        vertex_count,
+    };
+    draw_shapes(
+        m,
+        draw,
+        vs,
+        outputs,
+        fs,
+        cf,
+        depth_function,
+        stencil,
+        &|_| {},
+    )
+}
+
+/// A draw's topology and vertex count.
+#[derive(Clone, Copy)]
+struct Shapes {
+    primitive: Primitive,
+    vertex_count: u32,
+}
+
+/// [`draw_pass_with_depth_stencil`] of any topology, with `patch`
+/// applied to the PPP records before they are written.
+#[allow(clippy::too_many_arguments)]
+fn draw_shapes(
+    m: &Machine,
+    draw: Shapes,
+    vs: u64,
+    outputs: u32,
+    fs: u64,
+    cf: Option<(u64, u32)>,
+    depth_function: Option<ZsFunc>,
+    stencil: Option<(agx_hw::formats::FragmentStencil, u8)>,
+    patch: &dyn Fn(&mut PppRecords),
+) -> CmdRender {
     let mut render = clear_pass(m, [0.0, 0.0, 0.0, 0.0], SIZE, SIZE);
     // PPP state: depth state, viewport, cull (nothing culled), fragment
     // shader.
@@ -427,6 +465,8 @@ fn draw_pass_with_depth_stencil(
         }),
         ..PppRecords::default()
     };
+    let mut records = records;
+    patch(&mut records);
     let mut ppp = Vec::new();
     records.build(&mut ppp).unwrap();
     m.poke(m.data, PPP, &ppp);
@@ -448,7 +488,7 @@ fn draw_pass_with_depth_stencil(
             pointer: DATA_VA + PPP,
             size_words: (ppp.len() / 4) as u32,
         }),
-        draw_block(vertex_count),
+        draw_block_of(draw.primitive, draw.vertex_count),
         VdmBlock::StreamTerminate(VdmStreamTerminate::default()),
     ] {
         block.build(&mut vdm).unwrap();
@@ -474,9 +514,14 @@ fn block_at(stream: &[u8], wanted: VdmBlockType) -> usize {
 /// A non-indexed draw of `vertex_count` vertices (one instance) as a VDM
 /// block.
 fn draw_block(vertex_count: u32) -> VdmBlock {
+    draw_block_of(Primitive::Triangles, vertex_count)
+}
+
+/// [`draw_block`] of `primitive`.
+fn draw_block_of(primitive: Primitive, vertex_count: u32) -> VdmBlock {
     VdmBlock::IndexList(IndexListBlock {
         header: IndexList {
-            primitive: Primitive::Triangles,
+            primitive,
             ..IndexList::default()
         },
         count: Some(IndexListCount {
@@ -2332,6 +2377,475 @@ fn vertex_shaders_read_textures() {
         for x in 0..SIZE as usize {
             let want = u8::from(covers(t, x as f64 + 0.5, y as f64 + 0.5));
             assert_eq!(got[y * SIZE as usize + x], want, "pixel ({x}, {y})");
+        }
+    }
+}
+
+/// Per vertex at VERTICES, eight words: window position (x, y), depth
+/// z in clip space, w = 1, then three values (COLOUR_VS's outputs 4-6).
+fn shape_vertices(m: &Machine, vertices: &[([f32; 2], f32, [f32; 3])]) {
+    let mut words = Vec::new();
+    for (window, z, values) in vertices {
+        let position = clip(&[*window]);
+        words.extend([position[0], position[1], z.to_bits(), 1.0f32.to_bits()]);
+        words.extend(values.map(f32::to_bits));
+        words.push(0);
+    }
+    m.poke_u32s(VERTICES, &words);
+}
+
+/// COLOUR_VS drawing `vertices` as `primitive` with COUNT_FS (each
+/// covered pixel's red counts the primitives covering it), the PPP
+/// records edited by `patch`; returns the counts.
+fn count_shapes(
+    m: &Machine,
+    primitive: Primitive,
+    vertices: &[([f32; 2], f32, [f32; 3])],
+    patch: &dyn Fn(&mut PppRecords),
+) -> Vec<u8> {
+    shape_vertices(m, vertices);
+    let vs = colour_vs(m, VERTICES);
+    let fs = m.program(
+        COUNT_FS,
+        0x4000,
+        0x100,
+        &[(1.0f32 / 255.0).to_bits()],
+        UNIFORMS + 0x300,
+        0,
+        None,
+    );
+    let draw = Shapes {
+        primitive,
+        vertex_count: vertices.len() as u32,
+    };
+    let render = draw_shapes(m, draw, vs, 7, fs, None, None, None, patch);
+    assert_eq!(m.submit(CmdType::Render, render.as_bytes()), None);
+    counts(m)
+}
+
+/// The output layout of COLOUR_VS's three values: `point_size` makes the
+/// first of them the point size, `clip_planes` of them (after it) clip
+/// distances, no varyings.
+fn output_layout(point_size: bool, clip_planes: u32) -> impl Fn(&mut PppRecords) {
+    use agx_hw::formats::{OutputSelect, VaryingCounts};
+    move |records: &mut PppRecords| {
+        records.output_select = Some(OutputSelect {
+            point_size,
+            clip_distance_planes: (1 << clip_planes) - 1,
+            ..OutputSelect::default()
+        });
+        records.varying_counts_32 = Some(VaryingCounts::default());
+    }
+}
+
+/// The pixels whose centres a half-open rectangle [x0, x1) x [y0, y1)
+/// holds.
+fn rectangle(x0: f64, x1: f64, y0: f64, y1: f64) -> impl Fn(usize, usize) -> bool {
+    move |x, y| {
+        let (cx, cy) = (x as f64 + 0.5, y as f64 + 0.5);
+        (x0..x1).contains(&cx) && (y0..y1).contains(&cy)
+    }
+}
+
+fn assert_counts(got: &[u8], want: impl Fn(usize, usize) -> u8, what: &str) {
+    for y in 0..SIZE as usize {
+        for x in 0..SIZE as usize {
+            assert_eq!(
+                got[y * SIZE as usize + x],
+                want(x, y),
+                "{what}: pixel ({x}, {y})"
+            );
+        }
+    }
+}
+
+#[test_log::test]
+fn points_cover_the_square_of_their_size_centred_on_them() {
+    let m = Machine::new(5000);
+    // (centre, size): the square [x - s/2, x + s/2) x [y - s/2, y + s/2)
+    // holds the pixel centres drawn. The last point is behind the near
+    // plane: clipped.
+    let points = [
+        ([10.5f32, 10.5f32], 1.0f32, 0.5f32),
+        ([20.0, 20.0], 4.0, 0.5),
+        ([40.25, 30.75], 3.0, 0.5),
+        ([50.0, 52.0], 5.5, 0.5),
+        ([5.0, 50.0], 6.0, -0.5),
+    ];
+    let vertices: Vec<_> = points
+        .iter()
+        .map(|&(at, size, z)| (at, z, [size, 0.0, 0.0]))
+        .collect();
+    let got = count_shapes(&m, Primitive::Points, &vertices, &output_layout(true, 0));
+    let squares: Vec<_> = points[..4]
+        .iter()
+        .map(|&([x, y], s, _)| {
+            let (x, y, h) = (f64::from(x), f64::from(y), f64::from(s) / 2.0);
+            rectangle(x - h, x + h, y - h, y + h)
+        })
+        .collect();
+    assert_counts(
+        &got,
+        |x, y| squares.iter().filter(|inside| inside(x, y)).count() as u8,
+        "points",
+    );
+    // Without a point size output, points are one pixel.
+    let got = count_shapes(&m, Primitive::Points, &vertices[..1], &|_| {});
+    assert_counts(&got, |x, y| u8::from((x, y) == (10, 10)), "a 1-pixel point");
+}
+
+#[test_log::test]
+fn lines_cover_the_pixels_an_aliased_line_covers() {
+    let m = Machine::new(5000);
+    let v = |x: f32, y: f32| ([x, y], 0.5f32, [0.0f32; 3]);
+    // A horizontal, a vertical and a diagonal (x-major) line one pixel
+    // wide: the pixels from the first endpoint up to, not including, the
+    // last; the diagonal one per column.
+    let lines = [
+        v(5.5, 10.5),
+        v(30.5, 10.5),
+        v(40.5, 5.5),
+        v(40.5, 20.5),
+        v(2.25, 40.1),
+        v(22.25, 60.1),
+    ];
+    let want = |x: usize, y: usize| {
+        let horizontal = y == 10 && (5..30).contains(&x);
+        let vertical = x == 40 && (5..20).contains(&y);
+        let diagonal = (2..22).contains(&x) && y == x + 38;
+        u8::from(horizontal) + u8::from(vertical) + u8::from(diagonal)
+    };
+    let got = count_shapes(&m, Primitive::Lines, &lines, &|_| {});
+    assert_counts(&got, want, "lines");
+    // Three pixels wide (the width is 4.4 fixed point minus one): three
+    // rows.
+    let wide = |records: &mut PppRecords| {
+        records.fragment_front_face = Some(FragmentFace {
+            line_width: 3 * 16 - 1,
+            depth_function: ZsFunc::Always,
+            ..FragmentFace::default()
+        });
+    };
+    let got = count_shapes(&m, Primitive::Lines, &lines[..2], &wide);
+    assert_counts(
+        &got,
+        |x, y| u8::from((9..12).contains(&y) && (5..30).contains(&x)),
+        "a wide line",
+    );
+    // A strip joins consecutive vertices; a loop closes back to the
+    // first. Around a square: the loop's fourth side is the strip's gap.
+    let square = [v(10.5, 10.5), v(30.5, 10.5), v(30.5, 30.5), v(10.5, 30.5)];
+    let side = |x: usize, y: usize, closing: bool| {
+        let top = y == 10 && (10..30).contains(&x);
+        let right = x == 30 && (10..30).contains(&y);
+        // Right to left and bottom to top: the first endpoint is on the
+        // right (or bottom) and the last excluded, so the pixel ranges
+        // are (10, 30] there.
+        let bottom = y == 30 && (11..=30).contains(&x);
+        let left = x == 10 && (11..=30).contains(&y);
+        u8::from(top) + u8::from(right) + u8::from(bottom) + u8::from(closing && left)
+    };
+    let got = count_shapes(&m, Primitive::LineStrip, &square, &|_| {});
+    assert_counts(&got, |x, y| side(x, y, false), "a line strip");
+    let got = count_shapes(&m, Primitive::LineLoop, &square, &|_| {});
+    assert_counts(&got, |x, y| side(x, y, true), "a line loop");
+}
+
+#[test_log::test]
+fn clip_distances_cut_triangles_lines_and_points() {
+    let m = Machine::new(5000);
+    // The first value is the clip distance: x - 32 in pixels, so the
+    // left half of the target is clipped away.
+    let v = |x: f32, y: f32| ([x, y], 0.5f32, [(x - 32.0) / 32.0, 0.0, 0.0]);
+    let triangle = [v(0.0, 0.0), v(64.0, 0.0), v(0.0, 64.0)];
+    let got = count_shapes(
+        &m,
+        Primitive::Triangles,
+        &triangle,
+        &output_layout(false, 1),
+    );
+    let t = triangle.map(|(at, _, _)| [f64::from(at[0]), f64::from(at[1])]);
+    assert_counts(
+        &got,
+        |x, y| u8::from(x >= 32 && covers(t, x as f64 + 0.5, y as f64 + 0.5)),
+        "a clipped triangle",
+    );
+    // Without the output select naming it, the same value is a varying.
+    let got = count_shapes(
+        &m,
+        Primitive::Triangles,
+        &triangle,
+        &output_layout(false, 0),
+    );
+    assert_counts(
+        &got,
+        |x, y| u8::from(covers(t, x as f64 + 0.5, y as f64 + 0.5)),
+        "unclipped",
+    );
+    // A line across the plane keeps its right part; a point left of it is
+    // dropped, one right of it drawn.
+    let got = count_shapes(
+        &m,
+        Primitive::Lines,
+        &[v(4.5, 20.5), v(60.5, 20.5)],
+        &output_layout(false, 1),
+    );
+    assert_counts(
+        &got,
+        |x, y| u8::from(y == 20 && (32..60).contains(&x)),
+        "a clipped line",
+    );
+    let got = count_shapes(
+        &m,
+        Primitive::Points,
+        &[v(20.5, 5.5), v(40.5, 5.5)],
+        &output_layout(false, 1),
+    );
+    assert_counts(&got, |x, y| u8::from((x, y) == (40, 5)), "clipped points");
+}
+
+#[test_log::test]
+fn polygon_modes_draw_edges_or_corners_and_discard_draws_nothing() {
+    use agx_hw::formats::PolygonMode;
+    let m = Machine::new(5000);
+    let v = |x: f32, y: f32| ([x, y], 0.5f32, [0.0f32; 3]);
+    let triangle = [v(8.5, 8.5), v(40.5, 8.5), v(8.5, 40.5)];
+    let mode = |polygon_mode| {
+        move |records: &mut PppRecords| {
+            records.fragment_front_face = Some(FragmentFace {
+                polygon_mode,
+                depth_function: ZsFunc::Always,
+                ..FragmentFace::default()
+            });
+        }
+    };
+    let got = count_shapes(
+        &m,
+        Primitive::Triangles,
+        &triangle,
+        &mode(PolygonMode::Line),
+    );
+    // The top edge from its first corner, the left edge from the third
+    // corner back up to (not including) the first, and nothing inside.
+    for x in 8..40 {
+        assert!(got[8 * SIZE as usize + x] >= 1, "top edge pixel ({x}, 8)");
+    }
+    for y in 9..41 {
+        assert!(got[y * SIZE as usize + 8] >= 1, "left edge pixel (8, {y})");
+    }
+    assert_eq!(got[20 * SIZE as usize + 15], 0, "inside");
+    assert!(
+        got.iter().filter(|&&c| c > 0).count() < 120,
+        "only the edges"
+    );
+    let got = count_shapes(
+        &m,
+        Primitive::Triangles,
+        &triangle,
+        &mode(PolygonMode::Point),
+    );
+    assert_counts(
+        &got,
+        |x, y| u8::from([(8, 8), (40, 8), (8, 40)].contains(&(x, y))),
+        "corners",
+    );
+    // Rasteriser discard: the vertices are shaded, nothing is drawn.
+    let discard = |records: &mut PppRecords| {
+        records.cull = Some(Cull {
+            rasterizer_discard: true,
+            ..Cull::default()
+        });
+    };
+    let got = count_shapes(&m, Primitive::Triangles, &triangle, &discard);
+    assert!(got.iter().all(|&c| c == 0));
+}
+
+/// A coefficient binding table at USC offset 0x5000 of one binding:
+/// `components` registers from cf0, of `source`, `shade_model`.
+fn source_table(
+    m: &Machine,
+    components: u32,
+    source: agx_hw::formats::CoefficientSource,
+    shade_model: agx_hw::formats::ShadeModel,
+) {
+    use agx_hw::formats::{CfBinding, CfBindingHeader};
+    let mut table = CfBindingHeader {
+        slot_count: 1 + components,
+        coefficient_register_count: components,
+    }
+    .pack()
+    .unwrap()
+    .to_vec();
+    table.extend(
+        CfBinding {
+            components,
+            shade_model,
+            source,
+            base_slot: 1,
+            base_coefficient_register: 0,
+        }
+        .pack()
+        .unwrap(),
+    );
+    m.poke(m.usc, 0x5000, &table);
+}
+
+/// Fragment shader: (cf0, cf1, 0, 1) as the colour.
+const TWO_FS: &str = "
+    iter r2_r3, cf0, center, 0, 0, 0, 0, 0
+    mov r4, u1
+    mov r5, u0
+    st_tile r2_r3_r4_r5, u8norm, 0, xyzw, 0, 255, r0, 0
+    stop";
+
+/// Fragment shader: the integer in cf0 (its constant coefficient, as
+/// Mesa loads flat varyings), as red in 1/255 steps.
+const ID_FS: &str = "
+    ldcf r6_r7_r8, cf0, 0
+    convert u32_to_f, r3, r8, rte
+    fmul32 r2, r3, u2
+    mov r3, u1
+    mov r4, u1
+    mov r5, u0
+    st_tile r2_r3_r4_r5, u8norm, 0, xyzw, 0, 255, r0, 0
+    stop";
+
+/// COLOUR_VS drawing `vertices` as `primitive` with the fragment shader
+/// `fs` and the binding table at 0x5000; returns the image.
+fn draw_with_table(
+    m: &Machine,
+    primitive: Primitive,
+    vertices: &[([f32; 2], f32, [f32; 3])],
+    fs: &str,
+    patch: &dyn Fn(&mut PppRecords),
+) -> Vec<u8> {
+    shape_vertices(m, vertices);
+    let vs = colour_vs(m, VERTICES);
+    let uniforms = [1.0f32.to_bits(), 0, (1.0f32 / 255.0).to_bits()];
+    let fs = m.program(fs, 0x4000, 0x100, &uniforms, UNIFORMS + 0x300, 0, None);
+    let draw = Shapes {
+        primitive,
+        vertex_count: vertices.len() as u32,
+    };
+    let render = draw_shapes(m, draw, vs, 7, fs, Some((0x5000, 1)), None, None, patch);
+    assert_eq!(m.submit(CmdType::Render, render.as_bytes()), None);
+    image(m, SIZE as usize)
+}
+
+#[test_log::test]
+fn point_sprites_interpolate_their_coordinate_from_the_origin_the_object_type_names() {
+    use agx_hw::formats::{CoefficientSource, FragmentFace2, ObjectType, ShadeModel};
+    let m = Machine::new(5000);
+    source_table(&m, 2, CoefficientSource::PointCoord, ShadeModel::Linear);
+    // An 8-pixel point at (20, 20): the square [16, 24)^2.
+    let point = [([20.0f32, 20.0f32], 0.5f32, [8.0f32, 0.0, 0.0])];
+    for (object_type, flipped) in [
+        (ObjectType::PointSpriteUv01, false),
+        (ObjectType::PointSpriteUv10, true),
+    ] {
+        let layout = output_layout(true, 0);
+        let patch = |records: &mut PppRecords| {
+            layout(records);
+            records.fragment_front_face_2 = Some(FragmentFace2 {
+                object_type,
+                ..FragmentFace2::default()
+            });
+        };
+        let pixels = draw_with_table(&m, Primitive::Points, &point, TWO_FS, &patch);
+        let unorm = |v: f64| (v * 255.0).round() as u8;
+        for y in 0..SIZE as usize {
+            for x in 0..SIZE as usize {
+                let at = y * STRIDE as usize + 4 * x;
+                let inside = (16..24).contains(&x) && (16..24).contains(&y);
+                let want = if inside {
+                    // (0, 0) at the top-left corner (y down), t from the
+                    // bottom when flipped.
+                    let s = (x as f64 + 0.5 - 16.0) / 8.0;
+                    let t = (y as f64 + 0.5 - 16.0) / 8.0;
+                    [unorm(s), unorm(if flipped { 1.0 - t } else { t }), 0, 255]
+                } else {
+                    [0; 4]
+                };
+                assert_eq!(pixels[at..at + 4], want, "{object_type:?} pixel ({x}, {y})");
+            }
+        }
+    }
+}
+
+#[test_log::test]
+fn fragment_shaders_read_the_primitive_id_and_lines_take_flat_values_from_the_provoking_vertex() {
+    use agx_hw::formats::{CoefficientSource, Cull2, ShadeModel};
+    let m = Machine::new(5000);
+    // Three triangles side by side; each pixel's red is its triangle's
+    // index in the draw.
+    source_table(
+        &m,
+        1,
+        CoefficientSource::PrimitiveId,
+        ShadeModel::FlatVertex0,
+    );
+    let v = |x: f32, y: f32| ([x, y], 0.5f32, [0.0f32; 3]);
+    let mut triangles = Vec::new();
+    for i in 0..3 {
+        let x = 4.0 + 20.0 * i as f32;
+        triangles.extend([v(x, 4.0), v(x + 16.0, 4.0), v(x, 60.0)]);
+    }
+    let needs_id = |records: &mut PppRecords| {
+        records.cull_2 = Some(Cull2 {
+            needs_primitive_id: true,
+            ..Cull2::default()
+        });
+    };
+    let pixels = draw_with_table(&m, Primitive::Triangles, &triangles, ID_FS, &needs_id);
+    for i in 0..3usize {
+        let t = [0, 1, 2].map(|k| {
+            let (at, _, _) = triangles[3 * i + k];
+            [f64::from(at[0]), f64::from(at[1])]
+        });
+        let mut seen = 0;
+        for y in 0..SIZE as usize {
+            for x in 0..SIZE as usize {
+                if covers(t, x as f64 + 0.5, y as f64 + 0.5) {
+                    let at = y * STRIDE as usize + 4 * x;
+                    assert_eq!(pixels[at], i as u8, "triangle {i} pixel ({x}, {y})");
+                    seen += 1;
+                }
+            }
+        }
+        assert!(seen > 100, "triangle {i}: {seen} pixels");
+    }
+    // A line from a red vertex to a blue one, flat: the first vertex's
+    // colour with FlatVertex0, the last's with FlatVertex2.
+    let line = [
+        ([4.5f32, 30.5f32], 0.5f32, [1.0f32, 0.0, 0.0]),
+        ([60.5, 30.5], 0.5, [0.0, 0.0, 1.0]),
+    ];
+    for (shade_model, want) in [
+        (ShadeModel::FlatVertex0, [255, 0, 0, 255]),
+        (ShadeModel::FlatVertex2, [0, 0, 255, 255]),
+    ] {
+        cf_table(&m, 3, shade_model);
+        shape_vertices(&m, &line);
+        let vs = colour_vs(&m, VERTICES);
+        let fs = m.program(
+            COLOUR_FS,
+            0x4000,
+            0x100,
+            &[1.0f32.to_bits()],
+            UNIFORMS + 0x300,
+            0,
+            None,
+        );
+        let draw = Shapes {
+            primitive: Primitive::Lines,
+            vertex_count: 2,
+        };
+        let render = draw_shapes(&m, draw, vs, 7, fs, Some((0x5000, 1)), None, None, &|_| {});
+        assert_eq!(m.submit(CmdType::Render, render.as_bytes()), None);
+        let pixels = image(&m, SIZE as usize);
+        for x in 4..60 {
+            let at = 30 * STRIDE as usize + 4 * x;
+            assert_eq!(pixels[at..at + 4], want, "{shade_model:?} pixel ({x}, 30)");
         }
     }
 }

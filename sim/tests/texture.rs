@@ -1410,7 +1410,7 @@ fn multisampled_images_load_each_sample() {
         let mut want = Vec::new();
         for layer in 0..if array { 2 } else { 1 } {
             for i in 0..16 {
-                let (x, y, sample) = (i % 4, i / 4 % 4, i % 4 ^ (i / 4) % 4);
+                let (x, y, sample) = (i % 4, (i / 4) % 4, (i % 4) ^ ((i / 4) % 4));
                 coords.push([x, y, sample | layer << 16, 0]);
                 want.push([value(x, y, sample, layer), 0, 0, 1]);
             }

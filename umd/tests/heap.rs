@@ -405,7 +405,12 @@ fn a_custom_border_colour_comes_from_the_sampler_heap() {
     // Green, in the sampled image's encoding: 8-bit unorm channels.
     let border = Format::Rgba8Unorm.border([0.0, 1.0, 0.0, 1.0]);
     assert_eq!(
-        [border.channel_0, border.channel_1, border.channel_2, border.channel_3],
+        [
+            border.channel_0,
+            border.channel_1,
+            border.channel_2,
+            border.channel_3
+        ],
         [0, 255, 0, 255]
     );
     let index = samplers

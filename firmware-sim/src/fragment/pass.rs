@@ -20,7 +20,7 @@ use crate::fault::unsupported;
 use crate::fault::EngineResult;
 use crate::helper::{HelperProgram, StageHelper};
 use crate::memory::GpuVm;
-use crate::raster::{rasterize, sample_positions, setup_coefficients};
+use crate::raster::{rasterize, sample_positions, setup_coefficients, Extras};
 use crate::tiler;
 use crate::usc::{ProgramCache, LANES};
 use crate::workers::run_items_then;
@@ -318,19 +318,30 @@ impl Pass<'_> {
                 .map_err(|f| EngineResult::from_uat(&f, FaultUnit::Tiler))?;
             let state = u32::from_le_bytes([head[0], head[1], head[2], head[3]]);
             let flags = u32::from_le_bytes([head[4], head[5], head[6], head[7]]);
-            let back_facing = flags & 1 != 0;
+            let back_facing = flags & tiler::RECORD_BACK_FACING != 0;
             // The scene is in GPU-writable memory: nothing in it is trusted.
             let varyings = (flags >> tiler::RECORD_VARYINGS_SHIFT) as usize;
-            if varyings > tiler::MAX_VARYINGS {
+            if varyings > tiler::MAX_RECORD_VALUES {
                 return Err(unsupported(
                     primitive,
                     FaultUnit::Tiler,
                     format_args!(
-                        "a binned primitive with {varyings} varyings, more than the {} any draw has",
-                        tiler::MAX_VARYINGS
+                        "a binned primitive with {varyings} values per vertex, more than the {} any draw has",
+                        tiler::MAX_RECORD_VALUES
                     ),
                 ));
             }
+            // The extras at the end of each vertex's values.
+            let point_sprite = flags & tiler::RECORD_POINT_SPRITE != 0;
+            let primitive_id = flags & tiler::RECORD_PRIMITIVE_ID != 0;
+            let extras = 2 * usize::from(point_sprite) + usize::from(primitive_id);
+            let extras_at = (4 + varyings).checked_sub(extras).filter(|at| *at >= 4);
+            let extras = Extras {
+                point_coord: extras_at.filter(|_| point_sprite),
+                primitive_id: extras_at
+                    .filter(|_| primitive_id)
+                    .map(|at| at + 2 * usize::from(point_sprite)),
+            };
             // Then the three vertices that follow it.
             let record_floats = 4 + varyings;
             bytes.clear();
@@ -455,7 +466,7 @@ impl Pass<'_> {
                     continue;
                 }
             }
-            let coefficients = setup_coefficients(&vm, self.usc_exec_base, ppp, &vertices)?;
+            let coefficients = setup_coefficients(&vm, self.usc_exec_base, ppp, &vertices, extras)?;
             run(w, shader, &covered, &coefficients, true, face, back_facing)?;
             // Depth of the pixels the shader kept; then the per-pixel
             // state is clean again for the next primitive.

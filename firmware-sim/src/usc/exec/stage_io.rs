@@ -95,13 +95,22 @@ impl SimdGroup {
                         .io
                         .coefficients(lane, cf, channels)
                         .map_err(|error| ExecError::Io { pc, error })?;
+                    // Coefficients are loaded as they are stored, not
+                    // through the ALU: a flat integer varying's bits (a
+                    // denormal, or a NaN, as floats) survive, as Mesa's
+                    // flat-varying loads rely on.
                     for (i, v) in planes
                         .iter()
                         .flatten()
                         .enumerate()
                         .take(usize::from(data.count))
                     {
-                        self.write_float(data.reg(i as u16), lane, *v);
+                        let reg = data.reg(i as u16);
+                        if reg.size == Size::S32 {
+                            self.write(reg, lane, u64::from(v.to_bits()));
+                        } else {
+                            self.write_float(reg, lane, *v);
+                        }
                     }
                 }
             }
