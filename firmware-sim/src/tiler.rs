@@ -247,6 +247,8 @@ pub struct VertexState {
     /// The render's sampler heap (address, samplers), which vertex
     /// shaders index as fragment shaders do.
     pub sampler_heap: Option<(u64, u32)>,
+    /// The primitive restart index of draws with restart enabled.
+    pub restart_index: u32,
 }
 
 /// The records of a PPP state this model uses.
@@ -388,19 +390,16 @@ pub struct Draw {
     pub instances: u32,
     /// First vertex (base vertex for indexed draws).
     pub start: u32,
+    /// Primitive restart: an index equal to the VDM state's restart
+    /// index ends the strip, fan, loop or list it is in.
+    pub restart: bool,
 }
 
 impl Draw {
-    /// The draw an IndexList block at `pc` describes. Indirect draws and
-    /// the words of unknown meaning are refused.
-    pub fn of(list: &IndexListBlock, pc: u64) -> Result<Draw, EngineResult> {
-        if let Some(indirect) = list.indirect {
-            return Err(unsupported(
-                pc,
-                FaultUnit::Vdm,
-                format_args!("an indirect draw (arguments at {:#x})", indirect.address),
-            ));
-        }
+    /// The draw an IndexList block at `pc` describes, its arguments read
+    /// from memory for an indirect draw. The words of unknown meaning are
+    /// refused.
+    pub fn of(list: &IndexListBlock, pc: u64, vm: &GpuVm<'_>) -> Result<Draw, EngineResult> {
         if list.unk_1.is_some() {
             return Err(unsupported(
                 pc,
@@ -409,7 +408,7 @@ impl Draw {
             ));
         }
         let h = &list.header;
-        Ok(Draw {
+        let mut draw = Draw {
             primitive: h.primitive,
             indices: list.buffer_lo.map(|lo| {
                 (
@@ -420,12 +419,59 @@ impl Draw {
             count: list.count.map_or(0, |c| c.count),
             instances: list.instances.map_or(1, |i| i.count),
             start: list.start.map_or(0, |s| s.start),
-        })
+            restart: h.restart_enable,
+        };
+        if let Some(indirect) = list.indirect {
+            // The arguments are GL's and Vulkan's indirect draw structs,
+            // which Mesa passes through from the application: count,
+            // instances, first vertex, base instance; or for an indexed
+            // draw count, instances, first index, base vertex, base
+            // instance. The first index moves the index buffer (Mesa's
+            // geometry-shader path relies on the hardware doing so). The
+            // base instance is the shader's to read (Mesa lowers it): the
+            // instance index in r6 counts from 0.
+            let mut words = [0u8; 20];
+            let len = if draw.indices.is_some() { 20 } else { 16 };
+            vm.read(indirect.address, &mut words[..len])
+                .map_err(|f| EngineResult::from_uat(&f, FaultUnit::Vdm))?;
+            let word = |i: usize| {
+                u32::from_le_bytes([
+                    words[4 * i],
+                    words[4 * i + 1],
+                    words[4 * i + 2],
+                    words[4 * i + 3],
+                ])
+            };
+            draw.count = word(0);
+            draw.instances = word(1);
+            match &mut draw.indices {
+                Some((buffer, size)) => {
+                    let index_bytes = index_bytes(*size);
+                    *buffer = buffer.wrapping_add(u64::from(word(2)) * index_bytes);
+                    draw.start = word(3);
+                }
+                None => draw.start = word(2),
+            }
+        }
+        Ok(draw)
     }
 }
 
-/// Applies a VDM state update (vertex shader and outputs) to `state`.
+/// Bytes of an index.
+fn index_bytes(size: IndexSize) -> u64 {
+    match size {
+        IndexSize::U8 => 1,
+        IndexSize::U16 => 2,
+        _ => 4,
+    }
+}
+
+/// Applies a VDM state update (vertex shader, outputs, restart index) to
+/// `state`.
 pub fn apply_vdm_state(words: &VdmStateWords, state: &mut VertexState) {
+    if let Some(restart) = words.restart_index {
+        state.restart_index = restart.value;
+    }
     if let Some(word1) = words.vertex_shader_word_1 {
         state.pipeline = Some(word1.pipeline);
     }
@@ -1026,7 +1072,10 @@ pub fn draw<'a>(
     )?;
     let ppp = PppState::of(records);
     binner.set_state(records, pc)?;
-    let batches = Batches::of(draw, pc)?;
+    let topology = Topology::of(draw.primitive, pc)?;
+    // Restart applies to indexed draws (a non-indexed draw's sequence
+    // has no index to compare).
+    let restart = (draw.restart && draw.indices.is_some()).then_some(state.restart_index);
     let outputs = state.outputs.max(4) as usize;
     for instance in 0..draw.instances {
         // An instance costs a unit even when it has no primitives, so a
@@ -1037,69 +1086,129 @@ pub fn draw<'a>(
                 return Err(EngineResult::Timeout);
             }
         }
-        for batch in batches.iter() {
-            let ids = read_ids(&vm, draw, &batch)?;
-            // Like the hardware's post-transform cache, shade each
-            // distinct vertex of the batch once (a vertex shader is a
-            // function of its ids).
-            let mut slot_of_id = std::collections::HashMap::with_capacity(ids.len());
-            let mut unique = Vec::with_capacity(ids.len());
-            let slots: Vec<usize> = ids
-                .iter()
-                .map(|&id| {
-                    *slot_of_id.entry(id).or_insert_with(|| {
-                        unique.push(id);
-                        unique.len() - 1
-                    })
-                })
-                .collect();
-            let shaded = shade_vertices(
-                vm.clone(),
-                cache,
-                watchdog,
-                helper,
-                &binding,
-                state.sampler_heap,
-                &unique,
-                instance,
-            )?;
-            // One work unit per primitive assembled (its shading was
-            // charged per instruction).
-            watchdog.charge(batch.primitives());
-            if watchdog.expired() {
-                return Err(EngineResult::Timeout);
-            }
-            // Rasteriser discard: the vertex shader ran (its stores,
-            // transform feedback's, happened); nothing is drawn.
-            if ppp.rasterizer_discard {
-                continue;
-            }
-            let clip = |i: usize| ClipVertex {
-                position: std::array::from_fn(|c| f32::from_bits(shaded[slots[i]][c])),
-                varyings: shaded[slots[i]][4..outputs]
-                    .iter()
-                    .map(|v| f32::from_bits(*v))
-                    .collect(),
-            };
-            for t in batch.first..batch.end {
-                // The primitive's id counts the draw's primitives of this
-                // instance.
-                let id = t as u32;
-                match batch.corners(t) {
-                    Corners::Point(v) => bin_point(binner, &ppp, clip(v), id, pc, on_overflow)?,
-                    Corners::Line(a, b) => {
-                        if let Some((a, b)) = clip_segment(clip(a), clip(b), &ppp.clip_distances) {
-                            let (a, b) =
-                                (to_screen(&a, &ppp.viewport), to_screen(&b, &ppp.viewport));
-                            bin_line(binner, &ppp, &a, &b, id, pc, on_overflow)?;
-                        }
-                    }
-                    Corners::Triangle(at) => {
-                        let polygon = clip_near([clip(at[0]), clip(at[1]), clip(at[2])]);
-                        let polygon = clip_polygon(polygon, &ppp.clip_distances);
-                        bin_polygon(binner, &ppp, &polygon, id, pc, on_overflow)?;
+        let mut assembler = Assembler::new(topology);
+        let mut next_index = 0u64;
+        // The primitive's id counts the draw's primitives of this
+        // instance.
+        let mut next_id = 0u32;
+        let mut batch: Vec<([u32; 3], usize)> = Vec::with_capacity(BATCH_PRIMITIVES);
+        loop {
+            // Stream the draw's indices (or vertex numbers) into
+            // primitives, a batch at a time.
+            let done = next_index >= u64::from(draw.count);
+            if !done {
+                let chunk = (u64::from(draw.count) - next_index).min(INDEX_CHUNK);
+                for raw in read_indices(&vm, draw, next_index, chunk)? {
+                    if restart == Some(raw) {
+                        assembler.end_run(&mut |p| batch.push(p));
+                    } else {
+                        assembler.push(raw.wrapping_add(draw.start), &mut |p| batch.push(p));
                     }
                 }
+                next_index += chunk;
+            } else {
+                assembler.end_run(&mut |p| batch.push(p));
+            }
+            if batch.len() >= BATCH_PRIMITIVES || (done && !batch.is_empty()) {
+                let first_id = next_id;
+                next_id = next_id.wrapping_add(batch.len() as u32);
+                shade_and_bin(
+                    &vm,
+                    cache,
+                    watchdog,
+                    helper,
+                    (&binding, state, &ppp, outputs, instance),
+                    (&batch, first_id),
+                    binner,
+                    pc,
+                    on_overflow,
+                )?;
+                batch.clear();
+            }
+            if done {
+                break;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Indices read from the index buffer at a time.
+const INDEX_CHUNK: u64 = 4096;
+
+/// Shades the distinct vertices of a batch of primitives once (like the
+/// hardware's post-transform cache: a vertex shader is a function of its
+/// ids) and clips, culls and bins the primitives; the first has id
+/// `first_id`.
+#[allow(clippy::too_many_arguments, clippy::type_complexity)]
+fn shade_and_bin<'a>(
+    vm: &GpuVm<'_>,
+    cache: &mut ProgramCache,
+    watchdog: &Watchdog<'_>,
+    helper: &mut StageHelper,
+    (binding, state, ppp, outputs, instance): (&Binding, &VertexState, &PppState, usize, u32),
+    (batch, first_id): (&[([u32; 3], usize)], u32),
+    binner: &mut Binner<'a>,
+    pc: u64,
+    on_overflow: &mut dyn FnMut(&mut Binner<'a>) -> Result<(), EngineResult>,
+) -> Result<(), EngineResult> {
+    let mut slot_of_id = std::collections::HashMap::with_capacity(3 * batch.len());
+    let mut unique = Vec::with_capacity(3 * batch.len());
+    let slots: Vec<[usize; 3]> = batch
+        .iter()
+        .map(|(ids, n)| {
+            let mut slots = [0; 3];
+            for (slot, &id) in slots.iter_mut().zip(ids).take(*n) {
+                *slot = *slot_of_id.entry(id).or_insert_with(|| {
+                    unique.push(id);
+                    unique.len() - 1
+                });
+            }
+            slots
+        })
+        .collect();
+    let shaded = shade_vertices(
+        vm.clone(),
+        cache,
+        watchdog,
+        helper,
+        binding,
+        state.sampler_heap,
+        &unique,
+        instance,
+    )?;
+    // One work unit per primitive assembled (its shading was charged per
+    // instruction).
+    watchdog.charge(batch.len() as u64);
+    if watchdog.expired() {
+        return Err(EngineResult::Timeout);
+    }
+    // Rasteriser discard: the vertex shader ran (its stores, transform
+    // feedback's, happened); nothing is drawn.
+    if ppp.rasterizer_discard {
+        return Ok(());
+    }
+    let clip = |slot: usize| ClipVertex {
+        position: std::array::from_fn(|c| f32::from_bits(shaded[slot][c])),
+        varyings: shaded[slot][4..outputs]
+            .iter()
+            .map(|v| f32::from_bits(*v))
+            .collect(),
+    };
+    for (k, ((_, n), at)) in batch.iter().zip(&slots).enumerate() {
+        let id = first_id.wrapping_add(k as u32);
+        match n {
+            1 => bin_point(binner, ppp, clip(at[0]), id, pc, on_overflow)?,
+            2 => {
+                if let Some((a, b)) = clip_segment(clip(at[0]), clip(at[1]), &ppp.clip_distances) {
+                    let (a, b) = (to_screen(&a, &ppp.viewport), to_screen(&b, &ppp.viewport));
+                    bin_line(binner, ppp, &a, &b, id, pc, on_overflow)?;
+                }
+            }
+            _ => {
+                let polygon = clip_near([clip(at[0]), clip(at[1]), clip(at[2])]);
+                let polygon = clip_polygon(polygon, &ppp.clip_distances);
+                bin_polygon(binner, ppp, &polygon, id, pc, on_overflow)?;
             }
         }
     }
@@ -1343,51 +1452,30 @@ fn bin_screen_point<'a>(
 /// batch, not by its (client-chosen, up to 2^32) vertex count; the
 /// hardware's index fetch streams too, and its post-transform cache is
 /// small.
-const BATCH_PRIMITIVES: u64 = 4096;
+const BATCH_PRIMITIVES: usize = 4096;
 
-/// How a draw's primitives split into batches.
-#[derive(Debug, Clone, Copy)]
-struct Batches {
-    primitive: Primitive,
-    primitives: u64,
-    /// Vertices (or indices) in the draw.
-    count: u64,
+/// The topologies the VDM assembles.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Topology {
+    Points,
+    Lines,
+    LineStrip,
+    LineLoop,
+    Triangles,
+    TriangleStrip,
+    TriangleFan,
 }
 
-/// One batch: primitives `first..end` of the draw, and the positions in
-/// the draw's vertex (or index) sequence they use.
-#[derive(Debug, Clone, Copy)]
-struct Batch {
-    primitive: Primitive,
-    first: u64,
-    end: u64,
-    count: u64,
-    /// Positions `lo..hi` of the sequence are read; a fan (its centre)
-    /// and a line loop (the vertex that closes it) also read position 0,
-    /// which comes first.
-    lo: u64,
-    hi: u64,
-    first_too: bool,
-}
-
-/// Where a primitive's vertices are among a batch's ids.
-enum Corners {
-    Point(usize),
-    Line(usize, usize),
-    Triangle([usize; 3]),
-}
-
-impl Batches {
-    fn of(draw: &Draw, pc: u64) -> Result<Batches, EngineResult> {
-        let count = u64::from(draw.count);
-        let primitives = match draw.primitive {
-            Primitive::Points => count,
-            Primitive::Lines => count / 2,
-            Primitive::LineStrip => count.saturating_sub(1),
-            Primitive::LineLoop if count >= 2 => count,
-            Primitive::LineLoop => 0,
-            Primitive::Triangles => count / 3,
-            Primitive::TriangleStrip | Primitive::TriangleFan => count.saturating_sub(2),
+impl Topology {
+    fn of(primitive: Primitive, pc: u64) -> Result<Topology, EngineResult> {
+        Ok(match primitive {
+            Primitive::Points => Topology::Points,
+            Primitive::Lines => Topology::Lines,
+            Primitive::LineStrip => Topology::LineStrip,
+            Primitive::LineLoop => Topology::LineLoop,
+            Primitive::Triangles => Topology::Triangles,
+            Primitive::TriangleStrip => Topology::TriangleStrip,
+            Primitive::TriangleFan => Topology::TriangleFan,
             primitive => {
                 return Err(unsupported(
                     pc,
@@ -1397,98 +1485,95 @@ impl Batches {
                     ),
                 ))
             }
-        };
-        Ok(Batches {
-            primitive: draw.primitive,
-            primitives,
-            count,
-        })
-    }
-
-    fn iter(self) -> impl Iterator<Item = Batch> {
-        (0..self.primitives.div_ceil(BATCH_PRIMITIVES)).map(move |b| {
-            let first = b * BATCH_PRIMITIVES;
-            let end = (first + BATCH_PRIMITIVES).min(self.primitives);
-            let (lo, hi) = match self.primitive {
-                Primitive::Points => (first, end),
-                Primitive::Lines => (2 * first, 2 * end),
-                Primitive::LineStrip => (first, end + 1),
-                Primitive::LineLoop => (first, (end + 1).min(self.count)),
-                Primitive::Triangles => (3 * first, 3 * end),
-                Primitive::TriangleStrip => (first, end + 2),
-                _ => (first + 1, end + 2),
-            };
-            Batch {
-                primitive: self.primitive,
-                first,
-                end,
-                count: self.count,
-                lo,
-                hi,
-                first_too: matches!(self.primitive, Primitive::TriangleFan | Primitive::LineLoop),
-            }
         })
     }
 }
 
-impl Batch {
-    fn primitives(&self) -> u64 {
-        self.end - self.first
-    }
+/// Assembles a draw's vertices into primitives one vertex at a time, as
+/// the API orders them: every other strip triangle swaps its first two
+/// corners, a fan's triangles share its first vertex, a loop's last line
+/// goes back to its first vertex. A run ends at a restart index (and at
+/// the end of the draw), and the next vertex starts a new strip, fan,
+/// loop or list.
+struct Assembler {
+    topology: Topology,
+    /// The run's first vertex, the one before the last, and the last.
+    first: u32,
+    before: u32,
+    last: u32,
+    /// Vertices in the run so far.
+    count: u64,
+}
 
-    /// Where primitive `t`'s vertices are among the batch's ids, in the
-    /// API's order (every other strip triangle swaps its first two
-    /// corners; a loop's last line goes back to the first vertex).
-    fn corners(&self, t: u64) -> Corners {
-        let local = |position: u64| (position - self.lo) as usize + usize::from(self.first_too);
-        match self.primitive {
-            Primitive::Points => Corners::Point(local(t)),
-            Primitive::Lines => Corners::Line(local(2 * t), local(2 * t + 1)),
-            Primitive::LineStrip => Corners::Line(local(t), local(t + 1)),
-            Primitive::LineLoop if t + 1 == self.count => Corners::Line(local(t), 0),
-            Primitive::LineLoop => Corners::Line(local(t), local(t + 1)),
-            Primitive::Triangles => {
-                Corners::Triangle([local(3 * t), local(3 * t + 1), local(3 * t + 2)])
-            }
-            Primitive::TriangleStrip if t % 2 == 1 => {
-                Corners::Triangle([local(t + 1), local(t), local(t + 2)])
-            }
-            Primitive::TriangleStrip => Corners::Triangle([local(t), local(t + 1), local(t + 2)]),
-            _ => Corners::Triangle([0, local(t + 1), local(t + 2)]),
+impl Assembler {
+    fn new(topology: Topology) -> Assembler {
+        Assembler {
+            topology,
+            first: 0,
+            before: 0,
+            last: 0,
+            count: 0,
         }
     }
+
+    /// Adds vertex `v`; `emit` gets each primitive it completes (its
+    /// vertices and how many there are).
+    fn push(&mut self, v: u32, emit: &mut dyn FnMut(([u32; 3], usize))) {
+        let k = self.count;
+        match self.topology {
+            Topology::Points => emit(([v, 0, 0], 1)),
+            Topology::Lines if k % 2 == 1 => emit(([self.last, v, 0], 2)),
+            Topology::LineStrip | Topology::LineLoop if k >= 1 => emit(([self.last, v, 0], 2)),
+            Topology::Triangles if k % 3 == 2 => emit(([self.before, self.last, v], 3)),
+            Topology::TriangleStrip if k >= 2 && k % 2 == 1 => {
+                emit(([self.last, self.before, v], 3))
+            }
+            Topology::TriangleStrip if k >= 2 => emit(([self.before, self.last, v], 3)),
+            Topology::TriangleFan if k >= 2 => emit(([self.first, self.last, v], 3)),
+            _ => {}
+        }
+        if k == 0 {
+            self.first = v;
+        }
+        self.before = self.last;
+        self.last = v;
+        self.count += 1;
+    }
+
+    /// Ends the run: a loop closes; the next vertex starts afresh.
+    fn end_run(&mut self, emit: &mut dyn FnMut(([u32; 3], usize))) {
+        if self.topology == Topology::LineLoop && self.count >= 2 {
+            emit(([self.last, self.first, 0], 2));
+        }
+        self.count = 0;
+    }
 }
 
-/// The vertex ids of a batch: positions in the vertex sequence, or the
-/// index buffer's entries there, plus the draw's first (base) vertex.
-fn read_ids(vm: &GpuVm<'_>, draw: &Draw, batch: &Batch) -> Result<Vec<u32>, EngineResult> {
-    let mut ids = Vec::with_capacity((batch.hi - batch.lo) as usize + usize::from(batch.first_too));
+/// `count` entries of a draw's vertex sequence from position `first`:
+/// the index buffer's values for an indexed draw, raw (the restart index
+/// is compared with them before the base vertex is added), or the
+/// positions themselves.
+fn read_indices(
+    vm: &GpuVm<'_>,
+    draw: &Draw,
+    first: u64,
+    count: u64,
+) -> Result<Vec<u32>, EngineResult> {
     let Some((buffer, size)) = draw.indices else {
-        let positions = (0..u64::from(batch.first_too)).chain(batch.lo..batch.hi);
-        ids.extend(positions.map(|p| draw.start.wrapping_add(p as u32)));
-        return Ok(ids);
+        return Ok((first..first + count).map(|p| p as u32).collect());
     };
-    let index_bytes = match size {
-        IndexSize::U8 => 1usize,
-        IndexSize::U16 => 2,
-        _ => 4,
-    };
-    let mut read = |first: u64, count: u64| {
-        let mut raw = vec![0u8; count as usize * index_bytes];
-        vm.read(buffer.wrapping_add(first * index_bytes as u64), &mut raw)
-            .map_err(|f| EngineResult::from_uat(&f, FaultUnit::Vdm))?;
-        ids.extend(raw.chunks_exact(index_bytes).map(|index| {
+    let index_bytes = index_bytes(size) as usize;
+    let mut raw = vec![0u8; count as usize * index_bytes];
+    vm.read(buffer.wrapping_add(first * index_bytes as u64), &mut raw)
+        .map_err(|f| EngineResult::from_uat(&f, FaultUnit::Vdm))?;
+    Ok(raw
+        .chunks_exact(index_bytes)
+        .map(|index| {
             let mut word = [0u8; 4];
             word[..index_bytes].copy_from_slice(index);
-            u32::from_le_bytes(word).wrapping_add(draw.start)
-        }));
-        Ok::<(), EngineResult>(())
-    };
-    if batch.first_too {
-        read(0, 1)?;
-    }
-    read(batch.lo, batch.hi - batch.lo)?;
-    Ok(ids)
+            u32::from_le_bytes(word)
+        })
+        .collect())
 }
 
 /// The queue's parameter-buffer control block.

@@ -126,7 +126,7 @@ fn vertex(ctx: &RunContext<'_>, workers: usize) -> Result<(), EngineResult> {
             }
             VdmBlock::StreamLink(link) => pc = link.target,
             VdmBlock::IndexList(list) => {
-                let draw = tiler::Draw::of(&list, pc)?;
+                let draw = tiler::Draw::of(&list, pc, &vm)?;
                 let mut on_overflow = |binner: &mut tiler::Binner<'_>| {
                     partial_render_tiles += overflowed(ctx, vm.clone(), &body, binner, workers)?;
                     Ok(())

@@ -383,10 +383,7 @@ fn draw_pass_with_depth_stencil(
     depth_function: Option<ZsFunc>,
     stencil: Option<(agx_hw::formats::FragmentStencil, u8)>,
 ) -> CmdRender {
-    let draw = Shapes {
-        primitive: Primitive::Triangles,
-        vertex_count,
-    };
+    let draw = Shapes::new(Primitive::Triangles, vertex_count);
     draw_shapes(
         m,
         draw,
@@ -400,11 +397,25 @@ fn draw_pass_with_depth_stencil(
     )
 }
 
-/// A draw's topology and vertex count.
-#[derive(Clone, Copy)]
+/// A draw's topology and vertex count; or the IndexList block to draw
+/// with, and the restart index of the VDM state.
+#[derive(Clone)]
 struct Shapes {
     primitive: Primitive,
     vertex_count: u32,
+    block: Option<VdmBlock>,
+    restart_index: Option<u32>,
+}
+
+impl Shapes {
+    fn new(primitive: Primitive, vertex_count: u32) -> Shapes {
+        Shapes {
+            primitive,
+            vertex_count,
+            block: None,
+            restart_index: None,
+        }
+    }
 }
 
 /// [`draw_pass_with_depth_stencil`] of any topology, with `patch`
@@ -482,13 +493,18 @@ fn draw_shapes(
                 output_count_1: outputs,
                 output_count_2: 0,
             }),
+            restart_index: draw
+                .restart_index
+                .map(|value| agx_hw::formats::VdmStateRestartIndex { value }),
             ..VdmStateWords::default()
         }),
         VdmBlock::PppStateUpdate(PppState {
             pointer: DATA_VA + PPP,
             size_words: (ppp.len() / 4) as u32,
         }),
-        draw_block_of(draw.primitive, draw.vertex_count),
+        draw.block
+            .clone()
+            .unwrap_or_else(|| draw_block_of(draw.primitive, draw.vertex_count)),
         VdmBlock::StreamTerminate(VdmStreamTerminate::default()),
     ] {
         block.build(&mut vdm).unwrap();
@@ -2414,10 +2430,7 @@ fn count_shapes(
         0,
         None,
     );
-    let draw = Shapes {
-        primitive,
-        vertex_count: vertices.len() as u32,
-    };
+    let draw = Shapes::new(primitive, vertices.len() as u32);
     let render = draw_shapes(m, draw, vs, 7, fs, None, None, None, patch);
     assert_eq!(m.submit(CmdType::Render, render.as_bytes()), None);
     counts(m)
@@ -2723,10 +2736,7 @@ fn draw_with_table(
     let vs = colour_vs(m, VERTICES);
     let uniforms = [1.0f32.to_bits(), 0, (1.0f32 / 255.0).to_bits()];
     let fs = m.program(fs, 0x4000, 0x100, &uniforms, UNIFORMS + 0x300, 0, None);
-    let draw = Shapes {
-        primitive,
-        vertex_count: vertices.len() as u32,
-    };
+    let draw = Shapes::new(primitive, vertices.len() as u32);
     let render = draw_shapes(m, draw, vs, 7, fs, Some((0x5000, 1)), None, None, patch);
     assert_eq!(m.submit(CmdType::Render, render.as_bytes()), None);
     image(m, SIZE as usize)
@@ -2836,10 +2846,7 @@ fn fragment_shaders_read_the_primitive_id_and_lines_take_flat_values_from_the_pr
             0,
             None,
         );
-        let draw = Shapes {
-            primitive: Primitive::Lines,
-            vertex_count: 2,
-        };
+        let draw = Shapes::new(Primitive::Lines, 2);
         let render = draw_shapes(&m, draw, vs, 7, fs, Some((0x5000, 1)), None, None, &|_| {});
         assert_eq!(m.submit(CmdType::Render, render.as_bytes()), None);
         let pixels = image(&m, SIZE as usize);
@@ -2848,4 +2855,175 @@ fn fragment_shaders_read_the_primitive_id_and_lines_take_flat_values_from_the_pr
             assert_eq!(pixels[at..at + 4], want, "{shade_model:?} pixel ({x}, 30)");
         }
     }
+}
+
+/// An indexed draw of `primitive` from the u16 index buffer at
+/// `indices` (a data-buffer offset), restart enabled or not; indirect
+/// when `indirect` names the arguments (a data-buffer offset).
+fn indexed_block(
+    primitive: Primitive,
+    indices: u64,
+    count: u32,
+    restart: bool,
+    indirect: Option<u64>,
+) -> VdmBlock {
+    use agx_hw::formats::{IndexListBufferLo, IndexListIndirectBuffer, IndexSize};
+    let address = DATA_VA + indices;
+    VdmBlock::IndexList(IndexListBlock {
+        header: IndexList {
+            primitive,
+            restart_enable: restart,
+            index_size: IndexSize::U16,
+            index_buffer_hi: (address >> 32) as u32,
+            ..IndexList::default()
+        },
+        buffer_lo: Some(IndexListBufferLo {
+            buffer_lo: address as u32,
+        }),
+        count: indirect.is_none().then_some(IndexListCount { count }),
+        instances: indirect
+            .is_none()
+            .then_some(IndexListInstances { count: 1 }),
+        start: indirect.is_none().then_some(IndexListStart { start: 0 }),
+        indirect: indirect.map(|at| IndexListIndirectBuffer {
+            address: DATA_VA + at,
+        }),
+        ..IndexListBlock::default()
+    })
+}
+
+/// COLOUR_VS + COUNT_FS over `vertices` drawn by `draw`; the counts.
+fn count_draw(m: &Machine, vertices: &[([f32; 2], f32, [f32; 3])], draw: Shapes) -> Vec<u8> {
+    shape_vertices(m, vertices);
+    let vs = colour_vs(m, VERTICES);
+    let fs = m.program(
+        COUNT_FS,
+        0x4000,
+        0x100,
+        &[(1.0f32 / 255.0).to_bits()],
+        UNIFORMS + 0x300,
+        0,
+        None,
+    );
+    let render = draw_shapes(m, draw, vs, 7, fs, None, None, None, &|_| {});
+    assert_eq!(m.submit(CmdType::Render, render.as_bytes()), None);
+    counts(m)
+}
+
+#[test_log::test]
+fn primitive_restart_starts_a_new_strip_and_indirect_draws_read_their_arguments() {
+    const INDICES: u64 = 0xD_0000;
+    const ARGUMENTS: u64 = 0xD_1000;
+    let m = Machine::new(5000);
+    let v = |x: f32, y: f32| ([x, y], 0.5f32, [0.0f32; 3]);
+    // Two quads, each a four-vertex strip: [4, 28) x [4, 28) and
+    // [36, 60) x [36, 60).
+    let vertices = [
+        v(4.0, 4.0),
+        v(28.0, 4.0),
+        v(4.0, 28.0),
+        v(28.0, 28.0),
+        v(36.0, 36.0),
+        v(60.0, 36.0),
+        v(36.0, 60.0),
+        v(60.0, 60.0),
+    ];
+    let quads = |x: usize, y: usize| {
+        u8::from((4..28).contains(&x) && (4..28).contains(&y))
+            + u8::from((36..60).contains(&x) && (36..60).contains(&y))
+    };
+    let put_indices = |indices: &[u16]| {
+        let bytes: Vec<u8> = indices.iter().flat_map(|i| i.to_le_bytes()).collect();
+        m.poke(m.data, INDICES, &bytes);
+    };
+    put_indices(&[0, 1, 2, 3, 0xFFFF, 4, 5, 6, 7]);
+    let strip = Shapes {
+        block: Some(indexed_block(
+            Primitive::TriangleStrip,
+            INDICES,
+            9,
+            true,
+            None,
+        )),
+        restart_index: Some(0xFFFF),
+        ..Shapes::new(Primitive::TriangleStrip, 9)
+    };
+    assert_counts(&count_draw(&m, &vertices, strip), quads, "restarted strip");
+    // A fan restarts around a new centre (without the restart, (0, 4, 5)
+    // would join the quads).
+    put_indices(&[0, 1, 3, 2, 0xFFFF, 4, 5, 7, 6]);
+    let fan = Shapes {
+        block: Some(indexed_block(
+            Primitive::TriangleFan,
+            INDICES,
+            9,
+            true,
+            None,
+        )),
+        restart_index: Some(0xFFFF),
+        ..Shapes::new(Primitive::TriangleFan, 9)
+    };
+    assert_counts(&count_draw(&m, &vertices, fan), quads, "restarted fan");
+    // Restart with a loop: each run closes on its own first vertex.
+    put_indices(&[0, 1, 3, 2, 0xFFFF, 4, 5, 7, 6]);
+    let loops = Shapes {
+        block: Some(indexed_block(Primitive::LineLoop, INDICES, 9, true, None)),
+        restart_index: Some(0xFFFF),
+        ..Shapes::new(Primitive::LineLoop, 9)
+    };
+    let got = count_draw(&m, &vertices, loops);
+    // A one-pixel line along y = 4 covers the centres in [3.5, 4.5): row
+    // 3 (the parallelogram's top edge is a top edge).
+    assert_eq!(got[3 * SIZE as usize + 10], 1, "the first loop's top side");
+    assert_eq!(
+        got[16 * SIZE as usize + 3],
+        1,
+        "the first loop's closing side"
+    );
+    assert_eq!(
+        got[48 * SIZE as usize + 35],
+        1,
+        "the second loop's closing side"
+    );
+    assert_eq!(got[32 * SIZE as usize + 32], 0, "nothing joins the loops");
+    // An indexed indirect draw: six indices from the fourth (the first
+    // three are not drawn) as two triangles of the second quad.
+    put_indices(&[0, 1, 2, 4, 5, 6, 5, 7, 6]);
+    m.poke_u32s(ARGUMENTS, &[6, 1, 3, 0, 0]);
+    let indirect = Shapes {
+        block: Some(indexed_block(
+            Primitive::Triangles,
+            INDICES,
+            0,
+            false,
+            Some(ARGUMENTS),
+        )),
+        ..Shapes::new(Primitive::Triangles, 0)
+    };
+    assert_counts(
+        &count_draw(&m, &vertices, indirect),
+        |x, y| u8::from((36..60).contains(&x) && (36..60).contains(&y)),
+        "indexed indirect",
+    );
+    // A non-indexed indirect draw: four vertices from the fifth, a strip.
+    m.poke_u32s(ARGUMENTS, &[4, 1, 4, 0]);
+    let block = VdmBlock::IndexList(IndexListBlock {
+        header: IndexList {
+            primitive: Primitive::TriangleStrip,
+            ..IndexList::default()
+        },
+        indirect: Some(agx_hw::formats::IndexListIndirectBuffer {
+            address: DATA_VA + ARGUMENTS,
+        }),
+        ..IndexListBlock::default()
+    });
+    let direct = Shapes {
+        block: Some(block),
+        ..Shapes::new(Primitive::TriangleStrip, 0)
+    };
+    assert_counts(
+        &count_draw(&m, &vertices, direct),
+        |x, y| u8::from((36..60).contains(&x) && (36..60).contains(&y)),
+        "non-indexed indirect",
+    );
 }
