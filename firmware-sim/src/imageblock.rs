@@ -21,7 +21,9 @@
 //! in part is first expanded into the body, so the pixels the store does
 //! not write keep their colour.
 
-use agx_hw::formats::{ImageMode, Layout, Pbe, SampleCount, SharedLayout, TextureDimension};
+use agx_hw::formats::{
+    Channel, ImageMode, Layout, Pbe, SampleCount, SharedLayout, TextureDimension,
+};
 use agx_hw::layout::{
     laid_out_levels, tile_word, uncompressed_subtile_mode, CompressionLayout, ImageLayout,
     TileMode, COMPRESSION_TILE_PX,
@@ -102,6 +104,19 @@ pub fn channel_offset(format: ElementFormat, offset: usize, component: usize) ->
     } else {
         offset + (component << format.shift())
     }
+}
+
+/// The PBE's swizzle applied to the values a store writes: stored
+/// channel c (in the format's storage order) gets source component
+/// `swizzle_c` (Mesa sets `swizzle_r` to the RGBA component its format
+/// stores in channel 0, and so on: a B8G8R8A8 image stores B first).
+fn swizzled(pbe: &Pbe, values: [u32; 4]) -> [u32; 4] {
+    [pbe.swizzle_r, pbe.swizzle_g, pbe.swizzle_b, pbe.swizzle_a].map(|s| match s {
+        Channel::G => values[1],
+        Channel::B => values[2],
+        Channel::A => values[3],
+        _ => values[0],
+    })
 }
 
 /// The component mask of an image with `channels` channels.
@@ -452,6 +467,7 @@ pub fn store_block(
         origin.1..origin.1.saturating_add(block.height_px).min(height),
     );
     let (element, channels, texel_bytes) = (target.element, target.channels, target.texel_bytes);
+    let pbe = &target.pbe;
     target.write(vm, placement.layer, written, |x, y, texel| {
         let (bx, by) = (x - origin.0, y - origin.1);
         for sample in 0..block.samples {
@@ -465,6 +481,7 @@ pub fn store_block(
                 }
             });
             let texel = &mut texel[sample as usize * texel_bytes..];
+            let values = swizzled(pbe, values);
             formats::store_element(element, texel, channel_mask(channels), values, false);
         }
         Ok(())
@@ -515,9 +532,10 @@ pub fn store_texel(
         return Ok(());
     }
     let (element, channels) = (target.element, target.channels);
+    let values = swizzled(&target.pbe, request.values);
     target.write(vm, layer, (x..x + 1, y..y + 1), |_, _, texel| {
         let mask = channel_mask(channels);
-        formats::store_element(element, texel, mask, request.values, request.half);
+        formats::store_element(element, texel, mask, values, request.half);
         Ok(())
     })
 }

@@ -887,3 +887,47 @@ fn multisampled_blocks_store_to_tiled_images_sample_by_sample() {
         }
     }
 }
+
+/// The PBE's swizzle says which component each stored channel gets: a
+/// B8G8R8A8 image (Mesa: swizzle_r = 2, swizzle_b = 0, stored channel 0
+/// gets blue) stores the blit's (x/128, y/128, 0.25, 1) as B, G, R, A.
+#[test_log::test]
+fn block_stores_apply_the_pbe_swizzle() {
+    use agx_hw::formats::{Channel, Layout, Pbe, TextureDimension};
+    let m = Machine::new(5000);
+    let (width, height) = (32u32, 32u32);
+    let pipeline = block_blit(&m, width, height, 8192);
+    let pbe = Pbe {
+        dimension: TextureDimension::D2,
+        layout: Layout::Linear,
+        channels: Channels::R8G8B8A8,
+        data_type: TextureType::Unorm,
+        width,
+        height,
+        buffer: DATA_VA + BLOCK_IMAGE,
+        stride: BLOCK_STRIDE,
+        swizzle_r: Channel::B,
+        swizzle_g: Channel::G,
+        swizzle_b: Channel::R,
+        swizzle_a: Channel::A,
+        ..Pbe::default()
+    };
+    m.poke(m.data, BLOCK_PBE, &pbe.pack().unwrap());
+    let mut stream = launch(pipeline, [width, height, 1], [32, 32, 1]);
+    stream.extend(terminate());
+    m.poke(m.data, STREAM, &stream);
+    assert_eq!(m.run(STREAM), None);
+    let image = m.peek(m.data, BLOCK_IMAGE, (BLOCK_STRIDE * height) as usize);
+    for y in 0..height as usize {
+        for x in 0..width as usize {
+            let at = y * BLOCK_STRIDE as usize + 4 * x;
+            let want = [
+                unorm8(0.25),
+                unorm8(y as f32 / 128.0),
+                unorm8(x as f32 / 128.0),
+                255,
+            ];
+            assert_eq!(image[at..at + 4], want, "pixel ({x}, {y})");
+        }
+    }
+}
