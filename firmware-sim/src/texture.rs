@@ -637,12 +637,16 @@ impl TextureUnit<'_> {
     ) -> Result<[u32; 4], IoError> {
         let t = &image.texture;
         let three_d = t.dimension == TextureDimension::D3;
-        // A 3D image's depth scales its z derivatives; other images have
-        // none.
+        // The level of detail is relative to the view's first level, as
+        // GL and Vulkan define it (Mesa gives the descriptor the image's
+        // full size and the view's first level, and lowers nothing): the
+        // derivatives scale by that level's size. A 3D image's depth
+        // scales its z derivatives; other images have none.
+        let base = |size: u32| (size >> t.first_level.min(31)).max(1) as f32;
         let size = [
-            t.width as f32,
-            t.height as f32,
-            if three_d { t.depth as f32 } else { 0.0 },
+            base(t.width),
+            base(t.height),
+            if three_d { base(t.depth) } else { 0.0 },
         ];
         let (s, u) = self.normalised(image, sampler, request);
         let r = three_d.then(|| {

@@ -970,6 +970,19 @@ fn a_minimum_lod_raises_the_level_and_gradients_pair_per_axis() {
         assert_eq!(residency[5], 0);
         assert_eq!(residency[2047], 0);
     }
+    // A view from level 1 (an 8-texel base): the LOD is relative to its
+    // base, so a footprint of one base texel is LOD 0, level 1; with the
+    // image's 16-texel level 0 it would have been LOD 1, level 2. A
+    // footprint of four base texels is LOD 2, level 3.
+    let bytes: [u8; 24] = m.peek(m.data, DESCRIPTOR, 24).try_into().unwrap();
+    let mut descriptor = Texture::decode_fields(&bytes);
+    descriptor.first_level = 1;
+    m.poke(m.data, DESCRIPTOR, &descriptor.pack().unwrap());
+    for (texels, level) in [(1.0f32, 1), (4.0, 3)] {
+        let step = (texels / 8.0).to_bits();
+        let (got, _) = run_texture_kernel(&m, grad_min, 0.5, [step, 0, 0, step, 0, 0]);
+        assert_eq!(got[5], unorm(level), "{texels} texels of the base level");
+    }
 }
 
 /// Per-thread requests: thread i (of the 64 x 32 grid, row by row) loads
