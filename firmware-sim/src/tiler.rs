@@ -712,6 +712,8 @@ pub struct Binner<'a> {
     state_bytes: Vec<u8>,
     /// Its index in `states`, once copied in this segment.
     current_state: Option<u32>,
+    /// The last overflow was the state table's, not the pages'.
+    state_table_full: bool,
     area: (u32, u32),
     /// What the pass did so far.
     pub stats: BinningStats,
@@ -741,6 +743,7 @@ impl<'a> Binner<'a> {
             states: Vec::new(),
             state_bytes: Vec::new(),
             current_state: None,
+            state_table_full: false,
             area: (width, height),
             stats: BinningStats::default(),
         };
@@ -778,7 +781,16 @@ impl<'a> Binner<'a> {
         self.header.primitives = 0;
         self.states.clear();
         self.current_state = None;
+        self.state_table_full = false;
         Ok(Ok(()))
+    }
+
+    /// Whether the segment ran out of fragment-state slots (more than
+    /// [`MAX_STATES`] PPP states in one segment, a limit of this model's
+    /// scene layout, not of the hardware): only a partial render makes
+    /// room.
+    pub fn state_table_full(&self) -> bool {
+        self.state_table_full
     }
 
     /// The buffer grew (a GrowTVB request was granted): more pages to
@@ -847,12 +859,12 @@ impl<'a> Binner<'a> {
         let varyings = vertices[0].varyings.len().min(MAX_RECORD_VALUES) as u32;
         let state = match self.current_state {
             Some(index) => index,
+            // The segment's state table is full: the segment must be
+            // rendered (a partial render) before another state fits;
+            // growing the buffer would not help.
             None if self.states.len() >= MAX_STATES => {
-                return Err(unsupported(
-                    self.header_page,
-                    FaultUnit::Tiler,
-                    format_args!("more than {MAX_STATES} PPP states in one scene"),
-                ));
+                self.state_table_full = true;
+                return Ok(Err(Overflow));
             }
             None => self.states.len() as u32,
         };

@@ -21,7 +21,8 @@ use crate::tiler::{self, overflow, tvb_info};
 use crate::usc::ProgramCache;
 
 /// The parameter buffer ran dry mid-pass: ask the kmd for more (it grows
-/// only under its `sync` policy), and if it will not, render what is
+/// only under its `sync` policy; more pages do not help a full state
+/// table), and if it will not, render what is
 /// binned so far (a partial render: the segment ends with `partial_eot`,
 /// the next starts with `partial_bg`, depth and stencil go through the
 /// ZLS control) and start binning again from an empty buffer. Returns the
@@ -34,7 +35,12 @@ fn overflowed(
     workers: usize,
 ) -> Result<u64, EngineResult> {
     let wanted = u64::from(binner.blocks()).max(1);
-    if let Some(blocks) = ctx.services.grow_tvb(binner.buffer_id(), wanted) {
+    let grown = if binner.state_table_full() {
+        None
+    } else {
+        ctx.services.grow_tvb(binner.buffer_id(), wanted)
+    };
+    if let Some(blocks) = grown {
         let info = tvb_info(ctx, body.buffer)?;
         if u64::from(info.block_count) >= blocks && info.block_count > binner.blocks() {
             binner.grown(&info);

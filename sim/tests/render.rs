@@ -3027,3 +3027,90 @@ fn primitive_restart_starts_a_new_strip_and_indirect_draws_read_their_arguments(
         "non-indexed indirect",
     );
 }
+
+#[test_log::test]
+fn a_pass_with_more_fragment_states_than_a_segment_holds_renders_partially() {
+    use agx_hw::formats::DepthBiasScissor;
+    let m = Machine::new(30000);
+    // 2,100 draws, each with a PPP state of its own (its depth-bias and
+    // scissor indices, unused, differ) and a triangle over one pixel:
+    // more states than a segment's table holds (1,984), so the pass
+    // renders what it binned and goes on.
+    const DRAWS: u32 = 2100;
+    let mut vertices = Vec::new();
+    for i in 0..DRAWS {
+        let (x, y) = ((i % 64) as f32, (i / 64) as f32);
+        vertices.extend([
+            [x + 0.25, y + 0.25],
+            [x + 0.9, y + 0.25],
+            [x + 0.25, y + 0.9],
+        ]);
+    }
+    const MANY_VERTICES: u64 = 0x30_0000;
+    m.poke_u32s(MANY_VERTICES, &clip(&vertices));
+    let mut render = count_pass(&m, POSITION_VS, &pair(DATA_VA + MANY_VERTICES), 3);
+    // The stream count_pass wrote: the vertex state, the PPP state, one
+    // draw. Rebuild it with a state and a draw per triangle.
+    let stream = m.peek(m.data, STREAM, 0x400);
+    let ppp_at = block_at(&stream, VdmBlockType::PppStateUpdate);
+    let mut vdm = stream[..ppp_at].to_vec();
+    let base = m.peek(m.data, PPP, 0x100);
+    let records = <PppRecords as agx_hw::seq::Sequence>::walk(&base)
+        .unwrap()
+        .value;
+    const STATES: u64 = 0x20_0000;
+    for i in 0..DRAWS {
+        let state = PppRecords {
+            depth_bias_scissor: Some(DepthBiasScissor {
+                scissor: i,
+                depth_bias: i,
+            }),
+            ..records.clone()
+        };
+        let mut bytes = Vec::new();
+        state.build(&mut bytes).unwrap();
+        let at = STATES + u64::from(i) * 0x100;
+        m.poke(m.data, at, &bytes);
+        VdmBlock::PppStateUpdate(PppState {
+            pointer: DATA_VA + at,
+            size_words: (bytes.len() / 4) as u32,
+        })
+        .build(&mut vdm)
+        .unwrap();
+        VdmBlock::IndexList(IndexListBlock {
+            header: IndexList {
+                primitive: Primitive::Triangles,
+                ..IndexList::default()
+            },
+            count: Some(IndexListCount { count: 3 }),
+            instances: Some(IndexListInstances { count: 1 }),
+            start: Some(IndexListStart { start: 3 * i }),
+            ..IndexListBlock::default()
+        })
+        .build(&mut vdm)
+        .unwrap();
+    }
+    VdmBlock::StreamTerminate(VdmStreamTerminate::default())
+        .build(&mut vdm)
+        .unwrap();
+    const BIG_STREAM: u64 = 0x38_0000;
+    m.poke(m.data, BIG_STREAM, &vdm);
+    render.vdm_ctrl_stream_base = DATA_VA + BIG_STREAM;
+    // A partial render stores the tile and the next segment reloads it.
+    let mut reload = pair(DATA_VA + IMAGE);
+    reload.push(STRIDE / 4);
+    let reload = m.program(RELOAD, 0x6000, 0x140, &reload, UNIFORMS + 0x400, 0, None);
+    render.partial_bg = BgEot {
+        usc: reload as u32 | 4,
+        rsrc_spec: 0,
+    };
+    render.partial_eot = render.eot;
+    assert_eq!(m.submit(CmdType::Render, render.as_bytes()), None);
+    assert_counts(
+        &counts(&m),
+        |x, y| u8::from(((y * 64 + x) as u32) < DRAWS),
+        "one pixel per draw",
+    );
+    let queue = m.file.queue(m.queue).unwrap();
+    assert!(queue.tvb_stats().partial_renders >= 1);
+}
