@@ -3114,3 +3114,104 @@ fn a_pass_with_more_fragment_states_than_a_segment_holds_renders_partially() {
     let queue = m.file.queue(m.queue).unwrap();
     assert!(queue.tvb_stats().partial_renders >= 1);
 }
+
+/// Per-sample shading as Mesa lowers it: a loop over the samples, each
+/// interpolating at its own sample position and storing to its sample
+/// alone; a sample mask kills sample 3. Red and green are x/64 and y/64
+/// interpolated at the sample.
+const PER_SAMPLE_FS: &str = "
+    sample_mask 8, 0
+    iter r2_r3, cf0, sample, 0, 0, 0, 0, 0
+    mov r4, u1
+    mov r5, u0
+    st_tile r2_r3_r4_r5, u8norm, 0, xyzw, 0, 1, r0, 0
+    iter r2_r3, cf0, sample, 1, 0, 0, 0, 0
+    st_tile r2_r3_r4_r5, u8norm, 0, xyzw, 0, 2, r0, 0
+    iter r2_r3, cf0, sample, 2, 0, 0, 0, 0
+    st_tile r2_r3_r4_r5, u8norm, 0, xyzw, 0, 4, r0, 0
+    iter r2_r3, cf0, centroid, 0, 0, 0, 0, 0
+    st_tile r2_r3_r4_r5, u8norm, 0, xyzw, 0, 8, r0, 0
+    stop";
+
+#[test_log::test]
+fn multisampled_shaders_interpolate_at_samples_and_kill_samples_by_mask() {
+    let m = Machine::new(5000);
+    // A triangle over most of the target, its values x/64 and y/64 (in
+    // window pixels, linear).
+    let corners = [[0.0f32, 0.0f32], [128.0, 0.0], [0.0, 128.0]];
+    let vertices: Vec<_> = corners
+        .iter()
+        .map(|&[x, y]| ([x, y], 0.5f32, [x / 64.0, y / 64.0, 0.0]))
+        .collect();
+    shape_vertices(&m, &vertices);
+    let vs = colour_vs(&m, VERTICES);
+    let fs = m.program(
+        PER_SAMPLE_FS,
+        0x4000,
+        0x100,
+        &[1.0f32.to_bits(), 0],
+        UNIFORMS + 0x300,
+        0,
+        None,
+    );
+    cf_table(&m, 2, agx_hw::formats::ShadeModel::Linear);
+    let mut render = draw_pass(&m, 3, vs, 7, fs, Some((0x5000, 1)));
+    render.samples = 4;
+    let stride = 64 * 4 * 4;
+    m.poke(m.data, MSAA_IMAGE, &vec![0xEE; 64 * stride as usize]);
+    m.poke(m.data, PBE, &msaa_pbe(stride).pack().unwrap());
+    assert_eq!(m.submit(CmdType::Render, render.as_bytes()), None);
+    let image = m.peek(m.data, MSAA_IMAGE, 64 * stride as usize);
+    // The standard 4x positions.
+    let positions = [
+        (0.375, 0.125),
+        (0.875, 0.375),
+        (0.125, 0.625),
+        (0.625, 0.875),
+    ];
+    let unorm = |v: f64| (v.clamp(0.0, 1.0) * 255.0).round() as u8;
+    for y in 0..40usize {
+        for x in 0..40usize {
+            // Every sample of these pixels is covered (x + y < 128).
+            for (s, (sx, sy)) in positions.iter().enumerate().take(3) {
+                let at = y * stride as usize + (x * 4 + s) * 4;
+                let want = [
+                    unorm((x as f64 + sx) / 64.0),
+                    unorm((y as f64 + sy) / 64.0),
+                    0,
+                    255,
+                ];
+                assert_eq!(image[at..at + 4], want, "pixel ({x}, {y}) sample {s}");
+            }
+            // Sample 3 is killed: the clear colour stays.
+            let at = y * stride as usize + (x * 4 + 3) * 4;
+            assert_eq!(image[at..at + 4], [0; 4], "pixel ({x}, {y}) sample 3");
+        }
+    }
+    // Without the kill, sample 3 takes the centroid value: at a pixel
+    // every sample covers, the centre.
+    let fs = m.program(
+        &PER_SAMPLE_FS.replace("    sample_mask 8, 0\n", ""),
+        0x4000,
+        0x100,
+        &[1.0f32.to_bits(), 0],
+        UNIFORMS + 0x300,
+        0,
+        None,
+    );
+    let mut render = draw_pass(&m, 3, vs, 7, fs, Some((0x5000, 1)));
+    render.samples = 4;
+    m.poke(m.data, PBE, &msaa_pbe(stride).pack().unwrap());
+    assert_eq!(m.submit(CmdType::Render, render.as_bytes()), None);
+    let image = m.peek(m.data, MSAA_IMAGE, 64 * stride as usize);
+    for (x, y) in [(0usize, 0usize), (10, 20), (39, 39)] {
+        let at = y * stride as usize + (x * 4 + 3) * 4;
+        let want = [
+            unorm((x as f64 + 0.5) / 64.0),
+            unorm((y as f64 + 0.5) / 64.0),
+            0,
+            255,
+        ];
+        assert_eq!(image[at..at + 4], want, "centroid of pixel ({x}, {y})");
+    }
+}

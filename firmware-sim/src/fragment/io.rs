@@ -35,9 +35,11 @@ pub(super) struct TileIo<'a, 'b> {
     pub(super) helpers: u32,
     /// The texture unit.
     pub(super) unit: TextureUnit<'b>,
-    /// Per pixel of the tile: discarded by the shader (sample_mask with
-    /// no coverage, or a failed zs_emit depth test).
-    pub(super) discarded: &'a mut [bool],
+    /// Per pixel of the tile: the samples the shader killed (sample_mask
+    /// clearing their coverage, or a failed zs_emit depth test).
+    pub(super) killed: &'a mut [u32],
+    /// The pass's sample positions (1/256 pixel from the pixel's corner).
+    pub(super) sample_positions: &'a [(i64, i64)],
     /// Per sample of the tile: the depth to write once the shader is done.
     pub(super) pending_depth: &'a mut [Option<f32>],
     /// Per pixel of the tile: the samples this program covers.
@@ -78,6 +80,47 @@ impl TileIo<'_, '_> {
             (self.origin.1 + y) as f32 + 0.5,
         )
     }
+
+    /// Where `iter` evaluates a varying for the lane, in window
+    /// coordinates: the pixel centre; sample `s`'s position (the pixel
+    /// centre for a sample past the pass's count); or for centroid
+    /// interpolation the centre when every sample is covered and the first
+    /// covered sample otherwise (GL allows any point of the pixel inside
+    /// the primitive; which one the hardware takes is not public).
+    fn interpolation_point(
+        &self,
+        lane: usize,
+        interpolation: crate::usc::io::Interpolation,
+    ) -> (f32, f32) {
+        use crate::usc::io::Interpolation;
+        let (x, y) = self.lanes[lane];
+        let corner = ((self.origin.0 + x) as f32, (self.origin.1 + y) as f32);
+        let at_sample = |s: usize| {
+            self.sample_positions
+                .get(s)
+                .map(|&(sx, sy)| (corner.0 + sx as f32 / 256.0, corner.1 + sy as f32 / 256.0))
+        };
+        let sample = match interpolation {
+            Interpolation::Center => None,
+            Interpolation::Sample(s) => Some(s as usize),
+            Interpolation::Centroid => {
+                let samples = self.sample_positions.len().min(32);
+                let all = if samples >= 32 {
+                    u32::MAX
+                } else {
+                    (1u32 << samples) - 1
+                };
+                let covered = self
+                    .pixel_index(lane)
+                    .and_then(|p| self.coverage.get(p))
+                    .map_or(all, |c| c & all);
+                (covered != all && covered != 0).then(|| covered.trailing_zeros() as usize)
+            }
+        };
+        sample
+            .and_then(at_sample)
+            .unwrap_or_else(|| self.centre(lane))
+    }
 }
 
 impl TileIo<'_, '_> {
@@ -100,14 +143,14 @@ impl TileIo<'_, '_> {
 }
 
 impl ShaderIo for TileIo<'_, '_> {
+    /// `sample_mask`: the samples in `which` take their bit of
+    /// `coverage`; one cleared is killed (no colour, depth or stencil
+    /// written for it). A discard clears them all; Mesa's per-sample
+    /// shading loops over the samples with a mask per iteration.
     fn sample_mask(&mut self, lane: usize, which: u32, coverage: u32) -> Result<(), IoError> {
-        if self.tile.colour.samples != 1 {
-            return Err(invalid("sample masks with multisampling".into()));
-        }
         if let Some(pixel) = self.pixel_index(lane) {
-            if which & 1 != 0 && coverage & 1 == 0 {
-                self.discarded[pixel] = true;
-            }
+            let samples = (1u32 << self.tile.colour.samples.min(31)) - 1;
+            self.killed[pixel] |= which & !coverage & samples;
         }
         Ok(())
     }
@@ -122,26 +165,30 @@ impl ShaderIo for TileIo<'_, '_> {
         if stencil.is_some() {
             return Err(invalid("stencil output".into()));
         }
-        if self.tile.colour.samples != 1 {
-            return Err(invalid("shader depth output with multisampling".into()));
-        }
         let Some(pixel) = self.pixel_index(lane) else {
             return Ok(());
         };
         let (Some(depth), true) = (depth, which & 1 != 0) else {
             return Ok(());
         };
-        // The depth test happens here, with the shader's depth.
+        // The depth test happens here, with the shader's depth, for each
+        // covered sample (the shader's depth is the pixel's, every sample
+        // takes it).
         let depth = depth.clamp(0.0, 1.0);
-        let stored = self.tile.depth[pixel * self.tile.colour.samples as usize];
-        match self.face {
-            Some(face) if !depth_passes(face.depth_function, depth, stored) => {
-                self.discarded[pixel] = true;
+        let samples = self.tile.colour.samples as usize;
+        let live = self.coverage.get(pixel).copied().unwrap_or(u32::MAX) & !self.killed[pixel];
+        for s in (0..samples).filter(|s| live & (1 << s) != 0) {
+            let at = pixel * samples + s;
+            let stored = self.tile.depth[at];
+            match self.face {
+                Some(face) if !depth_passes(face.depth_function, depth, stored) => {
+                    self.killed[pixel] |= 1 << s;
+                }
+                Some(face) if !face.disable_depth_write => {
+                    self.pending_depth[at] = Some(depth);
+                }
+                _ => {}
             }
-            Some(face) if !face.disable_depth_write => {
-                self.pending_depth[pixel * self.tile.colour.samples as usize] = Some(depth);
-            }
-            _ => {}
         }
         Ok(())
     }
@@ -162,10 +209,7 @@ impl ShaderIo for TileIo<'_, '_> {
         interpolation: crate::usc::io::Interpolation,
         perspective_w: Option<u32>,
     ) -> Result<[f32; 4], IoError> {
-        if interpolation != crate::usc::io::Interpolation::Center {
-            return Err(invalid("sample and centroid interpolation".into()));
-        }
-        let (x, y) = self.centre(lane);
+        let (x, y) = self.interpolation_point(lane, interpolation);
         let eval = |p: [f32; 3]| p[0].mul_add(x, p[1].mul_add(y, p[2]));
         let w = match perspective_w {
             Some(w_cf) => eval(self.plane(w_cf)?),
@@ -220,11 +264,15 @@ impl ShaderIo for TileIo<'_, '_> {
         if self.helpers & (1 << lane) != 0 {
             return Ok(());
         }
-        if access.explicit.is_none() && self.pixel_index(lane).is_some_and(|p| self.discarded[p]) {
+        let killed = match (access.explicit, self.pixel_index(lane)) {
+            (None, Some(p)) => self.killed[p],
+            _ => 0,
+        };
+        let pixel = self.pixel(lane, access);
+        let samples = access.sample_mask & self.lane_coverage(lane, access) & !killed;
+        if samples == 0 {
             return Ok(());
         }
-        let pixel = self.pixel(lane, access);
-        let samples = access.sample_mask & self.lane_coverage(lane, access);
         self.tile.colour.store(pixel, samples, access, values)
     }
 

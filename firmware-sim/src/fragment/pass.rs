@@ -162,7 +162,7 @@ pub(crate) fn render_scene(
         cache: ProgramCache::new(),
         shaders: std::collections::HashMap::new(),
         tile: Tilebuffer::new(pass.tile, samples, sample_bytes),
-        discarded: Vec::new(),
+        killed: Vec::new(),
         pending: Vec::new(),
         pending_stencil: Vec::new(),
         coverage: Vec::new(),
@@ -211,8 +211,10 @@ pub(super) struct Worker {
     /// Fragment setups by state.
     pub(super) shaders: std::collections::HashMap<u32, std::sync::Arc<FragmentSetup>>,
     pub(super) tile: Tilebuffer,
-    /// Per pixel of the tile, for the primitive being shaded.
-    pub(super) discarded: Vec<bool>,
+    /// Per pixel of the tile, for the primitive being shaded: the samples
+    /// the shader killed (discard, sample masks, a failed shader depth
+    /// test).
+    pub(super) killed: Vec<u32>,
     /// Per sample of the tile: the depth to write once the shader is done.
     pub(super) pending: Vec<Option<f32>>,
     pub(super) pending_stencil: Vec<Option<u8>>,
@@ -279,7 +281,8 @@ impl Pass<'_> {
                 binding,
                 TileState {
                     tile: &mut w.tile,
-                    discarded: &mut w.discarded,
+                    killed: &mut w.killed,
+                    sample_positions: &self.sample_positions,
                     pending_depth: &mut w.pending,
                     coverage: &w.coverage,
                     face,
@@ -298,8 +301,8 @@ impl Pass<'_> {
         let pixel_count = (tile_w * tile_h) as usize;
         let samples = w.tile.colour.samples as usize;
         let full = (1u32 << samples) - 1;
-        w.discarded.clear();
-        w.discarded.resize(pixel_count, false);
+        w.killed.clear();
+        w.killed.resize(pixel_count, 0);
         w.pending.clear();
         w.pending.resize(pixel_count * samples, None);
         w.pending_stencil.clear();
@@ -308,7 +311,7 @@ impl Pass<'_> {
         w.coverage.resize(pixel_count, full);
         run(w, &self.bg, &all, &[], true, None, false)?;
         // The background program does not discard.
-        w.discarded.fill(false);
+        w.killed.fill(0);
         let mut bytes = Vec::new();
         for primitive in primitives {
             // The record's head: state index and flags (back-facing, and
@@ -424,17 +427,13 @@ impl Pass<'_> {
                 })
                 .flatten();
             // Not modelled: stencil with a shader depth output, and
-            // shader depth output or stencil with multisampling.
-            if (*shader_writes_depth && stencil.is_some())
-                || (samples > 1 && (*shader_writes_depth || stencil.is_some()))
-            {
+            // stencil with multisampling.
+            if stencil.is_some() && (*shader_writes_depth || samples > 1) {
                 return Err(unsupported(
                     scene.header.states,
                     FaultUnit::Usc,
-                    if *shader_writes_depth && stencil.is_some() {
+                    if *shader_writes_depth {
                         "a fragment shader writing depth with the stencil test on"
-                    } else if *shader_writes_depth {
-                        "a fragment shader writing depth in a multisampled pass"
                     } else {
                         "the stencil test in a multisampled pass"
                     },
@@ -474,17 +473,18 @@ impl Pass<'_> {
                 let pixel = (y * tile_w + x) as usize;
                 let at = pixel * samples;
                 let mask = w.coverage[pixel];
-                for s in (0..samples).filter(|s| mask & (1 << s) != 0) {
-                    if let (Some(depth), false) = (w.pending[at + s], w.discarded[pixel]) {
+                let alive = mask & !w.killed[pixel];
+                for s in (0..samples).filter(|s| alive & (1 << s) != 0) {
+                    if let Some(depth) = w.pending[at + s] {
                         w.tile.depth[at + s] = depth;
                     }
                 }
-                if let (Some(value), false) = (w.pending_stencil[pixel], w.discarded[pixel]) {
+                if let (Some(value), true) = (w.pending_stencil[pixel], alive != 0) {
                     w.tile.stencil[at..at + samples].fill(value);
                 }
                 w.pending[at..at + samples].fill(None);
                 w.pending_stencil[pixel] = None;
-                w.discarded[pixel] = false;
+                w.killed[pixel] = 0;
             }
         }
         self.zls_planes.store(&vm, &w.tile, (tx, ty), layer)?;

@@ -52,7 +52,9 @@ pub(super) fn program(
 /// The tile state a per-tile program works on.
 pub(super) struct TileState<'a> {
     pub(super) tile: &'a mut Tilebuffer,
-    pub(super) discarded: &'a mut [bool],
+    pub(super) killed: &'a mut [u32],
+    /// The pass's sample positions (1/256 pixel from the corner).
+    pub(super) sample_positions: &'a [(i64, i64)],
     pub(super) pending_depth: &'a mut [Option<f32>],
     pub(super) coverage: &'a [u32],
     pub(super) face: Option<FragmentFace>,
@@ -81,7 +83,8 @@ pub(super) fn run_tile_program(
 ) -> Result<(), EngineResult> {
     let TileState {
         tile,
-        discarded,
+        killed,
+        sample_positions,
         pending_depth,
         coverage,
         face,
@@ -172,7 +175,8 @@ pub(super) fn run_tile_program(
             coefficients,
             helpers: helper_lanes,
             unit: unit.clone(),
-            discarded: &mut *discarded,
+            killed: &mut *killed,
+            sample_positions,
             pending_depth: &mut *pending_depth,
             coverage,
             face,
