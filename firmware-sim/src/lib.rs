@@ -10,6 +10,7 @@
 //! on those listed before it:
 //!
 //! - [`usc`]: the shader core, an interpreter of AGX machine code;
+//! - [`bc`]: decoding the block-compressed texture formats;
 //! - [`fault`]: the fault event a failed command raises;
 //! - [`memory`]: the GPU MMU as the units see it ([`memory::GpuVm`]);
 //! - [`command`]: a Run command's context and the firmware's watchdog;
@@ -20,7 +21,8 @@
 //! - [`bind`]: USC control words, a pipeline's set-up of the shader core
 //!   (running its preshader);
 //! - [`texture`]: the texture unit;
-//! - [`tiler`]: the parameter buffer, written by binning, read per tile;
+//! - [`tiler`]: the parameter buffer, written by binning (its vertex
+//!   shaders reach the texture unit), read per tile;
 //! - [`raster`]: coverage at the sample positions, and plane equations;
 //! - [`imageblock`]: on-chip pixel memory (a tile, or a kernel's
 //!   threadgroup memory in a tile layout) and the pixel back end's block
@@ -34,6 +36,7 @@
 //!   [`firmware::SimulatedCoprocessor`], the coprocessor the kmd boots.
 #![forbid(unsafe_code)]
 
+pub mod bc;
 pub mod bind;
 pub mod command;
 pub mod compute;

@@ -21,6 +21,7 @@ use agx_hw::formats::{
 };
 use agx_hw::layout::{laid_out_levels, CompressionLayout, ImageLayout, TileMode};
 
+use crate::bc::{BlockFormat, BLOCK_PX};
 use crate::bind::StateBinding;
 use crate::memory::GpuVm;
 use crate::usc::float::half_to_f32;
@@ -105,6 +106,8 @@ struct Image {
     layers: u32,
     /// Samples per pixel.
     samples: u32,
+    /// A block-compressed image's format: its elements are blocks.
+    block: Option<BlockFormat>,
     /// For a compressed image: its metadata layout, and the address of
     /// the first layer's metadata.
     compression: Option<(CompressionLayout, u64)>,
@@ -159,14 +162,26 @@ impl TextureUnit<'_> {
             (D::D2Multisampled | D::D2ArrayMultisampled, _) => 4,
             _ => 1,
         };
-        let (element, channels) = channel_format(texture.channels, texture.data_type, texture.srgb)
-            .ok_or_else(|| {
-                invalid(format!(
-                    "texture format {:?} {:?}",
-                    texture.channels, texture.data_type
-                ))
-            })?;
-        let element_bytes = element.element_bytes(channels);
+        let block = BlockFormat::of(texture.channels, texture.data_type);
+        let (element, channels) = match block {
+            // Block texels are decoded to floats, not through an element
+            // format (the element stands in).
+            Some(_) => (ElementFormat::Unorm8, 4),
+            None => channel_format(texture.channels, texture.data_type, texture.srgb).ok_or_else(
+                || {
+                    invalid(format!(
+                        "texture format {:?} {:?}",
+                        texture.channels, texture.data_type
+                    ))
+                },
+            )?,
+        };
+        let element_bytes = block.map_or(element.element_bytes(channels), |b| b.block_bytes());
+        let block_px = if block.is_some() {
+            (BLOCK_PX, BLOCK_PX)
+        } else {
+            (1, 1)
+        };
         // Array layers, a 3D image's slices and a cube's faces are all
         // layers of the layout (Mesa's ail): a cube's descriptor counts
         // cubes, six faces each, in the order +X, -X, +Y, -Y, +Z, -Z.
@@ -201,20 +216,28 @@ impl TextureUnit<'_> {
                 element_bytes: pixel_bytes,
                 layer_stride_bytes: texture.layer_stride_linear,
             },
-            Layout::Gpu => ImageLayout::gpu_tiled(
-                texture.width,
-                texture.height,
+            Layout::Gpu => ImageLayout::gpu_tiled_blocks(
+                (texture.width, texture.height),
+                block_px,
                 levels,
                 pixel_bytes,
                 texture.page_aligned_layers,
             )
             .ok_or_else(|| invalid(format!("{pixel_bytes}-byte tiled elements")))?,
-            Layout::Twiddled => {
-                ImageLayout::twiddled(texture.width, texture.height, levels, pixel_bytes)
-            }
+            Layout::Twiddled => ImageLayout::twiddled_blocks(
+                (texture.width, texture.height),
+                block_px,
+                levels,
+                pixel_bytes,
+            ),
             other => return Err(invalid(format!("{other:?} texture layout"))),
         };
         let compression = if texture.compressed_1 {
+            if block.is_some() {
+                return Err(invalid(
+                    "a losslessly compressed block-compressed texture".into(),
+                ));
+            }
             if samples > 1 {
                 // Mesa stretches a multisampled image's metadata grid by
                 // its sample layout; not modelled.
@@ -252,6 +275,7 @@ impl TextureUnit<'_> {
             compression,
             layers,
             samples,
+            block,
             last_tile: std::cell::Cell::new(None),
         })
     }
@@ -358,6 +382,9 @@ impl TextureUnit<'_> {
         (x, y, layer): (u32, u32, u32),
         sample: u32,
     ) -> Result<[u32; 4], IoError> {
+        if let Some(format) = image.block {
+            return self.block_texel(image, format, level, (x, y, layer));
+        }
         let (x, y) = self.stored_texel(image, level, x, y, layer)?;
         let offset = image
             .layout
@@ -392,6 +419,36 @@ impl TextureUnit<'_> {
             }
         }
         Ok(out)
+    }
+
+    /// Texel (x, y) of a block-compressed image: its block read and
+    /// decoded, sRGB colour channels decoded when the descriptor says.
+    fn block_texel(
+        &self,
+        image: &Image,
+        format: BlockFormat,
+        level: u32,
+        (x, y, layer): (u32, u32, u32),
+    ) -> Result<[u32; 4], IoError> {
+        let offset = image
+            .layout
+            .offset(level, x / BLOCK_PX, y / BLOCK_PX, layer)
+            .ok_or_else(|| invalid(format!("texel ({x}, {y}) of level {level}")))?;
+        let mut block = [0u8; 16];
+        let bytes = &mut block[..format.block_bytes() as usize];
+        crate::usc::GpuMemory::read(
+            &self.vm,
+            image.texture.address.wrapping_add(offset),
+            bytes,
+            crate::usc::AccessKind::Read,
+        )?;
+        let mut rgba = format.decode(bytes, x % BLOCK_PX, y % BLOCK_PX);
+        if image.texture.srgb {
+            for c in &mut rgba[..3] {
+                *c = formats::srgb_to_linear(*c);
+            }
+        }
+        Ok(rgba.map(f32::to_bits))
     }
 
     /// Serves a texture instruction for every lane with a request, in
@@ -559,7 +616,16 @@ impl TextureUnit<'_> {
                 && (0..i64::from((t.height >> level).max(1))).contains(&y)
                 && layer < layers;
             let (x, y) = (x as u32, y as u32);
-            if inside && image.layout.offset(level, x, y, layer).is_some() {
+            let element = match image.block {
+                Some(_) => (x / BLOCK_PX, y / BLOCK_PX),
+                None => (x, y),
+            };
+            if inside
+                && image
+                    .layout
+                    .offset(level, element.0, element.1, layer)
+                    .is_some()
+            {
                 self.sample_texel(image, level, (x, y, layer), sample)?
             } else {
                 [0; 4]
@@ -1015,6 +1081,17 @@ fn border_channel(image: &Image, c: usize, word: u32) -> Option<f32> {
         Some((word as i32 as f32 / max).clamp(-1.0, 1.0))
     };
     let bits = |fields: [u32; 4]| fields[c & 3];
+    // Mesa's agx_pack_border: RGTC channels are 14-bit, S3TC ones 8-bit
+    // (12-bit sRGB colour channels).
+    match image.block {
+        Some(BlockFormat::Bc4 { signed: true } | BlockFormat::Bc5 { signed: true }) => {
+            return snorm(14)
+        }
+        Some(BlockFormat::Bc4 { .. } | BlockFormat::Bc5 { .. }) => return unorm(14),
+        Some(_) if image.texture.srgb && c < 3 => return unorm(12),
+        Some(_) => return unorm(8),
+        None => {}
+    }
     match image.element {
         E::I32 => None,
         E::F16 => Some(half_to_f32(u64::from(word & 0xFFFF))),

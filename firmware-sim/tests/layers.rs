@@ -10,6 +10,7 @@ use std::path::Path;
 /// Each top-level module and its layer.
 const LAYERS: &[(&str, u32)] = &[
     ("usc", 0),
+    ("bc", 0),
     ("fault", 1),
     ("memory", 2),
     ("command", 3),

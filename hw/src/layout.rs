@@ -130,6 +130,39 @@ impl ImageLayout {
         element_bytes: u32,
         page_aligned_layers: bool,
     ) -> Option<ImageLayout> {
+        ImageLayout::gpu_tiled_blocks(
+            (width, height),
+            (1, 1),
+            levels,
+            element_bytes,
+            page_aligned_layers,
+        )
+    }
+
+    /// [`ImageLayout::gpu_tiled`] of an image of `block`-pixel blocks (4x4
+    /// for the BC formats; 1x1 for the uncompressed ones), `size_px`
+    /// pixels: the elements are its blocks, and the compressed formats
+    /// follow the exceptions of Mesa's `ail`: a large level whose tile grid
+    /// was padded on the left has one more block in its stride, and the
+    /// small (power-of-two) levels round up to a power of two before they
+    /// minify, their tiles the size of the rounded level's shorter side.
+    pub fn gpu_tiled_blocks(
+        (width_px, height_px): (u32, u32),
+        (bw, bh): (u32, u32),
+        levels: u32,
+        element_bytes: u32,
+        page_aligned_layers: bool,
+    ) -> Option<ImageLayout> {
+        if bw > 1 || bh > 1 {
+            return ImageLayout::gpu_tiled_compressed(
+                (width_px, height_px),
+                (bw, bh),
+                levels,
+                element_bytes,
+                page_aligned_layers,
+            );
+        }
+        let (width, height) = (width_px, height_px);
         let (tw, th) = max_tile(element_bytes)?;
         let (width, height) = (width.max(1), height.max(1));
         let (stx, sty) = (width.div_ceil(tw), height.div_ceil(th));
@@ -193,6 +226,120 @@ impl ImageLayout {
                 offset
             },
         })
+    }
+
+    /// The block-compressed case of [`ImageLayout::gpu_tiled_blocks`].
+    fn gpu_tiled_compressed(
+        (width_px, height_px): (u32, u32),
+        (bw, bh): (u32, u32),
+        levels: u32,
+        element_bytes: u32,
+        page_aligned_layers: bool,
+    ) -> Option<ImageLayout> {
+        let (tw, th) = max_tile(element_bytes)?;
+        let blocks_x = |px: u32| px.max(1).div_ceil(bw);
+        let blocks_y = |px: u32| px.max(1).div_ceil(bh);
+        let (w_el, h_el) = (blocks_x(width_px), blocks_y(height_px));
+        let (stx, sty) = (w_el.div_ceil(tw), h_el.div_ceil(th));
+        let area = u64::from(stx) * u64::from(sty);
+        // The first level whose blocks do not fill a whole large tile.
+        let (mut pot_w_px, mut pot_h_px) = (bw * w_el, bh * h_el);
+        let mut pot_level = 0;
+        while pot_level < 32 && blocks_x(pot_w_px) >= tw && blocks_y(pot_h_px) >= th {
+            pot_w_px = (pot_w_px >> 1).max(1);
+            pot_h_px = (pot_h_px >> 1).max(1);
+            pot_level += 1;
+        }
+        let mut offset = 0u64;
+        let mut out = Vec::new();
+        for l in 0..levels.min(pot_level) {
+            let mut tiles = area >> (2 * l);
+            let mask = (1u32 << l) - 1;
+            let pad_left = stx & mask != 0;
+            let pad_bottom = sty & mask != 0;
+            if pad_left {
+                tiles += u64::from(sty >> l);
+            }
+            if pad_bottom {
+                tiles += u64::from(stx >> l);
+            }
+            if pad_left && pad_bottom {
+                tiles += 1;
+            }
+            out.push(Level {
+                offset_bytes: offset,
+                tile: (tw, th),
+                width_el: blocks_x(minify(width_px, l)),
+                height_el: blocks_y(minify(height_px, l)),
+                stride_el: blocks_x(minify(width_px, l)) + u32::from(pad_left),
+            });
+            let size = tiles * u64::from(tw * th) * u64::from(element_bytes);
+            offset = (offset + size).next_multiple_of(CACHELINE_BYTES);
+        }
+        let mut potw = minify(w_el.next_power_of_two(), pot_level);
+        let mut poth = minify(h_el.next_power_of_two(), pot_level);
+        for l in pot_level..levels {
+            let tile = potw.min(poth).next_power_of_two();
+            out.push(Level {
+                offset_bytes: offset,
+                tile: (tile, tile),
+                width_el: blocks_x(minify(width_px, l)),
+                height_el: blocks_y(minify(height_px, l)),
+                stride_el: blocks_x(minify(width_px, l)),
+            });
+            let size = u64::from(potw) * u64::from(poth) * u64::from(element_bytes);
+            offset = (offset + size).next_multiple_of(CACHELINE_BYTES);
+            potw = (potw / 2).max(1);
+            poth = (poth / 2).max(1);
+        }
+        Some(ImageLayout::Tiled {
+            element_bytes,
+            levels: out,
+            layer_stride_bytes: if page_aligned_layers {
+                offset.next_multiple_of(PAGE_BYTES)
+            } else {
+                offset
+            },
+        })
+    }
+
+    /// [`ImageLayout::twiddled`] of an image of `block`-pixel blocks: the
+    /// elements are its blocks, and a compressed format's levels take
+    /// their allocated (power-of-two, then minified) size as their logical
+    /// one (Mesa's `ail`).
+    pub fn twiddled_blocks(
+        (width_px, height_px): (u32, u32),
+        (bw, bh): (u32, u32),
+        levels: u32,
+        element_bytes: u32,
+    ) -> ImageLayout {
+        if bw == 1 && bh == 1 {
+            return ImageLayout::twiddled(width_px, height_px, levels, element_bytes);
+        }
+        let blocks_x = |px: u32| px.max(1).div_ceil(bw);
+        let blocks_y = |px: u32| px.max(1).div_ceil(bh);
+        let (w_el, h_el) = (blocks_x(width_px), blocks_y(height_px));
+        let mut offset = 0u64;
+        let mut out = Vec::new();
+        for l in 0..levels {
+            let alloc_w = minify(w_el.next_power_of_two(), l);
+            let alloc_h = minify(h_el.next_power_of_two(), l);
+            let tile = alloc_w.min(alloc_h);
+            out.push(Level {
+                offset_bytes: offset,
+                tile: (tile, tile),
+                width_el: blocks_x(minify(width_px, l)),
+                height_el: blocks_y(minify(height_px, l)),
+                stride_el: alloc_w,
+            });
+            let size = u64::from(alloc_w) * u64::from(alloc_h) * u64::from(element_bytes);
+            offset = (offset + size).next_multiple_of(CACHELINE_BYTES);
+        }
+        ImageLayout::Tiled {
+            element_bytes,
+            levels: out,
+            layer_stride_bytes: offset.next_multiple_of(PAGE_BYTES),
+        }
     }
 
     /// A twiddled image: each level padded to powers of two in both
@@ -464,6 +611,42 @@ impl CompressionLayout {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn block_compressed_levels_follow_ails_exceptions() {
+        // 1000 x 600 pixels of 8-byte 4x4 blocks (BC1): 250 x 150 blocks,
+        // 64 x 32-block tiles, a 4 x 5 tile grid. Levels 0 and 1 fill
+        // whole tiles (level 1: 125 x 75 blocks, its grid padded at the
+        // bottom: 5 + 2 tiles); level 2 (63 blocks wide) starts the
+        // power-of-two levels, rounded up then minified: 256 x 256 blocks
+        // at level 0, so 64 x 64 at level 2, in 64-block tiles.
+        let layout = ImageLayout::gpu_tiled_blocks((1000, 600), (4, 4), 4, 8, false).unwrap();
+        let ImageLayout::Tiled { levels, .. } = &layout else {
+            panic!("tiled");
+        };
+        let tile_bytes = 64 * 32 * 8;
+        assert_eq!(levels[0].offset_bytes, 0);
+        assert_eq!((levels[0].width_el, levels[0].stride_el), (250, 250));
+        assert_eq!(levels[1].offset_bytes, 20 * tile_bytes);
+        assert_eq!((levels[1].width_el, levels[1].height_el), (125, 75));
+        assert_eq!(levels[2].offset_bytes, 27 * tile_bytes);
+        assert_eq!(levels[2].tile, (64, 64));
+        assert_eq!(levels[2].width_el, 63);
+        assert_eq!(levels[3].offset_bytes, 27 * tile_bytes + 64 * 64 * 8);
+        assert_eq!(levels[3].tile, (32, 32));
+        // A grid padded on the left (5 tiles across at level 1) adds a
+        // block to the level's stride.
+        let layout = ImageLayout::gpu_tiled_blocks((1160, 600), (4, 4), 2, 8, false).unwrap();
+        let ImageLayout::Tiled { levels, .. } = &layout else {
+            panic!("tiled");
+        };
+        assert_eq!(levels[1].stride_el, 145 + 1);
+        // Uncompressed images are unchanged by the block form.
+        assert_eq!(
+            ImageLayout::gpu_tiled_blocks((100, 70), (1, 1), 5, 4, true),
+            ImageLayout::gpu_tiled(100, 70, 5, 4, true)
+        );
+    }
 
     #[test]
     fn z_order_puts_x_in_the_even_bits() {

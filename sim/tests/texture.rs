@@ -1548,3 +1548,219 @@ fn custom_border_colours_are_read_in_the_images_encoding() {
         assert_eq!(got[4..], want, "{channels:?} border");
     }
 }
+
+/// An 8 x 4 linear texture of two blocks of `channels`/`data_type`
+/// (`blocks`, one after the other), descriptor at DESCRIPTOR.
+fn block_texture(
+    m: &Machine,
+    channels: Channels,
+    data_type: TextureType,
+    srgb: bool,
+    blocks: &[u8],
+) {
+    let descriptor = Texture {
+        dimension: TextureDimension::D2,
+        layout: Layout::Linear,
+        channels,
+        data_type,
+        width: 8,
+        height: 4,
+        srgb,
+        stride: (blocks.len() as u32).next_multiple_of(16),
+        ..Texture::default()
+    };
+    put_texture(m, descriptor, blocks);
+}
+
+/// A BC1 colour block: endpoints c0, c1 (RGB565) and texel i's index
+/// i % 4.
+fn colour_block(c0: u16, c1: u16) -> Vec<u8> {
+    let mut block = c0.to_le_bytes().to_vec();
+    block.extend(c1.to_le_bytes());
+    block.extend(0xE4E4_E4E4u32.to_le_bytes());
+    block
+}
+
+/// An interpolated channel block: endpoints r0, r1 and texel i's index
+/// i % 8.
+fn channel_block(r0: u8, r1: u8) -> Vec<u8> {
+    let mut indices = 0u64;
+    for texel in 0..16u64 {
+        indices |= (texel % 8) << (3 * texel);
+    }
+    let mut block = vec![r0, r1];
+    block.extend(&indices.to_le_bytes()[..6]);
+    block
+}
+
+/// Worked from the Khronos Data Format Specification's definitions of
+/// BC1-BC5: palettes of the endpoints and the values between them.
+#[test_log::test]
+fn bc1_to_bc5_blocks_decode_as_the_format_specification_defines() {
+    let m = Machine::new(5000);
+    let red = [1.0f32, 0.0, 0.0];
+    let blue = [0.0f32, 0.0, 1.0];
+    let between = move |wa: f32, wb: f32| -> [f32; 3] {
+        std::array::from_fn(|c| (wa * red[c] + wb * blue[c]) / (wa + wb))
+    };
+    let rgba = |c: [f32; 3], a: f32| [c[0], c[1], c[2], a];
+    // Four colours (c0 > c1): red, blue, 2/3 red, 1/3 red.
+    let four = [
+        rgba(red, 1.0),
+        rgba(blue, 1.0),
+        rgba(between(2.0, 1.0), 1.0),
+        rgba(between(1.0, 2.0), 1.0),
+    ];
+    // Three colours (c0 <= c1): blue, red, halfway, transparent black.
+    let three = [
+        rgba(blue, 1.0),
+        rgba(red, 1.0),
+        rgba(between(1.0, 1.0), 1.0),
+        [0.0; 4],
+    ];
+    // Channel blocks: 8 values for r0 > r1, else 6 and the extremes.
+    let eight = |r0: f32, r1: f32, i: usize| match i {
+        0 => r0,
+        1 => r1,
+        i => ((8 - i) as f32 * r0 + (i - 1) as f32 * r1) / 7.0,
+    };
+    let six = |r0: f32, r1: f32, lo: f32, i: usize| match i {
+        0 => r0,
+        1 => r1,
+        6 => lo,
+        7 => 1.0,
+        i => ((6 - i) as f32 * r0 + (i - 1) as f32 * r1) / 5.0,
+    };
+    let (red565, blue565) = (0xF800u16, 0x001Fu16);
+    type Want = Box<dyn Fn(usize, usize) -> [f32; 4]>;
+    let cases: Vec<(Channels, TextureType, Vec<u8>, Want)> = vec![
+        (
+            Channels::Bc1,
+            TextureType::Unorm,
+            [colour_block(red565, blue565), colour_block(blue565, red565)].concat(),
+            Box::new(move |block, t| {
+                if block == 0 {
+                    four[t % 4]
+                } else {
+                    three[t % 4]
+                }
+            }),
+        ),
+        // BC2: 4-bit alpha t / 15; its colour block always has four
+        // colours, whatever the endpoints' order.
+        (
+            Channels::Bc2,
+            TextureType::Unorm,
+            {
+                let alpha: u64 = (0..16u64).map(|t| t << (4 * t)).sum();
+                let mut block = alpha.to_le_bytes().to_vec();
+                block.extend(colour_block(blue565, red565));
+                [block.clone(), block].concat()
+            },
+            Box::new(move |_, t| {
+                let c = [blue, red, between(1.0, 2.0), between(2.0, 1.0)][t % 4];
+                rgba(c, t as f32 / 15.0)
+            }),
+        ),
+        (
+            Channels::Bc3,
+            TextureType::Unorm,
+            {
+                let block = [channel_block(255, 0), colour_block(red565, blue565)].concat();
+                let other = [channel_block(51, 204), colour_block(red565, blue565)].concat();
+                [block, other].concat()
+            },
+            Box::new(move |block, t| {
+                let alpha = if block == 0 {
+                    eight(1.0, 0.0, t % 8)
+                } else {
+                    six(0.2, 0.8, 0.0, t % 8)
+                };
+                let c = four[t % 4];
+                [c[0], c[1], c[2], alpha]
+            }),
+        ),
+        (
+            Channels::Bc4,
+            TextureType::Unorm,
+            [channel_block(10, 200), channel_block(200, 10)].concat(),
+            Box::new(move |block, t| {
+                let (a, b) = (10.0 / 255.0, 200.0 / 255.0);
+                let r = if block == 0 {
+                    six(a, b, 0.0, t % 8)
+                } else {
+                    eight(b, a, t % 8)
+                };
+                [r, 0.0, 0.0, 1.0]
+            }),
+        ),
+        // Signed: 127 is 1.0, -127 (0x81) and -128 (0x80) are -1.0; the
+        // order is signed (127 > -127: eight values).
+        (
+            Channels::Bc4,
+            TextureType::Snorm,
+            [channel_block(127, 0x81), channel_block(0x80, 64)].concat(),
+            Box::new(move |block, t| {
+                let r = if block == 0 {
+                    eight(1.0, -1.0, t % 8)
+                } else {
+                    six(-1.0, 64.0 / 127.0, -1.0, t % 8)
+                };
+                [r, 0.0, 0.0, 1.0]
+            }),
+        ),
+        (
+            Channels::Bc5,
+            TextureType::Unorm,
+            {
+                let block = [channel_block(255, 0), channel_block(0, 255)].concat();
+                [block.clone(), block].concat()
+            },
+            Box::new(move |_, t| [eight(1.0, 0.0, t % 8), six(0.0, 1.0, 0.0, t % 8), 0.0, 1.0]),
+        ),
+    ];
+    for (channels, data_type, blocks, want) in cases {
+        block_texture(&m, channels, data_type, false, &blocks);
+        let coords: Vec<[u32; 4]> = (0..32).map(|i| [i % 8, i / 8, 0, 0]).collect();
+        let got = run_requests(&m, &load_instruction("tex_2d", 2), &coords);
+        for (i, texel) in got.iter().enumerate() {
+            let (x, y) = (i % 8, i / 8);
+            let expected = want(x / 4, (y * 4) + x % 4);
+            let have = texel.map(f32::from_bits);
+            for c in 0..4 {
+                assert!(
+                    (have[c] - expected[c]).abs() < 1e-6,
+                    "{channels:?} {data_type:?} texel ({x}, {y}) channel {c}: {} vs {}",
+                    have[c],
+                    expected[c]
+                );
+            }
+        }
+    }
+    // sRGB: the colour channels are decoded after the palette, alpha not.
+    block_texture(
+        &m,
+        Channels::Bc1,
+        TextureType::Unorm,
+        true,
+        &[colour_block(red565, blue565), colour_block(red565, blue565)].concat(),
+    );
+    let got = run_requests(&m, &load_instruction("tex_2d", 2), &[[2, 0, 0, 0]]);
+    let linear = |c: f32| {
+        if c <= 0.04045 {
+            c / 12.92
+        } else {
+            ((c + 0.055) / 1.055).powf(2.4)
+        }
+    };
+    let want = [linear(2.0 / 3.0), 0.0, linear(1.0 / 3.0), 1.0];
+    let have = got[0].map(f32::from_bits);
+    for c in 0..4 {
+        assert!(
+            (have[c] - want[c]).abs() < 1e-6,
+            "sRGB channel {c}: {} vs {}",
+            have[c],
+            want[c]
+        );
+    }
+}

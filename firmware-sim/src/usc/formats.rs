@@ -177,7 +177,8 @@ fn register_float(value: u32, half: bool) -> f32 {
     }
 }
 
-fn srgb_to_linear(c: f32) -> f32 {
+/// An sRGB-encoded value in 0..1 as linear.
+pub fn srgb_to_linear(c: f32) -> f32 {
     if c <= 0.04045 {
         c / 12.92
     } else {

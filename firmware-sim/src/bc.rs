@@ -1,0 +1,163 @@
+//! Block compression: the BC1-BC5 formats (S3TC/DXT and RGTC) the texture
+//! unit decodes. An image of them is an image of 4x4-texel blocks, 8 or 16
+//! bytes each, laid out as any image of that element size is; a block
+//! holds two endpoints and a small index per texel into a palette
+//! interpolated between them. The palettes follow the Khronos Data Format
+//! Specification's definitions of the formats, computed in floating
+//! point; how the hardware rounds its interpolation is not public.
+
+use agx_hw::formats::{Channels, TextureType};
+
+/// A block-compressed format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BlockFormat {
+    /// BC1: RGB565 endpoints, 2-bit indices; a 1-bit alpha in its
+    /// three-colour mode.
+    Bc1,
+    /// BC2: explicit 4-bit alpha, then a BC1 colour block.
+    Bc2,
+    /// BC3: an interpolated alpha block, then a BC1 colour block.
+    Bc3,
+    /// BC4: one interpolated channel, unsigned or signed.
+    Bc4 {
+        /// Signed normalised endpoints.
+        signed: bool,
+    },
+    /// BC5: two interpolated channels.
+    Bc5 {
+        /// Signed normalised endpoints.
+        signed: bool,
+    },
+}
+
+/// Texels per side of a block.
+pub const BLOCK_PX: u32 = 4;
+
+impl BlockFormat {
+    /// The block format of a descriptor's channels and type (`None`: not
+    /// one of BC1-BC5, or a type they do not have).
+    pub fn of(channels: Channels, data_type: TextureType) -> Option<BlockFormat> {
+        let signed = match data_type {
+            TextureType::Unorm => false,
+            TextureType::Snorm => true,
+            _ => return None,
+        };
+        Some(match channels {
+            Channels::Bc1 if !signed => BlockFormat::Bc1,
+            Channels::Bc2 if !signed => BlockFormat::Bc2,
+            Channels::Bc3 if !signed => BlockFormat::Bc3,
+            Channels::Bc4 => BlockFormat::Bc4 { signed },
+            Channels::Bc5 => BlockFormat::Bc5 { signed },
+            _ => return None,
+        })
+    }
+
+    /// Bytes of a block.
+    pub fn block_bytes(self) -> u32 {
+        match self {
+            BlockFormat::Bc1 | BlockFormat::Bc4 { .. } => 8,
+            _ => 16,
+        }
+    }
+
+    /// Texel (x, y) (each 0-3) of `block` (its [`BlockFormat::block_bytes`]
+    /// bytes) as RGBA; a channel the format lacks reads 0, alpha 1.
+    pub fn decode(self, block: &[u8], x: u32, y: u32) -> [f32; 4] {
+        let texel = (y * BLOCK_PX + x) as usize;
+        match self {
+            BlockFormat::Bc1 => colour(&block[..8], texel, true),
+            BlockFormat::Bc2 => {
+                let alpha = u64::from_le_bytes(block[..8].try_into().unwrap_or_default());
+                let [r, g, b, _] = colour(&block[8..16], texel, false);
+                [r, g, b, ((alpha >> (4 * texel)) & 0xF) as f32 / 15.0]
+            }
+            BlockFormat::Bc3 => {
+                let [r, g, b, _] = colour(&block[8..16], texel, false);
+                [r, g, b, channel(&block[..8], texel, false)]
+            }
+            BlockFormat::Bc4 { signed } => [channel(&block[..8], texel, signed), 0.0, 0.0, 1.0],
+            BlockFormat::Bc5 { signed } => [
+                channel(&block[..8], texel, signed),
+                channel(&block[8..16], texel, signed),
+                0.0,
+                1.0,
+            ],
+        }
+    }
+}
+
+/// An RGB565 endpoint as three floats.
+fn rgb565(c: u16) -> [f32; 3] {
+    [
+        f32::from(c >> 11) / 31.0,
+        f32::from((c >> 5) & 0x3F) / 63.0,
+        f32::from(c & 0x1F) / 31.0,
+    ]
+}
+
+/// Texel `texel` of a BC1 colour block. `three_colour`: BC1's own block,
+/// whose endpoints in order c0 <= c1 select the three-colour palette with
+/// transparent black; BC2 and BC3 always use four colours.
+fn colour(block: &[u8], texel: usize, three_colour: bool) -> [f32; 4] {
+    let c0 = u16::from_le_bytes([block[0], block[1]]);
+    let c1 = u16::from_le_bytes([block[2], block[3]]);
+    let indices = u32::from_le_bytes([block[4], block[5], block[6], block[7]]);
+    let index = (indices >> (2 * texel)) & 3;
+    let (a, b) = (rgb565(c0), rgb565(c1));
+    let mix = |wa: f32, wb: f32, d: f32| -> [f32; 4] {
+        [
+            (wa * a[0] + wb * b[0]) / d,
+            (wa * a[1] + wb * b[1]) / d,
+            (wa * a[2] + wb * b[2]) / d,
+            1.0,
+        ]
+    };
+    if c0 > c1 || !three_colour {
+        match index {
+            0 => mix(1.0, 0.0, 1.0),
+            1 => mix(0.0, 1.0, 1.0),
+            2 => mix(2.0, 1.0, 3.0),
+            _ => mix(1.0, 2.0, 3.0),
+        }
+    } else {
+        match index {
+            0 => mix(1.0, 0.0, 1.0),
+            1 => mix(0.0, 1.0, 1.0),
+            2 => mix(1.0, 1.0, 2.0),
+            _ => [0.0; 4],
+        }
+    }
+}
+
+/// Texel `texel` of an interpolated single-channel block (BC3's alpha,
+/// BC4, each half of BC5): two 8-bit endpoints and 3-bit indices. With
+/// r0 > r1 six values lie between them; otherwise four, then the
+/// minimum and maximum (0 and 1, or -1 and 1 signed).
+fn channel(block: &[u8], texel: usize, signed: bool) -> f32 {
+    let (r0, r1, min) = if signed {
+        let v = |b: u8| (f32::from(b as i8) / 127.0).max(-1.0);
+        (v(block[0]), v(block[1]), -1.0)
+    } else {
+        (
+            f32::from(block[0]) / 255.0,
+            f32::from(block[1]) / 255.0,
+            0.0,
+        )
+    };
+    let more = if signed {
+        (block[0] as i8) > (block[1] as i8)
+    } else {
+        block[0] > block[1]
+    };
+    let mut bits = [0u8; 8];
+    bits[..6].copy_from_slice(&block[2..8]);
+    let index = ((u64::from_le_bytes(bits) >> (3 * texel)) & 7) as u32;
+    match index {
+        0 => r0,
+        1 => r1,
+        i if more => ((8 - i) as f32 * r0 + (i - 1) as f32 * r1) / 7.0,
+        6 => min,
+        7 => 1.0,
+        i => ((6 - i) as f32 * r0 + (i - 1) as f32 * r1) / 5.0,
+    }
+}
