@@ -3215,3 +3215,72 @@ fn multisampled_shaders_interpolate_at_samples_and_kill_samples_by_mask() {
         assert_eq!(image[at..at + 4], want, "centroid of pixel ({x}, {y})");
     }
 }
+
+#[test_log::test]
+fn stencil_is_tested_and_written_per_sample() {
+    use agx_hw::formats::{FragmentStencil, StencilOp};
+    let m = Machine::new(5000);
+    let count = FragmentStencil {
+        write_mask: 0xFF,
+        read_mask: 0xFF,
+        depth_pass: StencilOp::IncrSat,
+        depth_fail: StencilOp::Keep,
+        stencil_fail: StencilOp::Keep,
+        compare: ZsFunc::Always,
+    };
+    let first = [[4.0f32, 4.0], [44.0, 8.0], [12.0, 44.0]];
+    let second = [[20.0f32, 20.0], [60.0, 24.0], [28.0, 60.0]];
+    coloured(
+        &m,
+        &[
+            (first, 0.5, [1.0, 0.0, 0.0]),
+            (second, 0.5, [0.0, 1.0, 0.0]),
+        ],
+    );
+    let stride = 64 * 4 * 4;
+    let four_samples = |mut render: CmdRender| {
+        render.samples = 4;
+        render
+    };
+    let render = four_samples(stencil_pass(&m, 2, count, 0, false));
+    m.poke(m.data, PBE, &msaa_pbe(stride).pack().unwrap());
+    assert_eq!(m.submit(CmdType::Render, render.as_bytes()), None);
+    // Then blue where a sample's stencil is 1: covered by exactly one of
+    // the two triangles, at the sample's own position.
+    let equal_one = FragmentStencil {
+        depth_pass: StencilOp::Keep,
+        compare: ZsFunc::Equal,
+        ..count
+    };
+    coloured(&m, &[covering(0.5, [0.0, 0.0, 1.0])]);
+    let render = four_samples(stencil_pass(&m, 1, equal_one, 1, true));
+    m.poke(m.data, PBE, &msaa_pbe(stride).pack().unwrap());
+    assert_eq!(m.submit(CmdType::Render, render.as_bytes()), None);
+    let image = m.peek(m.data, MSAA_IMAGE, 64 * stride as usize);
+    let positions = [
+        (0.375, 0.125),
+        (0.875, 0.375),
+        (0.125, 0.625),
+        (0.625, 0.875),
+    ];
+    let (a, b) = (
+        first.map(|[x, y]| [f64::from(x), f64::from(y)]),
+        second.map(|[x, y]| [f64::from(x), f64::from(y)]),
+    );
+    let mut split = 0;
+    for y in 0..64usize {
+        for x in 0..64usize {
+            let mut blue = 0;
+            for (s, (sx, sy)) in positions.iter().enumerate() {
+                let (px, py) = (x as f64 + sx, y as f64 + sy);
+                let once = covers(a, px, py) != covers(b, px, py);
+                let at = y * stride as usize + (x * 4 + s) * 4;
+                let want: [u8; 3] = if once { [0, 0, 255] } else { [0, 0, 0] };
+                assert_eq!(image[at..at + 3], want, "pixel ({x}, {y}) sample {s}");
+                blue += usize::from(once);
+            }
+            split += usize::from(blue > 0 && blue < 4);
+        }
+    }
+    assert!(split > 50, "pixels whose samples differ: {split}");
+}

@@ -124,26 +124,29 @@ pub(super) fn depth_test(
     covered.retain(|&(x, y)| {
         let pixel = (y * tile.colour.width_px + x) as usize;
         let first = pixel * samples;
-        if let Some(s) = stencil {
-            // Stencil is per pixel (single-sampled passes only).
-            let stored = tile.stencil[first];
-            let mask = s.read_mask as u8;
-            if !depth_passes(
-                s.compare,
-                f32::from(reference & mask),
-                f32::from(stored & mask),
-            ) {
-                // Rejected: the stencil-fail operation applies now.
-                let value = stencil_op(s.stencil_fail, stored, reference, s.write_mask as u8);
-                tile.stencil[first..first + samples].fill(value);
-                return false;
-            }
-        }
-        // Depth per covered sample, at the sample's position.
+        // Stencil, then depth, per covered sample at the sample's
+        // position. A sample failing the stencil test takes the
+        // stencil-fail operation now; one failing the depth test the
+        // depth-fail one; one passing both notes the depth-pass result,
+        // written once the shader has run and kept the sample.
         let mut passed = 0u32;
         for (s, &(sx, sy)) in sample_positions.iter().enumerate().take(samples) {
             if coverage[pixel] & (1 << s) == 0 {
                 continue;
+            }
+            let at = first + s;
+            if let Some(st) = stencil {
+                let stored = tile.stencil[at];
+                let mask = st.read_mask as u8;
+                if !depth_passes(
+                    st.compare,
+                    f32::from(reference & mask),
+                    f32::from(stored & mask),
+                ) {
+                    tile.stencil[at] =
+                        stencil_op(st.stencil_fail, stored, reference, st.write_mask as u8);
+                    continue;
+                }
             }
             let cx = (origin.0 + x) as f32 + sx as f32 / 256.0;
             let cy = (origin.1 + y) as f32 + sy as f32 / 256.0;
@@ -151,22 +154,26 @@ pub(super) fn depth_test(
                 .max(low)
                 .min(high)
                 .clamp(0.0, 1.0);
-            if depth_passes(face.depth_function, depth, tile.depth[first + s]) {
+            let depth_pass = depth_passes(face.depth_function, depth, tile.depth[at]);
+            if depth_pass {
                 passed |= 1 << s;
                 if !face.disable_depth_write {
-                    pending[first + s] = Some(depth);
+                    pending[at] = Some(depth);
                 }
             }
-        }
-        if let Some(s) = stencil {
-            let stored = tile.stencil[first];
-            let pass = passed != 0;
-            let op = if pass { s.depth_pass } else { s.depth_fail };
-            let value = stencil_op(op, stored, reference, s.write_mask as u8);
-            if pass {
-                pending_stencil[pixel] = Some(value);
-            } else {
-                tile.stencil[first..first + samples].fill(value);
+            if let Some(st) = stencil {
+                let stored = tile.stencil[at];
+                let op = if depth_pass {
+                    st.depth_pass
+                } else {
+                    st.depth_fail
+                };
+                let value = stencil_op(op, stored, reference, st.write_mask as u8);
+                if depth_pass {
+                    pending_stencil[at] = Some(value);
+                } else {
+                    tile.stencil[at] = value;
+                }
             }
         }
         coverage[pixel] = passed;

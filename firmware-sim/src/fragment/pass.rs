@@ -306,7 +306,7 @@ impl Pass<'_> {
         w.pending.clear();
         w.pending.resize(pixel_count * samples, None);
         w.pending_stencil.clear();
-        w.pending_stencil.resize(pixel_count, None);
+        w.pending_stencil.resize(pixel_count * samples, None);
         w.coverage.clear();
         w.coverage.resize(pixel_count, full);
         run(w, &self.bg, &all, &[], true, None, false)?;
@@ -426,17 +426,12 @@ impl Pass<'_> {
                     }
                 })
                 .flatten();
-            // Not modelled: stencil with a shader depth output, and
-            // stencil with multisampling.
-            if stencil.is_some() && (*shader_writes_depth || samples > 1) {
+            // Not modelled: stencil with a shader depth output.
+            if stencil.is_some() && *shader_writes_depth {
                 return Err(unsupported(
                     scene.header.states,
                     FaultUnit::Usc,
-                    if *shader_writes_depth {
-                        "a fragment shader writing depth with the stencil test on"
-                    } else {
-                        "the stencil test in a multisampled pass"
-                    },
+                    "a fragment shader writing depth with the stencil test on",
                 ));
             }
             if !shader_writes_depth {
@@ -478,12 +473,12 @@ impl Pass<'_> {
                     if let Some(depth) = w.pending[at + s] {
                         w.tile.depth[at + s] = depth;
                     }
-                }
-                if let (Some(value), true) = (w.pending_stencil[pixel], alive != 0) {
-                    w.tile.stencil[at..at + samples].fill(value);
+                    if let Some(value) = w.pending_stencil[at + s] {
+                        w.tile.stencil[at + s] = value;
+                    }
                 }
                 w.pending[at..at + samples].fill(None);
-                w.pending_stencil[pixel] = None;
+                w.pending_stencil[at..at + samples].fill(None);
                 w.killed[pixel] = 0;
             }
         }
