@@ -1963,16 +1963,29 @@ fn stencil_pass(
     reference: u8,
     load: bool,
 ) -> CmdRender {
-    let vs = colour_vs(m, VERTICES);
-    let fs = m.program(
+    stencil_pass_with_fs(
+        m,
+        triangles,
+        stencil,
+        reference,
+        load,
         COLOUR_FS,
-        0x4000,
-        0x100,
         &[1.0f32.to_bits()],
-        UNIFORMS + 0x300,
-        0,
-        None,
-    );
+    )
+}
+
+/// [`stencil_pass`] with another fragment shader.
+fn stencil_pass_with_fs(
+    m: &Machine,
+    triangles: u32,
+    stencil: agx_hw::formats::FragmentStencil,
+    reference: u8,
+    load: bool,
+    fs: &str,
+    fs_uniforms: &[u32],
+) -> CmdRender {
+    let vs = colour_vs(m, VERTICES);
+    let fs = m.program(fs, 0x4000, 0x100, fs_uniforms, UNIFORMS + 0x300, 0, None);
     cf_table(m, 3, agx_hw::formats::ShadeModel::FlatVertex0);
     let mut render = draw_pass_with_depth_stencil(
         m,
@@ -3283,4 +3296,52 @@ fn stencil_is_tested_and_written_per_sample() {
         }
     }
     assert!(split > 50, "pixels whose samples differ: {split}");
+}
+
+#[test_log::test]
+fn a_shader_writing_depth_runs_the_stencil_test_before_it_and_the_depth_operations_after() {
+    use agx_hw::formats::{FragmentStencil, StencilOp};
+    let m = Machine::new(5000);
+    let count = FragmentStencil {
+        write_mask: 0xFF,
+        read_mask: 0xFF,
+        depth_pass: StencilOp::IncrSat,
+        depth_fail: StencilOp::Keep,
+        stencil_fail: StencilOp::Keep,
+        compare: ZsFunc::Always,
+    };
+    let first = (
+        [[4.0f32, 4.0], [44.0, 8.0], [12.0, 44.0]],
+        0.5,
+        [1.0, 0.0, 0.0],
+    );
+    let second = (
+        [[20.0f32, 20.0], [60.0, 24.0], [28.0, 60.0]],
+        0.5,
+        [0.0, 1.0, 0.0],
+    );
+    coloured(&m, &[first, second]);
+    // The shader writes depth 0.25: the depth test (Always) passes at
+    // its zs_emit, and the depth-pass operation counts.
+    let uniforms = [1.0f32.to_bits(), 0.25f32.to_bits()];
+    let render = stencil_pass_with_fs(&m, 2, count, 0, false, DEPTH_OUT_FS, &uniforms);
+    assert_eq!(m.submit(CmdType::Render, render.as_bytes()), None);
+    assert_eq!(stored_stencil(&m, 26, 26), 2, "both");
+    assert_eq!(stored_stencil(&m, 8, 8), 1, "the first");
+    assert_eq!(stored_stencil(&m, 60, 4), 0, "neither");
+    // Equal to 1, else zero: the stencil-fail operation of the pixels
+    // the test rejects before the shader runs, which draws nothing there.
+    let equal_one = FragmentStencil {
+        depth_pass: StencilOp::Keep,
+        stencil_fail: StencilOp::Zero,
+        compare: ZsFunc::Equal,
+        ..count
+    };
+    coloured(&m, &[covering(0.5, [0.0, 0.0, 1.0])]);
+    let render = stencil_pass_with_fs(&m, 1, equal_one, 1, true, DEPTH_OUT_FS, &uniforms);
+    assert_eq!(m.submit(CmdType::Render, render.as_bytes()), None);
+    assert_eq!(rgb(&m, 8, 8), [0, 0, 255]);
+    assert_eq!(rgb(&m, 26, 26), [0, 0, 0]);
+    assert_eq!(stored_stencil(&m, 26, 26), 0, "zeroed by the failed test");
+    assert_eq!(stored_stencil(&m, 8, 8), 1, "kept");
 }

@@ -180,3 +180,40 @@ pub(super) fn depth_test(
         passed != 0
     });
 }
+
+/// The stencil test ahead of a shader that writes depth: each covered
+/// sample failing it takes the stencil-fail operation and is dropped;
+/// the depth test and the depth-pass and depth-fail operations wait for
+/// the shader's depth (`zs_emit`).
+pub(super) fn stencil_test_early(
+    tile: &mut Tilebuffer,
+    covered: &mut Vec<(u32, u32)>,
+    coverage: &mut [u32],
+    stencil: FragmentStencil,
+    reference: u8,
+) {
+    let samples = tile.colour.samples as usize;
+    covered.retain(|&(x, y)| {
+        let pixel = (y * tile.colour.width_px + x) as usize;
+        let covered_samples = coverage[pixel];
+        for s in (0..samples).filter(|s| covered_samples & (1 << s) != 0) {
+            let at = pixel * samples + s;
+            let stored = tile.stencil[at];
+            let mask = stencil.read_mask as u8;
+            if !depth_passes(
+                stencil.compare,
+                f32::from(reference & mask),
+                f32::from(stored & mask),
+            ) {
+                tile.stencil[at] = stencil_op(
+                    stencil.stencil_fail,
+                    stored,
+                    reference,
+                    stencil.write_mask as u8,
+                );
+                coverage[pixel] &= !(1 << s);
+            }
+        }
+        coverage[pixel] != 0
+    });
+}

@@ -4,9 +4,9 @@
 //! primitive's coefficient registers, texturing, and the pixel back
 //! end's block stores (`image_write_block`) to the render targets.
 
-use agx_hw::formats::FragmentFace;
+use agx_hw::formats::{FragmentFace, FragmentStencil};
 
-use super::depth::depth_passes;
+use super::depth::{depth_passes, stencil_op};
 use super::tilebuffer::Tilebuffer;
 use crate::bind::Binding;
 use crate::imageblock::{store_block, store_texel, BlockPlacement};
@@ -46,6 +46,12 @@ pub(super) struct TileIo<'a, 'b> {
     pub(super) coverage: &'a [u32],
     /// The primitive's depth state (for zs_emit).
     pub(super) face: Option<FragmentFace>,
+    /// Per sample of the tile: the stencil to write once the shader is
+    /// done.
+    pub(super) pending_stencil: &'a mut [Option<u8>],
+    /// The stencil state whose depth-pass and depth-fail operations
+    /// zs_emit applies (the stencil test itself ran before the shader).
+    pub(super) stencil: Option<FragmentStencil>,
 }
 
 pub(super) fn invalid(what: String) -> IoError {
@@ -180,14 +186,25 @@ impl ShaderIo for TileIo<'_, '_> {
         for s in (0..samples).filter(|s| live & (1 << s) != 0) {
             let at = pixel * samples + s;
             let stored = self.tile.depth[at];
-            match self.face {
-                Some(face) if !depth_passes(face.depth_function, depth, stored) => {
-                    self.killed[pixel] |= 1 << s;
+            let Some(face) = self.face else {
+                continue;
+            };
+            let pass = depth_passes(face.depth_function, depth, stored);
+            if !pass {
+                self.killed[pixel] |= 1 << s;
+            } else if !face.disable_depth_write {
+                self.pending_depth[at] = Some(depth);
+            }
+            if let Some(st) = self.stencil {
+                let reference = face.stencil_reference as u8;
+                let current = self.tile.stencil[at];
+                let op = if pass { st.depth_pass } else { st.depth_fail };
+                let value = stencil_op(op, current, reference, st.write_mask as u8);
+                if pass {
+                    self.pending_stencil[at] = Some(value);
+                } else {
+                    self.tile.stencil[at] = value;
                 }
-                Some(face) if !face.disable_depth_write => {
-                    self.pending_depth[at] = Some(depth);
-                }
-                _ => {}
             }
         }
         Ok(())

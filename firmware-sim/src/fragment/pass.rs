@@ -7,9 +7,9 @@
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use agx_fwif::messages::{FaultUnit, RenderPass, TvbInfo};
-use agx_hw::formats::{FragmentFace, ZlsControl, ZlsFormat};
+use agx_hw::formats::{FragmentFace, FragmentStencil, ZlsControl, ZlsFormat};
 
-use super::depth::{depth_test, DepthAdjust};
+use super::depth::{depth_test, stencil_test_early, DepthAdjust};
 use super::program::{fragment_setup, program, run_tile_program, FragmentSetup, TileState};
 use super::scene::{read_scene, tile_primitives, Scene};
 use super::tilebuffer::Tilebuffer;
@@ -272,7 +272,7 @@ impl Pass<'_> {
                    pixels: &[(u32, u32)],
                    coefficients: &[[f32; 3]],
                    quads: bool,
-                   face: Option<FragmentFace>,
+                   (face, stencil): (Option<FragmentFace>, Option<FragmentStencil>),
                    back_facing: bool| {
             run_tile_program(
                 &self.watchdog,
@@ -284,8 +284,10 @@ impl Pass<'_> {
                     killed: &mut w.killed,
                     sample_positions: &self.sample_positions,
                     pending_depth: &mut w.pending,
+                    pending_stencil: &mut w.pending_stencil,
                     coverage: &w.coverage,
                     face,
+                    stencil,
                     back_facing,
                     helper: &mut w.helper,
                 },
@@ -309,7 +311,7 @@ impl Pass<'_> {
         w.pending_stencil.resize(pixel_count * samples, None);
         w.coverage.clear();
         w.coverage.resize(pixel_count, full);
-        run(w, &self.bg, &all, &[], true, None, false)?;
+        run(w, &self.bg, &all, &[], true, (None, None), false)?;
         // The background program does not discard.
         w.killed.fill(0);
         let mut bytes = Vec::new();
@@ -426,13 +428,20 @@ impl Pass<'_> {
                     }
                 })
                 .flatten();
-            // Not modelled: stencil with a shader depth output.
-            if stencil.is_some() && *shader_writes_depth {
-                return Err(unsupported(
-                    scene.header.states,
-                    FaultUnit::Usc,
-                    "a fragment shader writing depth with the stencil test on",
-                ));
+            // A shader that writes depth: the stencil test now, the
+            // depth test and its stencil operations at its zs_emit.
+            let late_stencil = stencil.filter(|_| *shader_writes_depth);
+            if let (Some(st), Some(face)) = (late_stencil, face) {
+                stencil_test_early(
+                    &mut w.tile,
+                    &mut covered,
+                    &mut w.coverage,
+                    st,
+                    face.stencil_reference as u8,
+                );
+                if covered.is_empty() {
+                    continue;
+                }
             }
             if !shader_writes_depth {
                 let mut pending = std::mem::take(&mut w.pending);
@@ -461,7 +470,15 @@ impl Pass<'_> {
                 }
             }
             let coefficients = setup_coefficients(&vm, self.usc_exec_base, ppp, &vertices, extras)?;
-            run(w, shader, &covered, &coefficients, true, face, back_facing)?;
+            run(
+                w,
+                shader,
+                &covered,
+                &coefficients,
+                true,
+                (face, late_stencil),
+                back_facing,
+            )?;
             // Depth of the pixels the shader kept; then the per-pixel
             // state is clean again for the next primitive.
             for &(x, y) in &covered {
@@ -484,6 +501,14 @@ impl Pass<'_> {
         }
         self.zls_planes.store(&vm, &w.tile, (tx, ty), layer)?;
         w.coverage.fill(full);
-        run(w, &self.eot, &[(0, 0); LANES], &[], false, None, false)
+        run(
+            w,
+            &self.eot,
+            &[(0, 0); LANES],
+            &[],
+            false,
+            (None, None),
+            false,
+        )
     }
 }

@@ -5,7 +5,7 @@
 //! shader, and whether that shader writes depth.
 
 use agx_fwif::messages::{FaultUnit, RenderPass, TileProgram};
-use agx_hw::formats::{DepthBias, FragmentFace, Scissor};
+use agx_hw::formats::{DepthBias, FragmentFace, FragmentStencil, Scissor};
 use zerocopy::FromBytes;
 
 use super::io::TileIo;
@@ -56,8 +56,12 @@ pub(super) struct TileState<'a> {
     /// The pass's sample positions (1/256 pixel from the corner).
     pub(super) sample_positions: &'a [(i64, i64)],
     pub(super) pending_depth: &'a mut [Option<f32>],
+    pub(super) pending_stencil: &'a mut [Option<u8>],
     pub(super) coverage: &'a [u32],
     pub(super) face: Option<FragmentFace>,
+    /// The stencil state whose depth operations wait for the shader's
+    /// depth (a shader that writes depth).
+    pub(super) stencil: Option<FragmentStencil>,
     /// The primitive is back-facing (the `backfacing` special register).
     pub(super) back_facing: bool,
     /// The core's helper program.
@@ -86,8 +90,10 @@ pub(super) fn run_tile_program(
         killed,
         sample_positions,
         pending_depth,
+        pending_stencil,
         coverage,
         face,
+        stencil,
         back_facing,
         helper: stage_helper,
     } = state;
@@ -178,8 +184,10 @@ pub(super) fn run_tile_program(
             killed: &mut *killed,
             sample_positions,
             pending_depth: &mut *pending_depth,
+            pending_stencil: &mut *pending_stencil,
             coverage,
             face,
+            stencil,
         };
         stage_helper.run_stage_group(
             &mut group,
