@@ -65,8 +65,9 @@ pub struct Launch {
 }
 
 impl Launch {
-    /// The launch a Launch block at `pc` describes; an indirect grid is
-    /// read through the MMU. Indirect-local launches are refused.
+    /// The launch a Launch block at `pc` describes; an indirect grid (and
+    /// for indirect-local launches the threadgroup size) is read through
+    /// the MMU.
     pub fn of(
         vm: &GpuVm<'_>,
         words: &CdmLaunch,
@@ -74,6 +75,25 @@ impl Launch {
         usc_exec_base: u64,
     ) -> Result<Launch, EngineResult> {
         let pipeline = usc_exec_base.wrapping_add(words.word1.pipeline);
+        // Indirect local: six words, the grid in threads then the
+        // threadgroup size (Mesa's geometry and tessellation set-up
+        // kernels write them so, `poly_geometry_params.grid`).
+        if let (CdmMode::IndirectLocal, Some(indirect)) = (words.header.mode, words.indirect) {
+            let sizes: [u8; 24] = read_words(vm, indirect.address)?;
+            let word = |i: usize| {
+                u32::from_le_bytes([
+                    sizes[4 * i],
+                    sizes[4 * i + 1],
+                    sizes[4 * i + 2],
+                    sizes[4 * i + 3],
+                ])
+            };
+            return Ok(Launch {
+                pipeline,
+                grid: [word(0), word(1), word(2)],
+                local: [word(3), word(4), word(5)],
+            });
+        }
         let global = match (words.global, words.indirect) {
             (Some(global), _) => global,
             (None, Some(indirect)) if words.header.mode == CdmMode::IndirectGlobal => {
@@ -85,9 +105,9 @@ impl Launch {
                     pc,
                     FaultUnit::Cdm,
                     format_args!(
-                    "a compute launch in mode {:?} (direct and indirect-global sizes are modelled)",
-                    words.header.mode
-                ),
+                        "a compute launch in mode {:?} without the sizes it needs",
+                        words.header.mode
+                    ),
                 ))
             }
         };

@@ -931,3 +931,63 @@ fn block_stores_apply_the_pbe_swizzle() {
         }
     }
 }
+
+/// out[i] = (thread position in its threadgroup) + 100 x (threads per
+/// threadgroup) for i < n (u2_u3 out, u6 n).
+const GROUPS: &str = "
+    get_sr r1, sr80
+    if_icmp r0l, ult, r1, u6, 1
+    jmp_exec_none done
+    get_sr r2, sr48
+    get_sr r3, sr4
+    imadd r4, r3, 100, r2
+    device_store 0, i32, x, r4, u2_u3, r1, unsigned, 0
+done:
+    pop_exec r0l, 1
+    stop";
+
+#[test_log::test]
+fn indirect_launches_read_their_grid_and_threadgroup_sizes() {
+    use agx_hw::formats::{
+        CdmBlock, CdmIndirect, CdmLaunch, CdmLaunchWord0, CdmLaunchWord1, CdmLocalSize, CdmMode,
+    };
+    const SIZES: u64 = 0x7_0000;
+    let m = Machine::new(5000);
+    let n = 100u32;
+    let mut uniforms = Vec::new();
+    uniforms.extend(pair(DATA_VA + IN));
+    uniforms.extend(pair(DATA_VA + OUT));
+    uniforms.extend([0, 0, n]);
+    let pipeline = m.kernel(GROUPS, 0x1000, 0x40, &uniforms, UNIFORMS, 0);
+    // Indirect global: the grid from memory, the threadgroup from the
+    // block. Indirect local (Mesa's geometry set-up kernels): six words,
+    // the grid in threads and then the threadgroup.
+    for (mode, sizes, local) in [
+        (CdmMode::IndirectGlobal, vec![n, 1, 1], Some([8u32, 1, 1])),
+        (CdmMode::IndirectLocal, vec![n, 1, 1, 12, 1, 1], None),
+    ] {
+        m.poke_u32s(OUT, &vec![0xFFFF_FFFF; n as usize]);
+        m.poke_u32s(SIZES, &sizes);
+        let mut stream = Vec::new();
+        CdmBlock::Launch(CdmLaunch {
+            header: CdmLaunchWord0 {
+                mode,
+                ..CdmLaunchWord0::default()
+            },
+            word1: CdmLaunchWord1 { pipeline },
+            global: None,
+            indirect: Some(CdmIndirect {
+                address: DATA_VA + SIZES,
+            }),
+            local: local.map(|[x, y, z]| CdmLocalSize { x, y, z }),
+        })
+        .build(&mut stream)
+        .unwrap();
+        stream.extend(terminate());
+        m.poke(m.data, STREAM, &stream);
+        assert_eq!(m.run(STREAM), None, "{mode:?}");
+        let group = local.map_or(12, |l| l[0]);
+        let want: Vec<u32> = (0..n).map(|i| i % group + 100 * group).collect();
+        assert_eq!(m.peek_u32s(OUT, n as usize), want, "{mode:?}");
+    }
+}
