@@ -57,6 +57,25 @@ pub struct Binding {
     /// The Registers word's spill size: 0 when the program needs no
     /// stack, else the bucket the helper program is asked for.
     pub spill_bucket: u32,
+    /// Bytes between the samplers a Sampler word binds: 8, or 24 when the
+    /// stage declares extended sampler states (each sampler followed by
+    /// its 16-byte custom border colour; Mesa's `agx_upload_samplers`).
+    /// The stage's word sets it after binding.
+    pub sampler_stride_bytes: u64,
+}
+
+impl Binding {
+    /// Takes the stage's declared sampler-state count: extended states
+    /// put a custom border after each bound sampler.
+    pub fn with_sampler_states(mut self, states: agx_hw::formats::SamplerStates) -> Binding {
+        use agx_hw::formats::SamplerStates as S;
+        self.sampler_stride_bytes = if matches!(states, S::Extended8 | S::Extended16) {
+            24
+        } else {
+            8
+        };
+        self
+    }
 }
 
 impl Binding {
@@ -92,6 +111,7 @@ pub fn bind(
         textures: Vec::new(),
         samplers: Vec::new(),
         spill_bucket: 0,
+        sampler_stride_bytes: 8,
     };
     let mut have_code = false;
     let mut at = pipeline;

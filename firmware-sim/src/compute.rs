@@ -251,6 +251,7 @@ pub fn run(
                     textures: &binding.textures,
                     samplers: &binding.samplers,
                     sampler_heap,
+                    sampler_stride_bytes: binding.sampler_stride_bytes,
                 },
                 binding,
                 block: block.as_mut(),

@@ -122,7 +122,9 @@ impl Gpu {
                         body.usc_exec_base.get(),
                         &ctx.watchdog(),
                     ) {
-                        Ok(binding) => binding,
+                        Ok(binding) => {
+                            binding.with_sampler_states(words.header.sampler_state_register_count)
+                        }
                         Err(result) => return result,
                     };
                     let command = compute::ComputeCommand {

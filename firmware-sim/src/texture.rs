@@ -126,6 +126,9 @@ pub struct TextureUnit<'a> {
     pub samplers: &'a [StateBinding],
     /// The pass's sampler heap (address, samplers).
     pub sampler_heap: Option<(u64, u32)>,
+    /// Bytes between bound samplers: 8, or 24 with extended sampler
+    /// states (a custom border after each).
+    pub sampler_stride_bytes: u64,
 }
 
 fn bound(states: &[StateBinding], index: u32, size: u64) -> Option<u64> {
@@ -321,9 +324,23 @@ impl TextureUnit<'_> {
     /// encoding, as Mesa's `agx_pack_border` writes them). `None` for a
     /// custom border of a bound sampler (not modelled).
     fn sampler(&self, index: u32) -> Result<(Sampler, Option<Border>), IoError> {
-        let bound_here = bound(self.samplers, index, 8).is_some();
+        let bound_here = bound(self.samplers, index, self.sampler_stride_bytes).is_some();
         let (sampler, address) = self.sampler_at(index)?;
+        let custom = |address: u64| -> Result<Border, IoError> {
+            let b = CustomBorder::decode_fields(&self.read::<16>(address)?);
+            Ok(Border::Custom([
+                b.channel_0,
+                b.channel_1,
+                b.channel_2,
+                b.channel_3,
+            ]))
+        };
         let colour = match sampler.border_colour {
+            // A bound sampler's border follows it when the stage declares
+            // extended sampler states; with compact ones there is none.
+            BorderColour::Custom if bound_here && self.sampler_stride_bytes == 24 => {
+                Some(custom(address + 8)?)
+            }
             BorderColour::Custom if bound_here => None,
             BorderColour::Custom => {
                 // The colour takes the two slots after the sampler, which
@@ -336,13 +353,7 @@ impl TextureUnit<'_> {
                         "custom border of sampler {index} runs past the sampler heap"
                     )));
                 }
-                let b = CustomBorder::decode_fields(&self.read::<16>(address + 8)?);
-                Some(Border::Custom([
-                    b.channel_0,
-                    b.channel_1,
-                    b.channel_2,
-                    b.channel_3,
-                ]))
+                Some(custom(address + 8)?)
             }
             fixed => Some(Border::Fixed(fixed)),
         };
@@ -350,7 +361,7 @@ impl TextureUnit<'_> {
     }
 
     fn sampler_at(&self, index: u32) -> Result<(Sampler, u64), IoError> {
-        let address = match bound(self.samplers, index, 8) {
+        let address = match bound(self.samplers, index, self.sampler_stride_bytes) {
             Some(address) => address,
             None => match self.sampler_heap {
                 Some((heap, count)) if index < count => heap + 8 * u64::from(index),
@@ -795,8 +806,11 @@ impl TextureUnit<'_> {
             wrap(sampler.wrap_s, x, width),
             wrap(sampler.wrap_t, y, height),
         ) else {
-            let colour =
-                border.ok_or_else(|| invalid("custom border colours of bound samplers".into()))?;
+            let colour = border.ok_or_else(|| {
+                invalid(
+                    "custom border colours of samplers bound with compact sampler states".into(),
+                )
+            })?;
             return Ok(colour.texel(image));
         };
         let raw = self.texel(image, at.level, x as u32, y as u32, at.layer)?;
@@ -864,8 +878,12 @@ impl TextureUnit<'_> {
                     self.filter_slice(image, sampler, border, filter, &at, reference)
                 }
                 None => {
-                    let colour = border
-                        .ok_or_else(|| invalid("custom border colours of bound samplers".into()))?;
+                    let colour = border.ok_or_else(|| {
+                        invalid(
+                            "custom border colours of samplers bound with compact sampler states"
+                                .into(),
+                        )
+                    })?;
                     Ok(colour.texel(image).map(f32::from_bits))
                 }
             }

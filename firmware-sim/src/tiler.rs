@@ -249,6 +249,8 @@ pub struct VertexState {
     pub sampler_heap: Option<(u64, u32)>,
     /// The primitive restart index of draws with restart enabled.
     pub restart_index: u32,
+    /// The vertex shader's declared sampler states (word 0), once set.
+    pub sampler_states: Option<agx_hw::formats::SamplerStates>,
 }
 
 /// The records of a PPP state this model uses.
@@ -277,6 +279,8 @@ pub struct PppState {
     /// The fragment shader's coefficient bindings (offset from
     /// `usc_exec_base`).
     pub cf_bindings: Option<u64>,
+    /// The fragment shader's declared sampler states (word 0).
+    pub fragment_sampler_states: agx_hw::formats::SamplerStates,
     /// How many coefficient bindings there are.
     pub cf_binding_count: u32,
     /// What the rasteriser draws points as (a sprite's coordinate
@@ -326,6 +330,10 @@ impl PppState {
             frag_coord_z: records.output_select.is_some_and(|o| o.frag_coord_z),
             fragment_pipeline: fragment_shader.map(|f| f.word1.pipeline),
             cf_bindings: fragment_shader.map(|f| f.word2.cf_bindings),
+            fragment_sampler_states: fragment_shader
+                .map_or(agx_hw::formats::SamplerStates::None, |f| {
+                    f.word0.sampler_state_register_count
+                }),
             cf_binding_count: fragment_shader.map_or(0, |f| f.word0.cf_binding_count),
             object_type: records
                 .fragment_front_face_2
@@ -472,6 +480,9 @@ pub fn apply_vdm_state(words: &VdmStateWords, state: &mut VertexState) {
     if let Some(restart) = words.restart_index {
         state.restart_index = restart.value;
     }
+    if let Some(word0) = words.vertex_shader_word_0 {
+        state.sampler_states = Some(word0.sampler_state_register_count);
+    }
     if let Some(word1) = words.vertex_shader_word_1 {
         state.pipeline = Some(word1.pipeline);
     }
@@ -502,6 +513,7 @@ fn shade_vertices(
         textures: &binding.textures,
         samplers: &binding.samplers,
         sampler_heap,
+        sampler_stride_bytes: binding.sampler_stride_bytes,
     };
     let mut memory = vm;
     for chunk in vertex_ids.chunks(LANES) {
@@ -1081,7 +1093,12 @@ pub fn draw<'a>(
         usc_exec_base.wrapping_add(pipeline),
         usc_exec_base,
         watchdog,
-    )?;
+    )?
+    .with_sampler_states(
+        state
+            .sampler_states
+            .unwrap_or(agx_hw::formats::SamplerStates::None),
+    );
     let ppp = PppState::of(records);
     binner.set_state(records, pc)?;
     let topology = Topology::of(draw.primitive, pc)?;

@@ -1764,3 +1764,83 @@ fn bc1_to_bc5_blocks_decode_as_the_format_specification_defines() {
         );
     }
 }
+
+#[test_log::test]
+fn extended_sampler_states_put_a_custom_border_after_each_bound_sampler() {
+    use agx_hw::formats::{
+        BorderColour, CdmBlock, CdmGlobalSize, CdmLaunch, CdmLaunchWord0, CdmLaunchWord1,
+        CdmLocalSize, CdmMode, CdmStreamTerminate, CustomBorder, SamplerStates,
+    };
+    let m = Machine::new(5000);
+    small_texture(
+        &m,
+        Channels::R8G8B8A8,
+        TextureType::Unorm,
+        false,
+        4,
+        |_, _| vec![0; 4],
+    );
+    // Two bound samplers, 24 bytes apart: sampler 1 clamps to its custom
+    // border (unorm8 channels: 51 is 0.2), which follows it.
+    let sampler = |border_colour| Sampler {
+        magnify: Filter::Nearest,
+        minify: Filter::Nearest,
+        mip_filter: MipFilter::None,
+        wrap_s: Wrap::ClampToBorder,
+        wrap_t: Wrap::ClampToBorder,
+        border_colour,
+        ..Sampler::default()
+    };
+    let border = CustomBorder {
+        channel_0: 51,
+        channel_1: 0,
+        channel_2: 255,
+        channel_3: 255,
+    };
+    let mut bytes = sampler(BorderColour::OpaqueWhite).pack().unwrap().to_vec();
+    bytes.extend([0; 16]);
+    bytes.extend(sampler(BorderColour::Custom).pack().unwrap());
+    bytes.extend(border.pack().unwrap());
+    m.poke(m.data, SAMPLERS, &bytes);
+    let coords = [[1.5f32, 0.5, 0.0, 0.0], [1.5, 0.5, 0.0, 0.0]].map(float_coords);
+    m.poke_u32s(IN, &coords.iter().flatten().copied().collect::<Vec<_>>());
+    let mut uniforms = pair(DATA_VA + OUT);
+    uniforms.extend([TEX_W, 0]);
+    uniforms.extend(pair(DATA_VA + IN));
+    // Thread x samples through sampler x (its index in r4).
+    let instruction = "texture_sample 0, 0b1100, 0, none, xyzw, 0b00, r8_r9_r10_r11, None, ts0, r4l, tex_2d, r16_r17, lod_min, r20l, 0, r0";
+    let pipeline = m.program_with_samplers(
+        &request_kernel(instruction),
+        0x1000,
+        0x40,
+        &uniforms,
+        UNIFORMS,
+        0,
+        Some((1, DATA_VA + DESCRIPTOR)),
+        Some((2, DATA_VA + SAMPLERS)),
+    );
+    let mut stream = Vec::new();
+    CdmBlock::Launch(CdmLaunch {
+        header: CdmLaunchWord0 {
+            mode: CdmMode::Direct,
+            sampler_state_register_count: SamplerStates::Extended8,
+            ..CdmLaunchWord0::default()
+        },
+        word1: CdmLaunchWord1 { pipeline },
+        global: Some(CdmGlobalSize { x: 2, y: 1, z: 1 }),
+        indirect: None,
+        local: Some(CdmLocalSize { x: 2, y: 1, z: 1 }),
+    })
+    .build(&mut stream)
+    .unwrap();
+    stream.extend(CdmStreamTerminate::default().pack().unwrap());
+    m.poke(m.data, STREAM, &stream);
+    assert_eq!(m.run(STREAM), None);
+    let got = m.peek_u32s(OUT, 8);
+    assert_eq!(got[..4], [1.0f32.to_bits(); 4], "sampler 0: opaque white");
+    assert_eq!(
+        got[4..],
+        [0.2f32, 0.0, 1.0, 1.0].map(f32::to_bits),
+        "sampler 1: its custom border"
+    );
+}

@@ -142,6 +142,7 @@ pub(super) fn run_tile_program(
         textures: &binding.textures,
         samplers: &binding.samplers,
         sampler_heap,
+        sampler_stride_bytes: binding.sampler_stride_bytes,
     };
     for (chunk, helper) in order.chunks(LANES).zip(helpers.chunks(LANES)) {
         let mut lanes = [(0u32, 0u32); LANES];
@@ -311,7 +312,8 @@ fn fragment_shader(
         usc_exec_base.wrapping_add(pipeline),
         usc_exec_base,
         watchdog,
-    )?;
+    )?
+    .with_sampler_states(ppp.fragment_sampler_states);
     Ok((binding, ppp))
 }
 
