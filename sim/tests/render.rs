@@ -3345,3 +3345,76 @@ fn a_shader_writing_depth_runs_the_stencil_test_before_it_and_the_depth_operatio
     assert_eq!(stored_stencil(&m, 26, 26), 0, "zeroed by the failed test");
     assert_eq!(stored_stencil(&m, 8, 8), 1, "kept");
 }
+
+/// Fragment shader: red = the covered-sample mask (gl_SampleMaskIn),
+/// green = log2 of the pass's samples, both as integers / 255.
+const SAMPLE_MASK_IN_FS: &str = "
+    get_sr r6, sr124
+    get_sr r7, sr14
+    convert u32_to_f, r2, r6, rte
+    fmul32 r2, r2, u1
+    convert u32_to_f, r3, r7, rte
+    fmul32 r3, r3, u1
+    mov r4, u2
+    mov r5, u0
+    st_tile r2_r3_r4_r5, u8norm, 0, xyzw, 0, 255, r0, 0
+    stop";
+
+#[test_log::test]
+fn fragment_shaders_read_their_covered_samples_and_the_sample_count() {
+    let m = Machine::new(5000);
+    let window = [[10.25f32, 5.5], [50.75, 20.0], [20.0, 60.125]];
+    m.poke_u32s(VERTICES, &clip(&window));
+    let vs = m.program(
+        POSITION_VS,
+        0x3000,
+        0xC0,
+        &pair(DATA_VA + VERTICES),
+        UNIFORMS + 0x200,
+        0,
+        None,
+    );
+    let fs = m.program(
+        SAMPLE_MASK_IN_FS,
+        0x4000,
+        0x100,
+        &[1.0f32.to_bits(), (1.0f32 / 255.0).to_bits(), 0],
+        UNIFORMS + 0x300,
+        0,
+        None,
+    );
+    let mut render = draw_pass(&m, 3, vs, 4, fs, None);
+    render.samples = 4;
+    let stride = 64 * 4 * 4;
+    m.poke(m.data, PBE, &msaa_pbe(stride).pack().unwrap());
+    assert_eq!(m.submit(CmdType::Render, render.as_bytes()), None);
+    let image = m.peek(m.data, MSAA_IMAGE, 64 * stride as usize);
+    let t = window.map(|[x, y]| [f64::from(x), f64::from(y)]);
+    let positions = [
+        (0.375, 0.125),
+        (0.875, 0.375),
+        (0.125, 0.625),
+        (0.625, 0.875),
+    ];
+    let mut partial = 0;
+    for y in 0..64usize {
+        for x in 0..64usize {
+            let mask = positions
+                .iter()
+                .enumerate()
+                .filter(|(_, (sx, sy))| covers(t, x as f64 + sx, y as f64 + sy))
+                .fold(0u8, |m, (s, _)| m | 1 << s);
+            partial += usize::from(mask != 0 && mask != 0xF);
+            for s in 0..4 {
+                let at = y * stride as usize + (x * 4 + s) * 4;
+                let want = if mask & (1 << s) != 0 {
+                    [mask, 2]
+                } else {
+                    [0, 0]
+                };
+                assert_eq!(image[at..at + 2], want, "pixel ({x}, {y}) sample {s}");
+            }
+        }
+    }
+    assert!(partial > 50, "{partial}");
+}

@@ -167,6 +167,25 @@ pub(super) fn run_tile_program(
         group
             .special
             .set_all(agx_hw::isa::table::sr::BACKFACING, u32::from(back_facing));
+        // The samples each lane's pixel covers (every sample for the
+        // background and end-of-tile programs, and for helpers).
+        let samples = tile.colour.samples;
+        let all_samples = (1u32 << samples.min(31)) - 1;
+        let covered: [u32; LANES] = std::array::from_fn(|lane| {
+            let (x, y) = lanes[lane];
+            let pixel = (y * tile.colour.width_px + x) as usize;
+            coverage.get(pixel).map_or(all_samples, |c| c & all_samples)
+        });
+        group.special.set_all(
+            agx_hw::isa::table::sr::SAMPLES_LOG2,
+            samples.trailing_zeros(),
+        );
+        group
+            .special
+            .set_lanes(agx_hw::isa::table::sr::COVERAGE_MASK, covered);
+        group
+            .special
+            .set_lanes(agx_hw::isa::table::sr::INPUT_SAMPLE_MASK, covered);
         group.special.set_lanes(
             agx_hw::isa::table::sr::THREAD_INDEX_IN_SIMDGROUP,
             std::array::from_fn(|lane| lane as u32),

@@ -1196,6 +1196,9 @@ pub mod sr {
     pub const THREADS_PER_THREADGROUP: u32 = 4;
     /// `dispatch_threads_per_threadgroup` (x; y and z follow).
     pub const DISPATCH_THREADS_PER_THREADGROUP: u32 = 8;
+    /// `samples_log2`: log2 of the pass's samples per pixel (Mesa's
+    /// `AGX_SR_SAMPLES_LOG2`).
+    pub const SAMPLES_LOG2: u32 = 14;
     /// `core_index`.
     pub const CORE_INDEX: u32 = 20;
     /// `vm_slot`.
@@ -1208,6 +1211,12 @@ pub mod sr {
     pub const THREAD_INDEX_IN_SIMDGROUP: u32 = 52;
     /// `simdgroup_index_in_threadgroup`.
     pub const SIMDGROUP_INDEX_IN_THREADGROUP: u32 = 53;
+    /// `internal_coverage_mask`: the samples of the pixel the primitive
+    /// covers (Mesa's `AGX_SR_COVERAGE_MASK`).
+    pub const COVERAGE_MASK: u32 = 60;
+    /// `input_sample_mask`: `gl_SampleMaskIn` (Mesa's
+    /// `AGX_SR_INPUT_SAMPLE_MASK`).
+    pub const INPUT_SAMPLE_MASK: u32 = 124;
     /// `backfacing`: 1 in a fragment program shading a back-facing
     /// triangle, else 0 (Mesa reads gl_FrontFacing as its inverse).
     pub const BACKFACING: u32 = 62;
@@ -1253,6 +1262,7 @@ pub const SPECIAL_REGISTERS: &[(u32, &str)] = &[
         sr::DISPATCH_THREADS_PER_THREADGROUP + 2,
         "dispatch_threads_per_threadgroup.z",
     ),
+    (sr::SAMPLES_LOG2, "samples_log2"),
     (sr::CORE_INDEX, "core_index"),
     (sr::VM_SLOT, "vm_slot"),
     (
@@ -1280,13 +1290,13 @@ pub const SPECIAL_REGISTERS: &[(u32, &str)] = &[
     (57, "total_active_threads_in_quadgroup"),
     (58, "active_thread_index_in_simdgroup"),
     (59, "total_active_threads_in_simdgroup"),
-    (60, "internal_coverage_mask"),
+    (sr::COVERAGE_MASK, "internal_coverage_mask"),
     (sr::BACKFACING, "backfacing"),
     (sr::IS_ACTIVE_THREAD, "is_active_thread"),
     (sr::THREAD_POSITION_IN_GRID, "thread_position_in_grid.x"),
     (sr::THREAD_POSITION_IN_GRID + 1, "thread_position_in_grid.y"),
     (sr::THREAD_POSITION_IN_GRID + 2, "thread_position_in_grid.z"),
-    (124, "input_sample_mask"),
+    (sr::INPUT_SAMPLE_MASK, "input_sample_mask"),
     (sr::HELPER_OP, "opfifo_cmd"),
     (sr::HELPER_ARG_LO, "opfifo_data_l"),
     (sr::HELPER_ARG_HI, "opfifo_data_h"),
