@@ -594,6 +594,57 @@ fn clip_near(triangle: [ClipVertex; 3]) -> Vec<ClipVertex> {
     out
 }
 
+/// Clips a convex polygon against the far plane (z <= w), interpolating
+/// every value along the cut edges: the depth-clip half that
+/// [`clip_near`] does not do.
+fn clip_far(polygon: Vec<ClipVertex>) -> Vec<ClipVertex> {
+    let distance = |v: &ClipVertex| v.position[3] - v.position[2];
+    if polygon.len() < 3 || polygon.iter().all(|v| distance(v) >= 0.0) {
+        return polygon;
+    }
+    let mut out = Vec::with_capacity(polygon.len() + 1);
+    for i in 0..polygon.len() {
+        let (a, b) = (&polygon[i], &polygon[(i + 1) % polygon.len()]);
+        let (da, db) = (distance(a), distance(b));
+        if da >= 0.0 {
+            out.push(a.clone());
+        }
+        if (da >= 0.0) != (db >= 0.0) && !da.is_nan() && !db.is_nan() {
+            out.push(lerp(a, b, da / (da - db)));
+        }
+    }
+    out
+}
+
+/// Clips a triangle without depth clipping (`Cull::depth_clip` clear, GL's
+/// depth clamp): only what is behind the eye (w <= 0) goes; depth is
+/// clamped per fragment instead.
+fn clip_behind(triangle: [ClipVertex; 3]) -> Vec<ClipVertex> {
+    let distance = |v: &ClipVertex| v.position[3];
+    if triangle.iter().all(|v| distance(v) > 0.0) {
+        return triangle.to_vec();
+    }
+    let mut out = Vec::new();
+    for i in 0..3 {
+        let (a, b) = (&triangle[i], &triangle[(i + 1) % 3]);
+        let (da, db) = (distance(a), distance(b));
+        if da > 0.0 {
+            out.push(a.clone());
+        }
+        if (da > 0.0) != (db > 0.0) && !da.is_nan() && !db.is_nan() {
+            // Stop just in front of the eye, not on it (w = 0 has no
+            // window position).
+            let t = (da - W_MIN) / (da - db);
+            out.push(lerp(a, b, t.clamp(0.0, 1.0)));
+        }
+    }
+    out.retain(|v| v.position[3] > 0.0);
+    out
+}
+
+/// The smallest w kept when clipping only behind the eye.
+const W_MIN: f32 = 1.0e-6;
+
 /// A vertex's clip distance at `index` among its values after the
 /// position (0 if it has none there).
 fn clip_distance(v: &ClipVertex, index: usize) -> f32 {
@@ -628,15 +679,26 @@ fn clip_polygon(mut polygon: Vec<ClipVertex>, planes: &[usize]) -> Vec<ClipVerte
     polygon
 }
 
-/// Clips a line segment against the near plane (z >= 0, w > 0) and each
-/// clip distance; `None` when nothing is left.
+/// Clips a line segment against what is behind the eye, the near (z >= 0)
+/// and far (z <= w) planes as `(near, far)` say, and each clip distance;
+/// `None` when nothing is left.
 fn clip_segment(
     a: ClipVertex,
     b: ClipVertex,
     planes: &[usize],
+    (near, far): (bool, bool),
 ) -> Option<(ClipVertex, ClipVertex)> {
     let (mut t0, mut t1) = (0f32, 1f32);
-    let distances = std::iter::once((a.position[2], b.position[2])).chain(
+    // The near and far planes as depth clipping asks; what is behind the
+    // eye always goes.
+    let mut depth = vec![(a.position[3] - W_MIN, b.position[3] - W_MIN)];
+    if near {
+        depth.push((a.position[2], b.position[2]));
+    }
+    if far {
+        depth.push((a.position[3] - a.position[2], b.position[3] - b.position[2]));
+    }
+    let distances = depth.into_iter().chain(
         planes
             .iter()
             .map(|&p| (clip_distance(&a, p), clip_distance(&b, p))),
@@ -1229,13 +1291,23 @@ fn shade_and_bin<'a>(
         match n {
             1 => bin_point(binner, ppp, clip(at[0]), id, pc, on_overflow)?,
             2 => {
-                if let Some((a, b)) = clip_segment(clip(at[0]), clip(at[1]), &ppp.clip_distances) {
+                if let Some((a, b)) = clip_segment(
+                    clip(at[0]),
+                    clip(at[1]),
+                    &ppp.clip_distances,
+                    (!ppp.cull.depth_clamp, ppp.cull.depth_clip),
+                ) {
                     let (a, b) = (to_screen(&a, &ppp.viewport), to_screen(&b, &ppp.viewport));
                     bin_line(binner, ppp, &a, &b, id, pc, on_overflow)?;
                 }
             }
             _ => {
-                let polygon = clip_near([clip(at[0]), clip(at[1]), clip(at[2])]);
+                let triangle = [clip(at[0]), clip(at[1]), clip(at[2])];
+                let polygon = match (ppp.cull.depth_clamp, ppp.cull.depth_clip) {
+                    (true, _) => clip_behind(triangle),
+                    (false, true) => clip_far(clip_near(triangle)),
+                    (false, false) => clip_near(triangle),
+                };
                 let polygon = clip_polygon(polygon, &ppp.clip_distances);
                 bin_polygon(binner, ppp, &polygon, id, pc, on_overflow)?;
             }
@@ -1410,7 +1482,9 @@ fn bin_point<'a>(
     pc: u64,
     on_overflow: &mut dyn FnMut(&mut Binner<'a>) -> Result<(), EngineResult>,
 ) -> Result<(), EngineResult> {
-    let visible = v.position[2] >= 0.0
+    let in_depth = ppp.cull.depth_clamp
+        || (v.position[2] >= 0.0 && (!ppp.cull.depth_clip || v.position[2] <= v.position[3]));
+    let visible = in_depth
         && v.position[3] > 0.0
         && ppp
             .clip_distances

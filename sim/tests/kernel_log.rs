@@ -151,15 +151,18 @@ fn every_unit_logs_what_it_refused_before_the_fault() {
         "VdmBlock word 0xe0000000 of unknown type 7",
     );
 
-    // The CDM: a launch whose local size is read from memory.
+    // The CDM: an indirect-local launch whose sizes in memory ask for an
+    // empty threadgroup.
     const LAUNCH: u64 = 0xA_0000;
+    let pipeline = m.kernel("    stop", 0x1000, 0x40, &[0], 0x8_0000, 0);
+    m.poke_u32s(0xB_0000, &[32, 1, 1, 0, 1, 1]);
     let mut stream = Vec::new();
     CdmBlock::Launch(CdmLaunch {
         header: CdmLaunchWord0 {
             mode: CdmMode::IndirectLocal,
             ..CdmLaunchWord0::default()
         },
-        word1: CdmLaunchWord1 { pipeline: 0x3_0000 },
+        word1: CdmLaunchWord1 { pipeline },
         global: None,
         indirect: Some(CdmIndirect {
             address: DATA_VA + 0xB_0000,
@@ -175,7 +178,7 @@ fn every_unit_logs_what_it_refused_before_the_fault() {
         &log,
         "Cdm",
         DATA_VA + LAUNCH,
-        "a compute launch in mode IndirectLocal (direct and indirect-global sizes are modelled)",
+        "a threadgroup of 0x1x1 threads (1 to 1024 are modelled)",
     );
     done(&path);
 }

@@ -3418,3 +3418,44 @@ fn fragment_shaders_read_their_covered_samples_and_the_sample_count() {
     }
     assert!(partial > 50, "{partial}");
 }
+
+#[test_log::test]
+fn depth_clipping_cuts_at_the_near_and_far_planes_and_depth_clamp_does_not() {
+    let m = Machine::new(5000);
+    // z (with w = 1) rises by 1 across 64 pixels: from 0.5 beyond the
+    // far plane at x = 32, and from -0.5 in front of the near plane
+    // until x = 32.
+    let far = [
+        ([0.0f32, 0.0f32], 0.5f32, [0.0f32; 3]),
+        ([64.0, 0.0], 1.5, [0.0; 3]),
+        ([0.0, 128.0], 0.5, [0.0; 3]),
+    ];
+    let near = far.map(|(at, z, v)| (at, z - 1.0, v));
+    let triangle = |t: &[([f32; 2], f32, [f32; 3]); 3]| {
+        t.map(|(at, _, _)| [f64::from(at[0]), f64::from(at[1])])
+    };
+    let cull = |depth_clip: bool, depth_clamp: bool| {
+        move |records: &mut PppRecords| {
+            records.cull = Some(Cull {
+                depth_clip,
+                depth_clamp,
+                ..Cull::default()
+            });
+        }
+    };
+    for (vertices, kept) in [(far, 0..32usize), (near, 32..64)] {
+        let t = triangle(&vertices);
+        let got = count_shapes(&m, Primitive::Triangles, &vertices, &cull(true, false));
+        assert_counts(
+            &got,
+            |x, y| u8::from(kept.contains(&x) && covers(t, x as f64 + 0.5, y as f64 + 0.5)),
+            "depth clip",
+        );
+        let got = count_shapes(&m, Primitive::Triangles, &vertices, &cull(false, true));
+        assert_counts(
+            &got,
+            |x, y| u8::from(covers(t, x as f64 + 0.5, y as f64 + 0.5)),
+            "depth clamp",
+        );
+    }
+}
