@@ -299,7 +299,7 @@ fn sixty_four_bit_add_carries_and_sign_extends() {
 #[test_log::test]
 fn bit_operations_and_shifts() {
     let g = run_lanes(
-        "and r10, r1, r2\nor r11, r1, r2\nxor r12, r1, r2\nnot r13, r1\nmov r14, r1\nbitop 1001, r15, r1, r2\nbfi r16, r3, r1, 8, mask 0xFF\nbfeil r17, 0, r1, 4\nextr r18, r1, r2, 8\nasr r19, r4, 4\nbfi r20, 0, r1, 3",
+        "and r10, r1, r2\nor r11, r1, r2\nxor r12, r1, r2\nnot r13, r1\nmov r14, r1\nxnor r15, r1, r2\nbfi r16, r3, r1, 8, mask 0xFF\nbfeil r17, 0, r1, 4\nextr r18, r1, r2, 8\nasr r19, r4, 4\nbfi r20, 0, r1, 3",
         |g, lane| {
             g.write(Reg::r(1), lane, lane as u64 * 0x0101_0101);
             g.write(Reg::r(2), lane, 0x0F0F_00FF);

@@ -5,7 +5,7 @@
 //!
 //! - `bitop` (0x7E) has aliases keyed on its truth table: `mov` and `not`
 //!   (which also need the second source to be the immediate 0) come before
-//!   `and`/`or`/`xor`/`nand`/`nor`, and those before the generic
+//!   `and`/`or`/`xor`/`nand`/`nor`/`xnor`, and those before the generic
 //!   `bitop TT, ...`, which takes every other table.
 //! - `iadd`/`isub` and `imadd`/`imsub` differ only in bit 27; each row
 //!   pins it, so their order is free.
@@ -925,6 +925,8 @@ table! {
     Nand => form("nand", BITOP_MASK, 0x7E | truth_table(0b0111), fixed(6), NONE, BITOP_BINARY),
     /// Bitwise not-or.
     Nor => form("nor", BITOP_MASK, 0x7E | truth_table(0b0001), fixed(6), NONE, BITOP_BINARY),
+    /// Bitwise equivalence (not exclusive-or; applegpu's name).
+    Xnor => form("xnor", BITOP_MASK, 0x7E | truth_table(0b1001), fixed(6), NONE, BITOP_BINARY),
     /// Any other two-input bitwise function, given as a truth table.
     Bitop => form("bitop", 0x807F, 0x7E, fixed(6), NONE, &[
         Kind::TruthTable(b!(26:2, 38:2)),
@@ -1186,6 +1188,24 @@ table! {
         &[Kind::Target(b!(16:8))]),
     /// A jump whose condition applegpu calls "incomplete".
     JmpIncomplete => form("jmp_incomplete", 0xFF00_FFFF, 0x0, fixed(4), NONE, &[Kind::Target(b!(16:8))]),
+    /// Forms applegpu decodes with a known length but no meaning (its
+    /// `TODO.*` names); printed with their raw bits, refused when run.
+    Unk101c => form("unk_101c", 0xFFFF, 0x101C, fixed(2), NONE, &[]),
+    /// See `unk_101c`.
+    Unk62cc => form("unk_62cc", 0xFFFF, 0x62CC, fixed(2), NONE, &[]),
+    /// See `unk_101c`.
+    UnkE800 => form("unk_e800", 0xFFFF, 0x00E8, fixed(2), NONE, &[]),
+    /// See `unk_101c`.
+    Unk0c00 => form("unk_0c00", 0xFFFF, 0x000C, fixed(2), NONE, &[]),
+    /// See `unk_101c`.
+    UnkC0000000 => form("unk_c0000000", 0xFFFF_FFFF, 0x0000_00C0, fixed(4), NONE, &[]),
+    /// See `unk_101c`: a 32-bit immediate follows.
+    Unk30c0 => form("unk_30c0", 0xFFFF, 0xC030, fixed(6), NONE, &[Kind::Uint(b!(16:32))]),
+    /// See `unk_101c`.
+    Unk40c0 => form("unk_40c0", 0xFFFF_FFFF_FFFF, 0xC040, fixed(6), NONE, &[]),
+    /// See `unk_101c` (applegpu's `sr_thing`): the other bits printed as
+    /// numbers.
+    UnkSr => form("unk_sr", 0x7F | 1 << 15, 0x72 | 1 << 15, fixed(4), NONE, &[Kind::Uint(b!(7:8)), Kind::Uint(b!(16:16))]),
 }
 
 /// Special-register numbers the simulator provides (see [`SPECIAL_REGISTERS`]).

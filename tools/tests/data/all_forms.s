@@ -40,7 +40,8 @@ or r17, r1, 255
 xor r17, r1, u3
 nand r17, r1, r2
 nor r17, r1, r2
-bitop 1001, r17, r1, r2
+xnor r17, r1, r2
+bitop 1101, r17, r1, r2
 bfi r18, 0, r1, 4, mask 0xFF
 bitrev r19, r1
 popcount r19l, r1h
@@ -140,3 +141,11 @@ doorbell 7
 signal_pix 1, 0
 trap
 stop
+unk_101c
+unk_62cc
+unk_e800
+unk_0c00
+unk_c0000000
+unk_30c0 67305985
+unk_40c0
+unk_sr 3, 4660

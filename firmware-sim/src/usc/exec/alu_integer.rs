@@ -93,7 +93,15 @@ impl SimdGroup {
                     self.write(d.reg, lane, r as u64);
                 }
             }
-            Op::Mov | Op::Not | Op::And | Op::Or | Op::Xor | Op::Nand | Op::Nor | Op::Bitop => {
+            Op::Mov
+            | Op::Not
+            | Op::And
+            | Op::Or
+            | Op::Xor
+            | Op::Nand
+            | Op::Nor
+            | Op::Xnor
+            | Op::Bitop => {
                 let (table, first) = match op {
                     Op::Mov => (0b1010, 0),
                     Op::Not => (0b0101, 0),
@@ -102,6 +110,7 @@ impl SimdGroup {
                     Op::Xor => (0b0110, 0),
                     Op::Nand => (0b0111, 0),
                     Op::Nor => (0b0001, 0),
+                    Op::Xnor => (0b1001, 0),
                     _ => (o.int(0)? as u32, 1),
                 };
                 let d = o.dst(first)?.reg;

@@ -576,6 +576,7 @@ impl SimdGroup {
             | Op::Xor
             | Op::Nand
             | Op::Nor
+            | Op::Xnor
             | Op::Bitop
             | Op::Bfi
             | Op::Bfeil
@@ -622,7 +623,15 @@ impl SimdGroup {
             | Op::DeviceLoadTodo
             | Op::DeviceStoreTodo
             | Op::AsyncLoad
-            | Op::AsyncStore => Err(unsupported(
+            | Op::AsyncStore
+            | Op::Unk101c
+            | Op::Unk62cc
+            | Op::UnkE800
+            | Op::Unk0c00
+            | Op::UnkC0000000
+            | Op::Unk30c0
+            | Op::Unk40c0
+            | Op::UnkSr => Err(unsupported(
                 pc,
                 format!("{} is decoded but not modelled", ins.op.mnemonic()),
             )),
