@@ -135,7 +135,12 @@ pub(crate) fn exec_fault(error: &ExecError) -> EngineResult {
         _ => None,
     };
     match failed_access {
-        Some(f) => memory_fault(&f, FaultUnit::Usc),
+        Some(f) => {
+            // The kmd logs the fault's address and unit; which instruction
+            // made the access is the shader developer's next question.
+            tracing::debug!(pc = format_args!("{:#x}", error.pc()), "shader memory fault: {error}");
+            memory_fault(&f, FaultUnit::Usc)
+        }
         // The error names the instruction and what was not modelled.
         None => unsupported(
             error.pc(),
