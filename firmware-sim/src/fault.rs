@@ -138,7 +138,10 @@ pub(crate) fn exec_fault(error: &ExecError) -> EngineResult {
         Some(f) => {
             // The kmd logs the fault's address and unit; which instruction
             // made the access is the shader developer's next question.
-            tracing::debug!(pc = format_args!("{:#x}", error.pc()), "shader memory fault: {error}");
+            tracing::debug!(
+                pc = format_args!("{:#x}", error.pc()),
+                "shader memory fault: {error}"
+            );
             memory_fault(&f, FaultUnit::Usc)
         }
         // The error names the instruction and what was not modelled.

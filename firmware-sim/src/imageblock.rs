@@ -292,11 +292,6 @@ impl PbeTarget {
             (TextureDimension::D2Multisampled | TextureDimension::D2ArrayMultisampled, _) => 4,
             _ => 1,
         };
-        if samples > 1 && pbe.compressed_1 {
-            // Mesa stretches a multisampled image's metadata grid by its
-            // sample layout; not modelled.
-            return Err(invalid("compressed multisampled images".into()));
-        }
         let texel_bytes = element.element_bytes(channels) as usize;
         let element_bytes = texel_bytes as u32 * samples;
         let layers = if pbe.layout == Layout::Linear {
@@ -360,7 +355,12 @@ impl PbeTarget {
             )));
         }
         let marked_tiles = if self.pbe.compressed_1 {
-            let compressed = Compressed::new(&self.pbe, self.levels, self.texel_bytes as u32)?;
+            let compressed = Compressed::new(
+                &self.pbe,
+                self.levels,
+                self.texel_bytes as u32,
+                self.samples,
+            )?;
             compressed.prepare(
                 vm,
                 &self.pbe,
@@ -544,11 +544,32 @@ pub fn store_texel(
 struct Compressed {
     meta: CompressionLayout,
     uncompressed_word: u64,
+    /// Bytes of one sample's element (the metadata modes are per sample
+    /// size).
     element_bytes: u32,
+    /// Samples per pixel: a multisampled image's metadata covers tiles of
+    /// 16x16 samples (its pixels stretched 2x2 for four samples, 1x2 for
+    /// two; Mesa's `ail_effective_width_sa`/`height_sa` and libagx's
+    /// sample addressing).
+    samples: u32,
+}
+
+/// The sample-space stretch of a pixel grid: (x, y) factors.
+fn stretch(samples: u32) -> (u32, u32) {
+    match samples {
+        4 => (2, 2),
+        2 => (1, 2),
+        _ => (1, 1),
+    }
 }
 
 impl Compressed {
-    fn new(pbe: &Pbe, levels: u32, element_bytes: u32) -> Result<Compressed, IoError> {
+    fn new(
+        pbe: &Pbe,
+        levels: u32,
+        element_bytes: u32,
+        samples: u32,
+    ) -> Result<Compressed, IoError> {
         if pbe.layout != Layout::Gpu || !pbe.extended {
             return Err(invalid(format!(
                 "a compressed {:?} image{}",
@@ -560,18 +581,21 @@ impl Compressed {
                 }
             )));
         }
-        let meta = CompressionLayout::new(pbe.width, pbe.height, levels).ok_or_else(|| {
-            invalid(format!(
-                "a compressed {}x{} image (a side under one compression tile)",
-                pbe.width, pbe.height
-            ))
-        })?;
+        let (fx, fy) = stretch(samples);
+        let meta =
+            CompressionLayout::new(pbe.width * fx, pbe.height * fy, levels).ok_or_else(|| {
+                invalid(format!(
+                    "a compressed {}x{} image (a side under one compression tile)",
+                    pbe.width, pbe.height
+                ))
+            })?;
         let mode = uncompressed_subtile_mode(element_bytes)
             .ok_or_else(|| invalid(format!("compressed {element_bytes}-byte texels")))?;
         Ok(Compressed {
             meta,
             uncompressed_word: tile_word(mode),
             element_bytes,
+            samples,
         })
     }
 
@@ -594,6 +618,21 @@ impl Compressed {
             return Ok(None);
         }
         let t = COMPRESSION_TILE_PX;
+        // In sample space: tiles are 16x16 samples.
+        let (fx, fy) = stretch(self.samples);
+        let written = &(
+            written.0.start * fx..written.0.end * fx,
+            written.1.start * fy..written.1.end * fy,
+        );
+        let size = (size.0 * fx, size.1 * fy);
+        // A sample-space position as (pixel x, pixel y, sample).
+        let pixel_of = |sx: u32, sy: u32| -> (u32, u32, u32) {
+            match self.samples {
+                4 => (sx / 2, sy / 2, (sx & 1) | (sy & 1) << 1),
+                2 => (sx, sy / 2, sy & 1),
+                _ => (sx, sy, 0),
+            }
+        };
         let mut words = Vec::new();
         for ty in written.1.start / t..written.1.end.div_ceil(t) {
             for tx in written.0.start / t..written.0.end.div_ceil(t) {
@@ -616,10 +655,17 @@ impl Compressed {
                 match TileMode::decode(u64::from_le_bytes(word), self.element_bytes) {
                     TileMode::Uncompressed => {}
                     TileMode::Solid => {
-                        let texel_at = |x, y| {
+                        // The colour is at the tile's start: sample 0 of
+                        // its first pixel.
+                        let texel_at = |sx, sy| {
+                            let (x, y, sample) = pixel_of(sx, sy);
                             layout
                                 .offset(level, x, y, layer)
-                                .map(|o| pbe.buffer.wrapping_add(o))
+                                .map(|o| {
+                                    pbe.buffer.wrapping_add(
+                                        o + u64::from(sample) * u64::from(self.element_bytes),
+                                    )
+                                })
                                 .ok_or_else(|| invalid(format!("pixel ({x}, {y}) past the image")))
                         };
                         let mut colour = vec![0u8; self.element_bytes as usize];

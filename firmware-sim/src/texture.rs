@@ -241,11 +241,6 @@ impl TextureUnit<'_> {
                     "a losslessly compressed block-compressed texture".into(),
                 ));
             }
-            if samples > 1 {
-                // Mesa stretches a multisampled image's metadata grid by
-                // its sample layout; not modelled.
-                return Err(invalid("a compressed multisampled texture".into()));
-            }
             if texture.layout != Layout::Gpu || !texture.extended {
                 return Err(invalid(format!(
                     "a compressed {:?} texture{}",
@@ -257,13 +252,19 @@ impl TextureUnit<'_> {
                     }
                 )));
             }
-            let meta =
-                CompressionLayout::new(texture.width, texture.height, levels).ok_or_else(|| {
-                    invalid(format!(
-                        "a compressed {}x{} texture (a side under one compression tile)",
-                        texture.width, texture.height
-                    ))
-                })?;
+            // A multisampled image's grid covers its samples (Mesa's
+            // ail_effective_width_sa / height_sa).
+            let (grid_w, grid_h) = match samples {
+                4 => (texture.width * 2, texture.height * 2),
+                2 => (texture.width, texture.height * 2),
+                _ => (texture.width, texture.height),
+            };
+            let meta = CompressionLayout::new(grid_w, grid_h, levels).ok_or_else(|| {
+                invalid(format!(
+                    "a compressed {}x{} texture (a side under one compression tile)",
+                    texture.width, texture.height
+                ))
+            })?;
             Some((meta, texture.acceleration_buffer))
         } else {
             None
@@ -283,22 +284,30 @@ impl TextureUnit<'_> {
         })
     }
 
-    /// Where texel (x, y) of `level` and `layer` is stored, relative to
-    /// the image's address: for a solid compression tile, the tile's
-    /// first element.
+    /// Where sample `sample` of texel (x, y) of `level` and `layer` is
+    /// stored: the texel and sample to read, for a solid compression tile
+    /// the tile's first (sample 0 of its first pixel). A multisampled
+    /// image's metadata covers tiles of 16x16 *samples*: its pixels
+    /// stretched by their samples, 2x2 for four samples (sample s at
+    /// (2x + s % 2, 2y + s / 2)) and 1x2 for two (at (x, 2y + s)), as
+    /// Mesa's `ail` sizes the grid and `libagx` addresses it.
     fn stored_texel(
         &self,
         image: &Image,
         level: u32,
-        x: u32,
-        y: u32,
+        (x, y, sample): (u32, u32, u32),
         layer: u32,
-    ) -> Result<(u32, u32), IoError> {
+    ) -> Result<(u32, u32, u32), IoError> {
         let Some((meta, base)) = &image.compression else {
-            return Ok((x, y));
+            return Ok((x, y, sample));
         };
-        let Some(at) = meta.tile_word_offset(level, x, y, layer) else {
-            return Ok((x, y));
+        let (sx, sy) = match image.samples {
+            4 => (2 * x + (sample & 1), 2 * y + (sample >> 1)),
+            2 => (x, 2 * y + (sample & 1)),
+            _ => (x, y),
+        };
+        let Some(at) = meta.tile_word_offset(level, sx, sy, layer) else {
+            return Ok((x, y, sample));
         };
         let address = base.wrapping_add(at);
         // A filtered sample reads up to eight texels, mostly of one tile.
@@ -311,10 +320,15 @@ impl TextureUnit<'_> {
                 mode
             }
         };
-        mode.stored_pixel(x, y).ok_or_else(|| {
+        let (tx, ty) = mode.stored_pixel(sx, sy).ok_or_else(|| {
             invalid(format!(
                 "compression mode {mode:?} of the tile of texel ({x}, {y}) of level {level} (not modelled)"
             ))
+        })?;
+        Ok(match image.samples {
+            4 => (tx / 2, ty / 2, (tx & 1) | (ty & 1) << 1),
+            2 => (tx, ty / 2, ty & 1),
+            _ => (tx, ty, sample),
         })
     }
 
@@ -396,7 +410,7 @@ impl TextureUnit<'_> {
         if let Some(format) = image.block {
             return self.block_texel(image, format, level, (x, y, layer));
         }
-        let (x, y) = self.stored_texel(image, level, x, y, layer)?;
+        let (x, y, sample) = self.stored_texel(image, level, (x, y, sample), layer)?;
         let offset = image
             .layout
             .offset(level, x, y, layer)

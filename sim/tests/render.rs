@@ -3459,3 +3459,71 @@ fn depth_clipping_cuts_at_the_near_and_far_planes_and_depth_clamp_does_not() {
         );
     }
 }
+
+#[test_log::test]
+fn a_render_into_a_compressed_multisampled_target_marks_its_sample_tiles_uncompressed() {
+    use agx_hw::layout::{tile_word, uncompressed_subtile_mode, CompressionLayout, ImageLayout};
+    const META: u64 = 0x3F_0000;
+    let m = Machine::new(5000);
+    let window = [[10.25f32, 5.5], [50.75, 20.0], [20.0, 60.125]];
+    let mut render = triangles_pass(&m, &window);
+    render.samples = 4;
+    // A 64 x 64 4x target, GPU-tiled (16-byte elements) and compressed:
+    // 128 x 128 samples, 8 x 8 metadata tiles, all solid black before.
+    let layout = ImageLayout::gpu_tiled(64, 64, 1, 16, true).unwrap();
+    m.poke(
+        m.data,
+        MSAA_IMAGE,
+        &vec![0u8; layout.layer_bytes() as usize],
+    );
+    let meta = CompressionLayout::new(128, 128, 1).unwrap();
+    let solid = tile_word(agx_hw::layout::solid_subtile_mode(4).unwrap());
+    m.poke(m.data, META, &solid.to_le_bytes().repeat(64));
+    let pbe = Pbe {
+        dimension: TextureDimension::D2Multisampled,
+        samples: agx_hw::formats::SampleCount::Four,
+        layout: Layout::Gpu,
+        channels: Channels::R8G8B8A8,
+        data_type: TextureType::Unorm,
+        width: 64,
+        height: 64,
+        buffer: DATA_VA + MSAA_IMAGE,
+        page_aligned_layers: true,
+        compressed_1: true,
+        extended: true,
+        acceleration_buffer: DATA_VA + META,
+        ..Pbe::default()
+    };
+    m.poke(m.data, PBE, &pbe.pack().unwrap());
+    assert_eq!(m.submit(CmdType::Render, render.as_bytes()), None);
+    // Every sample tile the render stored is uncompressed now, and the
+    // body holds the samples at their pixels' elements.
+    let plain = tile_word(uncompressed_subtile_mode(4).unwrap());
+    for ty in 0..8 {
+        for tx in 0..8 {
+            let at = meta.tile_word_offset(0, 16 * tx, 16 * ty, 0).unwrap();
+            assert_eq!(
+                m.peek_u32s(META + at, 2),
+                [plain as u32, (plain >> 32) as u32],
+                "tile ({tx}, {ty})"
+            );
+        }
+    }
+    let image = m.peek(m.data, MSAA_IMAGE, layout.layer_bytes() as usize);
+    let t = window.map(|[x, y]| [f64::from(x), f64::from(y)]);
+    let positions = [
+        (0.375, 0.125),
+        (0.875, 0.375),
+        (0.125, 0.625),
+        (0.625, 0.875),
+    ];
+    for y in 0..64u32 {
+        for x in 0..64u32 {
+            for (s, (sx, sy)) in positions.iter().enumerate() {
+                let want = u8::from(covers(t, f64::from(x) + sx, f64::from(y) + sy));
+                let at = layout.offset(0, x, y, 0).unwrap() as usize + 4 * s;
+                assert_eq!(image[at], want, "pixel ({x}, {y}) sample {s}");
+            }
+        }
+    }
+}

@@ -1844,3 +1844,70 @@ fn extended_sampler_states_put_a_custom_border_after_each_bound_sampler() {
         "sampler 1: its custom border"
     );
 }
+
+#[test_log::test]
+fn compressed_multisampled_textures_read_their_metadata_in_sample_space() {
+    use agx_hw::layout::{
+        solid_subtile_mode, tile_word, uncompressed_subtile_mode, CompressionLayout,
+    };
+    const META: u64 = 0x9_8000;
+    let m = Machine::new(5000);
+    // 16 x 16 pixels of four 32-bit samples: 32 x 32 samples, 2 x 2
+    // metadata tiles of 16 x 16 samples (8 x 8 pixels each).
+    let layout = ImageLayout::gpu_tiled(16, 16, 1, 16, true).unwrap();
+    let value = |x: u32, y: u32, s: u32| 1000 * s + 20 * y + x + 1;
+    let mut bytes = vec![0u8; layout.layer_bytes() as usize];
+    for y in 0..16 {
+        for x in 0..16 {
+            for s in 0..4 {
+                let at = layout.offset(0, x, y, 0).unwrap() as usize + 4 * s as usize;
+                bytes[at..at + 4].copy_from_slice(&value(x, y, s).to_le_bytes());
+            }
+        }
+    }
+    // Tiles (0, 0) and (0, 1) solid, (1, 0) uncompressed, (1, 1) never
+    // written (zero: uncompressed).
+    let meta = CompressionLayout::new(32, 32, 1).unwrap();
+    let solid = tile_word(solid_subtile_mode(4).unwrap());
+    let plain = tile_word(uncompressed_subtile_mode(4).unwrap());
+    let mut words = vec![0u8; 64];
+    for (tx, ty, word) in [(0u32, 0u32, solid), (1, 0, plain), (0, 1, solid)] {
+        let at = meta.tile_word_offset(0, 16 * tx, 16 * ty, 0).unwrap() as usize;
+        words[at..at + 8].copy_from_slice(&word.to_le_bytes());
+    }
+    m.poke(m.data, META, &words);
+    let descriptor = Texture {
+        dimension: TextureDimension::D2Multisampled,
+        layout: Layout::Gpu,
+        channels: Channels::R32,
+        data_type: TextureType::Uint,
+        width: 16,
+        height: 16,
+        samples: agx_hw::formats::SampleCount::Four,
+        page_aligned_layers: true,
+        compressed_1: true,
+        extended: true,
+        acceleration_buffer: DATA_VA + META,
+        ..Texture::default()
+    };
+    put_texture(&m, descriptor, &bytes);
+    let mut coords = Vec::new();
+    let mut want = Vec::new();
+    for y in 0..16u32 {
+        for x in (0..16u32).step_by(3) {
+            for s in 0..4u32 {
+                coords.push([x, y, s, 0]);
+                // Sample-space position, then its tile.
+                let (sx, sy) = (2 * x + (s & 1), 2 * y + (s >> 1));
+                let v = match (sx / 16, sy / 16) {
+                    // Solid: sample 0 of the tile's first pixel.
+                    (0, ty) => value(0, 8 * ty, 0),
+                    _ => value(x, y, s),
+                };
+                want.push([v, 0, 0, 1]);
+            }
+        }
+    }
+    let got = run_requests(&m, &load_instruction("tex_2d_ms", 3), &coords);
+    assert_eq!(got, want);
+}
