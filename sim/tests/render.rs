@@ -3527,3 +3527,49 @@ fn a_render_into_a_compressed_multisampled_target_marks_its_sample_tiles_uncompr
         }
     }
 }
+
+#[test_log::test]
+fn a_state_with_tag_writes_disabled_writes_depth_and_runs_no_shader() {
+    // Mesa's depth-only draws: the fragment shader writes nothing, so the
+    // PPP state has tag writes disabled and no fragment-shader record.
+    let m = Machine::new(5000);
+    let near = [[8.25f32, 3.5], [57.5, 30.75], [12.0, 58.25]];
+    coloured(&m, &[(near, 0.25, [1.0, 0.0, 0.0])]);
+    let vs = colour_vs(&m, VERTICES);
+    let depth_only = |records: &mut PppRecords| {
+        records.fragment_shader = None;
+        records.fragment_control = Some(FragmentControl {
+            tag_write_disable: true,
+            ..FragmentControl::default()
+        });
+    };
+    let mut render = draw_shapes(
+        &m,
+        Shapes::new(Primitive::Triangles, 3),
+        vs,
+        7,
+        0,
+        None,
+        Some(ZsFunc::Less),
+        None,
+        &depth_only,
+    );
+    render.zls_ctrl = zls_word(ZlsControl {
+        z_store_enable: true,
+        ..ZlsControl::default()
+    });
+    render.depth.base = DATA_VA + DEPTH;
+    render.depth.stride = zls_stride_word();
+    render.isp_zls_pixels = zls_pixels_word(64, 64);
+    render.isp_bgobjdepth = 1.0f32.to_bits();
+    assert_eq!(m.submit(CmdType::Render, render.as_bytes()), None);
+    let t = near.map(|[x, y]| [f64::from(x), f64::from(y)]);
+    for y in 0..64 {
+        for x in 0..64 {
+            let inside = covers(t, x as f64 + 0.5, y as f64 + 0.5);
+            let want = if inside { 0.25 } else { 1.0 };
+            assert_eq!(stored_depth(&m, x, y), want, "depth of pixel ({x}, {y})");
+            assert_eq!(rgb(&m, x, y), [0, 0, 0], "no colour at ({x}, {y})");
+        }
+    }
+}

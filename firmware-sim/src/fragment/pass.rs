@@ -469,16 +469,21 @@ impl Pass<'_> {
                     continue;
                 }
             }
-            let coefficients = setup_coefficients(&vm, self.usc_exec_base, ppp, &vertices, extras)?;
-            run(
-                w,
-                shader,
-                &covered,
-                &coefficients,
-                true,
-                (face, late_stencil),
-                back_facing,
-            )?;
+            // With tag writes disabled no shader runs: the depth and
+            // stencil results of the tests above are written as they are.
+            if let Some(shader) = shader {
+                let coefficients =
+                    setup_coefficients(&vm, self.usc_exec_base, ppp, &vertices, extras)?;
+                run(
+                    w,
+                    shader,
+                    &covered,
+                    &coefficients,
+                    true,
+                    (face, late_stencil),
+                    back_facing,
+                )?;
+            }
             // Depth of the pixels the shader kept; then the per-pixel
             // state is clean again for the next primitive.
             for &(x, y) in &covered {

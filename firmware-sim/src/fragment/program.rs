@@ -238,8 +238,9 @@ pub(super) fn block_store_fault(error: &ExecError) -> EngineResult {
 /// What the fragment stage needs of one primitive state: its shader, the
 /// PPP state, and the scissor and depth bias it enables.
 pub(super) struct FragmentSetup {
-    /// The fragment shader.
-    pub(super) binding: Binding,
+    /// The fragment shader (`None` when none runs: a state with tag
+    /// writes disabled).
+    pub(super) binding: Option<Binding>,
     /// The PPP state (every record set when the primitive was drawn).
     pub(super) ppp: tiler::PppState,
     /// Whether the shader writes depth (`zs_emit`).
@@ -283,7 +284,9 @@ pub(super) fn fragment_setup(
         .transpose()?
         .map(|bytes| DepthBias::unpack(&bytes).value);
     Ok(FragmentSetup {
-        writes_depth: writes_depth(vm, binding.code),
+        writes_depth: binding
+            .as_ref()
+            .is_some_and(|binding| writes_depth(vm, binding.code)),
         binding,
         ppp,
         scissor,
@@ -298,7 +301,7 @@ fn fragment_shader(
     scene: &Scene,
     state: u32,
     watchdog: &Watchdog<'_>,
-) -> Result<(Binding, tiler::PppState), EngineResult> {
+) -> Result<(Option<Binding>, tiler::PppState), EngineResult> {
     if state >= scene.header.state_count {
         return Err(unsupported(
             scene.header.states,
@@ -319,11 +322,17 @@ fn fragment_shader(
         )
     })?;
     let ppp = tiler::parse_ppp(vm, fragment_state.ppp)?;
+    // Tag writes disabled: no fragment shader runs, whatever record an
+    // earlier update left (Mesa leaves the record out for shaders that
+    // write nothing).
+    if ppp.tag_write_disable {
+        return Ok((None, ppp));
+    }
     let Some(pipeline) = ppp.fragment_pipeline else {
         return Err(unsupported(
             fragment_state.ppp,
             FaultUnit::Vdm,
-            "a draw whose PPP state has no fragment shader record",
+            "a draw whose PPP state has no fragment shader record (and tag writes enabled)",
         ));
     };
     let binding = bind::bind(
@@ -333,7 +342,7 @@ fn fragment_shader(
         watchdog,
     )?
     .with_sampler_states(ppp.fragment_sampler_states);
-    Ok((binding, ppp))
+    Ok((Some(binding), ppp))
 }
 
 /// Whether a program writes depth (`zs_emit`): its depth test then runs
