@@ -13,30 +13,22 @@
 //! where the hardware would.
 
 use agx_fwif::messages::FaultUnit;
-use agx_hw::formats::{SharedLayout, UscShared, UscUniform, UscUniformHigh, UscWord};
+use agx_hw::formats::{
+    SamplerStates, SharedLayout, UscShared, UscUniform, UscUniformHigh, UscWord,
+};
 
 use crate::command::Watchdog;
 use crate::fault::{exec_fault, unsupported, EngineResult};
 use crate::memory::{read_item, GpuVm};
 use crate::shader::run_stage_group;
-use crate::usc::io::{IoError, StateKind};
-use crate::usc::{ProgramCache, ShaderIo, SimdGroup, UNIFORMS};
+use crate::texture::TextureUnit;
+use crate::usc::io::{IoError, StateKind, TextureRequest};
+use crate::usc::{ProgramCache, ShaderIo, SimdGroup, LANES, UNIFORMS};
 
 /// The most control words a pipeline may have before its preshader word.
 const MAX_CONTROL_WORDS: usize = 64;
 
-/// Descriptors a Texture or Sampler word binds to state registers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct StateBinding {
-    /// The first state register.
-    pub start: u32,
-    /// How many.
-    pub count: u32,
-    /// GPU address of the descriptor array.
-    pub buffer: u64,
-    /// Where the control word is (for faults).
-    pub word_address: u64,
-}
+pub use crate::texture::StateBinding;
 
 /// What a pipeline's control words set up.
 #[derive(Debug, Clone)]
@@ -67,7 +59,7 @@ pub struct Binding {
 impl Binding {
     /// Takes the stage's declared sampler-state count: extended states
     /// put a custom border after each bound sampler.
-    pub fn with_sampler_states(mut self, states: agx_hw::formats::SamplerStates) -> Binding {
+    fn with_sampler_states(mut self, states: SamplerStates) -> Binding {
         use agx_hw::formats::SamplerStates as S;
         self.sampler_stride_bytes = if matches!(states, S::Extended8 | S::Extended16) {
             24
@@ -102,6 +94,7 @@ pub fn bind(
     pipeline: u64,
     usc_exec_base: u64,
     watchdog: &Watchdog<'_>,
+    samplers: StageSamplers,
 ) -> Result<Binding, EngineResult> {
     let mut binding = Binding {
         code: 0,
@@ -112,7 +105,8 @@ pub fn bind(
         samplers: Vec::new(),
         spill_bucket: 0,
         sampler_stride_bytes: 8,
-    };
+    }
+    .with_sampler_states(samplers.states);
     let mut have_code = false;
     let mut at = pipeline;
     let mut item = Vec::new();
@@ -200,6 +194,7 @@ pub fn bind(
                     usc_exec_base.wrapping_add(w.code),
                     &mut binding,
                     watchdog,
+                    samplers.heap,
                 )?;
                 return Ok(binding);
             }
@@ -215,18 +210,58 @@ pub fn bind(
     ))
 }
 
-/// A preshader has no fixed-function unit: device memory and the uniform
-/// registers are what it reaches, and the state registers it binds
-/// descriptors to (`tex_state_store`, `sampler_state_store`), which the
-/// shader then uses as if a Texture or Sampler word had bound them.
-struct PreshaderIo {
-    /// The preshader's code address (where a bad binding is reported).
-    code: u64,
-    textures: Vec<StateBinding>,
-    samplers: Vec<StateBinding>,
+/// What a stage's samplers come from, besides its Sampler words: the
+/// command's sampler heap and the stage word's declared sampler states.
+#[derive(Debug, Clone, Copy)]
+pub struct StageSamplers {
+    /// The sampler heap (address, samplers), if the command has one.
+    pub heap: Option<(u64, u32)>,
+    /// The stage's declared sampler-state count.
+    pub states: SamplerStates,
 }
 
-impl ShaderIo for PreshaderIo {
+impl StageSamplers {
+    /// No heap, compact states (tile programs and tests).
+    pub const NONE: StageSamplers = StageSamplers {
+        heap: None,
+        states: SamplerStates::None,
+    };
+}
+
+/// A preshader reaches device memory, the uniform registers, the texture
+/// unit (Mesa's preambles fetch constants such as a clear colour with
+/// `texture_load`) and the state registers it binds descriptors to
+/// (`tex_state_store`, `sampler_state_store`), which the shader then uses
+/// as if a Texture or Sampler word had bound them.
+struct PreshaderIo<'a> {
+    /// The preshader's code address (where a bad binding is reported).
+    code: u64,
+    /// The pipeline's bindings, then the preshader's own (from `own`).
+    textures: Vec<StateBinding>,
+    samplers: Vec<StateBinding>,
+    /// Where the preshader's own bindings start in each list.
+    own: (usize, usize),
+    vm: GpuVm<'a>,
+    sampler_heap: Option<(u64, u32)>,
+    sampler_stride_bytes: u64,
+}
+
+impl ShaderIo for PreshaderIo<'_> {
+    fn texture(
+        &mut self,
+        requests: &[Option<TextureRequest>; LANES],
+        texels: &mut [[u32; 4]; LANES],
+    ) -> Result<(), IoError> {
+        TextureUnit {
+            vm: self.vm.clone(),
+            textures: &self.textures,
+            samplers: &self.samplers,
+            sampler_heap: self.sampler_heap,
+            sampler_stride_bytes: self.sampler_stride_bytes,
+        }
+        .serve(requests, texels)
+    }
+
     fn state_store(
         &mut self,
         state: StateKind,
@@ -263,13 +298,18 @@ fn run_preshader(
     code: u64,
     binding: &mut Binding,
     watchdog: &Watchdog<'_>,
+    sampler_heap: Option<(u64, u32)>,
 ) -> Result<(), EngineResult> {
     let mut group = SimdGroup::new(code, 1);
     let mut memory = vm.clone();
     let mut io = PreshaderIo {
         code,
-        textures: Vec::new(),
-        samplers: Vec::new(),
+        textures: binding.textures.clone(),
+        samplers: binding.samplers.clone(),
+        own: (binding.textures.len(), binding.samplers.len()),
+        vm: vm.clone(),
+        sampler_heap,
+        sampler_stride_bytes: binding.sampler_stride_bytes,
     };
     run_stage_group(
         &mut group,
@@ -282,8 +322,8 @@ fn run_preshader(
     )?;
     // Later bindings take precedence (the texture unit searches from the
     // last), so what the preshader stores overrides the control words.
-    binding.textures.append(&mut io.textures);
-    binding.samplers.append(&mut io.samplers);
+    binding.textures.extend_from_slice(&io.textures[io.own.0..]);
+    binding.samplers.extend_from_slice(&io.samplers[io.own.1..]);
     Ok(())
 }
 

@@ -121,10 +121,13 @@ impl Gpu {
                         launch.pipeline,
                         body.usc_exec_base.get(),
                         &ctx.watchdog(),
+                        crate::bind::StageSamplers {
+                            heap: (!body.sampler_heap.is_null())
+                                .then_some((body.sampler_heap.get(), body.sampler_count)),
+                            states: words.header.sampler_state_register_count,
+                        },
                     ) {
-                        Ok(binding) => {
-                            binding.with_sampler_states(words.header.sampler_state_register_count)
-                        }
+                        Ok(binding) => binding,
                         Err(result) => return result,
                     };
                     let command = compute::ComputeCommand {

@@ -18,9 +18,9 @@
 //!   over host threads, with a failure reported as in-order execution
 //!   would;
 //! - [`shader`]: running a SIMD-group for a stage under the watchdog;
-//! - [`bind`]: USC control words, a pipeline's set-up of the shader core
-//!   (running its preshader);
 //! - [`texture`]: the texture unit;
+//! - [`bind`]: USC control words, a pipeline's set-up of the shader core
+//!   (running its preshader, which reaches the texture unit);
 //! - [`tiler`]: the parameter buffer, written by binning (its vertex
 //!   shaders reach the texture unit), read per tile;
 //! - [`raster`]: coverage at the sample positions, and plane equations;

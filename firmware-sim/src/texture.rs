@@ -22,7 +22,6 @@ use agx_hw::formats::{
 use agx_hw::layout::{laid_out_levels, CompressionLayout, ImageLayout, TileMode};
 
 use crate::bc::{BlockFormat, BLOCK_PX};
-use crate::bind::StateBinding;
 use crate::memory::GpuVm;
 use crate::usc::float::half_to_f32;
 use crate::usc::formats::{self, ElementFormat};
@@ -113,6 +112,20 @@ struct Image {
     compression: Option<(CompressionLayout, u64)>,
     /// The metadata word last read (its address) and its mode.
     last_tile: std::cell::Cell<Option<(u64, TileMode)>>,
+}
+
+/// Descriptors a Texture or Sampler word (or a preshader's state store)
+/// binds to state registers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StateBinding {
+    /// The first state register.
+    pub start: u32,
+    /// How many.
+    pub count: u32,
+    /// GPU address of the descriptor array.
+    pub buffer: u64,
+    /// Where the control word is (for faults).
+    pub word_address: u64,
 }
 
 /// The texture unit of one stage: where its descriptors come from.

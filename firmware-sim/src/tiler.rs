@@ -1164,12 +1164,13 @@ pub fn draw<'a>(
         usc_exec_base.wrapping_add(pipeline),
         usc_exec_base,
         watchdog,
-    )?
-    .with_sampler_states(
-        state
-            .sampler_states
-            .unwrap_or(agx_hw::formats::SamplerStates::None),
-    );
+        bind::StageSamplers {
+            heap: state.sampler_heap,
+            states: state
+                .sampler_states
+                .unwrap_or(agx_hw::formats::SamplerStates::None),
+        },
+    )?;
     let ppp = PppState::of(records);
     binner.set_state(records, pc)?;
     let topology = Topology::of(draw.primitive, pc)?;

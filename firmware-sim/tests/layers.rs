@@ -16,9 +16,10 @@ const LAYERS: &[(&str, u32)] = &[
     ("command", 3),
     ("workers", 3),
     ("shader", 4),
-    ("bind", 5),
+    // A preshader reaches the texture unit.
+    ("texture", 5),
+    ("bind", 6),
     ("helper", 5),
-    ("texture", 6),
     // The tiler runs vertex shaders, which reach the texture unit.
     ("tiler", 7),
     ("imageblock", 7),

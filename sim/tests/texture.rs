@@ -1911,3 +1911,49 @@ fn compressed_multisampled_textures_read_their_metadata_in_sample_space() {
     let got = run_requests(&m, &load_instruction("tex_2d_ms", 3), &coords);
     assert_eq!(got, want);
 }
+
+#[test_log::test]
+fn a_preshader_loads_a_texel_into_the_uniforms() {
+    // Mesa's preambles fetch constants with texture_load (a fast clear's
+    // colour): the preshader loads texel (5, 3) of the texture at ts0 and
+    // stores it to u8-u11, which every thread then stores.
+    let m = Machine::new(5000);
+    texture(&m, Layout::Gpu);
+    let mut uniforms = pair(DATA_VA + OUT);
+    uniforms.extend([TEX_W, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+    let kernel = "
+    get_sr r4, sr80
+    get_sr r5, sr81
+    imadd r12, r5, u2, r4
+    mov r8, u8
+    mov r9, u9
+    mov r10, u10
+    mov r11, u11
+    device_store 0, i32, xyzw, r8_r9_r10_r11, u0_u1, r12, unsigned, lsl 2, 0
+    stop";
+    let pipeline = m.program(
+        kernel,
+        0x1000,
+        0x40,
+        &uniforms,
+        UNIFORMS,
+        0,
+        Some((1, DATA_VA + DESCRIPTOR)),
+    );
+    m.set_preshader(
+        pipeline,
+        0x2000,
+        "mov_imm r0, 5
+    mov_imm r1, 3
+    texture_load 0, 0b1100, 0, none, xyzw, 0b00, r4_r5_r6_r7, None, ts0, ss0, tex_2d, r0_r1, lod_min, r20l, 0, r0
+    wait 0
+    uniform_store 2, i16, xyzw, 0, r4l_r4h_r5l_r5h, 16
+    uniform_store 2, i16, xyzw, 0, r6l_r6h_r7l_r7h, 20
+    stop",
+    );
+    assert_eq!(run_grid(&m, pipeline), None);
+    let want = texel(5, 3).map(|c| f32::from(c) / 255.0);
+    let got = out_floats(&m);
+    assert_eq!(got[0], want);
+    assert_eq!(got[(31 * TEX_W + 63) as usize], want);
+}

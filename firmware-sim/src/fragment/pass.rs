@@ -121,6 +121,8 @@ pub(crate) fn render_scene(
     );
     let zls_planes = ZlsPlanes::new(render, &zls)?;
     let watchdog = ctx.watchdog();
+    let heap = (!render.sampler_heap.is_null())
+        .then_some((render.sampler_heap.get(), render.sampler_count));
     let pass = Pass {
         usc_exec_base,
         render,
@@ -134,19 +136,20 @@ pub(crate) fn render_scene(
                 render.bg
             },
             &watchdog,
+            heap,
         )?,
         eot: program(
             &vm,
             usc_exec_base,
             if last { render.eot } else { render.partial_eot },
             &watchdog,
+            heap,
         )?,
         tile: (render.utile_width_px, render.utile_height_px),
         area,
         zls,
         zls_planes,
-        heap: (!render.sampler_heap.is_null())
-            .then_some((render.sampler_heap.get(), render.sampler_count)),
+        heap,
         // A partial render of a resumed segment skips empty tiles (above).
         process_empty: render.process_empty_tiles() && (!resumed || last),
         watchdog,

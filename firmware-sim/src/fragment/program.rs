@@ -31,6 +31,7 @@ pub(super) fn program(
     usc_exec_base: u64,
     program: TileProgram,
     watchdog: &Watchdog<'_>,
+    sampler_heap: Option<(u64, u32)>,
 ) -> Result<Binding, EngineResult> {
     let offset = u64::from(program.usc & !7);
     if offset == 0 {
@@ -46,6 +47,10 @@ pub(super) fn program(
         usc_exec_base.wrapping_add(offset),
         usc_exec_base,
         watchdog,
+        bind::StageSamplers {
+            heap: sampler_heap,
+            states: agx_hw::formats::SamplerStates::None,
+        },
     )
 }
 
@@ -262,7 +267,9 @@ pub(super) fn fragment_setup(
     state: u32,
     watchdog: &Watchdog<'_>,
 ) -> Result<FragmentSetup, EngineResult> {
-    let (binding, ppp) = fragment_shader(vm, usc_exec_base, scene, state, watchdog)?;
+    let heap = (!render.sampler_heap.is_null())
+        .then_some((render.sampler_heap.get(), render.sampler_count));
+    let (binding, ppp) = fragment_shader(vm, usc_exec_base, scene, state, watchdog, heap)?;
     let control = ppp.fragment_control.unwrap_or_default();
     let indices = ppp.depth_bias_scissor;
     // Entry `index` of an array of N-byte records at `base`.
@@ -301,6 +308,7 @@ fn fragment_shader(
     scene: &Scene,
     state: u32,
     watchdog: &Watchdog<'_>,
+    sampler_heap: Option<(u64, u32)>,
 ) -> Result<(Option<Binding>, tiler::PppState), EngineResult> {
     if state >= scene.header.state_count {
         return Err(unsupported(
@@ -340,8 +348,11 @@ fn fragment_shader(
         usc_exec_base.wrapping_add(pipeline),
         usc_exec_base,
         watchdog,
-    )?
-    .with_sampler_states(ppp.fragment_sampler_states);
+        bind::StageSamplers {
+            heap: sampler_heap,
+            states: ppp.fragment_sampler_states,
+        },
+    )?;
     Ok((Some(binding), ppp))
 }
 
