@@ -149,26 +149,36 @@ impl Imageblock {
         Ok((x, y))
     }
 
-    /// The element format of an access and its byte offset in the record,
-    /// refused if the components the access names do not fit in the
-    /// record.
-    pub fn element(&self, access: &TileAccess) -> Result<(ElementFormat, usize), IoError> {
+    /// The element format of an access, its byte offset in the record,
+    /// and the components of the access that fit in the record. Mesa's
+    /// blits of 8-byte formats store four 32-bit components into 8-byte
+    /// records and pass on the hardware, so the components past the record
+    /// cannot land in a neighbour's: here they are dropped by stores and
+    /// read as 0 by loads (what the hardware does with them is not
+    /// public). An access whose first byte is past the record is refused.
+    pub fn element(&self, access: &TileAccess) -> Result<(ElementFormat, usize, u8), IoError> {
         let format = ElementFormat::from_code(i64::from(access.format))
             .ok_or_else(|| invalid(format!("tilebuffer format {}", access.format)))?;
-        let components = 4 - (access.mask & 0xF).leading_zeros().saturating_sub(4) as usize;
-        let span_bytes = if format.packed() {
-            format.packed_bytes()
+        let offset = access.offset_bytes as usize;
+        let record = self.sample_bytes as usize;
+        let fits = if format.packed() {
+            if offset + format.packed_bytes() <= record {
+                0xF
+            } else {
+                0
+            }
         } else {
-            components.max(1) << format.shift()
+            let size = 1usize << format.shift();
+            (0..4)
+                .filter(|c| offset + (c + 1) * size <= record)
+                .fold(0u8, |m, c| m | 1 << c)
         };
-        let end = access.offset_bytes as usize + span_bytes;
-        if end > self.sample_bytes as usize {
+        if fits & access.mask & 0xF == 0 && access.mask & 0xF != 0 {
             return Err(invalid(format!(
-                "bytes {}..{end} past the {}-byte sample record",
-                access.offset_bytes, self.sample_bytes
+                "bytes from {offset} past the {record}-byte sample record"
             )));
         }
-        Ok((format, access.offset_bytes as usize))
+        Ok((format, offset, fits))
     }
 
     /// The first sample of `mask` (sample 0 if none): the one a load
@@ -191,10 +201,13 @@ impl Imageblock {
         access: &TileAccess,
     ) -> Result<[u32; 4], IoError> {
         let (x, y) = self.pixel(x, y)?;
-        let (format, offset) = self.element(access)?;
+        let (format, offset, fits) = self.element(access)?;
         let record = self.record(x, y, sample.min(self.samples - 1));
         let mut out = [0u32; 4];
         for (register, component) in (0..4).filter(|c| access.mask & (1 << c) != 0).enumerate() {
+            if fits & (1 << component) == 0 {
+                continue;
+            }
             let at = record + channel_offset(format, offset, component);
             out[register] = formats::load(format, &self.bytes[at..], component, access.half);
         }
@@ -211,7 +224,7 @@ impl Imageblock {
         values: [u32; 4],
     ) -> Result<(), IoError> {
         let (x, y) = self.pixel(x, y)?;
-        let (format, offset) = self.element(access)?;
+        let (format, offset, fits) = self.element(access)?;
         // Registers hold the named components in order.
         let mut by_component = [0u32; 4];
         for (register, component) in (0..4).filter(|c| access.mask & (1 << c) != 0).enumerate() {
@@ -222,7 +235,7 @@ impl Imageblock {
             formats::store_element(
                 format,
                 &mut self.bytes[at..],
-                access.mask & 0xF,
+                access.mask & fits,
                 by_component,
                 access.half,
             );
@@ -449,7 +462,7 @@ pub fn store_block(
             block.samples, target.samples
         )));
     }
-    let (source, offset) = block.element(&TileAccess {
+    let (source, offset, fits) = block.element(&TileAccess {
         format: request.format,
         offset_bytes: request.tilebuffer_offset_bytes,
         mask: (1u8 << target.channels.min(4)) - 1,
@@ -474,7 +487,7 @@ pub fn store_block(
             let record = block.record(bx, by, sample);
             let values = std::array::from_fn(|component| {
                 let from = record + channel_offset(source, offset, component);
-                if component < channels {
+                if component < channels && fits & (1 << component) != 0 {
                     formats::load(source, &block.bytes[from..], component, false)
                 } else {
                     0

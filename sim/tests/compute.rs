@@ -991,3 +991,30 @@ fn indirect_launches_read_their_grid_and_threadgroup_sizes() {
         assert_eq!(m.peek_u32s(OUT, n as usize), want, "{mode:?}");
     }
 }
+
+/// Mesa's blits of 8-byte formats store four 32-bit components into the
+/// 8-byte records of their image block: the two that fit are kept, the
+/// others dropped, and no neighbouring record is touched.
+#[test_log::test]
+fn tile_stores_past_the_sample_record_keep_what_fits() {
+    let (width, height) = (32u32, 32u32);
+    let m = Machine::new(5000);
+    let pipeline = block_kernel(
+        &m,
+        &block_source(BLIT_PIXEL, "r4_r5_r6_r7", "i32", "xyzw", 0),
+        (Channels::R32G32, TextureType::Uint),
+        (width, height),
+        8192,
+    );
+    let mut stream = launch(pipeline, [width, height, 1], [32, 32, 1]);
+    stream.extend(terminate());
+    m.poke(m.data, STREAM, &stream);
+    assert_eq!(m.run(STREAM), None);
+    for y in 0..height {
+        for x in 0..width {
+            let at = BLOCK_IMAGE + u64::from(y * BLOCK_STRIDE + 8 * x);
+            let want = [(x as f32 / 128.0).to_bits(), (y as f32 / 128.0).to_bits()];
+            assert_eq!(m.peek_u32s(at, 2), want, "pixel ({x}, {y})");
+        }
+    }
+}
