@@ -140,6 +140,13 @@ fn a_clear_fills_the_render_area_and_nothing_else() {
     let render = clear_pass(&m, [0.0, 0.0, 1.0, 1.0], 100, 70);
     assert_eq!(m.submit(CmdType::Render, render.as_bytes()), None);
     assert_eq!(&image(&m, 1)[..4], [0, 0, 255, 255]);
+    // The program pointer's low bits are flags: Mesa tags a background
+    // program 8 instead of 4 with four or more colour buffers, and its
+    // words still start at the 64-byte-aligned address.
+    let mut render = clear_pass(&m, [0.0, 1.0, 0.0, 1.0], 100, 70);
+    render.bg.usc = (render.bg.usc & !0x3F) | 8;
+    assert_eq!(m.submit(CmdType::Render, render.as_bytes()), None);
+    assert_eq!(&image(&m, 1)[..4], [0, 255, 0, 255]);
 }
 
 /// 16x16 tiles are legal (the kmd accepts them): an empty pass clears,

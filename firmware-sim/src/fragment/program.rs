@@ -33,7 +33,10 @@ pub(super) fn program(
     watchdog: &Watchdog<'_>,
     sampler_heap: Option<(u64, u32)>,
 ) -> Result<Binding, EngineResult> {
-    let offset = u64::from(program.usc & !7);
+    // The low six bits are flags (Mesa sets 4, or 8 with four or more
+    // colour buffers; their meaning is not public): USC words are 64-byte
+    // aligned, as every pipeline address the hardware takes is.
+    let offset = u64::from(program.usc & !0x3F);
     if offset == 0 {
         return Err(EngineResult::Fault {
             address: 0,
