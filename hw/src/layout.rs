@@ -100,6 +100,27 @@ fn minify(v: u32, level: u32) -> u32 {
     (v >> level).max(1)
 }
 
+/// The large tiles level `level` of a large-tiled image takes, when level 0
+/// is `(stx, sty)` large tiles, and whether it carries a padding column:
+/// each level quarters the area, plus a column and a row of padding where
+/// the level-0 tile count is not a multiple of `2^level`.
+fn large_level_tiles((stx, sty): (u32, u32), level: u32) -> (u64, bool) {
+    let mut tiles = (u64::from(stx) * u64::from(sty)) >> (2 * level);
+    let mask = (1u32 << level) - 1;
+    let pad_left = stx & mask != 0;
+    let pad_bottom = sty & mask != 0;
+    if pad_left {
+        tiles += u64::from(sty >> level);
+    }
+    if pad_bottom {
+        tiles += u64::from(stx >> level);
+    }
+    if pad_left && pad_bottom {
+        tiles += 1;
+    }
+    (tiles, pad_left)
+}
+
 /// The levels a tiled image is laid out for: its full chain when it is
 /// mipmapped (the texture descriptor's `unk_mipmapped`, or a PBE naming
 /// more than one level), else the levels its descriptor names.
@@ -166,7 +187,6 @@ impl ImageLayout {
         let (tw, th) = max_tile(element_bytes)?;
         let (width, height) = (width.max(1), height.max(1));
         let (stx, sty) = (width.div_ceil(tw), height.div_ceil(th));
-        let area = u64::from(stx) * u64::from(sty);
         // The first level too small for a whole large tile.
         let mut pot_level = 0;
         while pot_level < 32 && minify(width, pot_level) >= tw && minify(height, pot_level) >= th {
@@ -178,19 +198,7 @@ impl ImageLayout {
         let mut offset = 0u64;
         let mut out = Vec::new();
         for l in 0..levels.min(pot_level) {
-            let mut tiles = area >> (2 * l);
-            let mask = (1u32 << l) - 1;
-            let pad_left = stx & mask != 0;
-            let pad_bottom = sty & mask != 0;
-            if pad_left {
-                tiles += u64::from(sty >> l);
-            }
-            if pad_bottom {
-                tiles += u64::from(stx >> l);
-            }
-            if pad_left && pad_bottom {
-                tiles += 1;
-            }
+            let (tiles, _) = large_level_tiles((stx, sty), l);
             out.push(Level {
                 offset_bytes: offset,
                 tile: (tw, th),
@@ -241,7 +249,6 @@ impl ImageLayout {
         let blocks_y = |px: u32| px.max(1).div_ceil(bh);
         let (w_el, h_el) = (blocks_x(width_px), blocks_y(height_px));
         let (stx, sty) = (w_el.div_ceil(tw), h_el.div_ceil(th));
-        let area = u64::from(stx) * u64::from(sty);
         // The first level whose blocks do not fill a whole large tile.
         let (mut pot_w_px, mut pot_h_px) = (bw * w_el, bh * h_el);
         let mut pot_level = 0;
@@ -253,19 +260,7 @@ impl ImageLayout {
         let mut offset = 0u64;
         let mut out = Vec::new();
         for l in 0..levels.min(pot_level) {
-            let mut tiles = area >> (2 * l);
-            let mask = (1u32 << l) - 1;
-            let pad_left = stx & mask != 0;
-            let pad_bottom = sty & mask != 0;
-            if pad_left {
-                tiles += u64::from(sty >> l);
-            }
-            if pad_bottom {
-                tiles += u64::from(stx >> l);
-            }
-            if pad_left && pad_bottom {
-                tiles += 1;
-            }
+            let (tiles, pad_left) = large_level_tiles((stx, sty), l);
             out.push(Level {
                 offset_bytes: offset,
                 tile: (tw, th),
