@@ -308,7 +308,12 @@ impl PbeTarget {
         let texel_bytes = element.element_bytes(channels) as usize;
         let element_bytes = texel_bytes as u32 * samples;
         let layers = if pbe.layout == Layout::Linear {
-            pbe.depth_linear
+            // A linear 2D array's layer count is in the extended words.
+            if pbe.extended {
+                pbe.depth_linear
+            } else {
+                1
+            }
         } else {
             pbe.layers
         };

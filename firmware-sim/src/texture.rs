@@ -202,7 +202,12 @@ impl TextureUnit<'_> {
         // layers of the layout (Mesa's ail): a cube's descriptor counts
         // cubes, six faces each, in the order +X, -X, +Y, -Y, +Z, -Z.
         let depth = if texture.layout == Layout::Linear {
-            texture.depth_linear
+            // A linear 2D array's layer count is in the extended words.
+            if texture.extended {
+                texture.depth_linear
+            } else {
+                1
+            }
         } else {
             texture.depth
         };
@@ -216,10 +221,16 @@ impl TextureUnit<'_> {
             return Err(invalid(format!("{:?} images (sparse)", texture.mode)));
         }
         // A mipmapped image is laid out for its full chain, whatever
-        // levels the view uses.
+        // levels the view uses; a 3D image's chain also halves its depth
+        // (ail's mipmapped_z).
+        let chain_height = if texture.dimension == D::D3 {
+            texture.height.max(depth)
+        } else {
+            texture.height
+        };
         let levels = laid_out_levels(
             texture.width,
-            texture.height,
+            chain_height,
             texture.unk_mipmapped,
             texture.last_level + 1,
         );

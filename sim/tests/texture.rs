@@ -1106,6 +1106,50 @@ fn packed_16_bit_formats_decode_from_their_bit_layouts() {
 }
 
 #[test_log::test]
+fn linear_2d_arrays_read_their_layers_through_the_extended_words() {
+    // Mesa's agx_pack_texture for a linear 2D array (a blit's source):
+    // the row pitch in the stride field, the layer count and stride in
+    // the extended words, and the extended bit, which is also the top
+    // bit of Mesa's 18-bit stride field, set.
+    let m = Machine::new(5000);
+    let (w, h, layers, stride) = (16u32, 4u32, 3u32, 128u32);
+    let layer_stride = stride * h * 2;
+    let value = |x: u32, y: u32, z: u32| [x as u8, y as u8, z as u8, 0x5a];
+    let mut bytes = vec![0u8; (layer_stride * layers) as usize];
+    for z in 0..layers {
+        for y in 0..h {
+            for x in 0..w {
+                let at = (z * layer_stride + y * stride + x * 4) as usize;
+                bytes[at..at + 4].copy_from_slice(&value(x, y, z));
+            }
+        }
+    }
+    let descriptor = Texture {
+        dimension: TextureDimension::D2Array,
+        layout: Layout::Linear,
+        channels: Channels::R8G8B8A8,
+        data_type: TextureType::Uint,
+        width: w,
+        height: h,
+        stride,
+        extended: true,
+        depth_linear: layers,
+        layer_stride_linear: u64::from(layer_stride),
+        ..Texture::default()
+    };
+    let packed = descriptor.pack().unwrap();
+    assert_eq!(packed[15] & 0x80, 0x80, "the extended bit");
+    put_texture(&m, descriptor, &bytes);
+    let coords: Vec<[u32; 4]> = (0..layers)
+        .flat_map(|z| (0..h).flat_map(move |y| (0..w).map(move |x| [x, y, z, 0])))
+        .collect();
+    let got = run_requests(&m, &load_instruction("tex_2d_array", 3), &coords);
+    for (c, got) in coords.iter().zip(got) {
+        assert_eq!(got, value(c[0], c[1], c[2]).map(u32::from), "{c:?}");
+    }
+}
+
+#[test_log::test]
 fn integer_textures_load_and_sample_their_integers_sign_extended() {
     let m = Machine::new(5000);
     // Sampled with a linear filter at off-centre coordinates: integers
@@ -1280,6 +1324,45 @@ fn three_d_images_load_their_slices_and_filter_between_them() {
             (have - want).abs() < 1e-6,
             "{filter:?} ({s}, {t}, {r}): {have} vs {want}"
         );
+    }
+}
+
+#[test_log::test]
+fn a_deep_mipmapped_3d_image_lays_out_the_chain_its_depth_needs() {
+    // ail's mipmapped_z: a 4x4x16 image's chain has log2(16) + 1 = 5
+    // levels, not the 3 its width and height alone would give, and each
+    // slice's stride covers all 5.
+    let m = Machine::new(5000);
+    let (chain, short) = (
+        ImageLayout::gpu_tiled(4, 4, 5, 1, false).unwrap(),
+        ImageLayout::gpu_tiled(4, 4, 3, 1, false).unwrap(),
+    );
+    assert_ne!(chain.layer_bytes(), short.layer_bytes());
+    let mut bytes = vec![0u8; 16 * chain.layer_bytes() as usize];
+    for z in 0..16 {
+        for y in 0..4 {
+            for x in 0..4 {
+                let at = chain.offset(0, x, y, z).unwrap() as usize;
+                bytes[at] = (16 * z + 4 * y + x) as u8;
+            }
+        }
+    }
+    let descriptor = Texture {
+        dimension: TextureDimension::D3,
+        layout: Layout::Gpu,
+        channels: Channels::R8,
+        data_type: TextureType::Uint,
+        width: 4,
+        height: 4,
+        depth: 16,
+        unk_mipmapped: true,
+        ..Texture::default()
+    };
+    put_texture(&m, descriptor, &bytes);
+    let coords: Vec<[u32; 4]> = (0..16).map(|z| [1, 2, z, 0]).collect();
+    let got = run_requests(&m, &load_instruction("tex_3d", 3), &coords);
+    for (z, texel) in got.iter().enumerate() {
+        assert_eq!(texel[0], 16 * z as u32 + 9, "slice {z}");
     }
 }
 
