@@ -486,6 +486,11 @@ pub fn store_block(
     );
     let (element, channels, texel_bytes) = (target.element, target.channels, target.texel_bytes);
     let pbe = &target.pbe;
+    // A 16-bit tilebuffer format moves 16-bit values: Mesa stores an f16
+    // render target's tiles with the i16 format (agx_compile.c), and the
+    // hardware writes the f16 image correctly, so the bits pass through
+    // unconverted.
+    let half = matches!(source, ElementFormat::I16 | ElementFormat::F16);
     target.write(vm, placement.layer, written, |x, y, texel| {
         let (bx, by) = (x - origin.0, y - origin.1);
         for sample in 0..block.samples {
@@ -493,14 +498,14 @@ pub fn store_block(
             let values = std::array::from_fn(|component| {
                 let from = record + channel_offset(source, offset, component);
                 if component < channels && fits & (1 << component) != 0 {
-                    formats::load(source, &block.bytes[from..], component, false)
+                    formats::load(source, &block.bytes[from..], component, half)
                 } else {
                     0
                 }
             });
             let texel = &mut texel[sample as usize * texel_bytes..];
             let values = swizzled(pbe, values);
-            formats::store_element(element, texel, channel_mask(channels), values, false);
+            formats::store_element(element, texel, channel_mask(channels), values, half);
         }
         Ok(())
     })

@@ -888,6 +888,55 @@ fn multisampled_blocks_store_to_tiled_images_sample_by_sample() {
     }
 }
 
+/// Mesa stores an f16 render target's tiles with the i16 block format
+/// (agx_compile.c turns F16 into I16 for every block store), and the
+/// hardware writes the image correctly: the tile's 16-bit values reach
+/// an R16G16B16A16 float image bit for bit, not converted as integers or
+/// as 32-bit floats. The expected halves are the exact f16 encodings of
+/// x/128, y/128, 0.25 and 1.
+#[test_log::test]
+fn f16_tiles_stored_with_the_i16_block_format_keep_their_bits() {
+    let (width, height) = (32u32, 32u32);
+    let m = Machine::new(5000);
+    let source =
+        block_source(BLIT_PIXEL, "r4_r5_r6_r7", "f16", "xyzw", 0).replace("rte, f16,", "rte, i16,");
+    assert!(source.contains("rte, i16,"));
+    let pipeline = block_kernel(
+        &m,
+        &source,
+        (Channels::R16G16B16A16, TextureType::Float),
+        (width, height),
+        8192,
+    );
+    let mut stream = launch(pipeline, [width, height, 1], [32, 32, 1]);
+    stream.extend(terminate());
+    m.poke(m.data, STREAM, &stream);
+    assert_eq!(m.run(STREAM), None);
+    // n/128 for 0 < n < 32: n = m 2^k with m odd, so the half is
+    // 2^(k - 7) (1 + (m - 1) / 2^bits) with exponent k + floor(log2 m) - 7.
+    let half = |n: u32| -> u16 {
+        if n == 0 {
+            return 0;
+        }
+        let e = 31 - n.leading_zeros(); // n = 2^e (1 + f)
+        let fraction = (n - (1 << e)) << (10 - e);
+        ((e + 15 - 7) << 10 | fraction) as u16
+    };
+    assert_eq!(half(32), 0x3400, "0.25");
+    assert_eq!(half(128), 0x3C00, "1.0");
+    let image = m.peek(m.data, BLOCK_IMAGE, (BLOCK_STRIDE * height) as usize);
+    for y in 0..height {
+        for x in 0..width {
+            let at = (y * BLOCK_STRIDE + 8 * x) as usize;
+            let got: Vec<u16> = image[at..at + 8]
+                .chunks_exact(2)
+                .map(|c| u16::from_le_bytes([c[0], c[1]]))
+                .collect();
+            assert_eq!(got, [half(x), half(y), 0x3400, 0x3C00], "pixel ({x}, {y})");
+        }
+    }
+}
+
 /// The PBE's swizzle says which component each stored channel gets: a
 /// B8G8R8A8 image (Mesa: swizzle_r = 2, swizzle_b = 0, stored channel 0
 /// gets blue) stores the blit's (x/128, y/128, 0.25, 1) as B, G, R, A.
