@@ -491,6 +491,14 @@ pub fn store_block(
     // hardware writes the f16 image correctly, so the bits pass through
     // unconverted.
     let half = matches!(source, ElementFormat::I16 | ElementFormat::F16);
+    // An srgba8 tile already holds encoded bytes (the conversion happens
+    // when the tilebuffer is written; cmdbuf.xml: block stores ignore the
+    // PBE's sRGB bit), so they are stored as they are.
+    let source = if source == ElementFormat::Srgba8 {
+        ElementFormat::Unorm8
+    } else {
+        source
+    };
     target.write(vm, placement.layer, written, |x, y, texel| {
         let (bx, by) = (x - origin.0, y - origin.1);
         for sample in 0..block.samples {

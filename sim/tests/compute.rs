@@ -937,6 +937,51 @@ fn f16_tiles_stored_with_the_i16_block_format_keep_their_bits() {
     }
 }
 
+/// An srgba8 tile holds sRGB-encoded bytes (the encoding happens when
+/// the tilebuffer is written), and a block store moves them as they are:
+/// cmdbuf.xml says block stores ignore the PBE's sRGB bit. Mesa's
+/// readback of an sRGB texture samples it (decoding) and stores the
+/// tile as srgba8 (encoding): the bytes must survive the round trip.
+#[test_log::test]
+fn srgba8_tiles_store_their_encoded_bytes() {
+    let (width, height) = (32u32, 32u32);
+    let m = Machine::new(5000);
+    let pipeline = block_kernel(
+        &m,
+        &block_source(BLIT_PIXEL, "r4_r5_r6_r7", "srgba8", "xyzw", 0),
+        (Channels::R8G8B8A8, TextureType::Unorm),
+        (width, height),
+        8192,
+    );
+    let mut stream = launch(pipeline, [width, height, 1], [32, 32, 1]);
+    stream.extend(terminate());
+    m.poke(m.data, STREAM, &stream);
+    assert_eq!(m.run(STREAM), None);
+    // The sRGB transfer function (IEC 61966-2-1), to the nearest byte.
+    let encode = |c: f64| -> u8 {
+        let s = if c <= 0.003_130_8 {
+            12.92 * c
+        } else {
+            1.055 * c.powf(1.0 / 2.4) - 0.055
+        };
+        (s * 255.0).round() as u8
+    };
+    assert_eq!(encode(0.25), 137);
+    let image = m.peek(m.data, BLOCK_IMAGE, (BLOCK_STRIDE * height) as usize);
+    for y in 0..height {
+        for x in 0..width {
+            let at = (y * BLOCK_STRIDE + 4 * x) as usize;
+            let want = [
+                encode(f64::from(x) / 128.0),
+                encode(f64::from(y) / 128.0),
+                137,
+                255,
+            ];
+            assert_eq!(image[at..at + 4], want, "pixel ({x}, {y})");
+        }
+    }
+}
+
 /// The PBE's swizzle says which component each stored channel gets: a
 /// B8G8R8A8 image (Mesa: swizzle_r = 2, swizzle_b = 0, stored channel 0
 /// gets blue) stores the blit's (x/128, y/128, 0.25, 1) as B, G, R, A.
