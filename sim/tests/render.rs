@@ -3353,6 +3353,63 @@ fn a_shader_writing_depth_runs_the_stencil_test_before_it_and_the_depth_operatio
     assert_eq!(stored_stencil(&m, 8, 8), 1, "kept");
 }
 
+/// Fragment shader: stencil reference u1 (zs_emit's s), colour cf0 with
+/// alpha u0.
+const STENCIL_OUT_FS: &str = "
+    mov r12, u1
+    zs_emit 255, s, r12l, 0
+    iter r2_r3_r4, cf0, center, 0, 0, 0, 0, 0
+    mov r5, u0
+    st_tile r2_r3_r4_r5, u8norm, 0, xyzw, 0, 255, r0, 0
+    stop";
+
+#[test_log::test]
+fn a_shader_writing_the_stencil_reference_replaces_the_states_in_the_test_and_its_operations() {
+    use agx_hw::formats::{FragmentStencil, StencilOp};
+    let m = Machine::new(5000);
+    // Always pass and replace: the covered pixels take the shader's
+    // reference 0x5A, not the state's 0.
+    let replace = FragmentStencil {
+        write_mask: 0xFF,
+        read_mask: 0xFF,
+        depth_pass: StencilOp::Replace,
+        depth_fail: StencilOp::Keep,
+        stencil_fail: StencilOp::Keep,
+        compare: ZsFunc::Always,
+    };
+    let first = (
+        [[4.0f32, 4.0], [44.0, 8.0], [12.0, 44.0]],
+        0.5,
+        [1.0, 0.0, 0.0],
+    );
+    coloured(&m, &[first]);
+    let uniforms = [1.0f32.to_bits(), 0x5A];
+    let render = stencil_pass_with_fs(&m, 1, replace, 0, false, STENCIL_OUT_FS, &uniforms);
+    assert_eq!(m.submit(CmdType::Render, render.as_bytes()), None);
+    assert_eq!(stored_stencil(&m, 8, 8), 0x5A, "replaced by the shader's");
+    assert_eq!(stored_stencil(&m, 60, 60), 0, "not covered");
+    // Equal, with the state's reference 0 and the shader's 0x5A: the
+    // pixels holding 0x5A pass and draw; the rest fail, and their
+    // stencil-fail operation (replace) takes the shader's reference too.
+    let equal = FragmentStencil {
+        depth_pass: StencilOp::Keep,
+        stencil_fail: StencilOp::Replace,
+        compare: ZsFunc::Equal,
+        ..replace
+    };
+    coloured(&m, &[covering(0.5, [0.0, 0.0, 1.0])]);
+    let render = stencil_pass_with_fs(&m, 1, equal, 0, true, STENCIL_OUT_FS, &uniforms);
+    assert_eq!(m.submit(CmdType::Render, render.as_bytes()), None);
+    assert_eq!(
+        rgb(&m, 8, 8),
+        [0, 0, 255],
+        "passes with the shader's reference"
+    );
+    assert_eq!(rgb(&m, 60, 60), [0, 0, 0], "fails");
+    assert_eq!(stored_stencil(&m, 8, 8), 0x5A, "kept");
+    assert_eq!(stored_stencil(&m, 60, 60), 0x5A, "replaced on failing");
+}
+
 /// Fragment shader: red = the covered-sample mask (gl_SampleMaskIn),
 /// green = log2 of the pass's samples, both as integers / 255.
 const SAMPLE_MASK_IN_FS: &str = "

@@ -91,7 +91,10 @@ impl DepthAdjust {
 /// depth passes the face's depth function against the tile's depth, and
 /// notes the depth each will write (unless the face disables depth
 /// writes) once the shader has run and not discarded it. Without depth
-/// state every pixel passes and nothing is written.
+/// state every pixel passes and nothing is written. With `defer` (a
+/// shader that writes the stencil reference, whose tests run at its
+/// `zs_emit`) nothing is tested: every covered sample's depth is noted
+/// for that test.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn depth_test(
     tile: &mut Tilebuffer,
@@ -105,6 +108,7 @@ pub(super) fn depth_test(
     adjust: DepthAdjust,
     face: Option<FragmentFace>,
     stencil: Option<FragmentStencil>,
+    defer: bool,
 ) {
     let Some(face) = face else {
         return;
@@ -154,6 +158,11 @@ pub(super) fn depth_test(
                 .max(low)
                 .min(high)
                 .clamp(0.0, 1.0);
+            if defer {
+                passed |= 1 << s;
+                pending[at] = Some(depth);
+                continue;
+            }
             let depth_pass = depth_passes(face.depth_function, depth, tile.depth[at]);
             if depth_pass {
                 passed |= 1 << s;

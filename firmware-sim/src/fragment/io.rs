@@ -50,8 +50,11 @@ pub(super) struct TileIo<'a, 'b> {
     /// done.
     pub(super) pending_stencil: &'a mut [Option<u8>],
     /// The stencil state whose depth-pass and depth-fail operations
-    /// zs_emit applies (the stencil test itself ran before the shader).
+    /// zs_emit applies.
     pub(super) stencil: Option<FragmentStencil>,
+    /// zs_emit also runs the stencil test (the shader writes the stencil
+    /// reference); otherwise it ran before the shader.
+    pub(super) stencil_test_at_emit: bool,
 }
 
 pub(super) fn invalid(what: String) -> IoError {
@@ -161,6 +164,12 @@ impl ShaderIo for TileIo<'_, '_> {
         Ok(())
     }
 
+    /// `zs_emit`: the shader's depth and stencil reference for the
+    /// samples in `which`. The stencil reference replaces the state's for
+    /// the stencil test and its operations (Metal's stencil output, GL's
+    /// `gl_FragStencilRefARB`); a shader writing it has its stencil test
+    /// here, and, when it writes no depth, its depth test too, with the
+    /// primitive's depth noted for it before the shader ran.
     fn depth_stencil(
         &mut self,
         lane: usize,
@@ -168,35 +177,47 @@ impl ShaderIo for TileIo<'_, '_> {
         depth: Option<f32>,
         stencil: Option<u16>,
     ) -> Result<(), IoError> {
-        if stencil.is_some() {
-            return Err(invalid("stencil output".into()));
-        }
         let Some(pixel) = self.pixel_index(lane) else {
             return Ok(());
         };
-        let (Some(depth), true) = (depth, which & 1 != 0) else {
+        let Some(face) = self.face else {
             return Ok(());
         };
-        // The depth test happens here, with the shader's depth, for each
-        // covered sample (the shader's depth is the pixel's, every sample
-        // takes it).
-        let depth = depth.clamp(0.0, 1.0);
+        if depth.is_none() && stencil.is_none() {
+            return Ok(());
+        }
+        let reference = stencil.map_or(face.stencil_reference as u8, |s| s as u8);
         let samples = self.tile.colour.samples as usize;
-        let live = self.coverage.get(pixel).copied().unwrap_or(u32::MAX) & !self.killed[pixel];
+        let live =
+            self.coverage.get(pixel).copied().unwrap_or(u32::MAX) & !self.killed[pixel] & which;
         for s in (0..samples).filter(|s| live & (1 << s) != 0) {
             let at = pixel * samples + s;
-            let stored = self.tile.depth[at];
-            let Some(face) = self.face else {
+            if let (Some(st), true) = (self.stencil, self.stencil_test_at_emit) {
+                let stored = self.tile.stencil[at];
+                let mask = st.read_mask as u8;
+                if !depth_passes(
+                    st.compare,
+                    f32::from(reference & mask),
+                    f32::from(stored & mask),
+                ) {
+                    self.tile.stencil[at] =
+                        stencil_op(st.stencil_fail, stored, reference, st.write_mask as u8);
+                    self.killed[pixel] |= 1 << s;
+                    self.pending_depth[at] = None;
+                    continue;
+                }
+            }
+            // The shader's depth (the pixel's: every sample takes it), or
+            // the primitive's, noted before the shader.
+            let Some(depth) = depth.map(|d| d.clamp(0.0, 1.0)).or(self.pending_depth[at]) else {
                 continue;
             };
-            let pass = depth_passes(face.depth_function, depth, stored);
+            let pass = depth_passes(face.depth_function, depth, self.tile.depth[at]);
+            self.pending_depth[at] = (pass && !face.disable_depth_write).then_some(depth);
             if !pass {
                 self.killed[pixel] |= 1 << s;
-            } else if !face.disable_depth_write {
-                self.pending_depth[at] = Some(depth);
             }
             if let Some(st) = self.stencil {
-                let reference = face.stencil_reference as u8;
                 let current = self.tile.stencil[at];
                 let op = if pass { st.depth_pass } else { st.depth_fail };
                 let value = stencil_op(op, current, reference, st.write_mask as u8);

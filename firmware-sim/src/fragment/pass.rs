@@ -275,7 +275,11 @@ impl Pass<'_> {
                    pixels: &[(u32, u32)],
                    coefficients: &[[f32; 3]],
                    quads: bool,
-                   (face, stencil): (Option<FragmentFace>, Option<FragmentStencil>),
+                   (face, stencil, stencil_test_at_emit): (
+            Option<FragmentFace>,
+            Option<FragmentStencil>,
+            bool,
+        ),
                    back_facing: bool| {
             run_tile_program(
                 &self.watchdog,
@@ -291,6 +295,7 @@ impl Pass<'_> {
                     coverage: &w.coverage,
                     face,
                     stencil,
+                    stencil_test_at_emit,
                     back_facing,
                     helper: &mut w.helper,
                 },
@@ -314,7 +319,7 @@ impl Pass<'_> {
         w.pending_stencil.resize(pixel_count * samples, None);
         w.coverage.clear();
         w.coverage.resize(pixel_count, full);
-        run(w, &self.bg, &all, &[], true, (None, None), false)?;
+        run(w, &self.bg, &all, &[], true, (None, None, false), false)?;
         // The background program does not discard.
         w.killed.fill(0);
         let mut bytes = Vec::new();
@@ -390,6 +395,7 @@ impl Pass<'_> {
                 binding: shader,
                 ppp,
                 writes_depth: shader_writes_depth,
+                writes_stencil: shader_writes_stencil,
                 scissor,
                 depth_bias,
             } = &*entry;
@@ -432,9 +438,10 @@ impl Pass<'_> {
                 })
                 .flatten();
             // A shader that writes depth: the stencil test now, the
-            // depth test and its stencil operations at its zs_emit.
-            let late_stencil = stencil.filter(|_| *shader_writes_depth);
-            if let (Some(st), Some(face)) = (late_stencil, face) {
+            // depth test and its stencil operations at its zs_emit. One
+            // that writes the stencil reference: both tests there.
+            let late_stencil = stencil.filter(|_| *shader_writes_depth || *shader_writes_stencil);
+            if let (Some(st), Some(face), false) = (late_stencil, face, *shader_writes_stencil) {
                 stencil_test_early(
                     &mut w.tile,
                     &mut covered,
@@ -464,7 +471,8 @@ impl Pass<'_> {
                         range: scissor.map(|s| (s.min_z, s.max_z)),
                     },
                     face,
-                    stencil,
+                    stencil.filter(|_| !shader_writes_stencil),
+                    *shader_writes_stencil,
                 );
                 w.pending = pending;
                 w.pending_stencil = pending_stencil;
@@ -483,7 +491,7 @@ impl Pass<'_> {
                     &covered,
                     &coefficients,
                     true,
-                    (face, late_stencil),
+                    (face, late_stencil, *shader_writes_stencil),
                     back_facing,
                 )?;
             }
@@ -515,7 +523,7 @@ impl Pass<'_> {
             &[(0, 0); LANES],
             &[],
             false,
-            (None, None),
+            (None, None, false),
             false,
         )
     }

@@ -68,8 +68,11 @@ pub(super) struct TileState<'a> {
     pub(super) coverage: &'a [u32],
     pub(super) face: Option<FragmentFace>,
     /// The stencil state whose depth operations wait for the shader's
-    /// depth (a shader that writes depth).
+    /// depth (a shader that writes depth or the stencil reference).
     pub(super) stencil: Option<FragmentStencil>,
+    /// The shader writes the stencil reference: the stencil test itself
+    /// (and, without shader depth, the depth test) waits for `zs_emit`.
+    pub(super) stencil_test_at_emit: bool,
     /// The primitive is back-facing (the `backfacing` special register).
     pub(super) back_facing: bool,
     /// The core's helper program.
@@ -102,6 +105,7 @@ pub(super) fn run_tile_program(
         coverage,
         face,
         stencil,
+        stencil_test_at_emit,
         back_facing,
         helper: stage_helper,
     } = state;
@@ -216,6 +220,7 @@ pub(super) fn run_tile_program(
             coverage,
             face,
             stencil,
+            stencil_test_at_emit,
         };
         stage_helper.run_stage_group(
             &mut group,
@@ -253,6 +258,8 @@ pub(super) struct FragmentSetup {
     pub(super) ppp: tiler::PppState,
     /// Whether the shader writes depth (`zs_emit`).
     pub(super) writes_depth: bool,
+    /// Whether the shader writes the stencil reference (`zs_emit`).
+    pub(super) writes_stencil: bool,
     /// The scissor rectangle (`FragmentControl::scissor_enable`).
     pub(super) scissor: Option<Scissor>,
     /// The depth bias (`FragmentControl::depth_bias_enable`).
@@ -293,10 +300,12 @@ pub(super) fn fragment_setup(
         .then(|| entry::<12>(vm, render.isp_dbias_base.get(), indices.depth_bias))
         .transpose()?
         .map(|bytes| DepthBias::unpack(&bytes).value);
+    let (writes_depth, writes_stencil) = binding
+        .as_ref()
+        .map_or((false, false), |binding| zs_outputs(vm, binding.code));
     Ok(FragmentSetup {
-        writes_depth: binding
-            .as_ref()
-            .is_some_and(|binding| writes_depth(vm, binding.code)),
+        writes_depth,
+        writes_stencil,
         binding,
         ppp,
         scissor,
@@ -359,23 +368,32 @@ fn fragment_shader(
     Ok((Some(binding), ppp))
 }
 
-/// Whether a program writes depth (`zs_emit`): its depth test then runs
-/// when the shader emits depth, not before the shader.
-fn writes_depth(vm: &GpuVm<'_>, code: u64) -> bool {
+/// Whether a program writes depth and whether it writes the stencil
+/// reference (its first `zs_emit`'s z and s bits; Mesa emits one): the
+/// tests then run when the shader emits them, not before the shader.
+fn zs_outputs(vm: &GpuVm<'_>, code: u64) -> (bool, bool) {
     let mut pc = code;
     for _ in 0..4096 {
         let mut bytes = [0u8; 16];
         if vm.read(pc, &mut bytes).is_err() {
-            return false;
+            return (false, false);
         }
         let Ok(decoded) = agx_hw::isa::decode(&bytes) else {
-            return false;
+            return (false, false);
         };
         match decoded.instr.op {
-            agx_hw::isa::Op::ZsEmit => return true,
-            agx_hw::isa::Op::Stop => return false,
+            agx_hw::isa::Op::ZsEmit => {
+                let zs = decoded
+                    .instr
+                    .operands
+                    .get(1)
+                    .and_then(|o| o.int())
+                    .unwrap_or(1);
+                return (zs & 1 != 0, zs & 2 != 0);
+            }
+            agx_hw::isa::Op::Stop => return (false, false),
             _ => pc += decoded.length_bytes as u64,
         }
     }
-    false
+    (false, false)
 }
