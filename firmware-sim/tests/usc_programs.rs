@@ -35,6 +35,31 @@ fn set_pair(uniforms: &mut [u32; 256], n: usize, address: u64) {
 }
 
 #[test_log::test]
+fn a_stop_no_lane_runs_does_nothing_and_one_a_lane_runs_ends_the_group() {
+    // A branch no lane takes holds a stop (libagx's abort after a heap
+    // overflow): every lane goes on past it and stores 1. Then lanes 0-9
+    // take a branch with a stop: the group ends there, and no lane
+    // stores 2.
+    let source = "
+        get_sr r1, sr52
+        mov_imm r2, 1
+        mov_imm r3, 2
+        if_icmp r0l, ugt, r1, 100, 1
+        stop
+        pop_exec r0l, 1
+        device_store 0, i32, x, r2, u0_u1, r1, unsigned, 0
+        wait 0
+        if_icmp r0l, ult, r1, 10, 1
+        stop
+        pop_exec r0l, 1
+        device_store 0, i32, x, r3, u0_u1, r1, unsigned, 0
+        wait 0
+        stop";
+    let (m, _) = run_over_data(source);
+    assert_eq!(m.memory.peek_u32s(DATA, 32), vec![1; 32]);
+}
+
+#[test_log::test]
 fn saxpy_loop_over_device_memory() {
     // y[i] = a * x[i] + y[i]; each lane strides by 32 until n.
     let source = "

@@ -20,7 +20,19 @@ impl SimdGroup {
         let pc = o.pc;
         let exec = o.exec;
         match op {
-            Op::Stop => return Ok(Flow::Stop),
+            // `stop` ends the SIMD-group when any lane runs it, and does
+            // nothing when none does. Mesa emits NIR's halt as a stop in
+            // a branch with no jump around it: libagx's abort after a
+            // heap overflow sits in a branch no lane takes, in every
+            // tessellation and geometry kernel's allocation, and those
+            // kernels go on past it on the hardware. What a stop run by
+            // some lanes of a divergent group does is not public: it ends
+            // the group here, as a program's last stop does.
+            Op::Stop => {
+                if exec != 0 {
+                    return Ok(Flow::Stop);
+                }
+            }
             Op::Trap => return Err(ExecError::Trap { pc }),
             Op::Wait | Op::MemoryBarrier | Op::WaitPix | Op::SignalPix | Op::NoVar => {}
             Op::ThreadgroupBarrier => return Ok(Flow::Barrier),
