@@ -286,8 +286,6 @@ pub struct PppState {
     /// What the rasteriser draws points as (a sprite's coordinate
     /// origin), or that primitives are triangles or lines.
     pub object_type: ObjectType,
-    /// Triangles filled, or drawn as their edges or vertices.
-    pub polygon_mode: PolygonMode,
     /// The width of lines, in pixels.
     pub line_width_px: f32,
     /// Where the point size is among a vertex's values after its
@@ -341,9 +339,6 @@ impl PppState {
             object_type: records
                 .fragment_front_face_2
                 .map_or(ObjectType::Triangle, |f| f.object_type),
-            polygon_mode: records
-                .fragment_front_face
-                .map_or(PolygonMode::Fill, |f| f.polygon_mode),
             // 4.4 fixed point, minus one (Mesa's agx_pack_line_width).
             line_width_px: records
                 .fragment_front_face
@@ -1400,7 +1395,14 @@ fn bin_polygon<'a>(
     if (front && ppp.cull.cull_front) || (!front && ppp.cull.cull_back) {
         return Ok(());
     }
-    match ppp.polygon_mode {
+    // Each face has its own polygon mode (the back face's record, when
+    // the state has one).
+    let face = if front {
+        ppp.front_face
+    } else {
+        ppp.back_face.or(ppp.front_face)
+    };
+    match face.map_or(PolygonMode::Fill, |f| f.polygon_mode) {
         // The polygon's edges, edges made by clipping included (what the
         // hardware does with those, `draw_clipped_edges`, is not
         // modelled), and its corners.

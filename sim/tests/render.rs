@@ -2682,6 +2682,39 @@ fn polygon_modes_draw_edges_or_corners_and_discard_draws_nothing() {
         |x, y| u8::from([(8, 8), (40, 8), (8, 40)].contains(&(x, y))),
         "corners",
     );
+    // Each face has its own mode (GL's glPolygonMode(GL_FRONT/GL_BACK)):
+    // filled front faces, back faces as corners. The triangle both
+    // ways round: culling back faces says which is which.
+    let reversed = [triangle[0], triangle[2], triangle[1]];
+    for triangle in [triangle, reversed] {
+        let is_back = count_shapes(&m, Primitive::Triangles, &triangle, &|records| {
+            records.cull = Some(Cull {
+                cull_back: true,
+                ..Cull::default()
+            });
+        })
+        .iter()
+        .all(|&c| c == 0);
+        let per_face = |records: &mut PppRecords| {
+            let face = |polygon_mode| FragmentFace {
+                polygon_mode,
+                depth_function: ZsFunc::Always,
+                ..FragmentFace::default()
+            };
+            records.fragment_front_face = Some(face(PolygonMode::Fill));
+            records.fragment_back_face = Some(face(PolygonMode::Point));
+        };
+        let got = count_shapes(&m, Primitive::Triangles, &triangle, &per_face);
+        if is_back {
+            assert_counts(
+                &got,
+                |x, y| u8::from([(8, 8), (40, 8), (8, 40)].contains(&(x, y))),
+                "back face as corners",
+            );
+        } else {
+            assert_eq!(got[20 * SIZE as usize + 15], 1, "front face filled");
+        }
+    }
     // Rasteriser discard: the vertices are shaded, nothing is drawn.
     let discard = |records: &mut PppRecords| {
         records.cull = Some(Cull {
