@@ -1,5 +1,5 @@
-//! Block compression: the BC1-BC5 formats (S3TC/DXT and RGTC) the texture
-//! unit decodes. An image of them is an image of 4x4-texel blocks, 8 or 16
+//! Block compression: the BC1-BC7 formats (S3TC/DXT, RGTC and, in
+//! `bptc`, BPTC) the texture unit decodes. An image of them is an image of 4x4-texel blocks, 8 or 16
 //! bytes each, laid out as any image of that element size is; a block
 //! holds two endpoints and a small index per texel into a palette
 //! interpolated between them. The palettes follow the Khronos Data Format
@@ -28,6 +28,13 @@ pub enum BlockFormat {
         /// Signed normalised endpoints.
         signed: bool,
     },
+    /// BC6H: 16-bit float RGB in fourteen modes (`bptc`).
+    Bc6h {
+        /// The signed variant (Mesa's BC6H; BC6H ufloat is unsigned).
+        signed: bool,
+    },
+    /// BC7: 8-bit RGBA in eight modes (`bptc`).
+    Bc7,
 }
 
 /// Texels per side of a block.
@@ -35,8 +42,18 @@ pub const BLOCK_PX: u32 = 4;
 
 impl BlockFormat {
     /// The block format of a descriptor's channels and type (`None`: not
-    /// one of BC1-BC5, or a type they do not have).
+    /// one of BC1-BC7, or a type they do not have).
     pub fn of(channels: Channels, data_type: TextureType) -> Option<BlockFormat> {
+        match (channels, data_type) {
+            (Channels::Bc6h, TextureType::Float) => {
+                return Some(BlockFormat::Bc6h { signed: true })
+            }
+            (Channels::Bc6hUfloat, TextureType::Float) => {
+                return Some(BlockFormat::Bc6h { signed: false })
+            }
+            (Channels::Bc7, TextureType::Unorm) => return Some(BlockFormat::Bc7),
+            _ => {}
+        }
         let signed = match data_type {
             TextureType::Unorm => false,
             TextureType::Snorm => true,
@@ -82,6 +99,12 @@ impl BlockFormat {
                 0.0,
                 1.0,
             ],
+            BlockFormat::Bc6h { signed } => {
+                let [r, g, b] = crate::bptc::bc6h(block, texel, signed)
+                    .map(|h| crate::usc::float::half_to_f32(u64::from(h)));
+                [r, g, b, 1.0]
+            }
+            BlockFormat::Bc7 => crate::bptc::bc7(block, texel).map(|c| f32::from(c) / 255.0),
         }
     }
 }

@@ -38,6 +38,7 @@
 
 pub mod bc;
 pub mod bind;
+pub mod bptc;
 pub mod command;
 pub mod compute;
 pub mod engine;

@@ -1678,6 +1678,202 @@ fn channel_block(r0: u8, r1: u8) -> Vec<u8> {
 
 /// Worked from the Khronos Data Format Specification's definitions of
 /// BC1-BC5: palettes of the endpoints and the values between them.
+/// A 128-bit block written field by field from its lowest bit, as
+/// `ARB_texture_compression_bptc` lays BPTC blocks out.
+#[derive(Default)]
+struct BlockBits {
+    bits: u128,
+    at: u32,
+}
+
+impl BlockBits {
+    fn put(&mut self, value: u64, count: u32) -> &mut Self {
+        self.bits |= u128::from(value & ((1u64 << count) - 1)) << self.at;
+        self.at += count;
+        self
+    }
+
+    /// Bits `high` down to `low` of `value`, the highest first (the
+    /// specification's reversed fields, `v[10:15]`).
+    fn put_reversed(&mut self, value: u64, low: u32, high: u32) -> &mut Self {
+        for bit in (low..=high).rev() {
+            self.put((value >> bit) & 1, 1);
+        }
+        self
+    }
+
+    fn bytes(&self) -> Vec<u8> {
+        assert_eq!(self.at, 128, "a whole block");
+        self.bits.to_le_bytes().to_vec()
+    }
+}
+
+/// BPTC's 6-bit interpolation (the specification's weights).
+fn bptc_mix(e0: i32, e1: i32, index_bits: u32, index: usize) -> i32 {
+    let w = match index_bits {
+        2 => [0, 21, 43, 64][index],
+        3 => [0, 9, 18, 27, 37, 46, 55, 64][index],
+        _ => [0, 4, 9, 13, 17, 21, 26, 30, 34, 38, 43, 47, 51, 55, 60, 64][index],
+    };
+    ((64 - w) * e0 + w * e1 + 32) >> 6
+}
+
+/// An f16 bit pattern's value (finite values only).
+fn half_value(h: u16) -> f32 {
+    let (sign, exponent, mantissa) = (h >> 15, i32::from((h >> 10) & 31), f32::from(h & 1023));
+    let magnitude = if exponent == 0 {
+        mantissa * 2f32.powi(-24)
+    } else {
+        (1.0 + mantissa / 1024.0) * 2f32.powi(exponent - 15)
+    };
+    if sign == 1 {
+        -magnitude
+    } else {
+        magnitude
+    }
+}
+
+#[test_log::test]
+fn bptc_blocks_decode_as_the_format_specification_defines() {
+    let m = Machine::new(5000);
+    // BC7 mode 6: one subset, 7-bit RGBA endpoints with a P-bit each
+    // (e0's 1, e1's 0), texel t's 4-bit index t (texel 0, the anchor,
+    // has 3 bits).
+    let mut mode6 = BlockBits::default();
+    mode6.put(1 << 6, 7);
+    let (e0, e1) = ([0x7Fu64, 0, 0x40, 0x7F], [0u64, 0x7F, 0x40, 0x7F]);
+    for c in 0..4 {
+        mode6.put(e0[c], 7).put(e1[c], 7);
+    }
+    mode6.put(1, 1).put(0, 1);
+    mode6.put(0, 3);
+    for t in 1..16 {
+        mode6.put(t, 4);
+    }
+    let mode6_want = |t: usize| -> [f32; 4] {
+        std::array::from_fn(|c| {
+            let (a, b) = ((e0[c] << 1 | 1) as i32, (e1[c] << 1) as i32);
+            bptc_mix(a, b, 4, t) as f32 / 255.0
+        })
+    };
+    // BC7 mode 1: two subsets (partition 13: texels 0-7, then 8-15),
+    // 6-bit RGB endpoints, a P-bit shared per subset (1, then 0), 3-bit
+    // indices t % 4 (anchors: texels 0 and 15, with 2 bits).
+    let mut mode1 = BlockBits::default();
+    mode1.put(0b10, 2).put(13, 6);
+    let ends: [[[u64; 3]; 2]; 2] = [[[63, 0, 0], [0, 0, 0]], [[0, 0, 63], [0, 63, 0]]];
+    for c in 0..3 {
+        for subset in ends {
+            mode1.put(subset[0][c], 6).put(subset[1][c], 6);
+        }
+    }
+    mode1.put(1, 1).put(0, 1);
+    for t in 0..16u64 {
+        mode1.put(t % 4, if t == 0 || t == 15 { 2 } else { 3 });
+    }
+    // 7 bits (6 and the P-bit) widened to 8 by repeating the top bit.
+    let widen7 = |v: u64| ((v << 1) | (v >> 6)) as i32;
+    let mode1_want = move |t: usize| -> [f32; 4] {
+        let (subset, p) = if t < 8 { (0, 1) } else { (1, 0) };
+        let c = |i: usize| {
+            let e = |n: usize| widen7(ends[subset][n][i] << 1 | p);
+            bptc_mix(e(0), e(1), 3, t % 4) as f32 / 255.0
+        };
+        [c(0), c(1), c(2), 1.0]
+    };
+    let blocks = [mode6.bytes(), mode1.bytes()].concat();
+    block_texture(&m, Channels::Bc7, TextureType::Unorm, false, &blocks);
+    let coords: Vec<[u32; 4]> = (0..32).map(|i| [i % 8, i / 8, 0, 0]).collect();
+    let got = run_requests(&m, &load_instruction("tex_2d", 2), &coords);
+    for (i, texel) in got.iter().enumerate() {
+        let (x, y) = (i % 8, i / 8);
+        let t = y * 4 + x % 4;
+        let want = if x < 4 { mode6_want(t) } else { mode1_want(t) };
+        assert_eq!(texel.map(f32::from_bits), want, "BC7 texel ({x}, {y})");
+    }
+
+    // BC6H ufloat mode 3: one subset, untransformed 10-bit endpoints,
+    // 4-bit indices t. Unquantized: 0 stays 0, the maximum is 0xffff,
+    // others (x << 15 + 0x4000) >> 9; the result is x * 31 / 64.
+    let mut mode3 = BlockBits::default();
+    mode3.put(3, 5);
+    let (lo, hi) = ([0u64, 512, 100], [1023u64, 0, 100]);
+    for v in lo.iter().chain(&hi) {
+        mode3.put(*v, 10);
+    }
+    mode3.put(0, 3);
+    for t in 1..16 {
+        mode3.put(t, 4);
+    }
+    let unq = |x: i32| match x {
+        0 => 0,
+        1023 => 0xFFFF,
+        x => ((x << 15) + 0x4000) >> 9,
+    };
+    let mode3_want = move |t: usize| -> [f32; 4] {
+        let c = |i: usize| {
+            let x = bptc_mix(unq(lo[i] as i32), unq(hi[i] as i32), 4, t);
+            half_value(((x * 31) >> 6) as u16)
+        };
+        [c(0), c(1), c(2), 1.0]
+    };
+    // BC6H signed mode 15: 16-bit endpoint e0, its top six bits stored
+    // reversed, and 4-bit signed deltas for e1 (7, -1, 0).
+    let mut mode15 = BlockBits::default();
+    mode15.put(15, 5);
+    let base = [0x8C00u64, 0x0001, 0x0523];
+    let delta = [7u64, 0xF, 0];
+    for v in base {
+        mode15.put(v & 0x3FF, 10);
+    }
+    for c in 0..3 {
+        mode15.put(delta[c], 4).put_reversed(base[c], 10, 15);
+    }
+    mode15.put(0, 3);
+    for t in 1..16 {
+        mode15.put(t, 4);
+    }
+    let mode15_want = move |t: usize| -> [f32; 4] {
+        let c = |i: usize| {
+            let e0 = i32::from(base[i] as u16 as i16);
+            let d = ((delta[i] as i32) << 28) >> 28;
+            let e1 = i32::from((e0 + d) as u16 as i16);
+            let x = bptc_mix(e0, e1, 4, t);
+            let magnitude = ((x.abs() * 31) >> 5) as u16;
+            half_value(if x < 0 { magnitude | 0x8000 } else { magnitude })
+        };
+        [c(0), c(1), c(2), 1.0]
+    };
+    block_texture(
+        &m,
+        Channels::Bc6hUfloat,
+        TextureType::Float,
+        false,
+        &[mode3.bytes(), mode3.bytes()].concat(),
+    );
+    let got = run_requests(&m, &load_instruction("tex_2d", 2), &coords);
+    for (i, texel) in got.iter().enumerate() {
+        let t = (i / 8) * 4 + i % 4;
+        assert_eq!(
+            texel.map(f32::from_bits),
+            mode3_want(t),
+            "BC6H ufloat texel {i}"
+        );
+    }
+    block_texture(
+        &m,
+        Channels::Bc6h,
+        TextureType::Float,
+        false,
+        &[mode15.bytes(), mode15.bytes()].concat(),
+    );
+    let got = run_requests(&m, &load_instruction("tex_2d", 2), &coords);
+    for (i, texel) in got.iter().enumerate() {
+        let t = (i / 8) * 4 + i % 4;
+        assert_eq!(texel.map(f32::from_bits), mode15_want(t), "BC6H texel {i}");
+    }
+}
+
 #[test_log::test]
 fn bc1_to_bc5_blocks_decode_as_the_format_specification_defines() {
     let m = Machine::new(5000);
