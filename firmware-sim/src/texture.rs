@@ -739,7 +739,7 @@ impl TextureUnit<'_> {
             s /= t.width as f32;
             u /= t.height as f32;
         }
-        (s, u)
+        (gl_clamp(sampler.wrap_s, s), gl_clamp(sampler.wrap_t, u))
     }
 
     fn sample(
@@ -766,11 +766,12 @@ impl TextureUnit<'_> {
         let (s, u) = self.normalised(image, sampler, request);
         let r = three_d.then(|| {
             let r = f32::from_bits(request.coords[2]);
-            if sampler.pixel_coordinates {
+            let r = if sampler.pixel_coordinates {
                 r / t.depth as f32
             } else {
                 r
-            }
+            };
+            gl_clamp(sampler.wrap_r, r)
         });
         let lod = match request.lod {
             LodArgument::Explicit(l) => l,
@@ -934,7 +935,7 @@ impl TextureUnit<'_> {
                 let (a, b) = (slice(z0)?, slice(z0.saturating_add(1))?);
                 Ok(std::array::from_fn(|c| a[c] + (b[c] - a[c]) * fz))
             }
-            _ => slice(z.floor() as i64),
+            _ => slice(nearest_index(sampler.wrap_r, z.floor() as i64, depth)),
         }
     }
 
@@ -960,7 +961,14 @@ impl TextureUnit<'_> {
             }
             Filter::Nearest => {
                 let (u, v) = at.texel_space(image);
-                let xy = (u.floor() as i64, v.floor() as i64);
+                let (width, height) = (
+                    i64::from((image.texture.width >> at.level).max(1)),
+                    i64::from((image.texture.height >> at.level).max(1)),
+                );
+                let xy = (
+                    nearest_index(sampler.wrap_s, u.floor() as i64, width),
+                    nearest_index(sampler.wrap_t, v.floor() as i64, height),
+                );
                 let texel = self.wrapped_texel(image, sampler, border, at, xy, reference)?;
                 Ok(texel.map(f32::from_bits))
             }
@@ -1060,6 +1068,27 @@ fn cube_face(request: &mut TextureRequest) -> u32 {
     face
 }
 
+/// GL's clamp (`Clamp (GL)`, Mesa's `PIPE_TEX_WRAP_CLAMP`): the
+/// coordinate is clamped to [0, 1] before filtering; a linear filter's
+/// footprint then reaches half a texel past the edge, onto the border.
+fn gl_clamp(mode: Wrap, coordinate: f32) -> f32 {
+    if mode == Wrap::ClampGl {
+        coordinate.clamp(0.0, 1.0)
+    } else {
+        coordinate
+    }
+}
+
+/// The texel a nearest filter reads at index `i`: GL's clamp keeps it
+/// on the image (a coordinate of exactly 1 lands one past the edge).
+fn nearest_index(mode: Wrap, i: i64, size: i64) -> i64 {
+    if mode == Wrap::ClampGl {
+        i.clamp(0, size - 1)
+    } else {
+        i
+    }
+}
+
 /// A texel coordinate through a wrap mode; `None` for the border.
 pub fn wrap(mode: Wrap, i: i64, size: i64) -> Option<i64> {
     Some(match mode {
@@ -1072,7 +1101,7 @@ pub fn wrap(mode: Wrap, i: i64, size: i64) -> Option<i64> {
                 2 * size - 1 - period
             }
         }
-        Wrap::ClampToBorder => {
+        Wrap::ClampToBorder | Wrap::ClampGl => {
             if (0..size).contains(&i) {
                 i
             } else {

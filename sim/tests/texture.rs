@@ -211,7 +211,10 @@ fn wrapped(mode: Wrap, i: i64, n: i64) -> Option<i64> {
             let m = ((i % (2 * n)) + 2 * n) % (2 * n);
             Some(if m < n { m } else { 2 * n - 1 - m })
         }
-        Wrap::ClampToBorder => (0 <= i && i < n).then_some(i),
+        // GL's clamp: the coordinate is clamped to [0, 1] first (in
+        // `reference`), so only a linear filter's footprint reaches past
+        // the edge, onto the border.
+        Wrap::ClampToBorder | Wrap::ClampGl => (0 <= i && i < n).then_some(i),
         Wrap::MirroredClampToEdge => Some(if i < 0 { -i - 1 } else { i }.min(n - 1)),
         _ => Some(i.max(0).min(n - 1)),
     }
@@ -226,9 +229,20 @@ fn reference_texel(wrap: Wrap, x: i64, y: i64) -> [f64; 4] {
 }
 
 fn reference(filter: Filter, wrap: Wrap, s: f64, t: f64) -> [f64; 4] {
+    let (s, t) = if wrap == Wrap::ClampGl {
+        (s.clamp(0.0, 1.0), t.clamp(0.0, 1.0))
+    } else {
+        (s, t)
+    };
     let (u, v) = (s * f64::from(TEX_W), t * f64::from(TEX_H));
     match filter {
-        Filter::Nearest => reference_texel(wrap, u.floor() as i64, v.floor() as i64),
+        Filter::Nearest => {
+            let (mut x, mut y) = (u.floor() as i64, v.floor() as i64);
+            if wrap == Wrap::ClampGl {
+                (x, y) = (x.min(i64::from(TEX_W) - 1), y.min(i64::from(TEX_H) - 1));
+            }
+            reference_texel(wrap, x, y)
+        }
         _ => {
             let (u, v) = (u - 0.5, v - 0.5);
             let (x, y) = (u.floor() as i64, v.floor() as i64);
@@ -255,6 +269,8 @@ fn samples_filter_and_wrap_as_the_sampler_says() {
         (Filter::Linear, Wrap::ClampToBorder, 0.5, 1.5),
         (Filter::Nearest, Wrap::MirroredClampToEdge, -32.0, 1.5),
         (Filter::Linear, Wrap::ClampGl, 0.5, 1.25),
+        (Filter::Linear, Wrap::ClampGl, -4.0, 1.25),
+        (Filter::Nearest, Wrap::ClampGl, -4.0, 1.25),
     ];
     for layout in [Layout::Gpu, Layout::Twiddled, Layout::Linear] {
         for (filter, wrap, offset, scale) in cases {
