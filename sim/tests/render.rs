@@ -2795,6 +2795,60 @@ fn draw_with_table(
     image(m, SIZE as usize)
 }
 
+/// Fragment shader: red, green and blue = the threadgroup position's
+/// x, y and z + 7 (the tile and the layer), as integers / 255.
+const TILE_POSITION_FS: &str = "
+    get_sr r6, sr0
+    get_sr r7, sr1
+    get_sr r8, sr2
+    iadd r8, r8, 7
+    convert u32_to_f, r2, r6, rte
+    fmul32 r2, r2, u2
+    convert u32_to_f, r3, r7, rte
+    fmul32 r3, r3, u2
+    convert u32_to_f, r4, r8, rte
+    fmul32 r4, r4, u2
+    mov r5, u0
+    st_tile r2_r3_r4_r5, u8norm, 0, xyzw, 0, 255, r0, 0
+    stop";
+
+#[test_log::test]
+fn fragment_programs_read_their_tile_and_layer_as_the_threadgroup_position() {
+    use agx_hw::formats::{CoefficientSource, ShadeModel};
+    // Mesa reads gl_Layer (and a layered background program's layer) as
+    // the threadgroup position's z; a per-tile program's threadgroup is
+    // its tile, 32x32 pixels here.
+    let m = Machine::new(5000);
+    source_table(
+        &m,
+        1,
+        CoefficientSource::PrimitiveId,
+        ShadeModel::FlatVertex0,
+    );
+    let v = |x: f32, y: f32| ([x, y], 0.5f32, [0.0f32; 3]);
+    let covering = [v(-64.0, -64.0), v(192.0, 0.0), v(0.0, 192.0)];
+    let pixels = draw_with_table(
+        &m,
+        Primitive::Triangles,
+        &covering,
+        TILE_POSITION_FS,
+        &|_| {},
+    );
+    for (x, y, tile) in [
+        (8usize, 8usize, [0u8, 0]),
+        (40, 8, [1, 0]),
+        (8, 40, [0, 1]),
+        (63, 63, [1, 1]),
+    ] {
+        let at = y * STRIDE as usize + 4 * x;
+        assert_eq!(
+            pixels[at..at + 3],
+            [tile[0], tile[1], 7],
+            "pixel ({x}, {y})"
+        );
+    }
+}
+
 #[test_log::test]
 fn point_sprites_interpolate_their_coordinate_from_the_origin_the_object_type_names() {
     use agx_hw::formats::{CoefficientSource, FragmentFace2, ObjectType, ShadeModel};

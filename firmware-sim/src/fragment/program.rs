@@ -173,6 +173,17 @@ pub(super) fn run_tile_program(
             .special
             .set_lanes(sr + 1, std::array::from_fn(|lane| origin.1 + lanes[lane].1));
         group.special.set_all(sr + 2, layer);
+        // The threadgroup of a per-tile program is its tile, in the
+        // pass's layer: Mesa reads gl_Layer, and a layered background or
+        // end-of-tile program's layer, as its z.
+        let tile_position = agx_hw::isa::table::sr::THREADGROUP_POSITION_IN_GRID;
+        group
+            .special
+            .set_all(tile_position, origin.0 / tile.colour.width_px.max(1));
+        group
+            .special
+            .set_all(tile_position + 1, origin.1 / tile.colour.height_px.max(1));
+        group.special.set_all(tile_position + 2, layer);
         group
             .special
             .set_all(agx_hw::isa::table::sr::IS_ACTIVE_THREAD, 1);
