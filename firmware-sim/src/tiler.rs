@@ -73,6 +73,11 @@ pub const MAX_VARYINGS: usize = MAX_OUTPUTS - 4;
 pub const RECORD_VARYINGS_SHIFT: u32 = 8;
 /// Record flag: the primitive faces away from the viewer.
 pub const RECORD_BACK_FACING: u32 = 1;
+/// The mask of a record's varying count (above `RECORD_VARYINGS_SHIFT`).
+pub const RECORD_VARYINGS_MASK: u32 = 0xFF;
+/// Where a primitive record's flags word holds the layer the primitive
+/// is drawn to (16 bits: the vertex shader's layer output, 0 without).
+pub const RECORD_LAYER_SHIFT: u32 = 16;
 /// Record flag: a point sprite; two extras, the point coordinate (s, t)
 /// at each vertex.
 pub const RECORD_POINT_SPRITE: u32 = 1 << 1;
@@ -291,6 +296,10 @@ pub struct PppState {
     /// Where the point size is among a vertex's values after its
     /// position, when the vertex shader writes one.
     pub point_size: Option<usize>,
+    /// Where the layer-and-viewport word (layer in its low 16 bits, as
+    /// Mesa packs it) is among a vertex's values after its position, when
+    /// the vertex shader writes one.
+    pub layer_viewport: Option<usize>,
     /// Where each enabled clip distance is among a vertex's values after
     /// its position.
     pub clip_distances: Vec<usize>,
@@ -344,6 +353,7 @@ impl PppState {
                 .fragment_front_face
                 .map_or(1.0, |f| (f.line_width + 1) as f32 / 16.0),
             point_size: None,
+            layer_viewport: None,
             clip_distances: Vec::new(),
             primitive_id: records.cull_2.is_some_and(|c| c.needs_primitive_id),
             rasterizer_discard: records.cull.is_some_and(|c| c.rasterizer_discard)
@@ -378,6 +388,7 @@ impl PppState {
             at += 1;
         }
         if select.viewport_target || select.render_target {
+            self.layer_viewport = Some(at);
             at += 1;
         }
         self.clip_distances = (0..16)
@@ -1363,6 +1374,15 @@ fn with_primitive_id(
     v
 }
 
+/// The record flags naming the layer vertex `v` sends its primitive to
+/// (the provoking vertex's, for the primitives Mesa draws layered: every
+/// vertex of them carries the same).
+fn layer_flags(ppp: &PppState, v: &ScreenVertex) -> u32 {
+    ppp.layer_viewport
+        .and_then(|at| v.varyings.get(at))
+        .map_or(0, |word| (word.to_bits() & 0xFFFF) << RECORD_LAYER_SHIFT)
+}
+
 /// Clips, culls and bins what is left of one triangle after clipping:
 /// filled, or (polygon mode) its edges as lines or its corners as
 /// points.
@@ -1422,7 +1442,7 @@ fn bin_polygon<'a>(
         _ => {}
     }
     for k in 1..screen.len() - 1 {
-        let mut flags = if front { 0 } else { RECORD_BACK_FACING };
+        let mut flags = layer_flags(ppp, &screen[0]) | if front { 0 } else { RECORD_BACK_FACING };
         let tri = [screen[0].clone(), screen[k].clone(), screen[k + 1].clone()]
             .map(|v| with_primitive_id(ppp, v, id, &mut flags));
         let area = signed_area(&tri);
@@ -1477,7 +1497,7 @@ fn bin_line<'a>(
     };
     let (a0, a1, b0, b1) = (moved(a, -1.0), moved(a, 1.0), moved(b, -1.0), moved(b, 1.0));
     for triangle in [[a0.clone(), a1, b1.clone()], [a0, b0, b1]] {
-        let mut flags = 0;
+        let mut flags = layer_flags(ppp, a);
         let triangle = triangle.map(|v| with_primitive_id(ppp, v, id, &mut flags));
         bin_triangle(binner, flags, &triangle, pc, on_overflow)?;
     }
@@ -1542,7 +1562,7 @@ fn bin_screen_point<'a>(
         let mut corner = v.clone();
         corner.position[0] += sx * half;
         corner.position[1] += sy * half;
-        let mut flags = 0;
+        let mut flags = layer_flags(ppp, v);
         if let Some(flip) = sprite {
             corner.varyings.truncate(MAX_RECORD_VALUES - 3);
             let s = (sx + 1.0) / 2.0;

@@ -2795,6 +2795,118 @@ fn draw_with_table(
     image(m, SIZE as usize)
 }
 
+/// [`COLOUR_VS`] that also writes the layer-and-viewport word: each
+/// vertex's eighth word, at output 7.
+const LAYER_VS: &str = "
+    device_load 0, i32, xyzw, r8_r9_r10_r11, u0_u1, r5, unsigned, lsl 3
+    device_load 0, i32, xyzw, r12_r13_r14_r15, u2_u3, r5, unsigned, lsl 3
+    wait 0
+    st_var 1, r8, 0
+    st_var 1, r9, 1
+    st_var 1, r10, 2
+    st_var 1, r11, 3
+    st_var 1, r12, 4
+    st_var 1, r13, 5
+    st_var 1, r14, 6
+    st_var 1, r15, 7
+    stop";
+
+#[test_log::test]
+fn a_layered_pass_draws_each_primitive_to_the_layer_its_vertices_name() {
+    use agx_hw::formats::{OutputSelect, ShadeModel, VaryingCounts};
+    let m = Machine::new(5000);
+    // Two triangles: red on the left to layer 0, green on the right to
+    // layer 1 (the low 16 bits of the layer-and-viewport word; Mesa puts
+    // the viewport in the high ones).
+    let triangles = [
+        (
+            [[4.0f32, 4.0], [28.0, 4.0], [4.0, 60.0]],
+            [1.0f32, 0.0, 0.0],
+            0u32,
+        ),
+        (
+            [[36.0f32, 4.0], [60.0, 4.0], [36.0, 60.0]],
+            [0.0, 1.0, 0.0],
+            0x0005_0001,
+        ),
+    ];
+    let mut words = Vec::new();
+    for (corners, colour, layer) in triangles {
+        for corner in corners {
+            let position = clip(&[corner]);
+            words.extend([position[0], position[1], 0.5f32.to_bits(), 1.0f32.to_bits()]);
+            words.extend(colour.map(f32::to_bits));
+            words.push(layer);
+        }
+    }
+    m.poke_u32s(VERTICES, &words);
+    let mut uniforms = pair(DATA_VA + VERTICES);
+    uniforms.extend(pair(DATA_VA + VERTICES + 16));
+    let vs = m.program(LAYER_VS, 0x3000, 0xC0, &uniforms, UNIFORMS + 0x200, 0, None);
+    cf_table(&m, 3, ShadeModel::Linear);
+    let fs = m.program(
+        COLOUR_FS,
+        0x4000,
+        0x100,
+        &[1.0f32.to_bits()],
+        UNIFORMS + 0x300,
+        0,
+        None,
+    );
+    let layered_output = |records: &mut PppRecords| {
+        records.output_select = Some(OutputSelect {
+            varyings: true,
+            render_target: true,
+            ..OutputSelect::default()
+        });
+        records.varying_counts_32 = Some(VaryingCounts {
+            smooth: 3,
+            ..VaryingCounts::default()
+        });
+    };
+    let draw = Shapes::new(Primitive::Triangles, 6);
+    let mut render = draw_shapes(
+        &m,
+        draw,
+        vs,
+        8,
+        fs,
+        Some((0x5000, 1)),
+        None,
+        None,
+        &layered_output,
+    );
+    render.layers = 2;
+    let layer_bytes = STRIDE * u32::from(SIZE);
+    let pbe = Pbe {
+        extended: true,
+        depth_linear: 2,
+        layer_stride_linear: u64::from(layer_bytes),
+        ..pbe(u32::from(SIZE), u32::from(SIZE))
+    };
+    m.poke(m.data, PBE, &pbe.pack().unwrap());
+    assert_eq!(m.submit(CmdType::Render, render.as_bytes()), None);
+    let both = m.peek(m.data, IMAGE, 2 * layer_bytes as usize);
+    for (layer, colour, covered) in [
+        (0usize, [255u8, 0, 0], (10usize, 10usize)),
+        (1, [0, 255, 0], (42, 10)),
+    ] {
+        let at = |x: usize, y: usize| layer * layer_bytes as usize + y * STRIDE as usize + 4 * x;
+        let (x, y) = covered;
+        assert_eq!(
+            both[at(x, y)..at(x, y) + 3],
+            colour,
+            "layer {layer}: its triangle"
+        );
+        let (ox, oy) = if layer == 0 { (42, 10) } else { (10, 10) };
+        assert_eq!(
+            both[at(ox, oy)..at(ox, oy) + 3],
+            [0, 0, 0],
+            "layer {layer}: the other's"
+        );
+    }
+}
+
 /// Fragment shader: red, green and blue = the threadgroup position's
 /// x, y and z + 7 (the tile and the layer), as integers / 255.
 const TILE_POSITION_FS: &str = "

@@ -246,15 +246,27 @@ impl Pass<'_> {
         let scene = &self.scene;
         let (tile_w, tile_h) = self.tile;
         let area = self.area;
-        let primitives = if layer == 0 {
-            // The scene is binned in tiler::TILE_PX tiles; a smaller
-            // pass tile takes the primitives of the scene tile holding
-            // it, and rasterisation keeps what falls inside.
+        // The scene is binned in tiler::TILE_PX tiles; a smaller pass
+        // tile takes the primitives of the scene tile holding it, and
+        // rasterisation keeps what falls inside. Each layer's tile draws
+        // the primitives whose records name that layer.
+        let primitives = {
             let (scene_x, scene_y) = (tx * tile_w / tiler::TILE_PX, ty * tile_h / tiler::TILE_PX);
             let index = u64::from(scene_y) * u64::from(scene.header.tiles_x) + u64::from(scene_x);
-            tile_primitives(&vm, scene, index)?
-        } else {
-            Vec::new()
+            let mut primitives = tile_primitives(&vm, scene, index)?;
+            if render.layers > 1 {
+                let mut flags = [0u8; 4];
+                let mut on_layer = Vec::with_capacity(primitives.len());
+                for &primitive in &primitives {
+                    vm.read(primitive.wrapping_add(4), &mut flags)
+                        .map_err(|f| EngineResult::from_uat(&f, FaultUnit::Tiler))?;
+                    if u32::from_le_bytes(flags) >> tiler::RECORD_LAYER_SHIFT == layer {
+                        on_layer.push(primitive);
+                    }
+                }
+                primitives = on_layer;
+            }
+            primitives
         };
         if primitives.is_empty() && !self.process_empty {
             return Ok(());
@@ -333,7 +345,8 @@ impl Pass<'_> {
             let flags = u32::from_le_bytes([head[4], head[5], head[6], head[7]]);
             let back_facing = flags & tiler::RECORD_BACK_FACING != 0;
             // The scene is in GPU-writable memory: nothing in it is trusted.
-            let varyings = (flags >> tiler::RECORD_VARYINGS_SHIFT) as usize;
+            let varyings =
+                ((flags >> tiler::RECORD_VARYINGS_SHIFT) & tiler::RECORD_VARYINGS_MASK) as usize;
             if varyings > tiler::MAX_RECORD_VALUES {
                 return Err(unsupported(
                     primitive,
