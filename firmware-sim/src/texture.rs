@@ -112,6 +112,8 @@ struct Image {
     compression: Option<(CompressionLayout, u64)>,
     /// The metadata word last read (its address) and its mode.
     last_tile: std::cell::Cell<Option<(u64, TileMode)>>,
+    /// A metadata word in no known mode was met (and logged).
+    stale_logged: std::cell::Cell<bool>,
 }
 
 /// Descriptors a Texture or Sampler word (or a preshader's state store)
@@ -305,6 +307,7 @@ impl TextureUnit<'_> {
             samples,
             block,
             last_tile: std::cell::Cell::new(None),
+            stale_logged: std::cell::Cell::new(false),
         })
     }
 
@@ -344,11 +347,19 @@ impl TextureUnit<'_> {
                 mode
             }
         };
-        let (tx, ty) = mode.stored_pixel(sx, sy).ok_or_else(|| {
-            invalid(format!(
-                "compression mode {mode:?} of the tile of texel ({x}, {y}) of level {level} (not modelled)"
-            ))
-        })?;
+        // A word in no known mode is read as uncompressed, as an all-zero
+        // one is (stale memory: Mesa does not initialise metadata; what
+        // the hardware decodes from it is not public), logged once.
+        let (tx, ty) = mode.stored_pixel(sx, sy).unwrap_or_else(|| {
+            if !image.stale_logged.replace(true) {
+                tracing::warn!(
+                    unit = "Usc",
+                    address = format_args!("{address:#x}"),
+                    "compression metadata of texel ({x}, {y}) of level {level} in no known mode ({mode:?}): read as uncompressed"
+                );
+            }
+            (sx, sy)
+        });
         Ok(match image.samples {
             4 => (tx / 2, ty / 2, (tx & 1) | (ty & 1) << 1),
             2 => (tx, ty / 2, ty & 1),

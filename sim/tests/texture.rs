@@ -2160,13 +2160,20 @@ fn compressed_multisampled_textures_read_their_metadata_in_sample_space() {
             }
         }
     }
-    // Tiles (0, 0) and (0, 1) solid, (1, 0) uncompressed, (1, 1) never
-    // written (zero: uncompressed).
+    // Tiles (0, 0) and (0, 1) solid, (1, 0) uncompressed, (1, 1) stale
+    // memory in no known mode (Mesa does not initialise metadata): read
+    // as uncompressed, as a word never written (zero) is.
     let meta = CompressionLayout::new(32, 32, 1).unwrap();
     let solid = tile_word(solid_subtile_mode(4).unwrap());
     let plain = tile_word(uncompressed_subtile_mode(4).unwrap());
     let mut words = vec![0u8; 64];
-    for (tx, ty, word) in [(0u32, 0u32, solid), (1, 0, plain), (0, 1, solid)] {
+    let stale = 0x8080_8080_8080_8080u64;
+    for (tx, ty, word) in [
+        (0u32, 0u32, solid),
+        (1, 0, plain),
+        (0, 1, solid),
+        (1, 1, stale),
+    ] {
         let at = meta.tile_word_offset(0, 16 * tx, 16 * ty, 0).unwrap() as usize;
         words[at..at + 8].copy_from_slice(&word.to_le_bytes());
     }

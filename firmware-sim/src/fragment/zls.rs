@@ -35,6 +35,8 @@ struct Plane {
     /// Metadata: its layout (one layer), base, layer stride, and the
     /// word that marks a tile uncompressed.
     meta: Option<(CompressionLayout, u64, u64, u64)>,
+    /// A metadata word in no known mode was met (and logged) in this pass.
+    stale_logged: std::sync::atomic::AtomicBool,
 }
 
 impl Plane {
@@ -97,6 +99,7 @@ impl Plane {
             sample_bytes,
             samples,
             meta,
+            stale_logged: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -155,13 +158,13 @@ impl Plane {
                             mode
                         }
                     };
-                    (px, py) = mode.stored_pixel(px, py).ok_or_else(|| {
-                        unsupported(
-                            word_at,
-                            FaultUnit::Zls,
-                            format_args!("compression mode {mode:?} (not modelled)"),
-                        )
-                    })?;
+                    (px, py) = match mode.stored_pixel(px, py) {
+                        Some(at) => at,
+                        None => {
+                            self.log_stale(word_at, mode);
+                            (px, py)
+                        }
+                    };
                 }
                 let Some(at) = self.element(px, py, layer) else {
                     continue;
@@ -172,6 +175,25 @@ impl Plane {
             }
         }
         Ok(())
+    }
+
+    /// A metadata word in no known mode is read as uncompressed, as an
+    /// all-zero one is: Mesa does not initialise a compressed resource's
+    /// metadata, so a fresh allocation holds whatever the memory held
+    /// before, and a pass loading it (then drawing over it) runs on the
+    /// hardware, which decodes that word somehow (how is not public).
+    /// Logged once per plane and pass.
+    fn log_stale(&self, word_at: u64, mode: TileMode) {
+        if !self
+            .stale_logged
+            .swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            tracing::warn!(
+                unit = ?FaultUnit::Zls,
+                address = format_args!("{word_at:#x}"),
+                "compression metadata in no known mode ({mode:?}): read as uncompressed"
+            );
+        }
     }
 
     /// Writes the tile at `origin`, each element filled by `fill` (pixel
