@@ -263,6 +263,9 @@ pub struct VertexState {
 pub struct PppState {
     /// Fragment pipeline control.
     pub fragment_control: Option<FragmentControl>,
+    /// The visibility-result entry the state's samples count into
+    /// (`FragmentOcclusionQuery`).
+    pub occlusion_query: Option<u32>,
     /// Front-face depth/stencil state.
     pub front_face: Option<FragmentFace>,
     /// Back-face depth/stencil state.
@@ -326,6 +329,7 @@ impl PppState {
         let fragment_shader = records.fragment_shader.as_ref();
         PppState {
             fragment_control: records.fragment_control,
+            occlusion_query: records.occlusion_query.map(|q| q.index),
             front_face: records.fragment_front_face,
             back_face: records.fragment_back_face,
             front_stencil: records.fragment_front_stencil,

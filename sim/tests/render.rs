@@ -2804,6 +2804,65 @@ fn draw_with_table(
     image(m, SIZE as usize)
 }
 
+#[test_log::test]
+fn occlusion_queries_count_the_samples_that_pass_into_the_visibility_buffer() {
+    use agx_hw::formats::{CoefficientSource, FragmentOcclusionQuery, ShadeModel, VisibilityMode};
+    const RESULTS: u64 = 0xB_0000;
+    let m = Machine::new(5000);
+    source_table(
+        &m,
+        1,
+        CoefficientSource::PrimitiveId,
+        ShadeModel::FlatVertex0,
+    );
+    let v = |x: f32, y: f32| ([x, y], 0.5f32, [0.0f32; 3]);
+    let triangle = [v(4.0, 4.0), v(44.0, 8.0), v(12.0, 50.0)];
+    let covered = (0..64usize * 64)
+        .filter(|i| {
+            let (x, y) = ((i % 64) as f64 + 0.5, (i / 64) as f64 + 0.5);
+            covers([[4.0, 4.0], [44.0, 8.0], [12.0, 50.0]], x, y)
+        })
+        .count() as u64;
+    assert!(covered > 500);
+    // Entry 3 counts (and holds 5 already: counts add); entry 1 is
+    // boolean; entry 2 belongs to no draw.
+    for (index, mode, before, want) in [
+        (3u32, VisibilityMode::Counting, 5u64, 5 + covered),
+        (1, VisibilityMode::Boolean, 0, 1),
+    ] {
+        m.poke(m.data, RESULTS, &[0u8; 32]);
+        m.poke(
+            m.data,
+            RESULTS + 8 * u64::from(index),
+            &before.to_le_bytes(),
+        );
+        m.poke(m.data, RESULTS + 16, &7u64.to_le_bytes());
+        shape_vertices(&m, &triangle);
+        let vs = colour_vs(&m, VERTICES);
+        let uniforms = [1.0f32.to_bits(), 0, (1.0f32 / 255.0).to_bits()];
+        let fs = m.program(ID_FS, 0x4000, 0x100, &uniforms, UNIFORMS + 0x300, 0, None);
+        let query = move |records: &mut PppRecords| {
+            records.fragment_control = Some(FragmentControl {
+                visibility_mode: mode,
+                ..FragmentControl::default()
+            });
+            records.occlusion_query = Some(FragmentOcclusionQuery { index });
+        };
+        let draw = Shapes::new(Primitive::Triangles, 3);
+        let mut render = draw_shapes(&m, draw, vs, 7, fs, Some((0x5000, 1)), None, None, &query);
+        render.isp_oclqry_base = DATA_VA + RESULTS;
+        assert_eq!(m.submit(CmdType::Render, render.as_bytes()), None);
+        let got = m.peek(m.data, RESULTS + 8 * u64::from(index), 8);
+        assert_eq!(
+            u64::from_le_bytes(got.try_into().unwrap()),
+            want,
+            "{mode:?}"
+        );
+        let untouched = m.peek(m.data, RESULTS + 16, 8);
+        assert_eq!(u64::from_le_bytes(untouched.try_into().unwrap()), 7);
+    }
+}
+
 /// [`COLOUR_VS`] that also writes the layer-and-viewport word: each
 /// vertex's eighth word, at output 7.
 const LAYER_VS: &str = "

@@ -7,7 +7,7 @@
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use agx_fwif::messages::{FaultUnit, RenderPass, TvbInfo};
-use agx_hw::formats::{FragmentFace, FragmentStencil, ZlsControl, ZlsFormat};
+use agx_hw::formats::{FragmentFace, FragmentStencil, VisibilityMode, ZlsControl, ZlsFormat};
 
 use super::depth::{depth_test, stencil_test_early, DepthAdjust};
 use super::program::{fragment_setup, program, run_tile_program, FragmentSetup, TileState};
@@ -155,6 +155,7 @@ pub(crate) fn render_scene(
         watchdog,
         sample_positions: sample_positions(samples, render.ppp_multisamplectl),
         tiles_visited: AtomicU64::new(0),
+        visibility: std::sync::Mutex::new(std::collections::BTreeMap::new()),
     };
     // Tiles are numbered row by row, layer by layer; none is listed up
     // front (a pass may have 2^31 of them).
@@ -183,6 +184,7 @@ pub(crate) fn render_scene(
         },
         |worker| worker.helper.end(&mut vm.clone(), &pass.watchdog),
     )?;
+    pass.write_visibility(&vm)?;
     Ok(pass.tiles_visited.load(Ordering::Relaxed))
 }
 
@@ -206,6 +208,9 @@ pub(super) struct Pass<'a> {
     pub(super) sample_positions: Vec<(i64, i64)>,
     /// Tiles not skipped as empty (visited).
     pub(super) tiles_visited: AtomicU64,
+    /// Occlusion queries: per visibility-result entry, the samples that
+    /// passed and whether the entry counts them (else it is boolean).
+    pub(super) visibility: std::sync::Mutex<std::collections::BTreeMap<u32, (u64, bool)>>,
 }
 
 /// One worker's tile memory and caches.
@@ -228,6 +233,41 @@ pub(super) struct Worker {
 }
 
 impl Pass<'_> {
+    /// Adds the segment's occlusion-query results to the visibility-result
+    /// buffer (`isp_oclqry_base`, 64-bit entries): a counting entry gains
+    /// the samples that passed, a boolean one becomes 1 if any did (the
+    /// value the hardware writes there is not public; Mesa reads it as
+    /// nonzero or not). Mesa zeroes an entry when its query begins.
+    fn write_visibility(&self, vm: &GpuVm<'_>) -> Result<(), EngineResult> {
+        let base = self.render.isp_oclqry_base.get();
+        let results = std::mem::take(
+            &mut *self
+                .visibility
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+        if base == 0 {
+            return Ok(());
+        }
+        for (index, (samples, counting)) in results {
+            let at = base.wrapping_add(8 * u64::from(index));
+            let mut word = [0u8; 8];
+            vm.read(at, &mut word)
+                .map_err(|f| EngineResult::from_uat(&f, FaultUnit::Zls))?;
+            let old = u64::from_le_bytes(word);
+            let new = if counting {
+                old.wrapping_add(samples)
+            } else if samples > 0 {
+                1
+            } else {
+                old
+            };
+            crate::usc::GpuMemory::write(&mut vm.clone(), at, &new.to_le_bytes())
+                .map_err(|f| crate::fault::memory_fault(&f, FaultUnit::Zls))?;
+        }
+        Ok(())
+    }
+
     /// One tile: depth/stencil in, bg, the tile's primitives, depth/stencil
     /// out, eot.
     fn render_tile(
@@ -509,12 +549,22 @@ impl Pass<'_> {
                 )?;
             }
             // Depth of the pixels the shader kept; then the per-pixel
-            // state is clean again for the next primitive.
+            // state is clean again for the next primitive. The samples
+            // kept count for the state's occlusion query.
+            let query = ppp.occlusion_query.and_then(|index| {
+                match ppp.fragment_control.map(|c| c.visibility_mode) {
+                    Some(VisibilityMode::Counting) => Some((index, true)),
+                    Some(VisibilityMode::Boolean) => Some((index, false)),
+                    _ => None,
+                }
+            });
+            let mut passed = 0u64;
             for &(x, y) in &covered {
                 let pixel = (y * tile_w + x) as usize;
                 let at = pixel * samples;
                 let mask = w.coverage[pixel];
                 let alive = mask & !w.killed[pixel];
+                passed += u64::from((alive & ((1u32 << samples.min(31)) - 1)).count_ones());
                 for s in (0..samples).filter(|s| alive & (1 << s) != 0) {
                     if let Some(depth) = w.pending[at + s] {
                         w.tile.depth[at + s] = depth;
@@ -526,6 +576,14 @@ impl Pass<'_> {
                 w.pending[at..at + samples].fill(None);
                 w.pending_stencil[at..at + samples].fill(None);
                 w.killed[pixel] = 0;
+            }
+            if let Some((index, counting)) = query {
+                let mut results = self
+                    .visibility
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                let entry = results.entry(index).or_insert((0, counting));
+                entry.0 += passed;
             }
         }
         self.zls_planes.store(&vm, &w.tile, (tx, ty), layer)?;
