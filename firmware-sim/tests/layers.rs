@@ -10,7 +10,9 @@ use std::path::Path;
 /// Each top-level module and its layer.
 const LAYERS: &[(&str, u32)] = &[
     ("usc", 0),
-    ("bc", 0),
+    ("bptc", 0),
+    // Block decoding reaches the shader core's f16 conversion and BPTC.
+    ("bc", 1),
     ("fault", 1),
     ("memory", 2),
     ("command", 3),
