@@ -1551,7 +1551,8 @@ fn a_render_into_a_compressed_target_marks_the_tiles_it_writes_uncompressed() {
 
 /// A compressed texture's texels go through the metadata: a solid tile
 /// reads the colour at its start, an uncompressed tile its body, and a
-/// tile in a mode this model does not decode faults the job, logged.
+/// tile whose word is zero or in no known mode (memory nobody
+/// initialised: Mesa never does) its body too, logged.
 #[test_log::test]
 fn a_compressed_texture_reads_solid_tiles_from_their_first_texel() {
     use agx_hw::formats::{MipFilter, Sampler, Texture, Wrap};
@@ -1593,12 +1594,7 @@ fn a_compressed_texture_reads_solid_tiles_from_their_first_texel() {
             wrap_t: Wrap::ClampToEdge,
             ..Sampler::default()
         };
-        let result = textured_quad_with(&m, &descriptor, &sampler);
-        if unknown_mode {
-            assert_eq!(result, Err(Errno::EIO), "an undecodable tile faults");
-            continue;
-        }
-        let image = result.unwrap();
+        let image = textured_quad_with(&m, &descriptor, &sampler).unwrap();
         // The 64x64 target samples the 32x32 texture at 2x: target pixel
         // (x, y) shows texel (x / 2, y / 2).
         for y in 0..64u32 {
