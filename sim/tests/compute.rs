@@ -649,6 +649,15 @@ fn block_kernel(
     pipeline
 }
 
+/// Runs `pipeline` over a `width` x `height` grid of 32x32 threadgroups
+/// (one image block each), then terminates.
+fn run_blocks(m: &Machine, pipeline: u64, (width, height): (u32, u32)) -> Option<agx_kmd::Errno> {
+    let mut stream = launch(pipeline, [width, height, 1], [32, 32, 1]);
+    stream.extend(terminate());
+    m.poke(m.data, STREAM, &stream);
+    m.run(STREAM)
+}
+
 /// The unorm8 encoding of `v` (round to nearest; no ties here).
 fn unorm8(v: f32) -> u8 {
     (v * 255.0).round() as u8
@@ -662,10 +671,7 @@ fn a_kernel_stores_its_image_block_to_an_image_clipped_to_its_size() {
     let (width, height) = (40u32, 36u32);
     m.poke(m.data, BLOCK_IMAGE, &[0xAA; 64 * 4 * 40]);
     let pipeline = block_blit(&m, width, height, 8192);
-    let mut stream = launch(pipeline, [width, height, 1], [32, 32, 1]);
-    stream.extend(terminate());
-    m.poke(m.data, STREAM, &stream);
-    assert_eq!(m.run(STREAM), None);
+    assert_eq!(run_blocks(&m, pipeline, (width, height)), None);
     let image = m.peek(m.data, BLOCK_IMAGE, 64 * 4 * 40);
     for y in 0..40usize {
         for x in 0..64usize {
@@ -704,10 +710,7 @@ fn packed_float_blocks_store_bit_exactly() {
             (width, height),
             8192,
         );
-        let mut stream = launch(pipeline, [width, height, 1], [32, 32, 1]);
-        stream.extend(terminate());
-        m.poke(m.data, STREAM, &stream);
-        assert_eq!(m.run(STREAM), None, "{format}");
+        assert_eq!(run_blocks(&m, pipeline, (width, height)), None, "{format}");
         for y in 0..height {
             for x in 0..width {
                 let want = if channels == Channels::R11G11B10 {
@@ -757,10 +760,7 @@ fn a_single_channel_element_fits_a_record_smaller_than_four_channels() {
         8192,
     );
     m.poke_u32s(UNIFORMS, &[1000]);
-    let mut stream = launch(pipeline, [width, height, 1], [32, 32, 1]);
-    stream.extend(terminate());
-    m.poke(m.data, STREAM, &stream);
-    assert_eq!(m.run(STREAM), None);
+    assert_eq!(run_blocks(&m, pipeline, (width, height)), None);
     for (x, y) in [(0u32, 0u32), (31, 0), (5, 17), (31, 31)] {
         let at = BLOCK_IMAGE + u64::from(y * BLOCK_STRIDE + 4 * x);
         assert_eq!(m.peek_u32s(at, 1), [x + 1000 * y], "pixel ({x}, {y})");
@@ -787,10 +787,11 @@ fn packed_16_bit_blocks_store_each_channel_in_its_field() {
             (width, height),
             8192,
         );
-        let mut stream = launch(pipeline, [width, height, 1], [32, 32, 1]);
-        stream.extend(terminate());
-        m.poke(m.data, STREAM, &stream);
-        assert_eq!(m.run(STREAM), None, "{channels:?}");
+        assert_eq!(
+            run_blocks(&m, pipeline, (width, height)),
+            None,
+            "{channels:?}"
+        );
         let image = m.peek(m.data, BLOCK_IMAGE, (BLOCK_STRIDE * height) as usize);
         for y in 0..height {
             for x in 0..width {
@@ -867,10 +868,7 @@ fn multisampled_blocks_store_to_tiled_images_sample_by_sample() {
         bytes_per_threadgroup: shared_bytes,
     };
     m.poke(m.usc, at, &shared.pack().unwrap());
-    let mut stream = launch(pipeline, [width, height, 1], [32, 32, 1]);
-    stream.extend(terminate());
-    m.poke(m.data, STREAM, &stream);
-    assert_eq!(m.run(STREAM), None);
+    assert_eq!(run_blocks(&m, pipeline, (width, height)), None);
     let layout = ImageLayout::gpu_tiled(width, height, 1, 8, true).unwrap();
     let image = m.peek(m.data, BLOCK_IMAGE, layout.layer_bytes() as usize);
     for y in 0..height {
@@ -908,10 +906,7 @@ fn f16_tiles_stored_with_the_i16_block_format_keep_their_bits() {
         (width, height),
         8192,
     );
-    let mut stream = launch(pipeline, [width, height, 1], [32, 32, 1]);
-    stream.extend(terminate());
-    m.poke(m.data, STREAM, &stream);
-    assert_eq!(m.run(STREAM), None);
+    assert_eq!(run_blocks(&m, pipeline, (width, height)), None);
     // n/128 for 0 < n < 32: n = m 2^k with m odd, so the half is
     // 2^(k - 7) (1 + (m - 1) / 2^bits) with exponent k + floor(log2 m) - 7.
     let half = |n: u32| -> u16 {
@@ -953,10 +948,7 @@ fn srgba8_tiles_store_their_encoded_bytes() {
         (width, height),
         8192,
     );
-    let mut stream = launch(pipeline, [width, height, 1], [32, 32, 1]);
-    stream.extend(terminate());
-    m.poke(m.data, STREAM, &stream);
-    assert_eq!(m.run(STREAM), None);
+    assert_eq!(run_blocks(&m, pipeline, (width, height)), None);
     // The sRGB transfer function (IEC 61966-2-1), to the nearest byte.
     let encode = |c: f64| -> u8 {
         let s = if c <= 0.003_130_8 {
@@ -1007,10 +999,7 @@ fn block_stores_apply_the_pbe_swizzle() {
         ..Pbe::default()
     };
     m.poke(m.data, BLOCK_PBE, &pbe.pack().unwrap());
-    let mut stream = launch(pipeline, [width, height, 1], [32, 32, 1]);
-    stream.extend(terminate());
-    m.poke(m.data, STREAM, &stream);
-    assert_eq!(m.run(STREAM), None);
+    assert_eq!(run_blocks(&m, pipeline, (width, height)), None);
     let image = m.peek(m.data, BLOCK_IMAGE, (BLOCK_STRIDE * height) as usize);
     for y in 0..height as usize {
         for x in 0..width as usize {
@@ -1100,10 +1089,7 @@ fn tile_stores_past_the_sample_record_keep_what_fits() {
         (width, height),
         8192,
     );
-    let mut stream = launch(pipeline, [width, height, 1], [32, 32, 1]);
-    stream.extend(terminate());
-    m.poke(m.data, STREAM, &stream);
-    assert_eq!(m.run(STREAM), None);
+    assert_eq!(run_blocks(&m, pipeline, (width, height)), None);
     for y in 0..height {
         for x in 0..width {
             let at = BLOCK_IMAGE + u64::from(y * BLOCK_STRIDE + 8 * x);

@@ -2020,6 +2020,21 @@ fn stencil_pass_with_fs(
     render
 }
 
+/// A stencil state that always passes, writes every bit and applies
+/// `depth_pass` where the depth test passes (keeping the value
+/// otherwise).
+fn always_stencil(depth_pass: agx_hw::formats::StencilOp) -> agx_hw::formats::FragmentStencil {
+    use agx_hw::formats::{FragmentStencil, StencilOp};
+    FragmentStencil {
+        write_mask: 0xFF,
+        read_mask: 0xFF,
+        depth_pass,
+        depth_fail: StencilOp::Keep,
+        stencil_fail: StencilOp::Keep,
+        compare: ZsFunc::Always,
+    }
+}
+
 /// The stored stencil of pixel (x, y): a 64x64 8-bit plane is smaller
 /// than a 128x128 page tile, so it is one 64x64 Z-order tile.
 fn stored_stencil(m: &Machine, x: usize, y: usize) -> u8 {
@@ -2034,14 +2049,7 @@ fn stored_stencil(m: &Machine, x: usize, y: usize) -> u8 {
 fn stencil_operations_count_overlaps_and_the_stencil_test_masks() {
     use agx_hw::formats::{FragmentStencil, StencilOp};
     let m = Machine::new(5000);
-    let count = FragmentStencil {
-        write_mask: 0xFF,
-        read_mask: 0xFF,
-        depth_pass: StencilOp::IncrSat,
-        depth_fail: StencilOp::Keep,
-        stencil_fail: StencilOp::Keep,
-        compare: ZsFunc::Always,
-    };
+    let count = always_stencil(StencilOp::IncrSat);
     let first = (
         [[4.0f32, 4.0], [44.0, 8.0], [12.0, 44.0]],
         0.5,
@@ -2790,14 +2798,25 @@ fn draw_with_table(
     fs: &str,
     patch: &dyn Fn(&mut PppRecords),
 ) -> Vec<u8> {
+    let render = table_pass(m, primitive, vertices, fs, patch);
+    assert_eq!(m.submit(CmdType::Render, render.as_bytes()), None);
+    image(m, SIZE as usize)
+}
+
+/// [`draw_with_table`]'s render command, not yet submitted.
+fn table_pass(
+    m: &Machine,
+    primitive: Primitive,
+    vertices: &[([f32; 2], f32, [f32; 3])],
+    fs: &str,
+    patch: &dyn Fn(&mut PppRecords),
+) -> CmdRender {
     shape_vertices(m, vertices);
     let vs = colour_vs(m, VERTICES);
     let uniforms = [1.0f32.to_bits(), 0, (1.0f32 / 255.0).to_bits()];
     let fs = m.program(fs, 0x4000, 0x100, &uniforms, UNIFORMS + 0x300, 0, None);
     let draw = Shapes::new(primitive, vertices.len() as u32);
-    let render = draw_shapes(m, draw, vs, 7, fs, Some((0x5000, 1)), None, None, patch);
-    assert_eq!(m.submit(CmdType::Render, render.as_bytes()), None);
-    image(m, SIZE as usize)
+    draw_shapes(m, draw, vs, 7, fs, Some((0x5000, 1)), None, None, patch)
 }
 
 #[test_log::test]
@@ -2833,10 +2852,6 @@ fn occlusion_queries_count_the_samples_that_pass_into_the_visibility_buffer() {
             &before.to_le_bytes(),
         );
         m.poke(m.data, RESULTS + 16, &7u64.to_le_bytes());
-        shape_vertices(&m, &triangle);
-        let vs = colour_vs(&m, VERTICES);
-        let uniforms = [1.0f32.to_bits(), 0, (1.0f32 / 255.0).to_bits()];
-        let fs = m.program(ID_FS, 0x4000, 0x100, &uniforms, UNIFORMS + 0x300, 0, None);
         let query = move |records: &mut PppRecords| {
             records.fragment_control = Some(FragmentControl {
                 visibility_mode: mode,
@@ -2844,8 +2859,7 @@ fn occlusion_queries_count_the_samples_that_pass_into_the_visibility_buffer() {
             });
             records.occlusion_query = Some(FragmentOcclusionQuery { index });
         };
-        let draw = Shapes::new(Primitive::Triangles, 3);
-        let mut render = draw_shapes(&m, draw, vs, 7, fs, Some((0x5000, 1)), None, None, &query);
+        let mut render = table_pass(&m, Primitive::Triangles, &triangle, ID_FS, &query);
         render.isp_oclqry_base = DATA_VA + RESULTS;
         assert_eq!(m.submit(CmdType::Render, render.as_bytes()), None);
         let got = m.peek(m.data, RESULTS + 8 * u64::from(index), 8);
@@ -3503,14 +3517,7 @@ fn multisampled_shaders_interpolate_at_samples_and_kill_samples_by_mask() {
 fn stencil_is_tested_and_written_per_sample() {
     use agx_hw::formats::{FragmentStencil, StencilOp};
     let m = Machine::new(5000);
-    let count = FragmentStencil {
-        write_mask: 0xFF,
-        read_mask: 0xFF,
-        depth_pass: StencilOp::IncrSat,
-        depth_fail: StencilOp::Keep,
-        stencil_fail: StencilOp::Keep,
-        compare: ZsFunc::Always,
-    };
+    let count = always_stencil(StencilOp::IncrSat);
     let first = [[4.0f32, 4.0], [44.0, 8.0], [12.0, 44.0]];
     let second = [[20.0f32, 20.0], [60.0, 24.0], [28.0, 60.0]];
     coloured(
@@ -3572,14 +3579,7 @@ fn stencil_is_tested_and_written_per_sample() {
 fn a_shader_writing_depth_runs_the_stencil_test_before_it_and_the_depth_operations_after() {
     use agx_hw::formats::{FragmentStencil, StencilOp};
     let m = Machine::new(5000);
-    let count = FragmentStencil {
-        write_mask: 0xFF,
-        read_mask: 0xFF,
-        depth_pass: StencilOp::IncrSat,
-        depth_fail: StencilOp::Keep,
-        stencil_fail: StencilOp::Keep,
-        compare: ZsFunc::Always,
-    };
+    let count = always_stencil(StencilOp::IncrSat);
     let first = (
         [[4.0f32, 4.0], [44.0, 8.0], [12.0, 44.0]],
         0.5,
@@ -3632,14 +3632,7 @@ fn a_shader_writing_the_stencil_reference_replaces_the_states_in_the_test_and_it
     let m = Machine::new(5000);
     // Always pass and replace: the covered pixels take the shader's
     // reference 0x5A, not the state's 0.
-    let replace = FragmentStencil {
-        write_mask: 0xFF,
-        read_mask: 0xFF,
-        depth_pass: StencilOp::Replace,
-        depth_fail: StencilOp::Keep,
-        stencil_fail: StencilOp::Keep,
-        compare: ZsFunc::Always,
-    };
+    let replace = always_stencil(StencilOp::Replace);
     let first = (
         [[4.0f32, 4.0], [44.0, 8.0], [12.0, 44.0]],
         0.5,
