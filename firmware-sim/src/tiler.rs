@@ -256,6 +256,14 @@ pub struct VertexState {
     pub restart_index: u32,
     /// The vertex shader's declared sampler states (word 0), once set.
     pub sampler_states: Option<agx_hw::formats::SamplerStates>,
+    /// The VDM's provoking vertex is the first (`flat_shading_control`
+    /// 0): every other strip triangle then keeps its first corner first
+    /// and swaps the other two, so that a flat value read from vertex 0
+    /// is the strip's vertex i, as Vulkan's and GL's first-vertex
+    /// conventions want. Otherwise (and before any word sets it; what
+    /// the hardware resets to is not public) it swaps its first two, so
+    /// that vertex 2 is vertex i + 2, as the last-vertex conventions want.
+    pub provoking_first: bool,
 }
 
 /// The records of a PPP state this model uses.
@@ -507,6 +515,9 @@ pub fn apply_vdm_state(words: &VdmStateWords, state: &mut VertexState) {
     }
     if let Some(outputs) = words.vertex_outputs {
         state.outputs = outputs.output_count_1.min(64);
+    }
+    if let Some(flags) = words.vertex_unknown {
+        state.provoking_first = flags.flat_shading_control == agx_hw::formats::VdmVertex::V0;
     }
 }
 
@@ -1182,6 +1193,7 @@ pub fn draw<'a>(
         },
     )?;
     let ppp = PppState::of(records);
+    let flat = crate::raster::flat_outputs(&vm, usc_exec_base, &ppp)?;
     binner.set_state(records, pc)?;
     let topology = Topology::of(draw.primitive, pc)?;
     // Restart applies to indexed draws (a non-indexed draw's sequence
@@ -1197,7 +1209,7 @@ pub fn draw<'a>(
                 return Err(EngineResult::Timeout);
             }
         }
-        let mut assembler = Assembler::new(topology);
+        let mut assembler = Assembler::new(topology, state.provoking_first);
         let mut next_index = 0u64;
         // The primitive's id counts the draw's primitives of this
         // instance.
@@ -1228,7 +1240,7 @@ pub fn draw<'a>(
                     cache,
                     watchdog,
                     helper,
-                    (&binding, state, &ppp, outputs, instance),
+                    (&binding, state, &ppp, &flat, outputs, instance),
                     (&batch, first_id),
                     binner,
                     pc,
@@ -1257,7 +1269,14 @@ fn shade_and_bin<'a>(
     cache: &mut ProgramCache,
     watchdog: &Watchdog<'_>,
     helper: &mut StageHelper,
-    (binding, state, ppp, outputs, instance): (&Binding, &VertexState, &PppState, usize, u32),
+    (binding, state, ppp, flat, outputs, instance): (
+        &Binding,
+        &VertexState,
+        &PppState,
+        &[(usize, usize)],
+        usize,
+        u32,
+    ),
     (batch, first_id): (&[([u32; 3], usize)], u32),
     binner: &mut Binner<'a>,
     pc: u64,
@@ -1311,29 +1330,67 @@ fn shade_and_bin<'a>(
         match n {
             1 => bin_point(binner, ppp, clip(at[0]), id, pc, on_overflow)?,
             2 => {
-                if let Some((a, b)) = clip_segment(
-                    clip(at[0]),
-                    clip(at[1]),
+                let line = [clip(at[0]), clip(at[1])];
+                let provoking = flat_values(flat, &line);
+                let [a, b] = line;
+                if let Some((mut a, mut b)) = clip_segment(
+                    a,
+                    b,
                     &ppp.clip_distances,
                     (!ppp.cull.depth_clamp, ppp.cull.depth_clip),
                 ) {
+                    set_flat_values(&provoking, [&mut a, &mut b]);
                     let (a, b) = (to_screen(&a, &ppp.viewport), to_screen(&b, &ppp.viewport));
                     bin_line(binner, ppp, &a, &b, id, pc, on_overflow)?;
                 }
             }
             _ => {
                 let triangle = [clip(at[0]), clip(at[1]), clip(at[2])];
+                let provoking = flat_values(flat, &triangle);
                 let polygon = match (ppp.cull.depth_clamp, ppp.cull.depth_clip) {
                     (true, _) => clip_behind(triangle),
                     (false, true) => clip_far(clip_near(triangle)),
                     (false, false) => clip_near(triangle),
                 };
-                let polygon = clip_polygon(polygon, &ppp.clip_distances);
+                let mut polygon = clip_polygon(polygon, &ppp.clip_distances);
+                set_flat_values(&provoking, polygon.iter_mut());
                 bin_polygon(binner, ppp, &polygon, id, pc, on_overflow)?;
             }
         }
     }
     Ok(())
+}
+
+/// The values of a primitive's flat outputs (`raster::flat_outputs`):
+/// each output's value at the vertex its binding names (a line's last
+/// for the third).
+fn flat_values(flat: &[(usize, usize)], primitive: &[ClipVertex]) -> Vec<(usize, f32)> {
+    flat.iter()
+        .filter_map(|&(output, vertex)| {
+            let v = primitive.get(vertex.min(primitive.len().saturating_sub(1)))?;
+            Some((output, *v.varyings.get(output)?))
+        })
+        .collect()
+}
+
+/// Gives every vertex of what is left of a primitive after clipping (the
+/// vertices clipping made included) the primitive's flat values: the
+/// PPP sets a primitive's coefficients up once, so each piece, edge and
+/// corner of it draws the provoking vertex's value.
+fn set_flat_values<'v>(
+    values: &[(usize, f32)],
+    vertices: impl IntoIterator<Item = &'v mut ClipVertex>,
+) {
+    if values.is_empty() {
+        return;
+    }
+    for v in vertices {
+        for &(output, value) in values {
+            if let Some(slot) = v.varyings.get_mut(output) {
+                *slot = value;
+            }
+        }
+    }
 }
 
 /// Bins one triangle (with the extras `flags` name appended to its
@@ -1629,13 +1686,15 @@ impl Topology {
 }
 
 /// Assembles a draw's vertices into primitives one vertex at a time, as
-/// the API orders them: every other strip triangle swaps its first two
-/// corners, a fan's triangles share its first vertex, a loop's last line
+/// the API orders them: every other strip triangle swaps two of its
+/// corners (which two, `VertexState::provoking_first` says), a fan's triangles share its first vertex, a loop's last line
 /// goes back to its first vertex. A run ends at a restart index (and at
 /// the end of the draw), and the next vertex starts a new strip, fan,
 /// loop or list.
 struct Assembler {
     topology: Topology,
+    /// `VertexState::provoking_first`.
+    provoking_first: bool,
     /// The run's first vertex, the one before the last, and the last.
     first: u32,
     before: u32,
@@ -1645,9 +1704,10 @@ struct Assembler {
 }
 
 impl Assembler {
-    fn new(topology: Topology) -> Assembler {
+    fn new(topology: Topology, provoking_first: bool) -> Assembler {
         Assembler {
             topology,
+            provoking_first,
             first: 0,
             before: 0,
             last: 0,
@@ -1664,6 +1724,9 @@ impl Assembler {
             Topology::Lines if k % 2 == 1 => emit(([self.last, v, 0], 2)),
             Topology::LineStrip | Topology::LineLoop if k >= 1 => emit(([self.last, v, 0], 2)),
             Topology::Triangles if k % 3 == 2 => emit(([self.before, self.last, v], 3)),
+            Topology::TriangleStrip if k >= 2 && k % 2 == 1 && self.provoking_first => {
+                emit(([self.before, v, self.last], 3))
+            }
             Topology::TriangleStrip if k >= 2 && k % 2 == 1 => {
                 emit(([self.last, self.before, v], 3))
             }

@@ -405,13 +405,15 @@ fn draw_pass_with_depth_stencil(
 }
 
 /// A draw's topology and vertex count; or the IndexList block to draw
-/// with, and the restart index of the VDM state.
+/// with, and the restart index and vertex flags (the provoking vertex) of
+/// the VDM state.
 #[derive(Clone)]
 struct Shapes {
     primitive: Primitive,
     vertex_count: u32,
     block: Option<VdmBlock>,
     restart_index: Option<u32>,
+    vertex_flags: Option<agx_hw::formats::VdmStateVertexUnknown>,
 }
 
 impl Shapes {
@@ -421,6 +423,7 @@ impl Shapes {
             vertex_count,
             block: None,
             restart_index: None,
+            vertex_flags: None,
         }
     }
 }
@@ -503,6 +506,7 @@ fn draw_shapes(
             restart_index: draw
                 .restart_index
                 .map(|value| agx_hw::formats::VdmStateRestartIndex { value }),
+            vertex_unknown: draw.vertex_flags,
             ..VdmStateWords::default()
         }),
         VdmBlock::PppStateUpdate(PppState {
@@ -3151,6 +3155,162 @@ fn fragment_shaders_read_the_primitive_id_and_lines_take_flat_values_from_the_pr
             let at = 30 * STRIDE as usize + 4 * x;
             assert_eq!(pixels[at..at + 4], want, "{shade_model:?} pixel ({x}, 30)");
         }
+    }
+}
+
+/// COLOUR_VS and COLOUR_FS drawing `vertices` as `primitive`, the
+/// colour read flat with `shade_model`, the VDM's provoking vertex the
+/// first or not and the PPP records edited by `patch`; returns the
+/// target's pixels.
+fn draw_flat(
+    m: &Machine,
+    primitive: Primitive,
+    vertices: &[([f32; 2], f32, [f32; 3])],
+    shade_model: agx_hw::formats::ShadeModel,
+    provoking_first: bool,
+    patch: &dyn Fn(&mut PppRecords),
+) -> Vec<u8> {
+    use agx_hw::formats::{VdmStateVertexUnknown, VdmVertex};
+    cf_table(m, 3, shade_model);
+    shape_vertices(m, vertices);
+    let vs = colour_vs(m, VERTICES);
+    let fs = m.program(
+        COLOUR_FS,
+        0x4000,
+        0x100,
+        &[1.0f32.to_bits()],
+        UNIFORMS + 0x300,
+        0,
+        None,
+    );
+    let mut draw = Shapes::new(primitive, vertices.len() as u32);
+    draw.vertex_flags = Some(VdmStateVertexUnknown {
+        flat_shading_control: if provoking_first {
+            VdmVertex::V0
+        } else {
+            VdmVertex::V2
+        },
+        ..VdmStateVertexUnknown::default()
+    });
+    let render = draw_shapes(m, draw, vs, 7, fs, Some((0x5000, 1)), None, None, patch);
+    assert_eq!(m.submit(CmdType::Render, render.as_bytes()), None);
+    image(m, SIZE as usize)
+}
+
+#[test_log::test]
+fn flat_values_come_from_the_primitives_provoking_vertex_in_every_piece_of_it() {
+    use agx_hw::formats::{PolygonMode, ShadeModel};
+    let m = Machine::new(5000);
+    const RED: [u8; 4] = [255, 0, 0, 255];
+    const GREEN: [u8; 4] = [0, 255, 0, 255];
+    const BLUE: [u8; 4] = [0, 0, 255, 255];
+    const WHITE: [u8; 4] = [255, 255, 255, 255];
+    let pixel = |pixels: &[u8], x: usize, y: usize| {
+        let at = y * STRIDE as usize + 4 * x;
+        [pixels[at], pixels[at + 1], pixels[at + 2], pixels[at + 3]]
+    };
+    let drawn = |pixels: &[u8]| {
+        (0..SIZE as usize)
+            .flat_map(|y| (0..SIZE as usize).map(move |x| (x, y)))
+            .map(|(x, y)| pixel(pixels, x, y))
+            .filter(|p| p[3] != 0)
+            .collect::<Vec<_>>()
+    };
+    let v = |x: f32, y: f32, z: f32, colour: [f32; 3]| ([x, y], z, colour);
+    let (r, g, b) = ([1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]);
+    let triangle = [
+        v(8.5, 8.5, 0.5, r),
+        v(40.5, 8.5, 0.5, g),
+        v(8.5, 40.5, 0.5, b),
+    ];
+    let mode = |polygon_mode| {
+        move |records: &mut PppRecords| {
+            records.fragment_front_face = Some(FragmentFace {
+                polygon_mode,
+                depth_function: ZsFunc::Always,
+                ..FragmentFace::default()
+            });
+        }
+    };
+    // A polygon mode draws the triangle's edges or corners each in the
+    // triangle's provoking colour (GL's rule; each edge's own first or
+    // last vertex would give three colours).
+    for polygon_mode in [PolygonMode::Line, PolygonMode::Point] {
+        for (shade_model, want) in [
+            (ShadeModel::FlatVertex0, RED),
+            (ShadeModel::FlatVertex2, BLUE),
+        ] {
+            let pixels = draw_flat(
+                &m,
+                Primitive::Triangles,
+                &triangle,
+                shade_model,
+                false,
+                &mode(polygon_mode),
+            );
+            let got = drawn(&pixels);
+            assert!(got.len() >= 3, "{polygon_mode:?}: {} pixels", got.len());
+            assert!(
+                got.iter().all(|p| *p == want),
+                "{polygon_mode:?} {shade_model:?}: {:?}",
+                got.iter().find(|p| **p != want)
+            );
+        }
+    }
+    // A triangle the near plane cuts (its third vertex behind it) is a
+    // quadrilateral, drawn as two triangles, two of whose corners clipping
+    // made: every pixel still takes the third vertex's colour.
+    let cut = [
+        v(8.5, 8.5, 0.5, r),
+        v(56.5, 8.5, 0.5, g),
+        v(8.5, 56.5, -0.5, b),
+    ];
+    let pixels = draw_flat(
+        &m,
+        Primitive::Triangles,
+        &cut,
+        ShadeModel::FlatVertex2,
+        false,
+        &|_| {},
+    );
+    let got = drawn(&pixels);
+    assert!(got.len() > 200, "{} pixels", got.len());
+    assert!(
+        got.iter().all(|p| *p == BLUE),
+        "{:?}",
+        got.iter().find(|p| **p != BLUE)
+    );
+    // A strip of two triangles (v0 v1 v2, then v1 v3 v2 from v1 v2 v3):
+    // with the first vertex provoking, vertex 0 of the second is v1; with
+    // the last provoking, its vertex 2 is v3.
+    let strip = [
+        v(8.5, 8.5, 0.5, r),
+        v(8.5, 56.5, 0.5, g),
+        v(56.5, 8.5, 0.5, b),
+        v(56.5, 56.5, 0.5, [1.0, 1.0, 1.0]),
+    ];
+    for (shade_model, first, want) in [
+        (ShadeModel::FlatVertex0, true, [RED, GREEN]),
+        (ShadeModel::FlatVertex2, false, [BLUE, WHITE]),
+    ] {
+        let pixels = draw_flat(
+            &m,
+            Primitive::TriangleStrip,
+            &strip,
+            shade_model,
+            first,
+            &|_| {},
+        );
+        assert_eq!(
+            pixel(&pixels, 12, 12),
+            want[0],
+            "{shade_model:?}: first triangle"
+        );
+        assert_eq!(
+            pixel(&pixels, 52, 52),
+            want[1],
+            "{shade_model:?}: second triangle"
+        );
     }
 }
 
