@@ -654,10 +654,14 @@ impl TextureUnit<'_> {
                 _ => 0,
             }
             .saturating_add(t.first_level);
-            // Out-of-bounds loads return zero (robust access).
+            // Out-of-bounds loads return zero (robust access). The offset
+            // adds to the 32-bit coordinates modulo 2^32, so a negative
+            // coordinate the offset brings into the image reads it (GL's
+            // `texelFetchOffset(t, ivec2(-7, 0), 0, ivec2(7, 0))` is
+            // texel 0).
             let [dx, dy, dz] = request.offset_texels;
-            let x = i64::from(request.coords[0]) + i64::from(dx);
-            let y = i64::from(request.coords[1]) + i64::from(dy);
+            let x = i64::from(request.coords[0].wrapping_add_signed(dx));
+            let y = i64::from(request.coords[1].wrapping_add_signed(dy));
             // z offsets move a 3D image's slice (layers are not offset).
             let layer = if t.dimension == TextureDimension::D3 {
                 layer.wrapping_add_signed(dz)

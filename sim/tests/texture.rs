@@ -135,6 +135,45 @@ fn loads_read_every_texel_of_linear_gpu_tiled_and_twiddled_textures() {
     }
 }
 
+/// A load's texel offsets add to its coordinates modulo 2^32: thread
+/// (x, y) loads (x - 7, y + 8) offset by (7, -8), which is texel (x, y),
+/// the first column from a negative coordinate (GL's `texelFetchOffset`
+/// with a coordinate the offset brings into the image).
+#[test_log::test]
+fn load_offsets_bring_negative_coordinates_into_the_image() {
+    let m = Machine::new(5000);
+    texture(&m, Layout::Gpu);
+    let mut uniforms = pair(DATA_VA + OUT);
+    uniforms.extend([TEX_W, (-7i32) as u32, 8, packed_offsets(7, -8)]);
+    let pipeline = m.program(
+        "
+    get_sr r4, sr80
+    get_sr r5, sr81
+    iadd r6, r4, u3
+    iadd r7, r5, u4
+    mov r0, u5
+    texture_load 0, 0b1100, 0, none, xyzw, 0b00, r8_r9_r10_r11, None, ts0, ss0, tex_2d, r6_r7, lod_min, r20l, 1, r0
+    wait 0
+    imadd r12, r5, u2, r4
+    device_store 0, i32, xyzw, r8_r9_r10_r11, u0_u1, r12, unsigned, lsl 2, 0
+    stop",
+        0x1000,
+        0x40,
+        &uniforms,
+        UNIFORMS,
+        0,
+        Some((1, DATA_VA + DESCRIPTOR)),
+    );
+    assert_eq!(run_grid(&m, pipeline), None);
+    let got = out_floats(&m);
+    for y in 0..TEX_H {
+        for x in 0..TEX_W {
+            let want = texel(x, y).map(|c| f32::from(c) / 255.0);
+            assert_eq!(got[(y * TEX_W + x) as usize], want, "texel ({x}, {y})");
+        }
+    }
+}
+
 /// Two ways a load reads zero: Mesa's null descriptor (a 1x1 R8 twiddled
 /// texture with every channel swizzled to 0 and its dimension left 1D; it
 /// reads a byte that is not zero here), and texels past a linear image's
