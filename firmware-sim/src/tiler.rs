@@ -63,8 +63,12 @@ pub const CHUNK_PRIMITIVES: usize = 6;
 /// List heads per head page.
 pub const TVB_HEADS_PER_PAGE: u64 = TVB_PAGE_BYTES / 8;
 const HEADS_PER_PAGE: u64 = TVB_HEADS_PER_PAGE;
-/// The most vertex output slots.
-pub const MAX_OUTPUTS: usize = 64;
+/// The most vertex output slots: Mesa's asahi driver gives a vertex
+/// shader 24 vec4 outputs, the position among them, and adds the point
+/// size, the layer-and-viewport word and 8 clip distances (106 at most).
+/// The hardware's own limit is not public; the VDM's count field holds
+/// 255.
+pub const MAX_OUTPUTS: usize = 128;
 /// The most varyings a vertex carries (the outputs after the position).
 pub const MAX_VARYINGS: usize = MAX_OUTPUTS - 4;
 /// Where a primitive record's flags word holds the count of 32-bit
@@ -514,7 +518,7 @@ pub fn apply_vdm_state(words: &VdmStateWords, state: &mut VertexState) {
         state.pipeline = Some(word1.pipeline);
     }
     if let Some(outputs) = words.vertex_outputs {
-        state.outputs = outputs.output_count_1.min(64);
+        state.outputs = outputs.output_count_1.min(MAX_OUTPUTS as u32);
     }
     if let Some(flags) = words.vertex_unknown {
         state.provoking_first = flags.flat_shading_control == agx_hw::formats::VdmVertex::V0;

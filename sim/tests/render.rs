@@ -775,6 +775,64 @@ const COLOUR_FS: &str = "
     st_tile r2_r3_r4_r5, u8norm, 0, xyzw, 0, 255, r0, 0
     stop";
 
+/// A vertex shader with as many outputs as Mesa gives one (24 vec4s,
+/// then the point size, layer and clip distances: past 100 slots): its
+/// colour at slots 101-103 reaches the fragment shader.
+#[test_log::test]
+fn varyings_past_the_hundredth_output_slot_reach_the_fragment_shader() {
+    use agx_hw::formats::{CfBinding, CfBindingHeader, CoefficientSource, ShadeModel};
+    let m = Machine::new(5000);
+    let positions = clip(&[[4.0f32, 6.0], [60.0, 12.0], [24.0, 58.0]]);
+    let mut vertices = Vec::new();
+    for v in 0..3 {
+        vertices.extend_from_slice(&positions[4 * v..4 * v + 4]);
+        vertices.extend([0.25f32, 0.5, 1.0].map(f32::to_bits));
+        vertices.push(0);
+    }
+    m.poke_u32s(VERTICES, &vertices);
+    let vs = COLOUR_VS
+        .replace("r12, 4", "r12, 101")
+        .replace("r13, 5", "r13, 102")
+        .replace("r14, 6", "r14, 103");
+    let mut uniforms = pair(DATA_VA + VERTICES);
+    uniforms.extend(pair(DATA_VA + VERTICES + 16));
+    let vs = m.program(&vs, 0x3000, 0xC0, &uniforms, UNIFORMS + 0x200, 0, None);
+    let fs = m.program(
+        COLOUR_FS,
+        0x4000,
+        0x100,
+        &[1.0f32.to_bits()],
+        UNIFORMS + 0x300,
+        0,
+        None,
+    );
+    let mut table = CfBindingHeader {
+        slot_count: 1 + 100,
+        coefficient_register_count: 3,
+    }
+    .pack()
+    .unwrap()
+    .to_vec();
+    table.extend(
+        CfBinding {
+            components: 3,
+            shade_model: ShadeModel::Linear,
+            source: CoefficientSource::Varying,
+            // Slot 1 is output 4.
+            base_slot: 1 + 101 - 4,
+            base_coefficient_register: 0,
+        }
+        .pack()
+        .unwrap(),
+    );
+    m.poke(m.usc, 0x5000, &table);
+    let render = draw_pass(&m, 3, vs, 104, fs, Some((0x5000, 1)));
+    assert_eq!(m.submit(CmdType::Render, render.as_bytes()), None);
+    let pixels = image(&m, SIZE as usize);
+    let at = 20 * STRIDE as usize + 4 * 24;
+    assert_eq!(pixels[at..at + 4], [64, 128, 255, 255]);
+}
+
 #[test_log::test]
 fn varyings_are_interpolated_across_the_triangle() {
     let m = Machine::new(5000);
