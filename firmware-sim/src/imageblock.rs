@@ -25,8 +25,8 @@ use agx_hw::formats::{
     Channel, ImageMode, Layout, Pbe, SampleCount, SharedLayout, TextureDimension,
 };
 use agx_hw::layout::{
-    laid_out_levels, tile_word, uncompressed_subtile_mode, CompressionLayout, ImageLayout,
-    TileMode, COMPRESSION_TILE_PX,
+    laid_out_levels, sample_space_pixel, sample_space_stretch, tile_word,
+    uncompressed_subtile_mode, CompressionLayout, ImageLayout, TileMode, COMPRESSION_TILE_PX,
 };
 
 use crate::bind::Binding;
@@ -585,15 +585,6 @@ struct Compressed {
     samples: u32,
 }
 
-/// The sample-space stretch of a pixel grid: (x, y) factors.
-fn stretch(samples: u32) -> (u32, u32) {
-    match samples {
-        4 => (2, 2),
-        2 => (1, 2),
-        _ => (1, 1),
-    }
-}
-
 impl Compressed {
     fn new(
         pbe: &Pbe,
@@ -612,7 +603,7 @@ impl Compressed {
                 }
             )));
         }
-        let (fx, fy) = stretch(samples);
+        let (fx, fy) = sample_space_stretch(samples);
         let meta =
             CompressionLayout::new(pbe.width * fx, pbe.height * fy, levels).ok_or_else(|| {
                 invalid(format!(
@@ -650,20 +641,14 @@ impl Compressed {
         }
         let t = COMPRESSION_TILE_PX;
         // In sample space: tiles are 16x16 samples.
-        let (fx, fy) = stretch(self.samples);
+        let (fx, fy) = sample_space_stretch(self.samples);
         let written = &(
             written.0.start * fx..written.0.end * fx,
             written.1.start * fy..written.1.end * fy,
         );
         let size = (size.0 * fx, size.1 * fy);
         // A sample-space position as (pixel x, pixel y, sample).
-        let pixel_of = |sx: u32, sy: u32| -> (u32, u32, u32) {
-            match self.samples {
-                4 => (sx / 2, sy / 2, (sx & 1) | (sy & 1) << 1),
-                2 => (sx, sy / 2, sy & 1),
-                _ => (sx, sy, 0),
-            }
-        };
+        let pixel_of = |sx: u32, sy: u32| sample_space_pixel(sx, sy, self.samples);
         let mut words = Vec::new();
         for ty in written.1.start / t..written.1.end.div_ceil(t) {
             for tx in written.0.start / t..written.0.end.div_ceil(t) {

@@ -280,11 +280,8 @@ impl TextureUnit<'_> {
             }
             // A multisampled image's grid covers its samples (Mesa's
             // ail_effective_width_sa / height_sa).
-            let (grid_w, grid_h) = match samples {
-                4 => (texture.width * 2, texture.height * 2),
-                2 => (texture.width, texture.height * 2),
-                _ => (texture.width, texture.height),
-            };
+            let (fx, fy) = agx_hw::layout::sample_space_stretch(samples);
+            let (grid_w, grid_h) = (texture.width * fx, texture.height * fy);
             let meta = CompressionLayout::new(grid_w, grid_h, levels).ok_or_else(|| {
                 invalid(format!(
                     "a compressed {}x{} texture (a side under one compression tile)",
@@ -328,11 +325,7 @@ impl TextureUnit<'_> {
         let Some((meta, base)) = &image.compression else {
             return Ok((x, y, sample));
         };
-        let (sx, sy) = match image.samples {
-            4 => (2 * x + (sample & 1), 2 * y + (sample >> 1)),
-            2 => (x, 2 * y + (sample & 1)),
-            _ => (x, y),
-        };
+        let (sx, sy) = agx_hw::layout::sample_space_position(x, y, sample, image.samples);
         let Some(at) = meta.tile_word_offset(level, sx, sy, layer) else {
             return Ok((x, y, sample));
         };
@@ -361,8 +354,7 @@ impl TextureUnit<'_> {
             (sx, sy)
         });
         Ok(match image.samples {
-            4 => (tx / 2, ty / 2, (tx & 1) | (ty & 1) << 1),
-            2 => (tx, ty / 2, ty & 1),
+            2 | 4 => agx_hw::layout::sample_space_pixel(tx, ty, image.samples),
             _ => (tx, ty, sample),
         })
     }

@@ -506,6 +506,39 @@ impl TileMode {
     }
 }
 
+/// The sample-space stretch of a multisampled image's pixel grid, (x, y)
+/// factors: its compression metadata covers tiles of 16x16 *samples*,
+/// each pixel stretched 2x2 by four samples and 1x2 by two (Mesa's
+/// `ail_effective_width_sa`/`height_sa`).
+pub fn sample_space_stretch(samples: u32) -> (u32, u32) {
+    match samples {
+        4 => (2, 2),
+        2 => (1, 2),
+        _ => (1, 1),
+    }
+}
+
+/// Where sample `sample` of pixel (x, y) is in sample space: (2x + s % 2,
+/// 2y + s / 2) for four samples, (x, 2y + s) for two (as `libagx`'s
+/// decompress and fast-clear kernels address it).
+pub fn sample_space_position(x: u32, y: u32, sample: u32, samples: u32) -> (u32, u32) {
+    match samples {
+        4 => (2 * x + (sample & 1), 2 * y + (sample >> 1 & 1)),
+        2 => (x, 2 * y + (sample & 1)),
+        _ => (x, y),
+    }
+}
+
+/// The pixel and sample at sample-space position (sx, sy), the inverse
+/// of [`sample_space_position`].
+pub fn sample_space_pixel(sx: u32, sy: u32, samples: u32) -> (u32, u32, u32) {
+    match samples {
+        4 => (sx / 2, sy / 2, (sx & 1) | (sy & 1) << 1),
+        2 => (sx, sy / 2, sy & 1),
+        _ => (sx, sy, 0),
+    }
+}
+
 /// One level's part of the compression metadata.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MetadataLevel {

@@ -2329,6 +2329,84 @@ fn depth_is_tested_and_stored_per_sample() {
     }
 }
 
+/// A compressed four-sample depth plane: its metadata covers tiles of
+/// 16x16 samples (8x8 pixels), as a colour image's does. The first tile
+/// is solid at 0.0 (its first sample's value; the rest of its body is
+/// stale), the others uncompressed at 1.0. A triangle at 0.5 with the
+/// test Less shows everywhere but those 8x8 pixels, and the store writes
+/// every sample uncompressed (the solid tile expanded) and marks every
+/// tile so.
+#[test_log::test]
+fn compressed_multisampled_depth_planes_load_and_store_their_sample_tiles() {
+    use agx_hw::formats::{ZlsMetaStride, ZlsTiling};
+    use agx_hw::layout::morton;
+    const META: u64 = 0x5_0000;
+    let m = Machine::new(5000);
+    // 16-byte elements (four f32 samples): 32x32 GPU tiles, 2 x 2 of them.
+    let element = |x: u32, y: u32| {
+        let tile = u64::from((y / 32) * 2 + x / 32);
+        DEPTH + 16 * (tile * 1024 + morton(x % 32, y % 32))
+    };
+    for y in 0..64 {
+        for x in 0..64 {
+            for s in 0..4u64 {
+                let depth = if (x, y, s) == (0, 0, 0) { 0.0f32 } else { 1.0 };
+                m.poke(m.data, element(x, y) + 4 * s, &depth.to_le_bytes());
+            }
+        }
+    }
+    // 128x128 samples: 8 x 8 tiles; tile (0, 0) solid, the rest zero
+    // (never written: uncompressed).
+    m.poke(m.data, META, &[0u8; 64 * 8]);
+    m.poke(m.data, META, &0x0303_0303_0303_0303u64.to_le_bytes());
+    coloured(
+        &m,
+        &[(
+            [[-64.0f32, -64.0], [192.0, 0.0], [0.0, 192.0]],
+            0.5,
+            [0.0, 0.0, 1.0],
+        )],
+    );
+    let mut render = depth_pass(&m, 1, true);
+    render.samples = 4;
+    render.zls_ctrl = zls_word(ZlsControl {
+        z_load_enable: true,
+        z_store_enable: true,
+        z_load_tiling: ZlsTiling::Gpu,
+        z_store_tiling: ZlsTiling::Gpu,
+        z_load_compress: true,
+        z_store_compress: true,
+        ..ZlsControl::default()
+    });
+    render.depth.comp_base = DATA_VA + META;
+    render.depth.comp_stride = u32::from_le_bytes(ZlsMetaStride { cachelines: 4 }.pack().unwrap());
+    let stride = 64 * 4 * 4;
+    m.poke(m.data, PBE, &msaa_pbe(stride).pack().unwrap());
+    assert_eq!(m.submit(CmdType::Render, render.as_bytes()), None);
+    let image = m.peek(m.data, MSAA_IMAGE, 64 * stride as usize);
+    for (x, y) in [(0, 0), (7, 7), (3, 5), (8, 0), (12, 4), (0, 8), (40, 50)] {
+        let solid = x < 8 && y < 8;
+        for s in 0..4u64 {
+            let at = element(x, y) + 4 * s;
+            let depth = f32::from_le_bytes(m.peek(m.data, at, 4).try_into().unwrap());
+            assert_eq!(
+                depth,
+                if solid { 0.0 } else { 0.5 },
+                "depth of pixel ({x}, {y}) sample {s}"
+            );
+            let colour =
+                &image[y as usize * stride as usize + (x as usize * 4 + s as usize) * 4..][..3];
+            let want: [u8; 3] = if solid { [0, 0, 0] } else { [0, 0, 255] };
+            assert_eq!(colour, want, "colour of pixel ({x}, {y}) sample {s}");
+        }
+    }
+    let words = m.peek(m.data, META, 64 * 8);
+    assert!(
+        words.chunks(8).all(|w| w == [0x7f; 8]),
+        "every sample tile stored uncompressed: {words:x?}"
+    );
+}
+
 /// Rewrites the pass's draw (set up by [`draw_pass`]) to `count` vertices
 /// and `instances` instances.
 fn set_draw(m: &Machine, count: u32, instances: u32) {

@@ -8,14 +8,16 @@
 //! element per pixel holding its samples side by side), 32-bit float or
 //! 16-bit unorm depth or 8-bit stencil, layers whole pages apart
 //! (`ZlsLayerStride`). A compressed plane has compression metadata as a
-//! compressed colour image does: loads read solid tiles from their first
-//! element, stores write pixels uncompressed and mark their tiles so.
+//! compressed colour image does (over 16x16 *samples* when multisampled):
+//! loads read solid tiles from their first sample, stores write pixels
+//! uncompressed and mark their tiles so.
 
 use agx_fwif::messages::{FaultUnit, RenderPass, ZlsSurface};
 use agx_hw::formats::{ZlsControl, ZlsFormat, ZlsLayerStride, ZlsMetaStride, ZlsPixels, ZlsTiling};
 use agx_hw::layout::{
-    tile_word, uncompressed_subtile_mode, CompressionLayout, ImageLayout, TileMode,
-    COMPRESSION_TILE_PX, PAGE_BYTES,
+    sample_space_pixel, sample_space_position, sample_space_stretch, tile_word,
+    uncompressed_subtile_mode, CompressionLayout, ImageLayout, TileMode, COMPRESSION_TILE_PX,
+    PAGE_BYTES,
 };
 
 use super::tilebuffer::Tilebuffer;
@@ -66,13 +68,12 @@ impl Plane {
             .pages;
         // A plane with a side under one compression tile is stored
         // uncompressed although its image is compressed (as a small mip
-        // level of a compressed image is).
-        let meta_layout = CompressionLayout::new(pixels.width, pixels.height, 1)
+        // level of a compressed image is). A multisampled plane's
+        // metadata covers tiles of 16x16 samples, as a colour image's.
+        let (fx, fy) = sample_space_stretch(samples as u32);
+        let meta_layout = CompressionLayout::new(pixels.width * fx, pixels.height * fy, 1)
             .filter(|meta| compressed && meta.level_compressed(0));
         let meta = if let Some(meta) = meta_layout {
-            if samples > 1 {
-                return Err(refuse("compressed multisampled depth/stencil".into()));
-            }
             if tiling != ZlsTiling::Gpu {
                 return Err(refuse(format!(
                     "a compressed {tiling:?} depth/stencil plane"
@@ -81,11 +82,11 @@ impl Plane {
             let lines = ZlsMetaStride::unpack(&surface.comp_stride.to_le_bytes())
                 .value
                 .cachelines;
-            let word = uncompressed_subtile_mode(element_bytes)
+            let word = uncompressed_subtile_mode(sample_bytes as u32)
                 .map(tile_word)
                 .ok_or_else(|| {
                     refuse(format!(
-                        "compressed {element_bytes}-byte depth/stencil elements"
+                        "compressed {sample_bytes}-byte depth/stencil samples"
                     ))
                 })?;
             Some((meta, surface.comp_base.get(), u64::from(lines) * 128, word))
@@ -115,7 +116,7 @@ impl Plane {
     }
 
     /// The address of the metadata word of the compression tile holding
-    /// (x, y).
+    /// sample-space position (x, y).
     fn tile_word(&self, x: u32, y: u32, layer: u32) -> Option<u64> {
         let (meta, base, stride, _) = self.meta.as_ref()?;
         let at = meta.tile_word_offset(0, x, y, 0)?;
@@ -127,8 +128,10 @@ impl Plane {
 
     /// Reads the elements of the tile at `origin` (`size` pixels) and
     /// hands each to `put` (pixel index, element bytes), skipping pixels
-    /// past the plane. A compressed tile in a mode this model does not
-    /// decode is refused, as the texture unit refuses it.
+    /// past the plane. Through the metadata of a compressed plane, each
+    /// sample is read where its compression tile stores it (a solid
+    /// tile's value is sample 0 of its first pixel); a word in no known
+    /// mode is read as uncompressed and logged.
     fn load(
         &self,
         vm: &GpuVm<'_>,
@@ -137,40 +140,61 @@ impl Plane {
         layer: u32,
         mut put: impl FnMut(usize, &[u8]),
     ) -> Result<(), EngineResult> {
+        let fault = |f: MemoryFault| memory_fault(&f, FaultUnit::Zls);
         let element_bytes = self.sample_bytes * self.samples;
         let mut element = [0u8; MAX_ELEMENT_BYTES];
         let element = &mut element[..element_bytes];
         // The compression tile last looked up: its word's address and mode.
         let mut last: Option<(u64, TileMode)> = None;
+        let samples = self.samples as u32;
         for y in 0..size.1 {
             for x in 0..size.0 {
-                let (mut px, mut py) = (origin.0 + x, origin.1 + y);
-                if let Some(word_at) = self.tile_word(px, py, layer) {
-                    let mode = match last {
-                        Some((at, mode)) if at == word_at => mode,
-                        _ => {
-                            let mut word = [0u8; 8];
-                            GpuMemory::read(vm, word_at, &mut word, AccessKind::Read)
-                                .map_err(|f| memory_fault(&f, FaultUnit::Zls))?;
-                            let mode =
-                                TileMode::decode(u64::from_le_bytes(word), element_bytes as u32);
-                            last = Some((word_at, mode));
-                            mode
-                        }
-                    };
-                    (px, py) = match mode.stored_pixel(px, py) {
-                        Some(at) => at,
-                        None => {
-                            self.log_stale(word_at, mode);
-                            (px, py)
-                        }
-                    };
-                }
+                let (px, py) = (origin.0 + x, origin.1 + y);
                 let Some(at) = self.element(px, py, layer) else {
                     continue;
                 };
-                GpuMemory::read(vm, at, element, AccessKind::Read)
-                    .map_err(|f| memory_fault(&f, FaultUnit::Zls))?;
+                if self.meta.is_none() {
+                    GpuMemory::read(vm, at, element, AccessKind::Read).map_err(fault)?;
+                    put((y * size.0 + x) as usize, element);
+                    continue;
+                }
+                for sample in 0..samples {
+                    let (sx, sy) = sample_space_position(px, py, sample, samples);
+                    let (mut qx, mut qy, mut qs) = (px, py, sample);
+                    if let Some(word_at) = self.tile_word(sx, sy, layer) {
+                        let mode = match last {
+                            Some((at, mode)) if at == word_at => mode,
+                            _ => {
+                                let mut word = [0u8; 8];
+                                GpuMemory::read(vm, word_at, &mut word, AccessKind::Read)
+                                    .map_err(fault)?;
+                                let mode = TileMode::decode(
+                                    u64::from_le_bytes(word),
+                                    self.sample_bytes as u32,
+                                );
+                                last = Some((word_at, mode));
+                                mode
+                            }
+                        };
+                        if let Some((tx, ty)) = mode.stored_pixel(sx, sy) {
+                            (qx, qy, qs) = sample_space_pixel(tx, ty, samples);
+                        } else {
+                            self.log_stale(word_at, mode);
+                        }
+                    }
+                    let Some(stored) = self.element(qx, qy, layer) else {
+                        continue;
+                    };
+                    let bytes = self.sample_bytes;
+                    let range = sample as usize * bytes..(sample as usize + 1) * bytes;
+                    GpuMemory::read(
+                        vm,
+                        stored.wrapping_add(u64::from(qs) * bytes as u64),
+                        &mut element[range],
+                        AccessKind::Read,
+                    )
+                    .map_err(fault)?;
+                }
                 put((y * size.0 + x) as usize, element);
             }
         }
@@ -220,10 +244,12 @@ impl Plane {
             }
         }
         if let Some((_, _, _, word)) = &self.meta {
+            // Render tiles are whole compression tiles in sample space.
             let t = COMPRESSION_TILE_PX;
-            for y in (0..size.1).step_by(t as usize) {
-                for x in (0..size.0).step_by(t as usize) {
-                    if let Some(at) = self.tile_word(origin.0 + x, origin.1 + y, layer) {
+            let (fx, fy) = sample_space_stretch(self.samples as u32);
+            for y in (0..size.1 * fy).step_by(t as usize) {
+                for x in (0..size.0 * fx).step_by(t as usize) {
+                    if let Some(at) = self.tile_word(origin.0 * fx + x, origin.1 * fy + y, layer) {
                         writer.write(at, &word.to_le_bytes()).map_err(fault)?;
                     }
                 }
