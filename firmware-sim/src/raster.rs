@@ -7,10 +7,10 @@
 //! band first so that the edge functions cannot overflow.
 
 use agx_fwif::messages::FaultUnit;
-use agx_hw::formats::{CfBinding, CfBindingHeader, CoefficientSource, ShadeModel};
+use agx_hw::formats::{CoefficientSource, ShadeModel};
 
 use crate::fault::{unsupported, EngineResult};
-use crate::memory::{read_words, GpuVm};
+use crate::memory::GpuVm;
 use crate::tiler;
 
 /// Pixels of a tile a triangle covers: pixel centres inside its edges,
@@ -132,64 +132,6 @@ pub(crate) struct Extras {
     pub primitive_id: Option<usize>,
 }
 
-/// The fragment shader's coefficient binding table (its header, and each
-/// binding with its address); `None` for a shader with no bindings.
-#[allow(clippy::type_complexity)]
-fn read_bindings(
-    vm: &GpuVm<'_>,
-    usc_exec_base: u64,
-    ppp: &tiler::PppState,
-) -> Result<Option<(CfBindingHeader, Vec<(u64, CfBinding)>)>, EngineResult> {
-    let Some(table) = ppp.cf_bindings.filter(|_| ppp.cf_binding_count > 0) else {
-        return Ok(None);
-    };
-    let table = usc_exec_base.wrapping_add(table);
-    let header = CfBindingHeader::decode_fields(&read_words::<4>(vm, table)?);
-    let bindings = (0..u64::from(ppp.cf_binding_count))
-        .map(|i| {
-            let at = table + 4 + 4 * i;
-            Ok((at, CfBinding::decode_fields(&read_words::<4>(vm, at)?)))
-        })
-        .collect::<Result<_, EngineResult>>()?;
-    Ok(Some((header, bindings)))
-}
-
-/// The vertex outputs (indices from the vertex shader's slot 4) the
-/// fragment shader reads flat, each with the vertex of its primitive
-/// whose value it takes (0-2, from the binding's shade model). The PPP
-/// sets a primitive's coefficients up once, so every fragment of it gets
-/// that vertex's value: the pieces clipping cuts it into, and the edges
-/// or corners a polygon mode draws, included (GL's provoking vertex of
-/// the polygon).
-pub(crate) fn flat_outputs(
-    vm: &GpuVm<'_>,
-    usc_exec_base: u64,
-    ppp: &tiler::PppState,
-) -> Result<Vec<(usize, usize)>, EngineResult> {
-    let Some((_, bindings)) = read_bindings(vm, usc_exec_base, ppp)? else {
-        return Ok(Vec::new());
-    };
-    let first_output_slot = 1 + u32::from(ppp.frag_coord_z);
-    let mut flat = Vec::new();
-    for (_, b) in bindings {
-        let vertex = match b.shade_model {
-            ShadeModel::FlatVertex0 => 0,
-            ShadeModel::FlatVertex1 => 1,
-            ShadeModel::FlatVertex2 => 2,
-            _ => continue,
-        };
-        if b.source != CoefficientSource::Varying {
-            continue;
-        }
-        for c in 0..b.components {
-            if let Some(output) = (b.base_slot + c).checked_sub(first_output_slot) {
-                flat.push((output as usize, vertex));
-            }
-        }
-    }
-    Ok(flat)
-}
-
 /// The coefficient registers of a primitive, from the fragment shader's
 /// coefficient bindings: each binding turns `components` slots from
 /// `base_slot` into planes at `base_coefficient_register`. The slots are
@@ -212,7 +154,7 @@ pub(crate) fn setup_coefficients(
     vertices: &[Vec<f32>; 3],
     extras: Extras,
 ) -> Result<Vec<[f32; 3]>, EngineResult> {
-    let Some((header, bindings)) = read_bindings(vm, usc_exec_base, ppp)? else {
+    let Some((header, bindings)) = tiler::read_bindings(vm, usc_exec_base, ppp)? else {
         return Ok(Vec::new());
     };
     let first_output_slot = 1 + u32::from(ppp.frag_coord_z);

@@ -36,8 +36,9 @@
 use agx_fwif::messages::{FaultUnit, TvbInfo, TVB_PAGE_BYTES};
 use agx_hw::addr::FwVa;
 use agx_hw::formats::{
-    Cull, DepthBiasScissor, FragmentControl, FragmentFace, FragmentStencil, IndexListBlock,
-    IndexSize, ObjectType, PolygonMode, PppRecords, Primitive, VdmStateWords, Viewport,
+    CfBinding, CfBindingHeader, CoefficientSource, Cull, DepthBiasScissor, FragmentControl,
+    FragmentFace, FragmentStencil, IndexListBlock, IndexSize, ObjectType, PolygonMode, PppRecords,
+    Primitive, ShadeModel, VdmStateWords, Viewport,
 };
 use agx_hw::isa::Reg;
 use zerocopy::{FromBytes, IntoBytes};
@@ -1197,7 +1198,7 @@ pub fn draw<'a>(
         },
     )?;
     let ppp = PppState::of(records);
-    let flat = crate::raster::flat_outputs(&vm, usc_exec_base, &ppp)?;
+    let flat = flat_outputs(&vm, usc_exec_base, &ppp)?;
     binner.set_state(records, pc)?;
     let topology = Topology::of(draw.primitive, pc)?;
     // Restart applies to indexed draws (a non-indexed draw's sequence
@@ -1365,7 +1366,65 @@ fn shade_and_bin<'a>(
     Ok(())
 }
 
-/// The values of a primitive's flat outputs (`raster::flat_outputs`):
+/// The fragment shader's coefficient binding table (its header, and each
+/// binding with its address); `None` for a shader with no bindings.
+#[allow(clippy::type_complexity)]
+pub(crate) fn read_bindings(
+    vm: &GpuVm<'_>,
+    usc_exec_base: u64,
+    ppp: &PppState,
+) -> Result<Option<(CfBindingHeader, Vec<(u64, CfBinding)>)>, EngineResult> {
+    let Some(table) = ppp.cf_bindings.filter(|_| ppp.cf_binding_count > 0) else {
+        return Ok(None);
+    };
+    let table = usc_exec_base.wrapping_add(table);
+    let header = CfBindingHeader::decode_fields(&read_words::<4>(vm, table)?);
+    let bindings = (0..u64::from(ppp.cf_binding_count))
+        .map(|i| {
+            let at = table + 4 + 4 * i;
+            Ok((at, CfBinding::decode_fields(&read_words::<4>(vm, at)?)))
+        })
+        .collect::<Result<_, EngineResult>>()?;
+    Ok(Some((header, bindings)))
+}
+
+/// The vertex outputs (indices from the vertex shader's slot 4) the
+/// fragment shader reads flat, each with the vertex of its primitive
+/// whose value it takes (0-2, from the binding's shade model). The PPP
+/// sets a primitive's coefficients up once, so every fragment of it gets
+/// that vertex's value: the pieces clipping cuts it into, and the edges
+/// or corners a polygon mode draws, included (GL's provoking vertex of
+/// the polygon).
+pub(crate) fn flat_outputs(
+    vm: &GpuVm<'_>,
+    usc_exec_base: u64,
+    ppp: &PppState,
+) -> Result<Vec<(usize, usize)>, EngineResult> {
+    let Some((_, bindings)) = read_bindings(vm, usc_exec_base, ppp)? else {
+        return Ok(Vec::new());
+    };
+    let first_output_slot = 1 + u32::from(ppp.frag_coord_z);
+    let mut flat = Vec::new();
+    for (_, b) in bindings {
+        let vertex = match b.shade_model {
+            ShadeModel::FlatVertex0 => 0,
+            ShadeModel::FlatVertex1 => 1,
+            ShadeModel::FlatVertex2 => 2,
+            _ => continue,
+        };
+        if b.source != CoefficientSource::Varying {
+            continue;
+        }
+        for c in 0..b.components {
+            if let Some(output) = (b.base_slot + c).checked_sub(first_output_slot) {
+                flat.push((output as usize, vertex));
+            }
+        }
+    }
+    Ok(flat)
+}
+
+/// The values of a primitive's flat outputs ([`flat_outputs`]):
 /// each output's value at the vertex its binding names (a line's last
 /// for the third).
 fn flat_values(flat: &[(usize, usize)], primitive: &[ClipVertex]) -> Vec<(usize, f32)> {
