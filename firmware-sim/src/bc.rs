@@ -1,5 +1,6 @@
 //! Block compression: the BC1-BC7 formats (S3TC/DXT, RGTC and, in
-//! `bptc`, BPTC) the texture unit decodes. An image of them is an image of 4x4-texel blocks, 8 or 16
+//! `bptc`, BPTC) and, in `etc`, ETC2 and EAC, that the texture unit
+//! decodes. An image of them is an image of 4x4-texel blocks, 8 or 16
 //! bytes each, laid out as any image of that element size is; a block
 //! holds two endpoints and a small index per texel into a palette
 //! interpolated between them. The palettes follow the Khronos Data Format
@@ -35,6 +36,22 @@ pub enum BlockFormat {
     },
     /// BC7: 8-bit RGBA in eight modes (`bptc`).
     Bc7,
+    /// ETC2 RGB8 (ETC1 blocks included; `etc`).
+    Etc2Rgb8,
+    /// ETC2 RGB8 with punch-through alpha.
+    Etc2Rgb8A1,
+    /// ETC2 RGBA8: an EAC alpha block, then an ETC2 colour block.
+    Etc2Rgba8,
+    /// EAC R11, unsigned or signed.
+    EacR11 {
+        /// Signed normalised.
+        signed: bool,
+    },
+    /// EAC RG11: an R11 block per channel.
+    EacRg11 {
+        /// Signed normalised.
+        signed: bool,
+    },
 }
 
 /// Texels per side of a block.
@@ -52,6 +69,9 @@ impl BlockFormat {
                 return Some(BlockFormat::Bc6h { signed: false })
             }
             (Channels::Bc7, TextureType::Unorm) => return Some(BlockFormat::Bc7),
+            (Channels::Etc2Rgb8, TextureType::Unorm) => return Some(BlockFormat::Etc2Rgb8),
+            (Channels::Etc2Rgb8A1, TextureType::Unorm) => return Some(BlockFormat::Etc2Rgb8A1),
+            (Channels::Etc2Rgba8, TextureType::Unorm) => return Some(BlockFormat::Etc2Rgba8),
             _ => {}
         }
         let signed = match data_type {
@@ -65,6 +85,8 @@ impl BlockFormat {
             Channels::Bc3 if !signed => BlockFormat::Bc3,
             Channels::Bc4 => BlockFormat::Bc4 { signed },
             Channels::Bc5 => BlockFormat::Bc5 { signed },
+            Channels::EacR11 => BlockFormat::EacR11 { signed },
+            Channels::EacRg11 => BlockFormat::EacRg11 { signed },
             _ => return None,
         })
     }
@@ -72,7 +94,11 @@ impl BlockFormat {
     /// Bytes of a block.
     pub fn block_bytes(self) -> u32 {
         match self {
-            BlockFormat::Bc1 | BlockFormat::Bc4 { .. } => 8,
+            BlockFormat::Bc1
+            | BlockFormat::Bc4 { .. }
+            | BlockFormat::Etc2Rgb8
+            | BlockFormat::Etc2Rgb8A1
+            | BlockFormat::EacR11 { .. } => 8,
             _ => 16,
         }
     }
@@ -105,6 +131,30 @@ impl BlockFormat {
                 [r, g, b, 1.0]
             }
             BlockFormat::Bc7 => crate::bptc::bc7(block, texel).map(|c| f32::from(c) / 255.0),
+            // ETC and EAC number texels down each column.
+            BlockFormat::Etc2Rgb8 | BlockFormat::Etc2Rgb8A1 => {
+                let punch_through = self == BlockFormat::Etc2Rgb8A1;
+                crate::etc::etc2_colour(block, x * BLOCK_PX + y, punch_through)
+                    .map(|c| f32::from(c) / 255.0)
+            }
+            BlockFormat::Etc2Rgba8 => {
+                let [r, g, b, _] = crate::etc::etc2_colour(&block[8..16], x * BLOCK_PX + y, false)
+                    .map(|c| f32::from(c) / 255.0);
+                let a = crate::etc::eac_alpha(&block[..8], x * BLOCK_PX + y);
+                [r, g, b, f32::from(a) / 255.0]
+            }
+            BlockFormat::EacR11 { signed } => [
+                crate::etc::eac_r11(block, x * BLOCK_PX + y, signed),
+                0.0,
+                0.0,
+                1.0,
+            ],
+            BlockFormat::EacRg11 { signed } => [
+                crate::etc::eac_r11(&block[..8], x * BLOCK_PX + y, signed),
+                crate::etc::eac_r11(&block[8..16], x * BLOCK_PX + y, signed),
+                0.0,
+                1.0,
+            ],
         }
     }
 }

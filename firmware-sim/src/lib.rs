@@ -42,6 +42,7 @@ pub mod bptc;
 pub mod command;
 pub mod compute;
 pub mod engine;
+pub mod etc;
 pub mod fault;
 pub mod firmware;
 pub mod fragment;

@@ -11,7 +11,9 @@ use std::path::Path;
 const LAYERS: &[(&str, u32)] = &[
     ("usc", 0),
     ("bptc", 0),
-    // Block decoding reaches the shader core's f16 conversion and BPTC.
+    ("etc", 0),
+    // Block decoding reaches the shader core's f16 conversion, BPTC and
+    // ETC.
     ("bc", 1),
     ("fault", 1),
     ("memory", 2),

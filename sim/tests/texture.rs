@@ -1788,6 +1788,301 @@ fn half_value(h: u16) -> f32 {
     }
 }
 
+/// A 64-bit ETC/EAC block built field by field: `fields` are (value,
+/// lowest bit, bit count) of the big-endian word.
+fn etc_block(fields: &[(u64, u32, u32)]) -> [u8; 8] {
+    let word = fields.iter().fold(0u64, |word, &(value, low, count)| {
+        assert!(value < 1 << count, "{value} in {count} bits");
+        word | value << low
+    });
+    word.to_be_bytes()
+}
+
+/// The index fields of an ETC colour block giving texel (x, y) the
+/// 2-bit index x: the high bit at 16 + 4x + y, the low at 4x + y.
+fn etc_indices_by_column() -> Vec<(u64, u32, u32)> {
+    (0..16u32)
+        .flat_map(|p| {
+            let index = u64::from(p / 4);
+            [(index >> 1, 16 + p, 1), (index & 1, p, 1)]
+        })
+        .collect()
+}
+
+/// The index fields of an EAC block giving texel p (4x + y) the 3-bit
+/// index p % 8.
+fn eac_indices() -> Vec<(u64, u32, u32)> {
+    (0..16u32)
+        .map(|p| (u64::from(p % 8), 45 - 3 * p, 3))
+        .collect()
+}
+
+/// Loads the 8x4 texels of two blocks side by side.
+fn block_texels(
+    m: &Machine,
+    channels: Channels,
+    data_type: TextureType,
+    blocks: &[u8],
+) -> Vec<[f32; 4]> {
+    block_texture(m, channels, data_type, false, blocks);
+    let coords: Vec<[u32; 4]> = (0..32).map(|i| [i % 8, i / 8, 0, 0]).collect();
+    run_requests(m, &load_instruction("tex_2d", 2), &coords)
+        .iter()
+        .map(|t| t.map(f32::from_bits))
+        .collect()
+}
+
+/// ETC2's five colour modes, punch-through alpha and EAC's alpha and
+/// 11-bit blocks, each block built field by field and each expected
+/// texel worked out by hand from the Khronos Data Format Specification.
+#[test_log::test]
+fn etc2_and_eac_blocks_decode_as_the_format_specification_defines() {
+    let m = Machine::new(5000);
+    let rgb8 = |c: [u8; 3]| [c[0], c[1], c[2], 255].map(|v| f32::from(v) / 255.0);
+    let check = |got: &[[f32; 4]], want: &dyn Fn(usize, usize, usize) -> [f32; 4], what: &str| {
+        for (i, texel) in got.iter().enumerate() {
+            let (x, y) = (i % 8, i / 8);
+            assert_eq!(*texel, want(x / 4, x % 4, y), "{what}: texel ({x}, {y})");
+        }
+    };
+    let with_indices = |fields: &[(u64, u32, u32)], indices: &[(u64, u32, u32)]| {
+        etc_block(&[fields, indices].concat())
+    };
+    // Individual mode (bit 33 clear), subblocks side by side (bit 32
+    // clear): 4-bit colours 0xA5 0 and 0x3F8 with intensity tables 2
+    // (9, 29) and 7 (47, 183).
+    let individual = [
+        (0xA, 60, 4),
+        (0x3, 56, 4),
+        (0x5, 52, 4),
+        (0xF, 48, 4),
+        (0x0, 44, 4),
+        (0x8, 40, 4),
+        (2, 37, 3),
+        (7, 34, 3),
+    ];
+    // Differential mode, subblocks one over the other: 5-bit (20, 10,
+    // 31) and deltas (+3, -4, 0), tables 1 (5, 17) and 4 (18, 60).
+    let differential = [
+        (20, 59, 5),
+        (3, 56, 3),
+        (10, 51, 5),
+        (0b100, 48, 3),
+        (31, 43, 5),
+        (0, 40, 3),
+        (1, 37, 3),
+        (4, 34, 3),
+        (1, 33, 1),
+        (1, 32, 1),
+    ];
+    let columns = etc_indices_by_column();
+    let blocks = [
+        with_indices(&individual, &columns),
+        with_indices(&differential, &columns),
+    ]
+    .concat();
+    let got = block_texels(&m, Channels::Etc2Rgb8, TextureType::Unorm, &blocks);
+    check(
+        &got,
+        &|block, x, y| {
+            rgb8(match (block, x, y >= 2) {
+                (0, 0, _) => [179, 94, 9],
+                (0, 1, _) => [199, 114, 29],
+                (0, 2, _) => [4, 208, 89],
+                (0, 3, _) => [0, 72, 0],
+                (1, 0, false) => [170, 87, 255],
+                (1, 1, false) => [182, 99, 255],
+                (1, 2, false) => [160, 77, 250],
+                (1, 3, false) => [148, 65, 238],
+                (1, 0, true) => [207, 67, 255],
+                (1, 1, true) => [249, 109, 255],
+                (1, 2, true) => [171, 31, 237],
+                _ => [129, 0, 195],
+            })
+        },
+        "individual and differential",
+    );
+    // T mode (red overflows: 29 + 3): colours 0x72C and 0x841, distance
+    // 5 (32). H mode (green overflows: 31 + 1): colours 0x45A and 0x93E,
+    // distance (1, 0, c1 >= c2: 0) = 4 (23).
+    let t_mode = [
+        (0b111, 61, 3),
+        (0b01, 59, 2),
+        (0b11, 56, 2),
+        (0x2, 52, 4),
+        (0xC, 48, 4),
+        (0x8, 44, 4),
+        (0x4, 40, 4),
+        (0x1, 36, 4),
+        (0b10, 34, 2),
+        (1, 33, 1),
+        (1, 32, 1),
+    ];
+    let h_mode = [
+        (0x4, 59, 4),
+        (0b010, 56, 3),
+        (0b111, 53, 3),
+        (1, 52, 1),
+        (1, 51, 1),
+        (0b010, 47, 3),
+        (0x9, 43, 4),
+        (0x3, 39, 4),
+        (0xE, 35, 4),
+        (1, 34, 1),
+        (1, 33, 1),
+        (0, 32, 1),
+    ];
+    let blocks = [
+        with_indices(&t_mode, &columns),
+        with_indices(&h_mode, &columns),
+    ]
+    .concat();
+    let got = block_texels(&m, Channels::Etc2Rgb8, TextureType::Unorm, &blocks);
+    let paints = [
+        [[119, 34, 204], [168, 100, 49], [136, 68, 17], [104, 36, 0]],
+        [
+            [91, 108, 193],
+            [45, 62, 147],
+            [176, 74, 255],
+            [130, 28, 215],
+        ],
+    ];
+    check(&got, &|block, x, _| rgb8(paints[block][x]), "T and H modes");
+    // Planar mode (blue overflows: 31 + 1): origin (32, 0, 26), horizontal
+    // (63, 64, 0), vertical (0, 127, 63), widened to 8 bits.
+    let planar = [
+        (0b100000, 57, 6),
+        (0b111, 45, 3),
+        (0b11, 43, 2),
+        (0b010, 39, 3),
+        (0b11111, 34, 5),
+        (1, 33, 1),
+        (1, 32, 1),
+        (0b1000000, 25, 7),
+        (0b1111111, 6, 7),
+        (0b111111, 0, 6),
+    ];
+    let blocks = [etc_block(&planar), etc_block(&planar)].concat();
+    let got = block_texels(&m, Channels::Etc2Rgb8, TextureType::Unorm, &blocks);
+    for (x, y, want) in [
+        (0, 0, [130, 0, 105]),
+        (3, 0, [224, 97, 26]),
+        (0, 3, [33, 191, 218]),
+        (3, 3, [126, 255, 139]),
+    ] {
+        assert_eq!(got[y * 8 + x], rgb8(want), "planar texel ({x}, {y})");
+    }
+    // Punch-through alpha: a differential block of (16, 16, 16), table 0
+    // (2, 8), not opaque (bit 33 clear: no small step, index 10
+    // transparent black), then the same block opaque.
+    let grey = [(16, 59, 5), (16, 51, 5), (16, 43, 5)];
+    let opaque = [&grey[..], &[(1, 33, 1)]].concat();
+    let blocks = [
+        with_indices(&grey, &columns),
+        with_indices(&opaque, &columns),
+    ]
+    .concat();
+    let got = block_texels(&m, Channels::Etc2Rgb8A1, TextureType::Unorm, &blocks);
+    check(
+        &got,
+        &|block, x, _| match (block, x) {
+            (0, 2) => [0.0; 4],
+            (0, _) => rgb8([[132; 3], [140; 3], [0; 3], [124; 3]][x]),
+            _ => rgb8([[134; 3], [140; 3], [130; 3], [124; 3]][x]),
+        },
+        "punch-through",
+    );
+    // RGBA8: EAC alpha (base 100, multiplier 3, table 13: -1 -2 -3 -10 0
+    // 1 2 9; base 250, multiplier 1) before the individual block.
+    let alpha = |base: u64, multiplier: u64| {
+        etc_block(
+            &[
+                &[(base, 56, 8), (multiplier, 52, 4), (13, 48, 4)][..],
+                &eac_indices(),
+            ]
+            .concat(),
+        )
+    };
+    let colour = with_indices(&individual, &columns);
+    let blocks = [alpha(100, 3), colour, alpha(250, 1), colour].concat();
+    let got = block_texels(&m, Channels::Etc2Rgba8, TextureType::Unorm, &blocks);
+    for (i, texel) in got.iter().enumerate() {
+        let (x, y) = (i % 8, i / 8);
+        let p = (x % 4) * 4 + y;
+        let want = if x < 4 {
+            [97, 94, 91, 70, 100, 103, 106, 127][p % 8]
+        } else {
+            [249, 248, 247, 240, 250, 251, 252, 255][p % 8]
+        };
+        assert_eq!(
+            texel[3],
+            f32::from(want as u8) / 255.0,
+            "RGBA8 alpha ({x}, {y})"
+        );
+    }
+    // R11: unsigned base 100, multiplier 3 (8 * base + 4 + 24 * modifier)
+    // and 0 (the modifier itself); signed base -128 (as -127), multiplier
+    // 3, and 16, multiplier 2 (8 * base + 8 * multiplier * modifier).
+    let r11 = |base: u64, multiplier: u64| {
+        etc_block(
+            &[
+                &[(base, 56, 8), (multiplier, 52, 4), (13, 48, 4)][..],
+                &eac_indices(),
+            ]
+            .concat(),
+        )
+    };
+    /// A type, two blocks, their texels' values by index and the scale.
+    type R11Case = (TextureType, [[u8; 8]; 2], [[i32; 8]; 2], f32);
+    let cases: [R11Case; 2] = [
+        (
+            TextureType::Unorm,
+            [r11(100, 3), r11(100, 0)],
+            [
+                [780, 756, 732, 564, 804, 828, 852, 1020],
+                [803, 802, 801, 794, 804, 805, 806, 813],
+            ],
+            2047.0,
+        ),
+        (
+            TextureType::Snorm,
+            [r11(0x80, 3), r11(16, 2)],
+            [
+                [-1023, -1023, -1023, -1023, -1016, -992, -968, -800],
+                [112, 96, 80, -32, 128, 144, 160, 272],
+            ],
+            1023.0,
+        ),
+    ];
+    for (data_type, blocks, values, scale) in &cases {
+        let got = block_texels(&m, Channels::EacR11, *data_type, &blocks.concat());
+        for (i, texel) in got.iter().enumerate() {
+            let (x, y) = (i % 8, i / 8);
+            let want = values[x / 4][((x % 4) * 4 + y) % 8] as f32 / scale;
+            assert_eq!(
+                *texel,
+                [want, 0.0, 0.0, 1.0],
+                "R11 {data_type:?} ({x}, {y})"
+            );
+        }
+    }
+    // RG11: the unsigned blocks as red and green.
+    let rg = cases[0].1.concat();
+    let got = block_texels(
+        &m,
+        Channels::EacRg11,
+        TextureType::Unorm,
+        &[rg.clone(), rg].concat(),
+    );
+    let unsigned = cases[0].2;
+    for (i, texel) in got.iter().enumerate() {
+        let (x, y) = (i % 8, i / 8);
+        let p = (x % 4) * 4 + y;
+        let want = |block: usize| unsigned[block][p % 8] as f32 / 2047.0;
+        assert_eq!(*texel, [want(0), want(1), 0.0, 1.0], "RG11 ({x}, {y})");
+    }
+}
+
 #[test_log::test]
 fn bptc_blocks_decode_as_the_format_specification_defines() {
     let m = Machine::new(5000);
