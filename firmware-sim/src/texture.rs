@@ -610,6 +610,17 @@ impl TextureUnit<'_> {
                 }
             })
         };
+        if request.query_lod {
+            let Some(&(sampler, _)) = sampler else {
+                return Err(invalid("a LOD query without a sampler".into()));
+            };
+            let values = query_lod(t, &sampler, request).map(f32::to_bits);
+            return Ok(if request.half {
+                values.map(|bits| u32::from(crate::usc::float::f32_to_half(f32::from_bits(bits))))
+            } else {
+                values
+            });
+        }
         let swizzled = if let Some(component) = request.gather {
             if request.load {
                 return Err(invalid("a gather by texture_load".into()));
@@ -759,18 +770,8 @@ impl TextureUnit<'_> {
     ) -> Result<[u32; 4], IoError> {
         let t = &image.texture;
         let three_d = t.dimension == TextureDimension::D3;
-        // The level of detail is relative to the view's first level, as
-        // GL and Vulkan define it (Mesa gives the descriptor the image's
-        // full size and the view's first level, and lowers nothing): the
-        // derivatives scale by that level's size. A 3D image's depth
-        // scales its z derivatives; other images have none.
-        let base = |size: u32| (size >> t.first_level.min(31)).max(1) as f32;
-        let size = [
-            base(t.width),
-            base(t.height),
-            if three_d { base(t.depth) } else { 0.0 },
-        ];
         let (s, u) = self.normalised(image, sampler, request);
+        let (_, lod) = level_of_detail(t, sampler, request);
         let r = three_d.then(|| {
             let r = f32::from_bits(request.coords[2]);
             let r = if sampler.pixel_coordinates {
@@ -780,19 +781,6 @@ impl TextureUnit<'_> {
             };
             gl_clamp(sampler.wrap_r, r)
         });
-        let lod = match request.lod {
-            LodArgument::Explicit(l) => l,
-            LodArgument::Auto { ddx, ddy, bias } => rho_lod(ddx, ddy, size) + bias,
-            LodArgument::Gradient { ddx, ddy } => rho_lod(ddx, ddy, size),
-        };
-        // The sampler's range, its minimum raised by the instruction's;
-        // max-then-min, so a descriptor whose minimum exceeds its maximum
-        // gives the maximum (as Vulkan's clamp does) rather than a panic.
-        let min_lod = match request.min_lod {
-            Some(min) => sampler.min_lod.to_f32().max(min),
-            None => sampler.min_lod.to_f32(),
-        };
-        let lod = lod.max(min_lod).min(sampler.max_lod.to_f32());
         let max_level = t.last_level.saturating_sub(t.first_level) as f32;
         let filter = if lod <= 0.0 {
             sampler.magnify
@@ -1210,6 +1198,54 @@ fn border_channel(image: &Image, c: usize, word: u32) -> Option<f32> {
         E::Rg11b10f | E::Rgb9e5 => Some(half_to_f32(u64::from(word & 0xFFFF))),
         E::I8 | E::I16 | E::Rgb10a2Int => None,
     }
+}
+
+/// The level of detail a sample computes, (λ, clamped): λ from the
+/// explicit LOD, or from the derivatives scaled by the view's first
+/// level (relative to it, as GL and Vulkan define it: Mesa gives the
+/// descriptor the image's full size and the view's first level) plus the
+/// bias; clamped to the sampler's range, whose minimum the instruction's
+/// raises (max-then-min, so a descriptor whose minimum exceeds its
+/// maximum gives the maximum, as Vulkan's clamp does, rather than a
+/// panic). A 3D image's depth scales its z derivatives; other images
+/// have none.
+fn level_of_detail(t: &Texture, sampler: &Sampler, request: &TextureRequest) -> (f32, f32) {
+    let three_d = t.dimension == TextureDimension::D3;
+    let base = |size: u32| (size >> t.first_level.min(31)).max(1) as f32;
+    let size = [
+        base(t.width),
+        base(t.height),
+        if three_d { base(t.depth) } else { 0.0 },
+    ];
+    let lod = match request.lod {
+        LodArgument::Explicit(l) => l,
+        LodArgument::Auto { ddx, ddy, bias } => rho_lod(ddx, ddy, size) + bias,
+        LodArgument::Gradient { ddx, ddy } => rho_lod(ddx, ddy, size),
+    };
+    let min_lod = match request.min_lod {
+        Some(min) => sampler.min_lod.to_f32().max(min),
+        None => sampler.min_lod.to_f32(),
+    };
+    (lod, lod.max(min_lod).min(sampler.max_lod.to_f32()))
+}
+
+/// A LOD query's result (`texture_sample.query_lod`, GL's
+/// `textureQueryLod`): the level a sample would read, then λ, as GLSL's
+/// definition has them: λ clamped to the sampler's range and the view's
+/// levels, then 0 without mipmapping, the nearest level (rounding half
+/// down) with nearest mipmapping, the clamped λ with linear. Mesa lowers
+/// nothing around the query, so the hardware returns what GL asks; how
+/// it rounds is not public.
+fn query_lod(t: &Texture, sampler: &Sampler, request: &TextureRequest) -> [f32; 4] {
+    let (lod, clamped) = level_of_detail(t, sampler, request);
+    let max_level = t.last_level.saturating_sub(t.first_level) as f32;
+    let clamped = clamped.clamp(0.0, max_level);
+    let accessed = match sampler.mip_filter {
+        MipFilter::Nearest => (clamped + 0.5).ceil() - 1.0,
+        MipFilter::Linear => clamped,
+        _ => 0.0,
+    };
+    [accessed, lod, 0.0, 0.0]
 }
 
 /// A shadow comparison of the reference against a texel.

@@ -979,6 +979,47 @@ fn shadow_gathers_compare_each_texel_of_the_footprint() {
     }
 }
 
+/// `texture_sample.query_lod` (GL's `textureQueryLod`) returns the level
+/// a sample would read and λ: over a 64-wide grid of the 16-wide
+/// five-level texture λ is -2 plus the bias; the level is λ clamped to
+/// the sampler's range and the levels, then rounded half down with
+/// nearest mipmapping, as it is with linear, 0 without.
+#[test_log::test]
+fn lod_queries_return_the_level_a_sample_reads_and_the_lod() {
+    use agx_hw::Lod;
+    let m = Machine::new(5000);
+    mip_texture(&m);
+    let half = |v: f32| u32::from(half::f16::from_f32(v).to_bits());
+    let query = "texture_sample.query_lod 0, 0b1100, 0, none, xyzw, 0b00, r8_r9_r10_r11, None, ts0, ss0, tex_2d, r6_r7, auto_lod_bias_min, r13, 0, r0";
+    for (bias, max_lod, mip_filter, level, lod) in [
+        (3.25, 15.0, MipFilter::Nearest, 2.0, 2.25),
+        (3.25, 15.0, MipFilter::Linear, 2.25, 2.25),
+        (3.25, 15.0, MipFilter::None, 0.0, 2.25),
+        (0.0, 15.0, MipFilter::Nearest, 0.0, -1.0),
+        (9.0, 15.0, MipFilter::Linear, 4.0, 8.0),
+        (9.0, 2.5, MipFilter::Linear, 2.5, 8.0),
+        (9.0, 2.5, MipFilter::Nearest, 2.0, 8.0),
+    ] {
+        let sampler = Sampler {
+            magnify: Filter::Nearest,
+            minify: Filter::Nearest,
+            mip_filter,
+            min_lod: Lod::from_f32(0.0),
+            max_lod: Lod::from_f32(max_lod),
+            ..Sampler::default()
+        };
+        m.poke(m.data, SAMPLERS, &sampler.pack().unwrap());
+        let (got, _) = run_texture_kernel(&m, query, 0.5, [half(bias), 0, 0, 0, 0, 0]);
+        for i in [0, 5, 1000] {
+            assert_eq!(
+                got[i],
+                [level, lod, 0.0, 0.0],
+                "bias {bias}, max {max_lod}, {mip_filter:?}: thread {i}"
+            );
+        }
+    }
+}
+
 #[test_log::test]
 fn a_minimum_lod_raises_the_level_and_gradients_pair_per_axis() {
     use agx_hw::Lod;

@@ -94,9 +94,8 @@ pub struct TextureRequest {
     /// formats.
     pub half: bool,
     /// Offsets added to the integer texel coordinates (x, y, z), each in
-    /// -8..=7 (Mesa packs them as 4-bit fields). z would apply to 3D
-    /// images, which the texture unit does not model; layers are not
-    /// offset.
+    /// -8..=7 (Mesa packs them as 4-bit fields). z moves a 3D image's
+    /// slice; layers are not offset.
     pub offset_texels: [i32; 3],
     /// `Some(c)`: a gather of component `c` (after the swizzle) of the
     /// 2x2 texels bilinear filtering would read, in the order
@@ -105,6 +104,9 @@ pub struct TextureRequest {
     /// A lower bound on the level of detail (the LOD modes with a
     /// minimum).
     pub min_lod: Option<f32>,
+    /// A LOD query (`texture_sample.query_lod`): the result is the level
+    /// a sample would read and the level of detail, not texels.
+    pub query_lod: bool,
 }
 
 /// A store of one lane's texel to an image.

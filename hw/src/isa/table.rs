@@ -111,6 +111,9 @@ const fn toggle(short: u8, long: u8, bit: u8) -> Length {
 
 const SAT: &[(u8, &str)] = &[(6, "sat")];
 const NONE: &[(u8, &str)] = &[];
+/// `texture_sample`'s LOD query: bit 31 of the two-bit field at 30
+/// (Mesa's `q2`, 2 for `nir_texop_lod`, else 0).
+const QUERY_LOD: &[(u8, &str)] = &[(31, "query_lod")];
 
 /// Integer compare conditions (compare-select).
 pub const INT_CONDITIONS: &[(u32, &str)] = &[
@@ -1101,7 +1104,7 @@ table! {
     /// the two named forms pin.
     StackMapOp => form("stack_map_op", 0xFF | 1 << 10 | 1 << 47, 0x75 | 1 << 47, fixed(8), NONE, STACK_MAP_OP),
     /// Sample a texture.
-    TextureSample => form("texture_sample", 0xFF, 0x31, toggle(8, 12, 15), NONE, TEXTURE),
+    TextureSample => form("texture_sample", 0xFF, 0x31, toggle(8, 12, 15), QUERY_LOD, TEXTURE),
     /// Load texels without filtering.
     TextureLoad => form("texture_load", 0xFF, 0x71, toggle(8, 12, 15), NONE, TEXTURE),
     /// Store registers to an image.

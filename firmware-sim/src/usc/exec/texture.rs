@@ -233,6 +233,7 @@ impl SimdGroup {
                 },
                 gather,
                 min_lod,
+                query_lod: ins.has_modifier("query_lod"),
             });
         }
         // No executing lane, no request: the texture unit is not asked
