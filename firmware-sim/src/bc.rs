@@ -1,6 +1,6 @@
 //! Block compression: the BC1-BC7 formats (S3TC/DXT, RGTC and, in
-//! `bptc`, BPTC) and, in `etc`, ETC2 and EAC, that the texture unit
-//! decodes. An image of them is an image of 4x4-texel blocks, 8 or 16
+//! `bptc`, BPTC) and, in `etc` and `astc`, ETC2, EAC and ASTC, that the
+//! texture unit decodes. An image of them is an image of 4x4-texel blocks, 8 or 16
 //! bytes each, laid out as any image of that element size is; a block
 //! holds two endpoints and a small index per texel into a palette
 //! interpolated between them. The palettes follow the Khronos Data Format
@@ -52,6 +52,13 @@ pub enum BlockFormat {
         /// Signed normalised.
         signed: bool,
     },
+    /// ASTC, LDR and HDR (`astc`), of a footprint of texels.
+    Astc {
+        /// Texels across a block.
+        width: u32,
+        /// Texels down a block.
+        height: u32,
+    },
 }
 
 /// Texels per side of a block.
@@ -74,6 +81,12 @@ impl BlockFormat {
             (Channels::Etc2Rgba8, TextureType::Unorm) => return Some(BlockFormat::Etc2Rgba8),
             _ => {}
         }
+        // ASTC decodes LDR and HDR blocks alike (Mesa names the format
+        // float).
+        if let Some((width, height)) = astc_footprint(channels) {
+            return matches!(data_type, TextureType::Unorm | TextureType::Float)
+                .then_some(BlockFormat::Astc { width, height });
+        }
         let signed = match data_type {
             TextureType::Unorm => false,
             TextureType::Snorm => true,
@@ -91,6 +104,14 @@ impl BlockFormat {
         })
     }
 
+    /// Texels across and down a block.
+    pub fn block_px(self) -> (u32, u32) {
+        match self {
+            BlockFormat::Astc { width, height } => (width, height),
+            _ => (BLOCK_PX, BLOCK_PX),
+        }
+    }
+
     /// Bytes of a block.
     pub fn block_bytes(self) -> u32 {
         match self {
@@ -103,9 +124,12 @@ impl BlockFormat {
         }
     }
 
-    /// Texel (x, y) (each 0-3) of `block` (its [`BlockFormat::block_bytes`]
-    /// bytes) as RGBA; a channel the format lacks reads 0, alpha 1.
-    pub fn decode(self, block: &[u8], x: u32, y: u32) -> [f32; 4] {
+    /// Texel (x, y) (within the block) of `block` (its
+    /// [`BlockFormat::block_bytes`] bytes) as RGBA; a channel the format
+    /// lacks reads 0, alpha 1. sRGB colour channels come encoded (the
+    /// caller decodes them); `srgb` matters to ASTC, whose sRGB decoding
+    /// differs before that.
+    pub fn decode(self, block: &[u8], x: u32, y: u32, srgb: bool) -> [f32; 4] {
         let texel = (y * BLOCK_PX + x) as usize;
         match self {
             BlockFormat::Bc1 => colour(&block[..8], texel, true),
@@ -155,6 +179,9 @@ impl BlockFormat {
                 0.0,
                 1.0,
             ],
+            BlockFormat::Astc { width, height } => {
+                crate::astc::decode(block, (width, height), (x, y), srgb)
+            }
         }
     }
 }
@@ -233,4 +260,25 @@ fn channel(block: &[u8], texel: usize, signed: bool) -> f32 {
         7 => 1.0,
         i => ((6 - i) as f32 * r0 + (i - 1) as f32 * r1) / 5.0,
     }
+}
+
+/// An ASTC format's footprint (texels across, down).
+fn astc_footprint(channels: Channels) -> Option<(u32, u32)> {
+    Some(match channels {
+        Channels::Astc4x4 => (4, 4),
+        Channels::Astc5x4 => (5, 4),
+        Channels::Astc5x5 => (5, 5),
+        Channels::Astc6x5 => (6, 5),
+        Channels::Astc6x6 => (6, 6),
+        Channels::Astc8x5 => (8, 5),
+        Channels::Astc8x6 => (8, 6),
+        Channels::Astc8x8 => (8, 8),
+        Channels::Astc10x5 => (10, 5),
+        Channels::Astc10x6 => (10, 6),
+        Channels::Astc10x8 => (10, 8),
+        Channels::Astc10x10 => (10, 10),
+        Channels::Astc12x10 => (12, 10),
+        Channels::Astc12x12 => (12, 12),
+        _ => return None,
+    })
 }

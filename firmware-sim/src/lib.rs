@@ -36,6 +36,7 @@
 //!   [`firmware::SimulatedCoprocessor`], the coprocessor the kmd boots.
 #![forbid(unsafe_code)]
 
+pub mod astc;
 pub mod bc;
 pub mod bind;
 pub mod bptc;

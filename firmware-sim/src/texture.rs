@@ -21,7 +21,7 @@ use agx_hw::formats::{
 };
 use agx_hw::layout::{laid_out_levels, CompressionLayout, ImageLayout, TileMode};
 
-use crate::bc::{BlockFormat, BLOCK_PX};
+use crate::bc::BlockFormat;
 use crate::memory::GpuVm;
 use crate::usc::float::half_to_f32;
 use crate::usc::formats::{self, ElementFormat};
@@ -195,11 +195,7 @@ impl TextureUnit<'_> {
             )?,
         };
         let element_bytes = block.map_or(element.element_bytes(channels), |b| b.block_bytes());
-        let block_px = if block.is_some() {
-            (BLOCK_PX, BLOCK_PX)
-        } else {
-            (1, 1)
-        };
+        let block_px = block.map_or((1, 1), BlockFormat::block_px);
         // Array layers, a 3D image's slices and a cube's faces are all
         // layers of the layout (Mesa's ail): a cube's descriptor counts
         // cubes, six faces each, in the order +X, -X, +Y, -Y, +Z, -Z.
@@ -482,9 +478,10 @@ impl TextureUnit<'_> {
         level: u32,
         (x, y, layer): (u32, u32, u32),
     ) -> Result<[u32; 4], IoError> {
+        let (bw, bh) = format.block_px();
         let offset = image
             .layout
-            .offset(level, x / BLOCK_PX, y / BLOCK_PX, layer)
+            .offset(level, x / bw, y / bh, layer)
             .ok_or_else(|| invalid(format!("texel ({x}, {y}) of level {level}")))?;
         let mut block = [0u8; 16];
         let bytes = &mut block[..format.block_bytes() as usize];
@@ -494,7 +491,7 @@ impl TextureUnit<'_> {
             bytes,
             crate::usc::AccessKind::Read,
         )?;
-        let mut rgba = format.decode(bytes, x % BLOCK_PX, y % BLOCK_PX);
+        let mut rgba = format.decode(bytes, x % bw, y % bh, image.texture.srgb);
         if image.texture.srgb {
             for c in &mut rgba[..3] {
                 *c = formats::srgb_to_linear(*c);
@@ -684,7 +681,10 @@ impl TextureUnit<'_> {
                 && layer < layers;
             let (x, y) = (x as u32, y as u32);
             let element = match image.block {
-                Some(_) => (x / BLOCK_PX, y / BLOCK_PX),
+                Some(format) => {
+                    let (bw, bh) = format.block_px();
+                    (x / bw, y / bh)
+                }
                 None => (x, y),
             };
             if inside

@@ -12,9 +12,11 @@ const LAYERS: &[(&str, u32)] = &[
     ("usc", 0),
     ("bptc", 0),
     ("etc", 0),
-    // Block decoding reaches the shader core's f16 conversion, BPTC and
-    // ETC.
-    ("bc", 1),
+    // ASTC's HDR values reach the shader core's f16 conversion.
+    ("astc", 1),
+    // Block decoding reaches the shader core's f16 conversion, BPTC, ETC
+    // and ASTC.
+    ("bc", 2),
     ("fault", 1),
     ("memory", 2),
     ("command", 3),

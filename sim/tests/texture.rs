@@ -2124,6 +2124,135 @@ fn etc2_and_eac_blocks_decode_as_the_format_specification_defines() {
     }
 }
 
+/// A 128-bit ASTC block built field by field: (value, lowest bit, bit
+/// count); the weights' fields count from the block's top bit down (bit
+/// k of a weight field at w is block bit 127 - w - k).
+fn astc_block(fields: &[(u128, u32, u32)], weights: &[(u128, u32, u32)]) -> [u8; 16] {
+    let mut word = 0u128;
+    for &(value, low, count) in fields {
+        assert!(value < 1 << count, "{value} in {count} bits");
+        word |= value << low;
+    }
+    for &(value, low, count) in weights {
+        for k in 0..count {
+            word |= ((value >> k) & 1) << (127 - low - k);
+        }
+    }
+    word.to_le_bytes()
+}
+
+/// ASTC 4x4 blocks worked out by hand from the Khronos Data Format
+/// Specification: void-extent blocks (unorm16, fp16), LDR luminance
+/// endpoints with 2-bit weights (also as sRGB), HDR luminance, trit
+/// weights, and a reserved block mode (the error colour).
+#[test_log::test]
+fn astc_blocks_decode_as_the_format_specification_defines() {
+    let m = Machine::new(5000);
+    // Grid 4x4 (mode bits 1:0 = 10, A = 2: the weight range 4, 2 bits),
+    // one partition, then the endpoint mode and two 8-bit values.
+    let two_bit_grid = |mode: u128, v0: u128, v1: u128| {
+        let weights: Vec<(u128, u32, u32)> = (0..16).map(|i| ((i % 4) as u128, 2 * i, 2)).collect();
+        astc_block(
+            &[(0x42, 0, 11), (mode, 13, 4), (v0, 17, 8), (v1, 25, 8)],
+            &weights,
+        )
+    };
+    // Luminance direct (mode 0) from 0x20 to 0xE0; weight x (0, 21, 43,
+    // 64 unquantised) at texel (x, y).
+    let luminance = two_bit_grid(0, 0x20, 0xE0);
+    // A void extent block (0x1FC, bits 10-11 set, every extent 0x1FFF) of
+    // unorm16 RGBA.
+    let void_extent = |hdr: u128, rgba: [u128; 4]| {
+        let mut fields = vec![(0x1FC, 0, 9), (hdr, 9, 1), (3, 10, 2)];
+        fields.extend([12, 25, 38, 51].map(|at| (0x1FFF, at, 13)));
+        fields.extend(
+            [64, 80, 96, 112]
+                .into_iter()
+                .zip(rgba)
+                .map(|(at, c)| (c, at, 16)),
+        );
+        astc_block(&fields, &[])
+    };
+    let blocks = [luminance, void_extent(0, [0xFFFF, 0x8000, 0, 0x4000])].concat();
+    block_texture(&m, Channels::Astc4x4, TextureType::Unorm, false, &blocks);
+    let coords: Vec<[u32; 4]> = (0..32).map(|i| [i % 8, i / 8, 0, 0]).collect();
+    let load = |m: &Machine| -> Vec<[f32; 4]> {
+        run_requests(m, &load_instruction("tex_2d", 2), &coords)
+            .iter()
+            .map(|t| t.map(f32::from_bits))
+            .collect()
+    };
+    // (0x2020 * (64 - w) + 0xE0E0 * w + 32) >> 6.
+    let ramp = [8224.0, 24415.0, 41377.0, 57568.0].map(|c: f32| c / 65535.0);
+    for (i, texel) in load(&m).iter().enumerate() {
+        let (x, y) = (i % 8, i / 8);
+        let want = if x < 4 {
+            [ramp[x], ramp[x], ramp[x], 1.0]
+        } else {
+            [1.0, 32768.0 / 65535.0, 0.0, 16384.0 / 65535.0]
+        };
+        assert_eq!(*texel, want, "LDR texel ({x}, {y})");
+    }
+    // sRGB: endpoints widen with 0x80 in the low byte, and a texel is the
+    // top byte: (0x2080 * (64 - w) + 0xE080 * w + 32) >> 14, decoded.
+    block_texture(&m, Channels::Astc4x4, TextureType::Unorm, true, &blocks);
+    let srgb = |byte: f64| srgb_to_linear(byte / 255.0) as f32;
+    let srgb_ramp = [32.0, 95.0, 161.0, 224.0].map(srgb);
+    for (i, texel) in load(&m).iter().enumerate() {
+        let (x, y) = (i % 8, i / 8);
+        let want = if x < 4 {
+            [srgb_ramp[x], srgb_ramp[x], srgb_ramp[x], 1.0]
+        } else {
+            [1.0, srgb(128.0), 0.0, 64.0 / 255.0]
+        };
+        for c in 0..4 {
+            assert!(
+                (texel[c] - want[c]).abs() < 1e-6,
+                "sRGB texel ({x}, {y}): {texel:?} against {want:?}"
+            );
+        }
+    }
+    // HDR luminance, large range (mode 2): 0x10 and 0x80 are the 12-bit
+    // 0x100 and 0x800, interpolated as 0x1000 to 0x8000 (4096, 13504,
+    // 23360, 32768) and turned from logarithmic values to fp16 (0x0800,
+    // 0x1A20, 0x2D60, 0x4000); alpha 0x7800 is 1. Then an HDR void extent.
+    let hdr = two_bit_grid(2, 0x10, 0x80);
+    let blocks = [hdr, void_extent(1, [0x4000, 0x3C00, 0xC000, 0x3800])].concat();
+    block_texture(&m, Channels::Astc4x4, TextureType::Float, false, &blocks);
+    let hdr_ramp = [0.000_122_070_31, 0.002_990_722_7, 0.083_984_375, 2.0];
+    for (i, texel) in load(&m).iter().enumerate() {
+        let (x, y) = (i % 8, i / 8);
+        let want = if x < 4 {
+            [hdr_ramp[x], hdr_ramp[x], hdr_ramp[x], 1.0]
+        } else {
+            [2.0, 1.0, -2.0, 0.5]
+        };
+        assert_eq!(*texel, want, "HDR texel ({x}, {y})");
+    }
+    // Trit weights (mode 0x51: grid 4x4, range 3: 0, 32, 64) in 26 bits:
+    // T = 0xFF gives trits 2 1 2 2 2, T = 0x1C gives 0 0 0 2 2, T = 0 all
+    // 0, and the last weight's two T bits 10 give 2. Luminance 0 to 0xFF.
+    // Beside it the all-zero block: mode 0 is reserved, the error colour.
+    let trit_block = astc_block(
+        &[(0x51, 0, 11), (0, 13, 4), (0, 17, 8), (0xFF, 25, 8)],
+        &[(0xFF, 0, 8), (0x1C, 8, 8), (0, 16, 8), (0b10, 24, 2)],
+    );
+    let blocks = [trit_block, [0; 16]].concat();
+    block_texture(&m, Channels::Astc4x4, TextureType::Unorm, false, &blocks);
+    let trits = [2, 1, 2, 2, 2, 0, 0, 0, 2, 2, 0, 0, 0, 0, 0, 2];
+    for (i, texel) in load(&m).iter().enumerate() {
+        let (x, y) = (i % 8, i / 8);
+        let want = if x < 4 {
+            // (65535 * w + 32) >> 6 for w = 0, 32, 64.
+            let v = [0.0, 32768.0, 65535.0][trits[y * 4 + x]] / 65535.0;
+            [v, v, v, 1.0]
+        } else {
+            [1.0, 0.0, 1.0, 1.0]
+        };
+        assert_eq!(*texel, want, "trit-weight or reserved texel ({x}, {y})");
+    }
+}
+
 #[test_log::test]
 fn bptc_blocks_decode_as_the_format_specification_defines() {
     let m = Machine::new(5000);
