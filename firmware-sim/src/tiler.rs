@@ -81,8 +81,14 @@ pub const RECORD_BACK_FACING: u32 = 1;
 /// The mask of a record's varying count (above `RECORD_VARYINGS_SHIFT`).
 pub const RECORD_VARYINGS_MASK: u32 = 0xFF;
 /// Where a primitive record's flags word holds the layer the primitive
-/// is drawn to (16 bits: the vertex shader's layer output, 0 without).
+/// is drawn to (12 bits, `RECORD_LAYER_MASK`: the vertex shader's layer
+/// output, 0 without; Mesa's asahi driver allows 2048 layers).
 pub const RECORD_LAYER_SHIFT: u32 = 16;
+/// The mask of a record's layer (above `RECORD_LAYER_SHIFT`).
+pub const RECORD_LAYER_MASK: u32 = 0xFFF;
+/// Where a primitive record's flags word holds the viewport (and
+/// scissor) the primitive is drawn through (4 bits: 16 viewports).
+pub const RECORD_VIEWPORT_SHIFT: u32 = 28;
 /// Record flag: a point sprite; two extras, the point coordinate (s, t)
 /// at each vertex.
 pub const RECORD_POINT_SPRITE: u32 = 1 << 1;
@@ -287,8 +293,9 @@ pub struct PppState {
     pub front_stencil: Option<FragmentStencil>,
     /// Back-face stencil state.
     pub back_stencil: Option<FragmentStencil>,
-    /// Viewport 0.
-    pub viewport: Viewport,
+    /// The viewports (at least one): a primitive is drawn through the one
+    /// its provoking vertex's viewport index names (`viewport_of`).
+    pub viewports: Vec<Viewport>,
     /// Culling and rasteriser state.
     pub cull: Cull,
     /// Indices into the render's scissor and depth-bias arrays.
@@ -337,6 +344,23 @@ pub fn parse_ppp(vm: &GpuVm<'_>, address: u64) -> Result<PppState, EngineResult>
 }
 
 impl PppState {
+    /// The viewport index vertex `v` names: the high 16 bits of its
+    /// layer-and-viewport output (0 without one).
+    fn viewport_index(&self, varyings: &[f32]) -> usize {
+        self.layer_viewport
+            .and_then(|at| varyings.get(at))
+            .map_or(0, |word| (word.to_bits() >> 16) as usize)
+    }
+
+    /// The viewport a primitive whose provoking vertex is `v` is drawn
+    /// through: the one its viewport index names, viewport 0 for an index
+    /// past the state's viewports (GL leaves that undefined; what the
+    /// hardware does is not public).
+    fn viewport_of(&self, v: &ClipVertex) -> &Viewport {
+        let index = self.viewport_index(&v.varyings);
+        self.viewports.get(index).unwrap_or(&self.viewports[0])
+    }
+
     /// What this model uses of a PPP state's records.
     pub fn of(records: &PppRecords) -> PppState {
         let fragment_shader = records.fragment_shader.as_ref();
@@ -347,11 +371,12 @@ impl PppState {
             back_face: records.fragment_back_face,
             front_stencil: records.fragment_front_stencil,
             back_stencil: records.fragment_back_stencil,
-            viewport: records
+            viewports: records
                 .viewport
                 .as_ref()
-                .and_then(|v| v.viewports.first().copied())
-                .unwrap_or_default(),
+                .map(|v| v.viewports.clone())
+                .filter(|v| !v.is_empty())
+                .unwrap_or_else(|| vec![Viewport::default()]),
             cull: records.cull.unwrap_or_default(),
             depth_bias_scissor: records.depth_bias_scissor.unwrap_or_default(),
             frag_coord_z: records.output_select.is_some_and(|o| o.frag_coord_z),
@@ -1337,6 +1362,7 @@ fn shade_and_bin<'a>(
             2 => {
                 let line = [clip(at[0]), clip(at[1])];
                 let provoking = flat_values(flat, &line);
+                let viewport = *ppp.viewport_of(&line[0]);
                 let [a, b] = line;
                 if let Some((mut a, mut b)) = clip_segment(
                     a,
@@ -1345,13 +1371,14 @@ fn shade_and_bin<'a>(
                     (!ppp.cull.depth_clamp, ppp.cull.depth_clip),
                 ) {
                     set_flat_values(&provoking, [&mut a, &mut b]);
-                    let (a, b) = (to_screen(&a, &ppp.viewport), to_screen(&b, &ppp.viewport));
+                    let (a, b) = (to_screen(&a, &viewport), to_screen(&b, &viewport));
                     bin_line(binner, ppp, &a, &b, id, pc, on_overflow)?;
                 }
             }
             _ => {
                 let triangle = [clip(at[0]), clip(at[1]), clip(at[2])];
                 let provoking = flat_values(flat, &triangle);
+                let viewport = *ppp.viewport_of(&triangle[0]);
                 let polygon = match (ppp.cull.depth_clamp, ppp.cull.depth_clip) {
                     (true, _) => clip_behind(triangle),
                     (false, true) => clip_far(clip_near(triangle)),
@@ -1359,7 +1386,7 @@ fn shade_and_bin<'a>(
                 };
                 let mut polygon = clip_polygon(polygon, &ppp.clip_distances);
                 set_flat_values(&provoking, polygon.iter_mut());
-                bin_polygon(binner, ppp, &polygon, id, pc, on_overflow)?;
+                bin_polygon(binner, (ppp, &viewport), &polygon, id, pc, on_overflow)?;
             }
         }
     }
@@ -1498,13 +1525,22 @@ fn with_primitive_id(
     v
 }
 
-/// The record flags naming the layer vertex `v` sends its primitive to
-/// (the provoking vertex's, for the primitives Mesa draws layered: every
-/// vertex of them carries the same).
+/// The record flags naming the layer and the viewport vertex `v` sends
+/// its primitive to (the provoking vertex's, for the primitives Mesa
+/// draws layered: every vertex of them carries the same).
 fn layer_flags(ppp: &PppState, v: &ScreenVertex) -> u32 {
-    ppp.layer_viewport
+    let layer = ppp
+        .layer_viewport
         .and_then(|at| v.varyings.get(at))
-        .map_or(0, |word| (word.to_bits() & 0xFFFF) << RECORD_LAYER_SHIFT)
+        .map_or(0, |word| word.to_bits() & RECORD_LAYER_MASK);
+    // The viewport the transform took (0 for an index past them).
+    let index = ppp.viewport_index(&v.varyings);
+    let viewport = if index < ppp.viewports.len() {
+        index.min(0xF) as u32
+    } else {
+        0
+    };
+    layer << RECORD_LAYER_SHIFT | viewport << RECORD_VIEWPORT_SHIFT
 }
 
 /// Clips, culls and bins what is left of one triangle after clipping:
@@ -1512,7 +1548,7 @@ fn layer_flags(ppp: &PppState, v: &ScreenVertex) -> u32 {
 /// points.
 fn bin_polygon<'a>(
     binner: &mut Binner<'a>,
-    ppp: &PppState,
+    (ppp, viewport): (&PppState, &Viewport),
     polygon: &[ClipVertex],
     id: u32,
     pc: u64,
@@ -1521,10 +1557,7 @@ fn bin_polygon<'a>(
     if polygon.len() < 3 {
         return Ok(());
     }
-    let screen: Vec<ScreenVertex> = polygon
-        .iter()
-        .map(|v| to_screen(v, &ppp.viewport))
-        .collect();
+    let screen: Vec<ScreenVertex> = polygon.iter().map(|v| to_screen(v, viewport)).collect();
     // The facing of the whole polygon (its first triangle with area).
     let area = (1..screen.len() - 1)
         .map(|k| signed_area(&[screen[0].clone(), screen[k].clone(), screen[k + 1].clone()]))
@@ -1649,7 +1682,7 @@ fn bin_point<'a>(
     if !visible {
         return Ok(());
     }
-    let screen = to_screen(&v, &ppp.viewport);
+    let screen = to_screen(&v, ppp.viewport_of(&v));
     bin_screen_point(binner, ppp, &screen, id, pc, on_overflow)
 }
 

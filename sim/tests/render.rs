@@ -3029,6 +3029,123 @@ const LAYER_VS: &str = "
     st_var 1, r15, 7
     stop";
 
+/// The viewport index (the high 16 bits of the layer-and-viewport word)
+/// picks the primitive's viewport and, with the scissor on, the scissor
+/// after the state's first: a full-screen quad through viewport 1 (clip
+/// space onto the top-left 32x32 pixels) covers those pixels, and with
+/// scissors 2 and 3 (the state names 2) only scissor 3's rectangle.
+#[test_log::test]
+fn the_viewport_index_picks_the_viewport_and_its_scissor() {
+    use agx_hw::formats::{DepthBiasScissor, OutputSelect, Scissor, ShadeModel, VaryingCounts};
+    let m = Machine::new(5000);
+    let corners = [
+        [0.0f32, 0.0],
+        [64.0, 0.0],
+        [0.0, 64.0],
+        [64.0, 0.0],
+        [64.0, 64.0],
+        [0.0, 64.0],
+    ];
+    let mut words = Vec::new();
+    for corner in corners {
+        let position = clip(&[corner]);
+        words.extend([position[0], position[1], 0.5f32.to_bits(), 1.0f32.to_bits()]);
+        words.extend([0.0f32, 1.0, 0.0].map(f32::to_bits));
+        words.push(1 << 16);
+    }
+    m.poke_u32s(VERTICES, &words);
+    let mut uniforms = pair(DATA_VA + VERTICES);
+    uniforms.extend(pair(DATA_VA + VERTICES + 16));
+    let vs = m.program(LAYER_VS, 0x3000, 0xC0, &uniforms, UNIFORMS + 0x200, 0, None);
+    cf_table(&m, 3, ShadeModel::Linear);
+    let fs = m.program(
+        COLOUR_FS,
+        0x4000,
+        0x100,
+        &[1.0f32.to_bits()],
+        UNIFORMS + 0x300,
+        0,
+        None,
+    );
+    let rectangle = |x0: u32, y0: u32, x1: u32, y1: u32| Scissor {
+        min_x: x0,
+        min_y: y0,
+        max_x: x1,
+        max_y: y1,
+        min_z: 0.0,
+        max_z: 1.0,
+    };
+    let scissors = [
+        rectangle(0, 0, 1, 1),
+        rectangle(0, 0, 1, 1),
+        rectangle(0, 0, 64, 64),
+        rectangle(8, 8, 24, 24),
+    ];
+    let bytes: Vec<u8> = scissors.iter().flat_map(|s| s.pack().unwrap()).collect();
+    m.poke(m.data, SCISSORS, &bytes);
+    for scissor_enable in [false, true] {
+        let two_viewports = |records: &mut PppRecords| {
+            records.output_select = Some(OutputSelect {
+                varyings: true,
+                viewport_target: true,
+                ..OutputSelect::default()
+            });
+            records.varying_counts_32 = Some(VaryingCounts {
+                smooth: 3,
+                ..VaryingCounts::default()
+            });
+            let viewports = &mut records.viewport.as_mut().unwrap().viewports;
+            let first = viewports[0];
+            viewports.push(Viewport {
+                translate_x: 16.0,
+                scale_x: 16.0,
+                translate_y: 16.0,
+                scale_y: -16.0,
+                ..first
+            });
+            records.fragment_control = Some(FragmentControl {
+                scissor_enable,
+                ..FragmentControl::default()
+            });
+            records.depth_bias_scissor = Some(DepthBiasScissor {
+                scissor: 2,
+                depth_bias: 0,
+            });
+        };
+        let draw = Shapes::new(Primitive::Triangles, 6);
+        let mut render = draw_shapes(
+            &m,
+            draw,
+            vs,
+            8,
+            fs,
+            Some((0x5000, 1)),
+            None,
+            None,
+            &two_viewports,
+        );
+        render.isp_scissor_base = DATA_VA + SCISSORS;
+        assert_eq!(m.submit(CmdType::Render, render.as_bytes()), None);
+        let inside = |x: u32, y: u32| {
+            if scissor_enable {
+                (8..24).contains(&x) && (8..24).contains(&y)
+            } else {
+                x < 32 && y < 32
+            }
+        };
+        for y in 0..64 {
+            for x in 0..64 {
+                let want = if inside(x, y) { [0, 255, 0] } else { [0, 0, 0] };
+                assert_eq!(
+                    rgb(&m, x as usize, y as usize),
+                    want,
+                    "scissor {scissor_enable}: pixel ({x}, {y})"
+                );
+            }
+        }
+    }
+}
+
 #[test_log::test]
 fn a_layered_pass_draws_each_primitive_to_the_layer_its_vertices_name() {
     use agx_hw::formats::{OutputSelect, ShadeModel, VaryingCounts};

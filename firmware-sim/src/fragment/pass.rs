@@ -300,7 +300,10 @@ impl Pass<'_> {
                 for &primitive in &primitives {
                     vm.read(primitive.wrapping_add(4), &mut flags)
                         .map_err(|f| EngineResult::from_uat(&f, FaultUnit::Tiler))?;
-                    if u32::from_le_bytes(flags) >> tiler::RECORD_LAYER_SHIFT == layer {
+                    if (u32::from_le_bytes(flags) >> tiler::RECORD_LAYER_SHIFT)
+                        & tiler::RECORD_LAYER_MASK
+                        == layer
+                    {
                         on_layer.push(primitive);
                     }
                 }
@@ -449,9 +452,14 @@ impl Pass<'_> {
                 ppp,
                 writes_depth: shader_writes_depth,
                 writes_stencil: shader_writes_stencil,
-                scissor,
+                scissors,
                 depth_bias,
             } = &*entry;
+            // The scissor of the primitive's viewport.
+            let scissor = &scissors
+                .get((flags >> tiler::RECORD_VIEWPORT_SHIFT) as usize)
+                .or(scissors.first())
+                .copied();
             // The scissor keeps the pixels inside its rectangle.
             let in_scissor = |x: u32, y: u32| {
                 scissor.is_none_or(|s| {

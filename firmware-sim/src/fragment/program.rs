@@ -271,8 +271,10 @@ pub(super) struct FragmentSetup {
     pub(super) writes_depth: bool,
     /// Whether the shader writes the stencil reference (`zs_emit`).
     pub(super) writes_stencil: bool,
-    /// The scissor rectangle (`FragmentControl::scissor_enable`).
-    pub(super) scissor: Option<Scissor>,
+    /// The scissor rectangles (`FragmentControl::scissor_enable`), one
+    /// per viewport: the `DepthBiasScissor` record's entry and the ones
+    /// after it (Mesa's `agx_upload_viewport_scissor`); empty without.
+    pub(super) scissors: Vec<Scissor>,
     /// The depth bias (`FragmentControl::depth_bias_enable`).
     pub(super) depth_bias: Option<DepthBias>,
 }
@@ -301,11 +303,17 @@ pub(super) fn fragment_setup(
     ) -> Result<[u8; N], EngineResult> {
         read_words::<N>(vm, base.wrapping_add(N as u64 * u64::from(index)))
     }
-    let scissor = control
-        .scissor_enable
-        .then(|| entry::<16>(vm, render.isp_scissor_base.get(), indices.scissor))
-        .transpose()?
-        .map(|bytes| Scissor::unpack(&bytes).value);
+    let scissors = if control.scissor_enable {
+        (0..ppp.viewports.len() as u32)
+            .map(|v| {
+                let index = indices.scissor.wrapping_add(v);
+                entry::<16>(vm, render.isp_scissor_base.get(), index)
+                    .map(|bytes| Scissor::unpack(&bytes).value)
+            })
+            .collect::<Result<_, _>>()?
+    } else {
+        Vec::new()
+    };
     let depth_bias = control
         .depth_bias_enable
         .then(|| entry::<12>(vm, render.isp_dbias_base.get(), indices.depth_bias))
@@ -319,7 +327,7 @@ pub(super) fn fragment_setup(
         writes_stencil,
         binding,
         ppp,
-        scissor,
+        scissors,
         depth_bias,
     })
 }
