@@ -836,6 +836,19 @@ impl TextureUnit<'_> {
     ) -> Result<[u32; 4], IoError> {
         let width = (image.texture.width >> at.level).max(1) as i64;
         let height = (image.texture.height >> at.level).max(1) as i64;
+        // Seamless cube filtering: a texel past a face's edge is the
+        // neighbouring face's texel there.
+        let cube = matches!(
+            image.texture.dimension,
+            TextureDimension::Cube | TextureDimension::CubeArray
+        );
+        let outside = !(0..width).contains(&x) || !(0..height).contains(&y);
+        let (x, y, layer) = if cube && outside && !sampler.seamful_cube_maps && width == height {
+            let (face, x, y) = across_cube_edge(at.layer % 6, (x, y), width);
+            (x, y, at.layer - at.layer % 6 + face)
+        } else {
+            (x, y, at.layer)
+        };
         let (Some(x), Some(y)) = (
             wrap(sampler.wrap_s, x, width),
             wrap(sampler.wrap_t, y, height),
@@ -847,7 +860,7 @@ impl TextureUnit<'_> {
             })?;
             return Ok(colour.texel(image));
         };
-        let raw = self.texel(image, at.level, x as u32, y as u32, at.layer)?;
+        let raw = self.texel(image, at.level, x as u32, y as u32, layer)?;
         Ok(match reference {
             Some(r) => {
                 let pass = compare(sampler.compare_func, r, f32::from_bits(raw[0]));
@@ -960,9 +973,23 @@ impl TextureUnit<'_> {
                     i64::from((image.texture.width >> at.level).max(1)),
                     i64::from((image.texture.height >> at.level).max(1)),
                 );
+                // A cube face's coordinates lie in [0, 1]: one of exactly
+                // 1 stays on the face's last texel (only a linear
+                // footprint reaches across to the next face).
+                let cube = matches!(
+                    image.texture.dimension,
+                    TextureDimension::Cube | TextureDimension::CubeArray
+                );
+                let index = |mode: Wrap, i: i64, size: i64| {
+                    if cube {
+                        i.clamp(0, size - 1)
+                    } else {
+                        nearest_index(mode, i, size)
+                    }
+                };
                 let xy = (
-                    nearest_index(sampler.wrap_s, u.floor() as i64, width),
-                    nearest_index(sampler.wrap_t, v.floor() as i64, height),
+                    index(sampler.wrap_s, u.floor() as i64, width),
+                    index(sampler.wrap_t, v.floor() as i64, height),
                 );
                 let texel = self.wrapped_texel(image, sampler, border, at, xy, reference)?;
                 Ok(texel.map(f32::from_bits))
@@ -1013,39 +1040,68 @@ fn rho_lod(ddx: [f32; 3], ddy: [f32; 3], size: [f32; 3]) -> f32 {
     length(ddx).max(length(ddy)).max(f32::MIN_POSITIVE).log2()
 }
 
-/// The face a cube sample's direction (x, y, z in the coordinate
-/// registers) selects, by the major axis, and the face's normalised
-/// (s, t), which replace x and y in `request`; derivatives of the
-/// direction become derivatives of (s, t) on the same face. The faces and
-/// their (s, t) are the GL and Vulkan specifications' table; a tie between
-/// axes goes to x, then y (what the hardware does with ties is not
-/// public). Filtering does not cross to the neighbouring face: the edge
-/// texels clamp within the face, as `seamful_cube_maps` asks (seamless
-/// filtering across faces is not modelled).
-fn cube_face(request: &mut TextureRequest) -> u32 {
-    let d = [0, 1, 2].map(|i| f32::from_bits(request.coords[i]));
+/// The cube face a direction selects by its major axis (0-5: +X, -X, +Y,
+/// -Y, +Z, -Z); a tie between axes goes to x, then y (what the hardware
+/// does with ties is not public).
+fn major_face(d: [f32; 3]) -> u32 {
     let [ax, ay, az] = d.map(f32::abs);
-    let face = if ax >= ay && ax >= az {
+    if ax >= ay && ax >= az {
         u32::from(d[0] < 0.0)
     } else if ay >= az {
         2 + u32::from(d[1] < 0.0)
     } else {
         4 + u32::from(d[2] < 0.0)
+    }
+}
+
+/// A direction's normalised (s, t) on `face`, as the GL and Vulkan
+/// specifications' table defines them.
+fn face_coordinates(face: u32, [x, y, z]: [f32; 3]) -> (f32, f32) {
+    let (sc, tc, ma) = match face {
+        0 => (-z, -y, x),
+        1 => (z, -y, x),
+        2 => (x, z, y),
+        3 => (x, -z, y),
+        4 => (x, -y, z),
+        _ => (-x, -y, z),
     };
-    // (sc, tc, ma) of a direction on `face`.
-    let project = |v: [f32; 3]| -> (f32, f32) {
-        let [x, y, z] = v;
-        let (sc, tc, ma) = match face {
-            0 => (-z, -y, x),
-            1 => (z, -y, x),
-            2 => (x, z, y),
-            3 => (x, -z, y),
-            4 => (x, -y, z),
-            _ => (-x, -y, z),
-        };
-        let ma = ma.abs();
-        (0.5 * (sc / ma + 1.0), 0.5 * (tc / ma + 1.0))
+    let ma = ma.abs();
+    (0.5 * (sc / ma + 1.0), 0.5 * (tc / ma + 1.0))
+}
+
+/// Where texel (x, y), past an edge of `face` (of `size` texels a side),
+/// is: the face its centre's direction selects and the texel there (the
+/// table's inverse, then the projection). A texel past a corner lands on
+/// one of the two faces that meet there (GL leaves the corner to the
+/// implementation; the hardware's choice is not public).
+fn across_cube_edge(face: u32, (x, y): (i64, i64), size: i64) -> (u32, i64, i64) {
+    let n = size as f32;
+    let sc = 2.0 * (x as f32 + 0.5) / n - 1.0;
+    let tc = 2.0 * (y as f32 + 0.5) / n - 1.0;
+    let direction = match face {
+        0 => [1.0, -tc, -sc],
+        1 => [-1.0, -tc, sc],
+        2 => [sc, 1.0, tc],
+        3 => [sc, -1.0, -tc],
+        4 => [sc, -tc, 1.0],
+        _ => [-sc, -tc, -1.0],
     };
+    let to = major_face(direction);
+    let (s, t) = face_coordinates(to, direction);
+    let texel = |c: f32| ((c * n).floor() as i64).clamp(0, size - 1);
+    (to, texel(s), texel(t))
+}
+
+/// The face a cube sample's direction (x, y, z in the coordinate
+/// registers) selects, by the major axis, and the face's normalised
+/// (s, t), which replace x and y in `request`; derivatives of the
+/// direction become derivatives of (s, t) on the same face. Filtering
+/// crosses to the neighbouring faces unless `seamful_cube_maps` asks the
+/// edge texels to clamp within the face (`across_cube_edge`).
+fn cube_face(request: &mut TextureRequest) -> u32 {
+    let d = [0, 1, 2].map(|i| f32::from_bits(request.coords[i]));
+    let face = major_face(d);
+    let project = |v: [f32; 3]| face_coordinates(face, v);
     let (s, t) = project(d);
     request.coords[0] = s.to_bits();
     request.coords[1] = t.to_bits();

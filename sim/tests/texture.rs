@@ -1487,11 +1487,10 @@ fn reference_cube(d: [f32; 3]) -> (u32, f32, f32) {
     )
 }
 
-#[test_log::test]
-fn cube_maps_select_a_face_by_the_major_axis() {
-    let m = Machine::new(5000);
-    // Two cubes of 4 x 4 faces, R8G8B8A8: texel (x, y) of layer l is
-    // (10 l, 40 x, 40 y, 255).
+/// Two cubes of 4 x 4 faces, R8G8B8A8, as `dimension` (a cube, or a
+/// cube array of two): texel (x, y) of layer l is (10 l, 40 x, 40 y,
+/// 255).
+fn cube_texture(m: &Machine, dimension: TextureDimension) {
     let layout = ImageLayout::gpu_tiled(4, 4, 1, 4, true).unwrap();
     let layer_bytes = layout.layer_bytes() as usize;
     let mut bytes = vec![0u8; 12 * layer_bytes];
@@ -1508,6 +1507,28 @@ fn cube_maps_select_a_face_by_the_major_axis() {
             }
         }
     }
+    let descriptor = Texture {
+        dimension,
+        layout: Layout::Gpu,
+        channels: Channels::R8G8B8A8,
+        data_type: TextureType::Unorm,
+        width: 4,
+        height: 4,
+        // A cube array's descriptor counts cubes.
+        depth: if dimension == TextureDimension::CubeArray {
+            2
+        } else {
+            1
+        },
+        page_aligned_layers: true,
+        ..Texture::default()
+    };
+    put_texture(m, descriptor, &bytes);
+}
+
+#[test_log::test]
+fn cube_maps_select_a_face_by_the_major_axis() {
+    let m = Machine::new(5000);
     put_sampler(&m, Filter::Nearest, Wrap::ClampToEdge);
     let directions: [[f32; 3]; 10] = [
         [1.0, 0.5, -0.5],
@@ -1525,19 +1546,7 @@ fn cube_maps_select_a_face_by_the_major_axis() {
         (TextureDimension::Cube, "tex_cube", 3, 0u32),
         (TextureDimension::CubeArray, "tex_cube_array", 4, 1),
     ] {
-        let descriptor = Texture {
-            dimension,
-            layout: Layout::Gpu,
-            channels: Channels::R8G8B8A8,
-            data_type: TextureType::Unorm,
-            width: 4,
-            height: 4,
-            // A cube array's descriptor counts cubes.
-            depth: if cube == 1 { 2 } else { 1 },
-            page_aligned_layers: true,
-            ..Texture::default()
-        };
-        put_texture(&m, descriptor, &bytes);
+        cube_texture(&m, dimension);
         let coords: Vec<[u32; 4]> = directions
             .iter()
             .map(|d| [d[0].to_bits(), d[1].to_bits(), d[2].to_bits(), cube])
@@ -1552,6 +1561,41 @@ fn cube_maps_select_a_face_by_the_major_axis() {
             let layer = 6 * cube + face;
             let want = [10 * layer, 40 * x, 40 * y, 255].map(|c| (c as f32 / 255.0).to_bits());
             assert_eq!(have, want, "{dim} {d:?}: face {face}, texel ({x}, {y})");
+        }
+    }
+}
+
+/// Linear filtering at the +X face's edge towards +Z (direction (1, 0,
+/// 0.95): s = 0.025, t = 0.5, footprint columns -1 and 0 weighted 0.4
+/// and 0.6, rows 1 and 2 by half): seamless, column -1 is +Z's column 3
+/// (rows 1 and 2: the texels its centres' directions select), giving
+/// (0.4 * 40, 0.4 * 120, 60); seamful (`seamful_cube_maps`), the face's
+/// edge column clamps, giving (0, 0, 60).
+#[test_log::test]
+fn cube_filtering_crosses_to_the_next_face_unless_the_sampler_is_seamful() {
+    let m = Machine::new(5000);
+    cube_texture(&m, TextureDimension::Cube);
+    let d = [1.0f32, 0.0, 0.95];
+    for (seamful_cube_maps, want) in [(false, [16.0, 48.0, 60.0]), (true, [0.0, 0.0, 60.0])] {
+        let sampler = Sampler {
+            magnify: Filter::Linear,
+            minify: Filter::Linear,
+            mip_filter: MipFilter::None,
+            wrap_s: Wrap::ClampToEdge,
+            wrap_t: Wrap::ClampToEdge,
+            wrap_r: Wrap::ClampToEdge,
+            seamful_cube_maps,
+            ..Sampler::default()
+        };
+        m.poke(m.data, SAMPLERS, &sampler.pack().unwrap());
+        let coords = [[d[0].to_bits(), d[1].to_bits(), d[2].to_bits(), 0]];
+        let got =
+            run_requests(&m, &sample_instruction("tex_cube", 3), &coords)[0].map(f32::from_bits);
+        for c in 0..3 {
+            assert!(
+                (got[c] - want[c] / 255.0).abs() < 1e-5,
+                "seamful {seamful_cube_maps}: {got:?} against {want:?} / 255"
+            );
         }
     }
 }
