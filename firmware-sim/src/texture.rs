@@ -757,7 +757,7 @@ impl TextureUnit<'_> {
             s /= t.width as f32;
             u /= t.height as f32;
         }
-        (gl_clamp(sampler.wrap_s, s), gl_clamp(sampler.wrap_t, u))
+        (s, u)
     }
 
     fn sample(
@@ -774,12 +774,11 @@ impl TextureUnit<'_> {
         let (_, lod) = level_of_detail(t, sampler, request);
         let r = three_d.then(|| {
             let r = f32::from_bits(request.coords[2]);
-            let r = if sampler.pixel_coordinates {
+            if sampler.pixel_coordinates {
                 r / t.depth as f32
             } else {
                 r
-            };
-            gl_clamp(sampler.wrap_r, r)
+            }
         });
         let max_level = t.last_level.saturating_sub(t.first_level) as f32;
         let filter = if lod <= 0.0 {
@@ -881,7 +880,7 @@ impl TextureUnit<'_> {
         at: &Footprint,
         reference: Option<f32>,
     ) -> Result<(Quad, (f32, f32)), IoError> {
-        let (u, v) = at.texel_space(image);
+        let (u, v) = at.texel_space(image, sampler);
         let (u, v) = (u - 0.5, v - 0.5);
         // Coordinates from registers may be huge or infinite: the casts
         // saturate, and so must the neighbours.
@@ -912,7 +911,11 @@ impl TextureUnit<'_> {
         // A 3D image: the slices of the level (each a layer) around z,
         // through the r wrap mode, filtered as 2D and then between them.
         let depth = i64::from((image.texture.depth >> at.level).max(1));
-        let z = r * depth as f32 + at.offset[2] as f32;
+        let z = gl_clamp(
+            sampler.wrap_r,
+            r * depth as f32 + at.offset[2] as f32,
+            depth as f32,
+        );
         let slice = |z: i64| -> Result<[f32; 4], IoError> {
             match wrap(sampler.wrap_r, z, depth) {
                 Some(z) => {
@@ -968,7 +971,7 @@ impl TextureUnit<'_> {
                 }))
             }
             Filter::Nearest => {
-                let (u, v) = at.texel_space(image);
+                let (u, v) = at.texel_space(image, sampler);
                 let (width, height) = (
                     i64::from((image.texture.width >> at.level).max(1)),
                     i64::from((image.texture.height >> at.level).max(1)),
@@ -1021,12 +1024,20 @@ struct Footprint {
 impl Footprint {
     /// The coordinates in texels of the level, offsets added (an offset
     /// moves every texel the filter reads by whole texels).
-    fn texel_space(&self, image: &Image) -> (f32, f32) {
+    fn texel_space(&self, image: &Image, sampler: &Sampler) -> (f32, f32) {
         let width = (image.texture.width >> self.level).max(1) as f32;
         let height = (image.texture.height >> self.level).max(1) as f32;
         (
-            self.s * width + self.offset[0] as f32,
-            self.t * height + self.offset[1] as f32,
+            gl_clamp(
+                sampler.wrap_s,
+                self.s * width + self.offset[0] as f32,
+                width,
+            ),
+            gl_clamp(
+                sampler.wrap_t,
+                self.t * height + self.offset[1] as f32,
+                height,
+            ),
         )
     }
 }
@@ -1119,12 +1130,14 @@ fn cube_face(request: &mut TextureRequest) -> u32 {
     face
 }
 
-/// GL's clamp (`Clamp (GL)`, Mesa's `PIPE_TEX_WRAP_CLAMP`): the
-/// coordinate is clamped to [0, 1] before filtering; a linear filter's
-/// footprint then reaches half a texel past the edge, onto the border.
-fn gl_clamp(mode: Wrap, coordinate: f32) -> f32 {
+/// GL's clamp (`Clamp (GL)`, Mesa's `PIPE_TEX_WRAP_CLAMP`): the texel
+/// space coordinate, texel offsets added (GL applies them before the
+/// wrap mode), is clamped to [0, size] before filtering; a linear
+/// filter's footprint then reaches half a texel past the edge, onto the
+/// border.
+fn gl_clamp(mode: Wrap, coordinate: f32, size: f32) -> f32 {
     if mode == Wrap::ClampGl {
-        coordinate.clamp(0.0, 1.0)
+        coordinate.clamp(0.0, size)
     } else {
         coordinate
     }

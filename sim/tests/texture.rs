@@ -273,7 +273,11 @@ fn reference(filter: Filter, wrap: Wrap, s: f64, t: f64) -> [f64; 4] {
     } else {
         (s, t)
     };
-    let (u, v) = (s * f64::from(TEX_W), t * f64::from(TEX_H));
+    reference_at(filter, wrap, s * f64::from(TEX_W), t * f64::from(TEX_H))
+}
+
+/// [`reference`] at texel-space (u, v), GL's clamp already applied.
+fn reference_at(filter: Filter, wrap: Wrap, u: f64, v: f64) -> [f64; 4] {
     match filter {
         Filter::Nearest => {
             let (mut x, mut y) = (u.floor() as i64, v.floor() as i64);
@@ -872,6 +876,38 @@ fn linear_clamped() -> Sampler {
         wrap_t: Wrap::ClampToEdge,
         wrap_r: Wrap::ClampToEdge,
         ..Sampler::default()
+    }
+}
+
+/// GL's clamp applies to the texel-space coordinate after the texel
+/// offsets (GL adds them before the wrap mode): s = (x - 7.5) / 64 with
+/// an offset of +3 texels is u = x - 4.5, clamped to [0, 64]; clamping s
+/// first would read texel 3 for every x up to 7.
+#[test_log::test]
+fn gl_clamp_applies_after_texel_offsets() {
+    let m = Machine::new(5000);
+    texture(&m, Layout::Gpu);
+    let instruction = "texture_sample 0, 0b1100, 0, none, xyzw, 0b00, r8_r9_r10_r11, None, ts0, ss0, tex_2d, r6_r7, auto_lod, 0, 1, r13";
+    for filter in [Filter::Nearest, Filter::Linear] {
+        put_sampler(&m, filter, Wrap::ClampGl);
+        let (got, _) =
+            run_texture_kernel(&m, instruction, -7.5, [packed_offsets(3, 0), 0, 0, 0, 0, 0]);
+        for y in 0..TEX_H as i64 {
+            for x in 0..TEX_W as i64 {
+                let u = (x as f64 - 4.5).clamp(0.0, f64::from(TEX_W));
+                let v = (y as f64 - 7.5).clamp(0.0, f64::from(TEX_H));
+                let want = reference_at(filter, Wrap::ClampGl, u, v);
+                let have = got[(y * TEX_W as i64 + x) as usize];
+                for k in 0..4 {
+                    assert!(
+                        (f64::from(have[k]) - want[k]).abs() < 1e-5,
+                        "{filter:?} thread ({x}, {y}) channel {k}: {} vs {}",
+                        have[k],
+                        want[k]
+                    );
+                }
+            }
+        }
     }
 }
 
@@ -2294,6 +2330,27 @@ fn astc_blocks_decode_as_the_format_specification_defines() {
             [1.0, 0.0, 1.0, 1.0]
         };
         assert_eq!(*texel, want, "trit-weight or reserved texel ({x}, {y})");
+    }
+    // The luminance block in a 12x12 footprint: the 4x4 grid is spread
+    // over the block (Ds = Dt = 93). Texel (1, 1) is at grid (4/16,
+    // 4/16): weights 9, 3, 3, 1 of 0, 21, 0, 21 give 5; texels (7, 0)
+    // and (7, 3) are at (1 + 15/16, 0) and (1 + 15/16, 13/16): 42.
+    block_texture(
+        &m,
+        Channels::Astc12x12,
+        TextureType::Unorm,
+        false,
+        &luminance,
+    );
+    let got = load(&m);
+    for (x, y, c) in [
+        (0, 0, 8224.0),
+        (1, 1, 12079.0),
+        (7, 0, 40606.0),
+        (7, 3, 40606.0),
+    ] {
+        let v = c / 65535.0;
+        assert_eq!(got[y * 8 + x], [v, v, v, 1.0], "12x12 texel ({x}, {y})");
     }
 }
 
