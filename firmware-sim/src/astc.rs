@@ -10,7 +10,8 @@
 //! interpolated value (unorm, sRGB's top byte, or HDR's logarithmic value
 //! to fp16). An invalid block decodes to the error colour, magenta.
 
-/// The error colour.
+/// The error colour: the specification's magenta (its HDR profile may
+/// return NaNs instead; which the hardware returns is not public).
 const ERROR: [f32; 4] = [1.0, 0.0, 1.0, 1.0];
 
 /// The quantisation levels of an integer sequence, from fewest to most.
@@ -750,16 +751,13 @@ fn decode_word(
     if colour_levels < 6 {
         return None;
     }
-    let values: Vec<i32> = sequence(
-        word,
-        colour_start,
-        below_weights,
-        colour_levels,
-        value_count,
-    )
-    .into_iter()
-    .map(|v| colour_value(colour_levels, v))
-    .collect();
+    // A last trit or quint group's missing bits read as 0, not as the
+    // unused bits above the sequence.
+    let colour_end = colour_start + sequence_bits(colour_levels, value_count);
+    let values: Vec<i32> = sequence(word, colour_start, colour_end, colour_levels, value_count)
+        .into_iter()
+        .map(|v| colour_value(colour_levels, v))
+        .collect();
     // This texel's partition and its endpoints.
     let small = bw * bh < 31;
     let p = if partitions > 1 {
@@ -784,7 +782,9 @@ fn decode_word(
     let (js, fs, jt, ft) = (gs >> 4, gs & 0xF, gt >> 4, gt & 0xF);
     let w11 = (fs * ft + 8) >> 4;
     let (w10, w01) = (ft - w11, fs - w11);
-    let w00 = 16 - fs - ft + w11;
+    // Never negative: (16 - fs)(16 - ft) / 16, rounded; added before it
+    // is subtracted from so that no step goes below 0.
+    let w00 = 16 + w11 - fs - ft;
     let grid = |gx: u32, gy: u32, plane: u32| -> u32 {
         if gx < gw && gy < gh {
             weights[((gy * gw + gx) * planes + plane) as usize]

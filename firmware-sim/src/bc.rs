@@ -1,11 +1,13 @@
 //! Block compression: the BC1-BC7 formats (S3TC/DXT, RGTC and, in
 //! `bptc`, BPTC) and, in `etc` and `astc`, ETC2, EAC and ASTC, that the
-//! texture unit decodes. An image of them is an image of 4x4-texel blocks, 8 or 16
-//! bytes each, laid out as any image of that element size is; a block
-//! holds two endpoints and a small index per texel into a palette
-//! interpolated between them. The palettes follow the Khronos Data Format
-//! Specification's definitions of the formats, computed in floating
-//! point; how the hardware rounds its interpolation is not public.
+//! texture unit decodes. An image of them is an image of blocks (4x4
+//! texels, ASTC's 4x4 to 12x12), 8 or 16 bytes each, laid out as any
+//! image of that element size is. A BC1-BC5 block holds two endpoints and
+//! a small index per texel into a palette interpolated between them; the
+//! palettes follow the Khronos Data Format Specification's definitions of
+//! the formats, computed in floating point (how the hardware rounds its
+//! interpolation is not public). The other formats are integer
+//! arithmetic, bit for bit.
 
 use agx_hw::formats::{Channels, TextureType};
 
@@ -61,7 +63,8 @@ pub enum BlockFormat {
     },
 }
 
-/// Texels per side of a block.
+/// Texels per side of a block of every format but ASTC
+/// ([`BlockFormat::block_px`]).
 pub const BLOCK_PX: u32 = 4;
 
 impl BlockFormat {

@@ -72,6 +72,7 @@ pub fn etc2_colour(block: &[u8], texel: u32, punch_through: bool) -> [u8; 4] {
     let w = word(block);
     // The texel's 2-bit index: its high bit in the upper half of the low
     // 32 bits, its low bit in the lower half.
+    let texel = texel & 15;
     let index = (bits(w, 16 + texel, 1) << 1) | bits(w, texel, 1);
     let opaque = !punch_through || bits(w, 33, 1) == 1;
     let transparent = !opaque && index == 2;
@@ -204,7 +205,7 @@ fn step(table: i32, index: i32, opaque: bool) -> i32 {
 fn eac_fields(block: &[u8], texel: u32) -> (i32, i32, i32) {
     let w = word(block);
     let table = bits(w, 48, 4) as usize;
-    let index = bits(w, 45 - 3 * texel, 3) as usize;
+    let index = bits(w, 45 - 3 * (texel & 15), 3) as usize;
     (bits(w, 56, 8), bits(w, 52, 4), EAC_MODIFIERS[table][index])
 }
 

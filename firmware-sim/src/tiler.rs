@@ -294,7 +294,7 @@ pub struct PppState {
     /// Back-face stencil state.
     pub back_stencil: Option<FragmentStencil>,
     /// The viewports (at least one): a primitive is drawn through the one
-    /// its provoking vertex's viewport index names (`viewport_of`).
+    /// its first vertex's viewport index names (`viewport_of`).
     pub viewports: Vec<Viewport>,
     /// Culling and rasteriser state.
     pub cull: Cull,
@@ -352,10 +352,12 @@ impl PppState {
             .map_or(0, |word| (word.to_bits() >> 16) as usize)
     }
 
-    /// The viewport a primitive whose provoking vertex is `v` is drawn
-    /// through: the one its viewport index names, viewport 0 for an index
-    /// past the state's viewports (GL leaves that undefined; what the
-    /// hardware does is not public).
+    /// The viewport a primitive whose first vertex is `v` is drawn
+    /// through: the one its viewport index names (Mesa's vertex and
+    /// geometry stages write the same index at every vertex of a
+    /// primitive; which vertex the hardware reads is not public), viewport
+    /// 0 for an index past the state's viewports (GL leaves that
+    /// undefined; what the hardware does is not public).
     fn viewport_of(&self, v: &ClipVertex) -> &Viewport {
         let index = self.viewport_index(&v.varyings);
         self.viewports.get(index).unwrap_or(&self.viewports[0])
@@ -1223,7 +1225,13 @@ pub fn draw<'a>(
         },
     )?;
     let ppp = PppState::of(records);
-    let flat = flat_outputs(&vm, usc_exec_base, &ppp)?;
+    let mut flat = flat_outputs(&vm, usc_exec_base, &ppp)?;
+    // Every piece of a primitive also keeps its first vertex's layer and
+    // viewport word: the viewport transform and the record's layer and
+    // scissor all read that vertex's.
+    if let Some(at) = ppp.layer_viewport {
+        flat.push((at, 0));
+    }
     binner.set_state(records, pc)?;
     let topology = Topology::of(draw.primitive, pc)?;
     // Restart applies to indexed draws (a non-indexed draw's sequence

@@ -182,11 +182,12 @@ impl Plane {
                             self.log_stale(word_at, mode);
                         }
                     }
-                    let Some(stored) = self.element(qx, qy, layer) else {
-                        continue;
-                    };
                     let bytes = self.sample_bytes;
                     let range = sample as usize * bytes..(sample as usize + 1) * bytes;
+                    let Some(stored) = self.element(qx, qy, layer) else {
+                        element[range].fill(0);
+                        continue;
+                    };
                     GpuMemory::read(
                         vm,
                         stored.wrapping_add(u64::from(qs) * bytes as u64),
