@@ -19,6 +19,7 @@ use agx_hw::formats::{
 
 use crate::command::Watchdog;
 use crate::fault::{exec_fault, unsupported, EngineResult};
+use crate::helper::StageHelper;
 use crate::memory::{read_item, GpuVm};
 use crate::shader::run_stage_group;
 use crate::texture::TextureUnit;
@@ -88,13 +89,15 @@ impl Binding {
 /// (once, on one lane, over its uniforms); code addresses are offsets from
 /// `usc_exec_base`.
 /// A pipeline without a Shader word or with more than 64 words is
-/// refused.
+/// refused. The preshader runs on a stack from `helper` when the stage's
+/// helper program is configured for preshader stacks.
 pub fn bind(
     vm: &GpuVm<'_>,
     pipeline: u64,
     usc_exec_base: u64,
     watchdog: &Watchdog<'_>,
     samplers: StageSamplers,
+    helper: Option<&mut StageHelper>,
 ) -> Result<Binding, EngineResult> {
     let mut binding = Binding {
         code: 0,
@@ -194,7 +197,7 @@ pub fn bind(
                     usc_exec_base.wrapping_add(w.code),
                     &mut binding,
                     watchdog,
-                    samplers.heap,
+                    (samplers.heap, helper),
                 )?;
                 return Ok(binding);
             }
@@ -285,6 +288,12 @@ impl ShaderIo for PreshaderIo<'_> {
     }
 }
 
+/// The spill-size bucket a preshader's stack is asked for with. Mesa's
+/// helper hands every SIMD-group the same blocks, sized for the larger of
+/// the shader's and the preshader's scratch, and only counts requests by
+/// bucket; which bucket the hardware names for a preshader is not public.
+const PRESHADER_SPILL_BUCKET: u32 = 1;
+
 /// Runs the preshader at `code` once, on one lane, over the pipeline's
 /// uniform registers (as the Uniform words loaded them): what it stores
 /// there (`uniform_store`) is what every invocation of the shader then
@@ -292,13 +301,15 @@ impl ShaderIo for PreshaderIo<'_> {
 /// dispatch or draw and once per host thread for a fragment state; a
 /// preshader is a function of memory and uniforms (Mesa's hoist only
 /// uniform work into it), so running it again gives the same uniforms.
-/// It counts against the command's watchdog like any program.
+/// It counts against the command's watchdog like any program. When the
+/// stage's helper hands preshaders stacks (Mesa's preamble scratch), it
+/// runs on one, asked for with `PRESHADER_SPILL_BUCKET`.
 fn run_preshader(
     vm: &GpuVm<'_>,
     code: u64,
     binding: &mut Binding,
     watchdog: &Watchdog<'_>,
-    sampler_heap: Option<(u64, u32)>,
+    (sampler_heap, helper): (Option<(u64, u32)>, Option<&mut StageHelper>),
 ) -> Result<(), EngineResult> {
     let mut group = SimdGroup::new(code, 1);
     let mut memory = vm.clone();
@@ -311,15 +322,27 @@ fn run_preshader(
         sampler_heap,
         sampler_stride_bytes: binding.sampler_stride_bytes,
     };
-    run_stage_group(
-        &mut group,
-        &mut ProgramCache::new(),
-        &mut memory,
-        &mut io,
-        &mut binding.uniforms,
-        watchdog,
-        exec_fault,
-    )?;
+    match helper.filter(|h| h.preshader_stack()) {
+        Some(helper) => helper.run_stage_group(
+            &mut group,
+            PRESHADER_SPILL_BUCKET,
+            &mut ProgramCache::new(),
+            &mut memory,
+            &mut io,
+            &mut binding.uniforms,
+            watchdog,
+            exec_fault,
+        )?,
+        None => run_stage_group(
+            &mut group,
+            &mut ProgramCache::new(),
+            &mut memory,
+            &mut io,
+            &mut binding.uniforms,
+            watchdog,
+            exec_fault,
+        )?,
+    }
     // Later bindings take precedence (the texture unit searches from the
     // last), so what the preshader stores overrides the control words.
     binding.textures.extend_from_slice(&io.textures[io.own.0..]);

@@ -23,7 +23,7 @@ use agx_hw::formats::CdmBlock;
 use crate::command::{command_body, RunContext, WATCHDOG_STRIDE};
 use crate::compute;
 use crate::fault::{unsupported, EngineResult};
-use crate::helper::HelperProgram;
+use crate::helper::{HelperProgram, StageHelper};
 use crate::memory::read_item;
 
 /// Runs RunVertex/RunFragment/RunCompute commands.
@@ -116,7 +116,11 @@ impl Gpu {
                             Ok(launch) => launch,
                             Err(result) => return result,
                         };
-                    let binding = match crate::bind::bind(
+                    // A preshader's stack comes from core 0's helper, which
+                    // ends before the dispatch's cores start theirs.
+                    let helper = HelperProgram::of(&body.helper, body.usc_exec_base.get());
+                    let mut preshader_helper = StageHelper::new(helper, 0, ctx.vm_slot);
+                    let bound = crate::bind::bind(
                         &vm,
                         launch.pipeline,
                         body.usc_exec_base.get(),
@@ -126,7 +130,10 @@ impl Gpu {
                                 .then_some((body.sampler_heap.get(), body.sampler_count)),
                             states: words.header.sampler_state_register_count,
                         },
-                    ) {
+                        Some(&mut preshader_helper),
+                    );
+                    let ended = preshader_helper.end(&mut vm.clone(), &ctx.watchdog());
+                    let binding = match bound.and_then(|binding| ended.map(|()| binding)) {
                         Ok(binding) => binding,
                         Err(result) => return result,
                     };

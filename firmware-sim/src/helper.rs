@@ -57,6 +57,10 @@ pub struct HelperProgram {
     pub code: u64,
     /// The argument (`sr146`/`sr147` when it starts).
     pub arg: u64,
+    /// The stage's preshaders run on a stack too (bit 16 of the
+    /// configuration word, which Mesa sets when a preshader needs
+    /// scratch: `vs_preamble_scratch` and its kin).
+    pub preshader_stack: bool,
 }
 
 impl HelperProgram {
@@ -66,6 +70,7 @@ impl HelperProgram {
         (helper.program != 0).then(|| HelperProgram {
             code: usc_exec_base.wrapping_add(u64::from(helper.program & !3)),
             arg: helper.arg,
+            preshader_stack: (helper.cfg >> 16) & 1 != 0,
         })
     }
 }
@@ -327,6 +332,11 @@ impl StageHelper {
             vm_slot,
             running: None,
         }
+    }
+
+    /// Whether the stage's preshaders run on a stack from the helper.
+    pub fn preshader_stack(&self) -> bool {
+        self.program.is_some_and(|p| p.preshader_stack)
     }
 
     /// Runs `groups` (with `run`) on stacks: each gets one before, when

@@ -1223,6 +1223,7 @@ pub fn draw<'a>(
                 .sampler_states
                 .unwrap_or(agx_hw::formats::SamplerStates::None),
         },
+        Some(&mut *helper),
     )?;
     let ppp = PppState::of(records);
     let mut flat = flat_outputs(&vm, usc_exec_base, &ppp)?;

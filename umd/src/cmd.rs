@@ -528,6 +528,10 @@ pub struct CommandBuffer {
     /// The largest stack (bytes per thread) a dispatch in the open CDM
     /// stream needs.
     cdm_stack_bytes: u32,
+    /// A dispatch in the open CDM stream has a preshader that needs a
+    /// stack (the helper's configuration says so, as Mesa's
+    /// `cs_preamble_scratch`).
+    cdm_preshader_stack: bool,
     stats: RecordStats,
     /// Pipelines and images the recorded work refers to.
     keep: Vec<Arc<GraphicsPipeline>>,
@@ -560,6 +564,7 @@ impl CommandBuffer {
             commands: Vec::new(),
             cdm: Vec::new(),
             cdm_stack_bytes: 0,
+            cdm_preshader_stack: false,
             stats: RecordStats::default(),
             keep: Vec::new(),
             heaps: None,
@@ -625,9 +630,13 @@ impl CommandBuffer {
         stream.extend(CdmStreamTerminate::default().pack().map_err(pack_err)?);
         // On failure the open stream stays, with the dispatches in it.
         let slice = self.data.upload(&stream, 64)?;
-        let helper = self.stack_helper(self.cdm_stack_bytes)?;
+        let mut helper = self.stack_helper(self.cdm_stack_bytes)?;
+        if self.cdm_preshader_stack {
+            helper.cfg |= 1 << 16;
+        }
         self.cdm.clear();
         self.cdm_stack_bytes = 0;
+        self.cdm_preshader_stack = false;
         let (sampler_heap, sampler_count) = self.heaps.map_or((0, 0), |h| h.samplers);
         self.commands.push(Command::Compute(Box::new(CmdCompute {
             cdm_ctrl_stream_base: slice.va,
@@ -696,15 +705,19 @@ impl CommandBuffer {
             return Err(Error::Unsupported(format!("threadgroup size {local:?}")));
         }
         let bindings = self.with_heap(bindings.clone());
-        if crate::scratch::ScratchLayout::for_stack(bindings.stack_bytes).is_none() {
+        // The helper's stacks serve the kernel and its preshader alike.
+        let preshader_stack_bytes = bindings.preshader.map_or(0, |(_, bytes)| bytes);
+        let stack_bytes = bindings.stack_bytes.max(preshader_stack_bytes);
+        if crate::scratch::ScratchLayout::for_stack(stack_bytes).is_none() {
             return Err(Error::Unsupported(format!(
                 "a stack of {} bytes per thread (at most {} bytes)",
-                bindings.stack_bytes,
+                stack_bytes,
                 crate::scratch::MAX_STACK_BYTES
             )));
         }
         let pipeline = place_pipeline(&self.device, &mut self.usc, shader, &bindings)?;
-        self.cdm_stack_bytes = self.cdm_stack_bytes.max(bindings.stack_bytes);
+        self.cdm_stack_bytes = self.cdm_stack_bytes.max(stack_bytes);
+        self.cdm_preshader_stack |= preshader_stack_bytes > 0;
         CdmBlock::Launch(CdmLaunch {
             header: CdmLaunchWord0 {
                 mode: CdmMode::Direct,

@@ -9,8 +9,8 @@
 //! name a pipeline by its 64-byte-aligned offset from `usc_exec_base`.
 
 use agx_hw::formats::{
-    SharedLayout, UscFragmentProperties, UscNoPreshader, UscSampler, UscShader, UscShared,
-    UscTexture, UscUniform,
+    SharedLayout, UscFragmentProperties, UscNoPreshader, UscPreshader, UscSampler, UscShader,
+    UscShared, UscTexture, UscUniform,
 };
 
 use crate::alloc::Arena;
@@ -183,6 +183,12 @@ pub struct Bindings {
     /// Bytes of stack each thread needs (`stack_load`/`stack_store`,
     /// kernels only); 0 for none. See [`crate::scratch`].
     pub stack_bytes: u32,
+    /// A preshader (kernels only): the code offset of a program
+    /// ([`Shader::code_offset`]) run once before the kernel, whose
+    /// `uniform_store`s every thread then reads, and the bytes of stack it
+    /// needs (0 for none: the command's helper then hands preshaders no
+    /// stack).
+    pub preshader: Option<(u32, u32)>,
 }
 
 impl Bindings {
@@ -272,7 +278,17 @@ pub fn pipeline_words(shader: &Shader, bindings: &Bindings) -> Result<Vec<u8>, E
     if bindings.tilebuffer_sample_bytes.is_some() {
         words.extend(UscFragmentProperties::default().pack().map_err(pack_err)?);
     }
-    words.extend(UscNoPreshader::default().pack().map_err(pack_err)?);
+    match bindings.preshader {
+        Some((code, _)) => words.extend(
+            UscPreshader {
+                code: u64::from(code),
+                ..UscPreshader::default()
+            }
+            .pack()
+            .map_err(pack_err)?,
+        ),
+        None => words.extend(UscNoPreshader::default().pack().map_err(pack_err)?),
+    }
     Ok(words)
 }
 

@@ -653,6 +653,57 @@ fn a_recursive_routine_runs_on_stacks_the_helper_program_hands_out() {
     );
 }
 
+/// A preshader that spills: it keeps a value on its stack, reads it back
+/// and stores it, plus one, to uniform u2, which every thread of the
+/// kernel then writes out. The command's helper is configured to hand
+/// preshaders stacks (bit 16, as Mesa's `cs_preamble_scratch`); the
+/// kernel itself needs none.
+const SPILLING_PRESHADER: &str = "
+    stack_adjust 0, 1, 2, 0, 0, 2
+    mov_imm r1, 1234
+    stack_store i32, 1, 0, x, 4, r1, 0, 0
+    mov_imm r1, 0
+    stack_load r2, i32, 1, 0, x, 4, 0, 0
+    wait 0
+    iadd r2, r2, 1
+    uniform_store 2, i16, xy, 0, r2l_r2h, 4
+    stack_adjust 0, 1, 2, 0, 0, -2
+    stop";
+
+/// Writes u2 to word `thread` of the buffer at u0_u1.
+const WRITE_U2: &str = "
+    get_sr r5, sr80
+    mov r3, u2
+    device_store 0, i32, x, r3, u0_u1, r5, unsigned, 0
+    stop";
+
+#[test_log::test]
+fn a_preshader_that_spills_runs_on_a_stack_from_the_helper() {
+    let (device, queue, programs) = gpu();
+    let threads = 128u32;
+    let out = zeroed_words(&device, threads);
+    let kernel = Shader::new(&device, WRITE_U2).unwrap();
+    let preshader = Shader::new(&device, SPILLING_PRESHADER).unwrap();
+    let mut cb = CommandBuffer::new(&device, &programs);
+    let mut bindings = Bindings::default()
+        .with_uniform_words(cb.arena(), &[out.va() as u32, (out.va() >> 32) as u32, 0])
+        .unwrap();
+    bindings.preshader = Some((preshader.code_offset(), 8));
+    cb.dispatch(&kernel, &bindings, [threads, 1, 1], [64, 1, 1])
+        .unwrap();
+    cb.finish().unwrap();
+    let agx_umd::cmd::Command::Compute(command) = &cb.commands()[0] else {
+        panic!("not a compute command");
+    };
+    assert_ne!(command.helper.binary, 0, "the command names the helper");
+    assert_eq!(command.helper.cfg, 1 << 16, "preshaders get stacks");
+    run(&device, &queue, cb).unwrap();
+    assert_eq!(
+        read_words(&out, threads as usize),
+        vec![1235; threads as usize]
+    );
+}
+
 /// Helper programs that break the doorbell protocol: each fails its
 /// command with `EIO` (logged with the helper's address), and the queue
 /// then runs the next command with the driver's helper as if nothing had

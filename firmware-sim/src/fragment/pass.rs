@@ -440,7 +440,7 @@ impl Pass<'_> {
                     render,
                     scene,
                     state,
-                    &self.watchdog,
+                    (&self.watchdog, &mut w.helper),
                 )?;
                 e.insert(std::sync::Arc::new(setup));
             }

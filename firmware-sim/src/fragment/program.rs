@@ -54,6 +54,7 @@ pub(super) fn program(
             heap: sampler_heap,
             states: agx_hw::formats::SamplerStates::None,
         },
+        None,
     )
 }
 
@@ -288,11 +289,12 @@ pub(super) fn fragment_setup(
     render: &RenderPass,
     scene: &Scene,
     state: u32,
-    watchdog: &Watchdog<'_>,
+    (watchdog, helper): (&Watchdog<'_>, &mut StageHelper),
 ) -> Result<FragmentSetup, EngineResult> {
     let heap = (!render.sampler_heap.is_null())
         .then_some((render.sampler_heap.get(), render.sampler_count));
-    let (binding, ppp) = fragment_shader(vm, usc_exec_base, scene, state, watchdog, heap)?;
+    let (binding, ppp) =
+        fragment_shader(vm, usc_exec_base, (scene, state), watchdog, (heap, helper))?;
     let control = ppp.fragment_control.unwrap_or_default();
     let indices = ppp.depth_bias_scissor;
     // Entry `index` of an array of N-byte records at `base`.
@@ -336,10 +338,9 @@ pub(super) fn fragment_setup(
 fn fragment_shader(
     vm: &GpuVm<'_>,
     usc_exec_base: u64,
-    scene: &Scene,
-    state: u32,
+    (scene, state): (&Scene, u32),
     watchdog: &Watchdog<'_>,
-    sampler_heap: Option<(u64, u32)>,
+    (sampler_heap, helper): (Option<(u64, u32)>, &mut StageHelper),
 ) -> Result<(Option<Binding>, tiler::PppState), EngineResult> {
     if state >= scene.header.state_count {
         return Err(unsupported(
@@ -383,6 +384,7 @@ fn fragment_shader(
             heap: sampler_heap,
             states: ppp.fragment_sampler_states,
         },
+        Some(helper),
     )?;
     Ok((Some(binding), ppp))
 }
