@@ -3411,6 +3411,67 @@ fn fragment_shaders_read_the_primitive_id_and_lines_take_flat_values_from_the_pr
     }
 }
 
+/// `iter` with bit 23 takes its coefficient register from a 16-bit
+/// register (Mesa's dynamically indexed varying arrays): with r10l = 3
+/// it reads cf3-cf5, here the colour bound flat from vertex 0, where the
+/// field (20) would name a register no binding fills.
+#[test_log::test]
+fn iter_reads_the_coefficient_register_a_register_names() {
+    use agx_hw::formats::{CfBinding, CfBindingHeader, CoefficientSource, ShadeModel};
+    let m = Machine::new(5000);
+    let v = |x: f32, y: f32, colour: [f32; 3]| ([x, y], 0.5f32, colour);
+    let triangle = [
+        v(8.5, 8.5, [1.0, 0.0, 0.0]),
+        v(56.5, 8.5, [0.0, 1.0, 0.0]),
+        v(8.5, 56.5, [0.0, 0.0, 1.0]),
+    ];
+    shape_vertices(&m, &triangle);
+    let vs = colour_vs(&m, VERTICES);
+    let mut table = CfBindingHeader {
+        slot_count: 4,
+        coefficient_register_count: 6,
+    }
+    .pack()
+    .unwrap()
+    .to_vec();
+    for (shade_model, base_coefficient_register) in
+        [(ShadeModel::Linear, 0), (ShadeModel::FlatVertex0, 3)]
+    {
+        table.extend(
+            CfBinding {
+                components: 3,
+                shade_model,
+                source: CoefficientSource::Varying,
+                base_slot: 1,
+                base_coefficient_register,
+            }
+            .pack()
+            .unwrap(),
+        );
+    }
+    m.poke(m.usc, 0x5000, &table);
+    let fs = m.program(
+        "
+    mov_imm r10, 3
+    iter r2_r3_r4, cf20, center, 0, 0, 0, 0, 1
+    mov r5, u0
+    st_tile r2_r3_r4_r5, u8norm, 0, xyzw, 0, 255, r0, 0
+    stop",
+        0x4000,
+        0x100,
+        &[1.0f32.to_bits()],
+        UNIFORMS + 0x300,
+        0,
+        None,
+    );
+    let draw = Shapes::new(Primitive::Triangles, 3);
+    let render = draw_shapes(&m, draw, vs, 7, fs, Some((0x5000, 2)), None, None, &|_| {});
+    assert_eq!(m.submit(CmdType::Render, render.as_bytes()), None);
+    for (x, y) in [(10, 10), (40, 12), (12, 40), (25, 25)] {
+        assert_eq!(rgb(&m, x, y), [255, 0, 0], "pixel ({x}, {y})");
+    }
+}
+
 /// COLOUR_VS and COLOUR_FS drawing `vertices` as `primitive`, the
 /// colour read flat with `shade_model`, the VDM's provoking vertex the
 /// first or not and the PPP records edited by `patch`; returns the

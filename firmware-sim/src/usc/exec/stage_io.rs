@@ -8,6 +8,25 @@ use super::{lanes, unsupported, Env, ExecError, Flow, Operands, SimdGroup};
 use crate::usc::io::{Interpolation, TileAccess};
 
 impl SimdGroup {
+    /// The coefficient register an `iter`, `iterproj` or `ldcf` names: its
+    /// field, or with bit 23 set the lane's value of the 16-bit register
+    /// the field names (Mesa's register-indexed varyings: `agx_pack.c`
+    /// sets the bit for a register source, as a dynamically indexed
+    /// varying array compiles).
+    fn coefficient_index(&self, field: u32, in_register: bool, lane: usize) -> u32 {
+        if in_register {
+            self.read(
+                Reg {
+                    half: field as u16,
+                    size: Size::S16,
+                },
+                lane,
+            ) as u32
+        } else {
+            field
+        }
+    }
+
     /// Executes an instruction that talks to the stage's fixed-function units.
     #[inline(always)]
     pub(super) fn stage_io(
@@ -50,7 +69,6 @@ impl SimdGroup {
             }
             Op::Iter | Op::Iterproj => {
                 let data = o.run(0)?;
-                let cf = o.int(1)? as u32;
                 let (perspective, tail) = if op == Op::Iterproj {
                     (Some(o.int(2)? as u32), 3)
                 } else {
@@ -58,7 +76,10 @@ impl SimdGroup {
                 };
                 let mode = o.int(tail)?;
                 let sample = o.int(tail + 1)?;
+                let cf_in_register = o.int(tail + 5)? != 0;
+                let cf_field = o.int(1)? as u32;
                 for lane in lanes(exec) {
+                    let cf = self.coefficient_index(cf_field, cf_in_register, lane);
                     let interpolation = match mode {
                         0 => Interpolation::Center,
                         1 => Interpolation::Sample(sample as u32),
@@ -88,9 +109,11 @@ impl SimdGroup {
             }
             Op::Ldcf => {
                 let data = o.run(0)?;
-                let cf = o.int(1)? as u32;
+                let cf_field = o.int(1)? as u32;
+                let cf_in_register = o.int(2)? != 0;
                 let channels = usize::from(data.count / 3);
                 for lane in lanes(exec) {
+                    let cf = self.coefficient_index(cf_field, cf_in_register, lane);
                     let planes = env
                         .io
                         .coefficients(lane, cf, channels)
