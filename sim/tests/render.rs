@@ -3411,6 +3411,49 @@ fn fragment_shaders_read_the_primitive_id_and_lines_take_flat_values_from_the_pr
     }
 }
 
+/// Coefficients are relative to the 32x32 tile holding the pixel: `ldcf`
+/// of a varying that runs from 0 at x = 0 to 1 at x = 64 gives C = 0 (its
+/// value at the corner) in the tiles at x 0-31 and C = 0.5 in those at x
+/// 32-63 (Mesa's `interpolateAtOffset` takes pixel coordinates modulo 32).
+#[test_log::test]
+fn coefficients_are_relative_to_the_32x32_tile() {
+    let m = Machine::new(5000);
+    let v = |x: f32, y: f32| ([x, y], 0.5f32, [x / 64.0, 0.0, 0.0]);
+    let quad = [
+        v(0.0, 0.0),
+        v(64.0, 0.0),
+        v(0.0, 64.0),
+        v(64.0, 0.0),
+        v(64.0, 64.0),
+        v(0.0, 64.0),
+    ];
+    shape_vertices(&m, &quad);
+    let vs = colour_vs(&m, VERTICES);
+    cf_table(&m, 3, agx_hw::formats::ShadeModel::Linear);
+    let fs = m.program(
+        "
+    ldcf r2_r3_r4, cf0, 0
+    mov r8, r4
+    mov_imm r9, 0
+    mov_imm r10, 0
+    mov r11, u0
+    st_tile r8_r9_r10_r11, u8norm, 0, xyzw, 0, 255, r0, 0
+    stop",
+        0x4000,
+        0x100,
+        &[1.0f32.to_bits()],
+        UNIFORMS + 0x300,
+        0,
+        None,
+    );
+    let draw = Shapes::new(Primitive::Triangles, 6);
+    let render = draw_shapes(&m, draw, vs, 7, fs, Some((0x5000, 1)), None, None, &|_| {});
+    assert_eq!(m.submit(CmdType::Render, render.as_bytes()), None);
+    for (x, y, red) in [(5, 5, 0), (31, 40, 0), (32, 5, 128), (60, 60, 128)] {
+        assert_eq!(rgb(&m, x, y), [red, 0, 0], "pixel ({x}, {y})");
+    }
+}
+
 /// `iter` with bit 23 takes its coefficient register from a 16-bit
 /// register (Mesa's dynamically indexed varying arrays): with r10l = 3
 /// it reads cf3-cf5, here the colour bound flat from vertex 0, where the

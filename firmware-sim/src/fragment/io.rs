@@ -74,11 +74,25 @@ impl TileIo<'_, '_> {
 }
 
 impl TileIo<'_, '_> {
+    /// Coefficient register `cf` as the shader sees it: <A, B, C> dotted
+    /// with <x, y, 1> relative to the 32x32 tile holding the pixel, so C
+    /// is the value at the tile's corner (Mesa's
+    /// `agx_nir_lower_interpolation.c`, whose `interpolateAtOffset` takes
+    /// the pixel's coordinates modulo 32).
     fn plane(&self, cf: u32) -> Result<[f32; 3], IoError> {
-        self.coefficients
+        let [a, b, c] = self
+            .coefficients
             .get(cf as usize)
             .copied()
-            .ok_or_else(|| invalid(format!("coefficient register cf{cf} is not bound")))
+            .ok_or_else(|| invalid(format!("coefficient register cf{cf} is not bound")))?;
+        let (ox, oy) = self.coefficient_origin();
+        Ok([a, b, a.mul_add(ox, b.mul_add(oy, c))])
+    }
+
+    /// Where the coefficient planes' x and y start: the corner of the
+    /// 32x32 tile holding the pass tile.
+    fn coefficient_origin(&self) -> (f32, f32) {
+        ((self.origin.0 & !31) as f32, (self.origin.1 & !31) as f32)
     }
 
     /// The lane's pixel centre in window coordinates.
@@ -248,6 +262,8 @@ impl ShaderIo for TileIo<'_, '_> {
         perspective_w: Option<u32>,
     ) -> Result<[f32; 4], IoError> {
         let (x, y) = self.interpolation_point(lane, interpolation);
+        let (ox, oy) = self.coefficient_origin();
+        let (x, y) = (x - ox, y - oy);
         let eval = |p: [f32; 3]| p[0].mul_add(x, p[1].mul_add(y, p[2]));
         let w = match perspective_w {
             Some(w_cf) => eval(self.plane(w_cf)?),
