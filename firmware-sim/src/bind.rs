@@ -21,7 +21,6 @@ use crate::command::Watchdog;
 use crate::fault::{exec_fault, unsupported, EngineResult};
 use crate::helper::StageHelper;
 use crate::memory::{read_item, GpuVm};
-use crate::shader::run_stage_group;
 use crate::texture::TextureUnit;
 use crate::usc::io::{IoError, StateKind, TextureRequest};
 use crate::usc::{ProgramCache, ShaderIo, SimdGroup, LANES, UNIFORMS};
@@ -322,27 +321,23 @@ fn run_preshader(
         sampler_heap,
         sampler_stride_bytes: binding.sampler_stride_bytes,
     };
-    match helper.filter(|h| h.preshader_stack()) {
-        Some(helper) => helper.run_stage_group(
-            &mut group,
-            PRESHADER_SPILL_BUCKET,
-            &mut ProgramCache::new(),
-            &mut memory,
-            &mut io,
-            &mut binding.uniforms,
-            watchdog,
-            exec_fault,
-        )?,
-        None => run_stage_group(
-            &mut group,
-            &mut ProgramCache::new(),
-            &mut memory,
-            &mut io,
-            &mut binding.uniforms,
-            watchdog,
-            exec_fault,
-        )?,
-    }
+    // Without a preshader stack, a helper with no program: it hands out
+    // nothing, and the preshader runs as before.
+    let mut no_helper = StageHelper::new(None, 0, 0);
+    let (helper, bucket) = match helper.filter(|h| h.preshader_stack()) {
+        Some(helper) => (helper, PRESHADER_SPILL_BUCKET),
+        None => (&mut no_helper, 0),
+    };
+    helper.run_stage_group(
+        &mut group,
+        bucket,
+        &mut ProgramCache::new(),
+        &mut memory,
+        &mut io,
+        &mut binding.uniforms,
+        watchdog,
+        exec_fault,
+    )?;
     // Later bindings take precedence (the texture unit searches from the
     // last), so what the preshader stores overrides the control words.
     binding.textures.extend_from_slice(&io.textures[io.own.0..]);

@@ -80,19 +80,13 @@ pub fn etc2_colour(block: &[u8], texel: u32, punch_through: bool) -> [u8; 4] {
     let rgb = |c: [i32; 3]| c.map(|v| clamp(v) as u8);
     let individual = !punch_through && bits(w, 33, 1) == 0;
     let colour = if individual {
-        let (x, y) = (texel / 4, texel % 4);
-        let second = if bits(w, 32, 1) == 1 { y >= 2 } else { x >= 2 };
+        let (second, table) = subblock(w, texel);
         let base = if second {
             [bits(w, 56, 4), bits(w, 48, 4), bits(w, 40, 4)]
         } else {
             [bits(w, 60, 4), bits(w, 52, 4), bits(w, 44, 4)]
         }
         .map(|v| widen(v, 4));
-        let table = if second {
-            bits(w, 34, 3)
-        } else {
-            bits(w, 37, 3)
-        };
         let step = step(table, index, true);
         rgb(base.map(|c| c + step))
     } else {
@@ -166,14 +160,8 @@ pub fn etc2_colour(block: &[u8], texel: u32, punch_through: bool) -> [u8; 4] {
             return [r, g, b, 255];
         } else {
             // Differential mode.
-            let (x, y) = (texel / 4, texel % 4);
-            let second = if bits(w, 32, 1) == 1 { y >= 2 } else { x >= 2 };
+            let (second, table) = subblock(w, texel);
             let colour = if second { second_base } else { base }.map(|v| widen(v, 5));
-            let table = if second {
-                bits(w, 34, 3)
-            } else {
-                bits(w, 37, 3)
-            };
             let step = step(table, index, opaque);
             rgb(colour.map(|c| c + step))
         }
@@ -184,6 +172,22 @@ pub fn etc2_colour(block: &[u8], texel: u32, punch_through: bool) -> [u8; 4] {
         let [r, g, b] = colour;
         [r, g, b, 255]
     }
+}
+
+/// Whether texel `texel` (4x + y) is in an ETC1-style block's second
+/// subblock (the right half, or with the flip bit 32 the lower half),
+/// and that subblock's intensity table.
+fn subblock(w: u64, texel: u32) -> (bool, i32) {
+    let (x, y) = (texel / 4, texel % 4);
+    let second = if bits(w, 32, 1) == 1 { y >= 2 } else { x >= 2 };
+    (
+        second,
+        if second {
+            bits(w, 34, 3)
+        } else {
+            bits(w, 37, 3)
+        },
+    )
 }
 
 /// An intensity modifier: index 00 adds the table's small step, 01 its

@@ -768,6 +768,20 @@ const COLOUR_VS: &str = "
     st_var 1, r14, 6
     stop";
 
+/// Places the fragment program `source` at USC offset 0x4000 with its
+/// pipeline at 0x100, u0 = 1.0 (the alpha of the programs here).
+fn fs_program(m: &Machine, source: &str) -> u64 {
+    m.program(
+        source,
+        0x4000,
+        0x100,
+        &[1.0f32.to_bits()],
+        UNIFORMS + 0x300,
+        0,
+        None,
+    )
+}
+
 /// Fragment shader: the interpolated colour (cf0-cf2), alpha 1 (u0).
 const COLOUR_FS: &str = "
     iter r2_r3_r4, cf0, center, 0, 0, 0, 0, 0
@@ -797,15 +811,7 @@ fn varyings_past_the_hundredth_output_slot_reach_the_fragment_shader() {
     let mut uniforms = pair(DATA_VA + VERTICES);
     uniforms.extend(pair(DATA_VA + VERTICES + 16));
     let vs = m.program(&vs, 0x3000, 0xC0, &uniforms, UNIFORMS + 0x200, 0, None);
-    let fs = m.program(
-        COLOUR_FS,
-        0x4000,
-        0x100,
-        &[1.0f32.to_bits()],
-        UNIFORMS + 0x300,
-        0,
-        None,
-    );
+    let fs = fs_program(&m, COLOUR_FS);
     let mut table = CfBindingHeader {
         slot_count: 1 + 100,
         coefficient_register_count: 3,
@@ -847,15 +853,7 @@ fn varyings_are_interpolated_across_the_triangle() {
     }
     m.poke_u32s(VERTICES, &vertices);
     let vs = colour_vs(&m, VERTICES);
-    let fs = m.program(
-        COLOUR_FS,
-        0x4000,
-        0x100,
-        &[1.0f32.to_bits()],
-        UNIFORMS + 0x300,
-        0,
-        None,
-    );
+    let fs = fs_program(&m, COLOUR_FS);
     // The coefficient binding table: slots 4-6, linear, to cf0-cf2.
     cf_table(&m, 3, agx_hw::formats::ShadeModel::Linear);
     let render = draw_pass(&m, 3, vs, 7, fs, Some((0x5000, 1)));
@@ -2493,15 +2491,7 @@ fn fragment_shaders_read_whether_their_triangle_faces_away() {
     let back = [[63.0, 63.0], [63.0, 32.0], [32.0, 63.0]];
     m.poke_u32s(VERTICES, &clip(&[front, back].concat()));
     let vs = position_vs(&m);
-    let fs = m.program(
-        FACING_FS,
-        0x4000,
-        0x100,
-        &[1.0f32.to_bits()],
-        UNIFORMS + 0x300,
-        0,
-        None,
-    );
+    let fs = fs_program(&m, FACING_FS);
     let render = draw_pass(&m, 6, vs, 4, fs, None);
     assert_eq!(m.submit(CmdType::Render, render.as_bytes()), None);
     assert_eq!(rgb(&m, 4, 4), [0, 255, 0], "front-facing");
@@ -3058,15 +3048,7 @@ fn the_viewport_index_picks_the_viewport_and_its_scissor() {
     uniforms.extend(pair(DATA_VA + VERTICES + 16));
     let vs = m.program(LAYER_VS, 0x3000, 0xC0, &uniforms, UNIFORMS + 0x200, 0, None);
     cf_table(&m, 3, ShadeModel::Linear);
-    let fs = m.program(
-        COLOUR_FS,
-        0x4000,
-        0x100,
-        &[1.0f32.to_bits()],
-        UNIFORMS + 0x300,
-        0,
-        None,
-    );
+    let fs = fs_program(&m, COLOUR_FS);
     let rectangle = |x0: u32, y0: u32, x1: u32, y1: u32| Scissor {
         min_x: x0,
         min_y: y0,
@@ -3179,15 +3161,7 @@ fn a_layered_pass_draws_each_primitive_to_the_layer_its_vertices_name() {
     uniforms.extend(pair(DATA_VA + VERTICES + 16));
     let vs = m.program(LAYER_VS, 0x3000, 0xC0, &uniforms, UNIFORMS + 0x200, 0, None);
     cf_table(&m, 3, ShadeModel::Linear);
-    let fs = m.program(
-        COLOUR_FS,
-        0x4000,
-        0x100,
-        &[1.0f32.to_bits()],
-        UNIFORMS + 0x300,
-        0,
-        None,
-    );
+    let fs = fs_program(&m, COLOUR_FS);
     let layered_output = |records: &mut PppRecords| {
         records.output_select = Some(OutputSelect {
             varyings: true,
@@ -3391,15 +3365,7 @@ fn fragment_shaders_read_the_primitive_id_and_lines_take_flat_values_from_the_pr
         cf_table(&m, 3, shade_model);
         shape_vertices(&m, &line);
         let vs = colour_vs(&m, VERTICES);
-        let fs = m.program(
-            COLOUR_FS,
-            0x4000,
-            0x100,
-            &[1.0f32.to_bits()],
-            UNIFORMS + 0x300,
-            0,
-            None,
-        );
+        let fs = fs_program(&m, COLOUR_FS);
         let draw = Shapes::new(Primitive::Lines, 2);
         let render = draw_shapes(&m, draw, vs, 7, fs, Some((0x5000, 1)), None, None, &|_| {});
         assert_eq!(m.submit(CmdType::Render, render.as_bytes()), None);
@@ -3430,7 +3396,8 @@ fn coefficients_are_relative_to_the_32x32_tile() {
     shape_vertices(&m, &quad);
     let vs = colour_vs(&m, VERTICES);
     cf_table(&m, 3, agx_hw::formats::ShadeModel::Linear);
-    let fs = m.program(
+    let fs = fs_program(
+        &m,
         "
     ldcf r2_r3_r4, cf0, 0
     mov r8, r4
@@ -3439,12 +3406,6 @@ fn coefficients_are_relative_to_the_32x32_tile() {
     mov r11, u0
     st_tile r8_r9_r10_r11, u8norm, 0, xyzw, 0, 255, r0, 0
     stop",
-        0x4000,
-        0x100,
-        &[1.0f32.to_bits()],
-        UNIFORMS + 0x300,
-        0,
-        None,
     );
     let draw = Shapes::new(Primitive::Triangles, 6);
     let render = draw_shapes(&m, draw, vs, 7, fs, Some((0x5000, 1)), None, None, &|_| {});
@@ -3493,19 +3454,14 @@ fn iter_reads_the_coefficient_register_a_register_names() {
         );
     }
     m.poke(m.usc, 0x5000, &table);
-    let fs = m.program(
+    let fs = fs_program(
+        &m,
         "
     mov_imm r10, 3
     iter r2_r3_r4, cf20, center, 0, 0, 0, 0, 1
     mov r5, u0
     st_tile r2_r3_r4_r5, u8norm, 0, xyzw, 0, 255, r0, 0
     stop",
-        0x4000,
-        0x100,
-        &[1.0f32.to_bits()],
-        UNIFORMS + 0x300,
-        0,
-        None,
     );
     let draw = Shapes::new(Primitive::Triangles, 3);
     let render = draw_shapes(&m, draw, vs, 7, fs, Some((0x5000, 2)), None, None, &|_| {});
@@ -3531,15 +3487,7 @@ fn draw_flat(
     cf_table(m, 3, shade_model);
     shape_vertices(m, vertices);
     let vs = colour_vs(m, VERTICES);
-    let fs = m.program(
-        COLOUR_FS,
-        0x4000,
-        0x100,
-        &[1.0f32.to_bits()],
-        UNIFORMS + 0x300,
-        0,
-        None,
-    );
+    let fs = fs_program(m, COLOUR_FS);
     let mut draw = Shapes::new(primitive, vertices.len() as u32);
     draw.vertex_flags = Some(VdmStateVertexUnknown {
         flat_shading_control: if provoking_first {
