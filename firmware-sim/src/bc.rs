@@ -9,182 +9,65 @@
 //! interpolation is not public). The other formats are integer
 //! arithmetic, bit for bit.
 
-use agx_hw::formats::{Channels, TextureType};
+pub use agx_hw::block::{BlockFormat, BLOCK_PX};
 
-/// A block-compressed format.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BlockFormat {
-    /// BC1: RGB565 endpoints, 2-bit indices; a 1-bit alpha in its
-    /// three-colour mode.
-    Bc1,
-    /// BC2: explicit 4-bit alpha, then a BC1 colour block.
-    Bc2,
-    /// BC3: an interpolated alpha block, then a BC1 colour block.
-    Bc3,
-    /// BC4: one interpolated channel, unsigned or signed.
-    Bc4 {
-        /// Signed normalised endpoints.
-        signed: bool,
-    },
-    /// BC5: two interpolated channels.
-    Bc5 {
-        /// Signed normalised endpoints.
-        signed: bool,
-    },
-    /// BC6H: 16-bit float RGB in fourteen modes (`bptc`).
-    Bc6h {
-        /// The signed variant (Mesa's BC6H; BC6H ufloat is unsigned).
-        signed: bool,
-    },
-    /// BC7: 8-bit RGBA in eight modes (`bptc`).
-    Bc7,
-    /// ETC2 RGB8 (ETC1 blocks included; `etc`).
-    Etc2Rgb8,
-    /// ETC2 RGB8 with punch-through alpha.
-    Etc2Rgb8A1,
-    /// ETC2 RGBA8: an EAC alpha block, then an ETC2 colour block.
-    Etc2Rgba8,
-    /// EAC R11, unsigned or signed.
-    EacR11 {
-        /// Signed normalised.
-        signed: bool,
-    },
-    /// EAC RG11: an R11 block per channel.
-    EacRg11 {
-        /// Signed normalised.
-        signed: bool,
-    },
-    /// ASTC, LDR and HDR (`astc`), of a footprint of texels.
-    Astc {
-        /// Texels across a block.
-        width: u32,
-        /// Texels down a block.
-        height: u32,
-    },
-}
-
-/// Texels per side of a block of every format but ASTC
-/// ([`BlockFormat::block_px`]).
-pub const BLOCK_PX: u32 = 4;
-
-impl BlockFormat {
-    /// The block format of a descriptor's channels and type (`None`: not
-    /// one of BC1-BC7, or a type they do not have).
-    pub fn of(channels: Channels, data_type: TextureType) -> Option<BlockFormat> {
-        match (channels, data_type) {
-            (Channels::Bc6h, TextureType::Float) => {
-                return Some(BlockFormat::Bc6h { signed: true })
-            }
-            (Channels::Bc6hUfloat, TextureType::Float) => {
-                return Some(BlockFormat::Bc6h { signed: false })
-            }
-            (Channels::Bc7, TextureType::Unorm) => return Some(BlockFormat::Bc7),
-            (Channels::Etc2Rgb8, TextureType::Unorm) => return Some(BlockFormat::Etc2Rgb8),
-            (Channels::Etc2Rgb8A1, TextureType::Unorm) => return Some(BlockFormat::Etc2Rgb8A1),
-            (Channels::Etc2Rgba8, TextureType::Unorm) => return Some(BlockFormat::Etc2Rgba8),
-            _ => {}
+/// Texel (x, y) (within the block) of `block` (its
+/// [`BlockFormat::block_bytes`] bytes) of `format` as RGBA; a channel the
+/// format lacks reads 0, alpha 1. sRGB colour channels come encoded (the
+/// caller decodes them); `srgb` matters to ASTC, whose sRGB decoding
+/// differs before that.
+pub fn decode(format: BlockFormat, block: &[u8], x: u32, y: u32, srgb: bool) -> [f32; 4] {
+    let texel = (y * BLOCK_PX + x) as usize;
+    match format {
+        BlockFormat::Bc1 => colour(&block[..8], texel, true),
+        BlockFormat::Bc2 => {
+            let alpha = u64::from_le_bytes(block[..8].try_into().unwrap_or_default());
+            let [r, g, b, _] = colour(&block[8..16], texel, false);
+            [r, g, b, ((alpha >> (4 * texel)) & 0xF) as f32 / 15.0]
         }
-        // ASTC decodes LDR and HDR blocks alike (Mesa names the format
-        // float).
-        if let Some((width, height)) = astc_footprint(channels) {
-            return matches!(data_type, TextureType::Unorm | TextureType::Float)
-                .then_some(BlockFormat::Astc { width, height });
+        BlockFormat::Bc3 => {
+            let [r, g, b, _] = colour(&block[8..16], texel, false);
+            [r, g, b, channel(&block[..8], texel, false)]
         }
-        let signed = match data_type {
-            TextureType::Unorm => false,
-            TextureType::Snorm => true,
-            _ => return None,
-        };
-        Some(match channels {
-            Channels::Bc1 if !signed => BlockFormat::Bc1,
-            Channels::Bc2 if !signed => BlockFormat::Bc2,
-            Channels::Bc3 if !signed => BlockFormat::Bc3,
-            Channels::Bc4 => BlockFormat::Bc4 { signed },
-            Channels::Bc5 => BlockFormat::Bc5 { signed },
-            Channels::EacR11 => BlockFormat::EacR11 { signed },
-            Channels::EacRg11 => BlockFormat::EacRg11 { signed },
-            _ => return None,
-        })
-    }
-
-    /// Texels across and down a block.
-    pub fn block_px(self) -> (u32, u32) {
-        match self {
-            BlockFormat::Astc { width, height } => (width, height),
-            _ => (BLOCK_PX, BLOCK_PX),
+        BlockFormat::Bc4 { signed } => [channel(&block[..8], texel, signed), 0.0, 0.0, 1.0],
+        BlockFormat::Bc5 { signed } => [
+            channel(&block[..8], texel, signed),
+            channel(&block[8..16], texel, signed),
+            0.0,
+            1.0,
+        ],
+        BlockFormat::Bc6h { signed } => {
+            let [r, g, b] = crate::bptc::bc6h(block, texel, signed)
+                .map(|h| crate::usc::float::half_to_f32(u64::from(h)));
+            [r, g, b, 1.0]
         }
-    }
-
-    /// Bytes of a block.
-    pub fn block_bytes(self) -> u32 {
-        match self {
-            BlockFormat::Bc1
-            | BlockFormat::Bc4 { .. }
-            | BlockFormat::Etc2Rgb8
-            | BlockFormat::Etc2Rgb8A1
-            | BlockFormat::EacR11 { .. } => 8,
-            _ => 16,
+        BlockFormat::Bc7 => crate::bptc::bc7(block, texel).map(|c| f32::from(c) / 255.0),
+        // ETC and EAC number texels down each column.
+        BlockFormat::Etc2Rgb8 | BlockFormat::Etc2Rgb8A1 => {
+            let punch_through = format == BlockFormat::Etc2Rgb8A1;
+            crate::etc::etc2_colour(block, x * BLOCK_PX + y, punch_through)
+                .map(|c| f32::from(c) / 255.0)
         }
-    }
-
-    /// Texel (x, y) (within the block) of `block` (its
-    /// [`BlockFormat::block_bytes`] bytes) as RGBA; a channel the format
-    /// lacks reads 0, alpha 1. sRGB colour channels come encoded (the
-    /// caller decodes them); `srgb` matters to ASTC, whose sRGB decoding
-    /// differs before that.
-    pub fn decode(self, block: &[u8], x: u32, y: u32, srgb: bool) -> [f32; 4] {
-        let texel = (y * BLOCK_PX + x) as usize;
-        match self {
-            BlockFormat::Bc1 => colour(&block[..8], texel, true),
-            BlockFormat::Bc2 => {
-                let alpha = u64::from_le_bytes(block[..8].try_into().unwrap_or_default());
-                let [r, g, b, _] = colour(&block[8..16], texel, false);
-                [r, g, b, ((alpha >> (4 * texel)) & 0xF) as f32 / 15.0]
-            }
-            BlockFormat::Bc3 => {
-                let [r, g, b, _] = colour(&block[8..16], texel, false);
-                [r, g, b, channel(&block[..8], texel, false)]
-            }
-            BlockFormat::Bc4 { signed } => [channel(&block[..8], texel, signed), 0.0, 0.0, 1.0],
-            BlockFormat::Bc5 { signed } => [
-                channel(&block[..8], texel, signed),
-                channel(&block[8..16], texel, signed),
-                0.0,
-                1.0,
-            ],
-            BlockFormat::Bc6h { signed } => {
-                let [r, g, b] = crate::bptc::bc6h(block, texel, signed)
-                    .map(|h| crate::usc::float::half_to_f32(u64::from(h)));
-                [r, g, b, 1.0]
-            }
-            BlockFormat::Bc7 => crate::bptc::bc7(block, texel).map(|c| f32::from(c) / 255.0),
-            // ETC and EAC number texels down each column.
-            BlockFormat::Etc2Rgb8 | BlockFormat::Etc2Rgb8A1 => {
-                let punch_through = self == BlockFormat::Etc2Rgb8A1;
-                crate::etc::etc2_colour(block, x * BLOCK_PX + y, punch_through)
-                    .map(|c| f32::from(c) / 255.0)
-            }
-            BlockFormat::Etc2Rgba8 => {
-                let [r, g, b, _] = crate::etc::etc2_colour(&block[8..16], x * BLOCK_PX + y, false)
-                    .map(|c| f32::from(c) / 255.0);
-                let a = crate::etc::eac_alpha(&block[..8], x * BLOCK_PX + y);
-                [r, g, b, f32::from(a) / 255.0]
-            }
-            BlockFormat::EacR11 { signed } => [
-                crate::etc::eac_r11(block, x * BLOCK_PX + y, signed),
-                0.0,
-                0.0,
-                1.0,
-            ],
-            BlockFormat::EacRg11 { signed } => [
-                crate::etc::eac_r11(&block[..8], x * BLOCK_PX + y, signed),
-                crate::etc::eac_r11(&block[8..16], x * BLOCK_PX + y, signed),
-                0.0,
-                1.0,
-            ],
-            BlockFormat::Astc { width, height } => {
-                crate::astc::decode(block, (width, height), (x, y), srgb)
-            }
+        BlockFormat::Etc2Rgba8 => {
+            let [r, g, b, _] = crate::etc::etc2_colour(&block[8..16], x * BLOCK_PX + y, false)
+                .map(|c| f32::from(c) / 255.0);
+            let a = crate::etc::eac_alpha(&block[..8], x * BLOCK_PX + y);
+            [r, g, b, f32::from(a) / 255.0]
+        }
+        BlockFormat::EacR11 { signed } => [
+            crate::etc::eac_r11(block, x * BLOCK_PX + y, signed),
+            0.0,
+            0.0,
+            1.0,
+        ],
+        BlockFormat::EacRg11 { signed } => [
+            crate::etc::eac_r11(&block[..8], x * BLOCK_PX + y, signed),
+            crate::etc::eac_r11(&block[8..16], x * BLOCK_PX + y, signed),
+            0.0,
+            1.0,
+        ],
+        BlockFormat::Astc { width, height } => {
+            crate::astc::decode(block, (width, height), (x, y), srgb)
         }
     }
 }
@@ -263,25 +146,4 @@ fn channel(block: &[u8], texel: usize, signed: bool) -> f32 {
         7 => 1.0,
         i => ((6 - i) as f32 * r0 + (i - 1) as f32 * r1) / 5.0,
     }
-}
-
-/// An ASTC format's footprint (texels across, down).
-fn astc_footprint(channels: Channels) -> Option<(u32, u32)> {
-    Some(match channels {
-        Channels::Astc4x4 => (4, 4),
-        Channels::Astc5x4 => (5, 4),
-        Channels::Astc5x5 => (5, 5),
-        Channels::Astc6x5 => (6, 5),
-        Channels::Astc6x6 => (6, 6),
-        Channels::Astc8x5 => (8, 5),
-        Channels::Astc8x6 => (8, 6),
-        Channels::Astc8x8 => (8, 8),
-        Channels::Astc10x5 => (10, 5),
-        Channels::Astc10x6 => (10, 6),
-        Channels::Astc10x8 => (10, 8),
-        Channels::Astc10x10 => (10, 10),
-        Channels::Astc12x10 => (12, 10),
-        Channels::Astc12x12 => (12, 12),
-        _ => return None,
-    })
 }

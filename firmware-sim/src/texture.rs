@@ -26,6 +26,7 @@ use crate::memory::GpuVm;
 use crate::usc::float::half_to_f32;
 use crate::usc::formats::{self, ElementFormat};
 use crate::usc::io::{IoError, LodArgument, TextureHandle, TextureRequest};
+use agx_hw::block::BorderEncoding;
 
 /// How a descriptor's channels and type map onto an element format and a
 /// channel count (`None`: a format this model does not read or write).
@@ -491,7 +492,7 @@ impl TextureUnit<'_> {
             bytes,
             crate::usc::AccessKind::Read,
         )?;
-        let mut rgba = format.decode(bytes, x % bw, y % bh, image.texture.srgb);
+        let mut rgba = crate::bc::decode(format, bytes, x % bw, y % bh, image.texture.srgb);
         if image.texture.srgb {
             for c in &mut rgba[..3] {
                 *c = formats::srgb_to_linear(*c);
@@ -1230,23 +1231,12 @@ fn border_channel(image: &Image, c: usize, word: u32) -> Option<f32> {
         Some((word as i32 as f32 / max).clamp(-1.0, 1.0))
     };
     let bits = |fields: [u32; 4]| fields[c & 3];
-    // Mesa's agx_pack_border: RGTC channels are 14-bit, EAC ones 11-bit,
-    // S3TC, ETC2 and BC7 ones 8-bit (12-bit sRGB colour channels).
-    match image.block {
-        Some(BlockFormat::Bc4 { signed: true } | BlockFormat::Bc5 { signed: true }) => {
-            return snorm(14)
-        }
-        Some(BlockFormat::Bc4 { .. } | BlockFormat::Bc5 { .. }) => return unorm(14),
-        // EAC R11 and RG11 channels are 11-bit.
-        Some(BlockFormat::EacR11 { signed: true } | BlockFormat::EacRg11 { signed: true }) => {
-            return snorm(11)
-        }
-        Some(BlockFormat::EacR11 { .. } | BlockFormat::EacRg11 { .. }) => return unorm(11),
-        // BPTC float channels are halves (agx_pack_border).
-        Some(BlockFormat::Bc6h { .. }) => return Some(half_to_f32(u64::from(word & 0xFFFF))),
-        Some(_) if image.texture.srgb && c < 3 => return unorm(12),
-        Some(_) => return unorm(8),
-        None => {}
+    if let Some(block) = image.block {
+        return match block.border_encoding(c, image.texture.srgb) {
+            BorderEncoding::Unorm { bits } => unorm(bits),
+            BorderEncoding::Snorm { bits } => snorm(bits),
+            BorderEncoding::Half => Some(half_to_f32(u64::from(word & 0xFFFF))),
+        };
     }
     match image.element {
         E::I32 => None,

@@ -51,6 +51,7 @@
 #![forbid(unsafe_code)]
 
 pub mod addr;
+pub mod block;
 pub mod doc;
 pub mod isa;
 pub mod layout;

@@ -2,6 +2,7 @@
 //! texture and PBE descriptors that describe them to the texture unit and
 //! the pixel back end.
 
+use agx_hw::block::{BlockFormat, BorderEncoding};
 use agx_hw::formats::{
     Channels, CustomBorder, Layout, Pbe, Texture, TextureDimension, TextureType,
 };
@@ -24,43 +25,114 @@ pub enum Format {
     Rgba16Float,
     /// 32-bit float R.
     R32Float,
+    /// A block-compressed format: BC1-BC7, ETC2, EAC or ASTC
+    /// (`agx_hw::block`), for sampling. Its images hold blocks, not
+    /// pixels: [`Image::write_level`] takes a level's blocks row by row.
+    Block {
+        /// The format.
+        format: BlockFormat,
+        /// The colour channels are sRGB-encoded (sampling decodes them):
+        /// BC1-BC3, BC7, ETC2 and ASTC have sRGB variants.
+        srgb: bool,
+    },
 }
 
 impl Format {
-    /// Bytes per pixel.
-    pub fn bytes_per_pixel(self) -> u32 {
+    /// Bytes of an element: a pixel, or a block of a block-compressed
+    /// format.
+    pub fn element_bytes(self) -> u32 {
         match self {
             Format::Rgba8Unorm | Format::Rgba8Srgb | Format::R32Float => 4,
             Format::Rgba16Float => 8,
+            Format::Block { format, .. } => format.block_bytes(),
         }
     }
 
-    /// Channels and type in descriptors.
-    pub fn channels(self) -> (Channels, TextureType) {
+    /// Pixels across and down an element ((1, 1) but for block-compressed
+    /// formats).
+    pub fn block_px(self) -> (u32, u32) {
         match self {
+            Format::Block { format, .. } => format.block_px(),
+            _ => (1, 1),
+        }
+    }
+
+    /// Elements across and down an image (or level) of `width` x `height`
+    /// pixels: partial blocks count whole.
+    pub fn elements(self, width: u32, height: u32) -> (u32, u32) {
+        match self {
+            Format::Block { format, .. } => format.blocks(width, height),
+            _ => (width, height),
+        }
+    }
+
+    /// Whether colour channels are sRGB-encoded.
+    pub fn srgb(self) -> bool {
+        match self {
+            Format::Rgba8Srgb => true,
+            Format::Block { srgb, .. } => srgb,
+            _ => false,
+        }
+    }
+
+    /// Channels and type in descriptors (`None`: an ASTC footprint the
+    /// hardware has no format for, or an sRGB variant of a block format
+    /// that has none).
+    pub fn channels(self) -> Option<(Channels, TextureType)> {
+        Some(match self {
             Format::Rgba8Unorm | Format::Rgba8Srgb => (Channels::R8G8B8A8, TextureType::Unorm),
             Format::Rgba16Float => (Channels::R16G16B16A16, TextureType::Float),
             Format::R32Float => (Channels::R32, TextureType::Float),
-        }
+            Format::Block { format, srgb } => {
+                let srgb_variant = matches!(
+                    format,
+                    BlockFormat::Bc1
+                        | BlockFormat::Bc2
+                        | BlockFormat::Bc3
+                        | BlockFormat::Bc7
+                        | BlockFormat::Etc2Rgb8
+                        | BlockFormat::Etc2Rgb8A1
+                        | BlockFormat::Etc2Rgba8
+                        | BlockFormat::Astc { .. }
+                );
+                if srgb && !srgb_variant {
+                    return None;
+                }
+                format.descriptor()?
+            }
+        })
     }
 
     /// A custom border colour (linear RGBA) for sampling images of this
     /// format: each channel in the format's own encoding, as the texture
     /// unit reads it (Mesa's `agx_pack_border`): unorm channels as n-bit
     /// integers (sRGB colour channels as 12-bit, linear), 16-bit floats
-    /// as fp16 bits, 32-bit floats as their bits.
+    /// as fp16 bits, 32-bit floats as their bits; block formats as
+    /// `agx_hw::block` says.
     pub fn border(self, rgba: [f32; 4]) -> CustomBorder {
         let unorm = |c: f32, bits: u32| {
             let max = ((1u32 << bits) - 1) as f32;
-            (c.clamp(0.0, 1.0) * max).round() as u32
+            (c.clamp(0.0, 1.0) * max).round_ties_even() as u32
         };
+        let snorm = |c: f32, bits: u32| {
+            let max = ((1u32 << (bits - 1)) - 1) as f32;
+            (c.clamp(-1.0, 1.0) * max).round_ties_even() as i32 as u32
+        };
+        let half = |c: f32| u32::from(half::f16::from_f32(c).to_bits());
         let channels: [u32; 4] = match self {
             Format::Rgba8Unorm => rgba.map(|c| unorm(c, 8)),
             Format::Rgba8Srgb => {
                 std::array::from_fn(|i| unorm(rgba[i], if i == 3 { 8 } else { 12 }))
             }
-            Format::Rgba16Float => rgba.map(|c| u32::from(half::f16::from_f32(c).to_bits())),
+            Format::Rgba16Float => rgba.map(half),
             Format::R32Float => [rgba[0].to_bits(), 0, 0, 0],
+            Format::Block { format, srgb } => {
+                std::array::from_fn(|i| match format.border_encoding(i, srgb) {
+                    BorderEncoding::Unorm { bits } => unorm(rgba[i], bits),
+                    BorderEncoding::Snorm { bits } => snorm(rgba[i], bits),
+                    BorderEncoding::Half => half(rgba[i]),
+                })
+            }
         };
         CustomBorder {
             channel_0: channels[0],
@@ -77,7 +149,7 @@ impl Format {
         match self {
             Format::Rgba8Unorm => Some("u8norm"),
             Format::Rgba16Float => Some("f16"),
-            Format::R32Float | Format::Rgba8Srgb => None,
+            Format::R32Float | Format::Rgba8Srgb | Format::Block { .. } => None,
         }
     }
 }
@@ -149,17 +221,25 @@ impl Image {
                 "a {width}x{height} image of {levels} levels"
             )));
         }
+        format
+            .channels()
+            .ok_or_else(|| Error::Unsupported(format!("{format:?}")))?;
         // The hardware lays a mipmapped image out for its full chain.
         let laid_out_levels = agx_hw::layout::laid_out_levels(width, height, levels > 1, levels);
-        let layout = ImageLayout::gpu_tiled(
-            width,
-            height,
+        let layout = ImageLayout::gpu_tiled_blocks(
+            (width, height),
+            format.block_px(),
             laid_out_levels,
-            format.bytes_per_pixel(),
+            format.element_bytes(),
             false,
         )
         .ok_or_else(|| Error::Unsupported(format!("tiled {format:?}")))?;
         let body_bytes = layout.layer_bytes();
+        // Lossless compression is of pixels (Mesa's ail compresses no
+        // block-compressed format).
+        if compressed && matches!(format, Format::Block { .. }) {
+            return Err(Error::Unsupported(format!("a compressed {format:?} image")));
+        }
         let compression = if compressed {
             let meta = CompressionLayout::new(width, height, laid_out_levels).ok_or_else(|| {
                 Error::Unsupported(format!("a compressed {width}x{height} image"))
@@ -201,8 +281,10 @@ impl Image {
         self.tiled.as_ref().is_some_and(|t| t.compression.is_some())
     }
 
-    /// Writes tightly packed rows of level `level` (tiled images). The
-    /// level's compression tiles become uncompressed.
+    /// Writes tightly packed rows of level `level` (tiled images): rows
+    /// of pixels, or for a block-compressed format rows of blocks (the
+    /// level's [`Format::elements`]). The level's compression tiles
+    /// become uncompressed.
     pub fn write_level(&self, level: u32, pixels: &[u8]) -> Result<(), Error> {
         let Some(tiled) = &self.tiled else {
             return if level == 0 {
@@ -217,12 +299,14 @@ impl Image {
                 tiled.levels
             )));
         }
-        let bpp = self.format.bytes_per_pixel() as usize;
-        let (w, h) = ((self.width >> level).max(1), (self.height >> level).max(1));
+        let bpp = self.format.element_bytes() as usize;
+        let (w, h) = self
+            .format
+            .elements((self.width >> level).max(1), (self.height >> level).max(1));
         // The whole level: its compression tiles become uncompressed.
         if pixels.len() != (w * h) as usize * bpp {
             return Err(Error::Unsupported(format!(
-                "{} bytes for level {level} ({w}x{h} pixels of {bpp} bytes)",
+                "{} bytes for level {level} ({w}x{h} elements of {bpp} bytes)",
                 pixels.len()
             )));
         }
@@ -234,7 +318,7 @@ impl Image {
                 .ok_or_else(|| Error::Unsupported(format!("level {level} of the image")))?;
             self.buffer.write(at, texel)?;
         }
-        let mode = uncompressed_subtile_mode(self.format.bytes_per_pixel());
+        let mode = uncompressed_subtile_mode(self.format.element_bytes());
         self.set_tile_modes(level, mode.map(tile_word))
     }
 
@@ -267,7 +351,10 @@ impl Image {
     /// tile becomes solid, its colour written where the tile's first
     /// pixels are (eight copies: one per 8x4 subtile).
     pub fn clear(&self, pixel: &[u8]) -> Result<(), Error> {
-        let bpp = self.format.bytes_per_pixel();
+        if let Format::Block { .. } = self.format {
+            return Err(Error::Unsupported(format!("clearing {:?}", self.format)));
+        }
+        let bpp = self.format.element_bytes();
         if pixel.len() != bpp as usize {
             return Err(Error::Unsupported(format!(
                 "a {}-byte clear colour for {:?}",
@@ -299,15 +386,19 @@ impl Image {
         }
         self.set_tile_modes(0, solid_subtile_mode(bpp).map(tile_word))
     }
-    /// A `width` x `height` linear image of `format`, rows 16-byte
-    /// aligned.
+    /// A `width` x `height` linear image of `format`, rows (of pixels,
+    /// or of blocks) 16-byte aligned.
     pub fn new(device: &Device, width: u32, height: u32, format: Format) -> Result<Image, Error> {
         if !(1..=16384).contains(&width) || !(1..=16384).contains(&height) {
             return Err(Error::Unsupported(format!("a {width}x{height} image")));
         }
-        let stride_bytes = (width * format.bytes_per_pixel()).next_multiple_of(16);
+        format
+            .channels()
+            .ok_or_else(|| Error::Unsupported(format!("{format:?}")))?;
+        let (row_elements, rows) = format.elements(width, height);
+        let stride_bytes = (row_elements * format.element_bytes()).next_multiple_of(16);
         let buffer = device.create_buffer(&BufferDesc {
-            size_bytes: u64::from(stride_bytes) * u64::from(height),
+            size_bytes: u64::from(stride_bytes) * u64::from(rows),
             memory: MemoryType::HostCached,
             region: Region::General,
             gpu_write: true,
@@ -337,7 +428,7 @@ impl Image {
         self.format
     }
 
-    /// Bytes per row.
+    /// Bytes per row (of pixels, or of blocks).
     pub fn stride_bytes(&self) -> u32 {
         self.stride_bytes
     }
@@ -347,13 +438,15 @@ impl Image {
         &self.buffer
     }
 
-    /// Writes tightly packed rows of pixels (level 0).
+    /// Writes tightly packed rows of pixels (level 0), or of blocks for a
+    /// block-compressed format.
     pub fn write_pixels(&self, pixels: &[u8]) -> Result<(), Error> {
         if self.tiled.is_some() {
             return self.write_level(0, pixels);
         }
-        let row = (self.width * self.format.bytes_per_pixel()) as usize;
-        for (y, line) in pixels.chunks(row).take(self.height as usize).enumerate() {
+        let (row_elements, rows) = self.format.elements(self.width, self.height);
+        let row = (row_elements * self.format.element_bytes()) as usize;
+        for (y, line) in pixels.chunks(row).take(rows as usize).enumerate() {
             self.buffer
                 .write(u64::from(self.stride_bytes) * y as u64, line)?;
         }
@@ -363,12 +456,18 @@ impl Image {
     /// Reads the pixels (level 0) as tightly packed rows, decoding the
     /// compression tiles of a compressed image.
     pub fn read_pixels(&self) -> Result<Vec<u8>, Error> {
-        let row = (self.width * self.format.bytes_per_pixel()) as usize;
+        if let Format::Block { .. } = self.format {
+            return Err(Error::Unsupported(format!(
+                "reading {:?} pixels",
+                self.format
+            )));
+        }
+        let row = (self.width * self.format.element_bytes()) as usize;
         let mut out = vec![0u8; row * self.height as usize];
         if let Some(tiled) = &self.tiled {
             // One read of the whole image, then the pixels from memory.
             let memory = self.buffer.read_all()?;
-            let bpp = self.format.bytes_per_pixel();
+            let bpp = self.format.element_bytes();
             let bytes = |at: u64, len: usize| {
                 usize::try_from(at)
                     .ok()
@@ -404,9 +503,17 @@ impl Image {
         Ok(out)
     }
 
+    /// The descriptor channels and type of the image's format (checked
+    /// when the image was made).
+    fn descriptor_channels(&self) -> (Channels, TextureType) {
+        self.format
+            .channels()
+            .unwrap_or((Channels::Unknown(0), TextureType::Unorm))
+    }
+
     /// The texture descriptor for sampling or loading this image.
     pub fn texture_descriptor(&self) -> Texture {
-        let (channels, data_type) = self.format.channels();
+        let (channels, data_type) = self.descriptor_channels();
         let base = Texture {
             dimension: TextureDimension::D2,
             channels,
@@ -414,7 +521,7 @@ impl Image {
             width: self.width,
             height: self.height,
             address: self.buffer.va(),
-            srgb: self.format == Format::Rgba8Srgb,
+            srgb: self.format.srgb(),
             ..Texture::default()
         };
         match &self.tiled {
@@ -440,7 +547,7 @@ impl Image {
 
     /// The PBE descriptor for storing to this image.
     pub fn pbe_descriptor(&self) -> Pbe {
-        let (channels, data_type) = self.format.channels();
+        let (channels, data_type) = self.descriptor_channels();
         let base = Pbe {
             dimension: TextureDimension::D2,
             channels,

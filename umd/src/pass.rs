@@ -143,7 +143,7 @@ pub fn tile_layout(formats: &[Format]) -> Result<(Vec<TileSlot>, u32), Error> {
         let tile_format = format
             .tile_format()
             .ok_or_else(|| Error::Unsupported(format!("rendering to {format:?}")))?;
-        let bytes = format.bytes_per_pixel();
+        let bytes = format.element_bytes();
         offset = offset.next_multiple_of(bytes.min(8));
         slots.push(TileSlot {
             offset_bytes: offset,

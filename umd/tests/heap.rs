@@ -6,8 +6,10 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use agx_hw::formats::{BorderColour, CustomBorder, Filter, Sampler, Wrap};
-use agx_umd::heap::{DescriptorIndex, CHUNK_BYTES, DESCRIPTORS_PER_CHUNK, NULL_PBE};
+use agx_hw::block::BlockFormat;
+use agx_hw::formats::{BorderColour, CustomBorder, Filter, MipFilter, Sampler, Wrap};
+use agx_hw::Lod;
+use agx_umd::heap::{DescriptorIndex, SamplerIndex, CHUNK_BYTES, DESCRIPTORS_PER_CHUNK, NULL_PBE};
 use agx_umd::*;
 
 fn device() -> Device {
@@ -392,8 +394,6 @@ fn a_quad_samples_through_both_heaps_and_a_non_resident_handle_reads_zero() {
 #[test_log::test]
 fn a_custom_border_colour_comes_from_the_sampler_heap() {
     let device = device();
-    let queue = Queue::new(&device).unwrap();
-    let programs = Arc::new(ProgramCache::new(&device));
     let mut images = ImageHeap::new(&device, 64).unwrap();
     let mut samplers = SamplerHeap::new(&device, 64).unwrap();
     let texture = Image::new(&device, 4, 4, Format::Rgba8Unorm).unwrap();
@@ -424,9 +424,41 @@ fn a_custom_border_colour_comes_from_the_sampler_heap() {
             Some(&border),
         )
         .unwrap();
+    // uv from -1 to 2 across the target: the texture in the middle third,
+    // the border around it.
+    let pixels = sample_quad(
+        &device,
+        (&images, &samplers),
+        (slot, index),
+        (48, 48),
+        (-1.0, 2.0),
+    );
+    let at = |x: usize, y: usize| &pixels[4 * (y * 48 + x)..4 * (y * 48 + x) + 4];
+    assert_eq!(
+        at(24, 24),
+        [255, 255, 255, 255],
+        "the texture in the middle"
+    );
+    assert_eq!(at(2, 2), [0, 255, 0, 255], "the custom border outside");
+    assert_eq!(at(45, 30), [0, 255, 0, 255]);
+}
+
+/// Draws a quad over a `width` x `height` Rgba8Unorm target whose
+/// fragments sample image-heap `slot` with sampler `sampler` (through
+/// [`BINDLESS_FS`]), uv running from `uv.0` at the target's left and top
+/// edges to `uv.1` at its right and bottom; returns the target's pixels.
+fn sample_quad(
+    device: &Device,
+    (images, samplers): (&ImageHeap, &SamplerHeap),
+    (slot, sampler): (DescriptorIndex, SamplerIndex),
+    (width, height): (u32, u32),
+    uv: (f32, f32),
+) -> Vec<u8> {
+    let queue = Queue::new(device).unwrap();
+    let programs = Arc::new(ProgramCache::new(device));
     let pipeline = Arc::new(
         GraphicsPipeline::new(
-            &device,
+            device,
             &GraphicsPipelineDesc {
                 vertex_stack_bytes: 0,
                 fragment_stack_bytes: 0,
@@ -449,8 +481,6 @@ fn a_custom_border_colour_comes_from_the_sampler_heap() {
         )
         .unwrap(),
     );
-    // uv from -1 to 2 across the target: the texture in the middle third,
-    // the border around it.
     let mut vertices = Vec::new();
     for [x, y] in [
         [-1.0f32, 1.0],
@@ -460,15 +490,18 @@ fn a_custom_border_colour_comes_from_the_sampler_heap() {
         [1.0, -1.0],
         [-1.0, -1.0],
     ] {
-        let (u, v) = ((x + 1.0) * 1.5 - 1.0, (1.0 - y) * 1.5 - 1.0);
+        let (u, v) = (
+            uv.0 + (x + 1.0) / 2.0 * (uv.1 - uv.0),
+            uv.0 + (1.0 - y) / 2.0 * (uv.1 - uv.0),
+        );
         for w in [x, y, 0.5, 1.0, u, v, 0.0, 0.0] {
             vertices.extend(w.to_le_bytes());
         }
     }
     let vb = device.upload(&vertices, false).unwrap();
-    let image = Image::new(&device, 48, 48, Format::Rgba8Unorm).unwrap();
-    let mut cb = CommandBuffer::new(&device, &programs);
-    cb.bind_heaps(&images, &samplers).unwrap();
+    let image = Image::new(device, width, height, Format::Rgba8Unorm).unwrap();
+    let mut cb = CommandBuffer::new(device, &programs);
+    cb.bind_heaps(images, samplers).unwrap();
     let mut pass = cb
         .begin_render_pass(&RenderPassDesc {
             colour: vec![ColourAttachment {
@@ -487,7 +520,7 @@ fn a_custom_border_colour_comes_from_the_sampler_heap() {
         (va + 16) as u32,
         ((va + 16) >> 32) as u32,
     ]);
-    pass.set_fragment_uniforms(&[slot.byte_offset(), u32::from(index.0)]);
+    pass.set_fragment_uniforms(&[slot.byte_offset(), u32::from(sampler.0)]);
     pass.draw(6, 1, 0).unwrap();
     pass.end().unwrap();
     cb.finish().unwrap();
@@ -496,13 +529,227 @@ fn a_custom_border_colour_comes_from_the_sampler_heap() {
         .unwrap()
         .wait(Duration::from_secs(60))
         .unwrap();
-    let pixels = image.read_pixels().unwrap();
-    let at = |x: usize, y: usize| &pixels[4 * (y * 48 + x)..4 * (y * 48 + x) + 4];
-    assert_eq!(
-        at(24, 24),
-        [255, 255, 255, 255],
-        "the texture in the middle"
+    image.read_pixels().unwrap()
+}
+
+/// Four BC1 blocks worked out from the format's definition (the Khronos
+/// Data Format Specification, S3TC): RGB565 endpoints c0 and c1, 2-bit
+/// indices, texel i of a block at bits 2i..2i+2, rows of four.
+/// Returns the blocks (2 x 2, row by row) and the 8 x 8 texels they hold.
+fn bc1_blocks() -> (Vec<u8>, Vec<[u8; 4]>) {
+    // Top left: white and black, c0 > c1 so four colours (white, black,
+    // 2/3 white, 1/3 white); each texel's index is its column.
+    let grey = [0xFF, 0xFF, 0x00, 0x00, 0xE4, 0xE4, 0xE4, 0xE4];
+    // Top right: red (0xF800) over black, index 0 throughout.
+    let red = [0x00, 0xF8, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00];
+    // Bottom left: c0 = black <= c1 = blue selects three colours and
+    // transparent black (index 3); columns alternate blue (index 1) and
+    // transparent.
+    let holes = [0x00, 0x00, 0x1F, 0x00, 0xDD, 0xDD, 0xDD, 0xDD];
+    // Bottom right: green (0x07E0) over blue, four colours; each row's
+    // index is its row.
+    let ramp = [0xE0, 0x07, 0x1F, 0x00, 0x00, 0x55, 0xAA, 0xFF];
+    let blocks = [grey, red, holes, ramp].concat();
+    let texel = |x: usize, y: usize| -> [u8; 4] {
+        match (x / 4, y / 4) {
+            (0, 0) => {
+                let v = [255, 0, 170, 85][x % 4];
+                [v, v, v, 255]
+            }
+            (1, 0) => [255, 0, 0, 255],
+            (0, 1) if x.is_multiple_of(2) => [0, 0, 255, 255],
+            (0, 1) => [0, 0, 0, 0],
+            _ => [
+                [0, 255, 0, 255],
+                [0, 0, 255, 255],
+                [0, 170, 85, 255],
+                [0, 85, 170, 255],
+            ][y % 4],
+        }
+    };
+    let texels = (0..64).map(|i| texel(i % 8, i / 8)).collect();
+    (blocks, texels)
+}
+
+#[test_log::test]
+fn block_compressed_images_sample_their_decoded_texels_linear_and_tiled() {
+    let device = device();
+    let mut images = ImageHeap::new(&device, 64).unwrap();
+    let mut samplers = SamplerHeap::new(&device, 64).unwrap();
+    let nearest = samplers
+        .acquire(
+            &Sampler {
+                mip_filter: MipFilter::Nearest,
+                max_lod: Lod::from_f32(15.0),
+                ..Sampler::default()
+            },
+            None,
+        )
+        .unwrap();
+    let bc1 = Format::Block {
+        format: BlockFormat::Bc1,
+        srgb: false,
+    };
+    let (blocks, texels) = bc1_blocks();
+    let expected: Vec<u8> = texels.concat();
+
+    // Linear: rows of blocks, 16-byte aligned.
+    let linear = Image::new(&device, 8, 8, bc1).unwrap();
+    assert_eq!(linear.stride_bytes(), 16, "two 8-byte blocks a row");
+    linear.write_pixels(&blocks).unwrap();
+    let slot = images.alloc().unwrap();
+    images
+        .set_texture(slot, &linear.texture_descriptor())
+        .unwrap();
+    let pixels = sample_quad(
+        &device,
+        (&images, &samplers),
+        (slot, nearest),
+        (8, 8),
+        (0.0, 1.0),
     );
-    assert_eq!(at(2, 2), [0, 255, 0, 255], "the custom border outside");
-    assert_eq!(at(45, 30), [0, 255, 0, 255]);
+    assert_eq!(pixels, expected, "linear BC1");
+
+    // GPU-tiled with a second level (one solid red block), which a 4 x 4
+    // target reads (lod 1).
+    let tiled = Image::new_tiled(&device, 8, 8, bc1, 2).unwrap();
+    tiled.write_level(0, &blocks).unwrap();
+    tiled.write_level(1, &blocks[8..16]).unwrap();
+    assert!(
+        tiled.write_level(1, &blocks[..16]).is_err(),
+        "level 1 is one block"
+    );
+    let slot = images.alloc().unwrap();
+    images
+        .set_texture(slot, &tiled.texture_descriptor())
+        .unwrap();
+    let pixels = sample_quad(
+        &device,
+        (&images, &samplers),
+        (slot, nearest),
+        (8, 8),
+        (0.0, 1.0),
+    );
+    assert_eq!(pixels, expected, "tiled BC1, level 0");
+    let pixels = sample_quad(
+        &device,
+        (&images, &samplers),
+        (slot, nearest),
+        (4, 4),
+        (0.0, 1.0),
+    );
+    assert_eq!(pixels, [255, 0, 0, 255].repeat(16), "tiled BC1, level 1");
+
+    // ASTC 5x5 on a 10 x 5 image: two void-extent blocks (block mode
+    // 0x1FC, LDR, no extent: every bit 10-63 set), each one RGBA colour
+    // of four UNORM16 values at bits 64-127.
+    let void_extent = |rgba: [u16; 4]| -> Vec<u8> {
+        let mut block = 0xFFFF_FFFF_FFFF_FDFCu64.to_le_bytes().to_vec();
+        block.extend(rgba.iter().flat_map(|c| c.to_le_bytes()));
+        block
+    };
+    let astc = Format::Block {
+        format: BlockFormat::Astc {
+            width: 5,
+            height: 5,
+        },
+        srgb: false,
+    };
+    let image = Image::new_tiled(&device, 10, 5, astc, 1).unwrap();
+    image
+        .write_level(
+            0,
+            &[
+                void_extent([0xFFFF, 0, 0x8080, 0xFFFF]),
+                void_extent([0x3333, 0x6666, 0xCCCC, 0xFFFF]),
+            ]
+            .concat(),
+        )
+        .unwrap();
+    let slot = images.alloc().unwrap();
+    images
+        .set_texture(slot, &image.texture_descriptor())
+        .unwrap();
+    let pixels = sample_quad(
+        &device,
+        (&images, &samplers),
+        (slot, nearest),
+        (10, 5),
+        (0.0, 1.0),
+    );
+    let row = [[255, 0, 128, 255].repeat(5), [51, 102, 204, 255].repeat(5)].concat();
+    assert_eq!(pixels, row.repeat(5), "ASTC 5x5 void-extent blocks");
+
+    // What a block format cannot be or do here.
+    assert!(Image::new_compressed(&device, 16, 16, bc1, 1).is_err());
+    assert!(linear.read_pixels().is_err());
+    assert!(linear.clear(&[0; 8]).is_err());
+    let srgb_bc4 = Format::Block {
+        format: BlockFormat::Bc4 { signed: false },
+        srgb: true,
+    };
+    assert!(
+        Image::new(&device, 4, 4, srgb_bc4).is_err(),
+        "BC4 has no sRGB"
+    );
+    let odd_astc = Format::Block {
+        format: BlockFormat::Astc {
+            width: 7,
+            height: 7,
+        },
+        srgb: false,
+    };
+    assert!(Image::new(&device, 7, 7, odd_astc).is_err(), "no 7x7 ASTC");
+}
+
+#[test]
+fn block_format_borders_follow_mesas_channel_widths() {
+    let border = |format: BlockFormat, srgb: bool, rgba: [f32; 4]| {
+        let b = Format::Block { format, srgb }.border(rgba);
+        [b.channel_0, b.channel_1, b.channel_2, b.channel_3]
+    };
+    // RGTC: 14-bit channels, signed ones in a two's complement word.
+    assert_eq!(
+        border(
+            BlockFormat::Bc5 { signed: false },
+            false,
+            [1.0, 0.5, 0.0, 1.0]
+        ),
+        [16383, 8192, 0, 16383]
+    );
+    assert_eq!(
+        border(
+            BlockFormat::Bc4 { signed: true },
+            false,
+            [-1.0, 0.0, 0.0, 1.0]
+        ),
+        [(-8191i32) as u32, 0, 0, 8191]
+    );
+    // EAC: 11-bit.
+    assert_eq!(
+        border(
+            BlockFormat::EacR11 { signed: false },
+            false,
+            [1.0, 0.0, 0.0, 1.0]
+        ),
+        [2047, 0, 0, 2047]
+    );
+    // BC6H: halves.
+    assert_eq!(
+        border(
+            BlockFormat::Bc6h { signed: true },
+            false,
+            [2.0, -1.0, 0.5, 1.0]
+        ),
+        [0x4000, 0xBC00, 0x3800, 0x3C00]
+    );
+    // BC7 and sRGB BC1: 8-bit, colour channels 12-bit in sRGB.
+    assert_eq!(
+        border(BlockFormat::Bc7, false, [1.0, 0.0, 0.2, 1.0]),
+        [255, 0, 51, 255]
+    );
+    assert_eq!(
+        border(BlockFormat::Bc1, true, [1.0, 0.0, 0.2, 1.0]),
+        [4095, 0, 819, 255]
+    );
 }
