@@ -17,6 +17,7 @@ use agx_kmd::Errno;
 use agx_sim::NodeKind;
 use zerocopy::IntoBytes;
 
+use crate::pool::ChannelPool;
 use crate::protocol::{self, Answer, Call, CallOp, Op, Request, MAX_PAYLOAD_BYTES};
 
 /// How often an interrupted caller repeats its interrupt until the
@@ -80,6 +81,8 @@ pub struct Client {
     node_sockets: [(NodeKind, PathBuf); 2],
     /// Finds the program to start when no device runs.
     program: fn() -> Option<PathBuf>,
+    /// Call channels left idle by finished calls.
+    channels: ChannelPool,
 }
 
 /// Numbers this thread's requests (with its thread id, unique on the
@@ -102,6 +105,7 @@ impl Client {
             node_sockets: protocol::node_sockets(&dir),
             dir,
             program,
+            channels: ChannelPool::new(),
         }
     }
 
@@ -250,9 +254,10 @@ impl Client {
     }
 
     /// Makes call `op` on DRM file `file` (no file for
-    /// [`Op::SyncFileInfo`]), with `attach` passed along: a connection of
-    /// its own, carrying the file's descriptor, on which the device
-    /// answers.
+    /// [`Op::SyncFileInfo`]), with `attach` passed along, on a channel of
+    /// its own: one this process kept from an earlier call, or a new
+    /// connection. A channel whose call ended cleanly is kept for the
+    /// next.
     pub fn call(
         &self,
         file: Option<BorrowedFd<'_>>,
@@ -261,13 +266,48 @@ impl Client {
         b: u64,
         attach: Option<BorrowedFd<'_>>,
     ) -> Result<Reply, Errno> {
-        let channel = connect(&protocol::calls_path(&self.dir)).map_err(|_| Errno::ENODEV)?;
+        self.call_with(file, (op, a, b), attach, &[], None)
+    }
+
+    /// [`Client::call`] with `argument` sent along, and (`copy_out`) the
+    /// address where the payload of the result goes.
+    fn call_with(
+        &self,
+        file: Option<BorrowedFd<'_>>,
+        (op, a, b): (Op, u64, u64),
+        attach: Option<BorrowedFd<'_>>,
+        argument: &[u8],
+        copy_out: Option<u64>,
+    ) -> Result<Reply, Errno> {
         let id = next_request_id();
         let fds: Vec<BorrowedFd<'_>> = file.into_iter().chain(attach).collect();
         let request = Request::new(op, id, a, b);
-        protocol::send(channel.as_fd(), request.as_bytes(), &[], &fds)
+        // A kept channel the device has closed (it exited, or is exiting)
+        // fails at once, before the device ran anything: then once more on
+        // a new connection.
+        if let Some(channel) = self.channels.take() {
+            if protocol::send(channel.as_fd(), request.as_bytes(), argument, &fds).is_ok() {
+                match self.converse(file, channel.as_fd(), id, copy_out) {
+                    Conversation::Ended(reply) => {
+                        self.channels.put(channel);
+                        return reply;
+                    }
+                    Conversation::Interrupted(reply) => return reply,
+                    Conversation::Unanswered => {}
+                }
+            }
+        }
+        let channel = connect(&protocol::calls_path(&self.dir)).map_err(|_| Errno::ENODEV)?;
+        protocol::send(channel.as_fd(), request.as_bytes(), argument, &fds)
             .map_err(|_| Errno::ENODEV)?;
-        self.converse(file, channel.as_fd(), id)
+        match self.converse(file, channel.as_fd(), id, copy_out) {
+            Conversation::Ended(reply) => {
+                self.channels.put(channel);
+                reply
+            }
+            Conversation::Interrupted(reply) => reply,
+            Conversation::Unanswered => Err(Errno::ENODEV),
+        }
     }
 
     /// Tells the device that this process closed a descriptor of the DRM
@@ -286,9 +326,26 @@ impl Client {
         }
     }
 
-    /// `ioctl(file, request, arg)`.
+    /// `ioctl(file, request, arg)`. The argument struct (`_IOC_SIZE`
+    /// bytes at `arg`, when `_IOC_WRITE` says the kernel reads it) goes
+    /// with the request, and its copy-out comes back with the result, as
+    /// `drm_ioctl` copies it in and out whole: a small ioctl is one round
+    /// trip. Bytes that cannot be read are not sent; the device then asks
+    /// for them and the fault is its `EFAULT`.
     pub fn ioctl(&self, file: BorrowedFd<'_>, request: u64, arg: u64) -> Result<i32, Errno> {
-        let reply = self.call(Some(file), Op::Ioctl, request, arg, None)?;
+        let size_bytes = ((request >> 16) & 0x3FFF) as usize;
+        let copies_in = (request >> 30) & 1 != 0;
+        let mut argument = vec![0u8; if copies_in { size_bytes } else { 0 }];
+        if uaccess::copy_from_user(&mut argument, arg).is_err() {
+            argument.clear();
+        }
+        let reply = self.call_with(
+            Some(file),
+            (Op::Ioctl, request, arg),
+            None,
+            &argument,
+            Some(arg),
+        )?;
         Ok(i32::try_from(reply.value).unwrap_or(i32::MAX))
     }
 
@@ -322,18 +379,34 @@ impl Client {
 }
 
 impl Client {
-    /// Answers the device's calls on `channel` until request `id` is done.
+    /// Answers the device's calls on `channel` until request `id` is done;
+    /// the result's payload is written at `copy_out` if given (an ioctl's
+    /// argument, copied out whatever the result, as `drm_ioctl` does; a
+    /// fault there is the call's `EFAULT`).
     fn converse(
         &self,
         file: Option<BorrowedFd<'_>>,
         channel: BorrowedFd<'_>,
         id: u64,
-    ) -> Result<Reply, Errno> {
+        copy_out: Option<u64>,
+    ) -> Conversation {
+        let mut interrupted = false;
+        let mut answered = false;
+        let ended = |reply: Result<Reply, Errno>, interrupted: bool| {
+            if interrupted {
+                Conversation::Interrupted(reply)
+            } else {
+                Conversation::Ended(reply)
+            }
+        };
         loop {
             let message = match protocol::recv(channel) {
                 Ok(Some(message)) => message,
+                // The device closed the channel before it said anything:
+                // it never ran the call.
+                Ok(None) if !answered && !interrupted => return Conversation::Unanswered,
                 // The device went away.
-                Ok(None) => return Err(Errno::ENODEV),
+                Ok(None) => return Conversation::Interrupted(Err(Errno::ENODEV)),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {
                     // A handler without SA_RESTART ran: interrupt the request
                     // as the signal would have interrupted the kernel's wait,
@@ -343,6 +416,9 @@ impl Client {
                     // few milliseconds until the answer comes.
                     if let Some(file) = file {
                         self.interrupt(file, id);
+                        // The channel is not kept after this: its timeout
+                        // stays set.
+                        interrupted = true;
                         let _ = rustix::net::sockopt::set_socket_timeout(
                             channel,
                             rustix::net::sockopt::Timeout::Recv,
@@ -359,10 +435,11 @@ impl Client {
                     }
                     continue;
                 }
-                Err(_) => return Err(Errno::ENODEV),
+                Err(_) => return Conversation::Interrupted(Err(Errno::ENODEV)),
             };
+            answered = true;
             let Some((call, op)) = Call::parse(&message.bytes) else {
-                return Err(Errno::EIO);
+                return Conversation::Interrupted(Err(Errno::EIO));
             };
             let len = usize::try_from(call.len).unwrap_or(usize::MAX);
             let answer = |status: i32, value: i64, payload: &[u8], fd: Option<BorrowedFd<'_>>| {
@@ -373,14 +450,14 @@ impl Client {
                     payload,
                     &fds,
                 )
-                .map_err(|_| Errno::ENODEV)
+                .is_ok()
             };
-            match op {
+            let sent = match op {
                 CallOp::Read if len <= MAX_PAYLOAD_BYTES => {
                     let mut data = vec![0u8; len];
                     match uaccess::copy_from_user(&mut data, call.address) {
-                        Ok(()) => answer(0, 0, &data, None)?,
-                        Err(_) => answer(libc::EFAULT, 0, &[], None)?,
+                        Ok(()) => answer(0, 0, &data, None),
+                        Err(_) => answer(libc::EFAULT, 0, &[], None),
                     }
                 }
                 CallOp::Write => {
@@ -389,15 +466,15 @@ impl Client {
                         Ok(()) => 0,
                         Err(_) => libc::EFAULT,
                     };
-                    answer(status, 0, &[], None)?;
+                    answer(status, 0, &[], None)
                 }
                 CallOp::TakeFd => {
                     let fd = i32::try_from(call.value)
                         .ok()
                         .and_then(uaccess::dup_user_fd);
                     match fd {
-                        Some(fd) => answer(0, 0, &[], Some(fd.as_fd()))?,
-                        None => answer(libc::EBADF, 0, &[], None)?,
+                        Some(fd) => answer(0, 0, &[], Some(fd.as_fd())),
+                        None => answer(libc::EBADF, 0, &[], None),
                     }
                 }
                 CallOp::InstallFd => {
@@ -407,27 +484,49 @@ impl Client {
                             if call.len == 0 {
                                 let _ = rustix::io::fcntl_setfd(&fd, rustix::io::FdFlags::empty());
                             }
-                            answer(0, i64::from(fd.into_raw_fd()), &[], None)?;
+                            answer(0, i64::from(fd.into_raw_fd()), &[], None)
                         }
-                        None => answer(libc::EMFILE, 0, &[], None)?,
+                        None => answer(libc::EMFILE, 0, &[], None),
                     }
                 }
                 CallOp::Done => {
+                    if let Some(address) = copy_out {
+                        let data = message.payload::<Call>();
+                        if !data.is_empty() && uaccess::copy_to_user(address, data).is_err() {
+                            return ended(Err(Errno::EFAULT), interrupted);
+                        }
+                    }
                     if call.value < 0 {
-                        return Err(Errno(i32::try_from(-call.value).unwrap_or(libc::EIO)));
+                        let errno = Errno(i32::try_from(-call.value).unwrap_or(libc::EIO));
+                        return ended(Err(errno), interrupted);
                     }
                     let payload = message.payload::<Call>().to_vec();
                     let mut fds = message.fds;
-                    return Ok(Reply {
+                    let reply = Reply {
                         value: call.value,
                         fd: fds.pop(),
                         payload,
-                    });
+                    };
+                    return ended(Ok(reply), interrupted);
                 }
-                CallOp::Read => answer(libc::EFAULT, 0, &[], None)?,
+                CallOp::Read => answer(libc::EFAULT, 0, &[], None),
+            };
+            if !sent {
+                return Conversation::Interrupted(Err(Errno::ENODEV));
             }
         }
     }
+}
+
+/// How a call's conversation on its channel ended.
+enum Conversation {
+    /// With the call's result; the channel can carry another call.
+    Ended(Result<Reply, Errno>),
+    /// With a result, but the channel is spent (a signal interrupted the
+    /// wait, or the device went away mid-call).
+    Interrupted(Result<Reply, Errno>),
+    /// The device closed the channel before it ran the call.
+    Unanswered,
 }
 
 /// Reads `pipe` until its end (or, with `one_line`, a newline) within

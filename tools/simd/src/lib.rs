@@ -16,6 +16,7 @@
 pub mod client;
 pub mod detach;
 pub mod peer;
+pub mod pool;
 pub mod protocol;
 pub mod server;
 pub mod signal;

@@ -10,13 +10,16 @@
 //! peer's address alone ([`node_of_peer`]).
 //!
 //! Each call on the file (an ioctl, an mmap, a query) is one [`Request`]
-//! sent on it, carrying a new socket pair's end, the *channel*: the
-//! device answers on the channel, so concurrent calls from several
-//! threads or processes never share a reply stream. While it runs the
-//! call, the device reaches the caller's memory and descriptor table
-//! through the channel ([`Call`]: read, write, take a descriptor, install
-//! one), as the kernel reaches user space from an ioctl; the caller
-//! answers each ([`Answer`]) until [`CallOp::Done`] carries the result.
+//! on a *channel*: a connection to the device's `calls` socket, carrying
+//! the file's descriptor. A call has its channel to itself, so concurrent
+//! calls from several threads or processes never share a reply stream;
+//! a process keeps the channels of finished calls for its next ones
+//! ([`crate::pool`]). An ioctl's argument struct travels with the request
+//! and its copy-out with the result; anything else the call touches, the
+//! device reaches through the channel ([`Call`]: read, write, take a
+//! descriptor, install one), as the kernel reaches user space from an
+//! ioctl; the caller answers each ([`Answer`]) until [`CallOp::Done`]
+//! carries the result.
 //! A signal that interrupts the caller's wait is passed on
 //! ([`Op::Interrupt`]), so that a blocking wait in the device ends with
 //! `EINTR` as the kernel's would.

@@ -1,12 +1,14 @@
 //! The device process: one simulated AGX system whose DRM files clients in
 //! any number of processes hold (the protocol is in [`crate::protocol`]).
 //!
-//! Each node's socket has a thread accepting connections from processes
-//! of this user (checked with `SO_PEERCRED`); each connection that opens a
-//! file has a thread reading its requests, and each request runs on a
-//! thread of its own, with the caller's memory and descriptors reached
-//! through the request's channel ([`agx_kmd::uaccess::UserSpace`]), so a
-//! request that blocks (a syncobj wait) holds up nothing else. The file
+//! Each socket has a thread accepting connections from processes of this
+//! user (checked with `SO_PEERCRED`); each connection that opens a file
+//! has a thread waiting for its close, and each call channel a thread
+//! running its calls one after another, with the caller's memory and
+//! descriptors reached through the channel
+//! ([`agx_kmd::uaccess::UserSpace`]). A call that blocks (a syncobj wait)
+//! holds up only its own channel: the caller's other threads make their
+//! calls on channels of their own. The file
 //! closes when its connection does: when the last process holding it
 //! closes it or dies. A device started by a client exits once it has had
 //! no connection for the idle time it was given.
@@ -105,7 +107,12 @@ impl Live {
             return None;
         }
         state.count += 1;
-        self.changed.notify_all();
+        // Only the idle watcher waits, and only for the count to leave or
+        // reach 0: waking it on every call would cost each call two
+        // context switches.
+        if state.count == 1 {
+            self.changed.notify_all();
+        }
         Some(LiveGuard(Arc::clone(self)))
     }
 
@@ -135,8 +142,11 @@ struct LiveGuard(Arc<Live>);
 
 impl Drop for LiveGuard {
     fn drop(&mut self) {
-        self.0.state().count -= 1;
-        self.0.changed.notify_all();
+        let mut state = self.0.state();
+        state.count -= 1;
+        if state.count == 0 {
+            self.0.changed.notify_all();
+        }
     }
 }
 
@@ -323,12 +333,10 @@ fn accept_loop(server: &Arc<Server>, node: Option<NodeKind>, listener: &OwnedFd,
             continue;
         };
         let server = Arc::clone(server);
+        let live = Arc::clone(live);
         let spawned = std::thread::Builder::new()
             .name("agx-simd-conn".into())
-            .spawn(move || {
-                server.serve_connection(node, socket, pid);
-                drop(guard);
-            });
+            .spawn(move || server.serve_connection(node, socket, pid, guard, &live));
         if let Err(error) = spawned {
             // The connection (moved into the closure) is dropped: its
             // client sees the device hang up and fails the call.
@@ -418,8 +426,16 @@ impl Server {
             .map(|entry| Arc::clone(&entry.open))
     }
 
-    /// Serves a connection to `node`'s socket (`None`: the calls socket).
-    fn serve_connection(&self, node: Option<NodeKind>, socket: OwnedFd, pid: u32) {
+    /// Serves a connection to `node`'s socket (`None`: the calls socket),
+    /// counted live by `guard` while it holds a file open or runs a call.
+    fn serve_connection(
+        &self,
+        node: Option<NodeKind>,
+        socket: OwnedFd,
+        pid: u32,
+        guard: LiveGuard,
+        live: &Arc<Live>,
+    ) {
         // A connection says what it is for at once.
         let timeout = |t| {
             rustix::net::sockopt::set_socket_timeout(
@@ -429,7 +445,7 @@ impl Server {
             )
         };
         let _ = timeout(Some(Duration::from_secs(10)));
-        let Ok(Some(mut first)) = protocol::recv_retrying(socket.as_fd()) else {
+        let Ok(Some(first)) = protocol::recv_retrying(socket.as_fd()) else {
             return;
         };
         let _ = timeout(None);
@@ -437,21 +453,71 @@ impl Server {
             tracing::warn!(pid, "device: a connection that sent no request");
             return;
         };
-        let mut fds = std::mem::take(&mut first.fds).into_iter();
-        let attached = fds.next();
         match (node, op) {
-            (Some(node), Op::Open) => self.open(node, socket, pid, request, attached),
+            (Some(node), Op::Open) => {
+                let attached = first.fds.into_iter().next();
+                self.open(node, socket, pid, request, attached);
+                drop(guard);
+            }
             (Some(_), _) | (None, Op::Open) => tracing::warn!(
                 pid,
                 ?op,
                 "device: a request on the wrong socket (opens go to a node's, calls to `calls`)"
             ),
-            (None, op) => self.call(socket, pid, request, op, attached),
+            (None, _) => self.serve_calls(Rc::new(socket), pid, first, guard, live),
         }
     }
 
-    /// Serves a call on the calls socket.
-    fn call(&self, socket: OwnedFd, pid: u32, request: Request, op: Op, attached: Option<OwnedFd>) {
+    /// Serves the calls a client makes on a channel, one after another,
+    /// starting with `first`, until the client closes it. The channel
+    /// counts as live only while it runs a call: a client keeps its idle
+    /// channels, and they must not keep an idle device from exiting.
+    fn serve_calls(
+        &self,
+        channel: Rc<OwnedFd>,
+        pid: u32,
+        first: Message,
+        guard: LiveGuard,
+        live: &Arc<Live>,
+    ) {
+        let mut message = first;
+        let mut guard = Some(guard);
+        loop {
+            let Some((request, op)) = Request::parse(&message.bytes) else {
+                tracing::warn!(pid, "device: a call channel that sent no request");
+                return;
+            };
+            let attached = std::mem::take(&mut message.fds).into_iter().next();
+            if op == Op::Open {
+                tracing::warn!(pid, "device: an open on the calls socket");
+                return;
+            }
+            let argument = message.payload::<Request>().to_vec();
+            self.call(&channel, pid, (request, argument), op, attached);
+            drop(guard.take());
+            message = match protocol::recv_retrying(channel.as_fd()) {
+                Ok(Some(message)) => message,
+                _ => return,
+            };
+            // An exiting device answers no more: the client's next call
+            // sees the channel close unanswered.
+            guard = Some(match live.enter() {
+                Some(guard) => guard,
+                None => return,
+            });
+        }
+    }
+
+    /// Serves a call on a calls channel: `request`, with the bytes of an
+    /// ioctl's argument the client sent along (see [`Remote`]).
+    fn call(
+        &self,
+        channel: &Rc<OwnedFd>,
+        pid: u32,
+        (request, argument): (Request, Vec<u8>),
+        op: Op,
+        attached: Option<OwnedFd>,
+    ) {
         match op {
             Op::Open => {}
             Op::Interrupt => {
@@ -470,14 +536,13 @@ impl Server {
                         released.wait(Duration::from_secs(5));
                     }
                 }
-                send_done(&socket, Done::of(Ok(0)));
+                send_done(channel, Done::of(Ok(0)));
             }
             Op::SyncFileInfo => {
-                let channel = Rc::new(socket);
-                run_request(&self.system, None, &channel, pid, request, op, attached);
+                let request = (request, Vec::new());
+                run_request(&self.system, None, channel, pid, request, op, attached);
             }
             Op::Ioctl | Op::Mmap | Op::Query => {
-                let channel = Rc::new(socket);
                 match self.file_of(attached.as_ref()) {
                     Some(open) => {
                         // The `Arc` holds the file for the call, as the
@@ -486,9 +551,10 @@ impl Server {
                         // the call, the device must see it and interrupt
                         // the call.
                         drop(attached);
-                        run_request(&self.system, Some(&open), &channel, pid, request, op, None);
+                        let request = (request, argument);
+                        run_request(&self.system, Some(&open), channel, pid, request, op, None);
                     }
-                    None => send_done(&channel, Done::of(Err(Errno::EBADF))),
+                    None => send_done(channel, Done::of(Err(Errno::EBADF))),
                 }
             }
         }
@@ -633,13 +699,15 @@ fn run_request(
     open: Option<&OpenFile>,
     channel: &Rc<OwnedFd>,
     caller_pid: u32,
-    request: Request,
+    (request, argument): (Request, Vec<u8>),
     op: Op,
     attached: Option<OwnedFd>,
 ) {
-    let space: Rc<dyn UserSpace> = Rc::new(Remote {
+    let remote = Rc::new(Remote {
         channel: Rc::clone(channel),
+        argument: (op == Op::Ioctl).then(|| Argument::new(request.a, request.b, argument)),
     });
+    let space: Rc<dyn UserSpace> = Rc::clone(&remote) as Rc<dyn UserSpace>;
     let done = match (op, open) {
         (Op::Ioctl, Some(open)) => {
             let caller = Caller {
@@ -654,7 +722,10 @@ fn run_request(
             let result = agx_kmd::uaccess::with_user_space(space, || {
                 open.file().ioctl_as(Some(caller), request.a, request.b)
             });
-            Done::of(result.map(i64::from))
+            Done {
+                payload: remote.written_back(),
+                ..Done::of(result.map(i64::from))
+            }
         }
         (Op::Mmap, Some(open)) => {
             let found = open
@@ -727,6 +798,82 @@ fn send_done(channel: &OwnedFd, done: Done) {
 /// request's channel.
 struct Remote {
     channel: Rc<OwnedFd>,
+    /// For an ioctl: its argument struct, as the client sent it along.
+    argument: Option<Argument>,
+}
+
+/// An ioctl's argument struct, which `drm_ioctl` copies in whole before
+/// the handler runs and out whole after it: the client sends the bytes
+/// with its request (when its `_IOC_WRITE` bit is set and it could read
+/// them), and the device sends the copy-out back with the result, so that
+/// a small ioctl costs one round trip, not three.
+struct Argument {
+    /// Where it is in the caller's memory.
+    address: u64,
+    /// The bytes the client read there (empty: none sent; reads go to the
+    /// client, which faults them as the kernel would). Dropped once the
+    /// device writes the client's memory: reads then go to the client.
+    sent: std::cell::RefCell<Vec<u8>>,
+    /// The `_IOC_READ` size: a write of exactly this many bytes at
+    /// `address` is the copy-out, held for the result.
+    copy_out_bytes: usize,
+    /// The copy-out, once the ioctl made it.
+    copied_out: std::cell::RefCell<Option<Vec<u8>>>,
+}
+
+impl Argument {
+    fn new(request: u64, address: u64, sent: Vec<u8>) -> Argument {
+        // Linux's _IOC layout: the size in bits 16-29, the direction in
+        // bits 30-31 (_IOC_READ = 2: the kernel writes the argument).
+        let size_bytes = ((request >> 16) & 0x3FFF) as usize;
+        let copies_out = (request >> 30) & 2 != 0;
+        Argument {
+            address,
+            sent: std::cell::RefCell::new(sent),
+            copy_out_bytes: if copies_out { size_bytes } else { 0 },
+            copied_out: std::cell::RefCell::new(None),
+        }
+    }
+
+    /// `buf` filled from the bytes sent, if they cover `address`.
+    fn read(&self, address: u64, buf: &mut [u8]) -> bool {
+        let Some(start) = address
+            .checked_sub(self.address)
+            .and_then(|at| usize::try_from(at).ok())
+        else {
+            return false;
+        };
+        match self.sent.borrow().get(start..start + buf.len()) {
+            Some(bytes) if !buf.is_empty() => {
+                buf.copy_from_slice(bytes);
+                true
+            }
+            _ => false,
+        }
+    }
+}
+
+impl Remote {
+    /// The argument's copy-out, to go back with the result.
+    fn written_back(&self) -> Vec<u8> {
+        self.argument
+            .as_ref()
+            .and_then(|argument| argument.copied_out.borrow_mut().take())
+            .unwrap_or_default()
+    }
+
+    /// Sends a held copy-out to the client now: a later write overlaps
+    /// it, and must land after it.
+    fn flush_copy_out(&self) -> Result<(), Fault> {
+        let Some(argument) = &self.argument else {
+            return Ok(());
+        };
+        let held = argument.copied_out.borrow_mut().take();
+        match held {
+            Some(bytes) => self.write_through(argument.address, &bytes),
+            None => Ok(()),
+        }
+    }
 }
 
 impl Remote {
@@ -753,6 +900,16 @@ impl Remote {
 
 impl UserSpace for Remote {
     fn read(&self, address: u64, buf: &mut [u8]) -> Result<(), Fault> {
+        // The argument is read from the bytes sent until the device first
+        // writes; a read after a held copy-out sees it landed first.
+        self.flush_copy_out()?;
+        if self
+            .argument
+            .as_ref()
+            .is_some_and(|argument| argument.read(address, buf))
+        {
+            return Ok(());
+        }
         let fault = Fault {
             address,
             len_bytes: buf.len(),
@@ -772,17 +929,17 @@ impl UserSpace for Remote {
     }
 
     fn write(&self, address: u64, data: &[u8]) -> Result<(), Fault> {
-        let fault = Fault {
-            address,
-            len_bytes: data.len(),
-        };
-        let mut at = address;
-        for chunk in data.chunks(MAX_PAYLOAD_BYTES) {
-            let call = Call::new(CallOp::Write, at, chunk.len() as u64, 0);
-            self.ask_ok(call, chunk, None).ok_or(fault)?;
-            at += chunk.len() as u64;
+        if let Some(argument) = &self.argument {
+            let is_copy_out = address == argument.address
+                && !data.is_empty()
+                && data.len() == argument.copy_out_bytes;
+            if is_copy_out && argument.copied_out.borrow().is_none() {
+                *argument.copied_out.borrow_mut() = Some(data.to_vec());
+                return Ok(());
+            }
+            self.flush_copy_out()?;
         }
-        Ok(())
+        self.write_through(address, data)
     }
 
     fn take_fd(&self, fd: i32) -> Option<OwnedFd> {
@@ -799,5 +956,26 @@ impl UserSpace for Remote {
             .ask_ok(call, &[], Some(fd.as_fd()))
             .ok_or(InstallError::NoDescriptor)?;
         i32::try_from(answer.value).map_err(|_| InstallError::NoDescriptor)
+    }
+}
+
+impl Remote {
+    /// Writes `data` at `address` of the client's memory, through the
+    /// channel.
+    fn write_through(&self, address: u64, data: &[u8]) -> Result<(), Fault> {
+        if let Some(argument) = &self.argument {
+            argument.sent.borrow_mut().clear();
+        }
+        let fault = Fault {
+            address,
+            len_bytes: data.len(),
+        };
+        let mut at = address;
+        for chunk in data.chunks(MAX_PAYLOAD_BYTES) {
+            let call = Call::new(CallOp::Write, at, chunk.len() as u64, 0);
+            self.ask_ok(call, chunk, None).ok_or(fault)?;
+            at += chunk.len() as u64;
+        }
+        Ok(())
     }
 }

@@ -124,6 +124,36 @@ int main(void)
         close(prime);
     }
 
+    /* At the descriptor limit every call on an open file still works, as
+     * on Linux (IGT's core_auth many-magics opens until EMFILE, then
+     * calls): a call takes no descriptor of the caller's. */
+    static int filler[1024];
+    int filled = 0;
+    limit.rlim_cur = 1024;
+    CHECK(setrlimit(RLIMIT_NOFILE, &limit) == 0);
+    for (;;) {
+        int f = open("/dev/null", O_RDONLY);
+        if (f < 0) {
+            CHECK(errno == EMFILE);
+            break;
+        }
+        CHECK(filled < 1024);
+        filler[filled++] = f;
+    }
+    uint64_t cap = 0;
+    for (int i = 0; i < 100; i++)
+        CHECK(drmGetCap(fd, DRM_CAP_SYNCOBJ, &cap) == 0 && cap == 1);
+    /* New objects too, where the device's descriptors are not the
+     * client's (in-process, an object's memory takes a descriptor of the
+     * process for a moment: shim.md). */
+    const char *shim_mode = getenv("AGX_SHIM_MODE");
+    if (!shim_mode || strcmp(shim_mode, "in-process") != 0) {
+        struct asahi_gem_create at_limit = { .size = 16384, .flags = GEM_VM_PRIVATE, .vm_id = vm.vm_id };
+        CHECK(drmIoctl(fd, ASAHI_GEM_CREATE, &at_limit) == 0 && at_limit.handle != 0);
+    }
+    for (int i = 0; i < filled; i++)
+        close(filler[i]);
+
     /* MAP_PRIVATE of a GEM object is refused, as Linux 6.10+ does. */
     struct asahi_gem_mmap_offset mo = { .handle = shared.handle };
     CHECK(drmIoctl(fd, ASAHI_GEM_MMAP_OFFSET, &mo) == 0);
