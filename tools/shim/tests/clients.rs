@@ -183,6 +183,34 @@ fn libdrm_c_client_runs_against_the_simulated_gpu() {
     run_under_shim(&build_c_client("libdrm_client"));
 }
 
+/// The first program to use the shim on a fresh machine opens a node
+/// before anything made the user's directory (`agx-sim-<uid>` in
+/// `$XDG_RUNTIME_DIR`): the device it starts makes it (that open failed
+/// with ENODEV when the device made only its own directory).
+#[test]
+fn the_first_open_on_a_fresh_machine_starts_the_device() {
+    let runtime = DeviceDir::new();
+    let program = build_c_client("libdrm_client");
+    let out = Command::new(&program)
+        .env("LD_PRELOAD", shim_library())
+        .env("AGX_SHIM_MODE", "device")
+        .env_remove("AGX_SIM_DEVICE_DIR")
+        .env("XDG_RUNTIME_DIR", &runtime.0)
+        .env("AGX_SIM_IDLE_EXIT_MS", "300")
+        .output()
+        .expect("client runs");
+    assert_printed_ok(&out, "libdrm_client with a fresh XDG_RUNTIME_DIR", &runtime);
+    let uid = rustix::process::getuid().as_raw();
+    let user_dir = runtime.0.join(format!("agx-sim-{uid}"));
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&user_dir)
+        .expect("the user's directory")
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o700, "private");
+    assert!(user_dir.join("device").is_dir());
+}
+
 /// Thousands of live objects cost the client no descriptors, and a client
 /// closing every descriptor it did not open cannot make the device map or
 /// export the wrong file.

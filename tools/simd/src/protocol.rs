@@ -372,9 +372,15 @@ pub fn user_dir() -> PathBuf {
 }
 
 /// Makes `dir` (mode 0700) if it does not exist, and checks that it is
-/// this user's and private.
+/// this user's and private. The user's directory ([`user_dir`]) is made
+/// first (private too) when `dir` is in it: on a fresh machine the
+/// default device directory's parent does not exist yet.
 pub fn ensure_private_dir(dir: &Path) -> Result<(), DirError> {
     let uid = rustix::process::getuid().as_raw();
+    let user = user_dir();
+    if dir != user && dir.parent() == Some(user.as_path()) {
+        ensure_private_dir(&user)?;
+    }
     match std::fs::DirBuilder::new().mode(0o700).create(dir) {
         Ok(()) => {}
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
