@@ -183,6 +183,20 @@ fn libdrm_c_client_runs_against_the_simulated_gpu() {
     run_under_shim(&build_c_client("libdrm_client"));
 }
 
+/// A child that inherits the card node's file and changes its user keeps
+/// making calls on it, and SET_MASTER is the kernel's EACCES for it (it
+/// was ENODEV: the child could not reach the device's private directory).
+/// Needs root to change users: CI runs as root; elsewhere the test says
+/// so and checks nothing.
+#[test]
+fn a_child_that_changes_its_user_keeps_the_file() {
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("not root: cannot change users, nothing checked");
+        return;
+    }
+    run_under_shim_in(Mode::DeviceProcess, &build_c_client("setuid_client"));
+}
+
 /// The first program to use the shim on a fresh machine opens a node
 /// before anything made the user's directory (`agx-sim-<uid>` in
 /// `$XDG_RUNTIME_DIR`): the device it starts makes it (that open failed

@@ -297,7 +297,7 @@ impl Client {
                 }
             }
         }
-        let channel = connect(&protocol::calls_path(&self.dir)).map_err(|_| Errno::ENODEV)?;
+        let channel = self.new_channel(file).ok_or(Errno::ENODEV)?;
         protocol::send(channel.as_fd(), request.as_bytes(), argument, &fds)
             .map_err(|_| Errno::ENODEV)?;
         match self.converse(file, channel.as_fd(), id, copy_out) {
@@ -310,6 +310,28 @@ impl Client {
         }
     }
 
+    /// A new call channel: a connection to the device's calls socket, or,
+    /// for a call on `file` by a process that may not enter the device's
+    /// directory (it changed its user after it inherited the file), to its
+    /// abstract calls socket, checked to be the process at the file's
+    /// other end.
+    fn new_channel(&self, file: Option<BorrowedFd<'_>>) -> Option<OwnedFd> {
+        let error = match connect(&protocol::calls_path(&self.dir)) {
+            Ok(channel) => return Some(channel),
+            Err(error) => error,
+        };
+        let file = file?;
+        if !matches!(error.raw_os_error(), Some(libc::EACCES | libc::EPERM)) {
+            return None;
+        }
+        let device = crate::peer::credentials(file).ok()?;
+        let name = protocol::calls_abstract_name(&self.dir);
+        let channel =
+            connect_to(&rustix::net::SocketAddrUnix::new_abstract_name(&name).ok()?).ok()?;
+        let peer = crate::peer::credentials(channel.as_fd()).ok()?;
+        (peer.pid.is_some() && peer == device).then_some(channel)
+    }
+
     /// Tells the device that this process closed a descriptor of the DRM
     /// file whose socket end is `identity` (device, inode), and returns
     /// once the device has released the file if that was its last.
@@ -320,7 +342,7 @@ impl Client {
     /// Tells the device a signal interrupted our wait for request `id` on
     /// `file`.
     fn interrupt(&self, file: BorrowedFd<'_>, id: u64) {
-        if let Ok(socket) = connect(&protocol::calls_path(&self.dir)) {
+        if let Some(socket) = self.new_channel(Some(file)) {
             let request = Request::new(Op::Interrupt, id, id, 0);
             let _ = protocol::send(socket.as_fd(), request.as_bytes(), &[], &[file]);
         }
@@ -571,23 +593,27 @@ pub fn read_within(
 /// this user's (the directory is private, but `AGX_SIM_DEVICE_DIR` can
 /// name any).
 fn connect(path: &Path) -> io::Result<OwnedFd> {
+    let socket = connect_to(&rustix::net::SocketAddrUnix::new(path)?)?;
+    let peer = crate::peer::credentials(socket.as_fd())?;
+    if peer.uid != rustix::process::getuid().as_raw() {
+        return Err(io::Error::from_raw_os_error(libc::EACCES));
+    }
+    Ok(socket)
+}
+
+/// Connects a new socket to `address`.
+fn connect_to(address: &rustix::net::SocketAddrUnix) -> io::Result<OwnedFd> {
     let socket = rustix::net::socket_with(
         rustix::net::AddressFamily::UNIX,
         rustix::net::SocketType::SEQPACKET,
         rustix::net::SocketFlags::CLOEXEC,
         None,
     )?;
-    let address = rustix::net::SocketAddrUnix::new(path)?;
     loop {
-        match rustix::net::connect(&socket, &address) {
+        match rustix::net::connect(&socket, address) {
             Err(rustix::io::Errno::INTR) => continue,
             Err(e) => return Err(e.into()),
-            Ok(()) => break,
+            Ok(()) => return Ok(socket),
         }
     }
-    let peer = crate::peer::credentials(socket.as_fd())?;
-    if peer.uid != rustix::process::getuid().as_raw() {
-        return Err(io::Error::from_raw_os_error(libc::EACCES));
-    }
-    Ok(socket)
 }

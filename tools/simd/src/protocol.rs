@@ -430,6 +430,26 @@ pub fn calls_path(dir: &Path) -> PathBuf {
     dir.join("calls")
 }
 
+/// The abstract socket name of the device's second calls socket, for
+/// device directory `dir`. It has no file, so no directory's permissions
+/// guard it: a process that holds a DRM file of the device but may not
+/// enter its directory (it changed its user after it inherited the file)
+/// still makes calls on it, as a Linux file works for whoever holds it.
+/// The device serves calls of another user only on a descriptor the
+/// request carries, which is the proof of holding it.
+pub fn calls_abstract_name(dir: &Path) -> Vec<u8> {
+    // FNV-1a of the directory's path: a name of fixed length, whatever
+    // the path's.
+    let hash = dir
+        .as_os_str()
+        .as_bytes()
+        .iter()
+        .fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+        });
+    format!("agx-simd-calls-{hash:016x}").into_bytes()
+}
+
 /// The nodes' sockets in the device directory `dir`, for
 /// [`node_of_peer`] (made once: the check runs on every descriptor a
 /// client closes or stats).

@@ -172,9 +172,20 @@ pub fn serve(
 
 struct Started {
     system: Arc<System>,
-    /// The nodes' sockets, and (`None`) the calls socket.
-    listeners: Vec<(Option<NodeKind>, PathBuf, OwnedFd)>,
+    listeners: Vec<Listener>,
     _lock: std::fs::File,
+}
+
+/// A socket the device accepts connections on.
+struct Listener {
+    /// A node's socket, or (`None`) a calls socket.
+    node: Option<NodeKind>,
+    /// Its path, or its abstract name for the log.
+    name: PathBuf,
+    socket: OwnedFd,
+    /// Whether processes of other users may connect (the abstract calls
+    /// socket, whose calls must carry the file they are on).
+    any_user: bool,
 }
 
 fn start(options: &Options) -> Result<Started, ServeError> {
@@ -195,7 +206,28 @@ fn start(options: &Options) -> Result<Started, ServeError> {
             Some(node) => protocol::socket_path(dir, node),
             None => protocol::calls_path(dir),
         };
-        listeners.push((node, path.clone(), listen(&path)?));
+        listeners.push(Listener {
+            node,
+            name: path.clone(),
+            socket: listen(&path)?,
+            any_user: false,
+        });
+    }
+    // Without it (the name is taken), calls from processes that left the
+    // device's user fail with ENODEV; nothing else does.
+    let name = protocol::calls_abstract_name(dir);
+    match listen_abstract(&name) {
+        Ok(socket) => listeners.push(Listener {
+            node: None,
+            name: PathBuf::from(format!("@{}", String::from_utf8_lossy(&name))),
+            socket,
+            any_user: true,
+        }),
+        Err(error) => tracing::warn!(
+            %error,
+            name = %String::from_utf8_lossy(&name),
+            "device: cannot listen on the abstract calls socket"
+        ),
     }
     Ok(Started {
         system,
@@ -267,6 +299,20 @@ fn listen(path: &Path) -> Result<OwnedFd, ServeError> {
     Ok(socket)
 }
 
+/// Listens on the abstract socket `name`.
+fn listen_abstract(name: &[u8]) -> io::Result<OwnedFd> {
+    let socket = rustix::net::socket_with(
+        rustix::net::AddressFamily::UNIX,
+        rustix::net::SocketType::SEQPACKET,
+        rustix::net::SocketFlags::CLOEXEC,
+        None,
+    )?;
+    let address = rustix::net::SocketAddrUnix::new_abstract_name(name)?;
+    rustix::net::bind(&socket, &address)?;
+    rustix::net::listen(&socket, 128)?;
+    Ok(socket)
+}
+
 impl Started {
     fn run(self, idle_exit: Option<Duration>) {
         let live = Arc::new(Live::default());
@@ -275,12 +321,14 @@ impl Started {
             files: Mutex::new(HashMap::new()),
         });
         let mut paths = Vec::new();
-        for (node, path, listener) in self.listeners {
+        for listener in self.listeners {
             let server = Arc::clone(&server);
             let live = Arc::clone(&live);
-            tracing::info!(path = %path.display(), "device: listening");
-            paths.push(path);
-            std::thread::spawn(move || accept_loop(&server, node, &listener, &live));
+            tracing::info!(path = %listener.name.display(), "device: listening");
+            if !listener.any_user {
+                paths.push(listener.name.clone());
+            }
+            std::thread::spawn(move || accept_loop(&server, &listener, &live));
         }
         match idle_exit {
             Some(idle) => live.wait_idle(idle),
@@ -295,18 +343,20 @@ impl Started {
     }
 }
 
-fn accept_loop(server: &Arc<Server>, node: Option<NodeKind>, listener: &OwnedFd, live: &Arc<Live>) {
+fn accept_loop(server: &Arc<Server>, listener: &Listener, live: &Arc<Live>) {
     let uid = rustix::process::getuid();
+    let node = listener.node;
     loop {
-        let socket = match rustix::net::accept_with(listener, rustix::net::SocketFlags::CLOEXEC) {
-            Ok(socket) => socket,
-            Err(rustix::io::Errno::INTR | rustix::io::Errno::CONNABORTED) => continue,
-            Err(e) => {
-                tracing::error!(error = %e, "device: accept failed");
-                std::thread::sleep(Duration::from_millis(10));
-                continue;
-            }
-        };
+        let socket =
+            match rustix::net::accept_with(&listener.socket, rustix::net::SocketFlags::CLOEXEC) {
+                Ok(socket) => socket,
+                Err(rustix::io::Errno::INTR | rustix::io::Errno::CONNABORTED) => continue,
+                Err(e) => {
+                    tracing::error!(error = %e, "device: accept failed");
+                    std::thread::sleep(Duration::from_millis(10));
+                    continue;
+                }
+            };
         let peer = match crate::peer::credentials(socket.as_fd()) {
             Ok(peer) => peer,
             Err(e) => {
@@ -321,7 +371,7 @@ fn accept_loop(server: &Arc<Server>, node: Option<NodeKind>, listener: &OwnedFd,
             );
             continue;
         };
-        if peer.uid != uid.as_raw() {
+        if peer.uid != uid.as_raw() && !listener.any_user {
             tracing::warn!(
                 pid,
                 uid = peer.uid,
@@ -329,6 +379,7 @@ fn accept_loop(server: &Arc<Server>, node: Option<NodeKind>, listener: &OwnedFd,
             );
             continue;
         }
+        let own_user = peer.uid == uid.as_raw();
         let Some(guard) = live.enter() else {
             continue;
         };
@@ -336,7 +387,7 @@ fn accept_loop(server: &Arc<Server>, node: Option<NodeKind>, listener: &OwnedFd,
         let live = Arc::clone(live);
         let spawned = std::thread::Builder::new()
             .name("agx-simd-conn".into())
-            .spawn(move || server.serve_connection(node, socket, pid, guard, &live));
+            .spawn(move || server.serve_connection(node, socket, (pid, own_user), guard, &live));
         if let Err(error) = spawned {
             // The connection (moved into the closure) is dropped: its
             // client sees the device hang up and fails the call.
@@ -432,7 +483,7 @@ impl Server {
         &self,
         node: Option<NodeKind>,
         socket: OwnedFd,
-        pid: u32,
+        (pid, own_user): (u32, bool),
         guard: LiveGuard,
         live: &Arc<Live>,
     ) {
@@ -464,7 +515,7 @@ impl Server {
                 ?op,
                 "device: a request on the wrong socket (opens go to a node's, calls to `calls`)"
             ),
-            (None, _) => self.serve_calls(Rc::new(socket), pid, first, guard, live),
+            (None, _) => self.serve_calls(Rc::new(socket), (pid, own_user), first, guard, live),
         }
     }
 
@@ -472,10 +523,12 @@ impl Server {
     /// starting with `first`, until the client closes it. The channel
     /// counts as live only while it runs a call: a client keeps its idle
     /// channels, and they must not keep an idle device from exiting.
+    /// A channel of another user (`own_user` false: the abstract socket)
+    /// is served only calls that carry the file they are on.
     fn serve_calls(
         &self,
         channel: Rc<OwnedFd>,
-        pid: u32,
+        (pid, own_user): (u32, bool),
         first: Message,
         guard: LiveGuard,
         live: &Arc<Live>,
@@ -490,6 +543,12 @@ impl Server {
             let attached = std::mem::take(&mut message.fds).into_iter().next();
             if op == Op::Open {
                 tracing::warn!(pid, "device: an open on the calls socket");
+                return;
+            }
+            if !own_user && matches!(op, Op::Closed) {
+                // Names a file by number, not by descriptor: not for
+                // another user (its close is then asynchronous).
+                send_done(&channel, Done::of(Err(Errno::EPERM)));
                 return;
             }
             let argument = message.payload::<Request>().to_vec();
