@@ -53,6 +53,11 @@ pub fn channel_format(
         }
         Channels::R8 | Channels::R16 | Channels::R32 => 1,
         Channels::R8G8 | Channels::R16G16 | Channels::R32G32 => 2,
+        // Mesa's RGB32 buffer textures (its "emulated" format): Mesa reads
+        // them with global loads and reaches the texture unit only out of
+        // bounds, for the zero texel. What the hardware does in bounds is
+        // not public; here a texel is three 32-bit channels.
+        Channels::R32G32B32Emulated => 3,
         Channels::R8G8B8A8
         | Channels::R16G16B16A16
         | Channels::R32G32B32A32

@@ -1238,6 +1238,53 @@ fn packed_16_bit_formats_decode_from_their_bit_layouts() {
 }
 
 #[test_log::test]
+fn rgb32_buffer_textures_read_zero_out_of_bounds_and_three_channels_within() {
+    // Mesa's buffer texture of an RGB32 format (agx_nir_lower_texture):
+    // in-bounds texels come from global loads; an out-of-bounds index
+    // takes the texture unit's path for its zero texel, with the
+    // "R32G32B32 (emulated)" channels in a linear 1024-wide descriptor.
+    for data_type in [TextureType::Float, TextureType::Uint] {
+        let m = Machine::new(5000);
+        let texels: Vec<u8> = (0..12u32)
+            .flat_map(|i| (0x4000_0000 + i).to_le_bytes())
+            .collect();
+        put_texture(
+            &m,
+            Texture {
+                dimension: TextureDimension::D2,
+                layout: Layout::Linear,
+                channels: Channels::R32G32B32Emulated,
+                data_type,
+                width: 1024,
+                height: 1,
+                stride: 1024 * 12,
+                ..Texture::default()
+            },
+            &texels,
+        );
+        let got = run_requests(
+            &m,
+            &load_instruction("tex_2d", 2),
+            &[
+                [0, 0, 0, 0],
+                [3, 0, 0, 0],
+                [u32::MAX, 0, 0, 0],
+                [0, 1, 0, 0],
+            ],
+        );
+        let one = if data_type == TextureType::Float {
+            1.0f32.to_bits()
+        } else {
+            1
+        };
+        assert_eq!(got[0], [0x4000_0000, 0x4000_0001, 0x4000_0002, one]);
+        assert_eq!(got[1], [0x4000_0009, 0x4000_000a, 0x4000_000b, one]);
+        assert_eq!(got[2], [0; 4], "index -1: Mesa's out-of-bounds load");
+        assert_eq!(got[3], [0; 4], "row 1 of a one-row image");
+    }
+}
+
+#[test_log::test]
 fn linear_2d_arrays_read_their_layers_through_the_extended_words() {
     // Mesa's agx_pack_texture for a linear 2D array (a blit's source):
     // the row pitch in the stride field, the layer count and stride in
