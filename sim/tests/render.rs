@@ -4145,9 +4145,11 @@ const SAMPLE_MASK_IN_FS: &str = "
     st_tile r2_r3_r4_r5, u8norm, 0, xyzw, 0, 255, r0, 0
     stop";
 
-#[test_log::test]
-fn fragment_shaders_read_their_covered_samples_and_the_sample_count() {
-    let m = Machine::new(5000);
+/// Draws WINDOW_TRIANGLE at 4x with fragment shader `source` (uniforms
+/// 1.0, 1/255, 0) and returns the multisampled image, its row stride,
+/// and each pixel's covered-sample mask from an independent coverage test
+/// at the standard 4x positions.
+fn sample_mask_pass(m: &Machine, source: &str) -> (Vec<u8>, usize, Vec<u8>) {
     let window = [[10.25f32, 5.5], [50.75, 20.0], [20.0, 60.125]];
     m.poke_u32s(VERTICES, &clip(&window));
     let vs = m.program(
@@ -4160,7 +4162,7 @@ fn fragment_shaders_read_their_covered_samples_and_the_sample_count() {
         None,
     );
     let fs = m.program(
-        SAMPLE_MASK_IN_FS,
+        source,
         0x4000,
         0x100,
         &[1.0f32.to_bits(), (1.0f32 / 255.0).to_bits(), 0],
@@ -4168,7 +4170,7 @@ fn fragment_shaders_read_their_covered_samples_and_the_sample_count() {
         0,
         None,
     );
-    let mut render = draw_pass(&m, 3, vs, 4, fs, None);
+    let mut render = draw_pass(m, 3, vs, 4, fs, None);
     render.samples = 4;
     let stride = 64 * 4 * 4;
     m.poke(m.data, PBE, &msaa_pbe(stride).pack().unwrap());
@@ -4181,17 +4183,30 @@ fn fragment_shaders_read_their_covered_samples_and_the_sample_count() {
         (0.125, 0.625),
         (0.625, 0.875),
     ];
+    let masks = (0..64 * 64)
+        .map(|i| {
+            let (x, y) = ((i % 64) as f64, (i / 64) as f64);
+            positions
+                .iter()
+                .enumerate()
+                .filter(|(_, (sx, sy))| covers(t, x + sx, y + sy))
+                .fold(0u8, |m, (s, _)| m | 1 << s)
+        })
+        .collect();
+    (image, stride as usize, masks)
+}
+
+#[test_log::test]
+fn fragment_shaders_read_their_covered_samples_and_the_sample_count() {
+    let m = Machine::new(5000);
+    let (image, stride, masks) = sample_mask_pass(&m, SAMPLE_MASK_IN_FS);
     let mut partial = 0;
     for y in 0..64usize {
         for x in 0..64usize {
-            let mask = positions
-                .iter()
-                .enumerate()
-                .filter(|(_, (sx, sy))| covers(t, x as f64 + sx, y as f64 + sy))
-                .fold(0u8, |m, (s, _)| m | 1 << s);
+            let mask = masks[y * 64 + x];
             partial += usize::from(mask != 0 && mask != 0xF);
             for s in 0..4 {
-                let at = y * stride as usize + (x * 4 + s) * 4;
+                let at = y * stride + (x * 4 + s) * 4;
                 let want = if mask & (1 << s) != 0 {
                     [mask, 2]
                 } else {
@@ -4202,6 +4217,97 @@ fn fragment_shaders_read_their_covered_samples_and_the_sample_count() {
         }
     }
     assert!(partial > 50, "{partial}");
+}
+
+/// Fragment shader: kills samples 0 and 2 (`sample_mask`), then red = the
+/// input sample mask, green = the coverage mask, as integers / 255.
+const KILLED_COVERAGE_FS: &str = "
+    sample_mask 5, 0
+    get_sr r6, sr124
+    get_sr r7, sr60
+    convert u32_to_f, r2, r6, rte
+    fmul32 r2, r2, u1
+    convert u32_to_f, r3, r7, rte
+    fmul32 r3, r3, u1
+    mov r4, u2
+    mov r5, u0
+    st_tile r2_r3_r4_r5, u8norm, 0, xyzw, 0, 255, r0, 0
+    stop";
+
+#[test_log::test]
+fn samples_killed_by_a_sample_mask_leave_the_coverage_mask() {
+    // Mesa reads the coverage mask after alpha-to-coverage and
+    // gl_SampleMask (get_sr_coverage) to mask its stores of spilled render
+    // targets: a killed sample must read as uncovered, while the input
+    // sample mask (gl_SampleMaskIn) keeps what the primitive covered.
+    let m = Machine::new(5000);
+    let (image, stride, masks) = sample_mask_pass(&m, KILLED_COVERAGE_FS);
+    let mut seen = 0;
+    for y in 0..64usize {
+        for x in 0..64usize {
+            let mask = masks[y * 64 + x];
+            for s in 0..4 {
+                let at = y * stride + (x * 4 + s) * 4;
+                let want = if mask & (1 << s) & 0xA != 0 {
+                    seen += 1;
+                    [mask, mask & 0xA]
+                } else {
+                    [0, 0]
+                };
+                assert_eq!(image[at..at + 2], want, "pixel ({x}, {y}) sample {s}");
+            }
+        }
+    }
+    assert!(seen > 1000, "{seen}");
+}
+
+/// Fragment shader: adds its `is_active_thread` to the word at u0_u1, as
+/// Mesa's fragment atomics are guarded by it (nir_lower_helper_writes),
+/// then writes nothing else.
+const ACTIVE_THREADS_FS: &str = "
+    get_sr r1, sr63
+    atomic add, 0, 0, u0_u1, 0, signed, r1, 1, 1, 1, 1
+    wait 0
+    stop";
+
+#[test_log::test]
+fn helper_lanes_are_not_active_threads() {
+    // Fragments run in 2x2 quads; the uncovered members of a covered
+    // pixel's quad run as helpers, and is_active_thread is 0 there (Mesa
+    // reads gl_HelperInvocation as its negation and guards a fragment
+    // shader's memory writes with it). The sum over every lane is the
+    // number of covered pixels, by an independent coverage test.
+    let m = Machine::new(5000);
+    let window = [[10.25f32, 5.5], [50.75, 20.0], [20.0, 60.125]];
+    m.poke_u32s(VERTICES, &clip(&window));
+    let vs = m.program(
+        POSITION_VS,
+        0x3000,
+        0xC0,
+        &pair(DATA_VA + VERTICES),
+        UNIFORMS + 0x200,
+        0,
+        None,
+    );
+    const COUNTER: u64 = STORAGE_IMAGE;
+    m.poke_u32s(COUNTER, &[0]);
+    let fs = m.program(
+        ACTIVE_THREADS_FS,
+        0x4000,
+        0x100,
+        &pair(DATA_VA + COUNTER),
+        UNIFORMS + 0x300,
+        0,
+        None,
+    );
+    let render = draw_pass(&m, 3, vs, 4, fs, None);
+    assert_eq!(m.submit(CmdType::Render, render.as_bytes()), None);
+    let t = window.map(|[x, y]| [f64::from(x), f64::from(y)]);
+    let covered = (0..64 * 64)
+        .filter(|i| covers(t, f64::from(i % 64) + 0.5, f64::from(i / 64) + 0.5))
+        .count();
+    assert!(covered > 500, "{covered}");
+    assert_eq!(m.peek_u32s(COUNTER, 1)[0] as usize, covered);
 }
 
 #[test_log::test]

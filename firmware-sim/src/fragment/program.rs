@@ -185,9 +185,15 @@ pub(super) fn run_tile_program(
             .special
             .set_all(tile_position + 1, origin.1 / tile.colour.height_px.max(1));
         group.special.set_all(tile_position + 2, layer);
-        group
-            .special
-            .set_all(agx_hw::isa::table::sr::IS_ACTIVE_THREAD, 1);
+        // Helper lanes (the uncovered members of a covered pixel's quad,
+        // there for derivatives) are not active threads: Mesa reads
+        // gl_HelperInvocation as is_active_thread == 0 and wraps a
+        // fragment shader's memory writes and atomics in its negation
+        // (nir_lower_helper_writes), so the hardware does not mask them.
+        group.special.set_lanes(
+            agx_hw::isa::table::sr::IS_ACTIVE_THREAD,
+            std::array::from_fn(|lane| u32::from(helper_lanes & (1 << lane) == 0)),
+        );
         group
             .special
             .set_all(agx_hw::isa::table::sr::BACKFACING, u32::from(back_facing));

@@ -219,6 +219,18 @@ impl SpecialRegs {
         self.set_lanes(sr, [value; LANES]);
     }
 
+    /// Special register `sr` of `lane`, if it is set.
+    pub fn lane(&self, sr: u32, lane: usize) -> Option<u32> {
+        self.get(sr).map(|values| values[lane])
+    }
+
+    /// Clears `bits` of special register `sr` in `lane`, if it is set.
+    pub fn clear_bits(&mut self, sr: u32, lane: usize, bits: u32) {
+        if let Some((_, values)) = self.slots.iter_mut().find(|(n, _)| *n == sr) {
+            values[lane] &= !bits;
+        }
+    }
+
     fn get(&self, sr: u32) -> Option<&[u32; LANES]> {
         self.slots.iter().find(|(n, _)| *n == sr).map(|(_, v)| v)
     }

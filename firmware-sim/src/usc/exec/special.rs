@@ -43,7 +43,9 @@ impl SimdGroup {
             57 => (exec >> (lane & !3) & 0xF).count_ones(),
             58 => (exec & below).count_ones(),
             59 => exec.count_ones(),
-            63 => 1,
+            // A fragment program sets it per lane (0 for helper lanes and
+            // demoted ones); every thread of other stages is active.
+            63 => self.special.get(63).map_or(1, |values| values[lane]),
             _ => match self.special.get(sr) {
                 Some(values) => values[lane],
                 None => return Err(ExecError::SpecialRegister { pc, sr }),

@@ -2,6 +2,7 @@
 //! stores, varying interpolation and coefficient loads, vertex outputs,
 //! sample masks and depth/stencil emission.
 
+use agx_hw::isa::table::sr;
 use agx_hw::isa::{Op, Reg, Size};
 
 use super::{lanes, unsupported, Env, ExecError, Flow, Operands, SimdGroup};
@@ -156,6 +157,16 @@ impl SimdGroup {
                     env.io
                         .sample_mask(lane, w, c)
                         .map_err(|error| ExecError::Io { pc, error })?;
+                    // The coverage register follows: a sample killed here
+                    // reads as uncovered from now on (Mesa reads it with
+                    // get_sr_coverage, never hoisted, to mask its stores of
+                    // spilled render targets after alpha-to-coverage and
+                    // gl_SampleMask).
+                    self.special.clear_bits(sr::COVERAGE_MASK, lane, w & !c);
+                    // A lane left with no sample is demoted to a helper.
+                    if self.special.lane(sr::COVERAGE_MASK, lane) == Some(0) {
+                        self.special.clear_bits(sr::IS_ACTIVE_THREAD, lane, 1);
+                    }
                 }
             }
             Op::ZsEmit if o.int(3)? != 0 => {
