@@ -4271,7 +4271,7 @@ const ACTIVE_THREADS_FS: &str = "
     stop";
 
 #[test_log::test]
-fn helper_lanes_are_not_active_threads() {
+fn helper_lanes_are_not_active_threads_and_cover_no_sample() {
     // Fragments run in 2x2 quads; the uncovered members of a covered
     // pixel's quad run as helpers, and is_active_thread is 0 there (Mesa
     // reads gl_HelperInvocation as its negation and guards a fragment
@@ -4308,6 +4308,34 @@ fn helper_lanes_are_not_active_threads() {
         .count();
     assert!(covered > 500, "{covered}");
     assert_eq!(m.peek_u32s(COUNTER, 1)[0] as usize, covered);
+
+    // Helpers cover no sample either: the coverage mask (sr60), summed
+    // over every lane of a square drawn as two triangles, counts each of
+    // its pixels once (a helper on the diagonal read the other
+    // triangle's coverage of its pixel; Mesa's per-sample shading tells
+    // helpers by that mask).
+    let square = [
+        [8.0f32, 8.0],
+        [40.0, 8.0],
+        [8.0, 40.0],
+        [40.0, 8.0],
+        [40.0, 40.0],
+        [8.0, 40.0],
+    ];
+    m.poke_u32s(VERTICES, &clip(&square));
+    m.poke_u32s(COUNTER, &[0]);
+    let fs = m.program(
+        &ACTIVE_THREADS_FS.replace("sr63", "sr60"),
+        0x4000,
+        0x100,
+        &pair(DATA_VA + COUNTER),
+        UNIFORMS + 0x300,
+        0,
+        None,
+    );
+    let render = draw_pass(&m, 6, vs, 4, fs, None);
+    assert_eq!(m.submit(CmdType::Render, render.as_bytes()), None);
+    assert_eq!(m.peek_u32s(COUNTER, 1)[0], 32 * 32);
 }
 
 #[test_log::test]

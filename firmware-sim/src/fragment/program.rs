@@ -198,12 +198,17 @@ pub(super) fn run_tile_program(
             .special
             .set_all(agx_hw::isa::table::sr::BACKFACING, u32::from(back_facing));
         // The samples each lane's pixel covers (every sample for the
-        // background and end-of-tile programs, and for helpers).
+        // background and end-of-tile programs; none for helpers, which
+        // cover nothing: Mesa's per-sample shading tells helpers by an
+        // empty coverage of the sample being shaded).
         let samples = tile.colour.samples;
         let all_samples = (1u32 << samples.min(31)) - 1;
         let covered: [u32; LANES] = std::array::from_fn(|lane| {
             let (x, y) = lanes[lane];
             let pixel = (y * tile.colour.width_px + x) as usize;
+            if helper_lanes & (1 << lane) != 0 {
+                return 0;
+            }
             coverage.get(pixel).map_or(all_samples, |c| c & all_samples)
         });
         group.special.set_all(
