@@ -806,10 +806,94 @@ fn open_named(named: &Named, flags: c_int) -> Option<c_int> {
     }
 }
 
+/// A node's permission bits and owner, which `chmod` and `chown` change
+/// as on a devtmpfs node (udev makes them 0666, root's). Kept in this
+/// process, so its forked children see them too; another process sees
+/// the nodes as udev made them. Atomics: a signal handler may stat.
+struct NodeAttributes {
+    mode: std::sync::atomic::AtomicU32,
+    /// `uid << 32 | gid`.
+    owner: std::sync::atomic::AtomicU64,
+}
+
+static NODE_ATTRIBUTES: [NodeAttributes; 2] = [const {
+    NodeAttributes {
+        mode: std::sync::atomic::AtomicU32::new(0o666),
+        owner: std::sync::atomic::AtomicU64::new(0),
+    }
+}; 2];
+
+fn node_attributes(node: &Node) -> &'static NodeAttributes {
+    &NODE_ATTRIBUTES[usize::from(node.kind == tree::NodeKind::Render)]
+}
+
+fn node_owner(node: &Node) -> (u32, u32) {
+    let owner = node_attributes(node)
+        .owner
+        .load(std::sync::atomic::Ordering::Relaxed);
+    ((owner >> 32) as u32, owner as u32)
+}
+
+fn effective_uid() -> u32 {
+    // SAFETY: geteuid takes nothing and cannot fail.
+    unsafe { libc::geteuid() }
+}
+
+/// Whether the caller's effective or supplementary groups hold `gid`.
+fn in_group(gid: u32) -> bool {
+    // SAFETY: getegid takes nothing and cannot fail.
+    if unsafe { libc::getegid() } == gid {
+        return true;
+    }
+    let mut groups: [libc::gid_t; 256] = [0; 256];
+    // SAFETY: the buffer holds the 256 entries the call is told of.
+    let n = unsafe { libc::getgroups(groups.len() as c_int, groups.as_mut_ptr()) };
+    usize::try_from(n).is_ok_and(|n| groups[..n.min(groups.len())].contains(&gid))
+}
+
+/// `chmod` of a node: its owner or root (`CAP_FOWNER`) may, else `EPERM`.
+fn node_chmod(node: &Node, mode: libc::mode_t) -> c_int {
+    let euid = effective_uid();
+    if euid != 0 && euid != node_owner(node).0 {
+        return fail(libc::EPERM, -1);
+    }
+    node_attributes(node)
+        .mode
+        .store(mode & 0o7777, std::sync::atomic::Ordering::Relaxed);
+    0
+}
+
+/// `chown` of a node (`u32::MAX` leaves an id as it is): root
+/// (`CAP_CHOWN`) may give it to anyone; its owner may only change its
+/// group to one of its own; anyone else gets `EPERM` (the kernel's
+/// `chown_ok` and `chgrp_ok`).
+fn node_chown(node: &Node, uid: libc::uid_t, gid: libc::gid_t) -> c_int {
+    let (owner_uid, owner_gid) = node_owner(node);
+    let euid = effective_uid();
+    if euid != 0 {
+        let own_group = gid == u32::MAX || in_group(gid);
+        let keeps_owner = uid == u32::MAX || uid == owner_uid;
+        if euid != owner_uid || !keeps_owner || !own_group {
+            return fail(libc::EPERM, -1);
+        }
+    }
+    let uid = if uid == u32::MAX { owner_uid } else { uid };
+    let gid = if gid == u32::MAX { owner_gid } else { gid };
+    node_attributes(node).owner.store(
+        (u64::from(uid) << 32) | u64::from(gid),
+        std::sync::atomic::Ordering::Relaxed,
+    );
+    0
+}
+
 fn char_device_stat(node: &Node) -> libc::stat64 {
     // SAFETY: stat64 is plain data; all-zero is a valid value.
     let mut st: libc::stat64 = unsafe { std::mem::zeroed() };
-    st.st_mode = libc::S_IFCHR | 0o666;
+    let mode = node_attributes(node)
+        .mode
+        .load(std::sync::atomic::Ordering::Relaxed);
+    st.st_mode = libc::S_IFCHR | mode;
+    (st.st_uid, st.st_gid) = node_owner(node);
     st.st_rdev = libc::makedev(tree::DRM_MAJOR, node.minor);
     // The nodes' devtmpfs: a device number and an inode per node, so that
     // clients telling nodes apart by (st_dev, st_ino), as IGT does, can.
@@ -996,6 +1080,122 @@ pub unsafe extern "C" fn statx(
         ) {
             // SAFETY: forwarding the caller's arguments (the path redirected).
             Some(f) => unsafe { f(dirfd, real_path(&named, path), flags, mask, buf) },
+            None => fail(libc::ENOSYS, -1),
+        }
+    })
+}
+
+/// # Safety
+/// As `chmod(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn chmod(path: *const c_char, mode: libc::mode_t) -> c_int {
+    entry_point("chmod", -1, move || {
+        // SAFETY: the caller passes a C string.
+        let named = unsafe { name_of(path, true) };
+        if let Named::Node(node) = &named {
+            return node_chmod(node, mode);
+        }
+        match real!(
+            c"chmod",
+            unsafe extern "C" fn(*const c_char, libc::mode_t) -> c_int
+        ) {
+            // SAFETY: forwarding the caller's arguments (the path redirected).
+            Some(f) => unsafe { f(real_path(&named, path), mode) },
+            None => fail(libc::ENOSYS, -1),
+        }
+    })
+}
+
+/// # Safety
+/// As `fchmodat(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn fchmodat(
+    dirfd: c_int,
+    path: *const c_char,
+    mode: libc::mode_t,
+    flags: c_int,
+) -> c_int {
+    entry_point("fchmodat", -1, move || {
+        // SAFETY: the caller passes a C string.
+        let named = unsafe { name_at(dirfd, path, flags) };
+        if let Named::Node(node) = &named {
+            return node_chmod(node, mode);
+        }
+        match real!(
+            c"fchmodat",
+            unsafe extern "C" fn(c_int, *const c_char, libc::mode_t, c_int) -> c_int
+        ) {
+            // SAFETY: forwarding the caller's arguments (the path redirected).
+            Some(f) => unsafe { f(dirfd, real_path(&named, path), mode, flags) },
+            None => fail(libc::ENOSYS, -1),
+        }
+    })
+}
+
+/// # Safety
+/// As `chown(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn chown(path: *const c_char, uid: libc::uid_t, gid: libc::gid_t) -> c_int {
+    entry_point("chown", -1, move || {
+        // SAFETY: the caller passes a C string.
+        let named = unsafe { name_of(path, true) };
+        if let Named::Node(node) = &named {
+            return node_chown(node, uid, gid);
+        }
+        match real!(
+            c"chown",
+            unsafe extern "C" fn(*const c_char, libc::uid_t, libc::gid_t) -> c_int
+        ) {
+            // SAFETY: forwarding the caller's arguments (the path redirected).
+            Some(f) => unsafe { f(real_path(&named, path), uid, gid) },
+            None => fail(libc::ENOSYS, -1),
+        }
+    })
+}
+
+/// # Safety
+/// As `lchown(2)` (a node is no link: as `chown`).
+#[no_mangle]
+pub unsafe extern "C" fn lchown(path: *const c_char, uid: libc::uid_t, gid: libc::gid_t) -> c_int {
+    entry_point("lchown", -1, move || {
+        // SAFETY: the caller passes a C string.
+        let named = unsafe { name_of(path, false) };
+        if let Named::Node(node) = &named {
+            return node_chown(node, uid, gid);
+        }
+        match real!(
+            c"lchown",
+            unsafe extern "C" fn(*const c_char, libc::uid_t, libc::gid_t) -> c_int
+        ) {
+            // SAFETY: forwarding the caller's arguments (the path redirected).
+            Some(f) => unsafe { f(real_path(&named, path), uid, gid) },
+            None => fail(libc::ENOSYS, -1),
+        }
+    })
+}
+
+/// # Safety
+/// As `fchownat(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn fchownat(
+    dirfd: c_int,
+    path: *const c_char,
+    uid: libc::uid_t,
+    gid: libc::gid_t,
+    flags: c_int,
+) -> c_int {
+    entry_point("fchownat", -1, move || {
+        // SAFETY: the caller passes a C string.
+        let named = unsafe { name_at(dirfd, path, flags) };
+        if let Named::Node(node) = &named {
+            return node_chown(node, uid, gid);
+        }
+        match real!(
+            c"fchownat",
+            unsafe extern "C" fn(c_int, *const c_char, libc::uid_t, libc::gid_t, c_int) -> c_int
+        ) {
+            // SAFETY: forwarding the caller's arguments (the path redirected).
+            Some(f) => unsafe { f(dirfd, real_path(&named, path), uid, gid, flags) },
             None => fail(libc::ENOSYS, -1),
         }
     })

@@ -17,6 +17,7 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/syscall.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <xf86drm.h>
 #include <xf86drmMode.h>
@@ -249,6 +250,26 @@ int main(void)
     close(next);
     CHECK(drmSetMaster(other) == 0 && is_master(other));
     close(other);
+
+    /* chmod and chown of the node, as IGT's core_setmaster does before it
+     * changes users: the kernel's rules (root may; anyone else, EPERM),
+     * and stat reports them. */
+    struct stat st;
+    if (geteuid() == 0) {
+        CHECK(chmod("/dev/dri/card0", 0600) == 0);
+        CHECK(stat("/dev/dri/card0", &st) == 0 && S_ISCHR(st.st_mode) && (st.st_mode & 07777) == 0600);
+        CHECK(chown("/dev/dri/card0", 65534, 65534) == 0);
+        CHECK(stat("/dev/dri/card0", &st) == 0 && st.st_uid == 65534 && st.st_gid == 65534);
+        CHECK(fchmodat(AT_FDCWD, "/dev/dri/card0", 0666, 0) == 0);
+        CHECK(fchownat(AT_FDCWD, "/dev/dri/card0", 0, 0, 0) == 0);
+        CHECK(stat("/dev/dri/card0", &st) == 0 && (st.st_mode & 07777) == 0666 && st.st_uid == 0);
+    } else {
+        errno = 0;
+        CHECK(chmod("/dev/dri/card0", 0600) == -1 && errno == EPERM);
+        errno = 0;
+        CHECK(chown("/dev/dri/card0", 0, 0) == -1 && errno == EPERM);
+    }
+    CHECK(stat("/dev/dri/renderD128", &st) == 0 && (st.st_mode & 07777) == 0666);
 
     printf("ok\n");
     return 0;
