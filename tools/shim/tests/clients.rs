@@ -197,6 +197,56 @@ fn a_child_that_changes_its_user_keeps_the_file() {
     run_under_shim_in(Mode::DeviceProcess, &build_c_client("setuid_client"));
 }
 
+/// The device a client starts takes only the device's own settings from
+/// the client's environment (`AGX_*`, `RUST_LOG`, and where things go):
+/// another client's variables must not shape the device every client
+/// shares. The device is found by its command line, and its environment
+/// read from /proc.
+#[test]
+fn the_device_takes_only_its_own_settings_from_the_client_that_starts_it() {
+    let dir = DeviceDir::new();
+    let out = shim_command(&build_c_client("libdrm_client"), Mode::DeviceProcess, &dir)
+        .env("AGX_SIM_IDLE_EXIT_MS", "20000")
+        .env("CANARY_NOT_FOR_THE_DEVICE", "1")
+        .env("MALLOC_PERTURB_", "165")
+        .output()
+        .expect("client runs");
+    assert_printed_ok(&out, "libdrm_client", &dir);
+    let dir_text = dir.0.to_string_lossy().into_owned();
+    let device = std::fs::read_dir("/proc")
+        .expect("/proc")
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .find(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|cmdline| {
+                let text = String::from_utf8_lossy(&cmdline);
+                text.contains("agx-simd") && text.contains(&dir_text)
+            })
+        })
+        .expect("the device process still runs");
+    let environ = std::fs::read(format!("/proc/{device}/environ")).expect("its environment");
+    let names: Vec<String> = environ
+        .split(|&b| b == 0)
+        .filter_map(|var| {
+            let text = String::from_utf8_lossy(var);
+            text.split_once('=').map(|(name, _)| name.to_owned())
+        })
+        .collect();
+    assert!(
+        names.iter().any(|n| n == "AGX_SIM_IDLE_EXIT_MS"),
+        "{names:?}"
+    );
+    for foreign in ["CANARY_NOT_FOR_THE_DEVICE", "MALLOC_PERTURB_", "LD_PRELOAD"] {
+        assert!(
+            !names.iter().any(|n| n == foreign),
+            "{foreign} in {names:?}"
+        );
+    }
+    // Without a client it would wait 20 s before it exits: stop it now.
+    let _ = std::process::Command::new("kill")
+        .arg(device.to_string())
+        .status();
+}
+
 /// The first program to use the shim on a fresh machine opens a node
 /// before anything made the user's directory (`agx-sim-<uid>` in
 /// `$XDG_RUNTIME_DIR`): the device it starts makes it (that open failed

@@ -174,8 +174,14 @@ impl Client {
             .arg("--spawned")
             .arg("--dir")
             .arg(&self.dir)
-            // The device must not load the shim into itself.
-            .env_remove("LD_PRELOAD")
+            // The device is every client's: of the starting client's
+            // environment it takes only its own settings (`AGX_*`, the
+            // log filter `RUST_LOG`) and where things go (`PATH`, `HOME`,
+            // `TMPDIR`, `XDG_RUNTIME_DIR`), never the client's libraries,
+            // allocator or driver settings (and not the shim: the device
+            // must not load it into itself).
+            .env_clear()
+            .envs(device_environment())
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::piped())
@@ -549,6 +555,18 @@ enum Conversation {
     Interrupted(Result<Reply, Errno>),
     /// The device closed the channel before it ran the call.
     Unanswered,
+}
+
+/// The variables of this process's environment a device it starts takes
+/// (see [`Client::open`]'s starter).
+pub fn device_environment() -> Vec<(std::ffi::OsString, std::ffi::OsString)> {
+    const KEPT: [&str; 5] = ["RUST_LOG", "PATH", "HOME", "TMPDIR", "XDG_RUNTIME_DIR"];
+    std::env::vars_os()
+        .filter(|(name, _)| {
+            name.to_str()
+                .is_some_and(|name| name.starts_with("AGX_") || KEPT.contains(&name))
+        })
+        .collect()
 }
 
 /// Reads `pipe` until its end (or, with `one_line`, a newline) within
