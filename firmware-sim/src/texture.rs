@@ -350,7 +350,11 @@ impl TextureUnit<'_> {
                 tracing::warn!(
                     unit = "Usc",
                     address = format_args!("{address:#x}"),
-                    "compression metadata of texel ({x}, {y}) of level {level} in no known mode ({mode:?}): read as uncompressed"
+                    image = format_args!(
+                        "{}x{}, {} layers, {} samples, metadata at {base:#x}",
+                        image.texture.width, image.texture.height, image.layers, image.samples
+                    ),
+                    "compression metadata of texel ({x}, {y}) of level {level} layer {layer} in no known mode ({mode:?}): read as uncompressed"
                 );
             }
             (sx, sy)
