@@ -346,7 +346,14 @@ impl TextureUnit<'_> {
         // one is (stale memory: Mesa does not initialise metadata; what
         // the hardware decodes from it is not public), logged once.
         let (tx, ty) = mode.stored_pixel(sx, sy).unwrap_or_else(|| {
-            if !image.stale_logged.replace(true) {
+            // Once per image decode, and not again for the image whose
+            // metadata was last logged (a texture read again and again
+            // would flood the log: 100,000 lines a test were seen).
+            static LAST_LOGGED_BASE: std::sync::atomic::AtomicU64 =
+                std::sync::atomic::AtomicU64::new(0);
+            let repeated = LAST_LOGGED_BASE.swap(*base, std::sync::atomic::Ordering::Relaxed)
+                == *base;
+            if !image.stale_logged.replace(true) && !repeated {
                 tracing::warn!(
                     unit = "Usc",
                     address = format_args!("{address:#x}"),
