@@ -335,6 +335,16 @@ impl ShaderIo for TileIo<'_, '_> {
         if self.helpers & (1 << lane) != 0 {
             return Ok(());
         }
+        // Nor does a lane whose every sample is killed: Mesa leaves the
+        // image writes after a discard unguarded (only atomics test
+        // is_active_thread), so the hardware drops them.
+        if let Some(pixel) = self.pixel_index(lane) {
+            let samples = (1u32 << self.tile.colour.samples.min(31)) - 1;
+            let covered = self.coverage.get(pixel).copied().unwrap_or(samples) & samples;
+            if covered & !self.killed[pixel] == 0 {
+                return Ok(());
+            }
+        }
         store_texel(&mut self.vm, self.binding, request)
     }
 
