@@ -52,7 +52,7 @@ use crate::memory::GpuVm;
 use crate::memory::{read_sequence, read_words};
 use crate::shader::present_lanes;
 use crate::texture::TextureUnit;
-use crate::usc::io::{IoError, TextureRequest};
+use crate::usc::io::{ImageWrite, IoError, TextureRequest};
 use crate::usc::{GpuMemory, ProgramCache, ShaderIo, SimdGroup, LANES};
 
 /// Pixels per tile side.
@@ -223,10 +223,13 @@ impl<'a> PageAllocator<'a> {
     }
 }
 
-/// The vertex shader's outputs, per lane, and its texture unit.
+/// The vertex shader's outputs, per lane, its texture unit, and its
+/// binding (for image writes: Mesa's vertex, geometry and tessellation
+/// shaders store to images).
 struct VertexIo<'a> {
     outputs: Vec<[u32; MAX_OUTPUTS]>,
     unit: TextureUnit<'a>,
+    binding: &'a Binding,
 }
 
 impl ShaderIo for VertexIo<'_> {
@@ -246,6 +249,10 @@ impl ShaderIo for VertexIo<'_> {
             .ok_or_else(|| IoError::Invalid(format!("output slot {slot}")))?;
         *out = value;
         Ok(())
+    }
+
+    fn image_write(&mut self, _lane: usize, request: &ImageWrite) -> Result<(), IoError> {
+        crate::imageblock::store_texel(&mut self.unit.vm, self.binding, request)
     }
 }
 
@@ -587,6 +594,7 @@ fn shade_vertices(
         let mut io = VertexIo {
             outputs: vec![[0; MAX_OUTPUTS]; LANES],
             unit: unit.clone(),
+            binding,
         };
         helper.run_stage_group(
             &mut group,

@@ -643,6 +643,72 @@ fn a_fragment_shader_writes_an_rg11b10f_image_at_exactly_its_covered_pixels() {
     image_write_pass(IMAGE_WRITE_FS, |_, _| true);
 }
 
+/// [`POSITION_VS`] that also writes its vertex id, as a float, to texel
+/// (id, 0) of the R32 image whose PBE is at ts0 (Mesa's vertex, geometry
+/// and tessellation shaders store to images).
+const IMAGE_WRITE_VS: &str = "
+    device_load 0, i32, xyzw, r8_r9_r10_r11, u0_u1, r5, unsigned, lsl 2
+    wait 0
+    convert u32_to_f, r2, r5, rte
+    mov r3, r2
+    mov r4, r2
+    mov r6, r5
+    mov_imm r7, 0
+    image_write r2_r3_r4_r5, r6_r7, 0, None, ts0, tex_2d, rte, 9, 1
+    st_var 1, r8, 0
+    st_var 1, r9, 1
+    st_var 1, r10, 2
+    st_var 1, r11, 3
+    stop";
+
+#[test_log::test]
+fn vertex_shaders_write_images() {
+    let m = Machine::new(5000);
+    let window = [[10.25f32, 5.5], [50.75, 20.0], [20.0, 60.125]];
+    m.poke_u32s(VERTICES, &clip(&window));
+    let storage = Pbe {
+        channels: Channels::R32,
+        data_type: TextureType::Float,
+        buffer: DATA_VA + STORAGE_IMAGE,
+        stride: 4 * u32::from(SIZE),
+        ..pbe(u32::from(SIZE), u32::from(SIZE))
+    };
+    m.poke(m.data, STORAGE_PBE, &storage.pack().unwrap());
+    let untouched = 0xDEAD_BEEFu32;
+    m.poke_u32s(STORAGE_IMAGE, &[untouched; 8]);
+    let vs = m.program(
+        IMAGE_WRITE_VS,
+        0x3000,
+        0xC0,
+        &pair(DATA_VA + VERTICES),
+        UNIFORMS + 0x200,
+        0,
+        Some((1, DATA_VA + STORAGE_PBE)),
+    );
+    let fs = m.program(
+        COUNT_FS,
+        0x4000,
+        0x100,
+        &[(1.0f32 / 255.0).to_bits()],
+        UNIFORMS + 0x300,
+        0,
+        None,
+    );
+    let render = draw_pass(&m, 3, vs, 4, fs, None);
+    assert_eq!(m.submit(CmdType::Render, render.as_bytes()), None);
+    let words = m.peek_u32s(STORAGE_IMAGE, 4);
+    assert_eq!(
+        words,
+        [
+            0.0f32.to_bits(),
+            1.0f32.to_bits(),
+            2.0f32.to_bits(),
+            untouched
+        ],
+        "one texel per vertex (it was refused: image stores not available in the vertex stage)"
+    );
+}
+
 #[test_log::test]
 fn image_writes_after_a_discard_have_no_effect() {
     // Mesa lowers GLSL's discard to a sample_mask killing every sample and
