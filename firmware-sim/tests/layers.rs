@@ -26,15 +26,16 @@ const LAYERS: &[(&str, u32)] = &[
     ("texture", 5),
     ("bind", 6),
     ("helper", 5),
-    // The tiler runs vertex shaders, which reach the texture unit.
-    ("tiler", 7),
     ("imageblock", 7),
-    ("raster", 8),
+    // The tiler runs vertex shaders, which reach the texture unit and
+    // write images through the image block's texel stores.
+    ("tiler", 8),
+    ("raster", 9),
     ("compute", 9),
-    ("fragment", 9),
-    ("vertex", 10),
-    ("engine", 11),
-    ("firmware", 12),
+    ("fragment", 10),
+    ("vertex", 11),
+    ("engine", 12),
+    ("firmware", 13),
 ];
 
 /// The parts of the fragment module and their layers, for the same rule
