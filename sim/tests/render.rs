@@ -286,6 +286,19 @@ const COUNT_FS: &str = "
     st_tile r2_r3_r4_r5, u8norm, 0, xyzw, 0, 255, r0, 0
     stop";
 
+/// [`COUNT_FS`] placed with its code at 0x4000.
+fn count_fs(m: &Machine) -> u64 {
+    m.program(
+        COUNT_FS,
+        0x4000,
+        0x100,
+        &[(1.0f32 / 255.0).to_bits()],
+        UNIFORMS + 0x300,
+        0,
+        None,
+    )
+}
+
 const VERTICES: u64 = 0x6_0000;
 const PPP: u64 = 0x7_0000;
 const SIZE: u16 = 64;
@@ -317,15 +330,7 @@ fn triangles_pass(m: &Machine, window: &[[f32; 2]]) -> CmdRender {
 /// shader `vs` (uniforms `vs_uniforms`, four outputs) and COUNT_FS.
 fn count_pass(m: &Machine, vs: &str, vs_uniforms: &[u32], vertex_count: u32) -> CmdRender {
     let vs = m.program(vs, 0x3000, 0xC0, vs_uniforms, UNIFORMS + 0x200, 0, None);
-    let fs = m.program(
-        COUNT_FS,
-        0x4000,
-        0x100,
-        &[(1.0f32 / 255.0).to_bits()],
-        UNIFORMS + 0x300,
-        0,
-        None,
-    );
+    let fs = count_fs(m);
     draw_pass(m, vertex_count, vs, 4, fs, None)
 }
 
@@ -685,15 +690,7 @@ fn vertex_shaders_write_images() {
         0,
         Some((1, DATA_VA + STORAGE_PBE)),
     );
-    let fs = m.program(
-        COUNT_FS,
-        0x4000,
-        0x100,
-        &[(1.0f32 / 255.0).to_bits()],
-        UNIFORMS + 0x300,
-        0,
-        None,
-    );
+    let fs = count_fs(&m);
     let render = draw_pass(&m, 3, vs, 4, fs, None);
     assert_eq!(m.submit(CmdType::Render, render.as_bytes()), None);
     let words = m.peek_u32s(STORAGE_IMAGE, 4);
@@ -2628,15 +2625,7 @@ fn vertex_shaders_read_textures() {
         0,
         Some((1, DATA_VA + DESCRIPTOR)),
     );
-    let fs = m.program(
-        COUNT_FS,
-        0x4000,
-        0x100,
-        &[(1.0f32 / 255.0).to_bits()],
-        UNIFORMS + 0x300,
-        0,
-        None,
-    );
+    let fs = count_fs(&m);
     let render = draw_pass(&m, 3, vs, 4, fs, None);
     assert_eq!(m.submit(CmdType::Render, render.as_bytes()), None);
     let got = counts(&m);
@@ -2673,15 +2662,7 @@ fn count_shapes(
 ) -> Vec<u8> {
     shape_vertices(m, vertices);
     let vs = colour_vs(m, VERTICES);
-    let fs = m.program(
-        COUNT_FS,
-        0x4000,
-        0x100,
-        &[(1.0f32 / 255.0).to_bits()],
-        UNIFORMS + 0x300,
-        0,
-        None,
-    );
+    let fs = count_fs(m);
     let draw = Shapes::new(primitive, vertices.len() as u32);
     let render = draw_shapes(m, draw, vs, 7, fs, None, None, None, patch);
     assert_eq!(m.submit(CmdType::Render, render.as_bytes()), None);
@@ -3747,15 +3728,7 @@ fn indexed_block(
 fn count_draw(m: &Machine, vertices: &[([f32; 2], f32, [f32; 3])], draw: Shapes) -> Vec<u8> {
     shape_vertices(m, vertices);
     let vs = colour_vs(m, VERTICES);
-    let fs = m.program(
-        COUNT_FS,
-        0x4000,
-        0x100,
-        &[(1.0f32 / 255.0).to_bits()],
-        UNIFORMS + 0x300,
-        0,
-        None,
-    );
+    let fs = count_fs(m);
     let render = draw_shapes(m, draw, vs, 7, fs, None, None, None, &|_| {});
     assert_eq!(m.submit(CmdType::Render, render.as_bytes()), None);
     counts(m)

@@ -592,22 +592,27 @@ fn block_compressed_images_sample_their_decoded_texels_linear_and_tiled() {
     };
     let (blocks, texels) = bc1_blocks();
     let expected: Vec<u8> = texels.concat();
+    // Binds `image` to a new image-heap slot and samples it over a
+    // `size` target, uv 0 to 1.
+    let mut sample = |image: &Image, size: (u32, u32)| {
+        let slot = images.alloc().unwrap();
+        images
+            .set_texture(slot, &image.texture_descriptor())
+            .unwrap();
+        sample_quad(
+            &device,
+            (&images, &samplers),
+            (slot, nearest),
+            size,
+            (0.0, 1.0),
+        )
+    };
 
     // Linear: rows of blocks, 16-byte aligned.
     let linear = Image::new(&device, 8, 8, bc1).unwrap();
     assert_eq!(linear.stride_bytes(), 16, "two 8-byte blocks a row");
     linear.write_pixels(&blocks).unwrap();
-    let slot = images.alloc().unwrap();
-    images
-        .set_texture(slot, &linear.texture_descriptor())
-        .unwrap();
-    let pixels = sample_quad(
-        &device,
-        (&images, &samplers),
-        (slot, nearest),
-        (8, 8),
-        (0.0, 1.0),
-    );
+    let pixels = sample(&linear, (8, 8));
     assert_eq!(pixels, expected, "linear BC1");
 
     // GPU-tiled with a second level (one solid red block), which a 4 x 4
@@ -619,25 +624,9 @@ fn block_compressed_images_sample_their_decoded_texels_linear_and_tiled() {
         tiled.write_level(1, &blocks[..16]).is_err(),
         "level 1 is one block"
     );
-    let slot = images.alloc().unwrap();
-    images
-        .set_texture(slot, &tiled.texture_descriptor())
-        .unwrap();
-    let pixels = sample_quad(
-        &device,
-        (&images, &samplers),
-        (slot, nearest),
-        (8, 8),
-        (0.0, 1.0),
-    );
+    let pixels = sample(&tiled, (8, 8));
     assert_eq!(pixels, expected, "tiled BC1, level 0");
-    let pixels = sample_quad(
-        &device,
-        (&images, &samplers),
-        (slot, nearest),
-        (4, 4),
-        (0.0, 1.0),
-    );
+    let pixels = sample(&tiled, (4, 4));
     assert_eq!(pixels, [255, 0, 0, 255].repeat(16), "tiled BC1, level 1");
 
     // ASTC 5x5 on a 10 x 5 image: two void-extent blocks (block mode
@@ -666,17 +655,7 @@ fn block_compressed_images_sample_their_decoded_texels_linear_and_tiled() {
             .concat(),
         )
         .unwrap();
-    let slot = images.alloc().unwrap();
-    images
-        .set_texture(slot, &image.texture_descriptor())
-        .unwrap();
-    let pixels = sample_quad(
-        &device,
-        (&images, &samplers),
-        (slot, nearest),
-        (10, 5),
-        (0.0, 1.0),
-    );
+    let pixels = sample(&image, (10, 5));
     let row = [[255, 0, 128, 255].repeat(5), [51, 102, 204, 255].repeat(5)].concat();
     assert_eq!(pixels, row.repeat(5), "ASTC 5x5 void-extent blocks");
 

@@ -621,12 +621,7 @@ fn connect(path: &Path) -> io::Result<OwnedFd> {
 
 /// Connects a new socket to `address`.
 fn connect_to(address: &rustix::net::SocketAddrUnix) -> io::Result<OwnedFd> {
-    let socket = rustix::net::socket_with(
-        rustix::net::AddressFamily::UNIX,
-        rustix::net::SocketType::SEQPACKET,
-        rustix::net::SocketFlags::CLOEXEC,
-        None,
-    )?;
+    let socket = protocol::seqpacket_socket()?;
     loop {
         match rustix::net::connect(&socket, address) {
             Err(rustix::io::Errno::INTR) => continue,

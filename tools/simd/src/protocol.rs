@@ -252,6 +252,17 @@ impl Message {
     }
 }
 
+/// A new close-on-exec `SOCK_SEQPACKET` Unix socket, what every socket of
+/// the protocol is.
+pub fn seqpacket_socket() -> io::Result<OwnedFd> {
+    Ok(rustix::net::socket_with(
+        rustix::net::AddressFamily::UNIX,
+        rustix::net::SocketType::SEQPACKET,
+        rustix::net::SocketFlags::CLOEXEC,
+        None,
+    )?)
+}
+
 /// Sends one message: `header` then `payload`, with `fds` attached.
 /// Never raises `SIGPIPE`; an interrupted send is retried.
 pub fn send(

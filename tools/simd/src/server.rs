@@ -282,13 +282,8 @@ fn listen(path: &Path) -> Result<OwnedFd, ServeError> {
         Err(e) if e.kind() == io::ErrorKind::NotFound => {}
         Err(e) => return Err(io_error("removing the stale socket", path)(e)),
     }
-    let socket = rustix::net::socket_with(
-        rustix::net::AddressFamily::UNIX,
-        rustix::net::SocketType::SEQPACKET,
-        rustix::net::SocketFlags::CLOEXEC,
-        None,
-    )
-    .map_err(|e| io_error("creating a socket for", path)(e.into()))?;
+    let socket =
+        protocol::seqpacket_socket().map_err(|e| io_error("creating a socket for", path)(e))?;
     let address = rustix::net::SocketAddrUnix::new(path)
         .map_err(|e| io_error("naming a socket", path)(e.into()))?;
     rustix::net::bind(&socket, &address).map_err(|e| io_error("binding", path)(e.into()))?;
@@ -301,12 +296,7 @@ fn listen(path: &Path) -> Result<OwnedFd, ServeError> {
 
 /// Listens on the abstract socket `name`.
 fn listen_abstract(name: &[u8]) -> io::Result<OwnedFd> {
-    let socket = rustix::net::socket_with(
-        rustix::net::AddressFamily::UNIX,
-        rustix::net::SocketType::SEQPACKET,
-        rustix::net::SocketFlags::CLOEXEC,
-        None,
-    )?;
+    let socket = protocol::seqpacket_socket()?;
     let address = rustix::net::SocketAddrUnix::new_abstract_name(name)?;
     rustix::net::bind(&socket, &address)?;
     rustix::net::listen(&socket, 128)?;
