@@ -22,6 +22,7 @@ use zerocopy::FromBytes;
 
 use crate::fault::{unsupported, EngineResult};
 use crate::memory::GpuVm;
+use crate::preempt::Preemption;
 
 /// What the firmware offers the GPU while a command runs.
 pub trait FirmwareServices {
@@ -57,6 +58,8 @@ pub struct RunContext<'a> {
     pub services: &'a dyn FirmwareServices,
     /// Set when the firmware shuts down: long work stops early.
     pub stop: &'a AtomicBool,
+    /// How the firmware suspends the command to run other work.
+    pub preemption: &'a Preemption,
 }
 
 impl<'a> RunContext<'a> {
@@ -129,22 +132,29 @@ impl WorkAccount {
 }
 
 /// The firmware's watchdog over a command: its submission's work account,
-/// the host-time deadline, and the firmware's shutdown flag.
+/// the host-time deadline, and the firmware's shutdown flag. Its checks
+/// are also where the firmware may suspend the command ([`Preemption`]).
 #[derive(Debug, Clone, Copy)]
 pub struct Watchdog<'a> {
-    /// When the command is stopped whatever its work (the last resort).
+    /// When the command is stopped whatever its work (the last resort),
+    /// were it never suspended: time spent suspended does not count.
     pub deadline: Instant,
     /// Set when the firmware shuts down.
     pub stop: &'a AtomicBool,
     /// The submission's work account.
     pub work: &'a WorkAccount,
+    /// How the firmware suspends the command.
+    pub preemption: &'a Preemption,
 }
 
 impl Watchdog<'_> {
-    /// Whether the command must stop now.
+    /// Whether the command must stop now. A check point: the calling
+    /// thread parks here while the firmware has the command suspended.
     pub fn expired(&self) -> bool {
-        self.work.exhausted()
-            || Instant::now() >= self.deadline
+        self.preemption.check_point();
+        self.preemption.abandoned()
+            || self.work.exhausted()
+            || Instant::now() >= self.deadline + self.preemption.suspended()
             || self.stop.load(Ordering::Relaxed)
     }
 
@@ -161,6 +171,7 @@ impl<'a> RunContext<'a> {
             deadline: self.deadline,
             stop: self.stop,
             work: self.work,
+            preemption: self.preemption,
         }
     }
 }

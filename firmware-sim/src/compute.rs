@@ -221,6 +221,7 @@ pub fn run(
     run_items_then(
         total,
         workers,
+        ctx.preemption,
         scratch,
         |(vm, cache, uniforms, threadgroup, block, helper), index| {
             // A grid of many short threadgroups meets the watchdog too:

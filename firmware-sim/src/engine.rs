@@ -17,6 +17,8 @@
 //! watchdog as it would on hardware. RunVertex and RunFragment go to the
 //! render pipeline ([`crate::fragment`]).
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use agx_fwif::messages::{CommandTag, FaultUnit, RunComputeBody};
 use agx_hw::formats::CdmBlock;
 
@@ -26,10 +28,11 @@ use crate::fault::{unsupported, EngineResult};
 use crate::helper::{HelperProgram, StageHelper};
 use crate::memory::read_item;
 
-/// Runs RunVertex/RunFragment/RunCompute commands.
-pub trait Engine: Send {
+/// Runs RunVertex/RunFragment/RunCompute commands. The firmware may have
+/// several commands in flight at once (one running, others suspended).
+pub trait Engine: Send + Sync {
     /// Runs one command.
-    fn run(&mut self, tag: CommandTag, ctx: &RunContext<'_>) -> EngineResult;
+    fn run(&self, tag: CommandTag, ctx: &RunContext<'_>) -> EngineResult;
 }
 
 /// An engine that runs nothing: every command is unsupported work.
@@ -37,7 +40,7 @@ pub trait Engine: Send {
 pub struct NoEngine;
 
 impl Engine for NoEngine {
-    fn run(&mut self, tag: CommandTag, ctx: &RunContext<'_>) -> EngineResult {
+    fn run(&self, tag: CommandTag, ctx: &RunContext<'_>) -> EngineResult {
         unsupported(
             ctx.command,
             FaultUnit::Firmware,
@@ -52,11 +55,11 @@ pub struct Gpu {
     /// Host threads that run threadgroups (at least 1).
     pub workers: usize,
     /// CDM blocks walked, over all commands.
-    pub cdm_blocks: u64,
+    pub cdm_blocks: AtomicU64,
     /// Kernels launched.
-    pub launches: u64,
+    pub launches: AtomicU64,
     /// SIMD-group instructions executed by kernels.
-    pub usc_instructions: u64,
+    pub usc_instructions: AtomicU64,
 }
 
 impl Gpu {
@@ -64,9 +67,9 @@ impl Gpu {
     pub fn new(workers: usize) -> Gpu {
         Gpu {
             workers: workers.max(1),
-            cdm_blocks: 0,
-            launches: 0,
-            usc_instructions: 0,
+            cdm_blocks: AtomicU64::new(0),
+            launches: AtomicU64::new(0),
+            usc_instructions: AtomicU64::new(0),
         }
     }
 }
@@ -78,7 +81,7 @@ impl Default for Gpu {
 }
 
 impl Gpu {
-    fn run_compute(&mut self, ctx: &RunContext<'_>) -> EngineResult {
+    fn run_compute(&self, ctx: &RunContext<'_>) -> EngineResult {
         let body: RunComputeBody = match command_body(ctx) {
             Ok(body) => body,
             Err(fault) => return fault,
@@ -104,7 +107,7 @@ impl Gpu {
                 Ok(block) => block,
                 Err(result) => return result,
             };
-            self.cdm_blocks += 1;
+            self.cdm_blocks.fetch_add(1, Ordering::Relaxed);
             let next = pc.wrapping_add(item.len() as u64);
             match block {
                 CdmBlock::StreamTerminate(_) => return EngineResult::Done,
@@ -151,10 +154,13 @@ impl Gpu {
                         pc,
                         &command,
                     ) {
-                        Ok(instructions) => self.usc_instructions += instructions,
+                        Ok(instructions) => {
+                            self.usc_instructions
+                                .fetch_add(instructions, Ordering::Relaxed);
+                        }
                         Err(result) => return result,
                     }
-                    self.launches += 1;
+                    self.launches.fetch_add(1, Ordering::Relaxed);
                     pc = next;
                 }
             }
@@ -163,7 +169,7 @@ impl Gpu {
 }
 
 impl Engine for Gpu {
-    fn run(&mut self, tag: CommandTag, ctx: &RunContext<'_>) -> EngineResult {
+    fn run(&self, tag: CommandTag, ctx: &RunContext<'_>) -> EngineResult {
         match tag {
             CommandTag::RunCompute => self.run_compute(ctx),
             CommandTag::RunVertex => crate::vertex::run_vertex(ctx, self.workers),

@@ -7,16 +7,19 @@
 //! (higher priority first), and runs each known work queue's commands in
 //! order: a barrier waits (without blocking other queues) until its stamp
 //! is reached; InitBuffer records the parameter buffer's size; the Run
-//! commands go to the execution engine ([`Engine`]). After every command
-//! it writes the command's stamp and posts a completion event; faults,
-//! timeouts and crashes are events too. Everything it reads comes from
+//! commands go to the execution engine ([`Engine`]), each on a host thread
+//! of its own. A queue's turn is a time slice ([`TIME_SLICE`]): when it
+//! ends while other queues have work, the running command is suspended
+//! ([`crate::preempt`]) and resumed at the queue's next turn, so that one
+//! long command does not hold everyone else's work behind it. After every
+//! command it writes the command's stamp and posts a completion event;
+//! faults, timeouts and crashes are events too. Everything it reads comes from
 //! shared memory through [`SharedMemory`]; anything malformed there is a
 //! firmware crash reported as an event, never a panic.
 
-use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{mpsc, Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -37,12 +40,16 @@ use zerocopy::{FromBytes, IntoBytes};
 pub use crate::command::{FirmwareServices, RunContext, WorkAccount};
 pub use crate::engine::{Engine, NoEngine};
 pub use crate::fault::EngineResult;
+use crate::preempt::Preemption;
 
 /// The kmd -> firmware doorbell (the mailbox).
 #[derive(Debug, Default)]
 pub struct Doorbell {
     rung: Mutex<bool>,
     cond: Condvar,
+    /// The command running while the firmware waits on it: a ring wakes
+    /// the firmware there too.
+    running: Mutex<Option<Arc<Preemption>>>,
 }
 
 impl Doorbell {
@@ -50,6 +57,23 @@ impl Doorbell {
     pub fn ring(&self) {
         *self.rung.lock().unwrap_or_else(|e| e.into_inner()) = true;
         self.cond.notify_all();
+        let running = self
+            .running
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        if let Some(running) = running {
+            running.poke();
+        }
+    }
+
+    fn set_running(&self, running: Option<Arc<Preemption>>) {
+        *self.running.lock().unwrap_or_else(|e| e.into_inner()) = running;
+    }
+
+    /// Whether it rang since the firmware last looked, and clears it.
+    fn take(&self) -> bool {
+        std::mem::take(&mut *self.rung.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
     fn wait(&self, timeout: Duration) {
@@ -71,6 +95,9 @@ struct ActiveQueue {
     vm_slot: u32,
     /// Run up to this write index (from the latest message).
     limit: u32,
+    /// The read index when the firmware last looked (`u32::MAX`: not
+    /// looked yet): the queue has work while it differs from `limit`.
+    read_index: u32,
     /// 0 is the highest; the kmd maps UAPI priority p to 3 - p.
     priority: usize,
 }
@@ -114,8 +141,11 @@ impl Firmware {
                         memory,
                         gpu_memory,
                         interrupt,
-                        engine,
+                        engine: Arc::from(engine),
+                        doorbell: Arc::clone(&doorbell),
                         queues: BTreeMap::new(),
+                        suspended: BTreeMap::new(),
+                        runners: Vec::new(),
                         barrier_waits: BTreeMap::new(),
                         accounts: BTreeMap::new(),
                         controls_done: 0,
@@ -128,15 +158,13 @@ impl Firmware {
                     let served = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                         state.serve(init, &doorbell, &stop)
                     }));
+                    // Nothing suspended outlives the firmware.
+                    state.abandon_suspended(|_| true);
                     match served {
                         Ok(Ok(())) => {}
                         Ok(Err(error)) => state.crash(init, &error),
                         Err(panic) => {
-                            let what = panic
-                                .downcast_ref::<&str>()
-                                .map(|s| (*s).to_owned())
-                                .or_else(|| panic.downcast_ref::<String>().cloned())
-                                .unwrap_or_else(|| "panic".into());
+                            let what = panic_message(&*panic);
                             state.crash(init, &FirmwareError::Internal(what));
                         }
                     }
@@ -241,13 +269,27 @@ impl From<agx_fwif::ring::MemoryError> for FirmwareError {
     }
 }
 
+/// What a panic says.
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "panic".into())
+}
+
 struct State {
     memory: FirmwareMemory,
     gpu_memory: GpuPhysicalMemory,
     interrupt: Arc<dyn Interrupt>,
-    engine: Box<dyn Engine>,
+    engine: Arc<dyn Engine>,
+    doorbell: Arc<Doorbell>,
     /// Known work queues by their info address.
     queues: BTreeMap<FwVa, ActiveQueue>,
+    /// The command each queue has suspended at its head, if any.
+    suspended: BTreeMap<FwVa, InFlight>,
+    /// Idle command threads.
+    runners: Vec<Runner>,
     /// Barriers waiting at the head of a work queue: (work queue, read
     /// index) -> when the wait began, for the watchdog.
     barrier_waits: BTreeMap<(FwVa, u32), Instant>,
@@ -263,7 +305,7 @@ struct State {
 /// A submission's work account, and whether the watchdog stopped it
 /// (its remaining commands are then cancelled).
 struct Account {
-    work: WorkAccount,
+    work: Arc<WorkAccount>,
     stopped: bool,
     /// Commands of the submission handled so far.
     commands_seen: u32,
@@ -283,19 +325,39 @@ const _: () = assert!(std::mem::offset_of!(WorkQueueInfo, gpu_done_index) == 20)
 /// How often the firmware wakes without a doorbell (to re-check barriers).
 const TICK: Duration = Duration::from_millis(5);
 
+/// A queue's turn on the GPU while other queues have work: host time
+/// after which its running command is suspended (at its next check,
+/// within about a millisecond) and the other queues get theirs. The
+/// hardware's slice is not public; this one keeps another client's
+/// short work within a few tens of milliseconds of a long job.
+pub const TIME_SLICE: Duration = Duration::from_millis(10);
+
+/// The least a command runs, once started or resumed, before new work
+/// may suspend it.
+const LEAST_RUN: Duration = Duration::from_millis(2);
+
+/// How long a suspended command waits at most while other queues keep
+/// making progress: it is then resumed for a slice whatever they have.
+const LONGEST_WAIT: Duration = Duration::from_millis(40);
+
+/// Idle command threads kept for the next command.
+const IDLE_RUNNERS: usize = 2;
+
 /// How long the firmware waits for the kmd to answer a GrowTVB request.
 const GROW_TVB_ACK_TIMEOUT: Duration = Duration::from_millis(1000);
 
-/// The firmware's services to a running command.
-struct Services<'a> {
-    memory: &'a (dyn SharedMemory + Send + Sync),
-    interrupt: &'a dyn Interrupt,
-    init: &'a InitData,
+/// The firmware's services to a running command. Only one command runs
+/// at a time (the others are suspended, and the firmware thread waits),
+/// so its requests have the rings to themselves.
+struct Services {
+    memory: FirmwareMemory,
+    interrupt: Arc<dyn Interrupt>,
+    init: InitData,
     /// Control requests read while waiting, applied after the command.
-    deferred: RefCell<Vec<DeviceControlMsg>>,
+    deferred: Mutex<Vec<DeviceControlMsg>>,
 }
 
-impl FirmwareServices for Services<'_> {
+impl FirmwareServices for Services {
     fn grow_tvb(&self, buffer_id: u32, blocks_wanted: u64) -> Option<u64> {
         let event = EventMsg {
             kind: EventKind::GrowTvb as u32,
@@ -305,7 +367,7 @@ impl FirmwareServices for Services<'_> {
         };
         let deadline = Instant::now() + GROW_TVB_ACK_TIMEOUT;
         loop {
-            match self.init.events.push(self.memory, event.as_bytes()) {
+            match self.init.events.push(&*self.memory, event.as_bytes()) {
                 Ok(()) => break,
                 Err(RingError::Full) if Instant::now() < deadline => {
                     self.interrupt.raise();
@@ -316,7 +378,7 @@ impl FirmwareServices for Services<'_> {
         }
         self.interrupt.raise();
         while Instant::now() < deadline {
-            match self.init.device_control.pop(self.memory) {
+            match self.init.device_control.pop(&*self.memory) {
                 Ok(Some(bytes)) => {
                     let Ok(msg) = DeviceControlMsg::read_from_bytes(&bytes) else {
                         continue;
@@ -326,7 +388,10 @@ impl FirmwareServices for Services<'_> {
                     {
                         return (msg.args[1] != 0).then_some(msg.args[1]);
                     }
-                    self.deferred.borrow_mut().push(msg);
+                    self.deferred
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .push(msg);
                 }
                 Ok(None) => std::thread::sleep(Duration::from_micros(100)),
                 Err(_) => return None,
@@ -334,6 +399,108 @@ impl FirmwareServices for Services<'_> {
         }
         None
     }
+}
+
+/// How a command ended on its thread.
+enum Outcome {
+    Ran {
+        result: EngineResult,
+        /// Control requests its services read, for the firmware to apply.
+        deferred: Vec<DeviceControlMsg>,
+    },
+    /// The GPU model panicked: a firmware crash.
+    Panicked(String),
+}
+
+/// A Run command, handed to the thread that runs it.
+struct Job {
+    engine: Arc<dyn Engine>,
+    tag: CommandTag,
+    command: FwVa,
+    body: Vec<u8>,
+    vm_slot: u32,
+    ttb0: Option<PhysAddr>,
+    gpu_memory: GpuPhysicalMemory,
+    services: Services,
+    deadline: Instant,
+    work: Arc<WorkAccount>,
+    stop: Arc<AtomicBool>,
+    preemption: Arc<Preemption>,
+    outcome: Arc<Mutex<Option<Outcome>>>,
+}
+
+impl Job {
+    fn run(self) {
+        let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let ctx = RunContext {
+                command: self.command.get(),
+                body: &self.body,
+                vm_slot: self.vm_slot,
+                ttb0: self.ttb0,
+                memory: &*self.gpu_memory,
+                firmware: &*self.services.memory,
+                deadline: self.deadline,
+                work: &self.work,
+                services: &self.services,
+                stop: &self.stop,
+                preemption: &self.preemption,
+            };
+            self.engine.run(self.tag, &ctx)
+        }));
+        let outcome = match ran {
+            Ok(result) => Outcome::Ran {
+                result,
+                deferred: std::mem::take(
+                    &mut *self
+                        .services
+                        .deferred
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner()),
+                ),
+            },
+            Err(panic) => Outcome::Panicked(panic_message(&*panic)),
+        };
+        *self.outcome.lock().unwrap_or_else(|e| e.into_inner()) = Some(outcome);
+        self.preemption.finish();
+    }
+}
+
+/// A host thread that runs commands, one at a time.
+struct Runner {
+    jobs: mpsc::Sender<Job>,
+}
+
+impl Runner {
+    /// A new thread, or `None` when the host has no thread to give.
+    fn spawn() -> Option<Runner> {
+        let (jobs, next) = mpsc::channel::<Job>();
+        std::thread::Builder::new()
+            .name("agx-gpu-command".into())
+            .spawn(move || {
+                while let Ok(job) = next.recv() {
+                    job.run();
+                }
+            })
+            .ok()?;
+        Some(Runner { jobs })
+    }
+}
+
+/// A Run command started and not yet finished: running, or suspended at
+/// its queue's head.
+struct InFlight {
+    command: FwVa,
+    /// Its queue's read index.
+    read_index: u32,
+    vm_slot: u32,
+    preemption: Arc<Preemption>,
+    outcome: Arc<Mutex<Option<Outcome>>>,
+    /// Its thread (`None`: it ran on the firmware's own, the host having
+    /// no other to give).
+    runner: Option<Runner>,
+    start_ns: u64,
+    /// When it was last suspended.
+    suspended_at: Instant,
 }
 
 /// `CLOCK_MONOTONIC` in nanoseconds: the GPU's timestamp clock (the
@@ -469,11 +636,14 @@ impl State {
         {
             match msg.kind {
                 k if k == DeviceControlKind::CancelWorkQueue as u32 => {
-                    self.queues.remove(&FwVa(msg.args[0]));
+                    let queue = FwVa(msg.args[0]);
+                    self.queues.remove(&queue);
+                    self.abandon_suspended(|(info, _)| *info == queue);
                 }
                 k if k == DeviceControlKind::DestroyContext as u32 => {
                     let slot = msg.args[0] as u32;
                     self.queues.retain(|_, q| q.vm_slot != slot);
+                    self.abandon_suspended(|(_, flight)| flight.vm_slot == slot);
                 }
                 // An ack nobody waits for any more (it came too late).
                 k if k == DeviceControlKind::GrowTvbAck as u32 => {}
@@ -497,12 +667,17 @@ impl State {
                         what: "event slot",
                     });
                 }
+                let read_index = self
+                    .queues
+                    .get(&msg.work_queue)
+                    .map_or(u32::MAX, |q| q.read_index);
                 self.queues.insert(
                     msg.work_queue,
                     ActiveQueue {
                         info: msg.work_queue,
                         vm_slot: msg.vm_slot,
                         limit: msg.write_index,
+                        read_index,
                         priority: index % PRIORITIES,
                     },
                 );
@@ -522,15 +697,21 @@ impl State {
     }
 
     /// Runs one submission's commands of every queue, highest priority
-    /// first, so that a queue waits for at most one submission (bounded
-    /// by the watchdog) of each other queue of its priority. While a
+    /// first, so that a queue waits for at most one submission of each
+    /// other queue of its priority (a submission's turn ends after a time
+    /// slice when others wait; its command is resumed next pass). While a
     /// queue of higher priority has more ready, lower ones wait. True if
     /// a queue has more commands ready.
     fn run_queues(&mut self, init: &InitData, stop: &AtomicBool) -> Result<bool, FirmwareError> {
         let mut order: Vec<ActiveQueue> = self.queues.values().copied().collect();
-        order.sort_by_key(|q| q.priority);
+        // Within a priority, queues with new work go before those with a
+        // suspended command: short work that just arrived runs before the
+        // long command it interrupted is resumed (which still gets a
+        // slice every pass).
+        order.sort_by_key(|q| (q.priority, self.suspended.contains_key(&q.info)));
         let mut more = false;
         let mut busy_priority = None;
+        let mut progressed = false;
         for queue in order {
             if stop.load(Ordering::Acquire) {
                 break;
@@ -543,10 +724,24 @@ impl State {
             let Some(queue) = self.queues.get(&queue.info).copied() else {
                 continue;
             };
+            // A suspended command waits while new work makes progress
+            // (what one stage finishes often lets another start), but
+            // not for longer than LONGEST_WAIT.
+            if let Some(flight) = self.suspended.get(&queue.info) {
+                if progressed && flight.suspended_at.elapsed() < LONGEST_WAIT {
+                    more = true;
+                    continue;
+                }
+            }
+            let before = queue.read_index;
             if self.run_queue(init, &queue)? {
                 more = true;
                 busy_priority.get_or_insert(queue.priority);
             }
+            progressed |= self
+                .queues
+                .get(&queue.info)
+                .is_some_and(|q| q.read_index != before);
         }
         Ok(more)
     }
@@ -557,7 +752,7 @@ impl State {
             self.accounts.pop_first();
         }
         self.accounts.entry(submission).or_insert_with(|| Account {
-            work: WorkAccount::new(init.work_budget_units),
+            work: Arc::new(WorkAccount::new(init.work_budget_units)),
             stopped: false,
             commands_seen: 0,
         })
@@ -596,6 +791,8 @@ impl State {
             });
         }
         let timeout = Duration::from_millis(u64::from(init.command_timeout_ms));
+        let turn_end = Instant::now() + TIME_SLICE;
+        self.note_read_index(queue.info, info.gpu_read_index);
         let mut running: Option<u64> = None;
         while info.gpu_read_index != queue.limit && !self.stop.load(Ordering::Acquire) {
             if info.gpu_read_index >= info.entries || queue.limit >= info.entries {
@@ -676,44 +873,84 @@ impl State {
                     EngineResult::Done
                 }
                 CommandTag::RunVertex | CommandTag::RunFragment | CommandTag::RunCompute => {
-                    let start_ns = monotonic_ns();
-                    self.timestamp_at(init, header.timestamp_start, start_ns);
-                    let services = Services {
-                        memory: &*self.memory,
-                        interrupt: &*self.interrupt,
-                        init,
-                        deferred: RefCell::new(Vec::new()),
+                    let flight = match self.suspended.remove(&queue.info) {
+                        Some(flight)
+                            if flight.command == command
+                                && flight.read_index == info.gpu_read_index =>
+                        {
+                            tracing::trace!(command = format_args!("{command:#x}"), "resumed");
+                            flight.preemption.resume(flight.suspended_at);
+                            flight
+                        }
+                        stale => {
+                            // (A suspended command is always its queue's
+                            // head; one that is not is dropped.)
+                            if let Some(stale) = stale {
+                                stale.preemption.abandon(stale.suspended_at);
+                            }
+                            let work = self
+                                .accounts
+                                .get(&header.submission)
+                                .ok_or(FirmwareError::Malformed {
+                                    address: command,
+                                    what: "submission",
+                                })?
+                                .work
+                                .clone();
+                            self.start(init, queue, tag, command, &header, body, work, timeout)
+                        }
                     };
-                    let account = &self
-                        .accounts
-                        .get(&header.submission)
-                        .ok_or(FirmwareError::Malformed {
-                            address: command,
-                            what: "submission",
-                        })?
-                        .work;
-                    let ctx = RunContext {
-                        command: command.get(),
-                        body: &body,
-                        vm_slot: queue.vm_slot,
-                        ttb0: self.context_root(init, queue.vm_slot),
-                        memory: &*self.gpu_memory,
-                        firmware: &*self.memory,
-                        deadline: Instant::now() + timeout,
-                        work: account,
-                        services: &services,
-                        stop: &self.stop,
+                    self.doorbell
+                        .set_running(Some(Arc::clone(&flight.preemption)));
+                    let finished =
+                        flight
+                            .preemption
+                            .run_until(Instant::now() + LEAST_RUN, turn_end, || {
+                                self.others_waiting(queue.info)
+                            });
+                    self.doorbell.set_running(None);
+                    if !finished {
+                        tracing::trace!(command = format_args!("{command:#x}"), "suspended");
+                        self.suspended.insert(
+                            queue.info,
+                            InFlight {
+                                suspended_at: Instant::now(),
+                                ..flight
+                            },
+                        );
+                        return Ok(true);
+                    }
+                    let outcome = flight
+                        .outcome
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .take();
+                    let (result, deferred) = match outcome {
+                        Some(Outcome::Ran { result, deferred }) => (result, deferred),
+                        Some(Outcome::Panicked(what)) => return Err(FirmwareError::Internal(what)),
+                        None => {
+                            return Err(FirmwareError::Internal(
+                                "a command ended without an outcome".into(),
+                            ))
+                        }
                     };
-                    let result = self.engine.run(tag, &ctx);
-                    tracing::debug!(
-                        submission = header.submission,
-                        command = format_args!("{command:#x}"),
-                        used_units = account.used_units(),
-                        budget_units = account.budget_units(),
-                        "{tag:?} ran"
-                    );
+                    if let Some(runner) = flight.runner {
+                        if self.runners.len() < IDLE_RUNNERS {
+                            self.runners.push(runner);
+                        }
+                    }
+                    if let Some(account) = self.accounts.get(&header.submission) {
+                        tracing::debug!(
+                            submission = header.submission,
+                            command = format_args!("{command:#x}"),
+                            used_units = account.work.used_units(),
+                            budget_units = account.work.budget_units(),
+                            suspended_ms = flight.preemption.suspended().as_millis() as u64,
+                            "{tag:?} ran"
+                        );
+                    }
                     // Control requests that arrived while the command ran.
-                    for msg in services.deferred.into_inner() {
+                    for msg in deferred {
                         self.apply_control(init, &msg);
                     }
                     let end_ns = monotonic_ns();
@@ -723,12 +960,16 @@ impl State {
                         CommandTag::RunFragment => PipeType::Fragment,
                         _ => PipeType::Compute,
                     };
+                    // The GPU time the command used: time suspended, while
+                    // other contexts had the GPU, is not its.
+                    let suspended_ns =
+                        u64::try_from(flight.preemption.suspended().as_nanos()).unwrap_or(u64::MAX);
                     let stats = StatsMsg {
                         pipe_type: pipe_type as u32,
                         vm_slot: queue.vm_slot,
                         slot: header.stamp_slot,
                         value: header.stamp_value,
-                        start_ns,
+                        start_ns: flight.start_ns.saturating_add(suspended_ns).min(end_ns),
                         end_ns,
                     };
                     // Best effort, like the log.
@@ -795,6 +1036,7 @@ impl State {
             // cpu_write_index concurrently.
             self.write(queue.info.offset(WQ_GPU_READ_INDEX), &info.gpu_read_index)?;
             self.write(queue.info.offset(WQ_GPU_DONE_INDEX), &info.gpu_done_index)?;
+            self.note_read_index(queue.info, info.gpu_read_index);
             if failed {
                 self.interrupt.raise();
             } else {
@@ -802,5 +1044,119 @@ impl State {
             }
         }
         Ok(false)
+    }
+
+    /// Records where `queue`'s reading stands.
+    fn note_read_index(&mut self, queue: FwVa, read_index: u32) {
+        if let Some(queue) = self.queues.get_mut(&queue) {
+            queue.read_index = read_index;
+        }
+    }
+
+    /// Whether work other than `current` queue's waits for the GPU: a
+    /// new submission (the doorbell), another queue's commands, or a
+    /// suspended command.
+    fn others_waiting(&self, current: FwVa) -> bool {
+        self.doorbell.take()
+            || !self.suspended.is_empty()
+            || self
+                .queues
+                .values()
+                .any(|q| q.info != current && q.read_index != q.limit)
+    }
+
+    /// Starts a Run command on a command thread (or, when the host gives
+    /// none, runs it here and now).
+    #[allow(clippy::too_many_arguments)]
+    fn start(
+        &mut self,
+        init: &InitData,
+        queue: &ActiveQueue,
+        tag: CommandTag,
+        command: FwVa,
+        header: &CommandHeader,
+        body: Vec<u8>,
+        work: Arc<WorkAccount>,
+        timeout: Duration,
+    ) -> InFlight {
+        let start_ns = monotonic_ns();
+        self.timestamp_at(init, header.timestamp_start, start_ns);
+        let preemption = Arc::new(Preemption::new());
+        let outcome = Arc::new(Mutex::new(None));
+        let job = Job {
+            engine: Arc::clone(&self.engine),
+            tag,
+            command,
+            body,
+            vm_slot: queue.vm_slot,
+            ttb0: self.context_root(init, queue.vm_slot),
+            gpu_memory: Arc::clone(&self.gpu_memory),
+            services: Services {
+                memory: Arc::clone(&self.memory),
+                interrupt: Arc::clone(&self.interrupt),
+                init: *init,
+                deferred: Mutex::new(Vec::new()),
+            },
+            deadline: Instant::now() + timeout,
+            work,
+            stop: Arc::clone(&self.stop),
+            preemption: Arc::clone(&preemption),
+            outcome: Arc::clone(&outcome),
+        };
+        let runner = self.runners.pop().or_else(Runner::spawn);
+        let runner = match runner {
+            Some(runner) => match runner.jobs.send(job) {
+                Ok(()) => Some(runner),
+                Err(mpsc::SendError(job)) => {
+                    job.run();
+                    None
+                }
+            },
+            None => {
+                self.log(
+                    init,
+                    1,
+                    "no host thread for a command: it runs unsuspendable",
+                );
+                job.run();
+                None
+            }
+        };
+        InFlight {
+            command,
+            read_index: self
+                .queues
+                .get(&queue.info)
+                .map_or(u32::MAX, |q| q.read_index),
+            vm_slot: queue.vm_slot,
+            preemption,
+            outcome,
+            runner,
+            start_ns,
+            suspended_at: Instant::now(),
+        }
+    }
+
+    /// Drops the suspended commands `which` picks (their queue or
+    /// context is gone, or the firmware stops): each stops at its next
+    /// check, and nothing of its end is reported.
+    fn abandon_suspended(&mut self, which: impl Fn((&FwVa, &InFlight)) -> bool) {
+        let dropped: Vec<FwVa> = self
+            .suspended
+            .iter()
+            .filter(|&entry| which(entry))
+            .map(|(info, _)| *info)
+            .collect();
+        for info in dropped {
+            if let Some(flight) = self.suspended.remove(&info) {
+                tracing::debug!(command = format_args!("{:#x}", flight.command), "abandoned");
+                flight.preemption.abandon(flight.suspended_at);
+                if let Some(runner) = flight.runner {
+                    if self.runners.len() < IDLE_RUNNERS {
+                        self.runners.push(runner);
+                    }
+                }
+            }
+        }
     }
 }

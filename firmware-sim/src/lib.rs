@@ -13,6 +13,8 @@
 //! - [`bc`]: decoding the block-compressed texture formats;
 //! - [`fault`]: the fault event a failed command raises;
 //! - [`memory`]: the GPU MMU as the units see it ([`memory::GpuVm`]);
+//! - [`preempt`]: suspending a running command and resuming it (the
+//!   firmware's context switch), at the watchdog's checks;
 //! - [`command`]: a Run command's context and the firmware's watchdog;
 //! - [`workers`]: independent work items (threadgroups, tiles) spread
 //!   over host threads, with a failure reported as in-order execution
@@ -50,6 +52,7 @@ pub mod fragment;
 pub mod helper;
 pub mod imageblock;
 pub mod memory;
+pub mod preempt;
 pub mod raster;
 pub mod shader;
 pub mod texture;

@@ -16,8 +16,10 @@ use crate::usc::{
     Env, ExecError, Exit, GpuMemory, ProgramCache, ShaderIo, SimdGroup, LANES, UNIFORMS,
 };
 
-/// Instructions a SIMD-group runs between watchdog checks.
-pub const BUDGET_SLICE: u64 = 1 << 16;
+/// Instructions a SIMD-group runs between watchdog checks. The checks are
+/// also where the firmware suspends a command ([`crate::preempt`]): 4096
+/// instructions of 32 lanes take well under a millisecond of host time.
+pub const BUDGET_SLICE: u64 = 1 << 12;
 
 /// What a `threadgroup_barrier` means to the stage.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -15,18 +15,21 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use crate::fault::EngineResult;
+use crate::preempt::{ForkedThread, Preemption};
 
-/// Runs items `0..count` on up to `workers` host threads. Each thread
+/// Runs items `0..count` on up to `workers` host threads, threads of the
+/// command `preemption` suspends. Each thread
 /// makes its scratch state with `scratch` and runs `item(&mut state,
 /// index)` for each index it claims. Returns the failure of the
 /// lowest-numbered item that failed, if any.
 pub fn run_items<S>(
     count: u64,
     workers: usize,
+    preemption: &Preemption,
     scratch: impl Fn() -> S + Sync,
     item: impl Fn(&mut S, u64) -> Result<(), EngineResult> + Sync,
 ) -> Result<(), EngineResult> {
-    run_items_then(count, workers, scratch, item, |_| Ok(()))
+    run_items_then(count, workers, preemption, scratch, item, |_| Ok(()))
 }
 
 /// [`run_items`], and then, on each thread once it claims no more items,
@@ -35,6 +38,7 @@ pub fn run_items<S>(
 pub fn run_items_then<S>(
     count: u64,
     workers: usize,
+    preemption: &Preemption,
     scratch: impl Fn() -> S + Sync,
     item: impl Fn(&mut S, u64) -> Result<(), EngineResult> + Sync,
     finish: impl Fn(&mut S) -> Result<(), EngineResult> + Sync,
@@ -70,11 +74,16 @@ pub fn run_items_then<S>(
     if threads <= 1 {
         work();
     } else {
+        preemption.fork(threads);
         std::thread::scope(|scope| {
             for _ in 0..threads {
-                scope.spawn(work);
+                scope.spawn(|| {
+                    let _counted_out = ForkedThread(preemption);
+                    work()
+                });
             }
         });
+        preemption.joined();
     }
     let failures = failures.into_inner().unwrap_or_else(|e| e.into_inner());
     match failures.into_iter().min_by_key(|(index, _)| *index) {
@@ -103,6 +112,7 @@ mod tests {
             let result = run_items(
                 1000,
                 workers,
+                &Preemption::new(),
                 || (),
                 |_, index| {
                     ran.fetch_add(1, Ordering::Relaxed);
@@ -126,6 +136,7 @@ mod tests {
         run_items(
             500,
             3,
+            &Preemption::new(),
             || scratches.fetch_add(1, Ordering::Relaxed),
             |_, index| {
                 seen.lock().unwrap()[index as usize] += 1;
@@ -142,6 +153,7 @@ mod tests {
         let result = run_items(
             1 << 40,
             2,
+            &Preemption::new(),
             || (),
             |_, index| {
                 if index == 5 {

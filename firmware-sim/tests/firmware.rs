@@ -459,7 +459,7 @@ fn the_watchdog_stops_a_barrier_that_never_releases_and_stamps_are_timed() {
 struct GrowingEngine(Arc<Mutex<Vec<Option<u64>>>>);
 
 impl Engine for GrowingEngine {
-    fn run(&mut self, _: CommandTag, ctx: &RunContext<'_>) -> EngineResult {
+    fn run(&self, _: CommandTag, ctx: &RunContext<'_>) -> EngineResult {
         let answer = ctx.services.grow_tvb(7, 10);
         self.0.lock().unwrap().push(answer);
         EngineResult::Done
@@ -555,7 +555,7 @@ fn higher_priority_queues_run_first() {
 struct PanickingEngine;
 
 impl Engine for PanickingEngine {
-    fn run(&mut self, _: CommandTag, _: &RunContext<'_>) -> EngineResult {
+    fn run(&self, _: CommandTag, _: &RunContext<'_>) -> EngineResult {
         panic!("model bug");
     }
 }

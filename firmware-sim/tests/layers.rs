@@ -10,6 +10,8 @@ use std::path::Path;
 /// Each top-level module and its layer.
 const LAYERS: &[(&str, u32)] = &[
     ("usc", 0),
+    // The firmware's context switch, which the watchdog's checks serve.
+    ("preempt", 0),
     ("bptc", 0),
     ("etc", 0),
     // ASTC's HDR values reach the shader core's f16 conversion.

@@ -48,7 +48,12 @@ impl Gpu {
     }
 
     fn with(config: SystemConfig) -> Gpu {
-        let system = System::new(config).expect("system");
+        Gpu::on(System::new(config).expect("system"))
+    }
+
+    /// Another client of `system`'s device: a file of its own, with its
+    /// own VM, streams and queue.
+    fn on(system: System) -> Gpu {
         let file = system.open();
         let vm = vm_create(&file);
         let streams = gem_create(&file, STREAMS_BYTES, 0, 0).unwrap();
@@ -319,6 +324,51 @@ fn a_submission_is_stopped_by_its_work_budget_and_its_other_commands_cancelled()
     assert_eq!((stats.timed_out, stats.completed), (1, 1));
     let out = gpu.submit(gpu.queue, &[], &empty_compute());
     assert_eq!(gpu.wait(out), None, "the queue survives the timeout");
+}
+
+/// The firmware time-slices the GPU between queues: while one client's
+/// command runs on and on (a stream that links to itself, under a budget
+/// and a host-time limit too large to matter), another client's short
+/// submissions, compute and render (whose zeroed state faults once it
+/// runs), each complete, and the long command
+/// is still running after them. (Without the slicing each waited for the
+/// long command's watchdog.)
+#[test_log::test]
+fn another_clients_work_completes_while_a_never_ending_command_runs() {
+    let looping = Gpu::with(SystemConfig {
+        ram_bytes: 1 << 30,
+        work_budget_units: 1 << 62,
+        command_timeout_ms: 600_000,
+        ..SystemConfig::default()
+    });
+    let drawing = Gpu::on(looping.system.clone());
+    let never = looping.submit(
+        looping.queue,
+        &[],
+        &compute_at(STREAMS_VA + 0x1000, NONE, NONE, Timestamps::default()),
+    );
+    let never = looping.file.syncobj(never).unwrap().fence_for(0).unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    for _ in 0..5 {
+        let compute = drawing.submit(drawing.queue, &[], &empty_compute());
+        assert_eq!(drawing.wait(compute), None);
+        let render = drawing.submit(
+            drawing.queue,
+            &[],
+            &render(64, 64, NONE, NONE, [Timestamps::default(); 2]),
+        );
+        assert_eq!(drawing.wait(render), Some(Errno::EIO));
+    }
+    assert_eq!(never.status(), None, "the long command still runs");
+    let stats = looping.system.device().scheduler().stats();
+    assert_eq!((stats.completed, stats.timed_out), (5, 0));
+    let started = Instant::now();
+    drop((drawing, looping));
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "shutdown took {:?}",
+        started.elapsed()
+    );
 }
 
 /// Host time remains a last resort: with a budget too large to matter,

@@ -167,6 +167,15 @@ impl Device {
         Device::with_kernel(sim.clone(), Some(sim))
     }
 
+    /// Opens another file on an already booted simulated device (that of
+    /// [`Device::simulated`]): another client of the same GPU, with its
+    /// own VM, objects and queues, as a second process would be.
+    #[cfg(feature = "sim")]
+    pub fn open_simulated_on(system: &agx_sim::System) -> Result<Device, Error> {
+        let sim = Arc::new(crate::sim::SimKernel::open_on(system));
+        Device::with_kernel(sim.clone(), Some(sim))
+    }
+
     fn with_kernel(kernel_file: Arc<dyn Kernel>, sim: SimHandle) -> Result<Device, Error> {
         #[cfg(not(feature = "sim"))]
         let () = sim;

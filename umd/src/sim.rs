@@ -31,6 +31,15 @@ impl SimKernel {
         Ok(SimKernel { file, system })
     }
 
+    /// Opens another file on `system`'s device: another client of the
+    /// same GPU.
+    pub fn open_on(system: &System) -> SimKernel {
+        SimKernel {
+            file: system.open(),
+            system: system.clone(),
+        }
+    }
+
     /// The simulated system (for statistics and debugging tools).
     pub fn system(&self) -> &System {
         &self.system

@@ -175,6 +175,7 @@ pub(crate) fn render_scene(
     run_items_then(
         tiles,
         workers,
+        ctx.preemption,
         scratch,
         |worker, index| {
             let layer = (index / (tiles_x * tiles_y)) as u32;

@@ -1,0 +1,361 @@
+//! Preemption: the firmware's context switch between commands.
+//!
+//! The hardware's firmware time-slices the GPU between contexts: it asks a
+//! running command to stop at its next preemption point (a workgroup, a
+//! tile, an instruction slice), saves what is in flight to the context's
+//! preemption buffers, runs another context's work, and later restores
+//! and resumes the first where it stopped. In the simulator a command
+//! runs on host threads of its own, and its state (registers, tile
+//! buffers, the data master's position) lives on their stacks; to
+//! suspend it the firmware asks each of those threads to park at its next
+//! watchdog check, and waits until all have. Resuming wakes them. Nothing
+//! a command computes depends on whether, where or how often it was
+//! suspended, and while it is suspended none of its threads runs.
+//!
+//! A command's threads are counted: the thread that runs the command is
+//! one, and a unit that spreads work over more threads (`workers`) counts
+//! them in before they start and out as each ends; a thread waiting for
+//! its helpers to end is counted out while it waits. The firmware sees a
+//! command suspended when every counted thread is parked.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// One command's preemption state, shared by the firmware and the
+/// command's threads.
+#[derive(Debug)]
+pub struct Preemption {
+    /// Mirrors `State::requested`, for a check point's fast path.
+    requested: AtomicBool,
+    /// Host time spent suspended, in ns (the host-time watchdog does not
+    /// count it).
+    suspended_ns: AtomicU64,
+    /// The firmware dropped the command (its queue or context went while
+    /// it was suspended): it is to stop at its next check.
+    abandoned: AtomicBool,
+    state: Mutex<State>,
+    cond: Condvar,
+}
+
+#[derive(Debug)]
+struct State {
+    /// The firmware wants the command suspended.
+    requested: bool,
+    /// Threads of the command that may run GPU work (parked ones too).
+    threads: usize,
+    /// Of those, the ones parked at a check point.
+    parked: usize,
+    /// The command has returned: none of its threads is left.
+    finished: bool,
+    /// Bumped on every resume: a parked thread waits for it to change.
+    resumes: u64,
+    /// Something the firmware should look at arrived (new work).
+    poked: bool,
+}
+
+impl Default for Preemption {
+    fn default() -> Preemption {
+        Preemption::new()
+    }
+}
+
+impl Preemption {
+    /// The state of a command about to run on one thread.
+    pub fn new() -> Preemption {
+        Preemption {
+            requested: AtomicBool::new(false),
+            suspended_ns: AtomicU64::new(0),
+            abandoned: AtomicBool::new(false),
+            state: Mutex::new(State {
+                requested: false,
+                threads: 1,
+                parked: 0,
+                finished: false,
+                resumes: 0,
+                poked: false,
+            }),
+            cond: Condvar::new(),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn wait<'a>(&self, guard: MutexGuard<'a, State>) -> MutexGuard<'a, State> {
+        self.cond.wait(guard).unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Host time the command has spent suspended.
+    pub fn suspended(&self) -> Duration {
+        Duration::from_nanos(self.suspended_ns.load(Ordering::Relaxed))
+    }
+
+    /// Whether the firmware dropped the command.
+    pub fn abandoned(&self) -> bool {
+        self.abandoned.load(Ordering::Relaxed)
+    }
+
+    // The command's side.
+
+    /// A check point: parks the calling thread while the firmware wants
+    /// the command suspended.
+    pub fn check_point(&self) {
+        if !self.requested.load(Ordering::Acquire) {
+            return;
+        }
+        let mut state = self.lock();
+        if !state.requested {
+            return;
+        }
+        let resumes = state.resumes;
+        state.parked += 1;
+        self.cond.notify_all();
+        while state.resumes == resumes {
+            state = self.wait(state);
+        }
+        state.parked -= 1;
+    }
+
+    /// Counts in `count` threads the calling thread is about to start
+    /// for the command, and counts the caller out while it waits for
+    /// them ([`Preemption::joined`] counts it back in).
+    pub fn fork(&self, count: usize) {
+        let mut state = self.lock();
+        state.threads = (state.threads + count).saturating_sub(1);
+        self.cond.notify_all();
+    }
+
+    /// A thread counted in by [`Preemption::fork`] ends.
+    pub fn thread_ended(&self) {
+        let mut state = self.lock();
+        state.threads -= 1;
+        self.cond.notify_all();
+    }
+
+    /// The thread that called [`Preemption::fork`] has seen its threads
+    /// end: it counts itself back in, first waiting out a suspension the
+    /// firmware asked for meanwhile (the firmware may already be running
+    /// other work).
+    pub fn joined(&self) {
+        let mut state = self.lock();
+        while state.requested {
+            state = self.wait(state);
+        }
+        state.threads += 1;
+    }
+
+    /// The command has returned.
+    pub(crate) fn finish(&self) {
+        let mut state = self.lock();
+        state.finished = true;
+        self.cond.notify_all();
+    }
+
+    // The firmware's side.
+
+    /// Wakes the firmware waiting in [`Preemption::run_until`] to look
+    /// at new work.
+    pub(crate) fn poke(&self) {
+        let mut state = self.lock();
+        state.poked = true;
+        self.cond.notify_all();
+    }
+
+    /// Lets the command run until it returns (true), or until `until`
+    /// passes or (after `at_least`) the firmware is poked, and
+    /// `suspend_now()` agrees; then suspends it and waits until it is
+    /// (false), unless it returns first (true). While `suspend_now()`
+    /// disagrees the command runs on, and the firmware asks again a
+    /// millisecond later or when poked.
+    pub(crate) fn run_until(
+        &self,
+        at_least: Instant,
+        mut until: Instant,
+        suspend_now: impl Fn() -> bool,
+    ) -> bool {
+        let mut state = self.lock();
+        loop {
+            if state.finished {
+                return true;
+            }
+            let now = Instant::now();
+            let poked = state.poked && now >= at_least;
+            if poked || now >= until {
+                state.poked = false;
+                if suspend_now() {
+                    break;
+                }
+                until = until.max(now + Duration::from_millis(1));
+                continue;
+            }
+            let wake = if state.poked {
+                until.min(at_least)
+            } else {
+                until
+            };
+            state = self
+                .cond
+                .wait_timeout(state, wake.saturating_duration_since(now))
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+        state.requested = true;
+        self.requested.store(true, Ordering::Release);
+        while !state.finished && state.parked < state.threads {
+            state = self.wait(state);
+        }
+        if state.finished {
+            state.requested = false;
+            self.requested.store(false, Ordering::Release);
+        }
+        state.finished
+    }
+
+    /// Resumes a suspended command; `since` is when it was suspended.
+    pub(crate) fn resume(&self, since: Instant) {
+        let suspended_ns = u64::try_from(since.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        self.suspended_ns.fetch_add(suspended_ns, Ordering::Relaxed);
+        let mut state = self.lock();
+        state.requested = false;
+        self.requested.store(false, Ordering::Release);
+        state.resumes += 1;
+        self.cond.notify_all();
+    }
+
+    /// Drops a suspended command: resumes it to stop at its next check,
+    /// and waits until it has returned.
+    pub(crate) fn abandon(&self, since: Instant) {
+        self.abandoned.store(true, Ordering::Relaxed);
+        self.resume(since);
+        let mut state = self.lock();
+        while !state.finished {
+            state = self.wait(state);
+        }
+    }
+}
+
+/// Counts a thread started by [`Preemption::fork`] out when it ends,
+/// however it ends.
+pub(crate) struct ForkedThread<'a>(pub(crate) &'a Preemption);
+
+impl Drop for ForkedThread<'_> {
+    fn drop(&mut self) {
+        self.0.thread_ended();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicU64;
+    use std::sync::Arc;
+
+    /// A command of three threads counting: once suspended, none of them
+    /// counts until it is resumed, and all finish after.
+    #[test]
+    fn a_suspended_command_runs_no_thread_until_resumed() {
+        let preemption = Arc::new(Preemption::new());
+        let counted = Arc::new(AtomicU64::new(0));
+        let command = {
+            let (preemption, counted) = (Arc::clone(&preemption), Arc::clone(&counted));
+            std::thread::spawn(move || {
+                preemption.fork(3);
+                std::thread::scope(|scope| {
+                    for _ in 0..3 {
+                        scope.spawn(|| {
+                            let _counted_out = ForkedThread(&preemption);
+                            for _ in 0..2_000 {
+                                preemption.check_point();
+                                counted.fetch_add(1, Ordering::Relaxed);
+                                std::thread::sleep(Duration::from_micros(50));
+                            }
+                        });
+                    }
+                });
+                preemption.joined();
+                preemption.check_point();
+                preemption.finish();
+            })
+        };
+        let now = Instant::now();
+        let finished = preemption.run_until(now, now + Duration::from_millis(20), || true);
+        assert!(!finished, "suspended before it could finish");
+        let at_suspension = counted.load(Ordering::Relaxed);
+        assert!(
+            at_suspension > 0 && at_suspension < 6_000,
+            "{at_suspension}"
+        );
+        let since = Instant::now();
+        std::thread::sleep(Duration::from_millis(30));
+        assert_eq!(
+            counted.load(Ordering::Relaxed),
+            at_suspension,
+            "nothing ran"
+        );
+        preemption.resume(since);
+        assert!(preemption.suspended() >= Duration::from_millis(30));
+        let now = Instant::now();
+        assert!(preemption.run_until(now, now + Duration::from_secs(600), || false));
+        command.join().unwrap();
+        assert_eq!(counted.load(Ordering::Relaxed), 6_000);
+    }
+
+    /// New work pokes the firmware: the command is suspended then, not at
+    /// the slice's end, but not before it has run `at_least`.
+    #[test]
+    fn a_poke_suspends_after_the_least_run_time() {
+        let preemption = Arc::new(Preemption::new());
+        let command = {
+            let preemption = Arc::clone(&preemption);
+            std::thread::spawn(move || {
+                while !preemption.abandoned() {
+                    preemption.check_point();
+                    std::thread::sleep(Duration::from_micros(100));
+                }
+                preemption.finish();
+            })
+        };
+        let start = Instant::now();
+        preemption.poke();
+        let suspended = preemption.run_until(
+            start + Duration::from_millis(5),
+            start + Duration::from_secs(600),
+            || true,
+        );
+        assert!(!suspended);
+        let took = start.elapsed();
+        assert!(
+            took >= Duration::from_millis(5) && took < Duration::from_secs(60),
+            "{took:?}"
+        );
+        preemption.abandon(Instant::now());
+        command.join().unwrap();
+    }
+
+    /// A slice that ends while nothing else wants the GPU goes on.
+    #[test]
+    fn a_slice_is_extended_while_the_firmware_has_nothing_else() {
+        let preemption = Arc::new(Preemption::new());
+        let command = {
+            let preemption = Arc::clone(&preemption);
+            std::thread::spawn(move || {
+                for _ in 0..20 {
+                    preemption.check_point();
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                preemption.finish();
+            })
+        };
+        let asked = AtomicU64::new(0);
+        let now = Instant::now();
+        let finished = preemption.run_until(now, now, || {
+            asked.fetch_add(1, Ordering::Relaxed);
+            false
+        });
+        assert!(finished);
+        assert!(asked.load(Ordering::Relaxed) >= 1);
+        command.join().unwrap();
+    }
+}
