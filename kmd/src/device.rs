@@ -38,6 +38,10 @@ const MAX_OBJECT_ID: u64 = 1 << (63 - MMAP_OFFSET_SHIFT);
 /// import.
 pub const GEM_MEMFD_NAME: &str = "agx-gem";
 
+/// The name of a slab's memfd (small private objects of one file): not a
+/// buffer another device may import.
+pub const GEM_SLAB_MEMFD_NAME: &str = "agx-gem-slab";
+
 /// A file the device writes (a capture), through a [`DeviceFd`]: each
 /// write first checks that the descriptor still names the file, so a
 /// client that closed it gets `EBADF` in the log, not its other files
@@ -140,11 +144,21 @@ impl Device {
         account: &Arc<FileMemory>,
     ) -> Result<Arc<GemObject>, GemError> {
         let charge = account.charge(Ram::pages_for(size_bytes))?;
-        // Every object has a memfd of its own (CPU mappings hold it); the
-        // device keeps a descriptor only of one that may be exported, or
-        // of all when its mappings are handed out as descriptors.
-        let keep = private_vm.is_none() || self.config.keep_object_descriptors;
-        let memory = self.ram.allocate_object(size_bytes, GEM_MEMFD_NAME, keep)?;
+        // An object that may be exported has a memfd of its own (a PRIME
+        // fd is a duplicate of it), which the device keeps. A private one
+        // is cut from its file's slab (CPU mappings hold the slab's memfd,
+        // which only that file's objects share), or has a memfd of its own
+        // when large; the device keeps the descriptor only when mappings
+        // are handed out as descriptors.
+        let memory = match private_vm {
+            None => self.ram.allocate_object(size_bytes, GEM_MEMFD_NAME, true)?,
+            Some(_) => self.ram.allocate_in_slab(
+                &account.slabs,
+                size_bytes,
+                GEM_SLAB_MEMFD_NAME,
+                self.config.keep_object_descriptors,
+            )?,
+        };
         Ok(self.register(memory, flags, private_vm, charge)?)
     }
 
@@ -168,7 +182,11 @@ impl Device {
         charge: Charge,
     ) -> Result<Arc<GemObject>, AllocError> {
         let mut objects = self.objects.lock().unwrap_or_else(|e| e.into_inner());
-        objects.retain(|_, weak| weak.strong_count() > 0);
+        // Dead entries go when the table reaches a power of two: a sweep
+        // costs no more than the creations since the last one.
+        if objects.len().is_power_of_two() {
+            objects.retain(|_, weak| weak.strong_count() > 0);
+        }
         // The next id whose mmap window no live object holds: ids count up
         // and wrap below MAX_OBJECT_ID (offsets stay positive as off_t),
         // so two live objects never share an offset.

@@ -637,12 +637,14 @@ impl File {
     /// A CPU mapping of the DRM file at `offset` of `len_bytes` bytes,
     /// checked as [`File::mmap_object`] does, as a descriptor for a
     /// process other than the device's: the object's own memfd (which
-    /// maps exactly its pages) and the offset within it to map. Needs a
+    /// maps exactly its pages), or for a small private object the memfd
+    /// of its file's slab (which holds only that file's objects), and the
+    /// offset within it to map. Needs a
     /// device that keeps every object's descriptor
     /// (`DeviceConfig::keep_object_descriptors`); `ENODEV` otherwise.
     pub fn mmap_descriptor(&self, offset: u64, len_bytes: u64) -> Result<(OwnedFd, u64), Errno> {
         let (object, within) = self.mmap_object(offset, len_bytes)?;
-        let fd = object.memory().export_fd(true).map_err(|error| {
+        let (fd, at) = object.memory().mapping_fd(true).map_err(|error| {
             tracing::warn!(
                 offset = format_args!("{offset:#x}"),
                 file = self.id,
@@ -651,7 +653,7 @@ impl File {
             );
             Errno::ENODEV
         })?;
-        Ok((fd, within))
+        Ok((fd, at + within))
     }
 
     fn find_mapping(

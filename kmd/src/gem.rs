@@ -33,10 +33,12 @@ pub struct VmKey {
 /// the others. The limit is per file, not per process, and kernel memory
 /// a file causes (page tables, parameter buffers) is not charged. An
 /// object's charge goes when the object does, whoever holds it last.
+/// The file's small private objects are cut from its slabs.
 #[derive(Debug)]
 pub struct FileMemory {
     used_bytes: std::sync::atomic::AtomicU64,
     limit_bytes: u64,
+    pub(crate) slabs: crate::mem::phys::Slabs,
 }
 
 impl FileMemory {
@@ -45,6 +47,7 @@ impl FileMemory {
         FileMemory {
             used_bytes: std::sync::atomic::AtomicU64::new(0),
             limit_bytes,
+            slabs: crate::mem::phys::Slabs::default(),
         }
     }
 

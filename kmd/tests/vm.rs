@@ -548,6 +548,9 @@ fn a_stale_cpu_mapping_never_reaches_the_next_owner_of_the_pages() {
         ..Default::default()
     };
     call(&first, drm::DRM_IOCTL_GEM_CLOSE, &mut close).unwrap();
+    // The object was cut from its file's slab, whose range goes back to
+    // RAM with the file.
+    drop(first);
     let second = device.open();
     let reused = gem_create(&second, 2 * PAGE, 0, 0).unwrap();
     let reused = second.object(reused).unwrap();

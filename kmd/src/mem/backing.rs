@@ -323,6 +323,26 @@ impl Window {
         Ok(())
     }
 
+    /// Releases the pages of whatever is mapped over a covered range (a
+    /// memfd's, after [`Window::cover`]): they read as zero afterwards, in
+    /// every mapping of that memfd, and stop costing host memory.
+    pub fn release_covered(&self, offset: usize, len: usize) -> io::Result<()> {
+        self.check_pages(offset, len)?;
+        // SAFETY: the range lies inside the window, a shared mapping of a
+        // memfd there, where MADV_REMOVE punches a hole in that file.
+        if unsafe {
+            libc::madvise(
+                self.base.as_ptr().add(offset).cast(),
+                len,
+                libc::MADV_REMOVE,
+            )
+        } != 0
+        {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
     /// Maps `[offset, offset + len)` of the window a second time, for the
     /// CPU: the new mapping reaches the same pages (of the memfd mapped
     /// there), with protection `prot`. `len` need not be whole pages (as

@@ -4,9 +4,10 @@
 //! through its MMU (the UAT) and the page tables the kernel writes. Here
 //! RAM is a physical address space backed by one host [`Window`]: physical
 //! address `RAM_BASE + n` is byte `n` of the window. Every allocation is a
-//! contiguous range of it; kernel memory lives in the window's pool, and
-//! every GEM object has a memfd of its own mapped at its place
-//! (`Documentation/memory-model.md`). The kmd allocates GEM
+//! contiguous range of it; kernel memory lives in the window's pool, an
+//! exportable GEM object has a memfd of its own mapped at its place, and
+//! small private objects share the memfd of a slab that belongs to one
+//! DRM file (`Documentation/memory-model.md`). The kmd allocates GEM
 //! objects, page tables and firmware structures from it; the simulated GPU
 //! reads and writes it by physical address after walking the page tables.
 //! An access to a page no allocation holds faults, as a bus error would.
@@ -16,7 +17,7 @@
 use std::collections::BTreeMap;
 use std::os::fd::{AsFd, OwnedFd};
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use agx_hw::addr::PhysAddr;
@@ -69,6 +70,53 @@ enum Placed {
     /// A memfd of its own mapped over the range (a GEM object), with the
     /// device's descriptor of it if the object can be exported.
     Covered(Option<DeviceFd>),
+    /// Part of a slab's memfd (a small private GEM object). `mapped` is
+    /// set once a CPU mapping of it was made or handed out: its pages then
+    /// stay in the memfd, for that mapping, until the slab goes.
+    InSlab {
+        slab: Arc<Slab>,
+        offset_bytes: u64,
+        mapped: AtomicBool,
+    },
+}
+
+/// Private objects up to this size go in slabs; larger ones get a memfd
+/// of their own. With it, objects with a memfd of their own number at
+/// most RAM / 1 MiB, slabs RAM / [`SLAB_BYTES`].
+pub const SLAB_OBJECT_MAX_BYTES: u64 = 1 << 20;
+
+/// A slab's size (less in a RAM too small for 64 of them).
+pub const SLAB_BYTES: u64 = 8 << 20;
+
+/// One memfd over a contiguous range of RAM, from which one DRM file's
+/// small private objects are cut in order. A range is never handed out
+/// twice: a client's mapping of the slab's memfd (which can reach the
+/// whole slab) sees only this file's objects, and an object's old
+/// mapping never sees the pages of a newer one. A never-mapped object's
+/// pages are released when it is freed; the slab's range goes back to
+/// RAM, zeroed, with its last object.
+#[derive(Debug)]
+pub struct Slab {
+    pa: u64,
+    len_bytes: u64,
+    /// The device's descriptor of the memfd, when mappings are handed out
+    /// as descriptors.
+    fd: Option<DeviceFd>,
+    /// Bytes cut so far.
+    used_bytes: Mutex<u64>,
+    ram: Arc<RamInner>,
+}
+
+impl Drop for Slab {
+    fn drop(&mut self) {
+        self.ram.return_range(self.pa, self.len_bytes, true);
+    }
+}
+
+/// The slab one DRM file cuts its small private objects from.
+#[derive(Debug, Default)]
+pub struct Slabs {
+    current: Mutex<Option<Arc<Slab>>>,
 }
 
 /// A contiguous range of physical memory, freed when the last reference
@@ -114,8 +162,37 @@ impl PhysRange {
     fn own(&self) -> Option<&DeviceFd> {
         match &self.placed {
             Placed::Covered(own) => own.as_ref(),
-            Placed::Pool => None,
+            Placed::Pool | Placed::InSlab { .. } => None,
         }
+    }
+
+    /// A descriptor through which a CPU mapping reaches the range, and
+    /// the range's offset in it: its own memfd, or its slab's (which
+    /// holds only objects of the same file). `EINVAL` for a pool range;
+    /// `EBADF` if the process closed the device's own descriptor or the
+    /// device keeps none.
+    pub fn mapping_fd(&self, cloexec: bool) -> std::io::Result<(OwnedFd, u64)> {
+        match &self.placed {
+            Placed::InSlab {
+                slab,
+                offset_bytes,
+                mapped,
+            } => {
+                let fd = slab
+                    .fd
+                    .as_ref()
+                    .ok_or_else(|| std::io::Error::from_raw_os_error(libc::EBADF))?
+                    .duplicate(cloexec)?;
+                mapped.store(true, Ordering::Relaxed);
+                Ok((fd, *offset_bytes))
+            }
+            _ => Ok((self.export_fd(cloexec)?, 0)),
+        }
+    }
+
+    /// Whether the range is part of a slab.
+    pub fn is_in_slab(&self) -> bool {
+        matches!(self.placed, Placed::InSlab { .. })
     }
 
     /// Whether the device keeps a descriptor of the range's memfd (it
@@ -157,14 +234,42 @@ impl PhysRange {
         let at = self
             .window_offset(offset, len)
             .ok_or_else(|| std::io::Error::from_raw_os_error(libc::EINVAL))?;
+        if let Placed::InSlab { mapped, .. } = &self.placed {
+            mapped.store(true, Ordering::Relaxed);
+        }
         self.ram.window.map_again(at, len, prot, placement)
     }
 }
 
 impl Drop for PhysRange {
     fn drop(&mut self) {
-        let covered = matches!(self.placed, Placed::Covered(_));
-        self.ram.release(self.pa, self.len_bytes, covered);
+        match &self.placed {
+            Placed::InSlab { mapped, .. } => {
+                // Faults first; the range itself stays the slab's.
+                self.ram.mark(self.pa, self.len_bytes, false);
+                self.ram
+                    .allocated_pages
+                    .fetch_sub(self.len_bytes / PAGE_BYTES, Ordering::Relaxed);
+                if !mapped.load(Ordering::Relaxed) {
+                    // Nothing outside can reach the pages: their host
+                    // memory goes now (they read zero, were they reached).
+                    let offset = (self.pa - RAM_BASE) as usize;
+                    if let Err(error) = self
+                        .ram
+                        .window
+                        .release_covered(offset, self.len_bytes as usize)
+                    {
+                        tracing::warn!(
+                            pa = format_args!("{:#x}", self.pa),
+                            %error,
+                            "cannot release a freed slab object's pages; they go with the slab"
+                        );
+                    }
+                }
+            }
+            Placed::Covered(_) => self.ram.release(self.pa, self.len_bytes, true),
+            Placed::Pool => self.ram.release(self.pa, self.len_bytes, false),
+        }
     }
 }
 
@@ -226,6 +331,16 @@ impl RamInner {
     fn release(&self, pa: u64, len: u64, covered: bool) {
         // Fault accesses first, then hand the pages back zeroed.
         self.mark(pa, len, false);
+        if self.return_range(pa, len, covered) {
+            self.allocated_pages
+                .fetch_sub(len / PAGE_BYTES, Ordering::Relaxed);
+        }
+    }
+
+    /// Hands `[pa, pa + len)` back to the free ranges, zeroed (with the
+    /// pool's pages mapped back first if it was `covered`). False if it
+    /// could not be zeroed, and is retired instead.
+    fn return_range(&self, pa: u64, len: u64, covered: bool) -> bool {
         let offset = (pa - RAM_BASE) as usize;
         // Uncovering brings the pool's pages back; they were released
         // when last freed, but release them again so that nothing written
@@ -244,7 +359,7 @@ impl RamInner {
                 %error,
                 "cannot return freed RAM to the pool; the range is retired"
             );
-            return;
+            return false;
         }
         let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
         let (mut start, mut length) = (pa, len);
@@ -261,8 +376,7 @@ impl RamInner {
             length += next_len;
         }
         free.insert(start, length);
-        self.allocated_pages
-            .fetch_sub(len / PAGE_BYTES, Ordering::Relaxed);
+        true
     }
 }
 
@@ -330,6 +444,81 @@ impl Ram {
         let pa = self.reserve(len)?;
         let memfd = backing::create_memfd(name, len);
         self.cover(pa, len, memfd, exportable)
+    }
+
+    /// Allocates `size_bytes` (rounded up to whole pages), zero-filled,
+    /// for a private GEM object of the file whose slabs are `slabs`: cut
+    /// from the file's current slab, or a new one (whose memfd is named
+    /// `name`; the device keeps a descriptor of it with `keep`). An
+    /// object too large for a slab, or one for which RAM has no new slab,
+    /// gets a memfd of its own ([`Ram::allocate_object`]).
+    pub fn allocate_in_slab(
+        &self,
+        slabs: &Slabs,
+        size_bytes: u64,
+        name: &str,
+        keep: bool,
+    ) -> Result<Arc<PhysRange>, AllocError> {
+        let len = Self::pages_for(size_bytes);
+        if len == 0 || len > SLAB_OBJECT_MAX_BYTES {
+            return self.allocate_object(size_bytes, name, keep);
+        }
+        let mut current = slabs.current.lock().unwrap_or_else(|e| e.into_inner());
+        for attempt in 0..2 {
+            if let Some(slab) = current.as_ref() {
+                let mut used = slab.used_bytes.lock().unwrap_or_else(|e| e.into_inner());
+                if *used + len <= slab.len_bytes {
+                    let offset_bytes = *used;
+                    *used += len;
+                    drop(used);
+                    return Ok(self.place(
+                        slab.pa + offset_bytes,
+                        len,
+                        Placed::InSlab {
+                            slab: Arc::clone(slab),
+                            offset_bytes,
+                            mapped: AtomicBool::new(false),
+                        },
+                    ));
+                }
+            }
+            if attempt == 0 {
+                match self.new_slab(name, keep) {
+                    Ok(slab) => *current = Some(slab),
+                    Err(error) => {
+                        tracing::debug!(%error, "no new slab: the object gets a memfd of its own");
+                        break;
+                    }
+                }
+            }
+        }
+        drop(current);
+        self.allocate_object(size_bytes, name, keep)
+    }
+
+    fn new_slab(&self, name: &str, keep: bool) -> Result<Arc<Slab>, AllocError> {
+        let len = SLAB_BYTES
+            .min(self.inner.size_bytes / 64 / PAGE_BYTES * PAGE_BYTES)
+            .max(SLAB_OBJECT_MAX_BYTES);
+        let pa = self.reserve(len)?;
+        let offset = (pa - RAM_BASE) as usize;
+        let fd = backing::create_memfd(name, len).and_then(|fd| {
+            self.inner.window.cover(offset, len as usize, fd.as_fd())?;
+            keep.then(|| DeviceFd::keep(fd)).transpose()
+        });
+        match fd {
+            Ok(fd) => Ok(Arc::new(Slab {
+                pa,
+                len_bytes: len,
+                fd,
+                used_bytes: Mutex::new(0),
+                ram: Arc::clone(&self.inner),
+            })),
+            Err(error) => {
+                self.inner.return_range(pa, len, true);
+                Err(error.into())
+            }
+        }
     }
 
     /// Places memory that already exists (a memfd another process or
@@ -490,6 +679,61 @@ mod tests {
             ram.allocate(0),
             Err(AllocError::OutOfMemory { .. })
         ));
+    }
+
+    #[test]
+    fn small_private_objects_share_their_files_slab_and_never_reuse_a_range() {
+        let ram = Ram::new(256 << 20).unwrap();
+        let (mine, theirs) = (Slabs::default(), Slabs::default());
+        let cut = |slabs: &Slabs| {
+            ram.allocate_in_slab(slabs, PAGE_BYTES, "slab", true)
+                .unwrap()
+        };
+        let (x, y, z) = (cut(&mine), cut(&mine), cut(&theirs));
+        assert!(x.is_in_slab() && y.is_in_slab() && z.is_in_slab());
+        assert_eq!(y.pa(), x.pa().offset(PAGE_BYTES), "cut in order");
+        let inode = |range: &PhysRange| {
+            let (fd, at) = range.mapping_fd(true).unwrap();
+            (rustix::fs::fstat(&fd).unwrap().st_ino, at, fd)
+        };
+        let (x_inode, x_at, slab_fd) = inode(&x);
+        let (y_inode, y_at, _) = inode(&y);
+        assert_eq!((x_inode, x_at, y_at), (y_inode, 0, PAGE_BYTES));
+        assert_ne!(inode(&z).0, x_inode, "another file's slab");
+        assert!(
+            x.export_fd(true).is_err(),
+            "a slab object is no buffer to export"
+        );
+        // y was handed out as a mapping: its bytes outlive it, for that
+        // mapping. A never-mapped object's go with it.
+        y.write(5, b"kept").unwrap();
+        let w = cut(&mine);
+        w.write(5, b"gone").unwrap();
+        let w_at = w.pa().get() - x.pa().get();
+        drop((y, w));
+        let mut bytes = [0u8; 4];
+        rustix::io::pread(&slab_fd, &mut bytes, PAGE_BYTES + 5).unwrap();
+        assert_eq!(&bytes, b"kept");
+        rustix::io::pread(&slab_fd, &mut bytes, w_at + 5).unwrap();
+        assert_eq!(bytes, [0; 4]);
+        let v = cut(&mine);
+        assert!(
+            v.pa().get() > x.pa().get() + w_at,
+            "a range is never cut twice"
+        );
+        // Objects too large for a slab have a memfd of their own.
+        let large = ram
+            .allocate_in_slab(&mine, SLAB_OBJECT_MAX_BYTES + 1, "slab", true)
+            .unwrap();
+        assert!(!large.is_in_slab() && large.is_exportable());
+        drop((x, z, v, large, slab_fd));
+        assert_eq!(ram.allocated_pages(), 0);
+        drop((mine, theirs));
+        // The slabs' ranges are RAM again, zeroed.
+        let all = ram.allocate(256 << 20).unwrap();
+        let mut back = [0xffu8; 4];
+        all.read(PAGE_BYTES + 5, &mut back).unwrap();
+        assert_eq!(back, [0; 4]);
     }
 
     #[test]

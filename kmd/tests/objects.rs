@@ -1,0 +1,93 @@
+//! GEM objects cost memory, not host descriptors: a device that hands CPU
+//! mappings out as descriptors (as the device process does) cuts a file's
+//! small private objects from slabs, one memfd each, so one client's
+//! 100,000 live objects need about 200 descriptors and mappings of the
+//! device, not 100,000 (the device's descriptor limit bounded every
+//! client's objects together). Each test binary is its own process, so
+//! the descriptor and mapping counts here are this test's.
+
+mod common;
+
+use std::os::fd::AsRawFd;
+
+use agx_uapi::asahi::GemFlags;
+use agx_uapi::drm::{self, GemClose};
+use common::*;
+
+fn open_descriptors() -> usize {
+    std::fs::read_dir("/proc/self/fd").unwrap().count()
+}
+
+fn mappings() -> usize {
+    std::fs::read_to_string("/proc/self/maps")
+        .unwrap()
+        .lines()
+        .count()
+}
+
+#[test_log::test]
+fn a_hundred_thousand_private_objects_cost_no_descriptor_each() {
+    const OBJECTS: u32 = 100_000;
+    const OBJECT_BYTES: u64 = 16 << 10;
+    let config = DeviceConfig {
+        keep_object_descriptors: true,
+        ..DeviceConfig::default()
+    };
+    let device = TestDevice(common::scripted::boot(4 << 30, config).0);
+    let (file, other) = (device.open(), device.open());
+    let (vm, other_vm) = (vm_create(&file), vm_create(&other));
+    let (descriptors, maps) = (open_descriptors(), mappings());
+    let private = GemFlags::VM_PRIVATE.bits();
+    let handles: Vec<u32> = (0..OBJECTS)
+        .map(|_| gem_create(&file, OBJECT_BYTES, private, vm).expect("GEM_CREATE"))
+        .collect();
+    assert_eq!(device.stats().gem_objects, u64::from(OBJECTS));
+    let added = open_descriptors() - descriptors;
+    assert!(added < 1_024, "{added} descriptors for {OBJECTS} objects");
+    let added = mappings() - maps;
+    assert!(added < 1_024, "{added} mappings for {OBJECTS} objects");
+
+    // Each object's CPU mapping reaches its own bytes, through its slab's
+    // memfd at its offset; another file's objects are in another memfd.
+    let mut inodes = std::collections::BTreeSet::new();
+    for (n, &handle) in [0, 1, OBJECTS / 2, OBJECTS - 1]
+        .iter()
+        .map(|&i| (i, &handles[i as usize]))
+    {
+        let object = file.object(handle).unwrap();
+        object.memory().write(100, &n.to_le_bytes()).unwrap();
+        let (fd, at) = file
+            .mmap_descriptor(object.mmap_offset(), OBJECT_BYTES)
+            .unwrap();
+        let mut word = [0u8; 4];
+        rustix::io::pread(&fd, &mut word, at + 100).unwrap();
+        assert_eq!(u32::from_le_bytes(word), n, "object {n}");
+        inodes.insert(rustix::fs::fstat(&fd).unwrap().st_ino);
+    }
+    assert!(inodes.len() >= 2, "100,000 objects span several slabs");
+    let theirs = gem_create(&other, OBJECT_BYTES, private, other_vm).unwrap();
+    let object = other.object(theirs).unwrap();
+    let (fd, _) = other
+        .mmap_descriptor(object.mmap_offset(), OBJECT_BYTES)
+        .unwrap();
+    let inode = rustix::fs::fstat(&fd).unwrap().st_ino;
+    assert!(!inodes.contains(&inode), "a file's slabs are its own");
+    assert!(fd.as_raw_fd() >= 0);
+    drop(fd);
+
+    for handle in handles {
+        let mut close = GemClose { handle, pad: 0 };
+        call(&file, drm::DRM_IOCTL_GEM_CLOSE, &mut close).unwrap();
+    }
+    assert_eq!(device.stats().gem_objects, 1);
+    assert!(
+        open_descriptors() <= descriptors + 2,
+        "no more than each file's current slab is left"
+    );
+    drop((object, file, other));
+    assert_eq!(device.stats().gem_objects, 0);
+    assert!(
+        open_descriptors() <= descriptors,
+        "the slabs went with their files"
+    );
+}
