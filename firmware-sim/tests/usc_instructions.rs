@@ -78,8 +78,8 @@ fn float32_arithmetic_with_modifiers_and_saturation() {
         },
     );
     check(&g, Reg::r(10), |l| f(l as f32 * 1.5 + 0.25));
-    // fmul is fma(a, b, +0): lane 0's -0 product is +0.
-    check(&g, Reg::r(11), |l| f(-(l as f32 * 1.5) * 0.5 + 0.0));
+    // Lane 0's product is -0, as IEEE signs it.
+    check(&g, Reg::r(11), |l| f(-(l as f32 * 1.5) * 0.5));
     check(
         &g,
         Reg::r(12),
@@ -674,7 +674,7 @@ fn bad_programs_fault_instead_of_panicking() {
 }
 
 #[test_log::test]
-fn float_results_follow_applegpus_hardware_tested_rules() {
+fn float_results_follow_the_hardwares_rules() {
     let g = run_lanes(
         "fadd32 r10, r1, r2\n\
          fmul32 r11, r3, 0.0\n\
@@ -705,9 +705,9 @@ fn float_results_follow_applegpus_hardware_tested_rules() {
     check(&g, Reg::r(10), |_| 0x7FC0_0000);
     check(&g, Reg::r(11), |_| 0x7FC0_0000);
     check(&g, Reg::l(12), |_| 0x7E00);
-    // fmul is fma(a, b, +0): a zero product is +0 (-inf * 0 is NaN).
+    // A zero product keeps IEEE's sign (-3 * 0 = -0; -inf * 0 is NaN).
     check(&g, Reg::r(13), |_| 0x7FC0_0000);
-    check(&g, Reg::l(14), |_| 0);
+    check(&g, Reg::l(14), |_| 0x8000);
     check(&g, Reg::r(15), |_| 0x7FC0_0000);
     // Flushed before rounding: the product rounds to the smallest normal
     // but its exact value is below it.
@@ -718,8 +718,8 @@ fn float_results_follow_applegpus_hardware_tested_rules() {
     check(&g, Reg::r(18), |_| 0xFFC1_2345);
     check(&g, Reg::r(19), |_| 0xFFC1_2345);
     check(&g, Reg::r(20), |_| 0xFFC1_2345);
-    // A fused multiply-add keeps IEEE's sign of zero (-0 + -0 = -0)
-    // where fmul gives +0.
+    // A fused multiply-add keeps IEEE's sign of zero (-0 + -0 = -0), and
+    // so does fmul (-2 * 0 = -0).
     let g = run_lanes(
         "fmadd32 r10, r1.neg, 0.0, r2\nfmul32 r11, r1.neg, 0.0",
         |g, lane| {
@@ -728,7 +728,7 @@ fn float_results_follow_applegpus_hardware_tested_rules() {
         },
     );
     check(&g, Reg::r(10), |_| 0x8000_0000);
-    check(&g, Reg::r(11), |_| 0);
+    check(&g, Reg::r(11), |_| 0x8000_0000);
 }
 
 #[test_log::test]
@@ -969,8 +969,15 @@ fn float_reductions_convert_their_source_and_follow_the_alu_rules() {
     let is_active = |l: usize| active & (1 << l) != 0;
     // An fp16 source widens exactly into the fp32 sum.
     check(&g, Reg::r(10), |_| f(1.5 * active.count_ones() as f32));
-    // fmul's rule: a zero product is +0, even -2 * 0.
-    check(&g, Reg::r(11), |_| 0);
+    // fmul's rule: a zero product keeps IEEE's sign (-2 * 0 = -0, where
+    // the quad's first lane, the -2, is active).
+    check(&g, Reg::r(11), |l| {
+        if is_active(l & !3) {
+            0x8000_0000
+        } else {
+            0
+        }
+    });
     // An fp32 source narrows to fp16 for a 16-bit destination.
     check(&g, Reg::l(12), |l| {
         h(0.25 * (0..4).filter(|k| is_active((l & !3) + k)).count() as f32)

@@ -79,17 +79,16 @@ pub(crate) fn add_f32(x: f32, y: f32) -> f32 {
     flush_before_rounding(x + y, || f64::from(x) + f64::from(y))
 }
 
-/// `x * y` as the fp32 ALU computes it: `fma(x, y, +0)`, so a zero
-/// product is +0 whatever the signs (applegpu); before [`canonical_f32`].
+/// `x * y` as the fp32 ALU computes it, before [`canonical_f32`]: rounded
+/// once, flushed before rounding, and a zero product signed as IEEE signs
+/// it (`-0 * 1 = -0`). applegpu's model adds +0 (`fma(x, y, 0)`, a zero
+/// product +0), which its hardware tests do not reach (no zero operand);
+/// Mesa's Vulkan driver advertises signed-zero preservation for fp32 and
+/// lowers only `fmin`/`fmax` for it, as a conformant driver, so the
+/// hardware keeps the sign (`Documentation/isa.md`).
 #[inline(always)]
 pub(crate) fn mul_f32(x: f32, y: f32) -> f32 {
-    let product = x * y;
-    // Exactly zero only with a zero operand (inf * 0 is NaN).
-    if product == 0.0 && (x == 0.0 || y == 0.0) {
-        0.0
-    } else {
-        flush_before_rounding(product, || f64::from(x) * f64::from(y))
-    }
+    flush_before_rounding(x * y, || f64::from(x) * f64::from(y))
 }
 
 /// `x * y + z` rounded once; before [`canonical_f32`]. The flush test
@@ -111,14 +110,9 @@ fn fma_exact(x: f32, y: f32, z: f32) -> f64 {
 }
 
 /// The exact product of two fp16 values (in f64) as the fp16 ALU forms
-/// it: `fma(x, y, +0)`, a zero product +0.
+/// it, a zero product signed as IEEE signs it (as [`mul_f32`]).
 pub(crate) fn mul_f16_exact(x: f64, y: f64) -> f64 {
-    let product = x * y;
-    if product == 0.0 {
-        0.0
-    } else {
-        product
-    }
+    x * y
 }
 
 /// The fp16 value in the low 16 bits, widened.
