@@ -94,11 +94,40 @@ impl Launch {
                 local: [word(3), word(4), word(5)],
             });
         }
+        let Some(local) = words.local else {
+            return Err(unsupported(
+                pc,
+                FaultUnit::Cdm,
+                format_args!(
+                    "a compute launch in mode {:?} with no local size",
+                    words.header.mode
+                ),
+            ));
+        };
         let global = match (words.global, words.indirect) {
             (Some(global), _) => global,
+            // Indirect global: threadgroup counts (Mesa hands the buffer
+            // of glDispatchComputeIndirect and vkCmdDispatchIndirect to
+            // it as it is), times the block's threadgroup size.
             (None, Some(indirect)) if words.header.mode == CdmMode::IndirectGlobal => {
                 let sizes: [u8; 12] = read_words(vm, indirect.address)?;
-                CdmGlobalSize::decode_fields(&sizes)
+                let groups = CdmGlobalSize::decode_fields(&sizes);
+                let threads = |count: u32, size: u32| {
+                    count.checked_mul(size).ok_or_else(|| {
+                        unsupported(
+                            pc,
+                            FaultUnit::Cdm,
+                            format_args!(
+                                "an indirect grid of {count} threadgroups of {size} threads, past 2^32 threads"
+                            ),
+                        )
+                    })
+                };
+                CdmGlobalSize {
+                    x: threads(groups.x, local.x)?,
+                    y: threads(groups.y, local.y)?,
+                    z: threads(groups.z, local.z)?,
+                }
             }
             _ => {
                 return Err(unsupported(
@@ -110,16 +139,6 @@ impl Launch {
                     ),
                 ))
             }
-        };
-        let Some(local) = words.local else {
-            return Err(unsupported(
-                pc,
-                FaultUnit::Cdm,
-                format_args!(
-                    "a compute launch in mode {:?} with no local size",
-                    words.header.mode
-                ),
-            ));
         };
         Ok(Launch {
             pipeline,

@@ -1042,11 +1042,17 @@ fn indirect_launches_read_their_grid_and_threadgroup_sizes() {
     uniforms.extend(pair(DATA_VA + OUT));
     uniforms.extend([0, 0, n]);
     let pipeline = m.kernel(GROUPS, 0x1000, 0x40, &uniforms, UNIFORMS, 0);
-    // Indirect global: the grid from memory, the threadgroup from the
-    // block. Indirect local (Mesa's geometry set-up kernels): six words,
-    // the grid in threads and then the threadgroup.
+    // Indirect global: threadgroup counts from memory (what
+    // glDispatchComputeIndirect's buffer holds: Mesa hands it over as it
+    // is), the threadgroup size from the block: 13 groups of 8 cover the
+    // 100 threads. Indirect local (Mesa's geometry set-up kernels): six
+    // words, the grid in threads and then the threadgroup.
     for (mode, sizes, local) in [
-        (CdmMode::IndirectGlobal, vec![n, 1, 1], Some([8u32, 1, 1])),
+        (
+            CdmMode::IndirectGlobal,
+            vec![n.div_ceil(8), 1, 1],
+            Some([8u32, 1, 1]),
+        ),
         (CdmMode::IndirectLocal, vec![n, 1, 1, 12, 1, 1], None),
     ] {
         m.poke_u32s(OUT, &vec![0xFFFF_FFFF; n as usize]);
