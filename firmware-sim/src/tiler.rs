@@ -64,12 +64,14 @@ pub const CHUNK_PRIMITIVES: usize = 6;
 /// List heads per head page.
 pub const TVB_HEADS_PER_PAGE: u64 = TVB_PAGE_BYTES / 8;
 const HEADS_PER_PAGE: u64 = TVB_HEADS_PER_PAGE;
-/// The most vertex output slots: Mesa's asahi driver gives a vertex
-/// shader 24 vec4 outputs, the position among them, and adds the point
-/// size, the layer-and-viewport word and 8 clip distances (106 at most).
-/// The hardware's own limit is not public; the VDM's count field holds
-/// 255.
-pub const MAX_OUTPUTS: usize = 128;
+/// The most vertex output slots: 256, as many as a `st_vary` slot index
+/// names, one more than the VDM's 8-bit output count can hold. Mesa's
+/// asahi driver gives an API vertex shader 24 vec4 outputs, the position
+/// among them, and adds the point size, the layer-and-viewport word and
+/// 8 clip distances (106 at most); the rasterisation shaders it builds
+/// for geometry shaders write more (slot 128 and up). The hardware's own
+/// limit is not public.
+pub const MAX_OUTPUTS: usize = 256;
 /// The most varyings a vertex carries (the outputs after the position).
 pub const MAX_VARYINGS: usize = MAX_OUTPUTS - 4;
 /// Where a primitive record's flags word holds the count of 32-bit

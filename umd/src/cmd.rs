@@ -349,9 +349,11 @@ impl GraphicsPipeline {
         device: &Device,
         desc: &GraphicsPipelineDesc<'_>,
     ) -> Result<GraphicsPipeline, Error> {
-        if desc.vertex_outputs < 4 || desc.vertex_outputs > 64 {
+        // The VDM's output count and the binding table's slot count are
+        // 8-bit fields.
+        if desc.vertex_outputs < 4 || desc.vertex_outputs > 255 {
             return Err(Error::Unsupported(format!(
-                "{} vertex outputs (4..=64)",
+                "{} vertex outputs (4..=255)",
                 desc.vertex_outputs
             )));
         }

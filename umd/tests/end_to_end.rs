@@ -1779,3 +1779,71 @@ fn draws_with_different_output_counts_share_a_pass() {
     assert_eq!(at(58, 58), [255, 0, 0, 255], "the seven-output draw");
     assert_eq!(at(32, 5), [0, 0, 0, 0], "neither");
 }
+
+/// A vertex shader may write output slots past 128: Mesa's
+/// rasterisation shaders for geometry shaders do (piglit's
+/// `gs-output-array-vec4-index-wr`). Here the attributes go to slots
+/// 200-202 of 203, and the fragment shader reads them there.
+#[test_log::test]
+fn varyings_in_output_slots_past_128_reach_the_fragment_shader() {
+    const HIGH_VS: &str = "
+    device_load 0, i32, xyzw, r8_r9_r10_r11, u0_u1, r5, unsigned, lsl 3
+    device_load 0, i32, xyz, r12_r13_r14, u2_u3, r5, unsigned, lsl 3
+    wait 0
+    st_var 1, r8, 0
+    st_var 1, r9, 1
+    st_var 1, r10, 2
+    st_var 1, r11, 3
+    st_var 1, r12, 200
+    st_var 1, r13, 201
+    st_var 1, r14, 202
+    stop";
+    let (device, queue, programs) = gpu();
+    let (w, h) = (32, 32);
+    let image = Image::new(&device, w, h, Format::Rgba8Unorm).unwrap();
+    let tri = [[0.0f32, 0.0], [32.0, 0.0], [0.0, 32.0]];
+    let vb = device
+        .upload(&vertices(w, h, &tri, 0.5, &[[0.0, 1.0, 0.5]]), false)
+        .unwrap();
+    let pipe = Arc::new(
+        GraphicsPipeline::new(
+            &device,
+            &GraphicsPipelineDesc {
+                vertex_stack_bytes: 0,
+                fragment_stack_bytes: 0,
+                vertex: HIGH_VS,
+                fragment: VARYING_FS,
+                vertex_layout: None,
+                stencil: None,
+                vertex_outputs: 203,
+                varyings: vec![Varying {
+                    slot: 200,
+                    components: 3,
+                    interpolation: Interpolation::Linear,
+                }],
+                depth: None,
+                cull: CullMode::None,
+                front_ccw: false,
+                topology: Topology::Triangles,
+                colour_output: ColourOutput::ShaderStores,
+            },
+        )
+        .unwrap(),
+    );
+    let mut cb = CommandBuffer::new(&device, &programs);
+    let mut pass = cb
+        .begin_render_pass(&colour_pass(&image, [0.0; 4]))
+        .unwrap();
+    pass.set_pipeline(&pipe);
+    pass.set_vertex_uniforms(&vs_uniforms(&vb));
+    pass.draw(3, 1, 0).unwrap();
+    pass.end().unwrap();
+    run(&device, &queue, cb).unwrap();
+    let pixels = image.read_pixels().unwrap();
+    let at = |x: u32, y: u32| {
+        let i = 4 * (y * w + x) as usize;
+        [pixels[i], pixels[i + 1], pixels[i + 2], pixels[i + 3]]
+    };
+    assert_eq!(at(4, 4), [0, 255, 128, 255]);
+    assert_eq!(at(31, 31), [0; 4], "outside the triangle");
+}
