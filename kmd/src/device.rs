@@ -83,6 +83,12 @@ pub struct DeviceConfig {
     /// another process as a descriptor ([`crate::File::mmap_descriptor`]):
     /// what a device serving clients in other processes needs.
     pub keep_object_descriptors: bool,
+    /// The objects with a host descriptor of the device's own (each
+    /// exportable or imported object's memfd) one DRM file may hold; past
+    /// it, GEM_CREATE and PRIME import fail with `ENOMEM`, so one client
+    /// cannot take every descriptor of the device from the others. No
+    /// limit by default.
+    pub file_descriptor_limit: u64,
 }
 
 impl Default for DeviceConfig {
@@ -94,6 +100,7 @@ impl Default for DeviceConfig {
             command_timeout_ms: crate::firmware::COMMAND_TIMEOUT_MS,
             file_memory_limit_bytes: u64::MAX,
             keep_object_descriptors: false,
+            file_descriptor_limit: u64::MAX,
         }
     }
 }
@@ -159,7 +166,22 @@ impl Device {
                 self.config.keep_object_descriptors,
             )?,
         };
-        Ok(self.register(memory, flags, private_vm, charge)?)
+        let descriptor = self.charge_descriptor(&memory, account)?;
+        Ok(self.register(memory, flags, private_vm, charge, descriptor)?)
+    }
+
+    /// The device descriptor `memory` costs `account`, if it keeps one.
+    fn charge_descriptor(
+        &self,
+        memory: &PhysRange,
+        account: &Arc<FileMemory>,
+    ) -> Result<Option<crate::gem::DescriptorCharge>, GemError> {
+        if !memory.is_exportable() {
+            return Ok(None);
+        }
+        account.charge_descriptor().map(Some).inspect_err(|error| {
+            tracing::warn!(%error, "GEM object refused: the file's device descriptors are used up");
+        })
     }
 
     /// Makes a GEM object of memory another device exported, charged to
@@ -171,7 +193,8 @@ impl Device {
     ) -> Result<Arc<GemObject>, GemError> {
         let memory = self.ram.adopt(fd)?;
         let charge = account.charge(memory.len_bytes())?;
-        Ok(self.register(memory, GemFlags::empty(), None, charge)?)
+        let descriptor = self.charge_descriptor(&memory, account)?;
+        Ok(self.register(memory, GemFlags::empty(), None, charge, descriptor)?)
     }
 
     fn register(
@@ -180,6 +203,7 @@ impl Device {
         flags: GemFlags,
         private_vm: Option<VmKey>,
         charge: Charge,
+        descriptor: Option<crate::gem::DescriptorCharge>,
     ) -> Result<Arc<GemObject>, AllocError> {
         let mut objects = self.objects.lock().unwrap_or_else(|e| e.into_inner());
         // Dead entries go when the table reaches a power of two: a sweep
@@ -207,6 +231,7 @@ impl Device {
             memory,
             Arc::clone(&self.counters),
             charge,
+            descriptor,
         ));
         objects.insert(object.mmap_offset(), Arc::downgrade(&object));
         drop(objects);

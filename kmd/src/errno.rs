@@ -226,7 +226,9 @@ impl From<GemError> for Errno {
             GemError::NoSuchHandle { .. }
             | GemError::NoSuchVm { .. }
             | GemError::NoSuchName { .. } => Errno::ENOENT,
-            GemError::OutOfMemory(_) | GemError::OverFileLimit { .. } => Errno::ENOMEM,
+            GemError::OutOfMemory(_)
+            | GemError::OverFileLimit { .. }
+            | GemError::OverFileDescriptors { .. } => Errno::ENOMEM,
         }
     }
 }

@@ -524,6 +524,7 @@ impl File {
         let id = device.next_file_id();
         let memory = Arc::new(crate::gem::FileMemory::new(
             device.config().file_memory_limit_bytes,
+            device.config().file_descriptor_limit,
         ));
         File {
             memory,

@@ -38,17 +38,45 @@ pub struct VmKey {
 pub struct FileMemory {
     used_bytes: std::sync::atomic::AtomicU64,
     limit_bytes: u64,
+    /// Host descriptors the device keeps for the file's objects (each
+    /// exportable or imported object's memfd), against their limit.
+    descriptors: std::sync::atomic::AtomicU64,
+    descriptor_limit: u64,
     pub(crate) slabs: crate::mem::phys::Slabs,
 }
 
 impl FileMemory {
-    /// An account with nothing charged.
-    pub fn new(limit_bytes: u64) -> FileMemory {
+    /// An account with nothing charged, holding at most `limit_bytes` of
+    /// objects and `descriptor_limit` objects with a device descriptor.
+    pub fn new(limit_bytes: u64, descriptor_limit: u64) -> FileMemory {
         FileMemory {
             used_bytes: std::sync::atomic::AtomicU64::new(0),
             limit_bytes,
+            descriptors: std::sync::atomic::AtomicU64::new(0),
+            descriptor_limit,
             slabs: crate::mem::phys::Slabs::default(),
         }
+    }
+
+    /// Objects with a device descriptor the file holds now.
+    pub fn descriptors(&self) -> u64 {
+        self.descriptors.load(Ordering::Relaxed)
+    }
+
+    /// Charges one device descriptor (an object whose memfd the device
+    /// keeps), or refuses past the limit.
+    pub(crate) fn charge_descriptor(self: &Arc<Self>) -> Result<DescriptorCharge, GemError> {
+        self.descriptors
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |used| {
+                (used < self.descriptor_limit).then_some(used + 1)
+            })
+            .map_err(|used| GemError::OverFileDescriptors {
+                used,
+                limit: self.descriptor_limit,
+            })?;
+        Ok(DescriptorCharge {
+            account: Arc::clone(self),
+        })
     }
 
     /// Bytes charged now.
@@ -94,6 +122,18 @@ impl Drop for Charge {
     }
 }
 
+/// A device descriptor charged to a file's account, given back on drop.
+#[derive(Debug)]
+pub(crate) struct DescriptorCharge {
+    account: Arc<FileMemory>,
+}
+
+impl Drop for DescriptorCharge {
+    fn drop(&mut self) {
+        self.account.descriptors.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 /// A buffer object.
 #[derive(Debug)]
 pub struct GemObject {
@@ -110,6 +150,8 @@ pub struct GemObject {
     flink_name: std::sync::atomic::AtomicU32,
     /// What the object costs the file that created (or imported) it.
     _charge: Charge,
+    /// The device descriptor it costs that file, if it has one.
+    _descriptor: Option<DescriptorCharge>,
 }
 
 impl GemObject {
@@ -120,6 +162,7 @@ impl GemObject {
         memory: Arc<PhysRange>,
         counters: Arc<Counters>,
         charge: Charge,
+        descriptor: Option<DescriptorCharge>,
     ) -> GemObject {
         counters.gem_objects.fetch_add(1, Ordering::Relaxed);
         GemObject {
@@ -132,6 +175,7 @@ impl GemObject {
             handle_count: std::sync::atomic::AtomicU32::new(0),
             flink_name: std::sync::atomic::AtomicU32::new(0),
             _charge: charge,
+            _descriptor: descriptor,
         }
     }
 
@@ -348,5 +392,14 @@ pub enum GemError {
         used_bytes: u64,
         /// The limit.
         limit_bytes: u64,
+    },
+    /// The file's objects already cost the device as many host
+    /// descriptors as one file may (`DeviceConfig::file_descriptor_limit`).
+    #[error("the file's objects hold {used} device descriptors, its limit")]
+    OverFileDescriptors {
+        /// Held now.
+        used: u64,
+        /// The limit.
+        limit: u64,
     },
 }

@@ -10,6 +10,7 @@ mod common;
 
 use std::os::fd::AsRawFd;
 
+use agx_kmd::Errno;
 use agx_uapi::asahi::GemFlags;
 use agx_uapi::drm::{self, GemClose};
 use common::*;
@@ -90,4 +91,55 @@ fn a_hundred_thousand_private_objects_cost_no_descriptor_each() {
         open_descriptors() <= descriptors,
         "the slabs went with their files"
     );
+}
+
+/// One file may hold only so many objects whose memfd the device keeps
+/// (`DeviceConfig::file_descriptor_limit`): past it GEM_CREATE (and the
+/// import of another device's buffer) fail with ENOMEM, the errno Linux gives a GEM_CREATE it cannot
+/// back, while private objects (in slabs) and other files go on.
+#[test_log::test]
+fn a_files_device_descriptors_are_capped_with_enomem() {
+    let config = DeviceConfig {
+        keep_object_descriptors: true,
+        file_descriptor_limit: 100,
+        ..DeviceConfig::default()
+    };
+    let device = TestDevice(common::scripted::boot(1 << 30, config).0);
+    let (file, other) = (device.open(), device.open());
+    let vm = vm_create(&file);
+    let shared: Vec<u32> = (0..100)
+        .map(|_| gem_create(&file, 16 << 10, 0, 0).unwrap())
+        .collect();
+    assert_eq!(gem_create(&file, 16 << 10, 0, 0), Err(Errno::ENOMEM));
+    let private = GemFlags::VM_PRIVATE.bits();
+    assert!(
+        gem_create(&file, 16 << 10, private, vm).is_ok(),
+        "slab objects go on"
+    );
+    let theirs = gem_create(&other, 16 << 10, 0, 0).unwrap();
+    // Importing another file's object of this device makes no new memfd:
+    // the descriptor stays charged to the file that created it.
+    let mut export = agx_uapi::drm::PrimeHandle {
+        handle: theirs,
+        flags: 0,
+        fd: -1,
+    };
+    call(&other, drm::DRM_IOCTL_PRIME_HANDLE_TO_FD, &mut export).unwrap();
+    let mut import = agx_uapi::drm::PrimeHandle {
+        handle: 0,
+        flags: 0,
+        fd: export.fd,
+    };
+    assert!(call(&file, drm::DRM_IOCTL_PRIME_FD_TO_HANDLE, &mut import).is_ok());
+    let mut close = GemClose {
+        handle: shared[0],
+        pad: 0,
+    };
+    call(&file, drm::DRM_IOCTL_GEM_CLOSE, &mut close).unwrap();
+    assert!(
+        gem_create(&file, 16 << 10, 0, 0).is_ok(),
+        "a closed object's descriptor is free"
+    );
+    // SAFETY: the export above handed this descriptor to the test.
+    drop(unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(export.fd) });
 }

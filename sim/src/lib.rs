@@ -56,6 +56,11 @@ pub struct SystemConfig {
     /// as descriptors (a device process serving clients; see
     /// `DeviceConfig::keep_object_descriptors`).
     pub keep_object_descriptors: bool,
+    /// The objects with a device descriptor (exportable or imported ones)
+    /// one DRM file may hold (`DeviceConfig::file_descriptor_limit`): no
+    /// limit by default; the device process sets a quarter of its
+    /// descriptor limit.
+    pub file_descriptor_limit: u64,
 }
 
 impl Default for SystemConfig {
@@ -72,6 +77,7 @@ impl Default for SystemConfig {
                 .map_or(1, usize::from)
                 .min(4),
             keep_object_descriptors: false,
+            file_descriptor_limit: kmd.file_descriptor_limit,
         }
     }
 }
@@ -166,6 +172,12 @@ impl SystemConfig {
         if let Some(bytes) = env_number("AGX_FILE_MEMORY_LIMIT_BYTES", "a number of bytes")? {
             config.file_memory_limit_bytes = bytes;
         }
+        if let Some(count) = env_number(
+            "AGX_FILE_DESCRIPTOR_LIMIT",
+            "a number of device descriptors",
+        )? {
+            config.file_descriptor_limit = count;
+        }
         const THREADS: &str = "a number of threads from 1 to 1024";
         if let Some(threads) = env_number::<usize>("AGX_GPU_THREADS", THREADS)? {
             if !(1..=1024).contains(&threads) {
@@ -189,6 +201,7 @@ impl SystemConfig {
             command_timeout_ms: self.command_timeout_ms,
             file_memory_limit_bytes: self.file_memory_limit_bytes,
             keep_object_descriptors: self.keep_object_descriptors,
+            file_descriptor_limit: self.file_descriptor_limit,
         }
     }
 }

@@ -192,9 +192,12 @@ fn start(options: &Options) -> Result<Started, ServeError> {
     let dir = &options.dir;
     protocol::ensure_private_dir(dir)?;
     let lock = take_lock(dir)?;
-    raise_descriptor_limit();
+    let descriptors = raise_descriptor_limit();
     let config = SystemConfig {
         keep_object_descriptors: true,
+        // One client's objects may take a quarter of the device's
+        // descriptors, so that one client alone cannot exhaust them.
+        file_descriptor_limit: options.config.file_descriptor_limit.min(descriptors / 4),
         ..options.config
     };
     let system = Arc::new(System::new(config)?);
@@ -237,17 +240,23 @@ fn start(options: &Options) -> Result<Started, ServeError> {
 }
 
 /// Raises the soft descriptor limit to the hard one: the device keeps a
-/// descriptor of every object's memfd (CPU mappings are handed out as
-/// descriptors), and whoever started it may have run with a low limit.
-fn raise_descriptor_limit() {
+/// descriptor of every exportable object's memfd and of every slab (CPU
+/// mappings are handed out as descriptors), and whoever started it may
+/// have run with a low limit. Returns the limit it runs with.
+fn raise_descriptor_limit() -> u64 {
     use rustix::process::{getrlimit, setrlimit, Resource};
     let mut limit = getrlimit(Resource::Nofile);
     if limit.current != limit.maximum {
-        limit.current = limit.maximum;
-        if let Err(error) = setrlimit(Resource::Nofile, limit) {
-            tracing::warn!(%error, "device: cannot raise the descriptor limit");
+        let raised = rustix::process::Rlimit {
+            current: limit.maximum,
+            maximum: limit.maximum,
+        };
+        match setrlimit(Resource::Nofile, raised) {
+            Ok(()) => limit.current = limit.maximum,
+            Err(error) => tracing::warn!(%error, "device: cannot raise the descriptor limit"),
         }
     }
+    limit.current.unwrap_or(u64::MAX)
 }
 
 /// The directory's lock, held for the device's life: one device per
