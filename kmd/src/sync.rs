@@ -368,6 +368,8 @@ fn timespec(d: Duration) -> rustix::time::Timespec {
 struct Registration<'a> {
     shared: &'a Arc<EventsShared>,
     deadline_ns: i64,
+    /// The sync thread runs, and wakes the waiter at the deadline.
+    announced: bool,
 }
 
 impl Drop for Registration<'_> {
@@ -409,18 +411,31 @@ impl SyncEvents {
     /// return early; the caller re-checks. Fails if a signal whose handler
     /// does not restart system calls arrives.
     pub fn sleep(&self, since: u32, deadline_ns: i64) -> Result<(), Interrupted> {
-        let _registration = (deadline_ns != i64::MAX).then(|| self.register(deadline_ns));
-        if self.current() != since || monotonic_now_ns() >= deadline_ns {
+        let registration = (deadline_ns != i64::MAX).then(|| self.register(deadline_ns));
+        let now_ns = monotonic_now_ns();
+        if self.current() != since || now_ns >= deadline_ns {
             return Ok(());
         }
+        // Without a timeout the futex keeps the caller's signal semantics
+        // (the kernel restarts it under SA_RESTART, else EINTR), and the
+        // sync thread wakes it at the deadline. When there is no sync
+        // thread (a process at its descriptor limit cannot make its epoll
+        // set) the deadline bounds the futex itself; a signal then only
+        // makes the caller look again, as under SA_RESTART.
+        let announced = registration.as_ref().is_none_or(|r| r.announced);
+        let timeout = (!announced).then(|| {
+            timespec(Duration::from_nanos(
+                u64::try_from(deadline_ns.saturating_sub(now_ns)).unwrap_or(0),
+            ))
+        });
         match rustix::thread::futex::wait(
             &self.shared.generation,
             rustix::thread::futex::Flags::PRIVATE,
             since,
-            None,
+            timeout.as_ref(),
         ) {
-            Err(rustix::io::Errno::INTR) => Err(Interrupted),
-            // Woken, or the generation had moved (EAGAIN).
+            Err(rustix::io::Errno::INTR) if announced => Err(Interrupted),
+            // Woken, timed out, or the generation had moved (EAGAIN).
             _ => Ok(()),
         }
     }
@@ -429,13 +444,15 @@ impl SyncEvents {
     fn register(&self, deadline_ns: i64) -> Registration<'_> {
         let mut state = self.shared.state();
         *state.deadlines.entry(deadline_ns).or_insert(0) += 1;
-        // On failure the error is logged; the waiter still wakes on changes.
-        let _ = self.shared.ensure_thread(&mut state);
+        // On failure the error is logged; the waiter then bounds its own
+        // sleep by the deadline.
+        let announced = self.shared.ensure_thread(&mut state).is_ok();
         drop(state);
         self.shared.kick();
         Registration {
             shared: &self.shared,
             deadline_ns,
+            announced,
         }
     }
 

@@ -83,6 +83,10 @@ pub struct Client {
     program: fn() -> Option<PathBuf>,
     /// Call channels left idle by finished calls.
     channels: ChannelPool,
+    /// Calls of this process in flight (each holds a channel, or is about
+    /// to): a call that cannot make a channel at the descriptor limit
+    /// waits for one of theirs.
+    calls_in_flight: std::sync::atomic::AtomicUsize,
 }
 
 /// Numbers this thread's requests (with its thread id, unique on the
@@ -106,6 +110,7 @@ impl Client {
             dir,
             program,
             channels: ChannelPool::new(),
+            calls_in_flight: std::sync::atomic::AtomicUsize::new(0),
         }
     }
 
@@ -280,6 +285,20 @@ impl Client {
     fn call_with(
         &self,
         file: Option<BorrowedFd<'_>>,
+        call: (Op, u64, u64),
+        attach: Option<BorrowedFd<'_>>,
+        argument: &[u8],
+        copy_out: Option<u64>,
+    ) -> Result<Reply, Errno> {
+        self.calls_in_flight.fetch_add(1, Ordering::AcqRel);
+        let reply = self.call_on_a_channel(file, call, attach, argument, copy_out);
+        self.calls_in_flight.fetch_sub(1, Ordering::AcqRel);
+        reply
+    }
+
+    fn call_on_a_channel(
+        &self,
+        file: Option<BorrowedFd<'_>>,
         (op, a, b): (Op, u64, u64),
         attach: Option<BorrowedFd<'_>>,
         argument: &[u8],
@@ -303,7 +322,16 @@ impl Client {
                 }
             }
         }
-        let channel = self.new_channel(file).ok_or(Errno::ENODEV)?;
+        let channel = match self.new_channel(file) {
+            Ok(channel) => channel,
+            // At the descriptor limit a call on an open file still works,
+            // as on Linux: on a channel another call of this process gives
+            // back.
+            Err(error) if matches!(error.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) => {
+                self.channel_given_back().ok_or(Errno::ENODEV)?
+            }
+            Err(_) => return Err(Errno::ENODEV),
+        };
         protocol::send(channel.as_fd(), request.as_bytes(), argument, &fds)
             .map_err(|_| Errno::ENODEV)?;
         match self.converse(file, channel.as_fd(), id, copy_out) {
@@ -321,21 +349,48 @@ impl Client {
     /// directory (it changed its user after it inherited the file), to its
     /// abstract calls socket, checked to be the process at the file's
     /// other end.
-    fn new_channel(&self, file: Option<BorrowedFd<'_>>) -> Option<OwnedFd> {
+    fn new_channel(&self, file: Option<BorrowedFd<'_>>) -> io::Result<OwnedFd> {
         let error = match connect(&protocol::calls_path(&self.dir)) {
-            Ok(channel) => return Some(channel),
+            Ok(channel) => return Ok(channel),
             Err(error) => error,
         };
-        let file = file?;
+        let Some(file) = file else {
+            return Err(error);
+        };
         if !matches!(error.raw_os_error(), Some(libc::EACCES | libc::EPERM)) {
-            return None;
+            return Err(error);
         }
-        let device = crate::peer::credentials(file).ok()?;
+        let device = crate::peer::credentials(file)?;
         let name = protocol::calls_abstract_name(&self.dir);
-        let channel =
-            connect_to(&rustix::net::SocketAddrUnix::new_abstract_name(&name).ok()?).ok()?;
-        let peer = crate::peer::credentials(channel.as_fd()).ok()?;
-        (peer.pid.is_some() && peer == device).then_some(channel)
+        let channel = connect_to(&rustix::net::SocketAddrUnix::new_abstract_name(&name)?)?;
+        let peer = crate::peer::credentials(channel.as_fd())?;
+        if peer.pid.is_some() && peer == device {
+            Ok(channel)
+        } else {
+            Err(io::Error::from_raw_os_error(libc::ENODEV))
+        }
+    }
+
+    /// A channel another call of this process gives back, waited for
+    /// while some call is in flight (it ends: a blocking wait ends at its
+    /// deadline, or when its file goes); `None` when no other call holds
+    /// one, or after a minute.
+    fn channel_given_back(&self) -> Option<OwnedFd> {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        let mut pause = std::time::Duration::from_micros(50);
+        loop {
+            if let Some(channel) = self.channels.take() {
+                return Some(channel);
+            }
+            if self.calls_in_flight.load(Ordering::Acquire) <= 1
+                || std::time::Instant::now() >= deadline
+            {
+                tracing::warn!("a call at the descriptor limit found no channel to use");
+                return None;
+            }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(std::time::Duration::from_millis(5));
+        }
     }
 
     /// Tells the device that this process closed a descriptor of the DRM
@@ -348,7 +403,7 @@ impl Client {
     /// Tells the device a signal interrupted our wait for request `id` on
     /// `file`.
     fn interrupt(&self, file: BorrowedFd<'_>, id: u64) {
-        if let Some(socket) = self.new_channel(Some(file)) {
+        if let Ok(socket) = self.new_channel(Some(file)) {
             let request = Request::new(Op::Interrupt, id, id, 0);
             let _ = protocol::send(socket.as_fd(), request.as_bytes(), &[], &[file]);
         }

@@ -6,6 +6,8 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,6 +32,24 @@ static int open_descriptors(void)
         n += e->d_name[0] != '.';
     closedir(dir);
     return n - 1; /* the directory's own */
+}
+
+/* A call that keeps its channel busy: a 300 ms wait on a syncobj nobody
+ * signals. */
+struct waiter {
+    int fd;
+    uint32_t syncobj;
+    atomic_int started;
+    int result;
+};
+
+static void *wait_a_while(void *arg)
+{
+    struct waiter *w = arg;
+    atomic_store(&w->started, 1);
+    w->result = drmSyncobjWait(w->fd, &w->syncobj, 1, seconds_from_now(0) + 300000000,
+                               DRM_SYNCOBJ_WAIT_FLAGS_WAIT_FOR_SUBMIT, NULL);
+    return NULL;
 }
 
 static int holds_pattern(const uint32_t *map, uint32_t seed)
@@ -130,6 +150,8 @@ int main(void)
     /* At the descriptor limit every call on an open file still works, as
      * on Linux (IGT's core_auth many-magics opens until EMFILE, then
      * calls): a call takes no descriptor of the caller's. */
+    uint32_t syncobj = 0;
+    CHECK(drmSyncobjCreate(fd, 0, &syncobj) == 0);
     static int filler[1024];
     int filled = 0;
     limit.rlim_cur = 1024;
@@ -146,6 +168,20 @@ int main(void)
     uint64_t cap = 0;
     for (int i = 0; i < 100; i++)
         CHECK(drmGetCap(fd, DRM_CAP_SYNCOBJ, &cap) == 0 && cap == 1);
+    /* A call made while another thread's call holds the process's only
+     * channel: it cannot make another at the limit, and waits for that
+     * one instead of failing. */
+    static struct waiter waiter;
+    waiter.fd = fd;
+    waiter.syncobj = syncobj;
+    pthread_t thread;
+    CHECK(pthread_create(&thread, NULL, wait_a_while, &waiter) == 0);
+    while (!atomic_load(&waiter.started))
+        ;
+    usleep(20000);
+    CHECK(drmGetCap(fd, DRM_CAP_SYNCOBJ, &cap) == 0 && cap == 1);
+    CHECK(pthread_join(thread, NULL) == 0);
+    CHECK(waiter.result == -ETIME);
     /* New objects too, where the device's descriptors are not the
      * client's (in-process, an object's memory takes a descriptor of the
      * process for a moment: shim.md). */
