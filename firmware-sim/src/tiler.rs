@@ -618,6 +618,9 @@ fn shade_vertices(
 struct ClipVertex {
     position: [f32; 4],
     varyings: Vec<f32>,
+    /// Which vertex of the primitive it is, for one clipping kept (`None`:
+    /// clipping made it).
+    corner: Option<u8>,
 }
 
 /// A vertex in window space, as binned.
@@ -638,7 +641,49 @@ fn lerp(a: &ClipVertex, b: &ClipVertex, t: f32) -> ClipVertex {
             .zip(&b.varyings)
             .map(|(x, y)| x + (y - x) * t)
             .collect(),
+        corner: None,
     }
+}
+
+/// Clips with the noperspective outputs (`linear`, output indices)
+/// interpolated along the cut edges in window space, as GL asks: a value
+/// at a point of clip-space barycentrics λ is Σ λᵢ wᵢ aᵢ / w, so `clip`
+/// interpolates each such value times its vertex's w, and the vertices it
+/// makes divide by theirs. The vertices it keeps keep their own values.
+fn clip_noperspective(
+    primitive: &[ClipVertex],
+    linear: &[usize],
+    clip: impl FnOnce(Vec<ClipVertex>) -> Vec<ClipVertex>,
+) -> Vec<ClipVertex> {
+    if linear.is_empty() {
+        return clip(primitive.to_vec());
+    }
+    let scaled = primitive
+        .iter()
+        .map(|v| {
+            let mut v = v.clone();
+            for &output in linear {
+                if let Some(value) = v.varyings.get_mut(output) {
+                    *value *= v.position[3];
+                }
+            }
+            v
+        })
+        .collect();
+    let mut out = clip(scaled);
+    for v in &mut out {
+        match v.corner.and_then(|i| primitive.get(usize::from(i))) {
+            Some(kept) => v.varyings.clone_from(&kept.varyings),
+            None => {
+                for &output in linear {
+                    if let Some(value) = v.varyings.get_mut(output) {
+                        *value /= v.position[3];
+                    }
+                }
+            }
+        }
+    }
+    out
 }
 
 /// Clips a triangle against the near plane z >= 0 (and w > 0); returns a
@@ -788,7 +833,14 @@ fn clip_segment(
     if t0 > t1 {
         return None;
     }
-    let (a2, b2) = (lerp(&a, &b, t0), lerp(&a, &b, t1));
+    // An end no plane cut is the vertex itself, not a copy interpolated
+    // onto it.
+    let a2 = if t0 == 0.0 {
+        a.clone()
+    } else {
+        lerp(&a, &b, t0)
+    };
+    let b2 = if t1 == 1.0 { b } else { lerp(&a, &b, t1) };
     (a2.position[3] > 0.0 && b2.position[3] > 0.0).then_some((a2, b2))
 }
 
@@ -1237,6 +1289,7 @@ pub fn draw<'a>(
     )?;
     let ppp = PppState::of(records);
     let mut flat = flat_outputs(&vm, usc_exec_base, &ppp)?;
+    let linear = noperspective_outputs(&vm, usc_exec_base, &ppp)?;
     // Every piece of a primitive also keeps its first vertex's layer and
     // viewport word: the viewport transform and the record's layer and
     // scissor all read that vertex's.
@@ -1289,7 +1342,7 @@ pub fn draw<'a>(
                     cache,
                     watchdog,
                     helper,
-                    (&binding, state, &ppp, &flat, outputs, instance),
+                    (&binding, state, &ppp, (&flat, &linear), outputs, instance),
                     (&batch, first_id),
                     binner,
                     pc,
@@ -1318,11 +1371,11 @@ fn shade_and_bin<'a>(
     cache: &mut ProgramCache,
     watchdog: &Watchdog<'_>,
     helper: &mut StageHelper,
-    (binding, state, ppp, flat, outputs, instance): (
+    (binding, state, ppp, (flat, linear), outputs, instance): (
         &Binding,
         &VertexState,
         &PppState,
-        &[(usize, usize)],
+        (&[(usize, usize)], &[usize]),
         usize,
         u32,
     ),
@@ -1367,43 +1420,56 @@ fn shade_and_bin<'a>(
     if ppp.rasterizer_discard {
         return Ok(());
     }
-    let clip = |slot: usize| ClipVertex {
+    let clip = |slot: usize, corner: u8| ClipVertex {
         position: std::array::from_fn(|c| f32::from_bits(shaded[slot][c])),
         varyings: shaded[slot][4..outputs]
             .iter()
             .map(|v| f32::from_bits(*v))
             .collect(),
+        corner: Some(corner),
     };
     for (k, ((_, n), at)) in batch.iter().zip(&slots).enumerate() {
         let id = first_id.wrapping_add(k as u32);
         match n {
-            1 => bin_point(binner, ppp, clip(at[0]), id, pc, on_overflow)?,
+            1 => bin_point(binner, ppp, clip(at[0], 0), id, pc, on_overflow)?,
             2 => {
-                let line = [clip(at[0]), clip(at[1])];
+                let line = [clip(at[0], 0), clip(at[1], 1)];
                 let provoking = flat_values(flat, &line);
                 let viewport = *ppp.viewport_of(&line[0]);
-                let [a, b] = line;
-                if let Some((mut a, mut b)) = clip_segment(
-                    a,
-                    b,
-                    &ppp.clip_distances,
-                    (!ppp.cull.depth_clamp, ppp.cull.depth_clip),
-                ) {
-                    set_flat_values(&provoking, [&mut a, &mut b]);
-                    let (a, b) = (to_screen(&a, &viewport), to_screen(&b, &viewport));
+                let mut clipped = clip_noperspective(&line, linear, |line| {
+                    let mut line = line.into_iter();
+                    match (line.next(), line.next()) {
+                        (Some(a), Some(b)) => clip_segment(
+                            a,
+                            b,
+                            &ppp.clip_distances,
+                            (!ppp.cull.depth_clamp, ppp.cull.depth_clip),
+                        )
+                        .map_or_else(Vec::new, |(a, b)| vec![a, b]),
+                        _ => Vec::new(),
+                    }
+                });
+                if let [a, b] = &mut clipped[..] {
+                    set_flat_values(&provoking, [&mut *a, &mut *b]);
+                    let (a, b) = (to_screen(a, &viewport), to_screen(b, &viewport));
                     bin_line(binner, ppp, &a, &b, id, pc, on_overflow)?;
                 }
             }
             _ => {
-                let triangle = [clip(at[0]), clip(at[1]), clip(at[2])];
+                let triangle = [clip(at[0], 0), clip(at[1], 1), clip(at[2], 2)];
                 let provoking = flat_values(flat, &triangle);
                 let viewport = *ppp.viewport_of(&triangle[0]);
-                let polygon = match (ppp.cull.depth_clamp, ppp.cull.depth_clip) {
-                    (true, _) => clip_behind(triangle),
-                    (false, true) => clip_far(clip_near(triangle)),
-                    (false, false) => clip_near(triangle),
-                };
-                let mut polygon = clip_polygon(polygon, &ppp.clip_distances);
+                let mut polygon = clip_noperspective(&triangle, linear, |triangle| {
+                    let Ok(triangle) = <[ClipVertex; 3]>::try_from(triangle) else {
+                        return Vec::new();
+                    };
+                    let polygon = match (ppp.cull.depth_clamp, ppp.cull.depth_clip) {
+                        (true, _) => clip_behind(triangle),
+                        (false, true) => clip_far(clip_near(triangle)),
+                        (false, false) => clip_near(triangle),
+                    };
+                    clip_polygon(polygon, &ppp.clip_distances)
+                });
                 set_flat_values(&provoking, polygon.iter_mut());
                 bin_polygon(binner, (ppp, &viewport), &polygon, id, pc, on_overflow)?;
             }
@@ -1468,6 +1534,32 @@ pub(crate) fn flat_outputs(
         }
     }
     Ok(flat)
+}
+
+/// The vertex outputs (indices from slot 4, as [`flat_outputs`]) the
+/// fragment shader interpolates without perspective (`ShadeModel::Linear`,
+/// GL's `noperspective`): clipping interpolates them in window space.
+pub(crate) fn noperspective_outputs(
+    vm: &GpuVm<'_>,
+    usc_exec_base: u64,
+    ppp: &PppState,
+) -> Result<Vec<usize>, EngineResult> {
+    let Some((_, bindings)) = read_bindings(vm, usc_exec_base, ppp)? else {
+        return Ok(Vec::new());
+    };
+    let first_output_slot = 1 + u32::from(ppp.frag_coord_z);
+    let mut linear = Vec::new();
+    for (_, b) in bindings {
+        if b.shade_model != ShadeModel::Linear || b.source != CoefficientSource::Varying {
+            continue;
+        }
+        for c in 0..b.components {
+            if let Some(output) = (b.base_slot + c).checked_sub(first_output_slot) {
+                linear.push(output as usize);
+            }
+        }
+    }
+    Ok(linear)
 }
 
 /// The values of a primitive's flat outputs ([`flat_outputs`]):

@@ -1847,3 +1847,114 @@ fn varyings_in_output_slots_past_128_reach_the_fragment_shader() {
     assert_eq!(at(4, 4), [0, 255, 128, 255]);
     assert_eq!(at(31, 31), [0; 4], "outside the triangle");
 }
+
+/// Clipping keeps noperspective varyings linear in window space: a
+/// triangle whose vertex B lies before the near plane (z < 0, w > 0) is
+/// cut, and every pixel left shows the window-space barycentrics of the
+/// whole projected triangle, worked out here in f64 (GL interpolates a
+/// noperspective output at a clip point in window space; interpolating it
+/// in clip space, as before, bent the colours near the cut by up to 40
+/// levels, piglit's `interpolation-noperspective-other-*`).
+#[test_log::test]
+fn clipping_keeps_noperspective_varyings_linear_on_the_screen() {
+    let (device, queue, programs) = gpu();
+    let (w, h) = (64u32, 64u32);
+    let image = Image::new(&device, w, h, Format::Rgba8Unorm).unwrap();
+    // Clip-space positions (w differs per vertex) and one colour each.
+    let corners: [([f32; 4], [f32; 3]); 3] = [
+        ([-0.9, -0.9, 0.5, 1.0], [1.0, 0.0, 0.0]),
+        ([1.8, -1.8, -1.0, 2.0], [0.0, 1.0, 0.0]),
+        ([0.0, 3.6, 2.0, 4.0], [0.0, 0.0, 1.0]),
+    ];
+    let mut data = Vec::new();
+    for (p, a) in corners {
+        for v in p.iter().chain(&a).chain(&[0.0]) {
+            data.extend(v.to_le_bytes());
+        }
+    }
+    let vb = device.upload(&data, false).unwrap();
+    let pipe = Arc::new(
+        GraphicsPipeline::new(
+            &device,
+            &GraphicsPipelineDesc {
+                vertex_stack_bytes: 0,
+                fragment_stack_bytes: 0,
+                vertex: VS,
+                fragment: VARYING_FS,
+                vertex_layout: None,
+                stencil: None,
+                vertex_outputs: 7,
+                varyings: vec![Varying {
+                    slot: 4,
+                    components: 3,
+                    interpolation: Interpolation::Linear,
+                }],
+                depth: None,
+                cull: CullMode::None,
+                front_ccw: false,
+                topology: Topology::Triangles,
+                colour_output: ColourOutput::ShaderStores,
+            },
+        )
+        .unwrap(),
+    );
+    let mut cb = CommandBuffer::new(&device, &programs);
+    let mut pass = cb
+        .begin_render_pass(&colour_pass(&image, [0.0; 4]))
+        .unwrap();
+    pass.set_pipeline(&pipe);
+    pass.set_vertex_uniforms(&vs_uniforms(&vb));
+    pass.draw(3, 1, 0).unwrap();
+    pass.end().unwrap();
+    run(&device, &queue, cb).unwrap();
+    let pixels = image.read_pixels().unwrap();
+    // Window positions (y down) of the projected vertices.
+    let screen = corners.map(|(p, _)| {
+        let (x, y) = (f64::from(p[0] / p[3]), f64::from(p[1] / p[3]));
+        [
+            (x + 1.0) * f64::from(w) / 2.0,
+            (1.0 - y) * f64::from(h) / 2.0,
+        ]
+    });
+    let area = |a: [f64; 2], b: [f64; 2], c: [f64; 2]| {
+        (b[0] - a[0]) * (c[1] - a[1]) - (c[0] - a[0]) * (b[1] - a[1])
+    };
+    let total = area(screen[0], screen[1], screen[2]);
+    let (mut drawn, mut worst) = (0, 0i32);
+    for y in 0..h {
+        for x in 0..w {
+            let i = 4 * (y * w + x) as usize;
+            if pixels[i + 3] == 0 {
+                continue; // Not drawn: clipped away, or outside.
+            }
+            drawn += 1;
+            let p = [f64::from(x) + 0.5, f64::from(y) + 0.5];
+            let weights = [
+                area(p, screen[1], screen[2]) / total,
+                area(screen[0], p, screen[2]) / total,
+                area(screen[0], screen[1], p) / total,
+            ];
+            for c in 0..3 {
+                let want = (weights[c] * 255.0).round() as i32;
+                worst = worst.max((i32::from(pixels[i + c]) - want).abs());
+            }
+        }
+    }
+    let inside = (0..h)
+        .flat_map(|y| (0..w).map(move |x| (x, y)))
+        .filter(|&(x, y)| {
+            let p = [f64::from(x) + 0.5, f64::from(y) + 0.5];
+            area(p, screen[1], screen[2]) / total >= 0.0
+                && area(screen[0], p, screen[2]) / total >= 0.0
+                && area(screen[0], screen[1], p) / total >= 0.0
+        })
+        .count();
+    assert!(
+        drawn > 300 && drawn + 100 < inside,
+        "{drawn} of {inside}: the near plane cut it"
+    );
+    assert!(
+        worst <= 1,
+        "a colour {worst} levels off the window-space interpolation"
+    );
+}
