@@ -1559,6 +1559,11 @@ pub(crate) fn noperspective_outputs(
             }
         }
     }
+    // Once each: two bindings may read the same slots (Mesa's two-sided
+    // colours bind the back colour's over the front one's when the vertex
+    // shader writes no back colour).
+    linear.sort_unstable();
+    linear.dedup();
     Ok(linear)
 }
 

@@ -1854,7 +1854,8 @@ fn varyings_in_output_slots_past_128_reach_the_fragment_shader() {
 /// whole projected triangle, worked out here in f64 (GL interpolates a
 /// noperspective output at a clip point in window space; interpolating it
 /// in clip space, as before, bent the colours near the cut by up to 40
-/// levels, piglit's `interpolation-noperspective-other-*`).
+/// levels, piglit's `interpolation-noperspective-other-*`; and twice over
+/// for slots two bindings read, its `-gl_frontcolor-*`).
 #[test_log::test]
 fn clipping_keeps_noperspective_varyings_linear_on_the_screen() {
     let (device, queue, programs) = gpu();
@@ -1884,11 +1885,16 @@ fn clipping_keeps_noperspective_varyings_linear_on_the_screen() {
                 vertex_layout: None,
                 stencil: None,
                 vertex_outputs: 7,
-                varyings: vec![Varying {
-                    slot: 4,
-                    components: 3,
-                    interpolation: Interpolation::Linear,
-                }],
+                // The same slots bound twice (Mesa binds a missing back
+                // colour over the front one's): still interpolated once.
+                varyings: vec![
+                    Varying {
+                        slot: 4,
+                        components: 3,
+                        interpolation: Interpolation::Linear,
+                    };
+                    2
+                ],
                 depth: None,
                 cull: CullMode::None,
                 front_ccw: false,
