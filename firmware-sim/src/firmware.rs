@@ -902,12 +902,12 @@ impl State {
                     };
                     self.doorbell
                         .set_running(Some(Arc::clone(&flight.preemption)));
-                    let finished =
-                        flight
-                            .preemption
-                            .run_until(Instant::now() + LEAST_RUN, turn_end, || {
-                                self.others_waiting(queue.info)
-                            });
+                    let finished = flight.preemption.run_until(
+                        Instant::now() + LEAST_RUN,
+                        turn_end,
+                        TIME_SLICE,
+                        || self.others_waiting(queue.info),
+                    );
                     self.doorbell.set_running(None);
                     if !finished {
                         tracing::trace!(command = format_args!("{command:#x}"), "suspended");

@@ -167,12 +167,13 @@ impl Preemption {
     /// passes or (after `at_least`) the firmware is poked, and
     /// `suspend_now()` agrees; then suspends it and waits until it is
     /// (false), unless it returns first (true). While `suspend_now()`
-    /// disagrees the command runs on, and the firmware asks again a
-    /// millisecond later or when poked.
+    /// disagrees the command runs on, and the firmware asks again `again`
+    /// later or when poked.
     pub(crate) fn run_until(
         &self,
         at_least: Instant,
         mut until: Instant,
+        again: Duration,
         suspend_now: impl Fn() -> bool,
     ) -> bool {
         let mut state = self.lock();
@@ -187,7 +188,7 @@ impl Preemption {
                 if suspend_now() {
                     break;
                 }
-                until = until.max(now + Duration::from_millis(1));
+                until = until.max(now + again.max(Duration::from_millis(1)));
                 continue;
             }
             let wake = if state.poked {
@@ -280,7 +281,10 @@ mod tests {
             })
         };
         let now = Instant::now();
-        let finished = preemption.run_until(now, now + Duration::from_millis(20), || true);
+        let finished =
+            preemption.run_until(now, now + Duration::from_millis(20), Duration::ZERO, || {
+                true
+            });
         assert!(!finished, "suspended before it could finish");
         let at_suspension = counted.load(Ordering::Relaxed);
         assert!(
@@ -297,7 +301,11 @@ mod tests {
         preemption.resume(since);
         assert!(preemption.suspended() >= Duration::from_millis(30));
         let now = Instant::now();
-        assert!(preemption.run_until(now, now + Duration::from_secs(600), || false));
+        assert!(
+            preemption.run_until(now, now + Duration::from_secs(600), Duration::ZERO, || {
+                false
+            })
+        );
         command.join().unwrap();
         assert_eq!(counted.load(Ordering::Relaxed), 6_000);
     }
@@ -322,6 +330,7 @@ mod tests {
         let suspended = preemption.run_until(
             start + Duration::from_millis(5),
             start + Duration::from_secs(600),
+            Duration::ZERO,
             || true,
         );
         assert!(!suspended);
@@ -350,7 +359,7 @@ mod tests {
         };
         let asked = AtomicU64::new(0);
         let now = Instant::now();
-        let finished = preemption.run_until(now, now, || {
+        let finished = preemption.run_until(now, now, Duration::ZERO, || {
             asked.fetch_add(1, Ordering::Relaxed);
             false
         });

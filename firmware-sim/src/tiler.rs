@@ -650,30 +650,27 @@ fn lerp(a: &ClipVertex, b: &ClipVertex, t: f32) -> ClipVertex {
 /// at a point of clip-space barycentrics λ is Σ λᵢ wᵢ aᵢ / w, so `clip`
 /// interpolates each such value times its vertex's w, and the vertices it
 /// makes divide by theirs. The vertices it keeps keep their own values.
-fn clip_noperspective(
-    primitive: &[ClipVertex],
+fn clip_noperspective<const N: usize>(
+    primitive: [ClipVertex; N],
     linear: &[usize],
-    clip: impl FnOnce(Vec<ClipVertex>) -> Vec<ClipVertex>,
+    clip: impl FnOnce([ClipVertex; N]) -> Vec<ClipVertex>,
 ) -> Vec<ClipVertex> {
     if linear.is_empty() {
-        return clip(primitive.to_vec());
+        return clip(primitive);
     }
-    let scaled = primitive
-        .iter()
-        .map(|v| {
-            let mut v = v.clone();
-            for &output in linear {
-                if let Some(value) = v.varyings.get_mut(output) {
-                    *value *= v.position[3];
-                }
+    let kept: [Vec<f32>; N] = std::array::from_fn(|i| primitive[i].varyings.clone());
+    let scaled = primitive.map(|mut v| {
+        for &output in linear {
+            if let Some(value) = v.varyings.get_mut(output) {
+                *value *= v.position[3];
             }
-            v
-        })
-        .collect();
+        }
+        v
+    });
     let mut out = clip(scaled);
     for v in &mut out {
-        match v.corner.and_then(|i| primitive.get(usize::from(i))) {
-            Some(kept) => v.varyings.clone_from(&kept.varyings),
+        match v.corner.and_then(|i| kept.get(usize::from(i))) {
+            Some(varyings) => v.varyings.clone_from(varyings),
             None => {
                 for &output in linear {
                     if let Some(value) = v.varyings.get_mut(output) {
@@ -1288,8 +1285,10 @@ pub fn draw<'a>(
         Some(&mut *helper),
     )?;
     let ppp = PppState::of(records);
-    let mut flat = flat_outputs(&vm, usc_exec_base, &ppp)?;
-    let linear = noperspective_outputs(&vm, usc_exec_base, &ppp)?;
+    let BoundOutputs {
+        mut flat,
+        noperspective: linear,
+    } = bound_outputs(&vm, usc_exec_base, &ppp)?;
     // Every piece of a primitive also keeps its first vertex's layer and
     // viewport word: the viewport transform and the record's layer and
     // scissor all read that vertex's.
@@ -1436,18 +1435,14 @@ fn shade_and_bin<'a>(
                 let line = [clip(at[0], 0), clip(at[1], 1)];
                 let provoking = flat_values(flat, &line);
                 let viewport = *ppp.viewport_of(&line[0]);
-                let mut clipped = clip_noperspective(&line, linear, |line| {
-                    let mut line = line.into_iter();
-                    match (line.next(), line.next()) {
-                        (Some(a), Some(b)) => clip_segment(
-                            a,
-                            b,
-                            &ppp.clip_distances,
-                            (!ppp.cull.depth_clamp, ppp.cull.depth_clip),
-                        )
-                        .map_or_else(Vec::new, |(a, b)| vec![a, b]),
-                        _ => Vec::new(),
-                    }
+                let mut clipped = clip_noperspective(line, linear, |[a, b]| {
+                    clip_segment(
+                        a,
+                        b,
+                        &ppp.clip_distances,
+                        (!ppp.cull.depth_clamp, ppp.cull.depth_clip),
+                    )
+                    .map_or_else(Vec::new, |(a, b)| vec![a, b])
                 });
                 if let [a, b] = &mut clipped[..] {
                     set_flat_values(&provoking, [&mut *a, &mut *b]);
@@ -1459,10 +1454,7 @@ fn shade_and_bin<'a>(
                 let triangle = [clip(at[0], 0), clip(at[1], 1), clip(at[2], 2)];
                 let provoking = flat_values(flat, &triangle);
                 let viewport = *ppp.viewport_of(&triangle[0]);
-                let mut polygon = clip_noperspective(&triangle, linear, |triangle| {
-                    let Ok(triangle) = <[ClipVertex; 3]>::try_from(triangle) else {
-                        return Vec::new();
-                    };
+                let mut polygon = clip_noperspective(triangle, linear, |triangle| {
                     let polygon = match (ppp.cull.depth_clamp, ppp.cull.depth_clip) {
                         (true, _) => clip_behind(triangle),
                         (false, true) => clip_far(clip_near(triangle)),
@@ -1500,74 +1492,65 @@ pub(crate) fn read_bindings(
     Ok(Some((header, bindings)))
 }
 
-/// The vertex outputs (indices from the vertex shader's slot 4) the
-/// fragment shader reads flat, each with the vertex of its primitive
-/// whose value it takes (0-2, from the binding's shade model). The PPP
-/// sets a primitive's coefficients up once, so every fragment of it gets
-/// that vertex's value: the pieces clipping cuts it into, and the edges
-/// or corners a polygon mode draws, included (GL's provoking vertex of
-/// the polygon).
-pub(crate) fn flat_outputs(
+/// What the fragment shader's bindings ask of the clipper, from one read
+/// of its coefficient binding table. `flat`: the vertex outputs (indices
+/// from the vertex shader's slot 4) it reads flat, each with the vertex
+/// of its primitive whose value it takes (0-2, from the binding's shade
+/// model); the PPP sets a primitive's coefficients up once, so every
+/// fragment of it gets that vertex's value: the pieces clipping cuts it
+/// into, and the edges or corners a polygon mode draws, included (GL's
+/// provoking vertex of the polygon). `noperspective`: the outputs it
+/// interpolates without perspective (`ShadeModel::Linear`, GL's
+/// `noperspective`), each once (two bindings may read the same slots:
+/// Mesa's two-sided colours bind a back colour the vertex shader does not
+/// write over the front one's); clipping interpolates them in window
+/// space.
+pub(crate) struct BoundOutputs {
+    pub(crate) flat: Vec<(usize, usize)>,
+    pub(crate) noperspective: Vec<usize>,
+}
+
+/// [`BoundOutputs`] of the pipeline `ppp` names.
+pub(crate) fn bound_outputs(
     vm: &GpuVm<'_>,
     usc_exec_base: u64,
     ppp: &PppState,
-) -> Result<Vec<(usize, usize)>, EngineResult> {
+) -> Result<BoundOutputs, EngineResult> {
+    let mut out = BoundOutputs {
+        flat: Vec::new(),
+        noperspective: Vec::new(),
+    };
     let Some((_, bindings)) = read_bindings(vm, usc_exec_base, ppp)? else {
-        return Ok(Vec::new());
+        return Ok(out);
     };
     let first_output_slot = 1 + u32::from(ppp.frag_coord_z);
-    let mut flat = Vec::new();
     for (_, b) in bindings {
-        let vertex = match b.shade_model {
-            ShadeModel::FlatVertex0 => 0,
-            ShadeModel::FlatVertex1 => 1,
-            ShadeModel::FlatVertex2 => 2,
-            _ => continue,
-        };
         if b.source != CoefficientSource::Varying {
             continue;
         }
+        let flat_vertex = match b.shade_model {
+            ShadeModel::FlatVertex0 => Some(0),
+            ShadeModel::FlatVertex1 => Some(1),
+            ShadeModel::FlatVertex2 => Some(2),
+            ShadeModel::Linear => None,
+            _ => continue,
+        };
         for c in 0..b.components {
-            if let Some(output) = (b.base_slot + c).checked_sub(first_output_slot) {
-                flat.push((output as usize, vertex));
+            let Some(output) = (b.base_slot + c).checked_sub(first_output_slot) else {
+                continue;
+            };
+            match flat_vertex {
+                Some(vertex) => out.flat.push((output as usize, vertex)),
+                None => out.noperspective.push(output as usize),
             }
         }
     }
-    Ok(flat)
+    out.noperspective.sort_unstable();
+    out.noperspective.dedup();
+    Ok(out)
 }
 
-/// The vertex outputs (indices from slot 4, as [`flat_outputs`]) the
-/// fragment shader interpolates without perspective (`ShadeModel::Linear`,
-/// GL's `noperspective`): clipping interpolates them in window space.
-pub(crate) fn noperspective_outputs(
-    vm: &GpuVm<'_>,
-    usc_exec_base: u64,
-    ppp: &PppState,
-) -> Result<Vec<usize>, EngineResult> {
-    let Some((_, bindings)) = read_bindings(vm, usc_exec_base, ppp)? else {
-        return Ok(Vec::new());
-    };
-    let first_output_slot = 1 + u32::from(ppp.frag_coord_z);
-    let mut linear = Vec::new();
-    for (_, b) in bindings {
-        if b.shade_model != ShadeModel::Linear || b.source != CoefficientSource::Varying {
-            continue;
-        }
-        for c in 0..b.components {
-            if let Some(output) = (b.base_slot + c).checked_sub(first_output_slot) {
-                linear.push(output as usize);
-            }
-        }
-    }
-    // Once each: two bindings may read the same slots (Mesa's two-sided
-    // colours bind the back colour's over the front one's when the vertex
-    // shader writes no back colour).
-    linear.sort_unstable();
-    linear.dedup();
-    Ok(linear)
-}
-
-/// The values of a primitive's flat outputs ([`flat_outputs`]):
+/// The values of a primitive's flat outputs ([`BoundOutputs`]):
 /// each output's value at the vertex its binding names (a line's last
 /// for the third).
 fn flat_values(flat: &[(usize, usize)], primitive: &[ClipVertex]) -> Vec<(usize, f32)> {

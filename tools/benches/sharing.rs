@@ -8,19 +8,16 @@
 //! lanes spinning forever. Results are recorded in
 //! Documentation/performance.md.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use agx_sim::SystemConfig;
 use agx_tools::mesh::Mesh;
 use agx_tools::render::Renderer;
-use agx_umd::{Bindings, CommandBuffer, Device, ProgramCache, Queue, Shader};
+use agx_umd::Device;
 use criterion::{criterion_group, criterion_main, Criterion};
 
-const ENDLESS: &str = "
-loop:
-    jmp_exec_any loop
-    stop";
+#[path = "../tests/support/endless.rs"]
+mod endless;
 
 fn sharing(c: &mut Criterion) {
     let config = SystemConfig {
@@ -43,14 +40,7 @@ fn sharing(c: &mut Criterion) {
     drop(alone);
 
     let looping = Device::open_simulated(config).unwrap();
-    let queue = Queue::new(&looping).unwrap();
-    let programs = Arc::new(ProgramCache::new(&looping));
-    let shader = Shader::new(&looping, ENDLESS).unwrap();
-    let mut cb = CommandBuffer::new(&looping, &programs);
-    cb.dispatch(&shader, &Bindings::default(), [2048, 1, 1], [32, 1, 1])
-        .unwrap();
-    cb.finish().unwrap();
-    let mut endless = queue.submit(vec![cb], &[], &[]).unwrap();
+    let mut endless = endless::submit_endless(&looping);
     let system = looping.simulated().unwrap().system().clone();
     let drawing = Device::open_simulated_on(&system).unwrap();
     let renderer = Renderer::new(&drawing, &mesh, 160, 120).unwrap();
@@ -64,7 +54,7 @@ fn sharing(c: &mut Criterion) {
         "the endless kernel ran throughout"
     );
     // The watchdog ends it.
-    assert!(endless.wait(Duration::from_secs(300)).is_err());
+    assert!(endless.submission.wait(Duration::from_secs(300)).is_err());
 }
 
 criterion_group!(benches, sharing);

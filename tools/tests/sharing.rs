@@ -4,19 +4,15 @@
 //! GPU of its own) while the other's kernel is still running, and the
 //! watchdog still stops that kernel in the end.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use agx_sim::SystemConfig;
 use agx_tools::mesh::Mesh;
 use agx_tools::render::Renderer;
-use agx_umd::{Bindings, CommandBuffer, Device, Error, ProgramCache, Queue, Shader};
+use agx_umd::{Device, Error};
 
-/// Every lane spins forever.
-const ENDLESS: &str = "
-loop:
-    jmp_exec_any loop
-    stop";
+#[path = "support/endless.rs"]
+mod endless;
 
 /// The watchdog's host-time limit (running time: time spent suspended
 /// does not count), and a work budget too large to matter.
@@ -50,17 +46,9 @@ fn a_client_draws_its_frame_while_another_clients_kernel_never_ends() {
     let system = looping.simulated().unwrap().system().clone();
     let drawing = Device::open_simulated_on(&system).unwrap();
     let drawing_renderer = renderer(&drawing);
-    let queue = Queue::new(&looping).unwrap();
-    let programs = Arc::new(ProgramCache::new(&looping));
-    let shader = Shader::new(&looping, ENDLESS).unwrap();
-    let mut cb = CommandBuffer::new(&looping, &programs);
-    // 64 threadgroups: every GPU worker thread is in one of them.
-    cb.dispatch(&shader, &Bindings::default(), [2048, 1, 1], [32, 1, 1])
-        .unwrap();
-    cb.finish().unwrap();
-    let mut endless = queue.submit(vec![cb], &[], &[]).unwrap();
+    let mut endless = endless::submit_endless(&looping);
     assert!(matches!(
-        endless.wait(Duration::from_millis(50)),
+        endless.submission.wait(Duration::from_millis(50)),
         Err(Error::WaitTimeout { .. })
     ));
 
@@ -70,14 +58,17 @@ fn a_client_draws_its_frame_while_another_clients_kernel_never_ends() {
         "the same frame as on a GPU of its own"
     );
     assert!(
-        matches!(endless.wait(Duration::ZERO), Err(Error::WaitTimeout { .. })),
+        matches!(
+            endless.submission.wait(Duration::ZERO),
+            Err(Error::WaitTimeout { .. })
+        ),
         "the endless kernel still runs"
     );
     assert_eq!(system.device().scheduler().stats().timed_out, 0);
 
     // The watchdog bounds the endless kernel's running time all the same.
     let started = Instant::now();
-    let ended = endless.wait(Duration::from_secs(60));
+    let ended = endless.submission.wait(Duration::from_secs(60));
     assert!(
         matches!(ended, Err(Error::GpuFault { errno }) if errno == agx_umd::Errno::ETIMEDOUT),
         "{ended:?}"

@@ -1780,6 +1780,57 @@ fn draws_with_different_output_counts_share_a_pass() {
     assert_eq!(at(32, 5), [0, 0, 0, 0], "neither");
 }
 
+/// A pipeline of vertex shader `vs` (writing `vertex_outputs` slots) and
+/// [`VARYING_FS`], its varyings bound as `varyings` say.
+fn varying_pipeline(
+    device: &Device,
+    vs: &str,
+    vertex_outputs: u32,
+    varyings: Vec<Varying>,
+) -> Arc<GraphicsPipeline> {
+    Arc::new(
+        GraphicsPipeline::new(
+            device,
+            &GraphicsPipelineDesc {
+                vertex_stack_bytes: 0,
+                fragment_stack_bytes: 0,
+                vertex: vs,
+                fragment: VARYING_FS,
+                vertex_layout: None,
+                stencil: None,
+                vertex_outputs,
+                varyings,
+                depth: None,
+                cull: CullMode::None,
+                front_ccw: false,
+                topology: Topology::Triangles,
+                colour_output: ColourOutput::ShaderStores,
+            },
+        )
+        .unwrap(),
+    )
+}
+
+/// Draws one triangle of `vb` with `pipe` into `image`, cleared to 0, and
+/// returns its pixels.
+fn draw_triangle(
+    device: &Device,
+    image: &Image,
+    pipe: &Arc<GraphicsPipeline>,
+    vb: &Buffer,
+) -> Vec<u8> {
+    let queue = Queue::new(device).unwrap();
+    let programs = Arc::new(ProgramCache::new(device));
+    let mut cb = CommandBuffer::new(device, &programs);
+    let mut pass = cb.begin_render_pass(&colour_pass(image, [0.0; 4])).unwrap();
+    pass.set_pipeline(pipe);
+    pass.set_vertex_uniforms(&vs_uniforms(vb));
+    pass.draw(3, 1, 0).unwrap();
+    pass.end().unwrap();
+    run(device, &queue, cb).unwrap();
+    image.read_pixels().unwrap()
+}
+
 /// A vertex shader may write output slots past 128: Mesa's
 /// rasterisation shaders for geometry shaders do (piglit's
 /// `gs-output-array-vec4-index-wr`). Here the attributes go to slots
@@ -1798,48 +1849,20 @@ fn varyings_in_output_slots_past_128_reach_the_fragment_shader() {
     st_var 1, r13, 201
     st_var 1, r14, 202
     stop";
-    let (device, queue, programs) = gpu();
+    let device = device();
     let (w, h) = (32, 32);
     let image = Image::new(&device, w, h, Format::Rgba8Unorm).unwrap();
     let tri = [[0.0f32, 0.0], [32.0, 0.0], [0.0, 32.0]];
     let vb = device
         .upload(&vertices(w, h, &tri, 0.5, &[[0.0, 1.0, 0.5]]), false)
         .unwrap();
-    let pipe = Arc::new(
-        GraphicsPipeline::new(
-            &device,
-            &GraphicsPipelineDesc {
-                vertex_stack_bytes: 0,
-                fragment_stack_bytes: 0,
-                vertex: HIGH_VS,
-                fragment: VARYING_FS,
-                vertex_layout: None,
-                stencil: None,
-                vertex_outputs: 203,
-                varyings: vec![Varying {
-                    slot: 200,
-                    components: 3,
-                    interpolation: Interpolation::Linear,
-                }],
-                depth: None,
-                cull: CullMode::None,
-                front_ccw: false,
-                topology: Topology::Triangles,
-                colour_output: ColourOutput::ShaderStores,
-            },
-        )
-        .unwrap(),
-    );
-    let mut cb = CommandBuffer::new(&device, &programs);
-    let mut pass = cb
-        .begin_render_pass(&colour_pass(&image, [0.0; 4]))
-        .unwrap();
-    pass.set_pipeline(&pipe);
-    pass.set_vertex_uniforms(&vs_uniforms(&vb));
-    pass.draw(3, 1, 0).unwrap();
-    pass.end().unwrap();
-    run(&device, &queue, cb).unwrap();
-    let pixels = image.read_pixels().unwrap();
+    let varying = Varying {
+        slot: 200,
+        components: 3,
+        interpolation: Interpolation::Linear,
+    };
+    let pipe = varying_pipeline(&device, HIGH_VS, 203, vec![varying]);
+    let pixels = draw_triangle(&device, &image, &pipe, &vb);
     let at = |x: u32, y: u32| {
         let i = 4 * (y * w + x) as usize;
         [pixels[i], pixels[i + 1], pixels[i + 2], pixels[i + 3]]
@@ -1858,7 +1881,7 @@ fn varyings_in_output_slots_past_128_reach_the_fragment_shader() {
 /// for slots two bindings read, its `-gl_frontcolor-*`).
 #[test_log::test]
 fn clipping_keeps_noperspective_varyings_linear_on_the_screen() {
-    let (device, queue, programs) = gpu();
+    let device = device();
     let (w, h) = (64u32, 64u32);
     let image = Image::new(&device, w, h, Format::Rgba8Unorm).unwrap();
     // Clip-space positions (w differs per vertex) and one colour each.
@@ -1874,46 +1897,15 @@ fn clipping_keeps_noperspective_varyings_linear_on_the_screen() {
         }
     }
     let vb = device.upload(&data, false).unwrap();
-    let pipe = Arc::new(
-        GraphicsPipeline::new(
-            &device,
-            &GraphicsPipelineDesc {
-                vertex_stack_bytes: 0,
-                fragment_stack_bytes: 0,
-                vertex: VS,
-                fragment: VARYING_FS,
-                vertex_layout: None,
-                stencil: None,
-                vertex_outputs: 7,
-                // The same slots bound twice (Mesa binds a missing back
-                // colour over the front one's): still interpolated once.
-                varyings: vec![
-                    Varying {
-                        slot: 4,
-                        components: 3,
-                        interpolation: Interpolation::Linear,
-                    };
-                    2
-                ],
-                depth: None,
-                cull: CullMode::None,
-                front_ccw: false,
-                topology: Topology::Triangles,
-                colour_output: ColourOutput::ShaderStores,
-            },
-        )
-        .unwrap(),
-    );
-    let mut cb = CommandBuffer::new(&device, &programs);
-    let mut pass = cb
-        .begin_render_pass(&colour_pass(&image, [0.0; 4]))
-        .unwrap();
-    pass.set_pipeline(&pipe);
-    pass.set_vertex_uniforms(&vs_uniforms(&vb));
-    pass.draw(3, 1, 0).unwrap();
-    pass.end().unwrap();
-    run(&device, &queue, cb).unwrap();
-    let pixels = image.read_pixels().unwrap();
+    // The same slots bound twice (Mesa binds a missing back colour over
+    // the front one's): still interpolated once.
+    let varying = Varying {
+        slot: 4,
+        components: 3,
+        interpolation: Interpolation::Linear,
+    };
+    let pipe = varying_pipeline(&device, VS, 7, vec![varying; 2]);
+    let pixels = draw_triangle(&device, &image, &pipe, &vb);
     // Window positions (y down) of the projected vertices.
     let screen = corners.map(|(p, _)| {
         let (x, y) = (f64::from(p[0] / p[3]), f64::from(p[1] / p[3]));
