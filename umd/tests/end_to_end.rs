@@ -1785,6 +1785,7 @@ fn draws_with_different_output_counts_share_a_pass() {
 fn varying_pipeline(
     device: &Device,
     vs: &str,
+    fs: &str,
     vertex_outputs: u32,
     varyings: Vec<Varying>,
 ) -> Arc<GraphicsPipeline> {
@@ -1795,7 +1796,7 @@ fn varying_pipeline(
                 vertex_stack_bytes: 0,
                 fragment_stack_bytes: 0,
                 vertex: vs,
-                fragment: VARYING_FS,
+                fragment: fs,
                 vertex_layout: None,
                 stencil: None,
                 vertex_outputs,
@@ -1861,7 +1862,46 @@ fn varyings_in_output_slots_past_128_reach_the_fragment_shader() {
         components: 3,
         interpolation: Interpolation::Linear,
     };
-    let pipe = varying_pipeline(&device, HIGH_VS, 203, vec![varying]);
+    let pipe = varying_pipeline(&device, HIGH_VS, VARYING_FS, 203, vec![varying]);
+    let pixels = draw_triangle(&device, &image, &pipe, &vb);
+    let at = |x: u32, y: u32| {
+        let i = 4 * (y * w + x) as usize;
+        [pixels[i], pixels[i + 1], pixels[i + 2], pixels[i + 3]]
+    };
+    assert_eq!(at(4, 4), [0, 255, 128, 255]);
+    assert_eq!(at(31, 31), [0; 4], "outside the triangle");
+}
+
+/// A dynamically indexed varying array reads its coefficient register
+/// through a 16-bit register (`iter`'s bit 23). Mesa does not bound the
+/// index: for an index past the array it reads a register the binding
+/// table does not declare and discards the value (piglit's
+/// `layout-location-block-with-aoa-member`, cf17 of 17). That read is not
+/// refused; it reads as 0 (what the hardware returns is not public).
+#[test_log::test]
+fn an_indexed_varying_read_past_the_bound_registers_runs() {
+    const INDEXED_FS: &str = "
+    mov_imm r8l, 0
+    mov_imm r9l, 40
+    iter r4_r5_r6, cf16, center, 0, 0, 0, 0, 1
+    iter r12, cf18, center, 0, 0, 0, 0, 1
+    mov_imm r13, 0x3f800000
+    fadd32 r7, r12, r13
+    st_tile r4_r5_r6_r7, u8norm, 0, xyzw, 0, 255, r0, 0
+    stop";
+    let device = device();
+    let (w, h) = (32, 32);
+    let image = Image::new(&device, w, h, Format::Rgba8Unorm).unwrap();
+    let tri = [[0.0f32, 0.0], [32.0, 0.0], [0.0, 32.0]];
+    let vb = device
+        .upload(&vertices(w, h, &tri, 0.5, &[[0.0, 1.0, 0.5]]), false)
+        .unwrap();
+    let varying = Varying {
+        slot: 4,
+        components: 3,
+        interpolation: Interpolation::Linear,
+    };
+    let pipe = varying_pipeline(&device, VS, INDEXED_FS, 7, vec![varying]);
     let pixels = draw_triangle(&device, &image, &pipe, &vb);
     let at = |x: u32, y: u32| {
         let i = 4 * (y * w + x) as usize;
@@ -1904,7 +1944,7 @@ fn clipping_keeps_noperspective_varyings_linear_on_the_screen() {
         components: 3,
         interpolation: Interpolation::Linear,
     };
-    let pipe = varying_pipeline(&device, VS, 7, vec![varying; 2]);
+    let pipe = varying_pipeline(&device, VS, VARYING_FS, 7, vec![varying; 2]);
     let pixels = draw_triangle(&device, &image, &pipe, &vb);
     // Window positions (y down) of the projected vertices.
     let screen = corners.map(|(p, _)| {

@@ -79,14 +79,23 @@ impl TileIo<'_, '_> {
     /// is the value at the tile's corner (Mesa's
     /// `agx_nir_lower_interpolation.c`, whose `interpolateAtOffset` takes
     /// the pixel's coordinates modulo 32).
-    fn plane(&self, cf: u32) -> Result<[f32; 3], IoError> {
-        let [a, b, c] = self
-            .coefficients
-            .get(cf as usize)
-            .copied()
-            .ok_or_else(|| invalid(format!("coefficient register cf{cf} is not bound")))?;
+    ///
+    /// A register past the ones the binding table declares reads as the
+    /// plane 0 (Documentation/gpu.md, "coefficient registers"): Mesa
+    /// indexes varying arrays without a bound check and discards what an
+    /// out-of-range index read, and what the hardware returns there is not
+    /// public.
+    fn plane(&self, cf: u32) -> [f32; 3] {
+        let Some(&[a, b, c]) = self.coefficients.get(cf as usize) else {
+            tracing::debug!(
+                cf,
+                declared = self.coefficients.len(),
+                "a read of a coefficient register the binding table does not declare, as 0"
+            );
+            return [0.0; 3];
+        };
         let (ox, oy) = self.coefficient_origin();
-        Ok([a, b, a.mul_add(ox, b.mul_add(oy, c))])
+        [a, b, a.mul_add(ox, b.mul_add(oy, c))]
     }
 
     /// Where the coefficient planes' x and y start: the corner of the
@@ -266,12 +275,12 @@ impl ShaderIo for TileIo<'_, '_> {
         let (x, y) = (x - ox, y - oy);
         let eval = |p: [f32; 3]| p[0].mul_add(x, p[1].mul_add(y, p[2]));
         let w = match perspective_w {
-            Some(w_cf) => eval(self.plane(w_cf)?),
+            Some(w_cf) => eval(self.plane(w_cf)),
             None => 1.0,
         };
         let mut out = [0f32; 4];
         for (i, value) in out.iter_mut().enumerate().take(count.min(4)) {
-            *value = eval(self.plane(cf + i as u32)?) / w;
+            *value = eval(self.plane(cf + i as u32)) / w;
         }
         Ok(out)
     }
@@ -284,7 +293,7 @@ impl ShaderIo for TileIo<'_, '_> {
     ) -> Result<[[f32; 3]; 4], IoError> {
         let mut out = [[0f32; 3]; 4];
         for (i, plane) in out.iter_mut().enumerate().take(count.min(4)) {
-            *plane = self.plane(cf + i as u32)?;
+            *plane = self.plane(cf + i as u32);
         }
         Ok(out)
     }
