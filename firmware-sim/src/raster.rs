@@ -109,17 +109,64 @@ pub(crate) fn sample_positions(samples: u8, control: u64) -> Vec<(i64, i64)> {
         .collect()
 }
 
-/// The plane (A, B, C) through three (x, y, value) points.
+/// The plane (A, B, C) through three (x, y, value) points, in f32.
 pub(crate) fn plane(points: [(f64, f64, f64); 3]) -> [f32; 3] {
+    plane_exact(points).map(|v| v as f32)
+}
+
+/// The plane (A, B, C) through three (x, y, value) points, unrounded.
+fn plane_exact(points: [(f64, f64, f64); 3]) -> [f64; 3] {
     let [(x0, y0, v0), (x1, y1, v1), (x2, y2, v2)] = points;
     let det = (x1 - x0) * (y2 - y0) - (x2 - x0) * (y1 - y0);
     if det == 0.0 {
-        return [0.0, 0.0, v0 as f32];
+        return [0.0, 0.0, v0];
     }
     let a = ((v1 - v0) * (y2 - y0) - (v2 - v0) * (y1 - y0)) / det;
     let b = ((x1 - x0) * (v2 - v0) - (x2 - x0) * (v1 - v0)) / det;
     let c = v0 - a * x0 - b * y0;
-    [a as f32, b as f32, c as f32]
+    [a, b, c]
+}
+
+/// A coefficient register as the setup unit fills it for a primitive.
+///
+/// A plane is kept unrounded: `ldcf` reads it as three f32 words with C
+/// at the corner of the 32x32 tile being shaded, each rounded once, and
+/// `iter` evaluates it at a point and rounds the result once (how many
+/// bits the hardware's interpolator keeps is not public; this is the
+/// most exact reading, and values interpolated from planes that differ
+/// by a constant, such as `offset` and `offset + 7`, then differ by that
+/// constant to within an ulp, as GL programs compare them).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum Coefficient {
+    /// value = A x + B y + C at window position (x, y).
+    Plane([f64; 3]),
+    /// The same value over the whole primitive, as its bits (a flat
+    /// varying, which may be an integer, or the primitive id).
+    Constant(u32),
+}
+
+impl Coefficient {
+    /// A register nothing wrote: the plane 0.
+    pub(crate) const ZERO: Coefficient = Coefficient::Plane([0.0; 3]);
+
+    /// The three words `ldcf` reads: A, B and C at window position
+    /// `origin` (the shaded tile's corner).
+    pub(crate) fn words_at(self, origin: (f64, f64)) -> [f32; 3] {
+        match self {
+            Coefficient::Plane([a, b, c]) => {
+                [a as f32, b as f32, (a * origin.0 + b * origin.1 + c) as f32]
+            }
+            Coefficient::Constant(bits) => [0.0, 0.0, f32::from_bits(bits)],
+        }
+    }
+
+    /// The value at window position (x, y), unrounded.
+    pub(crate) fn value_at(self, (x, y): (f64, f64)) -> f64 {
+        match self {
+            Coefficient::Plane([a, b, c]) => a * x + b * y + c,
+            Coefficient::Constant(bits) => f64::from(f32::from_bits(bits)),
+        }
+    }
 }
 
 /// Where the values a binned primitive carries beyond its vertices'
@@ -153,12 +200,12 @@ pub(crate) fn setup_coefficients(
     ppp: &tiler::PppState,
     vertices: &[Vec<f32>; 3],
     extras: Extras,
-) -> Result<Vec<[f32; 3]>, EngineResult> {
+) -> Result<Vec<Coefficient>, EngineResult> {
     let Some((header, bindings)) = tiler::read_bindings(vm, usc_exec_base, ppp)? else {
         return Ok(Vec::new());
     };
     let first_output_slot = 1 + u32::from(ppp.frag_coord_z);
-    let mut planes = vec![[0f32; 3]; header.coefficient_register_count as usize];
+    let mut planes = vec![Coefficient::ZERO; header.coefficient_register_count as usize];
     for (at, b) in bindings {
         for c in 0..b.components {
             let register = (b.base_coefficient_register + c) as usize;
@@ -179,7 +226,7 @@ pub(crate) fn setup_coefficients(
                     .primitive_id
                     .and_then(|at| vertices[0].get(at))
                     .map_or(0, |v| v.to_bits());
-                *out = [0.0, 0.0, f32::from_bits(id)];
+                *out = Coefficient::Constant(id);
                 continue;
             }
             let index = match b.source {
@@ -214,26 +261,27 @@ pub(crate) fn setup_coefficients(
             };
             let xy = |v: usize| (f64::from(vertices[v][0]), f64::from(vertices[v][1]));
             // A flat value keeps its bits (an integer varying's).
-            let flat = |v: usize| -> f32 {
-                index
-                    .and_then(|i| vertices[v].get(i))
-                    .copied()
-                    .unwrap_or(0.0)
+            let flat = |v: usize| -> Coefficient {
+                Coefficient::Constant(
+                    index
+                        .and_then(|i| vertices[v].get(i))
+                        .map_or(0, |value| value.to_bits()),
+                )
             };
             *out = match b.shade_model {
-                ShadeModel::FlatVertex0 => [0.0, 0.0, flat(0)],
-                ShadeModel::FlatVertex1 => [0.0, 0.0, flat(1)],
-                ShadeModel::FlatVertex2 => [0.0, 0.0, flat(2)],
+                ShadeModel::FlatVertex0 => flat(0),
+                ShadeModel::FlatVertex1 => flat(1),
+                ShadeModel::FlatVertex2 => flat(2),
                 ShadeModel::Perspective if b.source == CoefficientSource::Varying => {
-                    plane(std::array::from_fn(|v| {
+                    Coefficient::Plane(plane_exact(std::array::from_fn(|v| {
                         let (x, y) = xy(v);
                         (x, y, value(v) * f64::from(vertices[v][3]))
-                    }))
+                    })))
                 }
-                _ => plane(std::array::from_fn(|v| {
+                _ => Coefficient::Plane(plane_exact(std::array::from_fn(|v| {
                     let (x, y) = xy(v);
                     (x, y, value(v))
-                })),
+                }))),
             };
         }
     }

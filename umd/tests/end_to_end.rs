@@ -1911,6 +1911,49 @@ fn an_indexed_varying_read_past_the_bound_registers_runs() {
     assert_eq!(at(31, 31), [0; 4], "outside the triangle");
 }
 
+/// Two varyings whose vertex values differ by a constant interpolate to
+/// values that differ by that constant to within an ulp: the interpolator
+/// evaluates each plane exactly and rounds once (C at the 32x32 tile's
+/// corner rounded to f32 and evaluated with f32 multiply-adds, as before,
+/// was up to 2 ulps off, enough for piglit's `clip-distance-bulk-copy`,
+/// `-itemized-copy` and `interface-vs-unnamed-to-fs-unnamed`, which
+/// compare `gl_ClipDistance[i]` with `offset + i` to 1e-6). The fragment
+/// shader writes |b - (a + 7)| in units of 2^-18, a quarter of the value
+/// range per ulp of [8, 16).
+#[test_log::test]
+fn varyings_a_constant_apart_interpolate_a_constant_apart() {
+    const DIFFERENCE_FS: &str = "
+    iter r4_r5, cf0, center, 0, 0, 0, 0, 0
+    fadd32 r6, r4, 7.0
+    fadd32 r7, r5, r6.neg
+    mov_imm r8, 0x48800000
+    fmul32 r4, r7.abs, r8
+    mov_imm r7, 0x3f800000
+    mov_imm r5, 0
+    mov_imm r6, 0
+    st_tile r4_r5_r6_r7, u8norm, 0, xyzw, 0, 255, r0, 0
+    stop";
+    let device = device();
+    let (w, h) = (250u32, 250u32);
+    let image = Image::new(&device, w, h, Format::Rgba8Unorm).unwrap();
+    let tri = [[0.0f32, 0.0], [250.0, 0.0], [250.0, 250.0]];
+    let attrs = [[1.0f32, 8.0, 0.0], [2.0, 9.0, 0.0], [3.0, 10.0, 0.0]];
+    let vb = device
+        .upload(&vertices(w, h, &tri, 0.5, &attrs), false)
+        .unwrap();
+    let varying = Varying {
+        slot: 4,
+        components: 2,
+        interpolation: Interpolation::Linear,
+    };
+    let pipe = varying_pipeline(&device, VS, DIFFERENCE_FS, 7, vec![varying]);
+    let pixels = draw_triangle(&device, &image, &pipe, &vb);
+    let drawn: Vec<&[u8]> = pixels.chunks(4).filter(|p| p[3] == 255).collect();
+    assert!(drawn.len() > 30_000, "{} pixels drawn", drawn.len());
+    let worst = drawn.iter().map(|p| p[0]).max().unwrap();
+    assert!(worst <= 64, "off by {} ulps", f64::from(worst) / 64.0);
+}
+
 /// Clipping keeps noperspective varyings linear in window space: a
 /// triangle whose vertex B lies before the near plane (z < 0, w > 0) is
 /// cut, and every pixel left shows the window-space barycentrics of the

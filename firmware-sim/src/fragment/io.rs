@@ -11,6 +11,7 @@ use super::tilebuffer::Tilebuffer;
 use crate::bind::Binding;
 use crate::imageblock::{store_block, store_texel, BlockPlacement};
 use crate::memory::GpuVm;
+use crate::raster::Coefficient;
 use crate::texture::TextureUnit;
 use crate::usc::io::{BlockStore, ImageWrite, IoError, TextureRequest, TileAccess};
 use crate::usc::{ShaderIo, LANES};
@@ -28,9 +29,8 @@ pub(super) struct TileIo<'a, 'b> {
     /// The render area.
     pub(super) area: (u32, u32),
     pub(super) layer: u32,
-    /// The primitive's coefficient registers: planes (A, B, C) with
-    /// value = A x + B y + C at window position (x, y).
-    pub(super) coefficients: &'a [[f32; 3]],
+    /// The primitive's coefficient registers.
+    pub(super) coefficients: &'a [Coefficient],
     /// Helper lanes: they run for derivatives, their outputs are dropped.
     pub(super) helpers: u32,
     /// The texture unit.
@@ -57,10 +57,6 @@ pub(super) struct TileIo<'a, 'b> {
     pub(super) stencil_test_at_emit: bool,
 }
 
-pub(super) fn invalid(what: String) -> IoError {
-    IoError::Invalid(what)
-}
-
 impl TileIo<'_, '_> {
     /// The pixel (within the tile) an access names: its explicit
     /// coordinates, or the lane's own pixel (the tilebuffer checks it is
@@ -74,34 +70,32 @@ impl TileIo<'_, '_> {
 }
 
 impl TileIo<'_, '_> {
-    /// Coefficient register `cf` as the shader sees it: <A, B, C> dotted
-    /// with <x, y, 1> relative to the 32x32 tile holding the pixel, so C
-    /// is the value at the tile's corner (Mesa's
-    /// `agx_nir_lower_interpolation.c`, whose `interpolateAtOffset` takes
-    /// the pixel's coordinates modulo 32).
-    ///
-    /// A register past the ones the binding table declares reads as the
-    /// plane 0 (Documentation/gpu.md, "coefficient registers"): Mesa
-    /// indexes varying arrays without a bound check and discards what an
-    /// out-of-range index read, and what the hardware returns there is not
-    /// public.
-    fn plane(&self, cf: u32) -> [f32; 3] {
-        let Some(&[a, b, c]) = self.coefficients.get(cf as usize) else {
-            tracing::debug!(
-                cf,
-                declared = self.coefficients.len(),
-                "a read of a coefficient register the binding table does not declare, as 0"
-            );
-            return [0.0; 3];
-        };
-        let (ox, oy) = self.coefficient_origin();
-        [a, b, a.mul_add(ox, b.mul_add(oy, c))]
+    /// Coefficient register `cf`. A register past the ones the binding
+    /// table declares reads as the plane 0 (Documentation/gpu.md,
+    /// "coefficient registers"): Mesa indexes varying arrays without a
+    /// bound check and discards what an out-of-range index read, and what
+    /// the hardware returns there is not public.
+    fn coefficient(&self, cf: u32) -> Coefficient {
+        match self.coefficients.get(cf as usize) {
+            Some(&coefficient) => coefficient,
+            None => {
+                tracing::debug!(
+                    cf,
+                    declared = self.coefficients.len(),
+                    "a read of a coefficient register the binding table does not declare, as 0"
+                );
+                Coefficient::ZERO
+            }
+        }
     }
 
     /// Where the coefficient planes' x and y start: the corner of the
     /// 32x32 tile holding the pass tile.
-    fn coefficient_origin(&self) -> (f32, f32) {
-        ((self.origin.0 & !31) as f32, (self.origin.1 & !31) as f32)
+    fn coefficient_origin(&self) -> (f64, f64) {
+        (
+            f64::from(self.origin.0 & !31),
+            f64::from(self.origin.1 & !31),
+        )
     }
 
     /// The lane's pixel centre in window coordinates.
@@ -271,16 +265,14 @@ impl ShaderIo for TileIo<'_, '_> {
         perspective_w: Option<u32>,
     ) -> Result<[f32; 4], IoError> {
         let (x, y) = self.interpolation_point(lane, interpolation);
-        let (ox, oy) = self.coefficient_origin();
-        let (x, y) = (x - ox, y - oy);
-        let eval = |p: [f32; 3]| p[0].mul_add(x, p[1].mul_add(y, p[2]));
+        let at = (f64::from(x), f64::from(y));
         let w = match perspective_w {
-            Some(w_cf) => eval(self.plane(w_cf)),
+            Some(w_cf) => self.coefficient(w_cf).value_at(at),
             None => 1.0,
         };
         let mut out = [0f32; 4];
         for (i, value) in out.iter_mut().enumerate().take(count.min(4)) {
-            *value = eval(self.plane(cf + i as u32)) / w;
+            *value = (self.coefficient(cf + i as u32).value_at(at) / w) as f32;
         }
         Ok(out)
     }
@@ -291,9 +283,10 @@ impl ShaderIo for TileIo<'_, '_> {
         cf: u32,
         count: usize,
     ) -> Result<[[f32; 3]; 4], IoError> {
+        let origin = self.coefficient_origin();
         let mut out = [[0f32; 3]; 4];
-        for (i, plane) in out.iter_mut().enumerate().take(count.min(4)) {
-            *plane = self.plane(cf + i as u32);
+        for (i, words) in out.iter_mut().enumerate().take(count.min(4)) {
+            *words = self.coefficient(cf + i as u32).words_at(origin);
         }
         Ok(out)
     }

@@ -20,7 +20,7 @@ use crate::fault::unsupported;
 use crate::fault::EngineResult;
 use crate::helper::{HelperProgram, StageHelper};
 use crate::memory::GpuVm;
-use crate::raster::{rasterize, sample_positions, setup_coefficients, Extras};
+use crate::raster::{rasterize, sample_positions, setup_coefficients, Coefficient, Extras};
 use crate::tiler;
 use crate::usc::{ProgramCache, LANES};
 use crate::workers::run_items_then;
@@ -329,7 +329,7 @@ impl Pass<'_> {
         let run = |w: &mut Worker,
                    binding: &Binding,
                    pixels: &[(u32, u32)],
-                   coefficients: &[[f32; 3]],
+                   coefficients: &[Coefficient],
                    quads: bool,
                    (face, stencil, stencil_test_at_emit): (
             Option<FragmentFace>,

@@ -4,6 +4,7 @@
 //! derivatives work). Also how a primitive's state names its fragment
 //! shader, and whether that shader writes depth.
 
+use crate::raster::Coefficient;
 use agx_fwif::messages::{FaultUnit, RenderPass, TileProgram};
 use agx_hw::formats::{DepthBias, FragmentFace, FragmentStencil, Scissor};
 use zerocopy::FromBytes;
@@ -93,7 +94,7 @@ pub(super) fn run_tile_program(
     area: (u32, u32),
     layer: u32,
     pixels: &[(u32, u32)],
-    coefficients: &[[f32; 3]],
+    coefficients: &[Coefficient],
     quads: bool,
     sampler_heap: Option<(u64, u32)>,
 ) -> Result<(), EngineResult> {
