@@ -21,7 +21,9 @@ use agx_fwif::coprocessor::Coprocessor;
 
 use crate::export::Exports;
 use crate::firmware::FirmwareLink;
-use crate::gem::{Charge, FileMemory, GemError, GemObject, VmKey, MMAP_OFFSET_SHIFT};
+use crate::gem::{
+    Charge, ClientAccount, FileMemory, GemError, GemObject, VmKey, MMAP_OFFSET_SHIFT,
+};
 
 use crate::mem::{AllocError, DeviceFd, PagePool, PhysRange, Ram};
 use crate::sched::Scheduler;
@@ -74,21 +76,22 @@ pub struct DeviceConfig {
     /// The watchdog's last resort: host time one command may run,
     /// whatever its work.
     pub command_timeout_ms: u32,
-    /// The GEM memory one DRM file may create (or import); past it,
-    /// GEM_CREATE fails with `ENOMEM`. No limit by default, as Linux
-    /// without a memory cgroup.
-    pub file_memory_limit_bytes: u64,
+    /// The GEM memory one client process's files may create (or import)
+    /// together; past it, GEM_CREATE fails with `ENOMEM`. No limit by
+    /// default, as Linux without a memory cgroup.
+    pub client_memory_limit_bytes: u64,
     /// Whether the device keeps a descriptor of every object's memfd, not
     /// only of the exportable ones, so that a CPU mapping can be handed to
     /// another process as a descriptor ([`crate::File::mmap_descriptor`]):
     /// what a device serving clients in other processes needs.
     pub keep_object_descriptors: bool,
     /// The objects with a host descriptor of the device's own (each
-    /// exportable or imported object's memfd) one DRM file may hold; past
+    /// exportable or imported object's memfd) one client process's files
+    /// may hold together; past
     /// it, GEM_CREATE and PRIME import fail with `ENOMEM`, so one client
     /// cannot take every descriptor of the device from the others. No
     /// limit by default.
-    pub file_descriptor_limit: u64,
+    pub client_descriptor_limit: u64,
 }
 
 impl Default for DeviceConfig {
@@ -98,9 +101,9 @@ impl Default for DeviceConfig {
             tvb_initial_blocks: crate::tvb::INITIAL_BLOCKS,
             work_budget_units: crate::firmware::WORK_BUDGET_UNITS,
             command_timeout_ms: crate::firmware::COMMAND_TIMEOUT_MS,
-            file_memory_limit_bytes: u64::MAX,
+            client_memory_limit_bytes: u64::MAX,
             keep_object_descriptors: false,
-            file_descriptor_limit: u64::MAX,
+            client_descriptor_limit: u64::MAX,
         }
     }
 }
@@ -128,6 +131,9 @@ pub struct Device {
     pub(crate) flink_names: Mutex<std::collections::BTreeMap<u32, Weak<GemObject>>>,
     /// DRM master on the primary node.
     pub(crate) masters: crate::auth::Masters,
+    /// Each client process's account, by process id, while a file it
+    /// opened lives.
+    clients: Mutex<HashMap<u32, Weak<ClientAccount>>>,
     /// Where every submission is recorded, if capturing
     /// ([`Device::capture_to`], or the `AGX_KMD_CAPTURE` environment
     /// variable naming a file).
@@ -141,6 +147,26 @@ impl Device {
         &self.config
     }
 
+    /// The account of client process `tgid`: the one its live files
+    /// charge, or a new one (a process id reused after the last file of
+    /// the process that had it went starts afresh).
+    pub(crate) fn client_account(&self, tgid: u32) -> Arc<ClientAccount> {
+        let mut clients = self.clients.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(account) = clients.get(&tgid).and_then(Weak::upgrade) {
+            return account;
+        }
+        // Dead entries go when the table reaches a power of two.
+        if clients.len().is_power_of_two() {
+            clients.retain(|_, weak| weak.strong_count() > 0);
+        }
+        let account = Arc::new(ClientAccount::new(
+            self.config.client_memory_limit_bytes,
+            self.config.client_descriptor_limit,
+        ));
+        clients.insert(tgid, Arc::downgrade(&account));
+        account
+    }
+
     /// A new object of `size_bytes` (rounded up to pages), charged to
     /// `account`.
     pub(crate) fn create_object(
@@ -150,7 +176,7 @@ impl Device {
         private_vm: Option<VmKey>,
         account: &Arc<FileMemory>,
     ) -> Result<Arc<GemObject>, GemError> {
-        let charge = account.charge(Ram::pages_for(size_bytes))?;
+        let charge = account.account().charge(Ram::pages_for(size_bytes))?;
         // An object that may be exported has a memfd of its own (a PRIME
         // fd is a duplicate of it), which the device keeps. A private one
         // is cut from its file's slab (CPU mappings hold the slab's memfd,
@@ -179,9 +205,13 @@ impl Device {
         if !memory.is_exportable() {
             return Ok(None);
         }
-        account.charge_descriptor().map(Some).inspect_err(|error| {
-            tracing::warn!(%error, "GEM object refused: the file's device descriptors are used up");
-        })
+        account
+            .account()
+            .charge_descriptor()
+            .map(Some)
+            .inspect_err(|error| {
+                tracing::warn!(%error, "GEM object refused: the client's device descriptors are used up");
+            })
     }
 
     /// Makes a GEM object of memory another device exported, charged to
@@ -192,7 +222,7 @@ impl Device {
         account: &Arc<FileMemory>,
     ) -> Result<Arc<GemObject>, GemError> {
         let memory = self.ram.adopt(fd)?;
-        let charge = account.charge(memory.len_bytes())?;
+        let charge = account.account().charge(memory.len_bytes())?;
         let descriptor = self.charge_descriptor(&memory, account)?;
         Ok(self.register(memory, GemFlags::empty(), None, charge, descriptor)?)
     }
@@ -387,6 +417,7 @@ impl Device {
             flink_names: Mutex::default(),
             masters: crate::auth::Masters::default(),
             objects: Mutex::new(HashMap::new()),
+            clients: Mutex::new(HashMap::new()),
             capture: Mutex::new(None),
             config,
         });

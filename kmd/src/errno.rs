@@ -227,8 +227,8 @@ impl From<GemError> for Errno {
             | GemError::NoSuchVm { .. }
             | GemError::NoSuchName { .. } => Errno::ENOENT,
             GemError::OutOfMemory(_)
-            | GemError::OverFileLimit { .. }
-            | GemError::OverFileDescriptors { .. } => Errno::ENOMEM,
+            | GemError::OverClientLimit { .. }
+            | GemError::OverClientDescriptors { .. } => Errno::ENOMEM,
         }
     }
 }

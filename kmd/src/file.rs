@@ -523,8 +523,7 @@ impl File {
         device.counters.files.fetch_add(1, Ordering::Relaxed);
         let id = device.next_file_id();
         let memory = Arc::new(crate::gem::FileMemory::new(
-            device.config().file_memory_limit_bytes,
-            device.config().file_descriptor_limit,
+            device.client_account(caller.tgid),
         ));
         File {
             memory,
@@ -597,8 +596,9 @@ impl File {
         &self.device
     }
 
-    /// The GEM memory this file created (or imported) that is still
-    /// allocated, and its limit.
+    /// What this file's objects draw on: its process's account (the GEM
+    /// memory and device descriptors the process's objects hold, and
+    /// their limits) and the file's slabs.
     pub fn memory(&self) -> &crate::gem::FileMemory {
         &self.memory
     }
@@ -1114,7 +1114,7 @@ impl File {
             .device
             .create_object(c.size, flags, private_vm, &self.memory)
             .inspect_err(|error| {
-                if let GemError::OverFileLimit { .. } = error {
+                if let GemError::OverClientLimit { .. } = error {
                     tracing::warn!(file = self.id, %error, "GEM_CREATE refused");
                 }
             })?;

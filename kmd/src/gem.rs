@@ -28,37 +28,37 @@ pub struct VmKey {
     pub vm_id: u32,
 }
 
-/// The GEM memory one DRM file has created, against its limit (a
-/// memory cgroup's job on Linux): one file cannot take all of RAM from
-/// the others. The limit is per file, not per process, and kernel memory
-/// a file causes (page tables, parameter buffers) is not charged. An
-/// object's charge goes when the object does, whoever holds it last.
-/// The file's small private objects are cut from its slabs.
+/// The GEM memory and the device descriptors one client process's
+/// objects hold, against its limits (a memory cgroup's job on Linux, and
+/// the device process's own descriptor limit): one client cannot take all
+/// of RAM, or every descriptor of the device, from the others. Every DRM
+/// file a process opens charges the same account (the process that
+/// opened a file, also when a child it forked uses it); kernel memory a
+/// file causes (page tables, parameter buffers) is not charged. A charge
+/// goes when its object does, whoever holds the object last.
 #[derive(Debug)]
-pub struct FileMemory {
+pub struct ClientAccount {
     used_bytes: std::sync::atomic::AtomicU64,
     limit_bytes: u64,
-    /// Host descriptors the device keeps for the file's objects (each
+    /// Host descriptors the device keeps for the client's objects (each
     /// exportable or imported object's memfd), against their limit.
     descriptors: std::sync::atomic::AtomicU64,
     descriptor_limit: u64,
-    pub(crate) slabs: crate::mem::phys::Slabs,
 }
 
-impl FileMemory {
+impl ClientAccount {
     /// An account with nothing charged, holding at most `limit_bytes` of
     /// objects and `descriptor_limit` objects with a device descriptor.
-    pub fn new(limit_bytes: u64, descriptor_limit: u64) -> FileMemory {
-        FileMemory {
+    pub fn new(limit_bytes: u64, descriptor_limit: u64) -> ClientAccount {
+        ClientAccount {
             used_bytes: std::sync::atomic::AtomicU64::new(0),
             limit_bytes,
             descriptors: std::sync::atomic::AtomicU64::new(0),
             descriptor_limit,
-            slabs: crate::mem::phys::Slabs::default(),
         }
     }
 
-    /// Objects with a device descriptor the file holds now.
+    /// Objects with a device descriptor the client holds now.
     pub fn descriptors(&self) -> u64 {
         self.descriptors.load(Ordering::Relaxed)
     }
@@ -70,7 +70,7 @@ impl FileMemory {
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |used| {
                 (used < self.descriptor_limit).then_some(used + 1)
             })
-            .map_err(|used| GemError::OverFileDescriptors {
+            .map_err(|used| GemError::OverClientDescriptors {
                 used,
                 limit: self.descriptor_limit,
             })?;
@@ -95,7 +95,7 @@ impl FileMemory {
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |used| {
                 used.checked_add(bytes).filter(|&n| n <= self.limit_bytes)
             })
-            .map_err(|used_bytes| GemError::OverFileLimit {
+            .map_err(|used_bytes| GemError::OverClientLimit {
                 requested_bytes: bytes,
                 used_bytes,
                 limit_bytes: self.limit_bytes,
@@ -107,10 +107,35 @@ impl FileMemory {
     }
 }
 
-/// Bytes charged to a file's account, given back on drop.
+/// What one DRM file's objects draw on: its process's account, and the
+/// file's own slabs, from which its small private objects are cut (a CPU
+/// mapping of one holds the slab's memfd, which no other file's objects
+/// share).
+#[derive(Debug)]
+pub struct FileMemory {
+    account: Arc<ClientAccount>,
+    pub(crate) slabs: crate::mem::phys::Slabs,
+}
+
+impl FileMemory {
+    /// The memory of a file that charges `account`.
+    pub fn new(account: Arc<ClientAccount>) -> FileMemory {
+        FileMemory {
+            account,
+            slabs: crate::mem::phys::Slabs::default(),
+        }
+    }
+
+    /// The account of the process that opened the file.
+    pub fn account(&self) -> &Arc<ClientAccount> {
+        &self.account
+    }
+}
+
+/// Bytes charged to a client's account, given back on drop.
 #[derive(Debug)]
 pub(crate) struct Charge {
-    account: Arc<FileMemory>,
+    account: Arc<ClientAccount>,
     bytes: u64,
 }
 
@@ -122,10 +147,10 @@ impl Drop for Charge {
     }
 }
 
-/// A device descriptor charged to a file's account, given back on drop.
+/// A device descriptor charged to a client's account, given back on drop.
 #[derive(Debug)]
 pub(crate) struct DescriptorCharge {
-    account: Arc<FileMemory>,
+    account: Arc<ClientAccount>,
 }
 
 impl Drop for DescriptorCharge {
@@ -382,21 +407,21 @@ pub enum GemError {
     OutOfMemory(#[from] AllocError),
     /// The file's GEM memory would pass its limit.
     #[error(
-        "{requested_bytes} bytes more would pass the file's limit of {limit_bytes} \
+        "{requested_bytes} bytes more would pass the client's limit of {limit_bytes} \
          ({used_bytes} in use)"
     )]
-    OverFileLimit {
+    OverClientLimit {
         /// What was asked for (whole pages).
         requested_bytes: u64,
-        /// What the file's objects hold now.
+        /// What the client's objects hold now.
         used_bytes: u64,
         /// The limit.
         limit_bytes: u64,
     },
-    /// The file's objects already cost the device as many host
-    /// descriptors as one file may (`DeviceConfig::file_descriptor_limit`).
-    #[error("the file's objects hold {used} device descriptors, its limit")]
-    OverFileDescriptors {
+    /// The client's objects already cost the device as many host
+    /// descriptors as one client may (`DeviceConfig::client_descriptor_limit`).
+    #[error("the client's objects hold {used} device descriptors, its limit")]
+    OverClientDescriptors {
         /// Held now.
         used: u64,
         /// The limit.

@@ -93,32 +93,42 @@ fn a_hundred_thousand_private_objects_cost_no_descriptor_each() {
     );
 }
 
-/// One file may hold only so many objects whose memfd the device keeps
-/// (`DeviceConfig::file_descriptor_limit`): past it GEM_CREATE (and the
-/// import of another device's buffer) fail with ENOMEM, the errno Linux gives a GEM_CREATE it cannot
-/// back, while private objects (in slabs) and other files go on.
+/// One client process may hold only so many objects whose memfd the
+/// device keeps (`DeviceConfig::client_descriptor_limit`), whichever of
+/// its files made them: past it GEM_CREATE (and the import of another
+/// device's buffer) fail with ENOMEM, the errno Linux gives a GEM_CREATE
+/// it cannot back, in every file the process opened (a second file is no
+/// way round the cap, as it was when the cap was per file), while private
+/// objects (in slabs) and other processes' files go on.
 #[test_log::test]
-fn a_files_device_descriptors_are_capped_with_enomem() {
+fn a_clients_device_descriptors_are_capped_with_enomem_across_its_files() {
     let config = DeviceConfig {
         keep_object_descriptors: true,
-        file_descriptor_limit: 100,
+        client_descriptor_limit: 100,
         ..DeviceConfig::default()
     };
     let device = TestDevice(common::scripted::boot(1 << 30, config).0);
-    let (file, other) = (device.open(), device.open());
+    let (file, second) = (device.open(), device.open());
+    let other = device.open_for_process(std::process::id() + 1);
     let vm = vm_create(&file);
-    let shared: Vec<u32> = (0..100)
+    let mut shared: Vec<u32> = (0..60)
         .map(|_| gem_create(&file, 16 << 10, 0, 0).unwrap())
         .collect();
+    let theirs_too: Vec<u32> = (0..40)
+        .map(|_| gem_create(&second, 16 << 10, 0, 0).unwrap())
+        .collect();
     assert_eq!(gem_create(&file, 16 << 10, 0, 0), Err(Errno::ENOMEM));
+    assert_eq!(gem_create(&second, 16 << 10, 0, 0), Err(Errno::ENOMEM));
+    assert_eq!(file.memory().account().descriptors(), 100);
+    shared.extend(theirs_too);
     let private = GemFlags::VM_PRIVATE.bits();
     assert!(
         gem_create(&file, 16 << 10, private, vm).is_ok(),
         "slab objects go on"
     );
     let theirs = gem_create(&other, 16 << 10, 0, 0).unwrap();
-    // Importing another file's object of this device makes no new memfd:
-    // the descriptor stays charged to the file that created it.
+    // Importing another client's object of this device makes no new
+    // memfd: the descriptor stays charged to the client that created it.
     let mut export = agx_uapi::drm::PrimeHandle {
         handle: theirs,
         flags: 0,

@@ -456,37 +456,38 @@ proptest! {
     }
 }
 
-/// One file cannot take all of RAM: past its limit GEM_CREATE is ENOMEM,
-/// another file still gets memory, and the charge goes with the object
-/// (not the handle: an object another file imported stays charged).
+/// One client cannot take all of RAM: past its limit GEM_CREATE is
+/// ENOMEM, another client's file still gets memory, and the charge goes
+/// with the object (not the handle: an object another client imported
+/// stays charged).
 #[test]
-fn each_file_has_a_memory_limit_and_objects_give_their_charge_back() {
+fn each_client_has_a_memory_limit_and_objects_give_their_charge_back() {
     const MIB: u64 = 1 << 20;
     let device = TestDevice(
         scripted::boot(
             RAM_BYTES,
             DeviceConfig {
-                file_memory_limit_bytes: 64 * MIB,
+                client_memory_limit_bytes: 64 * MIB,
                 ..DeviceConfig::default()
             },
         )
         .0,
     );
     let greedy = device.open();
-    let other = device.open();
+    let other = device.open_for_process(std::process::id() + 1);
     assert_eq!(
         gem_create(&greedy, RAM_BYTES, 0, 0),
         Err(agx_kmd::Errno::ENOMEM)
     );
     let first = gem_create(&greedy, 48 * MIB, 0, 0).unwrap();
-    assert_eq!(greedy.memory().used_bytes(), 48 * MIB);
+    assert_eq!(greedy.memory().account().used_bytes(), 48 * MIB);
     // 16 KiB rounding counts: 16 MiB + 1 byte is 16 MiB + one page.
     assert_eq!(
         gem_create(&greedy, 16 * MIB + 1, 0, 0),
         Err(agx_kmd::Errno::ENOMEM)
     );
     let second = gem_create(&greedy, 16 * MIB, 0, 0).unwrap();
-    assert_eq!(greedy.memory().used_bytes(), 64 * MIB);
+    assert_eq!(greedy.memory().account().used_bytes(), 64 * MIB);
     assert_eq!(gem_create(&greedy, 1, 0, 0), Err(agx_kmd::Errno::ENOMEM));
     // Another client is not starved.
     gem_create(&other, 64 * MIB, 0, 0).unwrap();
@@ -511,9 +512,9 @@ fn each_file_has_a_memory_limit_and_objects_give_their_charge_back() {
         };
         call(&greedy, drm::DRM_IOCTL_GEM_CLOSE, &mut close).unwrap();
     }
-    assert_eq!(greedy.memory().used_bytes(), 16 * MIB);
+    assert_eq!(greedy.memory().account().used_bytes(), 16 * MIB);
     drop(other);
-    assert_eq!(greedy.memory().used_bytes(), 0);
+    assert_eq!(greedy.memory().account().used_bytes(), 0);
     gem_create(&greedy, 64 * MIB, 0, 0).unwrap();
 }
 

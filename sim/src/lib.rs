@@ -44,11 +44,11 @@ pub struct SystemConfig {
     /// The watchdog's last resort: host time one command may run,
     /// whatever its work.
     pub command_timeout_ms: u32,
-    /// The GEM memory one DRM file may create or import (4 GiB by
-    /// default: half the default RAM, so one file cannot starve the
-    /// others; the limit is per file, and kernel memory is not charged);
-    /// past it, GEM_CREATE fails with `ENOMEM`.
-    pub file_memory_limit_bytes: u64,
+    /// The GEM memory one client process may create or import over all
+    /// the DRM files it opened (4 GiB by default: half the default RAM,
+    /// so one client cannot starve the others; kernel memory is not
+    /// charged); past it, GEM_CREATE fails with `ENOMEM`.
+    pub client_memory_limit_bytes: u64,
     /// Host threads the simulated GPU runs threadgroups on (results do
     /// not depend on it).
     pub gpu_threads: usize,
@@ -57,10 +57,11 @@ pub struct SystemConfig {
     /// `DeviceConfig::keep_object_descriptors`).
     pub keep_object_descriptors: bool,
     /// The objects with a device descriptor (exportable or imported ones)
-    /// one DRM file may hold (`DeviceConfig::file_descriptor_limit`): no
+    /// one client process may hold over all the DRM files it opened
+    /// (`DeviceConfig::client_descriptor_limit`): no
     /// limit by default; the device process sets a quarter of its
     /// descriptor limit.
-    pub file_descriptor_limit: u64,
+    pub client_descriptor_limit: u64,
 }
 
 impl Default for SystemConfig {
@@ -72,12 +73,12 @@ impl Default for SystemConfig {
             tvb_initial_blocks: kmd.tvb_initial_blocks,
             work_budget_units: kmd.work_budget_units,
             command_timeout_ms: kmd.command_timeout_ms,
-            file_memory_limit_bytes: 4 << 30,
+            client_memory_limit_bytes: 4 << 30,
             gpu_threads: std::thread::available_parallelism()
                 .map_or(1, usize::from)
                 .min(4),
             keep_object_descriptors: false,
-            file_descriptor_limit: kmd.file_descriptor_limit,
+            client_descriptor_limit: kmd.client_descriptor_limit,
         }
     }
 }
@@ -131,7 +132,7 @@ impl SystemConfig {
     /// field: `AGX_RAM_BYTES`, `AGX_TVB_POLICY` (`asahi`, `demand` or
     /// `sync`), `AGX_TVB_INITIAL_BLOCKS`, `AGX_WORK_BUDGET_UNITS` (the
     /// watchdog's work budget per submission), `AGX_COMMAND_TIMEOUT_MS`
-    /// (its host-time last resort), `AGX_FILE_MEMORY_LIMIT_BYTES` (the GEM
+    /// (its host-time last resort), `AGX_CLIENT_MEMORY_LIMIT_BYTES` (the GEM
     /// memory one file may hold) and `AGX_GPU_THREADS`. A variable that is
     /// set but does not parse (or is zero where zero is meaningless) is an
     /// error naming it.
@@ -169,14 +170,14 @@ impl SystemConfig {
         if let Some(ms) = env_number("AGX_COMMAND_TIMEOUT_MS", "a number of milliseconds")? {
             config.command_timeout_ms = ms;
         }
-        if let Some(bytes) = env_number("AGX_FILE_MEMORY_LIMIT_BYTES", "a number of bytes")? {
-            config.file_memory_limit_bytes = bytes;
+        if let Some(bytes) = env_number("AGX_CLIENT_MEMORY_LIMIT_BYTES", "a number of bytes")? {
+            config.client_memory_limit_bytes = bytes;
         }
         if let Some(count) = env_number(
-            "AGX_FILE_DESCRIPTOR_LIMIT",
+            "AGX_CLIENT_DESCRIPTOR_LIMIT",
             "a number of device descriptors",
         )? {
-            config.file_descriptor_limit = count;
+            config.client_descriptor_limit = count;
         }
         const THREADS: &str = "a number of threads from 1 to 1024";
         if let Some(threads) = env_number::<usize>("AGX_GPU_THREADS", THREADS)? {
@@ -199,9 +200,9 @@ impl SystemConfig {
             tvb_initial_blocks: self.tvb_initial_blocks,
             work_budget_units: self.work_budget_units,
             command_timeout_ms: self.command_timeout_ms,
-            file_memory_limit_bytes: self.file_memory_limit_bytes,
+            client_memory_limit_bytes: self.client_memory_limit_bytes,
             keep_object_descriptors: self.keep_object_descriptors,
-            file_descriptor_limit: self.file_descriptor_limit,
+            client_descriptor_limit: self.client_descriptor_limit,
         }
     }
 }

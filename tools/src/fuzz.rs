@@ -916,7 +916,7 @@ pub fn fuzz_system() -> Result<System, agx_sim::ProbeError> {
         ram_bytes: 2 << 30,
         work_budget_units: 1 << 20,
         command_timeout_ms: 20_000,
-        file_memory_limit_bytes: 1 << 30,
+        client_memory_limit_bytes: 1 << 30,
         ..agx_sim::SystemConfig::default()
     })
 }

@@ -27,6 +27,17 @@ impl TestDevice {
     pub fn open(&self) -> agx_kmd::File {
         agx_kmd::File::open(&self.0)
     }
+
+    /// Opens a DRM file on it for client process `tgid` (not this one).
+    #[allow(dead_code)] // Not every test binary opens files for others.
+    pub fn open_for_process(&self, tgid: u32) -> agx_kmd::File {
+        let caller = agx_kmd::auth::Caller {
+            tgid,
+            tid: tgid,
+            cap_sys_admin: false,
+        };
+        agx_kmd::File::open_node_as(&self.0, agx_kmd::auth::NodeKind::Render, caller)
+    }
 }
 
 impl std::ops::Deref for TestDevice {

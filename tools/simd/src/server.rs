@@ -197,7 +197,7 @@ fn start(options: &Options) -> Result<Started, ServeError> {
         keep_object_descriptors: true,
         // One client's objects may take a quarter of the device's
         // descriptors, so that one client alone cannot exhaust them.
-        file_descriptor_limit: options.config.file_descriptor_limit.min(descriptors / 4),
+        client_descriptor_limit: options.config.client_descriptor_limit.min(descriptors / 4),
         ..options.config
     };
     let system = Arc::new(System::new(config)?);
