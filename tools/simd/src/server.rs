@@ -2,9 +2,10 @@
 //! any number of processes hold (the protocol is in [`crate::protocol`]).
 //!
 //! Each socket has a thread accepting connections from processes of this
-//! user (checked with `SO_PEERCRED`); each connection that opens a file
-//! has a thread waiting for its close, and each call channel a thread
-//! running its calls one after another, with the caller's memory and
+//! user (checked with `SO_PEERCRED`); a connection that opens a file has a
+//! thread only for the open (one thread waits for every open file's close,
+//! in an epoll set), and each call channel a thread running its calls one
+//! after another, with the caller's memory and
 //! descriptors reached through the channel
 //! ([`agx_kmd::uaccess::UserSpace`]). A call that blocks (a syncobj wait)
 //! holds up only its own channel: the caller's other threads make their
@@ -172,6 +173,7 @@ pub fn serve(
 
 struct Started {
     system: Arc<System>,
+    hangups: Hangups,
     listeners: Vec<Listener>,
     _lock: std::fs::File,
 }
@@ -232,8 +234,10 @@ fn start(options: &Options) -> Result<Started, ServeError> {
             "device: cannot listen on the abstract calls socket"
         ),
     }
+    let hangups = Hangups::new().map_err(io_error("waiting for hangups in", dir))?;
     Ok(Started {
         system,
+        hangups,
         listeners,
         _lock: lock,
     })
@@ -318,7 +322,15 @@ impl Started {
         let server = Arc::new(Server {
             system: self.system,
             files: Mutex::new(HashMap::new()),
+            hangups: self.hangups,
         });
+        {
+            let server = Arc::clone(&server);
+            std::thread::Builder::new()
+                .name("agx-simd-hangups".into())
+                .spawn(move || server.close_hung_up_files())
+                .expect("the device's hangup thread starts with the device");
+        }
         let mut paths = Vec::new();
         for listener in self.listeners {
             let server = Arc::clone(&server);
@@ -401,6 +413,40 @@ struct Server {
     /// Open DRM files, by the identity of the client's end of their
     /// socket (which a request carries).
     files: Mutex<HashMap<Inode, Entry>>,
+    /// Waits for every open file's hangup: one thread for all files, so
+    /// that an open file costs the device no thread.
+    hangups: Hangups,
+}
+
+/// The open files whose hangup (their last client descriptor closed) the
+/// device waits for, in one epoll set.
+struct Hangups {
+    epoll: OwnedFd,
+    watched: Mutex<HashMap<u64, Watched>>,
+    next_token: std::sync::atomic::AtomicU64,
+}
+
+/// A file waiting for its hangup, with what closing it needs.
+struct Watched {
+    inode: Inode,
+    open: Arc<OpenFile>,
+    socket: Arc<OwnedFd>,
+    /// An open file keeps the device from exiting idle.
+    _live: LiveGuard,
+}
+
+impl Hangups {
+    fn new() -> io::Result<Hangups> {
+        Ok(Hangups {
+            epoll: rustix::event::epoll::create(rustix::event::epoll::CreateFlags::CLOEXEC)?,
+            watched: Mutex::new(HashMap::new()),
+            next_token: std::sync::atomic::AtomicU64::new(0),
+        })
+    }
+
+    fn watched(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Watched>> {
+        self.watched.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 /// A DRM file a connection opened.
@@ -506,8 +552,7 @@ impl Server {
         match (node, op) {
             (Some(node), Op::Open) => {
                 let attached = first.fds.into_iter().next();
-                self.open(node, socket, pid, request, attached);
-                drop(guard);
+                self.open(node, socket, pid, request, attached, guard);
             }
             (Some(_), _) | (None, Op::Open) => tracing::warn!(
                 pid,
@@ -628,6 +673,7 @@ impl Server {
         pid: u32,
         request: Request,
         client_end: Option<OwnedFd>,
+        live: LiveGuard,
     ) {
         let Some(inode) = client_end.as_ref().and_then(|fd| identity(fd.as_fd())) else {
             return;
@@ -676,22 +722,94 @@ impl Server {
             );
         }
         tracing::debug!(pid, file = id, ?node, "device: opened");
-        if protocol::send(socket.as_fd(), Answer::new(0, 0).as_bytes(), &[], &[]).is_ok() {
-            hung_up(&socket, None);
+        if protocol::send(socket.as_fd(), Answer::new(0, 0).as_bytes(), &[], &[]).is_err() {
+            self.close(inode, &open);
+            return;
         }
+        // The connection's thread ends here; the hangup thread closes the
+        // file when its last client descriptor goes.
+        let token = self
+            .hangups
+            .next_token
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let mut watched = self.hangups.watched();
+        let added = rustix::event::epoll::add(
+            &self.hangups.epoll,
+            &*socket,
+            rustix::event::epoll::EventData::new_u64(token),
+            // None asked for: a hangup or an error is always reported (the
+            // client's end may have sent bytes that are never read).
+            rustix::event::epoll::EventFlags::empty(),
+        );
+        match added {
+            Ok(()) => {
+                watched.insert(
+                    token,
+                    Watched {
+                        inode,
+                        open,
+                        socket,
+                        _live: live,
+                    },
+                );
+            }
+            Err(error) => {
+                // Without a place in the set (the host's epoll limit), the
+                // file keeps this thread and waits here, as before.
+                drop(watched);
+                tracing::warn!(%error, file = id, "device: a file's hangup waits on a thread of its own");
+                hung_up(&socket, None);
+                self.close(inode, &open);
+            }
+        }
+    }
+
+    /// Closes the file `open` once no process holds it: forgets it, and
+    /// interrupts any request still running there (it has no one to
+    /// answer to).
+    fn close(&self, inode: Inode, open: &Arc<OpenFile>) {
         {
             let mut files = self.files();
             if files
                 .get(&inode)
-                .is_some_and(|entry| Arc::ptr_eq(&entry.open, &open))
+                .is_some_and(|entry| Arc::ptr_eq(&entry.open, open))
             {
                 files.remove(&inode);
             }
         }
-        // The file is closed in every process. A request still running
-        // there has no one to answer to.
         open.running.interrupt_all();
-        tracing::debug!(file = id, "device: closed");
+        tracing::debug!(file = open.file().client_id(), "device: closed");
+    }
+
+    /// The hangup thread: closes each open file when its socket reports
+    /// that every client descriptor of it is gone.
+    fn close_hung_up_files(&self) {
+        use rustix::event::epoll;
+        let mut events: Vec<epoll::Event> = Vec::with_capacity(64);
+        loop {
+            events.clear();
+            match epoll::wait(
+                &self.hangups.epoll,
+                rustix::buffer::spare_capacity(&mut events),
+                None,
+            ) {
+                Ok(_) => {}
+                Err(rustix::io::Errno::INTR) => continue,
+                Err(error) => {
+                    tracing::error!(%error, "device: waiting for hangups failed");
+                    std::thread::sleep(Duration::from_millis(10));
+                    continue;
+                }
+            }
+            for event in &events {
+                let token = event.data.u64();
+                let Some(watched) = self.hangups.watched().remove(&token) else {
+                    continue;
+                };
+                let _ = epoll::delete(&self.hangups.epoll, &*watched.socket);
+                self.close(watched.inode, &watched.open);
+            }
+        }
     }
 }
 
