@@ -293,6 +293,27 @@ fn open_files_cost_the_device_no_thread() {
     run_under_shim(&build_c_client("open_files_client"));
 }
 
+/// A client's call channels (a device thread each) are capped per process
+/// (`AGX_CLIENT_CHANNEL_LIMIT`, here 16): 64 threads waiting on a syncobj
+/// at once all get their timeout (`ETIME`; past the cap a call waits for a
+/// channel another call gives back), and the device grows by at most the
+/// cap's threads, where it grew by one per waiter before.
+#[test]
+fn a_clients_call_channels_are_capped_and_calls_past_the_cap_still_run() {
+    let client = build_c_client("channels_client");
+    let dir = DeviceDir::new();
+    let out = shim_command(&client, Mode::DeviceProcess, &dir)
+        .env("AGX_CLIENT_CHANNEL_LIMIT", "16")
+        .output()
+        .expect("client runs");
+    assert_printed_ok(&out, "channels_client with 16 channels", &dir);
+    assert!(
+        dir.log().contains("refused a call channel"),
+        "the cap was reached: {}",
+        dir.log()
+    );
+}
+
 /// read/poll/write on the DRM file, signals during blocking calls (EINTR
 /// or a restart, by SA_RESTART), and SYNCOBJ_EVENTFD, as Linux gives them.
 #[test]

@@ -322,7 +322,7 @@ impl Client {
                 }
             }
         }
-        let channel = match self.new_channel(file) {
+        let mut channel = match self.new_channel(file) {
             Ok(channel) => channel,
             // At the descriptor limit a call on an open file still works,
             // as on Linux: on a channel another call of this process gives
@@ -332,15 +332,22 @@ impl Client {
             }
             Err(_) => return Err(Errno::ENODEV),
         };
-        protocol::send(channel.as_fd(), request.as_bytes(), argument, &fds)
-            .map_err(|_| Errno::ENODEV)?;
-        match self.converse(file, channel.as_fd(), id, copy_out) {
-            Conversation::Ended(reply) => {
-                self.channels.put(channel);
-                reply
+        loop {
+            if protocol::send(channel.as_fd(), request.as_bytes(), argument, &fds).is_ok() {
+                match self.converse(file, channel.as_fd(), id, copy_out) {
+                    Conversation::Ended(reply) => {
+                        self.channels.put(channel);
+                        return reply;
+                    }
+                    Conversation::Interrupted(reply) => return reply,
+                    Conversation::Unanswered => {}
+                }
             }
-            Conversation::Interrupted(reply) => reply,
-            Conversation::Unanswered => Err(Errno::ENODEV),
+            // Closed before it ran anything: the device refused the
+            // channel (this process has as many as it may), or is going
+            // away. The call goes on a channel another call gives back;
+            // with no other call in flight, there is no device.
+            channel = self.channel_given_back().ok_or(Errno::ENODEV)?;
         }
     }
 
@@ -371,10 +378,11 @@ impl Client {
         }
     }
 
-    /// A channel another call of this process gives back, waited for
-    /// while some call is in flight (it ends: a blocking wait ends at its
-    /// deadline, or when its file goes); `None` when no other call holds
-    /// one, or after a minute.
+    /// A channel another call of this process gives back (at the
+    /// descriptor limit, or at the device's limit of channels per
+    /// client), waited for while some call is in flight (it ends: a
+    /// blocking wait ends at its deadline, or when its file goes); `None`
+    /// when no other call holds one, or after a minute.
     fn channel_given_back(&self) -> Option<OwnedFd> {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
         let mut pause = std::time::Duration::from_micros(50);
@@ -385,7 +393,7 @@ impl Client {
             if self.calls_in_flight.load(Ordering::Acquire) <= 1
                 || std::time::Instant::now() >= deadline
             {
-                tracing::warn!("a call at the descriptor limit found no channel to use");
+                tracing::warn!("a call that could not make a channel found none to use");
                 return None;
             }
             std::thread::sleep(pause);
@@ -486,8 +494,14 @@ impl Client {
             let message = match protocol::recv(channel) {
                 Ok(Some(message)) => message,
                 // The device closed the channel before it said anything:
-                // it never ran the call.
+                // it never ran the call (closed with the request unread,
+                // the channel reads as reset).
                 Ok(None) if !answered && !interrupted => return Conversation::Unanswered,
+                Err(e)
+                    if e.raw_os_error() == Some(libc::ECONNRESET) && !answered && !interrupted =>
+                {
+                    return Conversation::Unanswered
+                }
                 // The device went away.
                 Ok(None) => return Conversation::Interrupted(Err(Errno::ENODEV)),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {

@@ -43,7 +43,16 @@ pub struct Options {
     pub idle_exit: Option<Duration>,
     /// The simulated system.
     pub config: SystemConfig,
+    /// The call channels (each a device thread) one client process may
+    /// have at once; past it a new channel is closed unanswered and the
+    /// client makes its call on one it gives back.
+    pub client_channel_limit: usize,
 }
+
+/// The call channels one client process may have at once by default: a
+/// channel is a device thread, and a client has one per thread calling at
+/// once (and keeps up to eight idle).
+pub const CLIENT_CHANNEL_LIMIT: usize = 256;
 
 /// Why the device could not start.
 #[derive(Debug, thiserror::Error)]
@@ -174,6 +183,7 @@ pub fn serve(
 struct Started {
     system: Arc<System>,
     hangups: Hangups,
+    client_channel_limit: usize,
     listeners: Vec<Listener>,
     _lock: std::fs::File,
 }
@@ -238,6 +248,7 @@ fn start(options: &Options) -> Result<Started, ServeError> {
     Ok(Started {
         system,
         hangups,
+        client_channel_limit: options.client_channel_limit.max(1),
         listeners,
         _lock: lock,
     })
@@ -323,6 +334,8 @@ impl Started {
             system: self.system,
             files: Mutex::new(HashMap::new()),
             hangups: self.hangups,
+            channels: Mutex::new(HashMap::new()),
+            client_channel_limit: self.client_channel_limit,
         });
         {
             let server = Arc::clone(&server);
@@ -391,6 +404,23 @@ fn accept_loop(server: &Arc<Server>, listener: &Listener, live: &Arc<Live>) {
             continue;
         }
         let own_user = peer.uid == uid.as_raw();
+        // A call channel is a thread for as long as the client keeps it:
+        // past its limit the channel is closed unanswered, and the client
+        // makes the call on a channel another of its calls gives back.
+        let slot = match node {
+            Some(_) => None,
+            None => match server.channel_slot(pid) {
+                Some(slot) => Some(slot),
+                None => {
+                    tracing::warn!(
+                        pid,
+                        limit = server.client_channel_limit,
+                        "device: refused a call channel: the client has its limit of them"
+                    );
+                    continue;
+                }
+            },
+        };
         let Some(guard) = live.enter() else {
             continue;
         };
@@ -398,7 +428,10 @@ fn accept_loop(server: &Arc<Server>, listener: &Listener, live: &Arc<Live>) {
         let live = Arc::clone(live);
         let spawned = std::thread::Builder::new()
             .name("agx-simd-conn".into())
-            .spawn(move || server.serve_connection(node, socket, (pid, own_user), guard, &live));
+            .spawn(move || {
+                server.serve_connection(node, socket, (pid, own_user), guard, &live);
+                drop(slot);
+            });
         if let Err(error) = spawned {
             // The connection (moved into the closure) is dropped: its
             // client sees the device hang up and fails the call.
@@ -416,6 +449,47 @@ struct Server {
     /// Waits for every open file's hangup: one thread for all files, so
     /// that an open file costs the device no thread.
     hangups: Hangups,
+    /// Call channels by client process, against the limit.
+    channels: Mutex<HashMap<u32, usize>>,
+    client_channel_limit: usize,
+}
+
+/// One of a client's call channels, counted while its thread serves it.
+struct ChannelSlot {
+    server: Arc<Server>,
+    pid: u32,
+}
+
+impl Server {
+    /// A channel slot for client `pid`, if it has fewer than its limit.
+    fn channel_slot(self: &Arc<Self>, pid: u32) -> Option<ChannelSlot> {
+        let mut channels = self.channels.lock().unwrap_or_else(|e| e.into_inner());
+        let count = channels.entry(pid).or_insert(0);
+        if *count >= self.client_channel_limit {
+            return None;
+        }
+        *count += 1;
+        Some(ChannelSlot {
+            server: Arc::clone(self),
+            pid,
+        })
+    }
+}
+
+impl Drop for ChannelSlot {
+    fn drop(&mut self) {
+        let mut channels = self
+            .server
+            .channels
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if let Some(count) = channels.get_mut(&self.pid) {
+            *count -= 1;
+            if *count == 0 {
+                channels.remove(&self.pid);
+            }
+        }
+    }
 }
 
 /// The open files whose hangup (their last client descriptor closed) the

@@ -74,10 +74,26 @@ fn main() -> ExitCode {
         Ok(config) => config,
         Err(e) => return report(args.detached, &format!("{e}")),
     };
+    let client_channel_limit = match std::env::var("AGX_CLIENT_CHANNEL_LIMIT") {
+        Err(_) => agx_simd::server::CLIENT_CHANNEL_LIMIT,
+        Ok(value) => match value.parse::<usize>() {
+            Ok(limit) if limit >= 1 => limit,
+            _ => {
+                return report(
+                    args.detached,
+                    &format!(
+                        "AGX_CLIENT_CHANNEL_LIMIT={value}: expected a number of call channels \
+                         from 1"
+                    ),
+                )
+            }
+        },
+    };
     let options = agx_simd::server::Options {
         dir: dir.clone(),
         idle_exit: args.idle_exit_ms.map(Duration::from_millis),
         config,
+        client_channel_limit,
     };
     let detached = args.detached;
     let result = agx_simd::server::serve(options, |ready| match ready {
