@@ -5,7 +5,9 @@
 //! for its node, so this module keeps no table of them: any descriptor
 //! whose peer is the device's socket is a DRM file, however this process
 //! came to hold it (`open`, `dup`, inherited across `fork` or `exec`,
-//! received over a socket). The only state is the access mode of the
+//! received over a socket), and so is one whose peer is a node's socket
+//! in another directory, of a device running as this user or root (a file
+//! inherited across a change of user and `exec`). The only state is the access mode of the
 //! files opened or duplicated here, which `write` consults before the
 //! bytes would reach the device (a DRM file refuses writes).
 #![allow(unsafe_code)]
@@ -24,9 +26,25 @@ use crate::tree::{self, Node, NodeKind};
 /// The device-process mode's state.
 pub(crate) struct Remote {
     client: Client,
+    /// Devices of other directories whose DRM files this process holds:
+    /// a file inherited across a change of user and `exec` belongs to the
+    /// old user's device, while the new image looks for its own user's.
+    /// Set once each, without a lock (calls may come from signal
+    /// handlers); a process holding files of more devices than this
+    /// cannot use the rest.
+    foreign: [OnceLock<Client>; FOREIGN_DEVICES],
     /// Access modes of DRM files opened or duplicated in this process.
     modes: Mutex<HashMap<c_int, c_int>>,
 }
+
+/// A DRM file's socket (device, inode), and the device it belongs to.
+pub(crate) struct FileIdentity<'a> {
+    device: &'a Client,
+    socket: (u64, u64),
+}
+
+/// How many other directories' devices a process can reach files of.
+const FOREIGN_DEVICES: usize = 4;
 
 /// The state, made on first use (it only reads the environment).
 pub(crate) fn remote() -> &'static Remote {
@@ -37,6 +55,7 @@ pub(crate) fn remote() -> &'static Remote {
         crate::register_fork_handler();
         Remote {
             client: Client::new(agx_simd::protocol::device_dir(), device_program),
+            foreign: std::array::from_fn(|_| OnceLock::new()),
             modes: Mutex::new(HashMap::new()),
         }
     })
@@ -89,7 +108,34 @@ impl Remote {
 
     /// The node DRM file `fd` was opened through, if it is one.
     pub(crate) fn node_of(&self, fd: c_int) -> Option<&'static Node> {
-        Some(node(self.client.node_of(borrow(fd)?)?))
+        Some(node(self.device_of(borrow(fd)?)?.1))
+    }
+
+    /// The device DRM file `file` belongs to, and the node it was opened
+    /// through, if it is one: this directory's device, or another's whose
+    /// process runs as this process's user or as root (a file inherited
+    /// from before a change of user; any other user's socket named as a
+    /// node is not trusted with this process's calls, whose arguments a
+    /// device reads and writes).
+    fn device_of(&self, file: BorrowedFd<'_>) -> Option<(&Client, NodeKind)> {
+        if let Some(node) = self.client.node_of(file) {
+            return Some((&self.client, node));
+        }
+        let (dir, node) = agx_simd::protocol::device_of_peer(file)?;
+        let device = agx_simd::peer::credentials(file).ok()?;
+        // SAFETY: getuid and geteuid have no preconditions and cannot fail.
+        let (uid, euid) = unsafe { (libc::getuid(), libc::geteuid()) };
+        let trusted = device.uid == 0 || device.uid == uid || device.uid == euid;
+        if !trusted {
+            return None;
+        }
+        for slot in &self.foreign {
+            let client = slot.get_or_init(|| Client::new(dir.clone(), || None));
+            if client.dir() == dir {
+                return Some((client, node));
+            }
+        }
+        None
     }
 
     /// Opens a DRM file through `node` on the device process.
@@ -119,8 +165,8 @@ impl Remote {
     /// `ioctl` on `fd` if it is a DRM file (`None` if not).
     pub(crate) fn ioctl(&self, fd: c_int, request: u64, arg: u64) -> Option<c_int> {
         let file = borrow(fd)?;
-        self.client.node_of(file)?;
-        Some(match self.client.ioctl(file, request, arg) {
+        let (client, _) = self.device_of(file)?;
+        Some(match client.ioctl(file, request, arg) {
             Ok(result) => result,
             Err(errno) => fail(errno.0, -1),
         })
@@ -136,14 +182,14 @@ impl Remote {
         offset: libc::off_t,
     ) -> Option<*mut c_void> {
         let file = borrow(fd)?;
-        self.client.node_of(file)?;
+        let (client, _) = self.device_of(file)?;
         if let Some(errno) = self
             .access_mode_of(fd, true)
             .and_then(|mode| crate::interpose::mmap_access_refusal(mode, prot, flags))
         {
             return Some(fail(errno, libc::MAP_FAILED));
         }
-        let (memfd, within) = match self.client.mmap(file, offset as u64, len as u64) {
+        let (memfd, within) = match client.mmap(file, offset as u64, len as u64) {
             Ok(found) => found,
             Err(errno) => return Some(fail(errno.0, libc::MAP_FAILED)),
         };
@@ -173,8 +219,8 @@ impl Remote {
     /// DRM file `fd`'s access mode and its fdinfo lines.
     pub(crate) fn fdinfo(&self, fd: c_int) -> Option<(c_int, String)> {
         let file = borrow(fd)?;
-        self.client.node_of(file)?;
-        self.client.query(file).ok()
+        let (client, _) = self.device_of(file)?;
+        client.query(file).ok()
     }
 
     /// `SYNC_IOC_FILE_INFO` on `fd` if it is a sync file of the device
@@ -204,17 +250,20 @@ impl Remote {
         })
     }
 
-    /// The identity of DRM file `fd`'s socket, if it is one (for
-    /// [`Remote::closed`]).
-    pub(crate) fn identity(&self, fd: c_int) -> Option<(u64, u64)> {
-        self.node_of(fd)?;
-        crate::interpose::real_identity(fd)
+    /// The identity of DRM file `fd`'s socket, with its device, if it is
+    /// one (for [`Remote::closed`]).
+    pub(crate) fn identity(&self, fd: c_int) -> Option<FileIdentity<'_>> {
+        let (device, _) = self.device_of(borrow(fd)?)?;
+        Some(FileIdentity {
+            device,
+            socket: crate::interpose::real_identity(fd)?,
+        })
     }
 
-    /// A descriptor of the DRM file whose socket is `identity` was closed:
-    /// returns once the device has released the file if it was the last.
-    pub(crate) fn closed(&self, identity: (u64, u64)) {
-        self.client.closed(identity);
+    /// A descriptor of the DRM file `closed` was closed: returns once the
+    /// device has released the file if it was the last.
+    pub(crate) fn closed(&self, closed: FileIdentity<'_>) {
+        closed.device.closed(closed.socket);
     }
 
     /// `fd` was closed.

@@ -482,6 +482,24 @@ pub fn node_of_peer(sockets: &[(NodeKind, PathBuf)], fd: BorrowedFd<'_>) -> Opti
         .map(|&(node, _)| node)
 }
 
+/// The device directory and node of `fd` if it is a DRM file of any
+/// device: a socket connected to a socket named as a node's (`card0`,
+/// `renderD128`). For a file of another directory than a process's own
+/// (one it inherited across a change of user and `exec`, whose new image
+/// looks for its own user's device): its calls go to that directory's
+/// device, on a channel checked to lead to the process at the file's
+/// other end.
+pub fn device_of_peer(fd: BorrowedFd<'_>) -> Option<(PathBuf, NodeKind)> {
+    let peer = rustix::net::getpeername(fd).ok()??;
+    let peer = rustix::net::SocketAddrUnix::try_from(peer).ok()?;
+    let path = peer.path()?;
+    let path = Path::new(std::ffi::OsStr::from_bytes(path.to_bytes()));
+    let node = [NodeKind::Primary, NodeKind::Render]
+        .into_iter()
+        .find(|&node| path.file_name() == socket_path(Path::new(""), node).file_name())?;
+    Some((path.parent()?.to_path_buf(), node))
+}
+
 /// The errno of an I/O error (`EIO` if it has none).
 pub fn errno_of(error: &io::Error) -> i32 {
     error.raw_os_error().unwrap_or(libc::EIO)
