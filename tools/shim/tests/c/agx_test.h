@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/types.h>
 #include <time.h>
 
 /* Fails the client, saying where and with which errno. */
@@ -42,6 +43,23 @@ static inline int64_t seconds_from_now(int s)
     struct timespec now;
     clock_gettime(CLOCK_MONOTONIC, &now);
     return (int64_t)(now.tv_sec + s) * 1000000000 + now.tv_nsec;
+}
+
+/* How many threads process `pid` has now (-1 if it cannot be read). */
+static inline long threads_of(pid_t pid)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+    FILE *status = fopen(path, "r");
+    if (!status)
+        return -1;
+    char line[256];
+    long threads = -1;
+    while (fgets(line, sizeof line, status))
+        if (sscanf(line, "Threads: %ld", &threads) == 1)
+            break;
+    fclose(status);
+    return threads;
 }
 
 #endif

@@ -33,22 +33,6 @@ static void *wait_a_while(void *arg)
     return NULL;
 }
 
-static long threads_of(pid_t pid)
-{
-    char path[64];
-    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
-    FILE *status = fopen(path, "r");
-    if (!status)
-        return -1;
-    char line[256];
-    long threads = -1;
-    while (fgets(line, sizeof line, status))
-        if (sscanf(line, "Threads: %ld", &threads) == 1)
-            break;
-    fclose(status);
-    return threads;
-}
-
 int main(void)
 {
     fd = open("/dev/dri/renderD128", O_RDWR | O_CLOEXEC);
