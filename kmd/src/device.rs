@@ -87,10 +87,9 @@ pub struct DeviceConfig {
     pub keep_object_descriptors: bool,
     /// The objects with a host descriptor of the device's own (each
     /// exportable or imported object's memfd) one client process's files
-    /// may hold together; past
-    /// it, GEM_CREATE and PRIME import fail with `ENOMEM`, so one client
-    /// cannot take every descriptor of the device from the others. No
-    /// limit by default.
+    /// may hold together; past it, GEM_CREATE and PRIME import fail with
+    /// `ENOMEM`, so one client cannot take every descriptor of the device
+    /// from the others. No limit by default.
     pub client_descriptor_limit: u64,
 }
 

@@ -1781,7 +1781,7 @@ fn draws_with_different_output_counts_share_a_pass() {
 }
 
 /// A pipeline of vertex shader `vs` (writing `vertex_outputs` slots) and
-/// [`VARYING_FS`], its varyings bound as `varyings` say.
+/// fragment shader `fs`, its varyings bound as `varyings` say.
 fn varying_pipeline(
     device: &Device,
     vs: &str,
@@ -1832,6 +1832,38 @@ fn draw_triangle(
     image.read_pixels().unwrap()
 }
 
+/// Draws `tri` (window coordinates) into a `size`-square image, cleared
+/// to 0, with `attrs` as each vertex's attribute (which [`VS`]-like
+/// shaders load), `vs` writing `vertex_outputs` slots and `fs` reading
+/// `varying`; returns the pixels.
+fn draw_varying_triangle(
+    size: u32,
+    tri: &[[f32; 2]],
+    attrs: &[[f32; 3]],
+    (vs, fs): (&str, &str),
+    vertex_outputs: u32,
+    varying: Varying,
+) -> Vec<u8> {
+    let device = device();
+    let image = Image::new(&device, size, size, Format::Rgba8Unorm).unwrap();
+    let vb = device
+        .upload(&vertices(size, size, tri, 0.5, attrs), false)
+        .unwrap();
+    let pipe = varying_pipeline(&device, vs, fs, vertex_outputs, vec![varying]);
+    draw_triangle(&device, &image, &pipe, &vb)
+}
+
+/// The upper-left half of a 32x32 image, where every vertex carried
+/// (0, 1, 0.5), drawn with that colour and nothing else.
+fn assert_constant_varying_drawn(pixels: &[u8]) {
+    let at = |x: usize, y: usize| &pixels[4 * (y * 32 + x)..][..4];
+    assert_eq!(at(4, 4), [0, 255, 128, 255]);
+    assert_eq!(at(31, 31), [0; 4], "outside the triangle");
+}
+
+/// The triangle of the 32x32 varying tests.
+const UPPER_LEFT_32: [[f32; 2]; 3] = [[0.0, 0.0], [32.0, 0.0], [0.0, 32.0]];
+
 /// A vertex shader may write output slots past 128: Mesa's
 /// rasterisation shaders for geometry shaders do (piglit's
 /// `gs-output-array-vec4-index-wr`). Here the attributes go to slots
@@ -1850,26 +1882,20 @@ fn varyings_in_output_slots_past_128_reach_the_fragment_shader() {
     st_var 1, r13, 201
     st_var 1, r14, 202
     stop";
-    let device = device();
-    let (w, h) = (32, 32);
-    let image = Image::new(&device, w, h, Format::Rgba8Unorm).unwrap();
-    let tri = [[0.0f32, 0.0], [32.0, 0.0], [0.0, 32.0]];
-    let vb = device
-        .upload(&vertices(w, h, &tri, 0.5, &[[0.0, 1.0, 0.5]]), false)
-        .unwrap();
     let varying = Varying {
         slot: 200,
         components: 3,
         interpolation: Interpolation::Linear,
     };
-    let pipe = varying_pipeline(&device, HIGH_VS, VARYING_FS, 203, vec![varying]);
-    let pixels = draw_triangle(&device, &image, &pipe, &vb);
-    let at = |x: u32, y: u32| {
-        let i = 4 * (y * w + x) as usize;
-        [pixels[i], pixels[i + 1], pixels[i + 2], pixels[i + 3]]
-    };
-    assert_eq!(at(4, 4), [0, 255, 128, 255]);
-    assert_eq!(at(31, 31), [0; 4], "outside the triangle");
+    let pixels = draw_varying_triangle(
+        32,
+        &UPPER_LEFT_32,
+        &[[0.0, 1.0, 0.5]],
+        (HIGH_VS, VARYING_FS),
+        203,
+        varying,
+    );
+    assert_constant_varying_drawn(&pixels);
 }
 
 /// A dynamically indexed varying array reads its coefficient register
@@ -1889,26 +1915,20 @@ fn an_indexed_varying_read_past_the_bound_registers_runs() {
     fadd32 r7, r12, r13
     st_tile r4_r5_r6_r7, u8norm, 0, xyzw, 0, 255, r0, 0
     stop";
-    let device = device();
-    let (w, h) = (32, 32);
-    let image = Image::new(&device, w, h, Format::Rgba8Unorm).unwrap();
-    let tri = [[0.0f32, 0.0], [32.0, 0.0], [0.0, 32.0]];
-    let vb = device
-        .upload(&vertices(w, h, &tri, 0.5, &[[0.0, 1.0, 0.5]]), false)
-        .unwrap();
     let varying = Varying {
         slot: 4,
         components: 3,
         interpolation: Interpolation::Linear,
     };
-    let pipe = varying_pipeline(&device, VS, INDEXED_FS, 7, vec![varying]);
-    let pixels = draw_triangle(&device, &image, &pipe, &vb);
-    let at = |x: u32, y: u32| {
-        let i = 4 * (y * w + x) as usize;
-        [pixels[i], pixels[i + 1], pixels[i + 2], pixels[i + 3]]
-    };
-    assert_eq!(at(4, 4), [0, 255, 128, 255]);
-    assert_eq!(at(31, 31), [0; 4], "outside the triangle");
+    let pixels = draw_varying_triangle(
+        32,
+        &UPPER_LEFT_32,
+        &[[0.0, 1.0, 0.5]],
+        (VS, INDEXED_FS),
+        7,
+        varying,
+    );
+    assert_constant_varying_drawn(&pixels);
 }
 
 /// Two varyings whose vertex values differ by a constant interpolate to
@@ -1933,21 +1953,19 @@ fn varyings_a_constant_apart_interpolate_a_constant_apart() {
     mov_imm r6, 0
     st_tile r4_r5_r6_r7, u8norm, 0, xyzw, 0, 255, r0, 0
     stop";
-    let device = device();
-    let (w, h) = (250u32, 250u32);
-    let image = Image::new(&device, w, h, Format::Rgba8Unorm).unwrap();
-    let tri = [[0.0f32, 0.0], [250.0, 0.0], [250.0, 250.0]];
-    let attrs = [[1.0f32, 8.0, 0.0], [2.0, 9.0, 0.0], [3.0, 10.0, 0.0]];
-    let vb = device
-        .upload(&vertices(w, h, &tri, 0.5, &attrs), false)
-        .unwrap();
     let varying = Varying {
         slot: 4,
         components: 2,
         interpolation: Interpolation::Linear,
     };
-    let pipe = varying_pipeline(&device, VS, DIFFERENCE_FS, 7, vec![varying]);
-    let pixels = draw_triangle(&device, &image, &pipe, &vb);
+    let pixels = draw_varying_triangle(
+        250,
+        &[[0.0, 0.0], [250.0, 0.0], [250.0, 250.0]],
+        &[[1.0, 8.0, 0.0], [2.0, 9.0, 0.0], [3.0, 10.0, 0.0]],
+        (VS, DIFFERENCE_FS),
+        7,
+        varying,
+    );
     let drawn: Vec<&[u8]> = pixels.chunks(4).filter(|p| p[3] == 255).collect();
     assert!(drawn.len() > 30_000, "{} pixels drawn", drawn.len());
     let worst = drawn.iter().map(|p| p[0]).max().unwrap();

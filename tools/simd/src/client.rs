@@ -307,20 +307,24 @@ impl Client {
         let id = next_request_id();
         let fds: Vec<BorrowedFd<'_>> = file.into_iter().chain(attach).collect();
         let request = Request::new(op, id, a, b);
+        // The call on `channel`: its reply, or `None` when the device
+        // closed the channel before it ran anything.
+        let attempt = |channel: OwnedFd| -> Option<Result<Reply, Errno>> {
+            protocol::send(channel.as_fd(), request.as_bytes(), argument, &fds).ok()?;
+            match self.converse(file, channel.as_fd(), id, copy_out) {
+                Conversation::Ended(reply) => {
+                    self.channels.put(channel);
+                    Some(reply)
+                }
+                Conversation::Interrupted(reply) => Some(reply),
+                Conversation::Unanswered => None,
+            }
+        };
         // A kept channel the device has closed (it exited, or is exiting)
         // fails at once, before the device ran anything: then once more on
         // a new connection.
-        if let Some(channel) = self.channels.take() {
-            if protocol::send(channel.as_fd(), request.as_bytes(), argument, &fds).is_ok() {
-                match self.converse(file, channel.as_fd(), id, copy_out) {
-                    Conversation::Ended(reply) => {
-                        self.channels.put(channel);
-                        return reply;
-                    }
-                    Conversation::Interrupted(reply) => return reply,
-                    Conversation::Unanswered => {}
-                }
-            }
+        if let Some(reply) = self.channels.take().and_then(attempt) {
+            return reply;
         }
         let mut channel = match self.new_channel(file) {
             Ok(channel) => channel,
@@ -333,15 +337,8 @@ impl Client {
             Err(_) => return Err(Errno::ENODEV),
         };
         loop {
-            if protocol::send(channel.as_fd(), request.as_bytes(), argument, &fds).is_ok() {
-                match self.converse(file, channel.as_fd(), id, copy_out) {
-                    Conversation::Ended(reply) => {
-                        self.channels.put(channel);
-                        return reply;
-                    }
-                    Conversation::Interrupted(reply) => return reply,
-                    Conversation::Unanswered => {}
-                }
+            if let Some(reply) = attempt(channel) {
+                return reply;
             }
             // Closed before it ran anything: the device refused the
             // channel (this process has as many as it may), or is going

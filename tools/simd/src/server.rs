@@ -181,9 +181,7 @@ pub fn serve(
 }
 
 struct Started {
-    system: Arc<System>,
-    hangups: Hangups,
-    client_channel_limit: usize,
+    server: Arc<Server>,
     listeners: Vec<Listener>,
     _lock: std::fs::File,
 }
@@ -244,11 +242,22 @@ fn start(options: &Options) -> Result<Started, ServeError> {
             "device: cannot listen on the abstract calls socket"
         ),
     }
-    let hangups = Hangups::new().map_err(io_error("waiting for hangups in", dir))?;
-    Ok(Started {
+    let server = Arc::new(Server {
         system,
-        hangups,
+        files: Mutex::new(HashMap::new()),
+        hangups: Hangups::new().map_err(io_error("waiting for hangups in", dir))?,
+        channels: Mutex::new(HashMap::new()),
         client_channel_limit: options.client_channel_limit.max(1),
+    });
+    {
+        let server = Arc::clone(&server);
+        std::thread::Builder::new()
+            .name("agx-simd-hangups".into())
+            .spawn(move || server.close_hung_up_files())
+            .map_err(io_error("starting the hangup thread in", dir))?;
+    }
+    Ok(Started {
+        server,
         listeners,
         _lock: lock,
     })
@@ -330,20 +339,7 @@ fn listen_abstract(name: &[u8]) -> io::Result<OwnedFd> {
 impl Started {
     fn run(self, idle_exit: Option<Duration>) {
         let live = Arc::new(Live::default());
-        let server = Arc::new(Server {
-            system: self.system,
-            files: Mutex::new(HashMap::new()),
-            hangups: self.hangups,
-            channels: Mutex::new(HashMap::new()),
-            client_channel_limit: self.client_channel_limit,
-        });
-        {
-            let server = Arc::clone(&server);
-            std::thread::Builder::new()
-                .name("agx-simd-hangups".into())
-                .spawn(move || server.close_hung_up_files())
-                .expect("the device's hangup thread starts with the device");
-        }
+        let server = self.server;
         let mut paths = Vec::new();
         for listener in self.listeners {
             let server = Arc::clone(&server);

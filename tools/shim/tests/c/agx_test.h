@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/types.h>
 #include <time.h>
 
@@ -43,6 +44,17 @@ static inline int64_t seconds_from_now(int s)
     struct timespec now;
     clock_gettime(CLOCK_MONOTONIC, &now);
     return (int64_t)(now.tv_sec + s) * 1000000000 + now.tv_nsec;
+}
+
+/* The device process serving DRM file `fd` (its socket's peer), or -1 in
+ * the in-process mode, where the file is no socket and there is none. */
+static inline pid_t device_pid(int fd)
+{
+    struct ucred device;
+    socklen_t len = sizeof device;
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &device, &len) != 0)
+        return -1;
+    return device.pid;
 }
 
 /* How many threads process `pid` has now (-1 if it cannot be read). */

@@ -13,7 +13,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 #include <xf86drm.h>
@@ -37,15 +36,14 @@ int main(void)
 {
     fd = open("/dev/dri/renderD128", O_RDWR | O_CLOEXEC);
     CHECK(fd >= 0);
-    struct ucred device;
-    socklen_t len = sizeof device;
-    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &device, &len) != 0) {
+    pid_t device = device_pid(fd);
+    if (device < 0) {
         /* The in-process mode: there is no device process. */
         puts("ok");
         return 0;
     }
     CHECK(drmSyncobjCreate(fd, 0, &syncobj) == 0);
-    long before = threads_of(device.pid);
+    long before = threads_of(device);
     CHECK(before > 0);
     pthread_t threads[WAITERS];
     int results[WAITERS];
@@ -53,7 +51,7 @@ int main(void)
         CHECK(pthread_create(&threads[i], NULL, wait_a_while, &results[i]) == 0);
     struct timespec pause = {.tv_sec = 0, .tv_nsec = 150000000};
     nanosleep(&pause, NULL);
-    long during = threads_of(device.pid);
+    long during = threads_of(device);
     for (int i = 0; i < WAITERS; i++)
         CHECK(pthread_join(threads[i], NULL) == 0);
     for (int i = 0; i < WAITERS; i++) {
