@@ -452,8 +452,9 @@ fn draw_shapes(
     // shader.
     let half = f32::from(SIZE) / 2.0;
     let records = PppRecords {
-        fragment_control: depth_function.map(|_| FragmentControl {
+        fragment_control: Some(FragmentControl {
             stencil_test_enable: stencil.is_some(),
+            pass_type: m.pass_type(fs),
             ..FragmentControl::default()
         }),
         fragment_front_face: depth_function.map(|depth_function| FragmentFace {
@@ -1929,6 +1930,66 @@ fn discarded_pixels_write_neither_colour_nor_depth() {
         assert_eq!(rgb(&m, x, 10), want, "pixel ({x}, 10)");
         assert_eq!(stored_depth(&m, x, 10), if kept { 0.5 } else { 1.0 });
     }
+}
+
+/// COLOUR_FS that also counts its invocations: a device atomic add of 1
+/// to the word at u2_u3.
+const COUNTING_COLOUR_FS: &str = "
+    mov_imm r1, 1
+    atomic add, 0, 0, u2_u3, 0, signed, r1, 1, 1, 1, 1
+    iter r2_r3_r4, cf0, center, 0, 0, 0, 0, 0
+    mov r5, u0
+    st_tile r2_r3_r4_r5, u8norm, 0, xyzw, 0, 255, r0, 0
+    stop";
+
+/// Draws a far red triangle, then a near green one, both covering the
+/// whole target, with COUNTING_COLOUR_FS in pass type `pass_type`;
+/// returns how many times the shader ran and pixel (20, 20).
+fn hidden_pass(pass_type: agx_hw::formats::PassType) -> (u32, [u8; 3]) {
+    const COUNTER: u64 = 0xB_0000;
+    let m = Machine::new(5000);
+    m.poke_u32s(COUNTER, &[0]);
+    coloured(
+        &m,
+        &[
+            covering(0.75, [1.0, 0.0, 0.0]),
+            covering(0.25, [0.0, 1.0, 0.0]),
+        ],
+    );
+    let mut uniforms = vec![1.0f32.to_bits(), 0];
+    uniforms.extend(pair(DATA_VA + COUNTER));
+    let render = depth_pass_with_fs(&m, 2, false, COUNTING_COLOUR_FS, &uniforms);
+    let ppp = PppRecords::walk(&m.peek(m.data, PPP, 0x100)).unwrap().value;
+    let records = PppRecords {
+        fragment_control: Some(FragmentControl {
+            pass_type,
+            ..ppp.fragment_control.unwrap_or_default()
+        }),
+        ..ppp
+    };
+    let mut bytes = Vec::new();
+    records.build(&mut bytes).unwrap();
+    m.poke(m.data, PPP, &bytes);
+    assert_eq!(m.submit(CmdType::Render, render.as_bytes()), None);
+    (m.peek_u32s(COUNTER, 1)[0], rgb(&m, 20, 20))
+}
+
+#[test_log::test]
+fn an_opaque_primitive_hidden_by_a_later_one_is_never_shaded() {
+    // The hidden-surface removal shades each sample once, with the
+    // primitive visible there when the tile is done; the far triangle's
+    // shader never runs, so its side effects never happen (Mesa forces a
+    // late depth test on shaders with side effects for this reason).
+    let pixels = u32::from(SIZE) * u32::from(SIZE);
+    assert_eq!(
+        hidden_pass(agx_hw::formats::PassType::Opaque),
+        (pixels, [0, 255, 0])
+    );
+    // A translucent primitive is shaded in drawing order: both run.
+    assert_eq!(
+        hidden_pass(agx_hw::formats::PassType::Translucent),
+        (2 * pixels, [0, 255, 0])
+    );
 }
 
 #[test_log::test]

@@ -1239,6 +1239,7 @@ impl RenderPass<'_> {
                 fragment_control: Some(FragmentControl {
                     stencil_test_enable: stencil.is_some(),
                     scissor_enable: true,
+                    pass_type: pipeline.fragment.pass_type(),
                     ..FragmentControl::default()
                 }),
                 fragment_front_face: Some(face),

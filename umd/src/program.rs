@@ -28,6 +28,7 @@ pub struct Shader {
     code_bytes: usize,
     registers: u32,
     source: String,
+    pass_type: agx_hw::formats::PassType,
 }
 
 impl Shader {
@@ -49,6 +50,7 @@ impl Shader {
         buffer.write(0, &code)?;
         Ok(Shader {
             code_bytes: code.len(),
+            pass_type: agx_hw::isa::fragment_pass_type(&code),
             registers: registers_used(source),
             source: source.to_owned(),
             buffer,
@@ -74,6 +76,12 @@ impl Shader {
     /// the hardware's granule of 8).
     pub fn registers(&self) -> u32 {
         self.registers
+    }
+
+    /// The pass type the code needs as a fragment shader: what the
+    /// hidden-surface removal may do with it (`hw::isa::fragment_pass_type`).
+    pub fn pass_type(&self) -> agx_hw::formats::PassType {
+        self.pass_type
     }
 
     /// The source it was assembled from.

@@ -7,7 +7,9 @@
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use agx_fwif::messages::{FaultUnit, RenderPass, TvbInfo};
-use agx_hw::formats::{FragmentFace, FragmentStencil, VisibilityMode, ZlsControl, ZlsFormat};
+use agx_hw::formats::{
+    FragmentFace, FragmentStencil, PassType, VisibilityMode, ZlsControl, ZlsFormat,
+};
 
 use super::depth::{depth_test, stencil_test_early, DepthAdjust};
 use super::program::{fragment_setup, program, run_tile_program, FragmentSetup, TileState};
@@ -170,6 +172,7 @@ pub(crate) fn render_scene(
         pending: Vec::new(),
         pending_stencil: Vec::new(),
         coverage: Vec::new(),
+        tags: Vec::new(),
         helper: StageHelper::new(helper, next_core.fetch_add(1, Ordering::Relaxed), vm_slot),
     };
     run_items_then(
@@ -229,8 +232,36 @@ pub(super) struct Worker {
     pub(super) pending_stencil: Vec<Option<u8>>,
     /// Per pixel of the tile: the samples the program being run covers.
     pub(super) coverage: Vec<u32>,
+    /// Per sample of the tile: the deferred opaque primitive visible there
+    /// (an index into the tile's deferred list), or [`NO_TAG`].
+    pub(super) tags: Vec<u32>,
     /// The core's helper program (stacks for programs with a spill size).
     pub(super) helper: StageHelper,
+}
+
+/// A sample no deferred primitive is visible at.
+const NO_TAG: u32 = u32::MAX;
+
+/// An opaque primitive whose shading waits for the hidden-surface
+/// removal: its shader runs, once, at the samples it is still visible at
+/// when the tile's tags are resolved.
+struct Deferred {
+    setup: std::sync::Arc<FragmentSetup>,
+    coefficients: Vec<Coefficient>,
+    face: Option<FragmentFace>,
+    back_facing: bool,
+}
+
+/// Whether a primitive's shading may wait for the hidden-surface removal:
+/// its pass type is opaque (the driver promises the shader neither reads
+/// the tilebuffer nor writes a sample mask) and the shader does not write
+/// depth or stencil, so the depth and stencil tests finish before it runs
+/// and a later primitive passing them at a sample replaces it there.
+fn deferrable(setup: &FragmentSetup) -> bool {
+    setup.binding.is_some()
+        && !setup.writes_depth
+        && !setup.writes_stencil
+        && setup.ppp.fragment_control.unwrap_or_default().pass_type == PassType::Opaque
 }
 
 impl Pass<'_> {
@@ -375,6 +406,65 @@ impl Pass<'_> {
         w.pending_stencil.resize(pixel_count * samples, None);
         w.coverage.clear();
         w.coverage.resize(pixel_count, full);
+        w.tags.clear();
+        w.tags.resize(pixel_count * samples, NO_TAG);
+        // Resolving the tags: each deferred primitive's shader runs once
+        // over the pixels where it is still visible, with the samples it
+        // is visible at as their coverage, in drawing order.
+        let resolve = |w: &mut Worker, deferred: &mut Vec<Deferred>| -> Result<(), EngineResult> {
+            if deferred.is_empty() {
+                return Ok(());
+            }
+            let mut visible: Vec<Vec<(u32, u32)>> = vec![Vec::new(); deferred.len()];
+            for pixel in 0..pixel_count {
+                let tags = &w.tags[pixel * samples..(pixel + 1) * samples];
+                let mut seen = NO_TAG;
+                for &tag in tags {
+                    // Samples of one pixel usually share their tag.
+                    if tag != NO_TAG && tag != seen {
+                        seen = tag;
+                        let xy = ((pixel as u32) % tile_w, (pixel as u32) / tile_w);
+                        let list = &mut visible[tag as usize];
+                        if list.last() != Some(&xy) {
+                            list.push(xy);
+                        }
+                    }
+                }
+            }
+            for (index, (primitive, pixels)) in deferred.iter().zip(&visible).enumerate() {
+                if pixels.is_empty() {
+                    continue;
+                }
+                for &(x, y) in pixels {
+                    let pixel = (y * tile_w + x) as usize;
+                    w.coverage[pixel] = w.tags[pixel * samples..(pixel + 1) * samples]
+                        .iter()
+                        .enumerate()
+                        .filter(|&(_, &tag)| tag == index as u32)
+                        .fold(0, |mask, (s, _)| mask | 1 << s);
+                }
+                if let Some(shader) = &primitive.setup.binding {
+                    run(
+                        w,
+                        shader,
+                        pixels,
+                        &primitive.coefficients,
+                        true,
+                        (primitive.face, None, false),
+                        primitive.back_facing,
+                    )?;
+                }
+                // An opaque shader kills nothing (its depth is written
+                // already); a sample mask it writes anyway drops colour.
+                for &(x, y) in pixels {
+                    w.killed[(y * tile_w + x) as usize] = 0;
+                }
+            }
+            w.tags.fill(NO_TAG);
+            deferred.clear();
+            Ok(())
+        };
+        let mut deferred: Vec<Deferred> = Vec::new();
         run(w, &self.bg, &all, &[], true, (None, None, false), false)?;
         // The background program does not discard.
         w.killed.fill(0);
@@ -448,6 +538,13 @@ impl Pass<'_> {
             let Some(entry) = w.shaders.get(&state).cloned() else {
                 continue;
             };
+            // A primitive shaded in drawing order (translucent, punch
+            // through, writing depth or stencil) first has the deferred
+            // ones under it shaded.
+            let defer = deferrable(&entry);
+            if !defer && entry.binding.is_some() {
+                resolve(w, &mut deferred)?;
+            }
             let FragmentSetup {
                 binding: shader,
                 ppp,
@@ -544,7 +641,26 @@ impl Pass<'_> {
             }
             // With tag writes disabled no shader runs: the depth and
             // stencil results of the tests above are written as they are.
-            if let Some(shader) = shader {
+            // An opaque primitive's shader waits: its samples that passed
+            // are tagged with it, replacing the tags of what it hides.
+            if let (Some(_), true) = (shader, defer) {
+                let coefficients =
+                    setup_coefficients(&vm, self.usc_exec_base, ppp, &vertices, extras)?;
+                let tag = deferred.len() as u32;
+                for &(x, y) in &covered {
+                    let pixel = (y * tile_w + x) as usize;
+                    let mask = w.coverage[pixel];
+                    for s in (0..samples).filter(|s| mask & (1 << s) != 0) {
+                        w.tags[pixel * samples + s] = tag;
+                    }
+                }
+                deferred.push(Deferred {
+                    setup: std::sync::Arc::clone(&entry),
+                    coefficients,
+                    face,
+                    back_facing,
+                });
+            } else if let Some(shader) = shader {
                 let coefficients =
                     setup_coefficients(&vm, self.usc_exec_base, ppp, &vertices, extras)?;
                 run(
@@ -567,6 +683,15 @@ impl Pass<'_> {
                     _ => None,
                 }
             });
+            // Nothing to count, write or clear: a deferred primitive with
+            // depth writes, the stencil test and queries off.
+            let pends = *shader_writes_depth
+                || *shader_writes_stencil
+                || stencil.is_some()
+                || face.is_some_and(|f| !f.disable_depth_write);
+            if query.is_none() && !pends && defer {
+                continue;
+            }
             let mut passed = 0u64;
             for &(x, y) in &covered {
                 let pixel = (y * tile_w + x) as usize;
@@ -595,6 +720,7 @@ impl Pass<'_> {
                 entry.0 += passed;
             }
         }
+        resolve(w, &mut deferred)?;
         self.zls_planes.store(&vm, &w.tile, (tx, ty), layer)?;
         w.coverage.fill(full);
         run(

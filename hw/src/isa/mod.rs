@@ -188,3 +188,35 @@ pub struct AsmError {
 
 #[cfg(test)]
 mod tests;
+
+/// The pass type a fragment program needs, as Mesa's linker
+/// (`agx_linker.c`) chooses it from what its compiler reports: a program
+/// that reads the tilebuffer (`ld_tile`: blending, logic ops, colour
+/// masks, framebuffer fetch) is translucent, one that writes a sample
+/// mask (`sample_mask`: discard, alpha to coverage) punches through, one
+/// that does both is translucent punch through, any other is opaque and
+/// the hidden-surface removal may skip it where a later primitive covers
+/// it. `code` is scanned instruction by instruction to its end or to the
+/// first bytes no form decodes.
+pub fn fragment_pass_type(code: &[u8]) -> crate::formats::PassType {
+    use crate::formats::PassType;
+    let (mut reads_tilebuffer, mut writes_sample_mask) = (false, false);
+    let mut at = 0;
+    while at < code.len() {
+        let Ok(decoded) = decode(&code[at..]) else {
+            break;
+        };
+        match decoded.instr.op {
+            Op::LdTile => reads_tilebuffer = true,
+            Op::SampleMask => writes_sample_mask = true,
+            _ => {}
+        }
+        at += decoded.length_bytes;
+    }
+    match (reads_tilebuffer, writes_sample_mask) {
+        (true, true) => PassType::TranslucentPunchThrough,
+        (true, false) => PassType::Translucent,
+        (false, true) => PassType::PunchThrough,
+        (false, false) => PassType::Opaque,
+    }
+}

@@ -169,6 +169,28 @@ const KNOWN: &[(&str, &str)] = &[
 ];
 
 #[test]
+fn a_fragment_programs_pass_type_follows_what_it_does_with_the_tile() {
+    use crate::formats::PassType;
+    let store = "st_tile r4_r5_r6_r7, u8norm, 0, xyzw, 0, 255, r0, 0\n";
+    let load = "ld_tile r8_r9_r10_r11, u8norm, 0, xyzw, 0, 255, r0, 0\nwait 0\n";
+    let kill = "sample_mask 0, 0\n";
+    for (body, want) in [
+        (store.to_owned(), PassType::Opaque),
+        (format!("{load}{store}"), PassType::Translucent),
+        (format!("{kill}{store}"), PassType::PunchThrough),
+        (
+            format!("{kill}{load}{store}"),
+            PassType::TranslucentPunchThrough,
+        ),
+        // After the stop too: the whole code is the program.
+        (format!("{store}stop\n{load}"), PassType::Translucent),
+    ] {
+        let code = assemble(&format!("{body}stop"), 0).unwrap();
+        assert_eq!(fragment_pass_type(&code), want, "{body}");
+    }
+}
+
+#[test]
 fn known_encodings_decode_print_and_assemble() {
     for (bytes_hex, text) in KNOWN {
         let bytes = hex(bytes_hex);

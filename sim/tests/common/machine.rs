@@ -42,6 +42,9 @@ pub struct Machine {
     pub queue: u32,
     pub data: u32,
     pub usc: u32,
+    /// The pass type each fragment program placed by [`Machine::program`]
+    /// needs, by pipeline offset (`agx_hw::isa::fragment_pass_type`).
+    pass_types: std::sync::Mutex<std::collections::HashMap<u64, agx_hw::formats::PassType>>,
 }
 
 impl Machine {
@@ -86,7 +89,19 @@ impl Machine {
             queue: c.queue_id,
             data,
             usc,
+            pass_types: Default::default(),
         }
+    }
+
+    /// The pass type the program at `pipeline` needs as a fragment shader,
+    /// as Mesa's linker chooses it.
+    pub fn pass_type(&self, pipeline: u64) -> agx_hw::formats::PassType {
+        self.pass_types
+            .lock()
+            .unwrap()
+            .get(&pipeline)
+            .copied()
+            .unwrap_or(agx_hw::formats::PassType::Opaque)
     }
 
     pub fn poke(&self, handle: u32, offset: u64, bytes: &[u8]) {
@@ -164,6 +179,10 @@ impl Machine {
     ) -> u64 {
         let code = agx_hw::isa::text::assemble(source, USC_BASE + code_offset).unwrap();
         self.poke(self.usc, code_offset, &code);
+        self.pass_types
+            .lock()
+            .unwrap()
+            .insert(pipeline_offset, agx_hw::isa::fragment_pass_type(&code));
         self.poke_u32s(uniform_offset, uniforms);
         let mut words = Vec::new();
         words.extend(
