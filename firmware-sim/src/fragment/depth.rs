@@ -113,6 +113,15 @@ pub(super) fn depth_test(
     let Some(face) = face else {
         return;
     };
+    // Nothing to test or write (Mesa's state with the depth test off):
+    // every covered sample passes as it is.
+    if face.depth_function == ZsFunc::Always
+        && face.disable_depth_write
+        && stencil.is_none()
+        && !defer
+    {
+        return;
+    }
     let z = plane(std::array::from_fn(|v| {
         (
             f64::from(vertices[v][0]),
