@@ -299,7 +299,23 @@ pub fn drop_queued(socket: BorrowedFd<'_>) {
 }
 
 fn recv_with(socket: BorrowedFd<'_>, flags: RecvFlags) -> io::Result<Option<Message>> {
-    let mut bytes = vec![0u8; MAX_MESSAGE_BYTES];
+    // The next message's length first (a peek with MSG_TRUNC returns the
+    // whole length of a packet; without room for control data it installs
+    // none of the descriptors the message carries), so the buffer is what
+    // the message needs: zeroing the largest message's 64 KiB twice a
+    // round trip cost more than the extra system call.
+    let length = {
+        let mut probe = [0u8; 1];
+        let mut iov = [IoSliceMut::new(&mut probe)];
+        rustix::net::recvmsg(
+            socket,
+            &mut iov,
+            &mut RecvAncillaryBuffer::default(),
+            RecvFlags::PEEK | RecvFlags::TRUNC | flags,
+        )?
+        .bytes
+    };
+    let mut bytes = vec![0u8; length.clamp(1, MAX_MESSAGE_BYTES)];
     let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
     let mut control = RecvAncillaryBuffer::new(&mut space);
     let received = {
