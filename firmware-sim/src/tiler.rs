@@ -352,6 +352,27 @@ pub fn parse_ppp(vm: &GpuVm<'_>, address: u64) -> Result<PppState, EngineResult>
     Ok(PppState::of(&records))
 }
 
+/// A state's two fragment-control words as one, their bits ORed. Mesa
+/// writes the rasteriser's state (scissor, stencil, depth bias, occlusion
+/// query) in the first and the linked fragment shader's (pass type, tag
+/// writes, triangle merging) in the second, noting that rasteriser discard
+/// takes effect reliably only there (`agx_state.c`). How the hardware
+/// combines them is not public; an OR is what the pass type's encoding
+/// suggests (translucent bit 0 and punch through bit 1: translucent punch
+/// through is both).
+fn merged_fragment_control(records: &PppRecords) -> Option<FragmentControl> {
+    match (records.fragment_control, records.fragment_control_2) {
+        (Some(first), Some(second)) => {
+            let (Ok(a), Ok(b)) = (first.pack(), second.pack()) else {
+                return Some(first);
+            };
+            let word = u32::from_le_bytes(a) | u32::from_le_bytes(b);
+            Some(FragmentControl::unpack(&word.to_le_bytes()).value)
+        }
+        (first, second) => first.or(second),
+    }
+}
+
 impl PppState {
     /// The viewport index vertex `v` names: the high 16 bits of its
     /// layer-and-viewport output (0 without one).
@@ -376,7 +397,7 @@ impl PppState {
     pub fn of(records: &PppRecords) -> PppState {
         let fragment_shader = records.fragment_shader.as_ref();
         PppState {
-            fragment_control: records.fragment_control,
+            fragment_control: merged_fragment_control(records),
             occlusion_query: records.occlusion_query.map(|q| q.index),
             front_face: records.fragment_front_face,
             back_face: records.fragment_back_face,

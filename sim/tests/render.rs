@@ -1943,9 +1943,11 @@ const COUNTING_COLOUR_FS: &str = "
     stop";
 
 /// Draws a far red triangle, then a near green one, both covering the
-/// whole target, with COUNTING_COLOUR_FS in pass type `pass_type`;
-/// returns how many times the shader ran and pixel (20, 20).
-fn hidden_pass(pass_type: agx_hw::formats::PassType) -> (u32, [u8; 3]) {
+/// whole target, with COUNTING_COLOUR_FS in pass type `pass_type` (in
+/// the second fragment-control word, as Mesa gives the shader's, if
+/// `second_word`); returns how many times the shader ran and pixel
+/// (20, 20).
+fn hidden_pass(pass_type: agx_hw::formats::PassType, second_word: bool) -> (u32, [u8; 3]) {
     const COUNTER: u64 = 0xB_0000;
     let m = Machine::new(5000);
     m.poke_u32s(COUNTER, &[0]);
@@ -1960,12 +1962,27 @@ fn hidden_pass(pass_type: agx_hw::formats::PassType) -> (u32, [u8; 3]) {
     uniforms.extend(pair(DATA_VA + COUNTER));
     let render = depth_pass_with_fs(&m, 2, false, COUNTING_COLOUR_FS, &uniforms);
     let ppp = PppRecords::walk(&m.peek(m.data, PPP, 0x100)).unwrap().value;
-    let records = PppRecords {
-        fragment_control: Some(FragmentControl {
-            pass_type,
-            ..ppp.fragment_control.unwrap_or_default()
-        }),
-        ..ppp
+    let control = ppp.fragment_control.unwrap_or_default();
+    let records = if second_word {
+        PppRecords {
+            fragment_control: Some(FragmentControl {
+                pass_type: agx_hw::formats::PassType::Opaque,
+                ..control
+            }),
+            fragment_control_2: Some(FragmentControl {
+                pass_type,
+                ..FragmentControl::default()
+            }),
+            ..ppp
+        }
+    } else {
+        PppRecords {
+            fragment_control: Some(FragmentControl {
+                pass_type,
+                ..control
+            }),
+            ..ppp
+        }
     };
     let mut bytes = Vec::new();
     records.build(&mut bytes).unwrap();
@@ -1980,16 +1997,21 @@ fn an_opaque_primitive_hidden_by_a_later_one_is_never_shaded() {
     // primitive visible there when the tile is done; the far triangle's
     // shader never runs, so its side effects never happen (Mesa forces a
     // late depth test on shaders with side effects for this reason).
+    use agx_hw::formats::PassType;
     let pixels = u32::from(SIZE) * u32::from(SIZE);
-    assert_eq!(
-        hidden_pass(agx_hw::formats::PassType::Opaque),
-        (pixels, [0, 255, 0])
-    );
+    assert_eq!(hidden_pass(PassType::Opaque, false), (pixels, [0, 255, 0]));
     // A translucent primitive is shaded in drawing order: both run.
     assert_eq!(
-        hidden_pass(agx_hw::formats::PassType::Translucent),
+        hidden_pass(PassType::Translucent, false),
         (2 * pixels, [0, 255, 0])
     );
+    // Mesa's layout: the rasteriser's word says opaque, the shader's
+    // second word the pass type; the two words act as one.
+    assert_eq!(
+        hidden_pass(PassType::Translucent, true),
+        (2 * pixels, [0, 255, 0])
+    );
+    assert_eq!(hidden_pass(PassType::Opaque, true), (pixels, [0, 255, 0]));
 }
 
 #[test_log::test]
