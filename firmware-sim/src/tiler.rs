@@ -339,9 +339,6 @@ pub struct PppState {
     pub primitive_id: bool,
     /// Primitives are discarded after vertex shading.
     pub rasterizer_discard: bool,
-    /// No fragment shader runs (`FragmentControl::tag_write_disable`, in
-    /// either fragment-control record): depth and stencil only.
-    pub tag_write_disable: bool,
 }
 
 /// Reads a PPP state: a header whose present bits say which records
@@ -432,12 +429,6 @@ impl PppState {
             primitive_id: records.cull_2.is_some_and(|c| c.needs_primitive_id),
             rasterizer_discard: records.cull.is_some_and(|c| c.rasterizer_discard)
                 || records.cull_2.is_some_and(|c| c.rasterizer_discard),
-            tag_write_disable: records
-                .fragment_control
-                .is_some_and(|c| c.tag_write_disable)
-                || records
-                    .fragment_control_2
-                    .is_some_and(|c| c.tag_write_disable),
         }
         .with_output_layout(records)
     }

@@ -377,7 +377,7 @@ fn fragment_shader(
     // Tag writes disabled: no fragment shader runs, whatever record an
     // earlier update left (Mesa leaves the record out for shaders that
     // write nothing).
-    if ppp.tag_write_disable {
+    if ppp.fragment_control.is_some_and(|c| c.tag_write_disable) {
         return Ok((None, ppp));
     }
     let Some(pipeline) = ppp.fragment_pipeline else {
