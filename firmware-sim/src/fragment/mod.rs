@@ -14,7 +14,7 @@
 //!
 //! Modelled: the tilebuffer with every element format `st_tile`/`ld_tile`
 //! use, rasterisation with multisampling at the pass's sample positions,
-//! depth and stencil tests, ZLS loads and stores, texturing, `bg`/`eot`
+//! depth and stencil tests, hidden-surface removal of opaque primitives, ZLS loads and stores, texturing, `bg`/`eot`
 //! programs run per tile through their USC control words, and block
 //! stores to linear and twiddled images. Every memory access goes through
 //! the VM's page tables.

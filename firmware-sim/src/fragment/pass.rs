@@ -1,8 +1,9 @@
 //! The per-tile pass: every tile of every layer of a render pass, on as
 //! many host threads as the simulator has workers. One tile: depth and
 //! stencil in, the background program, each binned primitive rasterised,
-//! depth-tested and shaded, depth and stencil out, the end-of-tile
-//! program.
+//! depth-tested and shaded (an opaque one only where it is still visible
+//! when the hidden-surface removal resolves the tile's tags), depth and
+//! stencil out, the end-of-tile program.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
