@@ -24,6 +24,27 @@ use crate::protocol::{self, Answer, Call, CallOp, Op, Request, MAX_PAYLOAD_BYTES
 /// device answers.
 const INTERRUPT_REPEAT: Duration = Duration::from_millis(20);
 
+/// How long a call polls for its answer before it blocks (see
+/// [`protocol::recv_spinning`]): a trivial ioctl's round trip fits.
+const ANSWER_SPIN: Duration = Duration::from_micros(50);
+
+/// How long call `(op, a)` polls for its answer: not at all for the
+/// syncobj waits, the calls a signal interrupts (the kernel's wait is
+/// interruptible; a handler without `SA_RESTART` that ran while the call
+/// polled would not interrupt the blocking receive that follows).
+fn answer_spin(op: Op, a: u64) -> Duration {
+    use agx_uapi::drm::{DRM_IOCTL_SYNCOBJ_TIMELINE_WAIT, DRM_IOCTL_SYNCOBJ_WAIT};
+    let waits = op == Op::Ioctl
+        && [DRM_IOCTL_SYNCOBJ_WAIT, DRM_IOCTL_SYNCOBJ_TIMELINE_WAIT]
+            .iter()
+            .any(|&wait| u64::from(wait) == a & 0xFFFF_FFFF);
+    if waits {
+        Duration::ZERO
+    } else {
+        ANSWER_SPIN
+    }
+}
+
 /// How long a client waits for a device process it started.
 pub const START_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -311,7 +332,7 @@ impl Client {
         // closed the channel before it ran anything.
         let attempt = |channel: OwnedFd| -> Option<Result<Reply, Errno>> {
             protocol::send(channel.as_fd(), request.as_bytes(), argument, &fds).ok()?;
-            match self.converse(file, channel.as_fd(), id, copy_out) {
+            match self.converse(file, channel.as_fd(), (id, answer_spin(op, a)), copy_out) {
                 Conversation::Ended(reply) => {
                     self.channels.put(channel);
                     Some(reply)
@@ -467,7 +488,8 @@ impl Client {
 }
 
 impl Client {
-    /// Answers the device's calls on `channel` until request `id` is done;
+    /// Answers the device's calls on `channel` until request `id` is done,
+    /// polling for each message for up to `spin` before blocking;
     /// the result's payload is written at `copy_out` if given (an ioctl's
     /// argument, copied out whatever the result, as `drm_ioctl` does; a
     /// fault there is the call's `EFAULT`).
@@ -475,7 +497,7 @@ impl Client {
         &self,
         file: Option<BorrowedFd<'_>>,
         channel: BorrowedFd<'_>,
-        id: u64,
+        (id, spin): (u64, Duration),
         copy_out: Option<u64>,
     ) -> Conversation {
         let mut interrupted = false;
@@ -488,7 +510,8 @@ impl Client {
             }
         };
         loop {
-            let message = match protocol::recv(channel) {
+            let spin = if interrupted { Duration::ZERO } else { spin };
+            let message = match protocol::recv_spinning(channel, spin) {
                 Ok(Some(message)) => message,
                 // The device closed the channel before it said anything:
                 // it never ran the call (closed with the request unread,
@@ -694,5 +717,29 @@ fn connect_to(address: &rustix::net::SocketAddrUnix) -> io::Result<OwnedFd> {
             Err(e) => return Err(e.into()),
             Ok(()) => return Ok(socket),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use agx_uapi::drm::{
+        DRM_IOCTL_GET_CAP, DRM_IOCTL_SYNCOBJ_TIMELINE_WAIT, DRM_IOCTL_SYNCOBJ_WAIT,
+    };
+
+    #[test]
+    fn calls_a_signal_interrupts_block_at_once_and_others_poll_first() {
+        for wait in [DRM_IOCTL_SYNCOBJ_WAIT, DRM_IOCTL_SYNCOBJ_TIMELINE_WAIT] {
+            assert_eq!(answer_spin(Op::Ioctl, u64::from(wait)), Duration::ZERO);
+        }
+        assert_eq!(
+            answer_spin(Op::Ioctl, u64::from(DRM_IOCTL_GET_CAP)),
+            ANSWER_SPIN
+        );
+        // The same number as another operation's argument is not a wait.
+        assert_eq!(
+            answer_spin(Op::Query, u64::from(DRM_IOCTL_SYNCOBJ_WAIT)),
+            ANSWER_SPIN
+        );
     }
 }

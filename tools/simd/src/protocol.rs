@@ -343,6 +343,28 @@ fn recv_with(socket: BorrowedFd<'_>, flags: RecvFlags) -> io::Result<Option<Mess
     Ok(Some(Message { bytes, fds }))
 }
 
+/// [`recv`], polling for up to `spin` first. A call's answer (and a
+/// client's next call) usually comes within microseconds; a thread that
+/// blocks at once gives its core up, and on a virtual machine an idle
+/// core's wakeup costs tens of microseconds on each side of a round trip.
+pub fn recv_spinning(
+    socket: BorrowedFd<'_>,
+    spin: std::time::Duration,
+) -> io::Result<Option<Message>> {
+    let start = std::time::Instant::now();
+    loop {
+        match recv_with(socket, RecvFlags::DONTWAIT) {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                if start.elapsed() >= spin {
+                    return recv(socket);
+                }
+                std::hint::spin_loop();
+            }
+            other => return other,
+        }
+    }
+}
+
 /// [`recv`], retrying interrupted receives.
 pub fn recv_retrying(socket: BorrowedFd<'_>) -> io::Result<Option<Message>> {
     loop {

@@ -54,6 +54,10 @@ pub struct Options {
 /// once (and keeps up to eight idle).
 pub const CLIENT_CHANNEL_LIMIT: usize = 256;
 
+/// How long a channel's thread polls for the client's next call before it
+/// blocks (see [`protocol::recv_spinning`]): Mesa's calls come in bursts.
+const NEXT_CALL_SPIN: std::time::Duration = std::time::Duration::from_micros(50);
+
 /// Why the device could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
@@ -668,8 +672,14 @@ impl Server {
             let argument = message.payload::<Request>().to_vec();
             self.call(&channel, pid, (request, argument), op, attached);
             drop(guard.take());
-            message = match protocol::recv_retrying(channel.as_fd()) {
+            message = match protocol::recv_spinning(channel.as_fd(), NEXT_CALL_SPIN) {
                 Ok(Some(message)) => message,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {
+                    match protocol::recv_retrying(channel.as_fd()) {
+                        Ok(Some(message)) => message,
+                        _ => return,
+                    }
+                }
                 _ => return,
             };
             // An exiting device answers no more: the client's next call
