@@ -347,6 +347,9 @@ fn recv_with(socket: BorrowedFd<'_>, flags: RecvFlags) -> io::Result<Option<Mess
 /// client's next call) usually comes within microseconds; a thread that
 /// blocks at once gives its core up, and on a virtual machine an idle
 /// core's wakeup costs tens of microseconds on each side of a round trip.
+/// Between polls the thread yields, so on a busy machine the other side
+/// (or anyone else) gets the core: a pure spin there tripled a round
+/// trip.
 pub fn recv_spinning(
     socket: BorrowedFd<'_>,
     spin: std::time::Duration,
@@ -358,7 +361,7 @@ pub fn recv_spinning(
                 if start.elapsed() >= spin {
                     return recv(socket);
                 }
-                std::hint::spin_loop();
+                std::thread::yield_now();
             }
             other => return other,
         }

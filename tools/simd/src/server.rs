@@ -55,7 +55,8 @@ pub struct Options {
 pub const CLIENT_CHANNEL_LIMIT: usize = 256;
 
 /// How long a channel's thread polls for the client's next call before it
-/// blocks (see [`protocol::recv_spinning`]): Mesa's calls come in bursts.
+/// blocks (see [`protocol::recv_spinning`]), while calls come at most this
+/// far apart: Mesa's calls come in bursts.
 const NEXT_CALL_SPIN: std::time::Duration = std::time::Duration::from_micros(50);
 
 /// Why the device could not start.
@@ -653,6 +654,9 @@ impl Server {
     ) {
         let mut message = first;
         let mut guard = Some(guard);
+        // Polling pays while calls come close together; after a gap longer
+        // than the poll, the channel blocks at once until they do again.
+        let mut spin = NEXT_CALL_SPIN;
         loop {
             let Some((request, op)) = Request::parse(&message.bytes) else {
                 tracing::warn!(pid, "device: a call channel that sent no request");
@@ -672,7 +676,8 @@ impl Server {
             let argument = message.payload::<Request>().to_vec();
             self.call(&channel, pid, (request, argument), op, attached);
             drop(guard.take());
-            message = match protocol::recv_spinning(channel.as_fd(), NEXT_CALL_SPIN) {
+            let waiting = std::time::Instant::now();
+            message = match protocol::recv_spinning(channel.as_fd(), spin) {
                 Ok(Some(message)) => message,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {
                     match protocol::recv_retrying(channel.as_fd()) {
@@ -681,6 +686,11 @@ impl Server {
                     }
                 }
                 _ => return,
+            };
+            spin = if waiting.elapsed() <= NEXT_CALL_SPIN {
+                NEXT_CALL_SPIN
+            } else {
+                std::time::Duration::ZERO
             };
             // An exiting device answers no more: the client's next call
             // sees the channel close unanswered.
