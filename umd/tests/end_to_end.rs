@@ -1228,11 +1228,9 @@ fn depth_clears_happen_in_submission_order_not_at_recording() {
     assert_eq!(depth.depth_at(5, 5).unwrap(), 0.25);
 }
 
-#[test_log::test]
-fn driver_blending_and_the_viewport() {
-    let (device, queue, programs) = gpu();
-    let (w, h) = (64, 64);
-    // A full-screen quad in NDC.
+/// A full-screen quad in NDC: two triangles of VS vertices, eight floats
+/// each (the position, then a colour these tests do not use).
+fn full_screen_quad() -> Vec<u8> {
     let mut data = Vec::new();
     for [x, y] in [
         [-1.0f32, 1.0],
@@ -1246,13 +1244,48 @@ fn driver_blending_and_the_viewport() {
             data.extend(v.to_le_bytes());
         }
     }
-    let vb = device.upload(&data, false).unwrap();
-    // The colour in u0-u3, left in r4-r7 for the driver's epilogue.
+    data
+}
+
+/// A pipeline whose fragment shader leaves the colour in u0-u3 (in r4-r7)
+/// for the driver's epilogue, blended as `blend` into an RGBA8 target.
+fn uniform_colour_pipeline(device: &Device, blend: Blend) -> Arc<GraphicsPipeline> {
     let fs = "
     mov r4, u0
     mov r5, u1
     mov r6, u2
     mov r7, u3";
+    Arc::new(
+        GraphicsPipeline::new(
+            device,
+            &GraphicsPipelineDesc {
+                vertex_stack_bytes: 0,
+                fragment_stack_bytes: 0,
+                vertex: VS,
+                fragment: fs,
+                vertex_layout: None,
+                stencil: None,
+                vertex_outputs: 7,
+                varyings: Vec::new(),
+                depth: None,
+                cull: CullMode::None,
+                front_ccw: false,
+                topology: Topology::Triangles,
+                colour_output: ColourOutput::Registers {
+                    format: Format::Rgba8Unorm,
+                    blend,
+                },
+            },
+        )
+        .unwrap(),
+    )
+}
+
+#[test_log::test]
+fn driver_blending_and_the_viewport() {
+    let (device, queue, programs) = gpu();
+    let (w, h) = (64, 64);
+    let vb = device.upload(&full_screen_quad(), false).unwrap();
     let colour = [1.0f32, 0.0, 0.0, 0.5].map(f32::to_bits);
     for (blend, expected) in [
         (Blend::Replace, [255u8, 0, 0, 128]),
@@ -1260,30 +1293,7 @@ fn driver_blending_and_the_viewport() {
         (Blend::Alpha, [128, 0, 128, 191]),
         (Blend::Additive, [255, 0, 255, 255]),
     ] {
-        let pipe = Arc::new(
-            GraphicsPipeline::new(
-                &device,
-                &GraphicsPipelineDesc {
-                    vertex_stack_bytes: 0,
-                    fragment_stack_bytes: 0,
-                    vertex: VS,
-                    fragment: fs,
-                    vertex_layout: None,
-                    stencil: None,
-                    vertex_outputs: 7,
-                    varyings: Vec::new(),
-                    depth: None,
-                    cull: CullMode::None,
-                    front_ccw: false,
-                    topology: Topology::Triangles,
-                    colour_output: ColourOutput::Registers {
-                        format: Format::Rgba8Unorm,
-                        blend,
-                    },
-                },
-            )
-            .unwrap(),
-        );
+        let pipe = uniform_colour_pipeline(&device, blend);
         let image = Image::new(&device, w, h, Format::Rgba8Unorm).unwrap();
         let mut cb = CommandBuffer::new(&device, &programs);
         let mut pass = cb
@@ -1328,6 +1338,34 @@ fn driver_blending_and_the_viewport() {
         },
     );
     assert!(matches!(refused, Err(Error::Unsupported(_))));
+}
+
+#[test_log::test]
+fn blended_draws_over_one_another_each_count() {
+    // A blending pipeline reads the tilebuffer: the umd makes it
+    // translucent, so the hidden-surface removal shades every layer in
+    // order (an opaque one would keep only the top layer's colour).
+    let (device, queue, programs) = gpu();
+    let (w, h) = (64, 64);
+    let vb = device.upload(&full_screen_quad(), false).unwrap();
+    let image = Image::new(&device, w, h, Format::Rgba8Unorm).unwrap();
+    let mut cb = CommandBuffer::new(&device, &programs);
+    let mut pass = cb
+        .begin_render_pass(&colour_pass(&image, [0.0, 0.0, 1.0, 1.0]))
+        .unwrap();
+    pass.set_pipeline(&uniform_colour_pipeline(&device, Blend::Additive));
+    pass.set_vertex_uniforms(&vs_uniforms(&vb));
+    pass.set_fragment_uniforms(&[0.25f32, 0.0, 0.0, 0.25].map(f32::to_bits));
+    pass.draw(6, 1, 0).unwrap();
+    pass.draw(6, 1, 0).unwrap();
+    pass.end().unwrap();
+    run(&device, &queue, cb).unwrap();
+    let pixels = image.read_pixels().unwrap();
+    // Red: 0.25 stored as 64 / 255, plus 0.25 again: 127.75 -> 128.
+    for (x, y) in [(0, 0), (31, 40), (63, 63)] {
+        let at = 4 * (y * w + x) as usize;
+        assert_eq!(pixels[at..at + 4], [128, 0, 255, 255], "({x}, {y})");
+    }
 }
 
 #[test_log::test]
