@@ -1247,38 +1247,40 @@ fn full_screen_quad() -> Vec<u8> {
     data
 }
 
-/// A pipeline whose fragment shader leaves the colour in u0-u3 (in r4-r7)
-/// for the driver's epilogue, blended as `blend` into an RGBA8 target.
+/// A pipeline of VS and `fs`, which leaves render target 0's colour in
+/// r4-r7 for the driver's epilogue, blended as `blend` into RGBA8.
+fn epilogue_pipeline(device: &Device, fs: &str, blend: Blend) -> Result<GraphicsPipeline, Error> {
+    GraphicsPipeline::new(
+        device,
+        &GraphicsPipelineDesc {
+            vertex_stack_bytes: 0,
+            fragment_stack_bytes: 0,
+            vertex: VS,
+            fragment: fs,
+            vertex_layout: None,
+            stencil: None,
+            vertex_outputs: 7,
+            varyings: Vec::new(),
+            depth: None,
+            cull: CullMode::None,
+            front_ccw: false,
+            topology: Topology::Triangles,
+            colour_output: ColourOutput::Registers {
+                format: Format::Rgba8Unorm,
+                blend,
+            },
+        },
+    )
+}
+
+/// [`epilogue_pipeline`] whose colour is the fragment uniforms u0-u3.
 fn uniform_colour_pipeline(device: &Device, blend: Blend) -> Arc<GraphicsPipeline> {
     let fs = "
     mov r4, u0
     mov r5, u1
     mov r6, u2
     mov r7, u3";
-    Arc::new(
-        GraphicsPipeline::new(
-            device,
-            &GraphicsPipelineDesc {
-                vertex_stack_bytes: 0,
-                fragment_stack_bytes: 0,
-                vertex: VS,
-                fragment: fs,
-                vertex_layout: None,
-                stencil: None,
-                vertex_outputs: 7,
-                varyings: Vec::new(),
-                depth: None,
-                cull: CullMode::None,
-                front_ccw: false,
-                topology: Topology::Triangles,
-                colour_output: ColourOutput::Registers {
-                    format: Format::Rgba8Unorm,
-                    blend,
-                },
-            },
-        )
-        .unwrap(),
-    )
+    Arc::new(epilogue_pipeline(device, fs, blend).unwrap())
 }
 
 #[test_log::test]
@@ -1316,27 +1318,7 @@ fn driver_blending_and_the_viewport() {
         }
     }
     // A shader that stops before the epilogue is refused.
-    let refused = GraphicsPipeline::new(
-        &device,
-        &GraphicsPipelineDesc {
-            vertex_stack_bytes: 0,
-            fragment_stack_bytes: 0,
-            vertex: VS,
-            fragment: FLAT_FS,
-            vertex_layout: None,
-            stencil: None,
-            vertex_outputs: 7,
-            varyings: Vec::new(),
-            depth: None,
-            cull: CullMode::None,
-            front_ccw: false,
-            topology: Topology::Triangles,
-            colour_output: ColourOutput::Registers {
-                format: Format::Rgba8Unorm,
-                blend: Blend::Alpha,
-            },
-        },
-    );
+    let refused = epilogue_pipeline(&device, FLAT_FS, Blend::Alpha);
     assert!(matches!(refused, Err(Error::Unsupported(_))));
 }
 

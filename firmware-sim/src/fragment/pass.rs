@@ -644,35 +644,35 @@ impl Pass<'_> {
             // stencil results of the tests above are written as they are.
             // An opaque primitive's shader waits: its samples that passed
             // are tagged with it, replacing the tags of what it hides.
-            if let (Some(_), true) = (shader, defer) {
+            if let Some(shader) = shader {
                 let coefficients =
                     setup_coefficients(&vm, self.usc_exec_base, ppp, &vertices, extras)?;
-                let tag = deferred.len() as u32;
-                for &(x, y) in &covered {
-                    let pixel = (y * tile_w + x) as usize;
-                    let mask = w.coverage[pixel];
-                    for s in (0..samples).filter(|s| mask & (1 << s) != 0) {
-                        w.tags[pixel * samples + s] = tag;
+                if defer {
+                    let tag = deferred.len() as u32;
+                    for &(x, y) in &covered {
+                        let pixel = (y * tile_w + x) as usize;
+                        let mask = w.coverage[pixel];
+                        for s in (0..samples).filter(|s| mask & (1 << s) != 0) {
+                            w.tags[pixel * samples + s] = tag;
+                        }
                     }
+                    deferred.push(Deferred {
+                        setup: std::sync::Arc::clone(&entry),
+                        coefficients,
+                        face,
+                        back_facing,
+                    });
+                } else {
+                    run(
+                        w,
+                        shader,
+                        &covered,
+                        &coefficients,
+                        true,
+                        (face, late_stencil, *shader_writes_stencil),
+                        back_facing,
+                    )?;
                 }
-                deferred.push(Deferred {
-                    setup: std::sync::Arc::clone(&entry),
-                    coefficients,
-                    face,
-                    back_facing,
-                });
-            } else if let Some(shader) = shader {
-                let coefficients =
-                    setup_coefficients(&vm, self.usc_exec_base, ppp, &vertices, extras)?;
-                run(
-                    w,
-                    shader,
-                    &covered,
-                    &coefficients,
-                    true,
-                    (face, late_stencil, *shader_writes_stencil),
-                    back_facing,
-                )?;
             }
             // Depth of the pixels the shader kept; then the per-pixel
             // state is clean again for the next primitive. The samples
