@@ -366,11 +366,20 @@ impl PbeTarget {
         written: (std::ops::Range<u32>, std::ops::Range<u32>),
         mut texel_of: impl FnMut(u32, u32, &mut [u8]) -> Result<(), IoError>,
     ) -> Result<(), IoError> {
+        // A layer past the image's is out of bounds, and the PBE writes
+        // nothing there, as it writes no pixel past the image's sides:
+        // Mesa relies on it (it moves the last coordinate of an
+        // out-of-bounds image store to 0xFFF0 for "hardware-level"
+        // robustness, `agx_nir_lower_texture.c`; its layered clears
+        // store every layer of the framebuffer to each attachment).
         if layer >= self.layers {
-            return Err(invalid(format!(
-                "layer {layer} past the image's {}",
-                self.layers
-            )));
+            tracing::debug!(
+                layer,
+                layers = self.layers,
+                address = self.pbe.buffer,
+                "a store past the image's layers writes nothing"
+            );
+            return Ok(());
         }
         let marked_tiles = if self.pbe.compressed_1 {
             let compressed = Compressed::new(
@@ -446,7 +455,8 @@ fn pbe_address(binding: &Binding, handle: TextureHandle) -> Result<u64, IoError>
 /// `request.tilebuffer_offset_bytes` of every pixel of `block`, converted
 /// from the tilebuffer format to the format of the image the PBE
 /// descriptor bound at `request.texture` describes, written at
-/// `placement`, clipped to the image (and to `placement.limit`).
+/// `placement`, clipped to the image (and to `placement.limit`); a block
+/// placed on a layer past the image's writes nothing.
 pub fn store_block(
     vm: &mut GpuVm<'_>,
     binding: &Binding,
@@ -523,8 +533,9 @@ pub fn store_block(
 /// of the image the PBE descriptor describes (sRGB encoded when its sRGB
 /// bit is set), at the
 /// request's coordinates of the descriptor's level. Coordinates past the
-/// image (or its layers) write nothing, as a robust image store does
-/// (what the hardware does there is not public). Multisampled and
+/// image (or its layers) write nothing: Mesa's robustness lowering moves
+/// an out-of-bounds store's last coordinate to 0xFFF0 and relies on the
+/// hardware dropping it (`agx_nir_lower_texture.c`). Multisampled and
 /// compressed images are refused (which sample a write names is not
 /// known; Mesa never writes compressed images with it).
 pub fn store_texel(

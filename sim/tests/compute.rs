@@ -691,6 +691,69 @@ fn a_kernel_stores_its_image_block_to_an_image_clipped_to_its_size() {
     }
 }
 
+/// A block stored to a layer past the image's writes nothing, and the
+/// kernel goes on: a grid of four 32x32 layers stored, each threadgroup
+/// to the layer of its z, into a linear 2D array of two. Mesa's layered
+/// clears store every layer of the framebuffer to each attachment, those
+/// with fewer layers included (piglit's
+/// `clear-color-mismatched-layer-count`).
+#[test_log::test]
+fn a_block_stored_past_the_images_layers_writes_nothing() {
+    use agx_hw::formats::{Layout, Pbe, TextureDimension};
+    let m = Machine::new(5000);
+    let layer_bytes = 32 * BLOCK_STRIDE as usize;
+    m.poke(m.data, BLOCK_IMAGE, &vec![0xAA; 4 * layer_bytes]);
+    let source = block_source(BLIT_PIXEL, "r4_r5_r6_r7", "u8norm", "xyzw", 0)
+        .replace("mov r13, r2\n", "mov r13, r2\n    get_sr r14, sr82\n")
+        .replace(
+            "r12_r13, 0, None, ts0, tex_2d,",
+            "r12_r13_r14, 0, None, ts0, tex_2d_array,",
+        );
+    let pipeline = block_kernel(
+        &m,
+        &source,
+        (Channels::R8G8B8A8, TextureType::Unorm),
+        (32, 32),
+        8192,
+    );
+    let pbe = Pbe {
+        dimension: TextureDimension::D2Array,
+        layout: Layout::Linear,
+        channels: Channels::R8G8B8A8,
+        data_type: TextureType::Unorm,
+        width: 32,
+        height: 32,
+        buffer: DATA_VA + BLOCK_IMAGE,
+        stride: BLOCK_STRIDE,
+        extended: true,
+        depth_linear: 2,
+        layer_stride_linear: layer_bytes as u64,
+        ..Pbe::default()
+    };
+    m.poke(m.data, BLOCK_PBE, &pbe.pack().unwrap());
+    let mut stream = launch(pipeline, [32, 32, 4], [32, 32, 1]);
+    stream.extend(terminate());
+    m.poke(m.data, STREAM, &stream);
+    assert_eq!(m.run(STREAM), None);
+    let image = m.peek(m.data, BLOCK_IMAGE, 4 * layer_bytes);
+    for layer in 0..4 {
+        for (y, x) in [(0usize, 0usize), (5, 7), (31, 31)] {
+            let at = layer * layer_bytes + y * BLOCK_STRIDE as usize + 4 * x;
+            let want = if layer < 2 {
+                [
+                    unorm8(x as f32 / 128.0),
+                    unorm8(y as f32 / 128.0),
+                    unorm8(0.25),
+                    255,
+                ]
+            } else {
+                [0xAA; 4]
+            };
+            assert_eq!(image[at..at + 4], want, "layer {layer} pixel ({x}, {y})");
+        }
+    }
+}
+
 /// Block stores of the packed float formats: st_tile packs (x/128,
 /// y/128, 0.25) into the block record and image_write_block copies the
 /// word to an image of the same format, bit for bit. The expected words
