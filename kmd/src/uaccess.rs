@@ -116,6 +116,16 @@ fn method() -> Method {
 /// Copies `len` bytes from `src` to `dst` (one of them our buffer) with
 /// process_vm_readv/writev; `write` says which side is the user's.
 fn process_vm(src: u64, dst: u64, len: usize, write: bool) -> io::Result<()> {
+    process_vm_of(this_pid(), src, dst, len, write)
+}
+
+/// This process's id.
+fn this_pid() -> libc::pid_t {
+    libc::pid_t::try_from(std::process::id()).unwrap_or(libc::pid_t::MAX)
+}
+
+/// [`process_vm`] on `pid`, this process's id.
+fn process_vm_of(pid: libc::pid_t, src: u64, dst: u64, len: usize, write: bool) -> io::Result<()> {
     let local = libc::iovec {
         iov_base: if write { src } else { dst } as *mut libc::c_void,
         iov_len: len,
@@ -127,12 +137,12 @@ fn process_vm(src: u64, dst: u64, len: usize, write: bool) -> io::Result<()> {
     // SAFETY: the iovecs describe `len` bytes; the host kernel checks the
     // remote range (which may be invalid, giving EFAULT) and the local one
     // is a live Rust buffer of at least `len` bytes (guaranteed by the
-    // callers). The process is our own.
+    // callers). The process is our own (the callers' `pid`).
     let n = unsafe {
         if write {
-            libc::process_vm_writev(libc::getpid(), &local, 1, &remote, 1, 0)
+            libc::process_vm_writev(pid, &local, 1, &remote, 1, 0)
         } else {
-            libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0)
+            libc::process_vm_readv(pid, &local, 1, &remote, 1, 0)
         }
     };
     if n < 0 {
@@ -193,6 +203,17 @@ fn via_pipe(src: u64, dst: u64, len: usize) -> io::Result<()> {
 }
 
 fn copy(src: u64, dst: u64, len: usize, user_is_dst: bool) -> Result<(), Fault> {
+    copy_as(None, src, dst, len, user_is_dst)
+}
+
+/// [`copy`], with this process's id when the caller knows it.
+fn copy_as(
+    pid: Option<libc::pid_t>,
+    src: u64,
+    dst: u64,
+    len: usize,
+    user_is_dst: bool,
+) -> Result<(), Fault> {
     if len == 0 {
         return Ok(());
     }
@@ -217,7 +238,10 @@ fn copy(src: u64, dst: u64, len: usize, user_is_dst: bool) -> Result<(), Fault> 
             };
         }
         let result = match method() {
-            Method::ProcessVm => process_vm(src, dst, len, user_is_dst),
+            Method::ProcessVm => match pid {
+                Some(pid) => process_vm_of(pid, src, dst, len, user_is_dst),
+                None => process_vm(src, dst, len, user_is_dst),
+            },
             Method::Pipe => via_pipe(src, dst, len),
         };
         result.map_err(|_| fault)
@@ -266,6 +290,57 @@ pub fn copy_to_user(address: u64, data: &[u8]) -> Result<(), Fault> {
     copy(data.as_ptr() as u64, address, data.len(), true)
 }
 
+/// This process's own memory, reached as user memory is (a bad address
+/// is a [`Fault`], not a crash), for a caller that copies several times
+/// in a row (the device process's client, whose calls read their
+/// argument and write its copy-out): the process id is looked up once,
+/// not at each copy. Valid in the process that made it (a forked child
+/// makes its own).
+#[derive(Debug, Clone, Copy)]
+pub struct OwnMemory {
+    pid: libc::pid_t,
+}
+
+impl OwnMemory {
+    /// This process's memory.
+    pub fn new() -> OwnMemory {
+        OwnMemory { pid: this_pid() }
+    }
+
+    /// The process id it was made with.
+    pub fn pid(&self) -> u32 {
+        self.pid.unsigned_abs()
+    }
+
+    /// Reads `buf.len()` bytes at `address`.
+    pub fn read(&self, buf: &mut [u8], address: u64) -> Result<(), Fault> {
+        copy_as(
+            Some(self.pid),
+            address,
+            buf.as_mut_ptr() as u64,
+            buf.len(),
+            false,
+        )
+    }
+
+    /// Writes `data` at `address`.
+    pub fn write(&self, address: u64, data: &[u8]) -> Result<(), Fault> {
+        copy_as(
+            Some(self.pid),
+            data.as_ptr() as u64,
+            address,
+            data.len(),
+            true,
+        )
+    }
+}
+
+impl Default for OwnMemory {
+    fn default() -> Self {
+        OwnMemory::new()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -285,6 +360,17 @@ mod tests {
         // The read-only text of this function is not writable.
         let code = copies_and_faults as *const () as u64;
         assert!(copy_to_user(code, b"x").is_err());
+        // The same through OwnMemory.
+        let own = OwnMemory::new();
+        assert_eq!(own.pid(), std::process::id());
+        let mut buf = [0u8; 9];
+        own.read(&mut buf, source.as_ptr() as u64).unwrap();
+        assert_eq!(&buf, b"user data");
+        let mut target = [0u8; 4];
+        own.write(target.as_mut_ptr() as u64, b"wxyz").unwrap();
+        assert_eq!(&target, b"wxyz");
+        assert!(own.read(&mut buf, 16).is_err());
+        assert!(own.write(code, b"x").is_err());
     }
 
     /// A caller in another process, modelled as memory at address 0x1000

@@ -298,11 +298,13 @@ impl Client {
         b: u64,
         attach: Option<BorrowedFd<'_>>,
     ) -> Result<Reply, Errno> {
-        self.call_with(file, (op, a, b), attach, &[], None)
+        let own = uaccess::OwnMemory::new();
+        self.call_with(file, (op, a, b), attach, &[], None, own)
     }
 
     /// [`Client::call`] with `argument` sent along, and (`copy_out`) the
-    /// address where the payload of the result goes.
+    /// address where the payload of the result goes; `own` is this
+    /// process's memory, which the device's reads and writes reach.
     fn call_with(
         &self,
         file: Option<BorrowedFd<'_>>,
@@ -310,9 +312,10 @@ impl Client {
         attach: Option<BorrowedFd<'_>>,
         argument: &[u8],
         copy_out: Option<u64>,
+        own: uaccess::OwnMemory,
     ) -> Result<Reply, Errno> {
         self.calls_in_flight.fetch_add(1, Ordering::AcqRel);
-        let reply = self.call_on_a_channel(file, call, attach, argument, copy_out);
+        let reply = self.call_on_a_channel(file, call, attach, argument, copy_out, own);
         self.calls_in_flight.fetch_sub(1, Ordering::AcqRel);
         reply
     }
@@ -324,17 +327,29 @@ impl Client {
         attach: Option<BorrowedFd<'_>>,
         argument: &[u8],
         copy_out: Option<u64>,
+        own: uaccess::OwnMemory,
     ) -> Result<Reply, Errno> {
         let id = next_request_id();
         let fds: Vec<BorrowedFd<'_>> = file.into_iter().chain(attach).collect();
         let request = Request::new(op, id, a, b);
         // The call on `channel`: its reply, or `None` when the device
         // closed the channel before it ran anything.
-        let attempt = |channel: OwnedFd| -> Option<Result<Reply, Errno>> {
+        // (A kept channel comes with its socket's inode, and goes back
+        // without a second look.)
+        let attempt = |channel: OwnedFd, inode: Option<u32>| -> Option<Result<Reply, Errno>> {
             protocol::send(channel.as_fd(), request.as_bytes(), argument, &fds).ok()?;
-            match self.converse(file, channel.as_fd(), (id, answer_spin(op, a)), copy_out) {
+            match self.converse(
+                file,
+                channel.as_fd(),
+                (id, answer_spin(op, a)),
+                copy_out,
+                own,
+            ) {
                 Conversation::Ended(reply) => {
-                    self.channels.put(channel);
+                    match inode {
+                        Some(inode) => self.channels.put_kept(channel, inode),
+                        None => self.channels.put(channel),
+                    }
                     Some(reply)
                 }
                 Conversation::Interrupted(reply) => Some(reply),
@@ -344,7 +359,11 @@ impl Client {
         // A kept channel the device has closed (it exited, or is exiting)
         // fails at once, before the device ran anything: then once more on
         // a new connection.
-        if let Some(reply) = self.channels.take().and_then(attempt) {
+        if let Some(reply) = self
+            .channels
+            .take_kept(own.pid())
+            .and_then(|(channel, inode)| attempt(channel, Some(inode)))
+        {
             return reply;
         }
         let mut channel = match self.new_channel(file) {
@@ -358,7 +377,7 @@ impl Client {
             Err(_) => return Err(Errno::ENODEV),
         };
         loop {
-            if let Some(reply) = attempt(channel) {
+            if let Some(reply) = attempt(channel, None) {
                 return reply;
             }
             // Closed before it ran anything: the device refused the
@@ -445,7 +464,8 @@ impl Client {
         let size_bytes = ((request >> 16) & 0x3FFF) as usize;
         let copies_in = (request >> 30) & 1 != 0;
         let mut argument = vec![0u8; if copies_in { size_bytes } else { 0 }];
-        if uaccess::copy_from_user(&mut argument, arg).is_err() {
+        let own = uaccess::OwnMemory::new();
+        if own.read(&mut argument, arg).is_err() {
             argument.clear();
         }
         let reply = self.call_with(
@@ -454,6 +474,7 @@ impl Client {
             None,
             &argument,
             Some(arg),
+            own,
         )?;
         Ok(i32::try_from(reply.value).unwrap_or(i32::MAX))
     }
@@ -499,6 +520,7 @@ impl Client {
         channel: BorrowedFd<'_>,
         (id, spin): (u64, Duration),
         copy_out: Option<u64>,
+        own: uaccess::OwnMemory,
     ) -> Conversation {
         let mut interrupted = false;
         let mut answered = false;
@@ -511,7 +533,7 @@ impl Client {
         };
         loop {
             let spin = if interrupted { Duration::ZERO } else { spin };
-            let message = match protocol::recv_spinning(channel, spin) {
+            let message = match protocol::recv_spinning(channel, spin, None) {
                 Ok(Some(message)) => message,
                 // The device closed the channel before it said anything:
                 // it never ran the call (closed with the request unread,
@@ -572,14 +594,14 @@ impl Client {
             let sent = match op {
                 CallOp::Read if len <= MAX_PAYLOAD_BYTES => {
                     let mut data = vec![0u8; len];
-                    match uaccess::copy_from_user(&mut data, call.address) {
+                    match own.read(&mut data, call.address) {
                         Ok(()) => answer(0, 0, &data, None),
                         Err(_) => answer(libc::EFAULT, 0, &[], None),
                     }
                 }
                 CallOp::Write => {
                     let data = message.payload::<Call>();
-                    let status = match uaccess::copy_to_user(call.address, data) {
+                    let status = match own.write(call.address, data) {
                         Ok(()) => 0,
                         Err(_) => libc::EFAULT,
                     };
@@ -609,7 +631,7 @@ impl Client {
                 CallOp::Done => {
                     if let Some(address) = copy_out {
                         let data = message.payload::<Call>();
-                        if !data.is_empty() && uaccess::copy_to_user(address, data).is_err() {
+                        if !data.is_empty() && own.write(address, data).is_err() {
                             return ended(Err(Errno::EFAULT), interrupted);
                         }
                     }

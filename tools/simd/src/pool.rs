@@ -65,6 +65,11 @@ impl ChannelPool {
             .as_raw_nonzero()
             .get()
             .unsigned_abs();
+        self.claim_as(pid);
+    }
+
+    /// [`ChannelPool::claim`], for process `pid`, this one.
+    fn claim_as(&self, pid: u32) {
         if self.owner_pid.load(Ordering::Acquire) != pid {
             for slot in &self.slots {
                 if let Some(channel) = Self::unpack(slot.swap(0, Ordering::AcqRel)) {
@@ -76,8 +81,8 @@ impl ChannelPool {
     }
 
     /// The channel a slot's value names, if the descriptor still names
-    /// the socket kept there.
-    fn unpack(value: u64) -> Option<OwnedFd> {
+    /// the socket kept there, with that socket's inode.
+    fn unpack(value: u64) -> Option<(OwnedFd, u32)> {
         if value == 0 {
             return None;
         }
@@ -93,12 +98,23 @@ impl ChannelPool {
         // SAFETY: the slot owned the descriptor (`put` moved it in, and a
         // slot's value is taken out by one swap only), and it still names
         // the socket that was kept, so this is its one owner.
-        Some(unsafe { OwnedFd::from_raw_fd(fd) })
+        Some((unsafe { OwnedFd::from_raw_fd(fd) }, inode))
     }
 
     /// An idle channel of this process, if one is kept.
     pub fn take(&self) -> Option<OwnedFd> {
-        self.claim();
+        let pid = rustix::process::getpid()
+            .as_raw_nonzero()
+            .get()
+            .unsigned_abs();
+        self.take_kept(pid).map(|(channel, _)| channel)
+    }
+
+    /// An idle channel of this process, whose id the caller gives as
+    /// `pid`, and its socket's inode (for [`ChannelPool::put_kept`]), if
+    /// one is kept.
+    pub fn take_kept(&self, pid: u32) -> Option<(OwnedFd, u32)> {
+        self.claim_as(pid);
         self.slots
             .iter()
             .find_map(|slot| match slot.load(Ordering::Relaxed) {
@@ -114,6 +130,14 @@ impl ChannelPool {
         let Some(inode) = socket_inode(channel.as_fd()) else {
             return;
         };
+        self.put_kept(channel, inode);
+    }
+
+    /// Gives back a channel [`ChannelPool::take_kept`] gave this call,
+    /// with the inode it gave: the pool is this process's and the
+    /// descriptor names that socket (the call held it), so neither is
+    /// looked up again (two system calls fewer per call).
+    pub fn put_kept(&self, channel: OwnedFd, inode: u32) {
         let fd = channel.as_raw_fd();
         let value = (u64::from(inode) << 32) | (u64::from(fd.unsigned_abs()) + 1);
         for slot in &self.slots {
@@ -160,6 +184,21 @@ mod tests {
         assert_eq!(taken.len(), KEPT_CHANNELS);
         drop(taken);
         drop(back);
+    }
+
+    #[test]
+    fn a_channel_taken_with_its_inode_goes_back_without_a_second_look() {
+        let pool = ChannelPool::new();
+        let (a, _a_peer) = pair();
+        let a_fd = a.as_raw_fd();
+        let a_inode = socket_inode(a.as_fd()).unwrap();
+        pool.put(a);
+        let (back, inode) = pool.take_kept(std::process::id()).expect("kept");
+        assert_eq!((back.as_raw_fd(), inode), (a_fd, a_inode));
+        pool.put_kept(back, inode);
+        let again = pool.take().expect("given back");
+        assert_eq!(again.as_raw_fd(), a_fd);
+        assert!(pool.take().is_none());
     }
 
     #[test]

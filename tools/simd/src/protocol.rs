@@ -117,16 +117,14 @@ pub struct Request {
 }
 
 impl Request {
-    /// A request for `op`.
+    /// A request for `op`, numbered `id`, whose high 32 bits are the
+    /// calling thread's id (as the client numbers its requests).
     pub fn new(op: Op, id: u64, a: u64, b: u64) -> Request {
         Request {
             magic: MAGIC,
             op: op as u32,
             id,
-            tid: rustix::thread::gettid()
-                .as_raw_nonzero()
-                .get()
-                .unsigned_abs(),
+            tid: (id >> 32) as u32,
             flags: 0,
             a,
             b,
@@ -289,16 +287,49 @@ pub fn send(
 /// Receives one message; `None` at end of file (the other side closed).
 /// An interrupted receive is an `Interrupted` error: the caller decides.
 pub fn recv(socket: BorrowedFd<'_>) -> io::Result<Option<Message>> {
-    recv_with(socket, RecvFlags::empty())
+    recv_with(socket, RecvFlags::empty(), None)
+}
+
+/// A buffer for the largest message, zeroed once, for a thread that
+/// receives many messages on one socket (a device thread serving a
+/// channel): receiving into it takes one system call per message, where
+/// [`recv`] first asks the message's length.
+#[derive(Debug)]
+pub struct RecvBuffer(Vec<u8>);
+
+impl RecvBuffer {
+    /// A buffer for any message.
+    pub fn new() -> RecvBuffer {
+        RecvBuffer(vec![0u8; MAX_MESSAGE_BYTES])
+    }
+}
+
+impl Default for RecvBuffer {
+    fn default() -> Self {
+        RecvBuffer::new()
+    }
 }
 
 /// Drops every message queued on `socket` now, closing the descriptors
 /// they carry, without waiting.
 pub fn drop_queued(socket: BorrowedFd<'_>) {
-    while let Ok(Some(_)) = recv_with(socket, RecvFlags::DONTWAIT) {}
+    while let Ok(Some(_)) = recv_with(socket, RecvFlags::DONTWAIT, None) {}
 }
 
-fn recv_with(socket: BorrowedFd<'_>, flags: RecvFlags) -> io::Result<Option<Message>> {
+fn recv_with(
+    socket: BorrowedFd<'_>,
+    flags: RecvFlags,
+    buffer: Option<&mut RecvBuffer>,
+) -> io::Result<Option<Message>> {
+    if let Some(RecvBuffer(buffer)) = buffer {
+        // Room for any message: one receive, then its bytes copied out.
+        return Ok(
+            recv_into(socket, flags, buffer)?.map(|(length, fds)| Message {
+                bytes: buffer[..length].to_vec(),
+                fds,
+            }),
+        );
+    }
     // The next message's length first (a peek with MSG_TRUNC returns the
     // whole length of a packet; without room for control data it installs
     // none of the descriptors the message carries), so the buffer is what
@@ -316,10 +347,24 @@ fn recv_with(socket: BorrowedFd<'_>, flags: RecvFlags) -> io::Result<Option<Mess
         .bytes
     };
     let mut bytes = vec![0u8; length.clamp(1, MAX_MESSAGE_BYTES)];
+    Ok(recv_into(socket, flags, &mut bytes)?.map(|(length, fds)| {
+        bytes.truncate(length);
+        Message { bytes, fds }
+    }))
+}
+
+/// Receives one message into `bytes` (its length the most it takes):
+/// the message's length and the descriptors it carried; `None` at end of
+/// file.
+fn recv_into(
+    socket: BorrowedFd<'_>,
+    flags: RecvFlags,
+    bytes: &mut [u8],
+) -> io::Result<Option<(usize, Vec<OwnedFd>)>> {
     let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
     let mut control = RecvAncillaryBuffer::new(&mut space);
     let received = {
-        let mut iov = [IoSliceMut::new(&mut bytes)];
+        let mut iov = [IoSliceMut::new(bytes)];
         rustix::net::recvmsg(
             socket,
             &mut iov,
@@ -339,11 +384,10 @@ fn recv_with(socket: BorrowedFd<'_>, flags: RecvFlags) -> io::Result<Option<Mess
     if received.flags.contains(rustix::net::ReturnFlags::TRUNC) {
         return Err(io::Error::from_raw_os_error(libc::EMSGSIZE));
     }
-    bytes.truncate(received.bytes);
-    Ok(Some(Message { bytes, fds }))
+    Ok(Some((received.bytes, fds)))
 }
 
-/// [`recv`], polling for up to `spin` first. A call's answer (and a
+/// [`recv`] (into `buffer` if given), polling for up to `spin` first. A call's answer (and a
 /// client's next call) usually comes within microseconds; a thread that
 /// blocks at once gives its core up, and on a virtual machine an idle
 /// core's wakeup costs tens of microseconds on each side of a round trip.
@@ -353,13 +397,14 @@ fn recv_with(socket: BorrowedFd<'_>, flags: RecvFlags) -> io::Result<Option<Mess
 pub fn recv_spinning(
     socket: BorrowedFd<'_>,
     spin: std::time::Duration,
+    mut buffer: Option<&mut RecvBuffer>,
 ) -> io::Result<Option<Message>> {
     let start = std::time::Instant::now();
     loop {
-        match recv_with(socket, RecvFlags::DONTWAIT) {
+        match recv_with(socket, RecvFlags::DONTWAIT, buffer.as_deref_mut()) {
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                 if start.elapsed() >= spin {
-                    return recv(socket);
+                    return recv_with(socket, RecvFlags::empty(), buffer);
                 }
                 std::thread::yield_now();
             }

@@ -657,6 +657,7 @@ impl Server {
         // Polling pays while calls come close together; after a gap longer
         // than the poll, the channel blocks at once until they do again.
         let mut spin = NEXT_CALL_SPIN;
+        let mut buffer = protocol::RecvBuffer::new();
         loop {
             let Some((request, op)) = Request::parse(&message.bytes) else {
                 tracing::warn!(pid, "device: a call channel that sent no request");
@@ -677,7 +678,7 @@ impl Server {
             self.call(&channel, pid, (request, argument), op, attached);
             drop(guard.take());
             let waiting = std::time::Instant::now();
-            message = match protocol::recv_spinning(channel.as_fd(), spin) {
+            message = match protocol::recv_spinning(channel.as_fd(), spin, Some(&mut buffer)) {
                 Ok(Some(message)) => message,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {
                     match protocol::recv_retrying(channel.as_fd()) {
