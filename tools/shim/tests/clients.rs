@@ -197,6 +197,56 @@ fn a_child_that_changes_its_user_keeps_the_file() {
     run_under_shim_in(Mode::DeviceProcess, &build_c_client("setuid_client"));
 }
 
+/// The process id of the device serving `dir`, found by its command line.
+fn device_pid(dir: &DeviceDir) -> u32 {
+    let dir_text = dir.0.to_string_lossy().into_owned();
+    std::fs::read_dir("/proc")
+        .expect("/proc")
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .find(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|cmdline| {
+                let text = String::from_utf8_lossy(&cmdline);
+                text.contains("agx-simd") && text.contains(&dir_text)
+            })
+        })
+        .expect("the device process still runs")
+}
+
+/// The device a client starts does not run with the soft resource limits
+/// of that client: a client that lowered its address space or file size
+/// (a test harness's `ulimit -S`) must not shrink the device every client
+/// shares. Each soft limit the client lowered is raised to the hard one
+/// (which an unprivileged process cannot raise).
+#[test]
+fn the_device_runs_with_its_own_soft_limits() {
+    let dir = DeviceDir::new();
+    let client = build_c_client("libdrm_client");
+    // 60 GiB of address space and 512 MB of file size, both soft.
+    let mut command = shim_command(&PathBuf::from("/bin/sh"), Mode::DeviceProcess, &dir);
+    command
+        .args([
+            "-c",
+            "ulimit -S -v 62914560 && ulimit -S -f 1000000 && exec \"$0\"",
+        ])
+        .arg(&client)
+        .env("AGX_SIM_IDLE_EXIT_MS", "20000");
+    let out = command.output().expect("client runs");
+    assert_printed_ok(&out, "libdrm_client", &dir);
+    let device = device_pid(&dir);
+    let limits = std::fs::read_to_string(format!("/proc/{device}/limits")).expect("its limits");
+    for name in ["Max address space", "Max file size", "Max open files"] {
+        let line = limits
+            .lines()
+            .find(|line| line.starts_with(name))
+            .unwrap_or_else(|| panic!("{name} in {limits}"));
+        let fields: Vec<&str> = line[name.len()..].split_whitespace().collect();
+        assert_eq!(fields[0], fields[1], "{name}: soft and hard: {line}");
+    }
+    let _ = std::process::Command::new("kill")
+        .arg(device.to_string())
+        .status();
+}
+
 /// The device a client starts takes only the device's own settings from
 /// the client's environment (`AGX_*`, `RUST_LOG`, and where things go):
 /// another client's variables must not shape the device every client
@@ -212,17 +262,7 @@ fn the_device_takes_only_its_own_settings_from_the_client_that_starts_it() {
         .output()
         .expect("client runs");
     assert_printed_ok(&out, "libdrm_client", &dir);
-    let dir_text = dir.0.to_string_lossy().into_owned();
-    let device = std::fs::read_dir("/proc")
-        .expect("/proc")
-        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .find(|pid| {
-            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|cmdline| {
-                let text = String::from_utf8_lossy(&cmdline);
-                text.contains("agx-simd") && text.contains(&dir_text)
-            })
-        })
-        .expect("the device process still runs");
+    let device = device_pid(&dir);
     let environ = std::fs::read(format!("/proc/{device}/environ")).expect("its environment");
     let names: Vec<String> = environ
         .split(|&b| b == 0)

@@ -207,7 +207,7 @@ fn start(options: &Options) -> Result<Started, ServeError> {
     let dir = &options.dir;
     protocol::ensure_private_dir(dir)?;
     let lock = take_lock(dir)?;
-    let descriptors = raise_descriptor_limit();
+    let descriptors = raise_soft_limits();
     let config = SystemConfig {
         keep_object_descriptors: true,
         // One client's objects may take a quarter of the device's
@@ -268,24 +268,42 @@ fn start(options: &Options) -> Result<Started, ServeError> {
     })
 }
 
-/// Raises the soft descriptor limit to the hard one: the device keeps a
-/// descriptor of every exportable object's memfd and of every slab (CPU
-/// mappings are handed out as descriptors), and whoever started it may
-/// have run with a low limit. Returns the limit it runs with.
-fn raise_descriptor_limit() -> u64 {
+/// Raises the soft resource limits to the hard ones, and returns the
+/// descriptor limit the device then runs with. The device serves every
+/// client, but whoever started it passed on its own soft limits: a test
+/// harness's `ulimit -S -v` (the simulated RAM alone is a window of
+/// gigabytes) or `-f`, a low descriptor limit (the device keeps a
+/// descriptor of every exportable object's memfd and of every slab). A
+/// hard limit the starter lowered stays: an unprivileged process cannot
+/// raise it. The core-file size and the scheduling limits are left as
+/// they are.
+fn raise_soft_limits() -> u64 {
     use rustix::process::{getrlimit, setrlimit, Resource};
-    let mut limit = getrlimit(Resource::Nofile);
-    if limit.current != limit.maximum {
-        let raised = rustix::process::Rlimit {
-            current: limit.maximum,
-            maximum: limit.maximum,
-        };
-        match setrlimit(Resource::Nofile, raised) {
-            Ok(()) => limit.current = limit.maximum,
-            Err(error) => tracing::warn!(%error, "device: cannot raise the descriptor limit"),
+    for resource in [
+        Resource::Nofile,
+        Resource::As,
+        Resource::Data,
+        Resource::Stack,
+        Resource::Fsize,
+        Resource::Cpu,
+        Resource::Nproc,
+        Resource::Memlock,
+        Resource::Sigpending,
+        Resource::Msgqueue,
+        Resource::Locks,
+    ] {
+        let limit = getrlimit(resource);
+        if limit.current != limit.maximum {
+            let raised = rustix::process::Rlimit {
+                current: limit.maximum,
+                maximum: limit.maximum,
+            };
+            if let Err(error) = setrlimit(resource, raised) {
+                tracing::warn!(%error, ?resource, "device: cannot raise a soft limit");
+            }
         }
     }
-    limit.current.unwrap_or(u64::MAX)
+    getrlimit(Resource::Nofile).current.unwrap_or(u64::MAX)
 }
 
 /// The directory's lock, held for the device's life: one device per
