@@ -8,10 +8,13 @@
 //! order: a barrier waits (without blocking other queues) until its stamp
 //! is reached; InitBuffer records the parameter buffer's size; the Run
 //! commands go to the execution engine ([`Engine`]), each on a host thread
-//! of its own. A queue's turn is a time slice ([`TIME_SLICE`]): when it
-//! ends while other queues have work, the running command is suspended
-//! ([`crate::preempt`]) and resumed at the queue's next turn, so that one
-//! long command does not hold everyone else's work behind it. After every
+//! of its own. The three pipes (vertex, fragment, compute) each run one
+//! command at a time, side by side: while a command runs, the firmware
+//! serves the other queues. A queue's turn on its pipe is a time slice
+//! ([`TIME_SLICE`]): when it ends while other queues of the pipe have
+//! work, the running command is suspended ([`crate::preempt`]) and
+//! resumed at the queue's next turn, so that one long command does not
+//! hold everyone else's work behind it. After every
 //! command it writes the command's stamp and posts a completion event;
 //! faults, timeouts and crashes are events too. Everything it reads comes from
 //! shared memory through [`SharedMemory`]; anything malformed there is a
@@ -47,42 +50,25 @@ use crate::preempt::Preemption;
 pub struct Doorbell {
     rung: Mutex<bool>,
     cond: Condvar,
-    /// The command running while the firmware waits on it: a ring wakes
-    /// the firmware there too.
-    running: Mutex<Option<Arc<Preemption>>>,
 }
 
 impl Doorbell {
-    /// Rings it.
+    /// Rings it (the kmd, for new work; a command's thread, when the
+    /// command ends).
     pub fn ring(&self) {
         *self.rung.lock().unwrap_or_else(|e| e.into_inner()) = true;
         self.cond.notify_all();
-        let running = self
-            .running
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
-        if let Some(running) = running {
-            running.poke();
-        }
     }
 
-    fn set_running(&self, running: Option<Arc<Preemption>>) {
-        *self.running.lock().unwrap_or_else(|e| e.into_inner()) = running;
-    }
-
-    /// Whether it rang since the firmware last looked, and clears it.
-    fn take(&self) -> bool {
-        std::mem::take(&mut *self.rung.lock().unwrap_or_else(|e| e.into_inner()))
-    }
-
-    fn wait(&self, timeout: Duration) {
+    /// Waits until it rings or `timeout` passes; whether it rang (since
+    /// the firmware last looked).
+    fn wait(&self, timeout: Duration) -> bool {
         let guard = self.rung.lock().unwrap_or_else(|e| e.into_inner());
         let (mut guard, _) = self
             .cond
             .wait_timeout_while(guard, timeout, |rung| !*rung)
             .unwrap_or_else(|e| e.into_inner());
-        *guard = false;
+        std::mem::take(&mut *guard)
     }
 }
 
@@ -100,6 +86,9 @@ struct ActiveQueue {
     read_index: u32,
     /// 0 is the highest; the kmd maps UAPI priority p to 3 - p.
     priority: usize,
+    /// The pipe it runs on (vertex, fragment, compute: the submission
+    /// ring's pipe type).
+    pipe: usize,
 }
 
 /// A running firmware.
@@ -145,6 +134,10 @@ impl Firmware {
                         doorbell: Arc::clone(&doorbell),
                         queues: BTreeMap::new(),
                         suspended: BTreeMap::new(),
+                        running: BTreeMap::new(),
+                        doorbell_rang_at: Instant::now(),
+                        rings: Arc::new(Mutex::new(())),
+                        grow_acks: Arc::new(Mutex::new(Vec::new())),
                         runners: Vec::new(),
                         barrier_waits: BTreeMap::new(),
                         accounts: BTreeMap::new(),
@@ -288,6 +281,17 @@ struct State {
     queues: BTreeMap<FwVa, ActiveQueue>,
     /// The command each queue has suspended at its head, if any.
     suspended: BTreeMap<FwVa, InFlight>,
+    /// The Run command each queue has running at its head, if any: at
+    /// most one per pipe, the pipes side by side.
+    running: BTreeMap<FwVa, Running>,
+    /// When the doorbell last rang (new work).
+    doorbell_rang_at: Instant,
+    /// The event and device-control rings, which a command's services use
+    /// too (a mid-render grow request) while the firmware serves others.
+    rings: Arc<Mutex<()>>,
+    /// Grow requests' answers the firmware read from the device-control
+    /// ring, for the command waiting for them.
+    grow_acks: Arc<Mutex<Vec<(u32, u64)>>>,
     /// Idle command threads.
     runners: Vec<Runner>,
     /// Barriers waiting at the head of a work queue: (work queue, read
@@ -325,6 +329,10 @@ const _: () = assert!(std::mem::offset_of!(WorkQueueInfo, gpu_done_index) == 20)
 /// How often the firmware wakes without a doorbell (to re-check barriers).
 const TICK: Duration = Duration::from_millis(5);
 
+/// Grow requests' answers kept for a command to find (older ones, which
+/// nobody waits for any more, go first).
+const GROW_ACKS_KEPT: usize = 64;
+
 /// A queue's turn on the GPU while other queues have work: host time
 /// after which its running command is suspended (at its next check,
 /// within about a millisecond) and the other queues get theirs. The
@@ -346,15 +354,29 @@ const IDLE_RUNNERS: usize = 2;
 /// How long the firmware waits for the kmd to answer a GrowTVB request.
 const GROW_TVB_ACK_TIMEOUT: Duration = Duration::from_millis(1000);
 
-/// The firmware's services to a running command. Only one command runs
-/// at a time (the others are suspended, and the firmware thread waits),
-/// so its requests have the rings to themselves.
+/// The firmware's services to a running command. Commands of other
+/// pipes run at the same time and the firmware thread serves their
+/// queues meanwhile, so the rings the services use are shared: a push or
+/// pop holds `rings`, and the answer to a grow request may be read by the
+/// firmware thread, which leaves it in `grow_acks`.
 struct Services {
     memory: FirmwareMemory,
     interrupt: Arc<dyn Interrupt>,
     init: InitData,
+    rings: Arc<Mutex<()>>,
+    grow_acks: Arc<Mutex<Vec<(u32, u64)>>>,
     /// Control requests read while waiting, applied after the command.
     deferred: Mutex<Vec<DeviceControlMsg>>,
+}
+
+impl Services {
+    /// The answer to buffer `buffer_id`'s grow request, if the firmware
+    /// thread read it: the blocks granted (0: refused).
+    fn take_ack(&self, buffer_id: u32) -> Option<u64> {
+        let mut acks = self.grow_acks.lock().unwrap_or_else(|e| e.into_inner());
+        let at = acks.iter().position(|&(id, _)| id == buffer_id)?;
+        Some(acks.remove(at).1)
+    }
 }
 
 impl FirmwareServices for Services {
@@ -366,8 +388,14 @@ impl FirmwareServices for Services {
             ..EventMsg::default()
         };
         let deadline = Instant::now() + GROW_TVB_ACK_TIMEOUT;
+        // An answer to an earlier request of this buffer is stale.
+        let _ = self.take_ack(buffer_id);
         loop {
-            match self.init.events.push(&*self.memory, event.as_bytes()) {
+            let pushed = {
+                let _rings = self.rings.lock().unwrap_or_else(|e| e.into_inner());
+                self.init.events.push(&*self.memory, event.as_bytes())
+            };
+            match pushed {
                 Ok(()) => break,
                 Err(RingError::Full) if Instant::now() < deadline => {
                     self.interrupt.raise();
@@ -378,7 +406,14 @@ impl FirmwareServices for Services {
         }
         self.interrupt.raise();
         while Instant::now() < deadline {
-            match self.init.device_control.pop(&*self.memory) {
+            if let Some(blocks) = self.take_ack(buffer_id) {
+                return (blocks != 0).then_some(blocks);
+            }
+            let popped = {
+                let _rings = self.rings.lock().unwrap_or_else(|e| e.into_inner());
+                self.init.device_control.pop(&*self.memory)
+            };
+            match popped {
                 Ok(Some(bytes)) => {
                     let Ok(msg) = DeviceControlMsg::read_from_bytes(&bytes) else {
                         continue;
@@ -427,6 +462,8 @@ struct Job {
     stop: Arc<AtomicBool>,
     preemption: Arc<Preemption>,
     outcome: Arc<Mutex<Option<Outcome>>>,
+    /// Rung when the command ends, so that the firmware reports it.
+    doorbell: Arc<Doorbell>,
 }
 
 impl Job {
@@ -462,6 +499,7 @@ impl Job {
         };
         *self.outcome.lock().unwrap_or_else(|e| e.into_inner()) = Some(outcome);
         self.preemption.finish();
+        self.doorbell.ring();
     }
 }
 
@@ -503,6 +541,19 @@ struct InFlight {
     suspended_at: Instant,
 }
 
+/// A Run command running in the background: its queue waits for it,
+/// while queues of other pipes run theirs.
+struct Running {
+    flight: InFlight,
+    header: CommandHeader,
+    tag: CommandTag,
+    command: FwVa,
+    /// Its queue's pipe.
+    pipe: usize,
+    /// When it started or was last resumed.
+    since: Instant,
+}
+
 /// `CLOCK_MONOTONIC` in nanoseconds: the GPU's timestamp clock (the
 /// kmd's GET_TIME reads the same clock).
 pub fn monotonic_ns() -> u64 {
@@ -533,7 +584,11 @@ impl State {
     fn event(&self, init: &InitData, event: EventMsg) -> Result<(), FirmwareError> {
         // A full event ring means the kmd is behind: wait for it.
         loop {
-            match init.events.push(&*self.memory, event.as_bytes()) {
+            let pushed = {
+                let _rings = self.rings.lock().unwrap_or_else(|e| e.into_inner());
+                init.events.push(&*self.memory, event.as_bytes())
+            };
+            match pushed {
                 Err(RingError::Full) => {
                     if self.stop.load(Ordering::Acquire) {
                         return Ok(()); // Shutting down: nobody will read it.
@@ -602,8 +657,8 @@ impl State {
         self.interrupt.raise();
         let mut more = false;
         while !stop.load(Ordering::Acquire) {
-            if !more {
-                doorbell.wait(TICK);
+            if !more && doorbell.wait(self.next_look()) {
+                self.doorbell_rang_at = Instant::now();
             }
             self.device_control(&init)?;
             self.take_submissions(&init)?;
@@ -613,7 +668,14 @@ impl State {
     }
 
     fn device_control(&mut self, init: &InitData) -> Result<(), FirmwareError> {
-        while let Some(bytes) = init.device_control.pop(&*self.memory)? {
+        loop {
+            let popped = {
+                let _rings = self.rings.lock().unwrap_or_else(|e| e.into_inner());
+                init.device_control.pop(&*self.memory)?
+            };
+            let Some(bytes) = popped else {
+                break;
+            };
             let msg = DeviceControlMsg::read_from_bytes(&bytes).map_err(|_| {
                 FirmwareError::Malformed {
                     address: init.device_control.entries,
@@ -645,8 +707,15 @@ impl State {
                     self.queues.retain(|_, q| q.vm_slot != slot);
                     self.abandon_suspended(|(_, flight)| flight.vm_slot == slot);
                 }
-                // An ack nobody waits for any more (it came too late).
-                k if k == DeviceControlKind::GrowTvbAck as u32 => {}
+                // An answer to a running command's grow request (its
+                // services look for it), or one that came too late.
+                k if k == DeviceControlKind::GrowTvbAck as u32 => {
+                    let mut acks = self.grow_acks.lock().unwrap_or_else(|e| e.into_inner());
+                    if acks.len() >= GROW_ACKS_KEPT {
+                        acks.remove(0);
+                    }
+                    acks.push((msg.args[0] as u32, msg.args[1]));
+                }
                 _ => self.log(init, 1, &format!("unknown device control {}", msg.kind)),
             }
         }
@@ -679,6 +748,7 @@ impl State {
                         limit: msg.write_index,
                         read_index,
                         priority: index % PRIORITIES,
+                        pipe: index / PRIORITIES,
                     },
                 );
             }
@@ -700,8 +770,8 @@ impl State {
     /// first, so that a queue waits for at most one submission of each
     /// other queue of its priority (a submission's turn ends after a time
     /// slice when others wait; its command is resumed next pass). While a
-    /// queue of higher priority has more ready, lower ones wait. True if
-    /// a queue has more commands ready.
+    /// queue of higher priority has more ready, lower ones of its pipe
+    /// wait. True if a queue has more commands ready.
     fn run_queues(&mut self, init: &InitData, stop: &AtomicBool) -> Result<bool, FirmwareError> {
         let mut order: Vec<ActiveQueue> = self.queues.values().copied().collect();
         // Within a priority, queues with new work go before those with a
@@ -710,14 +780,18 @@ impl State {
         // slice every pass).
         order.sort_by_key(|q| (q.priority, self.suspended.contains_key(&q.info)));
         let mut more = false;
-        let mut busy_priority = None;
+        // Per pipe: the priority of a queue with more ready this pass.
+        let mut busy_priority: BTreeMap<usize, usize> = BTreeMap::new();
         let mut progressed = false;
         for queue in order {
             if stop.load(Ordering::Acquire) {
                 break;
             }
-            if busy_priority.is_some_and(|p| queue.priority > p) {
-                break;
+            if busy_priority
+                .get(&queue.pipe)
+                .is_some_and(|&p| queue.priority > p)
+            {
+                continue;
             }
             // The latest state: a control request applied while an
             // earlier queue ran may have cancelled or updated it.
@@ -736,7 +810,7 @@ impl State {
             let before = queue.read_index;
             if self.run_queue(init, &queue)? {
                 more = true;
-                busy_priority.get_or_insert(queue.priority);
+                busy_priority.entry(queue.pipe).or_insert(queue.priority);
             }
             progressed |= self
                 .queues
@@ -781,7 +855,11 @@ impl State {
     }
 
     /// Runs the commands of `queue`'s next submission, as far as they can
-    /// go; true if the queue has commands of another submission ready.
+    /// go: a Run command starts (or resumes) in the background when its
+    /// pipe is free, and its queue waits for it while other pipes' queues
+    /// run; once it has finished, its end is reported and the queue goes
+    /// on. True if the queue has commands of another submission ready, or
+    /// its command was suspended.
     fn run_queue(&mut self, init: &InitData, queue: &ActiveQueue) -> Result<bool, FirmwareError> {
         let mut info: WorkQueueInfo = self.read(queue.info)?;
         if info.entries == 0 {
@@ -791,192 +869,178 @@ impl State {
             });
         }
         let timeout = Duration::from_millis(u64::from(init.command_timeout_ms));
-        let turn_end = Instant::now() + TIME_SLICE;
         self.note_read_index(queue.info, info.gpu_read_index);
-        let mut running: Option<u64> = None;
-        while info.gpu_read_index != queue.limit && !self.stop.load(Ordering::Acquire) {
-            if info.gpu_read_index >= info.entries || queue.limit >= info.entries {
-                return Err(FirmwareError::Malformed {
-                    address: queue.info,
-                    what: "work queue index",
-                });
-            }
-            let command: FwVa = self.read(info.ring.offset(8 * u64::from(info.gpu_read_index)))?;
-            let header: CommandHeader = self.read(command)?;
-            let tag = CommandTag::from_raw(header.tag).ok_or(FirmwareError::Malformed {
-                address: command,
-                what: "command tag",
-            })?;
-            let header_bytes = size_of::<CommandHeader>();
-            let size = header.size as usize;
-            if !(header_bytes..=MAX_COMMAND_BYTES).contains(&size) {
-                return Err(FirmwareError::Malformed {
-                    address: command,
-                    what: "command size",
-                });
-            }
-            // One submission per pass: the next one waits for the other
-            // queues' turn.
-            if running.is_some_and(|s| s != header.submission) {
-                return Ok(true);
-            }
-            running = Some(header.submission);
-            let mut body = vec![0u8; size - header_bytes];
-            self.memory
-                .read(command.offset(header_bytes as u64), &mut body)?;
-            let stopped = self.account(init, header.submission).stopped;
-            let outcome = match tag {
-                // The watchdog stopped the submission: the rest of its
-                // work is not run (parameter-buffer set-up is the queue's,
-                // not the submission's, and still happens).
-                CommandTag::Barrier
-                | CommandTag::RunVertex
-                | CommandTag::RunFragment
-                | CommandTag::RunCompute
-                    if stopped =>
-                {
-                    EngineResult::Cancelled
-                }
-                CommandTag::Barrier => {
-                    let body = BarrierBody::read_from_prefix(&body)
-                        .map_err(|_| FirmwareError::Malformed {
-                            address: command,
-                            what: "barrier body",
-                        })?
-                        .0;
-                    let key = (queue.info, info.gpu_read_index);
-                    if agx_fwif::messages::stamp_reached(
-                        self.stamp(init, body.wait_slot)?,
-                        body.wait_value,
-                    ) {
-                        self.barrier_waits.remove(&key);
-                        EngineResult::Done
-                    } else {
-                        let since = *self.barrier_waits.entry(key).or_insert_with(Instant::now);
-                        if since.elapsed() < timeout {
-                            return Ok(false); // Not yet: the rest of this queue waits.
+        let mut submission: Option<u64> = None;
+        while !self.stop.load(Ordering::Acquire) {
+            let (header, command, outcome) = match self.running.remove(&queue.info) {
+                // Its Run command, in the background.
+                Some(run) => {
+                    if !run.flight.preemption.is_finished() {
+                        if !self.turn_over(queue, &run) {
+                            self.running.insert(queue.info, run);
+                            return Ok(false);
                         }
-                        // The watchdog: a wait that never ends is stopped.
-                        self.barrier_waits.remove(&key);
-                        self.log(init, 1, &format!("barrier at {command:#x} timed out"));
-                        EngineResult::Timeout
+                        if !run.flight.preemption.suspend() {
+                            tracing::trace!(
+                                command = format_args!("{:#x}", run.command),
+                                "suspended"
+                            );
+                            self.suspended.insert(
+                                queue.info,
+                                InFlight {
+                                    suspended_at: Instant::now(),
+                                    ..run.flight
+                                },
+                            );
+                            return Ok(true);
+                        }
                     }
+                    submission = Some(run.header.submission);
+                    let (header, command) = (run.header, run.command);
+                    let outcome = self.finish_run(init, queue, run)?;
+                    (header, command, outcome)
                 }
-                CommandTag::InitBuffer => {
-                    let body = InitBufferBody::read_from_prefix(&body)
-                        .map_err(|_| FirmwareError::Malformed {
+                None => {
+                    if info.gpu_read_index == queue.limit {
+                        break;
+                    }
+                    if info.gpu_read_index >= info.entries || queue.limit >= info.entries {
+                        return Err(FirmwareError::Malformed {
+                            address: queue.info,
+                            what: "work queue index",
+                        });
+                    }
+                    let command: FwVa =
+                        self.read(info.ring.offset(8 * u64::from(info.gpu_read_index)))?;
+                    let header: CommandHeader = self.read(command)?;
+                    let tag = CommandTag::from_raw(header.tag).ok_or(FirmwareError::Malformed {
+                        address: command,
+                        what: "command tag",
+                    })?;
+                    let header_bytes = size_of::<CommandHeader>();
+                    let size = header.size as usize;
+                    if !(header_bytes..=MAX_COMMAND_BYTES).contains(&size) {
+                        return Err(FirmwareError::Malformed {
                             address: command,
-                            what: "InitBuffer body",
-                        })?
-                        .0;
-                    tracing::debug!(blocks = body.block_count, "InitBuffer");
-                    EngineResult::Done
-                }
-                CommandTag::RunVertex | CommandTag::RunFragment | CommandTag::RunCompute => {
-                    let flight = match self.suspended.remove(&queue.info) {
-                        Some(flight)
-                            if flight.command == command
-                                && flight.read_index == info.gpu_read_index =>
-                        {
-                            tracing::trace!(command = format_args!("{command:#x}"), "resumed");
-                            flight.preemption.resume(flight.suspended_at);
-                            flight
-                        }
-                        stale => {
-                            // (A suspended command is always its queue's
-                            // head; one that is not is dropped.)
-                            if let Some(stale) = stale {
-                                stale.preemption.abandon(stale.suspended_at);
-                            }
-                            let work = self
-                                .accounts
-                                .get(&header.submission)
-                                .ok_or(FirmwareError::Malformed {
-                                    address: command,
-                                    what: "submission",
-                                })?
-                                .work
-                                .clone();
-                            self.start(init, queue, tag, command, &header, body, work, timeout)
-                        }
-                    };
-                    self.doorbell
-                        .set_running(Some(Arc::clone(&flight.preemption)));
-                    let finished = flight.preemption.run_until(
-                        Instant::now() + LEAST_RUN,
-                        turn_end,
-                        TIME_SLICE,
-                        || self.others_waiting(queue.info),
-                    );
-                    self.doorbell.set_running(None);
-                    if !finished {
-                        tracing::trace!(command = format_args!("{command:#x}"), "suspended");
-                        self.suspended.insert(
-                            queue.info,
-                            InFlight {
-                                suspended_at: Instant::now(),
-                                ..flight
-                            },
-                        );
+                            what: "command size",
+                        });
+                    }
+                    // One submission per pass: the next one waits for the
+                    // other queues' turn.
+                    if submission.is_some_and(|s| s != header.submission) {
                         return Ok(true);
                     }
-                    let outcome = flight
-                        .outcome
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .take();
-                    let (result, deferred) = match outcome {
-                        Some(Outcome::Ran { result, deferred }) => (result, deferred),
-                        Some(Outcome::Panicked(what)) => return Err(FirmwareError::Internal(what)),
-                        None => {
-                            return Err(FirmwareError::Internal(
-                                "a command ended without an outcome".into(),
-                            ))
+                    submission = Some(header.submission);
+                    let mut body = vec![0u8; size - header_bytes];
+                    self.memory
+                        .read(command.offset(header_bytes as u64), &mut body)?;
+                    let stopped = self.account(init, header.submission).stopped;
+                    let outcome = match tag {
+                        // The watchdog stopped the submission: the rest of
+                        // its work is not run (parameter-buffer set-up is
+                        // the queue's, not the submission's, and still
+                        // happens).
+                        CommandTag::Barrier
+                        | CommandTag::RunVertex
+                        | CommandTag::RunFragment
+                        | CommandTag::RunCompute
+                            if stopped =>
+                        {
+                            EngineResult::Cancelled
+                        }
+                        CommandTag::Barrier => {
+                            let body = BarrierBody::read_from_prefix(&body)
+                                .map_err(|_| FirmwareError::Malformed {
+                                    address: command,
+                                    what: "barrier body",
+                                })?
+                                .0;
+                            let key = (queue.info, info.gpu_read_index);
+                            if agx_fwif::messages::stamp_reached(
+                                self.stamp(init, body.wait_slot)?,
+                                body.wait_value,
+                            ) {
+                                self.barrier_waits.remove(&key);
+                                EngineResult::Done
+                            } else {
+                                let since =
+                                    *self.barrier_waits.entry(key).or_insert_with(Instant::now);
+                                if since.elapsed() < timeout {
+                                    return Ok(false); // Not yet: the rest of this queue waits.
+                                }
+                                // The watchdog: a wait that never ends is stopped.
+                                self.barrier_waits.remove(&key);
+                                self.log(init, 1, &format!("barrier at {command:#x} timed out"));
+                                EngineResult::Timeout
+                            }
+                        }
+                        CommandTag::InitBuffer => {
+                            let body = InitBufferBody::read_from_prefix(&body)
+                                .map_err(|_| FirmwareError::Malformed {
+                                    address: command,
+                                    what: "InitBuffer body",
+                                })?
+                                .0;
+                            tracing::debug!(blocks = body.block_count, "InitBuffer");
+                            EngineResult::Done
+                        }
+                        CommandTag::RunVertex
+                        | CommandTag::RunFragment
+                        | CommandTag::RunCompute => {
+                            // The pipe runs another queue's command: this
+                            // queue waits for its turn.
+                            if self.running.values().any(|run| run.pipe == queue.pipe) {
+                                return Ok(false);
+                            }
+                            let flight = match self.suspended.remove(&queue.info) {
+                                Some(flight)
+                                    if flight.command == command
+                                        && flight.read_index == info.gpu_read_index =>
+                                {
+                                    tracing::trace!(
+                                        command = format_args!("{command:#x}"),
+                                        "resumed"
+                                    );
+                                    flight.preemption.resume(flight.suspended_at);
+                                    flight
+                                }
+                                stale => {
+                                    // (A suspended command is always its
+                                    // queue's head; one that is not is
+                                    // dropped.)
+                                    if let Some(stale) = stale {
+                                        stale.preemption.abandon(stale.suspended_at);
+                                    }
+                                    let work = self
+                                        .accounts
+                                        .get(&header.submission)
+                                        .ok_or(FirmwareError::Malformed {
+                                            address: command,
+                                            what: "submission",
+                                        })?
+                                        .work
+                                        .clone();
+                                    self.start(
+                                        init, queue, tag, command, &header, body, work, timeout,
+                                    )
+                                }
+                            };
+                            self.running.insert(
+                                queue.info,
+                                Running {
+                                    flight,
+                                    header,
+                                    tag,
+                                    command,
+                                    pipe: queue.pipe,
+                                    since: Instant::now(),
+                                },
+                            );
+                            // (It may have finished already: look again.)
+                            continue;
                         }
                     };
-                    if let Some(runner) = flight.runner {
-                        if self.runners.len() < IDLE_RUNNERS {
-                            self.runners.push(runner);
-                        }
-                    }
-                    if let Some(account) = self.accounts.get(&header.submission) {
-                        tracing::debug!(
-                            submission = header.submission,
-                            command = format_args!("{command:#x}"),
-                            used_units = account.work.used_units(),
-                            budget_units = account.work.budget_units(),
-                            suspended_ms = flight.preemption.suspended().as_millis() as u64,
-                            "{tag:?} ran"
-                        );
-                    }
-                    // Control requests that arrived while the command ran.
-                    for msg in deferred {
-                        self.apply_control(init, &msg);
-                    }
-                    let end_ns = monotonic_ns();
-                    self.timestamp_at(init, header.timestamp_end, end_ns);
-                    let pipe_type = match tag {
-                        CommandTag::RunVertex => PipeType::Vertex,
-                        CommandTag::RunFragment => PipeType::Fragment,
-                        _ => PipeType::Compute,
-                    };
-                    // The GPU time the command used: time suspended, while
-                    // other contexts had the GPU, is not its.
-                    let suspended_ns =
-                        u64::try_from(flight.preemption.suspended().as_nanos()).unwrap_or(u64::MAX);
-                    let stats = StatsMsg {
-                        pipe_type: pipe_type as u32,
-                        vm_slot: queue.vm_slot,
-                        slot: header.stamp_slot,
-                        value: header.stamp_value,
-                        start_ns: flight.start_ns.saturating_add(suspended_ns).min(end_ns),
-                        end_ns,
-                    };
-                    // Best effort, like the log.
-                    if init.stats.entry_count != 0 {
-                        let _ = init.stats.push(&*self.memory, stats.as_bytes());
-                    }
-                    result
+                    (header, command, outcome)
                 }
             };
             let slot = header.stamp_slot;
@@ -1015,6 +1079,7 @@ impl State {
                     event.vm_slot = queue.vm_slot;
                 }
             }
+            let _ = command;
             // A failure is reported before its stamp moves, so the kmd
             // never sees the command done without knowing it failed.
             let failed = event.kind != EventKind::Completion as u32;
@@ -1046,23 +1111,125 @@ impl State {
         Ok(false)
     }
 
+    /// Reports the end of a Run command that finished: its outcome, the
+    /// control requests its services read meanwhile, its end timestamp
+    /// and its statistics; its thread goes back to the idle ones.
+    fn finish_run(
+        &mut self,
+        init: &InitData,
+        queue: &ActiveQueue,
+        run: Running,
+    ) -> Result<EngineResult, FirmwareError> {
+        let Running {
+            flight,
+            header,
+            tag,
+            command,
+            ..
+        } = run;
+        let outcome = flight
+            .outcome
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        let (result, deferred) = match outcome {
+            Some(Outcome::Ran { result, deferred }) => (result, deferred),
+            Some(Outcome::Panicked(what)) => return Err(FirmwareError::Internal(what)),
+            None => {
+                return Err(FirmwareError::Internal(
+                    "a command ended without an outcome".into(),
+                ))
+            }
+        };
+        if let Some(runner) = flight.runner {
+            if self.runners.len() < IDLE_RUNNERS {
+                self.runners.push(runner);
+            }
+        }
+        if let Some(account) = self.accounts.get(&header.submission) {
+            tracing::debug!(
+                submission = header.submission,
+                command = format_args!("{command:#x}"),
+                used_units = account.work.used_units(),
+                budget_units = account.work.budget_units(),
+                suspended_ms = flight.preemption.suspended().as_millis() as u64,
+                "{tag:?} ran"
+            );
+        }
+        // Control requests that arrived while the command ran.
+        for msg in deferred {
+            self.apply_control(init, &msg);
+        }
+        let end_ns = monotonic_ns();
+        self.timestamp_at(init, header.timestamp_end, end_ns);
+        let pipe_type = match tag {
+            CommandTag::RunVertex => PipeType::Vertex,
+            CommandTag::RunFragment => PipeType::Fragment,
+            _ => PipeType::Compute,
+        };
+        // The GPU time the command used: time suspended, while other
+        // contexts had the GPU, is not its.
+        let suspended_ns =
+            u64::try_from(flight.preemption.suspended().as_nanos()).unwrap_or(u64::MAX);
+        let stats = StatsMsg {
+            pipe_type: pipe_type as u32,
+            vm_slot: queue.vm_slot,
+            slot: header.stamp_slot,
+            value: header.stamp_value,
+            start_ns: flight.start_ns.saturating_add(suspended_ns).min(end_ns),
+            end_ns,
+        };
+        // Best effort, like the log.
+        if init.stats.entry_count != 0 {
+            let _ = init.stats.push(&*self.memory, stats.as_bytes());
+        }
+        Ok(result)
+    }
+
+    /// Whether `run`, `queue`'s command running in the background, has
+    /// had its turn: another queue of its pipe waits (with work or a
+    /// suspended command), and it has run a time slice since it started
+    /// or was resumed, or at least [`LEAST_RUN`] with new work arrived
+    /// (the doorbell) since.
+    fn turn_over(&self, queue: &ActiveQueue, run: &Running) -> bool {
+        let ran = run.since.elapsed();
+        if ran < LEAST_RUN {
+            return false;
+        }
+        let waiting = self.queues.values().any(|q| {
+            q.info != queue.info
+                && q.pipe == queue.pipe
+                && !self.running.contains_key(&q.info)
+                && (q.read_index != q.limit || self.suspended.contains_key(&q.info))
+        });
+        waiting && (ran >= TIME_SLICE || self.doorbell_rang_at > run.since)
+    }
+
+    /// How long the firmware may sleep before it must look at its
+    /// commands running in the background again: until the first of them
+    /// may have had its turn (the doorbell and every command's end wake
+    /// it sooner).
+    fn next_look(&self) -> Duration {
+        let now = Instant::now();
+        self.running
+            .values()
+            .map(|run| {
+                let turn = if self.doorbell_rang_at > run.since {
+                    LEAST_RUN
+                } else {
+                    TIME_SLICE
+                };
+                (run.since + turn).saturating_duration_since(now)
+            })
+            .min()
+            .map_or(TICK, |wait| wait.clamp(Duration::from_micros(200), TICK))
+    }
+
     /// Records where `queue`'s reading stands.
     fn note_read_index(&mut self, queue: FwVa, read_index: u32) {
         if let Some(queue) = self.queues.get_mut(&queue) {
             queue.read_index = read_index;
         }
-    }
-
-    /// Whether work other than `current` queue's waits for the GPU: a
-    /// new submission (the doorbell), another queue's commands, or a
-    /// suspended command.
-    fn others_waiting(&self, current: FwVa) -> bool {
-        self.doorbell.take()
-            || !self.suspended.is_empty()
-            || self
-                .queues
-                .values()
-                .any(|q| q.info != current && q.read_index != q.limit)
     }
 
     /// Starts a Run command on a command thread (or, when the host gives
@@ -1095,6 +1262,8 @@ impl State {
                 memory: Arc::clone(&self.memory),
                 interrupt: Arc::clone(&self.interrupt),
                 init: *init,
+                rings: Arc::clone(&self.rings),
+                grow_acks: Arc::clone(&self.grow_acks),
                 deferred: Mutex::new(Vec::new()),
             },
             deadline: Instant::now() + timeout,
@@ -1102,6 +1271,7 @@ impl State {
             stop: Arc::clone(&self.stop),
             preemption: Arc::clone(&preemption),
             outcome: Arc::clone(&outcome),
+            doorbell: Arc::clone(&self.doorbell),
         };
         let runner = self.runners.pop().or_else(Runner::spawn);
         let runner = match runner {
@@ -1147,14 +1317,31 @@ impl State {
             .filter(|&entry| which(entry))
             .map(|(info, _)| *info)
             .collect();
-        for info in dropped {
-            if let Some(flight) = self.suspended.remove(&info) {
-                tracing::debug!(command = format_args!("{:#x}", flight.command), "abandoned");
-                flight.preemption.abandon(flight.suspended_at);
-                if let Some(runner) = flight.runner {
-                    if self.runners.len() < IDLE_RUNNERS {
-                        self.runners.push(runner);
-                    }
+        let stopped: Vec<FwVa> = self
+            .running
+            .iter()
+            .filter(|&(info, run)| which((info, &run.flight)))
+            .map(|(info, _)| *info)
+            .collect();
+        let flights = dropped
+            .into_iter()
+            .filter_map(|info| self.suspended.remove(&info))
+            .map(|flight| (flight.suspended_at, flight))
+            .chain(
+                stopped
+                    .into_iter()
+                    .filter_map(|info| self.running.remove(&info))
+                    .map(|run| (Instant::now(), run.flight)),
+            )
+            .collect::<Vec<_>>();
+        for (since, flight) in flights {
+            tracing::debug!(command = format_args!("{:#x}", flight.command), "abandoned");
+            // A running command stops at its next check as a suspended
+            // one does once resumed.
+            flight.preemption.abandon(since);
+            if let Some(runner) = flight.runner {
+                if self.runners.len() < IDLE_RUNNERS {
+                    self.runners.push(runner);
                 }
             }
         }

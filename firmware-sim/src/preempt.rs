@@ -50,8 +50,6 @@ struct State {
     finished: bool,
     /// Bumped on every resume: a parked thread waits for it to change.
     resumes: u64,
-    /// Something the firmware should look at arrived (new work).
-    poked: bool,
 }
 
 impl Default for Preemption {
@@ -73,7 +71,6 @@ impl Preemption {
                 parked: 0,
                 finished: false,
                 resumes: 0,
-                poked: false,
             }),
             cond: Condvar::new(),
         }
@@ -146,6 +143,11 @@ impl Preemption {
         state.threads += 1;
     }
 
+    /// Whether the command has returned.
+    pub(crate) fn is_finished(&self) -> bool {
+        self.lock().finished
+    }
+
     /// The command has returned.
     pub(crate) fn finish(&self) {
         let mut state = self.lock();
@@ -155,52 +157,13 @@ impl Preemption {
 
     // The firmware's side.
 
-    /// Wakes the firmware waiting in [`Preemption::run_until`] to look
-    /// at new work.
-    pub(crate) fn poke(&self) {
+    /// Suspends the command: asks every one of its threads to park at
+    /// its next check, and waits until all have (false) or the command
+    /// returned first (true).
+    pub(crate) fn suspend(&self) -> bool {
         let mut state = self.lock();
-        state.poked = true;
-        self.cond.notify_all();
-    }
-
-    /// Lets the command run until it returns (true), or until `until`
-    /// passes or (after `at_least`) the firmware is poked, and
-    /// `suspend_now()` agrees; then suspends it and waits until it is
-    /// (false), unless it returns first (true). While `suspend_now()`
-    /// disagrees the command runs on, and the firmware asks again `again`
-    /// later or when poked.
-    pub(crate) fn run_until(
-        &self,
-        at_least: Instant,
-        mut until: Instant,
-        again: Duration,
-        suspend_now: impl Fn() -> bool,
-    ) -> bool {
-        let mut state = self.lock();
-        loop {
-            if state.finished {
-                return true;
-            }
-            let now = Instant::now();
-            let poked = state.poked && now >= at_least;
-            if poked || now >= until {
-                state.poked = false;
-                if suspend_now() {
-                    break;
-                }
-                until = until.max(now + again.max(Duration::from_millis(1)));
-                continue;
-            }
-            let wake = if state.poked {
-                until.min(at_least)
-            } else {
-                until
-            };
-            state = self
-                .cond
-                .wait_timeout(state, wake.saturating_duration_since(now))
-                .unwrap_or_else(|e| e.into_inner())
-                .0;
+        if state.finished {
+            return true;
         }
         state.requested = true;
         self.requested.store(true, Ordering::Release);
@@ -280,11 +243,8 @@ mod tests {
                 preemption.finish();
             })
         };
-        let now = Instant::now();
-        let finished =
-            preemption.run_until(now, now + Duration::from_millis(20), Duration::ZERO, || {
-                true
-            });
+        std::thread::sleep(Duration::from_millis(20));
+        let finished = preemption.suspend();
         assert!(!finished, "suspended before it could finish");
         let at_suspension = counted.load(Ordering::Relaxed);
         assert!(
@@ -300,71 +260,27 @@ mod tests {
         );
         preemption.resume(since);
         assert!(preemption.suspended() >= Duration::from_millis(30));
-        let now = Instant::now();
-        assert!(
-            preemption.run_until(now, now + Duration::from_secs(600), Duration::ZERO, || {
-                false
-            })
-        );
         command.join().unwrap();
+        assert!(preemption.is_finished());
         assert_eq!(counted.load(Ordering::Relaxed), 6_000);
     }
 
-    /// New work pokes the firmware: the command is suspended then, not at
-    /// the slice's end, but not before it has run `at_least`.
+    /// A command that returns before it parks is reported finished, and
+    /// a command that has returned is not suspended.
     #[test]
-    fn a_poke_suspends_after_the_least_run_time() {
+    fn a_command_that_returned_is_finished_not_suspended() {
         let preemption = Arc::new(Preemption::new());
         let command = {
             let preemption = Arc::clone(&preemption);
             std::thread::spawn(move || {
-                while !preemption.abandoned() {
-                    preemption.check_point();
-                    std::thread::sleep(Duration::from_micros(100));
-                }
+                // Returns without ever reaching a check.
+                std::thread::sleep(Duration::from_millis(5));
                 preemption.finish();
             })
         };
-        let start = Instant::now();
-        preemption.poke();
-        let suspended = preemption.run_until(
-            start + Duration::from_millis(5),
-            start + Duration::from_secs(600),
-            Duration::ZERO,
-            || true,
-        );
-        assert!(!suspended);
-        let took = start.elapsed();
-        assert!(
-            took >= Duration::from_millis(5) && took < Duration::from_secs(60),
-            "{took:?}"
-        );
-        preemption.abandon(Instant::now());
+        assert!(preemption.suspend(), "it returned instead of parking");
         command.join().unwrap();
-    }
-
-    /// A slice that ends while nothing else wants the GPU goes on.
-    #[test]
-    fn a_slice_is_extended_while_the_firmware_has_nothing_else() {
-        let preemption = Arc::new(Preemption::new());
-        let command = {
-            let preemption = Arc::clone(&preemption);
-            std::thread::spawn(move || {
-                for _ in 0..20 {
-                    preemption.check_point();
-                    std::thread::sleep(Duration::from_millis(1));
-                }
-                preemption.finish();
-            })
-        };
-        let asked = AtomicU64::new(0);
-        let now = Instant::now();
-        let finished = preemption.run_until(now, now, Duration::ZERO, || {
-            asked.fetch_add(1, Ordering::Relaxed);
-            false
-        });
-        assert!(finished);
-        assert!(asked.load(Ordering::Relaxed) >= 1);
-        command.join().unwrap();
+        assert!(preemption.is_finished());
+        assert!(preemption.suspend());
     }
 }

@@ -522,6 +522,67 @@ fn a_mid_render_grow_request_waits_for_the_kmds_answer() {
     drop(firmware);
 }
 
+/// An engine whose compute command waits (without a check point, so it
+/// cannot be suspended) until a vertex command has run: the two meet
+/// only if the pipes run side by side.
+struct RendezvousEngine(Arc<std::sync::atomic::AtomicBool>);
+
+impl Engine for RendezvousEngine {
+    fn run(&self, tag: CommandTag, _: &RunContext<'_>) -> EngineResult {
+        use std::sync::atomic::Ordering;
+        match tag {
+            CommandTag::RunVertex => {
+                self.0.store(true, Ordering::Release);
+                EngineResult::Done
+            }
+            _ => {
+                let deadline = Instant::now() + Duration::from_secs(20);
+                while !self.0.load(Ordering::Acquire) {
+                    if Instant::now() >= deadline {
+                        return EngineResult::Timeout;
+                    }
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                EngineResult::Done
+            }
+        }
+    }
+}
+
+#[test_log::test]
+fn the_pipes_run_side_by_side() {
+    let mut kmd = Kmd::new(8, 64);
+    let met = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let firmware = Firmware::boot(
+        FwVa(kmd.init),
+        kmd.memory.clone(),
+        Arc::new(NoRam),
+        Arc::new(Irq::default()),
+        Box::new(RendezvousEngine(Arc::clone(&met))),
+    );
+    until("boot", || {
+        kmd.get::<FirmwareStatus>(kmd.init_data.status.get()).booted == 1
+    });
+    // The compute command first (compute pipe: ring 8), then the vertex
+    // command it waits for on another queue (vertex pipe: ring 0).
+    let (compute, vertex) = (kmd.work_queue(16), kmd.work_queue(16));
+    let wait = kmd.command(CommandTag::RunCompute, 1, 0x100, &[0; 16]);
+    assert!(kmd.submit(&firmware, compute, wait, 8, 1));
+    std::thread::sleep(Duration::from_millis(20));
+    let meet = kmd.command(CommandTag::RunVertex, 2, 0x100, &[0; 16]);
+    assert!(kmd.submit(&firmware, vertex, meet, 0, 2));
+    until("both commands", || {
+        kmd.stamp(1) == 0x100 && kmd.stamp(2) == 0x100
+    });
+    let kinds: Vec<u32> = kmd.events().iter().map(|e| e.kind).collect();
+    assert_eq!(
+        kinds,
+        [EventKind::Completion as u32; 2],
+        "the vertex command ran while the compute command waited for it"
+    );
+    drop(firmware);
+}
+
 #[test_log::test]
 fn higher_priority_queues_run_first() {
     let mut kmd = Kmd::new(8, 64);
