@@ -137,7 +137,7 @@ impl Firmware {
                         running: BTreeMap::new(),
                         doorbell_rang_at: Instant::now(),
                         rings: Arc::new(Mutex::new(())),
-                        grow_acks: Arc::new(Mutex::new(Vec::new())),
+                        grow_acks: Arc::new(GrowAcks::default()),
                         runners: Vec::new(),
                         barrier_waits: BTreeMap::new(),
                         accounts: BTreeMap::new(),
@@ -291,7 +291,7 @@ struct State {
     rings: Arc<Mutex<()>>,
     /// Grow requests' answers the firmware read from the device-control
     /// ring, for the command waiting for them.
-    grow_acks: Arc<Mutex<Vec<(u32, u64)>>>,
+    grow_acks: Arc<GrowAcks>,
     /// Idle command threads.
     runners: Vec<Runner>,
     /// Barriers waiting at the head of a work queue: (work queue, read
@@ -356,26 +356,61 @@ const GROW_TVB_ACK_TIMEOUT: Duration = Duration::from_millis(1000);
 
 /// The firmware's services to a running command. Commands of other
 /// pipes run at the same time and the firmware thread serves their
-/// queues meanwhile, so the rings the services use are shared: a push or
-/// pop holds `rings`, and the answer to a grow request may be read by the
-/// firmware thread, which leaves it in `grow_acks`.
+/// queues meanwhile: it alone reads the device-control ring (so control
+/// requests are applied, and counted done, in the order the kmd sent
+/// them), and leaves the answer to a grow request in `grow_acks` for
+/// the command that waits for it. The event ring, which both push to, is
+/// held under `rings`.
 struct Services {
     memory: FirmwareMemory,
     interrupt: Arc<dyn Interrupt>,
     init: InitData,
     rings: Arc<Mutex<()>>,
-    grow_acks: Arc<Mutex<Vec<(u32, u64)>>>,
-    /// Control requests read while waiting, applied after the command.
-    deferred: Mutex<Vec<DeviceControlMsg>>,
+    grow_acks: Arc<GrowAcks>,
 }
 
-impl Services {
-    /// The answer to buffer `buffer_id`'s grow request, if the firmware
-    /// thread read it: the blocks granted (0: refused).
-    fn take_ack(&self, buffer_id: u32) -> Option<u64> {
-        let mut acks = self.grow_acks.lock().unwrap_or_else(|e| e.into_inner());
-        let at = acks.iter().position(|&(id, _)| id == buffer_id)?;
-        Some(acks.remove(at).1)
+/// Answers to grow requests, by parameter buffer, that the firmware
+/// thread read for the commands waiting for them.
+#[derive(Debug, Default)]
+struct GrowAcks {
+    acks: Mutex<Vec<(u32, u64)>>,
+    cond: Condvar,
+}
+
+impl GrowAcks {
+    /// Leaves buffer `buffer_id`'s answer (`blocks` granted, 0: refused).
+    fn put(&self, buffer_id: u32, blocks: u64) {
+        let mut acks = self.acks.lock().unwrap_or_else(|e| e.into_inner());
+        if acks.len() >= GROW_ACKS_KEPT {
+            acks.remove(0);
+        }
+        acks.push((buffer_id, blocks));
+        self.cond.notify_all();
+    }
+
+    /// Drops answers for buffer `buffer_id` nobody waited for.
+    fn forget(&self, buffer_id: u32) {
+        let mut acks = self.acks.lock().unwrap_or_else(|e| e.into_inner());
+        acks.retain(|&(id, _)| id != buffer_id);
+    }
+
+    /// Waits until `deadline` for buffer `buffer_id`'s answer.
+    fn wait(&self, buffer_id: u32, deadline: Instant) -> Option<u64> {
+        let mut acks = self.acks.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            if let Some(at) = acks.iter().position(|&(id, _)| id == buffer_id) {
+                return Some(acks.remove(at).1);
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return None;
+            }
+            acks = self
+                .cond
+                .wait_timeout(acks, deadline - now)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
     }
 }
 
@@ -388,8 +423,8 @@ impl FirmwareServices for Services {
             ..EventMsg::default()
         };
         let deadline = Instant::now() + GROW_TVB_ACK_TIMEOUT;
-        // An answer to an earlier request of this buffer is stale.
-        let _ = self.take_ack(buffer_id);
+        // An answer to an earlier request of this buffer came too late.
+        self.grow_acks.forget(buffer_id);
         loop {
             let pushed = {
                 let _rings = self.rings.lock().unwrap_or_else(|e| e.into_inner());
@@ -405,44 +440,14 @@ impl FirmwareServices for Services {
             }
         }
         self.interrupt.raise();
-        while Instant::now() < deadline {
-            if let Some(blocks) = self.take_ack(buffer_id) {
-                return (blocks != 0).then_some(blocks);
-            }
-            let popped = {
-                let _rings = self.rings.lock().unwrap_or_else(|e| e.into_inner());
-                self.init.device_control.pop(&*self.memory)
-            };
-            match popped {
-                Ok(Some(bytes)) => {
-                    let Ok(msg) = DeviceControlMsg::read_from_bytes(&bytes) else {
-                        continue;
-                    };
-                    if msg.kind == DeviceControlKind::GrowTvbAck as u32
-                        && msg.args[0] == u64::from(buffer_id)
-                    {
-                        return (msg.args[1] != 0).then_some(msg.args[1]);
-                    }
-                    self.deferred
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .push(msg);
-                }
-                Ok(None) => std::thread::sleep(Duration::from_micros(100)),
-                Err(_) => return None,
-            }
-        }
-        None
+        let blocks = self.grow_acks.wait(buffer_id, deadline)?;
+        (blocks != 0).then_some(blocks)
     }
 }
 
 /// How a command ended on its thread.
 enum Outcome {
-    Ran {
-        result: EngineResult,
-        /// Control requests its services read, for the firmware to apply.
-        deferred: Vec<DeviceControlMsg>,
-    },
+    Ran(EngineResult),
     /// The GPU model panicked: a firmware crash.
     Panicked(String),
 }
@@ -485,16 +490,7 @@ impl Job {
             self.engine.run(self.tag, &ctx)
         }));
         let outcome = match ran {
-            Ok(result) => Outcome::Ran {
-                result,
-                deferred: std::mem::take(
-                    &mut *self
-                        .services
-                        .deferred
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner()),
-                ),
-            },
+            Ok(result) => Outcome::Ran(result),
             Err(panic) => Outcome::Panicked(panic_message(&*panic)),
         };
         *self.outcome.lock().unwrap_or_else(|e| e.into_inner()) = Some(outcome);
@@ -694,7 +690,11 @@ impl State {
     }
 
     fn apply_control(&mut self, init: &InitData, msg: &DeviceControlMsg) {
-        self.controls_done = self.controls_done.wrapping_add(1);
+        // Requests are counted; a grow request's answer is not one (the
+        // kmd numbers the requests it sends, not its answers).
+        if msg.kind != DeviceControlKind::GrowTvbAck as u32 {
+            self.controls_done = self.controls_done.wrapping_add(1);
+        }
         {
             match msg.kind {
                 k if k == DeviceControlKind::CancelWorkQueue as u32 => {
@@ -710,11 +710,7 @@ impl State {
                 // An answer to a running command's grow request (its
                 // services look for it), or one that came too late.
                 k if k == DeviceControlKind::GrowTvbAck as u32 => {
-                    let mut acks = self.grow_acks.lock().unwrap_or_else(|e| e.into_inner());
-                    if acks.len() >= GROW_ACKS_KEPT {
-                        acks.remove(0);
-                    }
-                    acks.push((msg.args[0] as u32, msg.args[1]));
+                    self.grow_acks.put(msg.args[0] as u32, msg.args[1]);
                 }
                 _ => self.log(init, 1, &format!("unknown device control {}", msg.kind)),
             }
@@ -1111,9 +1107,9 @@ impl State {
         Ok(false)
     }
 
-    /// Reports the end of a Run command that finished: its outcome, the
-    /// control requests its services read meanwhile, its end timestamp
-    /// and its statistics; its thread goes back to the idle ones.
+    /// Reports the end of a Run command that finished: its outcome, its
+    /// end timestamp and its statistics; its thread goes back to the idle
+    /// ones.
     fn finish_run(
         &mut self,
         init: &InitData,
@@ -1132,8 +1128,8 @@ impl State {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .take();
-        let (result, deferred) = match outcome {
-            Some(Outcome::Ran { result, deferred }) => (result, deferred),
+        let result = match outcome {
+            Some(Outcome::Ran(result)) => result,
             Some(Outcome::Panicked(what)) => return Err(FirmwareError::Internal(what)),
             None => {
                 return Err(FirmwareError::Internal(
@@ -1155,10 +1151,6 @@ impl State {
                 suspended_ms = flight.preemption.suspended().as_millis() as u64,
                 "{tag:?} ran"
             );
-        }
-        // Control requests that arrived while the command ran.
-        for msg in deferred {
-            self.apply_control(init, &msg);
         }
         let end_ns = monotonic_ns();
         self.timestamp_at(init, header.timestamp_end, end_ns);
@@ -1264,7 +1256,6 @@ impl State {
                 init: *init,
                 rings: Arc::clone(&self.rings),
                 grow_acks: Arc::clone(&self.grow_acks),
-                deferred: Mutex::new(Vec::new()),
             },
             deadline: Instant::now() + timeout,
             work,

@@ -502,7 +502,9 @@ fn a_mid_render_grow_request_waits_for_the_kmds_answer() {
         assert_eq!((request.unit, request.address), (7, 10));
         assert_eq!(kmd.stamp(4), n as u32 * 0x100, "the command waits");
         if let Some(blocks) = answer {
-            // An unrelated request first: it is applied after the command.
+            // An unrelated request first: the firmware applies it, and
+            // says so, while the command still waits for its answer
+            // (control requests are applied in the order they came).
             let other = DeviceControlMsg {
                 kind: DeviceControlKind::DestroyContext as u32,
                 pad: 0,
@@ -510,7 +512,18 @@ fn a_mid_render_grow_request_waits_for_the_kmds_answer() {
             };
             let control = &kmd.init_data.device_control;
             control.push(&*kmd.memory, other.as_bytes()).unwrap();
+            firmware.doorbell().ring();
+            // (Counted: the requests; the answers to grow requests are
+            // not, as the kmd numbers only its requests.)
+            let controls = n as u32 + 1;
+            until("the unrelated request applied", || {
+                kmd.get::<FirmwareStatus>(kmd.init_data.status.get())
+                    .controls_done
+                    == controls
+            });
+            assert_eq!(kmd.stamp(4), n as u32 * 0x100, "the command still waits");
             control.push(&*kmd.memory, ack(blocks).as_bytes()).unwrap();
+            firmware.doorbell().ring();
         }
         until("the command", || kmd.stamp(4) == (n as u32 + 1) * 0x100);
     }
@@ -518,6 +531,14 @@ fn a_mid_render_grow_request_waits_for_the_kmds_answer() {
         *answers.lock().unwrap(),
         [Some(18), None, None],
         "granted, refused, unanswered (after the 1 s timeout)"
+    );
+    // Two requests were applied; the two answers are not counted with
+    // them (a kmd waiting for its third request would otherwise free
+    // what that request concerns before the firmware had read it).
+    assert_eq!(
+        kmd.get::<FirmwareStatus>(kmd.init_data.status.get())
+            .controls_done,
+        2
     );
     drop(firmware);
 }

@@ -137,7 +137,9 @@ pub struct FirmwareStatus {
     pub resume: u32,
     /// Non-zero after a firmware crash (everything fails ENODEV).
     pub crashed: u32,
-    /// Device-control requests the firmware has applied (wrapping). It is
+    /// Device-control requests the firmware has applied (wrapping); the
+    /// answers to its grow requests ([`DeviceControlKind::GrowTvbAck`])
+    /// are not requests and are not counted. It is
     /// published between passes over the work queues, so once it covers a
     /// CancelWorkQueue the firmware will never touch that queue again and
     /// the kmd may free its memory.
