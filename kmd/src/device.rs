@@ -91,6 +91,12 @@ pub struct DeviceConfig {
     /// `ENOMEM`, so one client cannot take every descriptor of the device
     /// from the others. No limit by default.
     pub client_descriptor_limit: u64,
+    /// The objects with a host descriptor of the device's own that all
+    /// clients' files may hold together; past it, GEM_CREATE and PRIME
+    /// import fail with `ENOMEM`, so that the device keeps descriptors for
+    /// its files, call channels and slabs whatever the clients hold. No
+    /// limit by default.
+    pub device_descriptor_limit: u64,
 }
 
 impl Default for DeviceConfig {
@@ -103,6 +109,7 @@ impl Default for DeviceConfig {
             client_memory_limit_bytes: u64::MAX,
             keep_object_descriptors: false,
             client_descriptor_limit: u64::MAX,
+            device_descriptor_limit: u64::MAX,
         }
     }
 }
@@ -133,6 +140,8 @@ pub struct Device {
     /// Each client process's account, by process id, while a file it
     /// opened lives.
     clients: Mutex<HashMap<u32, Weak<ClientAccount>>>,
+    /// The device descriptors all clients' objects hold.
+    object_descriptors: Arc<crate::gem::DeviceDescriptors>,
     /// Where every submission is recorded, if capturing
     /// ([`Device::capture_to`], or the `AGX_KMD_CAPTURE` environment
     /// variable naming a file).
@@ -161,6 +170,7 @@ impl Device {
         let account = Arc::new(ClientAccount::new(
             self.config.client_memory_limit_bytes,
             self.config.client_descriptor_limit,
+            Arc::clone(&self.object_descriptors),
         ));
         clients.insert(tgid, Arc::downgrade(&account));
         account
@@ -417,6 +427,9 @@ impl Device {
             masters: crate::auth::Masters::default(),
             objects: Mutex::new(HashMap::new()),
             clients: Mutex::new(HashMap::new()),
+            object_descriptors: Arc::new(crate::gem::DeviceDescriptors::new(
+                config.device_descriptor_limit,
+            )),
             capture: Mutex::new(None),
             config,
         });

@@ -228,7 +228,8 @@ impl From<GemError> for Errno {
             | GemError::NoSuchName { .. } => Errno::ENOENT,
             GemError::OutOfMemory(_)
             | GemError::OverClientLimit { .. }
-            | GemError::OverClientDescriptors { .. } => Errno::ENOMEM,
+            | GemError::OverClientDescriptors { .. }
+            | GemError::OverDeviceDescriptors { .. } => Errno::ENOMEM,
         }
     }
 }

@@ -44,17 +44,51 @@ pub struct ClientAccount {
     /// exportable or imported object's memfd), against their limit.
     descriptors: std::sync::atomic::AtomicU64,
     descriptor_limit: u64,
+    /// The device's count of such descriptors over every client.
+    device: Arc<DeviceDescriptors>,
+}
+
+/// The host descriptors the device keeps for all clients' objects,
+/// against the device-wide limit
+/// (`DeviceConfig::device_descriptor_limit`): whatever the clients hold
+/// together, the device keeps descriptors for its files, call channels
+/// and slabs.
+#[derive(Debug)]
+pub struct DeviceDescriptors {
+    used: std::sync::atomic::AtomicU64,
+    limit: u64,
+}
+
+impl DeviceDescriptors {
+    /// None held, at most `limit`.
+    pub fn new(limit: u64) -> DeviceDescriptors {
+        DeviceDescriptors {
+            used: std::sync::atomic::AtomicU64::new(0),
+            limit,
+        }
+    }
+
+    /// Held now, over every client.
+    pub fn used(&self) -> u64 {
+        self.used.load(Ordering::Relaxed)
+    }
 }
 
 impl ClientAccount {
     /// An account with nothing charged, holding at most `limit_bytes` of
-    /// objects and `descriptor_limit` objects with a device descriptor.
-    pub fn new(limit_bytes: u64, descriptor_limit: u64) -> ClientAccount {
+    /// objects and `descriptor_limit` objects with a device descriptor,
+    /// which also count against `device`'s.
+    pub fn new(
+        limit_bytes: u64,
+        descriptor_limit: u64,
+        device: Arc<DeviceDescriptors>,
+    ) -> ClientAccount {
         ClientAccount {
             used_bytes: std::sync::atomic::AtomicU64::new(0),
             limit_bytes,
             descriptors: std::sync::atomic::AtomicU64::new(0),
             descriptor_limit,
+            device,
         }
     }
 
@@ -64,7 +98,7 @@ impl ClientAccount {
     }
 
     /// Charges one device descriptor (an object whose memfd the device
-    /// keeps), or refuses past the limit.
+    /// keeps), or refuses past the client's limit or the device's.
     pub(crate) fn charge_descriptor(self: &Arc<Self>) -> Result<DescriptorCharge, GemError> {
         self.descriptors
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |used| {
@@ -74,6 +108,19 @@ impl ClientAccount {
                 used,
                 limit: self.descriptor_limit,
             })?;
+        let device = &self.device;
+        if let Err(used) = device
+            .used
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |used| {
+                (used < device.limit).then_some(used + 1)
+            })
+        {
+            self.descriptors.fetch_sub(1, Ordering::Relaxed);
+            return Err(GemError::OverDeviceDescriptors {
+                used,
+                limit: device.limit,
+            });
+        }
         Ok(DescriptorCharge {
             account: Arc::clone(self),
         })
@@ -156,6 +203,7 @@ pub(crate) struct DescriptorCharge {
 impl Drop for DescriptorCharge {
     fn drop(&mut self) {
         self.account.descriptors.fetch_sub(1, Ordering::Relaxed);
+        self.account.device.used.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -423,6 +471,16 @@ pub enum GemError {
     #[error("the client's objects hold {used} device descriptors, its limit")]
     OverClientDescriptors {
         /// Held now.
+        used: u64,
+        /// The limit.
+        limit: u64,
+    },
+    /// The object would need a device descriptor, and all clients'
+    /// objects together hold as many as the device keeps for them
+    /// (`DeviceConfig::device_descriptor_limit`).
+    #[error("all clients' objects hold {used} device descriptors, the device's limit")]
+    OverDeviceDescriptors {
+        /// Held now, over every client.
         used: u64,
         /// The limit.
         limit: u64,

@@ -93,6 +93,59 @@ fn a_hundred_thousand_private_objects_cost_no_descriptor_each() {
     );
 }
 
+/// All clients together may hold only so many objects whose memfd the
+/// device keeps (`DeviceConfig::device_descriptor_limit`), so that
+/// clients at their own caps cannot take every descriptor the device
+/// needs for its files and channels: past it GEM_CREATE fails with
+/// ENOMEM in any client, private objects go on, and a descriptor one
+/// client gives back is another's to take.
+#[test_log::test]
+fn all_clients_device_descriptors_are_capped_with_enomem() {
+    let config = DeviceConfig {
+        keep_object_descriptors: true,
+        client_descriptor_limit: 40,
+        device_descriptor_limit: 100,
+        ..DeviceConfig::default()
+    };
+    let device = TestDevice(common::scripted::boot(1 << 30, config).0);
+    let pid = std::process::id();
+    let clients: Vec<_> = (1..=3).map(|n| device.open_for_process(pid + n)).collect();
+    let mut held: Vec<Vec<u32>> = clients
+        .iter()
+        .map(|file| {
+            (0..40)
+                .map_while(|_| gem_create(file, 16 << 10, 0, 0).ok())
+                .collect()
+        })
+        .collect();
+    let counts: Vec<usize> = held.iter().map(Vec::len).collect();
+    assert_eq!(
+        counts,
+        [40, 40, 20],
+        "the third client stops at the device's cap"
+    );
+    assert_eq!(gem_create(&clients[2], 16 << 10, 0, 0), Err(Errno::ENOMEM));
+    let vm = vm_create(&clients[2]);
+    assert!(
+        gem_create(&clients[2], 16 << 10, GemFlags::VM_PRIVATE.bits(), vm).is_ok(),
+        "slab objects go on"
+    );
+    let mut close = GemClose {
+        handle: held[0].pop().unwrap(),
+        pad: 0,
+    };
+    call(&clients[0], drm::DRM_IOCTL_GEM_CLOSE, &mut close).unwrap();
+    assert!(
+        gem_create(&clients[2], 16 << 10, 0, 0).is_ok(),
+        "the first client's freed descriptor is the third's"
+    );
+    assert_eq!(
+        gem_create(&clients[0], 16 << 10, 0, 0),
+        Err(Errno::ENOMEM),
+        "under its own cap, the first client meets the device's"
+    );
+}
+
 /// One client process may hold only so many objects whose memfd the
 /// device keeps (`DeviceConfig::client_descriptor_limit`), whichever of
 /// its files made them: past it GEM_CREATE (and the import of another

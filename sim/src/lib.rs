@@ -62,6 +62,10 @@ pub struct SystemConfig {
     /// limit by default; the device process sets a quarter of its
     /// descriptor limit.
     pub client_descriptor_limit: u64,
+    /// The objects with a device descriptor all clients may hold together
+    /// (`DeviceConfig::device_descriptor_limit`): no limit by default;
+    /// the device process sets three quarters of its descriptor limit.
+    pub device_descriptor_limit: u64,
 }
 
 impl Default for SystemConfig {
@@ -79,6 +83,7 @@ impl Default for SystemConfig {
                 .min(4),
             keep_object_descriptors: false,
             client_descriptor_limit: kmd.client_descriptor_limit,
+            device_descriptor_limit: kmd.device_descriptor_limit,
         }
     }
 }
@@ -203,6 +208,7 @@ impl SystemConfig {
             client_memory_limit_bytes: self.client_memory_limit_bytes,
             keep_object_descriptors: self.keep_object_descriptors,
             client_descriptor_limit: self.client_descriptor_limit,
+            device_descriptor_limit: self.device_descriptor_limit,
         }
     }
 }

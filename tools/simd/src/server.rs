@@ -211,8 +211,14 @@ fn start(options: &Options) -> Result<Started, ServeError> {
     let config = SystemConfig {
         keep_object_descriptors: true,
         // One client's objects may take a quarter of the device's
-        // descriptors, so that one client alone cannot exhaust them.
+        // descriptors, so that one client alone cannot exhaust them, and
+        // all clients' objects together three quarters, so that the
+        // device keeps descriptors for its files, call channels and slabs.
         client_descriptor_limit: options.config.client_descriptor_limit.min(descriptors / 4),
+        device_descriptor_limit: options
+            .config
+            .device_descriptor_limit
+            .min(descriptors - descriptors / 4),
         ..options.config
     };
     let system = Arc::new(System::new(config)?);
