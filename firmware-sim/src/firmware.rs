@@ -653,7 +653,13 @@ impl State {
         self.interrupt.raise();
         let mut more = false;
         while !stop.load(Ordering::Acquire) {
-            if !more && doorbell.wait(self.next_look()) {
+            // (With more to do it only looks whether the doorbell rang.)
+            let wait = if more {
+                Duration::ZERO
+            } else {
+                self.next_look()
+            };
+            if doorbell.wait(wait) {
                 self.doorbell_rang_at = Instant::now();
             }
             self.device_control(&init)?;
@@ -868,7 +874,7 @@ impl State {
         self.note_read_index(queue.info, info.gpu_read_index);
         let mut submission: Option<u64> = None;
         while !self.stop.load(Ordering::Acquire) {
-            let (header, command, outcome) = match self.running.remove(&queue.info) {
+            let (header, outcome) = match self.running.remove(&queue.info) {
                 // Its Run command, in the background.
                 Some(run) => {
                     if !run.flight.preemption.is_finished() {
@@ -892,9 +898,9 @@ impl State {
                         }
                     }
                     submission = Some(run.header.submission);
-                    let (header, command) = (run.header, run.command);
+                    let header = run.header;
                     let outcome = self.finish_run(init, queue, run)?;
-                    (header, command, outcome)
+                    (header, outcome)
                 }
                 None => {
                     if info.gpu_read_index == queue.limit {
@@ -1036,7 +1042,7 @@ impl State {
                             continue;
                         }
                     };
-                    (header, command, outcome)
+                    (header, outcome)
                 }
             };
             let slot = header.stamp_slot;
@@ -1075,7 +1081,6 @@ impl State {
                     event.vm_slot = queue.vm_slot;
                 }
             }
-            let _ = command;
             // A failure is reported before its stamp moves, so the kmd
             // never sees the command done without knowing it failed.
             let failed = event.kind != EventKind::Completion as u32;
