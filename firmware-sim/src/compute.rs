@@ -251,6 +251,11 @@ pub fn run(
                 if watchdog.expired() {
                     return Err(EngineResult::Timeout);
                 }
+            } else {
+                // Every threadgroup is a preemption point: a kernel of
+                // short, texture-heavy threadgroups (under one
+                // SIMD-group slice each) took 30 ms to park every 64.
+                ctx.preemption.check_point();
             }
             let g = [
                 (index % u64::from(groups[0])) as u32,

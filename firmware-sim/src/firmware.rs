@@ -882,6 +882,11 @@ impl State {
                             self.running.insert(queue.info, run);
                             return Ok(false);
                         }
+                        tracing::trace!(
+                            command = format_args!("{:#x}", run.command),
+                            ran_us = run.since.elapsed().as_micros() as u64,
+                            "suspending"
+                        );
                         if !run.flight.preemption.suspend() {
                             tracing::trace!(
                                 command = format_args!("{:#x}", run.command),
