@@ -136,6 +136,7 @@ impl Firmware {
                         suspended: BTreeMap::new(),
                         running: BTreeMap::new(),
                         doorbell_rang_at: Instant::now(),
+                        pipe_done_at: BTreeMap::new(),
                         rings: Arc::new(Mutex::new(())),
                         grow_acks: Arc::new(GrowAcks::default()),
                         runners: Vec::new(),
@@ -286,6 +287,8 @@ struct State {
     running: BTreeMap<FwVa, Running>,
     /// When the doorbell last rang (new work).
     doorbell_rang_at: Instant,
+    /// When a command last ended on each pipe.
+    pipe_done_at: BTreeMap<usize, Instant>,
     /// The event and device-control rings, which a command's services use
     /// too (a mid-render grow request) while the firmware serves others.
     rings: Arc<Mutex<()>>,
@@ -347,6 +350,12 @@ const LEAST_RUN: Duration = Duration::from_millis(2);
 /// How long a suspended command waits at most while other queues keep
 /// making progress: it is then resumed for a slice whatever they have.
 const LONGEST_WAIT: Duration = Duration::from_millis(40);
+
+/// How long a suspended command waits after another command of its pipe
+/// ended before it is resumed: a client that submits many small jobs one
+/// after another gets its next one in (which suspending the resumed
+/// command again would cost far more), within [`LONGEST_WAIT`].
+const GRACE: Duration = Duration::from_millis(2);
 
 /// Idle command threads kept for the next command.
 const IDLE_RUNNERS: usize = 2;
@@ -801,12 +810,19 @@ impl State {
                 continue;
             };
             // A suspended command waits while new work makes progress
-            // (what one stage finishes often lets another start), but
-            // not for longer than LONGEST_WAIT.
+            // (what one stage finishes often lets another start), and
+            // for a moment after another command of its pipe ended (that
+            // queue's client may be about to send its next), but not for
+            // longer than LONGEST_WAIT.
             if let Some(flight) = self.suspended.get(&queue.info) {
-                if progressed && flight.suspended_at.elapsed() < LONGEST_WAIT {
-                    more = true;
-                    continue;
+                if flight.suspended_at.elapsed() < LONGEST_WAIT {
+                    if progressed {
+                        more = true;
+                        continue;
+                    }
+                    if self.in_grace(queue.pipe) {
+                        continue;
+                    }
                 }
             }
             let before = queue.read_index;
@@ -903,6 +919,7 @@ impl State {
                         }
                     }
                     submission = Some(run.header.submission);
+                    self.pipe_done_at.insert(run.pipe, Instant::now());
                     let header = run.header;
                     let outcome = self.finish_run(init, queue, run)?;
                     (header, outcome)
@@ -1213,18 +1230,33 @@ impl State {
     /// it sooner).
     fn next_look(&self) -> Duration {
         let now = Instant::now();
-        self.running
-            .values()
-            .map(|run| {
-                let turn = if self.doorbell_rang_at > run.since {
-                    LEAST_RUN
-                } else {
-                    TIME_SLICE
-                };
-                (run.since + turn).saturating_duration_since(now)
-            })
+        let turns = self.running.values().map(|run| {
+            let turn = if self.doorbell_rang_at > run.since {
+                LEAST_RUN
+            } else {
+                TIME_SLICE
+            };
+            run.since + turn
+        });
+        // A suspended command waiting out a grace is resumed after it.
+        let graces = self
+            .suspended
+            .keys()
+            .filter_map(|info| self.queues.get(info))
+            .filter(|q| self.in_grace(q.pipe))
+            .filter_map(|q| self.pipe_done_at.get(&q.pipe).map(|&at| at + GRACE));
+        turns
+            .chain(graces)
+            .map(|at| at.saturating_duration_since(now))
             .min()
             .map_or(TICK, |wait| wait.clamp(Duration::from_micros(200), TICK))
+    }
+
+    /// Whether a command of `pipe` ended less than [`GRACE`] ago.
+    fn in_grace(&self, pipe: usize) -> bool {
+        self.pipe_done_at
+            .get(&pipe)
+            .is_some_and(|at| at.elapsed() < GRACE)
     }
 
     /// Records where `queue`'s reading stands.
