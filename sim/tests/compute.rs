@@ -9,7 +9,10 @@ use common::machine::*;
 
 use std::time::{Duration, Instant};
 
-use agx_hw::formats::{CdmBarrier, CdmStreamTerminate, Channels, TextureType, UscControl};
+use agx_hw::formats::{
+    CdmBarrier, CdmStreamTerminate, Channels, Layout, Pbe, TextureDimension, TextureType,
+    UscControl,
+};
 use agx_kmd::Errno;
 
 fn terminate() -> Vec<u8> {
@@ -609,7 +612,6 @@ fn block_kernel(
     (width, height): (u32, u32),
     shared_bytes: u32,
 ) -> u64 {
-    use agx_hw::formats::{Layout, Pbe, SharedLayout, TextureDimension, UscShared};
     let pbe = Pbe {
         dimension: TextureDimension::D2,
         layout: Layout::Linear,
@@ -621,6 +623,12 @@ fn block_kernel(
         stride: BLOCK_STRIDE,
         ..Pbe::default()
     };
+    block_kernel_for(m, source, &pbe, shared_bytes)
+}
+
+/// [`block_kernel`] storing through the PBE descriptor `pbe`.
+fn block_kernel_for(m: &Machine, source: &str, pbe: &Pbe, shared_bytes: u32) -> u64 {
+    use agx_hw::formats::{SharedLayout, UscShared};
     m.poke(m.data, BLOCK_PBE, &pbe.pack().unwrap());
     let uniforms = [
         (1.0f32 / 128.0).to_bits(),
@@ -658,6 +666,16 @@ fn run_blocks(m: &Machine, pipeline: u64, (width, height): (u32, u32)) -> Option
     m.run(STREAM)
 }
 
+/// [`BLIT_PIXEL`]'s colour at pixel (x, y) of an RGBA8 unorm image.
+fn blit_colour(x: usize, y: usize) -> [u8; 4] {
+    [
+        unorm8(x as f32 / 128.0),
+        unorm8(y as f32 / 128.0),
+        unorm8(0.25),
+        255,
+    ]
+}
+
 /// The unorm8 encoding of `v` (round to nearest; no ties here).
 fn unorm8(v: f32) -> u8 {
     (v * 255.0).round() as u8
@@ -677,12 +695,7 @@ fn a_kernel_stores_its_image_block_to_an_image_clipped_to_its_size() {
         for x in 0..64usize {
             let at = y * BLOCK_STRIDE as usize + 4 * x;
             let want = if x < width as usize && y < height as usize {
-                [
-                    unorm8(x as f32 / 128.0),
-                    unorm8(y as f32 / 128.0),
-                    unorm8(0.25),
-                    255,
-                ]
+                blit_colour(x, y)
             } else {
                 [0xAA; 4]
             };
@@ -699,7 +712,6 @@ fn a_kernel_stores_its_image_block_to_an_image_clipped_to_its_size() {
 /// `clear-color-mismatched-layer-count`).
 #[test_log::test]
 fn a_block_stored_past_the_images_layers_writes_nothing() {
-    use agx_hw::formats::{Layout, Pbe, TextureDimension};
     let m = Machine::new(5000);
     let layer_bytes = 32 * BLOCK_STRIDE as usize;
     m.poke(m.data, BLOCK_IMAGE, &vec![0xAA; 4 * layer_bytes]);
@@ -709,13 +721,6 @@ fn a_block_stored_past_the_images_layers_writes_nothing() {
             "r12_r13, 0, None, ts0, tex_2d,",
             "r12_r13_r14, 0, None, ts0, tex_2d_array,",
         );
-    let pipeline = block_kernel(
-        &m,
-        &source,
-        (Channels::R8G8B8A8, TextureType::Unorm),
-        (32, 32),
-        8192,
-    );
     let pbe = Pbe {
         dimension: TextureDimension::D2Array,
         layout: Layout::Linear,
@@ -730,7 +735,7 @@ fn a_block_stored_past_the_images_layers_writes_nothing() {
         layer_stride_linear: layer_bytes as u64,
         ..Pbe::default()
     };
-    m.poke(m.data, BLOCK_PBE, &pbe.pack().unwrap());
+    let pipeline = block_kernel_for(&m, &source, &pbe, 8192);
     let mut stream = launch(pipeline, [32, 32, 4], [32, 32, 1]);
     stream.extend(terminate());
     m.poke(m.data, STREAM, &stream);
@@ -740,12 +745,7 @@ fn a_block_stored_past_the_images_layers_writes_nothing() {
         for (y, x) in [(0usize, 0usize), (5, 7), (31, 31)] {
             let at = layer * layer_bytes + y * BLOCK_STRIDE as usize + 4 * x;
             let want = if layer < 2 {
-                [
-                    unorm8(x as f32 / 128.0),
-                    unorm8(y as f32 / 128.0),
-                    unorm8(0.25),
-                    255,
-                ]
+                blit_colour(x, y)
             } else {
                 [0xAA; 4]
             };

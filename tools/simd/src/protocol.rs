@@ -387,8 +387,9 @@ fn recv_into(
     Ok(Some((received.bytes, fds)))
 }
 
-/// [`recv`] (into `buffer` if given), polling for up to `spin` first. A call's answer (and a
-/// client's next call) usually comes within microseconds; a thread that
+/// [`recv`] (into `buffer` if given), polling for up to `spin` first. A
+/// call's answer (and a client's next call) usually comes within
+/// microseconds; a thread that
 /// blocks at once gives its core up, and on a virtual machine an idle
 /// core's wakeup costs tens of microseconds on each side of a round trip.
 /// Between polls the thread yields, so on a busy machine the other side
