@@ -7,7 +7,7 @@
 //! returned.
 
 use std::io;
-use std::os::fd::{AsFd, BorrowedFd, IntoRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, IntoRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
@@ -371,9 +371,13 @@ impl Client {
             // At the descriptor limit a call on an open file still works,
             // as on Linux: on a channel another call of this process gives
             // back.
-            Err(error) if matches!(error.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) => {
-                self.channel_given_back().ok_or(Errno::ENODEV)?
-            }
+            // With no other call to wait for (the first call after
+            // `exec`, or of a process that received its file), the
+            // channel goes just past the process's limit.
+            Err(error) if matches!(error.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) => self
+                .channel_given_back()
+                .or_else(|| self.channel_past_the_limit(file))
+                .ok_or(Errno::ENODEV)?,
             Err(_) => return Err(Errno::ENODEV),
         };
         loop {
@@ -415,6 +419,54 @@ impl Client {
         }
     }
 
+    /// A new channel at the descriptor limit (`EMFILE`): the soft limit
+    /// raised by one for the moment of the connection (when the hard limit
+    /// allows), so that the channel takes the number just past the
+    /// process's limit, which no descriptor of its own may take, and is
+    /// kept there. One call at a time does this (a second one, meanwhile,
+    /// waits for a channel or fails), so the limit is always put back as
+    /// the program set it.
+    fn channel_past_the_limit(&self, file: Option<BorrowedFd<'_>>) -> Option<OwnedFd> {
+        use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+        static RAISING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+        if RAISING
+            .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            return None;
+        }
+        let limit = getrlimit(Resource::Nofile);
+        let channel = match (limit.current, limit.maximum) {
+            (Some(soft), hard) if hard.is_none_or(|hard| soft < hard) => {
+                let raised = Rlimit {
+                    current: Some(soft + 1),
+                    maximum: hard,
+                };
+                let channel = setrlimit(Resource::Nofile, raised)
+                    .ok()
+                    .and_then(|()| self.new_channel(file).ok());
+                if getrlimit(Resource::Nofile).current == Some(soft + 1) {
+                    let _ = setrlimit(Resource::Nofile, limit);
+                }
+                channel
+            }
+            _ => None,
+        };
+        RAISING.store(false, Ordering::Release);
+        match &channel {
+            Some(channel) => tracing::debug!(
+                fd = channel.as_raw_fd(),
+                "at the descriptor limit, a call channel made past it"
+            ),
+            None => tracing::warn!(
+                soft = ?limit.current,
+                hard = ?limit.maximum,
+                "at the descriptor limit, with no room below the hard limit for a call channel"
+            ),
+        }
+        channel
+    }
+
     /// A channel another call of this process gives back (at the
     /// descriptor limit, or at the device's limit of channels per
     /// client), waited for while some call is in flight (it ends: a
@@ -448,7 +500,11 @@ impl Client {
     /// Tells the device a signal interrupted our wait for request `id` on
     /// `file`.
     fn interrupt(&self, file: BorrowedFd<'_>, id: u64) {
-        if let Ok(socket) = self.new_channel(Some(file)) {
+        let socket = self
+            .new_channel(Some(file))
+            .ok()
+            .or_else(|| self.channel_past_the_limit(Some(file)));
+        if let Some(socket) = socket {
             let request = Request::new(Op::Interrupt, id, id, 0);
             let _ = protocol::send(socket.as_fd(), request.as_bytes(), &[], &[file]);
         }

@@ -15,6 +15,7 @@
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <xf86drm.h>
 #include "agx_test.h"
@@ -60,8 +61,36 @@ static int holds_pattern(const uint32_t *map, uint32_t seed)
     return 1;
 }
 
-int main(void)
+/* A fresh image (exec'd with DRM file `fd` open) that fills its
+ * descriptor table before its first call: with no channel of its own
+ * yet, the call still works, and the program's limit is as it was. */
+static int first_call_at_the_limit(int fd)
 {
+    struct rlimit limit;
+    CHECK(getrlimit(RLIMIT_NOFILE, &limit) == 0);
+    rlim_t soft = limit.rlim_cur;
+    int filled = 0;
+    for (;;) {
+        int f = open("/dev/null", O_RDONLY);
+        if (f < 0) {
+            CHECK(errno == EMFILE);
+            break;
+        }
+        CHECK(++filled <= (int)soft);
+    }
+    uint64_t cap = 0;
+    for (int i = 0; i < 3; i++)
+        CHECK(drmGetCap(fd, DRM_CAP_SYNCOBJ, &cap) == 0 && cap == 1);
+    CHECK(getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur == soft);
+    CHECK(open("/dev/null", O_RDONLY) < 0 && errno == EMFILE);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc == 3 && strcmp(argv[1], "first-call-at-the-limit") == 0)
+        return first_call_at_the_limit(atoi(argv[2]));
+
     /* The common default limit, whatever the test runner's is. */
     struct rlimit limit;
     CHECK(getrlimit(RLIMIT_NOFILE, &limit) == 0);
@@ -192,6 +221,22 @@ int main(void)
     }
     for (int i = 0; i < filled; i++)
         close(filler[i]);
+    /* The first call of a process at its limit, before it has a channel
+     * of its own: an image exec'd with the file. */
+    if (!shim_mode || strcmp(shim_mode, "in-process") != 0) {
+        pid_t child = fork();
+        CHECK(child >= 0);
+        if (child == 0) {
+            char number[16];
+            snprintf(number, sizeof number, "%d", fd);
+            if (fcntl(fd, F_SETFD, 0) == 0)
+                execl("/proc/self/exe", argv[0], "first-call-at-the-limit", number, (char *)NULL);
+            _exit(127);
+        }
+        int status = 0;
+        CHECK(waitpid(child, &status, 0) == child);
+        CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    }
 
     /* MAP_PRIVATE of a GEM object is refused, as Linux 6.10+ does. */
     struct asahi_gem_mmap_offset mo = { .handle = shared.handle };
