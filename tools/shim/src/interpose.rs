@@ -128,6 +128,9 @@ pub(crate) fn real_identity(fd: c_int) -> Option<Inode> {
 /// Opens a DRM file on the simulated device through `node`, in the
 /// device process or (in the in-process mode) in this one.
 fn open_node(node: &'static Node, flags: c_int) -> c_int {
+    if !may_open(node, flags) {
+        return fail(libc::EACCES, -1);
+    }
     match crate::mode() {
         Some(crate::Mode::DeviceProcess) => crate::remote::remote().open(node, flags),
         Some(crate::Mode::InProcess) => open_node_in_process(node, flags),
@@ -806,32 +809,37 @@ fn open_named(named: &Named, flags: c_int) -> Option<c_int> {
     }
 }
 
-/// A node's permission bits and owner, which `chmod` and `chown` change
-/// as on a devtmpfs node (udev makes them 0666, root's). Kept in this
-/// process, so its forked children see them too; another process sees
-/// the nodes as udev made them. Atomics: a signal handler may stat.
-struct NodeAttributes {
-    mode: std::sync::atomic::AtomicU32,
-    /// `uid << 32 | gid`.
-    owner: std::sync::atomic::AtomicU64,
+/// The nodes' permission bits and owners, which `chmod` and `chown`
+/// change and `open` and `access` check (`agx_simd::nodes`): in the
+/// device-process mode those of the device directory, which every client
+/// of the device sees; in-process, this process's own.
+static NODE_ATTRIBUTES: agx_simd::nodes::NodeAttributes = agx_simd::nodes::NodeAttributes::new();
+
+fn attributes_dir() -> Option<&'static std::path::Path> {
+    match crate::mode() {
+        Some(crate::Mode::DeviceProcess) => Some(crate::remote::remote().dir()),
+        _ => None,
+    }
 }
 
-static NODE_ATTRIBUTES: [NodeAttributes; 2] = [const {
-    NodeAttributes {
-        mode: std::sync::atomic::AtomicU32::new(0o666),
-        owner: std::sync::atomic::AtomicU64::new(0),
-    }
-}; 2];
-
-fn node_attributes(node: &Node) -> &'static NodeAttributes {
-    &NODE_ATTRIBUTES[usize::from(node.kind == tree::NodeKind::Render)]
+fn node_attributes(node: &Node) -> &'static agx_simd::nodes::NodeRecord {
+    NODE_ATTRIBUTES.get(attributes_dir(), node.kind)
 }
 
 fn node_owner(node: &Node) -> (u32, u32) {
-    let owner = node_attributes(node)
-        .owner
-        .load(std::sync::atomic::Ordering::Relaxed);
-    ((owner >> 32) as u32, owner as u32)
+    node_attributes(node).owner()
+}
+
+/// Whether this process may open `node` with the `open` flags `flags`
+/// (its access mode against the node's permission bits, with the
+/// effective ids, as `may_open` checks before the driver's open).
+fn may_open(node: &Node, flags: c_int) -> bool {
+    let wanted = match flags & libc::O_ACCMODE {
+        libc::O_RDONLY => libc::R_OK,
+        libc::O_WRONLY => libc::W_OK,
+        _ => libc::R_OK | libc::W_OK,
+    };
+    node_attributes(node).permits(effective_uid(), in_group, wanted as u32)
 }
 
 fn effective_uid() -> u32 {
@@ -842,9 +850,17 @@ fn effective_uid() -> u32 {
 /// Whether the caller's effective or supplementary groups hold `gid`.
 fn in_group(gid: u32) -> bool {
     // SAFETY: getegid takes nothing and cannot fail.
-    if unsafe { libc::getegid() } == gid {
-        return true;
-    }
+    (unsafe { libc::getegid() }) == gid || in_supplementary_group(gid)
+}
+
+/// Whether the caller's real or supplementary groups hold `gid` (the
+/// groups `access` checks with).
+fn in_real_group(gid: u32) -> bool {
+    // SAFETY: getgid takes nothing and cannot fail.
+    (unsafe { libc::getgid() }) == gid || in_supplementary_group(gid)
+}
+
+fn in_supplementary_group(gid: u32) -> bool {
     let mut groups: [libc::gid_t; 256] = [0; 256];
     // SAFETY: the buffer holds the 256 entries the call is told of.
     let n = unsafe { libc::getgroups(groups.len() as c_int, groups.as_mut_ptr()) };
@@ -857,9 +873,9 @@ fn node_chmod(node: &Node, mode: libc::mode_t) -> c_int {
     if euid != 0 && euid != node_owner(node).0 {
         return fail(libc::EPERM, -1);
     }
-    node_attributes(node)
-        .mode
-        .store(mode & 0o7777, std::sync::atomic::Ordering::Relaxed);
+    NODE_ATTRIBUTES
+        .get_for_change(attributes_dir(), node.kind)
+        .set_mode(mode);
     0
 }
 
@@ -879,20 +895,16 @@ fn node_chown(node: &Node, uid: libc::uid_t, gid: libc::gid_t) -> c_int {
     }
     let uid = if uid == u32::MAX { owner_uid } else { uid };
     let gid = if gid == u32::MAX { owner_gid } else { gid };
-    node_attributes(node).owner.store(
-        (u64::from(uid) << 32) | u64::from(gid),
-        std::sync::atomic::Ordering::Relaxed,
-    );
+    NODE_ATTRIBUTES
+        .get_for_change(attributes_dir(), node.kind)
+        .set_owner(uid, gid);
     0
 }
 
 fn char_device_stat(node: &Node) -> libc::stat64 {
     // SAFETY: stat64 is plain data; all-zero is a valid value.
     let mut st: libc::stat64 = unsafe { std::mem::zeroed() };
-    let mode = node_attributes(node)
-        .mode
-        .load(std::sync::atomic::Ordering::Relaxed);
-    st.st_mode = libc::S_IFCHR | mode;
+    st.st_mode = libc::S_IFCHR | node_attributes(node).mode();
     (st.st_uid, st.st_gid) = node_owner(node);
     st.st_rdev = libc::makedev(tree::DRM_MAJOR, node.minor);
     // The nodes' devtmpfs: a device number and an inode per node, so that
@@ -1058,6 +1070,7 @@ pub unsafe extern "C" fn statx(
             sx.stx_mask = libc::STATX_BASIC_STATS;
             sx.stx_mode = st.st_mode as u16;
             sx.stx_nlink = st.st_nlink as u32;
+            (sx.stx_uid, sx.stx_gid) = (st.st_uid, st.st_gid);
             sx.stx_blksize = st.st_blksize as u32;
             sx.stx_rdev_major = libc::major(st.st_rdev);
             sx.stx_rdev_minor = libc::minor(st.st_rdev);
@@ -1201,13 +1214,21 @@ pub unsafe extern "C" fn fchownat(
     })
 }
 
-/// `access` of a node: mode 0666, as udev makes them (read and write,
-/// not execute).
-fn node_access(mode: c_int) -> c_int {
-    if mode & libc::X_OK != 0 {
-        fail(libc::EACCES, -1)
+/// `access` of `node` for `mode`, against its permission bits: with the
+/// real ids, or (`faccessat`'s `AT_EACCESS`) the effective ones.
+fn node_access(node: &Node, mode: c_int, effective: bool) -> c_int {
+    let node = node_attributes(node);
+    let wanted = (mode & (libc::R_OK | libc::W_OK | libc::X_OK)) as u32;
+    let permitted = if effective {
+        node.permits(effective_uid(), in_group, wanted)
     } else {
+        // SAFETY: getuid takes nothing and cannot fail.
+        node.permits(unsafe { libc::getuid() }, in_real_group, wanted)
+    };
+    if permitted {
         0
+    } else {
+        fail(libc::EACCES, -1)
     }
 }
 
@@ -1218,8 +1239,8 @@ pub unsafe extern "C" fn access(path: *const c_char, mode: c_int) -> c_int {
     entry_point("access", -1, move || {
         // SAFETY: the caller passes a C string.
         let named = unsafe { name_of(path, true) };
-        if let Named::Node(_) = named {
-            return node_access(mode);
+        if let Named::Node(node) = named {
+            return node_access(node, mode, false);
         }
         match real!(
             c"access",
@@ -1244,8 +1265,8 @@ pub unsafe extern "C" fn faccessat(
     entry_point("faccessat", -1, move || {
         // SAFETY: the caller passes a C string.
         let named = unsafe { name_at(dirfd, path, flags) };
-        if let Named::Node(_) = named {
-            return node_access(mode);
+        if let Named::Node(node) = named {
+            return node_access(node, mode, flags & libc::AT_EACCESS != 0);
         }
         match real!(
             c"faccessat",

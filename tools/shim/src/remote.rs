@@ -102,6 +102,11 @@ fn node(kind: NodeKind) -> &'static Node {
 }
 
 impl Remote {
+    /// The device directory.
+    pub(crate) fn dir(&self) -> &std::path::Path {
+        self.client.dir()
+    }
+
     fn modes(&self, wait: bool) -> Option<std::sync::MutexGuard<'_, HashMap<c_int, c_int>>> {
         crate::lock_map(&self.modes, wait)
     }

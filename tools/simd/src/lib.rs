@@ -15,6 +15,7 @@
 
 pub mod client;
 pub mod detach;
+pub mod nodes;
 pub mod peer;
 pub mod pool;
 pub mod protocol;

@@ -17,7 +17,9 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/syscall.h>
+#include <grp.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <xf86drm.h>
 #include <xf86drmMode.h>
@@ -260,6 +262,39 @@ int main(void)
         CHECK(stat("/dev/dri/card0", &st) == 0 && S_ISCHR(st.st_mode) && (st.st_mode & 07777) == 0600);
         CHECK(chown("/dev/dri/card0", 65534, 65534) == 0);
         CHECK(stat("/dev/dri/card0", &st) == 0 && st.st_uid == 65534 && st.st_gid == 65534);
+        /* Another process of the device sees the change (in-process,
+         * every process has a device, and nodes, of its own). */
+        const char *shim_mode = getenv("AGX_SHIM_MODE");
+        int in_process = shim_mode && strcmp(shim_mode, "in-process") == 0;
+        FILE *seen = popen("stat -c '%a %u %g' /dev/dri/card0", "r");
+        char line[64] = "";
+        CHECK(seen && fgets(line, sizeof line, seen) && pclose(seen) == 0);
+        if (strcmp(line, in_process ? "666 0 0\n" : "600 65534 65534\n") != 0) {
+            fprintf(stderr, "another process saw %s", line);
+            exit(1);
+        }
+        /* open and access check the bits: root passes, another user
+         * (neither owner nor in the group) may not read or write. */
+        int as_root = open("/dev/dri/card0", O_RDWR | O_CLOEXEC);
+        CHECK(as_root >= 0);
+        close(as_root);
+        pid_t child = fork();
+        CHECK(child >= 0);
+        if (child == 0) {
+            if (setgroups(0, NULL) != 0 || setgid(12345) != 0 || setuid(12345) != 0)
+                _exit(2);
+            errno = 0;
+            if (open("/dev/dri/card0", O_RDONLY) != -1 || errno != EACCES)
+                _exit(3);
+            errno = 0;
+            if (access("/dev/dri/card0", R_OK) != -1 || errno != EACCES)
+                _exit(4);
+            if (access("/dev/dri/card0", F_OK) != 0)
+                _exit(5);
+            _exit(0);
+        }
+        int status = 0;
+        CHECK(waitpid(child, &status, 0) == child && WIFEXITED(status) && WEXITSTATUS(status) == 0);
         CHECK(fchmodat(AT_FDCWD, "/dev/dri/card0", 0666, 0) == 0);
         CHECK(fchownat(AT_FDCWD, "/dev/dri/card0", 0, 0, 0) == 0);
         CHECK(stat("/dev/dri/card0", &st) == 0 && (st.st_mode & 07777) == 0666 && st.st_uid == 0);
