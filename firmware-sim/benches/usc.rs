@@ -6,8 +6,8 @@
 use std::hint::black_box;
 
 use agx_firmware_sim::usc::{
-    AccessKind, Env, Exit, FaultReason, GpuMemory, MemoryFault, NoIo, ProgramCache, SimdGroup,
-    UNIFORMS,
+    AccessKind, Env, Exit, FaultReason, GpuMemory, MemoryFault, NoIo, ProgramCache, ShaderEngine,
+    SimdGroup, UNIFORMS,
 };
 use agx_hw::isa::{text::assemble, Reg};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
@@ -68,29 +68,37 @@ fn alu_throughput(c: &mut Criterion) {
     let code = assemble(ALU_LOOP, CODE_BASE).expect("benchmark program assembles");
     let mut memory = CodeMemory { code };
     let mut uniforms = Box::new([0u32; UNIFORMS]);
-    let mut cache = ProgramCache::new();
     let instructions = 3 + iterations * 10 + 2;
     let mut group = c.benchmark_group("usc");
     group.throughput(Throughput::Elements(instructions));
-    group.bench_function("alu_loop_simd_instructions", |b| {
-        b.iter(|| {
-            let mut simd = SimdGroup::new(CODE_BASE, u32::MAX);
-            for lane in 0..32 {
-                simd.write(Reg::r(1), lane, iterations);
-            }
-            let mut budget = u64::MAX;
-            let mut env = Env {
-                memory: &mut memory,
-                io: &mut NoIo,
-                uniforms: &mut uniforms,
-                threadgroup: &mut [],
-            };
-            let exit = simd.run(&mut cache, &mut env, &mut budget);
-            assert_eq!(exit, Ok(Exit::Stopped));
-            assert_eq!(simd.executed_instructions, instructions);
-            black_box(simd.read(Reg::r(9), 0))
+    for (name, engine) in [
+        ("alu_loop_simd_instructions", ShaderEngine::Interpreter),
+        (
+            "alu_loop_simd_instructions_compiled",
+            ShaderEngine::Compiled,
+        ),
+    ] {
+        let mut cache = ProgramCache::with_engine(engine);
+        group.bench_function(name, |b| {
+            b.iter(|| {
+                let mut simd = SimdGroup::new(CODE_BASE, u32::MAX);
+                for lane in 0..32 {
+                    simd.write(Reg::r(1), lane, iterations);
+                }
+                let mut budget = u64::MAX;
+                let mut env = Env {
+                    memory: &mut memory,
+                    io: &mut NoIo,
+                    uniforms: &mut uniforms,
+                    threadgroup: &mut [],
+                };
+                let exit = simd.run(&mut cache, &mut env, &mut budget);
+                assert_eq!(exit, Ok(Exit::Stopped));
+                assert_eq!(simd.executed_instructions, instructions);
+                black_box(simd.read(Reg::r(9), 0))
+            });
         });
-    });
+    }
     group.finish();
 }
 

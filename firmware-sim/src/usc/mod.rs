@@ -21,4 +21,4 @@ pub mod program;
 pub use exec::{Env, ExecError, Exit, SimdGroup, SpecialRegs, Stack, GPRS, LANES, UNIFORMS};
 pub use io::{IoError, NoIo, ShaderIo};
 pub use memory::{AccessKind, FaultReason, GpuMemory, MemoryFault};
-pub use program::{FetchError, ProgramCache, MAX_CACHED_INSTRUCTIONS};
+pub use program::{FetchError, ProgramCache, ShaderEngine, MAX_CACHED_INSTRUCTIONS};

@@ -7,6 +7,11 @@
 //! indices rather than addresses. The cache belongs to whoever owns the
 //! code memory's lifetime (the firmware clears it when a new submission
 //! may have replaced shader memory).
+//!
+//! With the compiled engine ([`ShaderEngine::Compiled`]) the cache also
+//! keeps, per instruction, the compiled block that starts there (a run
+//! of ALU instructions `agx_jit` translated to host code), so that the
+//! SIMD-group calls it instead of interpreting the run.
 
 use std::collections::HashMap;
 
@@ -73,24 +78,249 @@ pub struct CachedInstr {
     pub(crate) target: Option<u32>,
 }
 
+/// Which engine runs a cache's programs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ShaderEngine {
+    /// Every instruction interpreted (the reference).
+    #[default]
+    Interpreter,
+    /// Runs of ALU instructions compiled to host code (`agx_jit`), the
+    /// rest interpreted; the two agree bit for bit.
+    Compiled,
+}
+
+impl std::str::FromStr for ShaderEngine {
+    type Err = ();
+
+    fn from_str(name: &str) -> Result<ShaderEngine, ()> {
+        match name {
+            "interpreter" => Ok(ShaderEngine::Interpreter),
+            "compiled" => Ok(ShaderEngine::Compiled),
+            _ => Err(()),
+        }
+    }
+}
+
+/// Fewest instructions a compiled block holds: a single instruction runs
+/// as fast interpreted.
+const MIN_BLOCK_INSTRUCTIONS: usize = 2;
+
+/// `block_at` for an instruction no block was looked for at yet.
+const UNTRIED: u32 = u32::MAX;
+/// `block_at` for an instruction no block starts at.
+const NO_BLOCK: u32 = u32::MAX - 1;
+
+/// A compiled block: where it starts, how many instructions it runs and
+/// where the program goes on after it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct CompiledBlock {
+    pub(crate) id: agx_jit::BlockId,
+    pub(crate) instructions: u32,
+    pub(crate) next_index: u32,
+    pub(crate) next_pc: u64,
+}
+
+/// The compiled engine's state for one cache.
+#[derive(Debug)]
+struct Compiled {
+    compiler: agx_jit::Compiler,
+    /// Per cached instruction: the block starting there (an index into
+    /// `blocks`), [`NO_BLOCK`] or [`UNTRIED`].
+    block_at: Vec<u32>,
+    blocks: Vec<CompiledBlock>,
+    /// Blocks Cranelift refused (left to the interpreter).
+    failures: u64,
+}
+
+/// The fp32 fused multiply-add as the reference computes it, for the
+/// compiled code's rare path.
+extern "C" fn fma_for_compiled_code(x: f32, y: f32, z: f32) -> f32 {
+    super::float::fma_f32(x, y, z)
+}
+
+impl Compiled {
+    fn new() -> Option<Compiled> {
+        let helpers = agx_jit::Helpers {
+            fma_f32: fma_for_compiled_code,
+        };
+        match agx_jit::Compiler::new(helpers) {
+            Ok(compiler) => Some(Compiled {
+                compiler,
+                block_at: Vec::new(),
+                blocks: Vec::new(),
+                failures: 0,
+            }),
+            Err(error) => {
+                tracing::warn!(%error, "no compiled engine: interpreting");
+                None
+            }
+        }
+    }
+}
+
 /// Decoded instructions by address.
 #[derive(Debug, Default)]
 pub struct ProgramCache {
     by_address: HashMap<u64, u32>,
     instrs: Vec<CachedInstr>,
     decodes: u64,
+    engine: ShaderEngine,
+    compiled: Option<Box<Compiled>>,
 }
 
 impl ProgramCache {
-    /// An empty cache.
+    /// An empty cache whose programs the interpreter runs.
     pub fn new() -> ProgramCache {
         ProgramCache::default()
     }
 
-    /// Forgets everything (code memory may have changed).
+    /// An empty cache whose programs `engine` runs.
+    pub fn with_engine(engine: ShaderEngine) -> ProgramCache {
+        ProgramCache {
+            engine,
+            ..ProgramCache::default()
+        }
+    }
+
+    /// The engine this cache's programs run on.
+    pub fn engine(&self) -> ShaderEngine {
+        self.engine
+    }
+
+    /// Forgets everything (code memory may have changed), compiled code
+    /// too.
     pub fn clear(&mut self) {
         self.by_address.clear();
         self.instrs.clear();
+        self.compiled = None;
+    }
+
+    /// Blocks the compiled engine failed to compile (each left to the
+    /// interpreter; a translation bug, logged).
+    pub fn compile_failures(&self) -> u64 {
+        self.compiled.as_ref().map_or(0, |c| c.failures)
+    }
+
+    /// Blocks compiled so far, and the host code they took (bytes).
+    pub fn compiled_blocks(&self) -> (usize, usize) {
+        self.compiled.as_ref().map_or((0, 0), |c| {
+            (c.compiler.block_count(), c.compiler.code_bytes())
+        })
+    }
+
+    /// The compiled block that starts at cached instruction `index`,
+    /// compiling it on the first visit (with the compiled engine; `None`
+    /// with the interpreter, or where no block of at least
+    /// [`MIN_BLOCK_INSTRUCTIONS`] starts).
+    pub(crate) fn block_at(&mut self, index: u32, memory: &dyn GpuMemory) -> Option<CompiledBlock> {
+        if self.engine != ShaderEngine::Compiled {
+            return None;
+        }
+        if self.compiled.is_none() {
+            match Compiled::new() {
+                Some(compiled) => self.compiled = Some(Box::new(compiled)),
+                None => {
+                    self.engine = ShaderEngine::Interpreter;
+                    return None;
+                }
+            }
+        }
+        let slot = self
+            .compiled
+            .as_ref()
+            .and_then(|c| c.block_at.get(index as usize).copied())
+            .unwrap_or(UNTRIED);
+        match slot {
+            NO_BLOCK => None,
+            UNTRIED => self.form_block(index, memory),
+            block => self
+                .compiled
+                .as_ref()
+                .and_then(|c| c.blocks.get(block as usize).copied()),
+        }
+    }
+
+    /// Gathers the run of instructions the compiled engine translates
+    /// from `index` on, compiles it and records it.
+    fn form_block(&mut self, index: u32, memory: &dyn GpuMemory) -> Option<CompiledBlock> {
+        let mut run = Vec::new();
+        let mut at = index;
+        let mut next = None;
+        loop {
+            let entry = self.get(at);
+            let translated = entry.unknown_bits == 0
+                && !entry.undefined_operand
+                && agx_jit::supports(&entry.instr, entry.saturate);
+            if !translated {
+                break;
+            }
+            // The block ends where the program goes on: the instruction
+            // after it must be known (one that cannot be fetched is
+            // reached by the interpreter, which reports it).
+            let following = entry.address.wrapping_add(u64::from(entry.length_bytes));
+            let Ok(following_index) = self.lookup(following, memory) else {
+                break;
+            };
+            self.get_mut(at).next = Some(following_index);
+            run.push(at);
+            next = Some((following_index, following));
+            at = following_index;
+            if at == index {
+                // A program that falls through into itself (it wraps
+                // around the address space): never compiled.
+                break;
+            }
+        }
+        let compiled = self.compiled.as_mut()?;
+        if compiled.block_at.len() < self.instrs.len() {
+            compiled.block_at.resize(self.instrs.len(), UNTRIED);
+        }
+        let block = match next {
+            Some((next_index, next_pc)) if run.len() >= MIN_BLOCK_INSTRUCTIONS => {
+                let instrs: Vec<(&Instr, bool)> = run
+                    .iter()
+                    .map(|&i| {
+                        let entry = &self.instrs[i as usize];
+                        (&entry.instr, entry.saturate)
+                    })
+                    .collect();
+                match compiled.compiler.compile(&instrs) {
+                    Ok(id) => Some(CompiledBlock {
+                        id,
+                        instructions: run.len() as u32,
+                        next_index,
+                        next_pc,
+                    }),
+                    Err(error) => {
+                        compiled.failures += 1;
+                        tracing::warn!(%error, address = self.instrs[index as usize].address, "a block left to the interpreter");
+                        None
+                    }
+                }
+            }
+            _ => None,
+        };
+        compiled.block_at[index as usize] = match block {
+            Some(block) => {
+                compiled.blocks.push(block);
+                compiled.blocks.len() as u32 - 1
+            }
+            None => NO_BLOCK,
+        };
+        block
+    }
+
+    /// Runs compiled block `block` on `regs`.
+    pub(crate) fn run_block(
+        &self,
+        block: &CompiledBlock,
+        regs: &mut agx_jit::RegisterFile,
+        uniforms: &[u32; super::UNIFORMS],
+        exec: u32,
+    ) {
+        if let Some(compiled) = &self.compiled {
+            compiled.compiler.run(block.id, regs, uniforms, exec);
+        }
     }
 
     /// How many instructions have been fetched and decoded so far.

@@ -7,9 +7,10 @@ use std::collections::BTreeMap;
 
 use agx_firmware_sim::usc::{
     AccessKind, Env, ExecError, Exit, FaultReason, GpuMemory, MemoryFault, NoIo, ProgramCache,
-    ShaderIo, SimdGroup, UNIFORMS,
+    ShaderEngine, ShaderIo, SimdGroup, GPRS, LANES, UNIFORMS,
 };
 use agx_hw::isa::text::assemble;
+use agx_hw::isa::Reg;
 
 /// AGX GPU pages are 16 KiB.
 pub const PAGE_BYTES: u64 = 16 * 1024;
@@ -18,7 +19,7 @@ pub const CODE_BASE: u64 = 0x1_0000_0000;
 /// Instruction budget for test runs.
 pub const BUDGET: u64 = 1_000_000;
 
-#[derive(Default)]
+#[derive(Default, Clone, PartialEq, Eq, Debug)]
 pub struct PagedMemory {
     pages: BTreeMap<u64, (Vec<u8>, bool)>,
 }
@@ -118,13 +119,41 @@ impl GpuMemory for PagedMemory {
 }
 
 /// A machine: memory with a program mapped read-only at `CODE_BASE`,
-/// uniforms, threadgroup memory and a decode cache.
+/// uniforms, threadgroup memory and a decode cache. `run` runs each
+/// program on both engines (the interpreter, whose state the machine
+/// keeps, and the compiled engine, on a copy) and checks that they agree
+/// on everything: the result, every register of every lane, the mask,
+/// the instruction count, memory, uniforms and threadgroup memory.
 pub struct Machine {
     pub memory: PagedMemory,
     pub uniforms: Box<[u32; UNIFORMS]>,
     pub threadgroup: Vec<u8>,
     pub cache: ProgramCache,
+    pub compiled_cache: ProgramCache,
     pub code_bytes: usize,
+}
+
+/// Asserts that two groups' architectural states are the same.
+pub fn assert_same_group(interpreted: &SimdGroup, compiled: &SimdGroup) {
+    for n in 0..GPRS as u16 {
+        for lane in 0..LANES {
+            assert_eq!(
+                interpreted.read(Reg::r(n), lane),
+                compiled.read(Reg::r(n), lane),
+                "r{n} of lane {lane}: interpreter (left) and compiled engine (right) differ"
+            );
+        }
+    }
+    assert_eq!(
+        interpreted.exec_mask(),
+        compiled.exec_mask(),
+        "execution mask"
+    );
+    assert_eq!(interpreted.pc, compiled.pc, "pc");
+    assert_eq!(
+        interpreted.executed_instructions, compiled.executed_instructions,
+        "instructions executed"
+    );
 }
 
 impl Machine {
@@ -139,6 +168,7 @@ impl Machine {
             uniforms: Box::new([0; UNIFORMS]),
             threadgroup: Vec::new(),
             cache: ProgramCache::new(),
+            compiled_cache: ProgramCache::with_engine(ShaderEngine::Compiled),
             code_bytes: code.len(),
         }
     }
@@ -163,6 +193,35 @@ impl Machine {
     }
 
     pub fn run(&mut self, group: &mut SimdGroup) -> Result<Exit, ExecError> {
-        self.run_with(group, &mut NoIo)
+        let mut twin = group.clone();
+        let mut twin_memory = self.memory.clone();
+        let mut twin_uniforms = self.uniforms.clone();
+        let mut twin_threadgroup = self.threadgroup.clone();
+        let result = self.run_with(group, &mut NoIo);
+        let mut budget = BUDGET;
+        let mut env = Env {
+            memory: &mut twin_memory,
+            io: &mut NoIo,
+            uniforms: &mut twin_uniforms,
+            threadgroup: &mut twin_threadgroup,
+        };
+        let twin_result = twin.run(&mut self.compiled_cache, &mut env, &mut budget);
+        assert_eq!(
+            result, twin_result,
+            "interpreter (left) and compiled engine (right)"
+        );
+        assert_eq!(
+            self.compiled_cache.compile_failures(),
+            0,
+            "blocks the compiled engine refused"
+        );
+        assert_same_group(group, &twin);
+        assert!(
+            self.memory == twin_memory,
+            "memory differs between the engines"
+        );
+        assert_eq!(self.uniforms, twin_uniforms, "uniforms");
+        assert_eq!(self.threadgroup, twin_threadgroup, "threadgroup memory");
+        result
     }
 }

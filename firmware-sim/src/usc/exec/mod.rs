@@ -444,6 +444,20 @@ impl SimdGroup {
                 source,
             })?;
         loop {
+            if let Some(block) = cache.block_at(index, &*env.memory) {
+                let instructions = u64::from(block.instructions);
+                // A block runs whole or not at all: where the budget ends
+                // inside it, the interpreter takes it to the timeout.
+                if *budget_instructions >= instructions {
+                    *budget_instructions -= instructions;
+                    self.executed_instructions += instructions;
+                    let exec = self.exec_mask();
+                    cache.run_block(&block, &mut self.regs, env.uniforms, exec);
+                    index = block.next_index;
+                    self.pc = block.next_pc;
+                    continue;
+                }
+            }
             if *budget_instructions == 0 {
                 return Err(ExecError::Timeout {
                     pc: self.pc,

@@ -1,0 +1,318 @@
+//! The compiled engine against the interpreter: random ALU programs on
+//! random states, and the rare paths of the fp32 arithmetic, must leave
+//! every register of every lane the same (`common::Machine::run` runs
+//! each program on both engines and compares everything).
+
+mod common;
+
+use agx_firmware_sim::usc::{ExecError, Exit, SimdGroup};
+use agx_hw::isa::Reg;
+use common::{Machine, CODE_BASE};
+use proptest::prelude::*;
+
+/// fp32 values where the arithmetic's special cases live, as bits.
+const SPECIAL_FLOATS: [u32; 16] = [
+    0x0000_0000, // +0
+    0x8000_0000, // -0
+    0x0080_0000, // the smallest normal
+    0x8080_0000,
+    0x0000_0001, // denormals
+    0x807F_FFFF,
+    0x3F80_0000, // 1
+    0xBF00_0000, // -0.5
+    0x7F80_0000, // infinities
+    0xFF80_0000,
+    0x7FC0_0001, // NaNs, quiet and signalling
+    0xFF80_0001,
+    0x7F7F_FFFF, // the largest finite
+    0x0080_0001,
+    0x3F80_0001,
+    0x01ED_1C37, // with 0x8cd81616, a product that flushes in fma
+];
+
+fn register() -> impl Strategy<Value = u16> {
+    1u16..24
+}
+
+/// An integer source: a register of any size, a uniform, or an immediate,
+/// with or without `.sx`.
+fn int_source() -> impl Strategy<Value = String> {
+    let value = prop_oneof![
+        register().prop_map(|r| format!("r{r}")),
+        (register(), any::<bool>()).prop_map(|(r, h)| format!("r{r}{}", if h { "h" } else { "l" })),
+        (1u16..22).prop_map(|r| format!("r{r}_r{}", r + 1)),
+        (0u16..8).prop_map(|u| format!("u{u}")),
+        (0u16..8, any::<bool>()).prop_map(|(u, h)| format!("u{u}{}", if h { "h" } else { "l" })),
+        (0i64..256).prop_map(|i| i.to_string()),
+    ];
+    (value, any::<bool>()).prop_map(|(v, sx)| {
+        if sx && !v.chars().next().is_some_and(|c| c.is_ascii_digit()) {
+            format!("{v}.sx")
+        } else {
+            v
+        }
+    })
+}
+
+/// A bitwise source: any register or uniform, or an immediate.
+fn raw_source() -> impl Strategy<Value = String> {
+    prop_oneof![
+        register().prop_map(|r| format!("r{r}")),
+        (register(), any::<bool>()).prop_map(|(r, h)| format!("r{r}{}", if h { "h" } else { "l" })),
+        (0u16..8).prop_map(|u| format!("u{u}")),
+        (0i64..256).prop_map(|i| i.to_string()),
+    ]
+}
+
+/// A destination of the integer ALU.
+fn int_destination() -> impl Strategy<Value = String> {
+    prop_oneof![
+        4 => register().prop_map(|r| format!("r{r}")),
+        1 => (register(), any::<bool>()).prop_map(|(r, h)| format!("r{r}{}", if h { "h" } else { "l" })),
+        1 => (1u16..22).prop_map(|r| format!("r{r}_r{}", r + 1)),
+    ]
+}
+
+/// A 32- or 16-bit destination.
+fn narrow_destination() -> impl Strategy<Value = String> {
+    prop_oneof![
+        3 => register().prop_map(|r| format!("r{r}")),
+        1 => (register(), any::<bool>()).prop_map(|(r, h)| format!("r{r}{}", if h { "h" } else { "l" })),
+    ]
+}
+
+/// A float source with its modifiers (fp16 halves among them: the
+/// compiled engine leaves those to the interpreter).
+fn float_source() -> impl Strategy<Value = String> {
+    let value = prop_oneof![
+        6 => register().prop_map(|r| format!("r{r}")),
+        1 => (register(), any::<bool>()).prop_map(|(r, h)| format!("r{r}{}", if h { "h" } else { "l" })),
+        2 => (0u16..8).prop_map(|u| format!("u{u}")),
+        2 => prop::sample::select(vec!["0.5", "1.0", "2.0", "0.0", "0.25", "4.0"]).prop_map(str::to_string),
+    ];
+    (value, any::<bool>(), any::<bool>()).prop_map(|(v, abs, neg)| {
+        let mut s = v;
+        if !s.chars().next().is_some_and(|c| c.is_ascii_digit()) {
+            if abs {
+                s.push_str(".abs");
+            }
+            if neg {
+                s.push_str(".neg");
+            }
+        }
+        s
+    })
+}
+
+fn instruction() -> impl Strategy<Value = String> {
+    let sat = || prop::sample::select(vec!["", "", ".sat"]);
+    prop_oneof![
+        (register(), any::<u32>()).prop_map(|(r, i)| format!("mov_imm r{r}, {i}")),
+        (register(), any::<bool>(), any::<u16>())
+            .prop_map(|(r, h, i)| format!("mov_imm r{r}{}, {i}", if h { "h" } else { "l" })),
+        (
+            prop::sample::select(vec!["iadd", "isub"]),
+            sat(),
+            int_destination(),
+            int_source(),
+            int_source(),
+            0u32..6
+        )
+            .prop_map(|(op, sat, d, a, b, shift)| {
+                if shift == 0 {
+                    format!("{op}{sat} {d}, {a}, {b}")
+                } else {
+                    format!("{op}{sat} {d}, {a}, {b}, lsl {shift}")
+                }
+            }),
+        (
+            prop::sample::select(vec!["imadd", "imsub"]),
+            sat(),
+            int_destination(),
+            int_source(),
+            int_source(),
+            int_source()
+        )
+            .prop_map(|(op, sat, d, a, b, c)| format!("{op}{sat} {d}, {a}, {b}, {c}")),
+        (
+            prop::sample::select(vec!["and", "or", "xor", "nand", "nor", "xnor"]),
+            int_destination(),
+            raw_source(),
+            raw_source()
+        )
+            .prop_map(|(op, d, a, b)| format!("{op} {d}, {a}, {b}")),
+        (
+            prop::sample::select(vec!["mov", "not"]),
+            int_destination(),
+            raw_source()
+        )
+            .prop_map(|(op, d, a)| format!("{op} {d}, {a}")),
+        (0u32..16, int_destination(), raw_source(), raw_source())
+            .prop_map(|(t, d, a, b)| format!("bitop {t:04b}, {d}, {a}, {b}")),
+        (
+            prop::sample::select(vec!["fadd32", "fmul32"]),
+            sat(),
+            register(),
+            float_source(),
+            float_source()
+        )
+            .prop_map(|(op, sat, d, a, b)| format!("{op}{sat} r{d}, {a}, {b}")),
+        (
+            sat(),
+            register(),
+            float_source(),
+            float_source(),
+            float_source()
+        )
+            .prop_map(|(sat, d, a, b, c)| format!("fmadd32{sat} r{d}, {a}, {b}, {c}")),
+        (
+            prop::sample::select(vec!["ueq", "ult", "ugt", "seq", "slt", "sgt", "3"]),
+            narrow_destination(),
+            raw_source(),
+            raw_source(),
+            raw_source(),
+            raw_source()
+        )
+            .prop_map(|(cc, d, a, b, x, y)| format!("icmpsel {cc}, {d}, {a}, {b}, {x}, {y}")),
+        (
+            prop::sample::select(vec!["eq", "lt", "gt", "ltn", "gte", "lte", "gtn"]),
+            narrow_destination(),
+            float_source(),
+            float_source(),
+            raw_source(),
+            raw_source()
+        )
+            .prop_map(|(cc, d, a, b, x, y)| format!("fcmpsel {cc}, {d}, {a}, {b}, {x}, {y}")),
+        (
+            prop::sample::select(vec!["bfi", "bfeil", "extr", "shlhi", "shrhi"]),
+            narrow_destination(),
+            raw_source(),
+            raw_source(),
+            prop_oneof![raw_source(), (0u32..128).prop_map(|s| s.to_string())],
+            0u32..32
+        )
+            .prop_map(|(op, d, a, b, sh, m)| {
+                if m == 0 {
+                    format!("{op} {d}, {a}, {b}, {sh}")
+                } else {
+                    format!("{op} {d}, {a}, {b}, {sh}, mask {:#x}", (1u64 << m) - 1)
+                }
+            }),
+        (
+            prop::sample::select(vec!["asr", "asrh"]),
+            narrow_destination(),
+            raw_source(),
+            prop_oneof![raw_source(), (0u32..128).prop_map(|s| s.to_string())]
+        )
+            .prop_map(|(op, d, a, b)| format!("{op} {d}, {a}, {b}")),
+        (
+            prop::sample::select(vec!["bitrev", "popcount", "ffs"]),
+            narrow_destination(),
+            raw_source()
+        )
+            .prop_map(|(op, d, a)| format!("{op} {d}, {a}")),
+        (narrow_destination(), raw_source(), raw_source())
+            .prop_map(|(d, a, b)| format!("intl {d}, {a}, {b}")),
+    ]
+}
+
+/// A register's starting value in a lane: a special float or any bits.
+fn word() -> impl Strategy<Value = u32> {
+    prop_oneof![prop::sample::select(SPECIAL_FLOATS.to_vec()), any::<u32>()]
+}
+
+/// Runs `program` (which must assemble) on both engines from the state
+/// given; `Machine::run` asserts that they agree.
+fn run_both(
+    program: &str,
+    present: u32,
+    registers: &[u32],
+    uniforms: &[u32],
+) -> Result<Exit, ExecError> {
+    let mut machine = Machine::new(program);
+    machine.uniforms[..uniforms.len()].copy_from_slice(uniforms);
+    let mut group = SimdGroup::new(CODE_BASE, present);
+    for (i, value) in registers.iter().enumerate() {
+        let (n, lane) = ((i / 32) as u16, i % 32);
+        group.write(Reg::r(n), lane, u64::from(*value));
+    }
+    machine.run(&mut group)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 1000, ..ProptestConfig::default() })]
+
+    #[test]
+    fn random_alu_programs_agree_on_both_engines(
+        body in prop::collection::vec(instruction(), 1..12),
+        present in prop_oneof![Just(u32::MAX), any::<u32>()],
+        registers in prop::collection::vec(word(), 24 * 32),
+        uniforms in prop::collection::vec(word(), 8),
+    ) {
+        let program = format!("{}\nstop", body.join("\n"));
+        // A combination the assembler has no encoding for is skipped.
+        let assembled = agx_hw::isa::text::assemble(&program, CODE_BASE);
+        prop_assume!(assembled.is_ok());
+        // Both engines agree (`run_both` asserts it), errors included
+        // (an undefined condition code is refused by both).
+        let _ = run_both(&program, present, &registers, &uniforms);
+    }
+}
+
+/// The fused multiply-add's rare path (a result of the smallest normal's
+/// magnitude): the compiled code asks the reference, which knows whether
+/// the exact value was below it.
+#[test]
+fn an_fma_at_the_smallest_normal_flushes_as_the_interpreter_does() {
+    let program = "fmadd32 r10, r1, r2, r3\nfmadd32 r11, r1, r2.neg, r3\nfmadd32 r12, r1.neg, r2, r3.neg\nstop";
+    let mut registers = vec![0u32; 4 * 32];
+    for lane in 0..32 {
+        registers[32 + lane] = 0x01ED_1C37;
+        registers[64 + lane] = 0x8CD8_1616;
+        registers[96 + lane] = 0x0080_0000;
+    }
+    let mut machine = Machine::new(program);
+    let mut group = SimdGroup::new(CODE_BASE, u32::MAX);
+    for (i, value) in registers.iter().enumerate() {
+        group.write(Reg::r((i / 32) as u16), i % 32, u64::from(*value));
+    }
+    assert_eq!(machine.run(&mut group), Ok(Exit::Stopped));
+    assert_eq!(group.read(Reg::r(10), 0), 0, "flushed to +0");
+    assert_eq!(group.read(Reg::r(11), 0), 0x0080_0000, "stays");
+    assert_eq!(group.read(Reg::r(12), 0), 0x8000_0000, "-0");
+    assert_eq!(
+        machine.compiled_cache.compiled_blocks().0,
+        1,
+        "one block, compiled"
+    );
+}
+
+/// A block that would run past the instruction budget is interpreted up
+/// to the timeout, which then names the same instruction on both.
+#[test]
+fn a_block_the_budget_ends_inside_times_out_where_the_interpreter_does() {
+    use agx_firmware_sim::usc::{Env, NoIo, ProgramCache, ShaderEngine};
+    let program = "iadd r1, r1, 1\niadd r2, r2, r1\niadd r3, r3, r2\niadd r4, r4, r3\nstop";
+    let mut results = Vec::new();
+    for engine in [ShaderEngine::Interpreter, ShaderEngine::Compiled] {
+        let mut machine = Machine::new(program);
+        let mut cache = ProgramCache::with_engine(engine);
+        let mut group = SimdGroup::new(CODE_BASE, u32::MAX);
+        let mut budget = 3;
+        let mut env = Env {
+            memory: &mut machine.memory,
+            io: &mut NoIo,
+            uniforms: &mut machine.uniforms,
+            threadgroup: &mut machine.threadgroup,
+        };
+        let result = group.run(&mut cache, &mut env, &mut budget);
+        results.push((
+            result,
+            group.read(Reg::r(3), 0),
+            group.executed_instructions,
+        ));
+    }
+    assert_eq!(results[0], results[1]);
+    assert!(matches!(results[0].0, Err(ExecError::Timeout { .. })));
+    assert_eq!(results[0].2, 3);
+}

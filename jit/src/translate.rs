@@ -1,0 +1,1054 @@
+//! Translating a block of ALU instructions to Cranelift IR.
+//!
+//! The function runs the block once per lane of the execution mask: for
+//! a lane, each register the block reads is loaded once, kept in an SSA
+//! value while the block computes, and each register it writes is stored
+//! once at the end. Every operation reproduces the interpreter's
+//! arithmetic exactly: the integer ALU in 64-bit wrapping arithmetic (the
+//! interpreter's 128-bit results are truncated to at most 64 bits when
+//! written, so only saturation needs the exact value, and a saturating
+//! operation is translated only where its operands are at most 32 bits
+//! wide); the fp32 ALU with its input flush, the flush before rounding,
+//! `.sat` and the canonical result (denormals flushed, the default NaN).
+
+use agx_hw::isa::{Op, Operand, Reg, Size, Src, Value};
+use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
+use cranelift_codegen::ir::{
+    types, AbiParam, InstBuilder, MemFlagsData, Signature, Type, Value as IrValue,
+};
+use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
+use cranelift_jit::JITModule;
+use cranelift_module::Module;
+
+use crate::{CompileError, Helpers, GPRS, LANES, UNIFORMS};
+
+/// The smallest normal fp32 value's bits.
+const MIN_NORMAL_F32: f32 = f32::MIN_POSITIVE;
+/// The default NaN the fp32 ALU writes.
+const DEFAULT_NAN_F32: i64 = 0x7FC0_0000;
+
+/// Whether the compiled engine translates `instr` (with `.sat` as
+/// `saturate`): the integer ALU (moves, adds, multiply-adds, bitwise and
+/// bitfield operations, funnel shifts, bit counts), compare-and-select,
+/// and the fp32 add, multiply and fused multiply-add, with operands of
+/// the kinds it reads. Anything else (control flow, memory,
+/// other lanes, other units, and the forms below) the interpreter runs.
+pub fn supports(instr: &agx_hw::isa::Instr, saturate: bool) -> bool {
+    shape(instr, saturate).is_some()
+}
+
+/// What a supported instruction does, with its operands.
+enum Shape<'i> {
+    /// `mov_imm`: the immediate, truncated to the destination.
+    MovImm { dst: Reg, imm: i64 },
+    /// `iadd`/`isub`/`imadd`/`imsub`.
+    IntAdd {
+        dst: Reg,
+        a: Src,
+        b: Src,
+        c: Option<Src>,
+        shift: u32,
+        subtract: bool,
+        /// Saturate to the destination's range (signed or not).
+        saturate: Option<bool>,
+    },
+    /// The bitwise operations by truth table (bit 3: A and B, bit 2: not A
+    /// and B, bit 1: A and not B, bit 0: neither).
+    Bitwise {
+        dst: Reg,
+        a: &'i Value,
+        b: Option<&'i Value>,
+        table: u32,
+    },
+    /// `icmpsel`/`fcmpsel`: `x` where `a cc b` holds, else `y`.
+    CompareSelect {
+        float: bool,
+        cc: u32,
+        dst: Reg,
+        a: Src,
+        b: Src,
+        x: &'i Value,
+        y: &'i Value,
+    },
+    /// The bitfield operations and funnel shifts, in 128-bit arithmetic
+    /// as the interpreter computes them.
+    Bitfield {
+        op: Op,
+        dst: Reg,
+        a: &'i Value,
+        b: &'i Value,
+        shift: Option<&'i Value>,
+        mask: u128,
+    },
+    /// `bitrev`, `popcount`, `ffs`, `intl` on the low 32 bits.
+    Bits {
+        op: Op,
+        dst: Reg,
+        a: &'i Value,
+        b: Option<&'i Value>,
+    },
+    /// `fadd32`/`fmul32`/`fmadd32`.
+    Float {
+        op: Op,
+        dst: Reg,
+        a: Src,
+        b: Src,
+        c: Option<Src>,
+        saturate: bool,
+    },
+}
+
+fn dst(instr: &agx_hw::isa::Instr, i: usize) -> Option<Reg> {
+    match instr.operands.get(i) {
+        Some(Operand::Dst(d)) => Some(d.reg),
+        _ => None,
+    }
+}
+
+fn src(instr: &agx_hw::isa::Instr, i: usize) -> Option<Src> {
+    match instr.operands.get(i) {
+        Some(Operand::Src(s)) => Some(*s),
+        _ => None,
+    }
+}
+
+/// Whether a register lies inside the file (a pair's second register
+/// too).
+fn reg_ok(reg: Reg) -> bool {
+    let cell = usize::from(reg.half / 2);
+    match reg.size {
+        Size::S64 => cell + 1 < GPRS,
+        _ => cell < GPRS,
+    }
+}
+
+/// Whether a value is one the translation reads: a register or uniform
+/// inside its file, or an immediate.
+fn value_ok(value: &Value) -> bool {
+    match value {
+        Value::Reg(reg, _) => reg_ok(*reg),
+        Value::Uniform(u) => usize::from(u.half / 2) < UNIFORMS,
+        Value::Imm(_) | Value::Float(_) => true,
+        Value::Pair(..) | Value::Undefined { .. } => false,
+    }
+}
+
+/// The width in bits of a value as the interpreter reads it.
+fn width_of(value: &Value) -> u32 {
+    let size_bits = |size: Size| match size {
+        Size::S16 => 16,
+        Size::S32 => 32,
+        Size::S64 => 64,
+    };
+    match value {
+        Value::Reg(reg, _) => size_bits(reg.size),
+        Value::Uniform(u) => size_bits(u.size),
+        Value::Imm(_) => 64,
+        _ => 32,
+    }
+}
+
+fn shape(instr: &agx_hw::isa::Instr, saturate: bool) -> Option<Shape<'_>> {
+    let shape = match instr.op {
+        Op::MovImm16 | Op::MovImm32 => {
+            if instr.op == Op::MovImm32 && instr.int(2)? != 0 {
+                return None;
+            }
+            Shape::MovImm {
+                dst: dst(instr, 0)?,
+                imm: instr.int(1)?,
+            }
+        }
+        Op::Iadd | Op::Isub | Op::Imadd | Op::Imsub => {
+            let d = dst(instr, 0)?;
+            let multiply = matches!(instr.op, Op::Imadd | Op::Imsub);
+            let (mut a, mut b) = (src(instr, 1)?, src(instr, 2)?);
+            let c = if multiply { Some(src(instr, 3)?) } else { None };
+            let shift = u32::try_from(instr.int(if multiply { 4 } else { 3 })?).ok()?;
+            if multiply {
+                // The multiplicands are 32-bit: a pair reads its low
+                // register (as the interpreter reads it).
+                for s in [&mut a, &mut b] {
+                    if let Value::Reg(r, hint) = s.value {
+                        if r.size == Size::S64 {
+                            s.value = Value::Reg(
+                                Reg {
+                                    size: Size::S32,
+                                    ..r
+                                },
+                                hint,
+                            );
+                        }
+                    }
+                }
+            }
+            let wide = |s: &Src| matches!(s.value, Value::Reg(r, _) if r.size == Size::S64);
+            let narrow = !wide(&a) && !wide(&b) && !c.as_ref().is_some_and(wide);
+            let width = width_of(&Value::Reg(d, Default::default()));
+            let saturates = saturate && shift == 0 && width <= 32 && narrow;
+            let signed = a.sx || b.sx || c.is_some_and(|c| c.sx);
+            if saturates {
+                // Exact in 64 bits only for sums of operands of at most
+                // 32 bits (the interpreter computes in 128).
+                let small = |s: &Src| match s.value {
+                    Value::Imm(imm) => (0..=i64::from(u32::MAX)).contains(&imm),
+                    ref v => width_of(v) <= 32,
+                };
+                if multiply || !small(&a) || !small(&b) {
+                    return None;
+                }
+            }
+            Shape::IntAdd {
+                dst: d,
+                a,
+                b,
+                c,
+                shift,
+                subtract: matches!(instr.op, Op::Isub | Op::Imsub),
+                saturate: saturates.then_some(signed),
+            }
+        }
+        Op::Mov
+        | Op::Not
+        | Op::And
+        | Op::Or
+        | Op::Xor
+        | Op::Nand
+        | Op::Nor
+        | Op::Xnor
+        | Op::Bitop => {
+            let (table, first) = match instr.op {
+                Op::Mov => (0b1010, 0),
+                Op::Not => (0b0101, 0),
+                Op::And => (0b1000, 0),
+                Op::Or => (0b1110, 0),
+                Op::Xor => (0b0110, 0),
+                Op::Nand => (0b0111, 0),
+                Op::Nor => (0b0001, 0),
+                Op::Xnor => (0b1001, 0),
+                _ => (u32::try_from(instr.int(0)?).ok()?, 1),
+            };
+            let value = |i: usize| match instr.operands.get(i) {
+                Some(Operand::Src(s)) => Some(&s.value),
+                _ => None,
+            };
+            let a = value(first + 1)?;
+            let b = if matches!(instr.op, Op::Mov | Op::Not) {
+                None
+            } else {
+                Some(value(first + 2)?)
+            };
+            Shape::Bitwise {
+                dst: dst(instr, first)?,
+                a,
+                b,
+                table,
+            }
+        }
+        Op::Icmpsel | Op::Fcmpsel => {
+            let float = instr.op == Op::Fcmpsel;
+            let cc = u32::try_from(instr.int(0)?).ok()?;
+            let known = if float {
+                matches!(cc, 0 | 1 | 2 | 3 | 5 | 6 | 7)
+            } else {
+                matches!(cc, 0 | 1 | 2 | 4 | 5 | 6)
+            };
+            let (a, b) = (src(instr, 2)?, src(instr, 3)?);
+            // fp16 comparands widen through a conversion not translated.
+            if !known || (float && (width_of(&a.value) == 16 || width_of(&b.value) == 16)) {
+                return None;
+            }
+            let value = |i: usize| match instr.operands.get(i) {
+                Some(Operand::Src(s)) => Some(&s.value),
+                _ => None,
+            };
+            Shape::CompareSelect {
+                float,
+                cc,
+                dst: dst(instr, 1)?,
+                a,
+                b,
+                x: value(4)?,
+                y: value(5)?,
+            }
+        }
+        Op::Bfi | Op::Bfeil | Op::Extr | Op::Shlhi | Op::Shrhi | Op::Asr | Op::Asrh => {
+            let value = |i: usize| match instr.operands.get(i) {
+                Some(Operand::Src(s)) => Some(&s.value),
+                _ => None,
+            };
+            let shifts = !matches!(instr.op, Op::Asr | Op::Asrh);
+            let (shift, m) = if shifts {
+                (Some(value(3)?), u32::try_from(instr.int(4)?).ok()?)
+            } else {
+                (None, 0)
+            };
+            if m >= 128 {
+                return None;
+            }
+            Shape::Bitfield {
+                op: instr.op,
+                dst: dst(instr, 0)?,
+                a: value(1)?,
+                b: value(2)?,
+                shift,
+                mask: if m == 0 {
+                    0xFFFF_FFFF
+                } else {
+                    (1u128 << m) - 1
+                },
+            }
+        }
+        Op::Bitrev | Op::Popcount | Op::Ffs | Op::Intl => {
+            let value = |i: usize| match instr.operands.get(i) {
+                Some(Operand::Src(s)) => Some(&s.value),
+                _ => None,
+            };
+            Shape::Bits {
+                op: instr.op,
+                dst: dst(instr, 0)?,
+                a: value(1)?,
+                b: if instr.op == Op::Intl {
+                    Some(value(2)?)
+                } else {
+                    None
+                },
+            }
+        }
+        Op::Fadd32 | Op::Fmul32 | Op::Fmadd32 => {
+            let d = dst(instr, 0)?;
+            // fp16 destinations and sources round and widen through
+            // conversions not translated yet.
+            let fp32 = |s: &Src| width_of(&s.value) != 16;
+            let (a, b) = (src(instr, 1)?, src(instr, 2)?);
+            let c = if instr.op == Op::Fmadd32 {
+                Some(src(instr, 3)?)
+            } else {
+                None
+            };
+            if d.size != Size::S32 || !fp32(&a) || !fp32(&b) || !c.as_ref().is_none_or(fp32) {
+                return None;
+            }
+            Shape::Float {
+                op: instr.op,
+                dst: d,
+                a,
+                b,
+                c,
+                saturate,
+            }
+        }
+        _ => return None,
+    };
+    let reads_ok = instr.operands.iter().all(|operand| match operand {
+        Operand::Src(s) => value_ok(&s.value),
+        Operand::Value(v) => value_ok(v),
+        Operand::Dst(d) => reg_ok(d.reg),
+        _ => true,
+    });
+    reads_ok.then_some(shape)
+}
+
+/// Builds the function for `block` in `context`.
+pub(crate) fn block(
+    module: &JITModule,
+    context: &mut cranelift_codegen::Context,
+    builder_context: &mut FunctionBuilderContext,
+    helpers: &Helpers,
+    block: &[(&agx_hw::isa::Instr, bool)],
+) -> Result<(), CompileError> {
+    let shapes = block
+        .iter()
+        .map(|(instr, saturate)| {
+            shape(instr, *saturate)
+                .ok_or_else(|| CompileError::Unsupported(agx_hw::isa::text::print(instr, 0)))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let pointer = module.target_config().pointer_type();
+    let call_conv = module.target_config().default_call_conv;
+    let signature = &mut context.func.signature;
+    signature.params.push(AbiParam::new(pointer));
+    signature.params.push(AbiParam::new(pointer));
+    signature.params.push(AbiParam::new(types::I32));
+
+    let mut b = FunctionBuilder::new(&mut context.func, builder_context);
+    let entry = b.create_block();
+    let header = b.create_block();
+    let body = b.create_block();
+    let latch = b.create_block();
+    let exit = b.create_block();
+    b.append_block_params_for_function_params(entry);
+    b.switch_to_block(entry);
+    let params = b.block_params(entry).to_vec();
+    let (regs, uniforms, exec) = (params[0], params[1], params[2]);
+    let lane = b.declare_var(types::I32);
+    let zero = b.ins().iconst(types::I32, 0);
+    b.def_var(lane, zero);
+    b.ins().jump(header, &[]);
+
+    // header: is the lane in the mask?
+    b.switch_to_block(header);
+    let lane_now = b.use_var(lane);
+    let shifted = b.ins().ushr(exec, lane_now);
+    let bit = b.ins().band_imm_u(shifted, 1);
+    b.ins().brif(bit, body, &[], latch, &[]);
+
+    // body: the block for one lane.
+    b.switch_to_block(body);
+    let lane_now = b.use_var(lane);
+    let lane_wide = b.ins().uextend(pointer, lane_now);
+    let lane_bytes = b.ins().imul_imm_u(lane_wide, 4);
+    let lane_base = b.ins().iadd(regs, lane_bytes);
+    let mut fma_signature = Signature::new(call_conv);
+    for _ in 0..3 {
+        fma_signature.params.push(AbiParam::new(types::F32));
+    }
+    fma_signature.returns.push(AbiParam::new(types::F32));
+    let fma_signature = b.import_signature(fma_signature);
+    let mut lane_code = Lane {
+        b,
+        lane_base,
+        uniforms,
+        cells: [None; GPRS],
+        pointer,
+        fma: (fma_signature, helpers.fma_f32 as usize as i64),
+    };
+    for shape in &shapes {
+        lane_code.instruction(shape);
+    }
+    let Lane { mut b, cells, .. } = lane_code;
+    for (cell, state) in cells.iter().enumerate() {
+        if let Some((value, true)) = state {
+            b.ins().store(
+                MemFlagsData::trusted(),
+                *value,
+                lane_base,
+                (cell * LANES * 4) as i32,
+            );
+        }
+    }
+    b.ins().jump(latch, &[]);
+
+    // latch: the next lane.
+    b.switch_to_block(latch);
+    let lane_now = b.use_var(lane);
+    let next = b.ins().iadd_imm_u(lane_now, 1);
+    b.def_var(lane, next);
+    let more = b
+        .ins()
+        .icmp_imm_s(IntCC::UnsignedLessThan, next, LANES as i64);
+    b.ins().brif(more, header, &[], exit, &[]);
+
+    b.switch_to_block(exit);
+    b.ins().return_(&[]);
+    b.seal_all_blocks();
+    b.finalize(module.target_config());
+    Ok(())
+}
+
+/// One lane's code being built: the registers read and written so far.
+struct Lane<'f> {
+    b: FunctionBuilder<'f>,
+    /// This lane's word of `r0` (a register's lanes are 128 bytes apart).
+    lane_base: IrValue,
+    uniforms: IrValue,
+    /// Each 32-bit register's current value, and whether it was written.
+    cells: [Option<(IrValue, bool)>; GPRS],
+    pointer: Type,
+    /// The fma helper's signature and address.
+    fma: (cranelift_codegen::ir::SigRef, i64),
+}
+
+impl Lane<'_> {
+    fn cell(&mut self, cell: usize) -> IrValue {
+        if let Some((value, _)) = self.cells[cell] {
+            return value;
+        }
+        let value = self.b.ins().load(
+            types::I32,
+            MemFlagsData::trusted(),
+            self.lane_base,
+            (cell * LANES * 4) as i32,
+        );
+        self.cells[cell] = Some((value, false));
+        value
+    }
+
+    fn set_cell(&mut self, cell: usize, value: IrValue) {
+        self.cells[cell] = Some((value, true));
+    }
+
+    fn uniform(&mut self, n: usize) -> IrValue {
+        self.b.ins().load(
+            types::I32,
+            MemFlagsData::trusted().with_readonly(),
+            self.uniforms,
+            (n * 4) as i32,
+        )
+    }
+
+    /// A 16-bit half of a 32-bit word, zero-extended to 64 bits.
+    fn half_of(&mut self, word: IrValue, odd: bool) -> IrValue {
+        let shifted = if odd {
+            self.b.ins().ushr_imm_u(word, 16)
+        } else {
+            word
+        };
+        let half = self.b.ins().band_imm_u(shifted, 0xFFFF);
+        self.b.ins().uextend(types::I64, half)
+    }
+
+    /// Two words as one 64-bit value.
+    fn pair(&mut self, low: IrValue, high: IrValue) -> IrValue {
+        let low = self.b.ins().uextend(types::I64, low);
+        let high = self.b.ins().uextend(types::I64, high);
+        let high = self.b.ins().ishl_imm_u(high, 32);
+        self.b.ins().bor(low, high)
+    }
+
+    /// A value's raw bits, zero-extended to 64, and its width (the
+    /// interpreter's `value_bits`).
+    fn raw(&mut self, value: &Value) -> (IrValue, u32) {
+        let width = width_of(value);
+        let bits = match value {
+            Value::Reg(reg, _) => {
+                let cell = usize::from(reg.half / 2);
+                match reg.size {
+                    Size::S16 => {
+                        let word = self.cell(cell);
+                        self.half_of(word, reg.half % 2 == 1)
+                    }
+                    Size::S32 => {
+                        let word = self.cell(cell);
+                        self.b.ins().uextend(types::I64, word)
+                    }
+                    Size::S64 => {
+                        let (low, high) = (self.cell(cell), self.cell(cell + 1));
+                        self.pair(low, high)
+                    }
+                }
+            }
+            Value::Uniform(u) => {
+                let n = usize::from(u.half / 2);
+                match u.size {
+                    Size::S16 => {
+                        let word = self.uniform(n);
+                        self.half_of(word, u.half % 2 == 1)
+                    }
+                    Size::S32 => {
+                        let word = self.uniform(n);
+                        self.b.ins().uextend(types::I64, word)
+                    }
+                    Size::S64 => {
+                        let (low, high) = (self.uniform(n), self.uniform((n + 1) % UNIFORMS));
+                        self.pair(low, high)
+                    }
+                }
+            }
+            Value::Imm(imm) => self.b.ins().iconst(types::I64, *imm),
+            Value::Float(f) => self
+                .b
+                .ins()
+                .iconst(types::I64, i64::from(f.to_f32().to_bits())),
+            // `supports` admits neither.
+            Value::Pair(..) | Value::Undefined { .. } => self.b.ins().iconst(types::I64, 0),
+        };
+        (bits, width)
+    }
+
+    /// An integer source extended to 64 bits: sign-extended from its
+    /// width with `.sx`, else zero-extended (it already is).
+    fn int(&mut self, src: &Src) -> IrValue {
+        let (bits, width) = self.raw(&src.value);
+        if src.sx && width < 64 {
+            let up = self.b.ins().ishl_imm_u(bits, i64::from(64 - width));
+            self.b.ins().sshr_imm_u(up, i64::from(64 - width))
+        } else {
+            bits
+        }
+    }
+
+    /// Writes the low bits of `value` (i64) to `reg`.
+    fn write(&mut self, reg: Reg, value: IrValue) {
+        let cell = usize::from(reg.half / 2);
+        match reg.size {
+            Size::S16 => {
+                let old = self.cell(cell);
+                let low = self.b.ins().ireduce(types::I32, value);
+                let low = self.b.ins().band_imm_u(low, 0xFFFF);
+                let new = if reg.half % 2 == 1 {
+                    let kept = self.b.ins().band_imm_u(old, 0xFFFF);
+                    let moved = self.b.ins().ishl_imm_u(low, 16);
+                    self.b.ins().bor(kept, moved)
+                } else {
+                    let kept = self.b.ins().band_imm_u(old, 0xFFFF_0000_u32 as i64);
+                    self.b.ins().bor(kept, low)
+                };
+                self.set_cell(cell, new);
+            }
+            Size::S32 => {
+                let word = self.b.ins().ireduce(types::I32, value);
+                self.set_cell(cell, word);
+            }
+            Size::S64 => {
+                let low = self.b.ins().ireduce(types::I32, value);
+                let high = self.b.ins().ushr_imm_u(value, 32);
+                let high = self.b.ins().ireduce(types::I32, high);
+                self.set_cell(cell, low);
+                self.set_cell(cell + 1, high);
+            }
+        }
+    }
+
+    /// An fp32 source: the low 32 bits as fp32, a denormal flushed to a
+    /// zero of its sign, then `abs` and `neg`.
+    fn float(&mut self, src: &Src) -> IrValue {
+        let (bits, _) = self.raw(&src.value);
+        let word = self.b.ins().ireduce(types::I32, bits);
+        let word = self.flush_denormal(word);
+        let mut value = self.b.ins().bitcast(types::F32, MemFlagsData::new(), word);
+        if src.abs {
+            value = self.b.ins().fabs(value);
+        }
+        if src.neg {
+            value = self.b.ins().fneg(value);
+        }
+        value
+    }
+
+    /// fp32 bits with a denormal made a zero of its sign.
+    fn flush_denormal(&mut self, word: IrValue) -> IrValue {
+        let exponent = self.b.ins().band_imm_u(word, 0x7F80_0000);
+        let is_denormal_or_zero = self.b.ins().icmp_imm_s(IntCC::Equal, exponent, 0);
+        let sign = self.b.ins().band_imm_u(word, 0x8000_0000_u32 as i64);
+        self.b.ins().select(is_denormal_or_zero, sign, word)
+    }
+
+    /// `rounded`, or a zero of its sign where its magnitude is the
+    /// smallest normal but the exact result (`exact`, f64) was below it.
+    fn flush_before_rounding(&mut self, rounded: IrValue, exact: IrValue) -> IrValue {
+        let magnitude = self.b.ins().fabs(rounded);
+        let smallest = self.b.ins().f32const(MIN_NORMAL_F32);
+        let at_smallest = self.b.ins().fcmp(FloatCC::Equal, magnitude, smallest);
+        let exact_magnitude = self.b.ins().fabs(exact);
+        let smallest_wide = self.b.ins().f64const(f64::from(MIN_NORMAL_F32));
+        let below = self
+            .b
+            .ins()
+            .fcmp(FloatCC::LessThan, exact_magnitude, smallest_wide);
+        let flush = self.b.ins().band(at_smallest, below);
+        let zero = self.b.ins().f32const(0.0);
+        let signed_zero = self.b.ins().fcopysign(zero, rounded);
+        self.b.ins().select(flush, signed_zero, rounded)
+    }
+
+    fn instruction(&mut self, shape: &Shape<'_>) {
+        match shape {
+            Shape::MovImm { dst, imm } => {
+                let value = self.b.ins().iconst(types::I64, *imm);
+                self.write(*dst, value);
+            }
+            Shape::IntAdd {
+                dst,
+                a,
+                b,
+                c,
+                shift,
+                subtract,
+                saturate,
+            } => {
+                let x = self.int(a);
+                let y = self.int(b);
+                let (product, addend) = match c {
+                    Some(c) => {
+                        let z = self.int(c);
+                        (self.b.ins().imul(x, y), z)
+                    }
+                    None => (x, y),
+                };
+                let addend = if *shift >= 5 {
+                    self.b.ins().iconst(types::I64, 0)
+                } else {
+                    self.b.ins().ishl_imm_u(addend, i64::from(*shift))
+                };
+                let mut r = if *subtract {
+                    self.b.ins().isub(product, addend)
+                } else {
+                    self.b.ins().iadd(product, addend)
+                };
+                if let Some(signed) = saturate {
+                    let width = width_of(&Value::Reg(*dst, Default::default()));
+                    let (low, high) = if *signed {
+                        (-(1i64 << (width - 1)), (1i64 << (width - 1)) - 1)
+                    } else {
+                        (0, (1i64 << width) - 1)
+                    };
+                    let low = self.b.ins().iconst(types::I64, low);
+                    let high = self.b.ins().iconst(types::I64, high);
+                    r = self.b.ins().smax(r, low);
+                    r = self.b.ins().smin(r, high);
+                }
+                self.write(*dst, r);
+            }
+            Shape::Bitwise { dst, a, b, table } => {
+                let (x, _) = self.raw(a);
+                if *table == 0b1100 || *table == 0b0011 {
+                    // The tables of B alone give A (the interpreter's
+                    // hardware-tested model).
+                    self.write(*dst, x);
+                    return;
+                }
+                let y = match b {
+                    Some(b) => self.raw(b).0,
+                    None => self.b.ins().iconst(types::I64, 0),
+                };
+                let not_x = self.b.ins().bnot(x);
+                let not_y = self.b.ins().bnot(y);
+                let mut r = self.b.ins().iconst(types::I64, 0);
+                for (bit, (p, q)) in [
+                    (1, (not_x, not_y)),
+                    (2, (x, not_y)),
+                    (4, (not_x, y)),
+                    (8, (x, y)),
+                ] {
+                    if table & bit != 0 {
+                        let term = self.b.ins().band(p, q);
+                        r = self.b.ins().bor(r, term);
+                    }
+                }
+                self.write(*dst, r);
+            }
+            Shape::CompareSelect {
+                float,
+                cc,
+                dst,
+                a,
+                b,
+                x,
+                y,
+            } => {
+                let taken = self.condition(*float, *cc, a, b);
+                let (x, _) = self.raw(x);
+                let (y, _) = self.raw(y);
+                let r = self.b.ins().select(taken, x, y);
+                self.write(*dst, r);
+            }
+            Shape::Bitfield {
+                op,
+                dst,
+                a,
+                b,
+                shift,
+                mask,
+            } => {
+                let r = self.bitfield(*op, a, b, *shift, *mask);
+                let r = self.b.ins().ireduce(types::I64, r);
+                self.write(*dst, r);
+            }
+            Shape::Bits { op, dst, a, b } => {
+                let r = self.bits(*op, a, *b);
+                self.write(*dst, r);
+            }
+            Shape::Float {
+                op,
+                dst,
+                a,
+                b,
+                c,
+                saturate,
+            } => {
+                let x = self.float(a);
+                let y = self.float(b);
+                let mut r = match (op, c) {
+                    (Op::Fmadd32, Some(c)) => {
+                        let z = self.float(c);
+                        self.fma(x, y, z)
+                    }
+                    (Op::Fadd32, _) => {
+                        let rounded = self.b.ins().fadd(x, y);
+                        let wide_x = self.b.ins().fpromote(types::F64, x);
+                        let wide_y = self.b.ins().fpromote(types::F64, y);
+                        let exact = self.b.ins().fadd(wide_x, wide_y);
+                        self.flush_before_rounding(rounded, exact)
+                    }
+                    _ => {
+                        let rounded = self.b.ins().fmul(x, y);
+                        let wide_x = self.b.ins().fpromote(types::F64, x);
+                        let wide_y = self.b.ins().fpromote(types::F64, y);
+                        let exact = self.b.ins().fmul(wide_x, wide_y);
+                        self.flush_before_rounding(rounded, exact)
+                    }
+                };
+                if *saturate {
+                    r = self.saturate(r);
+                }
+                // Written as the ALU writes: denormal flushed, a NaN the
+                // default NaN.
+                let word = self.b.ins().bitcast(types::I32, MemFlagsData::new(), r);
+                let word = self.flush_denormal(word);
+                let is_nan = self.b.ins().fcmp(FloatCC::Unordered, r, r);
+                let default_nan = self.b.ins().iconst(types::I32, DEFAULT_NAN_F32);
+                let word = self.b.ins().select(is_nan, default_nan, word);
+                self.set_cell(usize::from(dst.half / 2), word);
+            }
+        }
+    }
+
+    /// Sign-extends the low `width` bits of an i64.
+    fn sign_extend(&mut self, bits: IrValue, width: u32) -> IrValue {
+        if width >= 64 {
+            return bits;
+        }
+        let up = self.b.ins().ishl_imm_u(bits, i64::from(64 - width));
+        self.b.ins().sshr_imm_u(up, i64::from(64 - width))
+    }
+
+    /// Zero-extends the low `width` bits of an i64.
+    fn truncate(&mut self, bits: IrValue, width: u32) -> IrValue {
+        if width >= 64 {
+            return bits;
+        }
+        let mask = self
+            .b
+            .ins()
+            .iconst(types::I64, ((1u64 << width) - 1) as i64);
+        self.b.ins().band(bits, mask)
+    }
+
+    /// Whether `a cc b` holds (an i8 truth value).
+    fn condition(&mut self, float: bool, cc: u32, a: &Src, b: &Src) -> IrValue {
+        if float {
+            let x = self.float(a);
+            let y = self.float(b);
+            let plain = |cc| match cc {
+                0 => Some(FloatCC::Equal),
+                1 => Some(FloatCC::LessThan),
+                2 => Some(FloatCC::GreaterThan),
+                5 => Some(FloatCC::GreaterThanOrEqual),
+                6 => Some(FloatCC::LessThanOrEqual),
+                _ => None,
+            };
+            return match plain(cc) {
+                Some(code) => self.b.ins().fcmp(code, x, y),
+                None => {
+                    // 3 and 7: x is a number, and y is not or x is below
+                    // (above) it.
+                    let x_number = self.b.ins().fcmp(FloatCC::Ordered, x, x);
+                    let y_nan = self.b.ins().fcmp(FloatCC::Unordered, y, y);
+                    let order = if cc == 3 {
+                        FloatCC::LessThan
+                    } else {
+                        FloatCC::GreaterThan
+                    };
+                    let ordered = self.b.ins().fcmp(order, x, y);
+                    let either = self.b.ins().bor(y_nan, ordered);
+                    self.b.ins().band(x_number, either)
+                }
+            };
+        }
+        let (x, x_width) = self.raw(&a.value);
+        let (y, y_width) = self.raw(&b.value);
+        let (x, y) = if cc >= 4 {
+            (self.sign_extend(x, x_width), self.sign_extend(y, y_width))
+        } else {
+            (x, y)
+        };
+        let code = match cc {
+            0 | 4 => IntCC::Equal,
+            1 => IntCC::UnsignedLessThan,
+            2 => IntCC::UnsignedGreaterThan,
+            5 => IntCC::SignedLessThan,
+            _ => IntCC::SignedGreaterThan,
+        };
+        self.b.ins().icmp(code, x, y)
+    }
+
+    /// A 128-bit constant.
+    fn const128(&mut self, value: u128) -> IrValue {
+        let low = self.b.ins().iconst(types::I64, value as u64 as i64);
+        let high = self.b.ins().iconst(types::I64, (value >> 64) as u64 as i64);
+        self.b.ins().iconcat(low, high)
+    }
+
+    fn bitfield(
+        &mut self,
+        op: Op,
+        a: &Value,
+        b: &Value,
+        shift: Option<&Value>,
+        mask: u128,
+    ) -> IrValue {
+        let (xs, x_width) = self.raw(a);
+        let (ys, _) = self.raw(b);
+        let x_width = x_width.min(32);
+        let x64 = self.truncate(xs, x_width);
+        let y64 = self.truncate(ys, 32);
+        let x = self.b.ins().uextend(types::I128, x64);
+        let y = self.b.ins().uextend(types::I128, y64);
+        // Shift amounts (at most 127) are worked out in 64 bits, then
+        // widened for the 128-bit shift.
+        let low7 = |this: &mut Self, v: IrValue| this.b.ins().band_imm_u(v, 0x7F);
+        let wide = |this: &mut Self, v: IrValue| this.b.ins().uextend(types::I128, v);
+        match op {
+            Op::Asr | Op::Asrh => {
+                let signed = self.sign_extend(x64, x_width);
+                let wide_value = self.b.ins().sextend(types::I128, signed);
+                let amount = low7(self, y64);
+                let limit = self
+                    .b
+                    .ins()
+                    .iconst(types::I64, if op == Op::Asr { 63 } else { 95 });
+                let amount = self.b.ins().umin(amount, limit);
+                let amount = self.b.ins().uextend(types::I128, amount);
+                let value = if op == Op::Asr {
+                    wide_value
+                } else {
+                    self.b.ins().ishl_imm_u(wide_value, 32)
+                };
+                self.b.ins().sshr(value, amount)
+            }
+            _ => {
+                let shift_bits = match shift {
+                    Some(value) => self.raw(value).0,
+                    None => self.b.ins().iconst(types::I64, 0),
+                };
+                let sh64 = low7(self, shift_bits);
+                let sh = wide(self, sh64);
+                let mask_value = self.const128(mask);
+                match op {
+                    Op::Bfi => {
+                        let placed = self.b.ins().ishl(mask_value, sh);
+                        let kept_bits = self.b.ins().bnot(placed);
+                        let kept = self.b.ins().band(x, kept_bits);
+                        let field = self.b.ins().band(y, mask_value);
+                        let field = self.b.ins().ishl(field, sh);
+                        self.b.ins().bor(kept, field)
+                    }
+                    Op::Bfeil => {
+                        let not_mask = self.b.ins().bnot(mask_value);
+                        let kept = self.b.ins().band(x, not_mask);
+                        let moved = self.b.ins().ushr(y, sh);
+                        let field = self.b.ins().band(moved, mask_value);
+                        self.b.ins().bor(kept, field)
+                    }
+                    Op::Extr => {
+                        let high = self.b.ins().ishl_imm_u(y, 32);
+                        let joined = self.b.ins().bor(high, x);
+                        let moved = self.b.ins().ushr(joined, sh);
+                        self.b.ins().band(moved, mask_value)
+                    }
+                    Op::Shlhi => {
+                        // smask = mask << sh.saturating_sub(32)
+                        let thirty_two = self.b.ins().iconst(types::I64, 32);
+                        let capped = self.b.ins().umax(sh64, thirty_two);
+                        let by = self.b.ins().isub(capped, thirty_two);
+                        let by = wide(self, by);
+                        let smask = self.b.ins().ishl(mask_value, by);
+                        let moved = self.b.ins().ishl(y, sh);
+                        let moved = self.b.ins().ushr_imm_u(moved, 32);
+                        let field = self.b.ins().band(moved, smask);
+                        let not_smask = self.b.ins().bnot(smask);
+                        let kept = self.b.ins().band(x, not_smask);
+                        self.b.ins().bor(field, kept)
+                    }
+                    _ => {
+                        // Shrhi: smask = (mask << 32) >> min(sh, 32)
+                        let thirty_two = self.b.ins().iconst(types::I64, 32);
+                        let by = self.b.ins().umin(sh64, thirty_two);
+                        let by = wide(self, by);
+                        let high_mask = self.b.ins().ishl_imm_u(mask_value, 32);
+                        let smask = self.b.ins().ushr(high_mask, by);
+                        let high = self.b.ins().ishl_imm_u(y, 32);
+                        let moved = self.b.ins().ushr(high, sh);
+                        let field = self.b.ins().band(moved, smask);
+                        let not_smask = self.b.ins().bnot(smask);
+                        let kept = self.b.ins().band(x, not_smask);
+                        self.b.ins().bor(field, kept)
+                    }
+                }
+            }
+        }
+    }
+
+    /// Spreads the low 16 bits of a 32-bit value to the even bits.
+    fn spread(&mut self, v: IrValue) -> IrValue {
+        let mut v = self.b.ins().band_imm_u(v, 0xFFFF);
+        for (shift, mask) in [
+            (8, 0x00FF_00FF_u32),
+            (4, 0x0F0F_0F0F),
+            (2, 0x3333_3333),
+            (1, 0x5555_5555),
+        ] {
+            let moved = self.b.ins().ishl_imm_u(v, shift);
+            let both = self.b.ins().bor(v, moved);
+            v = self.b.ins().band_imm_u(both, i64::from(mask));
+        }
+        v
+    }
+
+    fn bits(&mut self, op: Op, a: &Value, b: Option<&Value>) -> IrValue {
+        let (xs, _) = self.raw(a);
+        let x = self.b.ins().ireduce(types::I32, xs);
+        let r = match op {
+            Op::Bitrev => self.b.ins().bitrev(x),
+            Op::Popcount => self.b.ins().popcnt(x),
+            Op::Ffs => {
+                // The highest set bit's index; all ones for 0.
+                let leading = self.b.ins().clz(x);
+                let thirty_one = self.b.ins().iconst(types::I32, 31);
+                let index = self.b.ins().isub(thirty_one, leading);
+                let is_zero = self.b.ins().icmp_imm_s(IntCC::Equal, x, 0);
+                let none = self.b.ins().iconst(types::I32, i64::from(u32::MAX));
+                self.b.ins().select(is_zero, none, index)
+            }
+            _ => {
+                let ys = match b {
+                    Some(b) => self.raw(b).0,
+                    None => self.b.ins().iconst(types::I64, 0),
+                };
+                let y = self.b.ins().ireduce(types::I32, ys);
+                let even = self.spread(x);
+                let odd = self.spread(y);
+                let odd = self.b.ins().ishl_imm_u(odd, 1);
+                self.b.ins().bor(even, odd)
+            }
+        };
+        self.b.ins().uextend(types::I64, r)
+    }
+
+    /// `.sat`: NaN and negative values (-0 too) to +0, else at most 1.
+    fn saturate(&mut self, r: IrValue) -> IrValue {
+        let is_nan = self.b.ins().fcmp(FloatCC::Unordered, r, r);
+        let word = self.b.ins().bitcast(types::I32, MemFlagsData::new(), r);
+        let negative = self.b.ins().icmp_imm_s(IntCC::SignedLessThan, word, 0);
+        let to_zero = self.b.ins().bor(is_nan, negative);
+        let one = self.b.ins().f32const(1.0);
+        let capped = self.b.ins().fmin(r, one);
+        let zero = self.b.ins().f32const(0.0);
+        self.b.ins().select(to_zero, zero, capped)
+    }
+
+    /// `x * y + z` rounded once; a result of the smallest normal's
+    /// magnitude is handed to the reference's function, which knows
+    /// whether the exact value was below it.
+    fn fma(&mut self, x: IrValue, y: IrValue, z: IrValue) -> IrValue {
+        let rounded = self.b.ins().fma(x, y, z);
+        let magnitude = self.b.ins().fabs(rounded);
+        let smallest = self.b.ins().f32const(MIN_NORMAL_F32);
+        let at_smallest = self.b.ins().fcmp(FloatCC::Equal, magnitude, smallest);
+        let rare = self.b.create_block();
+        let join = self.b.create_block();
+        self.b.append_block_param(join, types::F32);
+        self.b
+            .ins()
+            .brif(at_smallest, rare, &[], join, &[rounded.into()]);
+        self.b.switch_to_block(rare);
+        let (signature, address) = self.fma;
+        let callee = self.b.ins().iconst(self.pointer, address);
+        let call = self.b.ins().call_indirect(signature, callee, &[x, y, z]);
+        let exact = self.b.inst_results(call)[0];
+        self.b.ins().jump(join, &[exact.into()]);
+        self.b.switch_to_block(join);
+        self.b.block_params(join)[0]
+    }
+}
