@@ -60,6 +60,8 @@ pub struct RunContext<'a> {
     pub stop: &'a AtomicBool,
     /// How the firmware suspends the command to run other work.
     pub preemption: &'a Preemption,
+    /// What runs the command's shader-core programs.
+    pub shader_engine: crate::usc::ShaderEngine,
 }
 
 impl<'a> RunContext<'a> {

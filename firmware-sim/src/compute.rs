@@ -220,10 +220,11 @@ pub fn run(
     // Per worker: its MMU view, program cache, uniforms and threadgroup
     // memory (or image block), its core number and its helper (started
     // when its first threadgroup needs a stack).
+    let shader_engine = ctx.shader_engine;
     let scratch = || {
         (
             vm.clone(),
-            ProgramCache::new(),
+            ProgramCache::with_engine(shader_engine),
             binding.uniforms.clone(),
             vec![
                 0u8;

@@ -27,12 +27,18 @@ use crate::compute;
 use crate::fault::{unsupported, EngineResult};
 use crate::helper::{HelperProgram, StageHelper};
 use crate::memory::read_item;
+use crate::usc::ShaderEngine;
 
 /// Runs RunVertex/RunFragment/RunCompute commands. The firmware may have
 /// several commands in flight at once (one running, others suspended).
 pub trait Engine: Send + Sync {
     /// Runs one command.
     fn run(&self, tag: CommandTag, ctx: &RunContext<'_>) -> EngineResult;
+
+    /// Which engine runs the shader core's programs.
+    fn shader_engine(&self) -> ShaderEngine {
+        ShaderEngine::Interpreter
+    }
 }
 
 /// An engine that runs nothing: every command is unsupported work.
@@ -60,16 +66,28 @@ pub struct Gpu {
     pub launches: AtomicU64,
     /// SIMD-group instructions executed by kernels.
     pub usc_instructions: AtomicU64,
+    /// What runs the shader core's programs.
+    pub shader_engine: ShaderEngine,
 }
 
 impl Gpu {
-    /// A GPU running threadgroups on `workers` host threads.
+    /// A GPU running threadgroups on `workers` host threads, its programs
+    /// interpreted.
     pub fn new(workers: usize) -> Gpu {
         Gpu {
             workers: workers.max(1),
             cdm_blocks: AtomicU64::new(0),
             launches: AtomicU64::new(0),
             usc_instructions: AtomicU64::new(0),
+            shader_engine: ShaderEngine::Interpreter,
+        }
+    }
+
+    /// The same GPU with its programs run by `engine`.
+    pub fn with_shader_engine(self, engine: ShaderEngine) -> Gpu {
+        Gpu {
+            shader_engine: engine,
+            ..self
         }
     }
 }
@@ -180,5 +198,9 @@ impl Engine for Gpu {
                 format_args!("a {tag:?} command given to the data masters"),
             ),
         }
+    }
+
+    fn shader_engine(&self) -> ShaderEngine {
+        self.shader_engine
     }
 }

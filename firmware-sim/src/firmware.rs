@@ -204,12 +204,14 @@ impl RunningFirmware for Firmware {
 pub struct SimulatedCoprocessor {
     memory: SharedPhysicalMemory,
     gpu_threads: usize,
+    shader_engine: crate::usc::ShaderEngine,
 }
 
 impl std::fmt::Debug for SimulatedCoprocessor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SimulatedCoprocessor")
             .field("gpu_threads", &self.gpu_threads)
+            .field("shader_engine", &self.shader_engine)
             .finish_non_exhaustive()
     }
 }
@@ -221,6 +223,15 @@ impl SimulatedCoprocessor {
         SimulatedCoprocessor {
             memory,
             gpu_threads,
+            shader_engine: crate::usc::ShaderEngine::Interpreter,
+        }
+    }
+
+    /// The same coprocessor with its GPU's programs run by `engine`.
+    pub fn with_shader_engine(self, engine: crate::usc::ShaderEngine) -> SimulatedCoprocessor {
+        SimulatedCoprocessor {
+            shader_engine: engine,
+            ..self
         }
     }
 }
@@ -233,7 +244,9 @@ impl Coprocessor for SimulatedCoprocessor {
             Arc::new(view),
             Arc::clone(&self.memory),
             params.interrupt,
-            Box::new(crate::engine::Gpu::new(self.gpu_threads)),
+            Box::new(
+                crate::engine::Gpu::new(self.gpu_threads).with_shader_engine(self.shader_engine),
+            ),
         ))
     }
 }
@@ -495,6 +508,7 @@ impl Job {
                 services: &self.services,
                 stop: &self.stop,
                 preemption: &self.preemption,
+                shader_engine: self.engine.shader_engine(),
             };
             self.engine.run(self.tag, &ctx)
         }));

@@ -17,6 +17,7 @@ pub mod log;
 use std::sync::Arc;
 
 use agx_firmware_sim::firmware::SimulatedCoprocessor;
+pub use agx_firmware_sim::usc::ShaderEngine;
 /// The kmd model, for what lies deeper than a file (GEM objects, the
 /// scheduler, parameter-buffer statistics).
 pub use agx_kmd as kmd;
@@ -66,6 +67,9 @@ pub struct SystemConfig {
     /// (`DeviceConfig::device_descriptor_limit`): no limit by default;
     /// the device process sets three quarters of its descriptor limit.
     pub device_descriptor_limit: u64,
+    /// What runs the shader core's programs: the interpreter (the
+    /// reference, the default) or the compiled engine.
+    pub shader_engine: ShaderEngine,
 }
 
 impl Default for SystemConfig {
@@ -84,6 +88,7 @@ impl Default for SystemConfig {
             keep_object_descriptors: false,
             client_descriptor_limit: kmd.client_descriptor_limit,
             device_descriptor_limit: kmd.device_descriptor_limit,
+            shader_engine: ShaderEngine::Interpreter,
         }
     }
 }
@@ -138,7 +143,8 @@ impl SystemConfig {
     /// `sync`), `AGX_TVB_INITIAL_BLOCKS`, `AGX_WORK_BUDGET_UNITS` (the
     /// watchdog's work budget per submission), `AGX_COMMAND_TIMEOUT_MS`
     /// (its host-time last resort), `AGX_CLIENT_MEMORY_LIMIT_BYTES` (the GEM
-    /// memory one file may hold) and `AGX_GPU_THREADS`. A variable that is
+    /// memory one file may hold), `AGX_GPU_THREADS` and `AGX_SHADER_ENGINE`
+    /// (`interpreter` or `compiled`). A variable that is
     /// set but does not parse (or is zero where zero is meaningless) is an
     /// error naming it.
     pub fn with_env(self) -> Result<SystemConfig, ConfigError> {
@@ -195,6 +201,13 @@ impl SystemConfig {
             }
             config.gpu_threads = threads;
         }
+        if let Ok(value) = std::env::var("AGX_SHADER_ENGINE") {
+            config.shader_engine = value.trim().parse().map_err(|()| ConfigError {
+                variable: "AGX_SHADER_ENGINE",
+                value,
+                expected: "one of interpreter, compiled",
+            })?;
+        }
         Ok(config)
     }
 
@@ -225,7 +238,8 @@ impl System {
     /// Builds a machine and probes the driver on it.
     pub fn new(config: SystemConfig) -> Result<System, ProbeError> {
         let ram = Ram::new(config.ram_bytes)?;
-        let coprocessor = SimulatedCoprocessor::new(Arc::new(ram.clone()), config.gpu_threads);
+        let coprocessor = SimulatedCoprocessor::new(Arc::new(ram.clone()), config.gpu_threads)
+            .with_shader_engine(config.shader_engine);
         let device = Device::new(ram, config.device_config(), &coprocessor)?;
         Ok(System { device })
     }
