@@ -60,8 +60,9 @@ pub struct RunContext<'a> {
     pub stop: &'a AtomicBool,
     /// How the firmware suspends the command to run other work.
     pub preemption: &'a Preemption,
-    /// What runs the command's shader-core programs.
-    pub shader_engine: crate::usc::ShaderEngine,
+    /// Where the command's programs' compiled blocks live (`None`: the
+    /// interpreter runs them).
+    pub shader_code: Option<std::sync::Arc<agx_jit::CodeCache>>,
 }
 
 impl<'a> RunContext<'a> {

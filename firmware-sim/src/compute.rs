@@ -220,11 +220,11 @@ pub fn run(
     // Per worker: its MMU view, program cache, uniforms and threadgroup
     // memory (or image block), its core number and its helper (started
     // when its first threadgroup needs a stack).
-    let shader_engine = ctx.shader_engine;
+    let shader_code = ctx.shader_code.clone();
     let scratch = || {
         (
             vm.clone(),
-            ProgramCache::with_engine(shader_engine),
+            ProgramCache::with_code(shader_code.clone()),
             binding.uniforms.clone(),
             vec![
                 0u8;

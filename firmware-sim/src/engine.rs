@@ -18,6 +18,7 @@
 //! render pipeline ([`crate::fragment`]).
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use agx_fwif::messages::{CommandTag, FaultUnit, RunComputeBody};
 use agx_hw::formats::CdmBlock;
@@ -35,9 +36,10 @@ pub trait Engine: Send + Sync {
     /// Runs one command.
     fn run(&self, tag: CommandTag, ctx: &RunContext<'_>) -> EngineResult;
 
-    /// Which engine runs the shader core's programs.
-    fn shader_engine(&self) -> ShaderEngine {
-        ShaderEngine::Interpreter
+    /// Where the shader core's compiled blocks live (`None`: the
+    /// programs are interpreted).
+    fn shader_code(&self) -> Option<Arc<agx_jit::CodeCache>> {
+        None
     }
 }
 
@@ -66,8 +68,9 @@ pub struct Gpu {
     pub launches: AtomicU64,
     /// SIMD-group instructions executed by kernels.
     pub usc_instructions: AtomicU64,
-    /// What runs the shader core's programs.
-    pub shader_engine: ShaderEngine,
+    /// The compiled blocks of every command's programs, with the
+    /// compiled engine (`None`: the interpreter runs them).
+    pub shader_code: Option<Arc<agx_jit::CodeCache>>,
 }
 
 impl Gpu {
@@ -79,14 +82,18 @@ impl Gpu {
             cdm_blocks: AtomicU64::new(0),
             launches: AtomicU64::new(0),
             usc_instructions: AtomicU64::new(0),
-            shader_engine: ShaderEngine::Interpreter,
+            shader_code: None,
         }
     }
 
-    /// The same GPU with its programs run by `engine`.
+    /// The same GPU with its programs run by `engine` (the compiled
+    /// engine with one code cache for all its commands).
     pub fn with_shader_engine(self, engine: ShaderEngine) -> Gpu {
         Gpu {
-            shader_engine: engine,
+            shader_code: match engine {
+                ShaderEngine::Interpreter => None,
+                ShaderEngine::Compiled => crate::usc::new_code_cache(),
+            },
             ..self
         }
     }
@@ -200,7 +207,7 @@ impl Engine for Gpu {
         }
     }
 
-    fn shader_engine(&self) -> ShaderEngine {
-        self.shader_engine
+    fn shader_code(&self) -> Option<Arc<agx_jit::CodeCache>> {
+        self.shader_code.clone()
     }
 }

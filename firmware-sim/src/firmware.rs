@@ -508,7 +508,7 @@ impl Job {
                 services: &self.services,
                 stop: &self.stop,
                 preemption: &self.preemption,
-                shader_engine: self.engine.shader_engine(),
+                shader_code: self.engine.shader_code(),
             };
             self.engine.run(self.tag, &ctx)
         }));

@@ -95,7 +95,7 @@ fn vertex(ctx: &RunContext<'_>, workers: usize) -> Result<(), EngineResult> {
             .then_some((body.pass.sampler_heap.get(), body.pass.sampler_count)),
         ..tiler::VertexState::default()
     };
-    let mut cache = ProgramCache::with_engine(ctx.shader_engine);
+    let mut cache = ProgramCache::with_code(ctx.shader_code.clone());
     let watchdog = ctx.watchdog();
     let mut item = Vec::new();
     let mut pc = body.vdm_ctrl_stream_base.get();

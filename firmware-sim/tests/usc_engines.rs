@@ -281,7 +281,7 @@ fn an_fma_at_the_smallest_normal_flushes_as_the_interpreter_does() {
     assert_eq!(group.read(Reg::r(11), 0), 0x0080_0000, "stays");
     assert_eq!(group.read(Reg::r(12), 0), 0x8000_0000, "-0");
     assert_eq!(
-        machine.compiled_cache.compiled_blocks().0,
+        machine.compiled_cache.compiled_blocks(),
         1,
         "one block, compiled"
     );
@@ -315,4 +315,60 @@ fn a_block_the_budget_ends_inside_times_out_where_the_interpreter_does() {
     assert_eq!(results[0], results[1]);
     assert!(matches!(results[0].0, Err(ExecError::Timeout { .. })));
     assert_eq!(results[0].2, 3);
+}
+
+/// Runs `program` from a fresh group with `cache`, returning r1..r4 of
+/// lane 0.
+fn run_with_cache(program: &str, cache: &mut agx_firmware_sim::usc::ProgramCache) -> [u64; 4] {
+    use agx_firmware_sim::usc::{Env, NoIo};
+    let mut machine = Machine::new(program);
+    let mut group = SimdGroup::new(CODE_BASE, u32::MAX);
+    for lane in 0..32 {
+        group.write(Reg::r(1), lane, 5 + lane as u64);
+    }
+    let mut budget = 1000;
+    let mut env = Env {
+        memory: &mut machine.memory,
+        io: &mut NoIo,
+        uniforms: &mut machine.uniforms,
+        threadgroup: &mut machine.threadgroup,
+    };
+    assert_eq!(group.run(cache, &mut env, &mut budget), Ok(Exit::Stopped));
+    std::array::from_fn(|i| group.read(Reg::r(i as u16 + 1), 0))
+}
+
+const SHARED_PROGRAM: &str = "iadd r2, r1, 3\nimadd r3, r2, r2, r1\nxor r4, r3, r2\nstop";
+
+/// Program caches of one GPU (a thread's, a command's) share the code
+/// cache: a block is compiled once, by its bytes, whoever runs it next.
+#[test]
+fn caches_sharing_a_code_cache_compile_a_block_once() {
+    use agx_firmware_sim::usc::{new_code_cache, ProgramCache};
+    let code = new_code_cache().expect("a code generator for this host");
+    let mut first = ProgramCache::with_code(Some(code.clone()));
+    let mut second = ProgramCache::with_code(Some(code.clone()));
+    let expected = [5, 8, 8 * 8 + 5, (8 * 8 + 5) ^ 8];
+    assert_eq!(run_with_cache(SHARED_PROGRAM, &mut first), expected);
+    assert_eq!(run_with_cache(SHARED_PROGRAM, &mut second), expected);
+    let stats = code.stats();
+    assert_eq!((stats.blocks, stats.compiles, stats.hits), (1, 1, 1));
+    assert_eq!((first.compiled_blocks(), second.compiled_blocks()), (1, 1));
+}
+
+/// A full code cache compiles nothing more: the runs are interpreted,
+/// with the same results.
+#[test]
+fn a_full_code_cache_leaves_new_blocks_to_the_interpreter() {
+    use agx_firmware_sim::usc::ProgramCache;
+    extern "C" fn fma(x: f32, y: f32, z: f32) -> f32 {
+        x.mul_add(y, z)
+    }
+    let code = agx_jit::CodeCache::new(agx_jit::Helpers { fma_f32: fma }, 0).unwrap();
+    let mut cache = ProgramCache::with_code(Some(code.clone()));
+    assert_eq!(
+        run_with_cache(SHARED_PROGRAM, &mut cache),
+        [5, 8, 8 * 8 + 5, (8 * 8 + 5) ^ 8]
+    );
+    assert_eq!(code.stats().blocks, 0);
+    assert_eq!((cache.compiled_blocks(), cache.compile_failures()), (0, 0));
 }

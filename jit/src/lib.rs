@@ -194,6 +194,150 @@ impl Compiler {
     }
 }
 
+/// A compiled block shared through a [`CodeCache`]: its entry, and the
+/// cache whose code it is (kept alive while the block is).
+#[derive(Clone)]
+pub struct Block {
+    entry: BlockFn,
+    _code: std::sync::Arc<CodeCache>,
+}
+
+impl std::fmt::Debug for Block {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Block").finish_non_exhaustive()
+    }
+}
+
+impl Block {
+    /// Runs the block on the lanes of `exec`, with `regs` and `uniforms`.
+    pub fn run(&self, regs: &mut RegisterFile, uniforms: &[u32; UNIFORMS], exec: u32) {
+        // SAFETY: as in `Compiler::run`: the function touches only the
+        // two arrays, borrowed for the call, and its code lives while
+        // `_code` (the cache that owns the module) does, which this
+        // block keeps alive.
+        unsafe { (self.entry)(regs.as_mut_ptr().cast(), uniforms.as_ptr(), exec) }
+    }
+}
+
+/// Why a [`CodeCache`] gave no block.
+#[derive(Debug, thiserror::Error)]
+pub enum CacheError {
+    /// The block did not compile.
+    #[error(transparent)]
+    Compile(#[from] CompileError),
+    /// The cache holds as much code as it may.
+    #[error("the code cache is full ({limit_bytes} bytes of code)")]
+    Full {
+        /// The cache's limit.
+        limit_bytes: usize,
+    },
+}
+
+/// Compiled blocks shared by every program cache of one GPU, across
+/// commands and threads: a block is compiled once per distinct run of
+/// instruction bytes, whoever runs it. The code lives as long as the
+/// cache and every block taken from it; past `limit_bytes` of code no
+/// more is compiled (those runs are interpreted).
+pub struct CodeCache {
+    inner: std::sync::Mutex<CacheInner>,
+    limit_bytes: usize,
+}
+
+struct CacheInner {
+    compiler: Compiler,
+    by_bytes: std::collections::HashMap<Vec<u8>, BlockFn>,
+    /// Compilations, and lookups that found a block compiled before.
+    compiles: u64,
+    hits: u64,
+}
+
+// SAFETY: `CacheInner` is only reached through the mutex, one thread at a
+// time. Its `JITModule` holds raw pointers to the code memory it owns,
+// which nothing else frees or writes; the finished functions
+// (`BlockFn`s) are immutable code any thread may call.
+unsafe impl Send for CacheInner {}
+
+impl std::fmt::Debug for CodeCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CodeCache")
+            .field("limit_bytes", &self.limit_bytes)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What a [`CodeCache`] holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CacheStats {
+    /// Blocks compiled.
+    pub blocks: usize,
+    /// Host code they took.
+    pub code_bytes: usize,
+    /// Lookups that compiled a block.
+    pub compiles: u64,
+    /// Lookups that found one compiled before.
+    pub hits: u64,
+}
+
+impl CodeCache {
+    /// An empty cache that compiles up to `limit_bytes` of host code.
+    pub fn new(
+        helpers: Helpers,
+        limit_bytes: usize,
+    ) -> Result<std::sync::Arc<CodeCache>, CompileError> {
+        Ok(std::sync::Arc::new(CodeCache {
+            inner: std::sync::Mutex::new(CacheInner {
+                compiler: Compiler::new(helpers)?,
+                by_bytes: std::collections::HashMap::new(),
+                compiles: 0,
+                hits: 0,
+            }),
+            limit_bytes,
+        }))
+    }
+
+    /// The block for the run of instructions whose bytes are `key` (and
+    /// which decode to `block`, each with its `.sat` flag), compiled now
+    /// if no program cache compiled it before.
+    pub fn block(
+        self: &std::sync::Arc<Self>,
+        key: &[u8],
+        block: &[(&Instr, bool)],
+    ) -> Result<Block, CacheError> {
+        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(&entry) = inner.by_bytes.get(key) {
+            inner.hits += 1;
+            return Ok(Block {
+                entry,
+                _code: std::sync::Arc::clone(self),
+            });
+        }
+        if inner.compiler.code_bytes() >= self.limit_bytes {
+            return Err(CacheError::Full {
+                limit_bytes: self.limit_bytes,
+            });
+        }
+        let id = inner.compiler.compile(block)?;
+        let entry = inner.compiler.blocks[id.0 as usize];
+        inner.by_bytes.insert(key.to_vec(), entry);
+        inner.compiles += 1;
+        Ok(Block {
+            entry,
+            _code: std::sync::Arc::clone(self),
+        })
+    }
+
+    /// What the cache holds.
+    pub fn stats(&self) -> CacheStats {
+        let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        CacheStats {
+            blocks: inner.compiler.block_count(),
+            code_bytes: inner.compiler.code_bytes(),
+            compiles: inner.compiles,
+            hits: inner.hits,
+        }
+    }
+}
+
 impl Drop for Compiler {
     fn drop(&mut self) {
         self.blocks.clear();

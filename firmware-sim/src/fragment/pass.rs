@@ -165,9 +165,9 @@ pub(crate) fn render_scene(
     let tiles_x = u64::from(area.0.div_ceil(pass.tile.0));
     let tiles_y = u64::from(area.1.div_ceil(pass.tile.1));
     let tiles = tiles_x * tiles_y * u64::from(render.layers);
-    let shader_engine = ctx.shader_engine;
+    let shader_code = ctx.shader_code.clone();
     let scratch = || Worker {
-        cache: ProgramCache::with_engine(shader_engine),
+        cache: ProgramCache::with_code(shader_code.clone()),
         shaders: std::collections::HashMap::new(),
         tile: Tilebuffer::new(pass.tile, samples, sample_bytes),
         killed: Vec::new(),

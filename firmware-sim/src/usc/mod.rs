@@ -21,4 +21,7 @@ pub mod program;
 pub use exec::{Env, ExecError, Exit, SimdGroup, SpecialRegs, Stack, GPRS, LANES, UNIFORMS};
 pub use io::{IoError, NoIo, ShaderIo};
 pub use memory::{AccessKind, FaultReason, GpuMemory, MemoryFault};
-pub use program::{FetchError, ProgramCache, ShaderEngine, MAX_CACHED_INSTRUCTIONS};
+pub use program::{
+    new_code_cache, FetchError, ProgramCache, ShaderEngine, CODE_CACHE_LIMIT_BYTES,
+    MAX_CACHED_INSTRUCTIONS,
+};

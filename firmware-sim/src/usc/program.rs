@@ -105,16 +105,20 @@ impl std::str::FromStr for ShaderEngine {
 /// as fast interpreted.
 const MIN_BLOCK_INSTRUCTIONS: usize = 2;
 
+/// Host code one GPU's compiled blocks may take together; past it, runs
+/// not compiled yet are interpreted.
+pub const CODE_CACHE_LIMIT_BYTES: usize = 64 << 20;
+
 /// `block_at` for an instruction no block was looked for at yet.
 const UNTRIED: u32 = u32::MAX;
 /// `block_at` for an instruction no block starts at.
 const NO_BLOCK: u32 = u32::MAX - 1;
 
-/// A compiled block: where it starts, how many instructions it runs and
-/// where the program goes on after it.
+/// A compiled block as a cache sees it: how many instructions it runs and
+/// where the program goes on after it (`index`: its place in the cache).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct CompiledBlock {
-    pub(crate) id: agx_jit::BlockId,
+    pub(crate) index: u32,
     pub(crate) instructions: u32,
     pub(crate) next_index: u32,
     pub(crate) next_pc: u64,
@@ -123,12 +127,14 @@ pub(crate) struct CompiledBlock {
 /// The compiled engine's state for one cache.
 #[derive(Debug)]
 struct Compiled {
-    compiler: agx_jit::Compiler,
+    /// Where blocks are compiled: the GPU's, shared by its caches, or
+    /// this cache's own.
+    code: std::sync::Arc<agx_jit::CodeCache>,
     /// Per cached instruction: the block starting there (an index into
     /// `blocks`), [`NO_BLOCK`] or [`UNTRIED`].
     block_at: Vec<u32>,
-    blocks: Vec<CompiledBlock>,
-    /// Blocks Cranelift refused (left to the interpreter).
+    blocks: Vec<(agx_jit::Block, CompiledBlock)>,
+    /// Blocks that did not compile (left to the interpreter).
     failures: u64,
 }
 
@@ -138,22 +144,28 @@ extern "C" fn fma_for_compiled_code(x: f32, y: f32, z: f32) -> f32 {
     super::float::fma_f32(x, y, z)
 }
 
+/// A new code cache for the compiled engine (`None`, logged, where this
+/// host has no code generator: the interpreter runs everything).
+pub fn new_code_cache() -> Option<std::sync::Arc<agx_jit::CodeCache>> {
+    let helpers = agx_jit::Helpers {
+        fma_f32: fma_for_compiled_code,
+    };
+    match agx_jit::CodeCache::new(helpers, CODE_CACHE_LIMIT_BYTES) {
+        Ok(code) => Some(code),
+        Err(error) => {
+            tracing::warn!(%error, "no compiled engine: interpreting");
+            None
+        }
+    }
+}
+
 impl Compiled {
-    fn new() -> Option<Compiled> {
-        let helpers = agx_jit::Helpers {
-            fma_f32: fma_for_compiled_code,
-        };
-        match agx_jit::Compiler::new(helpers) {
-            Ok(compiler) => Some(Compiled {
-                compiler,
-                block_at: Vec::new(),
-                blocks: Vec::new(),
-                failures: 0,
-            }),
-            Err(error) => {
-                tracing::warn!(%error, "no compiled engine: interpreting");
-                None
-            }
+    fn new(code: std::sync::Arc<agx_jit::CodeCache>) -> Compiled {
+        Compiled {
+            code,
+            block_at: Vec::new(),
+            blocks: Vec::new(),
+            failures: 0,
         }
     }
 }
@@ -174,11 +186,26 @@ impl ProgramCache {
         ProgramCache::default()
     }
 
-    /// An empty cache whose programs `engine` runs.
+    /// An empty cache whose programs `engine` runs (the compiled engine
+    /// with a code cache of its own).
     pub fn with_engine(engine: ShaderEngine) -> ProgramCache {
         ProgramCache {
             engine,
             ..ProgramCache::default()
+        }
+    }
+
+    /// An empty cache whose programs the compiled engine runs, with the
+    /// blocks of `code` (shared with other caches), or the interpreter
+    /// without one.
+    pub fn with_code(code: Option<std::sync::Arc<agx_jit::CodeCache>>) -> ProgramCache {
+        match code {
+            Some(code) => ProgramCache {
+                engine: ShaderEngine::Compiled,
+                compiled: Some(Box::new(Compiled::new(code))),
+                ..ProgramCache::default()
+            },
+            None => ProgramCache::new(),
         }
     }
 
@@ -187,12 +214,15 @@ impl ProgramCache {
         self.engine
     }
 
-    /// Forgets everything (code memory may have changed), compiled code
-    /// too.
+    /// Forgets everything (code memory may have changed); a shared code
+    /// cache keeps its blocks, which are found by their bytes.
     pub fn clear(&mut self) {
         self.by_address.clear();
         self.instrs.clear();
-        self.compiled = None;
+        if let Some(compiled) = &mut self.compiled {
+            compiled.block_at.clear();
+            compiled.blocks.clear();
+        }
     }
 
     /// Blocks the compiled engine failed to compile (each left to the
@@ -201,11 +231,9 @@ impl ProgramCache {
         self.compiled.as_ref().map_or(0, |c| c.failures)
     }
 
-    /// Blocks compiled so far, and the host code they took (bytes).
-    pub fn compiled_blocks(&self) -> (usize, usize) {
-        self.compiled.as_ref().map_or((0, 0), |c| {
-            (c.compiler.block_count(), c.compiler.code_bytes())
-        })
+    /// Blocks this cache runs compiled (each counted once).
+    pub fn compiled_blocks(&self) -> usize {
+        self.compiled.as_ref().map_or(0, |c| c.blocks.len())
     }
 
     /// The compiled block that starts at cached instruction `index`,
@@ -217,26 +245,24 @@ impl ProgramCache {
             return None;
         }
         if self.compiled.is_none() {
-            match Compiled::new() {
-                Some(compiled) => self.compiled = Some(Box::new(compiled)),
+            match new_code_cache() {
+                Some(code) => self.compiled = Some(Box::new(Compiled::new(code))),
                 None => {
                     self.engine = ShaderEngine::Interpreter;
                     return None;
                 }
             }
         }
-        let slot = self
-            .compiled
-            .as_ref()
-            .and_then(|c| c.block_at.get(index as usize).copied())
-            .unwrap_or(UNTRIED);
-        match slot {
+        let compiled = self.compiled.as_ref()?;
+        match compiled
+            .block_at
+            .get(index as usize)
+            .copied()
+            .unwrap_or(UNTRIED)
+        {
             NO_BLOCK => None,
             UNTRIED => self.form_block(index, memory),
-            block => self
-                .compiled
-                .as_ref()
-                .and_then(|c| c.blocks.get(block as usize).copied()),
+            block => compiled.blocks.get(block as usize).map(|(_, info)| *info),
         }
     }
 
@@ -271,6 +297,22 @@ impl ProgramCache {
                 break;
             }
         }
+        // The run's bytes name it in the shared code cache.
+        let mut key = Vec::new();
+        if next.is_some() && run.len() >= MIN_BLOCK_INSTRUCTIONS {
+            for &i in &run {
+                let entry = &self.instrs[i as usize];
+                let start = key.len();
+                key.resize(start + usize::from(entry.length_bytes), 0);
+                if memory
+                    .read(entry.address, &mut key[start..], AccessKind::Fetch)
+                    .is_err()
+                {
+                    next = None;
+                    break;
+                }
+            }
+        }
         let compiled = self.compiled.as_mut()?;
         if compiled.block_at.len() < self.instrs.len() {
             compiled.block_at.resize(self.instrs.len(), UNTRIED);
@@ -284,13 +326,17 @@ impl ProgramCache {
                         (&entry.instr, entry.saturate)
                     })
                     .collect();
-                match compiled.compiler.compile(&instrs) {
-                    Ok(id) => Some(CompiledBlock {
-                        id,
-                        instructions: run.len() as u32,
-                        next_index,
-                        next_pc,
-                    }),
+                match compiled.code.block(&key, &instrs) {
+                    Ok(block) => Some((
+                        block,
+                        CompiledBlock {
+                            index: compiled.blocks.len() as u32,
+                            instructions: run.len() as u32,
+                            next_index,
+                            next_pc,
+                        },
+                    )),
+                    Err(agx_jit::CacheError::Full { .. }) => None,
                     Err(error) => {
                         compiled.failures += 1;
                         tracing::warn!(%error, address = self.instrs[index as usize].address, "a block left to the interpreter");
@@ -300,6 +346,7 @@ impl ProgramCache {
             }
             _ => None,
         };
+        let info = block.as_ref().map(|(_, info)| *info);
         compiled.block_at[index as usize] = match block {
             Some(block) => {
                 compiled.blocks.push(block);
@@ -307,7 +354,7 @@ impl ProgramCache {
             }
             None => NO_BLOCK,
         };
-        block
+        info
     }
 
     /// Runs compiled block `block` on `regs`.
@@ -318,8 +365,12 @@ impl ProgramCache {
         uniforms: &[u32; super::UNIFORMS],
         exec: u32,
     ) {
-        if let Some(compiled) = &self.compiled {
-            compiled.compiler.run(block.id, regs, uniforms, exec);
+        if let Some((code, _)) = self
+            .compiled
+            .as_ref()
+            .and_then(|c| c.blocks.get(block.index as usize))
+        {
+            code.run(regs, uniforms, exec);
         }
     }
 
