@@ -152,19 +152,19 @@ fn instruction() -> impl Strategy<Value = String> {
         (
             prop::sample::select(vec!["fadd32", "fmul32"]),
             sat(),
-            register(),
+            narrow_destination(),
             float_source(),
             float_source()
         )
-            .prop_map(|(op, sat, d, a, b)| format!("{op}{sat} r{d}, {a}, {b}")),
+            .prop_map(|(op, sat, d, a, b)| format!("{op}{sat} {d}, {a}, {b}")),
         (
             sat(),
-            register(),
+            narrow_destination(),
             float_source(),
             float_source(),
             float_source()
         )
-            .prop_map(|(sat, d, a, b, c)| format!("fmadd32{sat} r{d}, {a}, {b}, {c}")),
+            .prop_map(|(sat, d, a, b, c)| format!("fmadd32{sat} {d}, {a}, {b}, {c}")),
         (
             prop::sample::select(vec!["ueq", "ult", "ugt", "seq", "slt", "sgt", "3"]),
             narrow_destination(),
@@ -363,7 +363,18 @@ fn a_full_code_cache_leaves_new_blocks_to_the_interpreter() {
     extern "C" fn fma(x: f32, y: f32, z: f32) -> f32 {
         x.mul_add(y, z)
     }
-    let code = agx_jit::CodeCache::new(agx_jit::Helpers { fma_f32: fma }, 0).unwrap();
+    extern "C" fn widen(_: u32) -> f32 {
+        0.0
+    }
+    extern "C" fn narrow(_: f32) -> u32 {
+        0
+    }
+    let helpers = agx_jit::Helpers {
+        fma_f32: fma,
+        half_to_f32: widen,
+        f32_to_half: narrow,
+    };
+    let code = agx_jit::CodeCache::new(helpers, 0).unwrap();
     let mut cache = ProgramCache::with_code(Some(code.clone()));
     assert_eq!(
         run_with_cache(SHARED_PROGRAM, &mut cache),

@@ -24,6 +24,14 @@ extern "C" fn fma(x: f32, y: f32, z: f32) -> f32 {
     x.mul_add(y, z)
 }
 
+extern "C" fn widen(_: u32) -> f32 {
+    0.0
+}
+
+extern "C" fn narrow(_: f32) -> u32 {
+    0
+}
+
 fn instructions() -> Vec<(Instr, bool)> {
     let code = assemble(BLOCK, 0).expect("the block assembles");
     let mut at = 0;
@@ -38,7 +46,11 @@ fn instructions() -> Vec<(Instr, bool)> {
 }
 
 fn compile(c: &mut Criterion) {
-    let helpers = Helpers { fma_f32: fma };
+    let helpers = Helpers {
+        fma_f32: fma,
+        half_to_f32: widen,
+        f32_to_half: narrow,
+    };
     let block = instructions();
     let refs: Vec<(&Instr, bool)> = block.iter().map(|(i, s)| (i, *s)).collect();
     assert!(refs.iter().all(|(i, s)| agx_jit::supports(i, *s)));

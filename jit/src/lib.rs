@@ -50,6 +50,11 @@ pub struct Helpers {
     /// `x * y + z` as the fp32 ALU computes it, before the result is
     /// written (rounded once, flushed before rounding).
     pub fma_f32: extern "C" fn(f32, f32, f32) -> f32,
+    /// An fp16 value (the low 16 bits) widened to fp32, exactly.
+    pub half_to_f32: extern "C" fn(u32) -> f32,
+    /// An fp32 result as a 16-bit destination receives it: rounded to
+    /// fp16 (nearest even), a NaN the default NaN; in the low 16 bits.
+    pub f32_to_half: extern "C" fn(f32) -> u32,
 }
 
 /// Why a block could not be compiled.

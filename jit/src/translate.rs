@@ -254,8 +254,7 @@ fn shape(instr: &agx_hw::isa::Instr, saturate: bool) -> Option<Shape<'_>> {
                 matches!(cc, 0 | 1 | 2 | 4 | 5 | 6)
             };
             let (a, b) = (src(instr, 2)?, src(instr, 3)?);
-            // fp16 comparands widen through a conversion not translated.
-            if !known || (float && (width_of(&a.value) == 16 || width_of(&b.value) == 16)) {
+            if !known {
                 return None;
             }
             let value = |i: usize| match instr.operands.get(i) {
@@ -317,16 +316,13 @@ fn shape(instr: &agx_hw::isa::Instr, saturate: bool) -> Option<Shape<'_>> {
         }
         Op::Fadd32 | Op::Fmul32 | Op::Fmadd32 => {
             let d = dst(instr, 0)?;
-            // fp16 destinations and sources round and widen through
-            // conversions not translated yet.
-            let fp32 = |s: &Src| width_of(&s.value) != 16;
             let (a, b) = (src(instr, 1)?, src(instr, 2)?);
             let c = if instr.op == Op::Fmadd32 {
                 Some(src(instr, 3)?)
             } else {
                 None
             };
-            if d.size != Size::S32 || !fp32(&a) || !fp32(&b) || !c.as_ref().is_none_or(fp32) {
+            if d.size == Size::S64 {
                 return None;
             }
             Shape::Float {
@@ -405,6 +401,14 @@ pub(crate) fn block(
     }
     fma_signature.returns.push(AbiParam::new(types::F32));
     let fma_signature = b.import_signature(fma_signature);
+    let mut widen_signature = Signature::new(call_conv);
+    widen_signature.params.push(AbiParam::new(types::I32));
+    widen_signature.returns.push(AbiParam::new(types::F32));
+    let widen_signature = b.import_signature(widen_signature);
+    let mut narrow_signature = Signature::new(call_conv);
+    narrow_signature.params.push(AbiParam::new(types::F32));
+    narrow_signature.returns.push(AbiParam::new(types::I32));
+    let narrow_signature = b.import_signature(narrow_signature);
     let mut lane_code = Lane {
         b,
         lane_base,
@@ -412,6 +416,8 @@ pub(crate) fn block(
         cells: [None; GPRS],
         pointer,
         fma: (fma_signature, helpers.fma_f32 as usize as i64),
+        widen: (widen_signature, helpers.half_to_f32 as usize as i64),
+        narrow: (narrow_signature, helpers.f32_to_half as usize as i64),
     };
     for shape in &shapes {
         lane_code.instruction(shape);
@@ -455,8 +461,11 @@ struct Lane<'f> {
     /// Each 32-bit register's current value, and whether it was written.
     cells: [Option<(IrValue, bool)>; GPRS],
     pointer: Type,
-    /// The fma helper's signature and address.
+    /// The helpers' signatures and addresses: the fma, fp16 to fp32 and
+    /// fp32 to fp16.
     fma: (cranelift_codegen::ir::SigRef, i64),
+    widen: (cranelift_codegen::ir::SigRef, i64),
+    narrow: (cranelift_codegen::ir::SigRef, i64),
 }
 
 impl Lane<'_> {
@@ -603,10 +612,15 @@ impl Lane<'_> {
     /// An fp32 source: the low 32 bits as fp32, a denormal flushed to a
     /// zero of its sign, then `abs` and `neg`.
     fn float(&mut self, src: &Src) -> IrValue {
-        let (bits, _) = self.raw(&src.value);
+        let (bits, width) = self.raw(&src.value);
         let word = self.b.ins().ireduce(types::I32, bits);
-        let word = self.flush_denormal(word);
-        let mut value = self.b.ins().bitcast(types::F32, MemFlagsData::new(), word);
+        let mut value = if width == 16 {
+            // fp16 widens exactly (its denormals are fp32 normals).
+            self.call(self.widen, word)
+        } else {
+            let word = self.flush_denormal(word);
+            self.b.ins().bitcast(types::F32, MemFlagsData::new(), word)
+        };
         if src.abs {
             value = self.b.ins().fabs(value);
         }
@@ -614,6 +628,17 @@ impl Lane<'_> {
             value = self.b.ins().fneg(value);
         }
         value
+    }
+
+    /// Calls a one-argument helper.
+    fn call(
+        &mut self,
+        (signature, address): (cranelift_codegen::ir::SigRef, i64),
+        argument: IrValue,
+    ) -> IrValue {
+        let callee = self.b.ins().iconst(self.pointer, address);
+        let call = self.b.ins().call_indirect(signature, callee, &[argument]);
+        self.b.inst_results(call)[0]
     }
 
     /// fp32 bits with a denormal made a zero of its sign.
@@ -781,6 +806,13 @@ impl Lane<'_> {
                 };
                 if *saturate {
                     r = self.saturate(r);
+                }
+                if dst.size == Size::S16 {
+                    // Rounded to fp16, a NaN the default NaN.
+                    let half = self.call(self.narrow, r);
+                    let half = self.b.ins().uextend(types::I64, half);
+                    self.write(*dst, half);
+                    return;
                 }
                 // Written as the ALU writes: denormal flushed, a NaN the
                 // default NaN.

@@ -144,11 +144,24 @@ extern "C" fn fma_for_compiled_code(x: f32, y: f32, z: f32) -> f32 {
     super::float::fma_f32(x, y, z)
 }
 
+/// fp16 widened as the interpreter widens it, for the compiled code.
+extern "C" fn half_to_f32_for_compiled_code(bits: u32) -> f32 {
+    super::float::half_to_f32(u64::from(bits))
+}
+
+/// An fp32 result written to a 16-bit destination, as the interpreter
+/// writes it, for the compiled code.
+extern "C" fn f32_to_half_for_compiled_code(value: f32) -> u32 {
+    u32::from(super::float::quiet_f16(super::float::f32_to_half(value)))
+}
+
 /// A new code cache for the compiled engine (`None`, logged, where this
 /// host has no code generator: the interpreter runs everything).
 pub fn new_code_cache() -> Option<std::sync::Arc<agx_jit::CodeCache>> {
     let helpers = agx_jit::Helpers {
         fma_f32: fma_for_compiled_code,
+        half_to_f32: half_to_f32_for_compiled_code,
+        f32_to_half: f32_to_half_for_compiled_code,
     };
     match agx_jit::CodeCache::new(helpers, CODE_CACHE_LIMIT_BYTES) {
         Ok(code) => Some(code),
