@@ -216,21 +216,28 @@ mod tests {
     use std::sync::atomic::AtomicU64;
     use std::sync::Arc;
 
-    /// A command of three threads counting: once suspended, none of them
-    /// counts until it is resumed, and all finish after.
+    /// A command of three threads counting until told to stop: once
+    /// suspended, none of them counts until it is resumed, and all finish
+    /// after. (No step depends on how fast the threads run: the command
+    /// cannot finish before it is told to stop.)
     #[test]
     fn a_suspended_command_runs_no_thread_until_resumed() {
         let preemption = Arc::new(Preemption::new());
         let counted = Arc::new(AtomicU64::new(0));
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let command = {
-            let (preemption, counted) = (Arc::clone(&preemption), Arc::clone(&counted));
+            let (preemption, counted, stop) = (
+                Arc::clone(&preemption),
+                Arc::clone(&counted),
+                Arc::clone(&stop),
+            );
             std::thread::spawn(move || {
                 preemption.fork(3);
                 std::thread::scope(|scope| {
                     for _ in 0..3 {
                         scope.spawn(|| {
                             let _counted_out = ForkedThread(&preemption);
-                            for _ in 0..2_000 {
+                            while !stop.load(Ordering::Acquire) {
                                 preemption.check_point();
                                 counted.fetch_add(1, Ordering::Relaxed);
                                 std::thread::sleep(Duration::from_micros(50));
@@ -243,14 +250,12 @@ mod tests {
                 preemption.finish();
             })
         };
-        std::thread::sleep(Duration::from_millis(20));
+        while counted.load(Ordering::Relaxed) == 0 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
         let finished = preemption.suspend();
-        assert!(!finished, "suspended before it could finish");
+        assert!(!finished, "suspended before it was told to stop");
         let at_suspension = counted.load(Ordering::Relaxed);
-        assert!(
-            at_suspension > 0 && at_suspension < 6_000,
-            "{at_suspension}"
-        );
         let since = Instant::now();
         std::thread::sleep(Duration::from_millis(30));
         assert_eq!(
@@ -260,9 +265,12 @@ mod tests {
         );
         preemption.resume(since);
         assert!(preemption.suspended() >= Duration::from_millis(30));
+        while counted.load(Ordering::Relaxed) == at_suspension {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        stop.store(true, Ordering::Release);
         command.join().unwrap();
         assert!(preemption.is_finished());
-        assert_eq!(counted.load(Ordering::Relaxed), 6_000);
     }
 
     /// A command that returns before it parks is reported finished, and
