@@ -167,11 +167,15 @@ pub fn replay_one(capture: &Capture, index: usize) -> Result<Replayed, ReplayErr
         .submissions
         .get(index)
         .ok_or(ReplayError::NoSuchSubmission(index))?;
-    let system = System::new(SystemConfig {
+    // The machine's settings come from the environment too (`AGX_GPU_THREADS`,
+    // `AGX_SHADER_ENGINE`...), as for `agx-render`.
+    let config = SystemConfig {
         ram_bytes: 4 << 30,
         ..SystemConfig::default()
-    })
+    }
+    .with_env()
     .map_err(|_| ReplayError::Device)?;
+    let system = System::new(config).map_err(|_| ReplayError::Device)?;
     replay_on(&system, s, index)
 }
 
