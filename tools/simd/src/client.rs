@@ -500,10 +500,13 @@ impl Client {
     /// Tells the device a signal interrupted our wait for request `id` on
     /// `file`.
     fn interrupt(&self, file: BorrowedFd<'_>, id: u64) {
-        let socket = self
-            .new_channel(Some(file))
-            .ok()
-            .or_else(|| self.channel_past_the_limit(Some(file)));
+        let socket = match self.new_channel(Some(file)) {
+            Ok(socket) => Some(socket),
+            Err(error) if matches!(error.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) => {
+                self.channel_past_the_limit(Some(file))
+            }
+            Err(_) => None,
+        };
         if let Some(socket) = socket {
             let request = Request::new(Op::Interrupt, id, id, 0);
             let _ = protocol::send(socket.as_fd(), request.as_bytes(), &[], &[file]);
