@@ -181,22 +181,6 @@ impl Compiler {
         self.blocks.push(entry);
         Ok(BlockId(self.blocks.len() as u32 - 1))
     }
-
-    /// Runs block `id` on the lanes of `exec`, with `regs` and `uniforms`.
-    /// An id of another compiler does nothing (or runs whatever block of
-    /// this one has that index: ids are not shared between compilers).
-    pub fn run(&self, id: BlockId, regs: &mut RegisterFile, uniforms: &[u32; UNIFORMS], exec: u32) {
-        let Some(entry) = self.blocks.get(id.0 as usize) else {
-            return;
-        };
-        // SAFETY: the function reads and writes only the 128 x 32 words
-        // of `regs` (every register index was checked to be below 128 at
-        // translation) and reads the 256 words of `uniforms` (indices
-        // checked below 256), both borrowed for the call; it calls only
-        // `Helpers`' functions, which are safe Rust. Its code lives as
-        // long as `self.module`, which outlives the call.
-        unsafe { entry(regs.as_mut_ptr().cast(), uniforms.as_ptr(), exec) }
-    }
 }
 
 /// A compiled block shared through a [`CodeCache`]: its entry, and the
@@ -216,10 +200,13 @@ impl std::fmt::Debug for Block {
 impl Block {
     /// Runs the block on the lanes of `exec`, with `regs` and `uniforms`.
     pub fn run(&self, regs: &mut RegisterFile, uniforms: &[u32; UNIFORMS], exec: u32) {
-        // SAFETY: as in `Compiler::run`: the function touches only the
-        // two arrays, borrowed for the call, and its code lives while
-        // `_code` (the cache that owns the module) does, which this
-        // block keeps alive.
+        // SAFETY: the function reads and writes only the 128 x 32 words
+        // of `regs` (every register index was checked to be below 128 at
+        // translation) and reads the 256 words of `uniforms` (indices
+        // checked below 256), both borrowed for the call; it calls only
+        // `Helpers`' functions, which are safe Rust. Its code lives while
+        // `_code` (the cache that owns the module) does, which this block
+        // keeps alive.
         unsafe { (self.entry)(regs.as_mut_ptr().cast(), uniforms.as_ptr(), exec) }
     }
 }
@@ -347,9 +334,10 @@ impl Drop for Compiler {
     fn drop(&mut self) {
         self.blocks.clear();
         if let Some(module) = self.module.take() {
-            // SAFETY: the only pointers into the module's code were the
-            // block entries, cleared above; `run` borrows `self`, so none
-            // is running.
+            // SAFETY: the only pointers into the module's code are the
+            // block entries, cleared above, and those a `CodeCache` handed
+            // out in `Block`s, each of which keeps the cache (the owner of
+            // this compiler) alive, so none is left when this runs.
             unsafe { module.free_memory() };
         }
     }

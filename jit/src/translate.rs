@@ -166,21 +166,7 @@ fn shape(instr: &agx_hw::isa::Instr, saturate: bool) -> Option<Shape<'_>> {
             let c = if multiply { Some(src(instr, 3)?) } else { None };
             let shift = u32::try_from(instr.int(if multiply { 4 } else { 3 })?).ok()?;
             if multiply {
-                // The multiplicands are 32-bit: a pair reads its low
-                // register (as the interpreter reads it).
-                for s in [&mut a, &mut b] {
-                    if let Value::Reg(r, hint) = s.value {
-                        if r.size == Size::S64 {
-                            s.value = Value::Reg(
-                                Reg {
-                                    size: Size::S32,
-                                    ..r
-                                },
-                                hint,
-                            );
-                        }
-                    }
-                }
+                (a, b) = (a.as_multiplicand(), b.as_multiplicand());
             }
             let wide = |s: &Src| matches!(s.value, Value::Reg(r, _) if r.size == Size::S64);
             let narrow = !wide(&a) && !wide(&b) && !c.as_ref().is_some_and(wide);
@@ -217,17 +203,7 @@ fn shape(instr: &agx_hw::isa::Instr, saturate: bool) -> Option<Shape<'_>> {
         | Op::Nor
         | Op::Xnor
         | Op::Bitop => {
-            let (table, first) = match instr.op {
-                Op::Mov => (0b1010, 0),
-                Op::Not => (0b0101, 0),
-                Op::And => (0b1000, 0),
-                Op::Or => (0b1110, 0),
-                Op::Xor => (0b0110, 0),
-                Op::Nand => (0b0111, 0),
-                Op::Nor => (0b0001, 0),
-                Op::Xnor => (0b1001, 0),
-                _ => (u32::try_from(instr.int(0)?).ok()?, 1),
-            };
+            let (table, first) = instr.bitwise_table()?;
             let value = |i: usize| match instr.operands.get(i) {
                 Some(Operand::Src(s)) => Some(&s.value),
                 _ => None,

@@ -81,6 +81,27 @@ impl Instr {
             .is_some_and(|i| self.modifiers & (1 << i) != 0)
     }
 
+    /// The truth table of a bitwise operation (bit 3: A and B, bit 2:
+    /// not A and B, bit 1: A and not B, bit 0: neither) and the index of
+    /// its destination operand: `mov`, `not`, `and`, `or`, `xor`, `nand`,
+    /// `nor` and `xnor` are `bitop` with a fixed table; `bitop` carries
+    /// its table as operand 0. `None` for other instructions (or a
+    /// `bitop` without its table).
+    pub fn bitwise_table(&self) -> Option<(u32, usize)> {
+        Some(match self.op {
+            Op::Mov => (0b1010, 0),
+            Op::Not => (0b0101, 0),
+            Op::And => (0b1000, 0),
+            Op::Or => (0b1110, 0),
+            Op::Xor => (0b0110, 0),
+            Op::Nand => (0b0111, 0),
+            Op::Nor => (0b0001, 0),
+            Op::Xnor => (0b1001, 0),
+            Op::Bitop => (u32::try_from(self.int(0)?).ok()?, 1),
+            _ => return None,
+        })
+    }
+
     /// The `i`th operand as a number (immediates, enums, counts).
     pub fn int(&self, i: usize) -> Option<i64> {
         self.operands.get(i).and_then(Operand::int)

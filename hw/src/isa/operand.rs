@@ -370,6 +370,25 @@ pub struct Src {
 }
 
 impl Src {
+    /// The source as `imadd`/`imsub` read a multiplicand: 32 bits, so a
+    /// 64-bit register pair gives its low register (applegpu's hardware
+    /// test of `imadd`).
+    pub fn as_multiplicand(self) -> Src {
+        match self.value {
+            Value::Reg(r, hint) if r.size == Size::S64 => Src {
+                value: Value::Reg(
+                    Reg {
+                        size: Size::S32,
+                        ..r
+                    },
+                    hint,
+                ),
+                ..self
+            },
+            _ => self,
+        }
+    }
+
     /// A source without modifiers.
     pub fn new(value: impl Into<Value>) -> Src {
         Src {

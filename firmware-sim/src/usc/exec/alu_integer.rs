@@ -2,7 +2,7 @@
 //! saturation, the bitwise operations (one truth table covers them all),
 //! bitfield insert/extract and the funnel shifts, and immediate moves.
 
-use agx_hw::isa::{Op, Reg, Size, Src, Value};
+use agx_hw::isa::{Op, Size, Src, Value};
 
 use super::{
     bits_of, lanes, sign_extend, truncate, unreachable_flow, unsupported, Env, ExecError, Flow,
@@ -47,22 +47,7 @@ impl SimdGroup {
                 let signed = a.sx || b.sx || c.is_some_and(|c| c.sx);
                 let wide = |s: &Src| matches!(s.value, Value::Reg(r, _) if r.size == Size::S64);
                 if c.is_some() {
-                    // The multiplicands are 32-bit sources: a 64-bit type
-                    // reads the pair's low register (applegpu's hardware
-                    // test of imadd).
-                    for s in [&mut a, &mut b] {
-                        if let Value::Reg(r, hint) = s.value {
-                            if r.size == Size::S64 {
-                                s.value = Value::Reg(
-                                    Reg {
-                                        size: Size::S32,
-                                        ..r
-                                    },
-                                    hint,
-                                );
-                            }
-                        }
-                    }
+                    (a, b) = (a.as_multiplicand(), b.as_multiplicand());
                 }
                 // Saturation needs every operand at most 32 bits wide.
                 let narrow = !wide(&a) && !wide(&b) && !c.as_ref().is_some_and(wide);
@@ -102,17 +87,10 @@ impl SimdGroup {
             | Op::Nor
             | Op::Xnor
             | Op::Bitop => {
-                let (table, first) = match op {
-                    Op::Mov => (0b1010, 0),
-                    Op::Not => (0b0101, 0),
-                    Op::And => (0b1000, 0),
-                    Op::Or => (0b1110, 0),
-                    Op::Xor => (0b0110, 0),
-                    Op::Nand => (0b0111, 0),
-                    Op::Nor => (0b0001, 0),
-                    Op::Xnor => (0b1001, 0),
-                    _ => (o.int(0)? as u32, 1),
-                };
+                let (table, first) = o
+                    .ins
+                    .bitwise_table()
+                    .ok_or_else(|| unsupported(o.pc, "malformed numeric operand"))?;
                 let d = o.dst(first)?.reg;
                 let a = o.src(first + 1)?;
                 let b = if matches!(op, Op::Mov | Op::Not) {
