@@ -7,6 +7,7 @@
 //! userspace. Only the ioctl dispatch (`file`) uses these conversions.
 
 use crate::auth::AuthError;
+use crate::dma_buf::DmaBufError;
 use crate::export::PrimeError;
 use crate::gem::{BindObjectError, GemError, MmapError};
 use crate::params::ParamsError;
@@ -171,6 +172,21 @@ impl From<PrimeError> for Errno {
             PrimeError::NoSuchHandle { .. } => Errno::ENOENT,
             PrimeError::BadFd { .. } => Errno::EBADF,
             PrimeError::OutOfMemory { .. } => Errno::ENOMEM,
+        }
+    }
+}
+
+impl From<DmaBufError> for Errno {
+    fn from(e: DmaBufError) -> Errno {
+        match e {
+            DmaBufError::NotOurs { .. } => Errno::ENOTTY,
+            DmaBufError::Fault { .. } => Errno::EFAULT,
+            DmaBufError::UnknownFlags { .. }
+            | DmaBufError::NoAccess { .. }
+            | DmaBufError::NotASyncFile { .. } => Errno::EINVAL,
+            DmaBufError::NoDescriptor => Errno::EMFILE,
+            DmaBufError::Interrupted => Errno::EINTR,
+            DmaBufError::Errno(errno) => errno,
         }
     }
 }

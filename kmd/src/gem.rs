@@ -225,6 +225,9 @@ pub struct GemObject {
     _charge: Charge,
     /// The device descriptor it costs that file, if it has one.
     _descriptor: Option<DescriptorCharge>,
+    /// The fences of unfinished work on it that userspace declared
+    /// through its dma-buf (the `dma_buf` module).
+    reservation: crate::sync::Reservation,
 }
 
 impl GemObject {
@@ -249,7 +252,13 @@ impl GemObject {
             flink_name: std::sync::atomic::AtomicU32::new(0),
             _charge: charge,
             _descriptor: descriptor,
+            reservation: crate::sync::Reservation::default(),
         }
+    }
+
+    /// Its reservation: the fences its dma-buf's users declared.
+    pub fn reservation(&self) -> &crate::sync::Reservation {
+        &self.reservation
     }
 
     /// A file made a handle to it.

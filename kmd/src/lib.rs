@@ -10,7 +10,8 @@
 //!
 //! Status: the device ([`Device`]), simulated RAM, GEM objects, VMs with
 //! UAT page tables and VM_BIND, GEM_BIND_OBJECT, GET_PARAMS/GET_TIME, binary
-//! and timeline syncobjs with their fds and sync files, PRIME, the DRM core
+//! and timeline syncobjs with their fds and sync files, PRIME and a shared
+//! buffer's fences (the dma-buf sync-file ioctls), the DRM core
 //! VERSION/GET_CAP/GEM_CLOSE, queues and SUBMIT through the firmware
 //! interface ([`sched`]), and the parameter buffer are in place.
 //!
@@ -26,6 +27,7 @@
 
 pub mod auth;
 pub mod device;
+pub mod dma_buf;
 pub mod errno;
 pub mod export;
 pub mod file;

@@ -517,7 +517,8 @@ enum FenceState {
     Pending,
     Signalled(Option<Errno>),
     /// Signalled when all of these have, with the first error among them
-    /// (a timeline point moved to another syncobj).
+    /// (a timeline point moved to another syncobj, a shared buffer's
+    /// fences as one sync file).
     AllOf(Vec<Arc<Fence>>),
 }
 
@@ -556,6 +557,15 @@ impl Fence {
         }
     }
 
+    /// A fence that signals when all of `fences` have, with the first
+    /// error among them (`dma_resv_get_singleton`'s fence array).
+    pub fn all_of_fences(fences: Vec<Arc<Fence>>, events: Arc<SyncEvents>) -> Arc<Fence> {
+        Arc::new(Fence {
+            state: Mutex::new(FenceState::AllOf(fences)),
+            events,
+        })
+    }
+
     /// Signals, with an error or not. Signalling twice keeps the first.
     pub fn signal(&self, error: Option<Errno>) {
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
@@ -574,6 +584,45 @@ impl Fence {
             FenceState::Signalled(error) => Some(error),
             FenceState::AllOf(fences) => PointFence { fences }.status(),
         }
+    }
+}
+
+/// Whether a fence ends a write of the buffer or only a read
+/// (`dma_resv_usage`'s WRITE and READ).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Usage {
+    /// The fence's work writes the buffer.
+    Write,
+    /// The fence's work only reads it.
+    Read,
+}
+
+/// The fences of the work on one shared buffer that has not finished
+/// yet (Linux's `dma_resv`; set and read through the dma-buf ioctls,
+/// the `dma_buf` module).
+#[derive(Debug, Default)]
+pub struct Reservation {
+    fences: Mutex<Vec<(Arc<Fence>, Usage)>>,
+}
+
+impl Reservation {
+    /// Adds `fence` with `usage`, dropping the fences that have signalled.
+    pub fn add(&self, fence: Arc<Fence>, usage: Usage) {
+        let mut fences = self.fences.lock().unwrap_or_else(|e| e.into_inner());
+        fences.retain(|(fence, _)| fence.status().is_none());
+        fences.push((fence, usage));
+    }
+
+    /// The unsignalled fences an access must wait for: a write waits for
+    /// every access, a read for the writes (`dma_resv_usage_rw`).
+    pub fn fences_for(&self, write_access: bool) -> Vec<Arc<Fence>> {
+        let mut fences = self.fences.lock().unwrap_or_else(|e| e.into_inner());
+        fences.retain(|(fence, _)| fence.status().is_none());
+        fences
+            .iter()
+            .filter(|(_, usage)| write_access || *usage == Usage::Write)
+            .map(|(fence, _)| Arc::clone(fence))
+            .collect()
     }
 }
 

@@ -575,3 +575,255 @@ fn a_sync_file_import_checks_the_file_then_the_handle() {
         Err(Errno::EINVAL)
     );
 }
+
+/// `ioctl(buffer, request, &arg)` on a PRIME fd, as the shim makes it.
+fn dma_buf_call<T: zerocopy::IntoBytes + zerocopy::FromBytes + zerocopy::Immutable>(
+    device: &agx_kmd::Device,
+    buffer: &OwnedFd,
+    request: u32,
+    arg: &mut T,
+) -> Result<i32, Errno> {
+    device.exported_file_ioctl(
+        std::os::fd::AsFd::as_fd(buffer),
+        u64::from(request),
+        arg as *mut T as u64,
+    )
+}
+
+/// `DMA_BUF_IOCTL_EXPORT_SYNC_FILE` with `flags`: the sync file.
+fn buffer_fences(device: &agx_kmd::Device, buffer: &OwnedFd, flags: u64) -> Result<OwnedFd, Errno> {
+    let mut arg = drm::DmaBufSyncFile {
+        flags: flags as u32,
+        fd: -1,
+    };
+    dma_buf_call(
+        device,
+        buffer,
+        drm::DMA_BUF_IOCTL_EXPORT_SYNC_FILE,
+        &mut arg,
+    )
+    .map(|_| own(arg.fd))
+}
+
+/// `DMA_BUF_IOCTL_IMPORT_SYNC_FILE` of `sync_file` with `flags`.
+fn add_buffer_fence(
+    device: &agx_kmd::Device,
+    buffer: &OwnedFd,
+    flags: u64,
+    sync_file: i32,
+) -> Result<i32, Errno> {
+    let mut arg = drm::DmaBufSyncFile {
+        flags: flags as u32,
+        fd: sync_file,
+    };
+    dma_buf_call(
+        device,
+        buffer,
+        drm::DMA_BUF_IOCTL_IMPORT_SYNC_FILE,
+        &mut arg,
+    )
+}
+
+/// A sync file of `file` for a new pending fence of the device's: the
+/// fence and the file.
+fn pending_sync_file(system: &TestDevice, file: &File) -> (Arc<Fence>, OwnedFd) {
+    let fence = Fence::pending(Arc::clone(system.sync_events()));
+    let syncobj = syncobj_create(file, 0);
+    file.syncobj(syncobj)
+        .unwrap()
+        .replace(Some(Arc::clone(&fence)));
+    (fence, syncobj_to_fd(file, syncobj, 1).unwrap())
+}
+
+/// The status of a sync file: `None` pending, else its fence's error.
+fn status(system: &TestDevice, sync_file: &OwnedFd) -> Option<Option<Errno>> {
+    system
+        .exports()
+        .sync_file_status(std::os::fd::AsFd::as_fd(sync_file))
+        .unwrap()
+}
+
+/// Implicit sync as Mesa's GL driver does it on a shared buffer: the
+/// fences a submission declares on the buffer (import, as a write or a
+/// read) are the ones the next access waits for (export): a reader waits
+/// for the writes, a writer for every access, nothing once they signal.
+#[test_log::test]
+fn a_buffers_fences_are_the_ones_its_users_declared() {
+    let system = system();
+    let file = system.open();
+    let handle = gem_create(&file, PAGE, 0, 0).unwrap();
+    let buffer = export(&file, handle, drm::DRM_CLOEXEC | drm::DRM_RDWR).unwrap();
+    let (read, write, rw) = (
+        drm::DMA_BUF_SYNC_READ,
+        drm::DMA_BUF_SYNC_WRITE,
+        drm::DMA_BUF_SYNC_RW,
+    );
+
+    // Nothing declared: a signalled sync file (Linux's stub fence).
+    for flags in [read, write, rw] {
+        let fences = buffer_fences(&system, &buffer, flags).unwrap();
+        assert_eq!(status(&system, &fences), Some(None), "flags {flags}");
+    }
+
+    // A write in flight: readers and writers wait for it.
+    let (writing, written) = pending_sync_file(&system, &file);
+    add_buffer_fence(&system, &buffer, write, written.as_raw_fd()).unwrap();
+    let for_reader = buffer_fences(&system, &buffer, read).unwrap();
+    let for_writer = buffer_fences(&system, &buffer, rw).unwrap();
+    assert_eq!(status(&system, &for_reader), None);
+    assert_eq!(status(&system, &for_writer), None);
+
+    // A read in flight too: a writer waits for both, a reader only for
+    // the write.
+    let (reading, read_done) = pending_sync_file(&system, &file);
+    add_buffer_fence(&system, &buffer, read, read_done.as_raw_fd()).unwrap();
+    writing.signal(None);
+    assert_eq!(status(&system, &for_reader), Some(None));
+    assert_eq!(
+        status(&system, &for_writer),
+        Some(None),
+        "taken before the read was added"
+    );
+    let for_reader = buffer_fences(&system, &buffer, read).unwrap();
+    let for_writer = buffer_fences(&system, &buffer, write).unwrap();
+    assert_eq!(
+        status(&system, &for_reader),
+        Some(None),
+        "readers do not wait for readers"
+    );
+    assert_eq!(
+        status(&system, &for_writer),
+        None,
+        "a writer waits for the read"
+    );
+    reading.signal(Some(Errno(libc::EIO)));
+    assert_eq!(
+        status(&system, &for_writer),
+        Some(Some(Errno(libc::EIO))),
+        "the read's error reaches the writer's sync file"
+    );
+
+    // Two writes in flight: the sync file signals when both have. A
+    // second PRIME fd of the object is the same buffer.
+    let again = export(&file, handle, drm::DRM_CLOEXEC).unwrap();
+    let (first, first_file) = pending_sync_file(&system, &file);
+    let (second, second_file) = pending_sync_file(&system, &file);
+    add_buffer_fence(&system, &buffer, write, first_file.as_raw_fd()).unwrap();
+    add_buffer_fence(&system, &again, rw, second_file.as_raw_fd()).unwrap();
+    let both = buffer_fences(&system, &again, read).unwrap();
+    first.signal(None);
+    assert_eq!(status(&system, &both), None);
+    second.signal(None);
+    assert_eq!(status(&system, &both), Some(None));
+    assert_eq!(
+        status(&system, &buffer_fences(&system, &buffer, rw).unwrap()),
+        Some(None)
+    );
+}
+
+/// The dma-buf ioctls' checks, with Linux's errno values
+/// (`drivers/dma-buf/dma-buf.c`), and `DMA_BUF_IOCTL_SYNC`'s wait.
+#[test_log::test]
+fn dma_buf_ioctls_check_their_arguments_and_the_cpu_access_waits() {
+    let system = system();
+    let file = system.open();
+    let handle = gem_create(&file, PAGE, 0, 0).unwrap();
+    let buffer = export(&file, handle, drm::DRM_CLOEXEC | drm::DRM_RDWR).unwrap();
+    let (_, sync_file) = pending_sync_file(&system, &file);
+    let sync_fd = sync_file.as_raw_fd();
+    for flags in [0, 4, drm::DMA_BUF_SYNC_RW | 8] {
+        assert_eq!(
+            buffer_fences(&system, &buffer, flags).err(),
+            Some(Errno::EINVAL),
+            "{flags}"
+        );
+        assert_eq!(
+            add_buffer_fence(&system, &buffer, flags, sync_fd),
+            Err(Errno::EINVAL),
+            "{flags}"
+        );
+    }
+    // Not a sync file (a closed descriptor, a syncobj fd, the buffer).
+    let syncobj_fd = syncobj_to_fd(&file, syncobj_create(&file, 0), 0).unwrap();
+    for fd in [-1, 1 << 20, syncobj_fd.as_raw_fd(), buffer.as_raw_fd()] {
+        assert_eq!(
+            add_buffer_fence(&system, &buffer, drm::DMA_BUF_SYNC_WRITE, fd),
+            Err(Errno::EINVAL)
+        );
+    }
+    // A bad argument pointer.
+    assert_eq!(
+        system.exported_file_ioctl(
+            std::os::fd::AsFd::as_fd(&buffer),
+            u64::from(drm::DMA_BUF_IOCTL_EXPORT_SYNC_FILE),
+            8,
+        ),
+        Err(Errno::EFAULT)
+    );
+    // Another request, or a file that is no buffer of this device: ENOTTY,
+    // the host kernel's answer on a memfd or a pipe.
+    let mut name = [0u8; 8];
+    assert_eq!(
+        dma_buf_call(
+            &system,
+            &buffer,
+            agx_uapi::ioctl::iow::<u64>(b'b', 1),
+            &mut name
+        ),
+        Err(Errno::ENOTTY)
+    );
+    let (pipe_read, _pipe_write) = rustix::pipe::pipe().unwrap();
+    let mut arg = drm::DmaBufSyncFile { flags: 1, fd: -1 };
+    assert_eq!(
+        dma_buf_call(
+            &system,
+            &pipe_read,
+            drm::DMA_BUF_IOCTL_EXPORT_SYNC_FILE,
+            &mut arg
+        ),
+        Err(Errno::ENOTTY)
+    );
+
+    // DMA_BUF_IOCTL_SYNC: flags checked; the start of a CPU read waits
+    // for the GPU's write, its end does not.
+    for flags in [0, 8, drm::DMA_BUF_SYNC_END] {
+        let mut sync = drm::DmaBufSync { flags };
+        assert_eq!(
+            dma_buf_call(&system, &buffer, drm::DMA_BUF_IOCTL_SYNC, &mut sync),
+            Err(Errno::EINVAL)
+        );
+    }
+    let (writing, written) = pending_sync_file(&system, &file);
+    add_buffer_fence(
+        &system,
+        &buffer,
+        drm::DMA_BUF_SYNC_WRITE,
+        written.as_raw_fd(),
+    )
+    .unwrap();
+    let mut end = drm::DmaBufSync {
+        flags: drm::DMA_BUF_SYNC_END | drm::DMA_BUF_SYNC_READ,
+    };
+    assert_eq!(
+        dma_buf_call(&system, &buffer, drm::DMA_BUF_IOCTL_SYNC, &mut end),
+        Ok(0)
+    );
+    let started = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        let waiter = scope.spawn(|| {
+            let mut start = drm::DmaBufSync {
+                flags: drm::DMA_BUF_SYNC_READ,
+            };
+            let result = dma_buf_call(&system, &buffer, drm::DMA_BUF_IOCTL_SYNC, &mut start);
+            (result, started.load(std::sync::atomic::Ordering::SeqCst))
+        });
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert!(
+            !waiter.is_finished(),
+            "the start of a CPU read waits for the write"
+        );
+        started.store(true, std::sync::atomic::Ordering::SeqCst);
+        writing.signal(None);
+        assert_eq!(waiter.join().unwrap(), (Ok(0), true));
+    });
+}

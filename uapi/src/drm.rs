@@ -492,6 +492,51 @@ impl Default for SyncFileInfo {
 /// `SYNC_IOC_FILE_INFO`: `_IOWR('>', 4, struct sync_file_info)`.
 pub const SYNC_IOC_FILE_INFO: u32 = crate::ioctl::iowr::<SyncFileInfo>(b'>', 4);
 
+/// `dma_buf_sync` (`linux/dma-buf.h`): argument of [`DMA_BUF_IOCTL_SYNC`],
+/// an ioctl on a dma-buf (a PRIME fd) bracketing CPU access.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+#[repr(C)]
+pub struct DmaBufSync {
+    /// [`DMA_BUF_SYNC_READ`] and/or [`DMA_BUF_SYNC_WRITE`], with
+    /// [`DMA_BUF_SYNC_END`] at the end of the access.
+    pub flags: u64,
+}
+
+/// `dma_buf_export_sync_file` and `dma_buf_import_sync_file`
+/// (`linux/dma-buf.h`, the same two fields): arguments of
+/// [`DMA_BUF_IOCTL_EXPORT_SYNC_FILE`] and [`DMA_BUF_IOCTL_IMPORT_SYNC_FILE`].
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+#[repr(C)]
+pub struct DmaBufSyncFile {
+    /// [`DMA_BUF_SYNC_READ`] and/or [`DMA_BUF_SYNC_WRITE`]: the access
+    /// the caller is about to make (export) or the one the fence ends
+    /// (import).
+    pub flags: u32,
+    /// Export: returned, the sync file; import: the sync file.
+    pub fd: i32,
+}
+
+/// `DMA_BUF_SYNC_READ`.
+pub const DMA_BUF_SYNC_READ: u64 = 1;
+/// `DMA_BUF_SYNC_WRITE`.
+pub const DMA_BUF_SYNC_WRITE: u64 = 2;
+/// `DMA_BUF_SYNC_RW`.
+pub const DMA_BUF_SYNC_RW: u64 = DMA_BUF_SYNC_READ | DMA_BUF_SYNC_WRITE;
+/// `DMA_BUF_SYNC_END` (0, `DMA_BUF_SYNC_START`, begins an access).
+pub const DMA_BUF_SYNC_END: u64 = 1 << 2;
+/// `DMA_BUF_IOCTL_SYNC`: `_IOW('b', 0, struct dma_buf_sync)`.
+pub const DMA_BUF_IOCTL_SYNC: u32 = crate::ioctl::iow::<DmaBufSync>(b'b', 0);
+/// `DMA_BUF_IOCTL_EXPORT_SYNC_FILE`: `_IOWR('b', 2, struct
+/// dma_buf_export_sync_file)`.
+pub const DMA_BUF_IOCTL_EXPORT_SYNC_FILE: u32 = crate::ioctl::iowr::<DmaBufSyncFile>(b'b', 2);
+/// `DMA_BUF_IOCTL_IMPORT_SYNC_FILE`: `_IOW('b', 3, struct
+/// dma_buf_import_sync_file)`.
+pub const DMA_BUF_IOCTL_IMPORT_SYNC_FILE: u32 = crate::ioctl::iow::<DmaBufSyncFile>(b'b', 3);
+
 /// DRM core ioctl numbers (the `nr` field of the request).
 pub mod nr {
     /// `DRM_IOCTL_VERSION`.
@@ -677,6 +722,8 @@ assert_layout!(SyncFileInfo, size = 56, align = 8, {
     name @ 0, 32; status @ 32, 4; flags @ 36, 4; num_fences @ 40, 4; pad @ 44, 4;
     sync_fence_info @ 48, 8;
 });
+assert_layout!(DmaBufSync, size = 8, align = 8, { flags @ 0, 8; });
+assert_layout!(DmaBufSyncFile, size = 8, align = 4, { flags @ 0, 4; fd @ 4, 4; });
 assert_layout!(GemClose, size = 8, align = 4, { handle @ 0, 4; pad @ 4, 4; });
 assert_layout!(Unique, size = 16, align = 8, { unique_len @ 0, 8; unique @ 8, 8; });
 assert_layout!(Auth, size = 4, align = 4, { magic @ 0, 4; });

@@ -71,6 +71,9 @@ fn structs() -> Vec<StructSpec> {
             "sync_file_info",
             [name, status, flags, num_fences, pad, sync_fence_info]
         ),
+        struct_spec!(DmaBufSync, "dma_buf_sync", [flags]),
+        struct_spec!(DmaBufSyncFile, "dma_buf_export_sync_file", [flags, fd]),
+        struct_spec!(DmaBufSyncFile, "dma_buf_import_sync_file", [flags, fd]),
         struct_spec!(GemClose, "drm_gem_close", [handle, pad]),
         struct_spec!(Unique, "drm_unique", [unique_len, unique]),
         struct_spec!(Auth, "drm_auth", [magic]),
@@ -159,6 +162,20 @@ fn constants() -> Vec<(&'static str, u64, Option<&'static str>)> {
     let flag = |f: u32| u64::from(f);
     vec![
         ("SYNC_IOC_FILE_INFO", u64::from(SYNC_IOC_FILE_INFO), None),
+        ("DMA_BUF_IOCTL_SYNC", u64::from(DMA_BUF_IOCTL_SYNC), None),
+        (
+            "DMA_BUF_IOCTL_EXPORT_SYNC_FILE",
+            u64::from(DMA_BUF_IOCTL_EXPORT_SYNC_FILE),
+            None,
+        ),
+        (
+            "DMA_BUF_IOCTL_IMPORT_SYNC_FILE",
+            u64::from(DMA_BUF_IOCTL_IMPORT_SYNC_FILE),
+            None,
+        ),
+        ("DMA_BUF_SYNC_READ", DMA_BUF_SYNC_READ, None),
+        ("DMA_BUF_SYNC_WRITE", DMA_BUF_SYNC_WRITE, None),
+        ("DMA_BUF_SYNC_END", DMA_BUF_SYNC_END, None),
         ("DRM_CAP_DUMB_BUFFER", DRM_CAP_DUMB_BUFFER, None),
         ("DRM_CAP_VBLANK_HIGH_CRTC", DRM_CAP_VBLANK_HIGH_CRTC, None),
         (
@@ -238,7 +255,7 @@ fn constants() -> Vec<(&'static str, u64, Option<&'static str>)> {
 
 fn c_program(structs: &[StructSpec]) -> String {
     let mut c = String::from(
-        "#include <stdio.h>\n#include <stddef.h>\n#include <fcntl.h>\n#include <drm.h>\n#include <linux/sync_file.h>\n\
+        "#include <stdio.h>\n#include <stddef.h>\n#include <fcntl.h>\n#include <drm.h>\n#include <linux/sync_file.h>\n#include <linux/dma-buf.h>\n\
          #define FIELD(s, f) printf(\"F %s %s %zu %zu\\n\", #s, #f, \
          offsetof(struct s, f), sizeof(((struct s *)0)->f))\n\
          int main(void) {\n",

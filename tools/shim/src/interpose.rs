@@ -389,8 +389,8 @@ pub unsafe extern "C" fn ioctl(fd: c_int, request: c_ulong, arg: *mut c_void) ->
             if let Some(result) = remote.ioctl(fd, request, arg as u64) {
                 return result;
             }
-            if request == c_ulong::from(agx_uapi::drm::SYNC_IOC_FILE_INFO) {
-                return sync_file_info_remote(remote, fd, arg);
+            if is_exported_file_ioctl(request) {
+                return exported_file_ioctl_remote(remote, fd, request, arg);
             }
         } else if let Some(shim) = shim_if_ready() {
             if let Some(file) = shim.file_of(fd) {
@@ -402,10 +402,10 @@ pub unsafe extern "C" fn ioctl(fd: c_int, request: c_ulong, arg: *mut c_void) ->
                     Err(errno) => fail(errno.0, -1),
                 };
             }
-            // A sync file this device exported: its status (how fence errors
-            // reach userspace).
-            if request == c_ulong::from(agx_uapi::drm::SYNC_IOC_FILE_INFO) {
-                if let Some(result) = shim.sync_file_info(fd, arg) {
+            // A sync file this device exported (its status: how fence
+            // errors reach userspace) or a PRIME buffer (its fences).
+            if is_exported_file_ioctl(request) {
+                if let Some(result) = shim.exported_file_ioctl(fd, request, arg) {
                     return result;
                 }
             }
@@ -421,30 +421,45 @@ pub unsafe extern "C" fn ioctl(fd: c_int, request: c_ulong, arg: *mut c_void) ->
     })
 }
 
-/// `SYNC_IOC_FILE_INFO` in the device-process mode: the real ioctl, or,
-/// for a simulated sync file (a socket the real ioctl does not know), the
+/// Whether `request` is an ioctl the device answers on the files it
+/// hands out that are no DRM files: `SYNC_IOC_FILE_INFO` on a sync file,
+/// the dma-buf ioctls on a PRIME buffer.
+fn is_exported_file_ioctl(request: c_ulong) -> bool {
+    request == c_ulong::from(agx_uapi::drm::SYNC_IOC_FILE_INFO)
+        || agx_kmd::dma_buf::is_dma_buf_ioctl(request)
+}
+
+/// An ioctl on a sync file or a PRIME buffer in the device-process mode:
+/// the real ioctl, or, where the host kernel does not know it (a
+/// simulated sync file is a socket, a PRIME buffer a memfd), the
 /// device's answer.
-fn sync_file_info_remote(remote: &crate::remote::Remote, fd: c_int, arg: *mut c_void) -> c_int {
+fn exported_file_ioctl_remote(
+    remote: &crate::remote::Remote,
+    fd: c_int,
+    request: c_ulong,
+    arg: *mut c_void,
+) -> c_int {
     let Some(real_ioctl) = real!(
         c"ioctl",
         unsafe extern "C" fn(c_int, c_ulong, *mut c_void) -> c_int
     ) else {
         return fail(libc::ENOSYS, -1);
     };
-    let request = c_ulong::from(agx_uapi::drm::SYNC_IOC_FILE_INFO);
     // SAFETY: forwarding the caller's arguments.
     let result = unsafe { real_ioctl(fd, request, arg) };
     // SAFETY: reading this thread's errno.
     if result == 0 || unsafe { *libc::__errno_location() } != libc::ENOTTY {
         return result;
     }
-    let simulated = agx_kmd::uaccess::dup_user_fd(fd)
-        .is_some_and(|file| agx_kmd::sync_file::is_simulated(std::os::fd::AsFd::as_fd(&file)));
-    if !simulated {
+    // A sync file is known without asking the device.
+    if request == c_ulong::from(agx_uapi::drm::SYNC_IOC_FILE_INFO)
+        && !agx_kmd::uaccess::dup_user_fd(fd)
+            .is_some_and(|file| agx_kmd::sync_file::is_simulated(std::os::fd::AsFd::as_fd(&file)))
+    {
         return fail(libc::ENOTTY, -1);
     }
     remote
-        .sync_file_info(fd, arg as u64)
+        .exported_file_ioctl(fd, request, arg as u64)
         .unwrap_or_else(|| fail(libc::ENOTTY, -1))
 }
 

@@ -364,17 +364,24 @@ impl Shim {
         }
     }
 
-    /// `SYNC_IOC_FILE_INFO` on `fd` if it is a simulated sync file (`None`
-    /// otherwise, so the real ioctl answers): the result the caller gets.
-    fn sync_file_info(&self, fd: i32, arg: *mut std::ffi::c_void) -> Option<i32> {
+    /// An ioctl on `fd` if it is a file the device handed out that is no
+    /// DRM file: `SYNC_IOC_FILE_INFO` on a sync file, the dma-buf ioctls
+    /// on a PRIME buffer (`None` otherwise, so the real ioctl answers):
+    /// the result the caller gets.
+    fn exported_file_ioctl(
+        &self,
+        fd: i32,
+        request: u64,
+        arg: *mut std::ffi::c_void,
+    ) -> Option<i32> {
         if in_forked_child() {
             return None;
         }
         let file = agx_kmd::uaccess::dup_user_fd(fd)?;
-        let exports = self.system.device().exports();
-        match exports.sync_file_ioctl(std::os::fd::AsFd::as_fd(&file), arg as u64) {
+        let device = self.system.device();
+        match device.exported_file_ioctl(std::os::fd::AsFd::as_fd(&file), request, arg as u64) {
             Ok(result) => Some(result),
-            // Not a simulated sync file: let the real kernel answer.
+            // Not one of the device's files: let the real kernel answer.
             Err(agx_kmd::Errno::ENOTTY) => None,
             Err(errno) => Some(interpose::fail(errno.0, -1)),
         }

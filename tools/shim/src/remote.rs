@@ -228,11 +228,11 @@ impl Remote {
         client.query(file).ok()
     }
 
-    /// `SYNC_IOC_FILE_INFO` on `fd` if it is a sync file of the device
-    /// (`None` if not).
-    pub(crate) fn sync_file_info(&self, fd: c_int, arg: u64) -> Option<c_int> {
+    /// An ioctl on `fd` if it is a sync file or a PRIME buffer of the
+    /// device (`None` if not).
+    pub(crate) fn exported_file_ioctl(&self, fd: c_int, request: u64, arg: u64) -> Option<c_int> {
         let file = borrow(fd)?;
-        match self.client.sync_file_info(file, arg) {
+        match self.client.file_ioctl(file, request, arg) {
             Ok(result) => Some(result),
             Err(errno) if errno == agx_kmd::Errno::ENOTTY || errno == agx_kmd::Errno::ENODEV => {
                 None

@@ -286,7 +286,7 @@ impl Client {
     }
 
     /// Makes call `op` on DRM file `file` (no file for
-    /// [`Op::SyncFileInfo`]), with `attach` passed along, on a channel of
+    /// [`Op::FileIoctl`]), with `attach` passed along, on a channel of
     /// its own: one this process kept from an earlier call, or a new
     /// connection. A channel whose call ended cleanly is kept for the
     /// next.
@@ -558,11 +558,12 @@ impl Client {
         Ok((mode, String::from_utf8_lossy(&reply.payload).into_owned()))
     }
 
-    /// `SYNC_IOC_FILE_INFO` on `sync_file` with its argument at `arg`, if
-    /// the file is one of this device's sync files (`ENOTTY` if not;
+    /// `ioctl(file, request, arg)` on a file the device handed out that
+    /// is no DRM file: `SYNC_IOC_FILE_INFO` on a sync file, the dma-buf
+    /// ioctls on a PRIME buffer (`ENOTTY` for another file or request;
     /// `ENODEV` if no device runs).
-    pub fn sync_file_info(&self, sync_file: BorrowedFd<'_>, arg: u64) -> Result<i32, Errno> {
-        let reply = self.call(None, Op::SyncFileInfo, 0, arg, Some(sync_file))?;
+    pub fn file_ioctl(&self, file: BorrowedFd<'_>, request: u64, arg: u64) -> Result<i32, Errno> {
+        let reply = self.call(None, Op::FileIoctl, request, arg, Some(file))?;
         Ok(i32::try_from(reply.value).unwrap_or(i32::MAX))
     }
 }

@@ -67,10 +67,11 @@ pub enum Op {
     /// The file's access mode (in the answer's value) and its fdinfo
     /// lines (the payload).
     Query = 4,
-    /// `SYNC_IOC_FILE_INFO` on the sync file attached after the channel,
-    /// with the argument at `b`. Also the first message of a connection
-    /// that opens no file.
-    SyncFileInfo = 5,
+    /// `ioctl` request `a` with the argument at `b` on the file attached
+    /// after the channel: a sync file or a PRIME buffer of the device
+    /// (`SYNC_IOC_FILE_INFO`, the dma-buf ioctls). Also the first message
+    /// of a connection that opens no file.
+    FileIoctl = 5,
     /// A signal interrupted the caller's wait for request `a`: interrupt
     /// the device's thread running it. No channel, no answer.
     Interrupt = 6,
@@ -88,7 +89,7 @@ impl Op {
             2 => Op::Ioctl,
             3 => Op::Mmap,
             4 => Op::Query,
-            5 => Op::SyncFileInfo,
+            5 => Op::FileIoctl,
             6 => Op::Interrupt,
             7 => Op::Closed,
             _ => return None,

@@ -756,7 +756,7 @@ impl Server {
                 }
                 send_done(channel, Done::of(Ok(0)));
             }
-            Op::SyncFileInfo => {
+            Op::FileIoctl => {
                 let request = (request, Vec::new());
                 run_request(&self.system, None, channel, pid, request, op, attached);
             }
@@ -1037,15 +1037,14 @@ fn run_request(
             fd: None,
             payload: open.file().fdinfo().into_bytes(),
         },
-        (Op::SyncFileInfo, _) => {
+        (Op::FileIoctl, _) => {
             let result = match attached {
-                // A file that is no simulated sync file: ENOTTY, as Linux
-                // for a file without the ioctl.
-                Some(sync_file) => agx_kmd::uaccess::with_user_space(space, || {
+                // A file that is no sync file or buffer of the device:
+                // ENOTTY, as Linux for a file without the ioctl.
+                Some(file) => agx_kmd::uaccess::with_user_space(space, || {
                     system
                         .device()
-                        .exports()
-                        .sync_file_ioctl(sync_file.as_fd(), request.b)
+                        .exported_file_ioctl(file.as_fd(), request.a, request.b)
                 }),
                 None => Err(Errno::EBADF),
             };

@@ -8,11 +8,15 @@
  * on another simulated GPU (the device in that directory) imports the
  * sync file too, as a compositor imports another driver's fence. The
  * memfd behind a mapping of a VM-private object does not import as a
- * PRIME buffer.
- * Device-process mode. Prints "ok" on success. */
+ * PRIME buffer. Both processes declare their work on the buffer and ask
+ * for the fences their access waits for, as Mesa's implicit sync does
+ * (the dma-buf sync-file ioctls).
+ * Device-process mode; with --buffer-fences, only that check, in one
+ * process, in either mode. Prints "ok" on success. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/dma-buf.h>
 #include <linux/sync_file.h>
 #include <poll.h>
 #include <stdint.h>
@@ -102,6 +106,77 @@ static uint32_t import_and_wait(int fd, int sync_file)
     return syncobj;
 }
 
+/* The fences an access of `buffer` (a PRIME fd) waits for, as a sync
+ * file, checked signalled (nothing in flight here: the sync files this
+ * client can make are signalled ones). */
+static void check_no_fences(int buffer, uint32_t flags)
+{
+    struct dma_buf_export_sync_file e = { .flags = flags, .fd = -1 };
+    CHECK(ioctl(buffer, DMA_BUF_IOCTL_EXPORT_SYNC_FILE, &e) == 0 && e.fd >= 0);
+    struct sync_file_info info = { 0 };
+    CHECK(ioctl(e.fd, SYNC_IOC_FILE_INFO, &info) == 0 && info.status == 1);
+    check_signalled_poll(e.fd);
+    CHECK(fcntl(e.fd, F_GETFD) == FD_CLOEXEC);
+    close(e.fd);
+}
+
+/* Implicit sync on `buffer`, a PRIME fd of an object of DRM file `fd`:
+ * a signalled sync file declared as a write and as a read, the fences
+ * asked for by readers and writers, CPU access bracketed, and Linux's
+ * errno values for bad arguments (the host kernel would say ENOTTY to
+ * every one of these on a memfd). */
+static void check_buffer_fences(int fd, int buffer)
+{
+    uint32_t syncobj = 0;
+    CHECK(drmSyncobjCreate(fd, DRM_SYNCOBJ_CREATE_SIGNALED, &syncobj) == 0);
+    int done = -1;
+    CHECK(drmSyncobjExportSyncFile(fd, syncobj, &done) == 0);
+    check_no_fences(buffer, DMA_BUF_SYNC_READ);
+    struct dma_buf_import_sync_file i = { .flags = DMA_BUF_SYNC_WRITE, .fd = done };
+    CHECK(ioctl(buffer, DMA_BUF_IOCTL_IMPORT_SYNC_FILE, &i) == 0);
+    i.flags = DMA_BUF_SYNC_READ;
+    CHECK(ioctl(buffer, DMA_BUF_IOCTL_IMPORT_SYNC_FILE, &i) == 0);
+    check_no_fences(buffer, DMA_BUF_SYNC_READ);
+    check_no_fences(buffer, DMA_BUF_SYNC_RW);
+    struct dma_buf_sync sync = { .flags = DMA_BUF_SYNC_START | DMA_BUF_SYNC_RW };
+    CHECK(ioctl(buffer, DMA_BUF_IOCTL_SYNC, &sync) == 0);
+    sync.flags = DMA_BUF_SYNC_END | DMA_BUF_SYNC_RW;
+    CHECK(ioctl(buffer, DMA_BUF_IOCTL_SYNC, &sync) == 0);
+
+    struct dma_buf_export_sync_file e = { .flags = 0, .fd = -1 };
+    CHECK(ioctl(buffer, DMA_BUF_IOCTL_EXPORT_SYNC_FILE, &e) == -1 && errno == EINVAL);
+    e.flags = DMA_BUF_SYNC_RW | 4;
+    CHECK(ioctl(buffer, DMA_BUF_IOCTL_EXPORT_SYNC_FILE, &e) == -1 && errno == EINVAL);
+    i.flags = DMA_BUF_SYNC_WRITE;
+    i.fd = STDIN_FILENO;
+    CHECK(ioctl(buffer, DMA_BUF_IOCTL_IMPORT_SYNC_FILE, &i) == -1 && errno == EINVAL);
+    i.fd = buffer;
+    CHECK(ioctl(buffer, DMA_BUF_IOCTL_IMPORT_SYNC_FILE, &i) == -1 && errno == EINVAL);
+    sync.flags = DMA_BUF_SYNC_END;
+    CHECK(ioctl(buffer, DMA_BUF_IOCTL_SYNC, &sync) == -1 && errno == EINVAL);
+    CHECK(ioctl(buffer, DMA_BUF_IOCTL_EXPORT_SYNC_FILE, (void *)8) == -1 && errno == EFAULT);
+    /* Not a request of a dma-buf, or not a buffer: the host kernel's
+     * ENOTTY. */
+    CHECK(ioctl(buffer, _IOW('b', 7, uint64_t), &sync) == -1 && errno == ENOTTY);
+    CHECK(ioctl(done, DMA_BUF_IOCTL_EXPORT_SYNC_FILE, &e) == -1 && errno == ENOTTY);
+    close(done);
+    drmSyncobjDestroy(fd, syncobj);
+}
+
+/* --buffer-fences: check_buffer_fences on a buffer of a new object. */
+static int buffer_fences_only(void)
+{
+    int fd = open("/dev/dri/renderD128", O_RDWR | O_CLOEXEC);
+    CHECK(fd >= 0);
+    struct asahi_gem_create c = { .size = SIZE };
+    CHECK(ioctl(fd, ASAHI_GEM_CREATE, &c) == 0);
+    int prime = -1;
+    CHECK(drmPrimeHandleToFD(fd, c.handle, DRM_CLOEXEC, &prime) == 0);
+    check_buffer_fences(fd, prime);
+    printf("ok\n");
+    return 0;
+}
+
 /* The importer on another device: imports the sync file `fd`, which
  * the other device exported, waits on it and exports its own. */
 static int other_device_importer(int sync_file)
@@ -166,6 +241,7 @@ static void importer(int socket)
         CHECK(map[i] == 0xB0000000u + i);
     map[0] = 0xD00D;
     check_mapping_is_not_a_buffer(fd);
+    check_buffer_fences(fd, prime);
     import_and_wait(fd, sync_file);
     CHECK(write(socket, "d", 1) == 1);
     _exit(0);
@@ -175,6 +251,8 @@ int main(int argc, char **argv)
 {
     if (argc == 3 && strcmp(argv[1], "--import") == 0)
         return other_device_importer(atoi(argv[2]));
+    if (argc == 2 && strcmp(argv[1], "--buffer-fences") == 0)
+        return buffer_fences_only();
     int sv[2];
     CHECK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
     pid_t child = fork();
@@ -209,6 +287,7 @@ int main(int argc, char **argv)
     CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
     /* The importer's write, through its own file, is in our object. */
     CHECK(map[0] == 0xD00D);
+    check_buffer_fences(fd, prime);
     printf("ok\n");
     return 0;
 }
