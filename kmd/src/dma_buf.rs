@@ -20,7 +20,7 @@
 //! shim's device process, one device for every client, has none of this.
 
 use std::os::fd::{AsFd, BorrowedFd};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use agx_uapi::drm::{
     DmaBufSync, DmaBufSyncFile, DMA_BUF_IOCTL_EXPORT_SYNC_FILE, DMA_BUF_IOCTL_IMPORT_SYNC_FILE,
