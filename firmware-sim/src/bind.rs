@@ -212,6 +212,31 @@ pub fn bind(
     ))
 }
 
+/// The addresses of the texture descriptors the Texture words of the
+/// pipeline at `pipeline` bind, read without binding it (no uniforms
+/// loaded, no preshader run): what a render pass checks its programs
+/// sample before it runs them.
+pub fn texture_descriptor_addresses(
+    vm: &GpuVm<'_>,
+    pipeline: u64,
+) -> Result<Vec<u64>, EngineResult> {
+    let mut addresses = Vec::new();
+    let mut at = pipeline;
+    let mut item = Vec::new();
+    for _ in 0..MAX_CONTROL_WORDS {
+        let word: UscWord = read_item(vm, at, FaultUnit::Usc, &mut item)?;
+        match word {
+            UscWord::Texture(w) => {
+                addresses.extend((0..u64::from(w.count)).map(|i| w.buffer.wrapping_add(24 * i)))
+            }
+            UscWord::NoPreshader(_) | UscWord::Preshader(_) => break,
+            _ => {}
+        }
+        at = at.wrapping_add(item.len() as u64);
+    }
+    Ok(addresses)
+}
+
 /// What a stage's samplers come from, besides its Sampler words: the
 /// command's sampler heap and the stage word's declared sampler states.
 #[derive(Debug, Clone, Copy)]

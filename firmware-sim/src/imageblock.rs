@@ -277,6 +277,20 @@ struct PbeTarget {
     layers: u32,
 }
 
+/// The bytes block stores through the PBE descriptor at `address` may
+/// write: per layer, the span of the level it names. `None` for a
+/// descriptor that cannot be read or is refused.
+pub(crate) fn pbe_written_spans(vm: &GpuVm<'_>, address: u64) -> Option<Vec<(u64, u64)>> {
+    let target = PbeTarget::open(vm, address, false).ok()?;
+    crate::texture::image_spans(
+        target.pbe.buffer,
+        &target.layout,
+        target.level..=target.level,
+        target.layers,
+        target.pbe.height,
+    )
+}
+
 impl PbeTarget {
     /// Reads and checks the PBE descriptor at `address`. `image_write`:
     /// the descriptor's sRGB bit applies (block stores write the

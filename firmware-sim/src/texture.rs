@@ -173,143 +173,193 @@ impl TextureUnit<'_> {
                 .ok_or_else(|| invalid(format!("no texture bound at ts{i}")))?,
             TextureHandle::Bindless { base, offset } => base.wrapping_add(u64::from(offset)),
         };
-        let texture = Texture::decode_fields(&self.read::<24>(address)?);
-        // A 1D texture is a row: a 2D image of height 1 (Mesa's null
-        // descriptor leaves the dimension field 0, 1D). Mesa lowers 1D
-        // arrays to 2D arrays, so no descriptor of its has D1Array.
-        use TextureDimension as D;
-        if matches!(texture.dimension, D::D1Array | D::Unknown(_)) {
-            return Err(invalid(format!("{:?} textures", texture.dimension)));
-        }
-        let samples = match (texture.dimension, texture.samples) {
-            (D::D2Multisampled | D::D2ArrayMultisampled, SampleCount::Two) => 2,
-            (D::D2Multisampled | D::D2ArrayMultisampled, _) => 4,
-            _ => 1,
-        };
-        let block = BlockFormat::of(texture.channels, texture.data_type);
-        let (element, channels) = match block {
-            // Block texels are decoded to floats, not through an element
-            // format (the element stands in).
-            Some(_) => (ElementFormat::Unorm8, 4),
-            None => channel_format(texture.channels, texture.data_type, texture.srgb).ok_or_else(
-                || {
-                    invalid(format!(
-                        "texture format {:?} {:?}",
-                        texture.channels, texture.data_type
-                    ))
-                },
-            )?,
-        };
-        let element_bytes = block.map_or(element.element_bytes(channels), |b| b.block_bytes());
-        let block_px = block.map_or((1, 1), BlockFormat::block_px);
-        // Array layers, a 3D image's slices and a cube's faces are all
-        // layers of the layout (Mesa's ail): a cube's descriptor counts
-        // cubes, six faces each, in the order +X, -X, +Y, -Y, +Z, -Z.
-        let depth = if texture.layout == Layout::Linear {
-            // A linear 2D array's layer count is in the extended words.
-            if texture.extended {
-                texture.depth_linear
-            } else {
-                1
-            }
-        } else {
-            texture.depth
-        };
-        let layers = match texture.dimension {
-            D::D2Array | D::D2ArrayMultisampled | D::D3 => depth,
-            D::Cube => 6,
-            D::CubeArray => depth.saturating_mul(6),
-            _ => 1,
-        };
-        if texture.mode != ImageMode::Normal {
-            return Err(invalid(format!("{:?} images (sparse)", texture.mode)));
-        }
-        // A mipmapped image is laid out for its full chain, whatever
-        // levels the view uses; a 3D image's chain also halves its depth
-        // (ail's mipmapped_z).
-        let chain_height = if texture.dimension == D::D3 {
-            texture.height.max(depth)
-        } else {
-            texture.height
-        };
-        let levels = laid_out_levels(
-            texture.width,
-            chain_height,
-            texture.unk_mipmapped,
-            texture.last_level + 1,
-        );
-        // A pixel's samples are side by side in one element, sample 0
-        // first (Mesa's ail and libagx).
-        let pixel_bytes = element_bytes * samples;
-        let layout = match texture.layout {
-            Layout::Linear => ImageLayout::Linear {
-                stride_bytes: u64::from(texture.stride),
-                element_bytes: pixel_bytes,
-                layer_stride_bytes: texture.layer_stride_linear,
-            },
-            Layout::Gpu => ImageLayout::gpu_tiled_blocks(
-                (texture.width, texture.height),
-                block_px,
-                levels,
-                pixel_bytes,
-                texture.page_aligned_layers,
-            )
-            .ok_or_else(|| invalid(format!("{pixel_bytes}-byte tiled elements")))?,
-            Layout::Twiddled => ImageLayout::twiddled_blocks(
-                (texture.width, texture.height),
-                block_px,
-                levels,
-                pixel_bytes,
-            ),
-            other => return Err(invalid(format!("{other:?} texture layout"))),
-        };
-        let compression = if texture.compressed_1 {
-            if block.is_some() {
-                return Err(invalid(
-                    "a losslessly compressed block-compressed texture".into(),
-                ));
-            }
-            if texture.layout != Layout::Gpu || !texture.extended {
-                return Err(invalid(format!(
-                    "a compressed {:?} texture{}",
-                    texture.layout,
-                    if texture.extended {
-                        ""
-                    } else {
-                        " without the extended words"
-                    }
-                )));
-            }
-            // A multisampled image's grid covers its samples (Mesa's
-            // ail_effective_width_sa / height_sa).
-            let (fx, fy) = agx_hw::layout::sample_space_stretch(samples);
-            let (grid_w, grid_h) = (texture.width * fx, texture.height * fy);
-            let meta = CompressionLayout::new(grid_w, grid_h, levels).ok_or_else(|| {
-                invalid(format!(
-                    "a compressed {}x{} texture (a side under one compression tile)",
-                    texture.width, texture.height
-                ))
-            })?;
-            Some((meta, texture.acceleration_buffer))
-        } else {
-            None
-        };
-        Ok(Image {
-            integer: matches!(texture.data_type, TextureType::Uint | TextureType::Sint),
-            texture,
-            layout,
-            element,
-            channels,
-            element_bytes,
-            compression,
-            layers,
-            samples,
-            block,
-            last_tile: std::cell::Cell::new(None),
-            stale_logged: std::cell::Cell::new(false),
-        })
+        open_image(&self.vm, address)
     }
+}
 
+/// The bytes a sample of the texture whose descriptor is at `address` may
+/// read: per layer, the span of the levels its view names (first to last
+/// level; every layer's span once there are more than
+/// [`MAX_LISTED_LAYERS`]). `None` for a descriptor that cannot be read or
+/// is refused.
+pub(crate) fn sampled_spans(vm: &GpuVm<'_>, address: u64) -> Option<Vec<(u64, u64)>> {
+    let image = open_image(vm, address).ok()?;
+    let t = &image.texture;
+    let levels = t.first_level..=t.last_level.max(t.first_level);
+    image_spans(t.address, &image.layout, levels, image.layers, t.height)
+}
+
+/// More layers than this are taken as one span, from the first layer's
+/// start to the last one's end.
+pub(crate) const MAX_LISTED_LAYERS: u32 = 64;
+
+/// The spans (first byte, byte past the last) levels `levels` of each of
+/// `layers` layers of an image at `base` laid out as `layout` occupy (a
+/// linear image's one level: `rows` rows). `None` past its levels.
+pub(crate) fn image_spans(
+    base: u64,
+    layout: &ImageLayout,
+    levels: std::ops::RangeInclusive<u32>,
+    layers: u32,
+    rows: u32,
+) -> Option<Vec<(u64, u64)>> {
+    let span = |layer| {
+        layout
+            .level_span(levels.clone(), layer, rows)
+            .map(|(start, end)| (base.wrapping_add(start), base.wrapping_add(end)))
+    };
+    let layers = layers.max(1);
+    if layers > MAX_LISTED_LAYERS {
+        let (first, _) = span(0)?;
+        let (_, last) = span(layers - 1)?;
+        return Some(vec![(first, last)]);
+    }
+    (0..layers).map(span).collect()
+}
+
+/// Reads and checks the texture descriptor at `address`: the image it
+/// describes.
+fn open_image(vm: &GpuVm<'_>, address: u64) -> Result<Image, IoError> {
+    let mut bytes = [0u8; 24];
+    crate::usc::GpuMemory::read(vm, address, &mut bytes, crate::usc::AccessKind::Read)?;
+    let texture = Texture::decode_fields(&bytes);
+    // A 1D texture is a row: a 2D image of height 1 (Mesa's null
+    // descriptor leaves the dimension field 0, 1D). Mesa lowers 1D
+    // arrays to 2D arrays, so no descriptor of its has D1Array.
+    use TextureDimension as D;
+    if matches!(texture.dimension, D::D1Array | D::Unknown(_)) {
+        return Err(invalid(format!("{:?} textures", texture.dimension)));
+    }
+    let samples = match (texture.dimension, texture.samples) {
+        (D::D2Multisampled | D::D2ArrayMultisampled, SampleCount::Two) => 2,
+        (D::D2Multisampled | D::D2ArrayMultisampled, _) => 4,
+        _ => 1,
+    };
+    let block = BlockFormat::of(texture.channels, texture.data_type);
+    let (element, channels) = match block {
+        // Block texels are decoded to floats, not through an element
+        // format (the element stands in).
+        Some(_) => (ElementFormat::Unorm8, 4),
+        None => {
+            channel_format(texture.channels, texture.data_type, texture.srgb).ok_or_else(|| {
+                invalid(format!(
+                    "texture format {:?} {:?}",
+                    texture.channels, texture.data_type
+                ))
+            })?
+        }
+    };
+    let element_bytes = block.map_or(element.element_bytes(channels), |b| b.block_bytes());
+    let block_px = block.map_or((1, 1), BlockFormat::block_px);
+    // Array layers, a 3D image's slices and a cube's faces are all
+    // layers of the layout (Mesa's ail): a cube's descriptor counts
+    // cubes, six faces each, in the order +X, -X, +Y, -Y, +Z, -Z.
+    let depth = if texture.layout == Layout::Linear {
+        // A linear 2D array's layer count is in the extended words.
+        if texture.extended {
+            texture.depth_linear
+        } else {
+            1
+        }
+    } else {
+        texture.depth
+    };
+    let layers = match texture.dimension {
+        D::D2Array | D::D2ArrayMultisampled | D::D3 => depth,
+        D::Cube => 6,
+        D::CubeArray => depth.saturating_mul(6),
+        _ => 1,
+    };
+    if texture.mode != ImageMode::Normal {
+        return Err(invalid(format!("{:?} images (sparse)", texture.mode)));
+    }
+    // A mipmapped image is laid out for its full chain, whatever
+    // levels the view uses; a 3D image's chain also halves its depth
+    // (ail's mipmapped_z).
+    let chain_height = if texture.dimension == D::D3 {
+        texture.height.max(depth)
+    } else {
+        texture.height
+    };
+    let levels = laid_out_levels(
+        texture.width,
+        chain_height,
+        texture.unk_mipmapped,
+        texture.last_level + 1,
+    );
+    // A pixel's samples are side by side in one element, sample 0
+    // first (Mesa's ail and libagx).
+    let pixel_bytes = element_bytes * samples;
+    let layout = match texture.layout {
+        Layout::Linear => ImageLayout::Linear {
+            stride_bytes: u64::from(texture.stride),
+            element_bytes: pixel_bytes,
+            layer_stride_bytes: texture.layer_stride_linear,
+        },
+        Layout::Gpu => ImageLayout::gpu_tiled_blocks(
+            (texture.width, texture.height),
+            block_px,
+            levels,
+            pixel_bytes,
+            texture.page_aligned_layers,
+        )
+        .ok_or_else(|| invalid(format!("{pixel_bytes}-byte tiled elements")))?,
+        Layout::Twiddled => ImageLayout::twiddled_blocks(
+            (texture.width, texture.height),
+            block_px,
+            levels,
+            pixel_bytes,
+        ),
+        other => return Err(invalid(format!("{other:?} texture layout"))),
+    };
+    let compression = if texture.compressed_1 {
+        if block.is_some() {
+            return Err(invalid(
+                "a losslessly compressed block-compressed texture".into(),
+            ));
+        }
+        if texture.layout != Layout::Gpu || !texture.extended {
+            return Err(invalid(format!(
+                "a compressed {:?} texture{}",
+                texture.layout,
+                if texture.extended {
+                    ""
+                } else {
+                    " without the extended words"
+                }
+            )));
+        }
+        // A multisampled image's grid covers its samples (Mesa's
+        // ail_effective_width_sa / height_sa).
+        let (fx, fy) = agx_hw::layout::sample_space_stretch(samples);
+        let (grid_w, grid_h) = (texture.width * fx, texture.height * fy);
+        let meta = CompressionLayout::new(grid_w, grid_h, levels).ok_or_else(|| {
+            invalid(format!(
+                "a compressed {}x{} texture (a side under one compression tile)",
+                texture.width, texture.height
+            ))
+        })?;
+        Some((meta, texture.acceleration_buffer))
+    } else {
+        None
+    };
+    Ok(Image {
+        integer: matches!(texture.data_type, TextureType::Uint | TextureType::Sint),
+        texture,
+        layout,
+        element,
+        channels,
+        element_bytes,
+        compression,
+        layers,
+        samples,
+        block,
+        last_tile: std::cell::Cell::new(None),
+        stale_logged: std::cell::Cell::new(false),
+    })
+}
+
+impl TextureUnit<'_> {
     /// Where sample `sample` of texel (x, y) of `level` and `layer` is
     /// stored: the texel and sample to read, for a solid compression tile
     /// the tile's first (sample 0 of its first pixel). A multisampled

@@ -379,6 +379,44 @@ impl ImageLayout {
         }
     }
 
+    /// The bytes levels `levels` of `layer` occupy, as offsets from the
+    /// image's start: (first byte, byte past the last). The last level of
+    /// the chain ends where the layer does. A linear image has one level,
+    /// of `rows` rows. `None` for levels past the image's.
+    pub fn level_span(
+        &self,
+        levels: std::ops::RangeInclusive<u32>,
+        layer: u32,
+        rows: u32,
+    ) -> Option<(u64, u64)> {
+        match self {
+            ImageLayout::Linear {
+                stride_bytes,
+                layer_stride_bytes,
+                ..
+            } => {
+                if *levels.end() != 0 {
+                    return None;
+                }
+                let start = u64::from(layer) * layer_stride_bytes;
+                Some((start, start + stride_bytes * u64::from(rows)))
+            }
+            ImageLayout::Tiled {
+                levels: laid_out,
+                layer_stride_bytes,
+                ..
+            } => {
+                let layer_start = u64::from(layer) * layer_stride_bytes;
+                let first = laid_out.get(*levels.start() as usize)?;
+                laid_out.get(*levels.end() as usize)?;
+                let end = laid_out
+                    .get(*levels.end() as usize + 1)
+                    .map_or(*layer_stride_bytes, |next| next.offset_bytes);
+                Some((layer_start + first.offset_bytes, layer_start + end))
+            }
+        }
+    }
+
     /// The byte offset of element (x, y) of `level` in `layer`, or `None`
     /// past the image.
     pub fn offset(&self, level: u32, x: u32, y: u32, layer: u32) -> Option<u64> {
@@ -639,6 +677,43 @@ impl CompressionLayout {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_level_span_runs_from_its_first_level_to_the_next_levels_start() {
+        // 64 x 64 4-byte elements, three levels: level 0 is 16 KiB (one
+        // 64 x 64 tile), level 1 4 KiB, level 2 1 KiB; layers a page
+        // multiple apart.
+        let layout = ImageLayout::gpu_tiled(64, 64, 3, 4, false).unwrap();
+        let ImageLayout::Tiled {
+            levels,
+            layer_stride_bytes,
+            ..
+        } = &layout
+        else {
+            panic!("tiled");
+        };
+        let (one, two) = (levels[1].offset_bytes, levels[2].offset_bytes);
+        assert_eq!((one, two), (16384, 20480));
+        let stride = *layer_stride_bytes;
+        assert_eq!(layout.level_span(0..=0, 0, 0), Some((0, one)));
+        assert_eq!(layout.level_span(1..=1, 0, 0), Some((one, two)));
+        assert_eq!(layout.level_span(1..=2, 0, 0), Some((one, stride)));
+        assert_eq!(
+            layout.level_span(0..=0, 2, 0),
+            Some((2 * stride, 2 * stride + one))
+        );
+        assert_eq!(layout.level_span(2..=3, 0, 0), None);
+        let linear = ImageLayout::Linear {
+            stride_bytes: 512,
+            element_bytes: 4,
+            layer_stride_bytes: 65536,
+        };
+        assert_eq!(
+            linear.level_span(0..=0, 1, 64),
+            Some((65536, 65536 + 512 * 64))
+        );
+        assert_eq!(linear.level_span(0..=1, 0, 64), None);
+    }
 
     #[test]
     fn block_compressed_levels_follow_ails_exceptions() {

@@ -1536,6 +1536,163 @@ fn textured_quad_with(
     }
 }
 
+/// TEXTURED_FS, slow in the first row of tiles: there each pixel first
+/// runs a long chain of multiplies, so that, run side by side, the second
+/// row's tiles have stored before the first row's sample (with tiles in
+/// order the first row samples first).
+fn feedback_fs() -> String {
+    let mut source = String::from(
+        "
+    get_sr r10, sr81
+    mov_imm r12, 0x3f800000
+    if_icmp r0l, ult, r10, 32, 1",
+    );
+    for _ in 0..600 {
+        source.push_str("\n    fmul32 r12, r12, r12");
+    }
+    source.push_str(
+        "
+    pop_exec r0l, 1
+    iter r2_r3, cf0, center, 0, 0, 0, 0, 0
+    texture_sample 0, 0b1100, 0, none, xyzw, 0b00, r4_r5_r6_r7, None, ts0, ss0, tex_2d, r2_r3, auto_lod, 0, 0, r0
+    wait 0
+    st_tile r4_r5_r6_r7, u8norm, 0, xyzw, 0, 255, r0, 0
+    stop",
+    );
+    source
+}
+
+/// What [`feedback_pass`] samples: the render target itself (RGBA8
+/// texels `quad_texel`), or the depth plane the pass stores (32-bit float
+/// depths `(x + 64 y) / 4096`).
+#[derive(Clone, Copy, PartialEq)]
+enum Fed {
+    Colour,
+    Depth,
+}
+
+/// A quad over the whole 64x64 target whose fragment shader samples an
+/// image the pass itself stores, mirrored (pixel (x, y) reads texel
+/// (63 - x, 63 - y)) and writes what it read as its colour: a feedback
+/// loop, in which what a tile reads depends on whether the mirrored tile
+/// has stored yet. Returns the colour image and the depth plane.
+fn feedback_pass(gpu_threads: usize, fed: Fed) -> (Vec<u8>, Vec<u8>) {
+    use agx_hw::formats::{MipFilter, Sampler, Texture, Wrap};
+    let m = Machine::with_threads(5000, gpu_threads);
+    let mut colour = vec![0u8; 64 * STRIDE as usize];
+    let mut depth = vec![0u8; 4 * 64 * 64];
+    for y in 0..64u32 {
+        for x in 0..64u32 {
+            let at = (y * STRIDE + 4 * x) as usize;
+            colour[at..at + 4].copy_from_slice(&quad_texel(x, y));
+            let at = 4 * agx_hw::layout::morton(x, y) as usize;
+            let value = (x + 64 * y) as f32 / 4096.0;
+            depth[at..at + 4].copy_from_slice(&value.to_le_bytes());
+        }
+    }
+    m.poke(m.data, IMAGE, &colour);
+    m.poke(m.data, DEPTH, &depth);
+    let descriptor = match fed {
+        Fed::Colour => Texture {
+            layout: Layout::Linear,
+            channels: Channels::R8G8B8A8,
+            data_type: TextureType::Unorm,
+            stride: STRIDE,
+            address: DATA_VA + IMAGE,
+            ..Texture::default()
+        },
+        Fed::Depth => Texture {
+            layout: Layout::Gpu,
+            channels: Channels::R32,
+            data_type: TextureType::Float,
+            address: DATA_VA + DEPTH,
+            ..Texture::default()
+        },
+    };
+    let descriptor = Texture {
+        width: 64,
+        height: 64,
+        ..descriptor
+    };
+    let sampler = Sampler {
+        magnify: agx_hw::formats::Filter::Nearest,
+        minify: agx_hw::formats::Filter::Nearest,
+        mip_filter: MipFilter::None,
+        wrap_s: Wrap::ClampToEdge,
+        wrap_t: Wrap::ClampToEdge,
+        ..Sampler::default()
+    };
+    m.poke(m.data, 0x8_2000, &descriptor.pack().unwrap());
+    m.poke(m.data, 0x8_2100, &sampler.pack().unwrap());
+    let corners = [[0.0f32, 0.0], [64.0, 0.0], [0.0, 64.0], [64.0, 64.0]];
+    let mirrored = [[1.0f32, 1.0], [0.0, 1.0], [1.0, 0.0], [0.0, 0.0]];
+    let mut vertices = Vec::new();
+    for v in [0, 1, 2, 1, 3, 2] {
+        vertices.extend_from_slice(&clip(&[corners[v]]));
+        vertices.extend([mirrored[v][0].to_bits(), mirrored[v][1].to_bits(), 0, 0]);
+    }
+    m.poke_u32s(VERTICES, &vertices);
+    let vs = colour_vs(&m, VERTICES);
+    let fs = m.program_with_samplers(
+        &feedback_fs(),
+        0x4000,
+        0x100,
+        &[0],
+        UNIFORMS + 0x300,
+        0,
+        Some((1, DATA_VA + 0x8_2000)),
+        Some((1, DATA_VA + 0x8_2100)),
+    );
+    cf_table(&m, 2, agx_hw::formats::ShadeModel::Linear);
+    let mut render =
+        draw_pass_with_depth(&m, 6, vs, 7, fs, Some((0x5000, 1)), Some(ZsFunc::Always));
+    render.zls_ctrl = zls_word(ZlsControl {
+        z_store_enable: true,
+        ..ZlsControl::default()
+    });
+    render.depth.base = DATA_VA + DEPTH;
+    render.depth.stride = zls_stride_word();
+    render.isp_zls_pixels = zls_pixels_word(64, 64);
+    render.isp_bgobjdepth = 1.0f32.to_bits();
+    assert_eq!(m.submit(CmdType::Render, render.as_bytes()), None);
+    (image(&m, 64), depth_buffer(&m))
+}
+
+/// A pass that samples an image it stores (its render target, or its
+/// depth plane) runs its tiles in order whatever the thread count (Mesa's
+/// GL driver makes such a pass when a blit within a framebuffer joins the
+/// pass that goes on drawing into it): the first row of tiles reads the
+/// image as it was, the second what the first row stored. Without the
+/// ordering the first row, slowed down, reads what the second stored.
+#[test_log::test]
+fn a_pass_that_samples_what_it_stores_runs_its_tiles_in_order() {
+    for fed in [Fed::Colour, Fed::Depth] {
+        let (first, depth) = feedback_pass(1, fed);
+        let stored = |x: u32, y: u32| {
+            let at = 4 * agx_hw::layout::morton(x, y) as usize;
+            f32::from_le_bytes(depth[at..at + 4].try_into().unwrap())
+        };
+        let unorm = |value: f32| (value * 255.0).round_ties_even() as u8;
+        for y in 0..64u32 {
+            for x in 0..64u32 {
+                let (mx, my) = (63 - x, 63 - y);
+                let want = match (fed, y < 32) {
+                    (Fed::Colour, true) => quad_texel(mx, my),
+                    (Fed::Colour, false) => quad_texel(x, y),
+                    (Fed::Depth, true) => [unorm((mx + 64 * my) as f32 / 4096.0), 0, 0, 255],
+                    (Fed::Depth, false) => [unorm(stored(mx, my)), 0, 0, 255],
+                };
+                let at = (y * STRIDE + 4 * x) as usize;
+                assert_eq!(first[at..at + 4], want, "pixel ({x}, {y}), one thread");
+            }
+        }
+        for gpu_threads in [4, 2, 3, 4] {
+            let (image, _) = feedback_pass(gpu_threads, fed);
+            assert!(image == first, "{gpu_threads} GPU threads differ from one");
+        }
+    }
+}
+
 #[test_log::test]
 fn a_textured_quad_shows_every_texel_once() {
     let pixels = textured_quad(64, agx_hw::formats::Filter::Nearest);

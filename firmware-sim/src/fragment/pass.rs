@@ -13,7 +13,9 @@ use agx_hw::formats::{
 };
 
 use super::depth::{depth_test, stencil_test_early, DepthAdjust};
-use super::program::{fragment_setup, program, run_tile_program, FragmentSetup, TileState};
+use super::program::{
+    fragment_pipeline, fragment_setup, program, run_tile_program, FragmentSetup, TileState,
+};
 use super::scene::{read_scene, tile_primitives, Scene};
 use super::tilebuffer::Tilebuffer;
 use super::zls::ZlsPlanes;
@@ -160,6 +162,26 @@ pub(crate) fn render_scene(
         tiles_visited: AtomicU64::new(0),
         visibility: std::sync::Mutex::new(std::collections::BTreeMap::new()),
     };
+    // A pass that samples what its own tiles store reads what another
+    // tile stored or not depending on the order tiles run in: such a pass
+    // runs its tiles in order, so that its result does not depend on the
+    // host's thread count.
+    let workers = match pass.feedback(&vm) {
+        Some(feedback) => {
+            tracing::warn!(
+                texture = format_args!("{:#x}", feedback.texture),
+                state = feedback.state,
+                target = feedback.target,
+                target_base = format_args!("{:#x}", feedback.target_base),
+                "a render pass samples the {} image its own tiles store (a feedback loop: \
+                 on the GPU what each tile reads depends on the order tiles run); its tiles \
+                 run in order",
+                feedback.target
+            );
+            1
+        }
+        None => workers,
+    };
     // Tiles are numbered row by row, layer by layer; none is listed up
     // front (a pass may have 2^31 of them).
     let tiles_x = u64::from(area.0.div_ceil(pass.tile.0));
@@ -266,7 +288,75 @@ fn deferrable(setup: &FragmentSetup) -> bool {
         && setup.ppp.fragment_control.unwrap_or_default().pass_type == PassType::Opaque
 }
 
+/// A texture a fragment program of a pass samples that overlaps an image
+/// the pass's own tiles store.
+struct Feedback {
+    /// Where the overlapping part of the texture (a layer's levels)
+    /// starts.
+    texture: u64,
+    /// The binned state whose program binds it.
+    state: u32,
+    /// What the pass stores there: "depth", "stencil" or "colour".
+    target: &'static str,
+    /// Where that stored image starts.
+    target_base: u64,
+}
+
 impl Pass<'_> {
+    /// The first texture, bound by a Texture word of a fragment program
+    /// the scene's states name, whose sampled levels overlap a depth or
+    /// stencil plane the pass stores or the level its end-of-tile
+    /// program's PBE descriptors write (so rendering one mip level of an
+    /// image from another is no feedback). Textures a program finds
+    /// bindlessly are not looked at; a state or descriptor that cannot be
+    /// read is skipped (the tile that draws with it reports it).
+    fn feedback(&self, vm: &GpuVm<'_>) -> Option<Feedback> {
+        let mut stored = self.zls_planes.stored_spans(self.render.layers);
+        for binding in &self.eot.textures {
+            for i in 0..u64::from(binding.count) {
+                let descriptor = binding.buffer.wrapping_add(24 * i);
+                for (start, end) in crate::imageblock::pbe_written_spans(vm, descriptor)
+                    .into_iter()
+                    .flatten()
+                {
+                    stored.push((start, end, "colour"));
+                }
+            }
+        }
+        if stored.is_empty() {
+            return None;
+        }
+        for state in 0..self.scene.header.state_count {
+            let Ok((Some(pipeline), _)) = fragment_pipeline(vm, &self.scene, state) else {
+                continue;
+            };
+            let Ok(descriptors) = crate::bind::texture_descriptor_addresses(
+                vm,
+                self.usc_exec_base.wrapping_add(pipeline),
+            ) else {
+                continue;
+            };
+            for descriptor in descriptors {
+                let Some(sampled) = crate::texture::sampled_spans(vm, descriptor) else {
+                    continue;
+                };
+                for (start, end) in sampled {
+                    if let Some(&(target_base, _, target)) =
+                        stored.iter().find(|(s, e, _)| start < *e && *s < end)
+                    {
+                        return Some(Feedback {
+                            texture: start,
+                            state,
+                            target,
+                            target_base,
+                        });
+                    }
+                }
+            }
+        }
+        None
+    }
+
     /// Adds the segment's occlusion-query results to the visibility-result
     /// buffer (`isp_oclqry_base`, 64-bit entries): a counting entry gains
     /// the samples that passed, a boolean one becomes 1 if any did (the

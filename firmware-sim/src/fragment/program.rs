@@ -346,14 +346,16 @@ pub(super) fn fragment_setup(
     })
 }
 
-/// The fragment shader a primitive's state names, and that state.
-fn fragment_shader(
+/// The address of the fragment pipeline binned state `state` names (an
+/// offset from `usc_exec_base`), and the state. `None` when the state's
+/// tag writes are disabled: no fragment shader runs, whatever record an
+/// earlier update left (Mesa leaves the record out for shaders that write
+/// nothing).
+pub(super) fn fragment_pipeline(
     vm: &GpuVm<'_>,
-    usc_exec_base: u64,
-    (scene, state): (&Scene, u32),
-    watchdog: &Watchdog<'_>,
-    (sampler_heap, helper): (Option<(u64, u32)>, &mut StageHelper),
-) -> Result<(Option<Binding>, tiler::PppState), EngineResult> {
+    scene: &Scene,
+    state: u32,
+) -> Result<(Option<u64>, tiler::PppState), EngineResult> {
     if state >= scene.header.state_count {
         return Err(unsupported(
             scene.header.states,
@@ -374,9 +376,6 @@ fn fragment_shader(
         )
     })?;
     let ppp = tiler::parse_ppp(vm, fragment_state.ppp)?;
-    // Tag writes disabled: no fragment shader runs, whatever record an
-    // earlier update left (Mesa leaves the record out for shaders that
-    // write nothing).
     if ppp.fragment_control.is_some_and(|c| c.tag_write_disable) {
         return Ok((None, ppp));
     }
@@ -386,6 +385,21 @@ fn fragment_shader(
             FaultUnit::Vdm,
             "a draw whose PPP state has no fragment shader record (and tag writes enabled)",
         ));
+    };
+    Ok((Some(pipeline), ppp))
+}
+
+/// The fragment shader a primitive's state names, and that state.
+fn fragment_shader(
+    vm: &GpuVm<'_>,
+    usc_exec_base: u64,
+    (scene, state): (&Scene, u32),
+    watchdog: &Watchdog<'_>,
+    (sampler_heap, helper): (Option<(u64, u32)>, &mut StageHelper),
+) -> Result<(Option<Binding>, tiler::PppState), EngineResult> {
+    let (pipeline, ppp) = fragment_pipeline(vm, scene, state)?;
+    let Some(pipeline) = pipeline else {
+        return Ok((None, ppp));
     };
     let binding = bind::bind(
         vm,

@@ -342,6 +342,34 @@ impl ZlsPlanes {
         })
     }
 
+    /// What the pass's depth and stencil stores may write: per stored
+    /// plane and layer, the span of its bytes (first byte, byte past the
+    /// last) and the plane's name.
+    pub(super) fn stored_spans(&self, layers: u32) -> Vec<(u64, u64, &'static str)> {
+        let mut spans = Vec::new();
+        for (plane, what) in [(&self.z_store, "depth"), (&self.s_store, "stencil")] {
+            let Some(plane) = plane else { continue };
+            let Some((_, bytes)) = plane.layout.level_span(0..=0, 0, 0) else {
+                continue;
+            };
+            for layer in 0..layers.clamp(1, crate::texture::MAX_LISTED_LAYERS) {
+                let start = plane
+                    .base
+                    .wrapping_add(u64::from(layer).wrapping_mul(plane.layer_stride_bytes));
+                spans.push((start, start.wrapping_add(bytes), what));
+            }
+            if layers > crate::texture::MAX_LISTED_LAYERS {
+                // The rest of the layers, as one span.
+                let start = plane.base;
+                let end = start.wrapping_add(
+                    u64::from(layers).wrapping_mul(plane.layer_stride_bytes.max(bytes)),
+                );
+                spans.push((start, end, what));
+            }
+        }
+        spans
+    }
+
     /// Starts a tile's depth and stencil: loaded from the planes when the
     /// ZLS control says so, else the pass's clear values.
     pub(super) fn load(
