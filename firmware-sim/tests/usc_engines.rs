@@ -1,5 +1,5 @@
-//! The compiled engine against the interpreter: random ALU programs on
-//! random states, and the rare paths of the fp32 arithmetic, must leave
+//! The compiled engine against the interpreter: random ALU and exec-mask
+//! programs on random states (nesting counts included), and the rare paths of the fp32 arithmetic, must leave
 //! every register of every lane the same (`common::Machine::run` runs
 //! each program on both engines and compares everything).
 
@@ -213,6 +213,31 @@ fn instruction() -> impl Strategy<Value = String> {
             .prop_map(|(op, d, a)| format!("{op} {d}, {a}")),
         (narrow_destination(), raw_source(), raw_source())
             .prop_map(|(d, a, b)| format!("intl {d}, {a}, {b}")),
+        // The exec-mask instructions, on every lane's random r0l ("3" and
+        // "11", "4" and "12" are undefined conditions, refused by both).
+        (
+            prop::sample::select(vec!["if_icmp", "else_icmp", "while_icmp"]),
+            prop::sample::select(vec![
+                "ueq", "ult", "ugt", "seq", "slt", "sgt", "nueq", "ugte", "ulte", "nseq", "sgte",
+                "slte", "3", "11"
+            ]),
+            raw_source(),
+            raw_source(),
+            0u32..4
+        )
+            .prop_map(|(op, cc, a, b, n)| format!("{op} r0l, {cc}, {a}, {b}, {n}")),
+        (
+            prop::sample::select(vec!["if_fcmp", "else_fcmp", "while_fcmp"]),
+            prop::sample::select(vec![
+                "eq", "lt", "gt", "ltn", "gte", "lte", "gtn", "neq", "nlt", "ngt", "nltn", "ngte",
+                "nlte", "ngtn", "4", "12"
+            ]),
+            float_source(),
+            float_source(),
+            0u32..4
+        )
+            .prop_map(|(op, cc, a, b, n)| format!("{op} r0l, {cc}, {a}, {b}, {n}")),
+        (0u32..4).prop_map(|n| format!("pop_exec r0l, {n}")),
     ]
 }
 
@@ -229,7 +254,19 @@ fn run_both(
     registers: &[u32],
     uniforms: &[u32],
 ) -> Result<Exit, ExecError> {
+    run_both_within(program, present, registers, uniforms, common::BUDGET)
+}
+
+/// [`run_both`] with an instruction budget of `budget_instructions`.
+fn run_both_within(
+    program: &str,
+    present: u32,
+    registers: &[u32],
+    uniforms: &[u32],
+    budget_instructions: u64,
+) -> Result<Exit, ExecError> {
     let mut machine = Machine::new(program);
+    machine.budget_instructions = budget_instructions;
     machine.uniforms[..uniforms.len()].copy_from_slice(uniforms);
     let mut group = SimdGroup::new(CODE_BASE, present);
     for (i, value) in registers.iter().enumerate() {
@@ -257,6 +294,76 @@ proptest! {
         // (an undefined condition code is refused by both).
         let _ = run_both(&program, present, &registers, &uniforms);
     }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+
+    /// Loops: a random body (ALU and exec-mask instructions, a `while`
+    /// whose condition decides when each lane leaves) ending with a jump
+    /// on the mask back to the start, which the compiled engine runs as
+    /// one block called once for all its runs. Loops that never end run
+    /// out of the instruction budget: both engines time out at the same
+    /// instruction with the same count.
+    #[test]
+    fn random_loops_agree_on_both_engines(
+        body in prop::collection::vec(instruction(), 1..8),
+        step in prop_oneof![Just("iadd r1, r1, 1".to_string()), instruction()],
+        until in prop::sample::select(vec!["ult", "ugt", "ueq", "nueq", "slt"]),
+        limit in prop_oneof![(0u32..40).prop_map(|l| l.to_string()), raw_source()],
+        jump in prop::sample::select(vec!["jmp_exec_any", "jmp_exec_none"]),
+        present in prop_oneof![Just(u32::MAX), any::<u32>()],
+        registers in prop::collection::vec(word(), 24 * 32),
+        uniforms in prop::collection::vec(word(), 8),
+    ) {
+        let program = format!(
+            "top:\n{}\n{step}\nwhile_icmp r0l, {until}, r1, {limit}, 1\n{jump} top\npop_exec r0l, 1\nstop",
+            body.join("\n")
+        );
+        let assembled = agx_hw::isa::text::assemble(&program, CODE_BASE);
+        prop_assume!(assembled.is_ok());
+        let mut registers = registers;
+        // Most lanes start inside the loop, with small counters.
+        for lane in 0..32 {
+            registers[lane] &= 0xFFFF_0001;
+            registers[32 + lane] &= 0x3F;
+        }
+        // A budget that loops which do not end spend quickly, and that
+        // is not a multiple of the loops' lengths.
+        let _ = run_both_within(&program, present, &registers, &uniforms, 4_999);
+    }
+}
+
+/// A loop the compiled engine runs as one block: the whole loop in one
+/// call, its count of instructions the interpreter's.
+#[test]
+fn a_loop_runs_as_one_compiled_block() {
+    let program = "
+        top:
+        iadd r2, r2, r1
+        iadd r1, r1, 1
+        while_icmp r0l, ult, r1, 100, 1
+        jmp_exec_any top
+        pop_exec r0l, 1
+        stop";
+    let mut machine = Machine::new(program);
+    let mut group = SimdGroup::new(CODE_BASE, u32::MAX);
+    for lane in 0..32 {
+        group.write(Reg::r(1), lane, lane as u64);
+    }
+    assert_eq!(machine.run(&mut group), Ok(Exit::Stopped));
+    for lane in 0..32u64 {
+        let want: u64 = (lane..100).sum();
+        assert_eq!(
+            group.read(Reg::r(2), lane as usize),
+            want & 0xFFFF_FFFF,
+            "lane {lane}"
+        );
+    }
+    // The loop (four instructions, the jump included) is one block, run
+    // 100 times by one call; pop_exec and stop are interpreted.
+    assert_eq!(machine.compiled_cache.compiled_blocks(), 1);
+    assert_eq!(group.executed_instructions, 4 * 100 + 2);
 }
 
 /// The fused multiply-add's rare path (a result of the smallest normal's

@@ -6,12 +6,16 @@
 //! each instruction once and then executes it for every lane, each time.
 //! This crate translates a *block* (a straight run of instructions that
 //! touch nothing but the lane's own registers and the dispatch's uniforms:
-//! the integer and floating-point ALU) into one host function that runs
-//! the whole block for each lane of the execution mask in turn, keeping
-//! the lane's registers in host registers between instructions. Lanes are
-//! independent in such a block (no instruction of it reads another lane or
+//! the integer and floating-point ALU, and the exec-mask instructions
+//! `if`/`else`/`while`/`pop_exec`) into one host function. A run of ALU
+//! instructions is one loop over the lanes of the execution mask, each
+//! lane's registers kept in host registers between instructions: lanes are
+//! independent there (no instruction of the run reads another lane or
 //! changes the mask), so running it lane by lane gives exactly what the
-//! interpreter gives running it instruction by instruction.
+//! interpreter gives running it instruction by instruction. An exec-mask
+//! instruction is a loop over the present lanes, updating each lane's
+//! `r0l` nesting count; the mask after it is the lanes whose count is 0,
+//! and the next run uses it. The function returns the final mask.
 //!
 //! Which instructions a block may hold is [`supports`]; the interpreter
 //! runs everything else, and the two must agree bit for bit (the
@@ -31,7 +35,7 @@ use cranelift_codegen::settings::{self, Configurable};
 use cranelift_jit::{JITBuilder, JITModule};
 use cranelift_module::{default_libcall_names, Module};
 
-pub use translate::supports;
+pub use translate::{supports, updates_exec_mask};
 
 /// Lanes in a SIMD-group.
 pub const LANES: usize = 32;
@@ -79,7 +83,7 @@ pub enum CompileError {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BlockId(u32);
 
-type BlockFn = unsafe extern "C" fn(*mut u32, *const u32, u32);
+type BlockFn = unsafe extern "C" fn(*mut u32, *const u32, u32, u32, u64) -> u64;
 
 /// Compiles blocks and keeps their code, which lives as long as the
 /// compiler does.
@@ -175,8 +179,9 @@ impl Compiler {
         let code = module.get_finalized_function(id);
         // SAFETY: `code` is the entry of the function just defined with
         // the signature `translate::block` gave it: (register file
-        // pointer, uniforms pointer, execution mask), no result, the
-        // platform's C calling convention.
+        // pointer, uniforms pointer, execution mask, present lanes, most
+        // runs) to the packed result, the platform's C calling
+        // convention.
         let entry = unsafe { std::mem::transmute::<*const u8, BlockFn>(code) };
         self.blocks.push(entry);
         Ok(BlockId(self.blocks.len() as u32 - 1))
@@ -197,9 +202,35 @@ impl std::fmt::Debug for Block {
     }
 }
 
+/// What one call of a [`Block`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BlockRun {
+    /// The execution mask after it.
+    pub exec: u32,
+    /// How many times the block ran (1 unless it is a loop).
+    pub runs: u32,
+    /// A loop whose budget ran out: the program goes on at the block's
+    /// start (its last jump was taken), not after it.
+    pub at_start: bool,
+}
+
+/// The most runs of a loop one call makes.
+pub const MAX_RUNS: u32 = i32::MAX as u32;
+
 impl Block {
-    /// Runs the block on the lanes of `exec`, with `regs` and `uniforms`.
-    pub fn run(&self, regs: &mut RegisterFile, uniforms: &[u32; UNIFORMS], exec: u32) {
+    /// Runs the block on the lanes of `exec` (exec-mask instructions on
+    /// every lane of `present`), with `regs` and `uniforms`; a block that
+    /// ends with a jump on the mask back to its start runs again while
+    /// the jump is taken, at most `max_runs` times in all (at least 1,
+    /// at most [`MAX_RUNS`]).
+    pub fn run(
+        &self,
+        regs: &mut RegisterFile,
+        uniforms: &[u32; UNIFORMS],
+        (exec, present): (u32, u32),
+        max_runs: u32,
+    ) -> BlockRun {
+        let max_runs = u64::from(max_runs.clamp(1, MAX_RUNS));
         // SAFETY: the function reads and writes only the 128 x 32 words
         // of `regs` (every register index was checked to be below 128 at
         // translation) and reads the 256 words of `uniforms` (indices
@@ -207,7 +238,20 @@ impl Block {
         // `Helpers`' functions, which are safe Rust. Its code lives while
         // `_code` (the cache that owns the module) does, which this block
         // keeps alive.
-        unsafe { (self.entry)(regs.as_mut_ptr().cast(), uniforms.as_ptr(), exec) }
+        let packed = unsafe {
+            (self.entry)(
+                regs.as_mut_ptr().cast(),
+                uniforms.as_ptr(),
+                exec,
+                present,
+                max_runs,
+            )
+        };
+        BlockRun {
+            exec: packed as u32,
+            runs: ((packed >> 32) & u64::from(MAX_RUNS)) as u32,
+            at_start: packed >> 63 != 0,
+        }
     }
 }
 

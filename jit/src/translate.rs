@@ -1,9 +1,11 @@
-//! Translating a block of ALU instructions to Cranelift IR.
+//! Translating a block of ALU and exec-mask instructions to Cranelift IR.
 //!
-//! The function runs the block once per lane of the execution mask: for
-//! a lane, each register the block reads is loaded once, kept in an SSA
-//! value while the block computes, and each register it writes is stored
-//! once at the end. Every operation reproduces the interpreter's
+//! The function runs each run of ALU instructions once per lane of the
+//! execution mask: for a lane, each register the run reads is loaded
+//! once, kept in an SSA value while it computes, and each register it
+//! writes is stored once at the end. An exec-mask instruction is a pass
+//! over the present lanes that updates their nesting counts and gives
+//! the next mask; a block ending with a jump back to its start loops. Every operation reproduces the interpreter's
 //! arithmetic exactly: the integer ALU in 64-bit wrapping arithmetic (the
 //! interpreter's 128-bit results are truncated to at most 64 bits when
 //! written, so only saturation needs the exact value, and a saturating
@@ -30,9 +32,13 @@ const DEFAULT_NAN_F32: i64 = 0x7FC0_0000;
 /// Whether the compiled engine translates `instr` (with `.sat` as
 /// `saturate`): the integer ALU (moves, adds, multiply-adds, bitwise and
 /// bitfield operations, funnel shifts, bit counts), compare-and-select,
-/// and the fp32 add, multiply and fused multiply-add, with operands of
-/// the kinds it reads. Anything else (control flow, memory,
-/// other lanes, other units, and the forms below) the interpreter runs.
+/// the fp32 add, multiply and fused multiply-add, and the exec-mask
+/// instructions (`if`/`else`/`while`, `pop_exec`), with operands of the
+/// kinds it reads. A jump on the mask back to a block's start ends the
+/// block as a loop (the program cache decides; the translation takes it
+/// last).
+/// Anything else (other jumps, memory, other lanes, other units, and the
+/// forms below) the interpreter runs.
 pub fn supports(instr: &agx_hw::isa::Instr, saturate: bool) -> bool {
     shape(instr, saturate).is_some()
 }
@@ -87,6 +93,23 @@ enum Shape<'i> {
         a: &'i Value,
         b: Option<&'i Value>,
     },
+    /// `if`/`else`/`while` (`_icmp` and `_fcmp`): each present lane's
+    /// `r0l` nesting count updated from the condition, the execution mask
+    /// set from the counts.
+    ExecUpdate {
+        op: Op,
+        float: bool,
+        /// The condition (the low three bits of the code).
+        cc: u32,
+        /// The code's bit 3: the condition inverted.
+        invert: bool,
+        a: Src,
+        b: Src,
+        n: u64,
+    },
+    /// `pop_exec`: each present lane's `r0l` lowered by `n` (not below 0),
+    /// the execution mask set from the counts.
+    PopExec { n: u64 },
     /// `fadd32`/`fmul32`/`fmadd32`.
     Float {
         op: Op,
@@ -290,6 +313,33 @@ fn shape(instr: &agx_hw::isa::Instr, saturate: bool) -> Option<Shape<'_>> {
                 },
             }
         }
+        Op::IfIcmp | Op::ElseIcmp | Op::WhileIcmp | Op::IfFcmp | Op::ElseFcmp | Op::WhileFcmp => {
+            let float = matches!(instr.op, Op::IfFcmp | Op::ElseFcmp | Op::WhileFcmp);
+            let code = u32::try_from(instr.int(1)?).ok()?;
+            let cc = code & 7;
+            // The conditions the interpreter defines (others stop the
+            // program there, which the interpreter reports).
+            let known = if float {
+                matches!(cc, 0 | 1 | 2 | 3 | 5 | 6 | 7)
+            } else {
+                matches!(cc, 0 | 1 | 2 | 4 | 5 | 6)
+            };
+            if !known {
+                return None;
+            }
+            Shape::ExecUpdate {
+                op: instr.op,
+                float,
+                cc,
+                invert: code & 8 != 0,
+                a: src(instr, 2)?,
+                b: src(instr, 3)?,
+                n: u64::try_from(instr.int(4)?).ok()?,
+            }
+        }
+        Op::PopExec => Shape::PopExec {
+            n: u64::try_from(instr.int(1)?).ok()?,
+        },
         Op::Fadd32 | Op::Fmul32 | Op::Fmadd32 => {
             let d = dst(instr, 0)?;
             let (a, b) = (src(instr, 1)?, src(instr, 2)?);
@@ -329,6 +379,15 @@ pub(crate) fn block(
     helpers: &Helpers,
     block: &[(&agx_hw::isa::Instr, bool)],
 ) -> Result<(), CompileError> {
+    // A block that ends with a jump on the execution mask back to its
+    // start is a loop: the function runs it again while the jump is
+    // taken, at most the number of times the caller's budget allows.
+    let (block, loop_back) = match block.split_last() {
+        Some(((last, _), body)) if matches!(last.op, Op::JmpExecAny | Op::JmpExecNone) => {
+            (body, Some(last.op == Op::JmpExecAny))
+        }
+        _ => (block, None),
+    };
     let shapes = block
         .iter()
         .map(|(instr, saturate)| {
@@ -342,35 +401,17 @@ pub(crate) fn block(
     signature.params.push(AbiParam::new(pointer));
     signature.params.push(AbiParam::new(pointer));
     signature.params.push(AbiParam::new(types::I32));
+    signature.params.push(AbiParam::new(types::I32));
+    signature.params.push(AbiParam::new(types::I64));
+    signature.returns.push(AbiParam::new(types::I64));
 
     let mut b = FunctionBuilder::new(&mut context.func, builder_context);
     let entry = b.create_block();
-    let header = b.create_block();
-    let body = b.create_block();
-    let latch = b.create_block();
-    let exit = b.create_block();
     b.append_block_params_for_function_params(entry);
     b.switch_to_block(entry);
     let params = b.block_params(entry).to_vec();
-    let (regs, uniforms, exec) = (params[0], params[1], params[2]);
-    let lane = b.declare_var(types::I32);
-    let zero = b.ins().iconst(types::I32, 0);
-    b.def_var(lane, zero);
-    b.ins().jump(header, &[]);
-
-    // header: is the lane in the mask?
-    b.switch_to_block(header);
-    let lane_now = b.use_var(lane);
-    let shifted = b.ins().ushr(exec, lane_now);
-    let bit = b.ins().band_imm_u(shifted, 1);
-    b.ins().brif(bit, body, &[], latch, &[]);
-
-    // body: the block for one lane.
-    b.switch_to_block(body);
-    let lane_now = b.use_var(lane);
-    let lane_wide = b.ins().uextend(pointer, lane_now);
-    let lane_bytes = b.ins().imul_imm_u(lane_wide, 4);
-    let lane_base = b.ins().iadd(regs, lane_bytes);
+    let (regs, uniforms, exec_in, present, max_iterations) =
+        (params[0], params[1], params[2], params[3], params[4]);
     let mut fma_signature = Signature::new(call_conv);
     for _ in 0..3 {
         fma_signature.params.push(AbiParam::new(types::F32));
@@ -385,47 +426,183 @@ pub(crate) fn block(
     narrow_signature.params.push(AbiParam::new(types::F32));
     narrow_signature.returns.push(AbiParam::new(types::I32));
     let narrow_signature = b.import_signature(narrow_signature);
-    let mut lane_code = Lane {
-        b,
-        lane_base,
-        uniforms,
-        cells: [None; GPRS],
-        pointer,
-        fma: (fma_signature, helpers.fma_f32 as usize as i64),
-        widen: (widen_signature, helpers.half_to_f32 as usize as i64),
-        narrow: (narrow_signature, helpers.f32_to_half as usize as i64),
-    };
-    for shape in &shapes {
-        lane_code.instruction(shape);
+    // The execution mask as the block goes, and the one an exec-mask
+    // instruction is building.
+    let exec = b.declare_var(types::I32);
+    b.def_var(exec, exec_in);
+    let new_exec = b.declare_var(types::I32);
+    let lane = b.declare_var(types::I32);
+    let iterations = b.declare_var(types::I64);
+    let no_iterations = b.ins().iconst(types::I64, 0);
+    b.def_var(iterations, no_iterations);
+    // top: one run of the block, if the budget allows another.
+    let top = b.create_block();
+    let first = b.create_block();
+    let out_of_budget = loop_back.map(|_| b.create_block());
+    b.ins().jump(top, &[]);
+    b.switch_to_block(top);
+    if let Some(out_of_budget) = out_of_budget {
+        let done = b.use_var(iterations);
+        let spent = b
+            .ins()
+            .icmp(IntCC::UnsignedGreaterThanOrEqual, done, max_iterations);
+        b.ins().brif(spent, out_of_budget, &[], first, &[]);
+    } else {
+        b.ins().jump(first, &[]);
     }
-    let Lane { mut b, cells, .. } = lane_code;
-    for (cell, state) in cells.iter().enumerate() {
-        if let Some((value, true)) = state {
-            b.ins().store(
-                MemFlagsData::trusted(),
-                *value,
-                lane_base,
-                (cell * LANES * 4) as i32,
-            );
+    b.switch_to_block(first);
+
+    // The block in segments: a run of ALU instructions, each lane of the
+    // execution mask in turn; or one exec-mask instruction, each present
+    // lane in turn, after which the mask is the lanes whose count is 0.
+    let mut rest = &shapes[..];
+    while !rest.is_empty() {
+        let updates_exec = is_exec_update(&rest[0]);
+        let count = if updates_exec {
+            1
+        } else {
+            rest.iter().take_while(|s| !is_exec_update(s)).count()
+        };
+        let (segment, tail) = rest.split_at(count);
+        rest = tail;
+        let mask = if updates_exec {
+            let zero = b.ins().iconst(types::I32, 0);
+            b.def_var(new_exec, zero);
+            present
+        } else {
+            b.use_var(exec)
+        };
+        let header = b.create_block();
+        let body = b.create_block();
+        let latch = b.create_block();
+        let exit = b.create_block();
+        let zero = b.ins().iconst(types::I32, 0);
+        b.def_var(lane, zero);
+        b.ins().jump(header, &[]);
+
+        // header: is the lane in the mask?
+        b.switch_to_block(header);
+        let lane_now = b.use_var(lane);
+        let shifted = b.ins().ushr(mask, lane_now);
+        let bit = b.ins().band_imm_u(shifted, 1);
+        b.ins().brif(bit, body, &[], latch, &[]);
+
+        // body: the segment for one lane.
+        b.switch_to_block(body);
+        let lane_now = b.use_var(lane);
+        let lane_wide = b.ins().uextend(pointer, lane_now);
+        let lane_bytes = b.ins().imul_imm_u(lane_wide, 4);
+        let lane_base = b.ins().iadd(regs, lane_bytes);
+        let mut lane_code = Lane {
+            b,
+            lane_base,
+            uniforms,
+            cells: [None; GPRS],
+            pointer,
+            fma: (fma_signature, helpers.fma_f32 as usize as i64),
+            widen: (widen_signature, helpers.half_to_f32 as usize as i64),
+            narrow: (narrow_signature, helpers.f32_to_half as usize as i64),
+            count_is_zero: None,
+        };
+        for shape in segment {
+            lane_code.instruction(shape);
+        }
+        let Lane {
+            b: mut lane_b,
+            cells,
+            count_is_zero,
+            ..
+        } = lane_code;
+        for (cell, state) in cells.iter().enumerate() {
+            if let Some((value, true)) = state {
+                lane_b.ins().store(
+                    MemFlagsData::trusted(),
+                    *value,
+                    lane_base,
+                    (cell * LANES * 4) as i32,
+                );
+            }
+        }
+        if let Some(zero) = count_is_zero {
+            let bit = lane_b.ins().uextend(types::I32, zero);
+            let lane_now = lane_b.use_var(lane);
+            let bit = lane_b.ins().ishl(bit, lane_now);
+            let so_far = lane_b.use_var(new_exec);
+            let so_far = lane_b.ins().bor(so_far, bit);
+            lane_b.def_var(new_exec, so_far);
+        }
+        lane_b.ins().jump(latch, &[]);
+        b = lane_b;
+
+        // latch: the next lane.
+        b.switch_to_block(latch);
+        let lane_now = b.use_var(lane);
+        let next = b.ins().iadd_imm_u(lane_now, 1);
+        b.def_var(lane, next);
+        let more = b
+            .ins()
+            .icmp_imm_s(IntCC::UnsignedLessThan, next, LANES as i64);
+        b.ins().brif(more, header, &[], exit, &[]);
+
+        b.switch_to_block(exit);
+        if updates_exec {
+            let built = b.use_var(new_exec);
+            b.def_var(exec, built);
         }
     }
-    b.ins().jump(latch, &[]);
-
-    // latch: the next lane.
-    b.switch_to_block(latch);
-    let lane_now = b.use_var(lane);
-    let next = b.ins().iadd_imm_u(lane_now, 1);
-    b.def_var(lane, next);
-    let more = b
-        .ins()
-        .icmp_imm_s(IntCC::UnsignedLessThan, next, LANES as i64);
-    b.ins().brif(more, header, &[], exit, &[]);
-
-    b.switch_to_block(exit);
-    b.ins().return_(&[]);
+    let done = b.use_var(iterations);
+    let done = b.ins().iadd_imm_u(done, 1);
+    b.def_var(iterations, done);
+    // The result: the mask in the low 32 bits, the runs in bits 32-62,
+    // bit 63 when the block ends at its start (the loop's jump taken, the
+    // budget spent).
+    let result = |b: &mut FunctionBuilder<'_>, at_start: bool| {
+        let exec = b.use_var(exec);
+        let exec = b.ins().uextend(types::I64, exec);
+        let runs = b.use_var(iterations);
+        let runs = b.ins().ishl_imm_u(runs, 32);
+        let packed = b.ins().bor(exec, runs);
+        if at_start {
+            b.ins().bor_imm_u(packed, i64::MIN)
+        } else {
+            packed
+        }
+    };
+    match loop_back {
+        Some(any) => {
+            let ends = b.create_block();
+            let exec_now = b.use_var(exec);
+            let code = if any { IntCC::NotEqual } else { IntCC::Equal };
+            let taken = b.ins().icmp_imm_s(code, exec_now, 0);
+            b.ins().brif(taken, top, &[], ends, &[]);
+            b.switch_to_block(ends);
+            let value = result(&mut b, false);
+            b.ins().return_(&[value]);
+        }
+        None => {
+            let value = result(&mut b, false);
+            b.ins().return_(&[value]);
+        }
+    }
+    if let Some(out_of_budget) = out_of_budget {
+        b.switch_to_block(out_of_budget);
+        let value = result(&mut b, true);
+        b.ins().return_(&[value]);
+    }
     b.seal_all_blocks();
     b.finalize(module.target_config());
     Ok(())
+}
+
+/// Whether a shape updates the nesting counts and the execution mask.
+fn is_exec_update(shape: &Shape<'_>) -> bool {
+    matches!(shape, Shape::ExecUpdate { .. } | Shape::PopExec { .. })
+}
+
+/// Whether `instr` changes the execution mask (a block holding one
+/// returns the new mask).
+pub fn updates_exec_mask(instr: &agx_hw::isa::Instr) -> bool {
+    shape(instr, false).is_some_and(|shape| is_exec_update(&shape))
 }
 
 /// One lane's code being built: the registers read and written so far.
@@ -442,6 +619,9 @@ struct Lane<'f> {
     fma: (cranelift_codegen::ir::SigRef, i64),
     widen: (cranelift_codegen::ir::SigRef, i64),
     narrow: (cranelift_codegen::ir::SigRef, i64),
+    /// After an exec-mask instruction: whether the lane's new count is 0
+    /// (the lane is in the new mask).
+    count_is_zero: Option<IrValue>,
 }
 
 impl Lane<'_> {
@@ -643,8 +823,78 @@ impl Lane<'_> {
         self.b.ins().select(flush, signed_zero, rounded)
     }
 
+    /// Writes `count` as the lane's `r0l` (16 bits; `r0h` kept) and notes
+    /// whether it is 0.
+    fn set_nesting_count(&mut self, count: IrValue) {
+        let word = self.cell(0);
+        let low = self.b.ins().ireduce(types::I32, count);
+        let low = self.b.ins().band_imm_u(low, 0xFFFF);
+        let high = self.b.ins().band_imm_u(word, 0xFFFF_0000_u32 as i64);
+        let word = self.b.ins().bor(high, low);
+        self.set_cell(0, word);
+        self.count_is_zero = Some(self.b.ins().icmp_imm_s(IntCC::Equal, low, 0));
+    }
+
+    /// The lane's `r0l`, zero-extended to 64 bits.
+    fn nesting_count(&mut self) -> IrValue {
+        let word = self.cell(0);
+        self.half_of(word, false)
+    }
+
     fn instruction(&mut self, shape: &Shape<'_>) {
         match shape {
+            Shape::ExecUpdate {
+                op,
+                float,
+                cc,
+                invert,
+                a,
+                b,
+                n,
+            } => {
+                let holds = self.condition(*float, *cc, a, b);
+                let taken = if *invert {
+                    self.b.ins().bxor_imm_u(holds, 1)
+                } else {
+                    holds
+                };
+                let v = self.nesting_count();
+                let n = self.b.ins().iconst(types::I64, *n as i64);
+                let zero = self.b.ins().iconst(types::I64, 0);
+                let one = self.b.ins().iconst(types::I64, 1);
+                let count = match op {
+                    Op::IfIcmp | Op::IfFcmp => {
+                        // Nested in a branch not taken: one level deeper;
+                        // else in the branch or not, by the condition.
+                        let deeper = self.b.ins().iadd(v, n);
+                        let entered = self.b.ins().select(taken, zero, one);
+                        let nested = self.b.ins().icmp_imm_s(IntCC::NotEqual, v, 0);
+                        self.b.ins().select(nested, deeper, entered)
+                    }
+                    Op::ElseIcmp | Op::ElseFcmp => {
+                        let entered = self.b.ins().select(taken, zero, one);
+                        let waiting = self.b.ins().icmp_imm_s(IntCC::Equal, v, 1);
+                        let kept = self.b.ins().select(waiting, entered, v);
+                        let was_in = self.b.ins().icmp_imm_s(IntCC::Equal, v, 0);
+                        self.b.ins().select(was_in, n, kept)
+                    }
+                    _ => {
+                        let again = self.b.ins().select(taken, zero, n);
+                        let inside = self.b.ins().icmp(IntCC::UnsignedLessThan, v, n);
+                        self.b.ins().select(inside, again, v)
+                    }
+                };
+                self.set_nesting_count(count);
+            }
+            Shape::PopExec { n } => {
+                let v = self.nesting_count();
+                let n = self.b.ins().iconst(types::I64, *n as i64);
+                let zero = self.b.ins().iconst(types::I64, 0);
+                let lowered = self.b.ins().isub(v, n);
+                let under = self.b.ins().icmp(IntCC::UnsignedLessThan, v, n);
+                let count = self.b.ins().select(under, zero, lowered);
+                self.set_nesting_count(count);
+            }
             Shape::MovImm { dst, imm } => {
                 let value = self.b.ins().iconst(types::I64, *imm);
                 self.write(*dst, value);

@@ -122,6 +122,9 @@ pub(crate) struct CompiledBlock {
     pub(crate) instructions: u32,
     pub(crate) next_index: u32,
     pub(crate) next_pc: u64,
+    /// The block holds an exec-mask instruction: the mask it returns is
+    /// the group's new one.
+    pub(crate) updates_exec: bool,
 }
 
 /// The compiled engine's state for one cache.
@@ -285,12 +288,22 @@ impl ProgramCache {
         let mut run = Vec::new();
         let mut at = index;
         let mut next = None;
+        let start = self.instrs[index as usize].address;
         loop {
             let entry = self.get(at);
-            let translated = entry.unknown_bits == 0
-                && !entry.undefined_operand
-                && agx_jit::supports(&entry.instr, entry.saturate);
-            if !translated {
+            let clean = entry.unknown_bits == 0 && !entry.undefined_operand;
+            // A jump on the execution mask back to the block's start ends
+            // it as a loop (the compiled code runs it again while the jump
+            // is taken).
+            let loops_back = clean
+                && !run.is_empty()
+                && matches!(entry.instr.op, isa::Op::JmpExecAny | isa::Op::JmpExecNone)
+                && entry
+                    .instr
+                    .int(0)
+                    .is_some_and(|offset| entry.address.wrapping_add(offset as u64) == start);
+            let translated = clean && agx_jit::supports(&entry.instr, entry.saturate);
+            if !translated && !loops_back {
                 break;
             }
             // The block ends where the program goes on: the instruction
@@ -304,6 +317,9 @@ impl ProgramCache {
             run.push(at);
             next = Some((following_index, following));
             at = following_index;
+            if loops_back {
+                break;
+            }
             if at == index {
                 // A program that falls through into itself (it wraps
                 // around the address space): never compiled.
@@ -347,6 +363,9 @@ impl ProgramCache {
                             instructions: run.len() as u32,
                             next_index,
                             next_pc,
+                            updates_exec: instrs
+                                .iter()
+                                .any(|(instr, _)| agx_jit::updates_exec_mask(instr)),
                         },
                     )),
                     Err(agx_jit::CacheError::Full { .. }) => None,
@@ -370,20 +389,28 @@ impl ProgramCache {
         info
     }
 
-    /// Runs compiled block `block` on `regs`.
+    /// Runs compiled block `block` on `regs` with execution mask `exec`
+    /// (the group's `present` lanes for its exec-mask instructions), a
+    /// loop at most `max_runs` times: what it did.
     pub(crate) fn run_block(
         &self,
         block: &CompiledBlock,
         regs: &mut agx_jit::RegisterFile,
         uniforms: &[u32; super::UNIFORMS],
-        exec: u32,
-    ) {
-        if let Some((code, _)) = self
+        (exec, present): (u32, u32),
+        max_runs: u32,
+    ) -> agx_jit::BlockRun {
+        match self
             .compiled
             .as_ref()
             .and_then(|c| c.blocks.get(block.index as usize))
         {
-            code.run(regs, uniforms, exec);
+            Some((code, _)) => code.run(regs, uniforms, (exec, present), max_runs),
+            None => agx_jit::BlockRun {
+                exec,
+                runs: 0,
+                at_start: true,
+            },
         }
     }
 

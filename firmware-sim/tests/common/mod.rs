@@ -131,6 +131,9 @@ pub struct Machine {
     pub cache: ProgramCache,
     pub compiled_cache: ProgramCache,
     pub code_bytes: usize,
+    /// The instruction budget of each run ([`BUDGET`] unless a test
+    /// sets another).
+    pub budget_instructions: u64,
 }
 
 /// Asserts that two groups' architectural states are the same.
@@ -170,6 +173,7 @@ impl Machine {
             cache: ProgramCache::new(),
             compiled_cache: ProgramCache::with_engine(ShaderEngine::Compiled),
             code_bytes: code.len(),
+            budget_instructions: BUDGET,
         }
     }
 
@@ -182,7 +186,7 @@ impl Machine {
         group: &mut SimdGroup,
         io: &mut dyn ShaderIo,
     ) -> Result<Exit, ExecError> {
-        let mut budget = BUDGET;
+        let mut budget = self.budget_instructions;
         let mut env = Env {
             memory: &mut self.memory,
             io,
@@ -198,7 +202,7 @@ impl Machine {
         let mut twin_uniforms = self.uniforms.clone();
         let mut twin_threadgroup = self.threadgroup.clone();
         let result = self.run_with(group, &mut NoIo);
-        let mut budget = BUDGET;
+        let mut budget = self.budget_instructions;
         let mut env = Env {
             memory: &mut twin_memory,
             io: &mut NoIo,

@@ -447,15 +447,34 @@ impl SimdGroup {
             if let Some(block) = cache.block_at(index, &*env.memory) {
                 let instructions = u64::from(block.instructions);
                 // A block runs whole or not at all: where the budget ends
-                // inside it, the interpreter takes it to the timeout.
+                // inside it, the interpreter takes it to the timeout. A
+                // loop runs as often as the budget allows whole runs.
                 if *budget_instructions >= instructions {
-                    *budget_instructions -= instructions;
-                    self.executed_instructions += instructions;
                     let exec = self.exec_mask();
-                    cache.run_block(&block, &mut self.regs, env.uniforms, exec);
-                    index = block.next_index;
-                    self.pc = block.next_pc;
-                    continue;
+                    let max_runs = u32::try_from(*budget_instructions / instructions)
+                        .unwrap_or(agx_jit::MAX_RUNS);
+                    let run = cache.run_block(
+                        &block,
+                        &mut self.regs,
+                        env.uniforms,
+                        (exec, self.present),
+                        max_runs,
+                    );
+                    // (A block not run at all, which cannot happen, is
+                    // left to the interpreter.)
+                    if run.runs > 0 {
+                        let spent = instructions * u64::from(run.runs);
+                        *budget_instructions -= spent;
+                        self.executed_instructions += spent;
+                        if block.updates_exec {
+                            self.exec = run.exec;
+                        }
+                        if !run.at_start {
+                            index = block.next_index;
+                            self.pc = block.next_pc;
+                        }
+                        continue;
+                    }
                 }
             }
             if *budget_instructions == 0 {
