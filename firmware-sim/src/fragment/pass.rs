@@ -168,16 +168,31 @@ pub(crate) fn render_scene(
     // host's thread count.
     let workers = match pass.feedback(&vm) {
         Some(feedback) => {
-            tracing::warn!(
-                texture = format_args!("{:#x}", feedback.texture),
-                state = feedback.state,
-                target = feedback.target,
-                target_base = format_args!("{:#x}", feedback.target_base),
-                "a render pass samples the {} image its own tiles store (a feedback loop: \
-                 on the GPU what each tile reads depends on the order tiles run); its tiles \
-                 run in order",
-                feedback.target
-            );
+            // Many such passes read only their own tiles' pixels (a
+            // texture barrier between draws), which no order changes: the
+            // first is a warning, the rest go to the debug log.
+            static WARNED: std::sync::atomic::AtomicBool =
+                std::sync::atomic::AtomicBool::new(false);
+            let message = "a render pass samples an image its own tiles store: a tile that reads \
+                           texels another tile stores reads them stored or not depending on the \
+                           order tiles run (a feedback loop); its tiles run in order";
+            if WARNED.swap(true, Ordering::Relaxed) {
+                tracing::debug!(
+                    texture = format_args!("{:#x}", feedback.texture),
+                    state = feedback.state,
+                    target = feedback.target,
+                    target_base = format_args!("{:#x}", feedback.target_base),
+                    "{message}"
+                );
+            } else {
+                tracing::warn!(
+                    texture = format_args!("{:#x}", feedback.texture),
+                    state = feedback.state,
+                    target = feedback.target,
+                    target_base = format_args!("{:#x}", feedback.target_base),
+                    "{message} (further passes like it are logged at debug level)"
+                );
+            }
             1
         }
         None => workers,
