@@ -181,13 +181,11 @@ fn plane_exact(points: [(f64, f64, f64); 3]) -> [f64; 3] {
 
 /// A coefficient register as the setup unit fills it for a primitive.
 ///
-/// A plane is kept unrounded: `ldcf` reads it as three f32 words with C
-/// at the corner of the 32x32 tile being shaded, each rounded once, and
-/// `iter` evaluates it at a point and rounds the result once (how many
-/// bits the hardware's interpolator keeps is not public; this is the
-/// most exact reading, and values interpolated from planes that differ
-/// by a constant, such as `offset` and `offset + 7`, then differ by that
-/// constant to within an ulp, as GL programs compare them).
+/// A plane is kept unrounded per primitive; the registers of the tile
+/// being shaded are its three f32 words with C at the corner of the
+/// 32x32 tile, each rounded once, which `ldcf` reads and `iter`
+/// evaluates (`fragment::io`). How many bits the hardware's setup keeps
+/// is not public.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) enum Coefficient {
     /// value = A x + B y + C at window position (x, y).
@@ -209,14 +207,6 @@ impl Coefficient {
                 [a as f32, b as f32, (a * origin.0 + b * origin.1 + c) as f32]
             }
             Coefficient::Constant(bits) => [0.0, 0.0, f32::from_bits(bits)],
-        }
-    }
-
-    /// The value at window position (x, y), unrounded.
-    pub(crate) fn value_at(self, (x, y): (f64, f64)) -> f64 {
-        match self {
-            Coefficient::Plane([a, b, c]) => a * x + b * y + c,
-            Coefficient::Constant(bits) => f64::from(f32::from_bits(bits)),
         }
     }
 }

@@ -3725,6 +3725,62 @@ fn coefficients_are_relative_to_the_32x32_tile() {
     }
 }
 
+/// `iter` evaluates the coefficient registers `ldcf` reads, as Mesa's
+/// lowering of `interpolateAtOffset` does at offset 0 (`agx_nir_lower_
+/// interpolation.c`: `fma(x, A, fma(y, B, C))` at the pixel's centre
+/// relative to its 32x32 tile): the two agree bit for bit at every pixel
+/// (piglit's `fs-interpolateAtOffset-*` compare them exactly). The shader
+/// writes red where they differ.
+#[test_log::test]
+fn iter_agrees_with_the_coefficients_evaluated_as_mesa_does() {
+    let m = Machine::new(5000);
+    let value = |x: f32, y: f32| 3.3 + 0.1237 * x - 0.0457 * y;
+    let v = |x: f32, y: f32| ([x, y], 0.5f32, [value(x, y), 0.0, 0.0]);
+    let triangle = [v(1.3, 2.7), v(63.1, 9.9), v(11.7, 62.4)];
+    shape_vertices(&m, &triangle);
+    let vs = colour_vs(&m, VERTICES);
+    cf_table(&m, 3, agx_hw::formats::ShadeModel::Linear);
+    let fs = fs_program(
+        &m,
+        "
+    iter r12, cf0, center, 0, 0, 0, 0, 0
+    ldcf r2_r3_r4, cf0, 0
+    get_sr r10, sr80
+    get_sr r11, sr81
+    and r10, r10, 31
+    and r11, r11, 31
+    convert u32_to_f, r5, r10, rte
+    convert u32_to_f, r6, r11, rte
+    fadd32 r5, r5, 0.5
+    fadd32 r6, r6, 0.5
+    fmadd32 r7, r6, r3, r4
+    fmadd32 r7, r5, r2, r7
+    mov_imm r9, 0x3f800000
+    icmpsel ueq, r20, r7, r12, 0, r9
+    mov_imm r21, 0
+    mov_imm r22, 0
+    mov r23, r9
+    st_tile r20_r21_r22_r23, u8norm, 0, xyzw, 0, 255, r0, 0
+    stop",
+    );
+    let draw = Shapes::new(Primitive::Triangles, 3);
+    let render = draw_shapes(&m, draw, vs, 7, fs, Some((0x5000, 1)), None, None, &|_| {});
+    assert_eq!(m.submit(CmdType::Render, render.as_bytes()), None);
+    let mut drawn = 0;
+    let pixels = image(&m, SIZE as usize);
+    for y in 0..64 {
+        for x in 0..64 {
+            let at = y * STRIDE as usize + 4 * x;
+            let pixel = &pixels[at..at + 4];
+            if pixel[3] == 255 {
+                drawn += 1;
+                assert_eq!(pixel[0], 0, "pixel ({x}, {y}): iter and the fmas differ");
+            }
+        }
+    }
+    assert!(drawn > 1000, "{drawn} pixels drawn");
+}
+
 /// `iter` with bit 23 takes its coefficient register from a 16-bit
 /// register (Mesa's dynamically indexed varying arrays): with r10l = 3
 /// it reads cf3-cf5, here the colour bound flat from vertex 0, where the

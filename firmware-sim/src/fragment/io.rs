@@ -264,15 +264,32 @@ impl ShaderIo for TileIo<'_, '_> {
         interpolation: crate::usc::io::Interpolation,
         perspective_w: Option<u32>,
     ) -> Result<[f32; 4], IoError> {
+        // The interpolator evaluates the coefficient registers `ldcf`
+        // reads at the point relative to the 32x32 tile's corner, with two
+        // fused multiply-adds: what Mesa's lowering of
+        // `interpolateAtOffset` computes (and Apple's compiler, by Mesa's
+        // comments there), so that it agrees with `iter` at offset 0. How
+        // the hardware's interpolator rounds is not public; a perspective
+        // value is then divided by the W plane's, in f32.
         let (x, y) = self.interpolation_point(lane, interpolation);
-        let at = (f64::from(x), f64::from(y));
-        let w = match perspective_w {
-            Some(w_cf) => self.coefficient(w_cf).value_at(at),
-            None => 1.0,
+        let origin = self.coefficient_origin();
+        let (tx, ty) = (x - origin.0 as f32, y - origin.1 as f32);
+        // A flat value keeps its bits (a -0 or an integer's too).
+        let eval = |coefficient: Coefficient| match coefficient {
+            Coefficient::Constant(bits) => f32::from_bits(bits),
+            plane => {
+                let [a, b, c] = plane.words_at(origin);
+                tx.mul_add(a, ty.mul_add(b, c))
+            }
         };
+        let w = perspective_w.map(|w_cf| eval(self.coefficient(w_cf)));
         let mut out = [0f32; 4];
         for (i, value) in out.iter_mut().enumerate().take(count.min(4)) {
-            *value = (self.coefficient(cf + i as u32).value_at(at) / w) as f32;
+            let v = eval(self.coefficient(cf + i as u32));
+            *value = match w {
+                Some(w) => v / w,
+                None => v,
+            };
         }
         Ok(out)
     }
