@@ -168,10 +168,11 @@ impl Device {
                 Ok(0)
             }
             DMA_BUF_IOCTL_EXPORT_SYNC_FILE => {
-                let mut file = DmaBufSyncFile::new_zeroed();
-                copy_from_user(file.as_mut_bytes(), arg).map_err(fault)?;
+                let mut file = sync_file_argument(arg)?;
                 let flags = u64::from(file.flags);
-                check_access(flags)?;
+                // Linux installs the descriptor only once the answer is
+                // copied out: a caller that cannot take it gets none.
+                copy_to_user(arg, file.as_bytes()).map_err(fault)?;
                 let fences = reservation.fences_for(flags & DMA_BUF_SYNC_WRITE != 0);
                 // No fence: the stub, signalled.
                 let fence = match fences.as_slice() {
@@ -186,10 +187,8 @@ impl Device {
                 Ok(0)
             }
             DMA_BUF_IOCTL_IMPORT_SYNC_FILE => {
-                let mut file = DmaBufSyncFile::new_zeroed();
-                copy_from_user(file.as_mut_bytes(), arg).map_err(fault)?;
+                let file = sync_file_argument(arg)?;
                 let flags = u64::from(file.flags);
-                check_access(flags)?;
                 let not_a_sync_file = DmaBufError::NotASyncFile { fd: file.fd };
                 let sync_file = dup_user_fd(file.fd).ok_or(not_a_sync_file.clone())?;
                 if !self.exports.is_sync_file(sync_file.as_fd()) {
@@ -224,6 +223,15 @@ impl Device {
                 .map_err(|_| DmaBufError::Interrupted)?;
         }
     }
+}
+
+/// The export or import argument at user address `arg`, its flags
+/// checked.
+fn sync_file_argument(arg: u64) -> Result<DmaBufSyncFile, DmaBufError> {
+    let mut file = DmaBufSyncFile::new_zeroed();
+    copy_from_user(file.as_mut_bytes(), arg).map_err(|_| DmaBufError::Fault { address: arg })?;
+    check_access(u64::from(file.flags))?;
+    Ok(file)
 }
 
 /// The export and import flags: read and/or write, nothing else

@@ -1507,10 +1507,29 @@ fn textured_quad_with(
     descriptor: &agx_hw::formats::Texture,
     sampler: &agx_hw::formats::Sampler,
 ) -> Result<Vec<u8>, Errno> {
+    let uv = [[0.0f32, 0.0], [1.0, 0.0], [0.0, 1.0], [1.0, 1.0]];
+    let (vs, fs) = textured_quad_programs(m, (descriptor, sampler), uv, TEXTURED_FS);
+    let render = draw_pass(m, 6, vs, 7, fs, Some((0x5000, 1)));
+    match m.submit(CmdType::Render, render.as_bytes()) {
+        None => Ok(image(m, SIZE as usize)),
+        Some(errno) => Err(errno),
+    }
+}
+
+/// Sets up a quad over the whole 64x64 target with texture coordinates
+/// `uv` at its corners (top left, top right, bottom left, bottom right),
+/// `descriptor` and `sampler` in ts0 and ss0, and fragment shader `fs`
+/// reading the coordinates from cf0-cf1: the vertex and fragment
+/// programs.
+fn textured_quad_programs(
+    m: &Machine,
+    (descriptor, sampler): (&agx_hw::formats::Texture, &agx_hw::formats::Sampler),
+    uv: [[f32; 2]; 4],
+    fs: &str,
+) -> (u64, u64) {
     m.poke(m.data, 0x8_2000, &descriptor.pack().unwrap());
     m.poke(m.data, 0x8_2100, &sampler.pack().unwrap());
     let corners = [[0.0f32, 0.0], [64.0, 0.0], [0.0, 64.0], [64.0, 64.0]];
-    let uv = [[0.0f32, 0.0], [1.0, 0.0], [0.0, 1.0], [1.0, 1.0]];
     let mut vertices = Vec::new();
     for v in [0, 1, 2, 1, 3, 2] {
         vertices.extend_from_slice(&clip(&[corners[v]]));
@@ -1519,7 +1538,7 @@ fn textured_quad_with(
     m.poke_u32s(VERTICES, &vertices);
     let vs = colour_vs(m, VERTICES);
     let fs = m.program_with_samplers(
-        TEXTURED_FS,
+        fs,
         0x4000,
         0x100,
         &[0],
@@ -1529,11 +1548,7 @@ fn textured_quad_with(
         Some((1, DATA_VA + 0x8_2100)),
     );
     cf_table(m, 2, agx_hw::formats::ShadeModel::Linear);
-    let render = draw_pass(m, 6, vs, 7, fs, Some((0x5000, 1)));
-    match m.submit(CmdType::Render, render.as_bytes()) {
-        None => Ok(image(m, SIZE as usize)),
-        Some(errno) => Err(errno),
-    }
+    (vs, fs)
 }
 
 /// TEXTURED_FS, slow in the first row of tiles: there each pixel first
@@ -1622,28 +1637,8 @@ fn feedback_pass(gpu_threads: usize, fed: Fed) -> (Vec<u8>, Vec<u8>) {
         wrap_t: Wrap::ClampToEdge,
         ..Sampler::default()
     };
-    m.poke(m.data, 0x8_2000, &descriptor.pack().unwrap());
-    m.poke(m.data, 0x8_2100, &sampler.pack().unwrap());
-    let corners = [[0.0f32, 0.0], [64.0, 0.0], [0.0, 64.0], [64.0, 64.0]];
     let mirrored = [[1.0f32, 1.0], [0.0, 1.0], [1.0, 0.0], [0.0, 0.0]];
-    let mut vertices = Vec::new();
-    for v in [0, 1, 2, 1, 3, 2] {
-        vertices.extend_from_slice(&clip(&[corners[v]]));
-        vertices.extend([mirrored[v][0].to_bits(), mirrored[v][1].to_bits(), 0, 0]);
-    }
-    m.poke_u32s(VERTICES, &vertices);
-    let vs = colour_vs(&m, VERTICES);
-    let fs = m.program_with_samplers(
-        &feedback_fs(),
-        0x4000,
-        0x100,
-        &[0],
-        UNIFORMS + 0x300,
-        0,
-        Some((1, DATA_VA + 0x8_2000)),
-        Some((1, DATA_VA + 0x8_2100)),
-    );
-    cf_table(&m, 2, agx_hw::formats::ShadeModel::Linear);
+    let (vs, fs) = textured_quad_programs(&m, (&descriptor, &sampler), mirrored, &feedback_fs());
     let mut render =
         draw_pass_with_depth(&m, 6, vs, 7, fs, Some((0x5000, 1)), Some(ZsFunc::Always));
     render.zls_ctrl = zls_word(ZlsControl {

@@ -173,25 +173,17 @@ pub(crate) fn render_scene(
             // first is a warning, the rest go to the debug log.
             static WARNED: std::sync::atomic::AtomicBool =
                 std::sync::atomic::AtomicBool::new(false);
-            let message = "a render pass samples an image its own tiles store: a tile that reads \
-                           texels another tile stores reads them stored or not depending on the \
-                           order tiles run (a feedback loop); its tiles run in order";
+            let message = format!(
+                "a render pass samples an image its own tiles store: a tile that reads texels \
+                 another tile stores reads them stored or not depending on the order tiles run \
+                 (a feedback loop); its tiles run in order (texture at {:#x}, state {}, {} \
+                 image at {:#x})",
+                feedback.texture, feedback.state, feedback.target, feedback.target_base
+            );
             if WARNED.swap(true, Ordering::Relaxed) {
-                tracing::debug!(
-                    texture = format_args!("{:#x}", feedback.texture),
-                    state = feedback.state,
-                    target = feedback.target,
-                    target_base = format_args!("{:#x}", feedback.target_base),
-                    "{message}"
-                );
+                tracing::debug!("{message}");
             } else {
-                tracing::warn!(
-                    texture = format_args!("{:#x}", feedback.texture),
-                    state = feedback.state,
-                    target = feedback.target,
-                    target_base = format_args!("{:#x}", feedback.target_base),
-                    "{message} (further passes like it are logged at debug level)"
-                );
+                tracing::warn!("{message}; further passes like it are logged at debug level");
             }
             1
         }
