@@ -90,6 +90,36 @@ pub struct Imageblock {
     pub samples: u32,
     /// Bytes of one sample's record.
     pub sample_bytes: u32,
+    /// The last store's conversion, for the next store of the same
+    /// values (a clear stores one colour to every pixel).
+    last_conversion: Option<Conversion>,
+}
+
+/// Register values converted to an element's bytes: component `c` (of
+/// those `mask` names) at `c << format.shift()` of `bytes`.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Conversion {
+    format: ElementFormat,
+    mask: u8,
+    half: bool,
+    values: [u32; 4],
+    bytes: [u8; 16],
+}
+
+impl Conversion {
+    /// `values` (by component) converted to `format`, the components
+    /// `mask` names; `format` is not a packed one.
+    fn new(format: ElementFormat, mask: u8, half: bool, values: [u32; 4]) -> Conversion {
+        let mut bytes = [0u8; 16];
+        formats::store_element(format, &mut bytes, mask, values, half);
+        Conversion {
+            format,
+            mask,
+            half,
+            values,
+            bytes,
+        }
+    }
 }
 
 /// A refusal by the image block or the pixel back end.
@@ -111,12 +141,18 @@ pub fn channel_offset(format: ElementFormat, offset: usize, component: usize) ->
 /// `swizzle_c` (Mesa sets `swizzle_r` to the RGBA component its format
 /// stores in channel 0, and so on: a B8G8R8A8 image stores B first).
 fn swizzled(pbe: &Pbe, values: [u32; 4]) -> [u32; 4] {
-    [pbe.swizzle_r, pbe.swizzle_g, pbe.swizzle_b, pbe.swizzle_a].map(|s| match s {
-        Channel::G => values[1],
-        Channel::B => values[2],
-        Channel::A => values[3],
-        _ => values[0],
-    })
+    std::array::from_fn(|channel| values[swizzle_source(pbe, channel)])
+}
+
+/// The source component stored channel `channel` (0-3) gets.
+fn swizzle_source(pbe: &Pbe, channel: usize) -> usize {
+    let swizzle = [pbe.swizzle_r, pbe.swizzle_g, pbe.swizzle_b, pbe.swizzle_a];
+    match swizzle[channel & 3] {
+        Channel::G => 1,
+        Channel::B => 2,
+        Channel::A => 3,
+        _ => 0,
+    }
 }
 
 /// The component mask of an image with `channels` channels.
@@ -133,6 +169,7 @@ impl Imageblock {
             height_px: shape.height_px,
             samples: shape.samples,
             sample_bytes: shape.sample_bytes,
+            last_conversion: None,
         }
     }
 
@@ -230,15 +267,42 @@ impl Imageblock {
         for (register, component) in (0..4).filter(|c| access.mask & (1 << c) != 0).enumerate() {
             by_component[component] = values[register];
         }
+        let mask = access.mask & fits & 0xF;
+        if format.packed() {
+            // The components not named keep their bits in the word.
+            for sample in (0..self.samples).filter(|s| samples & (1 << s) != 0) {
+                let at = self.record(x, y, sample) + offset;
+                formats::store_element(
+                    format,
+                    &mut self.bytes[at..],
+                    mask,
+                    by_component,
+                    access.half,
+                );
+            }
+            return Ok(());
+        }
+        let conversion = match self.last_conversion {
+            Some(c)
+                if (c.format, c.mask, c.half, c.values)
+                    == (format, mask, access.half, by_component) =>
+            {
+                c
+            }
+            _ => {
+                let c = Conversion::new(format, mask, access.half, by_component);
+                self.last_conversion = Some(c);
+                c
+            }
+        };
+        let size = 1usize << format.shift();
         for sample in (0..self.samples).filter(|s| samples & (1 << s) != 0) {
             let at = self.record(x, y, sample) + offset;
-            formats::store_element(
-                format,
-                &mut self.bytes[at..],
-                access.mask & fits,
-                by_component,
-                access.half,
-            );
+            for component in (0..4).filter(|c| mask & (1 << c) != 0) {
+                let from = component * size;
+                self.bytes[at + from..at + from + size]
+                    .copy_from_slice(&conversion.bytes[from..from + size]);
+            }
         }
         Ok(())
     }
@@ -415,34 +479,59 @@ impl PbeTarget {
             None
         };
         let texel_run_bytes = self.texel_bytes * self.samples as usize;
-        let mut texel = vec![0u8; texel_run_bytes];
-        let mut row = Vec::with_capacity(written.0.len() * texel_run_bytes);
-        let linear = self.pbe.layout == Layout::Linear;
-        for y in written.1.clone() {
-            row.clear();
-            for x in written.0.clone() {
-                texel.fill(0);
-                texel_of(x, y, &mut texel)?;
-                if linear {
-                    row.extend_from_slice(&texel);
-                } else {
+        if self.pbe.layout == Layout::Linear {
+            let mut row = Vec::with_capacity(written.0.len() * texel_run_bytes);
+            for y in written.1.clone() {
+                row.clear();
+                for x in written.0.clone() {
+                    let start = row.len();
+                    row.resize(start + texel_run_bytes, 0);
+                    texel_of(x, y, &mut row[start..])?;
+                }
+                if row.is_empty() {
+                    continue;
+                }
+                let at = self
+                    .layout
+                    .offset(0, written.0.start, y, layer)
+                    .ok_or_else(|| invalid(format!("row {y} past the image")))?;
+                vm.write(self.pbe.buffer.wrapping_add(at), &row)
+                    .map_err(IoError::Memory)?;
+            }
+        } else {
+            // Z-order tiles: the pixels in memory order, so that texels
+            // adjacent in memory (a whole tile, or the aligned square of a
+            // tile a block covers) go out as one write.
+            let mut pixels = Vec::with_capacity(written.0.len() * written.1.len());
+            for y in written.1.clone() {
+                for x in written.0.clone() {
                     let at = self
                         .layout
                         .offset(self.level, x, y, layer)
                         .ok_or_else(|| invalid(format!("pixel ({x}, {y}) past the image")))?;
-                    vm.write(self.pbe.buffer.wrapping_add(at), &texel)
-                        .map_err(IoError::Memory)?;
+                    pixels.push((at, x, y));
                 }
             }
-            if row.is_empty() {
-                continue;
+            pixels.sort_unstable_by_key(|&(at, ..)| at);
+            let mut run = Vec::with_capacity(pixels.len() * texel_run_bytes);
+            let mut run_at = None;
+            for (at, x, y) in pixels {
+                if run_at.map(|start: u64| start + run.len() as u64) != Some(at) {
+                    if let Some(start) = run_at {
+                        vm.write(self.pbe.buffer.wrapping_add(start), &run)
+                            .map_err(IoError::Memory)?;
+                    }
+                    run.clear();
+                    run_at = Some(at);
+                }
+                let start = run.len();
+                run.resize(start + texel_run_bytes, 0);
+                texel_of(x, y, &mut run[start..])?;
             }
-            let at = self
-                .layout
-                .offset(0, written.0.start, y, layer)
-                .ok_or_else(|| invalid(format!("row {y} past the image")))?;
-            vm.write(self.pbe.buffer.wrapping_add(at), &row)
-                .map_err(IoError::Memory)?;
+            if let Some(start) = run_at {
+                vm.write(self.pbe.buffer.wrapping_add(start), &run)
+                    .map_err(IoError::Memory)?;
+            }
         }
         if let Some((words, word)) = marked_tiles {
             for address in words {
@@ -523,6 +612,26 @@ pub fn store_block(
     } else {
         source
     };
+    // Where the image's format is the tile's, its channels in the same
+    // order, and converting an element to registers and back gives the
+    // same bytes, a texel is the tile's bytes as they are.
+    let stored = channels.min(4);
+    let copies_bytes = source == element
+        && formats::round_trips(source, half)
+        && channels <= 4
+        && texel_bytes == channels << source.shift()
+        && (0..stored).all(|c| fits & (1 << c) != 0 && swizzle_source(pbe, c) == c);
+    if copies_bytes {
+        return target.write(vm, placement.layer, written, |x, y, texel| {
+            let (bx, by) = (x - origin.0, y - origin.1);
+            for sample in 0..block.samples as usize {
+                let from = block.record(bx, by, sample as u32) + offset;
+                texel[sample * texel_bytes..(sample + 1) * texel_bytes]
+                    .copy_from_slice(&block.bytes[from..from + texel_bytes]);
+            }
+            Ok(())
+        });
+    }
     target.write(vm, placement.layer, written, |x, y, texel| {
         let (bx, by) = (x - origin.0, y - origin.1);
         for sample in 0..block.samples {

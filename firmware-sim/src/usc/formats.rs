@@ -401,6 +401,25 @@ pub fn store_element(
     }
 }
 
+/// Whether [`store`] of what [`load`] reads (both with `half`) gives back
+/// the bytes read, for every element and component: the integer formats,
+/// f16 moved as 16-bit values, unorm8 and srgba8 (whose conversions round
+/// to nearest), and unorm16 through fp32 registers. Snorm formats do not
+/// (-128 reads as -1.0, stored as -127), nor do f16 widened to fp32 (a
+/// NaN comes back as the default NaN) and unorm16 through fp16 registers.
+pub fn round_trips(format: ElementFormat, half: bool) -> bool {
+    match format {
+        ElementFormat::I8
+        | ElementFormat::I16
+        | ElementFormat::I32
+        | ElementFormat::Unorm8
+        | ElementFormat::Srgba8 => true,
+        ElementFormat::F16 => half,
+        ElementFormat::Unorm16 => !half,
+        _ => false,
+    }
+}
+
 /// Packs the components `mask` names (`values` indexed by component) into
 /// a packed format's `word`; the other components keep their value.
 ///
@@ -544,6 +563,58 @@ mod tests {
     }
 
     use super::*;
+
+    /// Whether storing what a load of `bytes` gives returns `bytes`, as
+    /// every component.
+    fn round_trip_holds(format: ElementFormat, bytes: &[u8], half: bool) -> bool {
+        (0..4).all(|component| {
+            let mut out = [0u8; 4];
+            let value = load(format, bytes, component, half);
+            store(format, &mut out, component, value, half);
+            out[..bytes.len()] == *bytes
+        })
+    }
+
+    #[test]
+    fn round_trips_names_the_formats_whose_elements_come_back_unchanged() {
+        let formats = [
+            (ElementFormat::I8, 1),
+            (ElementFormat::Unorm8, 1),
+            (ElementFormat::Snorm8, 1),
+            (ElementFormat::Srgba8, 1),
+            (ElementFormat::I16, 2),
+            (ElementFormat::F16, 2),
+            (ElementFormat::Unorm16, 2),
+            (ElementFormat::Snorm16, 2),
+        ];
+        for (format, size) in formats {
+            for half in [false, true] {
+                let every = (0..1u32 << (8 * size))
+                    .all(|v| round_trip_holds(format, &v.to_le_bytes()[..size], half));
+                assert_eq!(round_trips(format, half), every, "{format:?}, half {half}");
+            }
+        }
+        // 32-bit words: the bits pass through.
+        for v in (0..=u32::MAX)
+            .step_by(65_521)
+            .chain([u32::MAX, 0x7FC0_0001])
+        {
+            assert!(round_trip_holds(
+                ElementFormat::I32,
+                &v.to_le_bytes(),
+                false
+            ));
+        }
+        assert!(round_trips(ElementFormat::I32, false));
+        // Every 8-bit snorm byte but -128 comes back; f16 NaNs widened to
+        // fp32 do not.
+        assert!(!round_trip_holds(ElementFormat::Snorm8, &[0x80], false));
+        assert!(!round_trip_holds(
+            ElementFormat::F16,
+            &0x7E01u16.to_le_bytes(),
+            false
+        ));
+    }
 
     #[test]
     fn normalised_formats_round_trip_through_registers() {
