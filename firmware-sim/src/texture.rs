@@ -120,7 +120,15 @@ struct Image {
     last_tile: std::cell::Cell<Option<(u64, TileMode)>>,
     /// A metadata word in no known mode was met (and logged).
     stale_logged: std::cell::Cell<bool>,
+    /// The aligned line of memory last read for a texel (its address and
+    /// bytes): an image is decoded for one instruction, whose lanes'
+    /// footprints mostly share lines.
+    line: std::cell::RefCell<Option<(u64, [u8; TEXEL_LINE_BYTES])>>,
 }
+
+/// Bytes of the aligned lines texels are read through (inside one page,
+/// so a line faults exactly where the texels in it would).
+const TEXEL_LINE_BYTES: usize = 128;
 
 /// Descriptors a Texture or Sampler word (or a preshader's state store)
 /// binds to state registers.
@@ -356,6 +364,7 @@ fn open_image(vm: &GpuVm<'_>, address: u64) -> Result<Image, IoError> {
         block,
         last_tile: std::cell::Cell::new(None),
         stale_logged: std::cell::Cell::new(false),
+        line: std::cell::RefCell::new(None),
     })
 }
 
@@ -511,12 +520,7 @@ impl TextureUnit<'_> {
         let bytes = element
             .get_mut(..image.element_bytes as usize)
             .ok_or_else(|| invalid(format!("{}-byte texels", image.element_bytes)))?;
-        crate::usc::GpuMemory::read(
-            &self.vm,
-            image.texture.address.wrapping_add(offset),
-            bytes,
-            crate::usc::AccessKind::Read,
-        )?;
+        self.read_texel_bytes(image, image.texture.address.wrapping_add(offset), bytes)?;
         let one = if image.integer { 1 } else { 1.0f32.to_bits() };
         let mut out = [0, 0, 0, one];
         let signed = image.texture.data_type == TextureType::Sint;
@@ -536,6 +540,35 @@ impl TextureUnit<'_> {
         Ok(out)
     }
 
+    /// Reads the bytes of `image` at `address` through the image's line
+    /// (the aligned [`TEXEL_LINE_BYTES`] holding them, read once for the
+    /// texels after). Bytes crossing a line, or in a line that faults,
+    /// are read on their own, so that a fault names their address.
+    fn read_texel_bytes(&self, image: &Image, address: u64, buf: &mut [u8]) -> Result<(), IoError> {
+        let line = address & !(TEXEL_LINE_BYTES as u64 - 1);
+        let at = (address - line) as usize;
+        if at + buf.len() <= TEXEL_LINE_BYTES {
+            let mut cached = image.line.borrow_mut();
+            if cached.as_ref().is_none_or(|(l, _)| *l != line) {
+                let mut bytes = [0u8; TEXEL_LINE_BYTES];
+                *cached = crate::usc::GpuMemory::read(
+                    &self.vm,
+                    line,
+                    &mut bytes,
+                    crate::usc::AccessKind::Read,
+                )
+                .ok()
+                .map(|()| (line, bytes));
+            }
+            if let Some((_, bytes)) = cached.as_ref() {
+                buf.copy_from_slice(&bytes[at..at + buf.len()]);
+                return Ok(());
+            }
+        }
+        crate::usc::GpuMemory::read(&self.vm, address, buf, crate::usc::AccessKind::Read)?;
+        Ok(())
+    }
+
     /// Texel (x, y) of a block-compressed image: its block read and
     /// decoded, sRGB colour channels decoded when the descriptor says.
     fn block_texel(
@@ -552,12 +585,7 @@ impl TextureUnit<'_> {
             .ok_or_else(|| invalid(format!("texel ({x}, {y}) of level {level}")))?;
         let mut block = [0u8; 16];
         let bytes = &mut block[..format.block_bytes() as usize];
-        crate::usc::GpuMemory::read(
-            &self.vm,
-            image.texture.address.wrapping_add(offset),
-            bytes,
-            crate::usc::AccessKind::Read,
-        )?;
+        self.read_texel_bytes(image, image.texture.address.wrapping_add(offset), bytes)?;
         let mut rgba = crate::bc::decode(format, bytes, x % bw, y % bh, image.texture.srgb);
         if image.texture.srgb {
             for c in &mut rgba[..3] {

@@ -759,6 +759,32 @@ fn an_unmapped_texture_descriptor_faults_at_its_address_on_first_use() {
     assert_eq!(unit, agx_fwif::messages::FaultUnit::Usc as u32);
 }
 
+/// Texels are read through 128-byte lines, but a texel on an unmapped
+/// page faults at its own address, not at its line's.
+#[test_log::test]
+fn an_unmapped_texel_faults_at_its_own_address() {
+    let m = Machine::new(5000);
+    let mut descriptor = texture(&m, Layout::Linear);
+    let missing = 0x6_0000_0050u64;
+    descriptor.address = missing;
+    m.poke(m.data, DESCRIPTOR, &descriptor.pack().unwrap());
+    let mut uniforms = pair(DATA_VA + OUT);
+    uniforms.push(TEX_W);
+    let pipeline = m.program(
+        LOAD,
+        0x1000,
+        0x40,
+        &uniforms,
+        UNIFORMS,
+        0,
+        Some((1, DATA_VA + DESCRIPTOR)),
+    );
+    assert_eq!(run_grid(&m, pipeline), Some(agx_kmd::Errno::EIO));
+    let (address, unit, _) = m.system.device().scheduler().stats().last_fault.unwrap();
+    assert_eq!(address, missing, "texel (0, 0), the first lane's");
+    assert_eq!(unit, agx_fwif::messages::FaultUnit::Usc as u32);
+}
+
 /// Mesa's preambles bind descriptors from a heap to state registers
 /// (`tex_state_store`): the kernel then loads through ts0 although no
 /// Texture word binds it, and without the preshader the same kernel
