@@ -298,6 +298,16 @@ impl Imageblock {
         let size = 1usize << format.shift();
         for sample in (0..self.samples).filter(|s| samples & (1 << s) != 0) {
             let at = self.record(x, y, sample) + offset;
+            if mask == 0xF {
+                // The whole element, in one copy of a known size.
+                let record = &mut self.bytes[at..];
+                match size {
+                    1 => record[..4].copy_from_slice(&conversion.bytes[..4]),
+                    2 => record[..8].copy_from_slice(&conversion.bytes[..8]),
+                    _ => record[..16].copy_from_slice(&conversion.bytes[..16]),
+                }
+                continue;
+            }
             for component in (0..4).filter(|c| mask & (1 << c) != 0) {
                 let from = component * size;
                 self.bytes[at + from..at + from + size]
@@ -502,20 +512,23 @@ impl PbeTarget {
             // Z-order tiles: the pixels in memory order, so that texels
             // adjacent in memory (a whole tile, or the aligned square of a
             // tile a block covers) go out as one write.
-            let mut pixels = Vec::with_capacity(written.0.len() * written.1.len());
-            for y in written.1.clone() {
-                for x in written.0.clone() {
-                    let at = self
-                        .layout
-                        .offset(self.level, x, y, layer)
-                        .ok_or_else(|| invalid(format!("pixel ({x}, {y}) past the image")))?;
-                    pixels.push((at, x, y));
-                }
-            }
-            pixels.sort_unstable_by_key(|&(at, ..)| at);
-            let mut run = Vec::with_capacity(pixels.len() * texel_run_bytes);
+            // The written rectangle's pixels in Z-order from its corner:
+            // where the corner is aligned (a tile's block), that is the
+            // layout's order; elsewhere runs are shorter, and still only
+            // adjacent texels share a write.
+            let (width, height) = (written.0.len() as u32, written.1.len() as u32);
+            let side = width.max(height).next_power_of_two();
+            let pixels = (0..u64::from(side) * u64::from(side))
+                .map(|index| agx_hw::layout::morton_position(index))
+                .filter(|&(dx, dy)| dx < width && dy < height)
+                .map(|(dx, dy)| (written.0.start + dx, written.1.start + dy));
+            let mut run = Vec::with_capacity(written.0.len() * written.1.len() * texel_run_bytes);
             let mut run_at = None;
-            for (at, x, y) in pixels {
+            for (x, y) in pixels {
+                let at = self
+                    .layout
+                    .offset(self.level, x, y, layer)
+                    .ok_or_else(|| invalid(format!("pixel ({x}, {y}) past the image")))?;
                 if run_at.map(|start: u64| start + run.len() as u64) != Some(at) {
                     if let Some(start) = run_at {
                         vm.write(self.pbe.buffer.wrapping_add(start), &run)

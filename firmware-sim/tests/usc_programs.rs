@@ -1065,3 +1065,43 @@ fn threadgroup_memory_packs_a_packed_format_into_one_word() {
     let r = |n: u16| f32::from_bits(group.read(Reg::r(n), 0) as u32);
     assert_eq!([r(6), r(7), r(8)], [1.0, 4.0, 0.5]);
 }
+
+/// A group reset for the next dispatch (tile programs run their groups
+/// one after another in one register file) is the group `new` makes:
+/// what the last one left in its registers, special registers and mask
+/// is gone, and it runs a program the same.
+#[test]
+fn a_reset_group_runs_as_a_new_one() {
+    let source = "
+        if_icmp r0l, ueq, r2, 0, 1
+        iadd r3, r2, 5
+        pop_exec r0l, 1
+        stop";
+    let mut m = Machine::new(source);
+    let mut used = SimdGroup::new(CODE_BASE, 0b1111);
+    for lane in 0..4 {
+        used.write(Reg::r(2), lane, 7 * (lane as u64 % 2));
+        used.write(Reg::r(100), lane, 0xDEAD);
+    }
+    used.special.set_all(60, 9);
+    assert_eq!(m.run(&mut used), Ok(Exit::Stopped));
+    used.reset(CODE_BASE, 0b11);
+    let mut fresh = SimdGroup::new(CODE_BASE, 0b11);
+    assert_eq!(used.exec_mask(), 0b11);
+    assert_eq!(used.special.lane(60, 0), None);
+    assert_eq!(used.executed_instructions, 0);
+    for r in 0..128 {
+        for lane in 0..32 {
+            assert_eq!(used.read(Reg::r(r), lane), 0, "r{r} lane {lane}");
+        }
+    }
+    assert_eq!(m.run(&mut used), m.run(&mut fresh));
+    for lane in 0..32 {
+        assert_eq!(
+            used.read(Reg::r(3), lane),
+            fresh.read(Reg::r(3), lane),
+            "lane {lane}"
+        );
+    }
+    assert_eq!(used.read(Reg::r(3), 0), 5);
+}

@@ -57,6 +57,22 @@ pub fn morton(x: u32, y: u32) -> u64 {
     spread(x) | (spread(y) << 1)
 }
 
+/// The even bits of `v` gathered into the low half ([`spread`]'s
+/// inverse).
+fn gather(v: u64) -> u32 {
+    let mut x = v & 0x5555_5555_5555_5555;
+    x = (x | (x >> 1)) & 0x3333_3333_3333_3333;
+    x = (x | (x >> 2)) & 0x0F0F_0F0F_0F0F_0F0F;
+    x = (x | (x >> 4)) & 0x00FF_00FF_00FF_00FF;
+    x = (x | (x >> 8)) & 0x0000_FFFF_0000_FFFF;
+    ((x | (x >> 16)) & 0xFFFF_FFFF) as u32
+}
+
+/// The (x, y) whose Z-order index is `index` ([`morton`]'s inverse).
+pub fn morton_position(index: u64) -> (u32, u32) {
+    (gather(index), gather(index >> 1))
+}
+
 /// One mip level of a tiled image.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Level {
@@ -677,6 +693,21 @@ impl CompressionLayout {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn morton_position_inverts_morton() {
+        for y in (0..70_000u32).step_by(997).chain([0xFFFF_FFFF, 1 << 31]) {
+            for x in (0..70_000u32).step_by(1_009).chain([0xFFFF_FFFF, 5]) {
+                assert_eq!(morton_position(morton(x, y)), (x, y));
+            }
+        }
+        // In order: each aligned 2x2 square, then the next.
+        let firsts: Vec<_> = (0..8).map(morton_position).collect();
+        assert_eq!(
+            firsts,
+            [(0, 0), (1, 0), (0, 1), (1, 1), (2, 0), (3, 0), (2, 1), (3, 1)]
+        );
+    }
 
     #[test]
     fn a_level_span_runs_from_its_first_level_to_the_next_levels_start() {

@@ -158,6 +158,8 @@ pub(super) fn run_tile_program(
         sampler_heap,
         sampler_stride_bytes: binding.sampler_stride_bytes,
     };
+    // The groups run one after another in one register file.
+    let mut group = SimdGroup::new(binding.code, 0);
     for (chunk, helper) in order.chunks(LANES).zip(helpers.chunks(LANES)) {
         let mut lanes = [(0u32, 0u32); LANES];
         lanes[..chunk.len()].copy_from_slice(chunk);
@@ -166,7 +168,7 @@ pub(super) fn run_tile_program(
             .iter()
             .enumerate()
             .fold(0u32, |m, (lane, &h)| if h { m | 1 << lane } else { m });
-        let mut group = SimdGroup::new(binding.code, present);
+        group.reset(binding.code, present);
         let sr = agx_hw::isa::table::sr::THREAD_POSITION_IN_GRID;
         group
             .special

@@ -199,6 +199,9 @@ pub struct Env<'a> {
     pub threadgroup: &'a mut [u8],
 }
 
+/// Special registers a dispatch sets, room for which is made at once.
+const SPECIAL_SLOTS: usize = 16;
+
 /// Special-register values a dispatch provides, per lane.
 #[derive(Debug, Clone, Default)]
 pub struct SpecialRegs {
@@ -210,7 +213,12 @@ impl SpecialRegs {
     pub fn set_lanes(&mut self, sr: u32, values: [u32; LANES]) {
         match self.slots.iter_mut().find(|(n, _)| *n == sr) {
             Some(slot) => slot.1 = values,
-            None => self.slots.push((sr, values)),
+            None => {
+                // A fragment program's dispatch sets about a dozen: room
+                // for them at once, not grown one reallocation at a time.
+                self.slots.reserve(SPECIAL_SLOTS);
+                self.slots.push((sr, values));
+            }
         }
     }
 
@@ -378,6 +386,21 @@ impl SimdGroup {
             executed_instructions: 0,
             stack: Stack::default(),
         }
+    }
+
+    /// The group as [`SimdGroup::new`] makes it, in this group's memory:
+    /// registers zeroed, no special registers set, no stack (groups run
+    /// one after another reuse one register file).
+    pub fn reset(&mut self, pc: u64, present: u32) {
+        for register in self.regs.iter_mut() {
+            *register = [0; LANES];
+        }
+        self.present = present;
+        self.exec = present;
+        self.pc = pc;
+        self.special.slots.clear();
+        self.executed_instructions = 0;
+        self.stack = Stack::default();
     }
 
     /// Reads a register in a lane (16-bit halves in the low bits).
