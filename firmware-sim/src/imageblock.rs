@@ -509,26 +509,47 @@ impl PbeTarget {
                     .map_err(IoError::Memory)?;
             }
         } else {
-            // Z-order tiles: the pixels in memory order, so that texels
-            // adjacent in memory (a whole tile, or the aligned square of a
-            // tile a block covers) go out as one write.
-            // The written rectangle's pixels in Z-order from its corner:
-            // where the corner is aligned (a tile's block), that is the
-            // layout's order; elsewhere runs are shorter, and still only
-            // adjacent texels share a write.
+            // Z-order tiles: the written rectangle's pixels in Z-order
+            // from its corner, so that texels adjacent in memory go out as
+            // one write. Within a square of a layout's tile aligned to its
+            // side, that is the layout's order: the square's texels follow
+            // one another, and only its first offset is computed. Elsewhere runs are shorter, and
+            // still only adjacent texels share a write.
             let (width, height) = (written.0.len() as u32, written.1.len() as u32);
             let side = width.max(height).next_power_of_two();
-            let pixels = (0..u64::from(side) * u64::from(side))
-                .map(|index| agx_hw::layout::morton_position(index))
-                .filter(|&(dx, dy)| dx < width && dy < height)
-                .map(|(dx, dy)| (written.0.start + dx, written.1.start + dy));
+            // A smaller aligned square is one too: the largest the
+            // corner is aligned to.
+            let square = self.layout.aligned_square(self.level).map_or(1, |q| {
+                let aligned = |v: u32| if v == 0 { q } else { 1 << v.trailing_zeros() };
+                let q = q
+                    .min(aligned(written.0.start))
+                    .min(aligned(written.1.start));
+                u64::from(q) * u64::from(q)
+            });
             let mut run = Vec::with_capacity(written.0.len() * written.1.len() * texel_run_bytes);
             let mut run_at = None;
-            for (x, y) in pixels {
-                let at = self
-                    .layout
-                    .offset(self.level, x, y, layer)
-                    .ok_or_else(|| invalid(format!("pixel ({x}, {y}) past the image")))?;
+            let mut last: Option<(u64, u64)> = None;
+            for index in 0..u64::from(side) * u64::from(side) {
+                let (dx, dy) = agx_hw::layout::morton_position(index);
+                if dx >= width || dy >= height {
+                    continue;
+                }
+                let (x, y) = (written.0.start + dx, written.1.start + dy);
+                let at = match last {
+                    Some((last_index, last_at))
+                        if index % square != 0 && last_index + 1 == index =>
+                    {
+                        // The layout's elements are a pixel's samples.
+                        let at = last_at + texel_run_bytes as u64;
+                        debug_assert_eq!(Some(at), self.layout.offset(self.level, x, y, layer));
+                        at
+                    }
+                    _ => self
+                        .layout
+                        .offset(self.level, x, y, layer)
+                        .ok_or_else(|| invalid(format!("pixel ({x}, {y}) past the image")))?,
+                };
+                last = Some((index, at));
                 if run_at.map(|start: u64| start + run.len() as u64) != Some(at) {
                     if let Some(start) = run_at {
                         vm.write(self.pbe.buffer.wrapping_add(start), &run)

@@ -433,6 +433,20 @@ impl ImageLayout {
         }
     }
 
+    /// The side of the squares of `level` whose elements lie one after
+    /// another in memory, in Z-order, when the square is aligned to its
+    /// side: the smaller side of a tile of power-of-two sides. `None` for
+    /// a linear image or a level without one.
+    pub fn aligned_square(&self, level: u32) -> Option<u32> {
+        match self {
+            ImageLayout::Linear { .. } => None,
+            ImageLayout::Tiled { levels, .. } => {
+                let (tw, th) = levels.get(level as usize)?.tile;
+                (tw.is_power_of_two() && th.is_power_of_two()).then(|| tw.min(th))
+            }
+        }
+    }
+
     /// The byte offset of element (x, y) of `level` in `layer`, or `None`
     /// past the image.
     pub fn offset(&self, level: u32, x: u32, y: u32, layer: u32) -> Option<u64> {
@@ -695,6 +709,53 @@ mod tests {
     use super::*;
 
     #[test]
+    fn an_aligned_squares_elements_follow_one_another_in_z_order() {
+        let layouts = [
+            ImageLayout::gpu_tiled(100, 70, 3, 4, false).unwrap(),
+            ImageLayout::gpu_tiled(300, 40, 2, 1, false).unwrap(),
+            ImageLayout::gpu_tiled(64, 64, 1, 16, true).unwrap(),
+            ImageLayout::twiddled(37, 90, 4, 8),
+        ];
+        for layout in &layouts {
+            let ImageLayout::Tiled { levels, .. } = layout else {
+                unreachable!()
+            };
+            for (level, l) in levels.iter().enumerate() {
+                let level = level as u32;
+                let q = layout.aligned_square(level).unwrap();
+                assert_eq!(q, l.tile.0.min(l.tile.1));
+                // Every aligned square wholly inside the level.
+                for y0 in (0..l.height_el / q).map(|i| i * q) {
+                    for x0 in (0..l.width_el / q).map(|i| i * q) {
+                        let first = layout.offset(level, x0, y0, 1).unwrap();
+                        for index in 0..u64::from(q * q) {
+                            let (dx, dy) = morton_position(index);
+                            let at = layout.offset(level, x0 + dx, y0 + dy, 1).unwrap();
+                            let step = match layout {
+                                ImageLayout::Tiled { element_bytes, .. } => {
+                                    u64::from(*element_bytes)
+                                }
+                                _ => unreachable!(),
+                            };
+                            assert_eq!(
+                                at,
+                                first + index * step,
+                                "level {level} ({x0}, {y0}) + {index}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+        let linear = ImageLayout::Linear {
+            stride_bytes: 64,
+            element_bytes: 4,
+            layer_stride_bytes: 4096,
+        };
+        assert_eq!(linear.aligned_square(0), None);
+    }
+
+    #[test]
     fn morton_position_inverts_morton() {
         for y in (0..70_000u32).step_by(997).chain([0xFFFF_FFFF, 1 << 31]) {
             for x in (0..70_000u32).step_by(1_009).chain([0xFFFF_FFFF, 5]) {
@@ -705,7 +766,16 @@ mod tests {
         let firsts: Vec<_> = (0..8).map(morton_position).collect();
         assert_eq!(
             firsts,
-            [(0, 0), (1, 0), (0, 1), (1, 1), (2, 0), (3, 0), (2, 1), (3, 1)]
+            [
+                (0, 0),
+                (1, 0),
+                (0, 1),
+                (1, 1),
+                (2, 0),
+                (3, 0),
+                (2, 1),
+                (3, 1)
+            ]
         );
     }
 

@@ -44,12 +44,15 @@ impl SimdGroup {
                 let sample_mask = o.value(5)?;
                 let coords = o.run(6)?;
                 let explicit = o.int(7)? != 0;
+                // Decoded once for the lanes.
+                let (format, offset_bytes, mask) =
+                    (o.int(1)? as u32, o.int(4)? as u32, o.int(3)? as u8);
                 for lane in lanes(exec) {
                     let xy = self.read(coords.first, lane);
                     let access = TileAccess {
-                        format: o.int(1)? as u32,
-                        offset_bytes: o.int(4)? as u32,
-                        mask: o.int(3)? as u8,
+                        format,
+                        offset_bytes,
+                        mask,
                         sample_mask: self.lane_value(&sample_mask, lane, env.uniforms) as u32,
                         explicit: explicit.then_some((xy as u16, (xy >> 16) as u16)),
                         half: data.first.size == Size::S16,
