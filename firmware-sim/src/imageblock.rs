@@ -261,7 +261,21 @@ impl Imageblock {
         values: [u32; 4],
     ) -> Result<(), IoError> {
         let (x, y) = self.pixel(x, y)?;
-        let (format, offset, fits) = self.element(access)?;
+        let element = self.element(access)?;
+        self.store_element_at((x, y), samples, access, element, values);
+        Ok(())
+    }
+
+    /// [`Imageblock::store`] of pixel (x, y) inside the block, with the
+    /// access's element already looked up ([`Imageblock::element`]).
+    pub fn store_element_at(
+        &mut self,
+        (x, y): (u32, u32),
+        samples: u32,
+        access: &TileAccess,
+        (format, offset, fits): (ElementFormat, usize, u8),
+        values: [u32; 4],
+    ) {
         // Registers hold the named components in order.
         let mut by_component = [0u32; 4];
         for (register, component) in (0..4).filter(|c| access.mask & (1 << c) != 0).enumerate() {
@@ -280,7 +294,7 @@ impl Imageblock {
                     access.half,
                 );
             }
-            return Ok(());
+            return;
         }
         let conversion = match self.last_conversion {
             Some(c)
@@ -314,7 +328,6 @@ impl Imageblock {
                     .copy_from_slice(&conversion.bytes[from..from + size]);
             }
         }
-        Ok(())
     }
 }
 

@@ -349,6 +349,41 @@ impl ShaderIo for TileIo<'_, '_> {
         self.tile.colour.store(pixel, samples, access, values)
     }
 
+    fn tile_store_lanes(
+        &mut self,
+        lanes: u32,
+        access: &TileAccess,
+        values: &[[u32; 4]; LANES],
+    ) -> Result<(), IoError> {
+        // As `tile_store` for each lane, the element looked up once (when
+        // the first lane that stores reaches it, so errors come in the
+        // same order).
+        let mut element = None;
+        for lane in (0..LANES).filter(|l| lanes & (1 << l) != 0) {
+            if self.helpers & (1 << lane) != 0 {
+                continue;
+            }
+            let killed = match self.pixel_index(lane) {
+                Some(p) => self.killed[p],
+                None => 0,
+            };
+            let pixel = self.lanes[lane];
+            let samples = access.sample_mask & self.lane_coverage(lane, access) & !killed;
+            if samples == 0 {
+                continue;
+            }
+            let pixel = self.tile.colour.pixel(pixel.0, pixel.1)?;
+            let element = match element {
+                Some(element) => element,
+                None => *element.insert(self.tile.colour.element(access)?),
+            };
+            self.tile
+                .colour
+                .store_element_at(pixel, samples, access, element, values[lane]);
+        }
+        Ok(())
+    }
+
     fn image_write(&mut self, lane: usize, request: &ImageWrite) -> Result<(), IoError> {
         // Helper lanes (uncovered quad members) write nothing.
         if self.helpers & (1 << lane) != 0 {

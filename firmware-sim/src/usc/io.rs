@@ -231,6 +231,22 @@ pub trait ShaderIo {
         Err(IoError::Unavailable("the tilebuffer"))
     }
 
+    /// Writes each lane of `lanes` its pixel of the tilebuffer, lane
+    /// `l` `values[l]`, all with `access` (an `st_tile` whose sample mask
+    /// is the same in every lane); the first lane's error is the
+    /// instruction's. By default [`ShaderIo::tile_store`] lane by lane.
+    fn tile_store_lanes(
+        &mut self,
+        lanes: u32,
+        access: &TileAccess,
+        values: &[[u32; 4]; super::LANES],
+    ) -> Result<(), IoError> {
+        for lane in (0..super::LANES).filter(|l| lanes & (1 << l) != 0) {
+            self.tile_store(lane, access, values[lane])?;
+        }
+        Ok(())
+    }
+
     /// Interpolates `count` channels of the varying whose coefficients
     /// start at `cf`; `perspective_w` names the coefficient holding 1/W for
     /// `iterproj`. Returns f32 values.

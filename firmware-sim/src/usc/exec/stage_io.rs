@@ -3,9 +3,9 @@
 //! sample masks and depth/stencil emission.
 
 use agx_hw::isa::table::sr;
-use agx_hw::isa::{Op, Reg, Size};
+use agx_hw::isa::{Op, Reg, Size, Value};
 
-use super::{lanes, unsupported, Env, ExecError, Flow, Operands, SimdGroup};
+use super::{lanes, unsupported, Env, ExecError, Flow, Operands, SimdGroup, LANES};
 use crate::usc::io::{Interpolation, TileAccess};
 
 impl SimdGroup {
@@ -47,6 +47,28 @@ impl SimdGroup {
                 // Decoded once for the lanes.
                 let (format, offset_bytes, mask) =
                     (o.int(1)? as u32, o.int(4)? as u32, o.int(3)? as u8);
+                // A store whose sample mask is the same in every lane (an
+                // immediate or a uniform) goes to the tilebuffer at once.
+                let same_mask = matches!(sample_mask, Value::Imm(_) | Value::Uniform(_));
+                if op == Op::StTile && !explicit && same_mask && exec != 0 {
+                    let first = exec.trailing_zeros() as usize;
+                    let access = TileAccess {
+                        format,
+                        offset_bytes,
+                        mask,
+                        sample_mask: self.lane_value(&sample_mask, first, env.uniforms) as u32,
+                        explicit: None,
+                        half: data.first.size == Size::S16,
+                    };
+                    let mut values = [[0u32; 4]; LANES];
+                    for lane in lanes(exec) {
+                        values[lane] = self.read_run(&data, lane);
+                    }
+                    env.io
+                        .tile_store_lanes(exec, &access, &values)
+                        .map_err(|error| ExecError::Io { pc, error })?;
+                    return Ok(Flow::Next);
+                }
                 for lane in lanes(exec) {
                     let xy = self.read(coords.first, lane);
                     let access = TileAccess {
