@@ -1075,6 +1075,7 @@ fn a_reset_group_runs_as_a_new_one() {
     let source = "
         if_icmp r0l, ueq, r2, 0, 1
         iadd r3, r2, 5
+        fadd32 r4, r3, 0.5
         pop_exec r0l, 1
         stop";
     let mut m = Machine::new(source);
@@ -1096,12 +1097,37 @@ fn a_reset_group_runs_as_a_new_one() {
         }
     }
     assert_eq!(m.run(&mut used), m.run(&mut fresh));
-    for lane in 0..32 {
-        assert_eq!(
-            used.read(Reg::r(3), lane),
-            fresh.read(Reg::r(3), lane),
-            "lane {lane}"
-        );
+    for r in [3, 4] {
+        for lane in 0..32 {
+            assert_eq!(
+                used.read(Reg::r(r), lane),
+                fresh.read(Reg::r(r), lane),
+                "r{r} lane {lane}"
+            );
+        }
     }
+    // Lane 2 ran the `if` before the reset, and is not present after it.
     assert_eq!(used.read(Reg::r(3), 0), 5);
+    assert_eq!(used.read(Reg::r(3), 2), 0);
+
+    // Again with only what the program writes (integer and fp32 results)
+    // to clear: lane 2's r3 and r4 from the four-lane run must go.
+    used.reset(CODE_BASE, 0b1111);
+    for lane in 0..4 {
+        used.write(Reg::r(2), lane, 7 * (lane as u64 % 2));
+    }
+    assert_eq!(m.run(&mut used), Ok(Exit::Stopped));
+    assert_eq!(used.read(Reg::r(4), 2), u64::from(0.5f32.to_bits()));
+    used.reset(CODE_BASE, 0b11);
+    let mut fresh = SimdGroup::new(CODE_BASE, 0b11);
+    assert_eq!(m.run(&mut used), m.run(&mut fresh));
+    for r in 0..128 {
+        for lane in 0..32 {
+            assert_eq!(
+                used.read(Reg::r(r), lane),
+                fresh.read(Reg::r(r), lane),
+                "r{r} lane {lane}, second round"
+            );
+        }
+    }
 }

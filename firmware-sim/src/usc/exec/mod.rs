@@ -261,6 +261,9 @@ pub struct SimdGroup {
     pub executed_instructions: u64,
     /// The group's stack (none until the firmware maps one).
     pub stack: Stack,
+    /// Registers from r0 up to this one (exclusive) may have been written
+    /// since the group was made or reset; the rest are still zero.
+    written_cells: usize,
 }
 
 /// The instruction being executed, where it is, and the lanes it runs
@@ -385,6 +388,7 @@ impl SimdGroup {
             special: SpecialRegs::default(),
             executed_instructions: 0,
             stack: Stack::default(),
+            written_cells: 0,
         }
     }
 
@@ -392,9 +396,12 @@ impl SimdGroup {
     /// registers zeroed, no special registers set, no stack (groups run
     /// one after another reuse one register file).
     pub fn reset(&mut self, pc: u64, present: u32) {
-        for register in self.regs.iter_mut() {
+        // Only the registers written can be other than zero (a clear's
+        // program writes 4 of the 128).
+        for register in self.regs.iter_mut().take(self.written_cells) {
             *register = [0; LANES];
         }
+        self.written_cells = 0;
         self.present = present;
         self.exec = present;
         self.pc = pc;
@@ -416,6 +423,8 @@ impl SimdGroup {
     /// Writes a register in a lane (truncating to its size).
     pub fn write(&mut self, reg: Reg, lane: usize, value: u64) {
         let r = usize::from(reg.half / 2);
+        let cells = if reg.size == Size::S64 { 2 } else { 1 };
+        self.written_cells = self.written_cells.max(r + cells);
         match reg.size {
             Size::S16 => {
                 let shift = 16 * u32::from(reg.half % 2);
@@ -476,6 +485,9 @@ impl SimdGroup {
                     let exec = self.exec_mask();
                     let max_runs = u32::try_from(*budget_instructions / instructions)
                         .unwrap_or(agx_jit::MAX_RUNS);
+                    // Compiled code writes the registers it names
+                    // directly: any may have been written.
+                    self.written_cells = GPRS;
                     let run = cache.run_block(
                         &block,
                         &mut self.regs,

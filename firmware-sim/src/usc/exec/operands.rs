@@ -154,7 +154,9 @@ impl SimdGroup {
             }
             return;
         }
-        let cells = &mut self.regs[usize::from(dst.half / 2)];
+        let r = usize::from(dst.half / 2);
+        self.written_cells = self.written_cells.max(r + 1);
+        let cells = &mut self.regs[r];
         for (lane, (cell, value)) in cells.iter_mut().zip(values).enumerate() {
             let bits = canonical_f32(*value).to_bits();
             if exec & (1 << lane) != 0 {
