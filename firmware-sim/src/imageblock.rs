@@ -277,10 +277,16 @@ impl Imageblock {
         values: [u32; 4],
     ) {
         // Registers hold the named components in order.
-        let mut by_component = [0u32; 4];
-        for (register, component) in (0..4).filter(|c| access.mask & (1 << c) != 0).enumerate() {
-            by_component[component] = values[register];
-        }
+        let by_component = if access.mask & 0xF == 0xF {
+            values
+        } else {
+            let mut by_component = [0u32; 4];
+            for (register, component) in (0..4).filter(|c| access.mask & (1 << c) != 0).enumerate()
+            {
+                by_component[component] = values[register];
+            }
+            by_component
+        };
         let mask = access.mask & fits & 0xF;
         if format.packed() {
             // The components not named keep their bits in the word.
@@ -310,6 +316,17 @@ impl Imageblock {
             }
         };
         let size = 1usize << format.shift();
+        if mask == 0xF && self.samples == 1 && samples & 1 != 0 {
+            // One sample, the whole element: one copy of a known size.
+            let at = self.record(x, y, 0) + offset;
+            let record = &mut self.bytes[at..];
+            match size {
+                1 => record[..4].copy_from_slice(&conversion.bytes[..4]),
+                2 => record[..8].copy_from_slice(&conversion.bytes[..8]),
+                _ => record[..16].copy_from_slice(&conversion.bytes[..16]),
+            }
+            return;
+        }
         for sample in (0..self.samples).filter(|s| samples & (1 << s) != 0) {
             let at = self.record(x, y, sample) + offset;
             if mask == 0xF {
