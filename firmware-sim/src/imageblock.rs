@@ -543,8 +543,9 @@ impl PbeTarget {
             // from its corner, so that texels adjacent in memory go out as
             // one write. Within a square of a layout's tile aligned to its
             // side, that is the layout's order: the square's texels follow
-            // one another, and only its first offset is computed. Elsewhere runs are shorter, and
-            // still only adjacent texels share a write.
+            // one another, and only its first offset is computed.
+            // Elsewhere runs are shorter, and still only adjacent texels
+            // share a write.
             let (width, height) = (written.0.len() as u32, written.1.len() as u32);
             let side = width.max(height).next_power_of_two();
             // A smaller aligned square is one too: the largest the
