@@ -830,7 +830,7 @@ impl TextureUnit<'_> {
         let (s, u) = self.normalised(image, sampler, request);
         let reference = sampler
             .compare_enable
-            .then(|| request.compare.unwrap_or(0.0));
+            .then(|| shadow_reference(image, request));
         let at = Footprint {
             level: t.first_level,
             s,
@@ -881,11 +881,9 @@ impl TextureUnit<'_> {
         } else {
             sampler.minify
         };
-        let reference = if sampler.compare_enable {
-            Some(request.compare.unwrap_or(0.0))
-        } else {
-            None
-        };
+        let reference = sampler
+            .compare_enable
+            .then(|| shadow_reference(image, request));
         let at_level = |level: f32| -> Result<[f32; 4], IoError> {
             let level = level.clamp(0.0, max_level) as u32 + t.first_level;
             let at = Footprint {
@@ -1399,6 +1397,21 @@ fn query_lod(t: &Texture, sampler: &Sampler, request: &TextureRequest) -> [f32; 
         _ => 0.0,
     };
     [accessed, lod, 0.0, 0.0]
+}
+
+/// The reference a shadow comparison of `image` uses: the request's,
+/// clamped to [0, 1] for a unorm image (D16). Vulkan requires the clamp
+/// for unorm depth formats and honeykrisp leaves it to the hardware (the
+/// comparator goes to `texture_sample` as it is, `agx_compile.c`); a float
+/// image's reference is compared as it is, as Vulkan says. Whether the
+/// hardware clamps for float images too is not public.
+fn shadow_reference(image: &Image, request: &TextureRequest) -> f32 {
+    let reference = request.compare.unwrap_or(0.0);
+    if image.texture.data_type == TextureType::Unorm {
+        reference.clamp(0.0, 1.0)
+    } else {
+        reference
+    }
 }
 
 /// A shadow comparison of the reference against a texel.

@@ -738,6 +738,49 @@ fn depth_compare_and_border_colours() {
     assert_eq!(got[40], [1.0; 4]);
 }
 
+/// A shadow reference outside [0, 1] is clamped for a unorm (D16) image,
+/// as Vulkan requires and Mesa leaves to the hardware, and compared as it
+/// is for a float (D32F) one.
+#[test_log::test]
+fn shadow_references_are_clamped_for_unorm_images_only() {
+    let m = Machine::new(5000);
+    let shadow = |func| Sampler {
+        magnify: Filter::Nearest,
+        minify: Filter::Nearest,
+        compare_enable: true,
+        compare_func: func,
+        ..Sampler::default()
+    };
+    use agx_hw::formats::CompareFunc::{Gequal, Lequal};
+    // Texels 0.0 (x < 2) and 1.0 (x >= 2); thread x samples texel x / 16.
+    let cases = [
+        // (unorm image, function, reference, want where x < 2, want where x >= 2)
+        (true, Lequal, 1.5, 0.0, 1.0),
+        (true, Gequal, -0.5, 1.0, 0.0),
+        (false, Lequal, 1.5, 0.0, 0.0),
+        (false, Gequal, -0.5, 0.0, 0.0),
+    ];
+    for (unorm, func, reference, low, high) in cases {
+        if unorm {
+            small_texture(&m, Channels::R16, TextureType::Unorm, false, 2, |x, _| {
+                (if x >= 2 { u16::MAX } else { 0 }).to_le_bytes().to_vec()
+            });
+        } else {
+            small_texture(&m, Channels::R32, TextureType::Float, false, 4, |x, _| {
+                (if x >= 2 { 1.0f32 } else { 0.0 }).to_le_bytes().to_vec()
+            });
+        }
+        let got = sample_grid(&m, &shadow(func), 0.0, reference, true, 1.0);
+        for x in 0..TEX_W {
+            let want = if x / 16 >= 2 { high } else { low };
+            assert_eq!(
+                got[x as usize][0], want,
+                "unorm {unorm}, {func:?} {reference}, thread {x}"
+            );
+        }
+    }
+}
+
 #[test_log::test]
 fn an_unmapped_texture_descriptor_faults_at_its_address_on_first_use() {
     let m = Machine::new(5000);
