@@ -155,6 +155,16 @@ fn swizzle_source(pbe: &Pbe, channel: usize) -> usize {
     }
 }
 
+/// Copies a whole four-component element of `component_bytes` each from
+/// `from` to the start of `to`, in one copy of a known size.
+fn copy_element(to: &mut [u8], from: &[u8; 16], component_bytes: usize) {
+    match component_bytes {
+        1 => to[..4].copy_from_slice(&from[..4]),
+        2 => to[..8].copy_from_slice(&from[..8]),
+        _ => to[..16].copy_from_slice(&from[..16]),
+    }
+}
+
 /// The component mask of an image with `channels` channels.
 fn channel_mask(channels: usize) -> u8 {
     (1u8 << channels.min(4)) - 1
@@ -319,24 +329,13 @@ impl Imageblock {
         if mask == 0xF && self.samples == 1 && samples & 1 != 0 {
             // One sample, the whole element: one copy of a known size.
             let at = self.record(x, y, 0) + offset;
-            let record = &mut self.bytes[at..];
-            match size {
-                1 => record[..4].copy_from_slice(&conversion.bytes[..4]),
-                2 => record[..8].copy_from_slice(&conversion.bytes[..8]),
-                _ => record[..16].copy_from_slice(&conversion.bytes[..16]),
-            }
+            copy_element(&mut self.bytes[at..], &conversion.bytes, size);
             return;
         }
         for sample in (0..self.samples).filter(|s| samples & (1 << s) != 0) {
             let at = self.record(x, y, sample) + offset;
             if mask == 0xF {
-                // The whole element, in one copy of a known size.
-                let record = &mut self.bytes[at..];
-                match size {
-                    1 => record[..4].copy_from_slice(&conversion.bytes[..4]),
-                    2 => record[..8].copy_from_slice(&conversion.bytes[..8]),
-                    _ => record[..16].copy_from_slice(&conversion.bytes[..16]),
-                }
+                copy_element(&mut self.bytes[at..], &conversion.bytes, size);
                 continue;
             }
             for component in (0..4).filter(|c| mask & (1 << c) != 0) {

@@ -3682,6 +3682,18 @@ fn fragment_shaders_read_the_primitive_id_and_lines_take_flat_values_from_the_pr
     }
 }
 
+/// Draws `vertices` as triangles, their three values a linear varying at
+/// cf0-cf2, with the fragment program `fs_source`.
+fn draw_linear_varyings(m: &Machine, vertices: &[([f32; 2], f32, [f32; 3])], fs_source: &str) {
+    shape_vertices(m, vertices);
+    let vs = colour_vs(m, VERTICES);
+    cf_table(m, 3, agx_hw::formats::ShadeModel::Linear);
+    let fs = fs_program(m, fs_source);
+    let draw = Shapes::new(Primitive::Triangles, vertices.len() as u32);
+    let render = draw_shapes(m, draw, vs, 7, fs, Some((0x5000, 1)), None, None, &|_| {});
+    assert_eq!(m.submit(CmdType::Render, render.as_bytes()), None);
+}
+
 /// Coefficients are relative to the 32x32 tile holding the pixel: `ldcf`
 /// of a varying that runs from 0 at x = 0 to 1 at x = 64 gives C = 0 (its
 /// value at the corner) in the tiles at x 0-31 and C = 0.5 in those at x
@@ -3698,11 +3710,9 @@ fn coefficients_are_relative_to_the_32x32_tile() {
         v(64.0, 64.0),
         v(0.0, 64.0),
     ];
-    shape_vertices(&m, &quad);
-    let vs = colour_vs(&m, VERTICES);
-    cf_table(&m, 3, agx_hw::formats::ShadeModel::Linear);
-    let fs = fs_program(
+    draw_linear_varyings(
         &m,
+        &quad,
         "
     ldcf r2_r3_r4, cf0, 0
     mov r8, r4
@@ -3712,9 +3722,6 @@ fn coefficients_are_relative_to_the_32x32_tile() {
     st_tile r8_r9_r10_r11, u8norm, 0, xyzw, 0, 255, r0, 0
     stop",
     );
-    let draw = Shapes::new(Primitive::Triangles, 6);
-    let render = draw_shapes(&m, draw, vs, 7, fs, Some((0x5000, 1)), None, None, &|_| {});
-    assert_eq!(m.submit(CmdType::Render, render.as_bytes()), None);
     for (x, y, red) in [(5, 5, 0), (31, 40, 0), (32, 5, 128), (60, 60, 128)] {
         assert_eq!(rgb(&m, x, y), [red, 0, 0], "pixel ({x}, {y})");
     }
@@ -3732,11 +3739,9 @@ fn iter_agrees_with_the_coefficients_evaluated_as_mesa_does() {
     let value = |x: f32, y: f32| 3.3 + 0.1237 * x - 0.0457 * y;
     let v = |x: f32, y: f32| ([x, y], 0.5f32, [value(x, y), 0.0, 0.0]);
     let triangle = [v(1.3, 2.7), v(63.1, 9.9), v(11.7, 62.4)];
-    shape_vertices(&m, &triangle);
-    let vs = colour_vs(&m, VERTICES);
-    cf_table(&m, 3, agx_hw::formats::ShadeModel::Linear);
-    let fs = fs_program(
+    draw_linear_varyings(
         &m,
+        &triangle,
         "
     iter r12, cf0, center, 0, 0, 0, 0, 0
     ldcf r2_r3_r4, cf0, 0
@@ -3758,9 +3763,6 @@ fn iter_agrees_with_the_coefficients_evaluated_as_mesa_does() {
     st_tile r20_r21_r22_r23, u8norm, 0, xyzw, 0, 255, r0, 0
     stop",
     );
-    let draw = Shapes::new(Primitive::Triangles, 3);
-    let render = draw_shapes(&m, draw, vs, 7, fs, Some((0x5000, 1)), None, None, &|_| {});
-    assert_eq!(m.submit(CmdType::Render, render.as_bytes()), None);
     let mut drawn = 0;
     let pixels = image(&m, SIZE as usize);
     for y in 0..64 {

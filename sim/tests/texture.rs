@@ -399,20 +399,26 @@ fn small_texture(
     m.poke(m.data, DESCRIPTOR, &descriptor.pack().unwrap());
 }
 
-/// Runs LOAD over the grid through the descriptor at DESCRIPTOR: one
-/// texel per thread, in the order of the grid.
-fn load_every_texel(m: &Machine) -> Vec<[f32; 4]> {
+/// The LOAD kernel with texture state 0 bound to the descriptor at GPU
+/// address `descriptor`.
+fn load_pipeline(m: &Machine, descriptor: u64) -> u64 {
     let mut uniforms = pair(DATA_VA + OUT);
     uniforms.push(TEX_W);
-    let pipeline = m.program(
+    m.program(
         LOAD,
         0x1000,
         0x40,
         &uniforms,
         UNIFORMS,
         0,
-        Some((1, DATA_VA + DESCRIPTOR)),
-    );
+        Some((1, descriptor)),
+    )
+}
+
+/// Runs LOAD over the grid through the descriptor at DESCRIPTOR: one
+/// texel per thread, in the order of the grid.
+fn load_every_texel(m: &Machine) -> Vec<[f32; 4]> {
+    let pipeline = load_pipeline(m, DATA_VA + DESCRIPTOR);
     assert_eq!(run_grid(m, pipeline), None);
     out_floats(m)
 }
@@ -784,18 +790,8 @@ fn shadow_references_are_clamped_for_unorm_images_only() {
 #[test_log::test]
 fn an_unmapped_texture_descriptor_faults_at_its_address_on_first_use() {
     let m = Machine::new(5000);
-    let mut uniforms = pair(DATA_VA + OUT);
-    uniforms.push(TEX_W);
     let missing = 0x6_0000_0000u64;
-    let pipeline = m.program(
-        LOAD,
-        0x1000,
-        0x40,
-        &uniforms,
-        UNIFORMS,
-        0,
-        Some((1, missing)),
-    );
+    let pipeline = load_pipeline(&m, missing);
     assert_eq!(run_grid(&m, pipeline), Some(agx_kmd::Errno::EIO));
     let (address, unit, _) = m.system.device().scheduler().stats().last_fault.unwrap();
     assert_eq!(address, missing);
@@ -811,17 +807,7 @@ fn an_unmapped_texel_faults_at_its_own_address() {
     let missing = 0x6_0000_0050u64;
     descriptor.address = missing;
     m.poke(m.data, DESCRIPTOR, &descriptor.pack().unwrap());
-    let mut uniforms = pair(DATA_VA + OUT);
-    uniforms.push(TEX_W);
-    let pipeline = m.program(
-        LOAD,
-        0x1000,
-        0x40,
-        &uniforms,
-        UNIFORMS,
-        0,
-        Some((1, DATA_VA + DESCRIPTOR)),
-    );
+    let pipeline = load_pipeline(&m, DATA_VA + DESCRIPTOR);
     assert_eq!(run_grid(&m, pipeline), Some(agx_kmd::Errno::EIO));
     let (address, unit, _) = m.system.device().scheduler().stats().last_fault.unwrap();
     assert_eq!(address, missing, "texel (0, 0), the first lane's");

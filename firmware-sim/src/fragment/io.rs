@@ -363,12 +363,17 @@ impl ShaderIo for TileIo<'_, '_> {
             if self.helpers & (1 << lane) != 0 {
                 continue;
             }
-            let killed = match self.pixel_index(lane) {
-                Some(p) => self.killed[p],
-                None => 0,
+            // `lane_coverage` and `killed` of the lane's pixel, looked up
+            // once (the access names no explicit pixel).
+            let (killed, coverage) = match self.pixel_index(lane) {
+                Some(p) => (
+                    self.killed[p],
+                    self.coverage.get(p).copied().unwrap_or(u32::MAX),
+                ),
+                None => (0, u32::MAX),
             };
             let pixel = self.lanes[lane];
-            let samples = access.sample_mask & self.lane_coverage(lane, access) & !killed;
+            let samples = access.sample_mask & coverage & !killed;
             if samples == 0 {
                 continue;
             }
