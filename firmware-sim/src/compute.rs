@@ -26,6 +26,7 @@
 //! the event the hardware would raise.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Mutex;
 
 use agx_fwif::messages::FaultUnit;
 use agx_hw::formats::{CdmGlobalSize, CdmLaunch, CdmMode};
@@ -148,6 +149,35 @@ impl Launch {
     }
 }
 
+/// SIMD-groups kept from one launch to the next: a launch's workers take
+/// their register files from here and give them back, so that a stream of
+/// small launches (Mesa's blits and copies, a threadgroup or two each)
+/// does not allocate and zero a 16 KiB register file per SIMD-group per
+/// launch (which, freed and trimmed, came back as page faults: most of
+/// them in piglit's `tex3d-npot`). At most [`SpareGroups::KEPT`] sets.
+#[derive(Debug, Default)]
+pub struct SpareGroups(Mutex<Vec<Vec<SimdGroup>>>);
+
+impl SpareGroups {
+    /// Sets of SIMD-groups kept (one per worker of a launch, typically).
+    pub const KEPT: usize = 8;
+
+    fn take(&self) -> Vec<SimdGroup> {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .pop()
+            .unwrap_or_default()
+    }
+
+    fn give(&self, groups: Vec<SimdGroup>) {
+        let mut kept = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if kept.len() < Self::KEPT && !groups.is_empty() {
+            kept.push(groups);
+        }
+    }
+}
+
 /// Runs a bound kernel over a launch's grid on `workers` host threads;
 /// returns the SIMD-group instructions executed. Threadgroups are
 /// independent, so which thread runs which does not change the results
@@ -160,6 +190,7 @@ impl Launch {
 /// threadgroup ends, and the helper is told to end when the thread has no
 /// more threadgroups. A pipeline with a spill size and no helper runs
 /// without a stack (its stack accesses fault).
+#[allow(clippy::too_many_arguments)]
 pub fn run(
     ctx: &RunContext<'_>,
     vm: GpuVm<'_>,
@@ -168,6 +199,7 @@ pub fn run(
     binding: &Binding,
     launch_pc: u64,
     command: &ComputeCommand,
+    spare_groups: &SpareGroups,
 ) -> Result<u64, EngineResult> {
     let sampler_heap = command.sampler_heap;
     let helper = command.helper;
@@ -218,8 +250,8 @@ pub fn run(
     let watchdog = ctx.watchdog();
     let vm_slot = ctx.vm_slot;
     // Per worker: its MMU view, program cache, uniforms and threadgroup
-    // memory (or image block), its core number and its helper (started
-    // when its first threadgroup needs a stack).
+    // memory (or image block), its core number, its helper (started
+    // when its first threadgroup needs a stack) and its SIMD-groups.
     let shader_code = ctx.shader_code.clone();
     let scratch = || {
         (
@@ -236,6 +268,7 @@ pub fn run(
             ],
             imageblock.map(Imageblock::new),
             StageHelper::new(helper, next_core.fetch_add(1, Ordering::Relaxed), vm_slot),
+            spare_groups.take(),
         )
     };
     run_items_then(
@@ -243,7 +276,7 @@ pub fn run(
         workers,
         ctx.preemption,
         scratch,
-        |(vm, cache, uniforms, threadgroup, block, helper), index| {
+        |(vm, cache, uniforms, threadgroup, block, helper, simd), index| {
             // A grid of many short threadgroups meets the watchdog too:
             // one work unit per threadgroup launched, besides its
             // instructions.
@@ -270,7 +303,7 @@ pub fn run(
                 block.bytes.fill(0);
             }
             uniforms.copy_from_slice(&binding.uniforms[..]);
-            let mut simd = simd_groups(vm_slot, launch, binding, g, threads_per_group);
+            simd_groups(simd, vm_slot, launch, binding, g, threads_per_group);
             let mut io = KernelIo {
                 unit: TextureUnit {
                     vm: vm.clone(),
@@ -282,21 +315,18 @@ pub fn run(
                 binding,
                 block: block.as_mut(),
             };
-            helper.run_with_stacks(
-                &mut simd,
-                binding.spill_bucket,
-                vm,
-                &watchdog,
-                |simd, vm| {
-                    let result =
-                        run_threadgroup(&watchdog, &mut io, vm, cache, simd, uniforms, threadgroup);
-                    let executed: u64 = simd.iter().map(|s| s.executed_instructions).sum();
-                    instructions.fetch_add(executed, Ordering::Relaxed);
-                    result
-                },
-            )
+            helper.run_with_stacks(simd, binding.spill_bucket, vm, &watchdog, |simd, vm| {
+                let result =
+                    run_threadgroup(&watchdog, &mut io, vm, cache, simd, uniforms, threadgroup);
+                let executed: u64 = simd.iter().map(|s| s.executed_instructions).sum();
+                instructions.fetch_add(executed, Ordering::Relaxed);
+                result
+            })
         },
-        |(vm, _, _, _, _, helper)| helper.end(vm, &watchdog),
+        |(vm, _, _, _, _, helper, groups)| {
+            spare_groups.give(std::mem::take(groups));
+            helper.end(vm, &watchdog)
+        },
     )?;
     Ok(instructions.into_inner())
 }
@@ -392,70 +422,81 @@ impl ShaderIo for KernelIo<'_> {
     }
 }
 
-/// The SIMD-groups of threadgroup `g`, with their special registers.
+/// Makes `groups` the SIMD-groups of threadgroup `g`, with their special
+/// registers, reusing the register files of the groups already there
+/// (a worker runs threadgroup after threadgroup: a fresh 16 KiB register
+/// file for each SIMD-group of each was most of a submission-heavy test's
+/// page faults).
 fn simd_groups(
+    groups: &mut Vec<SimdGroup>,
     vm_slot: u32,
     launch: &Launch,
     binding: &Binding,
     g: [u32; 3],
     threads_per_group: u64,
-) -> Vec<SimdGroup> {
+) {
     let local = launch.local;
     let origin = [g[0] * local[0], g[1] * local[1], g[2] * local[2]];
     let count = threads_per_group.div_ceil(LANES as u64) as usize;
-    (0..count)
-        .map(|s| {
-            let mut present = 0u32;
-            let mut pos = [[0u32; LANES]; 3];
-            let mut in_group = [[0u32; LANES]; 3];
-            let mut index = [0u32; LANES];
-            for lane in 0..LANES {
-                let i = (s * LANES + lane) as u64;
-                if i >= threads_per_group {
-                    continue;
-                }
-                let t = [
-                    (i % u64::from(local[0])) as u32,
-                    (i / u64::from(local[0]) % u64::from(local[1])) as u32,
-                    (i / (u64::from(local[0]) * u64::from(local[1]))) as u32,
-                ];
-                let p = [origin[0] + t[0], origin[1] + t[1], origin[2] + t[2]];
-                if (0..3).any(|d| p[d] >= launch.grid[d]) {
-                    continue;
-                }
-                present |= 1 << lane;
-                index[lane] = i as u32;
-                for d in 0..3 {
-                    pos[d][lane] = p[d];
-                    in_group[d][lane] = t[d];
-                }
+    let mut used = 0;
+    for s in 0..count {
+        let mut present = 0u32;
+        let mut pos = [[0u32; LANES]; 3];
+        let mut in_group = [[0u32; LANES]; 3];
+        let mut index = [0u32; LANES];
+        for lane in 0..LANES {
+            let i = (s * LANES + lane) as u64;
+            if i >= threads_per_group {
+                continue;
             }
-            let mut group = SimdGroup::new(binding.code, present);
-            let special = &mut group.special;
-            for d in 0..3u32 {
-                let du = d as usize;
-                special.set_all(sr::THREADGROUP_POSITION_IN_GRID + d, g[du]);
-                special.set_all(sr::THREADS_PER_THREADGROUP + d, local[du]);
-                special.set_all(sr::DISPATCH_THREADS_PER_THREADGROUP + d, local[du]);
-                special.set_lanes(sr::THREAD_POSITION_IN_THREADGROUP + d, in_group[du]);
-                special.set_lanes(sr::THREAD_POSITION_IN_GRID + d, pos[du]);
+            let t = [
+                (i % u64::from(local[0])) as u32,
+                (i / u64::from(local[0]) % u64::from(local[1])) as u32,
+                (i / (u64::from(local[0]) * u64::from(local[1]))) as u32,
+            ];
+            let p = [origin[0] + t[0], origin[1] + t[1], origin[2] + t[2]];
+            if (0..3).any(|d| p[d] >= launch.grid[d]) {
+                continue;
             }
-            special.set_lanes(sr::THREAD_INDEX_IN_THREADGROUP, index);
-            special.set_lanes(
-                sr::THREAD_INDEX_IN_SIMDGROUP,
-                std::array::from_fn(|lane| lane as u32),
-            );
-            special.set_all(sr::SIMDGROUP_INDEX_IN_THREADGROUP, s as u32);
-            // Core 0 for every group, so that a kernel's results never
-            // depend on which host thread ran it (the helper program
-            // reads the core it serves).
-            special.set_all(sr::CORE_INDEX, 0);
-            special.set_all(sr::VM_SLOT, vm_slot);
-            special.set_all(sr::IS_ACTIVE_THREAD, 1);
-            group
-        })
-        .filter(|g| g.present != 0)
-        .collect()
+            present |= 1 << lane;
+            index[lane] = i as u32;
+            for d in 0..3 {
+                pos[d][lane] = p[d];
+                in_group[d][lane] = t[d];
+            }
+        }
+        if present == 0 {
+            continue;
+        }
+        if used == groups.len() {
+            groups.push(SimdGroup::new(binding.code, present));
+        } else {
+            groups[used].reset(binding.code, present);
+        }
+        let special = &mut groups[used].special;
+        used += 1;
+        for d in 0..3u32 {
+            let du = d as usize;
+            special.set_all(sr::THREADGROUP_POSITION_IN_GRID + d, g[du]);
+            special.set_all(sr::THREADS_PER_THREADGROUP + d, local[du]);
+            special.set_all(sr::DISPATCH_THREADS_PER_THREADGROUP + d, local[du]);
+            special.set_lanes(sr::THREAD_POSITION_IN_THREADGROUP + d, in_group[du]);
+            special.set_lanes(sr::THREAD_POSITION_IN_GRID + d, pos[du]);
+        }
+        special.set_lanes(sr::THREAD_INDEX_IN_THREADGROUP, index);
+        special.set_lanes(
+            sr::THREAD_INDEX_IN_SIMDGROUP,
+            std::array::from_fn(|lane| lane as u32),
+        );
+        special.set_all(sr::SIMDGROUP_INDEX_IN_THREADGROUP, s as u32);
+        // Core 0 for every group, so that a kernel's results never
+        // depend on which host thread ran it (the helper program
+        // reads the core it serves).
+        special.set_all(sr::CORE_INDEX, 0);
+        special.set_all(sr::VM_SLOT, vm_slot);
+        special.set_all(sr::IS_ACTIVE_THREAD, 1);
+    }
+    groups.truncate(used);
 }
 
 /// Runs the SIMD-groups of one threadgroup until all have stopped: each

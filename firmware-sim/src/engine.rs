@@ -71,6 +71,8 @@ pub struct Gpu {
     /// The compiled blocks of every command's programs, with the
     /// compiled engine (`None`: the interpreter runs them).
     pub shader_code: Option<Arc<agx_jit::CodeCache>>,
+    /// Register files kept between kernel launches.
+    spare_groups: compute::SpareGroups,
 }
 
 impl Gpu {
@@ -83,6 +85,7 @@ impl Gpu {
             launches: AtomicU64::new(0),
             usc_instructions: AtomicU64::new(0),
             shader_code: None,
+            spare_groups: compute::SpareGroups::default(),
         }
     }
 
@@ -178,6 +181,7 @@ impl Gpu {
                         &binding,
                         pc,
                         &command,
+                        &self.spare_groups,
                     ) {
                         Ok(instructions) => {
                             self.usc_instructions

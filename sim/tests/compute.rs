@@ -1167,3 +1167,46 @@ fn tile_stores_past_the_sample_record_keep_what_fits() {
         }
     }
 }
+
+/// Registers start at zero in every threadgroup and every launch, whichever
+/// worker ran a threadgroup before (workers reuse their SIMD-groups'
+/// register files): each thread stores `r9` before writing it.
+#[test_log::test]
+fn registers_start_at_zero_in_every_threadgroup_and_launch() {
+    let source = "
+        get_sr r1, sr80
+        device_store 0, i32, x, r9, u0_u1, r1, unsigned, 0
+        iadd r9, r1, u4
+        mov_imm r20, 77
+        device_store 0, i32, x, r9, u2_u3, r1, unsigned, 0
+        stop";
+    let out2 = 0x6_0000u64;
+    let touched = 0x2_0000u64;
+    for threads in [1, 2] {
+        let m = Machine::with_threads(5000, threads);
+        let mut first = Vec::new();
+        first.extend(pair(DATA_VA + OUT));
+        first.extend(pair(DATA_VA + touched));
+        first.push(1000);
+        let mut second = Vec::new();
+        second.extend(pair(DATA_VA + out2));
+        second.extend(pair(DATA_VA + touched));
+        second.push(1000);
+        let p1 = m.kernel(source, 0x1000, 0x40, &first, UNIFORMS, 0);
+        let p2 = m.kernel(source, 0x1000, 0x80, &second, UNIFORMS + 0x100, 0);
+        // 100 threads in threadgroups of 64: the second threadgroup's
+        // second SIMD-group has 4 lanes.
+        let mut stream = launch(p1, [100, 1, 1], [64, 1, 1]);
+        stream.extend(CdmBarrier::default().pack().unwrap());
+        stream.extend(launch(p2, [100, 1, 1], [64, 1, 1]));
+        stream.extend(terminate());
+        m.poke_u32s(OUT, &[0xdead_beef; 100]);
+        m.poke_u32s(out2, &[0xdead_beef; 100]);
+        m.poke(m.data, STREAM, &stream);
+        assert_eq!(m.run(STREAM), None);
+        assert_eq!(m.peek_u32s(OUT, 100), vec![0; 100], "{threads} threads");
+        assert_eq!(m.peek_u32s(out2, 100), vec![0; 100], "{threads} threads");
+        let written: Vec<u32> = (0..100).map(|i| i + 1000).collect();
+        assert_eq!(m.peek_u32s(touched, 100), written, "{threads} threads");
+    }
+}

@@ -27,7 +27,7 @@ use crate::helper::{HelperProgram, StageHelper};
 use crate::memory::GpuVm;
 use crate::raster::{rasterize, sample_positions, setup_coefficients, Coefficient, Extras};
 use crate::tiler;
-use crate::usc::{ProgramCache, LANES};
+use crate::usc::{ProgramCache, SimdGroup, LANES};
 use crate::workers::run_items_then;
 
 /// The ZLS control a segment runs with. The kmd gives the firmware the
@@ -205,6 +205,7 @@ pub(crate) fn render_scene(
         coverage: Vec::new(),
         tags: Vec::new(),
         helper: StageHelper::new(helper, next_core.fetch_add(1, Ordering::Relaxed), vm_slot),
+        group: SimdGroup::new(0, 0),
     };
     run_items_then(
         tiles,
@@ -268,6 +269,8 @@ pub(super) struct Worker {
     pub(super) tags: Vec<u32>,
     /// The core's helper program (stacks for programs with a spill size).
     pub(super) helper: StageHelper,
+    /// The register file the tile's programs run in.
+    pub(super) group: SimdGroup,
 }
 
 /// A sample no deferred primitive is visible at.
@@ -484,6 +487,7 @@ impl Pass<'_> {
                     stencil_test_at_emit,
                     back_facing,
                     helper: &mut w.helper,
+                    group: &mut w.group,
                 },
                 origin,
                 area,

@@ -79,6 +79,10 @@ pub(super) struct TileState<'a> {
     pub(super) back_facing: bool,
     /// The core's helper program.
     pub(super) helper: &'a mut StageHelper,
+    /// The core's register file: the program's SIMD-groups run one after
+    /// another in it (a fresh 16 KiB file per program and tile was a
+    /// zeroed allocation each time).
+    pub(super) group: &'a mut SimdGroup,
 }
 
 /// Runs a per-tile program with one lane per entry of `pixels`
@@ -110,6 +114,7 @@ pub(super) fn run_tile_program(
         stencil_test_at_emit,
         back_facing,
         helper: stage_helper,
+        group,
     } = state;
     let mut uniforms = binding.uniforms.clone();
     let mut memory = vm.clone();
@@ -158,8 +163,6 @@ pub(super) fn run_tile_program(
         sampler_heap,
         sampler_stride_bytes: binding.sampler_stride_bytes,
     };
-    // The groups run one after another in one register file.
-    let mut group = SimdGroup::new(binding.code, 0);
     for (chunk, helper) in order.chunks(LANES).zip(helpers.chunks(LANES)) {
         let mut lanes = [(0u32, 0u32); LANES];
         lanes[..chunk.len()].copy_from_slice(chunk);
@@ -249,7 +252,7 @@ pub(super) fn run_tile_program(
             stencil_test_at_emit,
         };
         stage_helper.run_stage_group(
-            &mut group,
+            group,
             binding.spill_bucket,
             cache,
             &mut memory,
