@@ -30,9 +30,7 @@ impl SimdGroup {
             Op::MovImm16 | Op::MovImm32 => {
                 let d = o.dst(0)?.reg;
                 let imm = o.int(1)? as u64;
-                for lane in lanes(exec) {
-                    self.write(d, lane, imm);
-                }
+                self.write_lanes(d, exec, &[imm; LANES]);
             }
             Op::Iadd | Op::Isub | Op::Imadd | Op::Imsub => {
                 let d = o.dst(0)?;
@@ -54,6 +52,7 @@ impl SimdGroup {
                 let xs = self.gather_int(&a, env.uniforms);
                 let ys = self.gather_int(&b, env.uniforms);
                 let zs = c.map(|c| self.gather_int(&c, env.uniforms));
+                let mut results = [0u64; LANES];
                 for lane in lanes(exec) {
                     let (x, y) = (xs[lane], ys[lane]);
                     let (product, addend) = match &zs {
@@ -75,8 +74,9 @@ impl SimdGroup {
                     } else {
                         r
                     };
-                    self.write(d.reg, lane, r as u64);
+                    results[lane] = r as u64;
                 }
+                self.write_lanes(d.reg, exec, &results);
             }
             Op::Mov
             | Op::Not
@@ -100,14 +100,15 @@ impl SimdGroup {
                 };
                 let xs = self.gather_raw(&a.value, env.uniforms).0;
                 let ys = b.map_or([0; LANES], |b| self.gather_raw(&b.value, env.uniforms).0);
+                // The two tables of B alone (0011 and 1100) give A on the
+                // hardware (applegpu's hardware-tested model).
+                if table == 0b1100 || table == 0b0011 {
+                    self.write_lanes(d, exec, &xs);
+                    return Ok(Flow::Next);
+                }
+                let mut results = [0u64; LANES];
                 for lane in lanes(exec) {
                     let (x, y) = (xs[lane], ys[lane]);
-                    // The two tables of B alone (0011 and 1100) give A on
-                    // the hardware (applegpu's hardware-tested model).
-                    if table == 0b1100 || table == 0b0011 {
-                        self.write(d, lane, x);
-                        continue;
-                    }
                     let mut r = 0u64;
                     if table & 1 != 0 {
                         r |= !x & !y;
@@ -121,8 +122,9 @@ impl SimdGroup {
                     if table & 8 != 0 {
                         r |= x & y;
                     }
-                    self.write(d, lane, r);
+                    results[lane] = r;
                 }
+                self.write_lanes(d, exec, &results);
             }
             Op::Bitrev | Op::Popcount | Op::Ffs | Op::Intl => {
                 let d = o.dst(0)?.reg;

@@ -420,6 +420,37 @@ impl SimdGroup {
         }
     }
 
+    /// Writes a register in the lanes of `exec`, each its value
+    /// (truncated to the register's size): [`SimdGroup::write`] per lane,
+    /// with the register looked up once.
+    pub(super) fn write_lanes(&mut self, reg: Reg, exec: u32, values: &[u64; LANES]) {
+        let r = usize::from(reg.half / 2);
+        match reg.size {
+            Size::S32 => {
+                self.written_cells = self.written_cells.max(r + 1);
+                let cells = &mut self.regs[r];
+                for lane in lanes(exec) {
+                    cells[lane] = values[lane] as u32;
+                }
+            }
+            Size::S16 => {
+                self.written_cells = self.written_cells.max(r + 1);
+                let shift = 16 * u32::from(reg.half % 2);
+                let cells = &mut self.regs[r];
+                for lane in lanes(exec) {
+                    let cell = &mut cells[lane];
+                    *cell =
+                        (*cell & !(0xFFFF << shift)) | ((values[lane] as u32 & 0xFFFF) << shift);
+                }
+            }
+            Size::S64 => {
+                for lane in lanes(exec) {
+                    self.write(reg, lane, values[lane]);
+                }
+            }
+        }
+    }
+
     /// Writes a register in a lane (truncating to its size).
     pub fn write(&mut self, reg: Reg, lane: usize, value: u64) {
         let r = usize::from(reg.half / 2);
