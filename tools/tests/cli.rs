@@ -93,3 +93,63 @@ fn agx_format_encodes_what_it_decodes() {
     let message = String::from_utf8_lossy(&out.stderr);
     assert!(message.contains("size_halfs"), "{message}");
 }
+
+/// A tool whose standard output has no reader any more (`agx-decode
+/// capture | head` once `head` has its lines) exits quietly with status 0,
+/// as Unix tools do, instead of panicking with status 101. Standard output
+/// here is a pipe whose read end is closed before the tool starts, so its
+/// first write fails with `EPIPE`.
+#[test]
+fn a_tool_whose_reader_is_gone_exits_quietly() {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("closed-stdout");
+    std::fs::create_dir_all(&dir).unwrap();
+    let capture = dir.join("run.cap");
+    let _ = std::fs::remove_file(&capture);
+    let code = dir.join("all_forms.bin");
+    let all_forms = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/all_forms.s");
+    let made = run(
+        env!("CARGO_BIN_EXE_agx-asm"),
+        &[all_forms, "-o", code.to_str().unwrap()],
+    );
+    assert_eq!(made.status.code(), Some(0));
+    let closed_stdout = |name: &str, bin: &str, args: &[&str], env: Option<(&str, &str)>| {
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        let mut command = Command::new(bin);
+        command.args(args).env("AGX_LOG", "off").stdout(writer);
+        if let Some((key, value)) = env {
+            command.env(key, value);
+        }
+        let out = command.output().expect("tool runs");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{name}: {stderr}");
+        assert!(stderr.is_empty(), "{name}: {stderr}");
+    };
+    let png = dir.join("frame.png");
+    closed_stdout(
+        "agx-render",
+        env!("CARGO_BIN_EXE_agx-render"),
+        &["--size", "32x32", "--out", png.to_str().unwrap()],
+        Some(("AGX_KMD_CAPTURE", capture.to_str().unwrap())),
+    );
+    let capture = capture.to_str().unwrap();
+    let steps: [(&str, &str, &[&str]); 6] = [
+        ("agx-decode", env!("CARGO_BIN_EXE_agx-decode"), &[capture]),
+        (
+            "agx-decode --json",
+            env!("CARGO_BIN_EXE_agx-decode"),
+            &["--json", capture],
+        ),
+        ("agx-replay", env!("CARGO_BIN_EXE_agx-replay"), &[capture]),
+        ("agx-asm", env!("CARGO_BIN_EXE_agx-asm"), &[all_forms]),
+        (
+            "agx-disasm",
+            env!("CARGO_BIN_EXE_agx-disasm"),
+            &[code.to_str().unwrap()],
+        ),
+        ("agx-format", env!("CARGO_BIN_EXE_agx-format"), &["list"]),
+    ];
+    for (name, bin, args) in steps {
+        closed_stdout(name, bin, args, None);
+    }
+}

@@ -1,7 +1,7 @@
 //! `agx-asm`: assemble AGX shader assembly into machine code.
 #![forbid(unsafe_code)]
 
-use std::io::{Read, Write};
+use std::io::Read;
 use std::process::ExitCode;
 
 use agx_tools::isa_cli::{assemble_input, AsmArgs};
@@ -32,17 +32,17 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let written = match &args.output {
-        Some(path) => std::fs::write(path, &output).map_err(|e| format!("{path}: {e}")),
-        None => std::io::stdout()
-            .write_all(&output)
-            .map_err(|e| format!("<stdout>: {e}")),
-    };
-    match written {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("agx-asm: {e}");
-            ExitCode::from(2)
+    match &args.output {
+        Some(path) => match std::fs::write(path, &output) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("agx-asm: {path}: {e}");
+                ExitCode::from(2)
+            }
+        },
+        None => {
+            agx_tools::write_stdout_bytes("agx-asm", &output);
+            ExitCode::SUCCESS
         }
     }
 }

@@ -53,25 +53,35 @@ fn main() -> ExitCode {
     let decoded = agx_tools::decode::decode_all(&capture, args.submit);
     let lints: usize = decoded.iter().map(|d| d.lints.len()).sum();
     if args.json {
-        print!("{}", agx_tools::decode::to_json(&capture, &decoded));
+        agx_tools::out!(
+            "agx-decode",
+            "{}",
+            agx_tools::decode::to_json(&capture, &decoded)
+        );
     } else if args.lint {
         for d in &decoded {
             for l in &d.lints {
-                println!(
+                agx_tools::outln!(
+                    "agx-decode",
                     "submission {}: {} at {:#x}: {}",
-                    d.index, l.rule, l.address, l.message
+                    d.index,
+                    l.rule,
+                    l.address,
+                    l.message
                 );
             }
         }
         if lints == 0 {
-            println!(
+            agx_tools::outln!(
+                "agx-decode",
                 "no findings in {}",
                 agx_tools::count(decoded.len(), "submission")
             );
         }
     } else {
         if let Some(p) = &capture.params {
-            println!(
+            agx_tools::outln!(
+                "agx-decode",
                 "device: G{}{} revision {:#x}, {} clusters",
                 p.gpu_generation,
                 char::from_u32(p.gpu_variant).unwrap_or('?'),
@@ -80,7 +90,7 @@ fn main() -> ExitCode {
             );
         }
         for d in &decoded {
-            print!("{}", d.text);
+            agx_tools::out!("agx-decode", "{}", d.text);
         }
     }
     if args.lint && lints > 0 {

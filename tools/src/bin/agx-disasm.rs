@@ -27,11 +27,11 @@ fn main() -> ExitCode {
     };
     match disassemble_input(&input, &args) {
         Ok(listing) => {
-            print!("{listing}");
+            agx_tools::out!("agx-disasm", "{listing}");
             ExitCode::SUCCESS
         }
         Err(IsaCliError::Undecodable { address, listing }) => {
-            print!("{listing}");
+            agx_tools::out!("agx-disasm", "{listing}");
             eprintln!("agx-disasm: {name}: undecodable bytes at {address:#x}");
             ExitCode::FAILURE
         }

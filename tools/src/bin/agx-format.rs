@@ -9,7 +9,7 @@ fn main() -> std::process::ExitCode {
     let cli = agx_tools::format_cli::Cli::parse();
     match agx_tools::format_cli::run(&cli.command) {
         Ok(out) => {
-            print!("{out}");
+            agx_tools::out!("agx-format", "{out}");
             std::process::ExitCode::SUCCESS
         }
         Err(e) => {

@@ -90,7 +90,7 @@ fn main() -> ExitCode {
         }
     }
     let seconds = started.elapsed().as_secs_f64();
-    println!(
+    agx_tools::outln!("agx-fuzz", 
         "seed {}: {rounds} rounds in {seconds:.0} s: {} ioctls ({} succeeded, {} files), {} GPU jobs, {} known-job checks",
         args.seed,
         ioctl.totals.ioctls,
@@ -99,11 +99,11 @@ fn main() -> ExitCode {
         gpu.totals.jobs,
         gpu.totals.known_job_checks,
     );
-    println!("ioctl errnos: {:?}", ioctl.totals.errnos);
-    println!("GPU job outcomes: {:?}", gpu.totals.outcomes);
+    agx_tools::outln!("agx-fuzz", "ioctl errnos: {:?}", ioctl.totals.errnos);
+    agx_tools::outln!("agx-fuzz", "GPU job outcomes: {:?}", gpu.totals.outcomes);
     match result {
         Ok(()) => {
-            println!("0 crashes, 0 hangs, 0 leaks");
+            agx_tools::outln!("agx-fuzz", "0 crashes, 0 hangs, 0 leaks");
             ExitCode::SUCCESS
         }
         Err(e) => {

@@ -174,7 +174,8 @@ fn render(
         }
     };
     let (width, height) = args.size;
-    println!(
+    agx_tools::outln!(
+        "agx-render",
         "mesh: {} triangles, {} vertices; {width}x{height}; device: {}",
         mesh.triangle_count(),
         mesh.vertices.len(),
@@ -238,7 +239,7 @@ fn render(
             ),
         };
         if progress.is_hidden() {
-            println!("{line}");
+            agx_tools::outln!("agx-render", "{line}");
         } else {
             progress.println(line);
         }
@@ -248,6 +249,6 @@ fn render(
     let png = encode_png(width, height, &renderer.pixels()?)?;
     std::io::Write::write_all(&mut out, &png)
         .map_err(|e| format!("cannot write {}: {e}", args.out.display()))?;
-    println!("wrote {}", args.out.display());
+    agx_tools::outln!("agx-render", "wrote {}", args.out.display());
     Ok(())
 }

@@ -61,14 +61,15 @@ fn main() -> ExitCode {
         }
         match agx_tools::replay::replay_one(&capture, index) {
             Ok(r) => {
-                println!(
+                agx_tools::outln!(
+                    "agx-replay",
                     "submission {index}: {}",
                     r.error
                         .map_or("completed".to_owned(), |e| format!("failed: {e:?}"))
                 );
                 failed |= r.error.is_some();
                 if let Some(failure) = &r.failure {
-                    println!("  {failure}");
+                    agx_tools::outln!("agx-replay", "  {failure}");
                 }
                 for t in &r.targets {
                     let path = args
@@ -78,7 +79,13 @@ fn main() -> ExitCode {
                         .map_err(|e| e.to_string())
                         .and_then(|png| std::fs::write(&path, png).map_err(|e| e.to_string()))
                     {
-                        Ok(()) => println!("  wrote {} ({}x{})", path.display(), t.width, t.height),
+                        Ok(()) => agx_tools::outln!(
+                            "agx-replay",
+                            "  wrote {} ({}x{})",
+                            path.display(),
+                            t.width,
+                            t.height
+                        ),
                         Err(e) => {
                             eprintln!("agx-replay: {}: {e}", path.display());
                             failed = true;
