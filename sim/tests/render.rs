@@ -71,7 +71,19 @@ fn msaa_pbe(stride: u32) -> Pbe {
 
 fn clear_pass(m: &Machine, colour: [f32; 4], width: u16, height: u16) -> CmdRender {
     let uniforms: Vec<u32> = colour.iter().map(|c| c.to_bits()).collect();
-    let bg = m.program(CLEAR, 0x1000, 0x40, &uniforms, UNIFORMS, 0, None);
+    background_pass(m, CLEAR, &uniforms, width, height)
+}
+
+/// A pass of `width` x `height` with `background` (its uniforms
+/// `uniforms`) as its background program and [`STORE`] as its end of tile.
+fn background_pass(
+    m: &Machine,
+    background: &str,
+    uniforms: &[u32],
+    width: u16,
+    height: u16,
+) -> CmdRender {
+    let bg = m.program(background, 0x1000, 0x40, uniforms, UNIFORMS, 0, None);
     m.poke(
         m.data,
         PBE,
@@ -115,6 +127,32 @@ fn clear_pass(m: &Machine, colour: [f32; 4], width: u16, height: u16) -> CmdRend
 
 fn image(m: &Machine, rows: usize) -> Vec<u8> {
     m.peek(m.data, IMAGE, rows * STRIDE as usize)
+}
+
+/// A tile store of a run of 16-bit registers stores each lane's halves in
+/// the run's order (r2l, r2h, r3l, r3h), each converted from fp16: the
+/// whole SIMD-group's values are read register by register.
+#[test_log::test]
+fn a_tile_store_of_16_bit_registers_takes_each_half_in_order() {
+    let m = Machine::new(5000);
+    let source = "
+        mov_imm r2l, 15360
+        mov_imm r2h, 14336
+        mov_imm r3l, 13312
+        mov_imm r3h, 0
+        st_tile r2l_r2h_r3l_r3h, u8norm, 0, xyzw, 0, 255, r0, 0
+        stop";
+    let render = background_pass(&m, source, &[0], 40, 36);
+    assert_eq!(m.submit(CmdType::Render, render.as_bytes()), None);
+    // fp16 1.0, 0.5, 0.25 and 0 as unorm8: 255, 127.5 rounded to even,
+    // 63.75 rounded, 0.
+    let pixels = image(&m, 36);
+    for y in 0..36 {
+        for x in 0..40 {
+            let at = y * STRIDE as usize + 4 * x;
+            assert_eq!(pixels[at..at + 4], [255, 128, 64, 0], "pixel ({x}, {y})");
+        }
+    }
 }
 
 #[test_log::test]

@@ -5,7 +5,7 @@
 use agx_hw::isa::table::sr;
 use agx_hw::isa::{Op, Reg, Size, Value};
 
-use super::{lanes, unsupported, Env, ExecError, Flow, Operands, SimdGroup, LANES};
+use super::{lanes, unsupported, Env, ExecError, Flow, Operands, SimdGroup};
 use crate::usc::io::{Interpolation, TileAccess};
 
 impl SimdGroup {
@@ -60,10 +60,7 @@ impl SimdGroup {
                         explicit: None,
                         half: data.first.size == Size::S16,
                     };
-                    let mut values = [[0u32; 4]; LANES];
-                    for lane in lanes(exec) {
-                        values[lane] = self.read_run(&data, lane);
-                    }
+                    let values = self.read_run_lanes(&data, exec);
                     env.io
                         .tile_store_lanes(exec, &access, &values)
                         .map_err(|error| ExecError::Io { pc, error })?;
