@@ -223,7 +223,7 @@ impl SimulatedCoprocessor {
         SimulatedCoprocessor {
             memory,
             gpu_threads,
-            shader_engine: crate::usc::ShaderEngine::Interpreter,
+            shader_engine: crate::usc::ShaderEngine::default(),
         }
     }
 

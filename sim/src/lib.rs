@@ -67,8 +67,8 @@ pub struct SystemConfig {
     /// (`DeviceConfig::device_descriptor_limit`): no limit by default;
     /// the device process sets three quarters of its descriptor limit.
     pub device_descriptor_limit: u64,
-    /// What runs the shader core's programs: the interpreter (the
-    /// reference, the default) or the compiled engine.
+    /// What runs the shader core's programs: the compiled engine (the
+    /// default) or the interpreter (the reference).
     pub shader_engine: ShaderEngine,
 }
 
@@ -88,7 +88,7 @@ impl Default for SystemConfig {
             keep_object_descriptors: false,
             client_descriptor_limit: kmd.client_descriptor_limit,
             device_descriptor_limit: kmd.device_descriptor_limit,
-            shader_engine: ShaderEngine::Interpreter,
+            shader_engine: ShaderEngine::default(),
         }
     }
 }

@@ -82,10 +82,10 @@ pub struct CachedInstr {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum ShaderEngine {
     /// Every instruction interpreted (the reference).
-    #[default]
     Interpreter,
     /// Runs of ALU instructions compiled to host code (`agx_jit`), the
     /// rest interpreted; the two agree bit for bit.
+    #[default]
     Compiled,
 }
 
@@ -187,13 +187,27 @@ impl Compiled {
 }
 
 /// Decoded instructions by address.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct ProgramCache {
     by_address: HashMap<u64, u32>,
     instrs: Vec<CachedInstr>,
     decodes: u64,
     engine: ShaderEngine,
     compiled: Option<Box<Compiled>>,
+}
+
+impl Default for ProgramCache {
+    /// An empty cache whose programs the interpreter runs (a cache runs
+    /// compiled code only when given an engine or a code cache).
+    fn default() -> ProgramCache {
+        ProgramCache {
+            by_address: HashMap::new(),
+            instrs: Vec::new(),
+            decodes: 0,
+            engine: ShaderEngine::Interpreter,
+            compiled: None,
+        }
+    }
 }
 
 impl ProgramCache {
