@@ -36,7 +36,9 @@ use crate::bind::Binding;
 use crate::command::{RunContext, Watchdog};
 use crate::fault::{exec_fault, unsupported, EngineResult};
 use crate::helper::{HelperProgram, StageHelper, CORES};
-use crate::imageblock::{store_block, store_texel, BlockPlacement, Imageblock, ImageblockShape};
+use crate::imageblock::{
+    store_block, store_texel, BlockPlacement, ImageWriteTarget, Imageblock, ImageblockShape,
+};
 use crate::memory::{read_words, GpuVm};
 use crate::shader::{run_simd_group, Barriers};
 use crate::texture::TextureUnit;
@@ -314,6 +316,7 @@ pub fn run(
                 },
                 binding,
                 block: block.as_mut(),
+                image_writes: ImageWriteTarget::default(),
             };
             helper.run_with_stacks(simd, binding.spill_bucket, vm, &watchdog, |simd, vm| {
                 let result =
@@ -337,6 +340,8 @@ struct KernelIo<'a> {
     unit: TextureUnit<'a>,
     binding: &'a Binding,
     block: Option<&'a mut Imageblock>,
+    /// The descriptor image writes last went through.
+    image_writes: ImageWriteTarget,
 }
 
 impl KernelIo<'_> {
@@ -384,7 +389,12 @@ impl ShaderIo for KernelIo<'_> {
     }
 
     fn image_write(&mut self, _lane: usize, request: &ImageWrite) -> Result<(), IoError> {
-        store_texel(&mut self.unit.vm, self.binding, request)
+        store_texel(
+            &mut self.unit.vm,
+            self.binding,
+            request,
+            &mut self.image_writes,
+        )
     }
 
     fn block_store(&mut self, request: &BlockStore) -> Result<(), IoError> {

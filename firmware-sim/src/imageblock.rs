@@ -361,6 +361,7 @@ pub struct BlockPlacement {
 }
 
 /// An image as a PBE descriptor describes it, ready to be written.
+#[derive(Debug)]
 struct PbeTarget {
     pbe: Pbe,
     /// The image's element format and channel count.
@@ -394,14 +395,52 @@ pub(crate) fn pbe_written_spans(vm: &GpuVm<'_>, address: u64) -> Option<Vec<(u64
     )
 }
 
+/// Bytes of a PBE descriptor.
+const PBE_BYTES: usize = 24;
+
+/// The PBE descriptor a stage's image writes last went through, decoded,
+/// with its image laid out: a SIMD-group's `image_write` is a write per
+/// lane, through one descriptor, and decoding it and laying the image out
+/// for each was a tenth of piglit's `shader-mem-barrier`. The descriptor's
+/// bytes are read again for every write (memory may have changed, and a
+/// descriptor that cannot be read faults there), and the decoded target is
+/// kept while they are the same bytes (wherever they lie: the same bytes
+/// describe the same image).
+#[derive(Debug, Default)]
+pub struct ImageWriteTarget {
+    last: Option<([u8; PBE_BYTES], PbeTarget)>,
+}
+
+impl ImageWriteTarget {
+    /// The target of the descriptor at `address`, as [`PbeTarget::open`]
+    /// for an image write opens it.
+    fn open(&mut self, vm: &GpuVm<'_>, address: u64) -> Result<&PbeTarget, IoError> {
+        let mut bytes = [0u8; PBE_BYTES];
+        GpuMemory::read(vm, address, &mut bytes, AccessKind::Read)?;
+        if !matches!(&self.last, Some((kept, _)) if *kept == bytes) {
+            self.last = None;
+            self.last = Some((bytes, PbeTarget::of_bytes(&bytes, true)?));
+        }
+        match &self.last {
+            Some((_, target)) => Ok(target),
+            None => Err(invalid("no image write target".into())),
+        }
+    }
+}
+
 impl PbeTarget {
     /// Reads and checks the PBE descriptor at `address`. `image_write`:
     /// the descriptor's sRGB bit applies (block stores write the
     /// tilebuffer's encoding, which is already sRGB when it should be).
     fn open(vm: &GpuVm<'_>, address: u64, image_write: bool) -> Result<PbeTarget, IoError> {
-        let mut bytes = [0u8; 24];
+        let mut bytes = [0u8; PBE_BYTES];
         GpuMemory::read(vm, address, &mut bytes, AccessKind::Read)?;
-        let pbe = Pbe::decode_fields(&bytes);
+        PbeTarget::of_bytes(&bytes, image_write)
+    }
+
+    /// The target the descriptor `bytes` describe (see [`PbeTarget::open`]).
+    fn of_bytes(bytes: &[u8; PBE_BYTES], image_write: bool) -> Result<PbeTarget, IoError> {
+        let pbe = Pbe::decode_fields(bytes);
         let srgb = image_write && pbe.srgb;
         let (element, channels) = channel_format(pbe.channels, pbe.data_type, srgb)
             .ok_or_else(|| invalid(format!("PBE format {:?} {:?}", pbe.channels, pbe.data_type)))?;
@@ -729,8 +768,9 @@ pub fn store_texel(
     vm: &mut GpuVm<'_>,
     binding: &Binding,
     request: &ImageWrite,
+    opened: &mut ImageWriteTarget,
 ) -> Result<(), IoError> {
-    let target = PbeTarget::open(vm, pbe_address(binding, request.texture)?, true)?;
+    let target = opened.open(vm, pbe_address(binding, request.texture)?)?;
     if target.samples > 1 {
         return Err(invalid("image writes to multisampled images".into()));
     }

@@ -232,6 +232,8 @@ struct VertexIo<'a> {
     outputs: Vec<[u32; MAX_OUTPUTS]>,
     unit: TextureUnit<'a>,
     binding: &'a Binding,
+    /// The descriptor image writes last went through.
+    image_writes: crate::imageblock::ImageWriteTarget,
 }
 
 impl ShaderIo for VertexIo<'_> {
@@ -254,7 +256,12 @@ impl ShaderIo for VertexIo<'_> {
     }
 
     fn image_write(&mut self, _lane: usize, request: &ImageWrite) -> Result<(), IoError> {
-        crate::imageblock::store_texel(&mut self.unit.vm, self.binding, request)
+        crate::imageblock::store_texel(
+            &mut self.unit.vm,
+            self.binding,
+            request,
+            &mut self.image_writes,
+        )
     }
 }
 
@@ -609,6 +616,7 @@ fn shade_vertices(
             outputs: vec![[0; MAX_OUTPUTS]; LANES],
             unit: unit.clone(),
             binding,
+            image_writes: crate::imageblock::ImageWriteTarget::default(),
         };
         helper.run_stage_group(
             &mut group,

@@ -1210,3 +1210,99 @@ fn registers_start_at_zero_in_every_threadgroup_and_launch() {
         assert_eq!(m.peek_u32s(touched, 100), written, "{threads} threads");
     }
 }
+
+/// A SIMD-group's image writes go through the descriptor each one names,
+/// as memory holds it when the write runs: writes alternating between two
+/// descriptors land in their own images, and a write through a descriptor
+/// the kernel has just pointed at another image lands there (each lane's
+/// write decodes the descriptor it reads, or a copy of the same bytes).
+#[test_log::test]
+fn image_writes_follow_their_descriptor_as_memory_holds_it() {
+    let m = Machine::new(5000);
+    const PBES: u64 = 0x7_0000;
+    let images = [0x2_0000u64, 0x3_0000, 0x5_0000];
+    let descriptor = |image: u64| Pbe {
+        channels: Channels::R32,
+        data_type: TextureType::Float,
+        layout: Layout::Linear,
+        width: 64,
+        height: 1,
+        stride: 256,
+        buffer: DATA_VA + image,
+        ..Pbe::default()
+    };
+    let (a, b, c) = (
+        descriptor(images[0]).pack().unwrap(),
+        descriptor(images[1]).pack().unwrap(),
+        descriptor(images[2]).pack().unwrap(),
+    );
+    m.poke(m.data, PBES, &a);
+    m.poke(m.data, PBES + a.len() as u64, &b);
+    for image in images {
+        m.poke_u32s(image, &[0xdead_beef; 64]);
+    }
+    // The 32-bit words in which the descriptor of the third image differs
+    // from the first's: the kernel stores them over the first.
+    let word =
+        |bytes: &[u8], i: usize| u32::from_le_bytes(bytes[4 * i..4 * i + 4].try_into().unwrap());
+    let changed: Vec<(u32, u32)> = (0..a.len() / 4)
+        .filter(|&i| word(&a, i) != word(&c, i))
+        .map(|i| (i as u32, word(&c, i)))
+        .collect();
+    assert!((1..=2).contains(&changed.len()), "{changed:?}");
+    let mut uniforms = pair(DATA_VA + PBES).to_vec();
+    uniforms.push(100.0f32.to_bits());
+    let mut stores = String::new();
+    for (n, (index, value)) in changed.iter().enumerate() {
+        uniforms.push(*index);
+        uniforms.push(*value);
+        let (u_index, u_value) = (3 + 2 * n, 4 + 2 * n);
+        stores += &format!(
+            "mov r8, u{u_index}\n mov r9, u{u_value}\n device_store 0, i32, x, r9, u0_u1, r8, unsigned, 0\n"
+        );
+    }
+    let source = format!(
+        "
+        get_sr r1, sr80
+        convert u32_to_f, r2, r1, rte
+        mov r3, r2
+        mov r4, r2
+        mov r5, r2
+        mov r6, r1
+        mov_imm r7, 0
+        image_write r2_r3_r4_r5, r6_r7, 0, None, ts0, tex_2d, rte, 9, 1
+        image_write r2_r3_r4_r5, r6_r7, 0, None, ts1, tex_2d, rte, 9, 1
+        image_write r2_r3_r4_r5, r6_r7, 0, None, ts0, tex_2d, rte, 9, 1
+        {stores}
+        fadd32 r2, r2, u2
+        image_write r2_r3_r4_r5, r6_r7, 0, None, ts0, tex_2d, rte, 9, 1
+        stop"
+    );
+    let pipeline = m.program(
+        &source,
+        0x1000,
+        0x40,
+        &uniforms,
+        UNIFORMS,
+        0,
+        Some((2, DATA_VA + PBES)),
+    );
+    // One SIMD-group (a second would run after the first had changed the
+    // descriptor).
+    let mut stream = launch(pipeline, [32, 1, 1], [32, 1, 1]);
+    stream.extend(terminate());
+    m.poke(m.data, STREAM, &stream);
+    assert_eq!(m.run(STREAM), None);
+    let untouched = [0xdead_beef; 32];
+    let ramp: Vec<u32> = (0..32)
+        .map(|i| (i as f32).to_bits())
+        .chain(untouched)
+        .collect();
+    let raised: Vec<u32> = (0..32)
+        .map(|i| (i as f32 + 100.0).to_bits())
+        .chain(untouched)
+        .collect();
+    assert_eq!(m.peek_u32s(images[0], 64), ramp, "the first image");
+    assert_eq!(m.peek_u32s(images[1], 64), ramp, "the second image");
+    assert_eq!(m.peek_u32s(images[2], 64), raised, "the third image");
+}

@@ -9,7 +9,7 @@ use agx_hw::formats::{FragmentFace, FragmentStencil};
 use super::depth::{depth_passes, stencil_op};
 use super::tilebuffer::Tilebuffer;
 use crate::bind::Binding;
-use crate::imageblock::{store_block, store_texel, BlockPlacement};
+use crate::imageblock::{store_block, store_texel, BlockPlacement, ImageWriteTarget};
 use crate::memory::GpuVm;
 use crate::raster::Coefficient;
 use crate::texture::TextureUnit;
@@ -55,6 +55,8 @@ pub(super) struct TileIo<'a, 'b> {
     /// zs_emit also runs the stencil test (the shader writes the stencil
     /// reference); otherwise it ran before the shader.
     pub(super) stencil_test_at_emit: bool,
+    /// The descriptor image writes last went through.
+    pub(super) image_writes: ImageWriteTarget,
 }
 
 impl TileIo<'_, '_> {
@@ -404,7 +406,7 @@ impl ShaderIo for TileIo<'_, '_> {
                 return Ok(());
             }
         }
-        store_texel(&mut self.vm, self.binding, request)
+        store_texel(&mut self.vm, self.binding, request, &mut self.image_writes)
     }
 
     fn block_store(&mut self, request: &BlockStore) -> Result<(), IoError> {

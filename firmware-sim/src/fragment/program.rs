@@ -17,6 +17,7 @@ use crate::command::Watchdog;
 use crate::fault::EngineResult;
 use crate::fault::{exec_fault, unsupported};
 use crate::helper::StageHelper;
+use crate::imageblock::ImageWriteTarget;
 use crate::memory::read_words;
 use crate::memory::GpuVm;
 use crate::shader::present_lanes;
@@ -250,6 +251,7 @@ pub(super) fn run_tile_program(
             face,
             stencil,
             stencil_test_at_emit,
+            image_writes: ImageWriteTarget::default(),
         };
         stage_helper.run_stage_group(
             group,
