@@ -156,7 +156,9 @@ impl Launch {
 /// small launches (Mesa's blits and copies, a threadgroup or two each)
 /// does not allocate and zero a 16 KiB register file per SIMD-group per
 /// launch (which, freed and trimmed, came back as page faults: most of
-/// them in piglit's `tex3d-npot`). At most [`SpareGroups::KEPT`] sets.
+/// them in piglit's `tex3d-npot`). At most [`SpareGroups::KEPT`] sets, of
+/// at most 32 SIMD-groups each (a threadgroup of 1,024 threads): 4 MiB of
+/// register files at most, held as long as the GPU.
 #[derive(Debug, Default)]
 pub struct SpareGroups(Mutex<Vec<Vec<SimdGroup>>>);
 
