@@ -417,14 +417,11 @@ impl ImageWriteTarget {
     fn open(&mut self, vm: &GpuVm<'_>, address: u64) -> Result<&PbeTarget, IoError> {
         let mut bytes = [0u8; PBE_BYTES];
         GpuMemory::read(vm, address, &mut bytes, AccessKind::Read)?;
-        if !matches!(&self.last, Some((kept, _)) if *kept == bytes) {
-            self.last = None;
-            self.last = Some((bytes, PbeTarget::of_bytes(&bytes, true)?));
-        }
-        match &self.last {
-            Some((_, target)) => Ok(target),
-            None => Err(invalid("no image write target".into())),
-        }
+        let target = match self.last.take() {
+            Some((kept, target)) if kept == bytes => target,
+            _ => PbeTarget::of_bytes(&bytes, true)?,
+        };
+        Ok(&self.last.insert((bytes, target)).1)
     }
 }
 

@@ -129,6 +129,18 @@ fn image(m: &Machine, rows: usize) -> Vec<u8> {
     m.peek(m.data, IMAGE, rows * STRIDE as usize)
 }
 
+/// Checks that every pixel of the `width` x `height` RGBA8 image holds
+/// `rgba`.
+fn assert_filled(m: &Machine, width: usize, height: usize, rgba: [u8; 4]) {
+    let pixels = image(m, height);
+    for y in 0..height {
+        for x in 0..width {
+            let at = y * STRIDE as usize + 4 * x;
+            assert_eq!(pixels[at..at + 4], rgba, "pixel ({x}, {y})");
+        }
+    }
+}
+
 /// A tile store of a run of 16-bit registers stores each lane's halves in
 /// the run's order (r2l, r2h, r3l, r3h), each converted from fp16: the
 /// whole SIMD-group's values are read register by register.
@@ -146,13 +158,7 @@ fn a_tile_store_of_16_bit_registers_takes_each_half_in_order() {
     assert_eq!(m.submit(CmdType::Render, render.as_bytes()), None);
     // fp16 1.0, 0.5, 0.25 and 0 as unorm8: 255, 127.5 rounded to even,
     // 63.75 rounded, 0.
-    let pixels = image(&m, 36);
-    for y in 0..36 {
-        for x in 0..40 {
-            let at = y * STRIDE as usize + 4 * x;
-            assert_eq!(pixels[at..at + 4], [255, 128, 64, 0], "pixel ({x}, {y})");
-        }
-    }
+    assert_filled(&m, 40, 36, [255, 128, 64, 0]);
 }
 
 #[test_log::test]
@@ -210,13 +216,7 @@ fn sixteen_pixel_tiles_clear_and_draw_as_thirty_two_pixel_tiles_do() {
     render.utile_width_px = 16;
     render.utile_height_px = 16;
     assert_eq!(m.submit(CmdType::Render, render.as_bytes()), None);
-    let pixels = image(&m, 70);
-    for y in 0..70 {
-        for x in 0..100 {
-            let at = y * STRIDE as usize + 4 * x;
-            assert_eq!(pixels[at..at + 4], [255, 128, 64, 0], "pixel ({x}, {y})");
-        }
-    }
+    assert_filled(&m, 100, 70, [255, 128, 64, 0]);
     let window = [[10.25f32, 5.5], [50.75, 20.0], [20.0, 60.125]];
     let render = triangles_pass(&m, &window);
     assert_eq!(m.submit(CmdType::Render, render.as_bytes()), None);

@@ -340,6 +340,13 @@ enum Flow {
     Doorbell(u8),
 }
 
+/// Writes the low 16 bits of `value` into the half of 32-bit `cell` that
+/// 16-bit register half `half` names (odd halves are the high bits).
+fn set_half(cell: &mut u32, half: u16, value: u64) {
+    let shift = 16 * u32::from(half % 2);
+    *cell = (*cell & !(0xFFFF << shift)) | ((value as u32 & 0xFFFF) << shift);
+}
+
 fn lanes(mask: u32) -> impl Iterator<Item = usize> {
     (0..LANES).filter(move |lane| mask & (1 << lane) != 0)
 }
@@ -435,12 +442,9 @@ impl SimdGroup {
             }
             Size::S16 => {
                 self.written_cells = self.written_cells.max(r + 1);
-                let shift = 16 * u32::from(reg.half % 2);
                 let cells = &mut self.regs[r];
                 for lane in lanes(exec) {
-                    let cell = &mut cells[lane];
-                    *cell =
-                        (*cell & !(0xFFFF << shift)) | ((values[lane] as u32 & 0xFFFF) << shift);
+                    set_half(&mut cells[lane], reg.half, values[lane]);
                 }
             }
             Size::S64 => {
@@ -457,11 +461,7 @@ impl SimdGroup {
         let cells = if reg.size == Size::S64 { 2 } else { 1 };
         self.written_cells = self.written_cells.max(r + cells);
         match reg.size {
-            Size::S16 => {
-                let shift = 16 * u32::from(reg.half % 2);
-                let cell = &mut self.regs[r][lane];
-                *cell = (*cell & !(0xFFFF << shift)) | ((value as u32 & 0xFFFF) << shift);
-            }
+            Size::S16 => set_half(&mut self.regs[r][lane], reg.half, value),
             Size::S32 => self.regs[r][lane] = value as u32,
             Size::S64 => {
                 self.regs[r][lane] = value as u32;
