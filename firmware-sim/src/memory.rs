@@ -205,17 +205,118 @@ fn refuse_kernel_half(address: u64, len: usize, access: AccessKind) -> Result<()
     })
 }
 
+/// A failed user-half translation as the shader core reports it.
+fn translation_fault(fault: &UatFault, access: AccessKind) -> MemoryFault {
+    MemoryFault {
+        address: fault.va,
+        access,
+        reason: match fault.reason {
+            UatFaultReason::Unmapped => FaultReason::Unmapped,
+            _ => FaultReason::Permission,
+        },
+    }
+}
+
+impl GpuVm<'_> {
+    /// The physical address of the element of `size_bytes` at user
+    /// address `address`, through `last` (the page translated last for
+    /// this access and its physical base) when it is on that page; `None`
+    /// when the element crosses a page, which the caller reads as bytes.
+    fn element_pa(
+        &self,
+        address: u64,
+        size_bytes: usize,
+        access: Access,
+        kind: AccessKind,
+        last: &mut Option<(u64, u64)>,
+    ) -> Result<Option<PhysAddr>, MemoryFault> {
+        refuse_kernel_half(address, size_bytes, kind)?;
+        let (page, offset) = (address / PAGE_BYTES, address % PAGE_BYTES);
+        if offset + size_bytes as u64 > PAGE_BYTES {
+            return Ok(None);
+        }
+        let base = match *last {
+            Some((last_page, base)) if last_page == page => base,
+            _ => {
+                let pa = self
+                    .translate(address, access)
+                    .map_err(|f| translation_fault(&f, kind))?;
+                let base = pa.get() - offset;
+                *last = Some((page, base));
+                base
+            }
+        };
+        Ok(Some(PhysAddr(base + offset)))
+    }
+}
+
 impl GpuMemory for GpuVm<'_> {
+    /// As reading each element alone, with each page translated once
+    /// for the run of elements on it (a page-table change between two
+    /// elements of one instruction is seen from the next instruction on,
+    /// as an unmap racing an access in flight).
+    fn read_elements(
+        &self,
+        addresses: &[u64],
+        size_bytes: usize,
+        out: &mut [u32],
+    ) -> Result<(), MemoryFault> {
+        let mut last = None;
+        for (&address, word) in addresses.iter().zip(out.iter_mut()) {
+            let mut bytes = [0u8; 4];
+            let buf = &mut bytes[..size_bytes];
+            match self.element_pa(
+                address,
+                size_bytes,
+                Access::GpuRead,
+                AccessKind::Read,
+                &mut last,
+            )? {
+                Some(pa) => self.memory.read(pa, buf).map_err(|_| MemoryFault {
+                    address,
+                    access: AccessKind::Read,
+                    reason: FaultReason::Unmapped,
+                })?,
+                None => GpuMemory::read(self, address, buf, AccessKind::Read)?,
+            }
+            *word = u32::from_le_bytes(bytes);
+        }
+        Ok(())
+    }
+
+    /// As writing each element alone, each page translated once, as
+    /// [`GpuMemory::read_elements`] here.
+    fn write_elements(
+        &mut self,
+        addresses: &[u64],
+        size_bytes: usize,
+        words: &[u32],
+    ) -> Result<(), MemoryFault> {
+        let mut last = None;
+        for (&address, word) in addresses.iter().zip(words) {
+            let bytes = word.to_le_bytes();
+            let data = &bytes[..size_bytes];
+            match self.element_pa(
+                address,
+                size_bytes,
+                Access::GpuWrite,
+                AccessKind::Write,
+                &mut last,
+            )? {
+                Some(pa) => self.memory.write(pa, data).map_err(|_| MemoryFault {
+                    address,
+                    access: AccessKind::Write,
+                    reason: FaultReason::Unmapped,
+                })?,
+                None => GpuMemory::write(self, address, data)?,
+            }
+        }
+        Ok(())
+    }
+
     fn read(&self, address: u64, buf: &mut [u8], access: AccessKind) -> Result<(), MemoryFault> {
         refuse_kernel_half(address, buf.len(), access)?;
-        GpuVm::read(self, address, buf).map_err(|f| MemoryFault {
-            address: f.va,
-            access,
-            reason: match f.reason {
-                UatFaultReason::Unmapped => FaultReason::Unmapped,
-                _ => FaultReason::Permission,
-            },
-        })
+        GpuVm::read(self, address, buf).map_err(|f| translation_fault(&f, access))
     }
 
     fn write(&mut self, address: u64, data: &[u8]) -> Result<(), MemoryFault> {

@@ -1306,3 +1306,117 @@ fn image_writes_follow_their_descriptor_as_memory_holds_it() {
     assert_eq!(m.peek_u32s(images[1], 64), ramp, "the second image");
     assert_eq!(m.peek_u32s(images[2], 64), raised, "the third image");
 }
+
+/// Device loads read every lane's elements in lane order, then component
+/// order, translating the pages they lie on: lanes 16 KiB pages apart get
+/// their own words, a load whose address is the same in every lane gives
+/// each active lane the same words and leaves inactive lanes' registers
+/// alone, and the first element that faults is the one a lane-by-lane
+/// load meets (lane 7's `z` just past the mapping, not lane 8's `x` and
+/// not the `y` the load does not name).
+#[test_log::test]
+fn device_loads_read_lane_by_lane_across_pages() {
+    let source = "
+        get_sr r1, sr80
+        bfi r8, 0, r1, 10
+        device_load 0, i32, xz, r2_r3, u0_u1, r8, unsigned
+        wait 0
+        if_icmp r0l, ult, r1, 16, 1
+        device_load 0, i32, xyzw, r4_r5_r6_r7, u4_u5, 3, signed
+        wait 0
+        pop_exec r0l, 1
+        bfi r9, 0, r1, 3
+        device_store 0, i32, xyzw, r2_r3_r4_r5, u2_u3, r9, unsigned, 0
+        iadd r10, r9, 4
+        device_store 0, i32, xy, r6_r7, u2_u3, r10, unsigned, 0
+        stop";
+    let shared = 0x3_F000u64;
+    let m = Machine::new(5000);
+    // Each input word holds its own offset in the data buffer.
+    let words: Vec<u32> = (0..0x8000u32).map(|i| 0x1_0000 + 4 * i).collect();
+    m.poke_u32s(IN, &words);
+    m.poke_u32s(shared, &[11, 12, 13, 14, 15, 16, 17, 18]);
+    let mut uniforms = Vec::new();
+    uniforms.extend(pair(DATA_VA + IN));
+    uniforms.extend(pair(DATA_VA + OUT));
+    uniforms.extend(pair(DATA_VA + shared));
+    let pipeline = m.kernel(source, 0x1000, 0x40, &uniforms, UNIFORMS, 0);
+    let mut stream = launch(pipeline, [32, 1, 1], [32, 1, 1]);
+    stream.extend(terminate());
+    m.poke(m.data, STREAM, &stream);
+    assert_eq!(m.run(STREAM), None);
+    let out = m.peek_u32s(OUT, 32 * 8);
+    for lane in 0..32u32 {
+        let at = IN as u32 + 4096 * lane;
+        let invariant = if lane < 16 { [14, 15, 16, 17] } else { [0; 4] };
+        let expected = [
+            at,
+            at + 8,
+            invariant[0],
+            invariant[1],
+            invariant[2],
+            invariant[3],
+        ];
+        let lane_out = &out[lane as usize * 8..][..6];
+        assert_eq!(lane_out, expected, "lane {lane}");
+    }
+
+    // The same load from 7 pages before the end of the mapping, lane 7's
+    // `x` in its last word.
+    let end = DATA_VA + DATA_BYTES;
+    uniforms[..2].copy_from_slice(&pair(end - 4 - 7 * 4096));
+    let pipeline = m.kernel(source, 0x1000, 0x80, &uniforms, UNIFORMS + 0x100, 0);
+    let mut stream = launch(pipeline, [32, 1, 1], [32, 1, 1]);
+    stream.extend(terminate());
+    m.poke(m.data, STREAM, &stream);
+    assert_eq!(m.run(STREAM), Some(Errno::EIO));
+    let (address, unit, _) = m.system.device().scheduler().stats().last_fault.unwrap();
+    assert_eq!(address, end + 4, "lane 7's z");
+    assert_eq!(unit, agx_fwif::messages::FaultUnit::Usc as u32);
+}
+
+/// Device stores write every lane's element in lane order until one
+/// faults: lanes 0-15 reach a writable page, lane 16 a read-only one,
+/// whose address the fault names; what lanes 0-15 stored stays, and
+/// nothing reaches the read-only pages.
+#[test_log::test]
+fn device_stores_land_in_lane_order_up_to_the_faulting_lane() {
+    let source = "
+        get_sr r1, sr80
+        device_load 0, i32, x, r2, u2_u3, r1, unsigned
+        wait 0
+        iadd r3, r1, 100
+        device_store 0, i32, x, r3, u0_u1, r2, unsigned, 0
+        stop";
+    let table = 0x3_F000u64;
+    let read_only = USC_BASE + 0x8000;
+    let m = Machine::new(5000);
+    let to_read_only = ((read_only - (DATA_VA + OUT)) / 4) as u32;
+    let indices: Vec<u32> = (0..32)
+        .map(|lane| {
+            if lane < 16 {
+                lane * 4096
+            } else {
+                to_read_only + lane
+            }
+        })
+        .collect();
+    m.poke_u32s(table, &indices);
+    m.poke(m.usc, 0x8000, &[0x5a; 256]);
+    let mut uniforms = Vec::new();
+    uniforms.extend(pair(DATA_VA + OUT));
+    uniforms.extend(pair(DATA_VA + table));
+    let pipeline = m.kernel(source, 0x1000, 0x40, &uniforms, UNIFORMS, 0);
+    let mut stream = launch(pipeline, [32, 1, 1], [32, 1, 1]);
+    stream.extend(terminate());
+    m.poke(m.data, STREAM, &stream);
+    assert_eq!(m.run(STREAM), Some(Errno::EIO));
+    let (address, unit, _) = m.system.device().scheduler().stats().last_fault.unwrap();
+    assert_eq!(address, read_only + 64, "lane 16's element");
+    assert_eq!(unit, agx_fwif::messages::FaultUnit::Usc as u32);
+    for lane in 0..16u32 {
+        let offset = OUT + u64::from(lane) * 16384;
+        assert_eq!(m.peek_u32s(offset, 1), [100 + lane], "lane {lane}");
+    }
+    assert_eq!(m.peek(m.usc, 0x8000, 256), vec![0x5a; 256]);
+}

@@ -63,6 +63,42 @@ pub trait GpuMemory {
     /// bytes before the faulting page, as the hardware would.
     fn write(&mut self, address: u64, data: &[u8]) -> Result<(), MemoryFault>;
 
+    /// Reads `size_bytes` (at most 4) at each of `addresses` in turn, into
+    /// the same entry of `out` (little-endian, zero-extended), stopping at
+    /// the first element that faults: exactly [`GpuMemory::read`] of each
+    /// element in order. A SIMD-group's load reads its lanes' elements
+    /// through this, so that an implementation can translate each page
+    /// once rather than once per element.
+    fn read_elements(
+        &self,
+        addresses: &[u64],
+        size_bytes: usize,
+        out: &mut [u32],
+    ) -> Result<(), MemoryFault> {
+        for (&address, word) in addresses.iter().zip(out.iter_mut()) {
+            let mut bytes = [0u8; 4];
+            self.read(address, &mut bytes[..size_bytes], AccessKind::Read)?;
+            *word = u32::from_le_bytes(bytes);
+        }
+        Ok(())
+    }
+
+    /// Writes the low `size_bytes` (at most 4) of each of `words` at the
+    /// matching entry of `addresses`, in turn, stopping at the first
+    /// element that faults: exactly [`GpuMemory::write`] of each element
+    /// in order.
+    fn write_elements(
+        &mut self,
+        addresses: &[u64],
+        size_bytes: usize,
+        words: &[u32],
+    ) -> Result<(), MemoryFault> {
+        for (&address, word) in addresses.iter().zip(words) {
+            self.write(address, &word.to_le_bytes()[..size_bytes])?;
+        }
+        Ok(())
+    }
+
     /// Replaces the 32-bit word at `address` (4-byte aligned) with
     /// `update(old)` and returns the old word, atomically with respect to
     /// every other atomic the simulator runs (on any host thread) as long

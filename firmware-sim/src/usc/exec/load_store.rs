@@ -4,7 +4,9 @@
 
 use agx_hw::isa::{Op, Operand, RegRun, Size, Value};
 
-use super::{lanes, sign_extend, unsupported, Env, ExecError, Flow, Operands, SimdGroup, UNIFORMS};
+use super::{
+    lanes, sign_extend, unsupported, Env, ExecError, Flow, Operands, SimdGroup, LANES, UNIFORMS,
+};
 use crate::usc::formats::{self, ElementFormat};
 use crate::usc::io::StateKind;
 use crate::usc::memory::AccessKind;
@@ -63,54 +65,145 @@ impl SimdGroup {
             return Err(unsupported(pc, "i32 elements in 16-bit registers"));
         }
         let store = ins.op == Op::DeviceStore;
+        let address_of = |group: &SimdGroup, lane: usize, env: &Env<'_>| {
+            let base_address = group.lane_value(base, lane, env.uniforms);
+            let index = group.memory_index(offset, signedness, lane, env);
+            base_address.wrapping_add((index << (format.shift() + shift as u32)) as u64)
+        };
+        if !format.packed() {
+            // Neither the base nor the index in a register: every lane
+            // reaches the same address.
+            let lane_invariant =
+                !matches!(base, Value::Reg(..)) && !matches!(offset, Value::Reg(..));
+            let mut lane_addresses = [0u64; LANES];
+            if lane_invariant {
+                lane_addresses = [address_of(self, 0, env); LANES];
+            } else {
+                for lane in lanes(exec) {
+                    lane_addresses[lane] = address_of(self, lane, env);
+                }
+            }
+            return self.device_elements(
+                ElementAccess {
+                    format,
+                    mask: mask as u8,
+                    data,
+                    half,
+                    store,
+                    lane_invariant,
+                },
+                exec,
+                pc,
+                &lane_addresses,
+                env,
+            );
+        }
         for lane in lanes(exec) {
-            let base_address = self.lane_value(base, lane, env.uniforms);
-            let index = self.memory_index(offset, signedness, lane, env);
-            let address =
-                base_address.wrapping_add((index << (format.shift() + shift as u32)) as u64);
-            let named = || (0..4).filter(|c| mask & (1 << c) != 0).enumerate();
-            if format.packed() {
-                // One word holds every component.
-                let word_address = address & !3;
-                let mut word = [0u8; 4];
-                let every = format.component_mask();
-                if !store || mask as u8 & every != every {
-                    env.memory
-                        .read(word_address, &mut word, AccessKind::Read)
-                        .map_err(|fault| ExecError::Memory { pc, fault })?;
-                }
-                self.packed_word(format, &mut word, mask as u8, data, lane, store, half);
-                if store {
-                    env.memory
-                        .write(word_address, &word)
-                        .map_err(|fault| ExecError::Memory { pc, fault })?;
-                }
-                continue;
+            // One word holds every component.
+            let word_address = address_of(self, lane, env) & !3;
+            let mut word = [0u8; 4];
+            let every = format.component_mask();
+            if !store || mask as u8 & every != every {
+                env.memory
+                    .read(word_address, &mut word, AccessKind::Read)
+                    .map_err(|fault| ExecError::Memory { pc, fault })?;
             }
-            let size = 1usize << format.shift();
-            for (register, component) in named() {
-                let reg = data.reg(register as u16);
-                // Unaligned addresses round down to the element size.
-                let element =
-                    (address & !(size as u64 - 1)).wrapping_add((component * size) as u64);
-                let mut bytes = [0u8; 4];
+            self.packed_word(format, &mut word, mask as u8, data, lane, store, half);
+            if store {
+                env.memory
+                    .write(word_address, &word)
+                    .map_err(|fault| ExecError::Memory { pc, fault })?;
+            }
+        }
+        Ok(())
+    }
+
+    /// A device load or store of whole elements, one per component the
+    /// mask names (an unaligned address rounds down to the element size):
+    /// every active lane's elements in lane order, then component order,
+    /// through the memory's element accessors, so that the first fault is
+    /// the one lane-by-lane accesses would meet. A load whose address is
+    /// the same in every lane reads its elements once for the group.
+    fn device_elements(
+        &mut self,
+        access: ElementAccess<'_>,
+        exec: u32,
+        pc: u64,
+        lane_addresses: &[u64; LANES],
+        env: &mut Env<'_>,
+    ) -> Result<(), ExecError> {
+        let ElementAccess {
+            format,
+            mask,
+            data,
+            half,
+            store,
+            lane_invariant,
+        } = access;
+        if exec == 0 {
+            return Ok(());
+        }
+        let size = 1usize << format.shift();
+        // (register of the run, component) for each named component.
+        let mut named = [(0u16, 0usize); 4];
+        let mut count = 0;
+        for component in (0..4).filter(|c| mask & (1 << c) != 0) {
+            named[count] = (count as u16, component);
+            count += 1;
+        }
+        let named = &named[..count];
+        let element = |address: u64, component: usize| {
+            (address & !(size as u64 - 1)).wrapping_add((component * size) as u64)
+        };
+        let fault = |fault| ExecError::Memory { pc, fault };
+        if lane_invariant && !store {
+            let address = lane_addresses[exec.trailing_zeros() as usize];
+            let mut addresses = [0u64; 4];
+            for (slot, &(_, component)) in addresses.iter_mut().zip(named) {
+                *slot = element(address, component);
+            }
+            let mut words = [0u32; 4];
+            env.memory
+                .read_elements(&addresses[..count], size, &mut words[..count])
+                .map_err(fault)?;
+            for (&(register, component), word) in named.iter().zip(words) {
+                let value = formats::load(format, &word.to_le_bytes(), component, half);
+                self.write_lanes(data.reg(register), exec, &[u64::from(value); LANES]);
+            }
+            return Ok(());
+        }
+        let mut addresses = [0u64; 4 * LANES];
+        let mut words = [0u32; 4 * LANES];
+        let mut elements = 0;
+        for lane in lanes(exec) {
+            let address = lane_addresses[lane];
+            for &(register, component) in named {
+                addresses[elements] = element(address, component);
                 if store {
-                    let value = self.read(reg, lane) as u32;
+                    let mut bytes = [0u8; 4];
+                    let value = self.read(data.reg(register), lane) as u32;
                     formats::store(format, &mut bytes, component, value, half);
-                    env.memory
-                        .write(element, &bytes[..size])
-                        .map_err(|fault| ExecError::Memory { pc, fault })?;
-                } else {
-                    env.memory
-                        .read(element, &mut bytes[..size], AccessKind::Read)
-                        .map_err(|fault| ExecError::Memory { pc, fault })?;
-                    self.write(
-                        reg,
-                        lane,
-                        u64::from(formats::load(format, &bytes, component, half)),
-                    );
+                    words[elements] = u32::from_le_bytes(bytes);
                 }
+                elements += 1;
             }
+        }
+        if store {
+            return env
+                .memory
+                .write_elements(&addresses[..elements], size, &words[..elements])
+                .map_err(fault);
+        }
+        env.memory
+            .read_elements(&addresses[..elements], size, &mut words[..elements])
+            .map_err(fault)?;
+        for (k, &(register, component)) in named.iter().enumerate() {
+            let mut values = [0u64; LANES];
+            for (lane, word) in lanes(exec).zip(words[k..elements].iter().step_by(count)) {
+                values[lane] =
+                    u64::from(formats::load(format, &word.to_le_bytes(), component, half));
+            }
+            self.write_lanes(data.reg(register), exec, &values);
         }
         Ok(())
     }
@@ -427,6 +520,19 @@ impl SimdGroup {
             }
         }
     }
+}
+
+/// What a device access of whole elements does (see
+/// [`SimdGroup::device_elements`]).
+struct ElementAccess<'a> {
+    format: ElementFormat,
+    mask: u8,
+    data: &'a RegRun,
+    /// The data registers are 16-bit.
+    half: bool,
+    store: bool,
+    /// Every lane's address is the same.
+    lane_invariant: bool,
 }
 
 /// Bytes `start..start + size` of a threadgroup allocation of `len`
