@@ -285,6 +285,7 @@ impl ShaderIo for PreshaderIo<'_> {
             samplers: &self.samplers,
             sampler_heap: self.sampler_heap,
             sampler_stride_bytes: self.sampler_stride_bytes,
+            decoded: None,
         }
         .serve(requests, texels)
     }

@@ -41,7 +41,7 @@ use crate::imageblock::{
 };
 use crate::memory::{read_words, GpuVm};
 use crate::shader::{run_simd_group, Barriers};
-use crate::texture::TextureUnit;
+use crate::texture::{DecodedImages, TextureUnit};
 use crate::usc::io::{BlockStore, ImageWrite, IoError, TextureRequest, TileAccess};
 use crate::usc::ShaderIo;
 use crate::usc::{Env, Exit, ProgramCache, SimdGroup, LANES, UNIFORMS};
@@ -255,7 +255,8 @@ pub fn run(
     let vm_slot = ctx.vm_slot;
     // Per worker: its MMU view, program cache, uniforms and threadgroup
     // memory (or image block), its core number, its helper (started
-    // when its first threadgroup needs a stack) and its SIMD-groups.
+    // when its first threadgroup needs a stack), its SIMD-groups and the
+    // texture descriptors its threadgroups decoded.
     let shader_code = ctx.shader_code.clone();
     let scratch = || {
         (
@@ -273,6 +274,7 @@ pub fn run(
             imageblock.map(Imageblock::new),
             StageHelper::new(helper, next_core.fetch_add(1, Ordering::Relaxed), vm_slot),
             spare_groups.take(),
+            DecodedImages::default(),
         )
     };
     run_items_then(
@@ -280,7 +282,7 @@ pub fn run(
         workers,
         ctx.preemption,
         scratch,
-        |(vm, cache, uniforms, threadgroup, block, helper, simd), index| {
+        |(vm, cache, uniforms, threadgroup, block, helper, simd, decoded), index| {
             // A grid of many short threadgroups meets the watchdog too:
             // one work unit per threadgroup launched, besides its
             // instructions.
@@ -315,6 +317,7 @@ pub fn run(
                     samplers: &binding.samplers,
                     sampler_heap,
                     sampler_stride_bytes: binding.sampler_stride_bytes,
+                    decoded: Some(decoded),
                 },
                 binding,
                 block: block.as_mut(),
@@ -328,7 +331,7 @@ pub fn run(
                 result
             })
         },
-        |(vm, _, _, _, _, helper, groups)| {
+        |(vm, _, _, _, _, helper, groups, _)| {
             spare_groups.give(std::mem::take(groups));
             helper.end(vm, &watchdog)
         },

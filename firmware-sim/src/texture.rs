@@ -158,6 +158,42 @@ pub struct TextureUnit<'a> {
     /// Bytes between bound samplers: 8, or 24 with extended sampler
     /// states (a custom border after each).
     pub sampler_stride_bytes: u64,
+    /// Descriptors decoded by earlier instructions of the same run, if
+    /// the stage keeps them (a tile program's SIMD-groups share them).
+    pub decoded: Option<&'a DecodedImages>,
+}
+
+/// Texture descriptors decoded for a run of a program, each kept with its
+/// 24 bytes. A texture instruction still reads its descriptor from memory
+/// every time; only when the bytes are those of a kept one is the decoding
+/// (the format, the layout's levels, the compression metadata's layout)
+/// not done again. The few most recent are kept.
+#[derive(Default)]
+pub struct DecodedImages {
+    kept: std::cell::RefCell<Vec<([u8; 24], std::rc::Rc<Image>)>>,
+}
+
+/// Descriptors a [`DecodedImages`] keeps.
+const KEPT_IMAGES: usize = 8;
+
+impl DecodedImages {
+    /// The image the descriptor `bytes` describes: a kept one (its
+    /// per-instruction caches of memory emptied, as a fresh decoding's
+    /// are) or a new decoding, then kept.
+    fn image(&self, bytes: &[u8; 24]) -> Result<std::rc::Rc<Image>, IoError> {
+        let mut kept = self.kept.borrow_mut();
+        if let Some((_, image)) = kept.iter().find(|(key, _)| key == bytes) {
+            image.last_tile.set(None);
+            image.line.replace(None);
+            return Ok(image.clone());
+        }
+        let image = std::rc::Rc::new(decode_image(bytes)?);
+        if kept.len() == KEPT_IMAGES {
+            kept.remove(0);
+        }
+        kept.push((*bytes, image.clone()));
+        Ok(image)
+    }
 }
 
 fn bound(states: &[StateBinding], index: u32, size: u64) -> Option<u64> {
@@ -175,13 +211,17 @@ impl TextureUnit<'_> {
         Ok(bytes)
     }
 
-    fn image(&self, handle: TextureHandle) -> Result<Image, IoError> {
+    fn image(&self, handle: TextureHandle) -> Result<std::rc::Rc<Image>, IoError> {
         let address = match handle {
             TextureHandle::Index(i) => bound(self.textures, i, 24)
                 .ok_or_else(|| invalid(format!("no texture bound at ts{i}")))?,
             TextureHandle::Bindless { base, offset } => base.wrapping_add(u64::from(offset)),
         };
-        open_image(&self.vm, address)
+        let bytes = self.read::<24>(address)?;
+        match self.decoded {
+            Some(decoded) => decoded.image(&bytes),
+            None => decode_image(&bytes).map(std::rc::Rc::new),
+        }
     }
 }
 
@@ -230,7 +270,12 @@ pub(crate) fn image_spans(
 fn open_image(vm: &GpuVm<'_>, address: u64) -> Result<Image, IoError> {
     let mut bytes = [0u8; 24];
     crate::usc::GpuMemory::read(vm, address, &mut bytes, crate::usc::AccessKind::Read)?;
-    let texture = Texture::decode_fields(&bytes);
+    decode_image(&bytes)
+}
+
+/// The image texture descriptor `bytes` describes, checked.
+fn decode_image(bytes: &[u8; 24]) -> Result<Image, IoError> {
+    let texture = Texture::decode_fields(bytes);
     // A 1D texture is a row: a 2D image of height 1 (Mesa's null
     // descriptor leaves the dimension field 0, 1D). Mesa lowers 1D
     // arrays to 2D arrays, so no descriptor of its has D1Array.
@@ -606,7 +651,7 @@ impl TextureUnit<'_> {
         requests: &[Option<TextureRequest>; crate::usc::LANES],
         texels: &mut [[u32; 4]; crate::usc::LANES],
     ) -> Result<(), IoError> {
-        let mut image: Option<(TextureHandle, Image)> = None;
+        let mut image: Option<(TextureHandle, std::rc::Rc<Image>)> = None;
         let mut sampler: Option<(u32, SamplerState)> = None;
         for (request, out) in requests.iter().zip(texels.iter_mut()) {
             let Some(request) = request else { continue };

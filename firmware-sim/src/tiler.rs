@@ -51,7 +51,7 @@ use crate::helper::StageHelper;
 use crate::memory::GpuVm;
 use crate::memory::{read_sequence, read_words};
 use crate::shader::present_lanes;
-use crate::texture::TextureUnit;
+use crate::texture::{DecodedImages, TextureUnit};
 use crate::usc::io::{ImageWrite, IoError, TextureRequest};
 use crate::usc::{GpuMemory, ProgramCache, ShaderIo, SimdGroup, LANES};
 
@@ -598,12 +598,14 @@ fn shade_vertices(
 ) -> Result<Vec<Outputs>, EngineResult> {
     let mut out = Vec::with_capacity(vertex_ids.len());
     let mut uniforms = binding.uniforms.clone();
+    let decoded = DecodedImages::default();
     let unit = TextureUnit {
         vm: vm.clone(),
         textures: &binding.textures,
         samplers: &binding.samplers,
         sampler_heap,
         sampler_stride_bytes: binding.sampler_stride_bytes,
+        decoded: Some(&decoded),
     };
     let mut memory = vm;
     for chunk in vertex_ids.chunks(LANES) {

@@ -2966,3 +2966,91 @@ fn a_preshader_loads_a_texel_into_the_uniforms() {
     assert_eq!(got[0], want);
     assert_eq!(got[(31 * TEX_W + 63) as usize], want);
 }
+
+/// A texture instruction reads its descriptor and texels as memory holds
+/// them when it runs, though its threadgroup's earlier instructions
+/// decoded the same descriptor: the kernel points texture state 0's
+/// descriptor at the image one row down and loads, points it back and
+/// loads, then overwrites its own texel and loads again. Each load sees
+/// the change before it (a decoding kept by address, or a kept line of
+/// texels, would not).
+#[test_log::test]
+fn texture_loads_follow_their_descriptor_and_texels_as_memory_holds_them() {
+    let source = "
+        get_sr r4, sr80
+        get_sr r5, sr81
+        imadd r12, r5, u2, r4
+        device_load 0, i32, xyzw, r24_r25_r26_r27, u4_u5, 0, signed
+        device_load 0, i32, xy, r28_r29, u4_u5, 4, signed
+        wait 0
+        device_store 0, i32, xyzw, r24_r25_r26_r27, u6_u7, 0, signed, 0
+        device_store 0, i32, xy, r28_r29, u6_u7, 4, signed, 0
+        texture_load 0, 0b1100, 0, none, xyzw, 0b00, r8_r9_r10_r11, None, ts0, ss0, tex_2d, r4_r5, lod_min, r20l, 0, r0
+        wait 0
+        device_store 0, i32, xyzw, r8_r9_r10_r11, u0_u1, r12, unsigned, lsl 2, 0
+        device_load 0, i32, xyzw, r24_r25_r26_r27, u8_u9, 0, signed
+        device_load 0, i32, xy, r28_r29, u8_u9, 4, signed
+        wait 0
+        device_store 0, i32, xyzw, r24_r25_r26_r27, u6_u7, 0, signed, 0
+        device_store 0, i32, xy, r28_r29, u6_u7, 4, signed, 0
+        texture_load 0, 0b1100, 0, none, xyzw, 0b00, r8_r9_r10_r11, None, ts0, ss0, tex_2d, r4_r5, lod_min, r20l, 0, r0
+        wait 0
+        iadd r13, r12, u3
+        device_store 0, i32, xyzw, r8_r9_r10_r11, u0_u1, r13, unsigned, lsl 2, 0
+        mov_imm r14, 0xFF00FF00
+        device_store 0, i32, x, r14, u10_u11, r12, unsigned, 0
+        texture_load 0, 0b1100, 0, none, xyzw, 0b00, r8_r9_r10_r11, None, ts0, ss0, tex_2d, r4_r5, lod_min, r20l, 0, r0
+        wait 0
+        iadd r13, r13, u3
+        device_store 0, i32, xyzw, r8_r9_r10_r11, u0_u1, r13, unsigned, lsl 2, 0
+        stop";
+    let m = Machine::new(5000);
+    let a = texture(&m, Layout::Linear);
+    let row_down = Texture {
+        address: a.address + u64::from(TEX_W * 4),
+        ..a
+    };
+    let (row_down_at, a_at) = (DESCRIPTOR + 0x100, DESCRIPTOR + 0x200);
+    m.poke(m.data, row_down_at, &row_down.pack().unwrap());
+    m.poke(m.data, a_at, &a.pack().unwrap());
+    let block = 256u32;
+    let mut uniforms = pair(DATA_VA + OUT);
+    uniforms.extend([TEX_W, block]);
+    uniforms.extend(pair(DATA_VA + row_down_at));
+    uniforms.extend(pair(DATA_VA + DESCRIPTOR));
+    uniforms.extend(pair(DATA_VA + a_at));
+    uniforms.extend(pair(DATA_VA + TEXELS));
+    let pipeline = m.program(
+        source,
+        0x1000,
+        0x40,
+        &uniforms,
+        UNIFORMS,
+        0,
+        Some((1, DATA_VA + DESCRIPTOR)),
+    );
+    // One SIMD-group: threads (0..8, 0), whose texels share one line.
+    let mut stream = launch(pipeline, [8, 1, 1], [8, 1, 1]);
+    stream.extend(
+        agx_hw::formats::CdmStreamTerminate::default()
+            .pack()
+            .unwrap(),
+    );
+    m.poke(m.data, STREAM, &stream);
+    assert_eq!(m.run(STREAM), None);
+    let got = out_floats(&m);
+    let unorm = |t: [u8; 4]| t.map(|c| f32::from(c) / 255.0);
+    for y in 0..1 {
+        for x in 0..8 {
+            let at = (y * TEX_W + x) as usize;
+            let b = block as usize;
+            assert_eq!(got[at], unorm(texel(x, y + 1)), "({x}, {y}) one row down");
+            assert_eq!(got[at + b], unorm(texel(x, y)), "({x}, {y}) back");
+            assert_eq!(
+                got[at + 2 * b],
+                [0.0, 1.0, 0.0, 1.0],
+                "({x}, {y}) rewritten"
+            );
+        }
+    }
+}

@@ -26,6 +26,7 @@ use crate::fault::EngineResult;
 use crate::helper::{HelperProgram, StageHelper};
 use crate::memory::GpuVm;
 use crate::raster::{rasterize, sample_positions, setup_coefficients, Coefficient, Extras};
+use crate::texture::DecodedImages;
 use crate::tiler;
 use crate::usc::{ProgramCache, SimdGroup, LANES};
 use crate::workers::run_items_then;
@@ -206,6 +207,7 @@ pub(crate) fn render_scene(
         tags: Vec::new(),
         helper: StageHelper::new(helper, next_core.fetch_add(1, Ordering::Relaxed), vm_slot),
         group: SimdGroup::new(0, 0),
+        decoded: DecodedImages::default(),
     };
     run_items_then(
         tiles,
@@ -271,6 +273,8 @@ pub(super) struct Worker {
     pub(super) helper: StageHelper,
     /// The register file the tile's programs run in.
     pub(super) group: SimdGroup,
+    /// The texture descriptors its programs decoded.
+    pub(super) decoded: DecodedImages,
 }
 
 /// A sample no deferred primitive is visible at.
@@ -488,6 +492,7 @@ impl Pass<'_> {
                     back_facing,
                     helper: &mut w.helper,
                     group: &mut w.group,
+                    decoded: &w.decoded,
                 },
                 origin,
                 area,

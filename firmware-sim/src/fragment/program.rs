@@ -21,7 +21,7 @@ use crate::imageblock::ImageWriteTarget;
 use crate::memory::read_words;
 use crate::memory::GpuVm;
 use crate::shader::present_lanes;
-use crate::texture::TextureUnit;
+use crate::texture::{DecodedImages, TextureUnit};
 use crate::tiler;
 use crate::usc::io::IoError;
 use crate::usc::{ExecError, ProgramCache, SimdGroup, LANES};
@@ -84,6 +84,9 @@ pub(super) struct TileState<'a> {
     /// another in it (a fresh 16 KiB file per program and tile was a
     /// zeroed allocation each time).
     pub(super) group: &'a mut SimdGroup,
+    /// The texture descriptors the core's programs decoded (kept across
+    /// tiles: a tile's primitives are often a SIMD-group or less each).
+    pub(super) decoded: &'a DecodedImages,
 }
 
 /// Runs a per-tile program with one lane per entry of `pixels`
@@ -116,6 +119,7 @@ pub(super) fn run_tile_program(
         back_facing,
         helper: stage_helper,
         group,
+        decoded,
     } = state;
     let mut uniforms = binding.uniforms.clone();
     let mut memory = vm.clone();
@@ -163,6 +167,7 @@ pub(super) fn run_tile_program(
         samplers: &binding.samplers,
         sampler_heap,
         sampler_stride_bytes: binding.sampler_stride_bytes,
+        decoded: Some(decoded),
     };
     for (chunk, helper) in order.chunks(LANES).zip(helpers.chunks(LANES)) {
         let mut lanes = [(0u32, 0u32); LANES];
