@@ -125,6 +125,34 @@ pub(crate) struct CompiledBlock {
     /// The block holds an exec-mask instruction: the mask it returns is
     /// the group's new one.
     pub(crate) updates_exec: bool,
+    /// The 32-bit register cells from r0 up to this one (exclusive) hold
+    /// every register the block's instructions name, so every one it can
+    /// write (compiled code writes only the registers it names).
+    pub(crate) register_cells_end: usize,
+}
+
+/// The 32-bit register cells from r0 up to the returned one (exclusive)
+/// hold every register `instr` names, as a source or a destination.
+fn register_cells_end(instr: &Instr) -> usize {
+    use agx_hw::isa::{Operand, Reg, Value};
+    let end = |reg: Reg, regs: u16| usize::from((reg.half + regs * reg.size.halves()).div_ceil(2));
+    let value_end = |value: &Value| match value {
+        Value::Reg(reg, _) => end(*reg, 1),
+        Value::Pair(reg, _) => end(*reg, 2),
+        _ => 0,
+    };
+    instr
+        .operands
+        .iter()
+        .map(|operand| match operand {
+            Operand::Dst(dst) => end(dst.reg, 1),
+            Operand::Src(src) => value_end(&src.value),
+            Operand::Regs(run) => end(run.first, u16::from(run.count)),
+            Operand::Value(value) => value_end(value),
+            Operand::Int(_) | Operand::Uniforms(_) => 0,
+        })
+        .max()
+        .unwrap_or(0)
 }
 
 /// The compiled engine's state for one cache.
@@ -380,6 +408,11 @@ impl ProgramCache {
                             updates_exec: instrs
                                 .iter()
                                 .any(|(instr, _)| agx_jit::updates_exec_mask(instr)),
+                            register_cells_end: instrs
+                                .iter()
+                                .map(|(instr, _)| register_cells_end(instr))
+                                .max()
+                                .unwrap_or(0),
                         },
                     )),
                     Err(agx_jit::CacheError::Full { .. }) => None,

@@ -517,8 +517,8 @@ impl SimdGroup {
                     let max_runs = u32::try_from(*budget_instructions / instructions)
                         .unwrap_or(agx_jit::MAX_RUNS);
                     // Compiled code writes the registers it names
-                    // directly: any may have been written.
-                    self.written_cells = GPRS;
+                    // directly.
+                    self.written_cells = self.written_cells.max(block.register_cells_end.min(GPRS));
                     let run = cache.run_block(
                         &block,
                         &mut self.regs,
