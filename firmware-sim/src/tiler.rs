@@ -1854,10 +1854,12 @@ fn bin_screen_point<'a>(
     });
     let flags = corners[0].1;
     let [tl, tr, br, bl] = corners.map(|(c, _)| c);
-    for triangle in [[tl.clone(), tr, br.clone()], [tl, bl, br]] {
-        bin_triangle(binner, flags, &triangle, pc, on_overflow)?;
-    }
-    Ok(())
+    // Top-left, top-right, bottom-right; then top-left, bottom-left,
+    // bottom-right (two corners shared, not copied again).
+    let mut triangle = [tl, tr, br];
+    bin_triangle(binner, flags, &triangle, pc, on_overflow)?;
+    triangle[1] = bl;
+    bin_triangle(binner, flags, &triangle, pc, on_overflow)
 }
 
 /// Primitives assembled, shaded and binned together. A draw is streamed
