@@ -1085,7 +1085,9 @@ impl<'a> Binner<'a> {
             }
             None => self.states.len() as u32,
         };
-        let mut record: Vec<u8> = Vec::new();
+        // The state index and flags words, then each vertex's position
+        // and varyings, 4 bytes each.
+        let mut record: Vec<u8> = Vec::with_capacity(8 + 3 * 4 * (4 + varyings as usize));
         record.extend(state.to_le_bytes());
         record.extend((flags | varyings << RECORD_VARYINGS_SHIFT).to_le_bytes());
         for v in vertices {
