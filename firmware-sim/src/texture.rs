@@ -158,13 +158,14 @@ pub struct TextureUnit<'a> {
     /// Bytes between bound samplers: 8, or 24 with extended sampler
     /// states (a custom border after each).
     pub sampler_stride_bytes: u64,
-    /// Descriptors decoded by earlier instructions of the same run, if
-    /// the stage keeps them (a tile program's SIMD-groups share them).
+    /// Descriptors decoded by earlier instructions on the same worker,
+    /// if the stage keeps them (fragment tiles, compute threadgroups and
+    /// a draw's vertex shading do).
     pub decoded: Option<&'a DecodedImages>,
 }
 
-/// Texture descriptors decoded for a run of a program, each kept with its
-/// 24 bytes. A texture instruction still reads its descriptor from memory
+/// Texture descriptors one worker (one host thread) decoded, each kept
+/// with its 24 bytes. A texture instruction still reads its descriptor from memory
 /// every time; only when the bytes are those of a kept one is the decoding
 /// (the format, the layout's levels, the compression metadata's layout)
 /// not done again. The few most recent are kept.
