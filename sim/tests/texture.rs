@@ -3054,3 +3054,89 @@ fn texture_loads_follow_their_descriptor_and_texels_as_memory_holds_them() {
         }
     }
 }
+
+/// A compressed texture's metadata is read as memory holds it at each
+/// texture instruction, though the worker keeps the decoded descriptor
+/// and the image remembers the metadata word it read last: a load in a
+/// solid tile reads the tile's first sample; the kernel then marks the
+/// tile uncompressed, and a load of another pixel of it reads its own.
+#[test_log::test]
+fn a_kept_compressed_texture_reads_its_metadata_as_memory_holds_it() {
+    use agx_hw::layout::CompressionLayout;
+    use agx_hw::layout::{solid_subtile_mode, tile_word, uncompressed_subtile_mode};
+    const META: u64 = 0x9_8000;
+    let m = Machine::new(5000);
+    let layout = ImageLayout::gpu_tiled(16, 16, 1, 16, true).unwrap();
+    let value = |x: u32, y: u32, s: u32| 1000 * s + 20 * y + x + 1;
+    let mut bytes = vec![0u8; layout.layer_bytes() as usize];
+    for y in 0..16 {
+        for x in 0..16 {
+            for s in 0..4 {
+                let at = layout.offset(0, x, y, 0).unwrap() as usize + 4 * s as usize;
+                bytes[at..at + 4].copy_from_slice(&value(x, y, s).to_le_bytes());
+            }
+        }
+    }
+    let meta = CompressionLayout::new(32, 32, 1).unwrap();
+    let first_tile = meta.tile_word_offset(0, 0, 0, 0).unwrap();
+    let solid = tile_word(solid_subtile_mode(4).unwrap());
+    let plain = tile_word(uncompressed_subtile_mode(4).unwrap());
+    let mut words = vec![0u8; 64];
+    for word in words.chunks_exact_mut(8) {
+        word.copy_from_slice(&solid.to_le_bytes());
+    }
+    m.poke(m.data, META, &words);
+    put_texture(
+        &m,
+        Texture {
+            dimension: TextureDimension::D2Multisampled,
+            layout: Layout::Gpu,
+            channels: Channels::R32,
+            data_type: TextureType::Uint,
+            width: 16,
+            height: 16,
+            samples: agx_hw::formats::SampleCount::Four,
+            page_aligned_layers: true,
+            compressed_1: true,
+            extended: true,
+            acceleration_buffer: DATA_VA + META,
+            ..Texture::default()
+        },
+        &bytes,
+    );
+    let load = load_instruction("tex_2d_ms", 3);
+    let source = format!(
+        "
+        mov_imm r16, 1
+        mov_imm r17, 0
+        mov_imm r18, 0
+        {load}
+        wait 0
+        device_store 0, i32, x, r8, u0_u1, 0, signed, 0
+        mov r24, u2
+        mov r25, u3
+        device_store 0, i32, xy, r24_r25, u4_u5, 0, signed, 0
+        mov_imm r16, 2
+        {load}
+        wait 0
+        device_store 0, i32, x, r8, u0_u1, 1, signed, 0
+        stop"
+    );
+    let mut uniforms = pair(DATA_VA + OUT);
+    uniforms.extend([plain as u32, (plain >> 32) as u32]);
+    uniforms.extend(pair(DATA_VA + META + first_tile));
+    let pipeline = sampling_pipeline(&m, &source, &uniforms);
+    let mut stream = launch(pipeline, [1, 1, 1], [1, 1, 1]);
+    stream.extend(
+        agx_hw::formats::CdmStreamTerminate::default()
+            .pack()
+            .unwrap(),
+    );
+    m.poke(m.data, STREAM, &stream);
+    assert_eq!(m.run(STREAM), None);
+    assert_eq!(
+        m.peek_u32s(OUT, 2),
+        [value(0, 0, 0), value(2, 0, 0)],
+        "the solid tile's first sample, then pixel (2, 0) once the tile is uncompressed"
+    );
+}
