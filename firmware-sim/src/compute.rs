@@ -255,8 +255,9 @@ pub fn run(
     let vm_slot = ctx.vm_slot;
     // Per worker: its MMU view, program cache, uniforms and threadgroup
     // memory (or image block), its core number, its helper (started
-    // when its first threadgroup needs a stack), its SIMD-groups and the
-    // texture descriptors its threadgroups decoded.
+    // when its first threadgroup needs a stack), its SIMD-groups, the
+    // texture descriptors its threadgroups decoded and the descriptor
+    // their image writes last went through.
     let shader_code = ctx.shader_code.clone();
     let scratch = || {
         (
@@ -275,6 +276,7 @@ pub fn run(
             StageHelper::new(helper, next_core.fetch_add(1, Ordering::Relaxed), vm_slot),
             spare_groups.take(),
             DecodedImages::default(),
+            ImageWriteTarget::default(),
         )
     };
     run_items_then(
@@ -282,7 +284,7 @@ pub fn run(
         workers,
         ctx.preemption,
         scratch,
-        |(vm, cache, uniforms, threadgroup, block, helper, simd, decoded), index| {
+        |(vm, cache, uniforms, threadgroup, block, helper, simd, decoded, image_writes), index| {
             // A grid of many short threadgroups meets the watchdog too:
             // one work unit per threadgroup launched, besides its
             // instructions.
@@ -321,7 +323,7 @@ pub fn run(
                 },
                 binding,
                 block: block.as_mut(),
-                image_writes: ImageWriteTarget::default(),
+                image_writes,
             };
             helper.run_with_stacks(simd, binding.spill_bucket, vm, &watchdog, |simd, vm| {
                 let result =
@@ -331,7 +333,7 @@ pub fn run(
                 result
             })
         },
-        |(vm, _, _, _, _, helper, groups, _)| {
+        |(vm, _, _, _, _, helper, groups, _, _)| {
             spare_groups.give(std::mem::take(groups));
             helper.end(vm, &watchdog)
         },
@@ -345,8 +347,8 @@ struct KernelIo<'a> {
     unit: TextureUnit<'a>,
     binding: &'a Binding,
     block: Option<&'a mut Imageblock>,
-    /// The descriptor image writes last went through.
-    image_writes: ImageWriteTarget,
+    /// The descriptor the worker's image writes last went through.
+    image_writes: &'a mut ImageWriteTarget,
 }
 
 impl KernelIo<'_> {
@@ -394,12 +396,7 @@ impl ShaderIo for KernelIo<'_> {
     }
 
     fn image_write(&mut self, _lane: usize, request: &ImageWrite) -> Result<(), IoError> {
-        store_texel(
-            &mut self.unit.vm,
-            self.binding,
-            request,
-            &mut self.image_writes,
-        )
+        store_texel(&mut self.unit.vm, self.binding, request, self.image_writes)
     }
 
     fn block_store(&mut self, request: &BlockStore) -> Result<(), IoError> {

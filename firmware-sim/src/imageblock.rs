@@ -398,8 +398,9 @@ pub(crate) fn pbe_written_spans(vm: &GpuVm<'_>, address: u64) -> Option<Vec<(u64
 /// Bytes of a PBE descriptor.
 const PBE_BYTES: usize = 24;
 
-/// The PBE descriptor a stage's image writes last went through, decoded,
-/// with its image laid out: a SIMD-group's `image_write` is a write per
+/// The PBE descriptor image writes last went through, decoded, with its
+/// image laid out (one per worker of a fragment pass or a launch, and per
+/// draw's vertex shading): a SIMD-group's `image_write` is a write per
 /// lane, through one descriptor, and decoding it and laying the image out
 /// for each was a tenth of piglit's `shader-mem-barrier`. The descriptor's
 /// bytes are read again for every write (memory may have changed, and a

@@ -61,10 +61,10 @@ fn a_preshader_computes_uniforms_before_the_kernel_runs() {
         uniform_store 2, i16, xy, 0, r1l_r1h, 8
         stop";
     m.set_preshader(pipeline, 0x2000, preshader);
-    let mut stream = launch(pipeline, [128, 1, 1], [64, 1, 1]);
-    stream.extend(terminate());
-    m.poke(m.data, STREAM, &stream);
-    assert_eq!(m.run(STREAM), None);
+    assert_eq!(
+        m.run_launch(STREAM, pipeline, [128, 1, 1], [64, 1, 1]),
+        None
+    );
     let expected: Vec<u32> = input
         .iter()
         .map(|x| (2.0 * a).mul_add(*x, b).to_bits())
@@ -110,10 +110,7 @@ fn device_atomics_from_every_thread_combine_in_memory() {
     uniforms.extend(pair(DATA_VA + OUT));
     uniforms.extend(pair(DATA_VA + CMPXCHG_OLD));
     let pipeline = m.kernel(source, 0x1000, 0x40, &uniforms, UNIFORMS, 0);
-    let mut stream = launch(pipeline, [n, 1, 1], [64, 1, 1]);
-    stream.extend(terminate());
-    m.poke(m.data, STREAM, &stream);
-    assert_eq!(m.run(STREAM), None);
+    assert_eq!(m.run_launch(STREAM, pipeline, [n, 1, 1], [64, 1, 1]), None);
 
     let sum: u64 = (0..u64::from(n)).sum();
     let words = m.peek_u32s(WORDS, 8);
@@ -158,10 +155,10 @@ fn an_atomic_on_a_read_only_page_faults_without_writing() {
     let read_only = USC_BASE + 0x8000;
     m.poke(m.usc, 0x8000, &5u32.to_le_bytes());
     let pipeline = m.kernel(source, 0x1000, 0x40, &pair(read_only), UNIFORMS, 0);
-    let mut stream = launch(pipeline, [32, 1, 1], [32, 1, 1]);
-    stream.extend(terminate());
-    m.poke(m.data, STREAM, &stream);
-    assert_eq!(m.run(STREAM), Some(Errno::EIO));
+    assert_eq!(
+        m.run_launch(STREAM, pipeline, [32, 1, 1], [32, 1, 1]),
+        Some(Errno::EIO)
+    );
     let (address, unit, _) = m.system.device().scheduler().stats().last_fault.unwrap();
     assert_eq!(address, read_only);
     assert_eq!(unit, agx_fwif::messages::FaultUnit::Usc as u32);
@@ -182,10 +179,10 @@ fn a_kernel_runs_over_a_grid_with_a_partial_last_threadgroup() {
     let pipeline = m.kernel(AXPB, 0x1000, 0x40, &uniforms, UNIFORMS, 0);
     // 1000 threads in groups of 64: 16 groups, the last one partial; the
     // grid is rounded up to 1024 so the kernel's own bounds check matters.
-    let mut stream = launch(pipeline, [1024, 1, 1], [64, 1, 1]);
-    stream.extend(terminate());
-    m.poke(m.data, STREAM, &stream);
-    assert_eq!(m.run(STREAM), None);
+    assert_eq!(
+        m.run_launch(STREAM, pipeline, [1024, 1, 1], [64, 1, 1]),
+        None
+    );
     let expected: Vec<u32> = input.iter().map(|x| a.mul_add(*x, b).to_bits()).collect();
     assert_eq!(m.peek_u32s(OUT, n as usize), expected);
     assert_eq!(
@@ -218,10 +215,10 @@ fn threadgroup_memory_is_shared_across_simd_groups_at_a_barrier() {
     uniforms.extend(pair(DATA_VA + IN));
     uniforms.extend(pair(DATA_VA + OUT));
     let pipeline = m.kernel(source, 0x1000, 0x80, &uniforms, UNIFORMS, 256);
-    let mut stream = launch(pipeline, [256, 1, 1], [64, 1, 1]);
-    stream.extend(terminate());
-    m.poke(m.data, STREAM, &stream);
-    assert_eq!(m.run(STREAM), None);
+    assert_eq!(
+        m.run_launch(STREAM, pipeline, [256, 1, 1], [64, 1, 1]),
+        None
+    );
     let expected: Vec<u32> = (0..256usize)
         .map(|i| {
             let (group, t) = (i / 64, i % 64);
@@ -271,19 +268,19 @@ fn a_kernel_store_to_an_unmapped_address_faults_there() {
     uniforms.extend(pair(bad));
     uniforms.extend([1.0f32.to_bits(), 0, 64]);
     let pipeline = m.kernel(AXPB, 0x1000, 0x40, &uniforms, UNIFORMS, 0);
-    let mut stream = launch(pipeline, [64, 1, 1], [64, 1, 1]);
-    stream.extend(terminate());
-    m.poke(m.data, STREAM, &stream);
-    assert_eq!(m.run(STREAM), Some(Errno::EIO));
+    assert_eq!(
+        m.run_launch(STREAM, pipeline, [64, 1, 1], [64, 1, 1]),
+        Some(Errno::EIO)
+    );
     let (address, unit, _) = m.system.device().scheduler().stats().last_fault.unwrap();
     assert_eq!(address, bad, "the first faulting lane's address");
     assert_eq!(unit, agx_fwif::messages::FaultUnit::Usc as u32);
     // A pipeline of zero words (no valid control word) is refused at its
     // address.
-    let mut stream = launch(0x3_0000, [32, 1, 1], [32, 1, 1]);
-    stream.extend(terminate());
-    m.poke(m.data, STREAM, &stream);
-    assert_eq!(m.run(STREAM), Some(Errno::EIO));
+    assert_eq!(
+        m.run_launch(STREAM, 0x3_0000, [32, 1, 1], [32, 1, 1]),
+        Some(Errno::EIO)
+    );
     let (address, _, _) = m.system.device().scheduler().stats().last_fault.unwrap();
     assert_eq!(
         address,
@@ -303,10 +300,10 @@ fn a_kernel_cannot_reach_the_firmware_half_of_the_address_space() {
     uniforms.extend(pair(firmware));
     uniforms.extend([1.0f32.to_bits(), 0, 64]);
     let pipeline = m.kernel(AXPB, 0x1000, 0x40, &uniforms, UNIFORMS, 0);
-    let mut stream = launch(pipeline, [64, 1, 1], [64, 1, 1]);
-    stream.extend(terminate());
-    m.poke(m.data, STREAM, &stream);
-    assert_eq!(m.run(STREAM), Some(Errno::EIO));
+    assert_eq!(
+        m.run_launch(STREAM, pipeline, [64, 1, 1], [64, 1, 1]),
+        Some(Errno::EIO)
+    );
     let (address, unit, _) = m.system.device().scheduler().stats().last_fault.unwrap();
     assert_eq!(address, firmware, "refused at the first kernel-half read");
     assert_eq!(unit, agx_fwif::messages::FaultUnit::Usc as u32);
@@ -316,10 +313,7 @@ fn a_kernel_cannot_reach_the_firmware_half_of_the_address_space() {
     uniforms.extend(pair(DATA_VA + OUT));
     uniforms.extend([1.0f32.to_bits(), 0, 64]);
     let pipeline = m.kernel(AXPB, 0x1000, 0x40, &uniforms, UNIFORMS, 0);
-    let mut stream = launch(pipeline, [64, 1, 1], [64, 1, 1]);
-    stream.extend(terminate());
-    m.poke(m.data, STREAM, &stream);
-    assert_eq!(m.run(STREAM), None);
+    assert_eq!(m.run_launch(STREAM, pipeline, [64, 1, 1], [64, 1, 1]), None);
 }
 
 #[test_log::test]
@@ -389,10 +383,7 @@ fn reduction(m: &Machine, input: &[u32]) -> Option<Errno> {
     uniforms.extend(pair(DATA_VA + OUT));
     uniforms.extend([32, 16, 8, 4, 2, 1, 0]);
     let pipeline = m.kernel(&reduction_source(), 0x1000, 0x40, &uniforms, UNIFORMS, 256);
-    let mut stream = launch(pipeline, [input.len() as u32, 1, 1], [64, 1, 1]);
-    stream.extend(terminate());
-    m.poke(m.data, STREAM, &stream);
-    m.run(STREAM)
+    m.run_launch(STREAM, pipeline, [input.len() as u32, 1, 1], [64, 1, 1])
 }
 
 #[test_log::test]
@@ -451,10 +442,10 @@ fn an_inclusive_prefix_sum_per_threadgroup_matches_rust() {
     uniforms.extend(pair(DATA_VA + OUT));
     uniforms.extend([1, 2, 4, 8, 16, 32]);
     let pipeline = m.kernel(&source, 0x1000, 0x40, &uniforms, UNIFORMS, 256);
-    let mut stream = launch(pipeline, [input.len() as u32, 1, 1], [64, 1, 1]);
-    stream.extend(terminate());
-    m.poke(m.data, STREAM, &stream);
-    assert_eq!(m.run(STREAM), None);
+    assert_eq!(
+        m.run_launch(STREAM, pipeline, [input.len() as u32, 1, 1], [64, 1, 1]),
+        None
+    );
     let expected: Vec<u32> = input
         .chunks(64)
         .flat_map(|c| {
@@ -518,10 +509,10 @@ done:
     uniforms.extend(pair(DATA_VA + c_at));
     uniforms.push(N as u32);
     let pipeline = m.kernel(source, 0x1000, 0x40, &uniforms, UNIFORMS, 256);
-    let mut stream = launch(pipeline, [(N * N) as u32, 1, 1], [N as u32, 1, 1]);
-    stream.extend(terminate());
-    m.poke(m.data, STREAM, &stream);
-    assert_eq!(m.run(STREAM), None);
+    assert_eq!(
+        m.run_launch(STREAM, pipeline, [(N * N) as u32, 1, 1], [N as u32, 1, 1]),
+        None
+    );
     let mut expected = vec![0f32; N * N];
     for i in 0..N {
         for t in 0..N {
@@ -660,10 +651,7 @@ fn block_kernel_for(m: &Machine, source: &str, pbe: &Pbe, shared_bytes: u32) -> 
 /// Runs `pipeline` over a `width` x `height` grid of 32x32 threadgroups
 /// (one image block each), then terminates.
 fn run_blocks(m: &Machine, pipeline: u64, (width, height): (u32, u32)) -> Option<agx_kmd::Errno> {
-    let mut stream = launch(pipeline, [width, height, 1], [32, 32, 1]);
-    stream.extend(terminate());
-    m.poke(m.data, STREAM, &stream);
-    m.run(STREAM)
+    m.run_launch(STREAM, pipeline, [width, height, 1], [32, 32, 1])
 }
 
 /// [`BLIT_PIXEL`]'s colour at pixel (x, y) of an RGBA8 unorm image.
@@ -736,10 +724,10 @@ fn a_block_stored_past_the_images_layers_writes_nothing() {
         ..Pbe::default()
     };
     let pipeline = block_kernel_for(&m, &source, &pbe, 8192);
-    let mut stream = launch(pipeline, [32, 32, 4], [32, 32, 1]);
-    stream.extend(terminate());
-    m.poke(m.data, STREAM, &stream);
-    assert_eq!(m.run(STREAM), None);
+    assert_eq!(
+        m.run_launch(STREAM, pipeline, [32, 32, 4], [32, 32, 1]),
+        None
+    );
     let image = m.peek(m.data, BLOCK_IMAGE, 4 * layer_bytes);
     for layer in 0..4 {
         for (y, x) in [(0usize, 0usize), (5, 7), (31, 31)] {
@@ -798,10 +786,10 @@ fn an_image_block_larger_than_threadgroup_memory_is_refused() {
     let m = Machine::new(5000);
     // 32 x 32 x 8 bytes do not fit in 4 KiB.
     let pipeline = block_blit(&m, 32, 32, 4096);
-    let mut stream = launch(pipeline, [32, 32, 1], [32, 32, 1]);
-    stream.extend(terminate());
-    m.poke(m.data, STREAM, &stream);
-    assert_eq!(m.run(STREAM), Some(Errno::EIO));
+    assert_eq!(
+        m.run_launch(STREAM, pipeline, [32, 32, 1], [32, 32, 1]),
+        Some(Errno::EIO)
+    );
     let (address, unit, _) = m.system.device().scheduler().stats().last_fault.unwrap();
     assert_eq!(unit, agx_fwif::messages::FaultUnit::Usc as u32);
     assert_eq!(address, USC_BASE + pipeline, "at the pipeline");
@@ -1289,10 +1277,7 @@ fn image_writes_follow_their_descriptor_as_memory_holds_it() {
     );
     // One SIMD-group (a second would run after the first had changed the
     // descriptor).
-    let mut stream = launch(pipeline, [32, 1, 1], [32, 1, 1]);
-    stream.extend(terminate());
-    m.poke(m.data, STREAM, &stream);
-    assert_eq!(m.run(STREAM), None);
+    assert_eq!(m.run_launch(STREAM, pipeline, [32, 1, 1], [32, 1, 1]), None);
     let untouched = [0xdead_beef; 32];
     let ramp: Vec<u32> = (0..32)
         .map(|i| (i as f32).to_bits())
@@ -1341,10 +1326,7 @@ fn device_loads_read_lane_by_lane_across_pages() {
     uniforms.extend(pair(DATA_VA + OUT));
     uniforms.extend(pair(DATA_VA + shared));
     let pipeline = m.kernel(source, 0x1000, 0x40, &uniforms, UNIFORMS, 0);
-    let mut stream = launch(pipeline, [32, 1, 1], [32, 1, 1]);
-    stream.extend(terminate());
-    m.poke(m.data, STREAM, &stream);
-    assert_eq!(m.run(STREAM), None);
+    assert_eq!(m.run_launch(STREAM, pipeline, [32, 1, 1], [32, 1, 1]), None);
     let out = m.peek_u32s(OUT, 32 * 8);
     for lane in 0..32u32 {
         let at = IN as u32 + 4096 * lane;
@@ -1366,10 +1348,10 @@ fn device_loads_read_lane_by_lane_across_pages() {
     let end = DATA_VA + DATA_BYTES;
     uniforms[..2].copy_from_slice(&pair(end - 4 - 7 * 4096));
     let pipeline = m.kernel(source, 0x1000, 0x80, &uniforms, UNIFORMS + 0x100, 0);
-    let mut stream = launch(pipeline, [32, 1, 1], [32, 1, 1]);
-    stream.extend(terminate());
-    m.poke(m.data, STREAM, &stream);
-    assert_eq!(m.run(STREAM), Some(Errno::EIO));
+    assert_eq!(
+        m.run_launch(STREAM, pipeline, [32, 1, 1], [32, 1, 1]),
+        Some(Errno::EIO)
+    );
     let (address, unit, _) = m.system.device().scheduler().stats().last_fault.unwrap();
     assert_eq!(address, end + 4, "lane 7's z");
     assert_eq!(unit, agx_fwif::messages::FaultUnit::Usc as u32);
@@ -1407,10 +1389,10 @@ fn device_stores_land_in_lane_order_up_to_the_faulting_lane() {
     uniforms.extend(pair(DATA_VA + OUT));
     uniforms.extend(pair(DATA_VA + table));
     let pipeline = m.kernel(source, 0x1000, 0x40, &uniforms, UNIFORMS, 0);
-    let mut stream = launch(pipeline, [32, 1, 1], [32, 1, 1]);
-    stream.extend(terminate());
-    m.poke(m.data, STREAM, &stream);
-    assert_eq!(m.run(STREAM), Some(Errno::EIO));
+    assert_eq!(
+        m.run_launch(STREAM, pipeline, [32, 1, 1], [32, 1, 1]),
+        Some(Errno::EIO)
+    );
     let (address, unit, _) = m.system.device().scheduler().stats().last_fault.unwrap();
     assert_eq!(address, read_only + 64, "lane 16's element");
     assert_eq!(unit, agx_fwif::messages::FaultUnit::Usc as u32);

@@ -73,11 +73,7 @@ fn texture(m: &Machine, layout: Layout) -> Texture {
 
 /// A launch of `pipeline` over (TEX_W, TEX_H) threads, then terminate.
 fn run_grid(m: &Machine, pipeline: u64) -> Option<agx_kmd::Errno> {
-    use agx_hw::formats::CdmStreamTerminate;
-    let mut stream = launch(pipeline, [TEX_W, TEX_H, 1], [8, 8, 1]);
-    stream.extend(CdmStreamTerminate::default().pack().unwrap());
-    m.poke(m.data, STREAM, &stream);
-    m.run(STREAM)
+    m.run_launch(STREAM, pipeline, [TEX_W, TEX_H, 1], [8, 8, 1])
 }
 
 fn out_floats(m: &Machine) -> Vec<[f32; 4]> {
@@ -2847,42 +2843,38 @@ fn extended_sampler_states_put_a_custom_border_after_each_bound_sampler() {
     );
 }
 
-#[test_log::test]
-fn compressed_multisampled_textures_read_their_metadata_in_sample_space() {
-    use agx_hw::layout::{
-        solid_subtile_mode, tile_word, uncompressed_subtile_mode, CompressionLayout,
-    };
-    const META: u64 = 0x9_8000;
-    let m = Machine::new(5000);
-    // 16 x 16 pixels of four 32-bit samples: 32 x 32 samples, 2 x 2
-    // metadata tiles of 16 x 16 samples (8 x 8 pixels each).
+/// Where the compressed multisampled texture's metadata is.
+const META: u64 = 0x9_8000;
+
+/// What sample `s` of pixel (x, y) of the compressed multisampled texture
+/// holds.
+fn ms_value(x: u32, y: u32, s: u32) -> u32 {
+    1000 * s + 20 * y + x + 1
+}
+
+/// Puts a compressed, GPU-tiled 16 x 16 texture of four R32 uint samples
+/// ([`ms_value`]) and its descriptor, with metadata at META: 32 x 32
+/// samples, 2 x 2 metadata tiles of 16 x 16 samples (8 x 8 pixels each),
+/// tile (tx, ty) holding `tile_word(tx, ty)`. Returns the metadata layout.
+fn put_compressed_ms_texture(
+    m: &Machine,
+    tile_word: impl Fn(u32, u32) -> u64,
+) -> agx_hw::layout::CompressionLayout {
     let layout = ImageLayout::gpu_tiled(16, 16, 1, 16, true).unwrap();
-    let value = |x: u32, y: u32, s: u32| 1000 * s + 20 * y + x + 1;
     let mut bytes = vec![0u8; layout.layer_bytes() as usize];
     for y in 0..16 {
         for x in 0..16 {
             for s in 0..4 {
                 let at = layout.offset(0, x, y, 0).unwrap() as usize + 4 * s as usize;
-                bytes[at..at + 4].copy_from_slice(&value(x, y, s).to_le_bytes());
+                bytes[at..at + 4].copy_from_slice(&ms_value(x, y, s).to_le_bytes());
             }
         }
     }
-    // Tiles (0, 0) and (0, 1) solid, (1, 0) uncompressed, (1, 1) stale
-    // memory in no known mode (Mesa does not initialise metadata): read
-    // as uncompressed, as a word never written (zero) is.
-    let meta = CompressionLayout::new(32, 32, 1).unwrap();
-    let solid = tile_word(solid_subtile_mode(4).unwrap());
-    let plain = tile_word(uncompressed_subtile_mode(4).unwrap());
+    let meta = agx_hw::layout::CompressionLayout::new(32, 32, 1).unwrap();
     let mut words = vec![0u8; 64];
-    let stale = 0x8080_8080_8080_8080u64;
-    for (tx, ty, word) in [
-        (0u32, 0u32, solid),
-        (1, 0, plain),
-        (0, 1, solid),
-        (1, 1, stale),
-    ] {
+    for (tx, ty) in [(0, 0), (1, 0), (0, 1), (1, 1)] {
         let at = meta.tile_word_offset(0, 16 * tx, 16 * ty, 0).unwrap() as usize;
-        words[at..at + 8].copy_from_slice(&word.to_le_bytes());
+        words[at..at + 8].copy_from_slice(&tile_word(tx, ty).to_le_bytes());
     }
     m.poke(m.data, META, &words);
     let descriptor = Texture {
@@ -2899,7 +2891,25 @@ fn compressed_multisampled_textures_read_their_metadata_in_sample_space() {
         acceleration_buffer: DATA_VA + META,
         ..Texture::default()
     };
-    put_texture(&m, descriptor, &bytes);
+    put_texture(m, descriptor, &bytes);
+    meta
+}
+
+#[test_log::test]
+fn compressed_multisampled_textures_read_their_metadata_in_sample_space() {
+    use agx_hw::layout::{solid_subtile_mode, tile_word, uncompressed_subtile_mode};
+    let m = Machine::new(5000);
+    // Tiles (0, 0) and (0, 1) solid, (1, 0) uncompressed, (1, 1) stale
+    // memory in no known mode (Mesa does not initialise metadata): read
+    // as uncompressed, as a word never written (zero) is.
+    let solid = tile_word(solid_subtile_mode(4).unwrap());
+    let plain = tile_word(uncompressed_subtile_mode(4).unwrap());
+    let stale = 0x8080_8080_8080_8080u64;
+    put_compressed_ms_texture(&m, |tx, ty| match (tx, ty) {
+        (0, _) => solid,
+        (1, 0) => plain,
+        _ => stale,
+    });
     let mut coords = Vec::new();
     let mut want = Vec::new();
     for y in 0..16u32 {
@@ -2910,8 +2920,8 @@ fn compressed_multisampled_textures_read_their_metadata_in_sample_space() {
                 let (sx, sy) = (2 * x + (s & 1), 2 * y + (s >> 1));
                 let v = match (sx / 16, sy / 16) {
                     // Solid: sample 0 of the tile's first pixel.
-                    (0, ty) => value(0, 8 * ty, 0),
-                    _ => value(x, y, s),
+                    (0, ty) => ms_value(0, 8 * ty, 0),
+                    _ => ms_value(x, y, s),
                 };
                 want.push([v, 0, 0, 1]);
             }
@@ -3030,14 +3040,7 @@ fn texture_loads_follow_their_descriptor_and_texels_as_memory_holds_them() {
         Some((1, DATA_VA + DESCRIPTOR)),
     );
     // One SIMD-group: threads (0..8, 0), whose texels share one line.
-    let mut stream = launch(pipeline, [8, 1, 1], [8, 1, 1]);
-    stream.extend(
-        agx_hw::formats::CdmStreamTerminate::default()
-            .pack()
-            .unwrap(),
-    );
-    m.poke(m.data, STREAM, &stream);
-    assert_eq!(m.run(STREAM), None);
+    assert_eq!(m.run_launch(STREAM, pipeline, [8, 1, 1], [8, 1, 1]), None);
     let got = out_floats(&m);
     let unorm = |t: [u8; 4]| t.map(|c| f32::from(c) / 255.0);
     for y in 0..1 {
@@ -3062,48 +3065,12 @@ fn texture_loads_follow_their_descriptor_and_texels_as_memory_holds_them() {
 /// tile uncompressed, and a load of another pixel of it reads its own.
 #[test_log::test]
 fn a_kept_compressed_texture_reads_its_metadata_as_memory_holds_it() {
-    use agx_hw::layout::CompressionLayout;
     use agx_hw::layout::{solid_subtile_mode, tile_word, uncompressed_subtile_mode};
-    const META: u64 = 0x9_8000;
     let m = Machine::new(5000);
-    let layout = ImageLayout::gpu_tiled(16, 16, 1, 16, true).unwrap();
-    let value = |x: u32, y: u32, s: u32| 1000 * s + 20 * y + x + 1;
-    let mut bytes = vec![0u8; layout.layer_bytes() as usize];
-    for y in 0..16 {
-        for x in 0..16 {
-            for s in 0..4 {
-                let at = layout.offset(0, x, y, 0).unwrap() as usize + 4 * s as usize;
-                bytes[at..at + 4].copy_from_slice(&value(x, y, s).to_le_bytes());
-            }
-        }
-    }
-    let meta = CompressionLayout::new(32, 32, 1).unwrap();
-    let first_tile = meta.tile_word_offset(0, 0, 0, 0).unwrap();
     let solid = tile_word(solid_subtile_mode(4).unwrap());
     let plain = tile_word(uncompressed_subtile_mode(4).unwrap());
-    let mut words = vec![0u8; 64];
-    for word in words.chunks_exact_mut(8) {
-        word.copy_from_slice(&solid.to_le_bytes());
-    }
-    m.poke(m.data, META, &words);
-    put_texture(
-        &m,
-        Texture {
-            dimension: TextureDimension::D2Multisampled,
-            layout: Layout::Gpu,
-            channels: Channels::R32,
-            data_type: TextureType::Uint,
-            width: 16,
-            height: 16,
-            samples: agx_hw::formats::SampleCount::Four,
-            page_aligned_layers: true,
-            compressed_1: true,
-            extended: true,
-            acceleration_buffer: DATA_VA + META,
-            ..Texture::default()
-        },
-        &bytes,
-    );
+    let meta = put_compressed_ms_texture(&m, |_, _| solid);
+    let first_tile = meta.tile_word_offset(0, 0, 0, 0).unwrap();
     let load = load_instruction("tex_2d_ms", 3);
     let source = format!(
         "
@@ -3126,17 +3093,10 @@ fn a_kept_compressed_texture_reads_its_metadata_as_memory_holds_it() {
     uniforms.extend([plain as u32, (plain >> 32) as u32]);
     uniforms.extend(pair(DATA_VA + META + first_tile));
     let pipeline = sampling_pipeline(&m, &source, &uniforms);
-    let mut stream = launch(pipeline, [1, 1, 1], [1, 1, 1]);
-    stream.extend(
-        agx_hw::formats::CdmStreamTerminate::default()
-            .pack()
-            .unwrap(),
-    );
-    m.poke(m.data, STREAM, &stream);
-    assert_eq!(m.run(STREAM), None);
+    assert_eq!(m.run_launch(STREAM, pipeline, [1, 1, 1], [1, 1, 1]), None);
     assert_eq!(
         m.peek_u32s(OUT, 2),
-        [value(0, 0, 0), value(2, 0, 0)],
+        [ms_value(0, 0, 0), ms_value(2, 0, 0)],
         "the solid tile's first sample, then pixel (2, 0) once the tile is uncompressed"
     );
 }

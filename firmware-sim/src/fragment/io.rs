@@ -55,8 +55,8 @@ pub(super) struct TileIo<'a, 'b> {
     /// zs_emit also runs the stencil test (the shader writes the stencil
     /// reference); otherwise it ran before the shader.
     pub(super) stencil_test_at_emit: bool,
-    /// The descriptor image writes last went through.
-    pub(super) image_writes: ImageWriteTarget,
+    /// The descriptor the core's image writes last went through.
+    pub(super) image_writes: &'a mut ImageWriteTarget,
 }
 
 impl TileIo<'_, '_> {
@@ -406,7 +406,7 @@ impl ShaderIo for TileIo<'_, '_> {
                 return Ok(());
             }
         }
-        store_texel(&mut self.vm, self.binding, request, &mut self.image_writes)
+        store_texel(&mut self.vm, self.binding, request, self.image_writes)
     }
 
     fn block_store(&mut self, request: &BlockStore) -> Result<(), IoError> {

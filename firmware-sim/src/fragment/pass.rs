@@ -24,6 +24,7 @@ use crate::command::{RunContext, Watchdog};
 use crate::fault::unsupported;
 use crate::fault::EngineResult;
 use crate::helper::{HelperProgram, StageHelper};
+use crate::imageblock::ImageWriteTarget;
 use crate::memory::GpuVm;
 use crate::raster::{rasterize, sample_positions, setup_coefficients, Coefficient, Extras};
 use crate::texture::DecodedImages;
@@ -208,6 +209,7 @@ pub(crate) fn render_scene(
         helper: StageHelper::new(helper, next_core.fetch_add(1, Ordering::Relaxed), vm_slot),
         group: SimdGroup::new(0, 0),
         decoded: DecodedImages::default(),
+        image_writes: ImageWriteTarget::default(),
     };
     run_items_then(
         tiles,
@@ -275,6 +277,8 @@ pub(super) struct Worker {
     pub(super) group: SimdGroup,
     /// The texture descriptors its programs decoded.
     pub(super) decoded: DecodedImages,
+    /// The descriptor its programs' image writes last went through.
+    pub(super) image_writes: ImageWriteTarget,
 }
 
 /// A sample no deferred primitive is visible at.
@@ -493,6 +497,7 @@ impl Pass<'_> {
                     helper: &mut w.helper,
                     group: &mut w.group,
                     decoded: &w.decoded,
+                    image_writes: &mut w.image_writes,
                 },
                 origin,
                 area,

@@ -87,6 +87,8 @@ pub(super) struct TileState<'a> {
     /// The texture descriptors the core's programs decoded (kept across
     /// tiles: a tile's primitives are often a SIMD-group or less each).
     pub(super) decoded: &'a DecodedImages,
+    /// The descriptor the core's image writes last went through.
+    pub(super) image_writes: &'a mut ImageWriteTarget,
 }
 
 /// Runs a per-tile program with one lane per entry of `pixels`
@@ -120,6 +122,7 @@ pub(super) fn run_tile_program(
         helper: stage_helper,
         group,
         decoded,
+        image_writes,
     } = state;
     let mut uniforms = binding.uniforms.clone();
     let mut memory = vm.clone();
@@ -256,7 +259,7 @@ pub(super) fn run_tile_program(
             face,
             stencil,
             stencil_test_at_emit,
-            image_writes: ImageWriteTarget::default(),
+            image_writes: &mut *image_writes,
         };
         stage_helper.run_stage_group(
             group,

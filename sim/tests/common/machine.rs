@@ -303,6 +303,26 @@ impl Machine {
         self.submit(CmdType::Compute, cmd.as_bytes())
     }
 
+    /// Writes a stream of one launch of `pipeline` (over `grid` threads in
+    /// threadgroups of `local`) and a terminate at `stream_offset`, and
+    /// runs it as [`Machine::run`] does.
+    pub fn run_launch(
+        &self,
+        stream_offset: u64,
+        pipeline: u64,
+        grid: [u32; 3],
+        local: [u32; 3],
+    ) -> Option<Errno> {
+        let mut stream = launch(pipeline, grid, local);
+        stream.extend(
+            agx_hw::formats::CdmStreamTerminate::default()
+                .pack()
+                .unwrap(),
+        );
+        self.poke(self.data, stream_offset, &stream);
+        self.run(stream_offset)
+    }
+
     /// Submits one command and waits; returns the fence error.
     pub fn submit(&self, cmd_type: CmdType, payload: &[u8]) -> Option<Errno> {
         let mut cmdbuf = CmdHeader {
