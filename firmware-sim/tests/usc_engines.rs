@@ -1,5 +1,6 @@
-//! The compiled engine against the interpreter: random ALU and exec-mask
-//! programs on random states (nesting counts included), and the rare paths of the fp32 arithmetic, must leave
+//! The compiled engine against the interpreter: random ALU, conversion and
+//! exec-mask programs on random states (nesting counts included), and the
+//! rare paths of the fp32 arithmetic, must leave
 //! every register of every lane the same (`common::Machine::run` runs
 //! each program on both engines and compares everything).
 
@@ -238,6 +239,23 @@ fn instruction() -> impl Strategy<Value = String> {
         )
             .prop_map(|(op, cc, a, b, n)| format!("{op} r0l, {cc}, {a}, {b}, {n}")),
         (0u32..4).prop_map(|n| format!("pop_exec r0l, {n}")),
+        // Conversions, every mode and rounding (mode 2 is undefined,
+        // refused by both), and the waits that change no register.
+        (
+            prop::sample::select(vec![
+                "u8_to_f", "s8_to_f", "f_to_u16", "f_to_s16", "u16_to_f", "s16_to_f", "f_to_u32",
+                "f_to_s32", "u32_to_f", "s32_to_f", "2"
+            ]),
+            narrow_destination(),
+            prop_oneof![
+                4 => raw_source(),
+                1 => prop::sample::select(vec!["0.5", "-1.0", "65535.5", "4294967296.0"]).prop_map(str::to_string),
+            ],
+            prop::sample::select(vec!["rtz", "rte"])
+        )
+            .prop_map(|(m, d, s, r)| format!("convert {m}, {d}, {s}, {r}")),
+        Just("wait 0".to_string()),
+        Just("memory_barrier 1, 2, 9".to_string()),
     ]
 }
 
@@ -476,10 +494,14 @@ fn a_full_code_cache_leaves_new_blocks_to_the_interpreter() {
     extern "C" fn narrow(_: f32) -> u32 {
         0
     }
+    extern "C" fn convert(_: u32, _: u64, _: u32, _: u32) -> u64 {
+        0
+    }
     let helpers = agx_jit::Helpers {
         fma_f32: fma,
         half_to_f32: widen,
         f32_to_half: narrow,
+        convert,
     };
     let code = agx_jit::CodeCache::new(helpers, 0).unwrap();
     let mut cache = ProgramCache::with_code(Some(code.clone()));

@@ -45,11 +45,16 @@ fn instructions() -> Vec<(Instr, bool)> {
     out
 }
 
+extern "C" fn convert(_: u32, _: u64, _: u32, _: u32) -> u64 {
+    0
+}
+
 fn compile(c: &mut Criterion) {
     let helpers = Helpers {
         fma_f32: fma,
         half_to_f32: widen,
         f32_to_half: narrow,
+        convert,
     };
     let block = instructions();
     let refs: Vec<(&Instr, bool)> = block.iter().map(|(i, s)| (i, *s)).collect();

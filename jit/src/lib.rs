@@ -59,6 +59,10 @@ pub struct Helpers {
     /// An fp32 result as a 16-bit destination receives it: rounded to
     /// fp16 (nearest even), a NaN the default NaN; in the low 16 bits.
     pub f32_to_half: extern "C" fn(f32) -> u32,
+    /// One lane of `convert`: (mode, the source's bits, its width in
+    /// bits, flags: bit 0 a 16-bit destination, bit 1 rounding to zero)
+    /// to the bits the destination receives.
+    pub convert: extern "C" fn(u32, u64, u32, u32) -> u64,
 }
 
 /// Why a block could not be compiled.

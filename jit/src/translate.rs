@@ -32,7 +32,8 @@ const DEFAULT_NAN_F32: i64 = 0x7FC0_0000;
 /// Whether the compiled engine translates `instr` (with `.sat` as
 /// `saturate`): the integer ALU (moves, adds, multiply-adds, bitwise and
 /// bitfield operations, funnel shifts, bit counts), compare-and-select,
-/// the fp32 add, multiply and fused multiply-add, and the exec-mask
+/// the fp32 add, multiply and fused multiply-add, integer/float
+/// conversions, `wait` and `memory_barrier`, and the exec-mask
 /// instructions (`if`/`else`/`while`, `pop_exec`), with operands of the
 /// kinds it reads. A jump on the mask back to a block's start ends the
 /// block as a loop (the program cache decides; the translation takes it
@@ -110,6 +111,16 @@ enum Shape<'i> {
     /// `pop_exec`: each present lane's `r0l` lowered by `n` (not below 0),
     /// the execution mask set from the counts.
     PopExec { n: u64 },
+    /// `wait` and `memory_barrier`: nothing a lane's registers see.
+    Nop,
+    /// `convert`: integer to float or float to integer, in the mode's
+    /// widths, rounding to zero or to nearest even.
+    Convert {
+        mode: u32,
+        dst: Reg,
+        src: &'i Value,
+        to_zero: bool,
+    },
     /// `fadd32`/`fmul32`/`fmadd32`.
     Float {
         op: Op,
@@ -340,6 +351,33 @@ fn shape(instr: &agx_hw::isa::Instr, saturate: bool) -> Option<Shape<'_>> {
         Op::PopExec => Shape::PopExec {
             n: u64::try_from(instr.int(1)?).ok()?,
         },
+        Op::Wait | Op::MemoryBarrier => Shape::Nop,
+        Op::Convert => {
+            let mode = u32::try_from(instr.int(0)?).ok()?;
+            // The modes and rounding the interpreter defines (others stop
+            // the program there, which the interpreter reports).
+            if !agx_hw::isa::table::CONVERT_MODES
+                .iter()
+                .any(|&(known, _)| known == mode)
+            {
+                return None;
+            }
+            let to_zero = match instr.int(3)? {
+                0 => true,
+                1 => false,
+                _ => return None,
+            };
+            let src = match instr.operands.get(2) {
+                Some(Operand::Src(s)) => &s.value,
+                _ => return None,
+            };
+            Shape::Convert {
+                mode,
+                dst: dst(instr, 1)?,
+                src,
+                to_zero,
+            }
+        }
         Op::Fadd32 | Op::Fmul32 | Op::Fmadd32 => {
             let d = dst(instr, 0)?;
             let (a, b) = (src(instr, 1)?, src(instr, 2)?);
@@ -426,6 +464,12 @@ pub(crate) fn block(
     narrow_signature.params.push(AbiParam::new(types::F32));
     narrow_signature.returns.push(AbiParam::new(types::I32));
     let narrow_signature = b.import_signature(narrow_signature);
+    let mut convert_signature = Signature::new(call_conv);
+    for ty in [types::I32, types::I64, types::I32, types::I32] {
+        convert_signature.params.push(AbiParam::new(ty));
+    }
+    convert_signature.returns.push(AbiParam::new(types::I64));
+    let convert_signature = b.import_signature(convert_signature);
     // The execution mask as the block goes, and the one an exec-mask
     // instruction is building.
     let exec = b.declare_var(types::I32);
@@ -502,6 +546,7 @@ pub(crate) fn block(
             fma: (fma_signature, helpers.fma_f32 as usize as i64),
             widen: (widen_signature, helpers.half_to_f32 as usize as i64),
             narrow: (narrow_signature, helpers.f32_to_half as usize as i64),
+            convert: (convert_signature, helpers.convert as usize as i64),
             count_is_zero: None,
         };
         for shape in segment {
@@ -619,6 +664,8 @@ struct Lane<'f> {
     fma: (cranelift_codegen::ir::SigRef, i64),
     widen: (cranelift_codegen::ir::SigRef, i64),
     narrow: (cranelift_codegen::ir::SigRef, i64),
+    /// And `convert`'s.
+    convert: (cranelift_codegen::ir::SigRef, i64),
     /// After an exec-mask instruction: whether the lane's new count is 0
     /// (the lane is in the new mask).
     count_is_zero: Option<IrValue>,
@@ -998,6 +1045,51 @@ impl Lane<'_> {
             }
             Shape::Bits { op, dst, a, b } => {
                 let r = self.bits(*op, a, *b);
+                self.write(*dst, r);
+            }
+            Shape::Nop => {}
+            Shape::Convert {
+                mode,
+                dst,
+                src,
+                to_zero,
+            } => {
+                let (bits, width) = self.raw(src);
+                let r = match mode {
+                    // Integer to fp32, to nearest even: the host's
+                    // conversion of the (exactly held) 64-bit value.
+                    0 | 1 | 6 | 7 | 10 | 11 if !to_zero && dst.size != Size::S16 => {
+                        let from_bits = if matches!(mode, 0 | 1) {
+                            8
+                        } else if matches!(mode, 6 | 7) {
+                            16
+                        } else {
+                            32
+                        };
+                        let value = if mode % 2 == 1 {
+                            self.sign_extend(bits, from_bits)
+                        } else {
+                            self.truncate(bits, from_bits)
+                        };
+                        let f = self.b.ins().fcvt_from_sint(types::F32, value);
+                        let word = self.b.ins().bitcast(types::I32, MemFlagsData::new(), f);
+                        self.b.ins().uextend(types::I64, word)
+                    }
+                    _ => {
+                        let (signature, address) = self.convert;
+                        let callee = self.b.ins().iconst(self.pointer, address);
+                        let mode = self.b.ins().iconst(types::I32, i64::from(*mode));
+                        let width = self.b.ins().iconst(types::I32, i64::from(width));
+                        let flags = u32::from(dst.size == Size::S16) | u32::from(*to_zero) << 1;
+                        let flags = self.b.ins().iconst(types::I32, i64::from(flags));
+                        let call = self.b.ins().call_indirect(
+                            signature,
+                            callee,
+                            &[mode, bits, width, flags],
+                        );
+                        self.b.inst_results(call)[0]
+                    }
+                };
                 self.write(*dst, r);
             }
             Shape::Float {

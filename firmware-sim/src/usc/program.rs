@@ -186,6 +186,14 @@ extern "C" fn f32_to_half_for_compiled_code(value: f32) -> u32 {
     u32::from(super::float::quiet_f16(super::float::f32_to_half(value)))
 }
 
+/// One lane of `convert` as the interpreter computes it, for the
+/// compiled code: `flags` bit 0 a 16-bit destination, bit 1 rounding to
+/// zero. (The translation admits only modes the interpreter defines.)
+extern "C" fn convert_for_compiled_code(mode: u32, bits: u64, width: u32, flags: u32) -> u64 {
+    super::exec::convert_bits(i64::from(mode), bits, width, flags & 1 != 0, flags & 2 != 0)
+        .unwrap_or(0)
+}
+
 /// A new code cache for the compiled engine (`None`, logged, where this
 /// host has no code generator: the interpreter runs everything).
 pub fn new_code_cache() -> Option<std::sync::Arc<agx_jit::CodeCache>> {
@@ -193,6 +201,7 @@ pub fn new_code_cache() -> Option<std::sync::Arc<agx_jit::CodeCache>> {
         fma_f32: fma_for_compiled_code,
         half_to_f32: half_to_f32_for_compiled_code,
         f32_to_half: f32_to_half_for_compiled_code,
+        convert: convert_for_compiled_code,
     };
     match agx_jit::CodeCache::new(helpers, CODE_CACHE_LIMIT_BYTES) {
         Ok(code) => Some(code),
