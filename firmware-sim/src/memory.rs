@@ -314,6 +314,24 @@ impl GpuMemory for GpuVm<'_> {
         Ok(())
     }
 
+    fn host_window(&self) -> Option<agx_hw::host::HostWindow<'_>> {
+        self.memory.host_window()
+    }
+
+    /// Through the translation cache, as [`GpuMemory::read`] of one byte
+    /// of the page would translate it; the page must also be held (a
+    /// one-byte read of it succeeds).
+    fn readable_page(&self, address: u64) -> Option<u64> {
+        refuse_kernel_half(address, 1, AccessKind::Read).ok()?;
+        let pa = self.translate(address, Access::GpuRead).ok()?;
+        self.memory.read(pa, &mut [0u8; 1]).ok()?;
+        Some(pa.get() - pa.get() % PAGE_BYTES)
+    }
+
+    fn translation_context(&self) -> u64 {
+        self.root.get()
+    }
+
     fn read(&self, address: u64, buf: &mut [u8], access: AccessKind) -> Result<(), MemoryFault> {
         refuse_kernel_half(address, buf.len(), access)?;
         GpuVm::read(self, address, buf).map_err(|f| translation_fault(&f, access))

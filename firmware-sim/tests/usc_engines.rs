@@ -512,3 +512,234 @@ fn a_full_code_cache_leaves_new_blocks_to_the_interpreter() {
     assert_eq!(code.stats().blocks, 0);
     assert_eq!((cache.compiled_blocks(), cache.compile_failures()), (0, 0));
 }
+
+/// Where the load tests' data lives: four pages, the third unmapped, the
+/// fourth writable.
+const DATA_BASE: u64 = 0x2_0000_0000;
+
+/// A register run of `count` registers from `first`, 32- or 16-bit.
+fn run_of(first: u16, count: u32, half: bool) -> String {
+    (0..count as u16)
+        .map(|i| {
+            if half {
+                let h = first * 2 + i;
+                format!("r{}{}", h / 2, if h.is_multiple_of(2) { "l" } else { "h" })
+            } else {
+                format!("r{}", first + i)
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("_")
+}
+
+/// A `device_load` of whole elements: any such format, mask and register
+/// size (i32 into 16-bit registers is refused by both), a base in
+/// uniforms or registers, an index in a register (either half), a
+/// uniform or an immediate, either signedness, a shift.
+fn load_instruction() -> impl Strategy<Value = String> {
+    (
+        prop::sample::select(vec!["i8", "i16", "i32", "f16"]),
+        1u32..16,
+        prop_oneof![4 => Just(false), 1 => Just(true)],
+        prop::sample::select(vec!["u0_u1", "r2_r3", "u4_u5"]),
+        prop::sample::select(vec!["r4", "r4l", "r5", "u2", "0", "3", "100", "r2"]),
+        prop::sample::select(vec!["signed", "unsigned"]),
+        0u32..3,
+        prop::sample::select(vec![8u16, 12, 4]),
+    )
+        .prop_map(|(format, mask, half, base, index, sign, shift, first)| {
+            let mask_text: String = "xyzw"
+                .chars()
+                .enumerate()
+                .filter(|(i, _)| mask & (1 << i) != 0)
+                .map(|(_, c)| c)
+                .collect();
+            let data = run_of(first, mask.count_ones(), half);
+            let lsl = if shift > 0 {
+                format!(", lsl {shift}")
+            } else {
+                String::new()
+            };
+            format!("device_load 0, {format}, {mask_text}, {data}, {base}, {index}, {sign}{lsl}")
+        })
+}
+
+/// Runs `program` on both engines with the data pages mapped and filled
+/// from `seed`, lanes' registers from `registers`.
+fn run_loads(program: &str, present: u32, registers: &[u32], uniforms: &[u32], seed: u64) {
+    let mut machine = Machine::new(program);
+    machine.uniforms[..uniforms.len()].copy_from_slice(uniforms);
+    let page = common::PAGE_BYTES;
+    machine.memory.map(DATA_BASE, 2 * page, true);
+    machine.memory.map(DATA_BASE + 3 * page, page, true);
+    let mut state = seed | 1;
+    let mut bytes = vec![0u8; 4 * page as usize];
+    for byte in &mut bytes {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        *byte = state as u8;
+    }
+    machine.memory.poke(DATA_BASE, &bytes[..2 * page as usize]);
+    machine
+        .memory
+        .poke(DATA_BASE + 3 * page, &bytes[3 * page as usize..]);
+    machine.memory.map(DATA_BASE, 2 * page, false);
+    let mut group = SimdGroup::new(CODE_BASE, present);
+    for (i, value) in registers.iter().enumerate() {
+        group.write(Reg::r((i / 32) as u16), i % 32, u64::from(*value));
+    }
+    // `Machine::run` asserts that both engines agree on everything,
+    // faults included.
+    let _ = machine.run(&mut group);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 500, ..ProptestConfig::default() })]
+
+    /// Device loads, compiled (through the page cache and host
+    /// addresses) and interpreted: random loads between random ALU
+    /// instructions, from addresses across mapped pages, an unmapped one
+    /// and the space's other end, must give the same registers and the
+    /// same first fault.
+    #[test]
+    fn random_device_loads_agree_on_both_engines(
+        loads in prop::collection::vec(load_instruction(), 1..4),
+        between in prop::collection::vec(instruction(), 0..3),
+        present in prop_oneof![Just(u32::MAX), any::<u32>()],
+        offsets in prop::collection::vec(prop_oneof![
+            8 => 0u32..(2 * 16384),
+            1 => (2 * 16384u32)..(4 * 16384),
+            1 => any::<u32>(),
+        ], 32),
+        indices in prop::collection::vec(prop_oneof![
+            4 => 0u32..64,
+            1 => (0u32..64).prop_map(|i| i.wrapping_neg()),
+            1 => any::<u32>(),
+        ], 64),
+        uniform_offsets in (0u32..(2 * 16384), 0u32..(4 * 16384), 0u32..64),
+        seed in any::<u64>(),
+    ) {
+        let mut body = Vec::new();
+        for (i, load) in loads.iter().enumerate() {
+            body.push(load.clone());
+            body.push("wait 0".to_string());
+            if let Some(alu) = between.get(i) {
+                body.push(alu.clone());
+            }
+        }
+        let program = format!("{}\niadd r30, r8, r9\nstop", body.join("\n"));
+        let assembled = agx_hw::isa::text::assemble(&program, CODE_BASE);
+        prop_assume!(assembled.is_ok());
+        // r2_r3: each lane's 64-bit base; r4, r5: its indices.
+        let mut registers = vec![0u32; 8 * 32];
+        for lane in 0..32 {
+            let base = DATA_BASE + u64::from(offsets[lane]);
+            registers[2 * 32 + lane] = base as u32;
+            registers[3 * 32 + lane] = (base >> 32) as u32;
+            registers[4 * 32 + lane] = indices[lane];
+            registers[5 * 32 + lane] = indices[32 + lane];
+        }
+        let (u_low, u_high, u_index) = uniform_offsets;
+        let uniform_base = |offset: u32| DATA_BASE + u64::from(offset);
+        let uniforms = [
+            uniform_base(u_low) as u32,
+            (uniform_base(u_low) >> 32) as u32,
+            u_index,
+            0,
+            uniform_base(u_high) as u32,
+            (uniform_base(u_high) >> 32) as u32,
+        ];
+        run_loads(&program, present, &registers, &uniforms, seed);
+    }
+}
+
+/// A loop that loads as it goes runs compiled whole: one block, the loads
+/// read through host addresses, the sums the interpreter's.
+#[test]
+fn a_loop_of_loads_runs_as_one_compiled_block() {
+    let program = "
+        top:
+        device_load 0, i32, x, r6, u0_u1, r1, unsigned, lsl 0
+        wait 0
+        iadd r2, r2, r6
+        iadd r1, r1, 1
+        while_icmp r0l, ult, r1, 100, 1
+        jmp_exec_any top
+        pop_exec r0l, 1
+        stop";
+    let mut machine = Machine::new(program);
+    machine.memory.map(DATA_BASE, 4096, true);
+    let words: Vec<u32> = (0..100u32).map(|i| i * i + 7).collect();
+    machine.memory.poke_u32s(DATA_BASE, &words);
+    machine.uniforms[0] = DATA_BASE as u32;
+    machine.uniforms[1] = (DATA_BASE >> 32) as u32;
+    let mut group = SimdGroup::new(CODE_BASE, u32::MAX);
+    for lane in 0..32 {
+        group.write(Reg::r(1), lane, lane as u64);
+    }
+    assert_eq!(machine.run(&mut group), Ok(Exit::Stopped));
+    for lane in 0..32usize {
+        let want: u64 = words[lane..].iter().map(|&w| u64::from(w)).sum();
+        assert_eq!(
+            group.read(Reg::r(2), lane),
+            want & 0xFFFF_FFFF,
+            "lane {lane}"
+        );
+    }
+    // Had a load stopped the block, the interpreter would have run it and
+    // a second block would have formed after it.
+    assert_eq!(machine.compiled_cache.compiled_blocks(), 1);
+    assert_eq!(group.executed_instructions, 6 * 100 + 2);
+}
+
+/// A page unmapped after compiled loads read it (the page tables change:
+/// cached translations are shot down) faults on the next load, as in the
+/// interpreter: the page cache does not outlive the translation.
+#[test]
+fn compiled_loads_fault_on_a_page_unmapped_since_they_last_read_it() {
+    use agx_firmware_sim::usc::{Env, MemoryFault, NoIo, ProgramCache, ShaderEngine};
+    let program = "
+        device_load 0, i32, x, r6, u0_u1, r1, unsigned
+        wait 0
+        iadd r2, r2, r6
+        stop";
+    let mut machine = Machine::new(program);
+    machine.memory.map(DATA_BASE, 4096, true);
+    machine.memory.poke_u32s(DATA_BASE, &[41; 64]);
+    machine.uniforms[0] = DATA_BASE as u32;
+    machine.uniforms[1] = (DATA_BASE >> 32) as u32;
+    let mut memory = common::HostMemory::from_paged(&machine.memory);
+    let mut cache = ProgramCache::with_engine(ShaderEngine::Compiled);
+    let mut run = |memory: &mut common::HostMemory| {
+        let mut group = SimdGroup::new(CODE_BASE, u32::MAX);
+        for lane in 0..32 {
+            group.write(Reg::r(1), lane, lane as u64);
+        }
+        let mut budget = common::BUDGET;
+        let mut env = Env {
+            memory,
+            io: &mut NoIo,
+            uniforms: &mut machine.uniforms,
+            threadgroup: &mut machine.threadgroup,
+        };
+        let result = group.run(&mut cache, &mut env, &mut budget);
+        (result, group.read(Reg::r(2), 31))
+    };
+    assert_eq!(run(&mut memory), (Ok(Exit::Stopped), 41));
+    memory.unmap(DATA_BASE);
+    let (result, _) = run(&mut memory);
+    assert!(
+        matches!(
+            result,
+            Err(ExecError::Memory {
+                fault: MemoryFault {
+                    address: DATA_BASE,
+                    ..
+                },
+                ..
+            })
+        ),
+        "{result:?}"
+    );
+}

@@ -158,6 +158,13 @@ pub trait PhysicalMemory {
     fn translation_generation(&self) -> u64 {
         0
     }
+
+    /// The host memory behind these physical addresses, where compiled
+    /// code may read it directly; `None` (the default) where every access
+    /// must go through [`PhysicalMemory::read`].
+    fn host_window(&self) -> Option<crate::host::HostWindow<'_>> {
+        None
+    }
 }
 
 /// Who is accessing, and how.

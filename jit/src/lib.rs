@@ -5,29 +5,38 @@
 //! The interpreter (`agx_firmware_sim::usc`) is the reference: it decodes
 //! each instruction once and then executes it for every lane, each time.
 //! This crate translates a *block* (a straight run of instructions that
-//! touch nothing but the lane's own registers and the dispatch's uniforms:
-//! the integer and floating-point ALU, and the exec-mask instructions
-//! `if`/`else`/`while`/`pop_exec`) into one host function. A run of ALU
-//! instructions is one loop over the lanes of the execution mask, each
+//! touch nothing but the lane's own registers, the dispatch's uniforms and
+//! device memory it reads: the integer and floating-point ALU,
+//! conversions, the exec-mask instructions `if`/`else`/`while`/`pop_exec`,
+//! and `device_load` of whole elements) into one host function. A run of
+//! ALU instructions is one loop over the lanes of the execution mask, each
 //! lane's registers kept in host registers between instructions: lanes are
 //! independent there (no instruction of the run reads another lane or
 //! changes the mask), so running it lane by lane gives exactly what the
 //! interpreter gives running it instruction by instruction. An exec-mask
 //! instruction is a loop over the present lanes, updating each lane's
 //! `r0l` nesting count; the mask after it is the lanes whose count is 0,
-//! and the next run uses it. The function returns the final mask.
+//! and the next run uses it. A load is two loops: every lane's elements
+//! read (through the [`PageCache`], as host loads), then the registers
+//! written; an element the cache cannot reach stops the block before the
+//! load, untouched, and the interpreter runs it (and reports its fault).
+//! The function returns the final mask.
 //!
 //! Which instructions a block may hold is [`supports`]; the interpreter
 //! runs everything else, and the two must agree bit for bit (the
 //! differential tests in `agx-firmware-sim` check it). The rare paths of
 //! the fp32 arithmetic (a result of the smallest normal's magnitude, where
-//! the hardware flushes what was below it before rounding) call back into
-//! the interpreter's own functions ([`Helpers`]).
+//! the hardware flushes what was below it before rounding) and the
+//! conversions call back into the interpreter's own functions
+//! ([`Helpers`]).
 //!
-//! This is the crate's one module of unsafe code: calling the generated
-//! functions and freeing their memory.
+//! Unsafe code lives in this module (calling the generated functions and
+//! freeing their memory) and in `memory` (the page-cache functions the
+//! generated code calls, which reach the call's context through the
+//! pointer it was given).
 #![allow(unsafe_code)]
 
+mod memory;
 mod translate;
 
 use agx_hw::isa::Instr;
@@ -35,6 +44,7 @@ use cranelift_codegen::settings::{self, Configurable};
 use cranelift_jit::{JITBuilder, JITModule};
 use cranelift_module::{default_libcall_names, Module};
 
+pub use memory::{PageCache, PageSource, PAGE_CACHE_ENTRIES};
 pub use translate::{supports, updates_exec_mask};
 
 /// Lanes in a SIMD-group.
@@ -87,7 +97,14 @@ pub enum CompileError {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BlockId(u32);
 
-type BlockFn = unsafe extern "C" fn(*mut u32, *const u32, u32, u32, u64) -> u64;
+type BlockFn = unsafe extern "C" fn(
+    *mut u32,
+    *const u32,
+    u32,
+    u32,
+    u64,
+    *mut memory::MemoryContext<'_>,
+) -> u64;
 
 /// Compiles blocks and keeps their code, which lives as long as the
 /// compiler does.
@@ -184,8 +201,8 @@ impl Compiler {
         // SAFETY: `code` is the entry of the function just defined with
         // the signature `translate::block` gave it: (register file
         // pointer, uniforms pointer, execution mask, present lanes, most
-        // runs) to the packed result, the platform's C calling
-        // convention.
+        // runs, memory context) to the packed result, the platform's C
+        // calling convention.
         let entry = unsafe { std::mem::transmute::<*const u8, BlockFn>(code) };
         self.blocks.push(entry);
         Ok(BlockId(self.blocks.len() as u32 - 1))
@@ -211,37 +228,56 @@ impl std::fmt::Debug for Block {
 pub struct BlockRun {
     /// The execution mask after it.
     pub exec: u32,
-    /// How many times the block ran (1 unless it is a loop).
+    /// How many times the block ran whole (1 unless it is a loop or it
+    /// stopped).
     pub runs: u32,
     /// A loop whose budget ran out: the program goes on at the block's
     /// start (its last jump was taken), not after it.
     pub at_start: bool,
+    /// A block that stopped before its instruction at this position (a
+    /// load compiled code could not make: the interpreter runs it and
+    /// goes on), after `runs` whole runs and the instructions before it.
+    pub stopped_at: Option<u32>,
 }
 
 /// The most runs of a loop one call makes.
-pub const MAX_RUNS: u32 = i32::MAX as u32;
+pub const MAX_RUNS: u32 = (1 << 30) - 1;
+
+/// The memory a block's loads read: the host window behind physical
+/// memory, and the MMU model that translates GPU addresses into it.
+pub type DeviceMemory<'a> = (agx_hw::host::HostWindow<'a>, &'a dyn PageSource);
 
 impl Block {
     /// Runs the block on the lanes of `exec` (exec-mask instructions on
     /// every lane of `present`), with `regs` and `uniforms`; a block that
     /// ends with a jump on the mask back to its start runs again while
     /// the jump is taken, at most `max_runs` times in all (at least 1,
-    /// at most [`MAX_RUNS`]).
+    /// at most [`MAX_RUNS`]). Its loads read `memory` through `pages`
+    /// (without memory, it stops before its first load).
     pub fn run(
         &self,
         regs: &mut RegisterFile,
         uniforms: &[u32; UNIFORMS],
         (exec, present): (u32, u32),
         max_runs: u32,
+        memory: Option<DeviceMemory<'_>>,
+        pages: &mut PageCache,
     ) -> BlockRun {
         let max_runs = u64::from(max_runs.clamp(1, MAX_RUNS));
+        let mut context = memory::MemoryContext::new(pages, memory);
         // SAFETY: the function reads and writes only the 128 x 32 words
         // of `regs` (every register index was checked to be below 128 at
         // translation) and reads the 256 words of `uniforms` (indices
-        // checked below 256), both borrowed for the call; it calls only
-        // `Helpers`' functions, which are safe Rust. Its code lives while
-        // `_code` (the cache that owns the module) does, which this block
-        // keeps alive.
+        // checked below 256), both borrowed for the call, and the
+        // context, which it passes to the page-cache functions of
+        // `memory` and reads only at its `repr(C)` offsets; its loads read
+        // host pages the cache holds, each put there by `page_miss` from
+        // the borrowed window (a whole page inside it) since the last
+        // change of translation generation, which the code checks before
+        // each load instruction; it calls only `Helpers`' functions and
+        // those of `memory`, which are safe Rust that does not unwind.
+        // Its code lives while `_code` (the cache that owns the module)
+        // does, which this block keeps alive.
         let packed = unsafe {
             (self.entry)(
                 regs.as_mut_ptr().cast(),
@@ -249,12 +285,14 @@ impl Block {
                 exec,
                 present,
                 max_runs,
+                &mut context,
             )
         };
         BlockRun {
             exec: packed as u32,
             runs: ((packed >> 32) & u64::from(MAX_RUNS)) as u32,
             at_start: packed >> 63 != 0,
+            stopped_at: (packed >> 62 & 1 != 0).then_some(context.stopped_at),
         }
     }
 }

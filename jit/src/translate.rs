@@ -1,11 +1,16 @@
-//! Translating a block of ALU and exec-mask instructions to Cranelift IR.
+//! Translating a block of ALU, conversion, exec-mask and load
+//! instructions to Cranelift IR.
 //!
 //! The function runs each run of ALU instructions once per lane of the
 //! execution mask: for a lane, each register the run reads is loaded
 //! once, kept in an SSA value while it computes, and each register it
 //! writes is stored once at the end. An exec-mask instruction is a pass
 //! over the present lanes that updates their nesting counts and gives
-//! the next mask; a block ending with a jump back to its start loops. Every operation reproduces the interpreter's
+//! the next mask; a load is a pass that reads every lane's elements
+//! through the page cache into a stack buffer (stopping the block, with
+//! nothing written, at the first element the cache cannot reach) and a
+//! pass that writes them; a block ending with a jump back to its start
+//! loops. Every operation reproduces the interpreter's
 //! arithmetic exactly: the integer ALU in 64-bit wrapping arithmetic (the
 //! interpreter's 128-bit results are truncated to at most 64 bits when
 //! written, so only saturation needs the exact value, and a saturating
@@ -16,7 +21,8 @@
 use agx_hw::isa::{Op, Operand, Reg, Size, Src, Value};
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::{
-    types, AbiParam, InstBuilder, MemFlagsData, Signature, Type, Value as IrValue,
+    types, AbiParam, InstBuilder, MemFlagsData, Signature, StackSlotData, StackSlotKind, Type,
+    Value as IrValue,
 };
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
 use cranelift_jit::JITModule;
@@ -33,13 +39,14 @@ const DEFAULT_NAN_F32: i64 = 0x7FC0_0000;
 /// `saturate`): the integer ALU (moves, adds, multiply-adds, bitwise and
 /// bitfield operations, funnel shifts, bit counts), compare-and-select,
 /// the fp32 add, multiply and fused multiply-add, integer/float
-/// conversions, `wait` and `memory_barrier`, and the exec-mask
+/// conversions, `wait` and `memory_barrier`, `device_load` of whole
+/// elements (`i8`, `i16`, `i32`, `f16`), and the exec-mask
 /// instructions (`if`/`else`/`while`, `pop_exec`), with operands of the
 /// kinds it reads. A jump on the mask back to a block's start ends the
 /// block as a loop (the program cache decides; the translation takes it
 /// last).
-/// Anything else (other jumps, memory, other lanes, other units, and the
-/// forms below) the interpreter runs.
+/// Anything else (other jumps, stores, atomics and other memory, other
+/// lanes, other units, and the forms below) the interpreter runs.
 pub fn supports(instr: &agx_hw::isa::Instr, saturate: bool) -> bool {
     shape(instr, saturate).is_some()
 }
@@ -120,6 +127,26 @@ enum Shape<'i> {
         dst: Reg,
         src: &'i Value,
         to_zero: bool,
+    },
+    /// `device_load` of whole elements (`i8`, `i16`, `i32`, `f16`): each
+    /// named component of each lane read through the page cache, then
+    /// written.
+    DeviceLoad {
+        /// log2 of the element's bytes.
+        size_log2: u32,
+        /// fp16 elements widened to fp32 (into 32-bit registers).
+        widen: bool,
+        /// The components named, in order.
+        components: Vec<u32>,
+        /// The registers receiving them, in the same order.
+        data: Vec<Reg>,
+        base: &'i Value,
+        offset: &'i Value,
+        /// The index is sign-extended from 32 bits (a register index
+        /// with signedness 0).
+        signed_index: bool,
+        /// The index's shift: the element size's and the instruction's.
+        shift: u32,
     },
     /// `fadd32`/`fmul32`/`fmadd32`.
     Float {
@@ -352,6 +379,58 @@ fn shape(instr: &agx_hw::isa::Instr, saturate: bool) -> Option<Shape<'_>> {
             n: u64::try_from(instr.int(1)?).ok()?,
         },
         Op::Wait | Op::MemoryBarrier => Shape::Nop,
+        Op::DeviceLoad => {
+            let ops = &instr.operands;
+            let (
+                Some(format),
+                Some(mask),
+                Some(Operand::Regs(run)),
+                Some(Operand::Value(base)),
+                Some(Operand::Value(offset)),
+                Some(signedness),
+                Some(shift),
+            ) = (
+                instr.int(1),
+                instr.int(2),
+                ops.get(3),
+                ops.get(4),
+                ops.get(5),
+                instr.int(6),
+                instr.int(7),
+            )
+            else {
+                return None;
+            };
+            let half = run.first.size == Size::S16;
+            // The element formats of the ISA table read as whole
+            // elements: 0 i8, 1 i16, 2 i32, 3 f16 (i32 into 16-bit
+            // registers is refused by the interpreter).
+            let size_log2 = match (format, half) {
+                (0, _) => 0,
+                (1 | 3, _) => 1,
+                (2, false) => 2,
+                _ => return None,
+            };
+            if run.first.size == Size::S64 || !run.is_valid() {
+                return None;
+            }
+            let components: Vec<u32> = (0..4).filter(|c| mask & (1 << c) != 0).collect();
+            let data: Vec<Reg> = (0..components.len() as u16).map(|i| run.reg(i)).collect();
+            let shift = size_log2 + u32::try_from(shift).ok()?;
+            if components.is_empty() || !data.iter().all(|&r| reg_ok(r)) || shift >= 64 {
+                return None;
+            }
+            Shape::DeviceLoad {
+                size_log2,
+                widen: format == 3 && !half,
+                components,
+                data,
+                base,
+                offset,
+                signed_index: signedness == 0 && matches!(offset, Value::Reg(..)),
+                shift,
+            }
+        }
         Op::Convert => {
             let mode = u32::try_from(instr.int(0)?).ok()?;
             // The modes and rounding the interpreter defines (others stop
@@ -434,6 +513,12 @@ pub(crate) fn block(
         })
         .collect::<Result<Vec<_>, _>>()?;
     let pointer = module.target_config().pointer_type();
+    if pointer != types::I64 {
+        // (Addresses are computed in 64 bits and used as host pointers.)
+        return Err(CompileError::Host(
+            "a host whose pointers are not 64 bits".into(),
+        ));
+    }
     let call_conv = module.target_config().default_call_conv;
     let signature = &mut context.func.signature;
     signature.params.push(AbiParam::new(pointer));
@@ -441,6 +526,7 @@ pub(crate) fn block(
     signature.params.push(AbiParam::new(types::I32));
     signature.params.push(AbiParam::new(types::I32));
     signature.params.push(AbiParam::new(types::I64));
+    signature.params.push(AbiParam::new(pointer));
     signature.returns.push(AbiParam::new(types::I64));
 
     let mut b = FunctionBuilder::new(&mut context.func, builder_context);
@@ -448,28 +534,45 @@ pub(crate) fn block(
     b.append_block_params_for_function_params(entry);
     b.switch_to_block(entry);
     let params = b.block_params(entry).to_vec();
-    let (regs, uniforms, exec_in, present, max_iterations) =
-        (params[0], params[1], params[2], params[3], params[4]);
-    let mut fma_signature = Signature::new(call_conv);
-    for _ in 0..3 {
-        fma_signature.params.push(AbiParam::new(types::F32));
-    }
-    fma_signature.returns.push(AbiParam::new(types::F32));
-    let fma_signature = b.import_signature(fma_signature);
-    let mut widen_signature = Signature::new(call_conv);
-    widen_signature.params.push(AbiParam::new(types::I32));
-    widen_signature.returns.push(AbiParam::new(types::F32));
-    let widen_signature = b.import_signature(widen_signature);
-    let mut narrow_signature = Signature::new(call_conv);
-    narrow_signature.params.push(AbiParam::new(types::F32));
-    narrow_signature.returns.push(AbiParam::new(types::I32));
-    let narrow_signature = b.import_signature(narrow_signature);
-    let mut convert_signature = Signature::new(call_conv);
-    for ty in [types::I32, types::I64, types::I32, types::I32] {
-        convert_signature.params.push(AbiParam::new(ty));
-    }
-    convert_signature.returns.push(AbiParam::new(types::I64));
-    let convert_signature = b.import_signature(convert_signature);
+    let (regs, uniforms, exec_in, present, max_iterations, memory) = (
+        params[0], params[1], params[2], params[3], params[4], params[5],
+    );
+    let signature_of = |params: &[Type], returns: &[Type]| {
+        let mut signature = Signature::new(call_conv);
+        signature
+            .params
+            .extend(params.iter().map(|&t| AbiParam::new(t)));
+        signature
+            .returns
+            .extend(returns.iter().map(|&t| AbiParam::new(t)));
+        signature
+    };
+    let parts = LaneParts {
+        regs,
+        uniforms,
+        pointer,
+        fma: (
+            b.import_signature(signature_of(&[types::F32; 3], &[types::F32])),
+            helpers.fma_f32 as usize as i64,
+        ),
+        widen: (
+            b.import_signature(signature_of(&[types::I32], &[types::F32])),
+            helpers.half_to_f32 as usize as i64,
+        ),
+        narrow: (
+            b.import_signature(signature_of(&[types::F32], &[types::I32])),
+            helpers.f32_to_half as usize as i64,
+        ),
+        convert: (
+            b.import_signature(signature_of(
+                &[types::I32, types::I64, types::I32, types::I32],
+                &[types::I64],
+            )),
+            helpers.convert as usize as i64,
+        ),
+    };
+    let page_sync_signature = b.import_signature(signature_of(&[pointer], &[]));
+    let page_miss_signature = b.import_signature(signature_of(&[pointer, types::I64], &[pointer]));
     // The execution mask as the block goes, and the one an exec-mask
     // instruction is building.
     let exec = b.declare_var(types::I32);
@@ -479,6 +582,17 @@ pub(crate) fn block(
     let iterations = b.declare_var(types::I64);
     let no_iterations = b.ins().iconst(types::I64, 0);
     b.def_var(iterations, no_iterations);
+    // Where a load the compiled code cannot make stops the block: the
+    // instruction's position as the parameter.
+    let stop = b.create_block();
+    b.append_block_param(stop, types::I32);
+    let mut stops = false;
+    // A load's values between its two passes: 4 components x 32 lanes.
+    let loaded = b.create_sized_stack_slot(StackSlotData::new(
+        StackSlotKind::ExplicitSlot,
+        (4 * LANES * 4) as u32,
+        2,
+    ));
     // top: one run of the block, if the budget allows another.
     let top = b.create_block();
     let first = b.create_block();
@@ -497,118 +611,220 @@ pub(crate) fn block(
     b.switch_to_block(first);
 
     // The block in segments: a run of ALU instructions, each lane of the
-    // execution mask in turn; or one exec-mask instruction, each present
-    // lane in turn, after which the mask is the lanes whose count is 0.
-    let mut rest = &shapes[..];
-    while !rest.is_empty() {
-        let updates_exec = is_exec_update(&rest[0]);
-        let count = if updates_exec {
+    // execution mask in turn; one exec-mask instruction, each present
+    // lane in turn, after which the mask is the lanes whose count is 0;
+    // or one load, in two passes over the mask (every element read, then
+    // the registers written), so that a load left to the interpreter has
+    // changed nothing.
+    let mut position = 0;
+    while position < shapes.len() {
+        let rest = &shapes[position..];
+        let kind = segment_kind(&rest[0]);
+        let count = if kind == Segment::Alu {
+            rest.iter()
+                .take_while(|s| segment_kind(s) == Segment::Alu)
+                .count()
+        } else {
             1
-        } else {
-            rest.iter().take_while(|s| !is_exec_update(s)).count()
         };
-        let (segment, tail) = rest.split_at(count);
-        rest = tail;
-        let mask = if updates_exec {
-            let zero = b.ins().iconst(types::I32, 0);
-            b.def_var(new_exec, zero);
-            present
-        } else {
-            b.use_var(exec)
-        };
-        let header = b.create_block();
-        let body = b.create_block();
-        let latch = b.create_block();
-        let exit = b.create_block();
-        let zero = b.ins().iconst(types::I32, 0);
-        b.def_var(lane, zero);
-        b.ins().jump(header, &[]);
-
-        // header: is the lane in the mask?
-        b.switch_to_block(header);
-        let lane_now = b.use_var(lane);
-        let shifted = b.ins().ushr(mask, lane_now);
-        let bit = b.ins().band_imm_u(shifted, 1);
-        b.ins().brif(bit, body, &[], latch, &[]);
-
-        // body: the segment for one lane.
-        b.switch_to_block(body);
-        let lane_now = b.use_var(lane);
-        let lane_wide = b.ins().uextend(pointer, lane_now);
-        let lane_bytes = b.ins().imul_imm_u(lane_wide, 4);
-        let lane_base = b.ins().iadd(regs, lane_bytes);
-        let mut lane_code = Lane {
-            b,
-            lane_base,
-            uniforms,
-            cells: [None; GPRS],
-            pointer,
-            fma: (fma_signature, helpers.fma_f32 as usize as i64),
-            widen: (widen_signature, helpers.half_to_f32 as usize as i64),
-            narrow: (narrow_signature, helpers.f32_to_half as usize as i64),
-            convert: (convert_signature, helpers.convert as usize as i64),
-            count_is_zero: None,
-        };
-        for shape in segment {
-            lane_code.instruction(shape);
-        }
-        let Lane {
-            b: mut lane_b,
-            cells,
-            count_is_zero,
-            ..
-        } = lane_code;
-        for (cell, state) in cells.iter().enumerate() {
-            if let Some((value, true)) = state {
-                lane_b.ins().store(
+        let segment = &rest[..count];
+        match kind {
+            Segment::Alu => {
+                let mask = b.use_var(exec);
+                b = lane_loop(b, lane, mask, &parts, |code| {
+                    for shape in segment {
+                        code.instruction(shape);
+                    }
+                });
+            }
+            Segment::ExecUpdate => {
+                let zero = b.ins().iconst(types::I32, 0);
+                b.def_var(new_exec, zero);
+                b = lane_loop(b, lane, present, &parts, |code| {
+                    code.instruction(&segment[0]);
+                    if let Some(zero) = code.count_is_zero {
+                        let bit = code.b.ins().uextend(types::I32, zero);
+                        let lane_now = code.b.use_var(lane);
+                        let bit = code.b.ins().ishl(bit, lane_now);
+                        let so_far = code.b.use_var(new_exec);
+                        let so_far = code.b.ins().bor(so_far, bit);
+                        code.b.def_var(new_exec, so_far);
+                    }
+                });
+                let built = b.use_var(new_exec);
+                b.def_var(exec, built);
+            }
+            Segment::Load => {
+                let Shape::DeviceLoad {
+                    size_log2,
+                    widen,
+                    components,
+                    data,
+                    base,
+                    offset,
+                    signed_index,
+                    shift,
+                } = &segment[0]
+                else {
+                    unreachable!("a load segment holds a load");
+                };
+                stops = true;
+                // The page cache is good for this generation only.
+                let cache = b.ins().load(pointer, MemFlagsData::trusted(), memory, 0);
+                let counter = b.ins().load(pointer, MemFlagsData::trusted(), memory, 8);
+                let now = b
+                    .ins()
+                    .atomic_load(types::I64, MemFlagsData::trusted(), counter);
+                let cached = b.ins().load(
+                    types::I64,
                     MemFlagsData::trusted(),
-                    *value,
-                    lane_base,
-                    (cell * LANES * 4) as i32,
+                    cache,
+                    crate::memory::GENERATION_OFFSET,
                 );
+                let moved = b.ins().icmp(IntCC::NotEqual, now, cached);
+                let sync = b.create_block();
+                let synced = b.create_block();
+                b.ins().brif(moved, sync, &[], synced, &[]);
+                b.switch_to_block(sync);
+                let callee = b.ins().iconst(
+                    pointer,
+                    crate::memory::page_sync as *const () as usize as i64,
+                );
+                b.ins()
+                    .call_indirect(page_sync_signature, callee, &[memory]);
+                b.ins().jump(synced, &[]);
+                b.switch_to_block(synced);
+                let at = b.ins().iconst(types::I32, position as i64);
+                let mask = b.use_var(exec);
+                let size_bytes = 1i64 << size_log2;
+                let page_bytes = agx_hw::uat::PAGE_BYTES as i64;
+                b = lane_loop(b, lane, mask, &parts, |code| {
+                    let (base_bits, _) = code.raw(base);
+                    let (index, _) = code.raw(offset);
+                    let index = if *signed_index {
+                        code.sign_extend(index, 32)
+                    } else {
+                        index
+                    };
+                    let scaled = code.b.ins().ishl_imm_u(index, i64::from(*shift));
+                    let address = code.b.ins().iadd(base_bits, scaled);
+                    let aligned = code.b.ins().band_imm_u(address, !(size_bytes - 1));
+                    let lane_now = code.b.use_var(lane);
+                    let lane_wide = code.b.ins().uextend(pointer, lane_now);
+                    let lane_bytes = code.b.ins().imul_imm_u(lane_wide, 4);
+                    let slot_base = code.b.ins().stack_addr(pointer, loaded, 0);
+                    let lane_slot = code.b.ins().iadd(slot_base, lane_bytes);
+                    for (k, &component) in components.iter().enumerate() {
+                        let element = code
+                            .b
+                            .ins()
+                            .iadd_imm_u(aligned, i64::from(component) * size_bytes);
+                        let page = code
+                            .b
+                            .ins()
+                            .ushr_imm_u(element, i64::from(agx_hw::uat::PAGE_SHIFT));
+                        let entry = code
+                            .b
+                            .ins()
+                            .band_imm_u(page, crate::PAGE_CACHE_ENTRIES as i64 - 1);
+                        let entry_bytes = code.b.ins().imul_imm_u(entry, 8);
+                        let tag_at = code.b.ins().iadd(cache, entry_bytes);
+                        let tag = code
+                            .b
+                            .ins()
+                            .load(types::I64, MemFlagsData::trusted(), tag_at, 0);
+                        let wanted = code.b.ins().iadd_imm_u(page, 1);
+                        let hit = code.b.ins().icmp(IntCC::Equal, tag, wanted);
+                        let hit_block = code.b.create_block();
+                        let miss_block = code.b.create_block();
+                        let have_page = code.b.create_block();
+                        code.b.append_block_param(have_page, pointer);
+                        code.b.ins().brif(hit, hit_block, &[], miss_block, &[]);
+                        code.b.switch_to_block(hit_block);
+                        let host = code.b.ins().load(
+                            pointer,
+                            MemFlagsData::trusted(),
+                            tag_at,
+                            crate::memory::HOSTS_OFFSET,
+                        );
+                        code.b.ins().jump(have_page, &[host.into()]);
+                        code.b.switch_to_block(miss_block);
+                        let callee = code.b.ins().iconst(
+                            pointer,
+                            crate::memory::page_miss as *const () as usize as i64,
+                        );
+                        let call = code.b.ins().call_indirect(
+                            page_miss_signature,
+                            callee,
+                            &[memory, element],
+                        );
+                        let host = code.b.inst_results(call)[0];
+                        let found = code.b.create_block();
+                        code.b.ins().brif(host, found, &[], stop, &[at.into()]);
+                        code.b.switch_to_block(found);
+                        code.b.ins().jump(have_page, &[host.into()]);
+                        code.b.switch_to_block(have_page);
+                        let host_page = code.b.block_params(have_page)[0];
+                        let within = code.b.ins().band_imm_u(element, page_bytes - 1);
+                        let host = code.b.ins().iadd(host_page, within);
+                        // Memory other threads and processes may write:
+                        // one host load, no assumption about its value.
+                        let flags = MemFlagsData::new().with_notrap().with_aligned();
+                        let word = match size_log2 {
+                            0 => code.b.ins().uload8(types::I32, flags, host, 0),
+                            1 => code.b.ins().uload16(types::I32, flags, host, 0),
+                            _ => code.b.ins().load(types::I32, flags, host, 0),
+                        };
+                        let word = if *widen {
+                            let wide = code.call(code.widen, word);
+                            code.b.ins().bitcast(types::I32, MemFlagsData::new(), wide)
+                        } else {
+                            word
+                        };
+                        code.b.ins().store(
+                            MemFlagsData::trusted(),
+                            word,
+                            lane_slot,
+                            (k * LANES * 4) as i32,
+                        );
+                    }
+                });
+                let mask = b.use_var(exec);
+                b = lane_loop(b, lane, mask, &parts, |code| {
+                    let lane_now = code.b.use_var(lane);
+                    let lane_wide = code.b.ins().uextend(pointer, lane_now);
+                    let lane_bytes = code.b.ins().imul_imm_u(lane_wide, 4);
+                    let slot_base = code.b.ins().stack_addr(pointer, loaded, 0);
+                    let lane_slot = code.b.ins().iadd(slot_base, lane_bytes);
+                    for (k, &reg) in data.iter().enumerate() {
+                        let word = code.b.ins().load(
+                            types::I32,
+                            MemFlagsData::trusted(),
+                            lane_slot,
+                            (k * LANES * 4) as i32,
+                        );
+                        let value = code.b.ins().uextend(types::I64, word);
+                        code.write(reg, value);
+                    }
+                });
             }
         }
-        if let Some(zero) = count_is_zero {
-            let bit = lane_b.ins().uextend(types::I32, zero);
-            let lane_now = lane_b.use_var(lane);
-            let bit = lane_b.ins().ishl(bit, lane_now);
-            let so_far = lane_b.use_var(new_exec);
-            let so_far = lane_b.ins().bor(so_far, bit);
-            lane_b.def_var(new_exec, so_far);
-        }
-        lane_b.ins().jump(latch, &[]);
-        b = lane_b;
-
-        // latch: the next lane.
-        b.switch_to_block(latch);
-        let lane_now = b.use_var(lane);
-        let next = b.ins().iadd_imm_u(lane_now, 1);
-        b.def_var(lane, next);
-        let more = b
-            .ins()
-            .icmp_imm_s(IntCC::UnsignedLessThan, next, LANES as i64);
-        b.ins().brif(more, header, &[], exit, &[]);
-
-        b.switch_to_block(exit);
-        if updates_exec {
-            let built = b.use_var(new_exec);
-            b.def_var(exec, built);
-        }
+        position += count;
     }
     let done = b.use_var(iterations);
     let done = b.ins().iadd_imm_u(done, 1);
     b.def_var(iterations, done);
-    // The result: the mask in the low 32 bits, the runs in bits 32-62,
-    // bit 63 when the block ends at its start (the loop's jump taken, the
-    // budget spent).
-    let result = |b: &mut FunctionBuilder<'_>, at_start: bool| {
+    // The result: the mask in the low 32 bits, the runs in bits 32-61,
+    // bit 62 when the block stopped before a load, bit 63 when the block
+    // ends at its start (the loop's jump taken, the budget spent).
+    let result = |b: &mut FunctionBuilder<'_>, flag: i64| {
         let exec = b.use_var(exec);
         let exec = b.ins().uextend(types::I64, exec);
         let runs = b.use_var(iterations);
         let runs = b.ins().ishl_imm_u(runs, 32);
         let packed = b.ins().bor(exec, runs);
-        if at_start {
-            b.ins().bor_imm_u(packed, i64::MIN)
+        if flag != 0 {
+            b.ins().bor_imm_u(packed, flag)
         } else {
             packed
         }
@@ -621,17 +837,33 @@ pub(crate) fn block(
             let taken = b.ins().icmp_imm_s(code, exec_now, 0);
             b.ins().brif(taken, top, &[], ends, &[]);
             b.switch_to_block(ends);
-            let value = result(&mut b, false);
+            let value = result(&mut b, 0);
             b.ins().return_(&[value]);
         }
         None => {
-            let value = result(&mut b, false);
+            let value = result(&mut b, 0);
             b.ins().return_(&[value]);
         }
     }
     if let Some(out_of_budget) = out_of_budget {
         b.switch_to_block(out_of_budget);
-        let value = result(&mut b, true);
+        let value = result(&mut b, i64::MIN);
+        b.ins().return_(&[value]);
+    }
+    b.switch_to_block(stop);
+    if stops {
+        let at = b.block_params(stop)[0];
+        b.ins().store(
+            MemFlagsData::trusted(),
+            at,
+            memory,
+            crate::memory::STOPPED_AT_OFFSET,
+        );
+        let value = result(&mut b, 1 << 62);
+        b.ins().return_(&[value]);
+    } else {
+        // (Never reached: no load jumps here.)
+        let value = result(&mut b, 1 << 62);
         b.ins().return_(&[value]);
     }
     b.seal_all_blocks();
@@ -639,9 +871,117 @@ pub(crate) fn block(
     Ok(())
 }
 
+/// What a shape is compiled as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Segment {
+    /// Part of a run of ALU instructions, lane by lane.
+    Alu,
+    /// An exec-mask instruction: a pass over the present lanes.
+    ExecUpdate,
+    /// A load: a pass that reads, then a pass that writes.
+    Load,
+}
+
+fn segment_kind(shape: &Shape<'_>) -> Segment {
+    match shape {
+        Shape::ExecUpdate { .. } | Shape::PopExec { .. } => Segment::ExecUpdate,
+        Shape::DeviceLoad { .. } => Segment::Load,
+        _ => Segment::Alu,
+    }
+}
+
 /// Whether a shape updates the nesting counts and the execution mask.
 fn is_exec_update(shape: &Shape<'_>) -> bool {
-    matches!(shape, Shape::ExecUpdate { .. } | Shape::PopExec { .. })
+    segment_kind(shape) == Segment::ExecUpdate
+}
+
+/// What every lane's code needs: the register file, the uniforms, and
+/// the helpers' signatures and addresses.
+#[derive(Clone, Copy)]
+struct LaneParts {
+    regs: IrValue,
+    uniforms: IrValue,
+    pointer: Type,
+    fma: (cranelift_codegen::ir::SigRef, i64),
+    widen: (cranelift_codegen::ir::SigRef, i64),
+    narrow: (cranelift_codegen::ir::SigRef, i64),
+    convert: (cranelift_codegen::ir::SigRef, i64),
+}
+
+/// A loop over the lanes of `mask` running `body` for each (the lane in
+/// `lane`), its registers loaded when first read and the ones it wrote
+/// stored at the end; the builder comes back after the loop.
+fn lane_loop<'f>(
+    mut b: FunctionBuilder<'f>,
+    lane: cranelift_frontend::Variable,
+    mask: IrValue,
+    parts: &LaneParts,
+    body: impl FnOnce(&mut Lane<'f>),
+) -> FunctionBuilder<'f> {
+    let header = b.create_block();
+    let body_block = b.create_block();
+    let latch = b.create_block();
+    let exit = b.create_block();
+    let zero = b.ins().iconst(types::I32, 0);
+    b.def_var(lane, zero);
+    b.ins().jump(header, &[]);
+
+    // header: is the lane in the mask?
+    b.switch_to_block(header);
+    let lane_now = b.use_var(lane);
+    let shifted = b.ins().ushr(mask, lane_now);
+    let bit = b.ins().band_imm_u(shifted, 1);
+    b.ins().brif(bit, body_block, &[], latch, &[]);
+
+    // body: the segment for one lane.
+    b.switch_to_block(body_block);
+    let lane_now = b.use_var(lane);
+    let lane_wide = b.ins().uextend(parts.pointer, lane_now);
+    let lane_bytes = b.ins().imul_imm_u(lane_wide, 4);
+    let lane_base = b.ins().iadd(parts.regs, lane_bytes);
+    let mut code = Lane {
+        b,
+        lane_base,
+        uniforms: parts.uniforms,
+        cells: [None; GPRS],
+        pointer: parts.pointer,
+        fma: parts.fma,
+        widen: parts.widen,
+        narrow: parts.narrow,
+        convert: parts.convert,
+        count_is_zero: None,
+    };
+    body(&mut code);
+    let Lane {
+        b: mut lane_b,
+        cells,
+        ..
+    } = code;
+    for (cell, state) in cells.iter().enumerate() {
+        if let Some((value, true)) = state {
+            lane_b.ins().store(
+                MemFlagsData::trusted(),
+                *value,
+                lane_base,
+                (cell * LANES * 4) as i32,
+            );
+        }
+    }
+    lane_b.ins().jump(latch, &[]);
+    b = lane_b;
+
+    // latch: the next lane.
+    b.switch_to_block(latch);
+    let lane_now = b.use_var(lane);
+    let next = b.ins().iadd_imm_u(lane_now, 1);
+    b.def_var(lane, next);
+    let more = b
+        .ins()
+        .icmp_imm_s(IntCC::UnsignedLessThan, next, LANES as i64);
+    b.ins().brif(more, header, &[], exit, &[]);
+
+    b.switch_to_block(exit);
+    b
 }
 
 /// Whether `instr` changes the execution mask (a block holding one
@@ -1047,7 +1387,8 @@ impl Lane<'_> {
                 let r = self.bits(*op, a, *b);
                 self.write(*dst, r);
             }
-            Shape::Nop => {}
+            // (A load is its own segment: see `block`.)
+            Shape::Nop | Shape::DeviceLoad { .. } => {}
             Shape::Convert {
                 mode,
                 dst,

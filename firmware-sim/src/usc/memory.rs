@@ -99,6 +99,29 @@ pub trait GpuMemory {
         Ok(())
     }
 
+    /// The host memory behind this memory's physical pages, which the
+    /// compiled engine's loads may read directly once
+    /// [`GpuMemory::readable_page`] has translated an address into it;
+    /// `None` (the default) where every access goes through the methods
+    /// above.
+    fn host_window(&self) -> Option<agx_hw::host::HostWindow<'_>> {
+        None
+    }
+
+    /// The physical address of the page holding `address`, where a data
+    /// read of it succeeds; `None` where it would fault (the caller then
+    /// reads through [`GpuMemory::read_elements`], which reports the
+    /// fault) or the implementation has no host window.
+    fn readable_page(&self, _address: u64) -> Option<u64> {
+        None
+    }
+
+    /// What names this memory's translations (a VM context's page-table
+    /// root): pages translated for another are not reused.
+    fn translation_context(&self) -> u64 {
+        0
+    }
+
     /// Replaces the 32-bit word at `address` (4-byte aligned) with
     /// `update(old)` and returns the old word, atomically with respect to
     /// every other atomic the simulator runs (on any host thread) as long

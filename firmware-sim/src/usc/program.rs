@@ -129,6 +129,9 @@ pub(crate) struct CompiledBlock {
     /// every register the block's instructions name, so every one it can
     /// write (compiled code writes only the registers it names).
     pub(crate) register_cells_end: usize,
+    /// The block holds a device load (it reads memory through the page
+    /// cache).
+    pub(crate) loads: bool,
 }
 
 /// The 32-bit register cells from r0 up to the returned one (exclusive)
@@ -165,6 +168,12 @@ struct Compiled {
     /// `blocks`), [`NO_BLOCK`] or [`UNTRIED`].
     block_at: Vec<u32>,
     blocks: Vec<(agx_jit::Block, CompiledBlock)>,
+    /// Per block: the cached instructions it runs, in order (where a
+    /// block that stops goes on).
+    members: Vec<Vec<u32>>,
+    /// Pages the compiled loads translated (one cache per host thread,
+    /// as a TLB).
+    pages: agx_jit::PageCache,
     /// Blocks that did not compile (left to the interpreter).
     failures: u64,
 }
@@ -194,6 +203,19 @@ extern "C" fn convert_for_compiled_code(mode: u32, bits: u64, width: u32, flags:
         .unwrap_or(0)
 }
 
+/// A GPU memory as the compiled engine's page cache asks it for pages.
+struct PagesOf<'m>(&'m dyn GpuMemory);
+
+impl agx_jit::PageSource for PagesOf<'_> {
+    fn readable_page(&self, va: u64) -> Option<u64> {
+        self.0.readable_page(va)
+    }
+
+    fn context(&self) -> u64 {
+        self.0.translation_context()
+    }
+}
+
 /// A new code cache for the compiled engine (`None`, logged, where this
 /// host has no code generator: the interpreter runs everything).
 pub fn new_code_cache() -> Option<std::sync::Arc<agx_jit::CodeCache>> {
@@ -218,6 +240,8 @@ impl Compiled {
             code,
             block_at: Vec::new(),
             blocks: Vec::new(),
+            members: Vec::new(),
+            pages: agx_jit::PageCache::new(),
             failures: 0,
         }
     }
@@ -289,6 +313,7 @@ impl ProgramCache {
         if let Some(compiled) = &mut self.compiled {
             compiled.block_at.clear();
             compiled.blocks.clear();
+            compiled.members.clear();
         }
     }
 
@@ -422,6 +447,9 @@ impl ProgramCache {
                                 .map(|(instr, _)| register_cells_end(instr))
                                 .max()
                                 .unwrap_or(0),
+                            loads: instrs
+                                .iter()
+                                .any(|(instr, _)| instr.op == isa::Op::DeviceLoad),
                         },
                     )),
                     Err(agx_jit::CacheError::Full { .. }) => None,
@@ -438,6 +466,7 @@ impl ProgramCache {
         compiled.block_at[index as usize] = match block {
             Some(block) => {
                 compiled.blocks.push(block);
+                compiled.members.push(run);
                 compiled.blocks.len() as u32 - 1
             }
             None => NO_BLOCK,
@@ -447,27 +476,56 @@ impl ProgramCache {
 
     /// Runs compiled block `block` on `regs` with execution mask `exec`
     /// (the group's `present` lanes for its exec-mask instructions), a
-    /// loop at most `max_runs` times: what it did.
+    /// loop at most `max_runs` times, its loads reading `memory`: what it
+    /// did.
     pub(crate) fn run_block(
-        &self,
+        &mut self,
         block: &CompiledBlock,
         regs: &mut agx_jit::RegisterFile,
         uniforms: &[u32; super::UNIFORMS],
+        memory: &dyn GpuMemory,
         (exec, present): (u32, u32),
         max_runs: u32,
     ) -> agx_jit::BlockRun {
-        match self
-            .compiled
-            .as_ref()
-            .and_then(|c| c.blocks.get(block.index as usize))
-        {
-            Some((code, _)) => code.run(regs, uniforms, (exec, present), max_runs),
-            None => agx_jit::BlockRun {
-                exec,
-                runs: 0,
-                at_start: true,
-            },
-        }
+        let not_run = agx_jit::BlockRun {
+            exec,
+            runs: 0,
+            at_start: true,
+            stopped_at: None,
+        };
+        let Some(compiled) = self.compiled.as_mut() else {
+            return not_run;
+        };
+        let Some((code, _)) = compiled.blocks.get(block.index as usize) else {
+            return not_run;
+        };
+        let pages = PagesOf(memory);
+        let device_memory = if block.loads {
+            memory
+                .host_window()
+                .map(|window| (window, &pages as &dyn agx_jit::PageSource))
+        } else {
+            None
+        };
+        code.run(
+            regs,
+            uniforms,
+            (exec, present),
+            max_runs,
+            device_memory,
+            &mut compiled.pages,
+        )
+    }
+
+    /// The cached instruction at `position` in compiled block `block`,
+    /// and its address (where a block that stopped there goes on).
+    pub(crate) fn block_member(&self, block: &CompiledBlock, position: u32) -> Option<(u32, u64)> {
+        let compiled = self.compiled.as_ref()?;
+        let index = *compiled
+            .members
+            .get(block.index as usize)?
+            .get(position as usize)?;
+        Some((index, self.instrs[index as usize].address))
     }
 
     /// How many instructions have been fetched and decoded so far.

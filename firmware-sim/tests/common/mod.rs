@@ -1,6 +1,8 @@
 //! Shared test scaffolding: a page-granular GPU memory with permissions
-//! (standing in for the MMU until the kmd's page tables exist) and a
-//! helper that assembles a program, maps it and runs one SIMD-group.
+//! (standing in for the MMU until the kmd's page tables exist), the same
+//! pages in the kmd's simulated RAM (for the compiled engine, whose loads
+//! read through host addresses), and a helper that assembles a program,
+//! maps it and runs one SIMD-group on both engines.
 #![allow(dead_code, unreachable_pub)]
 
 use std::collections::BTreeMap;
@@ -9,8 +11,14 @@ use agx_firmware_sim::usc::{
     AccessKind, Env, ExecError, Exit, FaultReason, GpuMemory, MemoryFault, NoIo, ProgramCache,
     ShaderEngine, ShaderIo, SimdGroup, GPRS, LANES, UNIFORMS,
 };
+use std::sync::Arc;
+
+use agx_hw::addr::PhysAddr;
+use agx_hw::host::HostWindow;
 use agx_hw::isa::text::assemble;
 use agx_hw::isa::Reg;
+use agx_hw::uat::PhysicalMemory;
+use agx_kmd::mem::{PhysRange, Ram};
 
 /// AGX GPU pages are 16 KiB.
 pub const PAGE_BYTES: u64 = 16 * 1024;
@@ -118,6 +126,101 @@ impl GpuMemory for PagedMemory {
     }
 }
 
+/// [`PagedMemory`]'s pages copied into simulated RAM (the kmd's, with
+/// its host window), so that the compiled engine's loads read them
+/// through host addresses as they do on the device.
+pub struct HostMemory {
+    ram: Ram,
+    /// GPU page number to its RAM and whether it is writable.
+    pages: BTreeMap<u64, (Arc<PhysRange>, bool)>,
+}
+
+impl HostMemory {
+    /// A copy of `paged`.
+    pub fn from_paged(paged: &PagedMemory) -> HostMemory {
+        let ram = Ram::new((paged.pages.len() as u64 + 1) * PAGE_BYTES).expect("RAM for the test");
+        let mut pages = BTreeMap::new();
+        for (&page, (bytes, writable)) in &paged.pages {
+            let range = ram.allocate(PAGE_BYTES).expect("a page");
+            ram.write(range.pa(), bytes).expect("fill the page");
+            pages.insert(page, (range, *writable));
+        }
+        HostMemory { ram, pages }
+    }
+
+    /// The pages as [`PagedMemory`] holds them.
+    pub fn to_paged(&self) -> PagedMemory {
+        let mut paged = PagedMemory::default();
+        for (&page, (range, writable)) in &self.pages {
+            let mut bytes = vec![0; PAGE_BYTES as usize];
+            self.ram
+                .read(range.pa(), &mut bytes)
+                .expect("read the page");
+            paged.pages.insert(page, (bytes, *writable));
+        }
+        paged
+    }
+
+    /// Unmaps the page holding `address`, as the kmd does: the page
+    /// tables change, so cached translations are shot down.
+    pub fn unmap(&mut self, address: u64) {
+        self.pages.remove(&(address / PAGE_BYTES));
+        self.ram.shoot_down_tlbs();
+    }
+
+    fn pa(&self, address: u64, write: bool) -> Result<PhysAddr, MemoryFault> {
+        let access = if write {
+            AccessKind::Write
+        } else {
+            AccessKind::Read
+        };
+        match self.pages.get(&(address / PAGE_BYTES)) {
+            Some((_, false)) if write => Err(MemoryFault {
+                address,
+                access,
+                reason: FaultReason::Permission,
+            }),
+            Some((range, _)) => Ok(range.pa().offset(address % PAGE_BYTES)),
+            None => Err(MemoryFault {
+                address,
+                access,
+                reason: FaultReason::Unmapped,
+            }),
+        }
+    }
+}
+
+impl GpuMemory for HostMemory {
+    fn read(&self, address: u64, buf: &mut [u8], access: AccessKind) -> Result<(), MemoryFault> {
+        for (i, byte) in buf.iter_mut().enumerate() {
+            let a = address.wrapping_add(i as u64);
+            let pa = self.pa(a, false).map_err(|f| MemoryFault { access, ..f })?;
+            let mut one = [0u8];
+            self.ram.read(pa, &mut one).expect("a mapped page");
+            *byte = one[0];
+        }
+        Ok(())
+    }
+
+    fn write(&mut self, address: u64, data: &[u8]) -> Result<(), MemoryFault> {
+        for (i, byte) in data.iter().enumerate() {
+            let a = address.wrapping_add(i as u64);
+            let pa = self.pa(a, true)?;
+            self.ram.write(pa, &[*byte]).expect("a mapped page");
+        }
+        Ok(())
+    }
+
+    fn host_window(&self) -> Option<HostWindow<'_>> {
+        self.ram.host_window()
+    }
+
+    fn readable_page(&self, address: u64) -> Option<u64> {
+        let pa = self.pa(address, false).ok()?.get();
+        Some(pa - pa % PAGE_BYTES)
+    }
+}
+
 /// A machine: memory with a program mapped read-only at `CODE_BASE`,
 /// uniforms, threadgroup memory and a decode cache. `run` runs each
 /// program on both engines (the interpreter, whose state the machine
@@ -198,7 +301,7 @@ impl Machine {
 
     pub fn run(&mut self, group: &mut SimdGroup) -> Result<Exit, ExecError> {
         let mut twin = group.clone();
-        let mut twin_memory = self.memory.clone();
+        let mut twin_memory = HostMemory::from_paged(&self.memory);
         let mut twin_uniforms = self.uniforms.clone();
         let mut twin_threadgroup = self.threadgroup.clone();
         let result = self.run_with(group, &mut NoIo);
@@ -221,7 +324,7 @@ impl Machine {
         );
         assert_same_group(group, &twin);
         assert!(
-            self.memory == twin_memory,
+            self.memory == twin_memory.to_paged(),
             "memory differs between the engines"
         );
         assert_eq!(self.uniforms, twin_uniforms, "uniforms");

@@ -28,7 +28,7 @@
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 
 /// Identifies a file across descriptors: (device, inode).
 pub type Inode = (u64, u64);
@@ -181,6 +181,8 @@ pub enum Placement {
 /// The host address range behind all of simulated RAM.
 #[derive(Debug)]
 pub struct Window {
+    /// The window's name, unique in the process (see `host_window`).
+    id: u64,
     base: NonNull<u8>,
     len_bytes: usize,
     /// A second mapping of the pool, never covered: the source from which
@@ -234,7 +236,11 @@ impl Window {
                 return Err(e);
             }
         };
+        // Names never reused: a page cache filled through one window is
+        // never taken for another's made at the same host address.
+        static NEXT_WINDOW_ID: AtomicU64 = AtomicU64::new(1);
         Ok(Window {
+            id: NEXT_WINDOW_ID.fetch_add(1, Ordering::Relaxed),
             base,
             len_bytes,
             pool_view,
@@ -244,6 +250,33 @@ impl Window {
     /// The size in bytes.
     pub fn len_bytes(&self) -> usize {
         self.len_bytes
+    }
+
+    /// The window as compiled code reads it: physical address `pa_start`
+    /// is its first byte, and `translation_generation` advances whenever
+    /// page tables that reach it change.
+    pub fn host_window<'a>(
+        &'a self,
+        pa_start: u64,
+        translation_generation: &'a AtomicU64,
+    ) -> agx_hw::host::HostWindow<'a> {
+        // SAFETY: `id` is this window's, taken from a process-wide
+        // counter that never repeats. `base..base + len_bytes` is one mapping the window owns
+        // until it is dropped, which the borrow outlives: covering a range
+        // replaces pages inside it (MAP_FIXED) and uncovering maps the
+        // pool back, so every byte stays mapped readable (PROT_READ |
+        // PROT_WRITE, a shared memfd; released pool pages read as zero).
+        // The caller's counter is the RAM's, which the kmd advances on
+        // every unmap.
+        unsafe {
+            agx_hw::host::HostWindow::new(
+                self.id,
+                self.base,
+                pa_start,
+                self.len_bytes as u64,
+                translation_generation,
+            )
+        }
     }
 
     fn check(&self, offset: usize, len: usize) -> Option<()> {

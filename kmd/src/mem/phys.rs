@@ -624,6 +624,14 @@ impl PhysicalAccess for Ram {
         self.inner.window.read(offset, buf).ok_or(PhysFault { pa })
     }
 
+    fn host_window(&self) -> Option<agx_hw::host::HostWindow<'_>> {
+        Some(
+            self.inner
+                .window
+                .host_window(RAM_BASE, &self.inner.translation_generation),
+        )
+    }
+
     fn write(&self, pa: PhysAddr, data: &[u8]) -> Result<(), PhysFault> {
         let offset = self.inner.locate(pa.get(), data.len())?;
         self.inner

@@ -507,8 +507,17 @@ impl SimdGroup {
                 pc: self.pc,
                 source,
             })?;
+        // After a compiled block stopped before an instruction, the
+        // interpreter runs that one before blocks are looked for again.
+        let mut interpret_next = false;
         loop {
-            if let Some(block) = cache.block_at(index, &*env.memory) {
+            let block = if interpret_next {
+                interpret_next = false;
+                None
+            } else {
+                cache.block_at(index, &*env.memory)
+            };
+            if let Some(block) = block {
                 let instructions = u64::from(block.instructions);
                 // A block runs whole or not at all: where the budget ends
                 // inside it, the interpreter takes it to the timeout. A
@@ -524,19 +533,29 @@ impl SimdGroup {
                         &block,
                         &mut self.regs,
                         env.uniforms,
+                        &*env.memory,
                         (exec, self.present),
                         max_runs,
                     );
                     // (A block not run at all, which cannot happen, is
                     // left to the interpreter.)
-                    if run.runs > 0 {
-                        let spent = instructions * u64::from(run.runs);
+                    if run.runs > 0 || run.stopped_at.is_some() {
+                        let spent = instructions * u64::from(run.runs)
+                            + u64::from(run.stopped_at.unwrap_or(0));
                         *budget_instructions -= spent;
                         self.executed_instructions += spent;
                         if block.updates_exec {
                             self.exec = run.exec;
                         }
-                        if !run.at_start {
+                        if let Some(position) = run.stopped_at {
+                            // A load the compiled code left: the
+                            // interpreter runs it (and reports its fault).
+                            if let Some((at, pc)) = cache.block_member(&block, position) {
+                                index = at;
+                                self.pc = pc;
+                            }
+                            interpret_next = true;
+                        } else if !run.at_start {
                             index = block.next_index;
                             self.pc = block.next_pc;
                         }

@@ -1,0 +1,188 @@
+//! Device memory as compiled code reaches it: GPU addresses translated to
+//! host addresses through a small per-worker page cache.
+//!
+//! A compiled `device_load` translates each element's GPU address by its
+//! page: a hit in the [`PageCache`] (direct-mapped by page number) gives
+//! the host address of the page, and the load is one host load. A miss
+//! asks the MMU model (a [`PageSource`]) for the physical page, which must
+//! be readable by the GPU and lie inside the [`HostWindow`]; where it is
+//! not (a fault, the kernel half, memory outside the window), the block
+//! stops before the instruction and the interpreter runs it, so every
+//! fault is the interpreter's. Page-table changes advance the window's
+//! translation generation; compiled code compares it before each load
+//! instruction and empties the cache when it moved, as a TLB shootdown
+//! would.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use agx_hw::host::HostWindow;
+use agx_hw::uat::PAGE_BYTES;
+
+/// Entries of a [`PageCache`].
+pub const PAGE_CACHE_ENTRIES: usize = 64;
+
+/// Translates GPU addresses for compiled loads: the MMU model of the
+/// memory a program runs against.
+pub trait PageSource {
+    /// The physical address of the page holding GPU address `va`, where a
+    /// GPU read of it succeeds; `None` where the access must be left to
+    /// the interpreter (it faults, or it is not plain RAM).
+    fn readable_page(&self, va: u64) -> Option<u64>;
+    /// What names the translations (the VM context's root): a cache
+    /// filled for another is emptied.
+    fn context(&self) -> u64;
+}
+
+/// Translated pages: GPU page number + 1 (0: empty) and the host address
+/// of the page, for one worker; valid for one translation generation and
+/// one context.
+#[repr(C)]
+#[derive(Debug, Clone)]
+pub struct PageCache {
+    tags: [u64; PAGE_CACHE_ENTRIES],
+    hosts: [u64; PAGE_CACHE_ENTRIES],
+    generation: u64,
+    context: u64,
+    /// The host window the pages are in.
+    window: u64,
+}
+
+/// Byte offsets of the fields compiled code reads.
+pub(crate) const HOSTS_OFFSET: i32 = (PAGE_CACHE_ENTRIES * 8) as i32;
+pub(crate) const GENERATION_OFFSET: i32 = (2 * PAGE_CACHE_ENTRIES * 8) as i32;
+
+impl Default for PageCache {
+    fn default() -> PageCache {
+        PageCache::new()
+    }
+}
+
+impl PageCache {
+    /// An empty cache.
+    pub fn new() -> PageCache {
+        PageCache {
+            tags: [0; PAGE_CACHE_ENTRIES],
+            hosts: [0; PAGE_CACHE_ENTRIES],
+            generation: u64::MAX,
+            context: u64::MAX,
+            window: 0,
+        }
+    }
+
+    fn clear(&mut self, generation: u64) {
+        self.tags = [0; PAGE_CACHE_ENTRIES];
+        self.generation = generation;
+    }
+
+    /// Pages held.
+    pub fn len(&self) -> usize {
+        self.tags.iter().filter(|&&tag| tag != 0).count()
+    }
+
+    /// Whether no page is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// What one block call reads memory through (its layout is what compiled
+/// code reads: the cache pointer at 0, the generation counter's at 8, the
+/// stop position at 16).
+#[repr(C)]
+pub(crate) struct MemoryContext<'a> {
+    pub(crate) cache: *mut PageCache,
+    pub(crate) generation: *const AtomicU64,
+    /// Where the block stopped: the position of the instruction the
+    /// interpreter takes over at.
+    pub(crate) stopped_at: u32,
+    window: Option<HostWindow<'a>>,
+    pages: Option<&'a dyn PageSource>,
+}
+
+pub(crate) const STOPPED_AT_OFFSET: i32 = 16;
+
+/// The counter a context without memory compares against (never moves).
+static NO_GENERATION: AtomicU64 = AtomicU64::new(0);
+
+impl<'a> MemoryContext<'a> {
+    /// The context of one call: `cache` emptied first if it was filled for
+    /// another context or generation.
+    pub(crate) fn new(
+        cache: &'a mut PageCache,
+        memory: Option<(HostWindow<'a>, &'a dyn PageSource)>,
+    ) -> MemoryContext<'a> {
+        let (window, pages, generation) = match memory {
+            Some((window, pages)) => {
+                let context = pages.context();
+                if cache.context != context || cache.window != window.id() {
+                    cache.clear(u64::MAX);
+                    cache.context = context;
+                    cache.window = window.id();
+                }
+                (Some(window), Some(pages), window.translation_generation())
+            }
+            // (Without memory nothing is cached: a load's miss stops the
+            // block, and the cache is kept for the next call that has
+            // memory, which checks it as always.)
+            None => (None, None, &NO_GENERATION),
+        };
+        MemoryContext {
+            cache,
+            generation,
+            stopped_at: 0,
+            window,
+            pages,
+        }
+    }
+}
+
+/// Called by compiled code when the generation it read differs from the
+/// cache's: empties the cache for the current generation.
+pub(crate) extern "C" fn page_sync(context: *mut MemoryContext<'_>) {
+    // SAFETY: compiled code passes the context `Block::run` made for this
+    // call, alive for all of it; nothing else refers to it (or to its
+    // cache) while compiled code waits for this function.
+    let context = unsafe { &mut *context };
+    // SAFETY: as above; the pointer was made from the `&mut PageCache`
+    // the context borrows, and points at the counter it borrows.
+    let (cache, generation) = unsafe { (&mut *context.cache, &*context.generation) };
+    cache.clear(generation.load(Ordering::Acquire));
+}
+
+/// Called by compiled code for an address whose page the cache does not
+/// hold: the host address of the page, now cached; 0 where the
+/// interpreter must take the access.
+pub(crate) extern "C" fn page_miss(context: *mut MemoryContext<'_>, va: u64) -> u64 {
+    // SAFETY: as in `page_sync`.
+    let context = unsafe { &mut *context };
+    let (Some(window), Some(pages)) = (context.window, context.pages) else {
+        return 0;
+    };
+    // SAFETY: as in `page_sync`.
+    let generation = unsafe { &*context.generation };
+    // The generation before translating: a change during the translation
+    // leaves the entry tagged with the older one, emptied at the next
+    // check.
+    let before = generation.load(Ordering::Acquire);
+    // (A panic must not unwind into compiled code: the access is left to
+    // the interpreter, which reports what is wrong.)
+    let Ok(Some(pa)) =
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| pages.readable_page(va)))
+    else {
+        return 0;
+    };
+    let Some(host) = window.host_page(pa) else {
+        return 0;
+    };
+    // SAFETY: as in `page_sync`.
+    let cache = unsafe { &mut *context.cache };
+    // A page table changed since the cache was filled: its entries go.
+    if cache.generation != before {
+        cache.clear(before);
+    }
+    let page = va / PAGE_BYTES;
+    let slot = (page % PAGE_CACHE_ENTRIES as u64) as usize;
+    cache.tags[slot] = page + 1;
+    cache.hosts[slot] = host.as_ptr() as u64;
+    cache.hosts[slot]
+}
