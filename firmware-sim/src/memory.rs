@@ -328,6 +328,14 @@ impl GpuMemory for GpuVm<'_> {
         Some(pa.get() - pa.get() % PAGE_BYTES)
     }
 
+    /// As [`GpuMemory::readable_page`] here, for a write.
+    fn writable_page(&self, address: u64) -> Option<u64> {
+        refuse_kernel_half(address, 1, AccessKind::Write).ok()?;
+        let pa = self.translate(address, Access::GpuWrite).ok()?;
+        self.memory.read(pa, &mut [0u8; 1]).ok()?;
+        Some(pa.get() - pa.get() % PAGE_BYTES)
+    }
+
     fn translation_context(&self) -> u64 {
         self.root.get()
     }

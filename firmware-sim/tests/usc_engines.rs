@@ -6,7 +6,7 @@
 
 mod common;
 
-use agx_firmware_sim::usc::{ExecError, Exit, SimdGroup};
+use agx_firmware_sim::usc::{ExecError, Exit, SimdGroup, Stack};
 use agx_hw::isa::Reg;
 use common::{Machine, CODE_BASE};
 use proptest::prelude::*;
@@ -564,6 +564,44 @@ fn load_instruction() -> impl Strategy<Value = String> {
         })
 }
 
+/// A `device_store` of whole elements, as [`load_instruction`] draws a
+/// load.
+fn store_instruction() -> impl Strategy<Value = String> {
+    load_instruction()
+        .prop_map(|load| format!("{}, 0", load.replacen("device_load", "device_store", 1)))
+}
+
+/// A `stack_load` or `stack_store` of whole elements: any such format,
+/// mask and register size, at an immediate offset or a lane's register
+/// (inside the stack, across its two blocks, or outside it).
+fn stack_instruction() -> impl Strategy<Value = String> {
+    (
+        any::<bool>(),
+        prop::sample::select(vec!["i8", "i16", "i32", "f16"]),
+        1u32..16,
+        prop_oneof![4 => Just(false), 1 => Just(true)],
+        prop_oneof![
+            3 => Just("r5".to_string()),
+            2 => (-8i32..52).prop_map(|o| o.to_string()),
+        ],
+        prop::sample::select(vec![8u16, 12, 4]),
+    )
+        .prop_map(|(store, format, mask, half, offset, first)| {
+            let mask_text: String = "xyzw"
+                .chars()
+                .enumerate()
+                .filter(|(i, _)| mask & (1 << i) != 0)
+                .map(|(_, c)| c)
+                .collect();
+            let data = run_of(first, mask.count_ones(), half);
+            if store {
+                format!("stack_store {format}, 1, 0, {mask_text}, 4, {data}, {offset}, 0")
+            } else {
+                format!("stack_load {data}, {format}, 1, 0, {mask_text}, 4, {offset}, 0")
+            }
+        })
+}
+
 /// Runs `program` on both engines with the data pages mapped and filled
 /// from `seed`, lanes' registers from `registers`.
 fn run_loads(program: &str, present: u32, registers: &[u32], uniforms: &[u32], seed: u64) {
@@ -589,22 +627,35 @@ fn run_loads(program: &str, present: u32, registers: &[u32], uniforms: &[u32], s
     for (i, value) in registers.iter().enumerate() {
         group.write(Reg::r((i / 32) as u16), i % 32, u64::from(*value));
     }
+    // A stack of two blocks of 8 words per thread: block 0 in the
+    // writable page, block 1 in a read-only one.
+    group.stack = Stack::mapped([
+        ((DATA_BASE + 3 * page) >> 8) as u32 | 1,
+        ((DATA_BASE + page) >> 8) as u32 | 1,
+        0,
+        0,
+    ]);
     // `Machine::run` asserts that both engines agree on everything,
-    // faults included.
+    // memory and faults included.
     let _ = machine.run(&mut group);
 }
 
 proptest! {
     #![proptest_config(ProptestConfig { cases: 500, ..ProptestConfig::default() })]
 
-    /// Device loads, compiled (through the page cache and host
-    /// addresses) and interpreted: random loads between random ALU
-    /// instructions, from addresses across mapped pages, an unmapped one
-    /// and the space's other end, must give the same registers and the
-    /// same first fault.
+    /// Device loads and stores and stack accesses, compiled (through the
+    /// page cache and host addresses) and interpreted: random ones
+    /// between random ALU instructions, at addresses across read-only
+    /// pages, an unmapped one, a writable one and the space's other end,
+    /// and stack offsets inside and outside the stack, must leave the same
+    /// registers and memory and meet the same first fault.
     #[test]
-    fn random_device_loads_agree_on_both_engines(
-        loads in prop::collection::vec(load_instruction(), 1..4),
+    fn random_memory_accesses_agree_on_both_engines(
+        loads in prop::collection::vec(prop_oneof![
+            2 => load_instruction(),
+            1 => store_instruction(),
+            2 => stack_instruction(),
+        ], 1..4),
         between in prop::collection::vec(instruction(), 0..3),
         present in prop_oneof![Just(u32::MAX), any::<u32>()],
         offsets in prop::collection::vec(prop_oneof![
@@ -628,7 +679,11 @@ proptest! {
                 body.push(alu.clone());
             }
         }
-        let program = format!("{}\niadd r30, r8, r9\nstop", body.join("\n"));
+        // The stack pointer at byte 16 of 64.
+        let program = format!(
+            "stack_adjust 0, 1, 2, 0, 0, 12\n{}\niadd r30, r8, r9\nstop",
+            body.join("\n")
+        );
         let assembled = agx_hw::isa::text::assemble(&program, CODE_BASE);
         prop_assume!(assembled.is_ok());
         // r2_r3: each lane's 64-bit base; r4, r5: its indices.

@@ -949,6 +949,95 @@ fn stack_accesses_interleave_threads_and_stay_inside_the_stack() {
     }
 }
 
+/// A stack access is made element by element, lane then component: the
+/// elements before the first one outside the stack, or the first that
+/// faults, are stored or loaded; none after it.
+#[test_log::test]
+fn stack_accesses_stop_at_the_first_element_outside_the_stack_or_memory() {
+    const STACK: u64 = 0x4000_0000;
+    let blocks = [
+        (STACK >> 8) as u32 | 1,
+        ((STACK + 0x400) >> 8) as u32 | 1,
+        0,
+        0,
+    ];
+    // sp = 16 after the adjust; lanes 0-3 at offset 0 (words 4 and 5),
+    // lane 4 at 44: its x at byte 60 (block 1's word 7), its y at 64,
+    // past the 64-byte stack.
+    let store = "
+        stack_adjust 0, 1, 2, 0, 0, 12
+        stack_store i32, 1, 0, xy, 4, r2_r3, r8, 0
+        stop";
+    let mut m = Machine::new(store);
+    m.memory.map(STACK, 0x800, true);
+    let mut group = m.group();
+    group.stack = Stack::mapped(blocks);
+    for lane in 0..32 {
+        group.write(Reg::r(2), lane, 1000 + lane as u64);
+        group.write(Reg::r(3), lane, 2000 + lane as u64);
+        group.write(Reg::r(8), lane, if lane == 4 { 44 } else { 0 });
+    }
+    assert!(matches!(
+        m.run(&mut group),
+        Err(ExecError::StackBounds {
+            offset_bytes: 64,
+            ..
+        })
+    ));
+    let words = m.memory.peek_u32s(STACK, 0x200);
+    let at = |block: usize, word: usize, lane: usize| 256 * block + 32 * word + lane;
+    for lane in 0..32 {
+        let stored = lane < 4;
+        assert_eq!(
+            words[at(0, 4, lane)],
+            if stored { 1000 + lane as u32 } else { 0 }
+        );
+        assert_eq!(
+            words[at(0, 5, lane)],
+            if stored { 2000 + lane as u32 } else { 0 }
+        );
+    }
+    assert_eq!(words[at(1, 7, 4)], 1004, "lane 4's x, inside the stack");
+
+    // Block 1 on a page of its own, unmapped: lane 3's x (byte 36, block
+    // 1's word 1) faults; lanes 0-2 have loaded both words, lane 3 and on
+    // nothing.
+    let far = STACK + 0x1_0000;
+    let blocks = [blocks[0], (far >> 8) as u32 | 1, 0, 0];
+    let load = "
+        stack_adjust 0, 1, 2, 0, 0, 12
+        stack_load r6_r7, i32, 1, 0, xy, 4, r8, 0
+        stop";
+    let mut m = Machine::new(load);
+    m.memory.map(STACK, 0x400, true);
+    let values: Vec<u32> = (0..256).map(|i| 5000 + i).collect();
+    m.memory.poke_u32s(STACK, &values);
+    let mut group = m.group();
+    group.stack = Stack::mapped(blocks);
+    for lane in 0..32 {
+        group.write(Reg::r(6), lane, 0xDEAD);
+        group.write(Reg::r(7), lane, 0xDEAD);
+        group.write(Reg::r(8), lane, if lane == 3 { 20 } else { 0 });
+    }
+    let fault_at = far + (32 + 3) * 4;
+    assert!(matches!(
+        m.run(&mut group),
+        Err(ExecError::Memory { fault, .. }) if fault.address == fault_at
+    ));
+    for lane in 0..32 {
+        let (x, y) = if lane < 3 {
+            (
+                u64::from(values[at(0, 4, lane)]),
+                u64::from(values[at(0, 5, lane)]),
+            )
+        } else {
+            (0xDEAD, 0xDEAD)
+        };
+        assert_eq!(group.read(Reg::r(6), lane), x, "lane {lane}");
+        assert_eq!(group.read(Reg::r(7), lane), y, "lane {lane}");
+    }
+}
+
 /// `stack_map`/`stack_unmap` write and read the block registers; a
 /// doorbell hands the group back to its caller with the value rung.
 #[test_log::test]

@@ -1,10 +1,10 @@
 //! Host memory behind physical addresses: the range of the host's address
 //! space through which a simulated machine's RAM is reached, handed to the
-//! shader core's compiled code so that a load it has translated is one
-//! host load.
+//! shader core's compiled code so that a load or store it has translated
+//! is one host access.
 //!
 //! The only promise made here is the constructor's: whoever makes a
-//! [`HostWindow`] vouches that its bytes stay readable host memory for as
+//! [`HostWindow`] vouches that its bytes stay readable and writable host memory for as
 //! long as the window is borrowed. Everything else (finding the page a GPU
 //! address names, its permissions, whether it is still mapped) stays with
 //! the MMU model; [`HostWindow::host_page`] only checks that a physical
@@ -32,8 +32,9 @@ pub struct HostWindow<'a> {
 }
 
 // SAFETY: the window is an address range and a shared counter; reading
-// through it is done by the compiled code, which makes no Rust reference
-// into the range, so sharing the description between threads is sound.
+// and writing through it is done by the compiled code, which makes no Rust
+// reference into the range, so sharing the description between threads is
+// sound.
 unsafe impl Send for HostWindow<'_> {}
 // SAFETY: as above.
 unsafe impl Sync for HostWindow<'_> {}

@@ -5,10 +5,11 @@
 //! The interpreter (`agx_firmware_sim::usc`) is the reference: it decodes
 //! each instruction once and then executes it for every lane, each time.
 //! This crate translates a *block* (a straight run of instructions that
-//! touch nothing but the lane's own registers, the dispatch's uniforms and
-//! device memory it reads: the integer and floating-point ALU,
-//! conversions, the exec-mask instructions `if`/`else`/`while`/`pop_exec`,
-//! and `device_load` of whole elements) into one host function. A run of
+//! touch nothing but the lane's own registers, the dispatch's uniforms,
+//! device memory and the group's stack: the integer and floating-point
+//! ALU, conversions, the exec-mask instructions `if`/`else`/`while`/
+//! `pop_exec`, and device and stack loads and stores of whole elements)
+//! into one host function. A run of
 //! ALU instructions is one loop over the lanes of the execution mask, each
 //! lane's registers kept in host registers between instructions: lanes are
 //! independent there (no instruction of the run reads another lane or
@@ -16,10 +17,12 @@
 //! interpreter gives running it instruction by instruction. An exec-mask
 //! instruction is a loop over the present lanes, updating each lane's
 //! `r0l` nesting count; the mask after it is the lanes whose count is 0,
-//! and the next run uses it. A load is two loops: every lane's elements
-//! read (through the [`PageCache`], as host loads), then the registers
-//! written; an element the cache cannot reach stops the block before the
-//! load, untouched, and the interpreter runs it (and reports its fault).
+//! and the next run uses it. A load or store is two loops: every lane's
+//! elements found (through the [`PageCache`], a load's read by host
+//! loads), then the registers or the memory written; an element the cache
+//! cannot reach (or a stack offset outside the stack) stops the block
+//! before the instruction, untouched, and the interpreter runs it (and
+//! reports its fault).
 //! The function returns the final mask.
 //!
 //! Which instructions a block may hold is [`supports`]; the interpreter
@@ -44,7 +47,7 @@ use cranelift_codegen::settings::{self, Configurable};
 use cranelift_jit::{JITBuilder, JITModule};
 use cranelift_module::{default_libcall_names, Module};
 
-pub use memory::{PageCache, PageSource, PAGE_CACHE_ENTRIES};
+pub use memory::{PageCache, PageSource, StackFrame, PAGE_CACHE_ENTRIES};
 pub use translate::{supports, updates_exec_mask};
 
 /// Lanes in a SIMD-group.
@@ -243,38 +246,61 @@ pub struct BlockRun {
 /// The most runs of a loop one call makes.
 pub const MAX_RUNS: u32 = (1 << 30) - 1;
 
-/// The memory a block's loads read: the host window behind physical
-/// memory, and the MMU model that translates GPU addresses into it.
+/// The memory a block's loads and stores reach: the host window behind
+/// physical memory, and the MMU model that translates GPU addresses into
+/// it.
 pub type DeviceMemory<'a> = (agx_hw::host::HostWindow<'a>, &'a dyn PageSource);
+
+/// What a block's memory instructions reach: device memory (without it,
+/// the block stops before the first), the page cache they translate
+/// through, and the SIMD-group's stack (without it, the block stops
+/// before its first stack access).
+pub struct BlockMemory<'a> {
+    /// Device memory.
+    pub device: Option<DeviceMemory<'a>>,
+    /// The worker's page cache.
+    pub pages: &'a mut PageCache,
+    /// The group's stack.
+    pub stack: Option<&'a StackFrame>,
+}
+
+impl std::fmt::Debug for BlockMemory<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BlockMemory")
+            .field("device", &self.device.map(|(window, _)| window))
+            .field("pages", &self.pages.len())
+            .field("stack", &self.stack)
+            .finish()
+    }
+}
 
 impl Block {
     /// Runs the block on the lanes of `exec` (exec-mask instructions on
     /// every lane of `present`), with `regs` and `uniforms`; a block that
     /// ends with a jump on the mask back to its start runs again while
     /// the jump is taken, at most `max_runs` times in all (at least 1,
-    /// at most [`MAX_RUNS`]). Its loads read `memory` through `pages`
-    /// (without memory, it stops before its first load).
+    /// at most [`MAX_RUNS`]). Its memory instructions reach `memory`.
     pub fn run(
         &self,
         regs: &mut RegisterFile,
         uniforms: &[u32; UNIFORMS],
         (exec, present): (u32, u32),
         max_runs: u32,
-        memory: Option<DeviceMemory<'_>>,
-        pages: &mut PageCache,
+        memory: BlockMemory<'_>,
     ) -> BlockRun {
         let max_runs = u64::from(max_runs.clamp(1, MAX_RUNS));
-        let mut context = memory::MemoryContext::new(pages, memory);
+        let mut context = memory::MemoryContext::new(memory.pages, memory.device, memory.stack);
         // SAFETY: the function reads and writes only the 128 x 32 words
         // of `regs` (every register index was checked to be below 128 at
         // translation) and reads the 256 words of `uniforms` (indices
-        // checked below 256), both borrowed for the call, and the
-        // context, which it passes to the page-cache functions of
-        // `memory` and reads only at its `repr(C)` offsets; its loads read
-        // host pages the cache holds, each put there by `page_miss` from
-        // the borrowed window (a whole page inside it) since the last
-        // change of translation generation, which the code checks before
-        // each load instruction; it calls only `Helpers`' functions and
+        // checked below 256), both borrowed for the call, the stack frame
+        // (borrowed) and the context, which it passes to the page-cache
+        // functions of `memory` and reads only at its `repr(C)` offsets;
+        // its loads and stores reach host pages the cache holds, each put
+        // there by `page_miss` from the borrowed window (a whole page
+        // inside it, element accesses never crossing a page) since the
+        // last change of translation generation, which the code checks
+        // before each memory instruction; it calls only `Helpers`' functions and
         // those of `memory`, which are safe Rust that does not unwind.
         // Its code lives while `_code` (the cache that owns the module)
         // does, which this block keeps alive.

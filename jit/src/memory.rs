@@ -21,21 +21,25 @@ use agx_hw::uat::PAGE_BYTES;
 /// Entries of a [`PageCache`].
 pub const PAGE_CACHE_ENTRIES: usize = 64;
 
-/// Translates GPU addresses for compiled loads: the MMU model of the
-/// memory a program runs against.
+/// Translates GPU addresses for compiled loads and stores: the MMU model
+/// of the memory a program runs against.
 pub trait PageSource {
     /// The physical address of the page holding GPU address `va`, where a
     /// GPU read of it succeeds; `None` where the access must be left to
     /// the interpreter (it faults, or it is not plain RAM).
     fn readable_page(&self, va: u64) -> Option<u64>;
+    /// The same for a GPU write.
+    fn writable_page(&self, va: u64) -> Option<u64>;
     /// What names the translations (the VM context's root): a cache
     /// filled for another is emptied.
     fn context(&self) -> u64;
 }
 
-/// Translated pages: GPU page number + 1 (0: empty) and the host address
-/// of the page, for one worker; valid for one translation generation and
-/// one context.
+/// Translated pages, for one worker: per entry a tag, the GPU page
+/// number + 1 shifted up by 2 (0: empty) with bit 0 set once a read of
+/// the page was allowed and bit 1 once a write was, and the host address
+/// of the page; valid for one translation generation, one context and
+/// one window.
 #[repr(C)]
 #[derive(Debug, Clone)]
 pub struct PageCache {
@@ -95,11 +99,39 @@ pub(crate) struct MemoryContext<'a> {
     /// Where the block stopped: the position of the instruction the
     /// interpreter takes over at.
     pub(crate) stopped_at: u32,
+    /// The SIMD-group's stack, for its stack loads and stores (null: they
+    /// stop the block).
+    pub(crate) stack: *const StackFrame,
     window: Option<HostWindow<'a>>,
     pages: Option<&'a dyn PageSource>,
 }
 
 pub(crate) const STOPPED_AT_OFFSET: i32 = 16;
+pub(crate) const STACK_OFFSET: i32 = 24;
+
+/// A SIMD-group's stack as compiled stack loads and stores address it:
+/// the pointer and size in bytes of each thread's stack, each block's
+/// 32-bit words per thread (log2), and each mapped block's GPU address.
+/// Word `w` of thread `t` in a block is at byte `(32 w + t) x 4`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StackFrame {
+    /// The stack pointer.
+    pub sp_bytes: u32,
+    /// Bytes of each thread's stack.
+    pub size_bytes: u32,
+    /// log2 of each block's words per thread.
+    pub block_words_log2: u32,
+    /// (Padding.)
+    pub reserved: u32,
+    /// Each block's base address (unmapped blocks: 0).
+    pub bases: [u64; 4],
+}
+
+pub(crate) const FRAME_SP_OFFSET: i32 = 0;
+pub(crate) const FRAME_SIZE_OFFSET: i32 = 4;
+pub(crate) const FRAME_WORDS_LOG2_OFFSET: i32 = 8;
+pub(crate) const FRAME_BASES_OFFSET: i32 = 16;
 
 /// The counter a context without memory compares against (never moves).
 static NO_GENERATION: AtomicU64 = AtomicU64::new(0);
@@ -110,6 +142,7 @@ impl<'a> MemoryContext<'a> {
     pub(crate) fn new(
         cache: &'a mut PageCache,
         memory: Option<(HostWindow<'a>, &'a dyn PageSource)>,
+        stack: Option<&'a StackFrame>,
     ) -> MemoryContext<'a> {
         let (window, pages, generation) = match memory {
             Some((window, pages)) => {
@@ -130,6 +163,7 @@ impl<'a> MemoryContext<'a> {
             cache,
             generation,
             stopped_at: 0,
+            stack: stack.map_or(std::ptr::null(), |frame| frame as *const StackFrame),
             window,
             pages,
         }
@@ -150,9 +184,10 @@ pub(crate) extern "C" fn page_sync(context: *mut MemoryContext<'_>) {
 }
 
 /// Called by compiled code for an address whose page the cache does not
-/// hold: the host address of the page, now cached; 0 where the
-/// interpreter must take the access.
-pub(crate) extern "C" fn page_miss(context: *mut MemoryContext<'_>, va: u64) -> u64 {
+/// hold with the permission wanted (`write`: 0 a read, 1 a write): the
+/// host address of the page, now cached; 0 where the interpreter must take
+/// the access.
+pub(crate) extern "C" fn page_miss(context: *mut MemoryContext<'_>, va: u64, write: u32) -> u64 {
     // SAFETY: as in `page_sync`.
     let context = unsafe { &mut *context };
     let (Some(window), Some(pages)) = (context.window, context.pages) else {
@@ -166,14 +201,20 @@ pub(crate) extern "C" fn page_miss(context: *mut MemoryContext<'_>, va: u64) -> 
     let before = generation.load(Ordering::Acquire);
     // (A panic must not unwind into compiled code: the access is left to
     // the interpreter, which reports what is wrong.)
-    let Ok(Some(pa)) =
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| pages.readable_page(va)))
-    else {
+    let translated = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        if write != 0 {
+            pages.writable_page(va)
+        } else {
+            pages.readable_page(va)
+        }
+    }));
+    let Ok(Some(pa)) = translated else {
         return 0;
     };
     let Some(host) = window.host_page(pa) else {
         return 0;
     };
+    let host = host.as_ptr() as u64;
     // SAFETY: as in `page_sync`.
     let cache = unsafe { &mut *context.cache };
     // A page table changed since the cache was filled: its entries go.
@@ -182,7 +223,13 @@ pub(crate) extern "C" fn page_miss(context: *mut MemoryContext<'_>, va: u64) -> 
     }
     let page = va / PAGE_BYTES;
     let slot = (page % PAGE_CACHE_ENTRIES as u64) as usize;
-    cache.tags[slot] = page + 1;
-    cache.hosts[slot] = host.as_ptr() as u64;
-    cache.hosts[slot]
+    let tag = (page + 1) << 2;
+    let allowed = if write != 0 { 2 } else { 1 };
+    // The same page already held (for the other kind of access) keeps
+    // what was allowed before.
+    let held = cache.tags[slot] & !3 == tag && cache.hosts[slot] == host;
+    let kept = if held { cache.tags[slot] & 3 } else { 0 };
+    cache.tags[slot] = tag | kept | allowed;
+    cache.hosts[slot] = host;
+    host
 }

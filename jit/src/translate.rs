@@ -1,4 +1,4 @@
-//! Translating a block of ALU, conversion, exec-mask and load
+//! Translating a block of ALU, conversion, exec-mask and memory
 //! instructions to Cranelift IR.
 //!
 //! The function runs each run of ALU instructions once per lane of the
@@ -6,10 +6,11 @@
 //! once, kept in an SSA value while it computes, and each register it
 //! writes is stored once at the end. An exec-mask instruction is a pass
 //! over the present lanes that updates their nesting counts and gives
-//! the next mask; a load is a pass that reads every lane's elements
-//! through the page cache into a stack buffer (stopping the block, with
-//! nothing written, at the first element the cache cannot reach) and a
-//! pass that writes them; a block ending with a jump back to its start
+//! the next mask; a load or store is a pass that finds every lane's
+//! elements through the page cache (a load's values read into a stack
+//! buffer, a store's bytes and host addresses gathered; the block stops,
+//! with nothing written, at the first element the cache cannot reach)
+//! and a pass that writes them; a block ending with a jump back to its start
 //! loops. Every operation reproduces the interpreter's
 //! arithmetic exactly: the integer ALU in 64-bit wrapping arithmetic (the
 //! interpreter's 128-bit results are truncated to at most 64 bits when
@@ -39,14 +40,14 @@ const DEFAULT_NAN_F32: i64 = 0x7FC0_0000;
 /// `saturate`): the integer ALU (moves, adds, multiply-adds, bitwise and
 /// bitfield operations, funnel shifts, bit counts), compare-and-select,
 /// the fp32 add, multiply and fused multiply-add, integer/float
-/// conversions, `wait` and `memory_barrier`, `device_load` of whole
-/// elements (`i8`, `i16`, `i32`, `f16`), and the exec-mask
+/// conversions, `wait` and `memory_barrier`, device and stack loads and
+/// stores of whole elements (`i8`, `i16`, `i32`, `f16`), and the exec-mask
 /// instructions (`if`/`else`/`while`, `pop_exec`), with operands of the
 /// kinds it reads. A jump on the mask back to a block's start ends the
 /// block as a loop (the program cache decides; the translation takes it
 /// last).
-/// Anything else (other jumps, stores, atomics and other memory, other
-/// lanes, other units, and the forms below) the interpreter runs.
+/// Anything else (other jumps, atomics and other memory, other lanes,
+/// other units, and the forms below) the interpreter runs.
 pub fn supports(instr: &agx_hw::isa::Instr, saturate: bool) -> bool {
     shape(instr, saturate).is_some()
 }
@@ -128,25 +129,21 @@ enum Shape<'i> {
         src: &'i Value,
         to_zero: bool,
     },
-    /// `device_load` of whole elements (`i8`, `i16`, `i32`, `f16`): each
-    /// named component of each lane read through the page cache, then
-    /// written.
-    DeviceLoad {
+    /// `device_load`/`device_store` and `stack_load`/`stack_store` of
+    /// whole elements (`i8`, `i16`, `i32`, `f16`): each named component
+    /// of each lane reached through the page cache, then written (to the
+    /// registers or to memory).
+    Memory {
+        place: Place<'i>,
+        store: bool,
         /// log2 of the element's bytes.
         size_log2: u32,
-        /// fp16 elements widened to fp32 (into 32-bit registers).
+        /// fp16 elements widened to fp32 (a load into 32-bit registers).
         widen: bool,
         /// The components named, in order.
         components: Vec<u32>,
-        /// The registers receiving them, in the same order.
+        /// The registers read or written for them, in the same order.
         data: Vec<Reg>,
-        base: &'i Value,
-        offset: &'i Value,
-        /// The index is sign-extended from 32 bits (a register index
-        /// with signedness 0).
-        signed_index: bool,
-        /// The index's shift: the element size's and the instruction's.
-        shift: u32,
     },
     /// `fadd32`/`fmul32`/`fmadd32`.
     Float {
@@ -157,6 +154,72 @@ enum Shape<'i> {
         c: Option<Src>,
         saturate: bool,
     },
+}
+
+/// Where a memory instruction's elements are.
+enum Place<'i> {
+    /// Device memory: `base + (index << shift)`, the index
+    /// sign-extended from 32 bits where `signed_index`.
+    Device {
+        base: &'i Value,
+        offset: &'i Value,
+        signed_index: bool,
+        shift: u32,
+    },
+    /// The SIMD-group's stack: each lane's bytes at the stack pointer plus
+    /// the offset (an immediate, or a register sign-extended from 32
+    /// bits).
+    Stack { offset: &'i Value },
+}
+
+/// The element formats compiled memory instructions take (codes of the
+/// ISA table: 0 `i8`, 1 `i16`, 2 `i32`, 3 `f16`), into or from
+/// registers of 16 bits (`half`) or 32: log2 of the element's bytes, and
+/// whether it widens from fp16 to fp32. `i32` into 16-bit registers is
+/// refused by the interpreter; an fp32 register stored as `f16` is
+/// rounded by the interpreter (not compiled).
+fn element_format(format: i64, half: bool, store: bool) -> Option<(u32, bool)> {
+    match (format, half) {
+        (0, _) => Some((0, false)),
+        (1, _) => Some((1, false)),
+        (2, false) => Some((2, false)),
+        (3, true) => Some((1, false)),
+        (3, false) if !store => Some((1, true)),
+        _ => None,
+    }
+}
+
+/// A memory instruction's shape from its parts.
+fn memory_shape<'i>(
+    place: Place<'i>,
+    store: bool,
+    format: i64,
+    mask: i64,
+    run: &agx_hw::isa::RegRun,
+) -> Option<Shape<'i>> {
+    let half = run.first.size == Size::S16;
+    if run.first.size == Size::S64 || !run.is_valid() {
+        return None;
+    }
+    let (size_log2, widen) = element_format(format, half, store)?;
+    let components: Vec<u32> = (0..4).filter(|c| mask & (1 << c) != 0).collect();
+    let data: Vec<Reg> = (0..components.len() as u16).map(|i| run.reg(i)).collect();
+    if components.is_empty() || !data.iter().all(|&r| reg_ok(r)) {
+        return None;
+    }
+    if let Place::Device { shift, .. } = place {
+        if shift >= 64 {
+            return None;
+        }
+    }
+    Some(Shape::Memory {
+        place,
+        store,
+        size_log2,
+        widen,
+        components,
+        data,
+    })
 }
 
 fn dst(instr: &agx_hw::isa::Instr, i: usize) -> Option<Reg> {
@@ -379,7 +442,7 @@ fn shape(instr: &agx_hw::isa::Instr, saturate: bool) -> Option<Shape<'_>> {
             n: u64::try_from(instr.int(1)?).ok()?,
         },
         Op::Wait | Op::MemoryBarrier => Shape::Nop,
-        Op::DeviceLoad => {
+        Op::DeviceLoad | Op::DeviceStore => {
             let ops = &instr.operands;
             let (
                 Some(format),
@@ -401,35 +464,41 @@ fn shape(instr: &agx_hw::isa::Instr, saturate: bool) -> Option<Shape<'_>> {
             else {
                 return None;
             };
-            let half = run.first.size == Size::S16;
-            // The element formats of the ISA table read as whole
-            // elements: 0 i8, 1 i16, 2 i32, 3 f16 (i32 into 16-bit
-            // registers is refused by the interpreter).
-            let size_log2 = match (format, half) {
-                (0, _) => 0,
-                (1 | 3, _) => 1,
-                (2, false) => 2,
+            let shift = u32::try_from(shift).ok()?;
+            let (size_log2, _) = element_format(format, run.first.size == Size::S16, false)?;
+            memory_shape(
+                Place::Device {
+                    base,
+                    offset,
+                    signed_index: signedness == 0 && matches!(offset, Value::Reg(..)),
+                    shift: size_log2 + shift,
+                },
+                instr.op == Op::DeviceStore,
+                format,
+                mask,
+                run,
+            )?
+        }
+        Op::StackLoad | Op::StackStore => {
+            let store = instr.op == Op::StackStore;
+            // A load prints its registers first, a store after the
+            // fields; the offset is operand 6 for both.
+            let (regs_at, fields_at) = if store { (5, 0) } else { (0, 1) };
+            let (Some(Operand::Regs(run)), Some(format), Some(1), Some(0), Some(mask), Some(4)) = (
+                instr.operands.get(regs_at),
+                instr.int(fields_at),
+                instr.int(fields_at + 1),
+                instr.int(fields_at + 2),
+                instr.int(fields_at + 3),
+                instr.int(fields_at + 4),
+            ) else {
+                return None;
+            };
+            let offset = match instr.operands.get(6) {
+                Some(Operand::Value(v @ (Value::Imm(_) | Value::Reg(..)))) => v,
                 _ => return None,
             };
-            if run.first.size == Size::S64 || !run.is_valid() {
-                return None;
-            }
-            let components: Vec<u32> = (0..4).filter(|c| mask & (1 << c) != 0).collect();
-            let data: Vec<Reg> = (0..components.len() as u16).map(|i| run.reg(i)).collect();
-            let shift = size_log2 + u32::try_from(shift).ok()?;
-            if components.is_empty() || !data.iter().all(|&r| reg_ok(r)) || shift >= 64 {
-                return None;
-            }
-            Shape::DeviceLoad {
-                size_log2,
-                widen: format == 3 && !half,
-                components,
-                data,
-                base,
-                offset,
-                signed_index: signedness == 0 && matches!(offset, Value::Reg(..)),
-                shift,
-            }
+            memory_shape(Place::Stack { offset }, store, format, mask, run)?
         }
         Op::Convert => {
             let mode = u32::try_from(instr.int(0)?).ok()?;
@@ -572,7 +641,8 @@ pub(crate) fn block(
         ),
     };
     let page_sync_signature = b.import_signature(signature_of(&[pointer], &[]));
-    let page_miss_signature = b.import_signature(signature_of(&[pointer, types::I64], &[pointer]));
+    let page_miss_signature =
+        b.import_signature(signature_of(&[pointer, types::I64, types::I32], &[pointer]));
     // The execution mask as the block goes, and the one an exec-mask
     // instruction is building.
     let exec = b.declare_var(types::I32);
@@ -587,12 +657,19 @@ pub(crate) fn block(
     let stop = b.create_block();
     b.append_block_param(stop, types::I32);
     let mut stops = false;
-    // A load's values between its two passes: 4 components x 32 lanes.
+    // A load's values between its two passes (4 components x 32 lanes),
+    // or a store's, with their host addresses, in order, and how many.
     let loaded = b.create_sized_stack_slot(StackSlotData::new(
         StackSlotKind::ExplicitSlot,
         (4 * LANES * 4) as u32,
         2,
     ));
+    let targets = b.create_sized_stack_slot(StackSlotData::new(
+        StackSlotKind::ExplicitSlot,
+        (4 * LANES * 8) as u32,
+        3,
+    ));
+    let elements = b.declare_var(types::I32);
     // top: one run of the block, if the budget allows another.
     let top = b.create_block();
     let first = b.create_block();
@@ -654,21 +731,21 @@ pub(crate) fn block(
                 let built = b.use_var(new_exec);
                 b.def_var(exec, built);
             }
-            Segment::Load => {
-                let Shape::DeviceLoad {
+            Segment::Memory => {
+                let Shape::Memory {
+                    place,
+                    store,
                     size_log2,
                     widen,
                     components,
                     data,
-                    base,
-                    offset,
-                    signed_index,
-                    shift,
                 } = &segment[0]
                 else {
-                    unreachable!("a load segment holds a load");
+                    unreachable!("a memory segment holds a memory instruction");
                 };
                 stops = true;
+                // Where the block stops if this instruction cannot be made.
+                let at = b.ins().iconst(types::I32, position as i64);
                 // The page cache is good for this generation only.
                 let cache = b.ins().load(pointer, MemFlagsData::trusted(), memory, 0);
                 let counter = b.ins().load(pointer, MemFlagsData::trusted(), memory, 8);
@@ -694,31 +771,132 @@ pub(crate) fn block(
                     .call_indirect(page_sync_signature, callee, &[memory]);
                 b.ins().jump(synced, &[]);
                 b.switch_to_block(synced);
-                let at = b.ins().iconst(types::I32, position as i64);
+                // A stack access needs the group's stack.
+                let frame = if matches!(place, Place::Stack { .. }) {
+                    let frame = b.ins().load(
+                        pointer,
+                        MemFlagsData::trusted(),
+                        memory,
+                        crate::memory::STACK_OFFSET,
+                    );
+                    let framed = b.create_block();
+                    b.ins().brif(frame, framed, &[], stop, &[at.into()]);
+                    b.switch_to_block(framed);
+                    Some(frame)
+                } else {
+                    None
+                };
+                let zero = b.ins().iconst(types::I32, 0);
+                b.def_var(elements, zero);
                 let mask = b.use_var(exec);
                 let size_bytes = 1i64 << size_log2;
                 let page_bytes = agx_hw::uat::PAGE_BYTES as i64;
+                // First pass: every element's host address (and a load's
+                // value, a store's bytes), lane by lane; nothing written.
                 b = lane_loop(b, lane, mask, &parts, |code| {
-                    let (base_bits, _) = code.raw(base);
-                    let (index, _) = code.raw(offset);
-                    let index = if *signed_index {
-                        code.sign_extend(index, 32)
-                    } else {
-                        index
-                    };
-                    let scaled = code.b.ins().ishl_imm_u(index, i64::from(*shift));
-                    let address = code.b.ins().iadd(base_bits, scaled);
-                    let aligned = code.b.ins().band_imm_u(address, !(size_bytes - 1));
                     let lane_now = code.b.use_var(lane);
-                    let lane_wide = code.b.ins().uextend(pointer, lane_now);
+                    let lane_wide = code.b.ins().uextend(types::I64, lane_now);
+                    // Each component's element address.
+                    let addresses: Vec<IrValue> = match place {
+                        Place::Device {
+                            base,
+                            offset,
+                            signed_index,
+                            shift,
+                        } => {
+                            let (base_bits, _) = code.raw(base);
+                            let (index, _) = code.raw(offset);
+                            let index = if *signed_index {
+                                code.sign_extend(index, 32)
+                            } else {
+                                index
+                            };
+                            let scaled = code.b.ins().ishl_imm_u(index, i64::from(*shift));
+                            let address = code.b.ins().iadd(base_bits, scaled);
+                            let aligned = code.b.ins().band_imm_u(address, !(size_bytes - 1));
+                            components
+                                .iter()
+                                .map(|&c| {
+                                    code.b.ins().iadd_imm_u(aligned, i64::from(c) * size_bytes)
+                                })
+                                .collect()
+                        }
+                        Place::Stack { offset } => {
+                            let frame = frame.unwrap_or(memory);
+                            let flags = MemFlagsData::trusted();
+                            let sp = code.b.ins().load(
+                                types::I32,
+                                flags,
+                                frame,
+                                crate::memory::FRAME_SP_OFFSET,
+                            );
+                            let sp = code.b.ins().uextend(types::I64, sp);
+                            let size = code.b.ins().load(
+                                types::I32,
+                                flags,
+                                frame,
+                                crate::memory::FRAME_SIZE_OFFSET,
+                            );
+                            let size = code.b.ins().uextend(types::I64, size);
+                            let words_log2 = code.b.ins().load(
+                                types::I32,
+                                flags,
+                                frame,
+                                crate::memory::FRAME_WORDS_LOG2_OFFSET,
+                            );
+                            let words_log2 = code.b.ins().uextend(types::I64, words_log2);
+                            let offset = match offset {
+                                Value::Imm(imm) => code.b.ins().iconst(types::I64, *imm),
+                                other => {
+                                    let (bits, _) = code.raw(other);
+                                    code.sign_extend(bits, 32)
+                                }
+                            };
+                            let first = code.b.ins().iadd(sp, offset);
+                            let mut addresses = Vec::new();
+                            for &c in components {
+                                let byte_at =
+                                    code.b.ins().iadd_imm_u(first, i64::from(c) * size_bytes);
+                                // Inside the stack, or the interpreter
+                                // reports it.
+                                let end = code.b.ins().iadd_imm_u(byte_at, size_bytes);
+                                let below =
+                                    code.b.ins().icmp_imm_s(IntCC::SignedLessThan, byte_at, 0);
+                                let past = code.b.ins().icmp(IntCC::SignedGreaterThan, end, size);
+                                let outside = code.b.ins().bor(below, past);
+                                let inside = code.b.create_block();
+                                code.b.ins().brif(outside, stop, &[at.into()], inside, &[]);
+                                code.b.switch_to_block(inside);
+                                let aligned = code.b.ins().band_imm_u(byte_at, !(size_bytes - 1));
+                                let word = code.b.ins().ushr_imm_u(aligned, 2);
+                                let block = code.b.ins().ushr(word, words_log2);
+                                let one = code.b.ins().iconst(types::I64, 1);
+                                let words = code.b.ins().ishl(one, words_log2);
+                                let word_mask = code.b.ins().iadd_imm_u(words, -1);
+                                let in_block = code.b.ins().band(word, word_mask);
+                                let block = code.b.ins().band_imm_u(block, 3);
+                                let base_at = code.b.ins().imul_imm_u(block, 8);
+                                let base_at = code.b.ins().iadd(frame, base_at);
+                                let base = code.b.ins().load(
+                                    types::I64,
+                                    flags,
+                                    base_at,
+                                    crate::memory::FRAME_BASES_OFFSET,
+                                );
+                                let slot = code.b.ins().imul_imm_u(in_block, 32);
+                                let slot = code.b.ins().iadd(slot, lane_wide);
+                                let slot = code.b.ins().imul_imm_u(slot, 4);
+                                let byte = code.b.ins().band_imm_u(aligned, 3);
+                                let address = code.b.ins().iadd(base, slot);
+                                addresses.push(code.b.ins().iadd(address, byte));
+                            }
+                            addresses
+                        }
+                    };
                     let lane_bytes = code.b.ins().imul_imm_u(lane_wide, 4);
                     let slot_base = code.b.ins().stack_addr(pointer, loaded, 0);
                     let lane_slot = code.b.ins().iadd(slot_base, lane_bytes);
-                    for (k, &component) in components.iter().enumerate() {
-                        let element = code
-                            .b
-                            .ins()
-                            .iadd_imm_u(aligned, i64::from(component) * size_bytes);
+                    for (k, &element) in addresses.iter().enumerate() {
                         let page = code
                             .b
                             .ins()
@@ -733,7 +911,13 @@ pub(crate) fn block(
                             .b
                             .ins()
                             .load(types::I64, MemFlagsData::trusted(), tag_at, 0);
+                        // The tag with the other permission's bit cleared
+                        // against the page with this one's set.
+                        let (ignored, wanted_bit) = if *store { (1, 2) } else { (2, 1) };
+                        let tag = code.b.ins().band_imm_u(tag, !ignored);
                         let wanted = code.b.ins().iadd_imm_u(page, 1);
+                        let wanted = code.b.ins().ishl_imm_u(wanted, 2);
+                        let wanted = code.b.ins().bor_imm_u(wanted, wanted_bit);
                         let hit = code.b.ins().icmp(IntCC::Equal, tag, wanted);
                         let hit_block = code.b.create_block();
                         let miss_block = code.b.create_block();
@@ -753,10 +937,11 @@ pub(crate) fn block(
                             pointer,
                             crate::memory::page_miss as *const () as usize as i64,
                         );
+                        let write = code.b.ins().iconst(types::I32, i64::from(*store));
                         let call = code.b.ins().call_indirect(
                             page_miss_signature,
                             callee,
-                            &[memory, element],
+                            &[memory, element, write],
                         );
                         let host = code.b.inst_results(call)[0];
                         let found = code.b.create_block();
@@ -767,46 +952,113 @@ pub(crate) fn block(
                         let host_page = code.b.block_params(have_page)[0];
                         let within = code.b.ins().band_imm_u(element, page_bytes - 1);
                         let host = code.b.ins().iadd(host_page, within);
-                        // Memory other threads and processes may write:
-                        // one host load, no assumption about its value.
-                        let flags = MemFlagsData::new().with_notrap().with_aligned();
-                        let word = match size_log2 {
-                            0 => code.b.ins().uload8(types::I32, flags, host, 0),
-                            1 => code.b.ins().uload16(types::I32, flags, host, 0),
-                            _ => code.b.ins().load(types::I32, flags, host, 0),
-                        };
-                        let word = if *widen {
-                            let wide = code.call(code.widen, word);
-                            code.b.ins().bitcast(types::I32, MemFlagsData::new(), wide)
+                        if *store {
+                            // The element's bytes and where they go, in
+                            // order: lane, then component.
+                            let (bits, _) = code.raw(&Value::Reg(data[k], Default::default()));
+                            let word = code.b.ins().ireduce(types::I32, bits);
+                            let n = code.b.use_var(elements);
+                            let n_wide = code.b.ins().uextend(pointer, n);
+                            let value_at = code.b.ins().imul_imm_u(n_wide, 4);
+                            let value_at = code.b.ins().iadd(slot_base, value_at);
+                            code.b
+                                .ins()
+                                .store(MemFlagsData::trusted(), word, value_at, 0);
+                            let host_at = code.b.ins().imul_imm_u(n_wide, 8);
+                            let hosts_base = code.b.ins().stack_addr(pointer, targets, 0);
+                            let host_at = code.b.ins().iadd(hosts_base, host_at);
+                            code.b
+                                .ins()
+                                .store(MemFlagsData::trusted(), host, host_at, 0);
+                            let n = code.b.ins().iadd_imm_u(n, 1);
+                            code.b.def_var(elements, n);
                         } else {
-                            word
-                        };
-                        code.b.ins().store(
-                            MemFlagsData::trusted(),
-                            word,
-                            lane_slot,
-                            (k * LANES * 4) as i32,
-                        );
+                            // Memory other threads and processes may
+                            // write: one host load, no assumption about
+                            // its value.
+                            let flags = MemFlagsData::new().with_notrap().with_aligned();
+                            let word = match size_log2 {
+                                0 => code.b.ins().uload8(types::I32, flags, host, 0),
+                                1 => code.b.ins().uload16(types::I32, flags, host, 0),
+                                _ => code.b.ins().load(types::I32, flags, host, 0),
+                            };
+                            let word = if *widen {
+                                let wide = code.call(code.widen, word);
+                                code.b.ins().bitcast(types::I32, MemFlagsData::new(), wide)
+                            } else {
+                                word
+                            };
+                            code.b.ins().store(
+                                MemFlagsData::trusted(),
+                                word,
+                                lane_slot,
+                                (k * LANES * 4) as i32,
+                            );
+                        }
                     }
                 });
-                let mask = b.use_var(exec);
-                b = lane_loop(b, lane, mask, &parts, |code| {
-                    let lane_now = code.b.use_var(lane);
-                    let lane_wide = code.b.ins().uextend(pointer, lane_now);
-                    let lane_bytes = code.b.ins().imul_imm_u(lane_wide, 4);
-                    let slot_base = code.b.ins().stack_addr(pointer, loaded, 0);
-                    let lane_slot = code.b.ins().iadd(slot_base, lane_bytes);
-                    for (k, &reg) in data.iter().enumerate() {
-                        let word = code.b.ins().load(
-                            types::I32,
-                            MemFlagsData::trusted(),
-                            lane_slot,
-                            (k * LANES * 4) as i32,
-                        );
-                        let value = code.b.ins().uextend(types::I64, word);
-                        code.write(reg, value);
+                if *store {
+                    // Second pass: the elements stored in order.
+                    let header = b.create_block();
+                    let body = b.create_block();
+                    let exit = b.create_block();
+                    let zero = b.ins().iconst(types::I32, 0);
+                    b.def_var(lane, zero);
+                    b.ins().jump(header, &[]);
+                    b.switch_to_block(header);
+                    let i = b.use_var(lane);
+                    let n = b.use_var(elements);
+                    let more = b.ins().icmp(IntCC::UnsignedLessThan, i, n);
+                    b.ins().brif(more, body, &[], exit, &[]);
+                    b.switch_to_block(body);
+                    let i_wide = b.ins().uextend(pointer, i);
+                    let value_at = b.ins().imul_imm_u(i_wide, 4);
+                    let values_base = b.ins().stack_addr(pointer, loaded, 0);
+                    let value_at = b.ins().iadd(values_base, value_at);
+                    let word = b
+                        .ins()
+                        .load(types::I32, MemFlagsData::trusted(), value_at, 0);
+                    let host_at = b.ins().imul_imm_u(i_wide, 8);
+                    let hosts_base = b.ins().stack_addr(pointer, targets, 0);
+                    let host_at = b.ins().iadd(hosts_base, host_at);
+                    let host = b.ins().load(pointer, MemFlagsData::trusted(), host_at, 0);
+                    let flags = MemFlagsData::new().with_notrap().with_aligned();
+                    match size_log2 {
+                        0 => {
+                            b.ins().istore8(flags, word, host, 0);
+                        }
+                        1 => {
+                            b.ins().istore16(flags, word, host, 0);
+                        }
+                        _ => {
+                            b.ins().store(flags, word, host, 0);
+                        }
                     }
-                });
+                    let next = b.ins().iadd_imm_u(i, 1);
+                    b.def_var(lane, next);
+                    b.ins().jump(header, &[]);
+                    b.switch_to_block(exit);
+                } else {
+                    // Second pass: the registers written.
+                    let mask = b.use_var(exec);
+                    b = lane_loop(b, lane, mask, &parts, |code| {
+                        let lane_now = code.b.use_var(lane);
+                        let lane_wide = code.b.ins().uextend(pointer, lane_now);
+                        let lane_bytes = code.b.ins().imul_imm_u(lane_wide, 4);
+                        let slot_base = code.b.ins().stack_addr(pointer, loaded, 0);
+                        let lane_slot = code.b.ins().iadd(slot_base, lane_bytes);
+                        for (k, &reg) in data.iter().enumerate() {
+                            let word = code.b.ins().load(
+                                types::I32,
+                                MemFlagsData::trusted(),
+                                lane_slot,
+                                (k * LANES * 4) as i32,
+                            );
+                            let value = code.b.ins().uextend(types::I64, word);
+                            code.write(reg, value);
+                        }
+                    });
+                }
             }
         }
         position += count;
@@ -878,14 +1130,15 @@ enum Segment {
     Alu,
     /// An exec-mask instruction: a pass over the present lanes.
     ExecUpdate,
-    /// A load: a pass that reads, then a pass that writes.
-    Load,
+    /// A load or store: a pass that reads (or gathers), then a pass that
+    /// writes.
+    Memory,
 }
 
 fn segment_kind(shape: &Shape<'_>) -> Segment {
     match shape {
         Shape::ExecUpdate { .. } | Shape::PopExec { .. } => Segment::ExecUpdate,
-        Shape::DeviceLoad { .. } => Segment::Load,
+        Shape::Memory { .. } => Segment::Memory,
         _ => Segment::Alu,
     }
 }
@@ -1388,7 +1641,7 @@ impl Lane<'_> {
                 self.write(*dst, r);
             }
             // (A load is its own segment: see `block`.)
-            Shape::Nop | Shape::DeviceLoad { .. } => {}
+            Shape::Nop | Shape::Memory { .. } => {}
             Shape::Convert {
                 mode,
                 dst,

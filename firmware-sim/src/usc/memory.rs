@@ -116,6 +116,11 @@ pub trait GpuMemory {
         None
     }
 
+    /// The same for a data write.
+    fn writable_page(&self, _address: u64) -> Option<u64> {
+        None
+    }
+
     /// What names this memory's translations (a VM context's page-table
     /// root): pages translated for another are not reused.
     fn translation_context(&self) -> u64 {

@@ -129,9 +129,11 @@ pub(crate) struct CompiledBlock {
     /// every register the block's instructions name, so every one it can
     /// write (compiled code writes only the registers it names).
     pub(crate) register_cells_end: usize,
-    /// The block holds a device load (it reads memory through the page
-    /// cache).
-    pub(crate) loads: bool,
+    /// The block holds a memory instruction (it reaches memory through
+    /// the page cache).
+    pub(crate) memory: bool,
+    /// The block holds a stack access (it needs the group's stack).
+    pub(crate) stack: bool,
 }
 
 /// The 32-bit register cells from r0 up to the returned one (exclusive)
@@ -209,6 +211,10 @@ struct PagesOf<'m>(&'m dyn GpuMemory);
 impl agx_jit::PageSource for PagesOf<'_> {
     fn readable_page(&self, va: u64) -> Option<u64> {
         self.0.readable_page(va)
+    }
+
+    fn writable_page(&self, va: u64) -> Option<u64> {
+        self.0.writable_page(va)
     }
 
     fn context(&self) -> u64 {
@@ -447,9 +453,18 @@ impl ProgramCache {
                                 .map(|(instr, _)| register_cells_end(instr))
                                 .max()
                                 .unwrap_or(0),
-                            loads: instrs
-                                .iter()
-                                .any(|(instr, _)| instr.op == isa::Op::DeviceLoad),
+                            memory: instrs.iter().any(|(instr, _)| {
+                                matches!(
+                                    instr.op,
+                                    isa::Op::DeviceLoad
+                                        | isa::Op::DeviceStore
+                                        | isa::Op::StackLoad
+                                        | isa::Op::StackStore
+                                )
+                            }),
+                            stack: instrs.iter().any(|(instr, _)| {
+                                matches!(instr.op, isa::Op::StackLoad | isa::Op::StackStore)
+                            }),
                         },
                     )),
                     Err(agx_jit::CacheError::Full { .. }) => None,
@@ -476,14 +491,14 @@ impl ProgramCache {
 
     /// Runs compiled block `block` on `regs` with execution mask `exec`
     /// (the group's `present` lanes for its exec-mask instructions), a
-    /// loop at most `max_runs` times, its loads reading `memory`: what it
-    /// did.
+    /// loop at most `max_runs` times, its loads and stores reaching
+    /// `memory` and its stack accesses `stack`: what it did.
     pub(crate) fn run_block(
         &mut self,
         block: &CompiledBlock,
         regs: &mut agx_jit::RegisterFile,
         uniforms: &[u32; super::UNIFORMS],
-        memory: &dyn GpuMemory,
+        (memory, stack): (&dyn GpuMemory, &agx_jit::StackFrame),
         (exec, present): (u32, u32),
         max_runs: u32,
     ) -> agx_jit::BlockRun {
@@ -500,7 +515,7 @@ impl ProgramCache {
             return not_run;
         };
         let pages = PagesOf(memory);
-        let device_memory = if block.loads {
+        let device_memory = if block.memory {
             memory
                 .host_window()
                 .map(|window| (window, &pages as &dyn agx_jit::PageSource))
@@ -512,8 +527,11 @@ impl ProgramCache {
             uniforms,
             (exec, present),
             max_runs,
-            device_memory,
-            &mut compiled.pages,
+            agx_jit::BlockMemory {
+                device: device_memory,
+                pages: &mut compiled.pages,
+                stack: block.stack.then_some(stack),
+            },
         )
     }
 

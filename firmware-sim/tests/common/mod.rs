@@ -219,6 +219,11 @@ impl GpuMemory for HostMemory {
         let pa = self.pa(address, false).ok()?.get();
         Some(pa - pa % PAGE_BYTES)
     }
+
+    fn writable_page(&self, address: u64) -> Option<u64> {
+        let pa = self.pa(address, true).ok()?.get();
+        Some(pa - pa % PAGE_BYTES)
+    }
 }
 
 /// A machine: memory with a program mapped read-only at `CODE_BASE`,

@@ -264,8 +264,9 @@ impl Window {
         // counter that never repeats. `base..base + len_bytes` is one mapping the window owns
         // until it is dropped, which the borrow outlives: covering a range
         // replaces pages inside it (MAP_FIXED) and uncovering maps the
-        // pool back, so every byte stays mapped readable (PROT_READ |
-        // PROT_WRITE, a shared memfd; released pool pages read as zero).
+        // pool back, so every byte stays mapped readable and writable
+        // (PROT_READ | PROT_WRITE, shared memfds; released pool pages read
+        // as zero).
         // The caller's counter is the RAM's, which the kmd advances on
         // every unmap.
         unsafe {

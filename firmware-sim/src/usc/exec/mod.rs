@@ -529,11 +529,16 @@ impl SimdGroup {
                     // Compiled code writes the registers it names
                     // directly.
                     self.written_cells = self.written_cells.max(block.register_cells_end.min(GPRS));
+                    let frame = if block.stack {
+                        self.stack.frame()
+                    } else {
+                        agx_jit::StackFrame::default()
+                    };
                     let run = cache.run_block(
                         &block,
                         &mut self.regs,
                         env.uniforms,
-                        &*env.memory,
+                        (&*env.memory, &frame),
                         (exec, self.present),
                         max_runs,
                     );

@@ -30,7 +30,6 @@ use agx_hw::isa::{Op, Operand, Size, Value};
 
 use super::{lanes, sign_extend, unsupported, Env, ExecError, Flow, Operands, SimdGroup};
 use crate::usc::formats::{self, ElementFormat};
-use crate::usc::memory::AccessKind;
 
 /// Lanes that share a stack block's interleaving.
 const BLOCK_LANES: u64 = 32;
@@ -86,16 +85,55 @@ impl Stack {
         self.block_words() * 4 * self.block_count() as u32
     }
 
-    /// The GPU address of byte `offset` of `lane`'s stack (which must be
-    /// below [`Stack::size_bytes`]).
-    fn address(&self, lane: usize, offset: u32) -> u64 {
-        let words = self.block_words();
-        let word = offset / 4;
-        let block = (word / words) as usize;
-        let in_block = u64::from(word % words);
+    /// Where the stack's bytes are, worked out once for an instruction's
+    /// elements.
+    fn layout(&self) -> StackLayout {
         let k = self.size_bits();
-        let base = u64::from(self.blocks[block] >> k << k) << 8;
-        base + (in_block * BLOCK_LANES + lane as u64) * 4 + u64::from(offset % 4)
+        let count = self.block_count();
+        let mut bases = [0u64; 4];
+        for (base, word) in bases.iter_mut().zip(&self.blocks).take(count) {
+            *base = u64::from(word >> k << k) << 8;
+        }
+        StackLayout {
+            size_bytes: self.size_bytes(),
+            // 8 << 2(k - 1) words.
+            block_words_log2: 2 * k + 1,
+            bases,
+        }
+    }
+}
+
+impl Stack {
+    /// The stack as the compiled engine addresses it (the same layout).
+    pub(crate) fn frame(&self) -> agx_jit::StackFrame {
+        let layout = self.layout();
+        agx_jit::StackFrame {
+            sp_bytes: self.sp_bytes,
+            size_bytes: layout.size_bytes,
+            block_words_log2: layout.block_words_log2,
+            reserved: 0,
+            bases: layout.bases,
+        }
+    }
+}
+
+/// A stack's blocks as addresses: the stack's size, each block's words
+/// per thread (a power of two) and each mapped block's base.
+#[derive(Debug, Clone, Copy)]
+struct StackLayout {
+    size_bytes: u32,
+    block_words_log2: u32,
+    bases: [u64; 4],
+}
+
+impl StackLayout {
+    /// The GPU address of byte `offset` of `lane`'s stack (which must be
+    /// below the stack's size).
+    fn address(&self, lane: usize, offset: u32) -> u64 {
+        let word = offset / 4;
+        let block = (word >> self.block_words_log2) as usize;
+        let in_block = u64::from(word & ((1 << self.block_words_log2) - 1));
+        self.bases[block & 3] + (in_block * BLOCK_LANES + lane as u64) * 4 + u64::from(offset % 4)
     }
 }
 
@@ -183,56 +221,82 @@ impl SimdGroup {
             return Err(unsupported(pc, "i32 elements in 16-bit registers"));
         }
         let size = 1u32 << format.shift();
-        let stack = self.stack;
-        for lane in lanes(exec) {
+        let stack = self.stack.layout();
+        // Every element in order (lane, then component): its address, or
+        // the first that lies outside the stack, which ends the list
+        // (the elements before it are still accessed, as one at a time
+        // would).
+        let mut addresses = [0u64; 4 * super::LANES];
+        // (lane, register, component) of each element.
+        let mut places = [(0u8, 0u8, 0u8); 4 * super::LANES];
+        let mut count = 0;
+        let mut out_of_bounds = None;
+        'lanes: for lane in lanes(exec) {
             let offset = match offset {
                 Value::Imm(imm) => imm,
                 Value::Reg(reg, _) => sign_extend(self.read(reg, lane), 32),
                 _ => return Err(unsupported(pc, "a stack offset other than a register")),
             };
-            let first = i64::from(stack.sp_bytes) + offset;
+            let first = i64::from(self.stack.sp_bytes) + offset;
             for (register, component) in (0..4i64).filter(|c| mask & (1 << c) != 0).enumerate() {
                 let at = first + component * i64::from(size);
                 let Some(at) = u32::try_from(at).ok().filter(|at| {
                     at.checked_add(size)
-                        .is_some_and(|end| end <= stack.size_bytes())
+                        .is_some_and(|end| end <= stack.size_bytes)
                 }) else {
-                    return Err(ExecError::StackBounds {
+                    out_of_bounds = Some(ExecError::StackBounds {
                         pc,
                         offset_bytes: at,
-                        size_bytes: stack.size_bytes(),
+                        size_bytes: stack.size_bytes,
                     });
+                    break 'lanes;
                 };
                 // An element never straddles a word: elements are at most
                 // a word, and the offset rounds down to the element size.
-                let at = at & !(size - 1);
-                let address = stack.address(lane, at);
-                let reg = data.reg(register as u16);
-                let mut bytes = [0u8; 4];
-                if store {
-                    formats::store(
-                        format,
-                        &mut bytes,
-                        component as usize,
-                        self.read(reg, lane) as u32,
-                        half,
-                    );
-                    env.memory
-                        .write(address, &bytes[..size as usize])
-                        .map_err(|fault| ExecError::Memory { pc, fault })?;
-                } else {
-                    env.memory
-                        .read(address, &mut bytes[..size as usize], AccessKind::Read)
-                        .map_err(|fault| ExecError::Memory { pc, fault })?;
-                    self.write(
-                        reg,
-                        lane,
-                        u64::from(formats::load(format, &bytes, component as usize, half)),
-                    );
-                }
+                addresses[count] = stack.address(lane, at & !(size - 1));
+                places[count] = (lane as u8, register as u8, component as u8);
+                count += 1;
             }
         }
-        Ok(())
+        let (addresses, places) = (&addresses[..count], &places[..count]);
+        let mut words = [0u32; 4 * super::LANES];
+        let words = &mut words[..count];
+        // The elements reached before a fault (which names its element's
+        // first byte: elements never straddle a page).
+        let reached = |fault: &crate::usc::MemoryFault| {
+            addresses
+                .iter()
+                .position(|&a| a == fault.address)
+                .unwrap_or(0)
+        };
+        let result = if store {
+            for (word, &(lane, register, component)) in words.iter_mut().zip(places) {
+                let mut bytes = [0u8; 4];
+                let value = self.read(data.reg(u16::from(register)), usize::from(lane));
+                formats::store(format, &mut bytes, component.into(), value as u32, half);
+                *word = u32::from_le_bytes(bytes);
+            }
+            env.memory
+                .write_elements(addresses, size as usize, words)
+                .map(|()| count)
+        } else {
+            let read = env.memory.read_elements(addresses, size as usize, words);
+            let done = match &read {
+                Ok(()) => count,
+                Err(fault) => reached(fault),
+            };
+            for (word, &(lane, register, component)) in words.iter().zip(places).take(done) {
+                let value = formats::load(format, &word.to_le_bytes(), component.into(), half);
+                self.write(
+                    data.reg(u16::from(register)),
+                    usize::from(lane),
+                    u64::from(value),
+                );
+            }
+            read.map(|()| count)
+        };
+        result.map_err(|fault| ExecError::Memory { pc, fault })?;
+        out_of_bounds.map_or(Ok(()), Err)
     }
 
     /// `stack_map N, R` writes stack block register N from R (the first
