@@ -798,3 +798,43 @@ fn compiled_loads_fault_on_a_page_unmapped_since_they_last_read_it() {
         "{result:?}"
     );
 }
+
+/// A program cache whose compiled loads read one memory through its host
+/// window, then run on a memory without one, reads the second memory:
+/// pages cached for the first are not used (they may belong to a window
+/// that is gone).
+#[test]
+fn compiled_loads_on_a_memory_without_a_window_do_not_use_pages_cached_for_another() {
+    use agx_firmware_sim::usc::{Env, GpuMemory, NoIo, ProgramCache, ShaderEngine};
+    let program = "
+        device_load 0, i32, x, r6, u0_u1, r1, unsigned
+        wait 0
+        iadd r2, r2, r6
+        stop";
+    let mut machine = Machine::new(program);
+    machine.memory.map(DATA_BASE, 4096, true);
+    machine.memory.poke_u32s(DATA_BASE, &[41; 64]);
+    machine.uniforms[0] = DATA_BASE as u32;
+    machine.uniforms[1] = (DATA_BASE >> 32) as u32;
+    let mut windowed = common::HostMemory::from_paged(&machine.memory);
+    machine.memory.poke_u32s(DATA_BASE, &[7; 64]);
+    let mut cache = ProgramCache::with_engine(ShaderEngine::Compiled);
+    let mut run = |memory: &mut dyn GpuMemory| {
+        let mut group = SimdGroup::new(CODE_BASE, u32::MAX);
+        for lane in 0..32 {
+            group.write(Reg::r(1), lane, lane as u64);
+        }
+        let mut budget = common::BUDGET;
+        let mut env = Env {
+            memory,
+            io: &mut NoIo,
+            uniforms: &mut machine.uniforms,
+            threadgroup: &mut machine.threadgroup,
+        };
+        let result = group.run(&mut cache, &mut env, &mut budget);
+        (result, group.read(Reg::r(2), 31))
+    };
+    assert_eq!(run(&mut windowed), (Ok(Exit::Stopped), 41));
+    let mut plain = machine.memory.clone();
+    assert_eq!(run(&mut plain), (Ok(Exit::Stopped), 7));
+}

@@ -133,8 +133,13 @@ pub(crate) const FRAME_SIZE_OFFSET: i32 = 4;
 pub(crate) const FRAME_WORDS_LOG2_OFFSET: i32 = 8;
 pub(crate) const FRAME_BASES_OFFSET: i32 = 16;
 
-/// The counter a context without memory compares against (never moves).
-static NO_GENERATION: AtomicU64 = AtomicU64::new(0);
+/// The counter a context without memory compares against: it never
+/// moves, and no window's counter reaches its value (they start at 0 and
+/// count page-table changes), so a block with memory instructions run
+/// without memory empties the cache (its entries may belong to a window
+/// that is gone) before it looks at it; blocks without memory
+/// instructions never look.
+static NO_GENERATION: AtomicU64 = AtomicU64::new(u64::MAX - 1);
 
 impl<'a> MemoryContext<'a> {
     /// The context of one call: `cache` emptied first if it was filled for
@@ -154,9 +159,10 @@ impl<'a> MemoryContext<'a> {
                 }
                 (Some(window), Some(pages), window.translation_generation())
             }
-            // (Without memory nothing is cached: a load's miss stops the
-            // block, and the cache is kept for the next call that has
-            // memory, which checks it as always.)
+            // (Without memory nothing is cached: a miss stops the block.
+            // A block that reaches memory empties the cache first, as its
+            // generation differs from `NO_GENERATION`'s; one that does
+            // not leaves it for the next call with memory.)
             None => (None, None, &NO_GENERATION),
         };
         MemoryContext {

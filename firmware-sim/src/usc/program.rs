@@ -173,8 +173,8 @@ struct Compiled {
     /// Per block: the cached instructions it runs, in order (where a
     /// block that stops goes on).
     members: Vec<Vec<u32>>,
-    /// Pages the compiled loads translated (one cache per host thread,
-    /// as a TLB).
+    /// Pages the compiled loads and stores translated (one cache per host
+    /// thread, as a TLB).
     pages: agx_jit::PageCache,
     /// Blocks that did not compile (left to the interpreter).
     failures: u64,

@@ -553,8 +553,9 @@ impl SimdGroup {
                             self.exec = run.exec;
                         }
                         if let Some(position) = run.stopped_at {
-                            // A load the compiled code left: the
-                            // interpreter runs it (and reports its fault).
+                            // A memory instruction the compiled code
+                            // left: the interpreter runs it (and reports
+                            // its fault).
                             if let Some((at, pc)) = cache.block_member(&block, position) {
                                 index = at;
                                 self.pc = pc;
