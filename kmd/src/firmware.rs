@@ -48,10 +48,12 @@ const PIPE_ENTRIES: u32 = 256;
 pub const COMMAND_TIMEOUT_MS: u32 = 600_000;
 /// The work a submission may do by default, in work units (one per
 /// SIMD-group instruction, per tile sample set up and written back, per
-/// triangle assembled, per control-stream block): 2^29, about three times
-/// what a frame of a million triangles needs and 80 times the README's
-/// scene. `Documentation/gpu.md` gives the figures.
-pub const WORK_BUDGET_UNITS: u64 = 1 << 29;
+/// triangle assembled, per control-stream block): 2^32, about 24 times
+/// what a frame of a million triangles needs and three times the largest
+/// submission of piglit's `gs-max-output` under Mesa's geometry-shader
+/// lowering (work the GPU does in well under a second, which a hang check
+/// must not refuse). `Documentation/gpu.md` gives the figures.
+pub const WORK_BUDGET_UNITS: u64 = 1 << 32;
 
 /// The firmware's address space (context 0's upper half).
 #[derive(Debug)]

@@ -59,7 +59,7 @@ struct Args {
     #[arg(long, conflicts_with = "device", value_parser = clap::value_parser!(u64).range(1..=1024))]
     gpu_threads: Option<u64>,
     /// The watchdog's work budget per submission, in work units (default:
-    /// `AGX_WORK_BUDGET_UNITS`, else 2^29; see Documentation/gpu.md).
+    /// `AGX_WORK_BUDGET_UNITS`, else 2^32; see Documentation/gpu.md).
     #[arg(long, conflicts_with = "device", value_parser = clap::value_parser!(u64).range(1..))]
     work_budget_units: Option<u64>,
 }
