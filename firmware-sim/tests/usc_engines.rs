@@ -838,3 +838,42 @@ fn compiled_loads_on_a_memory_without_a_window_do_not_use_pages_cached_for_anoth
     let mut plain = machine.memory.clone();
     assert_eq!(run(&mut plain), (Ok(Exit::Stopped), 7));
 }
+
+/// Every fp16 value as an fp32 operand (`fmul32` by 1, exact for every
+/// one of them: widened fp16 values are fp32 normals or zeros), and every
+/// comparison of one: the compiled engine's own widening agrees with the
+/// interpreter's on all 65,536.
+#[test]
+fn every_fp16_operand_widens_as_the_interpreter_widens_it() {
+    let program = (1..=16)
+        .map(|r| {
+            format!(
+                "fmul32 r{d}, r{r}l, 1.0\nfmul32 r{e}, r{r}h, 1.0\nfcmpsel lt, r{f}, r{r}l, r{r}h, 1, 2",
+                d = 16 + r,
+                e = 32 + r,
+                f = 48 + r
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+        + "\nstop";
+    // 16 registers x 32 lanes x 2 halves per run.
+    let per_run = 16 * 32 * 2;
+    for run in 0..(65_536 / per_run) {
+        let mut machine = Machine::new(&program);
+        let mut group = SimdGroup::new(CODE_BASE, u32::MAX);
+        for r in 0..16u32 {
+            for lane in 0..32u32 {
+                let first = (run * per_run) as u32 + (r * 32 + lane) * 2;
+                group.write(
+                    Reg::r(1 + r as u16),
+                    lane as usize,
+                    u64::from(first | (first + 1) << 16),
+                );
+            }
+        }
+        // `Machine::run` compares every register of both engines.
+        assert_eq!(machine.run(&mut group), Ok(Exit::Stopped));
+        assert_eq!(machine.compiled_cache.compiled_blocks(), 1);
+    }
+}

@@ -1412,7 +1412,7 @@ impl Lane<'_> {
         let word = self.b.ins().ireduce(types::I32, bits);
         let mut value = if width == 16 {
             // fp16 widens exactly (its denormals are fp32 normals).
-            self.call(self.widen, word)
+            self.widen_half(word)
         } else {
             let word = self.flush_denormal(word);
             self.b.ins().bitcast(types::F32, MemFlagsData::new(), word)
@@ -1424,6 +1424,45 @@ impl Lane<'_> {
             value = self.b.ins().fneg(value);
         }
         value
+    }
+
+    /// The fp16 value in the low 16 bits of `word` as fp32, exactly:
+    /// normal values re-biased, denormals (exact multiples of 2^-24)
+    /// converted as integers and scaled, infinities kept and NaNs made
+    /// quiet with their payload. (The interpreter's `half_to_f32` gives
+    /// the same; a NaN operand's payload never reaches a result, as every
+    /// fp32 operation writes the default NaN.)
+    fn widen_half(&mut self, word: IrValue) -> IrValue {
+        let b = &mut self.b;
+        let half = b.ins().band_imm_u(word, 0xFFFF);
+        let sign = b.ins().band_imm_u(half, 0x8000);
+        let sign = b.ins().ishl_imm_u(sign, 16);
+        let exponent = b.ins().ushr_imm_u(half, 10);
+        let exponent = b.ins().band_imm_u(exponent, 0x1F);
+        let mantissa = b.ins().band_imm_u(half, 0x3FF);
+        let fraction = b.ins().ishl_imm_u(mantissa, 13);
+        // Normal: the exponent re-biased (127 - 15).
+        let rebiased = b.ins().iadd_imm_u(exponent, 112);
+        let rebiased = b.ins().ishl_imm_u(rebiased, 23);
+        let normal = b.ins().bor(rebiased, fraction);
+        let normal = b.ins().bor(normal, sign);
+        // Infinity or NaN (made quiet).
+        let special = b.ins().bor_imm_u(fraction, 0x7F80_0000);
+        let is_nan = b.ins().icmp_imm_s(IntCC::NotEqual, mantissa, 0);
+        let quiet = b.ins().bor_imm_u(special, 0x0040_0000);
+        let special = b.ins().select(is_nan, quiet, special);
+        let special = b.ins().bor(special, sign);
+        // Zero or denormal: mantissa x 2^-24, exact.
+        let small = b.ins().fcvt_from_uint(types::F32, mantissa);
+        let scale = b.ins().f32const(1.0 / 16_777_216.0);
+        let small = b.ins().fmul(small, scale);
+        let small = b.ins().bitcast(types::I32, MemFlagsData::new(), small);
+        let small = b.ins().bor(small, sign);
+        let is_special = b.ins().icmp_imm_s(IntCC::Equal, exponent, 0x1F);
+        let is_small = b.ins().icmp_imm_s(IntCC::Equal, exponent, 0);
+        let bits = b.ins().select(is_special, special, normal);
+        let bits = b.ins().select(is_small, small, bits);
+        b.ins().bitcast(types::F32, MemFlagsData::new(), bits)
     }
 
     /// Calls a one-argument helper.
