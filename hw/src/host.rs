@@ -4,8 +4,8 @@
 //! is one host access.
 //!
 //! The only promise made here is the constructor's: whoever makes a
-//! [`HostWindow`] vouches that its bytes stay readable and writable host memory for as
-//! long as the window is borrowed. Everything else (finding the page a GPU
+//! [`HostWindow`] vouches that its bytes stay readable and writable host
+//! memory for as long as the window is borrowed. Everything else (finding the page a GPU
 //! address names, its permissions, whether it is still mapped) stays with
 //! the MMU model; [`HostWindow::host_page`] only checks that a physical
 //! page lies inside the window.
@@ -47,9 +47,10 @@ impl<'a> HostWindow<'a> {
     ///
     /// # Safety
     ///
-    /// `id` must be unique as above. For all of `'a`, every byte of `base..base + len_bytes` must be
-    /// mapped, readable host memory (its contents may change under
-    /// concurrent writers, and reading it must never fault), and
+    /// `id` must be unique as above. For all of `'a`, every byte of
+    /// `base..base + len_bytes` must be mapped, readable and writable host
+    /// memory (its contents may change under concurrent writers, and
+    /// reading or writing it must never fault), and
     /// `translation_generation` must advance whenever a page-table change
     /// could make a cached translation to it stale.
     pub unsafe fn new(

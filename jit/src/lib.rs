@@ -238,8 +238,9 @@ pub struct BlockRun {
     /// start (its last jump was taken), not after it.
     pub at_start: bool,
     /// A block that stopped before its instruction at this position (a
-    /// load compiled code could not make: the interpreter runs it and
-    /// goes on), after `runs` whole runs and the instructions before it.
+    /// memory instruction compiled code could not make: the interpreter
+    /// runs it and goes on), after `runs` whole runs and the instructions
+    /// before it.
     pub stopped_at: Option<u32>,
 }
 

@@ -261,14 +261,15 @@ impl Window {
         translation_generation: &'a AtomicU64,
     ) -> agx_hw::host::HostWindow<'a> {
         // SAFETY: `id` is this window's, taken from a process-wide
-        // counter that never repeats. `base..base + len_bytes` is one mapping the window owns
-        // until it is dropped, which the borrow outlives: covering a range
-        // replaces pages inside it (MAP_FIXED) and uncovering maps the
-        // pool back, so every byte stays mapped readable and writable
-        // (PROT_READ | PROT_WRITE, shared memfds; released pool pages read
-        // as zero).
-        // The caller's counter is the RAM's, which the kmd advances on
-        // every unmap.
+        // counter that never repeats. `base..base + len_bytes` is one
+        // mapping the window owns until it is dropped, and the returned
+        // window borrows it: covering a range replaces pages inside it
+        // (MAP_FIXED) and uncovering maps the pool back, so every byte
+        // stays mapped readable and writable (PROT_READ | PROT_WRITE,
+        // shared memfds that cannot shrink; released pool pages read as
+        // zero). The counter is the caller's (`Ram` passes the one it
+        // advances on every unmap); a wrong one would leave cached
+        // translations stale, never reach outside the window.
         unsafe {
             agx_hw::host::HostWindow::new(
                 self.id,
