@@ -67,7 +67,9 @@ pub struct Helpers {
     /// `x * y + z` as the fp32 ALU computes it, before the result is
     /// written (rounded once, flushed before rounding).
     pub fma_f32: extern "C" fn(f32, f32, f32) -> f32,
-    /// An fp16 value (the low 16 bits) widened to fp32, exactly.
+    /// An fp16 value (the low 16 bits) widened to fp32, exactly, a NaN's
+    /// payload as the interpreter keeps it (for an `f16` element loaded
+    /// into a 32-bit register; fp16 operands widen in the compiled code).
     pub half_to_f32: extern "C" fn(u32) -> f32,
     /// An fp32 result as a 16-bit destination receives it: rounded to
     /// fp16 (nearest even), a NaN the default NaN; in the low 16 bits.
