@@ -281,18 +281,21 @@ impl Block {
     /// Runs the block on the lanes of `exec` (exec-mask instructions on
     /// every lane of `present`), with `regs` and `uniforms`; a block that
     /// ends with a jump on the mask back to its start runs again while
-    /// the jump is taken, at most `max_runs` times in all (at least 1,
-    /// at most [`MAX_RUNS`]). Its memory instructions reach `memory`.
+    /// the jump is taken, at most `max_runs` whole times in all (at most
+    /// [`MAX_RUNS`]), and then, with `tail_instructions` left, the
+    /// segments of one more run that fit in them (it stops before the
+    /// first that does not). Its memory instructions reach `memory`.
     pub fn run(
         &self,
         regs: &mut RegisterFile,
         uniforms: &[u32; UNIFORMS],
         (exec, present): (u32, u32),
-        max_runs: u32,
+        (max_runs, tail_instructions): (u32, u32),
         memory: BlockMemory<'_>,
     ) -> BlockRun {
-        let max_runs = u64::from(max_runs.clamp(1, MAX_RUNS));
+        let max_runs = u64::from(max_runs.min(MAX_RUNS));
         let mut context = memory::MemoryContext::new(memory.pages, memory.device, memory.stack);
+        context.tail = tail_instructions;
         // SAFETY: the function reads and writes only the 128 x 32 words
         // of `regs` (every register index was checked to be below 128 at
         // translation) and reads the 256 words of `uniforms` (indices

@@ -99,6 +99,9 @@ pub(crate) struct MemoryContext<'a> {
     /// Where the block stopped: the position of the instruction the
     /// interpreter takes over at.
     pub(crate) stopped_at: u32,
+    /// Instructions the budget leaves after the whole runs (a partial
+    /// run takes the segments that fit in them).
+    pub(crate) tail: u32,
     /// The SIMD-group's stack, for its stack loads and stores (null: they
     /// stop the block).
     pub(crate) stack: *const StackFrame,
@@ -107,6 +110,7 @@ pub(crate) struct MemoryContext<'a> {
 }
 
 pub(crate) const STOPPED_AT_OFFSET: i32 = 16;
+pub(crate) const TAIL_OFFSET: i32 = 20;
 pub(crate) const STACK_OFFSET: i32 = 24;
 
 /// A SIMD-group's stack as compiled stack loads and stores address it:
@@ -169,6 +173,7 @@ impl<'a> MemoryContext<'a> {
             cache,
             generation,
             stopped_at: 0,
+            tail: 0,
             stack: stack.map_or(std::ptr::null(), |frame| frame as *const StackFrame),
             window,
             pages,

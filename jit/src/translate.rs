@@ -656,7 +656,6 @@ pub(crate) fn block(
     // instruction's position as the parameter.
     let stop = b.create_block();
     b.append_block_param(stop, types::I32);
-    let mut stops = false;
     // A load's values between its two passes (4 components x 32 lanes),
     // or a store's, with their host addresses, in order, and how many.
     let loaded = b.create_sized_stack_slot(StackSlotData::new(
@@ -670,21 +669,38 @@ pub(crate) fn block(
         3,
     ));
     let elements = b.declare_var(types::I32);
-    // top: one run of the block, if the budget allows another.
+    // The instructions the budget leaves after the whole runs: the last,
+    // partial run stops before the first segment that would pass them.
+    let tail = b.ins().load(
+        types::I32,
+        MemFlagsData::trusted(),
+        memory,
+        crate::memory::TAIL_OFFSET,
+    );
+    let tail = b.ins().uextend(types::I64, tail);
+    // What the current run may take: everything, or the tail.
+    let allowance = b.declare_var(types::I64);
+    // top: one run of the block, if the budget allows another (or the
+    // partial one it leaves).
     let top = b.create_block();
     let first = b.create_block();
-    let out_of_budget = loop_back.map(|_| b.create_block());
+    let partial = b.create_block();
+    let out_of_budget = b.create_block();
     b.ins().jump(top, &[]);
     b.switch_to_block(top);
-    if let Some(out_of_budget) = out_of_budget {
-        let done = b.use_var(iterations);
-        let spent = b
-            .ins()
-            .icmp(IntCC::UnsignedGreaterThanOrEqual, done, max_iterations);
-        b.ins().brif(spent, out_of_budget, &[], first, &[]);
-    } else {
-        b.ins().jump(first, &[]);
-    }
+    let done = b.use_var(iterations);
+    let spent = b
+        .ins()
+        .icmp(IntCC::UnsignedGreaterThanOrEqual, done, max_iterations);
+    let whole = b.create_block();
+    b.ins().brif(spent, partial, &[], whole, &[]);
+    b.switch_to_block(whole);
+    let everything = b.ins().iconst(types::I64, i64::MAX);
+    b.def_var(allowance, everything);
+    b.ins().jump(first, &[]);
+    b.switch_to_block(partial);
+    b.def_var(allowance, tail);
+    b.ins().brif(tail, first, &[], out_of_budget, &[]);
     b.switch_to_block(first);
 
     // The block in segments: a run of ALU instructions, each lane of the
@@ -705,6 +721,16 @@ pub(crate) fn block(
             1
         };
         let segment = &rest[..count];
+        // A partial run stops before a segment that would pass its
+        // allowance (the interpreter runs on to the budget's end).
+        let may = b.use_var(allowance);
+        let passes = b
+            .ins()
+            .icmp_imm_s(IntCC::SignedLessThan, may, (position + count) as i64);
+        let within = b.create_block();
+        let here = b.ins().iconst(types::I32, position as i64);
+        b.ins().brif(passes, stop, &[here.into()], within, &[]);
+        b.switch_to_block(within);
         match kind {
             Segment::Alu => {
                 let mask = b.use_var(exec);
@@ -743,7 +769,6 @@ pub(crate) fn block(
                 else {
                     unreachable!("a memory segment holds a memory instruction");
                 };
-                stops = true;
                 // Where the block stops if this instruction cannot be made.
                 let at = b.ins().iconst(types::I32, position as i64);
                 // The page cache is good for this generation only.
@@ -1063,6 +1088,17 @@ pub(crate) fn block(
         }
         position += count;
     }
+    if loop_back.is_some() {
+        // The jump back is an instruction too.
+        let may = b.use_var(allowance);
+        let passes = b
+            .ins()
+            .icmp_imm_s(IntCC::SignedLessThan, may, (position + 1) as i64);
+        let within = b.create_block();
+        let here = b.ins().iconst(types::I32, position as i64);
+        b.ins().brif(passes, stop, &[here.into()], within, &[]);
+        b.switch_to_block(within);
+    }
     let done = b.use_var(iterations);
     let done = b.ins().iadd_imm_u(done, 1);
     b.def_var(iterations, done);
@@ -1097,27 +1133,20 @@ pub(crate) fn block(
             b.ins().return_(&[value]);
         }
     }
-    if let Some(out_of_budget) = out_of_budget {
-        b.switch_to_block(out_of_budget);
-        let value = result(&mut b, i64::MIN);
-        b.ins().return_(&[value]);
-    }
+    // (A block that is not a loop has whole runs or a tail to run.)
+    b.switch_to_block(out_of_budget);
+    let value = result(&mut b, i64::MIN);
+    b.ins().return_(&[value]);
     b.switch_to_block(stop);
-    if stops {
-        let at = b.block_params(stop)[0];
-        b.ins().store(
-            MemFlagsData::trusted(),
-            at,
-            memory,
-            crate::memory::STOPPED_AT_OFFSET,
-        );
-        let value = result(&mut b, 1 << 62);
-        b.ins().return_(&[value]);
-    } else {
-        // (Never reached: no load jumps here.)
-        let value = result(&mut b, 1 << 62);
-        b.ins().return_(&[value]);
-    }
+    let at = b.block_params(stop)[0];
+    b.ins().store(
+        MemFlagsData::trusted(),
+        at,
+        memory,
+        crate::memory::STOPPED_AT_OFFSET,
+    );
+    let value = result(&mut b, 1 << 62);
+    b.ins().return_(&[value]);
     b.seal_all_blocks();
     b.finalize(module.target_config());
     Ok(())

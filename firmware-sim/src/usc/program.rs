@@ -491,8 +491,9 @@ impl ProgramCache {
 
     /// Runs compiled block `block` on `regs` with execution mask `exec`
     /// (the group's `present` lanes for its exec-mask instructions), a
-    /// loop at most `max_runs` times, its loads and stores reaching
-    /// `memory` and its stack accesses `stack`: what it did.
+    /// loop at most `budget.0` whole times and then the segments that fit
+    /// in `budget.1` instructions, its loads and stores reaching `memory`
+    /// and its stack accesses `stack`: what it did.
     pub(crate) fn run_block(
         &mut self,
         block: &CompiledBlock,
@@ -500,7 +501,7 @@ impl ProgramCache {
         uniforms: &[u32; super::UNIFORMS],
         (memory, stack): (&dyn GpuMemory, &agx_jit::StackFrame),
         (exec, present): (u32, u32),
-        max_runs: u32,
+        budget: (u32, u32),
     ) -> agx_jit::BlockRun {
         let not_run = agx_jit::BlockRun {
             exec,
@@ -526,7 +527,7 @@ impl ProgramCache {
             regs,
             uniforms,
             (exec, present),
-            max_runs,
+            budget,
             agx_jit::BlockMemory {
                 device: device_memory,
                 pages: &mut compiled.pages,

@@ -519,13 +519,20 @@ impl SimdGroup {
             };
             if let Some(block) = block {
                 let instructions = u64::from(block.instructions);
-                // A block runs whole or not at all: where the budget ends
-                // inside it, the interpreter takes it to the timeout. A
-                // loop runs as often as the budget allows whole runs.
-                if *budget_instructions >= instructions {
+                // A loop runs as often as the budget allows whole runs;
+                // where the budget ends inside a run, the segments that
+                // fit run compiled and the interpreter takes the rest to
+                // the timeout, which so names the same instruction.
+                if *budget_instructions > 0 {
                     let exec = self.exec_mask();
-                    let max_runs = u32::try_from(*budget_instructions / instructions)
-                        .unwrap_or(agx_jit::MAX_RUNS);
+                    let whole = *budget_instructions / instructions;
+                    let (max_runs, tail) = match u32::try_from(whole) {
+                        Ok(runs) if runs <= agx_jit::MAX_RUNS => {
+                            (runs, (*budget_instructions % instructions) as u32)
+                        }
+                        // (More runs than one call makes: no partial one.)
+                        _ => (agx_jit::MAX_RUNS, 0),
+                    };
                     // Compiled code writes the registers it names
                     // directly.
                     self.written_cells = self.written_cells.max(block.register_cells_end.min(GPRS));
@@ -540,14 +547,16 @@ impl SimdGroup {
                         env.uniforms,
                         (&*env.memory, &frame),
                         (exec, self.present),
-                        max_runs,
+                        (max_runs, tail),
                     );
                     // (A block not run at all, which cannot happen, is
                     // left to the interpreter.)
                     if run.runs > 0 || run.stopped_at.is_some() {
                         let spent = instructions * u64::from(run.runs)
                             + u64::from(run.stopped_at.unwrap_or(0));
-                        *budget_instructions -= spent;
+                        // (Never more than the budget; saturating so that
+                        // a mistake could not wrap it into an endless one.)
+                        *budget_instructions = budget_instructions.saturating_sub(spent);
                         self.executed_instructions += spent;
                         if block.updates_exec {
                             self.exec = run.exec;
