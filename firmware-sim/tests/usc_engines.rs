@@ -748,42 +748,62 @@ fn a_loop_of_loads_runs_as_one_compiled_block() {
     assert_eq!(group.executed_instructions, 6 * 100 + 2);
 }
 
+/// The program of the page-cache tests: each lane loads the word at
+/// `DATA_BASE` + 4 x its lane number into r6 and adds it to r2.
+const LANE_LOAD: &str = "
+    device_load 0, i32, x, r6, u0_u1, r1, unsigned
+    wait 0
+    iadd r2, r2, r6
+    stop";
+
+/// A machine for [`LANE_LOAD`], its data page holding `word` everywhere.
+fn lane_load_machine(word: u32) -> Machine {
+    let mut machine = Machine::new(LANE_LOAD);
+    machine.memory.map(DATA_BASE, 4096, true);
+    machine.memory.poke_u32s(DATA_BASE, &[word; 64]);
+    machine.uniforms[0] = DATA_BASE as u32;
+    machine.uniforms[1] = (DATA_BASE >> 32) as u32;
+    machine
+}
+
+/// Runs [`LANE_LOAD`] on the compiled engine with `cache` and `memory`
+/// (the machine's uniforms): its result and lane 31's r2.
+fn run_lane_load(
+    machine: &mut Machine,
+    cache: &mut agx_firmware_sim::usc::ProgramCache,
+    memory: &mut dyn agx_firmware_sim::usc::GpuMemory,
+) -> (Result<Exit, ExecError>, u64) {
+    use agx_firmware_sim::usc::{Env, NoIo};
+    let mut group = SimdGroup::new(CODE_BASE, u32::MAX);
+    for lane in 0..32 {
+        group.write(Reg::r(1), lane, lane as u64);
+    }
+    let mut budget = common::BUDGET;
+    let mut env = Env {
+        memory,
+        io: &mut NoIo,
+        uniforms: &mut machine.uniforms,
+        threadgroup: &mut machine.threadgroup,
+    };
+    let result = group.run(cache, &mut env, &mut budget);
+    (result, group.read(Reg::r(2), 31))
+}
+
 /// A page unmapped after compiled loads read it (the page tables change:
 /// cached translations are shot down) faults on the next load, as in the
 /// interpreter: the page cache does not outlive the translation.
 #[test]
 fn compiled_loads_fault_on_a_page_unmapped_since_they_last_read_it() {
-    use agx_firmware_sim::usc::{Env, MemoryFault, NoIo, ProgramCache, ShaderEngine};
-    let program = "
-        device_load 0, i32, x, r6, u0_u1, r1, unsigned
-        wait 0
-        iadd r2, r2, r6
-        stop";
-    let mut machine = Machine::new(program);
-    machine.memory.map(DATA_BASE, 4096, true);
-    machine.memory.poke_u32s(DATA_BASE, &[41; 64]);
-    machine.uniforms[0] = DATA_BASE as u32;
-    machine.uniforms[1] = (DATA_BASE >> 32) as u32;
+    use agx_firmware_sim::usc::{MemoryFault, ProgramCache, ShaderEngine};
+    let mut machine = lane_load_machine(41);
     let mut memory = common::HostMemory::from_paged(&machine.memory);
     let mut cache = ProgramCache::with_engine(ShaderEngine::Compiled);
-    let mut run = |memory: &mut common::HostMemory| {
-        let mut group = SimdGroup::new(CODE_BASE, u32::MAX);
-        for lane in 0..32 {
-            group.write(Reg::r(1), lane, lane as u64);
-        }
-        let mut budget = common::BUDGET;
-        let mut env = Env {
-            memory,
-            io: &mut NoIo,
-            uniforms: &mut machine.uniforms,
-            threadgroup: &mut machine.threadgroup,
-        };
-        let result = group.run(&mut cache, &mut env, &mut budget);
-        (result, group.read(Reg::r(2), 31))
-    };
-    assert_eq!(run(&mut memory), (Ok(Exit::Stopped), 41));
+    assert_eq!(
+        run_lane_load(&mut machine, &mut cache, &mut memory),
+        (Ok(Exit::Stopped), 41)
+    );
     memory.unmap(DATA_BASE);
-    let (result, _) = run(&mut memory);
+    let (result, _) = run_lane_load(&mut machine, &mut cache, &mut memory);
     assert!(
         matches!(
             result,
@@ -805,38 +825,20 @@ fn compiled_loads_fault_on_a_page_unmapped_since_they_last_read_it() {
 /// that is gone).
 #[test]
 fn compiled_loads_on_a_memory_without_a_window_do_not_use_pages_cached_for_another() {
-    use agx_firmware_sim::usc::{Env, GpuMemory, NoIo, ProgramCache, ShaderEngine};
-    let program = "
-        device_load 0, i32, x, r6, u0_u1, r1, unsigned
-        wait 0
-        iadd r2, r2, r6
-        stop";
-    let mut machine = Machine::new(program);
-    machine.memory.map(DATA_BASE, 4096, true);
-    machine.memory.poke_u32s(DATA_BASE, &[41; 64]);
-    machine.uniforms[0] = DATA_BASE as u32;
-    machine.uniforms[1] = (DATA_BASE >> 32) as u32;
+    use agx_firmware_sim::usc::{ProgramCache, ShaderEngine};
+    let mut machine = lane_load_machine(41);
     let mut windowed = common::HostMemory::from_paged(&machine.memory);
     machine.memory.poke_u32s(DATA_BASE, &[7; 64]);
-    let mut cache = ProgramCache::with_engine(ShaderEngine::Compiled);
-    let mut run = |memory: &mut dyn GpuMemory| {
-        let mut group = SimdGroup::new(CODE_BASE, u32::MAX);
-        for lane in 0..32 {
-            group.write(Reg::r(1), lane, lane as u64);
-        }
-        let mut budget = common::BUDGET;
-        let mut env = Env {
-            memory,
-            io: &mut NoIo,
-            uniforms: &mut machine.uniforms,
-            threadgroup: &mut machine.threadgroup,
-        };
-        let result = group.run(&mut cache, &mut env, &mut budget);
-        (result, group.read(Reg::r(2), 31))
-    };
-    assert_eq!(run(&mut windowed), (Ok(Exit::Stopped), 41));
     let mut plain = machine.memory.clone();
-    assert_eq!(run(&mut plain), (Ok(Exit::Stopped), 7));
+    let mut cache = ProgramCache::with_engine(ShaderEngine::Compiled);
+    assert_eq!(
+        run_lane_load(&mut machine, &mut cache, &mut windowed),
+        (Ok(Exit::Stopped), 41)
+    );
+    assert_eq!(
+        run_lane_load(&mut machine, &mut cache, &mut plain),
+        (Ok(Exit::Stopped), 7)
+    );
 }
 
 /// Every fp16 value as an fp32 operand (`fmul32` by 1, exact for every

@@ -796,7 +796,8 @@ pub(crate) fn block(
                     .call_indirect(page_sync_signature, callee, &[memory]);
                 b.ins().jump(synced, &[]);
                 b.switch_to_block(synced);
-                // A stack access needs the group's stack.
+                // A stack access needs the group's stack: its pointer, size
+                // and block size (words, log2), and where the bases are.
                 let frame = if matches!(place, Place::Stack { .. }) {
                     let frame = b.ins().load(
                         pointer,
@@ -807,7 +808,16 @@ pub(crate) fn block(
                     let framed = b.create_block();
                     b.ins().brif(frame, framed, &[], stop, &[at.into()]);
                     b.switch_to_block(framed);
-                    Some(frame)
+                    let [sp, size, words_log2] = [
+                        crate::memory::FRAME_SP_OFFSET,
+                        crate::memory::FRAME_SIZE_OFFSET,
+                        crate::memory::FRAME_WORDS_LOG2_OFFSET,
+                    ]
+                    .map(|at| {
+                        let word = b.ins().load(types::I32, MemFlagsData::trusted(), frame, at);
+                        b.ins().uextend(types::I64, word)
+                    });
+                    Some((frame, sp, size, words_log2))
                 } else {
                     None
                 };
@@ -847,29 +857,11 @@ pub(crate) fn block(
                                 .collect()
                         }
                         Place::Stack { offset } => {
-                            let frame = frame.unwrap_or(memory);
                             let flags = MemFlagsData::trusted();
-                            let sp = code.b.ins().load(
-                                types::I32,
-                                flags,
-                                frame,
-                                crate::memory::FRAME_SP_OFFSET,
-                            );
-                            let sp = code.b.ins().uextend(types::I64, sp);
-                            let size = code.b.ins().load(
-                                types::I32,
-                                flags,
-                                frame,
-                                crate::memory::FRAME_SIZE_OFFSET,
-                            );
-                            let size = code.b.ins().uextend(types::I64, size);
-                            let words_log2 = code.b.ins().load(
-                                types::I32,
-                                flags,
-                                frame,
-                                crate::memory::FRAME_WORDS_LOG2_OFFSET,
-                            );
-                            let words_log2 = code.b.ins().uextend(types::I64, words_log2);
+                            // (`frame` is always there for a stack access.)
+                            let Some((frame, sp, size, words_log2)) = frame else {
+                                return;
+                            };
                             let offset = match offset {
                                 Value::Imm(imm) => code.b.ins().iconst(types::I64, *imm),
                                 other => {
