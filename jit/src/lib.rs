@@ -10,14 +10,16 @@
 //! ALU, conversions, the exec-mask instructions `if`/`else`/`while`/
 //! `pop_exec`, and device and stack loads and stores of whole elements)
 //! into one host function. A run of
-//! ALU instructions is one loop over the lanes of the execution mask, each
-//! lane's registers kept in host registers between instructions: lanes are
-//! independent there (no instruction of the run reads another lane or
-//! changes the mask), so running it lane by lane gives exactly what the
-//! interpreter gives running it instruction by instruction. An exec-mask
-//! instruction is a loop over the present lanes, updating each lane's
-//! `r0l` nesting count; the mask after it is the lanes whose count is 0,
-//! and the next run uses it. A load or store is two loops: every lane's
+//! ALU instructions is one loop over the quads (four neighbouring lanes)
+//! of the execution mask, each register's four lanes a host vector kept
+//! in host registers between instructions: lanes are independent there
+//! (no instruction of the run reads another lane or changes the mask),
+//! so running it four lanes at a time gives exactly what the interpreter
+//! gives running it instruction by instruction for all 32; an
+//! instruction with no vector form runs lane by lane inside the quad. An
+//! exec-mask instruction is a loop over the present lanes' quads,
+//! updating each lane's `r0l` nesting count; the mask after it is the
+//! lanes whose count is 0, and the next run uses it. A load or store is two loops: every lane's
 //! elements found (through the [`PageCache`], a load's read by host
 //! loads), then the registers or the memory written; an element the cache
 //! cannot reach (or a stack offset outside the stack) stops the block
@@ -143,7 +145,16 @@ impl Compiler {
                 .map_err(|e| CompileError::Host(e.to_string()))
         };
         set(&mut flags, "opt_level", "speed")?;
-        set(&mut flags, "enable_verifier", "false")?;
+        // The IR is checked in development builds (where the tests run).
+        set(
+            &mut flags,
+            "enable_verifier",
+            if cfg!(debug_assertions) {
+                "true"
+            } else {
+                "false"
+            },
+        )?;
         let isa = cranelift_native::builder()
             .map_err(|e| CompileError::Host(e.to_string()))?
             .finish(settings::Flags::new(flags))

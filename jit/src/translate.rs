@@ -1,17 +1,20 @@
 //! Translating a block of ALU, conversion, exec-mask and memory
 //! instructions to Cranelift IR.
 //!
-//! The function runs each run of ALU instructions once per lane of the
-//! execution mask: for a lane, each register the run reads is loaded
-//! once, kept in an SSA value while it computes, and each register it
-//! writes is stored once at the end. An exec-mask instruction is a pass
-//! over the present lanes that updates their nesting counts and gives
-//! the next mask; a load or store is a pass that finds every lane's
-//! elements through the page cache (a load's values read into a stack
-//! buffer, a store's bytes and host addresses gathered; the block stops,
-//! with nothing written, at the first element the cache cannot reach)
-//! and a pass that writes them; a block ending with a jump back to its start
-//! loops. Every operation reproduces the interpreter's
+//! The function runs each run of ALU instructions once per quad (four
+//! neighbouring lanes, on host vectors: see `quad`) with a lane in the
+//! execution mask: each register the run reads is loaded once, kept in
+//! an SSA value while it computes, and each register it writes is stored
+//! once at the end, its lanes outside the mask kept. (A run with nothing
+//! to compute as vectors runs lane by lane.) An exec-mask instruction is
+//! a pass over the present lanes' quads that updates their nesting counts
+//! and gives the next mask; a load or store is a pass that finds every
+//! lane's elements through the page cache (a load's values read into a
+//! stack buffer, a store's bytes and host addresses gathered; the block
+//! stops, with nothing written, at the first element the cache cannot
+//! reach; a load whose address is the same for every lane reads once)
+//! and a pass that writes them; a block ending with a jump back to its
+//! start loops. Every operation reproduces the interpreter's
 //! arithmetic exactly: the integer ALU in 64-bit wrapping arithmetic (the
 //! interpreter's 128-bit results are truncated to at most 64 bits when
 //! written, so only saturation needs the exact value, and a saturating
@@ -30,6 +33,8 @@ use cranelift_jit::JITModule;
 use cranelift_module::Module;
 
 use crate::{CompileError, Helpers, GPRS, LANES, UNIFORMS};
+
+mod quad;
 
 /// The smallest normal fp32 value's bits.
 const MIN_NORMAL_F32: f32 = f32::MIN_POSITIVE;
@@ -639,6 +644,16 @@ pub(crate) fn block(
             )),
             helpers.convert as usize as i64,
         ),
+        vector_fma: module
+            .isa()
+            .isa_flags()
+            .iter()
+            .any(|flag| flag.name == "has_fma" && flag.as_bool() == Some(true))
+            && module
+                .isa()
+                .isa_flags()
+                .iter()
+                .any(|flag| flag.name == "has_avx" && flag.as_bool() == Some(true)),
     };
     let page_sync_signature = b.import_signature(signature_of(&[pointer], &[]));
     let page_miss_signature =
@@ -732,6 +747,19 @@ pub(crate) fn block(
         b.ins().brif(passes, stop, &[here.into()], within, &[]);
         b.switch_to_block(within);
         match kind {
+            Segment::Alu
+                if segment.iter().any(|shape| {
+                    !matches!(shape, Shape::Nop) && quad::vectorizable(shape, parts.vector_fma)
+                }) =>
+            {
+                // Four lanes at a time, on host vectors.
+                let mask = b.use_var(exec);
+                b = quad::quad_loop(b, lane, mask, &parts, |code, _| {
+                    for shape in segment {
+                        code.quad_instruction(shape);
+                    }
+                });
+            }
             Segment::Alu => {
                 let mask = b.use_var(exec);
                 b = lane_loop(b, lane, mask, &parts, |code| {
@@ -739,6 +767,23 @@ pub(crate) fn block(
                         code.instruction(shape);
                     }
                 });
+            }
+            Segment::ExecUpdate if quad::vectorizable(&segment[0], parts.vector_fma) => {
+                let zero = b.ins().iconst(types::I32, 0);
+                b.def_var(new_exec, zero);
+                b = quad::quad_loop(b, lane, present, &parts, |code, bits| {
+                    let is_zero = code.quad_exec_update(&segment[0]);
+                    let zero_bits = code.b.ins().vhigh_bits(types::I32, is_zero);
+                    let zero_bits = code.b.ins().band(zero_bits, bits);
+                    let quad_now = code.b.use_var(lane);
+                    let first_lane = code.b.ins().ishl_imm_u(quad_now, 2);
+                    let zero_bits = code.b.ins().ishl(zero_bits, first_lane);
+                    let so_far = code.b.use_var(new_exec);
+                    let so_far = code.b.ins().bor(so_far, zero_bits);
+                    code.b.def_var(new_exec, so_far);
+                });
+                let built = b.use_var(new_exec);
+                b.def_var(exec, built);
             }
             Segment::ExecUpdate => {
                 let zero = b.ins().iconst(types::I32, 0);
@@ -826,9 +871,21 @@ pub(crate) fn block(
                 let mask = b.use_var(exec);
                 let size_bytes = 1i64 << size_log2;
                 let page_bytes = agx_hw::uat::PAGE_BYTES as i64;
+                // A load whose address is the same for every lane reads
+                // its elements once, as lane 0's, for every lane in the
+                // mask (if one is).
+                let same_address = !*store
+                    && matches!(place, Place::Device { base, offset, .. }
+                        if per_group(base) && per_group(offset));
+                let (mask, lanes) = if same_address {
+                    let any = b.ins().icmp_imm_s(IntCC::NotEqual, mask, 0);
+                    (b.ins().uextend(types::I32, any), 1)
+                } else {
+                    (mask, LANES)
+                };
                 // First pass: every element's host address (and a load's
                 // value, a store's bytes), lane by lane; nothing written.
-                b = lane_loop(b, lane, mask, &parts, |code| {
+                b = first_lanes_loop(b, lane, mask, lanes, &parts, |code| {
                     let lane_now = code.b.use_var(lane);
                     let lane_wide = code.b.ins().uextend(types::I64, lane_now);
                     // Each component's element address.
@@ -914,59 +971,18 @@ pub(crate) fn block(
                     let slot_base = code.b.ins().stack_addr(pointer, loaded, 0);
                     let lane_slot = code.b.ins().iadd(slot_base, lane_bytes);
                     for (k, &element) in addresses.iter().enumerate() {
-                        let page = code
-                            .b
-                            .ins()
-                            .ushr_imm_u(element, i64::from(agx_hw::uat::PAGE_SHIFT));
-                        let entry = code
-                            .b
-                            .ins()
-                            .band_imm_u(page, crate::PAGE_CACHE_ENTRIES as i64 - 1);
-                        let entry_bytes = code.b.ins().imul_imm_u(entry, 8);
-                        let tag_at = code.b.ins().iadd(cache, entry_bytes);
-                        let tag = code
-                            .b
-                            .ins()
-                            .load(types::I64, MemFlagsData::trusted(), tag_at, 0);
-                        // The tag with the other permission's bit cleared
-                        // against the page with this one's set.
-                        let (ignored, wanted_bit) = if *store { (1, 2) } else { (2, 1) };
-                        let tag = code.b.ins().band_imm_u(tag, !ignored);
-                        let wanted = code.b.ins().iadd_imm_u(page, 1);
-                        let wanted = code.b.ins().ishl_imm_u(wanted, 2);
-                        let wanted = code.b.ins().bor_imm_u(wanted, wanted_bit);
-                        let hit = code.b.ins().icmp(IntCC::Equal, tag, wanted);
-                        let hit_block = code.b.create_block();
-                        let miss_block = code.b.create_block();
-                        let have_page = code.b.create_block();
-                        code.b.append_block_param(have_page, pointer);
-                        code.b.ins().brif(hit, hit_block, &[], miss_block, &[]);
-                        code.b.switch_to_block(hit_block);
-                        let host = code.b.ins().load(
-                            pointer,
-                            MemFlagsData::trusted(),
-                            tag_at,
-                            crate::memory::HOSTS_OFFSET,
+                        let host_page = page_host(
+                            &mut code.b,
+                            PageLookup {
+                                cache,
+                                memory,
+                                miss: page_miss_signature,
+                                stop,
+                                at,
+                            },
+                            element,
+                            *store,
                         );
-                        code.b.ins().jump(have_page, &[host.into()]);
-                        code.b.switch_to_block(miss_block);
-                        let callee = code.b.ins().iconst(
-                            pointer,
-                            crate::memory::page_miss as *const () as usize as i64,
-                        );
-                        let write = code.b.ins().iconst(types::I32, i64::from(*store));
-                        let call = code.b.ins().call_indirect(
-                            page_miss_signature,
-                            callee,
-                            &[memory, element, write],
-                        );
-                        let host = code.b.inst_results(call)[0];
-                        let found = code.b.create_block();
-                        code.b.ins().brif(host, found, &[], stop, &[at.into()]);
-                        code.b.switch_to_block(found);
-                        code.b.ins().jump(have_page, &[host.into()]);
-                        code.b.switch_to_block(have_page);
-                        let host_page = code.b.block_params(have_page)[0];
                         let within = code.b.ins().band_imm_u(element, page_bytes - 1);
                         let host = code.b.ins().iadd(host_page, within);
                         if *store {
@@ -1056,23 +1072,29 @@ pub(crate) fn block(
                     b.ins().jump(header, &[]);
                     b.switch_to_block(exit);
                 } else {
-                    // Second pass: the registers written.
+                    // Second pass: the registers written, four lanes at
+                    // a time (the registers are 16 or 32 bits).
                     let mask = b.use_var(exec);
-                    b = lane_loop(b, lane, mask, &parts, |code| {
-                        let lane_now = code.b.use_var(lane);
-                        let lane_wide = code.b.ins().uextend(pointer, lane_now);
-                        let lane_bytes = code.b.ins().imul_imm_u(lane_wide, 4);
+                    b = quad::quad_loop(b, lane, mask, &parts, |code, _| {
+                        let quad_now = code.b.use_var(lane);
+                        let quad_wide = code.b.ins().uextend(pointer, quad_now);
+                        let quad_bytes = code.b.ins().imul_imm_u(quad_wide, 16);
                         let slot_base = code.b.ins().stack_addr(pointer, loaded, 0);
-                        let lane_slot = code.b.ins().iadd(slot_base, lane_bytes);
+                        let quad_slot = code.b.ins().iadd(slot_base, quad_bytes);
                         for (k, &reg) in data.iter().enumerate() {
-                            let word = code.b.ins().load(
-                                types::I32,
-                                MemFlagsData::trusted(),
-                                lane_slot,
-                                (k * LANES * 4) as i32,
-                            );
-                            let value = code.b.ins().uextend(types::I64, word);
-                            code.write(reg, value);
+                            let offset = (k * LANES * 4) as i32;
+                            let words = if same_address {
+                                let word = code.b.ins().load(
+                                    types::I32,
+                                    MemFlagsData::trusted(),
+                                    slot_base,
+                                    offset,
+                                );
+                                code.b.ins().splat(types::I32X4, word)
+                            } else {
+                                code.quad_load(quad_slot, offset)
+                            };
+                            code.quad_write(reg, words);
                         }
                     });
                 }
@@ -1180,15 +1202,29 @@ struct LaneParts {
     widen: (cranelift_codegen::ir::SigRef, i64),
     narrow: (cranelift_codegen::ir::SigRef, i64),
     convert: (cranelift_codegen::ir::SigRef, i64),
+    /// Whether the host has a vector fused multiply-add.
+    vector_fma: bool,
 }
 
 /// A loop over the lanes of `mask` running `body` for each (the lane in
 /// `lane`), its registers loaded when first read and the ones it wrote
 /// stored at the end; the builder comes back after the loop.
 fn lane_loop<'f>(
+    b: FunctionBuilder<'f>,
+    lane: cranelift_frontend::Variable,
+    mask: IrValue,
+    parts: &LaneParts,
+    body: impl FnOnce(&mut Lane<'f>),
+) -> FunctionBuilder<'f> {
+    first_lanes_loop(b, lane, mask, LANES, parts, body)
+}
+
+/// [`lane_loop`] over the first `lanes` lanes only.
+fn first_lanes_loop<'f>(
     mut b: FunctionBuilder<'f>,
     lane: cranelift_frontend::Variable,
     mask: IrValue,
+    lanes: usize,
     parts: &LaneParts,
     body: impl FnOnce(&mut Lane<'f>),
 ) -> FunctionBuilder<'f> {
@@ -1224,6 +1260,8 @@ fn lane_loop<'f>(
         narrow: parts.narrow,
         convert: parts.convert,
         count_is_zero: None,
+        quad: None,
+        vector_fma: parts.vector_fma,
     };
     body(&mut code);
     let Lane {
@@ -1251,11 +1289,89 @@ fn lane_loop<'f>(
     b.def_var(lane, next);
     let more = b
         .ins()
-        .icmp_imm_s(IntCC::UnsignedLessThan, next, LANES as i64);
+        .icmp_imm_s(IntCC::UnsignedLessThan, next, lanes as i64);
     b.ins().brif(more, header, &[], exit, &[]);
 
     b.switch_to_block(exit);
     b
+}
+
+/// What a page-cache lookup needs: the cache, the call's memory context,
+/// the miss function's signature, and where the block stops (the
+/// instruction's position) when a page cannot be reached.
+#[derive(Clone, Copy)]
+struct PageLookup {
+    cache: IrValue,
+    memory: IrValue,
+    miss: cranelift_codegen::ir::SigRef,
+    stop: cranelift_codegen::ir::Block,
+    at: IrValue,
+}
+
+/// The host address of the page holding `element` (a GPU address),
+/// readable (or, for a store, writable): the page cache's entry where
+/// its tag matches, else what `page_miss` finds; the block stops where
+/// neither reaches it.
+fn page_host(
+    b: &mut FunctionBuilder<'_>,
+    lookup: PageLookup,
+    element: IrValue,
+    store: bool,
+) -> IrValue {
+    let pointer = types::I64;
+    let page = b
+        .ins()
+        .ushr_imm_u(element, i64::from(agx_hw::uat::PAGE_SHIFT));
+    let entry = b
+        .ins()
+        .band_imm_u(page, crate::PAGE_CACHE_ENTRIES as i64 - 1);
+    let entry_bytes = b.ins().imul_imm_u(entry, 8);
+    let tag_at = b.ins().iadd(lookup.cache, entry_bytes);
+    let tag = b.ins().load(types::I64, MemFlagsData::trusted(), tag_at, 0);
+    // The tag with the other permission's bit cleared against the page
+    // with this one's set.
+    let (ignored, wanted_bit) = if store { (1, 2) } else { (2, 1) };
+    let tag = b.ins().band_imm_u(tag, !ignored);
+    let wanted = b.ins().iadd_imm_u(page, 1);
+    let wanted = b.ins().ishl_imm_u(wanted, 2);
+    let wanted = b.ins().bor_imm_u(wanted, wanted_bit);
+    let hit = b.ins().icmp(IntCC::Equal, tag, wanted);
+    let hit_block = b.create_block();
+    let miss_block = b.create_block();
+    let have_page = b.create_block();
+    b.append_block_param(have_page, pointer);
+    b.ins().brif(hit, hit_block, &[], miss_block, &[]);
+    b.switch_to_block(hit_block);
+    let host = b.ins().load(
+        pointer,
+        MemFlagsData::trusted(),
+        tag_at,
+        crate::memory::HOSTS_OFFSET,
+    );
+    b.ins().jump(have_page, &[host.into()]);
+    b.switch_to_block(miss_block);
+    let callee = b.ins().iconst(
+        pointer,
+        crate::memory::page_miss as *const () as usize as i64,
+    );
+    let write = b.ins().iconst(types::I32, i64::from(store));
+    let call = b
+        .ins()
+        .call_indirect(lookup.miss, callee, &[lookup.memory, element, write]);
+    let host = b.inst_results(call)[0];
+    let found = b.create_block();
+    b.ins()
+        .brif(host, found, &[], lookup.stop, &[lookup.at.into()]);
+    b.switch_to_block(found);
+    b.ins().jump(have_page, &[host.into()]);
+    b.switch_to_block(have_page);
+    b.block_params(have_page)[0]
+}
+
+/// Whether a value is the same for every lane (a uniform or an
+/// immediate).
+fn per_group(value: &Value) -> bool {
+    matches!(value, Value::Uniform(_) | Value::Imm(_) | Value::Float(_))
 }
 
 /// Whether `instr` changes the execution mask (a block holding one
@@ -1283,6 +1399,11 @@ struct Lane<'f> {
     /// After an exec-mask instruction: whether the lane's new count is 0
     /// (the lane is in the new mask).
     count_is_zero: Option<IrValue>,
+    /// In a quad's code: the four lanes' registers as vectors (and
+    /// `lane_base` is the quad's word of `r0`).
+    quad: Option<Box<quad::Quad>>,
+    /// Whether the host has a vector fused multiply-add.
+    vector_fma: bool,
 }
 
 impl Lane<'_> {
@@ -1290,12 +1411,19 @@ impl Lane<'_> {
         if let Some((value, _)) = self.cells[cell] {
             return value;
         }
-        let value = self.b.ins().load(
-            types::I32,
-            MemFlagsData::trusted(),
-            self.lane_base,
-            (cell * LANES * 4) as i32,
-        );
+        let value = match self.quad_lane() {
+            // One lane of a quad: its word of the register's vector.
+            Some(lane) => {
+                let lanes = self.quad_cell(cell);
+                self.b.ins().extractlane(lanes, lane)
+            }
+            None => self.b.ins().load(
+                types::I32,
+                MemFlagsData::trusted(),
+                self.lane_base,
+                (cell * LANES * 4) as i32,
+            ),
+        };
         self.cells[cell] = Some((value, false));
         value
     }
