@@ -879,3 +879,31 @@ fn every_fp16_operand_widens_as_the_interpreter_widens_it() {
         assert_eq!(machine.compiled_cache.compiled_blocks(), 1);
     }
 }
+
+/// Stack stores and loads of words at immediate offsets (each component
+/// one row of the interleaved stack, four lanes a host vector): only the
+/// lanes of the mask are written, for masks that fill, split and skip
+/// quads.
+#[test]
+fn stack_word_rows_store_and_load_the_lanes_of_the_mask_only() {
+    let program = "
+        stack_adjust 0, 1, 2, 0, 0, 12
+        mov_imm r9, 7
+        stack_store i32, 1, 0, xy, 4, r12_r13, 0, 0
+        stack_load r14_r15_r16, i32, 1, 0, xyz, 4, -4, 0
+        iadd r17, r14, r16
+        stop";
+    let registers: Vec<u32> = (0..24 * 32)
+        .map(|i: u32| i.wrapping_mul(0x9E37_79B9))
+        .collect();
+    for present in [
+        u32::MAX,
+        0x0000_FFFF,
+        0x1248_8421,
+        0x8000_0001,
+        0xFFFF_FFFE,
+        0x0F0F_0F0E,
+    ] {
+        run_loads(program, present, &registers, &[], u64::from(present));
+    }
+}

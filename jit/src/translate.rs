@@ -866,6 +866,43 @@ pub(crate) fn block(
                 } else {
                     None
                 };
+                // A stack access of words at an immediate offset: every
+                // lane's word of a component is in one row of the stack.
+                if let (
+                    Place::Stack {
+                        offset: Value::Imm(offset),
+                    },
+                    2,
+                    Some(frame),
+                ) = (place, *size_log2, frame)
+                {
+                    if data.iter().all(|reg| reg.size == Size::S32) {
+                        let lookup = PageLookup {
+                            cache,
+                            memory,
+                            miss: page_miss_signature,
+                            stop,
+                            at,
+                        };
+                        let mask = b.use_var(exec);
+                        b = stack_rows(
+                            b,
+                            &parts,
+                            lane,
+                            mask,
+                            lookup,
+                            frame,
+                            StackRows {
+                                offset: *offset,
+                                components,
+                                data,
+                                store: *store,
+                            },
+                        );
+                        position += count;
+                        continue;
+                    }
+                }
                 let zero = b.ins().iconst(types::I32, 0);
                 b.def_var(elements, zero);
                 let mask = b.use_var(exec);
@@ -1366,6 +1403,129 @@ fn page_host(
     b.ins().jump(have_page, &[host.into()]);
     b.switch_to_block(have_page);
     b.block_params(have_page)[0]
+}
+
+/// A stack access [`stack_rows`] makes: its immediate offset, the
+/// components named, their 32-bit registers, and whether it stores.
+struct StackRows<'s> {
+    offset: i64,
+    components: &'s [u32],
+    data: &'s [Reg],
+    store: bool,
+}
+
+/// A stack access of 32-bit words at an immediate offset, for the lanes
+/// of `mask`. The stack interleaves its threads word by word: word `w`
+/// of block `b` of lane `l` is at `bases[b] + (w * 32 + l) * 4`, so a
+/// component's word for every lane is one row of 128 bytes, found once
+/// (inside the stack, within one page, through the page cache; else the
+/// block stops before the instruction and the interpreter makes it).
+/// Then each quad's four words are one host load or, where all four
+/// lanes are in the mask, one store (else a store per lane in it).
+fn stack_rows<'f>(
+    mut b: FunctionBuilder<'f>,
+    parts: &LaneParts,
+    quad: cranelift_frontend::Variable,
+    mask: IrValue,
+    lookup: PageLookup,
+    (frame, sp, size, words_log2): (IrValue, IrValue, IrValue, IrValue),
+    access: StackRows<'_>,
+) -> FunctionBuilder<'f> {
+    // No lane, no access (the interpreter makes none either).
+    let work = b.create_block();
+    let after = b.create_block();
+    b.ins().brif(mask, work, &[], after, &[]);
+    b.switch_to_block(work);
+    let page_bytes = agx_hw::uat::PAGE_BYTES as i64;
+    let row_bytes = (LANES * 4) as i64;
+    let first = b.ins().iadd_imm_u(sp, access.offset);
+    let mut rows = Vec::new();
+    for &c in access.components {
+        let byte_at = b.ins().iadd_imm_u(first, i64::from(c) * 4);
+        let end = b.ins().iadd_imm_u(byte_at, 4);
+        let below = b.ins().icmp_imm_s(IntCC::SignedLessThan, byte_at, 0);
+        let past = b.ins().icmp(IntCC::SignedGreaterThan, end, size);
+        let outside = b.ins().bor(below, past);
+        let inside = b.create_block();
+        b.ins()
+            .brif(outside, lookup.stop, &[lookup.at.into()], inside, &[]);
+        b.switch_to_block(inside);
+        let word = b.ins().ushr_imm_u(byte_at, 2);
+        let block = b.ins().ushr(word, words_log2);
+        let block = b.ins().band_imm_u(block, 3);
+        let one = b.ins().iconst(types::I64, 1);
+        let words = b.ins().ishl(one, words_log2);
+        let word_mask = b.ins().iadd_imm_u(words, -1);
+        let in_block = b.ins().band(word, word_mask);
+        let base_at = b.ins().imul_imm_u(block, 8);
+        let base_at = b.ins().iadd(frame, base_at);
+        let base = b.ins().load(
+            types::I64,
+            MemFlagsData::trusted(),
+            base_at,
+            crate::memory::FRAME_BASES_OFFSET,
+        );
+        let row_at = b.ins().imul_imm_u(in_block, row_bytes);
+        let row = b.ins().iadd(base, row_at);
+        // The row within one page.
+        let within = b.ins().band_imm_u(row, page_bytes - 1);
+        let crosses =
+            b.ins()
+                .icmp_imm_s(IntCC::UnsignedGreaterThan, within, page_bytes - row_bytes);
+        let one_page = b.create_block();
+        b.ins()
+            .brif(crosses, lookup.stop, &[lookup.at.into()], one_page, &[]);
+        b.switch_to_block(one_page);
+        let host_page = page_host(&mut b, lookup, row, access.store);
+        rows.push(b.ins().iadd(host_page, within));
+    }
+    let pointer = parts.pointer;
+    b = quad::quad_loop(b, quad, mask, parts, |code, bits| {
+        let quad_now = code.b.use_var(quad);
+        let quad_wide = code.b.ins().uextend(pointer, quad_now);
+        let quad_bytes = code.b.ins().imul_imm_u(quad_wide, 16);
+        for (&row, &reg) in rows.iter().zip(access.data) {
+            let at = code.b.ins().iadd(row, quad_bytes);
+            if !access.store {
+                let words = code.quad_load(at, 0);
+                code.quad_write(reg, words);
+                continue;
+            }
+            let words = code.quad_raw(&Value::Reg(reg, Default::default()));
+            let whole = code.b.create_block();
+            let some = code.b.create_block();
+            let done = code.b.create_block();
+            let all = code.b.ins().icmp_imm_s(IntCC::Equal, bits, 0xF);
+            code.b.ins().brif(all, whole, &[], some, &[]);
+            code.b.switch_to_block(whole);
+            code.b
+                .ins()
+                .store(MemFlagsData::new().with_notrap(), words, at, 0);
+            code.b.ins().jump(done, &[]);
+            code.b.switch_to_block(some);
+            for lane in 0..4u8 {
+                let this = code.b.create_block();
+                let next = code.b.create_block();
+                let bit = code.b.ins().band_imm_u(bits, 1 << lane);
+                code.b.ins().brif(bit, this, &[], next, &[]);
+                code.b.switch_to_block(this);
+                let word = code.b.ins().extractlane(words, lane);
+                code.b.ins().store(
+                    MemFlagsData::new().with_notrap().with_aligned(),
+                    word,
+                    at,
+                    i32::from(lane) * 4,
+                );
+                code.b.ins().jump(next, &[]);
+                code.b.switch_to_block(next);
+            }
+            code.b.ins().jump(done, &[]);
+            code.b.switch_to_block(done);
+        }
+    });
+    b.ins().jump(after, &[]);
+    b.switch_to_block(after);
+    b
 }
 
 /// Whether a value is the same for every lane (a uniform or an
