@@ -47,7 +47,7 @@ mod translate;
 use agx_hw::isa::Instr;
 use cranelift_codegen::settings::{self, Configurable};
 use cranelift_jit::{JITBuilder, JITModule};
-use cranelift_module::{default_libcall_names, Module};
+use cranelift_module::{default_libcall_names, Linkage, Module};
 
 pub use memory::{PageCache, PageSource, StackFrame, PAGE_CACHE_ENTRIES};
 pub use translate::{supports, updates_exec_mask};
@@ -199,8 +199,12 @@ impl Compiler {
             &self.helpers,
             block,
         )?;
+        // Named for profilers: under `perf record` (which sets
+        // `PERF_BUILDID_DIR`) Cranelift lists each function, by this name,
+        // in `/tmp/perf-<pid>.map`, where `perf report` finds it.
+        let name = block_name(self.blocks.len(), block);
         let id = module
-            .declare_anonymous_function(&self.context.func.signature)
+            .declare_function(&name, Linkage::Local, &self.context.func.signature)
             .map_err(|e| CompileError::Codegen(e.to_string()))?;
         module
             .define_function(id, &mut self.context)
@@ -223,6 +227,16 @@ impl Compiler {
         self.blocks.push(entry);
         Ok(BlockId(self.blocks.len() as u32 - 1))
     }
+}
+
+/// A compiled block's name (unique in its compiler): its number, its
+/// first instruction and its length.
+fn block_name(id: usize, block: &[(&Instr, bool)]) -> String {
+    let first = block
+        .first()
+        .map(|(instr, _)| agx_hw::isa::text::print(instr, 0))
+        .unwrap_or_default();
+    format!("agx-block {id}: {first} ({} instructions)", block.len())
 }
 
 /// A compiled block shared through a [`CodeCache`]: its entry, and the
