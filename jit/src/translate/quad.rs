@@ -109,11 +109,13 @@ pub(super) fn vectorizable(shape: &Shape<'_>, fma: bool) -> bool {
             shift,
             ..
         } => {
-            matches!(op, Op::Bfi | Op::Bfeil | Op::Extr)
-                && matches!(shift, None | Some(Value::Imm(_)))
-                && narrow_dst(dst)
-                && narrow(a)
-                && narrow(b)
+            let constant_shift = match op {
+                Op::Bfi | Op::Bfeil | Op::Extr => matches!(shift, None | Some(Value::Imm(_))),
+                // The amount is `b`: one for every lane.
+                Op::Asr => matches!(b, Value::Imm(_) | Value::Uniform(_)),
+                _ => false,
+            };
+            constant_shift && narrow_dst(dst) && narrow(a) && narrow(b)
         }
         Shape::Convert {
             mode,
@@ -616,8 +618,9 @@ impl Lane<'_> {
         self.b.block_params(join)[0]
     }
 
-    /// A bitfield operation with a constant shift, on 32-bit lanes: the
-    /// low 32 bits of what [`Lane::bitfield`] computes in 128.
+    /// A bitfield operation with a constant shift (or `asr` by an amount
+    /// the same for every lane), on 32-bit lanes: the low 32 bits of what
+    /// [`Lane::bitfield`] computes in 128.
     fn quad_bitfield(
         &mut self,
         op: Op,
@@ -634,6 +637,31 @@ impl Lane<'_> {
         };
         let low_mask = mask as u32;
         let zero = self.splat_i32(0);
+        if op == Op::Asr {
+            // The value sign-extended from its width (at most 32), shifted
+            // right arithmetically by the amount's low 7 bits, at most 63:
+            // past 31, every bit of the low 32 is the sign.
+            let width = width_of(a).min(32);
+            let value = if width < 32 {
+                self.sign_extend_lanes(x, width)
+            } else {
+                x
+            };
+            return match b {
+                Value::Imm(imm) => {
+                    let amount = (*imm as u64 as u32 & 0x7F).min(31);
+                    self.b.ins().sshr_imm_u(value, i64::from(amount))
+                }
+                _ => {
+                    // A uniform: the same amount for every lane.
+                    let amount = self.b.ins().extractlane(y, 0);
+                    let amount = self.b.ins().band_imm_u(amount, 0x7F);
+                    let most = self.b.ins().iconst(types::I32, 31);
+                    let amount = self.b.ins().umin(amount, most);
+                    self.b.ins().sshr(value, amount)
+                }
+            };
+        }
         match op {
             Op::Bfi => {
                 let placed = (mask << sh) as u32;
