@@ -907,3 +907,46 @@ fn stack_word_rows_store_and_load_the_lanes_of_the_mask_only() {
         run_loads(program, present, &registers, &[], u64::from(present));
     }
 }
+
+/// Stack words at a register's offset: where every lane of the mask
+/// holds the same offset, the compiled engine takes the rows; where one
+/// lane of the mask differs, each lane its own word. Both must write and
+/// read exactly the interpreter's words.
+#[test]
+fn stack_words_at_a_register_offset_shared_or_not_by_the_lanes_of_the_mask() {
+    let program = "
+        stack_adjust 0, 1, 2, 0, 0, 12
+        mov_imm r9, 7
+        stack_store i32, 1, 0, xy, 4, r12_r13, r5, 0
+        stack_load r14_r15_r16, i32, 1, 0, xyz, 4, r6, 0
+        iadd r17, r14, r16
+        stop";
+    let base: Vec<u32> = (0..24 * 32)
+        .map(|i: u32| i.wrapping_mul(0x9E37_79B9))
+        .collect();
+    let present = 0x7FFF_FFF6;
+    // r5 and r6 per lane: the same in every lane; the same in the lanes
+    // of the mask only (lanes 0, 3 and 31 differ); one lane of the mask
+    // differing; a pair straddling the stack's writable block.
+    type Offsets = fn(usize) -> u32;
+    let cases: [(Offsets, Offsets); 4] = [
+        (|_| 4, |_| (-4i32) as u32),
+        (
+            |lane| if [0, 3, 31].contains(&lane) { 40 } else { 0 },
+            |_| 0,
+        ),
+        (
+            |lane| if lane == 17 { 8 } else { 4 },
+            |lane| if lane == 0 { 12 } else { 0 },
+        ),
+        (|_| 12, |_| 12),
+    ];
+    for (r5, r6) in cases {
+        let mut registers = base.clone();
+        for lane in 0..32 {
+            registers[5 * 32 + lane] = r5(lane);
+            registers[6 * 32 + lane] = r6(lane);
+        }
+        run_loads(program, present, &registers, &[], 7);
+    }
+}

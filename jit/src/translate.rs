@@ -866,41 +866,55 @@ pub(crate) fn block(
                 } else {
                     None
                 };
-                // A stack access of words at an immediate offset: every
-                // lane's word of a component is in one row of the stack.
-                if let (
-                    Place::Stack {
-                        offset: Value::Imm(offset),
-                    },
-                    2,
-                    Some(frame),
-                ) = (place, *size_log2, frame)
-                {
-                    if data.iter().all(|reg| reg.size == Size::S32) {
-                        let lookup = PageLookup {
-                            cache,
-                            memory,
-                            miss: page_miss_signature,
-                            stop,
-                            at,
+                // A stack access of words at an offset the same for every
+                // lane: each component's word for all lanes is one row of
+                // the stack. An immediate offset always is; a register's
+                // is checked when the instruction runs (the generic passes
+                // below take the rest).
+                let mut after_generic = None;
+                if let (Place::Stack { offset }, 2, Some(frame)) = (place, *size_log2, frame) {
+                    let lookup = PageLookup {
+                        cache,
+                        memory,
+                        miss: page_miss_signature,
+                        stop,
+                        at,
+                    };
+                    let words = data.iter().all(|reg| reg.size == Size::S32);
+                    let mask = b.use_var(exec);
+                    let shared = match offset {
+                        Value::Imm(imm) if words => Some((b.ins().iconst(types::I64, *imm), None)),
+                        Value::Reg(reg, _) if words && reg.size == Size::S32 => {
+                            let (value, same) = lanes_agree(&mut b, regs, mask, *reg);
+                            Some((value, Some(same)))
+                        }
+                        _ => None,
+                    };
+                    if let Some((offset, same)) = shared {
+                        let access = StackRows {
+                            offset,
+                            components,
+                            data,
+                            store: *store,
                         };
-                        let mask = b.use_var(exec);
-                        b = stack_rows(
-                            b,
-                            &parts,
-                            lane,
-                            mask,
-                            lookup,
-                            frame,
-                            StackRows {
-                                offset: *offset,
-                                components,
-                                data,
-                                store: *store,
-                            },
-                        );
-                        position += count;
-                        continue;
+                        match same {
+                            None => {
+                                b = stack_rows(b, &parts, lane, mask, lookup, frame, access);
+                                position += count;
+                                continue;
+                            }
+                            Some(same) => {
+                                let rows = b.create_block();
+                                let generic = b.create_block();
+                                let join = b.create_block();
+                                b.ins().brif(same, rows, &[], generic, &[]);
+                                b.switch_to_block(rows);
+                                b = stack_rows(b, &parts, lane, mask, lookup, frame, access);
+                                b.ins().jump(join, &[]);
+                                b.switch_to_block(generic);
+                                after_generic = Some(join);
+                            }
+                        }
                     }
                 }
                 let zero = b.ins().iconst(types::I32, 0);
@@ -1134,6 +1148,10 @@ pub(crate) fn block(
                             code.quad_write(reg, words);
                         }
                     });
+                }
+                if let Some(join) = after_generic {
+                    b.ins().jump(join, &[]);
+                    b.switch_to_block(join);
                 }
             }
         }
@@ -1405,17 +1423,18 @@ fn page_host(
     b.block_params(have_page)[0]
 }
 
-/// A stack access [`stack_rows`] makes: its immediate offset, the
+/// A stack access [`stack_rows`] makes: its offset, the
 /// components named, their 32-bit registers, and whether it stores.
 struct StackRows<'s> {
-    offset: i64,
+    /// The offset in bytes (i64).
+    offset: IrValue,
     components: &'s [u32],
     data: &'s [Reg],
     store: bool,
 }
 
-/// A stack access of 32-bit words at an immediate offset, for the lanes
-/// of `mask`. The stack interleaves its threads word by word: word `w`
+/// A stack access of 32-bit words at an offset the same for every lane
+/// of `mask`, for those lanes. The stack interleaves its threads word by word: word `w`
 /// of block `b` of lane `l` is at `bases[b] + (w * 32 + l) * 4`, so a
 /// component's word for every lane is one row of 128 bytes, found once
 /// (inside the stack, within one page, through the page cache; else the
@@ -1438,7 +1457,7 @@ fn stack_rows<'f>(
     b.switch_to_block(work);
     let page_bytes = agx_hw::uat::PAGE_BYTES as i64;
     let row_bytes = (LANES * 4) as i64;
-    let first = b.ins().iadd_imm_u(sp, access.offset);
+    let first = b.ins().iadd(sp, access.offset);
     let mut rows = Vec::new();
     for &c in access.components {
         let byte_at = b.ins().iadd_imm_u(first, i64::from(c) * 4);
@@ -1526,6 +1545,46 @@ fn stack_rows<'f>(
     b.ins().jump(after, &[]);
     b.switch_to_block(after);
     b
+}
+
+/// The 32-bit register `reg`'s value in the first lane of `mask` (not
+/// empty), sign-extended to 64 bits as a stack offset is, and whether
+/// every lane of `mask` holds the same (an i8 truth value): eight
+/// vector compares of the register file's row.
+fn lanes_agree(
+    b: &mut FunctionBuilder<'_>,
+    regs: IrValue,
+    mask: IrValue,
+    reg: Reg,
+) -> (IrValue, IrValue) {
+    let row = (usize::from(reg.half / 2) * LANES * 4) as i32;
+    // (An empty mask makes no access: lane 32's "first" is never used.)
+    let first = b.ins().ctz(mask);
+    let first = b.ins().band_imm_u(first, (LANES - 1) as i64);
+    let first_wide = b.ins().uextend(types::I64, first);
+    let first_at = b.ins().imul_imm_u(first_wide, 4);
+    let first_at = b.ins().iadd(regs, first_at);
+    let value = b
+        .ins()
+        .load(types::I32, MemFlagsData::trusted(), first_at, row);
+    let all = b.ins().splat(types::I32X4, value);
+    let mut differ = b.ins().iconst(types::I32, 0);
+    for quad in 0..LANES / 4 {
+        let lanes = b.ins().load(
+            types::I32X4,
+            MemFlagsData::new().with_notrap(),
+            regs,
+            row + (quad * 16) as i32,
+        );
+        let equal = b.ins().icmp(IntCC::Equal, lanes, all);
+        let equal = b.ins().vhigh_bits(types::I32, equal);
+        let bits = b.ins().ushr_imm_u(mask, (quad * 4) as i64);
+        let bits = b.ins().band_imm_u(bits, 0xF);
+        let unequal = b.ins().band_not(bits, equal);
+        differ = b.ins().bor(differ, unequal);
+    }
+    let same = b.ins().icmp_imm_s(IntCC::Equal, differ, 0);
+    (b.ins().sextend(types::I64, value), same)
 }
 
 /// Whether a value is the same for every lane (a uniform or an
