@@ -747,6 +747,8 @@ pub(crate) fn block(
         b.ins().brif(passes, stop, &[here.into()], within, &[]);
         b.switch_to_block(within);
         match kind {
+            // `wait`s and barriers alone: nothing for any lane to do.
+            Segment::Alu if segment.iter().all(|shape| matches!(shape, Shape::Nop)) => {}
             Segment::Alu
                 if segment.iter().any(|shape| {
                     !matches!(shape, Shape::Nop) && quad::vectorizable(shape, parts.vector_fma)
