@@ -105,6 +105,54 @@ fn float_source() -> impl Strategy<Value = String> {
     })
 }
 
+/// An fp16 source: a register's or uniform's half, or a float
+/// immediate, with its modifiers.
+fn half_source() -> impl Strategy<Value = String> {
+    let value = prop_oneof![
+        5 => (register(), any::<bool>()).prop_map(|(r, h)| format!("r{r}{}", if h { "h" } else { "l" })),
+        2 => (0u16..8, any::<bool>()).prop_map(|(u, h)| format!("u{u}{}", if h { "h" } else { "l" })),
+        2 => prop::sample::select(vec!["0.5", "1.0", "2.0", "0.0", "0.25", "4.0"]).prop_map(str::to_string),
+    ];
+    (value, any::<bool>(), any::<bool>()).prop_map(|(v, abs, neg)| {
+        let mut s = v;
+        if !s.chars().next().is_some_and(|c| c.is_ascii_digit()) {
+            if abs {
+                s.push_str(".abs");
+            }
+            if neg {
+                s.push_str(".neg");
+            }
+        }
+        s
+    })
+}
+
+/// The fp16 ALU: `fadd16`, `fmul16`, `fmadd16`, with or without `.sat`.
+fn half_instruction() -> impl Strategy<Value = String> {
+    let sat = || prop::sample::select(vec!["", "", ".sat"]);
+    let destination = || {
+        (register(), any::<bool>()).prop_map(|(r, h)| format!("r{r}{}", if h { "h" } else { "l" }))
+    };
+    prop_oneof![
+        (
+            prop::sample::select(vec!["fadd16", "fmul16"]),
+            sat(),
+            destination(),
+            half_source(),
+            half_source()
+        )
+            .prop_map(|(op, sat, d, a, b)| format!("{op}{sat} {d}, {a}, {b}")),
+        (
+            sat(),
+            destination(),
+            half_source(),
+            half_source(),
+            half_source()
+        )
+            .prop_map(|(sat, d, a, b, c)| format!("fmadd16{sat} {d}, {a}, {b}, {c}")),
+    ]
+}
+
 fn instruction() -> impl Strategy<Value = String> {
     let sat = || prop::sample::select(vec!["", "", ".sat"]);
     prop_oneof![
@@ -299,7 +347,7 @@ proptest! {
 
     #[test]
     fn random_alu_programs_agree_on_both_engines(
-        body in prop::collection::vec(instruction(), 1..12),
+        body in prop::collection::vec(prop_oneof![6 => instruction(), 1 => half_instruction()], 1..12),
         present in prop_oneof![Just(u32::MAX), any::<u32>()],
         registers in prop::collection::vec(word(), 24 * 32),
         uniforms in prop::collection::vec(word(), 8),
@@ -497,11 +545,16 @@ fn a_full_code_cache_leaves_new_blocks_to_the_interpreter() {
     extern "C" fn convert(_: u32, _: u64, _: u32, _: u32) -> u64 {
         0
     }
+
+    extern "C" fn half(_: u32, _: f64, _: f64, _: f64, _: u32) -> u32 {
+        0
+    }
     let helpers = agx_jit::Helpers {
         fma_f32: fma,
         half_to_f32: widen,
         f32_to_half: narrow,
         convert,
+        half_arithmetic: half,
     };
     let code = agx_jit::CodeCache::new(helpers, 0).unwrap();
     let mut cache = ProgramCache::with_code(Some(code.clone()));

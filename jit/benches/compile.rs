@@ -49,12 +49,17 @@ extern "C" fn convert(_: u32, _: u64, _: u32, _: u32) -> u64 {
     0
 }
 
+extern "C" fn half(_: u32, _: f64, _: f64, _: f64, _: u32) -> u32 {
+    0
+}
+
 fn compile(c: &mut Criterion) {
     let helpers = Helpers {
         fma_f32: fma,
         half_to_f32: widen,
         f32_to_half: narrow,
         convert,
+        half_arithmetic: half,
     };
     let block = instructions();
     let refs: Vec<(&Instr, bool)> = block.iter().map(|(i, s)| (i, *s)).collect();

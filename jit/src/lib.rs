@@ -31,9 +31,9 @@
 //! runs everything else, and the two must agree bit for bit (the
 //! differential tests in `agx-firmware-sim` check it). The rare paths of
 //! the fp32 arithmetic (a result of the smallest normal's magnitude, where
-//! the hardware flushes what was below it before rounding) and the
-//! conversions call back into the interpreter's own functions
-//! ([`Helpers`]).
+//! the hardware flushes what was below it before rounding), the
+//! conversions and the fp16 arithmetic call back into the interpreter's
+//! own functions ([`Helpers`]).
 //!
 //! Unsafe code lives in this module (calling the generated functions and
 //! freeing their memory) and in `memory` (the page-cache functions the
@@ -80,6 +80,11 @@ pub struct Helpers {
     /// bits, flags: bit 0 a 16-bit destination, bit 1 rounding to zero)
     /// to the bits the destination receives.
     pub convert: extern "C" fn(u32, u64, u32, u32) -> u64,
+    /// One lane of `fadd16`/`fmul16`/`fmadd16`: (the operation, 0 add, 1
+    /// multiply, 2 fused multiply-add; the operands' exact values; `.sat`
+    /// as 0 or 1) to the bits the 16-bit destination receives (rounded
+    /// once to fp16, a NaN the default NaN).
+    pub half_arithmetic: extern "C" fn(u32, f64, f64, f64, u32) -> u32,
 }
 
 /// Why a block could not be compiled.

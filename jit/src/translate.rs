@@ -44,7 +44,7 @@ const DEFAULT_NAN_F32: i64 = 0x7FC0_0000;
 /// Whether the compiled engine translates `instr` (with `.sat` as
 /// `saturate`): the integer ALU (moves, adds, multiply-adds, bitwise and
 /// bitfield operations, funnel shifts, bit counts), compare-and-select,
-/// the fp32 add, multiply and fused multiply-add, integer/float
+/// the fp32 and fp16 add, multiply and fused multiply-add, integer/float
 /// conversions, `wait` and `memory_barrier`, device and stack loads and
 /// stores of whole elements (`i8`, `i16`, `i32`, `f16`), and the exec-mask
 /// instructions (`if`/`else`/`while`, `pop_exec`), with operands of the
@@ -149,6 +149,18 @@ enum Shape<'i> {
         components: Vec<u32>,
         /// The registers read or written for them, in the same order.
         data: Vec<Reg>,
+    },
+    /// `fadd16`/`fmul16`/`fmadd16` (16-bit sources and destination):
+    /// each lane through the reference's own function, which rounds the
+    /// exact result once.
+    Half {
+        /// 0 add, 1 multiply, 2 fused multiply-add.
+        op: u32,
+        dst: Reg,
+        a: Src,
+        b: Src,
+        c: Option<Src>,
+        saturate: bool,
     },
     /// `fadd32`/`fmul32`/`fmadd32`.
     Float {
@@ -531,6 +543,25 @@ fn shape(instr: &agx_hw::isa::Instr, saturate: bool) -> Option<Shape<'_>> {
                 to_zero,
             }
         }
+        Op::Fadd16 | Op::Fmul16 | Op::Fmadd16 => {
+            let c = if instr.op == Op::Fmadd16 {
+                Some(src(instr, 3)?)
+            } else {
+                None
+            };
+            Shape::Half {
+                op: match instr.op {
+                    Op::Fadd16 => 0,
+                    Op::Fmul16 => 1,
+                    _ => 2,
+                },
+                dst: dst(instr, 0)?,
+                a: src(instr, 1)?,
+                b: src(instr, 2)?,
+                c,
+                saturate,
+            }
+        }
         Op::Fadd32 | Op::Fmul32 | Op::Fmadd32 => {
             let d = dst(instr, 0)?;
             let (a, b) = (src(instr, 1)?, src(instr, 2)?);
@@ -643,6 +674,13 @@ pub(crate) fn block(
                 &[types::I64],
             )),
             helpers.convert as usize as i64,
+        ),
+        half: (
+            b.import_signature(signature_of(
+                &[types::I32, types::F64, types::F64, types::F64, types::I32],
+                &[types::I32],
+            )),
+            helpers.half_arithmetic as usize as i64,
         ),
         vector_fma: module
             .isa()
@@ -1259,6 +1297,7 @@ struct LaneParts {
     widen: (cranelift_codegen::ir::SigRef, i64),
     narrow: (cranelift_codegen::ir::SigRef, i64),
     convert: (cranelift_codegen::ir::SigRef, i64),
+    half: (cranelift_codegen::ir::SigRef, i64),
     /// Whether the host has a vector fused multiply-add.
     vector_fma: bool,
 }
@@ -1316,6 +1355,7 @@ fn first_lanes_loop<'f>(
         widen: parts.widen,
         narrow: parts.narrow,
         convert: parts.convert,
+        half: parts.half,
         count_is_zero: None,
         quad: None,
         vector_fma: parts.vector_fma,
@@ -1615,8 +1655,9 @@ struct Lane<'f> {
     fma: (cranelift_codegen::ir::SigRef, i64),
     widen: (cranelift_codegen::ir::SigRef, i64),
     narrow: (cranelift_codegen::ir::SigRef, i64),
-    /// And `convert`'s.
+    /// And `convert`'s, and the fp16 ALU's.
     convert: (cranelift_codegen::ir::SigRef, i64),
+    half: (cranelift_codegen::ir::SigRef, i64),
     /// After an exec-mask instruction: whether the lane's new count is 0
     /// (the lane is in the new mask).
     count_is_zero: Option<IrValue>,
@@ -2094,6 +2135,38 @@ impl Lane<'_> {
                     }
                 };
                 self.write(*dst, r);
+            }
+            Shape::Half {
+                op,
+                dst,
+                a,
+                b,
+                c,
+                saturate,
+            } => {
+                // The operands' exact values, as the reference reads them
+                // (fp16 widened, fp32 flushed, then `.abs`, `.neg`).
+                let wide = |this: &mut Self, src: &Src| {
+                    let value = this.float(src);
+                    this.b.ins().fpromote(types::F64, value)
+                };
+                let x = wide(self, a);
+                let y = wide(self, b);
+                let z = match c {
+                    Some(c) => wide(self, c),
+                    None => self.b.ins().f64const(0.0),
+                };
+                let (signature, address) = self.half;
+                let callee = self.b.ins().iconst(self.pointer, address);
+                let op = self.b.ins().iconst(types::I32, i64::from(*op));
+                let sat = self.b.ins().iconst(types::I32, i64::from(*saturate));
+                let call = self
+                    .b
+                    .ins()
+                    .call_indirect(signature, callee, &[op, x, y, z, sat]);
+                let bits = self.b.inst_results(call)[0];
+                let bits = self.b.ins().uextend(types::I64, bits);
+                self.write(*dst, bits);
             }
             Shape::Float {
                 op,

@@ -20,6 +20,10 @@ extern "C" fn convert(_: u32, _: u64, _: u32, _: u32) -> u64 {
     0
 }
 
+extern "C" fn half(_: u32, _: f64, _: f64, _: f64, _: u32) -> u32 {
+    0
+}
+
 fn block(text: &str) -> Vec<(Instr, bool)> {
     let code = assemble(text, 0).expect("the block assembles");
     let mut at = 0;
@@ -47,6 +51,7 @@ fn each_compiled_block_is_named_in_the_perf_map() {
         half_to_f32: widen,
         f32_to_half: narrow,
         convert,
+        half_arithmetic: half,
     })
     .expect("a compiler for this host");
     let first = block("iadd r4, r4, r2\nxor r7, r4, r2");

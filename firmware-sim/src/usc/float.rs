@@ -120,6 +120,61 @@ pub(crate) fn half_to_f32(bits: u64) -> f32 {
     f16::from_bits(bits as u16).to_f32()
 }
 
+/// An fp16 ALU operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum HalfOp {
+    /// `fadd16`.
+    Add,
+    /// `fmul16`.
+    Mul,
+    /// `fmadd16`.
+    Fma,
+}
+
+impl HalfOp {
+    /// The operation by its number in [`half_arithmetic_for_compiled_code`]'s
+    /// calls (0 add, 1 multiply, 2 fused multiply-add).
+    pub(crate) fn from_code(code: u32) -> HalfOp {
+        match code {
+            0 => HalfOp::Add,
+            1 => HalfOp::Mul,
+            _ => HalfOp::Fma,
+        }
+    }
+}
+
+/// One lane of the fp16 ALU: `x + y`, `x * y` or `x * y + z` (each
+/// operand's exact value, widened from fp16 or fp32) rounded once to
+/// fp16 (the product is exact in f64, the sums go through
+/// [`sum_to_half`]), then `.sat`, a NaN the default NaN: the bits the
+/// 16-bit destination receives.
+pub(crate) fn half_arithmetic(op: HalfOp, x: f64, y: f64, z: f64, sat: bool) -> u16 {
+    let bits = match op {
+        HalfOp::Add => sum_to_half(x, y),
+        HalfOp::Mul => f64_to_half(mul_f16_exact(x, y)),
+        HalfOp::Fma => sum_to_half(x * y, z),
+    };
+    let bits = if sat {
+        f64_to_half(saturate_f64(f64::from(half_to_f32(u64::from(bits)))))
+    } else {
+        bits
+    };
+    quiet_f16(bits)
+}
+
+/// [`half_arithmetic`] for the compiled code: the operation by its
+/// number (0 add, 1 multiply, 2 fused multiply-add), `.sat` as 0 or 1,
+/// the bits in the low 16 bits of the result.
+pub(crate) extern "C" fn half_arithmetic_for_compiled_code(
+    op: u32,
+    x: f64,
+    y: f64,
+    z: f64,
+    sat: u32,
+) -> u32 {
+    u32::from(half_arithmetic(HalfOp::from_code(op), x, y, z, sat != 0))
+}
+
 /// Rounds to fp16 (nearest even) and returns the bits.
 pub(crate) fn f32_to_half(value: f32) -> u16 {
     f64_to_half(f64::from(value))

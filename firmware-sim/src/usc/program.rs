@@ -230,6 +230,7 @@ pub fn new_code_cache() -> Option<std::sync::Arc<agx_jit::CodeCache>> {
         half_to_f32: half_to_f32_for_compiled_code,
         f32_to_half: f32_to_half_for_compiled_code,
         convert: convert_for_compiled_code,
+        half_arithmetic: super::float::half_arithmetic_for_compiled_code,
     };
     match agx_jit::CodeCache::new(helpers, CODE_CACHE_LIMIT_BYTES) {
         Ok(code) => Some(code),

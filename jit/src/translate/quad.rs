@@ -149,7 +149,7 @@ pub(super) fn vectorizable(shape: &Shape<'_>, fma: bool) -> bool {
             compared && *n < 1 << 16
         }
         Shape::PopExec { n } => *n < 1 << 16,
-        Shape::Bits { .. } | Shape::Memory { .. } => false,
+        Shape::Bits { .. } | Shape::Half { .. } | Shape::Memory { .. } => false,
     }
 }
 
@@ -225,6 +225,7 @@ pub(super) fn quad_loop<'f>(
         widen: parts.widen,
         narrow: parts.narrow,
         convert: parts.convert,
+        half: parts.half,
         count_is_zero: None,
         quad: Some(Box::new(Quad {
             cells: [None; GPRS],
@@ -871,7 +872,7 @@ impl Lane<'_> {
             Shape::ExecUpdate { .. } | Shape::PopExec { .. } => {
                 self.quad_exec_update(shape);
             }
-            Shape::Bits { .. } | Shape::Memory { .. } => {
+            Shape::Bits { .. } | Shape::Half { .. } | Shape::Memory { .. } => {
                 unreachable!("not vectorizable: run lane by lane")
             }
         }

@@ -5,10 +5,10 @@
 
 use agx_hw::isa::Op;
 
-use super::{lanes, unreachable_flow, Env, ExecError, Flow, Operands, SimdGroup, LANES};
+use super::{lanes, Env, ExecError, Flow, Operands, SimdGroup, LANES};
 use crate::usc::float::{
-    add_f32, f64_to_half, flush_before_rounding, fma_f32, half_to_f32, mul_f16_exact, mul_f32,
-    quiet_f16, rsqrt_f32, saturate, saturate_f64, sin_pt_1, sin_pt_2, sum_to_half,
+    add_f32, flush_before_rounding, fma_f32, half_arithmetic, mul_f32, rsqrt_f32, saturate,
+    sin_pt_1, sin_pt_2, HalfOp,
 };
 
 impl SimdGroup {
@@ -68,23 +68,20 @@ impl SimdGroup {
                 } else {
                     None
                 };
+                let half_op = match op {
+                    Op::Fadd16 => HalfOp::Add,
+                    Op::Fmul16 => HalfOp::Mul,
+                    _ => HalfOp::Fma,
+                };
                 for lane in lanes(exec) {
                     let x = self.half_src(&a, lane, env.uniforms);
                     let y = self.half_src(&b, lane, env.uniforms);
-                    // Each is rounded once: the product is exact in f64
-                    // and the sums go through `sum_to_half`.
-                    let bits = match (op, &c) {
-                        (Op::Fadd16, _) => sum_to_half(x, y),
-                        (Op::Fmul16, _) => f64_to_half(mul_f16_exact(x, y)),
-                        (_, Some(c)) => sum_to_half(x * y, self.half_src(c, lane, env.uniforms)),
-                        _ => unreachable_flow(),
+                    let z = match &c {
+                        Some(c) => self.half_src(c, lane, env.uniforms),
+                        None => 0.0,
                     };
-                    let bits = if sat {
-                        f64_to_half(saturate_f64(f64::from(half_to_f32(u64::from(bits)))))
-                    } else {
-                        bits
-                    };
-                    self.write(d, lane, u64::from(quiet_f16(bits)));
+                    let bits = half_arithmetic(half_op, x, y, z, sat);
+                    self.write(d, lane, u64::from(bits));
                 }
             }
             Op::Floor
