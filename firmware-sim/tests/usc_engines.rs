@@ -658,6 +658,20 @@ fn stack_instruction() -> impl Strategy<Value = String> {
 /// Runs `program` on both engines with the data pages mapped and filled
 /// from `seed`, lanes' registers from `registers`.
 fn run_loads(program: &str, present: u32, registers: &[u32], uniforms: &[u32], seed: u64) {
+    let (mut machine, mut group) = loads_machine(program, present, registers, uniforms, seed);
+    // `Machine::run` asserts that both engines agree on everything,
+    // memory and faults included.
+    let _ = machine.run(&mut group);
+}
+
+/// [`run_loads`]'s machine and SIMD-group, before the run.
+fn loads_machine(
+    program: &str,
+    present: u32,
+    registers: &[u32],
+    uniforms: &[u32],
+    seed: u64,
+) -> (Machine, SimdGroup) {
     let mut machine = Machine::new(program);
     machine.uniforms[..uniforms.len()].copy_from_slice(uniforms);
     let page = common::PAGE_BYTES;
@@ -688,9 +702,7 @@ fn run_loads(program: &str, present: u32, registers: &[u32], uniforms: &[u32], s
         0,
         0,
     ]);
-    // `Machine::run` asserts that both engines agree on everything,
-    // memory and faults included.
-    let _ = machine.run(&mut group);
+    (machine, group)
 }
 
 proptest! {
@@ -1002,4 +1014,32 @@ fn stack_words_at_a_register_offset_shared_or_not_by_the_lanes_of_the_mask() {
         }
         run_loads(program, present, &registers, &[], 7);
     }
+}
+
+/// A loop that spills to the stack at a register offset runs compiled,
+/// its stack accesses included: had the compiled code stopped at them
+/// (no stack frame given to the block), the interpreter would have run
+/// each, and more blocks would have formed after them.
+#[test]
+fn a_loop_of_stack_stores_runs_compiled_with_its_stack_accesses() {
+    let program = "
+        stack_adjust 0, 1, 2, 0, 0, 12
+        mov_imm r1, 0
+        top:
+        iadd r5, 0, r1.sx, lsl 2
+        stack_store i32, 1, 0, x, 4, r1, r5, 0
+        iadd r1, r1, 1
+        while_icmp r0l, ult, r1, 4, 1
+        jmp_exec_any top
+        pop_exec r0l, 1
+        stack_load r8_r9_r10_r11, i32, 1, 0, xyzw, 4, 0, 0
+        iadd r12, r8, r11
+        stop";
+    let (mut machine, mut group) = loads_machine(program, u32::MAX, &[], &[], 1);
+    assert_eq!(machine.run(&mut group), Ok(Exit::Stopped));
+    for lane in 0..32 {
+        let words: Vec<u64> = (8..12).map(|r| group.read(Reg::r(r), lane)).collect();
+        assert_eq!(words, [0, 1, 2, 3], "lane {lane}");
+    }
+    assert_eq!(machine.compiled_cache.compiled_blocks(), 3);
 }

@@ -50,7 +50,7 @@ use cranelift_jit::{JITBuilder, JITModule};
 use cranelift_module::{default_libcall_names, Linkage, Module};
 
 pub use memory::{PageCache, PageSource, StackFrame, PAGE_CACHE_ENTRIES};
-pub use translate::{supports, updates_exec_mask};
+pub use translate::{accesses_memory, accesses_stack, supports, updates_exec_mask};
 
 /// Lanes in a SIMD-group.
 pub const LANES: usize = 32;

@@ -1635,6 +1635,24 @@ fn per_group(value: &Value) -> bool {
     matches!(value, Value::Uniform(_) | Value::Imm(_) | Value::Float(_))
 }
 
+/// Whether `instr` is a load or store the translator takes (a block
+/// holding one needs device memory, [`crate::BlockMemory`]).
+pub fn accesses_memory(instr: &agx_hw::isa::Instr) -> bool {
+    matches!(shape(instr, false), Some(Shape::Memory { .. }))
+}
+
+/// Whether `instr` is a stack load or store the translator takes (a
+/// block holding one needs the group's stack frame).
+pub fn accesses_stack(instr: &agx_hw::isa::Instr) -> bool {
+    matches!(
+        shape(instr, false),
+        Some(Shape::Memory {
+            place: Place::Stack { .. },
+            ..
+        })
+    )
+}
+
 /// Whether `instr` changes the execution mask (a block holding one
 /// returns the new mask).
 pub fn updates_exec_mask(instr: &agx_hw::isa::Instr) -> bool {

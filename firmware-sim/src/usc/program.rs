@@ -454,18 +454,12 @@ impl ProgramCache {
                                 .map(|(instr, _)| register_cells_end(instr))
                                 .max()
                                 .unwrap_or(0),
-                            memory: instrs.iter().any(|(instr, _)| {
-                                matches!(
-                                    instr.op,
-                                    isa::Op::DeviceLoad
-                                        | isa::Op::DeviceStore
-                                        | isa::Op::StackLoad
-                                        | isa::Op::StackStore
-                                )
-                            }),
-                            stack: instrs.iter().any(|(instr, _)| {
-                                matches!(instr.op, isa::Op::StackLoad | isa::Op::StackStore)
-                            }),
+                            memory: instrs
+                                .iter()
+                                .any(|(instr, _)| agx_jit::accesses_memory(instr)),
+                            stack: instrs
+                                .iter()
+                                .any(|(instr, _)| agx_jit::accesses_stack(instr)),
                         },
                     )),
                     Err(agx_jit::CacheError::Full { .. }) => None,
