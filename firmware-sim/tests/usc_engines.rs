@@ -82,15 +82,9 @@ fn narrow_destination() -> impl Strategy<Value = String> {
     ]
 }
 
-/// A float source with its modifiers (fp16 halves among them: the
-/// compiled engine leaves those to the interpreter).
-fn float_source() -> impl Strategy<Value = String> {
-    let value = prop_oneof![
-        6 => register().prop_map(|r| format!("r{r}")),
-        1 => (register(), any::<bool>()).prop_map(|(r, h)| format!("r{r}{}", if h { "h" } else { "l" })),
-        2 => (0u16..8).prop_map(|u| format!("u{u}")),
-        2 => prop::sample::select(vec!["0.5", "1.0", "2.0", "0.0", "0.25", "4.0"]).prop_map(str::to_string),
-    ];
+/// A float source drawn from `value`, with `.abs` and `.neg` where it is
+/// not an immediate.
+fn with_float_modifiers(value: impl Strategy<Value = String>) -> impl Strategy<Value = String> {
     (value, any::<bool>(), any::<bool>()).prop_map(|(v, abs, neg)| {
         let mut s = v;
         if !s.chars().next().is_some_and(|c| c.is_ascii_digit()) {
@@ -105,6 +99,18 @@ fn float_source() -> impl Strategy<Value = String> {
     })
 }
 
+/// A float source with its modifiers (fp16 halves among them: the
+/// compiled engine leaves those to the interpreter).
+fn float_source() -> impl Strategy<Value = String> {
+    let value = prop_oneof![
+        6 => register().prop_map(|r| format!("r{r}")),
+        1 => (register(), any::<bool>()).prop_map(|(r, h)| format!("r{r}{}", if h { "h" } else { "l" })),
+        2 => (0u16..8).prop_map(|u| format!("u{u}")),
+        2 => prop::sample::select(vec!["0.5", "1.0", "2.0", "0.0", "0.25", "4.0"]).prop_map(str::to_string),
+    ];
+    with_float_modifiers(value)
+}
+
 /// An fp16 source: a register's or uniform's half, or a float
 /// immediate, with its modifiers.
 fn half_source() -> impl Strategy<Value = String> {
@@ -113,18 +119,7 @@ fn half_source() -> impl Strategy<Value = String> {
         2 => (0u16..8, any::<bool>()).prop_map(|(u, h)| format!("u{u}{}", if h { "h" } else { "l" })),
         2 => prop::sample::select(vec!["0.5", "1.0", "2.0", "0.0", "0.25", "4.0"]).prop_map(str::to_string),
     ];
-    (value, any::<bool>(), any::<bool>()).prop_map(|(v, abs, neg)| {
-        let mut s = v;
-        if !s.chars().next().is_some_and(|c| c.is_ascii_digit()) {
-            if abs {
-                s.push_str(".abs");
-            }
-            if neg {
-                s.push_str(".neg");
-            }
-        }
-        s
-    })
+    with_float_modifiers(value)
 }
 
 /// The fp16 ALU: `fadd16`, `fmul16`, `fmadd16`, with or without `.sat`.

@@ -682,16 +682,15 @@ pub(crate) fn block(
             )),
             helpers.half_arithmetic as usize as i64,
         ),
-        vector_fma: module
-            .isa()
-            .isa_flags()
-            .iter()
-            .any(|flag| flag.name == "has_fma" && flag.as_bool() == Some(true))
-            && module
-                .isa()
-                .isa_flags()
-                .iter()
-                .any(|flag| flag.name == "has_avx" && flag.as_bool() == Some(true)),
+        vector_fma: {
+            let flags = module.isa().isa_flags();
+            let has = |name: &str| {
+                flags
+                    .iter()
+                    .any(|flag| flag.name == name && flag.as_bool() == Some(true))
+            };
+            has("has_fma") && has("has_avx")
+        },
     };
     let page_sync_signature = b.import_signature(signature_of(&[pointer], &[]));
     let page_miss_signature =
@@ -1259,6 +1258,183 @@ pub(crate) fn block(
     b.seal_all_blocks();
     b.finalize(module.target_config());
     Ok(())
+}
+
+/// What one formula's values are: one lane's (i64; truth values i8) or
+/// a quad's four lanes (`i32x4`; truth values all-ones lanes). The
+/// instructions' arithmetic is written once over it, for both.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Width {
+    Lane,
+    Quad,
+}
+
+impl Width {
+    /// `value` in every lane (a quad's lanes take its low 32 bits).
+    fn constant(self, b: &mut FunctionBuilder<'_>, value: i64) -> IrValue {
+        match self {
+            Width::Lane => b.ins().iconst(types::I64, value),
+            Width::Quad => {
+                let word = b.ins().iconst(types::I32, i64::from(value as u32));
+                b.ins().splat(types::I32X4, word)
+            }
+        }
+    }
+
+    /// `x` where `holds`, else `y`, lane by lane.
+    fn select(
+        self,
+        b: &mut FunctionBuilder<'_>,
+        holds: IrValue,
+        x: IrValue,
+        y: IrValue,
+    ) -> IrValue {
+        match self {
+            Width::Lane => b.ins().select(holds, x, y),
+            Width::Quad => b.ins().bitselect(holds, x, y),
+        }
+    }
+}
+
+/// The bitwise operation of truth table `table` (bit 3: A and B, bit 2:
+/// not A and B, bit 1: A and not B, bit 0: neither), `y` 0 when absent.
+/// The tables of B alone give A (the interpreter's hardware-tested model).
+fn truth_table(
+    b: &mut FunctionBuilder<'_>,
+    width: Width,
+    table: u32,
+    x: IrValue,
+    y: Option<IrValue>,
+) -> IrValue {
+    if table == 0b1100 || table == 0b0011 {
+        return x;
+    }
+    let y = match y {
+        Some(y) => y,
+        None => width.constant(b, 0),
+    };
+    let not_x = b.ins().bnot(x);
+    let not_y = b.ins().bnot(y);
+    let mut r = width.constant(b, 0);
+    for (bit, (p, q)) in [
+        (1, (not_x, not_y)),
+        (2, (x, not_y)),
+        (4, (not_x, y)),
+        (8, (x, y)),
+    ] {
+        if table & bit != 0 {
+            let term = b.ins().band(p, q);
+            r = b.ins().bor(r, term);
+        }
+    }
+    r
+}
+
+/// `x * y + (z << shift)` (or `- ...`), `x + (y << shift)` without `z`;
+/// a shift of 5 or more drops the addend (the interpreter's rule).
+fn int_add(
+    b: &mut FunctionBuilder<'_>,
+    width: Width,
+    (x, y, z): (IrValue, IrValue, Option<IrValue>),
+    shift: u32,
+    subtract: bool,
+) -> IrValue {
+    let (product, addend) = match z {
+        Some(z) => (b.ins().imul(x, y), z),
+        None => (x, y),
+    };
+    let addend = match shift {
+        0 => addend,
+        1..=4 => b.ins().ishl_imm_u(addend, i64::from(shift)),
+        _ => width.constant(b, 0),
+    };
+    if subtract {
+        b.ins().isub(product, addend)
+    } else {
+        b.ins().iadd(product, addend)
+    }
+}
+
+/// The integer comparison of condition code `cc` (its operands already
+/// sign-extended for the signed codes).
+fn int_cc(cc: u32) -> IntCC {
+    match cc {
+        0 | 4 => IntCC::Equal,
+        1 => IntCC::UnsignedLessThan,
+        2 => IntCC::UnsignedGreaterThan,
+        5 => IntCC::SignedLessThan,
+        _ => IntCC::SignedGreaterThan,
+    }
+}
+
+/// Whether `x cc y` holds for floats (of one lane or four): codes 3 and
+/// 7 hold where x is a number and y is not or x is below (above) it.
+fn float_condition(b: &mut FunctionBuilder<'_>, cc: u32, x: IrValue, y: IrValue) -> IrValue {
+    let plain = match cc {
+        0 => Some(FloatCC::Equal),
+        1 => Some(FloatCC::LessThan),
+        2 => Some(FloatCC::GreaterThan),
+        5 => Some(FloatCC::GreaterThanOrEqual),
+        6 => Some(FloatCC::LessThanOrEqual),
+        _ => None,
+    };
+    if let Some(code) = plain {
+        return b.ins().fcmp(code, x, y);
+    }
+    let x_number = b.ins().fcmp(FloatCC::Ordered, x, x);
+    let y_nan = b.ins().fcmp(FloatCC::Unordered, y, y);
+    let order = if cc == 3 {
+        FloatCC::LessThan
+    } else {
+        FloatCC::GreaterThan
+    };
+    let ordered = b.ins().fcmp(order, x, y);
+    let either = b.ins().bor(y_nan, ordered);
+    b.ins().band(x_number, either)
+}
+
+/// A nesting count `v` after an exec-mask instruction: `if` (a lane
+/// nested in a branch not taken goes one level deeper, else it enters by
+/// the condition), `else` (a lane in the branch leaves to level `n`, one
+/// waiting at level 1 enters by the condition), `while` (a lane inside
+/// stays by the condition, else leaves to `n`), where `taken` is the
+/// condition, given with the instruction as `step`; `pop_exec` (no
+/// `step`): lowered by `n`, not below 0.
+fn nesting_count_after(
+    b: &mut FunctionBuilder<'_>,
+    width: Width,
+    step: Option<(Op, IrValue)>,
+    v: IrValue,
+    n: u64,
+) -> IrValue {
+    let n = width.constant(b, n as i64);
+    let zero = width.constant(b, 0);
+    let one = width.constant(b, 1);
+    match step {
+        None => {
+            let lowered = b.ins().isub(v, n);
+            let under = b.ins().icmp(IntCC::UnsignedLessThan, v, n);
+            width.select(b, under, zero, lowered)
+        }
+        Some((Op::IfIcmp | Op::IfFcmp, taken)) => {
+            let deeper = b.ins().iadd(v, n);
+            let entered = width.select(b, taken, zero, one);
+            let nested = b.ins().icmp(IntCC::NotEqual, v, zero);
+            width.select(b, nested, deeper, entered)
+        }
+        Some((Op::ElseIcmp | Op::ElseFcmp, taken)) => {
+            let entered = width.select(b, taken, zero, one);
+            let waiting = b.ins().icmp(IntCC::Equal, v, one);
+            let kept = width.select(b, waiting, entered, v);
+            let was_in = b.ins().icmp(IntCC::Equal, v, zero);
+            width.select(b, was_in, n, kept)
+        }
+        Some((_, taken)) => {
+            let again = width.select(b, taken, zero, n);
+            let inside = b.ins().icmp(IntCC::UnsignedLessThan, v, n);
+            width.select(b, inside, again, v)
+        }
+    }
 }
 
 /// What a shape is compiled as.
@@ -1967,40 +2143,13 @@ impl Lane<'_> {
                     holds
                 };
                 let v = self.nesting_count();
-                let n = self.b.ins().iconst(types::I64, *n as i64);
-                let zero = self.b.ins().iconst(types::I64, 0);
-                let one = self.b.ins().iconst(types::I64, 1);
-                let count = match op {
-                    Op::IfIcmp | Op::IfFcmp => {
-                        // Nested in a branch not taken: one level deeper;
-                        // else in the branch or not, by the condition.
-                        let deeper = self.b.ins().iadd(v, n);
-                        let entered = self.b.ins().select(taken, zero, one);
-                        let nested = self.b.ins().icmp_imm_s(IntCC::NotEqual, v, 0);
-                        self.b.ins().select(nested, deeper, entered)
-                    }
-                    Op::ElseIcmp | Op::ElseFcmp => {
-                        let entered = self.b.ins().select(taken, zero, one);
-                        let waiting = self.b.ins().icmp_imm_s(IntCC::Equal, v, 1);
-                        let kept = self.b.ins().select(waiting, entered, v);
-                        let was_in = self.b.ins().icmp_imm_s(IntCC::Equal, v, 0);
-                        self.b.ins().select(was_in, n, kept)
-                    }
-                    _ => {
-                        let again = self.b.ins().select(taken, zero, n);
-                        let inside = self.b.ins().icmp(IntCC::UnsignedLessThan, v, n);
-                        self.b.ins().select(inside, again, v)
-                    }
-                };
+                let count =
+                    nesting_count_after(&mut self.b, Width::Lane, Some((*op, taken)), v, *n);
                 self.set_nesting_count(count);
             }
             Shape::PopExec { n } => {
                 let v = self.nesting_count();
-                let n = self.b.ins().iconst(types::I64, *n as i64);
-                let zero = self.b.ins().iconst(types::I64, 0);
-                let lowered = self.b.ins().isub(v, n);
-                let under = self.b.ins().icmp(IntCC::UnsignedLessThan, v, n);
-                let count = self.b.ins().select(under, zero, lowered);
+                let count = nesting_count_after(&mut self.b, Width::Lane, None, v, *n);
                 self.set_nesting_count(count);
             }
             Shape::MovImm { dst, imm } => {
@@ -2018,23 +2167,8 @@ impl Lane<'_> {
             } => {
                 let x = self.int(a);
                 let y = self.int(b);
-                let (product, addend) = match c {
-                    Some(c) => {
-                        let z = self.int(c);
-                        (self.b.ins().imul(x, y), z)
-                    }
-                    None => (x, y),
-                };
-                let addend = if *shift >= 5 {
-                    self.b.ins().iconst(types::I64, 0)
-                } else {
-                    self.b.ins().ishl_imm_u(addend, i64::from(*shift))
-                };
-                let mut r = if *subtract {
-                    self.b.ins().isub(product, addend)
-                } else {
-                    self.b.ins().iadd(product, addend)
-                };
+                let z = c.as_ref().map(|c| self.int(c));
+                let mut r = int_add(&mut self.b, Width::Lane, (x, y, z), *shift, *subtract);
                 if let Some(signed) = saturate {
                     let width = width_of(&Value::Reg(*dst, Default::default()));
                     let (low, high) = if *signed {
@@ -2051,30 +2185,8 @@ impl Lane<'_> {
             }
             Shape::Bitwise { dst, a, b, table } => {
                 let (x, _) = self.raw(a);
-                if *table == 0b1100 || *table == 0b0011 {
-                    // The tables of B alone give A (the interpreter's
-                    // hardware-tested model).
-                    self.write(*dst, x);
-                    return;
-                }
-                let y = match b {
-                    Some(b) => self.raw(b).0,
-                    None => self.b.ins().iconst(types::I64, 0),
-                };
-                let not_x = self.b.ins().bnot(x);
-                let not_y = self.b.ins().bnot(y);
-                let mut r = self.b.ins().iconst(types::I64, 0);
-                for (bit, (p, q)) in [
-                    (1, (not_x, not_y)),
-                    (2, (x, not_y)),
-                    (4, (not_x, y)),
-                    (8, (x, y)),
-                ] {
-                    if table & bit != 0 {
-                        let term = self.b.ins().band(p, q);
-                        r = self.b.ins().bor(r, term);
-                    }
-                }
+                let y = b.map(|b| self.raw(b).0);
+                let r = truth_table(&mut self.b, Width::Lane, *table, x, y);
                 self.write(*dst, r);
             }
             Shape::CompareSelect {
@@ -2264,31 +2376,7 @@ impl Lane<'_> {
         if float {
             let x = self.float(a);
             let y = self.float(b);
-            let plain = |cc| match cc {
-                0 => Some(FloatCC::Equal),
-                1 => Some(FloatCC::LessThan),
-                2 => Some(FloatCC::GreaterThan),
-                5 => Some(FloatCC::GreaterThanOrEqual),
-                6 => Some(FloatCC::LessThanOrEqual),
-                _ => None,
-            };
-            return match plain(cc) {
-                Some(code) => self.b.ins().fcmp(code, x, y),
-                None => {
-                    // 3 and 7: x is a number, and y is not or x is below
-                    // (above) it.
-                    let x_number = self.b.ins().fcmp(FloatCC::Ordered, x, x);
-                    let y_nan = self.b.ins().fcmp(FloatCC::Unordered, y, y);
-                    let order = if cc == 3 {
-                        FloatCC::LessThan
-                    } else {
-                        FloatCC::GreaterThan
-                    };
-                    let ordered = self.b.ins().fcmp(order, x, y);
-                    let either = self.b.ins().bor(y_nan, ordered);
-                    self.b.ins().band(x_number, either)
-                }
-            };
+            return float_condition(&mut self.b, cc, x, y);
         }
         let (x, x_width) = self.raw(&a.value);
         let (y, y_width) = self.raw(&b.value);
@@ -2297,14 +2385,7 @@ impl Lane<'_> {
         } else {
             (x, y)
         };
-        let code = match cc {
-            0 | 4 => IntCC::Equal,
-            1 => IntCC::UnsignedLessThan,
-            2 => IntCC::UnsignedGreaterThan,
-            5 => IntCC::SignedLessThan,
-            _ => IntCC::SignedGreaterThan,
-        };
-        self.b.ins().icmp(code, x, y)
+        self.b.ins().icmp(int_cc(cc), x, y)
     }
 
     /// A 128-bit constant.

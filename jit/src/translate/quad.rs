@@ -191,14 +191,12 @@ pub(super) fn quad_loop<'f>(
     let first_lane = b.ins().ishl_imm_u(quad_now, 2);
     let shifted = b.ins().ushr(mask, first_lane);
     let bits = b.ins().band_imm_u(shifted, 0xF);
-    b.ins().brif(bits, body_block, &[], latch, &[]);
+    b.append_block_param(body_block, types::I32);
+    b.ins().brif(bits, body_block, &[bits.into()], latch, &[]);
 
     // body: the segment for the quad's four lanes.
     b.switch_to_block(body_block);
-    let quad_now = b.use_var(quad);
-    let first_lane = b.ins().ishl_imm_u(quad_now, 2);
-    let shifted = b.ins().ushr(mask, first_lane);
-    let bits = b.ins().band_imm_u(shifted, 0xF);
+    let bits = b.block_params(body_block)[0];
     let quad_wide = b.ins().uextend(parts.pointer, quad_now);
     let quad_bytes = b.ins().imul_imm_u(quad_wide, 16);
     let quad_base = b.ins().iadd(parts.regs, quad_bytes);
@@ -324,8 +322,7 @@ impl Lane<'_> {
     }
 
     fn splat_i32(&mut self, value: i64) -> IrValue {
-        let word = self.b.ins().iconst(types::I32, i64::from(value as u32));
-        self.b.ins().splat(types::I32X4, word)
+        Width::Quad.constant(&mut self.b, value)
     }
 
     fn splat_f32(&mut self, value: f32) -> IrValue {
@@ -526,29 +523,7 @@ impl Lane<'_> {
         if float {
             let x = self.quad_float(a);
             let y = self.quad_float(b);
-            let code = match cc {
-                0 => Some(FloatCC::Equal),
-                1 => Some(FloatCC::LessThan),
-                2 => Some(FloatCC::GreaterThan),
-                5 => Some(FloatCC::GreaterThanOrEqual),
-                6 => Some(FloatCC::LessThanOrEqual),
-                _ => None,
-            };
-            return match code {
-                Some(code) => self.b.ins().fcmp(code, x, y),
-                None => {
-                    let x_number = self.b.ins().fcmp(FloatCC::Ordered, x, x);
-                    let y_nan = self.b.ins().fcmp(FloatCC::Unordered, y, y);
-                    let order = if cc == 3 {
-                        FloatCC::LessThan
-                    } else {
-                        FloatCC::GreaterThan
-                    };
-                    let ordered = self.b.ins().fcmp(order, x, y);
-                    let either = self.b.ins().bor(y_nan, ordered);
-                    self.b.ins().band(x_number, either)
-                }
-            };
+            return float_condition(&mut self.b, cc, x, y);
         }
         let mut x = self.quad_raw(&a.value);
         let mut y = self.quad_raw(&b.value);
@@ -560,14 +535,7 @@ impl Lane<'_> {
                 y = self.sign_extend_lanes(y, 16);
             }
         }
-        let code = match cc {
-            0 | 4 => IntCC::Equal,
-            1 => IntCC::UnsignedLessThan,
-            2 => IntCC::UnsignedGreaterThan,
-            5 => IntCC::SignedLessThan,
-            _ => IntCC::SignedGreaterThan,
-        };
-        self.b.ins().icmp(code, x, y)
+        self.b.ins().icmp(int_cc(cc), x, y)
     }
 
     /// An fp32 add, multiply or fused multiply-add of four lanes; where a
@@ -739,51 +707,14 @@ impl Lane<'_> {
             } => {
                 let x = self.quad_int(a);
                 let y = self.quad_int(b);
-                let (product, addend) = match c {
-                    Some(c) => {
-                        let z = self.quad_int(c);
-                        (self.b.ins().imul(x, y), z)
-                    }
-                    None => (x, y),
-                };
-                let addend = if *shift >= 5 {
-                    self.splat_i32(0)
-                } else if *shift == 0 {
-                    addend
-                } else {
-                    self.b.ins().ishl_imm_u(addend, i64::from(*shift))
-                };
-                let r = if *subtract {
-                    self.b.ins().isub(product, addend)
-                } else {
-                    self.b.ins().iadd(product, addend)
-                };
+                let z = c.as_ref().map(|c| self.quad_int(c));
+                let r = int_add(&mut self.b, Width::Quad, (x, y, z), *shift, *subtract);
                 self.quad_write(*dst, r);
             }
             Shape::Bitwise { dst, a, b, table } => {
                 let x = self.quad_raw(a);
-                if *table == 0b1100 || *table == 0b0011 {
-                    self.quad_write(*dst, x);
-                    return;
-                }
-                let y = match b {
-                    Some(b) => self.quad_raw(b),
-                    None => self.splat_i32(0),
-                };
-                let not_x = self.b.ins().bnot(x);
-                let not_y = self.b.ins().bnot(y);
-                let mut r = self.splat_i32(0);
-                for (bit, (p, q)) in [
-                    (1, (not_x, not_y)),
-                    (2, (x, not_y)),
-                    (4, (not_x, y)),
-                    (8, (x, y)),
-                ] {
-                    if table & bit != 0 {
-                        let term = self.b.ins().band(p, q);
-                        r = self.b.ins().bor(r, term);
-                    }
-                }
+                let y = b.map(|b| self.quad_raw(b));
+                let r = truth_table(&mut self.b, Width::Quad, *table, x, y);
                 self.quad_write(*dst, r);
             }
             Shape::CompareSelect {
@@ -885,7 +816,6 @@ impl Lane<'_> {
         let word = self.quad_cell(0);
         let low_mask = self.splat_i32(0xFFFF);
         let v = self.b.ins().band(word, low_mask);
-        let zero = self.splat_i32(0);
         let count = match shape {
             Shape::ExecUpdate {
                 op,
@@ -902,35 +832,9 @@ impl Lane<'_> {
                 } else {
                     holds
                 };
-                let n = self.splat_i32(*n as i64);
-                let one = self.splat_i32(1);
-                match op {
-                    Op::IfIcmp | Op::IfFcmp => {
-                        let deeper = self.b.ins().iadd(v, n);
-                        let entered = self.b.ins().bitselect(taken, zero, one);
-                        let nested = self.b.ins().icmp(IntCC::NotEqual, v, zero);
-                        self.b.ins().bitselect(nested, deeper, entered)
-                    }
-                    Op::ElseIcmp | Op::ElseFcmp => {
-                        let entered = self.b.ins().bitselect(taken, zero, one);
-                        let waiting = self.b.ins().icmp(IntCC::Equal, v, one);
-                        let kept = self.b.ins().bitselect(waiting, entered, v);
-                        let was_in = self.b.ins().icmp(IntCC::Equal, v, zero);
-                        self.b.ins().bitselect(was_in, n, kept)
-                    }
-                    _ => {
-                        let again = self.b.ins().bitselect(taken, zero, n);
-                        let inside = self.b.ins().icmp(IntCC::UnsignedLessThan, v, n);
-                        self.b.ins().bitselect(inside, again, v)
-                    }
-                }
+                nesting_count_after(&mut self.b, Width::Quad, Some((*op, taken)), v, *n)
             }
-            Shape::PopExec { n } => {
-                let n = self.splat_i32(*n as i64);
-                let lowered = self.b.ins().isub(v, n);
-                let under = self.b.ins().icmp(IntCC::UnsignedLessThan, v, n);
-                self.b.ins().bitselect(under, zero, lowered)
-            }
+            Shape::PopExec { n } => nesting_count_after(&mut self.b, Width::Quad, None, v, *n),
             _ => unreachable!("an exec-mask instruction"),
         };
         let low = self.b.ins().band(count, low_mask);
@@ -938,6 +842,7 @@ impl Lane<'_> {
         let high = self.b.ins().band(word, high_mask);
         let word = self.b.ins().bor(high, low);
         self.set_quad_cell(0, word);
+        let zero = self.splat_i32(0);
         self.b.ins().icmp(IntCC::Equal, low, zero)
     }
 }
