@@ -975,7 +975,7 @@ pub(crate) fn block(
                 };
                 // First pass: every element's host address (and a load's
                 // value, a store's bytes), lane by lane; nothing written.
-                b = first_lanes_loop(b, lane, mask, lanes, &parts, |code| {
+                b = mask_loop(b, lane, mask, 1, lanes, &parts, |code, _| {
                     let lane_now = code.b.use_var(lane);
                     let lane_wide = code.b.ins().uextend(types::I64, lane_now);
                     // Each component's element address.
@@ -1488,42 +1488,51 @@ fn lane_loop<'f>(
     parts: &LaneParts,
     body: impl FnOnce(&mut Lane<'f>),
 ) -> FunctionBuilder<'f> {
-    first_lanes_loop(b, lane, mask, LANES, parts, body)
+    mask_loop(b, lane, mask, 1, LANES, parts, |code, _| body(code))
 }
 
-/// [`lane_loop`] over the first `lanes` lanes only.
-fn first_lanes_loop<'f>(
+/// A loop over `steps` groups of `group_lanes` lanes (1, or 4: a quad on
+/// host vectors), running `body` for each group with a lane in `mask`
+/// (the group's number in `group`, its bits of the mask the second
+/// argument): the registers it reads are loaded when first read, the
+/// ones it writes stored at the end (a quad's lanes outside the mask
+/// kept). The builder comes back after the loop.
+fn mask_loop<'f>(
     mut b: FunctionBuilder<'f>,
-    lane: cranelift_frontend::Variable,
+    group: cranelift_frontend::Variable,
     mask: IrValue,
-    lanes: usize,
+    group_lanes: u32,
+    steps: usize,
     parts: &LaneParts,
-    body: impl FnOnce(&mut Lane<'f>),
+    body: impl FnOnce(&mut Lane<'f>, IrValue),
 ) -> FunctionBuilder<'f> {
     let header = b.create_block();
     let body_block = b.create_block();
     let latch = b.create_block();
     let exit = b.create_block();
     let zero = b.ins().iconst(types::I32, 0);
-    b.def_var(lane, zero);
+    b.def_var(group, zero);
     b.ins().jump(header, &[]);
 
-    // header: is the lane in the mask?
+    // header: has the group a lane in the mask?
     b.switch_to_block(header);
-    let lane_now = b.use_var(lane);
-    let shifted = b.ins().ushr(mask, lane_now);
-    let bit = b.ins().band_imm_u(shifted, 1);
-    b.ins().brif(bit, body_block, &[], latch, &[]);
+    let group_now = b.use_var(group);
+    let first_lane = b.ins().imul_imm_u(group_now, i64::from(group_lanes));
+    let shifted = b.ins().ushr(mask, first_lane);
+    let bits = b.ins().band_imm_u(shifted, (1 << group_lanes) - 1);
+    b.append_block_param(body_block, types::I32);
+    b.ins().brif(bits, body_block, &[bits.into()], latch, &[]);
 
-    // body: the segment for one lane.
+    // body: the segment for the group's lanes.
     b.switch_to_block(body_block);
-    let lane_now = b.use_var(lane);
-    let lane_wide = b.ins().uextend(parts.pointer, lane_now);
-    let lane_bytes = b.ins().imul_imm_u(lane_wide, 4);
-    let lane_base = b.ins().iadd(parts.regs, lane_bytes);
+    let bits = b.block_params(body_block)[0];
+    let group_wide = b.ins().uextend(parts.pointer, group_now);
+    let group_bytes = b.ins().imul_imm_u(group_wide, i64::from(4 * group_lanes));
+    let base = b.ins().iadd(parts.regs, group_bytes);
+    let quad = (group_lanes == 4).then(|| quad::Quad::new(&mut b, bits));
     let mut code = Lane {
         b,
-        lane_base,
+        lane_base: base,
         uniforms: parts.uniforms,
         cells: [None; GPRS],
         pointer: parts.pointer,
@@ -1533,36 +1542,21 @@ fn first_lanes_loop<'f>(
         convert: parts.convert,
         half: parts.half,
         count_is_zero: None,
-        quad: None,
+        quad,
         vector_fma: parts.vector_fma,
     };
-    body(&mut code);
-    let Lane {
-        b: mut lane_b,
-        cells,
-        ..
-    } = code;
-    for (cell, state) in cells.iter().enumerate() {
-        if let Some((value, true)) = state {
-            lane_b.ins().store(
-                MemFlagsData::trusted(),
-                *value,
-                lane_base,
-                (cell * LANES * 4) as i32,
-            );
-        }
-    }
-    lane_b.ins().jump(latch, &[]);
-    b = lane_b;
+    body(&mut code, bits);
+    b = code.finish();
+    b.ins().jump(latch, &[]);
 
-    // latch: the next lane.
+    // latch: the next group.
     b.switch_to_block(latch);
-    let lane_now = b.use_var(lane);
-    let next = b.ins().iadd_imm_u(lane_now, 1);
-    b.def_var(lane, next);
+    let group_now = b.use_var(group);
+    let next = b.ins().iadd_imm_u(group_now, 1);
+    b.def_var(group, next);
     let more = b
         .ins()
-        .icmp_imm_s(IntCC::UnsignedLessThan, next, lanes as i64);
+        .icmp_imm_s(IntCC::UnsignedLessThan, next, steps as i64);
     b.ins().brif(more, header, &[], exit, &[]);
 
     b.switch_to_block(exit);
@@ -1860,6 +1854,28 @@ struct Lane<'f> {
     quad: Option<Box<quad::Quad>>,
     /// Whether the host has a vector fused multiply-add.
     vector_fma: bool,
+}
+
+impl<'f> Lane<'f> {
+    /// The end of a lane's or a quad's code: each register it wrote
+    /// stored (a quad's merged with the lanes outside the mask); the
+    /// builder comes back.
+    fn finish(mut self) -> FunctionBuilder<'f> {
+        if self.quad.is_some() {
+            self.store_quad_cells();
+        }
+        for (cell, state) in self.cells.iter().enumerate() {
+            if let Some((value, true)) = state {
+                self.b.ins().store(
+                    MemFlagsData::trusted(),
+                    *value,
+                    self.lane_base,
+                    (cell * LANES * 4) as i32,
+                );
+            }
+        }
+        self.b
+    }
 }
 
 impl Lane<'_> {

@@ -165,118 +165,71 @@ fn quad_memory() -> MemFlagsData {
     MemFlagsData::new().with_notrap()
 }
 
+impl Quad {
+    /// A quad's state with nothing read yet, its lanes in the mask those
+    /// of `bits` (bit k for lane k of the quad).
+    pub(super) fn new(b: &mut FunctionBuilder<'_>, bits: IrValue) -> Box<Quad> {
+        let lane_bits = b.func.dfg.constants.insert(ConstantData::from(
+            [1u32, 2, 4, 8]
+                .iter()
+                .flat_map(|bit| bit.to_le_bytes())
+                .collect::<Vec<u8>>(),
+        ));
+        let lane_bits = b.ins().vconst(types::I32X4, lane_bits);
+        let spread = b.ins().splat(types::I32X4, bits);
+        let mine = b.ins().band(spread, lane_bits);
+        let none = Width::Quad.constant(b, 0);
+        let mask = b.ins().icmp(IntCC::NotEqual, mine, none);
+        Box::new(Quad {
+            cells: [None; GPRS],
+            lane: None,
+            mask,
+        })
+    }
+}
+
 /// A loop over the quads of `mask` with at least one lane in it, running
 /// `body` for each (the quad's number in `quad`, its four bits of the
 /// mask the second argument); each register the body wrote is stored at
 /// the end, its lanes outside the mask kept. The builder comes back
 /// after the loop.
 pub(super) fn quad_loop<'f>(
-    mut b: FunctionBuilder<'f>,
+    b: FunctionBuilder<'f>,
     quad: cranelift_frontend::Variable,
     mask: IrValue,
     parts: &LaneParts,
     body: impl FnOnce(&mut Lane<'f>, IrValue),
 ) -> FunctionBuilder<'f> {
-    let header = b.create_block();
-    let body_block = b.create_block();
-    let latch = b.create_block();
-    let exit = b.create_block();
-    let zero = b.ins().iconst(types::I32, 0);
-    b.def_var(quad, zero);
-    b.ins().jump(header, &[]);
-
-    // header: has the quad a lane in the mask?
-    b.switch_to_block(header);
-    let quad_now = b.use_var(quad);
-    let first_lane = b.ins().ishl_imm_u(quad_now, 2);
-    let shifted = b.ins().ushr(mask, first_lane);
-    let bits = b.ins().band_imm_u(shifted, 0xF);
-    b.append_block_param(body_block, types::I32);
-    b.ins().brif(bits, body_block, &[bits.into()], latch, &[]);
-
-    // body: the segment for the quad's four lanes.
-    b.switch_to_block(body_block);
-    let bits = b.block_params(body_block)[0];
-    let quad_wide = b.ins().uextend(parts.pointer, quad_now);
-    let quad_bytes = b.ins().imul_imm_u(quad_wide, 16);
-    let quad_base = b.ins().iadd(parts.regs, quad_bytes);
-    // Lane k of the quad is in the mask where bit k is set.
-    let lane_bits = b.func.dfg.constants.insert(ConstantData::from(
-        [1u32, 2, 4, 8]
-            .iter()
-            .flat_map(|bit| bit.to_le_bytes())
-            .collect::<Vec<u8>>(),
-    ));
-    let lane_bits = b.ins().vconst(types::I32X4, lane_bits);
-    let spread = b.ins().splat(types::I32X4, bits);
-    let mine = b.ins().band(spread, lane_bits);
-    let none = b.ins().iconst(types::I32, 0);
-    let none = b.ins().splat(types::I32X4, none);
-    let lane_mask = b.ins().icmp(IntCC::NotEqual, mine, none);
-    let mut code = Lane {
-        b,
-        lane_base: quad_base,
-        uniforms: parts.uniforms,
-        cells: [None; GPRS],
-        pointer: parts.pointer,
-        fma: parts.fma,
-        widen: parts.widen,
-        narrow: parts.narrow,
-        convert: parts.convert,
-        half: parts.half,
-        count_is_zero: None,
-        quad: Some(Box::new(Quad {
-            cells: [None; GPRS],
-            lane: None,
-            mask: lane_mask,
-        })),
-        vector_fma: parts.vector_fma,
-    };
-    body(&mut code, bits);
-    let Lane {
-        b: mut quad_b,
-        quad: state,
-        ..
-    } = code;
-    if let Some(state) = state {
-        for (cell, entry) in state.cells.iter().enumerate() {
-            let Some(QuadCell {
-                value,
-                written: true,
-                loaded,
-            }) = *entry
-            else {
-                continue;
-            };
-            let offset = (cell * LANES * 4) as i32;
-            let old = match loaded {
-                Some(old) => old,
-                None => quad_b
-                    .ins()
-                    .load(types::I32X4, quad_memory(), quad_base, offset),
-            };
-            let merged = quad_b.ins().bitselect(state.mask, value, old);
-            quad_b.ins().store(quad_memory(), merged, quad_base, offset);
-        }
-    }
-    quad_b.ins().jump(latch, &[]);
-    b = quad_b;
-
-    // latch: the next quad.
-    b.switch_to_block(latch);
-    let quad_now = b.use_var(quad);
-    let next = b.ins().iadd_imm_u(quad_now, 1);
-    b.def_var(quad, next);
-    let more = b
-        .ins()
-        .icmp_imm_s(IntCC::UnsignedLessThan, next, (LANES / 4) as i64);
-    b.ins().brif(more, header, &[], exit, &[]);
-
-    b.switch_to_block(exit);
-    b
+    mask_loop(b, quad, mask, 4, LANES / 4, parts, body)
 }
 
 impl Lane<'_> {
+    /// Stores each register the quad's code wrote, its lanes outside the
+    /// mask kept.
+    pub(super) fn store_quad_cells(&mut self) {
+        let Some(state) = self.quad.as_deref() else {
+            return;
+        };
+        let mask = state.mask;
+        let written: Vec<(usize, QuadCell)> = state
+            .cells
+            .iter()
+            .enumerate()
+            .filter_map(|(cell, entry)| entry.filter(|entry| entry.written).map(|e| (cell, e)))
+            .collect();
+        for (cell, entry) in written {
+            let offset = (cell * LANES * 4) as i32;
+            let old = match entry.loaded {
+                Some(old) => old,
+                None => self.quad_load(self.lane_base, offset),
+            };
+            let merged = self.b.ins().bitselect(mask, entry.value, old);
+            self.b
+                .ins()
+                .store(quad_memory(), merged, self.lane_base, offset);
+        }
+    }
+
     fn quad_state(&mut self) -> &mut Quad {
         self.quad
             .as_deref_mut()
