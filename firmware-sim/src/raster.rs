@@ -12,6 +12,7 @@ use agx_hw::formats::{CoefficientSource, ShadeModel};
 use crate::fault::{unsupported, EngineResult};
 use crate::memory::GpuVm;
 use crate::tiler;
+use crate::usc::float;
 
 /// Pixels of a tile a triangle covers: pixel centres inside its edges,
 /// with the top-left rule for centres exactly on an edge. Positions are
@@ -209,6 +210,23 @@ impl Coefficient {
             Coefficient::Constant(bits) => [0.0, 0.0, f32::from_bits(bits)],
         }
     }
+}
+
+/// The iterator's value of a plane from its three words (as `ldcf` reads
+/// them) at `(x, y)` relative to the tile's corner: A x + B y + C
+/// computed exactly and rounded once to f32 (nearest even), a dot product
+/// as Mesa describes the iterator's. The hardware's rounding is not
+/// public (`Documentation/gpu.md`); Mesa's lowering of
+/// `interpolateAtOffset`, two fused multiply-adds of the same words, gives
+/// the same bits wherever A x or B y is 0, and can differ by an ulp
+/// elsewhere.
+pub(crate) fn iterate([a, b, c]: [f32; 3], x: f32, y: f32) -> f32 {
+    let ax = f64::from(a) * f64::from(x);
+    let by = f64::from(b) * f64::from(y);
+    // Both products are exact in f64 (24 x 24 bits); the sum rounded to
+    // odd keeps the exact sum's side of every f32, so the conversion is
+    // the single rounding.
+    float::sum3_to_odd(ax, by, f64::from(c)) as f32
 }
 
 /// Where the values a binned primitive carries beyond its vertices'

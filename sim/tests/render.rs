@@ -3765,24 +3765,29 @@ fn coefficients_are_relative_to_the_32x32_tile() {
     }
 }
 
-/// `iter` evaluates the coefficient registers `ldcf` reads, as Mesa's
-/// lowering of `interpolateAtOffset` does at offset 0 (`agx_nir_lower_
-/// interpolation.c`: `fma(x, A, fma(y, B, C))` at the pixel's centre
-/// relative to its 32x32 tile): the two agree bit for bit at every pixel
-/// (piglit's `fs-interpolateAtOffset-*` compare them exactly). The shader
-/// writes red where they differ.
+/// Where a varying changes along one axis only (piglit's
+/// `fs-interpolateAtOffset-*` interpolate a screen-aligned rectangle's
+/// positions), `iter` agrees bit for bit with Mesa's lowering of
+/// `interpolateAtOffset` at offset 0 (`agx_nir_lower_interpolation.c`:
+/// `fma(x, A, fma(y, B, C))` of the coefficient registers at the pixel's
+/// centre relative to its 32x32 tile): one of the products is 0, and both
+/// round once. The shader writes red where either component differs.
 #[test_log::test]
-fn iter_agrees_with_the_coefficients_evaluated_as_mesa_does() {
+fn iter_agrees_with_mesas_interpolate_at_offset_where_a_varying_is_axis_aligned() {
     let m = Machine::new(5000);
-    let value = |x: f32, y: f32| 3.3 + 0.1237 * x - 0.0457 * y;
-    let v = |x: f32, y: f32| ([x, y], 0.5f32, [value(x, y), 0.0, 0.0]);
-    let triangle = [v(1.3, 2.7), v(63.1, 9.9), v(11.7, 62.4)];
+    let v = |x: f32, y: f32| ([x, y], 0.5f32, [3.3 + x * 0.1237, 0.7 - y * 0.0457, 0.0]);
+    let quad = [
+        v(0.0, 0.0),
+        v(64.0, 0.0),
+        v(0.0, 64.0),
+        v(64.0, 0.0),
+        v(64.0, 64.0),
+        v(0.0, 64.0),
+    ];
     draw_linear_varyings(
         &m,
-        &triangle,
+        &quad,
         "
-    iter r12, cf0, center, 0, 0, 0, 0, 0
-    ldcf r2_r3_r4, cf0, 0
     get_sr r10, sr80
     get_sr r11, sr81
     and r10, r10, 31
@@ -3791,29 +3796,112 @@ fn iter_agrees_with_the_coefficients_evaluated_as_mesa_does() {
     convert u32_to_f, r6, r11, rte
     fadd32 r5, r5, 0.5
     fadd32 r6, r6, 0.5
+    mov_imm r9, 0x3f800000
+    mov_imm r20, 0
+    iter r12_r13, cf0, center, 0, 0, 0, 0, 0
+    ldcf r2_r3_r4, cf0, 0
     fmadd32 r7, r6, r3, r4
     fmadd32 r7, r5, r2, r7
-    mov_imm r9, 0x3f800000
-    icmpsel ueq, r20, r7, r12, 0, r9
+    icmpsel ueq, r20, r7, r12, r20, r9
+    ldcf r2_r3_r4, cf1, 0
+    fmadd32 r7, r6, r3, r4
+    fmadd32 r7, r5, r2, r7
+    icmpsel ueq, r20, r7, r13, r20, r9
     mov_imm r21, 0
     mov_imm r22, 0
     mov r23, r9
     st_tile r20_r21_r22_r23, u8norm, 0, xyzw, 0, 255, r0, 0
     stop",
     );
-    let mut drawn = 0;
     let pixels = image(&m, SIZE as usize);
     for y in 0..64 {
         for x in 0..64 {
             let at = y * STRIDE as usize + 4 * x;
-            let pixel = &pixels[at..at + 4];
-            if pixel[3] == 255 {
-                drawn += 1;
-                assert_eq!(pixel[0], 0, "pixel ({x}, {y}): iter and the fmas differ");
-            }
+            assert_eq!(
+                pixels[at..at + 4],
+                [0, 0, 0, 255],
+                "pixel ({x}, {y}): iter and the fmas differ"
+            );
+        }
+    }
+}
+
+/// `iter` computes A x + B y + C from the coefficient registers `ldcf`
+/// reads, (x, y) the pixel's centre relative to its 32x32 tile, exactly
+/// and rounded once to f32. The shader stores each pixel's `iter` and
+/// `ldcf` words; the reference is their f64 sum (exact products, one f64
+/// rounding) where that is not within a few f64 ulps of an f32 rounding
+/// tie. Mesa's two fused multiply-adds differ at some of these pixels.
+#[test_log::test]
+fn iter_is_the_coefficients_dot_product_rounded_once() {
+    const OUT: u64 = 0x10_0000;
+    let m = Machine::new(5000);
+    let value = |x: f32, y: f32| 3.3 + 0.1237 * x - 0.0457 * y;
+    let v = |x: f32, y: f32| ([x, y], 0.5f32, [value(x, y), 0.0, 0.0]);
+    shape_vertices(&m, &[v(1.3, 2.7), v(63.1, 9.9), v(11.7, 62.4)]);
+    m.poke_u32s(OUT, &vec![u32::MAX; 4 * 64 * 64]);
+    let vs = colour_vs(&m, VERTICES);
+    cf_table(&m, 3, agx_hw::formats::ShadeModel::Linear);
+    let mut uniforms = vec![1.0f32.to_bits(), 0];
+    uniforms.extend(pair(DATA_VA + OUT));
+    let fs = m.program(
+        "
+    iter r12, cf0, center, 0, 0, 0, 0, 0
+    ldcf r13_r14_r15, cf0, 0
+    get_sr r10, sr80
+    get_sr r11, sr81
+    imadd r16, r11, 64, r10
+    device_store 0, i32, xyzw, r12_r13_r14_r15, u2_u3, r16, unsigned, lsl 2, 0
+    st_tile r12_r13_r14_r15, u8norm, 0, xyzw, 0, 255, r0, 0
+    stop",
+        0x4000,
+        0x100,
+        &uniforms,
+        UNIFORMS + 0x300,
+        0,
+        None,
+    );
+    let draw = Shapes::new(Primitive::Triangles, 3);
+    let render = draw_shapes(&m, draw, vs, 7, fs, Some((0x5000, 1)), None, None, &|_| {});
+    assert_eq!(m.submit(CmdType::Render, render.as_bytes()), None);
+    let out = m.peek_u32s(OUT, 4 * 64 * 64);
+    let (mut drawn, mut near_ties, mut fmas_differ) = (0, 0, 0);
+    for (pixel, words) in out.chunks_exact(4).enumerate() {
+        if words == [u32::MAX; 4] {
+            continue;
+        }
+        drawn += 1;
+        let [iter, a, b, c] = [words[0], words[1], words[2], words[3]].map(f32::from_bits);
+        let x = (pixel % 64 % 32) as f32 + 0.5;
+        let y = (pixel / 64 % 32) as f32 + 0.5;
+        let sum = f64::from(a) * f64::from(x) + f64::from(b) * f64::from(y) + f64::from(c);
+        // The f32s either side of the sum and the tie between them.
+        let nearest = sum as f32;
+        let other = if f64::from(nearest) <= sum {
+            nearest.next_up()
+        } else {
+            nearest.next_down()
+        };
+        let tie = (f64::from(nearest) + f64::from(other)) / 2.0;
+        if (sum - tie).abs() <= 4.0 * f64::EPSILON * sum.abs() {
+            near_ties += 1;
+            continue;
+        }
+        assert_eq!(
+            iter.to_bits(),
+            (sum as f32).to_bits(),
+            "pixel {pixel}: {iter} vs {sum}"
+        );
+        if x.mul_add(a, y.mul_add(b, c)) != iter {
+            fmas_differ += 1;
         }
     }
     assert!(drawn > 1000, "{drawn} pixels drawn");
+    assert!(near_ties < 10, "{near_ties} pixels near a tie");
+    assert!(
+        fmas_differ > 10,
+        "{fmas_differ} pixels where the fmas differ"
+    );
 }
 
 /// `iter` with bit 23 takes its coefficient register from a 16-bit

@@ -11,7 +11,7 @@ use super::tilebuffer::Tilebuffer;
 use crate::bind::Binding;
 use crate::imageblock::{store_block, store_texel, BlockPlacement, ImageWriteTarget};
 use crate::memory::GpuVm;
-use crate::raster::Coefficient;
+use crate::raster::{iterate, Coefficient};
 use crate::texture::TextureUnit;
 use crate::usc::io::{BlockStore, ImageWrite, IoError, TextureRequest, TileAccess};
 use crate::usc::{ShaderIo, LANES};
@@ -266,23 +266,17 @@ impl ShaderIo for TileIo<'_, '_> {
         interpolation: crate::usc::io::Interpolation,
         perspective_w: Option<u32>,
     ) -> Result<[f32; 4], IoError> {
-        // The interpolator evaluates the coefficient registers `ldcf`
-        // reads at the point relative to the 32x32 tile's corner, with two
-        // fused multiply-adds: what Mesa's lowering of
-        // `interpolateAtOffset` computes (and Apple's compiler, by Mesa's
-        // comments there), so that it agrees with `iter` at offset 0. How
-        // the hardware's interpolator rounds is not public; a perspective
-        // value is then divided by the W plane's, in f32.
+        // The iterator evaluates the coefficient registers `ldcf` reads at
+        // the point relative to the 32x32 tile's corner, a dot product
+        // rounded once (`raster::iterate`); a perspective value is then
+        // divided by the W plane's, in f32.
         let (x, y) = self.interpolation_point(lane, interpolation);
         let origin = self.coefficient_origin();
         let (tx, ty) = (x - origin.0 as f32, y - origin.1 as f32);
         // A flat value keeps its bits (a -0 or an integer's too).
         let eval = |coefficient: Coefficient| match coefficient {
             Coefficient::Constant(bits) => f32::from_bits(bits),
-            plane => {
-                let [a, b, c] = plane.words_at(origin);
-                tx.mul_add(a, ty.mul_add(b, c))
-            }
+            plane => iterate(plane.words_at(origin), tx, ty),
         };
         let w = perspective_w.map(|w_cf| eval(self.coefficient(w_cf)));
         let mut out = [0f32; 4];

@@ -222,17 +222,49 @@ pub(crate) fn sum_to_half(p: f64, z: f64) -> u16 {
 /// inexact and even, its odd neighbour on the side of the exact value. It
 /// keeps which side of every value of fewer bits the exact sum is on.
 fn sum_to_odd(p: f64, z: f64) -> f64 {
-    let sum = p + z;
+    let (sum, error) = two_sum(p, z);
     if !sum.is_finite() {
         return sum;
     }
-    // Knuth's two-sum: the exact rounding error of `sum`.
-    let z_part = sum - p;
-    let error = (p - (sum - z_part)) + (z - z_part);
+    odd_toward(sum, error)
+}
+
+/// `p + q + z` (each exact in f64) rounded to odd, as [`sum_to_odd`].
+pub(crate) fn sum3_to_odd(p: f64, q: f64, z: f64) -> f64 {
+    let (s, e1) = two_sum(p, q);
+    let (h, e2) = two_sum(s, z);
+    if !h.is_finite() {
+        return h;
+    }
+    // The exact sum is h + e2 + e1; gathered, h2 + e4 + e3, where e3 is
+    // below half an ulp of e2 + e1 and e4 of h2. When e4 is not zero it
+    // is a multiple of the smaller of h's and t's quanta, larger than
+    // |e3| (which is non-zero only outside Sterbenz's cancellation,
+    // where t is far below h): the exact sum's side of h2 is e4's sign.
+    let (t, e3) = two_sum(e2, e1);
+    let (h2, e4) = two_sum(h, t);
+    if h2 == 0.0 {
+        // h + t cancelled exactly: what is left is e3, an f64.
+        return if e3 == 0.0 { p + q + z } else { e3 };
+    }
+    odd_toward(h2, if e4 != 0.0 { e4 } else { e3 })
+}
+
+/// Knuth's two-sum: `a + b` rounded, and its exact rounding error.
+fn two_sum(a: f64, b: f64) -> (f64, f64) {
+    let sum = a + b;
+    let b_part = sum - a;
+    (sum, (a - (sum - b_part)) + (b - b_part))
+}
+
+/// `sum` rounded to odd toward an exact value `sum + below`, where
+/// `below` is smaller than half of `sum`'s ulp: `sum` itself if it is
+/// exact or odd, else its odd neighbour on `below`'s side.
+fn odd_toward(sum: f64, below: f64) -> f64 {
     let bits = sum.to_bits();
-    if error == 0.0 || bits & 1 == 1 {
+    if below == 0.0 || bits & 1 == 1 {
         sum
-    } else if (error > 0.0) == (sum > 0.0) {
+    } else if (below > 0.0) == (sum > 0.0) {
         // The odd neighbour away from zero.
         f64::from_bits(bits + 1)
     } else {
@@ -547,6 +579,146 @@ mod tests {
             assert!(
                 (sine - reference).abs() <= 2.0 * ulp,
                 "q = {q}: {sine} vs {reference}"
+            );
+        }
+    }
+
+    /// `value` as m x 2^e with m an integer (sign included).
+    fn integer_times_power(value: f32) -> (i128, i32) {
+        let bits = value.to_bits();
+        let exponent = ((bits >> 23) & 0xFF) as i32;
+        let fraction = i128::from(bits & 0x7F_FFFF);
+        let (m, e) = if exponent == 0 {
+            (fraction, -149)
+        } else {
+            (fraction | 1 << 23, exponent - 150)
+        };
+        (if bits >> 31 == 1 { -m } else { m }, e)
+    }
+
+    /// a x + b y + c rounded once to f32 by integer arithmetic: each
+    /// term an integer at a common power of two, summed exactly, the
+    /// sum's top 24 bits rounded to nearest even by its remainder.
+    fn dot_by_integers(a: f32, x: f32, b: f32, y: f32, c: f32) -> f32 {
+        let terms = [
+            integer_times_power(a),
+            integer_times_power(x),
+            integer_times_power(b),
+            integer_times_power(y),
+        ];
+        let products = [
+            (terms[0].0 * terms[1].0, terms[0].1 + terms[1].1),
+            (terms[2].0 * terms[3].0, terms[2].1 + terms[3].1),
+            integer_times_power(c),
+        ];
+        let products = products.iter().filter(|p| p.0 != 0);
+        let Some(lowest) = products.clone().map(|p| p.1).min() else {
+            return 0.0;
+        };
+        let sum: i128 = products
+            .map(|&(m, e)| {
+                assert!(e - lowest < 75, "outside what i128 holds");
+                m << (e - lowest)
+            })
+            .sum();
+        if sum == 0 {
+            return 0.0;
+        }
+        let magnitude = sum.unsigned_abs();
+        let extra = (128 - magnitude.leading_zeros() as i32 - 24).max(0);
+        let mut kept = magnitude >> extra;
+        if extra > 0 {
+            let rest = magnitude & ((1u128 << extra) - 1);
+            let half = 1u128 << (extra - 1);
+            if rest > half || (rest == half && kept & 1 == 1) {
+                kept += 1;
+            }
+        }
+        let value = kept as f64 * 2f64.powi(lowest + extra);
+        (if sum < 0 { -value } else { value }) as f32
+    }
+
+    fn rounded_once(a: f32, x: f32, b: f32, y: f32, c: f32) -> f32 {
+        let p = f64::from(a) * f64::from(x);
+        let q = f64::from(b) * f64::from(y);
+        sum3_to_odd(p, q, f64::from(c)) as f32
+    }
+
+    #[test]
+    fn three_terms_rounded_to_odd_then_to_f32_are_rounded_once() {
+        // 1 + 2^-24 + 2^-60: just above the halfway point between 1 and
+        // the next f32, so it rounds up; the f64 sum loses 2^-60 and
+        // its rounding to f32 then ties to even, down to 1.
+        let (tiny, half_ulp) = (2f32.powi(-60), 2f32.powi(-24));
+        assert_eq!(((1.0 + f64::from(half_ulp)) + f64::from(tiny)) as f32, 1.0);
+        let above = rounded_once(1.0, 1.0, half_ulp, 1.0, tiny);
+        assert_eq!(above, 1.0 + 2.0 * half_ulp);
+        assert_eq!(rounded_once(1.0, 1.0, half_ulp, 1.0, -tiny), 1.0);
+        assert_eq!(rounded_once(-1.0, 1.0, -half_ulp, 1.0, -tiny), -above);
+        // Exact cancellation leaves the smallest term whole.
+        assert_eq!(rounded_once(3.0, 0.5, -1.5, 1.0, tiny), tiny);
+        // Both error terms of the exact sum non-zero and of opposite
+        // signs: the larger, the second two-sum's, decides the side.
+        let [a, x, b, y, c] = [
+            0xC088_5A75u32,
+            0xBFC0_0000,
+            0xAA00_0001,
+            0x3280_0001,
+            0x2380_0001,
+        ]
+        .map(f32::from_bits);
+        assert_eq!(rounded_once(a, x, b, y, c).to_bits(), 0x40CC_87B0);
+        assert_eq!(dot_by_integers(a, x, b, y, c).to_bits(), 0x40CC_87B0);
+        // A sum of zeros is signed as IEEE signs it.
+        assert_eq!(
+            rounded_once(-0.0, 1.0, -0.0, 1.0, -0.0).to_bits(),
+            0x8000_0000
+        );
+        assert_eq!(rounded_once(-0.0, 1.0, 0.0, 1.0, -0.0).to_bits(), 0);
+        let mut state = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let value = |next: &mut dyn FnMut() -> u64, exponents: u32| {
+            let r = next();
+            let exponent = 127 - exponents as u64 / 2 + (r >> 32) % u64::from(exponents);
+            f32::from_bits(((r & 1) << 31 | exponent << 23 | (r >> 8) & 0x7F_FFFF) as u32)
+        };
+        for case in 0..300_000 {
+            let (a, b) = (value(&mut next, 24), value(&mut next, 24));
+            // Points as the iterator's (a pixel or sample in the tile), or
+            // any value.
+            let point = |next: &mut dyn FnMut() -> u64| (next() % 512) as f32 / 16.0;
+            let (x, y) = if case % 2 == 0 {
+                (point(&mut next), point(&mut next))
+            } else {
+                (value(&mut next, 12), value(&mut next, 12))
+            };
+            // C: any value, or one cancelling the products to a few bits.
+            let mut c = match case % 3 {
+                0 => value(&mut next, 24),
+                1 => -((f64::from(a) * f64::from(x) + f64::from(b) * f64::from(y)) as f32),
+                _ => -((f64::from(a) * f64::from(x)) as f32),
+            };
+            let (mut b, mut y) = (b, y);
+            if case % 5 == 4 {
+                // Near a tie: a x + c + b within an f32 rounding of the
+                // halfway point above an f32 `low`, b its remainder.
+                let low = value(&mut next, 24).abs();
+                let tie = f64::from(low) + f64::from(low.next_up() - low) / 2.0;
+                c = (tie - f64::from(a) * f64::from(x)) as f32;
+                (b, y) = (
+                    ((tie - f64::from(a) * f64::from(x)) - f64::from(c)) as f32,
+                    1.0,
+                );
+            }
+            assert_eq!(
+                rounded_once(a, x, b, y, c).to_bits(),
+                dot_by_integers(a, x, b, y, c).to_bits(),
+                "{a:e} * {x:e} + {b:e} * {y:e} + {c:e}"
             );
         }
     }
