@@ -124,6 +124,19 @@ impl Preemption {
         self.cond.notify_all();
     }
 
+    /// Runs `wait`, a wait for the firmware itself (a grow request's
+    /// answer, which the firmware thread reads, and cannot while it waits
+    /// for the command to park), with the calling thread counted out, so
+    /// that a suspension asked for meanwhile completes without it; then
+    /// counts it back in as [`Preemption::joined`] does, first waiting
+    /// out that suspension. The thread runs no GPU work inside `wait`.
+    pub fn waiting_for_firmware<T>(&self, wait: impl FnOnce() -> T) -> T {
+        self.fork(0);
+        let answer = wait();
+        self.joined();
+        answer
+    }
+
     /// A thread counted in by [`Preemption::fork`] ends.
     pub fn thread_ended(&self) {
         let mut state = self.lock();
@@ -270,6 +283,51 @@ mod tests {
         }
         stop.store(true, Ordering::Release);
         command.join().unwrap();
+        assert!(preemption.is_finished());
+    }
+
+    /// A command thread waiting for an answer only the firmware gives,
+    /// and only once its suspension is done (as a grow request's), is
+    /// suspended without parking; once answered it runs nothing until
+    /// resumed. (Counted in while it waited, the suspension waited for
+    /// it, and the answer came from the wait's own timeout: a second,
+    /// with the GPU idle, every time a client's command was switched out
+    /// mid-grow.)
+    #[test]
+    fn a_thread_waiting_for_the_firmware_does_not_hold_up_a_suspension() {
+        let preemption = Arc::new(Preemption::new());
+        let (answer, answered) = std::sync::mpsc::channel::<u64>();
+        let ran_after = Arc::new(AtomicU64::new(0));
+        let command = {
+            let (preemption, ran_after) = (Arc::clone(&preemption), Arc::clone(&ran_after));
+            std::thread::spawn(move || {
+                let blocks = preemption.waiting_for_firmware(|| answered.recv().unwrap());
+                ran_after.store(blocks, Ordering::Release);
+                preemption.check_point();
+                preemption.finish();
+            })
+        };
+        // The firmware's side on a thread of its own, so that a suspension
+        // that never completes fails the test instead of hanging it.
+        let (suspended, done) = std::sync::mpsc::channel();
+        let firmware = {
+            let preemption = Arc::clone(&preemption);
+            std::thread::spawn(move || suspended.send(preemption.suspend()).unwrap())
+        };
+        let finished = done
+            .recv_timeout(Duration::from_secs(20))
+            .expect("the suspension waited for the thread waiting for the firmware");
+        assert!(!finished, "suspended, not finished");
+        firmware.join().unwrap();
+        // The firmware answers; the command waits out its suspension.
+        answer.send(45).unwrap();
+        let since = Instant::now();
+        std::thread::sleep(Duration::from_millis(30));
+        assert_eq!(ran_after.load(Ordering::Acquire), 0, "ran while suspended");
+        assert!(!preemption.is_finished());
+        preemption.resume(since);
+        command.join().unwrap();
+        assert_eq!(ran_after.load(Ordering::Acquire), 45);
         assert!(preemption.is_finished());
     }
 
