@@ -30,7 +30,8 @@ pub trait FirmwareServices {
     /// for `blocks_wanted` more blocks (a GrowTVB event) and waits for its
     /// answer. Returns the buffer's new block count, or `None` when the
     /// kmd refused or did not answer in time (the caller then does a
-    /// partial render).
+    /// partial render). Commands call it through
+    /// [`RunContext::grow_tvb`].
     fn grow_tvb(&self, buffer_id: u32, blocks_wanted: u64) -> Option<u64>;
 }
 
@@ -66,6 +67,16 @@ pub struct RunContext<'a> {
 }
 
 impl<'a> RunContext<'a> {
+    /// Asks the kmd for `blocks_wanted` more blocks of parameter buffer
+    /// `buffer_id` ([`FirmwareServices::grow_tvb`]) with the calling
+    /// thread counted out of the command while it waits: the answer comes
+    /// through the firmware thread, which may be suspending this command
+    /// meanwhile ([`Preemption::waiting_for_firmware`]).
+    pub fn grow_tvb(&self, buffer_id: u32, blocks_wanted: u64) -> Option<u64> {
+        self.preemption
+            .waiting_for_firmware(|| self.services.grow_tvb(buffer_id, blocks_wanted))
+    }
+
     /// The command's GPU context with its user half rooted at `root`.
     pub fn vm(&self, root: PhysAddr) -> GpuVm<'a> {
         GpuVm::with_kernel(self.memory, root, self.firmware)

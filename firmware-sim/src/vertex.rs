@@ -38,10 +38,7 @@ fn overflowed(
     let grown = if binner.state_table_full() {
         None
     } else {
-        // The answer comes through the firmware thread, which may be
-        // suspending this command meanwhile.
-        ctx.preemption
-            .waiting_for_firmware(|| ctx.services.grow_tvb(binner.buffer_id(), wanted))
+        ctx.grow_tvb(binner.buffer_id(), wanted)
     };
     if let Some(blocks) = grown {
         let info = tvb_info(ctx, body.buffer)?;
