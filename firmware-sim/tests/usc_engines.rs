@@ -122,30 +122,40 @@ fn half_source() -> impl Strategy<Value = String> {
     with_float_modifiers(value)
 }
 
-/// The fp16 ALU: `fadd16`, `fmul16`, `fmadd16`, with or without `.sat`.
-fn half_instruction() -> impl Strategy<Value = String> {
+/// A 16-bit destination: a register's half.
+fn half_destination() -> impl Strategy<Value = String> {
+    (register(), any::<bool>()).prop_map(|(r, h)| format!("r{r}{}", if h { "h" } else { "l" }))
+}
+
+/// The float ALU of one width (`bits` 32 or 16): `fadd`, `fmul` and
+/// `fmadd`, with or without `.sat`, to `destination` from `source`s.
+fn float_arithmetic<D, S>(
+    bits: u32,
+    destination: fn() -> D,
+    source: fn() -> S,
+) -> impl Strategy<Value = String>
+where
+    D: Strategy<Value = String> + 'static,
+    S: Strategy<Value = String> + 'static,
+{
     let sat = || prop::sample::select(vec!["", "", ".sat"]);
-    let destination = || {
-        (register(), any::<bool>()).prop_map(|(r, h)| format!("r{r}{}", if h { "h" } else { "l" }))
-    };
     prop_oneof![
         (
-            prop::sample::select(vec!["fadd16", "fmul16"]),
+            prop::sample::select(vec!["fadd", "fmul"]),
             sat(),
             destination(),
-            half_source(),
-            half_source()
+            source(),
+            source()
         )
-            .prop_map(|(op, sat, d, a, b)| format!("{op}{sat} {d}, {a}, {b}")),
-        (
-            sat(),
-            destination(),
-            half_source(),
-            half_source(),
-            half_source()
-        )
-            .prop_map(|(sat, d, a, b, c)| format!("fmadd16{sat} {d}, {a}, {b}, {c}")),
+            .prop_map(move |(op, sat, d, a, b)| format!("{op}{bits}{sat} {d}, {a}, {b}")),
+        (sat(), destination(), source(), source(), source())
+            .prop_map(move |(sat, d, a, b, c)| format!("fmadd{bits}{sat} {d}, {a}, {b}, {c}")),
     ]
+}
+
+/// The fp16 ALU: `fadd16`, `fmul16`, `fmadd16`.
+fn half_instruction() -> impl Strategy<Value = String> {
+    float_arithmetic(16, half_destination, half_source)
 }
 
 fn instruction() -> impl Strategy<Value = String> {
@@ -193,22 +203,7 @@ fn instruction() -> impl Strategy<Value = String> {
             .prop_map(|(op, d, a)| format!("{op} {d}, {a}")),
         (0u32..16, int_destination(), raw_source(), raw_source())
             .prop_map(|(t, d, a, b)| format!("bitop {t:04b}, {d}, {a}, {b}")),
-        (
-            prop::sample::select(vec!["fadd32", "fmul32"]),
-            sat(),
-            narrow_destination(),
-            float_source(),
-            float_source()
-        )
-            .prop_map(|(op, sat, d, a, b)| format!("{op}{sat} {d}, {a}, {b}")),
-        (
-            sat(),
-            narrow_destination(),
-            float_source(),
-            float_source(),
-            float_source()
-        )
-            .prop_map(|(sat, d, a, b, c)| format!("fmadd32{sat} {d}, {a}, {b}, {c}")),
+        float_arithmetic(32, narrow_destination, float_source),
         (
             prop::sample::select(vec!["ueq", "ult", "ugt", "seq", "slt", "sgt", "3"]),
             narrow_destination(),
