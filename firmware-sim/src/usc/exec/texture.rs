@@ -151,6 +151,7 @@ impl SimdGroup {
             let (hi, lo) = (all_coords[lane | neighbour], all_coords[lane & !neighbour]);
             [0, 1, 2].map(|k| f32::from_bits(hi[k]) - f32::from_bits(lo[k]))
         };
+        let query_lod = ins.has_modifier("query_lod");
         let mut requests = [None; LANES];
         for lane in lanes(exec) {
             let scalar = |s: &SimdGroup| -> f32 {
@@ -233,7 +234,7 @@ impl SimdGroup {
                 },
                 gather,
                 min_lod,
-                query_lod: ins.has_modifier("query_lod"),
+                query_lod,
             });
         }
         // No executing lane, no request: the texture unit is not asked
