@@ -2122,6 +2122,77 @@ fn discarded_pixels_write_neither_colour_nor_depth() {
     }
 }
 
+/// COLOUR_FS with the lane's place in its SIMD-group (`sr52`) / 255 as
+/// red (u1: 1/255).
+const LANE_FS: &str = "
+    iter r2_r3_r4, cf0, center, 0, 0, 0, 0, 0
+    get_sr r6, sr52
+    convert u32_to_f, r2, r6, rte
+    fmul32 r2, r2, u1
+    mov r5, u0
+    st_tile r2_r3_r4_r5, u8norm, 0, xyzw, 0, 255, r0, 0
+    stop";
+
+/// 256 small triangles of one draw, on a grid 4 pixels apart (each
+/// covering three pixels), triangle i flat-coloured (i % 16, i / 16, 1)
+/// x 16 / 255 through `fs` in an opaque depth-tested pass (their shading
+/// waits for the hidden-surface removal, and then many share a tile).
+/// The image.
+fn grid_of_small_triangles(fs: &str) -> (Vec<u8>, Vec<[[f64; 2]; 3]>) {
+    let m = Machine::new(5000);
+    let mut triangles = Vec::new();
+    for i in 0..256u32 {
+        let (x, y) = ((i % 16 * 4) as f32, (i / 16 * 4) as f32);
+        let colour = [(i % 16) as f32, (i / 16) as f32, 1.0].map(|c| c * 16.0 / 255.0);
+        triangles.push(([[x, y], [x + 3.0, y], [x, y + 3.0]], 0.5, colour));
+    }
+    coloured(&m, &triangles);
+    let uniforms = [1.0f32.to_bits(), (1.0f32 / 255.0).to_bits()];
+    let render = depth_pass_with_fs(&m, 256, false, fs, &uniforms);
+    assert_eq!(m.submit(CmdType::Render, render.as_bytes()), None);
+    let corners = triangles
+        .iter()
+        .map(|(t, _, _)| t.map(|[x, y]| [f64::from(x), f64::from(y)]))
+        .collect();
+    (image(&m, SIZE as usize), corners)
+}
+
+#[test_log::test]
+fn small_triangles_sharing_simd_groups_each_keep_their_own_varyings() {
+    // The quads of several primitives fill one SIMD-group when the
+    // shader cannot tell (no SIMD-wide operations, no lane indices, no
+    // memory writes); each lane still reads its own primitive's
+    // coefficient registers.
+    let (pixels, triangles) = grid_of_small_triangles(COLOUR_FS);
+    let mut covered = 0;
+    for y in 0..SIZE as usize {
+        for x in 0..SIZE as usize {
+            let at = y * STRIDE as usize + 4 * x;
+            let (px, py) = (x as f64 + 0.5, y as f64 + 0.5);
+            let owner = triangles.iter().position(|&t| covers(t, px, py));
+            let want = owner.map_or([0; 4], |i| {
+                [(i % 16 * 16) as u8, (i / 16 * 16) as u8, 16, 255]
+            });
+            assert_eq!(pixels[at..at + 4], want, "pixel ({x}, {y})");
+            covered += usize::from(owner.is_some());
+        }
+    }
+    assert_eq!(covered, 3 * 256);
+    // A shader that reads its lane's place in the SIMD-group runs with
+    // its own primitive's quad alone: every covered pixel is in lanes
+    // 0-3.
+    let (pixels, triangles) = grid_of_small_triangles(LANE_FS);
+    for y in 0..SIZE as usize {
+        for x in 0..SIZE as usize {
+            let (px, py) = (x as f64 + 0.5, y as f64 + 0.5);
+            if triangles.iter().any(|&t| covers(t, px, py)) {
+                let lane = pixels[y * STRIDE as usize + 4 * x];
+                assert!(lane < 4, "pixel ({x}, {y}) ran in lane {lane}");
+            }
+        }
+    }
+}
+
 /// COLOUR_FS that also counts its invocations: a device atomic add of 1
 /// to the word at u2_u3.
 const COUNTING_COLOUR_FS: &str = "

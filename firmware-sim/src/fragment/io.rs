@@ -16,6 +16,15 @@ use crate::texture::TextureUnit;
 use crate::usc::io::{BlockStore, ImageWrite, IoError, TextureRequest, TileAccess};
 use crate::usc::{ShaderIo, LANES};
 
+/// The pixels one primitive's fragment program runs on, and the
+/// primitive's coefficient registers.
+#[derive(Clone, Copy)]
+pub(super) struct Piece<'a> {
+    /// Tile-local pixel coordinates.
+    pub(super) pixels: &'a [(u32, u32)],
+    pub(super) coefficients: &'a [Coefficient],
+}
+
 /// The fixed-function units of per-tile programs: the tilebuffer and the
 /// pixel back end's block stores.
 pub(super) struct TileIo<'a, 'b> {
@@ -29,8 +38,11 @@ pub(super) struct TileIo<'a, 'b> {
     /// The render area.
     pub(super) area: (u32, u32),
     pub(super) layer: u32,
-    /// The primitive's coefficient registers.
-    pub(super) coefficients: &'a [Coefficient],
+    /// The primitives whose pixels the SIMD-group runs (the coefficient
+    /// registers of each).
+    pub(super) pieces: &'a [Piece<'a>],
+    /// The piece each lane's pixel belongs to.
+    pub(super) lane_pieces: [u16; LANES],
     /// Helper lanes: they run for derivatives, their outputs are dropped.
     pub(super) helpers: u32,
     /// The texture unit.
@@ -72,18 +84,23 @@ impl TileIo<'_, '_> {
 }
 
 impl TileIo<'_, '_> {
-    /// Coefficient register `cf`. A register past the ones the binding
+    /// Coefficient register `cf` of lane `lane`'s primitive. A register past the ones the binding
     /// table declares reads as the plane 0 (Documentation/gpu.md,
     /// "coefficient registers"): Mesa indexes varying arrays without a
     /// bound check and discards what an out-of-range index read, and what
     /// the hardware returns there is not public.
-    fn coefficient(&self, cf: u32) -> Coefficient {
-        match self.coefficients.get(cf as usize) {
+    fn coefficient(&self, lane: usize, cf: u32) -> Coefficient {
+        let coefficients = self
+            .lane_pieces
+            .get(lane)
+            .and_then(|&piece| self.pieces.get(usize::from(piece)))
+            .map_or(&[][..], |piece| piece.coefficients);
+        match coefficients.get(cf as usize) {
             Some(&coefficient) => coefficient,
             None => {
                 tracing::debug!(
                     cf,
-                    declared = self.coefficients.len(),
+                    declared = coefficients.len(),
                     "a read of a coefficient register the binding table does not declare, as 0"
                 );
                 Coefficient::ZERO
@@ -278,10 +295,10 @@ impl ShaderIo for TileIo<'_, '_> {
             Coefficient::Constant(bits) => f32::from_bits(bits),
             plane => iterate(plane.words_at(origin), tx, ty),
         };
-        let w = perspective_w.map(|w_cf| eval(self.coefficient(w_cf)));
+        let w = perspective_w.map(|w_cf| eval(self.coefficient(lane, w_cf)));
         let mut out = [0f32; 4];
         for (i, value) in out.iter_mut().enumerate().take(count.min(4)) {
-            let v = eval(self.coefficient(cf + i as u32));
+            let v = eval(self.coefficient(lane, cf + i as u32));
             *value = match w {
                 Some(w) => v / w,
                 None => v,
@@ -292,14 +309,14 @@ impl ShaderIo for TileIo<'_, '_> {
 
     fn coefficients(
         &mut self,
-        _lane: usize,
+        lane: usize,
         cf: u32,
         count: usize,
     ) -> Result<[[f32; 3]; 4], IoError> {
         let origin = self.coefficient_origin();
         let mut out = [[0f32; 3]; 4];
         for (i, words) in out.iter_mut().enumerate().take(count.min(4)) {
-            *words = self.coefficient(cf + i as u32).words_at(origin);
+            *words = self.coefficient(lane, cf + i as u32).words_at(origin);
         }
         Ok(out)
     }

@@ -13,6 +13,7 @@ use agx_hw::formats::{
 };
 
 use super::depth::{depth_test, stencil_test_early, DepthAdjust};
+use super::io::Piece;
 use super::program::{
     fragment_pipeline, fragment_setup, program, run_tile_program, FragmentSetup, TileState,
 };
@@ -469,8 +470,7 @@ impl Pass<'_> {
             .collect();
         let run = |w: &mut Worker,
                    binding: &Binding,
-                   pixels: &[(u32, u32)],
-                   coefficients: &[Coefficient],
+                   pieces: &[Piece<'_>],
                    quads: bool,
                    (face, stencil, stencil_test_at_emit): (
             Option<FragmentFace>,
@@ -502,8 +502,7 @@ impl Pass<'_> {
                 origin,
                 area,
                 layer,
-                pixels,
-                coefficients,
+                pieces,
                 quads,
                 self.heap,
             )
@@ -544,24 +543,41 @@ impl Pass<'_> {
                     }
                 }
             }
-            for (index, (primitive, pixels)) in deferred.iter().zip(&visible).enumerate() {
-                if pixels.is_empty() {
-                    continue;
+            // Consecutive primitives of one state and facing whose
+            // visible pixels do not meet share SIMD-groups when the
+            // shader allows it (`packs_primitives`).
+            let mut batch: Vec<usize> = Vec::new();
+            let mut taken = vec![0u64; pixel_count.div_ceil(64)];
+            let flush = |w: &mut Worker,
+                         batch: &mut Vec<usize>,
+                         taken: &mut Vec<u64>|
+             -> Result<(), EngineResult> {
+                let Some(&first) = batch.first() else {
+                    return Ok(());
+                };
+                for &index in batch.iter() {
+                    for &(x, y) in &visible[index] {
+                        let pixel = (y * tile_w + x) as usize;
+                        w.coverage[pixel] = w.tags[pixel * samples..(pixel + 1) * samples]
+                            .iter()
+                            .enumerate()
+                            .filter(|&(_, &tag)| tag == index as u32)
+                            .fold(0, |mask, (s, _)| mask | 1 << s);
+                    }
                 }
-                for &(x, y) in pixels {
-                    let pixel = (y * tile_w + x) as usize;
-                    w.coverage[pixel] = w.tags[pixel * samples..(pixel + 1) * samples]
-                        .iter()
-                        .enumerate()
-                        .filter(|&(_, &tag)| tag == index as u32)
-                        .fold(0, |mask, (s, _)| mask | 1 << s);
-                }
+                let primitive = &deferred[first];
                 if let Some(shader) = &primitive.setup.binding {
+                    let pieces: Vec<Piece<'_>> = batch
+                        .iter()
+                        .map(|&index| Piece {
+                            pixels: &visible[index],
+                            coefficients: &deferred[index].coefficients,
+                        })
+                        .collect();
                     run(
                         w,
                         shader,
-                        pixels,
-                        &primitive.coefficients,
+                        &pieces,
                         true,
                         (primitive.face, None, false),
                         primitive.back_facing,
@@ -569,16 +585,58 @@ impl Pass<'_> {
                 }
                 // An opaque shader kills nothing (its depth is written
                 // already); a sample mask it writes anyway drops colour.
-                for &(x, y) in pixels {
-                    w.killed[(y * tile_w + x) as usize] = 0;
+                for &index in batch.iter() {
+                    for &(x, y) in &visible[index] {
+                        w.killed[(y * tile_w + x) as usize] = 0;
+                    }
                 }
+                batch.clear();
+                taken.fill(0);
+                Ok(())
+            };
+            for (index, (primitive, pixels)) in deferred.iter().zip(&visible).enumerate() {
+                if pixels.is_empty() {
+                    continue;
+                }
+                let joins = batch.first().is_some_and(|&first| {
+                    let head = &deferred[first];
+                    std::sync::Arc::ptr_eq(&head.setup, &primitive.setup)
+                        && head.back_facing == primitive.back_facing
+                        && primitive.setup.packs_primitives
+                        && pixels.iter().all(|&(x, y)| {
+                            let pixel = (y * tile_w + x) as usize;
+                            taken[pixel / 64] & (1 << (pixel % 64)) == 0
+                        })
+                });
+                if !joins {
+                    flush(w, &mut batch, &mut taken)?;
+                }
+                for &(x, y) in pixels {
+                    let pixel = (y * tile_w + x) as usize;
+                    taken[pixel / 64] |= 1 << (pixel % 64);
+                }
+                batch.push(index);
             }
+            flush(w, &mut batch, &mut taken)?;
             w.tags.fill(NO_TAG);
             deferred.clear();
             Ok(())
         };
         let mut deferred: Vec<Deferred> = Vec::new();
-        run(w, &self.bg, &all, &[], true, (None, None, false), false)?;
+        fn whole_tile(pixels: &[(u32, u32)]) -> [Piece<'_>; 1] {
+            [Piece {
+                pixels,
+                coefficients: &[],
+            }]
+        }
+        run(
+            w,
+            &self.bg,
+            &whole_tile(&all),
+            true,
+            (None, None, false),
+            false,
+        )?;
         // The background program does not discard.
         w.killed.fill(0);
         let mut bytes = Vec::new();
@@ -665,6 +723,7 @@ impl Pass<'_> {
                 writes_stencil: shader_writes_stencil,
                 scissors,
                 depth_bias,
+                packs_primitives: _,
             } = &*entry;
             // The scissor of the primitive's viewport.
             let scissor = &scissors
@@ -778,8 +837,10 @@ impl Pass<'_> {
                     run(
                         w,
                         shader,
-                        &covered,
-                        &coefficients,
+                        &[Piece {
+                            pixels: &covered,
+                            coefficients: &coefficients,
+                        }],
                         true,
                         (face, late_stencil, *shader_writes_stencil),
                         back_facing,
@@ -839,8 +900,7 @@ impl Pass<'_> {
         run(
             w,
             &self.eot,
-            &[(0, 0); LANES],
-            &[],
+            &whole_tile(&[(0, 0); LANES]),
             false,
             (None, None, false),
             false,

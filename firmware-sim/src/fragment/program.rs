@@ -4,12 +4,11 @@
 //! derivatives work). Also how a primitive's state names its fragment
 //! shader, and whether that shader writes depth.
 
-use crate::raster::Coefficient;
 use agx_fwif::messages::{FaultUnit, RenderPass, TileProgram};
 use agx_hw::formats::{DepthBias, FragmentFace, FragmentStencil, Scissor};
 use zerocopy::FromBytes;
 
-use super::io::TileIo;
+use super::io::{Piece, TileIo};
 use super::scene::Scene;
 use super::tilebuffer::Tilebuffer;
 use crate::bind::{self, Binding};
@@ -91,8 +90,14 @@ pub(super) struct TileState<'a> {
     pub(super) image_writes: &'a mut ImageWriteTarget,
 }
 
-/// Runs a per-tile program with one lane per entry of `pixels`
-/// (tile-local coordinates), 32 lanes per SIMD-group.
+/// Runs a per-tile program with one lane per pixel of `pieces`
+/// (tile-local coordinates), 32 lanes per SIMD-group. With `quads`, each
+/// piece's pixels are run in 2x2 quads and the quads of consecutive
+/// pieces fill a SIMD-group together (the caller gives several pieces
+/// only when their pixels are disjoint and the program cannot tell its
+/// SIMD-group's other quads apart from its own primitive's:
+/// [`packs_primitives`]); each lane reads its own piece's coefficient
+/// registers.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn run_tile_program(
     watchdog: &Watchdog<'_>,
@@ -103,8 +108,7 @@ pub(super) fn run_tile_program(
     origin: (u32, u32),
     area: (u32, u32),
     layer: u32,
-    pixels: &[(u32, u32)],
-    coefficients: &[Coefficient],
+    pieces: &[Piece<'_>],
     quads: bool,
     sampler_heap: Option<(u64, u32)>,
 ) -> Result<(), EngineResult> {
@@ -129,8 +133,20 @@ pub(super) fn run_tile_program(
     // Lanes come in 2x2 quads (lane bit 0: x, bit 1: y), as the hardware
     // runs fragments, so that texture instructions can take derivatives;
     // quad members that are not covered run as helpers whose outputs are
-    // dropped. The end-of-tile program runs once, on `pixels` as given.
-    let (order, helpers): (Vec<(u32, u32)>, Vec<bool>) = if quads {
+    // dropped. The end-of-tile program runs once, on its pixels as given.
+    // The piece each lane's pixel belongs to, alongside.
+    let mut order = Vec::new();
+    let mut helpers = Vec::new();
+    let mut owners: Vec<u16> = Vec::new();
+    for (index, piece) in pieces.iter().enumerate() {
+        let owner = index as u16;
+        let pixels = piece.pixels;
+        if !quads {
+            order.extend_from_slice(pixels);
+            helpers.resize(order.len(), false);
+            owners.resize(order.len(), owner);
+            continue;
+        }
         // Tiles are at most 32 pixels wide: one bit per pixel of a row,
         // and one per quad of a quad row.
         let mut covered = [0u64; 64];
@@ -140,8 +156,8 @@ pub(super) fn run_tile_program(
             }
         }
         let mut seen = [0u64; 32];
-        let mut order = Vec::with_capacity(pixels.len() + 8);
-        let mut helpers = Vec::with_capacity(pixels.len() + 8);
+        order.reserve(pixels.len() + 8);
+        helpers.reserve(pixels.len() + 8);
         for &(x, y) in pixels {
             let (qx, qy) = (x / 2, y / 2);
             let Some(quads_row) = seen.get_mut(qy as usize) else {
@@ -158,12 +174,10 @@ pub(super) fn run_tile_program(
                     .get(py as usize)
                     .is_some_and(|row| px < 64 && row & (1 << px) != 0);
                 helpers.push(!hit);
+                owners.push(owner);
             }
         }
-        (order, helpers)
-    } else {
-        (pixels.to_vec(), vec![false; pixels.len()])
-    };
+    }
     let unit = TextureUnit {
         vm: vm.clone(),
         textures: &binding.textures,
@@ -172,9 +186,15 @@ pub(super) fn run_tile_program(
         sampler_stride_bytes: binding.sampler_stride_bytes,
         decoded: Some(decoded),
     };
-    for (chunk, helper) in order.chunks(LANES).zip(helpers.chunks(LANES)) {
+    for ((chunk, helper), owner) in order
+        .chunks(LANES)
+        .zip(helpers.chunks(LANES))
+        .zip(owners.chunks(LANES))
+    {
         let mut lanes = [(0u32, 0u32); LANES];
         lanes[..chunk.len()].copy_from_slice(chunk);
+        let mut lane_pieces = [0u16; LANES];
+        lane_pieces[..owner.len()].copy_from_slice(owner);
         let present = present_lanes(chunk.len());
         let helper_lanes = helper
             .iter()
@@ -248,7 +268,8 @@ pub(super) fn run_tile_program(
             binding,
             area,
             layer,
-            coefficients,
+            pieces,
+            lane_pieces,
             helpers: helper_lanes,
             unit: unit.clone(),
             killed: &mut *killed,
@@ -305,6 +326,9 @@ pub(super) struct FragmentSetup {
     pub(super) scissors: Vec<Scissor>,
     /// The depth bias (`FragmentControl::depth_bias_enable`).
     pub(super) depth_bias: Option<DepthBias>,
+    /// The shader may share a SIMD-group with other primitives' quads
+    /// ([`packs_primitives`]).
+    pub(super) packs_primitives: bool,
 }
 
 /// The fragment setup of a primitive's state: its shader, and the entries
@@ -351,7 +375,11 @@ pub(super) fn fragment_setup(
     let (writes_depth, writes_stencil) = binding
         .as_ref()
         .map_or((false, false), |binding| zs_outputs(vm, binding.code));
+    let packs_primitives = binding
+        .as_ref()
+        .is_some_and(|binding| packs_primitives(vm, binding.code));
     Ok(FragmentSetup {
+        packs_primitives,
         writes_depth,
         writes_stencil,
         binding,
@@ -458,4 +486,105 @@ fn zs_outputs(vm: &GpuVm<'_>, code: u64) -> (bool, bool) {
         }
     }
     (false, false)
+}
+
+/// Whether the fragment program at `code` may run with other primitives'
+/// quads in its SIMD-group: nothing it does can tell them from its own
+/// primitive's, so a SIMD-group of several primitives' quads gives each
+/// lane what a SIMD-group of its primitive's quads alone gives it. It may
+/// not write memory (device stores, atomics, image writes: their order
+/// between primitives would change), read its lane's place in the
+/// SIMD-group or the group's other quads (SIMD-wide reductions, prefixes,
+/// shuffles and ballots, and the lane and active-thread indices; quad
+/// operations stay within the quad, which is the primitive's), access the
+/// tilebuffer at explicit coordinates (another primitive's pixel), call,
+/// or stop inside a branch (a `stop` ends the whole SIMD-group). The scan
+/// follows the code to its first `stop` outside every `if` and needs every
+/// jump to land before it; anything it cannot read or does not know keeps
+/// the program to a SIMD-group per primitive.
+pub(super) fn packs_primitives(vm: &GpuVm<'_>, code: u64) -> bool {
+    use agx_hw::isa::table::sr;
+    use agx_hw::isa::Op;
+    let mut pc = code;
+    // `if` nesting, counted statically (`pop_exec n` closes n).
+    let mut depth: i64 = 0;
+    let mut furthest_jump = code;
+    for _ in 0..4096 {
+        let mut bytes = [0u8; 16];
+        if vm.read(pc, &mut bytes).is_err() {
+            return false;
+        }
+        let Ok(decoded) = agx_hw::isa::decode(&bytes) else {
+            return false;
+        };
+        let ins = &decoded.instr;
+        match ins.op {
+            Op::Stop if depth <= 0 => return furthest_jump <= pc,
+            Op::Stop => return false,
+            Op::IfIcmp | Op::IfFcmp => depth += 1,
+            Op::PopExec => depth -= ins.int(1).unwrap_or(i64::MAX),
+            Op::JmpExecAny | Op::JmpExecNone | Op::JmpIfSkippingDoorbell => {
+                let Some(offset) = ins.int(0) else {
+                    return false;
+                };
+                let target = pc.wrapping_add(offset as u64);
+                if target < code {
+                    return false;
+                }
+                furthest_jump = furthest_jump.max(target);
+            }
+            Op::LdTile | Op::StTile if ins.int(7) != Some(0) => return false,
+            Op::GetSr => {
+                let register = ins.int(1).unwrap_or(-1);
+                let lane_place = [
+                    sr::THREAD_POSITION_IN_THREADGROUP,
+                    sr::THREAD_POSITION_IN_THREADGROUP + 1,
+                    sr::THREAD_POSITION_IN_THREADGROUP + 2,
+                    sr::THREAD_INDEX_IN_THREADGROUP,
+                    sr::THREAD_INDEX_IN_SIMDGROUP,
+                    sr::SIMDGROUP_INDEX_IN_THREADGROUP,
+                    58,
+                    59,
+                ];
+                if lane_place.iter().any(|&r| i64::from(r) == register) {
+                    return false;
+                }
+            }
+            Op::Call
+            | Op::CallReg
+            | Op::Ret
+            | Op::DeviceStore
+            | Op::DeviceStoreTodo
+            | Op::AsyncStore
+            | Op::UniformStore
+            | Op::Atomic
+            | Op::ThreadgroupStore
+            | Op::ThreadgroupAtomic
+            | Op::TexStateStore
+            | Op::SamplerStateStore
+            | Op::ImageWrite
+            | Op::ImageWriteBlock
+            | Op::SimdReduce
+            | Op::SimdPrefix
+            | Op::SimdOp
+            | Op::SimdShufOp
+            | Op::SimdShuffle
+            | Op::SimdShuffleXor
+            | Op::SimdShuffleUp
+            | Op::SimdShuffleDown
+            | Op::SimdShuffleRotateUp
+            | Op::SimdMatrixFmadd16
+            | Op::SimdMatrixFmadd32
+            | Op::IcmpBallot
+            | Op::FcmpBallot
+            | Op::UnkSr
+            | Op::StackMap
+            | Op::StackUnmap
+            | Op::StackMapOp
+            | Op::Doorbell => return false,
+            _ => {}
+        }
+        pc += decoded.length_bytes as u64;
+    }
+    false
 }
