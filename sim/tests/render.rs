@@ -141,6 +141,44 @@ fn assert_filled(m: &Machine, width: usize, height: usize, rgba: [u8; 4]) {
     }
 }
 
+/// Background program: its lane's place in the SIMD-group (`sr52`) / 255
+/// as red, and its quad's count of active lanes (`sr57`) / 255 as green
+/// (u0: 1/255).
+const LANE_BG: &str = "
+    get_sr r6, sr52
+    convert u32_to_f, r2, r6, rte
+    fmul32 r2, r2, u0
+    get_sr r6, sr57
+    convert u32_to_f, r3, r6, rte
+    fmul32 r3, r3, u0
+    mov r4, u1
+    mov r5, u1
+    st_tile r2_r3_r4_r5, u8norm, 0, xyzw, 0, 255, r0, 0
+    stop";
+
+#[test_log::test]
+fn the_background_program_runs_each_tile_in_2x2_quads_eight_to_a_simd_group() {
+    // A 48x40 pass: the first 32x32 tile is inside the render area, the
+    // others are cut by its edges (a 16-pixel column, an 8-pixel row).
+    let m = Machine::new(5000);
+    let render = background_pass(&m, LANE_BG, &[(1.0f32 / 255.0).to_bits(), 0], 48, 40);
+    assert_eq!(m.submit(CmdType::Render, render.as_bytes()), None);
+    let pixels = image(&m, 40);
+    for y in 0..40usize {
+        for x in 0..48usize {
+            // Quads in rows of the tile's width in pixels (32, or the
+            // render area's part of it), eight quads to a SIMD-group,
+            // lane bit 0 the quad's x and bit 1 its y; every lane active.
+            let (tx, ty) = (x % 32, y % 32);
+            let row_quads = (48 - (x - tx)).min(32) / 2;
+            let quad = (ty / 2) * row_quads + tx / 2;
+            let lane = (quad % 8) * 4 + (ty % 2) * 2 + tx % 2;
+            let at = y * STRIDE as usize + 4 * x;
+            assert_eq!(pixels[at..at + 2], [lane as u8, 4], "pixel ({x}, {y})");
+        }
+    }
+}
+
 /// A tile store of a run of 16-bit registers stores each lane's halves in
 /// the run's order (r2l, r2h, r3l, r3h), each converted from fp16: the
 /// whole SIMD-group's values are read register by register.

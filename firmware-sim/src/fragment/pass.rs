@@ -211,6 +211,7 @@ pub(crate) fn render_scene(
         group: SimdGroup::new(0, 0),
         decoded: DecodedImages::default(),
         image_writes: ImageWriteTarget::default(),
+        whole_tile: Vec::new(),
     };
     run_items_then(
         tiles,
@@ -280,6 +281,10 @@ pub(super) struct Worker {
     pub(super) decoded: DecodedImages,
     /// The descriptor its programs' image writes last went through.
     pub(super) image_writes: ImageWriteTarget,
+    /// Every pixel of a tile in 2x2 quads (quads in rows, each quad's
+    /// pixels in lane order), for the background program of a tile inside
+    /// the render area: the order the quads of its row-major pixels take.
+    pub(super) whole_tile: Vec<(u32, u32)>,
 }
 
 /// A sample no deferred primitive is visible at.
@@ -464,10 +469,27 @@ impl Pass<'_> {
         let tile = &mut w.tile;
         tile.colour.bytes.fill(0);
         self.zls_planes.load(&vm, tile, (tx, ty), layer)?;
-        let all: Vec<(u32, u32)> = (0..tile_h)
-            .flat_map(|y| (0..tile_w).map(move |x| (x, y)))
-            .filter(|&(x, y)| origin.0 + x < area.0 && origin.1 + y < area.1)
-            .collect();
+        // The background program runs on every pixel of the render area
+        // in the tile, in quads. A tile inside the area, of even sides,
+        // is all whole quads: their order is the same for every tile.
+        let inside = origin.0 + tile_w <= area.0
+            && origin.1 + tile_h <= area.1
+            && tile_w % 2 == 0
+            && tile_h % 2 == 0;
+        let all: Vec<(u32, u32)> = if inside {
+            if w.whole_tile.len() != (tile_w * tile_h) as usize {
+                w.whole_tile = (0..tile_h / 2)
+                    .flat_map(|qy| (0..tile_w / 2).map(move |qx| (qx * 2, qy * 2)))
+                    .flat_map(|(x, y)| [(x, y), (x + 1, y), (x, y + 1), (x + 1, y + 1)])
+                    .collect();
+            }
+            Vec::new()
+        } else {
+            (0..tile_h)
+                .flat_map(|y| (0..tile_w).map(move |x| (x, y)))
+                .filter(|&(x, y)| origin.0 + x < area.0 && origin.1 + y < area.1)
+                .collect()
+        };
         let run = |w: &mut Worker,
                    binding: &Binding,
                    pieces: &[Piece<'_>],
@@ -629,14 +651,28 @@ impl Pass<'_> {
                 coefficients: &[],
             }]
         }
-        run(
-            w,
-            &self.bg,
-            &whole_tile(&all),
-            true,
-            (None, None, false),
-            false,
-        )?;
+        if inside {
+            let pixels = std::mem::take(&mut w.whole_tile);
+            let ran = run(
+                w,
+                &self.bg,
+                &whole_tile(&pixels),
+                false,
+                (None, None, false),
+                false,
+            );
+            w.whole_tile = pixels;
+            ran?;
+        } else {
+            run(
+                w,
+                &self.bg,
+                &whole_tile(&all),
+                true,
+                (None, None, false),
+                false,
+            )?;
+        }
         // The background program does not discard.
         w.killed.fill(0);
         let mut bytes = Vec::new();
