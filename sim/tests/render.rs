@@ -2173,10 +2173,14 @@ const LANE_FS: &str = "
 
 /// 256 small triangles of one draw, on a grid 4 pixels apart (each
 /// covering three pixels), triangle i flat-coloured (i % 16, i / 16, 1)
-/// x 16 / 255 through `fs` in an opaque depth-tested pass (their shading
-/// waits for the hidden-surface removal, and then many share a tile).
-/// The image.
-fn grid_of_small_triangles(fs: &str) -> (Vec<u8>, Vec<[[f64; 2]; 3]>) {
+/// x 16 / 255 through `fs` in a depth-tested pass of type `pass_type`
+/// (an opaque one's shading waits for the hidden-surface removal, a
+/// translucent one's runs in drawing order). The image, and the
+/// triangles' corners.
+fn grid_of_small_triangles(
+    fs: &str,
+    pass_type: agx_hw::formats::PassType,
+) -> (Vec<u8>, Vec<[[f64; 2]; 3]>) {
     let m = Machine::new(5000);
     let mut triangles = Vec::new();
     for i in 0..256u32 {
@@ -2187,6 +2191,7 @@ fn grid_of_small_triangles(fs: &str) -> (Vec<u8>, Vec<[[f64; 2]; 3]>) {
     coloured(&m, &triangles);
     let uniforms = [1.0f32.to_bits(), (1.0f32 / 255.0).to_bits()];
     let render = depth_pass_with_fs(&m, 256, false, fs, &uniforms);
+    set_pass_type(&m, pass_type);
     assert_eq!(m.submit(CmdType::Render, render.as_bytes()), None);
     let corners = triangles
         .iter()
@@ -2195,39 +2200,112 @@ fn grid_of_small_triangles(fs: &str) -> (Vec<u8>, Vec<[[f64; 2]; 3]>) {
     (image(&m, SIZE as usize), corners)
 }
 
+/// Sets the pass type of the PPP state at PPP (its first fragment-control
+/// word).
+fn set_pass_type(m: &Machine, pass_type: agx_hw::formats::PassType) {
+    let ppp = PppRecords::walk(&m.peek(m.data, PPP, 0x100)).unwrap().value;
+    let records = PppRecords {
+        fragment_control: Some(FragmentControl {
+            pass_type,
+            ..ppp.fragment_control.unwrap_or_default()
+        }),
+        ..ppp
+    };
+    let mut bytes = Vec::new();
+    records.build(&mut bytes).unwrap();
+    m.poke(m.data, PPP, &bytes);
+}
+
+/// COLOUR_FS added to what the tilebuffer holds (a translucent shader).
+const ADDING_FS: &str = "
+    iter r2_r3_r4, cf0, center, 0, 0, 0, 0, 0
+    ld_tile r6_r7_r8_r9, u8norm, 0, xyzw, 0, 255, r0, 0
+    wait 0
+    fadd32 r2, r2, r6
+    fadd32 r3, r3, r7
+    fadd32 r4, r4, r8
+    mov r5, u0
+    st_tile r2_r3_r4_r5, u8norm, 0, xyzw, 0, 255, r0, 0
+    stop";
+
+#[test_log::test]
+fn in_order_primitives_over_one_another_are_shaded_one_after_the_other() {
+    // Each small triangle of the grid is drawn twice in a row, nearer the
+    // second time; the translucent shader adds its colour to the
+    // tilebuffer's. Waiting in-order primitives share SIMD-groups only
+    // while their pixels are apart, so the second copy reads what the
+    // first stored: every covered pixel holds twice its colour.
+    let m = Machine::new(5000);
+    let mut triangles = Vec::new();
+    let mut corners = Vec::new();
+    for i in 0..256u32 {
+        let (x, y) = ((i % 16 * 4) as f32, (i / 16 * 4) as f32);
+        let colour = [(i % 16) as f32, (i / 16) as f32, 1.0].map(|c| c * 8.0 / 255.0);
+        let t = [[x, y], [x + 3.0, y], [x, y + 3.0]];
+        triangles.push((t, 0.5, colour));
+        triangles.push((t, 0.25, colour));
+        corners.push(t.map(|[x, y]| [f64::from(x), f64::from(y)]));
+    }
+    coloured(&m, &triangles);
+    let render = depth_pass_with_fs(&m, 512, false, ADDING_FS, &[1.0f32.to_bits()]);
+    set_pass_type(&m, agx_hw::formats::PassType::Translucent);
+    assert_eq!(m.submit(CmdType::Render, render.as_bytes()), None);
+    let pixels = image(&m, SIZE as usize);
+    for y in 0..SIZE as usize {
+        for x in 0..SIZE as usize {
+            let at = y * STRIDE as usize + 4 * x;
+            let (px, py) = (x as f64 + 0.5, y as f64 + 0.5);
+            let owner = corners.iter().position(|&t| covers(t, px, py));
+            let want = owner.map_or([0; 4], |i| {
+                [(i % 16 * 16) as u8, (i / 16 * 16) as u8, 16, 255]
+            });
+            assert_eq!(pixels[at..at + 4], want, "pixel ({x}, {y})");
+        }
+    }
+}
+
 #[test_log::test]
 fn small_triangles_sharing_simd_groups_each_keep_their_own_varyings() {
     // The quads of several primitives fill one SIMD-group when the
     // shader cannot tell (no SIMD-wide operations, no lane indices, no
     // memory writes); each lane still reads its own primitive's
-    // coefficient registers.
-    let (pixels, triangles) = grid_of_small_triangles(COLOUR_FS);
-    let mut covered = 0;
-    for y in 0..SIZE as usize {
-        for x in 0..SIZE as usize {
-            let at = y * STRIDE as usize + 4 * x;
-            let (px, py) = (x as f64 + 0.5, y as f64 + 0.5);
-            let owner = triangles.iter().position(|&t| covers(t, px, py));
-            let want = owner.map_or([0; 4], |i| {
-                [(i % 16 * 16) as u8, (i / 16 * 16) as u8, 16, 255]
-            });
-            assert_eq!(pixels[at..at + 4], want, "pixel ({x}, {y})");
-            covered += usize::from(owner.is_some());
-        }
-    }
-    assert_eq!(covered, 3 * 256);
-    // A shader that reads its lane's place in the SIMD-group runs with
-    // its own primitive's quad alone: every covered pixel is in lanes
-    // 0-3.
-    let (pixels, triangles) = grid_of_small_triangles(LANE_FS);
-    for y in 0..SIZE as usize {
-        for x in 0..SIZE as usize {
-            let (px, py) = (x as f64 + 0.5, y as f64 + 0.5);
-            if triangles.iter().any(|&t| covers(t, px, py)) {
-                let lane = pixels[y * STRIDE as usize + 4 * x];
-                assert!(lane < 4, "pixel ({x}, {y}) ran in lane {lane}");
+    // coefficient registers. Opaque primitives share them when their
+    // tags are resolved, translucent ones while they wait in drawing
+    // order.
+    use agx_hw::formats::PassType;
+    for pass_type in [PassType::Opaque, PassType::Translucent] {
+        let (pixels, triangles) = grid_of_small_triangles(COLOUR_FS, pass_type);
+        let mut covered = 0;
+        for y in 0..SIZE as usize {
+            for x in 0..SIZE as usize {
+                let at = y * STRIDE as usize + 4 * x;
+                let (px, py) = (x as f64 + 0.5, y as f64 + 0.5);
+                let owner = triangles.iter().position(|&t| covers(t, px, py));
+                let want = owner.map_or([0; 4], |i| {
+                    [(i % 16 * 16) as u8, (i / 16 * 16) as u8, 16, 255]
+                });
+                assert_eq!(pixels[at..at + 4], want, "{pass_type:?}: pixel ({x}, {y})");
+                covered += usize::from(owner.is_some());
             }
         }
+        assert_eq!(covered, 3 * 256);
+        // A shader that reads its lane's place in the SIMD-group runs
+        // with its own primitive's quad alone: every covered pixel is in
+        // lanes 0-3.
+        let (pixels, triangles) = grid_of_small_triangles(LANE_FS, pass_type);
+        let mut lanes = Vec::new();
+        for y in 0..SIZE as usize {
+            for x in 0..SIZE as usize {
+                let (px, py) = (x as f64 + 0.5, y as f64 + 0.5);
+                if triangles.iter().any(|&t| covers(t, px, py)) {
+                    lanes.push(pixels[y * STRIDE as usize + 4 * x]);
+                }
+            }
+        }
+        assert!(
+            lanes.iter().all(|&lane| lane < 4),
+            "{pass_type:?}: lanes {lanes:?}"
+        );
     }
 }
 

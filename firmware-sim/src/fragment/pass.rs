@@ -300,6 +300,55 @@ struct Deferred {
     back_facing: bool,
 }
 
+/// Primitives shaded in drawing order, waiting to share SIMD-groups: of
+/// one state and facing, their pixels apart.
+#[derive(Default)]
+struct InOrderBatch {
+    /// Their state (`None`: no primitive waits).
+    setup: Option<std::sync::Arc<FragmentSetup>>,
+    back_facing: bool,
+    face: Option<FragmentFace>,
+    /// The stencil state whose operations wait for the shader's `zs_emit`.
+    stencil: Option<FragmentStencil>,
+    pieces: Vec<InOrderPiece>,
+    /// A bit per pixel of the tile: the pixels they cover.
+    taken: Vec<u64>,
+}
+
+/// One waiting in-order primitive: the pixels it is shaded at, its
+/// coefficient registers, and the occlusion query its samples count for.
+struct InOrderPiece {
+    covered: Vec<(u32, u32)>,
+    coefficients: Vec<Coefficient>,
+    query: Option<(u32, bool)>,
+}
+
+impl InOrderBatch {
+    fn holds(&self, pixel: usize) -> bool {
+        self.taken
+            .get(pixel / 64)
+            .is_some_and(|word| word & (1 << (pixel % 64)) != 0)
+    }
+
+    fn take(&mut self, pixel: usize) {
+        if let Some(word) = self.taken.get_mut(pixel / 64) {
+            *word |= 1 << (pixel % 64);
+        }
+    }
+}
+
+/// The occlusion query a state's samples count for, and whether it counts
+/// them (or only says whether any passed).
+fn occlusion_query(ppp: &tiler::PppState) -> Option<(u32, bool)> {
+    ppp.occlusion_query.and_then(
+        |index| match ppp.fragment_control.map(|c| c.visibility_mode) {
+            Some(VisibilityMode::Counting) => Some((index, true)),
+            Some(VisibilityMode::Boolean) => Some((index, false)),
+            _ => None,
+        },
+    )
+}
+
 /// Whether a primitive's shading may wait for the hidden-surface removal:
 /// its pass type is opaque (the driver promises the shader neither reads
 /// the tilebuffer nor writes a sample mask) and the shader does not write
@@ -645,6 +694,76 @@ impl Pass<'_> {
             Ok(())
         };
         let mut deferred: Vec<Deferred> = Vec::new();
+        // Depth and stencil of the pixels a primitive's shader kept; then
+        // the per-pixel state is clean again for the next primitive. The
+        // samples kept count for the state's occlusion query.
+        let finish = |w: &mut Worker, covered: &[(u32, u32)], query: Option<(u32, bool)>| {
+            let mut passed = 0u64;
+            for &(x, y) in covered {
+                let pixel = (y * tile_w + x) as usize;
+                let at = pixel * samples;
+                let mask = w.coverage[pixel];
+                let alive = mask & !w.killed[pixel];
+                passed += u64::from((alive & ((1u32 << samples.min(31)) - 1)).count_ones());
+                for s in (0..samples).filter(|s| alive & (1 << s) != 0) {
+                    if let Some(depth) = w.pending[at + s] {
+                        w.tile.depth[at + s] = depth;
+                    }
+                    if let Some(value) = w.pending_stencil[at + s] {
+                        w.tile.stencil[at + s] = value;
+                    }
+                }
+                w.pending[at..at + samples].fill(None);
+                w.pending_stencil[at..at + samples].fill(None);
+                w.killed[pixel] = 0;
+            }
+            if let Some((index, counting)) = query {
+                let mut results = self
+                    .visibility
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                let entry = results.entry(index).or_insert((0, counting));
+                entry.0 += passed;
+            }
+        };
+        // Primitives shaded in drawing order wait in a batch while the
+        // next ones are of the same state and facing and cover none of
+        // their pixels, and share SIMD-groups when the shader allows it;
+        // a primitive that meets their pixels, a resolution of the tags
+        // and the end of the tile run them first (and finish them).
+        let mut in_order = InOrderBatch {
+            taken: vec![0u64; pixel_count.div_ceil(64)],
+            ..InOrderBatch::default()
+        };
+        let flush_in_order =
+            |w: &mut Worker, batch: &mut InOrderBatch| -> Result<(), EngineResult> {
+                let Some(setup) = batch.setup.take() else {
+                    return Ok(());
+                };
+                if let Some(shader) = &setup.binding {
+                    let pieces: Vec<Piece<'_>> = batch
+                        .pieces
+                        .iter()
+                        .map(|piece| Piece {
+                            pixels: &piece.covered,
+                            coefficients: &piece.coefficients,
+                        })
+                        .collect();
+                    run(
+                        w,
+                        shader,
+                        &pieces,
+                        true,
+                        (batch.face, batch.stencil, setup.writes_stencil),
+                        batch.back_facing,
+                    )?;
+                }
+                for piece in batch.pieces.drain(..) {
+                    finish(w, &piece.covered, piece.query);
+                }
+                batch.taken.fill(0);
+                Ok(())
+            };
         fn whole_tile(pixels: &[(u32, u32)]) -> [Piece<'_>; 1] {
             [Piece {
                 pixels,
@@ -749,7 +868,8 @@ impl Pass<'_> {
             // through, writing depth or stencil) first has the deferred
             // ones under it shaded.
             let defer = deferrable(&entry);
-            if !defer && entry.binding.is_some() {
+            if !defer && entry.binding.is_some() && !deferred.is_empty() {
+                flush_in_order(w, &mut in_order)?;
                 resolve(w, &mut deferred)?;
             }
             let FragmentSetup {
@@ -774,14 +894,27 @@ impl Pass<'_> {
                 })
             };
             let mut covered = Vec::with_capacity(rasterized.len());
-            for &((x, y), mask) in &rasterized {
+            for &((x, y), _) in &rasterized {
                 if in_scissor(x, y) {
-                    w.coverage[(y * tile_w + x) as usize] = mask;
                     covered.push((x, y));
                 }
             }
             if covered.is_empty() {
                 continue;
+            }
+            // Pixels of the waiting in-order primitives are theirs until
+            // they are shaded and finished.
+            if in_order.setup.is_some()
+                && covered
+                    .iter()
+                    .any(|&(x, y)| in_order.holds((y * tile_w + x) as usize))
+            {
+                flush_in_order(w, &mut in_order)?;
+            }
+            for &((x, y), mask) in &rasterized {
+                if in_scissor(x, y) {
+                    w.coverage[(y * tile_w + x) as usize] = mask;
+                }
             }
             let vertices: [Vec<f32>; 3] = std::array::from_fn(|v| {
                 (0..record_floats)
@@ -851,7 +984,7 @@ impl Pass<'_> {
             // stencil results of the tests above are written as they are.
             // An opaque primitive's shader waits: its samples that passed
             // are tagged with it, replacing the tags of what it hides.
-            if let Some(shader) = shader {
+            if shader.is_some() {
                 let coefficients =
                     setup_coefficients(&vm, self.usc_exec_base, ppp, &vertices, extras)?;
                 if defer {
@@ -870,29 +1003,30 @@ impl Pass<'_> {
                         back_facing,
                     });
                 } else {
-                    run(
-                        w,
-                        shader,
-                        &[Piece {
-                            pixels: &covered,
-                            coefficients: &coefficients,
-                        }],
-                        true,
-                        (face, late_stencil, *shader_writes_stencil),
-                        back_facing,
-                    )?;
+                    let joins = in_order.setup.as_ref().is_some_and(|waiting| {
+                        std::sync::Arc::ptr_eq(waiting, &entry)
+                            && in_order.back_facing == back_facing
+                            && entry.packs_primitives
+                    });
+                    if !joins {
+                        flush_in_order(w, &mut in_order)?;
+                        in_order.setup = Some(std::sync::Arc::clone(&entry));
+                        in_order.back_facing = back_facing;
+                        in_order.face = face;
+                        in_order.stencil = late_stencil;
+                    }
+                    for &(x, y) in &covered {
+                        in_order.take((y * tile_w + x) as usize);
+                    }
+                    in_order.pieces.push(InOrderPiece {
+                        covered,
+                        coefficients,
+                        query: occlusion_query(ppp),
+                    });
+                    continue;
                 }
             }
-            // Depth of the pixels the shader kept; then the per-pixel
-            // state is clean again for the next primitive. The samples
-            // kept count for the state's occlusion query.
-            let query = ppp.occlusion_query.and_then(|index| {
-                match ppp.fragment_control.map(|c| c.visibility_mode) {
-                    Some(VisibilityMode::Counting) => Some((index, true)),
-                    Some(VisibilityMode::Boolean) => Some((index, false)),
-                    _ => None,
-                }
-            });
+            let query = occlusion_query(ppp);
             // Nothing to count, write or clear: a deferred primitive with
             // depth writes, the stencil test and queries off.
             let pends = *shader_writes_depth
@@ -902,34 +1036,9 @@ impl Pass<'_> {
             if query.is_none() && !pends && defer {
                 continue;
             }
-            let mut passed = 0u64;
-            for &(x, y) in &covered {
-                let pixel = (y * tile_w + x) as usize;
-                let at = pixel * samples;
-                let mask = w.coverage[pixel];
-                let alive = mask & !w.killed[pixel];
-                passed += u64::from((alive & ((1u32 << samples.min(31)) - 1)).count_ones());
-                for s in (0..samples).filter(|s| alive & (1 << s) != 0) {
-                    if let Some(depth) = w.pending[at + s] {
-                        w.tile.depth[at + s] = depth;
-                    }
-                    if let Some(value) = w.pending_stencil[at + s] {
-                        w.tile.stencil[at + s] = value;
-                    }
-                }
-                w.pending[at..at + samples].fill(None);
-                w.pending_stencil[at..at + samples].fill(None);
-                w.killed[pixel] = 0;
-            }
-            if let Some((index, counting)) = query {
-                let mut results = self
-                    .visibility
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner);
-                let entry = results.entry(index).or_insert((0, counting));
-                entry.0 += passed;
-            }
+            finish(w, &covered, query);
         }
+        flush_in_order(w, &mut in_order)?;
         resolve(w, &mut deferred)?;
         self.zls_planes.store(&vm, &w.tile, (tx, ty), layer)?;
         w.coverage.fill(full);

@@ -522,7 +522,12 @@ pub(super) fn packs_primitives(vm: &GpuVm<'_>, code: u64) -> bool {
             Op::Stop if depth <= 0 => return furthest_jump <= pc,
             Op::Stop => return false,
             Op::IfIcmp | Op::IfFcmp => depth += 1,
-            Op::PopExec => depth -= ins.int(1).unwrap_or(i64::MAX),
+            Op::PopExec => {
+                let Some(levels) = ins.int(1) else {
+                    return false;
+                };
+                depth -= levels;
+            }
             Op::JmpExecAny | Op::JmpExecNone | Op::JmpIfSkippingDoorbell => {
                 let Some(offset) = ins.int(0) else {
                     return false;
