@@ -2173,31 +2173,54 @@ const LANE_FS: &str = "
 
 /// 256 small triangles of one draw, on a grid 4 pixels apart (each
 /// covering three pixels), triangle i flat-coloured (i % 16, i / 16, 1)
-/// x 16 / 255 through `fs` in a depth-tested pass of type `pass_type`
-/// (an opaque one's shading waits for the hidden-surface removal, a
-/// translucent one's runs in drawing order). The image, and the
-/// triangles' corners.
+/// x `step` / 255 and drawn once at each of `depths` in a row, through
+/// `fs` in a depth-tested pass of type `pass_type` (an opaque one's
+/// shading waits for the hidden-surface removal, a translucent one's runs
+/// in drawing order). The image, and the triangles' corners.
 fn grid_of_small_triangles(
     fs: &str,
     pass_type: agx_hw::formats::PassType,
+    depths: &[f32],
+    step: f32,
 ) -> (Vec<u8>, Vec<[[f64; 2]; 3]>) {
     let m = Machine::new(5000);
     let mut triangles = Vec::new();
+    let mut corners = Vec::new();
     for i in 0..256u32 {
         let (x, y) = ((i % 16 * 4) as f32, (i / 16 * 4) as f32);
-        let colour = [(i % 16) as f32, (i / 16) as f32, 1.0].map(|c| c * 16.0 / 255.0);
-        triangles.push(([[x, y], [x + 3.0, y], [x, y + 3.0]], 0.5, colour));
+        let colour = [(i % 16) as f32, (i / 16) as f32, 1.0].map(|c| c * step / 255.0);
+        let t = [[x, y], [x + 3.0, y], [x, y + 3.0]];
+        for &z in depths {
+            triangles.push((t, z, colour));
+        }
+        corners.push(t.map(|[x, y]| [f64::from(x), f64::from(y)]));
     }
     coloured(&m, &triangles);
     let uniforms = [1.0f32.to_bits(), (1.0f32 / 255.0).to_bits()];
-    let render = depth_pass_with_fs(&m, 256, false, fs, &uniforms);
+    let render = depth_pass_with_fs(&m, triangles.len() as u32, false, fs, &uniforms);
     set_pass_type(&m, pass_type);
     assert_eq!(m.submit(CmdType::Render, render.as_bytes()), None);
-    let corners = triangles
-        .iter()
-        .map(|(t, _, _)| t.map(|[x, y]| [f64::from(x), f64::from(y)]))
-        .collect();
     (image(&m, SIZE as usize), corners)
+}
+
+/// Checks that each pixel of the grid's image a triangle covers (by the
+/// independent rasteriser) holds (i % 16, i / 16, 1) x 16 and alpha 255
+/// for its triangle i, and that the others hold 0.
+fn assert_grid_colours(pixels: &[u8], corners: &[[[f64; 2]; 3]], what: &str) {
+    let mut covered = 0;
+    for y in 0..SIZE as usize {
+        for x in 0..SIZE as usize {
+            let at = y * STRIDE as usize + 4 * x;
+            let (px, py) = (x as f64 + 0.5, y as f64 + 0.5);
+            let owner = corners.iter().position(|&t| covers(t, px, py));
+            let want = owner.map_or([0; 4], |i| {
+                [(i % 16 * 16) as u8, (i / 16 * 16) as u8, 16, 255]
+            });
+            assert_eq!(pixels[at..at + 4], want, "{what}: pixel ({x}, {y})");
+            covered += usize::from(owner.is_some());
+        }
+    }
+    assert_eq!(covered, 3 * 256, "{what}");
 }
 
 /// Sets the pass type of the PPP state at PPP (its first fragment-control
@@ -2235,33 +2258,13 @@ fn in_order_primitives_over_one_another_are_shaded_one_after_the_other() {
     // tilebuffer's. Waiting in-order primitives share SIMD-groups only
     // while their pixels are apart, so the second copy reads what the
     // first stored: every covered pixel holds twice its colour.
-    let m = Machine::new(5000);
-    let mut triangles = Vec::new();
-    let mut corners = Vec::new();
-    for i in 0..256u32 {
-        let (x, y) = ((i % 16 * 4) as f32, (i / 16 * 4) as f32);
-        let colour = [(i % 16) as f32, (i / 16) as f32, 1.0].map(|c| c * 8.0 / 255.0);
-        let t = [[x, y], [x + 3.0, y], [x, y + 3.0]];
-        triangles.push((t, 0.5, colour));
-        triangles.push((t, 0.25, colour));
-        corners.push(t.map(|[x, y]| [f64::from(x), f64::from(y)]));
-    }
-    coloured(&m, &triangles);
-    let render = depth_pass_with_fs(&m, 512, false, ADDING_FS, &[1.0f32.to_bits()]);
-    set_pass_type(&m, agx_hw::formats::PassType::Translucent);
-    assert_eq!(m.submit(CmdType::Render, render.as_bytes()), None);
-    let pixels = image(&m, SIZE as usize);
-    for y in 0..SIZE as usize {
-        for x in 0..SIZE as usize {
-            let at = y * STRIDE as usize + 4 * x;
-            let (px, py) = (x as f64 + 0.5, y as f64 + 0.5);
-            let owner = corners.iter().position(|&t| covers(t, px, py));
-            let want = owner.map_or([0; 4], |i| {
-                [(i % 16 * 16) as u8, (i / 16 * 16) as u8, 16, 255]
-            });
-            assert_eq!(pixels[at..at + 4], want, "pixel ({x}, {y})");
-        }
-    }
+    let (pixels, corners) = grid_of_small_triangles(
+        ADDING_FS,
+        agx_hw::formats::PassType::Translucent,
+        &[0.5, 0.25],
+        8.0,
+    );
+    assert_grid_colours(&pixels, &corners, "drawn twice");
 }
 
 #[test_log::test]
@@ -2274,25 +2277,12 @@ fn small_triangles_sharing_simd_groups_each_keep_their_own_varyings() {
     // order.
     use agx_hw::formats::PassType;
     for pass_type in [PassType::Opaque, PassType::Translucent] {
-        let (pixels, triangles) = grid_of_small_triangles(COLOUR_FS, pass_type);
-        let mut covered = 0;
-        for y in 0..SIZE as usize {
-            for x in 0..SIZE as usize {
-                let at = y * STRIDE as usize + 4 * x;
-                let (px, py) = (x as f64 + 0.5, y as f64 + 0.5);
-                let owner = triangles.iter().position(|&t| covers(t, px, py));
-                let want = owner.map_or([0; 4], |i| {
-                    [(i % 16 * 16) as u8, (i / 16 * 16) as u8, 16, 255]
-                });
-                assert_eq!(pixels[at..at + 4], want, "{pass_type:?}: pixel ({x}, {y})");
-                covered += usize::from(owner.is_some());
-            }
-        }
-        assert_eq!(covered, 3 * 256);
+        let (pixels, triangles) = grid_of_small_triangles(COLOUR_FS, pass_type, &[0.5], 16.0);
+        assert_grid_colours(&pixels, &triangles, &format!("{pass_type:?}"));
         // A shader that reads its lane's place in the SIMD-group runs
         // with its own primitive's quad alone: every covered pixel is in
         // lanes 0-3.
-        let (pixels, triangles) = grid_of_small_triangles(LANE_FS, pass_type);
+        let (pixels, triangles) = grid_of_small_triangles(LANE_FS, pass_type, &[0.5], 16.0);
         let mut lanes = Vec::new();
         for y in 0..SIZE as usize {
             for x in 0..SIZE as usize {
