@@ -2173,7 +2173,8 @@ const LANE_FS: &str = "
 
 /// 256 small triangles of one draw, on a grid 4 pixels apart (each
 /// covering three pixels), triangle i flat-coloured (i % 16, i / 16, 1)
-/// x `step` / 255 and drawn once at each of `depths` in a row, through
+/// x `step` / 255 (odd ones wound the other way, facing away, with
+/// `flip_odd`) and drawn once at each of `depths` in a row, through
 /// `fs` in a depth-tested pass of type `pass_type` (an opaque one's
 /// shading waits for the hidden-surface removal, a translucent one's runs
 /// in drawing order). The image, and the triangles' corners.
@@ -2182,6 +2183,7 @@ fn grid_of_small_triangles(
     pass_type: agx_hw::formats::PassType,
     depths: &[f32],
     step: f32,
+    flip_odd: bool,
 ) -> (Vec<u8>, Vec<[[f64; 2]; 3]>) {
     let m = Machine::new(5000);
     let mut triangles = Vec::new();
@@ -2189,7 +2191,11 @@ fn grid_of_small_triangles(
     for i in 0..256u32 {
         let (x, y) = ((i % 16 * 4) as f32, (i / 16 * 4) as f32);
         let colour = [(i % 16) as f32, (i / 16) as f32, 1.0].map(|c| c * step / 255.0);
-        let t = [[x, y], [x + 3.0, y], [x, y + 3.0]];
+        let t = if flip_odd && i % 2 == 1 {
+            [[x, y], [x, y + 3.0], [x + 3.0, y]]
+        } else {
+            [[x, y], [x + 3.0, y], [x, y + 3.0]]
+        };
         for &z in depths {
             triangles.push((t, z, colour));
         }
@@ -2263,8 +2269,47 @@ fn in_order_primitives_over_one_another_are_shaded_one_after_the_other() {
         agx_hw::formats::PassType::Translucent,
         &[0.5, 0.25],
         8.0,
+        false,
     );
     assert_grid_colours(&pixels, &corners, "drawn twice");
+}
+
+/// COLOUR_FS with blue 1 in a primitive facing away (`sr62`), else 0.
+const FACING_COLOUR_FS: &str = "
+    iter r2_r3_r4, cf0, center, 0, 0, 0, 0, 0
+    get_sr r6, sr62
+    convert u32_to_f, r4, r6, rte
+    mov r5, u0
+    st_tile r2_r3_r4_r5, u8norm, 0, xyzw, 0, 255, r0, 0
+    stop";
+
+#[test_log::test]
+fn primitives_facing_either_way_share_simd_groups_each_with_its_own_facing() {
+    // Every other triangle of the grid faces away; the opaque pass's
+    // depth state is the same both ways, so they share SIMD-groups, and
+    // each lane's `backfacing` is its own primitive's.
+    let (pixels, corners) = grid_of_small_triangles(
+        FACING_COLOUR_FS,
+        agx_hw::formats::PassType::Opaque,
+        &[0.5],
+        16.0,
+        true,
+    );
+    let mut faced_away = 0;
+    for y in 0..SIZE as usize {
+        for x in 0..SIZE as usize {
+            let at = y * STRIDE as usize + 4 * x;
+            let (px, py) = (x as f64 + 0.5, y as f64 + 0.5);
+            let owner = corners.iter().position(|&t| covers(t, px, py));
+            let want = owner.map_or([0; 4], |i| {
+                let away = if i % 2 == 1 { 255 } else { 0 };
+                [(i % 16 * 16) as u8, (i / 16 * 16) as u8, away, 255]
+            });
+            assert_eq!(pixels[at..at + 4], want, "pixel ({x}, {y})");
+            faced_away += usize::from(want[2] == 255);
+        }
+    }
+    assert_eq!(faced_away, 3 * 128);
 }
 
 #[test_log::test]
@@ -2277,12 +2322,13 @@ fn small_triangles_sharing_simd_groups_each_keep_their_own_varyings() {
     // order.
     use agx_hw::formats::PassType;
     for pass_type in [PassType::Opaque, PassType::Translucent] {
-        let (pixels, triangles) = grid_of_small_triangles(COLOUR_FS, pass_type, &[0.5], 16.0);
+        let (pixels, triangles) =
+            grid_of_small_triangles(COLOUR_FS, pass_type, &[0.5], 16.0, false);
         assert_grid_colours(&pixels, &triangles, &format!("{pass_type:?}"));
         // A shader that reads its lane's place in the SIMD-group runs
         // with its own primitive's quad alone: every covered pixel is in
         // lanes 0-3.
-        let (pixels, triangles) = grid_of_small_triangles(LANE_FS, pass_type, &[0.5], 16.0);
+        let (pixels, triangles) = grid_of_small_triangles(LANE_FS, pass_type, &[0.5], 16.0, false);
         let mut lanes = Vec::new();
         for y in 0..SIZE as usize {
             for x in 0..SIZE as usize {

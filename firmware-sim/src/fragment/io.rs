@@ -23,6 +23,9 @@ pub(super) struct Piece<'a> {
     /// Tile-local pixel coordinates.
     pub(super) pixels: &'a [(u32, u32)],
     pub(super) coefficients: &'a [Coefficient],
+    /// The primitive faces away (its lanes' `backfacing` special
+    /// register).
+    pub(super) back_facing: bool,
 }
 
 /// The fixed-function units of per-tile programs: the tilebuffer and the

@@ -547,8 +547,7 @@ impl Pass<'_> {
             Option<FragmentFace>,
             Option<FragmentStencil>,
             bool,
-        ),
-                   back_facing: bool| {
+        )| {
             run_tile_program(
                 &self.watchdog,
                 &vm,
@@ -564,7 +563,6 @@ impl Pass<'_> {
                     face,
                     stencil,
                     stencil_test_at_emit,
-                    back_facing,
                     helper: &mut w.helper,
                     group: &mut w.group,
                     decoded: &w.decoded,
@@ -643,16 +641,10 @@ impl Pass<'_> {
                         .map(|&index| Piece {
                             pixels: &visible[index],
                             coefficients: &deferred[index].coefficients,
+                            back_facing: deferred[index].back_facing,
                         })
                         .collect();
-                    run(
-                        w,
-                        shader,
-                        &pieces,
-                        true,
-                        (primitive.face, None, false),
-                        primitive.back_facing,
-                    )?;
+                    run(w, shader, &pieces, true, (primitive.face, None, false))?;
                 }
                 // An opaque shader kills nothing (its depth is written
                 // already); a sample mask it writes anyway drops colour.
@@ -671,8 +663,12 @@ impl Pass<'_> {
                 }
                 let joins = batch.first().is_some_and(|&first| {
                     let head = &deferred[first];
+                    // Facing changes only the `backfacing` register (set
+                    // per lane) and the depth state (the same both ways,
+                    // or unused: a deferred shader emits no depth).
                     std::sync::Arc::ptr_eq(&head.setup, &primitive.setup)
-                        && head.back_facing == primitive.back_facing
+                        && (head.back_facing == primitive.back_facing
+                            || head.face == primitive.face)
                         && primitive.setup.packs_primitives
                         && pixels.iter().all(|&(x, y)| {
                             let pixel = (y * tile_w + x) as usize;
@@ -747,6 +743,7 @@ impl Pass<'_> {
                         .map(|piece| Piece {
                             pixels: &piece.covered,
                             coefficients: &piece.coefficients,
+                            back_facing: batch.back_facing,
                         })
                         .collect();
                     run(
@@ -755,7 +752,6 @@ impl Pass<'_> {
                         &pieces,
                         true,
                         (batch.face, batch.stencil, setup.writes_stencil),
-                        batch.back_facing,
                     )?;
                 }
                 for piece in batch.pieces.drain(..) {
@@ -768,6 +764,7 @@ impl Pass<'_> {
             [Piece {
                 pixels,
                 coefficients: &[],
+                back_facing: false,
             }]
         }
         if inside {
@@ -778,19 +775,11 @@ impl Pass<'_> {
                 &whole_tile(&pixels),
                 false,
                 (None, None, false),
-                false,
             );
             w.whole_tile = pixels;
             ran?;
         } else {
-            run(
-                w,
-                &self.bg,
-                &whole_tile(&all),
-                true,
-                (None, None, false),
-                false,
-            )?;
+            run(w, &self.bg, &whole_tile(&all), true, (None, None, false))?;
         }
         // The background program does not discard.
         w.killed.fill(0);
@@ -1048,7 +1037,6 @@ impl Pass<'_> {
             &whole_tile(&[(0, 0); LANES]),
             false,
             (None, None, false),
-            false,
         )
     }
 }

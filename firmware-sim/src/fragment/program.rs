@@ -75,8 +75,6 @@ pub(super) struct TileState<'a> {
     /// The shader writes the stencil reference: the stencil test itself
     /// (and, without shader depth, the depth test) waits for `zs_emit`.
     pub(super) stencil_test_at_emit: bool,
-    /// The primitive is back-facing (the `backfacing` special register).
-    pub(super) back_facing: bool,
     /// The core's helper program.
     pub(super) helper: &'a mut StageHelper,
     /// The core's register file: the program's SIMD-groups run one after
@@ -122,7 +120,6 @@ pub(super) fn run_tile_program(
         face,
         stencil,
         stencil_test_at_emit,
-        back_facing,
         helper: stage_helper,
         group,
         decoded,
@@ -229,9 +226,13 @@ pub(super) fn run_tile_program(
             agx_hw::isa::table::sr::IS_ACTIVE_THREAD,
             std::array::from_fn(|lane| u32::from(helper_lanes & (1 << lane) == 0)),
         );
-        group
-            .special
-            .set_all(agx_hw::isa::table::sr::BACKFACING, u32::from(back_facing));
+        group.special.set_lanes(
+            agx_hw::isa::table::sr::BACKFACING,
+            std::array::from_fn(|lane| {
+                let piece = pieces.get(usize::from(lane_pieces[lane]));
+                u32::from(piece.is_some_and(|piece| piece.back_facing))
+            }),
+        );
         // The samples each lane's pixel covers (every sample for the
         // background and end-of-tile programs; none for helpers, which
         // cover nothing: Mesa's per-sample shading tells helpers by an
