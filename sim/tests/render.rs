@@ -2210,9 +2210,14 @@ fn grid_of_small_triangles(
 }
 
 /// Checks that each pixel of the grid's image a triangle covers (by the
-/// independent rasteriser) holds (i % 16, i / 16, 1) x 16 and alpha 255
-/// for its triangle i, and that the others hold 0.
-fn assert_grid_colours(pixels: &[u8], corners: &[[[f64; 2]; 3]], what: &str) {
+/// independent rasteriser) holds (i % 16, i / 16) x 16, `blue(i)` and
+/// alpha 255 for its triangle i, and that the others hold 0.
+fn assert_grid_colours(
+    pixels: &[u8],
+    corners: &[[[f64; 2]; 3]],
+    blue: impl Fn(usize) -> u8,
+    what: &str,
+) {
     let mut covered = 0;
     for y in 0..SIZE as usize {
         for x in 0..SIZE as usize {
@@ -2220,7 +2225,7 @@ fn assert_grid_colours(pixels: &[u8], corners: &[[[f64; 2]; 3]], what: &str) {
             let (px, py) = (x as f64 + 0.5, y as f64 + 0.5);
             let owner = corners.iter().position(|&t| covers(t, px, py));
             let want = owner.map_or([0; 4], |i| {
-                [(i % 16 * 16) as u8, (i / 16 * 16) as u8, 16, 255]
+                [(i % 16 * 16) as u8, (i / 16 * 16) as u8, blue(i), 255]
             });
             assert_eq!(pixels[at..at + 4], want, "{what}: pixel ({x}, {y})");
             covered += usize::from(owner.is_some());
@@ -2271,7 +2276,7 @@ fn in_order_primitives_over_one_another_are_shaded_one_after_the_other() {
         8.0,
         false,
     );
-    assert_grid_colours(&pixels, &corners, "drawn twice");
+    assert_grid_colours(&pixels, &corners, |_| 16, "drawn twice");
 }
 
 /// COLOUR_FS with blue 1 in a primitive facing away (`sr62`), else 0.
@@ -2295,21 +2300,8 @@ fn primitives_facing_either_way_share_simd_groups_each_with_its_own_facing() {
         16.0,
         true,
     );
-    let mut faced_away = 0;
-    for y in 0..SIZE as usize {
-        for x in 0..SIZE as usize {
-            let at = y * STRIDE as usize + 4 * x;
-            let (px, py) = (x as f64 + 0.5, y as f64 + 0.5);
-            let owner = corners.iter().position(|&t| covers(t, px, py));
-            let want = owner.map_or([0; 4], |i| {
-                let away = if i % 2 == 1 { 255 } else { 0 };
-                [(i % 16 * 16) as u8, (i / 16 * 16) as u8, away, 255]
-            });
-            assert_eq!(pixels[at..at + 4], want, "pixel ({x}, {y})");
-            faced_away += usize::from(want[2] == 255);
-        }
-    }
-    assert_eq!(faced_away, 3 * 128);
+    let away = |i: usize| if i % 2 == 1 { 255 } else { 0 };
+    assert_grid_colours(&pixels, &corners, away, "facing either way");
 }
 
 #[test_log::test]
@@ -2324,7 +2316,7 @@ fn small_triangles_sharing_simd_groups_each_keep_their_own_varyings() {
     for pass_type in [PassType::Opaque, PassType::Translucent] {
         let (pixels, triangles) =
             grid_of_small_triangles(COLOUR_FS, pass_type, &[0.5], 16.0, false);
-        assert_grid_colours(&pixels, &triangles, &format!("{pass_type:?}"));
+        assert_grid_colours(&pixels, &triangles, |_| 16, &format!("{pass_type:?}"));
         // A shader that reads its lane's place in the SIMD-group runs
         // with its own primitive's quad alone: every covered pixel is in
         // lanes 0-3.
