@@ -311,8 +311,8 @@ struct InOrderBatch {
     /// The stencil state whose operations wait for the shader's `zs_emit`.
     stencil: Option<FragmentStencil>,
     pieces: Vec<InOrderPiece>,
-    /// A bit per pixel of the tile: the pixels they cover.
-    taken: Vec<u64>,
+    /// The pixels they cover.
+    taken: PixelSet,
 }
 
 /// One waiting in-order primitive: the pixels it is shaded at, its
@@ -323,17 +323,34 @@ struct InOrderPiece {
     query: Option<(u32, bool)>,
 }
 
-impl InOrderBatch {
+/// A set of a tile's pixels (by index), a bit each: the pixels a batch of
+/// primitives waiting to share SIMD-groups covers.
+#[derive(Default)]
+struct PixelSet {
+    words: Vec<u64>,
+}
+
+impl PixelSet {
+    fn new(pixels: usize) -> PixelSet {
+        PixelSet {
+            words: vec![0; pixels.div_ceil(64)],
+        }
+    }
+
     fn holds(&self, pixel: usize) -> bool {
-        self.taken
+        self.words
             .get(pixel / 64)
             .is_some_and(|word| word & (1 << (pixel % 64)) != 0)
     }
 
     fn take(&mut self, pixel: usize) {
-        if let Some(word) = self.taken.get_mut(pixel / 64) {
+        if let Some(word) = self.words.get_mut(pixel / 64) {
             *word |= 1 << (pixel % 64);
         }
+    }
+
+    fn clear(&mut self) {
+        self.words.fill(0);
     }
 }
 
@@ -616,10 +633,10 @@ impl Pass<'_> {
             // visible pixels do not meet share SIMD-groups when the
             // shader allows it (`packs_primitives`).
             let mut batch: Vec<usize> = Vec::new();
-            let mut taken = vec![0u64; pixel_count.div_ceil(64)];
+            let mut taken = PixelSet::new(pixel_count);
             let flush = |w: &mut Worker,
                          batch: &mut Vec<usize>,
-                         taken: &mut Vec<u64>|
+                         taken: &mut PixelSet|
              -> Result<(), EngineResult> {
                 let Some(&first) = batch.first() else {
                     return Ok(());
@@ -654,7 +671,7 @@ impl Pass<'_> {
                     }
                 }
                 batch.clear();
-                taken.fill(0);
+                taken.clear();
                 Ok(())
             };
             for (index, (primitive, pixels)) in deferred.iter().zip(&visible).enumerate() {
@@ -670,17 +687,15 @@ impl Pass<'_> {
                         && (head.back_facing == primitive.back_facing
                             || head.face == primitive.face)
                         && primitive.setup.packs_primitives
-                        && pixels.iter().all(|&(x, y)| {
-                            let pixel = (y * tile_w + x) as usize;
-                            taken[pixel / 64] & (1 << (pixel % 64)) == 0
-                        })
+                        && !pixels
+                            .iter()
+                            .any(|&(x, y)| taken.holds((y * tile_w + x) as usize))
                 });
                 if !joins {
                     flush(w, &mut batch, &mut taken)?;
                 }
                 for &(x, y) in pixels {
-                    let pixel = (y * tile_w + x) as usize;
-                    taken[pixel / 64] |= 1 << (pixel % 64);
+                    taken.take((y * tile_w + x) as usize);
                 }
                 batch.push(index);
             }
@@ -728,7 +743,7 @@ impl Pass<'_> {
         // a primitive that meets their pixels, a resolution of the tags
         // and the end of the tile run them first (and finish them).
         let mut in_order = InOrderBatch {
-            taken: vec![0u64; pixel_count.div_ceil(64)],
+            taken: PixelSet::new(pixel_count),
             ..InOrderBatch::default()
         };
         let flush_in_order =
@@ -757,7 +772,7 @@ impl Pass<'_> {
                 for piece in batch.pieces.drain(..) {
                     finish(w, &piece.covered, piece.query);
                 }
-                batch.taken.fill(0);
+                batch.taken.clear();
                 Ok(())
             };
         fn whole_tile(pixels: &[(u32, u32)]) -> [Piece<'_>; 1] {
@@ -896,7 +911,7 @@ impl Pass<'_> {
             if in_order.setup.is_some()
                 && covered
                     .iter()
-                    .any(|&(x, y)| in_order.holds((y * tile_w + x) as usize))
+                    .any(|&(x, y)| in_order.taken.holds((y * tile_w + x) as usize))
             {
                 flush_in_order(w, &mut in_order)?;
             }
@@ -1005,7 +1020,7 @@ impl Pass<'_> {
                         in_order.stencil = late_stencil;
                     }
                     for &(x, y) in &covered {
-                        in_order.take((y * tile_w + x) as usize);
+                        in_order.taken.take((y * tile_w + x) as usize);
                     }
                     in_order.pieces.push(InOrderPiece {
                         covered,

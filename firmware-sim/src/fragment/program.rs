@@ -463,30 +463,36 @@ fn fragment_shader(
 /// reference (its first `zs_emit`'s z and s bits; Mesa emits one): the
 /// tests then run when the shader emits them, not before the shader.
 fn zs_outputs(vm: &GpuVm<'_>, code: u64) -> (bool, bool) {
+    walk(vm, code, |_, ins| match ins.op {
+        agx_hw::isa::Op::ZsEmit => {
+            let zs = ins.operands.get(1).and_then(|o| o.int()).unwrap_or(1);
+            Some((zs & 1 != 0, zs & 2 != 0))
+        }
+        agx_hw::isa::Op::Stop => Some((false, false)),
+        _ => None,
+    })
+    .unwrap_or((false, false))
+}
+
+/// Visits the instructions of the program at `code` in address order
+/// (each with its address) until `visit` gives an answer; `None` when an
+/// instruction cannot be read or decoded, or after 4,096 of them.
+fn walk<T>(
+    vm: &GpuVm<'_>,
+    code: u64,
+    mut visit: impl FnMut(u64, &agx_hw::isa::Instr) -> Option<T>,
+) -> Option<T> {
     let mut pc = code;
     for _ in 0..4096 {
         let mut bytes = [0u8; 16];
-        if vm.read(pc, &mut bytes).is_err() {
-            return (false, false);
+        vm.read(pc, &mut bytes).ok()?;
+        let decoded = agx_hw::isa::decode(&bytes).ok()?;
+        if let Some(answer) = visit(pc, &decoded.instr) {
+            return Some(answer);
         }
-        let Ok(decoded) = agx_hw::isa::decode(&bytes) else {
-            return (false, false);
-        };
-        match decoded.instr.op {
-            agx_hw::isa::Op::ZsEmit => {
-                let zs = decoded
-                    .instr
-                    .operands
-                    .get(1)
-                    .and_then(|o| o.int())
-                    .unwrap_or(1);
-                return (zs & 1 != 0, zs & 2 != 0);
-            }
-            agx_hw::isa::Op::Stop => return (false, false),
-            _ => pc += decoded.length_bytes as u64,
-        }
+        pc += decoded.length_bytes as u64;
     }
-    (false, false)
+    None
 }
 
 /// Whether the fragment program at `code` may run with other primitives'
@@ -506,40 +512,31 @@ fn zs_outputs(vm: &GpuVm<'_>, code: u64) -> (bool, bool) {
 pub(super) fn packs_primitives(vm: &GpuVm<'_>, code: u64) -> bool {
     use agx_hw::isa::table::sr;
     use agx_hw::isa::Op;
-    let mut pc = code;
     // `if` nesting, counted statically (`pop_exec n` closes n).
     let mut depth: i64 = 0;
     let mut furthest_jump = code;
-    for _ in 0..4096 {
-        let mut bytes = [0u8; 16];
-        if vm.read(pc, &mut bytes).is_err() {
-            return false;
-        }
-        let Ok(decoded) = agx_hw::isa::decode(&bytes) else {
-            return false;
-        };
-        let ins = &decoded.instr;
+    walk(vm, code, |pc, ins| {
         match ins.op {
-            Op::Stop if depth <= 0 => return furthest_jump <= pc,
-            Op::Stop => return false,
+            Op::Stop if depth <= 0 => return Some(furthest_jump <= pc),
+            Op::Stop => return Some(false),
             Op::IfIcmp | Op::IfFcmp => depth += 1,
             Op::PopExec => {
                 let Some(levels) = ins.int(1) else {
-                    return false;
+                    return Some(false);
                 };
                 depth -= levels;
             }
             Op::JmpExecAny | Op::JmpExecNone | Op::JmpIfSkippingDoorbell => {
                 let Some(offset) = ins.int(0) else {
-                    return false;
+                    return Some(false);
                 };
                 let target = pc.wrapping_add(offset as u64);
                 if target < code {
-                    return false;
+                    return Some(false);
                 }
                 furthest_jump = furthest_jump.max(target);
             }
-            Op::LdTile | Op::StTile if ins.int(7) != Some(0) => return false,
+            Op::LdTile | Op::StTile if ins.int(7) != Some(0) => return Some(false),
             Op::GetSr => {
                 let register = ins.int(1).unwrap_or(-1);
                 let lane_place = [
@@ -553,7 +550,7 @@ pub(super) fn packs_primitives(vm: &GpuVm<'_>, code: u64) -> bool {
                     59,
                 ];
                 if lane_place.iter().any(|&r| i64::from(r) == register) {
-                    return false;
+                    return Some(false);
                 }
             }
             Op::Call
@@ -587,10 +584,10 @@ pub(super) fn packs_primitives(vm: &GpuVm<'_>, code: u64) -> bool {
             | Op::StackMap
             | Op::StackUnmap
             | Op::StackMapOp
-            | Op::Doorbell => return false,
+            | Op::Doorbell => return Some(false),
             _ => {}
         }
-        pc += decoded.length_bytes as u64;
-    }
-    false
+        None
+    })
+    .unwrap_or(false)
 }
