@@ -165,6 +165,17 @@ fn copy_element(to: &mut [u8], from: &[u8; 16], component_bytes: usize) {
     }
 }
 
+/// Copies `from` to `to` (of the same length): the common texel sizes as
+/// copies of a known size.
+fn copy_bytes(to: &mut [u8], from: &[u8]) {
+    match (to.len(), from.len()) {
+        (4, 4) => to.copy_from_slice(&from[..4]),
+        (8, 8) => to.copy_from_slice(&from[..8]),
+        (16, 16) => to.copy_from_slice(&from[..16]),
+        _ => to.copy_from_slice(from),
+    }
+}
+
 /// The component mask of an image with `channels` channels.
 fn channel_mask(channels: usize) -> u8 {
     (1u8 << channels.min(4)) - 1
@@ -593,18 +604,24 @@ impl PbeTarget {
                     .min(aligned(written.1.start));
                 u64::from(q) * u64::from(q)
             });
-            let mut run = Vec::with_capacity(written.0.len() * written.1.len() * texel_run_bytes);
+            // Every written texel lands in the run (in Z-order), filled
+            // in place: the buffer is as long as the rectangle's texels.
+            let mut run = vec![0u8; written.0.len() * written.1.len() * texel_run_bytes];
+            let mut run_len = 0;
             let mut run_at = None;
             let mut last: Option<(u64, u64)> = None;
+            // `square` is a power of two: the index's low bits say where
+            // in its square it is.
+            let square_mask = square - 1;
             for index in 0..u64::from(side) * u64::from(side) {
-                let (dx, dy) = agx_hw::layout::morton_position(index);
+                let (dx, dy) = z_order_position(index);
                 if dx >= width || dy >= height {
                     continue;
                 }
                 let (x, y) = (written.0.start + dx, written.1.start + dy);
                 let at = match last {
                     Some((last_index, last_at))
-                        if index % square != 0 && last_index + 1 == index =>
+                        if index & square_mask != 0 && last_index + 1 == index =>
                     {
                         // The layout's elements are a pixel's samples.
                         let at = last_at + texel_run_bytes as u64;
@@ -617,20 +634,19 @@ impl PbeTarget {
                         .ok_or_else(|| invalid(format!("pixel ({x}, {y}) past the image")))?,
                 };
                 last = Some((index, at));
-                if run_at.map(|start: u64| start + run.len() as u64) != Some(at) {
+                if run_at.map(|start: u64| start + run_len as u64) != Some(at) {
                     if let Some(start) = run_at {
-                        vm.write(self.pbe.buffer.wrapping_add(start), &run)
+                        vm.write(self.pbe.buffer.wrapping_add(start), &run[..run_len])
                             .map_err(IoError::Memory)?;
                     }
-                    run.clear();
+                    run_len = 0;
                     run_at = Some(at);
                 }
-                let start = run.len();
-                run.resize(start + texel_run_bytes, 0);
-                texel_of(x, y, &mut run[start..])?;
+                texel_of(x, y, &mut run[run_len..run_len + texel_run_bytes])?;
+                run_len += texel_run_bytes;
             }
             if let Some(start) = run_at {
-                vm.write(self.pbe.buffer.wrapping_add(start), &run)
+                vm.write(self.pbe.buffer.wrapping_add(start), &run[..run_len])
                     .map_err(IoError::Memory)?;
             }
         }
@@ -641,6 +657,33 @@ impl PbeTarget {
             }
         }
         Ok(())
+    }
+}
+
+/// Z-order positions of the indices of a 32x32 square (a block's), each
+/// (x, y) packed as `x | y << 8`, worked out once.
+static Z_ORDER_32: [u16; 1024] = {
+    let mut table = [0u16; 1024];
+    let mut index = 0usize;
+    while index < 1024 {
+        let (mut x, mut y, mut bit) = (0u16, 0u16, 0);
+        while bit < 5 {
+            x |= (((index >> (2 * bit)) & 1) as u16) << bit;
+            y |= (((index >> (2 * bit + 1)) & 1) as u16) << bit;
+            bit += 1;
+        }
+        table[index] = x | y << 8;
+        index += 1;
+    }
+    table
+};
+
+/// The (x, y) whose Z-order index is `index`
+/// ([`agx_hw::layout::morton_position`], from a table below 1,024).
+fn z_order_position(index: u64) -> (u32, u32) {
+    match Z_ORDER_32.get(index as usize) {
+        Some(&packed) => (u32::from(packed & 0xFF), u32::from(packed >> 8)),
+        None => agx_hw::layout::morton_position(index),
     }
 }
 
@@ -727,8 +770,10 @@ pub fn store_block(
             let (bx, by) = (x - origin.0, y - origin.1);
             for sample in 0..block.samples as usize {
                 let from = block.record(bx, by, sample as u32) + offset;
-                texel[sample * texel_bytes..(sample + 1) * texel_bytes]
-                    .copy_from_slice(&block.bytes[from..from + texel_bytes]);
+                copy_bytes(
+                    &mut texel[sample * texel_bytes..(sample + 1) * texel_bytes],
+                    &block.bytes[from..from + texel_bytes],
+                );
             }
             Ok(())
         });
@@ -938,5 +983,22 @@ impl Compressed {
             }
         }
         Ok(Some((words, self.uncompressed_word)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_z_order_table_places_each_index_as_the_morton_inverse_does() {
+        // Inside the table and past it (where the inverse is computed).
+        for index in 0..4096 {
+            assert_eq!(
+                z_order_position(index),
+                agx_hw::layout::morton_position(index),
+                "index {index}"
+            );
+        }
     }
 }

@@ -19,7 +19,9 @@ use agx_hw::formats::{
     BorderColour, Channel, Channels, CompareFunc, CustomBorder, Filter, ImageMode, Layout,
     MipFilter, SampleCount, Sampler, Texture, TextureDimension, TextureType, Wrap,
 };
-use agx_hw::layout::{laid_out_levels, CompressionLayout, ImageLayout, TileMode};
+use agx_hw::layout::{
+    laid_out_levels, CompressionLayout, ImageLayout, TileMode, COMPRESSION_TILE_PX,
+};
 
 use crate::bc::BlockFormat;
 use crate::memory::GpuVm;
@@ -116,8 +118,10 @@ struct Image {
     /// For a compressed image: its metadata layout, and the address of
     /// the first layer's metadata.
     compression: Option<(CompressionLayout, u64)>,
-    /// The metadata word last read (its address) and its mode.
-    last_tile: std::cell::Cell<Option<(u64, TileMode)>>,
+    /// The compression tile last looked up (level, layer and tile
+    /// column and row in sample space), and its metadata word's address
+    /// and mode (`None`: the tile has no metadata word).
+    last_tile: std::cell::Cell<Option<(TileKey, Option<TileWord>)>>,
     /// A metadata word in no known mode was met (and logged).
     stale_logged: std::cell::Cell<bool>,
     /// The aligned line of memory last read for a texel (its address and
@@ -125,6 +129,12 @@ struct Image {
     /// footprints mostly share lines.
     line: std::cell::RefCell<Option<(u64, [u8; TEXEL_LINE_BYTES])>>,
 }
+
+/// A compression tile: level, layer, column and row (in sample space).
+type TileKey = (u32, u32, u32, u32);
+
+/// A compression tile's metadata word: its address and its mode.
+type TileWord = (u64, TileMode);
 
 /// Bytes of the aligned lines texels are read through (inside one page,
 /// so a line faults exactly where the texels in it would).
@@ -433,19 +443,32 @@ impl TextureUnit<'_> {
             return Ok((x, y, sample));
         };
         let (sx, sy) = agx_hw::layout::sample_space_position(x, y, sample, image.samples);
-        let Some(at) = meta.tile_word_offset(level, sx, sy, layer) else {
-            return Ok((x, y, sample));
-        };
-        let address = base.wrapping_add(at);
-        // A filtered sample reads up to eight texels, mostly of one tile.
-        let mode = match image.last_tile.get() {
-            Some((cached, mode)) if cached == address => mode,
+        // A filtered sample reads up to eight texels, a load's lanes
+        // neighbouring texels: mostly of one tile, whose word is looked
+        // up and read once.
+        let key = (
+            level,
+            layer,
+            sx / COMPRESSION_TILE_PX,
+            sy / COMPRESSION_TILE_PX,
+        );
+        let found = match image.last_tile.get() {
+            Some((cached, found)) if cached == key => found,
             _ => {
-                let word = u64::from_le_bytes(self.read::<8>(address)?);
-                let mode = TileMode::decode(word, image.element_bytes);
-                image.last_tile.set(Some((address, mode)));
-                mode
+                let found = match meta.tile_word_offset(level, sx, sy, layer) {
+                    Some(at) => {
+                        let address = base.wrapping_add(at);
+                        let word = u64::from_le_bytes(self.read::<8>(address)?);
+                        Some((address, TileMode::decode(word, image.element_bytes)))
+                    }
+                    None => None,
+                };
+                image.last_tile.set(Some((key, found)));
+                found
             }
+        };
+        let Some((address, mode)) = found else {
+            return Ok((x, y, sample));
         };
         // A word in no known mode is read as uncompressed, as an all-zero
         // one is (stale memory: Mesa does not initialise metadata; what
@@ -556,10 +579,21 @@ impl TextureUnit<'_> {
             return self.block_texel(image, format, level, (x, y, layer));
         }
         let (x, y, sample) = self.stored_texel(image, level, (x, y, sample), layer)?;
-        let offset = image
-            .layout
-            .offset(level, x, y, layer)
-            .ok_or_else(|| invalid(format!("texel ({x}, {y}) of level {level}")))?
+        let offset = image.layout.offset(level, x, y, layer);
+        self.element_texel(image, offset, (x, y, level), sample)
+    }
+
+    /// Sample `sample` of the texel at `offset` (of texel (x, y) of
+    /// `level`, `None` past the image) of an image that is not block
+    /// compressed.
+    fn element_texel(
+        &self,
+        image: &Image,
+        offset: Option<u64>,
+        (x, y, level): (u32, u32, u32),
+        sample: u32,
+    ) -> Result<[u32; 4], IoError> {
+        let offset = offset.ok_or_else(|| invalid(format!("texel ({x}, {y}) of level {level}")))?
             + u64::from(sample) * u64::from(image.element_bytes);
         // At most four 32-bit channels.
         let mut element = [0u8; 16];
@@ -692,18 +726,20 @@ impl TextureUnit<'_> {
         request: &TextureRequest,
     ) -> Result<[u32; 4], IoError> {
         use TextureDimension as D;
+        if request.load && !request.query_lod && request.gather.is_none() {
+            return self.load(image, request);
+        }
         let t = &image.texture;
         let mut request = *request;
         // The registers after x and y (Mesa's agx_nir_lower_texture): an
         // array's layer as an integer; a multisampled image's sample
-        // index, below the layer's 16 bits for an array; a 3D image's z
-        // (a float to sample, an integer slice to load); a cube's
-        // direction and a cube array's cube index.
+        // index, below the layer's 16 bits for an array; a 3D image's z;
+        // a cube's direction and a cube array's cube index.
         let mut sample = 0;
         let layer = match t.dimension {
             D::D1 => {
                 // Only x is a coordinate: read the row's centre.
-                request.coords[1] = if request.load { 0 } else { 0.5f32.to_bits() };
+                request.coords[1] = 0.5f32.to_bits();
                 0
             }
             D::D2Array => request.coords[2],
@@ -715,8 +751,7 @@ impl TextureUnit<'_> {
                 sample = request.coords[2] & 0xFFFF;
                 request.coords[2] >> 16
             }
-            D::D3 if request.load => request.coords[2],
-            D::Cube | D::CubeArray if !request.load => {
+            D::Cube | D::CubeArray => {
                 let cube = if t.dimension == D::CubeArray {
                     request.coords[3]
                 } else {
@@ -725,8 +760,6 @@ impl TextureUnit<'_> {
                 let face = cube_face(&mut request);
                 cube.saturating_mul(6).saturating_add(face)
             }
-            // A load of a cube reads a face as a layer.
-            D::Cube | D::CubeArray => request.coords[2],
             _ => 0,
         };
         if sample >= image.samples {
@@ -735,19 +768,7 @@ impl TextureUnit<'_> {
             return Ok([0; 4]);
         }
         let request = &request;
-        let swizzle = |raw: [u32; 4]| {
-            [t.swizzle_r, t.swizzle_g, t.swizzle_b, t.swizzle_a].map(|s| {
-                let one = if image.integer { 1 } else { 1.0f32.to_bits() };
-                match s {
-                    Channel::R => raw[0],
-                    Channel::G => raw[1],
-                    Channel::B => raw[2],
-                    Channel::A => raw[3],
-                    Channel::One => one,
-                    _ => 0,
-                }
-            })
-        };
+        let swizzle = |raw: [u32; 4]| swizzled(image, raw);
         if request.query_lod {
             let Some(&(sampler, _)) = sampler else {
                 return Err(invalid("a LOD query without a sampler".into()));
@@ -770,95 +791,120 @@ impl TextureUnit<'_> {
             let texels = self.gather(image, &sampler, border, request, layer)?;
             texels.map(|texel| swizzle(texel)[component & 3])
         } else {
-            swizzle(self.unswizzled(image, sampler, request, layer, sample)?)
+            swizzle(self.filtered(image, sampler, request, layer)?)
         };
-        Ok(if request.half && !image.integer {
-            swizzled.map(|bits| u32::from(crate::usc::float::f32_to_half(f32::from_bits(bits))))
-        } else {
-            swizzled
-        })
+        Ok(register_bits(image, swizzled, request.half))
     }
 
-    /// A load's texel or a sample's filtered value, before the swizzle.
-    fn unswizzled(
+    /// A texel load (`texture_load`): the texel at the request's integer
+    /// coordinates of its level, swizzled; zero (then swizzled) past the
+    /// image's sides, levels or layers (robust access), and zero for a
+    /// sample past the image's count. The texel's offset is worked out
+    /// once, for the bounds and the read.
+    fn load(&self, image: &Image, request: &TextureRequest) -> Result<[u32; 4], IoError> {
+        use TextureDimension as D;
+        let t = &image.texture;
+        let [cx, cy, cz, _] = request.coords;
+        // The registers after x and y (Mesa's agx_nir_lower_texture): an
+        // array's layer; a multisampled image's sample index, below the
+        // layer's 16 bits for an array; a 3D image's integer slice; a
+        // cube's face (a load reads a face as a layer). A 1D image's row
+        // is row 0.
+        let (cy, layer, sample) = match t.dimension {
+            D::D1 => (0, 0, 0),
+            D::D2Array | D::D3 | D::Cube | D::CubeArray => (cy, cz, 0),
+            D::D2Multisampled => (cy, 0, cz),
+            D::D2ArrayMultisampled => (cy, cz >> 16, cz & 0xFFFF),
+            _ => (cy, 0, 0),
+        };
+        if sample >= image.samples {
+            // Robust: a sample past the image's count reads zero, as a
+            // texel past its edge does.
+            return Ok([0; 4]);
+        }
+        let level = match request.lod {
+            LodArgument::Explicit(l) => l as u32,
+            _ => 0,
+        }
+        .saturating_add(t.first_level);
+        // Out-of-bounds loads return zero (robust access). The offset
+        // adds to the 32-bit coordinates modulo 2^32, so a negative
+        // coordinate the offset brings into the image reads it (GL's
+        // `texelFetchOffset(t, ivec2(-7, 0), 0, ivec2(7, 0))` is
+        // texel 0).
+        let [dx, dy, dz] = request.offset_texels;
+        let x = cx.wrapping_add_signed(dx);
+        let y = cy.wrapping_add_signed(dy);
+        // z offsets move a 3D image's slice (layers are not offset); a 3D
+        // image's slices of a level are as many as its depth there (each
+        // a layer of the layout).
+        let (layer, layers) = if t.dimension == D::D3 {
+            (
+                layer.wrapping_add_signed(dz),
+                (t.depth >> level.min(31)).max(1),
+            )
+        } else {
+            (layer, image.layers)
+        };
+        let inside = level < 32
+            && x < (t.width >> level).max(1)
+            && y < (t.height >> level).max(1)
+            && layer < layers;
+        let raw = if !inside {
+            [0; 4]
+        } else if let Some(format) = image.block {
+            let (bw, bh) = format.block_px();
+            if image.layout.offset(level, x / bw, y / bh, layer).is_some() {
+                self.block_texel(image, format, level, (x, y, layer))?
+            } else {
+                [0; 4]
+            }
+        } else {
+            match image.layout.offset(level, x, y, layer) {
+                Some(offset) => {
+                    let (sx, sy, sample) =
+                        self.stored_texel(image, level, (x, y, sample), layer)?;
+                    // A solid compression tile's texels are its first's.
+                    let offset = if (sx, sy) == (x, y) {
+                        Some(offset)
+                    } else {
+                        image.layout.offset(level, sx, sy, layer)
+                    };
+                    self.element_texel(image, offset, (sx, sy, level), sample)?
+                }
+                None => [0; 4],
+            }
+        };
+        Ok(register_bits(image, swizzled(image, raw), request.half))
+    }
+
+    /// A sample's filtered value, before the swizzle.
+    fn filtered(
         &self,
         image: &Image,
         sampler: Option<&SamplerState>,
         request: &TextureRequest,
         layer: u32,
-        sample: u32,
     ) -> Result<[u32; 4], IoError> {
-        let t = &image.texture;
-        Ok(if request.load {
-            let level = match request.lod {
-                LodArgument::Explicit(l) => l as u32,
-                _ => 0,
+        let Some(&(mut sampler, border)) = sampler else {
+            return Err(invalid("a sample without a sampler".into()));
+        };
+        if image.integer {
+            // Integer texels are not filtered: the nearest texel of
+            // the nearest level, returned as the integers it holds
+            // (GL and Vulkan make a linear filter of an integer image
+            // incomplete or invalid, so no API reaches the hardware
+            // with one; what it would do is not public).
+            sampler.magnify = Filter::Nearest;
+            sampler.minify = Filter::Nearest;
+            if sampler.mip_filter == MipFilter::Linear {
+                sampler.mip_filter = MipFilter::Nearest;
             }
-            .saturating_add(t.first_level);
-            // Out-of-bounds loads return zero (robust access). The offset
-            // adds to the 32-bit coordinates modulo 2^32, so a negative
-            // coordinate the offset brings into the image reads it (GL's
-            // `texelFetchOffset(t, ivec2(-7, 0), 0, ivec2(7, 0))` is
-            // texel 0).
-            let [dx, dy, dz] = request.offset_texels;
-            let x = i64::from(request.coords[0].wrapping_add_signed(dx));
-            let y = i64::from(request.coords[1].wrapping_add_signed(dy));
-            // z offsets move a 3D image's slice (layers are not offset).
-            let layer = if t.dimension == TextureDimension::D3 {
-                layer.wrapping_add_signed(dz)
-            } else {
-                layer
-            };
-            // A 3D image's slices of a level are as many as its depth
-            // there (each a layer of the layout).
-            let layers = if t.dimension == TextureDimension::D3 {
-                (t.depth >> level.min(31)).max(1)
-            } else {
-                image.layers
-            };
-            let inside = level < 32
-                && (0..i64::from((t.width >> level).max(1))).contains(&x)
-                && (0..i64::from((t.height >> level).max(1))).contains(&y)
-                && layer < layers;
-            let (x, y) = (x as u32, y as u32);
-            let element = match image.block {
-                Some(format) => {
-                    let (bw, bh) = format.block_px();
-                    (x / bw, y / bh)
-                }
-                None => (x, y),
-            };
-            if inside
-                && image
-                    .layout
-                    .offset(level, element.0, element.1, layer)
-                    .is_some()
-            {
-                self.sample_texel(image, level, (x, y, layer), sample)?
-            } else {
-                [0; 4]
-            }
-        } else {
-            let Some(&(mut sampler, border)) = sampler else {
-                return Err(invalid("a sample without a sampler".into()));
-            };
-            if image.integer {
-                // Integer texels are not filtered: the nearest texel of
-                // the nearest level, returned as the integers it holds
-                // (GL and Vulkan make a linear filter of an integer image
-                // incomplete or invalid, so no API reaches the hardware
-                // with one; what it would do is not public).
-                sampler.magnify = Filter::Nearest;
-                sampler.minify = Filter::Nearest;
-                if sampler.mip_filter == MipFilter::Linear {
-                    sampler.mip_filter = MipFilter::Nearest;
-                }
-                sampler.compare_enable = false;
-            }
-            // Sampling clamps the layer (as Vulkan and GL specify).
-            let layer = layer.min(image.layers.saturating_sub(1));
-            self.sample(image, &sampler, border, request, layer)?
-        })
+            sampler.compare_enable = false;
+        }
+        // Sampling clamps the layer (as Vulkan and GL specify).
+        let layer = layer.min(image.layers.saturating_sub(1));
+        self.sample(image, &sampler, border, request, layer)
     }
 
     /// The four texels of a gather: the 2x2 footprint of bilinear
@@ -1183,6 +1229,31 @@ impl Footprint {
 
 /// The level of detail from coordinate derivatives (normalised units)
 /// and the image's size (depth 0 unless 3D).
+/// A texel's channels (as stored) in the order the descriptor's swizzle
+/// names them, 0 and 1 where it names those.
+fn swizzled(image: &Image, raw: [u32; 4]) -> [u32; 4] {
+    let t = &image.texture;
+    let one = if image.integer { 1 } else { 1.0f32.to_bits() };
+    [t.swizzle_r, t.swizzle_g, t.swizzle_b, t.swizzle_a].map(|s| match s {
+        Channel::R => raw[0],
+        Channel::G => raw[1],
+        Channel::B => raw[2],
+        Channel::A => raw[3],
+        Channel::One => one,
+        _ => 0,
+    })
+}
+
+/// The register bits of a result: fp32 values rounded to fp16 for a
+/// 16-bit destination (integers are written as they are).
+fn register_bits(image: &Image, values: [u32; 4], half: bool) -> [u32; 4] {
+    if half && !image.integer {
+        values.map(|bits| u32::from(crate::usc::float::f32_to_half(f32::from_bits(bits))))
+    } else {
+        values
+    }
+}
+
 fn rho_lod(ddx: [f32; 3], ddy: [f32; 3], size: [f32; 3]) -> f32 {
     let length = |d: [f32; 3]| {
         ((d[0] * size[0]).powi(2) + (d[1] * size[1]).powi(2) + (d[2] * size[2]).powi(2)).sqrt()

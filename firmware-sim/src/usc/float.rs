@@ -175,9 +175,41 @@ pub(crate) extern "C" fn half_arithmetic_for_compiled_code(
     u32::from(half_arithmetic(HalfOp::from_code(op), x, y, z, sat != 0))
 }
 
-/// Rounds to fp16 (nearest even) and returns the bits.
+/// Rounds to fp16 (nearest even) and returns the bits; a NaN gives a
+/// quiet NaN of its sign. The rounding is done on the bits (the same
+/// single rounding [`f64_to_half`] does on the exact value, which the
+/// tests check).
 pub(crate) fn f32_to_half(value: f32) -> u16 {
-    f64_to_half(f64::from(value))
+    let bits = value.to_bits();
+    let sign = ((bits >> 16) & 0x8000) as u16;
+    let magnitude = bits & 0x7FFF_FFFF;
+    // Rounds `m` to nearest even after dropping its low `shift` bits.
+    let round = |m: u32, shift: u32| -> u32 {
+        let kept = m >> shift;
+        let dropped = m & ((1 << shift) - 1);
+        let half = 1 << (shift - 1);
+        kept + u32::from(dropped > half || (dropped == half && kept & 1 == 1))
+    };
+    if magnitude > 0x7F80_0000 {
+        sign | 0x7E00
+    } else if magnitude >= 0x477F_F000 {
+        // 65520 (65504 plus half its last place) and up: infinity.
+        sign | 0x7C00
+    } else if magnitude >= 0x3880_0000 {
+        // 2^-14 and up, normal: the exponent rebiased (127 to 15) and
+        // 13 bits rounded off (a carry moves into the exponent, as it
+        // should).
+        sign | round(magnitude - (112 << 23), 13) as u16
+    } else if magnitude >= 0x3300_0000 {
+        // 2^-25 up to the smallest normal: multiples of 2^-24 (a result
+        // of 2^-14 is the smallest normal's bits).
+        let exponent = magnitude >> 23;
+        let significand = (magnitude & 0x7F_FFFF) | 0x80_0000;
+        sign | round(significand, 126 - exponent) as u16
+    } else {
+        // Below 2^-25 (half of the smallest denormal): zero.
+        sign
+    }
 }
 
 /// Rounds an exact (f64) result to fp16 (nearest even), once: the value
@@ -720,6 +752,49 @@ mod tests {
                 dot_by_integers(a, x, b, y, c).to_bits(),
                 "{a:e} * {x:e} + {b:e} * {y:e} + {c:e}"
             );
+        }
+    }
+
+    #[test]
+    fn fp32_to_fp16_on_the_bits_rounds_as_the_exact_value_does() {
+        // Every fp16 value, and the fp32 values at, just below and just
+        // above each midpoint between neighbours (the ties and their
+        // neighbours decide the rounding), both signs; then a spread of
+        // fp32 bit patterns (every 4,099th, which reaches every
+        // exponent and many significand bits).
+        let check = |x: f32| {
+            assert_eq!(
+                f32_to_half(x),
+                f64_to_half(f64::from(x)),
+                "{x:e} ({:#010x})",
+                x.to_bits()
+            );
+        };
+        for h in 0u16..0x7C00 {
+            let low = f16::from_bits(h).to_f32();
+            let high = f16::from_bits(h + 1).to_f32();
+            let middle = ((f64::from(low) + f64::from(high)) / 2.0) as f32;
+            for x in [
+                low,
+                middle,
+                f32::from_bits(middle.to_bits() - 1),
+                f32::from_bits(middle.to_bits() + 1),
+            ] {
+                check(x);
+                check(-x);
+            }
+        }
+        for bits in (0..=u32::MAX).step_by(4099) {
+            check(f32::from_bits(bits));
+        }
+        for x in [
+            f32::INFINITY,
+            f32::NAN,
+            f32::from_bits(0x7F80_0001),
+            65520.0,
+        ] {
+            check(x);
+            check(-x);
         }
     }
 }

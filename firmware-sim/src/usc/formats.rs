@@ -220,6 +220,18 @@ fn unorm(value: f32, max: f32) -> u32 {
     round_ties_even_small(v * max) as u32
 }
 
+/// [`unorm`] to 8 bits of an fp16 register value (its low 16 bits),
+/// from a table of all 65,536 worked out once: a tile reload stores
+/// every pixel's fp16 colour to a unorm8 tilebuffer.
+fn unorm8_of_half(value: u32) -> u8 {
+    static TABLE: std::sync::LazyLock<Box<[u8]>> = std::sync::LazyLock::new(|| {
+        (0..=u16::MAX)
+            .map(|h| unorm(half_to_f32(u64::from(h)), 255.0) as u8)
+            .collect()
+    });
+    TABLE[usize::from(value as u16)]
+}
+
 fn snorm(value: f32, max: f32) -> u32 {
     let v = if value.is_nan() {
         0.0
@@ -357,6 +369,7 @@ pub fn store(format: ElementFormat, bytes: &mut [u8], component: usize, value: u
             };
             put16(bytes, bits);
         }
+        ElementFormat::Unorm8 if half => put8(bytes, u32::from(unorm8_of_half(value))),
         ElementFormat::Unorm8 => put8(bytes, unorm(register_float(value, half), 255.0)),
         ElementFormat::Snorm8 => put8(bytes, snorm(register_float(value, half), 127.0)),
         ElementFormat::Unorm16 => put16(bytes, unorm(register_float(value, half), 65535.0)),
@@ -747,5 +760,29 @@ mod tests {
             f32::from_bits(load(ElementFormat::Rgb9e5, &word, 0, false)),
             1.0
         );
+    }
+
+    #[test]
+    fn every_fp16_register_value_stores_to_unorm8_as_its_clamped_rounded_value() {
+        // The value times 255, clamped to 0..255 and rounded to nearest
+        // even, in f64 (exact: 11 significant bits times 8); NaN stores 0.
+        // The upper half of the register is not read.
+        for h in 0..=u16::MAX {
+            let value = half::f16::from_bits(h).to_f64();
+            let expected = if value.is_nan() {
+                0
+            } else {
+                (value * 255.0).clamp(0.0, 255.0).round_ties_even() as u8
+            };
+            let mut byte = [0u8];
+            store(
+                ElementFormat::Unorm8,
+                &mut byte,
+                0,
+                0xABCD_0000 | u32::from(h),
+                true,
+            );
+            assert_eq!(byte[0], expected, "fp16 {h:#06x}");
+        }
     }
 }
