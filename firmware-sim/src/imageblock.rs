@@ -413,27 +413,49 @@ const PBE_BYTES: usize = 24;
 /// image laid out (one per worker of a fragment pass or a launch, and per
 /// draw's vertex shading): a SIMD-group's `image_write` is a write per
 /// lane, through one descriptor, and decoding it and laying the image out
-/// for each was a tenth of piglit's `shader-mem-barrier`. The descriptor's
-/// bytes are read again for every write (memory may have changed, and a
-/// descriptor that cannot be read faults there), and the decoded target is
-/// kept while they are the same bytes (wherever they lie: the same bytes
-/// describe the same image).
+/// for each was a tenth of piglit's `shader-mem-barrier`. An instruction's
+/// first writing lane reads the descriptor's bytes again (memory may have
+/// changed, and a descriptor that cannot be read faults there), and its
+/// later lanes that name the same address write through what it read, as
+/// the texture unit reads a descriptor once for an instruction's lanes;
+/// the decoded target is kept while the bytes read are the same
+/// (wherever they lie: the same bytes describe the same image).
 #[derive(Debug, Default)]
 pub struct ImageWriteTarget {
     last: Option<([u8; PBE_BYTES], PbeTarget)>,
+    /// Where the bytes of `last` were read, for the current instruction.
+    read_at: Option<u64>,
 }
 
 impl ImageWriteTarget {
+    /// A new `image_write` instruction: its first write reads the
+    /// descriptor again. A stage that drops some lanes' writes calls it
+    /// for the instruction's first lane whether or not that lane writes.
+    pub fn new_instruction(&mut self) {
+        self.read_at = None;
+    }
+
     /// The target of the descriptor at `address`, as [`PbeTarget::open`]
-    /// for an image write opens it.
+    /// for an image write opens it: read again unless this instruction
+    /// has read it already.
     fn open(&mut self, vm: &GpuVm<'_>, address: u64) -> Result<&PbeTarget, IoError> {
-        let mut bytes = [0u8; PBE_BYTES];
-        GpuMemory::read(vm, address, &mut bytes, AccessKind::Read)?;
-        let target = match self.last.take() {
-            Some((kept, target)) if kept == bytes => target,
-            _ => PbeTarget::of_bytes(&bytes, true)?,
-        };
-        Ok(&self.last.insert((bytes, target)).1)
+        if self.read_at != Some(address) || self.last.is_none() {
+            self.read_at = None;
+            let mut bytes = [0u8; PBE_BYTES];
+            GpuMemory::read(vm, address, &mut bytes, AccessKind::Read)?;
+            // Compared in place: a target is a few hundred bytes, and
+            // moving it out and back for every lane's write was a copy
+            // each.
+            if !matches!(&self.last, Some((kept, _)) if *kept == bytes) {
+                self.last = None;
+                self.last = Some((bytes, PbeTarget::of_bytes(&bytes, true)?));
+            }
+            self.read_at = Some(address);
+        }
+        match &self.last {
+            Some((_, target)) => Ok(target),
+            None => Err(invalid("no image write target".into())),
+        }
     }
 }
 
@@ -813,6 +835,9 @@ pub fn store_texel(
     request: &ImageWrite,
     opened: &mut ImageWriteTarget,
 ) -> Result<(), IoError> {
+    if request.first_of_instruction {
+        opened.new_instruction();
+    }
     let target = opened.open(vm, pbe_address(binding, request.texture)?)?;
     if target.samples > 1 {
         return Err(invalid("image writes to multisampled images".into()));
@@ -843,13 +868,30 @@ pub fn store_texel(
     if x >= target.size_px.0 || y >= target.size_px.1 || layer >= target.layers {
         return Ok(());
     }
-    let (element, channels) = (target.element, target.channels);
+    // One texel of an uncompressed single-sampled image: converted in
+    // place and written at its offset, as `PbeTarget::write` writes a
+    // rectangle of one (without its buffers).
+    let mut bytes = [0u8; 16];
+    let texel = bytes
+        .get_mut(..target.texel_bytes)
+        .ok_or_else(|| invalid(format!("{}-byte texels", target.texel_bytes)))?;
     let values = swizzled(&target.pbe, request.values);
-    target.write(vm, layer, (x..x + 1, y..y + 1), |_, _, texel| {
-        let mask = channel_mask(channels);
-        formats::store_element(element, texel, mask, values, request.half);
-        Ok(())
-    })
+    formats::store_element(
+        target.element,
+        texel,
+        channel_mask(target.channels),
+        values,
+        request.half,
+    );
+    let at = target
+        .layout
+        .offset(target.level, x, y, layer)
+        .ok_or_else(|| match target.pbe.layout {
+            Layout::Linear => invalid(format!("row {y} past the image")),
+            _ => invalid(format!("pixel ({x}, {y}) past the image")),
+        })?;
+    vm.write(target.pbe.buffer.wrapping_add(at), texel)
+        .map_err(IoError::Memory)
 }
 
 /// The compression side of a PBE descriptor.

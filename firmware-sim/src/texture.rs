@@ -789,7 +789,7 @@ impl TextureUnit<'_> {
             };
             let layer = layer.min(image.layers.saturating_sub(1));
             let texels = self.gather(image, &sampler, border, request, layer)?;
-            texels.map(|texel| swizzle(texel)[component & 3])
+            texels.map(|texel| swizzle(texel)[usize::from(component & 3)])
         } else {
             swizzle(self.filtered(image, sampler, request, layer)?)
         };

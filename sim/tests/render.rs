@@ -783,6 +783,92 @@ fn vertex_shaders_write_images() {
     );
 }
 
+/// An `image_write` instruction reads its PBE descriptor for its first
+/// lane and its later lanes write through what it read; the next
+/// instruction reads it again, even when its first lane is a helper that
+/// writes nothing. One pixel, (1, 0), is covered, so lane 0 of its quad,
+/// (0, 0), is a helper: the shader writes 1.0 through the descriptor,
+/// stores over it so that it names a second image, and writes 2.0.
+#[test_log::test]
+fn an_image_write_after_its_descriptor_changed_reads_it_again_behind_a_helper_lane() {
+    let m = Machine::new(5000);
+    let window = [[1.0f32, 0.0], [2.0, 0.0], [1.5, 1.0]];
+    m.poke_u32s(VERTICES, &clip(&window));
+    let images = [STORAGE_IMAGE, STORAGE_IMAGE + 0x1_0000];
+    let descriptor = |image: u64| {
+        Pbe {
+            channels: Channels::R32,
+            data_type: TextureType::Float,
+            buffer: DATA_VA + image,
+            stride: 4 * u32::from(SIZE),
+            ..pbe(u32::from(SIZE), u32::from(SIZE))
+        }
+        .pack()
+        .unwrap()
+    };
+    let (first, second) = (descriptor(images[0]), descriptor(images[1]));
+    m.poke(m.data, STORAGE_PBE, &first);
+    let untouched = 0xDEAD_BEEFu32;
+    for image in images {
+        m.poke_u32s(image, &[untouched; 4]);
+    }
+    // The words in which the second descriptor differs from the first:
+    // the shader stores them over it.
+    let word =
+        |bytes: &[u8], i: usize| u32::from_le_bytes(bytes[4 * i..4 * i + 4].try_into().unwrap());
+    let changed: Vec<(u32, u32)> = (0..first.len() / 4)
+        .filter(|&i| word(&first, i) != word(&second, i))
+        .map(|i| (i as u32, word(&second, i)))
+        .collect();
+    assert!((1..=2).contains(&changed.len()), "{changed:?}");
+    let mut uniforms = pair(DATA_VA + STORAGE_PBE);
+    uniforms.extend([1.0f32.to_bits(), 2.0f32.to_bits()]);
+    let mut stores = String::new();
+    for (n, (index, value)) in changed.iter().enumerate() {
+        uniforms.extend([*index, *value]);
+        let (u_index, u_value) = (4 + 2 * n, 5 + 2 * n);
+        stores += &format!(
+            "    mov r8, u{u_index}\n    mov r9, u{u_value}\n    device_store 0, i32, x, r9, u0_u1, r8, unsigned, 0\n"
+        );
+    }
+    let source = format!(
+        "
+    get_sr r6, sr80
+    get_sr r7, sr81
+    mov r2, u2
+    mov r3, u2
+    mov r4, u2
+    mov r5, u2
+    image_write r2_r3_r4_r5, r6_r7, 0, None, ts0, tex_2d, rte, 9, 1
+{stores}    mov r2, u3
+    image_write r2_r3_r4_r5, r6_r7, 0, None, ts0, tex_2d, rte, 9, 1
+    stop"
+    );
+    let vs = position_vs(&m);
+    let fs = m.program(
+        &source,
+        0x4000,
+        0x100,
+        &uniforms,
+        UNIFORMS + 0x300,
+        0,
+        Some((1, DATA_VA + STORAGE_PBE)),
+    );
+    let render = draw_pass(&m, 3, vs, 4, fs, None);
+    assert_eq!(m.submit(CmdType::Render, render.as_bytes()), None);
+    let row = |image: u64| m.peek_u32s(image, 4);
+    assert_eq!(
+        row(images[0]),
+        [untouched, 1.0f32.to_bits(), untouched, untouched],
+        "the first write, through the first descriptor"
+    );
+    assert_eq!(
+        row(images[1]),
+        [untouched, 2.0f32.to_bits(), untouched, untouched],
+        "the second write, through the descriptor as the store left it"
+    );
+}
+
 #[test_log::test]
 fn image_writes_after_a_discard_have_no_effect() {
     // Mesa lowers GLSL's discard to a sample_mask killing every sample and

@@ -406,6 +406,11 @@ impl ShaderIo for TileIo<'_, '_> {
     }
 
     fn image_write(&mut self, lane: usize, request: &ImageWrite) -> Result<(), IoError> {
+        // The instruction's later lanes reuse the descriptor its first
+        // write reads, whether or not this lane writes.
+        if request.first_of_instruction {
+            self.image_writes.new_instruction();
+        }
         // Helper lanes (uncovered quad members) write nothing.
         if self.helpers & (1 << lane) != 0 {
             return Ok(());

@@ -100,7 +100,7 @@ pub struct TextureRequest {
     /// `Some(c)`: a gather of component `c` (after the swizzle) of the
     /// 2x2 texels bilinear filtering would read, in the order
     /// (x0, y1), (x1, y1), (x1, y0), (x0, y0).
-    pub gather: Option<usize>,
+    pub gather: Option<u8>,
     /// A lower bound on the level of detail (the LOD modes with a
     /// minimum).
     pub min_lod: Option<f32>,
@@ -124,6 +124,11 @@ pub struct ImageWrite {
     pub values: [u32; 4],
     /// The values are 16-bit registers.
     pub half: bool,
+    /// The instruction's first writing lane: the PBE descriptor is read
+    /// (again). The later lanes of the instruction that name the same
+    /// descriptor address write through what it read, as the texture
+    /// unit reads a descriptor once for the lanes of an instruction.
+    pub first_of_instruction: bool,
 }
 
 /// A block store of a whole image block: the tile (end-of-tile program),

@@ -33,8 +33,10 @@ impl SimdGroup {
                 let base = o.value(3)?;
                 let handle = o.value(4)?;
                 let dim = o.int(5)? as u32;
+                let first = exec.trailing_zeros() as usize;
                 for lane in lanes(exec) {
                     let request = ImageWrite {
+                        first_of_instruction: lane == first,
                         texture: self.texture_handle(&handle, &base, lane, env.uniforms),
                         dim,
                         coords: self.read_run(&coords, lane),
@@ -125,7 +127,7 @@ impl SimdGroup {
         // `gather_depth` with gather_r) is not understood.
         let gather = match int(3) {
             0 => None,
-            g @ (2 | 6 | 10 | 14) => Some((g >> 2) as usize),
+            g @ (2 | 6 | 10 | 14) => Some((g >> 2) as u8),
             g => return Err(unsupported(pc, format!("gather mode {g:#b}"))),
         };
         let sparse = int(5) & 2 != 0;
@@ -152,6 +154,14 @@ impl SimdGroup {
             [0, 1, 2].map(|k| f32::from_bits(hi[k]) - f32::from_bits(lo[k]))
         };
         let query_lod = ins.has_modifier("query_lod");
+        // A handle or sampler the same in every lane (an immediate or a
+        // uniform) is read once.
+        let lane_invariant = |v: &Value| matches!(v, Value::Imm(_) | Value::Uniform(_));
+        let first = exec.trailing_zeros() as usize % LANES;
+        let same_texture = (lane_invariant(handle) && lane_invariant(base))
+            .then(|| self.texture_handle(handle, base, first, env.uniforms));
+        let same_sampler =
+            lane_invariant(sampler).then(|| self.lane_value(sampler, first, env.uniforms) as u32);
         let mut requests = [None; LANES];
         for lane in lanes(exec) {
             let scalar = |s: &SimdGroup| -> f32 {
@@ -216,8 +226,10 @@ impl SimdGroup {
             };
             requests[lane] = Some(TextureRequest {
                 load,
-                texture: self.texture_handle(handle, base, lane, env.uniforms),
-                sampler: self.lane_value(sampler, lane, env.uniforms) as u32,
+                texture: same_texture
+                    .unwrap_or_else(|| self.texture_handle(handle, base, lane, env.uniforms)),
+                sampler: same_sampler
+                    .unwrap_or_else(|| self.lane_value(sampler, lane, env.uniforms) as u32),
                 dim,
                 coords: all_coords[lane],
                 lod,
