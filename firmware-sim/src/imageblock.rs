@@ -165,17 +165,6 @@ fn copy_element(to: &mut [u8], from: &[u8; 16], component_bytes: usize) {
     }
 }
 
-/// Copies `from` to `to` (of the same length): the common texel sizes as
-/// copies of a known size.
-fn copy_bytes(to: &mut [u8], from: &[u8]) {
-    match (to.len(), from.len()) {
-        (4, 4) => to.copy_from_slice(&from[..4]),
-        (8, 8) => to.copy_from_slice(&from[..8]),
-        (16, 16) => to.copy_from_slice(&from[..16]),
-        _ => to.copy_from_slice(from),
-    }
-}
-
 /// The component mask of an image with `channels` channels.
 fn channel_mask(channels: usize) -> u8 {
     (1u8 << channels.min(4)) - 1
@@ -414,7 +403,7 @@ const PBE_BYTES: usize = 24;
 /// draw's vertex shading): a SIMD-group's `image_write` is a write per
 /// lane, through one descriptor, and decoding it and laying the image out
 /// for each was a tenth of piglit's `shader-mem-barrier`. An instruction's
-/// first writing lane reads the descriptor's bytes again (memory may have
+/// first lane reads the descriptor's bytes again (memory may have
 /// changed, and a descriptor that cannot be read faults there), and its
 /// later lanes that name the same address write through what it read, as
 /// the texture unit reads a descriptor once for an instruction's lanes;
@@ -447,6 +436,7 @@ impl ImageWriteTarget {
             // moving it out and back for every lane's write was a copy
             // each.
             if !matches!(&self.last, Some((kept, _)) if *kept == bytes) {
+                // Nothing kept if the new bytes do not decode.
                 self.last = None;
                 self.last = Some((bytes, PbeTarget::of_bytes(&bytes, true)?));
             }
@@ -542,6 +532,17 @@ impl PbeTarget {
         })
     }
 
+    /// The byte offset of pixel (x, y) of the level written, in `layer`
+    /// (a linear image has one level, its level 0).
+    fn texel_offset(&self, x: u32, y: u32, layer: u32) -> Result<u64, IoError> {
+        self.layout
+            .offset(self.level, x, y, layer)
+            .ok_or_else(|| match self.pbe.layout {
+                Layout::Linear => invalid(format!("row {y} past the image")),
+                _ => invalid(format!("pixel ({x}, {y}) past the image")),
+            })
+    }
+
     /// Writes `texel` (every sample of a pixel) at each pixel of
     /// `written` (each row from `row_at(y)`), after expanding the solid
     /// compression tiles the store covers only in part, and marks the
@@ -600,10 +601,7 @@ impl PbeTarget {
                 if row.is_empty() {
                     continue;
                 }
-                let at = self
-                    .layout
-                    .offset(0, written.0.start, y, layer)
-                    .ok_or_else(|| invalid(format!("row {y} past the image")))?;
+                let at = self.texel_offset(written.0.start, y, layer)?;
                 vm.write(self.pbe.buffer.wrapping_add(at), &row)
                     .map_err(IoError::Memory)?;
             }
@@ -636,7 +634,7 @@ impl PbeTarget {
             // in its square it is.
             let square_mask = square - 1;
             for index in 0..u64::from(side) * u64::from(side) {
-                let (dx, dy) = z_order_position(index);
+                let (dx, dy) = agx_hw::layout::morton_position(index);
                 if dx >= width || dy >= height {
                     continue;
                 }
@@ -650,10 +648,7 @@ impl PbeTarget {
                         debug_assert_eq!(Some(at), self.layout.offset(self.level, x, y, layer));
                         at
                     }
-                    _ => self
-                        .layout
-                        .offset(self.level, x, y, layer)
-                        .ok_or_else(|| invalid(format!("pixel ({x}, {y}) past the image")))?,
+                    _ => self.texel_offset(x, y, layer)?,
                 };
                 last = Some((index, at));
                 if run_at.map(|start: u64| start + run_len as u64) != Some(at) {
@@ -679,33 +674,6 @@ impl PbeTarget {
             }
         }
         Ok(())
-    }
-}
-
-/// Z-order positions of the indices of a 32x32 square (a block's), each
-/// (x, y) packed as `x | y << 8`, worked out once.
-static Z_ORDER_32: [u16; 1024] = {
-    let mut table = [0u16; 1024];
-    let mut index = 0usize;
-    while index < 1024 {
-        let (mut x, mut y, mut bit) = (0u16, 0u16, 0);
-        while bit < 5 {
-            x |= (((index >> (2 * bit)) & 1) as u16) << bit;
-            y |= (((index >> (2 * bit + 1)) & 1) as u16) << bit;
-            bit += 1;
-        }
-        table[index] = x | y << 8;
-        index += 1;
-    }
-    table
-};
-
-/// The (x, y) whose Z-order index is `index`
-/// ([`agx_hw::layout::morton_position`], from a table below 1,024).
-fn z_order_position(index: u64) -> (u32, u32) {
-    match Z_ORDER_32.get(index as usize) {
-        Some(&packed) => (u32::from(packed & 0xFF), u32::from(packed >> 8)),
-        None => agx_hw::layout::morton_position(index),
     }
 }
 
@@ -792,10 +760,8 @@ pub fn store_block(
             let (bx, by) = (x - origin.0, y - origin.1);
             for sample in 0..block.samples as usize {
                 let from = block.record(bx, by, sample as u32) + offset;
-                copy_bytes(
-                    &mut texel[sample * texel_bytes..(sample + 1) * texel_bytes],
-                    &block.bytes[from..from + texel_bytes],
-                );
+                texel[sample * texel_bytes..(sample + 1) * texel_bytes]
+                    .copy_from_slice(&block.bytes[from..from + texel_bytes]);
             }
             Ok(())
         });
@@ -883,13 +849,7 @@ pub fn store_texel(
         values,
         request.half,
     );
-    let at = target
-        .layout
-        .offset(target.level, x, y, layer)
-        .ok_or_else(|| match target.pbe.layout {
-            Layout::Linear => invalid(format!("row {y} past the image")),
-            _ => invalid(format!("pixel ({x}, {y}) past the image")),
-        })?;
+    let at = target.texel_offset(x, y, layer)?;
     vm.write(target.pbe.buffer.wrapping_add(at), texel)
         .map_err(IoError::Memory)
 }
@@ -1025,22 +985,5 @@ impl Compressed {
             }
         }
         Ok(Some((words, self.uncompressed_word)))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_z_order_table_places_each_index_as_the_morton_inverse_does() {
-        // Inside the table and past it (where the inverse is computed).
-        for index in 0..4096 {
-            assert_eq!(
-                z_order_position(index),
-                agx_hw::layout::morton_position(index),
-                "index {index}"
-            );
-        }
     }
 }

@@ -1227,8 +1227,6 @@ impl Footprint {
     }
 }
 
-/// The level of detail from coordinate derivatives (normalised units)
-/// and the image's size (depth 0 unless 3D).
 /// A texel's channels (as stored) in the order the descriptor's swizzle
 /// names them, 0 and 1 where it names those.
 fn swizzled(image: &Image, raw: [u32; 4]) -> [u32; 4] {
@@ -1254,6 +1252,8 @@ fn register_bits(image: &Image, values: [u32; 4], half: bool) -> [u32; 4] {
     }
 }
 
+/// The level of detail from coordinate derivatives (normalised units)
+/// and the image's size (depth 0 unless 3D).
 fn rho_lod(ddx: [f32; 3], ddy: [f32; 3], size: [f32; 3]) -> f32 {
     let length = |d: [f32; 3]| {
         ((d[0] * size[0]).powi(2) + (d[1] * size[1]).powi(2) + (d[2] * size[2]).powi(2)).sqrt()

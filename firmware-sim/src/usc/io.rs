@@ -124,8 +124,8 @@ pub struct ImageWrite {
     pub values: [u32; 4],
     /// The values are 16-bit registers.
     pub half: bool,
-    /// The instruction's first writing lane: the PBE descriptor is read
-    /// (again). The later lanes of the instruction that name the same
+    /// The instruction's first executing lane: the PBE descriptor is read
+    /// (again), whether or not this lane's write is dropped. The later lanes of the instruction that name the same
     /// descriptor address write through what it read, as the texture
     /// unit reads a descriptor once for the lanes of an instruction.
     pub first_of_instruction: bool,
