@@ -363,6 +363,7 @@ fn run_preshader(
         &mut binding.uniforms,
         watchdog,
         exec_fault,
+        crate::probe::Stage::Preshader,
     )?;
     // Later bindings take precedence (the texture unit searches from the
     // last), so what the preshader stores overrides the control words.

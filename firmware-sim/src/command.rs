@@ -23,6 +23,7 @@ use zerocopy::FromBytes;
 use crate::fault::{unsupported, EngineResult};
 use crate::memory::GpuVm;
 use crate::preempt::Preemption;
+use crate::probe::ShaderProbe;
 
 /// What the firmware offers the GPU while a command runs.
 pub trait FirmwareServices {
@@ -64,6 +65,8 @@ pub struct RunContext<'a> {
     /// Where the command's programs' compiled blocks live (`None`: the
     /// interpreter runs them).
     pub shader_code: Option<std::sync::Arc<agx_jit::CodeCache>>,
+    /// The debugger's probe, if the machine has one.
+    pub probe: Option<&'a dyn ShaderProbe>,
 }
 
 impl<'a> RunContext<'a> {
@@ -159,6 +162,10 @@ pub struct Watchdog<'a> {
     pub work: &'a WorkAccount,
     /// How the firmware suspends the command.
     pub preemption: &'a Preemption,
+    /// The debugger's probe, if the machine has one.
+    pub probe: Option<&'a dyn ShaderProbe>,
+    /// The command's (firmware) address, for the probe.
+    pub command: u64,
 }
 
 impl Watchdog<'_> {
@@ -186,6 +193,8 @@ impl<'a> RunContext<'a> {
             stop: self.stop,
             work: self.work,
             preemption: self.preemption,
+            probe: self.probe,
+            command: self.command,
         }
     }
 }

@@ -40,6 +40,7 @@ use crate::imageblock::{
     store_block, store_texel, BlockPlacement, ImageWriteTarget, Imageblock, ImageblockShape,
 };
 use crate::memory::{read_words, GpuVm};
+use crate::probe::Stage;
 use crate::shader::{run_simd_group, Barriers};
 use crate::texture::{DecodedImages, TextureUnit};
 use crate::usc::io::{BlockStore, ImageWrite, IoError, TextureRequest, TileAccess};
@@ -326,8 +327,15 @@ pub fn run(
                 image_writes,
             };
             helper.run_with_stacks(simd, binding.spill_bucket, vm, &watchdog, |simd, vm| {
-                let result =
-                    run_threadgroup(&watchdog, &mut io, vm, cache, simd, uniforms, threadgroup);
+                let result = run_threadgroup(
+                    &watchdog,
+                    &mut io,
+                    vm,
+                    cache,
+                    simd,
+                    (uniforms, threadgroup),
+                    launch_pc,
+                );
                 let executed: u64 = simd.iter().map(|s| s.executed_instructions).sum();
                 instructions.fetch_add(executed, Ordering::Relaxed);
                 result
@@ -520,8 +528,8 @@ fn run_threadgroup(
     vm: &mut GpuVm<'_>,
     cache: &mut ProgramCache,
     groups: &mut [SimdGroup],
-    uniforms: &mut [u32; UNIFORMS],
-    threadgroup: &mut [u8],
+    (uniforms, threadgroup): (&mut [u32; UNIFORMS], &mut [u8]),
+    launch_pc: u64,
 ) -> Result<(), EngineResult> {
     let mut env = Env {
         memory: vm,
@@ -542,6 +550,7 @@ fn run_threadgroup(
                 watchdog,
                 Barriers::Yield,
                 exec_fault,
+                Stage::Compute { launch: launch_pc },
             )?;
             *stopped = exit == Exit::Stopped;
         }

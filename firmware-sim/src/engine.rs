@@ -28,6 +28,7 @@ use crate::compute;
 use crate::fault::{unsupported, EngineResult};
 use crate::helper::{HelperProgram, StageHelper};
 use crate::memory::read_item;
+use crate::probe::ShaderProbe;
 use crate::usc::ShaderEngine;
 
 /// Runs RunVertex/RunFragment/RunCompute commands. The firmware may have
@@ -39,6 +40,11 @@ pub trait Engine: Send + Sync {
     /// Where the shader core's compiled blocks live (`None`: the
     /// programs are interpreted).
     fn shader_code(&self) -> Option<Arc<agx_jit::CodeCache>> {
+        None
+    }
+
+    /// The debugger's probe (`None`: nothing is traced).
+    fn probe(&self) -> Option<Arc<dyn ShaderProbe>> {
         None
     }
 }
@@ -71,6 +77,9 @@ pub struct Gpu {
     /// The compiled blocks of every command's programs, with the
     /// compiled engine (`None`: the interpreter runs them).
     pub shader_code: Option<Arc<agx_jit::CodeCache>>,
+    /// The debugger's probe: SIMD-groups it picks a lane of run in the
+    /// interpreter, traced.
+    pub probe: Option<Arc<dyn ShaderProbe>>,
     /// Register files kept between kernel launches.
     spare_groups: compute::SpareGroups,
 }
@@ -85,6 +94,7 @@ impl Gpu {
             launches: AtomicU64::new(0),
             usc_instructions: AtomicU64::new(0),
             shader_code: None,
+            probe: None,
             spare_groups: compute::SpareGroups::default(),
         }
     }
@@ -99,6 +109,13 @@ impl Gpu {
             },
             ..self
         }
+    }
+}
+
+impl Gpu {
+    /// The same GPU with `probe` choosing lanes to trace.
+    pub fn with_probe(self, probe: Option<Arc<dyn ShaderProbe>>) -> Gpu {
+        Gpu { probe, ..self }
     }
 }
 
@@ -213,5 +230,9 @@ impl Engine for Gpu {
 
     fn shader_code(&self) -> Option<Arc<agx_jit::CodeCache>> {
         self.shader_code.clone()
+    }
+
+    fn probe(&self) -> Option<Arc<dyn ShaderProbe>> {
+        self.probe.clone()
     }
 }

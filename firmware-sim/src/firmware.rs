@@ -205,6 +205,7 @@ pub struct SimulatedCoprocessor {
     memory: SharedPhysicalMemory,
     gpu_threads: usize,
     shader_engine: crate::usc::ShaderEngine,
+    probe: Option<Arc<dyn crate::probe::ShaderProbe>>,
 }
 
 impl std::fmt::Debug for SimulatedCoprocessor {
@@ -224,6 +225,7 @@ impl SimulatedCoprocessor {
             memory,
             gpu_threads,
             shader_engine: crate::usc::ShaderEngine::default(),
+            probe: None,
         }
     }
 
@@ -233,6 +235,15 @@ impl SimulatedCoprocessor {
             shader_engine: engine,
             ..self
         }
+    }
+
+    /// The same coprocessor with the debugger's `probe` choosing lanes of
+    /// its GPU's SIMD-groups to trace.
+    pub fn with_probe(
+        self,
+        probe: Option<Arc<dyn crate::probe::ShaderProbe>>,
+    ) -> SimulatedCoprocessor {
+        SimulatedCoprocessor { probe, ..self }
     }
 }
 
@@ -245,7 +256,9 @@ impl Coprocessor for SimulatedCoprocessor {
             Arc::clone(&self.memory),
             params.interrupt,
             Box::new(
-                crate::engine::Gpu::new(self.gpu_threads).with_shader_engine(self.shader_engine),
+                crate::engine::Gpu::new(self.gpu_threads)
+                    .with_shader_engine(self.shader_engine)
+                    .with_probe(self.probe.clone()),
             ),
         ))
     }
@@ -495,6 +508,7 @@ struct Job {
 
 impl Job {
     fn run(self) {
+        let probe = self.engine.probe();
         let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let ctx = RunContext {
                 command: self.command.get(),
@@ -509,6 +523,7 @@ impl Job {
                 stop: &self.stop,
                 preemption: &self.preemption,
                 shader_code: self.engine.shader_code(),
+                probe: probe.as_deref(),
             };
             self.engine.run(self.tag, &ctx)
         }));

@@ -29,6 +29,7 @@ use agx_hw::isa::table::sr;
 use crate::command::Watchdog;
 use crate::fault::{exec_fault, unlogged, unsupported, EngineResult};
 use crate::memory::GpuVm;
+use crate::probe::Stage;
 use crate::shader::{run_stage_group, BUDGET_SLICE};
 use crate::usc::{Env, ExecError, Exit, NoIo, ProgramCache, ShaderIo, SimdGroup, Stack, UNIFORMS};
 
@@ -377,6 +378,7 @@ impl StageHelper {
         uniforms: &mut [u32; UNIFORMS],
         watchdog: &Watchdog<'_>,
         fault: fn(&ExecError) -> EngineResult,
+        stage: Stage,
     ) -> Result<(), EngineResult> {
         self.run_with_stacks(
             std::slice::from_mut(group),
@@ -385,7 +387,7 @@ impl StageHelper {
             watchdog,
             |groups, vm| {
                 groups.iter_mut().try_for_each(|group| {
-                    run_stage_group(group, cache, vm, io, uniforms, watchdog, fault)
+                    run_stage_group(group, cache, vm, io, uniforms, watchdog, fault, stage)
                 })
             },
         )

@@ -15,6 +15,7 @@
 //! - [`memory`]: the GPU MMU as the units see it ([`memory::GpuVm`]);
 //! - [`preempt`]: suspending a running command and resuming it (the
 //!   firmware's context switch), at the watchdog's checks;
+//! - [`probe`]: the debugger's hook choosing SIMD-group lanes to trace;
 //! - [`command`]: a Run command's context and the firmware's watchdog;
 //! - [`workers`]: independent work items (threadgroups, tiles) spread
 //!   over host threads, with a failure reported as in-order execution
@@ -53,6 +54,7 @@ pub mod helper;
 pub mod imageblock;
 pub mod memory;
 pub mod preempt;
+pub mod probe;
 pub mod raster;
 pub mod shader;
 pub mod texture;

@@ -12,6 +12,8 @@ use agx_fwif::messages::FaultUnit;
 
 use crate::command::Watchdog;
 use crate::fault::{unsupported, EngineResult};
+use crate::probe::{GroupStart, Stage, TracedLane};
+use crate::usc::trace::LaneTrace;
 use crate::usc::{
     Env, ExecError, Exit, GpuMemory, ProgramCache, ShaderIo, SimdGroup, LANES, UNIFORMS,
 };
@@ -38,6 +40,46 @@ pub enum Barriers {
 /// [`EngineResult::Timeout`] once `watchdog` expires. Any other execution
 /// error becomes the fault `fault` makes of it.
 pub fn run_simd_group(
+    group: &mut SimdGroup,
+    cache: &mut ProgramCache,
+    env: &mut Env<'_>,
+    watchdog: &Watchdog<'_>,
+    barriers: Barriers,
+    fault: fn(&ExecError) -> EngineResult,
+    stage: Stage,
+) -> Result<Exit, EngineResult> {
+    // The debugger's probe, if the machine has one, chooses a lane of a
+    // group that has not run yet (a compute group resumed after a
+    // barrier keeps the trace it started with).
+    if let Some(probe) = watchdog.probe {
+        if group.executed_instructions == 0 && group.trace.is_none() {
+            let start = GroupStart {
+                command: watchdog.command,
+                stage,
+                group,
+            };
+            if let Some(lane) = probe.lane_to_trace(&start).filter(|&lane| lane < LANES) {
+                group.trace = Some(Box::new(LaneTrace::new(lane)));
+            }
+        }
+    }
+    let ran = run_slices(group, cache, env, watchdog, barriers, fault);
+    if !matches!(ran, Ok(Exit::Barrier)) {
+        if let (Some(probe), Some(trace)) = (watchdog.probe, group.trace.take()) {
+            probe.traced(TracedLane {
+                command: watchdog.command,
+                stage,
+                program: trace.steps.first().map_or(group.pc, |step| step.pc),
+                present: group.present,
+                trace: *trace,
+            });
+        }
+    }
+    ran
+}
+
+/// [`run_simd_group`]'s loop of slices.
+fn run_slices(
     group: &mut SimdGroup,
     cache: &mut ProgramCache,
     env: &mut Env<'_>,
@@ -80,6 +122,7 @@ pub fn run_simd_group(
 /// Runs a SIMD-group of a stage without threadgroups (vertex shading,
 /// per-tile programs) to completion: [`run_simd_group`] with no
 /// threadgroup memory and barriers refused.
+#[allow(clippy::too_many_arguments)]
 pub fn run_stage_group(
     group: &mut SimdGroup,
     cache: &mut ProgramCache,
@@ -88,6 +131,7 @@ pub fn run_stage_group(
     uniforms: &mut [u32; UNIFORMS],
     watchdog: &Watchdog<'_>,
     fault: fn(&ExecError) -> EngineResult,
+    stage: Stage,
 ) -> Result<(), EngineResult> {
     let mut env = Env {
         memory,
@@ -95,7 +139,16 @@ pub fn run_stage_group(
         uniforms,
         threadgroup: &mut [],
     };
-    run_simd_group(group, cache, &mut env, watchdog, Barriers::Refuse, fault).map(|_| ())
+    run_simd_group(
+        group,
+        cache,
+        &mut env,
+        watchdog,
+        Barriers::Refuse,
+        fault,
+        stage,
+    )
+    .map(|_| ())
 }
 
 /// The present-lanes mask of a group of `lanes` threads (at most

@@ -629,6 +629,7 @@ fn shade_vertices(
             &mut uniforms,
             watchdog,
             exec_fault,
+            crate::probe::Stage::Vertex,
         )?;
         out.extend(io.outputs.into_iter().take(chunk.len()));
     }

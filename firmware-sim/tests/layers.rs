@@ -20,6 +20,9 @@ const LAYERS: &[(&str, u32)] = &[
     // and ASTC.
     ("bc", 2),
     ("fault", 1),
+    // The debugger's probe sees the shader core's SIMD-groups and traces;
+    // the watchdog carries it to every stage.
+    ("probe", 1),
     ("memory", 2),
     ("command", 3),
     ("workers", 3),

@@ -17,7 +17,9 @@ pub mod log;
 use std::sync::Arc;
 
 use agx_firmware_sim::firmware::SimulatedCoprocessor;
-pub use agx_firmware_sim::usc::ShaderEngine;
+pub use agx_firmware_sim::probe::{GroupStart, ShaderProbe, Stage, TracedLane};
+pub use agx_firmware_sim::usc::trace::{LaneTrace, NamedValue, TraceStep};
+pub use agx_firmware_sim::usc::{ShaderEngine, LANES};
 /// The kmd model, for what lies deeper than a file (GEM objects, the
 /// scheduler, parameter-buffer statistics).
 pub use agx_kmd as kmd;
@@ -237,9 +239,20 @@ pub struct System {
 impl System {
     /// Builds a machine and probes the driver on it.
     pub fn new(config: SystemConfig) -> Result<System, ProbeError> {
+        System::with_probe(config, None)
+    }
+
+    /// Builds a machine whose GPU asks the debugger's `probe` which lanes
+    /// of its SIMD-groups to trace (`agx-debug`): the groups it picks run
+    /// in the interpreter, whatever `config.shader_engine` says.
+    pub fn with_probe(
+        config: SystemConfig,
+        probe: Option<Arc<dyn ShaderProbe>>,
+    ) -> Result<System, ProbeError> {
         let ram = Ram::new(config.ram_bytes)?;
         let coprocessor = SimulatedCoprocessor::new(Arc::new(ram.clone()), config.gpu_threads)
-            .with_shader_engine(config.shader_engine);
+            .with_shader_engine(config.shader_engine)
+            .with_probe(probe);
         let device = Device::new(ram, config.device_config(), &coprocessor)?;
         Ok(System { device })
     }

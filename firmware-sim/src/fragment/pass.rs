@@ -5,6 +5,7 @@
 //! when the hidden-surface removal resolves the tile's tags), depth and
 //! stencil out, the end-of-tile program.
 
+use crate::probe::Stage;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use agx_fwif::messages::{FaultUnit, RenderPass, TvbInfo};
@@ -557,6 +558,7 @@ impl Pass<'_> {
                 .collect()
         };
         let run = |w: &mut Worker,
+                   stage: Stage,
                    binding: &Binding,
                    pieces: &[Piece<'_>],
                    quads: bool,
@@ -591,6 +593,7 @@ impl Pass<'_> {
                 pieces,
                 quads,
                 self.heap,
+                stage,
             )
         };
         let pixel_count = (tile_w * tile_h) as usize;
@@ -661,7 +664,14 @@ impl Pass<'_> {
                             back_facing: deferred[index].back_facing,
                         })
                         .collect();
-                    run(w, shader, &pieces, true, (primitive.face, None, false))?;
+                    run(
+                        w,
+                        Stage::Fragment,
+                        shader,
+                        &pieces,
+                        true,
+                        (primitive.face, None, false),
+                    )?;
                 }
                 // An opaque shader kills nothing (its depth is written
                 // already); a sample mask it writes anyway drops colour.
@@ -763,6 +773,7 @@ impl Pass<'_> {
                         .collect();
                     run(
                         w,
+                        Stage::Fragment,
                         shader,
                         &pieces,
                         true,
@@ -786,6 +797,7 @@ impl Pass<'_> {
             let pixels = std::mem::take(&mut w.whole_tile);
             let ran = run(
                 w,
+                Stage::Background,
                 &self.bg,
                 &whole_tile(&pixels),
                 false,
@@ -794,7 +806,14 @@ impl Pass<'_> {
             w.whole_tile = pixels;
             ran?;
         } else {
-            run(w, &self.bg, &whole_tile(&all), true, (None, None, false))?;
+            run(
+                w,
+                Stage::Background,
+                &self.bg,
+                &whole_tile(&all),
+                true,
+                (None, None, false),
+            )?;
         }
         // The background program does not discard.
         w.killed.fill(0);
@@ -1048,6 +1067,7 @@ impl Pass<'_> {
         w.coverage.fill(full);
         run(
             w,
+            Stage::EndOfTile,
             &self.eot,
             &whole_tile(&[(0, 0); LANES]),
             false,

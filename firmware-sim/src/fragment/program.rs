@@ -4,6 +4,7 @@
 //! derivatives work). Also how a primitive's state names its fragment
 //! shader, and whether that shader writes depth.
 
+use crate::probe::Stage;
 use agx_fwif::messages::{FaultUnit, RenderPass, TileProgram};
 use agx_hw::formats::{DepthBias, FragmentFace, FragmentStencil, Scissor};
 use zerocopy::FromBytes;
@@ -109,6 +110,7 @@ pub(super) fn run_tile_program(
     pieces: &[Piece<'_>],
     quads: bool,
     sampler_heap: Option<(u64, u32)>,
+    stage: Stage,
 ) -> Result<(), EngineResult> {
     let TileState {
         tile,
@@ -292,6 +294,7 @@ pub(super) fn run_tile_program(
             &mut uniforms,
             watchdog,
             block_store_fault,
+            stage,
         )?;
     }
     Ok(())

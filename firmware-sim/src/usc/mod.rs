@@ -17,6 +17,7 @@ pub mod formats;
 pub mod io;
 pub mod memory;
 pub mod program;
+pub mod trace;
 
 pub use exec::{Env, ExecError, Exit, SimdGroup, SpecialRegs, Stack, GPRS, LANES, UNIFORMS};
 pub use io::{IoError, NoIo, ShaderIo};
@@ -25,3 +26,4 @@ pub use program::{
     new_code_cache, FetchError, ProgramCache, ShaderEngine, CODE_CACHE_LIMIT_BYTES,
     MAX_CACHED_INSTRUCTIONS,
 };
+pub use trace::{LaneAccess, LaneTrace, NamedValue, TraceStep};

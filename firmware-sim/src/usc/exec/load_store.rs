@@ -2,6 +2,7 @@
 //! uniform stores, the state stores that bind descriptors from a heap,
 //! and threadgroup (shared) memory loads, stores and atomics.
 
+use crate::usc::trace::LaneAccess;
 use agx_hw::isa::{Op, Operand, RegRun, Size, Value};
 
 use super::{
@@ -98,9 +99,18 @@ impl SimdGroup {
                 env,
             );
         }
+        let traced = self.traced_in(exec);
         for lane in lanes(exec) {
             // One word holds every component.
             let word_address = address_of(self, lane, env) & !3;
+            if traced == Some(lane) {
+                self.trace_access(LaneAccess {
+                    kind: if store { "store" } else { "load" },
+                    address: Some(word_address),
+                    size_bytes: 4,
+                    detail: String::new(),
+                });
+            }
             let mut word = [0u8; 4];
             let every = format.component_mask();
             if !store || mask as u8 & every != every {
@@ -156,6 +166,16 @@ impl SimdGroup {
             (address & !(size as u64 - 1)).wrapping_add((component * size) as u64)
         };
         let fault = |fault| ExecError::Memory { pc, fault };
+        if let Some(lane) = self.traced_in(exec) {
+            for &(_, component) in named {
+                self.trace_access(LaneAccess {
+                    kind: if store { "store" } else { "load" },
+                    address: Some(element(lane_addresses[lane], component)),
+                    size_bytes: size as u32,
+                    detail: String::new(),
+                });
+            }
+        }
         if lane_invariant && !store {
             let address = lane_addresses[exec.trailing_zeros() as usize];
             let mut addresses = [0u64; 4];
@@ -261,6 +281,14 @@ impl SimdGroup {
                 .memory
                 .atomic_u32(address, &mut |old| op.apply(old, value, compare))
                 .map_err(|fault| ExecError::Memory { pc, fault })?;
+            if self.traced_in(exec) == Some(lane) {
+                self.trace_access(LaneAccess {
+                    kind: "atomic",
+                    address: Some(address),
+                    size_bytes: 4,
+                    detail: format!("{op:?} {value:#x}: found {old:#x}"),
+                });
+            }
             if let Some(dest) = dest {
                 self.write(dest, lane, u64::from(old));
             }

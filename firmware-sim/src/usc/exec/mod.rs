@@ -41,6 +41,7 @@ pub use stack::Stack;
 use super::io::{IoError, ShaderIo};
 use super::memory::{GpuMemory, MemoryFault};
 use super::program::{FetchError, ProgramCache};
+use super::trace::LaneTrace;
 
 /// Lanes in a SIMD-group.
 pub const LANES: usize = 32;
@@ -265,6 +266,10 @@ pub struct SimdGroup {
     /// Registers from r0 up to this one (exclusive) may have been written
     /// since the group was made or reset; the rest are still zero.
     written_cells: usize,
+    /// The lane the debugger records, instruction by instruction (see
+    /// [`crate::usc::trace`]); a group with one runs in the interpreter
+    /// only. [`SimdGroup::reset`] drops it.
+    pub trace: Option<Box<LaneTrace>>,
 }
 
 /// The instruction being executed, where it is, and the lanes it runs
@@ -397,6 +402,7 @@ impl SimdGroup {
             executed_instructions: 0,
             stack: Stack::default(),
             written_cells: 0,
+            trace: None,
         }
     }
 
@@ -416,6 +422,7 @@ impl SimdGroup {
         self.special.slots.clear();
         self.executed_instructions = 0;
         self.stack = Stack::default();
+        self.trace = None;
     }
 
     /// Reads a register in a lane (16-bit halves in the low bits).
@@ -511,7 +518,8 @@ impl SimdGroup {
         // interpreter runs that one before blocks are looked for again.
         let mut interpret_next = false;
         loop {
-            let block = if interpret_next {
+            // A traced group runs in the interpreter, which records it.
+            let block = if interpret_next || self.trace.is_some() {
                 interpret_next = false;
                 None
             } else {
@@ -610,7 +618,13 @@ impl SimdGroup {
                     ),
                 ));
             }
-            let flow = self.execute(&cached.instr, cached.saturate, pc, env)?;
+            let before = self.trace_before(&cached.instr, env.uniforms);
+            let flow = self.execute(&cached.instr, cached.saturate, pc, env);
+            if let Some(before) = before {
+                let error = flow.as_ref().err().map(ToString::to_string);
+                self.trace_after(before, &cached.instr, pc, env.uniforms, error);
+            }
+            let flow = flow?;
             let (next, next_slot_is_target) = match flow {
                 Flow::Stop => return Ok(Exit::Stopped),
                 Flow::Barrier => {

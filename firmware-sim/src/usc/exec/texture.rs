@@ -7,6 +7,7 @@ use agx_hw::isa::{Op, Operand, RegRun, Size, Value};
 use super::{lanes, unsupported, Env, ExecError, Flow, Operands, SimdGroup, GPRS, LANES, UNIFORMS};
 use crate::usc::float::half_to_f32;
 use crate::usc::io::{BlockStore, ImageWrite, LodArgument, TextureHandle, TextureRequest};
+use crate::usc::trace::LaneAccess;
 
 impl SimdGroup {
     /// Executes a texture or image instruction.
@@ -34,6 +35,7 @@ impl SimdGroup {
                 let handle = o.value(4)?;
                 let dim = o.int(5)? as u32;
                 let first = exec.trailing_zeros() as usize;
+                let traced = self.traced_in(exec);
                 for lane in lanes(exec) {
                     let request = ImageWrite {
                         first_of_instruction: lane == first,
@@ -44,6 +46,14 @@ impl SimdGroup {
                         values: self.read_run(&RegRun { count: 4, ..data }, lane),
                         half: data.first.size == Size::S16,
                     };
+                    if traced == Some(lane) {
+                        self.trace_access(LaneAccess {
+                            kind: "image write",
+                            address: None,
+                            size_bytes: 0,
+                            detail: format!("{request:?}"),
+                        });
+                    }
                     env.io
                         .image_write(lane, &request)
                         .map_err(|error| ExecError::Io { pc, error })?;
@@ -259,6 +269,23 @@ impl SimdGroup {
         env.io
             .texture(&requests, &mut texels)
             .map_err(|error| ExecError::Io { pc, error })?;
+        if let Some(lane) = self.traced_in(exec) {
+            if let Some(request) = &requests[lane] {
+                self.trace_access(LaneAccess {
+                    kind: if load {
+                        "texture load"
+                    } else {
+                        "texture sample"
+                    },
+                    address: None,
+                    size_bytes: 0,
+                    detail: format!(
+                        "{request:?}: texel [{}]",
+                        texels[lane].map(|t| format!("{t:#x}")).join(", ")
+                    ),
+                });
+            }
+        }
         for lane in lanes(exec) {
             let mut values = [0u32; 5];
             let mut count = 0;

@@ -1,0 +1,88 @@
+//! The debugger's hook into the GPU: which SIMD-groups' lanes to trace.
+//!
+//! On the hardware nothing can be single-stepped; here every SIMD-group of
+//! every stage starts in one place (where a stage hands it to the shader
+//! core under the watchdog, which carries the probe), and a machine
+//! built with a [`ShaderProbe`] asks it, for each group,
+//! whether one of its lanes is to be traced. The probe sees the group as
+//! its stage set it up (special registers such as the pixel or the
+//! thread's position in the grid, and the registers a vertex shader
+//! starts with), picks a lane, and gets the lane's
+//! [`LaneTrace`] back when the group ends.
+//! A machine without a probe asks nothing.
+
+use crate::usc::trace::LaneTrace;
+use crate::usc::SimdGroup;
+
+/// Which kind of program a SIMD-group runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stage {
+    /// A compute kernel, of the launch whose CDM block is at `launch`.
+    Compute {
+        /// The launch's control-stream address.
+        launch: u64,
+    },
+    /// A vertex shader (`r5` holds each lane's vertex id, `r6` its
+    /// instance).
+    Vertex,
+    /// A pipeline's preshader.
+    Preshader,
+    /// A fragment shader (each lane's pixel is its
+    /// `thread_position_in_grid`).
+    Fragment,
+    /// A render pass's background (tile load) program.
+    Background,
+    /// A render pass's end-of-tile (tile store) program.
+    EndOfTile,
+}
+
+impl Stage {
+    /// The stage's name as the debugger prints it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Stage::Compute { .. } => "compute",
+            Stage::Vertex => "vertex",
+            Stage::Preshader => "preshader",
+            Stage::Fragment => "fragment",
+            Stage::Background => "background",
+            Stage::EndOfTile => "end-of-tile",
+        }
+    }
+}
+
+/// A SIMD-group about to run, as the probe sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct GroupStart<'a> {
+    /// The firmware address of the command it belongs to.
+    pub command: u64,
+    /// What it runs.
+    pub stage: Stage,
+    /// The group, set up by its stage (`pc` is the program's start).
+    pub group: &'a SimdGroup,
+}
+
+/// A traced lane, handed back when its group ended.
+#[derive(Debug, Clone)]
+pub struct TracedLane {
+    /// The firmware address of the command it belongs to.
+    pub command: u64,
+    /// What it ran.
+    pub stage: Stage,
+    /// The program's start.
+    pub program: u64,
+    /// The lanes present in its group.
+    pub present: u32,
+    /// What it executed.
+    pub trace: LaneTrace,
+}
+
+/// Chooses lanes to trace and receives their traces. Called from the GPU's
+/// worker threads.
+pub trait ShaderProbe: Send + Sync + std::fmt::Debug {
+    /// The lane of `start`'s group to trace, if any.
+    fn lane_to_trace(&self, start: &GroupStart<'_>) -> Option<usize>;
+
+    /// The trace of a lane [`ShaderProbe::lane_to_trace`] chose, when its
+    /// group stopped or faulted.
+    fn traced(&self, lane: TracedLane);
+}
