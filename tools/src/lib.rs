@@ -7,12 +7,14 @@
 //!   from field values;
 //! - `agx-asm` and `agx-disasm` assemble and disassemble AGX shader
 //!   machine code through the instruction table in `agx_hw::isa`;
-//! - `agx-decode` prints and lints a capture, `agx-replay` re-runs it;
+//! - `agx-decode` prints and lints a capture, `agx-replay` re-runs it,
+//!   `agx-debug` re-runs it with one invocation traced ([`debug`]);
 //!   `agx-fuzz` fuzzes the simulated
 //!   device ([`fuzz`]).
 #![forbid(unsafe_code)]
 
 pub mod compare;
+pub mod debug;
 pub mod decode;
 pub mod format_cli;
 pub mod fuzz;

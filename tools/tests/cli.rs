@@ -4,10 +4,11 @@
 
 use std::process::{Command, Output};
 
-const TOOLS: [(&str, &str); 7] = [
+const TOOLS: [(&str, &str); 8] = [
     ("agx-render", env!("CARGO_BIN_EXE_agx-render")),
     ("agx-decode", env!("CARGO_BIN_EXE_agx-decode")),
     ("agx-replay", env!("CARGO_BIN_EXE_agx-replay")),
+    ("agx-debug", env!("CARGO_BIN_EXE_agx-debug")),
     ("agx-format", env!("CARGO_BIN_EXE_agx-format")),
     ("agx-asm", env!("CARGO_BIN_EXE_agx-asm")),
     ("agx-disasm", env!("CARGO_BIN_EXE_agx-disasm")),
@@ -132,8 +133,19 @@ fn a_tool_whose_reader_is_gone_exits_quietly() {
         &["--size", "32x32", "--out", png.to_str().unwrap()],
         Some(("AGX_KMD_CAPTURE", capture.to_str().unwrap())),
     );
+    // (agx-render above stopped at its first line, before it submitted:
+    // the debugger gets a capture with a frame in it.)
+    let frame = dir.join("frame.cap");
+    let _ = std::fs::remove_file(&frame);
+    let rendered = Command::new(env!("CARGO_BIN_EXE_agx-render"))
+        .args(["--size", "32x32", "--out", png.to_str().unwrap()])
+        .env("AGX_KMD_CAPTURE", &frame)
+        .output()
+        .unwrap();
+    assert_eq!(rendered.status.code(), Some(0));
+    let frame = frame.to_str().unwrap();
     let capture = capture.to_str().unwrap();
-    let steps: [(&str, &str, &[&str]); 6] = [
+    let steps: [(&str, &str, &[&str]); 7] = [
         ("agx-decode", env!("CARGO_BIN_EXE_agx-decode"), &[capture]),
         (
             "agx-decode --json",
@@ -141,6 +153,11 @@ fn a_tool_whose_reader_is_gone_exits_quietly() {
             &["--json", capture],
         ),
         ("agx-replay", env!("CARGO_BIN_EXE_agx-replay"), &[capture]),
+        (
+            "agx-debug trace",
+            env!("CARGO_BIN_EXE_agx-debug"),
+            &["trace", frame, "--pixel", "0,0", "--stage", "background"],
+        ),
         ("agx-asm", env!("CARGO_BIN_EXE_agx-asm"), &[all_forms]),
         (
             "agx-disasm",

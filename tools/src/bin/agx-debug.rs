@@ -1,0 +1,154 @@
+//! `agx-debug trace CAPTURE (--pixel X,Y | --thread X,Y,Z | --vertex I)`:
+//! replays a capture's submission with one invocation traced instruction
+//! by instruction (see `agx_tools::debug`).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use agx_tools::debug::{Invocation, TraceStage};
+use clap::{Parser, Subcommand, ValueEnum};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "agx-debug",
+    version,
+    about = "Debug a captured frame on the simulated GPU",
+    after_help = "Exit status: 0 when the invocation asked for was found and traced; 1 when the \
+        replay failed or no invocation matched; 2 for a bad command line, a file that is not a \
+        capture, or a --submission past its end."
+)]
+struct Args {
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// Which per-tile program a pixel is traced in.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum StageArg {
+    /// The fragment shader of every draw that shades the pixel.
+    Fragment,
+    /// The background (tile load) program.
+    Background,
+    /// The end-of-tile (tile store) program.
+    EndOfTile,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Trace one invocation: every instruction its SIMD-group executed,
+    /// with the execution mask and the values the invocation's lane read
+    /// and wrote, as the interpreter computed them.
+    Trace {
+        /// The capture file (`AGX_KMD_CAPTURE` or `AGX_UMD_CAPTURE`).
+        capture: PathBuf,
+        /// The submission to replay (from 0).
+        #[arg(long, default_value_t = 0)]
+        submission: usize,
+        /// A fragment: the pixel X,Y of the render target.
+        #[arg(long, value_parser = parse_pair, conflicts_with_all = ["thread", "vertex"])]
+        pixel: Option<(u32, u32)>,
+        /// Which program of the pixel's tile (with --pixel).
+        #[arg(long, value_enum, default_value = "fragment", requires = "pixel")]
+        stage: StageArg,
+        /// A compute thread: its position in the grid, X,Y,Z.
+        #[arg(long, value_parser = parse_triple, conflicts_with = "vertex")]
+        thread: Option<[u32; 3]>,
+        /// A vertex shader invocation: the vertex id.
+        #[arg(long)]
+        vertex: Option<u32>,
+        /// Print the trace as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn numbers(text: &str, n: usize) -> Result<Vec<u32>, String> {
+    let parts: Vec<_> = text.split(',').map(str::trim).collect();
+    if parts.len() != n {
+        return Err(format!("expected {n} numbers separated by commas"));
+    }
+    parts
+        .iter()
+        .map(|p| p.parse::<u32>().map_err(|e| format!("{p:?}: {e}")))
+        .collect()
+}
+
+fn parse_pair(text: &str) -> Result<(u32, u32), String> {
+    let v = numbers(text, 2)?;
+    Ok((v[0], v[1]))
+}
+
+fn parse_triple(text: &str) -> Result<[u32; 3], String> {
+    let v = numbers(text, 3)?;
+    Ok([v[0], v[1], v[2]])
+}
+
+const TOOL: &str = "agx-debug";
+
+fn main() -> ExitCode {
+    agx_tools::install_kernel_log(TOOL);
+    let Command::Trace {
+        capture: path,
+        submission,
+        pixel,
+        stage,
+        thread,
+        vertex,
+        json,
+    } = Args::parse().command;
+    let want = match (pixel, thread, vertex) {
+        (Some((x, y)), None, None) => Invocation::Pixel { x, y },
+        (None, Some(id), None) => Invocation::Thread { id },
+        (None, None, Some(index)) => Invocation::Vertex { index },
+        _ => {
+            eprintln!("{TOOL}: trace: give one of --pixel, --thread and --vertex");
+            return ExitCode::from(2);
+        }
+    };
+    let stage = match stage {
+        StageArg::Fragment => TraceStage::Fragment,
+        StageArg::Background => TraceStage::Background,
+        StageArg::EndOfTile => TraceStage::EndOfTile,
+    };
+    let capture = match agx_tools::decode::open_capture(&path) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("{TOOL}: {}: {e}", path.display());
+            return ExitCode::from(2);
+        }
+    };
+    if submission >= capture.submissions.len() {
+        eprintln!(
+            "{TOOL}: {}: the capture has {}",
+            path.display(),
+            agx_tools::count(capture.submissions.len(), "submission")
+        );
+        return ExitCode::from(2);
+    }
+    let report = match agx_tools::debug::trace(&capture, submission, want, stage) {
+        Ok(report) => report,
+        Err(e) => {
+            eprintln!("{TOOL}: submission {submission}: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    if json {
+        match serde_json::to_string_pretty(&report) {
+            Ok(text) => agx_tools::outln!(TOOL, "{text}"),
+            Err(e) => {
+                eprintln!("{TOOL}: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    } else {
+        agx_tools::out!(TOOL, "{}", agx_tools::debug::listing(&report));
+    }
+    if report.invocations.is_empty() {
+        eprintln!("{TOOL}: submission {submission}: no invocation matched {want:?}");
+        return ExitCode::FAILURE;
+    }
+    if report.failure.is_some() {
+        return ExitCode::FAILURE;
+    }
+    ExitCode::SUCCESS
+}

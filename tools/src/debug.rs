@@ -1,0 +1,401 @@
+//! `agx-debug`: a capture replayed with one invocation traced.
+//!
+//! The hardware runs a SIMD-group's 32 lanes in lockstep and nothing on it
+//! can be single-stepped. The simulator can: a capture's submission is
+//! replayed on a fresh simulated device (as `agx-replay` does) whose GPU
+//! carries a probe ([`agx_sim::ShaderProbe`]). The probe picks, in every
+//! SIMD-group that starts, the lane running the invocation asked for (a
+//! fragment by its pixel, a compute thread by its position in the grid,
+//! a vertex by its index), and the interpreter records what that lane
+//! executed, instruction by instruction. Every group the probe does not
+//! pick runs as it would without it.
+
+use std::sync::{Arc, Mutex};
+
+use agx_capture::Capture;
+use agx_hw::isa::table::sr;
+use agx_sim::{GroupStart, ShaderEngine, ShaderProbe, Stage, System, SystemConfig, TracedLane};
+use serde::Serialize;
+
+use crate::replay::{replay_on, ReplayError, Replayed};
+
+/// Which invocation to trace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Invocation {
+    /// The fragment shading pixel (`x`, `y`) of the render target (or, with
+    /// [`TraceStage::Background`] or [`TraceStage::EndOfTile`], that
+    /// pixel's lane of the tile program).
+    Pixel {
+        /// Column.
+        x: u32,
+        /// Row.
+        y: u32,
+    },
+    /// The compute thread at this position in its grid.
+    Thread {
+        /// The thread's `thread_position_in_grid`.
+        id: [u32; 3],
+    },
+    /// The vertex shader invocation of this vertex id (index).
+    Vertex {
+        /// The vertex id (`r5` when the shader starts).
+        index: u32,
+    },
+}
+
+/// Which per-tile program a pixel is traced in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TraceStage {
+    /// The fragment shader (every draw that shades the pixel).
+    #[default]
+    Fragment,
+    /// The background (tile load) program.
+    Background,
+    /// The end-of-tile (tile store) program.
+    EndOfTile,
+}
+
+/// The probe `agx-debug` gives the simulated GPU.
+#[derive(Debug)]
+struct Probe {
+    want: Invocation,
+    stage: TraceStage,
+    traced: Mutex<Vec<TracedLane>>,
+    /// The tile (threadgroup position: column, row, layer) the background
+    /// program last ran the pixel in.
+    tile: Mutex<Option<[u32; 3]>>,
+}
+
+impl Probe {
+    fn position(start: &GroupStart<'_>, lane: usize, axis: u32) -> Option<u32> {
+        start
+            .group
+            .special
+            .lane(sr::THREAD_POSITION_IN_GRID + axis, lane)
+    }
+
+    /// The tile a per-tile program's group runs on.
+    fn tile(start: &GroupStart<'_>) -> [u32; 3] {
+        [0, 1, 2].map(|axis| {
+            start
+                .group
+                .special
+                .lane(sr::THREADGROUP_POSITION_IN_GRID + axis, 0)
+                .unwrap_or(u32::MAX)
+        })
+    }
+}
+
+impl ShaderProbe for Probe {
+    fn lane_to_trace(&self, start: &GroupStart<'_>) -> Option<usize> {
+        let present = start.group.present;
+        let lanes = (0..agx_sim::LANES).filter(|&lane| present & (1 << lane) != 0);
+        match (self.want, start.stage) {
+            (Invocation::Pixel { x, y }, Stage::Fragment | Stage::Background) => {
+                let mut lanes = lanes;
+                // A helper lane (an uncovered member of a covered quad) is
+                // not the pixel's fragment.
+                let lane = lanes.find(|&lane| {
+                    Probe::position(start, lane, 0) == Some(x)
+                        && Probe::position(start, lane, 1) == Some(y)
+                        && start.group.special.lane(sr::IS_ACTIVE_THREAD, lane) != Some(0)
+                })?;
+                if start.stage == Stage::Background {
+                    // The background program runs on every pixel of the
+                    // render area: its group names the pixel's tile.
+                    *self.tile.lock().unwrap_or_else(|p| p.into_inner()) = Some(Probe::tile(start));
+                }
+                let wanted = match self.stage {
+                    TraceStage::Fragment => Stage::Fragment,
+                    TraceStage::Background => Stage::Background,
+                    TraceStage::EndOfTile => return None,
+                };
+                (start.stage == wanted).then_some(lane)
+            }
+            // The end-of-tile program runs once per tile, each lane at the
+            // tile's origin: the group of the tile the background program
+            // last found the pixel in, lane 0.
+            (Invocation::Pixel { .. }, Stage::EndOfTile) => {
+                let tile = *self.tile.lock().unwrap_or_else(|p| p.into_inner());
+                (self.stage == TraceStage::EndOfTile
+                    && tile == Some(Probe::tile(start))
+                    && present & 1 != 0)
+                    .then_some(0)
+            }
+            (Invocation::Thread { id }, Stage::Compute { .. }) => {
+                let mut lanes = lanes;
+                lanes.find(|&lane| {
+                    (0..3).all(|axis| Probe::position(start, lane, axis) == Some(id[axis as usize]))
+                })
+            }
+            (Invocation::Vertex { index }, Stage::Vertex) => {
+                let mut lanes = lanes;
+                lanes.find(|&lane| {
+                    start.group.read(agx_hw::isa::Reg::r(5), lane) == u64::from(index)
+                })
+            }
+            _ => None,
+        }
+    }
+
+    fn traced(&self, lane: TracedLane) {
+        self.traced
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .push(lane);
+    }
+}
+
+/// A register or uniform an instruction named, in the traced lane.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Operand {
+    /// Its name (`r3`, `r0l`, `u4`).
+    pub name: String,
+    /// Before the instruction.
+    pub before: u64,
+    /// After it.
+    pub after: u64,
+    /// Whether the instruction wrote it.
+    pub destination: bool,
+}
+
+/// Memory or a unit the traced lane reached.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Access {
+    /// `load`, `store`, `atomic`, `texture load`, `texture sample`,
+    /// `image write`.
+    pub kind: &'static str,
+    /// The GPU virtual address, for memory.
+    pub address: Option<u64>,
+    /// Bytes at it.
+    pub size_bytes: u32,
+    /// The texture request and its texel, the atomic's operation and
+    /// what it found, the image write's request.
+    pub detail: String,
+}
+
+/// One instruction the traced lane's SIMD-group executed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Step {
+    /// Its address.
+    pub pc: u64,
+    /// Its disassembly.
+    pub text: String,
+    /// The execution mask it ran with.
+    pub exec_mask: u32,
+    /// Whether the traced lane ran it.
+    pub active: bool,
+    /// What it named.
+    pub operands: Vec<Operand>,
+    /// The memory and units the lane reached.
+    pub accesses: Vec<Access>,
+    /// The fault it stopped with.
+    pub error: Option<String>,
+}
+
+/// One traced invocation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Traced {
+    /// The stage (`fragment`, `compute`, `vertex`, `background`,
+    /// `end-of-tile`).
+    pub stage: &'static str,
+    /// The firmware address of the command that ran it.
+    pub command: u64,
+    /// For compute, the launch's control-stream address.
+    pub launch: Option<u64>,
+    /// The program's address.
+    pub program: u64,
+    /// The lane it ran in.
+    pub lane: usize,
+    /// The lanes present in its SIMD-group.
+    pub present: u32,
+    /// What it executed.
+    pub steps: Vec<Step>,
+    /// Steps past the trace's limit, not kept.
+    pub steps_dropped: u64,
+}
+
+/// What `agx-debug trace` found in one submission.
+#[derive(Debug, Clone, Serialize)]
+pub struct TraceReport {
+    /// The submission's index in the capture.
+    pub submission: usize,
+    /// The invocations traced, in the order their SIMD-groups ended.
+    pub invocations: Vec<Traced>,
+    /// The submission's failure on the GPU (the device's line), if any.
+    pub failure: Option<String>,
+}
+
+fn traced(lane: TracedLane) -> Traced {
+    Traced {
+        stage: lane.stage.name(),
+        command: lane.command,
+        launch: match lane.stage {
+            Stage::Compute { launch } => Some(launch),
+            _ => None,
+        },
+        program: lane.program,
+        lane: lane.trace.lane,
+        present: lane.present,
+        steps: lane
+            .trace
+            .steps
+            .into_iter()
+            .map(|step| Step {
+                pc: step.pc,
+                text: step.text,
+                exec_mask: step.exec_mask,
+                active: step.active,
+                operands: step
+                    .values
+                    .into_iter()
+                    .map(|v| Operand {
+                        name: v.name,
+                        before: v.before,
+                        after: v.after,
+                        destination: v.destination,
+                    })
+                    .collect(),
+                accesses: step
+                    .accesses
+                    .into_iter()
+                    .map(|a| Access {
+                        kind: a.kind,
+                        address: a.address,
+                        size_bytes: a.size_bytes,
+                        detail: a.detail,
+                    })
+                    .collect(),
+                error: step.error,
+            })
+            .collect(),
+        steps_dropped: lane.trace.steps_dropped,
+    }
+}
+
+/// Replays submission `index` of `capture` with `want` traced in `stage`.
+/// The GPU runs one thread, so that invocations come in the order the
+/// hardware's one core would run them.
+pub fn trace(
+    capture: &Capture,
+    index: usize,
+    want: Invocation,
+    stage: TraceStage,
+) -> Result<TraceReport, ReplayError> {
+    let s = capture
+        .submissions
+        .get(index)
+        .ok_or(ReplayError::NoSuchSubmission(index))?;
+    let config = SystemConfig {
+        ram_bytes: 4 << 30,
+        ..SystemConfig::default()
+    }
+    .with_env()
+    .map_err(|_| ReplayError::Device)?;
+    let config = SystemConfig {
+        gpu_threads: 1,
+        shader_engine: ShaderEngine::Interpreter,
+        ..config
+    };
+    let probe = Arc::new(Probe {
+        want,
+        stage,
+        traced: Mutex::new(Vec::new()),
+        tile: Mutex::new(None),
+    });
+    let system = System::with_probe(config, Some(probe.clone() as Arc<dyn ShaderProbe>))
+        .map_err(|_| ReplayError::Device)?;
+    let Replayed { failure, .. } = replay_on(&system, s, index)?;
+    let lanes = std::mem::take(
+        &mut *probe
+            .traced
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()),
+    );
+    Ok(TraceReport {
+        submission: index,
+        invocations: lanes.into_iter().map(traced).collect(),
+        failure,
+    })
+}
+
+/// A value as the listing shows it: hex, and for a 32-bit word that is a
+/// finite float of moderate size, the float too.
+fn shown(name: &str, value: u64) -> String {
+    let is_half = name.ends_with('l') || name.ends_with('h');
+    if !is_half && value <= u64::from(u32::MAX) {
+        let f = f32::from_bits(value as u32);
+        if f.is_finite() && f != 0.0 && (1e-6..1e9).contains(&f.abs()) {
+            return format!("{value:#x} ({f})");
+        }
+    }
+    format!("{value:#x}")
+}
+
+/// The report as text: each invocation, then each step with the values it
+/// read and wrote in the traced lane.
+pub fn listing(report: &TraceReport) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    let count = report.invocations.len();
+    for (n, t) in report.invocations.iter().enumerate() {
+        let _ = write!(
+            out,
+            "invocation {} of {count}: {} program {:#x}, lane {} (present {:#010x}), command {:#x}",
+            n + 1,
+            t.stage,
+            t.program,
+            t.lane,
+            t.present,
+            t.command
+        );
+        if let Some(launch) = t.launch {
+            let _ = write!(out, ", launch {launch:#x}");
+        }
+        let _ = writeln!(out, ", {} instructions", t.steps.len());
+        for step in &t.steps {
+            let _ = write!(
+                out,
+                "  {:#010x}  {:<48} exec {:#010x}{}",
+                step.pc,
+                step.text,
+                step.exec_mask,
+                if step.active { "" } else { "  (lane inactive)" }
+            );
+            let _ = writeln!(out);
+            for v in &step.operands {
+                if v.destination && step.active {
+                    let _ = writeln!(
+                        out,
+                        "      {} = {}  (was {})",
+                        v.name,
+                        shown(&v.name, v.after),
+                        shown(&v.name, v.before)
+                    );
+                } else {
+                    let _ = writeln!(out, "      {}: {}", v.name, shown(&v.name, v.before));
+                }
+            }
+            for a in &step.accesses {
+                let _ = write!(out, "      {}", a.kind);
+                if let Some(address) = a.address {
+                    let _ = write!(out, " {address:#x} ({} bytes)", a.size_bytes);
+                }
+                if !a.detail.is_empty() {
+                    let _ = write!(out, ": {}", a.detail);
+                }
+                let _ = writeln!(out);
+            }
+            if let Some(error) = &step.error {
+                let _ = writeln!(out, "      fault: {error}");
+            }
+        }
+        if t.steps_dropped > 0 {
+            let _ = writeln!(out, "  ... {} more instructions not kept", t.steps_dropped);
+        }
+    }
+    if let Some(failure) = &report.failure {
+        let _ = writeln!(out, "the submission failed: {failure}");
+    }
+    out
+}

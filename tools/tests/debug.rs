@@ -1,0 +1,549 @@
+//! `agx-debug trace` on captures of our own work, checked against Rust
+//! models of the programs traced.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use agx_capture::Capture;
+use agx_tools::debug::{trace, Invocation, TraceStage, Traced};
+use agx_umd::*;
+
+fn device() -> Device {
+    Device::open_simulated(agx_sim::SystemConfig {
+        ram_bytes: 1 << 30,
+        ..agx_sim::SystemConfig::default()
+    })
+    .unwrap()
+}
+
+fn capture_path(name: &str) -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(name)
+}
+
+/// Starts capturing on `device`, runs `work`, and reads the capture back.
+fn captured(device: &Device, name: &str, work: impl FnOnce()) -> Capture {
+    let path = capture_path(name);
+    let system = device.simulated().unwrap().system();
+    system.capture_to(&path).unwrap();
+    work();
+    system.stop_capture();
+    agx_capture::read(std::fs::File::open(&path).unwrap()).unwrap()
+}
+
+fn pair(va: u64) -> [u32; 2] {
+    [va as u32, (va >> 32) as u32]
+}
+
+/// Collatz step counts: thread i counts the steps from n = i + 1 down to
+/// 1 and stores them at word i of the buffer at u0_u1. Divergent nested
+/// branches in a loop whose trip count differs per lane.
+const COLLATZ: &str = "
+    get_sr r1, sr80
+    iadd r1, r1, 1
+    mov_imm r2, 0
+    if_icmp r0l, nueq, r1, 1, 1
+    jmp_exec_none done
+loop:
+    and r3, r1, 1
+    if_icmp r0l, ueq, r3, 1, 1
+        imadd r1, r1, 3, 1
+    else_icmp r0l, ueq, 0, 0, 1
+        bfeil r1, 0, r1, 1
+    pop_exec r0l, 1
+    iadd r2, r2, 1
+    while_icmp r0l, nueq, r1, 1, 1
+    jmp_exec_any loop
+done:
+    pop_exec r0l, 1
+    get_sr r4, sr80
+    device_store 0, i32, x, r2, u0_u1, r4, unsigned, 0
+    stop";
+
+/// A capture of COLLATZ over 64 threads in threadgroups of 64.
+fn collatz_capture(name: &str) -> (Capture, Vec<u32>) {
+    let device = device();
+    let queue = Queue::new(&device).unwrap();
+    let programs = Arc::new(ProgramCache::new(&device));
+    let out = device.upload(&[0u8; 4 * 64], true).unwrap();
+    let capture = captured(&device, name, || {
+        let mut cb = CommandBuffer::new(&device, &programs);
+        let shader = Shader::new(&device, COLLATZ).unwrap();
+        let bindings = Bindings::default()
+            .with_uniform_words(cb.arena(), &pair(out.va()))
+            .unwrap();
+        cb.dispatch(&shader, &bindings, [64, 1, 1], [64, 1, 1])
+            .unwrap();
+        cb.finish().unwrap();
+        queue
+            .submit(vec![cb], &[], &[])
+            .unwrap()
+            .wait(Duration::from_secs(60))
+            .unwrap();
+    });
+    let words = out
+        .read_all()
+        .unwrap()
+        .chunks_exact(4)
+        .map(|c| u32::from_le_bytes(c.try_into().unwrap()))
+        .take(64)
+        .collect();
+    (capture, words)
+}
+
+/// One step of the model: the instruction's mnemonic, the execution mask
+/// it runs with, and, where the traced lane runs it, the lane's (r1, r2)
+/// after it.
+type ModelStep = (&'static str, u32, Option<(u32, u32)>);
+
+/// COLLATZ run by the 32 lanes of the SIMD-group holding threads
+/// `first`.., as the hardware's exec-mask stack runs it, seen from `lane`.
+fn collatz_model(first: u32, lane: usize) -> Vec<ModelStep> {
+    let mut n: [u32; 32] = std::array::from_fn(|l| first + l as u32 + 1);
+    let mut count = [0u32; 32];
+    let all = u32::MAX;
+    let mask = |f: &dyn Fn(usize) -> bool| (0..32).filter(|&l| f(l)).fold(0u32, |m, l| m | 1 << l);
+    let mut steps: Vec<ModelStep> = Vec::new();
+    let mut push = |name, exec: u32, n: &[u32; 32], count: &[u32; 32]| {
+        let mine = (exec & (1 << lane) != 0).then_some((n[lane], count[lane]));
+        steps.push((name, exec, mine));
+    };
+    let zero = [0u32; 32];
+    push(
+        "get_sr",
+        all,
+        &std::array::from_fn(|l| first + l as u32),
+        &zero,
+    );
+    push("iadd", all, &n, &zero);
+    push("mov_imm", all, &n, &count);
+    push("if_icmp", all, &n, &count);
+    let mut active = mask(&|l| n[l] != 1);
+    push("jmp_exec_none", active, &n, &count);
+    if active != 0 {
+        loop {
+            push("and", active, &n, &count);
+            let odd = active & mask(&|l| n[l] % 2 == 1);
+            let even = active & !odd;
+            push("if_icmp", active, &n, &count);
+            for (l, n) in n.iter_mut().enumerate() {
+                if odd & (1 << l) != 0 {
+                    *n = 3 * *n + 1;
+                }
+            }
+            push("imadd", odd, &n, &count);
+            push("else_icmp", odd, &n, &count);
+            for (l, n) in n.iter_mut().enumerate() {
+                if even & (1 << l) != 0 {
+                    *n /= 2;
+                }
+            }
+            push("bfeil", even, &n, &count);
+            push("pop_exec", even, &n, &count);
+            for (l, count) in count.iter_mut().enumerate() {
+                if active & (1 << l) != 0 {
+                    *count += 1;
+                }
+            }
+            push("iadd", active, &n, &count);
+            push("while_icmp", active, &n, &count);
+            active &= mask(&|l| n[l] != 1);
+            push("jmp_exec_any", active, &n, &count);
+            if active == 0 {
+                break;
+            }
+        }
+    }
+    push("pop_exec", active, &n, &count);
+    push("get_sr", all, &n, &count);
+    push("device_store", all, &n, &count);
+    push("stop", all, &n, &count);
+    steps
+}
+
+fn value(traced: &Traced, step: usize, name: &str) -> Option<u64> {
+    traced.steps[step]
+        .operands
+        .iter()
+        .find(|o| o.name == name)
+        .map(|o| o.after)
+}
+
+fn collatz_steps(mut n: u32) -> u32 {
+    let mut steps = 0;
+    while n != 1 {
+        n = if n % 2 == 1 { 3 * n + 1 } else { n / 2 };
+        steps += 1;
+    }
+    steps
+}
+
+#[test]
+fn a_compute_threads_trace_follows_the_programs_model_step_by_step() {
+    let (capture, words) = collatz_capture("debug-collatz.cap");
+    // The kernel ran right (and its model is the right model).
+    for (i, &w) in words.iter().enumerate() {
+        assert_eq!(w, collatz_steps(i as u32 + 1), "thread {i}");
+    }
+    // Thread 6 (n = 7, 16 steps) in the first SIMD-group, whose longest
+    // lane (n = 27) loops 111 times; thread 40 (n = 41) in the second;
+    // thread 0 (n = 1) never enters the loop.
+    for (thread, first) in [(6u32, 0u32), (40, 32), (0, 0)] {
+        let report = trace(
+            &capture,
+            0,
+            Invocation::Thread { id: [thread, 0, 0] },
+            TraceStage::Fragment,
+        )
+        .unwrap();
+        assert_eq!(report.failure, None);
+        assert_eq!(report.invocations.len(), 1, "thread {thread}");
+        let traced = &report.invocations[0];
+        let lane = (thread - first) as usize;
+        assert_eq!(traced.stage, "compute");
+        assert_eq!(traced.lane, lane);
+        assert_eq!(traced.present, u32::MAX);
+        assert!(traced.launch.is_some());
+        let model = collatz_model(first, lane);
+        let names: Vec<&str> = traced
+            .steps
+            .iter()
+            .map(|s| s.text.split_whitespace().next().unwrap_or(""))
+            .collect();
+        let expected: Vec<&str> = model.iter().map(|m| m.0).collect();
+        assert_eq!(
+            names, expected,
+            "thread {thread}: the instructions executed"
+        );
+        for (i, ((_, exec, mine), step)) in model.iter().zip(&traced.steps).enumerate() {
+            let at = format!("thread {thread}, step {i}: {}", step.text);
+            assert_eq!(step.exec_mask, *exec, "{at}: the execution mask");
+            assert_eq!(step.active, mine.is_some(), "{at}: the lane runs it");
+            assert_eq!(step.error, None, "{at}");
+            let Some((n, count)) = *mine else {
+                // An inactive lane's registers do not change, but for
+                // the nesting count (r0l) the exec-mask instructions keep
+                // in every lane.
+                assert!(
+                    step.operands
+                        .iter()
+                        .all(|o| o.before == o.after || o.name == "r0l"),
+                    "{at}: {:?}",
+                    step.operands
+                );
+                continue;
+            };
+            match expected[i] {
+                "get_sr" if i == 0 => {
+                    assert_eq!(value(traced, i, "r1"), Some(u64::from(thread)), "{at}")
+                }
+                "iadd" if i == 1 => assert_eq!(value(traced, i, "r1"), Some(u64::from(n)), "{at}"),
+                "imadd" | "bfeil" => {
+                    assert_eq!(value(traced, i, "r1"), Some(u64::from(n)), "{at}");
+                    let before = traced.steps[i].operands.iter().find(|o| o.name == "r1");
+                    assert!(before.is_some_and(|o| o.destination), "{at}: r1 written");
+                }
+                "and" => assert_eq!(value(traced, i, "r3"), Some(u64::from(n & 1)), "{at}"),
+                "iadd" => assert_eq!(value(traced, i, "r2"), Some(u64::from(count)), "{at}"),
+                "device_store" => {
+                    // The store reads the count and the thread's index.
+                    assert_eq!(value(traced, i, "r2"), Some(u64::from(count)), "{at}");
+                    assert_eq!(value(traced, i, "r4"), Some(u64::from(thread)), "{at}");
+                }
+                _ => {}
+            }
+        }
+        assert_eq!(
+            model.iter().rev().find_map(|m| m.2).map(|(_, c)| c),
+            Some(collatz_steps(thread + 1))
+        );
+    }
+}
+
+#[test]
+fn a_thread_no_dispatch_ran_traces_nothing() {
+    let (capture, _) = collatz_capture("debug-none.cap");
+    let report = trace(
+        &capture,
+        0,
+        Invocation::Thread { id: [64, 0, 0] },
+        TraceStage::Fragment,
+    )
+    .unwrap();
+    assert!(report.invocations.is_empty());
+    let report = trace(
+        &capture,
+        0,
+        Invocation::Pixel { x: 0, y: 0 },
+        TraceStage::Fragment,
+    )
+    .unwrap();
+    assert!(
+        report.invocations.is_empty(),
+        "a compute capture has no fragments"
+    );
+}
+
+/// Vertex shader: clip-space positions, four words each, from u0_u1.
+const VS: &str = "
+    device_load 0, i32, xyzw, r8_r9_r10_r11, u0_u1, r5, unsigned, lsl 2
+    wait 0
+    st_var 1, r8, 0
+    st_var 1, r9, 1
+    st_var 1, r10, 2
+    st_var 1, r11, 3
+    stop";
+
+/// Fragment shader: red, with the pixel's position read into r8 and r9.
+const POSITION_FS: &str = "
+    get_sr r8, sr80
+    get_sr r9, sr81
+    mov_imm r4, 0x3f800000
+    mov_imm r5, 0
+    mov_imm r6, 0
+    mov_imm r7, 0x3f800000";
+
+/// A capture of one pass over a 32x32 target drawing the triangle over
+/// its top-left half `draws` times, blended by `blend`.
+fn triangle_capture(name: &str, draws: u32, blend: Blend) -> Capture {
+    let d = device();
+    let programs = Arc::new(ProgramCache::new(&d));
+    let image = Image::new(&d, 32, 32, Format::Rgba8Unorm).unwrap();
+    let mut vertices = Vec::new();
+    for [x, y] in [[-1.0f32, 1.0], [1.0, 1.0], [-1.0, -1.0]] {
+        for v in [x, y, 0.5, 1.0] {
+            vertices.extend(v.to_le_bytes());
+        }
+    }
+    let vb = d.upload(&vertices, false).unwrap();
+    let pipeline = Arc::new(
+        GraphicsPipeline::new(
+            &d,
+            &GraphicsPipelineDesc {
+                vertex_stack_bytes: 0,
+                fragment_stack_bytes: 0,
+                vertex: VS,
+                fragment: POSITION_FS,
+                vertex_layout: None,
+                stencil: None,
+                vertex_outputs: 4,
+                varyings: Vec::new(),
+                depth: None,
+                cull: CullMode::None,
+                front_ccw: false,
+                topology: Topology::Triangles,
+                colour_output: ColourOutput::Registers {
+                    format: Format::Rgba8Unorm,
+                    blend,
+                },
+            },
+        )
+        .unwrap(),
+    );
+    captured(&d, name, || {
+        let mut cb = CommandBuffer::new(&d, &programs);
+        let mut pass = cb
+            .begin_render_pass(&RenderPassDesc {
+                colour: vec![ColourAttachment {
+                    image: &image,
+                    load: LoadOp::Clear([0.0; 4]),
+                    store: StoreOp::Store,
+                }],
+                depth: None,
+            })
+            .unwrap();
+        pass.set_pipeline(&pipeline);
+        let va = vb.va();
+        pass.set_vertex_uniforms(&pair(va));
+        for _ in 0..draws {
+            pass.draw(3, 1, 0).unwrap();
+        }
+        pass.end().unwrap();
+        cb.finish().unwrap();
+        Queue::new(&d)
+            .unwrap()
+            .submit(vec![cb], &[], &[])
+            .unwrap()
+            .wait(Duration::from_secs(30))
+            .unwrap();
+    })
+}
+
+#[test]
+fn a_pixels_fragments_and_tile_programs_are_traced_where_they_ran() {
+    // Two opaque draws of one triangle: hidden-surface removal shades the
+    // pixel once (the later draw hides the earlier). Blended, each draw
+    // reads the tilebuffer and is shaded in turn.
+    let opaque = triangle_capture("debug-opaque.cap", 2, Blend::Replace);
+    let report = trace(
+        &opaque,
+        0,
+        Invocation::Pixel { x: 3, y: 5 },
+        TraceStage::Fragment,
+    )
+    .unwrap();
+    assert_eq!(report.invocations.len(), 1, "hidden-surface removal");
+    let capture = triangle_capture("debug-blended.cap", 2, Blend::Alpha);
+    let pixel = |x, y, stage| trace(&capture, 0, Invocation::Pixel { x, y }, stage).unwrap();
+    // Inside the triangle: one fragment per draw, in the lane of its
+    // quad the pixel's position gives (bit 0 x, bit 1 y), reading its
+    // own position.
+    let report = pixel(3, 5, TraceStage::Fragment);
+    assert_eq!(report.invocations.len(), 2, "two draws shade the pixel");
+    for traced in &report.invocations {
+        assert_eq!(traced.stage, "fragment");
+        assert_eq!(traced.lane % 4, 1 + 2);
+        assert!(traced.steps[0].text.starts_with("get_sr r8, sr80"));
+        assert_eq!(value(traced, 0, "r8"), Some(3));
+        assert_eq!(value(traced, 1, "r9"), Some(5));
+        assert!(traced.steps.iter().all(|s| s.active && s.error.is_none()));
+        let last = traced.steps.last().unwrap();
+        assert!(last.text.starts_with("stop"), "{}", last.text);
+        // The colour stored is what the shader set, blended over what
+        // the tilebuffer held.
+        let store = traced
+            .steps
+            .iter()
+            .position(|s| s.text.starts_with("st_tile"))
+            .expect("the colour is stored");
+        let read = |step: usize, name: &str| {
+            traced.steps[step]
+                .operands
+                .iter()
+                .find(|o| o.name == name)
+                .map(|o| o.before)
+        };
+        assert_eq!(read(store, "r4"), Some(0x3f80_0000));
+        assert_eq!(read(store, "r5"), Some(0));
+        assert_eq!(read(store, "r7"), Some(0x3f80_0000));
+    }
+    // What each blended fragment loaded from the tilebuffer: the clear
+    // colour's red (0), then the first draw's (1.0).
+    let loaded: Vec<Option<u64>> = report
+        .invocations
+        .iter()
+        .map(|t| {
+            let at = t.steps.iter().position(|s| s.text.starts_with("ld_tile"))?;
+            value(t, at, "r8")
+        })
+        .collect();
+    assert_eq!(loaded, [Some(0), Some(0x3f80_0000)]);
+    // On either side of its long edge (x + y = 32 at pixel centres), in
+    // one quad: (14, 16) is covered; (15, 17) runs only as a helper lane
+    // for its quad's derivatives, and is no fragment of the pixel.
+    assert_eq!(pixel(14, 16, TraceStage::Fragment).invocations.len(), 2);
+    assert!(pixel(15, 17, TraceStage::Fragment).invocations.is_empty());
+    // Outside it: no fragment, but the tile's background and end-of-tile
+    // programs ran there.
+    assert!(pixel(30, 30, TraceStage::Fragment).invocations.is_empty());
+    let background = pixel(30, 30, TraceStage::Background);
+    assert_eq!(background.invocations.len(), 1);
+    assert_eq!(background.invocations[0].stage, "background");
+    assert_eq!(value(&background.invocations[0], 0, "r8"), None);
+    let end = pixel(30, 30, TraceStage::EndOfTile);
+    assert_eq!(end.invocations.len(), 1);
+    assert_eq!(end.invocations[0].stage, "end-of-tile");
+    assert_eq!(end.invocations[0].lane, 0);
+    assert!(end.invocations[0]
+        .steps
+        .iter()
+        .any(|s| s.text.starts_with("image_write_block")));
+    // A vertex: the shader starts with its id in r5.
+    let vertex = trace(
+        &capture,
+        0,
+        Invocation::Vertex { index: 2 },
+        TraceStage::Fragment,
+    )
+    .unwrap();
+    assert_eq!(vertex.invocations.len(), 2, "one per draw");
+    assert!(vertex.invocations.iter().all(|t| t.stage == "vertex"));
+    let load = &vertex.invocations[0].steps[0];
+    assert!(load.text.starts_with("device_load"), "{}", load.text);
+    assert_eq!(
+        load.operands
+            .iter()
+            .find(|o| o.name == "r5")
+            .map(|o| o.before),
+        Some(2)
+    );
+}
+
+/// Atomic adds: thread i adds i + 1 to word 0 of the buffer at u0_u1 and
+/// keeps what it found; then stores it to word i + 1.
+const ATOMICS: &str = "
+    get_sr r1, sr80
+    iadd r2, r1, 1
+    mov_imm r3, 0
+    atomic add, 0, r4, u0_u1, r3, unsigned, r2, 1, 1, 1, 1
+    wait 0
+    device_store 0, i32, x, r4, u0_u1, r2, unsigned, 0
+    stop";
+
+#[test]
+fn a_traced_threads_memory_accesses_and_atomics_are_listed_by_address() {
+    let device = device();
+    let queue = Queue::new(&device).unwrap();
+    let programs = Arc::new(ProgramCache::new(&device));
+    let out = device.upload(&[0u8; 4 * 64], true).unwrap();
+    let capture = captured(&device, "debug-atomics.cap", || {
+        let mut cb = CommandBuffer::new(&device, &programs);
+        let shader = Shader::new(&device, ATOMICS).unwrap();
+        let bindings = Bindings::default()
+            .with_uniform_words(cb.arena(), &pair(out.va()))
+            .unwrap();
+        cb.dispatch(&shader, &bindings, [32, 1, 1], [32, 1, 1])
+            .unwrap();
+        cb.finish().unwrap();
+        queue
+            .submit(vec![cb], &[], &[])
+            .unwrap()
+            .wait(Duration::from_secs(60))
+            .unwrap();
+    });
+    let words: Vec<u32> = out
+        .read_all()
+        .unwrap()
+        .chunks_exact(4)
+        .map(|c| u32::from_le_bytes(c.try_into().unwrap()))
+        .take(33)
+        .collect();
+    // The lanes run the atomic in lane order: lane i finds the sum of
+    // 1..=i.
+    assert_eq!(words[0], (1..=32).sum::<u32>());
+    for i in 0..32u32 {
+        assert_eq!(words[i as usize + 1], (1..=i).sum::<u32>(), "thread {i}");
+    }
+    let report = trace(
+        &capture,
+        0,
+        Invocation::Thread { id: [5, 0, 0] },
+        TraceStage::Fragment,
+    )
+    .unwrap();
+    assert_eq!(report.invocations.len(), 1);
+    let steps = &report.invocations[0].steps;
+    let atomic = steps.iter().find(|s| s.text.starts_with("atomic")).unwrap();
+    assert_eq!(atomic.accesses.len(), 1, "{atomic:?}");
+    assert_eq!(atomic.accesses[0].kind, "atomic");
+    assert_eq!(atomic.accesses[0].address, Some(out.va()));
+    assert_eq!(atomic.accesses[0].size_bytes, 4);
+    assert!(
+        atomic.accesses[0]
+            .detail
+            .ends_with(&format!("found {:#x}", 1 + 2 + 3 + 4 + 5)),
+        "{}",
+        atomic.accesses[0].detail
+    );
+    let store = steps
+        .iter()
+        .find(|s| s.text.starts_with("device_store"))
+        .unwrap();
+    assert_eq!(store.accesses.len(), 1);
+    assert_eq!(store.accesses[0].kind, "store");
+    assert_eq!(store.accesses[0].address, Some(out.va() + 4 * 6));
+    // Instructions that reach no memory list none.
+    assert!(steps
+        .iter()
+        .filter(|s| !s.text.starts_with("atomic") && !s.text.starts_with("device_store"))
+        .all(|s| s.accesses.is_empty()));
+}
