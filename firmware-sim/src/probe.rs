@@ -8,10 +8,11 @@
 //! its stage set it up (special registers such as the pixel or the
 //! thread's position in the grid, and the registers a vertex shader
 //! starts with), picks a lane, and gets the lane's
-//! [`LaneTrace`] back when the group ends.
+//! [`LaneTrace`] back when the group ends. For the debugger's maps it may
+//! instead have every lane's instructions counted ([`LaneCounts`]).
 //! A machine without a probe asks nothing.
 
-use crate::usc::trace::LaneTrace;
+use crate::usc::trace::{LaneCounts, LaneTrace};
 use crate::usc::SimdGroup;
 
 /// Which kind of program a SIMD-group runs.
@@ -30,8 +31,13 @@ pub enum Stage {
     /// A fragment shader (each lane's pixel is its
     /// `thread_position_in_grid`).
     Fragment,
-    /// A render pass's background (tile load) program.
-    Background,
+    /// A render pass's background (tile load) program; `reload` when the
+    /// segment resumes after a partial render (the partial background
+    /// program, loading what the partial render stored).
+    Background {
+        /// A resumed segment's reload.
+        reload: bool,
+    },
     /// A render pass's end-of-tile (tile store) program.
     EndOfTile,
 }
@@ -44,7 +50,7 @@ impl Stage {
             Stage::Vertex => "vertex",
             Stage::Preshader => "preshader",
             Stage::Fragment => "fragment",
-            Stage::Background => "background",
+            Stage::Background { .. } => "background",
             Stage::EndOfTile => "end-of-tile",
         }
     }
@@ -85,4 +91,18 @@ pub trait ShaderProbe: Send + Sync + std::fmt::Debug {
     /// The trace of a lane [`ShaderProbe::lane_to_trace`] chose, when its
     /// group stopped or faulted.
     fn traced(&self, lane: TracedLane);
+
+    /// Whether to count, lane by lane, the instructions `start`'s group
+    /// executes (the debugger's maps).
+    fn count_lanes(&self, start: &GroupStart<'_>) -> bool {
+        let _ = start;
+        false
+    }
+
+    /// A group [`ShaderProbe::count_lanes`] chose, when it stopped or
+    /// faulted: the group as it ended (its special registers as its stage
+    /// set them) and its counts.
+    fn counted(&self, command: u64, stage: Stage, group: &SimdGroup, counts: &LaneCounts) {
+        let _ = (command, stage, group, counts);
+    }
 }

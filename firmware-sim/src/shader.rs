@@ -58,8 +58,13 @@ pub fn run_simd_group(
                 stage,
                 group,
             };
-            if let Some(lane) = probe.lane_to_trace(&start).filter(|&lane| lane < LANES) {
+            let lane = probe.lane_to_trace(&start).filter(|&lane| lane < LANES);
+            let count = probe.count_lanes(&start);
+            if let Some(lane) = lane {
                 group.trace = Some(Box::new(LaneTrace::new(lane)));
+            }
+            if count {
+                group.counts = Some(Box::default());
             }
         }
     }
@@ -73,6 +78,9 @@ pub fn run_simd_group(
                 present: group.present,
                 trace: *trace,
             });
+        }
+        if let (Some(probe), Some(counts)) = (watchdog.probe, group.counts.take()) {
+            probe.counted(watchdog.command, stage, group, &counts);
         }
     }
     ran

@@ -10,6 +10,7 @@
 //! executed, instruction by instruction. Every group the probe does not
 //! pick runs as it would without it.
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use agx_capture::Capture;
@@ -91,7 +92,7 @@ impl ShaderProbe for Probe {
         let present = start.group.present;
         let lanes = (0..agx_sim::LANES).filter(|&lane| present & (1 << lane) != 0);
         match (self.want, start.stage) {
-            (Invocation::Pixel { x, y }, Stage::Fragment | Stage::Background) => {
+            (Invocation::Pixel { x, y }, Stage::Fragment | Stage::Background { .. }) => {
                 let mut lanes = lanes;
                 // A helper lane (an uncovered member of a covered quad) is
                 // not the pixel's fragment.
@@ -100,17 +101,17 @@ impl ShaderProbe for Probe {
                         && Probe::position(start, lane, 1) == Some(y)
                         && start.group.special.lane(sr::IS_ACTIVE_THREAD, lane) != Some(0)
                 })?;
-                if start.stage == Stage::Background {
+                if matches!(start.stage, Stage::Background { .. }) {
                     // The background program runs on every pixel of the
                     // render area: its group names the pixel's tile.
                     *self.tile.lock().unwrap_or_else(|p| p.into_inner()) = Some(Probe::tile(start));
                 }
-                let wanted = match self.stage {
-                    TraceStage::Fragment => Stage::Fragment,
-                    TraceStage::Background => Stage::Background,
-                    TraceStage::EndOfTile => return None,
-                };
-                (start.stage == wanted).then_some(lane)
+                let wanted = matches!(
+                    (self.stage, start.stage),
+                    (TraceStage::Fragment, Stage::Fragment)
+                        | (TraceStage::Background, Stage::Background { .. })
+                );
+                wanted.then_some(lane)
             }
             // The end-of-tile program runs once per tile, each lane at the
             // tile's origin: the group of the tile the background program
@@ -282,30 +283,13 @@ pub fn trace(
     want: Invocation,
     stage: TraceStage,
 ) -> Result<TraceReport, ReplayError> {
-    let s = capture
-        .submissions
-        .get(index)
-        .ok_or(ReplayError::NoSuchSubmission(index))?;
-    let config = SystemConfig {
-        ram_bytes: 4 << 30,
-        ..SystemConfig::default()
-    }
-    .with_env()
-    .map_err(|_| ReplayError::Device)?;
-    let config = SystemConfig {
-        gpu_threads: 1,
-        shader_engine: ShaderEngine::Interpreter,
-        ..config
-    };
     let probe = Arc::new(Probe {
         want,
         stage,
         traced: Mutex::new(Vec::new()),
         tile: Mutex::new(None),
     });
-    let system = System::with_probe(config, Some(probe.clone() as Arc<dyn ShaderProbe>))
-        .map_err(|_| ReplayError::Device)?;
-    let Replayed { failure, .. } = replay_on(&system, s, index)?;
+    let failure = replay_probed(capture, index, probe.clone())?;
     let lanes = std::mem::take(
         &mut *probe
             .traced
@@ -398,4 +382,293 @@ pub fn listing(report: &TraceReport) -> String {
         let _ = writeln!(out, "the submission failed: {failure}");
     }
     out
+}
+
+/// What a map counts per pixel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MapKind {
+    /// Instructions the fragment shaders executed for the pixel (those
+    /// their SIMD-group ran while the pixel's lane was in the execution
+    /// mask), over every fragment of it.
+    Instructions,
+    /// Fragments shaded at the pixel (helper lanes not counted).
+    Overdraw,
+    /// Times the pixel's tile was loaded again after a partial render:
+    /// runs of the partial background program, one per segment resumed
+    /// after a partial render that visited the tile.
+    Reloads,
+}
+
+impl MapKind {
+    /// The map's name as the tool prints it.
+    pub fn name(self) -> &'static str {
+        match self {
+            MapKind::Instructions => "fragment-shader instructions per pixel",
+            MapKind::Overdraw => "fragments shaded per pixel",
+            MapKind::Reloads => "partial-render reloads per pixel",
+        }
+    }
+}
+
+/// A per-pixel count over one submission.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PixelMap {
+    /// The submission's index in the capture.
+    pub submission: usize,
+    /// Columns: one past the rightmost pixel any counted program ran on.
+    pub width: u32,
+    /// Rows, likewise.
+    pub height: u32,
+    /// Row-major counts.
+    pub values: Vec<u64>,
+    /// The submission's failure on the GPU (the device's line), if any.
+    pub failure: Option<String>,
+}
+
+impl PixelMap {
+    /// The count at (`x`, `y`) (0 outside the map).
+    pub fn at(&self, x: u32, y: u32) -> u64 {
+        if x < self.width && y < self.height {
+            self.values[(y * self.width + x) as usize]
+        } else {
+            0
+        }
+    }
+
+    /// The largest count and the first pixel holding it.
+    pub fn max(&self) -> (u64, (u32, u32)) {
+        let (index, &value) = self
+            .values
+            .iter()
+            .enumerate()
+            .rev()
+            .max_by_key(|&(_, v)| *v)
+            .unwrap_or((0, &0));
+        let width = self.width.max(1) as usize;
+        (value, ((index % width) as u32, (index / width) as u32))
+    }
+}
+
+/// Counts per pixel, gathered from the groups the GPU ran.
+#[derive(Debug, Default)]
+struct Counts {
+    instructions: HashMap<(u32, u32), u64>,
+    fragments: HashMap<(u32, u32), u64>,
+    /// Background program runs of resumed segments (reloads).
+    reloads: HashMap<(u32, u32), u64>,
+}
+
+/// The probe of `agx-debug map`: every fragment group counted lane by
+/// lane, and every reloading background group.
+#[derive(Debug, Default)]
+struct MapProbe {
+    counts: Mutex<Counts>,
+}
+
+impl ShaderProbe for MapProbe {
+    fn lane_to_trace(&self, _start: &GroupStart<'_>) -> Option<usize> {
+        None
+    }
+
+    fn traced(&self, _lane: TracedLane) {}
+
+    fn count_lanes(&self, start: &GroupStart<'_>) -> bool {
+        matches!(
+            start.stage,
+            Stage::Fragment | Stage::Background { reload: true }
+        )
+    }
+
+    fn counted(
+        &self,
+        _command: u64,
+        stage: Stage,
+        group: &agx_sim::SimdGroup,
+        counts: &agx_sim::LaneCounts,
+    ) {
+        let mut all = self.counts.lock().unwrap_or_else(|p| p.into_inner());
+        for lane in (0..agx_sim::LANES).filter(|&lane| group.present & (1 << lane) != 0) {
+            let special = |sr: u32| group.special.lane(sr, lane);
+            let (Some(x), Some(y)) = (
+                special(sr::THREAD_POSITION_IN_GRID),
+                special(sr::THREAD_POSITION_IN_GRID + 1),
+            ) else {
+                continue;
+            };
+            // Helper lanes are no fragment of their pixel.
+            if special(sr::IS_ACTIVE_THREAD) == Some(0) {
+                continue;
+            }
+            match stage {
+                Stage::Fragment => {
+                    *all.fragments.entry((x, y)).or_default() += 1;
+                    *all.instructions.entry((x, y)).or_default() += counts.instructions[lane];
+                }
+                Stage::Background { reload: true } => *all.reloads.entry((x, y)).or_default() += 1,
+                _ => {}
+            }
+        }
+    }
+}
+
+/// Replays submission `index` of `capture` counting, per pixel, what
+/// `kind` says.
+pub fn map(capture: &Capture, index: usize, kind: MapKind) -> Result<PixelMap, ReplayError> {
+    let probe = Arc::new(MapProbe::default());
+    let failure = replay_probed(capture, index, probe.clone())?;
+    let counts = std::mem::take(&mut *probe.counts.lock().unwrap_or_else(|p| p.into_inner()));
+    let per_pixel = match kind {
+        MapKind::Instructions => counts.instructions,
+        MapKind::Overdraw => counts.fragments,
+        MapKind::Reloads => counts.reloads,
+    };
+    // The map spans every pixel a counted program ran on.
+    let (mut width, mut height) = (0u32, 0u32);
+    for &(x, y) in per_pixel.keys() {
+        width = width.max(x.saturating_add(1));
+        height = height.max(y.saturating_add(1));
+    }
+    let (width, height) = (width.min(MAX_MAP_SIDE_PX), height.min(MAX_MAP_SIDE_PX));
+    let mut values = vec![0u64; width as usize * height as usize];
+    for ((x, y), value) in per_pixel {
+        if x < width && y < height {
+            values[(y * width + x) as usize] = value;
+        }
+    }
+    Ok(PixelMap {
+        submission: index,
+        width,
+        height,
+        values,
+        failure,
+    })
+}
+
+/// The largest side a map is drawn at (the render area's limit).
+pub const MAX_MAP_SIDE_PX: u32 = 16_384;
+
+/// Replays submission `index` of `capture` on a one-thread interpreted
+/// GPU carrying `probe`; the submission's failure, if any.
+fn replay_probed(
+    capture: &Capture,
+    index: usize,
+    probe: Arc<dyn ShaderProbe>,
+) -> Result<Option<String>, ReplayError> {
+    let s = capture
+        .submissions
+        .get(index)
+        .ok_or(ReplayError::NoSuchSubmission(index))?;
+    let config = SystemConfig {
+        ram_bytes: 4 << 30,
+        ..SystemConfig::default()
+    }
+    .with_env()
+    .map_err(|_| ReplayError::Device)?;
+    let config = SystemConfig {
+        gpu_threads: 1,
+        shader_engine: ShaderEngine::Interpreter,
+        ..config
+    };
+    let system = System::with_probe(config, Some(probe)).map_err(|_| ReplayError::Device)?;
+    let Replayed { failure, .. } = replay_on(&system, s, index)?;
+    Ok(failure)
+}
+
+/// A colour for `t` in 0..=1: dark blue through cyan, green and yellow to
+/// red.
+fn ramp(t: f64) -> [u8; 3] {
+    const STOPS: [[f64; 3]; 5] = [
+        [20.0, 20.0, 140.0],
+        [0.0, 170.0, 230.0],
+        [40.0, 200.0, 60.0],
+        [250.0, 220.0, 0.0],
+        [230.0, 20.0, 20.0],
+    ];
+    let t = t.clamp(0.0, 1.0) * (STOPS.len() - 1) as f64;
+    let i = (t.floor() as usize).min(STOPS.len() - 2);
+    let f = t - i as f64;
+    std::array::from_fn(|c| (STOPS[i][c] + (STOPS[i + 1][c] - STOPS[i][c]) * f).round() as u8)
+}
+
+/// Digits 0-9, 3x5 pixels, a row per entry (bit 2 the left column).
+const DIGITS: [[u8; 5]; 10] = [
+    [7, 5, 5, 5, 7],
+    [2, 6, 2, 2, 7],
+    [7, 1, 7, 4, 7],
+    [7, 1, 7, 1, 7],
+    [5, 5, 7, 1, 1],
+    [7, 4, 7, 1, 7],
+    [7, 4, 7, 5, 7],
+    [7, 1, 1, 1, 1],
+    [7, 5, 7, 5, 7],
+    [7, 5, 7, 1, 7],
+];
+
+/// Pixel rows of the legend under a map: a gap, the colour bar from 1 to
+/// the largest count, and the two numbers under its ends.
+pub const LEGEND_ROWS: u32 = 16;
+
+/// The map as RGBA rows, with its legend under it: a pixel with no count
+/// is black, the others on the ramp from 1 (dark blue) to the largest
+/// count (red).
+pub fn map_image(map: &PixelMap) -> (u32, u32, Vec<u8>) {
+    let (max, _) = map.max();
+    let width = map.width.max(24);
+    let height = map.height + LEGEND_ROWS;
+    let mut rgba = vec![0u8; width as usize * height as usize * 4];
+    let colour = |value: u64| -> [u8; 3] {
+        if value == 0 {
+            [0, 0, 0]
+        } else if max <= 1 {
+            ramp(1.0)
+        } else {
+            ramp((value - 1) as f64 / (max - 1) as f64)
+        }
+    };
+    let mut put = |x: u32, y: u32, c: [u8; 3]| {
+        if x < width && y < height {
+            let at = (y as usize * width as usize + x as usize) * 4;
+            rgba[at..at + 4].copy_from_slice(&[c[0], c[1], c[2], 255]);
+        }
+    };
+    for y in 0..map.height {
+        for x in 0..map.width {
+            put(x, y, colour(map.at(x, y)));
+        }
+    }
+    // The legend: a bar 5 rows high, then the numbers.
+    let bar = map.height + 3;
+    for x in 0..width {
+        let t = f64::from(x) / f64::from((width - 1).max(1));
+        let c = if max == 0 { [0, 0, 0] } else { ramp(t) };
+        for y in bar..bar + 5 {
+            put(x, y, c);
+        }
+    }
+    let mut text = |value: u64, right: bool| {
+        let digits = value.to_string();
+        let text_width = digits.len() as u32 * 4;
+        let x0 = if right {
+            width.saturating_sub(text_width)
+        } else {
+            0
+        };
+        for (k, d) in digits.bytes().enumerate() {
+            let glyph = DIGITS[usize::from(d - b'0')];
+            for (row, bits) in glyph.iter().enumerate() {
+                for col in 0..3u32 {
+                    if bits & (4 >> col) != 0 {
+                        put(
+                            x0 + k as u32 * 4 + col,
+                            bar + 7 + row as u32,
+                            [255, 255, 255],
+                        );
+                    }
+                }
+            }
+        }
+    };
+    text(u64::from(max > 0), false);
+    text(max, true);
+    (width, height, rgba)
 }

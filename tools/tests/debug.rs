@@ -5,7 +5,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agx_capture::Capture;
-use agx_tools::debug::{trace, Invocation, TraceStage, Traced};
+use agx_tools::debug::{
+    map, map_image, trace, Invocation, MapKind, TraceStage, Traced, LEGEND_ROWS,
+};
 use agx_umd::*;
 
 fn device() -> Device {
@@ -303,8 +305,9 @@ const POSITION_FS: &str = "
     mov_imm r7, 0x3f800000";
 
 /// A capture of one pass over a 32x32 target drawing the triangle over
-/// its top-left half `draws` times, blended by `blend`.
-fn triangle_capture(name: &str, draws: u32, blend: Blend) -> Capture {
+/// its top-left half `draws` times with the fragment shader `fs`, blended
+/// by `blend`.
+fn triangle_capture(name: &str, draws: u32, blend: Blend, fs: &str) -> Capture {
     let d = device();
     let programs = Arc::new(ProgramCache::new(&d));
     let image = Image::new(&d, 32, 32, Format::Rgba8Unorm).unwrap();
@@ -322,7 +325,7 @@ fn triangle_capture(name: &str, draws: u32, blend: Blend) -> Capture {
                 vertex_stack_bytes: 0,
                 fragment_stack_bytes: 0,
                 vertex: VS,
-                fragment: POSITION_FS,
+                fragment: fs,
                 vertex_layout: None,
                 stencil: None,
                 vertex_outputs: 4,
@@ -373,7 +376,7 @@ fn a_pixels_fragments_and_tile_programs_are_traced_where_they_ran() {
     // Two opaque draws of one triangle: hidden-surface removal shades the
     // pixel once (the later draw hides the earlier). Blended, each draw
     // reads the tilebuffer and is shaded in turn.
-    let opaque = triangle_capture("debug-opaque.cap", 2, Blend::Replace);
+    let opaque = triangle_capture("debug-opaque.cap", 2, Blend::Replace, POSITION_FS);
     let report = trace(
         &opaque,
         0,
@@ -382,7 +385,7 @@ fn a_pixels_fragments_and_tile_programs_are_traced_where_they_ran() {
     )
     .unwrap();
     assert_eq!(report.invocations.len(), 1, "hidden-surface removal");
-    let capture = triangle_capture("debug-blended.cap", 2, Blend::Alpha);
+    let capture = triangle_capture("debug-blended.cap", 2, Blend::Alpha, POSITION_FS);
     let pixel = |x, y, stage| trace(&capture, 0, Invocation::Pixel { x, y }, stage).unwrap();
     // Inside the triangle: one fragment per draw, in the lane of its
     // quad the pixel's position gives (bit 0 x, bit 1 y), reading its
@@ -546,4 +549,122 @@ fn a_traced_threads_memory_accesses_and_atomics_are_listed_by_address() {
         .iter()
         .filter(|s| !s.text.starts_with("atomic") && !s.text.starts_with("device_store"))
         .all(|s| s.accesses.is_empty()));
+}
+
+/// Red, with four more instructions run where x < 8 (three moves and the
+/// `pop_exec` closing them; lanes out of the `if` run neither).
+const BRANCHY_FS: &str = "
+    get_sr r8, sr80
+    if_icmp r0l, ult, r8, 8, 1
+    mov_imm r9, 1
+    mov_imm r9, 2
+    mov_imm r9, 3
+    pop_exec r0l, 1
+    mov_imm r4, 0x3f800000
+    mov_imm r5, 0
+    mov_imm r6, 0
+    mov_imm r7, 0x3f800000";
+
+/// Whether the triangle over the top-left half covers pixel (x, y), by
+/// its pixel centre (x + 0.5) + (y + 0.5) < 32; the pixels whose centres
+/// lie on the edge (x + y = 31) are left out of the checks.
+fn inside(x: u32, y: u32) -> Option<bool> {
+    (x + y != 31).then_some(x + y < 31)
+}
+
+#[test]
+fn maps_count_each_pixels_fragments_and_instructions_as_the_programs_ran() {
+    // Overdraw: three blended draws shade every covered pixel three
+    // times; three opaque ones once (hidden-surface removal).
+    for (blend, name, expected) in [
+        (Blend::Alpha, "map-blended.cap", 3),
+        (Blend::Replace, "map-opaque.cap", 1),
+    ] {
+        let capture = triangle_capture(name, 3, blend, POSITION_FS);
+        let overdraw = map(&capture, 0, MapKind::Overdraw).unwrap();
+        assert_eq!(overdraw.failure, None);
+        for y in 0..32 {
+            for x in 0..32 {
+                if let Some(covered) = inside(x, y) {
+                    let want = if covered { expected } else { 0 };
+                    assert_eq!(overdraw.at(x, y), want, "{name}: pixel ({x}, {y})");
+                }
+            }
+        }
+        // No partial render: nothing reloaded.
+        let reloads = map(&capture, 0, MapKind::Reloads).unwrap();
+        assert!(reloads.values.iter().all(|&v| v == 0));
+    }
+    // Instructions: the branch's four more where x < 8, the same count
+    // everywhere else.
+    let capture = triangle_capture("map-branchy.cap", 1, Blend::Replace, BRANCHY_FS);
+    let instructions = map(&capture, 0, MapKind::Instructions).unwrap();
+    // Where x >= 8: get_sr, if_icmp, the colour's four moves, and the
+    // st_tile and stop the umd appends.
+    let base = instructions.at(20, 2);
+    assert_eq!(base, 8);
+    for y in 0..32 {
+        for x in 0..32 {
+            if let Some(covered) = inside(x, y) {
+                let want = match (covered, x < 8) {
+                    (false, _) => 0,
+                    (true, true) => base + 4,
+                    (true, false) => base,
+                };
+                assert_eq!(instructions.at(x, y), want, "pixel ({x}, {y})");
+            }
+        }
+    }
+    // The picture: black where nothing ran, the ramp's ends at 1 and at
+    // the largest count, the legend's bar under the map.
+    let (width, height, rgba) = map_image(&instructions);
+    assert_eq!(height, instructions.height + LEGEND_ROWS);
+    assert!(width >= instructions.width);
+    let pixel = |x: u32, y: u32| {
+        let at = ((y * width + x) * 4) as usize;
+        [rgba[at], rgba[at + 1], rgba[at + 2]]
+    };
+    assert_eq!(pixel(30, 30), [0, 0, 0], "nothing shaded");
+    assert_eq!(pixel(2, 2), [230, 20, 20], "the largest count, red");
+    assert_ne!(pixel(20, 2), pixel(2, 2));
+    assert_eq!(
+        pixel(0, instructions.height + 4),
+        [20, 20, 140],
+        "the bar starts dark blue"
+    );
+}
+
+#[test]
+fn the_reload_map_counts_the_tiles_partial_renders_stored_and_loaded_again() {
+    // The renderer's torus at 64x64 (four 32x32 tiles, all inside the
+    // render area) overflows the default parameter buffer: partial
+    // renders store tiles, and each later visit of a tile reloads it.
+    let d = device();
+    let renderer =
+        agx_tools::render::Renderer::new(&d, &agx_tools::mesh::Mesh::torus(300, 100), 64, 64)
+            .unwrap();
+    let mut partial_tiles = 0;
+    let capture = captured(&d, "map-partials.cap", || {
+        let report = renderer.frame(0).unwrap();
+        partial_tiles = report.tvb.unwrap().partial_render_tiles;
+    });
+    assert!(partial_tiles > 0, "the frame needs partial renders");
+    let reloads = map(&capture, 0, MapKind::Reloads).unwrap();
+    assert_eq!(reloads.failure, None);
+    // Each segment after a partial render reloads the tiles it visits,
+    // all 1,024 pixels of each. The first segment and the last visit every
+    // tile (the pass asks for all four; the segments between only those
+    // they binned geometry into), so the reloads are the partial renders'
+    // tile visits less the first segment's four plus the last's four.
+    let total: u64 = reloads.values.iter().sum();
+    assert_eq!(total, partial_tiles * 32 * 32);
+    // Per tile, every pixel alike.
+    for (tx, ty) in [(0, 0), (1, 0), (0, 1), (1, 1)] {
+        let first = reloads.at(tx * 32, ty * 32);
+        for y in ty * 32..ty * 32 + 32 {
+            for x in tx * 32..tx * 32 + 32 {
+                assert_eq!(reloads.at(x, y), first, "pixel ({x}, {y})");
+            }
+        }
+    }
 }

@@ -797,7 +797,9 @@ impl Pass<'_> {
             let pixels = std::mem::take(&mut w.whole_tile);
             let ran = run(
                 w,
-                Stage::Background,
+                Stage::Background {
+                    reload: self.scene.header.segment > 0,
+                },
                 &self.bg,
                 &whole_tile(&pixels),
                 false,
@@ -808,7 +810,9 @@ impl Pass<'_> {
         } else {
             run(
                 w,
-                Stage::Background,
+                Stage::Background {
+                    reload: self.scene.header.segment > 0,
+                },
                 &self.bg,
                 &whole_tile(&all),
                 true,

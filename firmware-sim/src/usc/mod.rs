@@ -26,4 +26,4 @@ pub use program::{
     new_code_cache, FetchError, ProgramCache, ShaderEngine, CODE_CACHE_LIMIT_BYTES,
     MAX_CACHED_INSTRUCTIONS,
 };
-pub use trace::{LaneAccess, LaneTrace, NamedValue, TraceStep};
+pub use trace::{LaneAccess, LaneCounts, LaneTrace, NamedValue, TraceStep};

@@ -16,7 +16,7 @@
 
 use agx_hw::isa::{Instr, Operand, Reg, Size, Value};
 
-use super::exec::{SimdGroup, GPRS, UNIFORMS};
+use super::exec::{SimdGroup, GPRS, LANES, UNIFORMS};
 
 /// Steps one trace keeps; a lane that runs longer is cut off there (its
 /// [`LaneTrace::steps_dropped`] counts what was not kept).
@@ -92,6 +92,23 @@ impl LaneTrace {
             steps: Vec::new(),
             steps_dropped: 0,
             pending: Vec::new(),
+        }
+    }
+}
+
+/// Instructions each lane of a SIMD-group executed (while it was in the
+/// execution mask): what the debugger's maps count. A group counting
+/// them runs in the interpreter, as a traced one does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LaneCounts {
+    /// Per lane.
+    pub instructions: [u64; LANES],
+}
+
+impl Default for LaneCounts {
+    fn default() -> LaneCounts {
+        LaneCounts {
+            instructions: [0; LANES],
         }
     }
 }
@@ -198,6 +215,18 @@ impl SimdGroup {
             .as_ref()
             .map(|t| t.lane)
             .filter(|&lane| exec & (1 << lane) != 0)
+    }
+
+    /// Counts an instruction run with `exec` for each lane in it, if the
+    /// group counts.
+    pub(super) fn count_instruction(&mut self, exec: u32) {
+        if let Some(counts) = self.counts.as_mut() {
+            let mut lanes = exec;
+            while lanes != 0 {
+                counts.instructions[lanes.trailing_zeros() as usize] += 1;
+                lanes &= lanes - 1;
+            }
+        }
     }
 
     /// Records an access of the traced lane for the running instruction.

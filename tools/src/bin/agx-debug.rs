@@ -1,11 +1,12 @@
 //! `agx-debug trace CAPTURE (--pixel X,Y | --thread X,Y,Z | --vertex I)`:
 //! replays a capture's submission with one invocation traced instruction
-//! by instruction (see `agx_tools::debug`).
+//! by instruction; `agx-debug map CAPTURE --kind K --out FILE.png` draws a
+//! per-pixel count over it (see `agx_tools::debug`).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use agx_tools::debug::{Invocation, TraceStage};
+use agx_tools::debug::{Invocation, MapKind, TraceStage};
 use clap::{Parser, Subcommand, ValueEnum};
 
 #[derive(Debug, Parser)]
@@ -13,9 +14,10 @@ use clap::{Parser, Subcommand, ValueEnum};
     name = "agx-debug",
     version,
     about = "Debug a captured frame on the simulated GPU",
-    after_help = "Exit status: 0 when the invocation asked for was found and traced; 1 when the \
-        replay failed or no invocation matched; 2 for a bad command line, a file that is not a \
-        capture, or a --submission past its end."
+    after_help = "Exit status: 0 when the invocation asked for was found and traced, or the map \
+        was written; 1 when the replay failed, no invocation matched or the PNG could not be \
+        written; 2 for a bad command line, a file that is not a capture, or a --submission past \
+        its end."
 )]
 struct Args {
     #[command(subcommand)]
@@ -60,6 +62,36 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Draw a per-pixel count over a submission as a PNG with a legend:
+    /// fragment-shader instructions, fragments shaded (overdraw), or
+    /// partial-render reloads.
+    Map {
+        /// The capture file.
+        capture: PathBuf,
+        /// The submission to replay (from 0).
+        #[arg(long, default_value_t = 0)]
+        submission: usize,
+        /// What to count.
+        #[arg(long, value_enum)]
+        kind: KindArg,
+        /// The PNG to write.
+        #[arg(long)]
+        out: PathBuf,
+        /// Print the counts as JSON (width, height, row-major values).
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// What a map counts.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum KindArg {
+    /// Fragment-shader instructions executed per pixel.
+    Instructions,
+    /// Fragments shaded per pixel.
+    Overdraw,
+    /// Partial-render reloads per pixel.
+    Reloads,
 }
 
 fn numbers(text: &str, n: usize) -> Result<Vec<u32>, String> {
@@ -85,17 +117,52 @@ fn parse_triple(text: &str) -> Result<[u32; 3], String> {
 
 const TOOL: &str = "agx-debug";
 
+/// Opens the capture and checks the submission, or says why not (exit 2).
+fn open(path: &Path, submission: usize) -> Result<agx_capture::Capture, ExitCode> {
+    let capture = match agx_tools::decode::open_capture(path) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("{TOOL}: {}: {e}", path.display());
+            return Err(ExitCode::from(2));
+        }
+    };
+    if submission >= capture.submissions.len() {
+        eprintln!(
+            "{TOOL}: {}: the capture has {}",
+            path.display(),
+            agx_tools::count(capture.submissions.len(), "submission")
+        );
+        return Err(ExitCode::from(2));
+    }
+    Ok(capture)
+}
+
 fn main() -> ExitCode {
     agx_tools::install_kernel_log(TOOL);
-    let Command::Trace {
-        capture: path,
-        submission,
-        pixel,
-        stage,
-        thread,
-        vertex,
-        json,
-    } = Args::parse().command;
+    match Args::parse().command {
+        Command::Trace {
+            capture,
+            submission,
+            pixel,
+            stage,
+            thread,
+            vertex,
+            json,
+        } => trace(&capture, submission, (pixel, stage, thread, vertex), json),
+        Command::Map {
+            capture,
+            submission,
+            kind,
+            out,
+            json,
+        } => map(&capture, submission, kind, &out, json),
+    }
+}
+
+type Wanted = (Option<(u32, u32)>, StageArg, Option<[u32; 3]>, Option<u32>);
+
+fn trace(path: &Path, submission: usize, wanted: Wanted, json: bool) -> ExitCode {
+    let (pixel, stage, thread, vertex) = wanted;
     let want = match (pixel, thread, vertex) {
         (Some((x, y)), None, None) => Invocation::Pixel { x, y },
         (None, Some(id), None) => Invocation::Thread { id },
@@ -110,21 +177,10 @@ fn main() -> ExitCode {
         StageArg::Background => TraceStage::Background,
         StageArg::EndOfTile => TraceStage::EndOfTile,
     };
-    let capture = match agx_tools::decode::open_capture(&path) {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("{TOOL}: {}: {e}", path.display());
-            return ExitCode::from(2);
-        }
+    let capture = match open(path, submission) {
+        Ok(capture) => capture,
+        Err(code) => return code,
     };
-    if submission >= capture.submissions.len() {
-        eprintln!(
-            "{TOOL}: {}: the capture has {}",
-            path.display(),
-            agx_tools::count(capture.submissions.len(), "submission")
-        );
-        return ExitCode::from(2);
-    }
     let report = match agx_tools::debug::trace(&capture, submission, want, stage) {
         Ok(report) => report,
         Err(e) => {
@@ -148,6 +204,65 @@ fn main() -> ExitCode {
         return ExitCode::FAILURE;
     }
     if report.failure.is_some() {
+        return ExitCode::FAILURE;
+    }
+    ExitCode::SUCCESS
+}
+
+fn map(path: &Path, submission: usize, kind: KindArg, out: &Path, json: bool) -> ExitCode {
+    let kind = match kind {
+        KindArg::Instructions => MapKind::Instructions,
+        KindArg::Overdraw => MapKind::Overdraw,
+        KindArg::Reloads => MapKind::Reloads,
+    };
+    let capture = match open(path, submission) {
+        Ok(capture) => capture,
+        Err(code) => return code,
+    };
+    let map = match agx_tools::debug::map(&capture, submission, kind) {
+        Ok(map) => map,
+        Err(e) => {
+            eprintln!("{TOOL}: submission {submission}: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let (width, height, rgba) = agx_tools::debug::map_image(&map);
+    let written = agx_tools::render::encode_png(width, height, &rgba)
+        .map_err(|e| e.to_string())
+        .and_then(|png| std::fs::write(out, png).map_err(|e| e.to_string()));
+    if let Err(e) = written {
+        eprintln!("{TOOL}: {}: {e}", out.display());
+        return ExitCode::FAILURE;
+    }
+    if json {
+        match serde_json::to_string(&map) {
+            Ok(text) => agx_tools::outln!(TOOL, "{text}"),
+            Err(e) => {
+                eprintln!("{TOOL}: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    } else {
+        let (max, (x, y)) = map.max();
+        let counted = map.values.iter().filter(|&&v| v > 0).count();
+        let total: u64 = map.values.iter().sum();
+        agx_tools::outln!(
+            TOOL,
+            "{}, submission {submission}: {}x{} pixels, {counted} counted, {total} in all, max {max} at ({x}, {y})",
+            kind.name(),
+            map.width,
+            map.height
+        );
+        agx_tools::outln!(
+            TOOL,
+            "wrote {} ({width}x{height}, the legend below the map)",
+            out.display()
+        );
+        if let Some(failure) = &map.failure {
+            agx_tools::outln!(TOOL, "the submission failed: {failure}");
+        }
+    }
+    if map.failure.is_some() {
         return ExitCode::FAILURE;
     }
     ExitCode::SUCCESS

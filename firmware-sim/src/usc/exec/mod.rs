@@ -41,7 +41,7 @@ pub use stack::Stack;
 use super::io::{IoError, ShaderIo};
 use super::memory::{GpuMemory, MemoryFault};
 use super::program::{FetchError, ProgramCache};
-use super::trace::LaneTrace;
+use super::trace::{LaneCounts, LaneTrace};
 
 /// Lanes in a SIMD-group.
 pub const LANES: usize = 32;
@@ -270,6 +270,10 @@ pub struct SimdGroup {
     /// [`crate::usc::trace`]); a group with one runs in the interpreter
     /// only. [`SimdGroup::reset`] drops it.
     pub trace: Option<Box<LaneTrace>>,
+    /// Instructions counted per lane for the debugger's maps (see
+    /// [`crate::usc::trace::LaneCounts`]); a group counting them runs in
+    /// the interpreter only. [`SimdGroup::reset`] drops it.
+    pub counts: Option<Box<LaneCounts>>,
 }
 
 /// The instruction being executed, where it is, and the lanes it runs
@@ -403,6 +407,7 @@ impl SimdGroup {
             stack: Stack::default(),
             written_cells: 0,
             trace: None,
+            counts: None,
         }
     }
 
@@ -423,6 +428,7 @@ impl SimdGroup {
         self.executed_instructions = 0;
         self.stack = Stack::default();
         self.trace = None;
+        self.counts = None;
     }
 
     /// Reads a register in a lane (16-bit halves in the low bits).
@@ -518,8 +524,9 @@ impl SimdGroup {
         // interpreter runs that one before blocks are looked for again.
         let mut interpret_next = false;
         loop {
-            // A traced group runs in the interpreter, which records it.
-            let block = if interpret_next || self.trace.is_some() {
+            // A traced or counting group runs in the interpreter, which
+            // records it.
+            let block = if interpret_next || self.trace.is_some() || self.counts.is_some() {
                 interpret_next = false;
                 None
             } else {
@@ -617,6 +624,9 @@ impl SimdGroup {
                         cached.unknown_bits
                     ),
                 ));
+            }
+            if self.counts.is_some() {
+                self.count_instruction(self.exec_mask());
             }
             let before = self.trace_before(&cached.instr, env.uniforms);
             let flow = self.execute(&cached.instr, cached.saturate, pc, env);
