@@ -82,6 +82,97 @@ pub struct TracedLane {
     pub trace: LaneTrace,
 }
 
+/// A sample's stencil test at the watched pixel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StencilTest {
+    /// The reference value, masked by the read mask.
+    pub reference: u8,
+    /// The stored value, masked by the read mask.
+    pub stored: u8,
+    /// The comparison (`ZsFunc`'s name).
+    pub function: &'static str,
+    /// Whether it passed.
+    pub passed: bool,
+}
+
+/// What happened at the debugger's watched pixel
+/// ([`ShaderProbe::watched_pixel`]), in the order the GPU did it. The
+/// shaders that ran there are traced lanes, handed over apart
+/// ([`ShaderProbe::traced`]).
+#[derive(Debug, Clone, PartialEq)]
+pub enum PixelEvent {
+    /// A tile holding the pixel begins; its background program runs
+    /// next, over the tilebuffer its depth and stencil were loaded into.
+    TileStart {
+        /// The command.
+        command: u64,
+        /// The tile's column and row.
+        tile: (u32, u32),
+        /// The layer.
+        layer: u32,
+        /// The pass's segment (0, or the partial renders before it).
+        segment: u32,
+        /// Whether the segment ends the pass (not a partial render).
+        last: bool,
+        /// The pixel's depth per sample, as loaded.
+        depth: Vec<f32>,
+        /// The pixel's stencil per sample, as loaded.
+        stencil: Vec<u8>,
+    },
+    /// A primitive binned into the tile covers the pixel.
+    Primitive {
+        /// The command.
+        command: u64,
+        /// The GPU address of its record in the parameter buffer.
+        record: u64,
+        /// Its PPP state's index.
+        state: u32,
+        /// The samples it covers there.
+        coverage: u32,
+        /// Whether the scissor keeps the pixel.
+        in_scissor: bool,
+        /// Whether its shader waits for hidden-surface removal (an opaque
+        /// primitive: shaded only where it stays visible).
+        deferred: bool,
+        /// Whether its shader writes depth or stencil (those tests then
+        /// run at its `zs_emit`, not shown here).
+        shader_writes_depth_or_stencil: bool,
+    },
+    /// A sample's depth test (after its stencil test, if any).
+    DepthTest {
+        /// The command.
+        command: u64,
+        /// The sample.
+        sample: u32,
+        /// The primitive's depth there (after bias and clamping).
+        depth: f32,
+        /// The tilebuffer's depth.
+        stored: f32,
+        /// The comparison (`ZsFunc`'s name).
+        function: &'static str,
+        /// Whether the sample passed (`false` too when its stencil test
+        /// failed first).
+        passed: bool,
+        /// Whether a pass writes its depth (once the shader kept it).
+        writes: bool,
+        /// The stencil test before it.
+        stencil: Option<StencilTest>,
+    },
+    /// The tile is about to be stored: the pixel's tilebuffer contents
+    /// the end-of-tile program reads.
+    TileEnd {
+        /// The command.
+        command: u64,
+        /// The colour records of every sample, as the tilebuffer holds
+        /// them.
+        colour: Vec<u8>,
+        /// Depth per sample.
+        depth: Vec<f32>,
+        /// Stencil per sample.
+        stencil: Vec<u8>,
+    },
+}
+
 /// Chooses lanes to trace and receives their traces. Called from the GPU's
 /// worker threads.
 pub trait ShaderProbe: Send + Sync + std::fmt::Debug {
@@ -104,5 +195,16 @@ pub trait ShaderProbe: Send + Sync + std::fmt::Debug {
     /// set them) and its counts.
     fn counted(&self, command: u64, stage: Stage, group: &SimdGroup, counts: &LaneCounts) {
         let _ = (command, stage, group, counts);
+    }
+
+    /// The pixel (render-target coordinates) whose tiles, primitives and
+    /// tests are reported ([`ShaderProbe::pixel_event`]).
+    fn watched_pixel(&self) -> Option<(u32, u32)> {
+        None
+    }
+
+    /// What happened at the watched pixel.
+    fn pixel_event(&self, event: PixelEvent) {
+        let _ = event;
     }
 }

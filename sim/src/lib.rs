@@ -17,7 +17,9 @@ pub mod log;
 use std::sync::Arc;
 
 use agx_firmware_sim::firmware::SimulatedCoprocessor;
-pub use agx_firmware_sim::probe::{GroupStart, ShaderProbe, Stage, TracedLane};
+pub use agx_firmware_sim::probe::{
+    GroupStart, PixelEvent, ShaderProbe, Stage, StencilTest, TracedLane,
+};
 pub use agx_firmware_sim::usc::trace::{LaneCounts, LaneTrace, NamedValue, TraceStep};
 pub use agx_firmware_sim::usc::{ShaderEngine, SimdGroup, LANES};
 /// The kmd model, for what lies deeper than a file (GEM objects, the

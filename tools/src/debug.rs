@@ -15,7 +15,9 @@ use std::sync::{Arc, Mutex};
 
 use agx_capture::Capture;
 use agx_hw::isa::table::sr;
-use agx_sim::{GroupStart, ShaderEngine, ShaderProbe, Stage, System, SystemConfig, TracedLane};
+use agx_sim::{
+    GroupStart, PixelEvent, ShaderEngine, ShaderProbe, Stage, System, SystemConfig, TracedLane,
+};
 use serde::Serialize;
 
 use crate::replay::{replay_on, ReplayError, Replayed};
@@ -289,7 +291,7 @@ pub fn trace(
         traced: Mutex::new(Vec::new()),
         tile: Mutex::new(None),
     });
-    let failure = replay_probed(capture, index, probe.clone())?;
+    let Replayed { failure, .. } = replay_probed(capture, index, probe.clone())?;
     let lanes = std::mem::take(
         &mut *probe
             .traced
@@ -515,7 +517,7 @@ impl ShaderProbe for MapProbe {
 /// `kind` says.
 pub fn map(capture: &Capture, index: usize, kind: MapKind) -> Result<PixelMap, ReplayError> {
     let probe = Arc::new(MapProbe::default());
-    let failure = replay_probed(capture, index, probe.clone())?;
+    let Replayed { failure, .. } = replay_probed(capture, index, probe.clone())?;
     let counts = std::mem::take(&mut *probe.counts.lock().unwrap_or_else(|p| p.into_inner()));
     let per_pixel = match kind {
         MapKind::Instructions => counts.instructions,
@@ -548,12 +550,12 @@ pub fn map(capture: &Capture, index: usize, kind: MapKind) -> Result<PixelMap, R
 pub const MAX_MAP_SIDE_PX: u32 = 16_384;
 
 /// Replays submission `index` of `capture` on a one-thread interpreted
-/// GPU carrying `probe`; the submission's failure, if any.
+/// GPU carrying `probe`.
 fn replay_probed(
     capture: &Capture,
     index: usize,
     probe: Arc<dyn ShaderProbe>,
-) -> Result<Option<String>, ReplayError> {
+) -> Result<Replayed, ReplayError> {
     let s = capture
         .submissions
         .get(index)
@@ -570,8 +572,7 @@ fn replay_probed(
         ..config
     };
     let system = System::with_probe(config, Some(probe)).map_err(|_| ReplayError::Device)?;
-    let Replayed { failure, .. } = replay_on(&system, s, index)?;
-    Ok(failure)
+    replay_on(&system, s, index)
 }
 
 /// A colour for `t` in 0..=1: dark blue through cyan, green and yellow to
@@ -671,4 +672,430 @@ pub fn map_image(map: &PixelMap) -> (u32, u32, Vec<u8>) {
     text(u64::from(max > 0), false);
     text(max, true);
     (width, height, rgba)
+}
+
+/// One thing that happened at a pixel, in the order the GPU did it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum PixelStep {
+    /// A tile holding the pixel begins (its background program runs next).
+    TileStart {
+        /// The command's firmware address.
+        command: u64,
+        /// The tile's column and row.
+        tile: (u32, u32),
+        /// The layer.
+        layer: u32,
+        /// The pass's segment: 0, or how many partial renders came before.
+        segment: u32,
+        /// Whether the segment ends the pass (otherwise a partial render
+        /// stores the tile).
+        last: bool,
+        /// The pixel's depth per sample as loaded.
+        depth: Vec<f32>,
+        /// Its stencil per sample as loaded.
+        stencil: Vec<u8>,
+    },
+    /// A primitive covers the pixel.
+    Primitive {
+        /// Its record's GPU address in the parameter buffer.
+        record: u64,
+        /// Its PPP state's index.
+        state: u32,
+        /// The samples it covers at the pixel.
+        coverage: u32,
+        /// Whether the scissor keeps the pixel.
+        in_scissor: bool,
+        /// Whether its shader waits for hidden-surface removal.
+        deferred: bool,
+        /// Whether its shader writes depth or stencil (tests at `zs_emit`,
+        /// not listed).
+        shader_writes_depth_or_stencil: bool,
+    },
+    /// A sample's depth test, after its stencil test if any.
+    DepthTest {
+        /// The sample.
+        sample: u32,
+        /// The primitive's depth (NaN when the stencil test failed first).
+        depth: f32,
+        /// The tilebuffer's depth.
+        stored: f32,
+        /// The comparison.
+        function: &'static str,
+        /// Whether the sample passed both tests.
+        passed: bool,
+        /// Whether its depth is written (once the shader keeps it).
+        writes: bool,
+        /// The stencil test: reference, stored value (both masked), the
+        /// comparison, and whether it passed.
+        stencil: Option<(u8, u8, &'static str, bool)>,
+    },
+    /// A shader ran at the pixel: the background, fragment or end-of-tile
+    /// program, traced.
+    Shader(Traced),
+    /// The tile is about to be stored: what its tilebuffer holds at the
+    /// pixel.
+    TileEnd {
+        /// Every sample's colour record, as the tilebuffer holds it.
+        colour: Vec<u8>,
+        /// Depth per sample.
+        depth: Vec<f32>,
+        /// Stencil per sample.
+        stencil: Vec<u8>,
+    },
+}
+
+/// A render target's pixel in memory, before and after the submission.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TargetPixel {
+    /// The render command (its index in the submission's command buffer).
+    pub command: usize,
+    /// The target's index among its end-of-tile stores.
+    pub index: usize,
+    /// The pixel's address.
+    pub address: u64,
+    /// RGBA8 as the capture held it.
+    pub before: [u8; 4],
+    /// RGBA8 after the replay.
+    pub after: [u8; 4],
+}
+
+/// `agx-debug pixel`'s answer.
+#[derive(Debug, Clone, Serialize)]
+pub struct PixelHistory {
+    /// The submission's index in the capture.
+    pub submission: usize,
+    /// The pixel.
+    pub pixel: (u32, u32),
+    /// What happened there, in order.
+    pub steps: Vec<PixelStep>,
+    /// The pixel in each linear RGBA8 render target the submission
+    /// stored (other layouts are not read back).
+    pub memory: Vec<TargetPixel>,
+    /// The submission's failure on the GPU (the device's line), if any.
+    pub failure: Option<String>,
+}
+
+/// The probe of `agx-debug pixel`: the pixel's events, and its lanes of
+/// every background, fragment and end-of-tile program traced.
+#[derive(Debug)]
+struct HistoryProbe {
+    tracer: Probe,
+    steps: Mutex<Vec<PixelStep>>,
+}
+
+impl ShaderProbe for HistoryProbe {
+    fn lane_to_trace(&self, start: &GroupStart<'_>) -> Option<usize> {
+        let Invocation::Pixel { x, y } = self.tracer.want else {
+            return None;
+        };
+        let lanes = |want: &dyn Fn(usize) -> bool| {
+            (0..agx_sim::LANES).find(|&lane| start.group.present & (1 << lane) != 0 && want(lane))
+        };
+        match start.stage {
+            Stage::Fragment | Stage::Background { .. } => {
+                let lane = lanes(&|lane| {
+                    Probe::position(start, lane, 0) == Some(x)
+                        && Probe::position(start, lane, 1) == Some(y)
+                        && start.group.special.lane(sr::IS_ACTIVE_THREAD, lane) != Some(0)
+                })?;
+                if matches!(start.stage, Stage::Background { .. }) {
+                    *self.tracer.tile.lock().unwrap_or_else(|p| p.into_inner()) =
+                        Some(Probe::tile(start));
+                }
+                Some(lane)
+            }
+            Stage::EndOfTile => {
+                let tile = *self.tracer.tile.lock().unwrap_or_else(|p| p.into_inner());
+                (tile == Some(Probe::tile(start)) && start.group.present & 1 != 0).then_some(0)
+            }
+            _ => None,
+        }
+    }
+
+    fn traced(&self, lane: TracedLane) {
+        self.steps
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(PixelStep::Shader(traced(lane)));
+    }
+
+    fn watched_pixel(&self) -> Option<(u32, u32)> {
+        match self.tracer.want {
+            Invocation::Pixel { x, y } => Some((x, y)),
+            _ => None,
+        }
+    }
+
+    fn pixel_event(&self, event: PixelEvent) {
+        let step = match event {
+            PixelEvent::TileStart {
+                command,
+                tile,
+                layer,
+                segment,
+                last,
+                depth,
+                stencil,
+            } => PixelStep::TileStart {
+                command,
+                tile,
+                layer,
+                segment,
+                last,
+                depth,
+                stencil,
+            },
+            PixelEvent::Primitive {
+                record,
+                state,
+                coverage,
+                in_scissor,
+                deferred,
+                shader_writes_depth_or_stencil,
+                ..
+            } => PixelStep::Primitive {
+                record,
+                state,
+                coverage,
+                in_scissor,
+                deferred,
+                shader_writes_depth_or_stencil,
+            },
+            PixelEvent::DepthTest {
+                sample,
+                depth,
+                stored,
+                function,
+                passed,
+                writes,
+                stencil,
+                ..
+            } => PixelStep::DepthTest {
+                sample,
+                depth,
+                stored,
+                function,
+                passed,
+                writes,
+                stencil: stencil.map(|s| (s.reference, s.stored, s.function, s.passed)),
+            },
+            PixelEvent::TileEnd {
+                colour,
+                depth,
+                stencil,
+                ..
+            } => PixelStep::TileEnd {
+                colour,
+                depth,
+                stencil,
+            },
+        };
+        self.steps
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(step);
+    }
+}
+
+/// Replays submission `index` of `capture` watching pixel (`x`, `y`):
+/// every tile pass over it, the primitives covering it with their depth
+/// and stencil tests, the programs that ran there (traced), what the
+/// tilebuffer held when the tile was stored, and the pixel in memory
+/// before and after.
+pub fn pixel_history(
+    capture: &Capture,
+    index: usize,
+    (x, y): (u32, u32),
+) -> Result<PixelHistory, ReplayError> {
+    let probe = Arc::new(HistoryProbe {
+        tracer: Probe {
+            want: Invocation::Pixel { x, y },
+            stage: TraceStage::Fragment,
+            traced: Mutex::new(Vec::new()),
+            tile: Mutex::new(None),
+        },
+        steps: Mutex::new(Vec::new()),
+    });
+    let replayed = replay_probed(capture, index, probe.clone())?;
+    let steps = std::mem::take(&mut *probe.steps.lock().unwrap_or_else(|p| p.into_inner()));
+    let memory = replayed
+        .targets
+        .iter()
+        .filter(|t| x < t.width && y < t.height)
+        .map(|t| {
+            let at = ((y * t.width + x) * 4) as usize;
+            let rgba = |rows: &[u8]| -> [u8; 4] {
+                rows.get(at..at + 4)
+                    .and_then(|p| p.try_into().ok())
+                    .unwrap_or_default()
+            };
+            TargetPixel {
+                command: t.command,
+                index: t.index,
+                address: t
+                    .address
+                    .wrapping_add(u64::from(y) * u64::from(t.stride_bytes) + u64::from(x) * 4),
+                before: rgba(&t.before),
+                after: rgba(&t.rgba),
+            }
+        })
+        .collect();
+    Ok(PixelHistory {
+        submission: index,
+        pixel: (x, y),
+        steps,
+        memory,
+        failure: replayed.failure,
+    })
+}
+
+/// A shader's trace in a pixel history: its header, what it read from
+/// the varyings and the tilebuffer, and what it stored.
+fn shader_summary(out: &mut String, t: &Traced) {
+    use std::fmt::Write;
+    let _ = writeln!(
+        out,
+        "    {} program {:#x}: lane {}, {} instructions (agx-debug trace shows each)",
+        t.stage,
+        t.program,
+        t.lane,
+        t.steps.len()
+    );
+    for step in &t.steps {
+        let mnemonic = step.text.split_whitespace().next().unwrap_or("");
+        let after = |v: &Operand| format!("{}={}", v.name, shown(&v.name, v.after));
+        match mnemonic {
+            "iter" | "iterproj" | "ldcf" | "ld_tile" | "texture_sample" | "texture_load" => {
+                let written: Vec<String> = step
+                    .operands
+                    .iter()
+                    .filter(|v| v.destination)
+                    .map(after)
+                    .collect();
+                let _ = writeln!(out, "      {mnemonic}: {}", written.join(" "));
+            }
+            "st_tile" | "image_write_block" | "image_write" | "zs_emit" | "sample_mask" => {
+                let read: Vec<String> = step
+                    .operands
+                    .iter()
+                    .map(|v| format!("{}={}", v.name, shown(&v.name, v.before)))
+                    .collect();
+                let _ = writeln!(out, "      {mnemonic}: {}", read.join(" "));
+            }
+            _ => {}
+        }
+        if let Some(error) = &step.error {
+            let _ = writeln!(out, "      fault at {:#x}: {error}", step.pc);
+        }
+    }
+}
+
+/// The history as text.
+pub fn history_listing(h: &PixelHistory) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "pixel ({}, {}), submission {}: {} events",
+        h.pixel.0,
+        h.pixel.1,
+        h.submission,
+        h.steps.len()
+    );
+    for step in &h.steps {
+        match step {
+            PixelStep::TileStart {
+                command,
+                tile,
+                layer,
+                segment,
+                last,
+                depth,
+                stencil,
+            } => {
+                let _ = writeln!(
+                    out,
+                    "command {command:#x}, tile ({}, {}) layer {layer}, segment {segment}{}: loaded depth {depth:?} stencil {stencil:?}",
+                    tile.0,
+                    tile.1,
+                    if *last { "" } else { " (a partial render stores it)" }
+                );
+            }
+            PixelStep::Primitive {
+                record,
+                state,
+                coverage,
+                in_scissor,
+                deferred,
+                shader_writes_depth_or_stencil,
+            } => {
+                let _ =
+                    writeln!(
+                    out,
+                    "  primitive {record:#x} (state {state}): covers samples {coverage:#x}{}{}{}",
+                    if *in_scissor { "" } else { ", outside the scissor" },
+                    if *deferred {
+                        ", opaque: shaded only if still visible"
+                    } else {
+                        ", shaded in order"
+                    },
+                    if *shader_writes_depth_or_stencil {
+                        ", its shader writes depth or stencil (tested at zs_emit)"
+                    } else {
+                        ""
+                    }
+                );
+            }
+            PixelStep::DepthTest {
+                sample,
+                depth,
+                stored,
+                function,
+                passed,
+                writes,
+                stencil,
+            } => {
+                let mut line = format!("    sample {sample}: ");
+                if let Some((reference, stored, function, passed)) = stencil {
+                    line += &format!(
+                        "stencil {reference} {function} {stored}: {}; ",
+                        if *passed { "pass" } else { "fail" }
+                    );
+                }
+                if !depth.is_nan() {
+                    line += &format!("depth {depth} {function} {stored}: ");
+                }
+                line += if *passed { "pass" } else { "fail" };
+                if *writes {
+                    line += ", writes its depth";
+                }
+                let _ = writeln!(out, "{line}");
+            }
+            PixelStep::Shader(t) => shader_summary(&mut out, t),
+            PixelStep::TileEnd {
+                colour,
+                depth,
+                stencil,
+            } => {
+                let bytes: Vec<String> = colour.iter().map(|b| format!("{b:02x}")).collect();
+                let _ = writeln!(
+                    out,
+                    "  stored: colour record [{}], depth {depth:?}, stencil {stencil:?}",
+                    bytes.join(" ")
+                );
+            }
+        }
+    }
+    for m in &h.memory {
+        let _ = writeln!(
+            out,
+            "memory: command {} target {} at {:#x}: RGBA {:?} before, {:?} after",
+            m.command, m.index, m.address, m.before, m.after
+        );
+    }
+    if let Some(failure) = &h.failure {
+        let _ = writeln!(out, "the submission failed: {failure}");
+    }
+    out
 }

@@ -34,8 +34,15 @@ pub struct Target {
     pub width: u32,
     /// Height in pixels.
     pub height: u32,
-    /// RGBA8 rows.
+    /// RGBA8 rows, after the replay.
     pub rgba: Vec<u8>,
+    /// The rows as the capture held them when the submission was made
+    /// (zero where the capture has no memory).
+    pub before: Vec<u8>,
+    /// Where the first row is (GPU virtual address).
+    pub address: u64,
+    /// Bytes from one row to the next.
+    pub stride_bytes: u32,
 }
 
 /// What replaying one submission gave.
@@ -349,12 +356,25 @@ pub fn replay_on(system: &System, s: &Submission, index: usize) -> Result<Replay
                             )
                         });
                     if ok {
+                        let row_bytes = (w * 4) as usize;
+                        let before = (0..h)
+                            .flat_map(|y| {
+                                let at = pbe
+                                    .buffer
+                                    .wrapping_add(u64::from(y) * u64::from(pbe.stride));
+                                s.read(at, row_bytes)
+                                    .map_or_else(|| vec![0; row_bytes], <[u8]>::to_vec)
+                            })
+                            .collect();
                         targets.push(Target {
                             command,
                             index: i,
                             width: w,
                             height: h,
                             rgba,
+                            before,
+                            address: pbe.buffer,
+                            stride_bytes: pbe.stride,
                         });
                     }
                 }

@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use agx_capture::Capture;
 use agx_tools::debug::{
-    map, map_image, trace, Invocation, MapKind, TraceStage, Traced, LEGEND_ROWS,
+    history_listing, map, map_image, pixel_history, trace, Invocation, MapKind, PixelHistory,
+    PixelStep, TraceStage, Traced, LEGEND_ROWS,
 };
 use agx_umd::*;
 
@@ -667,4 +668,201 @@ fn the_reload_map_counts_the_tiles_partial_renders_stored_and_loaded_again() {
             }
         }
     }
+}
+
+/// A constant-colour fragment shader.
+fn constant_fs(rgba: [f32; 4]) -> String {
+    format!(
+        "mov_imm r4, {:#x}\nmov_imm r5, {:#x}\nmov_imm r6, {:#x}\nmov_imm r7, {:#x}",
+        rgba[0].to_bits(),
+        rgba[1].to_bits(),
+        rgba[2].to_bits(),
+        rgba[3].to_bits()
+    )
+}
+
+/// A capture of one pass over a 32x32 target with depth (cleared to 1.0,
+/// test `less`, writes on): a red triangle over the top-left half at
+/// z = 0.5, then a green one over the whole target at z = 0.75.
+fn depth_capture(name: &str) -> Capture {
+    let d = device();
+    let programs = Arc::new(ProgramCache::new(&d));
+    let image = Image::new(&d, 32, 32, Format::Rgba8Unorm).unwrap();
+    let depth = DepthImage::new(&d, 32, 32).unwrap();
+    let buffer = |corners: [[f32; 2]; 3], z: f32| {
+        let mut bytes = Vec::new();
+        for [x, y] in corners {
+            for v in [x, y, z, 1.0] {
+                bytes.extend(v.to_le_bytes());
+            }
+        }
+        d.upload(&bytes, false).unwrap()
+    };
+    let near = buffer([[-1.0, 1.0], [1.0, 1.0], [-1.0, -1.0]], 0.5);
+    let far = buffer([[-1.0, 1.0], [3.0, 1.0], [-1.0, -3.0]], 0.75);
+    let pipeline = |fs: &str| {
+        Arc::new(
+            GraphicsPipeline::new(
+                &d,
+                &GraphicsPipelineDesc {
+                    vertex_stack_bytes: 0,
+                    fragment_stack_bytes: 0,
+                    vertex: VS,
+                    fragment: fs,
+                    vertex_layout: None,
+                    stencil: None,
+                    vertex_outputs: 4,
+                    varyings: Vec::new(),
+                    depth: Some(DepthState {
+                        function: agx_hw::formats::ZsFunc::Less,
+                        write: true,
+                    }),
+                    cull: CullMode::None,
+                    front_ccw: false,
+                    topology: Topology::Triangles,
+                    colour_output: ColourOutput::Registers {
+                        format: Format::Rgba8Unorm,
+                        blend: Blend::Replace,
+                    },
+                },
+            )
+            .unwrap(),
+        )
+    };
+    let red = pipeline(&constant_fs([1.0, 0.0, 0.0, 1.0]));
+    let green = pipeline(&constant_fs([0.0, 1.0, 0.0, 1.0]));
+    captured(&d, name, || {
+        let mut cb = CommandBuffer::new(&d, &programs);
+        let mut pass = cb
+            .begin_render_pass(&RenderPassDesc {
+                colour: vec![ColourAttachment {
+                    image: &image,
+                    load: LoadOp::Clear([0.0; 4]),
+                    store: StoreOp::Store,
+                }],
+                depth: Some(DepthAttachment {
+                    image: &depth,
+                    load: LoadOp::Clear(1.0),
+                    store: StoreOp::DontCare,
+                    stencil: None,
+                }),
+            })
+            .unwrap();
+        for (pipeline, vertices) in [(&red, &near), (&green, &far)] {
+            pass.set_pipeline(pipeline);
+            pass.set_vertex_uniforms(&pair(vertices.va()));
+            pass.draw(3, 1, 0).unwrap();
+        }
+        pass.end().unwrap();
+        cb.finish().unwrap();
+        Queue::new(&d)
+            .unwrap()
+            .submit(vec![cb], &[], &[])
+            .unwrap()
+            .wait(Duration::from_secs(30))
+            .unwrap();
+    })
+}
+
+/// The kinds of a history's steps, in order.
+fn kinds(history: &PixelHistory) -> Vec<String> {
+    history
+        .steps
+        .iter()
+        .map(|step| match step {
+            PixelStep::TileStart { .. } => "tile".to_owned(),
+            PixelStep::Primitive { .. } => "primitive".to_owned(),
+            PixelStep::DepthTest { passed, .. } => {
+                format!("depth {}", if *passed { "pass" } else { "fail" })
+            }
+            PixelStep::Shader(t) => t.stage.to_owned(),
+            PixelStep::TileEnd { .. } => "stored".to_owned(),
+        })
+        .collect()
+}
+
+#[test]
+fn a_pixels_history_shows_two_draws_and_the_depth_test_between_them() {
+    let capture = depth_capture("debug-depth.cap");
+    // Under both triangles: the near red one passes against the clear
+    // (0.5 < 1), writes 0.5, and the far green one fails against that
+    // (0.75 < 0.5 is false); only red is shaded (hidden-surface removal
+    // shades what stayed visible) and stored.
+    let both = pixel_history(&capture, 0, (3, 5)).unwrap();
+    assert_eq!(both.failure, None);
+    assert_eq!(
+        kinds(&both),
+        [
+            "tile",
+            "background",
+            "primitive",
+            "depth pass",
+            "primitive",
+            "depth fail",
+            "fragment",
+            "stored",
+            "end-of-tile"
+        ],
+        "{}",
+        history_listing(&both)
+    );
+    let tests: Vec<(f32, f32, &str, bool)> = both
+        .steps
+        .iter()
+        .filter_map(|s| match s {
+            PixelStep::DepthTest {
+                sample: 0,
+                depth,
+                stored,
+                function,
+                writes,
+                ..
+            } => Some((*depth, *stored, *function, *writes)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        tests,
+        [(0.5, 1.0, "less", true), (0.75, 0.5, "less", false)]
+    );
+    let PixelStep::TileStart {
+        depth,
+        segment: 0,
+        last: true,
+        tile: (0, 0),
+        ..
+    } = &both.steps[0]
+    else {
+        panic!("{:?}", both.steps[0]);
+    };
+    assert_eq!(depth, &[1.0], "the clear depth, loaded");
+    let PixelStep::TileEnd { colour, depth, .. } = &both.steps[7] else {
+        panic!("{:?}", both.steps[7]);
+    };
+    assert_eq!(colour, &[255, 0, 0, 255], "red in the tilebuffer");
+    assert_eq!(depth, &[0.5]);
+    assert_eq!(both.memory.len(), 1);
+    assert_eq!(both.memory[0].before, [0, 0, 0, 0]);
+    assert_eq!(both.memory[0].after, [255, 0, 0, 255]);
+    // Under the far triangle alone: it passes against the clear, is
+    // shaded, and green is stored.
+    let far = pixel_history(&capture, 0, (30, 30)).unwrap();
+    assert_eq!(
+        kinds(&far),
+        [
+            "tile",
+            "background",
+            "primitive",
+            "depth pass",
+            "fragment",
+            "stored",
+            "end-of-tile"
+        ]
+    );
+    assert_eq!(far.memory[0].after, [0, 255, 0, 255]);
+    let listing = history_listing(&far);
+    assert!(
+        listing.contains("depth 0.75 less 1: pass, writes its depth"),
+        "{listing}"
+    );
 }

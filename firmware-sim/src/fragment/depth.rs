@@ -6,6 +6,7 @@
 use agx_hw::formats::{DepthBias, FragmentFace, FragmentStencil, StencilOp, ZsFunc};
 
 use super::tilebuffer::Tilebuffer;
+use crate::probe::{PixelEvent, ShaderProbe, StencilTest};
 use crate::raster::plane;
 
 /// A stencil operation on `value`, writing only the bits of `write_mask`.
@@ -35,6 +36,31 @@ pub(super) fn depth_passes(function: ZsFunc, depth: f32, stored: f32) -> bool {
         ZsFunc::Gequal => depth >= stored,
         ZsFunc::Always | ZsFunc::Unknown(_) => true,
     }
+}
+
+/// A comparison's name, as the debugger prints it.
+pub(super) fn function_name(function: ZsFunc) -> &'static str {
+    match function {
+        ZsFunc::Never => "never",
+        ZsFunc::Less => "less",
+        ZsFunc::Equal => "equal",
+        ZsFunc::Lequal => "lequal",
+        ZsFunc::Greater => "greater",
+        ZsFunc::NotEqual => "notequal",
+        ZsFunc::Gequal => "gequal",
+        ZsFunc::Always => "always",
+        ZsFunc::Unknown(_) => "unknown (always)",
+    }
+}
+
+/// The debugger's watched pixel, when it lies in the tile being shaded:
+/// its tests are reported to the probe.
+#[derive(Clone, Copy)]
+pub(super) struct Watch<'a> {
+    pub(super) probe: &'a dyn ShaderProbe,
+    pub(super) command: u64,
+    /// Tile-local.
+    pub(super) pixel: (u32, u32),
 }
 
 /// How a primitive's interpolated depth is adjusted before the test.
@@ -109,6 +135,7 @@ pub(super) fn depth_test(
     face: Option<FragmentFace>,
     stencil: Option<FragmentStencil>,
     defer: bool,
+    watch: Option<Watch<'_>>,
 ) {
     let Some(face) = face else {
         return;
@@ -143,21 +170,42 @@ pub(super) fn depth_test(
         // depth-fail one; one passing both notes the depth-pass result,
         // written once the shader has run and kept the sample.
         let mut passed = 0u32;
+        let watched = watch.filter(|w| w.pixel == (x, y));
         for (s, &(sx, sy)) in sample_positions.iter().enumerate().take(samples) {
             if coverage[pixel] & (1 << s) == 0 {
                 continue;
             }
             let at = first + s;
+            let mut stencil_test = None;
             if let Some(st) = stencil {
                 let stored = tile.stencil[at];
                 let mask = st.read_mask as u8;
-                if !depth_passes(
+                let stencil_passed = depth_passes(
                     st.compare,
                     f32::from(reference & mask),
                     f32::from(stored & mask),
-                ) {
+                );
+                stencil_test = Some(StencilTest {
+                    reference: reference & mask,
+                    stored: stored & mask,
+                    function: function_name(st.compare),
+                    passed: stencil_passed,
+                });
+                if !stencil_passed {
                     tile.stencil[at] =
                         stencil_op(st.stencil_fail, stored, reference, st.write_mask as u8);
+                    if let Some(w) = watched {
+                        w.probe.pixel_event(PixelEvent::DepthTest {
+                            command: w.command,
+                            sample: s as u32,
+                            depth: f32::NAN,
+                            stored: tile.depth[at],
+                            function: function_name(face.depth_function),
+                            passed: false,
+                            writes: false,
+                            stencil: stencil_test,
+                        });
+                    }
                     continue;
                 }
             }
@@ -173,6 +221,18 @@ pub(super) fn depth_test(
                 continue;
             }
             let depth_pass = depth_passes(face.depth_function, depth, tile.depth[at]);
+            if let Some(w) = watched {
+                w.probe.pixel_event(PixelEvent::DepthTest {
+                    command: w.command,
+                    sample: s as u32,
+                    depth,
+                    stored: tile.depth[at],
+                    function: function_name(face.depth_function),
+                    passed: depth_pass,
+                    writes: depth_pass && !face.disable_depth_write,
+                    stencil: stencil_test,
+                });
+            }
             if depth_pass {
                 passed |= 1 << s;
                 if !face.disable_depth_write {

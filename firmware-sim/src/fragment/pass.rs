@@ -5,7 +5,7 @@
 //! when the hidden-surface removal resolves the tile's tags), depth and
 //! stencil out, the end-of-tile program.
 
-use crate::probe::Stage;
+use crate::probe::{PixelEvent, Stage};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use agx_fwif::messages::{FaultUnit, RenderPass, TvbInfo};
@@ -13,7 +13,7 @@ use agx_hw::formats::{
     FragmentFace, FragmentStencil, PassType, VisibilityMode, ZlsControl, ZlsFormat,
 };
 
-use super::depth::{depth_test, stencil_test_early, DepthAdjust};
+use super::depth::{depth_test, stencil_test_early, DepthAdjust, Watch};
 use super::io::Piece;
 use super::program::{
     fragment_pipeline, fragment_setup, program, run_tile_program, FragmentSetup, TileState,
@@ -161,6 +161,7 @@ pub(crate) fn render_scene(
         heap,
         // A partial render of a resumed segment skips empty tiles (above).
         process_empty: render.process_empty_tiles() && (!resumed || last),
+        last,
         watchdog,
         sample_positions: sample_positions(samples, render.ppp_multisamplectl),
         tiles_visited: AtomicU64::new(0),
@@ -246,6 +247,8 @@ pub(super) struct Pass<'a> {
     pub(super) heap: Option<(u64, u32)>,
     /// Whether tiles with no primitives in this segment are rendered.
     pub(super) process_empty: bool,
+    /// Whether the segment ends the pass (not a partial render).
+    pub(super) last: bool,
     pub(super) watchdog: Watchdog<'a>,
     /// Sample positions in 1/256 pixel from the pixel's corner.
     pub(super) sample_positions: Vec<(i64, i64)>,
@@ -536,6 +539,30 @@ impl Pass<'_> {
         let tile = &mut w.tile;
         tile.colour.bytes.fill(0);
         self.zls_planes.load(&vm, tile, (tx, ty), layer)?;
+        // The debugger's watched pixel, if it is in this tile.
+        let watch = self.watchdog.probe.and_then(|probe| {
+            let (px, py) = probe.watched_pixel()?;
+            let inside = (origin.0..origin.0 + tile_w).contains(&px)
+                && (origin.1..origin.1 + tile_h).contains(&py);
+            inside.then_some(Watch {
+                probe,
+                command: self.watchdog.command,
+                pixel: (px - origin.0, py - origin.1),
+            })
+        });
+        if let Some(watch) = watch {
+            let samples = tile.colour.samples as usize;
+            let first = (watch.pixel.1 * tile_w + watch.pixel.0) as usize * samples;
+            watch.probe.pixel_event(PixelEvent::TileStart {
+                command: watch.command,
+                tile: (tx, ty),
+                layer,
+                segment: self.scene.header.segment,
+                last: self.last,
+                depth: tile.depth[first..first + samples].to_vec(),
+                stencil: tile.stencil[first..first + samples].to_vec(),
+            });
+        }
         // The background program runs on every pixel of the render area
         // in the tile, in quads. A tile inside the area, of even sides,
         // is all whole quads: their order is the same for every tile.
@@ -920,6 +947,20 @@ impl Pass<'_> {
                     (s.min_x..s.max_x).contains(&px) && (s.min_y..s.max_y).contains(&py)
                 })
             };
+            if let Some(watch) = watch {
+                if let Some(&(_, mask)) = rasterized.iter().find(|(xy, _)| *xy == watch.pixel) {
+                    watch.probe.pixel_event(PixelEvent::Primitive {
+                        command: watch.command,
+                        record: primitive,
+                        state,
+                        coverage: mask,
+                        in_scissor: in_scissor(watch.pixel.0, watch.pixel.1),
+                        deferred: defer && shader.is_some(),
+                        shader_writes_depth_or_stencil: *shader_writes_depth
+                            || *shader_writes_stencil,
+                    });
+                }
+            }
             let mut covered = Vec::with_capacity(rasterized.len());
             for &((x, y), _) in &rasterized {
                 if in_scissor(x, y) {
@@ -1000,6 +1041,7 @@ impl Pass<'_> {
                     face,
                     stencil.filter(|_| !shader_writes_stencil),
                     *shader_writes_stencil,
+                    watch,
                 );
                 w.pending = pending;
                 w.pending_stencil = pending_stencil;
@@ -1068,6 +1110,18 @@ impl Pass<'_> {
         flush_in_order(w, &mut in_order)?;
         resolve(w, &mut deferred)?;
         self.zls_planes.store(&vm, &w.tile, (tx, ty), layer)?;
+        if let Some(watch) = watch {
+            let samples = w.tile.colour.samples as usize;
+            let first = (watch.pixel.1 * tile_w + watch.pixel.0) as usize * samples;
+            let record_bytes = samples * w.tile.colour.sample_bytes as usize;
+            let colour_at = first / samples * record_bytes;
+            watch.probe.pixel_event(PixelEvent::TileEnd {
+                command: watch.command,
+                colour: w.tile.colour.bytes[colour_at..colour_at + record_bytes].to_vec(),
+                depth: w.tile.depth[first..first + samples].to_vec(),
+                stencil: w.tile.stencil[first..first + samples].to_vec(),
+            });
+        }
         w.coverage.fill(full);
         run(
             w,

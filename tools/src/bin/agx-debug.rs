@@ -1,6 +1,7 @@
 //! `agx-debug trace CAPTURE (--pixel X,Y | --thread X,Y,Z | --vertex I)`:
 //! replays a capture's submission with one invocation traced instruction
-//! by instruction; `agx-debug map CAPTURE --kind K --out FILE.png` draws a
+//! by instruction; `agx-debug pixel CAPTURE --pixel X,Y` gives a pixel's
+//! history; `agx-debug map CAPTURE --kind K --out FILE.png` draws a
 //! per-pixel count over it (see `agx_tools::debug`).
 
 use std::path::{Path, PathBuf};
@@ -14,9 +15,9 @@ use clap::{Parser, Subcommand, ValueEnum};
     name = "agx-debug",
     version,
     about = "Debug a captured frame on the simulated GPU",
-    after_help = "Exit status: 0 when the invocation asked for was found and traced, or the map \
-        was written; 1 when the replay failed, no invocation matched or the PNG could not be \
-        written; 2 for a bad command line, a file that is not a capture, or a --submission past \
+    after_help = "Exit status: 0 when the invocation asked for was found and traced, the pixel's \
+        history found, or the map written; 1 when the replay failed, nothing matched or the PNG \
+        could not be written; 2 for a bad command line, a file that is not a capture, or a --submission past \
         its end."
 )]
 struct Args {
@@ -59,6 +60,23 @@ enum Command {
         #[arg(long)]
         vertex: Option<u32>,
         /// Print the trace as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// A pixel's history: every tile pass over it, the primitives that
+    /// covered it with their depth and stencil tests, the programs that
+    /// ran there, what the tilebuffer held when the tile was stored, and
+    /// the pixel in memory before and after.
+    Pixel {
+        /// The capture file.
+        capture: PathBuf,
+        /// The submission to replay (from 0).
+        #[arg(long, default_value_t = 0)]
+        submission: usize,
+        /// The pixel X,Y of the render target.
+        #[arg(long, value_parser = parse_pair)]
+        pixel: (u32, u32),
+        /// Print the history as JSON.
         #[arg(long)]
         json: bool,
     },
@@ -149,6 +167,12 @@ fn main() -> ExitCode {
             vertex,
             json,
         } => trace(&capture, submission, (pixel, stage, thread, vertex), json),
+        Command::Pixel {
+            capture,
+            submission,
+            pixel,
+            json,
+        } => history(&capture, submission, pixel, json),
         Command::Map {
             capture,
             submission,
@@ -204,6 +228,42 @@ fn trace(path: &Path, submission: usize, wanted: Wanted, json: bool) -> ExitCode
         return ExitCode::FAILURE;
     }
     if report.failure.is_some() {
+        return ExitCode::FAILURE;
+    }
+    ExitCode::SUCCESS
+}
+
+fn history(path: &Path, submission: usize, pixel: (u32, u32), json: bool) -> ExitCode {
+    let capture = match open(path, submission) {
+        Ok(capture) => capture,
+        Err(code) => return code,
+    };
+    let history = match agx_tools::debug::pixel_history(&capture, submission, pixel) {
+        Ok(history) => history,
+        Err(e) => {
+            eprintln!("{TOOL}: submission {submission}: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    if json {
+        match serde_json::to_string_pretty(&history) {
+            Ok(text) => agx_tools::outln!(TOOL, "{text}"),
+            Err(e) => {
+                eprintln!("{TOOL}: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    } else {
+        agx_tools::out!(TOOL, "{}", agx_tools::debug::history_listing(&history));
+    }
+    if history.steps.is_empty() {
+        eprintln!(
+            "{TOOL}: submission {submission}: no render pass reached pixel ({}, {})",
+            pixel.0, pixel.1
+        );
+        return ExitCode::FAILURE;
+    }
+    if history.failure.is_some() {
         return ExitCode::FAILURE;
     }
     ExitCode::SUCCESS
