@@ -24,8 +24,11 @@ pub enum Stage {
         launch: u64,
     },
     /// A vertex shader (`r5` holds each lane's vertex id, `r6` its
-    /// instance).
-    Vertex,
+    /// instance), of the draw whose VDM block is at `draw`.
+    Vertex {
+        /// The draw's control-stream address.
+        draw: u64,
+    },
     /// A pipeline's preshader.
     Preshader,
     /// A fragment shader (each lane's pixel is its
@@ -47,7 +50,7 @@ impl Stage {
     pub fn name(self) -> &'static str {
         match self {
             Stage::Compute { .. } => "compute",
-            Stage::Vertex => "vertex",
+            Stage::Vertex { .. } => "vertex",
             Stage::Preshader => "preshader",
             Stage::Fragment => "fragment",
             Stage::Background { .. } => "background",

@@ -594,7 +594,7 @@ fn shade_vertices(
     binding: &Binding,
     sampler_heap: Option<(u64, u32)>,
     vertex_ids: &[u32],
-    instance: u32,
+    (instance, draw): (u32, u64),
 ) -> Result<Vec<Outputs>, EngineResult> {
     let mut out = Vec::with_capacity(vertex_ids.len());
     let mut uniforms = binding.uniforms.clone();
@@ -629,7 +629,7 @@ fn shade_vertices(
             &mut uniforms,
             watchdog,
             exec_fault,
-            crate::probe::Stage::Vertex,
+            crate::probe::Stage::Vertex { draw },
         )?;
         out.extend(io.outputs.into_iter().take(chunk.len()));
     }
@@ -1431,7 +1431,7 @@ fn shade_and_bin<'a>(
         binding,
         state.sampler_heap,
         &unique,
-        instance,
+        (instance, pc),
     )?;
     // One work unit per primitive assembled (its shading was charged per
     // instruction).

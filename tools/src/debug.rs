@@ -38,11 +38,17 @@ pub enum Invocation {
     Thread {
         /// The thread's `thread_position_in_grid`.
         id: [u32; 3],
+        /// Only in the submission's launch of this number (from 0, in
+        /// the order the GPU ran them); every launch without.
+        dispatch: Option<usize>,
     },
     /// The vertex shader invocation of this vertex id (index).
     Vertex {
         /// The vertex id (`r5` when the shader starts).
         index: u32,
+        /// Only in the submission's draw of this number (from 0, in the
+        /// order the GPU ran them); every draw without.
+        draw: Option<usize>,
     },
 }
 
@@ -63,10 +69,42 @@ pub enum TraceStage {
 struct Probe {
     want: Invocation,
     stage: TraceStage,
-    traced: Mutex<Vec<TracedLane>>,
+    traced_lanes: Mutex<Vec<Traced>>,
     /// The tile (threadgroup position: column, row, layer) the background
     /// program last ran the pixel in.
     tile: Mutex<Option<[u32; 3]>>,
+    /// The launches' and draws' control-stream addresses, numbered in the
+    /// order their first SIMD-group started (the GPU runs one thread).
+    numbered: Numbering,
+}
+
+/// Launches and draws numbered in the order the GPU reached them.
+#[derive(Debug, Default)]
+struct Numbering {
+    launches: Mutex<Vec<u64>>,
+    draws: Mutex<Vec<u64>>,
+}
+
+impl Numbering {
+    fn number(list: &Mutex<Vec<u64>>, address: u64) -> usize {
+        let mut list = list.lock().unwrap_or_else(|p| p.into_inner());
+        match list.iter().position(|&a| a == address) {
+            Some(n) => n,
+            None => {
+                list.push(address);
+                list.len() - 1
+            }
+        }
+    }
+
+    /// The number of the launch or draw `stage` belongs to.
+    fn of(&self, stage: Stage) -> Option<usize> {
+        match stage {
+            Stage::Compute { launch } => Some(Numbering::number(&self.launches, launch)),
+            Stage::Vertex { draw } => Some(Numbering::number(&self.draws, draw)),
+            _ => None,
+        }
+    }
 }
 
 impl Probe {
@@ -125,13 +163,21 @@ impl ShaderProbe for Probe {
                     && present & 1 != 0)
                     .then_some(0)
             }
-            (Invocation::Thread { id }, Stage::Compute { .. }) => {
+            (Invocation::Thread { id, dispatch }, Stage::Compute { .. }) => {
+                let number = self.numbered.of(start.stage);
+                if dispatch.is_some_and(|d| number != Some(d)) {
+                    return None;
+                }
                 let mut lanes = lanes;
                 lanes.find(|&lane| {
                     (0..3).all(|axis| Probe::position(start, lane, axis) == Some(id[axis as usize]))
                 })
             }
-            (Invocation::Vertex { index }, Stage::Vertex) => {
+            (Invocation::Vertex { index, draw }, Stage::Vertex { .. }) => {
+                let number = self.numbered.of(start.stage);
+                if draw.is_some_and(|d| number != Some(d)) {
+                    return None;
+                }
                 let mut lanes = lanes;
                 lanes.find(|&lane| {
                     start.group.read(agx_hw::isa::Reg::r(5), lane) == u64::from(index)
@@ -142,10 +188,13 @@ impl ShaderProbe for Probe {
     }
 
     fn traced(&self, lane: TracedLane) {
-        self.traced
+        let number = self.numbered.of(lane.stage);
+        let mut traced = traced(lane);
+        traced.number = number;
+        self.traced_lanes
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .push(lane);
+            .push(traced);
     }
 }
 
@@ -204,8 +253,13 @@ pub struct Traced {
     pub stage: &'static str,
     /// The firmware address of the command that ran it.
     pub command: u64,
-    /// For compute, the launch's control-stream address.
+    /// For compute, the launch's control-stream address; for a vertex
+    /// shader, the draw's.
     pub launch: Option<u64>,
+    /// For compute, the launch's number in the submission (from 0, in the
+    /// order the GPU ran them, `--dispatch`); for a vertex shader, the
+    /// draw's (`--draw`).
+    pub number: Option<usize>,
     /// The program's address.
     pub program: u64,
     /// The lane it ran in.
@@ -235,8 +289,10 @@ fn traced(lane: TracedLane) -> Traced {
         command: lane.command,
         launch: match lane.stage {
             Stage::Compute { launch } => Some(launch),
+            Stage::Vertex { draw } => Some(draw),
             _ => None,
         },
+        number: None,
         program: lane.program,
         lane: lane.trace.lane,
         present: lane.present,
@@ -288,19 +344,20 @@ pub fn trace(
     let probe = Arc::new(Probe {
         want,
         stage,
-        traced: Mutex::new(Vec::new()),
+        traced_lanes: Mutex::new(Vec::new()),
         tile: Mutex::new(None),
+        numbered: Numbering::default(),
     });
     let Replayed { failure, .. } = replay_probed(capture, index, probe.clone())?;
-    let lanes = std::mem::take(
+    let invocations = std::mem::take(
         &mut *probe
-            .traced
+            .traced_lanes
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner()),
     );
     Ok(TraceReport {
         submission: index,
-        invocations: lanes.into_iter().map(traced).collect(),
+        invocations,
         failure,
     })
 }
@@ -335,8 +392,14 @@ pub fn listing(report: &TraceReport) -> String {
             t.present,
             t.command
         );
-        if let Some(launch) = t.launch {
-            let _ = write!(out, ", launch {launch:#x}");
+        match (t.stage, t.launch, t.number) {
+            ("compute", Some(launch), Some(n)) => {
+                let _ = write!(out, ", dispatch {n} (launch {launch:#x})");
+            }
+            ("vertex", Some(draw), Some(n)) => {
+                let _ = write!(out, ", draw {n} (at {draw:#x})");
+            }
+            _ => {}
         }
         let _ = writeln!(out, ", {} instructions", t.steps.len());
         for step in &t.steps {
@@ -912,8 +975,9 @@ pub fn pixel_history(
         tracer: Probe {
             want: Invocation::Pixel { x, y },
             stage: TraceStage::Fragment,
-            traced: Mutex::new(Vec::new()),
+            traced_lanes: Mutex::new(Vec::new()),
             tile: Mutex::new(None),
+            numbered: Numbering::default(),
         },
         steps: Mutex::new(Vec::new()),
     });

@@ -194,7 +194,10 @@ fn a_compute_threads_trace_follows_the_programs_model_step_by_step() {
         let report = trace(
             &capture,
             0,
-            Invocation::Thread { id: [thread, 0, 0] },
+            Invocation::Thread {
+                id: [thread, 0, 0],
+                dispatch: None,
+            },
             TraceStage::Fragment,
         )
         .unwrap();
@@ -268,11 +271,27 @@ fn a_thread_no_dispatch_ran_traces_nothing() {
     let report = trace(
         &capture,
         0,
-        Invocation::Thread { id: [64, 0, 0] },
+        Invocation::Thread {
+            id: [64, 0, 0],
+            dispatch: None,
+        },
         TraceStage::Fragment,
     )
     .unwrap();
     assert!(report.invocations.is_empty());
+    for (dispatch, found) in [(Some(0), 1), (Some(1), 0), (None, 1)] {
+        let report = trace(
+            &capture,
+            0,
+            Invocation::Thread {
+                id: [3, 0, 0],
+                dispatch,
+            },
+            TraceStage::Fragment,
+        )
+        .unwrap();
+        assert_eq!(report.invocations.len(), found, "dispatch {dispatch:?}");
+    }
     let report = trace(
         &capture,
         0,
@@ -455,11 +474,28 @@ fn a_pixels_fragments_and_tile_programs_are_traced_where_they_ran() {
     let vertex = trace(
         &capture,
         0,
-        Invocation::Vertex { index: 2 },
+        Invocation::Vertex {
+            index: 2,
+            draw: None,
+        },
         TraceStage::Fragment,
     )
     .unwrap();
     assert_eq!(vertex.invocations.len(), 2, "one per draw");
+    let numbers: Vec<_> = vertex.invocations.iter().map(|t| t.number).collect();
+    assert_eq!(numbers, [Some(0), Some(1)]);
+    let second = trace(
+        &capture,
+        0,
+        Invocation::Vertex {
+            index: 2,
+            draw: Some(1),
+        },
+        TraceStage::Fragment,
+    )
+    .unwrap();
+    assert_eq!(second.invocations.len(), 1);
+    assert_eq!(second.invocations[0].launch, vertex.invocations[1].launch);
     assert!(vertex.invocations.iter().all(|t| t.stage == "vertex"));
     let load = &vertex.invocations[0].steps[0];
     assert!(load.text.starts_with("device_load"), "{}", load.text);
@@ -520,7 +556,10 @@ fn a_traced_threads_memory_accesses_and_atomics_are_listed_by_address() {
     let report = trace(
         &capture,
         0,
-        Invocation::Thread { id: [5, 0, 0] },
+        Invocation::Thread {
+            id: [5, 0, 0],
+            dispatch: None,
+        },
         TraceStage::Fragment,
     )
     .unwrap();
@@ -865,4 +904,63 @@ fn a_pixels_history_shows_two_draws_and_the_depth_test_between_them() {
         listing.contains("depth 0.75 less 1: pass, writes its depth"),
         "{listing}"
     );
+}
+
+#[test]
+fn a_branchy_fragment_shaders_trace_follows_its_model_step_by_step() {
+    let capture = triangle_capture("debug-branchy.cap", 1, Blend::Replace, BRANCHY_FS);
+    // The program as its model runs it: every instruction reached by the
+    // SIMD-group, the three moves and the pop_exec only by lanes with
+    // x < 8 active; r9 ends 3 there and stays 0 elsewhere.
+    let names = [
+        "get_sr", "if_icmp", "mov_imm", "mov_imm", "mov_imm", "pop_exec", "mov_imm", "mov_imm",
+        "mov_imm", "mov_imm", "st_tile", "stop",
+    ];
+    for (x, y) in [(3u32, 5u32), (20, 2), (7, 7), (8, 7)] {
+        let report = trace(
+            &capture,
+            0,
+            Invocation::Pixel { x, y },
+            TraceStage::Fragment,
+        )
+        .unwrap();
+        assert_eq!(report.invocations.len(), 1, "({x}, {y})");
+        let traced = &report.invocations[0];
+        let got: Vec<&str> = traced
+            .steps
+            .iter()
+            .map(|s| s.text.split_whitespace().next().unwrap_or(""))
+            .collect();
+        assert_eq!(got, names, "({x}, {y})");
+        let inside_if = x < 8;
+        for (i, step) in traced.steps.iter().enumerate() {
+            let branch = (2..=5).contains(&i);
+            assert_eq!(
+                step.active,
+                !branch || inside_if,
+                "({x}, {y}) step {i}: {}",
+                step.text
+            );
+        }
+        assert_eq!(value(traced, 0, "r8"), Some(u64::from(x)));
+        let r9 = traced.steps[4]
+            .operands
+            .iter()
+            .find(|o| o.name == "r9")
+            .map(|o| o.after);
+        assert_eq!(r9, Some(if inside_if { 3 } else { 0 }), "({x}, {y})");
+    }
+    // Vertices by draw: this capture has one draw, vertex 2 in it.
+    let vertex = |draw| {
+        trace(
+            &capture,
+            0,
+            Invocation::Vertex { index: 2, draw },
+            TraceStage::Fragment,
+        )
+        .unwrap()
+    };
+    assert_eq!(vertex(Some(0)).invocations.len(), 1);
+    assert_eq!(vertex(Some(0)).invocations[0].number, Some(0));
+    assert!(vertex(Some(1)).invocations.is_empty());
 }

@@ -56,9 +56,17 @@ enum Command {
         /// A compute thread: its position in the grid, X,Y,Z.
         #[arg(long, value_parser = parse_triple, conflicts_with = "vertex")]
         thread: Option<[u32; 3]>,
+        /// Only the launch of this number in the submission (with
+        /// --thread; from 0, in the order the GPU ran them).
+        #[arg(long, requires = "thread")]
+        dispatch: Option<usize>,
         /// A vertex shader invocation: the vertex id.
         #[arg(long)]
         vertex: Option<u32>,
+        /// Only the draw of this number in the submission (with --vertex;
+        /// from 0, in the order the GPU ran them).
+        #[arg(long, requires = "vertex")]
+        draw: Option<usize>,
         /// Print the trace as JSON.
         #[arg(long)]
         json: bool,
@@ -164,9 +172,21 @@ fn main() -> ExitCode {
             pixel,
             stage,
             thread,
+            dispatch,
             vertex,
+            draw,
             json,
-        } => trace(&capture, submission, (pixel, stage, thread, vertex), json),
+        } => trace(
+            &capture,
+            submission,
+            (
+                pixel,
+                stage,
+                thread.map(|id| (id, dispatch)),
+                vertex.map(|i| (i, draw)),
+            ),
+            json,
+        ),
         Command::Pixel {
             capture,
             submission,
@@ -183,14 +203,19 @@ fn main() -> ExitCode {
     }
 }
 
-type Wanted = (Option<(u32, u32)>, StageArg, Option<[u32; 3]>, Option<u32>);
+type Wanted = (
+    Option<(u32, u32)>,
+    StageArg,
+    Option<([u32; 3], Option<usize>)>,
+    Option<(u32, Option<usize>)>,
+);
 
 fn trace(path: &Path, submission: usize, wanted: Wanted, json: bool) -> ExitCode {
     let (pixel, stage, thread, vertex) = wanted;
     let want = match (pixel, thread, vertex) {
         (Some((x, y)), None, None) => Invocation::Pixel { x, y },
-        (None, Some(id), None) => Invocation::Thread { id },
-        (None, None, Some(index)) => Invocation::Vertex { index },
+        (None, Some((id, dispatch)), None) => Invocation::Thread { id, dispatch },
+        (None, None, Some((index, draw))) => Invocation::Vertex { index, draw },
         _ => {
             eprintln!("{TOOL}: trace: give one of --pixel, --thread and --vertex");
             return ExitCode::from(2);
