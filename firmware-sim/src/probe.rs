@@ -81,6 +81,9 @@ pub struct TracedLane {
     pub program: u64,
     /// The lanes present in its group.
     pub present: u32,
+    /// The samples the lane covers (`sr` `coverage_mask`), for the
+    /// per-tile programs.
+    pub coverage: Option<u32>,
     /// What it executed.
     pub trace: LaneTrace,
 }

@@ -76,6 +76,9 @@ pub fn run_simd_group(
                 stage,
                 program: trace.steps.first().map_or(group.pc, |step| step.pc),
                 present: group.present,
+                coverage: group
+                    .special
+                    .lane(agx_hw::isa::table::sr::COVERAGE_MASK, trace.lane),
                 trace: *trace,
             });
         }

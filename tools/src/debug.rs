@@ -115,6 +115,36 @@ impl Probe {
             .lane(sr::THREAD_POSITION_IN_GRID + axis, lane)
     }
 
+    /// The lane of a fragment, background or end-of-tile group that runs
+    /// pixel (`x`, `y`), if any. A helper lane (an uncovered member of a
+    /// covered quad) is not the pixel's fragment. The background program
+    /// runs on every pixel of the render area, so its group names the
+    /// pixel's tile; the end-of-tile program runs once per tile, each lane
+    /// at the tile's origin: lane 0 of the group of the tile the
+    /// background program last found the pixel in.
+    fn pixel_lane(&self, start: &GroupStart<'_>, (x, y): (u32, u32)) -> Option<usize> {
+        let present = start.group.present;
+        match start.stage {
+            Stage::Fragment | Stage::Background { .. } => {
+                let lane = (0..agx_sim::LANES).find(|&lane| {
+                    present & (1 << lane) != 0
+                        && Probe::position(start, lane, 0) == Some(x)
+                        && Probe::position(start, lane, 1) == Some(y)
+                        && start.group.special.lane(sr::IS_ACTIVE_THREAD, lane) != Some(0)
+                })?;
+                if matches!(start.stage, Stage::Background { .. }) {
+                    *self.tile.lock().unwrap_or_else(|p| p.into_inner()) = Some(Probe::tile(start));
+                }
+                Some(lane)
+            }
+            Stage::EndOfTile => {
+                let tile = *self.tile.lock().unwrap_or_else(|p| p.into_inner());
+                (tile == Some(Probe::tile(start)) && present & 1 != 0).then_some(0)
+            }
+            _ => None,
+        }
+    }
+
     /// The tile a per-tile program's group runs on.
     fn tile(start: &GroupStart<'_>) -> [u32; 3] {
         [0, 1, 2].map(|axis| {
@@ -132,36 +162,17 @@ impl ShaderProbe for Probe {
         let present = start.group.present;
         let lanes = (0..agx_sim::LANES).filter(|&lane| present & (1 << lane) != 0);
         match (self.want, start.stage) {
-            (Invocation::Pixel { x, y }, Stage::Fragment | Stage::Background { .. }) => {
-                let mut lanes = lanes;
-                // A helper lane (an uncovered member of a covered quad) is
-                // not the pixel's fragment.
-                let lane = lanes.find(|&lane| {
-                    Probe::position(start, lane, 0) == Some(x)
-                        && Probe::position(start, lane, 1) == Some(y)
-                        && start.group.special.lane(sr::IS_ACTIVE_THREAD, lane) != Some(0)
-                })?;
-                if matches!(start.stage, Stage::Background { .. }) {
-                    // The background program runs on every pixel of the
-                    // render area: its group names the pixel's tile.
-                    *self.tile.lock().unwrap_or_else(|p| p.into_inner()) = Some(Probe::tile(start));
-                }
+            (Invocation::Pixel { x, y }, stage) => {
+                // (Run for every per-tile group, so that the background
+                // program's tile is known when the end-of-tile one starts.)
+                let lane = self.pixel_lane(start, (x, y))?;
                 let wanted = matches!(
-                    (self.stage, start.stage),
+                    (self.stage, stage),
                     (TraceStage::Fragment, Stage::Fragment)
                         | (TraceStage::Background, Stage::Background { .. })
+                        | (TraceStage::EndOfTile, Stage::EndOfTile)
                 );
                 wanted.then_some(lane)
-            }
-            // The end-of-tile program runs once per tile, each lane at the
-            // tile's origin: the group of the tile the background program
-            // last found the pixel in, lane 0.
-            (Invocation::Pixel { .. }, Stage::EndOfTile) => {
-                let tile = *self.tile.lock().unwrap_or_else(|p| p.into_inner());
-                (self.stage == TraceStage::EndOfTile
-                    && tile == Some(Probe::tile(start))
-                    && present & 1 != 0)
-                    .then_some(0)
             }
             (Invocation::Thread { id, dispatch }, Stage::Compute { .. }) => {
                 let number = self.numbered.of(start.stage);
@@ -266,6 +277,9 @@ pub struct Traced {
     pub lane: usize,
     /// The lanes present in its SIMD-group.
     pub present: u32,
+    /// For a per-tile program, the samples its lane covers (a fragment's
+    /// coverage after the tests and hidden-surface removal).
+    pub coverage: Option<u32>,
     /// What it executed.
     pub steps: Vec<Step>,
     /// Steps past the trace's limit, not kept.
@@ -296,6 +310,7 @@ fn traced(lane: TracedLane) -> Traced {
         program: lane.program,
         lane: lane.trace.lane,
         present: lane.present,
+        coverage: lane.coverage,
         steps: lane
             .trace
             .steps
@@ -392,6 +407,9 @@ pub fn listing(report: &TraceReport) -> String {
             t.present,
             t.command
         );
+        if let Some(coverage) = t.coverage {
+            let _ = write!(out, ", coverage {coverage:#x}");
+        }
         match (t.stage, t.launch, t.number) {
             ("compute", Some(launch), Some(n)) => {
                 let _ = write!(out, ", dispatch {n} (launch {launch:#x})");
@@ -852,28 +870,7 @@ impl ShaderProbe for HistoryProbe {
         let Invocation::Pixel { x, y } = self.tracer.want else {
             return None;
         };
-        let lanes = |want: &dyn Fn(usize) -> bool| {
-            (0..agx_sim::LANES).find(|&lane| start.group.present & (1 << lane) != 0 && want(lane))
-        };
-        match start.stage {
-            Stage::Fragment | Stage::Background { .. } => {
-                let lane = lanes(&|lane| {
-                    Probe::position(start, lane, 0) == Some(x)
-                        && Probe::position(start, lane, 1) == Some(y)
-                        && start.group.special.lane(sr::IS_ACTIVE_THREAD, lane) != Some(0)
-                })?;
-                if matches!(start.stage, Stage::Background { .. }) {
-                    *self.tracer.tile.lock().unwrap_or_else(|p| p.into_inner()) =
-                        Some(Probe::tile(start));
-                }
-                Some(lane)
-            }
-            Stage::EndOfTile => {
-                let tile = *self.tracer.tile.lock().unwrap_or_else(|p| p.into_inner());
-                (tile == Some(Probe::tile(start)) && start.group.present & 1 != 0).then_some(0)
-            }
-            _ => None,
-        }
+        self.tracer.pixel_lane(start, (x, y))
     }
 
     fn traced(&self, lane: TracedLane) {
@@ -1020,10 +1017,12 @@ fn shader_summary(out: &mut String, t: &Traced) {
     use std::fmt::Write;
     let _ = writeln!(
         out,
-        "    {} program {:#x}: lane {}, {} instructions (agx-debug trace shows each)",
+        "    {} program {:#x}: lane {}{}, {} instructions (agx-debug trace shows each)",
         t.stage,
         t.program,
         t.lane,
+        t.coverage
+            .map_or(String::new(), |c| format!(", coverage {c:#x}")),
         t.steps.len()
     );
     for step in &t.steps {

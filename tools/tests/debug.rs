@@ -864,6 +864,11 @@ fn a_pixels_history_shows_two_draws_and_the_depth_test_between_them() {
         tests,
         [(0.5, 1.0, "less", true), (0.75, 0.5, "less", false)]
     );
+    // The fragment shaded covers the pixel's one sample.
+    let PixelStep::Shader(fragment) = &both.steps[6] else {
+        panic!("{:?}", both.steps[6]);
+    };
+    assert_eq!((fragment.stage, fragment.coverage), ("fragment", Some(1)));
     let PixelStep::TileStart {
         depth,
         segment: 0,
