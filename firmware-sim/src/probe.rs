@@ -90,6 +90,7 @@ pub struct TracedLane {
 
 /// A sample's stencil test at the watched pixel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct StencilTest {
     /// The reference value, masked by the read mask.
     pub reference: u8,
@@ -106,6 +107,11 @@ pub struct StencilTest {
 /// shaders that ran there are traced lanes, handed over apart
 /// ([`ShaderProbe::traced`]).
 #[derive(Debug, Clone, PartialEq)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize),
+    serde(tag = "event", rename_all = "snake_case")
+)]
 pub enum PixelEvent {
     /// A tile holding the pixel begins; its background program runs
     /// next, over the tilebuffer its depth and stencil were loaded into.

@@ -145,6 +145,22 @@ impl Probe {
         }
     }
 
+    /// The first present lane of a compute or vertex group that `wanted`
+    /// picks, if the group's launch or draw is the one numbered `number`
+    /// (any, without).
+    fn numbered_lane(
+        &self,
+        start: &GroupStart<'_>,
+        number: Option<usize>,
+        wanted: &dyn Fn(usize) -> bool,
+    ) -> Option<usize> {
+        let this = self.numbered.of(start.stage);
+        if number.is_some_and(|n| this != Some(n)) {
+            return None;
+        }
+        (0..agx_sim::LANES).find(|&lane| start.group.present & (1 << lane) != 0 && wanted(lane))
+    }
+
     /// The tile a per-tile program's group runs on.
     fn tile(start: &GroupStart<'_>) -> [u32; 3] {
         [0, 1, 2].map(|axis| {
@@ -159,8 +175,6 @@ impl Probe {
 
 impl ShaderProbe for Probe {
     fn lane_to_trace(&self, start: &GroupStart<'_>) -> Option<usize> {
-        let present = start.group.present;
-        let lanes = (0..agx_sim::LANES).filter(|&lane| present & (1 << lane) != 0);
         match (self.want, start.stage) {
             (Invocation::Pixel { x, y }, stage) => {
                 // (Run for every per-tile group, so that the background
@@ -175,22 +189,12 @@ impl ShaderProbe for Probe {
                 wanted.then_some(lane)
             }
             (Invocation::Thread { id, dispatch }, Stage::Compute { .. }) => {
-                let number = self.numbered.of(start.stage);
-                if dispatch.is_some_and(|d| number != Some(d)) {
-                    return None;
-                }
-                let mut lanes = lanes;
-                lanes.find(|&lane| {
+                self.numbered_lane(start, dispatch, &|lane| {
                     (0..3).all(|axis| Probe::position(start, lane, axis) == Some(id[axis as usize]))
                 })
             }
             (Invocation::Vertex { index, draw }, Stage::Vertex { .. }) => {
-                let number = self.numbered.of(start.stage);
-                if draw.is_some_and(|d| number != Some(d)) {
-                    return None;
-                }
-                let mut lanes = lanes;
-                lanes.find(|&lane| {
+                self.numbered_lane(start, draw, &|lane| {
                     start.group.read(agx_hw::isa::Reg::r(5), lane) == u64::from(index)
                 })
             }
@@ -755,75 +759,19 @@ pub fn map_image(map: &PixelMap) -> (u32, u32, Vec<u8>) {
     (width, height, rgba)
 }
 
-/// One thing that happened at a pixel, in the order the GPU did it.
+/// One thing that happened at a pixel, in the order the GPU did it: an
+/// event of the fragment pass (a tile visit with what it loaded, a
+/// primitive covering the pixel, a sample's depth and stencil tests, what
+/// the tile stored), or a shader that ran there, traced. In JSON an event
+/// has an `"event"` tag (`tile_start`, `primitive`, `depth_test`,
+/// `tile_end`); a shader is a [`Traced`] (with its `"stage"`).
 #[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(tag = "event", rename_all = "snake_case")]
+#[serde(untagged)]
 pub enum PixelStep {
-    /// A tile holding the pixel begins (its background program runs next).
-    TileStart {
-        /// The command's firmware address.
-        command: u64,
-        /// The tile's column and row.
-        tile: (u32, u32),
-        /// The layer.
-        layer: u32,
-        /// The pass's segment: 0, or how many partial renders came before.
-        segment: u32,
-        /// Whether the segment ends the pass (otherwise a partial render
-        /// stores the tile).
-        last: bool,
-        /// The pixel's depth per sample as loaded.
-        depth: Vec<f32>,
-        /// Its stencil per sample as loaded.
-        stencil: Vec<u8>,
-    },
-    /// A primitive covers the pixel.
-    Primitive {
-        /// Its record's GPU address in the parameter buffer.
-        record: u64,
-        /// Its PPP state's index.
-        state: u32,
-        /// The samples it covers at the pixel.
-        coverage: u32,
-        /// Whether the scissor keeps the pixel.
-        in_scissor: bool,
-        /// Whether its shader waits for hidden-surface removal.
-        deferred: bool,
-        /// Whether its shader writes depth or stencil (tests at `zs_emit`,
-        /// not listed).
-        shader_writes_depth_or_stencil: bool,
-    },
-    /// A sample's depth test, after its stencil test if any.
-    DepthTest {
-        /// The sample.
-        sample: u32,
-        /// The primitive's depth (NaN when the stencil test failed first).
-        depth: f32,
-        /// The tilebuffer's depth.
-        stored: f32,
-        /// The comparison.
-        function: &'static str,
-        /// Whether the sample passed both tests.
-        passed: bool,
-        /// Whether its depth is written (once the shader keeps it).
-        writes: bool,
-        /// The stencil test: reference, stored value (both masked), the
-        /// comparison, and whether it passed.
-        stencil: Option<(u8, u8, &'static str, bool)>,
-    },
-    /// A shader ran at the pixel: the background, fragment or end-of-tile
-    /// program, traced.
+    /// What the fragment pass did there.
+    Event(PixelEvent),
+    /// A background, fragment or end-of-tile program's lane there.
     Shader(Traced),
-    /// The tile is about to be stored: what its tilebuffer holds at the
-    /// pixel.
-    TileEnd {
-        /// Every sample's colour record, as the tilebuffer holds it.
-        colour: Vec<u8>,
-        /// Depth per sample.
-        depth: Vec<f32>,
-        /// Stencil per sample.
-        stencil: Vec<u8>,
-    },
 }
 
 /// A render target's pixel in memory, before and after the submission.
@@ -888,73 +836,10 @@ impl ShaderProbe for HistoryProbe {
     }
 
     fn pixel_event(&self, event: PixelEvent) {
-        let step = match event {
-            PixelEvent::TileStart {
-                command,
-                tile,
-                layer,
-                segment,
-                last,
-                depth,
-                stencil,
-            } => PixelStep::TileStart {
-                command,
-                tile,
-                layer,
-                segment,
-                last,
-                depth,
-                stencil,
-            },
-            PixelEvent::Primitive {
-                record,
-                state,
-                coverage,
-                in_scissor,
-                deferred,
-                shader_writes_depth_or_stencil,
-                ..
-            } => PixelStep::Primitive {
-                record,
-                state,
-                coverage,
-                in_scissor,
-                deferred,
-                shader_writes_depth_or_stencil,
-            },
-            PixelEvent::DepthTest {
-                sample,
-                depth,
-                stored,
-                function,
-                passed,
-                writes,
-                stencil,
-                ..
-            } => PixelStep::DepthTest {
-                sample,
-                depth,
-                stored,
-                function,
-                passed,
-                writes,
-                stencil: stencil.map(|s| (s.reference, s.stored, s.function, s.passed)),
-            },
-            PixelEvent::TileEnd {
-                colour,
-                depth,
-                stencil,
-                ..
-            } => PixelStep::TileEnd {
-                colour,
-                depth,
-                stencil,
-            },
-        };
         self.steps
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .push(step);
+            .push(PixelStep::Event(event));
     }
 }
 
@@ -1068,7 +953,7 @@ pub fn history_listing(h: &PixelHistory) -> String {
     );
     for step in &h.steps {
         match step {
-            PixelStep::TileStart {
+            PixelStep::Event(PixelEvent::TileStart {
                 command,
                 tile,
                 layer,
@@ -1076,7 +961,7 @@ pub fn history_listing(h: &PixelHistory) -> String {
                 last,
                 depth,
                 stencil,
-            } => {
+            }) => {
                 let _ = writeln!(
                     out,
                     "command {command:#x}, tile ({}, {}) layer {layer}, segment {segment}{}: loaded depth {depth:?} stencil {stencil:?}",
@@ -1085,14 +970,15 @@ pub fn history_listing(h: &PixelHistory) -> String {
                     if *last { "" } else { " (a partial render stores it)" }
                 );
             }
-            PixelStep::Primitive {
+            PixelStep::Event(PixelEvent::Primitive {
                 record,
                 state,
                 coverage,
                 in_scissor,
                 deferred,
                 shader_writes_depth_or_stencil,
-            } => {
+                ..
+            }) => {
                 let _ =
                     writeln!(
                     out,
@@ -1110,7 +996,7 @@ pub fn history_listing(h: &PixelHistory) -> String {
                     }
                 );
             }
-            PixelStep::DepthTest {
+            PixelStep::Event(PixelEvent::DepthTest {
                 sample,
                 depth,
                 stored,
@@ -1118,12 +1004,16 @@ pub fn history_listing(h: &PixelHistory) -> String {
                 passed,
                 writes,
                 stencil,
-            } => {
+                ..
+            }) => {
                 let mut line = format!("    sample {sample}: ");
-                if let Some((reference, stored, function, passed)) = stencil {
+                if let Some(st) = stencil {
                     line += &format!(
-                        "stencil {reference} {function} {stored}: {}; ",
-                        if *passed { "pass" } else { "fail" }
+                        "stencil {} {} {}: {}; ",
+                        st.reference,
+                        st.function,
+                        st.stored,
+                        if st.passed { "pass" } else { "fail" }
                     );
                 }
                 if !depth.is_nan() {
@@ -1136,11 +1026,12 @@ pub fn history_listing(h: &PixelHistory) -> String {
                 let _ = writeln!(out, "{line}");
             }
             PixelStep::Shader(t) => shader_summary(&mut out, t),
-            PixelStep::TileEnd {
+            PixelStep::Event(PixelEvent::TileEnd {
                 colour,
                 depth,
                 stencil,
-            } => {
+                ..
+            }) => {
                 let bytes: Vec<String> = colour.iter().map(|b| format!("{b:02x}")).collect();
                 let _ = writeln!(
                     out,

@@ -9,27 +9,11 @@ use agx_tools::mesh::Mesh;
 use agx_tools::render::Renderer;
 use agx_umd::*;
 
-fn device() -> Device {
-    Device::open_simulated(agx_sim::SystemConfig {
-        ram_bytes: 1 << 30,
-        ..agx_sim::SystemConfig::default()
-    })
-    .unwrap()
+mod common {
+    pub(crate) mod capture;
 }
 
-fn capture_path(name: &str) -> std::path::PathBuf {
-    std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(name)
-}
-
-/// Starts capturing on `device`, runs `work`, and reads the capture back.
-fn captured(device: &Device, name: &str, work: impl FnOnce()) -> Capture {
-    let path = capture_path(name);
-    let system = device.simulated().unwrap().system();
-    system.capture_to(&path).unwrap();
-    work();
-    system.stop_capture();
-    agx_capture::read(std::fs::File::open(&path).unwrap()).unwrap()
-}
+use common::capture::{capture_path, captured, device, VS};
 
 fn lints(capture: &Capture) -> Vec<Lint> {
     decode_capture(capture, None)
@@ -87,15 +71,6 @@ fn a_rendered_frame_decodes_cleanly_and_replays_bit_for_bit() {
         "{failure}"
     );
 }
-
-const VS: &str = "
-    device_load 0, i32, xyzw, r8_r9_r10_r11, u0_u1, r5, unsigned, lsl 2
-    wait 0
-    st_var 1, r8, 0
-    st_var 1, r9, 1
-    st_var 1, r10, 2
-    st_var 1, r11, 3
-    stop";
 
 /// A quad pass with `fs` (colour left in r4-r7), its texture bound
 /// without samplers, and `debug`'s mistakes.

@@ -5,33 +5,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agx_capture::Capture;
+use agx_sim::PixelEvent;
 use agx_tools::debug::{
     history_listing, map, map_image, pixel_history, trace, Invocation, MapKind, PixelHistory,
     PixelStep, TraceStage, Traced, LEGEND_ROWS,
 };
 use agx_umd::*;
 
-fn device() -> Device {
-    Device::open_simulated(agx_sim::SystemConfig {
-        ram_bytes: 1 << 30,
-        ..agx_sim::SystemConfig::default()
-    })
-    .unwrap()
+mod common {
+    pub(crate) mod capture;
 }
 
-fn capture_path(name: &str) -> std::path::PathBuf {
-    std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(name)
-}
-
-/// Starts capturing on `device`, runs `work`, and reads the capture back.
-fn captured(device: &Device, name: &str, work: impl FnOnce()) -> Capture {
-    let path = capture_path(name);
-    let system = device.simulated().unwrap().system();
-    system.capture_to(&path).unwrap();
-    work();
-    system.stop_capture();
-    agx_capture::read(std::fs::File::open(&path).unwrap()).unwrap()
-}
+use common::capture::{captured, device, VS};
 
 fn pair(va: u64) -> [u32; 2] {
     [va as u32, (va >> 32) as u32]
@@ -62,19 +47,26 @@ done:
     device_store 0, i32, x, r2, u0_u1, r4, unsigned, 0
     stop";
 
-/// A capture of COLLATZ over 64 threads in threadgroups of 64.
-fn collatz_capture(name: &str) -> (Capture, Vec<u32>) {
+/// A capture of one dispatch of `source` over `threads` threads in one
+/// threadgroup, its u0_u1 a zeroed buffer of 64 words, and the buffer's
+/// first `words` words afterwards.
+fn dispatch_capture(
+    name: &str,
+    source: &str,
+    threads: u32,
+    words: usize,
+) -> (Capture, Vec<u32>, u64) {
     let device = device();
     let queue = Queue::new(&device).unwrap();
     let programs = Arc::new(ProgramCache::new(&device));
     let out = device.upload(&[0u8; 4 * 64], true).unwrap();
     let capture = captured(&device, name, || {
         let mut cb = CommandBuffer::new(&device, &programs);
-        let shader = Shader::new(&device, COLLATZ).unwrap();
+        let shader = Shader::new(&device, source).unwrap();
         let bindings = Bindings::default()
             .with_uniform_words(cb.arena(), &pair(out.va()))
             .unwrap();
-        cb.dispatch(&shader, &bindings, [64, 1, 1], [64, 1, 1])
+        cb.dispatch(&shader, &bindings, [threads, 1, 1], [threads, 1, 1])
             .unwrap();
         cb.finish().unwrap();
         queue
@@ -83,13 +75,19 @@ fn collatz_capture(name: &str) -> (Capture, Vec<u32>) {
             .wait(Duration::from_secs(60))
             .unwrap();
     });
-    let words = out
+    let values = out
         .read_all()
         .unwrap()
         .chunks_exact(4)
         .map(|c| u32::from_le_bytes(c.try_into().unwrap()))
-        .take(64)
+        .take(words)
         .collect();
+    (capture, values, out.va())
+}
+
+/// A capture of COLLATZ over 64 threads in threadgroups of 64.
+fn collatz_capture(name: &str) -> (Capture, Vec<u32>) {
+    let (capture, words, _) = dispatch_capture(name, COLLATZ, 64, 64);
     (capture, words)
 }
 
@@ -305,16 +303,6 @@ fn a_thread_no_dispatch_ran_traces_nothing() {
     );
 }
 
-/// Vertex shader: clip-space positions, four words each, from u0_u1.
-const VS: &str = "
-    device_load 0, i32, xyzw, r8_r9_r10_r11, u0_u1, r5, unsigned, lsl 2
-    wait 0
-    st_var 1, r8, 0
-    st_var 1, r9, 1
-    st_var 1, r10, 2
-    st_var 1, r11, 3
-    stop";
-
 /// Fragment shader: red, with the pixel's position read into r8 and r9.
 const POSITION_FS: &str = "
     get_sr r8, sr80
@@ -324,44 +312,67 @@ const POSITION_FS: &str = "
     mov_imm r6, 0
     mov_imm r7, 0x3f800000";
 
-/// A capture of one pass over a 32x32 target drawing the triangle over
-/// its top-left half `draws` times with the fragment shader `fs`, blended
-/// by `blend`.
-fn triangle_capture(name: &str, draws: u32, blend: Blend, fs: &str) -> Capture {
+/// One draw of a test pass: its fragment shader and blend, and a
+/// triangle (clip-space corners) at depth `z`.
+#[derive(Clone, Copy)]
+struct TestDraw<'a> {
+    fs: &'a str,
+    blend: Blend,
+    corners: [[f32; 2]; 3],
+    z: f32,
+}
+
+/// The triangle over a target's top-left half.
+const TOP_LEFT: [[f32; 2]; 3] = [[-1.0, 1.0], [1.0, 1.0], [-1.0, -1.0]];
+
+/// A capture of one pass over a 32x32 RGBA8 target cleared to 0, with a
+/// depth buffer cleared to 1.0 and tested `less` (writes on) when
+/// `depth_test`, drawing `draws` in order.
+fn pass_capture(name: &str, depth_test: bool, draws: &[TestDraw<'_>]) -> Capture {
     let d = device();
     let programs = Arc::new(ProgramCache::new(&d));
     let image = Image::new(&d, 32, 32, Format::Rgba8Unorm).unwrap();
-    let mut vertices = Vec::new();
-    for [x, y] in [[-1.0f32, 1.0], [1.0, 1.0], [-1.0, -1.0]] {
-        for v in [x, y, 0.5, 1.0] {
-            vertices.extend(v.to_le_bytes());
+    let depth = depth_test.then(|| DepthImage::new(&d, 32, 32).unwrap());
+    let mut pipelines: Vec<((&str, Blend), Arc<GraphicsPipeline>)> = Vec::new();
+    let mut recorded = Vec::new();
+    for draw in draws {
+        let mut bytes = Vec::new();
+        for [x, y] in draw.corners {
+            for v in [x, y, draw.z, 1.0] {
+                bytes.extend(v.to_le_bytes());
+            }
         }
+        let key = (draw.fs, draw.blend);
+        let at = match pipelines.iter().position(|(k, _)| *k == key) {
+            Some(at) => at,
+            None => {
+                let desc = GraphicsPipelineDesc {
+                    vertex_stack_bytes: 0,
+                    fragment_stack_bytes: 0,
+                    vertex: VS,
+                    fragment: draw.fs,
+                    vertex_layout: None,
+                    stencil: None,
+                    vertex_outputs: 4,
+                    varyings: Vec::new(),
+                    depth: depth_test.then_some(DepthState {
+                        function: agx_hw::formats::ZsFunc::Less,
+                        write: true,
+                    }),
+                    cull: CullMode::None,
+                    front_ccw: false,
+                    topology: Topology::Triangles,
+                    colour_output: ColourOutput::Registers {
+                        format: Format::Rgba8Unorm,
+                        blend: draw.blend,
+                    },
+                };
+                pipelines.push((key, Arc::new(GraphicsPipeline::new(&d, &desc).unwrap())));
+                pipelines.len() - 1
+            }
+        };
+        recorded.push((at, d.upload(&bytes, false).unwrap()));
     }
-    let vb = d.upload(&vertices, false).unwrap();
-    let pipeline = Arc::new(
-        GraphicsPipeline::new(
-            &d,
-            &GraphicsPipelineDesc {
-                vertex_stack_bytes: 0,
-                fragment_stack_bytes: 0,
-                vertex: VS,
-                fragment: fs,
-                vertex_layout: None,
-                stencil: None,
-                vertex_outputs: 4,
-                varyings: Vec::new(),
-                depth: None,
-                cull: CullMode::None,
-                front_ccw: false,
-                topology: Topology::Triangles,
-                colour_output: ColourOutput::Registers {
-                    format: Format::Rgba8Unorm,
-                    blend,
-                },
-            },
-        )
-        .unwrap(),
-    );
     captured(&d, name, || {
         let mut cb = CommandBuffer::new(&d, &programs);
         let mut pass = cb
@@ -371,13 +382,17 @@ fn triangle_capture(name: &str, draws: u32, blend: Blend, fs: &str) -> Capture {
                     load: LoadOp::Clear([0.0; 4]),
                     store: StoreOp::Store,
                 }],
-                depth: None,
+                depth: depth.as_ref().map(|image| DepthAttachment {
+                    image,
+                    load: LoadOp::Clear(1.0),
+                    store: StoreOp::DontCare,
+                    stencil: None,
+                }),
             })
             .unwrap();
-        pass.set_pipeline(&pipeline);
-        let va = vb.va();
-        pass.set_vertex_uniforms(&pair(va));
-        for _ in 0..draws {
+        for (at, vertices) in &recorded {
+            pass.set_pipeline(&pipelines[*at].1);
+            pass.set_vertex_uniforms(&pair(vertices.va()));
             pass.draw(3, 1, 0).unwrap();
         }
         pass.end().unwrap();
@@ -389,6 +404,19 @@ fn triangle_capture(name: &str, draws: u32, blend: Blend, fs: &str) -> Capture {
             .wait(Duration::from_secs(30))
             .unwrap();
     })
+}
+
+/// A capture of one pass over a 32x32 target drawing the triangle over
+/// its top-left half `draws` times with the fragment shader `fs`, blended
+/// by `blend`.
+fn triangle_capture(name: &str, draws: usize, blend: Blend, fs: &str) -> Capture {
+    let draw = TestDraw {
+        fs,
+        blend,
+        corners: TOP_LEFT,
+        z: 0.5,
+    };
+    pass_capture(name, false, &vec![draw; draws])
 }
 
 #[test]
@@ -521,32 +549,7 @@ const ATOMICS: &str = "
 
 #[test]
 fn a_traced_threads_memory_accesses_and_atomics_are_listed_by_address() {
-    let device = device();
-    let queue = Queue::new(&device).unwrap();
-    let programs = Arc::new(ProgramCache::new(&device));
-    let out = device.upload(&[0u8; 4 * 64], true).unwrap();
-    let capture = captured(&device, "debug-atomics.cap", || {
-        let mut cb = CommandBuffer::new(&device, &programs);
-        let shader = Shader::new(&device, ATOMICS).unwrap();
-        let bindings = Bindings::default()
-            .with_uniform_words(cb.arena(), &pair(out.va()))
-            .unwrap();
-        cb.dispatch(&shader, &bindings, [32, 1, 1], [32, 1, 1])
-            .unwrap();
-        cb.finish().unwrap();
-        queue
-            .submit(vec![cb], &[], &[])
-            .unwrap()
-            .wait(Duration::from_secs(60))
-            .unwrap();
-    });
-    let words: Vec<u32> = out
-        .read_all()
-        .unwrap()
-        .chunks_exact(4)
-        .map(|c| u32::from_le_bytes(c.try_into().unwrap()))
-        .take(33)
-        .collect();
+    let (capture, words, out) = dispatch_capture("debug-atomics.cap", ATOMICS, 32, 33);
     // The lanes run the atomic in lane order: lane i finds the sum of
     // 1..=i.
     assert_eq!(words[0], (1..=32).sum::<u32>());
@@ -568,7 +571,7 @@ fn a_traced_threads_memory_accesses_and_atomics_are_listed_by_address() {
     let atomic = steps.iter().find(|s| s.text.starts_with("atomic")).unwrap();
     assert_eq!(atomic.accesses.len(), 1, "{atomic:?}");
     assert_eq!(atomic.accesses[0].kind, "atomic");
-    assert_eq!(atomic.accesses[0].address, Some(out.va()));
+    assert_eq!(atomic.accesses[0].address, Some(out));
     assert_eq!(atomic.accesses[0].size_bytes, 4);
     assert!(
         atomic.accesses[0]
@@ -583,7 +586,7 @@ fn a_traced_threads_memory_accesses_and_atomics_are_listed_by_address() {
         .unwrap();
     assert_eq!(store.accesses.len(), 1);
     assert_eq!(store.accesses[0].kind, "store");
-    assert_eq!(store.accesses[0].address, Some(out.va() + 4 * 6));
+    assert_eq!(store.accesses[0].address, Some(out + 4 * 6));
     // Instructions that reach no memory list none.
     assert!(steps
         .iter()
@@ -724,83 +727,24 @@ fn constant_fs(rgba: [f32; 4]) -> String {
 /// test `less`, writes on): a red triangle over the top-left half at
 /// z = 0.5, then a green one over the whole target at z = 0.75.
 fn depth_capture(name: &str) -> Capture {
-    let d = device();
-    let programs = Arc::new(ProgramCache::new(&d));
-    let image = Image::new(&d, 32, 32, Format::Rgba8Unorm).unwrap();
-    let depth = DepthImage::new(&d, 32, 32).unwrap();
-    let buffer = |corners: [[f32; 2]; 3], z: f32| {
-        let mut bytes = Vec::new();
-        for [x, y] in corners {
-            for v in [x, y, z, 1.0] {
-                bytes.extend(v.to_le_bytes());
-            }
-        }
-        d.upload(&bytes, false).unwrap()
+    let (red, green) = (
+        constant_fs([1.0, 0.0, 0.0, 1.0]),
+        constant_fs([0.0, 1.0, 0.0, 1.0]),
+    );
+    let draw = |fs, corners, z| TestDraw {
+        fs,
+        blend: Blend::Replace,
+        corners,
+        z,
     };
-    let near = buffer([[-1.0, 1.0], [1.0, 1.0], [-1.0, -1.0]], 0.5);
-    let far = buffer([[-1.0, 1.0], [3.0, 1.0], [-1.0, -3.0]], 0.75);
-    let pipeline = |fs: &str| {
-        Arc::new(
-            GraphicsPipeline::new(
-                &d,
-                &GraphicsPipelineDesc {
-                    vertex_stack_bytes: 0,
-                    fragment_stack_bytes: 0,
-                    vertex: VS,
-                    fragment: fs,
-                    vertex_layout: None,
-                    stencil: None,
-                    vertex_outputs: 4,
-                    varyings: Vec::new(),
-                    depth: Some(DepthState {
-                        function: agx_hw::formats::ZsFunc::Less,
-                        write: true,
-                    }),
-                    cull: CullMode::None,
-                    front_ccw: false,
-                    topology: Topology::Triangles,
-                    colour_output: ColourOutput::Registers {
-                        format: Format::Rgba8Unorm,
-                        blend: Blend::Replace,
-                    },
-                },
-            )
-            .unwrap(),
-        )
-    };
-    let red = pipeline(&constant_fs([1.0, 0.0, 0.0, 1.0]));
-    let green = pipeline(&constant_fs([0.0, 1.0, 0.0, 1.0]));
-    captured(&d, name, || {
-        let mut cb = CommandBuffer::new(&d, &programs);
-        let mut pass = cb
-            .begin_render_pass(&RenderPassDesc {
-                colour: vec![ColourAttachment {
-                    image: &image,
-                    load: LoadOp::Clear([0.0; 4]),
-                    store: StoreOp::Store,
-                }],
-                depth: Some(DepthAttachment {
-                    image: &depth,
-                    load: LoadOp::Clear(1.0),
-                    store: StoreOp::DontCare,
-                    stencil: None,
-                }),
-            })
-            .unwrap();
-        for (pipeline, vertices) in [(&red, &near), (&green, &far)] {
-            pass.set_pipeline(pipeline);
-            pass.set_vertex_uniforms(&pair(vertices.va()));
-            pass.draw(3, 1, 0).unwrap();
-        }
-        pass.end().unwrap();
-        cb.finish().unwrap();
-        Queue::new(&d)
-            .unwrap()
-            .submit(vec![cb], &[], &[])
-            .unwrap()
-            .wait(Duration::from_secs(30))
-            .unwrap();
-    })
+    pass_capture(
+        name,
+        true,
+        &[
+            draw(&red, TOP_LEFT, 0.5),
+            draw(&green, [[-1.0, 1.0], [3.0, 1.0], [-1.0, -3.0]], 0.75),
+        ],
+    )
 }
 
 /// The kinds of a history's steps, in order.
@@ -809,13 +753,13 @@ fn kinds(history: &PixelHistory) -> Vec<String> {
         .steps
         .iter()
         .map(|step| match step {
-            PixelStep::TileStart { .. } => "tile".to_owned(),
-            PixelStep::Primitive { .. } => "primitive".to_owned(),
-            PixelStep::DepthTest { passed, .. } => {
+            PixelStep::Event(PixelEvent::TileStart { .. }) => "tile".to_owned(),
+            PixelStep::Event(PixelEvent::Primitive { .. }) => "primitive".to_owned(),
+            PixelStep::Event(PixelEvent::DepthTest { passed, .. }) => {
                 format!("depth {}", if *passed { "pass" } else { "fail" })
             }
             PixelStep::Shader(t) => t.stage.to_owned(),
-            PixelStep::TileEnd { .. } => "stored".to_owned(),
+            PixelStep::Event(PixelEvent::TileEnd { .. }) => "stored".to_owned(),
         })
         .collect()
 }
@@ -849,14 +793,14 @@ fn a_pixels_history_shows_two_draws_and_the_depth_test_between_them() {
         .steps
         .iter()
         .filter_map(|s| match s {
-            PixelStep::DepthTest {
+            PixelStep::Event(PixelEvent::DepthTest {
                 sample: 0,
                 depth,
                 stored,
                 function,
                 writes,
                 ..
-            } => Some((*depth, *stored, *function, *writes)),
+            }) => Some((*depth, *stored, *function, *writes)),
             _ => None,
         })
         .collect();
@@ -869,18 +813,18 @@ fn a_pixels_history_shows_two_draws_and_the_depth_test_between_them() {
         panic!("{:?}", both.steps[6]);
     };
     assert_eq!((fragment.stage, fragment.coverage), ("fragment", Some(1)));
-    let PixelStep::TileStart {
+    let PixelStep::Event(PixelEvent::TileStart {
         depth,
         segment: 0,
         last: true,
         tile: (0, 0),
         ..
-    } = &both.steps[0]
+    }) = &both.steps[0]
     else {
         panic!("{:?}", both.steps[0]);
     };
     assert_eq!(depth, &[1.0], "the clear depth, loaded");
-    let PixelStep::TileEnd { colour, depth, .. } = &both.steps[7] else {
+    let PixelStep::Event(PixelEvent::TileEnd { colour, depth, .. }) = &both.steps[7] else {
         panic!("{:?}", both.steps[7]);
     };
     assert_eq!(colour, &[255, 0, 0, 255], "red in the tilebuffer");

@@ -163,6 +163,34 @@ fn open(path: &Path, submission: usize) -> Result<agx_capture::Capture, ExitCode
     Ok(capture)
 }
 
+/// A replay that could not run: said, exit 1.
+fn replay_failed(submission: usize, error: &agx_tools::replay::ReplayError) -> ExitCode {
+    eprintln!("{TOOL}: submission {submission}: {error}");
+    ExitCode::FAILURE
+}
+
+/// Prints `value` as JSON, or as `text` makes it.
+fn print<T: serde::Serialize>(
+    json: bool,
+    value: &T,
+    text: fn(&T) -> String,
+) -> Result<(), ExitCode> {
+    if !json {
+        agx_tools::out!(TOOL, "{}", text(value));
+        return Ok(());
+    }
+    match serde_json::to_string_pretty(value) {
+        Ok(text) => {
+            agx_tools::outln!(TOOL, "{text}");
+            Ok(())
+        }
+        Err(e) => {
+            eprintln!("{TOOL}: {e}");
+            Err(ExitCode::FAILURE)
+        }
+    }
+}
+
 fn main() -> ExitCode {
     agx_tools::install_kernel_log(TOOL);
     match Args::parse().command {
@@ -232,21 +260,10 @@ fn trace(path: &Path, submission: usize, wanted: Wanted, json: bool) -> ExitCode
     };
     let report = match agx_tools::debug::trace(&capture, submission, want, stage) {
         Ok(report) => report,
-        Err(e) => {
-            eprintln!("{TOOL}: submission {submission}: {e}");
-            return ExitCode::FAILURE;
-        }
+        Err(e) => return replay_failed(submission, &e),
     };
-    if json {
-        match serde_json::to_string_pretty(&report) {
-            Ok(text) => agx_tools::outln!(TOOL, "{text}"),
-            Err(e) => {
-                eprintln!("{TOOL}: {e}");
-                return ExitCode::FAILURE;
-            }
-        }
-    } else {
-        agx_tools::out!(TOOL, "{}", agx_tools::debug::listing(&report));
+    if let Err(code) = print(json, &report, agx_tools::debug::listing) {
+        return code;
     }
     if report.invocations.is_empty() {
         eprintln!("{TOOL}: submission {submission}: no invocation matched {want:?}");
@@ -265,21 +282,10 @@ fn history(path: &Path, submission: usize, pixel: (u32, u32), json: bool) -> Exi
     };
     let history = match agx_tools::debug::pixel_history(&capture, submission, pixel) {
         Ok(history) => history,
-        Err(e) => {
-            eprintln!("{TOOL}: submission {submission}: {e}");
-            return ExitCode::FAILURE;
-        }
+        Err(e) => return replay_failed(submission, &e),
     };
-    if json {
-        match serde_json::to_string_pretty(&history) {
-            Ok(text) => agx_tools::outln!(TOOL, "{text}"),
-            Err(e) => {
-                eprintln!("{TOOL}: {e}");
-                return ExitCode::FAILURE;
-            }
-        }
-    } else {
-        agx_tools::out!(TOOL, "{}", agx_tools::debug::history_listing(&history));
+    if let Err(code) = print(json, &history, agx_tools::debug::history_listing) {
+        return code;
     }
     if history.steps.is_empty() {
         eprintln!(
@@ -306,10 +312,7 @@ fn map(path: &Path, submission: usize, kind: KindArg, out: &Path, json: bool) ->
     };
     let map = match agx_tools::debug::map(&capture, submission, kind) {
         Ok(map) => map,
-        Err(e) => {
-            eprintln!("{TOOL}: submission {submission}: {e}");
-            return ExitCode::FAILURE;
-        }
+        Err(e) => return replay_failed(submission, &e),
     };
     let (width, height, rgba) = agx_tools::debug::map_image(&map);
     let written = agx_tools::render::encode_png(width, height, &rgba)
