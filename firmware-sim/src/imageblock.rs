@@ -31,6 +31,7 @@ use agx_hw::layout::{
 
 use crate::bind::Binding;
 use crate::memory::GpuVm;
+use crate::probe::{PixelEvent, ShaderProbe};
 use crate::texture::channel_format;
 use crate::usc::formats::{self, ElementFormat};
 use crate::usc::io::{BlockStore, ImageWrite, IoError, TextureHandle, TileAccess};
@@ -701,10 +702,65 @@ pub fn store_block(
     request: &BlockStore,
     placement: BlockPlacement,
 ) -> Result<(), IoError> {
+    store_block_watched(vm, binding, block, request, placement, None)
+}
+
+/// [`store_block`], reporting to the debugger's probe what it wrote at
+/// `watch`'s pixel (render-target coordinates; `command` names the
+/// command for the event).
+pub fn store_block_watched(
+    vm: &mut GpuVm<'_>,
+    binding: &Binding,
+    block: &Imageblock,
+    request: &BlockStore,
+    placement: BlockPlacement,
+    watch: Option<(&dyn ShaderProbe, u64, (u32, u32))>,
+) -> Result<(), IoError> {
     if matches!(request.texture, TextureHandle::Bindless { .. }) {
         return Err(invalid("bindless block stores".into()));
     }
-    let target = PbeTarget::open(vm, pbe_address(binding, request.texture)?, false)?;
+    let descriptor = pbe_address(binding, request.texture)?;
+    let target = PbeTarget::open(vm, descriptor, false)?;
+    let watched = watch.and_then(|(probe, command, (x, y))| {
+        let inside = (placement.origin_px.0..placement.origin_px.0 + block.width_px).contains(&x)
+            && (placement.origin_px.1..placement.origin_px.1 + block.height_px).contains(&y)
+            && x < placement.limit_px.0.min(target.size_px.0)
+            && y < placement.limit_px.1.min(target.size_px.1)
+            && placement.layer < target.layers;
+        let offset = target
+            .texel_offset(x, y, placement.layer)
+            .ok()
+            .filter(|_| inside)?;
+        let address = target.pbe.buffer.wrapping_add(offset);
+        let mut before = vec![0u8; target.texel_bytes * target.samples as usize];
+        vm.read(address, &mut before).ok()?;
+        Some((probe, command, address, before))
+    });
+    let stored = store_texels(vm, block, request, placement, &target);
+    if let Some((probe, command, address, before)) = watched {
+        let mut after = vec![0u8; before.len()];
+        if vm.read(address, &mut after).is_ok() {
+            probe.pixel_event(PixelEvent::Stored {
+                command,
+                descriptor,
+                address,
+                before,
+                after,
+                compressed: target.pbe.compressed_1,
+            });
+        }
+    }
+    stored
+}
+
+/// The block store's writes, to an opened target.
+fn store_texels(
+    vm: &mut GpuVm<'_>,
+    block: &Imageblock,
+    request: &BlockStore,
+    placement: BlockPlacement,
+    target: &PbeTarget,
+) -> Result<(), IoError> {
     // A multisampled block stores to a multisampled image of the same
     // count, every sample. Resolving to a single-sampled image is the
     // shader's job.

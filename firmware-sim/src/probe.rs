@@ -170,6 +170,24 @@ pub enum PixelEvent {
         /// The stencil test before it.
         stencil: Option<StencilTest>,
     },
+    /// A block store wrote the pixel to an image: its texel's bytes
+    /// (every sample) before and after, whatever the image's layout.
+    Stored {
+        /// The command.
+        command: u64,
+        /// The image's PBE descriptor address.
+        descriptor: u64,
+        /// The texel's address.
+        address: u64,
+        /// Its bytes before the store (in a compressed image, what the
+        /// memory held, which a solid or compressed tile's metadata may
+        /// have overridden).
+        before: Vec<u8>,
+        /// Its bytes after.
+        after: Vec<u8>,
+        /// Whether the image is compressed.
+        compressed: bool,
+    },
     /// The tile is about to be stored: the pixel's tilebuffer contents
     /// the end-of-tile program reads.
     TileEnd {

@@ -1026,6 +1026,29 @@ pub fn history_listing(h: &PixelHistory) -> String {
                 let _ = writeln!(out, "{line}");
             }
             PixelStep::Shader(t) => shader_summary(&mut out, t),
+            PixelStep::Event(PixelEvent::Stored {
+                descriptor,
+                address,
+                before,
+                after,
+                compressed,
+                ..
+            }) => {
+                let hex = |bytes: &[u8]| {
+                    bytes
+                        .iter()
+                        .map(|b| format!("{b:02x}"))
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                };
+                let _ = writeln!(
+                    out,
+                    "      wrote the texel at {address:#x} (image {descriptor:#x}{}): [{}] before, [{}] after",
+                    if *compressed { ", compressed" } else { "" },
+                    hex(before),
+                    hex(after)
+                );
+            }
             PixelStep::Event(PixelEvent::TileEnd {
                 colour,
                 depth,

@@ -760,6 +760,7 @@ fn kinds(history: &PixelHistory) -> Vec<String> {
             }
             PixelStep::Shader(t) => t.stage.to_owned(),
             PixelStep::Event(PixelEvent::TileEnd { .. }) => "stored".to_owned(),
+            PixelStep::Event(PixelEvent::Stored { .. }) => "written".to_owned(),
         })
         .collect()
 }
@@ -784,6 +785,7 @@ fn a_pixels_history_shows_two_draws_and_the_depth_test_between_them() {
             "depth fail",
             "fragment",
             "stored",
+            "written",
             "end-of-tile"
         ],
         "{}",
@@ -829,7 +831,24 @@ fn a_pixels_history_shows_two_draws_and_the_depth_test_between_them() {
     };
     assert_eq!(colour, &[255, 0, 0, 255], "red in the tilebuffer");
     assert_eq!(depth, &[0.5]);
+    // The block store wrote the texel: nothing there before, red after,
+    // at the address the read-back names.
+    let PixelStep::Event(PixelEvent::Stored {
+        address,
+        before,
+        after,
+        compressed: false,
+        ..
+    }) = &both.steps[8]
+    else {
+        panic!("{:?}", both.steps[8]);
+    };
+    assert_eq!(
+        (before.as_slice(), after.as_slice()),
+        (&[0u8; 4][..], &[255u8, 0, 0, 255][..])
+    );
     assert_eq!(both.memory.len(), 1);
+    assert_eq!(*address, both.memory[0].address);
     assert_eq!(both.memory[0].before, [0, 0, 0, 0]);
     assert_eq!(both.memory[0].after, [255, 0, 0, 255]);
     // Under the far triangle alone: it passes against the clear, is
@@ -844,6 +863,7 @@ fn a_pixels_history_shows_two_draws_and_the_depth_test_between_them() {
             "depth pass",
             "fragment",
             "stored",
+            "written",
             "end-of-tile"
         ]
     );

@@ -9,8 +9,9 @@ use agx_hw::formats::{FragmentFace, FragmentStencil};
 use super::depth::{depth_passes, stencil_op};
 use super::tilebuffer::Tilebuffer;
 use crate::bind::Binding;
-use crate::imageblock::{store_block, store_texel, BlockPlacement, ImageWriteTarget};
+use crate::imageblock::{store_block_watched, store_texel, BlockPlacement, ImageWriteTarget};
 use crate::memory::GpuVm;
+use crate::probe::ShaderProbe;
 use crate::raster::{iterate, Coefficient};
 use crate::texture::TextureUnit;
 use crate::usc::io::{BlockStore, ImageWrite, IoError, TextureRequest, TileAccess};
@@ -38,6 +39,9 @@ pub(super) struct TileIo<'a, 'b> {
     pub(super) lanes: [(u32, u32); LANES],
     pub(super) vm: GpuVm<'b>,
     pub(super) binding: &'a Binding,
+    /// The debugger's probe, if the machine has one, and the command, for
+    /// what the block stores write at its watched pixel.
+    pub(super) probe: Option<(&'a dyn ShaderProbe, u64)>,
     /// The render area.
     pub(super) area: (u32, u32),
     pub(super) layer: u32,
@@ -431,7 +435,10 @@ impl ShaderIo for TileIo<'_, '_> {
     fn block_store(&mut self, request: &BlockStore) -> Result<(), IoError> {
         // Layered passes store layer n of the tile to layer n of the
         // image.
-        store_block(
+        let watch = self.probe.and_then(|(probe, command)| {
+            probe.watched_pixel().map(|pixel| (probe, command, pixel))
+        });
+        store_block_watched(
             &mut self.vm,
             self.binding,
             &self.tile.colour,
@@ -441,6 +448,7 @@ impl ShaderIo for TileIo<'_, '_> {
                 layer: self.layer,
                 limit_px: self.area,
             },
+            watch,
         )
     }
 }

@@ -269,6 +269,7 @@ pub(super) fn run_tile_program(
             lanes,
             vm: vm.clone(),
             binding,
+            probe: watchdog.probe.map(|probe| (probe, watchdog.command)),
             area,
             layer,
             pieces,
