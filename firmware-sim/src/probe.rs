@@ -1,4 +1,5 @@
-//! The debugger's hook into the GPU: which SIMD-groups' lanes to trace.
+//! The debugger's hook into the GPU: which SIMD-groups' lanes to trace or
+//! count, and what happens at a watched pixel.
 //!
 //! On the hardware nothing can be single-stepped; here every SIMD-group of
 //! every stage starts in one place (where a stage hands it to the shader

@@ -270,7 +270,7 @@ pub struct Traced {
     pub command: u64,
     /// For compute, the launch's control-stream address; for a vertex
     /// shader, the draw's.
-    pub launch: Option<u64>,
+    pub control_block: Option<u64>,
     /// For compute, the launch's number in the submission (from 0, in the
     /// order the GPU ran them, `--dispatch`); for a vertex shader, the
     /// draw's (`--draw`).
@@ -305,7 +305,7 @@ fn traced(lane: TracedLane) -> Traced {
     Traced {
         stage: lane.stage.name(),
         command: lane.command,
-        launch: match lane.stage {
+        control_block: match lane.stage {
             Stage::Compute { launch } => Some(launch),
             Stage::Vertex { draw } => Some(draw),
             _ => None,
@@ -414,7 +414,7 @@ pub fn listing(report: &TraceReport) -> String {
         if let Some(coverage) = t.coverage {
             let _ = write!(out, ", coverage {coverage:#x}");
         }
-        match (t.stage, t.launch, t.number) {
+        match (t.stage, t.control_block, t.number) {
             ("compute", Some(launch), Some(n)) => {
                 let _ = write!(out, ", dispatch {n} (launch {launch:#x})");
             }

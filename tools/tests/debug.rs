@@ -206,7 +206,7 @@ fn a_compute_threads_trace_follows_the_programs_model_step_by_step() {
         assert_eq!(traced.stage, "compute");
         assert_eq!(traced.lane, lane);
         assert_eq!(traced.present, u32::MAX);
-        assert!(traced.launch.is_some());
+        assert!(traced.control_block.is_some());
         let model = collatz_model(first, lane);
         let names: Vec<&str> = traced
             .steps
@@ -523,7 +523,10 @@ fn a_pixels_fragments_and_tile_programs_are_traced_where_they_ran() {
     )
     .unwrap();
     assert_eq!(second.invocations.len(), 1);
-    assert_eq!(second.invocations[0].launch, vertex.invocations[1].launch);
+    assert_eq!(
+        second.invocations[0].control_block,
+        vertex.invocations[1].control_block
+    );
     assert!(vertex.invocations.iter().all(|t| t.stage == "vertex"));
     let load = &vertex.invocations[0].steps[0];
     assert!(load.text.starts_with("device_load"), "{}", load.text);

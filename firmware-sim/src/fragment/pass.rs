@@ -5,7 +5,6 @@
 //! when the hidden-surface removal resolves the tile's tags), depth and
 //! stencil out, the end-of-tile program.
 
-use crate::probe::{PixelEvent, Stage};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use agx_fwif::messages::{FaultUnit, RenderPass, TvbInfo};
@@ -28,6 +27,7 @@ use crate::fault::EngineResult;
 use crate::helper::{HelperProgram, StageHelper};
 use crate::imageblock::ImageWriteTarget;
 use crate::memory::GpuVm;
+use crate::probe::{PixelEvent, Stage};
 use crate::raster::{rasterize, sample_positions, setup_coefficients, Coefficient, Extras};
 use crate::texture::DecodedImages;
 use crate::tiler;
@@ -820,13 +820,16 @@ impl Pass<'_> {
                 back_facing: false,
             }]
         }
+        // A resumed segment's background program reloads what a partial
+        // render stored.
+        let background = Stage::Background {
+            reload: self.scene.header.segment > 0,
+        };
         if inside {
             let pixels = std::mem::take(&mut w.whole_tile);
             let ran = run(
                 w,
-                Stage::Background {
-                    reload: self.scene.header.segment > 0,
-                },
+                background,
                 &self.bg,
                 &whole_tile(&pixels),
                 false,
@@ -837,9 +840,7 @@ impl Pass<'_> {
         } else {
             run(
                 w,
-                Stage::Background {
-                    reload: self.scene.header.segment > 0,
-                },
+                background,
                 &self.bg,
                 &whole_tile(&all),
                 true,

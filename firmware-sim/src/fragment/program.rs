@@ -4,7 +4,6 @@
 //! derivatives work). Also how a primitive's state names its fragment
 //! shader, and whether that shader writes depth.
 
-use crate::probe::Stage;
 use agx_fwif::messages::{FaultUnit, RenderPass, TileProgram};
 use agx_hw::formats::{DepthBias, FragmentFace, FragmentStencil, Scissor};
 use zerocopy::FromBytes;
@@ -20,6 +19,7 @@ use crate::helper::StageHelper;
 use crate::imageblock::ImageWriteTarget;
 use crate::memory::read_words;
 use crate::memory::GpuVm;
+use crate::probe::Stage;
 use crate::shader::present_lanes;
 use crate::texture::{DecodedImages, TextureUnit};
 use crate::tiler;

@@ -2,7 +2,6 @@
 //! uniform stores, the state stores that bind descriptors from a heap,
 //! and threadgroup (shared) memory loads, stores and atomics.
 
-use crate::usc::trace::LaneAccess;
 use agx_hw::isa::{Op, Operand, RegRun, Size, Value};
 
 use super::{
@@ -11,6 +10,7 @@ use super::{
 use crate::usc::formats::{self, ElementFormat};
 use crate::usc::io::StateKind;
 use crate::usc::memory::AccessKind;
+use crate::usc::trace::LaneAccess;
 
 impl SimdGroup {
     /// Executes a device, uniform or threadgroup memory instruction.
@@ -265,6 +265,7 @@ impl SimdGroup {
                 "an atomic whose bits 26, 31, 44 and 46 are not all set (not modelled)",
             ));
         }
+        let traced = self.traced_in(exec);
         for lane in lanes(exec) {
             let base_address = self.lane_value(base, lane, env.uniforms);
             let index = self.memory_index(offset, signedness, lane, env);
@@ -281,7 +282,7 @@ impl SimdGroup {
                 .memory
                 .atomic_u32(address, &mut |old| op.apply(old, value, compare))
                 .map_err(|fault| ExecError::Memory { pc, fault })?;
-            if self.traced_in(exec) == Some(lane) {
+            if traced == Some(lane) {
                 self.trace_access(LaneAccess {
                     kind: "atomic",
                     address: Some(address),
