@@ -229,6 +229,130 @@ pub(crate) fn iterate([a, b, c]: [f32; 3], x: f32, y: f32) -> f32 {
     float::sum3_to_odd(ax, by, f64::from(c)) as f32
 }
 
+/// Where a finite f32's bits lie: it is a multiple of 2^`lsb` and its
+/// magnitude is below 2^`top` (zero's span is empty: its `lsb` above and
+/// its `top` below any product's).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct BitSpan {
+    lsb: i32,
+    top: i32,
+}
+
+impl BitSpan {
+    const ZERO: BitSpan = BitSpan {
+        lsb: 1 << 20,
+        top: -(1 << 20),
+    };
+
+    /// The span of `value`, none for an infinity or a NaN.
+    pub(crate) fn of(value: f32) -> Option<BitSpan> {
+        let bits = value.to_bits();
+        let biased_exponent = ((bits >> 23) & 0xFF) as i32;
+        let fraction = bits & 0x7F_FFFF;
+        match (biased_exponent, fraction) {
+            (0xFF, _) => None,
+            (0, 0) => Some(BitSpan::ZERO),
+            _ => {
+                let significand = if biased_exponent == 0 {
+                    fraction
+                } else {
+                    fraction | 0x80_0000
+                };
+                // value = significand * 2^scale, significand < 2^24.
+                let scale = biased_exponent.max(1) - 150;
+                Some(BitSpan {
+                    lsb: scale + significand.trailing_zeros() as i32,
+                    top: scale + 24,
+                })
+            }
+        }
+    }
+}
+
+/// A point the iterator evaluates planes at (relative to the tile's
+/// corner), with its coordinates' spans.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct IterPoint {
+    x: f32,
+    y: f32,
+    spans: Option<[BitSpan; 2]>,
+}
+
+impl IterPoint {
+    pub(crate) fn new(x: f32, y: f32) -> IterPoint {
+        IterPoint {
+            x,
+            y,
+            spans: BitSpan::of(x).zip(BitSpan::of(y)).map(|(x, y)| [x, y]),
+        }
+    }
+}
+
+/// A coefficient register as the iterator reads it in one tile: a
+/// plane's three words at the tile's corner ([`Coefficient::words_at`])
+/// with their spans, or a flat value's bits. Made once per primitive and
+/// tile, evaluated at each lane's point.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum TilePlane {
+    Flat(u32),
+    Plane {
+        words: [f32; 3],
+        spans: Option<[BitSpan; 3]>,
+    },
+}
+
+impl TilePlane {
+    pub(crate) fn new(coefficient: Coefficient, origin: (f64, f64)) -> TilePlane {
+        match coefficient {
+            Coefficient::Constant(bits) => TilePlane::Flat(bits),
+            plane => {
+                let words = plane.words_at(origin);
+                let spans = match words.map(BitSpan::of) {
+                    [Some(a), Some(b), Some(c)] => Some([a, b, c]),
+                    _ => None,
+                };
+                TilePlane::Plane { words, spans }
+            }
+        }
+    }
+
+    /// The value at `point`: a flat value's bits, or [`iterate`]'s
+    /// result. Where f64 holds A x + B y + C exactly, its plain sum
+    /// rounded to f32 is that single rounding: the products are exact
+    /// (24 by 24 bits), and every partial sum is a multiple of the
+    /// smallest term's 2^lsb below 2^(top + 2), so at most 53 bits when
+    /// `top + 2 - lsb <= 53`. Elsewhere (and for infinities and NaNs)
+    /// `iterate` rounds through sum-to-odd.
+    pub(crate) fn at(&self, point: &IterPoint) -> f32 {
+        match *self {
+            TilePlane::Flat(bits) => f32::from_bits(bits),
+            TilePlane::Plane { words, .. } => self
+                .exact_sum(point)
+                .unwrap_or_else(|| iterate(words, point.x, point.y)),
+        }
+    }
+
+    /// A plane's value at `point` where f64 holds it exactly, rounded.
+    fn exact_sum(&self, point: &IterPoint) -> Option<f32> {
+        let TilePlane::Plane {
+            words,
+            spans: Some([a, b, c]),
+        } = *self
+        else {
+            return None;
+        };
+        let [x, y] = point.spans?;
+        let top = (a.top + x.top).max(b.top + y.top).max(c.top);
+        let lsb = (a.lsb + x.lsb).min(b.lsb + y.lsb).min(c.lsb);
+        (top + 2 - lsb <= f64::MANTISSA_DIGITS as i32).then(|| {
+            let [a, b, c] = words.map(f64::from);
+            // The same expression `sum3_to_odd` returns for an exact sum,
+            // so a zero's sign is the same.
+            (a * f64::from(point.x) + b * f64::from(point.y) + c) as f32
+        })
+    }
+}
+
 /// Where the values a binned primitive carries beyond its vertices'
 /// outputs are among each vertex's values (see `tiler::RECORD_*`).
 #[derive(Debug, Clone, Copy, Default)]
@@ -419,6 +543,102 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn planes_evaluated_in_f64_where_exact_agree_with_the_iterator() {
+        let plane = |a: f32, b: f32, c: f32| TilePlane::Plane {
+            words: [a, b, c],
+            spans: match [a, b, c].map(BitSpan::of) {
+                [Some(a), Some(b), Some(c)] => Some([a, b, c]),
+                _ => None,
+            },
+        };
+        // 1 + 2^-24 + 2^-81 rounds up to the f32 after 1; a plain f64 sum
+        // loses 2^-81 and then ties to even, down to 1: not exact in
+        // f64, so the iterator's rounding decides.
+        let wide = plane(2f32.powi(-25), 2f32.powi(-81), 1.0);
+        let at = IterPoint::new(2.0, 1.0);
+        assert_eq!(wide.exact_sum(&at), None);
+        assert_eq!(wide.at(&at), 1.0 + 2f32.powi(-23));
+        assert_eq!((2f64.powi(-24) + 2f64.powi(-81) + 1.0) as f32, 1.0);
+        // At the bound: 3.5 + 2^-22 + 1.75 + 2^-51 needs 55 bits (the
+        // terms' spans say so), and f64's rounding of it would tie
+        // twice, down to 5.25.
+        let edge = plane(2f32.powi(-50), 3.5, 3.5 + 2f32.powi(-22));
+        let half = IterPoint::new(0.5, 0.5);
+        assert_eq!(edge.exact_sum(&half), None);
+        assert_eq!(edge.at(&half), 5.25 + 2f32.powi(-21));
+        assert_eq!(
+            (2f64.powi(-51) + 1.75 + (3.5 + 2f64.powi(-22))) as f32,
+            5.25
+        );
+        // Narrow enough: the plain sum.
+        let narrow = plane(0.25, -0.125, 3.0);
+        assert_eq!(narrow.exact_sum(&IterPoint::new(4.5, 8.5)), Some(3.0625));
+        // Zeros keep IEEE's sign; a flat value keeps its bits.
+        let zeros = plane(-0.0, -0.0, -0.0);
+        assert_eq!(zeros.at(&IterPoint::new(0.5, 0.5)).to_bits(), 0x8000_0000);
+        assert_eq!(TilePlane::Flat(0x7FC0_0001).at(&at).to_bits(), 0x7FC0_0001);
+
+        // Random planes and points against `iterate`, with exponents
+        // near each other (mostly exact) and far apart (mostly not), C
+        // near cancelling A x + B y, zeros, infinities and NaNs.
+        let mut state = 0x2545_F491_4F6C_DD1Du64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let value = |spread: u64, next: &mut dyn FnMut() -> u64| {
+            let r = next();
+            match r % 64 {
+                0 => 0.0,
+                1 => f32::INFINITY,
+                2 => f32::from_bits(0x7FC0_0000 | ((r >> 40) as u32 & 0x3F_FFFF)),
+                3 => f32::from_bits((r >> 8) as u32 & 0x807F_FFFF), // a denormal
+                _ => {
+                    let exponent = 127 - spread / 2 + (r >> 32) % spread;
+                    let bits = ((r >> 8) & 1) << 31 | exponent << 23 | (r >> 9) & 0x7F_FFFF;
+                    f32::from_bits(bits as u32)
+                }
+            }
+        };
+        let (mut exact, mut rounded) = (0, 0);
+        for i in 0..200_000u64 {
+            let spread = [4, 20, 60, 250][(i % 4) as usize];
+            let (a, b) = (value(spread, &mut next), value(spread, &mut next));
+            let r = next();
+            let (x, y) = (
+                (r % 32) as f32 + [0.5, (r >> 8 & 255) as f32 / 256.0][(r >> 16 & 1) as usize],
+                (r >> 20 & 31) as f32 + 0.5,
+            );
+            let c = if r >> 30 & 3 == 0 {
+                // Nearly cancelling: C is -(A x + B y) rounded, nudged.
+                let sum = -(f64::from(a) * f64::from(x) + f64::from(b) * f64::from(y)) as f32;
+                f32::from_bits(sum.to_bits().wrapping_add((r >> 40) as u32 % 3))
+            } else {
+                value(spread, &mut next)
+            };
+            let (p, point) = (plane(a, b, c), IterPoint::new(x, y));
+            match p.exact_sum(&point) {
+                Some(_) => exact += 1,
+                None => rounded += 1,
+            }
+            // A NaN's payload is whichever operand's the host's
+            // addition kept (the shader's registers take the default
+            // NaN): that it is a NaN is what both must agree on.
+            let (fast, reference) = (p.at(&point), iterate([a, b, c], x, y));
+            assert!(
+                fast.to_bits() == reference.to_bits() || fast.is_nan() && reference.is_nan(),
+                "{a:e} {b:e} {c:e} at ({x}, {y}): {fast:e} against {reference:e}"
+            );
+        }
+        assert!(
+            exact > 50_000 && rounded > 50_000,
+            "{exact} exact, {rounded} not"
+        );
     }
 
     #[test]

@@ -12,7 +12,7 @@ use crate::bind::Binding;
 use crate::imageblock::{store_block_watched, store_texel, BlockPlacement, ImageWriteTarget};
 use crate::memory::GpuVm;
 use crate::probe::ShaderProbe;
-use crate::raster::{iterate, Coefficient};
+use crate::raster::{iterate, Coefficient, IterPoint, TilePlane};
 use crate::texture::TextureUnit;
 use crate::usc::io::{BlockStore, ImageWrite, IoError, TextureRequest, TileAccess};
 use crate::usc::{ShaderIo, LANES};
@@ -312,6 +312,49 @@ impl ShaderIo for TileIo<'_, '_> {
             };
         }
         Ok(out)
+    }
+
+    fn interpolate_lanes(
+        &mut self,
+        lanes: u32,
+        cf: u32,
+        count: usize,
+        interpolation: crate::usc::io::Interpolation,
+        perspective_w: Option<u32>,
+        values: &mut [[f32; 4]; LANES],
+    ) -> Result<(), IoError> {
+        // As `interpolate` lane by lane, with each primitive's registers
+        // made ready for the tile once for the lanes that follow it (a
+        // SIMD-group's lanes are its primitives' quads in turn).
+        let origin = self.coefficient_origin();
+        let count = count.min(4);
+        let mut planes: Option<(u16, [TilePlane; 4], Option<TilePlane>)> = None;
+        for lane in (0..LANES).filter(|l| lanes & (1 << l) != 0) {
+            let piece = self.lane_pieces[lane];
+            let (_, varying, w) = match planes {
+                Some(ref kept) if kept.0 == piece => kept,
+                _ => {
+                    let mut varying = [TilePlane::Flat(0); 4];
+                    for (i, plane) in varying.iter_mut().enumerate().take(count) {
+                        *plane = TilePlane::new(self.coefficient(lane, cf + i as u32), origin);
+                    }
+                    let w = perspective_w
+                        .map(|w_cf| TilePlane::new(self.coefficient(lane, w_cf), origin));
+                    planes.insert((piece, varying, w))
+                }
+            };
+            let (x, y) = self.interpolation_point(lane, interpolation);
+            let point = IterPoint::new(x - origin.0 as f32, y - origin.1 as f32);
+            let w = w.map(|w| w.at(&point));
+            for (value, plane) in values[lane].iter_mut().zip(&varying[..count]) {
+                let v = plane.at(&point);
+                *value = match w {
+                    Some(w) => v / w,
+                    None => v,
+                };
+            }
+        }
+        Ok(())
     }
 
     fn coefficients(

@@ -267,6 +267,25 @@ pub trait ShaderIo {
         Err(IoError::Unavailable("the varying interpolator"))
     }
 
+    /// [`ShaderIo::interpolate`] for each lane of `lanes`, lane `l`'s
+    /// values into `values[l]`, with the same `cf` and interpolation in
+    /// every lane; the first lane's error is the instruction's. By default
+    /// lane by lane.
+    fn interpolate_lanes(
+        &mut self,
+        lanes: u32,
+        cf: u32,
+        count: usize,
+        interpolation: Interpolation,
+        perspective_w: Option<u32>,
+        values: &mut [[f32; 4]; super::LANES],
+    ) -> Result<(), IoError> {
+        for lane in (0..super::LANES).filter(|l| lanes & (1 << l) != 0) {
+            values[lane] = self.interpolate(lane, cf, count, interpolation, perspective_w)?;
+        }
+        Ok(())
+    }
+
     /// Reads the plane coefficients (A, B, C per channel) of a varying.
     fn coefficients(
         &mut self,

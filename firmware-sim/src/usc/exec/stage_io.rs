@@ -7,6 +7,7 @@ use agx_hw::isa::{Op, Reg, Size, Value};
 
 use super::{lanes, unsupported, Env, ExecError, Flow, Operands, SimdGroup};
 use crate::usc::io::{Interpolation, TileAccess};
+use crate::usc::LANES;
 
 impl SimdGroup {
     /// The coefficient register an `iter`, `iterproj` or `ldcf` names: its
@@ -101,6 +102,34 @@ impl SimdGroup {
                 let sample = o.int(tail + 1)?;
                 let cf_in_register = o.int(tail + 5)? != 0;
                 let cf_field = o.int(1)? as u32;
+                let count = usize::from(data.count);
+                let shared = match mode {
+                    _ if cf_in_register => None,
+                    0 => Some(Interpolation::Center),
+                    1 => Some(Interpolation::Sample(sample as u32)),
+                    2 => Some(Interpolation::Centroid),
+                    _ => None,
+                };
+                if let Some(interpolation) = shared {
+                    // The same register and point rule in every lane: the
+                    // lanes at once, each register written for the mask.
+                    let mut values = [[0f32; 4]; LANES];
+                    env.io
+                        .interpolate_lanes(
+                            exec,
+                            cf_field,
+                            count,
+                            interpolation,
+                            perspective,
+                            &mut values,
+                        )
+                        .map_err(|error| ExecError::Io { pc, error })?;
+                    for i in 0..count.min(4) {
+                        let component = values.map(|lane| lane[i]);
+                        self.write_floats(data.reg(i as u16), exec, &component);
+                    }
+                    return Ok(Flow::Next);
+                }
                 for lane in lanes(exec) {
                     let cf = self.coefficient_index(cf_field, cf_in_register, lane);
                     let interpolation = match mode {
