@@ -128,6 +128,38 @@ struct Image {
     /// bytes): an image is decoded for one instruction, whose lanes'
     /// footprints mostly share lines.
     line: std::cell::RefCell<Option<(u64, [u8; TEXEL_LINE_BYTES])>>,
+    /// For an image of one byte per channel converted to float (unorm8,
+    /// snorm8, sRGB8): per channel, the register bits each byte loads
+    /// as, made by `formats::load` the first time a texel is read.
+    byte_channels: std::cell::OnceCell<Option<Box<ByteChannels>>>,
+}
+
+/// Per channel, the register bits of each of the 256 byte values.
+type ByteChannels = [[u32; 256]; 4];
+
+impl Image {
+    /// The conversion table of an image whose channels are a byte each
+    /// and load as floats, each value by `formats::load` (which reads
+    /// only the channel's own byte for these formats).
+    fn byte_channels(&self) -> Option<&ByteChannels> {
+        self.byte_channels
+            .get_or_init(|| {
+                let byte_format = matches!(
+                    self.element,
+                    ElementFormat::Unorm8 | ElementFormat::Snorm8 | ElementFormat::Srgba8
+                );
+                (byte_format && !self.integer && self.block.is_none()).then(|| {
+                    let mut table = Box::new([[0u32; 256]; 4]);
+                    for (c, channel) in table.iter_mut().enumerate().take(self.channels) {
+                        for (byte, bits) in channel.iter_mut().enumerate() {
+                            *bits = formats::load(self.element, &[byte as u8], c, false);
+                        }
+                    }
+                    table
+                })
+            })
+            .as_deref()
+    }
 }
 
 /// A compression tile: level, layer, column and row (in sample space).
@@ -421,6 +453,7 @@ fn decode_image(bytes: &[u8; 24]) -> Result<Image, IoError> {
         last_tile: std::cell::Cell::new(None),
         stale_logged: std::cell::Cell::new(false),
         line: std::cell::RefCell::new(None),
+        byte_channels: std::cell::OnceCell::new(),
     })
 }
 
@@ -578,7 +611,11 @@ impl TextureUnit<'_> {
         if let Some(format) = image.block {
             return self.block_texel(image, format, level, (x, y, layer));
         }
-        let (x, y, sample) = self.stored_texel(image, level, (x, y, sample), layer)?;
+        let (x, y, sample) = if image.compression.is_none() {
+            (x, y, sample)
+        } else {
+            self.stored_texel(image, level, (x, y, sample), layer)?
+        };
         let offset = image.layout.offset(level, x, y, layer);
         self.element_texel(image, offset, (x, y, level), sample)
     }
@@ -603,6 +640,12 @@ impl TextureUnit<'_> {
         self.read_texel_bytes(image, image.texture.address.wrapping_add(offset), bytes)?;
         let one = if image.integer { 1 } else { 1.0f32.to_bits() };
         let mut out = [0, 0, 0, one];
+        if let Some(table) = image.byte_channels() {
+            for ((value, channel), byte) in out.iter_mut().zip(table).zip(&*bytes) {
+                *value = channel[usize::from(*byte)];
+            }
+            return Ok(out);
+        }
         let signed = image.texture.data_type == TextureType::Sint;
         for (c, value) in out.iter_mut().enumerate().take(image.channels) {
             let at = if image.element.packed() {
