@@ -128,6 +128,11 @@ struct Image {
     /// bytes): an image is decoded for one instruction, whose lanes'
     /// footprints mostly share lines.
     line: std::cell::RefCell<Option<(u64, [u8; TEXEL_LINE_BYTES])>>,
+    /// Texels a sample read in this instruction, by level, layer and
+    /// position: a SIMD-group's bilinear footprints overlap (a quad's
+    /// four lanes, neighbouring quads), so most of an instruction's texel
+    /// reads find one read before. Emptied with the lines.
+    texels: std::cell::RefCell<SampledTexels>,
     /// For an image of one byte per channel converted to float (unorm8,
     /// snorm8, sRGB8): per channel, the register bits each byte loads
     /// as, made by `formats::load` the first time a texel is read.
@@ -171,6 +176,42 @@ type TileWord = (u64, TileMode);
 /// Bytes of the aligned lines texels are read through (inside one page,
 /// so a line faults exactly where the texels in it would).
 const TEXEL_LINE_BYTES: usize = 128;
+
+/// Texels an image keeps for an instruction.
+const SAMPLED_TEXELS: usize = 64;
+
+/// Texels read for one instruction: slot `i` holds one whose key
+/// ([`SampledTexels::key`]) hashes to `i`.
+struct SampledTexels {
+    /// Each slot's key, `u64::MAX` for none (no key has every bit set).
+    keys: [u64; SAMPLED_TEXELS],
+    texels: [[u32; 4]; SAMPLED_TEXELS],
+}
+
+impl SampledTexels {
+    fn new() -> SampledTexels {
+        SampledTexels {
+            keys: [u64::MAX; SAMPLED_TEXELS],
+            texels: [[0; 4]; SAMPLED_TEXELS],
+        }
+    }
+
+    fn empty(&mut self) {
+        self.keys = [u64::MAX; SAMPLED_TEXELS];
+    }
+
+    /// Texel (x, y) of `level` and `layer` as a key and its slot; `None`
+    /// for coordinates past 16 bits (or a level past 8), which are not
+    /// kept.
+    fn key(level: u32, x: u32, y: u32, layer: u32) -> Option<(u64, usize)> {
+        if level > 0xFF || (x | y | layer) > 0xFFFF {
+            return None;
+        }
+        let key = u64::from(x) | u64::from(y) << 16 | u64::from(layer) << 32 | u64::from(level) << 48;
+        let slot = ((x & 7) | (y & 7) << 3) as usize % SAMPLED_TEXELS;
+        Some((key, slot))
+    }
+}
 
 /// Descriptors a Texture or Sampler word (or a preshader's state store)
 /// binds to state registers.
@@ -227,6 +268,7 @@ impl DecodedImages {
         let mut kept = self.kept.borrow_mut();
         if let Some((_, image)) = kept.iter().find(|(key, _)| key == bytes) {
             image.last_tile.set(None);
+            image.texels.borrow_mut().empty();
             image.line.replace(None);
             return Ok(image.clone());
         }
@@ -453,6 +495,7 @@ fn decode_image(bytes: &[u8; 24]) -> Result<Image, IoError> {
         last_tile: std::cell::Cell::new(None),
         stale_logged: std::cell::Cell::new(false),
         line: std::cell::RefCell::new(None),
+        texels: std::cell::RefCell::new(SampledTexels::new()),
         byte_channels: std::cell::OnceCell::new(),
     })
 }
@@ -597,7 +640,19 @@ impl TextureUnit<'_> {
         y: u32,
         layer: u32,
     ) -> Result<[u32; 4], IoError> {
-        self.sample_texel(image, level, (x, y, layer), 0)
+        let Some((key, slot)) = SampledTexels::key(level, x, y, layer) else {
+            return self.sample_texel(image, level, (x, y, layer), 0);
+        };
+        if image.texels.borrow().keys[slot] == key {
+            return Ok(image.texels.borrow().texels[slot]);
+        }
+        // Kept only once read: a texel that faults is read (and faults)
+        // again.
+        let texel = self.sample_texel(image, level, (x, y, layer), 0)?;
+        let mut texels = image.texels.borrow_mut();
+        texels.keys[slot] = key;
+        texels.texels[slot] = texel;
+        Ok(texel)
     }
 
     /// Sample `sample` of texel (x, y) of `level` and `layer`.

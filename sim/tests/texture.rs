@@ -1249,6 +1249,71 @@ fn float_coords(c: [f32; 4]) -> [u32; 4] {
     c.map(f32::to_bits)
 }
 
+/// Each thread of one SIMD-group samples texel x % 8 of row 0 (one
+/// 128-byte line), overwrites it with a store, and samples it again: the
+/// texture unit keeps the lines and texels it read for one instruction's
+/// lanes only, so the second sample reads what the store wrote. (The
+/// hardware's texture cache is not coherent with stores without a
+/// barrier; this model reads memory as it is when each instruction runs,
+/// Documentation/gpu.md.)
+#[test_log::test]
+fn a_sample_reads_texels_as_memory_holds_them_when_it_runs() {
+    let m = Machine::new(5000);
+    texture(&m, Layout::Linear);
+    put_sampler(&m, Filter::Nearest, Wrap::ClampToEdge);
+    let coords: Vec<u32> = (0..32)
+        .flat_map(|x| {
+            let texel = x % 8;
+            [
+                ((texel as f32 + 0.5) / TEX_W as f32).to_bits(),
+                (0.5 / TEX_H as f32).to_bits(),
+                0,
+                texel,
+            ]
+        })
+        .collect();
+    m.poke_u32s(IN, &coords);
+    let sample = sample_instruction("tex_2d", 2);
+    let kernel = format!(
+        "
+    get_sr r12, sr80
+    device_load 0, i32, xyzw, r16_r17_r18_r19, u4_u5, r12, unsigned, lsl 2
+    wait 0
+    {sample}
+    wait 0
+    device_store 0, i32, xyzw, r8_r9_r10_r11, u0_u1, r12, unsigned, lsl 2, 0
+    mov_imm r20, 0x80402010
+    device_store 0, i32, x, r20, u6_u7, r19, unsigned, 0
+    wait 0
+    {sample}
+    wait 0
+    iadd r12, r12, 32
+    device_store 0, i32, xyzw, r8_r9_r10_r11, u0_u1, r12, unsigned, lsl 2, 0
+    stop"
+    );
+    let mut uniforms = pair(DATA_VA + OUT);
+    uniforms.extend([TEX_W, 0]);
+    uniforms.extend(pair(DATA_VA + IN));
+    uniforms.extend(pair(DATA_VA + TEXELS));
+    let pipeline = sampling_pipeline(&m, &kernel, &uniforms);
+    assert_eq!(m.run_launch(STREAM, pipeline, [32, 1, 1], [32, 1, 1]), None);
+    let results = m.peek_u32s(OUT, 2 * 4 * 32);
+    let unorm = |bytes: [u8; 4]| bytes.map(|b| (f32::from(b) / 255.0).to_bits());
+    for x in 0..32 {
+        let at = 4 * x as usize;
+        assert_eq!(
+            results[at..at + 4],
+            unorm(texel(x % 8, 0)),
+            "lane {x} before"
+        );
+        assert_eq!(
+            results[128 + at..128 + at + 4],
+            unorm([0x10, 0x20, 0x40, 0x80]),
+            "lane {x} after the store"
+        );
+    }
+}
+
 #[test_log::test]
 fn packed_16_bit_formats_decode_from_their_bit_layouts() {
     // Each format's channels from the lowest bits up (Mesa's ail table
