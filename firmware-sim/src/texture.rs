@@ -207,7 +207,8 @@ impl SampledTexels {
         if level > 0xFF || (x | y | layer) > 0xFFFF {
             return None;
         }
-        let key = u64::from(x) | u64::from(y) << 16 | u64::from(layer) << 32 | u64::from(level) << 48;
+        let key =
+            u64::from(x) | u64::from(y) << 16 | u64::from(layer) << 32 | u64::from(level) << 48;
         let slot = ((x & 7) | (y & 7) << 3) as usize % SAMPLED_TEXELS;
         Some((key, slot))
     }

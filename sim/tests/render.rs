@@ -311,6 +311,43 @@ fn a_render_target_that_is_not_mapped_faults_in_the_pixel_back_end() {
     assert_eq!(unit, agx_fwif::messages::FaultUnit::Pbe as u32);
 }
 
+/// A depth plane nothing maps: the tile's load (a pass that loads depth
+/// and stores none) or its store faults in the ZLS at the first element
+/// it reaches, pixel (0, 0)'s at the plane's base.
+#[test_log::test]
+fn a_depth_plane_that_is_not_mapped_faults_in_the_zls_at_its_first_element() {
+    for load in [false, true] {
+        let m = Machine::new(5000);
+        coloured(
+            &m,
+            &[(
+                [[0.0f32, 0.0], [64.0, 0.0], [0.0, 64.0]],
+                0.5,
+                [1.0, 0.0, 0.0],
+            )],
+        );
+        let mut render = depth_pass(&m, 1, load);
+        render.zls_ctrl = zls_word(ZlsControl {
+            z_load_enable: load,
+            z_store_enable: !load,
+            ..ZlsControl::default()
+        });
+        render.depth.base = 0x7_0000_0000;
+        assert_eq!(
+            m.submit(CmdType::Render, render.as_bytes()),
+            Some(Errno::EIO),
+            "load {load}"
+        );
+        let (address, unit, _) = m.system.device().scheduler().stats().last_fault.unwrap();
+        assert_eq!(address, 0x7_0000_0000, "load {load}");
+        assert_eq!(
+            unit,
+            agx_fwif::messages::FaultUnit::Zls as u32,
+            "load {load}"
+        );
+    }
+}
+
 #[test_log::test]
 fn a_draw_without_vertex_shader_state_faults_at_the_draw() {
     let m = Machine::new(5000);

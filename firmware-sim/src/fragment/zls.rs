@@ -126,6 +126,43 @@ impl Plane {
         )
     }
 
+    /// The elements of the tile at `origin` (`size` pixels) in row-major
+    /// order, as (pixel index, address), pixels past the plane left out;
+    /// and, when they fill one span of memory exactly and inside one page
+    /// (a tile of a twiddled or GPU-tiled plane aligned to the layout's
+    /// squares), that span's address and length, which one access then
+    /// reads or writes: it faults, if at all, as a whole at the page,
+    /// and the elements are then accessed one by one, so a fault names
+    /// the first element's address as before.
+    fn tile_elements(
+        &self,
+        origin: (u32, u32),
+        size: (u32, u32),
+        layer: u32,
+    ) -> (Vec<(usize, u64)>, Option<Span>) {
+        let element_bytes = (self.sample_bytes * self.samples) as u64;
+        let mut elements = Vec::with_capacity((size.0 * size.1) as usize);
+        let (mut lowest, mut highest) = (u64::MAX, 0);
+        for y in 0..size.1 {
+            for x in 0..size.0 {
+                if let Some(at) = self.element(origin.0 + x, origin.1 + y, layer) {
+                    elements.push(((y * size.0 + x) as usize, at));
+                    lowest = lowest.min(at);
+                    highest = highest.max(at);
+                }
+            }
+        }
+        let span = highest
+            .checked_sub(lowest)
+            .and_then(|d| d.checked_add(element_bytes))
+            .filter(|&span| {
+                span == elements.len() as u64 * element_bytes
+                    && lowest / PAGE_BYTES == (lowest + span - 1) / PAGE_BYTES
+            })
+            .map(|span| (lowest, span as usize));
+        (elements, span)
+    }
+
     /// Reads the elements of the tile at `origin` (`size` pixels) and
     /// hands each to `put` (pixel index, element bytes), skipping pixels
     /// past the plane. Through the metadata of a compressed plane, each
@@ -147,6 +184,19 @@ impl Plane {
         // The compression tile last looked up: its word's address and mode.
         let mut last: Option<(u64, TileMode)> = None;
         let samples = self.samples as u32;
+        if self.meta.is_none() {
+            let (elements, span) = self.tile_elements(origin, size, layer);
+            if let Some((lowest, len)) = span {
+                let mut bytes = vec![0u8; len];
+                if GpuMemory::read(vm, lowest, &mut bytes, AccessKind::Read).is_ok() {
+                    for (pixel, at) in elements {
+                        let from = (at - lowest) as usize;
+                        put(pixel, &bytes[from..from + element_bytes]);
+                    }
+                    return Ok(());
+                }
+            }
+        }
         for y in 0..size.1 {
             for x in 0..size.0 {
                 let (px, py) = (origin.0 + x, origin.1 + y);
@@ -233,14 +283,22 @@ impl Plane {
         fill: impl Fn(usize, &mut [u8]),
     ) -> Result<(), EngineResult> {
         let fault = |f: MemoryFault| memory_fault(&f, FaultUnit::Zls);
-        let mut element = [0u8; MAX_ELEMENT_BYTES];
-        let element = &mut element[..self.sample_bytes * self.samples];
-        for y in 0..size.1 {
-            for x in 0..size.0 {
-                let Some(at) = self.element(origin.0 + x, origin.1 + y, layer) else {
-                    continue;
-                };
-                fill((y * size.0 + x) as usize, element);
+        let element_bytes = self.sample_bytes * self.samples;
+        let (elements, span) = self.tile_elements(origin, size, layer);
+        let mut written = false;
+        if let Some((lowest, len)) = span {
+            let mut bytes = vec![0u8; len];
+            for &(pixel, at) in &elements {
+                let from = (at - lowest) as usize;
+                fill(pixel, &mut bytes[from..from + element_bytes]);
+            }
+            written = writer.write(lowest, &bytes).is_ok();
+        }
+        if !written {
+            let mut element = [0u8; MAX_ELEMENT_BYTES];
+            let element = &mut element[..element_bytes];
+            for (pixel, at) in elements {
+                fill(pixel, element);
                 writer.write(at, element).map_err(fault)?;
             }
         }
@@ -259,6 +317,9 @@ impl Plane {
         Ok(())
     }
 }
+
+/// A range of memory: its address and length in bytes.
+type Span = (u64, usize);
 
 /// Bytes of the largest element: four samples of 32-bit depth.
 const MAX_ELEMENT_BYTES: usize = 16;
