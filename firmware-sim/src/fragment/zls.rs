@@ -15,7 +15,7 @@
 use agx_fwif::messages::{FaultUnit, RenderPass, ZlsSurface};
 use agx_hw::formats::{ZlsControl, ZlsFormat, ZlsLayerStride, ZlsMetaStride, ZlsPixels, ZlsTiling};
 use agx_hw::layout::{
-    sample_space_pixel, sample_space_position, sample_space_stretch, tile_word,
+    morton, sample_space_pixel, sample_space_position, sample_space_stretch, tile_word,
     uncompressed_subtile_mode, CompressionLayout, ImageLayout, TileMode, COMPRESSION_TILE_PX,
     PAGE_BYTES,
 };
@@ -29,6 +29,8 @@ use crate::usc::{AccessKind, GpuMemory, MemoryFault};
 /// One plane (depth or stencil) as a load or a store sees it.
 struct Plane {
     base: u64,
+    /// Width and height in pixels (the layout's).
+    size_px: (u32, u32),
     layout: ImageLayout,
     layer_stride_bytes: u64,
     /// Bytes of one sample's value.
@@ -95,6 +97,7 @@ impl Plane {
         };
         Ok(Plane {
             base: surface.base.get(),
+            size_px: (pixels.width, pixels.height),
             layout,
             layer_stride_bytes: u64::from(pages) * PAGE_BYTES,
             sample_bytes,
@@ -143,9 +146,29 @@ impl Plane {
         let element_bytes = (self.sample_bytes * self.samples) as u64;
         let mut elements = Vec::with_capacity((size.0 * size.1) as usize);
         let (mut lowest, mut highest) = (u64::MAX, 0);
+        // In a square of the layout aligned to its side, elements follow
+        // one another in Z order: one offset per square (for the first of
+        // its pixels inside the plane: its corner), then Z-order steps.
+        let square = self.layout.aligned_square(0).unwrap_or(1);
+        let mut corner: Option<((u32, u32), Option<u64>)> = None;
         for y in 0..size.1 {
             for x in 0..size.0 {
-                if let Some(at) = self.element(origin.0 + x, origin.1 + y, layer) {
+                let (px, py) = (origin.0 + x, origin.1 + y);
+                let at = if square > 1 {
+                    let c = (px & !(square - 1), py & !(square - 1));
+                    let corner_at = match corner {
+                        Some((kept, at)) if kept == c => at,
+                        _ => corner.insert((c, self.element(c.0, c.1, layer))).1,
+                    };
+                    corner_at.and_then(|at| {
+                        let (width, height) = self.size_px;
+                        (px < width && py < height)
+                            .then(|| at.wrapping_add(morton(px - c.0, py - c.1) * element_bytes))
+                    })
+                } else {
+                    self.element(px, py, layer)
+                };
+                if let Some(at) = at {
                     elements.push(((y * size.0 + x) as usize, at));
                     lowest = lowest.min(at);
                     highest = highest.max(at);
