@@ -1145,11 +1145,7 @@ impl TextureUnit<'_> {
         };
         let raw = self.texel(image, at.level, x as u32, y as u32, layer)?;
         Ok(match reference {
-            Some(r) => {
-                let pass = compare(sampler.compare_func, r, f32::from_bits(raw[0]));
-                let v = if pass { 1.0f32 } else { 0.0 };
-                [v, v, v, 1.0].map(f32::to_bits)
-            }
+            Some(r) => compared(sampler, r, raw),
             None => raw,
         })
     }
@@ -1171,6 +1167,33 @@ impl TextureUnit<'_> {
         let (x0, y0) = (u.floor() as i64, v.floor() as i64);
         let (x1, y1) = (x0.saturating_add(1), y0.saturating_add(1));
         let mut texels = [[0u32; 4]; 4];
+        let cube = matches!(
+            image.texture.dimension,
+            TextureDimension::Cube | TextureDimension::CubeArray
+        );
+        if !cube {
+            // `wrapped_texel` for each texel, each column and row wrapped
+            // once: where all four are inside the image, no border.
+            let width = (image.texture.width >> at.level).max(1) as i64;
+            let height = (image.texture.height >> at.level).max(1) as i64;
+            if let ([Some(x0), Some(x1)], [Some(y0), Some(y1)]) = (
+                [x0, x1].map(|x| wrap(sampler.wrap_s, x, width)),
+                [y0, y1].map(|y| wrap(sampler.wrap_t, y, height)),
+            ) {
+                for (texel, (x, y)) in
+                    texels
+                        .iter_mut()
+                        .zip([(x0, y0), (x1, y0), (x0, y1), (x1, y1)])
+                {
+                    let raw = self.texel(image, at.level, x as u32, y as u32, at.layer)?;
+                    *texel = match reference {
+                        Some(r) => compared(sampler, r, raw),
+                        None => raw,
+                    };
+                }
+                return Ok((texels, (u - u.floor(), v - v.floor())));
+            }
+        }
         for (texel, xy) in texels
             .iter_mut()
             .zip([(x0, y0), (x1, y0), (x0, y1), (x1, y1)])
@@ -1284,6 +1307,14 @@ impl TextureUnit<'_> {
             other => Err(invalid(format!("{other:?} filtering"))),
         }
     }
+}
+
+/// A texel compared with a depth reference by the sampler's function:
+/// [v, v, v, 1] with v 1 where it passes, else 0.
+fn compared(sampler: &Sampler, reference: f32, raw: [u32; 4]) -> [u32; 4] {
+    let pass = compare(sampler.compare_func, reference, f32::from_bits(raw[0]));
+    let v = if pass { 1.0f32 } else { 0.0 };
+    [v, v, v, 1.0].map(f32::to_bits)
 }
 
 /// A decoded sampler and its border colour (`None`: a custom border of a
