@@ -24,6 +24,22 @@ pub fn rasterize(
     area: (u32, u32),
     samples: &[(i64, i64)],
 ) -> Vec<((u32, u32), u32)> {
+    let mut out = Vec::new();
+    rasterize_into(vertices, origin, tile, area, samples, &mut out);
+    out
+}
+
+/// [`rasterize`] into `out` (emptied first), whose allocation a tile's
+/// primitives reuse.
+pub(crate) fn rasterize_into(
+    vertices: [[f32; 2]; 3],
+    origin: (u32, u32),
+    tile: (u32, u32),
+    area: (u32, u32),
+    samples: &[(i64, i64)],
+    out: &mut Vec<((u32, u32), u32)>,
+) {
+    out.clear();
     // Positions are clamped to a guard band of 2^24 pixels (a vertex
     // beyond it, from a w near zero, moves onto its edge) and edges are
     // evaluated in 128 bits, so no input overflows.
@@ -35,7 +51,7 @@ pub fn rasterize(
     };
     let area2 = edge(p[0], p[1], p[2].0, p[2].1);
     if area2 == 0 {
-        return Vec::new();
+        return;
     }
     if area2 < 0 {
         p.swap(1, 2);
@@ -54,9 +70,8 @@ pub fn rasterize(
     };
     let (x0, x1) = span(lo(|q| q.0), hi(|q| q.0), origin.0, tile.0, area.0);
     let (y0, y1) = span(lo(|q| q.1), hi(|q| q.1), origin.1, tile.1, area.1);
-    let mut out = Vec::new();
     if x0 > x1 || y0 > y1 {
-        return out;
+        return;
     }
     // An edge is linear, so over the rectangle holding every sample of
     // the span it is least and greatest at corners: strictly inside all
@@ -78,7 +93,7 @@ pub fn rasterize(
         .iter()
         .any(|&(a, b)| corners.iter().all(|&(x, y)| edge(a, b, x, y) < 0))
     {
-        return out;
+        return;
     }
     if !samples.is_empty()
         && edges
@@ -95,7 +110,7 @@ pub fn rasterize(
                 out.push(((tx as u32, ty as u32), full));
             }
         }
-        return out;
+        return;
     }
     for ty in y0..=y1 {
         let py = (i64::from(origin.1) + ty) * 256;
@@ -116,7 +131,6 @@ pub fn rasterize(
             }
         }
     }
-    out
 }
 
 /// The least and the greatest of `points`' coordinate `axis` (0 for
@@ -382,7 +396,7 @@ pub(crate) fn setup_coefficients(
     vm: &GpuVm<'_>,
     usc_exec_base: u64,
     ppp: &tiler::PppState,
-    vertices: &[Vec<f32>; 3],
+    vertices: &[&[f32]; 3],
     extras: Extras,
 ) -> Result<Vec<Coefficient>, EngineResult> {
     let Some((header, bindings)) = tiler::read_bindings(vm, usc_exec_base, ppp)? else {

@@ -130,7 +130,7 @@ pub(super) fn depth_test(
     pending_stencil: &mut [Option<u8>],
     origin: (u32, u32),
     sample_positions: &[(i64, i64)],
-    vertices: &[Vec<f32>; 3],
+    vertices: &[&[f32]; 3],
     adjust: DepthAdjust,
     face: Option<FragmentFace>,
     stencil: Option<FragmentStencil>,

@@ -28,7 +28,7 @@ use crate::helper::{HelperProgram, StageHelper};
 use crate::imageblock::ImageWriteTarget;
 use crate::memory::GpuVm;
 use crate::probe::{PixelEvent, Stage};
-use crate::raster::{rasterize, sample_positions, setup_coefficients, Coefficient, Extras};
+use crate::raster::{rasterize_into, sample_positions, setup_coefficients, Coefficient, Extras};
 use crate::texture::DecodedImages;
 use crate::tiler;
 use crate::usc::{ProgramCache, SimdGroup, LANES};
@@ -849,7 +849,11 @@ impl Pass<'_> {
         }
         // The background program does not discard.
         w.killed.fill(0);
+        // Buffers the tile's primitives reuse: a record's bytes and
+        // floats, and the pixels it covers.
         let mut bytes = Vec::new();
+        let mut record = Vec::new();
+        let mut rasterized = Vec::new();
         for primitive in primitives {
             // The record's head: state index and flags (back-facing, and
             // how many varyings each vertex carries).
@@ -895,12 +899,13 @@ impl Pass<'_> {
             };
             let positions: [[f32; 2]; 3] =
                 std::array::from_fn(|v| [float(v * record_floats), float(v * record_floats + 1)]);
-            let rasterized = rasterize(
+            rasterize_into(
                 positions,
                 origin,
                 (tile_w, tile_h),
                 area,
                 &self.sample_positions,
+                &mut rasterized,
             );
             if rasterized.is_empty() {
                 continue;
@@ -985,11 +990,10 @@ impl Pass<'_> {
                     w.coverage[(y * tile_w + x) as usize] = mask;
                 }
             }
-            let vertices: [Vec<f32>; 3] = std::array::from_fn(|v| {
-                (0..record_floats)
-                    .map(|i| float(v * record_floats + i))
-                    .collect()
-            });
+            record.clear();
+            record.extend((0..3 * record_floats).map(float));
+            let vertices: [&[f32]; 3] =
+                std::array::from_fn(|v| &record[v * record_floats..(v + 1) * record_floats]);
             let face = if back_facing {
                 ppp.back_face.or(ppp.front_face)
             } else {
