@@ -714,7 +714,7 @@ fn clip_near(triangle: [ClipVertex; 3]) -> Vec<ClipVertex> {
         .iter()
         .all(|v| distance(v) >= 0.0 && v.position[3] > 0.0)
     {
-        return triangle.to_vec();
+        return Vec::from(triangle);
     }
     let mut out = Vec::new();
     for i in 0..3 {
@@ -759,7 +759,7 @@ fn clip_far(polygon: Vec<ClipVertex>) -> Vec<ClipVertex> {
 fn clip_behind(triangle: [ClipVertex; 3]) -> Vec<ClipVertex> {
     let distance = |v: &ClipVertex| v.position[3];
     if triangle.iter().all(|v| distance(v) > 0.0) {
-        return triangle.to_vec();
+        return Vec::from(triangle);
     }
     let mut out = Vec::new();
     for i in 0..3 {
@@ -866,6 +866,23 @@ fn clip_segment(
 
 /// Projects and maps a clip-space vertex to window space.
 fn to_screen(v: &ClipVertex, viewport: &Viewport) -> ScreenVertex {
+    ScreenVertex {
+        varyings: v.varyings.clone(),
+        ..to_screen_position(v, viewport)
+    }
+}
+
+/// [`to_screen`] taking the vertex's values with it.
+fn into_screen(v: ClipVertex, viewport: &Viewport) -> ScreenVertex {
+    let position = to_screen_position(&v, viewport).position;
+    ScreenVertex {
+        position,
+        varyings: v.varyings,
+    }
+}
+
+/// A clip-space vertex's window position (without its values).
+fn to_screen_position(v: &ClipVertex, viewport: &Viewport) -> ScreenVertex {
     let inv_w = 1.0 / v.position[3];
     let ndc = [
         v.position[0] * inv_w,
@@ -879,15 +896,19 @@ fn to_screen(v: &ClipVertex, viewport: &Viewport) -> ScreenVertex {
             ndc[2] * viewport.scale_z + viewport.translate_z,
             inv_w,
         ],
-        varyings: v.varyings.clone(),
+        varyings: Vec::new(),
     }
 }
 
 /// Twice the signed area (positive: counter-clockwise in a y-down window).
 pub fn signed_area(v: &[ScreenVertex; 3]) -> f32 {
     let [a, b, c] = v;
-    (b.position[0] - a.position[0]) * (c.position[1] - a.position[1])
-        - (c.position[0] - a.position[0]) * (b.position[1] - a.position[1])
+    area_of(&a.position, &b.position, &c.position)
+}
+
+/// [`signed_area`] of three window positions.
+fn area_of(a: &[f32; 4], b: &[f32; 4], c: &[f32; 4]) -> f32 {
+    (b[0] - a[0]) * (c[1] - a[1]) - (c[0] - a[0]) * (b[1] - a[1])
 }
 
 /// Where the fragment-state table starts in the header page.
@@ -1488,7 +1509,7 @@ fn shade_and_bin<'a>(
                     clip_polygon(polygon, &ppp.clip_distances)
                 });
                 set_flat_values(&provoking, polygon.iter_mut());
-                bin_polygon(binner, (ppp, &viewport), &polygon, id, pc, on_overflow)?;
+                bin_polygon(binner, (ppp, &viewport), polygon, id, pc, on_overflow)?;
             }
         }
     }
@@ -1673,7 +1694,7 @@ fn layer_flags(ppp: &PppState, v: &ScreenVertex) -> u32 {
 fn bin_polygon<'a>(
     binner: &mut Binner<'a>,
     (ppp, viewport): (&PppState, &Viewport),
-    polygon: &[ClipVertex],
+    polygon: Vec<ClipVertex>,
     id: u32,
     pc: u64,
     on_overflow: &mut dyn FnMut(&mut Binner<'a>) -> Result<(), EngineResult>,
@@ -1681,10 +1702,19 @@ fn bin_polygon<'a>(
     if polygon.len() < 3 {
         return Ok(());
     }
-    let screen: Vec<ScreenVertex> = polygon.iter().map(|v| to_screen(v, viewport)).collect();
+    let mut screen: Vec<ScreenVertex> = polygon
+        .into_iter()
+        .map(|v| into_screen(v, viewport))
+        .collect();
     // The facing of the whole polygon (its first triangle with area).
     let area = (1..screen.len() - 1)
-        .map(|k| signed_area(&[screen[0].clone(), screen[k].clone(), screen[k + 1].clone()]))
+        .map(|k| {
+            area_of(
+                &screen[0].position,
+                &screen[k].position,
+                &screen[k + 1].position,
+            )
+        })
         .find(|a| *a != 0.0 && a.is_finite());
     let Some(area) = area else {
         return Ok(());
@@ -1722,10 +1752,29 @@ fn bin_polygon<'a>(
         }
         _ => {}
     }
+    let whole_triangle = screen.len() == 3;
     for k in 1..screen.len() - 1 {
         let mut flags = layer_flags(ppp, &screen[0]) | if front { 0 } else { RECORD_BACK_FACING };
-        let tri = [screen[0].clone(), screen[k].clone(), screen[k + 1].clone()]
-            .map(|v| with_primitive_id(ppp, v, id, &mut flags));
+        // A triangle's one triangle takes its vertices; a fan's copies.
+        let corner = |screen: &mut Vec<ScreenVertex>, i: usize| {
+            if whole_triangle {
+                std::mem::replace(
+                    &mut screen[i],
+                    ScreenVertex {
+                        position: [0.0; 4],
+                        varyings: Vec::new(),
+                    },
+                )
+            } else {
+                screen[i].clone()
+            }
+        };
+        let tri = [
+            corner(&mut screen, 0),
+            corner(&mut screen, k),
+            corner(&mut screen, k + 1),
+        ]
+        .map(|v| with_primitive_id(ppp, v, id, &mut flags));
         let area = signed_area(&tri);
         if area == 0.0 || !area.is_finite() {
             continue;
