@@ -229,7 +229,8 @@ impl<'a> PageAllocator<'a> {
 /// binding (for image writes: Mesa's vertex, geometry and tessellation
 /// shaders store to images).
 struct VertexIo<'a> {
-    outputs: Vec<[u32; MAX_OUTPUTS]>,
+    /// The outputs of the SIMD-group's vertices, lane by lane.
+    outputs: &'a mut [Outputs],
     unit: TextureUnit<'a>,
     binding: &'a Binding,
     /// The descriptor image writes last went through.
@@ -596,7 +597,9 @@ fn shade_vertices(
     vertex_ids: &[u32],
     (instance, draw): (u32, u64),
 ) -> Result<Vec<Outputs>, EngineResult> {
-    let mut out = Vec::with_capacity(vertex_ids.len());
+    // Every output a shader does not store is 0. The SIMD-groups store
+    // into their vertices' outputs in place, and reuse one register file.
+    let mut out = vec![[0; MAX_OUTPUTS]; vertex_ids.len()];
     let mut uniforms = binding.uniforms.clone();
     let decoded = DecodedImages::default();
     let unit = TextureUnit {
@@ -608,20 +611,28 @@ fn shade_vertices(
         decoded: Some(&decoded),
     };
     let mut memory = vm;
-    for chunk in vertex_ids.chunks(LANES) {
-        let mut group = SimdGroup::new(binding.code, present_lanes(chunk.len()));
+    let mut kept: Option<SimdGroup> = None;
+    for (chunk, outputs) in vertex_ids.chunks(LANES).zip(out.chunks_mut(LANES)) {
+        let present = present_lanes(chunk.len());
+        let group = match &mut kept {
+            Some(group) => {
+                group.reset(binding.code, present);
+                group
+            }
+            None => kept.insert(SimdGroup::new(binding.code, present)),
+        };
         for (lane, &id) in chunk.iter().enumerate() {
             group.write(Reg::r(5), lane, u64::from(id));
             group.write(Reg::r(6), lane, u64::from(instance));
         }
         let mut io = VertexIo {
-            outputs: vec![[0; MAX_OUTPUTS]; LANES],
+            outputs,
             unit: unit.clone(),
             binding,
             image_writes: crate::imageblock::ImageWriteTarget::default(),
         };
         helper.run_stage_group(
-            &mut group,
+            group,
             binding.spill_bucket,
             cache,
             &mut memory,
@@ -631,7 +642,6 @@ fn shade_vertices(
             exec_fault,
             crate::probe::Stage::Vertex { draw },
         )?;
-        out.extend(io.outputs.into_iter().take(chunk.len()));
     }
     Ok(out)
 }
@@ -1429,7 +1439,8 @@ fn shade_and_bin<'a>(
     pc: u64,
     on_overflow: &mut dyn FnMut(&mut Binner<'a>) -> Result<(), EngineResult>,
 ) -> Result<(), EngineResult> {
-    let mut slot_of_id = std::collections::HashMap::with_capacity(3 * batch.len());
+    let mut slot_of_id =
+        rustc_hash::FxHashMap::with_capacity_and_hasher(3 * batch.len(), Default::default());
     let mut unique = Vec::with_capacity(3 * batch.len());
     let slots: Vec<[usize; 3]> = batch
         .iter()
