@@ -964,6 +964,10 @@ pub struct Binner<'a> {
     /// The last overflow was the state table's, not the pages'.
     state_table_full: bool,
     area: (u32, u32),
+    /// A triangle's record as it is written, and the list chunks it
+    /// reserves: buffers every triangle reuses.
+    record: Vec<u8>,
+    chunks: Vec<u64>,
     /// What the pass did so far.
     pub stats: BinningStats,
 }
@@ -994,6 +998,8 @@ impl<'a> Binner<'a> {
             current_state: None,
             state_table_full: false,
             area: (width, height),
+            record: Vec::new(),
+            chunks: Vec::new(),
             stats: BinningStats::default(),
         };
         Ok(binner.start_segment()?.map(|()| binner))
@@ -1119,7 +1125,8 @@ impl<'a> Binner<'a> {
         };
         // The state index and flags words, then each vertex's position
         // and varyings, 4 bytes each.
-        let mut record: Vec<u8> = Vec::with_capacity(8 + 3 * 4 * (4 + varyings as usize));
+        let mut record = std::mem::take(&mut self.record);
+        record.clear();
         record.extend(state.to_le_bytes());
         record.extend((flags | varyings << RECORD_VARYINGS_SHIFT).to_le_bytes());
         for v in vertices {
@@ -1137,17 +1144,37 @@ impl<'a> Binner<'a> {
             let last = ((hi.max(0.0) as u32) / TILE_PX).min(tiles - 1);
             first..=last
         };
-        let tiles: Vec<usize> = tile_range(min_y, max_y, self.header.tiles_y)
-            .flat_map(|ty| tile_range(min_x, max_x, self.header.tiles_x).map(move |tx| (ty, tx)))
-            .map(|(ty, tx)| (ty * self.header.tiles_x + tx) as usize)
-            .collect();
+        let tiles_x = self.header.tiles_x;
+        let (rows, columns) = (
+            tile_range(min_y, max_y, self.header.tiles_y),
+            tile_range(min_x, max_x, tiles_x),
+        );
+        let tiles = || {
+            let columns = columns.clone();
+            rows.clone()
+                .flat_map(move |ty| columns.clone().map(move |tx| (ty * tiles_x + tx) as usize))
+        };
+        let result = self.reserve_and_write(record.as_slice(), tiles);
+        self.record = record;
+        result
+    }
+
+    /// The rest of [`Binner::triangle`]: reserves the record, the state
+    /// copy and the list chunks, then writes them and appends the record
+    /// to each of `tiles`' lists.
+    fn reserve_and_write<T: Iterator<Item = usize>>(
+        &mut self,
+        record: &[u8],
+        tiles: impl Fn() -> T,
+    ) -> Result<Result<(), Overflow>, EngineResult> {
+        let state = self.current_state.unwrap_or(self.states.len() as u32);
         // Reserve everything first, so that an overflow leaves the scene
         // as it was: the record, and a chunk for each list that needs one.
-        let new_chunks = tiles
-            .iter()
-            .filter(|&&t| !matches!(self.lists[t], Some((_, _, used)) if (used as usize) < CHUNK_PRIMITIVES))
+        let new_chunks = tiles()
+            .filter(|&t| !matches!(self.lists[t], Some((_, _, used)) if (used as usize) < CHUNK_PRIMITIVES))
             .count();
-        let mut chunks = Vec::with_capacity(new_chunks);
+        let mut chunks = std::mem::take(&mut self.chunks);
+        chunks.clear();
         let saved = (self.alloc.next_page, self.alloc.current);
         let state_copy = match self.current_state {
             Some(_) => None,
@@ -1181,11 +1208,12 @@ impl<'a> Binner<'a> {
             });
             self.current_state = Some(state);
         }
-        self.write(address, &record)?;
-        let mut chunks = chunks.into_iter();
-        for tile in tiles {
-            self.append(tile, address, &mut chunks)?;
+        self.write(address, record)?;
+        let mut reserved = chunks.iter().copied();
+        for tile in tiles() {
+            self.append(tile, address, &mut reserved)?;
         }
+        self.chunks = chunks;
         self.header.primitives += 1;
         Ok(Ok(()))
     }
