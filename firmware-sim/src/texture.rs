@@ -1496,6 +1496,9 @@ fn nearest_index(mode: Wrap, i: i64, size: i64) -> i64 {
 /// A texel coordinate through a wrap mode; `None` for the border.
 pub fn wrap(mode: Wrap, i: i64, size: i64) -> Option<i64> {
     Some(match mode {
+        // Inside the image (most texels a footprint reads) without the
+        // division.
+        Wrap::Repeat if (0..size).contains(&i) => i,
         Wrap::Repeat => i.rem_euclid(size),
         Wrap::MirroredRepeat => {
             let period = i.rem_euclid(2 * size);
