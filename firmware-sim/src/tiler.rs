@@ -1467,8 +1467,10 @@ fn shade_and_bin<'a>(
     pc: u64,
     on_overflow: &mut dyn FnMut(&mut Binner<'a>) -> Result<(), EngineResult>,
 ) -> Result<(), EngineResult> {
-    let mut slot_of_id =
-        rustc_hash::FxHashMap::with_capacity_and_hasher(3 * batch.len(), Default::default());
+    // SipHash with a random key: the ids come from the client's index
+    // buffer, and a hasher whose collisions can be chosen would let a
+    // draw spend time the watchdog does not charge.
+    let mut slot_of_id = std::collections::HashMap::with_capacity(3 * batch.len());
     let mut unique = Vec::with_capacity(3 * batch.len());
     let slots: Vec<[usize; 3]> = batch
         .iter()
