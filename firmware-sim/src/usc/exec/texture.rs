@@ -154,11 +154,9 @@ impl SimdGroup {
         if coords.first.size == Size::S16 && !load {
             return Err(unsupported(pc, "16-bit sample coordinates"));
         }
-        // Coordinates of every present lane, for quad derivatives.
-        let mut all_coords = [[0u32; 4]; LANES];
-        for lane in lanes(self.present) {
-            all_coords[lane] = self.read_run(coords, lane);
-        }
+        // Coordinates of every present lane, for quad derivatives, read
+        // register by register.
+        let all_coords = self.read_run_lanes(coords, self.present);
         let derivative = |lane: usize, neighbour: usize| -> [f32; 3] {
             let (hi, lo) = (all_coords[lane | neighbour], all_coords[lane & !neighbour]);
             [0, 1, 2].map(|k| f32::from_bits(hi[k]) - f32::from_bits(lo[k]))
