@@ -644,8 +644,11 @@ impl TextureUnit<'_> {
         let Some((key, slot)) = SampledTexels::key(level, x, y, layer) else {
             return self.sample_texel(image, level, (x, y, layer), 0);
         };
-        if image.texels.borrow().keys[slot] == key {
-            return Ok(image.texels.borrow().texels[slot]);
+        {
+            let kept = image.texels.borrow();
+            if kept.keys[slot] == key {
+                return Ok(kept.texels[slot]);
+            }
         }
         // Kept only once read: a texel that faults is read (and faults)
         // again.

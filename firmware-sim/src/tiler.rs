@@ -877,37 +877,33 @@ fn clip_segment(
 /// Projects and maps a clip-space vertex to window space.
 fn to_screen(v: &ClipVertex, viewport: &Viewport) -> ScreenVertex {
     ScreenVertex {
+        position: screen_position(v, viewport),
         varyings: v.varyings.clone(),
-        ..to_screen_position(v, viewport)
     }
 }
 
 /// [`to_screen`] taking the vertex's values with it.
 fn into_screen(v: ClipVertex, viewport: &Viewport) -> ScreenVertex {
-    let position = to_screen_position(&v, viewport).position;
     ScreenVertex {
-        position,
+        position: screen_position(&v, viewport),
         varyings: v.varyings,
     }
 }
 
-/// A clip-space vertex's window position (without its values).
-fn to_screen_position(v: &ClipVertex, viewport: &Viewport) -> ScreenVertex {
+/// A clip-space vertex's window position: x, y in pixels, z, 1/w.
+fn screen_position(v: &ClipVertex, viewport: &Viewport) -> [f32; 4] {
     let inv_w = 1.0 / v.position[3];
     let ndc = [
         v.position[0] * inv_w,
         v.position[1] * inv_w,
         v.position[2] * inv_w,
     ];
-    ScreenVertex {
-        position: [
-            ndc[0] * viewport.scale_x + viewport.translate_x,
-            ndc[1] * viewport.scale_y + viewport.translate_y,
-            ndc[2] * viewport.scale_z + viewport.translate_z,
-            inv_w,
-        ],
-        varyings: Vec::new(),
-    }
+    [
+        ndc[0] * viewport.scale_x + viewport.translate_x,
+        ndc[1] * viewport.scale_y + viewport.translate_y,
+        ndc[2] * viewport.scale_z + viewport.translate_z,
+        inv_w,
+    ]
 }
 
 /// Twice the signed area (positive: counter-clockwise in a y-down window).

@@ -219,16 +219,16 @@ impl Plane {
                     return Ok(());
                 }
             }
+            for (pixel, at) in elements {
+                GpuMemory::read(vm, at, element, AccessKind::Read).map_err(fault)?;
+                put(pixel, element);
+            }
+            return Ok(());
         }
         for y in 0..size.1 {
             for x in 0..size.0 {
                 let (px, py) = (origin.0 + x, origin.1 + y);
-                let Some(at) = self.element(px, py, layer) else {
-                    continue;
-                };
-                if self.meta.is_none() {
-                    GpuMemory::read(vm, at, element, AccessKind::Read).map_err(fault)?;
-                    put((y * size.0 + x) as usize, element);
+                if self.element(px, py, layer).is_none() {
                     continue;
                 }
                 for sample in 0..samples {
