@@ -676,19 +676,24 @@ impl TextureUnit<'_> {
             self.stored_texel(image, level, (x, y, sample), layer)?
         };
         let offset = image.layout.offset(level, x, y, layer);
-        self.element_texel(image, offset, (x, y, level), sample)
+        let mut texel = [0; 4];
+        self.element_texel(image, offset, (x, y, level), sample, &mut texel)?;
+        Ok(texel)
     }
 
     /// Sample `sample` of the texel at `offset` (of texel (x, y) of
     /// `level`, `None` past the image) of an image that is not block
-    /// compressed.
+    /// compressed, into `out` (written in place: a texel returned inside
+    /// a `Result` went through memory in pieces the caller read back
+    /// whole, a stall per texel).
     fn element_texel(
         &self,
         image: &Image,
         offset: Option<u64>,
         (x, y, level): (u32, u32, u32),
         sample: u32,
-    ) -> Result<[u32; 4], IoError> {
+        out: &mut [u32; 4],
+    ) -> Result<(), IoError> {
         let offset = offset.ok_or_else(|| invalid(format!("texel ({x}, {y}) of level {level}")))?
             + u64::from(sample) * u64::from(image.element_bytes);
         // At most four 32-bit channels.
@@ -698,12 +703,12 @@ impl TextureUnit<'_> {
             .ok_or_else(|| invalid(format!("{}-byte texels", image.element_bytes)))?;
         self.read_texel_bytes(image, image.texture.address.wrapping_add(offset), bytes)?;
         let one = if image.integer { 1 } else { 1.0f32.to_bits() };
-        let mut out = [0, 0, 0, one];
+        *out = [0, 0, 0, one];
         if let Some(table) = image.byte_channels() {
             for ((value, channel), byte) in out.iter_mut().zip(table).zip(&*bytes) {
                 *value = channel[usize::from(*byte)];
             }
-            return Ok(out);
+            return Ok(());
         }
         let signed = image.texture.data_type == TextureType::Sint;
         for (c, value) in out.iter_mut().enumerate().take(image.channels) {
@@ -719,7 +724,7 @@ impl TextureUnit<'_> {
                 *value = ((*value << unused) as i32 >> unused) as u32;
             }
         }
-        Ok(out)
+        Ok(())
     }
 
     /// Reads the bytes of `image` at `address` through the image's line
@@ -815,12 +820,17 @@ impl TextureUnit<'_> {
                     ),
                 }
             };
-            *out = self.request(image, sampler, request)?;
+            if request.load && !request.query_lod && request.gather.is_none() {
+                self.load(image, request, out)?;
+            } else {
+                *out = self.request(image, sampler, request)?;
+            }
         }
         Ok(())
     }
 
-    /// Serves one lane's request with its decoded image and sampler.
+    /// Serves one lane's request with its decoded image and sampler (a
+    /// plain load is [`TextureUnit::load`]).
     fn request(
         &self,
         image: &Image,
@@ -828,9 +838,6 @@ impl TextureUnit<'_> {
         request: &TextureRequest,
     ) -> Result<[u32; 4], IoError> {
         use TextureDimension as D;
-        if request.load && !request.query_lod && request.gather.is_none() {
-            return self.load(image, request);
-        }
         let t = &image.texture;
         let mut request = *request;
         // The registers after x and y (Mesa's agx_nir_lower_texture): an
@@ -903,7 +910,12 @@ impl TextureUnit<'_> {
     /// image's sides, levels or layers (robust access), and zero for a
     /// sample past the image's count. The texel's offset is worked out
     /// once, for the bounds and the read.
-    fn load(&self, image: &Image, request: &TextureRequest) -> Result<[u32; 4], IoError> {
+    fn load(
+        &self,
+        image: &Image,
+        request: &TextureRequest,
+        out: &mut [u32; 4],
+    ) -> Result<(), IoError> {
         use TextureDimension as D;
         let t = &image.texture;
         let [cx, cy, cz, _] = request.coords;
@@ -922,7 +934,8 @@ impl TextureUnit<'_> {
         if sample >= image.samples {
             // Robust: a sample past the image's count reads zero, as a
             // texel past its edge does.
-            return Ok([0; 4]);
+            *out = [0; 4];
+            return Ok(());
         }
         let level = match request.lod {
             LodArgument::Explicit(l) => l as u32,
@@ -952,32 +965,27 @@ impl TextureUnit<'_> {
             && x < (t.width >> level).max(1)
             && y < (t.height >> level).max(1)
             && layer < layers;
-        let raw = if !inside {
-            [0; 4]
-        } else if let Some(format) = image.block {
+        let mut raw = [0; 4];
+        if let (true, Some(format)) = (inside, image.block) {
             let (bw, bh) = format.block_px();
             if image.layout.offset(level, x / bw, y / bh, layer).is_some() {
-                self.block_texel(image, format, level, (x, y, layer))?
+                raw = self.block_texel(image, format, level, (x, y, layer))?;
+            }
+        } else if let Some(offset) = inside
+            .then(|| image.layout.offset(level, x, y, layer))
+            .flatten()
+        {
+            let (sx, sy, sample) = self.stored_texel(image, level, (x, y, sample), layer)?;
+            // A solid compression tile's texels are its first's.
+            let offset = if (sx, sy) == (x, y) {
+                Some(offset)
             } else {
-                [0; 4]
-            }
-        } else {
-            match image.layout.offset(level, x, y, layer) {
-                Some(offset) => {
-                    let (sx, sy, sample) =
-                        self.stored_texel(image, level, (x, y, sample), layer)?;
-                    // A solid compression tile's texels are its first's.
-                    let offset = if (sx, sy) == (x, y) {
-                        Some(offset)
-                    } else {
-                        image.layout.offset(level, sx, sy, layer)
-                    };
-                    self.element_texel(image, offset, (sx, sy, level), sample)?
-                }
-                None => [0; 4],
-            }
-        };
-        Ok(register_bits(image, swizzled(image, raw), request.half))
+                image.layout.offset(level, sx, sy, layer)
+            };
+            self.element_texel(image, offset, (sx, sy, level), sample, &mut raw)?;
+        }
+        *out = register_bits(image, swizzled(image, raw), request.half);
+        Ok(())
     }
 
     /// A sample's filtered value, before the swizzle.

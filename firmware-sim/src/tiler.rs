@@ -964,6 +964,9 @@ pub struct Binner<'a> {
     /// reserves: buffers every triangle reuses.
     record: Vec<u8>,
     chunks: Vec<u64>,
+    /// A point's four corners as it is binned: buffers every point
+    /// reuses.
+    point_corners: Vec<ScreenVertex>,
     /// What the pass did so far.
     pub stats: BinningStats,
 }
@@ -996,6 +999,7 @@ impl<'a> Binner<'a> {
             area: (width, height),
             record: Vec::new(),
             chunks: Vec::new(),
+            point_corners: Vec::new(),
             stats: BinningStats::default(),
         };
         Ok(binner.start_segment()?.map(|()| binner))
@@ -1091,7 +1095,7 @@ impl<'a> Binner<'a> {
     pub fn triangle(
         &mut self,
         flags: u32,
-        vertices: &[ScreenVertex; 3],
+        vertices: [&ScreenVertex; 3],
     ) -> Result<Result<(), Overflow>, EngineResult> {
         let xs = vertices.iter().map(|v| v.position[0]);
         let ys = vertices.iter().map(|v| v.position[1]);
@@ -1123,8 +1127,8 @@ impl<'a> Binner<'a> {
         // and varyings, 4 bytes each.
         let mut record = std::mem::take(&mut self.record);
         record.clear();
-        record.extend(state.to_le_bytes());
-        record.extend((flags | varyings << RECORD_VARYINGS_SHIFT).to_le_bytes());
+        record.extend_from_slice(&state.to_le_bytes());
+        record.extend_from_slice(&(flags | varyings << RECORD_VARYINGS_SHIFT).to_le_bytes());
         for v in vertices {
             for value in v
                 .position
@@ -1132,7 +1136,7 @@ impl<'a> Binner<'a> {
                 .chain(&v.varyings)
                 .take(4 + varyings as usize)
             {
-                record.extend(value.to_le_bytes());
+                record.extend_from_slice(&value.to_le_bytes());
             }
         }
         let tile_range = |lo: f32, hi: f32, tiles: u32| {
@@ -1671,7 +1675,7 @@ fn set_flat_values<'v>(
 fn bin_triangle<'a>(
     binner: &mut Binner<'a>,
     flags: u32,
-    triangle: &[ScreenVertex; 3],
+    triangle: [&ScreenVertex; 3],
     pc: u64,
     on_overflow: &mut dyn FnMut(&mut Binner<'a>) -> Result<(), EngineResult>,
 ) -> Result<(), EngineResult> {
@@ -1816,7 +1820,7 @@ fn bin_polygon<'a>(
         if area == 0.0 || !area.is_finite() {
             continue;
         }
-        bin_triangle(binner, flags, &tri, pc, on_overflow)?;
+        bin_triangle(binner, flags, tri.each_ref(), pc, on_overflow)?;
     }
     Ok(())
 }
@@ -1866,7 +1870,7 @@ fn bin_line<'a>(
     for triangle in [[a0.clone(), a1, b1.clone()], [a0, b0, b1]] {
         let mut flags = layer_flags(ppp, a);
         let triangle = triangle.map(|v| with_primitive_id(ppp, v, id, &mut flags));
-        bin_triangle(binner, flags, &triangle, pc, on_overflow)?;
+        bin_triangle(binner, flags, triangle.each_ref(), pc, on_overflow)?;
     }
     Ok(())
 }
@@ -1924,31 +1928,47 @@ fn bin_screen_point<'a>(
         ObjectType::PointSpriteUv10 => Some(true),
         _ => None,
     };
-    // Corners top-left, top-right, bottom-right, bottom-left (y down).
-    let corners = [(-1.0f32, -1.0f32), (1.0, -1.0), (1.0, 1.0), (-1.0, 1.0)].map(|(sx, sy)| {
-        let mut corner = v.clone();
+    // Corners top-left, top-right, bottom-right, bottom-left (y down),
+    // written into the binner's buffers (a point's values copied four
+    // times, without allocating).
+    let mut flags = layer_flags(ppp, v);
+    if sprite.is_some() {
+        flags |= RECORD_POINT_SPRITE;
+    }
+    if ppp.primitive_id {
+        flags |= RECORD_PRIMITIVE_ID;
+    }
+    let mut corners = std::mem::take(&mut binner.point_corners);
+    corners.resize_with(4, || ScreenVertex {
+        position: [0.0; 4],
+        varyings: Vec::new(),
+    });
+    let offsets = [(-1.0f32, -1.0f32), (1.0, -1.0), (1.0, 1.0), (-1.0, 1.0)];
+    for (corner, (sx, sy)) in corners.iter_mut().zip(offsets) {
+        corner.position = v.position;
         corner.position[0] += sx * half;
         corner.position[1] += sy * half;
-        let mut flags = layer_flags(ppp, v);
+        corner.varyings.clear();
+        corner.varyings.extend_from_slice(&v.varyings);
         if let Some(flip) = sprite {
             corner.varyings.truncate(MAX_RECORD_VALUES - 3);
             let s = (sx + 1.0) / 2.0;
             let t = (sy + 1.0) / 2.0;
             corner.varyings.push(s);
             corner.varyings.push(if flip { 1.0 - t } else { t });
-            flags |= RECORD_POINT_SPRITE;
         }
-        let corner = with_primitive_id(ppp, corner, id, &mut flags);
-        (corner, flags)
-    });
-    let flags = corners[0].1;
-    let [tl, tr, br, bl] = corners.map(|(c, _)| c);
+        if ppp.primitive_id {
+            corner.varyings.truncate(MAX_RECORD_VALUES - 1);
+            corner.varyings.push(f32::from_bits(id));
+        }
+    }
     // Top-left, top-right, bottom-right; then top-left, bottom-left,
-    // bottom-right (two corners shared, not copied again).
-    let mut triangle = [tl, tr, br];
-    bin_triangle(binner, flags, &triangle, pc, on_overflow)?;
-    triangle[1] = bl;
-    bin_triangle(binner, flags, &triangle, pc, on_overflow)
+    // bottom-right.
+    let [tl, tr, br, bl] = [&corners[0], &corners[1], &corners[2], &corners[3]];
+    let binned = bin_triangle(binner, flags, [tl, tr, br], pc, on_overflow)
+        .and_then(|()| bin_triangle(binner, flags, [tl, bl, br], pc, on_overflow));
+    binner.point_corners = corners;
+    binned
 }
 
 /// Primitives assembled, shaded and binned together. A draw is streamed

@@ -262,8 +262,10 @@ pub(super) struct Pass<'a> {
 /// One worker's tile memory and caches.
 pub(super) struct Worker {
     pub(super) cache: ProgramCache,
-    /// Fragment setups by state.
-    pub(super) shaders: std::collections::HashMap<u32, std::sync::Arc<FragmentSetup>>,
+    /// Fragment setups by state. Counted without atomics: a worker and
+    /// its setups stay on its thread, and every binned primitive takes a
+    /// reference (an atomic count was 1-2% of a point-heavy pass).
+    pub(super) shaders: std::collections::HashMap<u32, std::rc::Rc<FragmentSetup>>,
     pub(super) tile: Tilebuffer,
     /// Per pixel of the tile, for the primitive being shaded: the samples
     /// the shader killed (discard, sample masks, a failed shader depth
@@ -298,7 +300,7 @@ const NO_TAG: u32 = u32::MAX;
 /// removal: its shader runs, once, at the samples it is still visible at
 /// when the tile's tags are resolved.
 struct Deferred {
-    setup: std::sync::Arc<FragmentSetup>,
+    setup: std::rc::Rc<FragmentSetup>,
     coefficients: Vec<Coefficient>,
     face: Option<FragmentFace>,
     back_facing: bool,
@@ -309,7 +311,7 @@ struct Deferred {
 #[derive(Default)]
 struct InOrderBatch {
     /// Their state (`None`: no primitive waits).
-    setup: Option<std::sync::Arc<FragmentSetup>>,
+    setup: Option<std::rc::Rc<FragmentSetup>>,
     back_facing: bool,
     face: Option<FragmentFace>,
     /// The stencil state whose operations wait for the shader's `zs_emit`.
@@ -720,7 +722,7 @@ impl Pass<'_> {
                     // Facing changes only the `backfacing` register (set
                     // per lane) and the depth state (the same both ways,
                     // or unused: a deferred shader emits no depth).
-                    std::sync::Arc::ptr_eq(&head.setup, &primitive.setup)
+                    std::rc::Rc::ptr_eq(&head.setup, &primitive.setup)
                         && (head.back_facing == primitive.back_facing
                             || head.face == primitive.face)
                         && primitive.setup.packs_primitives
@@ -919,7 +921,7 @@ impl Pass<'_> {
                     state,
                     (&self.watchdog, &mut w.helper),
                 )?;
-                e.insert(std::sync::Arc::new(setup));
+                e.insert(std::rc::Rc::new(setup));
             }
             let Some(entry) = w.shaders.get(&state).cloned() else {
                 continue;
@@ -1071,20 +1073,20 @@ impl Pass<'_> {
                         }
                     }
                     deferred.push(Deferred {
-                        setup: std::sync::Arc::clone(&entry),
+                        setup: std::rc::Rc::clone(&entry),
                         coefficients,
                         face,
                         back_facing,
                     });
                 } else {
                     let joins = in_order.setup.as_ref().is_some_and(|waiting| {
-                        std::sync::Arc::ptr_eq(waiting, &entry)
+                        std::rc::Rc::ptr_eq(waiting, &entry)
                             && in_order.back_facing == back_facing
                             && entry.packs_primitives
                     });
                     if !joins {
                         flush_in_order(w, &mut in_order)?;
-                        in_order.setup = Some(std::sync::Arc::clone(&entry));
+                        in_order.setup = Some(std::rc::Rc::clone(&entry));
                         in_order.back_facing = back_facing;
                         in_order.face = face;
                         in_order.stencil = late_stencil;
