@@ -10,7 +10,6 @@ use agx_fwif::messages::FaultUnit;
 use agx_hw::formats::{CoefficientSource, ShadeModel};
 
 use crate::fault::{unsupported, EngineResult};
-use crate::memory::GpuVm;
 use crate::tiler;
 use crate::usc::float;
 
@@ -393,18 +392,17 @@ pub(crate) struct Extras {
 /// `vertices` are the binned vertices: window x, y, z, 1/w, then the
 /// vertex shader's outputs from its slot 4.
 pub(crate) fn setup_coefficients(
-    vm: &GpuVm<'_>,
-    usc_exec_base: u64,
+    bindings: Option<&tiler::CfBindings>,
     ppp: &tiler::PppState,
     vertices: &[&[f32]; 3],
     extras: Extras,
 ) -> Result<Vec<Coefficient>, EngineResult> {
-    let Some((header, bindings)) = tiler::read_bindings(vm, usc_exec_base, ppp)? else {
+    let Some((header, bindings)) = bindings else {
         return Ok(Vec::new());
     };
     let first_output_slot = 1 + u32::from(ppp.frag_coord_z);
     let mut planes = vec![Coefficient::ZERO; header.coefficient_register_count as usize];
-    for (at, b) in bindings {
+    for &(at, b) in bindings {
         for c in 0..b.components {
             let register = (b.base_coefficient_register + c) as usize;
             let Some(out) = planes.get_mut(register) else {

@@ -632,43 +632,46 @@ impl TextureUnit<'_> {
 
     /// The four components of texel (x, y) of `level` and `layer`, as
     /// register bits (f32, or integers for integer formats), before the
-    /// swizzle.
+    /// swizzle, into `out` (in place, as [`TextureUnit::element_texel`]).
     fn texel(
         &self,
         image: &Image,
         level: u32,
-        x: u32,
-        y: u32,
-        layer: u32,
-    ) -> Result<[u32; 4], IoError> {
+        (x, y, layer): (u32, u32, u32),
+        out: &mut [u32; 4],
+    ) -> Result<(), IoError> {
         let Some((key, slot)) = SampledTexels::key(level, x, y, layer) else {
-            return self.sample_texel(image, level, (x, y, layer), 0);
+            return self.sample_texel(image, level, (x, y, layer), 0, out);
         };
         {
             let kept = image.texels.borrow();
             if kept.keys[slot] == key {
-                return Ok(kept.texels[slot]);
+                *out = kept.texels[slot];
+                return Ok(());
             }
         }
         // Kept only once read: a texel that faults is read (and faults)
         // again.
-        let texel = self.sample_texel(image, level, (x, y, layer), 0)?;
+        self.sample_texel(image, level, (x, y, layer), 0, out)?;
         let mut texels = image.texels.borrow_mut();
         texels.keys[slot] = key;
-        texels.texels[slot] = texel;
-        Ok(texel)
+        texels.texels[slot] = *out;
+        Ok(())
     }
 
-    /// Sample `sample` of texel (x, y) of `level` and `layer`.
+    /// Sample `sample` of texel (x, y) of `level` and `layer`, into
+    /// `out`.
     fn sample_texel(
         &self,
         image: &Image,
         level: u32,
         (x, y, layer): (u32, u32, u32),
         sample: u32,
-    ) -> Result<[u32; 4], IoError> {
+        out: &mut [u32; 4],
+    ) -> Result<(), IoError> {
         if let Some(format) = image.block {
-            return self.block_texel(image, format, level, (x, y, layer));
+            *out = self.block_texel(image, format, level, (x, y, layer))?;
+            return Ok(());
         }
         let (x, y, sample) = if image.compression.is_none() {
             (x, y, sample)
@@ -676,9 +679,7 @@ impl TextureUnit<'_> {
             self.stored_texel(image, level, (x, y, sample), layer)?
         };
         let offset = image.layout.offset(level, x, y, layer);
-        let mut texel = [0; 4];
-        self.element_texel(image, offset, (x, y, level), sample, &mut texel)?;
-        Ok(texel)
+        self.element_texel(image, offset, (x, y, level), sample, out)
     }
 
     /// Sample `sample` of the texel at `offset` (of texel (x, y) of
@@ -1154,7 +1155,8 @@ impl TextureUnit<'_> {
             })?;
             return Ok(colour.texel(image));
         };
-        let raw = self.texel(image, at.level, x as u32, y as u32, layer)?;
+        let mut raw = [0; 4];
+        self.texel(image, at.level, (x as u32, y as u32, layer), &mut raw)?;
         Ok(match reference {
             Some(r) => compared(sampler, r, raw),
             None => raw,
@@ -1196,11 +1198,10 @@ impl TextureUnit<'_> {
                         .iter_mut()
                         .zip([(x0, y0), (x1, y0), (x0, y1), (x1, y1)])
                 {
-                    let raw = self.texel(image, at.level, x as u32, y as u32, at.layer)?;
-                    *texel = match reference {
-                        Some(r) => compared(sampler, r, raw),
-                        None => raw,
-                    };
+                    self.texel(image, at.level, (x as u32, y as u32, at.layer), texel)?;
+                    if let Some(r) = reference {
+                        *texel = compared(sampler, r, *texel);
+                    }
                 }
                 return Ok((texels, (u - u.floor(), v - v.floor())));
             }

@@ -1564,7 +1564,7 @@ pub(crate) fn read_bindings(
     vm: &GpuVm<'_>,
     usc_exec_base: u64,
     ppp: &PppState,
-) -> Result<Option<(CfBindingHeader, Vec<(u64, CfBinding)>)>, EngineResult> {
+) -> Result<Option<CfBindings>, EngineResult> {
     let Some(table) = ppp.cf_bindings.filter(|_| ppp.cf_binding_count > 0) else {
         return Ok(None);
     };
@@ -1578,6 +1578,10 @@ pub(crate) fn read_bindings(
         .collect::<Result<_, EngineResult>>()?;
     Ok(Some((header, bindings)))
 }
+
+/// A coefficient binding table: its header, and each binding with its
+/// address (for the faults that name it).
+pub(crate) type CfBindings = (CfBindingHeader, Vec<(u64, CfBinding)>);
 
 /// What the fragment shader's bindings ask of the clipper, from one read
 /// of its coefficient binding table. `flat`: the vertex outputs (indices
@@ -1896,7 +1900,8 @@ fn bin_point<'a>(
     if !visible {
         return Ok(());
     }
-    let screen = to_screen(&v, ppp.viewport_of(&v));
+    let viewport = ppp.viewport_of(&v);
+    let screen = into_screen(v, viewport);
     bin_screen_point(binner, ppp, &screen, id, pc, on_overflow)
 }
 

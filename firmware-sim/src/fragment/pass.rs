@@ -942,6 +942,7 @@ impl Pass<'_> {
                 scissors,
                 depth_bias,
                 packs_primitives: _,
+                cf_bindings: _,
             } = &*entry;
             // The scissor of the primitive's viewport.
             let scissor = &scissors
@@ -1061,8 +1062,8 @@ impl Pass<'_> {
             // An opaque primitive's shader waits: its samples that passed
             // are tagged with it, replacing the tags of what it hides.
             if shader.is_some() {
-                let coefficients =
-                    setup_coefficients(&vm, self.usc_exec_base, ppp, &vertices, extras)?;
+                let bindings = entry.cf_bindings(&vm, self.usc_exec_base)?;
+                let coefficients = setup_coefficients(bindings, ppp, &vertices, extras)?;
                 if defer {
                     let tag = deferred.len() as u32;
                     for &(x, y) in &covered {

@@ -334,6 +334,28 @@ pub(super) struct FragmentSetup {
     /// The shader may share a SIMD-group with other primitives' quads
     /// ([`packs_primitives`]).
     pub(super) packs_primitives: bool,
+    /// Its coefficient binding table, read when the first primitive's
+    /// coefficients are set up (not before: a pass whose primitives all
+    /// fail their tests never reads it) and kept for the pass's other
+    /// primitives of the state; a read that faults is not kept, so each
+    /// later primitive faults the same.
+    pub(super) cf_bindings: std::cell::OnceCell<Option<tiler::CfBindings>>,
+}
+
+impl FragmentSetup {
+    /// The state's coefficient binding table ([`tiler::read_bindings`]),
+    /// read once.
+    pub(super) fn cf_bindings(
+        &self,
+        vm: &GpuVm<'_>,
+        usc_exec_base: u64,
+    ) -> Result<Option<&tiler::CfBindings>, EngineResult> {
+        if let Some(kept) = self.cf_bindings.get() {
+            return Ok(kept.as_ref());
+        }
+        let read = tiler::read_bindings(vm, usc_exec_base, &self.ppp)?;
+        Ok(self.cf_bindings.get_or_init(|| read).as_ref())
+    }
 }
 
 /// The fragment setup of a primitive's state: its shader, and the entries
@@ -384,6 +406,7 @@ pub(super) fn fragment_setup(
         .as_ref()
         .is_some_and(|binding| packs_primitives(vm, binding.code));
     Ok(FragmentSetup {
+        cf_bindings: std::cell::OnceCell::new(),
         packs_primitives,
         writes_depth,
         writes_stencil,
