@@ -985,7 +985,12 @@ impl TextureUnit<'_> {
             };
             self.element_texel(image, offset, (sx, sy, level), sample, &mut raw)?;
         }
-        *out = register_bits(image, swizzled(image, raw), request.half);
+        // `register_bits(swizzled(raw))`, component by component: the
+        // arrays' whole-array copies read back words just written one by
+        // one, a stall per texel.
+        for (value, channel) in out.iter_mut().zip(swizzle(image)) {
+            *value = register_word(image, swizzled_channel(image, &raw, channel), request.half);
+        }
         Ok(())
     }
 
@@ -1372,25 +1377,40 @@ impl Footprint {
 /// A texel's channels (as stored) in the order the descriptor's swizzle
 /// names them, 0 and 1 where it names those.
 fn swizzled(image: &Image, raw: [u32; 4]) -> [u32; 4] {
+    swizzle(image).map(|channel| swizzled_channel(image, &raw, channel))
+}
+
+/// The image's swizzle, R G B A.
+fn swizzle(image: &Image) -> [Channel; 4] {
     let t = &image.texture;
-    let one = if image.integer { 1 } else { 1.0f32.to_bits() };
-    [t.swizzle_r, t.swizzle_g, t.swizzle_b, t.swizzle_a].map(|s| match s {
+    [t.swizzle_r, t.swizzle_g, t.swizzle_b, t.swizzle_a]
+}
+
+/// The component of `raw` (or the constant) a swizzle channel names.
+fn swizzled_channel(image: &Image, raw: &[u32; 4], channel: Channel) -> u32 {
+    match channel {
         Channel::R => raw[0],
         Channel::G => raw[1],
         Channel::B => raw[2],
         Channel::A => raw[3],
-        Channel::One => one,
+        Channel::One if image.integer => 1,
+        Channel::One => 1.0f32.to_bits(),
         _ => 0,
-    })
+    }
 }
 
 /// The register bits of a result: fp32 values rounded to fp16 for a
 /// 16-bit destination (integers are written as they are).
 fn register_bits(image: &Image, values: [u32; 4], half: bool) -> [u32; 4] {
+    values.map(|bits| register_word(image, bits, half))
+}
+
+/// [`register_bits`] of one component.
+fn register_word(image: &Image, bits: u32, half: bool) -> u32 {
     if half && !image.integer {
-        values.map(|bits| u32::from(crate::usc::float::f32_to_half(f32::from_bits(bits))))
+        u32::from(crate::usc::float::f32_to_half(f32::from_bits(bits)))
     } else {
-        values
+        bits
     }
 }
 

@@ -493,16 +493,17 @@ impl ImageLayout {
                     return None;
                 }
                 let (tw, th) = l.tile;
-                let tiles_per_row = u64::from(l.stride_el.div_ceil(tw));
                 // Tiles are powers of two (`max_tile` and its halvings):
-                // shifts and masks rather than four divisions.
+                // shifts and masks rather than five divisions.
                 let (tile, within) = if tw.is_power_of_two() && th.is_power_of_two() {
                     let (sx, sy) = (tw.trailing_zeros(), th.trailing_zeros());
+                    let tiles_per_row = (u64::from(l.stride_el) + u64::from(tw - 1)) >> sx;
                     (
                         u64::from(y >> sy) * tiles_per_row + u64::from(x >> sx),
                         morton(x & (tw - 1), y & (th - 1)),
                     )
                 } else {
+                    let tiles_per_row = u64::from(l.stride_el.div_ceil(tw));
                     (
                         u64::from(y / th) * tiles_per_row + u64::from(x / tw),
                         morton(x % tw, y % th),

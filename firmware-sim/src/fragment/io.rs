@@ -362,13 +362,13 @@ impl ShaderIo for TileIo<'_, '_> {
         lane: usize,
         cf: u32,
         count: usize,
-    ) -> Result<[[f32; 3]; 4], IoError> {
+        out: &mut [[f32; 3]; 4],
+    ) -> Result<(), IoError> {
         let origin = self.coefficient_origin();
-        let mut out = [[0f32; 3]; 4];
         for (i, words) in out.iter_mut().enumerate().take(count.min(4)) {
             *words = self.coefficient(lane, cf + i as u32).words_at(origin);
         }
-        Ok(out)
+        Ok(())
     }
 
     fn tile_load(&mut self, lane: usize, access: &TileAccess) -> Result<[u32; 4], IoError> {

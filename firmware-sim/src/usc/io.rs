@@ -286,14 +286,18 @@ pub trait ShaderIo {
         Ok(())
     }
 
-    /// Reads the plane coefficients (A, B, C per channel) of a varying.
+    /// Reads the plane coefficients (A, B, C per channel) of a varying
+    /// into the first `count` entries of `out` (written in place: returned
+    /// inside a `Result`, the planes went through memory in pieces read
+    /// back whole, a stall per lane).
     fn coefficients(
         &mut self,
         lane: usize,
         cf: u32,
         count: usize,
-    ) -> Result<[[f32; 3]; 4], IoError> {
-        let _ = (lane, cf, count);
+        out: &mut [[f32; 3]; 4],
+    ) -> Result<(), IoError> {
+        let _ = (lane, cf, count, out);
         Err(IoError::Unavailable("the varying interpolator"))
     }
 

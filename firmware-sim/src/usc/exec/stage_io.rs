@@ -164,11 +164,11 @@ impl SimdGroup {
                 let cf_field = o.int(1)? as u32;
                 let cf_in_register = o.int(2)? != 0;
                 let channels = usize::from(data.count / 3);
+                let mut planes = [[0f32; 3]; 4];
                 for lane in lanes(exec) {
                     let cf = self.coefficient_index(cf_field, cf_in_register, lane);
-                    let planes = env
-                        .io
-                        .coefficients(lane, cf, channels)
+                    env.io
+                        .coefficients(lane, cf, channels, &mut planes)
                         .map_err(|error| ExecError::Io { pc, error })?;
                     // Coefficients are loaded as they are stored, not
                     // through the ALU: a flat integer varying's bits (a
