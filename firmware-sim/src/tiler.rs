@@ -1126,17 +1126,22 @@ impl<'a> Binner<'a> {
         // The state index and flags words, then each vertex's position
         // and varyings, 4 bytes each.
         let mut record = std::mem::take(&mut self.record);
+        let vertex_bytes = 4 * (4 + varyings as usize);
         record.clear();
-        record.extend_from_slice(&state.to_le_bytes());
-        record.extend_from_slice(&(flags | varyings << RECORD_VARYINGS_SHIFT).to_le_bytes());
-        for v in vertices {
-            for value in v
+        record.resize(8 + 3 * vertex_bytes, 0);
+        let (head, body) = record.split_at_mut(8);
+        head[..4].copy_from_slice(&state.to_le_bytes());
+        head[4..].copy_from_slice(&(flags | varyings << RECORD_VARYINGS_SHIFT).to_le_bytes());
+        // (A vertex with fewer values than the first's, which no draw
+        // makes, would leave zeros.)
+        for (v, out) in vertices.iter().zip(body.chunks_exact_mut(vertex_bytes)) {
+            for (value, bytes) in v
                 .position
                 .iter()
                 .chain(&v.varyings)
-                .take(4 + varyings as usize)
+                .zip(out.chunks_exact_mut(4))
             {
-                record.extend_from_slice(&value.to_le_bytes());
+                bytes.copy_from_slice(&value.to_le_bytes());
             }
         }
         let tile_range = |lo: f32, hi: f32, tiles: u32| {
