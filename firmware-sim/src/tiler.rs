@@ -229,8 +229,13 @@ impl<'a> PageAllocator<'a> {
 /// binding (for image writes: Mesa's vertex, geometry and tessellation
 /// shaders store to images).
 struct VertexIo<'a> {
-    /// The outputs of the SIMD-group's vertices, lane by lane.
-    outputs: &'a mut [Outputs],
+    /// The outputs of the SIMD-group's vertices, lane by lane, `stride`
+    /// words each.
+    outputs: &'a mut [u32],
+    /// The words kept of each vertex's outputs: those the PPP reads (the
+    /// VDM state's output count). A store to a slot past them, but below
+    /// [`MAX_OUTPUTS`], is dropped: nothing reads it.
+    stride: usize,
     unit: TextureUnit<'a>,
     binding: &'a Binding,
     /// The descriptor image writes last went through.
@@ -247,12 +252,15 @@ impl ShaderIo for VertexIo<'_> {
     }
 
     fn store_varying(&mut self, lane: usize, slot: u32, value: u32) -> Result<(), IoError> {
-        let out = self
-            .outputs
-            .get_mut(lane)
-            .and_then(|o| o.get_mut(slot as usize))
-            .ok_or_else(|| IoError::Invalid(format!("output slot {slot}")))?;
-        *out = value;
+        let slot = slot as usize;
+        if slot >= MAX_OUTPUTS {
+            return Err(IoError::Invalid(format!("output slot {slot}")));
+        }
+        if slot < self.stride {
+            if let Some(out) = self.outputs.get_mut(lane * self.stride + slot) {
+                *out = value;
+            }
+        }
         Ok(())
     }
 
@@ -394,7 +402,12 @@ impl PppState {
     /// 0 for an index past the state's viewports (GL leaves that
     /// undefined; what the hardware does is not public).
     fn viewport_of(&self, v: &ClipVertex) -> &Viewport {
-        let index = self.viewport_index(&v.varyings);
+        self.viewport_for(&v.varyings)
+    }
+
+    /// [`PppState::viewport_of`] a first vertex with these values.
+    fn viewport_for(&self, varyings: &[f32]) -> &Viewport {
+        let index = self.viewport_index(varyings);
         self.viewports.get(index).unwrap_or(&self.viewports[0])
     }
 
@@ -582,9 +595,6 @@ pub fn apply_vdm_state(words: &VdmStateWords, state: &mut VertexState) {
     }
 }
 
-/// A vertex after the vertex shader: its output slots.
-type Outputs = [u32; MAX_OUTPUTS];
-
 /// Runs the vertex shader for `vertex_ids` (one instance).
 #[allow(clippy::too_many_arguments)]
 fn shade_vertices(
@@ -596,10 +606,14 @@ fn shade_vertices(
     sampler_heap: Option<(u64, u32)>,
     vertex_ids: &[u32],
     (instance, draw): (u32, u64),
-) -> Result<Vec<Outputs>, EngineResult> {
+    (out, stride): (&mut Vec<u32>, usize),
+) -> Result<(), EngineResult> {
     // Every output a shader does not store is 0. The SIMD-groups store
-    // into their vertices' outputs in place, and reuse one register file.
-    let mut out = vec![[0; MAX_OUTPUTS]; vertex_ids.len()];
+    // into their vertices' outputs in place, `stride` words a vertex (not
+    // all 256 slots a shader may name: zeroing those was a tenth of the
+    // serial vertex work), and reuse one register file.
+    out.clear();
+    out.resize(vertex_ids.len() * stride, 0);
     let mut uniforms = binding.uniforms.clone();
     let decoded = DecodedImages::default();
     let unit = TextureUnit {
@@ -612,7 +626,7 @@ fn shade_vertices(
     };
     let mut memory = vm;
     let mut kept: Option<SimdGroup> = None;
-    for (chunk, outputs) in vertex_ids.chunks(LANES).zip(out.chunks_mut(LANES)) {
+    for (chunk, outputs) in vertex_ids.chunks(LANES).zip(out.chunks_mut(LANES * stride)) {
         let present = present_lanes(chunk.len());
         let group = match &mut kept {
             Some(group) => {
@@ -627,6 +641,7 @@ fn shade_vertices(
         }
         let mut io = VertexIo {
             outputs,
+            stride,
             unit: unit.clone(),
             binding,
             image_writes: crate::imageblock::ImageWriteTarget::default(),
@@ -643,7 +658,7 @@ fn shade_vertices(
             crate::probe::Stage::Vertex { draw },
         )?;
     }
-    Ok(out)
+    Ok(())
 }
 
 /// A vertex in clip space with its varyings.
@@ -892,11 +907,16 @@ fn into_screen(v: ClipVertex, viewport: &Viewport) -> ScreenVertex {
 
 /// A clip-space vertex's window position: x, y in pixels, z, 1/w.
 fn screen_position(v: &ClipVertex, viewport: &Viewport) -> [f32; 4] {
-    let inv_w = 1.0 / v.position[3];
+    window_position(&v.position, viewport)
+}
+
+/// [`screen_position`] of a clip-space position.
+fn window_position(position: &[f32; 4], viewport: &Viewport) -> [f32; 4] {
+    let inv_w = 1.0 / position[3];
     let ndc = [
-        v.position[0] * inv_w,
-        v.position[1] * inv_w,
-        v.position[2] * inv_w,
+        position[0] * inv_w,
+        position[1] * inv_w,
+        position[2] * inv_w,
     ];
     [
         ndc[0] * viewport.scale_x + viewport.translate_x,
@@ -1097,8 +1117,18 @@ impl<'a> Binner<'a> {
         flags: u32,
         vertices: [&ScreenVertex; 3],
     ) -> Result<Result<(), Overflow>, EngineResult> {
-        let xs = vertices.iter().map(|v| v.position[0]);
-        let ys = vertices.iter().map(|v| v.position[1]);
+        self.triangle_of(flags, vertices.map(|v| (&v.position, &v.varyings[..])))
+    }
+
+    /// [`Binner::triangle`] of three window positions and their values
+    /// (as floats, or as the words the vertex shader stored).
+    fn triangle_of<W: RecordWord>(
+        &mut self,
+        flags: u32,
+        vertices: [(&[f32; 4], &[W]); 3],
+    ) -> Result<Result<(), Overflow>, EngineResult> {
+        let xs = vertices.iter().map(|v| v.0[0]);
+        let ys = vertices.iter().map(|v| v.0[1]);
         let (min_x, max_x) = xs.fold((f32::MAX, f32::MIN), |(lo, hi), x| (lo.min(x), hi.max(x)));
         let (min_y, max_y) = ys.fold((f32::MAX, f32::MIN), |(lo, hi), y| (lo.min(y), hi.max(y)));
         if !(min_x.is_finite() && max_x.is_finite() && min_y.is_finite() && max_y.is_finite())
@@ -1111,7 +1141,7 @@ impl<'a> Binner<'a> {
         }
         // Draws in one pass may have different output counts: each
         // record says how many varyings its vertices carry.
-        let varyings = vertices[0].varyings.len().min(MAX_RECORD_VALUES) as u32;
+        let varyings = vertices[0].1.len().min(MAX_RECORD_VALUES) as u32;
         let state = match self.current_state {
             Some(index) => index,
             // The segment's state table is full: the segment must be
@@ -1134,14 +1164,13 @@ impl<'a> Binner<'a> {
         head[4..].copy_from_slice(&(flags | varyings << RECORD_VARYINGS_SHIFT).to_le_bytes());
         // (A vertex with fewer values than the first's, which no draw
         // makes, would leave zeros.)
-        for (v, out) in vertices.iter().zip(body.chunks_exact_mut(vertex_bytes)) {
-            for (value, bytes) in v
-                .position
+        for ((position, values), out) in vertices.iter().zip(body.chunks_exact_mut(vertex_bytes)) {
+            let words = position
                 .iter()
-                .chain(&v.varyings)
-                .zip(out.chunks_exact_mut(4))
-            {
-                bytes.copy_from_slice(&value.to_le_bytes());
+                .map(|p| p.to_bits())
+                .chain(values.iter().map(|v| v.bits()));
+            for (word, bytes) in words.zip(out.chunks_exact_mut(4)) {
+                bytes.copy_from_slice(&word.to_le_bytes());
             }
         }
         let tile_range = |lo: f32, hi: f32, tiles: u32| {
@@ -1490,7 +1519,8 @@ fn shade_and_bin<'a>(
             slots
         })
         .collect();
-    let shaded = shade_vertices(
+    let mut shaded = Vec::new();
+    shade_vertices(
         vm.clone(),
         cache,
         watchdog,
@@ -1499,7 +1529,13 @@ fn shade_and_bin<'a>(
         state.sampler_heap,
         &unique,
         (instance, pc),
+        (&mut shaded, outputs),
     )?;
+    let vertex = |slot: usize| &shaded[slot * outputs..(slot + 1) * outputs];
+    // Triangles with nothing to carry over (flat values, the primitive
+    // id) or clip against but the depth range may be binned straight from
+    // the shaded words ([`bin_unclipped_triangle`]).
+    let plain = flat.is_empty() && !ppp.primitive_id && ppp.clip_distances.is_empty();
     // One work unit per primitive assembled (its shading was charged per
     // instruction).
     watchdog.charge(batch.len() as u64);
@@ -1512,8 +1548,8 @@ fn shade_and_bin<'a>(
         return Ok(());
     }
     let clip = |slot: usize, corner: u8| ClipVertex {
-        position: std::array::from_fn(|c| f32::from_bits(shaded[slot][c])),
-        varyings: shaded[slot][4..outputs]
+        position: std::array::from_fn(|c| f32::from_bits(vertex(slot)[c])),
+        varyings: vertex(slot)[4..]
             .iter()
             .map(|v| f32::from_bits(*v))
             .collect(),
@@ -1543,6 +1579,10 @@ fn shade_and_bin<'a>(
                 }
             }
             _ => {
+                let words = [vertex(at[0]), vertex(at[1]), vertex(at[2])];
+                if plain && bin_unclipped_triangle(binner, ppp, words, pc, on_overflow)? {
+                    continue;
+                }
                 let triangle = [clip(at[0], 0), clip(at[1], 1), clip(at[2], 2)];
                 let provoking = flat_values(flat, &triangle);
                 let viewport = *ppp.viewport_of(&triangle[0]);
@@ -1678,6 +1718,24 @@ fn set_flat_values<'v>(
     }
 }
 
+/// A value of a vertex as a record holds it: a float's bits, or a word
+/// the vertex shader stored.
+trait RecordWord: Copy {
+    fn bits(self) -> u32;
+}
+
+impl RecordWord for f32 {
+    fn bits(self) -> u32 {
+        self.to_bits()
+    }
+}
+
+impl RecordWord for u32 {
+    fn bits(self) -> u32 {
+        self
+    }
+}
+
 /// Bins one triangle (with the extras `flags` name appended to its
 /// vertices' values), growing the buffer or rendering what is binned when
 /// it runs dry.
@@ -1688,12 +1746,24 @@ fn bin_triangle<'a>(
     pc: u64,
     on_overflow: &mut dyn FnMut(&mut Binner<'a>) -> Result<(), EngineResult>,
 ) -> Result<(), EngineResult> {
-    if binner.triangle(flags, triangle)?.is_err() {
+    let parts = triangle.map(|v| (&v.position, &v.varyings[..]));
+    bin_triangle_of(binner, flags, parts, pc, on_overflow)
+}
+
+/// [`bin_triangle`] of three window positions and their values.
+fn bin_triangle_of<'a, W: RecordWord>(
+    binner: &mut Binner<'a>,
+    flags: u32,
+    triangle: [(&[f32; 4], &[W]); 3],
+    pc: u64,
+    on_overflow: &mut dyn FnMut(&mut Binner<'a>) -> Result<(), EngineResult>,
+) -> Result<(), EngineResult> {
+    if binner.triangle_of(flags, triangle)?.is_err() {
         // The buffer ran dry: grow it or render what is binned (a
         // partial render), then bin the triangle again.
         binner.stats.overflows += 1;
         on_overflow(binner)?;
-        if binner.triangle(flags, triangle)?.is_err() {
+        if binner.triangle_of(flags, triangle)?.is_err() {
             return Err(unsupported(
                 pc,
                 FaultUnit::Tiler,
@@ -1724,12 +1794,17 @@ fn with_primitive_id(
 /// its primitive to (the provoking vertex's, for the primitives Mesa
 /// draws layered: every vertex of them carries the same).
 fn layer_flags(ppp: &PppState, v: &ScreenVertex) -> u32 {
+    layer_flags_for(ppp, &v.varyings)
+}
+
+/// [`layer_flags`] of a vertex with these values.
+fn layer_flags_for(ppp: &PppState, varyings: &[f32]) -> u32 {
     let layer = ppp
         .layer_viewport
-        .and_then(|at| v.varyings.get(at))
+        .and_then(|at| varyings.get(at))
         .map_or(0, |word| word.to_bits() & RECORD_LAYER_MASK);
     // The viewport the transform took (0 for an index past them).
-    let index = ppp.viewport_index(&v.varyings);
+    let index = ppp.viewport_index(varyings);
     let viewport = if index < ppp.viewports.len() {
         index.min(0xF) as u32
     } else {
@@ -1832,6 +1907,63 @@ fn bin_polygon<'a>(
         bin_triangle(binner, flags, tri.each_ref(), pc, on_overflow)?;
     }
     Ok(())
+}
+
+/// Bins a triangle that clipping would keep whole, straight from the
+/// words its vertices' shader stored (position, then values), as
+/// `clip_*`, [`bin_polygon`] and [`bin_triangle`] bin it: no vertex is
+/// built, and one culled allocates nothing. The caller has checked that
+/// the state has no flat values, primitive ids or clip distances. False
+/// (nothing done) for a triangle clipping would cut, or one whose facing
+/// draws lines or points: those take the general path.
+fn bin_unclipped_triangle<'a>(
+    binner: &mut Binner<'a>,
+    ppp: &PppState,
+    words: [&[u32]; 3],
+    pc: u64,
+    on_overflow: &mut dyn FnMut(&mut Binner<'a>) -> Result<(), EngineResult>,
+) -> Result<bool, EngineResult> {
+    let clip: [[f32; 4]; 3] = words.map(|w| std::array::from_fn(|c| f32::from_bits(w[c])));
+    // What `clip_behind`, or `clip_near` (and `clip_far` with depth
+    // clipping), keep without cutting.
+    let whole = clip
+        .iter()
+        .all(|p| match (ppp.cull.depth_clamp, ppp.cull.depth_clip) {
+            (true, _) => p[3] > 0.0,
+            (false, depth_clip) => {
+                p[2].min(p[3]) >= 0.0 && p[3] > 0.0 && (!depth_clip || p[3] - p[2] >= 0.0)
+            }
+        });
+    if !whole {
+        return Ok(false);
+    }
+    // No layer or viewport output (the caller's check: no flat values):
+    // viewport 0, layer 0.
+    let viewport = ppp.viewport_for(&[]);
+    let screen = clip.map(|p| window_position(&p, viewport));
+    let area = area_of(&screen[0], &screen[1], &screen[2]);
+    if area == 0.0 || !area.is_finite() {
+        return Ok(true);
+    }
+    let front = (area < 0.0) == ppp.cull.front_face_ccw;
+    if (front && ppp.cull.cull_front) || (!front && ppp.cull.cull_back) {
+        return Ok(true);
+    }
+    let face = if front {
+        ppp.front_face
+    } else {
+        ppp.back_face.or(ppp.front_face)
+    };
+    if matches!(
+        face.map_or(PolygonMode::Fill, |f| f.polygon_mode),
+        PolygonMode::Line | PolygonMode::Point
+    ) {
+        return Ok(false);
+    }
+    let flags = layer_flags_for(ppp, &[]) | if front { 0 } else { RECORD_BACK_FACING };
+    let parts = [0, 1, 2].map(|v| (&screen[v], &words[v][4..]));
+    bin_triangle_of(binner, flags, parts, pc, on_overflow)?;
+    Ok(true)
 }
 
 /// Bins a line from `a` to `b` (window space) as the parallelogram an

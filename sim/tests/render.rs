@@ -5198,6 +5198,65 @@ fn depth_clipping_cuts_at_the_near_and_far_planes_and_depth_clamp_does_not() {
     }
 }
 
+/// A triangle whose every vertex is behind the eye (w < 0) has the same
+/// window positions as its mirror in front (x/w, y/w) but is not drawn,
+/// with depth clipping or depth clamp (which keeps only what is in front
+/// of the eye): nothing is left of it to bin whole.
+#[test_log::test]
+fn a_triangle_behind_the_eye_is_not_drawn_with_depth_clip_or_clamp() {
+    let m = Machine::new(5000);
+    let vertices = [
+        ([4.0f32, 4.0f32], 0.5f32, [0.0f32; 3]),
+        ([60.0, 4.0], 0.5, [0.0; 3]),
+        ([4.0, 60.0], 0.5, [0.0; 3]),
+    ];
+    for (depth_clip, depth_clamp) in [(true, false), (false, true), (false, false)] {
+        let patch = move |records: &mut PppRecords| {
+            records.cull = Some(Cull {
+                depth_clip,
+                depth_clamp,
+                ..Cull::default()
+            });
+        };
+        // In front of the eye, the triangle is drawn.
+        let got = count_shapes(&m, Primitive::Triangles, &vertices, &patch);
+        assert!(
+            got.iter().any(|&c| c != 0),
+            "in front ({depth_clip}, {depth_clamp})"
+        );
+        // Every word of every position negated: the same point of the
+        // projective plane, behind the eye.
+        shape_vertices(&m, &vertices);
+        let vs = colour_vs(&m, VERTICES);
+        let fs = count_fs(&m);
+        let mut words = Vec::new();
+        for (window, z, values) in vertices {
+            let position = clip(&[window]);
+            words.extend(
+                [
+                    f32::from_bits(position[0]),
+                    f32::from_bits(position[1]),
+                    z,
+                    1.0,
+                ]
+                .map(|c| (-c).to_bits()),
+            );
+            words.extend(values.map(f32::to_bits));
+            words.push(0);
+        }
+        m.poke_u32s(VERTICES, &words);
+        let draw = Shapes::new(Primitive::Triangles, 3);
+        let render = draw_shapes(&m, draw, vs, 7, fs, None, None, None, &patch);
+        assert_eq!(m.submit(CmdType::Render, render.as_bytes()), None);
+        let got = counts(&m);
+        assert!(
+            got.iter().all(|&c| c == 0),
+            "behind the eye ({depth_clip}, {depth_clamp}): {} pixels drawn",
+            got.iter().filter(|&&c| c != 0).count()
+        );
+    }
+}
+
 #[test_log::test]
 fn a_render_into_a_compressed_multisampled_target_marks_its_sample_tiles_uncompressed() {
     use agx_hw::layout::{tile_word, uncompressed_subtile_mode, CompressionLayout, ImageLayout};
