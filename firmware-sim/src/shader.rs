@@ -12,6 +12,7 @@ use agx_fwif::messages::FaultUnit;
 
 use crate::command::Watchdog;
 use crate::fault::{unsupported, EngineResult};
+use crate::memory::GpuVm;
 use crate::probe::{GroupStart, Stage, TracedLane};
 use crate::usc::trace::LaneTrace;
 use crate::usc::{
@@ -170,4 +171,124 @@ pub fn present_lanes(lanes: usize) -> u32 {
     } else {
         (1u32 << lanes) - 1
     }
+}
+
+/// Visits the instructions of the program at `code` in address order
+/// (each with its address) until `visit` gives an answer; `None` when an
+/// instruction cannot be read or decoded, or after 4,096 of them.
+pub(crate) fn walk<T>(
+    vm: &GpuVm<'_>,
+    code: u64,
+    mut visit: impl FnMut(u64, &agx_hw::isa::Instr) -> Option<T>,
+) -> Option<T> {
+    let mut pc = code;
+    for _ in 0..4096 {
+        let mut bytes = [0u8; 16];
+        vm.read(pc, &mut bytes).ok()?;
+        let decoded = agx_hw::isa::decode(&bytes).ok()?;
+        if let Some(answer) = visit(pc, &decoded.instr) {
+            return Some(answer);
+        }
+        pc += decoded.length_bytes as u64;
+    }
+    None
+}
+
+/// Whether the fragment program at `code` may run with other primitives'
+/// quads in its SIMD-group: nothing it does can tell them from its own
+/// primitive's, so a SIMD-group of several primitives' quads gives each
+/// lane what a SIMD-group of its primitive's quads alone gives it. It may
+/// not write memory (device stores, atomics, image writes: their order
+/// between primitives would change), read its lane's place in the
+/// SIMD-group or the group's other quads (SIMD-wide reductions, prefixes,
+/// shuffles and ballots, and the lane and active-thread indices; quad
+/// operations stay within the quad, which is the primitive's), access the
+/// tilebuffer at explicit coordinates (another primitive's pixel), call,
+/// or stop inside a branch (a `stop` ends the whole SIMD-group). The scan
+/// follows the code to its first `stop` outside every `if` and needs every
+/// jump to land before it; anything it cannot read or does not know keeps
+/// the program to a SIMD-group per primitive. The same property lets the
+/// vertex stage run a draw's SIMD-groups on several threads at once
+/// (`tiler`): nothing one group does reaches another or memory.
+pub(crate) fn packs_primitives(vm: &GpuVm<'_>, code: u64) -> bool {
+    use agx_hw::isa::table::sr;
+    use agx_hw::isa::Op;
+    // `if` nesting, counted statically (`pop_exec n` closes n).
+    let mut depth: i64 = 0;
+    let mut furthest_jump = code;
+    walk(vm, code, |pc, ins| {
+        match ins.op {
+            Op::Stop if depth <= 0 => return Some(furthest_jump <= pc),
+            Op::Stop => return Some(false),
+            Op::IfIcmp | Op::IfFcmp => depth += 1,
+            Op::PopExec => {
+                let Some(levels) = ins.int(1) else {
+                    return Some(false);
+                };
+                depth -= levels;
+            }
+            Op::JmpExecAny | Op::JmpExecNone | Op::JmpIfSkippingDoorbell => {
+                let Some(offset) = ins.int(0) else {
+                    return Some(false);
+                };
+                let target = pc.wrapping_add(offset as u64);
+                if target < code {
+                    return Some(false);
+                }
+                furthest_jump = furthest_jump.max(target);
+            }
+            Op::LdTile | Op::StTile if ins.int(7) != Some(0) => return Some(false),
+            Op::GetSr => {
+                let register = ins.int(1).unwrap_or(-1);
+                let lane_place = [
+                    sr::THREAD_POSITION_IN_THREADGROUP,
+                    sr::THREAD_POSITION_IN_THREADGROUP + 1,
+                    sr::THREAD_POSITION_IN_THREADGROUP + 2,
+                    sr::THREAD_INDEX_IN_THREADGROUP,
+                    sr::THREAD_INDEX_IN_SIMDGROUP,
+                    sr::SIMDGROUP_INDEX_IN_THREADGROUP,
+                    58,
+                    59,
+                ];
+                if lane_place.iter().any(|&r| i64::from(r) == register) {
+                    return Some(false);
+                }
+            }
+            Op::Call
+            | Op::CallReg
+            | Op::Ret
+            | Op::DeviceStore
+            | Op::DeviceStoreTodo
+            | Op::AsyncStore
+            | Op::UniformStore
+            | Op::Atomic
+            | Op::ThreadgroupStore
+            | Op::ThreadgroupAtomic
+            | Op::TexStateStore
+            | Op::SamplerStateStore
+            | Op::ImageWrite
+            | Op::ImageWriteBlock
+            | Op::SimdReduce
+            | Op::SimdPrefix
+            | Op::SimdOp
+            | Op::SimdShufOp
+            | Op::SimdShuffle
+            | Op::SimdShuffleXor
+            | Op::SimdShuffleUp
+            | Op::SimdShuffleDown
+            | Op::SimdShuffleRotateUp
+            | Op::SimdMatrixFmadd16
+            | Op::SimdMatrixFmadd32
+            | Op::IcmpBallot
+            | Op::FcmpBallot
+            | Op::UnkSr
+            | Op::StackMap
+            | Op::StackUnmap
+            | Op::StackMapOp
+            | Op::Doorbell => return Some(false),
+            _ => {}
+        }
+        None
+    })
+    .unwrap_or(false)
 }

@@ -595,11 +595,43 @@ pub fn apply_vdm_state(words: &VdmStateWords, state: &mut VertexState) {
     }
 }
 
-/// Runs the vertex shader for `vertex_ids` (one instance).
+/// The program caches the vertex stage shades with: its own, and one for
+/// each other thread a draw's SIMD-groups may be shared out to.
+pub struct VertexCores {
+    /// The stage's own.
+    pub cache: ProgramCache,
+    others: Vec<ProgramCache>,
+}
+
+impl VertexCores {
+    /// Caches for `threads` threads (at least one), sharing `code`.
+    pub fn new(code: Option<std::sync::Arc<agx_jit::CodeCache>>, threads: usize) -> VertexCores {
+        VertexCores {
+            others: (1..threads)
+                .map(|_| ProgramCache::with_code(code.clone()))
+                .collect(),
+            cache: ProgramCache::with_code(code),
+        }
+    }
+}
+
+/// SIMD-groups of vertices a thread is given at least when a batch's are
+/// shared out (a thread costs tens of microseconds to start).
+const GROUPS_PER_THREAD_MIN: usize = 16;
+
+/// Runs the vertex shader for `vertex_ids` (one instance) into `out`,
+/// `stride` words a vertex (not all 256 slots a shader may name: zeroing
+/// those was a tenth of the serial vertex work); every output a shader
+/// does not store is 0. With `parallel` (a program whose SIMD-groups
+/// cannot reach each other or memory, [`crate::shader::packs_primitives`],
+/// and needs no stacks) a batch of enough groups is shared out, in
+/// contiguous runs, among the stage's threads; the first failing group's
+/// result, in group order, is the batch's.
 #[allow(clippy::too_many_arguments)]
 fn shade_vertices(
     vm: GpuVm<'_>,
-    cache: &mut ProgramCache,
+    cores: &mut VertexCores,
+    parallel: bool,
     watchdog: &Watchdog<'_>,
     helper: &mut StageHelper,
     binding: &Binding,
@@ -608,12 +640,77 @@ fn shade_vertices(
     (instance, draw): (u32, u64),
     (out, stride): (&mut Vec<u32>, usize),
 ) -> Result<(), EngineResult> {
-    // Every output a shader does not store is 0. The SIMD-groups store
-    // into their vertices' outputs in place, `stride` words a vertex (not
-    // all 256 slots a shader may name: zeroing those was a tenth of the
-    // serial vertex work), and reuse one register file.
     out.clear();
     out.resize(vertex_ids.len() * stride, 0);
+    let groups = vertex_ids.len().div_ceil(LANES);
+    let threads = if parallel {
+        (cores.others.len() + 1).min(groups / GROUPS_PER_THREAD_MIN)
+    } else {
+        1
+    };
+    let shade =
+        |ids: &[u32], out: &mut [u32], cache: &mut ProgramCache, helper: &mut StageHelper| {
+            shade_groups(
+                vm.clone(),
+                cache,
+                watchdog,
+                helper,
+                binding,
+                sampler_heap,
+                ids,
+                (instance, draw),
+                (out, stride),
+            )
+        };
+    if threads <= 1 {
+        return shade(vertex_ids, out, &mut cores.cache, helper);
+    }
+    let per_thread = groups.div_ceil(threads) * LANES;
+    let mut parts = vertex_ids
+        .chunks(per_thread)
+        .zip(out.chunks_mut(per_thread * stride));
+    let Some((first_ids, first_out)) = parts.next() else {
+        return Ok(());
+    };
+    let (cache, others) = (&mut cores.cache, &mut cores.others);
+    std::thread::scope(|scope| {
+        let shade = &shade;
+        let handles: Vec<_> = parts
+            .zip(others.iter_mut())
+            .map(|((ids, out), cache)| {
+                // (No stacks: the program has no spill bucket.)
+                scope.spawn(move || shade(ids, out, cache, &mut StageHelper::new(None, 0, 0)))
+            })
+            .collect();
+        let mut result = shade(first_ids, first_out, cache, helper);
+        for handle in handles {
+            let joined = handle
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+            if result.is_ok() {
+                result = joined;
+            }
+        }
+        result
+    })
+}
+
+/// Runs the vertex shader for `vertex_ids` (one instance) on one thread,
+/// into `out` (`stride` words a vertex, zero).
+#[allow(clippy::too_many_arguments)]
+fn shade_groups(
+    vm: GpuVm<'_>,
+    cache: &mut ProgramCache,
+    watchdog: &Watchdog<'_>,
+    helper: &mut StageHelper,
+    binding: &Binding,
+    sampler_heap: Option<(u64, u32)>,
+    vertex_ids: &[u32],
+    (instance, draw): (u32, u64),
+    (out, stride): (&mut [u32], usize),
+) -> Result<(), EngineResult> {
+    // The SIMD-groups store into their vertices' outputs in place, and
+    // reuse one register file.
     let mut uniforms = binding.uniforms.clone();
     let decoded = DecodedImages::default();
     let unit = TextureUnit {
@@ -1365,7 +1462,7 @@ const TRIANGLE_STRIDE: usize = 4096;
 #[allow(clippy::too_many_arguments)]
 pub fn draw<'a>(
     vm: GpuVm<'_>,
-    cache: &mut ProgramCache,
+    cores: &mut VertexCores,
     watchdog: &Watchdog<'_>,
     helper: &mut StageHelper,
     usc_exec_base: u64,
@@ -1403,6 +1500,13 @@ pub fn draw<'a>(
         Some(&mut *helper),
     )?;
     let ppp = PppState::of(records);
+    // The draw's SIMD-groups may be shared out among threads when its
+    // program is confined to them and needs no stacks, and no debugger
+    // follows it (whose events come in order).
+    let parallel = !cores.others.is_empty()
+        && binding.spill_bucket == 0
+        && watchdog.probe.is_none()
+        && crate::shader::packs_primitives(&vm, binding.code);
     let BoundOutputs {
         mut flat,
         noperspective: linear,
@@ -1456,7 +1560,7 @@ pub fn draw<'a>(
                 next_id = next_id.wrapping_add(batch.len() as u32);
                 shade_and_bin(
                     &vm,
-                    cache,
+                    (&mut *cores, parallel),
                     watchdog,
                     helper,
                     (&binding, state, &ppp, (&flat, &linear), outputs, instance),
@@ -1485,7 +1589,7 @@ const INDEX_CHUNK: u64 = 4096;
 #[allow(clippy::too_many_arguments, clippy::type_complexity)]
 fn shade_and_bin<'a>(
     vm: &GpuVm<'_>,
-    cache: &mut ProgramCache,
+    (cores, parallel): (&mut VertexCores, bool),
     watchdog: &Watchdog<'_>,
     helper: &mut StageHelper,
     (binding, state, ppp, (flat, linear), outputs, instance): (
@@ -1522,7 +1626,8 @@ fn shade_and_bin<'a>(
     let mut shaded = Vec::new();
     shade_vertices(
         vm.clone(),
-        cache,
+        cores,
+        parallel,
         watchdog,
         helper,
         binding,

@@ -18,7 +18,6 @@ use crate::fragment::render_scene;
 use crate::helper::{HelperProgram, StageHelper};
 use crate::memory::{read_item, read_sequence, GpuVm};
 use crate::tiler::{self, overflow, tvb_info};
-use crate::usc::ProgramCache;
 
 /// The parameter buffer ran dry mid-pass: ask the kmd for more (it grows
 /// only under its `sync` policy; more pages do not help a full state
@@ -80,7 +79,8 @@ pub fn run_vertex(ctx: &RunContext<'_>, workers: usize) -> EngineResult {
 fn vertex(ctx: &RunContext<'_>, workers: usize) -> Result<(), EngineResult> {
     let body: RunVertexBody = command_body(ctx)?;
     let vm = ctx.user_vm("vertex", FaultUnit::Vdm, body.vdm_ctrl_stream_base.get())?;
-    // Vertices are shaded on one core.
+    // The helper serves the programs that spill, which are shaded on one
+    // core (the firmware's thread).
     let mut helper = StageHelper::new(
         HelperProgram::of(&body.helper, body.usc_exec_base.get()),
         0,
@@ -95,7 +95,9 @@ fn vertex(ctx: &RunContext<'_>, workers: usize) -> Result<(), EngineResult> {
             .then_some((body.pass.sampler_heap.get(), body.pass.sampler_count)),
         ..tiler::VertexState::default()
     };
-    let mut cache = ProgramCache::with_code(ctx.shader_code.clone());
+    // Vertices are shaded on the firmware's thread and, for draws that
+    // allow it, on as many as the fragment pass uses.
+    let mut cores = tiler::VertexCores::new(ctx.shader_code.clone(), workers);
     let watchdog = ctx.watchdog();
     let mut item = Vec::new();
     let mut pc = body.vdm_ctrl_stream_base.get();
@@ -139,7 +141,7 @@ fn vertex(ctx: &RunContext<'_>, workers: usize) -> Result<(), EngineResult> {
                 };
                 tiler::draw(
                     vm.clone(),
-                    &mut cache,
+                    &mut cores,
                     &watchdog,
                     &mut helper,
                     body.usc_exec_base.get(),

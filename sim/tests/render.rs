@@ -2245,6 +2245,73 @@ fn results_do_not_depend_on_how_many_host_threads_render_tiles() {
     assert!(outputs[0] == outputs[2], "1 and 3 threads");
 }
 
+/// COLOUR_VS whose vertices u4 and u5 (ids) also read an unmapped
+/// address (u6_u7 plus 32 bytes an id).
+const FAULTING_VS: &str = "
+    device_load 0, i32, xyzw, r8_r9_r10_r11, u0_u1, r5, unsigned, lsl 3
+    device_load 0, i32, xyz, r12_r13_r14, u2_u3, r5, unsigned, lsl 3
+    wait 0
+    if_icmp r0l, ueq, r5, u4, 1
+    device_load 0, i32, x, r20, u6_u7, r5, unsigned, lsl 3
+    wait 0
+    pop_exec r0l, 1
+    if_icmp r0l, ueq, r5, u5, 1
+    device_load 0, i32, x, r20, u6_u7, r5, unsigned, lsl 3
+    wait 0
+    pop_exec r0l, 1
+    st_var 1, r8, 0
+    st_var 1, r9, 1
+    st_var 1, r10, 2
+    st_var 1, r11, 3
+    st_var 1, r12, 4
+    st_var 1, r13, 5
+    st_var 1, r14, 6
+    stop";
+
+/// A draw's SIMD-groups of vertices shared out among threads fault as
+/// they do on one: the layered scene's first batch of vertices (over a
+/// thousand, enough for three threads) with two vertices that fault, one
+/// in the first thread's run of groups and one in the last's; the fault
+/// is the first's, whatever the threads.
+#[test_log::test]
+fn vertex_groups_shared_among_threads_fault_at_the_first_faulting_vertex() {
+    const UNMAPPED: u64 = 0x7_0000_0000;
+    for gpu_threads in [1, 2, 3] {
+        let m = Machine::with_config(SystemConfig {
+            gpu_threads,
+            ..machine_config(5000)
+        });
+        let render = layered_pass(&m, false, false);
+        let mut uniforms = pair(DATA_VA + BIG_VERTICES);
+        uniforms.extend(pair(DATA_VA + BIG_VERTICES + 16));
+        uniforms.extend([100, 2000]);
+        uniforms.extend(pair(UNMAPPED));
+        m.program(
+            FAULTING_VS,
+            0x3000,
+            0xC0,
+            &uniforms,
+            UNIFORMS + 0x200,
+            0,
+            None,
+        );
+        assert_eq!(
+            m.submit(CmdType::Render, render.as_bytes()),
+            Some(Errno::EIO),
+            "{gpu_threads} threads"
+        );
+        let (address, unit, _) = m.system.device().scheduler().stats().last_fault.unwrap();
+        assert_eq!(
+            (address, unit),
+            (
+                UNMAPPED + 32 * 100,
+                agx_fwif::messages::FaultUnit::Usc as u32
+            ),
+            "{gpu_threads} threads"
+        );
+    }
+}
+
 /// COLOUR_FS that discards pixels left of x = u1.
 const DISCARD_FS: &str = "
     get_sr r10, sr80
