@@ -596,13 +596,7 @@ mod tests {
         // Random planes and points against `iterate`, with exponents
         // near each other (mostly exact) and far apart (mostly not), C
         // near cancelling A x + B y, zeros, infinities and NaNs.
-        let mut state = 0x2545_F491_4F6C_DD1Du64;
-        let mut next = move || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
+        let mut next = crate::usc::test_rng::xorshift(0x2545_F491_4F6C_DD1Du64);
         let value = |spread: u64, next: &mut dyn FnMut() -> u64| {
             let r = next();
             match r % 64 {

@@ -627,19 +627,14 @@ const GROUPS_PER_THREAD_MIN: usize = 16;
 /// and needs no stacks) a batch of enough groups is shared out, in
 /// contiguous runs, among the stage's threads; the first failing group's
 /// result, in group order, is the batch's.
-#[allow(clippy::too_many_arguments)]
 fn shade_vertices(
-    vm: GpuVm<'_>,
-    cores: &mut VertexCores,
-    parallel: bool,
-    watchdog: &Watchdog<'_>,
+    shading: &Shading<'_, '_>,
+    (cores, parallel): (&mut VertexCores, bool),
     helper: &mut StageHelper,
-    binding: &Binding,
-    sampler_heap: Option<(u64, u32)>,
     vertex_ids: &[u32],
-    (instance, draw): (u32, u64),
-    (out, stride): (&mut Vec<u32>, usize),
+    out: &mut Vec<u32>,
 ) -> Result<(), EngineResult> {
+    let stride = shading.stride;
     out.clear();
     out.resize(vertex_ids.len() * stride, 0);
     let groups = vertex_ids.len().div_ceil(LANES);
@@ -650,17 +645,7 @@ fn shade_vertices(
     };
     let shade =
         |ids: &[u32], out: &mut [u32], cache: &mut ProgramCache, helper: &mut StageHelper| {
-            shade_groups(
-                vm.clone(),
-                cache,
-                watchdog,
-                helper,
-                binding,
-                sampler_heap,
-                ids,
-                (instance, draw),
-                (out, stride),
-            )
+            shade_groups(shading, cache, helper, ids, out)
         };
     if threads <= 1 {
         return shade(vertex_ids, out, &mut cores.cache, helper);
@@ -695,20 +680,37 @@ fn shade_vertices(
     })
 }
 
-/// Runs the vertex shader for `vertex_ids` (one instance) on one thread,
-/// into `out` (`stride` words a vertex, zero).
-#[allow(clippy::too_many_arguments)]
-fn shade_groups(
-    vm: GpuVm<'_>,
-    cache: &mut ProgramCache,
-    watchdog: &Watchdog<'_>,
-    helper: &mut StageHelper,
-    binding: &Binding,
+/// What shading a batch's vertices needs besides the vertices: the VM,
+/// the watchdog, the program and its sampler heap, the instance, the
+/// draw's address (for the debugger) and the words kept a vertex.
+struct Shading<'s, 'a> {
+    vm: &'s GpuVm<'a>,
+    watchdog: &'s Watchdog<'a>,
+    binding: &'s Binding,
     sampler_heap: Option<(u64, u32)>,
+    instance: u32,
+    draw: u64,
+    stride: usize,
+}
+
+/// Runs the vertex shader for `vertex_ids` on one thread, into `out`
+/// (`stride` words a vertex, zero).
+fn shade_groups(
+    shading: &Shading<'_, '_>,
+    cache: &mut ProgramCache,
+    helper: &mut StageHelper,
     vertex_ids: &[u32],
-    (instance, draw): (u32, u64),
-    (out, stride): (&mut [u32], usize),
+    out: &mut [u32],
 ) -> Result<(), EngineResult> {
+    let Shading {
+        vm,
+        watchdog,
+        binding,
+        sampler_heap,
+        instance,
+        draw,
+        stride,
+    } = *shading;
     // The SIMD-groups store into their vertices' outputs in place, and
     // reuse one register file.
     let mut uniforms = binding.uniforms.clone();
@@ -721,7 +723,7 @@ fn shade_groups(
         sampler_stride_bytes: binding.sampler_stride_bytes,
         decoded: Some(&decoded),
     };
-    let mut memory = vm;
+    let mut memory = vm.clone();
     let mut kept: Option<SimdGroup> = None;
     for (chunk, outputs) in vertex_ids.chunks(LANES).zip(out.chunks_mut(LANES * stride)) {
         let present = present_lanes(chunk.len());
@@ -1664,18 +1666,16 @@ fn shade_and_bin<'a>(
 ) -> Result<(), EngineResult> {
     let (unique, slots) = distinct_vertices(batch);
     let mut shaded = Vec::new();
-    shade_vertices(
-        vm.clone(),
-        cores,
-        parallel,
+    let shading = Shading {
+        vm,
         watchdog,
-        helper,
         binding,
-        state.sampler_heap,
-        &unique,
-        (instance, pc),
-        (&mut shaded, outputs),
-    )?;
+        sampler_heap: state.sampler_heap,
+        instance,
+        draw: pc,
+        stride: outputs,
+    };
+    shade_vertices(&shading, (cores, parallel), helper, &unique, &mut shaded)?;
     let vertex = |slot: usize| &shaded[slot * outputs..(slot + 1) * outputs];
     // Triangles with nothing to carry over (flat values, the primitive
     // id) or clip against but the depth range may be binned straight from
@@ -2451,13 +2451,7 @@ mod tests {
 
     #[test]
     fn distinct_vertices_by_table_or_hash_agree_with_a_search() {
-        let mut state = 0x9E37_79B9_7F4A_7C15u64;
-        let mut next = move || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
+        let mut next = crate::usc::test_rng::xorshift(0x9E37_79B9_7F4A_7C15u64);
         // Ids packed close (the table), spread over the whole range (the
         // hash), at both ends of it, and points and lines among
         // triangles.

@@ -2246,27 +2246,20 @@ fn results_do_not_depend_on_how_many_host_threads_render_tiles() {
 }
 
 /// COLOUR_VS whose vertices u4 and u5 (ids) also read an unmapped
-/// address (u6_u7 plus 32 bytes an id).
-const FAULTING_VS: &str = "
-    device_load 0, i32, xyzw, r8_r9_r10_r11, u0_u1, r5, unsigned, lsl 3
-    device_load 0, i32, xyz, r12_r13_r14, u2_u3, r5, unsigned, lsl 3
-    wait 0
-    if_icmp r0l, ueq, r5, u4, 1
+/// address (u6_u7 plus 32 bytes an id) after their loads.
+fn faulting_vs() -> String {
+    let read_if = |id: &str| {
+        format!(
+            "    if_icmp r0l, ueq, r5, {id}, 1
     device_load 0, i32, x, r20, u6_u7, r5, unsigned, lsl 3
     wait 0
     pop_exec r0l, 1
-    if_icmp r0l, ueq, r5, u5, 1
-    device_load 0, i32, x, r20, u6_u7, r5, unsigned, lsl 3
-    wait 0
-    pop_exec r0l, 1
-    st_var 1, r8, 0
-    st_var 1, r9, 1
-    st_var 1, r10, 2
-    st_var 1, r11, 3
-    st_var 1, r12, 4
-    st_var 1, r13, 5
-    st_var 1, r14, 6
-    stop";
+"
+        )
+    };
+    let checks = format!("    wait 0\n{}{}", read_if("u4"), read_if("u5"));
+    COLOUR_VS.replacen("    wait 0\n", &checks, 1)
+}
 
 /// A draw's SIMD-groups of vertices shared out among threads fault as
 /// they do on one: the layered scene's first batch of vertices (over a
@@ -2287,7 +2280,7 @@ fn vertex_groups_shared_among_threads_fault_at_the_first_faulting_vertex() {
         uniforms.extend([100, 2000]);
         uniforms.extend(pair(UNMAPPED));
         m.program(
-            FAULTING_VS,
+            &faulting_vs(),
             0x3000,
             0xC0,
             &uniforms,

@@ -707,13 +707,7 @@ mod tests {
             0x8000_0000
         );
         assert_eq!(rounded_once(-0.0, 1.0, 0.0, 1.0, -0.0).to_bits(), 0);
-        let mut state = 0x9E37_79B9_7F4A_7C15u64;
-        let mut next = move || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
+        let mut next = crate::usc::test_rng::xorshift(0x9E37_79B9_7F4A_7C15u64);
         let value = |next: &mut dyn FnMut() -> u64, exponents: u32| {
             let r = next();
             let exponent = 127 - exponents as u64 / 2 + (r >> 32) % u64::from(exponents);

@@ -17,6 +17,8 @@ pub mod formats;
 pub mod io;
 pub mod memory;
 pub mod program;
+#[cfg(test)]
+pub(crate) mod test_rng;
 pub mod trace;
 
 pub use exec::{Env, ExecError, Exit, SimdGroup, SpecialRegs, Stack, GPRS, LANES, UNIFORMS};

@@ -707,13 +707,7 @@ mod tests {
         // twice (the second from the memo): an instruction running into
         // the zeros decodes from the longer fetch and is truncated in the
         // shorter, whose bytes are the same.
-        let mut state = 0x9E37_79B9_7F4A_7C15u64;
-        let mut next = || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
+        let mut next = crate::usc::test_rng::xorshift(0x9E37_79B9_7F4A_7C15u64);
         let mut decoded_some = 0;
         for _ in 0..3000 {
             let cut_bytes = 2 + next() % 11;
