@@ -54,6 +54,10 @@ pub struct Binding {
     /// its 16-byte custom border colour; Mesa's `agx_upload_samplers`).
     /// The stage's word sets it after binding.
     pub sampler_stride_bytes: u64,
+    /// The special registers the program reads, once a stage has asked
+    /// ([`crate::shader::special_registers_read`]; `None` inside: the
+    /// scan could not tell).
+    pub special_reads: std::sync::OnceLock<Option<[u64; 4]>>,
 }
 
 impl Binding {
@@ -107,6 +111,7 @@ pub fn bind(
         samplers: Vec::new(),
         spill_bucket: 0,
         sampler_stride_bytes: 8,
+        special_reads: std::sync::OnceLock::new(),
     }
     .with_sampler_states(samplers.states);
     let mut have_code = false;

@@ -292,3 +292,45 @@ pub(crate) fn packs_primitives(vm: &GpuVm<'_>, code: u64) -> bool {
     })
     .unwrap_or(false)
 }
+
+/// The special registers a program reads (`get_sr`), one bit each (256),
+/// following the code as [`packs_primitives`] does, to its first `stop`
+/// outside every `if`, with every jump landing before it. `None` when the
+/// scan cannot tell: an instruction it cannot read, a call, a jump past
+/// that `stop`, a `stop` inside a branch, or a program longer than it
+/// looks.
+pub(crate) fn special_registers_read(vm: &GpuVm<'_>, code: u64) -> Option<[u64; 4]> {
+    use agx_hw::isa::Op;
+    let mut depth: i64 = 0;
+    let mut furthest_jump = code;
+    let mut read = [0u64; 4];
+    walk(vm, code, |pc, ins| {
+        match ins.op {
+            Op::Stop if depth <= 0 => return Some((furthest_jump <= pc).then_some(read)),
+            Op::Stop => return Some(None),
+            Op::IfIcmp | Op::IfFcmp => depth += 1,
+            Op::PopExec => match ins.int(1) {
+                Some(levels) => depth -= levels,
+                None => return Some(None),
+            },
+            Op::JmpExecAny | Op::JmpExecNone | Op::JmpIfSkippingDoorbell => {
+                let Some(offset) = ins.int(0) else {
+                    return Some(None);
+                };
+                let target = pc.wrapping_add(offset as u64);
+                if target < code {
+                    return Some(None);
+                }
+                furthest_jump = furthest_jump.max(target);
+            }
+            Op::Call | Op::CallReg | Op::Ret => return Some(None),
+            Op::GetSr => match ins.int(1).and_then(|sr| usize::try_from(sr).ok()) {
+                Some(sr) if sr < 256 => read[sr / 64] |= 1 << (sr % 64),
+                _ => return Some(None),
+            },
+            _ => {}
+        }
+        None
+    })
+    .flatten()
+}

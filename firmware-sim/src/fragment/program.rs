@@ -177,6 +177,16 @@ pub(super) fn run_tile_program(
             }
         }
     }
+    // Only the special registers the program reads are set up for each
+    // SIMD-group (all of them when the scan cannot tell, or for the
+    // debugger, which reads a traced lane's coverage): a dozen registers
+    // of 32 lanes each were a few percent of a tile-bound pass.
+    let reads = *binding
+        .special_reads
+        .get_or_init(|| crate::shader::special_registers_read(vm, binding.code));
+    let reads = reads.filter(|_| watchdog.probe.is_none());
+    let wants =
+        |sr: u32| reads.is_none_or(|read| read[(sr / 64) as usize % 4] & (1 << (sr % 64)) != 0);
     let unit = TextureUnit {
         vm: vm.clone(),
         textures: &binding.textures,
@@ -200,69 +210,89 @@ pub(super) fn run_tile_program(
             .enumerate()
             .fold(0u32, |m, (lane, &h)| if h { m | 1 << lane } else { m });
         group.reset(binding.code, present);
-        let sr = agx_hw::isa::table::sr::THREAD_POSITION_IN_GRID;
-        group
-            .special
-            .set_lanes(sr, std::array::from_fn(|lane| origin.0 + lanes[lane].0));
-        group
-            .special
-            .set_lanes(sr + 1, std::array::from_fn(|lane| origin.1 + lanes[lane].1));
-        group.special.set_all(sr + 2, layer);
+        use agx_hw::isa::table::sr;
+        let position = sr::THREAD_POSITION_IN_GRID;
+        if wants(position) {
+            group.special.set_lanes(
+                position,
+                std::array::from_fn(|lane| origin.0 + lanes[lane].0),
+            );
+        }
+        if wants(position + 1) {
+            group.special.set_lanes(
+                position + 1,
+                std::array::from_fn(|lane| origin.1 + lanes[lane].1),
+            );
+        }
+        if wants(position + 2) {
+            group.special.set_all(position + 2, layer);
+        }
         // The threadgroup of a per-tile program is its tile, in the
         // pass's layer: Mesa reads gl_Layer, and a layered background or
         // end-of-tile program's layer, as its z.
-        let tile_position = agx_hw::isa::table::sr::THREADGROUP_POSITION_IN_GRID;
-        group
-            .special
-            .set_all(tile_position, origin.0 / tile.colour.width_px.max(1));
-        group
-            .special
-            .set_all(tile_position + 1, origin.1 / tile.colour.height_px.max(1));
-        group.special.set_all(tile_position + 2, layer);
+        let tile_position = sr::THREADGROUP_POSITION_IN_GRID;
+        if wants(tile_position) {
+            group
+                .special
+                .set_all(tile_position, origin.0 / tile.colour.width_px.max(1));
+        }
+        if wants(tile_position + 1) {
+            group
+                .special
+                .set_all(tile_position + 1, origin.1 / tile.colour.height_px.max(1));
+        }
+        if wants(tile_position + 2) {
+            group.special.set_all(tile_position + 2, layer);
+        }
         // Helper lanes (the uncovered members of a covered pixel's quad,
         // there for derivatives) are not active threads: Mesa reads
         // gl_HelperInvocation as is_active_thread == 0 and wraps a
         // fragment shader's memory writes and atomics in its negation
         // (nir_lower_helper_writes), so the hardware does not mask them.
-        group.special.set_lanes(
-            agx_hw::isa::table::sr::IS_ACTIVE_THREAD,
-            std::array::from_fn(|lane| u32::from(helper_lanes & (1 << lane) == 0)),
-        );
-        group.special.set_lanes(
-            agx_hw::isa::table::sr::BACKFACING,
-            std::array::from_fn(|lane| {
-                let piece = pieces.get(usize::from(lane_pieces[lane]));
-                u32::from(piece.is_some_and(|piece| piece.back_facing))
-            }),
-        );
+        if wants(sr::IS_ACTIVE_THREAD) {
+            group.special.set_lanes(
+                sr::IS_ACTIVE_THREAD,
+                std::array::from_fn(|lane| u32::from(helper_lanes & (1 << lane) == 0)),
+            );
+        }
+        if wants(sr::BACKFACING) {
+            group.special.set_lanes(
+                sr::BACKFACING,
+                std::array::from_fn(|lane| {
+                    let piece = pieces.get(usize::from(lane_pieces[lane]));
+                    u32::from(piece.is_some_and(|piece| piece.back_facing))
+                }),
+            );
+        }
         // The samples each lane's pixel covers (every sample for the
         // background and end-of-tile programs; none for helpers, which
         // cover nothing: Mesa's per-sample shading tells helpers by an
         // empty coverage of the sample being shaded).
         let samples = tile.colour.samples;
-        let all_samples = (1u32 << samples.min(31)) - 1;
-        let covered: [u32; LANES] = std::array::from_fn(|lane| {
-            let (x, y) = lanes[lane];
-            let pixel = (y * tile.colour.width_px + x) as usize;
-            if helper_lanes & (1 << lane) != 0 {
-                return 0;
-            }
-            coverage.get(pixel).map_or(all_samples, |c| c & all_samples)
-        });
-        group.special.set_all(
-            agx_hw::isa::table::sr::SAMPLES_LOG2,
-            samples.trailing_zeros(),
-        );
-        group
-            .special
-            .set_lanes(agx_hw::isa::table::sr::COVERAGE_MASK, covered);
-        group
-            .special
-            .set_lanes(agx_hw::isa::table::sr::INPUT_SAMPLE_MASK, covered);
-        group.special.set_lanes(
-            agx_hw::isa::table::sr::THREAD_INDEX_IN_SIMDGROUP,
-            std::array::from_fn(|lane| lane as u32),
-        );
+        if wants(sr::SAMPLES_LOG2) {
+            group
+                .special
+                .set_all(sr::SAMPLES_LOG2, samples.trailing_zeros());
+        }
+        if wants(sr::COVERAGE_MASK) || wants(sr::INPUT_SAMPLE_MASK) {
+            let all_samples = (1u32 << samples.min(31)) - 1;
+            let covered: [u32; LANES] = std::array::from_fn(|lane| {
+                let (x, y) = lanes[lane];
+                let pixel = (y * tile.colour.width_px + x) as usize;
+                if helper_lanes & (1 << lane) != 0 {
+                    return 0;
+                }
+                coverage.get(pixel).map_or(all_samples, |c| c & all_samples)
+            });
+            group.special.set_lanes(sr::COVERAGE_MASK, covered);
+            group.special.set_lanes(sr::INPUT_SAMPLE_MASK, covered);
+        }
+        if wants(sr::THREAD_INDEX_IN_SIMDGROUP) {
+            group.special.set_lanes(
+                sr::THREAD_INDEX_IN_SIMDGROUP,
+                std::array::from_fn(|lane| lane as u32),
+            );
+        }
         let mut io = TileIo {
             tile,
             origin,
