@@ -55,7 +55,7 @@ pub struct Binding {
     /// The stage's word sets it after binding.
     pub sampler_stride_bytes: u64,
     /// The special registers the program reads, once a stage has asked
-    /// ([`crate::shader::special_registers_read`]; `None` inside: the
+    /// (`shader::special_registers_read`; `None` inside: the
     /// scan could not tell).
     pub special_reads: std::sync::OnceLock<Option<[u64; 4]>>,
 }

@@ -213,7 +213,71 @@ pub(crate) fn walk<T>(
 pub(crate) fn packs_primitives(vm: &GpuVm<'_>, code: u64) -> bool {
     use agx_hw::isa::table::sr;
     use agx_hw::isa::Op;
-    // `if` nesting, counted statically (`pop_exec n` closes n).
+    walk_to_stop(vm, code, |ins| match ins.op {
+        Op::LdTile | Op::StTile => ins.int(7) == Some(0),
+        Op::GetSr => {
+            let register = ins.int(1).unwrap_or(-1);
+            let lane_place = [
+                sr::THREAD_POSITION_IN_THREADGROUP,
+                sr::THREAD_POSITION_IN_THREADGROUP + 1,
+                sr::THREAD_POSITION_IN_THREADGROUP + 2,
+                sr::THREAD_INDEX_IN_THREADGROUP,
+                sr::THREAD_INDEX_IN_SIMDGROUP,
+                sr::SIMDGROUP_INDEX_IN_THREADGROUP,
+                58,
+                59,
+            ];
+            !lane_place.iter().any(|&r| i64::from(r) == register)
+        }
+        Op::Call
+        | Op::CallReg
+        | Op::Ret
+        | Op::DeviceStore
+        | Op::DeviceStoreTodo
+        | Op::AsyncStore
+        | Op::UniformStore
+        | Op::Atomic
+        | Op::ThreadgroupStore
+        | Op::ThreadgroupAtomic
+        | Op::TexStateStore
+        | Op::SamplerStateStore
+        | Op::ImageWrite
+        | Op::ImageWriteBlock
+        | Op::SimdReduce
+        | Op::SimdPrefix
+        | Op::SimdOp
+        | Op::SimdShufOp
+        | Op::SimdShuffle
+        | Op::SimdShuffleXor
+        | Op::SimdShuffleUp
+        | Op::SimdShuffleDown
+        | Op::SimdShuffleRotateUp
+        | Op::SimdMatrixFmadd16
+        | Op::SimdMatrixFmadd32
+        | Op::IcmpBallot
+        | Op::FcmpBallot
+        | Op::UnkSr
+        | Op::StackMap
+        | Op::StackUnmap
+        | Op::StackMapOp
+        | Op::Doorbell => false,
+        _ => true,
+    })
+}
+
+/// Follows the program at `code` to its first `stop` outside every `if`
+/// (`if` nesting counted statically: `pop_exec n` closes n) and tells
+/// whether it got there with every jump landing between `code` and that
+/// `stop` and `visit`, given every instruction but the `if`s, `pop_exec`s,
+/// jumps and `stop`s, accepting each (true). False for an instruction it
+/// cannot read, a `stop` inside a branch, a jump backwards or past that
+/// `stop`, one `visit` refuses, or a program longer than [`walk`] goes.
+fn walk_to_stop(
+    vm: &GpuVm<'_>,
+    code: u64,
+    mut visit: impl FnMut(&agx_hw::isa::Instr) -> bool,
+) -> bool {
+    use agx_hw::isa::Op;
     let mut depth: i64 = 0;
     let mut furthest_jump = code;
     walk(vm, code, |pc, ins| {
@@ -237,55 +301,7 @@ pub(crate) fn packs_primitives(vm: &GpuVm<'_>, code: u64) -> bool {
                 }
                 furthest_jump = furthest_jump.max(target);
             }
-            Op::LdTile | Op::StTile if ins.int(7) != Some(0) => return Some(false),
-            Op::GetSr => {
-                let register = ins.int(1).unwrap_or(-1);
-                let lane_place = [
-                    sr::THREAD_POSITION_IN_THREADGROUP,
-                    sr::THREAD_POSITION_IN_THREADGROUP + 1,
-                    sr::THREAD_POSITION_IN_THREADGROUP + 2,
-                    sr::THREAD_INDEX_IN_THREADGROUP,
-                    sr::THREAD_INDEX_IN_SIMDGROUP,
-                    sr::SIMDGROUP_INDEX_IN_THREADGROUP,
-                    58,
-                    59,
-                ];
-                if lane_place.iter().any(|&r| i64::from(r) == register) {
-                    return Some(false);
-                }
-            }
-            Op::Call
-            | Op::CallReg
-            | Op::Ret
-            | Op::DeviceStore
-            | Op::DeviceStoreTodo
-            | Op::AsyncStore
-            | Op::UniformStore
-            | Op::Atomic
-            | Op::ThreadgroupStore
-            | Op::ThreadgroupAtomic
-            | Op::TexStateStore
-            | Op::SamplerStateStore
-            | Op::ImageWrite
-            | Op::ImageWriteBlock
-            | Op::SimdReduce
-            | Op::SimdPrefix
-            | Op::SimdOp
-            | Op::SimdShufOp
-            | Op::SimdShuffle
-            | Op::SimdShuffleXor
-            | Op::SimdShuffleUp
-            | Op::SimdShuffleDown
-            | Op::SimdShuffleRotateUp
-            | Op::SimdMatrixFmadd16
-            | Op::SimdMatrixFmadd32
-            | Op::IcmpBallot
-            | Op::FcmpBallot
-            | Op::UnkSr
-            | Op::StackMap
-            | Op::StackUnmap
-            | Op::StackMapOp
-            | Op::Doorbell => return Some(false),
+            _ if !visit(ins) => return Some(false),
             _ => {}
         }
         None
@@ -294,43 +310,23 @@ pub(crate) fn packs_primitives(vm: &GpuVm<'_>, code: u64) -> bool {
 }
 
 /// The special registers a program reads (`get_sr`), one bit each (256),
-/// following the code as [`packs_primitives`] does, to its first `stop`
-/// outside every `if`, with every jump landing before it. `None` when the
-/// scan cannot tell: an instruction it cannot read, a call, a jump past
-/// that `stop`, a `stop` inside a branch, or a program longer than it
-/// looks.
+/// following the code as [`packs_primitives`] does ([`walk_to_stop`]).
+/// `None` when the scan cannot tell: an instruction it cannot read, a
+/// call, a jump past the `stop`, a `stop` inside a branch, or a program
+/// longer than it looks.
 pub(crate) fn special_registers_read(vm: &GpuVm<'_>, code: u64) -> Option<[u64; 4]> {
     use agx_hw::isa::Op;
-    let mut depth: i64 = 0;
-    let mut furthest_jump = code;
     let mut read = [0u64; 4];
-    walk(vm, code, |pc, ins| {
-        match ins.op {
-            Op::Stop if depth <= 0 => return Some((furthest_jump <= pc).then_some(read)),
-            Op::Stop => return Some(None),
-            Op::IfIcmp | Op::IfFcmp => depth += 1,
-            Op::PopExec => match ins.int(1) {
-                Some(levels) => depth -= levels,
-                None => return Some(None),
-            },
-            Op::JmpExecAny | Op::JmpExecNone | Op::JmpIfSkippingDoorbell => {
-                let Some(offset) = ins.int(0) else {
-                    return Some(None);
-                };
-                let target = pc.wrapping_add(offset as u64);
-                if target < code {
-                    return Some(None);
-                }
-                furthest_jump = furthest_jump.max(target);
+    let followed = walk_to_stop(vm, code, |ins| match ins.op {
+        Op::Call | Op::CallReg | Op::Ret => false,
+        Op::GetSr => match ins.int(1).and_then(|sr| usize::try_from(sr).ok()) {
+            Some(sr) if sr < 256 => {
+                read[sr / 64] |= 1 << (sr % 64);
+                true
             }
-            Op::Call | Op::CallReg | Op::Ret => return Some(None),
-            Op::GetSr => match ins.int(1).and_then(|sr| usize::try_from(sr).ok()) {
-                Some(sr) if sr < 256 => read[sr / 64] |= 1 << (sr % 64),
-                _ => return Some(None),
-            },
-            _ => {}
-        }
-        None
-    })
-    .flatten()
+            _ => false,
+        },
+        _ => true,
+    });
+    followed.then_some(read)
 }
