@@ -600,17 +600,21 @@ pub fn apply_vdm_state(words: &VdmStateWords, state: &mut VertexState) {
 pub struct VertexCores {
     /// The stage's own.
     pub cache: ProgramCache,
+    /// The other threads', made when a batch first needs them.
     others: Vec<ProgramCache>,
+    /// How many threads the stage may use (at least one).
+    threads: usize,
+    code: Option<std::sync::Arc<agx_jit::CodeCache>>,
 }
 
 impl VertexCores {
-    /// Caches for `threads` threads (at least one), sharing `code`.
+    /// Caches for up to `threads` threads, sharing `code`.
     pub fn new(code: Option<std::sync::Arc<agx_jit::CodeCache>>, threads: usize) -> VertexCores {
         VertexCores {
-            others: (1..threads)
-                .map(|_| ProgramCache::with_code(code.clone()))
-                .collect(),
-            cache: ProgramCache::with_code(code),
+            cache: ProgramCache::with_code(code.clone()),
+            others: Vec::new(),
+            threads: threads.max(1),
+            code,
         }
     }
 }
@@ -639,10 +643,15 @@ fn shade_vertices(
     out.resize(vertex_ids.len() * stride, 0);
     let groups = vertex_ids.len().div_ceil(LANES);
     let threads = if parallel {
-        (cores.others.len() + 1).min(groups / GROUPS_PER_THREAD_MIN)
+        cores.threads.min(groups / GROUPS_PER_THREAD_MIN)
     } else {
         1
     };
+    while cores.others.len() + 1 < threads {
+        cores
+            .others
+            .push(ProgramCache::with_code(cores.code.clone()));
+    }
     let shade =
         |ids: &[u32], out: &mut [u32], cache: &mut ProgramCache, helper: &mut StageHelper| {
             shade_groups(shading, cache, helper, ids, out)
@@ -1505,7 +1514,7 @@ pub fn draw<'a>(
     // The draw's SIMD-groups may be shared out among threads when its
     // program is confined to them and needs no stacks, and no debugger
     // follows it (whose events come in order).
-    let parallel = !cores.others.is_empty()
+    let parallel = cores.threads > 1
         && binding.spill_bucket == 0
         && watchdog.probe.is_none()
         && crate::shader::packs_primitives(&vm, binding.code);
