@@ -967,15 +967,14 @@ impl TextureUnit<'_> {
             && y < (t.height >> level).max(1)
             && layer < layers;
         let mut raw = [0; 4];
-        if let (true, Some(format)) = (inside, image.block) {
+        if !inside {
+            // Robust: zero, then swizzled.
+        } else if let Some(format) = image.block {
             let (bw, bh) = format.block_px();
             if image.layout.offset(level, x / bw, y / bh, layer).is_some() {
                 raw = self.block_texel(image, format, level, (x, y, layer))?;
             }
-        } else if let Some(offset) = inside
-            .then(|| image.layout.offset(level, x, y, layer))
-            .flatten()
-        {
+        } else if let Some(offset) = image.layout.offset(level, x, y, layer) {
             let (sx, sy, sample) = self.stored_texel(image, level, (x, y, sample), layer)?;
             // A solid compression tile's texels are its first's.
             let offset = if (sx, sy) == (x, y) {

@@ -1605,8 +1605,9 @@ fn distinct_vertices(batch: &[([u32; 3], usize)]) -> (Vec<u32>, Vec<[usize; 3]>)
             .iter()
             .flat_map(|(ids, n)| ids.iter().take(*n).copied())
     };
-    let count = ids().count();
-    let (lo, hi) = ids().fold((u32::MAX, 0), |(lo, hi), id| (lo.min(id), hi.max(id)));
+    let (count, lo, hi) = ids().fold((0u64, u32::MAX, 0), |(count, lo, hi), id| {
+        (count + 1, lo.min(id), hi.max(id))
+    });
     let span = u64::from(hi.saturating_sub(lo)) + 1;
     let mut slots_of = |slot_of: &mut dyn FnMut(u32, &mut Vec<u32>) -> usize| -> Vec<[usize; 3]> {
         batch
@@ -1620,7 +1621,7 @@ fn distinct_vertices(batch: &[([u32; 3], usize)]) -> (Vec<u32>, Vec<[usize; 3]>)
             })
             .collect()
     };
-    let slots = if span <= (DENSE_SPAN_PER_ID * count as u64).max(64) {
+    let slots = if span <= (DENSE_SPAN_PER_ID * count).max(64) {
         let mut table = vec![u32::MAX; span as usize];
         slots_of(&mut |id, unique| {
             let entry = &mut table[(id - lo) as usize];
@@ -1631,7 +1632,7 @@ fn distinct_vertices(batch: &[([u32; 3], usize)]) -> (Vec<u32>, Vec<[usize; 3]>)
             *entry as usize
         })
     } else {
-        let mut slot_of_id = std::collections::HashMap::with_capacity(count);
+        let mut slot_of_id = std::collections::HashMap::with_capacity(count as usize);
         slots_of(&mut |id, unique| {
             *slot_of_id.entry(id).or_insert_with(|| {
                 unique.push(id);
@@ -1937,11 +1938,17 @@ fn with_primitive_id(
     flags: &mut u32,
 ) -> ScreenVertex {
     if ppp.primitive_id {
-        v.varyings.truncate(MAX_RECORD_VALUES - 1);
-        v.varyings.push(f32::from_bits(id));
+        push_primitive_id(&mut v.varyings, id);
         *flags |= RECORD_PRIMITIVE_ID;
     }
     v
+}
+
+/// Appends the primitive id to a vertex's values, as the last the record
+/// holds.
+fn push_primitive_id(varyings: &mut Vec<f32>, id: u32) {
+    varyings.truncate(MAX_RECORD_VALUES - 1);
+    varyings.push(f32::from_bits(id));
 }
 
 /// The record flags naming the layer and the viewport vertex `v` sends
@@ -1995,24 +2002,10 @@ fn bin_polygon<'a>(
             )
         })
         .find(|a| *a != 0.0 && a.is_finite());
-    let Some(area) = area else {
+    let Some((front, mode)) = area.and_then(|area| facing(ppp, area)) else {
         return Ok(());
     };
-    // Counter-clockwise on screen (y down) is clockwise in the usual
-    // y-up sense.
-    let ccw = area < 0.0;
-    let front = ccw == ppp.cull.front_face_ccw;
-    if (front && ppp.cull.cull_front) || (!front && ppp.cull.cull_back) {
-        return Ok(());
-    }
-    // Each face has its own polygon mode (the back face's record, when
-    // the state has one).
-    let face = if front {
-        ppp.front_face
-    } else {
-        ppp.back_face.or(ppp.front_face)
-    };
-    match face.map_or(PolygonMode::Fill, |f| f.polygon_mode) {
+    match mode {
         // The polygon's edges, edges made by clipping included (what the
         // hardware does with those, `draw_clipped_edges`, is not
         // modelled), and its corners.
@@ -2063,6 +2056,26 @@ fn bin_polygon<'a>(
     Ok(())
 }
 
+/// Whether a polygon of signed area `area` (window space, nonzero) faces
+/// front, and the polygon mode of its facing; `None` when that facing is
+/// culled.
+fn facing(ppp: &PppState, area: f32) -> Option<(bool, PolygonMode)> {
+    // Counter-clockwise on screen (y down) is clockwise in the usual
+    // y-up sense.
+    let front = (area < 0.0) == ppp.cull.front_face_ccw;
+    if (front && ppp.cull.cull_front) || (!front && ppp.cull.cull_back) {
+        return None;
+    }
+    // Each face has its own polygon mode (the back face's record, when
+    // the state has one).
+    let face = if front {
+        ppp.front_face
+    } else {
+        ppp.back_face.or(ppp.front_face)
+    };
+    Some((front, face.map_or(PolygonMode::Fill, |f| f.polygon_mode)))
+}
+
 /// Bins a triangle that clipping would keep whole, straight from the
 /// words its vertices' shader stored (position, then values), as
 /// `clip_*`, [`bin_polygon`] and [`bin_triangle`] bin it: no vertex is
@@ -2099,19 +2112,10 @@ fn bin_unclipped_triangle<'a>(
     if area == 0.0 || !area.is_finite() {
         return Ok(true);
     }
-    let front = (area < 0.0) == ppp.cull.front_face_ccw;
-    if (front && ppp.cull.cull_front) || (!front && ppp.cull.cull_back) {
+    let Some((front, mode)) = facing(ppp, area) else {
         return Ok(true);
-    }
-    let face = if front {
-        ppp.front_face
-    } else {
-        ppp.back_face.or(ppp.front_face)
     };
-    if matches!(
-        face.map_or(PolygonMode::Fill, |f| f.polygon_mode),
-        PolygonMode::Line | PolygonMode::Point
-    ) {
+    if matches!(mode, PolygonMode::Line | PolygonMode::Point) {
         return Ok(false);
     }
     let flags = layer_flags_for(ppp, &[]) | if front { 0 } else { RECORD_BACK_FACING };
@@ -2254,8 +2258,7 @@ fn bin_screen_point<'a>(
             corner.varyings.push(if flip { 1.0 - t } else { t });
         }
         if ppp.primitive_id {
-            corner.varyings.truncate(MAX_RECORD_VALUES - 1);
-            corner.varyings.push(f32::from_bits(id));
+            push_primitive_id(&mut corner.varyings, id);
         }
     }
     // Top-left, top-right, bottom-right; then top-left, bottom-left,

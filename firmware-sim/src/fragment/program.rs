@@ -211,88 +211,69 @@ pub(super) fn run_tile_program(
             .fold(0u32, |m, (lane, &h)| if h { m | 1 << lane } else { m });
         group.reset(binding.code, present);
         use agx_hw::isa::table::sr;
+        let special = &mut group.special;
+        // Sets a register the program reads to `value(lane)` per lane.
+        fn set(
+            special: &mut crate::usc::exec::SpecialRegs,
+            wants: &impl Fn(u32) -> bool,
+            register: u32,
+            value: impl Fn(usize) -> u32,
+        ) {
+            if wants(register) {
+                special.set_lanes(register, std::array::from_fn(value));
+            }
+        }
         let position = sr::THREAD_POSITION_IN_GRID;
-        if wants(position) {
-            group.special.set_lanes(
-                position,
-                std::array::from_fn(|lane| origin.0 + lanes[lane].0),
-            );
-        }
-        if wants(position + 1) {
-            group.special.set_lanes(
-                position + 1,
-                std::array::from_fn(|lane| origin.1 + lanes[lane].1),
-            );
-        }
-        if wants(position + 2) {
-            group.special.set_all(position + 2, layer);
-        }
+        set(special, &wants, position, |lane| origin.0 + lanes[lane].0);
+        set(special, &wants, position + 1, |lane| {
+            origin.1 + lanes[lane].1
+        });
+        set(special, &wants, position + 2, |_| layer);
         // The threadgroup of a per-tile program is its tile, in the
         // pass's layer: Mesa reads gl_Layer, and a layered background or
         // end-of-tile program's layer, as its z.
         let tile_position = sr::THREADGROUP_POSITION_IN_GRID;
-        if wants(tile_position) {
-            group
-                .special
-                .set_all(tile_position, origin.0 / tile.colour.width_px.max(1));
-        }
-        if wants(tile_position + 1) {
-            group
-                .special
-                .set_all(tile_position + 1, origin.1 / tile.colour.height_px.max(1));
-        }
-        if wants(tile_position + 2) {
-            group.special.set_all(tile_position + 2, layer);
-        }
+        set(special, &wants, tile_position, |_| {
+            origin.0 / tile.colour.width_px.max(1)
+        });
+        set(special, &wants, tile_position + 1, |_| {
+            origin.1 / tile.colour.height_px.max(1)
+        });
+        set(special, &wants, tile_position + 2, |_| layer);
         // Helper lanes (the uncovered members of a covered pixel's quad,
         // there for derivatives) are not active threads: Mesa reads
         // gl_HelperInvocation as is_active_thread == 0 and wraps a
         // fragment shader's memory writes and atomics in its negation
         // (nir_lower_helper_writes), so the hardware does not mask them.
-        if wants(sr::IS_ACTIVE_THREAD) {
-            group.special.set_lanes(
-                sr::IS_ACTIVE_THREAD,
-                std::array::from_fn(|lane| u32::from(helper_lanes & (1 << lane) == 0)),
-            );
-        }
-        if wants(sr::BACKFACING) {
-            group.special.set_lanes(
-                sr::BACKFACING,
-                std::array::from_fn(|lane| {
-                    let piece = pieces.get(usize::from(lane_pieces[lane]));
-                    u32::from(piece.is_some_and(|piece| piece.back_facing))
-                }),
-            );
-        }
+        set(special, &wants, sr::IS_ACTIVE_THREAD, |lane| {
+            u32::from(helper_lanes & (1 << lane) == 0)
+        });
+        set(special, &wants, sr::BACKFACING, |lane| {
+            let piece = pieces.get(usize::from(lane_pieces[lane]));
+            u32::from(piece.is_some_and(|piece| piece.back_facing))
+        });
         // The samples each lane's pixel covers (every sample for the
         // background and end-of-tile programs; none for helpers, which
         // cover nothing: Mesa's per-sample shading tells helpers by an
         // empty coverage of the sample being shaded).
         let samples = tile.colour.samples;
-        if wants(sr::SAMPLES_LOG2) {
-            group
-                .special
-                .set_all(sr::SAMPLES_LOG2, samples.trailing_zeros());
-        }
-        if wants(sr::COVERAGE_MASK) || wants(sr::INPUT_SAMPLE_MASK) {
-            let all_samples = (1u32 << samples.min(31)) - 1;
-            let covered: [u32; LANES] = std::array::from_fn(|lane| {
-                let (x, y) = lanes[lane];
-                let pixel = (y * tile.colour.width_px + x) as usize;
-                if helper_lanes & (1 << lane) != 0 {
-                    return 0;
-                }
-                coverage.get(pixel).map_or(all_samples, |c| c & all_samples)
-            });
-            group.special.set_lanes(sr::COVERAGE_MASK, covered);
-            group.special.set_lanes(sr::INPUT_SAMPLE_MASK, covered);
-        }
-        if wants(sr::THREAD_INDEX_IN_SIMDGROUP) {
-            group.special.set_lanes(
-                sr::THREAD_INDEX_IN_SIMDGROUP,
-                std::array::from_fn(|lane| lane as u32),
-            );
-        }
+        set(special, &wants, sr::SAMPLES_LOG2, |_| {
+            samples.trailing_zeros()
+        });
+        let all_samples = (1u32 << samples.min(31)) - 1;
+        let covered = |lane: usize| {
+            let (x, y) = lanes[lane];
+            let pixel = (y * tile.colour.width_px + x) as usize;
+            if helper_lanes & (1 << lane) != 0 {
+                return 0;
+            }
+            coverage.get(pixel).map_or(all_samples, |c| c & all_samples)
+        };
+        set(special, &wants, sr::COVERAGE_MASK, covered);
+        set(special, &wants, sr::INPUT_SAMPLE_MASK, covered);
+        set(special, &wants, sr::THREAD_INDEX_IN_SIMDGROUP, |lane| {
+            lane as u32
+        });
         let mut io = TileIo {
             tile,
             origin,
