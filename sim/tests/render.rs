@@ -3312,14 +3312,27 @@ fn vertex_shaders_read_textures() {
 /// Per vertex at VERTICES, eight words: window position (x, y), depth
 /// z in clip space, w = 1, then three values (COLOUR_VS's outputs 4-6).
 fn shape_vertices(m: &Machine, vertices: &[([f32; 2], f32, [f32; 3])]) {
+    m.poke_u32s(VERTICES, &shape_words(vertices, false));
+}
+
+/// The words [`shape_vertices`] stores; `behind_eye` negates every
+/// position component (the same point of the projective plane, w < 0).
+fn shape_words(vertices: &[([f32; 2], f32, [f32; 3])], behind_eye: bool) -> Vec<u32> {
     let mut words = Vec::new();
     for (window, z, values) in vertices {
         let position = clip(&[*window]);
-        words.extend([position[0], position[1], z.to_bits(), 1.0f32.to_bits()]);
+        let position = [position[0], position[1], z.to_bits(), 1.0f32.to_bits()];
+        words.extend(position.map(|bits| {
+            if behind_eye {
+                (-f32::from_bits(bits)).to_bits()
+            } else {
+                bits
+            }
+        }));
         words.extend(values.map(f32::to_bits));
         words.push(0);
     }
-    m.poke_u32s(VERTICES, &words);
+    words
 }
 
 /// COLOUR_VS drawing `vertices` as `primitive` with COUNT_FS (each
@@ -3332,12 +3345,42 @@ fn count_shapes(
     patch: &dyn Fn(&mut PppRecords),
 ) -> Vec<u8> {
     shape_vertices(m, vertices);
+    count_stored_shapes(m, primitive, vertices.len() as u32, patch)
+}
+
+/// [`count_shapes`] of the `count` vertices already stored at VERTICES.
+fn count_stored_shapes(
+    m: &Machine,
+    primitive: Primitive,
+    count: u32,
+    patch: &dyn Fn(&mut PppRecords),
+) -> Vec<u8> {
     let vs = colour_vs(m, VERTICES);
     let fs = count_fs(m);
-    let draw = Shapes::new(primitive, vertices.len() as u32);
-    let render = draw_shapes(m, draw, vs, 7, fs, None, None, None, patch);
+    let render = draw_shapes(
+        m,
+        Shapes::new(primitive, count),
+        vs,
+        7,
+        fs,
+        None,
+        None,
+        None,
+        patch,
+    );
     assert_eq!(m.submit(CmdType::Render, render.as_bytes()), None);
     counts(m)
+}
+
+/// The cull record with depth clipping and depth clamp as given.
+fn depth_cull(depth_clip: bool, depth_clamp: bool) -> impl Fn(&mut PppRecords) {
+    move |records: &mut PppRecords| {
+        records.cull = Some(Cull {
+            depth_clip,
+            depth_clamp,
+            ..Cull::default()
+        });
+    }
 }
 
 /// The output layout of COLOUR_VS's three values: `point_size` makes the
@@ -5232,24 +5275,25 @@ fn depth_clipping_cuts_at_the_near_and_far_planes_and_depth_clamp_does_not() {
     let triangle = |t: &[([f32; 2], f32, [f32; 3]); 3]| {
         t.map(|(at, _, _)| [f64::from(at[0]), f64::from(at[1])])
     };
-    let cull = |depth_clip: bool, depth_clamp: bool| {
-        move |records: &mut PppRecords| {
-            records.cull = Some(Cull {
-                depth_clip,
-                depth_clamp,
-                ..Cull::default()
-            });
-        }
-    };
     for (vertices, kept) in [(far, 0..32usize), (near, 32..64)] {
         let t = triangle(&vertices);
-        let got = count_shapes(&m, Primitive::Triangles, &vertices, &cull(true, false));
+        let got = count_shapes(
+            &m,
+            Primitive::Triangles,
+            &vertices,
+            &depth_cull(true, false),
+        );
         assert_counts(
             &got,
             |x, y| u8::from(kept.contains(&x) && covers(t, x as f64 + 0.5, y as f64 + 0.5)),
             "depth clip",
         );
-        let got = count_shapes(&m, Primitive::Triangles, &vertices, &cull(false, true));
+        let got = count_shapes(
+            &m,
+            Primitive::Triangles,
+            &vertices,
+            &depth_cull(false, true),
+        );
         assert_counts(
             &got,
             |x, y| u8::from(covers(t, x as f64 + 0.5, y as f64 + 0.5)),
@@ -5271,13 +5315,7 @@ fn a_triangle_behind_the_eye_is_not_drawn_with_depth_clip_or_clamp() {
         ([4.0, 60.0], 0.5, [0.0; 3]),
     ];
     for (depth_clip, depth_clamp) in [(true, false), (false, true), (false, false)] {
-        let patch = move |records: &mut PppRecords| {
-            records.cull = Some(Cull {
-                depth_clip,
-                depth_clamp,
-                ..Cull::default()
-            });
-        };
+        let patch = depth_cull(depth_clip, depth_clamp);
         // In front of the eye, the triangle is drawn.
         let got = count_shapes(&m, Primitive::Triangles, &vertices, &patch);
         assert!(
@@ -5286,29 +5324,8 @@ fn a_triangle_behind_the_eye_is_not_drawn_with_depth_clip_or_clamp() {
         );
         // Every word of every position negated: the same point of the
         // projective plane, behind the eye.
-        shape_vertices(&m, &vertices);
-        let vs = colour_vs(&m, VERTICES);
-        let fs = count_fs(&m);
-        let mut words = Vec::new();
-        for (window, z, values) in vertices {
-            let position = clip(&[window]);
-            words.extend(
-                [
-                    f32::from_bits(position[0]),
-                    f32::from_bits(position[1]),
-                    z,
-                    1.0,
-                ]
-                .map(|c| (-c).to_bits()),
-            );
-            words.extend(values.map(f32::to_bits));
-            words.push(0);
-        }
-        m.poke_u32s(VERTICES, &words);
-        let draw = Shapes::new(Primitive::Triangles, 3);
-        let render = draw_shapes(&m, draw, vs, 7, fs, None, None, None, &patch);
-        assert_eq!(m.submit(CmdType::Render, render.as_bytes()), None);
-        let got = counts(&m);
+        m.poke_u32s(VERTICES, &shape_words(&vertices, true));
+        let got = count_stored_shapes(&m, Primitive::Triangles, 3, &patch);
         assert!(
             got.iter().all(|&c| c == 0),
             "behind the eye ({depth_clip}, {depth_clamp}): {} pixels drawn",
