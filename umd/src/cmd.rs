@@ -758,36 +758,6 @@ impl CommandBuffer {
         self.dispatch(&shader, &bindings, [grid, 1, 1], [64, 1, 1])
     }
 
-    /// Records the GPU fills that clear a pass's depth and stencil planes
-    /// (for Clear and DontCare loads).
-    fn record_depth_stencil_fills(&mut self, desc: &RenderPassDesc<'_>) -> Result<(), Error> {
-        if let Some(depth) = &desc.depth {
-            let value = match depth.load {
-                LoadOp::Clear(value) => Some(value),
-                LoadOp::DontCare => Some(1.0),
-                LoadOp::Load => None,
-            };
-            if let Some(value) = value {
-                let words = (depth.image.buffer().size_bytes() / 4) as u32;
-                self.fill(depth.image.buffer().va(), words, value.to_bits())?;
-            }
-            // The stencil plane likewise, a byte per pixel.
-            if let Some(stencil) = &depth.stencil {
-                let value = match stencil.load {
-                    LoadOp::Clear(value) => Some(value),
-                    LoadOp::DontCare => Some(0),
-                    LoadOp::Load => None,
-                };
-                if let Some(value) = value {
-                    let words = (stencil.image.buffer().size_bytes() / 4) as u32;
-                    let word = u32::from_le_bytes([value; 4]);
-                    self.fill(stencil.image.buffer().va(), words, word)?;
-                }
-            }
-        }
-        Ok(())
-    }
-
     /// Begins a render pass.
     pub fn begin_render_pass(
         &mut self,
@@ -944,8 +914,8 @@ impl CommandBuffer {
             render.sampler_count = heaps.samplers.1;
         }
         if let Some(depth) = &desc.depth {
-            let (normal, partial) = zls_controls(Some(depth));
-            let partial = if self.debug.no_partial_zls {
+            let (normal, submitted) = zls_controls(Some(depth));
+            let submitted = if self.debug.no_partial_zls {
                 ZlsControl {
                     z_load_enable: false,
                     z_store_enable: false,
@@ -954,13 +924,13 @@ impl CommandBuffer {
                     ..normal
                 }
             } else {
-                partial
+                submitted
             };
             // One zls_ctrl serves the first pass over a tile and the
-            // reload after a partial render: submit the partial variant;
-            // the fill recorded above makes the buffer hold the starting
-            // depth.
-            render.zls_ctrl = u64::from_le_bytes(partial.pack().map_err(pack_err)?);
+            // reload after a partial render: it loads only for a `Load`
+            // and always stores, and the GPU reloads what it stores
+            // after a partial render (`pass::zls_controls`).
+            render.zls_ctrl = u64::from_le_bytes(submitted.pack().map_err(pack_err)?);
             render.isp_zls_pixels = u32::from_le_bytes(
                 agx_hw::formats::ZlsPixels {
                     width: depth.image.width(),
@@ -981,16 +951,6 @@ impl CommandBuffer {
                     render.isp_bgobjvals = u32::from(value);
                 }
             }
-        }
-        // Last, once nothing else can fail: a depth clear is a GPU fill
-        // before the pass (see the ZLS note in `pass`), ordered after
-        // earlier work that may still use the buffer, unlike a CPU write
-        // at recording time. A failure takes the fills back out, so a pass
-        // that could not begin leaves the command buffer as it was.
-        let cdm_before = self.cdm.len();
-        if let Err(e) = self.record_depth_stencil_fills(desc) {
-            self.cdm.truncate(cdm_before);
-            return Err(e);
         }
         self.close_compute()?;
         Ok(RenderPass {

@@ -219,8 +219,15 @@ pub fn eot_source(slots: &[TileSlot], store: &[bool]) -> String {
     s
 }
 
-/// The ZLS controls of a depth attachment: the pass's own, and the
-/// partial-render variant with load and store forced on.
+/// The ZLS controls of a depth attachment: the pass's own (load if the
+/// load operation is `Load`, store if the store operation is `Store`)
+/// and the word the driver submits, whose store is forced on so that a
+/// partial render keeps the depth and stencil the resumed segment
+/// reloads. The asahi UAPI has one `zls_ctrl` for the first pass over a
+/// tile and for the reload after a partial render; the GPU reloads what
+/// the word stores after a partial render (what Mesa relies on), so the
+/// first pass need not load: a clear is `isp_bgobjdepth` and
+/// `isp_bgobjvals`, as in Mesa.
 pub fn zls_controls(depth: Option<&DepthAttachment<'_>>) -> (ZlsControl, ZlsControl) {
     let Some(depth) = depth else {
         return (ZlsControl::default(), ZlsControl::default());
@@ -232,14 +239,12 @@ pub fn zls_controls(depth: Option<&DepthAttachment<'_>>) -> (ZlsControl, ZlsCont
         s_store_enable: depth.stencil.is_some_and(|s| s.store == StoreOp::Store),
         ..ZlsControl::default()
     };
-    let partial = ZlsControl {
-        z_load_enable: true,
+    let submitted = ZlsControl {
         z_store_enable: true,
-        s_load_enable: depth.stencil.is_some(),
         s_store_enable: depth.stencil.is_some(),
         ..normal
     };
-    (normal, partial)
+    (normal, submitted)
 }
 
 #[cfg(test)]

@@ -1228,6 +1228,28 @@ fn depth_clears_happen_in_submission_order_not_at_recording() {
     assert_eq!(depth.depth_at(5, 5).unwrap(), 0.25);
 }
 
+#[test_log::test]
+fn a_gpu_fill_writes_its_words_and_nothing_else() {
+    let (device, queue, programs) = gpu();
+    let buffer = device.upload(&[0xAAu8; 4096], true).unwrap();
+    let mut cb = CommandBuffer::new(&device, &programs);
+    // 999 words from byte 8: not a multiple of the kernel's 64 threads.
+    cb.fill(buffer.va() + 8, 999, 0x1234_5678).unwrap();
+    cb.finish().unwrap();
+    queue
+        .submit(vec![cb], &[], &[])
+        .unwrap()
+        .wait(WAIT)
+        .unwrap();
+    let bytes = buffer.read_all().unwrap();
+    assert_eq!(bytes[..8], [0xAA; 8]);
+    for (i, word) in bytes[8..8 + 4 * 999].chunks_exact(4).enumerate() {
+        assert_eq!(word, 0x1234_5678u32.to_le_bytes(), "word {i}");
+    }
+    let after = &bytes[8 + 4 * 999..4096];
+    assert!(after.iter().all(|&b| b == 0xAA), "{:x?}", &after[..16]);
+}
+
 /// A full-screen quad in NDC: two triangles of VS vertices, eight floats
 /// each (the position, then a colour these tests do not use).
 fn full_screen_quad() -> Vec<u8> {
