@@ -277,6 +277,48 @@ impl Imageblock {
         Ok(())
     }
 
+    /// [`Imageblock::store_element_at`] of several pixels inside the block
+    /// (each with its samples and registers) for one access, in order:
+    /// for the whole element of a single-sampled block (the common
+    /// `st_tile`), what the access implies is worked out once and each
+    /// distinct value converted once.
+    pub fn store_elements_at(
+        &mut self,
+        stores: &[((u32, u32), u32, [u32; 4])],
+        access: &TileAccess,
+        element: (ElementFormat, usize, u8),
+    ) {
+        let (format, offset, fits) = element;
+        if access.mask & 0xF != 0xF || fits & 0xF != 0xF || format.packed() || self.samples != 1 {
+            for &(pixel, samples, values) in stores {
+                self.store_element_at(pixel, samples, access, element, values);
+            }
+            return;
+        }
+        let size = 1usize << format.shift();
+        let mut conversion = self
+            .last_conversion
+            .filter(|c| (c.format, c.mask, c.half) == (format, 0xF, access.half));
+        for &((x, y), samples, values) in stores {
+            if samples & 1 == 0 {
+                continue;
+            }
+            let bytes = match &conversion {
+                Some(c) if c.values == values => &c.bytes,
+                _ => {
+                    &conversion
+                        .insert(Conversion::new(format, 0xF, access.half, values))
+                        .bytes
+                }
+            };
+            let at = self.record(x, y, 0) + offset;
+            copy_element(&mut self.bytes[at..], bytes, size);
+        }
+        if conversion.is_some() {
+            self.last_conversion = conversion;
+        }
+    }
+
     /// [`Imageblock::store`] of pixel (x, y) inside the block, with the
     /// access's element already looked up ([`Imageblock::element`]).
     pub fn store_element_at(
@@ -591,13 +633,13 @@ impl PbeTarget {
         };
         let texel_run_bytes = self.texel_bytes * self.samples as usize;
         if self.pbe.layout == Layout::Linear {
-            let mut row = Vec::with_capacity(written.0.len() * texel_run_bytes);
+            // One row's texels, each filled in place (from zeros, as a
+            // format's bits no channel names are written).
+            let mut row = vec![0u8; written.0.len() * texel_run_bytes];
             for y in written.1.clone() {
-                row.clear();
-                for x in written.0.clone() {
-                    let start = row.len();
-                    row.resize(start + texel_run_bytes, 0);
-                    texel_of(x, y, &mut row[start..])?;
+                row.fill(0);
+                for (x, texel) in written.0.clone().zip(row.chunks_exact_mut(texel_run_bytes)) {
+                    texel_of(x, y, texel)?;
                 }
                 if row.is_empty() {
                     continue;

@@ -420,8 +420,12 @@ impl ShaderIo for TileIo<'_, '_> {
     ) -> Result<(), IoError> {
         // As `tile_store` for each lane, the element looked up once (when
         // the first lane that stores reaches it, so errors come in the
-        // same order).
+        // same order): the lanes before a failing one store, then the
+        // failure is the instruction's.
         let mut element = None;
+        let mut stores = [((0, 0), 0, [0; 4]); LANES];
+        let mut count = 0;
+        let mut failure = None;
         for lane in (0..LANES).filter(|l| lanes & (1 << l) != 0) {
             if self.helpers & (1 << lane) != 0 {
                 continue;
@@ -440,16 +444,31 @@ impl ShaderIo for TileIo<'_, '_> {
             if samples == 0 {
                 continue;
             }
-            let pixel = self.tile.colour.pixel(pixel.0, pixel.1)?;
-            let element = match element {
-                Some(element) => element,
-                None => *element.insert(self.tile.colour.element(access)?),
+            let pixel = match self.tile.colour.pixel(pixel.0, pixel.1) {
+                Ok(pixel) => pixel,
+                Err(error) => {
+                    failure = Some(error);
+                    break;
+                }
             };
+            if element.is_none() {
+                match self.tile.colour.element(access) {
+                    Ok(found) => element = Some(found),
+                    Err(error) => {
+                        failure = Some(error);
+                        break;
+                    }
+                }
+            }
+            stores[count] = (pixel, samples, values[lane]);
+            count += 1;
+        }
+        if let Some(element) = element {
             self.tile
                 .colour
-                .store_element_at(pixel, samples, access, element, values[lane]);
+                .store_elements_at(&stores[..count], access, element);
         }
-        Ok(())
+        failure.map_or(Ok(()), Err)
     }
 
     fn image_write(&mut self, lane: usize, request: &ImageWrite) -> Result<(), IoError> {

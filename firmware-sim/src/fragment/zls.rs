@@ -41,6 +41,10 @@ struct Plane {
     meta: Option<(CompressionLayout, u64, u64, u64)>,
     /// A metadata word in no known mode was met (and logged) in this pass.
     stale_logged: std::sync::atomic::AtomicBool,
+    /// The Z-order offsets (in elements, from its corner) of the pixels
+    /// of an aligned tile inside one of the layout's squares, row by
+    /// row, for the tile size they were made for.
+    tile_steps: std::sync::OnceLock<((u32, u32), Vec<u64>)>,
 }
 
 impl Plane {
@@ -104,6 +108,7 @@ impl Plane {
             samples,
             meta,
             stale_logged: std::sync::atomic::AtomicBool::new(false),
+            tile_steps: std::sync::OnceLock::new(),
         })
     }
 
@@ -150,6 +155,46 @@ impl Plane {
         // one another in Z order: one offset per square (for the first of
         // its pixels inside the plane: its corner), then Z-order steps.
         let square = self.layout.aligned_square(0).unwrap_or(1);
+        // A tile inside the plane and inside one such square, aligned to
+        // its own sides (powers of two): the Z order of the square from
+        // the tile's corner is the tile's own (the corner's bits and the
+        // pixel's within the tile do not overlap), the same offsets for
+        // every such tile, kept with the plane.
+        let inside = origin
+            .0
+            .checked_add(size.0)
+            .is_some_and(|x| x <= self.size_px.0)
+            && origin
+                .1
+                .checked_add(size.1)
+                .is_some_and(|y| y <= self.size_px.1);
+        let aligned = size.0.is_power_of_two()
+            && size.1.is_power_of_two()
+            && origin.0.is_multiple_of(size.0)
+            && origin.1.is_multiple_of(size.1)
+            && square >= size.0.max(size.1);
+        if inside && aligned {
+            if let Some(corner) = self.element(origin.0, origin.1, layer) {
+                let steps = self.tile_steps.get_or_init(|| {
+                    (
+                        size,
+                        (0..size.1)
+                            .flat_map(|y| (0..size.0).map(move |x| morton(x, y)))
+                            .collect(),
+                    )
+                });
+                if steps.0 == size {
+                    for (pixel, &step) in steps.1.iter().enumerate() {
+                        let at = corner.wrapping_add(step * element_bytes);
+                        elements.push((pixel, at));
+                        lowest = lowest.min(at);
+                        highest = highest.max(at);
+                    }
+                    let span = Self::one_span(lowest, highest, element_bytes, elements.len());
+                    return (elements, span);
+                }
+            }
+        }
         let mut corner: Option<((u32, u32), Option<u64>)> = None;
         for y in 0..size.1 {
             for x in 0..size.0 {
@@ -175,15 +220,21 @@ impl Plane {
                 }
             }
         }
-        let span = highest
+        let span = Self::one_span(lowest, highest, element_bytes, elements.len());
+        (elements, span)
+    }
+
+    /// The span from `lowest` to `highest` (element addresses) when
+    /// `count` elements fill it exactly and it lies inside one page.
+    fn one_span(lowest: u64, highest: u64, element_bytes: u64, count: usize) -> Option<Span> {
+        highest
             .checked_sub(lowest)
             .and_then(|d| d.checked_add(element_bytes))
             .filter(|&span| {
-                span == elements.len() as u64 * element_bytes
+                span == count as u64 * element_bytes
                     && lowest / PAGE_BYTES == (lowest + span - 1) / PAGE_BYTES
             })
-            .map(|span| (lowest, span as usize));
-        (elements, span)
+            .map(|span| (lowest, span as usize))
     }
 
     /// Reads the elements of the tile at `origin` (`size` pixels) and
