@@ -87,6 +87,16 @@ pub(crate) fn rasterize_into(
         (i64::from(origin.1) + y1) * 256 + sy_hi,
     );
     let corners = [(left, top), (right, top), (left, bottom), (right, bottom)];
+    // Where every position involved lies within 2^28 (1/256 pixels,
+    // 2^20 pixels) of the origin, as any triangle but one clamped to the
+    // guard band does, every edge value fits in 64 bits.
+    let near = |v: i64| v.unsigned_abs() < NEAR_FIXED;
+    if samples.len() <= MAX_STEPPED_SAMPLES
+        && p.iter().chain(&corners).all(|&(x, y)| near(x) && near(y))
+    {
+        stepped_coverage(&edges, corners, ((x0, x1), (y0, y1)), origin, samples, out);
+        return;
+    }
     // Outside one edge at all four corners: no sample of the span.
     if edges
         .iter()
@@ -128,6 +138,93 @@ pub(crate) fn rasterize_into(
             if mask != 0 {
                 out.push(((tx as u32, ty as u32), mask));
             }
+        }
+    }
+}
+
+/// Positions (in 1/256 pixel) below this in magnitude keep every edge
+/// value in 64 bits: a product of two differences is under 2^58, and a
+/// step past the span's last pixel stays under 2^60.
+const NEAR_FIXED: u64 = 1 << 28;
+
+/// An edge from one vertex to the next (1/256 pixel).
+type Edge = ((i64, i64), (i64, i64));
+
+/// The most samples [`stepped_coverage`] takes (a pass has 1, 2 or 4).
+const MAX_STEPPED_SAMPLES: usize = 4;
+
+/// [`rasterize_into`]'s coverage for positions within [`NEAR_FIXED`]:
+/// the same corner tests, then each edge stepped from pixel to pixel in
+/// 64 bits (its value at a pixel is the last one's plus a constant, and
+/// at a sample the pixel corner's plus the sample's constant offset, the
+/// top-left rule's 1 folded in: a sample is inside an edge when `e > 0`,
+/// or `e == 0` on a top or left edge, so when `e + 1 > 0` there), with
+/// no branch per sample.
+fn stepped_coverage(
+    edges: &[Edge; 3],
+    corners: [(i64, i64); 4],
+    ((x0, x1), (y0, y1)): ((i64, i64), (i64, i64)),
+    origin: (u32, u32),
+    samples: &[(i64, i64)],
+    out: &mut Vec<((u32, u32), u32)>,
+) {
+    let edge = |a: (i64, i64), b: (i64, i64), x: i64, y: i64| {
+        (b.0 - a.0) * (y - a.1) - (b.1 - a.1) * (x - a.0)
+    };
+    if edges
+        .iter()
+        .any(|&(a, b)| corners.iter().all(|&(x, y)| edge(a, b, x, y) < 0))
+    {
+        return;
+    }
+    if !samples.is_empty()
+        && edges
+            .iter()
+            .all(|&(a, b)| corners.iter().all(|&(x, y)| edge(a, b, x, y) > 0))
+    {
+        let full = (1u32 << samples.len()) - 1;
+        for ty in y0..=y1 {
+            for tx in x0..=x1 {
+                out.push(((tx as u32, ty as u32), full));
+            }
+        }
+        return;
+    }
+    let top_left = |a: (i64, i64), b: (i64, i64)| (a.1 == b.1 && b.0 > a.0) || b.1 < a.1;
+    let (px0, py0) = (
+        (i64::from(origin.0) + x0) * 256,
+        (i64::from(origin.1) + y0) * 256,
+    );
+    let mut row = edges.map(|(a, b)| edge(a, b, px0, py0));
+    let step_x = edges.map(|(a, b)| (b.1 - a.1) * 256);
+    let step_y = edges.map(|(a, b)| (b.0 - a.0) * 256);
+    let mut offsets = [[0i64; 3]; MAX_STEPPED_SAMPLES];
+    for (offset, &(sx, sy)) in offsets.iter_mut().zip(samples) {
+        *offset = std::array::from_fn(|k| {
+            let (a, b) = edges[k];
+            (b.0 - a.0) * sy - (b.1 - a.1) * sx + i64::from(top_left(a, b))
+        });
+    }
+    let offsets = &offsets[..samples.len()];
+    for ty in y0..=y1 {
+        let mut e = row;
+        for tx in x0..=x1 {
+            let mut mask = 0u32;
+            for (s, o) in offsets.iter().enumerate() {
+                let inside = u32::from(e[0] + o[0] > 0)
+                    & u32::from(e[1] + o[1] > 0)
+                    & u32::from(e[2] + o[2] > 0);
+                mask |= inside << s;
+            }
+            if mask != 0 {
+                out.push(((tx as u32, ty as u32), mask));
+            }
+            for k in 0..3 {
+                e[k] -= step_x[k];
+            }
+        }
+        for k in 0..3 {
+            row[k] += step_y[k];
         }
     }
 }
