@@ -380,20 +380,34 @@ impl BitSpan {
 }
 
 /// A point the iterator evaluates planes at (relative to the tile's
-/// corner), with its coordinates' spans.
+/// corner), and whether it lies on the sample grid near the tile.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct IterPoint {
     x: f32,
     y: f32,
-    spans: Option<[BitSpan; 2]>,
+    /// Both coordinates are multiples of 2^[`GRID_LSB`] below
+    /// 2^[`GRID_TOP`] in magnitude, as a pixel's centre and its samples'
+    /// positions in and around the tile are.
+    on_grid: bool,
 }
+
+/// The finest bit of a point on the sample grid (1/256 pixel).
+const GRID_LSB: i32 = -8;
+/// A point on the sample grid near the tile lies within 2^6 pixels of
+/// its corner.
+const GRID_TOP: i32 = 6;
 
 impl IterPoint {
     pub(crate) fn new(x: f32, y: f32) -> IterPoint {
+        // Scaling by a power of two is exact; a NaN or an infinity is
+        // on no grid.
+        let limit = 2f32.powi(GRID_TOP);
+        let scale = 2f32.powi(-GRID_LSB);
+        let on = |v: f32| v.abs() < limit && (v * scale).fract() == 0.0;
         IterPoint {
             x,
             y,
-            spans: BitSpan::of(x).zip(BitSpan::of(y)).map(|(x, y)| [x, y]),
+            on_grid: on(x) && on(y),
         }
     }
 }
@@ -408,6 +422,10 @@ pub(crate) enum TilePlane {
     Plane {
         words: [f32; 3],
         spans: Option<[BitSpan; 3]>,
+        /// f64 holds A x + B y + C exactly at every point on the sample
+        /// grid ([`IterPoint`]): the spans' test passes with the grid's
+        /// widest and finest coordinates.
+        exact_on_grid: bool,
     },
 }
 
@@ -415,14 +433,28 @@ impl TilePlane {
     pub(crate) fn new(coefficient: Coefficient, origin: (f64, f64)) -> TilePlane {
         match coefficient {
             Coefficient::Constant(bits) => TilePlane::Flat(bits),
-            plane => {
-                let words = plane.words_at(origin);
-                let spans = match words.map(BitSpan::of) {
-                    [Some(a), Some(b), Some(c)] => Some([a, b, c]),
-                    _ => None,
-                };
-                TilePlane::Plane { words, spans }
-            }
+            plane => TilePlane::of_words(plane.words_at(origin)),
+        }
+    }
+
+    /// The plane of three words as `ldcf` reads them.
+    pub(crate) fn of_words(words: [f32; 3]) -> TilePlane {
+        let spans = match words.map(BitSpan::of) {
+            [Some(a), Some(b), Some(c)] => Some([a, b, c]),
+            _ => None,
+        };
+        // A zero coordinate's term only narrows the sum (its span is
+        // empty), so the grid's widest and finest coordinates bound
+        // every point's.
+        let exact_on_grid = spans.is_some_and(|[a, b, c]| {
+            let top = (a.top + GRID_TOP).max(b.top + GRID_TOP).max(c.top);
+            let lsb = (a.lsb + GRID_LSB).min(b.lsb + GRID_LSB).min(c.lsb);
+            top + 2 - lsb <= f64::MANTISSA_DIGITS as i32
+        });
+        TilePlane::Plane {
+            words,
+            spans,
+            exact_on_grid,
         }
     }
 
@@ -436,6 +468,11 @@ impl TilePlane {
     pub(crate) fn at(&self, point: &IterPoint) -> f32 {
         match *self {
             TilePlane::Flat(bits) => f32::from_bits(bits),
+            TilePlane::Plane {
+                words,
+                exact_on_grid: true,
+                ..
+            } if point.on_grid => plain_sum(words, point),
             TilePlane::Plane { words, .. } => self
                 .exact_sum(point)
                 .unwrap_or_else(|| iterate(words, point.x, point.y)),
@@ -447,20 +484,23 @@ impl TilePlane {
         let TilePlane::Plane {
             words,
             spans: Some([a, b, c]),
+            ..
         } = *self
         else {
             return None;
         };
-        let [x, y] = point.spans?;
+        let (x, y) = (BitSpan::of(point.x)?, BitSpan::of(point.y)?);
         let top = (a.top + x.top).max(b.top + y.top).max(c.top);
         let lsb = (a.lsb + x.lsb).min(b.lsb + y.lsb).min(c.lsb);
-        (top + 2 - lsb <= f64::MANTISSA_DIGITS as i32).then(|| {
-            let [a, b, c] = words.map(f64::from);
-            // The same expression `sum3_to_odd` returns for an exact sum,
-            // so a zero's sign is the same.
-            (a * f64::from(point.x) + b * f64::from(point.y) + c) as f32
-        })
+        (top + 2 - lsb <= f64::MANTISSA_DIGITS as i32).then(|| plain_sum(words, point))
     }
+}
+
+/// A x + B y + C in f64, rounded to f32: the same expression
+/// `sum3_to_odd` returns for an exact sum, so a zero's sign is the same.
+fn plain_sum(words: [f32; 3], point: &IterPoint) -> f32 {
+    let [a, b, c] = words.map(f64::from);
+    (a * f64::from(point.x) + b * f64::from(point.y) + c) as f32
 }
 
 /// Where the values a binned primitive carries beyond its vertices'
@@ -656,13 +696,7 @@ mod tests {
 
     #[test]
     fn planes_evaluated_in_f64_where_exact_agree_with_the_iterator() {
-        let plane = |a: f32, b: f32, c: f32| TilePlane::Plane {
-            words: [a, b, c],
-            spans: match [a, b, c].map(BitSpan::of) {
-                [Some(a), Some(b), Some(c)] => Some([a, b, c]),
-                _ => None,
-            },
-        };
+        let plane = |a: f32, b: f32, c: f32| TilePlane::of_words([a, b, c]);
         // 1 + 2^-24 + 2^-81 rounds up to the f32 after 1; a plain f64 sum
         // loses 2^-81 and then ties to even, down to 1: not exact in
         // f64, so the iterator's rounding decides.
@@ -685,6 +719,17 @@ mod tests {
         // Narrow enough: the plain sum.
         let narrow = plane(0.25, -0.125, 3.0);
         assert_eq!(narrow.exact_sum(&IterPoint::new(4.5, 8.5)), Some(3.0625));
+        // Exact in f64 at points near the corner but not at every point
+        // of the grid: at (63.5, 1) the sum is 63.5 + half an f32 step +
+        // 2^-48, which f64 rounds to the tie (and then to even, down);
+        // the plane must not be summed plainly there.
+        let far = plane(1.0 + 2f32.powi(-23), -95.0 * 2f32.powi(-24), 2f32.powi(-48));
+        let wide_point = IterPoint::new(63.5, 1.0);
+        assert_eq!(far.at(&wide_point), 63.5 + 2f32.powi(-18));
+        assert_eq!(
+            ((1.0 + 2f64.powi(-23)) * 63.5 - 95.0 * 2f64.powi(-24) + 2f64.powi(-48)) as f32,
+            63.5
+        );
         // Zeros keep IEEE's sign; a flat value keeps its bits.
         let zeros = plane(-0.0, -0.0, -0.0);
         assert_eq!(zeros.at(&IterPoint::new(0.5, 0.5)).to_bits(), 0x8000_0000);
@@ -717,6 +762,14 @@ mod tests {
                 (r % 32) as f32 + [0.5, (r >> 8 & 255) as f32 / 256.0][(r >> 16 & 1) as usize],
                 (r >> 20 & 31) as f32 + 0.5,
             );
+            // A quarter of the points anywhere on the sample grid (within
+            // 64 pixels of the corner, either side).
+            let (x, y) = if r >> 50 & 3 == 0 {
+                let grid = |bits: u64| (bits & 0x7FFF) as f32 / 256.0 - 64.0;
+                (grid(r >> 3), grid(r >> 33))
+            } else {
+                (x, y)
+            };
             let c = if r >> 30 & 3 == 0 {
                 // Nearly cancelling: C is -(A x + B y) rounded, nudged.
                 let sum = -(f64::from(a) * f64::from(x) + f64::from(b) * f64::from(y)) as f32;
