@@ -1073,7 +1073,14 @@ impl TextureUnit<'_> {
         let t = &image.texture;
         let three_d = t.dimension == TextureDimension::D3;
         let (s, u) = self.normalised(image, sampler, request);
-        let (_, lod) = level_of_detail(t, sampler, request);
+        // A sampler whose greatest LOD is at most 0 clamps every λ to at
+        // most 0, which magnifies from the first level whatever its
+        // value: λ (two logarithms a lane) is not worked out.
+        let lod = if sampler.max_lod.to_f32() <= 0.0 {
+            sampler.max_lod.to_f32()
+        } else {
+            level_of_detail(t, sampler, request).1
+        };
         let r = three_d.then(|| {
             let r = f32::from_bits(request.coords[2]);
             if sampler.pixel_coordinates {

@@ -368,6 +368,56 @@ fn a_textured_quad_shows_every_texel_once() {
 }
 
 #[test_log::test]
+fn a_sampler_whose_greatest_lod_is_0_magnifies_a_minified_quad() {
+    // 16x16 texels onto 8x8 pixels: λ is 1, which a greatest LOD of 0
+    // clamps to 0, so the magnification filter (nearest) reads texel
+    // (2i + 1, 2j + 1) at pixel (i, j); the minification filter (linear)
+    // would average two texels each way.
+    let (device, queue, programs) = gpu();
+    let texture = Image::new(&device, 16, 16, Format::Rgba8Unorm).unwrap();
+    let texels: Vec<u8> = (0..16)
+        .flat_map(|y| (0..16).flat_map(move |x| texel(x, y)))
+        .collect();
+    texture.write_pixels(&texels).unwrap();
+    let (w, h) = (8, 8);
+    let image = Image::new(&device, w, h, Format::Rgba8Unorm).unwrap();
+    let corners = [
+        [0.0f32, 0.0],
+        [8.0, 0.0],
+        [0.0, 8.0],
+        [8.0, 0.0],
+        [8.0, 8.0],
+        [0.0, 8.0],
+    ];
+    let mut data = Vec::new();
+    for c in &corners {
+        data.extend(vertices(w, h, &[*c], 0.5, &[[c[0] / 8.0, c[1] / 8.0, 0.0]]));
+    }
+    let vb = device.upload(&data, false).unwrap();
+    let pipe = pipeline(&device, TEXTURED_FS, None);
+    let sampler = agx_hw::formats::Sampler {
+        max_lod: agx_hw::Lod::from_f32(0.0),
+        magnify: agx_hw::formats::Filter::Nearest,
+        minify: agx_hw::formats::Filter::Linear,
+        ..agx_hw::formats::Sampler::default()
+    };
+    let mut cb = CommandBuffer::new(&device, &programs);
+    let mut pass = cb
+        .begin_render_pass(&colour_pass(&image, [0.0; 4]))
+        .unwrap();
+    pass.set_pipeline(&pipe);
+    pass.set_vertex_uniforms(&vs_uniforms(&vb));
+    pass.set_fragment_textures(&[&texture], &[sampler]).unwrap();
+    pass.draw(6, 1, 0).unwrap();
+    pass.end().unwrap();
+    run(&device, &queue, cb).unwrap();
+    let expected: Vec<u8> = (0..8)
+        .flat_map(|j| (0..8).flat_map(move |i| texel(2 * i + 1, 2 * j + 1)))
+        .collect();
+    assert_eq!(image.read_pixels().unwrap(), expected);
+}
+
+#[test_log::test]
 fn loading_keeps_what_an_earlier_pass_stored_and_unchanged_state_is_not_re_emitted() {
     let (device, queue, programs) = gpu();
     let (w, h) = (64, 64);
