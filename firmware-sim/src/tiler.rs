@@ -1076,6 +1076,10 @@ pub struct Binner<'a> {
     head_pages: Vec<u64>,
     /// Per tile: (first chunk, last chunk, entries in the last chunk).
     lists: Vec<Option<(u64, u64, u32)>>,
+    /// Per tile with a list: its last chunk's bytes, written to the
+    /// buffer whole when the chunk fills (with its link to the next) or
+    /// the segment is published, not entry by entry.
+    open_chunks: Vec<[u8; CHUNK_BYTES as usize]>,
     /// The segment's fragment states: the PPP states its triangles were
     /// drawn with, each copied into the buffer (as the PPP writes its
     /// state there) when a triangle first uses it.
@@ -1120,6 +1124,10 @@ impl<'a> Binner<'a> {
             },
             head_pages: Vec::new(),
             lists: vec![None; (u64::from(tiles_x) * u64::from(tiles_y)) as usize],
+            open_chunks: vec![
+                [0; CHUNK_BYTES as usize];
+                (u64::from(tiles_x) * u64::from(tiles_y)) as usize
+            ],
             states: Vec::new(),
             state_bytes: Vec::new(),
             current_state: None,
@@ -1360,6 +1368,9 @@ impl<'a> Binner<'a> {
         Ok(Ok(()))
     }
 
+    /// Appends `primitive` to `tile`'s list, in its open chunk (a new
+    /// one from `chunks` when there is none or it is full: the full one
+    /// gets its link and is written).
     fn append(
         &mut self,
         tile: usize,
@@ -1376,23 +1387,23 @@ impl<'a> Binner<'a> {
                         format_args!("a new list chunk for tile {tile} that was not reserved"),
                     ));
                 };
-                self.write(chunk, &[0u8; CHUNK_BYTES as usize])?;
-                match previous {
+                let first = match previous {
                     Some((first, last, _)) => {
-                        self.write(last, &chunk.to_le_bytes())?;
-                        (first, chunk, 0)
+                        let mut full = self.open_chunks[tile];
+                        full[..8].copy_from_slice(&chunk.to_le_bytes());
+                        self.write(last, &full)?;
+                        first
                     }
-                    None => {
-                        let page = self.head_pages[tile / HEADS_PER_PAGE as usize];
-                        let at = page + 8 * (tile as u64 % HEADS_PER_PAGE);
-                        self.write(at, &chunk.to_le_bytes())?;
-                        (chunk, chunk, 0)
-                    }
-                }
+                    None => chunk,
+                };
+                self.open_chunks[tile] = [0; CHUNK_BYTES as usize];
+                (first, chunk, 0)
             }
         };
-        self.write(chunk + 16 + 8 * u64::from(used), &primitive.to_le_bytes())?;
-        self.write(chunk + 8, &(used + 1).to_le_bytes())?;
+        let open = &mut self.open_chunks[tile];
+        let entry = 16 + 8 * used as usize;
+        open[entry..entry + 8].copy_from_slice(&primitive.to_le_bytes());
+        open[8..12].copy_from_slice(&(used + 1).to_le_bytes());
         self.lists[tile] = Some((first, chunk, used + 1));
         Ok(())
     }
@@ -1420,13 +1431,25 @@ impl<'a> Binner<'a> {
         }
         let header_page = self.header_page;
         self.write(header_page, &bytes)?;
-        // Empty heads for tiles no primitive touched.
+        // Each list's open chunk, then every tile's head (0 for a tile
+        // no primitive touched), a head page's at once.
         for tile in 0..self.lists.len() {
-            if self.lists[tile].is_none() {
-                let page = self.head_pages[tile / HEADS_PER_PAGE as usize];
-                let at = page + 8 * (tile as u64 % HEADS_PER_PAGE);
-                self.write(at, &0u64.to_le_bytes())?;
+            if let Some((_, last, _)) = self.lists[tile] {
+                let open = self.open_chunks[tile];
+                self.write(last, &open)?;
             }
+        }
+        let mut heads = Vec::with_capacity(TVB_PAGE_BYTES as usize);
+        for (tiles, &page) in self
+            .lists
+            .chunks(HEADS_PER_PAGE as usize)
+            .zip(&self.head_pages)
+        {
+            heads.clear();
+            for list in tiles {
+                heads.extend(list.map_or(0, |(first, _, _)| first).to_le_bytes());
+            }
+            tiler_write(&mut self.vm, page, &heads)?;
         }
         Ok(())
     }
