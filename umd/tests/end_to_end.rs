@@ -317,6 +317,57 @@ fn the_nearer_triangle_wins_and_depth_is_stored() {
     assert_eq!(depth.depth_at(60, 60).unwrap(), 1.0);
 }
 
+#[test_log::test]
+fn a_depth_test_without_depth_writes_leaves_depth_as_it_was() {
+    let (device, queue, programs) = gpu();
+    let (w, h) = (64, 64);
+    let image = Image::new(&device, w, h, Format::Rgba8Unorm).unwrap();
+    let depth = DepthImage::new(&device, w, h).unwrap();
+    // Near green tested but not written, then far red: red passes where
+    // green did not write its depth.
+    let tri = [[0.0f32, 0.0], [64.0, 0.0], [0.0, 64.0]];
+    let near = device
+        .upload(&vertices(w, h, &tri, 0.25, &[[0.0, 1.0, 0.0]]), false)
+        .unwrap();
+    let far = device
+        .upload(&vertices(w, h, &tri, 0.75, &[[1.0, 0.0, 0.0]]), false)
+        .unwrap();
+    let tested_only = pipeline(
+        &device,
+        VARYING_FS,
+        Some(DepthState {
+            function: agx_hw::formats::ZsFunc::Less,
+            write: false,
+        }),
+    );
+    let mut cb = CommandBuffer::new(&device, &programs);
+    let mut pass = cb
+        .begin_render_pass(&colour_depth_pass(
+            &image,
+            &depth,
+            [0.0, 0.0, 1.0, 1.0],
+            1.0,
+        ))
+        .unwrap();
+    pass.set_pipeline(&tested_only);
+    pass.set_vertex_uniforms(&vs_uniforms(&near));
+    pass.draw(3, 1, 0).unwrap();
+    pass.set_pipeline(&depth_tested(&device));
+    pass.set_vertex_uniforms(&vs_uniforms(&far));
+    pass.draw(3, 1, 0).unwrap();
+    pass.end().unwrap();
+    run(&device, &queue, cb).unwrap();
+    let pixels = image.read_pixels().unwrap();
+    let i = 4 * (5 * w + 5) as usize;
+    assert_eq!(
+        pixels[i..i + 3],
+        [255, 0, 0],
+        "far red over untracked green"
+    );
+    assert_eq!(depth.depth_at(5, 5).unwrap(), 0.75);
+    assert_eq!(depth.depth_at(60, 60).unwrap(), 1.0);
+}
+
 /// The texel of the test texture at (x, y).
 fn texel(x: u32, y: u32) -> [u8; 4] {
     [(x * 16) as u8, (y * 16) as u8, ((x + y) * 8) as u8, 255]

@@ -161,6 +161,38 @@ pub(super) fn depth_test(
     let (low, high) = adjust.range.unwrap_or((0.0, 1.0));
     let reference = face.stencil_reference as u8;
     let samples = tile.colour.samples as usize;
+    // One sample a pixel, no stencil, nothing deferred or followed (most
+    // draws): the same test without the per-sample bookkeeping.
+    if let (1, None, false, None, Some(&(sx, sy))) = (
+        samples,
+        stencil,
+        defer,
+        watch.as_ref(),
+        sample_positions.first(),
+    ) {
+        let (fx, fy) = (sx as f32 / 256.0, sy as f32 / 256.0);
+        let width = tile.colour.width_px;
+        let writes = !face.disable_depth_write;
+        covered.retain(|&(x, y)| {
+            let pixel = (y * width + x) as usize;
+            let passed = coverage[pixel] & 1 != 0 && {
+                let cx = (origin.0 + x) as f32 + fx;
+                let cy = (origin.1 + y) as f32 + fy;
+                let depth = (z[0].mul_add(cx, z[1].mul_add(cy, z[2])) + offset)
+                    .max(low)
+                    .min(high)
+                    .clamp(0.0, 1.0);
+                let passed = depth_passes(face.depth_function, depth, tile.depth[pixel]);
+                if passed && writes {
+                    pending[pixel] = Some(depth);
+                }
+                passed
+            };
+            coverage[pixel] = u32::from(passed);
+            passed
+        });
+        return;
+    }
     covered.retain(|&(x, y)| {
         let pixel = (y * tile.colour.width_px + x) as usize;
         let first = pixel * samples;
