@@ -204,6 +204,18 @@ fn instruction() -> impl Strategy<Value = String> {
         (0u32..16, int_destination(), raw_source(), raw_source())
             .prop_map(|(t, d, a, b)| format!("bitop {t:04b}, {d}, {a}, {b}")),
         float_arithmetic(32, narrow_destination, float_source),
+        // The single-source fp32 functions (through the reference's own
+        // function in both engines), on special and random values.
+        (
+            prop::sample::select(vec![
+                "floor", "ceil", "trunc", "rint", "rcp", "rsqrt", "log2", "exp2",
+                "rsqrt_special", "sin_pt_1", "sin_pt_2"
+            ]),
+            sat(),
+            narrow_destination(),
+            float_source()
+        )
+            .prop_map(|(op, sat, d, a)| format!("{op}{sat} {d}, {a}")),
         (
             prop::sample::select(vec!["ueq", "ult", "ugt", "seq", "slt", "sgt", "3"]),
             narrow_destination(),
@@ -539,12 +551,16 @@ fn a_full_code_cache_leaves_new_blocks_to_the_interpreter() {
     extern "C" fn half(_: u32, _: f64, _: f64, _: f64, _: u32) -> u32 {
         0
     }
+    extern "C" fn unary(_: u32, _: f32) -> f32 {
+        0.0
+    }
     let helpers = agx_jit::Helpers {
         fma_f32: fma,
         half_to_f32: widen,
         f32_to_half: narrow,
         convert,
         half_arithmetic: half,
+        unary_f32: unary,
     };
     let code = agx_jit::CodeCache::new(helpers, 0).unwrap();
     let mut cache = ProgramCache::with_code(Some(code.clone()));

@@ -53,6 +53,10 @@ extern "C" fn half(_: u32, _: f64, _: f64, _: f64, _: u32) -> u32 {
     0
 }
 
+extern "C" fn unary(_: u32, _: f32) -> f32 {
+    0.0
+}
+
 fn compile(c: &mut Criterion) {
     let helpers = Helpers {
         fma_f32: fma,
@@ -60,6 +64,7 @@ fn compile(c: &mut Criterion) {
         f32_to_half: narrow,
         convert,
         half_arithmetic: half,
+        unary_f32: unary,
     };
     let block = instructions();
     let refs: Vec<(&Instr, bool)> = block.iter().map(|(i, s)| (i, *s)).collect();

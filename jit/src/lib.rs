@@ -32,8 +32,8 @@
 //! differential tests in `agx-firmware-sim` check it). The rare paths of
 //! the fp32 arithmetic (a result of the smallest normal's magnitude, where
 //! the hardware flushes what was below it before rounding), the
-//! conversions and the fp16 arithmetic call back into the interpreter's
-//! own functions ([`Helpers`]).
+//! conversions, the fp16 arithmetic and the single-source fp32 functions
+//! call back into the interpreter's own functions ([`Helpers`]).
 //!
 //! Unsafe code lives in this module (calling the generated functions and
 //! freeing their memory) and in `memory` (the page-cache functions the
@@ -50,7 +50,9 @@ use cranelift_jit::{JITBuilder, JITModule};
 use cranelift_module::{default_libcall_names, Linkage, Module};
 
 pub use memory::{PageCache, PageSource, StackFrame, PAGE_CACHE_ENTRIES};
-pub use translate::{accesses_memory, accesses_stack, supports, updates_exec_mask};
+pub use translate::{
+    accesses_memory, accesses_stack, supports, updates_exec_mask, UNARY_FLOAT_OPS,
+};
 
 /// Lanes in a SIMD-group.
 pub const LANES: usize = 32;
@@ -85,6 +87,10 @@ pub struct Helpers {
     /// as 0 or 1) to the bits the 16-bit destination receives (rounded
     /// once to fp16, a NaN the default NaN).
     pub half_arithmetic: extern "C" fn(u32, f64, f64, f64, u32) -> u32,
+    /// One lane of a unary fp32 operation: (its index in
+    /// [`UNARY_FLOAT_OPS`], the operand as read) to the result before
+    /// `.sat` and the write (which flush and make a NaN the default NaN).
+    pub unary_f32: extern "C" fn(u32, f32) -> f32,
 }
 
 /// Why a block could not be compiled.

@@ -44,7 +44,8 @@ const DEFAULT_NAN_F32: i64 = 0x7FC0_0000;
 /// Whether the compiled engine translates `instr` (with `.sat` as
 /// `saturate`): the integer ALU (moves, adds, multiply-adds, bitwise and
 /// bitfield operations, funnel shifts, bit counts), compare-and-select,
-/// the fp32 and fp16 add, multiply and fused multiply-add, integer/float
+/// the fp32 and fp16 add, multiply and fused multiply-add, the
+/// single-source fp32 functions ([`UNARY_FLOAT_OPS`]), integer/float
 /// conversions, `wait` and `memory_barrier`, device and stack loads and
 /// stores of whole elements (`i8`, `i16`, `i32`, `f16`), and the exec-mask
 /// instructions (`if`/`else`/`while`, `pop_exec`), with operands of the
@@ -171,7 +172,33 @@ enum Shape<'i> {
         c: Option<Src>,
         saturate: bool,
     },
+    /// The unary fp32 operations ([`UNARY_FLOAT_OPS`], `op` its index):
+    /// each lane through the reference's own function, then written as
+    /// the ALU writes.
+    Unary {
+        op: u32,
+        dst: Reg,
+        a: Src,
+        saturate: bool,
+    },
 }
+
+/// The unary fp32 operations the compiled engine runs through the
+/// reference's function ([`Helpers::unary_f32`](crate::Helpers), which
+/// takes the operation's index here).
+pub const UNARY_FLOAT_OPS: [Op; 11] = [
+    Op::Floor,
+    Op::Ceil,
+    Op::Trunc,
+    Op::Rint,
+    Op::Rcp,
+    Op::Rsqrt,
+    Op::Log2,
+    Op::Exp2,
+    Op::RsqrtSpecial,
+    Op::SinPt1,
+    Op::SinPt2,
+];
 
 /// Where a memory instruction's elements are.
 enum Place<'i> {
@@ -562,6 +589,18 @@ fn shape(instr: &agx_hw::isa::Instr, saturate: bool) -> Option<Shape<'_>> {
                 saturate,
             }
         }
+        op if UNARY_FLOAT_OPS.contains(&op) => {
+            let d = dst(instr, 0)?;
+            if d.size == Size::S64 {
+                return None;
+            }
+            Shape::Unary {
+                op: UNARY_FLOAT_OPS.iter().position(|&o| o == op)? as u32,
+                dst: d,
+                a: src(instr, 1)?,
+                saturate,
+            }
+        }
         Op::Fadd32 | Op::Fmul32 | Op::Fmadd32 => {
             let d = dst(instr, 0)?;
             let (a, b) = (src(instr, 1)?, src(instr, 2)?);
@@ -681,6 +720,10 @@ pub(crate) fn block(
                 &[types::I32],
             )),
             helpers.half_arithmetic as usize as i64,
+        ),
+        unary: (
+            b.import_signature(signature_of(&[types::I32, types::F32], &[types::F32])),
+            helpers.unary_f32 as usize as i64,
         ),
         vector_fma: {
             let flags = module.isa().isa_flags();
@@ -1474,6 +1517,7 @@ struct LaneParts {
     narrow: (cranelift_codegen::ir::SigRef, i64),
     convert: (cranelift_codegen::ir::SigRef, i64),
     half: (cranelift_codegen::ir::SigRef, i64),
+    unary: (cranelift_codegen::ir::SigRef, i64),
     /// Whether the host has a vector fused multiply-add.
     vector_fma: bool,
 }
@@ -1541,6 +1585,7 @@ fn mask_loop<'f>(
         narrow: parts.narrow,
         convert: parts.convert,
         half: parts.half,
+        unary: parts.unary,
         count_is_zero: None,
         quad,
         vector_fma: parts.vector_fma,
@@ -1843,9 +1888,10 @@ struct Lane<'f> {
     fma: (cranelift_codegen::ir::SigRef, i64),
     widen: (cranelift_codegen::ir::SigRef, i64),
     narrow: (cranelift_codegen::ir::SigRef, i64),
-    /// And `convert`'s, and the fp16 ALU's.
+    /// And `convert`'s, the fp16 ALU's and the unary fp32 operations'.
     convert: (cranelift_codegen::ir::SigRef, i64),
     half: (cranelift_codegen::ir::SigRef, i64),
+    unary: (cranelift_codegen::ir::SigRef, i64),
     /// After an exec-mask instruction: whether the lane's new count is 0
     /// (the lane is in the new mask).
     count_is_zero: Option<IrValue>,
@@ -2347,23 +2393,44 @@ impl Lane<'_> {
                 if *saturate {
                     r = self.saturate(r);
                 }
-                if dst.size == Size::S16 {
-                    // Rounded to fp16, a NaN the default NaN.
-                    let half = self.call(self.narrow, r);
-                    let half = self.b.ins().uextend(types::I64, half);
-                    self.write(*dst, half);
-                    return;
+                self.write_float_result(*dst, r);
+            }
+            Shape::Unary {
+                op,
+                dst,
+                a,
+                saturate,
+            } => {
+                let x = self.float(a);
+                let (signature, address) = self.unary;
+                let callee = self.b.ins().iconst(self.pointer, address);
+                let op = self.b.ins().iconst(types::I32, i64::from(*op));
+                let call = self.b.ins().call_indirect(signature, callee, &[op, x]);
+                let mut r = self.b.inst_results(call)[0];
+                if *saturate {
+                    r = self.saturate(r);
                 }
-                // Written as the ALU writes: denormal flushed, a NaN the
-                // default NaN.
-                let word = self.b.ins().bitcast(types::I32, MemFlagsData::new(), r);
-                let word = self.flush_denormal(word);
-                let is_nan = self.b.ins().fcmp(FloatCC::Unordered, r, r);
-                let default_nan = self.b.ins().iconst(types::I32, DEFAULT_NAN_F32);
-                let word = self.b.ins().select(is_nan, default_nan, word);
-                self.set_cell(usize::from(dst.half / 2), word);
+                self.write_float_result(*dst, r);
             }
         }
+    }
+
+    /// An fp32 result written as the ALU writes it: to a 16-bit register
+    /// rounded to fp16 (a NaN the default NaN), to a 32-bit one with a
+    /// denormal flushed and a NaN the default NaN.
+    fn write_float_result(&mut self, dst: Reg, r: IrValue) {
+        if dst.size == Size::S16 {
+            let half = self.call(self.narrow, r);
+            let half = self.b.ins().uextend(types::I64, half);
+            self.write(dst, half);
+            return;
+        }
+        let word = self.b.ins().bitcast(types::I32, MemFlagsData::new(), r);
+        let word = self.flush_denormal(word);
+        let is_nan = self.b.ins().fcmp(FloatCC::Unordered, r, r);
+        let default_nan = self.b.ins().iconst(types::I32, DEFAULT_NAN_F32);
+        let word = self.b.ins().select(is_nan, default_nan, word);
+        self.set_cell(usize::from(dst.half / 2), word);
     }
 
     /// Sign-extends the low `width` bits of an i64.

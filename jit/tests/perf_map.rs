@@ -24,6 +24,10 @@ extern "C" fn half(_: u32, _: f64, _: f64, _: f64, _: u32) -> u32 {
     0
 }
 
+extern "C" fn unary(_: u32, _: f32) -> f32 {
+    0.0
+}
+
 fn block(text: &str) -> Vec<(Instr, bool)> {
     let code = assemble(text, 0).expect("the block assembles");
     let mut at = 0;
@@ -52,6 +56,7 @@ fn each_compiled_block_is_named_in_the_perf_map() {
         f32_to_half: narrow,
         convert,
         half_arithmetic: half,
+        unary_f32: unary,
     })
     .expect("a compiler for this host");
     let first = block("iadd r4, r4, r2\nxor r7, r4, r2");

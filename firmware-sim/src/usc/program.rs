@@ -231,6 +231,7 @@ pub fn new_code_cache() -> Option<std::sync::Arc<agx_jit::CodeCache>> {
         f32_to_half: f32_to_half_for_compiled_code,
         convert: convert_for_compiled_code,
         half_arithmetic: super::float::half_arithmetic_for_compiled_code,
+        unary_f32: super::exec::unary_f32_for_compiled_code,
     };
     match agx_jit::CodeCache::new(helpers, CODE_CACHE_LIMIT_BYTES) {
         Ok(code) => Some(code),

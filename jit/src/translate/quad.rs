@@ -149,7 +149,9 @@ pub(super) fn vectorizable(shape: &Shape<'_>, fma: bool) -> bool {
             compared && *n < 1 << 16
         }
         Shape::PopExec { n } => *n < 1 << 16,
-        Shape::Bits { .. } | Shape::Half { .. } | Shape::Memory { .. } => false,
+        Shape::Bits { .. } | Shape::Half { .. } | Shape::Memory { .. } | Shape::Unary { .. } => {
+            false
+        }
     }
 }
 
@@ -756,7 +758,10 @@ impl Lane<'_> {
             Shape::ExecUpdate { .. } | Shape::PopExec { .. } => {
                 self.quad_exec_update(shape);
             }
-            Shape::Bits { .. } | Shape::Half { .. } | Shape::Memory { .. } => {
+            Shape::Bits { .. }
+            | Shape::Half { .. }
+            | Shape::Memory { .. }
+            | Shape::Unary { .. } => {
                 unreachable!("not vectorizable: run lane by lane")
             }
         }

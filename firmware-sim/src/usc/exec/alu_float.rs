@@ -99,27 +99,7 @@ impl SimdGroup {
                 let a = o.src(1)?;
                 let xs = self.gather_f32(&a, env.uniforms);
                 for lane in lanes(exec) {
-                    let x = xs[lane];
-                    let r = match op {
-                        Op::Floor => x.floor(),
-                        Op::Ceil => x.ceil(),
-                        Op::Trunc => x.trunc(),
-                        Op::Rint => x.round_ties_even(),
-                        Op::Rcp => flush_before_rounding(1.0 / x, || 1.0 / f64::from(x)),
-                        Op::Rsqrt => rsqrt_f32(x),
-                        // The f64 functions rounded once to fp32.
-                        Op::Log2 => f64::from(x).log2() as f32,
-                        // Modelled so that Mesa's sqrt(x) = x * srsqrt(x)
-                        // gives 0 at 0 rather than 0 * inf.
-                        Op::RsqrtSpecial if x == 0.0 => 0.0,
-                        Op::RsqrtSpecial => rsqrt_f32(x),
-                        Op::SinPt1 => sin_pt_1(x),
-                        Op::SinPt2 => sin_pt_2(x),
-                        _ => {
-                            let exact = f64::from(x).exp2();
-                            flush_before_rounding(exact as f32, || exact)
-                        }
-                    };
+                    let r = unary_f32(op, xs[lane]);
                     // `write_float` flushes the result and makes a NaN
                     // the default NaN.
                     self.write_float(d, lane, if sat { saturate(r) } else { r });
@@ -138,5 +118,41 @@ impl SimdGroup {
             _ => return Err(o.misrouted()),
         }
         Ok(Flow::Next)
+    }
+}
+
+/// A single-source fp32 function of the ALU, before `.sat` and the
+/// write: the roundings exactly, `rcp` and `exp2` flushing a result below
+/// the smallest normal before rounding, the others the f64 function
+/// rounded once to fp32 (the hardware's approximations are not known).
+pub(crate) fn unary_f32(op: Op, x: f32) -> f32 {
+    match op {
+        Op::Floor => x.floor(),
+        Op::Ceil => x.ceil(),
+        Op::Trunc => x.trunc(),
+        Op::Rint => x.round_ties_even(),
+        Op::Rcp => flush_before_rounding(1.0 / x, || 1.0 / f64::from(x)),
+        Op::Rsqrt => rsqrt_f32(x),
+        Op::Log2 => f64::from(x).log2() as f32,
+        // Modelled so that Mesa's sqrt(x) = x * srsqrt(x) gives 0 at 0
+        // rather than 0 * inf.
+        Op::RsqrtSpecial if x == 0.0 => 0.0,
+        Op::RsqrtSpecial => rsqrt_f32(x),
+        Op::SinPt1 => sin_pt_1(x),
+        Op::SinPt2 => sin_pt_2(x),
+        _ => {
+            let exact = f64::from(x).exp2();
+            flush_before_rounding(exact as f32, || exact)
+        }
+    }
+}
+
+/// [`unary_f32`] for the compiled code: the operation by its index in
+/// `agx_jit::UNARY_FLOAT_OPS` (one the compiled code never passes gives
+/// a NaN rather than a panic across the call).
+pub(crate) extern "C" fn unary_f32_for_compiled_code(op: u32, x: f32) -> f32 {
+    match agx_jit::UNARY_FLOAT_OPS.get(op as usize) {
+        Some(&op) => unary_f32(op, x),
+        None => f32::NAN,
     }
 }

@@ -35,6 +35,7 @@ mod texture;
 
 use agx_hw::isa::{Dst, Op, Operand, Reg, RegRun, Size, Src, Value};
 
+pub(crate) use alu_float::unary_f32_for_compiled_code;
 pub(crate) use convert::convert_bits;
 pub use stack::Stack;
 
