@@ -519,10 +519,14 @@ impl ZlsPlanes {
         tile.stencil.fill(self.clear.1);
         if let Some(plane) = &self.z_load {
             let (depth, samples, bytes) = (&mut tile.depth, plane.samples, self.depth_bytes);
+            // 32-bit float depth is its bits: copied as they are.
+            let bits = self.depth == ElementFormat::I32;
             plane.load(vm, origin, self.tile, layer, |pixel, element| {
                 for (s, value) in element.chunks_exact(bytes).enumerate() {
-                    depth[pixel * samples + s] =
-                        f32::from_bits(formats::load(self.depth, value, 0, false));
+                    depth[pixel * samples + s] = f32::from_bits(match value {
+                        &[a, b, c, d] if bits => u32::from_le_bytes([a, b, c, d]),
+                        _ => formats::load(self.depth, value, 0, false),
+                    });
                 }
             })?;
         }
@@ -549,10 +553,15 @@ impl ZlsPlanes {
         let origin = (at.0 * self.tile.0, at.1 * self.tile.1);
         if let Some(plane) = &self.z_store {
             let (samples, bytes) = (plane.samples, self.depth_bytes);
+            let bits = self.depth == ElementFormat::I32;
             plane.store(&mut writer, origin, self.tile, layer, |pixel, element| {
                 let depths = &tile.depth[pixel * samples..(pixel + 1) * samples];
                 for (value, out) in depths.iter().zip(element.chunks_exact_mut(bytes)) {
-                    formats::store(self.depth, out, 0, value.to_bits(), false);
+                    if bits {
+                        out.copy_from_slice(&value.to_bits().to_le_bytes());
+                    } else {
+                        formats::store(self.depth, out, 0, value.to_bits(), false);
+                    }
                 }
             })?;
         }
