@@ -97,29 +97,13 @@ pub(crate) fn rasterize_into(
         stepped_coverage(&edges, corners, ((x0, x1), (y0, y1)), origin, samples, out);
         return;
     }
-    // Outside one edge at all four corners: no sample of the span.
-    if edges
-        .iter()
-        .any(|&(a, b)| corners.iter().all(|&(x, y)| edge(a, b, x, y) < 0))
-    {
-        return;
-    }
-    if !samples.is_empty()
-        && edges
-            .iter()
-            .all(|&(a, b)| corners.iter().all(|&(x, y)| edge(a, b, x, y) > 0))
-    {
-        let full = if samples.len() >= 32 {
-            u32::MAX
-        } else {
-            (1u32 << samples.len()) - 1
-        };
-        for ty in y0..=y1 {
-            for tx in x0..=x1 {
-                out.push(((tx as u32, ty as u32), full));
-            }
+    match corners_against_edges(&edges, &corners, edge) {
+        Some(false) => return,
+        Some(true) if !samples.is_empty() => {
+            push_covering(out, ((x0, x1), (y0, y1)), samples.len());
+            return;
         }
-        return;
+        _ => {}
     }
     for ty in y0..=y1 {
         let py = (i64::from(origin.1) + ty) * 256;
@@ -138,6 +122,47 @@ pub(crate) fn rasterize_into(
             if mask != 0 {
                 out.push(((tx as u32, ty as u32), mask));
             }
+        }
+    }
+}
+
+/// The rectangle holding every sample of a span (its `corners`) against
+/// the triangle's `edges`, each evaluated by `edge` (linear, so least and
+/// greatest at corners): `Some(false)` when it is outside one edge at all
+/// four corners (no sample covered), `Some(true)` when it is strictly
+/// inside all three at all four (every sample covered), `None` otherwise.
+fn corners_against_edges<T: PartialOrd + Default>(
+    edges: &[Edge; 3],
+    corners: &[(i64, i64); 4],
+    edge: impl Fn((i64, i64), (i64, i64), i64, i64) -> T,
+) -> Option<bool> {
+    let zero = T::default();
+    if edges
+        .iter()
+        .any(|&(a, b)| corners.iter().all(|&(x, y)| edge(a, b, x, y) < zero))
+    {
+        return Some(false);
+    }
+    edges
+        .iter()
+        .all(|&(a, b)| corners.iter().all(|&(x, y)| edge(a, b, x, y) > zero))
+        .then_some(true)
+}
+
+/// Every pixel of the span, each with all of its `samples` covered.
+fn push_covering(
+    out: &mut Vec<((u32, u32), u32)>,
+    ((x0, x1), (y0, y1)): ((i64, i64), (i64, i64)),
+    samples: usize,
+) {
+    let full = if samples >= 32 {
+        u32::MAX
+    } else {
+        (1u32 << samples) - 1
+    };
+    for ty in y0..=y1 {
+        for tx in x0..=x1 {
+            out.push(((tx as u32, ty as u32), full));
         }
     }
 }
@@ -171,24 +196,13 @@ fn stepped_coverage(
     let edge = |a: (i64, i64), b: (i64, i64), x: i64, y: i64| {
         (b.0 - a.0) * (y - a.1) - (b.1 - a.1) * (x - a.0)
     };
-    if edges
-        .iter()
-        .any(|&(a, b)| corners.iter().all(|&(x, y)| edge(a, b, x, y) < 0))
-    {
-        return;
-    }
-    if !samples.is_empty()
-        && edges
-            .iter()
-            .all(|&(a, b)| corners.iter().all(|&(x, y)| edge(a, b, x, y) > 0))
-    {
-        let full = (1u32 << samples.len()) - 1;
-        for ty in y0..=y1 {
-            for tx in x0..=x1 {
-                out.push(((tx as u32, ty as u32), full));
-            }
+    match corners_against_edges(edges, &corners, edge) {
+        Some(false) => return,
+        Some(true) if !samples.is_empty() => {
+            push_covering(out, ((x0, x1), (y0, y1)), samples.len());
+            return;
         }
-        return;
+        _ => {}
     }
     let top_left = |a: (i64, i64), b: (i64, i64)| (a.1 == b.1 && b.0 > a.0) || b.1 < a.1;
     let (px0, py0) = (

@@ -13,7 +13,7 @@ mod common {
     pub(crate) mod capture;
 }
 
-use common::capture::{capture_path, captured, device, VS};
+use common::capture::{capture_path, captured, device, run_to_completion, VS};
 
 fn lints(capture: &Capture) -> Vec<Lint> {
     decode_capture(capture, None)
@@ -81,13 +81,7 @@ fn a_compute_dispatch_decodes_cleanly_and_replays() {
         let programs = Arc::new(ProgramCache::new(&d));
         let mut cb = CommandBuffer::new(&d, &programs);
         cb.fill(buffer.va(), 100, 7).unwrap();
-        cb.finish().unwrap();
-        Queue::new(&d)
-            .unwrap()
-            .submit(vec![cb], &[], &[])
-            .unwrap()
-            .wait(Duration::from_secs(30))
-            .unwrap();
+        run_to_completion(&d, cb);
     });
     assert_eq!(capture.submissions.len(), 1);
     let decoded = decode_capture(&capture, None);
@@ -342,13 +336,7 @@ fn descriptors_are_found_through_the_heaps_programs_use() {
         pass.set_vertex_uniforms(&[va as u32, (va >> 32) as u32]);
         pass.draw(3, 1, 0).unwrap();
         pass.end().unwrap();
-        cb.finish().unwrap();
-        Queue::new(&d)
-            .unwrap()
-            .submit(vec![cb], &[], &[])
-            .unwrap()
-            .wait(Duration::from_secs(30))
-            .unwrap();
+        run_to_completion(&d, cb);
     });
     let text = decode_capture(&c, None).remove(0).1;
     assert!(

@@ -16,7 +16,7 @@ mod common {
     pub(crate) mod capture;
 }
 
-use common::capture::{captured, device, VS};
+use common::capture::{captured, device, run_to_completion, VS};
 
 fn pair(va: u64) -> [u32; 2] {
     [va as u32, (va >> 32) as u32]
@@ -396,13 +396,7 @@ fn pass_capture(name: &str, depth_test: bool, draws: &[TestDraw<'_>]) -> Capture
             pass.draw(3, 1, 0).unwrap();
         }
         pass.end().unwrap();
-        cb.finish().unwrap();
-        Queue::new(&d)
-            .unwrap()
-            .submit(vec![cb], &[], &[])
-            .unwrap()
-            .wait(Duration::from_secs(30))
-            .unwrap();
+        run_to_completion(&d, cb);
     })
 }
 

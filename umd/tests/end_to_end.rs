@@ -280,51 +280,15 @@ fn a_triangle_covers_exactly_what_an_independent_rasteriser_finds() {
     assert!(inside > 1000, "{inside} pixels covered");
 }
 
-#[test_log::test]
-fn the_nearer_triangle_wins_and_depth_is_stored() {
+/// Near green (depth 0.25; depth writes as `near_writes` says), then
+/// far red (0.75, writing), both tested with less-than over a blue clear
+/// at depth 1: the colour at (5, 5) and at (60, 60) (outside both), and
+/// the depth stored there.
+fn near_then_far(near_writes: bool) -> ([[u8; 3]; 2], [f32; 2]) {
     let (device, queue, programs) = gpu();
     let (w, h) = (64, 64);
     let image = Image::new(&device, w, h, Format::Rgba8Unorm).unwrap();
     let depth = DepthImage::new(&device, w, h).unwrap();
-    // Two overlapping full-screen-ish triangles: far red drawn last.
-    let tri = [[0.0f32, 0.0], [64.0, 0.0], [0.0, 64.0]];
-    let mut data = vertices(w, h, &tri, 0.25, &[[0.0, 1.0, 0.0]]);
-    data.extend(vertices(w, h, &tri, 0.75, &[[1.0, 0.0, 0.0]]));
-    let vb = device.upload(&data, false).unwrap();
-    let pipe = depth_tested(&device);
-    let mut cb = CommandBuffer::new(&device, &programs);
-    let mut pass = cb
-        .begin_render_pass(&colour_depth_pass(
-            &image,
-            &depth,
-            [0.0, 0.0, 1.0, 1.0],
-            1.0,
-        ))
-        .unwrap();
-    pass.set_pipeline(&pipe);
-    pass.set_vertex_uniforms(&vs_uniforms(&vb));
-    pass.draw(6, 1, 0).unwrap();
-    pass.end().unwrap();
-    run(&device, &queue, cb).unwrap();
-    let pixels = image.read_pixels().unwrap();
-    let at = |x: u32, y: u32| {
-        let i = 4 * (y * w + x) as usize;
-        [pixels[i], pixels[i + 1], pixels[i + 2]]
-    };
-    assert_eq!(at(5, 5), [0, 255, 0], "near green in front of far red");
-    assert_eq!(at(60, 60), [0, 0, 255], "the clear outside");
-    assert_eq!(depth.depth_at(5, 5).unwrap(), 0.25);
-    assert_eq!(depth.depth_at(60, 60).unwrap(), 1.0);
-}
-
-#[test_log::test]
-fn a_depth_test_without_depth_writes_leaves_depth_as_it_was() {
-    let (device, queue, programs) = gpu();
-    let (w, h) = (64, 64);
-    let image = Image::new(&device, w, h, Format::Rgba8Unorm).unwrap();
-    let depth = DepthImage::new(&device, w, h).unwrap();
-    // Near green tested but not written, then far red: red passes where
-    // green did not write its depth.
     let tri = [[0.0f32, 0.0], [64.0, 0.0], [0.0, 64.0]];
     let near = device
         .upload(&vertices(w, h, &tri, 0.25, &[[0.0, 1.0, 0.0]]), false)
@@ -332,12 +296,12 @@ fn a_depth_test_without_depth_writes_leaves_depth_as_it_was() {
     let far = device
         .upload(&vertices(w, h, &tri, 0.75, &[[1.0, 0.0, 0.0]]), false)
         .unwrap();
-    let tested_only = pipeline(
+    let near_pipeline = pipeline(
         &device,
         VARYING_FS,
         Some(DepthState {
             function: agx_hw::formats::ZsFunc::Less,
-            write: false,
+            write: near_writes,
         }),
     );
     let mut cb = CommandBuffer::new(&device, &programs);
@@ -349,7 +313,7 @@ fn a_depth_test_without_depth_writes_leaves_depth_as_it_was() {
             1.0,
         ))
         .unwrap();
-    pass.set_pipeline(&tested_only);
+    pass.set_pipeline(&near_pipeline);
     pass.set_vertex_uniforms(&vs_uniforms(&near));
     pass.draw(3, 1, 0).unwrap();
     pass.set_pipeline(&depth_tested(&device));
@@ -358,14 +322,32 @@ fn a_depth_test_without_depth_writes_leaves_depth_as_it_was() {
     pass.end().unwrap();
     run(&device, &queue, cb).unwrap();
     let pixels = image.read_pixels().unwrap();
-    let i = 4 * (5 * w + 5) as usize;
-    assert_eq!(
-        pixels[i..i + 3],
-        [255, 0, 0],
-        "far red over untracked green"
-    );
-    assert_eq!(depth.depth_at(5, 5).unwrap(), 0.75);
-    assert_eq!(depth.depth_at(60, 60).unwrap(), 1.0);
+    let at = |(x, y): (u32, u32)| {
+        let i = 4 * (y * w + x) as usize;
+        [pixels[i], pixels[i + 1], pixels[i + 2]]
+    };
+    let points = [(5, 5), (60, 60)];
+    (
+        points.map(at),
+        points.map(|(x, y)| depth.depth_at(x, y).unwrap()),
+    )
+}
+
+#[test_log::test]
+fn the_nearer_triangle_wins_and_depth_is_stored() {
+    let ([inside, outside], depths) = near_then_far(true);
+    assert_eq!(inside, [0, 255, 0], "near green in front of far red");
+    assert_eq!(outside, [0, 0, 255], "the clear outside");
+    assert_eq!(depths, [0.25, 1.0]);
+}
+
+#[test_log::test]
+fn a_depth_test_without_depth_writes_leaves_depth_as_it_was() {
+    // Red passes where green did not write its depth.
+    let ([inside, outside], depths) = near_then_far(false);
+    assert_eq!(inside, [255, 0, 0], "far red over untracked green");
+    assert_eq!(outside, [0, 0, 255], "the clear outside");
+    assert_eq!(depths, [0.75, 1.0]);
 }
 
 /// The texel of the test texture at (x, y).
@@ -373,38 +355,37 @@ fn texel(x: u32, y: u32) -> [u8; 4] {
     [(x * 16) as u8, (y * 16) as u8, ((x + y) * 8) as u8, 255]
 }
 
-#[test_log::test]
-fn a_textured_quad_shows_every_texel_once() {
+/// The test texture (16x16 [`texel`]s) drawn with `sampler` onto a
+/// `size`-pixel image by a quad whose texture coordinates run from 0 to
+/// 1: the image's pixels.
+fn textured_quad(size: u32, sampler: agx_hw::formats::Sampler) -> Vec<u8> {
     let (device, queue, programs) = gpu();
     let texture = Image::new(&device, 16, 16, Format::Rgba8Unorm).unwrap();
     let texels: Vec<u8> = (0..16)
         .flat_map(|y| (0..16).flat_map(move |x| texel(x, y)))
         .collect();
     texture.write_pixels(&texels).unwrap();
-    let (w, h) = (16, 16);
-    let image = Image::new(&device, w, h, Format::Rgba8Unorm).unwrap();
-    let corners = [
-        [0.0f32, 0.0],
-        [16.0, 0.0],
-        [0.0, 16.0],
-        [16.0, 0.0],
-        [16.0, 16.0],
-        [0.0, 16.0],
-    ];
-    let uvs: Vec<[f32; 3]> = corners
-        .iter()
-        .map(|[x, y]| [x / 16.0, y / 16.0, 0.0])
-        .collect();
+    let image = Image::new(&device, size, size, Format::Rgba8Unorm).unwrap();
+    let side = size as f32;
     let mut data = Vec::new();
-    for (c, uv) in corners.iter().zip(&uvs) {
-        data.extend(vertices(w, h, &[*c], 0.5, &[*uv]));
+    for [x, y] in [
+        [0.0f32, 0.0],
+        [1.0, 0.0],
+        [0.0, 1.0],
+        [1.0, 0.0],
+        [1.0, 1.0],
+        [0.0, 1.0],
+    ] {
+        data.extend(vertices(
+            size,
+            size,
+            &[[x * side, y * side]],
+            0.5,
+            &[[x, y, 0.0]],
+        ));
     }
     let vb = device.upload(&data, false).unwrap();
     let pipe = pipeline(&device, TEXTURED_FS, None);
-    let sampler = agx_hw::formats::Sampler {
-        max_lod: agx_hw::Lod::from_f32(0.0),
-        ..agx_hw::formats::Sampler::default()
-    };
     let mut cb = CommandBuffer::new(&device, &programs);
     let mut pass = cb
         .begin_render_pass(&colour_pass(&image, [0.0; 4]))
@@ -415,7 +396,19 @@ fn a_textured_quad_shows_every_texel_once() {
     pass.draw(6, 1, 0).unwrap();
     pass.end().unwrap();
     run(&device, &queue, cb).unwrap();
-    assert_eq!(image.read_pixels().unwrap(), texels);
+    image.read_pixels().unwrap()
+}
+
+#[test_log::test]
+fn a_textured_quad_shows_every_texel_once() {
+    let sampler = agx_hw::formats::Sampler {
+        max_lod: agx_hw::Lod::from_f32(0.0),
+        ..agx_hw::formats::Sampler::default()
+    };
+    let texels: Vec<u8> = (0..16)
+        .flat_map(|y| (0..16).flat_map(move |x| texel(x, y)))
+        .collect();
+    assert_eq!(textured_quad(16, sampler), texels);
 }
 
 #[test_log::test]
@@ -424,48 +417,16 @@ fn a_sampler_whose_greatest_lod_is_0_magnifies_a_minified_quad() {
     // clamps to 0, so the magnification filter (nearest) reads texel
     // (2i + 1, 2j + 1) at pixel (i, j); the minification filter (linear)
     // would average two texels each way.
-    let (device, queue, programs) = gpu();
-    let texture = Image::new(&device, 16, 16, Format::Rgba8Unorm).unwrap();
-    let texels: Vec<u8> = (0..16)
-        .flat_map(|y| (0..16).flat_map(move |x| texel(x, y)))
-        .collect();
-    texture.write_pixels(&texels).unwrap();
-    let (w, h) = (8, 8);
-    let image = Image::new(&device, w, h, Format::Rgba8Unorm).unwrap();
-    let corners = [
-        [0.0f32, 0.0],
-        [8.0, 0.0],
-        [0.0, 8.0],
-        [8.0, 0.0],
-        [8.0, 8.0],
-        [0.0, 8.0],
-    ];
-    let mut data = Vec::new();
-    for c in &corners {
-        data.extend(vertices(w, h, &[*c], 0.5, &[[c[0] / 8.0, c[1] / 8.0, 0.0]]));
-    }
-    let vb = device.upload(&data, false).unwrap();
-    let pipe = pipeline(&device, TEXTURED_FS, None);
     let sampler = agx_hw::formats::Sampler {
         max_lod: agx_hw::Lod::from_f32(0.0),
         magnify: agx_hw::formats::Filter::Nearest,
         minify: agx_hw::formats::Filter::Linear,
         ..agx_hw::formats::Sampler::default()
     };
-    let mut cb = CommandBuffer::new(&device, &programs);
-    let mut pass = cb
-        .begin_render_pass(&colour_pass(&image, [0.0; 4]))
-        .unwrap();
-    pass.set_pipeline(&pipe);
-    pass.set_vertex_uniforms(&vs_uniforms(&vb));
-    pass.set_fragment_textures(&[&texture], &[sampler]).unwrap();
-    pass.draw(6, 1, 0).unwrap();
-    pass.end().unwrap();
-    run(&device, &queue, cb).unwrap();
     let expected: Vec<u8> = (0..8)
         .flat_map(|j| (0..8).flat_map(move |i| texel(2 * i + 1, 2 * j + 1)))
         .collect();
-    assert_eq!(image.read_pixels().unwrap(), expected);
+    assert_eq!(textured_quad(8, sampler), expected);
 }
 
 #[test_log::test]

@@ -2,7 +2,7 @@
 //! the tools that read them.
 
 use agx_capture::Capture;
-use agx_umd::Device;
+use agx_umd::{CommandBuffer, Device, Queue};
 
 /// A simulated device with 1 GiB of RAM.
 pub(crate) fn device() -> Device {
@@ -26,6 +26,17 @@ pub(crate) fn captured(device: &Device, name: &str, work: impl FnOnce()) -> Capt
     work();
     system.stop_capture();
     agx_capture::read(std::fs::File::open(&path).unwrap()).unwrap()
+}
+
+/// Finishes `cb`, submits it on a new queue of `device` and waits for it.
+pub(crate) fn run_to_completion(device: &Device, mut cb: CommandBuffer) {
+    cb.finish().unwrap();
+    Queue::new(device)
+        .unwrap()
+        .submit(vec![cb], &[], &[])
+        .unwrap()
+        .wait(std::time::Duration::from_secs(30))
+        .unwrap();
 }
 
 /// A vertex shader for test draws: clip-space positions, four words each,
