@@ -284,26 +284,21 @@ impl SimdGroup {
                 });
             }
         }
-        for lane in lanes(exec) {
-            let mut values = [0u32; 5];
-            let mut count = 0;
-            for (c, texel) in texels[lane].iter().enumerate() {
-                if mask & (1 << c) != 0 {
-                    values[count] = *texel;
-                    count += 1;
-                }
+        // The components the mask names into consecutive registers, a
+        // register's lanes at a time.
+        let mut position = 0;
+        for c in (0..4).filter(|c| mask & (1 << c) != 0) {
+            let mut values = [0u64; LANES];
+            for lane in lanes(exec) {
+                values[lane] = u64::from(texels[lane][c]);
             }
-            // The residency code follows the texel: 0, resident (Mesa's
-            // AGX_RESIDENT); every texture here is resident.
-            if sparse {
-                values[count] = 0;
-                count += 1;
-            }
-            self.write_run(
-                &RegRun::new(data.first, count as u8),
-                lane,
-                &values[..count],
-            );
+            self.write_lanes(data.reg(position), exec, &values);
+            position += 1;
+        }
+        // The residency code follows the texel: 0, resident (Mesa's
+        // AGX_RESIDENT); every texture here is resident.
+        if sparse {
+            self.write_lanes(data.reg(position), exec, &[0; LANES]);
         }
         Ok(())
     }
