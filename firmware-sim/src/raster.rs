@@ -413,11 +413,12 @@ const GRID_TOP: i32 = 6;
 
 impl IterPoint {
     pub(crate) fn new(x: f32, y: f32) -> IterPoint {
-        // Scaling by a power of two is exact; a NaN or an infinity is
-        // on no grid.
-        let limit = 2f32.powi(GRID_TOP);
-        let scale = 2f32.powi(-GRID_LSB);
-        let on = |v: f32| v.abs() < limit && (v * scale).fract() == 0.0;
+        // Scaling by a power of two is exact, and the scaled value (below
+        // 2^14 in magnitude) converts to an integer exactly when it is
+        // one; a NaN or an infinity is on no grid.
+        const LIMIT: f32 = (1u32 << GRID_TOP) as f32;
+        const SCALE: f32 = (1u32 << -GRID_LSB) as f32;
+        let on = |v: f32| v.abs() < LIMIT && (v * SCALE) as i32 as f32 == v * SCALE;
         IterPoint {
             x,
             y,

@@ -1076,8 +1076,9 @@ impl TextureUnit<'_> {
         // A sampler whose greatest LOD is at most 0 clamps every λ to at
         // most 0, which magnifies from the first level whatever its
         // value: λ (two logarithms a lane) is not worked out.
-        let lod = if sampler.max_lod.to_f32() <= 0.0 {
-            sampler.max_lod.to_f32()
+        let max_lod = sampler.max_lod.to_f32();
+        let lod = if max_lod <= 0.0 {
+            max_lod
         } else {
             level_of_detail(t, sampler, request).1
         };

@@ -1572,6 +1572,47 @@ fn a_vertex_layout_fetches_attributes_for_the_shader() {
 }
 
 #[test_log::test]
+fn a_pass_without_draws_stores_its_depth_and_stencil_clears() {
+    // The clears are the ZLS's starting values (`isp_bgobjdepth`,
+    // `isp_bgobjvals`), stored over the planes' earlier contents.
+    let (device, queue, programs) = gpu();
+    let (w, h) = (40, 36);
+    let image = Image::new(&device, w, h, Format::Rgba8Unorm).unwrap();
+    let depth = DepthImage::new(&device, w, h).unwrap();
+    let stencil = StencilImage::new(&device, w, h).unwrap();
+    let mut cb = CommandBuffer::new(&device, &programs);
+    cb.begin_render_pass(&RenderPassDesc {
+        colour: vec![ColourAttachment {
+            image: &image,
+            load: LoadOp::Clear([0.0; 4]),
+            store: StoreOp::Store,
+        }],
+        depth: Some(DepthAttachment {
+            image: &depth,
+            load: LoadOp::Clear(0.375),
+            store: StoreOp::Store,
+            stencil: Some(StencilPlane {
+                image: &stencil,
+                load: LoadOp::Clear(0xA5),
+                store: StoreOp::Store,
+            }),
+        }),
+    })
+    .unwrap()
+    .end()
+    .unwrap();
+    run(&device, &queue, cb).unwrap();
+    for (x, y) in [(0, 0), (39, 0), (0, 35), (39, 35), (33, 33)] {
+        assert_eq!(depth.depth_at(x, y).unwrap(), 0.375, "depth at ({x}, {y})");
+        assert_eq!(
+            stencil.stencil_at(x, y).unwrap(),
+            0xA5,
+            "stencil at ({x}, {y})"
+        );
+    }
+}
+
+#[test_log::test]
 fn stencil_counts_overlaps_and_then_masks_a_later_draw() {
     use agx_hw::formats::{StencilOp, ZsFunc};
     let (device, queue, programs) = gpu();
