@@ -386,6 +386,14 @@ impl ShaderIo for KernelIo<'_> {
         self.unit.serve(requests, texels)
     }
 
+    fn texel_loads(
+        &mut self,
+        loads: &crate::usc::io::TexelLoads<'_>,
+        texels: &mut [[u32; 4]; LANES],
+    ) -> Result<(), IoError> {
+        self.unit.serve_loads(loads, texels)
+    }
+
     fn tile_load(&mut self, _lane: usize, access: &TileAccess) -> Result<[u32; 4], IoError> {
         let (block, pixel) = self.block_pixel(access)?;
         // A load reads one sample: the first of the mask.

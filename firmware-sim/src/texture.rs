@@ -27,7 +27,7 @@ use crate::bc::BlockFormat;
 use crate::memory::GpuVm;
 use crate::usc::float::half_to_f32;
 use crate::usc::formats::{self, ElementFormat};
-use crate::usc::io::{IoError, LodArgument, TextureHandle, TextureRequest};
+use crate::usc::io::{IoError, LodArgument, TexelLoads, TextureHandle, TextureRequest};
 use agx_hw::block::BorderEncoding;
 
 /// How a descriptor's channels and type map onto an element format and a
@@ -124,10 +124,10 @@ struct Image {
     last_tile: std::cell::Cell<Option<(TileKey, Option<TileWord>)>>,
     /// A metadata word in no known mode was met (and logged).
     stale_logged: std::cell::Cell<bool>,
-    /// The aligned line of memory last read for a texel (its address and
-    /// bytes): an image is decoded for one instruction, whose lanes'
-    /// footprints mostly share lines.
-    line: std::cell::RefCell<Option<(u64, [u8; TEXEL_LINE_BYTES])>>,
+    /// The aligned lines of memory last read for texels: an image is
+    /// decoded for one instruction, whose lanes' footprints mostly share
+    /// lines (a quad's two rows are two lines of a linear image).
+    lines: std::cell::RefCell<TexelLines>,
     /// Texels a sample read in this instruction, by level, layer and
     /// position: a SIMD-group's bilinear footprints overlap (a quad's
     /// four lanes, neighbouring quads), so most of an instruction's texel
@@ -176,6 +176,35 @@ type TileWord = (u64, TileMode);
 /// Bytes of the aligned lines texels are read through (inside one page,
 /// so a line faults exactly where the texels in it would).
 const TEXEL_LINE_BYTES: usize = 128;
+
+/// Lines an image keeps for an instruction.
+const TEXEL_LINES: usize = 4;
+
+/// The aligned lines of memory an instruction read texels from, each
+/// with its address (`u64::MAX`, no line's, for none), replaced in turn.
+struct TexelLines {
+    addresses: [u64; TEXEL_LINES],
+    bytes: [[u8; TEXEL_LINE_BYTES]; TEXEL_LINES],
+    /// The slot the next line read goes to.
+    next: usize,
+    /// The slot a word was last found in.
+    last: usize,
+}
+
+impl TexelLines {
+    fn new() -> TexelLines {
+        TexelLines {
+            addresses: [u64::MAX; TEXEL_LINES],
+            bytes: [[0; TEXEL_LINE_BYTES]; TEXEL_LINES],
+            next: 0,
+            last: 0,
+        }
+    }
+
+    fn empty(&mut self) {
+        self.addresses = [u64::MAX; TEXEL_LINES];
+    }
+}
 
 /// Texels an image keeps for an instruction.
 const SAMPLED_TEXELS: usize = 64;
@@ -270,7 +299,7 @@ impl DecodedImages {
         if let Some((_, image)) = kept.iter().find(|(key, _)| key == bytes) {
             image.last_tile.set(None);
             image.texels.borrow_mut().empty();
-            image.line.replace(None);
+            image.lines.borrow_mut().empty();
             return Ok(image.clone());
         }
         let image = std::rc::Rc::new(decode_image(bytes)?);
@@ -495,7 +524,7 @@ fn decode_image(bytes: &[u8; 24]) -> Result<Image, IoError> {
         block,
         last_tile: std::cell::Cell::new(None),
         stale_logged: std::cell::Cell::new(false),
-        line: std::cell::RefCell::new(None),
+        lines: std::cell::RefCell::new(TexelLines::new()),
         texels: std::cell::RefCell::new(SampledTexels::new()),
         byte_channels: std::cell::OnceCell::new(),
     })
@@ -703,53 +732,72 @@ impl TextureUnit<'_> {
             .get_mut(..image.element_bytes as usize)
             .ok_or_else(|| invalid(format!("{}-byte texels", image.element_bytes)))?;
         self.read_texel_bytes(image, image.texture.address.wrapping_add(offset), bytes)?;
-        let one = if image.integer { 1 } else { 1.0f32.to_bits() };
-        *out = [0, 0, 0, one];
-        if let Some(table) = image.byte_channels() {
-            for ((value, channel), byte) in out.iter_mut().zip(table).zip(&*bytes) {
-                *value = channel[usize::from(*byte)];
-            }
-            return Ok(());
-        }
-        let signed = image.texture.data_type == TextureType::Sint;
-        for (c, value) in out.iter_mut().enumerate().take(image.channels) {
-            let at = if image.element.packed() {
-                0
-            } else {
-                c << image.element.shift()
-            };
-            *value = formats::load(image.element, &bytes[at..], c, false);
-            if signed {
-                // Signed integers fill the register, sign-extended.
-                let unused = 32 - image.element.channel_bits(c);
-                *value = ((*value << unused) as i32 >> unused) as u32;
-            }
-        }
+        element_values(image, bytes, out);
         Ok(())
     }
 
-    /// Reads the bytes of `image` at `address` through the image's line
+    /// Reads the bytes of `image` at `address` through the image's lines
     /// (the aligned [`TEXEL_LINE_BYTES`] holding them, read once for the
     /// texels after). Bytes crossing a line, or in a line that faults,
     /// are read on their own, so that a fault names their address.
     fn read_texel_bytes(&self, image: &Image, address: u64, buf: &mut [u8]) -> Result<(), IoError> {
+        self.read_line_bytes(&mut image.lines.borrow_mut(), address, buf)
+    }
+
+    /// The little-endian word at `address` (4-byte aligned), as
+    /// [`TextureUnit::read_line_bytes`] of its four bytes.
+    fn read_line_word(&self, lines: &mut TexelLines, address: u64) -> Result<u32, IoError> {
+        let line = address & !(TEXEL_LINE_BYTES as u64 - 1);
+        let at = (address - line) as usize;
+        let slot = if lines.addresses[lines.last] == line {
+            Some(lines.last)
+        } else {
+            lines.addresses.iter().position(|&l| l == line)
+        };
+        if let Some(bytes) = slot.and_then(|slot| {
+            lines.last = slot;
+            lines.bytes[slot].get(at..at + 4)
+        }) {
+            let mut word = [0; 4];
+            word.copy_from_slice(bytes);
+            return Ok(u32::from_le_bytes(word));
+        }
+        let mut word = [0; 4];
+        self.read_line_bytes(lines, address, &mut word)?;
+        Ok(u32::from_le_bytes(word))
+    }
+
+    /// [`TextureUnit::read_texel_bytes`] through `lines` (an image's,
+    /// borrowed by the caller).
+    fn read_line_bytes(
+        &self,
+        lines: &mut TexelLines,
+        address: u64,
+        buf: &mut [u8],
+    ) -> Result<(), IoError> {
         let line = address & !(TEXEL_LINE_BYTES as u64 - 1);
         let at = (address - line) as usize;
         if at + buf.len() <= TEXEL_LINE_BYTES {
-            let mut cached = image.line.borrow_mut();
-            if cached.as_ref().is_none_or(|(l, _)| *l != line) {
-                let mut bytes = [0u8; TEXEL_LINE_BYTES];
-                *cached = crate::usc::GpuMemory::read(
-                    &self.vm,
-                    line,
-                    &mut bytes,
-                    crate::usc::AccessKind::Read,
-                )
-                .ok()
-                .map(|()| (line, bytes));
-            }
-            if let Some((_, bytes)) = cached.as_ref() {
-                buf.copy_from_slice(&bytes[at..at + buf.len()]);
+            let found = match lines.addresses.iter().position(|&l| l == line) {
+                Some(slot) => Some(slot),
+                None => {
+                    let slot = lines.next;
+                    lines.addresses[slot] = u64::MAX;
+                    let read = crate::usc::GpuMemory::read(
+                        &self.vm,
+                        line,
+                        &mut lines.bytes[slot],
+                        crate::usc::AccessKind::Read,
+                    );
+                    read.is_ok().then(|| {
+                        lines.addresses[slot] = line;
+                        lines.next = (slot + 1) % TEXEL_LINES;
+                        slot
+                    })
+                }
+            };
+            if let Some(slot) = found {
+                buf.copy_from_slice(&lines.bytes[slot][at..at + buf.len()]);
                 return Ok(());
             }
         }
@@ -825,6 +873,107 @@ impl TextureUnit<'_> {
                 self.load(image, request, out)?;
             } else {
                 *out = self.request(image, sampler, request)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Serves the texel loads of one instruction ([`TexelLoads`]): each
+    /// lane's as [`TextureUnit::load`] of its request, in lane order, the
+    /// descriptor read once; for an image of pixels (not block
+    /// compressed, not compressed) with the swizzle worked out once and
+    /// the image's lines borrowed once.
+    pub fn serve_loads(
+        &self,
+        loads: &TexelLoads<'_>,
+        texels: &mut [[u32; 4]; crate::usc::LANES],
+    ) -> Result<(), IoError> {
+        if loads.lanes == 0 {
+            return Ok(());
+        }
+        let image = self.image(loads.texture)?;
+        let image = &*image;
+        let lanes = (0..crate::usc::LANES).filter(|lane| loads.lanes & (1 << lane) != 0);
+        if image.block.is_some() || image.compression.is_some() {
+            for lane in lanes {
+                self.load(image, &loads.request(lane), &mut texels[lane])?;
+            }
+            return Ok(());
+        }
+        // Per component: the raw component it takes (4: none), and the
+        // constant it is then.
+        let swizzle = swizzle(image).map(|channel| match channel {
+            Channel::R => (0, 0),
+            Channel::G => (1, 0),
+            Channel::B => (2, 0),
+            Channel::A => (3, 0),
+            constant => (4, swizzled_channel(image, &[0; 4], constant)),
+        });
+        let to_half = loads.half && !image.integer;
+        let element_bytes = u64::from(image.element_bytes);
+        let bytes_as_floats = image.byte_channels();
+        let mut lines = image.lines.borrow_mut();
+        for lane in lanes {
+            let mut raw = [0; 5];
+            match load_target(
+                image,
+                loads.coords[lane],
+                loads.levels[lane],
+                loads.offsets[lane],
+            ) {
+                LoadTarget::PastSamples => {
+                    texels[lane] = [0; 4];
+                    continue;
+                }
+                LoadTarget::Outside => {}
+                LoadTarget::Texel {
+                    level,
+                    x,
+                    y,
+                    layer,
+                    sample,
+                } => {
+                    if let Some(offset) = image.layout.offset(level, x, y, layer) {
+                        // At most four 32-bit channels.
+                        let mut element = [0u8; 16];
+                        let bytes =
+                            element
+                                .get_mut(..image.element_bytes as usize)
+                                .ok_or_else(|| {
+                                    invalid(format!("{}-byte texels", image.element_bytes))
+                                })?;
+                        let address = image
+                            .texture
+                            .address
+                            .wrapping_add(offset + u64::from(sample) * element_bytes);
+                        let mut values = [0; 4];
+                        match bytes_as_floats {
+                            // Four bytes, each a channel through the table:
+                            // one word from the line.
+                            Some(table) if bytes.len() == 4 => {
+                                let word = self.read_line_word(&mut lines, address)?;
+                                for ((value, channel), byte) in
+                                    values.iter_mut().zip(table).zip(word.to_le_bytes())
+                                {
+                                    *value = channel[usize::from(byte)];
+                                }
+                            }
+                            _ => {
+                                self.read_line_bytes(&mut lines, address, bytes)?;
+                                element_values(image, bytes, &mut values);
+                            }
+                        }
+                        raw[..4].copy_from_slice(&values);
+                    }
+                }
+            }
+            for (value, &(from, constant)) in texels[lane].iter_mut().zip(&swizzle) {
+                let bits = if from < 4 { raw[from] } else { constant };
+                *value = if to_half {
+                    u32::from(crate::usc::float::f32_to_half(f32::from_bits(bits)))
+                } else {
+                    bits
+                };
             }
         }
         Ok(())
@@ -917,79 +1066,49 @@ impl TextureUnit<'_> {
         request: &TextureRequest,
         out: &mut [u32; 4],
     ) -> Result<(), IoError> {
-        use TextureDimension as D;
-        let t = &image.texture;
-        let [cx, cy, cz, _] = request.coords;
-        // The registers after x and y (Mesa's agx_nir_lower_texture): an
-        // array's layer; a multisampled image's sample index, below the
-        // layer's 16 bits for an array; a 3D image's integer slice; a
-        // cube's face (a load reads a face as a layer). A 1D image's row
-        // is row 0.
-        let (cy, layer, sample) = match t.dimension {
-            D::D1 => (0, 0, 0),
-            D::D2Array | D::D3 | D::Cube | D::CubeArray => (cy, cz, 0),
-            D::D2Multisampled => (cy, 0, cz),
-            D::D2ArrayMultisampled => (cy, cz >> 16, cz & 0xFFFF),
-            _ => (cy, 0, 0),
-        };
-        if sample >= image.samples {
-            // Robust: a sample past the image's count reads zero, as a
-            // texel past its edge does.
-            *out = [0; 4];
-            return Ok(());
-        }
         let level = match request.lod {
             LodArgument::Explicit(l) => l as u32,
             _ => 0,
-        }
-        .saturating_add(t.first_level);
-        // Out-of-bounds loads return zero (robust access). The offset
-        // adds to the 32-bit coordinates modulo 2^32, so a negative
-        // coordinate the offset brings into the image reads it (GL's
-        // `texelFetchOffset(t, ivec2(-7, 0), 0, ivec2(7, 0))` is
-        // texel 0).
-        let [dx, dy, dz] = request.offset_texels;
-        let x = cx.wrapping_add_signed(dx);
-        let y = cy.wrapping_add_signed(dy);
-        // z offsets move a 3D image's slice (layers are not offset); a 3D
-        // image's slices of a level are as many as its depth there (each
-        // a layer of the layout).
-        let (layer, layers) = if t.dimension == D::D3 {
-            (
-                layer.wrapping_add_signed(dz),
-                (t.depth >> level.min(31)).max(1),
-            )
-        } else {
-            (layer, image.layers)
         };
-        let inside = level < 32
-            && x < (t.width >> level).max(1)
-            && y < (t.height >> level).max(1)
-            && layer < layers;
         let mut raw = [0; 4];
-        if !inside {
-            // Robust: zero, then swizzled.
-        } else if let Some(format) = image.block {
-            let (bw, bh) = format.block_px();
-            if image.layout.offset(level, x / bw, y / bh, layer).is_some() {
-                raw = self.block_texel(image, format, level, (x, y, layer))?;
+        match load_target(image, request.coords, level, request.offset_texels) {
+            LoadTarget::PastSamples => {
+                *out = [0; 4];
+                return Ok(());
             }
-        } else if let Some(offset) = image.layout.offset(level, x, y, layer) {
-            let (sx, sy, sample) = self.stored_texel(image, level, (x, y, sample), layer)?;
-            // A solid compression tile's texels are its first's.
-            let offset = if (sx, sy) == (x, y) {
-                Some(offset)
-            } else {
-                image.layout.offset(level, sx, sy, layer)
-            };
-            self.element_texel(image, offset, (sx, sy, level), sample, &mut raw)?;
+            LoadTarget::Outside => {}
+            LoadTarget::Texel {
+                level,
+                x,
+                y,
+                layer,
+                sample,
+            } => {
+                if let Some(format) = image.block {
+                    let (bw, bh) = format.block_px();
+                    if image.layout.offset(level, x / bw, y / bh, layer).is_some() {
+                        raw = self.block_texel(image, format, level, (x, y, layer))?;
+                    }
+                } else if let Some(offset) = image.layout.offset(level, x, y, layer) {
+                    // (An uncompressed image's texel is where it is: not
+                    // asked, since the tuple's round trip through memory
+                    // stalls a load.)
+                    let (sx, sy, sample) = if image.compression.is_none() {
+                        (x, y, sample)
+                    } else {
+                        self.stored_texel(image, level, (x, y, sample), layer)?
+                    };
+                    // A solid compression tile's texels are its first's.
+                    let offset = if (sx, sy) == (x, y) {
+                        Some(offset)
+                    } else {
+                        image.layout.offset(level, sx, sy, layer)
+                    };
+                    self.element_texel(image, offset, (sx, sy, level), sample, &mut raw)?;
+                }
+            }
         }
-        // `register_bits(swizzled(raw))`, component by component: the
-        // arrays' whole-array copies read back words just written one by
-        // one, a stall per texel.
-        for (value, channel) in out.iter_mut().zip(swizzle(image)) {
-            *value = register_word(image, swizzled_channel(image, &raw, channel), request.half);
-        }
+        swizzle_into(image, &raw, request.half, out);
         Ok(())
     }
 
@@ -1335,6 +1454,122 @@ impl TextureUnit<'_> {
 
 /// A texel compared with a depth reference by the sampler's function:
 /// [v, v, v, 1] with v 1 where it passes, else 0.
+/// Where a texel load (`texture_load`) reads: the texel at the request's
+/// integer coordinates of its level; robust access past the image.
+enum LoadTarget {
+    /// A sample past the image's count: zero (not swizzled).
+    PastSamples,
+    /// Past the image's sides, levels or layers: zero, then swizzled.
+    Outside,
+    /// Sample `sample` of texel (x, y) of `level` and `layer`.
+    Texel {
+        level: u32,
+        x: u32,
+        y: u32,
+        layer: u32,
+        sample: u32,
+    },
+}
+
+/// What a texel load of `image` reads: the texel at `coords` (the
+/// coordinate registers) moved by `offset_texels`, of level `level` (from
+/// the view's first).
+fn load_target(
+    image: &Image,
+    [cx, cy, cz, _]: [u32; 4],
+    level: u32,
+    [dx, dy, dz]: [i32; 3],
+) -> LoadTarget {
+    use TextureDimension as D;
+    let t = &image.texture;
+    // The registers after x and y (Mesa's agx_nir_lower_texture): an
+    // array's layer; a multisampled image's sample index, below the
+    // layer's 16 bits for an array; a 3D image's integer slice; a cube's
+    // face (a load reads a face as a layer). A 1D image's row is row 0.
+    let (cy, layer, sample) = match t.dimension {
+        D::D1 => (0, 0, 0),
+        D::D2Array | D::D3 | D::Cube | D::CubeArray => (cy, cz, 0),
+        D::D2Multisampled => (cy, 0, cz),
+        D::D2ArrayMultisampled => (cy, cz >> 16, cz & 0xFFFF),
+        _ => (cy, 0, 0),
+    };
+    if sample >= image.samples {
+        // Robust: a sample past the image's count reads zero, as a texel
+        // past its edge does.
+        return LoadTarget::PastSamples;
+    }
+    let level = level.saturating_add(t.first_level);
+    // Out-of-bounds loads return zero (robust access). The offset adds to
+    // the 32-bit coordinates modulo 2^32, so a negative coordinate the
+    // offset brings into the image reads it (GL's
+    // `texelFetchOffset(t, ivec2(-7, 0), 0, ivec2(7, 0))` is texel 0).
+    let x = cx.wrapping_add_signed(dx);
+    let y = cy.wrapping_add_signed(dy);
+    // z offsets move a 3D image's slice (layers are not offset); a 3D
+    // image's slices of a level are as many as its depth there (each a
+    // layer of the layout).
+    let (layer, layers) = if t.dimension == D::D3 {
+        (
+            layer.wrapping_add_signed(dz),
+            (t.depth >> level.min(31)).max(1),
+        )
+    } else {
+        (layer, image.layers)
+    };
+    let inside = level < 32
+        && x < (t.width >> level).max(1)
+        && y < (t.height >> level).max(1)
+        && layer < layers;
+    if inside {
+        LoadTarget::Texel {
+            level,
+            x,
+            y,
+            layer,
+            sample,
+        }
+    } else {
+        LoadTarget::Outside
+    }
+}
+
+/// The four components of an element of a pixel image (not block
+/// compressed) whose bytes are `bytes`, as register bits (f32, or
+/// integers for integer formats), before the swizzle, into `out`.
+fn element_values(image: &Image, bytes: &[u8], out: &mut [u32; 4]) {
+    let one = if image.integer { 1 } else { 1.0f32.to_bits() };
+    *out = [0, 0, 0, one];
+    if let Some(table) = image.byte_channels() {
+        for ((value, channel), byte) in out.iter_mut().zip(table).zip(bytes) {
+            *value = channel[usize::from(*byte)];
+        }
+        return;
+    }
+    let signed = image.texture.data_type == TextureType::Sint;
+    for (c, value) in out.iter_mut().enumerate().take(image.channels) {
+        let at = if image.element.packed() {
+            0
+        } else {
+            c << image.element.shift()
+        };
+        *value = formats::load(image.element, &bytes[at..], c, false);
+        if signed {
+            // Signed integers fill the register, sign-extended.
+            let unused = 32 - image.element.channel_bits(c);
+            *value = ((*value << unused) as i32 >> unused) as u32;
+        }
+    }
+}
+
+/// `register_bits(swizzled(raw))` into `out`, component by component
+/// (the arrays' whole-array copies read back words just written one by
+/// one, a stall per texel).
+fn swizzle_into(image: &Image, raw: &[u32; 4], half: bool, out: &mut [u32; 4]) {
+    for (value, channel) in out.iter_mut().zip(swizzle(image)) {
+        *value = register_word(image, swizzled_channel(image, raw, channel), half);
+    }
+}
+
 fn compared(sampler: &Sampler, reference: f32, raw: [u32; 4]) -> [u32; 4] {
     let pass = compare(sampler.compare_func, reference, f32::from_bits(raw[0]));
     let v = if pass { 1.0f32 } else { 0.0 };

@@ -251,6 +251,14 @@ impl ShaderIo for VertexIo<'_> {
         self.unit.serve(requests, texels)
     }
 
+    fn texel_loads(
+        &mut self,
+        loads: &crate::usc::io::TexelLoads<'_>,
+        texels: &mut [[u32; 4]; LANES],
+    ) -> Result<(), IoError> {
+        self.unit.serve_loads(loads, texels)
+    }
+
     fn store_varying(&mut self, lane: usize, slot: u32, value: u32) -> Result<(), IoError> {
         let slot = slot as usize;
         if slot >= MAX_OUTPUTS {

@@ -219,6 +219,72 @@ fn mesa_null_descriptors_and_loads_past_a_linear_image_read_zero() {
     }
 }
 
+/// A load takes the descriptor's swizzle, constants included, and a
+/// 16-bit destination gets each component rounded to fp16 (to nearest
+/// even): thread (x, y) loads texel (x, y) of the test texture, swizzled
+/// (B, 1, 0, R), into 32-bit and into 16-bit registers.
+#[test_log::test]
+fn loads_swizzle_with_constants_and_round_to_16_bit_registers() {
+    use agx_hw::formats::Channel;
+    let m = Machine::new(5000);
+    let descriptor = Texture {
+        swizzle_r: Channel::B,
+        swizzle_g: Channel::One,
+        swizzle_b: Channel::Zero,
+        swizzle_a: Channel::R,
+        ..texture(&m, Layout::Linear)
+    };
+    m.poke(m.data, DESCRIPTOR, &descriptor.pack().unwrap());
+    let unorm = |c: u8| f32::from(c) / 255.0;
+    let got = load_every_texel(&m);
+    for y in 0..TEX_H {
+        for x in 0..TEX_W {
+            let [r, _, b, _] = texel(x, y);
+            assert_eq!(
+                got[(y * TEX_W + x) as usize],
+                [unorm(b), 1.0, 0.0, unorm(r)],
+                "32-bit ({x}, {y})"
+            );
+        }
+    }
+    // The same into r8l..r9h, stored as two words a thread.
+    let source = "
+        get_sr r4, sr80
+        get_sr r5, sr81
+        texture_load 0, 0b1100, 0, none, xyzw, 0b00, r8l_r8h_r9l_r9h, None, ts0, ss0, tex_2d, r4_r5, lod_min, r20l, 0, r0
+        wait 0
+        imadd r12, r5, u2, r4
+        device_store 0, i32, xy, r8_r9, u0_u1, r12, unsigned, lsl 1, 0
+        stop";
+    let mut uniforms = pair(DATA_VA + OUT);
+    uniforms.push(TEX_W);
+    let pipeline = m.program(
+        source,
+        0x1000,
+        0x40,
+        &uniforms,
+        UNIFORMS,
+        0,
+        Some((1, DATA_VA + DESCRIPTOR)),
+    );
+    assert_eq!(run_grid(&m, pipeline), None);
+    let words = m.peek_u32s(OUT, (2 * TEX_W * TEX_H) as usize);
+    for y in 0..TEX_H {
+        for x in 0..TEX_W {
+            let [r, _, b, _] = texel(x, y);
+            let want = [unorm(b), 1.0, 0.0, unorm(r)].map(|v| half::f16::from_f32(v).to_bits());
+            let at = 2 * (y * TEX_W + x) as usize;
+            let halves = [
+                words[at] as u16,
+                (words[at] >> 16) as u16,
+                words[at + 1] as u16,
+                (words[at + 1] >> 16) as u16,
+            ];
+            assert_eq!(halves, want, "16-bit ({x}, {y})");
+        }
+    }
+}
+
 /// Each thread (x, y) samples at coordinates computed from its position:
 /// s = (x + u3) * u4, t = (y + u3) * u5 (u3 an offset, u4/u5 scales).
 const SAMPLE: &str = "

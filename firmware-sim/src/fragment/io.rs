@@ -282,6 +282,14 @@ impl ShaderIo for TileIo<'_, '_> {
         self.unit.serve(requests, texels)
     }
 
+    fn texel_loads(
+        &mut self,
+        loads: &crate::usc::io::TexelLoads<'_>,
+        texels: &mut [[u32; 4]; LANES],
+    ) -> Result<(), IoError> {
+        self.unit.serve_loads(loads, texels)
+    }
+
     fn interpolate(
         &mut self,
         lane: usize,

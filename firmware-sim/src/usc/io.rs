@@ -109,6 +109,52 @@ pub struct TextureRequest {
     pub query_lod: bool,
 }
 
+/// The texel loads of one `texture_load` instruction whose lanes all load
+/// from one texture at an explicit level, without a gather or a LOD
+/// query (what tile reload programs and `texelFetch` are): served for the
+/// whole SIMD-group at once, each lane's exactly as its
+/// [`TexelLoads::request`] would be.
+#[derive(Debug, Clone, Copy)]
+pub struct TexelLoads<'a> {
+    /// The texture.
+    pub texture: TextureHandle,
+    /// Dimension code (0 `tex_1d` .. 8 `tex_2d_ms_array`).
+    pub dim: u32,
+    /// The loading lanes, a bit each.
+    pub lanes: u32,
+    /// Each lane's coordinate registers.
+    pub coords: &'a [[u32; 4]; LANES],
+    /// Each lane's level (from the view's first).
+    pub levels: &'a [u32; LANES],
+    /// Each lane's texel offsets (x, y, z).
+    pub offsets: &'a [[i32; 3]; LANES],
+    /// Which components are wanted.
+    pub mask: u8,
+    /// The destination registers are 16-bit.
+    pub half: bool,
+}
+
+impl TexelLoads<'_> {
+    /// Lane `lane`'s load as a request.
+    pub fn request(&self, lane: usize) -> TextureRequest {
+        TextureRequest {
+            load: true,
+            texture: self.texture,
+            sampler: 0,
+            dim: self.dim,
+            coords: self.coords[lane],
+            lod: LodArgument::Explicit(self.levels[lane] as f32),
+            compare: None,
+            mask: self.mask,
+            half: self.half,
+            offset_texels: self.offsets[lane],
+            gather: None,
+            min_lod: None,
+            query_lod: false,
+        }
+    }
+}
+
 /// A store of one lane's texel to an image.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ImageWrite {
@@ -205,6 +251,20 @@ pub trait ShaderIo {
     ) -> Result<(), IoError> {
         let _ = (requests, texels);
         Err(IoError::Unavailable("the texture unit"))
+    }
+
+    /// Serves the texel loads of one instruction: as
+    /// [`ShaderIo::texture`] of each lane's request, which the default
+    /// does.
+    fn texel_loads(
+        &mut self,
+        loads: &TexelLoads<'_>,
+        texels: &mut [[u32; 4]; LANES],
+    ) -> Result<(), IoError> {
+        let requests = std::array::from_fn(|lane| {
+            (loads.lanes & (1 << lane) != 0).then(|| loads.request(lane))
+        });
+        self.texture(&requests, texels)
     }
 
     /// Writes a texel to an image.

@@ -6,7 +6,9 @@ use agx_hw::isa::{Op, Operand, RegRun, Size, Value};
 
 use super::{lanes, unsupported, Env, ExecError, Flow, Operands, SimdGroup, GPRS, LANES, UNIFORMS};
 use crate::usc::float::half_to_f32;
-use crate::usc::io::{BlockStore, ImageWrite, LodArgument, TextureHandle, TextureRequest};
+use crate::usc::io::{
+    BlockStore, ImageWrite, LodArgument, TexelLoads, TextureHandle, TextureRequest,
+};
 use crate::usc::trace::LaneAccess;
 
 impl SimdGroup {
@@ -170,6 +172,61 @@ impl SimdGroup {
             .then(|| self.texture_handle(handle, base, first, env.uniforms));
         let same_sampler =
             lane_invariant(sampler).then(|| self.lane_value(sampler, first, env.uniforms) as u32);
+        let half = data.first.size == Size::S16;
+        let packed_offsets = |s: &SimdGroup, lane: usize| -> [i32; 3] {
+            // Four signed bits per axis, after the compare reference when
+            // there is one.
+            if has_offset {
+                let packed = s.read(extra.reg(u16::from(shadow)), lane) as u32;
+                [0, 4, 8].map(|shift| ((packed >> shift) << 28) as i32 >> 28)
+            } else {
+                [0; 3]
+            }
+        };
+        // A load of one texture at explicit levels, without a gather or a
+        // LOD query (tile reloads, `texelFetch`): served for the
+        // SIMD-group at once.
+        if let (true, None, false, Some(texture), 0 | 2 | 6) =
+            (load, gather, query_lod, same_texture, lod_mode)
+        {
+            let mut levels = [0u32; LANES];
+            let mut offsets = [[0i32; 3]; LANES];
+            for lane in lanes(exec) {
+                // A load's level is the low 16 bits of its register.
+                if let (2 | 6, Operand::Value(v)) = (lod_mode, lod_operand) {
+                    levels[lane] = u32::from(self.lane_value(v, lane, env.uniforms) as u16);
+                }
+                offsets[lane] = packed_offsets(self, lane);
+            }
+            if exec == 0 {
+                return Ok(());
+            }
+            let loads = TexelLoads {
+                texture,
+                dim,
+                lanes: exec,
+                coords: &all_coords,
+                levels: &levels,
+                offsets: &offsets,
+                mask,
+                half,
+            };
+            let mut texels = [[0u32; 4]; LANES];
+            env.io
+                .texel_loads(&loads, &mut texels)
+                .map_err(|error| ExecError::Io { pc, error })?;
+            let traced = self.traced_in(exec).map(|lane| {
+                let request = TextureRequest {
+                    sampler: same_sampler
+                        .unwrap_or_else(|| self.lane_value(sampler, lane, env.uniforms) as u32),
+                    compare: shadow.then(|| f32::from_bits(self.read(extra.first, lane) as u32)),
+                    ..loads.request(lane)
+                };
+                (lane, request)
+            });
+            self.texture_results(data, exec, mask, sparse, &texels, traced);
+            return Ok(());
+        }
         let mut requests = [None; LANES];
         for lane in lanes(exec) {
             let scalar = |s: &SimdGroup| -> f32 {
@@ -243,15 +300,8 @@ impl SimdGroup {
                 lod,
                 compare: shadow.then(|| f32::from_bits(self.read(extra.first, lane) as u32)),
                 mask,
-                half: data.first.size == Size::S16,
-                // Four signed bits per axis, after the compare reference
-                // when there is one.
-                offset_texels: if has_offset {
-                    let packed = self.read(extra.reg(u16::from(shadow)), lane) as u32;
-                    [0, 4, 8].map(|shift| ((packed >> shift) << 28) as i32 >> 28)
-                } else {
-                    [0; 3]
-                },
+                half,
+                offset_texels: packed_offsets(self, lane),
                 gather,
                 min_lod,
                 query_lod,
@@ -267,25 +317,41 @@ impl SimdGroup {
         env.io
             .texture(&requests, &mut texels)
             .map_err(|error| ExecError::Io { pc, error })?;
-        if let Some(lane) = self.traced_in(exec) {
-            if let Some(request) = &requests[lane] {
-                self.trace_access(LaneAccess {
-                    kind: if load {
-                        "texture load"
-                    } else {
-                        "texture sample"
-                    },
-                    address: None,
-                    size_bytes: 0,
-                    detail: format!(
-                        "{request:?}: texel [{}]",
-                        texels[lane].map(|t| format!("{t:#x}")).join(", ")
-                    ),
-                });
-            }
+        let traced = self
+            .traced_in(exec)
+            .and_then(|lane| Some((lane, requests[lane]?)));
+        self.texture_results(data, exec, mask, sparse, &texels, traced);
+        Ok(())
+    }
+
+    /// Writes a texture instruction's results: the components the mask
+    /// names into consecutive registers from `data`, a register's lanes at
+    /// a time, then the residency code when `sparse`; traces the traced
+    /// lane's request.
+    fn texture_results(
+        &mut self,
+        data: &RegRun,
+        exec: u32,
+        mask: u8,
+        sparse: bool,
+        texels: &[[u32; 4]; LANES],
+        traced: Option<(usize, TextureRequest)>,
+    ) {
+        if let Some((lane, request)) = traced {
+            self.trace_access(LaneAccess {
+                kind: if request.load {
+                    "texture load"
+                } else {
+                    "texture sample"
+                },
+                address: None,
+                size_bytes: 0,
+                detail: format!(
+                    "{request:?}: texel [{}]",
+                    texels[lane].map(|t| format!("{t:#x}")).join(", ")
+                ),
+            });
         }
-        // The components the mask names into consecutive registers, a
-        // register's lanes at a time.
         let mut position = 0;
         for c in (0..4).filter(|c| mask & (1 << c) != 0) {
             let mut values = [0u64; LANES];
@@ -300,6 +366,5 @@ impl SimdGroup {
         if sparse {
             self.write_lanes(data.reg(position), exec, &[0; LANES]);
         }
-        Ok(())
     }
 }
