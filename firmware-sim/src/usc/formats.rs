@@ -406,6 +406,15 @@ pub fn store_element(
         let word = read_word(format, bytes);
         let word = store_packed(format, word, mask, values, half);
         write_word(format, bytes, word);
+    } else if let (ElementFormat::Unorm8, 0xF, false, Some(element)) =
+        (format, mask & 0xF, half, bytes.get_mut(..4))
+    {
+        // The commonest render target's whole element from fp32
+        // registers: each component as `store` converts it, without the
+        // dispatch per component.
+        for (byte, value) in element.iter_mut().zip(values) {
+            *byte = unorm(f32::from_bits(value), 255.0) as u8;
+        }
     } else {
         for component in (0..4).filter(|c| mask & (1 << c) != 0) {
             let at = component << format.shift();
@@ -760,6 +769,36 @@ mod tests {
             f32::from_bits(load(ElementFormat::Rgb9e5, &word, 0, false)),
             1.0
         );
+    }
+
+    #[test]
+    fn a_whole_unorm8_element_stores_as_its_components_do() {
+        // The whole-element path against `store` of each component, over
+        // fp32 bit patterns every 4099th (negatives, NaNs, infinities,
+        // values past 1 and ties among them), each in every component.
+        let mut values = (0..=u32::MAX).step_by(4099).collect::<Vec<_>>();
+        values.extend([
+            0x3F00_0000,
+            0x3B80_8081,
+            0x3F80_0000,
+            0x8000_0000,
+            0x7FC0_0000,
+        ]);
+        for chunk in values.chunks(4).filter(|c| c.len() == 4) {
+            for rotation in 0..4 {
+                let mut by_component = [0u32; 4];
+                for (c, value) in by_component.iter_mut().enumerate() {
+                    *value = chunk[(c + rotation) % 4];
+                }
+                let mut whole = [0u8; 4];
+                store_element(ElementFormat::Unorm8, &mut whole, 0xF, by_component, false);
+                let mut each = [0u8; 4];
+                for (c, value) in by_component.into_iter().enumerate() {
+                    store(ElementFormat::Unorm8, &mut each[c..], c, value, false);
+                }
+                assert_eq!(whole, each, "{by_component:#x?}");
+            }
+        }
     }
 
     #[test]
