@@ -14,10 +14,12 @@
 //! depth/stencil load/store unit (ZLS) under `zls_ctrl`.
 //!
 //! The asahi UAPI has one `zls_ctrl` for the first pass over a tile and
-//! for the reload after a partial render, so the driver submits the
-//! partial-render variant (load and store forced on) and realises a depth
-//! clear by a GPU fill of the depth buffer recorded just before the pass:
-//! then depth is right however many partial renders happen.
+//! for the reload after a partial render; the GPU reloads what that word
+//! stores when it resumes after a partial render, so the driver submits
+//! the pass's own load (only for `LoadOp::Load`) with the store forced on,
+//! and clears depth and stencil through the pass's background values
+//! (`isp_bgobjdepth`, `isp_bgobjvals`), as Mesa does: then depth is right
+//! however many partial renders happen.
 
 use agx_hw::formats::ZlsControl;
 
