@@ -3,7 +3,7 @@
 
 use agx_hw::isa::Op;
 
-use super::{lanes, Env, ExecError, Flow, Operands, SimdGroup};
+use super::{lanes, Env, ExecError, Flow, Operands, SimdGroup, LANES};
 
 impl SimdGroup {
     /// Executes `get_sr`.
@@ -19,10 +19,21 @@ impl SimdGroup {
             Op::GetSr => {
                 let d = o.dst(0)?.reg;
                 let sr = o.int(1)? as u32;
-                for lane in lanes(exec) {
-                    let v = self.special_register(sr, lane, exec, pc)?;
-                    self.write(d, lane, u64::from(v));
+                let mut values = [0u64; LANES];
+                match self.special.get(sr).filter(|_| !matches!(sr, 52 | 56..=59)) {
+                    // A register the dispatch set: its lanes as they are.
+                    Some(set) => {
+                        for lane in lanes(exec) {
+                            values[lane] = u64::from(set[lane]);
+                        }
+                    }
+                    None => {
+                        for lane in lanes(exec) {
+                            values[lane] = u64::from(self.special_register(sr, lane, exec, pc)?);
+                        }
+                    }
                 }
+                self.write_lanes(d, exec, &values);
             }
             _ => return Err(o.misrouted()),
         }

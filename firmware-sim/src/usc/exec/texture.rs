@@ -191,12 +191,17 @@ impl SimdGroup {
         {
             let mut levels = [0u32; LANES];
             let mut offsets = [[0i32; 3]; LANES];
-            for lane in lanes(exec) {
-                // A load's level is the low 16 bits of its register.
-                if let (2 | 6, Operand::Value(v)) = (lod_mode, lod_operand) {
-                    levels[lane] = u32::from(self.lane_value(v, lane, env.uniforms) as u16);
+            // A load's level is the low 16 bits of its register.
+            if let (2 | 6, Operand::Value(v)) = (lod_mode, lod_operand) {
+                let (raw, _) = self.gather_raw(v, env.uniforms);
+                for lane in lanes(exec) {
+                    levels[lane] = u32::from(raw[lane] as u16);
                 }
-                offsets[lane] = packed_offsets(self, lane);
+            }
+            if has_offset {
+                for lane in lanes(exec) {
+                    offsets[lane] = packed_offsets(self, lane);
+                }
             }
             if exec == 0 {
                 return Ok(());
