@@ -44,7 +44,8 @@ struct Plane {
     /// The Z-order offsets (in elements, from its corner) of the pixels
     /// of an aligned tile inside one of the layout's squares, row by
     /// row, for the tile size they were made for.
-    tile_steps: std::sync::OnceLock<((u32, u32), Vec<u64>)>,
+    /// With the lowest and highest of them.
+    tile_steps: std::sync::OnceLock<TileSteps>,
 }
 
 impl Plane {
@@ -147,10 +148,8 @@ impl Plane {
         origin: (u32, u32),
         size: (u32, u32),
         layer: u32,
-    ) -> (Vec<(usize, u64)>, Option<Span>) {
+    ) -> (TileElements<'_>, Option<Span>) {
         let element_bytes = (self.sample_bytes * self.samples) as u64;
-        let mut elements = Vec::with_capacity((size.0 * size.1) as usize);
-        let (mut lowest, mut highest) = (u64::MAX, 0);
         // In a square of the layout aligned to its side, elements follow
         // one another in Z order: one offset per square (for the first of
         // its pixels inside the plane: its corner), then Z-order steps.
@@ -176,25 +175,32 @@ impl Plane {
         if inside && aligned {
             if let Some(corner) = self.element(origin.0, origin.1, layer) {
                 let steps = self.tile_steps.get_or_init(|| {
-                    (
-                        size,
-                        (0..size.1)
-                            .flat_map(|y| (0..size.0).map(move |x| morton(x, y)))
-                            .collect(),
-                    )
+                    let steps: Vec<u64> = (0..size.1)
+                        .flat_map(|y| (0..size.0).map(move |x| morton(x, y)))
+                        .collect();
+                    let lowest = steps.iter().copied().min().unwrap_or(0);
+                    let highest = steps.iter().copied().max().unwrap_or(0);
+                    (size, steps, (lowest, highest))
                 });
                 if steps.0 == size {
-                    for (pixel, &step) in steps.1.iter().enumerate() {
-                        let at = corner.wrapping_add(step * element_bytes);
-                        elements.push((pixel, at));
-                        lowest = lowest.min(at);
-                        highest = highest.max(at);
-                    }
-                    let span = Self::one_span(lowest, highest, element_bytes, elements.len());
+                    let (lowest, highest) = steps.2;
+                    let span = Self::one_span(
+                        corner.wrapping_add(lowest * element_bytes),
+                        corner.wrapping_add(highest * element_bytes),
+                        element_bytes,
+                        steps.1.len(),
+                    );
+                    let elements = TileElements::Steps {
+                        corner,
+                        steps: &steps.1,
+                        element_bytes,
+                    };
                     return (elements, span);
                 }
             }
         }
+        let mut elements = Vec::with_capacity((size.0 * size.1) as usize);
+        let (mut lowest, mut highest) = (u64::MAX, 0);
         let mut corner: Option<((u32, u32), Option<u64>)> = None;
         for y in 0..size.1 {
             for x in 0..size.0 {
@@ -221,7 +227,7 @@ impl Plane {
             }
         }
         let span = Self::one_span(lowest, highest, element_bytes, elements.len());
-        (elements, span)
+        (TileElements::Listed(elements), span)
     }
 
     /// The span from `lowest` to `highest` (element addresses) when
@@ -263,18 +269,18 @@ impl Plane {
             if let Some((lowest, len)) = span {
                 let mut bytes = vec![0u8; len];
                 if GpuMemory::read(vm, lowest, &mut bytes, AccessKind::Read).is_ok() {
-                    for (pixel, at) in elements {
+                    return elements.try_each(|pixel, at| {
                         let from = (at - lowest) as usize;
                         put(pixel, &bytes[from..from + element_bytes]);
-                    }
-                    return Ok(());
+                        Ok(())
+                    });
                 }
             }
-            for (pixel, at) in elements {
+            return elements.try_each(|pixel, at| {
                 GpuMemory::read(vm, at, element, AccessKind::Read).map_err(fault)?;
                 put(pixel, element);
-            }
-            return Ok(());
+                Ok(())
+            });
         }
         for y in 0..size.1 {
             for x in 0..size.0 {
@@ -362,19 +368,20 @@ impl Plane {
         let mut written = false;
         if let Some((lowest, len)) = span {
             let mut bytes = vec![0u8; len];
-            for &(pixel, at) in &elements {
+            elements.try_each(|pixel, at| {
                 let from = (at - lowest) as usize;
                 fill(pixel, &mut bytes[from..from + element_bytes]);
-            }
+                Ok::<(), EngineResult>(())
+            })?;
             written = writer.write(lowest, &bytes).is_ok();
         }
         if !written {
             let mut element = [0u8; MAX_ELEMENT_BYTES];
             let element = &mut element[..element_bytes];
-            for (pixel, at) in elements {
+            elements.try_each(|pixel, at| {
                 fill(pixel, element);
-                writer.write(at, element).map_err(fault)?;
-            }
+                writer.write(at, element).map_err(fault)
+            })?;
         }
         if let Some((_, _, _, word)) = &self.meta {
             // Render tiles are whole compression tiles in sample space.
@@ -394,6 +401,46 @@ impl Plane {
 
 /// A range of memory: its address and length in bytes.
 type Span = (u64, usize);
+
+/// The Z-order steps of an aligned tile's pixels, for the tile size they
+/// were made for, and the lowest and highest step.
+type TileSteps = ((u32, u32), Vec<u64>, (u64, u64));
+
+/// The elements of a tile of a plane, each a pixel index (row-major in
+/// the tile) and the element's address.
+enum TileElements<'a> {
+    /// Pixel `i`'s element at `corner + steps[i] * element_bytes`.
+    Steps {
+        corner: u64,
+        steps: &'a [u64],
+        element_bytes: u64,
+    },
+    /// Listed (pixels past the plane left out).
+    Listed(Vec<(usize, u64)>),
+}
+
+impl TileElements<'_> {
+    /// Calls `f` with each element in order, stopping at its first error.
+    fn try_each<E>(&self, mut f: impl FnMut(usize, u64) -> Result<(), E>) -> Result<(), E> {
+        match self {
+            TileElements::Steps {
+                corner,
+                steps,
+                element_bytes,
+            } => {
+                for (pixel, &step) in steps.iter().enumerate() {
+                    f(pixel, corner.wrapping_add(step * element_bytes))?;
+                }
+            }
+            TileElements::Listed(elements) => {
+                for &(pixel, at) in elements {
+                    f(pixel, at)?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
 
 /// Bytes of the largest element: four samples of 32-bit depth.
 const MAX_ELEMENT_BYTES: usize = 16;
