@@ -295,6 +295,23 @@ impl Imageblock {
             }
             return;
         }
+        if format == ElementFormat::Unorm8 && !access.half {
+            // Each distinct value converted once (a reload stores a
+            // colour per pixel, a clear one colour).
+            let mut last: Option<([u32; 4], [u8; 4])> = None;
+            for &((x, y), samples, values) in stores {
+                if samples & 1 == 0 {
+                    continue;
+                }
+                let bytes = match last {
+                    Some((kept, bytes)) if kept == values => bytes,
+                    _ => last.insert((values, formats::unorm8_element(values))).1,
+                };
+                let at = self.record(x, y, 0) + offset;
+                self.bytes[at..at + 4].copy_from_slice(&bytes);
+            }
+            return;
+        }
         let size = 1usize << format.shift();
         let mut conversion = self
             .last_conversion
@@ -853,6 +870,15 @@ fn store_texels(
         && channels <= 4
         && texel_bytes == channels << source.shift()
         && (0..stored).all(|c| fits & (1 << c) != 0 && swizzle_source(pbe, c) == c);
+    if copies_bytes && block.samples == 1 && texel_bytes == 4 {
+        // One 32-bit texel a pixel (the commonest target): a copy of a
+        // known size.
+        return target.write(vm, placement.layer, written, |x, y, texel| {
+            let from = block.record(x - origin.0, y - origin.1, 0) + offset;
+            texel[..4].copy_from_slice(&block.bytes[from..from + 4]);
+            Ok(())
+        });
+    }
     if copies_bytes {
         return target.write(vm, placement.layer, written, |x, y, texel| {
             let (bx, by) = (x - origin.0, y - origin.1);

@@ -440,23 +440,29 @@ impl ShaderIo for TileIo<'_, '_> {
             }
             // `lane_coverage` and `killed` of the lane's pixel, looked up
             // once (the access names no explicit pixel).
-            let (killed, coverage) = match self.pixel_index(lane) {
+            let (killed, coverage, inside) = match self.pixel_index(lane) {
                 Some(p) => (
                     self.killed[p],
                     self.coverage.get(p).copied().unwrap_or(u32::MAX),
+                    true,
                 ),
-                None => (0, u32::MAX),
+                None => (0, u32::MAX, false),
             };
             let pixel = self.lanes[lane];
             let samples = access.sample_mask & coverage & !killed;
             if samples == 0 {
                 continue;
             }
-            let pixel = match self.tile.colour.pixel(pixel.0, pixel.1) {
-                Ok(pixel) => pixel,
-                Err(error) => {
-                    failure = Some(error);
-                    break;
+            // (A pixel with an index is inside the block.)
+            let pixel = if inside {
+                pixel
+            } else {
+                match self.tile.colour.pixel(pixel.0, pixel.1) {
+                    Ok(pixel) => pixel,
+                    Err(error) => {
+                        failure = Some(error);
+                        break;
+                    }
                 }
             };
             if element.is_none() {

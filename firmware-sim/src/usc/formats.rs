@@ -409,18 +409,26 @@ pub fn store_element(
     } else if let (ElementFormat::Unorm8, 0xF, false, Some(element)) =
         (format, mask & 0xF, half, bytes.get_mut(..4))
     {
-        // The commonest render target's whole element from fp32
-        // registers: each component as `store` converts it, without the
-        // dispatch per component.
-        for (byte, value) in element.iter_mut().zip(values) {
-            *byte = unorm(f32::from_bits(value), 255.0) as u8;
-        }
+        element.copy_from_slice(&unorm8_element(values));
     } else {
         for component in (0..4).filter(|c| mask & (1 << c) != 0) {
             let at = component << format.shift();
             store(format, &mut bytes[at..], component, values[component], half);
         }
     }
+}
+
+/// A whole unorm8 element (the commonest render target) from four fp32
+/// register values: each component as [`store`] converts it, without
+/// the dispatch per component.
+#[inline]
+pub fn unorm8_element(values: [u32; 4]) -> [u8; 4] {
+    // (A loop: `map` is not inlined here.)
+    let mut bytes = [0; 4];
+    for (byte, value) in bytes.iter_mut().zip(values) {
+        *byte = unorm(f32::from_bits(value), 255.0) as u8;
+    }
+    bytes
 }
 
 /// Whether [`store`] of what [`load`] reads (both with `half`) gives back
