@@ -910,6 +910,8 @@ impl TextureUnit<'_> {
             constant => (4, swizzled_channel(image, &[0; 4], constant)),
         });
         let to_half = loads.half && !image.integer;
+        // The identity swizzle into 32-bit registers: a texel as it is.
+        let as_stored = !to_half && swizzle == [(0, 0), (1, 0), (2, 0), (3, 0)];
         let element_bytes = u64::from(image.element_bytes);
         let bytes_as_floats = image.byte_channels();
         let mut lines = image.lines.borrow_mut();
@@ -934,14 +936,6 @@ impl TextureUnit<'_> {
                     sample,
                 } => {
                     if let Some(offset) = image.layout.offset(level, x, y, layer) {
-                        // At most four 32-bit channels.
-                        let mut element = [0u8; 16];
-                        let bytes =
-                            element
-                                .get_mut(..image.element_bytes as usize)
-                                .ok_or_else(|| {
-                                    invalid(format!("{}-byte texels", image.element_bytes))
-                                })?;
                         let address = image
                             .texture
                             .address
@@ -950,7 +944,7 @@ impl TextureUnit<'_> {
                         match bytes_as_floats {
                             // Four bytes, each a channel through the table:
                             // one word from the line.
-                            Some(table) if bytes.len() == 4 => {
+                            Some(table) if element_bytes == 4 => {
                                 let word = self.read_line_word(&mut lines, address)?;
                                 for ((value, channel), byte) in
                                     values.iter_mut().zip(table).zip(word.to_le_bytes())
@@ -959,9 +953,19 @@ impl TextureUnit<'_> {
                                 }
                             }
                             _ => {
+                                // At most four 32-bit channels.
+                                let mut element = [0u8; 16];
+                                let bytes =
+                                    element.get_mut(..image.element_bytes as usize).ok_or_else(
+                                        || invalid(format!("{}-byte texels", image.element_bytes)),
+                                    )?;
                                 self.read_line_bytes(&mut lines, address, bytes)?;
                                 element_values(image, bytes, &mut values);
                             }
+                        }
+                        if as_stored {
+                            texels[lane] = values;
+                            continue;
                         }
                         raw[..4].copy_from_slice(&values);
                     }

@@ -247,7 +247,8 @@ fn loads_swizzle_with_constants_and_round_to_16_bit_registers() {
             );
         }
     }
-    // The same into r8l..r9h, stored as two words a thread.
+    // The same into r8l..r9h, stored as two words a thread; and the
+    // texture unswizzled into them.
     let source = "
         get_sr r4, sr80
         get_sr r5, sr81
@@ -267,20 +268,30 @@ fn loads_swizzle_with_constants_and_round_to_16_bit_registers() {
         0,
         Some((1, DATA_VA + DESCRIPTOR)),
     );
-    assert_eq!(run_grid(&m, pipeline), None);
-    let words = m.peek_u32s(OUT, (2 * TEX_W * TEX_H) as usize);
-    for y in 0..TEX_H {
-        for x in 0..TEX_W {
-            let [r, _, b, _] = texel(x, y);
-            let want = [unorm(b), 1.0, 0.0, unorm(r)].map(|v| half::f16::from_f32(v).to_bits());
-            let at = 2 * (y * TEX_W + x) as usize;
-            let halves = [
-                words[at] as u16,
-                (words[at] >> 16) as u16,
-                words[at + 1] as u16,
-                (words[at + 1] >> 16) as u16,
-            ];
-            assert_eq!(halves, want, "16-bit ({x}, {y})");
+    for swizzled in [true, false] {
+        if !swizzled {
+            texture(&m, Layout::Linear);
+        }
+        assert_eq!(run_grid(&m, pipeline), None);
+        let words = m.peek_u32s(OUT, (2 * TEX_W * TEX_H) as usize);
+        for y in 0..TEX_H {
+            for x in 0..TEX_W {
+                let [r, g, b, a] = texel(x, y);
+                let want = if swizzled {
+                    [unorm(b), 1.0, 0.0, unorm(r)]
+                } else {
+                    [r, g, b, a].map(unorm)
+                };
+                let want = want.map(|v| half::f16::from_f32(v).to_bits());
+                let at = 2 * (y * TEX_W + x) as usize;
+                let halves = [
+                    words[at] as u16,
+                    (words[at] >> 16) as u16,
+                    words[at + 1] as u16,
+                    (words[at + 1] >> 16) as u16,
+                ];
+                assert_eq!(halves, want, "16-bit, swizzled {swizzled}: ({x}, {y})");
+            }
         }
     }
 }
