@@ -2904,6 +2904,25 @@ fn stencil_operations_count_overlaps_and_the_stencil_test_masks() {
     assert_eq!(rgb(&m, 26, 26), [0, 0, 0]);
     assert_eq!(rgb(&m, 60, 4), [0, 0, 0]);
     assert_eq!(stored_stencil(&m, 26, 26), 2, "kept");
+    // Again with a 32-bit depth plane loaded beside the stencil (the ZLS
+    // loads both for each tile): the loaded stencil still masks.
+    const DEPTH_BESIDE: u64 = DEPTH + 0x4000;
+    m.poke(m.data, DEPTH_BESIDE, &[0u8; 64 * 64 * 4]);
+    coloured(&m, &[covering(0.5, [0.0, 1.0, 0.0])]);
+    let mut render = stencil_pass(&m, 1, equal_one, 1, true);
+    render.zls_ctrl = zls_word(ZlsControl {
+        s_load_enable: true,
+        s_store_enable: true,
+        z_load_enable: true,
+        z_format: agx_hw::formats::ZlsFormat::F32,
+        ..ZlsControl::default()
+    });
+    render.depth.base = DATA_VA + DEPTH_BESIDE;
+    render.depth.stride = zls_stride_word();
+    assert_eq!(m.submit(CmdType::Render, render.as_bytes()), None);
+    assert_eq!(rgb(&m, 8, 8), [0, 255, 0], "depth loaded too");
+    assert_eq!(rgb(&m, 40, 40), [0, 255, 0], "depth loaded too");
+    assert_eq!(rgb(&m, 26, 26), [0, 0, 0], "depth loaded too");
 }
 
 /// Pages the parameter buffer needed for `triangles` copies of one small

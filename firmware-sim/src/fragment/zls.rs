@@ -568,6 +568,18 @@ impl ZlsPlanes {
             let (depth, samples, bytes) = (&mut tile.depth, plane.samples, self.depth_bytes);
             // 32-bit float depth is its bits: copied as they are.
             let bits = self.depth == ElementFormat::I32;
+            if bits && samples == 1 {
+                // One 32-bit float a pixel: its bits as they are.
+                return plane
+                    .load(vm, origin, self.tile, layer, |pixel, element| {
+                        if let (Some(value), Ok(word)) =
+                            (depth.get_mut(pixel), <[u8; 4]>::try_from(element))
+                        {
+                            *value = f32::from_bits(u32::from_le_bytes(word));
+                        }
+                    })
+                    .and_then(|()| self.load_stencil(vm, tile, origin, layer));
+            }
             plane.load(vm, origin, self.tile, layer, |pixel, element| {
                 for (s, value) in element.chunks_exact(bytes).enumerate() {
                     depth[pixel * samples + s] = f32::from_bits(match value {
@@ -577,6 +589,17 @@ impl ZlsPlanes {
                 }
             })?;
         }
+        self.load_stencil(vm, tile, origin, layer)
+    }
+
+    /// The stencil half of [`ZlsPlanes::load`].
+    fn load_stencil(
+        &self,
+        vm: &GpuVm<'_>,
+        tile: &mut Tilebuffer,
+        origin: (u32, u32),
+        layer: u32,
+    ) -> Result<(), EngineResult> {
         if let Some(plane) = &self.s_load {
             let (stencil, samples) = (&mut tile.stencil, plane.samples);
             plane.load(vm, origin, self.tile, layer, |pixel, element| {
@@ -601,16 +624,26 @@ impl ZlsPlanes {
         if let Some(plane) = &self.z_store {
             let (samples, bytes) = (plane.samples, self.depth_bytes);
             let bits = self.depth == ElementFormat::I32;
-            plane.store(&mut writer, origin, self.tile, layer, |pixel, element| {
-                let depths = &tile.depth[pixel * samples..(pixel + 1) * samples];
-                for (value, out) in depths.iter().zip(element.chunks_exact_mut(bytes)) {
-                    if bits {
+            if bits && samples == 1 {
+                // One 32-bit float a pixel: its bits as they are.
+                plane.store(&mut writer, origin, self.tile, layer, |pixel, element| {
+                    if let (Some(value), Some(out)) = (tile.depth.get(pixel), element.get_mut(..4))
+                    {
                         out.copy_from_slice(&value.to_bits().to_le_bytes());
-                    } else {
-                        formats::store(self.depth, out, 0, value.to_bits(), false);
                     }
-                }
-            })?;
+                })?;
+            } else {
+                plane.store(&mut writer, origin, self.tile, layer, |pixel, element| {
+                    let depths = &tile.depth[pixel * samples..(pixel + 1) * samples];
+                    for (value, out) in depths.iter().zip(element.chunks_exact_mut(bytes)) {
+                        if bits {
+                            out.copy_from_slice(&value.to_bits().to_le_bytes());
+                        } else {
+                            formats::store(self.depth, out, 0, value.to_bits(), false);
+                        }
+                    }
+                })?;
+            }
         }
         if let Some(plane) = &self.s_store {
             let samples = plane.samples;
