@@ -1456,8 +1456,6 @@ impl TextureUnit<'_> {
     }
 }
 
-/// A texel compared with a depth reference by the sampler's function:
-/// [v, v, v, 1] with v 1 where it passes, else 0.
 /// Where a texel load (`texture_load`) reads: the texel at the request's
 /// integer coordinates of its level; robust access past the image.
 enum LoadTarget {
@@ -1574,6 +1572,8 @@ fn swizzle_into(image: &Image, raw: &[u32; 4], half: bool, out: &mut [u32; 4]) {
     }
 }
 
+/// A texel compared with a depth reference by the sampler's function:
+/// [v, v, v, 1] with v 1 where it passes, else 0.
 fn compared(sampler: &Sampler, reference: f32, raw: [u32; 4]) -> [u32; 4] {
     let pass = compare(sampler.compare_func, reference, f32::from_bits(raw[0]));
     let v = if pass { 1.0f32 } else { 0.0 };
