@@ -688,6 +688,65 @@ impl TextureUnit<'_> {
         Ok(())
     }
 
+    /// [`TextureUnit::texel`] of each of `xy` (inside the level) in turn,
+    /// for an image of pixels (not block compressed, not compressed): the
+    /// image's kept texels and lines borrowed once for the four, a
+    /// four-byte texel of byte channels read as one word.
+    fn pixel_texels(
+        &self,
+        image: &Image,
+        level: u32,
+        layer: u32,
+        xy: [(i64, i64); 4],
+        out: &mut [[u32; 4]; 4],
+    ) -> Result<(), IoError> {
+        let mut kept = image.texels.borrow_mut();
+        let mut lines = image.lines.borrow_mut();
+        let word_table = image.byte_channels().filter(|_| image.element_bytes == 4);
+        for (texel, (x, y)) in out.iter_mut().zip(xy) {
+            let (x, y) = (x as u32, y as u32);
+            let key = SampledTexels::key(level, x, y, layer);
+            if let Some((key, slot)) = key {
+                if kept.keys[slot] == key {
+                    *texel = kept.texels[slot];
+                    continue;
+                }
+            }
+            // As `sample_texel` and `element_texel` read sample 0.
+            let offset = image
+                .layout
+                .offset(level, x, y, layer)
+                .ok_or_else(|| invalid(format!("texel ({x}, {y}) of level {level}")))?;
+            let address = image.texture.address.wrapping_add(offset);
+            match word_table {
+                Some(table) => {
+                    let word = self.read_line_word(&mut lines, address)?;
+                    for ((value, channel), byte) in
+                        texel.iter_mut().zip(table).zip(word.to_le_bytes())
+                    {
+                        *value = channel[usize::from(byte)];
+                    }
+                }
+                None => {
+                    // At most four 32-bit channels.
+                    let mut element = [0u8; 16];
+                    let bytes = element
+                        .get_mut(..image.element_bytes as usize)
+                        .ok_or_else(|| invalid(format!("{}-byte texels", image.element_bytes)))?;
+                    self.read_line_bytes(&mut lines, address, bytes)?;
+                    element_values(image, bytes, texel);
+                }
+            }
+            // Kept only once read: a texel that faults is read (and
+            // faults) again.
+            if let Some((key, slot)) = key {
+                kept.keys[slot] = key;
+                kept.texels[slot] = *texel;
+            }
+        }
+        Ok(())
+    }
+
     /// Sample `sample` of texel (x, y) of `level` and `layer`, into
     /// `out`.
     fn sample_texel(
@@ -1328,11 +1387,12 @@ impl TextureUnit<'_> {
                 [x0, x1].map(|x| wrap(sampler.wrap_s, x, width)),
                 [y0, y1].map(|y| wrap(sampler.wrap_t, y, height)),
             ) {
-                for (texel, (x, y)) in
-                    texels
-                        .iter_mut()
-                        .zip([(x0, y0), (x1, y0), (x0, y1), (x1, y1)])
-                {
+                let xy = [(x0, y0), (x1, y0), (x0, y1), (x1, y1)];
+                if reference.is_none() && image.block.is_none() && image.compression.is_none() {
+                    self.pixel_texels(image, at.level, at.layer, xy, &mut texels)?;
+                    return Ok((texels, (u - u.floor(), v - v.floor())));
+                }
+                for (texel, (x, y)) in texels.iter_mut().zip(xy) {
                     self.texel(image, at.level, (x as u32, y as u32, at.layer), texel)?;
                     if let Some(r) = reference {
                         *texel = compared(sampler, r, *texel);
