@@ -25,7 +25,7 @@ use agx_hw::layout::{
 
 use crate::bc::BlockFormat;
 use crate::memory::GpuVm;
-use crate::usc::float::half_to_f32;
+use crate::usc::float::{floor_f32, half_to_f32};
 use crate::usc::formats::{self, ElementFormat};
 use crate::usc::io::{IoError, LodArgument, TexelLoads, TextureHandle, TextureRequest};
 use agx_hw::block::BorderEncoding;
@@ -1371,7 +1371,8 @@ impl TextureUnit<'_> {
         let (u, v) = (u - 0.5, v - 0.5);
         // Coordinates from registers may be huge or infinite: the casts
         // saturate, and so must the neighbours.
-        let (x0, y0) = (u.floor() as i64, v.floor() as i64);
+        let (floor_u, floor_v) = (floor_f32(u), floor_f32(v));
+        let (x0, y0) = (floor_u as i64, floor_v as i64);
         let (x1, y1) = (x0.saturating_add(1), y0.saturating_add(1));
         let mut texels = [[0u32; 4]; 4];
         let cube = matches!(
@@ -1390,7 +1391,7 @@ impl TextureUnit<'_> {
                 let xy = [(x0, y0), (x1, y0), (x0, y1), (x1, y1)];
                 if reference.is_none() && image.block.is_none() && image.compression.is_none() {
                     self.pixel_texels(image, at.level, at.layer, xy, &mut texels)?;
-                    return Ok((texels, (u - u.floor(), v - v.floor())));
+                    return Ok((texels, (u - floor_u, v - floor_v)));
                 }
                 for (texel, (x, y)) in texels.iter_mut().zip(xy) {
                     self.texel(image, at.level, (x as u32, y as u32, at.layer), texel)?;
@@ -1398,7 +1399,7 @@ impl TextureUnit<'_> {
                         *texel = compared(sampler, r, *texel);
                     }
                 }
-                return Ok((texels, (u - u.floor(), v - v.floor())));
+                return Ok((texels, (u - floor_u, v - floor_v)));
             }
         }
         for (texel, xy) in texels
@@ -1407,7 +1408,7 @@ impl TextureUnit<'_> {
         {
             *texel = self.wrapped_texel(image, sampler, border, at, xy, reference)?;
         }
-        Ok((texels, (u - u.floor(), v - v.floor())))
+        Ok((texels, (u - floor_u, v - floor_v)))
     }
 
     fn filter_level(
@@ -1832,6 +1833,7 @@ fn nearest_index(mode: Wrap, i: i64, size: i64) -> i64 {
 }
 
 /// A texel coordinate through a wrap mode; `None` for the border.
+#[inline]
 pub fn wrap(mode: Wrap, i: i64, size: i64) -> Option<i64> {
     Some(match mode {
         // Inside the image (most texels a footprint reads) without the

@@ -72,6 +72,25 @@ pub(crate) fn flush_before_rounding(rounded: f32, exact: impl FnOnce() -> f64) -
     }
 }
 
+/// `x.floor()` without libm's `floorf` (a call on hosts without SSE4.1):
+/// below 2^23 in magnitude through a truncating integer conversion, exact
+/// (zeros keep their sign; NaN, infinities and larger values, all
+/// integral or not finite, go to `floor`).
+#[inline]
+pub(crate) fn floor_f32(x: f32) -> f32 {
+    const TWO_23: f32 = 8_388_608.0;
+    if x.abs() < TWO_23 && x != 0.0 {
+        let truncated = x as i32 as f32;
+        if truncated > x {
+            truncated - 1.0
+        } else {
+            truncated
+        }
+    } else {
+        x.floor()
+    }
+}
+
 /// `x + y` as the fp32 ALU computes it (rounded once, flushed before
 /// rounding), before [`canonical_f32`].
 #[inline(always)]
@@ -478,6 +497,32 @@ pub(crate) fn float_to_int(value: f64, round_to_zero: bool, min: i64, max: i64) 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn floor_without_libm_is_floor_to_the_bit() {
+        // Every 997th bit pattern (both signs, every exponent, NaNs and
+        // infinities) and the edges: zeros, halves, the last fractions
+        // below 2^23.
+        let edges = [
+            0.0f32,
+            -0.0,
+            0.5,
+            -0.5,
+            1.0,
+            -1.0,
+            -1.5,
+            8_388_607.5,
+            -8_388_607.5,
+        ];
+        let patterns = (0..=u32::MAX).step_by(997).map(f32::from_bits);
+        for x in patterns.chain(edges) {
+            let (got, want) = (floor_f32(x), x.floor());
+            assert!(
+                got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()),
+                "floor({x:e}): {got:e}, expected {want:e}"
+            );
+        }
+    }
 
     #[test]
     fn ftz_keeps_the_sign_and_normal_values() {
