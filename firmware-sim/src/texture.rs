@@ -938,7 +938,7 @@ impl TextureUnit<'_> {
     }
 
     /// Serves the texel loads of one instruction ([`TexelLoads`]): each
-    /// lane's as [`TextureUnit::load`] of its request, in lane order, the
+    /// lane's as `load` of its request, in lane order, the
     /// descriptor read once; for an image of pixels (not block
     /// compressed, not compressed) with the swizzle worked out once and
     /// the image's lines borrowed once.
