@@ -718,25 +718,7 @@ impl TextureUnit<'_> {
                 .offset(level, x, y, layer)
                 .ok_or_else(|| invalid(format!("texel ({x}, {y}) of level {level}")))?;
             let address = image.texture.address.wrapping_add(offset);
-            match word_table {
-                Some(table) => {
-                    let word = self.read_line_word(&mut lines, address)?;
-                    for ((value, channel), byte) in
-                        texel.iter_mut().zip(table).zip(word.to_le_bytes())
-                    {
-                        *value = channel[usize::from(byte)];
-                    }
-                }
-                None => {
-                    // At most four 32-bit channels.
-                    let mut element = [0u8; 16];
-                    let bytes = element
-                        .get_mut(..image.element_bytes as usize)
-                        .ok_or_else(|| invalid(format!("{}-byte texels", image.element_bytes)))?;
-                    self.read_line_bytes(&mut lines, address, bytes)?;
-                    element_values(image, bytes, texel);
-                }
-            }
+            self.pixel_element(image, &mut lines, word_table, address, texel)?;
             // Kept only once read: a texel that faults is read (and
             // faults) again.
             if let Some((key, slot)) = key {
@@ -805,24 +787,19 @@ impl TextureUnit<'_> {
 
     /// The little-endian word at `address` (4-byte aligned), as
     /// [`TextureUnit::read_line_bytes`] of its four bytes.
+    #[inline(always)]
     fn read_line_word(&self, lines: &mut TexelLines, address: u64) -> Result<u32, IoError> {
         let line = address & !(TEXEL_LINE_BYTES as u64 - 1);
         let at = (address - line) as usize;
-        let slot = if lines.addresses[lines.last] == line {
-            Some(lines.last)
-        } else {
-            lines.addresses.iter().position(|&l| l == line)
-        };
-        if let Some(bytes) = slot.and_then(|slot| {
-            lines.last = slot;
-            lines.bytes[slot].get(at..at + 4)
-        }) {
-            let mut word = [0; 4];
-            word.copy_from_slice(bytes);
-            return Ok(u32::from_le_bytes(word));
-        }
         let mut word = [0; 4];
-        self.read_line_bytes(lines, address, &mut word)?;
+        match (at + 4 <= TEXEL_LINE_BYTES)
+            .then(|| self.line_slot(lines, line))
+            .flatten()
+        {
+            Some(slot) => word.copy_from_slice(&lines.bytes[slot][at..at + 4]),
+            // Across lines, or in one that faults: as `read_line_bytes`.
+            None => self.read_line_bytes(lines, address, &mut word)?,
+        }
         Ok(u32::from_le_bytes(word))
     }
 
@@ -837,30 +814,71 @@ impl TextureUnit<'_> {
         let line = address & !(TEXEL_LINE_BYTES as u64 - 1);
         let at = (address - line) as usize;
         if at + buf.len() <= TEXEL_LINE_BYTES {
-            let found = match lines.addresses.iter().position(|&l| l == line) {
-                Some(slot) => Some(slot),
-                None => {
-                    let slot = lines.next;
-                    lines.addresses[slot] = u64::MAX;
-                    let read = crate::usc::GpuMemory::read(
-                        &self.vm,
-                        line,
-                        &mut lines.bytes[slot],
-                        crate::usc::AccessKind::Read,
-                    );
-                    read.is_ok().then(|| {
-                        lines.addresses[slot] = line;
-                        lines.next = (slot + 1) % TEXEL_LINES;
-                        slot
-                    })
-                }
-            };
-            if let Some(slot) = found {
+            if let Some(slot) = self.line_slot(lines, line) {
                 buf.copy_from_slice(&lines.bytes[slot][at..at + buf.len()]);
                 return Ok(());
             }
         }
         crate::usc::GpuMemory::read(&self.vm, address, buf, crate::usc::AccessKind::Read)?;
+        Ok(())
+    }
+
+    /// The slot of `lines` holding the aligned line at `line`: the one a
+    /// read last found, another, or the next one, read now; `None` where
+    /// the line cannot be read.
+    #[inline(always)]
+    fn line_slot(&self, lines: &mut TexelLines, line: u64) -> Option<usize> {
+        if lines.addresses[lines.last] == line {
+            return Some(lines.last);
+        }
+        let slot = match lines.addresses.iter().position(|&l| l == line) {
+            Some(slot) => slot,
+            None => {
+                let slot = lines.next;
+                lines.addresses[slot] = u64::MAX;
+                crate::usc::GpuMemory::read(
+                    &self.vm,
+                    line,
+                    &mut lines.bytes[slot],
+                    crate::usc::AccessKind::Read,
+                )
+                .ok()?;
+                lines.addresses[slot] = line;
+                lines.next = (slot + 1) % TEXEL_LINES;
+                slot
+            }
+        };
+        lines.last = slot;
+        Some(slot)
+    }
+
+    /// The four components of the element at `address` of an image of
+    /// pixels (not block compressed), as [`element_values`] of its bytes
+    /// read through `lines`; `word_table` is the image's byte table when
+    /// its elements are four bytes (one word read).
+    #[inline(always)]
+    fn pixel_element(
+        &self,
+        image: &Image,
+        lines: &mut TexelLines,
+        word_table: Option<&ByteChannels>,
+        address: u64,
+        out: &mut [u32; 4],
+    ) -> Result<(), IoError> {
+        if let Some(table) = word_table {
+            let word = self.read_line_word(lines, address)?;
+            for ((value, channel), byte) in out.iter_mut().zip(table).zip(word.to_le_bytes()) {
+                *value = channel[usize::from(byte)];
+            }
+            return Ok(());
+        }
+        // At most four 32-bit channels.
+        let mut element = [0u8; 16];
+        let bytes = element
+            .get_mut(..image.element_bytes as usize)
+            .ok_or_else(|| invalid(format!("{}-byte texels", image.element_bytes)))?;
+        self.read_line_bytes(lines, address, bytes)?;
+        element_values(image, bytes, out);
         Ok(())
     }
 
@@ -972,7 +990,7 @@ impl TextureUnit<'_> {
         // The identity swizzle into 32-bit registers: a texel as it is.
         let as_stored = !to_half && swizzle == [(0, 0), (1, 0), (2, 0), (3, 0)];
         let element_bytes = u64::from(image.element_bytes);
-        let bytes_as_floats = image.byte_channels();
+        let word_table = image.byte_channels().filter(|_| element_bytes == 4);
         let mut lines = image.lines.borrow_mut();
         for lane in lanes {
             let mut raw = [0; 5];
@@ -1000,28 +1018,7 @@ impl TextureUnit<'_> {
                             .address
                             .wrapping_add(offset + u64::from(sample) * element_bytes);
                         let mut values = [0; 4];
-                        match bytes_as_floats {
-                            // Four bytes, each a channel through the table:
-                            // one word from the line.
-                            Some(table) if element_bytes == 4 => {
-                                let word = self.read_line_word(&mut lines, address)?;
-                                for ((value, channel), byte) in
-                                    values.iter_mut().zip(table).zip(word.to_le_bytes())
-                                {
-                                    *value = channel[usize::from(byte)];
-                                }
-                            }
-                            _ => {
-                                // At most four 32-bit channels.
-                                let mut element = [0u8; 16];
-                                let bytes =
-                                    element.get_mut(..image.element_bytes as usize).ok_or_else(
-                                        || invalid(format!("{}-byte texels", image.element_bytes)),
-                                    )?;
-                                self.read_line_bytes(&mut lines, address, bytes)?;
-                                element_values(image, bytes, &mut values);
-                            }
-                        }
+                        self.pixel_element(image, &mut lines, word_table, address, &mut values)?;
                         if as_stored {
                             texels[lane] = values;
                             continue;

@@ -43,8 +43,8 @@ struct Plane {
     stale_logged: std::sync::atomic::AtomicBool,
     /// The Z-order offsets (in elements, from its corner) of the pixels
     /// of an aligned tile inside one of the layout's squares, row by
-    /// row, for the tile size they were made for.
-    /// With the lowest and highest of them.
+    /// row, for the tile size they were made for, with the lowest and
+    /// highest of them.
     tile_steps: std::sync::OnceLock<TileSteps>,
 }
 
@@ -570,36 +570,24 @@ impl ZlsPlanes {
             let bits = self.depth == ElementFormat::I32;
             if bits && samples == 1 {
                 // One 32-bit float a pixel: its bits as they are.
-                return plane
-                    .load(vm, origin, self.tile, layer, |pixel, element| {
-                        if let (Some(value), Ok(word)) =
-                            (depth.get_mut(pixel), <[u8; 4]>::try_from(element))
-                        {
-                            *value = f32::from_bits(u32::from_le_bytes(word));
-                        }
-                    })
-                    .and_then(|()| self.load_stencil(vm, tile, origin, layer));
+                plane.load(vm, origin, self.tile, layer, |pixel, element| {
+                    if let (Some(value), Ok(word)) =
+                        (depth.get_mut(pixel), <[u8; 4]>::try_from(element))
+                    {
+                        *value = f32::from_bits(u32::from_le_bytes(word));
+                    }
+                })?;
+            } else {
+                plane.load(vm, origin, self.tile, layer, |pixel, element| {
+                    for (s, value) in element.chunks_exact(bytes).enumerate() {
+                        depth[pixel * samples + s] = f32::from_bits(match value {
+                            &[a, b, c, d] if bits => u32::from_le_bytes([a, b, c, d]),
+                            _ => formats::load(self.depth, value, 0, false),
+                        });
+                    }
+                })?;
             }
-            plane.load(vm, origin, self.tile, layer, |pixel, element| {
-                for (s, value) in element.chunks_exact(bytes).enumerate() {
-                    depth[pixel * samples + s] = f32::from_bits(match value {
-                        &[a, b, c, d] if bits => u32::from_le_bytes([a, b, c, d]),
-                        _ => formats::load(self.depth, value, 0, false),
-                    });
-                }
-            })?;
         }
-        self.load_stencil(vm, tile, origin, layer)
-    }
-
-    /// The stencil half of [`ZlsPlanes::load`].
-    fn load_stencil(
-        &self,
-        vm: &GpuVm<'_>,
-        tile: &mut Tilebuffer,
-        origin: (u32, u32),
-        layer: u32,
-    ) -> Result<(), EngineResult> {
         if let Some(plane) = &self.s_load {
             let (stencil, samples) = (&mut tile.stencil, plane.samples);
             plane.load(vm, origin, self.tile, layer, |pixel, element| {
