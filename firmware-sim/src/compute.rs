@@ -394,6 +394,14 @@ impl ShaderIo for KernelIo<'_> {
         self.unit.serve_loads(loads, texels)
     }
 
+    fn texture_samples(
+        &mut self,
+        samples: &crate::usc::io::TextureSamples<'_>,
+        texels: &mut [[u32; 4]; LANES],
+    ) -> Result<(), IoError> {
+        self.unit.serve_samples(samples, texels)
+    }
+
     fn tile_load(&mut self, _lane: usize, access: &TileAccess) -> Result<[u32; 4], IoError> {
         let (block, pixel) = self.block_pixel(access)?;
         // A load reads one sample: the first of the mask.

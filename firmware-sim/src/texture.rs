@@ -27,7 +27,9 @@ use crate::bc::BlockFormat;
 use crate::memory::GpuVm;
 use crate::usc::float::{floor_f32, half_to_f32};
 use crate::usc::formats::{self, ElementFormat};
-use crate::usc::io::{IoError, LodArgument, TexelLoads, TextureHandle, TextureRequest};
+use crate::usc::io::{
+    IoError, LodArgument, TexelLoads, TextureHandle, TextureRequest, TextureSamples,
+};
 use agx_hw::block::BorderEncoding;
 
 /// How a descriptor's channels and type map onto an element format and a
@@ -700,9 +702,25 @@ impl TextureUnit<'_> {
         xy: [(i64, i64); 4],
         out: &mut [[u32; 4]; 4],
     ) -> Result<(), IoError> {
-        let mut kept = image.texels.borrow_mut();
-        let mut lines = image.lines.borrow_mut();
         let word_table = image.byte_channels().filter(|_| image.element_bytes == 4);
+        let (mut kept, mut lines) = (image.texels.borrow_mut(), image.lines.borrow_mut());
+        let caches = (&mut *kept, &mut *lines);
+        self.pixel_texels_through(image, caches, word_table, (level, layer), xy, out)
+    }
+
+    /// [`TextureUnit::pixel_texels`] through the image's kept texels and
+    /// lines, borrowed by the caller, with the image's `word_table`
+    /// ([`TextureUnit::pixel_element`]).
+    #[inline(always)]
+    fn pixel_texels_through(
+        &self,
+        image: &Image,
+        (kept, lines): (&mut SampledTexels, &mut TexelLines),
+        word_table: Option<&ByteChannels>,
+        (level, layer): (u32, u32),
+        xy: [(i64, i64); 4],
+        out: &mut [[u32; 4]; 4],
+    ) -> Result<(), IoError> {
         for (texel, (x, y)) in out.iter_mut().zip(xy) {
             let (x, y) = (x as u32, y as u32);
             let key = SampledTexels::key(level, x, y, layer);
@@ -718,7 +736,7 @@ impl TextureUnit<'_> {
                 .offset(level, x, y, layer)
                 .ok_or_else(|| invalid(format!("texel ({x}, {y}) of level {level}")))?;
             let address = image.texture.address.wrapping_add(offset);
-            self.pixel_element(image, &mut lines, word_table, address, texel)?;
+            self.pixel_element(image, lines, word_table, address, texel)?;
             // Kept only once read: a texel that faults is read (and
             // faults) again.
             if let Some((key, slot)) = key {
@@ -977,15 +995,7 @@ impl TextureUnit<'_> {
             }
             return Ok(());
         }
-        // Per component: the raw component it takes (4: none), and the
-        // constant it is then.
-        let swizzle = swizzle(image).map(|channel| match channel {
-            Channel::R => (0, 0),
-            Channel::G => (1, 0),
-            Channel::B => (2, 0),
-            Channel::A => (3, 0),
-            constant => (4, swizzled_channel(image, &[0; 4], constant)),
-        });
+        let swizzle = swizzle_table(image);
         let to_half = loads.half && !image.integer;
         // The identity swizzle into 32-bit registers: a texel as it is.
         let as_stored = !to_half && swizzle == [(0, 0), (1, 0), (2, 0), (3, 0)];
@@ -1027,14 +1037,97 @@ impl TextureUnit<'_> {
                     }
                 }
             }
-            for (value, &(from, constant)) in texels[lane].iter_mut().zip(&swizzle) {
-                let bits = if from < 4 { raw[from] } else { constant };
-                *value = if to_half {
-                    u32::from(crate::usc::float::f32_to_half(f32::from_bits(bits)))
-                } else {
-                    bits
-                };
+            texels[lane] = swizzled_registers(&swizzle, &raw, to_half);
+        }
+        Ok(())
+    }
+
+    /// Serves the samples of one instruction ([`TextureSamples`]): each
+    /// lane's as `request` of its request, in lane order, the descriptor
+    /// and the sampler read once. Where every lane reads one level through
+    /// the bilinear filter (`bilinear_level`), a lane whose 2x2 footprint
+    /// lies inside the image after the wrap modes is filtered here, with
+    /// the swizzle worked out once and the image's kept texels and lines
+    /// borrowed once.
+    pub fn serve_samples(
+        &self,
+        samples: &TextureSamples<'_>,
+        texels: &mut [[u32; 4]; crate::usc::LANES],
+    ) -> Result<(), IoError> {
+        if samples.lanes == 0 {
+            return Ok(());
+        }
+        let image = self.image(samples.texture)?;
+        let image = &*image;
+        let state = self.sampler(samples.sampler)?;
+        let sampler = &state.0;
+        let lanes = (0..crate::usc::LANES).filter(|lane| samples.lanes & (1 << lane) != 0);
+        let Some(level) = bilinear_level(image, sampler) else {
+            for lane in lanes {
+                texels[lane] = self.request(image, Some(&state), &samples.request(lane))?;
             }
+            return Ok(());
+        };
+        let t = &image.texture;
+        let width = i64::from((t.width >> level).max(1));
+        let height = i64::from((t.height >> level).max(1));
+        let swizzle = swizzle_table(image);
+        let word_table = image.byte_channels().filter(|_| image.element_bytes == 4);
+        // The image's kept texels and lines, borrowed until a lane on the
+        // border samples as any sample does (which borrows them itself).
+        let mut caches = None;
+        for lane in lanes {
+            let coords = samples.coords[lane];
+            let (mut s, mut u) = (f32::from_bits(coords[0]), f32::from_bits(coords[1]));
+            if sampler.pixel_coordinates {
+                s /= t.width as f32;
+                u /= t.height as f32;
+            }
+            let at = Footprint {
+                level,
+                s,
+                t: u,
+                layer: 0,
+                r: None,
+                offset: samples.offsets[lane],
+            };
+            // As `footprint` and `filter_slice` have it.
+            let (u, v) = at.texel_space(image, sampler);
+            let (u, v) = (u - 0.5, v - 0.5);
+            let (floor_u, floor_v) = (floor_f32(u), floor_f32(v));
+            let (x0, y0) = (floor_u as i64, floor_v as i64);
+            let (x1, y1) = (x0.saturating_add(1), y0.saturating_add(1));
+            let (Some(x0), Some(x1), Some(y0), Some(y1)) = (
+                wrap(sampler.wrap_s, x0, width),
+                wrap(sampler.wrap_s, x1, width),
+                wrap(sampler.wrap_t, y0, height),
+                wrap(sampler.wrap_t, y1, height),
+            ) else {
+                caches = None;
+                texels[lane] = self.request(image, Some(&state), &samples.request(lane))?;
+                continue;
+            };
+            let (kept, lines) =
+                caches.get_or_insert_with(|| (image.texels.borrow_mut(), image.lines.borrow_mut()));
+            let mut quad = [[0u32; 4]; 4];
+            self.pixel_texels_through(
+                image,
+                (&mut *kept, &mut *lines),
+                word_table,
+                (level, 0),
+                [(x0, y0), (x1, y0), (x0, y1), (x1, y1)],
+                &mut quad,
+            )?;
+            let (fx, fy) = (u - floor_u, v - floor_v);
+            let [t00, t10, t01, t11] = &quad;
+            let mut raw = [0; 5];
+            for c in 0..4 {
+                let channel = |texel: &[u32; 4]| f32::from_bits(texel[c]);
+                let top = channel(t00) + (channel(t10) - channel(t00)) * fx;
+                let bottom = channel(t01) + (channel(t11) - channel(t01)) * fx;
+                raw[c] = (top + (bottom - top) * fy).to_bits();
+            }
+            texels[lane] = swizzled_registers(&swizzle, &raw, samples.half);
         }
         Ok(())
     }
@@ -1678,6 +1771,55 @@ impl Footprint {
     }
 }
 
+/// The level every lane of a sample of `image` through `sampler` reads
+/// and the bilinear filter it reads that level through, whatever its
+/// level of detail: the first level of a 2D image of pixels (not block
+/// compressed, not compressed, not integer), sampled without a
+/// comparison, magnified linearly and either never minified (a greatest
+/// LOD of at most 0) or minified linearly from one level (no mipmapping,
+/// or one level in the view). `None` for any other.
+fn bilinear_level(image: &Image, sampler: &Sampler) -> Option<u32> {
+    let t = &image.texture;
+    let plain = t.dimension == TextureDimension::D2
+        && !image.integer
+        && image.block.is_none()
+        && image.compression.is_none()
+        && !sampler.compare_enable;
+    let one_level = sampler.max_lod.to_f32() <= 0.0
+        || (sampler.minify == Filter::Linear
+            && (sampler.mip_filter == MipFilter::None || t.last_level <= t.first_level));
+    (plain && sampler.magnify == Filter::Linear && one_level).then_some(t.first_level)
+}
+
+/// An image's swizzle, per component: the raw component it takes (4:
+/// none), and the constant it is then (as `swizzled_channel` gives it).
+fn swizzle_table(image: &Image) -> [(usize, u32); 4] {
+    swizzle(image).map(|channel| match channel {
+        Channel::R => (0, 0),
+        Channel::G => (1, 0),
+        Channel::B => (2, 0),
+        Channel::A => (3, 0),
+        constant => (4, swizzled_channel(image, &[0; 4], constant)),
+    })
+}
+
+/// The register bits of a texel's components `raw` (the fifth unused)
+/// through a [`swizzle_table`], as fp16 when `to_half` (as
+/// [`register_bits`] of [`swizzled`] has them for a float image).
+#[inline(always)]
+fn swizzled_registers(swizzle: &[(usize, u32); 4], raw: &[u32; 5], to_half: bool) -> [u32; 4] {
+    let mut out = [0; 4];
+    for (value, &(from, constant)) in out.iter_mut().zip(swizzle) {
+        let bits = if from < 4 { raw[from] } else { constant };
+        *value = if to_half {
+            u32::from(crate::usc::float::f32_to_half(f32::from_bits(bits)))
+        } else {
+            bits
+        };
+    }
+    out
+}
+
 /// A texel's channels (as stored) in the order the descriptor's swizzle
 /// names them, 0 and 1 where it names those.
 fn swizzled(image: &Image, raw: [u32; 4]) -> [u32; 4] {
@@ -1830,12 +1972,14 @@ fn nearest_index(mode: Wrap, i: i64, size: i64) -> i64 {
 }
 
 /// A texel coordinate through a wrap mode; `None` for the border.
-#[inline]
+#[inline(always)]
 pub fn wrap(mode: Wrap, i: i64, size: i64) -> Option<i64> {
     Some(match mode {
         // Inside the image (most texels a footprint reads) without the
         // division.
         Wrap::Repeat if (0..size).contains(&i) => i,
+        // A power of two's remainder without the division.
+        Wrap::Repeat if size & (size - 1) == 0 => i & (size - 1),
         Wrap::Repeat => i.rem_euclid(size),
         Wrap::MirroredRepeat => {
             let period = i.rem_euclid(2 * size);

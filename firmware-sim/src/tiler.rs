@@ -259,6 +259,14 @@ impl ShaderIo for VertexIo<'_> {
         self.unit.serve_loads(loads, texels)
     }
 
+    fn texture_samples(
+        &mut self,
+        samples: &crate::usc::io::TextureSamples<'_>,
+        texels: &mut [[u32; 4]; LANES],
+    ) -> Result<(), IoError> {
+        self.unit.serve_samples(samples, texels)
+    }
+
     fn store_varying(&mut self, lane: usize, slot: u32, value: u32) -> Result<(), IoError> {
         let slot = slot as usize;
         if slot >= MAX_OUTPUTS {

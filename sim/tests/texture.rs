@@ -219,12 +219,13 @@ fn mesa_null_descriptors_and_loads_past_a_linear_image_read_zero() {
     }
 }
 
-/// A load takes the descriptor's swizzle, constants included, and a
-/// 16-bit destination gets each component rounded to fp16 (to nearest
-/// even): thread (x, y) loads texel (x, y) of the test texture, swizzled
-/// (B, 1, 0, R), into 32-bit and into 16-bit registers.
+/// A load or a sample takes the descriptor's swizzle, constants
+/// included, and a 16-bit destination gets each component rounded to
+/// fp16 (to nearest even): thread (x, y) loads texel (x, y) of the test
+/// texture, swizzled (B, 1, 0, R), into 32-bit and into 16-bit registers,
+/// and samples it at its centre into 16-bit registers.
 #[test_log::test]
-fn loads_swizzle_with_constants_and_round_to_16_bit_registers() {
+fn loads_and_samples_swizzle_with_constants_and_round_to_16_bit_registers() {
     use agx_hw::formats::Channel;
     let m = Machine::new(5000);
     let descriptor = Texture {
@@ -248,8 +249,10 @@ fn loads_swizzle_with_constants_and_round_to_16_bit_registers() {
         }
     }
     // The same into r8l..r9h, stored as two words a thread; and the
-    // texture unswizzled into them.
-    let source = "
+    // texture unswizzled into them. Loaded, then sampled at the texel's
+    // centre (where a bilinear filter reads the texel alone) at the LOD
+    // the derivatives give.
+    let load = "
         get_sr r4, sr80
         get_sr r5, sr81
         texture_load 0, 0b1100, 0, none, xyzw, 0b00, r8l_r8h_r9l_r9h, None, ts0, ss0, tex_2d, r4_r5, lod_min, r20l, 0, r0
@@ -257,21 +260,45 @@ fn loads_swizzle_with_constants_and_round_to_16_bit_registers() {
         imadd r12, r5, u2, r4
         device_store 0, i32, xy, r8_r9, u0_u1, r12, unsigned, lsl 1, 0
         stop";
+    let sample = "
+        get_sr r4, sr80
+        get_sr r5, sr81
+        convert u32_to_f, r6, r4, rte
+        convert u32_to_f, r7, r5, rte
+        fadd32 r6, r6, u3
+        fadd32 r7, r7, u3
+        fmul32 r6, r6, u4
+        fmul32 r7, r7, u5
+        texture_sample 0, 0b1100, 0, none, xyzw, 0b00, r8l_r8h_r9l_r9h, None, ts0, ss0, tex_2d, r6_r7, auto_lod, 0, 0, r0
+        wait 0
+        imadd r12, r5, u2, r4
+        device_store 0, i32, xy, r8_r9, u0_u1, r12, unsigned, lsl 1, 0
+        stop";
+    let sampler = Sampler {
+        magnify: Filter::Linear,
+        minify: Filter::Linear,
+        mip_filter: MipFilter::None,
+        wrap_s: Wrap::Repeat,
+        wrap_t: Wrap::Repeat,
+        ..Sampler::default()
+    };
+    m.poke(m.data, SAMPLERS, &sampler.pack().unwrap());
     let mut uniforms = pair(DATA_VA + OUT);
-    uniforms.push(TEX_W);
-    let pipeline = m.program(
-        source,
-        0x1000,
-        0x40,
-        &uniforms,
-        UNIFORMS,
-        0,
-        Some((1, DATA_VA + DESCRIPTOR)),
-    );
-    for swizzled in [true, false] {
-        if !swizzled {
-            texture(&m, Layout::Linear);
+    uniforms.extend([TEX_W, 0.5f32.to_bits()]);
+    uniforms.extend([TEX_W, TEX_H].map(|size| (1.0 / size as f32).to_bits()));
+    for (source, swizzled) in [(load, true), (load, false), (sample, false), (sample, true)] {
+        let descriptor = texture(&m, Layout::Linear);
+        if swizzled {
+            let descriptor = Texture {
+                swizzle_r: Channel::B,
+                swizzle_g: Channel::One,
+                swizzle_b: Channel::Zero,
+                swizzle_a: Channel::R,
+                ..descriptor
+            };
+            m.poke(m.data, DESCRIPTOR, &descriptor.pack().unwrap());
         }
+        let pipeline = sampling_pipeline(&m, source, &uniforms);
         assert_eq!(run_grid(&m, pipeline), None);
         let words = m.peek_u32s(OUT, (2 * TEX_W * TEX_H) as usize);
         for y in 0..TEX_H {
@@ -290,7 +317,10 @@ fn loads_swizzle_with_constants_and_round_to_16_bit_registers() {
                     words[at + 1] as u16,
                     (words[at + 1] >> 16) as u16,
                 ];
-                assert_eq!(halves, want, "16-bit, swizzled {swizzled}: ({x}, {y})");
+                assert_eq!(
+                    halves, want,
+                    "16-bit, swizzled {swizzled}: ({x}, {y}) of {source}"
+                );
             }
         }
     }
@@ -411,26 +441,31 @@ fn samples_filter_and_wrap_as_the_sampler_says() {
                 scale_s.to_bits(),
                 scale_t.to_bits(),
             ]);
-            let pipeline = sampling_pipeline(&m, SAMPLE, &uniforms);
-            assert_eq!(
-                run_grid(&m, pipeline),
-                None,
-                "{layout:?} {filter:?} {wrap:?}"
-            );
-            let got = out_floats(&m);
-            for y in 0..TEX_H {
-                for x in 0..TEX_W {
-                    let s = (x as f32 + offset) * scale_s;
-                    let t = (y as f32 + offset) * scale_t;
-                    let want = reference(filter, wrap, f64::from(s), f64::from(t));
-                    let have = got[(y * TEX_W + x) as usize];
-                    for c in 0..4 {
-                        assert!(
-                            (f64::from(have[c]) - want[c]).abs() < 1e-5,
-                            "{layout:?} {filter:?} {wrap:?} thread ({x}, {y}) channel {c}: {} vs {}",
-                            have[c],
-                            want[c]
-                        );
+            // At LOD 0, and at the LOD the derivatives give (the
+            // sampler has one level: the same texels).
+            for lod in ["lod_min, r20l", "auto_lod, 0"] {
+                let source = SAMPLE.replace("lod_min, r20l", lod);
+                let pipeline = sampling_pipeline(&m, &source, &uniforms);
+                assert_eq!(
+                    run_grid(&m, pipeline),
+                    None,
+                    "{layout:?} {filter:?} {wrap:?} {lod}"
+                );
+                let got = out_floats(&m);
+                for y in 0..TEX_H {
+                    for x in 0..TEX_W {
+                        let s = (x as f32 + offset) * scale_s;
+                        let t = (y as f32 + offset) * scale_t;
+                        let want = reference(filter, wrap, f64::from(s), f64::from(t));
+                        let have = got[(y * TEX_W + x) as usize];
+                        for c in 0..4 {
+                            assert!(
+                                (f64::from(have[c]) - want[c]).abs() < 1e-5,
+                                "{layout:?} {filter:?} {wrap:?} {lod} thread ({x}, {y}) channel {c}: {} vs {}",
+                                have[c],
+                                want[c]
+                            );
+                        }
                     }
                 }
             }

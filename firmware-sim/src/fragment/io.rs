@@ -290,6 +290,14 @@ impl ShaderIo for TileIo<'_, '_> {
         self.unit.serve_loads(loads, texels)
     }
 
+    fn texture_samples(
+        &mut self,
+        samples: &crate::usc::io::TextureSamples<'_>,
+        texels: &mut [[u32; 4]; LANES],
+    ) -> Result<(), IoError> {
+        self.unit.serve_samples(samples, texels)
+    }
+
     fn interpolate(
         &mut self,
         lane: usize,

@@ -155,6 +155,66 @@ impl TexelLoads<'_> {
     }
 }
 
+/// The samples of one `texture_sample` instruction whose lanes all sample
+/// one texture through one sampler at the level of detail their quads'
+/// derivatives give, without a bias, minimum, comparison, gather or LOD
+/// query (what a fragment shader's plain `texture()` is): served for the
+/// whole SIMD-group at once, each lane's exactly as its
+/// [`TextureSamples::request`] would be.
+#[derive(Debug, Clone, Copy)]
+pub struct TextureSamples<'a> {
+    /// The texture.
+    pub texture: TextureHandle,
+    /// The sampler.
+    pub sampler: SamplerIndex,
+    /// Dimension code (0 `tex_1d` .. 8 `tex_2d_ms_array`).
+    pub dim: u32,
+    /// The sampling lanes, a bit each.
+    pub lanes: u32,
+    /// The coordinate registers of every lane present (the derivatives
+    /// of a quad take its lanes that do not sample too).
+    pub coords: &'a [[u32; 4]; LANES],
+    /// Each lane's texel offsets (x, y, z).
+    pub offsets: &'a [[i32; 3]; LANES],
+    /// Which components are wanted.
+    pub mask: u8,
+    /// The destination registers are 16-bit.
+    pub half: bool,
+}
+
+impl TextureSamples<'_> {
+    /// The difference of each coordinate between lane `lane`'s quad
+    /// neighbours across `axis` (1: x, the lane's row; 2: y, its column):
+    /// the second of the pair minus the first.
+    fn derivative(&self, lane: usize, axis: usize) -> [f32; 3] {
+        let (hi, lo) = (self.coords[lane | axis], self.coords[lane & !axis]);
+        [0, 1, 2].map(|k| f32::from_bits(hi[k]) - f32::from_bits(lo[k]))
+    }
+
+    /// Lane `lane`'s sample as a request.
+    pub fn request(&self, lane: usize) -> TextureRequest {
+        TextureRequest {
+            load: false,
+            texture: self.texture,
+            sampler: self.sampler,
+            dim: self.dim,
+            coords: self.coords[lane],
+            lod: LodArgument::Auto {
+                ddx: self.derivative(lane, 1),
+                ddy: self.derivative(lane, 2),
+                bias: 0.0,
+            },
+            compare: None,
+            mask: self.mask,
+            half: self.half,
+            offset_texels: self.offsets[lane],
+            gather: None,
+            min_lod: None,
+            query_lod: false,
+        }
+    }
+}
+
 /// A store of one lane's texel to an image.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ImageWrite {
@@ -263,6 +323,19 @@ pub trait ShaderIo {
     ) -> Result<(), IoError> {
         let requests = std::array::from_fn(|lane| {
             (loads.lanes & (1 << lane) != 0).then(|| loads.request(lane))
+        });
+        self.texture(&requests, texels)
+    }
+
+    /// Serves the samples of one instruction: as [`ShaderIo::texture`]
+    /// of each lane's request, which the default does.
+    fn texture_samples(
+        &mut self,
+        samples: &TextureSamples<'_>,
+        texels: &mut [[u32; 4]; LANES],
+    ) -> Result<(), IoError> {
+        let requests = std::array::from_fn(|lane| {
+            (samples.lanes & (1 << lane) != 0).then(|| samples.request(lane))
         });
         self.texture(&requests, texels)
     }

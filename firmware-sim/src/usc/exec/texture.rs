@@ -7,7 +7,7 @@ use agx_hw::isa::{Op, Operand, RegRun, Size, Value};
 use super::{lanes, unsupported, Env, ExecError, Flow, Operands, SimdGroup, GPRS, LANES, UNIFORMS};
 use crate::usc::float::half_to_f32;
 use crate::usc::io::{
-    BlockStore, ImageWrite, LodArgument, TexelLoads, TextureHandle, TextureRequest,
+    BlockStore, ImageWrite, LodArgument, TexelLoads, TextureHandle, TextureRequest, TextureSamples,
 };
 use crate::usc::trace::LaneAccess;
 
@@ -229,6 +229,47 @@ impl SimdGroup {
                 };
                 (lane, request)
             });
+            self.texture_results(data, exec, mask, sparse, &texels, traced);
+            return Ok(());
+        }
+        // A sample of one texture through one sampler at the level of
+        // detail the derivatives give (a plain `texture()`): served for the
+        // SIMD-group at once.
+        if let (false, None, false, Some(texture), Some(sampler), false, 0) = (
+            load,
+            gather,
+            query_lod,
+            same_texture,
+            same_sampler,
+            shadow,
+            lod_mode,
+        ) {
+            let mut offsets = [[0i32; 3]; LANES];
+            if has_offset {
+                for lane in lanes(exec) {
+                    offsets[lane] = packed_offsets(self, lane);
+                }
+            }
+            if exec == 0 {
+                return Ok(());
+            }
+            let samples = TextureSamples {
+                texture,
+                sampler,
+                dim,
+                lanes: exec,
+                coords: &all_coords,
+                offsets: &offsets,
+                mask,
+                half,
+            };
+            let mut texels = [[0u32; 4]; LANES];
+            env.io
+                .texture_samples(&samples, &mut texels)
+                .map_err(|error| ExecError::Io { pc, error })?;
+            let traced = self
+                .traced_in(exec)
+                .map(|lane| (lane, samples.request(lane)));
             self.texture_results(data, exec, mask, sparse, &texels, traced);
             return Ok(());
         }
