@@ -412,6 +412,7 @@ const GRID_LSB: i32 = -8;
 const GRID_TOP: i32 = 6;
 
 impl IterPoint {
+    #[inline(always)]
     pub(crate) fn new(x: f32, y: f32) -> IterPoint {
         // Scaling by a power of two is exact, and the scaled value (below
         // 2^14 in magnitude) converts to an integer exactly when it is
@@ -480,6 +481,7 @@ impl TilePlane {
     /// smallest term's 2^lsb below 2^(top + 2), so at most 53 bits when
     /// `top + 2 - lsb <= 53`. Elsewhere (and for infinities and NaNs)
     /// `iterate` rounds through sum-to-odd.
+    #[inline(always)]
     pub(crate) fn at(&self, point: &IterPoint) -> f32 {
         match *self {
             TilePlane::Flat(bits) => f32::from_bits(bits),
@@ -488,10 +490,18 @@ impl TilePlane {
                 exact_on_grid: true,
                 ..
             } if point.on_grid => plain_sum(words, point),
-            TilePlane::Plane { words, .. } => self
-                .exact_sum(point)
-                .unwrap_or_else(|| iterate(words, point.x, point.y)),
+            TilePlane::Plane { .. } => self.off_grid(point),
         }
+    }
+
+    /// [`TilePlane::at`] of a plane off the grid (or not exact on it).
+    #[inline(never)]
+    fn off_grid(&self, point: &IterPoint) -> f32 {
+        let TilePlane::Plane { words, .. } = *self else {
+            return self.at(point);
+        };
+        self.exact_sum(point)
+            .unwrap_or_else(|| iterate(words, point.x, point.y))
     }
 
     /// A plane's value at `point` where f64 holds it exactly, rounded.

@@ -418,9 +418,8 @@ impl SimdGroup {
     pub fn reset(&mut self, pc: u64, present: u32) {
         // Only the registers written can be other than zero (a clear's
         // program writes 4 of the 128).
-        for register in self.regs.iter_mut().take(self.written_cells) {
-            *register = [0; LANES];
-        }
+        let written = self.written_cells.min(self.regs.len());
+        self.regs[..written].fill([0; LANES]);
         self.written_cells = 0;
         self.present = present;
         self.exec = present;
