@@ -337,37 +337,45 @@ impl ShaderIo for TileIo<'_, '_> {
         count: usize,
         interpolation: crate::usc::io::Interpolation,
         perspective_w: Option<u32>,
-        values: &mut [[f32; 4]; LANES],
+        values: &mut [[f32; LANES]; 4],
     ) -> Result<(), IoError> {
         // As `interpolate` lane by lane, with each primitive's registers
         // made ready for the tile once for the lanes that follow it (a
         // SIMD-group's lanes are its primitives' quads in turn).
         let origin = self.coefficient_origin();
         let count = count.min(4);
-        let mut planes: Option<(u16, [TilePlane; 4], Option<TilePlane>)> = None;
-        for lane in (0..LANES).filter(|l| lanes & (1 << l) != 0) {
+        let mut kept_piece = None;
+        let mut varying = [TilePlane::Flat(0); 4];
+        let mut w = None;
+        let mut remaining = lanes;
+        while remaining != 0 {
+            let lane = remaining.trailing_zeros() as usize;
+            remaining &= remaining - 1;
             let piece = self.lane_pieces[lane];
-            let (_, varying, w) = match planes {
-                Some(ref kept) if kept.0 == piece => kept,
-                _ => {
-                    let mut varying = [TilePlane::Flat(0); 4];
-                    for (i, plane) in varying.iter_mut().enumerate().take(count) {
-                        *plane = TilePlane::new(self.coefficient(lane, cf + i as u32), origin);
-                    }
-                    let w = perspective_w
-                        .map(|w_cf| TilePlane::new(self.coefficient(lane, w_cf), origin));
-                    planes.insert((piece, varying, w))
+            if kept_piece != Some(piece) {
+                for (i, plane) in varying.iter_mut().enumerate().take(count) {
+                    *plane = TilePlane::new(self.coefficient(lane, cf + i as u32), origin);
                 }
+                w = perspective_w.map(|w_cf| TilePlane::new(self.coefficient(lane, w_cf), origin));
+                kept_piece = Some(piece);
+            }
+            let (x, y) = match interpolation {
+                crate::usc::io::Interpolation::Center => self.centre(lane),
+                other => self.interpolation_point(lane, other),
             };
-            let (x, y) = self.interpolation_point(lane, interpolation);
             let point = IterPoint::new(x - origin.0 as f32, y - origin.1 as f32);
-            let w = w.map(|w| w.at(&point));
-            for (value, plane) in values[lane].iter_mut().zip(&varying[..count]) {
-                let v = plane.at(&point);
-                *value = match w {
-                    Some(w) => v / w,
-                    None => v,
-                };
+            match &w {
+                Some(w) => {
+                    let w = w.at(&point);
+                    for (component, plane) in values.iter_mut().zip(&varying[..count]) {
+                        component[lane] = plane.at(&point) / w;
+                    }
+                }
+                None => {
+                    for (component, plane) in values.iter_mut().zip(&varying[..count]) {
+                        component[lane] = plane.at(&point);
+                    }
+                }
             }
         }
         Ok(())

@@ -400,10 +400,10 @@ pub trait ShaderIo {
         Err(IoError::Unavailable("the varying interpolator"))
     }
 
-    /// [`ShaderIo::interpolate`] for each lane of `lanes`, lane `l`'s
-    /// values into `values[l]`, with the same `cf` and interpolation in
-    /// every lane; the first lane's error is the instruction's. By default
-    /// lane by lane.
+    /// [`ShaderIo::interpolate`] for each lane of `lanes`, component `c`
+    /// of lane `l` into `values[c][l]` (a register's lanes together),
+    /// with the same `cf` and interpolation in every lane; the first
+    /// lane's error is the instruction's. By default lane by lane.
     fn interpolate_lanes(
         &mut self,
         lanes: u32,
@@ -411,10 +411,13 @@ pub trait ShaderIo {
         count: usize,
         interpolation: Interpolation,
         perspective_w: Option<u32>,
-        values: &mut [[f32; 4]; super::LANES],
+        values: &mut [[f32; super::LANES]; 4],
     ) -> Result<(), IoError> {
         for lane in (0..super::LANES).filter(|l| lanes & (1 << l) != 0) {
-            values[lane] = self.interpolate(lane, cf, count, interpolation, perspective_w)?;
+            let lane_values = self.interpolate(lane, cf, count, interpolation, perspective_w)?;
+            for (component, value) in values.iter_mut().zip(lane_values) {
+                component[lane] = value;
+            }
         }
         Ok(())
     }

@@ -113,7 +113,7 @@ impl SimdGroup {
                 if let Some(interpolation) = shared {
                     // The same register and point rule in every lane: the
                     // lanes at once, each register written for the mask.
-                    let mut values = [[0f32; 4]; LANES];
+                    let mut values = [[0f32; LANES]; 4];
                     env.io
                         .interpolate_lanes(
                             exec,
@@ -124,9 +124,8 @@ impl SimdGroup {
                             &mut values,
                         )
                         .map_err(|error| ExecError::Io { pc, error })?;
-                    for i in 0..count.min(4) {
-                        let component = values.map(|lane| lane[i]);
-                        self.write_floats(data.reg(i as u16), exec, &component);
+                    for (i, component) in values.iter().enumerate().take(count.min(4)) {
+                        self.write_floats(data.reg(i as u16), exec, component);
                     }
                     return Ok(Flow::Next);
                 }
