@@ -157,6 +157,25 @@ impl<'a> GpuVm<'a> {
         Ok(t.pa)
     }
 
+    /// Takes the translations `other`, a clone of this context, cached
+    /// since it was made (for the same page tables: none after a change
+    /// to them), so that clones made from this one next start with them: a
+    /// unit's clone walks the pages of what it reads (a texture's), which
+    /// the units cloned after it would walk again.
+    pub fn keep_translations(&self, other: &GpuVm<'_>) {
+        let generation = self.tlb_generation.load(Ordering::Relaxed);
+        let same_context = std::ptr::addr_eq(self.memory, other.memory) && self.root == other.root;
+        if !same_context || other.tlb_generation.load(Ordering::Relaxed) != generation {
+            return;
+        }
+        for (mine, theirs) in self.tlb.iter().zip(&other.tlb) {
+            let entry = theirs.load(Ordering::Relaxed);
+            if entry != 0 {
+                mine.store(entry, Ordering::Relaxed);
+            }
+        }
+    }
+
     /// Physical memory.
     pub fn memory(&self) -> &'a (dyn PhysicalMemory + Sync) {
         self.memory

@@ -702,25 +702,9 @@ impl TextureUnit<'_> {
         xy: [(i64, i64); 4],
         out: &mut [[u32; 4]; 4],
     ) -> Result<(), IoError> {
+        let mut kept = image.texels.borrow_mut();
+        let mut lines = image.lines.borrow_mut();
         let word_table = image.byte_channels().filter(|_| image.element_bytes == 4);
-        let (mut kept, mut lines) = (image.texels.borrow_mut(), image.lines.borrow_mut());
-        let caches = (&mut *kept, &mut *lines);
-        self.pixel_texels_through(image, caches, word_table, (level, layer), xy, out)
-    }
-
-    /// [`TextureUnit::pixel_texels`] through the image's kept texels and
-    /// lines, borrowed by the caller, with the image's `word_table`
-    /// ([`TextureUnit::pixel_element`]).
-    #[inline(always)]
-    fn pixel_texels_through(
-        &self,
-        image: &Image,
-        (kept, lines): (&mut SampledTexels, &mut TexelLines),
-        word_table: Option<&ByteChannels>,
-        (level, layer): (u32, u32),
-        xy: [(i64, i64); 4],
-        out: &mut [[u32; 4]; 4],
-    ) -> Result<(), IoError> {
         for (texel, (x, y)) in out.iter_mut().zip(xy) {
             let (x, y) = (x as u32, y as u32);
             let key = SampledTexels::key(level, x, y, layer);
@@ -736,7 +720,7 @@ impl TextureUnit<'_> {
                 .offset(level, x, y, layer)
                 .ok_or_else(|| invalid(format!("texel ({x}, {y}) of level {level}")))?;
             let address = image.texture.address.wrapping_add(offset);
-            self.pixel_element(image, lines, word_table, address, texel)?;
+            self.pixel_element(image, &mut lines, word_table, address, texel)?;
             // Kept only once read: a texel that faults is read (and
             // faults) again.
             if let Some((key, slot)) = key {
@@ -1073,9 +1057,16 @@ impl TextureUnit<'_> {
         let height = i64::from((t.height >> level).max(1));
         let swizzle = swizzle_table(image);
         let word_table = image.byte_channels().filter(|_| image.element_bytes == 4);
-        // The image's kept texels and lines, borrowed until a lane on the
-        // border samples as any sample does (which borrows them itself).
-        let mut caches = None;
+        // The texels this instruction read, of the one level and layer,
+        // each in the slot of its position's low three bits with its key
+        // `x | y << 16` (no key of a position inside the level has the
+        // top bit set, which marks an empty slot).
+        let mut keys = [u32::MAX; SAMPLED_TEXELS];
+        let mut kept = [[0u32; 4]; SAMPLED_TEXELS];
+        let keyed = width <= 1 << 15 && height <= 1 << 15;
+        // The image's lines, borrowed until a lane on the border samples
+        // as any sample does (which borrows them itself).
+        let mut borrowed = None;
         for lane in lanes {
             let coords = samples.coords[lane];
             let (mut s, mut u) = (f32::from_bits(coords[0]), f32::from_bits(coords[1]));
@@ -1097,27 +1088,39 @@ impl TextureUnit<'_> {
             let (floor_u, floor_v) = (floor_f32(u), floor_f32(v));
             let (x0, y0) = (floor_u as i64, floor_v as i64);
             let (x1, y1) = (x0.saturating_add(1), y0.saturating_add(1));
-            let (Some(x0), Some(x1), Some(y0), Some(y1)) = (
+            let (true, Some(x0), Some(x1), Some(y0), Some(y1)) = (
+                keyed,
                 wrap(sampler.wrap_s, x0, width),
                 wrap(sampler.wrap_s, x1, width),
                 wrap(sampler.wrap_t, y0, height),
                 wrap(sampler.wrap_t, y1, height),
             ) else {
-                caches = None;
+                borrowed = None;
                 texels[lane] = self.request(image, Some(&state), &samples.request(lane))?;
                 continue;
             };
-            let (kept, lines) =
-                caches.get_or_insert_with(|| (image.texels.borrow_mut(), image.lines.borrow_mut()));
+            let lines = borrowed.get_or_insert_with(|| image.lines.borrow_mut());
             let mut quad = [[0u32; 4]; 4];
-            self.pixel_texels_through(
-                image,
-                (&mut *kept, &mut *lines),
-                word_table,
-                (level, 0),
-                [(x0, y0), (x1, y0), (x0, y1), (x1, y1)],
-                &mut quad,
-            )?;
+            for (texel, (x, y)) in quad
+                .iter_mut()
+                .zip([(x0, y0), (x1, y0), (x0, y1), (x1, y1)])
+            {
+                let (x, y) = (x as u32, y as u32);
+                let (key, slot) = (x | y << 16, ((x & 7) | (y & 7) << 3) as usize);
+                if keys[slot] == key {
+                    *texel = kept[slot];
+                    continue;
+                }
+                // As `pixel_texels` reads it.
+                let offset = image
+                    .layout
+                    .offset(level, x, y, 0)
+                    .ok_or_else(|| invalid(format!("texel ({x}, {y}) of level {level}")))?;
+                let address = t.address.wrapping_add(offset);
+                self.pixel_element(image, lines, word_table, address, texel)?;
+                keys[slot] = key;
+                kept[slot] = *texel;
+            }
             let (fx, fy) = (u - floor_u, v - floor_v);
             let [t00, t10, t01, t11] = &quad;
             let mut raw = [0; 5];

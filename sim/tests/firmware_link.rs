@@ -92,3 +92,58 @@ fn unmapping_shoots_down_the_gpu_tlb() {
     let fault = vm.translate(va + 16, Access::GpuRead).unwrap_err();
     assert_eq!(fault.va, va + 16, "the stale entry was not used");
 }
+
+/// A copy of a context warmed before an unmap hands nothing stale back:
+/// the translations a unit's copy cached are kept by the context it was
+/// cloned from only while the page tables are those they were cached for.
+#[test]
+fn translations_kept_from_a_copy_never_outlive_an_unmap() {
+    let ram = Ram::new(64 << 20).unwrap();
+    let pool = Arc::new(PagePool::new(ram.clone()));
+    let mut tables = PageTables::new(Arc::clone(&pool)).unwrap();
+    let objects = [
+        ram.allocate(PAGE_BYTES).unwrap(),
+        ram.allocate(PAGE_BYTES).unwrap(),
+    ];
+    let rw = Permissions {
+        gpu_read: true,
+        gpu_write: true,
+        ..Permissions::default()
+    };
+    let va = 0x1_0000_0000;
+    for (page, object) in objects.iter().enumerate() {
+        tables
+            .set(va + page as u64 * PAGE_BYTES, 1, |_| {
+                uat::page_pte(object.pa(), rw, UatMemAttr::Cached).unwrap()
+            })
+            .unwrap();
+    }
+    let vm = GpuVm::new(&ram, tables.root_pa());
+    // Kept while the tables stand: the copy's translation of the second
+    // page, then the context's own, agree.
+    let copy = vm.clone();
+    assert_eq!(
+        copy.translate(va + PAGE_BYTES, Access::GpuRead).unwrap(),
+        objects[1].pa()
+    );
+    vm.keep_translations(&copy);
+    assert_eq!(
+        vm.translate(va + PAGE_BYTES, Access::GpuRead).unwrap(),
+        objects[1].pa()
+    );
+    // A copy warmed on the first page before it is unmapped; the context
+    // meets the new tables first, then is handed the copy's entries.
+    let stale = vm.clone();
+    assert_eq!(
+        stale.translate(va, Access::GpuRead).unwrap(),
+        objects[0].pa()
+    );
+    tables.set(va, 1, |_| 0).unwrap();
+    assert_eq!(
+        vm.translate(va + PAGE_BYTES, Access::GpuRead).unwrap(),
+        objects[1].pa()
+    );
+    vm.keep_translations(&stale);
+    let fault = vm.translate(va + 8, Access::GpuRead).unwrap_err();
+    assert_eq!(fault.va, va + 8, "the copy's stale entry was not kept");
+}

@@ -53,7 +53,7 @@ pub(super) struct TileIo<'a, 'b> {
     /// Helper lanes: they run for derivatives, their outputs are dropped.
     pub(super) helpers: u32,
     /// The texture unit.
-    pub(super) unit: TextureUnit<'b>,
+    pub(super) unit: &'a TextureUnit<'b>,
     /// Per pixel of the tile: the samples the shader killed (sample_mask
     /// clearing their coverage, or a failed zs_emit depth test).
     pub(super) killed: &'a mut [u32],

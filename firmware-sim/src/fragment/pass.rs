@@ -201,6 +201,7 @@ pub(crate) fn render_scene(
     let tiles = tiles_x * tiles_y * u64::from(render.layers);
     let shader_code = ctx.shader_code.clone();
     let scratch = || Worker {
+        vm: vm.clone(),
         cache: ProgramCache::with_code(shader_code.clone()),
         shaders: std::collections::HashMap::new(),
         tile: Tilebuffer::new(pass.tile, samples, sample_bytes),
@@ -224,7 +225,12 @@ pub(crate) fn render_scene(
             let layer = (index / (tiles_x * tiles_y)) as u32;
             let ty = (index / tiles_x % tiles_y) as u32;
             let tx = (index % tiles_x) as u32;
-            pass.render_tile(vm.clone(), worker, (layer, tx, ty))
+            // The worker's copy, lent to the tile (which borrows the
+            // worker too) and taken back.
+            let tile_vm = std::mem::replace(&mut worker.vm, vm.clone());
+            let result = pass.render_tile(&tile_vm, worker, (layer, tx, ty));
+            worker.vm = tile_vm;
+            result
         },
         |worker| worker.helper.end(&mut vm.clone(), &pass.watchdog),
     )?;
@@ -260,7 +266,11 @@ pub(super) struct Pass<'a> {
 }
 
 /// One worker's tile memory and caches.
-pub(super) struct Worker {
+pub(super) struct Worker<'v> {
+    /// The command's memory as this worker's tiles read it: one copy for
+    /// all of them, so that its translation cache keeps the pages every
+    /// tile reads (the scene's lists, the targets, the textures).
+    pub(super) vm: GpuVm<'v>,
     pub(super) cache: ProgramCache,
     /// Fragment setups by state. Counted without atomics: a worker and
     /// its setups stay on its thread, and every binned primitive takes a
@@ -492,7 +502,7 @@ impl Pass<'_> {
     /// out, eot.
     fn render_tile(
         &self,
-        vm: GpuVm<'_>,
+        vm: &GpuVm<'_>,
         w: &mut Worker,
         (layer, tx, ty): (u32, u32, u32),
     ) -> Result<(), EngineResult> {
@@ -513,7 +523,7 @@ impl Pass<'_> {
         let primitives = {
             let (scene_x, scene_y) = (tx * tile_w / tiler::TILE_PX, ty * tile_h / tiler::TILE_PX);
             let index = u64::from(scene_y) * u64::from(scene.header.tiles_x) + u64::from(scene_x);
-            let mut primitives = tile_primitives(&vm, scene, index)?;
+            let mut primitives = tile_primitives(vm, scene, index)?;
             if render.layers > 1 {
                 let mut flags = [0u8; 4];
                 let mut on_layer = Vec::with_capacity(primitives.len());
@@ -540,7 +550,7 @@ impl Pass<'_> {
         let origin = (tx * tile_w, ty * tile_h);
         let tile = &mut w.tile;
         tile.colour.bytes.fill(0);
-        self.zls_planes.load(&vm, tile, (tx, ty), layer)?;
+        self.zls_planes.load(vm, tile, (tx, ty), layer)?;
         // The debugger's watched pixel, if it is in this tile.
         let watch = self.watchdog.probe.and_then(|probe| {
             let (px, py) = probe.watched_pixel()?;
@@ -598,7 +608,7 @@ impl Pass<'_> {
         )| {
             run_tile_program(
                 &self.watchdog,
-                &vm,
+                vm,
                 &mut w.cache,
                 binding,
                 TileState {
@@ -914,7 +924,7 @@ impl Pass<'_> {
             }
             if let std::collections::hash_map::Entry::Vacant(e) = w.shaders.entry(state) {
                 let setup = fragment_setup(
-                    &vm,
+                    vm,
                     self.usc_exec_base,
                     render,
                     scene,
@@ -1062,7 +1072,7 @@ impl Pass<'_> {
             // An opaque primitive's shader waits: its samples that passed
             // are tagged with it, replacing the tags of what it hides.
             if shader.is_some() {
-                let bindings = entry.cf_bindings(&vm, self.usc_exec_base)?;
+                let bindings = entry.cf_bindings(vm, self.usc_exec_base)?;
                 let coefficients = setup_coefficients(bindings, ppp, &vertices, extras)?;
                 if defer {
                     let tag = deferred.len() as u32;
@@ -1117,7 +1127,7 @@ impl Pass<'_> {
         }
         flush_in_order(w, &mut in_order)?;
         resolve(w, &mut deferred)?;
-        self.zls_planes.store(&vm, &w.tile, (tx, ty), layer)?;
+        self.zls_planes.store(vm, &w.tile, (tx, ty), layer)?;
         if let Some(watch) = watch {
             let samples = w.tile.colour.samples as usize;
             let first = (watch.pixel.1 * tile_w + watch.pixel.0) as usize * samples;

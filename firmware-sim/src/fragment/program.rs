@@ -286,7 +286,7 @@ pub(super) fn run_tile_program(
             pieces,
             lane_pieces,
             helpers: helper_lanes,
-            unit: unit.clone(),
+            unit: &unit,
             killed: &mut *killed,
             sample_positions,
             pending_depth: &mut *pending_depth,
@@ -309,6 +309,10 @@ pub(super) fn run_tile_program(
             stage,
         )?;
     }
+    // What the texture unit and the shader's memory accesses walked, for
+    // the programs after this one.
+    vm.keep_translations(&unit.vm);
+    vm.keep_translations(&memory);
     Ok(())
 }
 
