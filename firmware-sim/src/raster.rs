@@ -220,6 +220,25 @@ fn stepped_coverage(
         });
     }
     let offsets = &offsets[..samples.len()];
+    if let [offset] = offsets {
+        // One sample a pixel: its offset folded into the row's values.
+        let mut row: [i64; 3] = std::array::from_fn(|k| row[k] + offset[k]);
+        for ty in y0..=y1 {
+            let mut e = row;
+            for tx in x0..=x1 {
+                if (e[0] > 0) & (e[1] > 0) & (e[2] > 0) {
+                    out.push(((tx as u32, ty as u32), 1));
+                }
+                for k in 0..3 {
+                    e[k] -= step_x[k];
+                }
+            }
+            for k in 0..3 {
+                row[k] += step_y[k];
+            }
+        }
+        return;
+    }
     for ty in y0..=y1 {
         let mut e = row;
         for tx in x0..=x1 {

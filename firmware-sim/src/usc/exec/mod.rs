@@ -469,6 +469,26 @@ impl SimdGroup {
         }
     }
 
+    /// [`SimdGroup::write_lanes`] of each lane's `value(lane)`: a 32-bit
+    /// register's lanes written straight, without the array of values.
+    #[inline(always)]
+    pub(super) fn write_lanes_of(&mut self, reg: Reg, exec: u32, value: impl Fn(usize) -> u32) {
+        if reg.size != Size::S32 {
+            let mut values = [0u64; LANES];
+            for lane in lanes(exec) {
+                values[lane] = u64::from(value(lane));
+            }
+            self.write_lanes(reg, exec, &values);
+            return;
+        }
+        let r = usize::from(reg.half / 2);
+        self.written_cells = self.written_cells.max(r + 1);
+        let cells = &mut self.regs[r];
+        for lane in lanes(exec) {
+            cells[lane] = value(lane);
+        }
+    }
+
     /// Writes a register in a lane (truncating to its size).
     pub fn write(&mut self, reg: Reg, lane: usize, value: u64) {
         let r = usize::from(reg.half / 2);

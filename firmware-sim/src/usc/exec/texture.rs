@@ -400,11 +400,7 @@ impl SimdGroup {
         }
         let mut position = 0;
         for c in (0..4).filter(|c| mask & (1 << c) != 0) {
-            let mut values = [0u64; LANES];
-            for lane in lanes(exec) {
-                values[lane] = u64::from(texels[lane][c]);
-            }
-            self.write_lanes(data.reg(position), exec, &values);
+            self.write_lanes_of(data.reg(position), exec, |lane| texels[lane][c]);
             position += 1;
         }
         // The residency code follows the texel: 0, resident (Mesa's
