@@ -431,6 +431,23 @@ const GRID_LSB: i32 = -8;
 const GRID_TOP: i32 = 6;
 
 impl IterPoint {
+    /// A pixel's centre (x, y) from the coefficients' origin: a whole
+    /// pixel coordinate plus a half, less the origin's, all exact in f32
+    /// (they are far below 2^23), so a multiple of 1/2 and on the grid
+    /// wherever it lies within the grid's reach; [`IterPoint::new`] without
+    /// the test of the fraction.
+    #[inline(always)]
+    pub(crate) fn centre(x: f32, y: f32) -> IterPoint {
+        const LIMIT: f32 = (1u32 << GRID_TOP) as f32;
+        let point = IterPoint {
+            x,
+            y,
+            on_grid: x.abs() < LIMIT && y.abs() < LIMIT,
+        };
+        debug_assert_eq!(point.on_grid, IterPoint::new(x, y).on_grid);
+        point
+    }
+
     #[inline(always)]
     pub(crate) fn new(x: f32, y: f32) -> IterPoint {
         // Scaling by a power of two is exact, and the scaled value (below

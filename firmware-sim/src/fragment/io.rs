@@ -359,11 +359,16 @@ impl ShaderIo for TileIo<'_, '_> {
                 w = perspective_w.map(|w_cf| TilePlane::new(self.coefficient(lane, w_cf), origin));
                 kept_piece = Some(piece);
             }
-            let (x, y) = match interpolation {
-                crate::usc::io::Interpolation::Center => self.centre(lane),
-                other => self.interpolation_point(lane, other),
+            let point = match interpolation {
+                crate::usc::io::Interpolation::Center => {
+                    let (x, y) = self.centre(lane);
+                    IterPoint::centre(x - origin.0 as f32, y - origin.1 as f32)
+                }
+                other => {
+                    let (x, y) = self.interpolation_point(lane, other);
+                    IterPoint::new(x - origin.0 as f32, y - origin.1 as f32)
+                }
             };
-            let point = IterPoint::new(x - origin.0 as f32, y - origin.1 as f32);
             match &w {
                 Some(w) => {
                     let w = w.at(&point);
