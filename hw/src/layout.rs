@@ -52,8 +52,28 @@ fn spread(v: u32) -> u64 {
     (x | (x << 1)) & 0x5555_5555_5555_5555
 }
 
-/// The Z-order index of (x, y) within a tile.
+/// [`spread`] of each byte value, worked out at compile time.
+static SPREAD_BYTE: [u16; 256] = {
+    let mut table = [0u16; 256];
+    let mut value = 0usize;
+    while value < 256 {
+        let mut bit = 0;
+        while bit < 8 {
+            table[value] |= (((value >> bit) & 1) as u16) << (2 * bit);
+            bit += 1;
+        }
+        value += 1;
+    }
+    table
+};
+
+/// The Z-order index of (x, y) within a tile: by table for coordinates
+/// below 256 (every tile's), else by [`spread`].
+#[inline]
 pub fn morton(x: u32, y: u32) -> u64 {
+    if (x | y) < 256 {
+        return u64::from(SPREAD_BYTE[x as usize]) | u64::from(SPREAD_BYTE[y as usize]) << 1;
+    }
     spread(x) | (spread(y) << 1)
 }
 
@@ -890,6 +910,17 @@ mod tests {
         assert_eq!(morton(3, 3), 15);
         assert_eq!(morton(4, 0), 16);
         assert_eq!(morton(127, 0), 0b01_0101_0101_0101);
+    }
+
+    #[test]
+    fn morton_by_table_is_morton_by_spreading() {
+        for y in 0..256u32 {
+            for x in 0..256u32 {
+                assert_eq!(morton(x, y), spread(x) | spread(y) << 1, "({x}, {y})");
+            }
+        }
+        assert_eq!(morton(256, 0), 1 << 16);
+        assert_eq!(morton(0, 256), 1 << 17);
     }
 
     #[test]
