@@ -68,7 +68,7 @@ static SPREAD_BYTE: [u16; 256] = {
 };
 
 /// The Z-order index of (x, y) within a tile: by table for coordinates
-/// below 256 (every tile's), else by [`spread`].
+/// below 256 (every tile's), else by spreading each coordinate's bits.
 #[inline]
 pub fn morton(x: u32, y: u32) -> u64 {
     if (x | y) < 256 {
