@@ -183,6 +183,12 @@ impl SimdGroup {
                 [0; 3]
             }
         };
+        let mut offsets = [[0i32; 3]; LANES];
+        if has_offset {
+            for lane in lanes(exec) {
+                offsets[lane] = packed_offsets(self, lane);
+            }
+        }
         // A load of one texture at explicit levels, without a gather or a
         // LOD query (tile reloads, `texelFetch`): served for the
         // SIMD-group at once.
@@ -190,17 +196,11 @@ impl SimdGroup {
             (load, gather, query_lod, same_texture, lod_mode)
         {
             let mut levels = [0u32; LANES];
-            let mut offsets = [[0i32; 3]; LANES];
             // A load's level is the low 16 bits of its register.
             if let (2 | 6, Operand::Value(v)) = (lod_mode, lod_operand) {
                 let (raw, _) = self.gather_raw(v, env.uniforms);
                 for lane in lanes(exec) {
                     levels[lane] = u32::from(raw[lane] as u16);
-                }
-            }
-            if has_offset {
-                for lane in lanes(exec) {
-                    offsets[lane] = packed_offsets(self, lane);
                 }
             }
             if exec == 0 {
@@ -244,12 +244,6 @@ impl SimdGroup {
             shadow,
             lod_mode,
         ) {
-            let mut offsets = [[0i32; 3]; LANES];
-            if has_offset {
-                for lane in lanes(exec) {
-                    offsets[lane] = packed_offsets(self, lane);
-                }
-            }
             if exec == 0 {
                 return Ok(());
             }
@@ -347,7 +341,7 @@ impl SimdGroup {
                 compare: shadow.then(|| f32::from_bits(self.read(extra.first, lane) as u32)),
                 mask,
                 half,
-                offset_texels: packed_offsets(self, lane),
+                offset_texels: offsets[lane],
                 gather,
                 min_lod,
                 query_lod,
