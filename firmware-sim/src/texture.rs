@@ -1031,8 +1031,8 @@ impl TextureUnit<'_> {
     /// and the sampler read once. Where every lane reads one level through
     /// the bilinear filter (`bilinear_level`), a lane whose 2x2 footprint
     /// lies inside the image after the wrap modes is filtered here, with
-    /// the swizzle worked out once and the image's kept texels and lines
-    /// borrowed once.
+    /// the swizzle worked out once, the texels read kept in a table of the
+    /// instruction's own and the image's lines borrowed once.
     pub fn serve_samples(
         &self,
         samples: &TextureSamples<'_>,
