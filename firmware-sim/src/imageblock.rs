@@ -229,6 +229,20 @@ impl Imageblock {
         Ok((format, offset, fits))
     }
 
+    /// The byte offset in the record of a whole unorm8 element that
+    /// `access` stores from 32-bit registers into this single-sampled
+    /// block (the common `st_tile` of a colour); `None` for any other
+    /// access or block.
+    pub fn whole_unorm8_offset(&self, access: &TileAccess) -> Option<usize> {
+        if self.samples != 1 || access.half || access.mask & 0xF != 0xF {
+            return None;
+        }
+        match self.element(access) {
+            Ok((ElementFormat::Unorm8, offset, fits)) if fits & 0xF == 0xF => Some(offset),
+            _ => None,
+        }
+    }
+
     /// The first sample of `mask` (sample 0 if none): the one a load
     /// reads.
     pub fn first_sample(&self, mask: u32) -> u32 {

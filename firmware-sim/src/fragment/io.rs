@@ -447,6 +447,42 @@ impl ShaderIo for TileIo<'_, '_> {
         access: &TileAccess,
         values: &[[u32; 4]; LANES],
     ) -> Result<(), IoError> {
+        let storing = lanes & !self.helpers;
+        let (width, height) = (self.tile.colour.width_px, self.tile.colour.height_px);
+        let storing_lanes = || (0..LANES).filter(move |lane| storing & (1 << lane) != 0);
+        if let Some(offset) = self.tile.colour.whole_unorm8_offset(access) {
+            if storing_lanes().all(|lane| self.lanes[lane].0 < width && self.lanes[lane].1 < height)
+            {
+                // Every storing lane's pixel inside a single-sampled block
+                // and a whole unorm8 element (nothing that can fail): as
+                // below and `store_elements_at`'s unorm8 branch, each
+                // lane's bytes written as it comes, each distinct value
+                // converted once.
+                let record_bytes = self.tile.colour.sample_bytes as usize;
+                let mut last: Option<([u32; 4], [u8; 4])> = None;
+                for lane in storing_lanes() {
+                    let (x, y) = self.lanes[lane];
+                    let p = (y * width + x) as usize;
+                    let coverage = self.coverage.get(p).copied().unwrap_or(u32::MAX);
+                    if access.sample_mask & coverage & !self.killed[p] & 1 == 0 {
+                        continue;
+                    }
+                    let bytes = match last {
+                        Some((kept, bytes)) if kept == values[lane] => bytes,
+                        _ => {
+                            last.insert((
+                                values[lane],
+                                crate::usc::formats::unorm8_element(values[lane]),
+                            ))
+                            .1
+                        }
+                    };
+                    let at = p * record_bytes + offset;
+                    self.tile.colour.bytes[at..at + 4].copy_from_slice(&bytes);
+                }
+                return Ok(());
+            }
+        }
         // As `tile_store` for each lane, the element looked up once (when
         // the first lane that stores reaches it, so errors come in the
         // same order): the lanes before a failing one store, then the
