@@ -229,6 +229,24 @@ impl Imageblock {
         Ok((format, offset, fits))
     }
 
+    /// Writes the whole unorm8 element of `values` (32-bit registers) at
+    /// byte `at` of the block, converting each distinct value once: `last`
+    /// keeps the last values converted and their bytes (a reload stores a
+    /// colour per pixel, a clear one colour).
+    #[inline(always)]
+    pub fn put_unorm8(
+        &mut self,
+        at: usize,
+        values: [u32; 4],
+        last: &mut Option<([u32; 4], [u8; 4])>,
+    ) {
+        let bytes = match *last {
+            Some((kept, bytes)) if kept == values => bytes,
+            _ => last.insert((values, formats::unorm8_element(values))).1,
+        };
+        self.bytes[at..at + 4].copy_from_slice(&bytes);
+    }
+
     /// The byte offset in the record of a whole unorm8 element that
     /// `access` stores from 32-bit registers into this single-sampled
     /// block (the common `st_tile` of a colour); `None` for any other
@@ -310,19 +328,12 @@ impl Imageblock {
             return;
         }
         if format == ElementFormat::Unorm8 && !access.half {
-            // Each distinct value converted once (a reload stores a
-            // colour per pixel, a clear one colour).
-            let mut last: Option<([u32; 4], [u8; 4])> = None;
+            let mut last = None;
             for &((x, y), samples, values) in stores {
                 if samples & 1 == 0 {
                     continue;
                 }
-                let bytes = match last {
-                    Some((kept, bytes)) if kept == values => bytes,
-                    _ => last.insert((values, formats::unorm8_element(values))).1,
-                };
-                let at = self.record(x, y, 0) + offset;
-                self.bytes[at..at + 4].copy_from_slice(&bytes);
+                self.put_unorm8(self.record(x, y, 0) + offset, values, &mut last);
             }
             return;
         }

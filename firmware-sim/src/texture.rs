@@ -240,8 +240,14 @@ impl SampledTexels {
         }
         let key =
             u64::from(x) | u64::from(y) << 16 | u64::from(layer) << 32 | u64::from(level) << 48;
-        let slot = ((x & 7) | (y & 7) << 3) as usize % SAMPLED_TEXELS;
-        Some((key, slot))
+        Some((key, SampledTexels::slot(x, y)))
+    }
+
+    /// The slot of texel (x, y): the low three bits of each, so that an
+    /// 8x8 neighbourhood (a SIMD-group's footprints) never collides.
+    #[inline(always)]
+    fn slot(x: u32, y: u32) -> usize {
+        ((x & 7) | (y & 7) << 3) as usize
     }
 }
 
@@ -1106,7 +1112,7 @@ impl TextureUnit<'_> {
                 .zip([(x0, y0), (x1, y0), (x0, y1), (x1, y1)])
             {
                 let (x, y) = (x as u32, y as u32);
-                let (key, slot) = (x | y << 16, ((x & 7) | (y & 7) << 3) as usize);
+                let (key, slot) = (x | y << 16, SampledTexels::slot(x, y));
                 if keys[slot] == key {
                     *texel = kept[slot];
                     continue;

@@ -456,10 +456,9 @@ impl ShaderIo for TileIo<'_, '_> {
                 // Every storing lane's pixel inside a single-sampled block
                 // and a whole unorm8 element (nothing that can fail): as
                 // below and `store_elements_at`'s unorm8 branch, each
-                // lane's bytes written as it comes, each distinct value
-                // converted once.
+                // lane's bytes written as it comes (`put_unorm8`).
                 let record_bytes = self.tile.colour.sample_bytes as usize;
-                let mut last: Option<([u32; 4], [u8; 4])> = None;
+                let mut last = None;
                 for lane in storing_lanes() {
                     let (x, y) = self.lanes[lane];
                     let p = (y * width + x) as usize;
@@ -467,18 +466,8 @@ impl ShaderIo for TileIo<'_, '_> {
                     if access.sample_mask & coverage & !self.killed[p] & 1 == 0 {
                         continue;
                     }
-                    let bytes = match last {
-                        Some((kept, bytes)) if kept == values[lane] => bytes,
-                        _ => {
-                            last.insert((
-                                values[lane],
-                                crate::usc::formats::unorm8_element(values[lane]),
-                            ))
-                            .1
-                        }
-                    };
                     let at = p * record_bytes + offset;
-                    self.tile.colour.bytes[at..at + 4].copy_from_slice(&bytes);
+                    self.tile.colour.put_unorm8(at, values[lane], &mut last);
                 }
                 return Ok(());
             }

@@ -201,7 +201,7 @@ pub(crate) fn render_scene(
     let tiles = tiles_x * tiles_y * u64::from(render.layers);
     let shader_code = ctx.shader_code.clone();
     let scratch = || Worker {
-        vm: vm.clone(),
+        vm: None,
         cache: ProgramCache::with_code(shader_code.clone()),
         shaders: std::collections::HashMap::new(),
         tile: Tilebuffer::new(pass.tile, samples, sample_bytes),
@@ -226,10 +226,10 @@ pub(crate) fn render_scene(
             let ty = (index / tiles_x % tiles_y) as u32;
             let tx = (index % tiles_x) as u32;
             // The worker's copy, lent to the tile (which borrows the
-            // worker too) and taken back.
-            let tile_vm = std::mem::replace(&mut worker.vm, vm.clone());
+            // worker too) and taken back; made by its first tile.
+            let tile_vm = worker.vm.take().unwrap_or_else(|| vm.clone());
             let result = pass.render_tile(&tile_vm, worker, (layer, tx, ty));
-            worker.vm = tile_vm;
+            worker.vm = Some(tile_vm);
             result
         },
         |worker| worker.helper.end(&mut vm.clone(), &pass.watchdog),
@@ -270,7 +270,7 @@ pub(super) struct Worker<'v> {
     /// The command's memory as this worker's tiles read it: one copy for
     /// all of them, so that its translation cache keeps the pages every
     /// tile reads (the scene's lists, the targets, the textures).
-    pub(super) vm: GpuVm<'v>,
+    pub(super) vm: Option<GpuVm<'v>>,
     pub(super) cache: ProgramCache,
     /// Fragment setups by state. Counted without atomics: a worker and
     /// its setups stay on its thread, and every binned primitive takes a
