@@ -20,7 +20,7 @@ impl SimdGroup {
                 let d = o.dst(0)?.reg;
                 let sr = o.int(1)? as u32;
                 let mut values = [0u64; LANES];
-                match self.special.get(sr).filter(|_| !matches!(sr, 52 | 56..=59)) {
+                match self.special.get(sr).filter(|_| !from_lane_and_mask(sr)) {
                     // A register the dispatch set: its lanes as they are.
                     Some(set) => {
                         for lane in lanes(exec) {
@@ -40,6 +40,8 @@ impl SimdGroup {
         Ok(Flow::Next)
     }
 
+    /// Special register `sr`'s value in `lane`: what the dispatch set, or
+    /// what the lane and the execution mask give ([`from_lane_and_mask`]).
     pub(super) fn special_register(
         &self,
         sr: u32,
@@ -63,4 +65,11 @@ impl SimdGroup {
             },
         })
     }
+}
+
+/// Whether `special_register` works special register `sr` out from the
+/// lane and the execution mask (the lane's index, the quad's and the
+/// group's active counts), whatever the dispatch set.
+fn from_lane_and_mask(sr: u32) -> bool {
+    matches!(sr, 52 | 56..=59)
 }
