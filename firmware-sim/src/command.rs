@@ -74,10 +74,10 @@ impl<'a> RunContext<'a> {
     /// `buffer_id` ([`FirmwareServices::grow_tvb`]) with the calling
     /// thread counted out of the command while it waits: the answer comes
     /// through the firmware thread, which may be suspending this command
-    /// meanwhile ([`Preemption::waiting_for_firmware`]).
+    /// meanwhile ([`Preemption::waiting`]).
     pub fn grow_tvb(&self, buffer_id: u32, blocks_wanted: u64) -> Option<u64> {
         self.preemption
-            .waiting_for_firmware(|| self.services.grow_tvb(buffer_id, blocks_wanted))
+            .waiting(|| self.services.grow_tvb(buffer_id, blocks_wanted))
     }
 
     /// The command's GPU context with its user half rooted at `root`.

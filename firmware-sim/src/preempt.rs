@@ -124,13 +124,24 @@ impl Preemption {
         self.cond.notify_all();
     }
 
-    /// Runs `wait`, a wait for the firmware itself (a grow request's
-    /// answer, which the firmware thread reads, and cannot while it waits
-    /// for the command to park), with the calling thread counted out, so
-    /// that a suspension asked for meanwhile completes without it; then
-    /// counts it back in as [`Preemption::joined`] does, first waiting
-    /// out that suspension. The thread runs no GPU work inside `wait`.
-    pub fn waiting_for_firmware<T>(&self, wait: impl FnOnce() -> T) -> T {
+    /// Counts in `count` threads the calling thread is about to start
+    /// beside itself: it goes on running GPU work (each started thread
+    /// counts itself out as it ends, [`ForkedThread`]).
+    pub fn fork_beside(&self, count: usize) {
+        let mut state = self.lock();
+        state.threads += count;
+        self.cond.notify_all();
+    }
+
+    /// Runs `wait`, a wait in which the calling thread runs no GPU work:
+    /// for the firmware itself (a grow request's answer, which the
+    /// firmware thread reads, and cannot while it waits for the command
+    /// to park) or for another of the command's threads (which may park
+    /// meanwhile). The calling thread is counted out, so that a
+    /// suspension asked for meanwhile completes without it; then counted
+    /// back in as [`Preemption::joined`] does, first waiting out that
+    /// suspension.
+    pub fn waiting<T>(&self, wait: impl FnOnce() -> T) -> T {
         self.fork(0);
         let answer = wait();
         self.joined();
@@ -301,7 +312,7 @@ mod tests {
         let command = {
             let (preemption, ran_after) = (Arc::clone(&preemption), Arc::clone(&ran_after));
             std::thread::spawn(move || {
-                let blocks = preemption.waiting_for_firmware(|| answered.recv().unwrap());
+                let blocks = preemption.waiting(|| answered.recv().unwrap());
                 ran_after.store(blocks, Ordering::Release);
                 preemption.check_point();
                 preemption.finish();

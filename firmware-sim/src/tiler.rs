@@ -642,14 +642,15 @@ const GROUPS_PER_THREAD_MIN: usize = 16;
 /// Runs the vertex shader for `vertex_ids` (one instance) into `out`,
 /// `stride` words a vertex (not all 256 slots a shader may name: zeroing
 /// those was a tenth of the serial vertex work); every output a shader
-/// does not store is 0. With `parallel` (a program whose SIMD-groups
-/// cannot reach each other or memory, [`crate::shader::packs_primitives`],
-/// and needs no stacks) a batch of enough groups is shared out, in
-/// contiguous runs, among the stage's threads; the first failing group's
-/// result, in group order, is the batch's.
+/// does not store is 0. With `threads` above 1 (only for a program whose
+/// SIMD-groups cannot reach each other or memory,
+/// [`crate::shader::packs_primitives`], and needs no stacks) a batch of
+/// enough groups is shared out, in contiguous runs, among up to that
+/// many threads; the first failing group's result, in group order, is
+/// the batch's.
 fn shade_vertices(
     shading: &Shading<'_, '_>,
-    (cores, parallel): (&mut VertexCores, bool),
+    (cores, threads): (&mut VertexCores, usize),
     helper: &mut StageHelper,
     vertex_ids: &[u32],
     out: &mut Vec<u32>,
@@ -658,11 +659,7 @@ fn shade_vertices(
     out.clear();
     out.resize(vertex_ids.len() * stride, 0);
     let groups = vertex_ids.len().div_ceil(LANES);
-    let threads = if parallel {
-        cores.threads.min(groups / GROUPS_PER_THREAD_MIN)
-    } else {
-        1
-    };
+    let threads = threads.min(groups / GROUPS_PER_THREAD_MIN);
     while cores.others.len() + 1 < threads {
         cores
             .others
@@ -683,19 +680,26 @@ fn shade_vertices(
         return Ok(());
     };
     let (cache, others) = (&mut cores.cache, &mut cores.others);
+    let preemption = shading.watchdog.preemption;
     std::thread::scope(|scope| {
         let shade = &shade;
         let handles: Vec<_> = parts
             .zip(others.iter_mut())
             .map(|((ids, out), cache)| {
-                // (No stacks: the program has no spill bucket.)
-                scope.spawn(move || shade(ids, out, cache, &mut StageHelper::new(None, 0, 0)))
+                // Counted in as the command's threads, so that a
+                // suspension waits for them to park too.
+                preemption.fork_beside(1);
+                scope.spawn(move || {
+                    let _counted_out = crate::preempt::ForkedThread(preemption);
+                    // (No stacks: the program has no spill bucket.)
+                    shade(ids, out, cache, &mut StageHelper::new(None, 0, 0))
+                })
             })
             .collect();
         let mut result = shade(first_ids, first_out, cache, helper);
         for handle in handles {
-            let joined = handle
-                .join()
+            let joined = preemption
+                .waiting(|| handle.join())
                 .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
             if result.is_ok() {
                 result = joined;
@@ -1573,60 +1577,203 @@ pub fn draw<'a>(
     // has no index to compare).
     let restart = (draw.restart && draw.indices.is_some()).then_some(state.restart_index);
     let outputs = state.outputs.max(4) as usize;
-    for instance in 0..draw.instances {
-        // An instance costs a unit even when it has no primitives, so a
-        // draw of 2^32 empty instances meets the watchdog too.
-        if instance.is_multiple_of(TRIANGLE_STRIDE as u32) {
-            watchdog.charge(TRIANGLE_STRIDE as u64);
-            if watchdog.expired() {
-                return Err(EngineResult::Timeout);
-            }
-        }
-        let mut assembler = Assembler::new(topology, state.provoking_first);
-        let mut next_index = 0u64;
-        // The primitive's id counts the draw's primitives of this
-        // instance.
-        let mut next_id = 0u32;
-        let mut batch: Vec<([u32; 3], usize)> = Vec::with_capacity(BATCH_PRIMITIVES);
-        loop {
-            // Stream the draw's indices (or vertex numbers) into
-            // primitives, a batch at a time.
-            let done = next_index >= u64::from(draw.count);
-            if !done {
-                let chunk = (u64::from(draw.count) - next_index).min(INDEX_CHUNK);
-                for raw in read_indices(&vm, draw, next_index, chunk)? {
-                    if restart == Some(raw) {
-                        assembler.end_run(&mut |p| batch.push(p));
-                    } else {
-                        assembler.push(raw.wrapping_add(draw.start), &mut |p| batch.push(p));
-                    }
-                }
-                next_index += chunk;
-            } else {
-                assembler.end_run(&mut |p| batch.push(p));
-            }
-            if batch.len() >= BATCH_PRIMITIVES || (done && !batch.is_empty()) {
-                let first_id = next_id;
-                next_id = next_id.wrapping_add(batch.len() as u32);
-                shade_and_bin(
-                    &vm,
-                    (&mut *cores, parallel),
-                    watchdog,
-                    helper,
-                    (&binding, state, &ppp, (&flat, &linear), outputs, instance),
-                    (&batch, first_id),
-                    binner,
-                    pc,
-                    on_overflow,
-                )?;
-                batch.clear();
-            }
-            if done {
-                break;
-            }
-        }
+    let assembly = Assembly {
+        vm: &vm,
+        watchdog,
+        draw,
+        topology,
+        restart,
+        provoking_first: state.provoking_first,
+    };
+    let shading = |instance| Shading {
+        vm: &vm,
+        watchdog,
+        binding: &binding,
+        sampler_heap: state.sampler_heap,
+        instance,
+        draw: pc,
+        stride: outputs,
+    };
+    let outputs_of = BinOutputs {
+        ppp: &ppp,
+        flat: &flat,
+        linear: &linear,
+        stride: outputs,
+    };
+    // A draw of more indices than a batch has primitives (likely more
+    // than one batch) whose SIMD-groups may be shared out is shaded a
+    // batch ahead on another thread while this one bins.
+    let indices = u64::from(draw.count).saturating_mul(u64::from(draw.instances));
+    if parallel && indices > BATCH_PRIMITIVES as u64 {
+        return shade_ahead(
+            &assembly,
+            &shading,
+            cores,
+            &outputs_of,
+            binner,
+            pc,
+            on_overflow,
+        );
     }
-    Ok(())
+    let threads = if parallel { cores.threads } else { 1 };
+    assembly.batches(&mut |batch, first_id, instance| {
+        let shaded = shade_batch(
+            &shading(instance),
+            (&mut *cores, threads),
+            helper,
+            batch,
+            first_id,
+        )?;
+        bin_batch(&shaded, &outputs_of, watchdog, binner, pc, on_overflow)
+    })
+}
+
+/// Shades and bins a draw's batches on two threads, as the hardware's
+/// vertex shading runs ahead of its tiler: while this thread bins a
+/// batch, another shades the next one (with the stage's other threads,
+/// if it has more than two). What is binned, and the first failure
+/// reported, are as one thread shading and binning each batch in turn
+/// would have them: results are taken in batch order, and a batch's
+/// binning failure is reported before the next batch's shading failure.
+/// Only for a program whose SIMD-groups may be shared out
+/// ([`crate::shader::packs_primitives`]): its shading stores nothing in
+/// memory, so running it early changes nothing a partial render, or a
+/// later batch, sees.
+fn shade_ahead<'a, 's, 'v: 's>(
+    assembly: &Assembly<'_, '_>,
+    shading: &(impl Fn(u32) -> Shading<'s, 'v> + Sync),
+    cores: &mut VertexCores,
+    outputs: &BinOutputs<'_>,
+    binner: &mut Binner<'a>,
+    pc: u64,
+    on_overflow: &mut dyn FnMut(&mut Binner<'a>) -> Result<(), EngineResult>,
+) -> Result<(), EngineResult> {
+    let watchdog = assembly.watchdog;
+    let preemption = watchdog.preemption;
+    let shading_threads = cores.threads.saturating_sub(1).max(1);
+    std::thread::scope(|scope| {
+        let (jobs, job_queue) = std::sync::mpsc::channel::<(Vec<AssembledPrimitive>, u32, u32)>();
+        let (shaded_tx, shaded) = std::sync::mpsc::channel();
+        preemption.fork_beside(1);
+        let shader = scope.spawn(move || {
+            let _counted_out = crate::preempt::ForkedThread(preemption);
+            // (No stacks: the program has no spill bucket.)
+            let mut helper = StageHelper::new(None, 0, 0);
+            // (Counted out while it waits for a job: this thread may be
+            // parked meanwhile.)
+            while let Ok((batch, first_id, instance)) =
+                preemption.waiting(|| crate::workers::recv_soon(&job_queue))
+            {
+                let result = shade_batch(
+                    &shading(instance),
+                    (&mut *cores, shading_threads),
+                    &mut helper,
+                    batch,
+                    first_id,
+                );
+                if shaded_tx.send(result).is_err() {
+                    break;
+                }
+            }
+        });
+        // The shading thread's result for the batch it was given last.
+        // (If it has ended it panicked: the join below resumes that
+        // panic, so the stand-in error is never reported.)
+        let take = || {
+            preemption
+                .waiting(|| crate::workers::recv_soon(&shaded))
+                .unwrap_or(Err(EngineResult::Cancelled))
+        };
+        let mut in_flight = false;
+        let mut binned = assembly.batches(&mut |batch, first_id, instance| {
+            let previous = in_flight.then(take);
+            // The shading thread runs while it has a job: it is given the
+            // next before this one bins.
+            let _ = jobs.send((batch, first_id, instance));
+            in_flight = true;
+            match previous {
+                Some(shaded) => bin_batch(&shaded?, outputs, watchdog, binner, pc, on_overflow),
+                None => Ok(()),
+            }
+        });
+        if binned.is_ok() && in_flight {
+            binned = take()
+                .and_then(|shaded| bin_batch(&shaded, outputs, watchdog, binner, pc, on_overflow));
+        }
+        drop(jobs);
+        preemption
+            .waiting(|| shader.join())
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        binned
+    })
+}
+
+/// A primitive as assembled: its vertex ids and how many of them it has
+/// (1 to 3).
+type AssembledPrimitive = ([u32; 3], usize);
+
+/// What assembling a draw's primitives reads.
+struct Assembly<'s, 'a> {
+    vm: &'s GpuVm<'a>,
+    watchdog: &'s Watchdog<'a>,
+    draw: &'s Draw,
+    topology: Topology,
+    restart: Option<u32>,
+    provoking_first: bool,
+}
+
+impl Assembly<'_, '_> {
+    /// Streams each instance's primitives, in order, to `each` in batches
+    /// of up to [`BATCH_PRIMITIVES`], with the first one's id (counting
+    /// the instance's primitives) and the instance.
+    fn batches(
+        &self,
+        each: &mut dyn FnMut(Vec<AssembledPrimitive>, u32, u32) -> Result<(), EngineResult>,
+    ) -> Result<(), EngineResult> {
+        let draw = self.draw;
+        for instance in 0..draw.instances {
+            // An instance costs a unit even when it has no primitives, so
+            // a draw of 2^32 empty instances meets the watchdog too.
+            if instance.is_multiple_of(TRIANGLE_STRIDE as u32) {
+                self.watchdog.charge(TRIANGLE_STRIDE as u64);
+                if self.watchdog.expired() {
+                    return Err(EngineResult::Timeout);
+                }
+            }
+            let mut assembler = Assembler::new(self.topology, self.provoking_first);
+            let mut next_index = 0u64;
+            let mut next_id = 0u32;
+            let mut batch: Vec<AssembledPrimitive> = Vec::with_capacity(BATCH_PRIMITIVES);
+            loop {
+                // Stream the draw's indices (or vertex numbers) into
+                // primitives, a batch at a time.
+                let done = next_index >= u64::from(draw.count);
+                if !done {
+                    let chunk = (u64::from(draw.count) - next_index).min(INDEX_CHUNK);
+                    for raw in read_indices(self.vm, draw, next_index, chunk)? {
+                        if self.restart == Some(raw) {
+                            assembler.end_run(&mut |p| batch.push(p));
+                        } else {
+                            assembler.push(raw.wrapping_add(draw.start), &mut |p| batch.push(p));
+                        }
+                    }
+                    next_index += chunk;
+                } else {
+                    assembler.end_run(&mut |p| batch.push(p));
+                }
+                if batch.len() >= BATCH_PRIMITIVES || (done && !batch.is_empty()) {
+                    let first_id = next_id;
+                    next_id = next_id.wrapping_add(batch.len() as u32);
+                    let full = std::mem::replace(&mut batch, Vec::with_capacity(BATCH_PRIMITIVES));
+                    each(full, first_id, instance)?;
+                }
+                if done {
+                    break;
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 /// A batch's distinct vertex ids in the order they first appear, and each
@@ -1690,42 +1837,73 @@ const DENSE_SPAN_PER_ID: u64 = 8;
 /// Indices read from the index buffer at a time.
 const INDEX_CHUNK: u64 = 4096;
 
+/// A batch of primitives with their vertices shaded.
+struct ShadedBatch {
+    /// The primitives.
+    batch: Vec<AssembledPrimitive>,
+    /// The first one's id.
+    first_id: u32,
+    /// Each primitive's vertices as slots of `shaded`.
+    slots: Vec<[usize; 3]>,
+    /// The distinct vertices' outputs, the shading's `stride` words a
+    /// vertex.
+    shaded: Vec<u32>,
+}
+
 /// Shades the distinct vertices of a batch of primitives once (like the
 /// hardware's post-transform cache: a vertex shader is a function of its
-/// ids) and clips, culls and bins the primitives; the first has id
-/// `first_id`.
-#[allow(clippy::too_many_arguments, clippy::type_complexity)]
-fn shade_and_bin<'a>(
-    vm: &GpuVm<'_>,
-    (cores, parallel): (&mut VertexCores, bool),
-    watchdog: &Watchdog<'_>,
+/// ids), on up to `threads` threads when the program's SIMD-groups may
+/// be shared out.
+fn shade_batch(
+    shading: &Shading<'_, '_>,
+    (cores, threads): (&mut VertexCores, usize),
     helper: &mut StageHelper,
-    (binding, state, ppp, (flat, linear), outputs, instance): (
-        &Binding,
-        &VertexState,
-        &PppState,
-        (&[(usize, usize)], &[usize]),
-        usize,
-        u32,
-    ),
-    (batch, first_id): (&[([u32; 3], usize)], u32),
+    batch: Vec<AssembledPrimitive>,
+    first_id: u32,
+) -> Result<ShadedBatch, EngineResult> {
+    let (unique, slots) = distinct_vertices(&batch);
+    let mut shaded = Vec::new();
+    shade_vertices(shading, (cores, threads), helper, &unique, &mut shaded)?;
+    Ok(ShadedBatch {
+        batch,
+        first_id,
+        slots,
+        shaded,
+    })
+}
+
+/// What binning a shaded batch needs besides it: the PPP state, the
+/// outputs the fragment shader reads flat and without perspective
+/// ([`BoundOutputs`]), and the words kept a vertex.
+struct BinOutputs<'s> {
+    ppp: &'s PppState,
+    flat: &'s [(usize, usize)],
+    linear: &'s [usize],
+    stride: usize,
+}
+
+/// Clips, culls and bins a shaded batch's primitives.
+fn bin_batch<'a>(
+    shaded: &ShadedBatch,
+    outputs: &BinOutputs<'_>,
+    watchdog: &Watchdog<'_>,
     binner: &mut Binner<'a>,
     pc: u64,
     on_overflow: &mut dyn FnMut(&mut Binner<'a>) -> Result<(), EngineResult>,
 ) -> Result<(), EngineResult> {
-    let (unique, slots) = distinct_vertices(batch);
-    let mut shaded = Vec::new();
-    let shading = Shading {
-        vm,
-        watchdog,
-        binding,
-        sampler_heap: state.sampler_heap,
-        instance,
-        draw: pc,
-        stride: outputs,
-    };
-    shade_vertices(&shading, (cores, parallel), helper, &unique, &mut shaded)?;
-    let vertex = |slot: usize| &shaded[slot * outputs..(slot + 1) * outputs];
+    let BinOutputs {
+        ppp,
+        flat,
+        linear,
+        stride,
+    } = *outputs;
+    let ShadedBatch {
+        batch,
+        first_id,
+        slots,
+        shaded,
+    } = shaded;
+    let vertex = |slot: usize| &shaded[slot * stride..(slot + 1) * stride];
     // Triangles with nothing to carry over (flat values, the primitive
     // id) or clip against but the depth range may be binned straight from
     // the shaded words ([`bin_unclipped_triangle`]).
@@ -1749,7 +1927,7 @@ fn shade_and_bin<'a>(
             .collect(),
         corner: Some(corner),
     };
-    for (k, ((_, n), at)) in batch.iter().zip(&slots).enumerate() {
+    for (k, ((_, n), at)) in batch.iter().zip(slots).enumerate() {
         let id = first_id.wrapping_add(k as u32);
         match n {
             1 => bin_point(binner, ppp, clip(at[0], 0), id, pc, on_overflow)?,

@@ -92,6 +92,34 @@ pub fn run_items_then<S>(
     }
 }
 
+/// How long [`recv_soon`] polls before it blocks.
+const POLL_BEFORE_BLOCKING: std::time::Duration = std::time::Duration::from_millis(1);
+
+/// Receives a message another of the command's threads is about to
+/// send (within a batch's work): polls for up to
+/// [`POLL_BEFORE_BLOCKING`], yielding the host CPU to any other runnable
+/// thread, before blocking. A thread blocked in the kernel, woken on an
+/// idle CPU (a virtual machine's above all), started up to half a
+/// millisecond later, as long as shading a batch of vertices takes: the
+/// threads shading and binning a draw took turns instead of running side
+/// by side.
+pub(crate) fn recv_soon<T>(
+    receiver: &std::sync::mpsc::Receiver<T>,
+) -> Result<T, std::sync::mpsc::RecvError> {
+    use std::sync::mpsc::{RecvError, TryRecvError};
+    let polling_since = std::time::Instant::now();
+    loop {
+        match receiver.try_recv() {
+            Ok(message) => return Ok(message),
+            Err(TryRecvError::Disconnected) => return Err(RecvError),
+            Err(TryRecvError::Empty) if polling_since.elapsed() >= POLL_BEFORE_BLOCKING => {
+                return receiver.recv();
+            }
+            Err(TryRecvError::Empty) => std::hint::spin_loop(),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

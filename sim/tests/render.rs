@@ -2305,6 +2305,63 @@ fn vertex_groups_shared_among_threads_fault_at_the_first_faulting_vertex() {
     }
 }
 
+/// A draw shaded a batch ahead of its binning (two threads or more)
+/// does what one thread shading and binning each batch in turn does: in
+/// the layered scene, whose first partial render comes while its third
+/// batch of 4096 triangles is binned, the fourth batch has vertices that
+/// fault. Whatever the threads, the partial render runs (its tiles are
+/// stored) before the draw ends with the vertices' fault, though the
+/// fourth batch was shaded meanwhile. (With those vertices in the third
+/// batch instead, nothing is stored: that partial render is the first.)
+#[test_log::test]
+fn a_draw_shaded_ahead_faults_after_binning_what_came_before() {
+    const UNMAPPED: u64 = 0x7_0000_0000;
+    let mut stored = Vec::new();
+    for gpu_threads in [1, 2, 3] {
+        let m = Machine::with_config(SystemConfig {
+            gpu_threads,
+            ..machine_config(5000)
+        });
+        let render = layered_pass(&m, false, true);
+        // Vertices 6500 and 6600: in the fourth batch (the third's reach
+        // vertex 65 * 65 + 33 * 65 = 6370).
+        let mut uniforms = pair(DATA_VA + BIG_VERTICES);
+        uniforms.extend(pair(DATA_VA + BIG_VERTICES + 16));
+        uniforms.extend([6500, 6600]);
+        uniforms.extend(pair(UNMAPPED));
+        m.program(
+            &faulting_vs(),
+            0x3000,
+            0xC0,
+            &uniforms,
+            UNIFORMS + 0x200,
+            0,
+            None,
+        );
+        assert_eq!(
+            m.submit(CmdType::Render, render.as_bytes()),
+            Some(Errno::EIO),
+            "{gpu_threads} threads"
+        );
+        let (address, unit, _) = m.system.device().scheduler().stats().last_fault.unwrap();
+        assert_eq!(
+            (address, unit),
+            (
+                UNMAPPED + 32 * 6500,
+                agx_fwif::messages::FaultUnit::Usc as u32
+            ),
+            "{gpu_threads} threads"
+        );
+        stored.push(image(&m, SIZE as usize));
+    }
+    assert!(
+        stored[0].iter().any(|&byte| byte != 0),
+        "the partial render stored its tiles"
+    );
+    assert!(stored[0] == stored[1], "1 and 2 threads");
+    assert!(stored[0] == stored[2], "1 and 3 threads");
+}
+
 /// COLOUR_FS that discards pixels left of x = u1.
 const DISCARD_FS: &str = "
     get_sr r10, sr80
