@@ -65,6 +65,10 @@ impl Clone for GpuVm<'_> {
     }
 }
 
+/// The host's cache line (x86-64's, most hosts'): what one prefetch
+/// brings in.
+const HOST_LINE_BYTES: u64 = 64;
+
 impl<'a> GpuVm<'a> {
     /// The context rooted at `root`.
     pub fn new(memory: &'a (dyn PhysicalMemory + Sync), root: PhysAddr) -> GpuVm<'a> {
@@ -121,6 +125,26 @@ impl<'a> GpuVm<'a> {
             done += chunk;
         }
         Ok(())
+    }
+
+    /// Tells the host that the `len_bytes` at user-half address `va` are
+    /// about to be read: a prefetch of each of their cache lines on
+    /// `va`'s page ([`agx_hw::host::HostWindow::prefetch`]). A hint,
+    /// which does nothing for an address that does not translate.
+    pub fn prefetch(&self, va: u64, len_bytes: u64) {
+        let (Ok(pa), Some(window)) = (
+            self.translate(va, Access::GpuRead),
+            self.memory.host_window(),
+        ) else {
+            return;
+        };
+        let on_page = len_bytes.min(PAGE_BYTES - va % PAGE_BYTES);
+        let first_line = pa.get() & !(HOST_LINE_BYTES - 1);
+        let mut line = first_line;
+        while line < pa.get() + on_page {
+            window.prefetch(line);
+            line += HOST_LINE_BYTES;
+        }
     }
 
     /// Translates user-half address `va` for `access` (a GPU read or

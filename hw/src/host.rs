@@ -85,6 +85,29 @@ impl<'a> HostWindow<'a> {
         )
     }
 
+    /// Tells the host CPU that the bytes at physical address `pa` are
+    /// about to be read: a prefetch of their cache line, when `pa` lies
+    /// in the window (on x86-64; elsewhere nothing). A hint only: nothing
+    /// is read, and nothing can fault.
+    pub fn prefetch(&self, pa: u64) {
+        let Some(offset) = pa
+            .checked_sub(self.pa_start)
+            .filter(|offset| *offset < self.len_bytes)
+        else {
+            return;
+        };
+        #[cfg(target_arch = "x86_64")]
+        {
+            let line = self.base.as_ptr().wrapping_add(offset as usize);
+            // SAFETY: a prefetch is a hint: it makes no architectural
+            // access and cannot fault, whatever the address; the `sse`
+            // feature it needs is part of the x86-64 baseline.
+            unsafe {
+                std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(line.cast())
+            };
+        }
+    }
+
     /// The window's name, unique in the process.
     pub fn id(&self) -> u64 {
         self.id

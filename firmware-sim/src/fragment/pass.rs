@@ -306,6 +306,14 @@ pub(super) struct Worker<'v> {
 /// A sample no deferred primitive is visible at.
 const NO_TAG: u32 = u32::MAX;
 
+/// How many primitive records ahead of the one it reads a tile's pass
+/// has the host prefetch.
+const RECORDS_PREFETCHED_AHEAD: usize = 4;
+
+/// The bytes of a record prefetched: the head and a triangle of
+/// position and 1/w and four varyings a vertex.
+const RECORD_BYTES_PREFETCHED: u64 = 8 + 3 * 4 * 8;
+
 /// An opaque primitive whose shading waits for the hidden-surface
 /// removal: its shader runs, once, at the samples it is still visible at
 /// when the tile's tags are resolved.
@@ -866,7 +874,14 @@ impl Pass<'_> {
         let mut bytes = Vec::new();
         let mut record = Vec::new();
         let mut rasterized = Vec::new();
-        for primitive in primitives {
+        for (index, &primitive) in primitives.iter().enumerate() {
+            // The records were written long before (the whole scene's
+            // may not fit the host's caches): the host is told a few
+            // records ahead which it will read (head and vertices, most
+            // often within two cache lines).
+            if let Some(&ahead) = primitives.get(index + RECORDS_PREFETCHED_AHEAD) {
+                vm.prefetch(ahead, RECORD_BYTES_PREFETCHED);
+            }
             // The record's head: state index and flags (back-facing, and
             // how many varyings each vertex carries).
             let mut head = [0u8; 8];
