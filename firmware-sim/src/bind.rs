@@ -58,6 +58,10 @@ pub struct Binding {
     /// (`shader::special_registers_read`; `None` inside: the
     /// scan could not tell).
     pub special_reads: std::sync::OnceLock<Option<[u64; 4]>>,
+    /// Whether every lane of the program stores the same values and does
+    /// nothing else, once a stage has asked
+    /// (`shader::stores_the_same_in_every_lane`).
+    pub same_in_every_lane: std::sync::OnceLock<bool>,
 }
 
 impl Binding {
@@ -112,6 +116,7 @@ pub fn bind(
         spill_bucket: 0,
         sampler_stride_bytes: 8,
         special_reads: std::sync::OnceLock::new(),
+        same_in_every_lane: std::sync::OnceLock::new(),
     }
     .with_sampler_states(samplers.states);
     let mut have_code = false;

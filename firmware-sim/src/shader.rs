@@ -309,6 +309,40 @@ fn walk_to_stop(
     .unwrap_or(false)
 }
 
+/// Whether every lane of a SIMD-group running the program at `code`
+/// stores the same values, and storing them at its own pixel is all it
+/// does: straight-line code (no `if`, jump or call) to its first `stop`
+/// of `wait`s, `st_tile`s at the lane's pixel, and ALU instructions the
+/// compiled engine translates other than memory accesses and exec-mask
+/// updates (pure functions of registers, uniforms and immediates; every
+/// register starts at zero in every lane, and no special register or
+/// other lane is read). A clear's background program is one. False for
+/// an instruction the scan cannot read or a program longer than [`walk`]
+/// goes.
+pub(crate) fn stores_the_same_in_every_lane(vm: &GpuVm<'_>, code: u64) -> bool {
+    use agx_hw::isa::Op;
+    walk(vm, code, |_, ins| match ins.op {
+        Op::Stop => Some(true),
+        Op::Wait => None,
+        Op::StTile if ins.int(7) == Some(0) => None,
+        Op::GetSr
+        | Op::IfIcmp
+        | Op::IfFcmp
+        | Op::PopExec
+        | Op::JmpExecAny
+        | Op::JmpExecNone
+        | Op::JmpIfSkippingDoorbell => Some(false),
+        _ if agx_jit::supports(ins, false)
+            && !agx_jit::accesses_memory(ins)
+            && !agx_jit::updates_exec_mask(ins) =>
+        {
+            None
+        }
+        _ => Some(false),
+    })
+    .unwrap_or(false)
+}
+
 /// The special registers a program reads (`get_sr`), one bit each (256),
 /// following the code as [`packs_primitives`] does ([`walk_to_stop`]).
 /// `None` when the scan cannot tell: an instruction it cannot read, a

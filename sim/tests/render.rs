@@ -14,7 +14,7 @@ use agx_hw::formats::{
 };
 use agx_hw::Format;
 use agx_kmd::Errno;
-use agx_sim::SystemConfig;
+use agx_sim::{ShaderEngine, SystemConfig};
 use agx_uapi::asahi::{BgEot, CmdRender, CmdType, RenderFlags};
 use common::machine::*;
 use zerocopy::{FromZeros, IntoBytes};
@@ -2360,6 +2360,60 @@ fn a_draw_shaded_ahead_faults_after_binning_what_came_before() {
     );
     assert!(stored[0] == stored[1], "1 and 2 threads");
     assert!(stored[0] == stored[2], "1 and 3 threads");
+}
+
+/// A fragment shader whose lanes all store the same colour (u1-u3,
+/// alpha u0) and do nothing else.
+const CONSTANT_FS: &str = "
+    mov r2, u1
+    mov r3, u2
+    mov r4, u3
+    mov r5, u0
+    st_tile r2_r3_r4_r5, u8norm, 0, xyzw, 0, 255, r0, 0
+    stop";
+
+/// Programs whose lanes all store the same values (the clear, a constant
+/// colour) run one SIMD-group per run on the compiled engine, the others
+/// getting its stores: the image is the interpreter's, bit for bit (each
+/// lane's coverage, helpers and depth test applied).
+#[test_log::test]
+fn programs_storing_the_same_in_every_lane_draw_what_the_interpreter_draws() {
+    let triangles: [Coloured; 3] = [
+        ([[3.0, 5.0], [60.0, 9.0], [20.0, 58.0]], 0.5, [0.0; 3]),
+        ([[40.0, 2.0], [63.5, 40.0], [10.0, 30.0]], 0.25, [0.0; 3]),
+        ([[33.0, 33.0], [34.5, 33.0], [33.0, 34.5]], 0.75, [0.0; 3]),
+    ];
+    let colour = [0.25f32, 0.5, 0.75, 1.0];
+    let run = |shader_engine: ShaderEngine| {
+        let m = Machine::with_config(SystemConfig {
+            shader_engine,
+            ..machine_config(5000)
+        });
+        coloured(&m, &triangles);
+        let uniforms = [colour[3], colour[0], colour[1], colour[2]].map(f32::to_bits);
+        let render = depth_pass_with_fs(&m, 3, false, CONSTANT_FS, &uniforms);
+        let errno = m.submit(CmdType::Render, render.as_bytes());
+        (errno, image(&m, SIZE as usize))
+    };
+    let (errno, interpreted) = run(ShaderEngine::Interpreter);
+    assert_eq!(errno, None);
+    let (errno, compiled) = run(ShaderEngine::Compiled);
+    assert_eq!(errno, None);
+    let drawn = interpreted
+        .chunks_exact(4)
+        .filter(|p| *p == [64, 128, 191, 255])
+        .count();
+    assert!(drawn > 1000, "{drawn} pixels drawn");
+    assert!(
+        interpreted.chunks_exact(4).any(|p| p == [0, 0, 0, 0]),
+        "and cleared ones"
+    );
+    let differing = interpreted
+        .chunks_exact(4)
+        .zip(compiled.chunks_exact(4))
+        .filter(|(a, b)| a != b)
+        .count();
+    assert_eq!(differing, 0, "pixels that differ");
 }
 
 /// COLOUR_FS that discards pixels left of x = u1.

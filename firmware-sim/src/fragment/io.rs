@@ -76,9 +76,57 @@ pub(super) struct TileIo<'a, 'b> {
     pub(super) stencil_test_at_emit: bool,
     /// The descriptor the core's image writes last went through.
     pub(super) image_writes: &'a mut ImageWriteTarget,
+    /// Where the group's `st_tile`s are noted (each access with the values
+    /// of its first lane), for a program whose lanes all store the same
+    /// values (`run_tile_program` repeats them for the other groups).
+    pub(super) stores: Option<&'a mut Vec<(TileAccess, [u32; 4])>>,
 }
 
 impl TileIo<'_, '_> {
+    /// `st_tile` by the lanes of `lanes` (no explicit pixel) of the same
+    /// `values` in every lane: as [`ShaderIo::tile_store_lanes`], the
+    /// element converted once where it is a whole unorm8 one of a
+    /// single-sampled block with every storing lane's pixel in it.
+    pub(super) fn tile_store_same(
+        &mut self,
+        lanes: u32,
+        access: &TileAccess,
+        values: &[[u32; 4]; LANES],
+    ) -> Result<(), IoError> {
+        let storing = lanes & !self.helpers;
+        let (width, height) = (self.tile.colour.width_px, self.tile.colour.height_px);
+        let inside = |io: &Self| {
+            let mut bits = storing;
+            let mut inside = true;
+            while bits != 0 {
+                let (x, y) = io.lanes[bits.trailing_zeros() as usize % LANES];
+                inside &= x < width && y < height;
+                bits &= bits - 1;
+            }
+            inside
+        };
+        let Some(offset) = self.tile.colour.whole_unorm8_offset(access) else {
+            return self.tile_store_lanes(lanes, access, values);
+        };
+        if !inside(self) {
+            return self.tile_store_lanes(lanes, access, values);
+        }
+        let bytes = crate::usc::formats::unorm8_element(values[0]);
+        let record_bytes = self.tile.colour.sample_bytes as usize;
+        let mut bits = storing;
+        while bits != 0 {
+            let (x, y) = self.lanes[bits.trailing_zeros() as usize % LANES];
+            bits &= bits - 1;
+            let p = (y * width + x) as usize;
+            let coverage = self.coverage.get(p).copied().unwrap_or(u32::MAX);
+            if access.sample_mask & coverage & !self.killed[p] & 1 != 0 {
+                let at = p * record_bytes + offset;
+                self.tile.colour.bytes[at..at + 4].copy_from_slice(&bytes);
+            }
+        }
+        Ok(())
+    }
+
     /// The pixel (within the tile) an access names: its explicit
     /// coordinates, or the lane's own pixel (the tilebuffer checks it is
     /// inside the tile).
@@ -447,9 +495,22 @@ impl ShaderIo for TileIo<'_, '_> {
         access: &TileAccess,
         values: &[[u32; 4]; LANES],
     ) -> Result<(), IoError> {
+        if let Some(stores) = self.stores.as_deref_mut() {
+            if lanes != 0 {
+                stores.push((*access, values[lanes.trailing_zeros() as usize]));
+            }
+        }
         let storing = lanes & !self.helpers;
         let (width, height) = (self.tile.colour.width_px, self.tile.colour.height_px);
-        let storing_lanes = || (0..LANES).filter(move |lane| storing & (1 << lane) != 0);
+        // The storing lanes, by their bits.
+        let storing_lanes = || {
+            let mut bits = storing;
+            std::iter::from_fn(move || {
+                let lane = bits.trailing_zeros() as usize;
+                bits &= bits.wrapping_sub(1);
+                (lane < LANES).then_some(lane)
+            })
+        };
         if let Some(offset) = self.tile.colour.whole_unorm8_offset(access) {
             if storing_lanes().all(|lane| self.lanes[lane].0 < width && self.lanes[lane].1 < height)
             {

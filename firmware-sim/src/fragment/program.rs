@@ -24,7 +24,7 @@ use crate::shader::{packs_primitives, present_lanes, walk};
 use crate::texture::{DecodedImages, TextureUnit};
 use crate::tiler;
 use crate::usc::io::IoError;
-use crate::usc::{ExecError, ProgramCache, SimdGroup, LANES};
+use crate::usc::{ExecError, ProgramCache, ShaderEngine, SimdGroup, LANES};
 
 /// The USC control words of a bg/eot program, or a fault at the null
 /// address for a missing one.
@@ -195,6 +195,29 @@ pub(super) fn run_tile_program(
         sampler_stride_bytes: binding.sampler_stride_bytes,
         decoded: Some(decoded),
     };
+    // A program whose lanes all store the same values and do nothing
+    // else (a clear's background program, a constant colour) gives each
+    // SIMD-group the same stores: with the compiled engine, and no
+    // debugger following it, only the first group runs, noting its
+    // stores and the instructions it took; each later one is charged as
+    // many and its lanes get the same stores (coverage, helpers and
+    // kills applied per lane as `st_tile` does). A store that fails there
+    // is the instruction's: that group runs instead, and reports it (the
+    // stores before it, made again, store the same).
+    let same_in_every_lane = cache.engine() == ShaderEngine::Compiled
+        && watchdog.probe.is_none()
+        && *binding
+            .same_in_every_lane
+            .get_or_init(|| crate::shader::stores_the_same_in_every_lane(vm, binding.code));
+    let mut stores = Vec::new();
+    // Each store's values for every lane.
+    let mut every_lane: Vec<[[u32; 4]; LANES]> = Vec::new();
+    let mut repeat: Option<u64> = None;
+    let (tile_width, tile_height, samples) = (
+        tile.colour.width_px,
+        tile.colour.height_px,
+        tile.colour.samples,
+    );
     for ((chunk, helper), owner) in order
         .chunks(LANES)
         .zip(helpers.chunks(LANES))
@@ -209,6 +232,45 @@ pub(super) fn run_tile_program(
             .iter()
             .enumerate()
             .fold(0u32, |m, (lane, &h)| if h { m | 1 << lane } else { m });
+        let mut io = TileIo {
+            tile: &mut *tile,
+            origin,
+            lanes,
+            vm: vm.clone(),
+            binding,
+            probe: watchdog.probe.map(|probe| (probe, watchdog.command)),
+            area,
+            layer,
+            pieces,
+            lane_pieces,
+            helpers: helper_lanes,
+            unit: &unit,
+            killed: &mut *killed,
+            sample_positions,
+            pending_depth: &mut *pending_depth,
+            pending_stencil: &mut *pending_stencil,
+            coverage,
+            face,
+            stencil,
+            stencil_test_at_emit,
+            image_writes: &mut *image_writes,
+            stores: None,
+        };
+        if let Some(instructions) = repeat {
+            let repeated = stores
+                .iter()
+                .zip(&every_lane)
+                .try_for_each(|((access, _), values)| io.tile_store_same(present, access, values));
+            if repeated.is_ok() {
+                // One work unit per SIMD-group instruction, as if it ran.
+                watchdog.charge(instructions);
+                continue;
+            }
+        }
+        let first = same_in_every_lane && repeat.is_none();
+        if first {
+            io.stores = Some(&mut stores);
+        }
         group.reset(binding.code, present);
         use agx_hw::isa::table::sr;
         let special = &mut group.special;
@@ -234,10 +296,10 @@ pub(super) fn run_tile_program(
         // end-of-tile program's layer, as its z.
         let tile_position = sr::THREADGROUP_POSITION_IN_GRID;
         set(special, &wants, tile_position, |_| {
-            origin.0 / tile.colour.width_px.max(1)
+            origin.0 / tile_width.max(1)
         });
         set(special, &wants, tile_position + 1, |_| {
-            origin.1 / tile.colour.height_px.max(1)
+            origin.1 / tile_height.max(1)
         });
         set(special, &wants, tile_position + 2, |_| layer);
         // Helper lanes (the uncovered members of a covered pixel's quad,
@@ -256,14 +318,13 @@ pub(super) fn run_tile_program(
         // background and end-of-tile programs; none for helpers, which
         // cover nothing: Mesa's per-sample shading tells helpers by an
         // empty coverage of the sample being shaded).
-        let samples = tile.colour.samples;
         set(special, &wants, sr::SAMPLES_LOG2, |_| {
             samples.trailing_zeros()
         });
         let all_samples = (1u32 << samples.min(31)) - 1;
         let covered = |lane: usize| {
             let (x, y) = lanes[lane];
-            let pixel = (y * tile.colour.width_px + x) as usize;
+            let pixel = (y * tile_width + x) as usize;
             if helper_lanes & (1 << lane) != 0 {
                 return 0;
             }
@@ -274,29 +335,6 @@ pub(super) fn run_tile_program(
         set(special, &wants, sr::THREAD_INDEX_IN_SIMDGROUP, |lane| {
             lane as u32
         });
-        let mut io = TileIo {
-            tile,
-            origin,
-            lanes,
-            vm: vm.clone(),
-            binding,
-            probe: watchdog.probe.map(|probe| (probe, watchdog.command)),
-            area,
-            layer,
-            pieces,
-            lane_pieces,
-            helpers: helper_lanes,
-            unit: &unit,
-            killed: &mut *killed,
-            sample_positions,
-            pending_depth: &mut *pending_depth,
-            pending_stencil: &mut *pending_stencil,
-            coverage,
-            face,
-            stencil,
-            stencil_test_at_emit,
-            image_writes: &mut *image_writes,
-        };
         stage_helper.run_stage_group(
             group,
             binding.spill_bucket,
@@ -308,6 +346,12 @@ pub(super) fn run_tile_program(
             block_store_fault,
             stage,
         )?;
+        // (Within one slice: a group of the program never meets a
+        // watchdog check inside it.)
+        if first && group.executed_instructions < crate::shader::BUDGET_SLICE {
+            repeat = Some(group.executed_instructions);
+            every_lane = stores.iter().map(|&(_, values)| [values; LANES]).collect();
+        }
     }
     // What the texture unit and the shader's memory accesses walked, for
     // the programs after this one.
