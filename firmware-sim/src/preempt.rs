@@ -126,7 +126,7 @@ impl Preemption {
 
     /// Counts in `count` threads the calling thread is about to start
     /// beside itself: it goes on running GPU work (each started thread
-    /// counts itself out as it ends, [`ForkedThread`]).
+    /// counts itself out as it ends).
     pub fn fork_beside(&self, count: usize) {
         let mut state = self.lock();
         state.threads += count;
