@@ -261,6 +261,15 @@ impl Imageblock {
         }
     }
 
+    /// Where `access` stores a whole unorm8 element of 32-bit registers
+    /// into this single-sampled block ([`Imageblock::whole_unorm8_offset`]):
+    /// the element's byte offset in a pixel's record and the bytes of
+    /// `values`.
+    pub fn unorm8_store(&self, access: &TileAccess, values: [u32; 4]) -> Option<(usize, [u8; 4])> {
+        let offset = self.whole_unorm8_offset(access)?;
+        Some((offset, formats::unorm8_element(values)))
+    }
+
     /// The first sample of `mask` (sample 0 if none): the one a load
     /// reads.
     pub fn first_sample(&self, mask: u32) -> u32 {

@@ -84,14 +84,18 @@ pub(super) struct TileIo<'a, 'b> {
 
 impl TileIo<'_, '_> {
     /// `st_tile` by the lanes of `lanes` (no explicit pixel) of the same
-    /// `values` in every lane: as [`ShaderIo::tile_store_lanes`], the
-    /// element converted once where it is a whole unorm8 one of a
-    /// single-sampled block with every storing lane's pixel in it.
+    /// `values` in every lane: as [`ShaderIo::tile_store_lanes`]. With
+    /// `unorm8` (the byte offset and the bytes of the values, for a whole
+    /// unorm8 element of a single-sampled block:
+    /// [`Imageblock::unorm8_store`](crate::imageblock::Imageblock::unorm8_store)),
+    /// where every storing lane's pixel is in
+    /// the block, the bytes are written without converting again.
     pub(super) fn tile_store_same(
         &mut self,
         lanes: u32,
         access: &TileAccess,
         values: &[[u32; 4]; LANES],
+        unorm8: Option<(usize, [u8; 4])>,
     ) -> Result<(), IoError> {
         let storing = lanes & !self.helpers;
         let (width, height) = (self.tile.colour.width_px, self.tile.colour.height_px);
@@ -105,13 +109,9 @@ impl TileIo<'_, '_> {
             }
             inside
         };
-        let Some(offset) = self.tile.colour.whole_unorm8_offset(access) else {
+        let Some((offset, bytes)) = unorm8.filter(|_| inside(self)) else {
             return self.tile_store_lanes(lanes, access, values);
         };
-        if !inside(self) {
-            return self.tile_store_lanes(lanes, access, values);
-        }
-        let bytes = crate::usc::formats::unorm8_element(values[0]);
         let record_bytes = self.tile.colour.sample_bytes as usize;
         let mut bits = storing;
         while bits != 0 {

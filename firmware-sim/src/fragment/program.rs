@@ -210,8 +210,9 @@ pub(super) fn run_tile_program(
             .same_in_every_lane
             .get_or_init(|| crate::shader::stores_the_same_in_every_lane(vm, binding.code));
     let mut stores = Vec::new();
-    // Each store's values for every lane.
-    let mut every_lane: Vec<[[u32; 4]; LANES]> = Vec::new();
+    // Each store's values for every lane, and where it is a whole unorm8
+    // element its offset and bytes.
+    let mut every_lane: Vec<([[u32; 4]; LANES], Option<Unorm8Store>)> = Vec::new();
     let mut repeat: Option<u64> = None;
     let (tile_width, tile_height, samples) = (
         tile.colour.width_px,
@@ -257,10 +258,13 @@ pub(super) fn run_tile_program(
             stores: None,
         };
         if let Some(instructions) = repeat {
-            let repeated = stores
-                .iter()
-                .zip(&every_lane)
-                .try_for_each(|((access, _), values)| io.tile_store_same(present, access, values));
+            let repeated =
+                stores
+                    .iter()
+                    .zip(&every_lane)
+                    .try_for_each(|((access, _), (values, unorm8))| {
+                        io.tile_store_same(present, access, values, *unorm8)
+                    });
             if repeated.is_ok() {
                 // One work unit per SIMD-group instruction, as if it ran.
                 watchdog.charge(instructions);
@@ -350,7 +354,12 @@ pub(super) fn run_tile_program(
         // watchdog check inside it.)
         if first && group.executed_instructions < crate::shader::BUDGET_SLICE {
             repeat = Some(group.executed_instructions);
-            every_lane = stores.iter().map(|&(_, values)| [values; LANES]).collect();
+            every_lane = stores
+                .iter()
+                .map(|&(access, values)| {
+                    ([values; LANES], tile.colour.unorm8_store(&access, values))
+                })
+                .collect();
         }
     }
     // What the texture unit and the shader's memory accesses walked, for
@@ -359,6 +368,10 @@ pub(super) fn run_tile_program(
     vm.keep_translations(&memory);
     Ok(())
 }
+
+/// A whole unorm8 element's byte offset in a pixel's record and its
+/// bytes ([`crate::imageblock::Imageblock::unorm8_store`]).
+type Unorm8Store = (usize, [u8; 4]);
 
 /// A block store that faulted writing the image is a PBE fault; other
 /// errors are the shader core's.
