@@ -1654,16 +1654,16 @@ fn shade_ahead<'a, 's, 'v: 's>(
     std::thread::scope(|scope| {
         let (jobs, job_queue) = std::sync::mpsc::channel::<(Vec<AssembledPrimitive>, u32, u32)>();
         let (shaded_tx, shaded) = std::sync::mpsc::channel();
+        let shaded = std::cell::RefCell::new(crate::workers::Receiving::new(shaded));
         preemption.fork_beside(1);
         let shader = scope.spawn(move || {
+            let mut job_queue = crate::workers::Receiving::new(job_queue);
             let _counted_out = crate::preempt::ForkedThread(preemption);
             // (No stacks: the program has no spill bucket.)
             let mut helper = StageHelper::new(None, 0, 0);
             // (Counted out while it waits for a job: this thread may be
             // parked meanwhile.)
-            while let Ok((batch, first_id, instance)) =
-                preemption.waiting(|| crate::workers::recv_soon(&job_queue))
-            {
+            while let Ok((batch, first_id, instance)) = preemption.waiting(|| job_queue.recv()) {
                 let result = shade_batch(
                     &shading(instance),
                     (&mut *cores, shading_threads),
@@ -1681,7 +1681,7 @@ fn shade_ahead<'a, 's, 'v: 's>(
         // panic, so the stand-in error is never reported.)
         let take = || {
             preemption
-                .waiting(|| crate::workers::recv_soon(&shaded))
+                .waiting(|| shaded.borrow_mut().recv())
                 .unwrap_or(Err(EngineResult::Cancelled))
         };
         let mut in_flight = false;

@@ -92,37 +92,95 @@ pub fn run_items_then<S>(
     }
 }
 
-/// How long [`recv_soon`] polls before it blocks.
-const POLL_BEFORE_BLOCKING: std::time::Duration = std::time::Duration::from_millis(1);
+/// The longest [`Receiving::recv`] polls before it blocks.
+const POLL_BEFORE_BLOCKING_MAX: std::time::Duration = std::time::Duration::from_millis(1);
+/// The shortest.
+const POLL_BEFORE_BLOCKING_MIN: std::time::Duration = std::time::Duration::from_micros(200);
 
-/// Receives a message another of the command's threads is about to
-/// send (within a batch's work): polls for up to
-/// [`POLL_BEFORE_BLOCKING`], yielding the host CPU to any other runnable
-/// thread, before blocking. A thread blocked in the kernel, woken on an
-/// idle CPU (a virtual machine's above all), started up to half a
+/// One end of a hand-off between two of a command's threads that send
+/// each other work within a batch's time: it receives by polling for a
+/// while before blocking. A thread blocked in the kernel and woken on an
+/// idle CPU (a virtual machine's above all) started up to half a
 /// millisecond later, as long as shading a batch of vertices takes: the
 /// threads shading and binning a draw took turns instead of running side
-/// by side.
-pub(crate) fn recv_soon<T>(
-    receiver: &std::sync::mpsc::Receiver<T>,
-) -> Result<T, std::sync::mpsc::RecvError> {
-    use std::sync::mpsc::{RecvError, TryRecvError};
-    let polling_since = std::time::Instant::now();
-    loop {
-        match receiver.try_recv() {
-            Ok(message) => return Ok(message),
-            Err(TryRecvError::Disconnected) => return Err(RecvError),
-            Err(TryRecvError::Empty) if polling_since.elapsed() >= POLL_BEFORE_BLOCKING => {
-                return receiver.recv();
-            }
-            Err(TryRecvError::Empty) => std::hint::spin_loop(),
+/// by side. Polling is only worth it while the other thread runs on
+/// another CPU: the time polled (between [`POLL_BEFORE_BLOCKING_MIN`] and
+/// [`POLL_BEFORE_BLOCKING_MAX`]) doubles each time a message came while
+/// polling and halves each time it did not, so on a CPU shared with the
+/// sender, or a busy host, this end soon polls only briefly. (Without
+/// the floor, the bunny's frame at 1024² took 4-5 ms more than with a
+/// fixed millisecond: threads briefly sharing a CPU stopped polling for
+/// good.)
+pub(crate) struct Receiving<T> {
+    receiver: std::sync::mpsc::Receiver<T>,
+    polling: std::time::Duration,
+}
+
+impl<T> Receiving<T> {
+    pub(crate) fn new(receiver: std::sync::mpsc::Receiver<T>) -> Receiving<T> {
+        Receiving {
+            receiver,
+            polling: POLL_BEFORE_BLOCKING_MAX,
         }
+    }
+
+    /// The next message; an error once the sender is gone.
+    pub(crate) fn recv(&mut self) -> Result<T, std::sync::mpsc::RecvError> {
+        use std::sync::mpsc::{RecvError, TryRecvError};
+        let polling_since = std::time::Instant::now();
+        // (The clock is read every 64 polls: reading it each time was a
+        // percent of the bunny's frame.)
+        for poll in 0u32.. {
+            match self.receiver.try_recv() {
+                Ok(message) => {
+                    self.polling = (self.polling * 2).clamp(
+                        std::time::Duration::from_micros(1),
+                        POLL_BEFORE_BLOCKING_MAX,
+                    );
+                    return Ok(message);
+                }
+                Err(TryRecvError::Disconnected) => return Err(RecvError),
+                Err(TryRecvError::Empty)
+                    if poll % 64 == 63 && polling_since.elapsed() >= self.polling =>
+                {
+                    break;
+                }
+                Err(TryRecvError::Empty) => std::hint::spin_loop(),
+            }
+        }
+        self.polling = (self.polling / 2).max(POLL_BEFORE_BLOCKING_MIN);
+        self.receiver.recv()
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A hand-off end polls less after a message that did not come while
+    /// it polled, and more after one that did; it receives in order, and
+    /// errs once the sender is gone.
+    #[test]
+    fn a_receiving_end_polls_as_long_as_polling_paid() {
+        let (sender, receiver) = std::sync::mpsc::channel();
+        let mut receiving = Receiving::new(receiver);
+        assert_eq!(receiving.polling, POLL_BEFORE_BLOCKING_MAX);
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                // Long after the 1 ms of polling.
+                std::thread::sleep(std::time::Duration::from_millis(50));
+                sender.send(1).unwrap();
+                sender.send(2).unwrap();
+            });
+            assert_eq!(receiving.recv(), Ok(1));
+        });
+        assert_eq!(receiving.polling, POLL_BEFORE_BLOCKING_MAX / 2);
+        // Waiting already: found while polling.
+        assert_eq!(receiving.recv(), Ok(2));
+        assert_eq!(receiving.polling, POLL_BEFORE_BLOCKING_MAX);
+        drop(sender);
+        assert!(receiving.recv().is_err());
+    }
 
     fn fault_at(index: u64) -> EngineResult {
         EngineResult::Fault {
