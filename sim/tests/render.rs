@@ -2268,42 +2268,53 @@ fn faulting_vs() -> String {
 /// is the first's, whatever the threads.
 #[test_log::test]
 fn vertex_groups_shared_among_threads_fault_at_the_first_faulting_vertex() {
-    const UNMAPPED: u64 = 0x7_0000_0000;
     for gpu_threads in [1, 2, 3] {
-        let m = Machine::with_config(SystemConfig {
-            gpu_threads,
-            ..machine_config(5000)
-        });
-        let render = layered_pass(&m, false, false);
-        let mut uniforms = pair(DATA_VA + BIG_VERTICES);
-        uniforms.extend(pair(DATA_VA + BIG_VERTICES + 16));
-        uniforms.extend([100, 2000]);
-        uniforms.extend(pair(UNMAPPED));
-        m.program(
-            &faulting_vs(),
-            0x3000,
-            0xC0,
-            &uniforms,
-            UNIFORMS + 0x200,
-            0,
-            None,
-        );
-        assert_eq!(
-            m.submit(CmdType::Render, render.as_bytes()),
-            Some(Errno::EIO),
-            "{gpu_threads} threads"
-        );
-        let (address, unit, _) = m.system.device().scheduler().stats().last_fault.unwrap();
-        assert_eq!(
-            (address, unit),
-            (
-                UNMAPPED + 32 * 100,
-                agx_fwif::messages::FaultUnit::Usc as u32
-            ),
-            "{gpu_threads} threads"
-        );
+        faulting_layered_draw(gpu_threads, false, [100, 2000]);
     }
 }
+
+/// The layered scene's pass (with partial-render programs when
+/// `partial_bg`) on `gpu_threads` threads, its vertex shader faulting at
+/// vertices `faulting` (FAULTING_VS_UNMAPPED + 32 bytes an id): the draw
+/// fails with the first one's fault. The machine, for what else it did.
+fn faulting_layered_draw(gpu_threads: usize, partial_bg: bool, faulting: [u32; 2]) -> Machine {
+    let m = Machine::with_config(SystemConfig {
+        gpu_threads,
+        ..machine_config(5000)
+    });
+    let render = layered_pass(&m, false, partial_bg);
+    let mut uniforms = pair(DATA_VA + BIG_VERTICES);
+    uniforms.extend(pair(DATA_VA + BIG_VERTICES + 16));
+    uniforms.extend(faulting);
+    uniforms.extend(pair(FAULTING_VS_UNMAPPED));
+    m.program(
+        &faulting_vs(),
+        0x3000,
+        0xC0,
+        &uniforms,
+        UNIFORMS + 0x200,
+        0,
+        None,
+    );
+    assert_eq!(
+        m.submit(CmdType::Render, render.as_bytes()),
+        Some(Errno::EIO),
+        "{gpu_threads} threads"
+    );
+    let (address, unit, _) = m.system.device().scheduler().stats().last_fault.unwrap();
+    assert_eq!(
+        (address, unit),
+        (
+            FAULTING_VS_UNMAPPED + 32 * u64::from(faulting[0]),
+            agx_fwif::messages::FaultUnit::Usc as u32
+        ),
+        "{gpu_threads} threads"
+    );
+    m
+}
+
+/// Where [`faulting_vs`]'s faulting loads read (nothing is mapped there).
+const FAULTING_VS_UNMAPPED: u64 = 0x7_0000_0000;
 
 /// A draw shaded a batch ahead of its binning (two threads or more)
 /// does what one thread shading and binning each batch in turn does: in
@@ -2315,45 +2326,17 @@ fn vertex_groups_shared_among_threads_fault_at_the_first_faulting_vertex() {
 /// batch instead, nothing is stored: that partial render is the first.)
 #[test_log::test]
 fn a_draw_shaded_ahead_faults_after_binning_what_came_before() {
-    const UNMAPPED: u64 = 0x7_0000_0000;
-    let mut stored = Vec::new();
-    for gpu_threads in [1, 2, 3] {
-        let m = Machine::with_config(SystemConfig {
-            gpu_threads,
-            ..machine_config(5000)
-        });
-        let render = layered_pass(&m, false, true);
-        // Vertices 6500 and 6600: in the fourth batch (the third's reach
-        // vertex 65 * 65 + 33 * 65 = 6370).
-        let mut uniforms = pair(DATA_VA + BIG_VERTICES);
-        uniforms.extend(pair(DATA_VA + BIG_VERTICES + 16));
-        uniforms.extend([6500, 6600]);
-        uniforms.extend(pair(UNMAPPED));
-        m.program(
-            &faulting_vs(),
-            0x3000,
-            0xC0,
-            &uniforms,
-            UNIFORMS + 0x200,
-            0,
-            None,
-        );
-        assert_eq!(
-            m.submit(CmdType::Render, render.as_bytes()),
-            Some(Errno::EIO),
-            "{gpu_threads} threads"
-        );
-        let (address, unit, _) = m.system.device().scheduler().stats().last_fault.unwrap();
-        assert_eq!(
-            (address, unit),
-            (
-                UNMAPPED + 32 * 6500,
-                agx_fwif::messages::FaultUnit::Usc as u32
-            ),
-            "{gpu_threads} threads"
-        );
-        stored.push(image(&m, SIZE as usize));
-    }
+    // Vertices 6500 and 6600: in the fourth batch (the third's reach
+    // vertex 65 * 65 + 33 * 65 = 6370).
+    let stored: Vec<Vec<u8>> = [1, 2, 3]
+        .into_iter()
+        .map(|gpu_threads| {
+            image(
+                &faulting_layered_draw(gpu_threads, true, [6500, 6600]),
+                SIZE as usize,
+            )
+        })
+        .collect();
     assert!(
         stored[0].iter().any(|&byte| byte != 0),
         "the partial render stored its tiles"
