@@ -1,7 +1,8 @@
 //! Host memory behind physical addresses: the range of the host's address
 //! space through which a simulated machine's RAM is reached, handed to the
 //! shader core's compiled code so that a load or store it has translated
-//! is one host access.
+//! is one host access, and used by the fixed-function units to tell the
+//! host which bytes they are about to read ([`HostWindow::prefetch`]).
 //!
 //! The only promise made here is the constructor's: whoever makes a
 //! [`HostWindow`] vouches that its bytes stay readable and writable host
