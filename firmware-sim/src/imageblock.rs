@@ -229,24 +229,6 @@ impl Imageblock {
         Ok((format, offset, fits))
     }
 
-    /// Writes the whole unorm8 element of `values` (32-bit registers) at
-    /// byte `at` of the block, converting each distinct value once: `last`
-    /// keeps the last values converted and their bytes (a reload stores a
-    /// colour per pixel, a clear one colour).
-    #[inline(always)]
-    pub fn put_unorm8(
-        &mut self,
-        at: usize,
-        values: [u32; 4],
-        last: &mut Option<([u32; 4], [u8; 4])>,
-    ) {
-        let bytes = match *last {
-            Some((kept, bytes)) if kept == values => bytes,
-            _ => last.insert((values, formats::unorm8_element(values))).1,
-        };
-        self.bytes[at..at + 4].copy_from_slice(&bytes);
-    }
-
     /// The byte offset in the record of a whole unorm8 element that
     /// `access` stores from 32-bit registers into this single-sampled
     /// block (the common `st_tile` of a colour); `None` for any other
@@ -342,7 +324,8 @@ impl Imageblock {
                 if samples & 1 == 0 {
                     continue;
                 }
-                self.put_unorm8(self.record(x, y, 0) + offset, values, &mut last);
+                let at = self.record(x, y, 0) + offset;
+                self.bytes[at..at + 4].copy_from_slice(&unorm8_element_once(values, &mut last));
             }
             return;
         }
@@ -768,6 +751,18 @@ impl PbeTarget {
             }
         }
         Ok(())
+    }
+}
+
+/// The whole unorm8 element of `values` (32-bit registers), each
+/// distinct value converted once: `last` keeps the last values converted
+/// and their bytes (a reload stores a colour per pixel, a clear one
+/// colour).
+#[inline(always)]
+pub fn unorm8_element_once(values: [u32; 4], last: &mut Option<([u32; 4], [u8; 4])>) -> [u8; 4] {
+    match *last {
+        Some((kept, bytes)) if kept == values => bytes,
+        _ => last.insert((values, formats::unorm8_element(values))).1,
     }
 }
 

@@ -1743,7 +1743,10 @@ impl Assembly<'_, '_> {
             let mut assembler = Assembler::new(self.topology, self.provoking_first);
             let mut next_index = 0u64;
             let mut next_id = 0u32;
-            let mut batch: Vec<AssembledPrimitive> = Vec::with_capacity(BATCH_PRIMITIVES);
+            // (A batch holds at most a primitive an index: a small draw's
+            // is small.)
+            let capacity = BATCH_PRIMITIVES.min(draw.count as usize);
+            let mut batch: Vec<AssembledPrimitive> = Vec::with_capacity(capacity);
             loop {
                 // Stream the draw's indices (or vertex numbers) into
                 // primitives, a batch at a time.
@@ -1764,8 +1767,14 @@ impl Assembly<'_, '_> {
                 if batch.len() >= BATCH_PRIMITIVES || (done && !batch.is_empty()) {
                     let first_id = next_id;
                     next_id = next_id.wrapping_add(batch.len() as u32);
-                    let full = std::mem::replace(&mut batch, Vec::with_capacity(BATCH_PRIMITIVES));
-                    each(full, first_id, instance)?;
+                    // The batch goes (to another thread, perhaps); the
+                    // next one, if any, gets its own.
+                    let next = if done {
+                        Vec::new()
+                    } else {
+                        Vec::with_capacity(capacity)
+                    };
+                    each(std::mem::replace(&mut batch, next), first_id, instance)?;
                 }
                 if done {
                     break;

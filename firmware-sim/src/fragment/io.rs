@@ -9,7 +9,9 @@ use agx_hw::formats::{FragmentFace, FragmentStencil};
 use super::depth::{depth_passes, stencil_op};
 use super::tilebuffer::Tilebuffer;
 use crate::bind::Binding;
-use crate::imageblock::{store_block_watched, store_texel, BlockPlacement, ImageWriteTarget};
+use crate::imageblock::{
+    store_block_watched, store_texel, unorm8_element_once, BlockPlacement, ImageWriteTarget,
+};
 use crate::memory::GpuVm;
 use crate::probe::ShaderProbe;
 use crate::raster::{iterate, Coefficient, IterPoint, TilePlane};
@@ -88,8 +90,7 @@ impl TileIo<'_, '_> {
     /// `unorm8` (the byte offset and the bytes of the values, for a whole
     /// unorm8 element of a single-sampled block:
     /// [`Imageblock::unorm8_store`](crate::imageblock::Imageblock::unorm8_store)),
-    /// where every storing lane's pixel is in
-    /// the block, the bytes are written without converting again.
+    /// the bytes are written without converting again.
     pub(super) fn tile_store_same(
         &mut self,
         lanes: u32,
@@ -97,34 +98,57 @@ impl TileIo<'_, '_> {
         values: &[[u32; 4]; LANES],
         unorm8: Option<(usize, [u8; 4])>,
     ) -> Result<(), IoError> {
+        match unorm8 {
+            Some((offset, bytes)) if self.store_unorm8_lanes(lanes, access, offset, |_| bytes) => {
+                Ok(())
+            }
+            _ => self.tile_store_lanes(lanes, access, values),
+        }
+    }
+
+    /// `st_tile` of a whole unorm8 element at byte `offset` of a
+    /// single-sampled block's records by the lanes of `lanes` (no
+    /// explicit pixel), each storing lane's bytes `bytes_of(lane)`: helpers
+    /// and lanes whose pixel is not covered (coverage, kills, the access's
+    /// sample mask) store nothing. False, with nothing written, unless
+    /// every storing lane's pixel is in the block (then nothing can fail).
+    #[inline(always)]
+    fn store_unorm8_lanes(
+        &mut self,
+        lanes: u32,
+        access: &TileAccess,
+        offset: usize,
+        mut bytes_of: impl FnMut(usize) -> [u8; 4],
+    ) -> bool {
         let storing = lanes & !self.helpers;
         let (width, height) = (self.tile.colour.width_px, self.tile.colour.height_px);
-        let inside = |io: &Self| {
+        // The storing lanes' pixels, by their bits.
+        let pixels = |io: &Self| {
             let mut bits = storing;
-            let mut inside = true;
-            while bits != 0 {
-                let (x, y) = io.lanes[bits.trailing_zeros() as usize % LANES];
-                inside &= x < width && y < height;
-                bits &= bits - 1;
-            }
-            inside
+            let lanes = io.lanes;
+            std::iter::from_fn(move || {
+                (bits != 0).then(|| {
+                    let lane = bits.trailing_zeros() as usize % LANES;
+                    bits &= bits - 1;
+                    (lane, lanes[lane])
+                })
+            })
         };
-        let Some((offset, bytes)) = unorm8.filter(|_| inside(self)) else {
-            return self.tile_store_lanes(lanes, access, values);
-        };
+        if !pixels(self).fold(true, |inside, (_, (x, y))| {
+            inside & (x < width) & (y < height)
+        }) {
+            return false;
+        }
         let record_bytes = self.tile.colour.sample_bytes as usize;
-        let mut bits = storing;
-        while bits != 0 {
-            let (x, y) = self.lanes[bits.trailing_zeros() as usize % LANES];
-            bits &= bits - 1;
+        for (lane, (x, y)) in pixels(self) {
             let p = (y * width + x) as usize;
             let coverage = self.coverage.get(p).copied().unwrap_or(u32::MAX);
             if access.sample_mask & coverage & !self.killed[p] & 1 != 0 {
                 let at = p * record_bytes + offset;
-                self.tile.colour.bytes[at..at + 4].copy_from_slice(&bytes);
+                self.tile.colour.bytes[at..at + 4].copy_from_slice(&bytes_of(lane));
             }
         }
-        Ok(())
+        true
     }
 
     /// The pixel (within the tile) an access names: its explicit
@@ -500,36 +524,14 @@ impl ShaderIo for TileIo<'_, '_> {
                 stores.push((*access, values[lanes.trailing_zeros() as usize]));
             }
         }
-        let storing = lanes & !self.helpers;
-        let (width, height) = (self.tile.colour.width_px, self.tile.colour.height_px);
-        // The storing lanes, by their bits.
-        let storing_lanes = || {
-            let mut bits = storing;
-            std::iter::from_fn(move || {
-                let lane = bits.trailing_zeros() as usize;
-                bits &= bits.wrapping_sub(1);
-                (lane < LANES).then_some(lane)
-            })
-        };
+        // Every storing lane's pixel inside a single-sampled block and a
+        // whole unorm8 element (nothing that can fail): as below and
+        // `store_elements_at`'s unorm8 branch, each lane's bytes written
+        // as it comes, each distinct value converted once.
         if let Some(offset) = self.tile.colour.whole_unorm8_offset(access) {
-            if storing_lanes().all(|lane| self.lanes[lane].0 < width && self.lanes[lane].1 < height)
-            {
-                // Every storing lane's pixel inside a single-sampled block
-                // and a whole unorm8 element (nothing that can fail): as
-                // below and `store_elements_at`'s unorm8 branch, each
-                // lane's bytes written as it comes (`put_unorm8`).
-                let record_bytes = self.tile.colour.sample_bytes as usize;
-                let mut last = None;
-                for lane in storing_lanes() {
-                    let (x, y) = self.lanes[lane];
-                    let p = (y * width + x) as usize;
-                    let coverage = self.coverage.get(p).copied().unwrap_or(u32::MAX);
-                    if access.sample_mask & coverage & !self.killed[p] & 1 == 0 {
-                        continue;
-                    }
-                    let at = p * record_bytes + offset;
-                    self.tile.colour.put_unorm8(at, values[lane], &mut last);
-                }
+            let mut last = None;
+            let converted = |lane: usize| unorm8_element_once(values[lane], &mut last);
+            if self.store_unorm8_lanes(lanes, access, offset, converted) {
                 return Ok(());
             }
         }
