@@ -663,22 +663,42 @@ impl Pass<'_> {
             if deferred.is_empty() {
                 return Ok(());
             }
-            let mut visible: Vec<Vec<(u32, u32)>> = vec![Vec::new(); deferred.len()];
-            for pixel in 0..pixel_count {
-                let tags = &w.tags[pixel * samples..(pixel + 1) * samples];
-                let mut seen = NO_TAG;
-                for &tag in tags {
-                    // Samples of one pixel usually share their tag.
-                    if tag != NO_TAG && tag != seen {
-                        seen = tag;
-                        let xy = ((pixel as u32) % tile_w, (pixel as u32) / tile_w);
-                        let list = &mut visible[tag as usize];
-                        if list.last() != Some(&xy) {
-                            list.push(xy);
+            // Each primitive's visible pixels, in pixel order, as a run
+            // of one array: the runs counted, then filled.
+            let each_visible = |w: &Worker, each: &mut dyn FnMut(usize, (u32, u32))| {
+                for pixel in 0..pixel_count {
+                    let tags = &w.tags[pixel * samples..(pixel + 1) * samples];
+                    for (sample, &tag) in tags.iter().enumerate() {
+                        // A primitive visible at several of the pixel's
+                        // samples has the pixel once.
+                        if tag != NO_TAG && !tags[..sample].contains(&tag) {
+                            let xy = ((pixel as u32) % tile_w, (pixel as u32) / tile_w);
+                            each(tag as usize, xy);
                         }
                     }
                 }
+            };
+            let mut run_ends = vec![0usize; deferred.len()];
+            each_visible(w, &mut |tag, _| run_ends[tag] += 1);
+            let mut total = 0;
+            for end in &mut run_ends {
+                total += *end;
+                *end = total;
             }
+            let mut pixels_of_runs = vec![(0u32, 0u32); total];
+            let mut next: Vec<usize> = std::iter::once(0)
+                .chain(run_ends.iter().copied())
+                .take(deferred.len())
+                .collect();
+            each_visible(w, &mut |tag, xy| {
+                pixels_of_runs[next[tag]] = xy;
+                next[tag] += 1;
+            });
+            let visible: Vec<&[(u32, u32)]> = std::iter::once(0)
+                .chain(run_ends.iter().copied())
+                .zip(&run_ends)
+                .map(|(start, &end)| &pixels_of_runs[start..end])
+                .collect();
             // Consecutive primitives of one state and facing whose
             // visible pixels do not meet share SIMD-groups when the
             // shader allows it (`packs_primitives`).
@@ -692,7 +712,7 @@ impl Pass<'_> {
                     return Ok(());
                 };
                 for &index in batch.iter() {
-                    for &(x, y) in &visible[index] {
+                    for &(x, y) in visible[index] {
                         let pixel = (y * tile_w + x) as usize;
                         w.coverage[pixel] = w.tags[pixel * samples..(pixel + 1) * samples]
                             .iter()
@@ -706,7 +726,7 @@ impl Pass<'_> {
                     let pieces: Vec<Piece<'_>> = batch
                         .iter()
                         .map(|&index| Piece {
-                            pixels: &visible[index],
+                            pixels: visible[index],
                             coefficients: &deferred[index].coefficients,
                             back_facing: deferred[index].back_facing,
                         })
@@ -723,7 +743,7 @@ impl Pass<'_> {
                 // An opaque shader kills nothing (its depth is written
                 // already); a sample mask it writes anyway drops colour.
                 for &index in batch.iter() {
-                    for &(x, y) in &visible[index] {
+                    for &(x, y) in visible[index] {
                         w.killed[(y * tile_w + x) as usize] = 0;
                     }
                 }
@@ -731,7 +751,7 @@ impl Pass<'_> {
                 taken.clear();
                 Ok(())
             };
-            for (index, (primitive, pixels)) in deferred.iter().zip(&visible).enumerate() {
+            for (index, (primitive, &pixels)) in deferred.iter().zip(&visible).enumerate() {
                 if pixels.is_empty() {
                     continue;
                 }
@@ -870,10 +890,12 @@ impl Pass<'_> {
         // The background program does not discard.
         w.killed.fill(0);
         // Buffers the tile's primitives reuse: a record's bytes and
-        // floats, and the pixels it covers.
+        // floats, the pixels it covers and those of them its tests keep
+        // (handed on with a primitive that waits to be shaded in order).
         let mut bytes = Vec::new();
         let mut record = Vec::new();
         let mut rasterized = Vec::new();
+        let mut kept_pixels = Vec::new();
         for (index, &primitive) in primitives.iter().enumerate() {
             // The records were written long before (the whole scene's
             // may not fit the host's caches): the host is told a few
@@ -995,7 +1017,8 @@ impl Pass<'_> {
                     });
                 }
             }
-            let mut covered = Vec::with_capacity(rasterized.len());
+            let covered: &mut Vec<(u32, u32)> = &mut kept_pixels;
+            covered.clear();
             for &((x, y), _) in &rasterized {
                 if in_scissor(x, y) {
                     covered.push((x, y));
@@ -1045,7 +1068,7 @@ impl Pass<'_> {
             if let (Some(st), Some(face), false) = (late_stencil, face, *shader_writes_stencil) {
                 stencil_test_early(
                     &mut w.tile,
-                    &mut covered,
+                    covered,
                     &mut w.coverage,
                     st,
                     face.stencil_reference as u8,
@@ -1059,7 +1082,7 @@ impl Pass<'_> {
                 let mut pending_stencil = std::mem::take(&mut w.pending_stencil);
                 depth_test(
                     &mut w.tile,
-                    &mut covered,
+                    covered,
                     &mut w.coverage,
                     &mut pending,
                     &mut pending_stencil,
@@ -1091,7 +1114,7 @@ impl Pass<'_> {
                 let coefficients = setup_coefficients(bindings, ppp, &vertices, extras)?;
                 if defer {
                     let tag = deferred.len() as u32;
-                    for &(x, y) in &covered {
+                    for &(x, y) in covered.iter() {
                         let pixel = (y * tile_w + x) as usize;
                         let mask = w.coverage[pixel];
                         for s in (0..samples).filter(|s| mask & (1 << s) != 0) {
@@ -1117,11 +1140,11 @@ impl Pass<'_> {
                         in_order.face = face;
                         in_order.stencil = late_stencil;
                     }
-                    for &(x, y) in &covered {
+                    for &(x, y) in covered.iter() {
                         in_order.taken.take((y * tile_w + x) as usize);
                     }
                     in_order.pieces.push(InOrderPiece {
-                        covered,
+                        covered: std::mem::take(covered),
                         coefficients,
                         query: occlusion_query(ppp),
                     });
@@ -1138,7 +1161,7 @@ impl Pass<'_> {
             if query.is_none() && !pends && defer {
                 continue;
             }
-            finish(w, &covered, query);
+            finish(w, covered, query);
         }
         flush_in_order(w, &mut in_order)?;
         resolve(w, &mut deferred)?;
