@@ -588,18 +588,24 @@ pub(crate) struct Extras {
 /// and none is read.
 ///
 /// `vertices` are the binned vertices: window x, y, z, 1/w, then the
-/// vertex shader's outputs from its slot 4.
+/// vertex shader's outputs from its slot 4. The registers are written
+/// into `planes` (whatever it held is dropped: a pass reuses them).
 pub(crate) fn setup_coefficients(
     bindings: Option<&tiler::CfBindings>,
     ppp: &tiler::PppState,
     vertices: &[&[f32]; 3],
     extras: Extras,
-) -> Result<Vec<Coefficient>, EngineResult> {
+    planes: &mut Vec<Coefficient>,
+) -> Result<(), EngineResult> {
+    planes.clear();
     let Some((header, bindings)) = bindings else {
-        return Ok(Vec::new());
+        return Ok(());
     };
     let first_output_slot = 1 + u32::from(ppp.frag_coord_z);
-    let mut planes = vec![Coefficient::ZERO; header.coefficient_register_count as usize];
+    planes.resize(
+        header.coefficient_register_count as usize,
+        Coefficient::ZERO,
+    );
     for &(at, b) in bindings {
         for c in 0..b.components {
             let register = (b.base_coefficient_register + c) as usize;
@@ -679,7 +685,7 @@ pub(crate) fn setup_coefficients(
             };
         }
     }
-    Ok(planes)
+    Ok(())
 }
 
 #[cfg(test)]

@@ -215,6 +215,7 @@ pub(crate) fn render_scene(
         decoded: DecodedImages::default(),
         image_writes: ImageWriteTarget::default(),
         whole_tile: Vec::new(),
+        spare_coefficients: Vec::new(),
     };
     run_items_then(
         tiles,
@@ -301,6 +302,10 @@ pub(super) struct Worker<'v> {
     /// pixels in lane order), for the background program of a tile inside
     /// the render area: the order the quads of its row-major pixels take.
     pub(super) whole_tile: Vec<(u32, u32)>,
+    /// Coefficient registers of primitives shaded and finished, for the
+    /// next ones to fill (a tile shades thousands of primitives): at most
+    /// as many as a tile held waiting at once, kept until the pass ends.
+    pub(super) spare_coefficients: Vec<Vec<Coefficient>>,
 }
 
 /// A sample no deferred primitive is visible at.
@@ -778,7 +783,8 @@ impl Pass<'_> {
             }
             flush(w, &mut batch, &mut taken)?;
             w.tags.fill(NO_TAG);
-            deferred.clear();
+            w.spare_coefficients
+                .extend(deferred.drain(..).map(|primitive| primitive.coefficients));
             Ok(())
         };
         let mut deferred: Vec<Deferred> = Vec::new();
@@ -849,6 +855,7 @@ impl Pass<'_> {
                 }
                 for piece in batch.pieces.drain(..) {
                     finish(w, &piece.covered, piece.query);
+                    w.spare_coefficients.push(piece.coefficients);
                 }
                 batch.taken.clear();
                 Ok(())
@@ -1111,7 +1118,8 @@ impl Pass<'_> {
             // are tagged with it, replacing the tags of what it hides.
             if shader.is_some() {
                 let bindings = entry.cf_bindings(vm, self.usc_exec_base)?;
-                let coefficients = setup_coefficients(bindings, ppp, &vertices, extras)?;
+                let mut coefficients = w.spare_coefficients.pop().unwrap_or_default();
+                setup_coefficients(bindings, ppp, &vertices, extras, &mut coefficients)?;
                 if defer {
                     let tag = deferred.len() as u32;
                     for &(x, y) in covered.iter() {
