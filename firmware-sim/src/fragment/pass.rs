@@ -690,19 +690,20 @@ impl Pass<'_> {
                 total += *end;
                 *end = total;
             }
-            let mut pixels_of_runs = vec![(0u32, 0u32); total];
-            let mut next: Vec<usize> = std::iter::once(0)
+            let run_starts: Vec<usize> = std::iter::once(0)
                 .chain(run_ends.iter().copied())
                 .take(deferred.len())
                 .collect();
+            let mut pixels_of_runs = vec![(0u32, 0u32); total];
+            let mut next = run_starts.clone();
             each_visible(w, &mut |tag, xy| {
                 pixels_of_runs[next[tag]] = xy;
                 next[tag] += 1;
             });
-            let visible: Vec<&[(u32, u32)]> = std::iter::once(0)
-                .chain(run_ends.iter().copied())
+            let visible: Vec<&[(u32, u32)]> = run_starts
+                .iter()
                 .zip(&run_ends)
-                .map(|(start, &end)| &pixels_of_runs[start..end])
+                .map(|(&start, &end)| &pixels_of_runs[start..end])
                 .collect();
             // Consecutive primitives of one state and facing whose
             // visible pixels do not meet share SIMD-groups when the
