@@ -5,6 +5,7 @@
 //! when the hidden-surface removal resolves the tile's tags), depth and
 //! stencil out, the end-of-tile program.
 
+use std::collections::hash_map::Entry;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use agx_fwif::messages::{FaultUnit, RenderPass, TvbInfo};
@@ -904,6 +905,7 @@ impl Pass<'_> {
         let mut record = Vec::new();
         let mut rasterized = Vec::new();
         let mut kept_pixels = Vec::new();
+        let mut last_setup: Option<(u32, std::rc::Rc<FragmentSetup>)> = None;
         for (index, &primitive) in primitives.iter().enumerate() {
             // The records were written long before (the whole scene's
             // may not fit the host's caches): the host is told a few
@@ -967,19 +969,28 @@ impl Pass<'_> {
             if rasterized.is_empty() {
                 continue;
             }
-            if let std::collections::hash_map::Entry::Vacant(e) = w.shaders.entry(state) {
-                let setup = fragment_setup(
-                    vm,
-                    self.usc_exec_base,
-                    render,
-                    scene,
-                    state,
-                    (&self.watchdog, &mut w.helper),
-                )?;
-                e.insert(std::rc::Rc::new(setup));
-            }
-            let Some(entry) = w.shaders.get(&state).cloned() else {
-                continue;
+            // (Most of a tile's primitives have the state of the one
+            // before.)
+            let entry = match &last_setup {
+                Some((last, setup)) if *last == state => std::rc::Rc::clone(setup),
+                _ => {
+                    let setup = match w.shaders.entry(state) {
+                        Entry::Occupied(known) => std::rc::Rc::clone(known.get()),
+                        Entry::Vacant(new) => {
+                            let setup = fragment_setup(
+                                vm,
+                                self.usc_exec_base,
+                                render,
+                                scene,
+                                state,
+                                (&self.watchdog, &mut w.helper),
+                            )?;
+                            std::rc::Rc::clone(new.insert(std::rc::Rc::new(setup)))
+                        }
+                    };
+                    last_setup = Some((state, std::rc::Rc::clone(&setup)));
+                    setup
+                }
             };
             // A primitive shaded in drawing order (translucent, punch
             // through, writing depth or stencil) first has the deferred
@@ -1050,7 +1061,11 @@ impl Pass<'_> {
                 }
             }
             record.clear();
-            record.extend((0..3 * record_floats).map(float));
+            record.extend(
+                bytes
+                    .chunks_exact(4)
+                    .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])),
+            );
             let vertices: [&[f32]; 3] =
                 std::array::from_fn(|v| &record[v * record_floats..(v + 1) * record_floats]);
             let face = if back_facing {
