@@ -133,10 +133,7 @@ impl<T> Receiving<T> {
         for poll in 0u32.. {
             match self.receiver.try_recv() {
                 Ok(message) => {
-                    self.polling = (self.polling * 2).clamp(
-                        std::time::Duration::from_micros(1),
-                        POLL_BEFORE_BLOCKING_MAX,
-                    );
+                    self.polling = (self.polling * 2).min(POLL_BEFORE_BLOCKING_MAX);
                     return Ok(message);
                 }
                 Err(TryRecvError::Disconnected) => return Err(RecvError),

@@ -2345,16 +2345,6 @@ fn a_draw_shaded_ahead_faults_after_binning_what_came_before() {
     assert!(stored[0] == stored[2], "1 and 3 threads");
 }
 
-/// A fragment shader whose lanes all store the same colour (u1-u3,
-/// alpha u0) and do nothing else.
-const CONSTANT_FS: &str = "
-    mov r2, u1
-    mov r3, u2
-    mov r4, u3
-    mov r5, u0
-    st_tile r2_r3_r4_r5, u8norm, 0, xyzw, 0, 255, r0, 0
-    stop";
-
 /// Programs whose lanes all store the same values (the clear, a constant
 /// colour) run one SIMD-group per run on the compiled engine, the others
 /// getting its stores: the image is the interpreter's, bit for bit (each
@@ -2373,8 +2363,9 @@ fn programs_storing_the_same_in_every_lane_draw_what_the_interpreter_draws() {
             ..machine_config(5000)
         });
         coloured(&m, &triangles);
-        let uniforms = [colour[3], colour[0], colour[1], colour[2]].map(f32::to_bits);
-        let render = depth_pass_with_fs(&m, 3, false, CONSTANT_FS, &uniforms);
+        // (The clear's program as the fragment shader: a constant colour
+        // from its uniforms.)
+        let render = depth_pass_with_fs(&m, 3, false, CLEAR, &colour.map(f32::to_bits));
         let errno = m.submit(CmdType::Render, render.as_bytes());
         (errno, image(&m, SIZE as usize))
     };
