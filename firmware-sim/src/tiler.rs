@@ -1112,13 +1112,8 @@ pub struct Binner<'a> {
     /// The last overflow was the state table's, not the pages'.
     state_table_full: bool,
     area: (u32, u32),
-    /// A triangle's record as it is written, and the list chunks it
-    /// reserves: buffers every triangle reuses.
-    record: Vec<u8>,
+    /// The list chunks a record reserves: a buffer every record reuses.
     chunks: Vec<u64>,
-    /// A point's four corners as it is binned: buffers every point
-    /// reuses.
-    point_corners: Vec<ScreenVertex>,
     /// What the pass did so far.
     pub stats: BinningStats,
 }
@@ -1153,9 +1148,7 @@ impl<'a> Binner<'a> {
             current_state: None,
             state_table_full: false,
             area: (width, height),
-            record: Vec::new(),
             chunks: Vec::new(),
-            point_corners: Vec::new(),
             stats: BinningStats::default(),
         };
         Ok(binner.start_segment()?.map(|()| binner))
@@ -1245,39 +1238,25 @@ impl<'a> Binner<'a> {
         Ok(())
     }
 
-    /// Bins one triangle (`flags`: the record's, `RECORD_BACK_FACING` and
-    /// the extras its vertices' values end with), drawn with the state of
-    /// the last [`Binner::set_state`].
-    pub fn triangle(
-        &mut self,
-        flags: u32,
-        vertices: [&ScreenVertex; 3],
-    ) -> Result<Result<(), Overflow>, EngineResult> {
-        self.triangle_of(flags, vertices.map(|v| (&v.position, &v.varyings[..])))
+    /// The pass's size, in pixels and in tiles, that records are
+    /// prepared against.
+    pub(crate) fn scene_area(&self) -> SceneArea {
+        SceneArea {
+            width_px: self.area.0,
+            height_px: self.area.1,
+            tiles_x: self.header.tiles_x,
+            tiles_y: self.header.tiles_y,
+        }
     }
 
-    /// [`Binner::triangle`] of three window positions and their values
-    /// (as floats, or as the words the vertex shader stored).
-    fn triangle_of<W: RecordWord>(
+    /// Bins a prepared triangle record covering `tiles`, drawn with the
+    /// state of the last [`Binner::set_state`]: writes that state's index
+    /// into the record's first word, then reserves and writes it.
+    fn record(
         &mut self,
-        flags: u32,
-        vertices: [(&[f32; 4], &[W]); 3],
+        record: &mut [u8],
+        tiles: TileRect,
     ) -> Result<Result<(), Overflow>, EngineResult> {
-        let xs = vertices.iter().map(|v| v.0[0]);
-        let ys = vertices.iter().map(|v| v.0[1]);
-        let (min_x, max_x) = xs.fold((f32::MAX, f32::MIN), |(lo, hi), x| (lo.min(x), hi.max(x)));
-        let (min_y, max_y) = ys.fold((f32::MAX, f32::MIN), |(lo, hi), y| (lo.min(y), hi.max(y)));
-        if !(min_x.is_finite() && max_x.is_finite() && min_y.is_finite() && max_y.is_finite())
-            || max_x < 0.0
-            || max_y < 0.0
-            || min_x >= self.area.0 as f32
-            || min_y >= self.area.1 as f32
-        {
-            return Ok(Ok(()));
-        }
-        // Draws in one pass may have different output counts: each
-        // record says how many varyings its vertices carry.
-        let varyings = vertices[0].1.len().min(MAX_RECORD_VALUES) as u32;
         let state = match self.current_state {
             Some(index) => index,
             // The segment's state table is full: the segment must be
@@ -1289,47 +1268,12 @@ impl<'a> Binner<'a> {
             }
             None => self.states.len() as u32,
         };
-        // The state index and flags words, then each vertex's position
-        // and varyings, 4 bytes each.
-        let mut record = std::mem::take(&mut self.record);
-        let vertex_bytes = 4 * (4 + varyings as usize);
-        record.clear();
-        record.resize(8 + 3 * vertex_bytes, 0);
-        let (head, body) = record.split_at_mut(8);
-        head[..4].copy_from_slice(&state.to_le_bytes());
-        head[4..].copy_from_slice(&(flags | varyings << RECORD_VARYINGS_SHIFT).to_le_bytes());
-        // (A vertex with fewer values than the first's, which no draw
-        // makes, would leave zeros.)
-        for ((position, values), out) in vertices.iter().zip(body.chunks_exact_mut(vertex_bytes)) {
-            let words = position
-                .iter()
-                .map(|p| p.to_bits())
-                .chain(values.iter().map(|v| v.bits()));
-            for (word, bytes) in words.zip(out.chunks_exact_mut(4)) {
-                bytes.copy_from_slice(&word.to_le_bytes());
-            }
-        }
-        let tile_range = |lo: f32, hi: f32, tiles: u32| {
-            let first = (lo.max(0.0) as u32) / TILE_PX;
-            let last = ((hi.max(0.0) as u32) / TILE_PX).min(tiles - 1);
-            first..=last
-        };
+        record[..4].copy_from_slice(&state.to_le_bytes());
         let tiles_x = self.header.tiles_x;
-        let (rows, columns) = (
-            tile_range(min_y, max_y, self.header.tiles_y),
-            tile_range(min_x, max_x, tiles_x),
-        );
-        let tiles = || {
-            let columns = columns.clone();
-            rows.clone()
-                .flat_map(move |ty| columns.clone().map(move |tx| (ty * tiles_x + tx) as usize))
-        };
-        let result = self.reserve_and_write(record.as_slice(), tiles);
-        self.record = record;
-        result
+        self.reserve_and_write(record, || tiles.indices(tiles_x))
     }
 
-    /// The rest of [`Binner::triangle`]: reserves the record, the state
+    /// The rest of [`Binner::record`]: reserves the record, the state
     /// copy and the list chunks, then writes them and appends the record
     /// to each of `tiles`' lists.
     fn reserve_and_write<T: Iterator<Item = usize>>(
@@ -1509,6 +1453,125 @@ fn tiler_write(vm: &mut GpuVm<'_>, address: u64, bytes: &[u8]) -> Result<(), Eng
         .map_err(|f| crate::fault::memory_fault(&f, FaultUnit::Tiler))
 }
 
+/// A pass's size in pixels and in tiles: what a triangle's record and
+/// the tiles it covers are prepared against.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SceneArea {
+    width_px: u32,
+    height_px: u32,
+    tiles_x: u32,
+    tiles_y: u32,
+}
+
+/// The tiles a triangle's bounding box touches (first and last, inclusive,
+/// across and down).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct TileRect {
+    columns: (u32, u32),
+    rows: (u32, u32),
+}
+
+impl TileRect {
+    /// The tiles' indices, row by row, in a scene `tiles_x` tiles across.
+    fn indices(self, tiles_x: u32) -> impl Iterator<Item = usize> {
+        let columns = self.columns.0..=self.columns.1;
+        (self.rows.0..=self.rows.1)
+            .flat_map(move |ty| columns.clone().map(move |tx| (ty * tiles_x + tx) as usize))
+    }
+}
+
+/// A batch's triangles as the tiler records them, prepared apart from the
+/// parameter buffer: each record's bytes (its state word left for the
+/// binner) and the tiles it covers. Preparing (clipping, the viewport
+/// transform, culling, the record's words) reads only the shaded
+/// vertices, the PPP state and the pass's size, so it may run on another
+/// thread, ahead of the binner, which then only allocates, writes and
+/// links the records, in order ([`commit_batch`]).
+pub(crate) struct PreparedTriangles {
+    area: SceneArea,
+    /// Every record, one after another.
+    bytes: Vec<u8>,
+    /// Each record's end in `bytes`, and its tiles.
+    records: Vec<(usize, TileRect)>,
+    /// A point's four corners as it is prepared: a buffer every point
+    /// reuses.
+    point_corners: Vec<ScreenVertex>,
+}
+
+impl PreparedTriangles {
+    pub(crate) fn new(area: SceneArea) -> PreparedTriangles {
+        PreparedTriangles {
+            area,
+            bytes: Vec::new(),
+            records: Vec::new(),
+            point_corners: Vec::new(),
+        }
+    }
+
+    /// Empties it (its buffers kept).
+    fn clear(&mut self) {
+        self.bytes.clear();
+        self.records.clear();
+    }
+
+    /// Adds one triangle's record (`flags`: the record's,
+    /// `RECORD_BACK_FACING` and the extras its vertices' values end
+    /// with), of three window positions and their values (as floats, or
+    /// as the words the vertex shader stored); nothing for one wholly
+    /// outside the pass (or with a position that is not finite).
+    fn triangle_of<W: RecordWord>(&mut self, flags: u32, vertices: [(&[f32; 4], &[W]); 3]) {
+        let area = self.area;
+        let xs = vertices.iter().map(|v| v.0[0]);
+        let ys = vertices.iter().map(|v| v.0[1]);
+        let (min_x, max_x) = xs.fold((f32::MAX, f32::MIN), |(lo, hi), x| (lo.min(x), hi.max(x)));
+        let (min_y, max_y) = ys.fold((f32::MAX, f32::MIN), |(lo, hi), y| (lo.min(y), hi.max(y)));
+        if !(min_x.is_finite() && max_x.is_finite() && min_y.is_finite() && max_y.is_finite())
+            || max_x < 0.0
+            || max_y < 0.0
+            || min_x >= area.width_px as f32
+            || min_y >= area.height_px as f32
+        {
+            return;
+        }
+        // Draws in one pass may have different output counts: each
+        // record says how many varyings its vertices carry.
+        let varyings = vertices[0].1.len().min(MAX_RECORD_VALUES) as u32;
+        // The state index and flags words, then each vertex's position
+        // and varyings, 4 bytes each.
+        let vertex_bytes = 4 * (4 + varyings as usize);
+        let start = self.bytes.len();
+        self.bytes.resize(start + 8 + 3 * vertex_bytes, 0);
+        let (head, body) = self.bytes[start..].split_at_mut(8);
+        head[4..].copy_from_slice(&(flags | varyings << RECORD_VARYINGS_SHIFT).to_le_bytes());
+        // (A vertex with fewer values than the first's, which no draw
+        // makes, would leave zeros.)
+        for ((position, values), out) in vertices.iter().zip(body.chunks_exact_mut(vertex_bytes)) {
+            let words = position
+                .iter()
+                .map(|p| p.to_bits())
+                .chain(values.iter().map(|v| v.bits()));
+            for (word, bytes) in words.zip(out.chunks_exact_mut(4)) {
+                bytes.copy_from_slice(&word.to_le_bytes());
+            }
+        }
+        let tile_range = |lo: f32, hi: f32, tiles: u32| {
+            let first = (lo.max(0.0) as u32) / TILE_PX;
+            let last = ((hi.max(0.0) as u32) / TILE_PX).min(tiles - 1);
+            (first, last)
+        };
+        let tiles = TileRect {
+            columns: tile_range(min_x, max_x, area.tiles_x),
+            rows: tile_range(min_y, max_y, area.tiles_y),
+        };
+        self.records.push((self.bytes.len(), tiles));
+    }
+
+    /// [`PreparedTriangles::triangle_of`] of three vertices.
+    fn triangle(&mut self, flags: u32, triangle: [&ScreenVertex; 3]) {
+        self.triangle_of(flags, triangle.map(|v| (&v.position, &v.varyings[..])));
+    }
+}
+
 /// Triangles assembled between watchdog checks.
 const TRIANGLE_STRIDE: usize = 4096;
 
@@ -1616,6 +1679,7 @@ pub fn draw<'a>(
         );
     }
     let threads = if parallel { cores.threads } else { 1 };
+    let mut prepared = PreparedTriangles::new(binner.scene_area());
     assembly.batches(&mut |batch, first_id, instance| {
         let shaded = shade_batch(
             &shading(instance),
@@ -1624,21 +1688,25 @@ pub fn draw<'a>(
             batch,
             first_id,
         )?;
-        bin_batch(&shaded, &outputs_of, watchdog, binner, pc, on_overflow)
+        prepare_batch(&shaded, &outputs_of, 0..shaded.batch.len(), &mut prepared);
+        charge_primitives(watchdog, shaded.batch.len())?;
+        commit_records(&mut prepared, binner, pc, on_overflow)
     })
 }
 
 /// Shades and bins a draw's batches on two threads, as the hardware's
 /// vertex shading runs ahead of its tiler: while this thread bins a
 /// batch, another shades the next one (with the stage's other threads,
-/// if it has more than two). What is binned, and the first failure
-/// reported, are as one thread shading and binning each batch in turn
-/// would have them: results are taken in batch order, and a batch's
-/// binning failure is reported before the next batch's shading failure.
-/// Only for a program whose SIMD-groups may be shared out
-/// ([`crate::shader::packs_primitives`]): its shading stores nothing in
-/// memory, so running it early changes nothing a partial render, or a
-/// later batch, sees.
+/// if it has more than two), and when it has shaded that and has no
+/// batch to shade, helps prepare the records of the batch being binned
+/// ([`SharedBatch`]). What is binned, and the first failure reported,
+/// are as one thread shading and binning each batch in turn would have
+/// them: results are taken in batch order, records committed in order,
+/// and a batch's binning failure is reported before the next batch's
+/// shading failure. Only for a program whose SIMD-groups may be shared
+/// out ([`crate::shader::packs_primitives`]): its shading stores nothing
+/// in memory, so running it early changes nothing a partial render, or
+/// a later batch, sees.
 fn shade_ahead<'a, 's, 'v: 's>(
     assembly: &Assembly<'_, '_>,
     shading: &(impl Fn(u32) -> Shading<'s, 'v> + Sync),
@@ -1648,31 +1716,60 @@ fn shade_ahead<'a, 's, 'v: 's>(
     pc: u64,
     on_overflow: &mut dyn FnMut(&mut Binner<'a>) -> Result<(), EngineResult>,
 ) -> Result<(), EngineResult> {
+    use std::sync::mpsc::TryRecvError;
     let watchdog = assembly.watchdog;
     let preemption = watchdog.preemption;
     let shading_threads = cores.threads.saturating_sub(1).max(1);
+    let area = binner.scene_area();
+    // Records the shading thread prepared and this one has binned, for
+    // it to prepare into again.
+    let spare = std::sync::Mutex::new(Vec::<PreparedTriangles>::new());
     std::thread::scope(|scope| {
         let (jobs, job_queue) = std::sync::mpsc::channel::<(Vec<AssembledPrimitive>, u32, u32)>();
         let (shaded_tx, shaded) = std::sync::mpsc::channel();
         let shaded = std::cell::RefCell::new(crate::workers::Receiving::new(shaded));
         preemption.fork_beside(1);
+        let spare = &spare;
         let shader = scope.spawn(move || {
             let mut job_queue = crate::workers::Receiving::new(job_queue);
             let _counted_out = crate::preempt::ForkedThread(preemption);
             // (No stacks: the program has no spill bucket.)
             let mut helper = StageHelper::new(None, 0, 0);
-            // (Counted out while it waits for a job: this thread may be
-            // parked meanwhile.)
-            while let Ok((batch, first_id, instance)) = preemption.waiting(|| job_queue.recv()) {
+            let mut next_job = None;
+            loop {
+                // (Counted out while it waits for a job: this thread may
+                // be parked meanwhile.)
+                let job = match next_job.take() {
+                    Some(job) => job,
+                    None => match preemption.waiting(|| job_queue.recv()) {
+                        Ok(job) => job,
+                        Err(_) => break,
+                    },
+                };
+                let (batch, first_id, instance) = job;
                 let result = shade_batch(
                     &shading(instance),
                     (&mut *cores, shading_threads),
                     &mut helper,
                     batch,
                     first_id,
-                );
+                )
+                .map(|shaded| std::sync::Arc::new(SharedBatch::new(shaded, area)));
+                let helping = result.as_ref().ok().map(std::sync::Arc::clone);
                 if shaded_tx.send(result).is_err() {
                     break;
+                }
+                // Until the next batch comes, help prepare this one's
+                // records.
+                if let Some(shared) = helping {
+                    shared.prepare_from_back(outputs, spare, || match job_queue.try_recv() {
+                        Ok(job) => {
+                            next_job = Some(job);
+                            false
+                        }
+                        Err(TryRecvError::Disconnected) => false,
+                        Err(TryRecvError::Empty) => true,
+                    });
                 }
             }
         });
@@ -1684,6 +1781,19 @@ fn shade_ahead<'a, 's, 'v: 's>(
                 .waiting(|| shaded.borrow_mut().recv())
                 .unwrap_or(Err(EngineResult::Cancelled))
         };
+        // The records of the chunks this thread prepares itself.
+        let mut own = PreparedTriangles::new(area);
+        // (If the shading thread ended with a chunk it claimed left
+        // unprepared, it panicked: the join below resumes the panic.)
+        let mut bin = |shared: &SharedBatch| -> Result<(), EngineResult> {
+            charge_primitives(watchdog, shared.shaded.batch.len())?;
+            shared.commit_in_order(
+                outputs,
+                (&mut own, spare),
+                || shader.is_finished(),
+                |records| commit_records(records, binner, pc, on_overflow),
+            )
+        };
         let mut in_flight = false;
         let mut binned = assembly.batches(&mut |batch, first_id, instance| {
             let previous = in_flight.then(take);
@@ -1692,13 +1802,12 @@ fn shade_ahead<'a, 's, 'v: 's>(
             let _ = jobs.send((batch, first_id, instance));
             in_flight = true;
             match previous {
-                Some(shaded) => bin_batch(&shaded?, outputs, watchdog, binner, pc, on_overflow),
+                Some(shared) => bin(&*shared?),
                 None => Ok(()),
             }
         });
         if binned.is_ok() && in_flight {
-            binned = take()
-                .and_then(|shaded| bin_batch(&shaded, outputs, watchdog, binner, pc, on_overflow));
+            binned = take().and_then(|shared| bin(&shared));
         }
         drop(jobs);
         preemption
@@ -1706,6 +1815,142 @@ fn shade_ahead<'a, 's, 'v: 's>(
             .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
         binned
     })
+}
+
+/// Primitives prepared at a time when two threads share a batch's
+/// preparing ([`SharedBatch`]).
+const PREPARE_CHUNK_PRIMITIVES: usize = 256;
+
+/// A shaded batch whose records the binning thread and the shading
+/// thread prepare together, a chunk of primitives at a time: the binning
+/// thread from the first chunk on, committing each as it goes; the
+/// shading thread from the last chunk back, while it has no batch to
+/// shade. Each chunk is prepared once, by the thread that claims it
+/// first, so the preparing is shared as the threads' loads allow: on two
+/// CPUs, where shading takes about as long as binning, the shading
+/// thread has little time over; with more, shading is shared out and it
+/// prepares much of the batch.
+struct SharedBatch {
+    shaded: ShadedBatch,
+    /// The pass's size, for the records.
+    area: SceneArea,
+    chunks: Vec<PreparedChunk>,
+}
+
+/// One chunk of a [`SharedBatch`].
+#[derive(Default)]
+struct PreparedChunk {
+    claimed: std::sync::atomic::AtomicBool,
+    /// Its records, once the shading thread has prepared them.
+    prepared: std::sync::Mutex<Option<PreparedTriangles>>,
+}
+
+impl SharedBatch {
+    fn new(shaded: ShadedBatch, area: SceneArea) -> SharedBatch {
+        let chunks = shaded.batch.len().div_ceil(PREPARE_CHUNK_PRIMITIVES);
+        SharedBatch {
+            shaded,
+            area,
+            chunks: (0..chunks).map(|_| PreparedChunk::default()).collect(),
+        }
+    }
+
+    /// The primitives of chunk `index`.
+    fn range(&self, index: usize) -> std::ops::Range<usize> {
+        let start = index * PREPARE_CHUNK_PRIMITIVES;
+        start..(start + PREPARE_CHUNK_PRIMITIVES).min(self.shaded.batch.len())
+    }
+
+    /// The shading thread's part: prepares chunks from the last back,
+    /// into records from `spare` (or new ones), while `go_on()` and until
+    /// it reaches one the binning thread has claimed.
+    fn prepare_from_back(
+        &self,
+        outputs: &BinOutputs<'_>,
+        spare: &std::sync::Mutex<Vec<PreparedTriangles>>,
+        mut go_on: impl FnMut() -> bool,
+    ) {
+        for chunk in (0..self.chunks.len()).rev() {
+            if !go_on() || !self.claim(chunk) {
+                return;
+            }
+            let mut records = lock(spare)
+                .pop()
+                .unwrap_or_else(|| PreparedTriangles::new(self.area));
+            prepare_batch(&self.shaded, outputs, self.range(chunk), &mut records);
+            *lock(&self.chunks[chunk].prepared) = Some(records);
+        }
+    }
+
+    /// The binning thread's part: gives `commit` each chunk's records in
+    /// order, preparing those the shading thread has not claimed into
+    /// `own` and waiting for those it has (the records then go to
+    /// `spare`); `Cancelled` if that thread ended (`ended`) leaving one it
+    /// claimed unprepared.
+    fn commit_in_order(
+        &self,
+        outputs: &BinOutputs<'_>,
+        (own, spare): (
+            &mut PreparedTriangles,
+            &std::sync::Mutex<Vec<PreparedTriangles>>,
+        ),
+        ended: impl Fn() -> bool,
+        mut commit: impl FnMut(&mut PreparedTriangles) -> Result<(), EngineResult>,
+    ) -> Result<(), EngineResult> {
+        for chunk in 0..self.chunks.len() {
+            if self.claim(chunk) {
+                prepare_batch(&self.shaded, outputs, self.range(chunk), own);
+                commit(own)?;
+                continue;
+            }
+            let Some(mut records) = self.wait_for(chunk, &ended) else {
+                return Err(EngineResult::Cancelled);
+            };
+            let committed = commit(&mut records);
+            lock(spare).push(records);
+            committed?;
+        }
+        Ok(())
+    }
+
+    /// Claims chunk `index` for the calling thread to prepare: false if
+    /// the other thread has.
+    fn claim(&self, index: usize) -> bool {
+        !self.chunks[index]
+            .claimed
+            .swap(true, std::sync::atomic::Ordering::AcqRel)
+    }
+
+    /// The records of chunk `index`, which the shading thread claimed,
+    /// once it has prepared them (it does nothing else first: a chunk's
+    /// preparing is short and has no check point to park at); `None` if
+    /// that thread ended (`ended`) without.
+    fn wait_for(&self, index: usize, ended: impl Fn() -> bool) -> Option<PreparedTriangles> {
+        let slot = &self.chunks[index].prepared;
+        let mut spins = 0u8;
+        loop {
+            if let Some(records) = lock(slot).take() {
+                return Some(records);
+            }
+            if ended() {
+                return lock(slot).take();
+            }
+            spins = spins.wrapping_add(1);
+            if spins.is_multiple_of(64) {
+                std::thread::yield_now();
+            } else {
+                std::hint::spin_loop();
+            }
+        }
+    }
+}
+
+/// A lock on a mutex no holder panics with (its value is whole either
+/// way).
+fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// A primitive as assembled: its vertex ids and how many of them it has
@@ -1891,15 +2136,15 @@ struct BinOutputs<'s> {
     stride: usize,
 }
 
-/// Clips, culls and bins a shaded batch's primitives.
-fn bin_batch<'a>(
+/// Clips, culls and prepares the `primitives` of a shaded batch as
+/// records (into `prepared`, emptied first): the part of binning that
+/// reads only the batch and the state.
+fn prepare_batch(
     shaded: &ShadedBatch,
     outputs: &BinOutputs<'_>,
-    watchdog: &Watchdog<'_>,
-    binner: &mut Binner<'a>,
-    pc: u64,
-    on_overflow: &mut dyn FnMut(&mut Binner<'a>) -> Result<(), EngineResult>,
-) -> Result<(), EngineResult> {
+    primitives: std::ops::Range<usize>,
+    prepared: &mut PreparedTriangles,
+) {
     let BinOutputs {
         ppp,
         flat,
@@ -1917,16 +2162,11 @@ fn bin_batch<'a>(
     // id) or clip against but the depth range may be binned straight from
     // the shaded words ([`bin_unclipped_triangle`]).
     let plain = flat.is_empty() && !ppp.primitive_id && ppp.clip_distances.is_empty();
-    // One work unit per primitive assembled (its shading was charged per
-    // instruction).
-    watchdog.charge(batch.len() as u64);
-    if watchdog.expired() {
-        return Err(EngineResult::Timeout);
-    }
+    prepared.clear();
     // Rasteriser discard: the vertex shader ran (its stores, transform
     // feedback's, happened); nothing is drawn.
     if ppp.rasterizer_discard {
-        return Ok(());
+        return;
     }
     let clip = |slot: usize, corner: u8| ClipVertex {
         position: std::array::from_fn(|c| f32::from_bits(vertex(slot)[c])),
@@ -1936,10 +2176,15 @@ fn bin_batch<'a>(
             .collect(),
         corner: Some(corner),
     };
-    for (k, ((_, n), at)) in batch.iter().zip(slots).enumerate() {
-        let id = first_id.wrapping_add(k as u32);
+    let first = primitives.start;
+    for (k, ((_, n), at)) in batch[primitives.clone()]
+        .iter()
+        .zip(&slots[primitives])
+        .enumerate()
+    {
+        let id = first_id.wrapping_add((first + k) as u32);
         match n {
-            1 => bin_point(binner, ppp, clip(at[0], 0), id, pc, on_overflow)?,
+            1 => bin_point(prepared, ppp, clip(at[0], 0), id),
             2 => {
                 let line = [clip(at[0], 0), clip(at[1], 1)];
                 let provoking = flat_values(flat, &line);
@@ -1956,12 +2201,12 @@ fn bin_batch<'a>(
                 if let [a, b] = &mut clipped[..] {
                     set_flat_values(&provoking, [&mut *a, &mut *b]);
                     let (a, b) = (to_screen(a, &viewport), to_screen(b, &viewport));
-                    bin_line(binner, ppp, &a, &b, id, pc, on_overflow)?;
+                    bin_line(prepared, ppp, &a, &b, id);
                 }
             }
             _ => {
                 let words = [vertex(at[0]), vertex(at[1]), vertex(at[2])];
-                if plain && bin_unclipped_triangle(binner, ppp, words, pc, on_overflow)? {
+                if plain && bin_unclipped_triangle(prepared, ppp, words) {
                     continue;
                 }
                 let triangle = [clip(at[0], 0), clip(at[1], 1), clip(at[2], 2)];
@@ -1976,7 +2221,47 @@ fn bin_batch<'a>(
                     clip_polygon(polygon, &ppp.clip_distances)
                 });
                 set_flat_values(&provoking, polygon.iter_mut());
-                bin_polygon(binner, (ppp, &viewport), polygon, id, pc, on_overflow)?;
+                bin_polygon(prepared, (ppp, &viewport), polygon, id);
+            }
+        }
+    }
+}
+
+/// Charges the watchdog a unit for each of a batch's `primitives`
+/// assembled (their shading was charged per instruction), before they
+/// are binned.
+fn charge_primitives(watchdog: &Watchdog<'_>, primitives: usize) -> Result<(), EngineResult> {
+    watchdog.charge(primitives as u64);
+    if watchdog.expired() {
+        return Err(EngineResult::Timeout);
+    }
+    Ok(())
+}
+
+/// Bins prepared records in order (the binning's part that writes the
+/// parameter buffer), growing the buffer or rendering what is binned
+/// when it runs dry.
+fn commit_records<'a>(
+    prepared: &mut PreparedTriangles,
+    binner: &mut Binner<'a>,
+    pc: u64,
+    on_overflow: &mut dyn FnMut(&mut Binner<'a>) -> Result<(), EngineResult>,
+) -> Result<(), EngineResult> {
+    let mut start = 0;
+    for &(end, tiles) in &prepared.records {
+        let record = &mut prepared.bytes[start..end];
+        start = end;
+        if binner.record(record, tiles)?.is_err() {
+            // The buffer ran dry: grow it or render what is binned (a
+            // partial render), then bin the record again.
+            binner.stats.overflows += 1;
+            on_overflow(binner)?;
+            if binner.record(record, tiles)?.is_err() {
+                return Err(unsupported(
+                    pc,
+                    FaultUnit::Tiler,
+                    "a primitive that does not fit in the parameter buffer even after it was grown or partially rendered",
+                ));
             }
         }
     }
@@ -2117,44 +2402,6 @@ impl RecordWord for u32 {
     }
 }
 
-/// Bins one triangle (with the extras `flags` name appended to its
-/// vertices' values), growing the buffer or rendering what is binned when
-/// it runs dry.
-fn bin_triangle<'a>(
-    binner: &mut Binner<'a>,
-    flags: u32,
-    triangle: [&ScreenVertex; 3],
-    pc: u64,
-    on_overflow: &mut dyn FnMut(&mut Binner<'a>) -> Result<(), EngineResult>,
-) -> Result<(), EngineResult> {
-    let parts = triangle.map(|v| (&v.position, &v.varyings[..]));
-    bin_triangle_of(binner, flags, parts, pc, on_overflow)
-}
-
-/// [`bin_triangle`] of three window positions and their values.
-fn bin_triangle_of<'a, W: RecordWord>(
-    binner: &mut Binner<'a>,
-    flags: u32,
-    triangle: [(&[f32; 4], &[W]); 3],
-    pc: u64,
-    on_overflow: &mut dyn FnMut(&mut Binner<'a>) -> Result<(), EngineResult>,
-) -> Result<(), EngineResult> {
-    if binner.triangle_of(flags, triangle)?.is_err() {
-        // The buffer ran dry: grow it or render what is binned (a
-        // partial render), then bin the triangle again.
-        binner.stats.overflows += 1;
-        on_overflow(binner)?;
-        if binner.triangle_of(flags, triangle)?.is_err() {
-            return Err(unsupported(
-                pc,
-                FaultUnit::Tiler,
-                "a primitive that does not fit in the parameter buffer even after it was grown or partially rendered",
-            ));
-        }
-    }
-    Ok(())
-}
-
 /// `v` with the primitive id appended to its values when the fragment
 /// shader reads it (and the flag saying so).
 fn with_primitive_id(
@@ -2203,16 +2450,14 @@ fn layer_flags_for(ppp: &PppState, varyings: &[f32]) -> u32 {
 /// Clips, culls and bins what is left of one triangle after clipping:
 /// filled, or (polygon mode) its edges as lines or its corners as
 /// points.
-fn bin_polygon<'a>(
-    binner: &mut Binner<'a>,
+fn bin_polygon(
+    prepared: &mut PreparedTriangles,
     (ppp, viewport): (&PppState, &Viewport),
     polygon: Vec<ClipVertex>,
     id: u32,
-    pc: u64,
-    on_overflow: &mut dyn FnMut(&mut Binner<'a>) -> Result<(), EngineResult>,
-) -> Result<(), EngineResult> {
+) {
     if polygon.len() < 3 {
-        return Ok(());
+        return;
     }
     let mut screen: Vec<ScreenVertex> = polygon
         .into_iter()
@@ -2229,7 +2474,7 @@ fn bin_polygon<'a>(
         })
         .find(|a| *a != 0.0 && a.is_finite());
     let Some((front, mode)) = area.and_then(|area| facing(ppp, area)) else {
-        return Ok(());
+        return;
     };
     match mode {
         // The polygon's edges, edges made by clipping included (what the
@@ -2238,15 +2483,15 @@ fn bin_polygon<'a>(
         PolygonMode::Line => {
             for i in 0..screen.len() {
                 let (a, b) = (&screen[i], &screen[(i + 1) % screen.len()]);
-                bin_line(binner, ppp, a, b, id, pc, on_overflow)?;
+                bin_line(prepared, ppp, a, b, id);
             }
-            return Ok(());
+            return;
         }
         PolygonMode::Point => {
             for v in &screen {
-                bin_screen_point(binner, ppp, v, id, pc, on_overflow)?;
+                bin_screen_point(prepared, ppp, v, id);
             }
-            return Ok(());
+            return;
         }
         _ => {}
     }
@@ -2277,9 +2522,8 @@ fn bin_polygon<'a>(
         if area == 0.0 || !area.is_finite() {
             continue;
         }
-        bin_triangle(binner, flags, tri.each_ref(), pc, on_overflow)?;
+        prepared.triangle(flags, tri.each_ref());
     }
-    Ok(())
 }
 
 /// Whether a polygon of signed area `area` (window space, nonzero) faces
@@ -2309,13 +2553,11 @@ fn facing(ppp: &PppState, area: f32) -> Option<(bool, PolygonMode)> {
 /// the state has no flat values, primitive ids or clip distances. False
 /// (nothing done) for a triangle clipping would cut, or one whose facing
 /// draws lines or points: those take the general path.
-fn bin_unclipped_triangle<'a>(
-    binner: &mut Binner<'a>,
+fn bin_unclipped_triangle(
+    prepared: &mut PreparedTriangles,
     ppp: &PppState,
     words: [&[u32]; 3],
-    pc: u64,
-    on_overflow: &mut dyn FnMut(&mut Binner<'a>) -> Result<(), EngineResult>,
-) -> Result<bool, EngineResult> {
+) -> bool {
     let clip: [[f32; 4]; 3] = words.map(|w| std::array::from_fn(|c| f32::from_bits(w[c])));
     // What `clip_behind`, or `clip_near` (and `clip_far` with depth
     // clipping), keep without cutting.
@@ -2328,7 +2570,7 @@ fn bin_unclipped_triangle<'a>(
             }
         });
     if !whole {
-        return Ok(false);
+        return false;
     }
     // No layer or viewport output (the caller's check: no flat values):
     // viewport 0, layer 0.
@@ -2336,18 +2578,18 @@ fn bin_unclipped_triangle<'a>(
     let screen = clip.map(|p| window_position(&p, viewport));
     let area = area_of(&screen[0], &screen[1], &screen[2]);
     if area == 0.0 || !area.is_finite() {
-        return Ok(true);
+        return true;
     }
     let Some((front, mode)) = facing(ppp, area) else {
-        return Ok(true);
+        return true;
     };
     if matches!(mode, PolygonMode::Line | PolygonMode::Point) {
-        return Ok(false);
+        return false;
     }
     let flags = layer_flags_for(ppp, &[]) | if front { 0 } else { RECORD_BACK_FACING };
     let parts = [0, 1, 2].map(|v| (&screen[v], &words[v][4..]));
-    bin_triangle_of(binner, flags, parts, pc, on_overflow)?;
-    Ok(true)
+    prepared.triangle_of(flags, parts);
+    true
 }
 
 /// Bins a line from `a` to `b` (window space) as the parallelogram an
@@ -2365,18 +2607,16 @@ fn bin_unclipped_triangle<'a>(
 /// corner from `a` and its last from `b`, so a flat varying comes from
 /// the line's provoking vertex (first or last), and every value
 /// interpolates along the line and not across it.
-fn bin_line<'a>(
-    binner: &mut Binner<'a>,
+fn bin_line(
+    prepared: &mut PreparedTriangles,
     ppp: &PppState,
     a: &ScreenVertex,
     b: &ScreenVertex,
     id: u32,
-    pc: u64,
-    on_overflow: &mut dyn FnMut(&mut Binner<'a>) -> Result<(), EngineResult>,
-) -> Result<(), EngineResult> {
+) {
     let (dx, dy) = (b.position[0] - a.position[0], b.position[1] - a.position[1]);
     if !(dx.is_finite() && dy.is_finite()) || (dx == 0.0 && dy == 0.0) {
-        return Ok(());
+        return;
     }
     let half = ppp.line_width_px / 2.0;
     const STEP_PX: f32 = 1.0 / 256.0;
@@ -2395,21 +2635,13 @@ fn bin_line<'a>(
     for triangle in [[a0.clone(), a1, b1.clone()], [a0, b0, b1]] {
         let mut flags = layer_flags(ppp, a);
         let triangle = triangle.map(|v| with_primitive_id(ppp, v, id, &mut flags));
-        bin_triangle(binner, flags, triangle.each_ref(), pc, on_overflow)?;
+        prepared.triangle(flags, triangle.each_ref());
     }
-    Ok(())
 }
 
 /// Bins a point: dropped when clipping would remove its centre (the
 /// near plane, or a clip distance below 0).
-fn bin_point<'a>(
-    binner: &mut Binner<'a>,
-    ppp: &PppState,
-    v: ClipVertex,
-    id: u32,
-    pc: u64,
-    on_overflow: &mut dyn FnMut(&mut Binner<'a>) -> Result<(), EngineResult>,
-) -> Result<(), EngineResult> {
+fn bin_point(prepared: &mut PreparedTriangles, ppp: &PppState, v: ClipVertex, id: u32) {
     let in_depth = ppp.cull.depth_clamp
         || (v.position[2] >= 0.0 && (!ppp.cull.depth_clip || v.position[2] <= v.position[3]));
     let visible = in_depth
@@ -2419,11 +2651,11 @@ fn bin_point<'a>(
             .iter()
             .all(|&p| clip_distance(&v, p) >= 0.0);
     if !visible {
-        return Ok(());
+        return;
     }
     let viewport = ppp.viewport_of(&v);
     let screen = into_screen(v, viewport);
-    bin_screen_point(binner, ppp, &screen, id, pc, on_overflow)
+    bin_screen_point(prepared, ppp, &screen, id);
 }
 
 /// Bins a point in window space as the square of its size centred on it
@@ -2434,19 +2666,12 @@ fn bin_point<'a>(
 /// `PointSpriteUv10`. What the hardware does with sizes under one pixel
 /// or past its 511.95 limit is not public: the size is used as given (Mesa
 /// clamps it to at least 1 in the vertex shader).
-fn bin_screen_point<'a>(
-    binner: &mut Binner<'a>,
-    ppp: &PppState,
-    v: &ScreenVertex,
-    id: u32,
-    pc: u64,
-    on_overflow: &mut dyn FnMut(&mut Binner<'a>) -> Result<(), EngineResult>,
-) -> Result<(), EngineResult> {
+fn bin_screen_point(prepared: &mut PreparedTriangles, ppp: &PppState, v: &ScreenVertex, id: u32) {
     let size = ppp
         .point_size
         .map_or(1.0, |at| v.varyings.get(at).copied().unwrap_or(1.0));
     if !(size > 0.0 && size.is_finite()) {
-        return Ok(());
+        return;
     }
     let half = size / 2.0;
     let sprite = match ppp.object_type {
@@ -2455,8 +2680,8 @@ fn bin_screen_point<'a>(
         _ => None,
     };
     // Corners top-left, top-right, bottom-right, bottom-left (y down),
-    // written into the binner's buffers (a point's values copied four
-    // times, without allocating).
+    // written into the preparation's buffers (a point's values copied
+    // four times, without allocating).
     let mut flags = layer_flags(ppp, v);
     if sprite.is_some() {
         flags |= RECORD_POINT_SPRITE;
@@ -2464,7 +2689,7 @@ fn bin_screen_point<'a>(
     if ppp.primitive_id {
         flags |= RECORD_PRIMITIVE_ID;
     }
-    let mut corners = std::mem::take(&mut binner.point_corners);
+    let mut corners = std::mem::take(&mut prepared.point_corners);
     corners.resize_with(4, || ScreenVertex {
         position: [0.0; 4],
         varyings: Vec::new(),
@@ -2490,10 +2715,9 @@ fn bin_screen_point<'a>(
     // Top-left, top-right, bottom-right; then top-left, bottom-left,
     // bottom-right.
     let [tl, tr, br, bl] = [&corners[0], &corners[1], &corners[2], &corners[3]];
-    let binned = bin_triangle(binner, flags, [tl, tr, br], pc, on_overflow)
-        .and_then(|()| bin_triangle(binner, flags, [tl, bl, br], pc, on_overflow));
-    binner.point_corners = corners;
-    binned
+    prepared.triangle(flags, [tl, tr, br]);
+    prepared.triangle(flags, [tl, bl, br]);
+    prepared.point_corners = corners;
 }
 
 /// Primitives assembled, shaded and binned together. A draw is streamed
@@ -2713,5 +2937,174 @@ mod tests {
             }
         }
         assert_eq!(distinct_vertices(&[]), (Vec::new(), Vec::new()));
+    }
+
+    /// The pass the preparing tests draw to: 200 x 120 pixels, the last
+    /// tile column and row partly outside.
+    const TEST_AREA: SceneArea = SceneArea {
+        width_px: 200,
+        height_px: 120,
+        tiles_x: 7,
+        tiles_y: 4,
+    };
+
+    /// A shaded batch of `count` primitives, ids from 1000: triangles,
+    /// every seventh a point and every eleventh a line, at random clip
+    /// positions (some off the pass, some behind the eye, so clipped),
+    /// each vertex with three values after its position.
+    fn random_batch(count: usize, seed: u64) -> ShadedBatch {
+        let mut next = crate::usc::test_rng::xorshift(seed);
+        let mut between = |lo: f32, hi: f32| lo + (hi - lo) * (next() % 10_000) as f32 / 10_000.0;
+        let mut shaded = Vec::new();
+        for _ in 0..3 * count {
+            let w = between(-0.2, 2.0);
+            let position = [
+                between(-1.5, 1.5) * w,
+                between(-1.5, 1.5) * w,
+                between(0.0, 1.0) * w,
+                w,
+            ];
+            shaded.extend(position.map(f32::to_bits));
+            shaded.extend(
+                [between(0.0, 1.0), between(0.0, 1.0), between(0.0, 1.0)].map(f32::to_bits),
+            );
+        }
+        let vertices = |k: usize| [3 * k, 3 * k + 1, 3 * k + 2];
+        ShadedBatch {
+            batch: (0..count)
+                .map(|k| {
+                    let n = if k % 7 == 0 {
+                        1
+                    } else if k % 11 == 0 {
+                        2
+                    } else {
+                        3
+                    };
+                    (vertices(k).map(|v| v as u32), n)
+                })
+                .collect(),
+            first_id: 1000,
+            slots: (0..count).map(vertices).collect(),
+            shaded,
+        }
+    }
+
+    /// The state the preparing tests draw with: the whole pass as the
+    /// viewport, and the primitive id passed on or not.
+    fn test_state(primitive_id: bool) -> PppState {
+        let mut ppp = PppState::of(&PppRecords::default());
+        ppp.viewports = vec![Viewport {
+            translate_x: 100.0,
+            scale_x: 100.0,
+            translate_y: 60.0,
+            scale_y: -60.0,
+            translate_z: 0.5,
+            scale_z: 0.5,
+        }];
+        ppp.primitive_id = primitive_id;
+        ppp
+    }
+
+    /// Records' bytes and tiles, in order.
+    type Committed = (Vec<u8>, Vec<TileRect>);
+
+    /// Commits a shared batch's records in order as the binning thread
+    /// does, collecting them.
+    fn commit_all(
+        shared: &SharedBatch,
+        outputs: &BinOutputs<'_>,
+        spare: &std::sync::Mutex<Vec<PreparedTriangles>>,
+        ended: impl Fn() -> bool,
+    ) -> (Result<(), EngineResult>, Committed) {
+        let mut committed: Committed = (Vec::new(), Vec::new());
+        let mut own = PreparedTriangles::new(TEST_AREA);
+        let result = shared.commit_in_order(outputs, (&mut own, spare), ended, |records| {
+            committed.0.extend_from_slice(&records.bytes);
+            committed
+                .1
+                .extend(records.records.iter().map(|&(_, tiles)| tiles));
+            Ok(())
+        });
+        (result, committed)
+    }
+
+    /// However the shading thread and the binning thread share a batch's
+    /// preparing (none, some or all of its chunks prepared by the shading
+    /// thread first, or both threads at once), the binning thread commits
+    /// the records one thread preparing the whole batch makes, in its
+    /// order: with and without primitive ids (which each chunk must count
+    /// from the batch's first), through the plain, clipped, point and line
+    /// paths.
+    #[test]
+    fn records_prepared_by_two_threads_are_the_records_of_one() {
+        // Four chunks, the last short.
+        let count = 3 * PREPARE_CHUNK_PRIMITIVES + 100;
+        for primitive_id in [false, true] {
+            let ppp = test_state(primitive_id);
+            let outputs = BinOutputs {
+                ppp: &ppp,
+                flat: &[],
+                linear: &[],
+                stride: 7,
+            };
+            let mut whole = PreparedTriangles::new(TEST_AREA);
+            prepare_batch(&random_batch(count, 7), &outputs, 0..count, &mut whole);
+            let expected: Committed = (
+                whole.bytes.clone(),
+                whole.records.iter().map(|&(_, tiles)| tiles).collect(),
+            );
+            // Some culled or off the pass, most kept.
+            let kept = expected.1.len();
+            assert!(kept > count / 2 && kept < 2 * count, "{kept} records");
+            let spare = std::sync::Mutex::new(Vec::new());
+            for ahead in 0..=4u32 {
+                let shared = SharedBatch::new(random_batch(count, 7), TEST_AREA);
+                let mut left = ahead;
+                shared.prepare_from_back(&outputs, &spare, || {
+                    let go_on = left > 0;
+                    left = left.saturating_sub(1);
+                    go_on
+                });
+                let (result, committed) = commit_all(&shared, &outputs, &spare, || false);
+                assert_eq!(result, Ok(()));
+                assert!(committed == expected, "{ahead} chunks prepared ahead");
+            }
+            for _ in 0..20 {
+                let shared = SharedBatch::new(random_batch(count, 7), TEST_AREA);
+                let (result, committed) = std::thread::scope(|scope| {
+                    scope.spawn(|| shared.prepare_from_back(&outputs, &spare, || true));
+                    commit_all(&shared, &outputs, &spare, || false)
+                });
+                assert_eq!(result, Ok(()));
+                assert!(committed == expected, "both threads at once");
+            }
+        }
+    }
+
+    /// A chunk the shading thread claimed and left unprepared when it
+    /// ended (it panicked) cancels the batch after the chunks before it
+    /// are committed, rather than leaving the binning thread waiting.
+    #[test]
+    fn a_chunk_left_unprepared_by_an_ended_thread_cancels_the_batch() {
+        let ppp = test_state(false);
+        let outputs = BinOutputs {
+            ppp: &ppp,
+            flat: &[],
+            linear: &[],
+            stride: 7,
+        };
+        let count = 2 * PREPARE_CHUNK_PRIMITIVES;
+        let shared = SharedBatch::new(random_batch(count, 9), TEST_AREA);
+        assert!(shared.claim(1));
+        let spare = std::sync::Mutex::new(Vec::new());
+        let (result, committed) = commit_all(&shared, &outputs, &spare, || true);
+        assert_eq!(result, Err(EngineResult::Cancelled));
+        let mut first = PreparedTriangles::new(TEST_AREA);
+        prepare_batch(&shared.shaded, &outputs, shared.range(0), &mut first);
+        assert!(!first.bytes.is_empty());
+        assert!(
+            committed.0 == first.bytes,
+            "the first chunk's records, committed"
+        );
     }
 }

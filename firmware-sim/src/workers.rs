@@ -124,6 +124,11 @@ impl<T> Receiving<T> {
         }
     }
 
+    /// The next message if one has come, without waiting.
+    pub(crate) fn try_recv(&mut self) -> Result<T, std::sync::mpsc::TryRecvError> {
+        self.receiver.try_recv()
+    }
+
     /// The next message; an error once the sender is gone.
     pub(crate) fn recv(&mut self) -> Result<T, std::sync::mpsc::RecvError> {
         use std::sync::mpsc::{RecvError, TryRecvError};
