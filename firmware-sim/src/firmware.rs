@@ -1198,17 +1198,18 @@ impl State {
                 self.runners.push(runner);
             }
         }
+        let end_ns = monotonic_ns();
         if let Some(account) = self.accounts.get(&header.submission) {
             tracing::debug!(
                 submission = header.submission,
                 command = format_args!("{command:#x}"),
                 used_units = account.work.used_units(),
                 budget_units = account.work.budget_units(),
+                ran_us = end_ns.saturating_sub(flight.start_ns) / 1000,
                 suspended_ms = flight.preemption.suspended().as_millis() as u64,
                 "{tag:?} ran"
             );
         }
-        let end_ns = monotonic_ns();
         self.timestamp_at(init, header.timestamp_end, end_ns);
         let pipe_type = match tag {
             CommandTag::RunVertex => PipeType::Vertex,
