@@ -1240,7 +1240,7 @@ impl<'a> Binner<'a> {
 
     /// The pass's size, in pixels and in tiles, that records are
     /// prepared against.
-    pub(crate) fn scene_area(&self) -> SceneArea {
+    fn scene_area(&self) -> SceneArea {
         SceneArea {
             width_px: self.area.0,
             height_px: self.area.1,
@@ -1456,7 +1456,7 @@ fn tiler_write(vm: &mut GpuVm<'_>, address: u64, bytes: &[u8]) -> Result<(), Eng
 /// A pass's size in pixels and in tiles: what a triangle's record and
 /// the tiles it covers are prepared against.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct SceneArea {
+struct SceneArea {
     width_px: u32,
     height_px: u32,
     tiles_x: u32,
@@ -1487,7 +1487,7 @@ impl TileRect {
 /// vertices, the PPP state and the pass's size, so it may run on another
 /// thread, ahead of the binner, which then only allocates, writes and
 /// links the records, in order ([`commit_batch`]).
-pub(crate) struct PreparedTriangles {
+struct PreparedTriangles {
     area: SceneArea,
     /// Every record, one after another.
     bytes: Vec<u8>,
@@ -1499,7 +1499,7 @@ pub(crate) struct PreparedTriangles {
 }
 
 impl PreparedTriangles {
-    pub(crate) fn new(area: SceneArea) -> PreparedTriangles {
+    fn new(area: SceneArea) -> PreparedTriangles {
         PreparedTriangles {
             area,
             bytes: Vec::new(),
