@@ -2969,6 +2969,7 @@ mod tests {
                 [between(0.0, 1.0), between(0.0, 1.0), between(0.0, 1.0)].map(f32::to_bits),
             );
         }
+        assert_eq!(shaded.len(), 3 * count * TEST_STRIDE);
         let vertices = |k: usize| [3 * k, 3 * k + 1, 3 * k + 2];
         ShadedBatch {
             batch: (0..count)
@@ -3003,6 +3004,21 @@ mod tests {
         }];
         ppp.primitive_id = primitive_id;
         ppp
+    }
+
+    /// The words [`random_batch`] keeps a vertex: its position and three
+    /// values.
+    const TEST_STRIDE: usize = 7;
+
+    /// What binning `ppp`'s primitives of [`random_batch`] reads besides
+    /// them: nothing flat or linear.
+    fn test_outputs(ppp: &PppState) -> BinOutputs<'_> {
+        BinOutputs {
+            ppp,
+            flat: &[],
+            linear: &[],
+            stride: TEST_STRIDE,
+        }
     }
 
     /// Records' bytes and tiles, in order.
@@ -3041,12 +3057,7 @@ mod tests {
         let count = 3 * PREPARE_CHUNK_PRIMITIVES + 100;
         for primitive_id in [false, true] {
             let ppp = test_state(primitive_id);
-            let outputs = BinOutputs {
-                ppp: &ppp,
-                flat: &[],
-                linear: &[],
-                stride: 7,
-            };
+            let outputs = test_outputs(&ppp);
             let mut whole = PreparedTriangles::new(TEST_AREA);
             prepare_batch(&random_batch(count, 7), &outputs, 0..count, &mut whole);
             let expected: Committed = (
@@ -3087,12 +3098,7 @@ mod tests {
     #[test]
     fn a_chunk_left_unprepared_by_an_ended_thread_cancels_the_batch() {
         let ppp = test_state(false);
-        let outputs = BinOutputs {
-            ppp: &ppp,
-            flat: &[],
-            linear: &[],
-            stride: 7,
-        };
+        let outputs = test_outputs(&ppp);
         let count = 2 * PREPARE_CHUNK_PRIMITIVES;
         let shared = SharedBatch::new(random_batch(count, 9), TEST_AREA);
         assert!(shared.claim(1));
